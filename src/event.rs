@@ -1,0 +1,220 @@
+//! The events a chat call streams back.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use crate::approval::ApprovalRequest;
+use crate::message::{ToolCall, ToolMessage};
+
+/// One event of a chat response stream.
+///
+/// A model response streams as: an optional [`ChatEvent::ResponseMetadata`], text / reasoning deltas and tool-call
+/// fragments in the provider's order, a [`ChatEvent::ToolCallEnd`] per complete call, at most one
+/// [`ChatEvent::Usage`], and one [`ChatEvent::Finish`] last. Tool loops add [`ChatEvent::ToolResult`] and
+/// [`ChatEvent::ApprovalRequest`] between rounds.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum ChatEvent {
+    /// The provider's id and the model that actually answered.
+    ResponseMetadata {
+        /// The provider's response id.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        id: Option<String>,
+        /// The model that answered.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        model: Option<String>,
+    },
+    /// A piece of answer text.
+    TextDelta {
+        /// The text.
+        text: String,
+    },
+    /// A piece of reasoning text.
+    ReasoningDelta {
+        /// The text.
+        text: String,
+    },
+    /// The model started a tool call.
+    ToolCallStart {
+        /// Position of the call within this model response (0, 1, …).
+        index: usize,
+        /// The provider's call id.
+        id: String,
+        /// The tool's name.
+        name: String,
+    },
+    /// A fragment of a tool call's argument text.
+    ToolCallDelta {
+        /// Position of the call within this model response.
+        index: usize,
+        /// The fragment.
+        arguments: String,
+    },
+    /// A tool call is complete; its arguments were joined and parsed once.
+    ToolCallEnd {
+        /// Position of the call within this model response.
+        index: usize,
+        /// The complete call.
+        call: ToolCall,
+    },
+    /// A tool loop ran a tool (or refused to) and this is what the model will see.
+    ToolResult {
+        /// The result.
+        result: ToolMessage,
+    },
+    /// A tool call waits for a human decision.
+    ApprovalRequest {
+        /// The request.
+        request: ApprovalRequest,
+    },
+    /// Tokens used, as an increment: consumers sum every `Usage` event of a stream.
+    Usage {
+        /// The tokens.
+        usage: Usage,
+    },
+    /// The response is over.
+    Finish {
+        /// Why.
+        reason: FinishReason,
+    },
+}
+
+impl ChatEvent {
+    /// A text delta.
+    pub fn text(text: impl Into<String>) -> Self {
+        ChatEvent::TextDelta { text: text.into() }
+    }
+
+    /// A finish event.
+    pub fn finish(reason: FinishReason) -> Self {
+        ChatEvent::Finish { reason }
+    }
+
+    /// A stable name of the event's kind (for logs and metrics).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            ChatEvent::ResponseMetadata { .. } => "response_metadata",
+            ChatEvent::TextDelta { .. } => "text_delta",
+            ChatEvent::ReasoningDelta { .. } => "reasoning_delta",
+            ChatEvent::ToolCallStart { .. } => "tool_call_start",
+            ChatEvent::ToolCallDelta { .. } => "tool_call_delta",
+            ChatEvent::ToolCallEnd { .. } => "tool_call_end",
+            ChatEvent::ToolResult { .. } => "tool_result",
+            ChatEvent::ApprovalRequest { .. } => "approval_request",
+            ChatEvent::Usage { .. } => "usage",
+            ChatEvent::Finish { .. } => "finish",
+        }
+    }
+}
+
+/// Token counts.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Usage {
+    /// Prompt tokens.
+    pub input_tokens: u64,
+    /// Generated tokens (including reasoning tokens).
+    pub output_tokens: u64,
+    /// Prompt tokens served from the provider's cache, where reported.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cached_input_tokens: Option<u64>,
+    /// Reasoning tokens, where reported.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning_tokens: Option<u64>,
+}
+
+impl Usage {
+    /// Input plus output tokens.
+    pub fn total_tokens(&self) -> u64 {
+        self.input_tokens + self.output_tokens
+    }
+
+    /// Add another increment to this one.
+    pub fn add(&mut self, other: &Usage) {
+        fn add_opt(a: &mut Option<u64>, b: Option<u64>) {
+            if let Some(b) = b {
+                *a = Some(a.unwrap_or(0) + b);
+            }
+        }
+        self.input_tokens += other.input_tokens;
+        self.output_tokens += other.output_tokens;
+        add_opt(&mut self.cached_input_tokens, other.cached_input_tokens);
+        add_opt(&mut self.reasoning_tokens, other.reasoning_tokens);
+    }
+}
+
+/// Why a response ended.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FinishReason {
+    /// The model finished its answer (or hit a stop sequence).
+    Stop,
+    /// The output token limit was reached.
+    Length,
+    /// The model called tools and the caller must act on them.
+    ToolCalls,
+    /// The provider filtered the output.
+    ContentFilter,
+    /// Tool calls wait for approval decisions.
+    AwaitingApproval,
+    /// The tool loop reached its round or call limit.
+    MaxRounds,
+    /// A provider reason with no equivalent here, as the provider sent it.
+    Other(String),
+}
+
+impl FinishReason {
+    /// The snake_case name (as OpenAI spells the shared ones).
+    pub fn as_str(&self) -> &str {
+        match self {
+            FinishReason::Stop => "stop",
+            FinishReason::Length => "length",
+            FinishReason::ToolCalls => "tool_calls",
+            FinishReason::ContentFilter => "content_filter",
+            FinishReason::AwaitingApproval => "awaiting_approval",
+            FinishReason::MaxRounds => "max_rounds",
+            FinishReason::Other(other) => other,
+        }
+    }
+}
+
+impl fmt::Display for FinishReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn usage_increments_add_up() {
+        let mut total = Usage::default();
+        total.add(&Usage {
+            input_tokens: 10,
+            output_tokens: 2,
+            cached_input_tokens: Some(4),
+            reasoning_tokens: None,
+        });
+        total.add(&Usage {
+            input_tokens: 5,
+            output_tokens: 1,
+            cached_input_tokens: None,
+            reasoning_tokens: Some(3),
+        });
+        assert_eq!(total.input_tokens, 15);
+        assert_eq!(total.total_tokens(), 18);
+        assert_eq!(total.cached_input_tokens, Some(4));
+        assert_eq!(total.reasoning_tokens, Some(3));
+    }
+
+    #[test]
+    fn events_serialize_with_a_type_tag() {
+        let text = serde_json::to_string(&ChatEvent::finish(FinishReason::MaxRounds)).unwrap();
+        assert_eq!(text, r#"{"type":"finish","reason":"max_rounds"}"#);
+        let back: ChatEvent = serde_json::from_str(&text).unwrap();
+        assert_eq!(back, ChatEvent::finish(FinishReason::MaxRounds));
+    }
+}

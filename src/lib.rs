@@ -1,0 +1,58 @@
+//! # tower-chat
+//!
+//! LLM chat calls as [`tower`](https://docs.rs/tower) services. A chat call is a
+//! `Service<ChatRequest, Response = ChatStream, Error = ChatError>` whose response is a stream of
+//! [`ChatEvent`]s; every cross-cutting concern (the tool loop, approvals, persistence, telemetry) is a `Layer`
+//! over such a service, and the stack ends in an HTTP leaf service ([`openai::OpenAiChat`],
+//! [`anthropic::AnthropicChat`]).
+//!
+//! ```no_run
+//! use tower::ServiceExt;
+//! use tower_chat::{openai::OpenAiChat, ChatRequest, ChatStreamExt, Message};
+//!
+//! # async fn run() -> Result<(), tower_chat::ChatError> {
+//! let leaf = OpenAiChat::builder()
+//!     .base_url("https://api.openai.com/v1")
+//!     .api_key(std::env::var("OPENAI_API_KEY").unwrap_or_default())
+//!     .model("gpt-4o-mini")
+//!     .build()?;
+//! let request = ChatRequest::new(vec![Message::user("Say hello")]);
+//! let response = leaf.oneshot(request).await?.collect_response().await?;
+//! println!("{}", response.text());
+//! # Ok(()) }
+//! ```
+//!
+//! ## The service contract
+//! - The service future resolves once the provider accepted the request (HTTP status known), so
+//!   authentication, rate-limit and server errors arrive as service errors.
+//! - Failures after the first byte (a dropped connection, a malformed event, an error event) arrive as an `Err`
+//!   item, after which the stream ends. A stream never ends silently without a [`ChatEvent::Finish`] unless
+//!   an `Err` item said why.
+//! - Context travels in [`ChatRequest::extensions`]: [`ConversationId`], [`CallerIdentity`],
+//!   [`CancellationToken`], [`ApprovalDecisions`].
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]
+#![warn(missing_debug_implementations, unreachable_pub)]
+
+mod approval;
+mod context;
+mod error;
+mod event;
+mod message;
+mod metadata;
+
+mod request;
+mod response;
+
+mod stream;
+
+pub use approval::{ApprovalDecision, ApprovalDecisions, ApprovalRequest};
+pub use context::{CallerIdentity, ConversationId};
+pub use error::{BoxError, ChatError, ErrorKind, TimeoutPhase};
+pub use event::{ChatEvent, FinishReason, Usage};
+pub use message::{AssistantMessage, Message, ToolArguments, ToolCall, ToolMessage};
+pub use metadata::{known_context_window, ModelInfo, ModelMetadata};
+pub use request::{ChatOptions, ChatRequest, ResponseFormat, ToolChoice, ToolSpec};
+pub use response::{ChatResponse, ResponseBuilder};
+pub use stream::{ChatService, ChatStream, ChatStreamExt};
+pub use tokio_util::sync::CancellationToken;

@@ -1,0 +1,175 @@
+//! [`ChatResponse`]: a whole event stream folded into messages, usage and a finish reason.
+
+use serde::{Deserialize, Serialize};
+
+use crate::approval::ApprovalRequest;
+use crate::event::{ChatEvent, FinishReason, Usage};
+use crate::message::{AssistantMessage, Message};
+
+/// Everything a chat call produced, ready to extend a conversation's history with
+/// (`history.extend(response.messages)`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ChatResponse {
+    /// The assistant message(s) and tool messages, in order. A tool loop produces one assistant message per
+    /// round, each followed by the tool messages that answer its calls.
+    pub messages: Vec<Message>,
+    /// Tokens used, summed over every model call.
+    pub usage: Usage,
+    /// Why the response ended; `None` when the stream ended without saying (an error, or a partial response).
+    pub finish_reason: Option<FinishReason>,
+    /// Tool calls waiting for a decision (with [`FinishReason::AwaitingApproval`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub approval_requests: Vec<ApprovalRequest>,
+    /// The provider's id of the (last) response.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub response_id: Option<String>,
+    /// The model that answered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+}
+
+impl ChatResponse {
+    /// The text of the last assistant message (empty if there is none).
+    pub fn text(&self) -> &str {
+        self.messages
+            .iter()
+            .rev()
+            .find_map(|m| match m {
+                Message::Assistant(a) => Some(a.content.as_str()),
+                _ => None,
+            })
+            .unwrap_or("")
+    }
+
+    /// The last assistant message, if any.
+    pub fn last_assistant(&self) -> Option<&AssistantMessage> {
+        self.messages.iter().rev().find_map(|m| match m {
+            Message::Assistant(a) => Some(a),
+            _ => None,
+        })
+    }
+}
+
+/// Folds events into a [`ChatResponse`] one at a time, so that a consumer (a persistence layer, a gateway) can keep
+/// the partial response of a stream that fails or is dropped.
+#[derive(Clone, Debug, Default)]
+pub struct ResponseBuilder {
+    response: ChatResponse,
+    current: AssistantMessage,
+}
+
+impl ResponseBuilder {
+    /// An empty builder.
+    pub fn new() -> Self {
+        ResponseBuilder::default()
+    }
+
+    /// Fold one event in.
+    pub fn push(&mut self, event: &ChatEvent) {
+        match event {
+            ChatEvent::ResponseMetadata { id, model } => {
+                if id.is_some() {
+                    self.response.response_id.clone_from(id);
+                }
+                if model.is_some() {
+                    self.response.model.clone_from(model);
+                }
+            }
+            ChatEvent::TextDelta { text } => self.current.content.push_str(text),
+            ChatEvent::ReasoningDelta { text } => self
+                .current
+                .reasoning
+                .get_or_insert_with(String::new)
+                .push_str(text),
+            ChatEvent::ToolCallStart { .. } | ChatEvent::ToolCallDelta { .. } => {}
+            ChatEvent::ToolCallEnd { call, .. } => self.current.tool_calls.push(call.clone()),
+            ChatEvent::ToolResult { result } => {
+                self.flush_assistant();
+                self.response.messages.push(Message::Tool(result.clone()));
+            }
+            ChatEvent::ApprovalRequest { request } => {
+                self.response.approval_requests.push(request.clone())
+            }
+            ChatEvent::Usage { usage } => self.response.usage.add(usage),
+            ChatEvent::Finish { reason } => self.response.finish_reason = Some(reason.clone()),
+        }
+    }
+
+    /// The response so far, without consuming the builder.
+    pub fn snapshot(&self) -> ChatResponse {
+        self.clone().finish()
+    }
+
+    /// The response so far.
+    pub fn finish(mut self) -> ChatResponse {
+        self.flush_assistant();
+        self.response
+    }
+
+    fn flush_assistant(&mut self) {
+        if !self.current.is_empty() {
+            let message = std::mem::take(&mut self.current);
+            self.response.messages.push(Message::Assistant(message));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::message::{ToolCall, ToolMessage};
+    use serde_json::json;
+
+    #[test]
+    fn a_tool_round_folds_into_assistant_tool_assistant() {
+        let call = ToolCall::new("c1", "add", json!({"a": 2, "b": 3}));
+        let events = vec![
+            ChatEvent::ResponseMetadata {
+                id: Some("r1".into()),
+                model: Some("m".into()),
+            },
+            ChatEvent::ToolCallStart {
+                index: 0,
+                id: "c1".into(),
+                name: "add".into(),
+            },
+            ChatEvent::ToolCallEnd {
+                index: 0,
+                call: call.clone(),
+            },
+            ChatEvent::ToolResult {
+                result: ToolMessage::success("c1", "add", "5"),
+            },
+            ChatEvent::text("The sum "),
+            ChatEvent::text("is 5."),
+            ChatEvent::Usage {
+                usage: Usage {
+                    input_tokens: 20,
+                    output_tokens: 7,
+                    ..Usage::default()
+                },
+            },
+            ChatEvent::finish(FinishReason::Stop),
+        ];
+        let mut builder = ResponseBuilder::new();
+        for event in &events {
+            builder.push(event);
+        }
+        let response = builder.finish();
+        assert_eq!(
+            response.messages,
+            vec![
+                Message::Assistant(AssistantMessage {
+                    tool_calls: vec![call],
+                    ..AssistantMessage::default()
+                }),
+                Message::tool_result("c1", "add", "5"),
+                Message::assistant("The sum is 5."),
+            ]
+        );
+        assert_eq!(response.text(), "The sum is 5.");
+        assert_eq!(response.usage.total_tokens(), 27);
+        assert_eq!(response.finish_reason, Some(FinishReason::Stop));
+        assert_eq!(response.response_id.as_deref(), Some("r1"));
+    }
+}
