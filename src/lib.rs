@@ -4,7 +4,7 @@
 //! `Service<ChatRequest, Response = ChatStream, Error = ChatError>` whose response is a stream of
 //! [`ChatEvent`]s; every cross-cutting concern (the tool loop, approvals, persistence, telemetry) is a `Layer`
 //! over such a service, and the stack ends in an HTTP leaf service ([`openai::OpenAiChat`],
-//! [`anthropic::AnthropicChat`]).
+//! `anthropic::AnthropicChat`).
 //!
 //! ```no_run
 //! use tower::ServiceExt;
@@ -40,11 +40,12 @@ mod error;
 mod event;
 mod message;
 mod metadata;
-
+pub mod openai;
 mod request;
 mod response;
-
+pub mod sse;
 mod stream;
+pub mod transport;
 
 pub use approval::{ApprovalDecision, ApprovalDecisions, ApprovalRequest};
 pub use context::{CallerIdentity, ConversationId};
@@ -54,5 +55,5 @@ pub use message::{AssistantMessage, Message, ToolArguments, ToolCall, ToolMessag
 pub use metadata::{known_context_window, ModelInfo, ModelMetadata};
 pub use request::{ChatOptions, ChatRequest, ResponseFormat, ToolChoice, ToolSpec};
 pub use response::{ChatResponse, ResponseBuilder};
-pub use stream::{ChatService, ChatStream, ChatStreamExt};
+pub use stream::{cancellable, ChatService, ChatStream, ChatStreamExt};
 pub use tokio_util::sync::CancellationToken;

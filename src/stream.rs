@@ -46,3 +46,48 @@ impl<S> ChatService for S where
     S: tower_service::Service<ChatRequest, Response = ChatStream, Error = ChatError>
 {
 }
+
+/// End `stream` with an [`ErrorKind::Cancelled`](crate::ErrorKind::Cancelled) error item as soon as `token` is
+/// cancelled (the inner stream is dropped at once, which closes its connection).
+pub fn cancellable(stream: ChatStream, token: crate::CancellationToken) -> ChatStream {
+    Box::pin(Cancellable {
+        stream: Some(stream),
+        cancelled: Box::pin(token.clone().cancelled_owned()),
+        token,
+    })
+}
+
+struct Cancellable {
+    stream: Option<ChatStream>,
+    token: crate::CancellationToken,
+    cancelled: Pin<Box<tokio_util::sync::WaitForCancellationFutureOwned>>,
+}
+
+impl Stream for Cancellable {
+    type Item = Result<ChatEvent, ChatError>;
+
+    fn poll_next(
+        mut self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Self::Item>> {
+        use std::task::Poll;
+        let this = &mut *self;
+        let Some(stream) = this.stream.as_mut() else {
+            return Poll::Ready(None);
+        };
+        // An atomic load per event; the waker is registered only while the inner stream waits.
+        let next = if this.token.is_cancelled() {
+            Poll::Pending
+        } else {
+            stream.as_mut().poll_next(cx)
+        };
+        if next.is_pending() && this.cancelled.as_mut().poll(cx).is_ready() {
+            this.stream = None;
+            return Poll::Ready(Some(Err(ChatError::cancelled())));
+        }
+        if matches!(next, Poll::Ready(None | Some(Err(_)))) {
+            this.stream = None;
+        }
+        next
+    }
+}

@@ -1,0 +1,770 @@
+//! Chat Completions responses — streamed `chat.completion.chunk`s and whole `chat.completion`s — mapped to chat
+//! events.
+//!
+//! Real servers differ; each quirk handled here has a test: tool-call fragments keyed by `index` with `id` and
+//! `name` only on the first one; servers that reuse index 0 for every call and tell calls apart by `id`
+//! (Ollama); `tool_calls: []` on plain text chunks (vLLM); a final usage chunk with empty `choices`; no usage at
+//! all; `finish_reason: "stop"` on a response that called tools; an `error` object inside the stream.
+
+use std::collections::VecDeque;
+
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::error::{ChatError, ErrorKind};
+use crate::event::{ChatEvent, FinishReason, Usage};
+use crate::message::ToolCall;
+use crate::sse::SseEvent;
+use crate::transport::WireDecoder;
+
+#[derive(Deserialize)]
+struct Chunk {
+    #[serde(default)]
+    id: Option<String>,
+    #[serde(default)]
+    model: Option<String>,
+    #[serde(default)]
+    choices: Vec<ChunkChoice>,
+    #[serde(default)]
+    usage: Option<WireUsage>,
+    #[serde(default)]
+    error: Option<Value>,
+}
+
+#[derive(Deserialize)]
+struct ChunkChoice {
+    #[serde(default)]
+    index: u32,
+    #[serde(default)]
+    delta: Option<Delta>,
+    #[serde(default)]
+    finish_reason: Option<String>,
+}
+
+#[derive(Deserialize, Default)]
+struct Delta {
+    #[serde(default)]
+    content: Option<String>,
+    #[serde(default)]
+    reasoning_content: Option<String>,
+    #[serde(default)]
+    reasoning: Option<String>,
+    #[serde(default)]
+    refusal: Option<String>,
+    #[serde(default)]
+    tool_calls: Option<Vec<DeltaToolCall>>,
+}
+
+#[derive(Deserialize)]
+struct DeltaToolCall {
+    #[serde(default)]
+    index: Option<u32>,
+    #[serde(default)]
+    id: Option<String>,
+    #[serde(default)]
+    function: Option<DeltaFunction>,
+}
+
+#[derive(Deserialize)]
+struct DeltaFunction {
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default)]
+    arguments: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct WireUsage {
+    #[serde(default)]
+    prompt_tokens: u64,
+    #[serde(default)]
+    completion_tokens: u64,
+    #[serde(default)]
+    prompt_tokens_details: Option<PromptDetails>,
+    #[serde(default)]
+    completion_tokens_details: Option<CompletionDetails>,
+}
+
+#[derive(Deserialize)]
+struct PromptDetails {
+    #[serde(default)]
+    cached_tokens: Option<u64>,
+}
+
+#[derive(Deserialize)]
+struct CompletionDetails {
+    #[serde(default)]
+    reasoning_tokens: Option<u64>,
+}
+
+impl From<WireUsage> for Usage {
+    fn from(wire: WireUsage) -> Self {
+        Usage {
+            input_tokens: wire.prompt_tokens,
+            output_tokens: wire.completion_tokens,
+            cached_input_tokens: wire.prompt_tokens_details.and_then(|d| d.cached_tokens),
+            reasoning_tokens: wire
+                .completion_tokens_details
+                .and_then(|d| d.reasoning_tokens),
+        }
+    }
+}
+
+/// A call being assembled from fragments.
+struct PartialCall {
+    wire_index: u32,
+    id: String,
+    name: String,
+    arguments: String,
+    ended: bool,
+}
+
+/// Maps a Chat Completions SSE stream to chat events.
+#[derive(Default)]
+pub(crate) struct ChunkDecoder {
+    metadata_sent: bool,
+    calls: Vec<PartialCall>,
+    finish: Option<FinishReason>,
+    usage: Option<Usage>,
+    done: bool,
+}
+
+impl ChunkDecoder {
+    fn on_chunk(&mut self, chunk: Chunk, out: &mut VecDeque<ChatEvent>) {
+        if !self.metadata_sent && (chunk.id.is_some() || chunk.model.is_some()) {
+            self.metadata_sent = true;
+            out.push_back(ChatEvent::ResponseMetadata {
+                id: chunk.id,
+                model: chunk.model,
+            });
+        }
+        // Only the first choice is mapped: tower-chat requests one (`n` is not set).
+        for choice in chunk.choices.into_iter().filter(|c| c.index == 0) {
+            if let Some(delta) = choice.delta {
+                self.on_delta(delta, out);
+            }
+            if let Some(reason) = choice.finish_reason {
+                self.end_calls(out);
+                self.finish = Some(finish_reason(&reason, !self.calls.is_empty()));
+            }
+        }
+        if let Some(usage) = chunk.usage {
+            self.usage = Some(usage.into());
+        }
+    }
+
+    fn on_delta(&mut self, delta: Delta, out: &mut VecDeque<ChatEvent>) {
+        for text in [delta.reasoning_content, delta.reasoning]
+            .into_iter()
+            .flatten()
+        {
+            if !text.is_empty() {
+                out.push_back(ChatEvent::ReasoningDelta { text });
+            }
+        }
+        for text in [delta.content, delta.refusal].into_iter().flatten() {
+            if !text.is_empty() {
+                out.push_back(ChatEvent::TextDelta { text });
+            }
+        }
+        for fragment in delta.tool_calls.into_iter().flatten() {
+            self.on_tool_fragment(fragment, out);
+        }
+    }
+
+    fn on_tool_fragment(&mut self, fragment: DeltaToolCall, out: &mut VecDeque<ChatEvent>) {
+        let wire_index = fragment.index.unwrap_or(0);
+        let (name, arguments) = match fragment.function {
+            Some(f) => (f.name, f.arguments),
+            None => (None, None),
+        };
+        let open = self
+            .calls
+            .iter()
+            .rposition(|c| c.wire_index == wire_index && !c.ended);
+        let position = match (open, fragment.id) {
+            // Same index, different id: a server that reuses index 0 for every call (Ollama).
+            (Some(i), Some(id)) if !id.is_empty() && self.calls[i].id != id => {
+                self.end_call(i, out);
+                self.start_call(wire_index, id, name, out)
+            }
+            (Some(i), _) => {
+                if let Some(name) = name.filter(|n| !n.is_empty()) {
+                    if self.calls[i].name.is_empty() {
+                        self.calls[i].name = name;
+                    }
+                }
+                i
+            }
+            (None, id) => {
+                let id = id
+                    .filter(|id| !id.is_empty())
+                    .unwrap_or_else(|| format!("call_{}", self.calls.len()));
+                self.start_call(wire_index, id, name, out)
+            }
+        };
+        if let Some(arguments) = arguments.filter(|a| !a.is_empty()) {
+            self.calls[position].arguments.push_str(&arguments);
+            out.push_back(ChatEvent::ToolCallDelta {
+                index: position,
+                arguments,
+            });
+        }
+    }
+
+    fn start_call(
+        &mut self,
+        wire_index: u32,
+        id: String,
+        name: Option<String>,
+        out: &mut VecDeque<ChatEvent>,
+    ) -> usize {
+        let name = name.unwrap_or_default();
+        out.push_back(ChatEvent::ToolCallStart {
+            index: self.calls.len(),
+            id: id.clone(),
+            name: name.clone(),
+        });
+        self.calls.push(PartialCall {
+            wire_index,
+            id,
+            name,
+            arguments: String::new(),
+            ended: false,
+        });
+        self.calls.len() - 1
+    }
+
+    fn end_call(&mut self, index: usize, out: &mut VecDeque<ChatEvent>) {
+        let call = &mut self.calls[index];
+        if call.ended {
+            return;
+        }
+        call.ended = true;
+        out.push_back(ChatEvent::ToolCallEnd {
+            index,
+            call: ToolCall::from_raw_arguments(
+                std::mem::take(&mut call.id),
+                std::mem::take(&mut call.name),
+                std::mem::take(&mut call.arguments),
+            ),
+        });
+    }
+
+    fn end_calls(&mut self, out: &mut VecDeque<ChatEvent>) {
+        for index in 0..self.calls.len() {
+            self.end_call(index, out);
+        }
+    }
+
+    fn finish(&mut self, out: &mut VecDeque<ChatEvent>) {
+        self.end_calls(out);
+        if let Some(usage) = self.usage.take() {
+            out.push_back(ChatEvent::Usage { usage });
+        }
+        let had_calls = !self.calls.is_empty();
+        let reason = self
+            .finish
+            .take()
+            .unwrap_or_else(|| finish_reason("stop", had_calls));
+        out.push_back(ChatEvent::Finish { reason });
+        self.done = true;
+    }
+}
+
+impl WireDecoder for ChunkDecoder {
+    fn on_event(
+        &mut self,
+        event: SseEvent,
+        out: &mut VecDeque<ChatEvent>,
+    ) -> Result<(), ChatError> {
+        let data = event.data.trim();
+        if data == "[DONE]" {
+            self.finish(out);
+            return Ok(());
+        }
+        let chunk: Chunk = serde_json::from_str(data).map_err(|e| {
+            ChatError::protocol(format_args!("malformed chunk ({e})"), data.as_bytes())
+        })?;
+        if let Some(error) = chunk.error {
+            return Err(stream_error(&error));
+        }
+        if event.event.as_deref() == Some("error") {
+            return Err(ChatError::new(ErrorKind::Upstream, data.to_owned()));
+        }
+        self.on_chunk(chunk, out);
+        Ok(())
+    }
+
+    fn on_end(&mut self, out: &mut VecDeque<ChatEvent>) -> Result<(), ChatError> {
+        // Some servers close after the finish_reason (and usage) chunk without `[DONE]`: that is a complete
+        // response. Without a finish_reason the provider stopped mid-answer.
+        if self.finish.is_some() {
+            self.finish(out);
+            return Ok(());
+        }
+        Err(ChatError::new(
+            ErrorKind::Connection,
+            "the provider closed the stream before finishing the response",
+        ))
+    }
+
+    fn is_done(&self) -> bool {
+        self.done
+    }
+}
+
+fn finish_reason(reason: &str, had_calls: bool) -> FinishReason {
+    match reason {
+        "tool_calls" | "function_call" => FinishReason::ToolCalls,
+        // Some servers say "stop" after calling tools; the caller must still act on the calls.
+        "stop" | "eos" | "end_turn" if had_calls => FinishReason::ToolCalls,
+        "stop" | "eos" | "end_turn" => FinishReason::Stop,
+        "length" => FinishReason::Length,
+        "content_filter" => FinishReason::ContentFilter,
+        other => FinishReason::Other(other.to_owned()),
+    }
+}
+
+fn stream_error(error: &Value) -> ChatError {
+    let message = error_message(error).unwrap_or_else(|| error.to_string());
+    let kind = match error
+        .get("code")
+        .or_else(|| error.get("type"))
+        .and_then(Value::as_str)
+    {
+        Some("rate_limit_exceeded") | Some("rate_limit_error") => {
+            ErrorKind::RateLimited { retry_after: None }
+        }
+        _ => ErrorKind::Upstream,
+    };
+    ChatError::new(kind, message)
+}
+
+fn error_message(error: &Value) -> Option<String> {
+    match error {
+        Value::String(s) => Some(s.clone()),
+        Value::Object(fields) => fields
+            .get("message")
+            .and_then(Value::as_str)
+            .map(str::to_owned),
+        _ => None,
+    }
+}
+
+/// The provider's message in an error body: `{"error":{"message":…}}` (OpenAI), `{"error":"…"}` (llama.cpp,
+/// Ollama), `{"message":…}` or `{"detail":…}` (vLLM / FastAPI).
+pub(crate) fn provider_message(body: &[u8]) -> Option<String> {
+    let value: Value = serde_json::from_slice(body).ok()?;
+    value
+        .get("error")
+        .and_then(error_message)
+        .or_else(|| {
+            value
+                .get("message")
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+        })
+        .or_else(|| {
+            value.get("detail").map(|d| match d {
+                Value::String(s) => s.clone(),
+                other => other.to_string(),
+            })
+        })
+}
+
+#[derive(Deserialize)]
+struct Completion {
+    #[serde(default)]
+    id: Option<String>,
+    #[serde(default)]
+    model: Option<String>,
+    #[serde(default)]
+    choices: Vec<CompletionChoice>,
+    #[serde(default)]
+    usage: Option<WireUsage>,
+    #[serde(default)]
+    error: Option<Value>,
+}
+
+#[derive(Deserialize)]
+struct CompletionChoice {
+    #[serde(default)]
+    index: u32,
+    message: CompletionMessage,
+    #[serde(default)]
+    finish_reason: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct CompletionMessage {
+    #[serde(default)]
+    content: Option<String>,
+    #[serde(default)]
+    reasoning_content: Option<String>,
+    #[serde(default)]
+    reasoning: Option<String>,
+    #[serde(default)]
+    refusal: Option<String>,
+    #[serde(default)]
+    tool_calls: Option<Vec<CompletionToolCall>>,
+}
+
+#[derive(Deserialize)]
+struct CompletionToolCall {
+    id: String,
+    function: CompletionFunction,
+}
+
+#[derive(Deserialize)]
+struct CompletionFunction {
+    name: String,
+    #[serde(default)]
+    arguments: Value,
+}
+
+/// Map a whole `chat.completion` body to the same events a stream of it would give.
+pub(crate) fn decode_completion(body: &[u8]) -> Result<Vec<ChatEvent>, ChatError> {
+    let completion: Completion = serde_json::from_slice(body)
+        .map_err(|e| ChatError::protocol(format_args!("malformed completion ({e})"), body))?;
+    if let Some(error) = completion.error {
+        return Err(stream_error(&error));
+    }
+    let choice = completion
+        .choices
+        .into_iter()
+        .find(|c| c.index == 0)
+        .ok_or_else(|| ChatError::protocol("completion without choices", body))?;
+    let mut out = VecDeque::new();
+    if completion.id.is_some() || completion.model.is_some() {
+        out.push_back(ChatEvent::ResponseMetadata {
+            id: completion.id,
+            model: completion.model,
+        });
+    }
+    let message = choice.message;
+    let mut decoder = ChunkDecoder {
+        metadata_sent: true,
+        ..ChunkDecoder::default()
+    };
+    decoder.on_delta(
+        Delta {
+            content: message.content,
+            reasoning_content: message.reasoning_content,
+            reasoning: message.reasoning,
+            refusal: message.refusal,
+            tool_calls: None,
+        },
+        &mut out,
+    );
+    for (i, call) in message.tool_calls.into_iter().flatten().enumerate() {
+        // Arguments are a JSON string by the spec; a few servers send the object itself.
+        let arguments = match call.function.arguments {
+            Value::String(text) => text,
+            Value::Null => String::new(),
+            other => other.to_string(),
+        };
+        decoder.on_tool_fragment(
+            DeltaToolCall {
+                index: Some(i as u32),
+                id: Some(call.id),
+                function: Some(DeltaFunction {
+                    name: Some(call.function.name),
+                    arguments: Some(arguments),
+                }),
+            },
+            &mut out,
+        );
+    }
+    decoder.finish = choice
+        .finish_reason
+        .map(|r| finish_reason(&r, !decoder.calls.is_empty()));
+    decoder.usage = completion.usage.map(Usage::from);
+    decoder.finish(&mut out);
+    Ok(out.into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sse::SseDecoder;
+    use crate::ToolArguments;
+    use proptest::prelude::*;
+    use serde_json::json;
+
+    /// Decode a whole SSE byte stream, cut into the given chunks, the way the leaf's body stream does.
+    pub(crate) fn decode_stream(chunks: &[&[u8]]) -> Vec<Result<ChatEvent, String>> {
+        let mut sse = SseDecoder::new();
+        let mut wire = ChunkDecoder::default();
+        let mut out = VecDeque::new();
+        let mut failure: Option<ChatError> = None;
+        for chunk in chunks {
+            sse.feed(chunk, &mut |event| {
+                if failure.is_none() && !wire.is_done() {
+                    failure = wire.on_event(event, &mut out).err();
+                }
+            });
+        }
+        if failure.is_none() && !wire.is_done() {
+            if let Some(event) = sse.finish() {
+                failure = wire.on_event(event, &mut out).err();
+            }
+            if failure.is_none() && !wire.is_done() {
+                failure = wire.on_end(&mut out).err();
+            }
+        }
+        let mut results: Vec<_> = out.into_iter().map(Ok).collect();
+        results.extend(failure.map(|e| Err(e.to_string())));
+        results
+    }
+
+    fn sse(chunks: &[Value]) -> String {
+        let mut text = String::new();
+        for chunk in chunks {
+            text.push_str(&format!("data: {chunk}\n\n"));
+        }
+        text.push_str("data: [DONE]\n\n");
+        text
+    }
+
+    fn calls(events: &[Result<ChatEvent, String>]) -> Vec<ToolCall> {
+        events
+            .iter()
+            .filter_map(|e| match e {
+                Ok(ChatEvent::ToolCallEnd { call, .. }) => Some(call.clone()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn last(events: &[Result<ChatEvent, String>]) -> &Result<ChatEvent, String> {
+        events.last().unwrap()
+    }
+
+    #[test]
+    fn parallel_interleaved_calls_keyed_by_index() {
+        let text = sse(&[
+            json!({"id":"c","model":"m","choices":[{"index":0,"delta":{"role":"assistant","tool_calls":[
+                {"index":0,"id":"call_a","type":"function","function":{"name":"weather","arguments":""}},
+                {"index":1,"id":"call_b","type":"function","function":{"name":"time","arguments":"{\"tz\""}}]}}]}),
+            json!({"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"{\"city\":"}}]}}]}),
+            json!({"choices":[{"index":0,"delta":{"tool_calls":[{"index":1,"function":{"arguments":":\"UTC\"}"}}]}}]}),
+            json!({"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"\"Oslo\"}"}}]}}]}),
+            json!({"choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]}),
+            json!({"choices":[],"usage":{"prompt_tokens":9,"completion_tokens":4,"total_tokens":13}}),
+        ]);
+        let events = decode_stream(&[text.as_bytes()]);
+        assert_eq!(
+            calls(&events),
+            vec![
+                ToolCall::new("call_a", "weather", json!({"city": "Oslo"})),
+                ToolCall::new("call_b", "time", json!({"tz": "UTC"})),
+            ]
+        );
+        let n = events.len();
+        assert_eq!(
+            events[n - 2],
+            Ok(ChatEvent::Usage {
+                usage: Usage {
+                    input_tokens: 9,
+                    output_tokens: 4,
+                    ..Usage::default()
+                }
+            })
+        );
+        assert_eq!(
+            events[n - 1],
+            Ok(ChatEvent::finish(FinishReason::ToolCalls))
+        );
+    }
+
+    #[test]
+    fn ollama_reuses_index_zero_and_differs_by_id() {
+        let text = sse(&[
+            json!({"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"call_1","function":{"name":"a","arguments":"{\"x\":1}"}}]}}]}),
+            json!({"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"call_2","function":{"name":"b","arguments":"{\"y\":2}"}}]}}]}),
+            json!({"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}),
+        ]);
+        let events = decode_stream(&[text.as_bytes()]);
+        assert_eq!(
+            calls(&events),
+            vec![
+                ToolCall::new("call_1", "a", json!({"x": 1})),
+                ToolCall::new("call_2", "b", json!({"y": 2}))
+            ]
+        );
+        assert_eq!(
+            *last(&events),
+            Ok(ChatEvent::finish(FinishReason::ToolCalls))
+        );
+    }
+
+    #[test]
+    fn vllm_empty_tool_calls_on_text_chunks_and_no_usage() {
+        let text = sse(&[
+            json!({"choices":[{"index":0,"delta":{"content":"Hel","tool_calls":[]}}]}),
+            json!({"choices":[{"index":0,"delta":{"content":"lo","tool_calls":[]},"finish_reason":null}]}),
+            json!({"choices":[{"index":0,"delta":{"content":""},"finish_reason":"length"}]}),
+        ]);
+        let events = decode_stream(&[text.as_bytes()]);
+        assert_eq!(
+            events,
+            vec![
+                Ok(ChatEvent::text("Hel")),
+                Ok(ChatEvent::text("lo")),
+                Ok(ChatEvent::finish(FinishReason::Length))
+            ]
+        );
+    }
+
+    #[test]
+    fn reasoning_content_is_a_reasoning_delta() {
+        let text = sse(&[
+            json!({"choices":[{"index":0,"delta":{"reasoning_content":"think"}}]}),
+            json!({"choices":[{"index":0,"delta":{"content":"answer"},"finish_reason":"stop"}]}),
+        ]);
+        let events = decode_stream(&[text.as_bytes()]);
+        assert_eq!(
+            events[0],
+            Ok(ChatEvent::ReasoningDelta {
+                text: "think".into()
+            })
+        );
+    }
+
+    #[test]
+    fn invalid_argument_json_is_kept_raw() {
+        let text = sse(&[
+            json!({"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"c","function":{"name":"f","arguments":"{\"a\":"}}]}}]}),
+            json!({"choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]}),
+        ]);
+        let events = decode_stream(&[text.as_bytes()]);
+        match &calls(&events)[0].arguments {
+            ToolArguments::Invalid { raw, .. } => assert_eq!(raw, "{\"a\":"),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn an_error_object_inside_the_stream_is_a_typed_error() {
+        let text = "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"a\"}}]}\n\n\
+                    data: {\"error\":{\"message\":\"overloaded\",\"type\":\"server_error\"}}\n\n";
+        let events = decode_stream(&[text.as_bytes()]);
+        assert_eq!(events[0], Ok(ChatEvent::text("a")));
+        assert_eq!(events[1], Err("upstream: overloaded".into()));
+        assert_eq!(events.len(), 2);
+    }
+
+    #[test]
+    fn a_malformed_chunk_is_a_protocol_error_quoting_it() {
+        let events = decode_stream(&[b"data: {not json}\n\n"]);
+        match &events[0] {
+            Err(message) => assert!(
+                message.starts_with("protocol: malformed chunk") && message.contains("{not json}"),
+                "{message}"
+            ),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_stream_cut_before_finishing_is_a_connection_error() {
+        let events = decode_stream(&[
+            b"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"a\"}}]}\n\n",
+        ]);
+        assert_eq!(events[0], Ok(ChatEvent::text("a")));
+        assert!(
+            matches!(&events[1], Err(m) if m.starts_with("connection")),
+            "{events:?}"
+        );
+    }
+
+    #[test]
+    fn finish_without_done_is_complete() {
+        let events = decode_stream(&[b"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"a\"},\"finish_reason\":\"stop\"}]}\n\n"]);
+        assert_eq!(*last(&events), Ok(ChatEvent::finish(FinishReason::Stop)));
+    }
+
+    #[test]
+    fn a_whole_completion_gives_the_same_events_as_its_stream() {
+        let body = json!({"id":"x","model":"m","choices":[{"index":0,"message":{"role":"assistant","content":null,
+            "tool_calls":[{"id":"c1","type":"function","function":{"name":"add","arguments":"{\"a\":1}"}}]},
+            "finish_reason":"tool_calls"}],"usage":{"prompt_tokens":3,"completion_tokens":2,
+            "prompt_tokens_details":{"cached_tokens":1}}});
+        let events = decode_completion(body.to_string().as_bytes()).unwrap();
+        assert_eq!(
+            events,
+            vec![
+                ChatEvent::ResponseMetadata {
+                    id: Some("x".into()),
+                    model: Some("m".into())
+                },
+                ChatEvent::ToolCallStart {
+                    index: 0,
+                    id: "c1".into(),
+                    name: "add".into()
+                },
+                ChatEvent::ToolCallDelta {
+                    index: 0,
+                    arguments: "{\"a\":1}".into()
+                },
+                ChatEvent::ToolCallEnd {
+                    index: 0,
+                    call: ToolCall::new("c1", "add", json!({"a": 1}))
+                },
+                ChatEvent::Usage {
+                    usage: Usage {
+                        input_tokens: 3,
+                        output_tokens: 2,
+                        cached_input_tokens: Some(1),
+                        reasoning_tokens: None
+                    }
+                },
+                ChatEvent::finish(FinishReason::ToolCalls),
+            ]
+        );
+    }
+
+    #[test]
+    fn provider_messages_in_the_shapes_servers_send() {
+        assert_eq!(
+            provider_message(br#"{"error":{"message":"bad key"}}"#).as_deref(),
+            Some("bad key")
+        );
+        assert_eq!(
+            provider_message(br#"{"error":"model not found"}"#).as_deref(),
+            Some("model not found")
+        );
+        assert_eq!(
+            provider_message(br#"{"detail":"nope"}"#).as_deref(),
+            Some("nope")
+        );
+        assert_eq!(provider_message(b"<html>"), None);
+    }
+
+    proptest! {
+        #[test]
+        fn every_chunking_of_a_tool_stream_yields_the_same_events(cuts in proptest::collection::vec(0usize..2000, 0..16)) {
+            let text = sse(&[
+                json!({"id":"c","model":"m","choices":[{"index":0,"delta":{"content":"héllo ✓ "}}]}),
+                json!({"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"a","function":{"name":"f","arguments":"{\"q\":"}}]}}]}),
+                json!({"choices":[{"index":0,"delta":{"tool_calls":[{"index":1,"id":"b","function":{"name":"g","arguments":"{}"}}]}}]}),
+                json!({"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"\"ü\"}"}}]}}]}),
+                json!({"choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]}),
+                json!({"choices":[],"usage":{"prompt_tokens":1,"completion_tokens":2}}),
+            ]).replace("\n\n", "\r\n\r\n");
+            let bytes = text.as_bytes();
+            let whole = decode_stream(&[bytes]);
+            let mut cuts: Vec<usize> = cuts.into_iter().map(|c| c % (bytes.len() + 1)).collect();
+            cuts.sort_unstable();
+            let mut chunks = Vec::new();
+            let mut start = 0;
+            for cut in cuts {
+                chunks.push(&bytes[start..cut]);
+                start = cut;
+            }
+            chunks.push(&bytes[start..]);
+            prop_assert_eq!(decode_stream(&chunks), whole);
+        }
+    }
+}

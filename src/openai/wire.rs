@@ -1,0 +1,312 @@
+//! The Chat Completions request body, serialized straight from borrowed [`ChatRequest`] data.
+
+use serde::Serialize;
+use serde_json::{Map, Value};
+
+use crate::error::{ChatError, ErrorKind};
+use crate::message::{Message, ToolCall};
+use crate::request::{ChatRequest, ResponseFormat, ToolChoice, ToolSpec};
+
+#[derive(Serialize)]
+struct Body<'a> {
+    model: &'a str,
+    messages: Vec<WireMessage<'a>>,
+    stream: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    stream_options: Option<StreamOptions>,
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    tools: Vec<WireTool<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tool_choice: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    parallel_tool_calls: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    temperature: Option<f32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    top_p: Option<f32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_tokens: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_completion_tokens: Option<u32>,
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    stop: &'a [String],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    response_format: Option<Value>,
+}
+
+#[derive(Serialize)]
+struct StreamOptions {
+    include_usage: bool,
+}
+
+#[derive(Serialize)]
+#[serde(tag = "role", rename_all = "snake_case")]
+enum WireMessage<'a> {
+    System {
+        content: &'a str,
+    },
+    User {
+        content: &'a str,
+    },
+    Assistant {
+        content: Option<&'a str>,
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        tool_calls: Vec<WireToolCall<'a>>,
+    },
+    Tool {
+        tool_call_id: &'a str,
+        content: &'a str,
+    },
+}
+
+#[derive(Serialize)]
+struct WireToolCall<'a> {
+    id: &'a str,
+    r#type: &'static str,
+    function: WireFunctionCall<'a>,
+}
+
+#[derive(Serialize)]
+struct WireFunctionCall<'a> {
+    name: &'a str,
+    arguments: String,
+}
+
+#[derive(Serialize)]
+struct WireTool<'a> {
+    r#type: &'static str,
+    function: WireFunction<'a>,
+}
+
+#[derive(Serialize)]
+struct WireFunction<'a> {
+    name: &'a str,
+    #[serde(skip_serializing_if = "str::is_empty")]
+    description: &'a str,
+    parameters: &'a Value,
+}
+
+/// How the output token limit is spelled on the wire.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum MaxTokensField {
+    /// `max_tokens`: understood by every OpenAI-compatible server.
+    #[default]
+    MaxTokens,
+    /// `max_completion_tokens`: required by OpenAI's reasoning models.
+    MaxCompletionTokens,
+}
+
+pub(crate) struct EncodeOptions<'a> {
+    pub(crate) default_model: Option<&'a str>,
+    pub(crate) max_tokens_field: MaxTokensField,
+    pub(crate) include_usage: bool,
+}
+
+/// Serialize a request to the JSON body of `POST /chat/completions`.
+pub(crate) fn encode(
+    request: &ChatRequest,
+    opts: &EncodeOptions<'_>,
+) -> Result<Vec<u8>, ChatError> {
+    let options = &request.options;
+    let model = options
+        .model
+        .as_deref()
+        .or(opts.default_model)
+        .ok_or_else(|| {
+            ChatError::new(
+                ErrorKind::InvalidRequest,
+                "no model: set ChatOptions::model or the leaf's default model",
+            )
+        })?;
+    let (max_tokens, max_completion_tokens) = match opts.max_tokens_field {
+        MaxTokensField::MaxTokens => (options.max_output_tokens, None),
+        MaxTokensField::MaxCompletionTokens => (None, options.max_output_tokens),
+    };
+    let body = Body {
+        model,
+        messages: request.messages.iter().map(wire_message).collect(),
+        stream: options.stream,
+        stream_options: (options.stream && opts.include_usage).then_some(StreamOptions {
+            include_usage: true,
+        }),
+        tools: options.tools.iter().map(wire_tool).collect(),
+        tool_choice: options.tool_choice.as_ref().map(tool_choice),
+        parallel_tool_calls: options.parallel_tool_calls,
+        temperature: options.temperature,
+        top_p: options.top_p,
+        max_tokens,
+        max_completion_tokens,
+        stop: &options.stop,
+        response_format: options.response_format.as_ref().map(response_format),
+    };
+    let serialized = if options.extra.is_empty() {
+        serde_json::to_vec(&body)
+    } else {
+        merge_extra(&body, &options.extra)
+    };
+    serialized.map_err(|e| {
+        ChatError::new(
+            ErrorKind::InvalidRequest,
+            "the request could not be serialized",
+        )
+        .with_source(e)
+    })
+}
+
+/// Provider-specific fields win over ours, without duplicate keys in the body.
+pub(crate) fn merge_extra(
+    body: &impl Serialize,
+    extra: &Map<String, Value>,
+) -> Result<Vec<u8>, serde_json::Error> {
+    let mut value = serde_json::to_value(body)?;
+    if let Value::Object(fields) = &mut value {
+        for (key, extra_value) in extra {
+            fields.insert(key.clone(), extra_value.clone());
+        }
+    }
+    serde_json::to_vec(&value)
+}
+
+fn wire_message(message: &Message) -> WireMessage<'_> {
+    match message {
+        Message::System { content } => WireMessage::System { content },
+        Message::User { content } => WireMessage::User { content },
+        Message::Assistant(a) => WireMessage::Assistant {
+            // OpenAI wants `null`, not "", on a message that only calls tools.
+            content: (!a.content.is_empty() || a.tool_calls.is_empty())
+                .then_some(a.content.as_str()),
+            tool_calls: a.tool_calls.iter().map(wire_tool_call).collect(),
+        },
+        Message::Tool(t) => WireMessage::Tool {
+            tool_call_id: &t.call_id,
+            content: &t.content,
+        },
+    }
+}
+
+fn wire_tool_call(call: &ToolCall) -> WireToolCall<'_> {
+    WireToolCall {
+        id: &call.id,
+        r#type: "function",
+        function: WireFunctionCall {
+            name: &call.name,
+            arguments: call.arguments.to_wire_string(),
+        },
+    }
+}
+
+fn wire_tool(tool: &ToolSpec) -> WireTool<'_> {
+    WireTool {
+        r#type: "function",
+        function: WireFunction {
+            name: &tool.name,
+            description: &tool.description,
+            parameters: &tool.parameters,
+        },
+    }
+}
+
+fn tool_choice(choice: &ToolChoice) -> Value {
+    match choice {
+        ToolChoice::Auto => Value::from("auto"),
+        ToolChoice::None => Value::from("none"),
+        ToolChoice::Required => Value::from("required"),
+        ToolChoice::Tool(name) => {
+            serde_json::json!({"type": "function", "function": {"name": name}})
+        }
+    }
+}
+
+fn response_format(format: &ResponseFormat) -> Value {
+    match format {
+        ResponseFormat::Text => serde_json::json!({"type": "text"}),
+        ResponseFormat::JsonObject => serde_json::json!({"type": "json_object"}),
+        ResponseFormat::JsonSchema {
+            name,
+            schema,
+            strict,
+        } => {
+            let mut inner = serde_json::json!({"name": name, "schema": schema});
+            if let Some(strict) = strict {
+                inner["strict"] = Value::Bool(*strict);
+            }
+            serde_json::json!({"type": "json_schema", "json_schema": inner})
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::message::{AssistantMessage, ToolMessage};
+    use crate::request::ChatOptions;
+    use serde_json::json;
+
+    fn encode_value(request: &ChatRequest) -> Value {
+        let opts = EncodeOptions {
+            default_model: Some("default-model"),
+            max_tokens_field: MaxTokensField::MaxTokens,
+            include_usage: true,
+        };
+        serde_json::from_slice(&encode(request, &opts).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn a_tool_conversation_encodes_as_chat_completions_expects() {
+        let mut request = ChatRequest::new(vec![
+            Message::system("sys"),
+            Message::user("add 2 and 3"),
+            Message::Assistant(AssistantMessage {
+                tool_calls: vec![ToolCall::new("call_1", "add", json!({"a": 2, "b": 3}))],
+                ..AssistantMessage::default()
+            }),
+            Message::Tool(ToolMessage::success("call_1", "add", "5")),
+        ]);
+        request.options = ChatOptions {
+            tools: vec![ToolSpec::new("add", "adds", json!({"type": "object"}))],
+            tool_choice: Some(ToolChoice::Required),
+            max_output_tokens: Some(50),
+            extra: json!({"seed": 1, "temperature": 0.5})
+                .as_object()
+                .unwrap()
+                .clone(),
+            ..ChatOptions::default()
+        };
+        let body = encode_value(&request);
+        assert_eq!(body["model"], "default-model");
+        assert_eq!(body["stream"], true);
+        assert_eq!(body["stream_options"], json!({"include_usage": true}));
+        assert_eq!(body["messages"][2]["content"], Value::Null);
+        assert_eq!(
+            body["messages"][2]["tool_calls"][0]["function"]["arguments"],
+            "{\"a\":2,\"b\":3}"
+        );
+        assert_eq!(
+            body["messages"][3],
+            json!({"role": "tool", "tool_call_id": "call_1", "content": "5"})
+        );
+        assert_eq!(body["tools"][0]["function"]["name"], "add");
+        assert_eq!(body["tool_choice"], "required");
+        assert_eq!(body["max_tokens"], 50);
+        assert_eq!(body["seed"], 1);
+        assert_eq!(body["temperature"], 0.5);
+    }
+
+    #[test]
+    fn non_streaming_requests_do_not_ask_for_stream_options() {
+        let body = encode_value(&ChatRequest::new(vec![Message::user("hi")]).stream(false));
+        assert_eq!(body["stream"], false);
+        assert!(body.get("stream_options").is_none());
+    }
+
+    #[test]
+    fn a_missing_model_is_an_invalid_request() {
+        let opts = EncodeOptions {
+            default_model: None,
+            max_tokens_field: MaxTokensField::MaxTokens,
+            include_usage: true,
+        };
+        let err = encode(&ChatRequest::new(vec![Message::user("hi")]), &opts).unwrap_err();
+        assert_eq!(err.kind(), &ErrorKind::InvalidRequest);
+    }
+}

@@ -1,0 +1,499 @@
+//! The HTTP machinery shared by the leaf services: a pooled hyper client (HTTP/1.1 and HTTP/2, TLS by rustls),
+//! timeouts, status-to-error mapping, and the SSE body stream.
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::future::Future as _;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures_core::Stream;
+use http::{HeaderMap, HeaderValue, StatusCode};
+use http_body::Body;
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Incoming;
+use hyper_rustls::HttpsConnector;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use tokio::time::{Instant, Sleep};
+
+use crate::error::{ChatError, ErrorKind, TimeoutPhase};
+use crate::event::ChatEvent;
+use crate::sse::{SseDecoder, SseEvent};
+use crate::stream::ChatStream;
+
+/// Deadlines of one HTTP call. `None` disables one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Timeouts {
+    /// TCP + TLS connection setup. Default 10 s.
+    pub connect: Option<Duration>,
+    /// From sending the request to the response status and headers. Default 120 s.
+    pub first_byte: Option<Duration>,
+    /// Between two chunks of a streaming body, and for reading a whole non-streaming body. Default 120 s.
+    pub idle: Option<Duration>,
+}
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        Timeouts {
+            connect: Some(Duration::from_secs(10)),
+            first_byte: Some(Duration::from_secs(120)),
+            idle: Some(Duration::from_secs(120)),
+        }
+    }
+}
+
+/// A secret (an API key). Its `Debug` and `Display` never show it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    /// Wrap a secret.
+    pub fn new(value: impl Into<String>) -> Self {
+        Secret(value.into())
+    }
+
+    /// The secret itself, for building a header.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+
+    /// Replace every occurrence of the secret in `text` (providers sometimes echo keys in error messages).
+    pub(crate) fn redact(&self, text: String) -> String {
+        if self.0.len() >= 4 && text.contains(&self.0) {
+            text.replace(&self.0, "[redacted]")
+        } else {
+            text
+        }
+    }
+
+    /// A sensitive header value (hyper's HPACK never indexes it; `Debug` of the header map hides it).
+    pub(crate) fn header_value(&self, prefix: &str) -> Result<HeaderValue, ChatError> {
+        let mut value = HeaderValue::try_from(format!("{prefix}{}", self.0)).map_err(|_| {
+            ChatError::new(
+                ErrorKind::InvalidRequest,
+                "the API key contains characters not allowed in an HTTP header",
+            )
+        })?;
+        value.set_sensitive(true);
+        Ok(value)
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Secret([redacted])")
+    }
+}
+
+type HyperClient = Client<HttpsConnector<HttpConnector>, Full<Bytes>>;
+
+/// A pooled HTTPS/HTTP client with timeouts. Cheap to clone (the pool is shared).
+#[derive(Clone)]
+pub struct HttpTransport {
+    client: HyperClient,
+    timeouts: Timeouts,
+}
+
+impl fmt::Debug for HttpTransport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HttpTransport")
+            .field("timeouts", &self.timeouts)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The most bytes of an error response body read to find the provider's message.
+const ERROR_BODY_LIMIT: usize = 64 * 1024;
+
+impl HttpTransport {
+    /// A client with these timeouts. HTTP/2 is negotiated by ALPN over TLS; `http2_prior_knowledge` also uses
+    /// HTTP/2 over plain `http://` (h2c, as gRPC-style gateways and some vLLM deployments offer).
+    pub fn new(timeouts: Timeouts, http2_prior_knowledge: bool) -> Result<Self, ChatError> {
+        let mut http = HttpConnector::new();
+        http.enforce_http(false);
+        http.set_nodelay(true);
+        http.set_connect_timeout(timeouts.connect);
+        let https = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_provider_and_webpki_roots(rustls::crypto::ring::default_provider())
+            .map_err(|e| ChatError::new(ErrorKind::Other, "TLS setup failed").with_source(e))?
+            .https_or_http()
+            .enable_http1()
+            .enable_http2()
+            .wrap_connector(http);
+        let client = Client::builder(TokioExecutor::new())
+            .http2_only(http2_prior_knowledge)
+            .pool_idle_timeout(Duration::from_secs(90))
+            .build(https);
+        Ok(HttpTransport { client, timeouts })
+    }
+
+    /// The configured deadlines.
+    pub fn timeouts(&self) -> Timeouts {
+        self.timeouts
+    }
+
+    /// Whether the client can take a request now (hyper's pool is always ready; kept for an honest `poll_ready`).
+    pub(crate) fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), ChatError>> {
+        tower_service::Service::<http::Request<Full<Bytes>>>::poll_ready(&mut self.client, cx)
+            .map_err(|e| ChatError::new(ErrorKind::Connection, "HTTP client failed").with_source(e))
+    }
+
+    /// Send a request and wait for a success status. Any other status becomes a typed error carrying the
+    /// provider's message (read by `provider_message` from at most 64 KiB of the body), with `secret` redacted.
+    pub(crate) async fn send(
+        &self,
+        request: http::Request<Full<Bytes>>,
+        secret: Option<&Secret>,
+        provider_message: fn(&[u8]) -> Option<String>,
+    ) -> Result<http::Response<Incoming>, ChatError> {
+        let response = with_timeout(
+            self.timeouts.first_byte,
+            TimeoutPhase::FirstByte,
+            self.client.request(request),
+        )
+        .await?
+        .map_err(client_error)?;
+        if response.status().is_success() {
+            return Ok(response);
+        }
+        let status = response.status();
+        let retry_after = retry_after(response.headers());
+        let body = with_timeout(
+            self.timeouts.idle,
+            TimeoutPhase::Idle,
+            Limited::new(response.into_body(), ERROR_BODY_LIMIT).collect(),
+        )
+        .await
+        .ok()
+        .and_then(|r| r.ok())
+        .map(|c| c.to_bytes())
+        .unwrap_or_default();
+        let message = provider_message(&body).unwrap_or_else(|| {
+            let text = String::from_utf8_lossy(&body[..body.len().min(512)]).into_owned();
+            if text.trim().is_empty() {
+                status.canonical_reason().unwrap_or("no message").to_owned()
+            } else {
+                text
+            }
+        });
+        let message = match secret {
+            Some(secret) => secret.redact(message),
+            None => message,
+        };
+        Err(ChatError::new(status_kind(status, retry_after), message).with_status(status))
+    }
+
+    /// Read a whole (non-streaming) body within the idle deadline.
+    pub(crate) async fn read_body(&self, body: Incoming) -> Result<Bytes, ChatError> {
+        let collected =
+            with_timeout(self.timeouts.idle, TimeoutPhase::Idle, body.collect()).await?;
+        collected.map(|c| c.to_bytes()).map_err(body_error)
+    }
+}
+
+async fn with_timeout<F: std::future::Future>(
+    limit: Option<Duration>,
+    phase: TimeoutPhase,
+    future: F,
+) -> Result<F::Output, ChatError> {
+    match limit {
+        Some(limit) => tokio::time::timeout(limit, future).await.map_err(|_| {
+            ChatError::new(
+                ErrorKind::Timeout(phase),
+                format!("no answer within {limit:?}"),
+            )
+        }),
+        None => Ok(future.await),
+    }
+}
+
+fn client_error(error: hyper_util::client::legacy::Error) -> ChatError {
+    let timed_out = {
+        let mut source: Option<&(dyn std::error::Error + 'static)> = Some(&error);
+        let mut found = false;
+        while let Some(e) = source {
+            if let Some(io) = e.downcast_ref::<std::io::Error>() {
+                found |= io.kind() == std::io::ErrorKind::TimedOut;
+            }
+            source = e.source();
+        }
+        found
+    };
+    if error.is_connect() && timed_out {
+        return ChatError::new(
+            ErrorKind::Timeout(TimeoutPhase::Connect),
+            "connecting to the provider timed out",
+        )
+        .with_source(error);
+    }
+    let what = if error.is_connect() {
+        "could not connect to the provider"
+    } else {
+        "the connection to the provider failed"
+    };
+    ChatError::new(ErrorKind::Connection, what).with_source(error)
+}
+
+fn body_error(error: hyper::Error) -> ChatError {
+    ChatError::new(
+        ErrorKind::Connection,
+        "the provider closed the connection mid-response",
+    )
+    .with_source(error)
+}
+
+fn status_kind(status: StatusCode, retry_after: Option<Duration>) -> ErrorKind {
+    match status.as_u16() {
+        401 | 403 => ErrorKind::Authentication,
+        429 => ErrorKind::RateLimited { retry_after },
+        408 => ErrorKind::Timeout(TimeoutPhase::FirstByte),
+        400..=499 => ErrorKind::InvalidRequest,
+        _ => ErrorKind::Upstream,
+    }
+}
+
+/// `retry-after-ms` (OpenAI) wins over `Retry-After` (seconds or an HTTP date).
+fn retry_after(headers: &HeaderMap) -> Option<Duration> {
+    let header = |name: &str| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::trim)
+    };
+    if let Some(ms) = header("retry-after-ms").and_then(|v| v.parse::<f64>().ok()) {
+        if ms.is_finite() && ms >= 0.0 {
+            return Some(Duration::from_secs_f64(ms / 1000.0));
+        }
+    }
+    let value = header("retry-after")?;
+    if let Ok(secs) = value.parse::<f64>() {
+        return (secs.is_finite() && secs >= 0.0).then(|| Duration::from_secs_f64(secs));
+    }
+    let date = httpdate::parse_http_date(value).ok()?;
+    Some(
+        date.duration_since(std::time::SystemTime::now())
+            .unwrap_or_default(),
+    )
+}
+
+/// Maps one provider's SSE events to chat events.
+pub(crate) trait WireDecoder: Send + Unpin + 'static {
+    /// Map one SSE event, pushing zero or more chat events.
+    fn on_event(&mut self, event: SseEvent, out: &mut VecDeque<ChatEvent>)
+        -> Result<(), ChatError>;
+    /// The body ended: push what is still owed, or fail if the provider stopped before finishing.
+    fn on_end(&mut self, out: &mut VecDeque<ChatEvent>) -> Result<(), ChatError>;
+    /// Whether the provider's end marker was seen (later bytes are read and ignored, so the connection can be
+    /// reused).
+    fn is_done(&self) -> bool;
+}
+
+/// A streaming body decoded as SSE and mapped to chat events, with an idle deadline between chunks.
+pub(crate) struct SseChatStream<D> {
+    body: Incoming,
+    sse: SseDecoder,
+    wire: D,
+    ready: VecDeque<ChatEvent>,
+    failure: Option<ChatError>,
+    idle: Option<Duration>,
+    idle_deadline: Option<Instant>,
+    idle_timer: Option<Pin<Box<Sleep>>>,
+    body_done: bool,
+    ended: bool,
+}
+
+impl<D: WireDecoder> SseChatStream<D> {
+    pub(crate) fn new(body: Incoming, wire: D, idle: Option<Duration>) -> Self {
+        SseChatStream {
+            body,
+            sse: SseDecoder::new(),
+            wire,
+            ready: VecDeque::new(),
+            failure: None,
+            idle,
+            idle_deadline: None,
+            idle_timer: None,
+            body_done: false,
+            ended: false,
+        }
+    }
+
+    pub(crate) fn boxed(self) -> ChatStream {
+        Box::pin(self)
+    }
+
+    fn feed(&mut self, data: &[u8]) {
+        if self.wire.is_done() || self.failure.is_some() {
+            return;
+        }
+        let SseChatStream {
+            sse,
+            wire,
+            ready,
+            failure,
+            ..
+        } = self;
+        sse.feed(data, &mut |event| {
+            if failure.is_none() && !wire.is_done() {
+                if let Err(e) = wire.on_event(event, ready) {
+                    *failure = Some(e);
+                }
+            }
+        });
+    }
+
+    fn end_of_body(&mut self) {
+        self.body_done = true;
+        if self.wire.is_done() || self.failure.is_some() {
+            return;
+        }
+        if let Some(event) = self.sse.finish() {
+            if let Err(e) = self.wire.on_event(event, &mut self.ready) {
+                self.failure = Some(e);
+                return;
+            }
+        }
+        if !self.wire.is_done() {
+            if let Err(e) = self.wire.on_end(&mut self.ready) {
+                self.failure = Some(e);
+            }
+        }
+    }
+
+    /// Whether the idle deadline passed; re-arms the timer lazily so a busy stream costs one clock read per chunk
+    /// instead of a timer-wheel update.
+    fn idle_expired(&mut self, cx: &mut Context<'_>) -> bool {
+        let Some(deadline) = self.idle_deadline else {
+            return false;
+        };
+        let timer = self
+            .idle_timer
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)));
+        loop {
+            if timer.as_mut().poll(cx).is_pending() {
+                return false;
+            }
+            if Instant::now() >= deadline {
+                return true;
+            }
+            timer.as_mut().reset(deadline);
+        }
+    }
+}
+
+impl<D: WireDecoder> Stream for SseChatStream<D> {
+    type Item = Result<ChatEvent, ChatError>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = self.get_mut();
+        loop {
+            if let Some(event) = this.ready.pop_front() {
+                return Poll::Ready(Some(Ok(event)));
+            }
+            if let Some(error) = this.failure.take() {
+                this.ended = true;
+                return Poll::Ready(Some(Err(error)));
+            }
+            if this.ended || this.body_done {
+                this.ended = true;
+                return Poll::Ready(None);
+            }
+            if this.idle_deadline.is_none() {
+                this.idle_deadline = this.idle.map(|idle| Instant::now() + idle);
+            }
+            match Pin::new(&mut this.body).poll_frame(cx) {
+                Poll::Ready(Some(Ok(frame))) => {
+                    if let Some(idle) = this.idle {
+                        this.idle_deadline = Some(Instant::now() + idle);
+                    }
+                    if let Ok(data) = frame.into_data() {
+                        this.feed(&data);
+                    }
+                }
+                Poll::Ready(Some(Err(error))) => {
+                    this.body_done = true;
+                    if !this.wire.is_done() && this.failure.is_none() {
+                        this.failure = Some(body_error(error));
+                    }
+                }
+                Poll::Ready(None) => this.end_of_body(),
+                Poll::Pending => {
+                    if this.idle_expired(cx) {
+                        this.body_done = true;
+                        if !this.wire.is_done() {
+                            let idle = this.idle.unwrap_or_default();
+                            this.failure = Some(ChatError::new(
+                                ErrorKind::Timeout(TimeoutPhase::Idle),
+                                format!("no data from the provider for {idle:?}"),
+                            ));
+                        }
+                        continue;
+                    }
+                    return Poll::Pending;
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn secrets_are_hidden_from_debug_and_redacted_from_messages() {
+        let secret = Secret::new("sk-test-123456");
+        assert_eq!(format!("{secret:?}"), "Secret([redacted])");
+        assert_eq!(
+            secret.redact("Incorrect API key provided: sk-test-123456.".into()),
+            "Incorrect API key provided: [redacted]."
+        );
+        assert!(secret.header_value("Bearer ").unwrap().is_sensitive());
+    }
+
+    #[test]
+    fn statuses_map_to_kinds() {
+        assert_eq!(
+            status_kind(StatusCode::UNAUTHORIZED, None),
+            ErrorKind::Authentication
+        );
+        assert_eq!(
+            status_kind(StatusCode::BAD_REQUEST, None),
+            ErrorKind::InvalidRequest
+        );
+        assert_eq!(
+            status_kind(StatusCode::from_u16(529).unwrap(), None),
+            ErrorKind::Upstream
+        );
+        assert_eq!(
+            status_kind(StatusCode::TOO_MANY_REQUESTS, Some(Duration::from_secs(2))),
+            ErrorKind::RateLimited {
+                retry_after: Some(Duration::from_secs(2))
+            }
+        );
+    }
+
+    #[test]
+    fn retry_after_reads_ms_seconds_and_dates() {
+        let mut headers = HeaderMap::new();
+        headers.insert("retry-after", HeaderValue::from_static("7"));
+        assert_eq!(retry_after(&headers), Some(Duration::from_secs(7)));
+        headers.insert("retry-after-ms", HeaderValue::from_static("1500"));
+        assert_eq!(retry_after(&headers), Some(Duration::from_millis(1500)));
+        let mut headers = HeaderMap::new();
+        let later = std::time::SystemTime::now() + Duration::from_secs(120);
+        headers.insert(
+            "retry-after",
+            HeaderValue::try_from(httpdate::fmt_http_date(later)).unwrap(),
+        );
+        let wait = retry_after(&headers).unwrap();
+        assert!(
+            wait > Duration::from_secs(100) && wait <= Duration::from_secs(120),
+            "{wait:?}"
+        );
+    }
+}
