@@ -4,7 +4,7 @@
 //! `Service<ChatRequest, Response = ChatStream, Error = ChatError>` whose response is a stream of
 //! [`ChatEvent`]s; every cross-cutting concern (the tool loop, approvals, persistence, telemetry) is a `Layer`
 //! over such a service, and the stack ends in an HTTP leaf service ([`openai::OpenAiChat`],
-//! `anthropic::AnthropicChat`).
+//! [`anthropic::AnthropicChat`]).
 //!
 //! ```no_run
 //! use tower::ServiceExt;
@@ -33,11 +33,12 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 #![warn(missing_debug_implementations, unreachable_pub)]
-
+pub mod anthropic;
 mod approval;
 mod context;
 mod error;
 mod event;
+mod leaf;
 mod message;
 mod metadata;
 pub mod openai;

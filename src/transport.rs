@@ -10,7 +10,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use futures_core::Stream;
-use http::{HeaderMap, HeaderValue, StatusCode};
+use http::header::HeaderName;
+use http::{HeaderMap, HeaderValue, StatusCode, Uri};
 use http_body::Body;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
@@ -438,6 +439,117 @@ impl<D: WireDecoder> Stream for SseChatStream<D> {
             }
         }
     }
+}
+
+/// How one provider's responses are read.
+pub(crate) struct ProviderWire<D> {
+    /// Finds the provider's message in an error body.
+    pub(crate) provider_message: fn(&[u8]) -> Option<String>,
+    /// Maps a whole non-streaming body to events.
+    pub(crate) decode_whole: fn(&[u8]) -> Result<Vec<ChatEvent>, ChatError>,
+    /// A fresh decoder for a streaming body.
+    pub(crate) stream_decoder: fn() -> D,
+}
+
+impl HttpTransport {
+    /// Send a provider request and turn the answer into a [`ChatStream`]: the shared body of every leaf's `call`.
+    /// The future resolves once the status is known; a request's cancellation token aborts the wait and ends the
+    /// stream.
+    pub(crate) async fn execute<D: WireDecoder>(
+        &self,
+        request: http::Request<Full<Bytes>>,
+        streaming: bool,
+        secret: Option<&Secret>,
+        cancel: Option<crate::CancellationToken>,
+        wire: ProviderWire<D>,
+    ) -> Result<ChatStream, ChatError> {
+        let send = self.send(request, secret, wire.provider_message);
+        let response = match &cancel {
+            Some(token) => tokio::select! {
+                biased;
+                _ = token.cancelled() => return Err(ChatError::cancelled()),
+                response = send => response?,
+            },
+            None => send.await?,
+        };
+        let stream: ChatStream = if streaming {
+            SseChatStream::new(
+                response.into_body(),
+                (wire.stream_decoder)(),
+                self.timeouts.idle,
+            )
+            .boxed()
+        } else {
+            let events = self
+                .read_body(response.into_body())
+                .await
+                .and_then(|body| (wire.decode_whole)(&body));
+            match events {
+                Ok(events) => Box::pin(futures_util::stream::iter(events.into_iter().map(Ok))),
+                // A body that arrived but did not decode is a failure after the status: a stream item.
+                Err(error) => Box::pin(futures_util::stream::iter([Err(error)])),
+            }
+        };
+        Ok(match cancel {
+            Some(token) => crate::stream::cancellable(stream, token),
+            None => stream,
+        })
+    }
+}
+
+/// `base` joined with `path`, validated once at build time.
+pub(crate) fn endpoint(base: &str, path: &str) -> Result<Uri, ChatError> {
+    let url = format!("{}/{path}", base.trim_end_matches('/'));
+    let uri: Uri = url.parse().map_err(|e| {
+        ChatError::new(
+            ErrorKind::InvalidRequest,
+            format!("invalid base URL {base:?}"),
+        )
+        .with_source(e)
+    })?;
+    match uri.scheme_str() {
+        Some("http") | Some("https") if uri.host().is_some() => Ok(uri),
+        _ => Err(ChatError::new(
+            ErrorKind::InvalidRequest,
+            format!("base URL {base:?} must be an absolute http:// or https:// URL"),
+        )),
+    }
+}
+
+pub(crate) fn parse_headers(headers: &[(String, String)]) -> Result<HeaderMap, ChatError> {
+    let mut map = HeaderMap::new();
+    for (name, value) in headers {
+        let name = HeaderName::try_from(name.as_str()).map_err(|e| {
+            ChatError::new(
+                ErrorKind::InvalidRequest,
+                format!("invalid header name {name:?}"),
+            )
+            .with_source(e)
+        })?;
+        let value = HeaderValue::try_from(value.as_str()).map_err(|e| {
+            ChatError::new(
+                ErrorKind::InvalidRequest,
+                format!("invalid value for header {name}"),
+            )
+            .with_source(e)
+        })?;
+        map.append(name, value);
+    }
+    Ok(map)
+}
+
+/// Provider-specific fields win over ours, without duplicate keys in the body.
+pub(crate) fn merge_extra(
+    body: &impl serde::Serialize,
+    extra: &serde_json::Map<String, serde_json::Value>,
+) -> Result<Vec<u8>, serde_json::Error> {
+    let mut value = serde_json::to_value(body)?;
+    if let serde_json::Value::Object(fields) = &mut value {
+        for (key, extra_value) in extra {
+            fields.insert(key.clone(), extra_value.clone());
+        }
+    }
+    serde_json::to_vec(&value)
 }
 
 #[cfg(test)]

@@ -36,18 +36,17 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use bytes::Bytes;
-use http::header::{HeaderName, ACCEPT, AUTHORIZATION, CONTENT_TYPE, USER_AGENT};
-use http::{HeaderMap, HeaderValue, Method, Uri};
-use http_body_util::Full;
+use http::header::AUTHORIZATION;
+use http::Uri;
 
 pub use wire::MaxTokensField;
 
-use crate::error::{ChatError, ErrorKind};
-use crate::metadata::{known_context_window, ModelInfo, ModelMetadata};
+use crate::error::ChatError;
+use crate::leaf::{leaf_builder_methods, LeafConfig, LeafSettings};
+use crate::metadata::{ModelInfo, ModelMetadata};
 use crate::request::ChatRequest;
-use crate::stream::{cancellable, ChatStream};
-use crate::transport::{HttpTransport, Secret, SseChatStream, Timeouts};
+use crate::stream::ChatStream;
+use crate::transport::{HttpTransport, ProviderWire};
 
 /// The Chat Completions leaf service. Cheap to clone: clones share configuration and the connection pool.
 #[derive(Clone)]
@@ -57,24 +56,20 @@ pub struct OpenAiChat {
 }
 
 struct Config {
-    endpoint: Uri,
-    api_key: Option<Secret>,
-    default_model: Option<String>,
-    headers: HeaderMap,
+    leaf: LeafConfig,
     max_tokens_field: MaxTokensField,
     include_usage: bool,
-    metadata: ModelMetadata,
 }
 
 impl fmt::Debug for OpenAiChat {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("OpenAiChat")
-            .field("endpoint", &self.config.endpoint)
+            .field("endpoint", &self.config.leaf.endpoint)
             .field(
                 "api_key",
-                &self.config.api_key.as_ref().map(|_| "[redacted]"),
+                &self.config.leaf.api_key.as_ref().map(|_| "[redacted]"),
             )
-            .field("default_model", &self.config.default_model)
+            .field("default_model", &self.config.leaf.default_model)
             .field("transport", &self.transport)
             .finish_non_exhaustive()
     }
@@ -88,39 +83,7 @@ impl OpenAiChat {
 
     /// The full URL requests go to.
     pub fn endpoint(&self) -> &Uri {
-        &self.config.endpoint
-    }
-
-    fn http_request(
-        &self,
-        body: Vec<u8>,
-        streaming: bool,
-    ) -> Result<http::Request<Full<Bytes>>, ChatError> {
-        let config = &*self.config;
-        let mut request = http::Request::new(Full::new(Bytes::from(body)));
-        *request.method_mut() = Method::POST;
-        *request.uri_mut() = config.endpoint.clone();
-        let headers = request.headers_mut();
-        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-        headers.insert(
-            ACCEPT,
-            HeaderValue::from_static(if streaming {
-                "text/event-stream"
-            } else {
-                "application/json"
-            }),
-        );
-        headers.insert(
-            USER_AGENT,
-            HeaderValue::from_static(concat!("tower-chat/", env!("CARGO_PKG_VERSION"))),
-        );
-        if let Some(key) = &config.api_key {
-            headers.insert(AUTHORIZATION, key.header_value("Bearer ")?);
-        }
-        for (name, value) in &config.headers {
-            headers.insert(name.clone(), value.clone());
-        }
-        Ok(request)
+        &self.config.leaf.endpoint
     }
 }
 
@@ -140,134 +103,61 @@ impl tower_service::Service<ChatRequest> for OpenAiChat {
             let body = wire::encode(
                 &request,
                 &wire::EncodeOptions {
-                    default_model: config.default_model.as_deref(),
+                    default_model: config.leaf.default_model.as_deref(),
                     max_tokens_field: config.max_tokens_field,
                     include_usage: config.include_usage,
                 },
             )?;
             let streaming = request.options.stream;
-            let http_request = this.http_request(body, streaming)?;
+            let http_request =
+                config
+                    .leaf
+                    .post_json(body, streaming, (AUTHORIZATION, "Bearer "))?;
+            let wire = ProviderWire {
+                provider_message: decode::provider_message,
+                decode_whole: decode::decode_completion,
+                stream_decoder: decode::ChunkDecoder::default,
+            };
             let cancel = request.cancellation().cloned();
-            let send = this.transport.send(
-                http_request,
-                config.api_key.as_ref(),
-                decode::provider_message,
-            );
-            let response = match &cancel {
-                Some(token) => tokio::select! {
-                    biased;
-                    _ = token.cancelled() => return Err(ChatError::cancelled()),
-                    response = send => response?,
-                },
-                None => send.await?,
-            };
-            let stream: ChatStream = if streaming {
-                SseChatStream::new(
-                    response.into_body(),
-                    decode::ChunkDecoder::default(),
-                    this.transport.timeouts().idle,
+            this.transport
+                .execute(
+                    http_request,
+                    streaming,
+                    config.leaf.api_key.as_ref(),
+                    cancel,
+                    wire,
                 )
-                .boxed()
-            } else {
-                let events = this
-                    .transport
-                    .read_body(response.into_body())
-                    .await
-                    .and_then(|body| decode::decode_completion(&body));
-                match events {
-                    Ok(events) => Box::pin(futures_util::stream::iter(events.into_iter().map(Ok))),
-                    Err(error) => Box::pin(futures_util::stream::iter([Err(error)])),
-                }
-            };
-            Ok(match cancel {
-                Some(token) => cancellable(stream, token),
-                None => stream,
-            })
+                .await
         })
     }
 }
 
 impl ModelInfo for OpenAiChat {
     fn model_metadata(&self) -> ModelMetadata {
-        self.config.metadata.clone()
+        self.config.leaf.metadata.clone()
     }
 }
 
 /// Configures an [`OpenAiChat`].
 #[derive(Debug)]
 pub struct OpenAiChatBuilder {
-    base_url: String,
-    api_key: Option<Secret>,
-    model: Option<String>,
-    headers: Vec<(String, String)>,
-    timeouts: Timeouts,
-    http2_prior_knowledge: bool,
+    settings: LeafSettings,
     max_tokens_field: MaxTokensField,
     include_usage: bool,
-    provider_name: String,
-    supports_tools: bool,
-    supports_parallel_tool_calls: bool,
-    context_window: Option<u32>,
-    transport: Option<HttpTransport>,
 }
 
 impl Default for OpenAiChatBuilder {
     fn default() -> Self {
         OpenAiChatBuilder {
-            base_url: "https://api.openai.com/v1".to_owned(),
-            api_key: None,
-            model: None,
-            headers: Vec::new(),
-            timeouts: Timeouts::default(),
-            http2_prior_knowledge: false,
+            settings: LeafSettings::new("https://api.openai.com/v1", "openai"),
             max_tokens_field: MaxTokensField::default(),
             include_usage: true,
-            provider_name: "openai".to_owned(),
-            supports_tools: true,
-            supports_parallel_tool_calls: true,
-            context_window: None,
-            transport: None,
         }
     }
 }
 
 impl OpenAiChatBuilder {
-    /// The API base URL, up to and including `/v1` (default `https://api.openai.com/v1`).
-    pub fn base_url(mut self, url: impl Into<String>) -> Self {
-        self.base_url = url.into();
-        self
-    }
-
-    /// The API key, sent as `Authorization: Bearer …`. An empty key sends no header.
-    pub fn api_key(mut self, key: impl Into<String>) -> Self {
-        let key = key.into();
-        self.api_key = (!key.is_empty()).then(|| Secret::new(key));
-        self
-    }
-
-    /// The model used when a request names none.
-    pub fn model(mut self, model: impl Into<String>) -> Self {
-        self.model = Some(model.into());
-        self
-    }
-
-    /// An extra header on every request (`OpenAI-Organization`, `HTTP-Referer` for OpenRouter, …).
-    pub fn header(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
-        self.headers.push((name.into(), value.into()));
-        self
-    }
-
-    /// Connect / first-byte / idle deadlines.
-    pub fn timeouts(mut self, timeouts: Timeouts) -> Self {
-        self.timeouts = timeouts;
-        self
-    }
-
-    /// Speak HTTP/2 over plain `http://` (h2c). Over `https://`, HTTP/2 is negotiated anyway.
-    pub fn http2_prior_knowledge(mut self, enabled: bool) -> Self {
-        self.http2_prior_knowledge = enabled;
-        self
-    }
+    leaf_builder_methods!("https://api.openai.com/v1", "openai");
 
     /// How the output token limit is spelled (`max_tokens` by default; OpenAI's reasoning models need
     /// `max_completion_tokens`).
@@ -283,109 +173,26 @@ impl OpenAiChatBuilder {
         self
     }
 
-    /// The provider name reported by [`ModelInfo`] (default `openai`; e.g. `deepseek`, `ollama`, `vllm`).
-    pub fn provider_name(mut self, name: impl Into<String>) -> Self {
-        self.provider_name = name.into();
-        self
-    }
-
-    /// Capabilities reported by [`ModelInfo`] (default: tools and parallel calls supported).
-    pub fn capabilities(mut self, tools: bool, parallel_tool_calls: bool) -> Self {
-        self.supports_tools = tools;
-        self.supports_parallel_tool_calls = parallel_tool_calls;
-        self
-    }
-
-    /// The context window reported by [`ModelInfo`] (default: looked up for well-known model ids).
-    pub fn context_window(mut self, tokens: u32) -> Self {
-        self.context_window = Some(tokens);
-        self
-    }
-
-    /// Share an existing transport (and its connection pool) instead of building one.
-    pub fn transport(mut self, transport: HttpTransport) -> Self {
-        self.transport = Some(transport);
-        self
-    }
-
-    /// Build the leaf.
+    /// Build the leaf; the base URL and headers are validated here.
     pub fn build(self) -> Result<OpenAiChat, ChatError> {
-        let endpoint = endpoint(&self.base_url, "chat/completions")?;
-        let headers = parse_headers(&self.headers)?;
-        let transport = match self.transport {
-            Some(transport) => transport,
-            None => HttpTransport::new(self.timeouts, self.http2_prior_knowledge)?,
-        };
-        let metadata = ModelMetadata {
-            provider: self.provider_name.into(),
-            context_window: self
-                .context_window
-                .or_else(|| self.model.as_deref().and_then(known_context_window)),
-            model_id: self.model.clone(),
-            endpoint: Some(endpoint.to_string()),
-            supports_tools: self.supports_tools,
-            supports_parallel_tool_calls: self.supports_parallel_tool_calls,
-            supports_streaming_usage: self.include_usage,
-        };
+        let (leaf, transport) = self
+            .settings
+            .build("chat/completions", self.include_usage)?;
         Ok(OpenAiChat {
             config: Arc::new(Config {
-                endpoint,
-                api_key: self.api_key,
-                default_model: self.model,
-                headers,
+                leaf,
                 max_tokens_field: self.max_tokens_field,
                 include_usage: self.include_usage,
-                metadata,
             }),
             transport,
         })
     }
 }
 
-/// `base` joined with `path`, validated once at build time.
-pub(crate) fn endpoint(base: &str, path: &str) -> Result<Uri, ChatError> {
-    let url = format!("{}/{path}", base.trim_end_matches('/'));
-    let uri: Uri = url.parse().map_err(|e| {
-        ChatError::new(
-            ErrorKind::InvalidRequest,
-            format!("invalid base URL {base:?}"),
-        )
-        .with_source(e)
-    })?;
-    match uri.scheme_str() {
-        Some("http") | Some("https") if uri.host().is_some() => Ok(uri),
-        _ => Err(ChatError::new(
-            ErrorKind::InvalidRequest,
-            format!("base URL {base:?} must be an absolute http:// or https:// URL"),
-        )),
-    }
-}
-
-pub(crate) fn parse_headers(headers: &[(String, String)]) -> Result<HeaderMap, ChatError> {
-    let mut map = HeaderMap::new();
-    for (name, value) in headers {
-        let name = HeaderName::try_from(name.as_str()).map_err(|e| {
-            ChatError::new(
-                ErrorKind::InvalidRequest,
-                format!("invalid header name {name:?}"),
-            )
-            .with_source(e)
-        })?;
-        let value = HeaderValue::try_from(value.as_str()).map_err(|e| {
-            ChatError::new(
-                ErrorKind::InvalidRequest,
-                format!("invalid value for header {name}"),
-            )
-            .with_source(e)
-        })?;
-        map.append(name, value);
-    }
-    Ok(map)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ErrorKind;
 
     #[test]
     fn debug_output_never_shows_the_key() {

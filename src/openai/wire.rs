@@ -1,11 +1,12 @@
 //! The Chat Completions request body, serialized straight from borrowed [`ChatRequest`] data.
 
 use serde::Serialize;
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 use crate::error::{ChatError, ErrorKind};
 use crate::message::{Message, ToolCall};
 use crate::request::{ChatRequest, ResponseFormat, ToolChoice, ToolSpec};
+use crate::transport::merge_extra;
 
 #[derive(Serialize)]
 struct Body<'a> {
@@ -151,20 +152,6 @@ pub(crate) fn encode(
         )
         .with_source(e)
     })
-}
-
-/// Provider-specific fields win over ours, without duplicate keys in the body.
-pub(crate) fn merge_extra(
-    body: &impl Serialize,
-    extra: &Map<String, Value>,
-) -> Result<Vec<u8>, serde_json::Error> {
-    let mut value = serde_json::to_value(body)?;
-    if let Value::Object(fields) = &mut value {
-        for (key, extra_value) in extra {
-            fields.insert(key.clone(), extra_value.clone());
-        }
-    }
-    serde_json::to_vec(&value)
 }
 
 fn wire_message(message: &Message) -> WireMessage<'_> {

@@ -1,0 +1,269 @@
+//! The Messages API request body.
+
+use serde::Serialize;
+use serde_json::{Map, Value};
+
+use crate::error::{ChatError, ErrorKind};
+use crate::message::{Message, ToolArguments};
+use crate::request::{ChatRequest, ResponseFormat, ToolChoice, ToolSpec};
+use crate::transport::merge_extra;
+
+#[derive(Serialize)]
+struct Body<'a> {
+    model: &'a str,
+    max_tokens: u32,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    system: String,
+    messages: Vec<WireMessage<'a>>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    tools: Vec<WireTool<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tool_choice: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    temperature: Option<f32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    top_p: Option<f32>,
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    stop_sequences: &'a [String],
+    stream: bool,
+}
+
+#[derive(Serialize)]
+struct WireMessage<'a> {
+    role: &'static str,
+    content: Vec<Block<'a>>,
+}
+
+#[derive(Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum Block<'a> {
+    Text {
+        text: &'a str,
+    },
+    ToolUse {
+        id: &'a str,
+        name: &'a str,
+        input: &'a Value,
+    },
+    ToolResult {
+        tool_use_id: &'a str,
+        content: &'a str,
+        #[serde(skip_serializing_if = "std::ops::Not::not")]
+        is_error: bool,
+    },
+}
+
+#[derive(Serialize)]
+struct WireTool<'a> {
+    name: &'a str,
+    #[serde(skip_serializing_if = "str::is_empty")]
+    description: &'a str,
+    input_schema: &'a Value,
+}
+
+pub(crate) struct EncodeOptions<'a> {
+    pub(crate) default_model: Option<&'a str>,
+    pub(crate) default_max_tokens: u32,
+}
+
+static EMPTY_INPUT: std::sync::OnceLock<Value> = std::sync::OnceLock::new();
+
+/// Serialize a request to the JSON body of `POST {base}/messages`.
+pub(crate) fn encode(
+    request: &ChatRequest,
+    opts: &EncodeOptions<'_>,
+) -> Result<Vec<u8>, ChatError> {
+    let options = &request.options;
+    let model = options
+        .model
+        .as_deref()
+        .or(opts.default_model)
+        .ok_or_else(|| {
+            ChatError::new(
+                ErrorKind::InvalidRequest,
+                "no model: set ChatOptions::model or the leaf's default model",
+            )
+        })?;
+    if let Some(ResponseFormat::JsonObject | ResponseFormat::JsonSchema { .. }) =
+        &options.response_format
+    {
+        return Err(ChatError::new(
+            ErrorKind::InvalidRequest,
+            "the Anthropic Messages API has no response_format; describe the JSON in the prompt or use a tool",
+        ));
+    }
+    let mut system = String::new();
+    let mut messages: Vec<WireMessage<'_>> = Vec::with_capacity(request.messages.len());
+    for message in &request.messages {
+        let (role, blocks) = match message {
+            Message::System { content } => {
+                if !system.is_empty() {
+                    system.push_str("\n\n");
+                }
+                system.push_str(content);
+                continue;
+            }
+            Message::User { content } => ("user", vec![Block::Text { text: content }]),
+            Message::Assistant(a) => {
+                let mut blocks = Vec::with_capacity(1 + a.tool_calls.len());
+                if !a.content.is_empty() {
+                    blocks.push(Block::Text { text: &a.content });
+                }
+                for call in &a.tool_calls {
+                    // The API takes an object; arguments that were not an object were answered with an error
+                    // result already, so an empty object keeps the history well-formed.
+                    let input = match &call.arguments {
+                        ToolArguments::Json(value @ Value::Object(_)) => value,
+                        _ => EMPTY_INPUT.get_or_init(|| Value::Object(Map::new())),
+                    };
+                    blocks.push(Block::ToolUse {
+                        id: &call.id,
+                        name: &call.name,
+                        input,
+                    });
+                }
+                ("assistant", blocks)
+            }
+            Message::Tool(t) => (
+                "user",
+                vec![Block::ToolResult {
+                    tool_use_id: &t.call_id,
+                    content: &t.content,
+                    is_error: t.is_error,
+                }],
+            ),
+        };
+        if blocks.is_empty() {
+            continue;
+        }
+        // The API wants alternating roles: tool results and the next user text share one user message.
+        match messages.last_mut() {
+            Some(last) if last.role == role => last.content.extend(blocks),
+            _ => messages.push(WireMessage {
+                role,
+                content: blocks,
+            }),
+        }
+    }
+    let body = Body {
+        model,
+        max_tokens: options.max_output_tokens.unwrap_or(opts.default_max_tokens),
+        system,
+        messages,
+        tools: options.tools.iter().map(wire_tool).collect(),
+        tool_choice: tool_choice(options.tool_choice.as_ref(), options.parallel_tool_calls),
+        temperature: options.temperature,
+        top_p: options.top_p,
+        stop_sequences: &options.stop,
+        stream: options.stream,
+    };
+    let serialized = if options.extra.is_empty() {
+        serde_json::to_vec(&body)
+    } else {
+        merge_extra(&body, &options.extra)
+    };
+    serialized.map_err(|e| {
+        ChatError::new(
+            ErrorKind::InvalidRequest,
+            "the request could not be serialized",
+        )
+        .with_source(e)
+    })
+}
+
+fn wire_tool(tool: &ToolSpec) -> WireTool<'_> {
+    WireTool {
+        name: &tool.name,
+        description: &tool.description,
+        input_schema: &tool.parameters,
+    }
+}
+
+fn tool_choice(choice: Option<&ToolChoice>, parallel: Option<bool>) -> Option<Value> {
+    let mut value = match choice {
+        None if parallel == Some(false) => serde_json::json!({"type": "auto"}),
+        None => return None,
+        Some(ToolChoice::Auto) => serde_json::json!({"type": "auto"}),
+        Some(ToolChoice::None) => return Some(serde_json::json!({"type": "none"})),
+        Some(ToolChoice::Required) => serde_json::json!({"type": "any"}),
+        Some(ToolChoice::Tool(name)) => serde_json::json!({"type": "tool", "name": name}),
+    };
+    if parallel == Some(false) {
+        value["disable_parallel_tool_use"] = Value::Bool(true);
+    }
+    Some(value)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::message::{AssistantMessage, ToolCall, ToolMessage};
+    use crate::request::ChatOptions;
+    use serde_json::json;
+
+    #[test]
+    fn tool_round_encodes_as_the_messages_api_expects() {
+        let mut request = ChatRequest::new(vec![
+            Message::system("be brief"),
+            Message::user("weather in Oslo and Rome?"),
+            Message::Assistant(AssistantMessage {
+                content: "Checking.".into(),
+                tool_calls: vec![
+                    ToolCall::new("tu_1", "weather", json!({"city": "Oslo"})),
+                    ToolCall::new("tu_2", "weather", json!({"city": "Rome"})),
+                ],
+                ..AssistantMessage::default()
+            }),
+            Message::Tool(ToolMessage::success("tu_1", "weather", "12C")),
+            Message::Tool(ToolMessage::error("tu_2", "weather", "service down")),
+            Message::user("thanks"),
+        ]);
+        request.options = ChatOptions {
+            tools: vec![ToolSpec::new("weather", "w", json!({"type": "object"}))],
+            tool_choice: Some(ToolChoice::Required),
+            parallel_tool_calls: Some(false),
+            stop: vec!["END".into()],
+            ..ChatOptions::default()
+        };
+        let opts = EncodeOptions {
+            default_model: Some("claude-sonnet-4-5"),
+            default_max_tokens: 1024,
+        };
+        let body: Value = serde_json::from_slice(&encode(&request, &opts).unwrap()).unwrap();
+        assert_eq!(body["system"], "be brief");
+        assert_eq!(body["max_tokens"], 1024);
+        assert_eq!(body["messages"].as_array().unwrap().len(), 3);
+        assert_eq!(
+            body["messages"][1]["content"][1],
+            json!({"type": "tool_use", "id": "tu_1", "name": "weather", "input": {"city": "Oslo"}})
+        );
+        assert_eq!(
+            body["messages"][2]["content"],
+            json!([
+                {"type": "tool_result", "tool_use_id": "tu_1", "content": "12C"},
+                {"type": "tool_result", "tool_use_id": "tu_2", "content": "service down", "is_error": true},
+                {"type": "text", "text": "thanks"}
+            ])
+        );
+        assert_eq!(body["tools"][0]["input_schema"], json!({"type": "object"}));
+        assert_eq!(
+            body["tool_choice"],
+            json!({"type": "any", "disable_parallel_tool_use": true})
+        );
+        assert_eq!(body["stop_sequences"], json!(["END"]));
+    }
+
+    #[test]
+    fn json_response_formats_are_refused_clearly() {
+        let mut request = ChatRequest::new(vec![Message::user("hi")]).model("claude");
+        request.options.response_format = Some(ResponseFormat::JsonObject);
+        let opts = EncodeOptions {
+            default_model: None,
+            default_max_tokens: 1024,
+        };
+        assert_eq!(
+            encode(&request, &opts).unwrap_err().kind(),
+            &ErrorKind::InvalidRequest
+        );
+    }
+}
