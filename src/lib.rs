@@ -46,6 +46,8 @@ mod request;
 mod response;
 pub mod sse;
 mod stream;
+#[cfg(feature = "test-server")]
+pub mod test_server;
 pub mod transport;
 
 pub use approval::{ApprovalDecision, ApprovalDecisions, ApprovalRequest};

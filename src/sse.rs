@@ -144,12 +144,8 @@ impl SseDecoder {
                 push_utf8(&mut self.data, value);
             }
             b"event" => self.event = Some(utf8(value)),
-            b"id" => {
-                // The spec ignores ids containing NUL.
-                if !value.contains(&0) {
-                    self.id = Some(utf8(value));
-                }
-            }
+            // The spec ignores ids containing NUL.
+            b"id" if !value.contains(&0) => self.id = Some(utf8(value)),
             // `retry:` and unknown fields are ignored, as the spec says.
             _ => {}
         }

@@ -175,7 +175,9 @@ impl HttpTransport {
         .unwrap_or_default();
         let message = provider_message(&body).unwrap_or_else(|| {
             let text = String::from_utf8_lossy(&body[..body.len().min(512)]).into_owned();
-            if text.trim().is_empty() {
+            // JSON without a message we know of says nothing more than the status does.
+            if text.trim().is_empty() || serde_json::from_slice::<serde_json::Value>(&body).is_ok()
+            {
                 status.canonical_reason().unwrap_or("no message").to_owned()
             } else {
                 text

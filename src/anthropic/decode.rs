@@ -226,14 +226,12 @@ impl MessageDecoder {
                         call_index, json, ..
                     },
                     BlockDelta::InputJsonDelta { partial_json },
-                ) => {
-                    if !partial_json.is_empty() {
-                        json.push_str(&partial_json);
-                        out.push_back(ChatEvent::ToolCallDelta {
-                            index: *call_index,
-                            arguments: partial_json,
-                        });
-                    }
+                ) if !partial_json.is_empty() => {
+                    json.push_str(&partial_json);
+                    out.push_back(ChatEvent::ToolCallDelta {
+                        index: *call_index,
+                        arguments: partial_json,
+                    });
                 }
                 // Signatures, citations and deltas of block kinds we do not map.
                 _ => {}

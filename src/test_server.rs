@@ -1,0 +1,319 @@
+//! A scripted provider over real loopback HTTP: the test double for OpenAI-compatible and Anthropic servers
+//! (feature `test-server`).
+//!
+//! Each request is recorded and answered by a handler that returns a [`Reply`]: a status, headers and a body
+//! made of [`Part`]s — bytes, pauses, an abrupt connection abort, or a hang — so tests can reproduce what real
+//! providers do on the wire, split at any byte.
+//!
+//! ```
+//! use tower_chat::test_server::{Reply, ScriptedProvider};
+//!
+//! # #[tokio::main(flavor = "current_thread")] async fn main() {
+//! let provider = ScriptedProvider::start(|_request, _index| Reply::openai_text("Hello!")).await;
+//! assert!(provider.base_url().starts_with("http://127.0.0.1:"));
+//! # }
+//! ```
+
+use std::convert::Infallible;
+use std::fmt;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderMap, Request, Response, StatusCode};
+use http_body_util::{BodyExt, StreamBody};
+use hyper::body::{Frame, Incoming};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use serde_json::{json, Value};
+use tokio::net::TcpListener;
+use tokio::sync::mpsc;
+
+/// One request the provider received.
+#[derive(Clone, Debug)]
+pub struct RecordedRequest {
+    /// `POST`, …
+    pub method: http::Method,
+    /// The path, e.g. `/v1/chat/completions`.
+    pub path: String,
+    /// The headers as received.
+    pub headers: HeaderMap,
+    /// The body parsed as JSON (`Null` if it was not JSON).
+    pub body: Value,
+    /// The HTTP version the client spoke.
+    pub version: http::Version,
+}
+
+/// One piece of a reply body.
+#[derive(Clone, Debug)]
+pub enum Part {
+    /// Send these bytes as one chunk.
+    Bytes(Bytes),
+    /// Wait before the next part.
+    Pause(Duration),
+    /// Abort the connection here (the client sees the body end abnormally).
+    Abort,
+    /// Send nothing more and keep the connection open until the client goes away.
+    Hang,
+}
+
+/// The answer to one request.
+#[derive(Clone, Debug)]
+pub struct Reply {
+    /// HTTP status.
+    pub status: StatusCode,
+    /// Response headers.
+    pub headers: Vec<(String, String)>,
+    /// Body parts, sent in order.
+    pub parts: Vec<Part>,
+    /// Wait this long before sending the status line.
+    pub delay: Duration,
+}
+
+impl Reply {
+    /// A reply with this status and a JSON body.
+    pub fn json(status: u16, body: Value) -> Self {
+        Reply {
+            status: StatusCode::from_u16(status).expect("valid status"),
+            headers: vec![("content-type".into(), "application/json".into())],
+            parts: vec![Part::Bytes(Bytes::from(body.to_string()))],
+            delay: Duration::ZERO,
+        }
+    }
+
+    /// A `200 text/event-stream` reply whose body is sent in these chunks.
+    pub fn sse_chunks<I, B>(chunks: I) -> Self
+    where
+        I: IntoIterator<Item = B>,
+        B: Into<Bytes>,
+    {
+        Reply {
+            status: StatusCode::OK,
+            headers: vec![("content-type".into(), "text/event-stream".into())],
+            parts: chunks.into_iter().map(|c| Part::Bytes(c.into())).collect(),
+            delay: Duration::ZERO,
+        }
+    }
+
+    /// An OpenAI-style streaming reply: each JSON value becomes one `data:` event, then `data: [DONE]`.
+    pub fn openai_stream(chunks: &[Value]) -> Self {
+        let mut events: Vec<String> = chunks.iter().map(|c| format!("data: {c}\n\n")).collect();
+        events.push("data: [DONE]\n\n".to_owned());
+        Reply::sse_chunks(events)
+    }
+
+    /// An OpenAI-style streaming answer of plain text, a word per chunk, with usage.
+    pub fn openai_text(text: &str) -> Self {
+        let mut chunks = vec![
+            json!({"id": "chatcmpl-scripted", "object": "chat.completion.chunk",
+            "model": "scripted-model", "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]}),
+        ];
+        for word in text.split_inclusive(' ') {
+            chunks.push(json!({"choices": [{"index": 0, "delta": {"content": word}}]}));
+        }
+        chunks.push(json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}));
+        chunks.push(json!({"choices": [], "usage": {"prompt_tokens": 12, "completion_tokens": 5, "total_tokens": 17}}));
+        Reply::openai_stream(&chunks)
+    }
+
+    /// An OpenAI-style streaming answer that calls tools: `(call id, tool name, arguments JSON text)`.
+    pub fn openai_tool_calls(calls: &[(&str, &str, &str)]) -> Self {
+        let mut chunks = vec![json!({"id": "chatcmpl-scripted", "model": "scripted-model",
+            "choices": [{"index": 0, "delta": {"role": "assistant"}}]})];
+        for (index, (id, name, arguments)) in calls.iter().enumerate() {
+            chunks.push(
+                json!({"choices": [{"index": 0, "delta": {"tool_calls": [{"index": index, "id": id,
+                "type": "function", "function": {"name": name, "arguments": ""}}]}}]}),
+            );
+            // Split the arguments in two fragments, as real servers do.
+            let mid = arguments
+                .char_indices()
+                .nth(arguments.chars().count() / 2)
+                .map_or(0, |(i, _)| i);
+            for piece in [&arguments[..mid], &arguments[mid..]] {
+                chunks.push(
+                    json!({"choices": [{"index": 0, "delta": {"tool_calls": [{"index": index,
+                    "function": {"arguments": piece}}]}}]}),
+                );
+            }
+        }
+        chunks.push(json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]}));
+        chunks.push(json!({"choices": [], "usage": {"prompt_tokens": 20, "completion_tokens": 9, "total_tokens": 29}}));
+        Reply::openai_stream(&chunks)
+    }
+
+    /// Add a header.
+    pub fn header(mut self, name: &str, value: &str) -> Self {
+        self.headers.push((name.to_owned(), value.to_owned()));
+        self
+    }
+
+    /// Append a body part.
+    pub fn then(mut self, part: Part) -> Self {
+        self.parts.push(part);
+        self
+    }
+
+    /// Wait before answering at all.
+    pub fn delayed(mut self, delay: Duration) -> Self {
+        self.delay = delay;
+        self
+    }
+}
+
+type Handler = dyn Fn(&RecordedRequest, usize) -> Reply + Send + Sync;
+
+/// A scripted provider listening on `127.0.0.1`, speaking HTTP/1.1 and HTTP/2 (h2c). Stops when dropped.
+pub struct ScriptedProvider {
+    addr: SocketAddr,
+    requests: Arc<Mutex<Vec<RecordedRequest>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl fmt::Debug for ScriptedProvider {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ScriptedProvider")
+            .field("addr", &self.addr)
+            .finish()
+    }
+}
+
+impl ScriptedProvider {
+    /// Start on a free loopback port; `handler` gets each request and its 0-based position.
+    pub async fn start(
+        handler: impl Fn(&RecordedRequest, usize) -> Reply + Send + Sync + 'static,
+    ) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind loopback");
+        let addr = listener.local_addr().expect("local addr");
+        let requests = Arc::new(Mutex::new(Vec::new()));
+        let handler: Arc<Handler> = Arc::new(handler);
+        let recorded = requests.clone();
+        let task = tokio::spawn(async move {
+            loop {
+                let Ok((stream, _)) = listener.accept().await else {
+                    continue;
+                };
+                let _ = stream.set_nodelay(true);
+                let handler = handler.clone();
+                let recorded = recorded.clone();
+                tokio::spawn(async move {
+                    let service = hyper::service::service_fn(move |request: Request<Incoming>| {
+                        serve(request, handler.clone(), recorded.clone())
+                    });
+                    let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
+                        .serve_connection(TokioIo::new(stream), service)
+                        .await;
+                });
+            }
+        });
+        ScriptedProvider {
+            addr,
+            requests,
+            task,
+        }
+    }
+
+    /// The socket address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// `http://127.0.0.1:PORT/v1`, the base URL to give a leaf.
+    pub fn base_url(&self) -> String {
+        format!("http://{}/v1", self.addr)
+    }
+
+    /// Every request received so far.
+    pub fn requests(&self) -> Vec<RecordedRequest> {
+        self.requests.lock().expect("requests lock").clone()
+    }
+}
+
+impl Drop for ScriptedProvider {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+type ReplyBody = StreamBody<tokio_stream_shim::Receiver>;
+
+async fn serve(
+    request: Request<Incoming>,
+    handler: Arc<Handler>,
+    recorded: Arc<Mutex<Vec<RecordedRequest>>>,
+) -> Result<Response<ReplyBody>, Infallible> {
+    let (parts, body) = request.into_parts();
+    let bytes = body
+        .collect()
+        .await
+        .map(|c| c.to_bytes())
+        .unwrap_or_default();
+    let record = RecordedRequest {
+        method: parts.method,
+        path: parts.uri.path().to_owned(),
+        headers: parts.headers,
+        body: serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+        version: parts.version,
+    };
+    let index = {
+        let mut all = recorded.lock().expect("requests lock");
+        all.push(record.clone());
+        all.len() - 1
+    };
+    let reply = handler(&record, index);
+    if !reply.delay.is_zero() {
+        tokio::time::sleep(reply.delay).await;
+    }
+    let (tx, rx) = mpsc::channel(16);
+    tokio::spawn(async move {
+        for part in reply.parts {
+            match part {
+                Part::Bytes(bytes) => {
+                    if tx.send(Ok(Frame::data(bytes))).await.is_err() {
+                        return;
+                    }
+                }
+                Part::Pause(pause) => tokio::time::sleep(pause).await,
+                Part::Abort => {
+                    let _ = tx.send(Err(std::io::Error::other("scripted abort"))).await;
+                    return;
+                }
+                Part::Hang => {
+                    tx.closed().await;
+                    return;
+                }
+            }
+        }
+    });
+    let mut response = Response::new(StreamBody::new(tokio_stream_shim::Receiver(rx)));
+    *response.status_mut() = reply.status;
+    for (name, value) in reply.headers {
+        response.headers_mut().append(
+            http::HeaderName::try_from(name).expect("header name"),
+            http::HeaderValue::try_from(value).expect("header value"),
+        );
+    }
+    Ok(response)
+}
+
+/// A `Stream` over an mpsc receiver, without pulling in tokio-stream.
+mod tokio_stream_shim {
+    use std::pin::Pin;
+    use std::task::{Context, Poll};
+
+    use bytes::Bytes;
+    use hyper::body::Frame;
+    use tokio::sync::mpsc;
+
+    pub(super) struct Receiver(pub(super) mpsc::Receiver<Result<Frame<Bytes>, std::io::Error>>);
+
+    impl futures_core::Stream for Receiver {
+        type Item = Result<Frame<Bytes>, std::io::Error>;
+
+        fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+            self.0.poll_recv(cx)
+        }
+    }
+}

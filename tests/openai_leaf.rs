@@ -1,0 +1,314 @@
+//! The OpenAI-compatible leaf against a scripted provider over real loopback HTTP.
+
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use serde_json::json;
+use tower::{Service, ServiceExt};
+use tower_chat::openai::OpenAiChat;
+use tower_chat::test_server::{Part, Reply, ScriptedProvider};
+use tower_chat::transport::Timeouts;
+use tower_chat::{
+    CancellationToken, ChatError, ChatEvent, ChatRequest, ChatStreamExt, ErrorKind, FinishReason,
+    Message, ModelInfo, TimeoutPhase, ToolCall, ToolSpec,
+};
+
+fn leaf(provider: &ScriptedProvider) -> OpenAiChat {
+    OpenAiChat::builder()
+        .base_url(provider.base_url())
+        .api_key("sk-test-secret-key")
+        .model("scripted-model")
+        .header("x-extra", "yes")
+        .build()
+        .unwrap()
+}
+
+fn hello() -> ChatRequest {
+    ChatRequest::new(vec![Message::user("Hello")])
+}
+
+async fn collect_items(
+    leaf: OpenAiChat,
+    request: ChatRequest,
+) -> Vec<Result<ChatEvent, ChatError>> {
+    leaf.oneshot(request).await.unwrap().collect().await
+}
+
+#[tokio::test]
+async fn streams_text_and_sends_a_well_formed_request() {
+    let provider = ScriptedProvider::start(|_, _| Reply::openai_text("Hello there, friend")).await;
+    let response = leaf(&provider)
+        .oneshot(hello().tool(ToolSpec::new("add", "adds", json!({"type": "object"}))))
+        .await
+        .unwrap()
+        .collect_response()
+        .await
+        .unwrap();
+    assert_eq!(response.text(), "Hello there, friend");
+    assert_eq!(response.finish_reason, Some(FinishReason::Stop));
+    assert_eq!(response.usage.total_tokens(), 17);
+    assert_eq!(response.response_id.as_deref(), Some("chatcmpl-scripted"));
+
+    let sent = &provider.requests()[0];
+    assert_eq!(sent.path, "/v1/chat/completions");
+    assert_eq!(sent.headers["authorization"], "Bearer sk-test-secret-key");
+    assert_eq!(sent.headers["x-extra"], "yes");
+    assert_eq!(sent.headers["accept"], "text/event-stream");
+    assert_eq!(sent.body["model"], "scripted-model");
+    assert_eq!(sent.body["stream"], true);
+    assert_eq!(sent.body["stream_options"]["include_usage"], true);
+    assert_eq!(
+        sent.body["messages"],
+        json!([{"role": "user", "content": "Hello"}])
+    );
+    assert_eq!(sent.body["tools"][0]["type"], "function");
+}
+
+#[tokio::test]
+async fn parallel_tool_calls_split_across_chunks_and_mid_utf8() {
+    let reply = Reply::openai_tool_calls(&[
+        ("call_a", "weather", r#"{"city":"Zürich"}"#),
+        ("call_b", "time", r#"{"tz":"Europe/Zürich"}"#),
+    ]);
+    // Re-cut the whole body into 7-byte pieces, which splits lines, CRLF-free events and the 'ü'.
+    let body: Vec<u8> = reply
+        .parts
+        .iter()
+        .flat_map(|p| match p {
+            Part::Bytes(b) => b.to_vec(),
+            _ => Vec::new(),
+        })
+        .collect();
+    let pieces: Vec<Vec<u8>> = body.chunks(7).map(<[u8]>::to_vec).collect();
+    let provider = ScriptedProvider::start(move |_, _| Reply::sse_chunks(pieces.clone())).await;
+    let response = leaf(&provider)
+        .oneshot(hello())
+        .await
+        .unwrap()
+        .collect_response()
+        .await
+        .unwrap();
+    assert_eq!(response.finish_reason, Some(FinishReason::ToolCalls));
+    assert_eq!(
+        response.last_assistant().unwrap().tool_calls,
+        vec![
+            ToolCall::new("call_a", "weather", json!({"city": "Zürich"})),
+            ToolCall::new("call_b", "time", json!({"tz": "Europe/Zürich"})),
+        ]
+    );
+}
+
+#[tokio::test]
+async fn non_streaming_calls_give_the_same_events() {
+    let provider = ScriptedProvider::start(|_, _| {
+        Reply::json(200, json!({"id": "chatcmpl-1", "object": "chat.completion", "model": "m",
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": "Hi!"}, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 4, "completion_tokens": 2, "total_tokens": 6}}))
+    })
+    .await;
+    let response = leaf(&provider)
+        .oneshot(hello().stream(false))
+        .await
+        .unwrap()
+        .collect_response()
+        .await
+        .unwrap();
+    assert_eq!(response.text(), "Hi!");
+    assert_eq!(response.usage.total_tokens(), 6);
+    let sent = &provider.requests()[0];
+    assert_eq!(sent.body["stream"], false);
+    assert!(sent.body.get("stream_options").is_none());
+}
+
+#[tokio::test]
+async fn statuses_become_typed_service_errors_without_the_key() {
+    let provider = ScriptedProvider::start(|_, i| match i {
+        0 => Reply::json(401, json!({"error": {"message": "Incorrect API key provided: sk-test-secret-key", "type": "invalid_request_error"}})),
+        1 => Reply::json(429, json!({"error": {"message": "Rate limit reached"}})).header("retry-after", "3"),
+        2 => Reply::json(500, json!({"error": {"message": "The server had an error"}})),
+        3 => Reply::json(400, json!({"error": {"message": "bad tool schema"}})),
+        _ => Reply::json(503, json!({})),
+    })
+    .await;
+    let leaf = leaf(&provider);
+    let err = leaf.clone().oneshot(hello()).await.err().unwrap();
+    assert_eq!(err.kind(), &ErrorKind::Authentication);
+    assert_eq!(err.status().map(|s| s.as_u16()), Some(401));
+    assert!(!err.to_string().contains("sk-test-secret-key"), "{err}");
+    assert!(
+        !format!("{err:?}").contains("sk-test-secret-key"),
+        "{err:?}"
+    );
+
+    let err = leaf.clone().oneshot(hello()).await.err().unwrap();
+    assert_eq!(
+        err.kind(),
+        &ErrorKind::RateLimited {
+            retry_after: Some(Duration::from_secs(3))
+        }
+    );
+    assert!(err.is_retryable());
+
+    let err = leaf.clone().oneshot(hello()).await.err().unwrap();
+    assert_eq!(err.kind(), &ErrorKind::Upstream);
+    assert_eq!(err.message(), "The server had an error");
+
+    let err = leaf.clone().oneshot(hello()).await.err().unwrap();
+    assert_eq!(err.kind(), &ErrorKind::InvalidRequest);
+    assert_eq!(err.message(), "bad tool schema");
+
+    let err = leaf.clone().oneshot(hello()).await.err().unwrap();
+    assert_eq!(err.kind(), &ErrorKind::Upstream);
+    assert_eq!(err.message(), "Service Unavailable");
+}
+
+#[tokio::test]
+async fn a_connection_dropped_mid_stream_is_an_error_item_not_a_hang() {
+    let provider = ScriptedProvider::start(|_, _| {
+        Reply::sse_chunks([
+            "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"partial\"}}]}\n\n",
+        ])
+        .then(Part::Pause(Duration::from_millis(20)))
+        .then(Part::Abort)
+    })
+    .await;
+    let items = tokio::time::timeout(
+        Duration::from_secs(5),
+        collect_items(leaf(&provider), hello()),
+    )
+    .await
+    .expect("no hang");
+    assert_eq!(items.len(), 2, "{items:?}");
+    assert_eq!(items[0].as_ref().unwrap(), &ChatEvent::text("partial"));
+    assert_eq!(
+        items[1].as_ref().unwrap_err().kind(),
+        &ErrorKind::Connection
+    );
+}
+
+#[tokio::test]
+async fn a_body_that_ends_without_finishing_is_an_error_item() {
+    let provider = ScriptedProvider::start(|_, _| {
+        Reply::sse_chunks([
+            "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"cut\"}}]}\n\n",
+        ])
+    })
+    .await;
+    let items = collect_items(leaf(&provider), hello()).await;
+    assert_eq!(
+        items.last().unwrap().as_ref().unwrap_err().kind(),
+        &ErrorKind::Connection
+    );
+}
+
+#[tokio::test]
+async fn a_malformed_event_is_a_protocol_error_item() {
+    let provider =
+        ScriptedProvider::start(|_, _| Reply::sse_chunks(["data: {\"choices\": [oops\n\n"])).await;
+    let items = collect_items(leaf(&provider), hello()).await;
+    let err = items.last().unwrap().as_ref().unwrap_err();
+    assert_eq!(err.kind(), &ErrorKind::Protocol);
+    assert!(err.message().contains("oops"), "{err}");
+}
+
+#[tokio::test]
+async fn idle_and_first_byte_timeouts_are_typed() {
+    let provider = ScriptedProvider::start(|_, i| match i {
+        0 => Reply::sse_chunks([
+            "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"a\"}}]}\n\n",
+        ])
+        .then(Part::Hang),
+        _ => Reply::openai_text("late").delayed(Duration::from_secs(5)),
+    })
+    .await;
+    let leaf = OpenAiChat::builder()
+        .base_url(provider.base_url())
+        .model("m")
+        .timeouts(Timeouts {
+            connect: Some(Duration::from_secs(1)),
+            first_byte: Some(Duration::from_millis(200)),
+            idle: Some(Duration::from_millis(200)),
+        })
+        .build()
+        .unwrap();
+    let items = collect_items(leaf.clone(), hello()).await;
+    assert_eq!(
+        items.last().unwrap().as_ref().unwrap_err().kind(),
+        &ErrorKind::Timeout(TimeoutPhase::Idle)
+    );
+    let err = leaf.oneshot(hello()).await.err().unwrap();
+    assert_eq!(err.kind(), &ErrorKind::Timeout(TimeoutPhase::FirstByte));
+}
+
+#[tokio::test]
+async fn an_unreachable_provider_is_a_connection_error() {
+    let port = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap().port()
+    };
+    let leaf = OpenAiChat::builder()
+        .base_url(format!("http://127.0.0.1:{port}/v1"))
+        .model("m")
+        .build()
+        .unwrap();
+    let err = leaf.oneshot(hello()).await.err().unwrap();
+    assert_eq!(err.kind(), &ErrorKind::Connection);
+}
+
+#[tokio::test]
+async fn cancelling_through_the_request_ends_the_stream() {
+    let provider = ScriptedProvider::start(|_, _| {
+        Reply::sse_chunks(["data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"a\"}}]}\n\n"])
+            .then(Part::Hang)
+    })
+    .await;
+    let token = CancellationToken::new();
+    let mut stream = leaf(&provider)
+        .oneshot(hello().with_extension(token.clone()))
+        .await
+        .unwrap();
+    assert_eq!(stream.next().await.unwrap().unwrap(), ChatEvent::text("a"));
+    let canceller = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        token.cancel();
+    });
+    let next = tokio::time::timeout(Duration::from_secs(5), stream.next())
+        .await
+        .expect("cancel is prompt");
+    assert_eq!(next.unwrap().unwrap_err().kind(), &ErrorKind::Cancelled);
+    assert!(stream.next().await.is_none());
+    canceller.await.unwrap();
+}
+
+#[tokio::test]
+async fn http2_prior_knowledge_speaks_h2_and_pools_connections() {
+    let provider = ScriptedProvider::start(|_, _| Reply::openai_text("over h2")).await;
+    let mut leaf = OpenAiChat::builder()
+        .base_url(provider.base_url())
+        .model("m")
+        .http2_prior_knowledge(true)
+        .build()
+        .unwrap();
+    for _ in 0..3 {
+        let stream = leaf.ready().await.unwrap().call(hello()).await.unwrap();
+        assert_eq!(stream.collect_response().await.unwrap().text(), "over h2");
+    }
+    let requests = provider.requests();
+    assert!(requests.iter().all(|r| r.version == http::Version::HTTP_2));
+}
+
+#[tokio::test]
+async fn metadata_is_readable_from_the_leaf() {
+    let provider = ScriptedProvider::start(|_, _| Reply::openai_text("x")).await;
+    let leaf = OpenAiChat::builder()
+        .base_url(provider.base_url())
+        .model("deepseek-chat")
+        .provider_name("deepseek")
+        .build()
+        .unwrap();
+    let meta = leaf.model_metadata();
+    assert_eq!(meta.provider, "deepseek");
+    assert_eq!(meta.model_id.as_deref(), Some("deepseek-chat"));
+    assert_eq!(meta.context_window, Some(128_000));
+    assert!(meta.supports_streaming_usage);
+}
