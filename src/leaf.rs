@@ -186,3 +186,48 @@ macro_rules! leaf_builder_methods {
 }
 
 pub(crate) use leaf_builder_methods;
+
+/// A public byte-level decoder over one provider's event mapping, for callers with their own transport (a proxy
+/// relaying bytes, a recorded stream) and for benchmarks.
+macro_rules! byte_stream_decoder {
+    ($(#[$doc:meta])* $name:ident, $wire:ty) => {
+        $(#[$doc])*
+        pub struct $name($crate::transport::EventDecoder<$wire>);
+
+        impl $name {
+            /// A decoder at the start of a response body.
+            pub fn new() -> Self {
+                $name($crate::transport::EventDecoder::new(<$wire>::default()))
+            }
+
+            /// Feed the next chunk of the body, split anywhere.
+            pub fn feed(&mut self, bytes: &[u8]) {
+                self.0.feed(bytes);
+            }
+
+            /// The body ended: a response the provider did not finish yields an error item.
+            pub fn finish(&mut self) {
+                self.0.end(None);
+            }
+
+            /// The next decoded event; after an error item there are no more.
+            pub fn next_event(&mut self) -> Option<Result<$crate::ChatEvent, $crate::ChatError>> {
+                self.0.next_item()
+            }
+        }
+
+        impl Default for $name {
+            fn default() -> Self {
+                $name::new()
+            }
+        }
+
+        impl std::fmt::Debug for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.debug_struct(stringify!($name)).finish_non_exhaustive()
+            }
+        }
+    };
+}
+
+pub(crate) use byte_stream_decoder;

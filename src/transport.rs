@@ -295,45 +295,37 @@ pub(crate) trait WireDecoder: Send + Unpin + 'static {
     fn is_done(&self) -> bool;
 }
 
-/// A streaming body decoded as SSE and mapped to chat events, with an idle deadline between chunks.
-pub(crate) struct SseChatStream<D> {
-    body: Incoming,
+/// SSE decoding plus one provider's event mapping, fed bytes and drained of results; shared by the body stream
+/// and the public byte-level decoders.
+pub(crate) struct EventDecoder<D> {
     sse: SseDecoder,
     wire: D,
     ready: VecDeque<ChatEvent>,
     failure: Option<ChatError>,
-    idle: Option<Duration>,
-    idle_deadline: Option<Instant>,
-    idle_timer: Option<Pin<Box<Sleep>>>,
-    body_done: bool,
     ended: bool,
 }
 
-impl<D: WireDecoder> SseChatStream<D> {
-    pub(crate) fn new(body: Incoming, wire: D, idle: Option<Duration>) -> Self {
-        SseChatStream {
-            body,
+impl<D: WireDecoder> EventDecoder<D> {
+    pub(crate) fn new(wire: D) -> Self {
+        EventDecoder {
             sse: SseDecoder::new(),
             wire,
             ready: VecDeque::new(),
             failure: None,
-            idle,
-            idle_deadline: None,
-            idle_timer: None,
-            body_done: false,
             ended: false,
         }
     }
 
-    pub(crate) fn boxed(self) -> ChatStream {
-        Box::pin(self)
+    /// Whether nothing more is wanted from the body (the end marker was seen, or it failed).
+    pub(crate) fn is_complete(&self) -> bool {
+        self.wire.is_done() || self.failure.is_some()
     }
 
-    fn feed(&mut self, data: &[u8]) {
-        if self.wire.is_done() || self.failure.is_some() {
+    pub(crate) fn feed(&mut self, data: &[u8]) {
+        if self.is_complete() {
             return;
         }
-        let SseChatStream {
+        let EventDecoder {
             sse,
             wire,
             ready,
@@ -342,29 +334,65 @@ impl<D: WireDecoder> SseChatStream<D> {
         } = self;
         sse.feed(data, &mut |event| {
             if failure.is_none() && !wire.is_done() {
-                if let Err(e) = wire.on_event(event, ready) {
-                    *failure = Some(e);
-                }
+                *failure = wire.on_event(event, ready).err();
             }
         });
     }
 
-    fn end_of_body(&mut self) {
-        self.body_done = true;
-        if self.wire.is_done() || self.failure.is_some() {
+    /// The body ended (normally, or with `error`).
+    pub(crate) fn end(&mut self, error: Option<ChatError>) {
+        if self.ended {
+            return;
+        }
+        self.ended = true;
+        if self.is_complete() {
+            return;
+        }
+        if let Some(error) = error {
+            self.failure = Some(error);
             return;
         }
         if let Some(event) = self.sse.finish() {
-            if let Err(e) = self.wire.on_event(event, &mut self.ready) {
-                self.failure = Some(e);
-                return;
-            }
+            self.failure = self.wire.on_event(event, &mut self.ready).err();
         }
-        if !self.wire.is_done() {
-            if let Err(e) = self.wire.on_end(&mut self.ready) {
-                self.failure = Some(e);
-            }
+        if !self.is_complete() {
+            self.failure = self.wire.on_end(&mut self.ready).err();
         }
+    }
+
+    /// The next decoded item: events first, then the failure that ended decoding.
+    pub(crate) fn next_item(&mut self) -> Option<Result<ChatEvent, ChatError>> {
+        match self.ready.pop_front() {
+            Some(event) => Some(Ok(event)),
+            None => self.failure.take().map(Err),
+        }
+    }
+}
+
+/// A streaming body decoded as SSE and mapped to chat events, with an idle deadline between chunks.
+pub(crate) struct SseChatStream<D> {
+    body: Incoming,
+    decoder: EventDecoder<D>,
+    idle: Option<Duration>,
+    idle_deadline: Option<Instant>,
+    idle_timer: Option<Pin<Box<Sleep>>>,
+    body_done: bool,
+}
+
+impl<D: WireDecoder> SseChatStream<D> {
+    pub(crate) fn new(body: Incoming, wire: D, idle: Option<Duration>) -> Self {
+        SseChatStream {
+            body,
+            decoder: EventDecoder::new(wire),
+            idle,
+            idle_deadline: None,
+            idle_timer: None,
+            body_done: false,
+        }
+    }
+
+    pub(crate) fn boxed(self) -> ChatStream {
+        Box::pin(self)
     }
 
     /// Whether the idle deadline passed; re-arms the timer lazily so a busy stream costs one clock read per chunk
@@ -394,17 +422,17 @@ impl<D: WireDecoder> Stream for SseChatStream<D> {
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let this = self.get_mut();
         loop {
-            if let Some(event) = this.ready.pop_front() {
-                return Poll::Ready(Some(Ok(event)));
+            if let Some(item) = this.decoder.next_item() {
+                if item.is_err() {
+                    this.body_done = true;
+                }
+                return Poll::Ready(Some(item));
             }
-            if let Some(error) = this.failure.take() {
-                this.ended = true;
-                return Poll::Ready(Some(Err(error)));
-            }
-            if this.ended || this.body_done {
-                this.ended = true;
+            if this.body_done {
                 return Poll::Ready(None);
             }
+            // After the end marker the rest of the body is still read (and ignored) so that the connection
+            // goes back to the pool instead of being closed.
             if this.idle_deadline.is_none() {
                 this.idle_deadline = this.idle.map(|idle| Instant::now() + idle);
             }
@@ -414,29 +442,32 @@ impl<D: WireDecoder> Stream for SseChatStream<D> {
                         this.idle_deadline = Some(Instant::now() + idle);
                     }
                     if let Ok(data) = frame.into_data() {
-                        this.feed(&data);
+                        this.decoder.feed(&data);
                     }
                 }
                 Poll::Ready(Some(Err(error))) => {
                     this.body_done = true;
-                    if !this.wire.is_done() && this.failure.is_none() {
-                        this.failure = Some(body_error(error));
-                    }
+                    this.decoder.end(Some(body_error(error)));
                 }
-                Poll::Ready(None) => this.end_of_body(),
+                Poll::Ready(None) => {
+                    this.body_done = true;
+                    this.decoder.end(None);
+                }
+                // A server that keeps the body open after its end marker must not delay the end of the stream.
+                Poll::Pending if this.decoder.is_complete() => {
+                    this.body_done = true;
+                    return Poll::Ready(None);
+                }
                 Poll::Pending => {
-                    if this.idle_expired(cx) {
-                        this.body_done = true;
-                        if !this.wire.is_done() {
-                            let idle = this.idle.unwrap_or_default();
-                            this.failure = Some(ChatError::new(
-                                ErrorKind::Timeout(TimeoutPhase::Idle),
-                                format!("no data from the provider for {idle:?}"),
-                            ));
-                        }
-                        continue;
+                    if !this.idle_expired(cx) {
+                        return Poll::Pending;
                     }
-                    return Poll::Pending;
+                    this.body_done = true;
+                    let idle = this.idle.unwrap_or_default();
+                    this.decoder.end(Some(ChatError::new(
+                        ErrorKind::Timeout(TimeoutPhase::Idle),
+                        format!("no data from the provider for {idle:?}"),
+                    )));
                 }
             }
         }

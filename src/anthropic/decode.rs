@@ -400,25 +400,16 @@ pub(crate) fn decode_message(body: &[u8]) -> Result<Vec<ChatEvent>, ChatError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sse::SseDecoder;
+    use crate::transport::EventDecoder;
     use serde_json::json;
 
     fn decode_stream(text: &str) -> Vec<Result<ChatEvent, String>> {
-        let mut sse = SseDecoder::new();
-        let mut wire = MessageDecoder::default();
-        let mut out = VecDeque::new();
-        let mut failure = None;
-        sse.feed(text.as_bytes(), &mut |event| {
-            if failure.is_none() && !wire.is_done() {
-                failure = wire.on_event(event, &mut out).err();
-            }
-        });
-        if failure.is_none() && !wire.is_done() {
-            failure = wire.on_end(&mut out).err();
-        }
-        let mut results: Vec<_> = out.into_iter().map(Ok).collect();
-        results.extend(failure.map(|e| Err(e.to_string())));
-        results
+        let mut decoder = EventDecoder::new(MessageDecoder::default());
+        decoder.feed(text.as_bytes());
+        decoder.end(None);
+        std::iter::from_fn(|| decoder.next_item())
+            .map(|item| item.map_err(|e| e.to_string()))
+            .collect()
     }
 
     fn event(name: &str, data: Value) -> String {

@@ -33,7 +33,7 @@ use http::header::HeaderName;
 use http::{HeaderValue, Uri};
 
 use crate::error::{ChatError, ErrorKind};
-use crate::leaf::{leaf_builder_methods, LeafConfig, LeafSettings};
+use crate::leaf::{byte_stream_decoder, leaf_builder_methods, LeafConfig, LeafSettings};
 use crate::metadata::{ModelInfo, ModelMetadata};
 use crate::request::ChatRequest;
 use crate::stream::ChatStream;
@@ -124,6 +124,13 @@ impl tower_service::Service<ChatRequest> for AnthropicChat {
         })
     }
 }
+
+byte_stream_decoder!(
+    /// Decodes a Messages API SSE body into chat events, byte chunk by byte chunk — the leaf's own decoder, for
+    /// bodies that arrive some other way.
+    StreamDecoder,
+    decode::MessageDecoder
+);
 
 impl ModelInfo for AnthropicChat {
     fn model_metadata(&self) -> ModelMetadata {

@@ -487,35 +487,21 @@ pub(crate) fn decode_completion(body: &[u8]) -> Result<Vec<ChatEvent>, ChatError
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sse::SseDecoder;
+    use crate::transport::EventDecoder;
     use crate::ToolArguments;
     use proptest::prelude::*;
     use serde_json::json;
 
     /// Decode a whole SSE byte stream, cut into the given chunks, the way the leaf's body stream does.
     pub(crate) fn decode_stream(chunks: &[&[u8]]) -> Vec<Result<ChatEvent, String>> {
-        let mut sse = SseDecoder::new();
-        let mut wire = ChunkDecoder::default();
-        let mut out = VecDeque::new();
-        let mut failure: Option<ChatError> = None;
+        let mut decoder = EventDecoder::new(ChunkDecoder::default());
         for chunk in chunks {
-            sse.feed(chunk, &mut |event| {
-                if failure.is_none() && !wire.is_done() {
-                    failure = wire.on_event(event, &mut out).err();
-                }
-            });
+            decoder.feed(chunk);
         }
-        if failure.is_none() && !wire.is_done() {
-            if let Some(event) = sse.finish() {
-                failure = wire.on_event(event, &mut out).err();
-            }
-            if failure.is_none() && !wire.is_done() {
-                failure = wire.on_end(&mut out).err();
-            }
-        }
-        let mut results: Vec<_> = out.into_iter().map(Ok).collect();
-        results.extend(failure.map(|e| Err(e.to_string())));
-        results
+        decoder.end(None);
+        std::iter::from_fn(|| decoder.next_item())
+            .map(|item| item.map_err(|e| e.to_string()))
+            .collect()
     }
 
     fn sse(chunks: &[Value]) -> String {

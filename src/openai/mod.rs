@@ -42,7 +42,7 @@ use http::Uri;
 pub use wire::MaxTokensField;
 
 use crate::error::ChatError;
-use crate::leaf::{leaf_builder_methods, LeafConfig, LeafSettings};
+use crate::leaf::{byte_stream_decoder, leaf_builder_methods, LeafConfig, LeafSettings};
 use crate::metadata::{ModelInfo, ModelMetadata};
 use crate::request::ChatRequest;
 use crate::stream::ChatStream;
@@ -131,6 +131,20 @@ impl tower_service::Service<ChatRequest> for OpenAiChat {
         })
     }
 }
+
+byte_stream_decoder!(
+    /// Decodes a Chat Completions SSE body into chat events, byte chunk by byte chunk — the leaf's own decoder,
+    /// for bodies that arrive some other way.
+    ///
+    /// ```
+    /// let mut decoder = tower_chat::openai::StreamDecoder::new();
+    /// decoder.feed(b"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hi\"},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n");
+    /// decoder.finish();
+    /// assert_eq!(decoder.next_event().unwrap().unwrap(), tower_chat::ChatEvent::text("Hi"));
+    /// ```
+    StreamDecoder,
+    decode::ChunkDecoder
+);
 
 impl ModelInfo for OpenAiChat {
     fn model_metadata(&self) -> ModelMetadata {
