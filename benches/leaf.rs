@@ -1,0 +1,187 @@
+//! The SSE decoder + event mapping, and one leaf round trip over loopback against a raw hyper client doing the
+//! same request and parse.
+//!
+//! `cargo bench --bench leaf`
+
+use std::hint::black_box;
+
+use bytes::Bytes;
+use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use serde_json::{json, Value};
+use tower::ServiceExt;
+use tower_chat::openai::{OpenAiChat, StreamDecoder};
+use tower_chat::sse::SseDecoder;
+use tower_chat::test_server::{Reply, ScriptedProvider};
+use tower_chat::{ChatRequest, ChatStreamExt, Message};
+
+/// A realistic streamed answer: `words` text chunks, one tool call in 20 fragments, usage, `[DONE]`.
+fn openai_body(words: usize) -> (Vec<u8>, usize) {
+    let mut events = vec![
+        json!({"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1, "model": "gpt-4o-mini",
+        "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": null}]}),
+    ];
+    for i in 0..words {
+        events.push(json!({"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1, "model": "gpt-4o-mini",
+            "choices": [{"index": 0, "delta": {"content": format!("word{i} ")}, "finish_reason": null}]}));
+    }
+    events.push(json!({"id": "chatcmpl-1", "choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "id": "call_1",
+        "type": "function", "function": {"name": "lookup", "arguments": ""}}]}}]}));
+    for i in 0..20 {
+        events.push(json!({"id": "chatcmpl-1", "choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0,
+            "function": {"arguments": if i == 0 { "{\"q\":\"".to_owned() } else if i == 19 { "\"}".to_owned() } else { format!("part{i}") }}}]}}]}));
+    }
+    events.push(json!({"id": "chatcmpl-1", "choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]}));
+    events.push(json!({"id": "chatcmpl-1", "choices": [], "usage": {"prompt_tokens": 100, "completion_tokens": 50, "total_tokens": 150}}));
+    let mut body = String::new();
+    for event in &events {
+        body.push_str(&format!("data: {event}\n\n"));
+    }
+    body.push_str("data: [DONE]\n\n");
+    (body.into_bytes(), events.len() + 1)
+}
+
+fn decode(c: &mut Criterion) {
+    let (body, sse_events) = openai_body(500);
+    let mut group = c.benchmark_group("openai_sse_decode");
+    group.throughput(Throughput::Bytes(body.len() as u64));
+    group.bench_function("bytes", |b| {
+        b.iter(|| {
+            let mut decoder = StreamDecoder::new();
+            let mut n = 0;
+            for chunk in body.chunks(1024) {
+                decoder.feed(chunk);
+                while let Some(event) = decoder.next_event() {
+                    black_box(event.unwrap());
+                    n += 1;
+                }
+            }
+            decoder.finish();
+            n
+        })
+    });
+    group.throughput(Throughput::Elements(sse_events as u64));
+    group.bench_function("sse_events", |b| {
+        b.iter(|| {
+            let mut decoder = StreamDecoder::new();
+            for chunk in body.chunks(1024) {
+                decoder.feed(chunk);
+                while let Some(event) = decoder.next_event() {
+                    black_box(event.unwrap());
+                }
+            }
+        })
+    });
+    group.finish();
+}
+
+/// The minimum a typed hand-written client deserializes per chunk.
+#[derive(serde::Deserialize)]
+struct MinimalChunk {
+    #[serde(default)]
+    choices: Vec<MinimalChoice>,
+}
+
+#[derive(serde::Deserialize)]
+struct MinimalChoice {
+    #[serde(default)]
+    delta: Option<MinimalDelta>,
+}
+
+#[derive(serde::Deserialize)]
+struct MinimalDelta {
+    #[serde(default)]
+    content: Option<String>,
+    #[serde(default)]
+    tool_calls: Option<Vec<Value>>,
+}
+
+type RawClient = Client<hyper_util::client::legacy::connect::HttpConnector, Full<Bytes>>;
+
+/// What a hand-written client does: POST, read frames, split SSE, parse each event's JSON (as `Value`, or into
+/// minimal typed structs).
+async fn raw_round_trip(client: &RawClient, url: &str, body: &Bytes, typed: bool) -> usize {
+    let request = http::Request::post(url)
+        .header("content-type", "application/json")
+        .header("authorization", "Bearer sk-bench")
+        .body(Full::new(body.clone()))
+        .unwrap();
+    let mut response = client.request(request).await.unwrap();
+    assert!(response.status().is_success());
+    let mut sse = SseDecoder::new();
+    let mut parsed = 0;
+    while let Some(frame) = response.body_mut().frame().await {
+        if let Ok(data) = frame.unwrap().into_data() {
+            sse.feed(&data, &mut |event| {
+                if event.data != "[DONE]" {
+                    if typed {
+                        let chunk: MinimalChunk = serde_json::from_str(&event.data).unwrap();
+                        black_box(
+                            chunk
+                                .choices
+                                .into_iter()
+                                .map(|c| c.delta.map(|d| (d.content, d.tool_calls)))
+                                .count(),
+                        );
+                    } else {
+                        black_box(serde_json::from_str::<Value>(&event.data).unwrap());
+                    }
+                }
+                parsed += 1;
+            });
+        }
+    }
+    parsed
+}
+
+fn round_trip(c: &mut Criterion) {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let (body, _) = openai_body(100);
+    let provider = rt.block_on(async move {
+        let body = Bytes::from(body);
+        ScriptedProvider::start(move |_, _| Reply::sse_chunks([body.clone()])).await
+    });
+    let leaf = OpenAiChat::builder()
+        .base_url(provider.base_url())
+        .api_key("sk-bench")
+        .model("gpt-4o-mini")
+        .build()
+        .unwrap();
+    let request = ChatRequest::new(vec![
+        Message::system("You are a bench."),
+        Message::user("Stream me 100 words."),
+    ]);
+    let raw_client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
+    let url = format!("{}/chat/completions", provider.base_url());
+    let raw_body = Bytes::from(
+        json!({"model": "gpt-4o-mini", "messages": [{"role": "system", "content": "You are a bench."},
+            {"role": "user", "content": "Stream me 100 words."}], "stream": true, "stream_options": {"include_usage": true}})
+        .to_string(),
+    );
+
+    let mut group = c.benchmark_group("round_trip_100_chunks");
+    group.bench_function("raw_hyper_value", |b| {
+        b.iter(|| rt.block_on(raw_round_trip(&raw_client, &url, &raw_body, false)))
+    });
+    group.bench_function("raw_hyper_typed", |b| {
+        b.iter(|| rt.block_on(raw_round_trip(&raw_client, &url, &raw_body, true)))
+    });
+    group.bench_function("openai_leaf", |b| {
+        b.iter(|| {
+            rt.block_on(async {
+                let stream = leaf.clone().oneshot(request.clone()).await.unwrap();
+                black_box(stream.collect_response().await.unwrap())
+            })
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(benches, decode, round_trip);
+criterion_main!(benches);
