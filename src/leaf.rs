@@ -7,7 +7,11 @@ use http_body_util::Full;
 
 use crate::error::ChatError;
 use crate::metadata::{known_context_window, ModelMetadata};
-use crate::transport::{endpoint, parse_headers, HttpTransport, Secret, Timeouts};
+use crate::request::ChatRequest;
+use crate::stream::ChatStream;
+use crate::transport::{
+    endpoint, parse_headers, HttpTransport, ProviderWire, Secret, Timeouts, WireDecoder,
+};
 
 /// What every leaf builder collects.
 #[derive(Debug)]
@@ -35,6 +39,23 @@ pub(crate) struct LeafConfig {
 }
 
 impl LeafConfig {
+    /// Post `body` for `request` and stream the answer: the shared body of every leaf's `call`.
+    pub(crate) async fn execute<D: WireDecoder>(
+        &self,
+        transport: &HttpTransport,
+        body: Vec<u8>,
+        request: &ChatRequest,
+        auth: (HeaderName, &str),
+        wire: ProviderWire<D>,
+    ) -> Result<ChatStream, ChatError> {
+        let streaming = request.options.stream;
+        let http_request = self.post_json(body, streaming, auth)?;
+        let cancel = request.cancellation().cloned();
+        transport
+            .execute(http_request, streaming, self.api_key.as_ref(), cancel, wire)
+            .await
+    }
+
     /// A JSON `POST` to the endpoint; `auth` names the header the key goes in and its prefix.
     pub(crate) fn post_json(
         &self,

@@ -571,6 +571,19 @@ pub(crate) fn parse_headers(headers: &[(String, String)]) -> Result<HeaderMap, C
     Ok(map)
 }
 
+/// The request's model, or the leaf's default.
+pub(crate) fn resolve_model<'a>(
+    options: &'a crate::ChatOptions,
+    default_model: Option<&'a str>,
+) -> Result<&'a str, ChatError> {
+    options.model.as_deref().or(default_model).ok_or_else(|| {
+        ChatError::new(
+            ErrorKind::InvalidRequest,
+            "no model: set ChatOptions::model or the leaf's default model",
+        )
+    })
+}
+
 /// Provider-specific fields win over ours, without duplicate keys in the body.
 pub(crate) fn merge_extra(
     body: &impl serde::Serialize,

@@ -100,24 +100,18 @@ impl tower_service::Service<ChatRequest> for AnthropicChat {
                     default_max_tokens: config.default_max_tokens,
                 },
             )?;
-            let streaming = request.options.stream;
-            let http_request = config.leaf.post_json(
-                body,
-                streaming,
-                (HeaderName::from_static("x-api-key"), ""),
-            )?;
             let wire = ProviderWire {
                 provider_message: decode::provider_message,
                 decode_whole: decode::decode_message,
                 stream_decoder: decode::MessageDecoder::default,
             };
-            let cancel = request.cancellation().cloned();
-            this.transport
+            config
+                .leaf
                 .execute(
-                    http_request,
-                    streaming,
-                    config.leaf.api_key.as_ref(),
-                    cancel,
+                    &this.transport,
+                    body,
+                    &request,
+                    (HeaderName::from_static("x-api-key"), ""),
                     wire,
                 )
                 .await

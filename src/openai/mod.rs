@@ -108,23 +108,18 @@ impl tower_service::Service<ChatRequest> for OpenAiChat {
                     include_usage: config.include_usage,
                 },
             )?;
-            let streaming = request.options.stream;
-            let http_request =
-                config
-                    .leaf
-                    .post_json(body, streaming, (AUTHORIZATION, "Bearer "))?;
             let wire = ProviderWire {
                 provider_message: decode::provider_message,
                 decode_whole: decode::decode_completion,
                 stream_decoder: decode::ChunkDecoder::default,
             };
-            let cancel = request.cancellation().cloned();
-            this.transport
+            config
+                .leaf
                 .execute(
-                    http_request,
-                    streaming,
-                    config.leaf.api_key.as_ref(),
-                    cancel,
+                    &this.transport,
+                    body,
+                    &request,
+                    (AUTHORIZATION, "Bearer "),
                     wire,
                 )
                 .await

@@ -6,7 +6,7 @@ use serde_json::Value;
 use crate::error::{ChatError, ErrorKind};
 use crate::message::{Message, ToolCall};
 use crate::request::{ChatRequest, ResponseFormat, ToolChoice, ToolSpec};
-use crate::transport::merge_extra;
+use crate::transport::{merge_extra, resolve_model};
 
 #[derive(Serialize)]
 struct Body<'a> {
@@ -109,16 +109,7 @@ pub(crate) fn encode(
     opts: &EncodeOptions<'_>,
 ) -> Result<Vec<u8>, ChatError> {
     let options = &request.options;
-    let model = options
-        .model
-        .as_deref()
-        .or(opts.default_model)
-        .ok_or_else(|| {
-            ChatError::new(
-                ErrorKind::InvalidRequest,
-                "no model: set ChatOptions::model or the leaf's default model",
-            )
-        })?;
+    let model = resolve_model(options, opts.default_model)?;
     let (max_tokens, max_completion_tokens) = match opts.max_tokens_field {
         MaxTokensField::MaxTokens => (options.max_output_tokens, None),
         MaxTokensField::MaxCompletionTokens => (None, options.max_output_tokens),
