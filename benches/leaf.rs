@@ -118,13 +118,9 @@ async fn raw_round_trip(client: &RawClient, url: &str, body: &Bytes, typed: bool
                 if event.data != "[DONE]" {
                     if typed {
                         let chunk: MinimalChunk = serde_json::from_str(&event.data).unwrap();
-                        black_box(
-                            chunk
-                                .choices
-                                .into_iter()
-                                .map(|c| c.delta.map(|d| (d.content, d.tool_calls)))
-                                .count(),
-                        );
+                        for choice in chunk.choices {
+                            black_box(choice.delta.map(|d| (d.content, d.tool_calls)));
+                        }
                     } else {
                         black_box(serde_json::from_str::<Value>(&event.data).unwrap());
                     }
