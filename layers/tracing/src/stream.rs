@@ -14,7 +14,8 @@ use crate::metrics::Metrics;
 /// tool, a log line) nests under the call; the call ends at the first error item or the end of the stream, and
 /// if the stream is dropped before either, [`CallState`]'s drop ends it as cancelled.
 pub(crate) struct TracedStream<M: Metrics> {
-    inner: ChatStream,
+    /// `None` once the inner stream has ended: the wrapper is fused, as consumers may poll once more.
+    inner: Option<ChatStream>,
     /// `None` once the call has ended; later polls go straight to the inner stream.
     state: Option<CallState<M>>,
 }
@@ -22,7 +23,7 @@ pub(crate) struct TracedStream<M: Metrics> {
 impl<M: Metrics> TracedStream<M> {
     pub(crate) fn new(inner: ChatStream, state: CallState<M>) -> Self {
         TracedStream {
-            inner,
+            inner: Some(inner),
             state: Some(state),
         }
     }
@@ -33,12 +34,19 @@ impl<M: Metrics> Stream for TracedStream<M> {
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let this = self.get_mut();
+        let Some(inner) = this.inner.as_mut() else {
+            return Poll::Ready(None);
+        };
         let Some(state) = this.state.as_mut() else {
-            return this.inner.as_mut().poll_next(cx);
+            let poll = inner.as_mut().poll_next(cx);
+            if let Poll::Ready(None) = poll {
+                this.inner = None;
+            }
+            return poll;
         };
         let poll = {
             let _entered = state.span().enter();
-            this.inner.as_mut().poll_next(cx)
+            inner.as_mut().poll_next(cx)
         };
         match &poll {
             Poll::Pending => {}
@@ -50,12 +58,16 @@ impl<M: Metrics> Stream for TracedStream<M> {
             Poll::Ready(None) => {
                 state.end_of_stream();
                 this.state = None;
+                this.inner = None;
             }
         }
         poll
     }
 
     fn size_hint(&self) -> (usize, Option<usize>) {
-        self.inner.size_hint()
+        match &self.inner {
+            Some(inner) => inner.size_hint(),
+            None => (0, Some(0)),
+        }
     }
 }
