@@ -188,10 +188,10 @@ impl<M: Metrics> CallState<M> {
             | ChatEvent::ReasoningDelta { .. }
             | ChatEvent::ToolCallStart { .. }
             | ChatEvent::ToolCallDelta { .. }
-            | ChatEvent::ToolCallEnd { .. } => {
-                if self.first_chunk.is_none() {
-                    self.first_chunk = Some(self.start.elapsed());
-                }
+            | ChatEvent::ToolCallEnd { .. }
+                if self.first_chunk.is_none() =>
+            {
+                self.first_chunk = Some(self.start.elapsed());
             }
             ChatEvent::ResponseMetadata { id, model } => {
                 if id.is_some() {
@@ -226,7 +226,12 @@ impl<M: Metrics> CallState<M> {
             ErrorKind::Cancelled => Outcome::Cancelled,
             _ => Outcome::Failed,
         };
-        self.end(outcome, Some(error.kind().as_str()), Some(error), Instant::now());
+        self.end(
+            outcome,
+            Some(error.kind().as_str()),
+            Some(error),
+            Instant::now(),
+        );
     }
 
     /// The stream ended. Without a finish event that breaks the service contract, so it is not a success.
@@ -284,7 +289,11 @@ impl<M: Metrics> CallState<M> {
             span.record("gen_ai.response.model", model.as_str());
         }
         if !self.finish_reasons.is_empty() {
-            let reasons: Vec<&str> = self.finish_reasons.iter().map(FinishReason::as_str).collect();
+            let reasons: Vec<&str> = self
+                .finish_reasons
+                .iter()
+                .map(FinishReason::as_str)
+                .collect();
             span.record(
                 "gen_ai.response.finish_reasons",
                 tracing::field::debug(&reasons),

@@ -93,7 +93,8 @@ impl OpenTelemetryMetrics {
 
 impl fmt::Debug for OpenTelemetryMetrics {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("OpenTelemetryMetrics").finish_non_exhaustive()
+        f.debug_struct("OpenTelemetryMetrics")
+            .finish_non_exhaustive()
     }
 }
 

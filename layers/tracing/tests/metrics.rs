@@ -9,7 +9,8 @@ use futures_util::StreamExt;
 use support::*;
 use tower::{service_fn, Layer, Service, ServiceExt};
 use tower_chat::{
-    ChatError, ChatEvent, ChatRequest, ChatStream, ChatStreamExt, ErrorKind, FinishReason, Message, Usage,
+    ChatError, ChatEvent, ChatRequest, ChatStream, ChatStreamExt, ErrorKind, FinishReason, Message,
+    Usage,
 };
 use tower_chat_tracing::{CallRecord, Outcome, TracingLayer};
 
@@ -66,11 +67,17 @@ fn slow_answer(delay: Duration) -> ChatStream {
         if step == 1 {
             tokio::time::sleep(delay).await;
         }
-        answer().into_iter().nth(step).map(|event| (event, step + 1))
+        answer()
+            .into_iter()
+            .nth(step)
+            .map(|event| (event, step + 1))
     }))
 }
 
-fn leaf(delay: Duration) -> Scripted<impl FnMut(ChatRequest) -> std::future::Ready<Result<ChatStream, ChatError>> + Clone> {
+fn leaf(
+    delay: Duration,
+) -> Scripted<impl FnMut(ChatRequest) -> std::future::Ready<Result<ChatStream, ChatError>> + Clone>
+{
     Scripted {
         reply: move |_req: ChatRequest| std::future::ready(Ok(slow_answer(delay))),
         metadata: openai_metadata(),
@@ -83,17 +90,25 @@ fn leaf(delay: Duration) -> Scripted<impl FnMut(ChatRequest) -> std::future::Rea
 async fn a_completed_call_records_duration_time_to_first_chunk_and_usage() {
     let sink = Sink::default();
     let service = sink.layer().layer(leaf(Duration::from_millis(30)));
-    let stream = service.oneshot(ChatRequest::new(vec![Message::user("hi")])).await.unwrap();
+    let stream = service
+        .oneshot(ChatRequest::new(vec![Message::user("hi")]))
+        .await
+        .unwrap();
     stream.collect_response().await.unwrap();
 
     let record = sink.one();
     assert_eq!(record.provider, "openai");
     assert_eq!(record.request_model.as_deref(), Some("gpt-4o-mini"));
-    assert_eq!(record.response_model.as_deref(), Some("gpt-4o-mini-2024-07-18"));
+    assert_eq!(
+        record.response_model.as_deref(),
+        Some("gpt-4o-mini-2024-07-18")
+    );
     assert_eq!(record.server, (Some("api.openai.com".into()), Some(443)));
     assert_eq!(record.outcome, Outcome::Completed);
     assert_eq!(record.error_type, None);
-    let ttfc = record.ttfc.expect("a streaming call has a time to first chunk");
+    let ttfc = record
+        .ttfc
+        .expect("a streaming call has a time to first chunk");
     assert!(ttfc >= Duration::from_millis(30), "{ttfc:?}");
     assert!(record.duration >= ttfc);
     let usage = record.usage.unwrap();
@@ -106,7 +121,13 @@ async fn a_non_streaming_request_has_no_time_to_first_chunk() {
     let service = sink.layer().layer(leaf(Duration::ZERO));
     let mut request = ChatRequest::new(vec![Message::user("hi")]);
     request.options.stream = false;
-    service.oneshot(request).await.unwrap().collect_response().await.unwrap();
+    service
+        .oneshot(request)
+        .await
+        .unwrap()
+        .collect_response()
+        .await
+        .unwrap();
     let record = sink.one();
     assert_eq!(record.outcome, Outcome::Completed);
     assert_eq!(record.ttfc, None);
@@ -123,14 +144,20 @@ async fn failures_and_cancellations_are_recorded_once_with_their_error_type() {
     let service = sink.layer().provider("openai").layer(failing);
     assert!(service.oneshot(ChatRequest::default()).await.is_err());
     let record = sink.one();
-    assert_eq!((record.outcome, record.error_type.as_deref()), (Outcome::Failed, Some("authentication")));
+    assert_eq!(
+        (record.outcome, record.error_type.as_deref()),
+        (Outcome::Failed, Some("authentication"))
+    );
     assert_eq!(record.usage, None);
     assert_eq!(record.request_model, None);
 
     // The stream fails; polling it further records nothing more.
     let broken = service_fn(|_req: ChatRequest| async {
         Ok::<_, ChatError>(script(
-            vec![Ok(ChatEvent::text("a")), Err(ChatError::new(ErrorKind::Protocol, "bad frame"))],
+            vec![
+                Ok(ChatEvent::text("a")),
+                Err(ChatError::new(ErrorKind::Protocol, "bad frame")),
+            ],
             Shape::Streaming,
         ))
     });
@@ -140,17 +167,26 @@ async fn failures_and_cancellations_are_recorded_once_with_their_error_type() {
     assert!(stream.next().await.is_none());
     drop(stream);
     let record = sink.one();
-    assert_eq!((record.outcome, record.error_type.as_deref()), (Outcome::Failed, Some("protocol")));
+    assert_eq!(
+        (record.outcome, record.error_type.as_deref()),
+        (Outcome::Failed, Some("protocol"))
+    );
     assert!(record.ttfc.is_some());
 
     // The stream is dropped part-way.
     let service = sink.layer().layer(leaf(Duration::ZERO));
     let mut stream = service.oneshot(ChatRequest::default()).await.unwrap();
     stream.next().await.unwrap().unwrap();
-    assert!(sink.take().is_empty(), "nothing is recorded before the call ends");
+    assert!(
+        sink.take().is_empty(),
+        "nothing is recorded before the call ends"
+    );
     drop(stream);
     let record = sink.one();
-    assert_eq!((record.outcome, record.error_type.as_deref()), (Outcome::Cancelled, Some("cancelled")));
+    assert_eq!(
+        (record.outcome, record.error_type.as_deref()),
+        (Outcome::Cancelled, Some("cancelled"))
+    );
 
     // The future is dropped before the service answered.
     let mut service = sink.layer().layer(leaf(Duration::ZERO));
@@ -165,7 +201,12 @@ async fn a_stream_kept_after_its_finish_is_timed_to_the_finish() {
     let service = sink.layer().layer(leaf(Duration::ZERO));
     let mut stream = service.oneshot(ChatRequest::default()).await.unwrap();
     while let Some(event) = stream.next().await {
-        if matches!(event, Ok(ChatEvent::Finish { reason: FinishReason::Stop })) {
+        if matches!(
+            event,
+            Ok(ChatEvent::Finish {
+                reason: FinishReason::Stop
+            })
+        ) {
             break;
         }
     }
@@ -173,5 +214,9 @@ async fn a_stream_kept_after_its_finish_is_timed_to_the_finish() {
     drop(stream);
     let record = sink.one();
     assert_eq!(record.outcome, Outcome::Completed);
-    assert!(record.duration < Duration::from_millis(250), "{:?}", record.duration);
+    assert!(
+        record.duration < Duration::from_millis(250),
+        "{:?}",
+        record.duration
+    );
 }

@@ -22,7 +22,9 @@ fn request() -> ChatRequest {
     request.with_extension(ConversationId::new("conv-42"))
 }
 
-fn answering(shape: Shape) -> impl Service<ChatRequest, Response = ChatStream, Error = ChatError> + ModelInfo + Clone {
+fn answering(
+    shape: Shape,
+) -> impl Service<ChatRequest, Response = ChatStream, Error = ChatError> + ModelInfo + Clone {
     Scripted {
         reply: move |_req: ChatRequest| async move { Ok(script(answer(), shape)) },
         metadata: openai_metadata(),
@@ -44,7 +46,10 @@ async fn a_completed_call_has_the_genai_attributes_in_both_shapes() {
         assert_eq!(response.text(), "Hello, world", "{shape:?}");
 
         let (_, span) = capture.only("chat");
-        assert!(span.closed, "{shape:?}: the span closes at the end of the stream");
+        assert!(
+            span.closed,
+            "{shape:?}: the span closes at the end of the stream"
+        );
         let expected = [
             ("otel.name", "chat gpt-4o-mini"),
             ("otel.kind", "client"),
@@ -65,12 +70,25 @@ async fn a_completed_call_has_the_genai_attributes_in_both_shapes() {
             ("tower_chat.outcome", "completed"),
         ];
         for (name, value) in expected {
-            assert_eq!(span.field(name), Some(value), "{shape:?}: {name} in {span:#?}");
+            assert_eq!(
+                span.field(name),
+                Some(value),
+                "{shape:?}: {name} in {span:#?}"
+            );
         }
-        for absent in ["error.type", "otel.status_code", "gen_ai.input.messages", "gen_ai.output.messages"] {
+        for absent in [
+            "error.type",
+            "otel.status_code",
+            "gen_ai.input.messages",
+            "gen_ai.output.messages",
+        ] {
             assert_eq!(span.field(absent), None, "{shape:?}: {absent}");
         }
-        let ttfc: f64 = span.field("gen_ai.response.time_to_first_chunk").unwrap().parse().unwrap();
+        let ttfc: f64 = span
+            .field("gen_ai.response.time_to_first_chunk")
+            .unwrap()
+            .parse()
+            .unwrap();
         assert!(ttfc >= 0.0);
     }
 }
@@ -79,7 +97,10 @@ async fn a_completed_call_has_the_genai_attributes_in_both_shapes() {
 async fn the_model_defaults_to_the_services_and_the_provider_can_be_named() {
     let (capture, _guard) = Capture::install();
     let service = Tracing::new(answering(Shape::Ready));
-    let stream = service.oneshot(ChatRequest::new(vec![Message::user("hi")])).await.unwrap();
+    let stream = service
+        .oneshot(ChatRequest::new(vec![Message::user("hi")]))
+        .await
+        .unwrap();
     stream.collect_response().await.unwrap();
     let (_, span) = capture.only("chat");
     assert_eq!(span.field("otel.name"), Some("chat gpt-4o-mini"));
@@ -87,9 +108,14 @@ async fn the_model_defaults_to_the_services_and_the_provider_can_be_named() {
 
     // A service without ModelInfo and a request without a model.
     let (capture, _guard) = Capture::install();
-    let leaf = service_fn(|_req: ChatRequest| async { Ok::<_, ChatError>(script(answer(), Shape::Ready)) });
+    let leaf = service_fn(|_req: ChatRequest| async {
+        Ok::<_, ChatError>(script(answer(), Shape::Ready))
+    });
     let service = TracingLayer::new().provider("anthropic").layer(leaf);
-    let stream = service.oneshot(ChatRequest::new(vec![Message::user("hi")])).await.unwrap();
+    let stream = service
+        .oneshot(ChatRequest::new(vec![Message::user("hi")]))
+        .await
+        .unwrap();
     stream.collect_response().await.unwrap();
     let (_, span) = capture.only("chat");
     assert_eq!(span.field("otel.name"), Some("chat"));
@@ -129,7 +155,10 @@ async fn a_service_error_fails_the_span() {
             .collect();
         assert_eq!(failures.len(), 1, "{shape:?}");
         assert_eq!(failures[0].parent, Some(index));
-        assert_eq!(failures[0].fields.get("error.type").map(String::as_str), Some("rate_limited"));
+        assert_eq!(
+            failures[0].fields.get("error.type").map(String::as_str),
+            Some("rate_limited")
+        );
     }
 }
 
@@ -162,7 +191,11 @@ async fn an_error_item_ends_the_span_at_once_and_keeps_the_partial_figures() {
         assert!(stream.next().await.is_none());
         drop(stream);
         let (_, span) = capture.only("chat");
-        assert_eq!(span.field("tower_chat.outcome"), Some("failed"), "ended once");
+        assert_eq!(
+            span.field("tower_chat.outcome"),
+            Some("failed"),
+            "ended once"
+        );
     }
 }
 
@@ -180,7 +213,11 @@ async fn a_dropped_stream_cancels_the_span_when_dropped() {
         assert!(span.closed, "{shape:?}");
         assert_eq!(span.field("tower_chat.outcome"), Some("cancelled"));
         assert_eq!(span.field("error.type"), Some("cancelled"));
-        assert_eq!(span.field("otel.status_code"), None, "a cancellation is not a failure");
+        assert_eq!(
+            span.field("otel.status_code"),
+            None,
+            "a cancellation is not a failure"
+        );
         assert_eq!(span.field("gen_ai.response.id"), Some("resp-1"));
     }
 }
@@ -217,7 +254,11 @@ async fn a_stream_dropped_right_after_its_finish_completed() {
         }
         drop(stream);
         let (_, span) = capture.only("chat");
-        assert_eq!(span.field("tower_chat.outcome"), Some("completed"), "{shape:?}");
+        assert_eq!(
+            span.field("tower_chat.outcome"),
+            Some("completed"),
+            "{shape:?}"
+        );
         assert_eq!(span.field("error.type"), None);
     }
 }
@@ -230,7 +271,9 @@ async fn a_stream_dropped_in_the_round_after_a_finish_was_cancelled() {
         Ok::<_, ChatError>(script(
             vec![
                 Ok(ChatEvent::finish(FinishReason::ToolCalls)),
-                Ok(ChatEvent::ToolResult { result: ToolMessage::success("c1", "weather", "12C") }),
+                Ok(ChatEvent::ToolResult {
+                    result: ToolMessage::success("c1", "weather", "12C"),
+                }),
                 Ok(ChatEvent::text("It is")),
                 Ok(ChatEvent::finish(FinishReason::Stop)),
             ],
@@ -245,14 +288,21 @@ async fn a_stream_dropped_in_the_round_after_a_finish_was_cancelled() {
     drop(stream);
     let (_, span) = capture.only("chat");
     assert_eq!(span.field("tower_chat.outcome"), Some("cancelled"));
-    assert_eq!(span.field("gen_ai.response.finish_reasons"), Some(r#"["tool_calls"]"#));
+    assert_eq!(
+        span.field("gen_ai.response.finish_reasons"),
+        Some(r#"["tool_calls"]"#)
+    );
 }
 
 #[tokio::test]
 async fn a_stream_ending_without_finish_is_incomplete_and_a_cancelled_error_is_a_cancellation() {
     let cases = [
         (vec![Ok(ChatEvent::text("Hel"))], "failed", "incomplete"),
-        (vec![Ok(ChatEvent::text("Hel")), Err(ChatError::cancelled())], "cancelled", "cancelled"),
+        (
+            vec![Ok(ChatEvent::text("Hel")), Err(ChatError::cancelled())],
+            "cancelled",
+            "cancelled",
+        ),
     ];
     for (events, outcome, error_type) in cases {
         let (capture, _guard) = Capture::install();
@@ -318,7 +368,9 @@ async fn work_done_while_the_stream_is_polled_nests_under_the_call_span() {
         // Created synchronously in `call`.
         let connect = tracing::info_span!("connect");
         async move {
-            async { tokio::task::yield_now().await }.instrument(connect).await;
+            async { tokio::task::yield_now().await }
+                .instrument(connect)
+                .await;
             Ok::<_, ChatError>(tool_loop_stream())
         }
     });
@@ -333,7 +385,11 @@ async fn work_done_while_the_stream_is_polled_nests_under_the_call_span() {
 
     let (request_index, _) = capture.only("request");
     let (chat_index, chat) = capture.only("chat");
-    assert_eq!(chat.parent, Some(request_index), "the call span is a child of the caller's span");
+    assert_eq!(
+        chat.parent,
+        Some(request_index),
+        "the call span is a child of the caller's span"
+    );
     let (_, connect) = capture.only("connect");
     assert_eq!(connect.parent, Some(chat_index));
     let (tool_index, tool) = capture.only("execute_tool");
@@ -341,9 +397,15 @@ async fn work_done_while_the_stream_is_polled_nests_under_the_call_span() {
     assert_eq!(tool.field("gen_ai.tool.name"), Some("weather"));
     assert!(tool.closed);
     let events = capture.events();
-    let ran = events.iter().find(|e| e.fields["message"] == "tool ran").unwrap();
+    let ran = events
+        .iter()
+        .find(|e| e.fields["message"] == "tool ran")
+        .unwrap();
     assert_eq!(ran.parent, Some(tool_index));
-    let round_two = events.iter().find(|e| e.fields["message"] == "round two").unwrap();
+    let round_two = events
+        .iter()
+        .find(|e| e.fields["message"] == "round two")
+        .unwrap();
     assert_eq!(round_two.parent, Some(chat_index));
 }
 
@@ -364,7 +426,11 @@ async fn inside_a_tool_loop_each_round_gets_its_own_span_beside_the_tool_spans()
                     Ok(ChatEvent::finish(FinishReason::ToolCalls)),
                 ]
             } else {
-                vec![Ok(ChatEvent::text("12C")), Ok(usage(20, 4)), Ok(ChatEvent::finish(FinishReason::Stop))]
+                vec![
+                    Ok(ChatEvent::text("12C")),
+                    Ok(usage(20, 4)),
+                    Ok(ChatEvent::finish(FinishReason::Stop)),
+                ]
             };
             async move { Ok(script(events, Shape::Streaming)) }
         },
@@ -378,7 +444,9 @@ async fn inside_a_tool_loop_each_round_gets_its_own_span_beside_the_tool_spans()
             stream.collect_response().await.unwrap();
             if round == 0 {
                 let span = tracing::info_span!("execute_tool", gen_ai.tool.name = "weather");
-                async { tokio::task::yield_now().await }.instrument(span).await;
+                async { tokio::task::yield_now().await }
+                    .instrument(span)
+                    .await;
             }
         }
     }
@@ -394,9 +462,15 @@ async fn inside_a_tool_loop_each_round_gets_its_own_span_beside_the_tool_spans()
         assert_eq!(chat.parent, Some(turn));
         assert!(chat.closed);
     }
-    assert_eq!(chats[0].1.field("gen_ai.response.finish_reasons"), Some(r#"["tool_calls"]"#));
+    assert_eq!(
+        chats[0].1.field("gen_ai.response.finish_reasons"),
+        Some(r#"["tool_calls"]"#)
+    );
     assert_eq!(chats[0].1.field("gen_ai.usage.input_tokens"), Some("10"));
-    assert_eq!(chats[1].1.field("gen_ai.response.finish_reasons"), Some(r#"["stop"]"#));
+    assert_eq!(
+        chats[1].1.field("gen_ai.response.finish_reasons"),
+        Some(r#"["stop"]"#)
+    );
     assert_eq!(chats[1].1.field("gen_ai.usage.output_tokens"), Some("4"));
 }
 
@@ -405,14 +479,30 @@ async fn the_span_level_is_configurable_and_a_disabled_span_still_works() {
     use tracing_subscriber::layer::SubscriberExt;
     use tracing_subscriber::Layer as _;
     let capture = Capture::default();
-    let subscriber = tracing_subscriber::registry()
-        .with(capture.clone().with_filter(tracing_subscriber::filter::LevelFilter::INFO));
+    let subscriber = tracing_subscriber::registry().with(
+        capture
+            .clone()
+            .with_filter(tracing_subscriber::filter::LevelFilter::INFO),
+    );
     let _guard = tracing::subscriber::set_default(subscriber);
 
     for (level, recorded) in [(tracing::Level::DEBUG, false), (tracing::Level::WARN, true)] {
-        let service = TracingLayer::new().level(level).record_content(true).layer(answering(Shape::Streaming));
-        let response = service.oneshot(request()).await.unwrap().collect_response().await.unwrap();
+        let service = TracingLayer::new()
+            .level(level)
+            .record_content(true)
+            .layer(answering(Shape::Streaming));
+        let response = service
+            .oneshot(request())
+            .await
+            .unwrap()
+            .collect_response()
+            .await
+            .unwrap();
         assert_eq!(response.text(), "Hello, world");
-        assert_eq!(capture.named("chat").len(), usize::from(recorded), "{level}");
+        assert_eq!(
+            capture.named("chat").len(),
+            usize::from(recorded),
+            "{level}"
+        );
     }
 }

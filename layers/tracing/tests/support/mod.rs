@@ -60,8 +60,7 @@ impl Visit for FieldVisitor<'_> {
         self.0.insert(field.name().to_owned(), value.to_owned());
     }
     fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
-        self.0
-            .insert(field.name().to_owned(), format!("{value:?}"));
+        self.0.insert(field.name().to_owned(), format!("{value:?}"));
     }
 }
 
@@ -83,7 +82,8 @@ where
             parent,
             closed: false,
         });
-        span.extensions_mut().insert(Index(captured.spans.len() - 1));
+        span.extensions_mut()
+            .insert(Index(captured.spans.len() - 1));
     }
 
     fn on_record(&self, id: &Id, values: &Record<'_>, ctx: Context<'_, S>) {
