@@ -78,11 +78,11 @@ fn exact(value: f32) -> f64 {
 
 // The span's level is part of its static callsite metadata, so each level needs its own `span!` invocation.
 macro_rules! chat_span {
-    ($level:expr, $otel_name:expr, $shared:expr, $model:expr, $request:expr) => {
+    ($level:expr, $shared:expr, $model:expr, $request:expr) => {
         tracing::span!(
             $level,
             "chat",
-            otel.name = $otel_name,
+            otel.name = Empty,
             otel.kind = "client",
             otel.status_code = Empty,
             gen_ai.operation.name = OPERATION,
@@ -140,18 +140,21 @@ impl<M: Metrics> CallState<M> {
             .model
             .clone()
             .or_else(|| shared.default_model.clone());
-        let otel_name = match &request_model {
-            Some(model) => Cow::Owned(format!("{OPERATION} {model}")),
-            None => Cow::Borrowed(OPERATION),
-        };
         let model = request_model.as_deref();
         let span = match shared.level {
-            Level::ERROR => chat_span!(Level::ERROR, &*otel_name, shared, model, request),
-            Level::WARN => chat_span!(Level::WARN, &*otel_name, shared, model, request),
-            Level::INFO => chat_span!(Level::INFO, &*otel_name, shared, model, request),
-            Level::DEBUG => chat_span!(Level::DEBUG, &*otel_name, shared, model, request),
-            Level::TRACE => chat_span!(Level::TRACE, &*otel_name, shared, model, request),
+            Level::ERROR => chat_span!(Level::ERROR, shared, model, request),
+            Level::WARN => chat_span!(Level::WARN, shared, model, request),
+            Level::INFO => chat_span!(Level::INFO, shared, model, request),
+            Level::DEBUG => chat_span!(Level::DEBUG, shared, model, request),
+            Level::TRACE => chat_span!(Level::TRACE, shared, model, request),
         };
+        if !span.is_disabled() {
+            // Recorded after creation so that a call nobody listens to does not pay for the formatting.
+            match model {
+                Some(model) => span.record("otel.name", format!("{OPERATION} {model}")),
+                None => span.record("otel.name", OPERATION),
+            };
+        }
         // Content is the expensive and the sensitive part: built only when asked for and when someone listens.
         let record_content = shared.record_content && !span.is_disabled();
         if record_content {
