@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use tower_chat::{
     ChatError, ChatEvent, ChatRequest, ErrorKind, FinishReason, ModelMetadata, ResponseBuilder,
-    Usage,
+    ResponseFormat, Usage,
 };
 use tracing::field::Empty;
 use tracing::{Level, Span};
@@ -76,6 +76,14 @@ fn exact(value: f32) -> f64 {
     value.to_string().parse().unwrap_or(f64::from(value))
 }
 
+/// `gen_ai.output.type` of a requested response format.
+fn output_type(format: &ResponseFormat) -> &'static str {
+    match format {
+        ResponseFormat::Text => "text",
+        ResponseFormat::JsonObject | ResponseFormat::JsonSchema { .. } => "json",
+    }
+}
+
 // The span's level is part of its static callsite metadata, so each level needs its own `span!` invocation.
 macro_rules! chat_span {
     ($level:expr, $shared:expr, $model:expr, $request:expr) => {
@@ -91,6 +99,7 @@ macro_rules! chat_span {
             gen_ai.request.temperature = $request.options.temperature.map(exact),
             gen_ai.request.top_p = $request.options.top_p.map(exact),
             gen_ai.request.max_tokens = $request.options.max_output_tokens.map(u64::from),
+            gen_ai.output.type = $request.options.response_format.as_ref().map(output_type),
             gen_ai.conversation.id = $request.conversation_id().map(|c| c.as_str()),
             server.address = $shared.server_address.as_deref(),
             server.port = $shared.server_port,
@@ -100,6 +109,7 @@ macro_rules! chat_span {
             gen_ai.response.time_to_first_chunk = Empty,
             gen_ai.usage.input_tokens = Empty,
             gen_ai.usage.output_tokens = Empty,
+            gen_ai.usage.cache_read.input_tokens = Empty,
             gen_ai.input.messages = Empty,
             gen_ai.output.messages = Empty,
             error.type = Empty,
@@ -308,6 +318,9 @@ impl<M: Metrics> CallState<M> {
         if let Some(usage) = &self.usage {
             span.record("gen_ai.usage.input_tokens", usage.input_tokens);
             span.record("gen_ai.usage.output_tokens", usage.output_tokens);
+            if let Some(cached) = usage.cached_input_tokens {
+                span.record("gen_ai.usage.cache_read.input_tokens", cached);
+            }
         }
         if let Some(error_type) = error_type {
             span.record("error.type", error_type);

@@ -77,6 +77,8 @@ async fn a_completed_call_has_the_genai_attributes_in_both_shapes() {
             );
         }
         for absent in [
+            "gen_ai.output.type",
+            "gen_ai.usage.cache_read.input_tokens",
             "error.type",
             "otel.status_code",
             "gen_ai.input.messages",
@@ -122,6 +124,46 @@ async fn the_model_defaults_to_the_services_and_the_provider_can_be_named() {
     assert_eq!(span.field("gen_ai.provider.name"), Some("anthropic"));
     assert_eq!(span.field("gen_ai.request.model"), None);
     assert_eq!(span.field("server.address"), None);
+}
+
+#[tokio::test]
+async fn cached_tokens_and_the_output_type_are_recorded() {
+    let (capture, _guard) = Capture::install();
+    let leaf = service_fn(|_req: ChatRequest| async {
+        let cached = ChatEvent::Usage {
+            usage: tower_chat::Usage {
+                input_tokens: 100,
+                output_tokens: 5,
+                cached_input_tokens: Some(64),
+                reasoning_tokens: None,
+            },
+        };
+        Ok::<_, ChatError>(script(
+            vec![
+                Ok(ChatEvent::text("{}")),
+                Ok(cached),
+                Ok(ChatEvent::finish(FinishReason::Stop)),
+            ],
+            Shape::Ready,
+        ))
+    });
+    let service = TracingLayer::new().provider("openai").layer(leaf);
+    let mut request = request();
+    request.options.response_format = Some(tower_chat::ResponseFormat::JsonObject);
+    service
+        .oneshot(request)
+        .await
+        .unwrap()
+        .collect_response()
+        .await
+        .unwrap();
+    let (_, span) = capture.only("chat");
+    assert_eq!(span.field("gen_ai.output.type"), Some("json"));
+    assert_eq!(span.field("gen_ai.usage.input_tokens"), Some("100"));
+    assert_eq!(
+        span.field("gen_ai.usage.cache_read.input_tokens"),
+        Some("64")
+    );
 }
 
 #[tokio::test]
@@ -505,4 +547,24 @@ async fn the_span_level_is_configurable_and_a_disabled_span_still_works() {
             "{level}"
         );
     }
+}
+
+#[test]
+fn the_service_forwards_model_info_and_exposes_the_inner_service() {
+    let mut service = TracingLayer::new()
+        .record_content(true)
+        .layer(answering(Shape::Ready));
+    assert_eq!(service.model_metadata(), openai_metadata());
+    assert_eq!(service.get_ref().model_metadata().provider, "openai");
+    assert_eq!(service.get_mut().model_metadata().provider, "openai");
+    assert_eq!(
+        service.clone().into_inner().model_metadata(),
+        openai_metadata()
+    );
+
+    fn assert_send<T: Send + 'static>(_: &T) {}
+    let future = service.call(request());
+    assert_send(&future);
+    let layer = TracingLayer::new().provider("openai");
+    assert!(format!("{layer:?}").contains("openai"));
 }
