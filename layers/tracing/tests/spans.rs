@@ -563,8 +563,11 @@ fn the_service_forwards_model_info_and_exposes_the_inner_service() {
     );
 
     fn assert_send<T: Send + 'static>(_: &T) {}
-    let future = service.call(request());
-    assert_send(&future);
+    let leaf = service_fn(|_req: ChatRequest| async {
+        Ok::<_, ChatError>(script(answer(), Shape::Ready))
+    });
+    let mut sendable = TracingLayer::new().provider("openai").layer(leaf);
+    assert_send(&sendable.call(request()));
     let layer = TracingLayer::new().provider("openai");
     assert!(format!("{layer:?}").contains("openai"));
 }
