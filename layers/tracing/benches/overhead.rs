@@ -1,12 +1,16 @@
 //! Overhead of the tracing layer per call and per event, against the bare inner service.
 //!
 //! `cargo bench -p tower-chat-tracing -- --warm-up-time 1 --measurement-time 3`
+//!
+//! Times are the benchmark thread's CPU time, not wall time: on a shared machine wall time mostly measures how
+//! often the thread was descheduled, which swamps differences of a few nanoseconds per event.
 
 use std::future::Future;
 use std::pin::pin;
 use std::task::{Context, Poll};
 
-use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use cpu_time::ThreadTime;
+use criterion::{criterion_group, criterion_main, Bencher, BenchmarkId, Criterion, Throughput};
 use futures_util::stream;
 use futures_util::task::noop_waker_ref;
 use tower::{service_fn, Layer, Service};
@@ -41,6 +45,20 @@ where
     n
 }
 
+/// Time `iters` calls in CPU time of this thread.
+fn bench_calls<S>(b: &mut Bencher<'_>, service: &mut S, request: &ChatRequest, events: usize)
+where
+    S: Service<ChatRequest, Response = ChatStream, Error = ChatError>,
+{
+    b.iter_custom(|iters| {
+        let start = ThreadTime::now();
+        for _ in 0..iters {
+            assert_eq!(run(service, request), events);
+        }
+        start.elapsed()
+    })
+}
+
 fn leaf(
     deltas: usize,
 ) -> impl Service<
@@ -66,19 +84,19 @@ fn overhead(c: &mut Criterion) {
 
         let mut bare = leaf(deltas);
         group.bench_function(BenchmarkId::from_parameter("bare"), |b| {
-            b.iter(|| assert_eq!(run(&mut bare, &request), events))
+            bench_calls(b, &mut bare, &request, events)
         });
 
         let mut traced = TracingLayer::new().provider("openai").layer(leaf(deltas));
         group.bench_function(BenchmarkId::from_parameter("traced_no_subscriber"), |b| {
-            b.iter(|| assert_eq!(run(&mut traced, &request), events))
+            bench_calls(b, &mut traced, &request, events)
         });
 
         // A subscriber that enables every span and event and throws them away.
         tracing::subscriber::with_default(tracing_subscriber::registry(), || {
             group.bench_function(
                 BenchmarkId::from_parameter("traced_discarding_subscriber"),
-                |b| b.iter(|| assert_eq!(run(&mut traced, &request), events)),
+                |b| bench_calls(b, &mut traced, &request, events),
             );
             let mut content = TracingLayer::new()
                 .provider("openai")
@@ -86,7 +104,7 @@ fn overhead(c: &mut Criterion) {
                 .layer(leaf(deltas));
             group.bench_function(
                 BenchmarkId::from_parameter("traced_content_discarding_subscriber"),
-                |b| b.iter(|| assert_eq!(run(&mut content, &request), events)),
+                |b| bench_calls(b, &mut content, &request, events),
             );
         });
 
@@ -95,7 +113,7 @@ fn overhead(c: &mut Criterion) {
             tracing_subscriber::registry().with(tracing_subscriber::filter::LevelFilter::WARN);
         tracing::subscriber::with_default(filtered, || {
             group.bench_function(BenchmarkId::from_parameter("traced_filtered_out"), |b| {
-                b.iter(|| assert_eq!(run(&mut traced, &request), events))
+                bench_calls(b, &mut traced, &request, events)
             });
         });
         group.finish();
