@@ -70,7 +70,8 @@ pub struct CallRecord<'a> {
     pub usage: Option<Usage>,
 }
 
-/// A sink for [`CallRecord`]s. Called once per call, from the task that ended it, so it must be quick.
+/// A sink for [`CallRecord`]s. Called once per call, from the task that ended it, so it must be quick; it is also
+/// called from `Drop` when a call is dropped, so it must not panic.
 pub trait Metrics: Send + Sync + 'static {
     /// Record one finished call.
     fn record(&self, call: &CallRecord<'_>);
