@@ -275,7 +275,7 @@ where
     F: Fn(A, ToolContext) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = Result<R, E>> + Send + 'static,
     R: Serialize,
-    E: fmt::Display,
+    E: fmt::Display + 'static,
 {
     let mut schema = schemars::schema_for!(A).to_value();
     if let Some(object) = schema.as_object_mut() {
@@ -288,7 +288,7 @@ where
         let future = parsed.map(|args| function(args, context));
         let boxed: BoxFuture<'static, Result<String, ToolError>> = Box::pin(async move {
             let future = future.map_err(|e| ToolError::invalid_arguments(e.to_string()))?;
-            let output = future.await.map_err(|e| ToolError::new(e.to_string()))?;
+            let output = future.await.map_err(into_tool_error)?;
             output_text(&output)
         });
         boxed
@@ -328,12 +328,12 @@ where
     F: Fn(Value, ToolContext) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = Result<R, E>> + Send + 'static,
     R: Serialize,
-    E: fmt::Display,
+    E: fmt::Display + 'static,
 {
     let handler = move |arguments: Value, context: ToolContext| {
         let future = function(arguments, context);
         let boxed: BoxFuture<'static, Result<String, ToolError>> = Box::pin(async move {
-            let output = future.await.map_err(|e| ToolError::new(e.to_string()))?;
+            let output = future.await.map_err(into_tool_error)?;
             output_text(&output)
         });
         boxed
@@ -344,6 +344,21 @@ where
         return_direct: false,
         timeout: None,
         handler: Box::new(handler),
+    }
+}
+
+/// A body's error as a [`ToolError`]: a `ToolError` is kept as it is (with its kind), anything else becomes its
+/// message.
+fn into_tool_error<E: fmt::Display + 'static>(error: E) -> ToolError {
+    let mut slot = Some(error);
+    if let Some(tool_error) = (&mut slot as &mut dyn std::any::Any).downcast_mut::<Option<ToolError>>() {
+        if let Some(tool_error) = tool_error.take() {
+            return tool_error;
+        }
+    }
+    match slot {
+        Some(error) => ToolError::new(error.to_string()),
+        None => ToolError::new("the tool failed"),
     }
 }
 
