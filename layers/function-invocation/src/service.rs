@@ -75,8 +75,8 @@ where
         if request.cancellation().is_some_and(|t| t.is_cancelled()) {
             return ResponseFuture::failed(ChatError::cancelled());
         }
-        let own_tools = request.extensions.get::<RequestTools>().is_some()
-            || !request.options.tools.is_empty();
+        let own_tools =
+            request.extensions.get::<RequestTools>().is_some() || !request.options.tools.is_empty();
         let tools = if own_tools {
             let registry = self.config.registry.as_deref();
             match Resolved::for_request(&self.config.tools, registry, &mut request) {
@@ -162,9 +162,7 @@ where
                 .expect("ResponseFuture polled after completion"))),
             KindProj::Calling { future, core } => {
                 let stream = ready!(future.poll(cx))?;
-                let core = core
-                    .take()
-                    .expect("ResponseFuture polled after completion");
+                let core = core.take().expect("ResponseFuture polled after completion");
                 Poll::Ready(Ok(Box::pin(ToolLoop::new(
                     core,
                     State::Streaming { stream },

@@ -196,7 +196,8 @@ impl<S> LoopCore<S> {
 
     fn finish(&mut self, reason: FinishReason) {
         if self.saw_usage {
-            self.queue.push_back(Ok(ChatEvent::Usage { usage: self.usage }));
+            self.queue
+                .push_back(Ok(ChatEvent::Usage { usage: self.usage }));
         }
         self.queue.push_back(Ok(ChatEvent::Finish { reason }));
     }
@@ -228,11 +229,13 @@ impl<S> LoopCore<S> {
             return State::Done;
         }
         let at = self.request.messages.len();
-        self.request.messages.push(Message::Assistant(AssistantMessage {
-            content,
-            reasoning,
-            tool_calls: calls.clone(),
-        }));
+        self.request
+            .messages
+            .push(Message::Assistant(AssistantMessage {
+                content,
+                reasoning,
+                tool_calls: calls.clone(),
+            }));
         let answered = vec![None; calls.len()];
         self.plan(at, &calls, answered, Vec::new(), None)
     }
@@ -333,7 +336,10 @@ impl<S> LoopCore<S> {
             };
             match decisions.and_then(|d| d.get(&call.id)) {
                 Some(decision) if !decision.approved => {
-                    let reason = decision.reason.as_deref().unwrap_or("denied by the approver");
+                    let reason = decision
+                        .reason
+                        .as_deref()
+                        .unwrap_or("denied by the approver");
                     let outcome = Outcome::refused(call, format!("not approved: {reason}"));
                     executions.push(execute::known(index, outcome));
                     continue;
@@ -409,7 +415,12 @@ impl<S> LoopCore<S> {
     }
 
     /// Record one finished call; an error means the error policy ends the stream.
-    fn outcome(&mut self, round: &mut Round, index: usize, outcome: Outcome) -> Result<(), ChatError> {
+    fn outcome(
+        &mut self,
+        round: &mut Round,
+        index: usize,
+        outcome: Outcome,
+    ) -> Result<(), ChatError> {
         if let Some(failure) = &outcome.failure {
             if let Some(policy) = &self.config.error_policy {
                 if let Some(error) = policy.decide(failure) {
@@ -430,16 +441,20 @@ impl<S> LoopCore<S> {
         let direct = round.all_direct
             && !round.awaiting
             && !round.hand_back
-            && results.iter().all(|r| r.as_ref().is_some_and(|m| !m.is_error));
+            && results
+                .iter()
+                .all(|r| r.as_ref().is_some_and(|m| !m.is_error));
         // Answers go right after their assistant message, in the model's call order (a resumed round may have
         // had some of them already).
         self.request.messages.truncate(round.at + 1);
         self.request
             .messages
             .extend(results.into_iter().flatten().map(Message::Tool));
-        self.request
-            .messages
-            .extend(std::mem::take(&mut round.strays).into_iter().map(Message::Tool));
+        self.request.messages.extend(
+            std::mem::take(&mut round.strays)
+                .into_iter()
+                .map(Message::Tool),
+        );
         self.round += 1;
         match &round.failed {
             Some(_) => self.consecutive_failures += 1,

@@ -161,8 +161,11 @@ pub trait Tool: Send + Sync + 'static {
     }
 
     /// Run the tool on arguments that passed schema validation. The result text is what the model sees.
-    fn call(&self, arguments: Value, context: ToolContext)
-        -> BoxFuture<'static, Result<String, ToolError>>;
+    fn call(
+        &self,
+        arguments: Value,
+        context: ToolContext,
+    ) -> BoxFuture<'static, Result<String, ToolError>>;
 }
 
 type Handler = dyn Fn(Value, ToolContext) -> BoxFuture<'static, Result<String, ToolError>>
@@ -351,7 +354,9 @@ where
 /// message.
 fn into_tool_error<E: fmt::Display + 'static>(error: E) -> ToolError {
     let mut slot = Some(error);
-    if let Some(tool_error) = (&mut slot as &mut dyn std::any::Any).downcast_mut::<Option<ToolError>>() {
+    if let Some(tool_error) =
+        (&mut slot as &mut dyn std::any::Any).downcast_mut::<Option<ToolError>>()
+    {
         if let Some(tool_error) = tool_error.take() {
             return tool_error;
         }
@@ -366,7 +371,9 @@ fn output_text<R: Serialize>(output: &R) -> Result<String, ToolError> {
     match serde_json::to_value(output) {
         Ok(Value::String(text)) => Ok(text),
         Ok(other) => Ok(other.to_string()),
-        Err(e) => Err(ToolError::new(format!("the tool's output could not be serialized: {e}"))),
+        Err(e) => Err(ToolError::new(format!(
+            "the tool's output could not be serialized: {e}"
+        ))),
     }
 }
 
@@ -423,7 +430,10 @@ impl CompiledTool {
         let validator = jsonschema::validator_for(&spec.parameters).map_err(|e| {
             ChatError::new(
                 ErrorKind::InvalidRequest,
-                format!("the parameters of tool `{}` are not a valid JSON Schema: {e}", spec.name),
+                format!(
+                    "the parameters of tool `{}` are not a valid JSON Schema: {e}",
+                    spec.name
+                ),
             )
         })?;
         Ok(CompiledTool {
@@ -562,9 +572,12 @@ mod tests {
 
     #[test]
     fn bad_names_and_schemas_are_typed_errors() {
-        let bad_name = tool_json("has space", "", json!({"type": "object"}), |v, _| async move {
-            Ok::<_, String>(v)
-        })
+        let bad_name = tool_json(
+            "has space",
+            "",
+            json!({"type": "object"}),
+            |v, _| async move { Ok::<_, String>(v) },
+        )
         .compile()
         .unwrap_err();
         assert_eq!(bad_name.kind(), &ErrorKind::InvalidRequest);
@@ -573,22 +586,24 @@ mod tests {
         })
         .compile()
         .unwrap_err();
-        assert!(bad_schema.message().contains("not a valid JSON Schema"), "{bad_schema}");
-        let not_object = tool_json("t", "", json!(true), |v, _| async move { Ok::<_, String>(v) })
-            .compile()
-            .unwrap_err();
+        assert!(
+            bad_schema.message().contains("not a valid JSON Schema"),
+            "{bad_schema}"
+        );
+        let not_object = tool_json(
+            "t",
+            "",
+            json!(true),
+            |v, _| async move { Ok::<_, String>(v) },
+        )
+        .compile()
+        .unwrap_err();
         assert_eq!(not_object.kind(), &ErrorKind::InvalidRequest);
     }
 
     #[tokio::test]
     async fn typed_output_is_json_and_strings_stay_plain() {
-        let ctx = ToolContext::new(
-            "c1",
-            "weather",
-            0,
-            Arc::default(),
-            CancellationToken::new(),
-        );
+        let ctx = ToolContext::new("c1", "weather", 0, Arc::default(), CancellationToken::new());
         let text = weather()
             .call(json!({"city": "Oslo"}), ctx.clone())
             .await

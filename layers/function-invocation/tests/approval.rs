@@ -94,9 +94,15 @@ async fn gated_calls_wait_while_the_rest_of_the_round_runs() {
                 reason: None,
             }]
         );
-        assert_eq!(finish_reasons(&events), vec![FinishReason::AwaitingApproval]);
+        assert_eq!(
+            finish_reasons(&events),
+            vec![FinishReason::AwaitingApproval]
+        );
         assert_eq!(usages(&events).len(), 1);
-        assert_eq!(tool_messages(&history), vec![ToolMessage::success("b", "weather", "sunny in Oslo")]);
+        assert_eq!(
+            tool_messages(&history),
+            vec![ToolMessage::success("b", "weather", "sunny in Oslo")]
+        );
     }
 }
 
@@ -115,15 +121,24 @@ async fn an_approved_call_runs_on_resume_and_the_model_sees_results_in_call_orde
         let (events, error) = run(stack(layer, inner), resume).await;
         assert!(error.is_none());
         assert_eq!(count(&deletes), 1, "{shape:?}");
-        assert_eq!(tool_results(&events), vec![ToolMessage::success("a", "delete", "deleted")]);
+        assert_eq!(
+            tool_results(&events),
+            vec![ToolMessage::success("a", "delete", "deleted")]
+        );
         assert_eq!(finish_reasons(&events), vec![FinishReason::Stop]);
         let sent = script.sent(0);
         assert_eq!(sent.len(), 4);
         assert_eq!(sent[..2], history[..2]);
-        let ids: Vec<String> = tool_messages(&sent).into_iter().map(|m| m.call_id).collect();
+        let ids: Vec<String> = tool_messages(&sent)
+            .into_iter()
+            .map(|m| m.call_id)
+            .collect();
         assert_eq!(ids, ["a", "b"]);
         assert!(
-            script.requests()[0].extensions.get::<ApprovalDecisions>().is_none(),
+            script.requests()[0]
+                .extensions
+                .get::<ApprovalDecisions>()
+                .is_none(),
             "decisions are consumed by the loop"
         );
     }
@@ -138,15 +153,19 @@ async fn a_denied_call_is_answered_not_approved_and_never_runs() {
             .tool(weather(counter()));
         let (_, history) = first_leg(shape, &layer, user("clean up")).await;
         let (inner, script) = scripted(shape, vec![answer("Understood.")]);
-        let resume = ChatRequest::new(history)
-            .with_extension(ApprovalDecisions(vec![ApprovalDecision::deny("a", "too risky")]));
+        let resume = ChatRequest::new(history).with_extension(ApprovalDecisions(vec![
+            ApprovalDecision::deny("a", "too risky"),
+        ]));
         let (events, _) = run(stack(layer, inner), resume).await;
         assert_eq!(count(&deletes), 0);
         assert_eq!(
             tool_results(&events),
             vec![ToolMessage::error("a", "delete", "not approved: too risky")]
         );
-        assert_eq!(tool_messages(&script.sent(0))[0].content, "not approved: too risky");
+        assert_eq!(
+            tool_messages(&script.sent(0))[0].content,
+            "not approved: too risky"
+        );
     }
 }
 
@@ -162,12 +181,18 @@ async fn decisions_only_count_for_calls_pending_in_the_history() {
             .with_extension(ApprovalDecisions(vec![ApprovalDecision::approve("a")]));
         let (events, _) = first_leg(shape, &layer, eager).await;
         assert_eq!(count(&deletes), 0, "{shape:?}");
-        assert_eq!(finish_reasons(&events), vec![FinishReason::AwaitingApproval]);
+        assert_eq!(
+            finish_reasons(&events),
+            vec![FinishReason::AwaitingApproval]
+        );
 
         // Two gated calls pending, a decision for one: it runs, the other is asked about again.
         let (inner, _) = scripted(
             shape,
-            vec![calls(&[("a", "delete", json!({})), ("b", "delete", json!({}))])],
+            vec![calls(&[
+                ("a", "delete", json!({})),
+                ("b", "delete", json!({})),
+            ])],
         );
         let (events, _) = run(stack(layer.clone(), inner), user("two")).await;
         let mut history = vec![Message::user("two")];
@@ -183,7 +208,10 @@ async fn decisions_only_count_for_calls_pending_in_the_history() {
         assert_eq!(script.calls(), 0, "still waiting: no model call");
         let asked: Vec<String> = approvals(&events).into_iter().map(|r| r.id).collect();
         assert_eq!(asked, ["a"]);
-        assert_eq!(finish_reasons(&events), vec![FinishReason::AwaitingApproval]);
+        assert_eq!(
+            finish_reasons(&events),
+            vec![FinishReason::AwaitingApproval]
+        );
         assert_eq!(tool_results(&events)[0].call_id, "b");
     }
 }
@@ -199,7 +227,11 @@ async fn policies_can_require_approval_or_deny_but_never_waive_it() {
             // A layer policy with no opinion does not lift the tool's own guard.
             .approval_policy(ApprovalPolicy::new(|_, _, _| ApprovalVerdict::Default));
         let policy = ApprovalPolicy::new(|call, tool, _extensions| {
-            let city = call.arguments.json().and_then(|v| v["city"].as_str()).unwrap_or("");
+            let city = call
+                .arguments
+                .json()
+                .and_then(|v| v["city"].as_str())
+                .unwrap_or("");
             match (tool.name(), city) {
                 ("weather", "Pyongyang") => ApprovalVerdict::Require {
                     reason: Some("sensitive location".into()),
@@ -222,15 +254,23 @@ async fn policies_can_require_approval_or_deny_but_never_waive_it() {
         let request = user("x").with_extension(policy.clone());
         let (events, _) = run(stack(layer.clone(), inner), request).await;
         assert_eq!(script.calls(), 1);
-        let asked: Vec<(String, Option<String>)> =
-            approvals(&events).into_iter().map(|r| (r.id, r.reason)).collect();
+        let asked: Vec<(String, Option<String>)> = approvals(&events)
+            .into_iter()
+            .map(|r| (r.id, r.reason))
+            .collect();
         assert_eq!(
             asked,
-            [("a".to_owned(), Some("sensitive location".to_owned())), ("d".to_owned(), None)]
+            [
+                ("a".to_owned(), Some("sensitive location".to_owned())),
+                ("d".to_owned(), None)
+            ]
         );
         assert_eq!(count(&weathers), 1, "only Oslo ran");
         let results = tool_results(&events);
-        assert_eq!(results[0], ToolMessage::error("b", "weather", "not approved: no such place"));
+        assert_eq!(
+            results[0],
+            ToolMessage::error("b", "weather", "not approved: no such place")
+        );
         assert_eq!(results[1].call_id, "c");
 
         // On resume the policy still applies: a Deny beats an approval.
@@ -238,7 +278,9 @@ async fn policies_can_require_approval_or_deny_but_never_waive_it() {
         history.extend(collect(&events));
         let deny_all = ApprovalPolicy::new(|_, tool, _| {
             if tool.name() == "delete" {
-                ApprovalVerdict::Deny { reason: "frozen".into() }
+                ApprovalVerdict::Deny {
+                    reason: "frozen".into(),
+                }
             } else {
                 ApprovalVerdict::Default
             }

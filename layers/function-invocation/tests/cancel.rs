@@ -11,7 +11,9 @@ use futures_util::StreamExt;
 use serde_json::{json, Value};
 use tower::ServiceExt;
 use tower_chat::{CancellationToken, ChatError, ChatEvent, ChatRequest, ChatStream, ErrorKind};
-use tower_chat_function_invocation::{tool_json, CompiledTool, FunctionInvocationLayer, ToolContext};
+use tower_chat_function_invocation::{
+    tool_json, CompiledTool, FunctionInvocationLayer, ToolContext,
+};
 
 struct Probe {
     started: AtomicUsize,
@@ -30,21 +32,26 @@ impl Drop for OnDrop {
 /// A tool that never finishes; it reports when it started, when its future was dropped, and when the context's
 /// token fired in work it spawned.
 fn hanging(probe: Arc<Probe>) -> CompiledTool {
-    tool_json("hang", "", json!({"type": "object"}), move |_v: Value, ctx: ToolContext| {
-        let probe = probe.clone();
-        async move {
-            let _guard = OnDrop(probe.clone());
-            probe.started.fetch_add(1, Ordering::SeqCst);
-            let token = ctx.cancellation().clone();
-            let spawned = probe.clone();
-            tokio::spawn(async move {
-                token.cancelled().await;
-                spawned.token_seen.fetch_add(1, Ordering::SeqCst);
-            });
-            std::future::pending::<()>().await;
-            Ok::<_, String>("never")
-        }
-    })
+    tool_json(
+        "hang",
+        "",
+        json!({"type": "object"}),
+        move |_v: Value, ctx: ToolContext| {
+            let probe = probe.clone();
+            async move {
+                let _guard = OnDrop(probe.clone());
+                probe.started.fetch_add(1, Ordering::SeqCst);
+                let token = ctx.cancellation().clone();
+                let spawned = probe.clone();
+                tokio::spawn(async move {
+                    token.cancelled().await;
+                    spawned.token_seen.fetch_add(1, Ordering::SeqCst);
+                });
+                std::future::pending::<()>().await;
+                Ok::<_, String>("never")
+            }
+        },
+    )
     .compile()
     .unwrap()
 }
@@ -81,9 +88,14 @@ async fn settle(probe: &Probe) {
 async fn dropping_the_stream_cancels_running_tools_and_calls_no_model() {
     for shape in SHAPES {
         let probe = probe();
-        let (inner, script) =
-            scripted(shape, vec![calls(&[("a", "hang", json!({}))]), answer("never")]);
-        let service = stack(FunctionInvocationLayer::new().tool(hanging(probe.clone())), inner);
+        let (inner, script) = scripted(
+            shape,
+            vec![calls(&[("a", "hang", json!({}))]), answer("never")],
+        );
+        let service = stack(
+            FunctionInvocationLayer::new().tool(hanging(probe.clone())),
+            inner,
+        );
         let mut stream = service.oneshot(user("x")).await.unwrap();
         until_started(&mut stream, &probe).await;
         assert_eq!(probe.dropped.load(Ordering::SeqCst), 0);
@@ -99,9 +111,14 @@ async fn dropping_the_stream_cancels_running_tools_and_calls_no_model() {
 async fn cancelling_the_request_token_stops_tools_promptly() {
     for shape in SHAPES {
         let probe = probe();
-        let (inner, script) =
-            scripted(shape, vec![calls(&[("a", "hang", json!({}))]), answer("never")]);
-        let service = stack(FunctionInvocationLayer::new().tool(hanging(probe.clone())), inner);
+        let (inner, script) = scripted(
+            shape,
+            vec![calls(&[("a", "hang", json!({}))]), answer("never")],
+        );
+        let service = stack(
+            FunctionInvocationLayer::new().tool(hanging(probe.clone())),
+            inner,
+        );
         let token = CancellationToken::new();
         let request = user("x").with_extension(token.clone());
         let mut stream = service.oneshot(request).await.unwrap();
@@ -148,7 +165,10 @@ async fn cancelling_while_the_model_streams_ends_the_stream() {
         .oneshot(user("x").with_extension(token.clone()))
         .await
         .unwrap();
-    assert_eq!(stream.next().await.unwrap().unwrap(), ChatEvent::text("thinking"));
+    assert_eq!(
+        stream.next().await.unwrap().unwrap(),
+        ChatEvent::text("thinking")
+    );
     let canceller = tokio::spawn(async move {
         tokio::time::sleep(Duration::from_millis(20)).await;
         token.cancel();

@@ -23,8 +23,10 @@ async fn a_failing_tool_becomes_an_error_result_and_the_loop_goes_on() {
             (ErrorDetail::Brief, "error: the tool failed"),
         ] {
             let runs = counter();
-            let (inner, script) =
-                scripted(shape, vec![calls(&[("a", "db", json!({}))]), answer("sorry")]);
+            let (inner, script) = scripted(
+                shape,
+                vec![calls(&[("a", "db", json!({}))]), answer("sorry")],
+            );
             let layer = FunctionInvocationLayer::new()
                 .tool(counting("db", runs.clone(), Err("database unreachable")))
                 .error_detail(detail);
@@ -44,22 +46,32 @@ async fn a_failing_tool_becomes_an_error_result_and_the_loop_goes_on() {
 #[tokio::test]
 async fn a_panicking_tool_is_an_error_result() {
     for shape in SHAPES {
-        let boom = tool_json("boom", "", json!({"type": "object"}), |_v: Value, _c| async {
-            if true {
-                panic!("index out of range");
-            }
-            Ok::<_, String>("never")
-        })
+        let boom = tool_json(
+            "boom",
+            "",
+            json!({"type": "object"}),
+            |_v: Value, _c| async {
+                if true {
+                    panic!("index out of range");
+                }
+                Ok::<_, String>("never")
+            },
+        )
         .compile()
         .unwrap();
-        let (inner, script) =
-            scripted(shape, vec![calls(&[("a", "boom", json!({}))]), answer("hm")]);
+        let (inner, script) = scripted(
+            shape,
+            vec![calls(&[("a", "boom", json!({}))]), answer("hm")],
+        );
         let layer = FunctionInvocationLayer::new().tool(boom);
         let (_, error) = run(stack(layer, inner), user("x")).await;
         assert!(error.is_none());
         let sent = tool_messages(&script.sent(1));
         assert!(sent[0].is_error);
-        assert_eq!(sent[0].content, "error: the tool panicked: index out of range");
+        assert_eq!(
+            sent[0].content,
+            "error: the tool panicked: index out of range"
+        );
     }
 }
 
@@ -68,20 +80,30 @@ async fn a_tool_past_its_timeout_is_an_error_result() {
     for shape in SHAPES {
         let runs = counter();
         let seen = runs.clone();
-        let slow = tool_json("slow", "", json!({"type": "object"}), move |_v: Value, _c| {
-            let seen = seen.clone();
-            async move {
-                tokio::time::sleep(Duration::from_secs(60)).await;
-                seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                Ok::<_, String>("late")
-            }
-        })
+        let slow = tool_json(
+            "slow",
+            "",
+            json!({"type": "object"}),
+            move |_v: Value, _c| {
+                let seen = seen.clone();
+                async move {
+                    tokio::time::sleep(Duration::from_secs(60)).await;
+                    seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    Ok::<_, String>("late")
+                }
+            },
+        )
         .compile()
         .unwrap();
-        let fast_override = tool_json("quick", "", json!({"type": "object"}), |_v: Value, _c| async {
-            tokio::time::sleep(Duration::from_secs(2)).await;
-            Ok::<_, String>("in time")
-        })
+        let fast_override = tool_json(
+            "quick",
+            "",
+            json!({"type": "object"}),
+            |_v: Value, _c| async {
+                tokio::time::sleep(Duration::from_secs(2)).await;
+                Ok::<_, String>("in time")
+            },
+        )
         .with_timeout(Duration::from_secs(5))
         .compile()
         .unwrap();
@@ -129,7 +151,11 @@ async fn the_error_policy_can_end_the_stream_with_a_typed_error() {
         let error = error.expect("the policy ends the stream");
         assert_eq!(error.kind(), &ErrorKind::Tool);
         assert_eq!(error.message(), "fatal: disk full");
-        assert_eq!(tool_results(&events).len(), 1, "only the successful result was emitted");
+        assert_eq!(
+            tool_results(&events).len(),
+            1,
+            "only the successful result was emitted"
+        );
         assert_eq!(script.calls(), 1, "{shape:?}");
     }
 }
@@ -148,7 +174,10 @@ async fn consecutive_failing_rounds_end_the_stream_and_a_good_round_resets_the_c
         let (events, error) = run(stack(layer, inner), user("x")).await;
         let error = error.expect("too many failures");
         assert_eq!(error.kind(), &ErrorKind::Tool);
-        assert!(error.message().contains("2 tool rounds in a row"), "{error}");
+        assert!(
+            error.message().contains("2 tool rounds in a row"),
+            "{error}"
+        );
         assert!(error.message().contains("disk full"), "{error}");
         assert_eq!(script.calls(), 4, "{shape:?}");
         assert_eq!(tool_results(&events).len(), 4);
@@ -173,7 +202,11 @@ async fn bad_arguments_never_reach_the_body_and_the_model_is_told_what_is_wrong(
             first.len() - 2,
             ChatEvent::ToolCallEnd {
                 index: 1,
-                call: ToolCall::from_raw_arguments("b".into(), "weather".into(), "{\"city\":".into()),
+                call: ToolCall::from_raw_arguments(
+                    "b".into(),
+                    "weather".into(),
+                    "{\"city\":".into(),
+                ),
             },
         );
         let (inner, script) = scripted(shape, vec![first, answer("retrying")]);
@@ -183,11 +216,24 @@ async fn bad_arguments_never_reach_the_body_and_the_model_is_told_what_is_wrong(
         assert_eq!(count(&runs), 0, "{shape:?}");
         let sent = tool_messages(&script.sent(1));
         assert!(sent.iter().all(|m| m.is_error));
-        assert!(sent[0].content.contains("at /city: 7 is not of type \"string\""), "{}", sent[0].content);
+        assert!(
+            sent[0]
+                .content
+                .contains("at /city: 7 is not of type \"string\""),
+            "{}",
+            sent[0].content
+        );
         assert!(sent[0].content.contains("extra"), "{}", sent[0].content);
-        assert!(sent[1].content.contains("not valid JSON"), "{}", sent[1].content);
+        assert!(
+            sent[1].content.contains("not valid JSON"),
+            "{}",
+            sent[1].content
+        );
         match &script.sent(1)[1] {
-            Message::Assistant(a) => assert!(matches!(a.tool_calls[1].arguments, ToolArguments::Invalid { .. })),
+            Message::Assistant(a) => assert!(matches!(
+                a.tool_calls[1].arguments,
+                ToolArguments::Invalid { .. }
+            )),
             other => panic!("{other:?}"),
         }
     }
@@ -195,12 +241,20 @@ async fn bad_arguments_never_reach_the_body_and_the_model_is_told_what_is_wrong(
 
 #[tokio::test]
 async fn a_body_can_reject_arguments_in_full_detail() {
-    let strict = tool_json("date", "", json!({"type": "object"}), |_v: Value, _c: ToolContext| async {
-        Err::<String, _>(ToolError::invalid_arguments("the date is in the past"))
-    })
+    let strict = tool_json(
+        "date",
+        "",
+        json!({"type": "object"}),
+        |_v: Value, _c: ToolContext| async {
+            Err::<String, _>(ToolError::invalid_arguments("the date is in the past"))
+        },
+    )
     .compile()
     .unwrap();
-    let (inner, script) = scripted(Shape::Whole, vec![calls(&[("a", "date", json!({}))]), answer("x")]);
+    let (inner, script) = scripted(
+        Shape::Whole,
+        vec![calls(&[("a", "date", json!({}))]), answer("x")],
+    );
     let layer = FunctionInvocationLayer::new()
         .tool(strict)
         .error_detail(ErrorDetail::Brief);
@@ -218,7 +272,10 @@ async fn unknown_tools_get_an_error_result_or_are_handed_back() {
         let (inner, script) = scripted(
             shape,
             vec![
-                calls(&[("a", "wether", json!({})), ("b", "weather", json!({"city": "Oslo"}))]),
+                calls(&[
+                    ("a", "wether", json!({})),
+                    ("b", "weather", json!({"city": "Oslo"})),
+                ]),
                 answer("ok"),
             ],
         );
@@ -226,12 +283,18 @@ async fn unknown_tools_get_an_error_result_or_are_handed_back() {
         let (events, _) = run(stack(layer.clone(), inner), user("x")).await;
         assert_eq!(finish_reasons(&events), vec![FinishReason::Stop]);
         let sent = tool_messages(&script.sent(1));
-        assert_eq!(sent[0].content, "error: unknown tool `wether`; available tools: weather");
+        assert_eq!(
+            sent[0].content,
+            "error: unknown tool `wether`; available tools: weather"
+        );
         assert!(!sent[1].is_error);
 
         let (inner, script) = scripted(
             shape,
-            vec![calls(&[("a", "wether", json!({})), ("b", "weather", json!({"city": "Oslo"}))])],
+            vec![calls(&[
+                ("a", "wether", json!({})),
+                ("b", "weather", json!({"city": "Oslo"})),
+            ])],
         );
         let layer = layer.unknown_tool(UnknownToolPolicy::HandBack);
         let (events, error) = run(stack(layer, inner), user("x")).await;
@@ -255,12 +318,21 @@ async fn client_side_tools_are_handed_back_after_the_executable_calls_ran() {
             ])],
         );
         let layer = FunctionInvocationLayer::new().tool(weather(runs.clone()));
-        let request = user("x").tool(ToolSpec::new("pick_file", "Ask the user for a file", json!({"type": "object"})));
+        let request = user("x").tool(ToolSpec::new(
+            "pick_file",
+            "Ask the user for a file",
+            json!({"type": "object"}),
+        ));
         let (events, error) = run(stack(layer, inner), request).await;
         assert!(error.is_none());
         assert_eq!(count(&runs), 1);
         assert_eq!(script.calls(), 1);
-        let names: Vec<String> = script.requests()[0].options.tools.iter().map(|t| t.name.clone()).collect();
+        let names: Vec<String> = script.requests()[0]
+            .options
+            .tools
+            .iter()
+            .map(|t| t.name.clone())
+            .collect();
         assert_eq!(names, ["weather", "pick_file"]);
         assert_eq!(finish_reasons(&events), vec![FinishReason::ToolCalls]);
         let results = tool_results(&events);

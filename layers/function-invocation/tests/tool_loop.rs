@@ -26,13 +26,20 @@ async fn one_tool_round_is_one_continuous_stream() {
         let mut first = vec![ChatEvent::text("Let me check. ")];
         first.extend(calls(&[("c1", "weather", json!({"city": "Oslo"}))]));
         let (inner, script) = scripted(shape, vec![first, answer("It is sunny.")]);
-        let service = stack(FunctionInvocationLayer::new().tool(weather(runs.clone())), inner);
+        let service = stack(
+            FunctionInvocationLayer::new().tool(weather(runs.clone())),
+            inner,
+        );
         let (events, error) = run(service, user("Weather in Oslo?")).await;
         assert!(error.is_none(), "{shape:?}: {error:?}");
         assert_eq!(count(&runs), 1, "{shape:?}");
 
         // Internal tool_calls finishes are hidden; one summed usage comes before the one finish.
-        assert_eq!(finish_reasons(&events), vec![FinishReason::Stop], "{shape:?}");
+        assert_eq!(
+            finish_reasons(&events),
+            vec![FinishReason::Stop],
+            "{shape:?}"
+        );
         assert_eq!(
             usages(&events),
             vec![Usage {
@@ -43,7 +50,10 @@ async fn one_tool_round_is_one_continuous_stream() {
             "{shape:?}"
         );
         let n = events.len();
-        assert!(matches!(events[n - 2], ChatEvent::Usage { .. }), "{shape:?}");
+        assert!(
+            matches!(events[n - 2], ChatEvent::Usage { .. }),
+            "{shape:?}"
+        );
         assert_eq!(
             tool_results(&events),
             vec![ToolMessage::success("c1", "weather", "sunny in Oslo")]
@@ -111,7 +121,8 @@ async fn deltas_reach_the_caller_before_the_model_is_done() {
         stream.next().await.unwrap().unwrap(),
         ChatEvent::ReasoningDelta { text: "r".into() }
     );
-    tx.send(Ok(ChatEvent::finish(FinishReason::Length))).unwrap();
+    tx.send(Ok(ChatEvent::finish(FinishReason::Length)))
+        .unwrap();
     assert_eq!(
         stream.next().await.unwrap().unwrap(),
         ChatEvent::finish(FinishReason::Length)
@@ -130,7 +141,10 @@ impl LayerService for FunctionInvocationLayer {
 }
 
 /// A tool that sleeps a per-call time and tracks how many bodies run at once.
-fn slow_tool(running: Arc<AtomicUsize>, peak: Arc<AtomicUsize>) -> tower_chat_function_invocation::CompiledTool {
+fn slow_tool(
+    running: Arc<AtomicUsize>,
+    peak: Arc<AtomicUsize>,
+) -> tower_chat_function_invocation::CompiledTool {
     tool_json(
         "slow",
         "sleeps",
@@ -175,7 +189,10 @@ async fn parallel_calls_run_concurrently_up_to_the_limit_and_report_in_call_orde
             let (events, error) = run(stack(layer, inner), user("go")).await;
             assert!(error.is_none());
             assert_eq!(count(&peak), expected_peak, "{shape:?} {limit:?}");
-            let ids: Vec<String> = tool_results(&events).into_iter().map(|r| r.call_id).collect();
+            let ids: Vec<String> = tool_results(&events)
+                .into_iter()
+                .map(|r| r.call_id)
+                .collect();
             assert_eq!(ids, ["c1", "c2", "c3"], "{shape:?} {limit:?}");
             let sent: Vec<String> = tool_messages(&script.sent(1))
                 .into_iter()
@@ -206,7 +223,11 @@ async fn max_rounds_ends_with_max_rounds_and_a_complete_history() {
         for event in &events {
             response.push(event);
         }
-        assert_eq!(response.finish().messages.len(), 4, "two calls, two results");
+        assert_eq!(
+            response.finish().messages.len(),
+            4,
+            "two calls, two results"
+        );
     }
 }
 
@@ -275,7 +296,11 @@ async fn max_tool_calls_caps_bodies_run_and_answers_the_rest() {
         let results = tool_results(&events);
         assert_eq!(results.len(), 4);
         assert!(results[3].is_error);
-        assert!(results[3].content.contains("limit of 3 tool calls"), "{}", results[3].content);
+        assert!(
+            results[3].content.contains("limit of 3 tool calls"),
+            "{}",
+            results[3].content
+        );
     }
 }
 
@@ -283,15 +308,21 @@ async fn max_tool_calls_caps_bodies_run_and_answers_the_rest() {
 async fn return_direct_ends_with_the_results_when_every_call_is_direct() {
     for shape in SHAPES {
         let runs = counter();
-        let direct = tool_json("lookup", "", json!({"type": "object"}), |_v: Value, _c| async {
-            Ok::<_, String>("the record")
-        })
+        let direct = tool_json(
+            "lookup",
+            "",
+            json!({"type": "object"}),
+            |_v: Value, _c| async { Ok::<_, String>("the record") },
+        )
         .with_return_direct()
         .compile()
         .unwrap();
         let (inner, script) = scripted(
             shape,
-            vec![calls(&[("a", "lookup", json!({})), ("b", "lookup", json!({}))])],
+            vec![calls(&[
+                ("a", "lookup", json!({})),
+                ("b", "lookup", json!({})),
+            ])],
         );
         let layer = FunctionInvocationLayer::new()
             .tool(direct.clone())
@@ -306,7 +337,10 @@ async fn return_direct_ends_with_the_results_when_every_call_is_direct() {
         let (inner, script) = scripted(
             shape,
             vec![
-                calls(&[("a", "lookup", json!({})), ("b", "weather", json!({"city": "Oslo"}))]),
+                calls(&[
+                    ("a", "lookup", json!({})),
+                    ("b", "weather", json!({"city": "Oslo"})),
+                ]),
                 answer("ok"),
             ],
         );

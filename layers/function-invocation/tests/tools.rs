@@ -14,11 +14,20 @@ use tower_chat_function_invocation::{
     tool_fn, tool_json, FunctionInvocationLayer, RequestTools, ToolContext, ToolSet,
 };
 
-fn named(name: &str, result: &'static str, guarded: bool) -> tower_chat_function_invocation::CompiledTool {
-    let tool = tool_json(name, "", json!({"type": "object"}), move |_v: Value, _c| async move {
-        Ok::<_, String>(result)
-    });
-    if guarded { tool.with_approval() } else { tool }.compile().unwrap()
+fn named(
+    name: &str,
+    result: &'static str,
+    guarded: bool,
+) -> tower_chat_function_invocation::CompiledTool {
+    let tool = tool_json(
+        name,
+        "",
+        json!({"type": "object"}),
+        move |_v: Value, _c| async move { Ok::<_, String>(result) },
+    );
+    if guarded { tool.with_approval() } else { tool }
+        .compile()
+        .unwrap()
 }
 
 #[tokio::test]
@@ -31,12 +40,13 @@ async fn request_tools_extend_the_layer_and_a_guard_is_never_dropped() {
             (true, false, None),
         ];
         for (layer_guard, request_guard, expected) in cases {
-            let (inner, _) =
-                scripted(shape, vec![calls(&[("a", "x", json!({}))]), answer("ok")]);
+            let (inner, _) = scripted(shape, vec![calls(&[("a", "x", json!({}))]), answer("ok")]);
             let layer = FunctionInvocationLayer::new().tool(named("x", "from layer", layer_guard));
-            let request = user("go").with_extension(
-                RequestTools::new().tool(named("x", "from request", request_guard)),
-            );
+            let request = user("go").with_extension(RequestTools::new().tool(named(
+                "x",
+                "from request",
+                request_guard,
+            )));
             let (events, _) = run(stack(layer, inner), request).await;
             match expected {
                 Some(text) => assert_eq!(tool_results(&events)[0].content, text),
@@ -53,7 +63,12 @@ async fn request_tools_extend_the_layer_and_a_guard_is_never_dropped() {
         let layer = FunctionInvocationLayer::new().tool(named("x", "", false));
         let request = user("go").with_extension(RequestTools::new().tool(named("y", "", false)));
         run(stack(layer, inner), request).await;
-        let names: Vec<String> = script.requests()[0].options.tools.iter().map(|t| t.name.clone()).collect();
+        let names: Vec<String> = script.requests()[0]
+            .options
+            .tools
+            .iter()
+            .map(|t| t.name.clone())
+            .collect();
         assert_eq!(names, ["x", "y"]);
     }
 }
@@ -62,30 +77,49 @@ async fn request_tools_extend_the_layer_and_a_guard_is_never_dropped() {
 async fn registered_tools_are_offered_by_name_and_unknown_names_fail_first() {
     for shape in SHAPES {
         let runs = counter();
-        let registry = ToolSet::new().with(weather(runs.clone())).with(named("other", "", false));
+        let registry = ToolSet::new()
+            .with(weather(runs.clone()))
+            .with(named("other", "", false));
         let layer = FunctionInvocationLayer::new().registry(registry);
         let (inner, script) = scripted(
             shape,
-            vec![calls(&[("a", "weather", json!({"city": "Oslo"}))]), answer("ok")],
+            vec![
+                calls(&[("a", "weather", json!({"city": "Oslo"}))]),
+                answer("ok"),
+            ],
         );
         let request = user("go").with_extension(RequestTools::new().registered("weather"));
         let (events, error) = run(stack(layer.clone(), inner), request).await;
         assert!(error.is_none());
         assert_eq!(count(&runs), 1);
         assert_eq!(tool_results(&events).len(), 1);
-        let names: Vec<String> = script.requests()[0].options.tools.iter().map(|t| t.name.clone()).collect();
+        let names: Vec<String> = script.requests()[0]
+            .options
+            .tools
+            .iter()
+            .map(|t| t.name.clone())
+            .collect();
         assert_eq!(names, ["weather"], "only named registry tools are offered");
 
         let (inner, script) = scripted(shape, vec![]);
         let request = user("go").with_extension(RequestTools::new().registered("nope"));
         let error = stack(layer, inner).oneshot(request).await.err().unwrap();
         assert_eq!(error.kind(), &ErrorKind::InvalidRequest);
-        assert!(error.message().contains("`nope` is not in the tool registry"), "{error}");
+        assert!(
+            error
+                .message()
+                .contains("`nope` is not in the tool registry"),
+            "{error}"
+        );
         assert_eq!(script.calls(), 0);
     }
     let (inner, _) = scripted(Shape::Whole, vec![]);
     let request = user("go").with_extension(RequestTools::new().registered("weather"));
-    let error = stack(FunctionInvocationLayer::new(), inner).oneshot(request).await.err().unwrap();
+    let error = stack(FunctionInvocationLayer::new(), inner)
+        .oneshot(request)
+        .await
+        .err()
+        .unwrap();
     assert!(error.message().contains("no tool registry"), "{error}");
 }
 
@@ -100,21 +134,25 @@ async fn a_typed_tool_gets_its_arguments_and_context() {
     for shape in SHAPES {
         let seen = Arc::new(Mutex::new(Vec::new()));
         let record = seen.clone();
-        let remember = tool_fn("remember", "Stores a note", move |note: Note, ctx: ToolContext| {
-            let record = record.clone();
-            async move {
-                let conversation = ctx.extensions().get::<ConversationId>().cloned();
-                record.lock().unwrap().push((
-                    note.text.clone(),
-                    ctx.call_id().to_owned(),
-                    ctx.tool_name().to_owned(),
-                    ctx.round(),
-                    conversation,
-                    ctx.cancellation().is_cancelled(),
-                ));
-                Ok::<_, String>(json!({"stored": note.text}))
-            }
-        })
+        let remember = tool_fn(
+            "remember",
+            "Stores a note",
+            move |note: Note, ctx: ToolContext| {
+                let record = record.clone();
+                async move {
+                    let conversation = ctx.extensions().get::<ConversationId>().cloned();
+                    record.lock().unwrap().push((
+                        note.text.clone(),
+                        ctx.call_id().to_owned(),
+                        ctx.tool_name().to_owned(),
+                        ctx.round(),
+                        conversation,
+                        ctx.cancellation().is_cancelled(),
+                    ));
+                    Ok::<_, String>(json!({"stored": note.text}))
+                }
+            },
+        )
         .compile()
         .unwrap();
         let (inner, script) = scripted(
@@ -134,13 +172,26 @@ async fn a_typed_tool_gets_its_arguments_and_context() {
         assert_eq!(
             seen,
             vec![
-                ("milk".into(), "a".into(), "remember".into(), 0, conv.clone(), false),
+                (
+                    "milk".into(),
+                    "a".into(),
+                    "remember".into(),
+                    0,
+                    conv.clone(),
+                    false
+                ),
                 ("eggs".into(), "b".into(), "remember".into(), 1, conv, false),
             ]
         );
-        assert_eq!(tool_messages(&script.sent(2))[1].content, r#"{"stored":"eggs"}"#);
+        assert_eq!(
+            tool_messages(&script.sent(2))[1].content,
+            r#"{"stored":"eggs"}"#
+        );
         let schema = &script.requests()[0].options.tools[0].parameters;
-        assert_eq!(schema["properties"]["text"]["description"], "What to remember.");
+        assert_eq!(
+            schema["properties"]["text"]["description"],
+            "What to remember."
+        );
     }
 }
 
@@ -168,6 +219,14 @@ fn model_metadata_and_the_inner_service_are_reachable_through_the_layer() {
     let _: &Described = service.get_ref();
     let _: &mut Described = service.get_mut();
     let _: Described = service.into_inner();
-    let debug = format!("{:?}", FunctionInvocationLayer::new().tool(named("x", "", false)).max_rounds(4));
-    assert!(debug.contains("max_rounds: 4") && debug.contains("[\"x\"]"), "{debug}");
+    let debug = format!(
+        "{:?}",
+        FunctionInvocationLayer::new()
+            .tool(named("x", "", false))
+            .max_rounds(4)
+    );
+    assert!(
+        debug.contains("max_rounds: 4") && debug.contains("[\"x\"]"),
+        "{debug}"
+    );
 }

@@ -8,13 +8,13 @@ use std::sync::{Arc, Mutex};
 use common::*;
 use serde_json::json;
 use tower::ServiceExt;
+use tower_chat_function_invocation::FunctionInvocationLayer;
 use tracing::field::{Field, Visit};
 use tracing::span::{Attributes, Id, Record};
 use tracing::{Instrument, Subscriber};
 use tracing_subscriber::layer::{Context, SubscriberExt};
 use tracing_subscriber::registry::LookupSpan;
 use tracing_subscriber::Layer;
-use tower_chat_function_invocation::FunctionInvocationLayer;
 
 #[derive(Clone, Debug, Default)]
 struct SpanRecord {
@@ -103,7 +103,10 @@ async fn tool_bodies_run_in_execute_tool_spans_under_the_polling_span() {
         let weather = tools[0];
         assert_eq!(weather.parent.as_deref(), Some("chat"));
         assert_eq!(field(weather, "otel.name"), Some("execute_tool weather"));
-        assert_eq!(field(weather, "gen_ai.operation.name"), Some("execute_tool"));
+        assert_eq!(
+            field(weather, "gen_ai.operation.name"),
+            Some("execute_tool")
+        );
         assert_eq!(field(weather, "gen_ai.tool.name"), Some("weather"));
         assert_eq!(field(weather, "gen_ai.tool.call.id"), Some("call-1"));
         assert_eq!(field(weather, "error.type"), None);

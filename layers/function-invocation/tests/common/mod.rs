@@ -186,7 +186,10 @@ pub async fn drain(mut stream: ChatStream) -> (Vec<ChatEvent>, Option<ChatError>
         match item {
             Ok(event) => events.push(event),
             Err(error) => {
-                assert!(stream.next().await.is_none(), "the stream went on after an error");
+                assert!(
+                    stream.next().await.is_none(),
+                    "the stream went on after an error"
+                );
                 return (events, Some(error));
             }
         }
@@ -199,7 +202,10 @@ pub async fn run(
     service: FunctionInvocation<Inner>,
     request: ChatRequest,
 ) -> (Vec<ChatEvent>, Option<ChatError>) {
-    let stream = service.oneshot(request).await.expect("the call was refused");
+    let stream = service
+        .oneshot(request)
+        .await
+        .expect("the call was refused");
     drain(stream).await
 }
 
@@ -271,14 +277,23 @@ pub fn weather(runs: Arc<AtomicUsize>) -> CompiledTool {
 }
 
 /// A tool named `name` with any object arguments whose body counts runs and returns `result`.
-pub fn counting(name: &str, runs: Arc<AtomicUsize>, result: Result<&'static str, &'static str>) -> CompiledTool {
-    tool_json(name, "test tool", json!({"type": "object"}), move |_args: Value, _ctx: ToolContext| {
-        let runs = runs.clone();
-        async move {
-            runs.fetch_add(1, Ordering::SeqCst);
-            result.map(str::to_owned).map_err(str::to_owned)
-        }
-    })
+pub fn counting(
+    name: &str,
+    runs: Arc<AtomicUsize>,
+    result: Result<&'static str, &'static str>,
+) -> CompiledTool {
+    tool_json(
+        name,
+        "test tool",
+        json!({"type": "object"}),
+        move |_args: Value, _ctx: ToolContext| {
+            let runs = runs.clone();
+            async move {
+                runs.fetch_add(1, Ordering::SeqCst);
+                result.map(str::to_owned).map_err(str::to_owned)
+            }
+        },
+    )
     .compile()
     .unwrap()
 }
