@@ -24,7 +24,9 @@ fn runtime() -> tokio::runtime::Runtime {
         .unwrap()
 }
 
-fn scripted(responses: Arc<Vec<Vec<ChatEvent>>>) -> impl Service<
+fn scripted(
+    responses: Arc<Vec<Vec<ChatEvent>>>,
+) -> impl Service<
     ChatRequest,
     Response = ChatStream,
     Error = ChatError,
@@ -37,7 +39,8 @@ fn scripted(responses: Arc<Vec<Vec<ChatEvent>>>) -> impl Service<
         let n = next.fetch_add(1, Ordering::Relaxed) % responses.len();
         let events = responses[n].clone();
         async move {
-            let stream: ChatStream = Box::pin(futures_util::stream::iter(events.into_iter().map(Ok)));
+            let stream: ChatStream =
+                Box::pin(futures_util::stream::iter(events.into_iter().map(Ok)));
             Ok::<_, ChatError>(stream)
         }
     })
@@ -52,7 +55,9 @@ fn layer() -> FunctionInvocationLayer {
     )
     .compile()
     .unwrap();
-    FunctionInvocationLayer::new().tool(noop).max_rounds(ROUNDS + 1)
+    FunctionInvocationLayer::new()
+        .tool(noop)
+        .max_rounds(ROUNDS + 1)
 }
 
 async fn drain<S>(service: S) -> usize

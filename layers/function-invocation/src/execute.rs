@@ -69,6 +69,7 @@ pub(crate) fn run(
         error.type = tracing::field::Empty,
     );
     let recorder = span.clone();
+    let token = context.cancellation().clone();
     let work = async move {
         // The body's synchronous part runs inside the guarded future too, so a panic there is caught as well.
         let body = AssertUnwindSafe(async { tool.call(arguments, context).await }).catch_unwind();
@@ -76,6 +77,10 @@ pub(crate) fn run(
             Some(limit) => tokio::time::timeout(limit, body).await.ok(),
             None => Some(body.await),
         };
+        if finished.is_none() {
+            // The body's future is gone; work it spawned learns through its token.
+            token.cancel();
+        }
         let outcome = match finished {
             Some(Ok(Ok(text))) => Outcome {
                 message: ToolMessage::success(&call.id, &call.name, text),

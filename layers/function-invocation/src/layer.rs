@@ -118,7 +118,8 @@ impl FunctionInvocationLayer {
     }
 
     /// At a limit, call the model once more with tool calls forbidden (`tool_choice: none`) so it answers in text;
-    /// that answer's finish reason ends the stream.
+    /// that answer's finish reason ends the stream. Should the model call tools anyway, they are not run and the
+    /// stream ends with `max_rounds` (the caller's history then ends with those unanswered calls).
     pub fn final_round_without_tools(mut self, enabled: bool) -> Self {
         self.config_mut().final_round_without_tools = enabled;
         self

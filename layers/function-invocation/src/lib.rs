@@ -92,7 +92,8 @@
 //! (with the collected response appended) again with [`ApprovalDecisions`](tower_chat::ApprovalDecisions) in the
 //! extensions: the loop finds the last assistant message's calls that have no tool message, runs approved ones,
 //! answers denied ones with "not approved: {reason}", asks again for gated calls without a decision, and goes on
-//! calling the model. Decisions for any other id are ignored.
+//! calling the model. Decisions for any other id are ignored. A gated call whose arguments are invalid is
+//! answered with the validation error at once rather than put to a human.
 //!
 //! An approval layer placed outside this one adds policy and verification by putting an [`ApprovalPolicy`] in
 //! the request's extensions (it can require approval or deny, never waive a tool's own flag) and by deciding

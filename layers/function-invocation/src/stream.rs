@@ -202,7 +202,7 @@ impl<S> LoopCore<S> {
         self.queue.push_back(Ok(ChatEvent::Finish { reason }));
     }
 
-    /// Keep what the next round's assistant message needs; tell whether the event is passed on.
+    /// Keep what the next round's assistant message needs from a passed-on event.
     fn observe(&mut self, event: &ChatEvent) {
         match event {
             ChatEvent::TextDelta { text } => self.content.push_str(text),
@@ -278,7 +278,8 @@ impl<S> LoopCore<S> {
             &call.name,
             self.round,
             extensions,
-            self.tool_token.clone(),
+            // Per call, so that a timed-out call's token can be cancelled alone.
+            self.tool_token.child_token(),
         )
     }
 

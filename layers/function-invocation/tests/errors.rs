@@ -5,6 +5,9 @@ mod common;
 
 use std::time::Duration;
 
+use futures_util::StreamExt;
+use tower::ServiceExt;
+
 use common::*;
 use serde_json::{json, Value};
 use tower_chat::{
@@ -80,12 +83,20 @@ async fn a_tool_past_its_timeout_is_an_error_result() {
     for shape in SHAPES {
         let runs = counter();
         let seen = runs.clone();
+        let told = counter();
+        let tell = told.clone();
         let slow = tool_json(
             "slow",
             "",
             json!({"type": "object"}),
-            move |_v: Value, _c| {
+            move |_v: Value, ctx: ToolContext| {
                 let seen = seen.clone();
+                let tell = tell.clone();
+                let token = ctx.cancellation().clone();
+                tokio::spawn(async move {
+                    token.cancelled().await;
+                    tell.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                });
                 async move {
                     tokio::time::sleep(Duration::from_secs(60)).await;
                     seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
@@ -118,8 +129,18 @@ async fn a_tool_past_its_timeout_is_an_error_result() {
             .tool(slow)
             .tool(fast_override)
             .tool_timeout(Duration::from_secs(1));
-        let (_, error) = run(stack(layer, inner), user("x")).await;
-        assert!(error.is_none());
+        let mut stream = stack(layer, inner).oneshot(user("x")).await.unwrap();
+        let mut told_at_result = None;
+        while let Some(item) = stream.next().await {
+            if let ChatEvent::ToolResult { result } = item.unwrap() {
+                if result.call_id == "a" {
+                    // While the stream is still alive: the timed-out call's own token was cancelled.
+                    tokio::task::yield_now().await;
+                    told_at_result = Some(count(&told));
+                }
+            }
+        }
+        assert_eq!(told_at_result, Some(1), "{shape:?}");
         assert_eq!(count(&runs), 0, "the timed-out body was dropped");
         let sent = tool_messages(&script.sent(1));
         assert!(sent[0].is_error);
