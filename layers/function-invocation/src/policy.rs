@@ -138,6 +138,27 @@ type ApprovalPolicyFn =
 /// Decisions ([`tower_chat::ApprovalDecisions`]) are honoured only for calls that are pending in the request's
 /// history (the last assistant message's calls without a tool message), and a policy's `Deny` still wins over an
 /// approval, so a layer outside may verify decisions and rewrite or drop them before they reach this loop.
+///
+/// ```
+/// use tower::ServiceBuilder;
+/// use tower_chat::ChatRequest;
+/// use tower_chat_function_invocation::{ApprovalPolicy, ApprovalVerdict, FunctionInvocationLayer};
+///
+/// // An outer layer: guests may not run `delete_file` at all, everyone else needs approval for it.
+/// let guard = ServiceBuilder::new().map_request(|mut request: ChatRequest| {
+///     let guest = request.caller().is_some_and(|c| c.as_str() == "guest");
+///     request.extensions.insert(ApprovalPolicy::new(move |call, _tool, _extensions| {
+///         match (call.name.as_str(), guest) {
+///             ("delete_file", true) => ApprovalVerdict::Deny { reason: "guests cannot delete".into() },
+///             ("delete_file", false) => ApprovalVerdict::Require { reason: Some("destructive".into()) },
+///             _ => ApprovalVerdict::Default,
+///         }
+///     }));
+///     request
+/// });
+/// let stack = guard.layer(FunctionInvocationLayer::new());
+/// # let _ = stack;
+/// ```
 #[derive(Clone)]
 pub struct ApprovalPolicy(Arc<ApprovalPolicyFn>);
 
