@@ -1,0 +1,11 @@
+//! An OpenAI-compatible HTTP gateway running the whole tower-chat stack.
+//!
+//! ```text
+//! cargo run --release --example gateway -- --upstream https://api.openai.com/v1 --files ./docs
+//! ```
+//!
+//! See `gateway/README.md` for every option, the approval protocol and curl examples.
+
+fn main() -> std::process::ExitCode {
+    tower_chat_gateway::main_with_args(std::env::args().skip(1))
+}

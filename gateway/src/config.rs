@@ -1,0 +1,341 @@
+//! The command line: `--listen`, `--upstream`, `--provider`, … parsed into a [`Config`].
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Which wire format the upstream provider speaks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Provider {
+    /// OpenAI Chat Completions (OpenAI, vLLM, Ollama, DeepSeek, …).
+    OpenAi,
+    /// Anthropic Messages.
+    Anthropic,
+}
+
+impl Provider {
+    /// The environment variable holding the upstream key when `--upstream-key-env` is not given.
+    pub fn default_key_env(self) -> &'static str {
+        match self {
+            Provider::OpenAi => "OPENAI_API_KEY",
+            Provider::Anthropic => "ANTHROPIC_API_KEY",
+        }
+    }
+
+    fn default_upstream(self) -> &'static str {
+        match self {
+            Provider::OpenAi => "https://api.openai.com/v1",
+            Provider::Anthropic => "https://api.anthropic.com/v1",
+        }
+    }
+}
+
+/// Everything the gateway is configured with. Build one with [`Config::parse`] or by hand
+/// ([`Config::new`] gives the command line's defaults).
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// `--listen ADDR` (default `127.0.0.1:8080`).
+    pub listen: SocketAddr,
+    /// `--upstream URL`: the provider's base URL (default: the provider's public API).
+    pub upstream: String,
+    /// `--provider openai|anthropic` (default `openai`).
+    pub provider: Provider,
+    /// `--upstream-key-env VAR`: where the upstream key is read from; `None` uses the provider's default
+    /// variable. An unset or empty variable sends no auth header.
+    pub upstream_key_env: Option<String>,
+    /// `--db PATH`: SQLite file of the persistence layer (default `gateway.db`).
+    pub db: PathBuf,
+    /// `--database-url URL`: PostgreSQL instead of SQLite.
+    pub database_url: Option<String>,
+    /// `--files DIR`: root of the `read_file` / `write_file` tools (default: the current directory).
+    pub files: PathBuf,
+    /// `--api-keys-file PATH`: when set, clients must send one of the listed keys as a bearer token.
+    pub api_keys_file: Option<PathBuf>,
+    /// `--max-rounds N`: the tool loop's round limit (default 10).
+    pub max_rounds: usize,
+    /// `--body-limit BYTES`: larger request bodies are refused with 413 (default 4 MiB).
+    pub body_limit: usize,
+    /// `--shutdown-timeout SECS`: how long in-flight requests may run on after SIGTERM / Ctrl-C (default 30).
+    pub shutdown_timeout: Duration,
+    /// `--upstream-timeout SECS`: first-byte and idle timeout of upstream calls (default 120).
+    pub upstream_timeout: Duration,
+    /// `--approval-ttl SECS`: how long a paused call waits for its approval (default 3600).
+    pub approval_ttl: Duration,
+}
+
+impl Config {
+    /// The defaults of the command line, with this upstream base URL.
+    pub fn new(upstream: impl Into<String>) -> Self {
+        Config {
+            listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            upstream: upstream.into(),
+            provider: Provider::OpenAi,
+            upstream_key_env: None,
+            db: PathBuf::from("gateway.db"),
+            database_url: None,
+            files: PathBuf::from("."),
+            api_keys_file: None,
+            max_rounds: 10,
+            body_limit: 4 * 1024 * 1024,
+            shutdown_timeout: Duration::from_secs(30),
+            upstream_timeout: Duration::from_secs(120),
+            approval_ttl: Duration::from_secs(3600),
+        }
+    }
+
+    /// The environment variable the upstream key is read from.
+    pub fn key_env(&self) -> &str {
+        self.upstream_key_env
+            .as_deref()
+            .unwrap_or(self.provider.default_key_env())
+    }
+
+    /// Parse command-line arguments (without the program name).
+    pub fn parse<I, S>(args: I) -> Result<Command, CliError>
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        let mut config = Config::new("");
+        let mut upstream = None;
+        let mut args = args.into_iter().map(Into::into);
+        while let Some(arg) = args.next() {
+            if arg == "-h" || arg == "--help" {
+                return Ok(Command::Help);
+            }
+            let (name, inline) = match arg.split_once('=') {
+                Some((name, value)) if name.starts_with("--") => {
+                    (name.to_owned(), Some(value.to_owned()))
+                }
+                _ => (arg.clone(), None),
+            };
+            if !name.starts_with("--") {
+                return Err(CliError::Unexpected(arg));
+            }
+            let mut value = || match inline.clone() {
+                Some(v) => Ok(v),
+                None => args
+                    .next()
+                    .ok_or_else(|| CliError::MissingValue(name.clone())),
+            };
+            match name.as_str() {
+                "--listen" => {
+                    let v = value()?;
+                    config.listen = v
+                        .parse()
+                        .map_err(|_| invalid(&name, &v, "an address like 127.0.0.1:8080"))?;
+                }
+                "--upstream" => upstream = Some(value()?),
+                "--provider" => {
+                    let v = value()?;
+                    config.provider = match v.as_str() {
+                        "openai" => Provider::OpenAi,
+                        "anthropic" => Provider::Anthropic,
+                        _ => return Err(invalid(&name, &v, "`openai` or `anthropic`")),
+                    };
+                }
+                "--upstream-key-env" => config.upstream_key_env = Some(value()?),
+                "--db" => config.db = PathBuf::from(value()?),
+                "--database-url" => config.database_url = Some(value()?),
+                "--files" => config.files = PathBuf::from(value()?),
+                "--api-keys-file" => config.api_keys_file = Some(PathBuf::from(value()?)),
+                "--max-rounds" => {
+                    let v = value()?;
+                    config.max_rounds = v
+                        .parse()
+                        .ok()
+                        .filter(|n| *n > 0)
+                        .ok_or_else(|| invalid(&name, &v, "a positive integer"))?;
+                }
+                "--body-limit" => {
+                    let v = value()?;
+                    config.body_limit = v
+                        .parse()
+                        .ok()
+                        .filter(|n| *n > 0)
+                        .ok_or_else(|| invalid(&name, &v, "a positive number of bytes"))?;
+                }
+                "--shutdown-timeout" => config.shutdown_timeout = seconds(&name, value()?)?,
+                "--upstream-timeout" => config.upstream_timeout = seconds(&name, value()?)?,
+                "--approval-ttl" => config.approval_ttl = seconds(&name, value()?)?,
+                _ => return Err(CliError::Unknown(name)),
+            }
+        }
+        config.upstream = upstream.unwrap_or_else(|| config.provider.default_upstream().to_owned());
+        Ok(Command::Run(Box::new(config)))
+    }
+}
+
+fn seconds(name: &str, value: String) -> Result<Duration, CliError> {
+    value
+        .parse::<f64>()
+        .ok()
+        .filter(|s| s.is_finite() && *s > 0.0)
+        .map(Duration::from_secs_f64)
+        .ok_or_else(|| invalid(name, &value, "a positive number of seconds"))
+}
+
+fn invalid(name: &str, value: &str, expected: &'static str) -> CliError {
+    CliError::Invalid {
+        option: name.to_owned(),
+        value: value.to_owned(),
+        expected,
+    }
+}
+
+/// What the command line asks for.
+#[derive(Clone, Debug)]
+pub enum Command {
+    /// Run the gateway.
+    Run(Box<Config>),
+    /// Print [`USAGE`].
+    Help,
+}
+
+/// A command line that could not be parsed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CliError {
+    /// An option nobody knows.
+    Unknown(String),
+    /// An option without its value.
+    MissingValue(String),
+    /// A value of the wrong shape.
+    Invalid {
+        /// The option.
+        option: String,
+        /// What was given.
+        value: String,
+        /// What was expected.
+        expected: &'static str,
+    },
+    /// A positional argument (the gateway takes none).
+    Unexpected(String),
+}
+
+impl fmt::Display for CliError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CliError::Unknown(name) => write!(f, "unknown option `{name}` (see --help)"),
+            CliError::MissingValue(name) => write!(f, "option `{name}` needs a value"),
+            CliError::Invalid {
+                option,
+                value,
+                expected,
+            } => write!(
+                f,
+                "invalid value `{value}` for `{option}`: expected {expected}"
+            ),
+            CliError::Unexpected(arg) => write!(f, "unexpected argument `{arg}` (see --help)"),
+        }
+    }
+}
+
+impl std::error::Error for CliError {}
+
+/// The `--help` text.
+pub const USAGE: &str = "\
+tower-chat gateway: an OpenAI-compatible endpoint (POST /v1/chat/completions) running the tower-chat stack
+
+usage: cargo run --release --example gateway -- [options]
+
+  --listen ADDR            address to listen on (default 127.0.0.1:8080)
+  --upstream URL           provider base URL, e.g. https://api.openai.com/v1 or http://127.0.0.1:9000/v1
+  --provider NAME          openai | anthropic (default openai)
+  --upstream-key-env VAR   environment variable holding the upstream key
+                           (default OPENAI_API_KEY, or ANTHROPIC_API_KEY); unset -> no auth header
+  --db PATH                SQLite file of the persistence layer (default gateway.db)
+  --database-url URL       PostgreSQL instead of SQLite
+  --files DIR              root directory of read_file / write_file (default: current directory)
+  --api-keys-file PATH     clients must send `Authorization: Bearer <key>` with a key listed in PATH
+  --max-rounds N           tool-loop limit (default 10)
+  --body-limit BYTES       larger request bodies get 413 (default 4194304)
+  --shutdown-timeout SECS  drain time for in-flight requests on SIGTERM / Ctrl-C (default 30)
+  --upstream-timeout SECS  upstream first-byte and idle timeout (default 120)
+  --approval-ttl SECS      how long a paused write_file waits for approval (default 3600)
+
+Log level: RUST_LOG (default info).
+";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(args: &[&str]) -> Result<Config, CliError> {
+        match Config::parse(args.iter().copied())? {
+            Command::Run(config) => Ok(*config),
+            Command::Help => panic!("help"),
+        }
+    }
+
+    #[test]
+    fn defaults_follow_the_issue() {
+        let config = run(&[]).unwrap();
+        assert_eq!(config.listen.to_string(), "127.0.0.1:8080");
+        assert_eq!(config.upstream, "https://api.openai.com/v1");
+        assert_eq!(config.key_env(), "OPENAI_API_KEY");
+        assert_eq!(config.db, PathBuf::from("gateway.db"));
+        assert_eq!(config.max_rounds, 10);
+        let anthropic = run(&["--provider", "anthropic"]).unwrap();
+        assert_eq!(anthropic.key_env(), "ANTHROPIC_API_KEY");
+        assert_eq!(anthropic.upstream, "https://api.anthropic.com/v1");
+    }
+
+    #[test]
+    fn every_option_is_read_in_both_spellings() {
+        let config = run(&[
+            "--listen=0.0.0.0:9",
+            "--upstream",
+            "http://127.0.0.1:9000/v1",
+            "--upstream-key-env",
+            "MY_KEY",
+            "--db",
+            "x.db",
+            "--database-url=postgres://u@h/db",
+            "--files",
+            "/srv",
+            "--api-keys-file",
+            "keys.txt",
+            "--max-rounds",
+            "3",
+            "--body-limit",
+            "100",
+            "--shutdown-timeout",
+            "0.5",
+        ])
+        .unwrap();
+        assert_eq!(config.listen.port(), 9);
+        assert_eq!(config.upstream, "http://127.0.0.1:9000/v1");
+        assert_eq!(config.key_env(), "MY_KEY");
+        assert_eq!(config.database_url.as_deref(), Some("postgres://u@h/db"));
+        assert_eq!(config.files, PathBuf::from("/srv"));
+        assert_eq!(config.max_rounds, 3);
+        assert_eq!(config.body_limit, 100);
+        assert_eq!(config.shutdown_timeout, Duration::from_millis(500));
+    }
+
+    #[test]
+    fn bad_command_lines_are_typed_errors() {
+        assert_eq!(
+            run(&["--nope"]).unwrap_err(),
+            CliError::Unknown("--nope".into())
+        );
+        assert_eq!(
+            run(&["--listen"]).unwrap_err(),
+            CliError::MissingValue("--listen".into())
+        );
+        assert!(matches!(
+            run(&["--provider", "cohere"]).unwrap_err(),
+            CliError::Invalid { .. }
+        ));
+        assert!(matches!(
+            run(&["--max-rounds", "0"]).unwrap_err(),
+            CliError::Invalid { .. }
+        ));
+        assert_eq!(
+            run(&["stray"]).unwrap_err(),
+            CliError::Unexpected("stray".into())
+        );
+        assert!(matches!(Config::parse(["--help"]), Ok(Command::Help)));
+    }
+}

@@ -1,0 +1,203 @@
+//! OpenAI-style errors: `{"error": {"message", "type", "code"}}` with a fitting HTTP status, mapped from
+//! [`tower_chat::ErrorKind`].
+
+use std::time::Duration;
+
+use axum::response::{IntoResponse, Response};
+use http::{header, HeaderValue, StatusCode};
+use serde_json::{json, Value};
+use tower_chat::{ChatError, ErrorKind};
+
+/// An error as the gateway answers it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ApiError {
+    /// The HTTP status.
+    pub status: StatusCode,
+    /// OpenAI's `type` (`invalid_request_error`, `authentication_error`, …).
+    pub kind: &'static str,
+    /// A stable machine-readable `code`.
+    pub code: &'static str,
+    /// What went wrong, for a human.
+    pub message: String,
+    /// For 429: how long the client should wait (sent as `Retry-After`).
+    pub retry_after: Option<Duration>,
+}
+
+impl ApiError {
+    fn new(status: StatusCode, kind: &'static str, code: &'static str, message: String) -> Self {
+        ApiError {
+            status,
+            kind,
+            code,
+            message,
+            retry_after: None,
+        }
+    }
+
+    /// 400: the request is malformed or breaks the schema.
+    pub fn invalid_request(code: &'static str, message: impl Into<String>) -> Self {
+        ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "invalid_request_error",
+            code,
+            message.into(),
+        )
+    }
+
+    /// 401: the gateway key is missing or wrong.
+    pub fn unauthorized(message: impl Into<String>) -> Self {
+        ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            "authentication_error",
+            "invalid_api_key",
+            message.into(),
+        )
+    }
+
+    /// 413: the body is over the limit.
+    pub fn too_large(limit: usize) -> Self {
+        ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "invalid_request_error",
+            "request_too_large",
+            format!("the request body is larger than the gateway's limit of {limit} bytes"),
+        )
+    }
+
+    /// 404 for unknown routes.
+    pub fn not_found(path: &str) -> Self {
+        ApiError::new(
+            StatusCode::NOT_FOUND,
+            "invalid_request_error",
+            "unknown_url",
+            format!("no route for {path}; the gateway serves POST /v1/chat/completions and GET /healthz"),
+        )
+    }
+
+    /// The error of a chat call, with the status the issue lists for its kind.
+    pub fn from_chat(error: &ChatError) -> Self {
+        let message = error.to_string();
+        let (status, kind, code) = match error.kind() {
+            ErrorKind::InvalidRequest => (
+                StatusCode::BAD_REQUEST,
+                "invalid_request_error",
+                "invalid_request",
+            ),
+            // The gateway's own upstream credentials failed: nothing the client can fix, so a gateway error.
+            ErrorKind::Authentication => (
+                StatusCode::BAD_GATEWAY,
+                "upstream_error",
+                "upstream_authentication_failed",
+            ),
+            ErrorKind::RateLimited { .. } => (
+                StatusCode::TOO_MANY_REQUESTS,
+                "rate_limit_error",
+                "rate_limit_exceeded",
+            ),
+            ErrorKind::Upstream => (StatusCode::BAD_GATEWAY, "upstream_error", "upstream_failed"),
+            ErrorKind::Connection => (
+                StatusCode::BAD_GATEWAY,
+                "upstream_error",
+                "upstream_unreachable",
+            ),
+            ErrorKind::Protocol => (
+                StatusCode::BAD_GATEWAY,
+                "upstream_error",
+                "upstream_protocol_error",
+            ),
+            ErrorKind::Timeout(_) => (
+                StatusCode::GATEWAY_TIMEOUT,
+                "timeout_error",
+                "upstream_timeout",
+            ),
+            ErrorKind::Approval => (
+                StatusCode::BAD_REQUEST,
+                "invalid_request_error",
+                "invalid_approval",
+            ),
+            ErrorKind::Tool => (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "server_error",
+                "tool_failed",
+            ),
+            ErrorKind::Store => (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "server_error",
+                "store_failed",
+            ),
+            ErrorKind::Cancelled => (StatusCode::SERVICE_UNAVAILABLE, "server_error", "cancelled"),
+            _ => (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "server_error",
+                "internal_error",
+            ),
+        };
+        ApiError {
+            retry_after: error.retry_after(),
+            ..ApiError::new(status, kind, code, message)
+        }
+    }
+
+    /// The JSON body (also the payload of an SSE error chunk).
+    pub fn body(&self) -> Value {
+        json!({"error": {"message": self.message, "type": self.kind, "code": self.code, "param": null}})
+    }
+}
+
+/// A JSON response (axum's `json` feature is not worth its extra dependencies for this).
+pub(crate) fn json_response(status: StatusCode, body: &Value) -> Response {
+    let mut response = (status, body.to_string()).into_response();
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    response
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let mut response = json_response(self.status, &self.body());
+        if let Some(wait) = self.retry_after {
+            // Whole seconds, rounded up: a client waiting less than asked would be refused again.
+            let secs = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        }
+        response
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tower_chat::TimeoutPhase;
+
+    #[test]
+    fn chat_errors_map_to_the_issues_statuses() {
+        let cases = [
+            (ErrorKind::InvalidRequest, 400),
+            (ErrorKind::RateLimited { retry_after: None }, 429),
+            (ErrorKind::Upstream, 502),
+            (ErrorKind::Connection, 502),
+            (ErrorKind::Authentication, 502),
+            (ErrorKind::Timeout(TimeoutPhase::FirstByte), 504),
+        ];
+        for (kind, status) in cases {
+            let error = ApiError::from_chat(&ChatError::new(kind.clone(), "x"));
+            assert_eq!(error.status.as_u16(), status, "{kind:?}");
+        }
+    }
+
+    #[test]
+    fn retry_after_is_rounded_up_to_whole_seconds() {
+        let error = ApiError::from_chat(&ChatError::new(
+            ErrorKind::RateLimited {
+                retry_after: Some(Duration::from_millis(1500)),
+            },
+            "slow down",
+        ));
+        let response = error.into_response();
+        assert_eq!(response.headers()[header::RETRY_AFTER], "2");
+    }
+}

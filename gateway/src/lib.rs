@@ -1,0 +1,159 @@
+//! # tower-chat-gateway
+//!
+//! An OpenAI-compatible HTTP endpoint (axum) running the whole tower-chat stack: `POST /v1/chat/completions`
+//! (streaming and not), server-side tools (`add`, `read_file`, `write_file` with approval) run by the tool loop,
+//! telemetry through the tracing layer, `GET /healthz`, gateway keys, OpenAI-style errors and graceful
+//! shutdown. Official OpenAI client libraries work against it unmodified.
+//!
+//! From the repository root: `cargo run --release --example gateway -- --upstream http://127.0.0.1:9000/v1`.
+//! In-process (how the tests run it):
+//!
+//! ```no_run
+//! use tower_chat_gateway::{Config, Gateway};
+//!
+//! # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let mut config = Config::new("http://127.0.0.1:9000/v1");
+//! config.files = "./docs".into();
+//! let gateway = Gateway::new(&config).await?;
+//! let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+//! println!("listening on {}", listener.local_addr()?);
+//! gateway.serve(listener, async { let _ = tokio::signal::ctrl_c().await; }).await?;
+//! # Ok(()) }
+//! ```
+//!
+//! The README (`gateway/README.md`) documents the command line, the approval protocol and curl examples.
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]
+#![warn(missing_debug_implementations, unreachable_pub)]
+
+mod auth;
+pub mod config;
+mod error;
+mod pending;
+mod respond;
+mod server;
+pub mod tools;
+pub mod wire;
+
+use std::fmt;
+use std::process::ExitCode;
+
+pub use auth::ApiKeys;
+pub use config::{CliError, Command, Config, Provider, USAGE};
+pub use error::ApiError;
+pub use pending::PendingStore;
+pub use server::{stack, ChatStack, Gateway, Upstream};
+
+/// Why the gateway could not start or stopped with an error.
+#[derive(Debug)]
+pub enum GatewayError {
+    /// The command line.
+    Cli(CliError),
+    /// A configuration value that parsed but cannot be used (an unreadable keys file, …).
+    Config(String),
+    /// Building the stack failed (a bad upstream URL, a missing files directory, …).
+    Chat(tower_chat::ChatError),
+    /// Binding or serving failed.
+    Io(std::io::Error),
+}
+
+impl fmt::Display for GatewayError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            GatewayError::Cli(e) => write!(f, "{e}"),
+            GatewayError::Config(e) => write!(f, "{e}"),
+            GatewayError::Chat(e) => write!(f, "{e}"),
+            GatewayError::Io(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+impl std::error::Error for GatewayError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            GatewayError::Cli(e) => Some(e),
+            GatewayError::Chat(e) => Some(e),
+            GatewayError::Io(e) => Some(e),
+            GatewayError::Config(_) => None,
+        }
+    }
+}
+
+/// Build and serve the gateway `config` describes until SIGTERM or Ctrl-C.
+pub async fn run(config: Config) -> Result<(), GatewayError> {
+    let gateway = Gateway::new(&config).await?;
+    let listener = tokio::net::TcpListener::bind(config.listen)
+        .await
+        .map_err(GatewayError::Io)?;
+    let addr = listener.local_addr().map_err(GatewayError::Io)?;
+    tracing::info!(%addr, upstream = %config.upstream, files = %config.files.display(), "gateway listening");
+    gateway
+        .serve(listener, shutdown_signal())
+        .await
+        .map_err(GatewayError::Io)?;
+    tracing::info!("gateway stopped");
+    Ok(())
+}
+
+/// Resolves on Ctrl-C, or on SIGTERM on Unix.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        if tokio::signal::ctrl_c().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {},
+        () = terminate => {},
+    }
+}
+
+/// The whole program: parse `args` (without the program name), set up logging from `RUST_LOG`, run.
+pub fn main_with_args<I, S>(args: I) -> ExitCode
+where
+    I: IntoIterator<Item = S>,
+    S: Into<String>,
+{
+    let config = match Config::parse(args) {
+        Ok(Command::Run(config)) => config,
+        Ok(Command::Help) => {
+            print!("{USAGE}");
+            return ExitCode::SUCCESS;
+        }
+        Err(error) => {
+            eprintln!("error: {error}");
+            return ExitCode::from(2);
+        }
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt().with_env_filter(filter).init();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("error: cannot start the runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(*config)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}

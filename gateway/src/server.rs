@@ -1,0 +1,368 @@
+//! The axum application: routes, the chat stack, serving with graceful shutdown.
+
+use std::collections::HashSet;
+use std::future::{Future, IntoFuture};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Extension, Router};
+use futures_util::StreamExt;
+use http::{header, HeaderMap, HeaderValue, StatusCode};
+use tokio::net::TcpListener;
+use tower::util::BoxCloneSyncService;
+use tower::{Layer, ServiceExt};
+use tower_chat::anthropic::AnthropicChat;
+use tower_chat::openai::OpenAiChat;
+use tower_chat::transport::Timeouts;
+use tower_chat::{
+    CallerIdentity, ChatError, ChatRequest, ChatStream, ConversationId, Message, ModelInfo,
+    ModelMetadata,
+};
+use tower_chat_function_invocation::FunctionInvocationLayer;
+use tower_chat_tracing::TracingLayer;
+
+use crate::auth::ApiKeys;
+use crate::config::{Config, Provider};
+use crate::error::{json_response, ApiError};
+use crate::pending::PendingStore;
+use crate::respond::{self, Turn};
+use crate::tools::{server_tools, SERVER_TOOLS};
+use crate::wire;
+use crate::GatewayError;
+
+/// The chat stack behind the endpoint, type-erased.
+pub type ChatStack = BoxCloneSyncService<ChatRequest, ChatStream, ChatError>;
+
+/// The upstream leaf: OpenAI-compatible or Anthropic, chosen by `--provider`.
+#[derive(Clone, Debug)]
+pub enum Upstream {
+    /// `--provider openai`.
+    OpenAi(OpenAiChat),
+    /// `--provider anthropic`.
+    Anthropic(AnthropicChat),
+}
+
+impl Upstream {
+    /// Build the leaf `config` names; the key comes from the configured environment variable.
+    pub fn from_config(config: &Config) -> Result<Self, ChatError> {
+        let key = std::env::var(config.key_env())
+            .ok()
+            .filter(|k| !k.is_empty());
+        let timeouts = Timeouts {
+            first_byte: Some(config.upstream_timeout),
+            idle: Some(config.upstream_timeout),
+            ..Timeouts::default()
+        };
+        Ok(match config.provider {
+            Provider::OpenAi => {
+                let mut builder = OpenAiChat::builder()
+                    .base_url(&config.upstream)
+                    .timeouts(timeouts);
+                if let Some(key) = key {
+                    builder = builder.api_key(key);
+                }
+                Upstream::OpenAi(builder.build()?)
+            }
+            Provider::Anthropic => {
+                let mut builder = AnthropicChat::builder()
+                    .base_url(&config.upstream)
+                    .timeouts(timeouts);
+                if let Some(key) = key {
+                    builder = builder.api_key(key);
+                }
+                Upstream::Anthropic(builder.build()?)
+            }
+        })
+    }
+}
+
+impl tower::Service<ChatRequest> for Upstream {
+    type Response = ChatStream;
+    type Error = ChatError;
+    type Future = Pin<Box<dyn Future<Output = Result<ChatStream, ChatError>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), ChatError>> {
+        match self {
+            Upstream::OpenAi(leaf) => leaf.poll_ready(cx),
+            Upstream::Anthropic(leaf) => leaf.poll_ready(cx),
+        }
+    }
+
+    fn call(&mut self, request: ChatRequest) -> Self::Future {
+        match self {
+            Upstream::OpenAi(leaf) => leaf.call(request),
+            Upstream::Anthropic(leaf) => leaf.call(request),
+        }
+    }
+}
+
+impl ModelInfo for Upstream {
+    fn model_metadata(&self) -> ModelMetadata {
+        match self {
+            Upstream::OpenAi(leaf) => leaf.model_metadata(),
+            Upstream::Anthropic(leaf) => leaf.model_metadata(),
+        }
+    }
+}
+
+/// The stack the gateway runs: tracing (one span per client request, tool spans inside) over the tool loop
+/// with the server-side tools, over `upstream`.
+pub fn stack<S>(config: &Config, upstream: S) -> Result<ChatStack, ChatError>
+where
+    S: tower::Service<ChatRequest, Response = ChatStream, Error = ChatError>
+        + ModelInfo
+        + Clone
+        + Send
+        + Sync
+        + 'static,
+    S::Future: Send + 'static,
+{
+    let tools = FunctionInvocationLayer::new()
+        .tools(server_tools(&config.files)?)
+        .max_rounds(config.max_rounds);
+    let service = TracingLayer::new().layer(tools.layer(upstream));
+    Ok(BoxCloneSyncService::new(service))
+}
+
+#[derive(Clone)]
+struct AppState {
+    stack: ChatStack,
+    keys: Option<Arc<ApiKeys>>,
+    pending: Arc<PendingStore>,
+    body_limit: usize,
+}
+
+/// A configured gateway, ready to serve.
+pub struct Gateway {
+    state: AppState,
+    shutdown_timeout: Duration,
+}
+
+impl std::fmt::Debug for Gateway {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Gateway")
+            .field("body_limit", &self.state.body_limit)
+            .field("shutdown_timeout", &self.shutdown_timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Gateway {
+    /// Build the gateway `config` describes: the upstream leaf, the stack, the keys.
+    pub async fn new(config: &Config) -> Result<Self, GatewayError> {
+        let upstream = Upstream::from_config(config).map_err(GatewayError::Chat)?;
+        let stack = stack(config, upstream).map_err(GatewayError::Chat)?;
+        Gateway::with_stack(config, stack)
+    }
+
+    /// A gateway around a stack of your own (its server-side tools are whatever the stack runs; the names in
+    /// [`SERVER_TOOLS`] are never shown to clients).
+    pub fn with_stack(config: &Config, stack: ChatStack) -> Result<Self, GatewayError> {
+        let keys = match &config.api_keys_file {
+            Some(path) => Some(Arc::new(ApiKeys::load(path).map_err(|e| {
+                GatewayError::Config(format!("--api-keys-file {}: {e}", path.display()))
+            })?)),
+            None => None,
+        };
+        Ok(Gateway {
+            state: AppState {
+                stack,
+                keys,
+                pending: Arc::new(PendingStore::new(config.approval_ttl)),
+                body_limit: config.body_limit,
+            },
+            shutdown_timeout: config.shutdown_timeout,
+        })
+    }
+
+    /// The axum application.
+    pub fn router(&self) -> Router {
+        let api = Router::new()
+            .route("/v1/chat/completions", post(chat_completions))
+            .route_layer(middleware::from_fn_with_state(
+                self.state.clone(),
+                authenticate,
+            ));
+        Router::new()
+            .merge(api)
+            .route("/healthz", get(healthz))
+            .fallback(not_found)
+            .layer(DefaultBodyLimit::max(self.state.body_limit))
+            .with_state(self.state.clone())
+    }
+
+    /// Serve on `listener` until `shutdown` resolves; then stop accepting, let in-flight requests finish for at
+    /// most the configured shutdown timeout, and return.
+    pub async fn serve(
+        self,
+        listener: TcpListener,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> std::io::Result<()> {
+        let (signalled_tx, signalled_rx) = tokio::sync::oneshot::channel::<()>();
+        let signal = async move {
+            shutdown.await;
+            tracing::info!("shutting down: no new connections, draining in-flight requests");
+            let _ = signalled_tx.send(());
+        };
+        let server = axum::serve(listener, self.router())
+            .with_graceful_shutdown(signal)
+            .into_future();
+        let drain = self.shutdown_timeout;
+        let deadline = async move {
+            if signalled_rx.await.is_err() {
+                std::future::pending::<()>().await;
+            }
+            tokio::time::sleep(drain).await;
+        };
+        tokio::select! {
+            result = server => result?,
+            () = deadline => {
+                tracing::warn!(?drain, "drain time over: dropping the requests still in flight");
+            }
+        }
+        // Dropping the state drops the stack; the layers' stores flush in their `Drop`/close paths.
+        drop(self.state);
+        Ok(())
+    }
+}
+
+async fn healthz() -> Response {
+    json_response(StatusCode::OK, &serde_json::json!({"status": "ok"}))
+}
+
+async fn not_found(request: Request) -> Response {
+    ApiError::not_found(request.uri().path()).into_response()
+}
+
+async fn authenticate(State(state): State<AppState>, mut request: Request, next: Next) -> Response {
+    if let Some(keys) = &state.keys {
+        match keys.check(request.headers()) {
+            Ok(caller) => {
+                request.extensions_mut().insert(caller);
+            }
+            Err(error) => return error.into_response(),
+        }
+    }
+    next.run(request).await
+}
+
+async fn chat_completions(
+    State(state): State<AppState>,
+    caller: Option<Extension<CallerIdentity>>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    match handle(state, caller.map(|Extension(c)| c), headers, body).await {
+        Ok(response) => response,
+        Err(error) => {
+            if error.status.is_server_error() {
+                tracing::warn!(status = %error.status, message = %error.message, "request failed");
+            }
+            error.into_response()
+        }
+    }
+}
+
+async fn handle(
+    state: AppState,
+    caller: Option<CallerIdentity>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let body = body.map_err(|rejection| {
+        if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            ApiError::too_large(state.body_limit)
+        } else {
+            ApiError::invalid_request("invalid_body", rejection.body_text())
+        }
+    })?;
+    let parsed = wire::parse_request(&body)?;
+    let mut request = parsed.request;
+    let client_tools: HashSet<String> = request
+        .options
+        .tools
+        .iter()
+        .map(|t| t.name.clone())
+        .collect();
+    if let Some(clash) = client_tools
+        .iter()
+        .find(|name| SERVER_TOOLS.contains(&name.as_str()))
+    {
+        return Err(ApiError::invalid_request(
+            "tool_name_reserved",
+            format!("the tool name `{clash}` is reserved for the gateway's own tool"),
+        ));
+    }
+    state
+        .pending
+        .splice_handoffs(caller.as_ref(), &mut request.messages);
+    let mut hidden = Vec::new();
+    if !parsed.approvals.is_empty() {
+        let resumption = state.pending.resume(caller.as_ref(), &parsed.approvals)?;
+        // The client's copy of the paused answer (the approval notice) is replaced by what the loop really had.
+        if matches!(request.messages.last(), Some(Message::Assistant(a)) if a.tool_calls.is_empty())
+        {
+            request.messages.pop();
+        }
+        request.messages.extend(resumption.hidden.iter().cloned());
+        hidden = resumption.hidden;
+        request.extensions.insert(resumption.decisions);
+    }
+    if let Some(caller) = &caller {
+        request.extensions.insert(caller.clone());
+    }
+    if let Some(id) = headers
+        .get("x-conversation-id")
+        .and_then(|v| v.to_str().ok())
+        .filter(|v| !v.is_empty())
+    {
+        request.extensions.insert(ConversationId::new(id));
+    }
+    let turn = Turn {
+        model: parsed.model,
+        include_usage: parsed.include_usage,
+        client_tools,
+        caller,
+        hidden,
+        pending: state.pending.clone(),
+    };
+    let mut stream = state
+        .stack
+        .oneshot(request)
+        .await
+        .map_err(|e| ApiError::from_chat(&e))?;
+    if !parsed.stream {
+        let body = respond::complete(stream, turn).await?;
+        return Ok(json_response(StatusCode::OK, &body));
+    }
+    // Wait for the first event before committing to 200, so a failure before any output (a resumed call's
+    // first model call, say) is still an HTTP error with its status.
+    let first = match stream.next().await {
+        Some(Ok(event)) => event,
+        Some(Err(error)) => return Err(ApiError::from_chat(&error)),
+        None => {
+            return Err(ApiError::from_chat(&ChatError::new(
+                tower_chat::ErrorKind::Protocol,
+                "the response ended before any event",
+            )))
+        }
+    };
+    let body = Body::from_stream(respond::stream(stream, first, turn));
+    let mut response = Response::new(body);
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    headers.insert("x-accel-buffering", HeaderValue::from_static("no"));
+    Ok(response)
+}
