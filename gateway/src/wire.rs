@@ -132,9 +132,11 @@ impl Content {
                         ("text", None) => {
                             return Err(schema(format!("{at}: a text part needs `text`")))
                         }
-                        (other, _) => return Err(schema(format!(
+                        (other, _) => {
+                            return Err(schema(format!(
                             "{at}: content parts of type `{other}` are not supported (text only)"
-                        ))),
+                        )))
+                        }
                     }
                 }
                 Ok(text)
@@ -294,7 +296,9 @@ fn into_parsed(body: CompletionRequest) -> Result<Parsed, ApiError> {
     let mut request = ChatRequest::new(messages);
     let options = &mut request.options;
     options.model = Some(body.model.clone());
-    options.stream = body.stream.unwrap_or(false);
+    // Upstream calls always stream, whatever the client asked: tool rounds and idle timeouts work the same
+    // for both shapes, and a non-streaming client simply gets the folded result.
+    options.stream = true;
     for tool in body.tools.unwrap_or_default() {
         if tool.r#type != "function" {
             return Err(schema(format!(

@@ -1,0 +1,203 @@
+//! An in-process gateway on 127.0.0.1:0 in front of a scripted upstream, and a plain HTTP client.
+#![allow(dead_code)]
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderMap, Request, StatusCode};
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use serde_json::{json, Value};
+use tokio::sync::oneshot;
+use tower_chat::test_server::{RecordedRequest, Reply, ScriptedProvider};
+use tower_chat_gateway::{Config, Gateway};
+
+/// An environment variable no test sets: the upstream gets no key.
+pub const NO_KEY_ENV: &str = "TOWER_CHAT_GATEWAY_TEST_UNSET_KEY";
+
+pub struct Harness {
+    pub provider: ScriptedProvider,
+    pub addr: SocketAddr,
+    pub files: tempfile::TempDir,
+    shutdown: Option<oneshot::Sender<()>>,
+    pub server: Option<tokio::task::JoinHandle<std::io::Result<()>>>,
+}
+
+impl Harness {
+    /// A gateway whose upstream answers with `handler`; `tweak` adjusts the config (files dir already set).
+    pub async fn start(
+        handler: impl Fn(&RecordedRequest, usize) -> Reply + Send + Sync + 'static,
+        tweak: impl FnOnce(&mut Config),
+    ) -> Harness {
+        let provider = ScriptedProvider::start(handler).await;
+        let files = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(files.path().join("root")).unwrap();
+        let mut config = Config::new(provider.base_url());
+        config.files = files.path().join("root");
+        config.upstream_key_env = Some(NO_KEY_ENV.into());
+        config.shutdown_timeout = Duration::from_secs(5);
+        tweak(&mut config);
+        let gateway = Gateway::new(&config).await.expect("gateway");
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (tx, rx) = oneshot::channel::<()>();
+        let server = tokio::spawn(gateway.serve(listener, async {
+            let _ = rx.await;
+        }));
+        Harness {
+            provider,
+            addr,
+            files,
+            shutdown: Some(tx),
+            server: Some(server),
+        }
+    }
+
+    /// The files root (`--files`).
+    pub fn root(&self) -> std::path::PathBuf {
+        self.files.path().join("root")
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    pub fn base_url(&self) -> String {
+        format!("http://{}/v1", self.addr)
+    }
+
+    /// Ask the server to shut down.
+    pub fn shutdown(&mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+    }
+
+    /// POST a chat completion request body.
+    pub async fn chat(&self, body: &Value) -> Answer {
+        post(&self.url("/v1/chat/completions"), body.to_string(), &[]).await
+    }
+
+    /// The messages of the upstream's `n`th request.
+    pub fn upstream_messages(&self, n: usize) -> Vec<Value> {
+        self.provider.requests()[n].body["messages"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+    }
+}
+
+impl Drop for Harness {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+/// An HTTP answer, body read whole.
+#[derive(Debug)]
+pub struct Answer {
+    pub status: StatusCode,
+    pub headers: HeaderMap,
+    pub body: String,
+}
+
+impl Answer {
+    pub fn json(&self) -> Value {
+        serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.body))
+    }
+
+    /// The `data:` payloads of an SSE body, in order (`[DONE]` kept as the string).
+    pub fn events(&self) -> Vec<String> {
+        self.body
+            .split("\n\n")
+            .filter(|e| !e.trim().is_empty())
+            .map(|e| {
+                e.strip_prefix("data: ")
+                    .unwrap_or_else(|| panic!("not an SSE data event: {e:?}"))
+                    .to_owned()
+            })
+            .collect()
+    }
+
+    /// The JSON chunks of an SSE body (everything but `[DONE]`).
+    pub fn chunks(&self) -> Vec<Value> {
+        self.events()
+            .iter()
+            .filter(|e| *e != "[DONE]")
+            .map(|e| serde_json::from_str(e).unwrap())
+            .collect()
+    }
+
+    /// The text of a streamed answer.
+    pub fn streamed_text(&self) -> String {
+        self.chunks()
+            .iter()
+            .filter_map(|c| {
+                c["choices"][0]["delta"]["content"]
+                    .as_str()
+                    .map(str::to_owned)
+            })
+            .collect()
+    }
+}
+
+pub async fn post(url: &str, body: impl Into<Bytes>, headers: &[(&str, &str)]) -> Answer {
+    let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
+    let mut request = Request::post(url).header("content-type", "application/json");
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    let response = client
+        .request(request.body(Full::new(body.into())).unwrap())
+        .await
+        .expect("request");
+    read(response).await
+}
+
+pub async fn get(url: &str) -> Answer {
+    let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
+    let response = client
+        .request(Request::get(url).body(Full::new(Bytes::new())).unwrap())
+        .await
+        .expect("request");
+    read(response).await
+}
+
+async fn read(response: http::Response<hyper::body::Incoming>) -> Answer {
+    let status = response.status();
+    let headers = response.headers().clone();
+    let body = response
+        .into_body()
+        .collect()
+        .await
+        .expect("body")
+        .to_bytes();
+    Answer {
+        status,
+        headers,
+        body: String::from_utf8(body.to_vec()).unwrap(),
+    }
+}
+
+/// A minimal request body.
+pub fn request(stream: bool, user: &str) -> Value {
+    let mut body = json!({
+        "model": "test-model",
+        "messages": [{"role": "user", "content": user}],
+        "stream": stream,
+    });
+    if stream {
+        body["stream_options"] = json!({"include_usage": true});
+    }
+    body
+}
+
+/// The content of the tool message answering `call_id` in an upstream request's messages.
+pub fn tool_result(messages: &[Value], call_id: &str) -> Option<String> {
+    messages
+        .iter()
+        .find(|m| m["role"] == "tool" && m["tool_call_id"] == call_id)
+        .and_then(|m| m["content"].as_str().map(str::to_owned))
+}

@@ -1,0 +1,179 @@
+//! Errors and their statuses: bad requests, body limit, upstream failures before and after streaming started.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{post, request, Harness};
+use serde_json::{json, Value};
+use tower_chat::test_server::{Part, Reply};
+
+fn assert_error(answer: &common::Answer, status: u16, kind: &str) -> Value {
+    assert_eq!(answer.status, status, "{}", answer.body);
+    assert_eq!(answer.headers["content-type"], "application/json");
+    let body = answer.json();
+    let error = &body["error"];
+    assert_eq!(error["type"], kind, "{body}");
+    assert!(error["message"].as_str().is_some_and(|m| !m.is_empty()));
+    assert!(error["code"].is_string());
+    body
+}
+
+#[tokio::test]
+async fn malformed_json_and_schema_violations_are_400_with_the_reason() {
+    let gw = Harness::start(|_, _| Reply::openai_text("x"), |_| {}).await;
+    let url = gw.url("/v1/chat/completions");
+    let body = assert_error(
+        &post(&url, "{\"model\": ", &[]).await,
+        400,
+        "invalid_request_error",
+    );
+    assert_eq!(body["error"]["code"], "invalid_json");
+    let answer = post(&url, json!({"model": "m"}).to_string(), &[]).await;
+    let body = assert_error(&answer, 400, "invalid_request_error");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("messages"),
+        "{body}"
+    );
+    let answer = post(
+        &url,
+        json!({"model": "m", "messages": [{"role": "user", "content": 5}]}).to_string(),
+        &[],
+    )
+    .await;
+    let body = assert_error(&answer, 400, "invalid_request_error");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("messages[0]"),
+        "{body}"
+    );
+    let answer = post(
+        &url,
+        json!({"model": "m", "messages": [], "stream": "yes"}).to_string(),
+        &[],
+    )
+    .await;
+    assert_error(&answer, 400, "invalid_request_error");
+    assert!(
+        gw.provider.requests().is_empty(),
+        "nothing reached the upstream"
+    );
+}
+
+#[tokio::test]
+async fn a_body_over_the_limit_is_413() {
+    let gw = Harness::start(|_, _| Reply::openai_text("x"), |c| c.body_limit = 1024).await;
+    let mut body = request(false, &"x".repeat(2000));
+    let answer = post(&gw.url("/v1/chat/completions"), body.to_string(), &[]).await;
+    let error = assert_error(&answer, 413, "invalid_request_error");
+    assert_eq!(error["error"]["code"], "request_too_large");
+    body["messages"][0]["content"] = "short".into();
+    assert_eq!(gw.chat(&body).await.status, 200);
+}
+
+#[tokio::test]
+async fn upstream_429_is_429_with_its_retry_after_in_both_shapes() {
+    for stream in [false, true] {
+        let gw = Harness::start(
+            |_, _| {
+                Reply::json(
+                    429,
+                    json!({"error": {"message": "slow down", "type": "rate_limit"}}),
+                )
+                .header("retry-after", "7")
+            },
+            |_| {},
+        )
+        .await;
+        let answer = gw.chat(&request(stream, "hi")).await;
+        assert_error(&answer, 429, "rate_limit_error");
+        assert_eq!(answer.headers["retry-after"], "7");
+    }
+}
+
+#[tokio::test]
+async fn upstream_failure_is_502() {
+    let gw = Harness::start(
+        |_, _| Reply::json(500, json!({"error": {"message": "boom"}})),
+        |_| {},
+    )
+    .await;
+    for stream in [false, true] {
+        let answer = gw.chat(&request(stream, "hi")).await;
+        assert_error(&answer, 502, "upstream_error");
+    }
+}
+
+#[tokio::test]
+async fn an_unreachable_upstream_is_502() {
+    // A port that was just free: nothing listens there.
+    let port = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap().port()
+    };
+    let gw = Harness::start(
+        |_, _| Reply::openai_text("x"),
+        |c| c.upstream = format!("http://127.0.0.1:{port}/v1"),
+    )
+    .await;
+    let answer = gw.chat(&request(false, "hi")).await;
+    let body = assert_error(&answer, 502, "upstream_error");
+    assert_eq!(body["error"]["code"], "upstream_unreachable");
+}
+
+#[tokio::test]
+async fn an_upstream_timeout_is_504() {
+    let gw = Harness::start(
+        |_, _| Reply::openai_text("late").delayed(Duration::from_secs(3)),
+        |c| c.upstream_timeout = Duration::from_millis(300),
+    )
+    .await;
+    for stream in [false, true] {
+        let answer = gw.chat(&request(stream, "hi")).await;
+        assert_error(&answer, 504, "timeout_error");
+    }
+}
+
+#[tokio::test]
+async fn a_failure_after_streaming_started_ends_with_an_error_chunk() {
+    let gw = Harness::start(
+        |_, _| {
+            Reply::sse_chunks([
+                "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hel\"}}]}\n\n",
+            ])
+            .then(Part::Pause(Duration::from_millis(50)))
+            .then(Part::Abort)
+        },
+        |_| {},
+    )
+    .await;
+    let answer = gw.chat(&request(true, "hi")).await;
+    assert_eq!(answer.status, 200);
+    let events = answer.events();
+    assert_ne!(
+        events.last().unwrap(),
+        "[DONE]",
+        "no success marker after a failure"
+    );
+    let last: Value = serde_json::from_str(events.last().unwrap()).unwrap();
+    assert_eq!(last["error"]["type"], "upstream_error", "{last}");
+    assert_eq!(answer.streamed_text(), "Hel");
+    // Non-streaming: the same failure is a 502.
+    let answer = gw.chat(&request(false, "hi")).await;
+    assert_error(&answer, 502, "upstream_error");
+}
+
+#[tokio::test]
+async fn unknown_routes_are_404_json_and_healthz_answers() {
+    let gw = Harness::start(|_, _| Reply::openai_text("x"), |_| {}).await;
+    let answer = common::get(&gw.url("/v1/models/nope")).await;
+    assert_error(&answer, 404, "invalid_request_error");
+    let health = common::get(&gw.url("/healthz")).await;
+    assert_eq!(health.status, 200);
+    assert_eq!(health.json()["status"], "ok");
+}
