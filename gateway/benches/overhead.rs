@@ -1,0 +1,112 @@
+//! The gateway's overhead per request, over loopback against a scripted upstream:
+//!
+//! - `leaf_direct`: `OpenAiChat` straight to the scripted provider (one HTTP hop), response collected;
+//! - `stack_in_process`: the gateway's stack (tracing + tool loop with the three tools) without HTTP in front;
+//! - `gateway_non_streaming` / `gateway_streaming`: an HTTP client → the gateway → the scripted provider, the
+//!   answer read whole (two HTTP hops, parsing, the stack, the OpenAI response encoding).
+//!
+//! Gateway overhead per request = gateway − leaf_direct. The same 20-word answer in every case.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use criterion::{criterion_group, criterion_main, Criterion};
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use serde_json::json;
+use tower::ServiceExt;
+use tower_chat::openai::OpenAiChat;
+use tower_chat::test_server::{Reply, ScriptedProvider};
+use tower_chat::{ChatRequest, ChatStreamExt, Message};
+use tower_chat_gateway::{Config, Gateway};
+
+const ANSWER: &str = "one two three four five six seven eight nine ten eleven twelve thirteen fourteen \
+                      fifteen sixteen seventeen eighteen nineteen twenty";
+
+fn bench(c: &mut Criterion) {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let files = tempfile::tempdir().unwrap();
+    let (provider, addr, leaf, stack) = runtime.block_on(async {
+        let provider = ScriptedProvider::start(|_, _| Reply::openai_text(ANSWER)).await;
+        let mut config = Config::new(provider.base_url());
+        config.files = files.path().to_owned();
+        config.upstream_key_env = Some("TOWER_CHAT_GATEWAY_BENCH_NO_KEY".into());
+        let gateway = Gateway::new(&config).await.unwrap();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(gateway.serve(listener, std::future::pending()));
+        let leaf = OpenAiChat::builder()
+            .base_url(provider.base_url())
+            .build()
+            .unwrap();
+        let upstream = tower_chat_gateway::Upstream::OpenAi(leaf.clone());
+        let stack = tower_chat_gateway::stack(&config, upstream).unwrap();
+        (provider, addr, leaf, stack)
+    });
+    let request = || ChatRequest::new(vec![Message::user("count to twenty")]).model("test-model");
+    let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
+    let url = format!("http://{addr}/v1/chat/completions");
+    let body = |stream: bool| {
+        Bytes::from(
+            json!({"model": "test-model", "stream": stream,
+                "messages": [{"role": "user", "content": "count to twenty"}]})
+            .to_string(),
+        )
+    };
+
+    let mut group = c.benchmark_group("gateway");
+    group.bench_function("leaf_direct", |b| {
+        b.to_async(&runtime).iter(|| async {
+            let response = leaf
+                .clone()
+                .oneshot(request())
+                .await
+                .unwrap()
+                .collect_response()
+                .await
+                .unwrap();
+            assert_eq!(response.text(), ANSWER);
+        })
+    });
+    group.bench_function("stack_in_process", |b| {
+        b.to_async(&runtime).iter(|| async {
+            let response = stack
+                .clone()
+                .oneshot(request())
+                .await
+                .unwrap()
+                .collect_response()
+                .await
+                .unwrap();
+            assert_eq!(response.text(), ANSWER);
+        })
+    });
+    for (name, stream) in [("gateway_non_streaming", false), ("gateway_streaming", true)] {
+        group.bench_function(name, |b| {
+            b.to_async(&runtime).iter(|| async {
+                let request = http::Request::post(&url)
+                    .header("content-type", "application/json")
+                    .body(Full::new(body(stream)))
+                    .unwrap();
+                let response = client.request(request).await.unwrap();
+                assert_eq!(response.status(), 200);
+                let bytes = response.into_body().collect().await.unwrap().to_bytes();
+                assert!(bytes.len() > ANSWER.len());
+            })
+        });
+    }
+    group.finish();
+    drop(provider);
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default().warm_up_time(Duration::from_secs(1)).measurement_time(Duration::from_secs(3));
+    targets = bench
+}
+criterion_main!(benches);
