@@ -272,3 +272,60 @@ async fn the_upstream_key_comes_from_the_named_environment_variable() {
         "Bearer sk-upstream"
     );
 }
+
+fn anthropic_sse(events: &[Value]) -> Reply {
+    Reply::sse_chunks(
+        events
+            .iter()
+            .map(|e| format!("event: {}\ndata: {e}\n\n", e["type"].as_str().unwrap()))
+            .collect::<Vec<_>>(),
+    )
+}
+
+#[tokio::test]
+async fn an_anthropic_upstream_is_served_as_openai_chat_completions() {
+    std::env::set_var("TOWER_CHAT_GATEWAY_TEST_ANTHROPIC_KEY", "sk-ant-test");
+    let gw = Harness::start(
+        |_, index| match index {
+            0 => anthropic_sse(&[
+                json!({"type":"message_start","message":{"id":"msg_1","model":"claude-x","usage":{"input_tokens":10,"output_tokens":1}}}),
+                json!({"type":"content_block_start","index":0,"content_block":{"type":"tool_use","id":"toolu_1","name":"add","input":{}}}),
+                json!({"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":"{\"a\": 40, \"b\": 2}"}}),
+                json!({"type":"content_block_stop","index":0}),
+                json!({"type":"message_delta","delta":{"stop_reason":"tool_use"},"usage":{"output_tokens":5}}),
+                json!({"type":"message_stop"}),
+            ]),
+            _ => anthropic_sse(&[
+                json!({"type":"message_start","message":{"id":"msg_2","model":"claude-x","usage":{"input_tokens":20,"output_tokens":1}}}),
+                json!({"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}),
+                json!({"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"It is 42."}}),
+                json!({"type":"content_block_stop","index":0}),
+                json!({"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":4}}),
+                json!({"type":"message_stop"}),
+            ]),
+        },
+        |config| {
+            config.provider = tower_chat_gateway::Provider::Anthropic;
+            config.upstream_key_env = Some("TOWER_CHAT_GATEWAY_TEST_ANTHROPIC_KEY".into());
+        },
+    )
+    .await;
+    for stream in [false, true] {
+        let answer = gw.chat(&request(stream, "40+2?")).await;
+        assert_eq!(answer.status, 200, "{}", answer.body);
+        let text = if stream {
+            answer.streamed_text()
+        } else {
+            let body = answer.json();
+            assert_eq!(body["model"], "claude-x");
+            body["choices"][0]["message"]["content"].as_str().unwrap().to_owned()
+        };
+        assert_eq!(text, "It is 42.");
+    }
+    let requests = gw.provider.requests();
+    assert_eq!(requests[0].path, "/v1/messages");
+    assert_eq!(requests[0].headers["x-api-key"], "sk-ant-test");
+    assert_eq!(requests[0].body["model"], "test-model");
+    let second = requests[1].body["messages"].to_string();
+    assert!(second.contains("tool_result") && second.contains("42"), "{second}");
+}
