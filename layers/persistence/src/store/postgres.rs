@@ -137,7 +137,14 @@ fn is_identifier(name: &str) -> bool {
 }
 
 fn pg_error(what: &str) -> impl FnOnce(tokio_postgres::Error) -> StoreError + '_ {
-    move |e| StoreError::with_source(format!("PostgreSQL: {what}"), e)
+    move |e| {
+        // tokio-postgres displays a server error as just "db error": name the server's reason.
+        let message = match e.as_db_error() {
+            Some(db) => format!("PostgreSQL: {what} ({}: {})", db.code().code(), db.message()),
+            None => format!("PostgreSQL: {what}"),
+        };
+        StoreError::with_source(message, e)
+    }
 }
 
 impl PostgresStore {
@@ -179,9 +186,8 @@ impl PostgresStore {
     async fn migrate(&self, extra: &[Migration]) -> Result<(), StoreError> {
         let mut client = self.client().await?;
         for migration in postgres_migrations().iter().chain(extra) {
-            let failed = |e| {
-                StoreError::with_source(format!("PostgreSQL: migration {} failed", migration.id()), e)
-            };
+            let what = format!("migration {} failed", migration.id());
+            let failed = |e| pg_error(&what)(e);
             let tx = client.transaction().await.map_err(failed)?;
             tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])
                 .await
