@@ -1,0 +1,155 @@
+//! A process killed with SIGKILL while calls stream and records are being written leaves a SQLite database that
+//! opens, passes `PRAGMA integrity_check`, and holds only whole records.
+//!
+//! The test re-runs its own binary as the child (selected by an environment variable), waits until the child has
+//! stored a first set of records and is busy streaming and writing more, then kills it.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use tower::{Layer, ServiceExt};
+use tower_chat::{ChatError, ChatRequest, ChatStream, ConversationId, Message};
+use tower_chat_persistence::{
+    CallOutcome, ConversationQuery, PersistenceLayer, SqliteStore, Store,
+};
+
+const CHILD_DB: &str = "TOWER_CHAT_PERSISTENCE_CRASH_CHILD_DB";
+const TEST_NAME: &str = "a_process_killed_mid_stream_leaves_the_database_consistent";
+
+#[test]
+fn a_process_killed_mid_stream_leaves_the_database_consistent() {
+    if let Ok(path) = std::env::var(CHILD_DB) {
+        return child(path);
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("crash.db");
+    for round in 0..3 {
+        let mut child = Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", TEST_NAME, "--nocapture", "--test-threads=1"])
+            .env(CHILD_DB, &path)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let stdout = BufReader::new(child.stdout.take().unwrap());
+        let mut ready = false;
+        for line in stdout.lines() {
+            if line.unwrap().trim_end().ends_with("READY") {
+                ready = true;
+                break;
+            }
+        }
+        assert!(ready, "the child never got ready");
+        // Let it stream and write for a while, then kill it without warning (SIGKILL).
+        std::thread::sleep(Duration::from_millis(50 + 70 * round));
+        child.kill().unwrap();
+        let status = child.wait().unwrap();
+        assert!(!status.success());
+
+        let stored = check(&path, round);
+        eprintln!("round {round}: {stored} whole records after the kill");
+        // Each child stored 50 records before READY (and usually many more before the kill).
+        assert!(stored >= 50 * (round + 1), "round {round}: {stored} records");
+    }
+}
+
+/// Reopen after the kill: integrity, decodability, and whole records only. Returns the number of records.
+fn check(path: &std::path::Path, round: u64) -> u64 {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let store = SqliteStore::open(path).await.unwrap();
+        let integrity: String = store
+            .run("integrity", |conn| {
+                conn.query_row("PRAGMA integrity_check", [], |r| r.get(0))
+            })
+            .await
+            .unwrap();
+        assert_eq!(integrity, "ok", "round {round}");
+        let conversations = store
+            .list_conversations(&ConversationQuery::new().limit(100_000))
+            .await
+            .unwrap();
+        let mut total = 0;
+        for summary in conversations {
+            for call in store
+                .conversation_calls(&summary.conversation_id)
+                .await
+                .unwrap()
+            {
+                total += 1;
+                // Every stored record is whole: the killed child's in-flight calls are absent, never half-written.
+                assert_eq!(call.outcome, CallOutcome::Completed, "{call:?}");
+                let Some(Message::User { content }) = call.request.messages.last() else {
+                    panic!("{call:?}")
+                };
+                assert_eq!(call.text(), format!("answer to {content}"));
+                assert!(call.ended_at >= call.started_at);
+            }
+        }
+        total
+    })
+}
+
+fn child(path: String) {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async move {
+        let store = SqliteStore::open(&path).await.unwrap();
+        let layer = PersistenceLayer::builder(store).max_batch(16).build();
+        let chat = layer.layer(common::scripted(|req: &ChatRequest| {
+            let Some(Message::User { content }) = req.messages.last() else {
+                unreachable!()
+            };
+            let answer = format!("answer to {content}");
+            if content.starts_with("hang") {
+                let mut items = common::answer(&answer);
+                items.truncate(3);
+                common::hanging(items)
+            } else {
+                common::stream_of(common::answer(&answer), common::Shape::Streaming)
+            }
+        }));
+        let pid = std::process::id();
+        let ask = |text: String| {
+            let request = ChatRequest::new(vec![Message::user(text)])
+                .with_extension(ConversationId::new(format!("crash-{pid}")));
+            Box::pin(chat.clone().oneshot(request)) as futures_util::future::BoxFuture<'static, Result<ChatStream, ChatError>>
+        };
+        for i in 0..50 {
+            common::collect(ask(format!("q{i}")).await.unwrap())
+                .await
+                .unwrap();
+        }
+        layer.flush().await.unwrap();
+        // Calls that stream forever: they are in flight when the process dies.
+        let mut hanging = Vec::new();
+        for i in 0..10 {
+            let stream = ask(format!("hang{i}")).await.unwrap();
+            hanging.push(stream);
+        }
+        println!("READY");
+        // Keep records flowing into the database until the parent kills us.
+        let mut i = 50u64;
+        loop {
+            let calls: Vec<_> = (0..32)
+                .map(|k| {
+                    let call = ask(format!("q{}", i + k));
+                    tokio::spawn(async move { common::collect(call.await.unwrap()).await })
+                })
+                .collect();
+            for call in calls {
+                call.await.unwrap().unwrap();
+            }
+            i += 32;
+        }
+    });
+}
