@@ -85,7 +85,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     for user_text in ["My name is Ada", "What is my name?"] {
         println!("user:      {user_text}");
-        println!("assistant: {}", turn(&db_path, &conversation, user_text).await?);
+        println!(
+            "assistant: {}",
+            turn(&db_path, &conversation, user_text).await?
+        );
     }
 
     let store = SqliteStore::open(&db_path).await?;
@@ -106,6 +109,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         );
     }
     let conversations = store.list_conversations(&ConversationQuery::new()).await?;
-    println!("\n{} conversation(s) in {}", conversations.len(), db_path.display());
+    println!(
+        "\n{} conversation(s) in {}",
+        conversations.len(),
+        db_path.display()
+    );
     Ok(())
 }

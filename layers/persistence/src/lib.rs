@@ -63,11 +63,13 @@
 //! ## Other crates' tables
 //! [`Migration`]s added through [`SqliteStoreBuilder::migration`] / [`PostgresStoreBuilder::migration`] are
 //! applied with the crate's own; [`SqliteStore::with_connection`] and [`PostgresStore::pool`] give access to
-//! the same database (this is how the approval layer keeps pending approvals and its audit log).
+//! the same database. The stores also implement [`ApprovalTables`] (pending approvals taken at most once, and an
+//! audit log) for the approval layer, so a pause in one replica can be resumed in another or after a restart.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 #![warn(missing_debug_implementations, unreachable_pub)]
 
+pub mod approvals;
 mod layer;
 mod record;
 mod recorder;
@@ -75,6 +77,7 @@ mod service;
 pub mod store;
 mod stream;
 
+pub use approvals::{ApprovalTables, AuditRecord, PendingApproval};
 pub use layer::{PersistenceLayer, PersistenceLayerBuilder};
 pub use record::{
     is_secret_name, redact_options, CallId, CallOutcome, CallRecord, ConversationQuery,

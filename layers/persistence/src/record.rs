@@ -342,17 +342,19 @@ mod tests {
 
     #[test]
     fn credentials_in_extra_options_are_redacted_at_any_depth() {
-        let mut options = ChatOptions::default();
-        options.extra = json!({
-            "api_key": "sk-live",
-            "max_tokens": 5,
-            "headers": {"Authorization": "Bearer x", "X-Trace": "t"},
-            "list": [{"client-secret": "s"}],
-            "seed": 1
-        })
-        .as_object()
-        .unwrap()
-        .clone();
+        let options = ChatOptions {
+            extra: json!({
+                "api_key": "sk-live",
+                "max_tokens": 5,
+                "headers": {"Authorization": "Bearer x", "X-Trace": "t"},
+                "list": [{"client-secret": "s"}],
+                "seed": 1
+            })
+            .as_object()
+            .unwrap()
+            .clone(),
+            ..ChatOptions::default()
+        };
         let redacted = redact_options(&options);
         let text = serde_json::to_string(&redacted).unwrap();
         for secret in ["sk-live", "Bearer x", "\"s\""] {

@@ -188,7 +188,8 @@ impl Recorder {
                 let jobs = self.jobs.clone();
                 let counters = self.counters.clone();
                 runtime.spawn(async move {
-                    if let Err(mpsc::error::SendError(Job::Record(record, _))) = jobs.send(job).await
+                    if let Err(mpsc::error::SendError(Job::Record(record, _))) =
+                        jobs.send(job).await
                     {
                         counters.drop_record(&record, "the persistence writer has stopped");
                     }

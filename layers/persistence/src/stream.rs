@@ -163,8 +163,7 @@ impl Stream for RecordingStream {
                     };
                     match this.recorder.policy() {
                         FailurePolicy::FailClosed => {
-                            this.state =
-                                State::Finalizing(this.recorder.submit_and_wait(record));
+                            this.state = State::Finalizing(this.recorder.submit_and_wait(record));
                         }
                         FailurePolicy::FailOpen => {
                             this.recorder.submit(record);

@@ -52,7 +52,10 @@ fn a_process_killed_mid_stream_leaves_the_database_consistent() {
         let stored = check(&path, round);
         eprintln!("round {round}: {stored} whole records after the kill");
         // Each child stored 50 records before READY (and usually many more before the kill).
-        assert!(stored >= 50 * (round + 1), "round {round}: {stored} records");
+        assert!(
+            stored >= 50 * (round + 1),
+            "round {round}: {stored} records"
+        );
     }
 }
 
@@ -122,7 +125,8 @@ fn child(path: String) {
         let ask = |text: String| {
             let request = ChatRequest::new(vec![Message::user(text)])
                 .with_extension(ConversationId::new(format!("crash-{pid}")));
-            Box::pin(chat.clone().oneshot(request)) as futures_util::future::BoxFuture<'static, Result<ChatStream, ChatError>>
+            Box::pin(chat.clone().oneshot(request))
+                as futures_util::future::BoxFuture<'static, Result<ChatStream, ChatError>>
         };
         for i in 0..50 {
             common::collect(ask(format!("q{i}")).await.unwrap())

@@ -153,7 +153,10 @@ async fn fail_closed_applies_backpressure_instead_of_dropping() {
         }));
     }
     tokio::time::sleep(Duration::from_millis(50)).await;
-    assert!(tasks.iter().all(|t| !t.is_finished()), "calls finished before their records were stored");
+    assert!(
+        tasks.iter().all(|t| !t.is_finished()),
+        "calls finished before their records were stored"
+    );
     gate.send(true).unwrap();
     for task in tasks {
         assert_eq!(task.await.unwrap().unwrap().text(), "Hello");

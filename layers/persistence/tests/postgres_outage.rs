@@ -71,16 +71,22 @@ async fn an_unreachable_database_fails_calls_with_a_store_error_and_recording_re
         .unwrap();
     let closed = PersistenceLayer::builder(store.clone()).build();
     let open = PersistenceLayer::builder(store.clone()).fail_open().build();
-    let model = common::scripted(|_| common::stream_of(common::answer("fine"), common::Shape::Streaming));
+    let model =
+        common::scripted(|_| common::stream_of(common::answer("fine"), common::Shape::Streaming));
     let request = |conversation: &str| {
-        ChatRequest::new(vec![Message::user("q")])
-            .with_extension(ConversationId::new(conversation))
+        ChatRequest::new(vec![Message::user("q")]).with_extension(ConversationId::new(conversation))
     };
 
     // Up: recorded.
-    let response = common::collect(closed.layer(model.clone()).oneshot(request("up")).await.unwrap())
-        .await
-        .unwrap();
+    let response = common::collect(
+        closed
+            .layer(model.clone())
+            .oneshot(request("up"))
+            .await
+            .unwrap(),
+    )
+    .await
+    .unwrap();
     assert_eq!(response.text(), "fine");
 
     proxy.shutdown().await;
@@ -88,29 +94,50 @@ async fn an_unreachable_database_fails_calls_with_a_store_error_and_recording_re
     // Down, fail-closed: the output streams, then a typed store error instead of Finish, within the timeout.
     let started = Instant::now();
     let mut events = Vec::new();
-    let mut stream = closed.layer(model.clone()).oneshot(request("down")).await.unwrap();
+    let mut stream = closed
+        .layer(model.clone())
+        .oneshot(request("down"))
+        .await
+        .unwrap();
     while let Some(item) = futures_util::StreamExt::next(&mut stream).await {
         events.push(item);
     }
     let error = events.pop().unwrap().unwrap_err();
     assert_eq!(error.kind(), &ErrorKind::Store, "{error}");
-    assert!(events.iter().all(|e| !matches!(e, Ok(ChatEvent::Finish { .. }))));
-    assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
+    assert!(events
+        .iter()
+        .all(|e| !matches!(e, Ok(ChatEvent::Finish { .. }))));
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
     assert_eq!(closed.stats().failed, 1);
 
     // Down, fail-open: the call succeeds, the lost record is counted.
-    let response = common::collect(open.layer(model.clone()).oneshot(request("down-open")).await.unwrap())
-        .await
-        .unwrap();
+    let response = common::collect(
+        open.layer(model.clone())
+            .oneshot(request("down-open"))
+            .await
+            .unwrap(),
+    )
+    .await
+    .unwrap();
     assert_eq!(response.text(), "fine");
     open.flush().await.unwrap();
     assert_eq!(open.stats().failed, 1);
 
     // Back up on the same address: the pool reconnects and recording resumes.
     let proxy = Proxy::start(listen, upstream).await;
-    let response = common::collect(closed.layer(model.clone()).oneshot(request("again")).await.unwrap())
-        .await
-        .unwrap();
+    let response = common::collect(
+        closed
+            .layer(model.clone())
+            .oneshot(request("again"))
+            .await
+            .unwrap(),
+    )
+    .await
+    .unwrap();
     assert_eq!(response.text(), "fine");
     for (conversation, expected) in [("up", 1), ("down", 0), ("down-open", 0), ("again", 1)] {
         let calls = store

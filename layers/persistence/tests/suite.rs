@@ -14,9 +14,7 @@ use tower_chat::{
     AssistantMessage, CallerIdentity, ChatError, ChatEvent, ChatRequest, ChatStreamExt,
     ConversationId, ErrorKind, FinishReason, Message, ToolCall, ToolMessage, ToolSpec,
 };
-use tower_chat_persistence::{
-    CallId, CallOutcome, CallRecord, ConversationQuery, REDACTED,
-};
+use tower_chat_persistence::{CallId, CallOutcome, CallRecord, ConversationQuery, REDACTED};
 
 macro_rules! suite {
     ($($name:ident),* $(,)?) => {
@@ -53,6 +51,7 @@ suite!(
     a_store_refusing_writes_in_fail_open_mode_counts_the_failure,
     conversations_are_listed_and_continued_from_the_store,
     migrations_of_other_crates_are_applied_once,
+    pending_approvals_are_taken_at_most_once_and_decisions_are_audited,
 );
 
 fn request(conversation: &ConversationId, text: &str) -> ChatRequest {
@@ -105,12 +104,7 @@ async fn a_completed_call_is_recorded_in_full(db: &TestDb) {
             .as_object()
             .unwrap()
             .clone();
-        let events: Vec<_> = chat
-            .oneshot(req)
-            .await
-            .unwrap()
-            .collect::<Vec<_>>()
-            .await;
+        let events: Vec<_> = chat.oneshot(req).await.unwrap().collect::<Vec<_>>().await;
         // Every event passes through unchanged, Finish last.
         assert_eq!(events.len(), 9, "{shape:?}: {events:?}");
         assert!(matches!(
@@ -155,7 +149,9 @@ async fn a_completed_call_is_recorded_in_full(db: &TestDb) {
         // The same record by id, and no secret anywhere in what was stored.
         let by_id = db.store.call(&record.call_id).await.unwrap().unwrap();
         assert_eq!(by_id, record);
-        assert!(!serde_json::to_string(&by_id).unwrap().contains("sk-secret-123"));
+        assert!(!serde_json::to_string(&by_id)
+            .unwrap()
+            .contains("sk-secret-123"));
         assert_eq!(layer.stats().recorded, 1);
         assert_eq!(layer.stats().failed + layer.stats().dropped, 0);
     }
@@ -178,7 +174,10 @@ async fn a_thousand_concurrent_calls_leave_a_thousand_complete_records(db: &Test
             // Boxed outside the task: rustc's Send check of an async block holding the `Oneshot` trips over
             // the `Response = ChatStream` bound (rust-lang/rust#102211).
             let call: std::pin::Pin<
-                Box<dyn std::future::Future<Output = Result<tower_chat::ChatStream, ChatError>> + Send>,
+                Box<
+                    dyn std::future::Future<Output = Result<tower_chat::ChatStream, ChatError>>
+                        + Send,
+                >,
             > = Box::pin(chat.oneshot(req));
             tokio::spawn(async move { collect(call.await.unwrap()).await.unwrap() })
         })
@@ -208,7 +207,10 @@ async fn a_stream_dropped_mid_way_is_recorded_as_cancelled_with_its_partial_outp
     }));
     let conv = conversation();
     let mut stream = chat.oneshot(request(&conv, "hi")).await.unwrap();
-    assert_eq!(stream.next().await.unwrap().unwrap(), ChatEvent::text("Hel"));
+    assert_eq!(
+        stream.next().await.unwrap().unwrap(),
+        ChatEvent::text("Hel")
+    );
     assert_eq!(stream.next().await.unwrap().unwrap(), ChatEvent::text("lo"));
     // The upstream now hangs; the caller gives up.
     assert!(
@@ -539,12 +541,7 @@ async fn conversations_are_listed_and_continued_from_the_store(db: &TestDb) {
         .await
         .unwrap()
         .is_empty());
-    assert!(db
-        .store
-        .call(&CallId::new("nope"))
-        .await
-        .unwrap()
-        .is_none());
+    assert!(db.store.call(&CallId::new("nope")).await.unwrap().is_none());
 }
 
 async fn migrations_of_other_crates_are_applied_once(db: &TestDb) {
@@ -565,7 +562,10 @@ async fn migrations_of_other_crates_are_applied_once(db: &TestDb) {
                     .unwrap();
                 let count = reopened
                     .run("notes", move |conn| {
-                        conn.execute("INSERT INTO notes (body) VALUES (?1)", [format!("n{round}")])?;
+                        conn.execute(
+                            "INSERT INTO notes (body) VALUES (?1)",
+                            [format!("n{round}")],
+                        )?;
                         conn.query_row("SELECT COUNT(*) FROM notes", [], |r| r.get::<_, i64>(0))
                     })
                     .await
@@ -588,7 +588,10 @@ async fn migrations_of_other_crates_are_applied_once(db: &TestDb) {
                     .unwrap();
                 let client = reopened.client().await.unwrap();
                 client
-                    .execute("INSERT INTO notes (body) VALUES ($1)", &[&format!("n{round}")])
+                    .execute(
+                        "INSERT INTO notes (body) VALUES ($1)",
+                        &[&format!("n{round}")],
+                    )
                     .await
                     .unwrap();
                 let count: i64 = client
@@ -603,11 +606,13 @@ async fn migrations_of_other_crates_are_applied_once(db: &TestDb) {
     // A migration that fails is reported as a store error naming it.
     let broken = Migration::new("test-crate/0002_broken", "CREATE TABLE (;");
     let error = match &db.backend {
-        common::Backend::Sqlite(store) => tower_chat_persistence::SqliteStore::builder(store.path())
-            .migration(broken)
-            .open()
-            .await
-            .unwrap_err(),
+        common::Backend::Sqlite(store) => {
+            tower_chat_persistence::SqliteStore::builder(store.path())
+                .migration(broken)
+                .open()
+                .await
+                .unwrap_err()
+        }
         common::Backend::Postgres(store) => {
             tower_chat_persistence::PostgresStore::builder(common::database_url().unwrap())
                 .schema(store.schema().unwrap())
@@ -617,5 +622,113 @@ async fn migrations_of_other_crates_are_applied_once(db: &TestDb) {
                 .unwrap_err()
         }
     };
-    assert!(error.to_string().contains("test-crate/0002_broken"), "{error}");
+    assert!(
+        error.to_string().contains("test-crate/0002_broken"),
+        "{error}"
+    );
+}
+
+async fn pending_approvals_are_taken_at_most_once_and_decisions_are_audited(db: &TestDb) {
+    use std::sync::Arc;
+    use std::time::{SystemTime, UNIX_EPOCH};
+    use tower_chat_persistence::{ApprovalTables, AuditRecord, PendingApproval};
+
+    let tables: Arc<dyn ApprovalTables> = match &db.backend {
+        common::Backend::Sqlite(store) => Arc::new(store.clone()),
+        common::Backend::Postgres(store) => Arc::new(store.clone()),
+    };
+    // Whole microseconds: what the stores keep.
+    let now = UNIX_EPOCH + Duration::from_micros(1_800_000_000_000_000);
+    let pending = |id: &str, expires_at: SystemTime| PendingApproval {
+        approval_id: id.to_owned(),
+        conversation_id: ConversationId::new("conv-a"),
+        caller: Some(CallerIdentity::new("alice")),
+        call: ToolCall::new("call-1", "delete_file", json!({"path": "/etc/passwd"})),
+        reason: Some("writes outside the workspace".into()),
+        created_at: now,
+        expires_at,
+    };
+    let first = pending("ap-1", now + Duration::from_secs(600));
+    tables.insert_pending(&first).await.unwrap();
+    assert!(
+        tables.insert_pending(&first).await.is_err(),
+        "ids are unique"
+    );
+    assert_eq!(
+        tables.get_pending("ap-1").await.unwrap(),
+        Some(first.clone())
+    );
+    assert_eq!(
+        tables.take_pending("ap-1").await.unwrap(),
+        Some(first.clone())
+    );
+    assert_eq!(tables.take_pending("ap-1").await.unwrap(), None, "replay");
+    assert_eq!(tables.get_pending("ap-1").await.unwrap(), None);
+    assert_eq!(tables.take_pending("forged").await.unwrap(), None);
+
+    // Concurrent takes of one id: exactly one wins.
+    tables
+        .insert_pending(&pending("ap-2", now + Duration::from_secs(600)))
+        .await
+        .unwrap();
+    let takes: Vec<_> = (0..16)
+        .map(|_| {
+            let tables = tables.clone();
+            tokio::spawn(async move { tables.take_pending("ap-2").await.unwrap() })
+        })
+        .collect();
+    let mut winners = 0;
+    for take in takes {
+        winners += usize::from(take.await.unwrap().is_some());
+    }
+    assert_eq!(winners, 1);
+
+    // Expired approvals can be purged.
+    tables
+        .insert_pending(&pending("ap-old", now - Duration::from_secs(1)))
+        .await
+        .unwrap();
+    tables
+        .insert_pending(&pending("ap-new", now + Duration::from_secs(1)))
+        .await
+        .unwrap();
+    assert_eq!(tables.purge_expired(now).await.unwrap(), 1);
+    assert!(tables.get_pending("ap-new").await.unwrap().is_some());
+
+    // The audit log keeps every decision in order.
+    let audit = |id: &str, outcome: &str, offset: u64| AuditRecord {
+        approval_id: id.to_owned(),
+        conversation_id: Some(ConversationId::new("conv-a")),
+        caller: Some(CallerIdentity::new("alice")),
+        approver: Some("bob".into()),
+        call: Some(first.call.clone()),
+        outcome: outcome.to_owned(),
+        reason: None,
+        decided_at: now + Duration::from_secs(offset),
+    };
+    let log = vec![
+        audit("ap-1", "approved", 1),
+        audit("ap-1", "refused_replay", 2),
+    ];
+    for record in &log {
+        tables.insert_audit(record).await.unwrap();
+    }
+    let mut other = audit("ap-9", "denied", 3);
+    other.conversation_id = Some(ConversationId::new("conv-b"));
+    other.call = None;
+    tables.insert_audit(&other).await.unwrap();
+    assert_eq!(
+        tables
+            .audit_log(&ConversationId::new("conv-a"))
+            .await
+            .unwrap(),
+        log
+    );
+    assert_eq!(
+        tables
+            .audit_log(&ConversationId::new("conv-b"))
+            .await
+            .unwrap(),
+        vec![other]
+    );
 }

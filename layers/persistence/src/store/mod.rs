@@ -24,11 +24,16 @@ pub use schema::Migration;
 pub trait Store: fmt::Debug + Send + Sync + 'static {
     /// Write a batch of records in one transaction: all or none. A record whose call id is already stored
     /// replaces the stored one, so a retried batch is harmless.
-    fn write_calls<'a>(&'a self, records: &'a [CallRecord]) -> BoxFuture<'a, Result<(), StoreError>>;
+    fn write_calls<'a>(
+        &'a self,
+        records: &'a [CallRecord],
+    ) -> BoxFuture<'a, Result<(), StoreError>>;
 
     /// One call's record.
-    fn call<'a>(&'a self, call_id: &'a CallId)
-        -> BoxFuture<'a, Result<Option<CallRecord>, StoreError>>;
+    fn call<'a>(
+        &'a self,
+        call_id: &'a CallId,
+    ) -> BoxFuture<'a, Result<Option<CallRecord>, StoreError>>;
 
     /// Every recorded call of a conversation, in the order they started.
     fn conversation_calls<'a>(

@@ -97,7 +97,9 @@ impl PostgresStoreBuilder {
             .parse()
             .map_err(|e| StoreError::with_source("invalid PostgreSQL URL", e))?;
         if self.pool_size == 0 {
-            return Err(StoreError::new("the PostgreSQL pool size must be at least 1"));
+            return Err(StoreError::new(
+                "the PostgreSQL pool size must be at least 1",
+            ));
         }
         if let Some(schema) = &self.schema {
             if !is_identifier(schema) {
@@ -140,7 +142,11 @@ fn pg_error(what: &str) -> impl FnOnce(tokio_postgres::Error) -> StoreError + '_
     move |e| {
         // tokio-postgres displays a server error as just "db error": name the server's reason.
         let message = match e.as_db_error() {
-            Some(db) => format!("PostgreSQL: {what} ({}: {})", db.code().code(), db.message()),
+            Some(db) => format!(
+                "PostgreSQL: {what} ({}: {})",
+                db.code().code(),
+                db.message()
+            ),
             None => format!("PostgreSQL: {what}"),
         };
         StoreError::with_source(message, e)

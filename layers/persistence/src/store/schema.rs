@@ -45,19 +45,31 @@ pub(crate) const MIGRATIONS_TABLE: &str = "CREATE TABLE IF NOT EXISTS tower_chat
 /// The crate's tables in SQLite: JSON columns are TEXT (SQLite's JSON functions read them).
 #[cfg(feature = "sqlite")]
 pub(crate) fn sqlite_migrations() -> Vec<Migration> {
-    vec![Migration::new(
-        "tower-chat-persistence/0001_chat_calls",
-        chat_calls_sql("TEXT"),
-    )]
+    vec![
+        Migration::new(
+            "tower-chat-persistence/0001_chat_calls",
+            chat_calls_sql("TEXT"),
+        ),
+        Migration::new(
+            "tower-chat-persistence/0002_approvals",
+            approvals_sql("TEXT", "INTEGER PRIMARY KEY AUTOINCREMENT"),
+        ),
+    ]
 }
 
 /// The crate's tables in PostgreSQL: the same columns, JSON as JSONB.
 #[cfg(feature = "postgres")]
 pub(crate) fn postgres_migrations() -> Vec<Migration> {
-    vec![Migration::new(
-        "tower-chat-persistence/0001_chat_calls",
-        chat_calls_sql("JSONB"),
-    )]
+    vec![
+        Migration::new(
+            "tower-chat-persistence/0001_chat_calls",
+            chat_calls_sql("JSONB"),
+        ),
+        Migration::new(
+            "tower-chat-persistence/0002_approvals",
+            approvals_sql("JSONB", "BIGSERIAL PRIMARY KEY"),
+        ),
+    ]
 }
 
 /// One row per chat call. Timestamps are microseconds since the Unix epoch (BIGINT in both dialects, so both
@@ -92,6 +104,36 @@ CREATE INDEX chat_calls_by_caller ON chat_calls (caller, started_at);"
     )
 }
 
+/// Pending approvals (one row per approval id, deleted when taken) and the approval audit log (append-only),
+/// for [`crate::approvals::ApprovalTables`].
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+fn approvals_sql(json: &str, serial_key: &str) -> String {
+    format!(
+        "CREATE TABLE chat_pending_approvals (
+    approval_id TEXT PRIMARY KEY,
+    conversation_id TEXT NOT NULL,
+    caller TEXT,
+    call {json} NOT NULL,
+    reason TEXT,
+    created_at BIGINT NOT NULL,
+    expires_at BIGINT NOT NULL
+);
+CREATE INDEX chat_pending_approvals_by_expiry ON chat_pending_approvals (expires_at);
+CREATE TABLE chat_approval_audit (
+    seq {serial_key},
+    approval_id TEXT NOT NULL,
+    conversation_id TEXT,
+    caller TEXT,
+    approver TEXT,
+    call {json},
+    outcome TEXT NOT NULL,
+    reason TEXT,
+    decided_at BIGINT NOT NULL
+);
+CREATE INDEX chat_approval_audit_by_conversation ON chat_approval_audit (conversation_id, seq);"
+    )
+}
+
 /// A record flattened into column values, serialized once on the writer task (not on the database thread).
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 #[derive(Clone, Debug)]
@@ -119,7 +161,8 @@ pub(crate) struct Row {
 
 /// The columns read back to rebuild a record (the scalar summaries are derived, so not read).
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
-pub(crate) const SELECT_COLUMNS: &str = "call_id, conversation_id, caller, round_index, started_at, \
+pub(crate) const SELECT_COLUMNS: &str =
+    "call_id, conversation_id, caller, round_index, started_at, \
     first_token_at, ended_at, provider, model, status, error_kind, error_message";
 
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
@@ -192,10 +235,8 @@ impl StoredColumns {
         request_options: &str,
         response: &str,
     ) -> Result<crate::record::CallRecord, super::StoreError> {
-        use crate::record::{
-            from_micros, CallId, CallOutcome, CallRecord, RecordedRequest,
-        };
         use super::{decode_json, StoreError};
+        use crate::record::{from_micros, CallId, CallOutcome, CallRecord, RecordedRequest};
         let outcome = CallOutcome::from_columns(&self.status, self.error_kind, self.error_message)
             .map_err(|e| StoreError::new(format!("call {}: {e}", self.call_id)))?;
         Ok(CallRecord {

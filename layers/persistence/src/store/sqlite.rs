@@ -18,9 +18,7 @@ use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 use tokio::sync::oneshot;
 use tower_chat::ConversationId;
 
-use super::schema::{
-    sqlite_migrations, Row, StoredColumns, MIGRATIONS_TABLE, SELECT_COLUMNS,
-};
+use super::schema::{sqlite_migrations, Row, StoredColumns, MIGRATIONS_TABLE, SELECT_COLUMNS};
 use super::{Migration, Store, StoreError};
 use crate::record::{
     from_micros, to_micros, CallId, CallRecord, ConversationQuery, ConversationSummary,

@@ -63,7 +63,12 @@ pub fn answer(text: &str) -> Items {
         }),
     ];
     let mid = text.len() / 2;
-    let (a, b) = text.split_at(text.char_indices().map(|(i, _)| i).find(|&i| i >= mid).unwrap_or(0));
+    let (a, b) = text.split_at(
+        text.char_indices()
+            .map(|(i, _)| i)
+            .find(|&i| i >= mid)
+            .unwrap_or(0),
+    );
     for part in [a, b] {
         if !part.is_empty() {
             items.push(Ok(ChatEvent::text(part)));
