@@ -2,12 +2,41 @@
 //! (a long stream), fail-closed (the default) and fail-open, sequential and 64 calls at once.
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use futures_util::future::BoxFuture;
 use futures_util::{future::join_all, stream, StreamExt};
 use tower::{service_fn, util::BoxCloneService, Layer, ServiceExt};
 use tower_chat::{
     ChatError, ChatEvent, ChatRequest, ChatStream, ConversationId, FinishReason, Message, Usage,
 };
-use tower_chat_persistence::{PersistenceLayer, SqliteStore};
+use tower_chat_persistence::{
+    CallId, CallRecord, ConversationQuery, ConversationSummary, PersistenceLayer, SqliteStore,
+    Store, StoreError,
+};
+
+/// A store that accepts and forgets: isolates the layer's own cost (folding, hand-off, ack) from SQLite's.
+#[derive(Debug)]
+struct NullStore;
+
+impl Store for NullStore {
+    fn write_calls<'a>(&'a self, _: &'a [CallRecord]) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(async { Ok(()) })
+    }
+    fn call<'a>(&'a self, _: &'a CallId) -> BoxFuture<'a, Result<Option<CallRecord>, StoreError>> {
+        Box::pin(async { Ok(None) })
+    }
+    fn conversation_calls<'a>(
+        &'a self,
+        _: &'a ConversationId,
+    ) -> BoxFuture<'a, Result<Vec<CallRecord>, StoreError>> {
+        Box::pin(async { Ok(Vec::new()) })
+    }
+    fn list_conversations<'a>(
+        &'a self,
+        _: &'a ConversationQuery,
+    ) -> BoxFuture<'a, Result<Vec<ConversationSummary>, StoreError>> {
+        Box::pin(async { Ok(Vec::new()) })
+    }
+}
 
 type Chat = BoxCloneService<ChatRequest, ChatStream, ChatError>;
 
@@ -49,6 +78,8 @@ async fn drain(chat: Chat) -> usize {
 struct Stacks {
     layers: [PersistenceLayer; 2],
     bare: Chat,
+    null_store: Chat,
+    null_store_open: Chat,
     fail_closed: Chat,
     fail_open: Chat,
 }
@@ -62,6 +93,13 @@ fn stacks(runtime: &tokio::runtime::Runtime, dir: &std::path::Path, deltas: usiz
         let open = PersistenceLayer::builder(store).fail_open().build();
         Stacks {
             bare: model(deltas),
+            null_store: BoxCloneService::new(PersistenceLayer::new(NullStore).layer(model(deltas))),
+            null_store_open: BoxCloneService::new(
+                PersistenceLayer::builder(NullStore)
+                    .fail_open()
+                    .build()
+                    .layer(model(deltas)),
+            ),
             fail_closed: BoxCloneService::new(closed.layer(model(deltas))),
             fail_open: BoxCloneService::new(open.layer(model(deltas))),
             layers: [closed, open],
@@ -86,6 +124,8 @@ fn overhead(c: &mut Criterion) {
         }
         for (name, chat) in [
             ("no_persistence", &stacks.bare),
+            ("null_store_fail_open", &stacks.null_store_open),
+            ("null_store_fail_closed", &stacks.null_store),
             ("sqlite_fail_closed", &stacks.fail_closed),
             ("sqlite_fail_open", &stacks.fail_open),
         ] {
@@ -103,6 +143,7 @@ fn overhead(c: &mut Criterion) {
     group.throughput(Throughput::Elements(64));
     for (name, chat) in [
         ("no_persistence", &stacks.bare),
+        ("null_store_fail_closed", &stacks.null_store),
         ("sqlite_fail_closed", &stacks.fail_closed),
         ("sqlite_fail_open", &stacks.fail_open),
     ] {

@@ -226,6 +226,23 @@ async fn a_stream_dropped_mid_way_is_recorded_as_cancelled_with_its_partial_outp
     assert!(record.first_token_at.is_some());
     assert_eq!(record.finish_reason(), None);
 
+    // Both shapes: a caller that stops reading after the first text delta and drops the stream.
+    for shape in SHAPES {
+        let chat = layer.layer(scripted(move |_| stream_of(answer("Hello there"), shape)));
+        let conv = conversation();
+        let mut stream = chat.oneshot(request(&conv, "hi")).await.unwrap();
+        for _ in 0..3 {
+            stream.next().await.unwrap().unwrap();
+        }
+        drop(stream);
+        layer.flush().await.unwrap();
+        let record = only_call(db, &conv).await;
+        assert_eq!(record.outcome, CallOutcome::Cancelled, "{shape:?}");
+        assert_eq!(record.text(), "Hello");
+        assert_eq!(record.response.messages.len(), 1);
+        assert_eq!(record.usage().total_tokens(), 0, "usage had not arrived");
+    }
+
     // Dropping the response future before the provider answered is recorded too.
     let chat = layer.layer(tower::service_fn(|_req: ChatRequest| async {
         futures_util::future::pending::<Result<tower_chat::ChatStream, ChatError>>().await
