@@ -159,7 +159,8 @@ pub struct CallRecord {
     pub first_token_at: Option<SystemTime>,
     /// When the call ended (finish, error, end of stream or drop).
     pub ended_at: SystemTime,
-    /// The provider, as configured on the layer ([`crate::PersistenceLayer::provider`]).
+    /// The provider, as configured on the layer ([`crate::PersistenceLayerBuilder::provider`]) or read from the
+    /// inner service ([`crate::Persistence::provider_from_model_info`]).
     pub provider: Option<String>,
     /// The model: the one that answered when the provider said so, else the one requested.
     pub model: Option<String>,

@@ -52,6 +52,17 @@ impl<S> Persistence<S> {
     pub fn layer(&self) -> &PersistenceLayer {
         &self.layer
     }
+
+    /// Record the provider the inner service reports ([`ModelInfo`]) instead of the layer's configured one.
+    /// (`Layer::layer` cannot ask: it accepts services that do not implement `ModelInfo`.)
+    pub fn provider_from_model_info(mut self) -> Self
+    where
+        S: ModelInfo,
+    {
+        let provider = self.inner.model_metadata().provider;
+        self.layer.provider = Some(Arc::from(provider.as_ref()));
+        self
+    }
 }
 
 impl<S: ModelInfo> ModelInfo for Persistence<S> {

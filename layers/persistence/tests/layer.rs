@@ -278,7 +278,49 @@ async fn model_metadata_is_forwarded_through_the_layer() {
     let service = db.layer().build().layer(Described);
     assert_eq!(service.model_metadata().provider, "openai");
     assert_eq!(
+        service.layer().failure_policy(),
+        tower_chat_persistence::FailurePolicy::FailClosed
+    );
+    assert_eq!(
         service.get_ref().model_metadata().model_id.as_deref(),
         Some("gpt-4o-mini")
     );
+}
+
+/// A described service that also answers chat requests.
+#[derive(Clone)]
+struct DescribedChat(common::Chat);
+
+impl ModelInfo for DescribedChat {
+    fn model_metadata(&self) -> ModelMetadata {
+        Described.model_metadata()
+    }
+}
+
+impl tower::Service<ChatRequest> for DescribedChat {
+    type Response = ChatStream;
+    type Error = ChatError;
+    type Future = <common::Chat as tower::Service<ChatRequest>>::Future;
+    fn poll_ready(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), ChatError>> {
+        self.0.poll_ready(cx)
+    }
+    fn call(&mut self, req: ChatRequest) -> Self::Future {
+        self.0.call(req)
+    }
+}
+
+#[tokio::test]
+async fn the_provider_can_come_from_the_inner_service() {
+    let db = TestDb::sqlite().await;
+    let inner = DescribedChat(scripted(|_| stream_of(answer("ok"), Shape::Ready)));
+    // The layer is configured with "scripted"; the inner service knows better.
+    let chat = db.layer().build().layer(inner).provider_from_model_info();
+    let _ = common::collect(chat.oneshot(req("p")).await.unwrap())
+        .await
+        .unwrap();
+    let record = &db.store.conversation_calls(&conv("p")).await.unwrap()[0];
+    assert_eq!(record.provider.as_deref(), Some("openai"));
 }
