@@ -1,35 +1,98 @@
-//! A process killed with SIGKILL while calls stream and records are being written leaves a SQLite database that
-//! opens, passes `PRAGMA integrity_check`, and holds only whole records.
+//! A process killed with SIGKILL while calls stream and records are being written leaves a database that opens
+//! and holds only whole records (SQLite: `PRAGMA integrity_check` passes too).
 //!
-//! The test re-runs its own binary as the child (selected by an environment variable), waits until the child has
-//! stored a first set of records and is busy streaming and writing more, then kills it.
+//! Each test re-runs its own binary as the child (selected by environment variables), waits until the child has
+//! stored a first set of records and is busy streaming and writing more, then kills it, three times on the same
+//! database.
 
 mod common;
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tower::{Layer, ServiceExt};
 use tower_chat::{ChatError, ChatRequest, ChatStream, ConversationId, Message};
 use tower_chat_persistence::{
-    CallOutcome, ConversationQuery, PersistenceLayer, SqliteStore, Store,
+    CallOutcome, ConversationQuery, PersistenceLayer, PostgresStore, SqliteStore, Store,
 };
 
-const CHILD_DB: &str = "TOWER_CHAT_PERSISTENCE_CRASH_CHILD_DB";
-const TEST_NAME: &str = "a_process_killed_mid_stream_leaves_the_database_consistent";
+const CHILD_SQLITE: &str = "TOWER_CHAT_PERSISTENCE_CRASH_CHILD_SQLITE";
+const CHILD_PG_SCHEMA: &str = "TOWER_CHAT_PERSISTENCE_CRASH_CHILD_PG_SCHEMA";
 
 #[test]
-fn a_process_killed_mid_stream_leaves_the_database_consistent() {
-    if let Ok(path) = std::env::var(CHILD_DB) {
-        return child(path);
+fn a_process_killed_mid_stream_leaves_sqlite_consistent() {
+    if let Ok(path) = std::env::var(CHILD_SQLITE) {
+        return child(Target::Sqlite(path));
     }
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("crash.db");
+    kill_three_times(
+        "a_process_killed_mid_stream_leaves_sqlite_consistent",
+        (CHILD_SQLITE, path.to_str().unwrap()),
+        || Target::Sqlite(path.to_str().unwrap().to_owned()),
+    );
+}
+
+#[test]
+fn a_process_killed_mid_stream_leaves_postgres_consistent() {
+    if let Ok(schema) = std::env::var(CHILD_PG_SCHEMA) {
+        return child(Target::Postgres(schema));
+    }
+    if common::database_url().is_none() {
+        return;
+    }
+    let schema = format!("t_{}", common::uuid_simple());
+    kill_three_times(
+        "a_process_killed_mid_stream_leaves_postgres_consistent",
+        (CHILD_PG_SCHEMA, &schema),
+        || Target::Postgres(schema.clone()),
+    );
+    runtime().block_on(async {
+        let store = open(&Target::Postgres(schema.clone())).await.1.unwrap();
+        store
+            .client()
+            .await
+            .unwrap()
+            .batch_execute(&format!("DROP SCHEMA \"{schema}\" CASCADE"))
+            .await
+            .unwrap();
+    });
+}
+
+enum Target {
+    Sqlite(String),
+    Postgres(String),
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+async fn open(target: &Target) -> (Arc<dyn Store>, Option<PostgresStore>) {
+    match target {
+        Target::Sqlite(path) => (Arc::new(SqliteStore::open(path).await.unwrap()), None),
+        Target::Postgres(schema) => {
+            let store = PostgresStore::builder(common::database_url().unwrap())
+                .schema(schema.clone())
+                .connect()
+                .await
+                .unwrap();
+            (Arc::new(store.clone()), Some(store))
+        }
+    }
+}
+
+fn kill_three_times(test_name: &str, env: (&str, &str), target: impl Fn() -> Target) {
     for round in 0..3 {
         let mut child = Command::new(std::env::current_exe().unwrap())
-            .args(["--exact", TEST_NAME, "--nocapture", "--test-threads=1"])
-            .env(CHILD_DB, &path)
+            .args(["--exact", test_name, "--nocapture", "--test-threads=1"])
+            .env(env.0, env.1)
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
@@ -37,6 +100,7 @@ fn a_process_killed_mid_stream_leaves_the_database_consistent() {
         let stdout = BufReader::new(child.stdout.take().unwrap());
         let mut ready = false;
         for line in stdout.lines() {
+            // libtest prints "test <name> ... " without a newline before the child's own output.
             if line.unwrap().trim_end().ends_with("READY") {
                 ready = true;
                 break;
@@ -49,7 +113,7 @@ fn a_process_killed_mid_stream_leaves_the_database_consistent() {
         let status = child.wait().unwrap();
         assert!(!status.success());
 
-        let stored = check(&path, round);
+        let stored = runtime().block_on(check(&target(), round));
         eprintln!("round {round}: {stored} whole records after the kill");
         // Each child stored 50 records before READY (and usually many more before the kill).
         assert!(
@@ -60,12 +124,8 @@ fn a_process_killed_mid_stream_leaves_the_database_consistent() {
 }
 
 /// Reopen after the kill: integrity, decodability, and whole records only. Returns the number of records.
-fn check(path: &std::path::Path, round: u64) -> u64 {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    runtime.block_on(async {
+async fn check(target: &Target, round: u64) -> u64 {
+    if let Target::Sqlite(path) = target {
         let store = SqliteStore::open(path).await.unwrap();
         let integrity: String = store
             .run("integrity", |conn| {
@@ -74,40 +134,38 @@ fn check(path: &std::path::Path, round: u64) -> u64 {
             .await
             .unwrap();
         assert_eq!(integrity, "ok", "round {round}");
-        let conversations = store
-            .list_conversations(&ConversationQuery::new().limit(100_000))
+    }
+    let (store, _) = open(target).await;
+    let conversations = store
+        .list_conversations(&ConversationQuery::new().limit(100_000))
+        .await
+        .unwrap();
+    let mut total = 0;
+    for summary in conversations {
+        for call in store
+            .conversation_calls(&summary.conversation_id)
             .await
-            .unwrap();
-        let mut total = 0;
-        for summary in conversations {
-            for call in store
-                .conversation_calls(&summary.conversation_id)
-                .await
-                .unwrap()
-            {
-                total += 1;
-                // Every stored record is whole: the killed child's in-flight calls are absent, never half-written.
-                assert_eq!(call.outcome, CallOutcome::Completed, "{call:?}");
-                let Some(Message::User { content }) = call.request.messages.last() else {
-                    panic!("{call:?}")
-                };
-                assert_eq!(call.text(), format!("answer to {content}"));
-                assert!(call.ended_at >= call.started_at);
-            }
+            .unwrap()
+        {
+            total += 1;
+            // Every stored record is whole: the killed child's in-flight calls are absent, never half-written.
+            assert_eq!(call.outcome, CallOutcome::Completed, "{call:?}");
+            let Some(Message::User { content }) = call.request.messages.last() else {
+                panic!("{call:?}")
+            };
+            assert_eq!(call.text(), format!("answer to {content}"));
+            assert!(call.ended_at >= call.started_at);
         }
-        total
-    })
+    }
+    total
 }
 
-fn child(path: String) {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    runtime.block_on(async move {
-        let store = SqliteStore::open(&path).await.unwrap();
-        let layer = PersistenceLayer::builder(store).max_batch(16).build();
+fn child(target: Target) {
+    runtime().block_on(async move {
+        let (store, _) = open(&target).await;
+        let layer = PersistenceLayer::builder_shared(store)
+            .max_batch(16)
+            .build();
         let chat = layer.layer(common::scripted(|req: &ChatRequest| {
             let Some(Message::User { content }) = req.messages.last() else {
                 unreachable!()

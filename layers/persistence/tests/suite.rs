@@ -588,6 +588,20 @@ async fn migrations_of_other_crates_are_applied_once(db: &TestDb) {
                     .await
                     .unwrap();
                 assert_eq!(count, round + 1);
+                // A panicking closure fails its own operation only.
+                assert!(reopened
+                    .with_connection(|_| -> () { panic!("boom") })
+                    .await
+                    .is_err());
+                assert_eq!(
+                    reopened
+                        .run("count", |conn| {
+                            conn.query_row("SELECT COUNT(*) FROM notes", [], |r| r.get::<_, i64>(0))
+                        })
+                        .await
+                        .unwrap(),
+                    round + 1
+                );
             }
         }
         common::Backend::Postgres(store) => {

@@ -85,7 +85,13 @@ impl SqliteStoreBuilder {
                 };
                 // Ends when every SqliteStore clone (every sender) is gone.
                 while let Ok(job) = receiver.recv() {
-                    job(&mut conn);
+                    // A panicking closure (from `with_connection`) must not take the store down for everyone:
+                    // its caller sees the operation fail, and an open rusqlite transaction rolls back on unwind.
+                    if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job(&mut conn)))
+                        .is_err()
+                    {
+                        tracing::error!("a SQLite store operation panicked; the store continues");
+                    }
                 }
             })
             .map_err(|e| StoreError::with_source("cannot start the SQLite thread", e))?;
