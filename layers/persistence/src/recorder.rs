@@ -23,8 +23,8 @@ pub enum FailurePolicy {
     #[default]
     FailClosed,
     /// Calls never wait for, nor fail because of, the store: records are handed to the writer without waiting,
-    /// a full buffer drops the record, and every dropped or failed record is logged (`tracing` at `error` level)
-    /// and counted in [`PersistenceStats`].
+    /// a full buffer drops the record, and every dropped or failed record is counted in [`PersistenceStats`] and
+    /// logged (`tracing` at `error` level: the first ten, then every thousandth with the running count).
     FailOpen,
 }
 
@@ -57,13 +57,34 @@ impl Counters {
     }
 
     fn drop_record(&self, record: &CallRecord, why: &str) {
-        self.dropped.fetch_add(1, Ordering::Relaxed);
-        tracing::error!(
-            call_id = %record.call_id,
-            conversation_id = %record.conversation_id,
-            "call record dropped: {why}"
-        );
+        let dropped = self.dropped.fetch_add(1, Ordering::Relaxed) + 1;
+        if worth_logging(dropped) {
+            tracing::error!(
+                call_id = %record.call_id,
+                conversation_id = %record.conversation_id,
+                dropped_so_far = dropped,
+                "call record dropped: {why}"
+            );
+        }
     }
+
+    fn fail_record(&self, record: &CallRecord, error: &StoreError) {
+        let failed = self.failed.fetch_add(1, Ordering::Relaxed) + 1;
+        if worth_logging(failed) {
+            tracing::error!(
+                call_id = %record.call_id,
+                conversation_id = %record.conversation_id,
+                failed_so_far = failed,
+                "call record not stored: {error}"
+            );
+        }
+    }
+}
+
+/// Under sustained overload or a long outage every record fails the same way: log the first ten, then every
+/// thousandth (with the running count), so the log shows the problem without drowning in it.
+fn worth_logging(count: u64) -> bool {
+    count <= 10 || count % 1000 == 0
 }
 
 type Ack = oneshot::Sender<Result<(), StoreError>>;
@@ -280,14 +301,7 @@ async fn write_batch(
                     Ok(()) => {
                         counters.recorded.fetch_add(1, Ordering::Relaxed);
                     }
-                    Err(e) => {
-                        counters.failed.fetch_add(1, Ordering::Relaxed);
-                        tracing::error!(
-                            call_id = %record.call_id,
-                            conversation_id = %record.conversation_id,
-                            "call record not stored: {e}"
-                        );
-                    }
+                    Err(e) => counters.fail_record(record, e),
                 }
                 if let Some(ack) = ack {
                     let _ = ack.send(result);
