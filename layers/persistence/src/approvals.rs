@@ -89,6 +89,48 @@ pub trait ApprovalTables: Send + Sync + 'static {
     ) -> BoxFuture<'a, Result<Vec<AuditRecord>, StoreError>>;
 }
 
+/// Shared tables are tables: `Arc<SqliteStore>`, `Arc<dyn ApprovalTables>`.
+impl<T: ApprovalTables + ?Sized> ApprovalTables for std::sync::Arc<T> {
+    fn insert_pending<'a>(
+        &'a self,
+        pending: &'a PendingApproval,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        (**self).insert_pending(pending)
+    }
+
+    fn get_pending<'a>(
+        &'a self,
+        approval_id: &'a str,
+    ) -> BoxFuture<'a, Result<Option<PendingApproval>, StoreError>> {
+        (**self).get_pending(approval_id)
+    }
+
+    fn take_pending<'a>(
+        &'a self,
+        approval_id: &'a str,
+    ) -> BoxFuture<'a, Result<Option<PendingApproval>, StoreError>> {
+        (**self).take_pending(approval_id)
+    }
+
+    fn purge_expired(&self, now: SystemTime) -> BoxFuture<'_, Result<u64, StoreError>> {
+        (**self).purge_expired(now)
+    }
+
+    fn insert_audit<'a>(
+        &'a self,
+        record: &'a AuditRecord,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        (**self).insert_audit(record)
+    }
+
+    fn audit_log<'a>(
+        &'a self,
+        conversation_id: &'a ConversationId,
+    ) -> BoxFuture<'a, Result<Vec<AuditRecord>, StoreError>> {
+        (**self).audit_log(conversation_id)
+    }
+}
+
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 fn encode_call(call: &ToolCall) -> Result<String, StoreError> {
     serde_json::to_string(call).map_err(|e| StoreError::with_source("cannot encode a tool call", e))

@@ -80,7 +80,7 @@ fn req(conversation: &str) -> ChatRequest {
 async fn finish_is_delivered_only_after_the_record_is_stored() {
     for shape in SHAPES {
         let (db, store, gate) = gated().await;
-        let layer = PersistenceLayer::builder_shared(store.clone()).build();
+        let layer = PersistenceLayer::builder(store.clone()).build();
         let chat = layer.layer(scripted(move |_| stream_of(answer("Hello"), shape)));
         let mut stream = chat.oneshot(req("c")).await.unwrap();
         // Every event before Finish flows while the store is held back…
@@ -107,7 +107,7 @@ async fn finish_is_delivered_only_after_the_record_is_stored() {
 #[tokio::test]
 async fn fail_open_never_waits_and_counts_records_dropped_by_a_full_buffer() {
     let (db, store, gate) = gated().await;
-    let layer = PersistenceLayer::builder_shared(store.clone())
+    let layer = PersistenceLayer::builder(store.clone())
         .fail_open()
         .buffer(2)
         .max_batch(1)
@@ -139,7 +139,7 @@ async fn fail_open_never_waits_and_counts_records_dropped_by_a_full_buffer() {
 #[tokio::test]
 async fn fail_closed_applies_backpressure_instead_of_dropping() {
     let (db, store, gate) = gated().await;
-    let layer = PersistenceLayer::builder_shared(store.clone())
+    let layer = PersistenceLayer::builder(store.clone())
         .buffer(2)
         .max_batch(64)
         .build();

@@ -80,6 +80,51 @@ pub trait Store: fmt::Debug + Send + Sync + 'static {
     }
 }
 
+/// A shared store is a store: `Arc<SqliteStore>`, `Arc<dyn Store>`.
+impl<S: Store + ?Sized> Store for std::sync::Arc<S> {
+    fn write_calls<'a>(
+        &'a self,
+        records: &'a [CallRecord],
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        (**self).write_calls(records)
+    }
+
+    fn call<'a>(
+        &'a self,
+        call_id: &'a CallId,
+    ) -> BoxFuture<'a, Result<Option<CallRecord>, StoreError>> {
+        (**self).call(call_id)
+    }
+
+    fn conversation_calls<'a>(
+        &'a self,
+        conversation_id: &'a ConversationId,
+    ) -> BoxFuture<'a, Result<Vec<CallRecord>, StoreError>> {
+        (**self).conversation_calls(conversation_id)
+    }
+
+    fn list_conversations<'a>(
+        &'a self,
+        query: &'a ConversationQuery,
+    ) -> BoxFuture<'a, Result<Vec<ConversationSummary>, StoreError>> {
+        (**self).list_conversations(query)
+    }
+
+    fn latest_completed_call<'a>(
+        &'a self,
+        conversation_id: &'a ConversationId,
+    ) -> BoxFuture<'a, Result<Option<CallRecord>, StoreError>> {
+        (**self).latest_completed_call(conversation_id)
+    }
+
+    fn load_conversation<'a>(
+        &'a self,
+        conversation_id: &'a ConversationId,
+    ) -> BoxFuture<'a, Result<Vec<Message>, StoreError>> {
+        (**self).load_conversation(conversation_id)
+    }
+}
+
 /// A store failed: the database could not be reached, refused a statement, or returned data that does not decode.
 #[derive(Debug)]
 pub struct StoreError {
