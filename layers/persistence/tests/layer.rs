@@ -324,3 +324,43 @@ async fn the_provider_can_come_from_the_inner_service() {
     let record = &db.store.conversation_calls(&conv("p")).await.unwrap()[0];
     assert_eq!(record.provider.as_deref(), Some("openai"));
 }
+
+#[tokio::test]
+async fn bad_store_configuration_is_a_clear_error() {
+    use tower_chat_persistence::{PostgresStore, SqliteStore};
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("no/such/dir/chat.db");
+    let error = SqliteStore::open(&missing).await.unwrap_err();
+    assert!(error.to_string().contains("cannot open"), "{error}");
+    assert!(error.to_string().contains("no/such/dir"), "{error}");
+
+    let error = PostgresStore::connect("not a url").await.unwrap_err();
+    assert!(
+        error.to_string().contains("invalid PostgreSQL URL"),
+        "{error}"
+    );
+    let error = PostgresStore::builder("postgres://postgres@127.0.0.1:5432/test")
+        .schema("x; DROP TABLE chat_calls")
+        .connect()
+        .await
+        .unwrap_err();
+    assert!(
+        error.to_string().contains("invalid PostgreSQL schema name"),
+        "{error}"
+    );
+    let error = PostgresStore::builder("postgres://postgres@127.0.0.1:5432/test")
+        .pool_size(0)
+        .connect()
+        .await
+        .unwrap_err();
+    assert!(error.to_string().contains("pool size"), "{error}");
+    // Nothing listens on port 1: a prompt, typed failure rather than a hang.
+    let error = PostgresStore::builder("postgres://postgres@127.0.0.1:1/test")
+        .connect_timeout(Duration::from_millis(500))
+        .connect()
+        .await
+        .unwrap_err();
+    assert!(error.to_string().contains("no connection"), "{error}");
+    let chat_error: ChatError = error.into();
+    assert_eq!(chat_error.kind(), &tower_chat::ErrorKind::Store);
+}
