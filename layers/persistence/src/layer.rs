@@ -18,6 +18,7 @@ use crate::store::{Store, StoreError};
 pub struct PersistenceLayer {
     pub(crate) recorder: Recorder,
     pub(crate) provider: Option<Arc<str>>,
+    pub(crate) in_flight: bool,
 }
 
 /// Options for a [`PersistenceLayer`].
@@ -28,6 +29,7 @@ pub struct PersistenceLayerBuilder {
     buffer: usize,
     max_batch: usize,
     provider: Option<Arc<str>>,
+    in_flight: bool,
 }
 
 impl PersistenceLayerBuilder {
@@ -62,6 +64,15 @@ impl PersistenceLayerBuilder {
         self
     }
 
+    /// Also record each call when it starts, as [`crate::CallOutcome::InFlight`] (default off). The final record
+    /// replaces it when the call ends, so a record still in flight after a crash names a call the process was
+    /// serving when it died (the "process killed mid-stream" case, which otherwise leaves no trace). Costs a
+    /// second write per call; the start record is handed over without waiting, like a dropped stream's.
+    pub fn record_in_flight(mut self, enabled: bool) -> Self {
+        self.in_flight = enabled;
+        self
+    }
+
     /// Start the background writer and build the layer.
     ///
     /// # Panics
@@ -70,6 +81,7 @@ impl PersistenceLayerBuilder {
         PersistenceLayer {
             recorder: Recorder::spawn(self.store, self.policy, self.buffer, self.max_batch),
             provider: self.provider,
+            in_flight: self.in_flight,
         }
     }
 }
@@ -96,6 +108,7 @@ impl PersistenceLayer {
             buffer: 1024,
             max_batch: 128,
             provider: None,
+            in_flight: false,
         }
     }
 

@@ -52,7 +52,8 @@
 //! and inserted into the request when absent), caller, round index within the turn, start / first-token / end
 //! timestamps, provider and model, the messages and options sent (tools offered included), the response
 //! (text, reasoning, tool calls, tool results a tool loop ran, usage, finish reason) and the [`CallOutcome`]:
-//! completed, failed, cancelled or interrupted, with the partial output. Secrets are never stored: credentials
+//! completed, failed, cancelled or interrupted, with the partial output (and, opt-in, `in_flight` while a call
+//! runs, so that a process killed mid-stream leaves a trace of what it was serving). Secrets are never stored: credentials
 //! live in the leaf service, request extensions are not recorded, and credential-like `extra` options are
 //! redacted ([`redact_options`]).
 //!

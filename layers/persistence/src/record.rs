@@ -68,6 +68,10 @@ impl From<&ChatError> for RecordedError {
 ///   → [`CallOutcome::Interrupted`], with the error when there was one.
 ///
 /// Whatever the outcome, [`CallRecord::response`] holds everything received until then.
+///
+/// With [`crate::PersistenceLayerBuilder::record_in_flight`], a call is also recorded when it starts, as
+/// [`CallOutcome::InFlight`]; its final record replaces that one. A record still in flight after the process is
+/// gone marks a call the process was serving when it died.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "status", rename_all = "snake_case")]
 pub enum CallOutcome {
@@ -85,16 +89,22 @@ pub enum CallOutcome {
         /// The error that ended the stream; `None` when it ended silently without `Finish`.
         error: Option<RecordedError>,
     },
+    /// The call had started and not yet ended when this record was written (only with
+    /// [`crate::PersistenceLayerBuilder::record_in_flight`]); its response is empty and its `ended_at` equals
+    /// its `started_at`.
+    InFlight,
 }
 
 impl CallOutcome {
-    /// The stable name stored in the `status` column: `completed`, `failed`, `cancelled`, `interrupted`.
+    /// The stable name stored in the `status` column: `completed`, `failed`, `cancelled`, `interrupted`,
+    /// `in_flight`.
     pub fn as_str(&self) -> &'static str {
         match self {
             CallOutcome::Completed => "completed",
             CallOutcome::Failed { .. } => "failed",
             CallOutcome::Cancelled => "cancelled",
             CallOutcome::Interrupted { .. } => "interrupted",
+            CallOutcome::InFlight => "in_flight",
         }
     }
 
@@ -103,7 +113,7 @@ impl CallOutcome {
         match self {
             CallOutcome::Failed { error } => Some(error),
             CallOutcome::Interrupted { error } => error.as_ref(),
-            CallOutcome::Completed | CallOutcome::Cancelled => None,
+            CallOutcome::Completed | CallOutcome::Cancelled | CallOutcome::InFlight => None,
         }
     }
 
@@ -121,6 +131,7 @@ impl CallOutcome {
             "completed" => CallOutcome::Completed,
             "cancelled" => CallOutcome::Cancelled,
             "interrupted" => CallOutcome::Interrupted { error },
+            "in_flight" => CallOutcome::InFlight,
             "failed" => CallOutcome::Failed {
                 error: error.ok_or("a failed record has no error kind")?,
             },
@@ -404,6 +415,7 @@ mod tests {
             CallOutcome::Completed,
             CallOutcome::Cancelled,
             CallOutcome::Failed { error: err.clone() },
+            CallOutcome::InFlight,
             CallOutcome::Interrupted { error: None },
             CallOutcome::Interrupted {
                 error: Some(err.clone()),

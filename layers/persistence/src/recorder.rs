@@ -31,7 +31,7 @@ pub enum FailurePolicy {
 /// Counters of the background writer, shared by every clone of a layer.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct PersistenceStats {
-    /// Records the store accepted.
+    /// Records the store accepted (in-flight records included).
     pub recorded: u64,
     /// Records the store refused (logged at `error` level).
     pub failed: u64,

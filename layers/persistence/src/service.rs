@@ -109,6 +109,9 @@ where
                 options: redact_options(&request.options),
             },
         };
+        if self.layer.in_flight {
+            self.layer.recorder.submit(draft.in_flight());
+        }
         ResponseFuture {
             inner: self.inner.call(request),
             draft: Some(draft),
@@ -130,6 +133,24 @@ pub(crate) struct Draft {
 }
 
 impl Draft {
+    /// The record of the call as it starts.
+    fn in_flight(&self) -> CallRecord {
+        CallRecord {
+            call_id: self.call_id.clone(),
+            conversation_id: self.conversation_id.clone(),
+            caller: self.caller.clone(),
+            round_index: self.round_index,
+            started_at: self.started_at,
+            first_token_at: None,
+            ended_at: self.started_at,
+            provider: self.provider.as_deref().map(str::to_owned),
+            model: self.request.options.model.clone(),
+            request: self.request.clone(),
+            response: tower_chat::ChatResponse::default(),
+            outcome: CallOutcome::InFlight,
+        }
+    }
+
     pub(crate) fn finish(
         self,
         builder: ResponseBuilder,

@@ -1,5 +1,6 @@
 //! A process killed with SIGKILL while calls stream and records are being written leaves a database that opens
-//! and holds only whole records (SQLite: `PRAGMA integrity_check` passes too).
+//! and holds only whole records (SQLite: `PRAGMA integrity_check` passes too), and — with in-flight recording on —
+//! names the calls the process was serving when it died.
 //!
 //! Each test re-runs its own binary as the child (selected by environment variables), waits until the child has
 //! stored a first set of records and is busy streaming and writing more, then kills it, three times on the same
@@ -114,7 +115,7 @@ fn kill_three_times(test_name: &str, env: (&str, &str), target: impl Fn() -> Tar
         assert!(!status.success());
 
         let stored = runtime().block_on(check(&target(), round));
-        eprintln!("round {round}: {stored} whole records after the kill");
+        eprintln!("round {round}: {stored} completed records after the kill");
         // Each child stored 50 records before READY (and usually many more before the kill).
         assert!(
             stored >= 50 * (round + 1),
@@ -140,24 +141,35 @@ async fn check(target: &Target, round: u64) -> u64 {
         .list_conversations(&ConversationQuery::new().limit(100_000))
         .await
         .unwrap();
-    let mut total = 0;
+    let (mut completed, mut hanging) = (0, 0);
     for summary in conversations {
         for call in store
             .conversation_calls(&summary.conversation_id)
             .await
             .unwrap()
         {
-            total += 1;
-            // Every stored record is whole: the killed child's in-flight calls are absent, never half-written.
-            assert_eq!(call.outcome, CallOutcome::Completed, "{call:?}");
             let Some(Message::User { content }) = call.request.messages.last() else {
                 panic!("{call:?}")
             };
-            assert_eq!(call.text(), format!("answer to {content}"));
-            assert!(call.ended_at >= call.started_at);
+            // Every stored record is whole: completed with its full answer, or the in-flight record of a call
+            // the process was serving when it died; never half-written.
+            match call.outcome {
+                CallOutcome::Completed => {
+                    completed += 1;
+                    assert_eq!(call.text(), format!("answer to {content}"));
+                    assert!(call.ended_at >= call.started_at);
+                }
+                CallOutcome::InFlight => {
+                    assert!(call.response.messages.is_empty(), "{call:?}");
+                    hanging += u64::from(content.starts_with("hang"));
+                }
+                _ => panic!("{call:?}"),
+            }
         }
     }
-    total
+    // The ten never-ending calls of each killed child are on record as in flight.
+    assert_eq!(hanging, 10 * (round + 1), "round {round}");
+    completed
 }
 
 fn child(target: Target) {
@@ -165,6 +177,7 @@ fn child(target: Target) {
         let (store, _) = open(&target).await;
         let layer = PersistenceLayer::builder_shared(store)
             .max_batch(16)
+            .record_in_flight(true)
             .build();
         let chat = layer.layer(common::scripted(|req: &ChatRequest| {
             let Some(Message::User { content }) = req.messages.last() else {
@@ -191,13 +204,13 @@ fn child(target: Target) {
                 .await
                 .unwrap();
         }
-        layer.flush().await.unwrap();
         // Calls that stream forever: they are in flight when the process dies.
         let mut hanging = Vec::new();
         for i in 0..10 {
             let stream = ask(format!("hang{i}")).await.unwrap();
             hanging.push(stream);
         }
+        layer.flush().await.unwrap();
         println!("READY");
         // Keep records flowing into the database until the parent kills us.
         let mut i = 50u64;

@@ -52,6 +52,7 @@ suite!(
     conversations_are_listed_and_continued_from_the_store,
     migrations_of_other_crates_are_applied_once,
     pending_approvals_are_taken_at_most_once_and_decisions_are_audited,
+    in_flight_records_are_replaced_by_the_final_one,
 );
 
 fn request(conversation: &ConversationId, text: &str) -> ChatRequest {
@@ -762,4 +763,53 @@ async fn pending_approvals_are_taken_at_most_once_and_decisions_are_audited(db: 
             .unwrap(),
         vec![other]
     );
+}
+
+async fn in_flight_records_are_replaced_by_the_final_one(db: &TestDb) {
+    let layer = db.layer().record_in_flight(true).build();
+    let chat = layer.layer(scripted(|_| {
+        hanging(vec![Ok(ChatEvent::text("Hel")), Ok(ChatEvent::text("lo"))])
+    }));
+    let conv = conversation();
+    let mut stream = chat
+        .oneshot(request(&conv, "hi").model("m-1"))
+        .await
+        .unwrap();
+    stream.next().await.unwrap().unwrap();
+    layer.flush().await.unwrap();
+    // While the call runs, its start is on record.
+    let in_flight = only_call(db, &conv).await;
+    assert_eq!(in_flight.outcome, CallOutcome::InFlight);
+    assert_eq!(in_flight.request.messages.len(), 2);
+    assert_eq!(in_flight.model.as_deref(), Some("m-1"));
+    assert_eq!(in_flight.ended_at, in_flight.started_at);
+    assert!(in_flight.response.messages.is_empty());
+    assert!(db.store.load_conversation(&conv).await.unwrap().is_empty());
+
+    drop(stream);
+    layer.flush().await.unwrap();
+    let last = only_call(db, &conv).await;
+    assert_eq!(last.call_id, in_flight.call_id);
+    assert_eq!(last.outcome, CallOutcome::Cancelled);
+    assert_eq!(last.text(), "Hel", "only what the caller had read");
+
+    // An in-flight record arriving late never overwrites a final one.
+    db.store
+        .write_calls(std::slice::from_ref(&in_flight))
+        .await
+        .unwrap();
+    assert_eq!(only_call(db, &conv).await, last);
+
+    // A completed call under the same layer leaves one completed record.
+    let chat = layer.layer(scripted(|_| stream_of(answer("done"), Shape::Streaming)));
+    let conv = conversation();
+    let response = chat
+        .oneshot(request(&conv, "q"))
+        .await
+        .unwrap()
+        .collect_response()
+        .await
+        .unwrap();
+    assert_eq!(response.text(), "done");
+    assert_eq!(only_call(db, &conv).await.outcome, CallOutcome::Completed);
 }

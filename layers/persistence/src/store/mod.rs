@@ -23,7 +23,9 @@ pub use schema::Migration;
 /// are for applications.
 pub trait Store: fmt::Debug + Send + Sync + 'static {
     /// Write a batch of records in one transaction: all or none. A record whose call id is already stored
-    /// replaces the stored one, so a retried batch is harmless.
+    /// replaces the stored one only if that one is [`CallOutcome::InFlight`]: a final record is never
+    /// overwritten, so a retried batch, or an in-flight record that reaches the store after the final one, is
+    /// harmless.
     fn write_calls<'a>(
         &'a self,
         records: &'a [CallRecord],

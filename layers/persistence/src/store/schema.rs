@@ -88,7 +88,7 @@ fn chat_calls_sql(json: &str) -> String {
     ended_at BIGINT NOT NULL,
     provider TEXT,
     model TEXT,
-    status TEXT NOT NULL CHECK (status IN ('completed', 'failed', 'cancelled', 'interrupted')),
+    status TEXT NOT NULL CHECK (status IN ('completed', 'failed', 'cancelled', 'interrupted', 'in_flight')),
     error_kind TEXT,
     error_message TEXT,
     finish_reason TEXT,

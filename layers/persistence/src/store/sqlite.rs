@@ -227,7 +227,8 @@ const UPSERT: &str = "INSERT INTO chat_calls (call_id, conversation_id, caller, 
     finish_reason = excluded.finish_reason, input_tokens = excluded.input_tokens, \
     output_tokens = excluded.output_tokens, response_text = excluded.response_text, \
     request_messages = excluded.request_messages, request_options = excluded.request_options, \
-    response = excluded.response";
+    response = excluded.response \
+    WHERE chat_calls.status = 'in_flight'";
 
 type RawRecord = (StoredColumns, String, String, String);
 
