@@ -44,7 +44,7 @@ fn a_process_killed_mid_stream_leaves_postgres_consistent() {
     if common::database_url().is_none() {
         return;
     }
-    let schema = format!("t_{}", common::uuid_simple());
+    let schema = format!("tcpersist_{}", common::uuid_simple());
     kill_three_times(
         "a_process_killed_mid_stream_leaves_postgres_consistent",
         (CHILD_PG_SCHEMA, &schema),

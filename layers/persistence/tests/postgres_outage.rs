@@ -61,7 +61,7 @@ async fn an_unreachable_database_fails_calls_with_a_store_error_and_recording_re
         .local_addr()
         .unwrap();
     let proxy = Proxy::start(listen, upstream).await;
-    let schema = format!("t_{}", common::uuid_simple());
+    let schema = format!("tcpersist_{}", common::uuid_simple());
     let store = PostgresStore::builder(format!("postgres://{user}@{listen}/{dbname}"))
         .schema(schema.clone())
         .connect_timeout(Duration::from_millis(500))

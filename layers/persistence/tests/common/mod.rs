@@ -111,7 +111,7 @@ impl TestDb {
     /// A PostgreSQL store in a schema of its own, or `None` (with a visible message) without `DATABASE_URL`.
     pub async fn postgres() -> Option<TestDb> {
         let url = database_url()?;
-        let schema = format!("t_{}", uuid_simple());
+        let schema = format!("tcpersist_{}", uuid_simple());
         let store = PostgresStore::builder(url)
             .schema(schema)
             .connect()
@@ -168,17 +168,39 @@ impl TestDb {
         }
     }
 
-    /// Drop a PostgreSQL test schema (SQLite files go with their temporary directory).
+    /// Drop the test's database now (also done on drop, so a failing test cleans up too).
     pub async fn cleanup(self) {
+        drop(self);
+    }
+}
+
+impl Drop for TestDb {
+    // A PostgreSQL test schema is dropped through a fresh connection on a thread of its own: this may run while
+    // a panicking test unwinds inside its runtime, where the store's pool cannot be driven.
+    fn drop(&mut self) {
         if let Backend::Postgres(store) = &self.backend {
             let schema = store.schema().unwrap().to_owned();
-            store
-                .client()
-                .await
-                .unwrap()
-                .batch_execute(&format!("DROP SCHEMA \"{schema}\" CASCADE"))
-                .await
-                .unwrap();
+            let url = database_url().unwrap();
+            let dropped = std::thread::spawn(move || {
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .unwrap();
+                runtime.block_on(async move {
+                    let store = PostgresStore::connect(url).await.unwrap();
+                    store
+                        .client()
+                        .await
+                        .unwrap()
+                        .batch_execute(&format!("DROP SCHEMA \"{schema}\" CASCADE"))
+                        .await
+                        .unwrap();
+                });
+            })
+            .join();
+            if dropped.is_err() && !std::thread::panicking() {
+                panic!("could not drop the test schema");
+            }
         }
     }
 }
