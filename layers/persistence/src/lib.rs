@@ -45,7 +45,10 @@
 //!   item, a failed service call) or the caller dropped the stream, there is nobody to report to: the record
 //!   is handed over without waiting, and a store failure is logged and counted.
 //! - [`FailurePolicy::FailOpen`]: calls never wait for the store; a full buffer or a failed write drops the
-//!   record, logged at `error` level and counted in [`PersistenceStats`].
+//!   record, counted in [`PersistenceStats`] and logged at `error` level (rate-limited).
+//!
+//! [`PersistenceLayer::flush`] waits until every record handed over so far is written; call it before shutting
+//! the runtime down.
 //!
 //! ## What is recorded
 //! See [`CallRecord`]: call id, conversation id (from the request's [`tower_chat::ConversationId`], generated
@@ -53,9 +56,9 @@
 //! timestamps, provider and model, the messages and options sent (tools offered included), the response
 //! (text, reasoning, tool calls, tool results a tool loop ran, usage, finish reason) and the [`CallOutcome`]:
 //! completed, failed, cancelled or interrupted, with the partial output (and, opt-in, `in_flight` while a call
-//! runs, so that a process killed mid-stream leaves a trace of what it was serving). Secrets are never stored: credentials
-//! live in the leaf service, request extensions are not recorded, and credential-like `extra` options are
-//! redacted ([`redact_options`]).
+//! runs, so that a process killed mid-stream leaves a trace of what it was serving). Secrets are never stored:
+//! credentials live in the leaf service, request extensions are not recorded, and credential-like `extra`
+//! options are redacted ([`redact_options`]).
 //!
 //! ## Placement
 //! Inside a tool loop the layer records each model round trip (round index 0, 1, …); outside it records whole
