@@ -34,6 +34,34 @@ fn a_process_killed_mid_stream_leaves_sqlite_consistent() {
         (CHILD_SQLITE, path.to_str().unwrap()),
         || Target::Sqlite(path.to_str().unwrap().to_owned()),
     );
+    // The next process closes what the dead ones left in flight.
+    runtime().block_on(async {
+        let store = SqliteStore::open(&path).await.unwrap();
+        let closed = store
+            .abandon_in_flight(std::time::SystemTime::now())
+            .await
+            .unwrap();
+        assert!(closed >= 30, "{closed}");
+        for summary in store
+            .list_conversations(&ConversationQuery::new())
+            .await
+            .unwrap()
+        {
+            for call in store
+                .conversation_calls(&summary.conversation_id)
+                .await
+                .unwrap()
+            {
+                assert!(
+                    matches!(
+                        call.outcome,
+                        CallOutcome::Completed | CallOutcome::Interrupted { error: None }
+                    ),
+                    "{call:?}"
+                );
+            }
+        }
+    });
 }
 
 #[test]

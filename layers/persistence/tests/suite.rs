@@ -772,6 +772,7 @@ async fn in_flight_records_are_replaced_by_the_final_one(db: &TestDb) {
     }));
     let conv = conversation();
     let mut stream = chat
+        .clone()
         .oneshot(request(&conv, "hi").model("m-1"))
         .await
         .unwrap();
@@ -799,6 +800,35 @@ async fn in_flight_records_are_replaced_by_the_final_one(db: &TestDb) {
         .await
         .unwrap();
     assert_eq!(only_call(db, &conv).await, last);
+
+    // A call whose process "dies" (its stream is leaked: no final record ever comes) stays in flight until the
+    // next start closes it.
+    let conv_dead = conversation();
+    let stream = chat
+        .clone()
+        .oneshot(request(&conv_dead, "hi"))
+        .await
+        .unwrap();
+    std::mem::forget(stream);
+    layer.flush().await.unwrap();
+    assert_eq!(
+        only_call(db, &conv_dead).await.outcome,
+        CallOutcome::InFlight
+    );
+    let before_start = std::time::SystemTime::now() + Duration::from_millis(1);
+    let closed = match &db.backend {
+        common::Backend::Sqlite(store) => store.abandon_in_flight(before_start).await.unwrap(),
+        common::Backend::Postgres(store) => store.abandon_in_flight(before_start).await.unwrap(),
+    };
+    assert_eq!(closed, 1, "only the dead call was still in flight");
+    let abandoned = only_call(db, &conv_dead).await;
+    assert_eq!(abandoned.outcome, CallOutcome::Interrupted { error: None });
+    assert_eq!(abandoned.ended_at, abandoned.started_at);
+    assert_eq!(
+        only_call(db, &conv).await,
+        last,
+        "final records are untouched"
+    );
 
     // A completed call under the same layer leaves one completed record.
     let chat = layer.layer(scripted(|_| stream_of(answer("done"), Shape::Streaming)));

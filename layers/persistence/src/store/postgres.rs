@@ -13,7 +13,9 @@ use tokio_postgres::types::ToSql;
 use tokio_postgres::NoTls;
 use tower_chat::ConversationId;
 
-use super::schema::{postgres_migrations, Row, StoredColumns, MIGRATIONS_TABLE, SELECT_COLUMNS};
+use super::schema::{
+    abandon_sql, postgres_migrations, Row, StoredColumns, MIGRATIONS_TABLE, SELECT_COLUMNS,
+};
 use super::{Migration, Store, StoreError};
 use crate::record::{
     from_micros, to_micros, CallId, CallRecord, ConversationQuery, ConversationSummary,
@@ -187,6 +189,18 @@ impl PostgresStore {
             .get()
             .await
             .map_err(|e| StoreError::with_source("PostgreSQL: no connection", e))
+    }
+
+    /// Mark calls still [`crate::CallOutcome::InFlight`] that started before `started_before` as
+    /// [`crate::CallOutcome::Interrupted`] (without an error). With several replicas sharing the database, pick
+    /// a cutoff older than any call can run (e.g. now minus the longest call timeout): a replica cannot tell its
+    /// peers' live calls from a dead process's. Returns how many.
+    pub async fn abandon_in_flight(&self, started_before: SystemTime) -> Result<u64, StoreError> {
+        self.client()
+            .await?
+            .execute(&abandon_sql("$1"), &[&to_micros(started_before)])
+            .await
+            .map_err(pg_error("cannot close abandoned in-flight records"))
     }
 
     async fn migrate(&self, extra: &[Migration]) -> Result<(), StoreError> {

@@ -134,6 +134,16 @@ CREATE INDEX chat_approval_audit_by_conversation ON chat_approval_audit (convers
     )
 }
 
+/// Turns in-flight records older than a cutoff into `interrupted` ones (no error: nothing said why), ending them
+/// at their start. `cutoff` is the dialect's placeholder for the cutoff time.
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+pub(crate) fn abandon_sql(cutoff: &str) -> String {
+    format!(
+        "UPDATE chat_calls SET status = 'interrupted', ended_at = started_at \
+         WHERE status = 'in_flight' AND started_at < {cutoff}"
+    )
+}
+
 /// A record flattened into column values, serialized once on the writer task (not on the database thread).
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 #[derive(Clone, Debug)]

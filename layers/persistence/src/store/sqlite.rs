@@ -11,14 +11,16 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use futures_util::future::BoxFuture;
 use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 use tokio::sync::oneshot;
 use tower_chat::ConversationId;
 
-use super::schema::{sqlite_migrations, Row, StoredColumns, MIGRATIONS_TABLE, SELECT_COLUMNS};
+use super::schema::{
+    abandon_sql, sqlite_migrations, Row, StoredColumns, MIGRATIONS_TABLE, SELECT_COLUMNS,
+};
 use super::{Migration, Store, StoreError};
 use crate::record::{
     from_micros, to_micros, CallId, CallRecord, ConversationQuery, ConversationSummary,
@@ -183,6 +185,19 @@ impl SqliteStore {
     /// The database file.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// Mark calls still [`crate::CallOutcome::InFlight`] that started before `started_before` as
+    /// [`crate::CallOutcome::Interrupted`] (without an error): run it at startup, with the start time of the
+    /// process, to close the records of calls a previous process was serving when it died. Returns how many.
+    pub async fn abandon_in_flight(&self, started_before: SystemTime) -> Result<u64, StoreError> {
+        let cutoff = to_micros(started_before);
+        let updated = self
+            .run("cannot close abandoned in-flight records", move |conn| {
+                conn.execute(&abandon_sql("?1"), [cutoff])
+            })
+            .await?;
+        Ok(updated as u64)
     }
 
     /// Run `f` on the store's connection thread, after every operation submitted before it and before every
