@@ -1,7 +1,8 @@
 //! The gateway's overhead per request, over loopback against a scripted upstream:
 //!
 //! - `leaf_direct`: `OpenAiChat` straight to the scripted provider (one HTTP hop), response collected;
-//! - `stack_in_process`: the gateway's stack (tracing + tool loop with the three tools) without HTTP in front;
+//! - `stack_in_process`: the gateway's stack (tracing + persistence to SQLite + tool loop with the three tools)
+//!   without HTTP in front;
 //! - `gateway_non_streaming` / `gateway_streaming`: an HTTP client → the gateway → the scripted provider, the
 //!   answer read whole (two HTTP hops, parsing, the stack, the OpenAI response encoding).
 //!
@@ -21,7 +22,8 @@ use tower_chat::test_server::{Reply, ScriptedProvider};
 use tower_chat::{ChatRequest, ChatStreamExt, Message};
 use tower_chat_gateway::{Config, Gateway};
 
-const ANSWER: &str = "one two three four five six seven eight nine ten eleven twelve thirteen fourteen \
+const ANSWER: &str =
+    "one two three four five six seven eight nine ten eleven twelve thirteen fourteen \
                       fifteen sixteen seventeen eighteen nineteen twenty";
 
 fn bench(c: &mut Criterion) {
@@ -36,6 +38,7 @@ fn bench(c: &mut Criterion) {
         let mut config = Config::new(provider.base_url());
         config.files = files.path().to_owned();
         config.upstream_key_env = Some("TOWER_CHAT_GATEWAY_BENCH_NO_KEY".into());
+        config.db = files.path().join("bench.db");
         let gateway = Gateway::new(&config).await.unwrap();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
@@ -45,7 +48,10 @@ fn bench(c: &mut Criterion) {
             .build()
             .unwrap();
         let upstream = tower_chat_gateway::Upstream::OpenAi(leaf.clone());
-        let stack = tower_chat_gateway::stack(&config, upstream).unwrap();
+        // The same stack the gateway runs, persistence included (a second store file).
+        config.db = files.path().join("bench-stack.db");
+        let persistence = tower_chat_gateway::persistence(&config).await.unwrap();
+        let stack = tower_chat_gateway::stack(&config, upstream, Some(&persistence)).unwrap();
         (provider, addr, leaf, stack)
     });
     let request = || ChatRequest::new(vec![Message::user("count to twenty")]).model("test-model");
@@ -86,7 +92,10 @@ fn bench(c: &mut Criterion) {
             assert_eq!(response.text(), ANSWER);
         })
     });
-    for (name, stream) in [("gateway_non_streaming", false), ("gateway_streaming", true)] {
+    for (name, stream) in [
+        ("gateway_non_streaming", false),
+        ("gateway_streaming", true),
+    ] {
         group.bench_function(name, |b| {
             b.to_async(&runtime).iter(|| async {
                 let request = http::Request::post(&url)

@@ -27,6 +27,7 @@ use tower_chat::{
     ModelMetadata,
 };
 use tower_chat_function_invocation::FunctionInvocationLayer;
+use tower_chat_persistence::{PersistenceLayer, PostgresStore, SqliteStore, StoreError};
 use tower_chat_tracing::TracingLayer;
 
 use crate::auth::ApiKeys;
@@ -113,9 +114,14 @@ impl ModelInfo for Upstream {
     }
 }
 
-/// The stack the gateway runs: tracing (one span per client request, tool spans inside) over the tool loop
-/// with the server-side tools, over `upstream`.
-pub fn stack<S>(config: &Config, upstream: S) -> Result<ChatStack, ChatError>
+/// The stack the gateway runs: tracing (one span per client request, tool spans inside) over persistence (one
+/// record per client request, the tool rounds it ran included) over the tool loop with the server-side tools,
+/// over `upstream`. Without `persistence` nothing is recorded.
+pub fn stack<S>(
+    config: &Config,
+    upstream: S,
+    persistence: Option<&PersistenceLayer>,
+) -> Result<ChatStack, ChatError>
 where
     S: tower::Service<ChatRequest, Response = ChatStream, Error = ChatError>
         + ModelInfo
@@ -127,9 +133,37 @@ where
 {
     let tools = FunctionInvocationLayer::new()
         .tools(server_tools(&config.files)?)
-        .max_rounds(config.max_rounds);
-    let service = TracingLayer::new().layer(tools.layer(upstream));
-    Ok(BoxCloneSyncService::new(service))
+        .max_rounds(config.max_rounds)
+        .layer(upstream);
+    Ok(match persistence {
+        Some(persistence) => {
+            BoxCloneSyncService::new(TracingLayer::new().layer(persistence.layer(tools)))
+        }
+        None => BoxCloneSyncService::new(TracingLayer::new().layer(tools)),
+    })
+}
+
+/// Open the store `--database-url` (PostgreSQL) or `--db` (SQLite) names; migrations are applied on open.
+pub async fn persistence(config: &Config) -> Result<PersistenceLayer, GatewayError> {
+    let provider = match config.provider {
+        Provider::OpenAi => "openai",
+        Provider::Anthropic => "anthropic",
+    };
+    let store_error =
+        |what: String| move |e: StoreError| GatewayError::Config(format!("{what}: {e}"));
+    let builder = match &config.database_url {
+        Some(url) => PersistenceLayer::builder(
+            PostgresStore::connect(url.clone())
+                .await
+                .map_err(store_error("--database-url".into()))?,
+        ),
+        None => PersistenceLayer::builder(
+            SqliteStore::open(&config.db)
+                .await
+                .map_err(store_error(format!("--db {}", config.db.display())))?,
+        ),
+    };
+    Ok(builder.provider(provider).build())
 }
 
 #[derive(Clone)]
@@ -144,6 +178,7 @@ struct AppState {
 pub struct Gateway {
     state: AppState,
     shutdown_timeout: Duration,
+    persistence: Option<PersistenceLayer>,
 }
 
 impl std::fmt::Debug for Gateway {
@@ -156,23 +191,27 @@ impl std::fmt::Debug for Gateway {
 }
 
 impl Gateway {
-    /// Build the gateway `config` describes: the upstream leaf, the stack, the keys.
+    /// Build the gateway `config` describes: the upstream leaf, the store, the stack, the keys.
     pub async fn new(config: &Config) -> Result<Self, GatewayError> {
+        // Cheap checks first: a bad keys file should not leave a fresh database behind.
+        let keys = load_keys(config)?;
         let upstream = Upstream::from_config(config).map_err(GatewayError::Chat)?;
-        let stack = stack(config, upstream).map_err(GatewayError::Chat)?;
-        Gateway::with_stack(config, stack)
+        let persistence = persistence(config).await?;
+        let stack = stack(config, upstream, Some(&persistence)).map_err(GatewayError::Chat)?;
+        let mut gateway = Gateway::assemble(config, stack, keys);
+        gateway.persistence = Some(persistence);
+        Ok(gateway)
     }
 
     /// A gateway around a stack of your own (its server-side tools are whatever the stack runs; the names in
     /// [`SERVER_TOOLS`] are never shown to clients).
     pub fn with_stack(config: &Config, stack: ChatStack) -> Result<Self, GatewayError> {
-        let keys = match &config.api_keys_file {
-            Some(path) => Some(Arc::new(ApiKeys::load(path).map_err(|e| {
-                GatewayError::Config(format!("--api-keys-file {}: {e}", path.display()))
-            })?)),
-            None => None,
-        };
-        Ok(Gateway {
+        let keys = load_keys(config)?;
+        Ok(Gateway::assemble(config, stack, keys))
+    }
+
+    fn assemble(config: &Config, stack: ChatStack, keys: Option<Arc<ApiKeys>>) -> Self {
+        Gateway {
             state: AppState {
                 stack,
                 keys,
@@ -180,7 +219,13 @@ impl Gateway {
                 body_limit: config.body_limit,
             },
             shutdown_timeout: config.shutdown_timeout,
-        })
+            persistence: None,
+        }
+    }
+
+    /// The persistence layer recording every call (`None` for a gateway built [`with_stack`](Self::with_stack)).
+    pub fn persistence(&self) -> Option<&PersistenceLayer> {
+        self.persistence.as_ref()
     }
 
     /// The axum application.
@@ -228,9 +273,24 @@ impl Gateway {
                 tracing::warn!(?drain, "drain time over: dropping the requests still in flight");
             }
         }
-        // Dropping the state drops the stack; the layers' stores flush in their `Drop`/close paths.
         drop(self.state);
+        if let Some(persistence) = &self.persistence {
+            // Records of the calls that just ended may still sit in the writer's buffer.
+            match persistence.flush().await {
+                Ok(()) => tracing::info!("persistence flushed"),
+                Err(error) => tracing::error!(%error, "flushing persistence failed"),
+            }
+        }
         Ok(())
+    }
+}
+
+fn load_keys(config: &Config) -> Result<Option<Arc<ApiKeys>>, GatewayError> {
+    match &config.api_keys_file {
+        Some(path) => Ok(Some(Arc::new(ApiKeys::load(path).map_err(|e| {
+            GatewayError::Config(format!("--api-keys-file {}: {e}", path.display()))
+        })?))),
+        None => Ok(None),
     }
 }
 

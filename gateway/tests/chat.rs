@@ -318,7 +318,10 @@ async fn an_anthropic_upstream_is_served_as_openai_chat_completions() {
         } else {
             let body = answer.json();
             assert_eq!(body["model"], "claude-x");
-            body["choices"][0]["message"]["content"].as_str().unwrap().to_owned()
+            body["choices"][0]["message"]["content"]
+                .as_str()
+                .unwrap()
+                .to_owned()
         };
         assert_eq!(text, "It is 42.");
     }
@@ -327,5 +330,8 @@ async fn an_anthropic_upstream_is_served_as_openai_chat_completions() {
     assert_eq!(requests[0].headers["x-api-key"], "sk-ant-test");
     assert_eq!(requests[0].body["model"], "test-model");
     let second = requests[1].body["messages"].to_string();
-    assert!(second.contains("tool_result") && second.contains("42"), "{second}");
+    assert!(
+        second.contains("tool_result") && second.contains("42"),
+        "{second}"
+    );
 }

@@ -35,7 +35,10 @@ fn upstream(req: &RecordedRequest, _index: usize) -> Reply {
         ])
         .then(Part::Pause(Duration::from_millis(20)))
         .then(Part::Abort),
-        other => Reply::json(400, serde_json::json!({"error": {"message": format!("unscripted {other}")}})),
+        other => Reply::json(
+            400,
+            serde_json::json!({"error": {"message": format!("unscripted {other}")}}),
+        ),
     }
 }
 

@@ -37,6 +37,7 @@ impl Harness {
         let mut config = Config::new(provider.base_url());
         config.files = files.path().join("root");
         config.upstream_key_env = Some(NO_KEY_ENV.into());
+        config.db = files.path().join("gateway.db");
         config.shutdown_timeout = Duration::from_secs(5);
         tweak(&mut config);
         let gateway = Gateway::new(&config).await.expect("gateway");
