@@ -60,3 +60,61 @@ async fn every_turn_is_recorded_with_its_tool_rounds_and_caller() {
     assert!(matches!(&history[2], Message::Tool(t) if t.content == "5"));
     assert_eq!(history[3], Message::assistant("The sum is 5"));
 }
+
+#[tokio::test]
+async fn a_client_hanging_up_mid_stream_is_recorded_as_cancelled_with_the_partial_output() {
+    use std::time::Duration;
+    use tower_chat::test_server::Part;
+    use tower_chat_persistence::CallOutcome;
+
+    let mut gw = Harness::start(
+        |_, _| {
+            Reply::sse_chunks([
+                "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"partial\"}}]}\n\n",
+            ])
+            .then(Part::Hang)
+        },
+        |_| {},
+    )
+    .await;
+    // A raw connection, so the test controls exactly when the client goes away.
+    let mut socket = tokio::net::TcpStream::connect(gw.addr).await.unwrap();
+    let body = request(true, "hi").to_string();
+    let head = format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n\
+         x-conversation-id: conv-hangup\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    tokio::io::AsyncWriteExt::write_all(&mut socket, head.as_bytes())
+        .await
+        .unwrap();
+    let mut seen = Vec::new();
+    while !String::from_utf8_lossy(&seen).contains("partial") {
+        let mut buf = [0u8; 4096];
+        let n = tokio::io::AsyncReadExt::read(&mut socket, &mut buf)
+            .await
+            .unwrap();
+        assert!(n > 0, "connection closed early");
+        seen.extend_from_slice(&buf[..n]);
+    }
+    drop(socket);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    gw.shutdown();
+    gw.server.take().unwrap().await.unwrap().unwrap();
+
+    let store = SqliteStore::open(gw.files.path().join("gateway.db"))
+        .await
+        .unwrap();
+    let calls = store
+        .conversation_calls(&ConversationId::new("conv-hangup"))
+        .await
+        .unwrap();
+    assert_eq!(calls.len(), 1);
+    assert_eq!(
+        calls[0].outcome,
+        CallOutcome::Cancelled,
+        "{:?}",
+        calls[0].outcome
+    );
+    assert_eq!(calls[0].response.text(), "partial");
+}
