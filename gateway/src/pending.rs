@@ -13,7 +13,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use tower_chat::{
-    ApprovalDecision, ApprovalDecisions, ApprovalRequest, CallerIdentity, Message, ToolArguments,
+    ApprovalDecision, ApprovalDecisions, ApprovalRequest, CallerIdentity, ConversationId, Message,
+    ToolArguments,
 };
 
 use crate::error::ApiError;
@@ -24,8 +25,9 @@ const MAX_RECORDS: usize = 10_000;
 
 struct Paused {
     caller: Option<CallerIdentity>,
+    conversation: ConversationId,
     hidden: Vec<Message>,
-    /// Approval id → call id.
+    /// Approval id shown to the client → the id the stack's decision must name.
     calls: Vec<(String, String)>,
     expires: Instant,
 }
@@ -56,6 +58,8 @@ impl std::fmt::Debug for PendingStore {
 pub struct Resumption {
     /// The turn's messages the client never saw.
     pub hidden: Vec<Message>,
+    /// The conversation the paused call belongs to (an approval layer binds its ids to it).
+    pub conversation: ConversationId,
     /// Decisions keyed by call id.
     pub decisions: ApprovalDecisions,
 }
@@ -70,18 +74,26 @@ impl PendingStore {
         }
     }
 
-    /// Keep a paused turn; returns what the client is shown, with fresh approval ids.
+    /// Keep a paused turn; returns what the client is shown. Requests that carry the bare call id (the tool
+    /// loop's own protocol) get a fresh random id here, translated back on resume; requests whose id an approval
+    /// layer already issued keep it, and decisions are passed on under it for that layer to verify.
     pub fn pause(
         &self,
         caller: Option<CallerIdentity>,
+        conversation: ConversationId,
         hidden: Vec<Message>,
         requests: &[ApprovalRequest],
     ) -> Vec<ApprovalNotice> {
         let mut notices = Vec::with_capacity(requests.len());
         let mut calls = Vec::with_capacity(requests.len());
         for request in requests {
-            let id = format!("apr_{}", uuid::Uuid::new_v4().simple());
-            calls.push((id.clone(), request.call.id.clone()));
+            let (id, forward) = if request.id == request.call.id {
+                let id = format!("apr_{}", uuid::Uuid::new_v4().simple());
+                (id, request.call.id.clone())
+            } else {
+                (request.id.clone(), request.id.clone())
+            };
+            calls.push((id.clone(), forward));
             notices.push(ApprovalNotice {
                 id,
                 tool: request.call.name.clone(),
@@ -94,6 +106,7 @@ impl PendingStore {
         }
         let record = Arc::new(Paused {
             caller,
+            conversation,
             hidden,
             calls,
             expires: Instant::now() + self.ttl,
@@ -166,6 +179,7 @@ impl PendingStore {
             .collect();
         Ok(Resumption {
             hidden: record.hidden.clone(),
+            conversation: record.conversation.clone(),
             decisions: ApprovalDecisions(decisions),
         })
     }
@@ -259,7 +273,12 @@ mod tests {
         let store = PendingStore::new(Duration::from_secs(60));
         let alice = CallerIdentity::new("alice");
         let hidden = vec![Message::assistant("x")];
-        let notices = store.pause(Some(alice.clone()), hidden.clone(), &[request("c1")]);
+        let notices = store.pause(
+            Some(alice.clone()),
+            ConversationId::new("conv"),
+            hidden.clone(),
+            &[request("c1")],
+        );
         assert!(notices[0].id.starts_with("apr_") && notices[0].id.len() > 30);
         let bob = CallerIdentity::new("bob");
         assert!(store
@@ -270,15 +289,30 @@ mod tests {
             .resume(Some(&alice), &[answer(&notices[0].id, true)])
             .unwrap();
         assert_eq!(resumed.hidden, hidden);
+        assert_eq!(resumed.conversation.as_str(), "conv");
         assert_eq!(resumed.decisions.0, vec![ApprovalDecision::approve("c1")]);
         let replay = store.resume(Some(&alice), &[answer(&notices[0].id, true)]);
         assert_eq!(replay.unwrap_err().code, "invalid_approval");
     }
 
     #[test]
+    fn ids_an_approval_layer_issued_are_kept_and_passed_on_as_they_are() {
+        let store = PendingStore::new(Duration::from_secs(60));
+        let mut issued = request("c1");
+        issued.id = "apr_from_the_layer".into();
+        let notices = store.pause(None, ConversationId::new("conv"), vec![], &[issued]);
+        assert_eq!(notices[0].id, "apr_from_the_layer");
+        let resumed = store
+            .resume(None, &[answer("apr_from_the_layer", false)])
+            .unwrap();
+        assert_eq!(resumed.decisions.0[0].approval_id, "apr_from_the_layer");
+        assert!(!resumed.decisions.0[0].approved);
+    }
+
+    #[test]
     fn expired_approvals_are_refused() {
         let store = PendingStore::new(Duration::from_millis(1));
-        let notices = store.pause(None, vec![], &[request("c1")]);
+        let notices = store.pause(None, ConversationId::new("conv"), vec![], &[request("c1")]);
         std::thread::sleep(Duration::from_millis(5));
         assert!(store
             .resume(None, &[answer(&notices[0].id, false)])

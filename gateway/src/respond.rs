@@ -12,8 +12,8 @@ use bytes::Bytes;
 use futures_util::StreamExt;
 use serde_json::{json, Map, Value};
 use tower_chat::{
-    ApprovalRequest, CallerIdentity, ChatError, ChatEvent, ChatStream, ErrorKind, FinishReason,
-    Message, ResponseBuilder, ToolCall, Usage,
+    ApprovalRequest, CallerIdentity, ChatError, ChatEvent, ChatStream, ConversationId, ErrorKind,
+    FinishReason, Message, ResponseBuilder, ToolCall, Usage,
 };
 
 use crate::error::ApiError;
@@ -27,6 +27,7 @@ pub(crate) struct Turn {
     /// Names of the tools the client declared: only their calls are shown.
     pub(crate) client_tools: HashSet<String>,
     pub(crate) caller: Option<CallerIdentity>,
+    pub(crate) conversation: ConversationId,
     /// Hidden messages this turn continues from (a resumed pause).
     pub(crate) hidden: Vec<Message>,
     pub(crate) pending: Arc<PendingStore>,
@@ -153,10 +154,12 @@ impl Translator {
         hidden.extend(response.messages);
         let mut notices = Vec::new();
         if *reason == FinishReason::AwaitingApproval && !self.approvals.is_empty() {
-            notices = self
-                .turn
-                .pending
-                .pause(self.turn.caller.clone(), hidden, &self.approvals);
+            notices = self.turn.pending.pause(
+                self.turn.caller.clone(),
+                self.turn.conversation.clone(),
+                hidden,
+                &self.approvals,
+            );
         } else if *reason == FinishReason::ToolCalls && !self.client_calls.is_empty() {
             let ids: Vec<String> = self.client_calls.iter().map(|c| c.id.clone()).collect();
             self.turn

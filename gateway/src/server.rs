@@ -364,7 +364,13 @@ async fn handle(
     state
         .pending
         .splice_handoffs(caller.as_ref(), &mut request.messages);
+    let header_conversation = headers
+        .get("x-conversation-id")
+        .and_then(|v| v.to_str().ok())
+        .filter(|v| !v.is_empty())
+        .map(ConversationId::new);
     let mut hidden = Vec::new();
+    let mut conversation = None;
     if !parsed.approvals.is_empty() {
         let resumption = state.pending.resume(caller.as_ref(), &parsed.approvals)?;
         // The client's copy of the paused answer (the approval notice) is replaced by what the loop really had.
@@ -374,23 +380,24 @@ async fn handle(
         }
         request.messages.extend(resumption.hidden.iter().cloned());
         hidden = resumption.hidden;
+        conversation = Some(resumption.conversation);
         request.extensions.insert(resumption.decisions);
     }
     if let Some(caller) = &caller {
         request.extensions.insert(caller.clone());
     }
-    if let Some(id) = headers
-        .get("x-conversation-id")
-        .and_then(|v| v.to_str().ok())
-        .filter(|v| !v.is_empty())
-    {
-        request.extensions.insert(ConversationId::new(id));
-    }
+    // One id per turn even without the header, so a paused turn resumes in the conversation it paused in
+    // (records and approvals are bound to it).
+    let conversation = header_conversation
+        .or(conversation)
+        .unwrap_or_else(|| ConversationId::new(format!("conv_{}", uuid::Uuid::new_v4().simple())));
+    request.extensions.insert(conversation.clone());
     let turn = Turn {
         model: parsed.model,
         include_usage: parsed.include_usage,
         client_tools,
         caller,
+        conversation,
         hidden,
         pending: state.pending.clone(),
     };
