@@ -240,6 +240,7 @@ impl Gateway {
             .merge(api)
             .route("/healthz", get(healthz))
             .fallback(not_found)
+            .method_not_allowed_fallback(method_not_allowed)
             .layer(DefaultBodyLimit::max(self.state.body_limit))
             .with_state(self.state.clone())
     }
@@ -283,6 +284,21 @@ impl Gateway {
         }
         Ok(())
     }
+}
+
+async fn method_not_allowed(request: Request) -> Response {
+    let error = ApiError {
+        status: StatusCode::METHOD_NOT_ALLOWED,
+        ..ApiError::invalid_request(
+            "method_not_allowed",
+            format!(
+                "{} is not allowed on {}",
+                request.method(),
+                request.uri().path()
+            ),
+        )
+    };
+    error.into_response()
 }
 
 fn load_keys(config: &Config) -> Result<Option<Arc<ApiKeys>>, GatewayError> {

@@ -173,6 +173,9 @@ async fn unknown_routes_are_404_json_and_healthz_answers() {
     let gw = Harness::start(|_, _| Reply::openai_text("x"), |_| {}).await;
     let answer = common::get(&gw.url("/v1/models/nope")).await;
     assert_error(&answer, 404, "invalid_request_error");
+    let answer = common::get(&gw.url("/v1/chat/completions")).await;
+    let body = assert_error(&answer, 405, "invalid_request_error");
+    assert_eq!(body["error"]["code"], "method_not_allowed");
     let health = common::get(&gw.url("/healthz")).await;
     assert_eq!(health.status, 200);
     assert_eq!(health.json()["status"], "ok");
