@@ -13,6 +13,7 @@ use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use axum::serve::ListenerExt;
 use axum::{Extension, Router};
 use futures_util::StreamExt;
 use http::{header, HeaderMap, HeaderValue, StatusCode};
@@ -258,6 +259,13 @@ impl Gateway {
             tracing::info!("shutting down: no new connections, draining in-flight requests");
             let _ = signalled_tx.send(());
         };
+        // SSE chunks are small writes; without TCP_NODELAY, Nagle's algorithm and delayed ACKs hold each one
+        // back for tens of milliseconds.
+        let listener = listener.tap_io(|tcp| {
+            if let Err(error) = tcp.set_nodelay(true) {
+                tracing::debug!(%error, "could not set TCP_NODELAY");
+            }
+        });
         let server = axum::serve(listener, self.router())
             .with_graceful_shutdown(signal)
             .into_future();
