@@ -112,14 +112,17 @@ async fn raw_round_trip(client: &RawClient, url: &str, body: &Bytes, typed: bool
     assert!(response.status().is_success());
     let mut sse = SseDecoder::new();
     let mut parsed = 0;
+    // Like any client, keep the answer text.
+    let mut text = String::new();
     while let Some(frame) = response.body_mut().frame().await {
         if let Ok(data) = frame.unwrap().into_data() {
             sse.feed(&data, &mut |event| {
                 if event.data != "[DONE]" {
                     if typed {
                         let chunk: MinimalChunk = serde_json::from_str(&event.data).unwrap();
-                        for choice in chunk.choices {
-                            black_box(choice.delta.map(|d| (d.content, d.tool_calls)));
+                        for delta in chunk.choices.into_iter().filter_map(|c| c.delta) {
+                            text.push_str(delta.content.as_deref().unwrap_or(""));
+                            black_box(delta.tool_calls);
                         }
                     } else {
                         black_box(serde_json::from_str::<Value>(&event.data).unwrap());
@@ -129,6 +132,7 @@ async fn raw_round_trip(client: &RawClient, url: &str, body: &Bytes, typed: bool
             });
         }
     }
+    black_box(text);
     parsed
 }
 
