@@ -6,7 +6,7 @@
 use std::hint::black_box;
 
 use bytes::Bytes;
-use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use criterion::{criterion_group, Criterion, Throughput};
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
@@ -184,4 +184,52 @@ fn round_trip(c: &mut Criterion) {
 }
 
 criterion_group!(benches, decode, round_trip);
-criterion_main!(benches);
+
+/// `LEAF_COUNT_VARIANT=raw_hyper_typed|raw_hyper_value|openai_leaf LEAF_COUNT_CALLS=N` runs N round trips of one
+/// variant and exits, for instruction counting under `valgrind --tool=callgrind` (repeatable where wall time on a
+/// shared machine is not).
+fn count_variant(variant: &str) {
+    let calls: usize = std::env::var("LEAF_COUNT_CALLS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(200);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let (body, _) = openai_body(100);
+        let body = Bytes::from(body);
+        let provider = ScriptedProvider::start(move |_, _| Reply::sse_chunks([body.clone()])).await;
+        let leaf = OpenAiChat::builder().base_url(provider.base_url()).api_key("sk-bench").model("gpt-4o-mini").build().unwrap();
+        let request = ChatRequest::new(vec![Message::system("You are a bench."), Message::user("Stream me 100 words.")]);
+        let raw_client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
+        let url = format!("{}/chat/completions", provider.base_url());
+        let raw_body = Bytes::from(
+            json!({"model": "gpt-4o-mini", "messages": [{"role": "system", "content": "You are a bench."},
+                {"role": "user", "content": "Stream me 100 words."}], "stream": true, "stream_options": {"include_usage": true}})
+            .to_string(),
+        );
+        for _ in 0..calls {
+            match variant {
+                "raw_hyper_value" => drop(raw_round_trip(&raw_client, &url, &raw_body, false).await),
+                "raw_hyper_typed" => drop(raw_round_trip(&raw_client, &url, &raw_body, true).await),
+                "openai_leaf" => {
+                    let stream = leaf.clone().oneshot(request.clone()).await.unwrap();
+                    black_box(stream.collect_response().await.unwrap());
+                }
+                other => panic!("unknown variant {other}"),
+            }
+        }
+        eprintln!("{variant}: {calls} calls over {} connection(s)", provider.connections());
+    });
+}
+
+fn main() {
+    if let Ok(variant) = std::env::var("LEAF_COUNT_VARIANT") {
+        count_variant(&variant);
+        return;
+    }
+    benches();
+    Criterion::default().configure_from_args().final_summary();
+}
