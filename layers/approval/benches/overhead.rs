@@ -38,9 +38,12 @@ fn model(with_tool: bool) -> Chat {
 }
 
 fn tool_loop(with_tool: bool) -> Chat {
-    let echo = tool_json("echo", "echo", json!({"type": "object"}), |v: Value, _c| async move {
-        Ok::<_, String>(v.to_string())
-    })
+    let echo = tool_json(
+        "echo",
+        "echo",
+        json!({"type": "object"}),
+        |v: Value, _c| async move { Ok::<_, String>(v.to_string()) },
+    )
     .compile()
     .unwrap();
     BoxCloneService::new(

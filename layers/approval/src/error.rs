@@ -40,7 +40,9 @@ impl RefusalKind {
             RefusalKind::OtherConversation => "approval belongs to another conversation",
             RefusalKind::OtherCaller => "approval belongs to another caller",
             RefusalKind::NotPending => "the call is not awaiting a decision in this conversation",
-            RefusalKind::Tampered => "the call in the history differs from the one put to the approver",
+            RefusalKind::Tampered => {
+                "the call in the history differs from the one put to the approver"
+            }
             RefusalKind::ApproverRejected => "the approver may not decide this call",
             RefusalKind::Duplicate => "more than one decision for the same approval or call",
         }

@@ -6,9 +6,7 @@ use std::task::{ready, Context, Poll};
 
 use futures_util::future::BoxFuture;
 use pin_project_lite::pin_project;
-use tower_chat::{
-    ApprovalDecisions, ChatError, ChatRequest, ChatStream, ModelInfo, ModelMetadata,
-};
+use tower_chat::{ApprovalDecisions, ChatError, ChatRequest, ChatStream, ModelInfo, ModelMetadata};
 use tower_chat_function_invocation::ApprovalPolicy;
 use tower_service::Service;
 

@@ -10,8 +10,8 @@ use std::time::SystemTime;
 use futures_core::Stream;
 use futures_util::future::{BoxFuture, FutureExt};
 use tower_chat::{
-    ApprovalRequest, CallerIdentity, ChatError, ChatEvent, ChatRequest, ChatStream,
-    ConversationId, ErrorKind,
+    ApprovalRequest, CallerIdentity, ChatError, ChatEvent, ChatRequest, ChatStream, ConversationId,
+    ErrorKind,
 };
 
 use crate::layer::Shared;
@@ -61,7 +61,10 @@ impl ApprovalStream {
         }
     }
 
-    fn record(&self, request: ApprovalRequest) -> BoxFuture<'static, Result<PendingApproval, ChatError>> {
+    fn record(
+        &self,
+        request: ApprovalRequest,
+    ) -> BoxFuture<'static, Result<PendingApproval, ChatError>> {
         let Some(conversation) = self.binding.conversation.clone() else {
             let error = ChatError::new(
                 ErrorKind::InvalidRequest,

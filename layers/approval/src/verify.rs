@@ -5,8 +5,7 @@ use std::collections::{HashMap, HashSet};
 use std::time::SystemTime;
 
 use tower_chat::{
-    ApprovalDecision, ApprovalDecisions, CallerIdentity, ChatError, ChatRequest, Message,
-    ToolCall,
+    ApprovalDecision, ApprovalDecisions, CallerIdentity, ChatError, ChatRequest, Message, ToolCall,
 };
 
 use crate::error::{ApprovalRefused, Refusal, RefusalKind};
@@ -80,9 +79,11 @@ impl Context<'_> {
         let Some(approval) = store.get_pending(&decision.approval_id).await? else {
             // Taken ids leave the pending table; the audit log tells a replay from a forgery.
             let replayed = match self.request.conversation_id() {
-                Some(conversation) => store.audit_log(conversation).await?.iter().any(|r| {
-                    r.approval_id == decision.approval_id && r.outcome.is_applied()
-                }),
+                Some(conversation) => store
+                    .audit_log(conversation)
+                    .await?
+                    .iter()
+                    .any(|r| r.approval_id == decision.approval_id && r.outcome.is_applied()),
                 None => false,
             };
             let kind = if replayed {
@@ -220,7 +221,10 @@ pub(crate) async fn verify(
         if calls.insert(approval.call.id.clone()) {
             return true;
         }
-        let detail = format!("call `{}` was already decided in this request", approval.call.id);
+        let detail = format!(
+            "call `{}` was already decided in this request",
+            approval.call.id
+        );
         let refusal = context.refusal(decision, RefusalKind::Duplicate, Some(detail));
         refusals.push((refusal, Some(approval.call.clone())));
         false
