@@ -151,3 +151,36 @@ pub struct AuditRecord {
     /// When.
     pub decided_at: SystemTime,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn outcome_names_round_trip_and_are_distinct() {
+        let all = [
+            AuditOutcome::Approved,
+            AuditOutcome::Denied,
+            AuditOutcome::Refused(RefusalKind::Unknown),
+            AuditOutcome::Refused(RefusalKind::Replayed),
+            AuditOutcome::Refused(RefusalKind::Expired),
+            AuditOutcome::Refused(RefusalKind::OtherConversation),
+            AuditOutcome::Refused(RefusalKind::OtherCaller),
+            AuditOutcome::Refused(RefusalKind::NotPending),
+            AuditOutcome::Refused(RefusalKind::Tampered),
+            AuditOutcome::Refused(RefusalKind::ApproverRejected),
+            AuditOutcome::Refused(RefusalKind::Duplicate),
+        ];
+        let names: std::collections::HashSet<&str> = all.iter().map(|o| o.as_str()).collect();
+        assert_eq!(names.len(), all.len());
+        for outcome in all {
+            assert_eq!(outcome.as_str().parse::<AuditOutcome>(), Ok(outcome));
+            let json = serde_json::to_string(&outcome).unwrap();
+            assert_eq!(
+                serde_json::from_str::<AuditOutcome>(&json).unwrap(),
+                outcome
+            );
+        }
+        assert!("refused_bogus".parse::<AuditOutcome>().is_err());
+    }
+}

@@ -33,9 +33,17 @@ impl Binding {
     }
 }
 
+const ID_PREFIX: &str = "apr_";
+
 /// 122 random bits from the OS generator: ids cannot be guessed, only handed out.
 pub(crate) fn new_approval_id() -> String {
-    format!("apr_{}", uuid::Uuid::new_v4().simple())
+    format!("{ID_PREFIX}{}", uuid::Uuid::new_v4().simple())
+}
+
+/// Whether `id` has the shape of an id this layer issues (anything else is refused without a store lookup).
+pub(crate) fn is_well_formed(id: &str) -> bool {
+    id.strip_prefix(ID_PREFIX)
+        .is_some_and(|hex| hex.len() == 32 && hex.bytes().all(|b| b.is_ascii_hexdigit()))
 }
 
 /// The stream of [`Approval`](crate::Approval): passes events through, except that each

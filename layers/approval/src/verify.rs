@@ -13,6 +13,17 @@ use crate::layer::Shared;
 use crate::policy::{ApproverIdentity, ApproverInput};
 use crate::record::{AuditOutcome, AuditRecord, PendingApproval};
 use crate::store::ApprovalStore;
+use crate::stream::is_well_formed;
+
+/// The most characters of a refused id kept in errors and the audit log: a forged id may be of any size.
+const QUOTED_ID_LIMIT: usize = 64;
+
+fn quoted_id(id: &str) -> String {
+    match id.char_indices().nth(QUOTED_ID_LIMIT) {
+        Some((end, _)) => format!("{}…", &id[..end]),
+        None => id.to_owned(),
+    }
+}
 
 /// The calls the tool loop would resume: the last assistant message's calls that have no tool message, provided
 /// only tool messages follow it (the same rule the loop applies).
@@ -61,7 +72,7 @@ impl Context<'_> {
         detail: Option<String>,
     ) -> Refusal {
         Refusal {
-            approval_id: decision.approval_id.clone(),
+            approval_id: quoted_id(&decision.approval_id),
             kind,
             detail,
         }
@@ -76,6 +87,9 @@ impl Context<'_> {
         let refuse = |kind, detail, call: Option<&ToolCall>| {
             Ok(Err((self.refusal(decision, kind, detail), call.cloned())))
         };
+        if !is_well_formed(&decision.approval_id) {
+            return refuse(RefusalKind::Unknown, None, None);
+        }
         let Some(approval) = store.get_pending(&decision.approval_id).await? else {
             // Taken ids leave the pending table; the audit log tells a replay from a forgery.
             let replayed = match self.request.conversation_id() {
@@ -281,4 +295,53 @@ pub(crate) async fn verify(
         });
     }
     Ok(ApprovalDecisions(verified))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+    use tower_chat::{AssistantMessage, ToolMessage};
+
+    fn assistant(calls: &[&str]) -> Message {
+        Message::Assistant(AssistantMessage {
+            content: String::new(),
+            reasoning: None,
+            tool_calls: calls
+                .iter()
+                .map(|id| ToolCall::new(*id, "t", json!({})))
+                .collect(),
+        })
+    }
+
+    fn ids(messages: &[Message]) -> Vec<&str> {
+        let mut ids: Vec<&str> = pending_calls(messages).into_keys().collect();
+        ids.sort_unstable();
+        ids
+    }
+
+    #[test]
+    fn pending_calls_are_the_last_assistant_messages_unanswered_calls() {
+        let answered = Message::Tool(ToolMessage::success("a", "t", "ok"));
+        assert_eq!(
+            ids(&[Message::user("x"), assistant(&["a", "b"])]),
+            ["a", "b"]
+        );
+        assert_eq!(ids(&[assistant(&["a", "b"]), answered.clone()]), ["b"]);
+        assert!(ids(&[assistant(&["a"]), answered.clone()]).is_empty());
+        // Anything but tool messages after it: nothing is pending (the loop would not resume either).
+        assert!(ids(&[assistant(&["a"]), Message::user("more")]).is_empty());
+        assert!(ids(&[assistant(&["a"]), assistant(&[])]).is_empty());
+        assert!(ids(&[]).is_empty());
+    }
+
+    #[test]
+    fn quoted_ids_are_bounded() {
+        assert_eq!(quoted_id("apr_1"), "apr_1");
+        let long = "é".repeat(1000);
+        assert_eq!(quoted_id(&long).chars().count(), QUOTED_ID_LIMIT + 1);
+        assert!(is_well_formed(&crate::stream::new_approval_id()));
+        assert!(!is_well_formed("apr_zz"));
+        assert!(!is_well_formed("call_1"));
+    }
 }

@@ -69,17 +69,34 @@ async fn a_forged_id_is_refused() {
     for shape in SHAPES {
         let p = paused(shape, flagged()).await;
         let forged = format!("apr_{}", "0".repeat(32));
-        let request = decide(
+        let forged_request = decide(
             request(p.history.clone()),
             vec![ApprovalDecision::approve(forged)],
         );
-        p.refused(request, RefusalKind::Unknown).await;
+        p.refused(forged_request, RefusalKind::Unknown).await;
         assert_eq!(p.runs.deletes(), 0);
         assert_eq!(
             p.audit().await,
             vec![AuditOutcome::Refused(RefusalKind::Unknown)]
         );
         assert_eq!(p.store.pending_count(), 1, "the real approval is untouched");
+
+        // A huge forged id is refused without flooding the error or the audit log.
+        let huge = "apr_".to_owned() + &"x".repeat(1 << 20);
+        let forged_request = decide(
+            request(p.history.clone()),
+            vec![ApprovalDecision::approve(huge)],
+        );
+        let error = run(&p.chat, forged_request).await.unwrap_err();
+        assert_eq!(refusal_kinds(&error), vec![RefusalKind::Unknown]);
+        assert!(error.message().len() < 300, "{}", error.message().len());
+        let log = p
+            .store
+            .audit_log(&ConversationId::new(CONVERSATION))
+            .await
+            .unwrap();
+        assert!(log.iter().all(|r| r.approval_id.len() < 100));
+        assert_eq!(p.runs.deletes(), 0);
     }
 }
 
