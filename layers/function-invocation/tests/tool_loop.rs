@@ -423,7 +423,7 @@ impl Service<ChatRequest> for Strict {
     type Future = Pin<Box<dyn std::future::Future<Output = Result<ChatStream, ChatError>> + Send>>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), ChatError>> {
-        if self.polls.fetch_add(1, Ordering::SeqCst) % 2 == 0 {
+        if self.polls.fetch_add(1, Ordering::SeqCst).is_multiple_of(2) {
             cx.waker().wake_by_ref();
             return Poll::Pending;
         }

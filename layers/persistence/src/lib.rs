@@ -1,0 +1,99 @@
+//! # tower-chat-persistence
+//!
+//! A [`PersistenceLayer`] records every chat call that passes through it — request, streamed response, usage,
+//! timestamps and outcome — in a [`Store`]: [`SqliteStore`] (embedded default: one file, WAL mode) or
+//! [`PostgresStore`] (several gateway replicas sharing one database through a connection pool). Both apply
+//! their migrations on open and share one schema.
+//!
+//! ```
+//! use tower::{service_fn, Layer, ServiceExt};
+//! use tower_chat::{ChatEvent, ChatRequest, ChatStream, ChatStreamExt, ConversationId, FinishReason, Message};
+//! use tower_chat_persistence::{PersistenceLayer, SqliteStore, Store};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! # let dir = tempfile::tempdir()?;
+//! let store = SqliteStore::open(dir.path().join("chat.db")).await?;
+//! let layer = PersistenceLayer::builder(store.clone()).provider("scripted").build();
+//!
+//! // Any chat service: here one that always answers "Hello!".
+//! let model = service_fn(|_req: ChatRequest| async {
+//!     let events = vec![Ok(ChatEvent::text("Hello!")), Ok(ChatEvent::finish(FinishReason::Stop))];
+//!     Ok::<ChatStream, tower_chat::ChatError>(Box::pin(futures_util::stream::iter(events)))
+//! });
+//! let chat = layer.layer(model);
+//!
+//! let conversation = ConversationId::new("conv-1");
+//! let request = ChatRequest::new(vec![Message::user("Hi")]).with_extension(conversation.clone());
+//! let response = chat.oneshot(request).await?.collect_response().await?;
+//! assert_eq!(response.text(), "Hello!");
+//!
+//! // Fail-closed (the default): a call that finished has been stored. Continue from the store:
+//! let history = store.load_conversation(&conversation).await?;
+//! assert_eq!(history, vec![Message::user("Hi"), Message::assistant("Hello!")]);
+//! # Ok(()) }
+//! ```
+//!
+//! ## How records are written
+//! Per event the layer does no I/O: its stream folds each event into a [`tower_chat::ResponseBuilder`] and
+//! passes it on. When the stream ends, fails or is dropped, the record goes to a background writer through a
+//! bounded buffer, and the writer stores records in batches (one transaction each). The [`FailurePolicy`]
+//! decides what the caller sees when that fails:
+//! - [`FailurePolicy::FailClosed`] (default): the final `Finish` event is held until the record is stored;
+//!   if storing fails the stream yields an [`tower_chat::ErrorKind::Store`] error instead of `Finish`. A full
+//!   buffer delays the end of finishing calls (never events in flight). When the call fails anyway (an error
+//!   item, a failed service call) or the caller dropped the stream, there is nobody to report to: the record
+//!   is handed over without waiting, and a store failure is logged and counted.
+//! - [`FailurePolicy::FailOpen`]: calls never wait for the store; a full buffer or a failed write drops the
+//!   record, counted in [`PersistenceStats`] and logged at `error` level (rate-limited).
+//!
+//! [`PersistenceLayer::flush`] waits until every record handed over so far is written; call it before shutting
+//! the runtime down.
+//!
+//! ## What is recorded
+//! See [`CallRecord`]: call id, conversation id (from the request's [`tower_chat::ConversationId`], generated
+//! and inserted into the request when absent), caller, round index within the turn, start / first-token / end
+//! timestamps, provider and model, the messages and options sent (tools offered included), the response
+//! (text, reasoning, tool calls, tool results a tool loop ran, usage, finish reason) and the [`CallOutcome`]:
+//! completed, failed, cancelled or interrupted, with the partial output (and, opt-in, `in_flight` while a call
+//! runs, so that a process killed mid-stream leaves a trace of what it was serving). Secrets are never stored:
+//! credentials live in the leaf service, request extensions are not recorded, and credential-like `extra`
+//! options are redacted ([`redact_options`]).
+//!
+//! ## Placement
+//! Inside a tool loop the layer records each model round trip (round index 0, 1, …); outside it records whole
+//! turns, tool results included. Both can be stacked.
+//!
+//! ## Other crates' tables
+//! [`Migration`]s added through [`SqliteStoreBuilder::migration`] / [`PostgresStoreBuilder::migration`] are
+//! applied with the crate's own; [`SqliteStore::with_connection`] and [`PostgresStore::pool`] give access to
+//! the same database. The stores also implement [`ApprovalTables`] (pending approvals taken at most once, and an
+//! audit log) for the approval layer, so a pause in one replica can be resumed in another or after a restart.
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]
+#![warn(missing_debug_implementations, unreachable_pub)]
+// Without a database feature only the trait and the layer remain; the column helpers go unused.
+#![cfg_attr(not(any(feature = "sqlite", feature = "postgres")), allow(dead_code))]
+
+pub mod approvals;
+mod layer;
+mod record;
+mod recorder;
+mod service;
+pub mod store;
+mod stream;
+
+pub use approvals::{ApprovalTables, AuditRecord, PendingApproval};
+pub use layer::{PersistenceLayer, PersistenceLayerBuilder};
+pub use record::{
+    is_secret_name, redact_options, CallId, CallOutcome, CallRecord, ConversationQuery,
+    ConversationSummary, RecordedError, RecordedRequest, REDACTED,
+};
+pub use recorder::{FailurePolicy, PersistenceStats};
+pub use service::{Persistence, ResponseFuture};
+#[cfg(feature = "postgres")]
+pub use store::postgres::{PostgresStore, PostgresStoreBuilder};
+#[cfg(feature = "sqlite")]
+pub use store::sqlite::{SqliteStore, SqliteStoreBuilder};
+pub use store::{Migration, Store, StoreError};
+pub use stream::RecordingStream;

@@ -1,0 +1,436 @@
+//! What is recorded about one chat call, and how it is read back.
+
+use std::fmt;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use tower_chat::{
+    CallerIdentity, ChatError, ChatOptions, ChatResponse, ConversationId, FinishReason, Message,
+    Usage,
+};
+
+/// The id of one recorded chat call (a random UUID). The layer puts it into the request's extensions before
+/// calling the inner service, so inner layers (telemetry, a gateway's logs) can refer to the record.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct CallId(String);
+
+impl CallId {
+    /// A fresh random id.
+    pub fn generate() -> Self {
+        CallId(uuid::Uuid::new_v4().to_string())
+    }
+
+    /// Wrap an existing id (to look a record up).
+    pub fn new(value: impl Into<String>) -> Self {
+        CallId(value.into())
+    }
+
+    /// The id as text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for CallId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// An error as recorded: the stable name of its [`tower_chat::ErrorKind`] (`ErrorKind::as_str`) and its message.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RecordedError {
+    /// `ErrorKind::as_str()` of the error, e.g. `"connection"`.
+    pub kind: String,
+    /// The error's message.
+    pub message: String,
+}
+
+impl From<&ChatError> for RecordedError {
+    fn from(error: &ChatError) -> Self {
+        RecordedError {
+            kind: error.kind().as_str().to_owned(),
+            message: error.message().to_owned(),
+        }
+    }
+}
+
+/// How a call ended.
+///
+/// The rule is mechanical so that a record says what the layer saw, not what it guessed:
+/// - a [`tower_chat::ChatEvent::Finish`] arrived → [`CallOutcome::Completed`];
+/// - the caller dropped the stream before its end, or an error of kind `Cancelled` arrived →
+///   [`CallOutcome::Cancelled`];
+/// - the service call failed, or the stream's first item was an error → [`CallOutcome::Failed`];
+/// - the stream broke after output began (an error item after at least one event, or an end without `Finish`)
+///   → [`CallOutcome::Interrupted`], with the error when there was one.
+///
+/// Whatever the outcome, [`CallRecord::response`] holds everything received until then.
+///
+/// With [`crate::PersistenceLayerBuilder::record_in_flight`], a call is also recorded when it starts, as
+/// [`CallOutcome::InFlight`]; its final record replaces that one. A record still in flight after the process is
+/// gone marks a call the process was serving when it died.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "status", rename_all = "snake_case")]
+pub enum CallOutcome {
+    /// The stream delivered its `Finish` event.
+    Completed,
+    /// The call failed before any output.
+    Failed {
+        /// Why.
+        error: RecordedError,
+    },
+    /// The caller dropped the stream (or cancelled the call) before it ended.
+    Cancelled,
+    /// The upstream stopped mid-stream; the partial output is kept.
+    Interrupted {
+        /// The error that ended the stream; `None` when it ended silently without `Finish`.
+        error: Option<RecordedError>,
+    },
+    /// The call had started and not yet ended when this record was written (only with
+    /// [`crate::PersistenceLayerBuilder::record_in_flight`]); its response is empty and its `ended_at` equals
+    /// its `started_at`.
+    InFlight,
+}
+
+impl CallOutcome {
+    /// The stable name stored in the `status` column: `completed`, `failed`, `cancelled`, `interrupted`,
+    /// `in_flight`.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            CallOutcome::Completed => "completed",
+            CallOutcome::Failed { .. } => "failed",
+            CallOutcome::Cancelled => "cancelled",
+            CallOutcome::Interrupted { .. } => "interrupted",
+            CallOutcome::InFlight => "in_flight",
+        }
+    }
+
+    /// The recorded error, if the outcome has one.
+    pub fn error(&self) -> Option<&RecordedError> {
+        match self {
+            CallOutcome::Failed { error } => Some(error),
+            CallOutcome::Interrupted { error } => error.as_ref(),
+            CallOutcome::Completed | CallOutcome::Cancelled | CallOutcome::InFlight => None,
+        }
+    }
+
+    /// Rebuild an outcome from its stored columns.
+    pub(crate) fn from_columns(
+        status: &str,
+        error_kind: Option<String>,
+        error_message: Option<String>,
+    ) -> Result<Self, String> {
+        let error = error_kind.map(|kind| RecordedError {
+            kind,
+            message: error_message.unwrap_or_default(),
+        });
+        Ok(match status {
+            "completed" => CallOutcome::Completed,
+            "cancelled" => CallOutcome::Cancelled,
+            "interrupted" => CallOutcome::Interrupted { error },
+            "in_flight" => CallOutcome::InFlight,
+            "failed" => CallOutcome::Failed {
+                error: error.ok_or("a failed record has no error kind")?,
+            },
+            other => return Err(format!("unknown call status {other:?}")),
+        })
+    }
+}
+
+/// The request side of a record: what was sent to the model. Secrets are never part of it: credentials live in
+/// the leaf service, which the layer never sees, request extensions are not stored (except the conversation id
+/// and caller identity, recorded in their own fields), and provider-specific `extra` options whose names look like
+/// credentials are replaced by `"[redacted]"` (see [`redact_options`]).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RecordedRequest {
+    /// The messages sent, oldest first.
+    pub messages: Vec<Message>,
+    /// Model, tools offered, sampling options (redacted).
+    pub options: ChatOptions,
+}
+
+/// Everything recorded about one chat call.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CallRecord {
+    /// This call's id.
+    pub call_id: CallId,
+    /// The conversation it belongs to (from the request context; generated when absent).
+    pub conversation_id: ConversationId,
+    /// Who called, from the request context.
+    pub caller: Option<CallerIdentity>,
+    /// The model round within the current turn: how many assistant messages follow the last user message of the
+    /// request (0 for the first model call of a turn; a tool loop's later rounds count up).
+    pub round_index: u32,
+    /// When the layer was called.
+    pub started_at: SystemTime,
+    /// When the first content event (text, reasoning or a tool call) arrived.
+    pub first_token_at: Option<SystemTime>,
+    /// When the call ended (finish, error, end of stream or drop).
+    pub ended_at: SystemTime,
+    /// The provider, as configured on the layer ([`crate::PersistenceLayerBuilder::provider`]) or read from the
+    /// inner service ([`crate::Persistence::provider_from_model_info`]).
+    pub provider: Option<String>,
+    /// The model: the one that answered when the provider said so, else the one requested.
+    pub model: Option<String>,
+    /// What was sent.
+    pub request: RecordedRequest,
+    /// What came back: assistant text, reasoning and tool calls, tool results a tool loop ran, usage, finish
+    /// reason. Partial when the call did not complete.
+    pub response: ChatResponse,
+    /// How the call ended.
+    pub outcome: CallOutcome,
+}
+
+impl CallRecord {
+    /// The finish reason, when the stream delivered one.
+    pub fn finish_reason(&self) -> Option<&FinishReason> {
+        self.response.finish_reason.as_ref()
+    }
+
+    /// The tokens used.
+    pub fn usage(&self) -> Usage {
+        self.response.usage
+    }
+
+    /// The assistant text of the response (possibly partial).
+    pub fn text(&self) -> &str {
+        self.response.text()
+    }
+
+    /// The conversation as this call left it: the request's messages followed by the response's.
+    pub fn history(&self) -> Vec<Message> {
+        let mut messages = self.request.messages.clone();
+        messages.extend(self.response.messages.iter().cloned());
+        messages
+    }
+}
+
+/// One conversation in a listing.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConversationSummary {
+    /// The conversation.
+    pub conversation_id: ConversationId,
+    /// How many calls it has recorded.
+    pub calls: u64,
+    /// When its first call started.
+    pub first_started_at: SystemTime,
+    /// When its latest call started.
+    pub last_started_at: SystemTime,
+}
+
+/// Which conversations to list ([`crate::Store::list_conversations`]); most recently active first.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct ConversationQuery {
+    /// Only conversations with a call by this caller.
+    pub caller: Option<CallerIdentity>,
+    /// At most this many (default 100).
+    pub limit: Option<u32>,
+    /// Skip this many (for paging).
+    pub offset: u32,
+}
+
+impl ConversationQuery {
+    pub(crate) const DEFAULT_LIMIT: u32 = 100;
+
+    /// All conversations, most recent first, at most 100.
+    pub fn new() -> Self {
+        ConversationQuery::default()
+    }
+
+    /// Only this caller's conversations.
+    pub fn caller(mut self, caller: impl Into<CallerIdentity>) -> Self {
+        self.caller = Some(caller.into());
+        self
+    }
+
+    /// At most `limit` conversations.
+    pub fn limit(mut self, limit: u32) -> Self {
+        self.limit = Some(limit);
+        self
+    }
+
+    /// Skip the first `offset` conversations.
+    pub fn offset(mut self, offset: u32) -> Self {
+        self.offset = offset;
+        self
+    }
+
+    pub(crate) fn effective_limit(&self) -> u32 {
+        self.limit.unwrap_or(Self::DEFAULT_LIMIT)
+    }
+}
+
+/// Option names that look like credentials (compared case-insensitively, `-` read as `_`).
+const SECRET_MARKERS: &[&str] = &[
+    "api_key",
+    "apikey",
+    "secret",
+    "password",
+    "passwd",
+    "authorization",
+    "auth_token",
+    "access_token",
+    "refresh_token",
+    "bearer",
+    "credential",
+    "private_key",
+    "session_token",
+    "cookie",
+];
+
+/// What a redacted value is replaced by.
+pub const REDACTED: &str = "[redacted]";
+
+/// Whether an option name looks like it carries a credential.
+pub fn is_secret_name(name: &str) -> bool {
+    let name = name.to_ascii_lowercase().replace('-', "_");
+    name == "key" || name == "token" || SECRET_MARKERS.iter().any(|m| name.contains(m))
+}
+
+/// A copy of `options` fit for storage: provider-specific `extra` fields whose name looks like a credential
+/// (at any depth) are replaced by [`REDACTED`]. `max_tokens` and the like are kept: only names that match a
+/// credential marker (`api_key`, `secret`, `password`, `authorization`, `access_token`, …) are redacted.
+pub fn redact_options(options: &ChatOptions) -> ChatOptions {
+    let mut options = options.clone();
+    redact_map(&mut options.extra);
+    options
+}
+
+fn redact_map(map: &mut Map<String, Value>) {
+    for (name, value) in map.iter_mut() {
+        if is_secret_name(name) {
+            *value = Value::String(REDACTED.to_owned());
+        } else {
+            redact_value(value);
+        }
+    }
+}
+
+fn redact_value(value: &mut Value) {
+    match value {
+        Value::Object(map) => redact_map(map),
+        Value::Array(items) => items.iter_mut().for_each(redact_value),
+        _ => {}
+    }
+}
+
+/// Microseconds since the Unix epoch, the stored form of every timestamp (the same in SQLite and PostgreSQL).
+pub(crate) fn to_micros(time: SystemTime) -> i64 {
+    match time.duration_since(UNIX_EPOCH) {
+        Ok(d) => i64::try_from(d.as_micros()).unwrap_or(i64::MAX),
+        Err(before) => -i64::try_from(before.duration().as_micros()).unwrap_or(i64::MAX),
+    }
+}
+
+pub(crate) fn from_micros(micros: i64) -> SystemTime {
+    if micros >= 0 {
+        UNIX_EPOCH + Duration::from_micros(micros as u64)
+    } else {
+        UNIX_EPOCH - Duration::from_micros(micros.unsigned_abs())
+    }
+}
+
+/// The round index of a request: assistant messages after the last user message.
+pub(crate) fn round_index(messages: &[Message]) -> u32 {
+    let after_user = messages
+        .iter()
+        .rposition(|m| matches!(m, Message::User { .. }))
+        .map_or(messages, |i| &messages[i + 1..]);
+    let rounds = after_user
+        .iter()
+        .filter(|m| matches!(m, Message::Assistant(_)))
+        .count();
+    u32::try_from(rounds).unwrap_or(u32::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+    use tower_chat::AssistantMessage;
+
+    #[test]
+    fn credentials_in_extra_options_are_redacted_at_any_depth() {
+        let options = ChatOptions {
+            extra: json!({
+                "api_key": "sk-live",
+                "max_tokens": 5,
+                "headers": {"Authorization": "Bearer x", "X-Trace": "t"},
+                "list": [{"client-secret": "s"}],
+                "seed": 1
+            })
+            .as_object()
+            .unwrap()
+            .clone(),
+            ..ChatOptions::default()
+        };
+        let redacted = redact_options(&options);
+        let text = serde_json::to_string(&redacted).unwrap();
+        for secret in ["sk-live", "Bearer x", "\"s\""] {
+            assert!(!text.contains(secret), "{secret} leaked in {text}");
+        }
+        assert_eq!(redacted.extra["max_tokens"], json!(5));
+        assert_eq!(redacted.extra["headers"]["X-Trace"], json!("t"));
+        assert_eq!(redacted.extra["headers"]["Authorization"], json!(REDACTED));
+    }
+
+    #[test]
+    fn round_index_counts_assistant_messages_of_the_current_turn() {
+        let assistant = Message::Assistant(AssistantMessage::default());
+        assert_eq!(round_index(&[Message::user("a")]), 0);
+        assert_eq!(
+            round_index(&[
+                Message::user("a"),
+                assistant.clone(),
+                Message::tool_result("c", "t", "r"),
+                assistant.clone(),
+                Message::tool_result("c2", "t", "r"),
+            ]),
+            2
+        );
+        assert_eq!(
+            round_index(&[Message::user("a"), assistant, Message::user("b")]),
+            0
+        );
+    }
+
+    #[test]
+    fn timestamps_round_trip_through_micros() {
+        let t = UNIX_EPOCH + Duration::from_micros(1_700_000_000_123_456);
+        assert_eq!(from_micros(to_micros(t)), t);
+        let before = UNIX_EPOCH - Duration::from_micros(5);
+        assert_eq!(from_micros(to_micros(before)), before);
+    }
+
+    #[test]
+    fn outcomes_rebuild_from_their_columns() {
+        let err = RecordedError {
+            kind: "connection".into(),
+            message: "reset".into(),
+        };
+        for outcome in [
+            CallOutcome::Completed,
+            CallOutcome::Cancelled,
+            CallOutcome::Failed { error: err.clone() },
+            CallOutcome::InFlight,
+            CallOutcome::Interrupted { error: None },
+            CallOutcome::Interrupted {
+                error: Some(err.clone()),
+            },
+        ] {
+            let e = outcome.error().cloned();
+            let back = CallOutcome::from_columns(
+                outcome.as_str(),
+                e.as_ref().map(|e| e.kind.clone()),
+                e.map(|e| e.message),
+            )
+            .unwrap();
+            assert_eq!(back, outcome);
+        }
+        assert!(CallOutcome::from_columns("failed", None, None).is_err());
+        assert!(CallOutcome::from_columns("exploded", None, None).is_err());
+    }
+}

@@ -1,0 +1,195 @@
+//! The [`Store`] trait and its implementations.
+
+use std::fmt;
+
+use futures_util::future::BoxFuture;
+use tower_chat::{ChatError, ConversationId, ErrorKind, Message};
+
+use crate::record::{CallId, CallOutcome, CallRecord, ConversationQuery, ConversationSummary};
+
+#[cfg(feature = "postgres")]
+pub mod postgres;
+#[cfg(feature = "sqlite")]
+pub mod sqlite;
+
+mod schema;
+
+pub use schema::Migration;
+
+/// Where call records go, and how they are read back.
+///
+/// Implemented by [`sqlite::SqliteStore`] and [`postgres::PostgresStore`]; implement it for another database
+/// (or a test double). The layer calls only [`Store::write_calls`], from its background writer; the read methods
+/// are for applications.
+pub trait Store: fmt::Debug + Send + Sync + 'static {
+    /// Write a batch of records in one transaction: all or none. A record whose call id is already stored
+    /// replaces the stored one only if that one is [`CallOutcome::InFlight`]: a final record is never
+    /// overwritten, so a retried batch, or an in-flight record that reaches the store after the final one, is
+    /// harmless.
+    fn write_calls<'a>(
+        &'a self,
+        records: &'a [CallRecord],
+    ) -> BoxFuture<'a, Result<(), StoreError>>;
+
+    /// One call's record.
+    fn call<'a>(
+        &'a self,
+        call_id: &'a CallId,
+    ) -> BoxFuture<'a, Result<Option<CallRecord>, StoreError>>;
+
+    /// Every recorded call of a conversation, in the order they started.
+    fn conversation_calls<'a>(
+        &'a self,
+        conversation_id: &'a ConversationId,
+    ) -> BoxFuture<'a, Result<Vec<CallRecord>, StoreError>>;
+
+    /// Conversations, most recently active first.
+    fn list_conversations<'a>(
+        &'a self,
+        query: &'a ConversationQuery,
+    ) -> BoxFuture<'a, Result<Vec<ConversationSummary>, StoreError>>;
+
+    /// The latest completed call of a conversation (the one [`Store::load_conversation`] continues from).
+    fn latest_completed_call<'a>(
+        &'a self,
+        conversation_id: &'a ConversationId,
+    ) -> BoxFuture<'a, Result<Option<CallRecord>, StoreError>> {
+        Box::pin(async move {
+            let calls = self.conversation_calls(conversation_id).await?;
+            Ok(calls
+                .into_iter()
+                .rev()
+                .find(|c| c.outcome == CallOutcome::Completed))
+        })
+    }
+
+    /// A conversation's messages in order, ready to continue it: the request and response messages of its
+    /// latest completed call (every call carries the whole history, so the latest completed one holds it all,
+    /// tool rounds included). Calls that failed, were cancelled or interrupted after it are not part of the
+    /// history: their partial output stays readable through [`Store::conversation_calls`]. An unknown
+    /// conversation has no messages.
+    fn load_conversation<'a>(
+        &'a self,
+        conversation_id: &'a ConversationId,
+    ) -> BoxFuture<'a, Result<Vec<Message>, StoreError>> {
+        Box::pin(async move {
+            Ok(self
+                .latest_completed_call(conversation_id)
+                .await?
+                .map(|c| c.history())
+                .unwrap_or_default())
+        })
+    }
+}
+
+/// A shared store is a store: `Arc<SqliteStore>`, `Arc<dyn Store>`.
+impl<S: Store + ?Sized> Store for std::sync::Arc<S> {
+    fn write_calls<'a>(
+        &'a self,
+        records: &'a [CallRecord],
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        (**self).write_calls(records)
+    }
+
+    fn call<'a>(
+        &'a self,
+        call_id: &'a CallId,
+    ) -> BoxFuture<'a, Result<Option<CallRecord>, StoreError>> {
+        (**self).call(call_id)
+    }
+
+    fn conversation_calls<'a>(
+        &'a self,
+        conversation_id: &'a ConversationId,
+    ) -> BoxFuture<'a, Result<Vec<CallRecord>, StoreError>> {
+        (**self).conversation_calls(conversation_id)
+    }
+
+    fn list_conversations<'a>(
+        &'a self,
+        query: &'a ConversationQuery,
+    ) -> BoxFuture<'a, Result<Vec<ConversationSummary>, StoreError>> {
+        (**self).list_conversations(query)
+    }
+
+    fn latest_completed_call<'a>(
+        &'a self,
+        conversation_id: &'a ConversationId,
+    ) -> BoxFuture<'a, Result<Option<CallRecord>, StoreError>> {
+        (**self).latest_completed_call(conversation_id)
+    }
+
+    fn load_conversation<'a>(
+        &'a self,
+        conversation_id: &'a ConversationId,
+    ) -> BoxFuture<'a, Result<Vec<Message>, StoreError>> {
+        (**self).load_conversation(conversation_id)
+    }
+}
+
+/// A store failed: the database could not be reached, refused a statement, or returned data that does not decode.
+#[derive(Debug)]
+pub struct StoreError {
+    message: String,
+    source: Option<Box<dyn std::error::Error + Send + Sync + 'static>>,
+}
+
+impl StoreError {
+    /// An error with a message.
+    pub fn new(message: impl Into<String>) -> Self {
+        StoreError {
+            message: message.into(),
+            source: None,
+        }
+    }
+
+    /// An error with a message and its cause.
+    pub fn with_source(
+        message: impl Into<String>,
+        source: impl Into<Box<dyn std::error::Error + Send + Sync + 'static>>,
+    ) -> Self {
+        StoreError {
+            message: message.into(),
+            source: Some(source.into()),
+        }
+    }
+
+    /// The message.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+}
+
+impl fmt::Display for StoreError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)?;
+        if let Some(source) = &self.source {
+            write!(f, ": {source}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for StoreError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.source
+            .as_deref()
+            .map(|e| e as &(dyn std::error::Error + 'static))
+    }
+}
+
+impl From<StoreError> for ChatError {
+    fn from(error: StoreError) -> Self {
+        ChatError::new(ErrorKind::Store, error.to_string()).with_source(error)
+    }
+}
+
+/// Decode a stored JSON column.
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+pub(crate) fn decode_json<T: serde::de::DeserializeOwned>(
+    column: &str,
+    text: &str,
+) -> Result<T, StoreError> {
+    serde_json::from_str(text)
+        .map_err(|e| StoreError::with_source(format!("stored {column} does not decode"), e))
+}

@@ -1,0 +1,458 @@
+//! [`PostgresStore`]: one database shared by several gateway replicas, through a connection pool.
+//!
+//! The schema is the one [`super::sqlite::SqliteStore`] uses, with JSON columns as JSONB. Migrations run on
+//! connect under a transaction-scoped advisory lock, so replicas starting together apply each migration once.
+//! Connections are plain TCP (`NoTls`): run the database on a private network or behind a TLS-terminating proxy.
+
+use std::fmt;
+use std::time::{Duration, SystemTime};
+
+use deadpool_postgres::{Manager, ManagerConfig, Pool, Runtime};
+use futures_util::future::{try_join_all, BoxFuture};
+use tokio_postgres::types::ToSql;
+use tokio_postgres::NoTls;
+use tower_chat::ConversationId;
+
+use super::schema::{
+    abandon_sql, postgres_migrations, Row, StoredColumns, MIGRATIONS_TABLE, SELECT_COLUMNS,
+};
+use super::{Migration, Store, StoreError};
+use crate::record::{
+    from_micros, to_micros, CallId, CallRecord, ConversationQuery, ConversationSummary,
+};
+
+pub use deadpool_postgres;
+pub use tokio_postgres;
+
+/// The advisory lock key migrations hold (an arbitrary constant: "tcpersist" in ASCII, truncated).
+const MIGRATION_LOCK: i64 = 0x7463_7065_7273_6973;
+
+/// The PostgreSQL store. Cheap to clone (clones share the pool).
+#[derive(Clone)]
+pub struct PostgresStore {
+    pool: Pool,
+    schema: Option<String>,
+}
+
+impl fmt::Debug for PostgresStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PostgresStore")
+            .field("schema", &self.schema)
+            .field("pool", &self.pool.status())
+            .finish()
+    }
+}
+
+/// Options for connecting a [`PostgresStore`].
+#[derive(Clone)]
+pub struct PostgresStoreBuilder {
+    url: String,
+    schema: Option<String>,
+    pool_size: usize,
+    connect_timeout: Duration,
+    migrations: Vec<Migration>,
+}
+
+impl fmt::Debug for PostgresStoreBuilder {
+    // The URL may carry a password: never print it.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PostgresStoreBuilder")
+            .field("schema", &self.schema)
+            .field("pool_size", &self.pool_size)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("migrations", &self.migrations)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PostgresStoreBuilder {
+    /// Keep the tables in this schema (created if missing) instead of the connection's default `search_path`.
+    /// A plain identifier: ASCII letters, digits and `_`, not starting with a digit.
+    pub fn schema(mut self, schema: impl Into<String>) -> Self {
+        self.schema = Some(schema.into());
+        self
+    }
+
+    /// The most connections the pool opens (default 16).
+    pub fn pool_size(mut self, size: usize) -> Self {
+        self.pool_size = size;
+        self
+    }
+
+    /// How long opening a connection, or waiting for a free one, may take before the operation fails (default
+    /// 5 s). This bounds how long a write waits while the database is down.
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// Apply this migration after the crate's own (see [`Migration`]).
+    pub fn migration(mut self, migration: Migration) -> Self {
+        self.migrations.push(migration);
+        self
+    }
+
+    /// Build the pool, connect once and apply pending migrations.
+    pub async fn connect(self) -> Result<PostgresStore, StoreError> {
+        let mut config: tokio_postgres::Config = self
+            .url
+            .parse()
+            .map_err(|e| StoreError::with_source("invalid PostgreSQL URL", e))?;
+        if self.pool_size == 0 {
+            return Err(StoreError::new(
+                "the PostgreSQL pool size must be at least 1",
+            ));
+        }
+        if let Some(schema) = &self.schema {
+            if !is_identifier(schema) {
+                return Err(StoreError::new(format!(
+                    "invalid PostgreSQL schema name {schema:?}: use ASCII letters, digits and '_'"
+                )));
+            }
+            let options = match config.get_options() {
+                Some(existing) => format!("{existing} -c search_path={schema}"),
+                None => format!("-c search_path={schema}"),
+            };
+            config.options(&options);
+        }
+        config.connect_timeout(self.connect_timeout);
+        let manager = Manager::from_config(config, NoTls, ManagerConfig::default());
+        let pool = Pool::builder(manager)
+            .max_size(self.pool_size)
+            .runtime(Runtime::Tokio1)
+            .create_timeout(Some(self.connect_timeout))
+            .wait_timeout(Some(self.connect_timeout))
+            .build()
+            .map_err(|e| StoreError::with_source("cannot build the PostgreSQL pool", e))?;
+        let store = PostgresStore {
+            pool,
+            schema: self.schema,
+        };
+        store.migrate(&self.migrations).await?;
+        Ok(store)
+    }
+}
+
+fn is_identifier(name: &str) -> bool {
+    let mut chars = name.chars();
+    matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+        && name.len() <= 63
+}
+
+fn pg_error(what: &str) -> impl FnOnce(tokio_postgres::Error) -> StoreError + '_ {
+    move |e| {
+        // tokio-postgres displays a server error as just "db error": name the server's reason.
+        let message = match e.as_db_error() {
+            Some(db) => format!(
+                "PostgreSQL: {what} ({}: {})",
+                db.code().code(),
+                db.message()
+            ),
+            None => format!("PostgreSQL: {what}"),
+        };
+        StoreError::with_source(message, e)
+    }
+}
+
+impl PostgresStore {
+    /// Connect to `url` (`postgres://user@host:5432/db`) with default options.
+    pub async fn connect(url: impl Into<String>) -> Result<PostgresStore, StoreError> {
+        PostgresStore::builder(url).connect().await
+    }
+
+    /// Options for connecting to `url`.
+    pub fn builder(url: impl Into<String>) -> PostgresStoreBuilder {
+        PostgresStoreBuilder {
+            url: url.into(),
+            schema: None,
+            pool_size: 16,
+            connect_timeout: Duration::from_secs(5),
+            migrations: Vec::new(),
+        }
+    }
+
+    /// The connection pool, for other crates' queries on the tables they added with
+    /// [`PostgresStoreBuilder::migration`] (connections already use the configured schema).
+    pub fn pool(&self) -> &Pool {
+        &self.pool
+    }
+
+    /// The schema the tables live in, when one was configured.
+    pub fn schema(&self) -> Option<&str> {
+        self.schema.as_deref()
+    }
+
+    /// A connection from the pool.
+    pub async fn client(&self) -> Result<deadpool_postgres::Object, StoreError> {
+        self.pool
+            .get()
+            .await
+            .map_err(|e| StoreError::with_source("PostgreSQL: no connection", e))
+    }
+
+    /// Mark calls still [`crate::CallOutcome::InFlight`] that started before `started_before` as
+    /// [`crate::CallOutcome::Interrupted`] (without an error). With several replicas sharing the database, pick
+    /// a cutoff older than any call can run (e.g. now minus the longest call timeout): a replica cannot tell its
+    /// peers' live calls from a dead process's. Returns how many.
+    pub async fn abandon_in_flight(&self, started_before: SystemTime) -> Result<u64, StoreError> {
+        self.client()
+            .await?
+            .execute(&abandon_sql("$1"), &[&to_micros(started_before)])
+            .await
+            .map_err(pg_error("cannot close abandoned in-flight records"))
+    }
+
+    async fn migrate(&self, extra: &[Migration]) -> Result<(), StoreError> {
+        let mut client = self.client().await?;
+        for migration in postgres_migrations().iter().chain(extra) {
+            let what = format!("migration {} failed", migration.id());
+            let failed = |e| pg_error(&what)(e);
+            let tx = client.transaction().await.map_err(failed)?;
+            tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])
+                .await
+                .map_err(failed)?;
+            if let Some(schema) = &self.schema {
+                tx.batch_execute(&format!("CREATE SCHEMA IF NOT EXISTS \"{schema}\""))
+                    .await
+                    .map_err(failed)?;
+            }
+            tx.batch_execute(MIGRATIONS_TABLE).await.map_err(failed)?;
+            let applied = tx
+                .query_opt(
+                    "SELECT 1 FROM tower_chat_migrations WHERE id = $1",
+                    &[&migration.id()],
+                )
+                .await
+                .map_err(failed)?
+                .is_some();
+            if !applied {
+                tx.batch_execute(migration.sql()).await.map_err(failed)?;
+                tx.execute(
+                    "INSERT INTO tower_chat_migrations (id, applied_at) VALUES ($1, $2)",
+                    &[&migration.id(), &to_micros(SystemTime::now())],
+                )
+                .await
+                .map_err(failed)?;
+            }
+            tx.commit().await.map_err(failed)?;
+        }
+        Ok(())
+    }
+
+    async fn query_records(
+        &self,
+        filter: &str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<Vec<CallRecord>, StoreError> {
+        let client = self.client().await?;
+        let sql = format!(
+            "SELECT {SELECT_COLUMNS}, request_messages::text, request_options::text, response::text \
+             FROM chat_calls {filter}"
+        );
+        let statement = client
+            .prepare_cached(&sql)
+            .await
+            .map_err(pg_error("cannot read call records"))?;
+        let rows = client
+            .query(&statement, params)
+            .await
+            .map_err(pg_error("cannot read call records"))?;
+        rows.iter()
+            .map(|row| {
+                let columns = StoredColumns {
+                    call_id: row.try_get(0)?,
+                    conversation_id: row.try_get(1)?,
+                    caller: row.try_get(2)?,
+                    round_index: row.try_get(3)?,
+                    started_at: row.try_get(4)?,
+                    first_token_at: row.try_get(5)?,
+                    ended_at: row.try_get(6)?,
+                    provider: row.try_get(7)?,
+                    model: row.try_get(8)?,
+                    status: row.try_get(9)?,
+                    error_kind: row.try_get(10)?,
+                    error_message: row.try_get(11)?,
+                };
+                Ok((
+                    columns,
+                    row.try_get::<_, String>(12)?,
+                    row.try_get::<_, String>(13)?,
+                    row.try_get::<_, String>(14)?,
+                ))
+            })
+            .map(|raw: Result<_, tokio_postgres::Error>| {
+                let (columns, messages, options, response) =
+                    raw.map_err(pg_error("a call record does not decode"))?;
+                columns.into_record(&messages, &options, &response)
+            })
+            .collect()
+    }
+}
+
+const UPSERT: &str = "INSERT INTO chat_calls (call_id, conversation_id, caller, round_index, started_at, \
+    first_token_at, ended_at, provider, model, status, error_kind, error_message, finish_reason, input_tokens, \
+    output_tokens, response_text, request_messages, request_options, response) \
+    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, \
+    $17::text::jsonb, $18::text::jsonb, $19::text::jsonb) \
+    ON CONFLICT (call_id) DO UPDATE SET conversation_id = excluded.conversation_id, caller = excluded.caller, \
+    round_index = excluded.round_index, started_at = excluded.started_at, first_token_at = excluded.first_token_at, \
+    ended_at = excluded.ended_at, provider = excluded.provider, model = excluded.model, status = excluded.status, \
+    error_kind = excluded.error_kind, error_message = excluded.error_message, \
+    finish_reason = excluded.finish_reason, input_tokens = excluded.input_tokens, \
+    output_tokens = excluded.output_tokens, response_text = excluded.response_text, \
+    request_messages = excluded.request_messages, request_options = excluded.request_options, \
+    response = excluded.response \
+    WHERE chat_calls.status = 'in_flight'";
+
+impl Store for PostgresStore {
+    fn write_calls<'a>(
+        &'a self,
+        records: &'a [CallRecord],
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(async move {
+            let rows = records
+                .iter()
+                .map(Row::from_record)
+                .collect::<Result<Vec<_>, _>>()?;
+            let mut client = self.client().await?;
+            let failed = pg_error("cannot write call records");
+            let tx = client.transaction().await.map_err(failed)?;
+            let insert = tx
+                .prepare_cached(UPSERT)
+                .await
+                .map_err(pg_error("cannot write call records"))?;
+            // Issued together, the inserts are pipelined on the one connection: one round trip per batch, not
+            // per record.
+            try_join_all(rows.iter().map(|r| {
+                let params: [&(dyn ToSql + Sync); 19] = [
+                    &r.call_id,
+                    &r.conversation_id,
+                    &r.caller,
+                    &r.round_index,
+                    &r.started_at,
+                    &r.first_token_at,
+                    &r.ended_at,
+                    &r.provider,
+                    &r.model,
+                    &r.status,
+                    &r.error_kind,
+                    &r.error_message,
+                    &r.finish_reason,
+                    &r.input_tokens,
+                    &r.output_tokens,
+                    &r.response_text,
+                    &r.request_messages,
+                    &r.request_options,
+                    &r.response,
+                ];
+                let tx = &tx;
+                let insert = &insert;
+                async move { tx.execute(insert, &params).await }
+            }))
+            .await
+            .map_err(pg_error("cannot write call records"))?;
+            tx.commit()
+                .await
+                .map_err(pg_error("cannot commit call records"))
+        })
+    }
+
+    fn call<'a>(
+        &'a self,
+        call_id: &'a CallId,
+    ) -> BoxFuture<'a, Result<Option<CallRecord>, StoreError>> {
+        Box::pin(async move {
+            let mut records = self
+                .query_records("WHERE call_id = $1", &[&call_id.as_str()])
+                .await?;
+            Ok(records.pop())
+        })
+    }
+
+    fn conversation_calls<'a>(
+        &'a self,
+        conversation_id: &'a ConversationId,
+    ) -> BoxFuture<'a, Result<Vec<CallRecord>, StoreError>> {
+        Box::pin(async move {
+            self.query_records(
+                "WHERE conversation_id = $1 ORDER BY started_at, call_id",
+                &[&conversation_id.as_str()],
+            )
+            .await
+        })
+    }
+
+    fn latest_completed_call<'a>(
+        &'a self,
+        conversation_id: &'a ConversationId,
+    ) -> BoxFuture<'a, Result<Option<CallRecord>, StoreError>> {
+        Box::pin(async move {
+            let mut records = self
+                .query_records(
+                    "WHERE conversation_id = $1 AND status = 'completed' \
+                     ORDER BY started_at DESC, call_id DESC LIMIT 1",
+                    &[&conversation_id.as_str()],
+                )
+                .await?;
+            Ok(records.pop())
+        })
+    }
+
+    fn list_conversations<'a>(
+        &'a self,
+        query: &'a ConversationQuery,
+    ) -> BoxFuture<'a, Result<Vec<ConversationSummary>, StoreError>> {
+        Box::pin(async move {
+            let limit = i64::from(query.effective_limit());
+            let offset = i64::from(query.offset);
+            let caller = query.caller.as_ref().map(|c| c.as_str());
+            let head = "SELECT conversation_id, COUNT(*), MIN(started_at), MAX(started_at) FROM chat_calls";
+            let tail = "GROUP BY conversation_id ORDER BY MAX(started_at) DESC, conversation_id \
+                        LIMIT $1 OFFSET $2";
+            let client = self.client().await?;
+            let failed = pg_error("cannot list conversations");
+            let rows = match caller {
+                Some(caller) => {
+                    let sql = format!(
+                        "{head} WHERE conversation_id IN \
+                         (SELECT conversation_id FROM chat_calls WHERE caller = $3) {tail}"
+                    );
+                    client.query(&sql, &[&limit, &offset, &caller]).await
+                }
+                None => {
+                    client
+                        .query(&format!("{head} {tail}"), &[&limit, &offset])
+                        .await
+                }
+            }
+            .map_err(failed)?;
+            rows.iter()
+                .map(|row| {
+                    Ok(ConversationSummary {
+                        conversation_id: row.try_get::<_, String>(0)?.into(),
+                        calls: u64::try_from(row.try_get::<_, i64>(1)?).unwrap_or(0),
+                        first_started_at: from_micros(row.try_get(2)?),
+                        last_started_at: from_micros(row.try_get(3)?),
+                    })
+                })
+                .collect::<Result<Vec<_>, tokio_postgres::Error>>()
+                .map_err(pg_error("a conversation summary does not decode"))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_identifier;
+
+    #[test]
+    fn schema_names_must_be_plain_identifiers() {
+        assert!(is_identifier("tenant_1"));
+        assert!(is_identifier("_x"));
+        assert!(!is_identifier("1abc"));
+        assert!(!is_identifier("a; DROP TABLE chat_calls"));
+        assert!(!is_identifier("a\"b"));
+        assert!(!is_identifier(""));
+    }
+}

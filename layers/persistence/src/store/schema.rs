@@ -1,0 +1,271 @@
+//! Schema migrations: the crate's own tables, and a way for other crates to add theirs.
+
+use std::borrow::Cow;
+
+/// One schema change, applied once per database and remembered in the `tower_chat_migrations` table.
+///
+/// Stores apply their own migrations first, then the ones added with their builders'
+/// `migration(..)` method in the order given, each in its own transaction together with the row that marks it
+/// applied, so a process killed during a migration leaves it either applied and marked or not applied at all.
+/// Ids are global per database: prefix them with your crate's name (`"tower-chat-approval/0001_pending"`).
+/// The SQL is dialect-specific, so a crate that supports both stores passes a SQLite and a PostgreSQL version.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Migration {
+    id: Cow<'static, str>,
+    sql: Cow<'static, str>,
+}
+
+impl Migration {
+    /// A migration: a unique id and the SQL (one or more statements) to run once.
+    pub fn new(id: impl Into<Cow<'static, str>>, sql: impl Into<Cow<'static, str>>) -> Self {
+        Migration {
+            id: id.into(),
+            sql: sql.into(),
+        }
+    }
+
+    /// The id.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// The SQL.
+    pub fn sql(&self) -> &str {
+        &self.sql
+    }
+}
+
+/// The table that remembers applied migrations (the same in both dialects).
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+pub(crate) const MIGRATIONS_TABLE: &str = "CREATE TABLE IF NOT EXISTS tower_chat_migrations (
+    id TEXT PRIMARY KEY,
+    applied_at BIGINT NOT NULL
+)";
+
+/// The crate's tables in SQLite: JSON columns are TEXT (SQLite's JSON functions read them).
+#[cfg(feature = "sqlite")]
+pub(crate) fn sqlite_migrations() -> Vec<Migration> {
+    vec![
+        Migration::new(
+            "tower-chat-persistence/0001_chat_calls",
+            chat_calls_sql("TEXT"),
+        ),
+        Migration::new(
+            "tower-chat-persistence/0002_approvals",
+            approvals_sql("TEXT", "INTEGER PRIMARY KEY AUTOINCREMENT"),
+        ),
+    ]
+}
+
+/// The crate's tables in PostgreSQL: the same columns, JSON as JSONB.
+#[cfg(feature = "postgres")]
+pub(crate) fn postgres_migrations() -> Vec<Migration> {
+    vec![
+        Migration::new(
+            "tower-chat-persistence/0001_chat_calls",
+            chat_calls_sql("JSONB"),
+        ),
+        Migration::new(
+            "tower-chat-persistence/0002_approvals",
+            approvals_sql("JSONB", "BIGSERIAL PRIMARY KEY"),
+        ),
+    ]
+}
+
+/// One row per chat call. Timestamps are microseconds since the Unix epoch (BIGINT in both dialects, so both
+/// stores read back exactly what was written); the JSON columns hold the full request and response, and the
+/// scalar columns repeat what queries filter and aggregate on.
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+fn chat_calls_sql(json: &str) -> String {
+    format!(
+        "CREATE TABLE chat_calls (
+    call_id TEXT PRIMARY KEY,
+    conversation_id TEXT NOT NULL,
+    caller TEXT,
+    round_index BIGINT NOT NULL,
+    started_at BIGINT NOT NULL,
+    first_token_at BIGINT,
+    ended_at BIGINT NOT NULL,
+    provider TEXT,
+    model TEXT,
+    status TEXT NOT NULL CHECK (status IN ('completed', 'failed', 'cancelled', 'interrupted', 'in_flight')),
+    error_kind TEXT,
+    error_message TEXT,
+    finish_reason TEXT,
+    input_tokens BIGINT NOT NULL,
+    output_tokens BIGINT NOT NULL,
+    response_text TEXT NOT NULL,
+    request_messages {json} NOT NULL,
+    request_options {json} NOT NULL,
+    response {json} NOT NULL
+);
+CREATE INDEX chat_calls_by_conversation ON chat_calls (conversation_id, started_at, call_id);
+CREATE INDEX chat_calls_by_caller ON chat_calls (caller, started_at);"
+    )
+}
+
+/// Pending approvals (one row per approval id, deleted when taken) and the approval audit log (append-only),
+/// for [`crate::approvals::ApprovalTables`].
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+fn approvals_sql(json: &str, serial_key: &str) -> String {
+    format!(
+        "CREATE TABLE chat_pending_approvals (
+    approval_id TEXT PRIMARY KEY,
+    conversation_id TEXT NOT NULL,
+    caller TEXT,
+    call {json} NOT NULL,
+    reason TEXT,
+    created_at BIGINT NOT NULL,
+    expires_at BIGINT NOT NULL
+);
+CREATE INDEX chat_pending_approvals_by_expiry ON chat_pending_approvals (expires_at);
+CREATE TABLE chat_approval_audit (
+    seq {serial_key},
+    approval_id TEXT NOT NULL,
+    conversation_id TEXT,
+    caller TEXT,
+    approver TEXT,
+    call {json},
+    outcome TEXT NOT NULL,
+    reason TEXT,
+    decided_at BIGINT NOT NULL
+);
+CREATE INDEX chat_approval_audit_by_conversation ON chat_approval_audit (conversation_id, seq);"
+    )
+}
+
+/// Turns in-flight records older than a cutoff into `interrupted` ones (no error: nothing said why), ending them
+/// at their start. `cutoff` is the dialect's placeholder for the cutoff time.
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+pub(crate) fn abandon_sql(cutoff: &str) -> String {
+    format!(
+        "UPDATE chat_calls SET status = 'interrupted', ended_at = started_at \
+         WHERE status = 'in_flight' AND started_at < {cutoff}"
+    )
+}
+
+/// A record flattened into column values, serialized once on the writer task (not on the database thread).
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+#[derive(Clone, Debug)]
+pub(crate) struct Row {
+    pub(crate) call_id: String,
+    pub(crate) conversation_id: String,
+    pub(crate) caller: Option<String>,
+    pub(crate) round_index: i64,
+    pub(crate) started_at: i64,
+    pub(crate) first_token_at: Option<i64>,
+    pub(crate) ended_at: i64,
+    pub(crate) provider: Option<String>,
+    pub(crate) model: Option<String>,
+    pub(crate) status: &'static str,
+    pub(crate) error_kind: Option<String>,
+    pub(crate) error_message: Option<String>,
+    pub(crate) finish_reason: Option<String>,
+    pub(crate) input_tokens: i64,
+    pub(crate) output_tokens: i64,
+    pub(crate) response_text: String,
+    pub(crate) request_messages: String,
+    pub(crate) request_options: String,
+    pub(crate) response: String,
+}
+
+/// The columns read back to rebuild a record (the scalar summaries are derived, so not read).
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+pub(crate) const SELECT_COLUMNS: &str =
+    "call_id, conversation_id, caller, round_index, started_at, \
+    first_token_at, ended_at, provider, model, status, error_kind, error_message";
+
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+mod row {
+    use super::Row;
+    use crate::record::{to_micros, CallRecord};
+    use crate::store::StoreError;
+
+    impl Row {
+        pub(crate) fn from_record(record: &CallRecord) -> Result<Row, StoreError> {
+            let json = |what: &str, value: Result<String, serde_json::Error>| {
+                value.map_err(|e| StoreError::with_source(format!("cannot encode {what}"), e))
+            };
+            let error = record.outcome.error();
+            let usage = record.usage();
+            Ok(Row {
+                call_id: record.call_id.as_str().to_owned(),
+                conversation_id: record.conversation_id.as_str().to_owned(),
+                caller: record.caller.as_ref().map(|c| c.as_str().to_owned()),
+                round_index: i64::from(record.round_index),
+                started_at: to_micros(record.started_at),
+                first_token_at: record.first_token_at.map(to_micros),
+                ended_at: to_micros(record.ended_at),
+                provider: record.provider.clone(),
+                model: record.model.clone(),
+                status: record.outcome.as_str(),
+                error_kind: error.map(|e| e.kind.clone()),
+                error_message: error.map(|e| e.message.clone()),
+                finish_reason: record.finish_reason().map(|r| r.as_str().to_owned()),
+                input_tokens: i64::try_from(usage.input_tokens).unwrap_or(i64::MAX),
+                output_tokens: i64::try_from(usage.output_tokens).unwrap_or(i64::MAX),
+                response_text: record.text().to_owned(),
+                request_messages: json(
+                    "request messages",
+                    serde_json::to_string(&record.request.messages),
+                )?,
+                request_options: json(
+                    "request options",
+                    serde_json::to_string(&record.request.options),
+                )?,
+                response: json("response", serde_json::to_string(&record.response))?,
+            })
+        }
+    }
+}
+
+/// The stored columns of one record, as read back, before decoding.
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+#[derive(Debug)]
+pub(crate) struct StoredColumns {
+    pub(crate) call_id: String,
+    pub(crate) conversation_id: String,
+    pub(crate) caller: Option<String>,
+    pub(crate) round_index: i64,
+    pub(crate) started_at: i64,
+    pub(crate) first_token_at: Option<i64>,
+    pub(crate) ended_at: i64,
+    pub(crate) provider: Option<String>,
+    pub(crate) model: Option<String>,
+    pub(crate) status: String,
+    pub(crate) error_kind: Option<String>,
+    pub(crate) error_message: Option<String>,
+}
+
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+impl StoredColumns {
+    pub(crate) fn into_record(
+        self,
+        request_messages: &str,
+        request_options: &str,
+        response: &str,
+    ) -> Result<crate::record::CallRecord, super::StoreError> {
+        use super::{decode_json, StoreError};
+        use crate::record::{from_micros, CallId, CallOutcome, CallRecord, RecordedRequest};
+        let outcome = CallOutcome::from_columns(&self.status, self.error_kind, self.error_message)
+            .map_err(|e| StoreError::new(format!("call {}: {e}", self.call_id)))?;
+        Ok(CallRecord {
+            round_index: u32::try_from(self.round_index)
+                .map_err(|_| StoreError::new(format!("call {}: bad round index", self.call_id)))?,
+            call_id: CallId::new(self.call_id),
+            conversation_id: self.conversation_id.into(),
+            caller: self.caller.map(Into::into),
+            started_at: from_micros(self.started_at),
+            first_token_at: self.first_token_at.map(from_micros),
+            ended_at: from_micros(self.ended_at),
+            provider: self.provider,
+            model: self.model,
+            request: RecordedRequest {
+                messages: decode_json("request messages", request_messages)?,
+                options: decode_json("request options", request_options)?,
+            },
+            response: decode_json("response", response)?,
+            outcome,
+        })
+    }
+}

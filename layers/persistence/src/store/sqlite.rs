@@ -1,0 +1,425 @@
+//! [`SqliteStore`]: the embedded default — one file, WAL mode, migrations applied on open.
+//!
+//! SQLite allows one writer at a time and its API blocks, so the store owns a single connection on a dedicated
+//! thread and every operation (the layer's batched writes, reads, other crates' queries through
+//! [`SqliteStore::with_connection`]) runs there in submission order. The async side never blocks a Tokio worker;
+//! operations are serialized, which also makes a closure passed to `with_connection` atomic with respect to every
+//! other user of the store in this process. Other processes may open the same file: WAL mode lets readers run
+//! alongside the writer, and a busy timeout makes concurrent writers wait instead of failing at once.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use futures_util::future::BoxFuture;
+use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
+use tokio::sync::oneshot;
+use tower_chat::ConversationId;
+
+use super::schema::{
+    abandon_sql, sqlite_migrations, Row, StoredColumns, MIGRATIONS_TABLE, SELECT_COLUMNS,
+};
+use super::{Migration, Store, StoreError};
+use crate::record::{
+    from_micros, to_micros, CallId, CallRecord, ConversationQuery, ConversationSummary,
+};
+
+pub use rusqlite;
+
+type Job = Box<dyn FnOnce(&mut Connection) + Send>;
+
+/// The embedded SQLite store. Cheap to clone (clones share the connection thread); the thread ends when the last
+/// clone is dropped.
+#[derive(Clone)]
+pub struct SqliteStore {
+    jobs: mpsc::Sender<Job>,
+    path: Arc<PathBuf>,
+}
+
+impl fmt::Debug for SqliteStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SqliteStore")
+            .field("path", &self.path)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Options for opening a [`SqliteStore`].
+#[derive(Clone, Debug)]
+pub struct SqliteStoreBuilder {
+    path: PathBuf,
+    migrations: Vec<Migration>,
+    busy_timeout: Duration,
+}
+
+impl SqliteStoreBuilder {
+    /// Apply this migration after the crate's own (see [`Migration`]).
+    pub fn migration(mut self, migration: Migration) -> Self {
+        self.migrations.push(migration);
+        self
+    }
+
+    /// How long a write waits for another process's write lock before failing (default 5 s).
+    pub fn busy_timeout(mut self, timeout: Duration) -> Self {
+        self.busy_timeout = timeout;
+        self
+    }
+
+    /// Open (creating the file if needed), switch to WAL mode and apply pending migrations.
+    pub async fn open(self) -> Result<SqliteStore, StoreError> {
+        let (jobs, receiver) = mpsc::channel::<Job>();
+        let (opened_tx, opened_rx) = oneshot::channel();
+        let path = self.path.clone();
+        std::thread::Builder::new()
+            .name("tower-chat-sqlite".into())
+            .spawn(move || {
+                let mut conn = match open_connection(&self) {
+                    Ok(conn) => {
+                        let _ = opened_tx.send(Ok(()));
+                        conn
+                    }
+                    Err(e) => {
+                        let _ = opened_tx.send(Err(e));
+                        return;
+                    }
+                };
+                // Ends when every SqliteStore clone (every sender) is gone.
+                while let Ok(job) = receiver.recv() {
+                    // A panicking closure (from `with_connection`) must not take the store down for everyone:
+                    // its caller sees the operation fail, and an open rusqlite transaction rolls back on unwind.
+                    if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job(&mut conn)))
+                        .is_err()
+                    {
+                        tracing::error!("a SQLite store operation panicked; the store continues");
+                    }
+                }
+            })
+            .map_err(|e| StoreError::with_source("cannot start the SQLite thread", e))?;
+        opened_rx
+            .await
+            .map_err(|_| StoreError::new("the SQLite thread stopped while opening"))??;
+        Ok(SqliteStore {
+            jobs,
+            path: Arc::new(path),
+        })
+    }
+}
+
+fn open_connection(options: &SqliteStoreBuilder) -> Result<Connection, StoreError> {
+    let context = |what: &str| {
+        let path = options.path.display().to_string();
+        let what = what.to_owned();
+        move |e: rusqlite::Error| StoreError::with_source(format!("SQLite {path}: {what}"), e)
+    };
+    let mut conn = Connection::open(&options.path).map_err(context("cannot open"))?;
+    conn.busy_timeout(options.busy_timeout)
+        .map_err(context("cannot set the busy timeout"))?;
+    let mode: String = conn
+        .query_row("PRAGMA journal_mode = WAL", [], |row| row.get(0))
+        .map_err(context("cannot switch to WAL mode"))?;
+    if !mode.eq_ignore_ascii_case("wal") {
+        return Err(StoreError::new(format!(
+            "SQLite {}: journal mode is {mode:?}, not WAL (an in-memory database?)",
+            options.path.display()
+        )));
+    }
+    // In WAL mode NORMAL keeps every committed transaction across a process crash; only an OS crash or power
+    // loss can lose the last commits, and it never corrupts the file.
+    conn.execute_batch("PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON;")
+        .map_err(context("cannot set pragmas"))?;
+    conn.execute(MIGRATIONS_TABLE, [])
+        .map_err(context("cannot create the migrations table"))?;
+    for migration in sqlite_migrations().iter().chain(&options.migrations) {
+        apply_migration(&mut conn, migration).map_err(|e| {
+            StoreError::with_source(
+                format!(
+                    "SQLite {}: migration {} failed",
+                    options.path.display(),
+                    migration.id()
+                ),
+                e,
+            )
+        })?;
+    }
+    Ok(conn)
+}
+
+fn apply_migration(conn: &mut Connection, migration: &Migration) -> rusqlite::Result<()> {
+    // IMMEDIATE takes the write lock up front, so two processes opening a fresh file cannot both apply it.
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let applied = tx
+        .query_row(
+            "SELECT 1 FROM tower_chat_migrations WHERE id = ?1",
+            [migration.id()],
+            |_| Ok(()),
+        )
+        .optional()?
+        .is_some();
+    if !applied {
+        tx.execute_batch(migration.sql())?;
+        tx.execute(
+            "INSERT INTO tower_chat_migrations (id, applied_at) VALUES (?1, ?2)",
+            params![migration.id(), to_micros(std::time::SystemTime::now())],
+        )?;
+    }
+    tx.commit()
+}
+
+impl SqliteStore {
+    /// Open the database file at `path` with default options.
+    pub async fn open(path: impl AsRef<Path>) -> Result<SqliteStore, StoreError> {
+        SqliteStore::builder(path).open().await
+    }
+
+    /// Options for opening the database file at `path`.
+    pub fn builder(path: impl AsRef<Path>) -> SqliteStoreBuilder {
+        SqliteStoreBuilder {
+            path: path.as_ref().to_owned(),
+            migrations: Vec::new(),
+            busy_timeout: Duration::from_secs(5),
+        }
+    }
+
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Mark calls still [`crate::CallOutcome::InFlight`] that started before `started_before` as
+    /// [`crate::CallOutcome::Interrupted`] (without an error): run it at startup, with the start time of the
+    /// process, to close the records of calls a previous process was serving when it died. Returns how many.
+    pub async fn abandon_in_flight(&self, started_before: SystemTime) -> Result<u64, StoreError> {
+        let cutoff = to_micros(started_before);
+        let updated = self
+            .run("cannot close abandoned in-flight records", move |conn| {
+                conn.execute(&abandon_sql("?1"), [cutoff])
+            })
+            .await?;
+        Ok(updated as u64)
+    }
+
+    /// Run `f` on the store's connection thread, after every operation submitted before it and before every
+    /// one submitted after it. This is how other crates (the approval layer) keep their own tables, added with
+    /// [`SqliteStoreBuilder::migration`], in the same database: open a transaction inside `f` for multi-statement
+    /// changes. `f` must not block for long: it holds up the layer's record writes.
+    pub async fn with_connection<F, T>(&self, f: F) -> Result<T, StoreError>
+    where
+        F: FnOnce(&mut Connection) -> T + Send + 'static,
+        T: Send + 'static,
+    {
+        let (tx, rx) = oneshot::channel();
+        self.jobs
+            .send(Box::new(move |conn| {
+                let _ = tx.send(f(conn));
+            }))
+            .map_err(|_| StoreError::new("the SQLite connection thread has stopped"))?;
+        rx.await
+            .map_err(|_| StoreError::new("the SQLite connection thread stopped mid-operation"))
+    }
+
+    /// [`SqliteStore::with_connection`] for a closure returning a `rusqlite` result.
+    pub async fn run<F, T>(&self, what: &'static str, f: F) -> Result<T, StoreError>
+    where
+        F: FnOnce(&mut Connection) -> rusqlite::Result<T> + Send + 'static,
+        T: Send + 'static,
+    {
+        self.with_connection(f)
+            .await?
+            .map_err(|e| StoreError::with_source(format!("SQLite: {what}"), e))
+    }
+}
+
+const UPSERT: &str = "INSERT INTO chat_calls (call_id, conversation_id, caller, round_index, started_at, \
+    first_token_at, ended_at, provider, model, status, error_kind, error_message, finish_reason, input_tokens, \
+    output_tokens, response_text, request_messages, request_options, response) \
+    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19) \
+    ON CONFLICT (call_id) DO UPDATE SET conversation_id = excluded.conversation_id, caller = excluded.caller, \
+    round_index = excluded.round_index, started_at = excluded.started_at, first_token_at = excluded.first_token_at, \
+    ended_at = excluded.ended_at, provider = excluded.provider, model = excluded.model, status = excluded.status, \
+    error_kind = excluded.error_kind, error_message = excluded.error_message, \
+    finish_reason = excluded.finish_reason, input_tokens = excluded.input_tokens, \
+    output_tokens = excluded.output_tokens, response_text = excluded.response_text, \
+    request_messages = excluded.request_messages, request_options = excluded.request_options, \
+    response = excluded.response \
+    WHERE chat_calls.status = 'in_flight'";
+
+type RawRecord = (StoredColumns, String, String, String);
+
+fn read_raw(row: &rusqlite::Row<'_>) -> rusqlite::Result<RawRecord> {
+    Ok((
+        StoredColumns {
+            call_id: row.get(0)?,
+            conversation_id: row.get(1)?,
+            caller: row.get(2)?,
+            round_index: row.get(3)?,
+            started_at: row.get(4)?,
+            first_token_at: row.get(5)?,
+            ended_at: row.get(6)?,
+            provider: row.get(7)?,
+            model: row.get(8)?,
+            status: row.get(9)?,
+            error_kind: row.get(10)?,
+            error_message: row.get(11)?,
+        },
+        row.get(12)?,
+        row.get(13)?,
+        row.get(14)?,
+    ))
+}
+
+fn decode((columns, messages, options, response): RawRecord) -> Result<CallRecord, StoreError> {
+    columns.into_record(&messages, &options, &response)
+}
+
+fn select(filter: &str) -> String {
+    format!(
+        "SELECT {SELECT_COLUMNS}, request_messages, request_options, response FROM chat_calls {filter}"
+    )
+}
+
+impl Store for SqliteStore {
+    fn write_calls<'a>(
+        &'a self,
+        records: &'a [CallRecord],
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(async move {
+            let rows = records
+                .iter()
+                .map(Row::from_record)
+                .collect::<Result<Vec<_>, _>>()?;
+            self.run("cannot write call records", move |conn| {
+                let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+                {
+                    let mut insert = tx.prepare_cached(UPSERT)?;
+                    for r in &rows {
+                        insert.execute(params![
+                            r.call_id,
+                            r.conversation_id,
+                            r.caller,
+                            r.round_index,
+                            r.started_at,
+                            r.first_token_at,
+                            r.ended_at,
+                            r.provider,
+                            r.model,
+                            r.status,
+                            r.error_kind,
+                            r.error_message,
+                            r.finish_reason,
+                            r.input_tokens,
+                            r.output_tokens,
+                            r.response_text,
+                            r.request_messages,
+                            r.request_options,
+                            r.response,
+                        ])?;
+                    }
+                }
+                tx.commit()
+            })
+            .await
+        })
+    }
+
+    fn call<'a>(
+        &'a self,
+        call_id: &'a CallId,
+    ) -> BoxFuture<'a, Result<Option<CallRecord>, StoreError>> {
+        let id = call_id.as_str().to_owned();
+        Box::pin(async move {
+            let raw = self
+                .run("cannot read a call record", move |conn| {
+                    conn.prepare_cached(&select("WHERE call_id = ?1"))?
+                        .query_row([id], read_raw)
+                        .optional()
+                })
+                .await?;
+            raw.map(decode).transpose()
+        })
+    }
+
+    fn conversation_calls<'a>(
+        &'a self,
+        conversation_id: &'a ConversationId,
+    ) -> BoxFuture<'a, Result<Vec<CallRecord>, StoreError>> {
+        let id = conversation_id.as_str().to_owned();
+        Box::pin(async move {
+            let raws = self
+                .run("cannot read a conversation", move |conn| {
+                    conn.prepare_cached(&select(
+                        "WHERE conversation_id = ?1 ORDER BY started_at, call_id",
+                    ))?
+                    .query_map([id], read_raw)?
+                    .collect::<rusqlite::Result<Vec<_>>>()
+                })
+                .await?;
+            raws.into_iter().map(decode).collect()
+        })
+    }
+
+    fn latest_completed_call<'a>(
+        &'a self,
+        conversation_id: &'a ConversationId,
+    ) -> BoxFuture<'a, Result<Option<CallRecord>, StoreError>> {
+        let id = conversation_id.as_str().to_owned();
+        Box::pin(async move {
+            let raw = self
+                .run("cannot read a conversation", move |conn| {
+                    conn.prepare_cached(&select(
+                        "WHERE conversation_id = ?1 AND status = 'completed' \
+                         ORDER BY started_at DESC, call_id DESC LIMIT 1",
+                    ))?
+                    .query_row([id], read_raw)
+                    .optional()
+                })
+                .await?;
+            raw.map(decode).transpose()
+        })
+    }
+
+    fn list_conversations<'a>(
+        &'a self,
+        query: &'a ConversationQuery,
+    ) -> BoxFuture<'a, Result<Vec<ConversationSummary>, StoreError>> {
+        let caller = query.caller.as_ref().map(|c| c.as_str().to_owned());
+        let limit = i64::from(query.effective_limit());
+        let offset = i64::from(query.offset);
+        Box::pin(async move {
+            let rows = self
+                .run("cannot list conversations", move |conn| {
+                    let filter = if caller.is_some() {
+                        "WHERE conversation_id IN (SELECT conversation_id FROM chat_calls WHERE caller = ?3)"
+                    } else {
+                        "WHERE ?3 IS NULL"
+                    };
+                    let sql = format!(
+                        "SELECT conversation_id, COUNT(*), MIN(started_at), MAX(started_at) FROM chat_calls \
+                         {filter} GROUP BY conversation_id \
+                         ORDER BY MAX(started_at) DESC, conversation_id LIMIT ?1 OFFSET ?2"
+                    );
+                    conn.prepare_cached(&sql)?
+                        .query_map(params![limit, offset, caller], |row| {
+                            Ok((
+                                row.get::<_, String>(0)?,
+                                row.get::<_, i64>(1)?,
+                                row.get::<_, i64>(2)?,
+                                row.get::<_, i64>(3)?,
+                            ))
+                        })?
+                        .collect::<rusqlite::Result<Vec<_>>>()
+                })
+                .await?;
+            Ok(rows
+                .into_iter()
+                .map(|(id, calls, first, last)| ConversationSummary {
+                    conversation_id: id.into(),
+                    calls: u64::try_from(calls).unwrap_or(0),
+                    first_started_at: from_micros(first),
+                    last_started_at: from_micros(last),
+                })
+                .collect())
+        })
+    }
+}

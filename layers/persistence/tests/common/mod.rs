@@ -1,0 +1,252 @@
+//! Shared test helpers: scripted inner services and the two stores behind one interface.
+#![allow(dead_code)]
+
+use std::sync::Arc;
+
+use futures_util::StreamExt;
+use tower::{service_fn, util::BoxCloneService};
+use tower_chat::{ChatError, ChatEvent, ChatRequest, ChatStream, FinishReason, Usage};
+use tower_chat_persistence::{
+    PersistenceLayer, PersistenceLayerBuilder, PostgresStore, SqliteStore, Store,
+};
+
+/// How the scripted inner service delivers its events.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Shape {
+    /// Everything at once, in one ready stream (a non-streaming provider call).
+    Ready,
+    /// One event per poll, with a `Pending` between them (a streaming provider call).
+    Streaming,
+}
+
+pub const SHAPES: [Shape; 2] = [Shape::Ready, Shape::Streaming];
+
+pub type Items = Vec<Result<ChatEvent, ChatError>>;
+
+pub fn stream_of(items: Items, shape: Shape) -> ChatStream {
+    match shape {
+        Shape::Ready => Box::pin(futures_util::stream::iter(items)),
+        Shape::Streaming => Box::pin(futures_util::stream::iter(items).then(|item| async move {
+            tokio::task::yield_now().await;
+            item
+        })),
+    }
+}
+
+/// A stream that yields `items` and then never ends (an upstream that hangs; the caller will drop it).
+pub fn hanging(items: Items) -> ChatStream {
+    Box::pin(futures_util::stream::iter(items).chain(futures_util::stream::pending()))
+}
+
+pub type Chat = BoxCloneService<ChatRequest, ChatStream, ChatError>;
+
+/// An inner service answering every request with `script(request)`.
+pub fn scripted<F>(script: F) -> Chat
+where
+    F: Fn(&ChatRequest) -> ChatStream + Clone + Send + Sync + 'static,
+{
+    BoxCloneService::new(service_fn(move |request: ChatRequest| {
+        let stream = script(&request);
+        async move { Ok::<ChatStream, ChatError>(stream) }
+    }))
+}
+
+/// A full model answer: metadata, reasoning, text in pieces, usage, finish.
+pub fn answer(text: &str) -> Items {
+    let mut items = vec![
+        Ok(ChatEvent::ResponseMetadata {
+            id: Some("resp-1".into()),
+            model: Some("scripted-model-2".into()),
+        }),
+        Ok(ChatEvent::ReasoningDelta {
+            text: "thinking".into(),
+        }),
+    ];
+    let mid = text.len() / 2;
+    let (a, b) = text.split_at(
+        text.char_indices()
+            .map(|(i, _)| i)
+            .find(|&i| i >= mid)
+            .unwrap_or(0),
+    );
+    for part in [a, b] {
+        if !part.is_empty() {
+            items.push(Ok(ChatEvent::text(part)));
+        }
+    }
+    items.push(Ok(ChatEvent::Usage {
+        usage: Usage {
+            input_tokens: 10,
+            output_tokens: 4,
+            ..Usage::default()
+        },
+    }));
+    items.push(Ok(ChatEvent::finish(FinishReason::Stop)));
+    items
+}
+
+pub enum Backend {
+    Sqlite(SqliteStore),
+    Postgres(PostgresStore),
+}
+
+/// One test's database: a fresh SQLite file, or a fresh PostgreSQL schema.
+pub struct TestDb {
+    pub store: Arc<dyn Store>,
+    pub backend: Backend,
+    _dir: Option<tempfile::TempDir>,
+}
+
+impl TestDb {
+    pub async fn sqlite() -> TestDb {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(dir.path().join("chat.db")).await.unwrap();
+        TestDb {
+            store: Arc::new(store.clone()),
+            backend: Backend::Sqlite(store),
+            _dir: Some(dir),
+        }
+    }
+
+    /// A PostgreSQL store in a schema of its own, or `None` (with a visible message) without `DATABASE_URL`.
+    pub async fn postgres() -> Option<TestDb> {
+        let url = database_url()?;
+        let schema = format!("tcpersist_{}", uuid_simple());
+        let store = PostgresStore::builder(url)
+            .schema(schema)
+            .connect()
+            .await
+            .unwrap();
+        Some(TestDb {
+            store: Arc::new(store.clone()),
+            backend: Backend::Postgres(store),
+            _dir: None,
+        })
+    }
+
+    pub fn layer(&self) -> PersistenceLayerBuilder {
+        PersistenceLayer::builder_shared(self.store.clone()).provider("scripted")
+    }
+
+    /// Make the database refuse every new record (a trigger in SQLite, an always-false check in PostgreSQL).
+    pub async fn refuse_writes(&self) {
+        match &self.backend {
+            Backend::Sqlite(store) => store
+                .run("break", |conn| {
+                    conn.execute_batch(
+                        "CREATE TRIGGER refuse BEFORE INSERT ON chat_calls \
+                         BEGIN SELECT RAISE(ABORT, 'the database refuses writes'); END;",
+                    )
+                })
+                .await
+                .unwrap(),
+            Backend::Postgres(store) => store
+                .client()
+                .await
+                .unwrap()
+                .batch_execute(
+                    "ALTER TABLE chat_calls ADD CONSTRAINT refuse CHECK (false) NOT VALID",
+                )
+                .await
+                .unwrap(),
+        }
+    }
+
+    pub async fn accept_writes(&self) {
+        match &self.backend {
+            Backend::Sqlite(store) => store
+                .run("repair", |conn| conn.execute_batch("DROP TRIGGER refuse"))
+                .await
+                .unwrap(),
+            Backend::Postgres(store) => store
+                .client()
+                .await
+                .unwrap()
+                .batch_execute("ALTER TABLE chat_calls DROP CONSTRAINT refuse")
+                .await
+                .unwrap(),
+        }
+    }
+
+    /// Drop the test's database now (also done on drop, so a failing test cleans up too).
+    pub async fn cleanup(self) {
+        drop(self);
+    }
+}
+
+impl Drop for TestDb {
+    // A PostgreSQL test schema is dropped through a fresh connection on a thread of its own: this may run while
+    // a panicking test unwinds inside its runtime, where the store's pool cannot be driven.
+    fn drop(&mut self) {
+        if let Backend::Postgres(store) = &self.backend {
+            let schema = store.schema().unwrap().to_owned();
+            let url = database_url().unwrap();
+            let dropped = std::thread::spawn(move || {
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .unwrap();
+                runtime.block_on(async move {
+                    let store = PostgresStore::connect(url).await.unwrap();
+                    store
+                        .client()
+                        .await
+                        .unwrap()
+                        .batch_execute(&format!("DROP SCHEMA \"{schema}\" CASCADE"))
+                        .await
+                        .unwrap();
+                });
+            })
+            .join();
+            if dropped.is_err() && !std::thread::panicking() {
+                panic!("could not drop the test schema");
+            }
+        }
+    }
+}
+
+pub fn database_url() -> Option<String> {
+    match std::env::var("DATABASE_URL") {
+        Ok(url) if !url.is_empty() => Some(url),
+        _ => {
+            eprintln!("skipping: DATABASE_URL unset");
+            None
+        }
+    }
+}
+
+pub fn uuid_simple() -> String {
+    // Test-only uniqueness: a random 64-bit value from the std hasher's per-process random keys plus a counter.
+    use std::hash::{BuildHasher, Hasher};
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
+    hasher.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos(),
+    );
+    format!("{:016x}", hasher.finish())
+}
+
+/// A copy of scripted items (`ChatError` is not `Clone`: errors are rebuilt from their kind and message).
+pub fn copy(items: &[Result<ChatEvent, ChatError>]) -> Items {
+    items
+        .iter()
+        .map(|item| match item {
+            Ok(event) => Ok(event.clone()),
+            Err(error) => Err(ChatError::new(error.kind().clone(), error.message())),
+        })
+        .collect()
+}
+
+/// Collect a stream into a response (a plain `async fn`, usable inside `tokio::spawn`).
+pub async fn collect(mut stream: ChatStream) -> Result<tower_chat::ChatResponse, ChatError> {
+    let mut builder = tower_chat::ResponseBuilder::new();
+    while let Some(item) = stream.next().await {
+        builder.push(&item?);
+    }
+    Ok(builder.finish())
+}

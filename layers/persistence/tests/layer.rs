@@ -1,0 +1,366 @@
+//! Behaviour of the layer itself (ordering, buffering, policies), over a store whose writes can be held back.
+
+mod common;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{answer, scripted, stream_of, Shape, TestDb, SHAPES};
+use futures_util::future::BoxFuture;
+use futures_util::StreamExt;
+use tokio::sync::watch;
+use tower::{Layer, ServiceExt};
+use tower_chat::{
+    ChatError, ChatEvent, ChatRequest, ChatStream, ConversationId, FinishReason, Message,
+    ModelInfo, ModelMetadata,
+};
+use tower_chat_persistence::{
+    CallId, CallOutcome, CallRecord, ConversationQuery, ConversationSummary, PersistenceLayer,
+    Store, StoreError,
+};
+
+/// A store whose writes wait while the gate is closed, and which counts write batches.
+#[derive(Debug)]
+struct GatedStore {
+    inner: Arc<dyn Store>,
+    open: watch::Receiver<bool>,
+    batches: AtomicUsize,
+}
+
+impl Store for GatedStore {
+    fn write_calls<'a>(
+        &'a self,
+        records: &'a [CallRecord],
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(async move {
+            let mut open = self.open.clone();
+            open.wait_for(|open| *open).await.unwrap();
+            self.batches.fetch_add(1, Ordering::SeqCst);
+            self.inner.write_calls(records).await
+        })
+    }
+    fn call<'a>(&'a self, id: &'a CallId) -> BoxFuture<'a, Result<Option<CallRecord>, StoreError>> {
+        self.inner.call(id)
+    }
+    fn conversation_calls<'a>(
+        &'a self,
+        id: &'a ConversationId,
+    ) -> BoxFuture<'a, Result<Vec<CallRecord>, StoreError>> {
+        self.inner.conversation_calls(id)
+    }
+    fn list_conversations<'a>(
+        &'a self,
+        query: &'a ConversationQuery,
+    ) -> BoxFuture<'a, Result<Vec<ConversationSummary>, StoreError>> {
+        self.inner.list_conversations(query)
+    }
+}
+
+async fn gated() -> (TestDb, Arc<GatedStore>, watch::Sender<bool>) {
+    let db = TestDb::sqlite().await;
+    let (gate, open) = watch::channel(false);
+    let store = Arc::new(GatedStore {
+        inner: db.store.clone(),
+        open,
+        batches: AtomicUsize::new(0),
+    });
+    (db, store, gate)
+}
+
+fn conv(name: &str) -> ConversationId {
+    ConversationId::new(name)
+}
+
+fn req(conversation: &str) -> ChatRequest {
+    ChatRequest::new(vec![Message::user("q")]).with_extension(conv(conversation))
+}
+
+#[tokio::test]
+async fn finish_is_delivered_only_after_the_record_is_stored() {
+    for shape in SHAPES {
+        let (db, store, gate) = gated().await;
+        let layer = PersistenceLayer::builder(store.clone()).build();
+        let chat = layer.layer(scripted(move |_| stream_of(answer("Hello"), shape)));
+        let mut stream = chat.oneshot(req("c")).await.unwrap();
+        // Every event before Finish flows while the store is held back…
+        for _ in 0..5 {
+            let event = stream.next().await.unwrap().unwrap();
+            assert!(!matches!(event, ChatEvent::Finish { .. }), "{event:?}");
+        }
+        // …but Finish waits for the write.
+        assert!(
+            tokio::time::timeout(Duration::from_millis(50), stream.next())
+                .await
+                .is_err(),
+            "{shape:?}: Finish arrived before the record was stored"
+        );
+        gate.send(true).unwrap();
+        let finish = stream.next().await.unwrap().unwrap();
+        assert_eq!(finish, ChatEvent::finish(FinishReason::Stop));
+        assert!(stream.next().await.is_none());
+        let calls = db.store.conversation_calls(&conv("c")).await.unwrap();
+        assert_eq!(calls[0].outcome, CallOutcome::Completed);
+    }
+}
+
+#[tokio::test]
+async fn fail_open_never_waits_and_counts_records_dropped_by_a_full_buffer() {
+    let (db, store, gate) = gated().await;
+    let layer = PersistenceLayer::builder(store.clone())
+        .fail_open()
+        .buffer(2)
+        .max_batch(1)
+        .build();
+    let chat = layer.layer(scripted(|_| stream_of(answer("Hello"), Shape::Ready)));
+    // The writer takes one record and blocks on the gate; two more fill the buffer; the rest are dropped.
+    for i in 0..10 {
+        let response = common::collect(chat.clone().oneshot(req(&format!("c{i}"))).await.unwrap())
+            .await
+            .unwrap();
+        assert_eq!(response.finish_reason, Some(FinishReason::Stop));
+        tokio::task::yield_now().await;
+    }
+    let dropped = layer.stats().dropped;
+    assert!((7..=8).contains(&dropped), "dropped {dropped}");
+    gate.send(true).unwrap();
+    layer.flush().await.unwrap();
+    let stats = layer.stats();
+    assert_eq!(stats.recorded + stats.dropped, 10, "{stats:?}");
+    assert_eq!(stats.failed, 0);
+    let listed = db
+        .store
+        .list_conversations(&ConversationQuery::new())
+        .await
+        .unwrap();
+    assert_eq!(listed.len() as u64, stats.recorded);
+}
+
+#[tokio::test]
+async fn fail_closed_applies_backpressure_instead_of_dropping() {
+    let (db, store, gate) = gated().await;
+    let layer = PersistenceLayer::builder(store.clone())
+        .buffer(2)
+        .max_batch(64)
+        .build();
+    let chat = layer.layer(scripted(|_| stream_of(answer("Hello"), Shape::Ready)));
+    let mut tasks = Vec::new();
+    for i in 0..20 {
+        let call: BoxFuture<'static, Result<ChatStream, ChatError>> =
+            Box::pin(chat.clone().oneshot(req(&format!("c{i}"))));
+        tasks.push(tokio::spawn(async move {
+            common::collect(call.await.unwrap()).await
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(
+        tasks.iter().all(|t| !t.is_finished()),
+        "calls finished before their records were stored"
+    );
+    gate.send(true).unwrap();
+    for task in tasks {
+        assert_eq!(task.await.unwrap().unwrap().text(), "Hello");
+    }
+    let stats = layer.stats();
+    assert_eq!((stats.recorded, stats.dropped, stats.failed), (20, 0, 0));
+    // Records that queued up while the store was slow went in batches.
+    assert!(store.batches.load(Ordering::SeqCst) < 20);
+    let listed = db
+        .store
+        .list_conversations(&ConversationQuery::new())
+        .await
+        .unwrap();
+    assert_eq!(listed.len(), 20);
+}
+
+#[tokio::test]
+async fn events_after_finish_release_it_and_are_recorded_too() {
+    let db = TestDb::sqlite().await;
+    let layer = db.layer().build();
+    // A stream that (against the contract) finishes a round and then continues.
+    let chat = layer.layer(scripted(|_| {
+        stream_of(
+            vec![
+                Ok(ChatEvent::text("one")),
+                Ok(ChatEvent::finish(FinishReason::ToolCalls)),
+                Ok(ChatEvent::ToolResult {
+                    result: tower_chat::ToolMessage::success("c", "t", "r"),
+                }),
+                Ok(ChatEvent::text("two")),
+                Ok(ChatEvent::finish(FinishReason::Stop)),
+            ],
+            Shape::Streaming,
+        )
+    }));
+    let events: Vec<_> = chat
+        .oneshot(req("c"))
+        .await
+        .unwrap()
+        .map(Result::unwrap)
+        .collect()
+        .await;
+    assert_eq!(events.len(), 5);
+    assert_eq!(events[1], ChatEvent::finish(FinishReason::ToolCalls));
+    let record = &db.store.conversation_calls(&conv("c")).await.unwrap()[0];
+    assert_eq!(record.outcome, CallOutcome::Completed);
+    assert_eq!(record.text(), "two");
+    assert_eq!(record.response.messages.len(), 3);
+    assert_eq!(record.finish_reason(), Some(&FinishReason::Stop));
+}
+
+#[tokio::test]
+async fn a_stream_dropped_after_finish_arrived_is_recorded_as_completed() {
+    let db = TestDb::sqlite().await;
+    let layer = db.layer().build();
+    // Finish, then the upstream hangs instead of ending: the caller never sees Finish and drops the stream.
+    let chat = layer.layer(scripted(|_| common::hanging(answer("Hi"))));
+    let mut stream = chat.oneshot(req("c")).await.unwrap();
+    let mut seen = 0;
+    while tokio::time::timeout(Duration::from_millis(20), stream.next())
+        .await
+        .is_ok()
+    {
+        seen += 1;
+    }
+    assert_eq!(seen, 5, "every event but the held Finish");
+    drop(stream);
+    layer.flush().await.unwrap();
+    let record = &db.store.conversation_calls(&conv("c")).await.unwrap()[0];
+    assert_eq!(record.outcome, CallOutcome::Completed);
+    assert_eq!(record.text(), "Hi");
+}
+
+#[tokio::test]
+async fn the_inner_service_sees_the_call_and_conversation_ids() {
+    let db = TestDb::sqlite().await;
+    let layer = db.layer().build();
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen_inner = seen.clone();
+    let chat = layer.layer(scripted(move |req: &ChatRequest| {
+        seen_inner.lock().unwrap().push((
+            req.extensions.get::<CallId>().cloned().unwrap(),
+            req.conversation_id().cloned().unwrap(),
+        ));
+        stream_of(answer("ok"), Shape::Ready)
+    }));
+    let _ = common::collect(
+        chat.oneshot(ChatRequest::new(vec![Message::user("q")]))
+            .await
+            .unwrap(),
+    )
+    .await
+    .unwrap();
+    let (call_id, conversation_id) = seen.lock().unwrap()[0].clone();
+    let record = db.store.call(&call_id).await.unwrap().unwrap();
+    assert_eq!(record.conversation_id, conversation_id);
+}
+
+#[derive(Clone)]
+struct Described;
+
+impl ModelInfo for Described {
+    fn model_metadata(&self) -> ModelMetadata {
+        ModelMetadata {
+            provider: "openai".into(),
+            model_id: Some("gpt-4o-mini".into()),
+            endpoint: None,
+            supports_tools: true,
+            supports_parallel_tool_calls: true,
+            supports_streaming_usage: true,
+            context_window: Some(128_000),
+        }
+    }
+}
+
+#[tokio::test]
+async fn model_metadata_is_forwarded_through_the_layer() {
+    let db = TestDb::sqlite().await;
+    let service = db.layer().build().layer(Described);
+    assert_eq!(service.model_metadata().provider, "openai");
+    assert_eq!(
+        service.layer().failure_policy(),
+        tower_chat_persistence::FailurePolicy::FailClosed
+    );
+    assert_eq!(
+        service.get_ref().model_metadata().model_id.as_deref(),
+        Some("gpt-4o-mini")
+    );
+}
+
+/// A described service that also answers chat requests.
+#[derive(Clone)]
+struct DescribedChat(common::Chat);
+
+impl ModelInfo for DescribedChat {
+    fn model_metadata(&self) -> ModelMetadata {
+        Described.model_metadata()
+    }
+}
+
+impl tower::Service<ChatRequest> for DescribedChat {
+    type Response = ChatStream;
+    type Error = ChatError;
+    type Future = <common::Chat as tower::Service<ChatRequest>>::Future;
+    fn poll_ready(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), ChatError>> {
+        self.0.poll_ready(cx)
+    }
+    fn call(&mut self, req: ChatRequest) -> Self::Future {
+        self.0.call(req)
+    }
+}
+
+#[tokio::test]
+async fn the_provider_can_come_from_the_inner_service() {
+    let db = TestDb::sqlite().await;
+    let inner = DescribedChat(scripted(|_| stream_of(answer("ok"), Shape::Ready)));
+    // The layer is configured with "scripted"; the inner service knows better.
+    let chat = db.layer().build().layer(inner).provider_from_model_info();
+    let _ = common::collect(chat.oneshot(req("p")).await.unwrap())
+        .await
+        .unwrap();
+    let record = &db.store.conversation_calls(&conv("p")).await.unwrap()[0];
+    assert_eq!(record.provider.as_deref(), Some("openai"));
+}
+
+#[tokio::test]
+async fn bad_store_configuration_is_a_clear_error() {
+    use tower_chat_persistence::{PostgresStore, SqliteStore};
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("no/such/dir/chat.db");
+    let error = SqliteStore::open(&missing).await.unwrap_err();
+    assert!(error.to_string().contains("cannot open"), "{error}");
+    assert!(error.to_string().contains("no/such/dir"), "{error}");
+
+    let error = PostgresStore::connect("not a url").await.unwrap_err();
+    assert!(
+        error.to_string().contains("invalid PostgreSQL URL"),
+        "{error}"
+    );
+    let error = PostgresStore::builder("postgres://postgres@127.0.0.1:5432/test")
+        .schema("x; DROP TABLE chat_calls")
+        .connect()
+        .await
+        .unwrap_err();
+    assert!(
+        error.to_string().contains("invalid PostgreSQL schema name"),
+        "{error}"
+    );
+    let error = PostgresStore::builder("postgres://postgres@127.0.0.1:5432/test")
+        .pool_size(0)
+        .connect()
+        .await
+        .unwrap_err();
+    assert!(error.to_string().contains("pool size"), "{error}");
+    // Nothing listens on port 1: a prompt, typed failure rather than a hang.
+    let error = PostgresStore::builder("postgres://postgres@127.0.0.1:1/test")
+        .connect_timeout(Duration::from_millis(500))
+        .connect()
+        .await
+        .unwrap_err();
+    assert!(error.to_string().contains("no connection"), "{error}");
+    let chat_error: ChatError = error.into();
+    assert_eq!(chat_error.kind(), &tower_chat::ErrorKind::Store);
+}

@@ -1,0 +1,845 @@
+//! The store suite: every test runs against SQLite and against PostgreSQL (`DATABASE_URL`; skipped with a
+//! message when unset).
+
+mod common;
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use common::{answer, collect, copy, hanging, scripted, stream_of, Items, Shape, TestDb, SHAPES};
+use futures_util::StreamExt;
+use serde_json::json;
+use tower::{Layer, ServiceExt};
+use tower_chat::{
+    AssistantMessage, CallerIdentity, ChatError, ChatEvent, ChatRequest, ChatStreamExt,
+    ConversationId, ErrorKind, FinishReason, Message, ToolCall, ToolMessage, ToolSpec,
+};
+use tower_chat_persistence::{CallId, CallOutcome, CallRecord, ConversationQuery, REDACTED};
+
+macro_rules! suite {
+    ($($name:ident),* $(,)?) => {
+        mod sqlite {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    let db = crate::common::TestDb::sqlite().await;
+                    super::$name(&db).await;
+                    db.cleanup().await;
+                }
+            )*
+        }
+        mod postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    let Some(db) = crate::common::TestDb::postgres().await else { return };
+                    super::$name(&db).await;
+                    db.cleanup().await;
+                }
+            )*
+        }
+    };
+}
+
+suite!(
+    a_completed_call_is_recorded_in_full,
+    a_thousand_concurrent_calls_leave_a_thousand_complete_records,
+    a_stream_dropped_mid_way_is_recorded_as_cancelled_with_its_partial_output,
+    an_upstream_that_dies_is_recorded_as_interrupted_with_its_partial_output,
+    failures_before_output_are_recorded_as_failed,
+    a_store_refusing_writes_fails_the_call_with_a_store_error,
+    a_store_refusing_writes_in_fail_open_mode_counts_the_failure,
+    conversations_are_listed_and_continued_from_the_store,
+    migrations_of_other_crates_are_applied_once,
+    pending_approvals_are_taken_at_most_once_and_decisions_are_audited,
+    in_flight_records_are_replaced_by_the_final_one,
+);
+
+fn request(conversation: &ConversationId, text: &str) -> ChatRequest {
+    ChatRequest::new(vec![Message::system("be brief"), Message::user(text)])
+        .with_extension(conversation.clone())
+}
+
+fn conversation() -> ConversationId {
+    ConversationId::new(format!("conv-{}", common::uuid_simple()))
+}
+
+async fn only_call(db: &TestDb, conversation: &ConversationId) -> CallRecord {
+    let mut calls = db.store.conversation_calls(conversation).await.unwrap();
+    assert_eq!(calls.len(), 1, "{calls:#?}");
+    calls.pop().unwrap()
+}
+
+async fn a_completed_call_is_recorded_in_full(db: &TestDb) {
+    for shape in SHAPES {
+        let layer = db.layer().build();
+        let tool_call = ToolCall::new("c1", "weather", json!({"city": "Oslo"}));
+        let mut items = vec![
+            Ok(ChatEvent::ToolCallStart {
+                index: 0,
+                id: "c1".into(),
+                name: "weather".into(),
+            }),
+            Ok(ChatEvent::ToolCallEnd {
+                index: 0,
+                call: tool_call.clone(),
+            }),
+            Ok(ChatEvent::ToolResult {
+                result: ToolMessage::success("c1", "weather", "12C"),
+            }),
+        ];
+        items.extend(answer("It is 12C in Oslo."));
+        let items = std::sync::Arc::new(items);
+        let chat = layer.layer(scripted(move |_| stream_of(copy(&items), shape)));
+
+        let conv = conversation();
+        let mut req = request(&conv, "Weather in Oslo?")
+            .model("scripted-model")
+            .tool(ToolSpec::new(
+                "weather",
+                "current weather",
+                json!({"type": "object"}),
+            ))
+            .with_extension(CallerIdentity::new("alice"));
+        req.options.extra = json!({"api_key": "sk-secret-123", "seed": 7})
+            .as_object()
+            .unwrap()
+            .clone();
+        let events: Vec<_> = chat.oneshot(req).await.unwrap().collect::<Vec<_>>().await;
+        // Every event passes through unchanged, Finish last.
+        assert_eq!(events.len(), 9, "{shape:?}: {events:?}");
+        assert!(matches!(
+            events.last(),
+            Some(Ok(ChatEvent::Finish {
+                reason: FinishReason::Stop
+            }))
+        ));
+
+        // Fail-closed: the record is stored before Finish is delivered, so no flush is needed.
+        let record = only_call(db, &conv).await;
+        assert_eq!(record.outcome, CallOutcome::Completed, "{shape:?}");
+        assert_eq!(record.text(), "It is 12C in Oslo.");
+        assert_eq!(record.caller, Some(CallerIdentity::new("alice")));
+        assert_eq!(record.provider.as_deref(), Some("scripted"));
+        assert_eq!(record.model.as_deref(), Some("scripted-model-2"));
+        assert_eq!(record.round_index, 0);
+        assert_eq!(record.usage().total_tokens(), 14);
+        assert_eq!(record.finish_reason(), Some(&FinishReason::Stop));
+        assert_eq!(
+            record.response.messages,
+            vec![
+                Message::Assistant(AssistantMessage {
+                    tool_calls: vec![tool_call.clone()],
+                    ..AssistantMessage::default()
+                }),
+                Message::tool_result("c1", "weather", "12C"),
+                Message::Assistant(AssistantMessage {
+                    content: "It is 12C in Oslo.".into(),
+                    reasoning: Some("thinking".into()),
+                    tool_calls: vec![],
+                }),
+            ]
+        );
+        assert_eq!(record.request.messages.len(), 2);
+        assert_eq!(record.request.options.tools.len(), 1);
+        assert_eq!(record.request.options.extra["api_key"], json!(REDACTED));
+        assert_eq!(record.request.options.extra["seed"], json!(7));
+        let first = record.first_token_at.expect("first token time");
+        assert!(record.started_at <= first && first <= record.ended_at);
+
+        // The same record by id, and no secret anywhere in what was stored.
+        let by_id = db.store.call(&record.call_id).await.unwrap().unwrap();
+        assert_eq!(by_id, record);
+        assert!(!serde_json::to_string(&by_id)
+            .unwrap()
+            .contains("sk-secret-123"));
+        assert_eq!(layer.stats().recorded, 1);
+        assert_eq!(layer.stats().failed + layer.stats().dropped, 0);
+    }
+}
+
+async fn a_thousand_concurrent_calls_leave_a_thousand_complete_records(db: &TestDb) {
+    let layer = db.layer().buffer(256).build();
+    let chat = layer.layer(scripted(|req: &ChatRequest| {
+        let question = match req.messages.last() {
+            Some(Message::User { content }) => content.clone(),
+            other => panic!("unexpected {other:?}"),
+        };
+        stream_of(answer(&format!("answer to {question}")), Shape::Streaming)
+    }));
+    let conv = conversation();
+    let tasks: Vec<_> = (0..1000)
+        .map(|i| {
+            let chat = chat.clone();
+            let req = request(&conv, &format!("q{i}"));
+            // Boxed outside the task: rustc's Send check of an async block holding the `Oneshot` trips over
+            // the `Response = ChatStream` bound (rust-lang/rust#102211).
+            let call: std::pin::Pin<
+                Box<
+                    dyn std::future::Future<Output = Result<tower_chat::ChatStream, ChatError>>
+                        + Send,
+                >,
+            > = Box::pin(chat.oneshot(req));
+            tokio::spawn(async move { collect(call.await.unwrap()).await.unwrap() })
+        })
+        .collect();
+    for (i, task) in tasks.into_iter().enumerate() {
+        assert_eq!(task.await.unwrap().text(), format!("answer to q{i}"));
+    }
+    let calls = db.store.conversation_calls(&conv).await.unwrap();
+    assert_eq!(calls.len(), 1000);
+    let ids: HashSet<_> = calls.iter().map(|c| c.call_id.clone()).collect();
+    assert_eq!(ids.len(), 1000, "call ids are unique");
+    for call in &calls {
+        assert_eq!(call.outcome, CallOutcome::Completed);
+        let Some(Message::User { content }) = call.request.messages.last() else {
+            panic!("{call:?}")
+        };
+        assert_eq!(call.text(), format!("answer to {content}"));
+    }
+    let stats = layer.stats();
+    assert_eq!((stats.recorded, stats.failed, stats.dropped), (1000, 0, 0));
+}
+
+async fn a_stream_dropped_mid_way_is_recorded_as_cancelled_with_its_partial_output(db: &TestDb) {
+    let layer = db.layer().build();
+    let chat = layer.layer(scripted(|_| {
+        hanging(vec![Ok(ChatEvent::text("Hel")), Ok(ChatEvent::text("lo"))])
+    }));
+    let conv = conversation();
+    let mut stream = chat.oneshot(request(&conv, "hi")).await.unwrap();
+    assert_eq!(
+        stream.next().await.unwrap().unwrap(),
+        ChatEvent::text("Hel")
+    );
+    assert_eq!(stream.next().await.unwrap().unwrap(), ChatEvent::text("lo"));
+    // The upstream now hangs; the caller gives up.
+    assert!(
+        tokio::time::timeout(Duration::from_millis(20), stream.next())
+            .await
+            .is_err()
+    );
+    drop(stream);
+    layer.flush().await.unwrap();
+    let record = only_call(db, &conv).await;
+    assert_eq!(record.outcome, CallOutcome::Cancelled);
+    assert_eq!(record.text(), "Hello");
+    assert!(record.first_token_at.is_some());
+    assert_eq!(record.finish_reason(), None);
+
+    // Both shapes: a caller that stops reading after the first text delta and drops the stream.
+    for shape in SHAPES {
+        let chat = layer.layer(scripted(move |_| stream_of(answer("Hello there"), shape)));
+        let conv = conversation();
+        let mut stream = chat.oneshot(request(&conv, "hi")).await.unwrap();
+        for _ in 0..3 {
+            stream.next().await.unwrap().unwrap();
+        }
+        drop(stream);
+        layer.flush().await.unwrap();
+        let record = only_call(db, &conv).await;
+        assert_eq!(record.outcome, CallOutcome::Cancelled, "{shape:?}");
+        assert_eq!(record.text(), "Hello");
+        assert_eq!(record.response.messages.len(), 1);
+        assert_eq!(record.usage().total_tokens(), 0, "usage had not arrived");
+    }
+
+    // Dropping the response future before the provider answered is recorded too.
+    let chat = layer.layer(tower::service_fn(|_req: ChatRequest| async {
+        futures_util::future::pending::<Result<tower_chat::ChatStream, ChatError>>().await
+    }));
+    let conv = conversation();
+    let call = chat.oneshot(request(&conv, "hi"));
+    assert!(tokio::time::timeout(Duration::from_millis(10), call)
+        .await
+        .is_err());
+    layer.flush().await.unwrap();
+    let record = only_call(db, &conv).await;
+    assert_eq!(record.outcome, CallOutcome::Cancelled);
+    assert_eq!(record.first_token_at, None);
+}
+
+async fn an_upstream_that_dies_is_recorded_as_interrupted_with_its_partial_output(db: &TestDb) {
+    for shape in SHAPES {
+        let layer = db.layer().build();
+        // An error item after output began.
+        let died: Items = vec![
+            Ok(ChatEvent::text("The answer is ")),
+            Err(ChatError::new(ErrorKind::Connection, "connection reset")),
+        ];
+        let died = std::sync::Arc::new(died);
+        let chat = layer.layer(scripted(move |_| stream_of(copy(&died), shape)));
+        let conv = conversation();
+        let result = chat
+            .oneshot(request(&conv, "q"))
+            .await
+            .unwrap()
+            .collect_response()
+            .await;
+        assert_eq!(result.unwrap_err().kind(), &ErrorKind::Connection);
+        layer.flush().await.unwrap();
+        let record = only_call(db, &conv).await;
+        match &record.outcome {
+            CallOutcome::Interrupted { error: Some(error) } => {
+                assert_eq!(error.kind, "connection");
+                assert_eq!(error.message, "connection reset");
+            }
+            other => panic!("{shape:?}: {other:?}"),
+        }
+        assert_eq!(record.text(), "The answer is ");
+
+        // A stream that just stops, without Finish or error.
+        let silent: Items = vec![Ok(ChatEvent::text("partial"))];
+        let silent = std::sync::Arc::new(silent);
+        let chat = layer.layer(scripted(move |_| stream_of(copy(&silent), shape)));
+        let conv = conversation();
+        let response = chat
+            .oneshot(request(&conv, "q"))
+            .await
+            .unwrap()
+            .collect_response()
+            .await
+            .unwrap();
+        assert_eq!(response.finish_reason, None);
+        let record = only_call(db, &conv).await;
+        assert_eq!(record.outcome, CallOutcome::Interrupted { error: None });
+        assert_eq!(record.text(), "partial");
+    }
+}
+
+async fn failures_before_output_are_recorded_as_failed(db: &TestDb) {
+    let layer = db.layer().build();
+    // The service call itself fails (HTTP 429).
+    let chat = layer.layer(tower::service_fn(|_req: ChatRequest| async {
+        Err::<tower_chat::ChatStream, _>(ChatError::new(
+            ErrorKind::RateLimited { retry_after: None },
+            "slow down",
+        ))
+    }));
+    let conv = conversation();
+    let error = chat.oneshot(request(&conv, "q")).await.err().unwrap();
+    assert_eq!(error.message(), "slow down");
+    layer.flush().await.unwrap();
+    let record = only_call(db, &conv).await;
+    match &record.outcome {
+        CallOutcome::Failed { error } => assert_eq!(error.kind, "rate_limited"),
+        other => panic!("{other:?}"),
+    }
+
+    // The stream's first item is an error.
+    let chat = layer.layer(scripted(|_| {
+        stream_of(
+            vec![Err(ChatError::new(ErrorKind::Upstream, "overloaded"))],
+            Shape::Ready,
+        )
+    }));
+    let conv = conversation();
+    let result = chat
+        .oneshot(request(&conv, "q"))
+        .await
+        .unwrap()
+        .collect_response()
+        .await;
+    assert_eq!(result.unwrap_err().kind(), &ErrorKind::Upstream);
+    layer.flush().await.unwrap();
+    assert!(matches!(
+        only_call(db, &conv).await.outcome,
+        CallOutcome::Failed { .. }
+    ));
+
+    // A cancellation error item is a cancellation.
+    let chat = layer.layer(scripted(|_| {
+        stream_of(
+            vec![Ok(ChatEvent::text("a")), Err(ChatError::cancelled())],
+            Shape::Streaming,
+        )
+    }));
+    let conv = conversation();
+    let _ = chat
+        .oneshot(request(&conv, "q"))
+        .await
+        .unwrap()
+        .collect_response()
+        .await;
+    layer.flush().await.unwrap();
+    let record = only_call(db, &conv).await;
+    assert_eq!(record.outcome, CallOutcome::Cancelled);
+    assert_eq!(record.text(), "a");
+}
+
+async fn a_store_refusing_writes_fails_the_call_with_a_store_error(db: &TestDb) {
+    for shape in SHAPES {
+        let layer = db.layer().build();
+        let chat = layer.layer(scripted(move |_| stream_of(answer("fine"), shape)));
+        db.refuse_writes().await;
+        let conv = conversation();
+        let events: Vec<_> = chat
+            .clone()
+            .oneshot(request(&conv, "q"))
+            .await
+            .unwrap()
+            .collect()
+            .await;
+        // The output arrived, but the call does not finish: a typed store error takes Finish's place.
+        let (last, before) = events.split_last().unwrap();
+        let error = last.as_ref().unwrap_err();
+        assert_eq!(error.kind(), &ErrorKind::Store, "{shape:?}: {error}");
+        assert!(error.message().contains("refuses writes") || error.message().contains("refuse"));
+        assert!(before
+            .iter()
+            .all(|e| !matches!(e, Ok(ChatEvent::Finish { .. }))));
+        assert!(before
+            .iter()
+            .any(|e| matches!(e, Ok(ChatEvent::TextDelta { text }) if text == "fi")));
+        assert_eq!(layer.stats().failed, 1);
+        assert!(db.store.conversation_calls(&conv).await.unwrap().is_empty());
+
+        // Once the database accepts writes again, calls complete and are recorded.
+        db.accept_writes().await;
+        let conv = conversation();
+        let response = chat
+            .oneshot(request(&conv, "q"))
+            .await
+            .unwrap()
+            .collect_response()
+            .await
+            .unwrap();
+        assert_eq!(response.text(), "fine");
+        assert_eq!(only_call(db, &conv).await.outcome, CallOutcome::Completed);
+    }
+}
+
+async fn a_store_refusing_writes_in_fail_open_mode_counts_the_failure(db: &TestDb) {
+    let layer = db.layer().fail_open().build();
+    let chat = layer.layer(scripted(|_| stream_of(answer("fine"), Shape::Streaming)));
+    db.refuse_writes().await;
+    let conv = conversation();
+    for _ in 0..3 {
+        let response = chat
+            .clone()
+            .oneshot(request(&conv, "q"))
+            .await
+            .unwrap()
+            .collect_response()
+            .await
+            .unwrap();
+        assert_eq!(response.text(), "fine");
+    }
+    layer.flush().await.unwrap();
+    let stats = layer.stats();
+    assert_eq!((stats.recorded, stats.failed), (0, 3), "{stats:?}");
+    assert!(db.store.conversation_calls(&conv).await.unwrap().is_empty());
+    db.accept_writes().await;
+}
+
+async fn conversations_are_listed_and_continued_from_the_store(db: &TestDb) {
+    let layer = db.layer().build();
+    // A tool loop's two rounds under the layer: round 0 calls a tool, round 1 answers.
+    let chat = layer.layer(scripted(|req: &ChatRequest| {
+        let items = if matches!(req.messages.last(), Some(Message::Tool(_))) {
+            answer("It is 12C.")
+        } else if matches!(req.messages.last(), Some(Message::User { content }) if content == "fail") {
+            vec![Err(ChatError::new(ErrorKind::Upstream, "down"))]
+        } else {
+            vec![
+                Ok(ChatEvent::ToolCallEnd {
+                    index: 0,
+                    call: ToolCall::new("c1", "weather", json!({})),
+                }),
+                Ok(ChatEvent::finish(FinishReason::ToolCalls)),
+            ]
+        };
+        stream_of(items, Shape::Streaming)
+    }));
+    let alice = ConversationId::new(format!("alice-{}", common::uuid_simple()));
+    let mut history = vec![Message::user("Weather?")];
+    let round0 = chat
+        .clone()
+        .oneshot(
+            ChatRequest::new(history.clone())
+                .with_extension(alice.clone())
+                .with_extension(CallerIdentity::new("alice")),
+        )
+        .await
+        .unwrap()
+        .collect_response()
+        .await
+        .unwrap();
+    history.extend(round0.messages);
+    history.push(Message::tool_result("c1", "weather", "12C"));
+    let round1 = chat
+        .clone()
+        .oneshot(
+            ChatRequest::new(history.clone())
+                .with_extension(alice.clone())
+                .with_extension(CallerIdentity::new("alice")),
+        )
+        .await
+        .unwrap()
+        .collect_response()
+        .await
+        .unwrap();
+    history.extend(round1.messages);
+
+    // A later failed call is kept, but is not part of the history to continue from.
+    let mut failing = history.clone();
+    failing.push(Message::user("fail"));
+    let _ = chat
+        .clone()
+        .oneshot(ChatRequest::new(failing).with_extension(alice.clone()))
+        .await
+        .unwrap()
+        .collect_response()
+        .await;
+    layer.flush().await.unwrap();
+
+    let loaded = db.store.load_conversation(&alice).await.unwrap();
+    assert_eq!(loaded, history);
+    assert_eq!(loaded.len(), 4);
+    let calls = db.store.conversation_calls(&alice).await.unwrap();
+    assert_eq!(
+        calls.iter().map(|c| c.round_index).collect::<Vec<_>>(),
+        vec![0, 1, 0]
+    );
+    assert_eq!(calls[2].outcome.as_str(), "failed");
+
+    // Another caller's conversation, without a conversation id: one is generated.
+    tokio::time::sleep(Duration::from_millis(2)).await;
+    let generated = chat
+        .clone()
+        .oneshot(
+            ChatRequest::new(vec![Message::user("Hi")])
+                .with_extension(CallerIdentity::new(format!("bob-{}", alice))),
+        )
+        .await
+        .unwrap()
+        .collect_response()
+        .await
+        .unwrap();
+    assert_eq!(generated.finish_reason, Some(FinishReason::ToolCalls));
+    let bobs = db
+        .store
+        .list_conversations(&ConversationQuery::new().caller(format!("bob-{}", alice)))
+        .await
+        .unwrap();
+    assert_eq!(bobs.len(), 1);
+    assert_ne!(bobs[0].conversation_id, alice);
+    assert_eq!(bobs[0].calls, 1);
+
+    let alices = db
+        .store
+        .list_conversations(&ConversationQuery::new().caller("alice"))
+        .await
+        .unwrap();
+    assert_eq!(alices.len(), 1);
+    assert_eq!(alices[0].conversation_id, alice);
+    assert_eq!(alices[0].calls, 3, "counts every call of the conversation");
+    assert!(alices[0].first_started_at <= alices[0].last_started_at);
+
+    // Most recently active first, with paging.
+    let all = db
+        .store
+        .list_conversations(&ConversationQuery::new())
+        .await
+        .unwrap();
+    assert_eq!(all.len(), 2);
+    assert_eq!(all[0].conversation_id, bobs[0].conversation_id);
+    let second = db
+        .store
+        .list_conversations(&ConversationQuery::new().limit(1).offset(1))
+        .await
+        .unwrap();
+    assert_eq!(second.len(), 1);
+    assert_eq!(second[0].conversation_id, alice);
+
+    // Unknown things are empty, not errors.
+    assert!(db
+        .store
+        .load_conversation(&ConversationId::new("nope"))
+        .await
+        .unwrap()
+        .is_empty());
+    assert!(db.store.call(&CallId::new("nope")).await.unwrap().is_none());
+}
+
+async fn migrations_of_other_crates_are_applied_once(db: &TestDb) {
+    use tower_chat_persistence::Migration;
+    match &db.backend {
+        common::Backend::Sqlite(store) => {
+            let path = store.path().to_owned();
+            let migration = Migration::new(
+                "test-crate/0001_notes",
+                "CREATE TABLE notes (id INTEGER PRIMARY KEY, body TEXT NOT NULL);",
+            );
+            for round in 0..2 {
+                // Reopening applies nothing twice (a second CREATE TABLE would fail).
+                let reopened = tower_chat_persistence::SqliteStore::builder(&path)
+                    .migration(migration.clone())
+                    .open()
+                    .await
+                    .unwrap();
+                let count = reopened
+                    .run("notes", move |conn| {
+                        conn.execute(
+                            "INSERT INTO notes (body) VALUES (?1)",
+                            [format!("n{round}")],
+                        )?;
+                        conn.query_row("SELECT COUNT(*) FROM notes", [], |r| r.get::<_, i64>(0))
+                    })
+                    .await
+                    .unwrap();
+                assert_eq!(count, round + 1);
+                // A panicking closure fails its own operation only.
+                assert!(reopened
+                    .with_connection(|_| -> () { panic!("boom") })
+                    .await
+                    .is_err());
+                assert_eq!(
+                    reopened
+                        .run("count", |conn| {
+                            conn.query_row("SELECT COUNT(*) FROM notes", [], |r| r.get::<_, i64>(0))
+                        })
+                        .await
+                        .unwrap(),
+                    round + 1
+                );
+            }
+        }
+        common::Backend::Postgres(store) => {
+            let url = common::database_url().unwrap();
+            let migration = Migration::new(
+                "test-crate/0001_notes",
+                "CREATE TABLE notes (id BIGSERIAL PRIMARY KEY, body TEXT NOT NULL);",
+            );
+            for round in 0..2 {
+                let reopened = tower_chat_persistence::PostgresStore::builder(url.clone())
+                    .schema(store.schema().unwrap())
+                    .migration(migration.clone())
+                    .connect()
+                    .await
+                    .unwrap();
+                let client = reopened.client().await.unwrap();
+                client
+                    .execute(
+                        "INSERT INTO notes (body) VALUES ($1)",
+                        &[&format!("n{round}")],
+                    )
+                    .await
+                    .unwrap();
+                let count: i64 = client
+                    .query_one("SELECT COUNT(*) FROM notes", &[])
+                    .await
+                    .unwrap()
+                    .get(0);
+                assert_eq!(count, round + 1);
+            }
+        }
+    }
+    // A migration that fails is reported as a store error naming it.
+    let broken = Migration::new("test-crate/0002_broken", "CREATE TABLE (;");
+    let error = match &db.backend {
+        common::Backend::Sqlite(store) => {
+            tower_chat_persistence::SqliteStore::builder(store.path())
+                .migration(broken)
+                .open()
+                .await
+                .unwrap_err()
+        }
+        common::Backend::Postgres(store) => {
+            tower_chat_persistence::PostgresStore::builder(common::database_url().unwrap())
+                .schema(store.schema().unwrap())
+                .migration(broken)
+                .connect()
+                .await
+                .unwrap_err()
+        }
+    };
+    assert!(
+        error.to_string().contains("test-crate/0002_broken"),
+        "{error}"
+    );
+}
+
+async fn pending_approvals_are_taken_at_most_once_and_decisions_are_audited(db: &TestDb) {
+    use std::sync::Arc;
+    use std::time::{SystemTime, UNIX_EPOCH};
+    use tower_chat_persistence::{ApprovalTables, AuditRecord, PendingApproval};
+
+    let tables: Arc<dyn ApprovalTables> = match &db.backend {
+        common::Backend::Sqlite(store) => Arc::new(store.clone()),
+        common::Backend::Postgres(store) => Arc::new(store.clone()),
+    };
+    // Whole microseconds: what the stores keep.
+    let now = UNIX_EPOCH + Duration::from_micros(1_800_000_000_000_000);
+    let pending = |id: &str, expires_at: SystemTime| PendingApproval {
+        approval_id: id.to_owned(),
+        conversation_id: ConversationId::new("conv-a"),
+        caller: Some(CallerIdentity::new("alice")),
+        call: ToolCall::new("call-1", "delete_file", json!({"path": "/etc/passwd"})),
+        reason: Some("writes outside the workspace".into()),
+        created_at: now,
+        expires_at,
+    };
+    let first = pending("ap-1", now + Duration::from_secs(600));
+    tables.insert_pending(&first).await.unwrap();
+    assert!(
+        tables.insert_pending(&first).await.is_err(),
+        "ids are unique"
+    );
+    assert_eq!(
+        tables.get_pending("ap-1").await.unwrap(),
+        Some(first.clone())
+    );
+    assert_eq!(
+        tables.take_pending("ap-1").await.unwrap(),
+        Some(first.clone())
+    );
+    assert_eq!(tables.take_pending("ap-1").await.unwrap(), None, "replay");
+    assert_eq!(tables.get_pending("ap-1").await.unwrap(), None);
+    assert_eq!(tables.take_pending("forged").await.unwrap(), None);
+
+    // Concurrent takes of one id: exactly one wins.
+    tables
+        .insert_pending(&pending("ap-2", now + Duration::from_secs(600)))
+        .await
+        .unwrap();
+    let takes: Vec<_> = (0..16)
+        .map(|_| {
+            let tables = tables.clone();
+            tokio::spawn(async move { tables.take_pending("ap-2").await.unwrap() })
+        })
+        .collect();
+    let mut winners = 0;
+    for take in takes {
+        winners += usize::from(take.await.unwrap().is_some());
+    }
+    assert_eq!(winners, 1);
+
+    // Expired approvals can be purged.
+    tables
+        .insert_pending(&pending("ap-old", now - Duration::from_secs(1)))
+        .await
+        .unwrap();
+    tables
+        .insert_pending(&pending("ap-new", now + Duration::from_secs(1)))
+        .await
+        .unwrap();
+    assert_eq!(tables.purge_expired(now).await.unwrap(), 1);
+    assert!(tables.get_pending("ap-new").await.unwrap().is_some());
+
+    // The audit log keeps every decision in order.
+    let audit = |id: &str, outcome: &str, offset: u64| AuditRecord {
+        approval_id: id.to_owned(),
+        conversation_id: Some(ConversationId::new("conv-a")),
+        caller: Some(CallerIdentity::new("alice")),
+        approver: Some("bob".into()),
+        call: Some(first.call.clone()),
+        outcome: outcome.to_owned(),
+        reason: None,
+        decided_at: now + Duration::from_secs(offset),
+    };
+    let log = vec![
+        audit("ap-1", "approved", 1),
+        audit("ap-1", "refused_replay", 2),
+    ];
+    for record in &log {
+        tables.insert_audit(record).await.unwrap();
+    }
+    let mut other = audit("ap-9", "denied", 3);
+    other.conversation_id = Some(ConversationId::new("conv-b"));
+    other.call = None;
+    tables.insert_audit(&other).await.unwrap();
+    assert_eq!(
+        tables
+            .audit_log(&ConversationId::new("conv-a"))
+            .await
+            .unwrap(),
+        log
+    );
+    assert_eq!(
+        tables
+            .audit_log(&ConversationId::new("conv-b"))
+            .await
+            .unwrap(),
+        vec![other]
+    );
+}
+
+async fn in_flight_records_are_replaced_by_the_final_one(db: &TestDb) {
+    let layer = db.layer().record_in_flight(true).build();
+    let chat = layer.layer(scripted(|_| {
+        hanging(vec![Ok(ChatEvent::text("Hel")), Ok(ChatEvent::text("lo"))])
+    }));
+    let conv = conversation();
+    let mut stream = chat
+        .clone()
+        .oneshot(request(&conv, "hi").model("m-1"))
+        .await
+        .unwrap();
+    stream.next().await.unwrap().unwrap();
+    layer.flush().await.unwrap();
+    // While the call runs, its start is on record.
+    let in_flight = only_call(db, &conv).await;
+    assert_eq!(in_flight.outcome, CallOutcome::InFlight);
+    assert_eq!(in_flight.request.messages.len(), 2);
+    assert_eq!(in_flight.model.as_deref(), Some("m-1"));
+    assert_eq!(in_flight.ended_at, in_flight.started_at);
+    assert!(in_flight.response.messages.is_empty());
+    assert!(db.store.load_conversation(&conv).await.unwrap().is_empty());
+
+    drop(stream);
+    layer.flush().await.unwrap();
+    let last = only_call(db, &conv).await;
+    assert_eq!(last.call_id, in_flight.call_id);
+    assert_eq!(last.outcome, CallOutcome::Cancelled);
+    assert_eq!(last.text(), "Hel", "only what the caller had read");
+
+    // An in-flight record arriving late never overwrites a final one.
+    db.store
+        .write_calls(std::slice::from_ref(&in_flight))
+        .await
+        .unwrap();
+    assert_eq!(only_call(db, &conv).await, last);
+
+    // A call whose process "dies" (its stream is leaked: no final record ever comes) stays in flight until the
+    // next start closes it.
+    let conv_dead = conversation();
+    let stream = chat
+        .clone()
+        .oneshot(request(&conv_dead, "hi"))
+        .await
+        .unwrap();
+    std::mem::forget(stream);
+    layer.flush().await.unwrap();
+    assert_eq!(
+        only_call(db, &conv_dead).await.outcome,
+        CallOutcome::InFlight
+    );
+    let before_start = std::time::SystemTime::now() + Duration::from_millis(1);
+    let closed = match &db.backend {
+        common::Backend::Sqlite(store) => store.abandon_in_flight(before_start).await.unwrap(),
+        common::Backend::Postgres(store) => store.abandon_in_flight(before_start).await.unwrap(),
+    };
+    assert_eq!(closed, 1, "only the dead call was still in flight");
+    let abandoned = only_call(db, &conv_dead).await;
+    assert_eq!(abandoned.outcome, CallOutcome::Interrupted { error: None });
+    assert_eq!(abandoned.ended_at, abandoned.started_at);
+    assert_eq!(
+        only_call(db, &conv).await,
+        last,
+        "final records are untouched"
+    );
+
+    // A completed call under the same layer leaves one completed record.
+    let chat = layer.layer(scripted(|_| stream_of(answer("done"), Shape::Streaming)));
+    let conv = conversation();
+    let response = chat
+        .oneshot(request(&conv, "q"))
+        .await
+        .unwrap()
+        .collect_response()
+        .await
+        .unwrap();
+    assert_eq!(response.text(), "done");
+    assert_eq!(only_call(db, &conv).await.outcome, CallOutcome::Completed);
+}

@@ -1,0 +1,265 @@
+//! The tool loop end to end through the OpenAI-compatible leaf over loopback HTTP.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use serde_json::{json, Value};
+use tower::{Layer, ServiceExt};
+use tower_chat::openai::OpenAiChat;
+use tower_chat::test_server::{Part, RecordedRequest, Reply, ScriptedProvider};
+use tower_chat::{
+    ApprovalDecision, ApprovalDecisions, ChatRequest, ChatStreamExt, FinishReason, Message,
+    ModelInfo,
+};
+use tower_chat_function_invocation::{tool_json, CompiledTool, FunctionInvocationLayer};
+
+/// A tool that counts its runs and answers "result for {q}" after `delay`.
+fn counting_tool(
+    name: &'static str,
+    runs: Arc<AtomicUsize>,
+    approval: bool,
+    delay: Duration,
+) -> CompiledTool {
+    let schema =
+        json!({"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]});
+    let tool = tool_json(
+        name,
+        "Looks something up",
+        schema,
+        move |args: Value, _ctx| {
+            let runs = runs.clone();
+            async move {
+                tokio::time::sleep(delay).await;
+                runs.fetch_add(1, Ordering::SeqCst);
+                Ok::<_, String>(format!("result for {}", args["q"].as_str().unwrap_or("?")))
+            }
+        },
+    );
+    let tool = if approval { tool.with_approval() } else { tool };
+    tool.compile().unwrap()
+}
+
+/// Re-cut a reply's body into `size`-byte chunks, so SSE lines, JSON and tool fragments split anywhere.
+fn rechunk(reply: Reply, size: usize) -> Reply {
+    let body: Vec<u8> = reply
+        .parts
+        .iter()
+        .flat_map(|p| match p {
+            Part::Bytes(b) => b.to_vec(),
+            _ => Vec::new(),
+        })
+        .collect();
+    Reply::sse_chunks(body.chunks(size).map(<[u8]>::to_vec).collect::<Vec<_>>())
+}
+
+fn tool_messages(request: &RecordedRequest) -> Vec<Value> {
+    request.body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .cloned()
+        .collect()
+}
+
+/// Round 0 asks for two parallel lookups; later rounds answer with what the tools returned.
+fn two_lookups_then_answer(request: &RecordedRequest, _index: usize) -> Reply {
+    let results = tool_messages(request);
+    let streaming = request.body["stream"] == true;
+    if results.is_empty() {
+        let reply = Reply::openai_tool_calls(&[
+            ("call_1", "lookup", r#"{"q":"Zürich"}"#),
+            ("call_2", "lookup", r#"{"q":"Köln"}"#),
+        ]);
+        if streaming {
+            return rechunk(reply, 5);
+        }
+        return Reply::json(
+            200,
+            json!({"id": "c1", "model": "m", "choices": [{"index": 0, "finish_reason": "tool_calls",
+            "message": {"role": "assistant", "content": null, "tool_calls": [
+                {"id": "call_1", "type": "function", "function": {"name": "lookup", "arguments": "{\"q\":\"Zürich\"}"}},
+                {"id": "call_2", "type": "function", "function": {"name": "lookup", "arguments": "{\"q\":\"Köln\"}"}}]}}],
+            "usage": {"prompt_tokens": 20, "completion_tokens": 9}}),
+        );
+    }
+    let text = results
+        .iter()
+        .map(|r| r["content"].as_str().unwrap().to_owned())
+        .collect::<Vec<_>>()
+        .join("; ");
+    if streaming {
+        rechunk(Reply::openai_text(&text), 3)
+    } else {
+        Reply::json(
+            200,
+            json!({"id": "c2", "model": "m", "choices": [{"index": 0, "finish_reason": "stop",
+            "message": {"role": "assistant", "content": text}}], "usage": {"prompt_tokens": 12, "completion_tokens": 5}}),
+        )
+    }
+}
+
+async fn run_two_lookups(streaming: bool) {
+    let provider = ScriptedProvider::start(two_lookups_then_answer).await;
+    let runs = Arc::new(AtomicUsize::new(0));
+    let leaf = OpenAiChat::builder()
+        .base_url(provider.base_url())
+        .model("m")
+        .build()
+        .unwrap();
+    let chat = FunctionInvocationLayer::new()
+        .tool(counting_tool("lookup", runs.clone(), false, Duration::ZERO))
+        .layer(leaf);
+    assert_eq!(
+        chat.model_metadata().provider,
+        "openai",
+        "metadata reads through the layer"
+    );
+    let request =
+        ChatRequest::new(vec![Message::user("Look up Zürich and Köln")]).stream(streaming);
+    let response = chat
+        .oneshot(request)
+        .await
+        .unwrap()
+        .collect_response()
+        .await
+        .unwrap();
+
+    assert_eq!(
+        response.text(),
+        "result for Zürich; result for Köln",
+        "streaming={streaming}"
+    );
+    assert_eq!(response.finish_reason, Some(FinishReason::Stop));
+    assert_eq!(
+        response.usage.total_tokens(),
+        46,
+        "usage summed over both rounds"
+    );
+    assert_eq!(runs.load(Ordering::SeqCst), 2);
+    assert_eq!(
+        response.messages.len(),
+        4,
+        "assistant(calls), tool, tool, assistant(text)"
+    );
+
+    let requests = provider.requests();
+    assert_eq!(requests.len(), 2);
+    let second = &requests[1].body["messages"];
+    assert_eq!(second[1]["role"], "assistant");
+    assert_eq!(second[1]["tool_calls"][0]["id"], "call_1");
+    assert_eq!(
+        second[1]["tool_calls"][1]["function"]["arguments"],
+        "{\"q\":\"Köln\"}"
+    );
+    assert_eq!(
+        second[2],
+        json!({"role": "tool", "tool_call_id": "call_1", "content": "result for Zürich"})
+    );
+    assert_eq!(
+        second[3],
+        json!({"role": "tool", "tool_call_id": "call_2", "content": "result for Köln"})
+    );
+}
+
+#[tokio::test]
+async fn parallel_calls_split_across_chunks_streaming() {
+    run_two_lookups(true).await;
+}
+
+#[tokio::test]
+async fn parallel_calls_non_streaming() {
+    run_two_lookups(false).await;
+}
+
+#[tokio::test]
+async fn approval_pause_and_resume_over_http() {
+    let provider = ScriptedProvider::start(|request, _| {
+        if tool_messages(request).is_empty() {
+            Reply::openai_tool_calls(&[("call_rm", "delete", r#"{"q":"old.txt"}"#)])
+        } else {
+            Reply::openai_text(&format!(
+                "done: {}",
+                tool_messages(request)[0]["content"].as_str().unwrap()
+            ))
+        }
+    })
+    .await;
+    let runs = Arc::new(AtomicUsize::new(0));
+    let leaf = OpenAiChat::builder()
+        .base_url(provider.base_url())
+        .model("m")
+        .build()
+        .unwrap();
+    let chat = FunctionInvocationLayer::new()
+        .tool(counting_tool("delete", runs.clone(), true, Duration::ZERO))
+        .layer(leaf);
+
+    let mut history = vec![Message::user("delete old.txt")];
+    let paused = chat
+        .clone()
+        .oneshot(ChatRequest::new(history.clone()))
+        .await
+        .unwrap()
+        .collect_response()
+        .await
+        .unwrap();
+    assert_eq!(paused.finish_reason, Some(FinishReason::AwaitingApproval));
+    assert_eq!(paused.approval_requests.len(), 1);
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        0,
+        "gated tool never runs without a decision"
+    );
+    assert_eq!(provider.requests().len(), 1);
+
+    history.extend(paused.messages);
+    let decisions = ApprovalDecisions(vec![ApprovalDecision::approve(
+        paused.approval_requests[0].id.clone(),
+    )]);
+    let resumed = chat
+        .oneshot(ChatRequest::new(history).with_extension(decisions))
+        .await
+        .unwrap()
+        .collect_response()
+        .await
+        .unwrap();
+    assert_eq!(resumed.text(), "done: result for old.txt");
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn dropping_the_stream_mid_tool_makes_no_further_model_call() {
+    let provider = ScriptedProvider::start(two_lookups_then_answer).await;
+    let runs = Arc::new(AtomicUsize::new(0));
+    let leaf = OpenAiChat::builder()
+        .base_url(provider.base_url())
+        .model("m")
+        .build()
+        .unwrap();
+    let chat = FunctionInvocationLayer::new()
+        .tool(counting_tool(
+            "lookup",
+            runs.clone(),
+            false,
+            Duration::from_secs(5),
+        ))
+        .layer(leaf);
+    let mut stream = chat
+        .oneshot(ChatRequest::new(vec![Message::user("go")]))
+        .await
+        .unwrap();
+    // Read until both calls are complete; the slow tools are now running.
+    let mut ended = 0;
+    while ended < 2 {
+        if let tower_chat::ChatEvent::ToolCallEnd { .. } = stream.next().await.unwrap().unwrap() {
+            ended += 1;
+        }
+    }
+    drop(stream);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(provider.requests().len(), 1);
+    assert_eq!(runs.load(Ordering::SeqCst), 0, "tool bodies were cancelled");
+}
