@@ -129,6 +129,8 @@
 
 mod error;
 mod layer;
+#[cfg(feature = "persistence")]
+mod persistent;
 mod policy;
 mod record;
 mod service;
@@ -138,6 +140,8 @@ mod verify;
 
 pub use error::{ApprovalRefused, Refusal, RefusalKind};
 pub use layer::ApprovalLayer;
+#[cfg(feature = "persistence")]
+pub use persistent::PersistentApprovalStore;
 pub use policy::{ApproverIdentity, ApproverInput, PolicyInput, Verdict};
 pub use record::{AuditOutcome, AuditRecord, PendingApproval, UnknownOutcome};
 pub use service::{Approval, ResponseFuture};

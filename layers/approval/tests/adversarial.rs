@@ -183,7 +183,14 @@ async fn concurrent_uses_of_one_id_run_the_tool_once() {
     for handle in handles {
         match handle.await.unwrap() {
             Ok(_) => ok += 1,
-            Err(error) => assert_eq!(refusal_kinds(&error), vec![RefusalKind::Replayed]),
+            // Between one request's take and its audit record, a replay looks like an unknown id.
+            Err(error) => assert!(
+                matches!(
+                    refusal_kinds(&error)[..],
+                    [RefusalKind::Replayed] | [RefusalKind::Unknown]
+                ),
+                "{error}"
+            ),
         }
     }
     assert_eq!(ok, 1);
