@@ -23,7 +23,7 @@
 //!   raw call ids never reach the loop.
 //! - **Audit**: every decision — approved, denied or refused — is an [`AuditRecord`] (who, when, what, outcome).
 //! - **Stores**: [`MemoryApprovalStore`] (default); with the `sqlite` or `postgres` feature the persistence
-//!   crate's stores through [`PersistentApprovalStore`], so a pause in one replica resumes in another, or after a
+//!   crate's stores through `PersistentApprovalStore`, so a pause in one replica resumes in another, or after a
 //!   restart.
 //!
 //! ```

@@ -20,7 +20,7 @@ pub type StoreFuture<'a, T> = BoxFuture<'a, Result<T, ChatError>>;
 /// to concurrent requests in different processes sharing the store.
 ///
 /// Implementations: [`MemoryApprovalStore`] (one process), and with the `sqlite` / `postgres` features the
-/// persistence crate's stores through [`PersistentApprovalStore`](crate::PersistentApprovalStore).
+/// persistence crate's stores through `PersistentApprovalStore`.
 pub trait ApprovalStore: Send + Sync + 'static {
     /// Record a pending approval. An id already pending is an error.
     fn insert_pending<'a>(&'a self, pending: &'a PendingApproval) -> StoreFuture<'a, ()>;
