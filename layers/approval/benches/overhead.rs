@@ -8,8 +8,8 @@ use futures_util::{stream, StreamExt};
 use serde_json::{json, Value};
 use tower::{service_fn, util::BoxCloneService, Layer, ServiceExt};
 use tower_chat::{
-    CallerIdentity, ChatError, ChatEvent, ChatRequest, ChatStream, ConversationId, FinishReason,
-    Message, ToolCall,
+    ApprovalDecision, ApprovalDecisions, CallerIdentity, ChatError, ChatEvent, ChatRequest,
+    ChatStream, ChatStreamExt, ConversationId, FinishReason, Message, ToolCall,
 };
 use tower_chat_approval::ApprovalLayer;
 use tower_chat_function_invocation::{tool_json, FunctionInvocationLayer};
@@ -60,7 +60,11 @@ fn request() -> ChatRequest {
 }
 
 async fn drive(service: Chat) -> usize {
-    let stream = service.oneshot(request()).await.unwrap();
+    drive_request(service, request()).await
+}
+
+async fn drive_request(service: Chat, request: ChatRequest) -> usize {
+    let stream = service.oneshot(request).await.unwrap();
     stream.count().await
 }
 
@@ -84,6 +88,29 @@ fn bench(c: &mut Criterion) {
         });
         group.finish();
     }
+
+    // For scale: one whole approval cycle in process (pause: record; resume: verify, take, audit, run).
+    let gated: Chat = BoxCloneService::new(
+        ApprovalLayer::new()
+            .require_approval("echo")
+            .layer(tool_loop(true)),
+    );
+    c.bench_function("approval cycle (memory store)/pause + resume", |b| {
+        b.iter(|| {
+            runtime.block_on(async {
+                let paused = gated.clone().oneshot(request()).await.unwrap();
+                let response = paused.collect_response().await.unwrap();
+                let id = response.approval_requests[0].id.clone();
+                let mut history = request().messages;
+                history.extend(response.messages);
+                let resume = ChatRequest::new(history)
+                    .with_extension(ConversationId::new("bench"))
+                    .with_extension(CallerIdentity::new("alice"))
+                    .with_extension(ApprovalDecisions(vec![ApprovalDecision::approve(id)]));
+                black_box(drive_request(gated.clone(), resume).await)
+            })
+        })
+    });
 }
 
 criterion_group!(benches, bench);
