@@ -107,9 +107,6 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("resumed: {}", done.text());
 
     // The id was used: the same decision again is refused before anything runs.
-    resume
-        .extensions
-        .insert(ApproverIdentity::new("operator:bob"));
     let refused = second.oneshot(resume).await.err().expect("replay refused");
     println!("replay: {refused}");
     Ok(())
