@@ -297,3 +297,34 @@ async fn requests_without_approvals_pass_through_unchanged() {
         );
     }
 }
+
+/// A leaf that only knows its metadata.
+#[derive(Clone, Debug)]
+struct Described;
+
+impl tower_chat::ModelInfo for Described {
+    fn model_metadata(&self) -> tower_chat::ModelMetadata {
+        tower_chat::ModelMetadata {
+            provider: "scripted".into(),
+            model_id: Some("m-1".into()),
+            endpoint: None,
+            supports_tools: true,
+            supports_parallel_tool_calls: true,
+            supports_streaming_usage: false,
+            context_window: None,
+        }
+    }
+}
+
+#[test]
+fn the_service_forwards_model_metadata_and_exposes_its_inner_service() {
+    use tower::Layer;
+    use tower_chat::ModelInfo;
+    let layer = flagged().policy(|input| input.default_verdict());
+    let debug = format!("{layer:?}");
+    assert!(debug.contains("delete") && debug.contains("ttl"), "{debug}");
+    let service = layer.layer(Described);
+    assert_eq!(service.model_metadata().model_id.as_deref(), Some("m-1"));
+    assert_eq!(service.get_ref().model_metadata().provider, "scripted");
+    let _inner: Described = service.into_inner();
+}
