@@ -123,6 +123,13 @@
 //! asks again about a call that got no decision, a new id is issued; any unused id for that call still works
 //! once, and after the call was decided every other id for it is refused (the call is no longer pending).
 //! Expired approvals stay in the store, refused, until [`ApprovalStore::purge_expired`] removes them.
+//!
+//! ## Cargo features
+//! - `sqlite`: `PersistentApprovalStore` over the persistence crate's `SqliteStore` (survives restarts; see the
+//!   `durable_resume` example).
+//! - `postgres`: `PersistentApprovalStore` over its `PostgresStore` (replicas share pending approvals; of
+//!   concurrent uses of one id in any number of processes, one wins).
+//! - `persistence`: the adapter alone, for your own implementation of the persistence crate's `ApprovalTables`.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 #![warn(missing_debug_implementations, unreachable_pub)]
