@@ -6,7 +6,7 @@
 use std::hint::black_box;
 
 use bytes::Bytes;
-use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use criterion::{criterion_group, Criterion, Throughput};
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
@@ -112,14 +112,17 @@ async fn raw_round_trip(client: &RawClient, url: &str, body: &Bytes, typed: bool
     assert!(response.status().is_success());
     let mut sse = SseDecoder::new();
     let mut parsed = 0;
+    // Like any client, keep the answer text.
+    let mut text = String::new();
     while let Some(frame) = response.body_mut().frame().await {
         if let Ok(data) = frame.unwrap().into_data() {
             sse.feed(&data, &mut |event| {
                 if event.data != "[DONE]" {
                     if typed {
                         let chunk: MinimalChunk = serde_json::from_str(&event.data).unwrap();
-                        for choice in chunk.choices {
-                            black_box(choice.delta.map(|d| (d.content, d.tool_calls)));
+                        for delta in chunk.choices.into_iter().filter_map(|c| c.delta) {
+                            text.push_str(delta.content.as_deref().unwrap_or(""));
+                            black_box(delta.tool_calls);
                         }
                     } else {
                         black_box(serde_json::from_str::<Value>(&event.data).unwrap());
@@ -129,6 +132,7 @@ async fn raw_round_trip(client: &RawClient, url: &str, body: &Bytes, typed: bool
             });
         }
     }
+    black_box(text);
     parsed
 }
 
@@ -180,4 +184,52 @@ fn round_trip(c: &mut Criterion) {
 }
 
 criterion_group!(benches, decode, round_trip);
-criterion_main!(benches);
+
+/// `LEAF_COUNT_VARIANT=raw_hyper_typed|raw_hyper_value|openai_leaf LEAF_COUNT_CALLS=N` runs N round trips of one
+/// variant and exits, for instruction counting under `valgrind --tool=callgrind` (repeatable where wall time on a
+/// shared machine is not).
+fn count_variant(variant: &str) {
+    let calls: usize = std::env::var("LEAF_COUNT_CALLS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(200);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let (body, _) = openai_body(100);
+        let body = Bytes::from(body);
+        let provider = ScriptedProvider::start(move |_, _| Reply::sse_chunks([body.clone()])).await;
+        let leaf = OpenAiChat::builder().base_url(provider.base_url()).api_key("sk-bench").model("gpt-4o-mini").build().unwrap();
+        let request = ChatRequest::new(vec![Message::system("You are a bench."), Message::user("Stream me 100 words.")]);
+        let raw_client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
+        let url = format!("{}/chat/completions", provider.base_url());
+        let raw_body = Bytes::from(
+            json!({"model": "gpt-4o-mini", "messages": [{"role": "system", "content": "You are a bench."},
+                {"role": "user", "content": "Stream me 100 words."}], "stream": true, "stream_options": {"include_usage": true}})
+            .to_string(),
+        );
+        for _ in 0..calls {
+            match variant {
+                "raw_hyper_value" => drop(raw_round_trip(&raw_client, &url, &raw_body, false).await),
+                "raw_hyper_typed" => drop(raw_round_trip(&raw_client, &url, &raw_body, true).await),
+                "openai_leaf" => {
+                    let stream = leaf.clone().oneshot(request.clone()).await.unwrap();
+                    black_box(stream.collect_response().await.unwrap());
+                }
+                other => panic!("unknown variant {other}"),
+            }
+        }
+        eprintln!("{variant}: {calls} calls over {} connection(s)", provider.connections());
+    });
+}
+
+fn main() {
+    if let Ok(variant) = std::env::var("LEAF_COUNT_VARIANT") {
+        count_variant(&variant);
+        return;
+    }
+    benches();
+    Criterion::default().configure_from_args().final_summary();
+}

@@ -17,6 +17,7 @@
 use std::convert::Infallible;
 use std::fmt;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -167,6 +168,7 @@ type Handler = dyn Fn(&RecordedRequest, usize) -> Reply + Send + Sync;
 pub struct ScriptedProvider {
     addr: SocketAddr,
     requests: Arc<Mutex<Vec<RecordedRequest>>>,
+    connections: Arc<AtomicUsize>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -190,11 +192,14 @@ impl ScriptedProvider {
         let requests = Arc::new(Mutex::new(Vec::new()));
         let handler: Arc<Handler> = Arc::new(handler);
         let recorded = requests.clone();
+        let connections = Arc::new(AtomicUsize::new(0));
+        let accepted = connections.clone();
         let task = tokio::spawn(async move {
             loop {
                 let Ok((stream, _)) = listener.accept().await else {
                     continue;
                 };
+                accepted.fetch_add(1, Ordering::SeqCst);
                 let _ = stream.set_nodelay(true);
                 let handler = handler.clone();
                 let recorded = recorded.clone();
@@ -211,6 +216,7 @@ impl ScriptedProvider {
         ScriptedProvider {
             addr,
             requests,
+            connections,
             task,
         }
     }
@@ -223,6 +229,11 @@ impl ScriptedProvider {
     /// `http://127.0.0.1:PORT/v1`, the base URL to give a leaf.
     pub fn base_url(&self) -> String {
         format!("http://{}/v1", self.addr)
+    }
+
+    /// How many TCP connections were accepted so far (to check that clients reuse pooled connections).
+    pub fn connections(&self) -> usize {
+        self.connections.load(Ordering::SeqCst)
     }
 
     /// Every request received so far.

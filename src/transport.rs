@@ -371,23 +371,21 @@ impl<D: WireDecoder> EventDecoder<D> {
 
 /// A streaming body decoded as SSE and mapped to chat events, with an idle deadline between chunks.
 pub(crate) struct SseChatStream<D> {
-    body: Incoming,
+    body: Option<Incoming>,
     decoder: EventDecoder<D>,
     idle: Option<Duration>,
     idle_deadline: Option<Instant>,
     idle_timer: Option<Pin<Box<Sleep>>>,
-    body_done: bool,
 }
 
 impl<D: WireDecoder> SseChatStream<D> {
     pub(crate) fn new(body: Incoming, wire: D, idle: Option<Duration>) -> Self {
         SseChatStream {
-            body,
+            body: Some(body),
             decoder: EventDecoder::new(wire),
             idle,
             idle_deadline: None,
             idle_timer: None,
-            body_done: false,
         }
     }
 
@@ -424,19 +422,19 @@ impl<D: WireDecoder> Stream for SseChatStream<D> {
         loop {
             if let Some(item) = this.decoder.next_item() {
                 if item.is_err() {
-                    this.body_done = true;
+                    this.body = None;
                 }
                 return Poll::Ready(Some(item));
             }
-            if this.body_done {
+            let Some(body) = this.body.as_mut() else {
                 return Poll::Ready(None);
-            }
+            };
             // After the end marker the rest of the body is still read (and ignored) so that the connection
             // goes back to the pool instead of being closed.
             if this.idle_deadline.is_none() {
                 this.idle_deadline = this.idle.map(|idle| Instant::now() + idle);
             }
-            match Pin::new(&mut this.body).poll_frame(cx) {
+            match Pin::new(body).poll_frame(cx) {
                 Poll::Ready(Some(Ok(frame))) => {
                     if let Some(idle) = this.idle {
                         this.idle_deadline = Some(Instant::now() + idle);
@@ -446,23 +444,26 @@ impl<D: WireDecoder> Stream for SseChatStream<D> {
                     }
                 }
                 Poll::Ready(Some(Err(error))) => {
-                    this.body_done = true;
+                    this.body = None;
                     this.decoder.end(Some(body_error(error)));
                 }
                 Poll::Ready(None) => {
-                    this.body_done = true;
+                    this.body = None;
                     this.decoder.end(None);
                 }
-                // A server that keeps the body open after its end marker must not delay the end of the stream.
+                // The end marker was seen but the body's last bytes are still on their way: end the stream now,
+                // and let a task read the rest so the connection goes back to the pool instead of closing.
                 Poll::Pending if this.decoder.is_complete() => {
-                    this.body_done = true;
+                    if let Some(rest) = this.body.take() {
+                        tokio::spawn(drain(rest));
+                    }
                     return Poll::Ready(None);
                 }
                 Poll::Pending => {
                     if !this.idle_expired(cx) {
                         return Poll::Pending;
                     }
-                    this.body_done = true;
+                    this.body = None;
                     let idle = this.idle.unwrap_or_default();
                     this.decoder.end(Some(ChatError::new(
                         ErrorKind::Timeout(TimeoutPhase::Idle),
@@ -472,6 +473,22 @@ impl<D: WireDecoder> Stream for SseChatStream<D> {
             }
         }
     }
+}
+
+/// Read what is left of a finished response (a few bytes: the chunked terminator, a trailing newline), bounded in
+/// size and time, so hyper can reuse the connection.
+async fn drain(mut body: Incoming) {
+    const LIMIT: usize = 64 * 1024;
+    let read_rest = async {
+        let mut read = 0;
+        while let Some(Ok(frame)) = body.frame().await {
+            read += frame.data_ref().map_or(0, Bytes::len);
+            if read > LIMIT {
+                return;
+            }
+        }
+    };
+    let _ = tokio::time::timeout(Duration::from_secs(5), read_rest).await;
 }
 
 /// How one provider's responses are read.

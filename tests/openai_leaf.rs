@@ -312,3 +312,27 @@ async fn metadata_is_readable_from_the_leaf() {
     assert_eq!(meta.context_window, Some(128_000));
     assert!(meta.supports_streaming_usage);
 }
+
+#[tokio::test]
+async fn sequential_streaming_calls_reuse_one_pooled_connection() {
+    // The body's end comes a little after `[DONE]`, so the stream ends before the body does.
+    let provider = ScriptedProvider::start(|_, _| {
+        Reply::openai_text("pooled").then(Part::Pause(Duration::from_millis(5)))
+    })
+    .await;
+    let leaf = leaf(&provider);
+    for _ in 0..5 {
+        let response = leaf
+            .clone()
+            .oneshot(hello())
+            .await
+            .unwrap()
+            .collect_response()
+            .await
+            .unwrap();
+        assert_eq!(response.text(), "pooled");
+        // The drain of the body's last bytes is still running: give it a moment.
+        tokio::time::sleep(Duration::from_millis(30)).await;
+    }
+    assert_eq!(provider.connections(), 1);
+}

@@ -50,8 +50,14 @@ fn bench(c: &mut Criterion) {
         let upstream = tower_chat_gateway::Upstream::OpenAi(leaf.clone());
         // The same stack the gateway runs, persistence included (a second store file).
         config.db = files.path().join("bench-stack.db");
-        let persistence = tower_chat_gateway::persistence(&config).await.unwrap();
-        let stack = tower_chat_gateway::stack(&config, upstream, Some(&persistence)).unwrap();
+        let stores = tower_chat_gateway::stores(&config).await.unwrap();
+        let stack = tower_chat_gateway::stack(
+            &config,
+            upstream,
+            Some(&stores.persistence),
+            Some(&stores.approvals),
+        )
+        .unwrap();
         (provider, addr, leaf, stack)
     });
     let request = || ChatRequest::new(vec![Message::user("count to twenty")]).model("test-model");

@@ -43,7 +43,7 @@ pub use auth::ApiKeys;
 pub use config::{CliError, Command, Config, Provider, USAGE};
 pub use error::ApiError;
 pub use pending::PendingStore;
-pub use server::{persistence, stack, ChatStack, Gateway, Upstream};
+pub use server::{stack, stores, ChatStack, Gateway, Stores, Upstream};
 
 /// Why the gateway could not start or stopped with an error.
 #[derive(Debug)]

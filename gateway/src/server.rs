@@ -27,8 +27,11 @@ use tower_chat::{
     CallerIdentity, ChatError, ChatRequest, ChatStream, ConversationId, Message, ModelInfo,
     ModelMetadata,
 };
+use tower_chat_approval::{ApprovalLayer, PersistentApprovalStore};
 use tower_chat_function_invocation::FunctionInvocationLayer;
-use tower_chat_persistence::{PersistenceLayer, PostgresStore, SqliteStore, StoreError};
+use tower_chat_persistence::{
+    ApprovalTables, PersistenceLayer, PostgresStore, SqliteStore, Store, StoreError,
+};
 use tower_chat_tracing::TracingLayer;
 
 use crate::auth::ApiKeys;
@@ -115,13 +118,15 @@ impl ModelInfo for Upstream {
     }
 }
 
-/// The stack the gateway runs: tracing (one span per client request, tool spans inside) over persistence (one
-/// record per client request, the tool rounds it ran included) over the tool loop with the server-side tools,
-/// over `upstream`. Without `persistence` nothing is recorded.
+/// The stack the gateway runs, outermost first: tracing (one span per client request, tool spans inside),
+/// persistence (one record per client request, the tool rounds it ran included), approvals (verified,
+/// single-use ids for `write_file`), the tool loop with the server-side tools, `upstream`. Layers given as
+/// `None` are left out; without an approval layer the loop's own approval protocol still gates `write_file`.
 pub fn stack<S>(
     config: &Config,
     upstream: S,
     persistence: Option<&PersistenceLayer>,
+    approvals: Option<&ApprovalLayer>,
 ) -> Result<ChatStack, ChatError>
 where
     S: tower::Service<ChatRequest, Response = ChatStream, Error = ChatError>
@@ -132,39 +137,78 @@ where
         + 'static,
     S::Future: Send + 'static,
 {
-    let tools = FunctionInvocationLayer::new()
-        .tools(server_tools(&config.files)?)
-        .max_rounds(config.max_rounds)
-        .layer(upstream);
-    Ok(match persistence {
-        Some(persistence) => {
-            BoxCloneSyncService::new(TracingLayer::new().layer(persistence.layer(tools)))
-        }
-        None => BoxCloneSyncService::new(TracingLayer::new().layer(tools)),
-    })
+    // Read before the leaf disappears into boxes that do not forward it.
+    let metadata = upstream.model_metadata();
+    let mut service: ChatStack = BoxCloneSyncService::new(
+        FunctionInvocationLayer::new()
+            .tools(server_tools(&config.files)?)
+            .max_rounds(config.max_rounds)
+            .layer(upstream),
+    );
+    if let Some(approvals) = approvals {
+        service = BoxCloneSyncService::new(approvals.layer(service));
+    }
+    if let Some(persistence) = persistence {
+        service = BoxCloneSyncService::new(persistence.layer(service));
+    }
+    Ok(BoxCloneSyncService::new(
+        TracingLayer::new().metadata(metadata).layer(service),
+    ))
 }
 
-/// Open the store `--database-url` (PostgreSQL) or `--db` (SQLite) names; migrations are applied on open.
-pub async fn persistence(config: &Config) -> Result<PersistenceLayer, GatewayError> {
+/// The layers backed by the database: persistence, and approvals whose pending ids and audit log live in the
+/// same database (so a paused turn survives a restart and resumes in any replica sharing it).
+#[derive(Clone)]
+pub struct Stores {
+    /// Records every call.
+    pub persistence: PersistenceLayer,
+    /// Issues and verifies approval ids.
+    pub approvals: ApprovalLayer,
+    /// The approval tables, for looking up a pending approval's conversation.
+    pub approval_tables: Arc<dyn ApprovalTables>,
+}
+
+impl std::fmt::Debug for Stores {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Stores")
+            .field("persistence", &self.persistence)
+            .field("approvals", &self.approvals)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Open the store `--database-url` (PostgreSQL) or `--db` (SQLite) names (migrations are applied on open) and
+/// build the layers that use it.
+pub async fn stores(config: &Config) -> Result<Stores, GatewayError> {
     let provider = match config.provider {
         Provider::OpenAi => "openai",
         Provider::Anthropic => "anthropic",
     };
     let store_error =
         |what: String| move |e: StoreError| GatewayError::Config(format!("{what}: {e}"));
-    let builder = match &config.database_url {
-        Some(url) => PersistenceLayer::builder(
-            PostgresStore::connect(url.clone())
+    let (store, tables): (Arc<dyn Store>, Arc<dyn ApprovalTables>) = match &config.database_url {
+        Some(url) => {
+            let store = PostgresStore::connect(url.clone())
                 .await
-                .map_err(store_error("--database-url".into()))?,
-        ),
-        None => PersistenceLayer::builder(
-            SqliteStore::open(&config.db)
+                .map_err(store_error("--database-url".into()))?;
+            (Arc::new(store.clone()), Arc::new(store))
+        }
+        None => {
+            let store = SqliteStore::open(&config.db)
                 .await
-                .map_err(store_error(format!("--db {}", config.db.display())))?,
-        ),
+                .map_err(store_error(format!("--db {}", config.db.display())))?;
+            (Arc::new(store.clone()), Arc::new(store))
+        }
     };
-    Ok(builder.provider(provider).build())
+    Ok(Stores {
+        persistence: PersistenceLayer::builder_shared(store)
+            .provider(provider)
+            .build(),
+        approvals: ApprovalLayer::new()
+            .store(PersistentApprovalStore::new(tables.clone()))
+            .ttl(config.approval_ttl),
+        approval_tables: tables,
+    })
 }
 
 #[derive(Clone)]
@@ -172,6 +216,8 @@ struct AppState {
     stack: ChatStack,
     keys: Option<Arc<ApiKeys>>,
     pending: Arc<PendingStore>,
+    /// Where an approval layer keeps pending approvals: lets a resume find its conversation after a restart.
+    approval_tables: Option<Arc<dyn ApprovalTables>>,
     body_limit: usize,
 }
 
@@ -179,7 +225,7 @@ struct AppState {
 pub struct Gateway {
     state: AppState,
     shutdown_timeout: Duration,
-    persistence: Option<PersistenceLayer>,
+    stores: Option<Stores>,
 }
 
 impl std::fmt::Debug for Gateway {
@@ -197,10 +243,17 @@ impl Gateway {
         // Cheap checks first: a bad keys file should not leave a fresh database behind.
         let keys = load_keys(config)?;
         let upstream = Upstream::from_config(config).map_err(GatewayError::Chat)?;
-        let persistence = persistence(config).await?;
-        let stack = stack(config, upstream, Some(&persistence)).map_err(GatewayError::Chat)?;
+        let stores = stores(config).await?;
+        let stack = stack(
+            config,
+            upstream,
+            Some(&stores.persistence),
+            Some(&stores.approvals),
+        )
+        .map_err(GatewayError::Chat)?;
         let mut gateway = Gateway::assemble(config, stack, keys);
-        gateway.persistence = Some(persistence);
+        gateway.state.approval_tables = Some(stores.approval_tables.clone());
+        gateway.stores = Some(stores);
         Ok(gateway)
     }
 
@@ -217,16 +270,17 @@ impl Gateway {
                 stack,
                 keys,
                 pending: Arc::new(PendingStore::new(config.approval_ttl)),
+                approval_tables: None,
                 body_limit: config.body_limit,
             },
             shutdown_timeout: config.shutdown_timeout,
-            persistence: None,
+            stores: None,
         }
     }
 
     /// The persistence layer recording every call (`None` for a gateway built [`with_stack`](Self::with_stack)).
     pub fn persistence(&self) -> Option<&PersistenceLayer> {
-        self.persistence.as_ref()
+        self.stores.as_ref().map(|s| &s.persistence)
     }
 
     /// The axum application.
@@ -283,7 +337,7 @@ impl Gateway {
             }
         }
         drop(self.state);
-        if let Some(persistence) = &self.persistence {
+        if let Some(persistence) = self.stores.as_ref().map(|s| &s.persistence) {
             // Records of the calls that just ended may still sit in the writer's buffer.
             match persistence.flush().await {
                 Ok(()) => tracing::info!("persistence flushed"),

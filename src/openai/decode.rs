@@ -6,6 +6,7 @@
 //! (Ollama); `tool_calls: []` on plain text chunks (vLLM); a final usage chunk with empty `choices`; no usage at
 //! all; `finish_reason: "stop"` on a response that called tools; an `error` object inside the stream.
 
+use std::borrow::Cow;
 use std::collections::VecDeque;
 
 use serde::Deserialize;
@@ -17,12 +18,13 @@ use crate::message::ToolCall;
 use crate::sse::SseEvent;
 use crate::transport::WireDecoder;
 
+/// `id` and `model` repeat on every chunk but are wanted once: borrowed, they cost no allocation.
 #[derive(Deserialize)]
-struct Chunk {
-    #[serde(default)]
-    id: Option<String>,
-    #[serde(default)]
-    model: Option<String>,
+struct Chunk<'a> {
+    #[serde(default, borrow)]
+    id: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    model: Option<Cow<'a, str>>,
     #[serde(default)]
     choices: Vec<ChunkChoice>,
     #[serde(default)]
@@ -130,12 +132,12 @@ pub(crate) struct ChunkDecoder {
 }
 
 impl ChunkDecoder {
-    fn on_chunk(&mut self, chunk: Chunk, out: &mut VecDeque<ChatEvent>) {
+    fn on_chunk(&mut self, chunk: Chunk<'_>, out: &mut VecDeque<ChatEvent>) {
         if !self.metadata_sent && (chunk.id.is_some() || chunk.model.is_some()) {
             self.metadata_sent = true;
             out.push_back(ChatEvent::ResponseMetadata {
-                id: chunk.id,
-                model: chunk.model,
+                id: chunk.id.map(Cow::into_owned),
+                model: chunk.model.map(Cow::into_owned),
             });
         }
         // Only the first choice is mapped: tower-chat requests one (`n` is not set).
@@ -283,7 +285,7 @@ impl WireDecoder for ChunkDecoder {
             self.finish(out);
             return Ok(());
         }
-        let chunk: Chunk = serde_json::from_str(data).map_err(|e| {
+        let chunk: Chunk<'_> = serde_json::from_str(data).map_err(|e| {
             ChatError::protocol(format_args!("malformed chunk ({e})"), data.as_bytes())
         })?;
         if let Some(error) = chunk.error {

@@ -173,7 +173,8 @@ impl ApprovalPolicy {
         ApprovalPolicy(Arc::new(policy))
     }
 
-    pub(crate) fn verdict(
+    /// This policy's verdict on one call (what the loop asks; an outer policy wrapping this one may ask too).
+    pub fn verdict(
         &self,
         call: &ToolCall,
         tool: &CompiledTool,

@@ -84,7 +84,7 @@ impl Counters {
 /// Under sustained overload or a long outage every record fails the same way: log the first ten, then every
 /// thousandth (with the running count), so the log shows the problem without drowning in it.
 fn worth_logging(count: u64) -> bool {
-    count <= 10 || count % 1000 == 0
+    count <= 10 || count.is_multiple_of(1000)
 }
 
 type Ack = oneshot::Sender<Result<(), StoreError>>;

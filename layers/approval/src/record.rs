@@ -1,0 +1,186 @@
+//! What the store keeps: pending approvals and audit records.
+
+use std::fmt;
+use std::str::FromStr;
+use std::time::SystemTime;
+
+use serde::{Deserialize, Serialize};
+use tower_chat::{CallerIdentity, ConversationId, ToolCall};
+
+use crate::error::RefusalKind;
+
+/// A tool call waiting for a human decision, as recorded before the stream reports it.
+///
+/// The record binds the approval id to everything a decision may later be checked against: the conversation,
+/// the caller, and the exact call (id, tool name, arguments).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PendingApproval {
+    /// The unguessable, single-use id a decision must name.
+    pub approval_id: String,
+    /// The conversation the call belongs to.
+    pub conversation_id: ConversationId,
+    /// The caller whose request made the call.
+    pub caller: Option<CallerIdentity>,
+    /// The call waiting for the decision.
+    pub call: ToolCall,
+    /// Why approval is needed, for the approver.
+    pub reason: Option<String>,
+    /// When it was requested.
+    pub created_at: SystemTime,
+    /// When it stops being valid.
+    pub expires_at: SystemTime,
+}
+
+impl PendingApproval {
+    /// Whether the approval is past its time to live at `now`.
+    pub fn is_expired(&self, now: SystemTime) -> bool {
+        now >= self.expires_at
+    }
+}
+
+/// What became of one decision.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(into = "String", try_from = "String")]
+pub enum AuditOutcome {
+    /// The call was approved and handed to the tool loop.
+    Approved,
+    /// The call was denied; the model is told why.
+    Denied,
+    /// The decision was refused and nothing ran.
+    Refused(RefusalKind),
+}
+
+impl AuditOutcome {
+    /// A short stable name (`approved`, `denied`, `refused_replayed`, …), as stores keep it.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            AuditOutcome::Approved => "approved",
+            AuditOutcome::Denied => "denied",
+            AuditOutcome::Refused(kind) => match kind {
+                RefusalKind::Unknown => "refused_unknown",
+                RefusalKind::Replayed => "refused_replayed",
+                RefusalKind::Expired => "refused_expired",
+                RefusalKind::OtherConversation => "refused_other_conversation",
+                RefusalKind::OtherCaller => "refused_other_caller",
+                RefusalKind::NotPending => "refused_not_pending",
+                RefusalKind::Tampered => "refused_tampered",
+                RefusalKind::ApproverRejected => "refused_approver",
+                RefusalKind::Duplicate => "refused_duplicate",
+            },
+        }
+    }
+
+    /// Whether the decision was applied (approved or denied), as opposed to refused.
+    pub fn is_applied(&self) -> bool {
+        !matches!(self, AuditOutcome::Refused(_))
+    }
+}
+
+impl fmt::Display for AuditOutcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// An outcome name no version of this crate writes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UnknownOutcome(pub String);
+
+impl fmt::Display for UnknownOutcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "unknown approval audit outcome `{}`", self.0)
+    }
+}
+
+impl std::error::Error for UnknownOutcome {}
+
+impl FromStr for AuditOutcome {
+    type Err = UnknownOutcome;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        const ALL: [AuditOutcome; 11] = [
+            AuditOutcome::Approved,
+            AuditOutcome::Denied,
+            AuditOutcome::Refused(RefusalKind::Unknown),
+            AuditOutcome::Refused(RefusalKind::Replayed),
+            AuditOutcome::Refused(RefusalKind::Expired),
+            AuditOutcome::Refused(RefusalKind::OtherConversation),
+            AuditOutcome::Refused(RefusalKind::OtherCaller),
+            AuditOutcome::Refused(RefusalKind::NotPending),
+            AuditOutcome::Refused(RefusalKind::Tampered),
+            AuditOutcome::Refused(RefusalKind::ApproverRejected),
+            AuditOutcome::Refused(RefusalKind::Duplicate),
+        ];
+        ALL.into_iter()
+            .find(|o| o.as_str() == s)
+            .ok_or_else(|| UnknownOutcome(s.to_owned()))
+    }
+}
+
+impl From<AuditOutcome> for String {
+    fn from(outcome: AuditOutcome) -> String {
+        outcome.as_str().to_owned()
+    }
+}
+
+impl TryFrom<String> for AuditOutcome {
+    type Error = UnknownOutcome;
+
+    fn try_from(value: String) -> Result<Self, Self::Error> {
+        value.parse()
+    }
+}
+
+/// One decision, applied or refused: who, when, what, outcome.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct AuditRecord {
+    /// The approval id the decision named.
+    pub approval_id: String,
+    /// The conversation of the request that carried the decision.
+    pub conversation_id: Option<ConversationId>,
+    /// The caller of the request that carried the decision.
+    pub caller: Option<CallerIdentity>,
+    /// Who decided: the request's [`ApproverIdentity`](crate::ApproverIdentity), else its caller.
+    pub approver: Option<String>,
+    /// The call decided on, when the id was known.
+    pub call: Option<ToolCall>,
+    /// Approved, denied, or refused (and why).
+    pub outcome: AuditOutcome,
+    /// The decision's reason, or the refusal's detail.
+    pub reason: Option<String>,
+    /// When.
+    pub decided_at: SystemTime,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn outcome_names_round_trip_and_are_distinct() {
+        let all = [
+            AuditOutcome::Approved,
+            AuditOutcome::Denied,
+            AuditOutcome::Refused(RefusalKind::Unknown),
+            AuditOutcome::Refused(RefusalKind::Replayed),
+            AuditOutcome::Refused(RefusalKind::Expired),
+            AuditOutcome::Refused(RefusalKind::OtherConversation),
+            AuditOutcome::Refused(RefusalKind::OtherCaller),
+            AuditOutcome::Refused(RefusalKind::NotPending),
+            AuditOutcome::Refused(RefusalKind::Tampered),
+            AuditOutcome::Refused(RefusalKind::ApproverRejected),
+            AuditOutcome::Refused(RefusalKind::Duplicate),
+        ];
+        let names: std::collections::HashSet<&str> = all.iter().map(|o| o.as_str()).collect();
+        assert_eq!(names.len(), all.len());
+        for outcome in all {
+            assert_eq!(outcome.as_str().parse::<AuditOutcome>(), Ok(outcome));
+            let json = serde_json::to_string(&outcome).unwrap();
+            assert_eq!(
+                serde_json::from_str::<AuditOutcome>(&json).unwrap(),
+                outcome
+            );
+        }
+        assert!("refused_bogus".parse::<AuditOutcome>().is_err());
+    }
+}

@@ -1,0 +1,176 @@
+//! Where pending approvals and the audit log live.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::SystemTime;
+
+use futures_util::future::{self, BoxFuture};
+use tower_chat::{ChatError, ConversationId, ErrorKind};
+
+use crate::record::{AuditRecord, PendingApproval};
+
+/// The future of an [`ApprovalStore`] operation. Failures are [`ErrorKind::Store`] errors.
+pub type StoreFuture<'a, T> = BoxFuture<'a, Result<T, ChatError>>;
+
+/// Pending approvals (each taken at most once) and an append-only audit log.
+///
+/// The layer decides policy — expiry, binding to conversation and caller, tamper checks, the approver rule. A
+/// store guarantees what only a store can: [`take_pending`](Self::take_pending) hands an id out at most once, even
+/// to concurrent requests in different processes sharing the store.
+///
+/// Implementations: [`MemoryApprovalStore`] (one process), and with the `sqlite` / `postgres` features the
+/// persistence crate's stores through `PersistentApprovalStore`.
+pub trait ApprovalStore: Send + Sync + 'static {
+    /// Record a pending approval. An id already pending is an error.
+    fn insert_pending<'a>(&'a self, pending: &'a PendingApproval) -> StoreFuture<'a, ()>;
+
+    /// Read a pending approval without taking it.
+    fn get_pending<'a>(&'a self, approval_id: &'a str) -> StoreFuture<'a, Option<PendingApproval>>;
+
+    /// Remove and return a pending approval, atomically: of concurrent takes of one id exactly one gets it.
+    /// Unknown and already-taken ids give `None`.
+    fn take_pending<'a>(&'a self, approval_id: &'a str)
+        -> StoreFuture<'a, Option<PendingApproval>>;
+
+    /// Delete approvals that expired before `now`; returns how many.
+    fn purge_expired(&self, now: SystemTime) -> StoreFuture<'_, u64>;
+
+    /// Append to the audit log.
+    fn insert_audit<'a>(&'a self, record: &'a AuditRecord) -> StoreFuture<'a, ()>;
+
+    /// A conversation's audit log, oldest first.
+    fn audit_log<'a>(
+        &'a self,
+        conversation_id: &'a ConversationId,
+    ) -> StoreFuture<'a, Vec<AuditRecord>>;
+}
+
+impl<T: ApprovalStore + ?Sized> ApprovalStore for Arc<T> {
+    fn insert_pending<'a>(&'a self, pending: &'a PendingApproval) -> StoreFuture<'a, ()> {
+        (**self).insert_pending(pending)
+    }
+
+    fn get_pending<'a>(&'a self, approval_id: &'a str) -> StoreFuture<'a, Option<PendingApproval>> {
+        (**self).get_pending(approval_id)
+    }
+
+    fn take_pending<'a>(
+        &'a self,
+        approval_id: &'a str,
+    ) -> StoreFuture<'a, Option<PendingApproval>> {
+        (**self).take_pending(approval_id)
+    }
+
+    fn purge_expired(&self, now: SystemTime) -> StoreFuture<'_, u64> {
+        (**self).purge_expired(now)
+    }
+
+    fn insert_audit<'a>(&'a self, record: &'a AuditRecord) -> StoreFuture<'a, ()> {
+        (**self).insert_audit(record)
+    }
+
+    fn audit_log<'a>(
+        &'a self,
+        conversation_id: &'a ConversationId,
+    ) -> StoreFuture<'a, Vec<AuditRecord>> {
+        (**self).audit_log(conversation_id)
+    }
+}
+
+#[derive(Debug, Default)]
+struct Tables {
+    pending: HashMap<String, PendingApproval>,
+    audit: Vec<AuditRecord>,
+}
+
+/// An in-process store (the default): approvals live as long as the process. Clones share the same tables.
+#[derive(Clone, Default)]
+pub struct MemoryApprovalStore {
+    tables: Arc<Mutex<Tables>>,
+}
+
+impl MemoryApprovalStore {
+    /// An empty store.
+    pub fn new() -> Self {
+        MemoryApprovalStore::default()
+    }
+
+    /// How many approvals are pending (expired ones included until purged).
+    pub fn pending_count(&self) -> usize {
+        self.lock().pending.len()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Tables> {
+        // Every critical section leaves the tables consistent, so a panic elsewhere does not poison them.
+        self.tables.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl fmt::Debug for MemoryApprovalStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let tables = self.lock();
+        f.debug_struct("MemoryApprovalStore")
+            .field("pending", &tables.pending.len())
+            .field("audit", &tables.audit.len())
+            .finish()
+    }
+}
+
+impl ApprovalStore for MemoryApprovalStore {
+    fn insert_pending<'a>(&'a self, pending: &'a PendingApproval) -> StoreFuture<'a, ()> {
+        let mut tables = self.lock();
+        let result = if tables.pending.contains_key(&pending.approval_id) {
+            Err(ChatError::new(
+                ErrorKind::Store,
+                "an approval with this id is already pending",
+            ))
+        } else {
+            tables
+                .pending
+                .insert(pending.approval_id.clone(), pending.clone());
+            Ok(())
+        };
+        Box::pin(future::ready(result))
+    }
+
+    fn get_pending<'a>(&'a self, approval_id: &'a str) -> StoreFuture<'a, Option<PendingApproval>> {
+        let found = self.lock().pending.get(approval_id).cloned();
+        Box::pin(future::ready(Ok(found)))
+    }
+
+    fn take_pending<'a>(
+        &'a self,
+        approval_id: &'a str,
+    ) -> StoreFuture<'a, Option<PendingApproval>> {
+        let taken = self.lock().pending.remove(approval_id);
+        Box::pin(future::ready(Ok(taken)))
+    }
+
+    fn purge_expired(&self, now: SystemTime) -> StoreFuture<'_, u64> {
+        let mut tables = self.lock();
+        let before = tables.pending.len();
+        tables.pending.retain(|_, p| p.expires_at >= now);
+        let purged = (before - tables.pending.len()) as u64;
+        Box::pin(future::ready(Ok(purged)))
+    }
+
+    fn insert_audit<'a>(&'a self, record: &'a AuditRecord) -> StoreFuture<'a, ()> {
+        self.lock().audit.push(record.clone());
+        Box::pin(future::ready(Ok(())))
+    }
+
+    fn audit_log<'a>(
+        &'a self,
+        conversation_id: &'a ConversationId,
+    ) -> StoreFuture<'a, Vec<AuditRecord>> {
+        let log = self
+            .lock()
+            .audit
+            .iter()
+            .filter(|r| r.conversation_id.as_ref() == Some(conversation_id))
+            .cloned()
+            .collect();
+        Box::pin(future::ready(Ok(log)))
+    }
+}
