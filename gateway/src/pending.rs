@@ -58,6 +58,9 @@ impl std::fmt::Debug for PendingStore {
 pub struct Resumption {
     /// The turn's messages the client never saw.
     pub hidden: Vec<Message>,
+    /// Whether `hidden` is the whole conversation (read back from the call records) rather than what follows
+    /// the client's messages.
+    pub whole_history: bool,
     /// The conversation the paused call belongs to (an approval layer binds its ids to it).
     pub conversation: ConversationId,
     /// Decisions keyed by call id.
@@ -179,6 +182,7 @@ impl PendingStore {
             .collect();
         Ok(Resumption {
             hidden: record.hidden.clone(),
+            whole_history: false,
             conversation: record.conversation.clone(),
             decisions: ApprovalDecisions(decisions),
         })

@@ -37,7 +37,7 @@ use tower_chat_tracing::TracingLayer;
 use crate::auth::ApiKeys;
 use crate::config::{Config, Provider};
 use crate::error::{json_response, ApiError};
-use crate::pending::PendingStore;
+use crate::pending::{PendingStore, Resumption};
 use crate::respond::{self, Turn};
 use crate::tools::{server_tools, SERVER_TOOLS};
 use crate::wire;
@@ -216,8 +216,10 @@ struct AppState {
     stack: ChatStack,
     keys: Option<Arc<ApiKeys>>,
     pending: Arc<PendingStore>,
-    /// Where an approval layer keeps pending approvals: lets a resume find its conversation after a restart.
+    /// Where an approval layer keeps pending approvals, and the call records: together they let a resume find
+    /// its conversation after a restart, or in another replica.
     approval_tables: Option<Arc<dyn ApprovalTables>>,
+    records: Option<Arc<dyn Store>>,
     body_limit: usize,
 }
 
@@ -253,6 +255,7 @@ impl Gateway {
         .map_err(GatewayError::Chat)?;
         let mut gateway = Gateway::assemble(config, stack, keys);
         gateway.state.approval_tables = Some(stores.approval_tables.clone());
+        gateway.state.records = Some(stores.persistence.store().clone());
         gateway.stores = Some(stores);
         Ok(gateway)
     }
@@ -271,6 +274,7 @@ impl Gateway {
                 keys,
                 pending: Arc::new(PendingStore::new(config.approval_ttl)),
                 approval_tables: None,
+                records: None,
                 body_limit: config.body_limit,
             },
             shutdown_timeout: config.shutdown_timeout,
@@ -363,6 +367,42 @@ async fn method_not_allowed(request: Request) -> Response {
     error.into_response()
 }
 
+/// A paused turn this process does not hold (it paused before a restart, or in another replica): the approval
+/// layer's pending record names the conversation, and the call records hold the paused turn's whole history.
+/// The approval layer then verifies the decisions as always (caller, conversation, single use, arguments).
+async fn recorded_resumption(
+    state: &AppState,
+    caller: Option<&CallerIdentity>,
+    answers: &[wire::ApprovalAnswer],
+) -> Option<Resumption> {
+    let (tables, records) = (state.approval_tables.as_ref()?, state.records.as_ref()?);
+    let pending = tables.get_pending(&answers.first()?.id).await.ok()??;
+    if pending.caller.as_ref() != caller {
+        return None;
+    }
+    let history = records
+        .load_conversation(&pending.conversation_id)
+        .await
+        .ok()?;
+    if history.is_empty() {
+        return None;
+    }
+    let decisions = answers
+        .iter()
+        .map(|a| tower_chat::ApprovalDecision {
+            approval_id: a.id.clone(),
+            approved: a.approved,
+            reason: a.reason.clone(),
+        })
+        .collect();
+    Some(Resumption {
+        hidden: history,
+        whole_history: true,
+        conversation: pending.conversation_id,
+        decisions: tower_chat::ApprovalDecisions(decisions),
+    })
+}
+
 fn load_keys(config: &Config) -> Result<Option<Arc<ApiKeys>>, GatewayError> {
     match &config.api_keys_file {
         Some(path) => Ok(Some(Arc::new(ApiKeys::load(path).map_err(|e| {
@@ -450,14 +490,27 @@ async fn handle(
     let mut hidden = Vec::new();
     let mut conversation = None;
     if !parsed.approvals.is_empty() {
-        let resumption = state.pending.resume(caller.as_ref(), &parsed.approvals)?;
+        let resumption = match state.pending.resume(caller.as_ref(), &parsed.approvals) {
+            Ok(resumption) => resumption,
+            Err(error) => recorded_resumption(&state, caller.as_ref(), &parsed.approvals)
+                .await
+                .ok_or(error)?,
+        };
         // The client's copy of the paused answer (the approval notice) is replaced by what the loop really had.
         if matches!(request.messages.last(), Some(Message::Assistant(a)) if a.tool_calls.is_empty())
         {
             request.messages.pop();
         }
-        request.messages.extend(resumption.hidden.iter().cloned());
-        hidden = resumption.hidden;
+        if resumption.whole_history {
+            hidden = match resumption.hidden.strip_prefix(request.messages.as_slice()) {
+                Some(rest) => rest.to_vec(),
+                None => Vec::new(),
+            };
+            request.messages = resumption.hidden;
+        } else {
+            request.messages.extend(resumption.hidden.iter().cloned());
+            hidden = resumption.hidden;
+        }
         conversation = Some(resumption.conversation);
         request.extensions.insert(resumption.decisions);
     }

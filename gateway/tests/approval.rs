@@ -182,3 +182,55 @@ async fn unknown_approval_ids_and_other_callers_ids_are_refused() {
     assert_eq!(answer.status, 200, "{}", answer.body);
     assert!(gw.root().join("out/hello.txt").exists());
 }
+
+#[tokio::test]
+async fn a_paused_turn_resumes_after_a_restart_from_the_database() {
+    use tower_chat::test_server::ScriptedProvider;
+    use tower_chat_gateway::{Config, Gateway};
+
+    let provider = ScriptedProvider::start(write_then_answer).await;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("root")).unwrap();
+    let mut config = Config::new(provider.base_url());
+    config.files = dir.path().join("root");
+    config.db = dir.path().join("gateway.db");
+    config.upstream_key_env = Some(common::NO_KEY_ENV.into());
+    let start = |config: Config| async move {
+        let gateway = Gateway::new(&config).await.unwrap();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!(
+            "http://{}/v1/chat/completions",
+            listener.local_addr().unwrap()
+        );
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let server = tokio::spawn(gateway.serve(listener, async {
+            let _ = rx.await;
+        }));
+        (url, tx, server)
+    };
+
+    let (url, stop, server) = start(config.clone()).await;
+    let first = post(&url, request(false, "write hello").to_string(), &[]).await;
+    let (approval, notice) = paused(&first, false);
+    stop.send(()).unwrap();
+    server.await.unwrap().unwrap();
+
+    // A new process: nothing in memory, the same database.
+    let (url, _stop, _server) = start(config).await;
+    let mut resume = request(false, "write hello");
+    resume["messages"].as_array_mut().unwrap().push(notice);
+    resume["tower_chat"] = json!({"approvals": [{"id": approval["id"], "approved": true}]});
+    let second = post(&url, resume.to_string(), &[]).await;
+    assert_eq!(second.status, 200, "{}", second.body);
+    assert_eq!(
+        second.json()["choices"][0]["message"]["content"],
+        "Result: wrote 8 bytes to out/hello.txt"
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("root/out/hello.txt")).unwrap(),
+        "hi there"
+    );
+    // Still single-use across processes: the approval layer took it from the database.
+    let replay = post(&url, resume.to_string(), &[]).await;
+    assert_eq!(replay.status, 400, "{}", replay.body);
+}
