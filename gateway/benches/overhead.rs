@@ -1,8 +1,9 @@
 //! The gateway's overhead per request, over loopback against a scripted upstream:
 //!
 //! - `leaf_direct`: `OpenAiChat` straight to the scripted provider (one HTTP hop), response collected;
-//! - `stack_in_process`: the gateway's stack (tracing + persistence to SQLite + tool loop with the three tools)
-//!   without HTTP in front;
+//! - `stack_without_stores`: tracing + tool loop, no persistence or approval layer, without HTTP in front;
+//! - `stack_in_process`: the gateway's stack (tracing + persistence to SQLite + approvals + tool loop with the
+//!   three tools) without HTTP in front;
 //! - `gateway_non_streaming` / `gateway_streaming`: an HTTP client → the gateway → the scripted provider, the
 //!   answer read whole (two HTTP hops, parsing, the stack, the OpenAI response encoding).
 //!
@@ -33,7 +34,7 @@ fn bench(c: &mut Criterion) {
         .build()
         .unwrap();
     let files = tempfile::tempdir().unwrap();
-    let (provider, addr, leaf, stack) = runtime.block_on(async {
+    let (provider, addr, leaf, bare_stack, stack) = runtime.block_on(async {
         let provider = ScriptedProvider::start(|_, _| Reply::openai_text(ANSWER)).await;
         let mut config = Config::new(provider.base_url());
         config.files = files.path().to_owned();
@@ -48,6 +49,7 @@ fn bench(c: &mut Criterion) {
             .build()
             .unwrap();
         let upstream = tower_chat_gateway::Upstream::OpenAi(leaf.clone());
+        let bare_stack = tower_chat_gateway::stack(&config, upstream.clone(), None, None).unwrap();
         // The same stack the gateway runs, persistence included (a second store file).
         config.db = files.path().join("bench-stack.db");
         let stores = tower_chat_gateway::stores(&config).await.unwrap();
@@ -58,7 +60,7 @@ fn bench(c: &mut Criterion) {
             Some(&stores.approvals),
         )
         .unwrap();
-        (provider, addr, leaf, stack)
+        (provider, addr, leaf, bare_stack, stack)
     });
     let request = || ChatRequest::new(vec![Message::user("count to twenty")]).model("test-model");
     let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
@@ -75,6 +77,19 @@ fn bench(c: &mut Criterion) {
     group.bench_function("leaf_direct", |b| {
         b.to_async(&runtime).iter(|| async {
             let response = leaf
+                .clone()
+                .oneshot(request())
+                .await
+                .unwrap()
+                .collect_response()
+                .await
+                .unwrap();
+            assert_eq!(response.text(), ANSWER);
+        })
+    });
+    group.bench_function("stack_without_stores", |b| {
+        b.to_async(&runtime).iter(|| async {
+            let response = bare_stack
                 .clone()
                 .oneshot(request())
                 .await

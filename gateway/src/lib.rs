@@ -1,10 +1,10 @@
 //! # tower-chat-gateway
 //!
 //! An OpenAI-compatible HTTP endpoint (axum) running the whole tower-chat stack: `POST /v1/chat/completions`
-//! (streaming and not), server-side tools (`add`, `read_file`, `write_file` with approval) run by the tool loop,
-//! every call recorded by the persistence layer (SQLite or PostgreSQL), telemetry through the tracing layer,
-//! `GET /healthz`, gateway keys, OpenAI-style errors and graceful shutdown. Official OpenAI client libraries
-//! work against it unmodified.
+//! (streaming and not), server-side tools (`add`, `read_file`, `write_file` with approval through the approval
+//! layer) run by the tool loop, every call recorded by the persistence layer (SQLite or PostgreSQL), telemetry
+//! through the tracing layer, `GET /healthz`, gateway keys, OpenAI-style errors and graceful shutdown. Official
+//! OpenAI client libraries work against it unmodified.
 //!
 //! From the repository root: `cargo run --release --example gateway -- --upstream http://127.0.0.1:9000/v1`.
 //! In-process (how the tests run it):

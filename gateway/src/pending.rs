@@ -1,9 +1,10 @@
 //! Server-side state that lets a client continue a turn whose tool rounds it never saw.
 //!
 //! - **Paused turns**: when `write_file` waits for approval, the turn's hidden messages (assistant messages with
-//!   server-side calls, their results) are kept here under gateway-issued approval ids (`apr_…`, random,
-//!   single-use, bound to the caller, expiring). The client answers with those ids; the gateway rebuilds the
-//!   conversation the tool loop needs and passes the decisions on keyed by call id.
+//!   server-side calls, their results) are kept here under the approval ids (single-use, bound to the caller,
+//!   expiring) — the ids an approval layer issued, or, with the tool loop alone, random ids issued here. The
+//!   client answers with those ids; the gateway rebuilds the conversation the tool loop needs and passes the
+//!   decisions on (to the approval layer under its ids, or to the loop keyed by call id).
 //! - **Hand-backs**: when the model calls a client tool in a round that also ran server-side tools, the client
 //!   sees only its own calls. The full assistant message and the server results are kept here under the client
 //!   calls' ids, and spliced back in when the client sends its tool results.
