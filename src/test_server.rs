@@ -169,6 +169,7 @@ pub struct ScriptedProvider {
     addr: SocketAddr,
     requests: Arc<Mutex<Vec<RecordedRequest>>>,
     connections: Arc<AtomicUsize>,
+    secure: bool,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -185,6 +186,22 @@ impl ScriptedProvider {
     pub async fn start(
         handler: impl Fn(&RecordedRequest, usize) -> Reply + Send + Sync + 'static,
     ) -> Self {
+        Self::start_with(handler, None).await
+    }
+
+    /// Start speaking HTTPS with this server configuration (HTTP/2 or HTTP/1.1 by ALPN, as its
+    /// `alpn_protocols` allow); the base URL is then `https://localhost:PORT/v1`.
+    pub async fn start_tls(
+        handler: impl Fn(&RecordedRequest, usize) -> Reply + Send + Sync + 'static,
+        tls: Arc<tokio_rustls::rustls::ServerConfig>,
+    ) -> Self {
+        Self::start_with(handler, Some(tokio_rustls::TlsAcceptor::from(tls))).await
+    }
+
+    async fn start_with(
+        handler: impl Fn(&RecordedRequest, usize) -> Reply + Send + Sync + 'static,
+        tls: Option<tokio_rustls::TlsAcceptor>,
+    ) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind loopback");
@@ -194,6 +211,7 @@ impl ScriptedProvider {
         let recorded = requests.clone();
         let connections = Arc::new(AtomicUsize::new(0));
         let accepted = connections.clone();
+        let secure = tls.is_some();
         let task = tokio::spawn(async move {
             loop {
                 let Ok((stream, _)) = listener.accept().await else {
@@ -203,13 +221,21 @@ impl ScriptedProvider {
                 let _ = stream.set_nodelay(true);
                 let handler = handler.clone();
                 let recorded = recorded.clone();
+                let tls = tls.clone();
                 tokio::spawn(async move {
                     let service = hyper::service::service_fn(move |request: Request<Incoming>| {
                         serve(request, handler.clone(), recorded.clone())
                     });
-                    let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
-                        .serve_connection(TokioIo::new(stream), service)
-                        .await;
+                    let server = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+                    let _ = match tls {
+                        Some(acceptor) => match acceptor.accept(stream).await {
+                            Ok(stream) => {
+                                server.serve_connection(TokioIo::new(stream), service).await
+                            }
+                            Err(_) => return,
+                        },
+                        None => server.serve_connection(TokioIo::new(stream), service).await,
+                    };
                 });
             }
         });
@@ -217,6 +243,7 @@ impl ScriptedProvider {
             addr,
             requests,
             connections,
+            secure,
             task,
         }
     }
@@ -226,9 +253,14 @@ impl ScriptedProvider {
         self.addr
     }
 
-    /// `http://127.0.0.1:PORT/v1`, the base URL to give a leaf.
+    /// `http://127.0.0.1:PORT/v1` (or `https://localhost:PORT/v1` when started with TLS), the base URL to give a
+    /// leaf.
     pub fn base_url(&self) -> String {
-        format!("http://{}/v1", self.addr)
+        if self.secure {
+            format!("https://localhost:{}/v1", self.addr.port())
+        } else {
+            format!("http://{}/v1", self.addr)
+        }
     }
 
     /// How many TCP connections were accepted so far (to check that clients reuse pooled connections).

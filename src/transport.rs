@@ -5,6 +5,7 @@ use std::collections::VecDeque;
 use std::fmt;
 use std::future::Future as _;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -22,9 +23,12 @@ use hyper_util::rt::TokioExecutor;
 use tokio::time::{Instant, Sleep};
 
 use crate::error::{ChatError, ErrorKind, TimeoutPhase};
+
 use crate::event::ChatEvent;
 use crate::sse::{SseDecoder, SseEvent};
 use crate::stream::ChatStream;
+/// The TLS library the transport uses, for [`HttpTransport::with_tls`].
+pub use rustls;
 
 /// Deadlines of one HTTP call. `None` disables one.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -111,16 +115,35 @@ impl fmt::Debug for HttpTransport {
 const ERROR_BODY_LIMIT: usize = 64 * 1024;
 
 impl HttpTransport {
-    /// A client with these timeouts. HTTP/2 is negotiated by ALPN over TLS; `http2_prior_knowledge` also uses
-    /// HTTP/2 over plain `http://` (h2c, as gRPC-style gateways and some vLLM deployments offer).
+    /// A client with these timeouts, trusting the Mozilla root certificates (webpki-roots). HTTP/2 is negotiated
+    /// by ALPN over TLS; `http2_prior_knowledge` also uses HTTP/2 over plain `http://` (h2c, as some vLLM
+    /// deployments and gateways offer).
     pub fn new(timeouts: Timeouts, http2_prior_knowledge: bool) -> Result<Self, ChatError> {
+        let tls = rustls::ClientConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .map_err(|e| ChatError::new(ErrorKind::Other, "TLS setup failed").with_source(e))?
+        .with_root_certificates(rustls::RootCertStore::from_iter(
+            webpki_roots::TLS_SERVER_ROOTS.iter().cloned(),
+        ))
+        .with_no_client_auth();
+        Self::with_tls(timeouts, http2_prior_knowledge, tls)
+    }
+
+    /// A client with your own TLS configuration: a private CA (a corporate proxy, a self-hosted model server),
+    /// client certificates, another crypto provider. ALPN is set here (`h2`, `http/1.1`).
+    pub fn with_tls(
+        timeouts: Timeouts,
+        http2_prior_knowledge: bool,
+        tls: rustls::ClientConfig,
+    ) -> Result<Self, ChatError> {
         let mut http = HttpConnector::new();
         http.enforce_http(false);
         http.set_nodelay(true);
         http.set_connect_timeout(timeouts.connect);
         let https = hyper_rustls::HttpsConnectorBuilder::new()
-            .with_provider_and_webpki_roots(rustls::crypto::ring::default_provider())
-            .map_err(|e| ChatError::new(ErrorKind::Other, "TLS setup failed").with_source(e))?
+            .with_tls_config(tls)
             .https_or_http()
             .enable_http1()
             .enable_http2()
