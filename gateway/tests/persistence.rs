@@ -118,3 +118,75 @@ async fn a_client_hanging_up_mid_stream_is_recorded_as_cancelled_with_the_partia
     );
     assert_eq!(calls[0].response.text(), "partial");
 }
+
+#[tokio::test]
+async fn with_database_url_calls_and_approvals_go_to_postgresql() {
+    use tower_chat_persistence::PostgresStore;
+
+    let Ok(url) = std::env::var("DATABASE_URL") else {
+        eprintln!("SKIPPED with_database_url_calls_and_approvals_go_to_postgresql: DATABASE_URL is not set");
+        println!("SKIPPED with_database_url_calls_and_approvals_go_to_postgresql: DATABASE_URL is not set");
+        return;
+    };
+    let database_url = url.clone();
+    let mut gw = Harness::start(
+        |req, _| {
+            let messages = req.body["messages"].as_array().unwrap();
+            match tool_result(messages, "call_write") {
+                None => Reply::openai_tool_calls(&[(
+                    "call_write",
+                    "write_file",
+                    r#"{"path": "pg.txt", "content": "pg"}"#,
+                )]),
+                Some(result) => Reply::openai_text(&format!("done: {result}")),
+            }
+        },
+        move |c| c.database_url = Some(database_url),
+    )
+    .await;
+    // Unique per run: the database outlives the test.
+    let conversation = format!("conv-pg-{}", uuid::Uuid::new_v4().simple());
+    let url_chat = gw.url("/v1/chat/completions");
+    let headers = [("x-conversation-id", conversation.as_str())];
+    let first = post(&url_chat, request(false, "write pg").to_string(), &headers)
+        .await
+        .json();
+    let message = &first["choices"][0]["message"];
+    let id = message["tower_chat_approvals"][0]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+
+    let store = PostgresStore::connect(url).await.unwrap();
+    let pending = tower_chat_persistence::ApprovalTables::get_pending(&store, &id)
+        .await
+        .unwrap()
+        .expect("the approval is pending in PostgreSQL");
+    assert_eq!(pending.conversation_id.as_str(), conversation);
+
+    let mut resume = request(false, "write pg");
+    resume["messages"]
+        .as_array_mut()
+        .unwrap()
+        .push(serde_json::json!({"role": "assistant", "content": message["content"]}));
+    resume["tower_chat"] = serde_json::json!({"approvals": [{"id": id, "approved": true}]});
+    let second = post(&url_chat, resume.to_string(), &headers).await;
+    assert_eq!(second.status, 200, "{}", second.body);
+    assert_eq!(
+        std::fs::read_to_string(gw.root().join("pg.txt")).unwrap(),
+        "pg"
+    );
+    gw.shutdown();
+    gw.server.take().unwrap().await.unwrap().unwrap();
+
+    let conversation = ConversationId::new(conversation);
+    assert_eq!(
+        store.conversation_calls(&conversation).await.unwrap().len(),
+        2
+    );
+    let history = store.load_conversation(&conversation).await.unwrap();
+    assert_eq!(
+        history.last(),
+        Some(&Message::assistant("done: wrote 2 bytes to pg.txt"))
+    );
+}
