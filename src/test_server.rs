@@ -143,6 +143,24 @@ impl Reply {
         Reply::openai_stream(&chunks)
     }
 
+    /// The same body re-cut into `size`-byte chunks (pauses, aborts and hangs are dropped), so SSE lines, JSON
+    /// and UTF-8 characters split anywhere.
+    pub fn rechunked(mut self, size: usize) -> Self {
+        let body: Vec<u8> = self
+            .parts
+            .iter()
+            .flat_map(|part| match part {
+                Part::Bytes(bytes) => bytes.to_vec(),
+                _ => Vec::new(),
+            })
+            .collect();
+        self.parts = body
+            .chunks(size.max(1))
+            .map(|chunk| Part::Bytes(Bytes::copy_from_slice(chunk)))
+            .collect();
+        self
+    }
+
     /// Add a header.
     pub fn header(mut self, name: &str, value: &str) -> Self {
         self.headers.push((name.to_owned(), value.to_owned()));
@@ -339,6 +357,52 @@ async fn serve(
         );
     }
     Ok(response)
+}
+
+/// How a scripted in-process stream delivers its events: the two shapes every layer should be tested on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Delivery {
+    /// Every event ready at once, as a non-streaming provider call gives them.
+    AllAtOnce,
+    /// Each event after a `Pending` poll (the stream wakes itself), as a network stream gives them.
+    OneByOne,
+}
+
+/// A [`ChatStream`](crate::ChatStream) of scripted items, for an in-process stand-in of a model (a
+/// `tower::service_fn` returning it) when testing a layer without HTTP.
+pub fn scripted_stream(
+    delivery: Delivery,
+    items: Vec<Result<crate::ChatEvent, crate::ChatError>>,
+) -> crate::ChatStream {
+    match delivery {
+        Delivery::AllAtOnce => Box::pin(futures_util::stream::iter(items)),
+        Delivery::OneByOne => Box::pin(OneByOne {
+            items: items.into(),
+            held: false,
+        }),
+    }
+}
+
+struct OneByOne {
+    items: std::collections::VecDeque<Result<crate::ChatEvent, crate::ChatError>>,
+    held: bool,
+}
+
+impl futures_core::Stream for OneByOne {
+    type Item = Result<crate::ChatEvent, crate::ChatError>;
+
+    fn poll_next(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Self::Item>> {
+        if !self.held {
+            self.held = true;
+            cx.waker().wake_by_ref();
+            return std::task::Poll::Pending;
+        }
+        self.held = false;
+        std::task::Poll::Ready(self.items.pop_front())
+    }
 }
 
 /// A `Stream` over an mpsc receiver, without pulling in tokio-stream.

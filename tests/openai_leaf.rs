@@ -70,17 +70,9 @@ async fn parallel_tool_calls_split_across_chunks_and_mid_utf8() {
         ("call_a", "weather", r#"{"city":"Zürich"}"#),
         ("call_b", "time", r#"{"tz":"Europe/Zürich"}"#),
     ]);
-    // Re-cut the whole body into 7-byte pieces, which splits lines, CRLF-free events and the 'ü'.
-    let body: Vec<u8> = reply
-        .parts
-        .iter()
-        .flat_map(|p| match p {
-            Part::Bytes(b) => b.to_vec(),
-            _ => Vec::new(),
-        })
-        .collect();
-    let pieces: Vec<Vec<u8>> = body.chunks(7).map(<[u8]>::to_vec).collect();
-    let provider = ScriptedProvider::start(move |_, _| Reply::sse_chunks(pieces.clone())).await;
+    // Re-cut the whole body into 7-byte pieces, which splits lines, events and the 'ü'.
+    let reply = reply.rechunked(7);
+    let provider = ScriptedProvider::start(move |_, _| reply.clone()).await;
     let response = leaf(&provider)
         .oneshot(hello())
         .await

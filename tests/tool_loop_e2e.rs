@@ -8,7 +8,7 @@ use futures_util::StreamExt;
 use serde_json::{json, Value};
 use tower::{Layer, ServiceExt};
 use tower_chat::openai::OpenAiChat;
-use tower_chat::test_server::{Part, RecordedRequest, Reply, ScriptedProvider};
+use tower_chat::test_server::{RecordedRequest, Reply, ScriptedProvider};
 use tower_chat::{
     ApprovalDecision, ApprovalDecisions, ChatRequest, ChatStreamExt, FinishReason, Message,
     ModelInfo,
@@ -41,19 +41,6 @@ fn counting_tool(
     tool.compile().unwrap()
 }
 
-/// Re-cut a reply's body into `size`-byte chunks, so SSE lines, JSON and tool fragments split anywhere.
-fn rechunk(reply: Reply, size: usize) -> Reply {
-    let body: Vec<u8> = reply
-        .parts
-        .iter()
-        .flat_map(|p| match p {
-            Part::Bytes(b) => b.to_vec(),
-            _ => Vec::new(),
-        })
-        .collect();
-    Reply::sse_chunks(body.chunks(size).map(<[u8]>::to_vec).collect::<Vec<_>>())
-}
-
 fn tool_messages(request: &RecordedRequest) -> Vec<Value> {
     request.body["messages"]
         .as_array()
@@ -74,7 +61,7 @@ fn two_lookups_then_answer(request: &RecordedRequest, _index: usize) -> Reply {
             ("call_2", "lookup", r#"{"q":"Köln"}"#),
         ]);
         if streaming {
-            return rechunk(reply, 5);
+            return reply.rechunked(5);
         }
         return Reply::json(
             200,
@@ -91,7 +78,7 @@ fn two_lookups_then_answer(request: &RecordedRequest, _index: usize) -> Reply {
         .collect::<Vec<_>>()
         .join("; ");
     if streaming {
-        rechunk(Reply::openai_text(&text), 3)
+        Reply::openai_text(&text).rechunked(3)
     } else {
         Reply::json(
             200,

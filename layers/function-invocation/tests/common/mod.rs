@@ -2,16 +2,14 @@
 #![allow(dead_code)]
 
 use std::collections::VecDeque;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll};
 
-use futures_core::Stream;
 use futures_util::StreamExt;
 use serde_json::{json, Value};
 use tower::util::BoxCloneService;
 use tower::{Layer, ServiceExt};
+use tower_chat::test_server::{scripted_stream, Delivery};
 use tower_chat::{
     ChatError, ChatEvent, ChatRequest, ChatStream, FinishReason, Message, ToolCall, ToolMessage,
     Usage,
@@ -31,34 +29,12 @@ pub enum Shape {
 
 pub const SHAPES: [Shape; 2] = [Shape::Whole, Shape::Trickle];
 
-/// Yields `Pending` (waking itself) before every item, as a network stream would.
-struct Trickle {
-    items: VecDeque<Result<ChatEvent, ChatError>>,
-    held: bool,
-}
-
-impl Stream for Trickle {
-    type Item = Result<ChatEvent, ChatError>;
-
-    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        if !self.held {
-            self.held = true;
-            cx.waker().wake_by_ref();
-            return Poll::Pending;
-        }
-        self.held = false;
-        Poll::Ready(self.items.pop_front())
-    }
-}
-
 pub fn make_stream(shape: Shape, items: Vec<Result<ChatEvent, ChatError>>) -> ChatStream {
-    match shape {
-        Shape::Whole => Box::pin(futures_util::stream::iter(items)),
-        Shape::Trickle => Box::pin(Trickle {
-            items: items.into(),
-            held: false,
-        }),
-    }
+    let delivery = match shape {
+        Shape::Whole => Delivery::AllAtOnce,
+        Shape::Trickle => Delivery::OneByOne,
+    };
+    scripted_stream(delivery, items)
 }
 
 /// The scripted model: answers the n-th request with the n-th script, records every request.
