@@ -98,11 +98,128 @@ struct MinimalDelta {
     tool_calls: Option<Vec<Value>>,
 }
 
+/// What a typed hand-written client that keeps the same information as the leaf deserializes per chunk.
+#[derive(serde::Deserialize)]
+struct FullChunk {
+    #[serde(default)]
+    id: Option<String>,
+    #[serde(default)]
+    model: Option<String>,
+    #[serde(default)]
+    choices: Vec<FullChoice>,
+    #[serde(default)]
+    usage: Option<FullUsage>,
+}
+
+#[derive(serde::Deserialize)]
+struct FullChoice {
+    #[serde(default)]
+    delta: Option<FullDelta>,
+    #[serde(default)]
+    finish_reason: Option<String>,
+}
+
+#[derive(serde::Deserialize)]
+struct FullDelta {
+    #[serde(default)]
+    content: Option<String>,
+    #[serde(default)]
+    reasoning_content: Option<String>,
+    #[serde(default)]
+    tool_calls: Option<Vec<FullToolCall>>,
+}
+
+#[derive(serde::Deserialize)]
+struct FullToolCall {
+    #[serde(default)]
+    index: usize,
+    #[serde(default)]
+    id: Option<String>,
+    #[serde(default)]
+    function: Option<FullFunction>,
+}
+
+#[derive(serde::Deserialize)]
+struct FullFunction {
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default)]
+    arguments: Option<String>,
+}
+
+#[derive(serde::Deserialize)]
+struct FullUsage {
+    #[serde(default)]
+    prompt_tokens: u64,
+    #[serde(default)]
+    completion_tokens: u64,
+}
+
+/// What a raw client keeps of the answer.
+#[derive(Default)]
+struct RawAnswer {
+    id: Option<String>,
+    model: Option<String>,
+    text: String,
+    reasoning: String,
+    calls: Vec<(String, String, String)>,
+    finish: Option<String>,
+    usage: Option<(u64, u64)>,
+}
+
+impl RawAnswer {
+    fn absorb(&mut self, chunk: FullChunk) {
+        if self.id.is_none() {
+            self.id = chunk.id;
+            self.model = chunk.model;
+        }
+        for choice in chunk.choices {
+            if let Some(delta) = choice.delta {
+                self.text.push_str(delta.content.as_deref().unwrap_or(""));
+                self.reasoning
+                    .push_str(delta.reasoning_content.as_deref().unwrap_or(""));
+                for call in delta.tool_calls.into_iter().flatten() {
+                    if call.index >= self.calls.len() {
+                        self.calls.resize_with(call.index + 1, Default::default);
+                    }
+                    let slot = &mut self.calls[call.index];
+                    if let Some(id) = call.id {
+                        slot.0 = id;
+                    }
+                    if let Some(function) = call.function {
+                        if let Some(name) = function.name {
+                            slot.1 = name;
+                        }
+                        slot.2.push_str(function.arguments.as_deref().unwrap_or(""));
+                    }
+                }
+            }
+            if choice.finish_reason.is_some() {
+                self.finish = choice.finish_reason;
+            }
+        }
+        if let Some(usage) = chunk.usage {
+            self.usage = Some((usage.prompt_tokens, usage.completion_tokens));
+        }
+    }
+}
+
+/// How the raw client parses each event.
+#[derive(Clone, Copy)]
+enum RawParse {
+    /// `serde_json::Value`.
+    Value,
+    /// Only `content` (and tool calls as `Value`).
+    Minimal,
+    /// Typed structs keeping what the leaf keeps: ids, text, reasoning, tool calls by index (arguments joined and
+    /// parsed once at the end), finish reason, usage.
+    SameFields,
+}
+
 type RawClient = Client<hyper_util::client::legacy::connect::HttpConnector, Full<Bytes>>;
 
-/// What a hand-written client does: POST, read frames, split SSE, parse each event's JSON (as `Value`, or into
-/// minimal typed structs).
-async fn raw_round_trip(client: &RawClient, url: &str, body: &Bytes, typed: bool) -> usize {
+/// What a hand-written client does: POST, read frames, split SSE, parse each event's JSON.
+async fn raw_round_trip(client: &RawClient, url: &str, body: &Bytes, parse: RawParse) -> usize {
     let request = http::Request::post(url)
         .header("content-type", "application/json")
         .header("authorization", "Bearer sk-bench")
@@ -112,27 +229,37 @@ async fn raw_round_trip(client: &RawClient, url: &str, body: &Bytes, typed: bool
     assert!(response.status().is_success());
     let mut sse = SseDecoder::new();
     let mut parsed = 0;
-    // Like any client, keep the answer text.
+    // Like any client, keep the answer.
     let mut text = String::new();
+    let mut answer = RawAnswer::default();
     while let Some(frame) = response.body_mut().frame().await {
         if let Ok(data) = frame.unwrap().into_data() {
             sse.feed(&data, &mut |event| {
                 if event.data != "[DONE]" {
-                    if typed {
-                        let chunk: MinimalChunk = serde_json::from_str(&event.data).unwrap();
-                        for delta in chunk.choices.into_iter().filter_map(|c| c.delta) {
-                            text.push_str(delta.content.as_deref().unwrap_or(""));
-                            black_box(delta.tool_calls);
+                    match parse {
+                        RawParse::Minimal => {
+                            let chunk: MinimalChunk = serde_json::from_str(&event.data).unwrap();
+                            for delta in chunk.choices.into_iter().filter_map(|c| c.delta) {
+                                text.push_str(delta.content.as_deref().unwrap_or(""));
+                                black_box(delta.tool_calls);
+                            }
                         }
-                    } else {
-                        black_box(serde_json::from_str::<Value>(&event.data).unwrap());
+                        RawParse::Value => {
+                            black_box(serde_json::from_str::<Value>(&event.data).unwrap());
+                        }
+                        RawParse::SameFields => {
+                            answer.absorb(serde_json::from_str(&event.data).unwrap())
+                        }
                     }
                 }
                 parsed += 1;
             });
         }
     }
-    black_box(text);
+    for (_, _, arguments) in &answer.calls {
+        black_box(serde_json::from_str::<Value>(arguments).ok());
+    }
+    black_box((text, answer));
     parsed
 }
 
@@ -166,12 +293,15 @@ fn round_trip(c: &mut Criterion) {
     );
 
     let mut group = c.benchmark_group("round_trip_100_chunks");
-    group.bench_function("raw_hyper_value", |b| {
-        b.iter(|| rt.block_on(raw_round_trip(&raw_client, &url, &raw_body, false)))
-    });
-    group.bench_function("raw_hyper_typed", |b| {
-        b.iter(|| rt.block_on(raw_round_trip(&raw_client, &url, &raw_body, true)))
-    });
+    for (name, parse) in [
+        ("raw_hyper_value", RawParse::Value),
+        ("raw_hyper_typed", RawParse::Minimal),
+        ("raw_hyper_same_fields", RawParse::SameFields),
+    ] {
+        group.bench_function(name, |b| {
+            b.iter(|| rt.block_on(raw_round_trip(&raw_client, &url, &raw_body, parse)))
+        });
+    }
     group.bench_function("openai_leaf", |b| {
         b.iter(|| {
             rt.block_on(async {
@@ -185,7 +315,7 @@ fn round_trip(c: &mut Criterion) {
 
 criterion_group!(benches, decode, round_trip);
 
-/// `LEAF_COUNT_VARIANT=raw_hyper_typed|raw_hyper_value|openai_leaf LEAF_COUNT_CALLS=N` runs N round trips of one
+/// `LEAF_COUNT_VARIANT=raw_hyper_value|raw_hyper_typed|raw_hyper_same_fields|openai_leaf LEAF_COUNT_CALLS=N` runs N round trips of one
 /// variant and exits, for instruction counting under `valgrind --tool=callgrind` (repeatable where wall time on a
 /// shared machine is not).
 fn count_variant(variant: &str) {
@@ -212,8 +342,15 @@ fn count_variant(variant: &str) {
         );
         for _ in 0..calls {
             match variant {
-                "raw_hyper_value" => drop(raw_round_trip(&raw_client, &url, &raw_body, false).await),
-                "raw_hyper_typed" => drop(raw_round_trip(&raw_client, &url, &raw_body, true).await),
+                "raw_hyper_value" => {
+                    black_box(raw_round_trip(&raw_client, &url, &raw_body, RawParse::Value).await);
+                }
+                "raw_hyper_typed" => {
+                    black_box(raw_round_trip(&raw_client, &url, &raw_body, RawParse::Minimal).await);
+                }
+                "raw_hyper_same_fields" => {
+                    black_box(raw_round_trip(&raw_client, &url, &raw_body, RawParse::SameFields).await);
+                }
                 "openai_leaf" => {
                     let stream = leaf.clone().oneshot(request.clone()).await.unwrap();
                     black_box(stream.collect_response().await.unwrap());

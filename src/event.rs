@@ -66,8 +66,9 @@ pub enum ChatEvent {
     },
     /// A tool call waits for a human decision.
     ApprovalRequest {
-        /// The request.
-        request: ApprovalRequest,
+        /// The request (boxed: it is rare and the largest payload, and keeping every event small keeps moving
+        /// events cheap).
+        request: Box<ApprovalRequest>,
     },
     /// Tokens used, as an increment: consumers sum every `Usage` event of a stream.
     Usage {

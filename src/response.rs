@@ -87,9 +87,10 @@ impl ResponseBuilder {
                 self.flush_assistant();
                 self.response.messages.push(Message::Tool(result.clone()));
             }
-            ChatEvent::ApprovalRequest { request } => {
-                self.response.approval_requests.push(request.clone())
-            }
+            ChatEvent::ApprovalRequest { request } => self
+                .response
+                .approval_requests
+                .push(ApprovalRequest::clone(request)),
             ChatEvent::Usage { usage } => self.response.usage.add(usage),
             ChatEvent::Finish { reason } => self.response.finish_reason = Some(reason.clone()),
         }

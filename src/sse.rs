@@ -50,6 +50,11 @@ impl SseDecoder {
 
     /// Feed the next chunk; `emit` is called for each event completed by it.
     pub fn feed(&mut self, mut chunk: &[u8], emit: &mut impl FnMut(SseEvent)) {
+        if !self.bom_checked && self.partial.is_empty() && chunk.len() >= 3 {
+            // The common case: the first chunk holds the whole (possible) byte-order mark; no copy needed.
+            self.bom_checked = true;
+            chunk = chunk.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(chunk);
+        }
         if !self.bom_checked {
             // The BOM may itself be split across chunks: wait until three bytes are known.
             if self.partial.len() + chunk.len() < 3 && !chunk.is_empty() {

@@ -140,7 +140,9 @@ impl Translator {
                 self.visible.clear();
                 self.announced.clear();
             }
-            ChatEvent::ApprovalRequest { request } => self.approvals.push(request.clone()),
+            ChatEvent::ApprovalRequest { request } => {
+                self.approvals.push(ApprovalRequest::clone(request))
+            }
             ChatEvent::Usage { usage } => self.usage.add(usage),
             _ => {}
         }

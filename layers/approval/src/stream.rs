@@ -129,11 +129,11 @@ impl Stream for ApprovalStream {
                 self.recording = None;
                 return Poll::Ready(Some(match recorded {
                     Ok(pending) => Ok(ChatEvent::ApprovalRequest {
-                        request: ApprovalRequest {
+                        request: Box::new(ApprovalRequest {
                             id: pending.approval_id,
                             call: pending.call,
                             reason: pending.reason,
-                        },
+                        }),
                     }),
                     Err(error) => {
                         // An approval nobody can answer is worse than an error the caller sees now.
@@ -144,7 +144,7 @@ impl Stream for ApprovalStream {
             }
             match ready!(self.inner.as_mut().poll_next(cx)) {
                 Some(Ok(ChatEvent::ApprovalRequest { request })) => {
-                    self.recording = Some(self.record(request));
+                    self.recording = Some(self.record(*request));
                 }
                 Some(Err(error)) => {
                     self.done = true;

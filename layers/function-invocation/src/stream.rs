@@ -348,11 +348,11 @@ impl<S> LoopCore<S> {
                 None if gated => {
                     awaiting = true;
                     self.queue.push_back(Ok(ChatEvent::ApprovalRequest {
-                        request: ApprovalRequest {
+                        request: Box::new(ApprovalRequest {
                             id: call.id.clone(),
                             call: call.clone(),
                             reason,
-                        },
+                        }),
                     }));
                     continue;
                 }

@@ -41,7 +41,7 @@ fn approvals(events: &[ChatEvent]) -> Vec<ApprovalRequest> {
     events
         .iter()
         .filter_map(|e| match e {
-            ChatEvent::ApprovalRequest { request } => Some(request.clone()),
+            ChatEvent::ApprovalRequest { request } => Some(ApprovalRequest::clone(request)),
             _ => None,
         })
         .collect()

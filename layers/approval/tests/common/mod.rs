@@ -234,7 +234,7 @@ pub fn approvals(events: &[ChatEvent]) -> Vec<ApprovalRequest> {
     events
         .iter()
         .filter_map(|e| match e {
-            ChatEvent::ApprovalRequest { request } => Some(request.clone()),
+            ChatEvent::ApprovalRequest { request } => Some(ApprovalRequest::clone(request)),
             _ => None,
         })
         .collect()
