@@ -452,8 +452,8 @@ impl<D: WireDecoder> Stream for SseChatStream<D> {
             let Some(body) = this.body.as_mut() else {
                 return Poll::Ready(None);
             };
-            // After the end marker the rest of the body is still read (and ignored) so that the connection
-            // goes back to the pool instead of being closed.
+            // After the end marker the rest of the body is still read (and ignored) while it is at hand, so
+            // the connection goes back to the pool instead of being closed.
             if this.idle_deadline.is_none() {
                 this.idle_deadline = this.idle.map(|idle| Instant::now() + idle);
             }

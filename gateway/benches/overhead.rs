@@ -87,32 +87,24 @@ fn bench(c: &mut Criterion) {
             assert_eq!(response.text(), ANSWER);
         })
     });
-    group.bench_function("stack_without_stores", |b| {
-        b.to_async(&runtime).iter(|| async {
-            let response = bare_stack
-                .clone()
-                .oneshot(request())
-                .await
-                .unwrap()
-                .collect_response()
-                .await
-                .unwrap();
-            assert_eq!(response.text(), ANSWER);
-        })
-    });
-    group.bench_function("stack_in_process", |b| {
-        b.to_async(&runtime).iter(|| async {
-            let response = stack
-                .clone()
-                .oneshot(request())
-                .await
-                .unwrap()
-                .collect_response()
-                .await
-                .unwrap();
-            assert_eq!(response.text(), ANSWER);
-        })
-    });
+    for (name, stack) in [
+        ("stack_without_stores", &bare_stack),
+        ("stack_in_process", &stack),
+    ] {
+        group.bench_function(name, |b| {
+            b.to_async(&runtime).iter(|| async {
+                let response = stack
+                    .clone()
+                    .oneshot(request())
+                    .await
+                    .unwrap()
+                    .collect_response()
+                    .await
+                    .unwrap();
+                assert_eq!(response.text(), ANSWER);
+            })
+        });
+    }
     for (name, stream) in [
         ("gateway_non_streaming", false),
         ("gateway_streaming", true),

@@ -51,6 +51,21 @@ pub enum AuditOutcome {
 }
 
 impl AuditOutcome {
+    /// Every outcome, each with its own stored name.
+    pub(crate) const ALL: [AuditOutcome; 11] = [
+        AuditOutcome::Approved,
+        AuditOutcome::Denied,
+        AuditOutcome::Refused(RefusalKind::Unknown),
+        AuditOutcome::Refused(RefusalKind::Replayed),
+        AuditOutcome::Refused(RefusalKind::Expired),
+        AuditOutcome::Refused(RefusalKind::OtherConversation),
+        AuditOutcome::Refused(RefusalKind::OtherCaller),
+        AuditOutcome::Refused(RefusalKind::NotPending),
+        AuditOutcome::Refused(RefusalKind::Tampered),
+        AuditOutcome::Refused(RefusalKind::ApproverRejected),
+        AuditOutcome::Refused(RefusalKind::Duplicate),
+    ];
+
     /// A short stable name (`approved`, `denied`, `refused_replayed`, …), as stores keep it.
     pub fn as_str(&self) -> &'static str {
         match self {
@@ -98,20 +113,8 @@ impl FromStr for AuditOutcome {
     type Err = UnknownOutcome;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        const ALL: [AuditOutcome; 11] = [
-            AuditOutcome::Approved,
-            AuditOutcome::Denied,
-            AuditOutcome::Refused(RefusalKind::Unknown),
-            AuditOutcome::Refused(RefusalKind::Replayed),
-            AuditOutcome::Refused(RefusalKind::Expired),
-            AuditOutcome::Refused(RefusalKind::OtherConversation),
-            AuditOutcome::Refused(RefusalKind::OtherCaller),
-            AuditOutcome::Refused(RefusalKind::NotPending),
-            AuditOutcome::Refused(RefusalKind::Tampered),
-            AuditOutcome::Refused(RefusalKind::ApproverRejected),
-            AuditOutcome::Refused(RefusalKind::Duplicate),
-        ];
-        ALL.into_iter()
+        AuditOutcome::ALL
+            .into_iter()
             .find(|o| o.as_str() == s)
             .ok_or_else(|| UnknownOutcome(s.to_owned()))
     }
@@ -158,19 +161,7 @@ mod tests {
 
     #[test]
     fn outcome_names_round_trip_and_are_distinct() {
-        let all = [
-            AuditOutcome::Approved,
-            AuditOutcome::Denied,
-            AuditOutcome::Refused(RefusalKind::Unknown),
-            AuditOutcome::Refused(RefusalKind::Replayed),
-            AuditOutcome::Refused(RefusalKind::Expired),
-            AuditOutcome::Refused(RefusalKind::OtherConversation),
-            AuditOutcome::Refused(RefusalKind::OtherCaller),
-            AuditOutcome::Refused(RefusalKind::NotPending),
-            AuditOutcome::Refused(RefusalKind::Tampered),
-            AuditOutcome::Refused(RefusalKind::ApproverRejected),
-            AuditOutcome::Refused(RefusalKind::Duplicate),
-        ];
+        let all = AuditOutcome::ALL;
         let names: std::collections::HashSet<&str> = all.iter().map(|o| o.as_str()).collect();
         assert_eq!(names.len(), all.len());
         for outcome in all {
