@@ -50,63 +50,93 @@ impl SseDecoder {
 
     /// Feed the next chunk; `emit` is called for each event completed by it.
     pub fn feed(&mut self, mut chunk: &[u8], emit: &mut impl FnMut(SseEvent)) {
-        if !self.bom_checked && self.partial.is_empty() && chunk.len() >= 3 {
-            // The common case: the first chunk holds the whole (possible) byte-order mark; no copy needed.
-            self.bom_checked = true;
-            chunk = chunk.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(chunk);
+        while let Some(event) = self.decode_next(&mut chunk) {
+            emit(event);
         }
-        if !self.bom_checked {
-            // The BOM may itself be split across chunks: wait until three bytes are known.
-            if self.partial.len() + chunk.len() < 3 && !chunk.is_empty() {
-                self.partial.extend_from_slice(chunk);
-                return;
-            }
-            self.bom_checked = true;
-            let pending = std::mem::take(&mut self.partial);
-            let mut joined = pending;
-            joined.extend_from_slice(chunk);
-            let start = if joined.starts_with(b"\xEF\xBB\xBF") {
-                3
-            } else {
-                0
-            };
-            self.feed_lines(&joined[start..], emit);
-            return;
-        }
-        if self.after_cr && !chunk.is_empty() {
-            self.after_cr = false;
-            if let Some(rest) = chunk.strip_prefix(b"\n") {
-                chunk = rest;
-            }
-        }
-        self.feed_lines(chunk, emit);
     }
 
-    fn feed_lines(&mut self, chunk: &[u8], emit: &mut impl FnMut(SseEvent)) {
-        let mut rest = chunk;
-        while let Some(pos) = rest.iter().position(|&b| b == b'\n' || b == b'\r') {
-            let line_end = pos;
-            let mut next = pos + 1;
-            if rest[pos] == b'\r' {
-                match rest.get(pos + 1) {
+    /// Decode from the front of `input` until one event completes and return it, leaving `input` just past the
+    /// line that completed it; `None` once `input` is used up (an unfinished line is kept for the next call).
+    ///
+    /// This is [`feed`](Self::feed) one event at a time: a consumer that maps each event before decoding the next
+    /// keeps one event's worth of data alive instead of a whole chunk's.
+    ///
+    /// ```
+    /// use tower_chat::sse::SseDecoder;
+    ///
+    /// let mut decoder = SseDecoder::new();
+    /// let mut input: &[u8] = b"data: a\n\ndata: b\n\ndata: c";
+    /// assert_eq!(decoder.decode_next(&mut input).unwrap().data, "a");
+    /// assert_eq!(input, b"data: b\n\ndata: c");
+    /// assert_eq!(decoder.decode_next(&mut input).unwrap().data, "b");
+    /// assert_eq!(decoder.decode_next(&mut input), None);
+    /// assert!(input.is_empty());
+    /// assert_eq!(decoder.finish().unwrap().data, "c");
+    /// ```
+    pub fn decode_next(&mut self, input: &mut &[u8]) -> Option<SseEvent> {
+        if !self.bom_checked && !self.strip_bom(input) {
+            return None;
+        }
+        loop {
+            if self.after_cr && !input.is_empty() {
+                self.after_cr = false;
+                if input[0] == b'\n' {
+                    *input = &input[1..];
+                }
+            }
+            let Some(line_end) = memchr::memchr2(b'\n', b'\r', input) else {
+                self.partial.extend_from_slice(input);
+                *input = &[];
+                return None;
+            };
+            let mut next = line_end + 1;
+            if input[line_end] == b'\r' {
+                match input.get(next) {
                     Some(b'\n') => next += 1,
                     Some(_) => {}
                     None => self.after_cr = true,
                 }
             }
-            if self.partial.is_empty() {
-                self.process_line(&rest[..line_end], emit);
+            let event = if self.partial.is_empty() {
+                self.process_line(&input[..line_end])
             } else {
-                self.partial.extend_from_slice(&rest[..line_end]);
+                self.partial.extend_from_slice(&input[..line_end]);
                 let line = std::mem::take(&mut self.partial);
-                self.process_line(&line, emit);
+                let event = self.process_line(&line);
                 // Keep the allocation for the next partial line.
                 self.partial = line;
                 self.partial.clear();
+                event
+            };
+            *input = &input[next..];
+            if event.is_some() {
+                return event;
             }
-            rest = &rest[next..];
         }
-        self.partial.extend_from_slice(rest);
+    }
+
+    /// Drop a byte-order mark at the very start of the stream, which may itself be split across chunks: returns
+    /// `false` (having kept `input`) while fewer than three bytes are known.
+    fn strip_bom(&mut self, input: &mut &[u8]) -> bool {
+        const BOM: &[u8] = b"\xEF\xBB\xBF";
+        let known = self.partial.len();
+        if known + input.len() < 3 {
+            self.partial.extend_from_slice(input);
+            *input = &[];
+            return false;
+        }
+        self.bom_checked = true;
+        let from_input = 3 - known;
+        if self.partial[..] == BOM[..known] && input[..from_input] == BOM[known..] {
+            self.partial.clear();
+            *input = &input[from_input..];
+        } else if known > 0 {
+            // Fewer than three bytes at the start of a stream cannot complete an event: line them up as usual.
+            let mut pending = &std::mem::take(&mut self.partial)[..];
+            let none = self.decode_next(&mut pending);
+            debug_assert!(none.is_none());
+        }
+        true
     }
 
     /// The stream ended: a final event whose blank line never came is dispatched (servers that close right
@@ -114,24 +144,20 @@ impl SseDecoder {
     pub fn finish(&mut self) -> Option<SseEvent> {
         if !self.partial.is_empty() {
             let line = std::mem::take(&mut self.partial);
-            let mut last = None;
-            self.process_line(&line, &mut |e| last = Some(e));
-            if last.is_some() {
-                return last;
+            if let Some(event) = self.process_line(&line) {
+                return Some(event);
             }
         }
         self.take_event()
     }
 
-    fn process_line(&mut self, line: &[u8], emit: &mut impl FnMut(SseEvent)) {
+    /// Interpret one complete line; a blank line dispatches the event being built.
+    fn process_line(&mut self, line: &[u8]) -> Option<SseEvent> {
         if line.is_empty() {
-            if let Some(event) = self.take_event() {
-                emit(event);
-            }
-            return;
+            return self.take_event();
         }
         if line[0] == b':' {
-            return;
+            return None;
         }
         let (field, value) = match line.iter().position(|&b| b == b':') {
             Some(colon) => {
@@ -154,6 +180,7 @@ impl SseDecoder {
             // `retry:` and unknown fields are ignored, as the spec says.
             _ => {}
         }
+        None
     }
 
     fn take_event(&mut self) -> Option<SseEvent> {
@@ -255,6 +282,42 @@ mod tests {
     }
 
     #[test]
+    fn byte_order_mark_split_every_way_and_short_first_chunks_without_one() {
+        for chunks in [
+            &[&b"\xEF"[..], b"\xBB", b"\xBFdata: a\n\n"][..],
+            &[b"\xEF\xBB", b"\xBFdata: a\n\n"],
+            &[b"\xEF", b"\xBB\xBF", b"data: a\n\n"],
+            &[b"\n", b"data: a\n\n"],
+            &[b"\r", b"\ndata: a\n\n"],
+            &[b":", b"x\ndata: a\n\n"],
+            &[b"da", b"ta: a\n\n"],
+            &[b"", b"d", b"", b"a", b"ta: a\n", b"\n"],
+        ] {
+            assert_eq!(data(&decode_chunks(chunks)), ["a"], "{chunks:?}");
+        }
+        // A byte-order mark is only stripped at the very start.
+        assert_eq!(
+            data(&decode_chunks(&[b"data: a\n\n\xEF\xBB\xBFdata: b\n\n"])),
+            ["a"]
+        );
+    }
+
+    #[test]
+    fn decoding_one_event_at_a_time_leaves_the_rest_of_the_input() {
+        let mut decoder = SseDecoder::new();
+        let mut input: &[u8] = b"data: a\r\n\r\n: note\r\ndata: b\r";
+        assert_eq!(decoder.decode_next(&mut input).unwrap().data, "a");
+        assert_eq!(input, b": note\r\ndata: b\r");
+        assert_eq!(decoder.decode_next(&mut input), None);
+        assert!(input.is_empty());
+        // The CR that ended the last chunk and this LF are one line break; the blank line after it dispatches.
+        let mut input: &[u8] = b"\n\ndata: c\n\n";
+        assert_eq!(decoder.decode_next(&mut input).unwrap().data, "b");
+        assert_eq!(decoder.decode_next(&mut input).unwrap().data, "c");
+        assert_eq!(decoder.decode_next(&mut input), None);
+    }
+
+    #[test]
     fn a_final_event_without_its_blank_line_is_still_dispatched_at_the_end() {
         assert_eq!(data(&decode_chunks(&[b"data: a\n\ndata: b"])), ["a", "b"]);
         assert_eq!(data(&decode_chunks(&[b"data: a\n\ndata: b\n"])), ["a", "b"]);
@@ -262,8 +325,12 @@ mod tests {
 
     proptest! {
         #[test]
-        fn every_chunking_yields_the_same_events(cuts in proptest::collection::vec(0usize..200, 0..12)) {
-            let text = "event: a\r\ndata: {\"t\":\"héllo\"}\r\n\r\n: c\n\ndata:x\ndata: y\n\ndata: [DONE]\r\r".as_bytes();
+        fn every_chunking_yields_the_same_events(cuts in proptest::collection::vec(0usize..200, 0..12), bom: bool) {
+            let text = format!(
+                "{}event: a\r\ndata: {{\"t\":\"héllo\"}}\r\n\r\n: c\n\ndata:x\ndata: y\n\ndata: [DONE]\r\r",
+                if bom { "\u{FEFF}" } else { "" }
+            );
+            let text = text.as_bytes();
             let whole = decode_chunks(&[text]);
             let mut cuts: Vec<usize> = cuts.into_iter().map(|c| c % (text.len() + 1)).collect();
             cuts.sort_unstable();

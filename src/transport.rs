@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use bytes::Bytes;
+use bytes::{Buf, Bytes};
 use futures_core::Stream;
 use http::header::HeaderName;
 use http::{HeaderMap, HeaderValue, StatusCode, Uri};
@@ -320,9 +320,15 @@ pub(crate) trait WireDecoder: Send + Unpin + 'static {
 
 /// SSE decoding plus one provider's event mapping, fed bytes and drained of results; shared by the body stream
 /// and the public byte-level decoders.
+///
+/// Decoding is pulled: a fed chunk is kept as it is and decoded one SSE event at a time as results are asked for,
+/// so only one event's strings are alive at a time instead of a whole chunk's (a chunk often holds a hundred).
 pub(crate) struct EventDecoder<D> {
     sse: SseDecoder,
     wire: D,
+    /// Bytes fed but not decoded yet.
+    pending: Bytes,
+    /// Chat events mapped from the last SSE event, not taken yet.
     ready: VecDeque<ChatEvent>,
     failure: Option<ChatError>,
     ended: bool,
@@ -333,6 +339,7 @@ impl<D: WireDecoder> EventDecoder<D> {
         EventDecoder {
             sse: SseDecoder::new(),
             wire,
+            pending: Bytes::new(),
             ready: VecDeque::new(),
             failure: None,
             ended: false,
@@ -344,22 +351,44 @@ impl<D: WireDecoder> EventDecoder<D> {
         self.wire.is_done() || self.failure.is_some()
     }
 
-    pub(crate) fn feed(&mut self, data: &[u8]) {
+    /// Queue the next chunk of the body; it is decoded as items are taken.
+    pub(crate) fn push(&mut self, data: Bytes) {
         if self.is_complete() {
             return;
         }
-        let EventDecoder {
-            sse,
-            wire,
-            ready,
-            failure,
-            ..
-        } = self;
-        sse.feed(data, &mut |event| {
-            if failure.is_none() && !wire.is_done() {
-                *failure = wire.on_event(event, ready).err();
-            }
-        });
+        if !self.pending.is_empty() {
+            // Fed again before the last chunk was drained: decode that one now to keep a single pending chunk.
+            self.decode_pending();
+        }
+        self.pending = data;
+    }
+
+    /// Queue a chunk borrowed from the caller (copied).
+    pub(crate) fn feed(&mut self, data: &[u8]) {
+        self.push(Bytes::copy_from_slice(data));
+    }
+
+    /// Decode one SSE event from the pending bytes, mapping it to chat events; `false` when no event completed.
+    fn decode_one(&mut self) -> bool {
+        let mut input = &self.pending[..];
+        let event = self.sse.decode_next(&mut input);
+        let used = self.pending.len() - input.len();
+        self.pending.advance(used);
+        let Some(event) = event else {
+            return false;
+        };
+        if let Err(error) = self.wire.on_event(event, &mut self.ready) {
+            self.failure = Some(error);
+        }
+        true
+    }
+
+    fn decode_pending(&mut self) {
+        while !self.is_complete() && self.decode_one() {}
+        if self.is_complete() {
+            // Bytes after the end marker or a failure are ignored.
+            self.pending.clear();
+        }
     }
 
     /// The body ended (normally, or with `error`).
@@ -368,6 +397,7 @@ impl<D: WireDecoder> EventDecoder<D> {
             return;
         }
         self.ended = true;
+        self.decode_pending();
         if self.is_complete() {
             return;
         }
@@ -383,12 +413,20 @@ impl<D: WireDecoder> EventDecoder<D> {
         }
     }
 
-    /// The next decoded item: events first, then the failure that ended decoding.
+    /// The next decoded item: events first, then the failure that ended decoding; `None` when more bytes are
+    /// needed (or everything was taken).
     pub(crate) fn next_item(&mut self) -> Option<Result<ChatEvent, ChatError>> {
-        match self.ready.pop_front() {
-            Some(event) => Some(Ok(event)),
-            None => self.failure.take().map(Err),
+        loop {
+            if let Some(event) = self.ready.pop_front() {
+                return Some(Ok(event));
+            }
+            if self.is_complete() || self.pending.is_empty() {
+                break;
+            }
+            self.decode_one();
         }
+        self.pending.clear();
+        self.failure.take().map(Err)
     }
 }
 
@@ -463,7 +501,7 @@ impl<D: WireDecoder> Stream for SseChatStream<D> {
                         this.idle_deadline = Some(Instant::now() + idle);
                     }
                     if let Ok(data) = frame.into_data() {
-                        this.decoder.feed(&data);
+                        this.decoder.push(data);
                     }
                 }
                 Poll::Ready(Some(Err(error))) => {

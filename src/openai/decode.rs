@@ -18,61 +18,165 @@ use crate::message::ToolCall;
 use crate::sse::SseEvent;
 use crate::transport::WireDecoder;
 
-/// `id` and `model` repeat on every chunk but are wanted once: borrowed, they cost no allocation.
+/// One `chat.completion.chunk`. Strings borrow from the event's JSON where they can ([`Text`]) and only the first
+/// choice is kept ([`FirstChoice`]): a text chunk then costs one allocation, for the text the event hands out.
 #[derive(Deserialize)]
 struct Chunk<'a> {
     #[serde(default, borrow)]
-    id: Option<Cow<'a, str>>,
+    id: Option<Text<'a>>,
     #[serde(default, borrow)]
-    model: Option<Cow<'a, str>>,
+    model: Option<Text<'a>>,
+    #[serde(default, borrow)]
+    choices: FirstChoice<'a>,
+    /// Boxed, like `error`: both come once per stream, if at all, and would otherwise widen every chunk.
     #[serde(default)]
-    choices: Vec<ChunkChoice>,
+    usage: Option<Box<WireUsage>>,
     #[serde(default)]
-    usage: Option<WireUsage>,
-    #[serde(default)]
-    error: Option<Value>,
+    error: Option<Box<Value>>,
+}
+
+/// A JSON string borrowed from the input when it has no escape sequences, owned otherwise.
+///
+/// (`Option<Cow<str>>` would not do: serde borrows a `Cow` only when it is the field's whole type.)
+#[derive(Deserialize)]
+#[serde(transparent)]
+struct Text<'a>(#[serde(borrow)] Cow<'a, str>);
+
+impl Text<'_> {
+    fn into_string(self) -> String {
+        self.0.into_owned()
+    }
+}
+
+impl From<String> for Text<'_> {
+    fn from(text: String) -> Self {
+        Text(Cow::Owned(text))
+    }
+}
+
+/// The choice with index 0 out of `choices` (tower-chat asks for one: `n` is not set); others are skipped.
+#[derive(Default)]
+struct FirstChoice<'a>(Option<ChunkChoice<'a>>);
+
+impl<'de: 'a, 'a> Deserialize<'de> for FirstChoice<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Choices<'a>(std::marker::PhantomData<ChunkChoice<'a>>);
+
+        impl<'de: 'a, 'a> serde::de::Visitor<'de> for Choices<'a> {
+            type Value = FirstChoice<'a>;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("an array of choices")
+            }
+
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<Self::Value, A::Error> {
+                let mut first = None;
+                while let Some(choice) = seq.next_element::<ChunkChoice<'a>>()? {
+                    if choice.index == 0 && first.is_none() {
+                        first = Some(choice);
+                    }
+                }
+                Ok(FirstChoice(first))
+            }
+
+            fn visit_unit<E: serde::de::Error>(self) -> Result<Self::Value, E> {
+                Ok(FirstChoice(None))
+            }
+        }
+
+        deserializer.deserialize_seq(Choices(std::marker::PhantomData))
+    }
 }
 
 #[derive(Deserialize)]
-struct ChunkChoice {
+struct ChunkChoice<'a> {
     #[serde(default)]
     index: u32,
-    #[serde(default)]
-    delta: Option<Delta>,
-    #[serde(default)]
-    finish_reason: Option<String>,
+    #[serde(default, borrow)]
+    delta: Option<Delta<'a>>,
+    #[serde(default, borrow)]
+    finish_reason: Option<Text<'a>>,
 }
 
-#[derive(Deserialize, Default)]
-struct Delta {
-    #[serde(default)]
-    content: Option<String>,
-    #[serde(default)]
-    reasoning_content: Option<String>,
-    #[serde(default)]
-    reasoning: Option<String>,
-    #[serde(default)]
-    refusal: Option<String>,
-    #[serde(default)]
-    tool_calls: Option<Vec<DeltaToolCall>>,
+/// A choice's `delta`. Kept small (the rare reasoning and refusal texts boxed) because every chunk moves it a few
+/// times on its way out of serde, and a small value moves in registers where a large one costs a `memcpy` call.
+#[derive(Default)]
+struct Delta<'a> {
+    content: Option<Text<'a>>,
+    tool_calls: Option<Vec<DeltaToolCall<'a>>>,
+    rare: Option<Box<RareDelta<'a>>>,
+}
+
+#[derive(Default)]
+struct RareDelta<'a> {
+    /// DeepSeek, vLLM (older), llama.cpp.
+    reasoning_content: Option<Text<'a>>,
+    /// vLLM, OpenRouter, Ollama.
+    reasoning: Option<Text<'a>>,
+    refusal: Option<Text<'a>>,
+}
+
+impl<'a> Delta<'a> {
+    fn rare(&mut self) -> &mut RareDelta<'a> {
+        self.rare.get_or_insert_with(Box::default)
+    }
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for Delta<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Fields<'a>(std::marker::PhantomData<Delta<'a>>);
+
+        impl<'de: 'a, 'a> serde::de::Visitor<'de> for Fields<'a> {
+            type Value = Delta<'a>;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a delta object")
+            }
+
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<Self::Value, A::Error> {
+                let mut delta = Delta::default();
+                while let Some(key) = map.next_key::<Text<'de>>()? {
+                    match &*key.0 {
+                        "content" => delta.content = map.next_value()?,
+                        "tool_calls" => delta.tool_calls = map.next_value()?,
+                        "reasoning_content" => delta.rare().reasoning_content = map.next_value()?,
+                        "reasoning" => delta.rare().reasoning = map.next_value()?,
+                        "refusal" => delta.rare().refusal = map.next_value()?,
+                        _ => {
+                            map.next_value::<serde::de::IgnoredAny>()?;
+                        }
+                    }
+                }
+                Ok(delta)
+            }
+        }
+
+        deserializer.deserialize_map(Fields(std::marker::PhantomData))
+    }
 }
 
 #[derive(Deserialize)]
-struct DeltaToolCall {
+struct DeltaToolCall<'a> {
     #[serde(default)]
     index: Option<u32>,
-    #[serde(default)]
-    id: Option<String>,
-    #[serde(default)]
-    function: Option<DeltaFunction>,
+    #[serde(default, borrow)]
+    id: Option<Text<'a>>,
+    #[serde(default, borrow)]
+    function: Option<DeltaFunction<'a>>,
 }
 
 #[derive(Deserialize)]
-struct DeltaFunction {
-    #[serde(default)]
-    name: Option<String>,
-    #[serde(default)]
-    arguments: Option<String>,
+struct DeltaFunction<'a> {
+    #[serde(default, borrow)]
+    name: Option<Text<'a>>,
+    #[serde(default, borrow)]
+    arguments: Option<Text<'a>>,
 }
 
 #[derive(Deserialize)]
@@ -136,45 +240,46 @@ impl ChunkDecoder {
         if !self.metadata_sent && (chunk.id.is_some() || chunk.model.is_some()) {
             self.metadata_sent = true;
             out.push_back(ChatEvent::ResponseMetadata {
-                id: chunk.id.map(Cow::into_owned),
-                model: chunk.model.map(Cow::into_owned),
+                id: chunk.id.map(Text::into_string),
+                model: chunk.model.map(Text::into_string),
             });
         }
-        // Only the first choice is mapped: tower-chat requests one (`n` is not set).
-        for choice in chunk.choices.into_iter().filter(|c| c.index == 0) {
+        if let Some(choice) = chunk.choices.0 {
             if let Some(delta) = choice.delta {
                 self.on_delta(delta, out);
             }
             if let Some(reason) = choice.finish_reason {
                 self.end_calls(out);
-                self.finish = Some(finish_reason(&reason, !self.calls.is_empty()));
+                self.finish = Some(finish_reason(&reason.0, !self.calls.is_empty()));
             }
         }
         if let Some(usage) = chunk.usage {
-            self.usage = Some(usage.into());
+            self.usage = Some((*usage).into());
         }
     }
 
-    fn on_delta(&mut self, delta: Delta, out: &mut VecDeque<ChatEvent>) {
-        for text in [delta.reasoning_content, delta.reasoning]
-            .into_iter()
-            .flatten()
-        {
-            if !text.is_empty() {
-                out.push_back(ChatEvent::ReasoningDelta { text });
+    fn on_delta(&mut self, delta: Delta<'_>, out: &mut VecDeque<ChatEvent>) {
+        let mut refusal = None;
+        if let Some(rare) = delta.rare {
+            let RareDelta {
+                reasoning_content,
+                reasoning,
+                refusal: rare_refusal,
+            } = *rare;
+            for text in [reasoning_content, reasoning].into_iter().flatten() {
+                push_text(text, out, |text| ChatEvent::ReasoningDelta { text });
             }
+            refusal = rare_refusal;
         }
-        for text in [delta.content, delta.refusal].into_iter().flatten() {
-            if !text.is_empty() {
-                out.push_back(ChatEvent::TextDelta { text });
-            }
+        for text in [delta.content, refusal].into_iter().flatten() {
+            push_text(text, out, |text| ChatEvent::TextDelta { text });
         }
         for fragment in delta.tool_calls.into_iter().flatten() {
             self.on_tool_fragment(fragment, out);
         }
     }
 
-    fn on_tool_fragment(&mut self, fragment: DeltaToolCall, out: &mut VecDeque<ChatEvent>) {
+    fn on_tool_fragment(&mut self, fragment: DeltaToolCall<'_>, out: &mut VecDeque<ChatEvent>) {
         let wire_index = fragment.index.unwrap_or(0);
         let (name, arguments) = match fragment.function {
             Some(f) => (f.name, f.arguments),
@@ -186,30 +291,30 @@ impl ChunkDecoder {
             .rposition(|c| c.wire_index == wire_index && !c.ended);
         let position = match (open, fragment.id) {
             // Same index, different id: a server that reuses index 0 for every call (Ollama).
-            (Some(i), Some(id)) if !id.is_empty() && self.calls[i].id != id => {
+            (Some(i), Some(id)) if !id.0.is_empty() && self.calls[i].id != id.0 => {
                 self.end_call(i, out);
-                self.start_call(wire_index, id, name, out)
+                self.start_call(wire_index, id.into_string(), name, out)
             }
             (Some(i), _) => {
-                if let Some(name) = name.filter(|n| !n.is_empty()) {
+                if let Some(name) = name.filter(|n| !n.0.is_empty()) {
                     if self.calls[i].name.is_empty() {
-                        self.calls[i].name = name;
+                        self.calls[i].name = name.into_string();
                     }
                 }
                 i
             }
             (None, id) => {
                 let id = id
-                    .filter(|id| !id.is_empty())
-                    .unwrap_or_else(|| format!("call_{}", self.calls.len()));
+                    .filter(|id| !id.0.is_empty())
+                    .map_or_else(|| format!("call_{}", self.calls.len()), Text::into_string);
                 self.start_call(wire_index, id, name, out)
             }
         };
-        if let Some(arguments) = arguments.filter(|a| !a.is_empty()) {
-            self.calls[position].arguments.push_str(&arguments);
+        if let Some(arguments) = arguments.filter(|a| !a.0.is_empty()) {
+            self.calls[position].arguments.push_str(&arguments.0);
             out.push_back(ChatEvent::ToolCallDelta {
                 index: position,
-                arguments,
+                arguments: arguments.into_string(),
             });
         }
     }
@@ -218,10 +323,10 @@ impl ChunkDecoder {
         &mut self,
         wire_index: u32,
         id: String,
-        name: Option<String>,
+        name: Option<Text<'_>>,
         out: &mut VecDeque<ChatEvent>,
     ) -> usize {
-        let name = name.unwrap_or_default();
+        let name = name.map(Text::into_string).unwrap_or_default();
         out.push_back(ChatEvent::ToolCallStart {
             index: self.calls.len(),
             id: id.clone(),
@@ -280,8 +385,9 @@ impl WireDecoder for ChunkDecoder {
         event: SseEvent,
         out: &mut VecDeque<ChatEvent>,
     ) -> Result<(), ChatError> {
-        let data = event.data.trim();
-        if data == "[DONE]" {
+        let data = event.data.as_str();
+        // serde_json skips whitespace around the chunk itself; only the sentinel needs trimming.
+        if data.len() < 16 && data.trim() == "[DONE]" {
             self.finish(out);
             return Ok(());
         }
@@ -313,6 +419,13 @@ impl WireDecoder for ChunkDecoder {
 
     fn is_done(&self) -> bool {
         self.done
+    }
+}
+
+/// Empty texts (the first chunk's `"content": ""`, for one) make no event.
+fn push_text(text: Text<'_>, out: &mut VecDeque<ChatEvent>, event: fn(String) -> ChatEvent) {
+    if !text.0.is_empty() {
+        out.push_back(event(text.into_string()));
     }
 }
 
@@ -451,11 +564,13 @@ pub(crate) fn decode_completion(body: &[u8]) -> Result<Vec<ChatEvent>, ChatError
     };
     decoder.on_delta(
         Delta {
-            content: message.content,
-            reasoning_content: message.reasoning_content,
-            reasoning: message.reasoning,
-            refusal: message.refusal,
+            content: message.content.map(Text::from),
             tool_calls: None,
+            rare: Some(Box::new(RareDelta {
+                reasoning_content: message.reasoning_content.map(Text::from),
+                reasoning: message.reasoning.map(Text::from),
+                refusal: message.refusal.map(Text::from),
+            })),
         },
         &mut out,
     );
@@ -469,10 +584,10 @@ pub(crate) fn decode_completion(body: &[u8]) -> Result<Vec<ChatEvent>, ChatError
         decoder.on_tool_fragment(
             DeltaToolCall {
                 index: Some(i as u32),
-                id: Some(call.id),
+                id: Some(call.id.into()),
                 function: Some(DeltaFunction {
-                    name: Some(call.function.name),
-                    arguments: Some(arguments),
+                    name: Some(call.function.name.into()),
+                    arguments: Some(arguments.into()),
                 }),
             },
             &mut out,
@@ -601,6 +716,43 @@ mod tests {
                 Ok(ChatEvent::text("Hel")),
                 Ok(ChatEvent::text("lo")),
                 Ok(ChatEvent::finish(FinishReason::Length))
+            ]
+        );
+    }
+
+    #[test]
+    fn only_the_choice_with_index_zero_is_mapped_wherever_it_is() {
+        let text = sse(&[
+            json!({"choices":[{"index":1,"delta":{"content":"other"}},{"index":0,"delta":{"content":"mine"}}]}),
+            json!({"choices":[{"index":0,"delta":{"content":"too"},"finish_reason":"stop"},{"index":1,"delta":{"content":"x"},"finish_reason":"length"}]}),
+        ]);
+        let events = decode_stream(&[text.as_bytes()]);
+        assert_eq!(
+            events,
+            vec![
+                Ok(ChatEvent::text("mine")),
+                Ok(ChatEvent::text("too")),
+                Ok(ChatEvent::finish(FinishReason::Stop))
+            ]
+        );
+    }
+
+    #[test]
+    fn escaped_strings_and_escaped_keys_decode_like_plain_ones() {
+        // Strings without escapes are borrowed from the event; these must be unescaped into owned ones.
+        let text = "data: {\"id\":\"c\\u0031\",\"choices\":[{\"index\":0,\"delta\":{\"cont\\u0065nt\":\"a\\n\\\"b\\\"\",\
+                    \"reasoning\":\"r\\u00e9\",\"refusal\":null,\"unknown\":{\"x\":[1]}}}]}\n\ndata: [DONE]\n\n";
+        let events = decode_stream(&[text.as_bytes()]);
+        assert_eq!(
+            events,
+            vec![
+                Ok(ChatEvent::ResponseMetadata {
+                    id: Some("c1".into()),
+                    model: None
+                }),
+                Ok(ChatEvent::ReasoningDelta { text: "ré".into() }),
+                Ok(ChatEvent::text("a\n\"b\"")),
+                Ok(ChatEvent::finish(FinishReason::Stop))
             ]
         );
     }
