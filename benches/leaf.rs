@@ -362,9 +362,120 @@ fn count_variant(variant: &str) {
     });
 }
 
+/// `LEAF_INTERLEAVE_ROUNDS=R` times the four round-trip variants in interleaved rounds (each round runs every
+/// variant for 20 calls, in a rotating order) and prints, per variant, the median per-call time and the median of
+/// the per-round ratios to `openai_leaf`. On a shared machine whose speed drifts over minutes, a ratio taken within
+/// a round is far steadier than one between criterion groups measured one after another.
+fn interleave(rounds: usize) {
+    const CALLS: usize = 20;
+    const VARIANTS: [&str; 4] = [
+        "raw_hyper_value",
+        "raw_hyper_typed",
+        "raw_hyper_same_fields",
+        "openai_leaf",
+    ];
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let (body, _) = openai_body(100);
+    let provider = rt.block_on(async move {
+        let body = Bytes::from(body);
+        ScriptedProvider::start(move |_, _| Reply::sse_chunks([body.clone()])).await
+    });
+    let leaf = OpenAiChat::builder()
+        .base_url(provider.base_url())
+        .api_key("sk-bench")
+        .model("gpt-4o-mini")
+        .build()
+        .unwrap();
+    let request = ChatRequest::new(vec![
+        Message::system("You are a bench."),
+        Message::user("Stream me 100 words."),
+    ]);
+    let raw_client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
+    let url = format!("{}/chat/completions", provider.base_url());
+    let raw_body = Bytes::from(
+        json!({"model": "gpt-4o-mini", "messages": [{"role": "system", "content": "You are a bench."},
+            {"role": "user", "content": "Stream me 100 words."}], "stream": true, "stream_options": {"include_usage": true}})
+        .to_string(),
+    );
+    let run = |variant: &str| {
+        let start = std::time::Instant::now();
+        rt.block_on(async {
+            for _ in 0..CALLS {
+                match variant {
+                    "raw_hyper_value" => {
+                        black_box(
+                            raw_round_trip(&raw_client, &url, &raw_body, RawParse::Value).await,
+                        );
+                    }
+                    "raw_hyper_typed" => {
+                        black_box(
+                            raw_round_trip(&raw_client, &url, &raw_body, RawParse::Minimal).await,
+                        );
+                    }
+                    "raw_hyper_same_fields" => {
+                        black_box(
+                            raw_round_trip(&raw_client, &url, &raw_body, RawParse::SameFields)
+                                .await,
+                        );
+                    }
+                    _ => {
+                        let stream = leaf.clone().oneshot(request.clone()).await.unwrap();
+                        black_box(stream.collect_response().await.unwrap());
+                    }
+                }
+            }
+        });
+        start.elapsed().as_secs_f64() * 1e6 / CALLS as f64
+    };
+    // Warm-up: connections, allocator, caches.
+    for variant in VARIANTS {
+        run(variant);
+    }
+    let mut times = vec![Vec::with_capacity(rounds); VARIANTS.len()];
+    for round in 0..rounds {
+        for k in 0..VARIANTS.len() {
+            let v = (round + k) % VARIANTS.len();
+            times[v].push(run(VARIANTS[v]));
+        }
+    }
+    let median = |mut xs: Vec<f64>| {
+        xs.sort_by(f64::total_cmp);
+        xs[xs.len() / 2]
+    };
+    let leaf_times = times[3].clone();
+    println!("{rounds} interleaved rounds of {CALLS} calls per variant");
+    println!(
+        "{:<24} {:>16} {:>26}",
+        "variant", "median µs/call", "median of openai_leaf/this"
+    );
+    for (v, variant) in VARIANTS.iter().enumerate() {
+        let ratios = leaf_times
+            .iter()
+            .zip(&times[v])
+            .map(|(l, t)| l / t)
+            .collect();
+        println!(
+            "{variant:<24} {:>16.1} {:>26.3}",
+            median(times[v].clone()),
+            median(ratios)
+        );
+    }
+}
+
 fn main() {
     if let Ok(variant) = std::env::var("LEAF_COUNT_VARIANT") {
         count_variant(&variant);
+        return;
+    }
+    if let Some(rounds) = std::env::var("LEAF_INTERLEAVE_ROUNDS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+    {
+        interleave(rounds);
         return;
     }
     benches();
