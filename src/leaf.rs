@@ -221,9 +221,15 @@ macro_rules! byte_stream_decoder {
                 $name($crate::transport::EventDecoder::new(<$wire>::default()))
             }
 
-            /// Feed the next chunk of the body, split anywhere.
+            /// Feed the next chunk of the body, split anywhere (copied; see [`feed_bytes`](Self::feed_bytes)).
+            /// Decoding happens as events are taken with [`next_event`](Self::next_event).
             pub fn feed(&mut self, bytes: &[u8]) {
                 self.0.feed(bytes);
+            }
+
+            /// Feed the next chunk of the body as `Bytes` (a hyper body frame, say), without copying it.
+            pub fn feed_bytes(&mut self, bytes: ::bytes::Bytes) {
+                self.0.push(bytes);
             }
 
             /// The body ended: a response the provider did not finish yields an error item.

@@ -132,10 +132,18 @@ byte_stream_decoder!(
     /// for bodies that arrive some other way.
     ///
     /// ```
+    /// use tower_chat::{ChatEvent, FinishReason};
+    ///
     /// let mut decoder = tower_chat::openai::StreamDecoder::new();
-    /// decoder.feed(b"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hi\"},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n");
+    /// decoder.feed(b"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hi\"}}]}\n\nda");
+    /// assert_eq!(decoder.next_event().unwrap().unwrap(), ChatEvent::text("Hi"));
+    /// assert!(decoder.next_event().is_none()); // the rest of the body is needed
+    /// decoder.feed_bytes(bytes::Bytes::from_static(
+    ///     b"ta: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n",
+    /// ));
     /// decoder.finish();
-    /// assert_eq!(decoder.next_event().unwrap().unwrap(), tower_chat::ChatEvent::text("Hi"));
+    /// assert_eq!(decoder.next_event().unwrap().unwrap(), ChatEvent::finish(FinishReason::Stop));
+    /// assert!(decoder.next_event().is_none());
     /// ```
     StreamDecoder,
     decode::ChunkDecoder
