@@ -9,6 +9,7 @@
 use std::borrow::Cow;
 use std::collections::VecDeque;
 
+use serde::de::IgnoredAny;
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -20,12 +21,16 @@ use crate::transport::WireDecoder;
 
 /// One `chat.completion.chunk`. Strings borrow from the event's JSON where they can ([`Text`]) and only the first
 /// choice is kept ([`FirstChoice`]): a text chunk then costs one allocation, for the text the event hands out.
+///
+/// `M` is what `id` and `model` are read as: [`Text`] until the response's metadata has been reported, then
+/// [`IgnoredAny`] — they repeat on every chunk, and skipping them keeps the struct small enough to move cheaply.
 #[derive(Deserialize)]
-struct Chunk<'a> {
-    #[serde(default, borrow)]
-    id: Option<Text<'a>>,
-    #[serde(default, borrow)]
-    model: Option<Text<'a>>,
+#[serde(bound(deserialize = "M: Deserialize<'de>"))] // not the `M: Default` serde would infer from `default`
+struct Chunk<'a, M = Text<'a>> {
+    #[serde(default)]
+    id: Option<M>,
+    #[serde(default)]
+    model: Option<M>,
     #[serde(default, borrow)]
     choices: FirstChoice<'a>,
     /// Boxed, like `error`: both come once per stream, if at all, and would otherwise widen every chunk.
@@ -33,6 +38,23 @@ struct Chunk<'a> {
     usage: Option<Box<WireUsage>>,
     #[serde(default)]
     error: Option<Box<Value>>,
+}
+
+/// How a chunk's `id` and `model` are kept: as text, or not at all.
+trait Metadata {
+    fn into_text(self) -> Option<String>;
+}
+
+impl Metadata for Text<'_> {
+    fn into_text(self) -> Option<String> {
+        Some(self.into_string())
+    }
+}
+
+impl Metadata for IgnoredAny {
+    fn into_text(self) -> Option<String> {
+        None
+    }
 }
 
 /// A JSON string borrowed from the input when it has no escape sequences, owned otherwise.
@@ -145,7 +167,7 @@ impl<'de: 'a, 'a> Deserialize<'de> for Delta<'a> {
                         "reasoning" => delta.rare().reasoning = map.next_value()?,
                         "refusal" => delta.rare().refusal = map.next_value()?,
                         _ => {
-                            map.next_value::<serde::de::IgnoredAny>()?;
+                            map.next_value::<IgnoredAny>()?;
                         }
                     }
                 }
@@ -232,13 +254,23 @@ pub(crate) struct ChunkDecoder {
 }
 
 impl ChunkDecoder {
-    fn on_chunk(&mut self, chunk: Chunk<'_>, out: &mut VecDeque<ChatEvent>) {
-        if !self.metadata_sent && (chunk.id.is_some() || chunk.model.is_some()) {
+    fn on_chunk<M: Metadata>(
+        &mut self,
+        chunk: Chunk<'_, M>,
+        event: &SseEvent,
+        out: &mut VecDeque<ChatEvent>,
+    ) -> Result<(), ChatError> {
+        if let Some(error) = chunk.error {
+            return Err(stream_error(&error));
+        }
+        if event.event.as_deref() == Some("error") {
+            return Err(ChatError::new(ErrorKind::Upstream, event.data.clone()));
+        }
+        let id = chunk.id.and_then(M::into_text);
+        let model = chunk.model.and_then(M::into_text);
+        if id.is_some() || model.is_some() {
             self.metadata_sent = true;
-            out.push_back(ChatEvent::ResponseMetadata {
-                id: chunk.id.map(Text::into_string),
-                model: chunk.model.map(Text::into_string),
-            });
+            out.push_back(ChatEvent::ResponseMetadata { id, model });
         }
         if let Some(choice) = chunk.choices.0 {
             if let Some(delta) = choice.delta {
@@ -252,6 +284,7 @@ impl ChunkDecoder {
         if let Some(usage) = chunk.usage {
             self.usage = Some((*usage).into());
         }
+        Ok(())
     }
 
     fn on_delta(&mut self, delta: Delta<'_>, out: &mut VecDeque<ChatEvent>) {
@@ -387,17 +420,16 @@ impl WireDecoder for ChunkDecoder {
             self.finish(out);
             return Ok(());
         }
-        let chunk: Chunk<'_> = serde_json::from_str(data).map_err(|e| {
+        let malformed = |e: serde_json::Error| {
             ChatError::protocol(format_args!("malformed chunk ({e})"), data.as_bytes())
-        })?;
-        if let Some(error) = chunk.error {
-            return Err(stream_error(&error));
+        };
+        if self.metadata_sent {
+            let chunk: Chunk<'_, IgnoredAny> = serde_json::from_str(data).map_err(malformed)?;
+            self.on_chunk(chunk, &event, out)
+        } else {
+            let chunk: Chunk<'_> = serde_json::from_str(data).map_err(malformed)?;
+            self.on_chunk(chunk, &event, out)
         }
-        if event.event.as_deref() == Some("error") {
-            return Err(ChatError::new(ErrorKind::Upstream, data.to_owned()));
-        }
-        self.on_chunk(chunk, out);
-        Ok(())
     }
 
     fn on_end(&mut self, out: &mut VecDeque<ChatEvent>) -> Result<(), ChatError> {
