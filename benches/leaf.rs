@@ -401,10 +401,11 @@ fn interleave(rounds: usize) {
             {"role": "user", "content": "Stream me 100 words."}], "stream": true, "stream_options": {"include_usage": true}})
         .to_string(),
     );
+    // One `block_on` per call, as in the criterion group.
     let run = |variant: &str| {
         let start = std::time::Instant::now();
-        rt.block_on(async {
-            for _ in 0..CALLS {
+        for _ in 0..CALLS {
+            rt.block_on(async {
                 match variant {
                     "raw_hyper_value" => {
                         black_box(
@@ -427,8 +428,8 @@ fn interleave(rounds: usize) {
                         black_box(stream.collect_response().await.unwrap());
                     }
                 }
-            }
-        });
+            });
+        }
         start.elapsed().as_secs_f64() * 1e6 / CALLS as f64
     };
     // Warm-up: connections, allocator, caches.
