@@ -43,6 +43,67 @@ fn openai_body(words: usize) -> (Vec<u8>, usize) {
     (body.into_bytes(), events.len() + 1)
 }
 
+/// The same answer in the Messages API's stream: `words` text deltas, one tool call in 20 `input_json_delta`
+/// fragments, usage, `message_stop`.
+fn anthropic_body(words: usize) -> (Vec<u8>, usize) {
+    let mut events = vec![
+        (
+            "message_start",
+            json!({"type": "message_start", "message": {"id": "msg_1", "type": "message", "role": "assistant",
+            "model": "claude-sonnet-4-5", "content": [], "stop_reason": null, "usage": {"input_tokens": 100, "output_tokens": 1}}}),
+        ),
+        (
+            "content_block_start",
+            json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
+        ),
+    ];
+    for i in 0..words {
+        events.push((
+            "content_block_delta",
+            json!({"type": "content_block_delta", "index": 0,
+            "delta": {"type": "text_delta", "text": format!("word{i} ")}}),
+        ));
+    }
+    events.push((
+        "content_block_stop",
+        json!({"type": "content_block_stop", "index": 0}),
+    ));
+    events.push((
+        "content_block_start",
+        json!({"type": "content_block_start", "index": 1,
+        "content_block": {"type": "tool_use", "id": "toolu_1", "name": "lookup", "input": {}}}),
+    ));
+    for i in 0..20 {
+        let part = if i == 0 {
+            "{\"q\":\"".to_owned()
+        } else if i == 19 {
+            "\"}".to_owned()
+        } else {
+            format!("part{i}")
+        };
+        events.push((
+            "content_block_delta",
+            json!({"type": "content_block_delta", "index": 1,
+            "delta": {"type": "input_json_delta", "partial_json": part}}),
+        ));
+    }
+    events.push((
+        "content_block_stop",
+        json!({"type": "content_block_stop", "index": 1}),
+    ));
+    events.push((
+        "message_delta",
+        json!({"type": "message_delta", "delta": {"stop_reason": "tool_use", "stop_sequence": null},
+        "usage": {"output_tokens": 50}}),
+    ));
+    events.push(("message_stop", json!({"type": "message_stop"})));
+    let mut body = String::new();
+    for (name, data) in &events {
+        body.push_str(&format!("event: {name}\ndata: {data}\n\n"));
+    }
+    (body.into_bytes(), events.len())
+}
+
 fn decode(c: &mut Criterion) {
     let (body, sse_events) = openai_body(500);
     let mut group = c.benchmark_group("openai_sse_decode");
@@ -66,6 +127,35 @@ fn decode(c: &mut Criterion) {
     group.bench_function("sse_events", |b| {
         b.iter(|| {
             let mut decoder = StreamDecoder::new();
+            for chunk in body.chunks(1024) {
+                decoder.feed(chunk);
+                while let Some(event) = decoder.next_event() {
+                    black_box(event.unwrap());
+                }
+            }
+        })
+    });
+    group.finish();
+
+    let (body, sse_events) = anthropic_body(500);
+    let mut group = c.benchmark_group("anthropic_sse_decode");
+    group.throughput(Throughput::Bytes(body.len() as u64));
+    group.bench_function("bytes", |b| {
+        b.iter(|| {
+            let mut decoder = tower_chat::anthropic::StreamDecoder::new();
+            for chunk in body.chunks(1024) {
+                decoder.feed(chunk);
+                while let Some(event) = decoder.next_event() {
+                    black_box(event.unwrap());
+                }
+            }
+            decoder.finish();
+        })
+    });
+    group.throughput(Throughput::Elements(sse_events as u64));
+    group.bench_function("sse_events", |b| {
+        b.iter(|| {
+            let mut decoder = tower_chat::anthropic::StreamDecoder::new();
             for chunk in body.chunks(1024) {
                 decoder.feed(chunk);
                 while let Some(event) = decoder.next_event() {
@@ -315,14 +405,56 @@ fn round_trip(c: &mut Criterion) {
 
 criterion_group!(benches, decode, round_trip);
 
-/// `LEAF_COUNT_VARIANT=raw_hyper_value|raw_hyper_typed|raw_hyper_same_fields|openai_leaf LEAF_COUNT_CALLS=N` runs N round trips of one
-/// variant and exits, for instruction counting under `valgrind --tool=callgrind` (repeatable where wall time on a
-/// shared machine is not).
+/// Feed `body` in 1 KiB pieces, draining every event.
+fn drain_decoder<D>(
+    body: &[u8],
+    mut decoder: D,
+    mut next: impl FnMut(&mut D) -> Option<Result<tower_chat::ChatEvent, tower_chat::ChatError>>,
+    mut feed: impl FnMut(&mut D, &[u8]),
+) {
+    for chunk in body.chunks(1024) {
+        feed(&mut decoder, chunk);
+        while let Some(event) = next(&mut decoder) {
+            black_box(event.unwrap());
+        }
+    }
+}
+
+/// `LEAF_COUNT_VARIANT=raw_hyper_value|raw_hyper_typed|raw_hyper_same_fields|openai_leaf LEAF_COUNT_CALLS=N` runs
+/// N round trips of one variant and exits (`openai_decode|anthropic_decode`: N decodes of the 500-word body, no
+/// HTTP), for instruction counting under `valgrind --tool=callgrind` (repeatable where wall time on a shared
+/// machine is not).
 fn count_variant(variant: &str) {
     let calls: usize = std::env::var("LEAF_COUNT_CALLS")
         .ok()
         .and_then(|n| n.parse().ok())
         .unwrap_or(200);
+    if let Some(provider) = variant.strip_suffix("_decode") {
+        // Decoding alone: the 500-word body of the decode group, N times.
+        let (body, events) = match provider {
+            "openai" => openai_body(500),
+            _ => anthropic_body(500),
+        };
+        for _ in 0..calls {
+            match provider {
+                "openai" => drain_decoder(
+                    &body,
+                    tower_chat::openai::StreamDecoder::new(),
+                    |d| d.next_event(),
+                    |d, c| d.feed(c),
+                ),
+                "anthropic" => drain_decoder(
+                    &body,
+                    tower_chat::anthropic::StreamDecoder::new(),
+                    |d| d.next_event(),
+                    |d, c| d.feed(c),
+                ),
+                other => panic!("unknown decoder {other}"),
+            }
+        }
+        eprintln!("{variant}: {calls} bodies of {events} SSE events");
+        return;
+    }
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
