@@ -1,5 +1,6 @@
 //! Messages API responses — the streamed event sequence and whole messages — mapped to chat events.
 
+use std::borrow::Cow;
 use std::collections::VecDeque;
 
 use serde::Deserialize;
@@ -74,20 +75,52 @@ enum ContentBlock {
     Other,
 }
 
+/// `content_block_delta`, the bulk of a stream, read without the `type`-tagged [`StreamEvent`] enum when the SSE
+/// event name already says what it is: serde buffers the whole object of an internally tagged enum before it can
+/// pick the variant.
 #[derive(Deserialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
+struct ContentBlockDeltaEvent {
+    index: usize,
+    delta: BlockDelta,
+}
+
 enum BlockDelta {
-    TextDelta {
-        text: String,
-    },
-    InputJsonDelta {
-        partial_json: String,
-    },
-    ThinkingDelta {
-        thinking: String,
-    },
-    #[serde(other)]
+    TextDelta { text: String },
+    InputJsonDelta { partial_json: String },
+    ThinkingDelta { thinking: String },
     Other,
+}
+
+/// A delta read as a plain object (no buffering, unlike a `type`-tagged enum), then sorted by its `type`.
+#[derive(Deserialize)]
+struct WireBlockDelta<'a> {
+    #[serde(rename = "type", borrow)]
+    kind: Cow<'a, str>,
+    #[serde(default)]
+    text: Option<String>,
+    #[serde(default)]
+    partial_json: Option<String>,
+    #[serde(default)]
+    thinking: Option<String>,
+}
+
+impl<'de> Deserialize<'de> for BlockDelta {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let wire = WireBlockDelta::deserialize(deserializer)?;
+        let missing = |field| serde::de::Error::missing_field(field);
+        Ok(match &*wire.kind {
+            "text_delta" => BlockDelta::TextDelta {
+                text: wire.text.ok_or_else(|| missing("text"))?,
+            },
+            "input_json_delta" => BlockDelta::InputJsonDelta {
+                partial_json: wire.partial_json.ok_or_else(|| missing("partial_json"))?,
+            },
+            "thinking_delta" => BlockDelta::ThinkingDelta {
+                thinking: wire.thinking.ok_or_else(|| missing("thinking"))?,
+            },
+            _ => BlockDelta::Other,
+        })
+    }
 }
 
 #[derive(Deserialize, Default)]
@@ -290,7 +323,17 @@ impl WireDecoder for MessageDecoder {
         event: SseEvent,
         out: &mut VecDeque<ChatEvent>,
     ) -> Result<(), ChatError> {
-        let parsed: StreamEvent = serde_json::from_str(&event.data).map_err(|e| {
+        let parsed = if event.event.as_deref() == Some("content_block_delta") {
+            serde_json::from_str::<ContentBlockDeltaEvent>(&event.data).map(|e| {
+                StreamEvent::ContentBlockDelta {
+                    index: e.index,
+                    delta: e.delta,
+                }
+            })
+        } else {
+            serde_json::from_str::<StreamEvent>(&event.data)
+        };
+        let parsed = parsed.map_err(|e| {
             ChatError::protocol(format_args!("malformed event ({e})"), event.data.as_bytes())
         })?;
         self.on_stream_event(parsed, out)
@@ -434,6 +477,56 @@ mod tests {
             event("message_stop", json!({"type":"message_stop"})),
         ]
         .concat()
+    }
+
+    #[test]
+    fn event_names_are_only_a_shortcut_the_data_decides_without_them() {
+        let named = decode_stream(&tool_stream());
+        let unnamed: String = tool_stream()
+            .lines()
+            .filter(|line| !line.starts_with("event:"))
+            .map(|line| format!("{line}\n"))
+            .collect();
+        assert_eq!(decode_stream(&unnamed), named);
+        assert!(named.iter().all(Result::is_ok), "{named:?}");
+    }
+
+    #[test]
+    fn a_text_delta_without_its_text_is_a_protocol_error() {
+        let text = [
+            event("message_start", json!({"type":"message_start","message":{"id":"m","model":"c"}})),
+            event("content_block_start", json!({"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}})),
+            event("content_block_delta", json!({"type":"content_block_delta","index":0,"delta":{"type":"text_delta"}})),
+        ]
+        .concat();
+        let events = decode_stream(&text);
+        assert!(
+            matches!(events.last(), Some(Err(m)) if m.starts_with("protocol: malformed event") && m.contains("text")),
+            "{events:?}"
+        );
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn every_chunking_yields_the_same_events(cuts in proptest::collection::vec(0usize..3000, 0..16)) {
+            let text = tool_stream().replace("Checking", "Chécking ✓");
+            let bytes = text.as_bytes();
+            let whole = decode_stream(&text);
+            let mut cuts: Vec<usize> = cuts.into_iter().map(|c| c % (bytes.len() + 1)).collect();
+            cuts.sort_unstable();
+            let mut decoder = EventDecoder::new(MessageDecoder::default());
+            let mut events = Vec::new();
+            let mut start = 0;
+            for cut in cuts.into_iter().chain([bytes.len()]) {
+                decoder.feed(&bytes[start..cut]);
+                start = cut;
+                events.extend(std::iter::from_fn(|| decoder.next_item()));
+            }
+            decoder.end(None);
+            events.extend(std::iter::from_fn(|| decoder.next_item()));
+            let events: Vec<_> = events.into_iter().map(|item| item.map_err(|e| e.to_string())).collect();
+            proptest::prop_assert_eq!(events, whole);
+        }
     }
 
     #[test]
