@@ -353,53 +353,91 @@ async fn raw_round_trip(client: &RawClient, url: &str, body: &Bytes, parse: RawP
     parsed
 }
 
-fn round_trip(c: &mut Criterion) {
-    let rt = tokio::runtime::Builder::new_multi_thread()
+/// The round-trip variants, in the order tables print them; the leaf last.
+const VARIANTS: [&str; 4] = [
+    "raw_hyper_value",
+    "raw_hyper_typed",
+    "raw_hyper_same_fields",
+    "openai_leaf",
+];
+
+/// A scripted provider streaming the 100-word answer, and every client that calls it.
+struct RoundTrip {
+    provider: ScriptedProvider,
+    leaf: OpenAiChat,
+    request: ChatRequest,
+    raw_client: RawClient,
+    url: String,
+    raw_body: Bytes,
+}
+
+impl RoundTrip {
+    async fn start() -> Self {
+        let body = Bytes::from(openai_body(100).0);
+        let provider = ScriptedProvider::start(move |_, _| Reply::sse_chunks([body.clone()])).await;
+        let leaf = OpenAiChat::builder()
+            .base_url(provider.base_url())
+            .api_key("sk-bench")
+            .model("gpt-4o-mini")
+            .build()
+            .unwrap();
+        let request = ChatRequest::new(vec![
+            Message::system("You are a bench."),
+            Message::user("Stream me 100 words."),
+        ]);
+        let url = format!("{}/chat/completions", provider.base_url());
+        let raw_body = Bytes::from(
+            json!({"model": "gpt-4o-mini", "messages": [{"role": "system", "content": "You are a bench."},
+                {"role": "user", "content": "Stream me 100 words."}], "stream": true, "stream_options": {"include_usage": true}})
+            .to_string(),
+        );
+        RoundTrip {
+            provider,
+            leaf,
+            request,
+            raw_client: Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>(),
+            url,
+            raw_body,
+        }
+    }
+
+    /// One call by one of [`VARIANTS`].
+    async fn call(&self, variant: &str) {
+        let parse = match variant {
+            "openai_leaf" => {
+                let stream = self
+                    .leaf
+                    .clone()
+                    .oneshot(self.request.clone())
+                    .await
+                    .unwrap();
+                black_box(stream.collect_response().await.unwrap());
+                return;
+            }
+            "raw_hyper_value" => RawParse::Value,
+            "raw_hyper_typed" => RawParse::Minimal,
+            "raw_hyper_same_fields" => RawParse::SameFields,
+            other => panic!("unknown variant {other}"),
+        };
+        black_box(raw_round_trip(&self.raw_client, &self.url, &self.raw_body, parse).await);
+    }
+}
+
+fn multi_thread_runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
-        .unwrap();
-    let (body, _) = openai_body(100);
-    let provider = rt.block_on(async move {
-        let body = Bytes::from(body);
-        ScriptedProvider::start(move |_, _| Reply::sse_chunks([body.clone()])).await
-    });
-    let leaf = OpenAiChat::builder()
-        .base_url(provider.base_url())
-        .api_key("sk-bench")
-        .model("gpt-4o-mini")
-        .build()
-        .unwrap();
-    let request = ChatRequest::new(vec![
-        Message::system("You are a bench."),
-        Message::user("Stream me 100 words."),
-    ]);
-    let raw_client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
-    let url = format!("{}/chat/completions", provider.base_url());
-    let raw_body = Bytes::from(
-        json!({"model": "gpt-4o-mini", "messages": [{"role": "system", "content": "You are a bench."},
-            {"role": "user", "content": "Stream me 100 words."}], "stream": true, "stream_options": {"include_usage": true}})
-        .to_string(),
-    );
+        .unwrap()
+}
 
+fn round_trip(c: &mut Criterion) {
+    let rt = multi_thread_runtime();
+    let fixture = rt.block_on(RoundTrip::start());
     let mut group = c.benchmark_group("round_trip_100_chunks");
-    for (name, parse) in [
-        ("raw_hyper_value", RawParse::Value),
-        ("raw_hyper_typed", RawParse::Minimal),
-        ("raw_hyper_same_fields", RawParse::SameFields),
-    ] {
-        group.bench_function(name, |b| {
-            b.iter(|| rt.block_on(raw_round_trip(&raw_client, &url, &raw_body, parse)))
-        });
+    for variant in VARIANTS {
+        group.bench_function(variant, |b| b.iter(|| rt.block_on(fixture.call(variant))));
     }
-    group.bench_function("openai_leaf", |b| {
-        b.iter(|| {
-            rt.block_on(async {
-                let stream = leaf.clone().oneshot(request.clone()).await.unwrap();
-                black_box(stream.collect_response().await.unwrap())
-            })
-        })
-    });
     group.finish();
 }
 
@@ -460,37 +498,14 @@ fn count_variant(variant: &str) {
         .build()
         .unwrap();
     rt.block_on(async {
-        let (body, _) = openai_body(100);
-        let body = Bytes::from(body);
-        let provider = ScriptedProvider::start(move |_, _| Reply::sse_chunks([body.clone()])).await;
-        let leaf = OpenAiChat::builder().base_url(provider.base_url()).api_key("sk-bench").model("gpt-4o-mini").build().unwrap();
-        let request = ChatRequest::new(vec![Message::system("You are a bench."), Message::user("Stream me 100 words.")]);
-        let raw_client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
-        let url = format!("{}/chat/completions", provider.base_url());
-        let raw_body = Bytes::from(
-            json!({"model": "gpt-4o-mini", "messages": [{"role": "system", "content": "You are a bench."},
-                {"role": "user", "content": "Stream me 100 words."}], "stream": true, "stream_options": {"include_usage": true}})
-            .to_string(),
-        );
+        let fixture = RoundTrip::start().await;
         for _ in 0..calls {
-            match variant {
-                "raw_hyper_value" => {
-                    black_box(raw_round_trip(&raw_client, &url, &raw_body, RawParse::Value).await);
-                }
-                "raw_hyper_typed" => {
-                    black_box(raw_round_trip(&raw_client, &url, &raw_body, RawParse::Minimal).await);
-                }
-                "raw_hyper_same_fields" => {
-                    black_box(raw_round_trip(&raw_client, &url, &raw_body, RawParse::SameFields).await);
-                }
-                "openai_leaf" => {
-                    let stream = leaf.clone().oneshot(request.clone()).await.unwrap();
-                    black_box(stream.collect_response().await.unwrap());
-                }
-                other => panic!("unknown variant {other}"),
-            }
+            fixture.call(variant).await;
         }
-        eprintln!("{variant}: {calls} calls over {} connection(s)", provider.connections());
+        eprintln!(
+            "{variant}: {calls} calls over {} connection(s)",
+            fixture.provider.connections()
+        );
     });
 }
 
@@ -500,67 +515,13 @@ fn count_variant(variant: &str) {
 /// a round is far steadier than one between criterion groups measured one after another.
 fn interleave(rounds: usize) {
     const CALLS: usize = 20;
-    const VARIANTS: [&str; 4] = [
-        "raw_hyper_value",
-        "raw_hyper_typed",
-        "raw_hyper_same_fields",
-        "openai_leaf",
-    ];
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    let (body, _) = openai_body(100);
-    let provider = rt.block_on(async move {
-        let body = Bytes::from(body);
-        ScriptedProvider::start(move |_, _| Reply::sse_chunks([body.clone()])).await
-    });
-    let leaf = OpenAiChat::builder()
-        .base_url(provider.base_url())
-        .api_key("sk-bench")
-        .model("gpt-4o-mini")
-        .build()
-        .unwrap();
-    let request = ChatRequest::new(vec![
-        Message::system("You are a bench."),
-        Message::user("Stream me 100 words."),
-    ]);
-    let raw_client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
-    let url = format!("{}/chat/completions", provider.base_url());
-    let raw_body = Bytes::from(
-        json!({"model": "gpt-4o-mini", "messages": [{"role": "system", "content": "You are a bench."},
-            {"role": "user", "content": "Stream me 100 words."}], "stream": true, "stream_options": {"include_usage": true}})
-        .to_string(),
-    );
+    let rt = multi_thread_runtime();
+    let fixture = rt.block_on(RoundTrip::start());
     // One `block_on` per call, as in the criterion group.
     let run = |variant: &str| {
         let start = std::time::Instant::now();
         for _ in 0..CALLS {
-            rt.block_on(async {
-                match variant {
-                    "raw_hyper_value" => {
-                        black_box(
-                            raw_round_trip(&raw_client, &url, &raw_body, RawParse::Value).await,
-                        );
-                    }
-                    "raw_hyper_typed" => {
-                        black_box(
-                            raw_round_trip(&raw_client, &url, &raw_body, RawParse::Minimal).await,
-                        );
-                    }
-                    "raw_hyper_same_fields" => {
-                        black_box(
-                            raw_round_trip(&raw_client, &url, &raw_body, RawParse::SameFields)
-                                .await,
-                        );
-                    }
-                    _ => {
-                        let stream = leaf.clone().oneshot(request.clone()).await.unwrap();
-                        black_box(stream.collect_response().await.unwrap());
-                    }
-                }
-            });
+            rt.block_on(fixture.call(variant));
         }
         start.elapsed().as_secs_f64() * 1e6 / CALLS as f64
     };
