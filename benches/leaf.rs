@@ -105,66 +105,36 @@ fn anthropic_body(words: usize) -> (Vec<u8>, usize) {
 }
 
 fn decode(c: &mut Criterion) {
-    let (body, sse_events) = openai_body(500);
-    let mut group = c.benchmark_group("openai_sse_decode");
-    group.throughput(Throughput::Bytes(body.len() as u64));
-    group.bench_function("bytes", |b| {
-        b.iter(|| {
-            let mut decoder = StreamDecoder::new();
-            let mut n = 0;
-            for chunk in body.chunks(1024) {
-                decoder.feed(chunk);
-                while let Some(event) = decoder.next_event() {
-                    black_box(event.unwrap());
-                    n += 1;
-                }
-            }
-            decoder.finish();
-            n
-        })
-    });
-    group.throughput(Throughput::Elements(sse_events as u64));
-    group.bench_function("sse_events", |b| {
-        b.iter(|| {
-            let mut decoder = StreamDecoder::new();
-            for chunk in body.chunks(1024) {
-                decoder.feed(chunk);
-                while let Some(event) = decoder.next_event() {
-                    black_box(event.unwrap());
-                }
-            }
-        })
-    });
-    group.finish();
+    for (provider, (body, sse_events)) in [
+        ("openai", openai_body(500)),
+        ("anthropic", anthropic_body(500)),
+    ] {
+        let mut group = c.benchmark_group(format!("{provider}_sse_decode"));
+        group.throughput(Throughput::Bytes(body.len() as u64));
+        group.bench_function("bytes", |b| b.iter(|| decode_body(provider, &body)));
+        group.throughput(Throughput::Elements(sse_events as u64));
+        group.bench_function("sse_events", |b| b.iter(|| decode_body(provider, &body)));
+        group.finish();
+    }
+}
 
-    let (body, sse_events) = anthropic_body(500);
-    let mut group = c.benchmark_group("anthropic_sse_decode");
-    group.throughput(Throughput::Bytes(body.len() as u64));
-    group.bench_function("bytes", |b| {
-        b.iter(|| {
-            let mut decoder = tower_chat::anthropic::StreamDecoder::new();
-            for chunk in body.chunks(1024) {
-                decoder.feed(chunk);
-                while let Some(event) = decoder.next_event() {
-                    black_box(event.unwrap());
-                }
-            }
-            decoder.finish();
-        })
-    });
-    group.throughput(Throughput::Elements(sse_events as u64));
-    group.bench_function("sse_events", |b| {
-        b.iter(|| {
-            let mut decoder = tower_chat::anthropic::StreamDecoder::new();
-            for chunk in body.chunks(1024) {
-                decoder.feed(chunk);
-                while let Some(event) = decoder.next_event() {
-                    black_box(event.unwrap());
-                }
-            }
-        })
-    });
-    group.finish();
+/// Decode a whole body with one provider's public decoder, fed in 1 KiB pieces, every event drained.
+fn decode_body(provider: &str, body: &[u8]) {
+    match provider {
+        "openai" => drain_decoder(
+            body,
+            StreamDecoder::new(),
+            |d| d.next_event(),
+            |d, c| d.feed(c),
+        ),
+        "anthropic" => drain_decoder(
+            body,
+            tower_chat::anthropic::StreamDecoder::new(),
+            |d| d.next_event(),
+            |d, c| d.feed(c),
+        ),
+        other => panic!("unknown decoder {other}"),
+    }
 }
 
 /// The minimum a typed hand-written client deserializes per chunk.
@@ -474,21 +444,7 @@ fn count_variant(variant: &str) {
             _ => anthropic_body(500),
         };
         for _ in 0..calls {
-            match provider {
-                "openai" => drain_decoder(
-                    &body,
-                    tower_chat::openai::StreamDecoder::new(),
-                    |d| d.next_event(),
-                    |d, c| d.feed(c),
-                ),
-                "anthropic" => drain_decoder(
-                    &body,
-                    tower_chat::anthropic::StreamDecoder::new(),
-                    |d| d.next_event(),
-                    |d, c| d.feed(c),
-                ),
-                other => panic!("unknown decoder {other}"),
-            }
+            decode_body(provider, &body);
         }
         eprintln!("{variant}: {calls} bodies of {events} SSE events");
         return;
