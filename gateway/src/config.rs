@@ -2,8 +2,10 @@
 
 use std::fmt;
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
+
+use crate::config_file::{ConfigFile, ConfigFileError};
 
 /// Which wire format the upstream provider speaks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -62,6 +64,8 @@ pub struct Config {
     pub upstream_timeout: Duration,
     /// `--approval-ttl SECS`: how long a paused call waits for its approval (default 3600).
     pub approval_ttl: Duration,
+    /// `--config PATH`: the configuration file, parsed (empty when not given).
+    pub file: ConfigFile,
 }
 
 impl Config {
@@ -81,6 +85,7 @@ impl Config {
             shutdown_timeout: Duration::from_secs(30),
             upstream_timeout: Duration::from_secs(120),
             approval_ttl: Duration::from_secs(3600),
+            file: ConfigFile::default(),
         }
     }
 
@@ -159,6 +164,9 @@ impl Config {
                 "--shutdown-timeout" => config.shutdown_timeout = seconds(&name, value()?)?,
                 "--upstream-timeout" => config.upstream_timeout = seconds(&name, value()?)?,
                 "--approval-ttl" => config.approval_ttl = seconds(&name, value()?)?,
+                "--config" => {
+                    config.file = ConfigFile::load(Path::new(&value()?)).map_err(CliError::File)?
+                }
                 _ => return Err(CliError::Unknown(name)),
             }
         }
@@ -211,6 +219,8 @@ pub enum CliError {
     },
     /// A positional argument (the gateway takes none).
     Unexpected(String),
+    /// The `--config` file could not be read or is invalid.
+    File(ConfigFileError),
 }
 
 impl fmt::Display for CliError {
@@ -227,6 +237,7 @@ impl fmt::Display for CliError {
                 "invalid value `{value}` for `{option}`: expected {expected}"
             ),
             CliError::Unexpected(arg) => write!(f, "unexpected argument `{arg}` (see --help)"),
+            CliError::File(e) => write!(f, "{e}"),
         }
     }
 }
@@ -253,6 +264,7 @@ usage: cargo run --release --example gateway -- [options]
   --shutdown-timeout SECS  drain time for in-flight requests on SIGTERM / Ctrl-C (default 30)
   --upstream-timeout SECS  upstream first-byte and idle timeout (default 120)
   --approval-ttl SECS      how long a paused write_file waits for approval (default 3600)
+  --config PATH            TOML configuration file (see the README); refused at start if invalid
 
 Log level: RUST_LOG (default info).
 ";
@@ -337,5 +349,23 @@ mod tests {
             CliError::Unexpected("stray".into())
         );
         assert!(matches!(Config::parse(["--help"]), Ok(Command::Help)));
+    }
+
+    #[test]
+    fn a_config_file_is_read_and_a_bad_one_refused() {
+        let dir = std::env::temp_dir().join(format!("tc-config-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let good = dir.join("good.toml");
+        std::fs::write(&good, "# nothing yet\n").unwrap();
+        let config = run(&["--config", good.to_str().unwrap()]).unwrap();
+        assert_eq!(config.file, ConfigFile::default());
+        let bad = dir.join("bad.toml");
+        std::fs::write(&bad, "[unknown]\n").unwrap();
+        let err = run(&["--config", bad.to_str().unwrap()]).unwrap_err();
+        assert!(
+            matches!(&err, CliError::File(e) if e.line() == Some(1)),
+            "{err}"
+        );
+        assert!(err.to_string().contains("bad.toml"), "{err}");
     }
 }

@@ -29,6 +29,7 @@
 
 mod auth;
 pub mod config;
+pub mod config_file;
 mod error;
 mod pending;
 mod respond;
