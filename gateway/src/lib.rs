@@ -35,7 +35,7 @@ mod pending;
 mod respond;
 mod server;
 pub mod tools;
-pub mod wire;
+mod wire;
 
 use std::fmt;
 use std::process::ExitCode;
@@ -45,6 +45,7 @@ pub use config::{CliError, Command, Config, Provider, USAGE};
 pub use error::ApiError;
 pub use pending::PendingStore;
 pub use server::{stack, stores, ChatStack, Gateway, Stores, Upstream};
+pub use wire::{ApprovalAnswer, ApprovalNotice};
 
 /// Why the gateway could not start or stopped with an error.
 #[derive(Debug)]
