@@ -421,3 +421,81 @@ async fn thinking_is_forwarded_to_an_anthropic_upstream_and_streamed_back_as_thi
         json!({"input_tokens": 10, "output_tokens": 7})
     );
 }
+
+#[tokio::test]
+async fn a_mixed_round_hands_back_only_the_client_call_and_the_model_sees_its_whole_round() {
+    let gw = Harness::start(
+        |_, index| match index {
+            0 => Reply::openai_tool_calls(&[
+                ("call_add", "add", r#"{"a": 1, "b": 2}"#),
+                ("call_w", "get_weather", r#"{"city":"Oslo"}"#),
+            ]),
+            _ => Reply::openai_text("3, and sunny"),
+        },
+        |_| {},
+    )
+    .await;
+    let mut body = ask("1+2 and weather?", false);
+    body["tools"] = weather_tool();
+    let first = messages(&gw, &body).await.json();
+    assert_eq!(first["stop_reason"], "tool_use");
+    let content = first["content"].as_array().unwrap();
+    assert_eq!(content.len(), 1, "{first}");
+    assert_eq!(content[0]["name"], "get_weather");
+    body["messages"] = json!([
+        {"role": "user", "content": "1+2 and weather?"},
+        {"role": "assistant", "content": content},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "call_w", "content": "sunny"}]}
+    ]);
+    let second = messages(&gw, &body).await.json();
+    assert_eq!(second["content"][0]["text"], "3, and sunny");
+    let sent = gw.upstream_messages(1);
+    assert_eq!(
+        sent[1]["tool_calls"].as_array().unwrap().len(),
+        2,
+        "{sent:?}"
+    );
+    assert_eq!(tool_result(&sent, "call_add").as_deref(), Some("3"));
+    assert_eq!(tool_result(&sent, "call_w").as_deref(), Some("sunny"));
+}
+
+#[tokio::test]
+async fn every_surface_records_into_one_conversation_view() {
+    let gw = Harness::start(upstream, |_| {}).await;
+    let conversation = [("x-conversation-id", "conv-shared")];
+    let chat = json!({"model": "m", "messages": [{"role": "user", "content": "text"}]});
+    let answers = [
+        gw.post_json("/v1/chat/completions", &chat, &conversation)
+            .await,
+        gw.post_json("/v1/messages", &ask("text", false), &conversation)
+            .await,
+        gw.post_json(
+            "/v1/responses",
+            &json!({"model": "m", "input": "text"}),
+            &conversation,
+        )
+        .await,
+    ];
+    for answer in &answers {
+        assert_eq!(answer.status, 200, "{}", answer.body);
+    }
+    let store = tower_chat_persistence::SqliteStore::open(gw.files.path().join("gateway.db"))
+        .await
+        .unwrap();
+    use tower_chat_persistence::Store;
+    let calls = store
+        .conversation_calls(&tower_chat::ConversationId::new("conv-shared"))
+        .await
+        .unwrap();
+    assert_eq!(calls.len(), 3, "one conversation, whatever the surface");
+    for call in &calls {
+        assert_eq!(
+            call.history(),
+            vec![
+                tower_chat::Message::user("text"),
+                tower_chat::Message::assistant("Hello from upstream")
+            ],
+            "the same record shape from every surface"
+        );
+    }
+}

@@ -194,10 +194,12 @@ fn input_messages(items: Vec<Value>, out: &mut Vec<Message>) -> Result<(), ApiEr
             }
             // Reasoning the model did earlier: nothing an upstream call can use without its encrypted form.
             "reasoning" => {}
-            other => return Err(schema(format!(
+            other => {
+                return Err(schema(format!(
                 "{at}: input items of type `{other}` are not supported (message, function_call, \
                      function_call_output)"
-            ))),
+            )))
+            }
         }
     }
     flush(&mut assistant, out);
