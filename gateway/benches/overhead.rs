@@ -5,7 +5,10 @@
 //! - `stack_in_process`: the gateway's stack (tracing + persistence to SQLite + approvals + tool loop with the
 //!   three tools) without HTTP in front;
 //! - `gateway_non_streaming` / `gateway_streaming`: an HTTP client → the gateway → the scripted provider, the
-//!   answer read whole (two HTTP hops, parsing, the stack, the OpenAI response encoding).
+//!   answer read whole (two HTTP hops, parsing, the stack, the OpenAI response encoding);
+//! - `messages_non_streaming` / `messages_streaming`, `responses_non_streaming` / `responses_streaming`: the
+//!   same through `/v1/messages` (Anthropic) and `/v1/responses` (OpenAI Responses), so the formats' parsing and
+//!   encoding can be compared with Chat Completions'.
 //!
 //! Gateway overhead per request = gateway − leaf_direct. The same 20-word answer in every case.
 
@@ -105,13 +108,44 @@ fn bench(c: &mut Criterion) {
             })
         });
     }
-    for (name, stream) in [
-        ("gateway_non_streaming", false),
-        ("gateway_streaming", true),
-    ] {
+    let messages_url = format!("http://{addr}/v1/messages");
+    let messages_body = |stream: bool| {
+        Bytes::from(
+            json!({"model": "test-model", "stream": stream, "max_tokens": 256,
+                "messages": [{"role": "user", "content": "count to twenty"}]})
+            .to_string(),
+        )
+    };
+    let responses_url = format!("http://{addr}/v1/responses");
+    let responses_body = |stream: bool| {
+        Bytes::from(
+            json!({"model": "test-model", "stream": stream, "input": "count to twenty"})
+                .to_string(),
+        )
+    };
+    type Body = fn(bool) -> Bytes;
+    let cases: [(&str, &str, Body, bool); 6] = [
+        ("gateway_non_streaming", &url, body, false),
+        ("gateway_streaming", &url, body, true),
+        (
+            "messages_non_streaming",
+            &messages_url,
+            messages_body,
+            false,
+        ),
+        ("messages_streaming", &messages_url, messages_body, true),
+        (
+            "responses_non_streaming",
+            &responses_url,
+            responses_body,
+            false,
+        ),
+        ("responses_streaming", &responses_url, responses_body, true),
+    ];
+    for (name, url, body, stream) in cases {
         group.bench_function(name, |b| {
             b.to_async(&runtime).iter(|| async {
-                let request = http::Request::post(&url)
+                let request = http::Request::post(url)
                     .header("content-type", "application/json")
                     .body(Full::new(body(stream)))
                     .unwrap();

@@ -1,4 +1,5 @@
-//! Gateway keys (`--api-keys-file`): clients send `Authorization: Bearer <key>`.
+//! Gateway keys (`--api-keys-file`): clients send `Authorization: Bearer <key>`, or `x-api-key: <key>` (what
+//! Anthropic's clients send).
 
 use std::io;
 use std::path::Path;
@@ -49,12 +50,17 @@ impl ApiKeys {
         ApiKeys { keys }
     }
 
-    /// The caller a request's `Authorization` header identifies, or 401.
+    /// The caller a request's `Authorization: Bearer` header (or, without one, its `x-api-key` header)
+    /// identifies, or 401.
     pub fn check(&self, headers: &HeaderMap) -> Result<CallerIdentity, ApiError> {
         let Some(value) = headers.get(http::header::AUTHORIZATION) else {
-            return Err(ApiError::unauthorized(
-                "missing API key: send `Authorization: Bearer <key>`",
-            ));
+            return match headers.get("x-api-key").map(|v| v.to_str()) {
+                Some(Ok(key)) => self.find(key.trim()),
+                Some(Err(_)) => Err(ApiError::unauthorized("malformed x-api-key header")),
+                None => Err(ApiError::unauthorized(
+                    "missing API key: send `Authorization: Bearer <key>` or `x-api-key: <key>`",
+                )),
+            };
         };
         let token = value
             .to_str()
@@ -67,6 +73,10 @@ impl ApiKeys {
             .ok_or_else(|| {
                 ApiError::unauthorized("malformed Authorization header: expected `Bearer <key>`")
             })?;
+        self.find(token)
+    }
+
+    fn find(&self, token: &str) -> Result<CallerIdentity, ApiError> {
         // Compare against every key without stopping early, so timing does not reveal a matching prefix.
         let mut found = None;
         for (key, caller) in &self.keys {
@@ -112,6 +122,11 @@ mod tests {
         );
         assert_eq!(keys.check(&headers("sk-one")).unwrap_err().status, 401);
         assert_eq!(keys.check(&HeaderMap::new()).unwrap_err().status, 401);
+        let mut anthropic_style = HeaderMap::new();
+        anthropic_style.insert("x-api-key", "sk-two".parse().unwrap());
+        assert_eq!(keys.check(&anthropic_style).unwrap().as_str(), "key-4");
+        anthropic_style.insert("x-api-key", "sk-wrong".parse().unwrap());
+        assert_eq!(keys.check(&anthropic_style).unwrap_err().status, 401);
         assert!(format!("{keys:?}").contains('2') && !format!("{keys:?}").contains("sk-"));
     }
 }

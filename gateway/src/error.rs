@@ -64,13 +64,26 @@ impl ApiError {
         )
     }
 
+    /// 404: a named object (a stored response, …) does not exist, or is not the caller's.
+    pub fn not_found_error(code: &'static str, message: impl Into<String>) -> Self {
+        ApiError::new(
+            StatusCode::NOT_FOUND,
+            "invalid_request_error",
+            code,
+            message.into(),
+        )
+    }
+
     /// 404 for unknown routes.
     pub fn not_found(path: &str) -> Self {
         ApiError::new(
             StatusCode::NOT_FOUND,
             "invalid_request_error",
             "unknown_url",
-            format!("no route for {path}; the gateway serves POST /v1/chat/completions and GET /healthz"),
+            format!(
+                "no route for {path}; the gateway serves POST /v1/chat/completions, POST /v1/messages, \
+                 POST /v1/responses and GET /healthz"
+            ),
         )
     }
 
@@ -142,6 +155,42 @@ impl ApiError {
     pub fn body(&self) -> Value {
         json!({"error": {"message": self.message, "type": self.kind, "code": self.code, "param": null}})
     }
+}
+
+/// The same error in Anthropic's shape, `{"type": "error", "error": {"type", "message"}}`, with the type
+/// Anthropic uses for the status (`invalid_request_error`, `authentication_error`, `not_found_error`,
+/// `request_too_large`, `rate_limit_error`, `timeout_error`, `overloaded_error`, `api_error`). The gateway's
+/// own `code` rides along in `error.code`.
+pub(crate) fn anthropic_body(error: &ApiError) -> Value {
+    json!({"type": "error", "error": {
+        "type": anthropic_type(error.status),
+        "message": error.message,
+        "code": error.code,
+    }})
+}
+
+fn anthropic_type(status: StatusCode) -> &'static str {
+    match status.as_u16() {
+        400 | 405 | 422 => "invalid_request_error",
+        401 => "authentication_error",
+        403 => "permission_error",
+        404 => "not_found_error",
+        413 => "request_too_large",
+        429 => "rate_limit_error",
+        504 => "timeout_error",
+        503 | 529 => "overloaded_error",
+        _ => "api_error",
+    }
+}
+
+/// An error response with Anthropic's body (status and `Retry-After` as for every format).
+pub(crate) fn anthropic_response(error: ApiError) -> Response {
+    let body = anthropic_body(&error);
+    let mut response = error.into_response();
+    let (mut parts, _) = response.into_parts();
+    parts.headers.remove(header::CONTENT_LENGTH);
+    response = Response::from_parts(parts, axum::body::Body::from(body.to_string()));
+    response
 }
 
 /// A JSON response (axum's `json` feature is not worth its extra dependencies for this).

@@ -1,10 +1,12 @@
 //! # tower-chat-gateway
 //!
-//! An OpenAI-compatible HTTP endpoint (axum) running the whole tower-chat stack: `POST /v1/chat/completions`
-//! (streaming and not), server-side tools (`add`, `read_file`, `write_file` with approval through the approval
-//! layer) run by the tool loop, every call recorded by the persistence layer (SQLite or PostgreSQL), telemetry
-//! through the tracing layer, `GET /healthz`, gateway keys, OpenAI-style errors and graceful shutdown. Official
-//! OpenAI client libraries work against it unmodified.
+//! An HTTP gateway (axum) running the whole tower-chat stack behind three wire formats — OpenAI Chat Completions
+//! (`POST /v1/chat/completions`), Anthropic Messages (`POST /v1/messages`) and OpenAI Responses
+//! (`POST /v1/responses`, with `previous_response_id` from the store), each streaming and not: server-side tools
+//! (`add`, `read_file`, `write_file` with approval through the approval layer) run by the tool loop, every call
+//! recorded by the persistence layer (SQLite or PostgreSQL), telemetry through the tracing layer, `GET /healthz`,
+//! gateway keys, each format's own error shape and graceful shutdown. Official OpenAI and Anthropic client
+//! libraries work against it unmodified. One module per format under `wire/`, over a shared core.
 //!
 //! From the repository root: `cargo run --release --example gateway -- --upstream http://127.0.0.1:9000/v1`.
 //! In-process (how the tests run it):
@@ -35,7 +37,7 @@ mod pending;
 mod respond;
 mod server;
 pub mod tools;
-pub mod wire;
+mod wire;
 
 use std::fmt;
 use std::process::ExitCode;
@@ -45,6 +47,7 @@ pub use config::{CliError, Command, Config, Provider, USAGE};
 pub use error::ApiError;
 pub use pending::PendingStore;
 pub use server::{stack, stores, ChatStack, Gateway, Stores, Upstream};
+pub use wire::{ApprovalAnswer, ApprovalNotice};
 
 /// Why the gateway could not start or stopped with an error.
 #[derive(Debug)]

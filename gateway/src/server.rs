@@ -40,7 +40,10 @@ use crate::error::{json_response, ApiError};
 use crate::pending::{PendingStore, Resumption};
 use crate::respond::{self, Turn};
 use crate::tools::{server_tools, SERVER_TOOLS};
-use crate::wire;
+use crate::wire::{
+    self, anthropic_messages::AnthropicMessages, chat_completions::ChatCompletions,
+    responses::Responses, ParseContext, WireFormat,
+};
 use crate::GatewayError;
 
 /// The chat stack behind the endpoint, type-erased.
@@ -221,6 +224,8 @@ struct AppState {
     approval_tables: Option<Arc<dyn ApprovalTables>>,
     records: Option<Arc<dyn Store>>,
     body_limit: usize,
+    /// What the wire formats' parsers need to know about the gateway.
+    parse: ParseContext,
 }
 
 /// A configured gateway, ready to serve.
@@ -276,6 +281,9 @@ impl Gateway {
                 approval_tables: None,
                 records: None,
                 body_limit: config.body_limit,
+                parse: ParseContext {
+                    upstream: config.provider,
+                },
             },
             shutdown_timeout: config.shutdown_timeout,
             stores: None,
@@ -290,7 +298,9 @@ impl Gateway {
     /// The axum application.
     pub fn router(&self) -> Router {
         let api = Router::new()
-            .route("/v1/chat/completions", post(chat_completions))
+            .route("/v1/chat/completions", post(endpoint::<ChatCompletions>))
+            .route("/v1/messages", post(endpoint::<AnthropicMessages>))
+            .route("/v1/responses", post(endpoint::<Responses>))
             .route_layer(middleware::from_fn_with_state(
                 self.state.clone(),
                 authenticate,
@@ -426,30 +436,78 @@ async fn authenticate(State(state): State<AppState>, mut request: Request, next:
             Ok(caller) => {
                 request.extensions_mut().insert(caller);
             }
+            // A refusal in the shape the route's clients parse.
+            Err(error) if request.uri().path() == "/v1/messages" => {
+                return AnthropicMessages::error_response(error)
+            }
             Err(error) => return error.into_response(),
         }
     }
     next.run(request).await
 }
 
-async fn chat_completions(
+/// One route per wire format; everything but parsing and encoding is shared.
+async fn endpoint<F: WireFormat>(
     State(state): State<AppState>,
     caller: Option<Extension<CallerIdentity>>,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    match handle(state, caller.map(|Extension(c)| c), headers, body).await {
+    match handle::<F>(state, caller.map(|Extension(c)| c), headers, body).await {
         Ok(response) => response,
         Err(error) => {
             if error.status.is_server_error() {
                 tracing::warn!(status = %error.status, message = %error.message, "request failed");
             }
-            error.into_response()
+            F::error_response(error)
         }
     }
 }
 
-async fn handle(
+/// The stored conversation a `previous_response_id` names, without its system messages (a request's own
+/// instructions replace them), and the conversation it belongs to. Unknown ids, another caller's, responses
+/// stored with `store: false` and failed turns are one error, so ids cannot be probed.
+async fn previous_response(
+    state: &AppState,
+    caller: Option<&CallerIdentity>,
+    id: &str,
+) -> Result<(Vec<Message>, ConversationId), ApiError> {
+    let not_found = || {
+        ApiError::not_found_error(
+            "previous_response_not_found",
+            format!("previous response `{id}` not found"),
+        )
+    };
+    let Some(records) = state.records.as_ref() else {
+        return Err(ApiError::invalid_request(
+            "previous_response_unavailable",
+            "`previous_response_id` needs the gateway's persistence store",
+        ));
+    };
+    let record = records
+        .call(&tower_chat_persistence::CallId::new(id))
+        .await
+        .map_err(|e| {
+            ApiError::from_chat(&ChatError::new(
+                tower_chat::ErrorKind::Store,
+                format!("reading the previous response failed: {e}"),
+            ))
+        })?
+        .ok_or_else(not_found)?;
+    if record.caller.as_ref() != caller
+        || record.outcome != tower_chat_persistence::CallOutcome::Completed
+    {
+        return Err(not_found());
+    }
+    let history = record
+        .history()
+        .into_iter()
+        .filter(|m| !matches!(m, Message::System { .. }))
+        .collect();
+    Ok((history, record.conversation_id))
+}
+
+async fn handle<F: WireFormat>(
     state: AppState,
     caller: Option<CallerIdentity>,
     headers: HeaderMap,
@@ -462,7 +520,7 @@ async fn handle(
             ApiError::invalid_request("invalid_body", rejection.body_text())
         }
     })?;
-    let parsed = wire::parse_request(&body)?;
+    let (parsed, encoder) = F::parse(&body, &state.parse)?;
     let mut request = parsed.request;
     let client_tools: HashSet<String> = request
         .options
@@ -489,6 +547,20 @@ async fn handle(
         .map(ConversationId::new);
     let mut hidden = Vec::new();
     let mut conversation = None;
+    let mut whole_history_given = false;
+    if let Some(id) = &parsed.previous_response_id {
+        let (history, stored) = previous_response(&state, caller.as_ref(), id).await?;
+        // The request's own instructions first, then the stored conversation, then the new input.
+        let instructions = request
+            .messages
+            .iter()
+            .take_while(|m| matches!(m, Message::System { .. }))
+            .count();
+        request.messages.splice(instructions..instructions, history);
+        wire::name_tool_results(&mut request.messages);
+        conversation = Some(stored);
+        whole_history_given = true;
+    }
     if !parsed.approvals.is_empty() {
         let resumption = match state.pending.resume(caller.as_ref(), &parsed.approvals) {
             Ok(resumption) => resumption,
@@ -501,7 +573,9 @@ async fn handle(
         {
             request.messages.pop();
         }
-        if resumption.whole_history {
+        if whole_history_given {
+            // A stored response's history already holds the paused turn, hidden messages included.
+        } else if resumption.whole_history {
             hidden = match resumption.hidden.strip_prefix(request.messages.as_slice()) {
                 Some(rest) => rest.to_vec(),
                 None => Vec::new(),
@@ -523,9 +597,14 @@ async fn handle(
         .or(conversation)
         .unwrap_or_else(|| ConversationId::new(format!("conv_{}", uuid::Uuid::new_v4().simple())));
     request.extensions.insert(conversation.clone());
+    if let Some(id) = &parsed.record_id {
+        // The record is stored under the id the client was given, so a later `previous_response_id` finds it.
+        request
+            .extensions
+            .insert(tower_chat_persistence::CallId::new(id.clone()));
+    }
     let turn = Turn {
         model: parsed.model,
-        include_usage: parsed.include_usage,
         client_tools,
         caller,
         conversation,
@@ -538,7 +617,7 @@ async fn handle(
         .await
         .map_err(|e| ApiError::from_chat(&e))?;
     if !parsed.stream {
-        let body = respond::complete(stream, turn).await?;
+        let body = respond::complete(stream, turn, encoder).await?;
         return Ok(json_response(StatusCode::OK, &body));
     }
     // Wait for the first event before committing to 200, so a failure before any output (a resumed call's
@@ -553,7 +632,7 @@ async fn handle(
             )))
         }
     };
-    let body = Body::from_stream(respond::stream(stream, first, turn));
+    let body = Body::from_stream(respond::stream(stream, first, turn, encoder));
     let mut response = Response::new(body);
     let headers = response.headers_mut();
     headers.insert(

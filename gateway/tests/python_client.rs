@@ -1,6 +1,7 @@
-//! The official OpenAI Python client against the gateway (`tests/openai_client.py`), so the wire format is
-//! checked by a parser nobody here wrote. Skips with a visible message when `python3` or the `openai` package
-//! is missing (`pip install openai`).
+//! The official Python clients against the gateway, so every wire format is checked by a parser nobody here
+//! wrote: `openai` for Chat Completions (`tests/openai_client.py`) and Responses
+//! (`tests/openai_responses_client.py`), `anthropic` for Messages (`tests/anthropic_client.py`). Each test skips
+//! with a visible message when `python3` or its package is missing (`pip install openai anthropic`).
 
 mod common;
 
@@ -12,14 +13,21 @@ use tower_chat::test_server::{Part, RecordedRequest, Reply};
 
 fn upstream(req: &RecordedRequest, _index: usize) -> Reply {
     let messages = req.body["messages"].as_array().unwrap();
-    let first_user = messages[0]["content"].as_str().unwrap_or_default();
+    let first_user = messages
+        .iter()
+        .find(|m| m["role"] == "user")
+        .and_then(|m| m["content"].as_str())
+        .unwrap_or_default();
     match first_user {
         "text" => Reply::openai_text("Hello from upstream"),
         "add" => match tool_result(messages, "call_add") {
             None => Reply::openai_tool_calls(&[("call_add", "add", r#"{"a": 2, "b": 3}"#)]),
             Some(sum) => Reply::openai_text(&format!("The sum is {sum}")),
         },
-        "weather" => Reply::openai_tool_calls(&[("call_w", "get_weather", r#"{"city": "Oslo"}"#)]),
+        "weather" => match tool_result(messages, "call_w") {
+            None => Reply::openai_tool_calls(&[("call_w", "get_weather", r#"{"city": "Oslo"}"#)]),
+            Some(result) => Reply::openai_text(&format!("It is {result}")),
+        },
         "write" => match tool_result(messages, "call_write") {
             None => Reply::openai_tool_calls(&[(
                 "call_write",
@@ -42,34 +50,43 @@ fn upstream(req: &RecordedRequest, _index: usize) -> Reply {
     }
 }
 
-fn python_with_openai() -> Result<(), String> {
+fn python_with(package: &str) -> Result<(), String> {
     let output = Command::new("python3")
-        .args(["-c", "import openai"])
+        .args(["-c", &format!("import {package}")])
         .output()
         .map_err(|e| format!("python3 is not available ({e})"))?;
     if output.status.success() {
         Ok(())
     } else {
-        Err("the `openai` Python package is not installed (pip install openai)".into())
+        Err(format!(
+            "the `{package}` Python package is not installed (pip install {package})"
+        ))
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_official_openai_python_client_works_unmodified() {
-    if let Err(reason) = python_with_openai() {
-        eprintln!("SKIPPED the_official_openai_python_client_works_unmodified: {reason}");
-        println!("SKIPPED the_official_openai_python_client_works_unmodified: {reason}");
-        return;
+/// Run `script` with `package` against a gateway with a key file; assert it passed every check. Returns the
+/// gateway (for checks of its files), or `None` after a visible skip.
+async fn run_client(
+    test: &str,
+    package: &str,
+    script: &str,
+    base_url: impl Fn(&Harness) -> String,
+    checks: &[&str],
+) -> Option<Harness> {
+    if let Err(reason) = python_with(package) {
+        eprintln!("SKIPPED {test}: {reason}");
+        println!("SKIPPED {test}: {reason}");
+        return None;
     }
     let keys = tempfile::NamedTempFile::new().unwrap();
     std::fs::write(keys.path(), "sk-python\n").unwrap();
     let keys_path = keys.path().to_owned();
     let gw = Harness::start(upstream, move |c| c.api_keys_file = Some(keys_path)).await;
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/openai_client.py");
-    let base_url = gw.base_url();
+    let script = format!("{}/tests/{script}", env!("CARGO_MANIFEST_DIR"));
+    let base_url = base_url(&gw);
     let output = tokio::task::spawn_blocking(move || {
         Command::new("python3")
-            .args([script, &base_url, "sk-python"])
+            .args([&script, &base_url, "sk-python"])
             .output()
             .expect("run python3")
     })
@@ -81,18 +98,79 @@ async fn the_official_openai_python_client_works_unmodified() {
         output.status.success(),
         "python client failed\nstdout:\n{stdout}\nstderr:\n{stderr}"
     );
-    for check in [
-        "ok non-streaming text",
-        "ok streaming text",
-        "ok server-side tool round",
-        "ok client tool handed back",
-        "ok approval flow",
-        "ok errors",
-    ] {
+    for check in checks {
         assert!(stdout.contains(check), "missing `{check}` in:\n{stdout}");
     }
+    Some(gw)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_official_openai_python_client_works_unmodified() {
+    let Some(gw) = run_client(
+        "the_official_openai_python_client_works_unmodified",
+        "openai",
+        "openai_client.py",
+        Harness::base_url,
+        &[
+            "ok non-streaming text",
+            "ok streaming text",
+            "ok server-side tool round",
+            "ok client tool handed back",
+            "ok approval flow",
+            "ok errors",
+        ],
+    )
+    .await
+    else {
+        return;
+    };
     assert_eq!(
         std::fs::read_to_string(gw.root().join("py.txt")).unwrap(),
         "py"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_official_anthropic_python_client_works_against_v1_messages() {
+    let Some(gw) = run_client(
+        "the_official_anthropic_python_client_works_against_v1_messages",
+        "anthropic",
+        "anthropic_client.py",
+        // The SDK appends `/v1/messages` itself.
+        |gw| gw.url(""),
+        &[
+            "ok non-streaming text",
+            "ok streaming text",
+            "ok server-side tool round",
+            "ok client tool round",
+            "ok approval flow",
+            "ok errors",
+        ],
+    )
+    .await
+    else {
+        return;
+    };
+    assert_eq!(
+        std::fs::read_to_string(gw.root().join("py.txt")).unwrap(),
+        "py"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_official_openai_python_client_works_against_v1_responses() {
+    run_client(
+        "the_official_openai_python_client_works_against_v1_responses",
+        "openai",
+        "openai_responses_client.py",
+        Harness::base_url,
+        &[
+            "ok non-streaming text",
+            "ok streaming text",
+            "ok function call round trip",
+            "ok previous_response_id",
+            "ok errors",
+        ],
+    )
+    .await;
 }

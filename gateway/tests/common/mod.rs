@@ -81,6 +81,11 @@ impl Harness {
         post(&self.url("/v1/chat/completions"), body.to_string(), &[]).await
     }
 
+    /// POST `body` to `path` with extra headers.
+    pub async fn post_json(&self, path: &str, body: &Value, headers: &[(&str, &str)]) -> Answer {
+        post(&self.url(path), body.to_string(), headers).await
+    }
+
     /// The messages of the upstream's `n`th request.
     pub fn upstream_messages(&self, n: usize) -> Vec<Value> {
         self.provider.requests()[n].body["messages"]
@@ -118,6 +123,26 @@ impl Answer {
                 e.strip_prefix("data: ")
                     .unwrap_or_else(|| panic!("not an SSE data event: {e:?}"))
                     .to_owned()
+            })
+            .collect()
+    }
+
+    /// The `event:` names and JSON payloads of an SSE body that names its events (Anthropic, Responses).
+    pub fn named_events(&self) -> Vec<(String, Value)> {
+        self.body
+            .split("\n\n")
+            .filter(|e| !e.trim().is_empty())
+            .map(|e| {
+                let (name, data) = e
+                    .strip_prefix("event: ")
+                    .and_then(|e| e.split_once("\ndata: "))
+                    .unwrap_or_else(|| panic!("not a named SSE event: {e:?}"));
+                let data: Value = serde_json::from_str(data).unwrap();
+                assert_eq!(
+                    data["type"], name,
+                    "the event name repeats the payload's type"
+                );
+                (name.to_owned(), data)
             })
             .collect()
     }

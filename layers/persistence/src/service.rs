@@ -95,8 +95,15 @@ where
                 id
             }
         };
-        let call_id = CallId::generate();
-        request.extensions.insert(call_id.clone());
+        // A front end that hands the id to its client (the gateway's Responses API ids) names the record itself.
+        let call_id = match request.extensions.get::<CallId>() {
+            Some(id) => id.clone(),
+            None => {
+                let id = CallId::generate();
+                request.extensions.insert(id.clone());
+                id
+            }
+        };
         let draft = Draft {
             call_id,
             conversation_id,

@@ -364,3 +364,26 @@ async fn bad_store_configuration_is_a_clear_error() {
     let chat_error: ChatError = error.into();
     assert_eq!(chat_error.kind(), &tower_chat::ErrorKind::Store);
 }
+
+#[tokio::test]
+async fn a_call_id_in_the_request_names_the_record() {
+    let db = TestDb::sqlite().await;
+    let layer = PersistenceLayer::builder(db.store.clone()).build();
+    let chat = layer.layer(scripted(|_| stream_of(answer("Hello"), Shape::Ready)));
+    let named = req("c").with_extension(CallId::new("resp_given"));
+    common::collect(chat.clone().oneshot(named).await.unwrap())
+        .await
+        .unwrap();
+    common::collect(chat.oneshot(req("c")).await.unwrap())
+        .await
+        .unwrap();
+    let record = db.store.call(&CallId::new("resp_given")).await.unwrap();
+    assert_eq!(record.expect("stored under the given id").text(), "Hello");
+    let calls = db.store.conversation_calls(&conv("c")).await.unwrap();
+    assert_eq!(calls.len(), 2);
+    assert_ne!(
+        calls[1].call_id.as_str(),
+        "resp_given",
+        "a fresh id otherwise"
+    );
+}

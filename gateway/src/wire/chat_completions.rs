@@ -1,18 +1,44 @@
-//! The OpenAI Chat Completions wire format as the gateway serves it: the request body parsed into a
-//! [`ChatRequest`], and `chat.completion` / `chat.completion.chunk` objects built from the stack's events.
+//! `POST /v1/chat/completions`: OpenAI Chat Completions. The request body parsed into a [`ChatRequest`], and
+//! `chat.completion` / `chat.completion.chunk` objects (SSE `data:` lines ending with `data: [DONE]`) built from
+//! what the client may see of the stack's events.
 
-use serde::{Deserialize, Serialize};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde::Deserialize;
 use serde_json::{json, Map, Value};
 use tower_chat::{
     AssistantMessage, ChatRequest, FinishReason, Message, ResponseFormat, ToolArguments, ToolCall,
     ToolChoice, ToolMessage, ToolSpec, Usage,
 };
 
+use super::{
+    arguments_text, from_body, schema, sse_data, Encoder, Ending, Folded, Inbound, ParseContext,
+    TowerChatRequest, Visible, WireFormat,
+};
 use crate::error::ApiError;
+
+/// The Chat Completions format (see the [module docs](self)).
+#[derive(Debug)]
+pub(crate) struct ChatCompletions;
+
+impl WireFormat for ChatCompletions {
+    type Encoder = ChunkEncoder;
+
+    fn parse(body: &[u8], _context: &ParseContext) -> Result<(Inbound, ChunkEncoder), ApiError> {
+        let request: CompletionRequest = from_body(body)?;
+        let include_usage = request
+            .stream_options
+            .as_ref()
+            .and_then(|o| o.include_usage)
+            .unwrap_or(false);
+        let inbound = into_inbound(request)?;
+        Ok((inbound, ChunkEncoder::new(include_usage)))
+    }
+}
 
 /// The body of `POST /v1/chat/completions`.
 #[derive(Debug, Deserialize)]
-pub struct CompletionRequest {
+struct CompletionRequest {
     model: String,
     messages: Vec<WireMessage>,
     #[serde(default)]
@@ -51,28 +77,6 @@ pub struct CompletionRequest {
 struct StreamOptions {
     #[serde(default)]
     include_usage: Option<bool>,
-}
-
-/// `"tower_chat": {"approvals": [...]}` in a request.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct TowerChatRequest {
-    /// Decisions on pending approvals.
-    #[serde(default)]
-    pub approvals: Vec<ApprovalAnswer>,
-}
-
-/// One decision: `{"id": "apr_…", "approved": true, "reason": "…"}`.
-#[derive(Clone, Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ApprovalAnswer {
-    /// The approval id the gateway issued.
-    pub id: String,
-    /// Run the call (`true`) or refuse it.
-    pub approved: bool,
-    /// Why; a refusal's reason is shown to the model.
-    #[serde(default)]
-    pub reason: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -175,63 +179,15 @@ struct WireFunction {
     parameters: Option<Value>,
 }
 
-fn schema(message: String) -> ApiError {
-    ApiError::invalid_request("invalid_request_schema", message)
-}
-
-/// A parsed request: what goes to the stack, and how the client wants the answer.
-#[derive(Debug)]
-pub struct Parsed {
-    /// The stack's request (model passed through unchanged).
-    pub request: ChatRequest,
-    /// The `model` field as sent.
-    pub model: String,
-    /// `stream: true`.
-    pub stream: bool,
-    /// `stream_options.include_usage`.
-    pub include_usage: bool,
-    /// Approval decisions, if the request resumes a paused call.
-    pub approvals: Vec<ApprovalAnswer>,
-}
-
-/// Parse a request body. Malformed JSON and schema violations are 400s whose message says what and where.
-pub fn parse_request(body: &[u8]) -> Result<Parsed, ApiError> {
-    let mut deserializer = serde_json::Deserializer::from_slice(body);
-    let request: CompletionRequest = match serde_path_to_error::deserialize(&mut deserializer) {
-        Ok(request) => request,
-        Err(error) => {
-            let path = error.path().to_string();
-            let inner = error.into_inner();
-            return Err(if inner.is_syntax() || inner.is_eof() {
-                ApiError::invalid_request(
-                    "invalid_json",
-                    format!("the body is not valid JSON: {inner}"),
-                )
-            } else if path == "." {
-                schema(format!("invalid request: {inner}"))
-            } else {
-                schema(format!("invalid request at `{path}`: {inner}"))
-            });
-        }
-    };
-    if deserializer.end().is_err() {
-        return Err(ApiError::invalid_request(
-            "invalid_json",
-            "the body has trailing data after the JSON object",
-        ));
-    }
-    into_parsed(request)
-}
-
-fn into_parsed(body: CompletionRequest) -> Result<Parsed, ApiError> {
+fn into_inbound(body: CompletionRequest) -> Result<Inbound, ApiError> {
     if body.model.trim().is_empty() {
-        return Err(schema("`model` must not be empty".into()));
+        return Err(schema("`model` must not be empty"));
     }
     if body.messages.is_empty() {
-        return Err(schema("`messages` must not be empty".into()));
+        return Err(schema("`messages` must not be empty"));
     }
     if body.n.is_some_and(|n| n != 1) {
-        return Err(schema("only `n: 1` is supported".into()));
+        return Err(schema("only `n: 1` is supported"));
     }
     let mut messages = Vec::with_capacity(body.messages.len());
     // Tool messages name their tool; OpenAI's carry only the call id, so find the call it answers.
@@ -330,16 +286,9 @@ fn into_parsed(body: CompletionRequest) -> Result<Parsed, ApiError> {
         .into_iter()
         .filter(|(_, v)| !v.is_null())
         .collect();
-    Ok(Parsed {
-        request,
-        model: body.model,
-        stream: body.stream.unwrap_or(false),
-        include_usage: body
-            .stream_options
-            .and_then(|o| o.include_usage)
-            .unwrap_or(false),
-        approvals: body.tower_chat.map(|t| t.approvals).unwrap_or_default(),
-    })
+    let mut inbound = Inbound::new(request, body.model, body.stream.unwrap_or(false));
+    inbound.approvals = body.tower_chat.map(|t| t.approvals).unwrap_or_default();
+    Ok(inbound)
 }
 
 fn tool_choice(value: Value) -> Result<ToolChoice, ApiError> {
@@ -353,8 +302,8 @@ fn tool_choice(value: Value) -> Result<ToolChoice, ApiError> {
         Value::Object(_) => value["function"]["name"]
             .as_str()
             .map(|name| ToolChoice::Tool(name.to_owned()))
-            .ok_or_else(|| schema("`tool_choice` object needs `function.name`".into())),
-        _ => Err(schema("`tool_choice` must be a string or an object".into())),
+            .ok_or_else(|| schema("`tool_choice` object needs `function.name`")),
+        _ => Err(schema("`tool_choice` must be a string or an object")),
     }
 }
 
@@ -367,21 +316,21 @@ fn response_format(value: Value) -> Result<ResponseFormat, ApiError> {
             Ok(ResponseFormat::JsonSchema {
                 name: inner["name"]
                     .as_str()
-                    .ok_or_else(|| schema("`response_format.json_schema.name` is required".into()))?
+                    .ok_or_else(|| schema("`response_format.json_schema.name` is required"))?
                     .to_owned(),
                 schema: inner.get("schema").cloned().unwrap_or_else(|| json!({})),
                 strict: inner["strict"].as_bool(),
             })
         }
         _ => Err(schema(
-            "`response_format.type` must be `text`, `json_object` or `json_schema`".into(),
+            "`response_format.type` must be `text`, `json_object` or `json_schema`",
         )),
     }
 }
 
 /// OpenAI's spelling of a finish reason. Reasons OpenAI has no word for become `stop`: the answer is over and
-/// the gateway says why elsewhere (an approval notice, a `tower_chat.finish_reason` field).
-pub fn finish_reason(reason: &FinishReason) -> &'static str {
+/// the gateway says why in the `tower_chat` field.
+fn finish_reason(reason: &FinishReason) -> &'static str {
     match reason {
         FinishReason::Length => "length",
         FinishReason::ToolCalls => "tool_calls",
@@ -390,21 +339,8 @@ pub fn finish_reason(reason: &FinishReason) -> &'static str {
     }
 }
 
-/// The gateway's own name for a finish reason (`tower_chat.finish_reason`).
-pub fn native_finish_reason(reason: &FinishReason) -> String {
-    match reason {
-        FinishReason::Stop => "stop".into(),
-        FinishReason::Length => "length".into(),
-        FinishReason::ToolCalls => "tool_calls".into(),
-        FinishReason::ContentFilter => "content_filter".into(),
-        FinishReason::AwaitingApproval => "awaiting_approval".into(),
-        FinishReason::MaxRounds => "max_rounds".into(),
-        FinishReason::Other(other) => other.clone(),
-    }
-}
-
-/// OpenAI's usage object.
-pub fn usage(usage: &Usage) -> Value {
+/// OpenAI's usage object (Chat Completions' names).
+fn usage(usage: &Usage) -> Value {
     let mut value = json!({
         "prompt_tokens": usage.input_tokens,
         "completion_tokens": usage.output_tokens,
@@ -419,49 +355,165 @@ pub fn usage(usage: &Usage) -> Value {
     value
 }
 
-/// A pending approval as the client sees it (`tower_chat_approvals` / `tower_chat.approval_requests`).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct ApprovalNotice {
-    /// The id to answer with.
-    pub id: String,
-    /// The tool waiting.
-    pub tool: String,
-    /// Its arguments.
-    pub arguments: Value,
-    /// Why approval is needed.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reason: Option<String>,
-}
-
-/// The plain-text line standard clients show for a pending approval.
-pub fn approval_text(notices: &[ApprovalNotice]) -> String {
-    let mut text = String::new();
-    for notice in notices {
-        text.push_str(&format!(
-            "\n\n[approval required] `{}` wants to run with {}. Approval id: {}. To decide, resend the \
-             conversation with \"tower_chat\": {{\"approvals\": [{{\"id\": \"{}\", \"approved\": true}}]}} \
-             (or \"approved\": false).",
-            notice.tool, notice.arguments, notice.id, notice.id
-        ));
-    }
-    text
-}
-
 /// A tool call in the OpenAI shape.
-pub fn tool_call(call: &ToolCall) -> Value {
+fn tool_call(call: &ToolCall) -> Value {
     json!({
         "id": call.id,
         "type": "function",
-        "function": {"name": call.name, "arguments": call.arguments.to_wire_string()},
+        "function": {"name": call.name, "arguments": arguments_text(call)},
     })
+}
+
+/// Builds `chat.completion` / `chat.completion.chunk` objects.
+#[derive(Debug)]
+pub(crate) struct ChunkEncoder {
+    id: String,
+    created: u64,
+    include_usage: bool,
+    /// Whether any content was streamed (the approval notice then keeps its leading blank line).
+    wrote_content: bool,
+}
+
+impl ChunkEncoder {
+    fn new(include_usage: bool) -> Self {
+        ChunkEncoder {
+            id: format!("chatcmpl-{}", uuid::Uuid::new_v4().simple()),
+            created: SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs()),
+            include_usage,
+            wrote_content: false,
+        }
+    }
+
+    fn chunk(&self, folded: &Folded, delta: Value, finish: Option<&str>) -> Value {
+        let mut chunk = json!({
+            "id": self.id,
+            "object": "chat.completion.chunk",
+            "created": self.created,
+            "model": folded.model,
+            "choices": [{"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish}],
+        });
+        if self.include_usage {
+            chunk["usage"] = Value::Null;
+        }
+        chunk
+    }
+}
+
+impl Encoder for ChunkEncoder {
+    fn open(&mut self, folded: &Folded, out: &mut Vec<u8>) {
+        sse_data(
+            &self.chunk(folded, json!({"role": "assistant", "content": ""}), None),
+            out,
+        );
+    }
+
+    fn visible(&mut self, folded: &Folded, event: Visible, out: &mut Vec<u8>) {
+        let delta = match event {
+            Visible::Text(text) => {
+                self.wrote_content = true;
+                json!({"content": text})
+            }
+            Visible::Reasoning(text) => json!({"reasoning_content": text}),
+            Visible::CallStart { index, id, name } => json!({"tool_calls": [
+                {"index": index, "id": id, "type": "function", "function": {"name": name, "arguments": ""}}]}),
+            Visible::CallArguments { index, delta } => {
+                json!({"tool_calls": [{"index": index, "function": {"arguments": delta}}]})
+            }
+            Visible::CallEnd { .. } => return,
+        };
+        sse_data(&self.chunk(folded, delta, None), out);
+    }
+
+    fn close(&mut self, folded: &Folded, ending: &Ending, out: &mut Vec<u8>) {
+        let text = ending.notice_text();
+        if !text.is_empty() {
+            let text = if self.wrote_content {
+                text
+            } else {
+                text.trim_start_matches('\n').to_owned()
+            };
+            sse_data(&self.chunk(folded, json!({"content": text}), None), out);
+        }
+        let finish = finish_reason(&ending.reason);
+        let mut last = self.chunk(folded, json!({}), Some(finish));
+        if let Some(field) = ending.tower_chat_field(finish) {
+            last["tower_chat"] = field;
+        }
+        sse_data(&last, out);
+        if self.include_usage {
+            let usage = json!({
+                "id": self.id,
+                "object": "chat.completion.chunk",
+                "created": self.created,
+                "model": folded.model,
+                "choices": [],
+                "usage": usage(&folded.usage),
+            });
+            sse_data(&usage, out);
+        }
+        out.extend_from_slice(b"data: [DONE]\n\n");
+    }
+
+    fn error(&mut self, error: &ApiError, out: &mut Vec<u8>) {
+        // No `[DONE]` after it: the SDKs raise on the error chunk, and a truncated stream never looks complete.
+        sse_data(&error.body(), out);
+    }
+
+    fn whole(&mut self, folded: Folded, ending: &Ending) -> Value {
+        let mut content = folded.content;
+        content.push_str(ending.notice_text().trim_start_matches('\n'));
+        let mut message = Map::new();
+        message.insert("role".into(), "assistant".into());
+        let calls: Vec<Value> = folded.client_calls.iter().map(tool_call).collect();
+        message.insert(
+            "content".into(),
+            if content.is_empty() && !calls.is_empty() {
+                Value::Null
+            } else {
+                content.into()
+            },
+        );
+        if !folded.reasoning.is_empty() {
+            message.insert("reasoning_content".into(), folded.reasoning.into());
+        }
+        if !calls.is_empty() {
+            message.insert("tool_calls".into(), calls.into());
+        }
+        if !ending.notices.is_empty() {
+            message.insert("tower_chat_approvals".into(), json!(ending.notices));
+        }
+        let finish = finish_reason(&ending.reason);
+        let mut body = json!({
+            "id": self.id,
+            "object": "chat.completion",
+            "created": self.created,
+            "model": folded.model,
+            "choices": [{"index": 0, "message": message, "logprobs": null, "finish_reason": finish}],
+            "usage": usage(&folded.usage),
+        });
+        if let Some(field) = ending.tower_chat_field(finish) {
+            body["tower_chat"] = field;
+        }
+        body
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn parse(value: Value) -> Result<Parsed, ApiError> {
+    const CONTEXT: ParseContext = ParseContext {
+        upstream: crate::config::Provider::OpenAi,
+    };
+
+    fn parse(value: Value) -> Result<Inbound, ApiError> {
         parse_request(value.to_string().as_bytes())
+    }
+
+    fn parse_request(body: &[u8]) -> Result<Inbound, ApiError> {
+        ChatCompletions::parse(body, &CONTEXT).map(|(inbound, _)| inbound)
     }
 
     #[test]
@@ -486,7 +538,7 @@ mod tests {
             "tower_chat": {"approvals": [{"id": "apr_1", "approved": false, "reason": "no"}]}
         }))
         .unwrap();
-        assert!(parsed.stream && parsed.include_usage);
+        assert!(parsed.stream);
         let request = parsed.request;
         assert_eq!(request.options.model.as_deref(), Some("gpt-4o-mini"));
         assert_eq!(request.messages[0], Message::system("be brief"));

@@ -1,0 +1,714 @@
+//! `POST /v1/messages`: Anthropic Messages. The request (`system`, `messages` with text, `tool_use`,
+//! `tool_result` and `thinking` blocks, custom `tools`, `tool_choice`, `max_tokens`, `stop_sequences`,
+//! `temperature`, `top_p`, `top_k`, `thinking`, `metadata`) parsed into a [`ChatRequest`]; the answer as a
+//! `message` object with content blocks, or the SSE event sequence `message_start`, `ping`,
+//! `content_block_start` / `content_block_delta` (`text_delta`, `thinking_delta`, `input_json_delta`) /
+//! `content_block_stop` per block, `message_delta`, `message_stop`; errors as
+//! `{"type": "error", "error": {"type", "message"}}`.
+//!
+//! Options only Anthropic understands (`thinking`, `top_k`, `metadata`) go to an Anthropic upstream unchanged;
+//! an OpenAI-compatible upstream gets `metadata.user_id` as `user` and neither of the others.
+
+use std::collections::HashMap;
+
+use axum::response::Response;
+use serde::Deserialize;
+use serde_json::{json, Value};
+use tower_chat::{
+    AssistantMessage, ChatRequest, FinishReason, Message, ToolArguments, ToolCall, ToolChoice,
+    ToolMessage, ToolSpec, Usage,
+};
+
+use super::{
+    arguments_value, from_body, name_tool_results, schema, sse_event, Encoder, Ending, Folded,
+    Inbound, ParseContext, TowerChatRequest, Visible, WireFormat,
+};
+use crate::config::Provider;
+use crate::error::{anthropic_body, anthropic_response, ApiError};
+
+/// The Anthropic Messages format (see the [module docs](self)).
+#[derive(Debug)]
+pub(crate) struct AnthropicMessages;
+
+impl WireFormat for AnthropicMessages {
+    type Encoder = MessageEncoder;
+
+    fn parse(body: &[u8], context: &ParseContext) -> Result<(Inbound, MessageEncoder), ApiError> {
+        let request: MessagesRequest = from_body(body)?;
+        Ok((into_inbound(request, context)?, MessageEncoder::new()))
+    }
+
+    fn error_response(error: ApiError) -> Response {
+        anthropic_response(error)
+    }
+}
+
+/// The body of `POST /v1/messages`. Unknown fields are refused, as Anthropic does: an option the gateway
+/// silently dropped would change the answer without anyone noticing.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct MessagesRequest {
+    model: String,
+    /// Required, as Anthropic requires it.
+    max_tokens: u32,
+    messages: Vec<InMessage>,
+    #[serde(default)]
+    system: Option<System>,
+    #[serde(default)]
+    stop_sequences: Option<Vec<String>>,
+    #[serde(default)]
+    stream: Option<bool>,
+    #[serde(default)]
+    temperature: Option<f32>,
+    #[serde(default)]
+    top_p: Option<f32>,
+    #[serde(default)]
+    top_k: Option<u32>,
+    #[serde(default)]
+    tools: Option<Vec<InTool>>,
+    #[serde(default)]
+    tool_choice: Option<InToolChoice>,
+    #[serde(default)]
+    thinking: Option<Thinking>,
+    #[serde(default)]
+    metadata: Option<Metadata>,
+    /// The gateway's own extension (approval decisions).
+    #[serde(default)]
+    tower_chat: Option<TowerChatRequest>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum System {
+    Text(String),
+    Blocks(Vec<TextBlock>),
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum TextBlock {
+    Text { text: String },
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum Role {
+    User,
+    Assistant,
+}
+
+#[derive(Debug, Deserialize)]
+struct InMessage {
+    role: Role,
+    /// A string or a list of blocks; read by [`blocks`] so an unsupported block is named with its place.
+    content: Value,
+}
+
+fn blocks(content: Value, i: usize) -> Result<Vec<InBlock>, ApiError> {
+    match content {
+        Value::String(text) => Ok(vec![InBlock::Text { text }]),
+        Value::Array(items) => items
+            .into_iter()
+            .enumerate()
+            .map(|(j, block)| {
+                serde_json::from_value(block)
+                    .map_err(|e| schema(format!("messages[{i}].content[{j}]: {e}")))
+            })
+            .collect(),
+        _ => Err(schema(format!(
+            "messages[{i}].content: must be a string or a list of content blocks"
+        ))),
+    }
+}
+
+/// A content block; other types (`image`, `document`, …) are refused by name.
+#[derive(Debug, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum InBlock {
+    Text {
+        text: String,
+    },
+    ToolUse {
+        id: String,
+        name: String,
+        input: Value,
+    },
+    ToolResult {
+        tool_use_id: String,
+        #[serde(default)]
+        content: Option<ResultContent>,
+        #[serde(default)]
+        is_error: Option<bool>,
+    },
+    Thinking {
+        thinking: String,
+    },
+    RedactedThinking {},
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum ResultContent {
+    Text(String),
+    Blocks(Vec<TextBlock>),
+}
+
+#[derive(Debug, Deserialize)]
+struct InTool {
+    name: String,
+    #[serde(default)]
+    description: Option<String>,
+    #[serde(default)]
+    input_schema: Option<Value>,
+    #[serde(default, rename = "type")]
+    kind: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum InToolChoice {
+    Auto {
+        #[serde(default)]
+        disable_parallel_tool_use: Option<bool>,
+    },
+    Any {
+        #[serde(default)]
+        disable_parallel_tool_use: Option<bool>,
+    },
+    Tool {
+        name: String,
+        #[serde(default)]
+        disable_parallel_tool_use: Option<bool>,
+    },
+    None {},
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum Thinking {
+    Enabled { budget_tokens: u32 },
+    Disabled {},
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Metadata {
+    #[serde(default)]
+    user_id: Option<String>,
+}
+
+fn into_inbound(body: MessagesRequest, context: &ParseContext) -> Result<Inbound, ApiError> {
+    if body.model.trim().is_empty() {
+        return Err(schema("`model` must not be empty"));
+    }
+    if body.messages.is_empty() {
+        return Err(schema("`messages` must not be empty"));
+    }
+    if body.max_tokens == 0 {
+        return Err(schema("`max_tokens` must be at least 1"));
+    }
+    let mut messages = Vec::with_capacity(body.messages.len() + 1);
+    match body.system {
+        Some(System::Text(text)) if !text.is_empty() => messages.push(Message::system(text)),
+        Some(System::Blocks(blocks)) => messages.extend(
+            blocks
+                .into_iter()
+                .map(|TextBlock::Text { text }| Message::system(text)),
+        ),
+        _ => {}
+    }
+    for (i, message) in body.messages.into_iter().enumerate() {
+        let blocks = blocks(message.content, i)?;
+        match message.role {
+            Role::User => user_blocks(blocks, i, &mut messages)?,
+            Role::Assistant => messages.push(assistant_blocks(blocks, i)?),
+        }
+    }
+    name_tool_results(&mut messages);
+    let mut request = ChatRequest::new(messages);
+    let options = &mut request.options;
+    options.model = Some(body.model.clone());
+    // Upstream calls always stream (see chat_completions).
+    options.stream = true;
+    options.max_output_tokens = Some(body.max_tokens);
+    options.stop = body.stop_sequences.unwrap_or_default();
+    options.temperature = body.temperature;
+    options.top_p = body.top_p;
+    for (i, tool) in body.tools.unwrap_or_default().into_iter().enumerate() {
+        if let Some(kind) = tool.kind.as_deref().filter(|k| *k != "custom") {
+            return Err(schema(format!(
+                "tools[{i}]: tools of type `{kind}` are not supported (custom tools with `input_schema` only)"
+            )));
+        }
+        let parameters = tool
+            .input_schema
+            .ok_or_else(|| schema(format!("tools[{i}]: `input_schema` is required")))?;
+        options.tools.push(ToolSpec::new(
+            tool.name,
+            tool.description.unwrap_or_default(),
+            parameters,
+        ));
+    }
+    if let Some(choice) = body.tool_choice {
+        let (choice, no_parallel) = match choice {
+            InToolChoice::Auto {
+                disable_parallel_tool_use,
+            } => (ToolChoice::Auto, disable_parallel_tool_use),
+            InToolChoice::Any {
+                disable_parallel_tool_use,
+            } => (ToolChoice::Required, disable_parallel_tool_use),
+            InToolChoice::Tool {
+                name,
+                disable_parallel_tool_use,
+            } => (ToolChoice::Tool(name), disable_parallel_tool_use),
+            InToolChoice::None {} => (ToolChoice::None, None),
+        };
+        options.tool_choice = Some(choice);
+        if no_parallel == Some(true) {
+            options.parallel_tool_calls = Some(false);
+        }
+    }
+    match context.upstream {
+        Provider::Anthropic => {
+            if let Some(thinking) = &body.thinking {
+                options.extra.insert(
+                    "thinking".into(),
+                    match thinking {
+                        Thinking::Enabled { budget_tokens } => {
+                            json!({"type": "enabled", "budget_tokens": budget_tokens})
+                        }
+                        Thinking::Disabled {} => json!({"type": "disabled"}),
+                    },
+                );
+            }
+            if let Some(top_k) = body.top_k {
+                options.extra.insert("top_k".into(), top_k.into());
+            }
+            if let Some(user) = body.metadata.as_ref().and_then(|m| m.user_id.clone()) {
+                options
+                    .extra
+                    .insert("metadata".into(), json!({"user_id": user}));
+            }
+        }
+        Provider::OpenAi => {
+            if let Some(user) = body.metadata.and_then(|m| m.user_id) {
+                options.extra.insert("user".into(), user.into());
+            }
+        }
+    }
+    let mut inbound = Inbound::new(request, body.model, body.stream.unwrap_or(false));
+    inbound.approvals = body.tower_chat.map(|t| t.approvals).unwrap_or_default();
+    Ok(inbound)
+}
+
+/// A user message: its tool results become tool messages, its text one user message, in the order given.
+fn user_blocks(blocks: Vec<InBlock>, i: usize, out: &mut Vec<Message>) -> Result<(), ApiError> {
+    let mut text = String::new();
+    let flush = |text: &mut String, out: &mut Vec<Message>| {
+        if !text.is_empty() {
+            out.push(Message::user(std::mem::take(text)));
+        }
+    };
+    for (j, block) in blocks.into_iter().enumerate() {
+        match block {
+            InBlock::Text { text: t } => {
+                if !text.is_empty() {
+                    text.push_str("\n\n");
+                }
+                text.push_str(&t);
+            }
+            InBlock::ToolResult {
+                tool_use_id,
+                content,
+                is_error,
+            } => {
+                flush(&mut text, out);
+                let content = match content {
+                    None => String::new(),
+                    Some(ResultContent::Text(text)) => text,
+                    Some(ResultContent::Blocks(blocks)) => blocks
+                        .into_iter()
+                        .map(|TextBlock::Text { text }| text)
+                        .collect::<Vec<_>>()
+                        .join("\n\n"),
+                };
+                out.push(Message::Tool(ToolMessage {
+                    call_id: tool_use_id,
+                    name: String::new(),
+                    content,
+                    is_error: is_error.unwrap_or(false),
+                }));
+            }
+            InBlock::ToolUse { .. } | InBlock::Thinking { .. } | InBlock::RedactedThinking {} => {
+                return Err(schema(format!(
+                    "messages[{i}].content[{j}]: a user message cannot carry this block (assistant only)"
+                )))
+            }
+        }
+    }
+    flush(&mut text, out);
+    Ok(())
+}
+
+fn assistant_blocks(blocks: Vec<InBlock>, i: usize) -> Result<Message, ApiError> {
+    let mut message = AssistantMessage::default();
+    for (j, block) in blocks.into_iter().enumerate() {
+        match block {
+            InBlock::Text { text } => message.content.push_str(&text),
+            InBlock::ToolUse { id, name, input } => message.tool_calls.push(ToolCall {
+                id,
+                name,
+                arguments: ToolArguments::Json(input),
+            }),
+            InBlock::Thinking { thinking } => {
+                message
+                    .reasoning
+                    .get_or_insert_with(String::new)
+                    .push_str(&thinking);
+            }
+            // Opaque to the gateway, and no upstream call can use it without the provider's signature.
+            InBlock::RedactedThinking {} => {}
+            InBlock::ToolResult { .. } => {
+                return Err(schema(format!(
+                    "messages[{i}].content[{j}]: `tool_result` blocks belong in user messages"
+                )))
+            }
+        }
+    }
+    Ok(Message::Assistant(message))
+}
+
+/// Anthropic's `stop_reason`. Reasons it has no word for (a pause for approval, the tool loop's limit) are
+/// `end_turn`, with the gateway's own reason in the `tower_chat` field. A stop-sequence hit is reported as
+/// `end_turn`: tower-chat's events fold it into [`FinishReason::Stop`] for both upstreams.
+fn stop_reason(reason: &FinishReason) -> &'static str {
+    match reason {
+        FinishReason::Length => "max_tokens",
+        FinishReason::ToolCalls => "tool_use",
+        FinishReason::ContentFilter => "refusal",
+        _ => "end_turn",
+    }
+}
+
+/// The finish reason as the `tower_chat` field compares it: Anthropic's words for the shared reasons.
+fn said(reason: &FinishReason) -> &'static str {
+    match reason {
+        FinishReason::Stop => "stop",
+        FinishReason::Length => "length",
+        FinishReason::ToolCalls => "tool_calls",
+        FinishReason::ContentFilter => "content_filter",
+        _ => "end_turn",
+    }
+}
+
+/// Anthropic's usage: `input_tokens` excludes cache reads (tower-chat counts every prompt token as input).
+fn usage(usage: &Usage) -> Value {
+    let cached = usage.cached_input_tokens.unwrap_or(0);
+    let mut value = json!({
+        "input_tokens": usage.input_tokens.saturating_sub(cached),
+        "output_tokens": usage.output_tokens,
+    });
+    if let Some(cached) = usage.cached_input_tokens {
+        value["cache_read_input_tokens"] = cached.into();
+    }
+    value
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Block {
+    Text(usize),
+    Thinking(usize),
+    ToolUse(usize),
+}
+
+impl Block {
+    fn index(self) -> usize {
+        match self {
+            Block::Text(i) | Block::Thinking(i) | Block::ToolUse(i) => i,
+        }
+    }
+}
+
+/// Builds `message` objects and the Messages SSE event sequence.
+#[derive(Debug)]
+pub(crate) struct MessageEncoder {
+    id: String,
+    /// The content block open now; at most one at a time, as Anthropic streams them.
+    open: Option<Block>,
+    next_block: usize,
+    /// Client-visible call index → its block.
+    call_blocks: HashMap<usize, usize>,
+    wrote_text: bool,
+}
+
+impl MessageEncoder {
+    fn new() -> Self {
+        MessageEncoder {
+            id: format!("msg_{}", uuid::Uuid::new_v4().simple()),
+            open: None,
+            next_block: 0,
+            call_blocks: HashMap::new(),
+            wrote_text: false,
+        }
+    }
+
+    fn stop_open(&mut self, out: &mut Vec<u8>) {
+        if let Some(block) = self.open.take() {
+            sse_event(
+                "content_block_stop",
+                &json!({"type": "content_block_stop", "index": block.index()}),
+                out,
+            );
+        }
+    }
+
+    fn start(&mut self, block: fn(usize) -> Block, content: Value, out: &mut Vec<u8>) -> usize {
+        self.stop_open(out);
+        let index = self.next_block;
+        self.next_block += 1;
+        self.open = Some(block(index));
+        sse_event(
+            "content_block_start",
+            &json!({"type": "content_block_start", "index": index, "content_block": content}),
+            out,
+        );
+        index
+    }
+
+    fn text(&mut self, text: &str, out: &mut Vec<u8>) {
+        let index = match self.open {
+            Some(Block::Text(index)) => index,
+            _ => self.start(Block::Text, json!({"type": "text", "text": ""}), out),
+        };
+        self.wrote_text = true;
+        sse_event(
+            "content_block_delta",
+            &json!({"type": "content_block_delta", "index": index,
+                    "delta": {"type": "text_delta", "text": text}}),
+            out,
+        );
+    }
+}
+
+impl Encoder for MessageEncoder {
+    fn open(&mut self, folded: &Folded, out: &mut Vec<u8>) {
+        sse_event(
+            "message_start",
+            &json!({"type": "message_start", "message": {
+                "id": self.id, "type": "message", "role": "assistant", "model": folded.model,
+                "content": [], "stop_reason": null, "stop_sequence": null,
+                "usage": usage(&folded.usage),
+            }}),
+            out,
+        );
+        sse_event("ping", &json!({"type": "ping"}), out);
+    }
+
+    fn visible(&mut self, _folded: &Folded, event: Visible, out: &mut Vec<u8>) {
+        match event {
+            Visible::Text(text) => self.text(&text, out),
+            Visible::Reasoning(text) => {
+                let index = match self.open {
+                    Some(Block::Thinking(index)) => index,
+                    _ => self.start(
+                        Block::Thinking,
+                        json!({"type": "thinking", "thinking": "", "signature": ""}),
+                        out,
+                    ),
+                };
+                sse_event(
+                    "content_block_delta",
+                    &json!({"type": "content_block_delta", "index": index,
+                            "delta": {"type": "thinking_delta", "thinking": text}}),
+                    out,
+                );
+            }
+            Visible::CallStart { index, id, name } => {
+                let block = self.start(
+                    Block::ToolUse,
+                    json!({"type": "tool_use", "id": id, "name": name, "input": {}}),
+                    out,
+                );
+                self.call_blocks.insert(index, block);
+            }
+            Visible::CallArguments { index, delta } => {
+                if let Some(block) = self.call_blocks.get(&index).filter(|_| !delta.is_empty()) {
+                    sse_event(
+                        "content_block_delta",
+                        &json!({"type": "content_block_delta", "index": block,
+                                "delta": {"type": "input_json_delta", "partial_json": delta}}),
+                        out,
+                    );
+                }
+            }
+            Visible::CallEnd { index, .. } => {
+                if let Some(block) = self.call_blocks.remove(&index) {
+                    if self.open == Some(Block::ToolUse(block)) {
+                        self.stop_open(out);
+                    }
+                }
+            }
+        }
+    }
+
+    fn close(&mut self, folded: &Folded, ending: &Ending, out: &mut Vec<u8>) {
+        let notice = ending.notice_text();
+        if !notice.is_empty() {
+            let notice = if self.wrote_text {
+                notice
+            } else {
+                notice.trim_start_matches('\n').to_owned()
+            };
+            self.text(&notice, out);
+        }
+        self.stop_open(out);
+        let mut delta = json!({
+            "type": "message_delta",
+            "delta": {"stop_reason": stop_reason(&ending.reason), "stop_sequence": null},
+            "usage": usage(&folded.usage),
+        });
+        if let Some(field) = ending.tower_chat_field(said(&ending.reason)) {
+            delta["tower_chat"] = field;
+        }
+        sse_event("message_delta", &delta, out);
+        sse_event("message_stop", &json!({"type": "message_stop"}), out);
+    }
+
+    fn error(&mut self, error: &ApiError, out: &mut Vec<u8>) {
+        sse_event("error", &anthropic_body(error), out);
+    }
+
+    fn whole(&mut self, folded: Folded, ending: &Ending) -> Value {
+        let mut content = Vec::new();
+        if !folded.reasoning.is_empty() {
+            content
+                .push(json!({"type": "thinking", "thinking": folded.reasoning, "signature": ""}));
+        }
+        let mut text = folded.content;
+        let notice = ending.notice_text();
+        text.push_str(if text.is_empty() {
+            notice.trim_start_matches('\n')
+        } else {
+            &notice
+        });
+        if !text.is_empty() {
+            content.push(json!({"type": "text", "text": text}));
+        }
+        for call in &folded.client_calls {
+            content.push(json!({"type": "tool_use", "id": call.id, "name": call.name,
+                                "input": arguments_value(call)}));
+        }
+        let mut body = json!({
+            "id": self.id,
+            "type": "message",
+            "role": "assistant",
+            "model": folded.model,
+            "content": content,
+            "stop_reason": stop_reason(&ending.reason),
+            "stop_sequence": null,
+            "usage": usage(&folded.usage),
+        });
+        if let Some(field) = ending.tower_chat_field(said(&ending.reason)) {
+            body["tower_chat"] = field;
+        }
+        body
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(value: Value, upstream: Provider) -> Result<Inbound, ApiError> {
+        AnthropicMessages::parse(value.to_string().as_bytes(), &ParseContext { upstream })
+            .map(|(inbound, _)| inbound)
+    }
+
+    #[test]
+    fn a_full_request_maps_onto_chat_request() {
+        let body = json!({
+            "model": "claude-x",
+            "max_tokens": 64,
+            "system": [{"type": "text", "text": "be brief", "cache_control": {"type": "ephemeral"}}],
+            "messages": [
+                {"role": "user", "content": "weather?"},
+                {"role": "assistant", "content": [
+                    {"type": "thinking", "thinking": "hmm", "signature": "sig"},
+                    {"type": "text", "text": "Checking."},
+                    {"type": "tool_use", "id": "toolu_1", "name": "weather", "input": {"city": "Oslo"}}]},
+                {"role": "user", "content": [
+                    {"type": "tool_result", "tool_use_id": "toolu_1", "content": [{"type": "text", "text": "12C"}]},
+                    {"type": "text", "text": "and Rome?"}]}
+            ],
+            "tools": [{"name": "weather", "description": "d", "input_schema": {"type": "object"}}],
+            "tool_choice": {"type": "any", "disable_parallel_tool_use": true},
+            "stop_sequences": ["END"],
+            "temperature": 0.5,
+            "top_k": 5,
+            "thinking": {"type": "enabled", "budget_tokens": 2048},
+            "metadata": {"user_id": "u1"},
+            "stream": true,
+            "tower_chat": {"approvals": [{"id": "apr_1", "approved": true}]}
+        });
+        let inbound = parse(body.clone(), Provider::Anthropic).unwrap();
+        assert!(inbound.stream);
+        assert_eq!(inbound.approvals[0].id, "apr_1");
+        let request = &inbound.request;
+        assert_eq!(request.messages[0], Message::system("be brief"));
+        assert_eq!(request.messages[1], Message::user("weather?"));
+        let Message::Assistant(assistant) = &request.messages[2] else {
+            panic!("{:?}", request.messages[2]);
+        };
+        assert_eq!(assistant.content, "Checking.");
+        assert_eq!(assistant.reasoning.as_deref(), Some("hmm"));
+        assert_eq!(assistant.tool_calls[0].name, "weather");
+        assert_eq!(
+            request.messages[3],
+            Message::Tool(ToolMessage::success("toolu_1", "weather", "12C"))
+        );
+        assert_eq!(request.messages[4], Message::user("and Rome?"));
+        let options = &request.options;
+        assert_eq!(options.max_output_tokens, Some(64));
+        assert_eq!(options.tool_choice, Some(ToolChoice::Required));
+        assert_eq!(options.parallel_tool_calls, Some(false));
+        assert_eq!(options.stop, vec!["END".to_owned()]);
+        assert_eq!(options.extra["thinking"]["budget_tokens"], 2048);
+        assert_eq!(options.extra["top_k"], 5);
+        assert_eq!(options.extra["metadata"]["user_id"], "u1");
+        // An OpenAI-compatible upstream gets only what it understands.
+        let inbound = parse(body, Provider::OpenAi).unwrap();
+        let extra = &inbound.request.options.extra;
+        assert_eq!(extra.get("user"), Some(&json!("u1")));
+        assert!(!extra.contains_key("thinking") && !extra.contains_key("top_k"));
+    }
+
+    #[test]
+    fn schema_errors_say_what_and_where() {
+        let message = |body: Value| parse(body, Provider::OpenAi).unwrap_err().message;
+        let missing =
+            message(json!({"model": "m", "messages": [{"role": "user", "content": "x"}]}));
+        assert!(missing.contains("max_tokens"), "{missing}");
+        let image = message(
+            json!({"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": [
+            {"type": "image", "source": {}}]}]}),
+        );
+        assert!(
+            image.contains("messages[0].content") && image.contains("image"),
+            "{image}"
+        );
+        let unknown = message(
+            json!({"model": "m", "max_tokens": 5, "service_tier": "auto",
+            "messages": [{"role": "user", "content": "x"}]}),
+        );
+        assert!(unknown.contains("service_tier"), "{unknown}");
+        let server_tool = message(json!({"model": "m", "max_tokens": 5,
+            "tools": [{"type": "web_search_20250305", "name": "web_search"}],
+            "messages": [{"role": "user", "content": "x"}]}));
+        assert!(server_tool.contains("web_search_20250305"), "{server_tool}");
+        let misplaced = message(
+            json!({"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": [
+            {"type": "tool_use", "id": "t", "name": "n", "input": {}}]}]}),
+        );
+        assert!(misplaced.contains("messages[0].content[0]"), "{misplaced}");
+    }
+}

@@ -1,0 +1,290 @@
+//! The wire formats the gateway serves, one module each, over one shared core.
+//!
+//! Every format does two things, and only those: [`WireFormat::parse`] turns a request body into an [`Inbound`]
+//! (a [`ChatRequest`] plus what the gateway needs to know about the turn) and an [`Encoder`]; the encoder turns
+//! what the client may see of the stack's events ([`Visible`], folded by the shared translator in
+//! `respond.rs`) into that format's SSE events or whole answer. Everything else — server-side tools, the
+//! approval resume protocol, hand-backs of client tool calls, persistence, previous-response lookup, usage
+//! summed over the turn — is shared (`server.rs`, `respond.rs`, `pending.rs`), so a fourth format is one new
+//! module and one route, and touches none of the others.
+//!
+//! | module | route |
+//! | --- | --- |
+//! | [`chat_completions`] | `POST /v1/chat/completions` (OpenAI Chat Completions) |
+//! | [`anthropic_messages`] | `POST /v1/messages` (Anthropic Messages) |
+//! | [`responses`] | `POST /v1/responses` (OpenAI Responses, function-calling subset) |
+
+pub(crate) mod anthropic_messages;
+pub(crate) mod chat_completions;
+pub(crate) mod responses;
+
+use axum::response::{IntoResponse, Response};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use tower_chat::{ChatRequest, FinishReason, Message, ToolArguments, ToolCall, Usage};
+
+use crate::config::Provider;
+use crate::error::ApiError;
+
+/// What a format's parser learned from a request body, besides the format-specific answer shape.
+#[derive(Debug)]
+pub(crate) struct Inbound {
+    /// The stack's request (model passed through unchanged, `stream` always on upstream).
+    pub(crate) request: ChatRequest,
+    /// The `model` field as sent.
+    pub(crate) model: String,
+    /// Whether the client wants SSE.
+    pub(crate) stream: bool,
+    /// Approval decisions (`"tower_chat": {"approvals": [...]}`), when the request resumes a paused turn.
+    pub(crate) approvals: Vec<ApprovalAnswer>,
+    /// A stored response whose conversation this request continues (Responses' `previous_response_id`).
+    pub(crate) previous_response_id: Option<String>,
+    /// The id the turn's call record is stored under, so a later `previous_response_id` finds it; `None`
+    /// stores nothing retrievable (the record keeps a random id of its own).
+    pub(crate) record_id: Option<String>,
+}
+
+impl Inbound {
+    pub(crate) fn new(request: ChatRequest, model: String, stream: bool) -> Self {
+        Inbound {
+            request,
+            model,
+            stream,
+            approvals: Vec::new(),
+            previous_response_id: None,
+            record_id: None,
+        }
+    }
+}
+
+/// What a parser may need to know about the gateway: options some formats carry that only one upstream
+/// understands (`thinking`, `top_k`) are forwarded to that upstream and dropped for the other.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ParseContext {
+    pub(crate) upstream: Provider,
+}
+
+/// One wire format: its parser, its encoder, its error shape.
+pub(crate) trait WireFormat: Send + Sync + 'static {
+    /// Turns visible events into this format's answer.
+    type Encoder: Encoder;
+
+    /// Parse a request body. Malformed JSON and schema violations are 400s whose message says what and where.
+    fn parse(body: &[u8], context: &ParseContext) -> Result<(Inbound, Self::Encoder), ApiError>;
+
+    /// An error as this format's clients expect it (OpenAI's shape unless overridden).
+    fn error_response(error: ApiError) -> Response {
+        error.into_response()
+    }
+}
+
+/// What the client may see of one stack event: text, reasoning, and the calls of its own tools (renumbered
+/// from 0 per model round; server-side calls are never shown).
+#[derive(Debug)]
+pub(crate) enum Visible {
+    /// Answer text.
+    Text(String),
+    /// Reasoning text.
+    Reasoning(String),
+    /// A client tool call starts (arguments follow as [`Visible::CallArguments`]).
+    CallStart {
+        index: usize,
+        id: String,
+        name: String,
+    },
+    /// A fragment of a client call's argument text.
+    CallArguments { index: usize, delta: String },
+    /// A client call is complete.
+    CallEnd { index: usize, call: ToolCall },
+}
+
+/// How the turn ended, as the shared translator saw it.
+#[derive(Debug)]
+pub(crate) struct Ending {
+    pub(crate) reason: FinishReason,
+    /// Pending approvals, when the turn paused.
+    pub(crate) notices: Vec<ApprovalNotice>,
+}
+
+impl Ending {
+    /// The plain-text notice standard clients show for pending approvals ("" when none).
+    pub(crate) fn notice_text(&self) -> String {
+        approval_text(&self.notices)
+    }
+
+    /// The gateway's `tower_chat` field when the format's own finish reason cannot say why the turn ended
+    /// (`awaiting_approval`, `max_rounds`, …): `None` for plain endings.
+    pub(crate) fn tower_chat_field(&self, said: &str) -> Option<Value> {
+        let native = self.reason.as_str();
+        if native == said && self.notices.is_empty() {
+            return None;
+        }
+        let mut field = serde_json::json!({"finish_reason": native});
+        if !self.notices.is_empty() {
+            field["approval_requests"] = serde_json::json!(self.notices);
+        }
+        Some(field)
+    }
+}
+
+/// Everything the client saw over the turn, for whole (non-streaming) answers and closing events.
+#[derive(Debug, Default)]
+pub(crate) struct Folded {
+    /// The model that answered (the upstream's word, else the request's).
+    pub(crate) model: String,
+    pub(crate) content: String,
+    pub(crate) reasoning: String,
+    /// The client's own tool calls of the last round.
+    pub(crate) client_calls: Vec<ToolCall>,
+    /// Summed over every model call of the turn.
+    pub(crate) usage: Usage,
+}
+
+/// A format's answer builder. The shared stream driver calls [`open`](Encoder::open) once before the first
+/// bytes, [`visible`](Encoder::visible) per visible event, then exactly one of [`close`](Encoder::close) or
+/// [`error`](Encoder::error); a non-streaming answer is [`whole`](Encoder::whole) alone.
+pub(crate) trait Encoder: Send + 'static {
+    /// The SSE events that open a stream.
+    fn open(&mut self, folded: &Folded, out: &mut Vec<u8>);
+    /// One visible event as SSE.
+    fn visible(&mut self, folded: &Folded, event: Visible, out: &mut Vec<u8>);
+    /// The closing events of a stream that finished.
+    fn close(&mut self, folded: &Folded, ending: &Ending, out: &mut Vec<u8>);
+    /// The last event of a stream that failed after it started.
+    fn error(&mut self, error: &ApiError, out: &mut Vec<u8>);
+    /// The whole answer as one JSON object.
+    fn whole(&mut self, folded: Folded, ending: &Ending) -> Value;
+}
+
+/// `data: {json}\n\n`.
+pub(crate) fn sse_data(value: &Value, out: &mut Vec<u8>) {
+    out.extend_from_slice(b"data: ");
+    out.extend_from_slice(value.to_string().as_bytes());
+    out.extend_from_slice(b"\n\n");
+}
+
+/// `event: {name}\ndata: {json}\n\n` (Anthropic's and the Responses API's framing).
+pub(crate) fn sse_event(name: &str, value: &Value, out: &mut Vec<u8>) {
+    out.extend_from_slice(b"event: ");
+    out.extend_from_slice(name.as_bytes());
+    out.extend_from_slice(b"\n");
+    sse_data(value, out);
+}
+
+/// Deserialize `body` into `T` with paths in the error (`messages[0].content`): malformed JSON is
+/// `invalid_json`, a schema violation `invalid_request_schema`, trailing data after the object `invalid_json`.
+pub(crate) fn from_body<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
+    let mut deserializer = serde_json::Deserializer::from_slice(body);
+    let value: T = match serde_path_to_error::deserialize(&mut deserializer) {
+        Ok(value) => value,
+        Err(error) => {
+            let path = error.path().to_string();
+            let inner = error.into_inner();
+            return Err(if inner.is_syntax() || inner.is_eof() {
+                ApiError::invalid_request(
+                    "invalid_json",
+                    format!("the body is not valid JSON: {inner}"),
+                )
+            } else if path == "." {
+                schema(format!("invalid request: {inner}"))
+            } else {
+                schema(format!("invalid request at `{path}`: {inner}"))
+            });
+        }
+    };
+    if deserializer.end().is_err() {
+        return Err(ApiError::invalid_request(
+            "invalid_json",
+            "the body has trailing data after the JSON object",
+        ));
+    }
+    Ok(value)
+}
+
+/// A 400 for a request that breaks the schema.
+pub(crate) fn schema(message: impl Into<String>) -> ApiError {
+    ApiError::invalid_request("invalid_request_schema", message)
+}
+
+/// `"tower_chat": {"approvals": [...]}` in a request, in every format.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct TowerChatRequest {
+    /// Decisions on pending approvals.
+    #[serde(default)]
+    pub(crate) approvals: Vec<ApprovalAnswer>,
+}
+
+/// One decision: `{"id": "apr_…", "approved": true, "reason": "…"}`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ApprovalAnswer {
+    /// The approval id the gateway issued.
+    pub id: String,
+    /// Run the call (`true`) or refuse it.
+    pub approved: bool,
+    /// Why; a refusal's reason is shown to the model.
+    #[serde(default)]
+    pub reason: Option<String>,
+}
+
+/// A pending approval as the client sees it (`tower_chat.approval_requests`, in every format).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ApprovalNotice {
+    /// The id to answer with.
+    pub id: String,
+    /// The tool waiting.
+    pub tool: String,
+    /// Its arguments.
+    pub arguments: Value,
+    /// Why approval is needed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// The plain-text lines standard clients show for pending approvals: each starts with a blank line.
+pub(crate) fn approval_text(notices: &[ApprovalNotice]) -> String {
+    let mut text = String::new();
+    for notice in notices {
+        text.push_str(&format!(
+            "\n\n[approval required] `{}` wants to run with {}. Approval id: {}. To decide, resend the \
+             conversation with \"tower_chat\": {{\"approvals\": [{{\"id\": \"{}\", \"approved\": true}}]}} \
+             (or \"approved\": false).",
+            notice.tool, notice.arguments, notice.id, notice.id
+        ));
+    }
+    text
+}
+
+/// A tool call's arguments as JSON text (what every format's `arguments` string carries).
+pub(crate) fn arguments_text(call: &ToolCall) -> String {
+    call.arguments.to_wire_string()
+}
+
+/// A tool call's arguments as a JSON value (Anthropic's `input`): invalid JSON becomes `{}`, as the model's
+/// broken arguments were answered with an error result already.
+pub(crate) fn arguments_value(call: &ToolCall) -> Value {
+    match &call.arguments {
+        ToolArguments::Json(value) => value.clone(),
+        ToolArguments::Invalid { .. } => Value::Object(Default::default()),
+    }
+}
+
+/// Name each tool result after the call it answers (formats whose results carry only the call id), looking at
+/// the assistant messages before it: the whole history, a stored one included.
+pub(crate) fn name_tool_results(messages: &mut [Message]) {
+    let mut names: Vec<(String, String)> = Vec::new();
+    for message in messages.iter_mut() {
+        match message {
+            Message::Assistant(a) => {
+                names.extend(a.tool_calls.iter().map(|c| (c.id.clone(), c.name.clone())))
+            }
+            Message::Tool(t) if t.name.is_empty() => {
+                if let Some((_, name)) = names.iter().rev().find(|(id, _)| *id == t.call_id) {
+                    t.name = name.clone();
+                }
+            }
+            _ => {}
+        }
+    }
+}

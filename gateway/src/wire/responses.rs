@@ -1,0 +1,757 @@
+//! `POST /v1/responses`: OpenAI Responses, the function-calling subset. `input` as a string or items
+//! (messages, `function_call`, `function_call_output`), `instructions`, function `tools`, `tool_choice`,
+//! `max_output_tokens`, `text.format`, `previous_response_id`, `store`; the answer as a `response` object with
+//! `message` (`output_text`) and `function_call` output items, or the SSE events `response.created`,
+//! `response.in_progress`, `response.output_item.added`, `response.content_part.added`,
+//! `response.output_text.delta` / `.done`, `response.content_part.done`,
+//! `response.function_call_arguments.delta` / `.done`, `response.output_item.done`, then
+//! `response.completed` (or `response.incomplete`), or `error`.
+//!
+//! A response's id names its call record (unless `store: false`), so `previous_response_id` continues the
+//! stored conversation; the lookup is in `server.rs`, scoped to the caller.
+
+use std::collections::HashMap;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde::Deserialize;
+use serde_json::{json, Map, Value};
+use tower_chat::{
+    AssistantMessage, ChatRequest, FinishReason, Message, ResponseFormat, ToolArguments, ToolCall,
+    ToolChoice, ToolMessage, ToolSpec, Usage,
+};
+
+use super::{
+    arguments_text, from_body, name_tool_results, schema, sse_event, Encoder, Ending, Folded,
+    Inbound, ParseContext, TowerChatRequest, Visible, WireFormat,
+};
+use crate::config::Provider;
+use crate::error::ApiError;
+
+/// The Responses format (see the [module docs](self)).
+#[derive(Debug)]
+pub(crate) struct Responses;
+
+impl WireFormat for Responses {
+    type Encoder = ResponseEncoder;
+
+    fn parse(body: &[u8], context: &ParseContext) -> Result<(Inbound, ResponseEncoder), ApiError> {
+        let request: ResponsesRequest = from_body(body)?;
+        into_inbound(request, context)
+    }
+}
+
+/// The body of `POST /v1/responses`. Unknown fields are refused (the Responses API has many hosted features
+/// the gateway does not serve; silently dropping one would change the answer unnoticed).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ResponsesRequest {
+    model: String,
+    #[serde(default)]
+    input: Option<Input>,
+    #[serde(default)]
+    instructions: Option<String>,
+    #[serde(default)]
+    tools: Option<Vec<Value>>,
+    #[serde(default)]
+    tool_choice: Option<Value>,
+    #[serde(default)]
+    parallel_tool_calls: Option<bool>,
+    #[serde(default)]
+    max_output_tokens: Option<u32>,
+    #[serde(default)]
+    temperature: Option<f32>,
+    #[serde(default)]
+    top_p: Option<f32>,
+    #[serde(default)]
+    stream: Option<bool>,
+    #[serde(default)]
+    previous_response_id: Option<String>,
+    #[serde(default)]
+    store: Option<bool>,
+    #[serde(default)]
+    metadata: Option<Map<String, Value>>,
+    #[serde(default)]
+    user: Option<String>,
+    #[serde(default)]
+    text: Option<TextOptions>,
+    #[serde(default)]
+    reasoning: Option<Reasoning>,
+    /// The gateway's own extension (approval decisions).
+    #[serde(default)]
+    tower_chat: Option<TowerChatRequest>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum Input {
+    Text(String),
+    Items(Vec<Value>),
+}
+
+#[derive(Debug, Deserialize)]
+struct TextOptions {
+    #[serde(default)]
+    format: Option<Value>,
+}
+
+#[derive(Debug, Deserialize)]
+struct Reasoning {
+    #[serde(default)]
+    effort: Option<String>,
+}
+
+fn str_field<'a>(item: &'a Value, field: &str, at: &str) -> Result<&'a str, ApiError> {
+    item.get(field)
+        .and_then(Value::as_str)
+        .ok_or_else(|| schema(format!("{at}: `{field}` must be a string")))
+}
+
+/// The text of message content: a string, or `input_text` / `output_text` / `refusal` parts.
+fn content_text(content: &Value, at: &str) -> Result<String, ApiError> {
+    match content {
+        Value::String(text) => Ok(text.clone()),
+        Value::Array(parts) => {
+            let mut text = String::new();
+            for (k, part) in parts.iter().enumerate() {
+                let at = format!("{at}.content[{k}]");
+                match part.get("type").and_then(Value::as_str) {
+                    Some("input_text" | "output_text" | "text") => {
+                        text.push_str(str_field(part, "text", &at)?)
+                    }
+                    Some("refusal") => text.push_str(str_field(part, "refusal", &at)?),
+                    Some(other) => {
+                        return Err(schema(format!(
+                            "{at}: content parts of type `{other}` are not supported (text only)"
+                        )))
+                    }
+                    None => return Err(schema(format!("{at}: `type` is required"))),
+                }
+            }
+            Ok(text)
+        }
+        _ => Err(schema(format!(
+            "{at}.content: must be a string or a list of parts"
+        ))),
+    }
+}
+
+/// Input items to messages: consecutive assistant text and function calls form one assistant message.
+fn input_messages(items: Vec<Value>, out: &mut Vec<Message>) -> Result<(), ApiError> {
+    let mut assistant: Option<AssistantMessage> = None;
+    let flush = |assistant: &mut Option<AssistantMessage>, out: &mut Vec<Message>| {
+        if let Some(message) = assistant.take() {
+            out.push(Message::Assistant(message));
+        }
+    };
+    for (i, item) in items.iter().enumerate() {
+        let at = format!("input[{i}]");
+        let kind = match item.get("type").and_then(Value::as_str) {
+            Some(kind) => kind,
+            None if item.get("role").is_some() => "message",
+            None => return Err(schema(format!("{at}: `type` is required"))),
+        };
+        match kind {
+            "message" => {
+                let text = content_text(item.get("content").unwrap_or(&Value::Null), &at)?;
+                match str_field(item, "role", &at)? {
+                    "assistant" => assistant
+                        .get_or_insert_with(AssistantMessage::default)
+                        .content
+                        .push_str(&text),
+                    role => {
+                        flush(&mut assistant, out);
+                        out.push(match role {
+                            "user" => Message::user(text),
+                            "system" | "developer" => Message::system(text),
+                            other => return Err(schema(format!("{at}: unknown role `{other}`"))),
+                        });
+                    }
+                }
+            }
+            "function_call" => {
+                let call = ToolCall {
+                    id: str_field(item, "call_id", &at)?.to_owned(),
+                    name: str_field(item, "name", &at)?.to_owned(),
+                    arguments: ToolArguments::parse(str_field(item, "arguments", &at)?.to_owned()),
+                };
+                assistant
+                    .get_or_insert_with(AssistantMessage::default)
+                    .tool_calls
+                    .push(call);
+            }
+            "function_call_output" => {
+                flush(&mut assistant, out);
+                let output = match item.get("output") {
+                    Some(Value::String(text)) => text.clone(),
+                    Some(parts @ Value::Array(_)) => content_text(parts, &at)?,
+                    _ => return Err(schema(format!("{at}: `output` must be a string"))),
+                };
+                out.push(Message::Tool(ToolMessage::success(
+                    str_field(item, "call_id", &at)?,
+                    "",
+                    output,
+                )));
+            }
+            // Reasoning the model did earlier: nothing an upstream call can use without its encrypted form.
+            "reasoning" => {}
+            other => {
+                return Err(schema(format!(
+                "{at}: input items of type `{other}` are not supported (message, function_call, \
+                     function_call_output)"
+            )))
+            }
+        }
+    }
+    flush(&mut assistant, out);
+    Ok(())
+}
+
+fn tool(value: &Value, i: usize) -> Result<ToolSpec, ApiError> {
+    let at = format!("tools[{i}]");
+    match value.get("type").and_then(Value::as_str) {
+        Some("function") => {}
+        Some(other) => {
+            return Err(schema(format!(
+                "{at}: tools of type `{other}` are not supported (function only)"
+            )))
+        }
+        None => return Err(schema(format!("{at}: `type` is required"))),
+    }
+    Ok(ToolSpec::new(
+        str_field(value, "name", &at)?,
+        value
+            .get("description")
+            .and_then(Value::as_str)
+            .unwrap_or_default(),
+        value
+            .get("parameters")
+            .filter(|p| !p.is_null())
+            .cloned()
+            .unwrap_or_else(|| json!({"type": "object", "properties": {}})),
+    ))
+}
+
+fn tool_choice(value: &Value) -> Result<ToolChoice, ApiError> {
+    match value {
+        Value::String(s) => match s.as_str() {
+            "auto" => Ok(ToolChoice::Auto),
+            "none" => Ok(ToolChoice::None),
+            "required" => Ok(ToolChoice::Required),
+            other => Err(schema(format!("unknown `tool_choice` `{other}`"))),
+        },
+        Value::Object(_) if value["type"] == "function" => value["name"]
+            .as_str()
+            .map(|name| ToolChoice::Tool(name.to_owned()))
+            .ok_or_else(|| schema("`tool_choice` of type `function` needs `name`")),
+        _ => Err(schema(
+            "`tool_choice` must be `auto`, `none`, `required` or {\"type\": \"function\", \"name\": …}",
+        )),
+    }
+}
+
+fn text_format(format: &Value) -> Result<Option<ResponseFormat>, ApiError> {
+    match format["type"].as_str() {
+        Some("text") => Ok(None),
+        Some("json_object") => Ok(Some(ResponseFormat::JsonObject)),
+        Some("json_schema") => Ok(Some(ResponseFormat::JsonSchema {
+            name: format["name"]
+                .as_str()
+                .ok_or_else(|| schema("`text.format.name` is required"))?
+                .to_owned(),
+            schema: format.get("schema").cloned().unwrap_or_else(|| json!({})),
+            strict: format["strict"].as_bool(),
+        })),
+        _ => Err(schema(
+            "`text.format.type` must be `text`, `json_object` or `json_schema`",
+        )),
+    }
+}
+
+fn into_inbound(
+    body: ResponsesRequest,
+    context: &ParseContext,
+) -> Result<(Inbound, ResponseEncoder), ApiError> {
+    if body.model.trim().is_empty() {
+        return Err(schema("`model` must not be empty"));
+    }
+    let mut messages = Vec::new();
+    if let Some(instructions) = body.instructions.as_ref().filter(|i| !i.is_empty()) {
+        messages.push(Message::system(instructions.clone()));
+    }
+    let continues = body.previous_response_id.is_some()
+        || body
+            .tower_chat
+            .as_ref()
+            .is_some_and(|t| !t.approvals.is_empty());
+    match body.input {
+        Some(Input::Text(text)) => messages.push(Message::user(text)),
+        Some(Input::Items(items)) => input_messages(items, &mut messages)?,
+        None if continues => {}
+        None => return Err(schema("`input` is required")),
+    }
+    if !continues
+        && !messages
+            .iter()
+            .any(|m| !matches!(m, Message::System { .. }))
+    {
+        return Err(schema("`input` must not be empty"));
+    }
+    name_tool_results(&mut messages);
+    let mut request = ChatRequest::new(messages);
+    let options = &mut request.options;
+    options.model = Some(body.model.clone());
+    // Upstream calls always stream (see chat_completions).
+    options.stream = true;
+    let tools = body.tools.unwrap_or_default();
+    for (i, value) in tools.iter().enumerate() {
+        options.tools.push(tool(value, i)?);
+    }
+    options.tool_choice = body.tool_choice.as_ref().map(tool_choice).transpose()?;
+    options.parallel_tool_calls = body.parallel_tool_calls;
+    options.max_output_tokens = body.max_output_tokens;
+    options.temperature = body.temperature;
+    options.top_p = body.top_p;
+    if let Some(format) = body.text.as_ref().and_then(|t| t.format.as_ref()) {
+        options.response_format = text_format(format)?;
+    }
+    if context.upstream == Provider::OpenAi {
+        if let Some(effort) = body.reasoning.as_ref().and_then(|r| r.effort.clone()) {
+            options
+                .extra
+                .insert("reasoning_effort".into(), effort.into());
+        }
+        if let Some(user) = &body.user {
+            options.extra.insert("user".into(), user.clone().into());
+        }
+    }
+    let store = body.store.unwrap_or(true);
+    let id = format!("resp_{}", uuid::Uuid::new_v4().simple());
+    let echo = json!({
+        "instructions": body.instructions,
+        "tools": tools,
+        "tool_choice": body.tool_choice.unwrap_or_else(|| "auto".into()),
+        "parallel_tool_calls": body.parallel_tool_calls.unwrap_or(true),
+        "max_output_tokens": body.max_output_tokens,
+        "temperature": body.temperature,
+        "top_p": body.top_p,
+        "previous_response_id": body.previous_response_id,
+        "store": store,
+        "metadata": body.metadata.unwrap_or_default(),
+        "text": {"format": body.text.and_then(|t| t.format).unwrap_or_else(|| json!({"type": "text"}))},
+    });
+    let mut inbound = Inbound::new(request, body.model, body.stream.unwrap_or(false));
+    inbound.approvals = body.tower_chat.map(|t| t.approvals).unwrap_or_default();
+    inbound.previous_response_id = body.previous_response_id;
+    if store {
+        inbound.record_id = Some(id.clone());
+    }
+    Ok((inbound, ResponseEncoder::new(id, echo)))
+}
+
+/// The Responses usage object.
+fn usage(usage: &Usage) -> Value {
+    json!({
+        "input_tokens": usage.input_tokens,
+        "input_tokens_details": {"cached_tokens": usage.cached_input_tokens.unwrap_or(0)},
+        "output_tokens": usage.output_tokens,
+        "output_tokens_details": {"reasoning_tokens": usage.reasoning_tokens.unwrap_or(0)},
+        "total_tokens": usage.total_tokens(),
+    })
+}
+
+/// `status` and `incomplete_details` for a finish reason.
+fn status(reason: &FinishReason) -> (&'static str, Value) {
+    match reason {
+        FinishReason::Length => ("incomplete", json!({"reason": "max_output_tokens"})),
+        FinishReason::ContentFilter => ("incomplete", json!({"reason": "content_filter"})),
+        _ => ("completed", Value::Null),
+    }
+}
+
+/// The finish reason as the `tower_chat` field compares it: the reasons a Responses client can tell from
+/// `status` and the output items need no field.
+fn said(reason: &FinishReason) -> &str {
+    match reason {
+        FinishReason::AwaitingApproval | FinishReason::MaxRounds | FinishReason::Other(_) => {
+            "completed"
+        }
+        other => other.as_str(),
+    }
+}
+
+fn message_item(id: &str, text: &str, status: &str) -> Value {
+    let content = if status == "completed" {
+        json!([{"type": "output_text", "text": text, "annotations": []}])
+    } else {
+        json!([])
+    };
+    json!({"type": "message", "id": id, "status": status, "role": "assistant", "content": content})
+}
+
+fn call_item(id: &str, call_id: &str, name: &str, arguments: &str, status: &str) -> Value {
+    json!({"type": "function_call", "id": id, "call_id": call_id, "name": name,
+           "arguments": arguments, "status": status})
+}
+
+struct OpenMessage {
+    id: String,
+    output_index: usize,
+    text: String,
+}
+
+struct OpenCall {
+    id: String,
+    output_index: usize,
+    call_id: String,
+    name: String,
+    arguments: String,
+}
+
+/// Builds `response` objects and the Responses SSE events.
+pub(crate) struct ResponseEncoder {
+    id: String,
+    created_at: u64,
+    /// The request's settings, echoed in every `response` object.
+    echo: Value,
+    sequence: u64,
+    /// Finished output items, in order.
+    items: Vec<Value>,
+    message: Option<OpenMessage>,
+    /// Client-visible call index → the open call item.
+    calls: HashMap<usize, OpenCall>,
+}
+
+impl std::fmt::Debug for ResponseEncoder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ResponseEncoder")
+            .field("id", &self.id)
+            .field("sequence", &self.sequence)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ResponseEncoder {
+    fn new(id: String, echo: Value) -> Self {
+        ResponseEncoder {
+            id,
+            created_at: SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs()),
+            echo,
+            sequence: 0,
+            items: Vec::new(),
+            message: None,
+            calls: HashMap::new(),
+        }
+    }
+
+    fn emit(&mut self, mut event: Value, out: &mut Vec<u8>) {
+        event["sequence_number"] = self.sequence.into();
+        self.sequence += 1;
+        let name = event["type"].as_str().unwrap_or("message").to_owned();
+        sse_event(&name, &event, out);
+    }
+
+    fn response(&self, folded: &Folded, status: &str, output: Vec<Value>, usage: Value) -> Value {
+        let mut response = json!({
+            "id": self.id,
+            "object": "response",
+            "created_at": self.created_at,
+            "status": status,
+            "error": null,
+            "incomplete_details": null,
+            "model": folded.model,
+            "output": output,
+            "usage": usage,
+        });
+        if let (Some(target), Some(echo)) = (response.as_object_mut(), self.echo.as_object()) {
+            for (key, value) in echo {
+                target.insert(key.clone(), value.clone());
+            }
+        }
+        response
+    }
+
+    fn text(&mut self, text: &str, out: &mut Vec<u8>) {
+        if self.message.is_none() {
+            let message = OpenMessage {
+                id: format!("msg_{}", uuid::Uuid::new_v4().simple()),
+                output_index: self.items.len() + self.calls.len(),
+                text: String::new(),
+            };
+            let (id, output_index) = (message.id.clone(), message.output_index);
+            self.message = Some(message);
+            self.emit(
+                json!({"type": "response.output_item.added", "output_index": output_index,
+                       "item": message_item(&id, "", "in_progress")}),
+                out,
+            );
+            self.emit(
+                json!({"type": "response.content_part.added", "item_id": id,
+                       "output_index": output_index, "content_index": 0,
+                       "part": {"type": "output_text", "text": "", "annotations": []}}),
+                out,
+            );
+        }
+        let Some(message) = self.message.as_mut() else {
+            return;
+        };
+        message.text.push_str(text);
+        let event = json!({"type": "response.output_text.delta", "item_id": message.id,
+                           "output_index": message.output_index, "content_index": 0,
+                           "delta": text, "logprobs": []});
+        self.emit(event, out);
+    }
+
+    fn close_message(&mut self, out: &mut Vec<u8>) {
+        let Some(message) = self.message.take() else {
+            return;
+        };
+        let (id, index, text) = (&message.id, message.output_index, &message.text);
+        self.emit(
+            json!({"type": "response.output_text.done", "item_id": id, "output_index": index,
+                   "content_index": 0, "text": text, "logprobs": []}),
+            out,
+        );
+        self.emit(
+            json!({"type": "response.content_part.done", "item_id": id, "output_index": index,
+                   "content_index": 0, "part": {"type": "output_text", "text": text, "annotations": []}}),
+            out,
+        );
+        let item = message_item(id, text, "completed");
+        self.emit(
+            json!({"type": "response.output_item.done", "output_index": index, "item": item}),
+            out,
+        );
+        self.items.push(item);
+    }
+}
+
+impl Encoder for ResponseEncoder {
+    fn open(&mut self, folded: &Folded, out: &mut Vec<u8>) {
+        let response = self.response(folded, "in_progress", Vec::new(), Value::Null);
+        self.emit(
+            json!({"type": "response.created", "response": response}),
+            out,
+        );
+        self.emit(
+            json!({"type": "response.in_progress", "response": response}),
+            out,
+        );
+    }
+
+    fn visible(&mut self, _folded: &Folded, event: Visible, out: &mut Vec<u8>) {
+        match event {
+            Visible::Text(text) => self.text(&text, out),
+            // Reasoning items carry provider-encrypted content the gateway does not have; not shown.
+            Visible::Reasoning(_) => {}
+            Visible::CallStart { index, id, name } => {
+                self.close_message(out);
+                let call = OpenCall {
+                    id: format!("fc_{}", uuid::Uuid::new_v4().simple()),
+                    output_index: self.items.len() + self.calls.len(),
+                    call_id: id,
+                    name,
+                    arguments: String::new(),
+                };
+                let item = call_item(&call.id, &call.call_id, &call.name, "", "in_progress");
+                let output_index = call.output_index;
+                self.calls.insert(index, call);
+                self.emit(
+                    json!({"type": "response.output_item.added", "output_index": output_index,
+                           "item": item}),
+                    out,
+                );
+            }
+            Visible::CallArguments { index, delta } => {
+                let Some(call) = self.calls.get_mut(&index) else {
+                    return;
+                };
+                if delta.is_empty() {
+                    return;
+                }
+                call.arguments.push_str(&delta);
+                let event = json!({"type": "response.function_call_arguments.delta",
+                                   "item_id": call.id, "output_index": call.output_index,
+                                   "delta": delta});
+                self.emit(event, out);
+            }
+            Visible::CallEnd { index, call } => {
+                let Some(open) = self.calls.remove(&index) else {
+                    return;
+                };
+                // The joined arguments, as parsed once (the deltas may have been whitespace-padded).
+                let arguments = arguments_text(&call);
+                self.emit(
+                    json!({"type": "response.function_call_arguments.done", "item_id": open.id,
+                           "output_index": open.output_index, "name": open.name,
+                           "arguments": arguments}),
+                    out,
+                );
+                let item = call_item(&open.id, &open.call_id, &open.name, &arguments, "completed");
+                self.emit(
+                    json!({"type": "response.output_item.done", "output_index": open.output_index,
+                           "item": item}),
+                    out,
+                );
+                self.items.push(item);
+            }
+        }
+    }
+
+    fn close(&mut self, folded: &Folded, ending: &Ending, out: &mut Vec<u8>) {
+        let notice = ending.notice_text();
+        if !notice.is_empty() {
+            let notice = if folded.content.is_empty() {
+                notice.trim_start_matches('\n').to_owned()
+            } else {
+                notice
+            };
+            self.text(&notice, out);
+        }
+        self.close_message(out);
+        let (status, incomplete) = status(&ending.reason);
+        let items = std::mem::take(&mut self.items);
+        let mut response = self.response(folded, status, items, usage(&folded.usage));
+        response["incomplete_details"] = incomplete;
+        if let Some(field) = ending.tower_chat_field(said(&ending.reason)) {
+            response["tower_chat"] = field;
+        }
+        let kind = if status == "completed" {
+            "response.completed"
+        } else {
+            "response.incomplete"
+        };
+        self.emit(json!({"type": kind, "response": response}), out);
+    }
+
+    fn error(&mut self, error: &ApiError, out: &mut Vec<u8>) {
+        self.emit(
+            json!({"type": "error", "code": error.code, "message": error.message, "param": null}),
+            out,
+        );
+    }
+
+    fn whole(&mut self, folded: Folded, ending: &Ending) -> Value {
+        let mut output = Vec::new();
+        let mut text = folded.content.clone();
+        let notice = ending.notice_text();
+        text.push_str(if text.is_empty() {
+            notice.trim_start_matches('\n')
+        } else {
+            &notice
+        });
+        if !text.is_empty() {
+            let id = format!("msg_{}", uuid::Uuid::new_v4().simple());
+            output.push(message_item(&id, &text, "completed"));
+        }
+        for call in &folded.client_calls {
+            let id = format!("fc_{}", uuid::Uuid::new_v4().simple());
+            output.push(call_item(
+                &id,
+                &call.id,
+                &call.name,
+                &arguments_text(call),
+                "completed",
+            ));
+        }
+        let (status, incomplete) = status(&ending.reason);
+        let mut response = self.response(&folded, status, output, usage(&folded.usage));
+        response["incomplete_details"] = incomplete;
+        if let Some(field) = ending.tower_chat_field(said(&ending.reason)) {
+            response["tower_chat"] = field;
+        }
+        response
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(value: Value) -> Result<Inbound, ApiError> {
+        let context = ParseContext {
+            upstream: Provider::OpenAi,
+        };
+        Responses::parse(value.to_string().as_bytes(), &context).map(|(inbound, _)| inbound)
+    }
+
+    #[test]
+    fn input_items_map_onto_chat_request() {
+        let inbound = parse(json!({
+            "model": "gpt-x",
+            "instructions": "be brief",
+            "input": [
+                {"role": "user", "content": "weather?"},
+                {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Checking."}]},
+                {"type": "reasoning", "id": "rs_1", "summary": []},
+                {"type": "function_call", "call_id": "call_1", "name": "weather", "arguments": "{\"city\":\"Oslo\"}"},
+                {"type": "function_call_output", "call_id": "call_1", "output": "12C"},
+                {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "thanks"}]}
+            ],
+            "tools": [{"type": "function", "name": "weather", "parameters": {"type": "object"}, "strict": true}],
+            "tool_choice": {"type": "function", "name": "weather"},
+            "max_output_tokens": 50,
+            "store": false,
+            "reasoning": {"effort": "low"},
+            "text": {"format": {"type": "json_schema", "name": "out", "schema": {"type": "object"}}}
+        }))
+        .unwrap();
+        assert!(!inbound.stream);
+        assert_eq!(
+            inbound.record_id, None,
+            "store: false keeps nothing retrievable"
+        );
+        let request = &inbound.request;
+        assert_eq!(request.messages[0], Message::system("be brief"));
+        assert_eq!(request.messages[1], Message::user("weather?"));
+        let Message::Assistant(assistant) = &request.messages[2] else {
+            panic!("{:?}", request.messages[2]);
+        };
+        assert_eq!(assistant.content, "Checking.");
+        assert_eq!(assistant.tool_calls[0].id, "call_1");
+        assert_eq!(
+            request.messages[3],
+            Message::Tool(ToolMessage::success("call_1", "weather", "12C"))
+        );
+        assert_eq!(request.messages[4], Message::user("thanks"));
+        let options = &request.options;
+        assert_eq!(
+            options.tool_choice,
+            Some(ToolChoice::Tool("weather".into()))
+        );
+        assert_eq!(options.max_output_tokens, Some(50));
+        assert_eq!(options.extra["reasoning_effort"], "low");
+        assert!(matches!(
+            options.response_format,
+            Some(ResponseFormat::JsonSchema { .. })
+        ));
+        let stored = parse(json!({"model": "m", "input": "hi"})).unwrap();
+        assert!(stored.record_id.unwrap().starts_with("resp_"));
+    }
+
+    #[test]
+    fn schema_errors_say_what_and_where() {
+        let message = |body: Value| parse(body).unwrap_err().message;
+        assert!(message(json!({"model": "m"})).contains("input"));
+        let image = message(json!({"model": "m", "input": [{"role": "user", "content": [
+            {"type": "input_image", "image_url": "x"}]}]}));
+        assert!(
+            image.contains("input[0].content[0]") && image.contains("input_image"),
+            "{image}"
+        );
+        let hosted =
+            message(json!({"model": "m", "input": "x", "tools": [{"type": "web_search"}]}));
+        assert!(hosted.contains("web_search"), "{hosted}");
+        let unknown = message(json!({"model": "m", "input": "x", "background": true}));
+        assert!(unknown.contains("background"), "{unknown}");
+        let call =
+            message(json!({"model": "m", "input": [{"type": "function_call", "name": "f"}]}));
+        assert!(
+            call.contains("input[0]") && call.contains("call_id"),
+            "{call}"
+        );
+        // A continuation may carry no new input.
+        assert!(parse(json!({"model": "m", "previous_response_id": "resp_1"})).is_ok());
+    }
+}
