@@ -50,8 +50,8 @@ pub struct Config {
     pub db: PathBuf,
     /// `--database-url URL`: PostgreSQL instead of SQLite.
     pub database_url: Option<String>,
-    /// `--files DIR`: root of the `read_file` / `write_file` tools (default: the current directory).
-    pub files: PathBuf,
+    /// `--files DIR`: root of the `read_file` / `write_file` tools. `None` (the default): no file tools at all.
+    pub files: Option<PathBuf>,
     /// `--api-keys-file PATH`: when set, clients must send one of the listed keys as a bearer token.
     pub api_keys_file: Option<PathBuf>,
     /// `--max-rounds N`: the tool loop's round limit (default 10).
@@ -78,7 +78,7 @@ impl Config {
             upstream_key_env: None,
             db: PathBuf::from("gateway.db"),
             database_url: None,
-            files: PathBuf::from("."),
+            files: None,
             api_keys_file: None,
             max_rounds: 10,
             body_limit: 4 * 1024 * 1024,
@@ -143,7 +143,7 @@ impl Config {
                 "--upstream-key-env" => config.upstream_key_env = Some(value()?),
                 "--db" => config.db = PathBuf::from(value()?),
                 "--database-url" => config.database_url = Some(value()?),
-                "--files" => config.files = PathBuf::from(value()?),
+                "--files" => config.files = Some(PathBuf::from(value()?)),
                 "--api-keys-file" => config.api_keys_file = Some(PathBuf::from(value()?)),
                 "--max-rounds" => {
                     let v = value()?;
@@ -257,7 +257,7 @@ usage: cargo run --release --example gateway -- [options]
                            (default OPENAI_API_KEY, or ANTHROPIC_API_KEY); unset -> no auth header
   --db PATH                SQLite file of the persistence layer (default gateway.db)
   --database-url URL       PostgreSQL instead of SQLite
-  --files DIR              root directory of read_file / write_file (default: current directory)
+  --files DIR              enables read_file / write_file, confined to DIR (default: no file tools)
   --api-keys-file PATH     clients must send `Authorization: Bearer <key>` with a key listed in PATH
   --max-rounds N           tool-loop limit (default 10)
   --body-limit BYTES       larger request bodies get 413 (default 4194304)
@@ -288,6 +288,7 @@ mod tests {
         assert_eq!(config.key_env(), "OPENAI_API_KEY");
         assert_eq!(config.db, PathBuf::from("gateway.db"));
         assert_eq!(config.max_rounds, 10);
+        assert_eq!(config.files, None, "no file tools unless --files is given");
         let anthropic = run(&["--provider", "anthropic"]).unwrap();
         assert_eq!(anthropic.key_env(), "ANTHROPIC_API_KEY");
         assert_eq!(anthropic.upstream, "https://api.anthropic.com/v1");
@@ -320,7 +321,7 @@ mod tests {
         assert_eq!(config.upstream, "http://127.0.0.1:9000/v1");
         assert_eq!(config.key_env(), "MY_KEY");
         assert_eq!(config.database_url.as_deref(), Some("postgres://u@h/db"));
-        assert_eq!(config.files, PathBuf::from("/srv"));
+        assert_eq!(config.files, Some(PathBuf::from("/srv")));
         assert_eq!(config.max_rounds, 3);
         assert_eq!(config.body_limit, 100);
         assert_eq!(config.shutdown_timeout, Duration::from_millis(500));

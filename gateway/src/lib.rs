@@ -14,7 +14,7 @@
 //!
 //! # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let mut config = Config::new("http://127.0.0.1:9000/v1");
-//! config.files = "./docs".into();
+//! config.files = Some("./docs".into());
 //! let gateway = Gateway::new(&config).await?;
 //! let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
 //! println!("listening on {}", listener.local_addr()?);
@@ -33,6 +33,7 @@ pub mod config_file;
 mod error;
 mod pending;
 mod respond;
+mod sandbox;
 mod server;
 pub mod tools;
 pub mod wire;
@@ -88,7 +89,7 @@ pub async fn run(config: Config) -> Result<(), GatewayError> {
         .await
         .map_err(GatewayError::Io)?;
     let addr = listener.local_addr().map_err(GatewayError::Io)?;
-    tracing::info!(%addr, upstream = %config.upstream, files = %config.files.display(), "gateway listening");
+    tracing::info!(%addr, upstream = %config.upstream, files = ?config.files, "gateway listening");
     gateway
         .serve(listener, shutdown_signal())
         .await

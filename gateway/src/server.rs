@@ -141,7 +141,7 @@ where
     let metadata = upstream.model_metadata();
     let mut service: ChatStack = BoxCloneSyncService::new(
         FunctionInvocationLayer::new()
-            .tools(server_tools(&config.files)?)
+            .tools(server_tools(config.files.as_deref())?)
             .max_rounds(config.max_rounds)
             .layer(upstream),
     );
