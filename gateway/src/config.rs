@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::config_file::{ConfigFile, ConfigFileError};
+use crate::request_limits::RequestLimits;
 
 /// Which wire format the upstream provider speaks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -64,6 +65,9 @@ pub struct Config {
     pub upstream_timeout: Duration,
     /// `--approval-ttl SECS`: how long a paused call waits for its approval (default 3600).
     pub approval_ttl: Duration,
+    /// `--max-messages`, `--max-tools`, `--max-schema-bytes`, `--max-approvals`, `--max-id-bytes`: what one
+    /// request may hold.
+    pub limits: RequestLimits,
     /// `--config PATH`: the configuration file, parsed (empty when not given).
     pub file: ConfigFile,
 }
@@ -85,6 +89,7 @@ impl Config {
             shutdown_timeout: Duration::from_secs(30),
             upstream_timeout: Duration::from_secs(120),
             approval_ttl: Duration::from_secs(3600),
+            limits: RequestLimits::default(),
             file: ConfigFile::default(),
         }
     }
@@ -161,6 +166,11 @@ impl Config {
                         .filter(|n| *n > 0)
                         .ok_or_else(|| invalid(&name, &v, "a positive number of bytes"))?;
                 }
+                "--max-messages" => config.limits.max_messages = count(&name, value()?)?,
+                "--max-tools" => config.limits.max_tools = count(&name, value()?)?,
+                "--max-schema-bytes" => config.limits.max_schema_bytes = count(&name, value()?)?,
+                "--max-approvals" => config.limits.max_approvals = count(&name, value()?)?,
+                "--max-id-bytes" => config.limits.max_id_bytes = count(&name, value()?)?,
                 "--shutdown-timeout" => config.shutdown_timeout = seconds(&name, value()?)?,
                 "--upstream-timeout" => config.upstream_timeout = seconds(&name, value()?)?,
                 "--approval-ttl" => config.approval_ttl = seconds(&name, value()?)?,
@@ -173,6 +183,14 @@ impl Config {
         config.upstream = upstream.unwrap_or_else(|| config.provider.default_upstream().to_owned());
         Ok(Command::Run(Box::new(config)))
     }
+}
+
+fn count(name: &str, value: String) -> Result<usize, CliError> {
+    value
+        .parse()
+        .ok()
+        .filter(|n| *n > 0)
+        .ok_or_else(|| invalid(name, &value, "a positive integer"))
 }
 
 fn seconds(name: &str, value: String) -> Result<Duration, CliError> {
@@ -261,6 +279,11 @@ usage: cargo run --release --example gateway -- [options]
   --api-keys-file PATH     clients must send `Authorization: Bearer <key>` with a key listed in PATH
   --max-rounds N           tool-loop limit (default 10)
   --body-limit BYTES       larger request bodies get 413 (default 4194304)
+  --max-messages N         messages (and tool calls) in one request (default 1024)
+  --max-tools N            client tools in one request (default 128)
+  --max-schema-bytes N     client tools' names, descriptions and schemas together (default 262144)
+  --max-approvals N        approval decisions in one request (default 64)
+  --max-id-bytes N         longest tool call id, tool name or approval id (default 256)
   --shutdown-timeout SECS  drain time for in-flight requests on SIGTERM / Ctrl-C (default 30)
   --upstream-timeout SECS  upstream first-byte and idle timeout (default 120)
   --approval-ttl SECS      how long a paused write_file waits for approval (default 3600)
@@ -315,6 +338,11 @@ mod tests {
             "100",
             "--shutdown-timeout",
             "0.5",
+            "--max-messages=5",
+            "--max-tools=6",
+            "--max-schema-bytes=7",
+            "--max-approvals=8",
+            "--max-id-bytes=9",
         ])
         .unwrap();
         assert_eq!(config.listen.port(), 9);
@@ -325,6 +353,17 @@ mod tests {
         assert_eq!(config.max_rounds, 3);
         assert_eq!(config.body_limit, 100);
         assert_eq!(config.shutdown_timeout, Duration::from_millis(500));
+        assert_eq!(
+            config.limits,
+            RequestLimits {
+                max_messages: 5,
+                max_tools: 6,
+                max_schema_bytes: 7,
+                max_approvals: 8,
+                max_id_bytes: 9,
+                ..RequestLimits::default()
+            }
+        );
     }
 
     #[test]

@@ -8,6 +8,21 @@ use http::{header, HeaderValue, StatusCode};
 use serde_json::{json, Value};
 use tower_chat::{ChatError, ErrorKind};
 
+/// The longest error message the gateway sends.
+pub const MAX_ERROR_MESSAGE: usize = 4096;
+
+/// `text` cut to at most `max` bytes on a character boundary, `…` marking the cut.
+fn truncate(text: &str, max: usize) -> std::borrow::Cow<'_, str> {
+    if text.len() <= max {
+        return text.into();
+    }
+    let mut end = max - '…'.len_utf8();
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &text[..end]).into()
+}
+
 /// An error as the gateway answers it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ApiError {
@@ -138,9 +153,11 @@ impl ApiError {
         }
     }
 
-    /// The JSON body (also the payload of an SSE error chunk).
+    /// The JSON body (also the payload of an SSE error chunk). The message is cut at
+    /// [`MAX_ERROR_MESSAGE`] bytes, so no request can make the gateway answer (or store) a huge error.
     pub fn body(&self) -> Value {
-        json!({"error": {"message": self.message, "type": self.kind, "code": self.code, "param": null}})
+        let message = truncate(&self.message, MAX_ERROR_MESSAGE);
+        json!({"error": {"message": message, "type": self.kind, "code": self.code, "param": null}})
     }
 }
 
@@ -187,6 +204,23 @@ mod tests {
             let error = ApiError::from_chat(&ChatError::new(kind.clone(), "x"));
             assert_eq!(error.status.as_u16(), status, "{kind:?}");
         }
+    }
+
+    #[test]
+    fn error_messages_are_bounded() {
+        let short = ApiError::invalid_request("x", "é".repeat(MAX_ERROR_MESSAGE / 2));
+        assert_eq!(
+            short.body()["error"]["message"].as_str().unwrap(),
+            short.message
+        );
+        let long = ApiError::invalid_request("x", "é".repeat(MAX_ERROR_MESSAGE));
+        let sent = long.body()["error"]["message"].as_str().unwrap().to_owned();
+        assert!(
+            sent.len() <= MAX_ERROR_MESSAGE && sent.ends_with('…'),
+            "{}",
+            sent.len()
+        );
+        assert!(sent.len() > MAX_ERROR_MESSAGE - 8);
     }
 
     #[test]

@@ -32,10 +32,12 @@ pub mod config;
 pub mod config_file;
 mod error;
 mod pending;
+pub mod request_limits;
 mod respond;
 mod sandbox;
 mod server;
 pub mod tools;
+mod warn_limit;
 pub mod wire;
 
 use std::fmt;
@@ -43,7 +45,7 @@ use std::process::ExitCode;
 
 pub use auth::ApiKeys;
 pub use config::{CliError, Command, Config, Provider, USAGE};
-pub use error::ApiError;
+pub use error::{ApiError, MAX_ERROR_MESSAGE};
 pub use pending::PendingStore;
 pub use server::{stack, stores, ChatStack, Gateway, Stores, Upstream};
 

@@ -38,8 +38,10 @@ use crate::auth::ApiKeys;
 use crate::config::{Config, Provider};
 use crate::error::{json_response, ApiError};
 use crate::pending::{PendingStore, Resumption};
+use crate::request_limits::RequestLimits;
 use crate::respond::{self, Turn};
 use crate::tools::{server_tools, SERVER_TOOLS};
+use crate::warn_limit::WarnLimit;
 use crate::wire;
 use crate::GatewayError;
 
@@ -221,6 +223,7 @@ struct AppState {
     approval_tables: Option<Arc<dyn ApprovalTables>>,
     records: Option<Arc<dyn Store>>,
     body_limit: usize,
+    limits: Arc<RequestLimits>,
 }
 
 /// A configured gateway, ready to serve.
@@ -276,6 +279,7 @@ impl Gateway {
                 approval_tables: None,
                 records: None,
                 body_limit: config.body_limit,
+                limits: Arc::new(config.limits.clone()),
             },
             shutdown_timeout: config.shutdown_timeout,
             stores: None,
@@ -442,7 +446,10 @@ async fn chat_completions(
         Ok(response) => response,
         Err(error) => {
             if error.status.is_server_error() {
-                tracing::warn!(status = %error.status, message = %error.message, "request failed");
+                static FAILED: WarnLimit = WarnLimit::new(Duration::from_secs(1), 10);
+                if let Some(suppressed) = FAILED.admit(std::time::Instant::now()) {
+                    tracing::warn!(status = %error.status, message = %error.message, suppressed, "request failed");
+                }
             }
             error.into_response()
         }
@@ -463,6 +470,15 @@ async fn handle(
         }
     })?;
     let parsed = wire::parse_request(&body)?;
+    // Before anything is looked up, spliced or stored: the request's size in things, not bytes.
+    state.limits.check(&parsed.request)?;
+    state
+        .limits
+        .check_approvals(parsed.approvals.iter().map(|a| a.id.as_str()))?;
+    let header_conversation = state.limits.conversation(
+        caller.as_ref(),
+        headers.get("x-conversation-id").map(|v| v.as_bytes()),
+    )?;
     let mut request = parsed.request;
     let client_tools: HashSet<String> = request
         .options
@@ -482,11 +498,6 @@ async fn handle(
     state
         .pending
         .splice_handoffs(caller.as_ref(), &mut request.messages);
-    let header_conversation = headers
-        .get("x-conversation-id")
-        .and_then(|v| v.to_str().ok())
-        .filter(|v| !v.is_empty())
-        .map(ConversationId::new);
     let mut hidden = Vec::new();
     let mut conversation = None;
     if !parsed.approvals.is_empty() {
