@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::config_file::{ConfigFile, ConfigFileError};
+use crate::connection::ConnectionLimits;
 use crate::request_limits::RequestLimits;
 
 /// Which wire format the upstream provider speaks.
@@ -68,6 +69,9 @@ pub struct Config {
     /// `--max-messages`, `--max-tools`, `--max-schema-bytes`, `--max-approvals`, `--max-id-bytes`: what one
     /// request may hold.
     pub limits: RequestLimits,
+    /// `--header-timeout`, `--body-timeout`, `--idle-timeout`, `--max-connections`, `--max-in-flight`,
+    /// `--max-in-flight-per-key`.
+    pub connections: ConnectionLimits,
     /// `--config PATH`: the configuration file, parsed (empty when not given).
     pub file: ConfigFile,
 }
@@ -90,6 +94,7 @@ impl Config {
             upstream_timeout: Duration::from_secs(120),
             approval_ttl: Duration::from_secs(3600),
             limits: RequestLimits::default(),
+            connections: ConnectionLimits::default(),
             file: ConfigFile::default(),
         }
     }
@@ -171,6 +176,14 @@ impl Config {
                 "--max-schema-bytes" => config.limits.max_schema_bytes = count(&name, value()?)?,
                 "--max-approvals" => config.limits.max_approvals = count(&name, value()?)?,
                 "--max-id-bytes" => config.limits.max_id_bytes = count(&name, value()?)?,
+                "--header-timeout" => config.connections.header_timeout = seconds(&name, value()?)?,
+                "--body-timeout" => config.connections.body_timeout = seconds(&name, value()?)?,
+                "--idle-timeout" => config.connections.idle_timeout = seconds(&name, value()?)?,
+                "--max-connections" => config.connections.max_connections = count(&name, value()?)?,
+                "--max-in-flight" => config.connections.max_in_flight = count(&name, value()?)?,
+                "--max-in-flight-per-key" => {
+                    config.connections.max_in_flight_per_key = count(&name, value()?)?
+                }
                 "--shutdown-timeout" => config.shutdown_timeout = seconds(&name, value()?)?,
                 "--upstream-timeout" => config.upstream_timeout = seconds(&name, value()?)?,
                 "--approval-ttl" => config.approval_ttl = seconds(&name, value()?)?,
@@ -284,6 +297,13 @@ usage: cargo run --release --example gateway -- [options]
   --max-schema-bytes N     client tools' names, descriptions and schemas together (default 262144)
   --max-approvals N        approval decisions in one request (default 64)
   --max-id-bytes N         longest tool call id, tool name or approval id (default 256)
+  --header-timeout SECS    from a request's first byte to its complete head (default 10)
+  --body-timeout SECS      from a request's head to the end of its body, else 408 (default 30)
+  --idle-timeout SECS      a connection with no request in flight is closed after this (default 60)
+  --max-connections N      open connections; more get 503 and are closed (default 16384, lowered to
+                           what the open-files limit allows)
+  --max-in-flight N        requests in flight, streams included; more get 503 + Retry-After (default 4096)
+  --max-in-flight-per-key N  requests in flight per gateway key; more get 429 + Retry-After (default 256)
   --shutdown-timeout SECS  drain time for in-flight requests on SIGTERM / Ctrl-C (default 30)
   --upstream-timeout SECS  upstream first-byte and idle timeout (default 120)
   --approval-ttl SECS      how long a paused write_file waits for approval (default 3600)
@@ -343,6 +363,12 @@ mod tests {
             "--max-schema-bytes=7",
             "--max-approvals=8",
             "--max-id-bytes=9",
+            "--header-timeout=1",
+            "--body-timeout=2",
+            "--idle-timeout=3",
+            "--max-connections=4",
+            "--max-in-flight=5",
+            "--max-in-flight-per-key=6",
         ])
         .unwrap();
         assert_eq!(config.listen.port(), 9);
@@ -353,6 +379,17 @@ mod tests {
         assert_eq!(config.max_rounds, 3);
         assert_eq!(config.body_limit, 100);
         assert_eq!(config.shutdown_timeout, Duration::from_millis(500));
+        assert_eq!(
+            config.connections,
+            ConnectionLimits {
+                header_timeout: Duration::from_secs(1),
+                body_timeout: Duration::from_secs(2),
+                idle_timeout: Duration::from_secs(3),
+                max_connections: 4,
+                max_in_flight: 5,
+                max_in_flight_per_key: 6,
+            }
+        );
         assert_eq!(
             config.limits,
             RequestLimits {

@@ -34,7 +34,7 @@ pub struct ApiError {
     pub code: &'static str,
     /// What went wrong, for a human.
     pub message: String,
-    /// For 429: how long the client should wait (sent as `Retry-After`).
+    /// For 429 and 503: how long the client should wait (sent as `Retry-After`).
     pub retry_after: Option<Duration>,
 }
 
@@ -76,6 +76,28 @@ impl ApiError {
             "invalid_request_error",
             "request_too_large",
             format!("the request body is larger than the gateway's limit of {limit} bytes"),
+        )
+    }
+
+    /// 503: the gateway is at a limit (requests in flight); sent with `Retry-After`.
+    pub fn overloaded(message: impl Into<String>) -> Self {
+        ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "server_error",
+            "overloaded",
+            message.into(),
+        )
+    }
+
+    /// 429: this caller has `limit` requests in flight already; sent with `Retry-After`.
+    pub fn too_many_in_flight(limit: usize) -> Self {
+        ApiError::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "rate_limit_error",
+            "too_many_in_flight",
+            format!(
+                "this key has {limit} requests in flight, its limit; retry when one has finished"
+            ),
         )
     }
 

@@ -30,6 +30,7 @@
 mod auth;
 pub mod config;
 pub mod config_file;
+pub mod connection;
 mod error;
 mod pending;
 pub mod request_limits;
@@ -85,7 +86,23 @@ impl std::error::Error for GatewayError {
 }
 
 /// Build and serve the gateway `config` describes until SIGTERM or Ctrl-C.
-pub async fn run(config: Config) -> Result<(), GatewayError> {
+pub async fn run(mut config: Config) -> Result<(), GatewayError> {
+    // Connections are file descriptors: use what the hard limit allows, and keep some for the database,
+    // upstream connections and files.
+    if let Some(open_files) = connection::raise_open_files_limit() {
+        let usable = usize::try_from(open_files.saturating_sub(256))
+            .unwrap_or(usize::MAX)
+            .max(1);
+        if config.connections.max_connections > usable {
+            tracing::warn!(
+                max_connections = config.connections.max_connections,
+                open_files,
+                usable,
+                "--max-connections lowered to what the open-files limit allows"
+            );
+            config.connections.max_connections = usable;
+        }
+    }
     let gateway = Gateway::new(&config).await?;
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await

@@ -1,7 +1,7 @@
 //! The axum application: routes, the chat stack, serving with graceful shutdown.
 
 use std::collections::HashSet;
-use std::future::{Future, IntoFuture};
+use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -13,7 +13,6 @@ use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use axum::serve::ListenerExt;
 use axum::{Extension, Router};
 use futures_util::StreamExt;
 use http::{header, HeaderMap, HeaderValue, StatusCode};
@@ -36,6 +35,7 @@ use tower_chat_tracing::TracingLayer;
 
 use crate::auth::ApiKeys;
 use crate::config::{Config, Provider};
+use crate::connection::{self, BodyTimeout, ConnectionLimits, GuardedBody, InFlight};
 use crate::error::{json_response, ApiError};
 use crate::pending::{PendingStore, Resumption};
 use crate::request_limits::RequestLimits;
@@ -224,12 +224,14 @@ struct AppState {
     records: Option<Arc<dyn Store>>,
     body_limit: usize,
     limits: Arc<RequestLimits>,
+    in_flight: Arc<InFlight>,
 }
 
 /// A configured gateway, ready to serve.
 pub struct Gateway {
     state: AppState,
     shutdown_timeout: Duration,
+    connections: ConnectionLimits,
     stores: Option<Stores>,
 }
 
@@ -280,8 +282,10 @@ impl Gateway {
                 records: None,
                 body_limit: config.body_limit,
                 limits: Arc::new(config.limits.clone()),
+                in_flight: Arc::new(InFlight::new(&config.connections)),
             },
             shutdown_timeout: config.shutdown_timeout,
+            connections: config.connections.clone(),
             stores: None,
         }
     }
@@ -295,6 +299,10 @@ impl Gateway {
     pub fn router(&self) -> Router {
         let api = Router::new()
             .route("/v1/chat/completions", post(chat_completions))
+            .route_layer(middleware::from_fn_with_state(
+                self.state.clone(),
+                limit_in_flight,
+            ))
             .route_layer(middleware::from_fn_with_state(
                 self.state.clone(),
                 authenticate,
@@ -321,16 +329,7 @@ impl Gateway {
             tracing::info!("shutting down: no new connections, draining in-flight requests");
             let _ = signalled_tx.send(());
         };
-        // SSE chunks are small writes; without TCP_NODELAY, Nagle's algorithm and delayed ACKs hold each one
-        // back for tens of milliseconds.
-        let listener = listener.tap_io(|tcp| {
-            if let Err(error) = tcp.set_nodelay(true) {
-                tracing::debug!(%error, "could not set TCP_NODELAY");
-            }
-        });
-        let server = axum::serve(listener, self.router())
-            .with_graceful_shutdown(signal)
-            .into_future();
+        let server = connection::serve(listener, self.router(), self.connections.clone(), signal);
         let drain = self.shutdown_timeout;
         let deadline = async move {
             if signalled_rx.await.is_err() {
@@ -339,7 +338,7 @@ impl Gateway {
             tokio::time::sleep(drain).await;
         };
         tokio::select! {
-            result = server => result?,
+            () = server => {},
             () = deadline => {
                 tracing::warn!(?drain, "drain time over: dropping the requests still in flight");
             }
@@ -436,12 +435,28 @@ async fn authenticate(State(state): State<AppState>, mut request: Request, next:
     next.run(request).await
 }
 
+/// The in-flight limits, after authentication (the per-key limit needs the caller). The slots are held until
+/// the response body has been sent, a stream's whole life.
+async fn limit_in_flight(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    let caller = request.extensions().get::<CallerIdentity>().cloned();
+    let permit = match state.in_flight.admit(caller.as_ref()) {
+        Ok(permit) => permit,
+        Err(error) => return error.into_response(),
+    };
+    next.run(request)
+        .await
+        .map(|body| Body::new(GuardedBody::new(body, permit)))
+}
+
 async fn chat_completions(
     State(state): State<AppState>,
     caller: Option<Extension<CallerIdentity>>,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
+    if matches!(&body, Err(rejection) if rejection.body_text().contains(BodyTimeout::MESSAGE)) {
+        return connection::body_timeout_response();
+    }
     match handle(state, caller.map(|Extension(c)| c), headers, body).await {
         Ok(response) => response,
         Err(error) => {
