@@ -89,7 +89,7 @@ pub fn raise_open_files_limit() -> Option<u64> {
     let mut limit = getrlimit(Resource::Nofile);
     if limit.current < limit.maximum {
         limit.current = limit.maximum;
-        let _ = setrlimit(Resource::Nofile, limit.clone());
+        let _ = setrlimit(Resource::Nofile, limit);
     }
     getrlimit(Resource::Nofile).current
 }
@@ -456,19 +456,22 @@ impl<G: Unpin> HttpBody for GuardedBody<G> {
     }
 }
 
+/// Requests in flight per caller.
+type Callers = Arc<Mutex<HashMap<CallerIdentity, usize>>>;
+
 /// The in-flight limits: one semaphore for all requests, one count per caller.
 #[derive(Debug)]
 pub(crate) struct InFlight {
     all: Arc<Semaphore>,
     per_key: usize,
-    callers: Arc<Mutex<HashMap<CallerIdentity, usize>>>,
+    callers: Callers,
 }
 
 /// Releases a request's in-flight slots when dropped.
 #[derive(Debug)]
 pub(crate) struct InFlightPermit {
     _all: OwnedSemaphorePermit,
-    caller: Option<(CallerIdentity, Arc<Mutex<HashMap<CallerIdentity, usize>>>)>,
+    caller: Option<(CallerIdentity, Callers)>,
 }
 
 impl Drop for InFlightPermit {
