@@ -40,7 +40,7 @@ fn bench(c: &mut Criterion) {
     let (provider, addr, leaf, bare_stack, stack) = runtime.block_on(async {
         let provider = ScriptedProvider::start(|_, _| Reply::openai_text(ANSWER)).await;
         let mut config = Config::new(provider.base_url());
-        config.files = files.path().to_owned();
+        config.files = Some(files.path().to_owned());
         config.upstream_key_env = Some("TOWER_CHAT_GATEWAY_BENCH_NO_KEY".into());
         config.db = files.path().join("bench.db");
         let gateway = Gateway::new(&config).await.unwrap();

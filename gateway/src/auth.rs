@@ -5,15 +5,22 @@ use std::io;
 use std::path::Path;
 
 use http::HeaderMap;
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
 use tower_chat::CallerIdentity;
 
 use crate::error::ApiError;
 
-/// The keys clients may use. Each key's caller identity is `key-{line}`, so records and approvals are bound to a
-/// key without storing the key itself.
+/// The keys clients may use, each with a stable caller identity that records and approvals are bound to.
+///
+/// A line is either `name:key` (the identity is `name`: it stays with the name when the key is rotated, which
+/// the operator chose by keeping the name) or a bare `key` (the identity is `key-` followed by 24 hex digits of
+/// the key's SHA-256: it moves with the key, never with its line, so a new key on an old line inherits nothing).
+/// Only digests of the keys are kept; a presented key is hashed and compared with every digest in constant time,
+/// so neither a matching prefix nor the key's length shows in the timing.
 #[derive(Clone)]
 pub struct ApiKeys {
-    keys: Vec<(String, CallerIdentity)>,
+    keys: Vec<([u8; 32], CallerIdentity)>,
 }
 
 impl std::fmt::Debug for ApiKeys {
@@ -24,11 +31,14 @@ impl std::fmt::Debug for ApiKeys {
     }
 }
 
+/// The longest name of a `name:key` line.
+const MAX_NAME: usize = 64;
+
 impl ApiKeys {
     /// Read a file of keys, one per line; blank lines and lines starting with `#` are skipped.
     pub fn load(path: &Path) -> io::Result<Self> {
         let text = std::fs::read_to_string(path)?;
-        let keys = Self::parse(&text);
+        let keys = Self::parse(&text).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
         if keys.keys.is_empty() {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidData,
@@ -38,16 +48,54 @@ impl ApiKeys {
         Ok(keys)
     }
 
-    /// Keys from text, one per line.
-    pub fn parse(text: &str) -> Self {
-        let keys = text
-            .lines()
-            .enumerate()
-            .map(|(i, line)| (i + 1, line.trim()))
-            .filter(|(_, line)| !line.is_empty() && !line.starts_with('#'))
-            .map(|(n, key)| (key.to_owned(), CallerIdentity::new(format!("key-{n}"))))
-            .collect();
-        ApiKeys { keys }
+    /// Keys from text, one per line (`name:key` or a bare `key`). A malformed name, a duplicate name or a
+    /// duplicate key is an error naming the line (never the key).
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let mut keys: Vec<([u8; 32], CallerIdentity)> = Vec::new();
+        for (n, line) in text.lines().enumerate() {
+            let line = line.trim();
+            if line.is_empty() || line.starts_with('#') {
+                continue;
+            }
+            let n = n + 1;
+            let (digest, caller) = match line.split_once(':') {
+                Some((name, key)) => {
+                    let (name, key) = (name.trim(), key.trim());
+                    if name.is_empty()
+                        || name.len() > MAX_NAME
+                        || !name
+                            .bytes()
+                            .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
+                        || name.starts_with("key-")
+                    {
+                        return Err(format!(
+                            "line {n}: a name must be 1 to {MAX_NAME} characters of A-Z a-z 0-9 - _ . \
+                             and not start with `key-`"
+                        ));
+                    }
+                    if key.is_empty() {
+                        return Err(format!("line {n}: the key after `{name}:` is empty"));
+                    }
+                    (digest(key), CallerIdentity::new(name))
+                }
+                None => {
+                    let digest = digest(line);
+                    let hex: String = digest[..12].iter().map(|b| format!("{b:02x}")).collect();
+                    (digest, CallerIdentity::new(format!("key-{hex}")))
+                }
+            };
+            if keys.iter().any(|(d, _)| *d == digest) {
+                return Err(format!("line {n}: this key is listed twice"));
+            }
+            if keys.iter().any(|(_, c)| *c == caller) {
+                return Err(format!(
+                    "line {n}: the name `{}` is listed twice",
+                    caller.as_str()
+                ));
+            }
+            keys.push((digest, caller));
+        }
+        Ok(ApiKeys { keys })
     }
 
     /// The caller a request's `Authorization: Bearer` header (or, without one, its `x-api-key` header)
@@ -77,22 +125,25 @@ impl ApiKeys {
     }
 
     fn find(&self, token: &str) -> Result<CallerIdentity, ApiError> {
-        // Compare against every key without stopping early, so timing does not reveal a matching prefix.
+        self.identify(token)
+            .ok_or_else(|| ApiError::unauthorized("invalid API key"))
+    }
+
+    /// The caller `token` belongs to. Every digest is compared, without stopping at a match.
+    fn identify(&self, token: &str) -> Option<CallerIdentity> {
+        let presented = digest(token);
         let mut found = None;
-        for (key, caller) in &self.keys {
-            if constant_time_eq(key.as_bytes(), token.as_bytes()) {
+        for (digest, caller) in &self.keys {
+            if bool::from(digest.ct_eq(&presented)) {
                 found = Some(caller.clone());
             }
         }
-        found.ok_or_else(|| ApiError::unauthorized("invalid API key"))
+        found
     }
 }
 
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    if a.len() != b.len() {
-        return false;
-    }
-    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+fn digest(key: &str) -> [u8; 32] {
+    Sha256::digest(key.as_bytes()).into()
 }
 
 #[cfg(test)]
@@ -106,27 +157,98 @@ mod tests {
     }
 
     #[test]
-    fn keys_are_checked_and_named_by_line() {
-        let keys = ApiKeys::parse("# comment\nsk-one\n\n  sk-two  \n");
-        assert_eq!(
-            keys.check(&headers("Bearer sk-one")).unwrap().as_str(),
-            "key-2"
+    fn keys_are_checked_and_named_by_name_or_digest() {
+        let keys = ApiKeys::parse("# comment\nsk-one\n\n  alice : sk-two  \n").unwrap();
+        let one = keys.check(&headers("Bearer sk-one")).unwrap();
+        assert!(
+            one.as_str().starts_with("key-") && one.as_str().len() == 4 + 24,
+            "{one:?}"
         );
+        assert!(!one.as_str().contains("sk-one"));
         assert_eq!(
             keys.check(&headers("Bearer sk-two")).unwrap().as_str(),
-            "key-4"
+            "alice"
         );
-        assert_eq!(
-            keys.check(&headers("Bearer sk-three")).unwrap_err().status,
-            401
-        );
-        assert_eq!(keys.check(&headers("sk-one")).unwrap_err().status, 401);
+        for bad in [
+            "Bearer sk-three",
+            "sk-one",
+            "Bearer sk-on",
+            "Bearer sk-one1",
+            "Bearer ",
+        ] {
+            assert_eq!(keys.check(&headers(bad)).unwrap_err().status, 401, "{bad}");
+        }
         assert_eq!(keys.check(&HeaderMap::new()).unwrap_err().status, 401);
         let mut anthropic_style = HeaderMap::new();
         anthropic_style.insert("x-api-key", "sk-two".parse().unwrap());
-        assert_eq!(keys.check(&anthropic_style).unwrap().as_str(), "key-4");
+        assert_eq!(keys.check(&anthropic_style).unwrap().as_str(), "alice");
         anthropic_style.insert("x-api-key", "sk-wrong".parse().unwrap());
         assert_eq!(keys.check(&anthropic_style).unwrap_err().status, 401);
         assert!(format!("{keys:?}").contains('2') && !format!("{keys:?}").contains("sk-"));
+    }
+
+    /// The issue's rotation: line 4's key replaced. The new key gets a new identity; the other keys keep
+    /// theirs although lines moved around them.
+    #[test]
+    fn identities_do_not_follow_lines() {
+        let before = ApiKeys::parse("sk-a\nsk-b\n\nsk-old\nbob:sk-bob-1\n").unwrap();
+        let after = ApiKeys::parse("# rotated\nsk-b\nsk-new\nsk-a\n\nbob:sk-bob-2\n").unwrap();
+        let id = |keys: &ApiKeys, key: &str| keys.identify(key).map(|c| c.as_str().to_owned());
+        let old = id(&before, "sk-old").unwrap();
+        let new = id(&after, "sk-new").unwrap();
+        assert_ne!(old, new);
+        assert!(![id(&before, "sk-a"), id(&before, "sk-b")].contains(&Some(new)));
+        assert_eq!(id(&before, "sk-a"), id(&after, "sk-a"));
+        assert_eq!(id(&before, "sk-b"), id(&after, "sk-b"));
+        assert_eq!(id(&after, "sk-old"), None);
+        assert_eq!(id(&before, "sk-bob-1").as_deref(), Some("bob"));
+        assert_eq!(id(&after, "sk-bob-2").as_deref(), Some("bob"));
+        assert_eq!(id(&after, "sk-bob-1"), None);
+    }
+
+    /// Every key of the right length that differs anywhere is refused, including keys differing in two
+    /// places (an accumulator that could cancel differences would let some through), and no key of another
+    /// length matches, whatever its prefix.
+    #[test]
+    fn near_misses_never_match() {
+        let key = "sk-0123456789abcdef0123456789abcdef";
+        let keys = ApiKeys::parse(key).unwrap();
+        assert!(keys.identify(key).is_some());
+        let bytes = key.as_bytes();
+        for i in 0..bytes.len() {
+            for j in i..bytes.len() {
+                for (x, y) in [(1u8, 1u8), (2, 2), (1, 3)] {
+                    let mut wrong = bytes.to_vec();
+                    wrong[i] ^= x;
+                    if j != i {
+                        wrong[j] ^= y;
+                    }
+                    let wrong = String::from_utf8(wrong).unwrap();
+                    assert!(keys.identify(&wrong).is_none(), "{wrong}");
+                }
+            }
+        }
+        for len in 0..bytes.len() + 8 {
+            let mut other = key.repeat(2);
+            other.truncate(len);
+            if len != bytes.len() {
+                assert!(keys.identify(&other).is_none(), "{other}");
+            }
+        }
+    }
+
+    #[test]
+    fn bad_files_are_refused_by_line_without_the_key() {
+        for (text, line) in [
+            ("sk-a\nsk-a\n", "line 2"),
+            ("a:sk-a\na:sk-b\n", "line 2"),
+            ("bad name:sk-x\n", "line 1"),
+            ("key-1:sk-x\n", "line 1"),
+            ("\nalice:\n", "line 2"),
+        ] {
+            let error = ApiKeys::parse(text).err().unwrap_or_default();
+            assert!(error.contains(line), "{text:?}: {error}");
+            assert!(!error.contains("sk-"), "{error}");
+        }
     }
 }

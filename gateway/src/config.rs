@@ -6,6 +6,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::config_file::{ConfigFile, ConfigFileError};
+use crate::connection::ConnectionLimits;
+use crate::request_limits::RequestLimits;
 
 /// Which wire format the upstream provider speaks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -50,8 +52,8 @@ pub struct Config {
     pub db: PathBuf,
     /// `--database-url URL`: PostgreSQL instead of SQLite.
     pub database_url: Option<String>,
-    /// `--files DIR`: root of the `read_file` / `write_file` tools (default: the current directory).
-    pub files: PathBuf,
+    /// `--files DIR`: root of the `read_file` / `write_file` tools. `None` (the default): no file tools at all.
+    pub files: Option<PathBuf>,
     /// `--api-keys-file PATH`: when set, clients must send one of the listed keys as a bearer token.
     pub api_keys_file: Option<PathBuf>,
     /// `--max-rounds N`: the tool loop's round limit (default 10).
@@ -64,6 +66,12 @@ pub struct Config {
     pub upstream_timeout: Duration,
     /// `--approval-ttl SECS`: how long a paused call waits for its approval (default 3600).
     pub approval_ttl: Duration,
+    /// `--max-messages`, `--max-tools`, `--max-schema-bytes`, `--max-approvals`, `--max-id-bytes`: what one
+    /// request may hold.
+    pub limits: RequestLimits,
+    /// `--header-timeout`, `--body-timeout`, `--idle-timeout`, `--max-connections`, `--max-in-flight`,
+    /// `--max-in-flight-per-key`.
+    pub connections: ConnectionLimits,
     /// `--config PATH`: the configuration file, parsed (empty when not given).
     pub file: ConfigFile,
 }
@@ -78,13 +86,15 @@ impl Config {
             upstream_key_env: None,
             db: PathBuf::from("gateway.db"),
             database_url: None,
-            files: PathBuf::from("."),
+            files: None,
             api_keys_file: None,
             max_rounds: 10,
             body_limit: 4 * 1024 * 1024,
             shutdown_timeout: Duration::from_secs(30),
             upstream_timeout: Duration::from_secs(120),
             approval_ttl: Duration::from_secs(3600),
+            limits: RequestLimits::default(),
+            connections: ConnectionLimits::default(),
             file: ConfigFile::default(),
         }
     }
@@ -143,7 +153,7 @@ impl Config {
                 "--upstream-key-env" => config.upstream_key_env = Some(value()?),
                 "--db" => config.db = PathBuf::from(value()?),
                 "--database-url" => config.database_url = Some(value()?),
-                "--files" => config.files = PathBuf::from(value()?),
+                "--files" => config.files = Some(PathBuf::from(value()?)),
                 "--api-keys-file" => config.api_keys_file = Some(PathBuf::from(value()?)),
                 "--max-rounds" => {
                     let v = value()?;
@@ -161,6 +171,19 @@ impl Config {
                         .filter(|n| *n > 0)
                         .ok_or_else(|| invalid(&name, &v, "a positive number of bytes"))?;
                 }
+                "--max-messages" => config.limits.max_messages = count(&name, value()?)?,
+                "--max-tools" => config.limits.max_tools = count(&name, value()?)?,
+                "--max-schema-bytes" => config.limits.max_schema_bytes = count(&name, value()?)?,
+                "--max-approvals" => config.limits.max_approvals = count(&name, value()?)?,
+                "--max-id-bytes" => config.limits.max_id_bytes = count(&name, value()?)?,
+                "--header-timeout" => config.connections.header_timeout = seconds(&name, value()?)?,
+                "--body-timeout" => config.connections.body_timeout = seconds(&name, value()?)?,
+                "--idle-timeout" => config.connections.idle_timeout = seconds(&name, value()?)?,
+                "--max-connections" => config.connections.max_connections = count(&name, value()?)?,
+                "--max-in-flight" => config.connections.max_in_flight = count(&name, value()?)?,
+                "--max-in-flight-per-key" => {
+                    config.connections.max_in_flight_per_key = count(&name, value()?)?
+                }
                 "--shutdown-timeout" => config.shutdown_timeout = seconds(&name, value()?)?,
                 "--upstream-timeout" => config.upstream_timeout = seconds(&name, value()?)?,
                 "--approval-ttl" => config.approval_ttl = seconds(&name, value()?)?,
@@ -173,6 +196,14 @@ impl Config {
         config.upstream = upstream.unwrap_or_else(|| config.provider.default_upstream().to_owned());
         Ok(Command::Run(Box::new(config)))
     }
+}
+
+fn count(name: &str, value: String) -> Result<usize, CliError> {
+    value
+        .parse()
+        .ok()
+        .filter(|n| *n > 0)
+        .ok_or_else(|| invalid(name, &value, "a positive integer"))
 }
 
 fn seconds(name: &str, value: String) -> Result<Duration, CliError> {
@@ -257,10 +288,22 @@ usage: cargo run --release --example gateway -- [options]
                            (default OPENAI_API_KEY, or ANTHROPIC_API_KEY); unset -> no auth header
   --db PATH                SQLite file of the persistence layer (default gateway.db)
   --database-url URL       PostgreSQL instead of SQLite
-  --files DIR              root directory of read_file / write_file (default: current directory)
+  --files DIR              enables read_file / write_file, confined to DIR (default: no file tools)
   --api-keys-file PATH     clients must send `Authorization: Bearer <key>` with a key listed in PATH
   --max-rounds N           tool-loop limit (default 10)
   --body-limit BYTES       larger request bodies get 413 (default 4194304)
+  --max-messages N         messages (and tool calls) in one request (default 1024)
+  --max-tools N            client tools in one request (default 128)
+  --max-schema-bytes N     client tools' names, descriptions and schemas together (default 262144)
+  --max-approvals N        approval decisions in one request (default 64)
+  --max-id-bytes N         longest tool call id, tool name or approval id (default 256)
+  --header-timeout SECS    from a request's first byte to its complete head (default 10)
+  --body-timeout SECS      from a request's head to the end of its body, else 408 (default 30)
+  --idle-timeout SECS      a connection with no request in flight is closed after this (default 60)
+  --max-connections N      open connections; more get 503 and are closed (default 16384, lowered to
+                           what the open-files limit allows)
+  --max-in-flight N        requests in flight, streams included; more get 503 + Retry-After (default 4096)
+  --max-in-flight-per-key N  requests in flight per gateway key; more get 429 + Retry-After (default 256)
   --shutdown-timeout SECS  drain time for in-flight requests on SIGTERM / Ctrl-C (default 30)
   --upstream-timeout SECS  upstream first-byte and idle timeout (default 120)
   --approval-ttl SECS      how long a paused write_file waits for approval (default 3600)
@@ -288,6 +331,7 @@ mod tests {
         assert_eq!(config.key_env(), "OPENAI_API_KEY");
         assert_eq!(config.db, PathBuf::from("gateway.db"));
         assert_eq!(config.max_rounds, 10);
+        assert_eq!(config.files, None, "no file tools unless --files is given");
         let anthropic = run(&["--provider", "anthropic"]).unwrap();
         assert_eq!(anthropic.key_env(), "ANTHROPIC_API_KEY");
         assert_eq!(anthropic.upstream, "https://api.anthropic.com/v1");
@@ -314,16 +358,49 @@ mod tests {
             "100",
             "--shutdown-timeout",
             "0.5",
+            "--max-messages=5",
+            "--max-tools=6",
+            "--max-schema-bytes=7",
+            "--max-approvals=8",
+            "--max-id-bytes=9",
+            "--header-timeout=1",
+            "--body-timeout=2",
+            "--idle-timeout=3",
+            "--max-connections=4",
+            "--max-in-flight=5",
+            "--max-in-flight-per-key=6",
         ])
         .unwrap();
         assert_eq!(config.listen.port(), 9);
         assert_eq!(config.upstream, "http://127.0.0.1:9000/v1");
         assert_eq!(config.key_env(), "MY_KEY");
         assert_eq!(config.database_url.as_deref(), Some("postgres://u@h/db"));
-        assert_eq!(config.files, PathBuf::from("/srv"));
+        assert_eq!(config.files, Some(PathBuf::from("/srv")));
         assert_eq!(config.max_rounds, 3);
         assert_eq!(config.body_limit, 100);
         assert_eq!(config.shutdown_timeout, Duration::from_millis(500));
+        assert_eq!(
+            config.connections,
+            ConnectionLimits {
+                header_timeout: Duration::from_secs(1),
+                body_timeout: Duration::from_secs(2),
+                idle_timeout: Duration::from_secs(3),
+                max_connections: 4,
+                max_in_flight: 5,
+                max_in_flight_per_key: 6,
+            }
+        );
+        assert_eq!(
+            config.limits,
+            RequestLimits {
+                max_messages: 5,
+                max_tools: 6,
+                max_schema_bytes: 7,
+                max_approvals: 8,
+                max_id_bytes: 9,
+                ..RequestLimits::default()
+            }
+        );
     }
 
     #[test]

@@ -8,6 +8,21 @@ use http::{header, HeaderValue, StatusCode};
 use serde_json::{json, Value};
 use tower_chat::{ChatError, ErrorKind};
 
+/// The longest error message the gateway sends.
+pub const MAX_ERROR_MESSAGE: usize = 4096;
+
+/// `text` cut to at most `max` bytes on a character boundary, `…` marking the cut.
+fn truncate(text: &str, max: usize) -> std::borrow::Cow<'_, str> {
+    if text.len() <= max {
+        return text.into();
+    }
+    let mut end = max - '…'.len_utf8();
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &text[..end]).into()
+}
+
 /// An error as the gateway answers it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ApiError {
@@ -19,7 +34,7 @@ pub struct ApiError {
     pub code: &'static str,
     /// What went wrong, for a human.
     pub message: String,
-    /// For 429: how long the client should wait (sent as `Retry-After`).
+    /// For 429 and 503: how long the client should wait (sent as `Retry-After`).
     pub retry_after: Option<Duration>,
 }
 
@@ -71,6 +86,28 @@ impl ApiError {
             "invalid_request_error",
             code,
             message.into(),
+        )
+    }
+
+    /// 503: the gateway is at a limit (requests in flight); sent with `Retry-After`.
+    pub fn overloaded(message: impl Into<String>) -> Self {
+        ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "server_error",
+            "overloaded",
+            message.into(),
+        )
+    }
+
+    /// 429: this caller has `limit` requests in flight already; sent with `Retry-After`.
+    pub fn too_many_in_flight(limit: usize) -> Self {
+        ApiError::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "rate_limit_error",
+            "too_many_in_flight",
+            format!(
+                "this key has {limit} requests in flight, its limit; retry when one has finished"
+            ),
         )
     }
 
@@ -151,9 +188,11 @@ impl ApiError {
         }
     }
 
-    /// The JSON body (also the payload of an SSE error chunk).
+    /// The JSON body (also the payload of an SSE error chunk). The message is cut at
+    /// [`MAX_ERROR_MESSAGE`] bytes, so no request can make the gateway answer (or store) a huge error.
     pub fn body(&self) -> Value {
-        json!({"error": {"message": self.message, "type": self.kind, "code": self.code, "param": null}})
+        let message = truncate(&self.message, MAX_ERROR_MESSAGE);
+        json!({"error": {"message": message, "type": self.kind, "code": self.code, "param": null}})
     }
 }
 
@@ -236,6 +275,23 @@ mod tests {
             let error = ApiError::from_chat(&ChatError::new(kind.clone(), "x"));
             assert_eq!(error.status.as_u16(), status, "{kind:?}");
         }
+    }
+
+    #[test]
+    fn error_messages_are_bounded() {
+        let short = ApiError::invalid_request("x", "é".repeat(MAX_ERROR_MESSAGE / 2));
+        assert_eq!(
+            short.body()["error"]["message"].as_str().unwrap(),
+            short.message
+        );
+        let long = ApiError::invalid_request("x", "é".repeat(MAX_ERROR_MESSAGE));
+        let sent = long.body()["error"]["message"].as_str().unwrap().to_owned();
+        assert!(
+            sent.len() <= MAX_ERROR_MESSAGE && sent.ends_with('…'),
+            "{}",
+            sent.len()
+        );
+        assert!(sent.len() > MAX_ERROR_MESSAGE - 8);
     }
 
     #[test]

@@ -16,7 +16,7 @@
 //!
 //! # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let mut config = Config::new("http://127.0.0.1:9000/v1");
-//! config.files = "./docs".into();
+//! config.files = Some("./docs".into());
 //! let gateway = Gateway::new(&config).await?;
 //! let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
 //! println!("listening on {}", listener.local_addr()?);
@@ -32,11 +32,15 @@
 mod auth;
 pub mod config;
 pub mod config_file;
+pub mod connection;
 mod error;
 mod pending;
+pub mod request_limits;
 mod respond;
+mod sandbox;
 mod server;
 pub mod tools;
+mod warn_limit;
 mod wire;
 
 use std::fmt;
@@ -44,7 +48,7 @@ use std::process::ExitCode;
 
 pub use auth::ApiKeys;
 pub use config::{CliError, Command, Config, Provider, USAGE};
-pub use error::ApiError;
+pub use error::{ApiError, MAX_ERROR_MESSAGE};
 pub use pending::PendingStore;
 pub use server::{stack, stores, ChatStack, Gateway, Stores, Upstream};
 pub use wire::{ApprovalAnswer, ApprovalNotice};
@@ -85,13 +89,29 @@ impl std::error::Error for GatewayError {
 }
 
 /// Build and serve the gateway `config` describes until SIGTERM or Ctrl-C.
-pub async fn run(config: Config) -> Result<(), GatewayError> {
+pub async fn run(mut config: Config) -> Result<(), GatewayError> {
+    // Connections are file descriptors: use what the hard limit allows, and keep some for the database,
+    // upstream connections and files.
+    if let Some(open_files) = connection::raise_open_files_limit() {
+        let usable = usize::try_from(open_files.saturating_sub(256))
+            .unwrap_or(usize::MAX)
+            .max(1);
+        if config.connections.max_connections > usable {
+            tracing::warn!(
+                max_connections = config.connections.max_connections,
+                open_files,
+                usable,
+                "--max-connections lowered to what the open-files limit allows"
+            );
+            config.connections.max_connections = usable;
+        }
+    }
     let gateway = Gateway::new(&config).await?;
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
         .map_err(GatewayError::Io)?;
     let addr = listener.local_addr().map_err(GatewayError::Io)?;
-    tracing::info!(%addr, upstream = %config.upstream, files = %config.files.display(), "gateway listening");
+    tracing::info!(%addr, upstream = %config.upstream, files = ?config.files, "gateway listening");
     gateway
         .serve(listener, shutdown_signal())
         .await

@@ -1,7 +1,7 @@
 //! The axum application: routes, the chat stack, serving with graceful shutdown.
 
 use std::collections::HashSet;
-use std::future::{Future, IntoFuture};
+use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -13,7 +13,6 @@ use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use axum::serve::ListenerExt;
 use axum::{Extension, Router};
 use futures_util::StreamExt;
 use http::{header, HeaderMap, HeaderValue, StatusCode};
@@ -36,10 +35,13 @@ use tower_chat_tracing::TracingLayer;
 
 use crate::auth::ApiKeys;
 use crate::config::{Config, Provider};
+use crate::connection::{self, BodyTimeout, ConnectionLimits, GuardedBody, InFlight};
 use crate::error::{json_response, ApiError};
 use crate::pending::{PendingStore, Resumption};
+use crate::request_limits::RequestLimits;
 use crate::respond::{self, Turn};
 use crate::tools::{server_tools, SERVER_TOOLS};
+use crate::warn_limit::WarnLimit;
 use crate::wire::{
     self, anthropic_messages::AnthropicMessages, chat_completions::ChatCompletions,
     responses::Responses, ParseContext, WireFormat,
@@ -144,7 +146,7 @@ where
     let metadata = upstream.model_metadata();
     let mut service: ChatStack = BoxCloneSyncService::new(
         FunctionInvocationLayer::new()
-            .tools(server_tools(&config.files)?)
+            .tools(server_tools(config.files.as_deref())?)
             .max_rounds(config.max_rounds)
             .layer(upstream),
     );
@@ -226,12 +228,15 @@ struct AppState {
     body_limit: usize,
     /// What the wire formats' parsers need to know about the gateway.
     parse: ParseContext,
+    limits: Arc<RequestLimits>,
+    in_flight: Arc<InFlight>,
 }
 
 /// A configured gateway, ready to serve.
 pub struct Gateway {
     state: AppState,
     shutdown_timeout: Duration,
+    connections: ConnectionLimits,
     stores: Option<Stores>,
 }
 
@@ -284,8 +289,11 @@ impl Gateway {
                 parse: ParseContext {
                     upstream: config.provider,
                 },
+                limits: Arc::new(config.limits.clone()),
+                in_flight: Arc::new(InFlight::new(&config.connections)),
             },
             shutdown_timeout: config.shutdown_timeout,
+            connections: config.connections.clone(),
             stores: None,
         }
     }
@@ -301,6 +309,10 @@ impl Gateway {
             .route("/v1/chat/completions", post(endpoint::<ChatCompletions>))
             .route("/v1/messages", post(endpoint::<AnthropicMessages>))
             .route("/v1/responses", post(endpoint::<Responses>))
+            .route_layer(middleware::from_fn_with_state(
+                self.state.clone(),
+                limit_in_flight,
+            ))
             .route_layer(middleware::from_fn_with_state(
                 self.state.clone(),
                 authenticate,
@@ -327,16 +339,7 @@ impl Gateway {
             tracing::info!("shutting down: no new connections, draining in-flight requests");
             let _ = signalled_tx.send(());
         };
-        // SSE chunks are small writes; without TCP_NODELAY, Nagle's algorithm and delayed ACKs hold each one
-        // back for tens of milliseconds.
-        let listener = listener.tap_io(|tcp| {
-            if let Err(error) = tcp.set_nodelay(true) {
-                tracing::debug!(%error, "could not set TCP_NODELAY");
-            }
-        });
-        let server = axum::serve(listener, self.router())
-            .with_graceful_shutdown(signal)
-            .into_future();
+        let server = connection::serve(listener, self.router(), self.connections.clone(), signal);
         let drain = self.shutdown_timeout;
         let deadline = async move {
             if signalled_rx.await.is_err() {
@@ -345,7 +348,7 @@ impl Gateway {
             tokio::time::sleep(drain).await;
         };
         tokio::select! {
-            result = server => result?,
+            () = server => {},
             () = deadline => {
                 tracing::warn!(?drain, "drain time over: dropping the requests still in flight");
             }
@@ -436,14 +439,32 @@ async fn authenticate(State(state): State<AppState>, mut request: Request, next:
             Ok(caller) => {
                 request.extensions_mut().insert(caller);
             }
-            // A refusal in the shape the route's clients parse.
-            Err(error) if request.uri().path() == "/v1/messages" => {
-                return AnthropicMessages::error_response(error)
-            }
-            Err(error) => return error.into_response(),
+            Err(error) => return refusal(request.uri().path(), error),
         }
     }
     next.run(request).await
+}
+
+/// A refusal by a middleware, in the shape the route's clients parse.
+fn refusal(path: &str, error: ApiError) -> Response {
+    if path == "/v1/messages" {
+        AnthropicMessages::error_response(error)
+    } else {
+        error.into_response()
+    }
+}
+
+/// The in-flight limits, after authentication (the per-key limit needs the caller). The slots are held until
+/// the response body has been sent, a stream's whole life.
+async fn limit_in_flight(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    let caller = request.extensions().get::<CallerIdentity>().cloned();
+    let permit = match state.in_flight.admit(caller.as_ref()) {
+        Ok(permit) => permit,
+        Err(error) => return refusal(request.uri().path(), error),
+    };
+    next.run(request)
+        .await
+        .map(|body| Body::new(GuardedBody::new(body, permit)))
 }
 
 /// One route per wire format; everything but parsing and encoding is shared.
@@ -453,11 +474,17 @@ async fn endpoint<F: WireFormat>(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
+    if matches!(&body, Err(rejection) if rejection.body_text().contains(BodyTimeout::MESSAGE)) {
+        return connection::body_timeout_response();
+    }
     match handle::<F>(state, caller.map(|Extension(c)| c), headers, body).await {
         Ok(response) => response,
         Err(error) => {
             if error.status.is_server_error() {
-                tracing::warn!(status = %error.status, message = %error.message, "request failed");
+                static FAILED: WarnLimit = WarnLimit::new(Duration::from_secs(1), 10);
+                if let Some(suppressed) = FAILED.admit(std::time::Instant::now()) {
+                    tracing::warn!(status = %error.status, message = %error.message, suppressed, "request failed");
+                }
             }
             F::error_response(error)
         }
@@ -521,6 +548,15 @@ async fn handle<F: WireFormat>(
         }
     })?;
     let (parsed, encoder) = F::parse(&body, &state.parse)?;
+    // Before anything is looked up, spliced or stored: the request's size in things, not bytes.
+    state.limits.check(&parsed.request)?;
+    state
+        .limits
+        .check_approvals(parsed.approvals.iter().map(|a| a.id.as_str()))?;
+    let header_conversation = state.limits.conversation(
+        caller.as_ref(),
+        headers.get("x-conversation-id").map(|v| v.as_bytes()),
+    )?;
     let mut request = parsed.request;
     let client_tools: HashSet<String> = request
         .options
@@ -540,11 +576,6 @@ async fn handle<F: WireFormat>(
     state
         .pending
         .splice_handoffs(caller.as_ref(), &mut request.messages);
-    let header_conversation = headers
-        .get("x-conversation-id")
-        .and_then(|v| v.to_str().ok())
-        .filter(|v| !v.is_empty())
-        .map(ConversationId::new);
     let mut hidden = Vec::new();
     let mut conversation = None;
     let mut whole_history_given = false;

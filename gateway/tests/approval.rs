@@ -192,7 +192,7 @@ async fn a_paused_turn_resumes_after_a_restart_from_the_database() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir_all(dir.path().join("root")).unwrap();
     let mut config = Config::new(provider.base_url());
-    config.files = dir.path().join("root");
+    config.files = Some(dir.path().join("root"));
     config.db = dir.path().join("gateway.db");
     config.upstream_key_env = Some(common::NO_KEY_ENV.into());
     let start = |config: Config| async move {

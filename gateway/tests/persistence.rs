@@ -10,7 +10,7 @@ use tower_chat_persistence::{SqliteStore, Store};
 #[tokio::test]
 async fn every_turn_is_recorded_with_its_tool_rounds_and_caller() {
     let keys = tempfile::NamedTempFile::new().unwrap();
-    std::fs::write(keys.path(), "sk-recorded\n").unwrap();
+    std::fs::write(keys.path(), "recorder:sk-recorded\n").unwrap();
     let keys_path = keys.path().to_owned();
     let mut gw = Harness::start(
         |req, _| {
@@ -43,11 +43,12 @@ async fn every_turn_is_recorded_with_its_tool_rounds_and_caller() {
     let store = SqliteStore::open(gw.files.path().join("gateway.db"))
         .await
         .unwrap();
-    let conversation = ConversationId::new("conv-gateway");
+    // With gateway keys a conversation id is scoped to its caller.
+    let conversation = ConversationId::new("recorder/conv-gateway");
     let calls = store.conversation_calls(&conversation).await.unwrap();
     assert_eq!(calls.len(), 2, "one record per client request");
     for call in &calls {
-        assert_eq!(call.caller.as_ref().unwrap().as_str(), "key-1");
+        assert_eq!(call.caller.as_ref().unwrap().as_str(), "recorder");
         assert_eq!(call.provider.as_deref(), Some("openai"));
         // The model that answered, as the upstream named it.
         assert_eq!(call.model.as_deref(), Some("scripted-model"));

@@ -35,7 +35,7 @@ impl Harness {
         let files = tempfile::tempdir().unwrap();
         std::fs::create_dir_all(files.path().join("root")).unwrap();
         let mut config = Config::new(provider.base_url());
-        config.files = files.path().join("root");
+        config.files = Some(files.path().join("root"));
         config.upstream_key_env = Some(NO_KEY_ENV.into());
         config.db = files.path().join("gateway.db");
         config.shutdown_timeout = Duration::from_secs(5);

@@ -166,12 +166,17 @@ impl Context<'_> {
 
     /// Audit the refusals and turn them into the request's error.
     async fn refuse(&self, refusals: Vec<(Refusal, Option<ToolCall>)>) -> ChatError {
-        for (refusal, call) in &refusals {
+        // One warning per request, not per decision: a request listing thousands of forged ids must not
+        // become thousands of log lines.
+        if let Some((first, _)) = refusals.first() {
             tracing::warn!(
                 conversation = ?self.request.conversation_id().map(|c| c.as_str()),
-                kind = ?refusal.kind,
-                "approval decision refused"
+                kind = ?first.kind,
+                refused = refusals.len(),
+                "approval decisions refused"
             );
+        }
+        for (refusal, call) in &refusals {
             let record = self.audit(
                 &refusal.approval_id,
                 call.clone(),

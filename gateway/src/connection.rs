@@ -1,0 +1,618 @@
+//! Serving connections with limits: how long a client may take to send a request head and a body, how long a
+//! kept-alive connection may sit idle, how many connections may be open, and how many requests may be in
+//! flight (overall and per caller), with load shedding (`503` + `Retry-After`) instead of stalling.
+//!
+//! Each connection has a watchdog. While no request is in flight it allows `idle_timeout` from the moment the
+//! connection opened (or its last response ended) until the first byte of the next request, then
+//! `header_timeout` from that byte to the complete head; past either the connection is closed. While a request
+//! is in flight its body must arrive within `body_timeout` of the head (else `408`, connection closed); the
+//! response itself is not limited here (a slow upstream is the upstream timeout's business). On shutdown every
+//! connection is asked to close after its current response; an idle or half-open one closes at once or at its
+//! watchdog deadline, so none delays shutdown beyond the idle timeout.
+//!
+//! ```
+//! use std::time::Duration;
+//! use tower_chat_gateway::connection::ConnectionLimits;
+//!
+//! let limits = ConnectionLimits {
+//!     header_timeout: Duration::from_secs(5),
+//!     max_connections: 50_000,
+//!     ..ConnectionLimits::default()
+//! };
+//! assert_eq!(limits.idle_timeout, Duration::from_secs(60));
+//! ```
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::Router;
+use bytes::Bytes;
+use http::{header, HeaderValue, Request, Response, StatusCode};
+use http_body::{Body as HttpBody, Frame, SizeHint};
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{watch, Notify, OwnedSemaphorePermit, Semaphore};
+use tokio::time::{Instant, Sleep};
+use tower::ServiceExt;
+use tower_chat::CallerIdentity;
+
+use crate::error::ApiError;
+use crate::warn_limit::WarnLimit;
+
+/// Connection and concurrency limits. [`Default`] gives the command line's defaults.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConnectionLimits {
+    /// `--header-timeout SECS`: from a request's first byte to its complete head (default 10).
+    pub header_timeout: Duration,
+    /// `--body-timeout SECS`: from a request's head to the end of its body (default 30).
+    pub body_timeout: Duration,
+    /// `--idle-timeout SECS`: how long a connection may stay open with no request in flight and no byte of a
+    /// new one received (default 60).
+    pub idle_timeout: Duration,
+    /// `--max-connections N`: open connections; more are answered `503` and closed (default 16384; lowered at
+    /// start to what the open-files limit allows).
+    pub max_connections: usize,
+    /// `--max-in-flight N`: requests being handled, streaming responses included; more get `503` with
+    /// `Retry-After` (default 4096).
+    pub max_in_flight: usize,
+    /// `--max-in-flight-per-key N`: requests in flight per caller (gateway key); more get `429` with
+    /// `Retry-After` (default 256).
+    pub max_in_flight_per_key: usize,
+}
+
+impl Default for ConnectionLimits {
+    fn default() -> Self {
+        ConnectionLimits {
+            header_timeout: Duration::from_secs(10),
+            body_timeout: Duration::from_secs(30),
+            idle_timeout: Duration::from_secs(60),
+            max_connections: 16_384,
+            max_in_flight: 4096,
+            max_in_flight_per_key: 256,
+        }
+    }
+}
+
+/// Raise this process's soft open-files limit to its hard limit (connections are file descriptors), and
+/// return the soft limit now in force, if known.
+pub fn raise_open_files_limit() -> Option<u64> {
+    use rustix::process::{getrlimit, setrlimit, Resource};
+    let mut limit = getrlimit(Resource::Nofile);
+    if limit.current < limit.maximum {
+        limit.current = limit.maximum;
+        let _ = setrlimit(Resource::Nofile, limit);
+    }
+    getrlimit(Resource::Nofile).current
+}
+
+/// The answer to a connection over `max_connections`, written without reading the request.
+const OVERLOADED: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\nretry-after: 1\r\ncontent-type: application/json\r\n\
+connection: close\r\ncontent-length: 117\r\n\r\n{\"error\":{\"message\":\"too many open connections; retry later\",\
+\"type\":\"server_error\",\"code\":\"overloaded\",\"param\":null}}";
+
+/// Accept connections on `listener` and serve `router` on each until `shutdown` resolves; then stop accepting,
+/// ask every connection to close after its current response, and return once all have closed.
+pub(crate) async fn serve(
+    listener: TcpListener,
+    router: Router,
+    limits: ConnectionLimits,
+    shutdown: impl Future<Output = ()>,
+) {
+    let max = limits
+        .max_connections
+        .clamp(1, Semaphore::MAX_PERMITS.min(u32::MAX as usize));
+    let slots = Arc::new(Semaphore::new(max));
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let limits = Arc::new(limits);
+    static ACCEPT_FAILED: WarnLimit = WarnLimit::new(Duration::from_secs(1), 1);
+    static SHED: WarnLimit = WarnLimit::new(Duration::from_secs(1), 1);
+    tokio::pin!(shutdown);
+    loop {
+        let tcp = tokio::select! {
+            biased;
+            () = &mut shutdown => break,
+            accepted = listener.accept() => match accepted {
+                Ok((tcp, _peer)) => tcp,
+                Err(error) => {
+                    if let Some(suppressed) = ACCEPT_FAILED.admit(std::time::Instant::now()) {
+                        tracing::warn!(%error, suppressed, "accept failed");
+                    }
+                    // Out of file descriptors (or similar): accepting again at once would spin.
+                    tokio::select! {
+                        () = &mut shutdown => break,
+                        () = tokio::time::sleep(Duration::from_millis(20)) => continue,
+                    }
+                }
+            },
+        };
+        // SSE chunks are small writes; without TCP_NODELAY, Nagle's algorithm and delayed ACKs hold each one
+        // back for tens of milliseconds.
+        if let Err(error) = tcp.set_nodelay(true) {
+            tracing::debug!(%error, "could not set TCP_NODELAY");
+        }
+        match slots.clone().try_acquire_owned() {
+            Ok(slot) => {
+                let (router, limits, stop) = (router.clone(), limits.clone(), stop_rx.clone());
+                tokio::spawn(connection(tcp, router, limits, stop, slot));
+            }
+            Err(_) => {
+                if let Some(suppressed) = SHED.admit(std::time::Instant::now()) {
+                    tracing::warn!(
+                        max,
+                        suppressed,
+                        "connection limit reached: shedding connections"
+                    );
+                }
+                // Best effort, never waiting: a fresh socket's send buffer takes these bytes at once.
+                let _ = tcp.try_write(OVERLOADED);
+            }
+        }
+    }
+    drop(listener);
+    let _ = stop_tx.send(true);
+    // Every connection holds a slot until it has closed.
+    let _ = slots.acquire_many(max as u32).await;
+}
+
+/// What a connection's watchdog knows.
+#[derive(Debug)]
+struct Activity {
+    state: Mutex<ActivityState>,
+    changed: Notify,
+}
+
+#[derive(Debug)]
+struct ActivityState {
+    in_flight: usize,
+    /// When the connection opened or its last response ended.
+    idle_since: Instant,
+    /// The first byte received while idle: a request head is arriving.
+    head_started: Option<Instant>,
+}
+
+impl Activity {
+    fn new() -> Self {
+        Activity {
+            state: Mutex::new(ActivityState {
+                in_flight: 0,
+                idle_since: Instant::now(),
+                head_started: None,
+            }),
+            changed: Notify::new(),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, ActivityState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn received(&self) {
+        let mut state = self.lock();
+        if state.in_flight == 0 && state.head_started.is_none() {
+            state.head_started = Some(Instant::now());
+            drop(state);
+            self.changed.notify_one();
+        }
+    }
+
+    fn begin(self: &Arc<Self>) -> RequestGuard {
+        let mut state = self.lock();
+        state.in_flight += 1;
+        state.head_started = None;
+        RequestGuard(self.clone())
+    }
+
+    /// When the connection must be closed if nothing changes; `None` while a request is in flight.
+    fn deadline(&self, limits: &ConnectionLimits) -> Option<Instant> {
+        let state = self.lock();
+        if state.in_flight > 0 {
+            return None;
+        }
+        Some(match state.head_started {
+            Some(started) => started + limits.header_timeout,
+            None => state.idle_since + limits.idle_timeout,
+        })
+    }
+}
+
+/// Held while a request is in flight (until its response body has been sent or dropped).
+#[derive(Debug)]
+struct RequestGuard(Arc<Activity>);
+
+impl Drop for RequestGuard {
+    fn drop(&mut self) {
+        let mut state = self.0.lock();
+        state.in_flight -= 1;
+        if state.in_flight == 0 {
+            state.idle_since = Instant::now();
+        }
+        drop(state);
+        self.0.changed.notify_one();
+    }
+}
+
+async fn connection(
+    tcp: TcpStream,
+    router: Router,
+    limits: Arc<ConnectionLimits>,
+    mut stop: watch::Receiver<bool>,
+    _slot: OwnedSemaphorePermit,
+) {
+    let activity = Arc::new(Activity::new());
+    let io = TokioIo::new(WatchedIo {
+        inner: tcp,
+        activity: activity.clone(),
+    });
+    let service = {
+        let (activity, body_timeout) = (activity.clone(), limits.body_timeout);
+        hyper::service::service_fn(move |request: Request<Incoming>| {
+            let guard = activity.begin();
+            let request = request.map(|body| Body::new(DeadlineBody::new(body, body_timeout)));
+            let router = router.clone();
+            async move {
+                let response = router.oneshot(request).await.unwrap_or_else(|e| match e {});
+                Ok::<_, Infallible>(response.map(|body| Body::new(GuardedBody::new(body, guard))))
+            }
+        })
+    };
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    // hyper's own head timer starts when it waits for a head, idle time included: a backstop behind the
+    // watchdog, which tells idle and header time apart.
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.idle_timeout + limits.header_timeout);
+    let conn = builder.serve_connection(io, service);
+    tokio::pin!(conn);
+    let mut stopping = false;
+    loop {
+        let deadline = activity.deadline(&limits);
+        tokio::select! {
+            result = conn.as_mut() => {
+                if let Err(error) = result {
+                    tracing::debug!(%error, "connection ended with an error");
+                }
+                return;
+            }
+            changed = stop.changed(), if !stopping => {
+                if changed.is_err() || *stop.borrow() {
+                    stopping = true;
+                    conn.as_mut().graceful_shutdown();
+                }
+            }
+            () = activity.changed.notified() => {}
+            () = sleep_until(deadline) => {
+                if activity.deadline(&limits).is_some_and(|d| d <= Instant::now()) {
+                    tracing::debug!("closing a connection idle or half-open past its timeout");
+                    return;
+                }
+            }
+        }
+    }
+}
+
+async fn sleep_until(deadline: Option<Instant>) {
+    match deadline {
+        Some(deadline) => tokio::time::sleep_until(deadline).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// The socket, telling the watchdog when bytes arrive.
+struct WatchedIo {
+    inner: TcpStream,
+    activity: Arc<Activity>,
+}
+
+impl AsyncRead for WatchedIo {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let before = buf.filled().len();
+        let result = Pin::new(&mut self.inner).poll_read(cx, buf);
+        if buf.filled().len() > before {
+            self.activity.received();
+        }
+        result
+    }
+}
+
+impl AsyncWrite for WatchedIo {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+}
+
+/// The error a request body fails with when it did not arrive within `--body-timeout`.
+#[derive(Debug)]
+pub(crate) struct BodyTimeout;
+
+impl BodyTimeout {
+    pub(crate) const MESSAGE: &'static str =
+        "the request body did not arrive within the body timeout";
+}
+
+impl std::fmt::Display for BodyTimeout {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(Self::MESSAGE)
+    }
+}
+
+impl std::error::Error for BodyTimeout {}
+
+/// A request body that must end before a deadline.
+struct DeadlineBody {
+    inner: Incoming,
+    deadline: Pin<Box<Sleep>>,
+}
+
+impl DeadlineBody {
+    fn new(inner: Incoming, timeout: Duration) -> Self {
+        DeadlineBody {
+            inner,
+            deadline: Box::pin(tokio::time::sleep(timeout)),
+        }
+    }
+}
+
+impl HttpBody for DeadlineBody {
+    type Data = Bytes;
+    type Error = axum::BoxError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        if let Poll::Ready(frame) = Pin::new(&mut self.inner).poll_frame(cx) {
+            return Poll::Ready(frame.map(|f| f.map_err(Into::into)));
+        }
+        match self.deadline.as_mut().poll(cx) {
+            Poll::Ready(()) => Poll::Ready(Some(Err(BodyTimeout.into()))),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+/// A response body that keeps something (a request guard, an in-flight permit) alive until it has been sent
+/// or dropped.
+pub(crate) struct GuardedBody<G> {
+    inner: Body,
+    guard: Option<G>,
+}
+
+impl<G> GuardedBody<G> {
+    pub(crate) fn new(inner: Body, guard: G) -> Self {
+        GuardedBody {
+            inner,
+            guard: Some(guard),
+        }
+    }
+}
+
+impl<G: Unpin> HttpBody for GuardedBody<G> {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        let polled = Pin::new(&mut self.inner).poll_frame(cx);
+        if matches!(polled, Poll::Ready(None) | Poll::Ready(Some(Err(_)))) {
+            // The end: release now, the connection may never poll or drop this body promptly.
+            self.guard.take();
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+/// Requests in flight per caller.
+type Callers = Arc<Mutex<HashMap<CallerIdentity, usize>>>;
+
+/// The in-flight limits: one semaphore for all requests, one count per caller.
+#[derive(Debug)]
+pub(crate) struct InFlight {
+    all: Arc<Semaphore>,
+    per_key: usize,
+    callers: Callers,
+}
+
+/// Releases a request's in-flight slots when dropped.
+#[derive(Debug)]
+pub(crate) struct InFlightPermit {
+    _all: OwnedSemaphorePermit,
+    caller: Option<(CallerIdentity, Callers)>,
+}
+
+impl Drop for InFlightPermit {
+    fn drop(&mut self) {
+        if let Some((caller, callers)) = self.caller.take() {
+            let mut callers = callers.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(n) = callers.get_mut(&caller) {
+                *n -= 1;
+                if *n == 0 {
+                    callers.remove(&caller);
+                }
+            }
+        }
+    }
+}
+
+impl InFlight {
+    pub(crate) fn new(limits: &ConnectionLimits) -> Self {
+        InFlight {
+            all: Arc::new(Semaphore::new(
+                limits.max_in_flight.clamp(1, Semaphore::MAX_PERMITS),
+            )),
+            per_key: limits.max_in_flight_per_key.max(1),
+            callers: Arc::default(),
+        }
+    }
+
+    /// Admit a request, or refuse it at once: `503` when the gateway is full, `429` when the caller is.
+    pub(crate) fn admit(
+        &self,
+        caller: Option<&CallerIdentity>,
+    ) -> Result<InFlightPermit, ApiError> {
+        let Ok(all) = self.all.clone().try_acquire_owned() else {
+            return Err(ApiError {
+                retry_after: Some(Duration::from_secs(1)),
+                ..ApiError::overloaded(
+                    "the gateway is at its limit of requests in flight; retry later",
+                )
+            });
+        };
+        let caller = match caller {
+            Some(caller) => {
+                let mut callers = self.callers.lock().unwrap_or_else(|e| e.into_inner());
+                let n = callers.entry(caller.clone()).or_insert(0);
+                if *n >= self.per_key {
+                    return Err(ApiError {
+                        retry_after: Some(Duration::from_secs(1)),
+                        ..ApiError::too_many_in_flight(self.per_key)
+                    });
+                }
+                *n += 1;
+                Some((caller.clone(), self.callers.clone()))
+            }
+            None => None,
+        };
+        Ok(InFlightPermit { _all: all, caller })
+    }
+}
+
+/// `408` for a body that timed out; the connection is closed after it.
+pub(crate) fn body_timeout_response() -> Response<Body> {
+    let mut response = axum::response::IntoResponse::into_response(ApiError {
+        status: StatusCode::REQUEST_TIMEOUT,
+        ..ApiError::invalid_request("request_timeout", BodyTimeout::MESSAGE)
+    });
+    response
+        .headers_mut()
+        .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_overload_answer_is_well_formed() {
+        let text = std::str::from_utf8(OVERLOADED).unwrap();
+        let (head, body) = text.split_once("\r\n\r\n").unwrap();
+        assert!(
+            head.contains(&format!("content-length: {}", body.len())),
+            "{head}"
+        );
+        let body: serde_json::Value = serde_json::from_str(body).unwrap();
+        assert_eq!(body["error"]["code"], "overloaded");
+    }
+
+    #[test]
+    fn per_key_and_global_in_flight_limits() {
+        let limits = ConnectionLimits {
+            max_in_flight: 3,
+            max_in_flight_per_key: 2,
+            ..ConnectionLimits::default()
+        };
+        let in_flight = InFlight::new(&limits);
+        let alice = CallerIdentity::new("alice");
+        let bob = CallerIdentity::new("bob");
+        let a1 = in_flight.admit(Some(&alice)).unwrap();
+        let _a2 = in_flight.admit(Some(&alice)).unwrap();
+        let refused = in_flight.admit(Some(&alice)).unwrap_err();
+        assert_eq!(refused.status.as_u16(), 429);
+        assert!(refused.retry_after.is_some());
+        let _b1 = in_flight.admit(Some(&bob)).unwrap();
+        let full = in_flight.admit(Some(&bob)).unwrap_err();
+        assert_eq!(full.status.as_u16(), 503);
+        assert!(full.retry_after.is_some());
+        drop(a1);
+        let _a3 = in_flight.admit(Some(&alice)).unwrap();
+        assert!(in_flight.admit(None).is_err());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_watchdog_tells_idle_from_header_time() {
+        let limits = ConnectionLimits {
+            header_timeout: Duration::from_secs(2),
+            idle_timeout: Duration::from_secs(7),
+            ..ConnectionLimits::default()
+        };
+        let activity = Arc::new(Activity::new());
+        let opened = Instant::now();
+        assert_eq!(
+            activity.deadline(&limits),
+            Some(opened + limits.idle_timeout)
+        );
+        tokio::time::advance(Duration::from_secs(1)).await;
+        activity.received();
+        let first_byte = Instant::now();
+        assert_eq!(
+            activity.deadline(&limits),
+            Some(first_byte + limits.header_timeout)
+        );
+        let guard = activity.begin();
+        assert_eq!(activity.deadline(&limits), None);
+        tokio::time::advance(Duration::from_secs(100)).await;
+        activity.received();
+        assert_eq!(activity.deadline(&limits), None, "bytes during a request");
+        drop(guard);
+        let ended = Instant::now();
+        assert_eq!(
+            activity.deadline(&limits),
+            Some(ended + limits.idle_timeout)
+        );
+    }
+}

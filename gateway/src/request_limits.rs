@@ -1,0 +1,343 @@
+//! What one request may hold, checked on the format-independent [`ChatRequest`] after the wire conversion, so
+//! every inbound surface gets the same limits: messages, tool calls, client tools, the bytes of their schemas,
+//! id lengths, approval decisions. The body limit (`--body-limit`) bounds the bytes; these bound the *count*
+//! of things a body of that size could otherwise carry (40,000 tools in 3 MB) and what each costs downstream
+//! (audit rows and error text per approval decision, stored conversation ids).
+//!
+//! Each breach is a 400 `limit_exceeded` naming the limit and its flag.
+//!
+//! ```
+//! use tower_chat::{ChatRequest, Message};
+//! use tower_chat_gateway::request_limits::RequestLimits;
+//!
+//! let limits = RequestLimits { max_messages: 2, ..RequestLimits::default() };
+//! let small = ChatRequest::new(vec![Message::user("hi")]);
+//! assert!(limits.check(&small).is_ok());
+//! let long = ChatRequest::new(vec![Message::user("a"), Message::user("b"), Message::user("c")]);
+//! let error = limits.check(&long).unwrap_err();
+//! assert_eq!((error.status.as_u16(), error.code), (400, "limit_exceeded"));
+//! ```
+
+use std::collections::HashSet;
+use std::io;
+
+use tower_chat::{CallerIdentity, ChatRequest, ConversationId, Message};
+
+use crate::error::ApiError;
+
+/// The per-request limits. [`Default`] gives the command line's defaults.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RequestLimits {
+    /// `--max-messages N`: messages in one request, and tool calls across its assistant messages
+    /// (default 1024).
+    pub max_messages: usize,
+    /// `--max-tools N`: client tools in one request (default 128, OpenAI's own limit).
+    pub max_tools: usize,
+    /// `--max-schema-bytes N`: the client tools' names, descriptions and parameter schemas together, as
+    /// compact JSON (default 262144).
+    pub max_schema_bytes: usize,
+    /// `--max-approvals N`: approval decisions in one request (default 64).
+    pub max_approvals: usize,
+    /// `--max-id-bytes N`: a tool call id, tool name or approval id (default 256).
+    pub max_id_bytes: usize,
+    /// The longest `x-conversation-id` (128 bytes of visible ASCII).
+    pub max_conversation_id_bytes: usize,
+}
+
+impl Default for RequestLimits {
+    fn default() -> Self {
+        RequestLimits {
+            max_messages: 1024,
+            max_tools: 128,
+            max_schema_bytes: 256 * 1024,
+            max_approvals: 64,
+            max_id_bytes: 256,
+            max_conversation_id_bytes: 128,
+        }
+    }
+}
+
+fn exceeded(message: String) -> ApiError {
+    ApiError::invalid_request("limit_exceeded", message)
+}
+
+impl RequestLimits {
+    /// Check a converted request: counts first (cheap), then lengths, then schema bytes.
+    pub fn check(&self, request: &ChatRequest) -> Result<(), ApiError> {
+        let messages = request.messages.len();
+        if messages > self.max_messages {
+            return Err(exceeded(format!(
+                "the request has {messages} messages; the limit is {} (--max-messages)",
+                self.max_messages
+            )));
+        }
+        let tools = &request.options.tools;
+        if tools.len() > self.max_tools {
+            return Err(exceeded(format!(
+                "the request has {} tools; the limit is {} (--max-tools)",
+                tools.len(),
+                self.max_tools
+            )));
+        }
+        let mut calls = 0usize;
+        for (i, message) in request.messages.iter().enumerate() {
+            match message {
+                Message::Assistant(assistant) => {
+                    calls += assistant.tool_calls.len();
+                    for call in &assistant.tool_calls {
+                        self.id(&format!("messages[{i}] tool call id"), &call.id)?;
+                        self.id(&format!("messages[{i}] tool call name"), &call.name)?;
+                    }
+                }
+                Message::Tool(tool) => {
+                    self.id(&format!("messages[{i}] tool_call_id"), &tool.call_id)?
+                }
+                _ => {}
+            }
+        }
+        if calls > self.max_messages {
+            return Err(exceeded(format!(
+                "the request has {calls} tool calls; the limit is {} (--max-messages)",
+                self.max_messages
+            )));
+        }
+        let mut bytes = 0usize;
+        for (i, tool) in tools.iter().enumerate() {
+            self.id(&format!("tools[{i}] name"), &tool.name)?;
+            bytes = bytes
+                .saturating_add(tool.name.len())
+                .saturating_add(tool.description.len())
+                .saturating_add(json_len(&tool.parameters));
+            if bytes > self.max_schema_bytes {
+                return Err(exceeded(format!(
+                    "the tools' names, descriptions and schemas exceed {} bytes (--max-schema-bytes)",
+                    self.max_schema_bytes
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Check the approval decisions of a request before any is looked up: at most `max_approvals`, each id at
+    /// most `max_id_bytes`, no id twice. One error for the whole request, naming at most one id.
+    pub fn check_approvals<'a>(
+        &self,
+        ids: impl ExactSizeIterator<Item = &'a str>,
+    ) -> Result<(), ApiError> {
+        if ids.len() > self.max_approvals {
+            return Err(exceeded(format!(
+                "the request carries {} approval decisions; the limit is {} (--max-approvals)",
+                ids.len(),
+                self.max_approvals
+            )));
+        }
+        let mut seen = HashSet::with_capacity(ids.len());
+        for id in ids {
+            self.id("an approval id", id)?;
+            if !seen.insert(id) {
+                return Err(ApiError::invalid_request(
+                    "invalid_approval",
+                    format!("the approval id `{id}` is decided twice; send one decision per id"),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The conversation a request belongs to: the client's `x-conversation-id` (1 to 128 bytes of visible
+    /// ASCII; an empty header counts as none), scoped to the caller. With gateway keys the stored id is `<caller>/<id>` (caller ids contain no
+    /// `/`), so another caller sending the same header lands in a conversation of its own: it can neither
+    /// read, extend nor disturb the first caller's.
+    pub fn conversation(
+        &self,
+        caller: Option<&CallerIdentity>,
+        header: Option<&[u8]>,
+    ) -> Result<Option<ConversationId>, ApiError> {
+        let Some(raw) = header.filter(|raw| !raw.is_empty()) else {
+            return Ok(None);
+        };
+        if raw.len() > self.max_conversation_id_bytes || !raw.iter().all(|b| b.is_ascii_graphic()) {
+            return Err(exceeded(format!(
+                "`x-conversation-id` must be 1 to {} bytes of visible ASCII",
+                self.max_conversation_id_bytes
+            )));
+        }
+        let id = String::from_utf8_lossy(raw);
+        Ok(Some(ConversationId::new(match caller {
+            Some(caller) => format!("{}/{id}", caller.as_str()),
+            None => id.into_owned(),
+        })))
+    }
+
+    fn id(&self, what: &str, id: &str) -> Result<(), ApiError> {
+        if id.len() > self.max_id_bytes {
+            return Err(exceeded(format!(
+                "{what} is {} bytes long; the limit is {} (--max-id-bytes)",
+                id.len(),
+                self.max_id_bytes
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// The length of `value` as compact JSON, counted without building the string.
+fn json_len(value: &serde_json::Value) -> usize {
+    struct Count(usize);
+    impl io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    let _ = serde_json::to_writer(&mut count, value);
+    count.0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+    use tower_chat::{AssistantMessage, ToolCall, ToolMessage, ToolSpec};
+
+    fn limits() -> RequestLimits {
+        RequestLimits {
+            max_messages: 3,
+            max_tools: 2,
+            max_schema_bytes: 100,
+            max_approvals: 2,
+            max_id_bytes: 8,
+            max_conversation_id_bytes: 10,
+        }
+    }
+
+    fn assert_limit(result: Result<(), ApiError>, needle: &str) {
+        let error = result.unwrap_err();
+        assert_eq!(error.status.as_u16(), 400);
+        assert_eq!(error.code, "limit_exceeded", "{}", error.message);
+        assert!(error.message.contains(needle), "{}", error.message);
+    }
+
+    fn with_tools(n: usize, schema: serde_json::Value) -> ChatRequest {
+        let mut request = ChatRequest::new(vec![Message::user("hi")]);
+        for i in 0..n {
+            request
+                .options
+                .tools
+                .push(ToolSpec::new(format!("t{i}"), "", schema.clone()));
+        }
+        request
+    }
+
+    /// Each limit passes at its value and fails one above it.
+    #[test]
+    fn every_limit_is_exact() {
+        let l = limits();
+        assert!(l
+            .check(&ChatRequest::new(vec![Message::user("a"); 3]))
+            .is_ok());
+        assert_limit(
+            l.check(&ChatRequest::new(vec![Message::user("a"); 4])),
+            "--max-messages",
+        );
+        assert!(l.check(&with_tools(2, json!({}))).is_ok());
+        assert_limit(l.check(&with_tools(3, json!({}))), "--max-tools");
+        // Two tools of `t0`/`t1` (2 bytes) + schema: 2 + 48 = 50 bytes each.
+        let schema = |n: usize| json!({"d": "x".repeat(n)});
+        assert_eq!(json_len(&schema(40)), 48);
+        assert!(l.check(&with_tools(2, schema(40))).is_ok());
+        assert_limit(l.check(&with_tools(2, schema(41))), "--max-schema-bytes");
+
+        let call = |id: &str| {
+            Message::Assistant(AssistantMessage {
+                tool_calls: vec![ToolCall::new(id, "f", json!({}))],
+                ..AssistantMessage::default()
+            })
+        };
+        assert!(l.check(&ChatRequest::new(vec![call("12345678")])).is_ok());
+        assert_limit(
+            l.check(&ChatRequest::new(vec![call("123456789")])),
+            "--max-id-bytes",
+        );
+        let answer = Message::Tool(ToolMessage::success("123456789", "f", "x"));
+        assert_limit(l.check(&ChatRequest::new(vec![answer])), "tool_call_id");
+        assert_limit(
+            l.check(&with_tools(0, json!({})).tap_tool("123456789")),
+            "tools[0] name",
+        );
+        let many_calls = Message::Assistant(AssistantMessage {
+            tool_calls: (0..4)
+                .map(|i| ToolCall::new(format!("c{i}"), "f", json!({})))
+                .collect(),
+            ..AssistantMessage::default()
+        });
+        assert_limit(l.check(&ChatRequest::new(vec![many_calls])), "tool calls");
+    }
+
+    trait TapTool {
+        fn tap_tool(self, name: &str) -> Self;
+    }
+    impl TapTool for ChatRequest {
+        fn tap_tool(mut self, name: &str) -> Self {
+            self.options.tools.push(ToolSpec::new(name, "", json!({})));
+            self
+        }
+    }
+
+    #[test]
+    fn approvals_are_capped_deduplicated_and_short() {
+        let l = limits();
+        assert!(l.check_approvals(["a", "b"].into_iter()).is_ok());
+        assert_limit(
+            l.check_approvals(["a", "b", "c"].into_iter()),
+            "--max-approvals",
+        );
+        assert_limit(
+            l.check_approvals(["123456789"].into_iter()),
+            "--max-id-bytes",
+        );
+        assert!(l.check_approvals(["12345678"].into_iter()).is_ok());
+        let twice = l.check_approvals(["a", "a"].into_iter()).unwrap_err();
+        assert_eq!(twice.code, "invalid_approval");
+        assert!(twice.message.contains("twice"), "{}", twice.message);
+        // 50,000 copies of one id: one short error.
+        let many = RequestLimits::default();
+        let ids = vec!["apr_x"; 50_000];
+        let error = many.check_approvals(ids.iter().copied()).unwrap_err();
+        assert!(error.message.len() < 200, "{}", error.message);
+    }
+
+    #[test]
+    fn conversation_ids_are_checked_and_scoped_to_the_caller() {
+        let l = limits();
+        let alice = CallerIdentity::new("alice");
+        let bob = CallerIdentity::new("bob");
+        assert_eq!(l.conversation(Some(&alice), None).unwrap(), None);
+        let a = l
+            .conversation(Some(&alice), Some(b"conv-1"))
+            .unwrap()
+            .unwrap();
+        let b = l
+            .conversation(Some(&bob), Some(b"conv-1"))
+            .unwrap()
+            .unwrap();
+        assert_ne!(a, b);
+        assert_eq!(a.as_str(), "alice/conv-1");
+        assert_eq!(
+            l.conversation(None, Some(b"conv-1"))
+                .unwrap()
+                .unwrap()
+                .as_str(),
+            "conv-1"
+        );
+        assert!(l.conversation(None, Some(b"0123456789")).is_ok());
+        assert_eq!(l.conversation(Some(&alice), Some(b"")).unwrap(), None);
+        for bad in [&b"01234567890"[..], b"a b", b"a\x01", "é".as_bytes()] {
+            assert!(l.conversation(Some(&alice), Some(bad)).is_err(), "{bad:?}");
+        }
+    }
+}

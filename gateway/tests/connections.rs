@@ -1,0 +1,377 @@
+//! Connection limits: 10,000 idle and half-open connections neither stop a good client nor outlive their
+//! timeouts nor delay shutdown; the connection cap sheds with 503; bodies time out with 408; the in-flight caps
+//! answer 503 / 429 with `Retry-After` at once.
+//!
+//! The 10,000 client sockets live in a child process (this test binary re-run as the ignored
+//! `holder_process` test), so each process needs only 10,000 descriptors.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{get, request, Harness};
+use serde_json::json;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tower_chat::test_server::{Part, Reply};
+use tower_chat_gateway::connection::raise_open_files_limit;
+
+const CONNECTIONS: usize = 10_000;
+const HEADER_TIMEOUT: Duration = Duration::from_secs(2);
+const IDLE_TIMEOUT: Duration = Duration::from_secs(3);
+/// Scheduling slack on a loaded 2-core machine (the deadlines themselves are the server's).
+const SLACK: Duration = Duration::from_millis(1500);
+const HALF_A_REQUEST: &[u8] = b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n";
+
+/// How many connections this machine lets a process hold (both processes need one descriptor per socket).
+fn connections() -> usize {
+    let limit = raise_open_files_limit().unwrap_or(1024) as usize;
+    let wanted = std::env::var("TEST_CONNECTIONS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(CONNECTIONS);
+    let n = wanted.min(limit.saturating_sub(512));
+    if n < CONNECTIONS {
+        eprintln!(
+            "open-files limit {limit}: testing with {n} connections instead of {CONNECTIONS}"
+        );
+    }
+    n
+}
+
+/// Not a test of its own: the child process holding the sockets. Opens `HOLDER_COUNT` connections to
+/// `HOLDER_ADDR` (every second one sends half a request head; a health check every 256 keeps the listen
+/// backlog from overflowing), prints `READY`, then waits until the server
+/// has closed every one (bounded) and prints `CLOSED <count> <earliest ms> <latest idle ms> <latest half-open
+/// ms>`, each time measured from that socket's own last byte sent.
+#[tokio::test]
+#[ignore = "run by the connection tests as a child process"]
+async fn holder_process() {
+    let Ok(addr) = std::env::var("HOLDER_ADDR") else {
+        return;
+    };
+    let count: usize = std::env::var("HOLDER_COUNT").unwrap().parse().unwrap();
+    raise_open_files_limit();
+    // Each socket is watched from the moment it is open, so a close is timed when it happens.
+    let mut waits = Vec::with_capacity(count);
+    for i in 0..count {
+        let mut socket = TcpStream::connect(&addr).await.expect("connect");
+        if i % 2 == 1 {
+            socket.write_all(HALF_A_REQUEST).await.unwrap();
+        }
+        let since = Instant::now();
+        waits.push(tokio::spawn(async move {
+            let mut buf = [0u8; 64];
+            let closed = tokio::time::timeout(Duration::from_secs(60), async {
+                loop {
+                    match socket.read(&mut buf).await {
+                        Ok(0) | Err(_) => break,
+                        Ok(_) => {}
+                    }
+                }
+            })
+            .await;
+            closed.ok().map(|()| (i % 2 == 1, since.elapsed()))
+        }));
+        if i % 256 == 255 {
+            // The server accepts in order: once a request on a fresh connection is answered, every earlier
+            // connection has been accepted. Without this pacing the listen backlog overflows, and the kernel
+            // completes a dropped connection only when it retransmits its SYN-ACK, seconds later, which
+            // would count against the server's timeouts here.
+            let mut probe = TcpStream::connect(&addr).await.expect("connect");
+            probe
+                .write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+                .await
+                .unwrap();
+            let mut answer = Vec::new();
+            probe.read_to_end(&mut answer).await.unwrap();
+        }
+    }
+    println!("READY");
+    let mut closed = Vec::with_capacity(count);
+    for wait in waits {
+        closed.extend(wait.await.unwrap());
+    }
+    let latest = |half_open: bool| {
+        closed
+            .iter()
+            .filter(|(h, _)| *h == half_open)
+            .map(|(_, t)| t.as_millis())
+            .max()
+            .unwrap_or_default()
+    };
+    let earliest = closed.iter().map(|(_, t)| t.as_millis()).min();
+    println!(
+        "CLOSED {} {} {} {}",
+        closed.len(),
+        earliest.unwrap_or_default(),
+        latest(false),
+        latest(true)
+    );
+}
+
+struct Holder {
+    child: std::process::Child,
+    lines: std::io::Lines<BufReader<std::process::ChildStdout>>,
+}
+
+impl Holder {
+    /// Start the child and wait until its sockets are open.
+    fn start(addr: std::net::SocketAddr, count: usize) -> Holder {
+        let mut child = Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "holder_process",
+                "--ignored",
+                "--nocapture",
+                "--quiet",
+            ])
+            .env("HOLDER_ADDR", addr.to_string())
+            .env("HOLDER_COUNT", count.to_string())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stdout = child.stdout.take();
+        let mut holder = Holder {
+            child,
+            lines: BufReader::new(stdout.unwrap()).lines(),
+        };
+        loop {
+            let line = holder.lines.next().expect("holder exited early").unwrap();
+            if line == "READY" {
+                return holder;
+            }
+        }
+    }
+
+    /// `(closed, earliest, latest idle, latest half-open)` once the child saw every socket closed (or gave up).
+    fn closed(&mut self) -> (usize, Duration, Duration, Duration) {
+        for line in self.lines.by_ref() {
+            let line = line.unwrap();
+            if let Some(rest) = line.strip_prefix("CLOSED ") {
+                let v: Vec<u64> = rest.split(' ').map(|x| x.parse().unwrap()).collect();
+                return (
+                    v[0] as usize,
+                    Duration::from_millis(v[1]),
+                    Duration::from_millis(v[2]),
+                    Duration::from_millis(v[3]),
+                );
+            }
+        }
+        panic!("the holder ended without a CLOSED line");
+    }
+}
+
+impl Drop for Holder {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+async fn gateway(tweak: impl FnOnce(&mut tower_chat_gateway::Config)) -> Harness {
+    Harness::start(
+        |_, _| Reply::openai_text("hello there"),
+        |config| {
+            config.connections.header_timeout = HEADER_TIMEOUT;
+            config.connections.idle_timeout = IDLE_TIMEOUT;
+            config.connections.max_connections = 20_000;
+            config.shutdown_timeout = Duration::from_secs(60);
+            tweak(config);
+        },
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ten_thousand_idle_and_half_open_connections_neither_stop_a_good_client_nor_delay_shutdown()
+{
+    let n = connections();
+    let gw = gateway(|_| {}).await;
+    let addr = gw.addr;
+    let holder = tokio::task::spawn_blocking(move || Holder::start(addr, n))
+        .await
+        .unwrap();
+    // All of them open (their deadlines are seconds away): a good client is still served.
+    assert_eq!(get(&gw.url("/healthz")).await.status, 200);
+    let answer = gw.chat(&request(false, "hi")).await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    assert_eq!(
+        answer.json()["choices"][0]["message"]["content"],
+        "hello there"
+    );
+    let (closed, earliest, idle, half_open) = tokio::task::spawn_blocking(move || {
+        let mut holder = holder;
+        holder.closed()
+    })
+    .await
+    .unwrap();
+    eprintln!(
+        "{n} connections: {closed} closed by the server, the first after {earliest:?}, the last idle one \
+         after {idle:?}, the last half-open one after {half_open:?}"
+    );
+    assert_eq!(closed, n, "connections the server never closed");
+    assert!(
+        earliest >= HEADER_TIMEOUT - Duration::from_millis(100),
+        "closed early: {earliest:?}"
+    );
+    assert!(
+        idle <= IDLE_TIMEOUT + SLACK,
+        "idle connections closed late: {idle:?}"
+    );
+    assert!(
+        half_open <= HEADER_TIMEOUT + SLACK,
+        "half-open connections closed late: {half_open:?}"
+    );
+
+    // Again, and this time shut down while they are open. (One test, not two: two sets of 10,000 would
+    // need twice the descriptors in this process.)
+    let mut gw = gw;
+    let holder = tokio::task::spawn_blocking(move || Holder::start(addr, n))
+        .await
+        .unwrap();
+    let started = Instant::now();
+    gw.shutdown();
+    gw.server.take().unwrap().await.unwrap().unwrap();
+    let took = started.elapsed();
+    // The drain time is 60 s; the idle timeout bounds it.
+    assert!(took <= IDLE_TIMEOUT + SLACK, "shutdown took {took:?}");
+    let (closed, _, _, _) = tokio::task::spawn_blocking(move || {
+        let mut holder = holder;
+        holder.closed()
+    })
+    .await
+    .unwrap();
+    assert_eq!(closed, n);
+}
+
+#[tokio::test]
+async fn over_the_connection_cap_new_connections_get_503() {
+    let gw = gateway(|c| c.connections.max_connections = 20).await;
+    let mut held = Vec::new();
+    for _ in 0..20 {
+        let socket = TcpStream::connect(gw.addr).await.unwrap();
+        held.push(socket);
+    }
+    // The server has accepted the 20 once a request on one of them is answered.
+    held[0]
+        .write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let mut buf = vec![0u8; 1024];
+    let n = held[0].read(&mut buf).await.unwrap();
+    assert!(buf[..n].starts_with(b"HTTP/1.1 200"));
+    let mut extra = TcpStream::connect(gw.addr).await.unwrap();
+    let mut answer = Vec::new();
+    extra.read_to_end(&mut answer).await.unwrap();
+    let answer = String::from_utf8(answer).unwrap();
+    assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
+    assert!(answer.contains("retry-after: 1"), "{answer}");
+    // A slot freed is a slot usable.
+    drop(held);
+    let healthy = loop {
+        let answer = get(&gw.url("/healthz")).await;
+        if answer.status == 200 {
+            break answer;
+        }
+        tokio::task::yield_now().await;
+    };
+    assert_eq!(healthy.status, 200);
+}
+
+#[tokio::test]
+async fn a_body_that_does_not_arrive_in_time_is_408_and_the_connection_closed() {
+    let gw = gateway(|c| c.connections.body_timeout = Duration::from_millis(300)).await;
+    let mut socket = TcpStream::connect(gw.addr).await.unwrap();
+    socket
+        .write_all(
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\ncontent-type: application/json\r\n\
+              content-length: 100\r\n\r\n{\"model\":",
+        )
+        .await
+        .unwrap();
+    let mut answer = Vec::new();
+    tokio::time::timeout(Duration::from_secs(30), socket.read_to_end(&mut answer))
+        .await
+        .expect("the server neither answered nor closed")
+        .unwrap();
+    let answer = String::from_utf8(answer).unwrap();
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(answer.contains("request_timeout"), "{answer}");
+    assert!(gw.provider.requests().is_empty());
+}
+
+/// An upstream whose stream starts and then hangs: each request stays in flight until the client leaves.
+fn hanging(_: &tower_chat::test_server::RecordedRequest, _: usize) -> Reply {
+    let first = json!({"id": "c", "object": "chat.completion.chunk", "model": "m",
+        "choices": [{"index": 0, "delta": {"role": "assistant", "content": "partial"}}]});
+    Reply::sse_chunks([format!("data: {first}\n\n")]).then(Part::Hang)
+}
+
+/// Open a streaming request and return once its head arrived (the request is then in flight).
+async fn open_stream(addr: std::net::SocketAddr, key: Option<&str>) -> (TcpStream, String) {
+    let body = request(true, "hi").to_string();
+    let auth = key
+        .map(|k| format!("authorization: Bearer {k}\r\n"))
+        .unwrap_or_default();
+    let mut socket = TcpStream::connect(addr).await.unwrap();
+    socket
+        .write_all(
+            format!(
+                "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n{auth}content-type: application/json\r\n\
+                 content-length: {}\r\n\r\n{body}",
+                body.len()
+            )
+            .as_bytes(),
+        )
+        .await
+        .unwrap();
+    let mut buf = vec![0u8; 4096];
+    let n = socket.read(&mut buf).await.unwrap();
+    (socket, String::from_utf8_lossy(&buf[..n]).into_owned())
+}
+
+#[tokio::test]
+async fn over_the_in_flight_caps_requests_are_shed_at_once() {
+    let keys = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(keys.path(), "a:sk-a\nb:sk-b\n").unwrap();
+    let path = keys.path().to_owned();
+    let gw = Harness::start(hanging, move |c| {
+        c.api_keys_file = Some(path);
+        c.connections.max_in_flight = 3;
+        c.connections.max_in_flight_per_key = 2;
+    })
+    .await;
+    let (_a1, head) = open_stream(gw.addr, Some("sk-a")).await;
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    let (_a2, head) = open_stream(gw.addr, Some("sk-a")).await;
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    let (_, head) = open_stream(gw.addr, Some("sk-a")).await;
+    assert!(head.starts_with("HTTP/1.1 429"), "{head}");
+    assert!(
+        head.contains("retry-after: 1") && head.contains("too_many_in_flight"),
+        "{head}"
+    );
+    let (b1, head) = open_stream(gw.addr, Some("sk-b")).await;
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    let (_, head) = open_stream(gw.addr, Some("sk-b")).await;
+    assert!(head.starts_with("HTTP/1.1 503"), "{head}");
+    assert!(
+        head.contains("retry-after: 1") && head.contains("overloaded"),
+        "{head}"
+    );
+    // Health checks are not requests in flight.
+    assert_eq!(get(&gw.url("/healthz")).await.status, 200);
+    // A stream that ends gives its slot back.
+    drop(b1);
+    let answer = loop {
+        let (socket, head) = open_stream(gw.addr, Some("sk-b")).await;
+        if !head.starts_with("HTTP/1.1 503") {
+            break (socket, head);
+        }
+        tokio::task::yield_now().await;
+    };
+    assert!(answer.1.starts_with("HTTP/1.1 200"), "{}", answer.1);
+}
