@@ -382,3 +382,119 @@ impl Service<ChatRequest> for Balance {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::breaker::CircuitBreakerLayer;
+
+    fn balance(weights: &[u32], costs_ms: &[u64]) -> Balance {
+        let now = Instant::now();
+        let nodes = weights
+            .iter()
+            .zip(costs_ms)
+            .enumerate()
+            .map(|(i, (&weight, &cost))| {
+                let service = tower::service_fn(|_: ChatRequest| async {
+                    Err::<ChatStream, _>(ChatError::new(ErrorKind::Other, "unused"))
+                });
+                Arc::new(Node {
+                    name: format!("d{i}"),
+                    weight: f64::from(weight),
+                    service: BoxChatService::new(service),
+                    breaker: Breaker::new(
+                        format!("d{i}"),
+                        CircuitBreakerLayer::new().config().clone(),
+                    ),
+                    waiting: AtomicUsize::new(0),
+                    ewma: Mutex::new(Ewma {
+                        cost_ns: Duration::from_millis(cost).as_nanos() as f64,
+                        stamp: now,
+                    }),
+                })
+            })
+            .collect();
+        Balance {
+            shared: Arc::new(Shared {
+                nodes,
+                sticky: true,
+                decay_ns: 1e10,
+                clock: SharedClock::default(),
+                metadata: ModelMetadata {
+                    provider: "test".into(),
+                    model_id: None,
+                    endpoint: None,
+                    supports_tools: true,
+                    supports_parallel_tool_calls: true,
+                    supports_streaming_usage: true,
+                    context_window: None,
+                },
+            }),
+        }
+    }
+
+    /// Calls that never finish pile up as waiting: the balancer spreads them by weight.
+    #[test]
+    fn concurrent_calls_spread_in_proportion_to_weight() {
+        fastrand::seed(7);
+        let balance = balance(&[3, 1], &[100, 100]);
+        let request = ChatRequest::default();
+        for _ in 0..400 {
+            let i = balance.pick(&request).unwrap();
+            balance.shared.nodes[i]
+                .waiting
+                .fetch_add(1, Ordering::Relaxed);
+        }
+        let waiting: Vec<usize> = balance
+            .shared
+            .nodes
+            .iter()
+            .map(|n| n.waiting.load(Ordering::Relaxed))
+            .collect();
+        // (w + 1) / weight stays level: 3 : 1, give or take one call.
+        assert!((299..=301).contains(&waiting[0]), "{waiting:?}");
+    }
+
+    #[test]
+    fn the_faster_deployment_wins_among_equals() {
+        fastrand::seed(7);
+        let balance = balance(&[1, 1, 1], &[100, 10, 100]);
+        let request = ChatRequest::default();
+        let picks: Vec<usize> = (0..300).map(|_| balance.pick(&request).unwrap()).collect();
+        // Node 1 wins whenever it is one of the two drawn: two draws in three.
+        let fast = picks.iter().filter(|&&i| i == 1).count();
+        assert!((170..=230).contains(&fast), "{fast}");
+    }
+
+    #[test]
+    fn a_conversation_sticks_to_one_deployment_and_only_its_own_move() {
+        let balance = balance(&[1, 1, 1, 1], &[1, 1, 1, 1]);
+        let homes: Vec<usize> = (0..40)
+            .map(|c| {
+                let request = ChatRequest::default()
+                    .with_extension(tower_chat::ConversationId::new(format!("conv-{c}")));
+                let home = balance.pick(&request).unwrap();
+                for _ in 0..5 {
+                    assert_eq!(balance.pick(&request).unwrap(), home);
+                }
+                home
+            })
+            .collect();
+        assert!((0..4).all(|node| homes.contains(&node)), "{homes:?}");
+        // Deployment 0 goes down: its conversations move, no other does.
+        for _ in 0..5 {
+            let permit = balance.shared.nodes[0].breaker.acquire().unwrap();
+            permit.settle(Err(&ChatError::new(ErrorKind::Upstream, "down")));
+        }
+        for (c, &home) in homes.iter().enumerate() {
+            let request = ChatRequest::default()
+                .with_extension(tower_chat::ConversationId::new(format!("conv-{c}")));
+            let now = balance.pick(&request).unwrap();
+            if home == 0 {
+                assert_ne!(now, 0);
+            } else {
+                assert_eq!(now, home);
+            }
+        }
+    }
+}
