@@ -31,10 +31,12 @@ mod auth;
 pub mod config;
 pub mod config_file;
 mod error;
+pub mod metrics;
 mod pending;
 mod respond;
 mod server;
 pub mod tools;
+pub mod upstreams;
 pub mod wire;
 
 use std::fmt;
@@ -43,8 +45,9 @@ use std::process::ExitCode;
 pub use auth::ApiKeys;
 pub use config::{CliError, Command, Config, Provider, USAGE};
 pub use error::ApiError;
+pub use metrics::PrometheusMetrics;
 pub use pending::PendingStore;
-pub use server::{stack, stores, ChatStack, Gateway, Stores, Upstream};
+pub use server::{stack, stack_with_metrics, stores, ChatStack, Gateway, Stores, Upstream};
 
 /// Why the gateway could not start or stopped with an error.
 #[derive(Debug)]

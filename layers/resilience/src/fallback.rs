@@ -292,6 +292,21 @@ impl Fallback {
         }
     }
 
+    /// Which failures move on to the next target (default: [`default_fallback_on`]).
+    pub fn fallback_on(
+        mut self,
+        predicate: impl Fn(&ChatError) -> bool + Send + Sync + 'static,
+    ) -> Self {
+        self.config.fallback_on = Arc::new(predicate);
+        self
+    }
+
+    /// Where fallbacks are reported.
+    pub fn observer(mut self, observer: impl Observer) -> Self {
+        self.config.observer = SharedObserver(Some(Arc::new(observer)));
+        self
+    }
+
     /// The targets, in order.
     pub fn targets(&self) -> &[Target] {
         &self.targets
