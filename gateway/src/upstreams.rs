@@ -665,6 +665,33 @@ deployments = [
         assert_eq!(section.models[1].targets[0].deployments[1].weight, 1);
     }
 
+    /// The examples in the README and in this module's docs parse, and build.
+    #[test]
+    fn the_documented_examples_are_valid() {
+        for doc in [include_str!("../README.md"), include_str!("upstreams.rs")] {
+            let start = doc.find("[upstreams.retry]").unwrap();
+            let end = start + doc[start..].find("```").unwrap();
+            let text: String = doc[start..end]
+                .lines()
+                .map(|l| {
+                    l.strip_prefix("//! ")
+                        .or(l.strip_prefix("//!"))
+                        .unwrap_or(l)
+                })
+                .collect::<Vec<_>>()
+                .join("\n");
+            let file =
+                ConfigFile::parse(&text, "example.toml").unwrap_or_else(|e| panic!("{e}\n{text}"));
+            assert_eq!(file.upstreams.models.len(), 2);
+            let mut config = crate::Config::new("http://127.0.0.1:9/v1");
+            config.file = file;
+            let router = super::build(&config, &crate::PrometheusMetrics::new())
+                .unwrap()
+                .unwrap();
+            assert_eq!(router.catalog().len(), 2);
+        }
+    }
+
     fn refused(text: &str) -> (Option<usize>, String) {
         let err = ConfigFile::parse(text, "g.toml").unwrap_err();
         (err.line(), err.message().to_owned())
