@@ -29,8 +29,19 @@ pub type BoxChatService = BoxCloneSyncService<ChatRequest, ChatStream, ChatError
 pub struct Target {
     name: String,
     metadata: ModelMetadata,
-    model: Option<String>,
+    model: ModelChoice,
     service: BoxChatService,
+}
+
+/// Which model a request sent to a target names.
+#[derive(Clone, Debug, PartialEq)]
+enum ModelChoice {
+    /// None: the target's service uses its own default model (no string is copied per call).
+    ServiceDefault,
+    /// The request's own.
+    Request,
+    /// This one.
+    Fixed(String),
 }
 
 impl Target {
@@ -49,7 +60,10 @@ impl Target {
         let metadata = service.model_metadata();
         Target {
             name: name.into(),
-            model: metadata.model_id.clone(),
+            model: match metadata.model_id {
+                Some(_) => ModelChoice::ServiceDefault,
+                None => ModelChoice::Request,
+            },
             metadata,
             service: BoxCloneSyncService::new(service),
         }
@@ -72,7 +86,10 @@ impl Target {
 
     /// Send requests to this target with this model (`None`: the request's own).
     pub fn model(mut self, model: Option<String>) -> Self {
-        self.model = model;
+        self.model = match model {
+            Some(model) => ModelChoice::Fixed(model),
+            None => ModelChoice::Request,
+        };
         self
     }
 
@@ -382,11 +399,17 @@ async fn fallback_loop(
         } else {
             request.clone()
         };
-        if target.model.is_some() {
-            this.options.model.clone_from(&target.model);
+        match &target.model {
+            ModelChoice::ServiceDefault => this.options.model = None,
+            ModelChoice::Request => {}
+            ModelChoice::Fixed(model) => this.options.model = Some(model.clone()),
         }
-        let model = this.options.model.clone();
         let answered_by = this.extensions.get::<AnsweredBy>().cloned();
+        // The model this target answers with, when the request leaves it to the service.
+        let sent_model = match &target.model {
+            ModelChoice::ServiceDefault => None,
+            _ => this.options.model.clone(),
+        };
         let result = async {
             let service = target.service.clone().ready_oneshot().await?;
             let stream = service.oneshot(this).await?;
@@ -396,21 +419,28 @@ async fn fallback_loop(
         .await;
         match result {
             Ok(mut peeked) => {
+                let model = || {
+                    sent_model
+                        .clone()
+                        .or_else(|| target.metadata.model_id.clone())
+                };
                 let named = peeked
                     .head
                     .iter()
                     .any(|e| matches!(e, ChatEvent::ResponseMetadata { model: Some(_), .. }));
-                if !named && model.is_some() {
-                    peeked.head.push_front(ChatEvent::ResponseMetadata {
-                        id: None,
-                        model: model.clone(),
-                    });
+                if !named {
+                    if let Some(model) = model() {
+                        peeked.head.push_front(ChatEvent::ResponseMetadata {
+                            id: None,
+                            model: Some(model),
+                        });
+                    }
                 }
                 if let Some(slot) = answered_by {
                     slot.set(Answer {
                         target: target.name.clone(),
                         metadata: target.metadata.clone(),
-                        model,
+                        model: model(),
                         skipped: failed.iter().map(|f| f.target.clone()).collect(),
                     });
                 }

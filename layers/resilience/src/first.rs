@@ -20,10 +20,63 @@ pub(crate) fn is_content(event: &ChatEvent) -> bool {
     )
 }
 
+/// The events held before a stream is handed on: a few inline (a stream usually opens with one metadata event
+/// and then content), more spill to the heap.
+#[derive(Default)]
+pub(crate) struct Head {
+    slots: [Option<ChatEvent>; 3],
+    start: usize,
+    end: usize,
+    spill: VecDeque<ChatEvent>,
+}
+
+impl Head {
+    pub(crate) fn push_back(&mut self, event: ChatEvent) {
+        if self.end < self.slots.len() && self.spill.is_empty() {
+            self.slots[self.end] = Some(event);
+            self.end += 1;
+        } else {
+            self.spill.push_back(event);
+        }
+    }
+
+    pub(crate) fn push_front(&mut self, event: ChatEvent) {
+        if self.start > 0 {
+            self.start -= 1;
+            self.slots[self.start] = Some(event);
+        } else {
+            // Rare (a fallback naming the model): everything moves to the heap, in order.
+            let mut all: VecDeque<ChatEvent> = self.slots[self.start..self.end]
+                .iter_mut()
+                .filter_map(Option::take)
+                .collect();
+            all.append(&mut self.spill);
+            all.push_front(event);
+            self.spill = all;
+            (self.start, self.end) = (0, 0);
+        }
+    }
+
+    pub(crate) fn pop_front(&mut self) -> Option<ChatEvent> {
+        if self.start < self.end {
+            self.start += 1;
+            return self.slots[self.start - 1].take();
+        }
+        self.spill.pop_front()
+    }
+
+    pub(crate) fn iter(&self) -> impl Iterator<Item = &ChatEvent> {
+        self.slots[self.start..self.end]
+            .iter()
+            .flatten()
+            .chain(self.spill.iter())
+    }
+}
+
 /// A stream polled up to (and including) its first content event.
 pub(crate) struct Peeked {
     /// The events taken so far, the first content event last (all events, when the stream ended first).
-    pub(crate) head: VecDeque<ChatEvent>,
+    pub(crate) head: Head,
     /// The rest of the stream; `None` when it already ended.
     pub(crate) rest: Option<ChatStream>,
 }
@@ -41,14 +94,14 @@ impl Peeked {
 /// Polls a stream until its first content event. An `Err` item before it fails the peek with that error.
 pub(crate) struct FirstContent {
     stream: Option<ChatStream>,
-    head: VecDeque<ChatEvent>,
+    head: Head,
 }
 
 impl FirstContent {
     pub(crate) fn new(stream: ChatStream) -> Self {
         FirstContent {
             stream: Some(stream),
-            head: VecDeque::new(),
+            head: Head::default(),
         }
     }
 
@@ -87,7 +140,7 @@ impl FirstContent {
 
 /// Held events first, then the rest of the stream.
 struct Prefixed {
-    head: VecDeque<ChatEvent>,
+    head: Head,
     rest: Option<ChatStream>,
 }
 
@@ -106,5 +159,32 @@ impl Stream for Prefixed {
             self.rest = None;
         }
         Poll::Ready(next)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_head_keeps_order_inline_and_spilled() {
+        let text = |t: &str| ChatEvent::text(t);
+        let mut head = Head::default();
+        for t in ["a", "b", "c", "d"] {
+            head.push_back(text(t));
+        }
+        head.push_front(text("0"));
+        let all: Vec<ChatEvent> = std::iter::from_fn(|| head.pop_front()).collect();
+        assert_eq!(all, ["0", "a", "b", "c", "d"].map(text));
+
+        let mut head = Head::default();
+        head.push_back(text("a"));
+        assert_eq!(head.pop_front(), Some(text("a")));
+        head.push_front(text("0"));
+        head.push_back(text("b"));
+        assert_eq!(
+            head.iter().cloned().collect::<Vec<_>>(),
+            ["0", "b"].map(text)
+        );
     }
 }
