@@ -34,12 +34,14 @@ pub mod config;
 pub mod config_file;
 pub mod connection;
 mod error;
+pub mod metrics;
 mod pending;
 pub mod request_limits;
 mod respond;
 mod sandbox;
 mod server;
 pub mod tools;
+pub mod upstreams;
 mod warn_limit;
 mod wire;
 
@@ -49,8 +51,9 @@ use std::process::ExitCode;
 pub use auth::ApiKeys;
 pub use config::{CliError, Command, Config, Provider, USAGE};
 pub use error::{ApiError, MAX_ERROR_MESSAGE};
+pub use metrics::PrometheusMetrics;
 pub use pending::PendingStore;
-pub use server::{stack, stores, ChatStack, Gateway, Stores, Upstream};
+pub use server::{stack, stack_with_metrics, stores, ChatStack, Gateway, Stores, Upstream};
 pub use wire::{ApprovalAnswer, ApprovalNotice};
 
 /// Why the gateway could not start or stopped with an error.

@@ -37,6 +37,7 @@ use crate::auth::ApiKeys;
 use crate::config::{Config, Provider};
 use crate::connection::{self, BodyTimeout, ConnectionLimits, GuardedBody, InFlight};
 use crate::error::{json_response, ApiError};
+use crate::metrics::PrometheusMetrics;
 use crate::pending::{PendingStore, Resumption};
 use crate::request_limits::RequestLimits;
 use crate::respond::{self, Turn};
@@ -142,6 +143,32 @@ where
         + 'static,
     S::Future: Send + 'static,
 {
+    stack_with_metrics(
+        config,
+        upstream,
+        persistence,
+        approvals,
+        PrometheusMetrics::new(),
+    )
+}
+
+/// [`stack`], its tracing layer recording every call into `metrics` (what `GET /metrics` shows).
+pub fn stack_with_metrics<S>(
+    config: &Config,
+    upstream: S,
+    persistence: Option<&PersistenceLayer>,
+    approvals: Option<&ApprovalLayer>,
+    metrics: PrometheusMetrics,
+) -> Result<ChatStack, ChatError>
+where
+    S: tower::Service<ChatRequest, Response = ChatStream, Error = ChatError>
+        + ModelInfo
+        + Clone
+        + Send
+        + Sync
+        + 'static,
+    S::Future: Send + 'static,
+{
     // Read before the leaf disappears into boxes that do not forward it.
     let metadata = upstream.model_metadata();
     let mut service: ChatStack = BoxCloneSyncService::new(
@@ -157,7 +184,10 @@ where
         service = BoxCloneSyncService::new(persistence.layer(service));
     }
     Ok(BoxCloneSyncService::new(
-        TracingLayer::new().metadata(metadata).layer(service),
+        TracingLayer::new()
+            .metadata(metadata)
+            .metrics(metrics)
+            .layer(service),
     ))
 }
 
@@ -232,9 +262,18 @@ struct AppState {
     in_flight: Arc<InFlight>,
 }
 
+/// What `/metrics` and `/v1/models` read.
+#[derive(Clone, Default)]
+struct Observability {
+    metrics: PrometheusMetrics,
+    catalog: Option<Arc<Vec<crate::upstreams::CatalogEntry>>>,
+}
+
 /// A configured gateway, ready to serve.
 pub struct Gateway {
     state: AppState,
+    /// `/metrics` and `/v1/models` (see [`crate::metrics`], [`crate::upstreams`]).
+    observability: Observability,
     shutdown_timeout: Duration,
     connections: ConnectionLimits,
     stores: Option<Stores>,
@@ -254,16 +293,28 @@ impl Gateway {
     pub async fn new(config: &Config) -> Result<Self, GatewayError> {
         // Cheap checks first: a bad keys file should not leave a fresh database behind.
         let keys = load_keys(config)?;
-        let upstream = Upstream::from_config(config).map_err(GatewayError::Chat)?;
+        let metrics = PrometheusMetrics::new();
+        // `[upstreams]` in the config file (models, fallbacks, retries, breakers), else the single --upstream.
+        let router = crate::upstreams::build(config, &metrics).map_err(GatewayError::Chat)?;
+        let upstream = match router {
+            Some(_) => None,
+            None => Some(Upstream::from_config(config).map_err(GatewayError::Chat)?),
+        };
         let stores = stores(config).await?;
-        let stack = stack(
-            config,
-            upstream,
-            Some(&stores.persistence),
-            Some(&stores.approvals),
-        )
+        let (persistence, approvals) = (Some(&stores.persistence), Some(&stores.approvals));
+        let catalog = router.as_ref().map(|r| r.catalog());
+        let stack = match (router, upstream) {
+            (Some(router), _) => {
+                stack_with_metrics(config, router, persistence, approvals, metrics.clone())
+            }
+            (None, Some(upstream)) => {
+                stack_with_metrics(config, upstream, persistence, approvals, metrics.clone())
+            }
+            (None, None) => unreachable!("one of the two is built"),
+        }
         .map_err(GatewayError::Chat)?;
         let mut gateway = Gateway::assemble(config, stack, keys);
+        gateway.observability = Observability { metrics, catalog };
         gateway.state.approval_tables = Some(stores.approval_tables.clone());
         gateway.state.records = Some(stores.persistence.store().clone());
         gateway.stores = Some(stores);
@@ -295,7 +346,13 @@ impl Gateway {
             shutdown_timeout: config.shutdown_timeout,
             connections: config.connections.clone(),
             stores: None,
+            observability: Observability::default(),
         }
+    }
+
+    /// The registry `GET /metrics` renders (fed by the stack's tracing layer and the resilience layers).
+    pub fn metrics(&self) -> &PrometheusMetrics {
+        &self.observability.metrics
     }
 
     /// The persistence layer recording every call (`None` for a gateway built [`with_stack`](Self::with_stack)).
@@ -313,6 +370,9 @@ impl Gateway {
                 self.state.clone(),
                 limit_in_flight,
             ))
+            .merge(crate::upstreams::models_route(
+                self.observability.catalog.clone(),
+            ))
             .route_layer(middleware::from_fn_with_state(
                 self.state.clone(),
                 authenticate,
@@ -320,6 +380,9 @@ impl Gateway {
         Router::new()
             .merge(api)
             .route("/healthz", get(healthz))
+            .merge(crate::metrics::metrics_route(
+                self.observability.metrics.clone(),
+            ))
             .fallback(not_found)
             .method_not_allowed_fallback(method_not_allowed)
             .layer(DefaultBodyLimit::max(self.state.body_limit))

@@ -1,0 +1,727 @@
+//! `[upstreams]` in `--config gateway.toml`: several models, each served by ordered fallback targets (OpenAI-
+//! compatible and Anthropic mixed), a target optionally balanced over several deployments or keys, with a retry
+//! policy, circuit breakers and timeouts. Without the table the gateway keeps its single `--upstream`.
+//!
+//! ```toml
+//! [upstreams.retry]
+//! max_attempts = 3            # calls per model call, the first included
+//! base_backoff_ms = 500       # full-jitter exponential backoff
+//! max_backoff_ms = 30000
+//! retry_after_cap_secs = 60   # a longer Retry-After fails at once (and falls back)
+//! deadline_secs = 120         # whole call, until its first content event
+//! budget_percent = 20         # retries allowed, as a share of calls (tower's TpsBudget)
+//! budget_min_per_sec = 10
+//!
+//! [upstreams.breaker]
+//! consecutive_failures = 5
+//! open_for_secs = 30
+//! failure_ratio = 0.5         # optional: also open at this failure share ...
+//! min_calls = 20              # ... once the window holds this many calls
+//! window_secs = 60
+//!
+//! [upstreams.timeouts]
+//! connect_secs = 10
+//! first_byte_secs = 120       # default: --upstream-timeout
+//! idle_secs = 120
+//!
+//! [[upstreams.models]]
+//! name = "smart"              # what clients send as `model`
+//!
+//! [[upstreams.models.targets]]   # tried first
+//! provider = "openai"
+//! model = "gpt-4o"
+//! base_url = "https://api.openai.com/v1"
+//! key_env = "OPENAI_API_KEY"
+//!
+//! [[upstreams.models.targets]]   # then this one
+//! name = "claude"
+//! provider = "anthropic"
+//! model = "claude-sonnet-4-5"
+//! key_env = "ANTHROPIC_API_KEY"
+//!
+//! [[upstreams.models]]
+//! name = "fast"
+//! sticky = true               # a conversation stays on one deployment
+//!
+//! [[upstreams.models.targets]]
+//! provider = "openai"
+//! model = "gpt-4o-mini"
+//! deployments = [
+//!   { base_url = "https://eu.example.com/v1", key_env = "EU_KEY", weight = 2 },
+//!   { base_url = "https://us.example.com/v1", key_env = "US_KEY" },
+//! ]
+//! ```
+
+use std::collections::{BTreeMap, HashSet};
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use serde::{Deserialize, Deserializer};
+use tower::retry::budget::TpsBudget;
+use tower::Layer;
+use tower_chat::anthropic::AnthropicChat;
+use tower_chat::openai::OpenAiChat;
+use tower_chat::transport::Timeouts;
+use tower_chat::{ChatError, ChatRequest, ChatStream, ErrorKind, ModelInfo, ModelMetadata};
+use tower_chat_resilience::{
+    Backoff, Balance, BoxChatService, CircuitBreakerLayer, Deployment, Fallback, Jitter,
+    RetryLayer, Target,
+};
+
+use crate::config::Config;
+use crate::metrics::PrometheusMetrics;
+use crate::server::Upstream;
+
+/// The `[upstreams]` table.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UpstreamsSection {
+    /// `[[upstreams.models]]`: the models clients may name. None: the single `--upstream`.
+    #[serde(default, deserialize_with = "models")]
+    pub models: Vec<ModelSection>,
+    /// `[upstreams.retry]`.
+    #[serde(default)]
+    pub retry: RetrySection,
+    /// `[upstreams.breaker]`: one breaker per target (per deployment when balanced).
+    #[serde(default)]
+    pub breaker: BreakerSection,
+    /// `[upstreams.timeouts]`: every leaf's deadlines.
+    #[serde(default)]
+    pub timeouts: TimeoutsSection,
+}
+
+/// One model clients may name.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelSection {
+    /// The name clients send as `model`.
+    pub name: String,
+    /// The targets, in fallback order.
+    #[serde(deserialize_with = "targets")]
+    pub targets: Vec<TargetSection>,
+    /// Keep each conversation on one deployment of a balanced target (default false).
+    #[serde(default)]
+    pub sticky: bool,
+}
+
+/// The wire format a target speaks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ProviderName {
+    /// OpenAI Chat Completions (OpenAI, vLLM, Ollama, …).
+    OpenAi,
+    /// Anthropic Messages.
+    Anthropic,
+}
+
+impl ProviderName {
+    fn default_base_url(self) -> &'static str {
+        match self {
+            ProviderName::OpenAi => "https://api.openai.com/v1",
+            ProviderName::Anthropic => "https://api.anthropic.com/v1",
+        }
+    }
+}
+
+/// One fallback target: a provider and model, at one endpoint or balanced over several deployments.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TargetSection {
+    /// The name in errors and metrics (default `provider/model`).
+    pub name: Option<String>,
+    /// `openai` or `anthropic`.
+    pub provider: ProviderName,
+    /// The provider's model id.
+    pub model: String,
+    /// The base URL (default: the provider's public API). Not with `deployments`.
+    pub base_url: Option<String>,
+    /// The environment variable holding the key (unset or empty: no key header). Not with `deployments`.
+    pub key_env: Option<String>,
+    /// Balance this target over these deployments instead.
+    #[serde(default)]
+    pub deployments: Vec<DeploymentSection>,
+}
+
+impl TargetSection {
+    /// The target's name.
+    pub fn display_name(&self) -> String {
+        self.name.clone().unwrap_or_else(|| {
+            let provider = match self.provider {
+                ProviderName::OpenAi => "openai",
+                ProviderName::Anthropic => "anthropic",
+            };
+            format!("{provider}/{}", self.model)
+        })
+    }
+}
+
+/// One deployment of a balanced target.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeploymentSection {
+    /// The name in metrics (default: the base URL's host and the position).
+    pub name: Option<String>,
+    /// The base URL.
+    pub base_url: String,
+    /// The environment variable holding this deployment's key.
+    pub key_env: Option<String>,
+    /// Relative capacity (default 1, at least 1).
+    #[serde(default = "one")]
+    pub weight: u32,
+}
+
+fn one() -> u32 {
+    1
+}
+
+/// `[upstreams.retry]`.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RetrySection {
+    /// Calls per model call, the first included (1: no retries).
+    pub max_attempts: u32,
+    /// Backoff ceiling after the first failure, in milliseconds.
+    pub base_backoff_ms: u64,
+    /// The largest backoff ceiling, in milliseconds.
+    pub max_backoff_ms: u64,
+    /// The longest `Retry-After` waited for, in seconds.
+    pub retry_after_cap_secs: f64,
+    /// The whole call's deadline until its first content event, in seconds (none by default).
+    pub deadline_secs: Option<f64>,
+    /// Retries allowed as a percentage of calls (0–1000), over a 10 s window, shared by every request.
+    pub budget_percent: f32,
+    /// Retries always allowed per second, whatever the percentage.
+    pub budget_min_per_sec: u32,
+}
+
+impl Default for RetrySection {
+    fn default() -> Self {
+        RetrySection {
+            max_attempts: 3,
+            base_backoff_ms: 500,
+            max_backoff_ms: 30_000,
+            retry_after_cap_secs: 60.0,
+            deadline_secs: None,
+            budget_percent: 20.0,
+            budget_min_per_sec: 10,
+        }
+    }
+}
+
+/// `[upstreams.breaker]`.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct BreakerSection {
+    /// Failures in a row that open a target's circuit.
+    pub consecutive_failures: u32,
+    /// How long an open circuit refuses calls before a probe, in seconds.
+    pub open_for_secs: f64,
+    /// Also open at this share of failed calls (0–1) in the window.
+    pub failure_ratio: Option<f64>,
+    /// The fewest calls in the window before the ratio counts.
+    pub min_calls: u32,
+    /// The ratio's sliding window, in seconds.
+    pub window_secs: f64,
+}
+
+impl Default for BreakerSection {
+    fn default() -> Self {
+        BreakerSection {
+            consecutive_failures: 5,
+            open_for_secs: 30.0,
+            failure_ratio: None,
+            min_calls: 20,
+            window_secs: 60.0,
+        }
+    }
+}
+
+/// `[upstreams.timeouts]`, in seconds.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TimeoutsSection {
+    /// Connection setup (default 10).
+    pub connect_secs: Option<f64>,
+    /// Until the response headers (default `--upstream-timeout`).
+    pub first_byte_secs: Option<f64>,
+    /// Between two chunks (default `--upstream-timeout`).
+    pub idle_secs: Option<f64>,
+}
+
+/// Validation inside deserialization, so that the TOML parser reports the offending table's line.
+fn models<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Vec<ModelSection>, D::Error> {
+    let models = Vec::<ModelSection>::deserialize(deserializer)?;
+    let mut seen = HashSet::new();
+    for model in &models {
+        if model.name.trim().is_empty() {
+            return Err(serde::de::Error::custom(
+                "a model's `name` must not be empty",
+            ));
+        }
+        if !seen.insert(model.name.as_str()) {
+            return Err(serde::de::Error::custom(format!(
+                "the model `{}` is configured twice",
+                model.name
+            )));
+        }
+    }
+    Ok(models)
+}
+
+fn targets<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Vec<TargetSection>, D::Error> {
+    use serde::de::Error;
+    let targets = Vec::<TargetSection>::deserialize(deserializer)?;
+    if targets.is_empty() {
+        return Err(D::Error::custom("a model needs at least one target"));
+    }
+    let mut seen = HashSet::new();
+    for target in &targets {
+        let name = target.display_name();
+        if !seen.insert(name.clone()) {
+            return Err(D::Error::custom(format!(
+                "two targets are named `{name}`: give one a `name`"
+            )));
+        }
+        if !target.deployments.is_empty() && (target.base_url.is_some() || target.key_env.is_some())
+        {
+            return Err(D::Error::custom(format!(
+                "target `{name}`: `base_url` and `key_env` go in each deployment when `deployments` is given"
+            )));
+        }
+        let urls = target
+            .base_url
+            .iter()
+            .chain(target.deployments.iter().map(|d| &d.base_url));
+        for url in urls {
+            check_url(url).map_err(|e| D::Error::custom(format!("target `{name}`: {e}")))?;
+        }
+    }
+    Ok(targets)
+}
+
+fn check_url(url: &str) -> Result<(), String> {
+    match url.parse::<http::Uri>() {
+        Ok(uri) if matches!(uri.scheme_str(), Some("http" | "https")) && uri.host().is_some() => {
+            Ok(())
+        }
+        _ => Err(format!("`{url}` is not an http(s) URL")),
+    }
+}
+
+fn seconds(value: f64, what: &str) -> Result<Duration, ChatError> {
+    Duration::try_from_secs_f64(value)
+        .ok()
+        .filter(|d| !d.is_zero())
+        .ok_or_else(|| {
+            ChatError::new(
+                ErrorKind::InvalidRequest,
+                format!("[upstreams] {what} must be a positive number of seconds, not {value}"),
+            )
+        })
+}
+
+/// A model's name and the targets behind it, for `GET /v1/models`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CatalogEntry {
+    /// The name clients send.
+    pub name: String,
+    /// Target names, in fallback order.
+    pub targets: Vec<String>,
+    /// The first target's provider.
+    pub owned_by: String,
+}
+
+/// The gateway's leaf when `[upstreams]` names models: the client's `model` picks a stack of retry, fallback
+/// and breakers; an unknown name is refused.
+#[derive(Clone)]
+pub struct ModelRouter {
+    models: Arc<BTreeMap<String, BoxChatService>>,
+    catalog: Arc<Vec<CatalogEntry>>,
+    metadata: ModelMetadata,
+}
+
+impl fmt::Debug for ModelRouter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ModelRouter")
+            .field("models", &self.catalog)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ModelRouter {
+    /// The configured models, in file order.
+    pub fn catalog(&self) -> Arc<Vec<CatalogEntry>> {
+        self.catalog.clone()
+    }
+}
+
+impl ModelInfo for ModelRouter {
+    /// The first model's first target.
+    fn model_metadata(&self) -> ModelMetadata {
+        self.metadata.clone()
+    }
+}
+
+impl tower::Service<ChatRequest> for ModelRouter {
+    type Response = ChatStream;
+    type Error = ChatError;
+    type Future = Pin<Box<dyn Future<Output = Result<ChatStream, ChatError>> + Send>>;
+
+    /// Always ready: the model's stack is polled ready in the call.
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), ChatError>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: ChatRequest) -> Self::Future {
+        let name = request.options.model.as_deref().unwrap_or_default();
+        match self.models.get(name) {
+            Some(service) => {
+                let service = service.clone();
+                Box::pin(tower::ServiceExt::oneshot(service, request))
+            }
+            None => {
+                let known: Vec<&str> = self.catalog.iter().map(|m| m.name.as_str()).collect();
+                let error = ChatError::new(
+                    ErrorKind::InvalidRequest,
+                    format!(
+                        "the model `{name}` is not configured here; configured models: {}",
+                        known.join(", ")
+                    ),
+                )
+                .with_status(http::StatusCode::NOT_FOUND);
+                Box::pin(std::future::ready(Err(error)))
+            }
+        }
+    }
+}
+
+/// Build the leaf `[upstreams]` describes (`None` when it names no model: the single `--upstream` applies).
+/// Retries, fallbacks and breaker states are reported to `metrics`.
+pub fn build(
+    config: &Config,
+    metrics: &PrometheusMetrics,
+) -> Result<Option<ModelRouter>, ChatError> {
+    let section = &config.file.upstreams;
+    if section.models.is_empty() {
+        return Ok(None);
+    }
+    let timeouts = Timeouts {
+        connect: match section.timeouts.connect_secs {
+            Some(s) => Some(seconds(s, "timeouts.connect_secs")?),
+            None => Timeouts::default().connect,
+        },
+        first_byte: Some(match section.timeouts.first_byte_secs {
+            Some(s) => seconds(s, "timeouts.first_byte_secs")?,
+            None => config.upstream_timeout,
+        }),
+        idle: Some(match section.timeouts.idle_secs {
+            Some(s) => seconds(s, "timeouts.idle_secs")?,
+            None => config.upstream_timeout,
+        }),
+    };
+    let retry = retry_layer(&section.retry)?;
+    let breaker = breaker_layer(&section.breaker)?;
+    let mut models = BTreeMap::new();
+    let mut catalog = Vec::new();
+    let mut metadata = None;
+    for model in &section.models {
+        let mut targets = Vec::new();
+        for target in &model.targets {
+            let name = target.display_name();
+            let breaker = breaker
+                .clone()
+                .observer(metrics.observer(&model.name))
+                .name(name.clone());
+            let built = if target.deployments.is_empty() {
+                let leaf = leaf(
+                    target,
+                    target.base_url.as_deref(),
+                    target.key_env.as_deref(),
+                    timeouts,
+                )?;
+                let service = breaker.layer(leaf);
+                metrics.register_breaker(&model.name, service.handle());
+                Target::new(name, service)
+            } else {
+                let mut balance = Balance::builder().breaker(breaker).sticky(model.sticky);
+                for (i, deployment) in target.deployments.iter().enumerate() {
+                    let leaf = leaf(
+                        target,
+                        Some(&deployment.base_url),
+                        deployment.key_env.as_deref(),
+                        timeouts,
+                    )?;
+                    let name = deployment
+                        .name
+                        .clone()
+                        .unwrap_or_else(|| format!("{name}#{}", i + 1));
+                    balance = balance.deployment(Deployment::new(name, deployment.weight, leaf));
+                }
+                let balance = balance.build();
+                for handle in balance.breakers() {
+                    metrics.register_breaker(&model.name, handle);
+                }
+                Target::new(name, balance)
+            };
+            targets.push(built);
+        }
+        metadata.get_or_insert_with(|| targets[0].metadata().clone());
+        catalog.push(CatalogEntry {
+            name: model.name.clone(),
+            targets: targets.iter().map(|t| t.name().to_owned()).collect(),
+            owned_by: targets[0].metadata().provider.to_string(),
+        });
+        let fallback = Fallback::new(targets).observer(metrics.observer(&model.name));
+        let stack = retry
+            .clone()
+            .observer(metrics.observer(&model.name))
+            .layer(fallback);
+        models.insert(model.name.clone(), BoxChatService::new(stack));
+    }
+    Ok(Some(ModelRouter {
+        models: Arc::new(models),
+        catalog: Arc::new(catalog),
+        metadata: metadata.expect("at least one model"),
+    }))
+}
+
+fn leaf(
+    target: &TargetSection,
+    base_url: Option<&str>,
+    key_env: Option<&str>,
+    timeouts: Timeouts,
+) -> Result<Upstream, ChatError> {
+    let base_url = base_url.unwrap_or(target.provider.default_base_url());
+    let key = key_env
+        .and_then(|var| std::env::var(var).ok())
+        .filter(|k| !k.is_empty());
+    Ok(match target.provider {
+        ProviderName::OpenAi => {
+            let mut builder = OpenAiChat::builder()
+                .base_url(base_url)
+                .model(&target.model)
+                .timeouts(timeouts);
+            if let Some(key) = key {
+                builder = builder.api_key(key);
+            }
+            Upstream::OpenAi(builder.build()?)
+        }
+        ProviderName::Anthropic => {
+            let mut builder = AnthropicChat::builder()
+                .base_url(base_url)
+                .model(&target.model)
+                .timeouts(timeouts);
+            if let Some(key) = key {
+                builder = builder.api_key(key);
+            }
+            Upstream::Anthropic(builder.build()?)
+        }
+    })
+}
+
+fn invalid(message: String) -> ChatError {
+    ChatError::new(ErrorKind::InvalidRequest, format!("[upstreams] {message}"))
+}
+
+fn retry_layer(retry: &RetrySection) -> Result<RetryLayer, ChatError> {
+    if retry.max_attempts == 0 {
+        return Err(invalid("retry.max_attempts must be at least 1".into()));
+    }
+    if !(0.0..=1000.0).contains(&retry.budget_percent) {
+        return Err(invalid(format!(
+            "retry.budget_percent must be between 0 and 1000, not {}",
+            retry.budget_percent
+        )));
+    }
+    if retry.budget_min_per_sec >= i32::MAX as u32 {
+        return Err(invalid("retry.budget_min_per_sec is too large".into()));
+    }
+    let mut layer = RetryLayer::new()
+        .max_attempts(retry.max_attempts)
+        .backoff(Backoff {
+            base: Duration::from_millis(retry.base_backoff_ms),
+            max: Duration::from_millis(retry.max_backoff_ms.max(retry.base_backoff_ms)),
+            jitter: Jitter::Full,
+        })
+        .retry_after_cap(
+            Duration::try_from_secs_f64(retry.retry_after_cap_secs)
+                .map_err(|_| invalid("retry.retry_after_cap_secs must be 0 or more".into()))?,
+        )
+        .budget(TpsBudget::new(
+            Duration::from_secs(10),
+            retry.budget_min_per_sec,
+            retry.budget_percent / 100.0,
+        ));
+    if let Some(deadline) = retry.deadline_secs {
+        layer = layer.deadline(seconds(deadline, "retry.deadline_secs")?);
+    }
+    Ok(layer)
+}
+
+fn breaker_layer(breaker: &BreakerSection) -> Result<CircuitBreakerLayer, ChatError> {
+    if breaker.consecutive_failures == 0 {
+        return Err(invalid(
+            "breaker.consecutive_failures must be at least 1".into(),
+        ));
+    }
+    let mut layer = CircuitBreakerLayer::new()
+        .consecutive_failures(breaker.consecutive_failures)
+        .open_for(seconds(breaker.open_for_secs, "breaker.open_for_secs")?);
+    if let Some(ratio) = breaker.failure_ratio {
+        if !(0.0..=1.0).contains(&ratio) || ratio == 0.0 {
+            return Err(invalid(format!(
+                "breaker.failure_ratio must be in (0, 1], not {ratio}"
+            )));
+        }
+        layer = layer.failure_ratio(
+            ratio,
+            breaker.min_calls,
+            seconds(breaker.window_secs, "breaker.window_secs")?,
+        );
+    }
+    Ok(layer)
+}
+
+/// `GET /v1/models`: the configured models, OpenAI's list shape (empty with a single `--upstream`, which passes
+/// any model name through).
+pub(crate) fn models_route<S: Clone + Send + Sync + 'static>(
+    catalog: Option<Arc<Vec<CatalogEntry>>>,
+) -> axum::Router<S> {
+    let catalog = catalog.unwrap_or_default();
+    axum::Router::new().route(
+        "/v1/models",
+        axum::routing::get(move || {
+            let catalog = catalog.clone();
+            async move {
+                let data: Vec<serde_json::Value> = catalog
+                    .iter()
+                    .map(|m| {
+                        serde_json::json!({
+                            "id": m.name,
+                            "object": "model",
+                            "created": 0,
+                            "owned_by": m.owned_by,
+                            "targets": m.targets,
+                        })
+                    })
+                    .collect();
+                crate::error::json_response(
+                    http::StatusCode::OK,
+                    &serde_json::json!({"object": "list", "data": data}),
+                )
+            }
+        }),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config_file::ConfigFile;
+
+    const GOOD: &str = r#"
+[upstreams.retry]
+max_attempts = 2
+
+[[upstreams.models]]
+name = "smart"
+
+[[upstreams.models.targets]]
+provider = "openai"
+model = "gpt-4o"
+base_url = "http://127.0.0.1:9/v1"
+
+[[upstreams.models.targets]]
+name = "claude"
+provider = "anthropic"
+model = "claude-sonnet-4-5"
+
+[[upstreams.models]]
+name = "fast"
+sticky = true
+
+[[upstreams.models.targets]]
+provider = "openai"
+model = "gpt-4o-mini"
+deployments = [
+  { base_url = "http://127.0.0.1:9/v1", weight = 2 },
+  { base_url = "http://127.0.0.1:10/v1", key_env = "K" },
+]
+"#;
+
+    #[test]
+    fn a_full_section_parses() {
+        let file = ConfigFile::parse(GOOD, "g.toml").unwrap();
+        let section = &file.upstreams;
+        assert_eq!(section.retry.max_attempts, 2);
+        assert_eq!(section.breaker.consecutive_failures, 5);
+        assert_eq!(section.models.len(), 2);
+        assert_eq!(section.models[0].targets[0].display_name(), "openai/gpt-4o");
+        assert_eq!(section.models[0].targets[1].display_name(), "claude");
+        assert_eq!(section.models[1].targets[0].deployments[0].weight, 2);
+        assert_eq!(section.models[1].targets[0].deployments[1].weight, 1);
+    }
+
+    /// The examples in the README and in this module's docs parse, and build.
+    #[test]
+    fn the_documented_examples_are_valid() {
+        for doc in [include_str!("../README.md"), include_str!("upstreams.rs")] {
+            let start = doc.find("[upstreams.retry]").unwrap();
+            let end = start + doc[start..].find("```").unwrap();
+            let text: String = doc[start..end]
+                .lines()
+                .map(|l| {
+                    l.strip_prefix("//! ")
+                        .or(l.strip_prefix("//!"))
+                        .unwrap_or(l)
+                })
+                .collect::<Vec<_>>()
+                .join("\n");
+            let file =
+                ConfigFile::parse(&text, "example.toml").unwrap_or_else(|e| panic!("{e}\n{text}"));
+            assert_eq!(file.upstreams.models.len(), 2);
+            let mut config = crate::Config::new("http://127.0.0.1:9/v1");
+            config.file = file;
+            let router = super::build(&config, &crate::PrometheusMetrics::new())
+                .unwrap()
+                .unwrap();
+            assert_eq!(router.catalog().len(), 2);
+        }
+    }
+
+    fn refused(text: &str) -> (Option<usize>, String) {
+        let err = ConfigFile::parse(text, "g.toml").unwrap_err();
+        (err.line(), err.message().to_owned())
+    }
+
+    #[test]
+    fn invalid_sections_are_refused_with_their_line_and_reason() {
+        let (line, message) = refused(
+            "[[upstreams.models]]\nname = \"a\"\n\n[[upstreams.models.targets]]\nprovider = \"cohere\"\nmodel = \"x\"\n",
+        );
+        assert_eq!(line, Some(5), "{message}");
+        assert!(message.contains("cohere"), "{message}");
+
+        let (line, message) = refused("[[upstreams.models]]\nname = \"a\"\ntargets = []\n");
+        assert_eq!(line, Some(3), "{message}");
+        assert!(message.contains("at least one target"), "{message}");
+
+        let (line, message) = refused(
+            "[[upstreams.models]]\nname = \"a\"\ntargets = [{ provider = \"openai\", model = \"m\", base_url = \"ftp://x\" }]\n",
+        );
+        assert_eq!(line, Some(3), "{message}");
+        assert!(message.contains("not an http(s) URL"), "{message}");
+
+        let (line, message) = refused("[upstreams.retry]\nmax_attempts = 3\nbackof = 1\n");
+        assert_eq!(line, Some(3), "{message}");
+        assert!(message.contains("backof"), "{message}");
+
+        let twice = "[[upstreams.models]]\nname = \"a\"\ntargets = [{ provider = \"openai\", model = \"m\" }]\n";
+        let (line, message) = refused(&format!("{twice}{twice}"));
+        assert!(line.is_some(), "{message}");
+        assert!(message.contains("configured twice"), "{message}");
+    }
+}

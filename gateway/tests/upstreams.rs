@@ -1,0 +1,399 @@
+//! `[upstreams]` in the config file: models over fallback targets, `GET /v1/models`, and `GET /metrics` scraped
+//! and parsed, against scripted providers over loopback HTTP.
+
+mod common;
+
+use std::collections::BTreeMap;
+
+use serde_json::{json, Value};
+use tower_chat::test_server::{Reply, ScriptedProvider};
+use tower_chat_gateway::config_file::ConfigFile;
+
+use common::*;
+
+fn sse(events: &[Value]) -> Vec<String> {
+    events
+        .iter()
+        .map(|e| format!("event: {}\ndata: {e}\n\n", e["type"].as_str().unwrap()))
+        .collect()
+}
+
+fn anthropic_text(text: &str) -> Reply {
+    Reply::sse_chunks(sse(&[
+        json!({"type":"message_start","message":{"id":"msg_1","type":"message","role":"assistant","model":"claude-sonnet-4-5","content":[],"usage":{"input_tokens":10,"output_tokens":1}}}),
+        json!({"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}),
+        json!({"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":text}}),
+        json!({"type":"content_block_stop","index":0}),
+        json!({"type":"message_delta","delta":{"stop_reason":"end_turn","stop_sequence":null},"usage":{"output_tokens":5}}),
+        json!({"type":"message_stop"}),
+    ]))
+}
+
+fn error_reply(code: u16) -> Reply {
+    Reply::json(
+        code,
+        json!({"error": {"message": format!("scripted {code}")}}),
+    )
+}
+
+struct Upstreams {
+    dead: ScriptedProvider,
+    claude: ScriptedProvider,
+    flaky: ScriptedProvider,
+    harness: Harness,
+}
+
+async fn start() -> Upstreams {
+    let dead = ScriptedProvider::start(|_, _| error_reply(503)).await;
+    let claude = ScriptedProvider::start(|_, _| anthropic_text("Claude here")).await;
+    // Fails its first request, then answers.
+    let flaky = ScriptedProvider::start(|_, i| {
+        if i == 0 {
+            error_reply(500)
+        } else {
+            Reply::openai_text("second try")
+        }
+    })
+    .await;
+    let text = format!(
+        r#"
+[upstreams.retry]
+max_attempts = 3
+base_backoff_ms = 1
+max_backoff_ms = 2
+
+[upstreams.breaker]
+consecutive_failures = 2
+open_for_secs = 3600
+
+[[upstreams.models]]
+name = "smart"
+
+[[upstreams.models.targets]]
+provider = "openai"
+model = "gpt-4o"
+base_url = "{dead}"
+
+[[upstreams.models.targets]]
+name = "claude"
+provider = "anthropic"
+model = "claude-sonnet-4-5"
+base_url = "{claude}"
+
+[[upstreams.models]]
+name = "fast"
+
+[[upstreams.models.targets]]
+provider = "openai"
+model = "gpt-4o-mini"
+deployments = [{{ base_url = "{flaky}" }}]
+"#,
+        dead = dead.base_url(),
+        claude = claude.base_url(),
+        flaky = flaky.base_url(),
+    );
+    let file = ConfigFile::parse(&text, "gateway.toml").expect("valid config");
+    let harness = Harness::start(
+        |_, _| Reply::openai_text("the --upstream is unused"),
+        |config| {
+            config.file = file;
+        },
+    )
+    .await;
+    Upstreams {
+        dead,
+        claude,
+        flaky,
+        harness,
+    }
+}
+
+fn chat(model: &str, stream: bool) -> Value {
+    let mut body = request(stream, "hello");
+    body["model"] = json!(model);
+    body
+}
+
+#[tokio::test]
+async fn configured_models_are_listed_routed_and_fall_back() {
+    let up = start().await;
+    let models = get(&up.harness.url("/v1/models")).await;
+    assert_eq!(models.status, 200);
+    let models = models.json();
+    assert_eq!(models["object"], "list");
+    let ids: Vec<&str> = models["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, vec!["smart", "fast"]);
+    assert_eq!(
+        models["data"][0]["targets"],
+        json!(["openai/gpt-4o", "claude"])
+    );
+
+    for stream in [false, true, false] {
+        let answer = up.harness.chat(&chat("smart", stream)).await;
+        assert_eq!(answer.status, 200, "{}", answer.body);
+        let text = if stream {
+            answer.streamed_text()
+        } else {
+            answer.json()["choices"][0]["message"]["content"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        };
+        assert_eq!(text, "Claude here");
+    }
+    // The dead primary was called until its breaker opened (2 failures), then skipped.
+    assert_eq!(up.dead.requests().len(), 2);
+    assert_eq!(up.claude.requests().len(), 3);
+    assert_eq!(up.claude.requests()[0].body["model"], "claude-sonnet-4-5");
+
+    // "fast": 500 then retried.
+    let answer = up.harness.chat(&chat("fast", false)).await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    assert_eq!(up.flaky.requests().len(), 2);
+
+    let unknown = up.harness.chat(&chat("gpt-5", false)).await;
+    assert_eq!(unknown.status, 400, "{}", unknown.body);
+    assert!(unknown.body.contains("not configured"), "{}", unknown.body);
+    assert!(unknown.body.contains("smart, fast"), "{}", unknown.body);
+}
+
+/// One parsed sample: metric name, labels, value.
+type Samples = BTreeMap<(String, BTreeMap<String, String>), f64>;
+
+/// A strict-enough parser of the Prometheus text format: every sample line is `name{labels} value`, every
+/// metric has a `# TYPE` line before its samples.
+fn parse(text: &str) -> Samples {
+    let mut typed = std::collections::HashSet::new();
+    let mut samples = Samples::new();
+    for line in text.lines() {
+        if let Some(rest) = line.strip_prefix("# TYPE ") {
+            let mut parts = rest.split(' ');
+            let name = parts.next().unwrap();
+            let kind = parts.next().unwrap();
+            assert!(["counter", "gauge", "histogram"].contains(&kind), "{line}");
+            typed.insert(name.to_owned());
+            continue;
+        }
+        if line.starts_with("# HELP ") || line.is_empty() {
+            continue;
+        }
+        let (series, value) = line.rsplit_once(' ').unwrap_or_else(|| panic!("{line}"));
+        let value: f64 = value
+            .parse()
+            .unwrap_or_else(|_| panic!("bad value: {line}"));
+        let (name, labels) = match series.split_once('{') {
+            Some((name, labels)) => (name, labels.strip_suffix('}').expect(line)),
+            None => (series, ""),
+        };
+        let base = ["_bucket", "_sum", "_count"]
+            .iter()
+            .find_map(|s| name.strip_suffix(s).filter(|b| typed.contains(*b)))
+            .unwrap_or(name);
+        assert!(typed.contains(base), "no TYPE before {line}");
+        let mut map = BTreeMap::new();
+        for pair in labels.split(',').filter(|p| !p.is_empty()) {
+            let (k, v) = pair.split_once('=').expect(line);
+            let v = v
+                .strip_prefix('"')
+                .and_then(|v| v.strip_suffix('"'))
+                .expect(line);
+            map.insert(k.to_owned(), v.to_owned());
+        }
+        assert!(
+            samples.insert((name.to_owned(), map), value).is_none(),
+            "duplicate {line}"
+        );
+    }
+    samples
+}
+
+fn value(samples: &Samples, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    let want: BTreeMap<String, String> = labels
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect();
+    samples.get(&(name.to_owned(), want)).copied()
+}
+
+#[tokio::test]
+async fn metrics_are_scraped_and_parsed() {
+    let up = start().await;
+    for stream in [true, false, true] {
+        let answer = up.harness.chat(&chat("smart", stream)).await;
+        assert_eq!(answer.status, 200, "{}", answer.body);
+    }
+    assert_eq!(up.harness.chat(&chat("fast", true)).await.status, 200);
+    assert_eq!(up.harness.chat(&chat("nope", false)).await.status, 400);
+
+    let scrape = get(&up.harness.url("/metrics")).await;
+    assert_eq!(scrape.status, 200);
+    assert!(scrape.headers["content-type"]
+        .to_str()
+        .unwrap()
+        .starts_with("text/plain; version=0.0.4"));
+    let samples = parse(&scrape.body);
+    let smart = [("provider", "openai"), ("model", "smart")];
+    let with = |extra: (&'static str, &'static str)| {
+        let mut l = smart.to_vec();
+        l.push(extra);
+        l
+    };
+    assert_eq!(
+        value(
+            &samples,
+            "tower_chat_requests_total",
+            &with(("outcome", "completed"))
+        ),
+        Some(3.0)
+    );
+    assert_eq!(
+        value(
+            &samples,
+            "tower_chat_errors_total",
+            &[
+                ("provider", "openai"),
+                ("model", "nope"),
+                ("error_type", "invalid_request")
+            ]
+        ),
+        Some(1.0)
+    );
+    // Histograms: cumulative buckets, +Inf equal to the count.
+    assert_eq!(
+        value(
+            &samples,
+            "tower_chat_request_duration_seconds_count",
+            &smart
+        ),
+        Some(3.0)
+    );
+    assert_eq!(
+        value(
+            &samples,
+            "tower_chat_request_duration_seconds_bucket",
+            &with(("le", "+Inf"))
+        ),
+        Some(3.0)
+    );
+    let mut last = 0.0;
+    for le in ["0.005", "0.01", "0.1", "1", "10", "120", "+Inf"] {
+        let n = value(
+            &samples,
+            "tower_chat_request_duration_seconds_bucket",
+            &with(("le", le)),
+        )
+        .unwrap();
+        assert!(n >= last, "bucket {le}");
+        last = n;
+    }
+    // The gateway streams from upstream whatever the client asked, so every call has a time to first chunk.
+    assert_eq!(
+        value(
+            &samples,
+            "tower_chat_time_to_first_chunk_seconds_count",
+            &smart
+        ),
+        Some(3.0)
+    );
+    assert!(
+        value(
+            &samples,
+            "tower_chat_tokens_total",
+            &with(("type", "input"))
+        )
+        .unwrap()
+            >= 30.0
+    );
+    assert!(
+        value(
+            &samples,
+            "tower_chat_tokens_total",
+            &with(("type", "output"))
+        )
+        .unwrap()
+            > 0.0
+    );
+    // Resilience: every smart call fell back; fast retried once; the primary's breaker opened once.
+    assert_eq!(
+        value(
+            &samples,
+            "tower_chat_fallbacks_total",
+            &[
+                ("model", "smart"),
+                ("from", "openai/gpt-4o"),
+                ("to", "claude")
+            ]
+        ),
+        Some(3.0)
+    );
+    assert_eq!(
+        value(&samples, "tower_chat_retries_total", &[("model", "fast")]),
+        Some(1.0)
+    );
+    assert_eq!(
+        value(
+            &samples,
+            "tower_chat_breaker_transitions_total",
+            &[
+                ("model", "smart"),
+                ("target", "openai/gpt-4o"),
+                ("state", "open")
+            ]
+        ),
+        Some(1.0)
+    );
+    for (state, expected) in [("open", 1.0), ("closed", 0.0), ("half_open", 0.0)] {
+        assert_eq!(
+            value(
+                &samples,
+                "tower_chat_breaker_state",
+                &[
+                    ("model", "smart"),
+                    ("target", "openai/gpt-4o"),
+                    ("state", state)
+                ]
+            ),
+            Some(expected),
+            "{state}"
+        );
+    }
+    assert_eq!(
+        value(
+            &samples,
+            "tower_chat_breaker_state",
+            &[
+                ("model", "smart"),
+                ("target", "claude"),
+                ("state", "closed")
+            ]
+        ),
+        Some(1.0)
+    );
+}
+
+#[tokio::test]
+async fn the_single_upstream_flags_keep_working_and_feed_metrics() {
+    let harness = Harness::start(|_, _| Reply::openai_text("single"), |_| {}).await;
+    let answer = harness.chat(&request(false, "hi")).await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    let models = get(&harness.url("/v1/models")).await.json();
+    assert_eq!(models["data"], json!([]));
+    let samples = parse(&get(&harness.url("/metrics")).await.body);
+    assert_eq!(
+        value(
+            &samples,
+            "tower_chat_requests_total",
+            &[
+                ("provider", "openai"),
+                ("model", "test-model"),
+                ("outcome", "completed")
+            ]
+        ),
+        Some(1.0)
+    );
+}

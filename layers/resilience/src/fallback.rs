@@ -1,0 +1,480 @@
+//! [`Fallback`]: an ordered list of targets; a call that fails before its first content event moves on to the
+//! next one.
+
+use std::fmt;
+use std::future::{poll_fn, Future};
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+
+use tower::util::BoxCloneSyncService;
+use tower::ServiceExt;
+use tower_chat::{
+    ChatError, ChatEvent, ChatRequest, ChatStream, ErrorKind, ModelInfo, ModelMetadata,
+    TimeoutPhase,
+};
+use tower_layer::Layer;
+use tower_service::Service;
+
+use crate::breaker::target_name;
+use crate::first::FirstContent;
+use crate::observe::{Observer, ResilienceEvent, SharedObserver};
+
+/// A boxed chat service, as targets hold them.
+pub type BoxChatService = BoxCloneSyncService<ChatRequest, ChatStream, ChatError>;
+
+/// One target of a [`Fallback`]: a name, a chat service (any provider, any stack), and the model it is called
+/// with.
+#[derive(Clone)]
+pub struct Target {
+    name: String,
+    metadata: ModelMetadata,
+    model: ModelChoice,
+    service: BoxChatService,
+}
+
+/// Which model a request sent to a target names.
+#[derive(Clone, Debug, PartialEq)]
+enum ModelChoice {
+    /// None: the target's service uses its own default model (no string is copied per call).
+    ServiceDefault,
+    /// The request's own.
+    Request,
+    /// This one.
+    Fixed(String),
+}
+
+impl Target {
+    /// A target named `name`. Its metadata comes from the service's [`ModelInfo`], and requests sent to it name
+    /// the service's default model (so one request can go to an OpenAI model, then to an Anthropic one).
+    pub fn new<S>(name: impl Into<String>, service: S) -> Self
+    where
+        S: Service<ChatRequest, Response = ChatStream, Error = ChatError>
+            + ModelInfo
+            + Clone
+            + Send
+            + Sync
+            + 'static,
+        S::Future: Send + 'static,
+    {
+        let metadata = service.model_metadata();
+        Target {
+            name: name.into(),
+            model: match metadata.model_id {
+                Some(_) => ModelChoice::ServiceDefault,
+                None => ModelChoice::Request,
+            },
+            metadata,
+            service: BoxCloneSyncService::new(service),
+        }
+    }
+
+    /// A target named after its service's provider and model (`openai/gpt-4o-mini`).
+    pub fn from_service<S>(service: S) -> Self
+    where
+        S: Service<ChatRequest, Response = ChatStream, Error = ChatError>
+            + ModelInfo
+            + Clone
+            + Send
+            + Sync
+            + 'static,
+        S::Future: Send + 'static,
+    {
+        let name = target_name(&service.model_metadata());
+        Target::new(name, service)
+    }
+
+    /// Send requests to this target with this model (`None`: the request's own).
+    pub fn model(mut self, model: Option<String>) -> Self {
+        self.model = match model {
+            Some(model) => ModelChoice::Fixed(model),
+            None => ModelChoice::Request,
+        };
+        self
+    }
+
+    /// The target's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The target's metadata.
+    pub fn metadata(&self) -> &ModelMetadata {
+        &self.metadata
+    }
+}
+
+impl fmt::Debug for Target {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Target")
+            .field("name", &self.name)
+            .field("model", &self.model)
+            .field("provider", &self.metadata.provider)
+            .finish_non_exhaustive()
+    }
+}
+
+/// One target that failed, and why.
+#[derive(Debug)]
+pub struct FailedAttempt {
+    /// The target's name.
+    pub target: String,
+    /// Its error.
+    pub error: ChatError,
+}
+
+/// The source of the error of a call every target failed: `error.source()` downcasts to it.
+#[derive(Debug)]
+pub struct AllTargetsFailed {
+    attempts: Vec<FailedAttempt>,
+}
+
+impl AllTargetsFailed {
+    /// Every attempt, in order.
+    pub fn attempts(&self) -> &[FailedAttempt] {
+        &self.attempts
+    }
+}
+
+impl fmt::Display for AllTargetsFailed {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "all {} targets failed", self.attempts.len())?;
+        for (i, attempt) in self.attempts.iter().enumerate() {
+            write!(
+                f,
+                "{} {}: {}",
+                if i == 0 { ":" } else { ";" },
+                attempt.target,
+                attempt.error
+            )?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for AllTargetsFailed {}
+
+/// Which target answered a call: put an empty one in the request's extensions, read it once the response future
+/// resolved.
+#[derive(Clone, Debug, Default)]
+pub struct AnsweredBy(Arc<Mutex<Option<Answer>>>);
+
+/// The target that answered a call, and the targets tried before it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Answer {
+    /// The target's name.
+    pub target: String,
+    /// Its metadata (provider, model, endpoint).
+    pub metadata: ModelMetadata,
+    /// The model the request was sent with.
+    pub model: Option<String>,
+    /// The names of the targets that failed before it.
+    pub skipped: Vec<String>,
+}
+
+impl AnsweredBy {
+    /// An empty slot.
+    pub fn new() -> Self {
+        AnsweredBy::default()
+    }
+
+    /// The answer, once a fallback filled it in.
+    pub fn get(&self) -> Option<Answer> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    fn set(&self, answer: Answer) {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Some(answer);
+    }
+}
+
+type FallbackPredicate = Arc<dyn Fn(&ChatError) -> bool + Send + Sync>;
+
+/// Whether the next target is tried after this failure, by default: every failure except a cancellation, a spent
+/// whole-call deadline, and a request refused as malformed (the next target would refuse it too).
+pub fn default_fallback_on(error: &ChatError) -> bool {
+    !matches!(
+        error.kind(),
+        ErrorKind::Cancelled | ErrorKind::Timeout(TimeoutPhase::Total) | ErrorKind::InvalidRequest
+    )
+}
+
+#[derive(Clone)]
+struct FallbackConfig {
+    fallback_on: FallbackPredicate,
+    observer: SharedObserver,
+}
+
+impl Default for FallbackConfig {
+    fn default() -> Self {
+        FallbackConfig {
+            fallback_on: Arc::new(default_fallback_on),
+            observer: SharedObserver::default(),
+        }
+    }
+}
+
+/// Adds fallback targets after the service it wraps (which becomes the first target, named after its
+/// provider and model).
+#[derive(Clone, Default)]
+pub struct FallbackLayer {
+    targets: Vec<Target>,
+    config: FallbackConfig,
+}
+
+impl FallbackLayer {
+    /// A layer with no fallback targets yet.
+    pub fn new() -> Self {
+        FallbackLayer::default()
+    }
+
+    /// Try `target` after the ones before it.
+    pub fn target(mut self, target: Target) -> Self {
+        self.targets.push(target);
+        self
+    }
+
+    /// Which failures move on to the next target (default: [`default_fallback_on`]).
+    pub fn fallback_on(
+        mut self,
+        predicate: impl Fn(&ChatError) -> bool + Send + Sync + 'static,
+    ) -> Self {
+        self.config.fallback_on = Arc::new(predicate);
+        self
+    }
+
+    /// Where fallbacks are reported.
+    pub fn observer(mut self, observer: impl Observer) -> Self {
+        self.config.observer = SharedObserver(Some(Arc::new(observer)));
+        self
+    }
+}
+
+impl fmt::Debug for FallbackLayer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FallbackLayer")
+            .field("targets", &self.targets)
+            .field(
+                "fallback_on",
+                &std::any::type_name_of_val(&*self.config.fallback_on),
+            )
+            .field("observer", &self.config.observer)
+            .finish()
+    }
+}
+
+impl<S> Layer<S> for FallbackLayer
+where
+    S: Service<ChatRequest, Response = ChatStream, Error = ChatError>
+        + ModelInfo
+        + Clone
+        + Send
+        + Sync
+        + 'static,
+    S::Future: Send + 'static,
+{
+    type Service = Fallback;
+
+    fn layer(&self, primary: S) -> Self::Service {
+        let mut targets = vec![Target::from_service(primary)];
+        targets.extend(self.targets.iter().cloned());
+        Fallback {
+            targets: targets.into(),
+            config: self.config.clone(),
+        }
+    }
+}
+
+/// A chat service over ordered targets; see [`FallbackLayer`].
+///
+/// Each call goes to the first target; a failure before its first content event (for which
+/// [`fallback_on`](FallbackLayer::fallback_on) says yes) sends the same request to the next target, with that
+/// target's model. The stream that answers opens with a [`ChatEvent::ResponseMetadata`] naming the model that
+/// answered (the provider's own when it sent one), and an [`AnsweredBy`] in the request's extensions is told the
+/// target. When every target failed, the error is the last one's kind and status, its message lists every
+/// attempt, and its source is [`AllTargetsFailed`].
+#[derive(Clone)]
+pub struct Fallback {
+    targets: Arc<[Target]>,
+    config: FallbackConfig,
+}
+
+impl Fallback {
+    /// A service over these targets, tried in order (at least one).
+    pub fn new(targets: Vec<Target>) -> Self {
+        assert!(!targets.is_empty(), "a fallback needs at least one target");
+        Fallback {
+            targets: targets.into(),
+            config: FallbackConfig::default(),
+        }
+    }
+
+    /// Which failures move on to the next target (default: [`default_fallback_on`]).
+    pub fn fallback_on(
+        mut self,
+        predicate: impl Fn(&ChatError) -> bool + Send + Sync + 'static,
+    ) -> Self {
+        self.config.fallback_on = Arc::new(predicate);
+        self
+    }
+
+    /// Where fallbacks are reported.
+    pub fn observer(mut self, observer: impl Observer) -> Self {
+        self.config.observer = SharedObserver(Some(Arc::new(observer)));
+        self
+    }
+
+    /// The targets, in order.
+    pub fn targets(&self) -> &[Target] {
+        &self.targets
+    }
+}
+
+impl fmt::Debug for Fallback {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Fallback")
+            .field("targets", &self.targets)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ModelInfo for Fallback {
+    /// The first target's metadata (the one that answers when all is well); [`AnsweredBy`] tells per call.
+    fn model_metadata(&self) -> ModelMetadata {
+        self.targets[0].metadata.clone()
+    }
+}
+
+/// The response future of [`Fallback`].
+pub struct FallbackFuture {
+    inner: Pin<Box<dyn Future<Output = Result<ChatStream, ChatError>> + Send + 'static>>,
+}
+
+impl fmt::Debug for FallbackFuture {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FallbackFuture").finish_non_exhaustive()
+    }
+}
+
+impl Future for FallbackFuture {
+    type Output = Result<ChatStream, ChatError>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        self.inner.as_mut().poll(cx)
+    }
+}
+
+impl Service<ChatRequest> for Fallback {
+    type Response = ChatStream;
+    type Error = ChatError;
+    type Future = FallbackFuture;
+
+    /// Always ready: each target is polled ready in turn when the call reaches it.
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: ChatRequest) -> Self::Future {
+        FallbackFuture {
+            inner: Box::pin(fallback_loop(
+                self.targets.clone(),
+                self.config.clone(),
+                request,
+            )),
+        }
+    }
+}
+
+async fn fallback_loop(
+    targets: Arc<[Target]>,
+    config: FallbackConfig,
+    mut request: ChatRequest,
+) -> Result<ChatStream, ChatError> {
+    let mut failed: Vec<FailedAttempt> = Vec::new();
+    let count = targets.len();
+    for (index, target) in targets.iter().enumerate() {
+        let last = index + 1 == count;
+        let mut this = if last {
+            std::mem::take(&mut request)
+        } else {
+            request.clone()
+        };
+        match &target.model {
+            ModelChoice::ServiceDefault => this.options.model = None,
+            ModelChoice::Request => {}
+            ModelChoice::Fixed(model) => this.options.model = Some(model.clone()),
+        }
+        let answered_by = this.extensions.get::<AnsweredBy>().cloned();
+        // The model this target answers with, when the request leaves it to the service.
+        let sent_model = match &target.model {
+            ModelChoice::ServiceDefault => None,
+            _ => this.options.model.clone(),
+        };
+        let result = async {
+            let service = target.service.clone().ready_oneshot().await?;
+            let stream = service.oneshot(this).await?;
+            let mut peek = FirstContent::new(stream);
+            poll_fn(|cx| peek.poll_peek(cx)).await
+        }
+        .await;
+        match result {
+            Ok(mut peeked) => {
+                let model = || {
+                    sent_model
+                        .clone()
+                        .or_else(|| target.metadata.model_id.clone())
+                };
+                let named = peeked
+                    .head
+                    .iter()
+                    .any(|e| matches!(e, ChatEvent::ResponseMetadata { model: Some(_), .. }));
+                if !named {
+                    if let Some(model) = model() {
+                        peeked.head.push_front(ChatEvent::ResponseMetadata {
+                            id: None,
+                            model: Some(model),
+                        });
+                    }
+                }
+                if let Some(slot) = answered_by {
+                    slot.set(Answer {
+                        target: target.name.clone(),
+                        metadata: target.metadata.clone(),
+                        model: model(),
+                        skipped: failed.iter().map(|f| f.target.clone()).collect(),
+                    });
+                }
+                return Ok(peeked.into_stream());
+            }
+            Err(error) => {
+                if !(config.fallback_on)(&error) {
+                    return Err(error);
+                }
+                if let Some(next) = targets.get(index + 1) {
+                    config.observer.emit(ResilienceEvent::Fallback {
+                        from: &target.name,
+                        to: &next.name,
+                        error: &error,
+                    });
+                }
+                failed.push(FailedAttempt {
+                    target: target.name.clone(),
+                    error,
+                });
+            }
+        }
+    }
+    Err(all_failed(failed))
+}
+
+fn all_failed(attempts: Vec<FailedAttempt>) -> ChatError {
+    let last = &attempts.last().expect("at least one target").error;
+    let kind = last.kind().clone();
+    let status = last.status();
+    let failure = AllTargetsFailed { attempts };
+    let mut error = ChatError::new(kind, failure.to_string());
+    if let Some(status) = status {
+        error = error.with_status(status);
+    }
+    error.with_source(failure)
+}

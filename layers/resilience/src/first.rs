@@ -1,0 +1,190 @@
+//! Holding a response back until its first content event: the moment after which nothing may be retried.
+//!
+//! A chat stream may open with events that carry no content ([`ChatEvent::ResponseMetadata`],
+//! [`ChatEvent::Usage`]); a connection that breaks after them has shown the caller nothing yet, so the call can
+//! still be retried or sent elsewhere. [`FirstContent`] polls a stream until its first content event (or its end,
+//! or an error), keeping the events before it, and [`Peeked::into_stream`] hands all of them on unchanged.
+
+use std::collections::VecDeque;
+use std::pin::Pin;
+use std::task::{ready, Context, Poll};
+
+use futures_core::Stream;
+use tower_chat::{ChatError, ChatEvent, ChatStream};
+
+/// Whether an event shows the caller something that a retry could duplicate.
+pub(crate) fn is_content(event: &ChatEvent) -> bool {
+    !matches!(
+        event,
+        ChatEvent::ResponseMetadata { .. } | ChatEvent::Usage { .. }
+    )
+}
+
+/// The events held before a stream is handed on: a few inline (a stream usually opens with one metadata event
+/// and then content), more spill to the heap.
+#[derive(Default)]
+pub(crate) struct Head {
+    slots: [Option<ChatEvent>; 3],
+    start: usize,
+    end: usize,
+    spill: VecDeque<ChatEvent>,
+}
+
+impl Head {
+    pub(crate) fn push_back(&mut self, event: ChatEvent) {
+        if self.end < self.slots.len() && self.spill.is_empty() {
+            self.slots[self.end] = Some(event);
+            self.end += 1;
+        } else {
+            self.spill.push_back(event);
+        }
+    }
+
+    pub(crate) fn push_front(&mut self, event: ChatEvent) {
+        if self.start > 0 {
+            self.start -= 1;
+            self.slots[self.start] = Some(event);
+        } else {
+            // Rare (a fallback naming the model): everything moves to the heap, in order.
+            let mut all: VecDeque<ChatEvent> = self.slots[self.start..self.end]
+                .iter_mut()
+                .filter_map(Option::take)
+                .collect();
+            all.append(&mut self.spill);
+            all.push_front(event);
+            self.spill = all;
+            (self.start, self.end) = (0, 0);
+        }
+    }
+
+    pub(crate) fn pop_front(&mut self) -> Option<ChatEvent> {
+        if self.start < self.end {
+            self.start += 1;
+            return self.slots[self.start - 1].take();
+        }
+        self.spill.pop_front()
+    }
+
+    pub(crate) fn iter(&self) -> impl Iterator<Item = &ChatEvent> {
+        self.slots[self.start..self.end]
+            .iter()
+            .flatten()
+            .chain(self.spill.iter())
+    }
+}
+
+/// A stream polled up to (and including) its first content event.
+pub(crate) struct Peeked {
+    /// The events taken so far, the first content event last (all events, when the stream ended first).
+    pub(crate) head: Head,
+    /// The rest of the stream; `None` when it already ended.
+    pub(crate) rest: Option<ChatStream>,
+}
+
+impl Peeked {
+    /// The whole stream again: the held events, then the rest.
+    pub(crate) fn into_stream(self) -> ChatStream {
+        Box::pin(Prefixed {
+            head: self.head,
+            rest: self.rest,
+        })
+    }
+}
+
+/// Polls a stream until its first content event. An `Err` item before it fails the peek with that error.
+pub(crate) struct FirstContent {
+    stream: Option<ChatStream>,
+    head: Head,
+}
+
+impl FirstContent {
+    pub(crate) fn new(stream: ChatStream) -> Self {
+        FirstContent {
+            stream: Some(stream),
+            head: Head::default(),
+        }
+    }
+
+    pub(crate) fn poll_peek(&mut self, cx: &mut Context<'_>) -> Poll<Result<Peeked, ChatError>> {
+        let stream = self
+            .stream
+            .as_mut()
+            .expect("FirstContent polled after completion");
+        loop {
+            match ready!(stream.as_mut().poll_next(cx)) {
+                Some(Ok(event)) => {
+                    let content = is_content(&event);
+                    self.head.push_back(event);
+                    if content {
+                        return Poll::Ready(Ok(Peeked {
+                            head: std::mem::take(&mut self.head),
+                            rest: self.stream.take(),
+                        }));
+                    }
+                }
+                Some(Err(error)) => {
+                    self.stream = None;
+                    return Poll::Ready(Err(error));
+                }
+                None => {
+                    self.stream = None;
+                    return Poll::Ready(Ok(Peeked {
+                        head: std::mem::take(&mut self.head),
+                        rest: None,
+                    }));
+                }
+            }
+        }
+    }
+}
+
+/// Held events first, then the rest of the stream.
+struct Prefixed {
+    head: Head,
+    rest: Option<ChatStream>,
+}
+
+impl Stream for Prefixed {
+    type Item = Result<ChatEvent, ChatError>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        if let Some(event) = self.head.pop_front() {
+            return Poll::Ready(Some(Ok(event)));
+        }
+        let Some(rest) = self.rest.as_mut() else {
+            return Poll::Ready(None);
+        };
+        let next = ready!(rest.as_mut().poll_next(cx));
+        if !matches!(next, Some(Ok(_))) {
+            self.rest = None;
+        }
+        Poll::Ready(next)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_head_keeps_order_inline_and_spilled() {
+        let text = |t: &str| ChatEvent::text(t);
+        let mut head = Head::default();
+        for t in ["a", "b", "c", "d"] {
+            head.push_back(text(t));
+        }
+        head.push_front(text("0"));
+        let all: Vec<ChatEvent> = std::iter::from_fn(|| head.pop_front()).collect();
+        assert_eq!(all, ["0", "a", "b", "c", "d"].map(text));
+
+        let mut head = Head::default();
+        head.push_back(text("a"));
+        assert_eq!(head.pop_front(), Some(text("a")));
+        head.push_front(text("0"));
+        head.push_back(text("b"));
+        assert_eq!(
+            head.iter().cloned().collect::<Vec<_>>(),
+            ["0", "b"].map(text)
+        );
+    }
+}
