@@ -23,7 +23,11 @@ use serde::Deserialize;
 /// The parsed configuration file. Every table is optional; an empty file is the flags' defaults.
 #[derive(Clone, Debug, Default, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct ConfigFile {}
+pub struct ConfigFile {
+    /// `[limits]`: rate limits and budgets per key, prices ([`crate::limits::LimitsSection`]).
+    #[serde(default)]
+    pub limits: crate::limits::LimitsSection,
+}
 
 impl ConfigFile {
     /// Read and parse the file at `path`.

@@ -29,6 +29,7 @@ use tower_chat::{
 };
 use tower_chat_approval::{ApprovalLayer, PersistentApprovalStore};
 use tower_chat_function_invocation::FunctionInvocationLayer;
+use tower_chat_limits::LimitsLayer;
 use tower_chat_persistence::{
     ApprovalTables, PersistenceLayer, PostgresStore, SqliteStore, Store, StoreError,
 };
@@ -137,8 +138,33 @@ where
         + 'static,
     S::Future: Send + 'static,
 {
+    stack_with_limits(config, upstream, persistence, approvals, None)
+}
+
+/// [`stack`] with a limits layer (`[limits]` of the configuration file) right around `upstream`, inside the tool
+/// loop, so that every model round is checked before it is sent and settled with its own usage.
+pub fn stack_with_limits<S>(
+    config: &Config,
+    upstream: S,
+    persistence: Option<&PersistenceLayer>,
+    approvals: Option<&ApprovalLayer>,
+    limits: Option<&LimitsLayer>,
+) -> Result<ChatStack, ChatError>
+where
+    S: tower::Service<ChatRequest, Response = ChatStream, Error = ChatError>
+        + ModelInfo
+        + Clone
+        + Send
+        + Sync
+        + 'static,
+    S::Future: Send + 'static,
+{
     // Read before the leaf disappears into boxes that do not forward it.
     let metadata = upstream.model_metadata();
+    let upstream: ChatStack = match limits {
+        Some(limits) => BoxCloneSyncService::new(limits.layer(upstream)),
+        None => BoxCloneSyncService::new(upstream),
+    };
     let mut service: ChatStack = BoxCloneSyncService::new(
         FunctionInvocationLayer::new()
             .tools(server_tools(&config.files)?)
@@ -203,6 +229,7 @@ pub async fn stores(config: &Config) -> Result<Stores, GatewayError> {
     Ok(Stores {
         persistence: PersistenceLayer::builder_shared(store)
             .provider(provider)
+            .prices(config.file.limits.price_table())
             .build(),
         approvals: ApprovalLayer::new()
             .store(PersistentApprovalStore::new(tables.clone()))
@@ -228,6 +255,7 @@ pub struct Gateway {
     state: AppState,
     shutdown_timeout: Duration,
     stores: Option<Stores>,
+    limits: Option<LimitsLayer>,
 }
 
 impl std::fmt::Debug for Gateway {
@@ -245,15 +273,18 @@ impl Gateway {
         // Cheap checks first: a bad keys file should not leave a fresh database behind.
         let keys = load_keys(config)?;
         let upstream = Upstream::from_config(config).map_err(GatewayError::Chat)?;
+        let limits = config.file.limits.layer()?;
         let stores = stores(config).await?;
-        let stack = stack(
+        let stack = stack_with_limits(
             config,
             upstream,
             Some(&stores.persistence),
             Some(&stores.approvals),
+            limits.as_ref(),
         )
         .map_err(GatewayError::Chat)?;
         let mut gateway = Gateway::assemble(config, stack, keys);
+        gateway.limits = limits;
         gateway.state.approval_tables = Some(stores.approval_tables.clone());
         gateway.state.records = Some(stores.persistence.store().clone());
         gateway.stores = Some(stores);
@@ -279,6 +310,7 @@ impl Gateway {
             },
             shutdown_timeout: config.shutdown_timeout,
             stores: None,
+            limits: None,
         }
     }
 
@@ -287,10 +319,20 @@ impl Gateway {
         self.stores.as_ref().map(|s| &s.persistence)
     }
 
+    /// The limits layer (`[limits]` of the configuration file), when one runs.
+    pub fn limits(&self) -> Option<&LimitsLayer> {
+        self.limits.as_ref()
+    }
+
     /// The axum application.
     pub fn router(&self) -> Router {
+        let (limits, records) = (self.limits.clone(), self.state.records.clone());
+        let usage = move |caller: Option<Extension<CallerIdentity>>| {
+            crate::limits::usage(limits, records, caller.map(|Extension(c)| c))
+        };
         let api = Router::new()
             .route("/v1/chat/completions", post(chat_completions))
+            .route("/v1/usage", get(usage))
             .route_layer(middleware::from_fn_with_state(
                 self.state.clone(),
                 authenticate,
@@ -341,6 +383,10 @@ impl Gateway {
             }
         }
         drop(self.state);
+        if let Some(limits) = &self.limits {
+            // Settlements of the calls that just ended may still be on their way to the store.
+            limits.settled().await;
+        }
         if let Some(persistence) = self.stores.as_ref().map(|s| &s.persistence) {
             // Records of the calls that just ended may still sit in the writer's buffer.
             match persistence.flush().await {
