@@ -27,6 +27,9 @@ pub struct ConfigFile {
     /// `[upstreams]`: models, their fallback targets, retry, breakers, timeouts ([`crate::upstreams`]).
     #[serde(default)]
     pub upstreams: crate::upstreams::UpstreamsSection,
+    /// `[limits]`: rate limits and budgets per key, prices ([`crate::limits::LimitsSection`]).
+    #[serde(default)]
+    pub limits: crate::limits::LimitsSection,
 }
 
 impl ConfigFile {

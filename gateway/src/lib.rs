@@ -34,6 +34,7 @@ pub mod config;
 pub mod config_file;
 pub mod connection;
 mod error;
+pub mod limits;
 pub mod metrics;
 mod pending;
 pub mod request_limits;
@@ -53,7 +54,7 @@ pub use config::{CliError, Command, Config, Provider, USAGE};
 pub use error::{ApiError, MAX_ERROR_MESSAGE};
 pub use metrics::PrometheusMetrics;
 pub use pending::PendingStore;
-pub use server::{stack, stack_with_metrics, stores, ChatStack, Gateway, Stores, Upstream};
+pub use server::{stack, stack_with, stores, ChatStack, Gateway, Stores, Upstream};
 pub use wire::{ApprovalAnswer, ApprovalNotice};
 
 /// Why the gateway could not start or stopped with an error.

@@ -28,6 +28,7 @@ use tower_chat::{
 };
 use tower_chat_approval::{ApprovalLayer, PersistentApprovalStore};
 use tower_chat_function_invocation::FunctionInvocationLayer;
+use tower_chat_limits::LimitsLayer;
 use tower_chat_persistence::{
     ApprovalTables, PersistenceLayer, PostgresStore, SqliteStore, Store, StoreError,
 };
@@ -143,22 +144,26 @@ where
         + 'static,
     S::Future: Send + 'static,
 {
-    stack_with_metrics(
+    stack_with(
         config,
         upstream,
         persistence,
         approvals,
         PrometheusMetrics::new(),
+        None,
     )
 }
 
-/// [`stack`], its tracing layer recording every call into `metrics` (what `GET /metrics` shows).
-pub fn stack_with_metrics<S>(
+/// [`stack`], its tracing layer recording every call into `metrics` (what `GET /metrics` shows), and, when
+/// given, a limits layer (`[limits]` of the configuration file) right around `upstream`, inside the tool loop,
+/// so that every model round is checked before it is sent and settled with its own usage.
+pub fn stack_with<S>(
     config: &Config,
     upstream: S,
     persistence: Option<&PersistenceLayer>,
     approvals: Option<&ApprovalLayer>,
     metrics: PrometheusMetrics,
+    limits: Option<&LimitsLayer>,
 ) -> Result<ChatStack, ChatError>
 where
     S: tower::Service<ChatRequest, Response = ChatStream, Error = ChatError>
@@ -171,6 +176,10 @@ where
 {
     // Read before the leaf disappears into boxes that do not forward it.
     let metadata = upstream.model_metadata();
+    let upstream: ChatStack = match limits {
+        Some(limits) => BoxCloneSyncService::new(limits.layer(upstream)),
+        None => BoxCloneSyncService::new(upstream),
+    };
     let mut service: ChatStack = BoxCloneSyncService::new(
         FunctionInvocationLayer::new()
             .tools(server_tools(config.files.as_deref())?)
@@ -238,6 +247,7 @@ pub async fn stores(config: &Config) -> Result<Stores, GatewayError> {
     Ok(Stores {
         persistence: PersistenceLayer::builder_shared(store)
             .provider(provider)
+            .prices(config.file.limits.price_table())
             .build(),
         approvals: ApprovalLayer::new()
             .store(PersistentApprovalStore::new(tables.clone()))
@@ -277,6 +287,7 @@ pub struct Gateway {
     shutdown_timeout: Duration,
     connections: ConnectionLimits,
     stores: Option<Stores>,
+    limits: Option<LimitsLayer>,
 }
 
 impl std::fmt::Debug for Gateway {
@@ -300,21 +311,33 @@ impl Gateway {
             Some(_) => None,
             None => Some(Upstream::from_config(config).map_err(GatewayError::Chat)?),
         };
+        let limits = config.file.limits.layer()?;
         let stores = stores(config).await?;
         let (persistence, approvals) = (Some(&stores.persistence), Some(&stores.approvals));
         let catalog = router.as_ref().map(|r| r.catalog());
         let stack = match (router, upstream) {
-            (Some(router), _) => {
-                stack_with_metrics(config, router, persistence, approvals, metrics.clone())
-            }
-            (None, Some(upstream)) => {
-                stack_with_metrics(config, upstream, persistence, approvals, metrics.clone())
-            }
+            (Some(router), _) => stack_with(
+                config,
+                router,
+                persistence,
+                approvals,
+                metrics.clone(),
+                limits.as_ref(),
+            ),
+            (None, Some(upstream)) => stack_with(
+                config,
+                upstream,
+                persistence,
+                approvals,
+                metrics.clone(),
+                limits.as_ref(),
+            ),
             (None, None) => unreachable!("one of the two is built"),
         }
         .map_err(GatewayError::Chat)?;
         let mut gateway = Gateway::assemble(config, stack, keys);
         gateway.observability = Observability { metrics, catalog };
+        gateway.limits = limits;
         gateway.state.approval_tables = Some(stores.approval_tables.clone());
         gateway.state.records = Some(stores.persistence.store().clone());
         gateway.stores = Some(stores);
@@ -347,6 +370,7 @@ impl Gateway {
             connections: config.connections.clone(),
             stores: None,
             observability: Observability::default(),
+            limits: None,
         }
     }
 
@@ -360,8 +384,17 @@ impl Gateway {
         self.stores.as_ref().map(|s| &s.persistence)
     }
 
+    /// The limits layer (`[limits]` of the configuration file), when one runs.
+    pub fn limits(&self) -> Option<&LimitsLayer> {
+        self.limits.as_ref()
+    }
+
     /// The axum application.
     pub fn router(&self) -> Router {
+        let (limits, records) = (self.limits.clone(), self.state.records.clone());
+        let usage = move |caller: Option<Extension<CallerIdentity>>| {
+            crate::limits::usage(limits, records, caller.map(|Extension(c)| c))
+        };
         let api = Router::new()
             .route("/v1/chat/completions", post(endpoint::<ChatCompletions>))
             .route("/v1/messages", post(endpoint::<AnthropicMessages>))
@@ -373,6 +406,7 @@ impl Gateway {
             .merge(crate::upstreams::models_route(
                 self.observability.catalog.clone(),
             ))
+            .route("/v1/usage", get(usage))
             .route_layer(middleware::from_fn_with_state(
                 self.state.clone(),
                 authenticate,
@@ -417,6 +451,10 @@ impl Gateway {
             }
         }
         drop(self.state);
+        if let Some(limits) = &self.limits {
+            // Settlements of the calls that just ended may still be on their way to the store.
+            limits.settled().await;
+        }
         if let Some(persistence) = self.stores.as_ref().map(|s| &s.persistence) {
             // Records of the calls that just ended may still sit in the writer's buffer.
             match persistence.flush().await {

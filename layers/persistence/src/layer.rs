@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 
+use tower_chat::PriceTable;
 use tower_layer::Layer;
 
 use crate::recorder::{FailurePolicy, PersistenceStats, Recorder};
@@ -19,6 +20,7 @@ pub struct PersistenceLayer {
     pub(crate) recorder: Recorder,
     pub(crate) provider: Option<Arc<str>>,
     pub(crate) in_flight: bool,
+    pub(crate) prices: Option<Arc<PriceTable>>,
 }
 
 /// Options for a [`PersistenceLayer`].
@@ -30,9 +32,17 @@ pub struct PersistenceLayerBuilder {
     max_batch: usize,
     provider: Option<Arc<str>>,
     in_flight: bool,
+    prices: Option<Arc<PriceTable>>,
 }
 
 impl PersistenceLayerBuilder {
+    /// Price every record with this table ([`crate::CallRecord::cost`]): the requested model's price, else the
+    /// answering model's. Use the same table as the limits layer so budgets and records agree.
+    pub fn prices(mut self, prices: PriceTable) -> Self {
+        self.prices = Some(Arc::new(prices));
+        self
+    }
+
     /// How many finished records may wait for the writer (default 1024). What happens when it is full depends
     /// on the [`FailurePolicy`].
     pub fn buffer(mut self, records: usize) -> Self {
@@ -82,6 +92,7 @@ impl PersistenceLayerBuilder {
             recorder: Recorder::spawn(self.store, self.policy, self.buffer, self.max_batch),
             provider: self.provider,
             in_flight: self.in_flight,
+            prices: self.prices,
         }
     }
 }
@@ -109,6 +120,7 @@ impl PersistenceLayer {
             max_batch: 128,
             provider: None,
             in_flight: false,
+            prices: None,
         }
     }
 

@@ -6,8 +6,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use tower_chat::{
-    CallerIdentity, ChatError, ChatOptions, ChatResponse, ConversationId, FinishReason, Message,
-    Usage,
+    CallerIdentity, ChatError, ChatOptions, ChatResponse, ConversationId, Cost, FinishReason,
+    Message, Usage,
 };
 
 /// The id of one recorded chat call (a random UUID). The layer puts it into the request's extensions before
@@ -182,6 +182,10 @@ pub struct CallRecord {
     pub response: ChatResponse,
     /// How the call ended.
     pub outcome: CallOutcome,
+    /// What the call cost, priced with the layer's [`tower_chat::PriceTable`]
+    /// ([`crate::PersistenceLayerBuilder::prices`]); `None` when the layer has no price for the model.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost: Option<Cost>,
 }
 
 impl CallRecord {
@@ -433,4 +437,57 @@ mod tests {
         assert!(CallOutcome::from_columns("failed", None, None).is_err());
         assert!(CallOutcome::from_columns("exploded", None, None).is_err());
     }
+}
+
+/// Which calls [`crate::Store::spend`] sums: every filter set must match (none set: every call).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SpendQuery {
+    /// Only this caller's calls.
+    pub caller: Option<CallerIdentity>,
+    /// Only this conversation's calls.
+    pub conversation_id: Option<ConversationId>,
+    /// Only calls started at or after this instant.
+    pub since: Option<SystemTime>,
+    /// Only calls started before this instant.
+    pub until: Option<SystemTime>,
+}
+
+impl SpendQuery {
+    /// Every call of `caller`.
+    pub fn caller(caller: impl Into<CallerIdentity>) -> Self {
+        SpendQuery {
+            caller: Some(caller.into()),
+            ..SpendQuery::default()
+        }
+    }
+
+    /// Every call of a conversation.
+    pub fn conversation(conversation_id: impl Into<ConversationId>) -> Self {
+        SpendQuery {
+            conversation_id: Some(conversation_id.into()),
+            ..SpendQuery::default()
+        }
+    }
+
+    /// Only calls started in `[since, until)`.
+    pub fn between(mut self, since: SystemTime, until: SystemTime) -> Self {
+        self.since = Some(since);
+        self.until = Some(until);
+        self
+    }
+}
+
+/// What a set of calls used and cost (calls still in flight are not counted).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Spend {
+    /// Calls summed.
+    pub calls: u64,
+    /// Their input tokens.
+    pub input_tokens: u64,
+    /// Their output tokens.
+    pub output_tokens: u64,
+    /// Their cost (of the priced ones).
+    pub cost: Cost,
+    /// Calls recorded without a cost (no price for their model): `cost` leaves them out.
+    pub unpriced_calls: u64,
 }

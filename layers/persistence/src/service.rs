@@ -9,7 +9,7 @@ use std::time::SystemTime;
 use pin_project_lite::pin_project;
 use tower_chat::{
     ChatError, ChatRequest, ChatStream, ConversationId, ErrorKind, ModelInfo, ModelMetadata,
-    ResponseBuilder,
+    PriceTable, ResponseBuilder,
 };
 use tower_service::Service;
 
@@ -111,6 +111,7 @@ where
             round_index: round_index(&request.messages),
             started_at,
             provider: self.layer.provider.clone(),
+            prices: self.layer.prices.clone(),
             request: RecordedRequest {
                 messages: request.messages.clone(),
                 options: redact_options(&request.options),
@@ -136,6 +137,7 @@ pub(crate) struct Draft {
     round_index: u32,
     started_at: SystemTime,
     provider: Option<Arc<str>>,
+    prices: Option<Arc<PriceTable>>,
     request: RecordedRequest,
 }
 
@@ -155,6 +157,7 @@ impl Draft {
             request: self.request.clone(),
             response: tower_chat::ChatResponse::default(),
             outcome: CallOutcome::InFlight,
+            cost: None,
         }
     }
 
@@ -165,7 +168,17 @@ impl Draft {
         outcome: CallOutcome,
     ) -> CallRecord {
         let response = builder.finish();
+        let cost = self.prices.as_deref().and_then(|prices| {
+            [
+                self.request.options.model.as_deref(),
+                response.model.as_deref(),
+            ]
+            .into_iter()
+            .flatten()
+            .find_map(|model| prices.cost(model, &response.usage))
+        });
         CallRecord {
+            cost,
             model: response
                 .model
                 .clone()

@@ -14,7 +14,9 @@ use tower_chat::{
     AssistantMessage, CallerIdentity, ChatError, ChatEvent, ChatRequest, ChatStreamExt,
     ConversationId, ErrorKind, FinishReason, Message, ToolCall, ToolMessage, ToolSpec,
 };
-use tower_chat_persistence::{CallId, CallOutcome, CallRecord, ConversationQuery, REDACTED};
+use tower_chat_persistence::{
+    CallId, CallOutcome, CallRecord, ConversationQuery, Spend, SpendQuery, REDACTED,
+};
 
 macro_rules! suite {
     ($($name:ident),* $(,)?) => {
@@ -53,6 +55,7 @@ suite!(
     migrations_of_other_crates_are_applied_once,
     pending_approvals_are_taken_at_most_once_and_decisions_are_audited,
     in_flight_records_are_replaced_by_the_final_one,
+    records_carry_their_cost_and_spend_sums_per_caller_and_conversation,
 );
 
 fn request(conversation: &ConversationId, text: &str) -> ChatRequest {
@@ -842,4 +845,88 @@ async fn in_flight_records_are_replaced_by_the_final_one(db: &TestDb) {
         .unwrap();
     assert_eq!(response.text(), "done");
     assert_eq!(only_call(db, &conv).await.outcome, CallOutcome::Completed);
+}
+
+async fn records_carry_their_cost_and_spend_sums_per_caller_and_conversation(db: &TestDb) {
+    use tower_chat::{Cost, ModelPrice, PriceTable, Usage};
+    // $1 per million input tokens, $2 per million output tokens: `answer` uses 10 + 4 tokens = 18,000 nano-$.
+    let prices = PriceTable::new().with("scripted-model", ModelPrice::per_million_usd(1.0, 2.0));
+    let per_call = Cost::from_nanos(18_000);
+    let started = std::time::SystemTime::now();
+    for shape in SHAPES {
+        let layer = db.layer().prices(prices.clone()).build();
+        let chat = layer.layer(scripted(move |req: &ChatRequest| {
+            if req.options.model.as_deref() == Some("unpriced") {
+                // No response metadata either: nothing to price it by.
+                let usage = Usage {
+                    input_tokens: 7,
+                    output_tokens: 1,
+                    ..Usage::default()
+                };
+                stream_of(
+                    vec![
+                        Ok(ChatEvent::text("ok")),
+                        Ok(ChatEvent::Usage { usage }),
+                        Ok(ChatEvent::finish(FinishReason::Stop)),
+                    ],
+                    shape,
+                )
+            } else {
+                stream_of(answer("Hi."), shape)
+            }
+        }));
+        let alice_conv = conversation();
+        let bob_conv = conversation();
+        let call = |conv: &ConversationId, caller: &str, model: &str| {
+            request(conv, "Hello")
+                .model(model)
+                .with_extension(CallerIdentity::new(caller))
+        };
+        let alice = format!("alice-{}", common::uuid_simple());
+        let bob = format!("bob-{}", common::uuid_simple());
+        for req in [
+            call(&alice_conv, &alice, "scripted-model"),
+            call(&alice_conv, &alice, "scripted-model"),
+            call(&alice_conv, &alice, "unpriced"),
+            call(&bob_conv, &bob, "scripted-model"),
+        ] {
+            collect(chat.clone().oneshot(req).await.unwrap())
+                .await
+                .unwrap();
+        }
+        let records = db.store.conversation_calls(&alice_conv).await.unwrap();
+        let costs: Vec<_> = records.iter().map(|r| r.cost).collect();
+        assert_eq!(
+            costs,
+            vec![Some(per_call), Some(per_call), None],
+            "{shape:?}"
+        );
+
+        let spend = db
+            .store
+            .spend(&SpendQuery::caller(alice.as_str()))
+            .await
+            .unwrap();
+        assert_eq!(
+            spend,
+            Spend {
+                calls: 3,
+                input_tokens: 27,
+                output_tokens: 9,
+                cost: Cost::from_nanos(36_000),
+                unpriced_calls: 1,
+            },
+            "{shape:?}"
+        );
+        let spend = db
+            .store
+            .spend(&SpendQuery::conversation(bob_conv.clone()))
+            .await
+            .unwrap();
+        assert_eq!((spend.calls, spend.cost), (1, per_call));
+        // A period filter: nothing of bob's started before this test.
+        let before =
+            SpendQuery::caller(bob.as_str()).between(started - Duration::from_secs(3600), started);
+        assert_eq!(db.store.spend(&before).await.unwrap(), Spend::default());
+    }
 }

@@ -5,7 +5,9 @@ use std::fmt;
 use futures_util::future::BoxFuture;
 use tower_chat::{ChatError, ConversationId, ErrorKind, Message};
 
-use crate::record::{CallId, CallOutcome, CallRecord, ConversationQuery, ConversationSummary};
+use crate::record::{
+    CallId, CallOutcome, CallRecord, ConversationQuery, ConversationSummary, Spend, SpendQuery,
+};
 
 #[cfg(feature = "postgres")]
 pub mod postgres;
@@ -48,6 +50,14 @@ pub trait Store: fmt::Debug + Send + Sync + 'static {
         &'a self,
         query: &'a ConversationQuery,
     ) -> BoxFuture<'a, Result<Vec<ConversationSummary>, StoreError>>;
+
+    /// Sum the usage and cost of the recorded calls that match `query` (per caller, per conversation, per
+    /// period). The SQLite and PostgreSQL stores sum in the database; other stores answer with an error unless
+    /// they implement it.
+    fn spend<'a>(&'a self, query: &'a SpendQuery) -> BoxFuture<'a, Result<Spend, StoreError>> {
+        let _ = query;
+        Box::pin(async { Err(StoreError::new("this store cannot sum spend")) })
+    }
 
     /// The latest completed call of a conversation (the one [`Store::load_conversation`] continues from).
     fn latest_completed_call<'a>(
@@ -117,6 +127,10 @@ impl<S: Store + ?Sized> Store for std::sync::Arc<S> {
         conversation_id: &'a ConversationId,
     ) -> BoxFuture<'a, Result<Option<CallRecord>, StoreError>> {
         (**self).latest_completed_call(conversation_id)
+    }
+
+    fn spend<'a>(&'a self, query: &'a SpendQuery) -> BoxFuture<'a, Result<Spend, StoreError>> {
+        (**self).spend(query)
     }
 
     fn load_conversation<'a>(

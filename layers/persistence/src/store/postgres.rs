@@ -14,11 +14,13 @@ use tokio_postgres::NoTls;
 use tower_chat::ConversationId;
 
 use super::schema::{
-    abandon_sql, postgres_migrations, Row, StoredColumns, MIGRATIONS_TABLE, SELECT_COLUMNS,
+    abandon_sql, postgres_migrations, spend_from_row, spend_sql, Row, StoredColumns,
+    MIGRATIONS_TABLE, SELECT_COLUMNS,
 };
 use super::{Migration, Store, StoreError};
 use crate::record::{
-    from_micros, to_micros, CallId, CallRecord, ConversationQuery, ConversationSummary,
+    from_micros, to_micros, CallId, CallRecord, ConversationQuery, ConversationSummary, Spend,
+    SpendQuery,
 };
 
 pub use deadpool_postgres;
@@ -273,12 +275,13 @@ impl PostgresStore {
                     status: row.try_get(9)?,
                     error_kind: row.try_get(10)?,
                     error_message: row.try_get(11)?,
+                    cost_nanos: row.try_get(12)?,
                 };
                 Ok((
                     columns,
-                    row.try_get::<_, String>(12)?,
                     row.try_get::<_, String>(13)?,
                     row.try_get::<_, String>(14)?,
+                    row.try_get::<_, String>(15)?,
                 ))
             })
             .map(|raw: Result<_, tokio_postgres::Error>| {
@@ -292,9 +295,9 @@ impl PostgresStore {
 
 const UPSERT: &str = "INSERT INTO chat_calls (call_id, conversation_id, caller, round_index, started_at, \
     first_token_at, ended_at, provider, model, status, error_kind, error_message, finish_reason, input_tokens, \
-    output_tokens, response_text, request_messages, request_options, response) \
+    output_tokens, response_text, request_messages, request_options, response, cost_nanos) \
     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, \
-    $17::text::jsonb, $18::text::jsonb, $19::text::jsonb) \
+    $17::text::jsonb, $18::text::jsonb, $19::text::jsonb, $20) \
     ON CONFLICT (call_id) DO UPDATE SET conversation_id = excluded.conversation_id, caller = excluded.caller, \
     round_index = excluded.round_index, started_at = excluded.started_at, first_token_at = excluded.first_token_at, \
     ended_at = excluded.ended_at, provider = excluded.provider, model = excluded.model, status = excluded.status, \
@@ -302,7 +305,7 @@ const UPSERT: &str = "INSERT INTO chat_calls (call_id, conversation_id, caller, 
     finish_reason = excluded.finish_reason, input_tokens = excluded.input_tokens, \
     output_tokens = excluded.output_tokens, response_text = excluded.response_text, \
     request_messages = excluded.request_messages, request_options = excluded.request_options, \
-    response = excluded.response \
+    response = excluded.response, cost_nanos = excluded.cost_nanos \
     WHERE chat_calls.status = 'in_flight'";
 
 impl Store for PostgresStore {
@@ -325,7 +328,7 @@ impl Store for PostgresStore {
             // Issued together, the inserts are pipelined on the one connection: one round trip per batch, not
             // per record.
             try_join_all(rows.iter().map(|r| {
-                let params: [&(dyn ToSql + Sync); 19] = [
+                let params: [&(dyn ToSql + Sync); 20] = [
                     &r.call_id,
                     &r.conversation_id,
                     &r.caller,
@@ -345,6 +348,7 @@ impl Store for PostgresStore {
                     &r.request_messages,
                     &r.request_options,
                     &r.response,
+                    &r.cost_nanos,
                 ];
                 let tx = &tx;
                 let insert = &insert;
@@ -396,6 +400,30 @@ impl Store for PostgresStore {
                 )
                 .await?;
             Ok(records.pop())
+        })
+    }
+
+    fn spend<'a>(&'a self, query: &'a SpendQuery) -> BoxFuture<'a, Result<Spend, StoreError>> {
+        Box::pin(async move {
+            let caller = query.caller.as_ref().map(|c| c.as_str());
+            let conversation = query.conversation_id.as_ref().map(|c| c.as_str());
+            let since = query.since.map(to_micros);
+            let until = query.until.map(to_micros);
+            let client = self.client().await?;
+            let failed = pg_error("cannot sum spend");
+            let statement = client
+                .prepare_cached(&spend_sql(["$1", "$2", "$3", "$4"]))
+                .await
+                .map_err(failed)?;
+            let row = client
+                .query_one(&statement, &[&caller, &conversation, &since, &until])
+                .await
+                .map_err(pg_error("cannot sum spend"))?;
+            let mut values = [0i64; 5];
+            for (i, value) in values.iter_mut().enumerate() {
+                *value = row.try_get(i).map_err(pg_error("cannot sum spend"))?;
+            }
+            Ok(spend_from_row(values))
         })
     }
 

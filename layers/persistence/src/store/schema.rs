@@ -54,6 +54,7 @@ pub(crate) fn sqlite_migrations() -> Vec<Migration> {
             "tower-chat-persistence/0002_approvals",
             approvals_sql("TEXT", "INTEGER PRIMARY KEY AUTOINCREMENT"),
         ),
+        Migration::new("tower-chat-persistence/0003_call_cost", COST_SQL),
     ]
 }
 
@@ -69,6 +70,7 @@ pub(crate) fn postgres_migrations() -> Vec<Migration> {
             "tower-chat-persistence/0002_approvals",
             approvals_sql("JSONB", "BIGSERIAL PRIMARY KEY"),
         ),
+        Migration::new("tower-chat-persistence/0003_call_cost", COST_SQL),
     ]
 }
 
@@ -103,6 +105,10 @@ CREATE INDEX chat_calls_by_conversation ON chat_calls (conversation_id, started_
 CREATE INDEX chat_calls_by_caller ON chat_calls (caller, started_at);"
     )
 }
+
+/// Each call's cost in nano-dollars (`tower_chat::Cost`), NULL when unpriced; the same in both dialects.
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+const COST_SQL: &str = "ALTER TABLE chat_calls ADD COLUMN cost_nanos BIGINT";
 
 /// Pending approvals (one row per approval id, deleted when taken) and the approval audit log (append-only),
 /// for [`crate::approvals::ApprovalTables`].
@@ -167,13 +173,14 @@ pub(crate) struct Row {
     pub(crate) request_messages: String,
     pub(crate) request_options: String,
     pub(crate) response: String,
+    pub(crate) cost_nanos: Option<i64>,
 }
 
 /// The columns read back to rebuild a record (the scalar summaries are derived, so not read).
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub(crate) const SELECT_COLUMNS: &str =
     "call_id, conversation_id, caller, round_index, started_at, \
-    first_token_at, ended_at, provider, model, status, error_kind, error_message";
+    first_token_at, ended_at, provider, model, status, error_kind, error_message, cost_nanos";
 
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod row {
@@ -214,6 +221,9 @@ mod row {
                     serde_json::to_string(&record.request.options),
                 )?,
                 response: json("response", serde_json::to_string(&record.response))?,
+                cost_nanos: record
+                    .cost
+                    .map(|c| i64::try_from(c.as_nanos()).unwrap_or(i64::MAX)),
             })
         }
     }
@@ -235,6 +245,7 @@ pub(crate) struct StoredColumns {
     pub(crate) status: String,
     pub(crate) error_kind: Option<String>,
     pub(crate) error_message: Option<String>,
+    pub(crate) cost_nanos: Option<i64>,
 }
 
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
@@ -266,6 +277,39 @@ impl StoredColumns {
             },
             response: decode_json("response", response)?,
             outcome,
+            cost: self
+                .cost_nanos
+                .map(|n| tower_chat::Cost::from_nanos(u64::try_from(n).unwrap_or(0))),
         })
+    }
+}
+
+/// The aggregate of [`crate::Store::spend`] over `chat_calls`, with the dialect's placeholders for the
+/// caller, conversation, since and until parameters (a NULL parameter matches every row). Sums are cast to
+/// BIGINT (PostgreSQL sums BIGINTs as NUMERIC).
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+pub(crate) fn spend_sql(p: [&str; 4]) -> String {
+    let [caller, conversation, since, until] = p;
+    format!(
+        "SELECT COUNT(*), CAST(COALESCE(SUM(input_tokens), 0) AS BIGINT), \
+         CAST(COALESCE(SUM(output_tokens), 0) AS BIGINT), CAST(COALESCE(SUM(cost_nanos), 0) AS BIGINT), \
+         COUNT(*) - COUNT(cost_nanos) FROM chat_calls WHERE status <> 'in_flight' \
+         AND (CAST({caller} AS TEXT) IS NULL OR caller = {caller}) \
+         AND (CAST({conversation} AS TEXT) IS NULL OR conversation_id = {conversation}) \
+         AND (CAST({since} AS BIGINT) IS NULL OR started_at >= {since}) \
+         AND (CAST({until} AS BIGINT) IS NULL OR started_at < {until})"
+    )
+}
+
+/// A row of [`spend_sql`] as a [`crate::Spend`].
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+pub(crate) fn spend_from_row(values: [i64; 5]) -> crate::record::Spend {
+    let [calls, input, output, cost, unpriced] = values.map(|v| u64::try_from(v).unwrap_or(0));
+    crate::record::Spend {
+        calls,
+        input_tokens: input,
+        output_tokens: output,
+        cost: tower_chat::Cost::from_nanos(cost),
+        unpriced_calls: unpriced,
     }
 }

@@ -19,11 +19,13 @@ use tokio::sync::oneshot;
 use tower_chat::ConversationId;
 
 use super::schema::{
-    abandon_sql, sqlite_migrations, Row, StoredColumns, MIGRATIONS_TABLE, SELECT_COLUMNS,
+    abandon_sql, spend_from_row, spend_sql, sqlite_migrations, Row, StoredColumns,
+    MIGRATIONS_TABLE, SELECT_COLUMNS,
 };
 use super::{Migration, Store, StoreError};
 use crate::record::{
-    from_micros, to_micros, CallId, CallRecord, ConversationQuery, ConversationSummary,
+    from_micros, to_micros, CallId, CallRecord, ConversationQuery, ConversationSummary, Spend,
+    SpendQuery,
 };
 
 pub use rusqlite;
@@ -233,8 +235,8 @@ impl SqliteStore {
 
 const UPSERT: &str = "INSERT INTO chat_calls (call_id, conversation_id, caller, round_index, started_at, \
     first_token_at, ended_at, provider, model, status, error_kind, error_message, finish_reason, input_tokens, \
-    output_tokens, response_text, request_messages, request_options, response) \
-    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19) \
+    output_tokens, response_text, request_messages, request_options, response, cost_nanos) \
+    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20) \
     ON CONFLICT (call_id) DO UPDATE SET conversation_id = excluded.conversation_id, caller = excluded.caller, \
     round_index = excluded.round_index, started_at = excluded.started_at, first_token_at = excluded.first_token_at, \
     ended_at = excluded.ended_at, provider = excluded.provider, model = excluded.model, status = excluded.status, \
@@ -242,7 +244,7 @@ const UPSERT: &str = "INSERT INTO chat_calls (call_id, conversation_id, caller, 
     finish_reason = excluded.finish_reason, input_tokens = excluded.input_tokens, \
     output_tokens = excluded.output_tokens, response_text = excluded.response_text, \
     request_messages = excluded.request_messages, request_options = excluded.request_options, \
-    response = excluded.response \
+    response = excluded.response, cost_nanos = excluded.cost_nanos \
     WHERE chat_calls.status = 'in_flight'";
 
 type RawRecord = (StoredColumns, String, String, String);
@@ -262,10 +264,11 @@ fn read_raw(row: &rusqlite::Row<'_>) -> rusqlite::Result<RawRecord> {
             status: row.get(9)?,
             error_kind: row.get(10)?,
             error_message: row.get(11)?,
+            cost_nanos: row.get(12)?,
         },
-        row.get(12)?,
         row.get(13)?,
         row.get(14)?,
+        row.get(15)?,
     ))
 }
 
@@ -314,6 +317,7 @@ impl Store for SqliteStore {
                             r.request_messages,
                             r.request_options,
                             r.response,
+                            r.cost_nanos,
                         ])?;
                     }
                 }
@@ -376,6 +380,33 @@ impl Store for SqliteStore {
                 })
                 .await?;
             raw.map(decode).transpose()
+        })
+    }
+
+    fn spend<'a>(&'a self, query: &'a SpendQuery) -> BoxFuture<'a, Result<Spend, StoreError>> {
+        let caller = query.caller.as_ref().map(|c| c.as_str().to_owned());
+        let conversation = query
+            .conversation_id
+            .as_ref()
+            .map(|c| c.as_str().to_owned());
+        let since = query.since.map(to_micros);
+        let until = query.until.map(to_micros);
+        Box::pin(async move {
+            let row = self
+                .run("cannot sum spend", move |conn| {
+                    conn.prepare_cached(&spend_sql(["?1", "?2", "?3", "?4"]))?
+                        .query_row(params![caller, conversation, since, until], |row| {
+                            Ok([
+                                row.get(0)?,
+                                row.get(1)?,
+                                row.get(2)?,
+                                row.get(3)?,
+                                row.get(4)?,
+                            ])
+                        })
+                })
+                .await?;
+            Ok(spend_from_row(row))
         })
     }
 

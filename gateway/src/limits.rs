@@ -1,0 +1,370 @@
+//! Rate limits and budgets per gateway key: the `[limits]` table of the configuration file, the
+//! [`tower_chat_limits::LimitsLayer`] built from it, and `GET /v1/usage`.
+//!
+//! ```
+//! use tower_chat_gateway::config_file::ConfigFile;
+//!
+//! let file = ConfigFile::parse(r#"
+//! [limits]
+//! store = "memory"
+//!
+//! [limits.default]
+//! requests_per_minute = 60
+//! output_tokens_per_minute = 100000
+//! cost_per_day_usd = 5.0
+//! concurrent = 4
+//!
+//! [limits.keys.key-2]          # the caller of the API keys file's line 2
+//! cost_per_month_usd = 500.0
+//!
+//! [limits.models."gpt-4o"]     # each caller's use of gpt-4o, on top of the caller's own limits
+//! requests_per_minute = 10
+//!
+//! [limits.prices."gpt-4o-mini"] # dollars per million tokens
+//! input = 0.15
+//! output = 0.6
+//! cached_input = 0.075
+//! "#, "gateway.toml").unwrap();
+//! assert!(file.limits.is_enabled());
+//! ```
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::response::{IntoResponse, Response};
+use http::StatusCode;
+use serde::Deserialize;
+use serde_json::{json, Value};
+use tower_chat::{CallerIdentity, Cost, ModelPrice, PriceTable};
+use tower_chat_limits::{
+    CounterKind, LimitPolicy, Limits, LimitsLayer, RedisStore, StoreFailure, WindowLimit, ANONYMOUS,
+};
+use tower_chat_persistence::{SpendQuery, Store};
+
+use crate::error::{json_response, ApiError};
+use crate::GatewayError;
+
+/// The `[limits]` table: where counters live, the default limits, per-key and per-model limits, and prices.
+/// Without any limit set, no limits layer runs.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LimitsSection {
+    /// `"memory"` (default: this process only) or `"redis"` (shared by every replica using `redis_url`).
+    #[serde(default)]
+    pub store: StoreKind,
+    /// The Redis server, for `store = "redis"` (default `redis://127.0.0.1:6379`).
+    pub redis_url: Option<String>,
+    /// The prefix of the Redis keys (default `tower-chat:limits:`).
+    pub redis_prefix: Option<String>,
+    /// `"fail_closed"` (default: a store failure refuses calls with 500 `store_failed`) or `"fail_open"`
+    /// (admitted unchecked, logged and counted).
+    #[serde(default)]
+    pub on_store_error: OnStoreError,
+    /// Output tokens reserved for a request without `max_tokens` (default 4096).
+    pub default_max_output_tokens: Option<u32>,
+    /// Limits of every key without an entry in `keys`.
+    #[serde(default)]
+    pub default: LimitsEntry,
+    /// Limits per caller id (`key-N` for the API keys file's line N), instead of the default.
+    #[serde(default)]
+    pub keys: BTreeMap<String, LimitsEntry>,
+    /// Limits on every caller's use of one model, on top of the caller's own.
+    #[serde(default)]
+    pub models: BTreeMap<String, LimitsEntry>,
+    /// Prices per model id (or id prefix), in dollars per million tokens.
+    #[serde(default)]
+    pub prices: BTreeMap<String, PriceEntry>,
+}
+
+/// Where the counters live.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StoreKind {
+    /// In this process.
+    #[default]
+    Memory,
+    /// In Redis.
+    Redis,
+}
+
+/// What a store failure does.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnStoreError {
+    /// Refuse the call.
+    #[default]
+    FailClosed,
+    /// Admit it unchecked.
+    FailOpen,
+}
+
+/// One set of limits; every field is optional.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LimitsEntry {
+    /// Calls per minute.
+    pub requests_per_minute: Option<u64>,
+    /// Calls per UTC day (instead of `requests_per_minute`, which wins when both are set).
+    pub requests_per_day: Option<u64>,
+    /// Input tokens per minute.
+    pub input_tokens_per_minute: Option<u64>,
+    /// Output tokens per minute.
+    pub output_tokens_per_minute: Option<u64>,
+    /// Dollars per UTC day.
+    pub cost_per_day_usd: Option<f64>,
+    /// Dollars per UTC calendar month.
+    pub cost_per_month_usd: Option<f64>,
+    /// Calls in progress at once.
+    pub concurrent: Option<u64>,
+}
+
+impl LimitsEntry {
+    /// The layer's limits.
+    pub fn limits(&self) -> Limits {
+        Limits {
+            requests: self
+                .requests_per_minute
+                .map(WindowLimit::per_minute)
+                .or_else(|| {
+                    self.requests_per_day
+                        .map(|n| WindowLimit::new(n, Duration::from_secs(86_400)))
+                }),
+            input_tokens: self.input_tokens_per_minute.map(WindowLimit::per_minute),
+            output_tokens: self.output_tokens_per_minute.map(WindowLimit::per_minute),
+            cost_per_day: self.cost_per_day_usd.map(Cost::from_usd),
+            cost_per_month: self.cost_per_month_usd.map(Cost::from_usd),
+            concurrent: self.concurrent,
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.limits() == Limits::none()
+    }
+}
+
+/// A model's price, in dollars per million tokens.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PriceEntry {
+    /// Input tokens.
+    pub input: f64,
+    /// Output tokens.
+    pub output: f64,
+    /// Cached input tokens (default: the input price).
+    pub cached_input: Option<f64>,
+    /// Reasoning tokens (default: the output price).
+    pub reasoning: Option<f64>,
+}
+
+impl PriceEntry {
+    /// The price.
+    pub fn price(&self) -> ModelPrice {
+        let mut price = ModelPrice::per_million_usd(self.input, self.output);
+        if let Some(cached) = self.cached_input {
+            price = price.cached_input_usd(cached);
+        }
+        if let Some(reasoning) = self.reasoning {
+            price = price.reasoning_usd(reasoning);
+        }
+        price
+    }
+}
+
+impl LimitsSection {
+    /// Whether any limit is set (otherwise no limits layer runs).
+    pub fn is_enabled(&self) -> bool {
+        !self.default.is_empty()
+            || self.keys.values().any(|e| !e.is_empty())
+            || self.models.values().any(|e| !e.is_empty())
+    }
+
+    /// The price table.
+    pub fn price_table(&self) -> PriceTable {
+        let mut table = PriceTable::new();
+        for (model, price) in &self.prices {
+            table.insert(model.clone(), price.price());
+        }
+        table
+    }
+
+    /// The limits layer this table describes, or `None` when no limit is set.
+    ///
+    /// # Errors
+    /// A bad Redis URL, or a price or budget that is negative or not a number.
+    pub fn layer(&self) -> Result<Option<LimitsLayer>, GatewayError> {
+        if !self.is_enabled() {
+            return Ok(None);
+        }
+        let bad = |what: String| GatewayError::Config(format!("[limits] {what}"));
+        let entries = std::iter::once(("default".to_owned(), &self.default))
+            .chain(self.keys.iter().map(|(k, e)| (format!("keys.{k}"), e)))
+            .chain(self.models.iter().map(|(m, e)| (format!("models.{m}"), e)));
+        for (name, entry) in entries {
+            for usd in [entry.cost_per_day_usd, entry.cost_per_month_usd]
+                .into_iter()
+                .flatten()
+            {
+                if !usd.is_finite() || usd < 0.0 {
+                    return Err(bad(format!("{name}: a budget must be a dollar amount ≥ 0")));
+                }
+            }
+        }
+        for (model, price) in &self.prices {
+            let values = [
+                Some(price.input),
+                Some(price.output),
+                price.cached_input,
+                price.reasoning,
+            ];
+            if values
+                .into_iter()
+                .flatten()
+                .any(|v| !v.is_finite() || v < 0.0)
+            {
+                return Err(bad(format!(
+                    "prices.{model}: prices must be dollar amounts ≥ 0"
+                )));
+            }
+        }
+        let mut policy = LimitPolicy::new(self.default.limits());
+        for (key, entry) in &self.keys {
+            policy = policy.caller(key.clone(), entry.limits());
+        }
+        for (model, entry) in &self.models {
+            policy = policy.model(model.clone(), entry.limits());
+        }
+        let mut builder = LimitsLayer::builder(policy)
+            .prices(self.price_table())
+            .on_store_error(match self.on_store_error {
+                OnStoreError::FailClosed => StoreFailure::FailClosed,
+                OnStoreError::FailOpen => StoreFailure::FailOpen,
+            });
+        if let Some(tokens) = self.default_max_output_tokens {
+            builder = builder.default_max_output_tokens(tokens);
+        }
+        if self.store == StoreKind::Redis {
+            let url = self
+                .redis_url
+                .clone()
+                .unwrap_or_else(|| "redis://127.0.0.1:6379".to_owned());
+            let mut store = RedisStore::builder(url).timeout(Duration::from_secs(1));
+            if let Some(prefix) = &self.redis_prefix {
+                store = store.prefix(prefix.clone());
+            }
+            builder = builder.store(store.build().map_err(|e| bad(e.to_string()))?);
+        }
+        Ok(Some(builder.build()))
+    }
+}
+
+/// `GET /v1/usage`: the caller's counters (used, limit, remaining, reset time; costs also in dollars) and, when
+/// calls are recorded, their recorded spend.
+pub(crate) async fn usage(
+    limits: Option<LimitsLayer>,
+    records: Option<Arc<dyn Store>>,
+    caller: Option<CallerIdentity>,
+) -> Response {
+    let caller_id = caller.as_ref().map_or(ANONYMOUS, |c| c.as_str()).to_owned();
+    let mut body =
+        json!({"object": "usage", "caller": caller_id, "limits": null, "recorded": null});
+    if let Some(limits) = limits {
+        match limits.usage(&caller_id).await {
+            Ok(report) => {
+                let scopes: Vec<Value> = report
+                    .scopes
+                    .iter()
+                    .map(|scope| {
+                        let counters: Vec<Value> =
+                            scope.counters.iter().map(counter_json).collect();
+                        json!({"model": scope.model, "counters": counters})
+                    })
+                    .collect();
+                body["limits"] = Value::Array(scopes);
+            }
+            Err(error) => return ApiError::from_chat(&error).into_response(),
+        }
+    }
+    if let Some(records) = records {
+        let query = SpendQuery {
+            caller: caller.clone(),
+            ..SpendQuery::default()
+        };
+        match records.spend(&query).await {
+            Ok(spend) => {
+                body["recorded"] = json!({
+                    "calls": spend.calls,
+                    "input_tokens": spend.input_tokens,
+                    "output_tokens": spend.output_tokens,
+                    "cost_usd": spend.cost.as_usd(),
+                    "unpriced_calls": spend.unpriced_calls,
+                });
+            }
+            Err(error) => tracing::warn!(%error, "cannot sum the caller's recorded spend"),
+        }
+    }
+    json_response(StatusCode::OK, &body)
+}
+
+fn counter_json(counter: &tower_chat_limits::CounterUsage) -> Value {
+    let mut value = json!({
+        "kind": counter.kind,
+        "used": counter.used,
+        "limit": counter.limit,
+        "remaining": counter.remaining,
+        "resets_at": counter.resets_at_ms.map(|ms| ms.div_ceil(1000)),
+    });
+    if matches!(
+        counter.kind,
+        CounterKind::CostPerDay | CounterKind::CostPerMonth
+    ) {
+        let usd = |nanos: u64| Cost::from_nanos(nanos).as_usd();
+        value["unit"] = json!("nano_usd");
+        value["used_usd"] = json!(usd(counter.used));
+        value["limit_usd"] = json!(usd(counter.limit));
+        value["remaining_usd"] = json!(usd(counter.remaining));
+    }
+    value
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config_file::ConfigFile;
+
+    #[test]
+    fn an_empty_table_runs_no_layer_and_unknown_keys_are_refused() {
+        let file = ConfigFile::parse("[limits]\nstore = \"memory\"\n", "g.toml").unwrap();
+        assert!(!file.limits.is_enabled());
+        assert!(file.limits.layer().unwrap().is_none());
+        let err =
+            ConfigFile::parse("[limits.default]\nrequests_per_hour = 1\n", "g.toml").unwrap_err();
+        assert_eq!(err.line(), Some(2), "{err}");
+        let err = ConfigFile::parse("[limits]\nstore = \"etcd\"\n", "g.toml").unwrap_err();
+        assert!(
+            err.message().contains("etcd") || err.message().contains("variant"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn entries_become_limits_and_prices() {
+        let file = ConfigFile::parse(
+            "[limits.default]\nrequests_per_minute = 2\ncost_per_day_usd = 1.5\n\
+             [limits.prices.\"m\"]\ninput = 1.0\noutput = 2.0\nreasoning = 4.0\n",
+            "g.toml",
+        )
+        .unwrap();
+        let limits = file.limits.default.limits();
+        assert_eq!(limits.requests, Some(WindowLimit::per_minute(2)));
+        assert_eq!(limits.cost_per_day, Some(Cost::from_usd(1.5)));
+        let price = *file.limits.price_table().price("m").unwrap();
+        assert_eq!(
+            price,
+            ModelPrice::per_million_usd(1.0, 2.0).reasoning_usd(4.0)
+        );
+        let bad =
+            ConfigFile::parse("[limits.default]\ncost_per_day_usd = -1.0\n", "g.toml").unwrap();
+        assert!(bad.limits.layer().is_err());
+    }
+}

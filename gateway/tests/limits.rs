@@ -1,0 +1,202 @@
+//! Limits through the gateway: two gateways (separate listeners, separate Redis clients) on one Redis hold one
+//! cap under concurrent callers; 429 with `Retry-After` and an OpenAI-style body; `GET /v1/usage`.
+
+mod common;
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use common::{post, request, Answer, Harness};
+use futures_util::stream::{FuturesUnordered, StreamExt};
+use http::Request;
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use serde_json::Value;
+use tower_chat::test_server::{Part, Reply};
+use tower_chat_gateway::limits::{LimitsEntry, LimitsSection, PriceEntry, StoreKind};
+
+const KEY: &str = "sk-alice";
+
+fn redis_url() -> Option<String> {
+    match std::env::var("REDIS_URL") {
+        Ok(url) if !url.is_empty() => Some(url),
+        _ => {
+            eprintln!("SKIPPED: REDIS_URL is not set; the shared-limits gateway tests did not run");
+            None
+        }
+    }
+}
+
+fn section(url: &str, test: &str, default: LimitsEntry) -> LimitsSection {
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    let mut section = LimitsSection {
+        store: StoreKind::Redis,
+        redis_url: Some(url.to_owned()),
+        redis_prefix: Some(format!("tower-chat-gateway-test:{test}:{nanos}:")),
+        default,
+        ..LimitsSection::default()
+    };
+    section.prices.insert(
+        "test-model".into(),
+        PriceEntry {
+            input: 1.0,
+            output: 2.0,
+            ..PriceEntry::default()
+        },
+    );
+    section
+}
+
+/// Two gateways sharing `limits`, each with its own scripted upstream answering with `reply`.
+async fn two_gateways(limits: &LimitsSection, reply: Reply) -> (tempfile::TempDir, [Harness; 2]) {
+    let keys = tempfile::tempdir().unwrap();
+    let keys_file = keys.path().join("keys");
+    std::fs::write(&keys_file, format!("{KEY}\n")).unwrap();
+    let start = || {
+        let (limits, keys_file, reply) = (limits.clone(), keys_file.clone(), reply.clone());
+        Harness::start(
+            move |_req, _i| reply.clone(),
+            move |config| {
+                config.api_keys_file = Some(keys_file);
+                config.file.limits = limits;
+            },
+        )
+    };
+    let a = start().await;
+    let b = start().await;
+    (keys, [a, b])
+}
+
+async fn chat(harness: &Harness) -> Answer {
+    let body = request(false, "Hello").to_string();
+    post(
+        &harness.url("/v1/chat/completions"),
+        body,
+        &[("authorization", &format!("Bearer {KEY}"))],
+    )
+    .await
+}
+
+async fn usage(harness: &Harness) -> Value {
+    let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
+    let request = Request::get(harness.url("/v1/usage"))
+        .header("authorization", format!("Bearer {KEY}"))
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    let response = client.request(request).await.unwrap();
+    assert_eq!(response.status(), 200);
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    serde_json::from_slice(&body).unwrap()
+}
+
+fn counter<'a>(usage: &'a Value, kind: &str) -> &'a Value {
+    usage["limits"][0]["counters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["kind"] == kind)
+        .unwrap_or_else(|| panic!("no {kind} counter in {usage}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_gateways_on_one_redis_admit_exactly_the_cap_and_answer_429() {
+    let Some(url) = redis_url() else { return };
+    let limits = section(
+        &url,
+        "requests",
+        LimitsEntry {
+            requests_per_day: Some(20),
+            ..LimitsEntry::default()
+        },
+    );
+    let (_keys, gateways) = two_gateways(&limits, Reply::openai_text("Hi there")).await;
+    let answers: Vec<Answer> = (0..200)
+        .map(|i| chat(&gateways[i % 2]))
+        .collect::<FuturesUnordered<_>>()
+        .collect()
+        .await;
+    let ok = answers.iter().filter(|a| a.status == 200).count();
+    assert_eq!(
+        ok,
+        20,
+        "{:?}",
+        answers.iter().map(|a| a.status).collect::<Vec<_>>()
+    );
+    for refused in answers.iter().filter(|a| a.status != 200) {
+        assert_eq!(refused.status, 429, "{}", refused.body);
+        let retry_after: u64 = refused.headers["retry-after"]
+            .to_str()
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!((1..=86_400).contains(&retry_after), "{retry_after}");
+        let body = refused.json();
+        assert_eq!(body["error"]["type"], "rate_limit_error");
+        assert_eq!(body["error"]["code"], "rate_limit_exceeded");
+    }
+    // Only admitted calls reached an upstream.
+    let upstream_calls: usize = gateways.iter().map(|g| g.provider.requests().len()).sum();
+    assert_eq!(upstream_calls, 20);
+
+    // Either gateway reports the shared counters, and the recorded spend of its own calls.
+    let report = usage(&gateways[1]).await;
+    assert_eq!(report["caller"], "key-1");
+    let requests = counter(&report, "requests");
+    assert_eq!(
+        (requests["used"].as_u64(), requests["remaining"].as_u64()),
+        (Some(20), Some(0))
+    );
+    // Every request this gateway served is recorded, the refused ones as failed calls without tokens; each
+    // answered one used 12 prompt tokens at $1/M and 5 completion tokens at $2/M.
+    let recorded = &report["recorded"];
+    assert_eq!(recorded["calls"], 100, "{recorded}");
+    let answered = recorded["input_tokens"].as_u64().unwrap() / 12;
+    assert!((1..=20).contains(&answered), "{recorded}");
+    assert_eq!(recorded["output_tokens"].as_u64(), Some(answered * 5));
+    let expected = answered as f64 * 22e-6;
+    assert!(
+        (recorded["cost_usd"].as_f64().unwrap() - expected).abs() < 1e-12,
+        "{recorded}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_in_progress_are_capped_across_both_gateways() {
+    let Some(url) = redis_url() else { return };
+    let limits = section(
+        &url,
+        "concurrent",
+        LimitsEntry {
+            concurrent: Some(5),
+            cost_per_month_usd: Some(10.0),
+            ..LimitsEntry::default()
+        },
+    );
+    // The upstream never finishes: admitted calls stay in progress.
+    let hang = Reply::openai_text("").then(Part::Hang);
+    let hang = Reply {
+        parts: vec![Part::Hang],
+        ..hang
+    };
+    let (_keys, gateways) = two_gateways(&limits, hang).await;
+    let mut calls: FuturesUnordered<_> = (0..40).map(|i| chat(&gateways[i % 2])).collect();
+    // 35 calls are refused while 5 are in progress (they never end, so they cannot free a slot).
+    for _ in 0..35 {
+        let answer = calls.next().await.unwrap();
+        assert_eq!(answer.status, 429, "{}", answer.body);
+        assert_eq!(answer.json()["error"]["type"], "rate_limit_error");
+    }
+    let report = usage(&gateways[0]).await;
+    assert_eq!(counter(&report, "concurrent")["used"], 5, "{report}");
+    let month = counter(&report, "cost_per_month");
+    assert_eq!(month["limit_usd"], 10.0);
+    assert!(
+        month["used"].as_u64().unwrap() > 0,
+        "the in-progress calls' estimates are reserved"
+    );
+    drop(calls);
+}

@@ -1,0 +1,548 @@
+//! [`LimitsLayer`]: the policy, the store, the price table and the clock, shared by every service it builds.
+
+use std::fmt;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use serde::Serialize;
+use tokio::sync::Notify;
+use tower_chat::{ChatError, ChatRequest, Cost, ErrorKind, Message, ModelPrice, PriceTable, Usage};
+use tower_layer::Layer;
+
+use crate::clock::{Clock, SystemClock};
+use crate::limits::{CounterKind, LimitPolicy, ANONYMOUS};
+use crate::service::Limited;
+use crate::store::{
+    Admission, CounterUsage, Demand, LimitStore, LimitStoreError, MemoryStore, StoreReply, Ticket,
+};
+
+/// What a store failure (Redis unreachable, a timeout) does to calls.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum StoreFailure {
+    /// Refuse the call with an [`ErrorKind::Store`] error (the default: a budget that cannot be checked is not
+    /// spent).
+    #[default]
+    FailClosed,
+    /// Admit the call without counting it; the failure is logged and counted in
+    /// [`LimitStats::admitted_unchecked`].
+    FailOpen,
+}
+
+/// Counters of what the layer decided.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct LimitStats {
+    /// Calls admitted with a reservation.
+    pub admitted: u64,
+    /// Calls refused as over a limit.
+    pub rejected: u64,
+    /// Store failures at admission.
+    pub store_errors: u64,
+    /// Calls admitted without a check because the store failed and the policy is [`StoreFailure::FailOpen`].
+    pub admitted_unchecked: u64,
+    /// Settlements the store failed to apply (logged).
+    pub settle_errors: u64,
+}
+
+#[derive(Debug, Default)]
+struct Counters {
+    admitted: AtomicU64,
+    rejected: AtomicU64,
+    store_errors: AtomicU64,
+    admitted_unchecked: AtomicU64,
+    settle_errors: AtomicU64,
+}
+
+/// Settlements handed to the runtime and not finished yet.
+#[derive(Debug, Default)]
+struct InFlight {
+    count: AtomicUsize,
+    idle: Notify,
+}
+
+pub(crate) struct Shared {
+    pub(crate) store: Arc<dyn LimitStore>,
+    policy: LimitPolicy,
+    prices: PriceTable,
+    clock: Arc<dyn Clock>,
+    default_max_output_tokens: u32,
+    chars_per_token: u32,
+    default_model: Option<Arc<str>>,
+    on_store_error: StoreFailure,
+    counters: Counters,
+    settling: InFlight,
+    next_ticket: AtomicU64,
+}
+
+impl fmt::Debug for Shared {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LimitsLayer")
+            .field("store", &self.store)
+            .field("policy", &self.policy)
+            .field("prices", &self.prices)
+            .field("clock", &self.clock)
+            .field("default_max_output_tokens", &self.default_max_output_tokens)
+            .field("chars_per_token", &self.chars_per_token)
+            .field("default_model", &self.default_model)
+            .field("on_store_error", &self.on_store_error)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Rate limits and budgets for every call that passes through it.
+///
+/// Cloning is cheap; clones and the services they build share one store, policy and set of counters.
+#[derive(Clone, Debug)]
+pub struct LimitsLayer {
+    pub(crate) shared: Arc<Shared>,
+}
+
+/// Options for a [`LimitsLayer`].
+#[derive(Debug)]
+pub struct LimitsLayerBuilder {
+    store: Arc<dyn LimitStore>,
+    policy: LimitPolicy,
+    prices: PriceTable,
+    clock: Arc<dyn Clock>,
+    default_max_output_tokens: u32,
+    chars_per_token: u32,
+    default_model: Option<Arc<str>>,
+    on_store_error: StoreFailure,
+}
+
+impl LimitsLayerBuilder {
+    /// Where counters live (default: a fresh [`MemoryStore`]).
+    pub fn store(self, store: impl LimitStore) -> Self {
+        self.store_shared(Arc::new(store))
+    }
+
+    /// A store shared with other layers or an application.
+    pub fn store_shared(mut self, store: Arc<dyn LimitStore>) -> Self {
+        self.store = store;
+        self
+    }
+
+    /// Prices by model, for cost budgets and the cost of each call.
+    pub fn prices(mut self, prices: PriceTable) -> Self {
+        self.prices = prices;
+        self
+    }
+
+    /// The clock windows are computed from (default: [`SystemClock`]).
+    pub fn clock(mut self, clock: impl Clock) -> Self {
+        self.clock = Arc::new(clock);
+        self
+    }
+
+    /// Output tokens reserved for a call that sets no `max_output_tokens` (default 4096).
+    pub fn default_max_output_tokens(mut self, tokens: u32) -> Self {
+        self.default_max_output_tokens = tokens;
+        self
+    }
+
+    /// Characters per token assumed when estimating a prompt, or output that arrived without a usage report
+    /// (default 4).
+    pub fn chars_per_token(mut self, chars: u32) -> Self {
+        self.chars_per_token = chars.max(1);
+        self
+    }
+
+    /// The model of requests that name none (the leaf's default model), for per-model limits and prices.
+    pub fn default_model(mut self, model: impl Into<String>) -> Self {
+        self.default_model = Some(Arc::from(model.into()));
+        self
+    }
+
+    /// What a store failure does (default [`StoreFailure::FailClosed`]).
+    pub fn on_store_error(mut self, policy: StoreFailure) -> Self {
+        self.on_store_error = policy;
+        self
+    }
+
+    /// Build the layer.
+    pub fn build(self) -> LimitsLayer {
+        LimitsLayer {
+            shared: Arc::new(Shared {
+                store: self.store,
+                policy: self.policy,
+                prices: self.prices,
+                clock: self.clock,
+                default_max_output_tokens: self.default_max_output_tokens,
+                chars_per_token: self.chars_per_token,
+                default_model: self.default_model,
+                on_store_error: self.on_store_error,
+                counters: Counters::default(),
+                settling: InFlight::default(),
+                next_ticket: AtomicU64::new(0),
+            }),
+        }
+    }
+}
+
+impl LimitsLayer {
+    /// A layer with `policy`, counting in this process ([`MemoryStore`]), without prices.
+    pub fn new(policy: LimitPolicy) -> Self {
+        LimitsLayer::builder(policy).build()
+    }
+
+    /// Options for a layer with `policy`.
+    pub fn builder(policy: LimitPolicy) -> LimitsLayerBuilder {
+        LimitsLayerBuilder {
+            store: Arc::new(MemoryStore::new()),
+            policy,
+            prices: PriceTable::new(),
+            clock: Arc::new(SystemClock),
+            default_max_output_tokens: 4096,
+            chars_per_token: 4,
+            default_model: None,
+            on_store_error: StoreFailure::default(),
+        }
+    }
+
+    /// The policy.
+    pub fn policy(&self) -> &LimitPolicy {
+        &self.shared.policy
+    }
+
+    /// The price table.
+    pub fn prices(&self) -> &PriceTable {
+        &self.shared.prices
+    }
+
+    /// The store.
+    pub fn store(&self) -> &Arc<dyn LimitStore> {
+        &self.shared.store
+    }
+
+    /// The decision counters.
+    pub fn stats(&self) -> LimitStats {
+        let c = &self.shared.counters;
+        LimitStats {
+            admitted: c.admitted.load(Ordering::Relaxed),
+            rejected: c.rejected.load(Ordering::Relaxed),
+            store_errors: c.store_errors.load(Ordering::Relaxed),
+            admitted_unchecked: c.admitted_unchecked.load(Ordering::Relaxed),
+            settle_errors: c.settle_errors.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Wait until every settlement handed to the runtime so far has been applied (or has failed). With the
+    /// in-process store settlements are applied at once and this returns at once.
+    pub async fn settled(&self) {
+        let settling = &self.shared.settling;
+        loop {
+            let idle = settling.idle.notified();
+            if settling.count.load(Ordering::SeqCst) == 0 {
+                return;
+            }
+            idle.await;
+        }
+    }
+
+    /// `caller`'s counters now: their own scope, then one per model with limits of its own.
+    pub async fn usage(&self, caller: &str) -> Result<UsageReport, ChatError> {
+        let shared = &self.shared;
+        let now = shared.clock.now_millis();
+        let mut scopes = shared.policy.scopes(caller, None);
+        for model in shared.policy.models_for(caller) {
+            scopes.extend(
+                shared
+                    .policy
+                    .scopes(caller, Some(&model))
+                    .into_iter()
+                    .skip(1),
+            );
+        }
+        let mut report = UsageReport {
+            caller: caller.to_owned(),
+            scopes: Vec::with_capacity(scopes.len()),
+        };
+        for scope in scopes {
+            let counters = shared.store.usage(&scope, now).wait().await?;
+            report.scopes.push(ScopeUsage {
+                model: scope.key.model.as_deref().map(str::to_owned),
+                counters,
+            });
+        }
+        Ok(report)
+    }
+}
+
+impl<S> Layer<S> for LimitsLayer {
+    type Service = Limited<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        Limited::new(inner, self.clone())
+    }
+}
+
+/// A caller's counters, as [`LimitsLayer::usage`] reads them.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct UsageReport {
+    /// The caller.
+    pub caller: String,
+    /// The caller's own scope first, then one per model with limits of its own.
+    pub scopes: Vec<ScopeUsage>,
+}
+
+impl UsageReport {
+    /// The counter of `kind` in the caller's own scope.
+    pub fn counter(&self, kind: CounterKind) -> Option<&CounterUsage> {
+        self.scopes
+            .first()?
+            .counters
+            .iter()
+            .find(|c| c.kind == kind)
+    }
+}
+
+/// One scope's counters.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ScopeUsage {
+    /// The model, for a per-model scope.
+    pub model: Option<String>,
+    /// Every counter the scope's limits define.
+    pub counters: Vec<CounterUsage>,
+}
+
+/// A call checked against the policy, before the store is asked.
+#[derive(Debug)]
+pub(crate) struct Prepared {
+    ticket: Ticket,
+    price: Option<ModelPrice>,
+}
+
+impl Prepared {
+    pub(crate) fn ticket(&self) -> &Ticket {
+        &self.ticket
+    }
+}
+
+impl Shared {
+    /// Build the ticket of `request`: its scopes, its estimate, its price. Fails (without touching the store)
+    /// when the estimate alone exceeds a limit, or a cost budget applies and the model has no price.
+    pub(crate) fn prepare(&self, request: &ChatRequest) -> Result<Prepared, ChatError> {
+        let caller = request.caller().map_or(ANONYMOUS, |c| c.as_str());
+        let model = request
+            .options
+            .model
+            .as_deref()
+            .or(self.default_model.as_deref());
+        let scopes = self.policy.scopes(caller, model);
+        let price = model.and_then(|m| self.prices.price(m)).copied();
+        let input_tokens = estimate_prompt_tokens(&request.messages, request, self.chars_per_token);
+        let output_tokens = u64::from(
+            request
+                .options
+                .max_output_tokens
+                .unwrap_or(self.default_max_output_tokens),
+        );
+        let estimate = Usage {
+            input_tokens,
+            output_tokens,
+            ..Usage::default()
+        };
+        let cost = price.map_or(Cost::ZERO, |p| p.cost(&estimate));
+        if price.is_none() && scopes.iter().any(|s| s.limits.has_cost_limit()) {
+            return Err(ChatError::new(
+                ErrorKind::InvalidRequest,
+                format!(
+                    "caller {caller} has a cost budget and model {} has no price",
+                    model.unwrap_or("(none named)")
+                ),
+            ));
+        }
+        let ticket = Ticket {
+            id: self.next_ticket.fetch_add(1, Ordering::Relaxed),
+            scopes,
+            at: self.clock.now_millis(),
+            reserved: Demand {
+                input_tokens,
+                output_tokens,
+                cost,
+            },
+        };
+        if let Some(c) = ticket.counters().find(|c| c.amount > c.limit) {
+            return Err(ChatError::new(
+                ErrorKind::InvalidRequest,
+                format!(
+                    "the call's estimate ({} {}) exceeds the {} limit of caller {caller} ({}) on its own; \
+                     lower max_output_tokens or shorten the prompt",
+                    c.amount, c.kind, c.kind, c.limit
+                ),
+            ));
+        }
+        Ok(Prepared { ticket, price })
+    }
+
+    /// Turn the store's answer into a lease (admitted), `None` (admitted unchecked) or an error.
+    pub(crate) fn admitted(
+        self: &Arc<Self>,
+        prepared: Prepared,
+        answer: Result<Admission, LimitStoreError>,
+    ) -> Result<Option<Lease>, ChatError> {
+        match answer {
+            Ok(Admission::Admitted) => {
+                self.counters.admitted.fetch_add(1, Ordering::Relaxed);
+                Ok(Some(Lease {
+                    shared: self.clone(),
+                    ticket: Some(prepared.ticket),
+                    price: prepared.price,
+                }))
+            }
+            Ok(Admission::Rejected(rejection)) => {
+                self.counters.rejected.fetch_add(1, Ordering::Relaxed);
+                Err(rejection.into())
+            }
+            Err(error) => {
+                self.counters.store_errors.fetch_add(1, Ordering::Relaxed);
+                match self.on_store_error {
+                    StoreFailure::FailClosed => {
+                        tracing::warn!(%error, "limits store failed; refusing the call (fail-closed)");
+                        Err(error.into())
+                    }
+                    StoreFailure::FailOpen => {
+                        self.counters
+                            .admitted_unchecked
+                            .fetch_add(1, Ordering::Relaxed);
+                        tracing::error!(%error, "limits store failed; admitting the call unchecked (fail-open)");
+                        Ok(None)
+                    }
+                }
+            }
+        }
+    }
+
+    fn apply_settlement(self: &Arc<Self>, ticket: Ticket, actual: Demand) {
+        match self.store.settle(&ticket, &actual) {
+            StoreReply::Ready(Ok(())) => {}
+            StoreReply::Ready(Err(error)) => self.settle_failed(&error),
+            StoreReply::Pending(future) => {
+                let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+                    self.settle_failed(&LimitStoreError::new(
+                        "no Tokio runtime to apply the settlement on",
+                    ));
+                    return;
+                };
+                self.settling.count.fetch_add(1, Ordering::SeqCst);
+                let shared = self.clone();
+                runtime.spawn(async move {
+                    if let Err(error) = future.await {
+                        shared.settle_failed(&error);
+                    }
+                    if shared.settling.count.fetch_sub(1, Ordering::SeqCst) == 1 {
+                        shared.settling.idle.notify_waiters();
+                    }
+                });
+            }
+        }
+    }
+
+    fn settle_failed(&self, error: &LimitStoreError) {
+        self.counters.settle_errors.fetch_add(1, Ordering::Relaxed);
+        tracing::error!(%error, "limits store failed to settle a call; its reservation stays counted");
+    }
+}
+
+/// What a call was seen to consume.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Observed {
+    /// The sum of the stream's usage events, if any arrived.
+    pub(crate) usage: Option<Usage>,
+    /// Characters of output seen (text, reasoning, tool-call arguments).
+    pub(crate) output_chars: u64,
+    /// Whether the provider may have processed the request (false only when the service call failed).
+    pub(crate) sent: bool,
+}
+
+/// An admitted call's reservation; settled exactly once, with what was observed or, if dropped unsettled, as a
+/// call that reached the provider and produced nothing seen.
+pub(crate) struct Lease {
+    shared: Arc<Shared>,
+    ticket: Option<Ticket>,
+    price: Option<ModelPrice>,
+}
+
+impl fmt::Debug for Lease {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Lease")
+            .field("ticket", &self.ticket)
+            .field("price", &self.price)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Lease {
+    /// Replace the reservation by what was observed.
+    pub(crate) fn settle(mut self, observed: Observed) {
+        self.settle_once(observed);
+    }
+
+    fn settle_once(&mut self, observed: Observed) {
+        let Some(ticket) = self.ticket.take() else {
+            return;
+        };
+        let actual = self.actual(&ticket, observed);
+        self.shared.apply_settlement(ticket, actual);
+    }
+
+    /// The usage to charge: the reported usage when there is one; otherwise, for a call that reached the
+    /// provider, the estimated prompt and the output seen; otherwise nothing.
+    fn actual(&self, ticket: &Ticket, observed: Observed) -> Demand {
+        let usage = match observed.usage {
+            Some(usage) => usage,
+            None if observed.sent => Usage {
+                input_tokens: ticket.reserved.input_tokens,
+                output_tokens: observed
+                    .output_chars
+                    .div_ceil(u64::from(self.shared.chars_per_token)),
+                ..Usage::default()
+            },
+            None => Usage::default(),
+        };
+        Demand {
+            input_tokens: usage.input_tokens,
+            output_tokens: usage.output_tokens,
+            cost: self.price.map_or(Cost::ZERO, |p| p.cost(&usage)),
+        }
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        self.settle_once(Observed {
+            sent: true,
+            ..Observed::default()
+        });
+    }
+}
+
+/// Tokens of a prompt, estimated from its characters (messages, tool calls and results, tool specs).
+fn estimate_prompt_tokens(
+    messages: &[Message],
+    request: &ChatRequest,
+    chars_per_token: u32,
+) -> u64 {
+    /// Per message: role and framing tokens.
+    const MESSAGE_OVERHEAD: u64 = 4;
+    /// Per tool call or tool spec: its id, its arguments or schema, framing.
+    const TOOL_OVERHEAD_CHARS: u64 = 128;
+    let mut chars: u64 = 0;
+    for message in messages {
+        chars += match message {
+            Message::System { content } | Message::User { content } => content.len() as u64,
+            Message::Assistant(a) => {
+                a.content.len() as u64
+                    + a.reasoning.as_ref().map_or(0, |r| r.len() as u64)
+                    + a.tool_calls
+                        .iter()
+                        .map(|c| c.name.len() as u64 + TOOL_OVERHEAD_CHARS)
+                        .sum::<u64>()
+            }
+            Message::Tool(t) => t.content.len() as u64 + t.name.len() as u64,
+        };
+    }
+    for tool in &request.options.tools {
+        chars += (tool.name.len() + tool.description.len()) as u64 + TOOL_OVERHEAD_CHARS;
+    }
+    chars.div_ceil(u64::from(chars_per_token)) + MESSAGE_OVERHEAD * messages.len() as u64
+}

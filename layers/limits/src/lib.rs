@@ -1,0 +1,104 @@
+//! # tower-chat-limits
+//!
+//! A [`LimitsLayer`] enforces rate limits and budgets per caller (and, optionally, per caller and model):
+//! requests, input tokens and output tokens per window, cost per UTC day and per UTC calendar month, and calls in
+//! progress. Counters live in a [`LimitStore`]: [`MemoryStore`] (the default, one process) or, with the `redis`
+//! feature, [`RedisStore`] (several replicas sharing one cap).
+//!
+//! ```
+//! use futures_util::stream;
+//! use std::time::Duration;
+//! use tower::{service_fn, Layer, ServiceExt};
+//! use tower_chat::{
+//!     CallerIdentity, ChatError, ChatEvent, ChatRequest, ChatStream, ChatStreamExt, Cost, ErrorKind,
+//!     FinishReason, Message, ModelPrice, PriceTable, Usage,
+//! };
+//! use tower_chat_limits::{CounterKind, LimitPolicy, Limits, LimitsLayer, WindowLimit};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), ChatError> {
+//! // Any chat service: here one that answers "Hi!" and reports its usage.
+//! let model = service_fn(|_req: ChatRequest| async {
+//!     let usage = Usage { input_tokens: 12, output_tokens: 3, ..Usage::default() };
+//!     let events = vec![ChatEvent::text("Hi!"), ChatEvent::Usage { usage }, ChatEvent::finish(FinishReason::Stop)];
+//!     Ok::<ChatStream, ChatError>(Box::pin(stream::iter(events.into_iter().map(Ok))))
+//! });
+//!
+//! // Every caller: 2 calls per minute and $5 a day; prices per million tokens.
+//! let policy = LimitPolicy::new(
+//!     Limits::none().requests(WindowLimit::per_minute(2)).cost_per_day(Cost::from_usd(5.0)),
+//! );
+//! let prices = PriceTable::new().with("gpt-4o-mini", ModelPrice::per_million_usd(0.15, 0.6));
+//! let limits = LimitsLayer::builder(policy).prices(prices).default_model("gpt-4o-mini").build();
+//! let chat = limits.layer(model);
+//!
+//! let call = || {
+//!     ChatRequest::new(vec![Message::user("Hello")])
+//!         .with_extension(CallerIdentity::new("alice"))
+//! };
+//! for _ in 0..2 {
+//!     chat.clone().oneshot(call()).await?.collect_response().await?;
+//! }
+//! // The third call in the same minute is refused before the model is called.
+//! let refused = chat.clone().oneshot(call()).await.err().unwrap();
+//! assert!(matches!(refused.kind(), ErrorKind::RateLimited { retry_after: Some(_) }));
+//!
+//! // Spend is settled with the reported usage: 2 × (12 × $0.15 + 3 × $0.60) / 1M.
+//! let usage = limits.usage("alice").await?;
+//! assert_eq!(usage.counter(CounterKind::CostPerDay).unwrap().used, 2 * 3_600);
+//! # Ok(()) }
+//! ```
+//!
+//! ## How a call is counted
+//! 1. **Reserve.** Before the inner service is called, the layer estimates the call — the prompt's characters
+//!    divided by [`LimitsLayerBuilder::chars_per_token`], the request's `max_output_tokens` (or
+//!    [`LimitsLayerBuilder::default_max_output_tokens`]), and their cost from the [`tower_chat::PriceTable`] —
+//!    and asks the store to charge every counter of the call's scopes at once. If any counter lacks room, none
+//!    is charged and the call fails with [`tower_chat::ErrorKind::RateLimited`] and a `retry_after` (the end of
+//!    the fullest window) before anything is sent upstream. The [`Rejection`] is the error's source.
+//! 2. **Settle.** When the response stream ends, fails or is dropped, the reservation is replaced by what the
+//!    call used: the sum of its [`tower_chat::ChatEvent::Usage`] events (streamed or not), priced with the
+//!    table. A call cancelled before the provider's usage report is charged the estimated prompt and the output
+//!    characters it was seen to produce; a call the provider refused (the service call failed) is charged
+//!    nothing but keeps its request count. A call in progress frees its concurrency slot then.
+//!
+//! Usage is settled into the windows the call was admitted in. Placed inside a
+//! [tool loop](https://docs.rs/tower-chat-function-invocation) the layer counts every model round (each one is
+//! checked and settled on its own); placed outside it, a whole turn is one call whose usage is the sum of its
+//! rounds.
+//!
+//! ## Windows and clocks
+//! Request and token windows are fixed and aligned to the Unix epoch (a one-minute window starts on the
+//! minute); cost windows are the UTC calendar day and month. Time comes from a [`Clock`]; tests use a
+//! [`ManualClock`].
+//!
+//! ## Stores and failures
+//! With [`StoreFailure::FailClosed`] (the default) a store failure refuses the call with
+//! [`tower_chat::ErrorKind::Store`]; with [`StoreFailure::FailOpen`] the call is admitted unchecked, logged and
+//! counted in [`LimitStats::admitted_unchecked`].
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]
+#![warn(missing_debug_implementations, unreachable_pub)]
+
+mod clock;
+mod layer;
+mod limits;
+mod service;
+pub mod store;
+mod stream;
+mod window;
+
+pub use clock::{Clock, ManualClock, SystemClock};
+pub use layer::{
+    LimitStats, LimitsLayer, LimitsLayerBuilder, ScopeUsage, StoreFailure, UsageReport,
+};
+pub use limits::{CounterKind, LimitPolicy, Limits, Scope, ScopeKey, WindowLimit, ANONYMOUS};
+pub use service::{Limited, ResponseFuture};
+pub use store::{
+    Admission, CounterUsage, Demand, LimitStore, LimitStoreError, MemoryStore, Rejection,
+    StoreReply, Ticket,
+};
+#[cfg(feature = "redis")]
+pub use store::{RedisStore, RedisStoreBuilder};
+pub use stream::LimitedStream;
+pub use window::Window;

@@ -1,0 +1,303 @@
+//! What is limited: [`Limits`] for one scope, and the [`LimitPolicy`] that says which limits apply to a call.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::Serialize;
+use tower_chat::Cost;
+
+use crate::window::{self, Window};
+
+/// At most `max` units per fixed window of `window` (windows are aligned to the Unix epoch: a one-minute
+/// window starts on the minute).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WindowLimit {
+    /// The most units per window.
+    pub max: u64,
+    /// The window's length.
+    pub window: Duration,
+}
+
+impl WindowLimit {
+    /// `max` per `window`.
+    pub fn new(max: u64, window: Duration) -> Self {
+        WindowLimit { max, window }
+    }
+
+    /// `max` per minute.
+    pub fn per_minute(max: u64) -> Self {
+        WindowLimit::new(max, Duration::from_secs(60))
+    }
+}
+
+/// The limits of one scope (a caller, or a caller's use of one model). Every limit is optional; a scope with
+/// none admits everything.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Limits {
+    /// Calls per window.
+    pub requests: Option<WindowLimit>,
+    /// Input (prompt) tokens per window.
+    pub input_tokens: Option<WindowLimit>,
+    /// Output (generated) tokens per window.
+    pub output_tokens: Option<WindowLimit>,
+    /// Spend per UTC calendar day.
+    pub cost_per_day: Option<Cost>,
+    /// Spend per UTC calendar month.
+    pub cost_per_month: Option<Cost>,
+    /// Calls in progress at once (from admission until the response stream ends or is dropped).
+    pub concurrent: Option<u64>,
+}
+
+impl Limits {
+    /// No limits.
+    pub fn none() -> Self {
+        Limits::default()
+    }
+
+    /// Limit calls per window.
+    pub fn requests(mut self, limit: WindowLimit) -> Self {
+        self.requests = Some(limit);
+        self
+    }
+
+    /// Limit input tokens per window.
+    pub fn input_tokens(mut self, limit: WindowLimit) -> Self {
+        self.input_tokens = Some(limit);
+        self
+    }
+
+    /// Limit output tokens per window.
+    pub fn output_tokens(mut self, limit: WindowLimit) -> Self {
+        self.output_tokens = Some(limit);
+        self
+    }
+
+    /// Limit spend per UTC day.
+    pub fn cost_per_day(mut self, budget: Cost) -> Self {
+        self.cost_per_day = Some(budget);
+        self
+    }
+
+    /// Limit spend per UTC calendar month.
+    pub fn cost_per_month(mut self, budget: Cost) -> Self {
+        self.cost_per_month = Some(budget);
+        self
+    }
+
+    /// Limit calls in progress at once.
+    pub fn concurrent(mut self, max: u64) -> Self {
+        self.concurrent = Some(max);
+        self
+    }
+
+    /// Whether a cost budget is set (a call then needs a priced model).
+    pub fn has_cost_limit(&self) -> bool {
+        self.cost_per_day.is_some() || self.cost_per_month.is_some()
+    }
+
+    /// The counter of `kind`: its limit and the window containing `now` (`None` for concurrency, which has no
+    /// window), or `None` when that limit is not set.
+    pub fn counter(&self, kind: CounterKind, now: u64) -> Option<(u64, Option<Window>)> {
+        let windowed = |l: &Option<WindowLimit>| {
+            l.map(|l| {
+                let len = u64::try_from(l.window.as_millis()).unwrap_or(u64::MAX);
+                (l.max, Some(window::fixed(now, len)))
+            })
+        };
+        match kind {
+            CounterKind::Requests => windowed(&self.requests),
+            CounterKind::InputTokens => windowed(&self.input_tokens),
+            CounterKind::OutputTokens => windowed(&self.output_tokens),
+            CounterKind::CostPerDay => self
+                .cost_per_day
+                .map(|c| (c.as_nanos(), Some(window::day(now)))),
+            CounterKind::CostPerMonth => self
+                .cost_per_month
+                .map(|c| (c.as_nanos(), Some(window::month(now)))),
+            CounterKind::Concurrent => self.concurrent.map(|c| (c, None)),
+        }
+    }
+}
+
+/// One kind of counter a scope may have.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CounterKind {
+    /// Calls per window.
+    Requests,
+    /// Input tokens per window.
+    InputTokens,
+    /// Output tokens per window.
+    OutputTokens,
+    /// Nano-dollars per UTC day.
+    CostPerDay,
+    /// Nano-dollars per UTC calendar month.
+    CostPerMonth,
+    /// Calls in progress.
+    Concurrent,
+}
+
+impl CounterKind {
+    /// Every kind, in a fixed order (stores index per-scope slots by it).
+    pub const ALL: [CounterKind; 6] = [
+        CounterKind::Requests,
+        CounterKind::InputTokens,
+        CounterKind::OutputTokens,
+        CounterKind::CostPerDay,
+        CounterKind::CostPerMonth,
+        CounterKind::Concurrent,
+    ];
+
+    /// A short stable name (`requests`, `input_tokens`, …), used in Redis keys and error messages.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CounterKind::Requests => "requests",
+            CounterKind::InputTokens => "input_tokens",
+            CounterKind::OutputTokens => "output_tokens",
+            CounterKind::CostPerDay => "cost_per_day",
+            CounterKind::CostPerMonth => "cost_per_month",
+            CounterKind::Concurrent => "concurrent",
+        }
+    }
+
+    /// Its position in [`CounterKind::ALL`].
+    pub fn index(self) -> usize {
+        self as usize
+    }
+}
+
+impl fmt::Display for CounterKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Who a set of counters belongs to: a caller, or a caller's use of one model.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct ScopeKey {
+    /// The caller ([`tower_chat::CallerIdentity`]; calls without one share the caller [`ANONYMOUS`]).
+    pub caller: Arc<str>,
+    /// The model, for a per-model scope.
+    pub model: Option<Arc<str>>,
+}
+
+/// The caller id of calls that carry no [`tower_chat::CallerIdentity`].
+pub const ANONYMOUS: &str = "anonymous";
+
+/// A scope and the limits that apply to it.
+#[derive(Clone, Debug)]
+pub struct Scope {
+    /// Whose counters.
+    pub key: ScopeKey,
+    /// Their limits.
+    pub limits: Arc<Limits>,
+}
+
+/// Which limits apply to a call: per caller (an entry for the caller, else the default), and, for models with
+/// an entry, per caller and model as well (every caller gets their own counters of that model's limits).
+#[derive(Clone, Debug, Default)]
+pub struct LimitPolicy {
+    default: Arc<Limits>,
+    callers: HashMap<Arc<str>, Arc<Limits>>,
+    models: HashMap<Arc<str>, Arc<Limits>>,
+    caller_models: HashMap<(Arc<str>, Arc<str>), Arc<Limits>>,
+}
+
+impl LimitPolicy {
+    /// Every caller gets `default` (their own counters each).
+    pub fn new(default: Limits) -> Self {
+        LimitPolicy {
+            default: Arc::new(default),
+            ..LimitPolicy::default()
+        }
+    }
+
+    /// Limits for one caller instead of the default.
+    pub fn caller(mut self, caller: impl Into<String>, limits: Limits) -> Self {
+        self.callers
+            .insert(Arc::from(caller.into()), Arc::new(limits));
+        self
+    }
+
+    /// Limits on every caller's use of one model (matched exactly against the request's model), on top of the
+    /// caller's own.
+    pub fn model(mut self, model: impl Into<String>, limits: Limits) -> Self {
+        self.models
+            .insert(Arc::from(model.into()), Arc::new(limits));
+        self
+    }
+
+    /// Limits on one caller's use of one model, instead of [`LimitPolicy::model`]'s for that caller.
+    pub fn caller_model(
+        mut self,
+        caller: impl Into<String>,
+        model: impl Into<String>,
+        limits: Limits,
+    ) -> Self {
+        self.caller_models.insert(
+            (Arc::from(caller.into()), Arc::from(model.into())),
+            Arc::new(limits),
+        );
+        self
+    }
+
+    /// The limits of callers without an entry.
+    pub fn default_limits(&self) -> &Limits {
+        &self.default
+    }
+
+    /// The scopes a call by `caller` to `model` is counted in: the caller's, then the caller-and-model one if
+    /// that model has limits.
+    pub fn scopes(&self, caller: &str, model: Option<&str>) -> Vec<Scope> {
+        let (caller_key, limits) = match self.callers.get_key_value(caller) {
+            Some((key, limits)) => (key.clone(), limits.clone()),
+            None => (Arc::from(caller), self.default.clone()),
+        };
+        let mut scopes = Vec::with_capacity(2);
+        let model_limits = model.and_then(|model| {
+            if self.caller_models.is_empty() {
+                None
+            } else {
+                self.caller_models
+                    .get(&(caller_key.clone(), Arc::from(model)))
+                    .map(|l| (Arc::from(model), l.clone()))
+            }
+            .or_else(|| {
+                self.models
+                    .get_key_value(model)
+                    .map(|(m, l)| (m.clone(), l.clone()))
+            })
+        });
+        scopes.push(Scope {
+            key: ScopeKey {
+                caller: caller_key.clone(),
+                model: None,
+            },
+            limits,
+        });
+        if let Some((model, limits)) = model_limits {
+            scopes.push(Scope {
+                key: ScopeKey {
+                    caller: caller_key,
+                    model: Some(model),
+                },
+                limits,
+            });
+        }
+        scopes
+    }
+
+    /// The models with limits of their own for `caller` (for a usage report).
+    pub fn models_for(&self, caller: &str) -> Vec<Arc<str>> {
+        let mut models: Vec<Arc<str>> = self.models.keys().cloned().collect();
+        for (c, m) in self.caller_models.keys() {
+            if &**c == caller && !models.contains(m) {
+                models.push(m.clone());
+            }
+        }
+        models.sort();
+        models
+    }
+}

@@ -1,0 +1,208 @@
+//! [`Limited`], the service the layer builds, and its response future.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{ready, Context, Poll};
+
+use futures_util::future::BoxFuture;
+use pin_project_lite::pin_project;
+use tower_chat::{ChatError, ChatRequest, ChatStream, ModelInfo, ModelMetadata};
+use tower_service::Service;
+
+use crate::layer::{Lease, LimitsLayer, Observed, Prepared, Shared};
+use crate::store::{Admission, LimitStoreError, StoreReply};
+use crate::stream::LimitedStream;
+
+/// Checks every call against the limits before calling the inner service; built by [`LimitsLayer`].
+#[derive(Clone, Debug)]
+pub struct Limited<S> {
+    inner: S,
+    layer: LimitsLayer,
+}
+
+impl<S> Limited<S> {
+    /// Wrap `inner`.
+    pub fn new(inner: S, layer: LimitsLayer) -> Self {
+        Limited { inner, layer }
+    }
+
+    /// The inner service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// The inner service, mutably.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// The inner service.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+
+    /// The layer (usage, stats).
+    pub fn layer(&self) -> &LimitsLayer {
+        &self.layer
+    }
+}
+
+impl<S: ModelInfo> ModelInfo for Limited<S> {
+    fn model_metadata(&self) -> ModelMetadata {
+        self.inner.model_metadata()
+    }
+}
+
+impl<S> Service<ChatRequest> for Limited<S>
+where
+    S: Service<ChatRequest, Response = ChatStream, Error = ChatError> + Clone,
+{
+    type Response = ChatStream;
+    type Error = ChatError;
+    type Future = ResponseFuture<S>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: ChatRequest) -> Self::Future {
+        let shared = &self.layer.shared;
+        let prepared = match shared.prepare(&request) {
+            Ok(prepared) => prepared,
+            Err(error) => return ResponseFuture::failed(error),
+        };
+        // The inner service that was polled ready goes with this call (axum's clone-and-swap): a store that
+        // answers later needs it after `call` has returned.
+        let clone = self.inner.clone();
+        let mut inner = std::mem::replace(&mut self.inner, clone);
+        let state = match shared.store.reserve(prepared.ticket()) {
+            StoreReply::Ready(answer) => match shared.admitted(prepared, answer) {
+                Ok(lease) => State::Calling {
+                    future: inner.call(request),
+                    lease,
+                },
+                Err(error) => State::Failed { error: Some(error) },
+            },
+            StoreReply::Pending(answer) => State::Reserving {
+                answer,
+                waiting: Some((shared.clone(), prepared, inner, request)),
+            },
+        };
+        ResponseFuture { state }
+    }
+}
+
+pin_project! {
+    /// The future of [`Limited::call`]:
+    ///
+    /// ```text
+    /// Reserving ──admitted──▶ Calling ──inner resolved──▶ Done (stream wrapped in a LimitedStream)
+    ///     │                      │
+    ///     └─refused / store error└─inner failed ──▶ Done (error; the reservation released)
+    /// ```
+    ///
+    /// Dropped while `Calling`, the lease settles as a call that reached the provider with no output seen.
+    pub struct ResponseFuture<S: Service<ChatRequest>> {
+        #[pin]
+        state: State<S>,
+    }
+}
+
+pin_project! {
+    #[project = StateProj]
+    enum State<S: Service<ChatRequest>> {
+        /// Waiting for the store's answer; the inner service and the request wait with it.
+        Reserving {
+            answer: BoxFuture<'static, Result<Admission, LimitStoreError>>,
+            waiting: Option<(Arc<Shared>, Prepared, S, ChatRequest)>,
+        },
+        /// Admitted: the inner call runs (no lease when admitted unchecked).
+        Calling {
+            #[pin]
+            future: S::Future,
+            lease: Option<Lease>,
+        },
+        /// Refused before any upstream call.
+        Failed {
+            error: Option<ChatError>,
+        },
+        Done,
+    }
+}
+
+impl<S: Service<ChatRequest>> ResponseFuture<S> {
+    fn failed(error: ChatError) -> Self {
+        ResponseFuture {
+            state: State::Failed { error: Some(error) },
+        }
+    }
+}
+
+impl<S: Service<ChatRequest>> std::fmt::Debug for ResponseFuture<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let state = match &self.state {
+            State::Reserving { .. } => "reserving",
+            State::Calling { .. } => "calling",
+            State::Failed { .. } => "failed",
+            State::Done => "done",
+        };
+        f.debug_struct("ResponseFuture")
+            .field("state", &state)
+            .finish()
+    }
+}
+
+impl<S> Future for ResponseFuture<S>
+where
+    S: Service<ChatRequest, Response = ChatStream, Error = ChatError>,
+{
+    type Output = Result<ChatStream, ChatError>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        loop {
+            match self.as_mut().project().state.project() {
+                StateProj::Reserving { answer, waiting } => {
+                    let answer = ready!(answer.as_mut().poll(cx));
+                    let (shared, prepared, mut inner, request) = waiting
+                        .take()
+                        .expect("ResponseFuture polled after completion");
+                    let next = match shared.admitted(prepared, answer) {
+                        Ok(lease) => State::Calling {
+                            future: inner.call(request),
+                            lease,
+                        },
+                        Err(error) => State::Failed { error: Some(error) },
+                    };
+                    self.as_mut().project().state.set(next);
+                }
+                StateProj::Calling { future, lease } => {
+                    let result = ready!(future.poll(cx));
+                    let lease = lease.take();
+                    self.as_mut().project().state.set(State::Done);
+                    return Poll::Ready(match result {
+                        Ok(stream) => Ok(match lease {
+                            Some(lease) => Box::pin(LimitedStream::new(stream, lease)),
+                            None => stream,
+                        }),
+                        Err(error) => {
+                            if let Some(lease) = lease {
+                                // The provider refused or could not be reached: nothing was generated.
+                                lease.settle(Observed::default());
+                            }
+                            Err(error)
+                        }
+                    });
+                }
+                StateProj::Failed { error } => {
+                    let error = error
+                        .take()
+                        .expect("ResponseFuture polled after completion");
+                    self.as_mut().project().state.set(State::Done);
+                    return Poll::Ready(Err(error));
+                }
+                StateProj::Done => panic!("ResponseFuture polled after completion"),
+            }
+        }
+    }
+}

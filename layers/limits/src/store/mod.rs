@@ -1,0 +1,305 @@
+//! The [`LimitStore`] trait: where counters live. [`MemoryStore`] (one process, the default) and, with the
+//! `redis` feature, [`RedisStore`] (several replicas).
+
+use std::fmt;
+use std::time::Duration;
+
+use futures_util::future::BoxFuture;
+use serde::Serialize;
+use tower_chat::{ChatError, Cost, ErrorKind};
+
+use crate::limits::{CounterKind, Scope, ScopeKey};
+use crate::window::Window;
+
+pub mod memory;
+#[cfg(feature = "redis")]
+pub mod redis;
+
+pub use memory::MemoryStore;
+#[cfg(feature = "redis")]
+pub use redis::{RedisStore, RedisStoreBuilder};
+
+/// What a call consumes, or is expected to consume.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Demand {
+    /// Input tokens.
+    pub input_tokens: u64,
+    /// Output tokens.
+    pub output_tokens: u64,
+    /// Cost.
+    pub cost: Cost,
+}
+
+impl Demand {
+    /// What this demand adds to a counter of `kind` (one request, one call in progress, tokens, nano-dollars).
+    pub fn amount(&self, kind: CounterKind) -> u64 {
+        match kind {
+            CounterKind::Requests | CounterKind::Concurrent => 1,
+            CounterKind::InputTokens => self.input_tokens,
+            CounterKind::OutputTokens => self.output_tokens,
+            CounterKind::CostPerDay | CounterKind::CostPerMonth => self.cost.as_nanos(),
+        }
+    }
+
+    /// What settling `actual` against this reservation adds to a counter of `kind`: the difference for tokens
+    /// and cost, nothing for requests (a call stays counted), minus one for calls in progress.
+    pub fn settle_delta(&self, actual: &Demand, kind: CounterKind) -> i64 {
+        let diff = |actual: u64, reserved: u64| {
+            i64::try_from(i128::from(actual) - i128::from(reserved)).unwrap_or(i64::MAX)
+        };
+        match kind {
+            CounterKind::Requests => 0,
+            CounterKind::Concurrent => -1,
+            kind => diff(actual.amount(kind), self.amount(kind)),
+        }
+    }
+}
+
+/// One admitted-or-not call: its scopes, when it started (windows are the ones containing that instant; usage is
+/// settled into them) and what was reserved.
+#[derive(Clone, Debug)]
+pub struct Ticket {
+    /// Unique among the tickets of one layer (stores that track calls in progress one by one key them by it).
+    pub id: u64,
+    /// The scopes counted.
+    pub scopes: Vec<Scope>,
+    /// When the call started, in milliseconds since the epoch.
+    pub at: u64,
+    /// The estimate reserved at the start.
+    pub reserved: Demand,
+}
+
+impl Ticket {
+    /// Every counter this ticket touches: scope index, kind, limit, window, and the reserved amount.
+    pub fn counters(&self) -> impl Iterator<Item = PlannedCounter> + '_ {
+        self.scopes.iter().enumerate().flat_map(move |(scope, s)| {
+            CounterKind::ALL.into_iter().filter_map(move |kind| {
+                s.limits
+                    .counter(kind, self.at)
+                    .map(|(limit, window)| PlannedCounter {
+                        scope,
+                        kind,
+                        limit,
+                        window,
+                        amount: self.reserved.amount(kind),
+                    })
+            })
+        })
+    }
+}
+
+/// One counter of a [`Ticket`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PlannedCounter {
+    /// Index into [`Ticket::scopes`].
+    pub scope: usize,
+    /// Which counter.
+    pub kind: CounterKind,
+    /// Its limit.
+    pub limit: u64,
+    /// Its window (`None` for calls in progress).
+    pub window: Option<Window>,
+    /// What the call reserves in it.
+    pub amount: u64,
+}
+
+impl PlannedCounter {
+    /// How long until this counter's window ends, seen from `now` (`None` for calls in progress: that depends
+    /// on other calls ending).
+    pub fn retry_after(&self, now: u64) -> Option<Duration> {
+        self.window
+            .map(|w| Duration::from_millis(w.end.saturating_sub(now).max(1)))
+    }
+}
+
+/// Whether a reservation was made.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Admission {
+    /// Every counter had room; all were charged.
+    Admitted,
+    /// At least one counter had no room; nothing was charged.
+    Rejected(Rejection),
+}
+
+/// Why a call was refused: the counter that had no room (the one whose window ends last, when several).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Rejection {
+    /// Whose counter.
+    pub scope: ScopeKey,
+    /// Which counter.
+    pub kind: CounterKind,
+    /// Its limit.
+    pub limit: u64,
+    /// How long until every full counter's window has ended (`None` when only calls in progress are full).
+    pub retry_after: Option<Duration>,
+}
+
+impl Rejection {
+    /// The rejection for the full counters of `ticket` (`over`, not empty), seen from `now`.
+    pub fn from_counters(ticket: &Ticket, over: &[PlannedCounter], now: u64) -> Rejection {
+        let worst = over
+            .iter()
+            .max_by_key(|c| c.retry_after(now))
+            .copied()
+            .unwrap_or(over[0]);
+        Rejection {
+            scope: ticket.scopes[worst.scope].key.clone(),
+            kind: worst.kind,
+            limit: worst.limit,
+            retry_after: worst.retry_after(now),
+        }
+    }
+}
+
+/// One counter's state, for a usage report.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct CounterUsage {
+    /// Which counter.
+    pub kind: CounterKind,
+    /// Used in the current window (tokens, requests, nano-dollars, calls in progress).
+    pub used: u64,
+    /// The limit.
+    pub limit: u64,
+    /// `limit - used`, or zero.
+    pub remaining: u64,
+    /// When the current window ends, in milliseconds since the epoch (`None` for calls in progress).
+    pub resets_at_ms: Option<u64>,
+}
+
+impl CounterUsage {
+    pub(crate) fn new(kind: CounterKind, used: u64, limit: u64, window: Option<Window>) -> Self {
+        CounterUsage {
+            kind,
+            used,
+            limit,
+            remaining: limit.saturating_sub(used),
+            resets_at_ms: window.map(|w| w.end),
+        }
+    }
+}
+
+/// The answer of a store: at once (an in-process store) or after I/O (a networked one). The layer takes the
+/// ready path without allocating a future.
+pub enum StoreReply<T> {
+    /// The result is known.
+    Ready(Result<T, LimitStoreError>),
+    /// The result arrives later.
+    Pending(BoxFuture<'static, Result<T, LimitStoreError>>),
+}
+
+impl<T> StoreReply<T> {
+    /// Wait for the result.
+    pub async fn wait(self) -> Result<T, LimitStoreError> {
+        match self {
+            StoreReply::Ready(result) => result,
+            StoreReply::Pending(future) => future.await,
+        }
+    }
+}
+
+impl<T: fmt::Debug> fmt::Debug for StoreReply<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StoreReply::Ready(result) => f.debug_tuple("Ready").field(result).finish(),
+            StoreReply::Pending(_) => f.write_str("Pending(..)"),
+        }
+    }
+}
+
+/// Where counters live.
+///
+/// `reserve` must be atomic over all of a ticket's counters: either every counter has room and all are charged,
+/// or none is charged. `settle` adds each counter's [`Demand::settle_delta`] to the window the ticket was
+/// charged in (a window that has ended meanwhile is left alone) and never lets a counter go below zero.
+pub trait LimitStore: fmt::Debug + Send + Sync + 'static {
+    /// Check every counter of `ticket` and charge its reservation if all have room.
+    fn reserve(&self, ticket: &Ticket) -> StoreReply<Admission>;
+
+    /// Replace `ticket`'s reservation by `actual` and release its slot among calls in progress.
+    fn settle(&self, ticket: &Ticket, actual: &Demand) -> StoreReply<()>;
+
+    /// The counters of `scope` as of `now` (milliseconds since the epoch).
+    fn usage(&self, scope: &Scope, now: u64) -> StoreReply<Vec<CounterUsage>>;
+}
+
+/// A store could not be reached or answered nonsense.
+#[derive(Debug)]
+pub struct LimitStoreError {
+    message: String,
+    source: Option<Box<dyn std::error::Error + Send + Sync + 'static>>,
+}
+
+impl LimitStoreError {
+    /// An error with a message.
+    pub fn new(message: impl Into<String>) -> Self {
+        LimitStoreError {
+            message: message.into(),
+            source: None,
+        }
+    }
+
+    /// An error with a message and its cause.
+    pub fn with_source(
+        message: impl Into<String>,
+        source: impl Into<Box<dyn std::error::Error + Send + Sync + 'static>>,
+    ) -> Self {
+        LimitStoreError {
+            message: message.into(),
+            source: Some(source.into()),
+        }
+    }
+}
+
+impl fmt::Display for LimitStoreError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)?;
+        if let Some(source) = &self.source {
+            write!(f, ": {source}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for LimitStoreError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.source
+            .as_deref()
+            .map(|e| e as &(dyn std::error::Error + 'static))
+    }
+}
+
+impl From<LimitStoreError> for ChatError {
+    fn from(error: LimitStoreError) -> Self {
+        ChatError::new(ErrorKind::Store, format!("limits store: {error}")).with_source(error)
+    }
+}
+
+impl fmt::Display for Rejection {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "caller {}", self.scope.caller)?;
+        if let Some(model) = &self.scope.model {
+            write!(f, " (model {model})")?;
+        }
+        write!(f, " is over its {} limit ({})", self.kind, self.limit)?;
+        if let Some(wait) = self.retry_after {
+            write!(f, "; retry after {:.3}s", wait.as_secs_f64())?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for Rejection {}
+
+/// A rejection is a [`ErrorKind::RateLimited`] error carrying `retry_after`; the [`Rejection`] itself is its
+/// source (downcast it for the scope and the counter).
+impl From<Rejection> for ChatError {
+    fn from(rejection: Rejection) -> Self {
+        ChatError::new(
+            ErrorKind::RateLimited {
+                retry_after: rejection.retry_after,
+            },
+            rejection.to_string(),
+        )
+        .with_source(rejection)
+    }
+}

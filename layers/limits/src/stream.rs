@@ -1,0 +1,95 @@
+//! [`LimitedStream`]: passes events through while summing usage, and settles the call's reservation when the
+//! stream ends, fails or is dropped.
+
+use std::fmt;
+use std::pin::Pin;
+use std::task::{ready, Context, Poll};
+
+use futures_core::Stream;
+use tower_chat::{ChatError, ChatEvent, ChatStream, Usage};
+
+use crate::layer::{Lease, Observed};
+
+/// The stream a [`crate::Limited`] service returns.
+///
+/// Per event it adds [`ChatEvent::Usage`] increments and counts output characters; nothing else. The lease is
+/// settled exactly once (`Option::take`): when the inner stream ends (after any usage that follows `Finish`),
+/// when it yields an error (partial usage counted), or from `Drop` when the caller drops it early (the
+/// cancelled call is charged what it was seen to use: its usage events, or the estimated prompt and the output
+/// characters seen when the provider's usage report never arrived).
+pub struct LimitedStream {
+    inner: ChatStream,
+    lease: Option<Lease>,
+    usage: Option<Usage>,
+    output_chars: u64,
+    ended: bool,
+}
+
+impl fmt::Debug for LimitedStream {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LimitedStream")
+            .field("lease", &self.lease)
+            .field("usage", &self.usage)
+            .field("output_chars", &self.output_chars)
+            .finish_non_exhaustive()
+    }
+}
+
+impl LimitedStream {
+    pub(crate) fn new(inner: ChatStream, lease: Lease) -> Self {
+        LimitedStream {
+            inner,
+            lease: Some(lease),
+            usage: None,
+            output_chars: 0,
+            ended: false,
+        }
+    }
+
+    fn settle(&mut self) {
+        if let Some(lease) = self.lease.take() {
+            lease.settle(Observed {
+                usage: self.usage,
+                output_chars: self.output_chars,
+                sent: true,
+            });
+        }
+    }
+}
+
+impl Stream for LimitedStream {
+    type Item = Result<ChatEvent, ChatError>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = self.get_mut();
+        if this.ended {
+            return Poll::Ready(None);
+        }
+        let item = ready!(this.inner.as_mut().poll_next(cx));
+        match &item {
+            Some(Ok(event)) => match event {
+                ChatEvent::Usage { usage } => {
+                    this.usage.get_or_insert_with(Usage::default).add(usage)
+                }
+                ChatEvent::TextDelta { text } | ChatEvent::ReasoningDelta { text } => {
+                    this.output_chars += text.len() as u64
+                }
+                ChatEvent::ToolCallDelta { arguments, .. } => {
+                    this.output_chars += arguments.len() as u64
+                }
+                _ => {}
+            },
+            Some(Err(_)) | None => {
+                this.ended = true;
+                this.settle();
+            }
+        }
+        Poll::Ready(item)
+    }
+}
+
+impl Drop for LimitedStream {
+    fn drop(&mut self) {
+        self.settle();
+    }
+}
