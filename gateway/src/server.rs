@@ -733,7 +733,9 @@ async fn handle<F: WireFormat>(
         // The record is stored under the id the client was given, so a later `previous_response_id` finds it.
         request
             .extensions
-            .insert(tower_chat_persistence::CallId::new(id.clone()));
+            .insert(tower_chat_persistence::RequestedCallId(
+                tower_chat_persistence::CallId::new(id.clone()),
+            ));
     }
     let turn = Turn {
         model: parsed.model,

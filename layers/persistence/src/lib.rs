@@ -87,7 +87,8 @@ pub use approvals::{ApprovalTables, AuditRecord, PendingApproval};
 pub use layer::{PersistenceLayer, PersistenceLayerBuilder};
 pub use record::{
     is_secret_name, redact_options, CallId, CallOutcome, CallRecord, ConversationQuery,
-    ConversationSummary, RecordedError, RecordedRequest, Spend, SpendQuery, REDACTED,
+    ConversationSummary, RecordedError, RecordedRequest, RequestedCallId, Spend, SpendQuery,
+    REDACTED,
 };
 pub use recorder::{FailurePolicy, PersistenceStats};
 pub use service::{Persistence, ResponseFuture};

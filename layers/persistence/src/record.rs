@@ -33,6 +33,13 @@ impl CallId {
     }
 }
 
+/// A record id chosen by the caller: put one into a request's extensions and the layer stores the call under it
+/// instead of a generated id (a front end that hands ids to its clients — the gateway's Responses API `resp_…`
+/// ids — finds the record again with [`crate::Store::call`]). The outermost layer takes it out of the request,
+/// so a nested layer recording the rounds of a tool loop keeps ids of its own.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RequestedCallId(pub CallId);
+
 impl fmt::Display for CallId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.0)

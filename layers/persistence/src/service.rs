@@ -16,6 +16,7 @@ use tower_service::Service;
 use crate::layer::PersistenceLayer;
 use crate::record::{
     redact_options, round_index, CallId, CallOutcome, CallRecord, RecordedError, RecordedRequest,
+    RequestedCallId,
 };
 use crate::recorder::Recorder;
 use crate::stream::RecordingStream;
@@ -95,15 +96,13 @@ where
                 id
             }
         };
-        // A front end that hands the id to its client (the gateway's Responses API ids) names the record itself.
-        let call_id = match request.extensions.get::<CallId>() {
-            Some(id) => id.clone(),
-            None => {
-                let id = CallId::generate();
-                request.extensions.insert(id.clone());
-                id
-            }
+        // A front end that hands the id to its client names the record itself; taken out, so a nested layer
+        // does not reuse it.
+        let call_id = match request.extensions.remove::<RequestedCallId>() {
+            Some(RequestedCallId(id)) => id,
+            None => CallId::generate(),
         };
+        request.extensions.insert(call_id.clone());
         let draft = Draft {
             call_id,
             conversation_id,

@@ -17,7 +17,7 @@ use tower_chat::{
 };
 use tower_chat_persistence::{
     CallId, CallOutcome, CallRecord, ConversationQuery, ConversationSummary, PersistenceLayer,
-    Store, StoreError,
+    RequestedCallId, Store, StoreError,
 };
 
 /// A store whose writes wait while the gate is closed, and which counts write batches.
@@ -370,7 +370,7 @@ async fn a_call_id_in_the_request_names_the_record() {
     let db = TestDb::sqlite().await;
     let layer = PersistenceLayer::builder(db.store.clone()).build();
     let chat = layer.layer(scripted(|_| stream_of(answer("Hello"), Shape::Ready)));
-    let named = req("c").with_extension(CallId::new("resp_given"));
+    let named = req("c").with_extension(RequestedCallId(CallId::new("resp_given")));
     common::collect(chat.clone().oneshot(named).await.unwrap())
         .await
         .unwrap();
@@ -386,4 +386,25 @@ async fn a_call_id_in_the_request_names_the_record() {
         "resp_given",
         "a fresh id otherwise"
     );
+}
+
+#[tokio::test]
+async fn a_requested_call_id_names_only_the_outermost_record() {
+    let db = TestDb::sqlite().await;
+    let outer = PersistenceLayer::builder(db.store.clone()).build();
+    let inner = PersistenceLayer::builder(db.store.clone()).build();
+    let chat = outer.layer(inner.layer(scripted(|_| stream_of(answer("Hello"), Shape::Ready))));
+    let named = req("c").with_extension(RequestedCallId(CallId::new("resp_outer")));
+    common::collect(chat.oneshot(named).await.unwrap())
+        .await
+        .unwrap();
+    outer.flush().await.unwrap();
+    inner.flush().await.unwrap();
+    let calls = db.store.conversation_calls(&conv("c")).await.unwrap();
+    assert_eq!(calls.len(), 2, "both layers recorded: {calls:?}");
+    let named: Vec<_> = calls
+        .iter()
+        .filter(|c| c.call_id.as_str() == "resp_outer")
+        .collect();
+    assert_eq!(named.len(), 1);
 }
