@@ -237,6 +237,20 @@ mod tests {
         }
     }
 
+    /// Boundaries `cargo mutants` probes: a name of exactly the maximum length is fine, one more is not; a
+    /// comment line is never a key.
+    #[test]
+    fn names_are_limited_and_comments_are_not_keys() {
+        let longest = format!("{}:sk-a", "n".repeat(MAX_NAME));
+        assert!(ApiKeys::parse(&longest).is_ok());
+        let too_long = format!("{}:sk-a", "n".repeat(MAX_NAME + 1));
+        assert!(ApiKeys::parse(&too_long).is_err());
+        let keys = ApiKeys::parse("# sk-commented\nsk-real\n").unwrap();
+        assert_eq!(keys.keys.len(), 1);
+        assert!(keys.identify("# sk-commented").is_none());
+        assert!(keys.identify("sk-real").is_some());
+    }
+
     #[test]
     fn bad_files_are_refused_by_line_without_the_key() {
         for (text, line) in [

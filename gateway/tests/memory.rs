@@ -1,0 +1,138 @@
+//! Peak memory of concurrent maximum-size requests, counted by a global allocator (every byte this process
+//! allocates: the gateway, the in-process scripted upstream and its recording of each request, the SQLite
+//! writer). The issue's finding: ten concurrent 3.2 MB requests carrying 40,000 client tools each took the
+//! process to 1.07 GB and never returned it.
+
+mod common;
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use common::{post, Harness};
+use serde_json::{json, Value};
+use tower_chat::test_server::Reply;
+
+/// `System`, counting the bytes currently allocated and the peak since the last reset.
+struct Counting;
+
+static CURRENT: AtomicUsize = AtomicUsize::new(0);
+static PEAK: AtomicUsize = AtomicUsize::new(0);
+
+// SAFETY: every call is forwarded unchanged to `System`; the counters only observe sizes.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        let ptr = unsafe { System.alloc(layout) };
+        if !ptr.is_null() {
+            let now = CURRENT.fetch_add(layout.size(), Ordering::Relaxed) + layout.size();
+            PEAK.fetch_max(now, Ordering::Relaxed);
+        }
+        ptr
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        unsafe { System.dealloc(ptr, layout) };
+        CURRENT.fetch_sub(layout.size(), Ordering::Relaxed);
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        let new = unsafe { System.realloc(ptr, layout, new_size) };
+        if !new.is_null() {
+            if new_size >= layout.size() {
+                let now = CURRENT.fetch_add(new_size - layout.size(), Ordering::Relaxed) + new_size
+                    - layout.size();
+                PEAK.fetch_max(now, Ordering::Relaxed);
+            } else {
+                CURRENT.fetch_sub(layout.size() - new_size, Ordering::Relaxed);
+            }
+        }
+        new
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: Counting = Counting;
+
+const CONCURRENT: usize = 4;
+const BODY_LIMIT: usize = 4 * 1024 * 1024;
+/// Bytes allocated at the peak per byte of request body in flight: the body, its parsed form, the upstream
+/// request built from it, the scripted upstream's copy and recording, the call record. Measured 2026-11-30 (see
+/// BENCHMARKS.md, "issue 12"); the assertion leaves headroom for allocator and scheduling variation.
+const BYTES_PER_BODY_BYTE: usize = 8;
+
+/// Run `CONCURRENT` copies of `body` at once; the peak bytes allocated above what was allocated before, and the
+/// statuses.
+async fn peak_of(gw: &Harness, body: &Value) -> (usize, Vec<u16>) {
+    let text = body.to_string();
+    let url = gw.url("/v1/chat/completions");
+    let baseline = CURRENT.load(Ordering::Relaxed);
+    PEAK.store(baseline, Ordering::Relaxed);
+    let requests = (0..CONCURRENT).map(|_| {
+        let (url, text) = (url.clone(), text.clone());
+        tokio::spawn(async move { post(&url, text, &[]).await.status.as_u16() })
+    });
+    let mut statuses = Vec::new();
+    for request in requests.collect::<Vec<_>>() {
+        statuses.push(request.await.unwrap());
+    }
+    (
+        PEAK.load(Ordering::Relaxed).saturating_sub(baseline),
+        statuses,
+    )
+}
+
+/// The largest request the default limits accept: 128 tools with schemas up to --max-schema-bytes, then
+/// messages filling the body up to --body-limit.
+fn largest_accepted() -> Value {
+    let tools: Vec<Value> = (0..128)
+        .map(|i| {
+            json!({"type": "function", "function": {"name": format!("tool_{i}"), "description": "d",
+                "parameters": {"type": "object", "description": "x".repeat(1900)}}})
+        })
+        .collect();
+    let messages: Vec<Value> = (0..1000)
+        .map(|_| json!({"role": "user", "content": "m".repeat(3800)}))
+        .collect();
+    let body = json!({"model": "m", "messages": messages, "tools": tools});
+    assert!(body.to_string().len() < BODY_LIMIT);
+    assert!(body.to_string().len() > BODY_LIMIT * 9 / 10);
+    body
+}
+
+/// The issue's request: 3.2 MB carrying 40,000 client tools.
+fn forty_thousand_tools() -> Value {
+    let tools: Vec<Value> = (0..40_000)
+        .map(|i| {
+            json!({"type": "function", "function": {"name": format!("t{i}"), "parameters": {"type": "object"}}})
+        })
+        .collect();
+    json!({"model": "m", "messages": [{"role": "user", "content": "hi"}], "tools": tools})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_maximum_size_requests_stay_within_the_documented_bound() {
+    let gw = Harness::start(|_, _| Reply::openai_text("ok"), |_| {}).await;
+    // Warm up (connection pools, SQLite statement caches) so the baseline holds them.
+    let (_, statuses) = peak_of(
+        &gw,
+        &json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]}),
+    )
+    .await;
+    assert!(statuses.iter().all(|s| *s == 200), "{statuses:?}");
+
+    let bound = CONCURRENT * BODY_LIMIT * BYTES_PER_BODY_BYTE;
+    let (accepted, statuses) = peak_of(&gw, &largest_accepted()).await;
+    assert!(statuses.iter().all(|s| *s == 200), "{statuses:?}");
+    let tools = forty_thousand_tools();
+    assert!(tools.to_string().len() < BODY_LIMIT);
+    let (refused, statuses) = peak_of(&gw, &tools).await;
+    eprintln!(
+        "{CONCURRENT} concurrent requests: largest accepted peak {} MiB, 40,000 tools (refused) peak {} MiB, \
+         bound {} MiB",
+        accepted >> 20,
+        refused >> 20,
+        bound >> 20
+    );
+    assert!(statuses.iter().all(|s| *s == 400), "{statuses:?}");
+    assert!(accepted <= bound, "{accepted} bytes > {bound}");
+    assert!(refused <= bound, "{refused} bytes > {bound}");
+}
