@@ -149,8 +149,11 @@ impl Usage {
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum FinishReason {
-    /// The model finished its answer (or hit a stop sequence).
+    /// The model finished its answer (or hit a stop sequence its provider does not name: OpenAI-compatible
+    /// providers report a stop-sequence hit as a plain stop).
     Stop,
+    /// The model emitted one of the request's stop sequences, this one (Anthropic names it).
+    StopSequence(String),
     /// The output token limit was reached.
     Length,
     /// The model called tools and the caller must act on them.
@@ -170,6 +173,7 @@ impl FinishReason {
     pub fn as_str(&self) -> &str {
         match self {
             FinishReason::Stop => "stop",
+            FinishReason::StopSequence(_) => "stop_sequence",
             FinishReason::Length => "length",
             FinishReason::ToolCalls => "tool_calls",
             FinishReason::ContentFilter => "content_filter",

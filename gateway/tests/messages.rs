@@ -423,6 +423,46 @@ async fn thinking_is_forwarded_to_an_anthropic_upstream_and_streamed_back_as_thi
 }
 
 #[tokio::test]
+async fn a_stop_sequence_hit_upstream_is_reported_as_stop_sequence() {
+    let gw = Harness::start(
+        |_, _| {
+            anthropic_sse(&[
+                json!({"type":"message_start","message":{"id":"msg_up","model":"claude-x","usage":{"input_tokens":4,"output_tokens":1}}}),
+                json!({"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}),
+                json!({"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"one two"}}),
+                json!({"type":"content_block_stop","index":0}),
+                json!({"type":"message_delta","delta":{"stop_reason":"stop_sequence","stop_sequence":"END"},"usage":{"output_tokens":3}}),
+                json!({"type":"message_stop"}),
+            ])
+        },
+        |config| config.provider = tower_chat_gateway::Provider::Anthropic,
+    )
+    .await;
+    let mut body = ask("count", true);
+    body["stop_sequences"] = json!(["END"]);
+    let events = messages(&gw, &body).await.named_events();
+    let delta = &events
+        .iter()
+        .find(|(name, _)| name == "message_delta")
+        .unwrap()
+        .1;
+    assert_eq!(
+        delta["delta"],
+        json!({"stop_reason": "stop_sequence", "stop_sequence": "END"})
+    );
+    assert!(delta.get("tower_chat").is_none(), "{delta}");
+    assert_eq!(
+        gw.provider.requests()[0].body["stop_sequences"],
+        json!(["END"])
+    );
+
+    body["stream"] = json!(false);
+    let answer = messages(&gw, &body).await.json();
+    assert_eq!(answer["stop_reason"], "stop_sequence", "{answer}");
+    assert_eq!(answer["stop_sequence"], "END", "{answer}");
+}
+
+#[tokio::test]
 async fn a_mixed_round_hands_back_only_the_client_call_and_the_model_sees_its_whole_round() {
     let gw = Harness::start(
         |_, index| match index {

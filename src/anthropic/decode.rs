@@ -127,6 +127,8 @@ impl<'de> Deserialize<'de> for BlockDelta {
 struct MessageDeltaBody {
     #[serde(default)]
     stop_reason: Option<String>,
+    #[serde(default)]
+    stop_sequence: Option<String>,
 }
 
 #[derive(Deserialize, Default, Clone, Copy)]
@@ -162,6 +164,8 @@ pub(crate) struct MessageDecoder {
     calls: usize,
     usage: Usage,
     stop_reason: Option<String>,
+    /// Which stop sequence ended the message, when `stop_reason` is `stop_sequence`.
+    stop_sequence: Option<String>,
     done: bool,
 }
 
@@ -295,6 +299,9 @@ impl MessageDecoder {
                 if let Some(reason) = delta.stop_reason {
                     self.stop_reason = Some(reason);
                 }
+                if let Some(sequence) = delta.stop_sequence {
+                    self.stop_sequence = Some(sequence);
+                }
                 if let Some(usage) = usage {
                     self.apply_usage(usage);
                 }
@@ -310,6 +317,7 @@ impl MessageDecoder {
         out.push_back(ChatEvent::Usage { usage: self.usage });
         let reason = stop_reason(
             self.stop_reason.as_deref().unwrap_or("end_turn"),
+            self.stop_sequence.take(),
             self.calls > 0,
         );
         out.push_back(ChatEvent::Finish { reason });
@@ -351,11 +359,12 @@ impl WireDecoder for MessageDecoder {
     }
 }
 
-fn stop_reason(reason: &str, had_calls: bool) -> FinishReason {
+fn stop_reason(reason: &str, sequence: Option<String>, had_calls: bool) -> FinishReason {
     match reason {
         "tool_use" => FinishReason::ToolCalls,
         "end_turn" | "stop_sequence" if had_calls => FinishReason::ToolCalls,
-        "end_turn" | "stop_sequence" => FinishReason::Stop,
+        "stop_sequence" => sequence.map_or(FinishReason::Stop, FinishReason::StopSequence),
+        "end_turn" => FinishReason::Stop,
         "max_tokens" | "model_context_window_exceeded" => FinishReason::Length,
         "refusal" => FinishReason::ContentFilter,
         other => FinishReason::Other(other.to_owned()),
@@ -401,6 +410,8 @@ struct WholeMessage {
     #[serde(default)]
     stop_reason: Option<String>,
     #[serde(default)]
+    stop_sequence: Option<String>,
+    #[serde(default)]
     usage: Option<WireUsage>,
 }
 
@@ -436,6 +447,7 @@ pub(crate) fn decode_message(body: &[u8]) -> Result<Vec<ChatEvent>, ChatError> {
         decoder.on_stream_event(StreamEvent::ContentBlockStop { index }, &mut out)?;
     }
     decoder.stop_reason = message.stop_reason;
+    decoder.stop_sequence = message.stop_sequence;
     decoder.finish(&mut out);
     Ok(out.into())
 }
@@ -591,6 +603,34 @@ mod tests {
         assert_eq!(
             *events.last().unwrap(),
             Ok(ChatEvent::finish(FinishReason::Length))
+        );
+    }
+
+    #[test]
+    fn a_stop_sequence_is_named_streamed_and_whole() {
+        let text = [
+            event("message_start", json!({"type":"message_start","message":{"id":"m","model":"c","usage":{"input_tokens":1,"output_tokens":0}}})),
+            event("content_block_start", json!({"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}})),
+            event("content_block_delta", json!({"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"one two"}})),
+            event("content_block_stop", json!({"type":"content_block_stop","index":0})),
+            event("message_delta", json!({"type":"message_delta","delta":{"stop_reason":"stop_sequence","stop_sequence":"END"},"usage":{"output_tokens":3}})),
+            event("message_stop", json!({"type":"message_stop"})),
+        ].concat();
+        let stop = FinishReason::StopSequence("END".into());
+        assert_eq!(
+            *decode_stream(&text).last().unwrap(),
+            Ok(ChatEvent::finish(stop.clone()))
+        );
+        let body = json!({"id":"m","type":"message","role":"assistant","model":"c",
+            "content":[{"type":"text","text":"one two"}],
+            "stop_reason":"stop_sequence","stop_sequence":"END","usage":{"input_tokens":1,"output_tokens":3}});
+        let whole = decode_message(body.to_string().as_bytes()).unwrap();
+        assert_eq!(*whole.last().unwrap(), ChatEvent::finish(stop));
+        // A provider that says `stop_sequence` without naming it: a plain stop.
+        let unnamed = text.replace(r#","stop_sequence":"END""#, "");
+        assert_eq!(
+            *decode_stream(&unnamed).last().unwrap(),
+            Ok(ChatEvent::finish(FinishReason::Stop))
         );
     }
 

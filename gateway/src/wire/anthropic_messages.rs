@@ -379,10 +379,12 @@ fn assistant_blocks(blocks: Vec<InBlock>, i: usize) -> Result<Message, ApiError>
 }
 
 /// Anthropic's `stop_reason`. Reasons it has no word for (a pause for approval, the tool loop's limit) are
-/// `end_turn`, with the gateway's own reason in the `tower_chat` field. A stop-sequence hit is reported as
-/// `end_turn`: tower-chat's events fold it into [`FinishReason::Stop`] for both upstreams.
+/// `end_turn`, with the gateway's own reason in the `tower_chat` field. A stop-sequence hit is `stop_sequence`
+/// when the upstream named the sequence (Anthropic does); an OpenAI-compatible upstream reports it as a plain
+/// stop, so it is `end_turn` there.
 fn stop_reason(reason: &FinishReason) -> &'static str {
     match reason {
+        FinishReason::StopSequence(_) => "stop_sequence",
         FinishReason::Length => "max_tokens",
         FinishReason::ToolCalls => "tool_use",
         FinishReason::ContentFilter => "refusal",
@@ -390,10 +392,19 @@ fn stop_reason(reason: &FinishReason) -> &'static str {
     }
 }
 
+/// The `stop_sequence` field: the sequence that ended the message, else null.
+fn stop_sequence(reason: &FinishReason) -> Value {
+    match reason {
+        FinishReason::StopSequence(sequence) => Value::String(sequence.clone()),
+        _ => Value::Null,
+    }
+}
+
 /// The finish reason as the `tower_chat` field compares it: Anthropic's words for the shared reasons.
 fn said(reason: &FinishReason) -> &'static str {
     match reason {
         FinishReason::Stop => "stop",
+        FinishReason::StopSequence(_) => "stop_sequence",
         FinishReason::Length => "length",
         FinishReason::ToolCalls => "tool_calls",
         FinishReason::ContentFilter => "content_filter",
@@ -564,7 +575,7 @@ impl Encoder for MessageEncoder {
         self.stop_open(out);
         let mut delta = json!({
             "type": "message_delta",
-            "delta": {"stop_reason": stop_reason(&ending.reason), "stop_sequence": null},
+            "delta": {"stop_reason": stop_reason(&ending.reason), "stop_sequence": stop_sequence(&ending.reason)},
             "usage": usage(&folded.usage),
         });
         if let Some(field) = ending.tower_chat_field(said(&ending.reason)) {
@@ -605,7 +616,7 @@ impl Encoder for MessageEncoder {
             "model": folded.model,
             "content": content,
             "stop_reason": stop_reason(&ending.reason),
-            "stop_sequence": null,
+            "stop_sequence": stop_sequence(&ending.reason),
             "usage": usage(&folded.usage),
         });
         if let Some(field) = ending.tower_chat_field(said(&ending.reason)) {
