@@ -23,7 +23,11 @@ use serde::Deserialize;
 /// The parsed configuration file. Every table is optional; an empty file is the flags' defaults.
 #[derive(Clone, Debug, Default, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct ConfigFile {}
+pub struct ConfigFile {
+    /// `[[mcp]]`: MCP servers whose tools the tool loop offers (see [`crate::mcp`]).
+    #[serde(default)]
+    pub mcp: Vec<crate::mcp::McpServerEntry>,
+}
 
 impl ConfigFile {
     /// Read and parse the file at `path`.

@@ -31,6 +31,7 @@ mod auth;
 pub mod config;
 pub mod config_file;
 mod error;
+pub mod mcp;
 mod pending;
 mod respond;
 mod server;
@@ -44,7 +45,7 @@ pub use auth::ApiKeys;
 pub use config::{CliError, Command, Config, Provider, USAGE};
 pub use error::ApiError;
 pub use pending::PendingStore;
-pub use server::{stack, stores, ChatStack, Gateway, Stores, Upstream};
+pub use server::{stack, stack_with_mcp, stores, ChatStack, Gateway, Stores, Upstream};
 
 /// Why the gateway could not start or stopped with an error.
 #[derive(Debug)]

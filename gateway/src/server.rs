@@ -37,6 +37,7 @@ use tower_chat_tracing::TracingLayer;
 use crate::auth::ApiKeys;
 use crate::config::{Config, Provider};
 use crate::error::{json_response, ApiError};
+use crate::mcp::GatewayMcp;
 use crate::pending::{PendingStore, Resumption};
 use crate::respond::{self, Turn};
 use crate::tools::{server_tools, SERVER_TOOLS};
@@ -137,6 +138,26 @@ where
         + 'static,
     S::Future: Send + 'static,
 {
+    stack_with_mcp(config, upstream, persistence, approvals, None)
+}
+
+/// [`stack`], with the tools of started MCP servers offered to the tool loop (per caller, see [`crate::mcp`]).
+pub fn stack_with_mcp<S>(
+    config: &Config,
+    upstream: S,
+    persistence: Option<&PersistenceLayer>,
+    approvals: Option<&ApprovalLayer>,
+    mcp: Option<&GatewayMcp>,
+) -> Result<ChatStack, ChatError>
+where
+    S: tower::Service<ChatRequest, Response = ChatStream, Error = ChatError>
+        + ModelInfo
+        + Clone
+        + Send
+        + Sync
+        + 'static,
+    S::Future: Send + 'static,
+{
     // Read before the leaf disappears into boxes that do not forward it.
     let metadata = upstream.model_metadata();
     let mut service: ChatStack = BoxCloneSyncService::new(
@@ -145,6 +166,9 @@ where
             .max_rounds(config.max_rounds)
             .layer(upstream),
     );
+    if let Some(mcp) = mcp {
+        service = mcp.wrap(service);
+    }
     if let Some(approvals) = approvals {
         service = BoxCloneSyncService::new(approvals.layer(service));
     }
@@ -246,11 +270,15 @@ impl Gateway {
         let keys = load_keys(config)?;
         let upstream = Upstream::from_config(config).map_err(GatewayError::Chat)?;
         let stores = stores(config).await?;
-        let stack = stack(
+        let mcp = GatewayMcp::start(&config.file.mcp, &SERVER_TOOLS)
+            .await
+            .map_err(GatewayError::Config)?;
+        let stack = stack_with_mcp(
             config,
             upstream,
             Some(&stores.persistence),
             Some(&stores.approvals),
+            mcp.as_ref(),
         )
         .map_err(GatewayError::Chat)?;
         let mut gateway = Gateway::assemble(config, stack, keys);
