@@ -35,7 +35,7 @@
 //! use tower_chat_mcp::test_server::{serve_http, DemoServer};
 //! use tower_chat_mcp::{McpLayer, McpServerConfig, McpTools};
 //!
-//! # #[tokio::main(flavor = "current_thread")]
+//! # #[tokio::main]
 //! # async fn main() -> Result<(), ChatError> {
 //! // An MCP server on 127.0.0.1 (in a real deployment: `McpServerConfig::stdio("files", "mcp-server-files")`).
 //! let server = serve_http(DemoServer::new("demo", false), None).await.unwrap();
