@@ -30,6 +30,9 @@ pub struct ConfigFile {
     /// `[limits]`: rate limits and budgets per key, prices ([`crate::limits::LimitsSection`]).
     #[serde(default)]
     pub limits: crate::limits::LimitsSection,
+    /// `[[mcp]]`: MCP servers whose tools the tool loop offers (see [`crate::mcp`]).
+    #[serde(default)]
+    pub mcp: Vec<crate::mcp::McpServerEntry>,
 }
 
 impl ConfigFile {

@@ -35,6 +35,7 @@ pub mod config_file;
 pub mod connection;
 mod error;
 pub mod limits;
+pub mod mcp;
 pub mod metrics;
 mod pending;
 pub mod request_limits;

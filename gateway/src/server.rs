@@ -38,6 +38,7 @@ use crate::auth::ApiKeys;
 use crate::config::{Config, Provider};
 use crate::connection::{self, BodyTimeout, ConnectionLimits, GuardedBody, InFlight};
 use crate::error::{json_response, ApiError};
+use crate::mcp::GatewayMcp;
 use crate::metrics::PrometheusMetrics;
 use crate::pending::{PendingStore, Resumption};
 use crate::request_limits::RequestLimits;
@@ -151,12 +152,14 @@ where
         approvals,
         PrometheusMetrics::new(),
         None,
+        None,
     )
 }
 
 /// [`stack`], its tracing layer recording every call into `metrics` (what `GET /metrics` shows), and, when
 /// given, a limits layer (`[limits]` of the configuration file) right around `upstream`, inside the tool loop,
-/// so that every model round is checked before it is sent and settled with its own usage.
+/// so that every model round is checked before it is sent and settled with its own usage, and the tools of
+/// started MCP servers offered to the tool loop (per caller, see [`crate::mcp`]).
 pub fn stack_with<S>(
     config: &Config,
     upstream: S,
@@ -164,6 +167,7 @@ pub fn stack_with<S>(
     approvals: Option<&ApprovalLayer>,
     metrics: PrometheusMetrics,
     limits: Option<&LimitsLayer>,
+    mcp: Option<&GatewayMcp>,
 ) -> Result<ChatStack, ChatError>
 where
     S: tower::Service<ChatRequest, Response = ChatStream, Error = ChatError>
@@ -186,6 +190,9 @@ where
             .max_rounds(config.max_rounds)
             .layer(upstream),
     );
+    if let Some(mcp) = mcp {
+        service = mcp.wrap(service);
+    }
     if let Some(approvals) = approvals {
         service = BoxCloneSyncService::new(approvals.layer(service));
     }
@@ -313,6 +320,9 @@ impl Gateway {
         };
         let limits = config.file.limits.layer()?;
         let stores = stores(config).await?;
+        let mcp = GatewayMcp::start(&config.file.mcp, &SERVER_TOOLS)
+            .await
+            .map_err(GatewayError::Config)?;
         let (persistence, approvals) = (Some(&stores.persistence), Some(&stores.approvals));
         let catalog = router.as_ref().map(|r| r.catalog());
         let stack = match (router, upstream) {
@@ -323,6 +333,7 @@ impl Gateway {
                 approvals,
                 metrics.clone(),
                 limits.as_ref(),
+                mcp.as_ref(),
             ),
             (None, Some(upstream)) => stack_with(
                 config,
@@ -331,6 +342,7 @@ impl Gateway {
                 approvals,
                 metrics.clone(),
                 limits.as_ref(),
+                mcp.as_ref(),
             ),
             (None, None) => unreachable!("one of the two is built"),
         }

@@ -116,7 +116,7 @@ pub use policy::{
     UnknownToolPolicy,
 };
 pub use service::{FunctionInvocation, ResponseFuture};
-pub use tool::{tool_fn, tool_json, CompiledTool, FnTool, Tool, ToolContext, ToolError};
+pub use tool::{tool_fn, tool_json, CompiledTool, FnTool, Tool, ToolContext, ToolError, ToolHints};
 pub use toolset::{RequestTools, ToolResolver, ToolSet};
 
 /// Re-exported so typed tools can derive `JsonSchema` without a direct dependency.

@@ -160,12 +160,39 @@ pub trait Tool: Send + Sync + 'static {
         None
     }
 
+    /// What the tool says about itself beyond its spec (MCP's tool annotations, where it comes from), for
+    /// approval policies. Read once when the tool is compiled.
+    fn hints(&self) -> ToolHints {
+        ToolHints::default()
+    }
+
     /// Run the tool on arguments that passed schema validation. The result text is what the model sees.
     fn call(
         &self,
         arguments: Value,
         context: ToolContext,
     ) -> BoxFuture<'static, Result<String, ToolError>>;
+}
+
+/// Hints a tool gives about itself — MCP's tool annotations (`readOnlyHint`, `destructiveHint`, `idempotentHint`,
+/// `openWorldHint`) and its origin — read by approval policies through [`CompiledTool::hints`].
+///
+/// These are claims of the tool's author, not guarantees: a policy may loosen a rule for a read-only tool of a
+/// server it trusts, but should not trust the hints of a server it does not.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ToolHints {
+    /// The tool does not modify its environment (`None`: not said).
+    pub read_only: Option<bool>,
+    /// The tool may perform destructive updates (MCP's default when not said: `true`, unless read-only).
+    pub destructive: Option<bool>,
+    /// Calling it again with the same arguments has no further effect.
+    pub idempotent: Option<bool>,
+    /// The tool interacts with an open world of external entities.
+    pub open_world: Option<bool>,
+    /// Where the tool comes from, e.g. the name of the MCP server that provides it.
+    pub source: Option<String>,
+    /// The tool's own name at its source, when the model knows it under another (a prefixed MCP tool).
+    pub source_name: Option<String>,
 }
 
 type Handler = dyn Fn(Value, ToolContext) -> BoxFuture<'static, Result<String, ToolError>>
@@ -386,6 +413,7 @@ struct Compiled {
     requires_approval: bool,
     return_direct: bool,
     timeout: Option<Duration>,
+    hints: ToolHints,
     tool: Box<dyn Tool>,
 }
 
@@ -441,6 +469,7 @@ impl CompiledTool {
                 requires_approval: tool.requires_approval(),
                 return_direct: tool.return_direct(),
                 timeout: tool.timeout(),
+                hints: tool.hints(),
                 spec,
                 validator,
                 tool: Box::new(tool),
@@ -471,6 +500,11 @@ impl CompiledTool {
     /// The tool's own time limit.
     pub fn timeout(&self) -> Option<Duration> {
         self.inner.timeout
+    }
+
+    /// What the tool says about itself (see [`Tool::hints`]).
+    pub fn hints(&self) -> &ToolHints {
+        &self.inner.hints
     }
 
     /// Check a call's arguments: the JSON value to run with, or a message for the model listing what is wrong.

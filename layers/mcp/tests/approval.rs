@@ -1,0 +1,135 @@
+//! Approvals of MCP tool calls: by the server's policy (the tool's own flag) and by an approval layer's policy
+//! reading MCP annotations. The demo server runs in-process over HTTP, so the tests see its notes.
+
+mod common;
+
+use common::*;
+use serde_json::json;
+use tower::util::BoxCloneService;
+use tower::Layer;
+use tower_chat::{
+    ApprovalDecision, ApprovalDecisions, CallerIdentity, ChatRequest, ConversationId, FinishReason,
+    Message, ToolMessage,
+};
+use tower_chat_approval::{ApprovalLayer, Verdict};
+use tower_chat_function_invocation::FunctionInvocationLayer;
+use tower_chat_mcp::test_server::{serve_http, DemoServer};
+use tower_chat_mcp::{Approval, McpServerConfig, McpTools, ServerPolicy};
+
+/// Round 1 writes notes `a` and `b`; round 2 deletes `a`.
+fn rounds() -> Vec<Vec<tower_chat::ToolCall>> {
+    vec![
+        vec![
+            call("w1", "write_note", json!({"key": "a", "text": "alpha"})),
+            call("w2", "write_note", json!({"key": "b", "text": "beta"})),
+        ],
+        vec![call("d1", "delete_note", json!({"key": "a"}))],
+    ]
+}
+
+#[tokio::test]
+async fn the_server_policy_pauses_destructive_calls_until_approved() {
+    let server = serve_http(DemoServer::new("notes", false), None)
+        .await
+        .unwrap();
+    let config = McpServerConfig::http("notes", server.url())
+        .policy(ServerPolicy::new(Approval::IfDestructive));
+    let mcp = McpTools::start([config]).await.unwrap();
+    assert!(mcp.tools().get("delete_note").unwrap().requires_approval());
+    assert!(!mcp.tools().get("write_note").unwrap().requires_approval());
+
+    let (model, _) = scripted_model(rounds());
+    let chat = stack(&mcp, FunctionInvocationLayer::new(), model);
+    let paused = run(chat.clone(), user("tidy up")).await;
+    assert_eq!(paused.finish_reason, Some(FinishReason::AwaitingApproval));
+    assert_eq!(paused.approval_requests.len(), 1);
+    assert_eq!(paused.approval_requests[0].call.name, "delete_note");
+    assert_eq!(
+        server.state().notes().len(),
+        2,
+        "nothing deleted without a decision"
+    );
+
+    let mut history = vec![Message::user("tidy up")];
+    history.extend(paused.messages);
+    let resume = ChatRequest::new(history)
+        .with_extension(ApprovalDecisions(vec![ApprovalDecision::approve("d1")]));
+    let done = run(chat, resume).await;
+    assert_eq!(done.finish_reason, Some(FinishReason::Stop));
+    assert_eq!(
+        tool_messages(&done),
+        vec![ToolMessage::success("d1", "delete_note", "deleted a")]
+    );
+    assert_eq!(done.text(), "deleted a");
+    assert_eq!(server.state().notes().keys().collect::<Vec<_>>(), vec!["b"]);
+}
+
+#[tokio::test]
+async fn a_denied_call_never_reaches_the_server() {
+    let server = serve_http(DemoServer::new("notes", false), None)
+        .await
+        .unwrap();
+    let policy = ServerPolicy::new(Approval::Always).tool("write_note", Approval::Never);
+    let mcp = McpTools::start([McpServerConfig::http("notes", server.url()).policy(policy)])
+        .await
+        .unwrap();
+    let (model, _) = scripted_model(rounds());
+    let chat = stack(&mcp, FunctionInvocationLayer::new(), model);
+    let paused = run(chat.clone(), user("tidy up")).await;
+    assert_eq!(paused.finish_reason, Some(FinishReason::AwaitingApproval));
+    let calls_before = server.state().calls();
+
+    let mut history = vec![Message::user("tidy up")];
+    history.extend(paused.messages);
+    let resume =
+        ChatRequest::new(history).with_extension(ApprovalDecisions(vec![ApprovalDecision::deny(
+            "d1", "keep it",
+        )]));
+    let done = run(chat, resume).await;
+    assert!(tool_messages(&done)[0].is_error);
+    assert!(tool_messages(&done)[0].content.contains("keep it"));
+    assert_eq!(server.state().calls(), calls_before);
+    assert_eq!(server.state().notes().len(), 2);
+}
+
+#[tokio::test]
+async fn an_approval_layer_policy_sees_the_mcp_annotations() {
+    let server = serve_http(DemoServer::new("notes", false), None)
+        .await
+        .unwrap();
+    // The server policy asks for nothing; the approval layer gates destructive MCP tools by their annotation.
+    let mcp = McpTools::start([McpServerConfig::http("notes", server.url())])
+        .await
+        .unwrap();
+    let approvals = ApprovalLayer::new().policy(|input| {
+        let hints = input.tool().hints();
+        if hints.source.as_deref() == Some("notes") && hints.destructive == Some(true) {
+            Verdict::require("destructive MCP tool")
+        } else {
+            input.default_verdict()
+        }
+    });
+    let (model, _) = scripted_model(rounds());
+    let chat =
+        BoxCloneService::new(approvals.layer(stack(&mcp, FunctionInvocationLayer::new(), model)));
+    let context = |request: ChatRequest| {
+        request
+            .with_extension(ConversationId::new("conv-1"))
+            .with_extension(CallerIdentity::new("alice"))
+    };
+    let paused = run(chat.clone(), context(user("tidy up"))).await;
+    assert_eq!(paused.finish_reason, Some(FinishReason::AwaitingApproval));
+    let approval = &paused.approval_requests[0];
+    assert!(approval.id.starts_with("apr_"), "{approval:?}");
+    assert_eq!(approval.reason.as_deref(), Some("destructive MCP tool"));
+    assert_eq!(server.state().notes().len(), 2);
+
+    let mut history = vec![Message::user("tidy up")];
+    history.extend(paused.messages.clone());
+    let resume = context(ChatRequest::new(history)).with_extension(ApprovalDecisions(vec![
+        ApprovalDecision::approve(approval.id.clone()),
+    ]));
+    let done = run(chat, resume).await;
+    assert_eq!(done.text(), "deleted a");
+    assert_eq!(server.state().notes().keys().collect::<Vec<_>>(), vec!["b"]);
+}

@@ -1,0 +1,143 @@
+//! A stateless stand-in model, and helpers to start the demo server and run a request through the stack.
+#![allow(dead_code)]
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures_util::stream;
+use serde_json::Value;
+use tower::util::BoxCloneService;
+use tower::{service_fn, Layer, ServiceExt};
+use tower_chat::{
+    ChatError, ChatEvent, ChatRequest, ChatResponse, ChatStream, ChatStreamExt, FinishReason,
+    Message, ToolCall, ToolMessage,
+};
+use tower_chat_function_invocation::FunctionInvocationLayer;
+use tower_chat_mcp::{McpLayer, McpServerConfig, McpTools};
+
+/// The stdio demo server binary.
+pub const SERVER: &str = env!("CARGO_BIN_EXE_tower-chat-mcp-test-server");
+
+/// A generous bound on waiting for a signal, so a broken test fails instead of hanging.
+pub const BOUND: Duration = Duration::from_secs(20);
+
+pub fn stdio(name: &str) -> McpServerConfig {
+    McpServerConfig::stdio(name, SERVER).args(["--name", name])
+}
+
+/// The tool names the model was offered, per model call.
+pub type Offered = Arc<Mutex<Vec<Vec<String>>>>;
+
+pub type Chat = BoxCloneService<ChatRequest, ChatStream, ChatError>;
+
+/// A model that makes the tool calls of `rounds[n]` when its history holds `n` assistant messages, and after the
+/// last round answers with the contents of the tool messages since its last assistant message, one per line.
+pub fn scripted_model(rounds: Vec<Vec<ToolCall>>) -> (Chat, Offered) {
+    let offered: Offered = Arc::default();
+    let seen = offered.clone();
+    let service = service_fn(move |request: ChatRequest| {
+        let rounds = rounds.clone();
+        seen.lock().unwrap().push(
+            request
+                .options
+                .tools
+                .iter()
+                .map(|t| t.name.clone())
+                .collect(),
+        );
+        async move {
+            let done = request
+                .messages
+                .iter()
+                .filter(|m| matches!(m, Message::Assistant(_)))
+                .count();
+            let events = match rounds.get(done) {
+                Some(calls) => {
+                    let mut events: Vec<ChatEvent> = calls
+                        .iter()
+                        .enumerate()
+                        .map(|(index, call)| ChatEvent::ToolCallEnd {
+                            index,
+                            call: call.clone(),
+                        })
+                        .collect();
+                    events.push(ChatEvent::finish(FinishReason::ToolCalls));
+                    events
+                }
+                None => {
+                    let results: Vec<String> = request
+                        .messages
+                        .iter()
+                        .rev()
+                        .take_while(|m| !matches!(m, Message::Assistant(_)))
+                        .filter_map(|m| match m {
+                            Message::Tool(t) => Some(t.content.clone()),
+                            _ => None,
+                        })
+                        .collect::<Vec<_>>()
+                        .into_iter()
+                        .rev()
+                        .collect();
+                    vec![
+                        ChatEvent::text(results.join("\n")),
+                        ChatEvent::finish(FinishReason::Stop),
+                    ]
+                }
+            };
+            Ok::<ChatStream, ChatError>(Box::pin(stream::iter(events.into_iter().map(Ok))))
+        }
+    });
+    (BoxCloneService::new(service), offered)
+}
+
+pub fn call(id: &str, name: &str, arguments: Value) -> ToolCall {
+    ToolCall::new(id, name, arguments)
+}
+
+/// The full stack: MCP tools offered to the tool loop over the model.
+pub fn stack(mcp: &McpTools, tool_loop: FunctionInvocationLayer, model: Chat) -> Chat {
+    BoxCloneService::new(McpLayer::new(mcp.clone()).layer(tool_loop.layer(model)))
+}
+
+pub async fn run(chat: Chat, request: ChatRequest) -> ChatResponse {
+    tokio::time::timeout(BOUND, async {
+        chat.oneshot(request)
+            .await
+            .expect("call")
+            .collect_response()
+            .await
+            .expect("response")
+    })
+    .await
+    .expect("the request finished")
+}
+
+pub fn user(text: &str) -> ChatRequest {
+    ChatRequest::new(vec![Message::user(text)])
+}
+
+pub fn tool_messages(response: &ChatResponse) -> Vec<ToolMessage> {
+    response
+        .messages
+        .iter()
+        .filter_map(|m| match m {
+            Message::Tool(t) => Some(t.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Wait until `condition` holds for the MCP tools (checked after every change), bounded by [`BOUND`].
+pub async fn wait_until(mcp: &McpTools, condition: impl Fn(&McpTools) -> bool) {
+    let mut changes = mcp.subscribe();
+    tokio::time::timeout(BOUND, async {
+        loop {
+            if condition(mcp) {
+                return;
+            }
+            changes.changed().await.expect("the MCP tools are alive");
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("condition not reached; status: {:?}", mcp.status()));
+}
