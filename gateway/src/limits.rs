@@ -14,7 +14,7 @@
 //! cost_per_day_usd = 5.0
 //! concurrent = 4
 //!
-//! [limits.keys.key-2]          # the caller of the API keys file's line 2
+//! [limits.keys.bob]            # the caller of the `bob:<key>` line of the API keys file
 //! cost_per_month_usd = 500.0
 //!
 //! [limits.models."gpt-4o"]     # each caller's use of gpt-4o, on top of the caller's own limits
@@ -66,7 +66,7 @@ pub struct LimitsSection {
     /// Limits of every key without an entry in `keys`.
     #[serde(default)]
     pub default: LimitsEntry,
-    /// Limits per caller id (`key-N` for the API keys file's line N), instead of the default.
+    /// Limits per caller id (the `name` of a `name:key` line of the API keys file), instead of the default.
     #[serde(default)]
     pub keys: BTreeMap<String, LimitsEntry>,
     /// Limits on every caller's use of one model, on top of the caller's own.

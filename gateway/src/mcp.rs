@@ -10,8 +10,8 @@
 //! policy = "if_destructive"           # never (default) | always | unless_read_only | if_destructive
 //! tool_policy = { read_file = "never", wipe = "always" }
 //! timeout_ms = 30000                  # per call; default: the loop's
-//! keys = ["key-1"]                    # API keys (caller `key-{line}` of --api-keys-file) allowed every tool
-//! key_tools = { key-2 = ["read_file"] }  # API keys allowed some tools
+//! keys = ["alice"]                    # callers (`name` of a `name:key` line of --api-keys-file) allowed every tool
+//! key_tools = { bob = ["read_file"] }  # callers allowed some tools
 //!
 //! [[mcp]]
 //! name = "search"

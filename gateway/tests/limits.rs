@@ -55,7 +55,7 @@ fn section(url: &str, test: &str, default: LimitsEntry) -> LimitsSection {
 async fn two_gateways(limits: &LimitsSection, reply: Reply) -> (tempfile::TempDir, [Harness; 2]) {
     let keys = tempfile::tempdir().unwrap();
     let keys_file = keys.path().join("keys");
-    std::fs::write(&keys_file, format!("{KEY}\n")).unwrap();
+    std::fs::write(&keys_file, format!("alice:{KEY}\n")).unwrap();
     let start = || {
         let (limits, keys_file, reply) = (limits.clone(), keys_file.clone(), reply.clone());
         Harness::start(
@@ -144,7 +144,7 @@ async fn two_gateways_on_one_redis_admit_exactly_the_cap_and_answer_429() {
 
     // Either gateway reports the shared counters, and the recorded spend of its own calls.
     let report = usage(&gateways[1]).await;
-    assert_eq!(report["caller"], "key-1");
+    assert_eq!(report["caller"], "alice");
     let requests = counter(&report, "requests");
     assert_eq!(
         (requests["used"].as_u64(), requests["remaining"].as_u64()),
