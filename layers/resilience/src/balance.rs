@@ -3,9 +3,7 @@
 //! conversation.
 
 use std::fmt;
-use std::future::Future;
 use std::hash::{Hash, Hasher};
-use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
@@ -318,23 +316,7 @@ impl Drop for InFlight {
 }
 
 /// The response future of [`Balance`].
-pub struct BalanceFuture {
-    inner: Pin<Box<dyn Future<Output = Result<ChatStream, ChatError>> + Send + 'static>>,
-}
-
-impl fmt::Debug for BalanceFuture {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("BalanceFuture").finish_non_exhaustive()
-    }
-}
-
-impl Future for BalanceFuture {
-    type Output = Result<ChatStream, ChatError>;
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        self.inner.as_mut().poll(cx)
-    }
-}
+pub type BalanceFuture = crate::boxed::BoxedChatFuture;
 
 impl Service<ChatRequest> for Balance {
     type Response = ChatStream;
@@ -357,9 +339,7 @@ impl Service<ChatRequest> for Balance {
                 "no deployment available: every circuit is open",
             )
             .with_source(CircuitOpen::new(self.shared.metadata.provider.to_string()));
-            return BalanceFuture {
-                inner: Box::pin(std::future::ready(Err(error))),
-            };
+            return BalanceFuture::new(std::future::ready(Err(error)));
         };
         node.waiting.fetch_add(1, Ordering::Relaxed);
         let in_flight = InFlight {
@@ -369,17 +349,15 @@ impl Service<ChatRequest> for Balance {
             permit: Some(permit),
         };
         let service = node.service.clone();
-        BalanceFuture {
-            inner: Box::pin(async move {
-                match service.ready_oneshot().await {
-                    Ok(service) => WatchedCall::new(service.oneshot(request), in_flight).await,
-                    Err(error) => {
-                        in_flight.settle(Err(&error));
-                        Err(error)
-                    }
+        BalanceFuture::new(async move {
+            match service.ready_oneshot().await {
+                Ok(service) => WatchedCall::new(service.oneshot(request), in_flight).await,
+                Err(error) => {
+                    in_flight.settle(Err(&error));
+                    Err(error)
                 }
-            }),
-        }
+            }
+        })
     }
 }
 

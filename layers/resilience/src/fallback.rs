@@ -2,8 +2,7 @@
 //! next one.
 
 use std::fmt;
-use std::future::{poll_fn, Future};
-use std::pin::Pin;
+use std::future::poll_fn;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
@@ -346,23 +345,7 @@ impl ModelInfo for Fallback {
 }
 
 /// The response future of [`Fallback`].
-pub struct FallbackFuture {
-    inner: Pin<Box<dyn Future<Output = Result<ChatStream, ChatError>> + Send + 'static>>,
-}
-
-impl fmt::Debug for FallbackFuture {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("FallbackFuture").finish_non_exhaustive()
-    }
-}
-
-impl Future for FallbackFuture {
-    type Output = Result<ChatStream, ChatError>;
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        self.inner.as_mut().poll(cx)
-    }
-}
+pub type FallbackFuture = crate::boxed::BoxedChatFuture;
 
 impl Service<ChatRequest> for Fallback {
     type Response = ChatStream;
@@ -375,13 +358,11 @@ impl Service<ChatRequest> for Fallback {
     }
 
     fn call(&mut self, request: ChatRequest) -> Self::Future {
-        FallbackFuture {
-            inner: Box::pin(fallback_loop(
-                self.targets.clone(),
-                self.config.clone(),
-                request,
-            )),
-        }
+        FallbackFuture::new(fallback_loop(
+            self.targets.clone(),
+            self.config.clone(),
+            request,
+        ))
     }
 }
 

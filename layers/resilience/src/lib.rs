@@ -79,6 +79,7 @@
 #![warn(missing_debug_implementations, unreachable_pub)]
 
 mod balance;
+mod boxed;
 mod breaker;
 mod clock;
 mod fallback;
@@ -90,6 +91,7 @@ mod retry;
 mod watch;
 
 pub use balance::{Balance, BalanceBuilder, BalanceFuture, Deployment};
+pub use boxed::BoxedChatFuture;
 pub use breaker::{
     is_circuit_open, BreakerHandle, BreakerState, CircuitBreaker, CircuitBreakerLayer, CircuitOpen,
     FailureRatio, ResponseFuture as BreakerFuture,

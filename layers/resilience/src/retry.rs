@@ -1,8 +1,7 @@
 //! [`RetryLayer`]: call again what failed for a passing reason, but never once the caller has seen content.
 
 use std::fmt;
-use std::future::{poll_fn, Future};
-use std::pin::Pin;
+use std::future::poll_fn;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
@@ -211,23 +210,7 @@ impl<S: ModelInfo> ModelInfo for Retry<S> {
 }
 
 /// The response future of [`Retry`].
-pub struct ResponseFuture {
-    inner: Pin<Box<dyn Future<Output = Result<ChatStream, ChatError>> + Send + 'static>>,
-}
-
-impl fmt::Debug for ResponseFuture {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ResponseFuture").finish_non_exhaustive()
-    }
-}
-
-impl Future for ResponseFuture {
-    type Output = Result<ChatStream, ChatError>;
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        self.inner.as_mut().poll(cx)
-    }
-}
+pub type ResponseFuture = crate::boxed::BoxedChatFuture;
 
 impl<S> Service<ChatRequest> for Retry<S>
 where
@@ -245,16 +228,12 @@ where
     fn call(&mut self, request: ChatRequest) -> Self::Future {
         if self.config.max_attempts == 1 || request.extensions.get::<RetryScope>().is_some() {
             // An outer retry layer owns the retries (or there are none to make): one call, as it is.
-            return ResponseFuture {
-                inner: Box::pin(self.inner.call(request)),
-            };
+            return ResponseFuture::new(self.inner.call(request));
         }
         // The service polled ready goes with this request; the one left behind must be polled again.
         let clone = self.inner.clone();
         let inner = std::mem::replace(&mut self.inner, clone);
-        ResponseFuture {
-            inner: Box::pin(retry_loop(inner, request, self.config.clone())),
-        }
+        ResponseFuture::new(retry_loop(inner, request, self.config.clone()))
     }
 }
 
