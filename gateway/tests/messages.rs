@@ -3,51 +3,13 @@
 
 mod common;
 
-use std::time::Duration;
-
-use common::{tool_result, Answer, Harness};
+use common::{tool_result, wire_upstream, Answer, Harness};
 use serde_json::{json, Value};
-use tower_chat::test_server::{Part, RecordedRequest, Reply};
+use tower_chat::test_server::{RecordedRequest, Reply};
 
-/// Replies chosen by the conversation's first user message.
-fn upstream(req: &RecordedRequest, _index: usize) -> Reply {
-    let messages = req.body["messages"].as_array().unwrap();
-    let first_user = messages
-        .iter()
-        .find(|m| m["role"] == "user")
-        .and_then(|m| m["content"].as_str())
-        .unwrap_or_default();
-    match first_user {
-        "text" => Reply::openai_text("Hello from upstream"),
-        "add" => match tool_result(messages, "call_add") {
-            None => Reply::openai_tool_calls(&[("call_add", "add", r#"{"a": 2, "b": 3}"#)]),
-            Some(sum) => Reply::openai_text(&format!("The sum is {sum}")),
-        },
-        "weather" => match tool_result(messages, "call_w") {
-            None => Reply::openai_tool_calls(&[("call_w", "get_weather", r#"{"city": "Oslo"}"#)]),
-            Some(result) => Reply::openai_text(&format!("It is {result}")),
-        },
-        "write" => match tool_result(messages, "call_write") {
-            None => Reply::openai_tool_calls(&[(
-                "call_write",
-                "write_file",
-                r#"{"path": "a.txt", "content": "hi"}"#,
-            )]),
-            Some(result) => Reply::openai_text(&format!("written: {result}")),
-        },
-        "ratelimit" => {
-            Reply::json(429, json!({"error": {"message": "slow down"}})).header("retry-after", "3")
-        }
-        "abort" => Reply::sse_chunks([
-            "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"partial \"}}]}\n\n",
-        ])
-        .then(Part::Pause(Duration::from_millis(20)))
-        .then(Part::Abort),
-        other => Reply::json(
-            400,
-            json!({"error": {"message": format!("unscripted {other}")}}),
-        ),
-    }
+/// The shared wire-format upstream; `write` writes this file's own file.
+fn upstream() -> impl Fn(&RecordedRequest, usize) -> Reply + Send + Sync + 'static {
+    wire_upstream(r#"{"path": "a.txt", "content": "hi"}"#)
 }
 
 fn ask(text: &str, stream: bool) -> Value {
@@ -71,7 +33,7 @@ fn weather_tool() -> Value {
 
 #[tokio::test]
 async fn text_comes_back_as_a_message_and_as_the_exact_event_sequence() {
-    let gw = Harness::start(upstream, |_| {}).await;
+    let gw = Harness::start(upstream(), |_| {}).await;
     let mut body = ask("text", false);
     body["system"] = json!("be brief");
     let answer = messages(&gw, &body).await;
@@ -148,7 +110,7 @@ async fn text_comes_back_as_a_message_and_as_the_exact_event_sequence() {
 
 #[tokio::test]
 async fn a_server_tool_round_is_invisible_and_usage_is_summed_over_the_turn() {
-    let gw = Harness::start(upstream, |_| {}).await;
+    let gw = Harness::start(upstream(), |_| {}).await;
     let answer = messages(&gw, &ask("add", false)).await.json();
     assert_eq!(
         answer["content"],
@@ -172,7 +134,7 @@ async fn a_server_tool_round_is_invisible_and_usage_is_summed_over_the_turn() {
 
 #[tokio::test]
 async fn client_tools_are_handed_back_as_tool_use_blocks_and_results_continue_the_turn() {
-    let gw = Harness::start(upstream, |_| {}).await;
+    let gw = Harness::start(upstream(), |_| {}).await;
     let mut body = ask("weather", false);
     body["tools"] = weather_tool();
     body["tool_choice"] = json!({"type": "auto"});
@@ -236,7 +198,7 @@ async fn client_tools_are_handed_back_as_tool_use_blocks_and_results_continue_th
 
 #[tokio::test]
 async fn approvals_pause_and_resume_in_the_messages_format() {
-    let gw = Harness::start(upstream, |_| {}).await;
+    let gw = Harness::start(upstream(), |_| {}).await;
     for stream in [false, true] {
         let _ = std::fs::remove_file(gw.root().join("a.txt"));
         let answer = messages(&gw, &ask("write", stream)).await;
@@ -292,7 +254,7 @@ async fn errors_come_in_anthropics_shape_and_keys_may_come_as_x_api_key() {
     let keys = tempfile::NamedTempFile::new().unwrap();
     std::fs::write(keys.path(), "sk-gw\n").unwrap();
     let path = keys.path().to_owned();
-    let gw = Harness::start(upstream, move |c| c.api_keys_file = Some(path)).await;
+    let gw = Harness::start(upstream(), move |c| c.api_keys_file = Some(path)).await;
     let with_key = [("x-api-key", "sk-gw"), ("anthropic-version", "2023-06-01")];
 
     let ok = gw
@@ -501,7 +463,7 @@ async fn a_mixed_round_hands_back_only_the_client_call_and_the_model_sees_its_wh
 
 #[tokio::test]
 async fn every_surface_records_into_one_conversation_view() {
-    let gw = Harness::start(upstream, |_| {}).await;
+    let gw = Harness::start(upstream(), |_| {}).await;
     let conversation = [("x-conversation-id", "conv-shared")];
     let chat = json!({"model": "m", "messages": [{"role": "user", "content": "text"}]});
     let answers = [

@@ -6,48 +6,13 @@
 mod common;
 
 use std::process::Command;
-use std::time::Duration;
 
-use common::{tool_result, Harness};
-use tower_chat::test_server::{Part, RecordedRequest, Reply};
+use common::{wire_upstream, Harness};
+use tower_chat::test_server::{RecordedRequest, Reply};
 
-fn upstream(req: &RecordedRequest, _index: usize) -> Reply {
-    let messages = req.body["messages"].as_array().unwrap();
-    let first_user = messages
-        .iter()
-        .find(|m| m["role"] == "user")
-        .and_then(|m| m["content"].as_str())
-        .unwrap_or_default();
-    match first_user {
-        "text" => Reply::openai_text("Hello from upstream"),
-        "add" => match tool_result(messages, "call_add") {
-            None => Reply::openai_tool_calls(&[("call_add", "add", r#"{"a": 2, "b": 3}"#)]),
-            Some(sum) => Reply::openai_text(&format!("The sum is {sum}")),
-        },
-        "weather" => match tool_result(messages, "call_w") {
-            None => Reply::openai_tool_calls(&[("call_w", "get_weather", r#"{"city": "Oslo"}"#)]),
-            Some(result) => Reply::openai_text(&format!("It is {result}")),
-        },
-        "write" => match tool_result(messages, "call_write") {
-            None => Reply::openai_tool_calls(&[(
-                "call_write",
-                "write_file",
-                r#"{"path": "py.txt", "content": "py"}"#,
-            )]),
-            Some(result) => Reply::openai_text(&format!("written: {result}")),
-        },
-        "ratelimit" => Reply::json(429, serde_json::json!({"error": {"message": "slow down"}}))
-            .header("retry-after", "3"),
-        "abort" => Reply::sse_chunks([
-            "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"partial \"}}]}\n\n",
-        ])
-        .then(Part::Pause(Duration::from_millis(20)))
-        .then(Part::Abort),
-        other => Reply::json(
-            400,
-            serde_json::json!({"error": {"message": format!("unscripted {other}")}}),
-        ),
-    }
+/// The shared wire-format upstream; `write` writes this file's own file.
+fn upstream() -> impl Fn(&RecordedRequest, usize) -> Reply + Send + Sync + 'static {
+    wire_upstream(r#"{"path": "py.txt", "content": "py"}"#)
 }
 
 fn python_with(package: &str) -> Result<(), String> {
@@ -81,7 +46,7 @@ async fn run_client(
     let keys = tempfile::NamedTempFile::new().unwrap();
     std::fs::write(keys.path(), "sk-python\n").unwrap();
     let keys_path = keys.path().to_owned();
-    let gw = Harness::start(upstream, move |c| c.api_keys_file = Some(keys_path)).await;
+    let gw = Harness::start(upstream(), move |c| c.api_keys_file = Some(keys_path)).await;
     let script = format!("{}/tests/{script}", env!("CARGO_MANIFEST_DIR"));
     let base_url = base_url(&gw);
     let output = tokio::task::spawn_blocking(move || {

@@ -4,45 +4,15 @@
 
 mod common;
 
-use std::time::Duration;
-
-use common::{tool_result, Answer, Harness};
+use common::{wire_upstream, Answer, Harness};
 use serde_json::{json, Value};
-use tower_chat::test_server::{Part, RecordedRequest, Reply};
+use tower_chat::test_server::{RecordedRequest, Reply};
 use tower_chat::ConversationId;
 use tower_chat_persistence::{SqliteStore, Store};
 
-fn upstream(req: &RecordedRequest, _index: usize) -> Reply {
-    let messages = req.body["messages"].as_array().unwrap();
-    let first_user = messages
-        .iter()
-        .find(|m| m["role"] == "user")
-        .and_then(|m| m["content"].as_str())
-        .unwrap_or_default();
-    match first_user {
-        "text" => Reply::openai_text("Hello from upstream"),
-        "weather" => match tool_result(messages, "call_w") {
-            None => Reply::openai_tool_calls(&[("call_w", "get_weather", r#"{"city": "Oslo"}"#)]),
-            Some(result) => Reply::openai_text(&format!("It is {result}")),
-        },
-        "write" => match tool_result(messages, "call_write") {
-            None => Reply::openai_tool_calls(&[(
-                "call_write",
-                "write_file",
-                r#"{"path": "r.txt", "content": "hi"}"#,
-            )]),
-            Some(result) => Reply::openai_text(&format!("written: {result}")),
-        },
-        "abort" => Reply::sse_chunks([
-            "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"partial \"}}]}\n\n",
-        ])
-        .then(Part::Pause(Duration::from_millis(20)))
-        .then(Part::Abort),
-        other => Reply::json(
-            400,
-            json!({"error": {"message": format!("unscripted {other}")}}),
-        ),
-    }
+/// The shared wire-format upstream; `write` writes this file's own file.
+fn upstream() -> impl Fn(&RecordedRequest, usize) -> Reply + Send + Sync + 'static {
+    wire_upstream(r#"{"path": "r.txt", "content": "hi"}"#)
 }
 
 fn ask(text: &str, stream: bool) -> Value {
@@ -64,7 +34,7 @@ fn weather_tool() -> Value {
 
 #[tokio::test]
 async fn text_comes_back_as_a_response_and_as_the_documented_events() {
-    let gw = Harness::start(upstream, |_| {}).await;
+    let gw = Harness::start(upstream(), |_| {}).await;
     let mut body = ask("text", false);
     body["instructions"] = json!("be brief");
     let answer = responses(&gw, &body).await;
@@ -129,7 +99,7 @@ async fn text_comes_back_as_a_response_and_as_the_documented_events() {
 
 #[tokio::test]
 async fn function_calls_are_handed_back_and_previous_response_id_continues_the_turn() {
-    let gw = Harness::start(upstream, |_| {}).await;
+    let gw = Harness::start(upstream(), |_| {}).await;
     for stream in [false, true] {
         let mut body = ask("weather", stream);
         body["tools"] = weather_tool();
@@ -197,7 +167,7 @@ async fn previous_response_id_is_scoped_to_the_caller_and_store_false_keeps_noth
     let keys = tempfile::NamedTempFile::new().unwrap();
     std::fs::write(keys.path(), "sk-alice\nsk-bob\n").unwrap();
     let path = keys.path().to_owned();
-    let gw = Harness::start(upstream, move |c| c.api_keys_file = Some(path)).await;
+    let gw = Harness::start(upstream(), move |c| c.api_keys_file = Some(path)).await;
     let alice = [("authorization", "Bearer sk-alice")];
     let bob = [("authorization", "Bearer sk-bob")];
     let mut first = ask("text", false);
@@ -262,7 +232,7 @@ async fn previous_response_id_is_scoped_to_the_caller_and_store_false_keeps_noth
 
 #[tokio::test]
 async fn approvals_pause_and_resume_through_previous_response_id() {
-    let gw = Harness::start(upstream, |_| {}).await;
+    let gw = Harness::start(upstream(), |_| {}).await;
     for stream in [false, true] {
         let _ = std::fs::remove_file(gw.root().join("r.txt"));
         let answer = responses(&gw, &ask("write", stream)).await;
@@ -298,7 +268,7 @@ async fn approvals_pause_and_resume_through_previous_response_id() {
 
 #[tokio::test]
 async fn errors_are_openai_shaped_and_a_failed_stream_ends_with_an_error_event() {
-    let gw = Harness::start(upstream, |_| {}).await;
+    let gw = Harness::start(upstream(), |_| {}).await;
     let answer = responses(&gw, &json!({"model": "gpt-test"})).await;
     assert_eq!(answer.status, 400);
     let body = answer.json();

@@ -11,7 +11,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use serde_json::{json, Value};
 use tokio::sync::oneshot;
-use tower_chat::test_server::{RecordedRequest, Reply, ScriptedProvider};
+use tower_chat::test_server::{Part, RecordedRequest, Reply, ScriptedProvider};
 use tower_chat_gateway::{Config, Gateway};
 
 /// An environment variable no test sets: the upstream gets no key.
@@ -226,4 +226,45 @@ pub fn tool_result(messages: &[Value], call_id: &str) -> Option<String> {
         .iter()
         .find(|m| m["role"] == "tool" && m["tool_call_id"] == call_id)
         .and_then(|m| m["content"].as_str().map(str::to_owned))
+}
+
+/// The upstream the wire-format tests share, scripted by the conversation's first user message: `text` answers,
+/// `add` and `weather` call a tool and then answer with its result, `write` calls `write_file` with
+/// `write_arguments` (each test file writes its own file), `ratelimit` is a 429 with `Retry-After: 3`, `abort`
+/// cuts the stream after one delta; anything else is a 400 naming it.
+pub fn wire_upstream(
+    write_arguments: &'static str,
+) -> impl Fn(&RecordedRequest, usize) -> Reply + Send + Sync + 'static {
+    move |req, _index| {
+        let messages = req.body["messages"].as_array().unwrap();
+        let first_user = messages
+            .iter()
+            .find(|m| m["role"] == "user")
+            .and_then(|m| m["content"].as_str())
+            .unwrap_or_default();
+        let tool_round =
+            |call_id: &str, tool: &str, arguments: &str, answer: &str| match tool_result(
+                messages, call_id,
+            ) {
+                None => Reply::openai_tool_calls(&[(call_id, tool, arguments)]),
+                Some(result) => Reply::openai_text(&format!("{answer}{result}")),
+            };
+        match first_user {
+            "text" => Reply::openai_text("Hello from upstream"),
+            "add" => tool_round("call_add", "add", r#"{"a": 2, "b": 3}"#, "The sum is "),
+            "weather" => tool_round("call_w", "get_weather", r#"{"city": "Oslo"}"#, "It is "),
+            "write" => tool_round("call_write", "write_file", write_arguments, "written: "),
+            "ratelimit" => Reply::json(429, json!({"error": {"message": "slow down"}}))
+                .header("retry-after", "3"),
+            "abort" => Reply::sse_chunks([
+                "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"partial \"}}]}\n\n",
+            ])
+            .then(Part::Pause(Duration::from_millis(20)))
+            .then(Part::Abort),
+            other => Reply::json(
+                400,
+                json!({"error": {"message": format!("unscripted {other}")}}),
+            ),
+        }
+    }
 }
