@@ -26,12 +26,12 @@ use tower_chat::{
     CallerIdentity, ChatError, ChatRequest, ChatStream, ConversationId, Message, ModelInfo,
     ModelMetadata,
 };
-use tower_chat_approval::{ApprovalLayer, PersistentApprovalStore};
+use tower_chat_approval::{
+    ApprovalLayer, ApprovalStore, PostgresApprovalStore, SqliteApprovalStore,
+};
 use tower_chat_function_invocation::FunctionInvocationLayer;
 use tower_chat_limits::LimitsLayer;
-use tower_chat_persistence::{
-    ApprovalTables, PersistenceLayer, PostgresStore, SqliteStore, Store, StoreError,
-};
+use tower_chat_persistence::{PersistenceLayer, PostgresStore, SqliteStore, Store, StoreError};
 use tower_chat_tracing::TracingLayer;
 
 use crate::auth::ApiKeys;
@@ -215,8 +215,8 @@ pub struct Stores {
     pub persistence: PersistenceLayer,
     /// Issues and verifies approval ids.
     pub approvals: ApprovalLayer,
-    /// The approval tables, for looking up a pending approval's conversation.
-    pub approval_tables: Arc<dyn ApprovalTables>,
+    /// The approval store, for looking up a pending approval's conversation.
+    pub approval_store: Arc<dyn ApprovalStore>,
 }
 
 impl std::fmt::Debug for Stores {
@@ -237,29 +237,39 @@ pub async fn stores(config: &Config) -> Result<Stores, GatewayError> {
     };
     let store_error =
         |what: String| move |e: StoreError| GatewayError::Config(format!("{what}: {e}"));
-    let (store, tables): (Arc<dyn Store>, Arc<dyn ApprovalTables>) = match &config.database_url {
-        Some(url) => {
-            let store = PostgresStore::connect(url.clone())
-                .await
-                .map_err(store_error("--database-url".into()))?;
-            (Arc::new(store.clone()), Arc::new(store))
-        }
-        None => {
-            let store = SqliteStore::open(&config.db)
-                .await
-                .map_err(store_error(format!("--db {}", config.db.display())))?;
-            (Arc::new(store.clone()), Arc::new(store))
-        }
-    };
+    let approval_error =
+        |what: String| move |e: ChatError| GatewayError::Config(format!("{what}: {e}"));
+    // One database for both: the call records and the approval crate's tables.
+    let (store, approval_store): (Arc<dyn Store>, Arc<dyn ApprovalStore>) =
+        match &config.database_url {
+            Some(url) => {
+                let store = PostgresStore::connect(url.clone())
+                    .await
+                    .map_err(store_error("--database-url".into()))?;
+                let approvals = PostgresApprovalStore::new(store.clone())
+                    .await
+                    .map_err(approval_error("--database-url".into()))?;
+                (Arc::new(store), Arc::new(approvals))
+            }
+            None => {
+                let store = SqliteStore::open(&config.db)
+                    .await
+                    .map_err(store_error(format!("--db {}", config.db.display())))?;
+                let approvals = SqliteApprovalStore::new(store.clone())
+                    .await
+                    .map_err(approval_error(format!("--db {}", config.db.display())))?;
+                (Arc::new(store), Arc::new(approvals))
+            }
+        };
     Ok(Stores {
         persistence: PersistenceLayer::builder_shared(store)
             .provider(provider)
             .prices(config.file.limits.price_table())
             .build(),
         approvals: ApprovalLayer::new()
-            .store(PersistentApprovalStore::new(tables.clone()))
+            .store(approval_store.clone())
             .ttl(config.approval_ttl),
-        approval_tables: tables,
+        approval_store,
     })
 }
 
@@ -270,7 +280,7 @@ struct AppState {
     pending: Arc<PendingStore>,
     /// Where an approval layer keeps pending approvals, and the call records: together they let a resume find
     /// its conversation after a restart, or in another replica.
-    approval_tables: Option<Arc<dyn ApprovalTables>>,
+    approval_store: Option<Arc<dyn ApprovalStore>>,
     records: Option<Arc<dyn Store>>,
     body_limit: usize,
     /// What the wire formats' parsers need to know about the gateway.
@@ -350,7 +360,7 @@ impl Gateway {
         let mut gateway = Gateway::assemble(config, stack, keys);
         gateway.observability = Observability { metrics, catalog };
         gateway.limits = limits;
-        gateway.state.approval_tables = Some(stores.approval_tables.clone());
+        gateway.state.approval_store = Some(stores.approval_store.clone());
         gateway.state.records = Some(stores.persistence.store().clone());
         gateway.stores = Some(stores);
         Ok(gateway)
@@ -369,7 +379,7 @@ impl Gateway {
                 stack,
                 keys,
                 pending: Arc::new(PendingStore::new(config.approval_ttl)),
-                approval_tables: None,
+                approval_store: None,
                 records: None,
                 body_limit: config.body_limit,
                 parse: ParseContext {
@@ -501,8 +511,8 @@ async fn recorded_resumption(
     caller: Option<&CallerIdentity>,
     answers: &[wire::ApprovalAnswer],
 ) -> Option<Resumption> {
-    let (tables, records) = (state.approval_tables.as_ref()?, state.records.as_ref()?);
-    let pending = tables.get_pending(&answers.first()?.id).await.ok()??;
+    let (approvals, records) = (state.approval_store.as_ref()?, state.records.as_ref()?);
+    let pending = approvals.get_pending(&answers.first()?.id).await.ok()??;
     if pending.caller.as_ref() != caller {
         return None;
     }

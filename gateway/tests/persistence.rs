@@ -159,7 +159,10 @@ async fn with_database_url_calls_and_approvals_go_to_postgresql() {
         .to_owned();
 
     let store = PostgresStore::connect(url).await.unwrap();
-    let pending = tower_chat_persistence::ApprovalTables::get_pending(&store, &id)
+    let approvals = tower_chat_approval::PostgresApprovalStore::new(store.clone())
+        .await
+        .unwrap();
+    let pending = tower_chat_approval::ApprovalStore::get_pending(&approvals, &id)
         .await
         .unwrap()
         .expect("the approval is pending in PostgreSQL");

@@ -10,8 +10,9 @@ use serde_json::{json, Value};
 use tokio::sync::oneshot;
 use tower_chat::test_server::{RecordedRequest, Reply, ScriptedProvider};
 use tower_chat::ConversationId;
+use tower_chat_approval::{ApprovalStore, SqliteApprovalStore};
 use tower_chat_gateway::{Config, Gateway};
-use tower_chat_persistence::{ApprovalTables, SqliteStore, Store};
+use tower_chat_persistence::{SqliteStore, Store};
 
 /// Asked to write: round 0 writes a file, the next round answers with the tool result it was sent.
 /// Anything else is answered with plain text.
@@ -218,6 +219,7 @@ async fn approval_arrays_are_capped_deduplicated_and_do_not_amplify() {
     let store = SqliteStore::open(dir.path().join("gateway.db"))
         .await
         .unwrap();
+    let store = SqliteApprovalStore::new(store).await.unwrap();
     let audit_rows = || async {
         store
             .audit_log(&ConversationId::new("conv-f"))

@@ -12,7 +12,7 @@ use tower_chat::{
     ApprovalDecision, ApprovalDecisions, CallerIdentity, ChatError, ChatEvent, ChatRequest,
     ChatStream, ChatStreamExt, ConversationId, FinishReason, Message, ToolCall,
 };
-use tower_chat_approval::{ApprovalLayer, ApproverIdentity, PersistentApprovalStore, Verdict};
+use tower_chat_approval::{ApprovalLayer, ApproverIdentity, SqliteApprovalStore, Verdict};
 use tower_chat_function_invocation::{tool_json, FunctionInvocationLayer};
 use tower_chat_persistence::SqliteStore;
 
@@ -20,7 +20,7 @@ type Chat = BoxCloneService<ChatRequest, ChatStream, ChatError>;
 
 /// One gateway process: its own store handle on the shared database file.
 async fn gateway(path: &std::path::Path) -> Result<Chat, Box<dyn std::error::Error>> {
-    let store = PersistentApprovalStore::new(SqliteStore::open(path).await?);
+    let store = SqliteApprovalStore::new(SqliteStore::open(path).await?).await?;
     let write_file = tool_json(
         "write_file",
         "Write a file",

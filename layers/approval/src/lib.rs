@@ -22,9 +22,9 @@
 //!   and only then handed to the loop, translated to the call ids it expects. Decisions the request carried for
 //!   raw call ids never reach the loop.
 //! - **Audit**: every decision — approved, denied or refused — is an [`AuditRecord`] (who, when, what, outcome).
-//! - **Stores**: [`MemoryApprovalStore`] (default); with the `sqlite` or `postgres` feature the persistence
-//!   crate's stores through `PersistentApprovalStore`, so a pause in one replica resumes in another, or after a
-//!   restart.
+//! - **Stores**: [`MemoryApprovalStore`] (default); with the `sqlite` or `postgres` feature
+//!   `SqliteApprovalStore` / `PostgresApprovalStore`, this crate's tables in the database a `PersistenceLayer`
+//!   writes to, so a pause in one replica resumes in another, or after a restart.
 //!
 //! ```
 //! use futures_util::stream;
@@ -125,32 +125,36 @@
 //! Expired approvals stay in the store, refused, until [`ApprovalStore::purge_expired`] removes them.
 //!
 //! ## Cargo features
-//! - `sqlite`: `PersistentApprovalStore` over the persistence crate's `SqliteStore` (survives restarts; see the
-//!   `durable_resume` example).
-//! - `postgres`: `PersistentApprovalStore` over its `PostgresStore` (replicas share pending approvals; of
-//!   concurrent uses of one id in any number of processes, one wins).
-//! - `persistence`: the adapter alone, for your own implementation of the persistence crate's `ApprovalTables`.
+//! - `sqlite`: `SqliteApprovalStore`, in the file of the persistence crate's `SqliteStore` (survives restarts;
+//!   see the `durable_resume` example).
+//! - `postgres`: `PostgresApprovalStore`, in the pool of its `PostgresStore` (replicas share pending approvals;
+//!   of concurrent uses of one id in any number of processes, one wins).
+//!
+//! The approval tables belong to this crate (the persistence crate only lends its connection and migration
+//! runner), so the two can share one database file or pool.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 #![warn(missing_debug_implementations, unreachable_pub)]
 
 mod error;
 mod layer;
-#[cfg(feature = "persistence")]
-mod persistent;
 mod policy;
 mod record;
 mod service;
 mod store;
 mod stream;
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+mod tables;
 mod verify;
 
 pub use error::{ApprovalRefused, Refusal, RefusalKind};
 pub use layer::ApprovalLayer;
-#[cfg(feature = "persistence")]
-pub use persistent::PersistentApprovalStore;
 pub use policy::{ApproverIdentity, ApproverInput, PolicyInput, Verdict};
 pub use record::{AuditOutcome, AuditRecord, PendingApproval, UnknownOutcome};
 pub use service::{Approval, ResponseFuture};
 pub use store::{ApprovalStore, MemoryApprovalStore, StoreFuture};
 pub use stream::ApprovalStream;
+#[cfg(feature = "postgres")]
+pub use tables::PostgresApprovalStore;
+#[cfg(feature = "sqlite")]
+pub use tables::SqliteApprovalStore;

@@ -19,8 +19,8 @@ pub type StoreFuture<'a, T> = BoxFuture<'a, Result<T, ChatError>>;
 /// store guarantees what only a store can: [`take_pending`](Self::take_pending) hands an id out at most once, even
 /// to concurrent requests in different processes sharing the store.
 ///
-/// Implementations: [`MemoryApprovalStore`] (one process), and with the `sqlite` / `postgres` features the
-/// persistence crate's stores through `PersistentApprovalStore`.
+/// Implementations: [`MemoryApprovalStore`] (one process), and with the `sqlite` / `postgres` features
+/// `SqliteApprovalStore` / `PostgresApprovalStore` (durable, shared by replicas).
 pub trait ApprovalStore: Send + Sync + 'static {
     /// Record a pending approval. An id already pending is an error.
     fn insert_pending<'a>(&'a self, pending: &'a PendingApproval) -> StoreFuture<'a, ()>;

@@ -8,7 +8,7 @@ use std::panic::AssertUnwindSafe;
 use common::*;
 use futures_util::FutureExt;
 use tower_chat::{ApprovalDecision, ConversationId, ErrorKind, FinishReason};
-use tower_chat_approval::{ApprovalStore, AuditOutcome, PersistentApprovalStore, RefusalKind};
+use tower_chat_approval::{ApprovalStore, AuditOutcome, PostgresApprovalStore, RefusalKind};
 use tower_chat_persistence::PostgresStore;
 
 fn database_url() -> Option<String> {
@@ -22,13 +22,15 @@ fn database_url() -> Option<String> {
 }
 
 /// A replica's own connection pool to the shared schema.
-async fn replica(url: &str, schema: &str) -> PersistentApprovalStore<PostgresStore> {
+async fn replica(url: &str, schema: &str) -> PostgresApprovalStore {
     let store = PostgresStore::builder(url)
         .schema(schema)
         .connect()
         .await
         .expect("connect to PostgreSQL");
-    PersistentApprovalStore::new(store)
+    PostgresApprovalStore::new(store)
+        .await
+        .expect("create the approval tables")
 }
 
 #[tokio::test]
@@ -52,10 +54,7 @@ async fn two_stacks_sharing_one_postgres_store() {
     }
 }
 
-async fn scenario(
-    store_a: PersistentApprovalStore<PostgresStore>,
-    store_b: PersistentApprovalStore<PostgresStore>,
-) {
+async fn scenario(store_a: PostgresApprovalStore, store_b: PostgresApprovalStore) {
     for (round, shape) in SHAPES.into_iter().enumerate() {
         let calls = vec![
             delete_call("c1", &format!("{round}.txt")),

@@ -12,15 +12,17 @@ use tower_chat::{
     ApprovalDecision, ApprovalRequest, ConversationId, FinishReason, Message, ToolCall,
 };
 use tower_chat_approval::{
-    ApprovalLayer, ApprovalStore, AuditOutcome, PersistentApprovalStore, RefusalKind,
+    ApprovalLayer, ApprovalStore, AuditOutcome, RefusalKind, SqliteApprovalStore,
 };
 use tower_chat_persistence::SqliteStore;
 
 /// Set in the child process: the database file to pause in.
 const CHILD_DB: &str = "TOWER_CHAT_APPROVAL_CHILD_DB";
 
-async fn open(path: &Path) -> PersistentApprovalStore<SqliteStore> {
-    PersistentApprovalStore::new(SqliteStore::open(path).await.expect("open SQLite"))
+async fn open(path: &Path) -> SqliteApprovalStore {
+    SqliteApprovalStore::new(SqliteStore::open(path).await.expect("open SQLite"))
+        .await
+        .expect("create the approval tables")
 }
 
 fn first_round() -> Vec<ToolCall> {

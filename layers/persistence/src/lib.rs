@@ -67,15 +67,15 @@
 //! ## Other crates' tables
 //! [`Migration`]s added through [`SqliteStoreBuilder::migration`] / [`PostgresStoreBuilder::migration`] are
 //! applied with the crate's own; [`SqliteStore::with_connection`] and [`PostgresStore::pool`] give access to
-//! the same database. The stores also implement [`ApprovalTables`] (pending approvals taken at most once, and an
-//! audit log) for the approval layer, so a pause in one replica can be resumed in another or after a restart.
+//! the same database; [`SqliteStore::apply_migrations`] / [`PostgresStore::apply_migrations`] add tables to a
+//! store already open. This is how the approval crate keeps its pending approvals and audit log next to the
+//! call records (one file or one pool for both); this crate knows nothing about approvals.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 #![warn(missing_debug_implementations, unreachable_pub)]
 // Without a database feature only the trait and the layer remain; the column helpers go unused.
 #![cfg_attr(not(any(feature = "sqlite", feature = "postgres")), allow(dead_code))]
 
-pub mod approvals;
 mod layer;
 mod record;
 mod recorder;
@@ -83,7 +83,6 @@ mod service;
 pub mod store;
 mod stream;
 
-pub use approvals::{ApprovalTables, AuditRecord, PendingApproval};
 pub use layer::{PersistenceLayer, PersistenceLayerBuilder};
 pub use record::{
     is_secret_name, redact_options, CallId, CallOutcome, CallRecord, ConversationQuery,

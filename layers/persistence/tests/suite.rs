@@ -53,7 +53,6 @@ suite!(
     a_store_refusing_writes_in_fail_open_mode_counts_the_failure,
     conversations_are_listed_and_continued_from_the_store,
     migrations_of_other_crates_are_applied_once,
-    pending_approvals_are_taken_at_most_once_and_decisions_are_audited,
     in_flight_records_are_replaced_by_the_final_one,
     records_carry_their_cost_and_spend_sums_per_caller_and_conversation,
 );
@@ -660,111 +659,6 @@ async fn migrations_of_other_crates_are_applied_once(db: &TestDb) {
     assert!(
         error.to_string().contains("test-crate/0002_broken"),
         "{error}"
-    );
-}
-
-async fn pending_approvals_are_taken_at_most_once_and_decisions_are_audited(db: &TestDb) {
-    use std::sync::Arc;
-    use std::time::{SystemTime, UNIX_EPOCH};
-    use tower_chat_persistence::{ApprovalTables, AuditRecord, PendingApproval};
-
-    let tables: Arc<dyn ApprovalTables> = match &db.backend {
-        common::Backend::Sqlite(store) => Arc::new(store.clone()),
-        common::Backend::Postgres(store) => Arc::new(store.clone()),
-    };
-    // Whole microseconds: what the stores keep.
-    let now = UNIX_EPOCH + Duration::from_micros(1_800_000_000_000_000);
-    let pending = |id: &str, expires_at: SystemTime| PendingApproval {
-        approval_id: id.to_owned(),
-        conversation_id: ConversationId::new("conv-a"),
-        caller: Some(CallerIdentity::new("alice")),
-        call: ToolCall::new("call-1", "delete_file", json!({"path": "/etc/passwd"})),
-        reason: Some("writes outside the workspace".into()),
-        created_at: now,
-        expires_at,
-    };
-    let first = pending("ap-1", now + Duration::from_secs(600));
-    tables.insert_pending(&first).await.unwrap();
-    assert!(
-        tables.insert_pending(&first).await.is_err(),
-        "ids are unique"
-    );
-    assert_eq!(
-        tables.get_pending("ap-1").await.unwrap(),
-        Some(first.clone())
-    );
-    assert_eq!(
-        tables.take_pending("ap-1").await.unwrap(),
-        Some(first.clone())
-    );
-    assert_eq!(tables.take_pending("ap-1").await.unwrap(), None, "replay");
-    assert_eq!(tables.get_pending("ap-1").await.unwrap(), None);
-    assert_eq!(tables.take_pending("forged").await.unwrap(), None);
-
-    // Concurrent takes of one id: exactly one wins.
-    tables
-        .insert_pending(&pending("ap-2", now + Duration::from_secs(600)))
-        .await
-        .unwrap();
-    let takes: Vec<_> = (0..16)
-        .map(|_| {
-            let tables = tables.clone();
-            tokio::spawn(async move { tables.take_pending("ap-2").await.unwrap() })
-        })
-        .collect();
-    let mut winners = 0;
-    for take in takes {
-        winners += usize::from(take.await.unwrap().is_some());
-    }
-    assert_eq!(winners, 1);
-
-    // Expired approvals can be purged.
-    tables
-        .insert_pending(&pending("ap-old", now - Duration::from_secs(1)))
-        .await
-        .unwrap();
-    tables
-        .insert_pending(&pending("ap-new", now + Duration::from_secs(1)))
-        .await
-        .unwrap();
-    assert_eq!(tables.purge_expired(now).await.unwrap(), 1);
-    assert!(tables.get_pending("ap-new").await.unwrap().is_some());
-
-    // The audit log keeps every decision in order.
-    let audit = |id: &str, outcome: &str, offset: u64| AuditRecord {
-        approval_id: id.to_owned(),
-        conversation_id: Some(ConversationId::new("conv-a")),
-        caller: Some(CallerIdentity::new("alice")),
-        approver: Some("bob".into()),
-        call: Some(first.call.clone()),
-        outcome: outcome.to_owned(),
-        reason: None,
-        decided_at: now + Duration::from_secs(offset),
-    };
-    let log = vec![
-        audit("ap-1", "approved", 1),
-        audit("ap-1", "refused_replay", 2),
-    ];
-    for record in &log {
-        tables.insert_audit(record).await.unwrap();
-    }
-    let mut other = audit("ap-9", "denied", 3);
-    other.conversation_id = Some(ConversationId::new("conv-b"));
-    other.call = None;
-    tables.insert_audit(&other).await.unwrap();
-    assert_eq!(
-        tables
-            .audit_log(&ConversationId::new("conv-a"))
-            .await
-            .unwrap(),
-        log
-    );
-    assert_eq!(
-        tables
-            .audit_log(&ConversationId::new("conv-b"))
-            .await
-            .unwrap(),
-        vec![other]
     );
 }
 

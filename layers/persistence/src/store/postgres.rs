@@ -205,9 +205,24 @@ impl PostgresStore {
             .map_err(pg_error("cannot close abandoned in-flight records"))
     }
 
+    /// Apply other crates' migrations to an open store (each once per database, in order, in its own
+    /// transaction under the same advisory lock as the crate's own), e.g. the approval crate's tables. The same
+    /// as [`PostgresStoreBuilder::migration`], for a store that is already connected.
+    pub async fn apply_migrations(&self, migrations: &[Migration]) -> Result<(), StoreError> {
+        self.migrate_each(migrations.iter()).await
+    }
+
     async fn migrate(&self, extra: &[Migration]) -> Result<(), StoreError> {
+        self.migrate_each(postgres_migrations().iter().chain(extra))
+            .await
+    }
+
+    async fn migrate_each(
+        &self,
+        migrations: impl Iterator<Item = &Migration>,
+    ) -> Result<(), StoreError> {
         let mut client = self.client().await?;
-        for migration in postgres_migrations().iter().chain(extra) {
+        for migration in migrations {
             let what = format!("migration {} failed", migration.id());
             let failed = |e| pg_error(&what)(e);
             let tx = client.transaction().await.map_err(failed)?;

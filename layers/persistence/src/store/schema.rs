@@ -42,17 +42,15 @@ pub(crate) const MIGRATIONS_TABLE: &str = "CREATE TABLE IF NOT EXISTS tower_chat
     applied_at BIGINT NOT NULL
 )";
 
-/// The crate's tables in SQLite: JSON columns are TEXT (SQLite's JSON functions read them).
+/// The crate's tables in SQLite: JSON columns are TEXT (SQLite's JSON functions read them). The id
+/// `tower-chat-persistence/0002_approvals` is retired: the approval crate owns those tables now (databases that
+/// applied it keep them, and the approval crate's own migration finds them there).
 #[cfg(feature = "sqlite")]
 pub(crate) fn sqlite_migrations() -> Vec<Migration> {
     vec![
         Migration::new(
             "tower-chat-persistence/0001_chat_calls",
             chat_calls_sql("TEXT"),
-        ),
-        Migration::new(
-            "tower-chat-persistence/0002_approvals",
-            approvals_sql("TEXT", "INTEGER PRIMARY KEY AUTOINCREMENT"),
         ),
         Migration::new("tower-chat-persistence/0003_call_cost", COST_SQL),
     ]
@@ -65,10 +63,6 @@ pub(crate) fn postgres_migrations() -> Vec<Migration> {
         Migration::new(
             "tower-chat-persistence/0001_chat_calls",
             chat_calls_sql("JSONB"),
-        ),
-        Migration::new(
-            "tower-chat-persistence/0002_approvals",
-            approvals_sql("JSONB", "BIGSERIAL PRIMARY KEY"),
         ),
         Migration::new("tower-chat-persistence/0003_call_cost", COST_SQL),
     ]
@@ -109,36 +103,6 @@ CREATE INDEX chat_calls_by_caller ON chat_calls (caller, started_at);"
 /// Each call's cost in nano-dollars (`tower_chat::Cost`), NULL when unpriced; the same in both dialects.
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 const COST_SQL: &str = "ALTER TABLE chat_calls ADD COLUMN cost_nanos BIGINT";
-
-/// Pending approvals (one row per approval id, deleted when taken) and the approval audit log (append-only),
-/// for [`crate::approvals::ApprovalTables`].
-#[cfg(any(feature = "sqlite", feature = "postgres"))]
-fn approvals_sql(json: &str, serial_key: &str) -> String {
-    format!(
-        "CREATE TABLE chat_pending_approvals (
-    approval_id TEXT PRIMARY KEY,
-    conversation_id TEXT NOT NULL,
-    caller TEXT,
-    call {json} NOT NULL,
-    reason TEXT,
-    created_at BIGINT NOT NULL,
-    expires_at BIGINT NOT NULL
-);
-CREATE INDEX chat_pending_approvals_by_expiry ON chat_pending_approvals (expires_at);
-CREATE TABLE chat_approval_audit (
-    seq {serial_key},
-    approval_id TEXT NOT NULL,
-    conversation_id TEXT,
-    caller TEXT,
-    approver TEXT,
-    call {json},
-    outcome TEXT NOT NULL,
-    reason TEXT,
-    decided_at BIGINT NOT NULL
-);
-CREATE INDEX chat_approval_audit_by_conversation ON chat_approval_audit (conversation_id, seq);"
-    )
-}
 
 /// Turns in-flight records older than a cutoff into `interrupted` ones (no error: nothing said why), ending them
 /// at their start. `cutoff` is the dialect's placeholder for the cutoff time.

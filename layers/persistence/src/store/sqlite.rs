@@ -202,9 +202,29 @@ impl SqliteStore {
         Ok(updated as u64)
     }
 
+    /// Apply other crates' migrations to an open store (each once per database, in order, in its own
+    /// transaction), e.g. the approval crate's tables. The same as [`SqliteStoreBuilder::migration`], for a
+    /// store that is already open.
+    pub async fn apply_migrations(&self, migrations: &[Migration]) -> Result<(), StoreError> {
+        let migrations = migrations.to_vec();
+        let path = self.path.display().to_string();
+        self.with_connection(move |conn| {
+            for migration in &migrations {
+                apply_migration(conn, migration).map_err(|e| {
+                    StoreError::with_source(
+                        format!("SQLite {path}: migration {} failed", migration.id()),
+                        e,
+                    )
+                })?;
+            }
+            Ok(())
+        })
+        .await?
+    }
+
     /// Run `f` on the store's connection thread, after every operation submitted before it and before every
     /// one submitted after it. This is how other crates (the approval layer) keep their own tables, added with
-    /// [`SqliteStoreBuilder::migration`], in the same database: open a transaction inside `f` for multi-statement
+    /// [`SqliteStoreBuilder::migration`] or [`SqliteStore::apply_migrations`], in the same database: open a transaction inside `f` for multi-statement
     /// changes. `f` must not block for long: it holds up the layer's record writes.
     pub async fn with_connection<F, T>(&self, f: F) -> Result<T, StoreError>
     where
