@@ -217,36 +217,90 @@ async fn approval_pause_and_resume_over_http() {
     assert_eq!(runs.load(Ordering::SeqCst), 1);
 }
 
+/// Reports through a channel when it is dropped: a tool body holding one tells the test its future was dropped.
+struct ReportDrop(tokio::sync::mpsc::UnboundedSender<&'static str>);
+
+impl Drop for ReportDrop {
+    fn drop(&mut self) {
+        let _ = self.0.send("body dropped");
+    }
+}
+
+/// The next report, or a failure naming what never happened.
+async fn next_report(
+    reports: &mut tokio::sync::mpsc::UnboundedReceiver<&'static str>,
+) -> &'static str {
+    tokio::time::timeout(Duration::from_secs(10), reports.recv())
+        .await
+        .expect("no report within 10 s: a tool body outlived the dropped stream")
+        .expect("every reporter is gone")
+}
+
 #[tokio::test]
 async fn dropping_the_stream_mid_tool_makes_no_further_model_call() {
     let provider = ScriptedProvider::start(two_lookups_then_answer).await;
-    let runs = Arc::new(AtomicUsize::new(0));
+    let (report, mut reports) = tokio::sync::mpsc::unbounded_channel();
+    // A body that never finishes by itself: only cancellation ends it. It also spawns work that waits on the
+    // call's cancellation token, as a body handing work to another task would.
+    let schema = json!({"type": "object", "properties": {"q": {"type": "string"}}});
+    let lookup = tool_json(
+        "lookup",
+        "Looks something up",
+        schema,
+        move |_args: Value, ctx| {
+            let report = report.clone();
+            async move {
+                let token = ctx.cancellation().clone();
+                let spawned = report.clone();
+                tokio::spawn(async move {
+                    token.cancelled().await;
+                    let _ = spawned.send("token cancelled");
+                });
+                let _dropped = ReportDrop(report.clone());
+                let _ = report.send("started");
+                std::future::pending::<()>().await;
+                Ok::<_, String>(String::new())
+            }
+        },
+    )
+    .compile()
+    .unwrap();
     let leaf = OpenAiChat::builder()
         .base_url(provider.base_url())
         .model("m")
         .build()
         .unwrap();
-    let chat = FunctionInvocationLayer::new()
-        .tool(counting_tool(
-            "lookup",
-            runs.clone(),
-            false,
-            Duration::from_secs(5),
-        ))
-        .layer(leaf);
+    let chat = FunctionInvocationLayer::new().tool(lookup).layer(leaf);
     let mut stream = chat
         .oneshot(ChatRequest::new(vec![Message::user("go")]))
         .await
         .unwrap();
-    // Read until both calls are complete; the slow tools are now running.
-    let mut ended = 0;
-    while ended < 2 {
-        if let tower_chat::ChatEvent::ToolCallEnd { .. } = stream.next().await.unwrap().unwrap() {
-            ended += 1;
+    // Poll the stream until both bodies run (they run concurrently, driven by the stream).
+    let mut started = 0;
+    while started < 2 {
+        tokio::select! {
+            event = stream.next() => { event.expect("the stream ended early").unwrap(); }
+            Some(what) = reports.recv() => {
+                assert_eq!(what, "started");
+                started += 1;
+            }
         }
     }
     drop(stream);
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    assert_eq!(provider.requests().len(), 1);
-    assert_eq!(runs.load(Ordering::SeqCst), 0, "tool bodies were cancelled");
+    // Without cancellation on drop nothing more is reported: the bodies wait forever and `next_report` fails.
+    let mut seen = Vec::new();
+    for _ in 0..4 {
+        seen.push(next_report(&mut reports).await);
+    }
+    seen.sort_unstable();
+    assert_eq!(
+        seen,
+        [
+            "body dropped",
+            "body dropped",
+            "token cancelled",
+            "token cancelled"
+        ]
+    );
+    assert_eq!(provider.requests().len(), 1, "no further model call");
 }
