@@ -30,6 +30,23 @@ use serde_json::{json, Value};
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 
+/// The URL in `var` (`DATABASE_URL`, `REDIS_URL`) of a local service a test needs, or `None` after printing a
+/// visible `SKIPPED` line, so the suite still passes on a fresh machine without the service. When `CI` is set a
+/// missing URL fails the test instead: CI never passes by skipping.
+pub fn service_url(var: &str) -> Option<String> {
+    match std::env::var(var) {
+        Ok(url) if !url.is_empty() => Some(url),
+        _ if std::env::var_os("CI").is_some() => {
+            panic!("{var} is not set, but CI is: the tests that need it must run in CI")
+        }
+        _ => {
+            eprintln!("SKIPPED: {var} is not set; the tests that need it did not run");
+            println!("SKIPPED: {var} is not set; the tests that need it did not run");
+            None
+        }
+    }
+}
+
 /// One request the provider received.
 #[derive(Clone, Debug)]
 pub struct RecordedRequest {

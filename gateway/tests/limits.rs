@@ -19,13 +19,7 @@ use tower_chat_gateway::limits::{LimitsEntry, LimitsSection, PriceEntry, StoreKi
 const KEY: &str = "sk-alice";
 
 fn redis_url() -> Option<String> {
-    match std::env::var("REDIS_URL") {
-        Ok(url) if !url.is_empty() => Some(url),
-        _ => {
-            eprintln!("SKIPPED: REDIS_URL is not set; the shared-limits gateway tests did not run");
-            None
-        }
-    }
+    tower_chat::test_server::service_url("REDIS_URL")
 }
 
 fn section(url: &str, test: &str, default: LimitsEntry) -> LimitsSection {

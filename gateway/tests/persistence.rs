@@ -124,9 +124,7 @@ async fn a_client_hanging_up_mid_stream_is_recorded_as_cancelled_with_the_partia
 async fn with_database_url_calls_and_approvals_go_to_postgresql() {
     use tower_chat_persistence::PostgresStore;
 
-    let Ok(url) = std::env::var("DATABASE_URL") else {
-        eprintln!("SKIPPED with_database_url_calls_and_approvals_go_to_postgresql: DATABASE_URL is not set");
-        println!("SKIPPED with_database_url_calls_and_approvals_go_to_postgresql: DATABASE_URL is not set");
+    let Some(url) = tower_chat::test_server::service_url("DATABASE_URL") else {
         return;
     };
     let database_url = url.clone();

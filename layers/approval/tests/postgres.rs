@@ -12,13 +12,7 @@ use tower_chat_approval::{ApprovalStore, AuditOutcome, PostgresApprovalStore, Re
 use tower_chat_persistence::PostgresStore;
 
 fn database_url() -> Option<String> {
-    match std::env::var("DATABASE_URL") {
-        Ok(url) => Some(url),
-        Err(_) => {
-            eprintln!("SKIPPED: set DATABASE_URL (e.g. postgres://postgres@127.0.0.1:5432/test) to run the PostgreSQL tests");
-            None
-        }
-    }
+    tower_chat::test_server::service_url("DATABASE_URL")
 }
 
 /// A replica's own connection pool to the shared schema.

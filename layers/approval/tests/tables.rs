@@ -123,8 +123,7 @@ async fn sqlite_tables() {
 
 #[tokio::test]
 async fn postgres_tables() {
-    let Ok(url) = std::env::var("DATABASE_URL") else {
-        eprintln!("SKIPPED: set DATABASE_URL (e.g. postgres://postgres@127.0.0.1:5432/test) to run the PostgreSQL tests");
+    let Some(url) = tower_chat::test_server::service_url("DATABASE_URL") else {
         return;
     };
     let schema = format!("tcapproval_tables_{}", uuid::Uuid::new_v4().simple());

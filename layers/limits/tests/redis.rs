@@ -20,13 +20,7 @@ use tower_chat_limits::{
 const MODEL: &str = "gpt-4o-mini";
 
 fn redis_url() -> Option<String> {
-    match std::env::var("REDIS_URL") {
-        Ok(url) if !url.is_empty() => Some(url),
-        _ => {
-            eprintln!("SKIPPED: REDIS_URL is not set; the Redis store tests did not run");
-            None
-        }
-    }
+    tower_chat::test_server::service_url("REDIS_URL")
 }
 
 /// A key prefix of this test's own, so that tests running at once never share counters.

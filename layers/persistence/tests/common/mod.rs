@@ -206,13 +206,7 @@ impl Drop for TestDb {
 }
 
 pub fn database_url() -> Option<String> {
-    match std::env::var("DATABASE_URL") {
-        Ok(url) if !url.is_empty() => Some(url),
-        _ => {
-            eprintln!("skipping: DATABASE_URL unset");
-            None
-        }
-    }
+    tower_chat::test_server::service_url("DATABASE_URL")
 }
 
 pub fn uuid_simple() -> String {
