@@ -35,6 +35,7 @@
 #![warn(missing_debug_implementations, unreachable_pub)]
 pub mod anthropic;
 mod approval;
+mod boxed;
 mod context;
 mod error;
 mod event;
@@ -49,9 +50,11 @@ pub mod sse;
 mod stream;
 #[cfg(feature = "test-server")]
 pub mod test_server;
+mod tower_metadata;
 pub mod transport;
 
 pub use approval::{ApprovalDecision, ApprovalDecisions, ApprovalRequest};
+pub use boxed::BoxChatService;
 pub use context::{CallerIdentity, ConversationId};
 pub use error::{BoxError, ChatError, ErrorKind, TimeoutPhase};
 pub use event::{ChatEvent, FinishReason, Usage};
