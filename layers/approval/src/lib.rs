@@ -138,6 +138,7 @@
 
 mod error;
 mod layer;
+mod placement;
 mod policy;
 mod record;
 mod service;
@@ -149,6 +150,7 @@ mod verify;
 
 pub use error::{ApprovalRefused, Refusal, RefusalKind};
 pub use layer::ApprovalLayer;
+pub use placement::ApprovalMisplaced;
 pub use policy::{ApproverIdentity, ApproverInput, PolicyInput, Verdict};
 pub use record::{AuditOutcome, AuditRecord, PendingApproval, UnknownOutcome};
 pub use service::{Approval, ResponseFuture};

@@ -7,10 +7,11 @@ use std::task::{ready, Context, Poll};
 use futures_util::future::BoxFuture;
 use pin_project_lite::pin_project;
 use tower_chat::{ApprovalDecisions, ChatError, ChatRequest, ChatStream, ModelInfo, ModelMetadata};
-use tower_chat_function_invocation::ApprovalPolicy;
+use tower_chat_function_invocation::{ApprovalPolicy, InsideToolLoop, ToolLoopPresence};
 use tower_service::Service;
 
 use crate::layer::Shared;
+use crate::placement::ApprovalMisplaced;
 use crate::policy::compose;
 use crate::stream::{ApprovalStream, Binding};
 use crate::verify;
@@ -72,6 +73,18 @@ where
     }
 
     fn call(&mut self, mut request: ChatRequest) -> Self::Future {
+        if request.extensions.get::<InsideToolLoop>().is_some() {
+            return ResponseFuture {
+                kind: Kind::Misplaced {
+                    error: Some(ApprovalMisplaced::InsideToolLoop.into()),
+                },
+                wrap: None,
+            };
+        }
+        // Nested approval layers share one presence: the loop under the innermost marks it for all of them.
+        if request.extensions.get::<ToolLoopPresence>().is_none() {
+            request.extensions.insert(ToolLoopPresence::new());
+        }
         let policy = match request.extensions.get::<ApprovalPolicy>() {
             Some(outer) => compose(outer.clone(), self.shared.policy.clone()),
             None => self.shared.policy.clone(),
@@ -125,6 +138,7 @@ pin_project! {
     enum Kind<F> {
         Calling { #[pin] future: F },
         Verifying { future: BoxFuture<'static, Result<ChatStream, ChatError>> },
+        Misplaced { error: Option<ChatError> },
     }
 }
 
@@ -145,6 +159,11 @@ where
         let stream = match this.kind.project() {
             KindProj::Calling { future } => ready!(future.poll(cx)),
             KindProj::Verifying { future } => ready!(future.as_mut().poll(cx)),
+            KindProj::Misplaced { error } => {
+                return Poll::Ready(Err(error
+                    .take()
+                    .expect("ResponseFuture polled after completion")))
+            }
         }?;
         let (shared, binding) = this
             .wrap

@@ -13,8 +13,10 @@ use tower_chat::{
     ApprovalRequest, CallerIdentity, ChatError, ChatEvent, ChatRequest, ChatStream, ConversationId,
     ErrorKind,
 };
+use tower_chat_function_invocation::ToolLoopPresence;
 
 use crate::layer::Shared;
+use crate::placement::ApprovalMisplaced;
 use crate::record::PendingApproval;
 
 /// Who an approval issued for a request is bound to.
@@ -22,6 +24,8 @@ use crate::record::PendingApproval;
 pub(crate) struct Binding {
     pub(crate) conversation: Option<ConversationId>,
     pub(crate) caller: Option<CallerIdentity>,
+    /// Marked by the tool loop under the layer when it takes the request.
+    pub(crate) presence: Option<ToolLoopPresence>,
 }
 
 impl Binding {
@@ -29,6 +33,7 @@ impl Binding {
         Binding {
             conversation: request.conversation_id().cloned(),
             caller: request.caller().cloned(),
+            presence: request.extensions.get::<ToolLoopPresence>().cloned(),
         }
     }
 }
@@ -142,7 +147,16 @@ impl Stream for ApprovalStream {
                     }
                 }));
             }
-            match ready!(self.inner.as_mut().poll_next(cx)) {
+            let item = ready!(self.inner.as_mut().poll_next(cx));
+            // The loop marks the presence when it is called, before its stream yields anything: unmarked at the
+            // first event means no loop applied this layer's policy.
+            if let Some(presence) = self.binding.presence.take() {
+                if item.is_some() && !presence.is_marked() {
+                    self.done = true;
+                    return Poll::Ready(Some(Err(ApprovalMisplaced::NoToolLoop.into())));
+                }
+            }
+            match item {
                 Some(Ok(ChatEvent::ApprovalRequest { request })) => {
                     self.recording = Some(self.record(*request));
                 }

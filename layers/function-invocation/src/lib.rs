@@ -104,6 +104,7 @@
 
 mod execute;
 mod layer;
+mod placement;
 mod policy;
 mod service;
 mod stream;
@@ -111,6 +112,7 @@ mod tool;
 mod toolset;
 
 pub use layer::FunctionInvocationLayer;
+pub use placement::{InsideToolLoop, ToolLoopPresence};
 pub use policy::{
     ApprovalPolicy, ApprovalVerdict, ErrorDetail, ErrorPolicy, ToolFailure, ToolFailureKind,
     UnknownToolPolicy,

@@ -31,6 +31,7 @@ use tower_service::Service;
 
 use crate::execute::{self, Execution, Outcome};
 use crate::layer::Config;
+use crate::placement::{InsideToolLoop, ToolLoopPresence};
 use crate::policy::{stricter, ApprovalPolicy, ApprovalVerdict, ToolFailureKind};
 use crate::tool::{CompiledTool, ToolContext};
 use crate::toolset::Resolved;
@@ -144,6 +145,11 @@ impl<S> LoopCore<S> {
             .as_ref()
             .and_then(|_| Pending::find(&request.messages));
         let request_policy = request.extensions.get::<ApprovalPolicy>().cloned();
+        if let Some(presence) = request.extensions.get::<ToolLoopPresence>() {
+            presence.mark();
+        }
+        // Every round's request says it comes from inside a loop (see `InsideToolLoop`).
+        request.extensions.insert(InsideToolLoop);
         request.options.tools.clone_from(&tools.specs);
         let tool_token = match request.cancellation() {
             Some(token) => token.child_token(),
