@@ -1,0 +1,43 @@
+#![doc = include_str!("../README.md")]
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]
+#![warn(missing_debug_implementations, unreachable_pub)]
+
+mod builder_ext;
+pub mod prelude;
+
+pub use builder_ext::ServiceBuilderExt;
+/// The core: message model, [`ChatRequest`], event stream, typed errors, OpenAI-compatible and Anthropic leaves.
+pub use tower_chat::*;
+
+/// tower itself, so `ServiceBuilder`, `ServiceExt` and `Layer` need no dependency line of their own.
+pub use tower;
+
+/// The tool loop: `FunctionInvocationLayer`, `tool_json`, `tool_fn`, policies (feature `tools`).
+#[cfg(feature = "tools")]
+pub use tower_chat_function_invocation as tools;
+
+/// Spans and metrics following the OpenTelemetry GenAI conventions (feature `tracing`).
+#[cfg(feature = "tracing")]
+pub use tower_chat_tracing as tracing;
+
+/// Call records in SQLite (feature `sqlite`) or PostgreSQL (feature `postgres`).
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+pub use tower_chat_persistence as persistence;
+
+/// Verified, durable human-in-the-loop approvals (feature `approval`; durable stores with `approval-sqlite` /
+/// `approval-postgres`).
+#[cfg(feature = "approval")]
+pub use tower_chat_approval as approval;
+
+/// Retry, fallback, circuit breaking and balancing (feature `resilience`).
+#[cfg(feature = "resilience")]
+pub use tower_chat_resilience as resilience;
+
+/// Rate limits and budgets (feature `limits`; shared across replicas with `limits-redis`).
+#[cfg(feature = "limits")]
+pub use tower_chat_limits as limits;
+
+/// MCP servers as tool sources (feature `mcp`).
+#[cfg(feature = "mcp")]
+pub use tower_chat_mcp as mcp;

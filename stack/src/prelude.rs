@@ -1,0 +1,32 @@
+//! What a stack is usually written with: `use tower_chat_stack::prelude::*;`.
+
+pub use tower::{Layer, Service, ServiceBuilder, ServiceExt};
+pub use tower_chat::anthropic::AnthropicChat;
+pub use tower_chat::openai::OpenAiChat;
+pub use tower_chat::{
+    BoxChatService, CallerIdentity, ChatError, ChatEvent, ChatRequest, ChatResponse, ChatStream,
+    ChatStreamExt, ConversationId, ErrorKind, FinishReason, Message, ModelInfo,
+};
+
+pub use crate::ServiceBuilderExt;
+
+#[cfg(feature = "approval")]
+pub use tower_chat_approval::{ApprovalLayer, Verdict};
+#[cfg(feature = "tools")]
+pub use tower_chat_function_invocation::{
+    tool_fn, tool_json, CompiledTool, FunctionInvocationLayer, ToolError,
+};
+#[cfg(feature = "limits")]
+pub use tower_chat_limits::LimitsLayer;
+#[cfg(feature = "mcp")]
+pub use tower_chat_mcp::{McpLayer, McpTools};
+#[cfg(feature = "postgres")]
+pub use tower_chat_persistence::PostgresStore;
+#[cfg(feature = "sqlite")]
+pub use tower_chat_persistence::SqliteStore;
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+pub use tower_chat_persistence::{PersistenceLayer, Store};
+#[cfg(feature = "resilience")]
+pub use tower_chat_resilience::{FallbackLayer, RetryLayer};
+#[cfg(feature = "tracing")]
+pub use tower_chat_tracing::TracingLayer;
