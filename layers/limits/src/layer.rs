@@ -327,7 +327,7 @@ impl Shared {
             .model
             .as_deref()
             .or(self.default_model.as_deref());
-        let scopes = self.policy.scopes(caller, model);
+        let scopes = self.policy.call_scopes(caller, model);
         let price = model.and_then(|m| self.prices.price(m)).copied();
         let input_tokens = estimate_prompt_tokens(&request.messages, request, self.chars_per_token);
         let output_tokens = u64::from(
@@ -342,7 +342,7 @@ impl Shared {
             ..Usage::default()
         };
         let cost = price.map_or(Cost::ZERO, |p| p.cost(&estimate));
-        if price.is_none() && scopes.iter().any(|s| s.limits.has_cost_limit()) {
+        if price.is_none() && scopes.as_slice().iter().any(|s| s.limits.has_cost_limit()) {
             return Err(ChatError::new(
                 ErrorKind::InvalidRequest,
                 format!(
@@ -351,17 +351,17 @@ impl Shared {
                 ),
             ));
         }
-        let ticket = Ticket {
-            id: self.next_ticket.fetch_add(1, Ordering::Relaxed),
+        let ticket = Ticket::with_scopes(
+            self.next_ticket.fetch_add(1, Ordering::Relaxed),
             scopes,
-            at: self.clock.now_millis(),
-            reserved: Demand {
+            self.clock.now_millis(),
+            Demand {
                 input_tokens,
                 output_tokens,
                 cost,
             },
-        };
-        if let Some(c) = ticket.counters().find(|c| c.amount > c.limit) {
+        );
+        if let Some(c) = ticket.counters().iter().find(|c| c.amount > c.limit) {
             return Err(ChatError::new(
                 ErrorKind::InvalidRequest,
                 format!(
@@ -491,7 +491,7 @@ impl Lease {
         let usage = match observed.usage {
             Some(usage) => usage,
             None if observed.sent => Usage {
-                input_tokens: ticket.reserved.input_tokens,
+                input_tokens: ticket.reserved().input_tokens,
                 output_tokens: observed
                     .output_chars
                     .div_ceil(u64::from(self.shared.chars_per_token)),

@@ -1,6 +1,5 @@
 //! What is limited: [`Limits`] for one scope, and the [`LimitPolicy`] that says which limits apply to a call.
 
-use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
@@ -195,14 +194,38 @@ pub struct Scope {
     pub limits: Arc<Limits>,
 }
 
+/// A call's scopes, held inline: a call has its caller's scope and at most one per-model scope, and a `Vec`
+/// would cost an allocation per call.
+#[derive(Clone, Debug)]
+pub(crate) enum CallScopes {
+    /// The caller's scope.
+    One([Scope; 1]),
+    /// The caller's scope, then the caller-and-model one.
+    Two([Scope; 2]),
+    /// Any other list (a ticket built by hand).
+    Many(Vec<Scope>),
+}
+
+impl CallScopes {
+    pub(crate) fn as_slice(&self) -> &[Scope] {
+        match self {
+            CallScopes::One(s) => s,
+            CallScopes::Two(s) => s,
+            CallScopes::Many(s) => s,
+        }
+    }
+}
+
 /// Which limits apply to a call: per caller (an entry for the caller, else the default), and, for models with
 /// an entry, per caller and model as well (every caller gets their own counters of that model's limits).
 #[derive(Clone, Debug, Default)]
 pub struct LimitPolicy {
     default: Arc<Limits>,
-    callers: HashMap<Arc<str>, Arc<Limits>>,
-    models: HashMap<Arc<str>, Arc<Limits>>,
-    caller_models: HashMap<(Arc<str>, Arc<str>), Arc<Limits>>,
+    // foldhash: looked up on every call (SipHash dominated the layer's overhead).
+    callers: foldhash::HashMap<Arc<str>, Arc<Limits>>,
+    models: foldhash::HashMap<Arc<str>, Arc<Limits>>,
+    /// Caller → model → limits (nested, so a lookup borrows both strings instead of building a key).
+    caller_models: foldhash::HashMap<Arc<str>, foldhash::HashMap<Arc<str>, Arc<Limits>>>,
 }
 
 impl LimitPolicy {
@@ -236,10 +259,10 @@ impl LimitPolicy {
         model: impl Into<String>,
         limits: Limits,
     ) -> Self {
-        self.caller_models.insert(
-            (Arc::from(caller.into()), Arc::from(model.into())),
-            Arc::new(limits),
-        );
+        self.caller_models
+            .entry(Arc::from(caller.into()))
+            .or_default()
+            .insert(Arc::from(model.into()), Arc::new(limits));
         self
     }
 
@@ -251,49 +274,54 @@ impl LimitPolicy {
     /// The scopes a call by `caller` to `model` is counted in: the caller's, then the caller-and-model one if
     /// that model has limits.
     pub fn scopes(&self, caller: &str, model: Option<&str>) -> Vec<Scope> {
+        self.call_scopes(caller, model).as_slice().to_vec()
+    }
+
+    /// [`LimitPolicy::scopes`] without a heap allocation for the list (the per-call path).
+    pub(crate) fn call_scopes(&self, caller: &str, model: Option<&str>) -> CallScopes {
         let (caller_key, limits) = match self.callers.get_key_value(caller) {
             Some((key, limits)) => (key.clone(), limits.clone()),
             None => (Arc::from(caller), self.default.clone()),
         };
-        let mut scopes = Vec::with_capacity(2);
         let model_limits = model.and_then(|model| {
-            if self.caller_models.is_empty() {
-                None
-            } else {
-                self.caller_models
-                    .get(&(caller_key.clone(), Arc::from(model)))
-                    .map(|l| (Arc::from(model), l.clone()))
-            }
-            .or_else(|| {
-                self.models
-                    .get_key_value(model)
-                    .map(|(m, l)| (m.clone(), l.clone()))
-            })
+            self.caller_models
+                .get(caller)
+                .and_then(|models| models.get_key_value(model))
+                .or_else(|| self.models.get_key_value(model))
+                .map(|(m, l)| (m.clone(), l.clone()))
         });
-        scopes.push(Scope {
+        let own = Scope {
             key: ScopeKey {
                 caller: caller_key.clone(),
                 model: None,
             },
             limits,
-        });
-        if let Some((model, limits)) = model_limits {
-            scopes.push(Scope {
-                key: ScopeKey {
-                    caller: caller_key,
-                    model: Some(model),
+        };
+        match model_limits {
+            None => CallScopes::One([own]),
+            Some((model, limits)) => CallScopes::Two([
+                own,
+                Scope {
+                    key: ScopeKey {
+                        caller: caller_key,
+                        model: Some(model),
+                    },
+                    limits,
                 },
-                limits,
-            });
+            ]),
         }
-        scopes
     }
 
     /// The models with limits of their own for `caller` (for a usage report).
     pub fn models_for(&self, caller: &str) -> Vec<Arc<str>> {
         let mut models: Vec<Arc<str>> = self.models.keys().cloned().collect();
-        for (c, m) in self.caller_models.keys() {
-            if &**c == caller && !models.contains(m) {
+        for m in self
+            .caller_models
+            .get(caller)
+            .into_iter()
+            .flat_map(|m| m.keys())
+        {
+            if !models.contains(m) {
                 models.push(m.clone());
             }
         }

@@ -86,7 +86,9 @@ where
             },
             StoreReply::Pending(answer) => State::Reserving {
                 answer,
-                waiting: Some((shared.clone(), prepared, inner, request)),
+                // Boxed: only a networked store takes this path, and an inline request would make every
+                // call's future (the in-process store's too) larger to move.
+                waiting: Some(Box::new((shared.clone(), prepared, inner, request))),
             },
         };
         ResponseFuture { state }
@@ -115,7 +117,7 @@ pin_project! {
         /// Waiting for the store's answer; the inner service and the request wait with it.
         Reserving {
             answer: BoxFuture<'static, Result<Admission, LimitStoreError>>,
-            waiting: Option<(Arc<Shared>, Prepared, S, ChatRequest)>,
+            waiting: Option<Box<(Arc<Shared>, Prepared, S, ChatRequest)>>,
         },
         /// Admitted: the inner call runs (no lease when admitted unchecked).
         Calling {
@@ -164,7 +166,7 @@ where
             match self.as_mut().project().state.project() {
                 StateProj::Reserving { answer, waiting } => {
                     let answer = ready!(answer.as_mut().poll(cx));
-                    let (shared, prepared, mut inner, request) = waiting
+                    let (shared, prepared, mut inner, request) = *waiting
                         .take()
                         .expect("ResponseFuture polled after completion");
                     let next = match shared.admitted(prepared, answer) {

@@ -1,7 +1,7 @@
 //! [`MemoryStore`]: counters in this process, behind one mutex.
 
-use std::collections::HashMap;
 use std::sync::Mutex;
+use std::time::Duration;
 
 use crate::limits::{CounterKind, Scope, ScopeKey};
 use crate::store::{
@@ -19,7 +19,9 @@ pub struct MemoryStore {
 
 #[derive(Debug, Default)]
 struct State {
-    scopes: HashMap<ScopeKey, Slots>,
+    /// foldhash, seeded per map: the key is hashed on every reserve and settle, and SipHash cost more than the
+    /// rest of the store's work. Callers are the application's own ids (API keys, users), not free input.
+    scopes: foldhash::HashMap<ScopeKey, Slots>,
     reserves_since_sweep: u32,
 }
 
@@ -70,28 +72,37 @@ impl MemoryStore {
 
 impl LimitStore for MemoryStore {
     fn reserve(&self, ticket: &Ticket) -> StoreReply<Admission> {
+        let counters = ticket.counters();
         let mut state = self.lock();
-        let mut over: Vec<PlannedCounter> = Vec::new();
-        for counter in ticket.counters() {
-            let used = state
-                .scopes
-                .get(&ticket.scopes[counter.scope].key)
-                .map_or(0, |s| s.slots[counter.kind.index()].used_in(counter.window));
-            if used.saturating_add(counter.amount) > counter.limit {
-                over.push(counter);
+        // Check pass: one lookup per scope; the counter whose window ends last names the rejection.
+        let mut worst: Option<(&PlannedCounter, Option<Duration>)> = None;
+        for (index, scope) in ticket.scopes().iter().enumerate() {
+            let slots = state.scopes.get(&scope.key);
+            for counter in counters.iter().filter(|c| c.scope == index) {
+                let used =
+                    slots.map_or(0, |s| s.slots[counter.kind.index()].used_in(counter.window));
+                if used.saturating_add(counter.amount) > counter.limit {
+                    let wait = counter.retry_after(ticket.at());
+                    if worst.is_none_or(|(_, w)| wait >= w) {
+                        worst = Some((counter, wait));
+                    }
+                }
             }
         }
-        if !over.is_empty() {
-            return StoreReply::Ready(Ok(Admission::Rejected(Rejection::from_counters(
-                ticket, &over, ticket.at,
+        if let Some((worst, _)) = worst {
+            return StoreReply::Ready(Ok(Admission::Rejected(Rejection::of(
+                ticket,
+                worst,
+                ticket.at(),
             ))));
         }
-        for (index, scope) in ticket.scopes.iter().enumerate() {
+        // Charge pass.
+        for (index, scope) in ticket.scopes().iter().enumerate() {
             let slots = match state.scopes.get_mut(&scope.key) {
                 Some(slots) => slots,
                 None => state.scopes.entry(scope.key.clone()).or_default(),
             };
-            for counter in ticket.counters().filter(|c| c.scope == index) {
+            for counter in counters.iter().filter(|c| c.scope == index) {
                 let slot = &mut slots.slots[counter.kind.index()];
                 match counter.window {
                     Some(w) if w.start != slot.window_start => {
@@ -110,7 +121,7 @@ impl LimitStore for MemoryStore {
         state.reserves_since_sweep += 1;
         if state.reserves_since_sweep >= SWEEP_EVERY {
             state.reserves_since_sweep = 0;
-            let now = ticket.at;
+            let now = ticket.at();
             state.scopes.retain(|_, s| {
                 s.expires_at > now || s.slots[CounterKind::Concurrent.index()].used > 0
             });
@@ -119,13 +130,14 @@ impl LimitStore for MemoryStore {
     }
 
     fn settle(&self, ticket: &Ticket, actual: &Demand) -> StoreReply<()> {
+        let counters = ticket.counters();
         let mut state = self.lock();
-        for (index, scope) in ticket.scopes.iter().enumerate() {
+        for (index, scope) in ticket.scopes().iter().enumerate() {
             let Some(slots) = state.scopes.get_mut(&scope.key) else {
                 continue;
             };
-            for counter in ticket.counters().filter(|c| c.scope == index) {
-                let delta = ticket.reserved.settle_delta(actual, counter.kind);
+            for counter in counters.iter().filter(|c| c.scope == index) {
+                let delta = ticket.reserved().settle_delta(actual, counter.kind);
                 let slot = &mut slots.slots[counter.kind.index()];
                 if delta == 0 || counter.window.is_some_and(|w| w.start != slot.window_start) {
                     // The window the call was charged in has ended: its counts no longer matter.

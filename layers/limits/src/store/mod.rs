@@ -8,7 +8,7 @@ use futures_util::future::BoxFuture;
 use serde::Serialize;
 use tower_chat::{ChatError, Cost, ErrorKind};
 
-use crate::limits::{CounterKind, Scope, ScopeKey};
+use crate::limits::{CallScopes, CounterKind, Scope, ScopeKey};
 use crate::window::Window;
 
 pub mod memory;
@@ -56,35 +56,79 @@ impl Demand {
 }
 
 /// One admitted-or-not call: its scopes, when it started (windows are the ones containing that instant; usage is
-/// settled into them) and what was reserved.
+/// settled into them), what was reserved, and every counter that reservation touches.
+///
+/// The counters (limit, window, amount) are computed once when the ticket is made: admission, settlement and a
+/// store's key building all read the same plan, and a calendar-month window is not recomputed per pass. The
+/// ticket is one pointer: it moves from the call's future to the lease to the response stream, and moving it
+/// inline cost more than its allocation.
 #[derive(Clone, Debug)]
-pub struct Ticket {
-    /// Unique among the tickets of one layer (stores that track calls in progress one by one key them by it).
-    pub id: u64,
-    /// The scopes counted.
-    pub scopes: Vec<Scope>,
-    /// When the call started, in milliseconds since the epoch.
-    pub at: u64,
-    /// The estimate reserved at the start.
-    pub reserved: Demand,
+pub struct Ticket(Box<TicketBody>);
+
+#[derive(Clone, Debug)]
+struct TicketBody {
+    id: u64,
+    scopes: CallScopes,
+    at: u64,
+    reserved: Demand,
+    counters: Vec<PlannedCounter>,
 }
 
 impl Ticket {
-    /// Every counter this ticket touches: scope index, kind, limit, window, and the reserved amount.
-    pub fn counters(&self) -> impl Iterator<Item = PlannedCounter> + '_ {
-        self.scopes.iter().enumerate().flat_map(move |(scope, s)| {
-            CounterKind::ALL.into_iter().filter_map(move |kind| {
-                s.limits
-                    .counter(kind, self.at)
-                    .map(|(limit, window)| PlannedCounter {
+    /// A ticket for a call counted in `scopes`, starting at `at` (milliseconds since the epoch), reserving
+    /// `reserved`. `id` must be unique among the tickets of one layer.
+    pub fn new(id: u64, scopes: Vec<Scope>, at: u64, reserved: Demand) -> Self {
+        Ticket::with_scopes(id, CallScopes::Many(scopes), at, reserved)
+    }
+
+    pub(crate) fn with_scopes(id: u64, scopes: CallScopes, at: u64, reserved: Demand) -> Self {
+        let mut counters = Vec::with_capacity(scopes.as_slice().len() * CounterKind::ALL.len());
+        for (scope, s) in scopes.as_slice().iter().enumerate() {
+            for kind in CounterKind::ALL {
+                if let Some((limit, window)) = s.limits.counter(kind, at) {
+                    counters.push(PlannedCounter {
                         scope,
                         kind,
                         limit,
                         window,
-                        amount: self.reserved.amount(kind),
-                    })
-            })
-        })
+                        amount: reserved.amount(kind),
+                    });
+                }
+            }
+        }
+        Ticket(Box::new(TicketBody {
+            id,
+            scopes,
+            at,
+            reserved,
+            counters,
+        }))
+    }
+
+    /// Unique among the tickets of one layer (stores that track calls in progress one by one key them by it).
+    pub fn id(&self) -> u64 {
+        self.0.id
+    }
+
+    /// The scopes counted.
+    pub fn scopes(&self) -> &[Scope] {
+        self.0.scopes.as_slice()
+    }
+
+    /// When the call started, in milliseconds since the epoch.
+    pub fn at(&self) -> u64 {
+        self.0.at
+    }
+
+    /// The estimate reserved at the start.
+    pub fn reserved(&self) -> &Demand {
+        &self.0.reserved
+    }
+
+    /// Every counter this ticket touches, grouped by scope in [`Ticket::scopes`] order: scope index, kind,
+    /// limit, window, and the reserved amount.
+    pub fn counters(&self) -> &[PlannedCounter] {
+        &self.0.counters
     }
 }
 
@@ -142,8 +186,13 @@ impl Rejection {
             .max_by_key(|c| c.retry_after(now))
             .copied()
             .unwrap_or(over[0]);
+        Rejection::of(ticket, &worst, now)
+    }
+
+    /// The rejection for one full counter of `ticket`, seen from `now`.
+    pub(crate) fn of(ticket: &Ticket, worst: &PlannedCounter, now: u64) -> Rejection {
         Rejection {
-            scope: ticket.scopes[worst.scope].key.clone(),
+            scope: ticket.scopes()[worst.scope].key.clone(),
             kind: worst.kind,
             limit: worst.limit,
             retry_after: worst.retry_after(now),
