@@ -75,7 +75,7 @@ impl LimitStore for MemoryStore {
         let counters = ticket.counters();
         let mut state = self.lock();
         // Check pass: one lookup per scope; the counter whose window ends last names the rejection.
-        let mut worst: Option<(&PlannedCounter, Option<Duration>)> = None;
+        let mut worst: Option<(&PlannedCounter, Duration)> = None;
         for (index, scope) in ticket.scopes().iter().enumerate() {
             let slots = state.scopes.get(&scope.key);
             for counter in counters.iter().filter(|c| c.scope == index) {

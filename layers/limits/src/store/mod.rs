@@ -148,13 +148,20 @@ pub struct PlannedCounter {
 }
 
 impl PlannedCounter {
-    /// How long until this counter's window ends, seen from `now` (`None` for calls in progress: that depends
-    /// on other calls ending).
-    pub fn retry_after(&self, now: u64) -> Option<Duration> {
-        self.window
-            .map(|w| Duration::from_millis(w.end.saturating_sub(now).max(1)))
+    /// How long until this counter's window ends, seen from `now`; for calls in progress, which end when other
+    /// calls end, [`CONCURRENT_RETRY_AFTER`].
+    pub fn retry_after(&self, now: u64) -> Duration {
+        match self.window {
+            Some(w) => Duration::from_millis(w.end.saturating_sub(now).max(1)),
+            None => CONCURRENT_RETRY_AFTER,
+        }
     }
 }
+
+/// The wait a call refused for lack of a concurrency slot is told to observe (`Retry-After: 1` through the
+/// gateway). A slot frees when another call of the caller ends, which no store can predict; one second is
+/// short next to a model call and long enough not to turn a full caller into a busy loop.
+pub const CONCURRENT_RETRY_AFTER: Duration = Duration::from_secs(1);
 
 /// Whether a reservation was made.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -174,8 +181,9 @@ pub struct Rejection {
     pub kind: CounterKind,
     /// Its limit.
     pub limit: u64,
-    /// How long until every full counter's window has ended (`None` when only calls in progress are full).
-    pub retry_after: Option<Duration>,
+    /// How long until every full counter's window has ended ([`CONCURRENT_RETRY_AFTER`] when only calls in
+    /// progress are full).
+    pub retry_after: Duration,
 }
 
 impl Rejection {
@@ -330,10 +338,7 @@ impl fmt::Display for Rejection {
             write!(f, " (model {model})")?;
         }
         write!(f, " is over its {} limit ({})", self.kind, self.limit)?;
-        if let Some(wait) = self.retry_after {
-            write!(f, "; retry after {:.3}s", wait.as_secs_f64())?;
-        }
-        Ok(())
+        write!(f, "; retry after {:.3}s", self.retry_after.as_secs_f64())
     }
 }
 
@@ -345,7 +350,7 @@ impl From<Rejection> for ChatError {
     fn from(rejection: Rejection) -> Self {
         ChatError::new(
             ErrorKind::RateLimited {
-                retry_after: rejection.retry_after,
+                retry_after: Some(rejection.retry_after),
             },
             rejection.to_string(),
         )
