@@ -7,6 +7,7 @@ use std::time::Duration;
 use serde::Serialize;
 use tower_chat::Cost;
 
+use crate::store::{Demand, PlannedCounter};
 use crate::window::{self, Window};
 
 /// At most `max` units per fixed window of `window` (windows are aligned to the Unix epoch: a one-minute
@@ -28,6 +29,16 @@ impl WindowLimit {
     /// `max` per minute.
     pub fn per_minute(max: u64) -> Self {
         WindowLimit::new(max, Duration::from_secs(60))
+    }
+
+    /// The window containing `now` (milliseconds since the epoch).
+    fn window_at(&self, now: u64) -> Window {
+        let len = self
+            .window
+            .as_secs()
+            .saturating_mul(1000)
+            .saturating_add(u64::from(self.window.subsec_millis()));
+        window::fixed(now, len)
     }
 }
 
@@ -99,12 +110,7 @@ impl Limits {
     /// The counter of `kind`: its limit and the window containing `now` (`None` for concurrency, which has no
     /// window), or `None` when that limit is not set.
     pub fn counter(&self, kind: CounterKind, now: u64) -> Option<(u64, Option<Window>)> {
-        let windowed = |l: &Option<WindowLimit>| {
-            l.map(|l| {
-                let len = u64::try_from(l.window.as_millis()).unwrap_or(u64::MAX);
-                (l.max, Some(window::fixed(now, len)))
-            })
-        };
+        let windowed = |l: &Option<WindowLimit>| l.map(|l| (l.max, Some(l.window_at(now))));
         match kind {
             CounterKind::Requests => windowed(&self.requests),
             CounterKind::InputTokens => windowed(&self.input_tokens),
@@ -116,6 +122,69 @@ impl Limits {
                 .cost_per_month
                 .map(|c| (c.as_nanos(), Some(window::month(now)))),
             CounterKind::Concurrent => self.concurrent.map(|c| (c, None)),
+        }
+    }
+}
+
+impl Limits {
+    /// Append this scope's counters for a call at `at` reserving `reserved`, in [`CounterKind::ALL`] order: the
+    /// same as [`Limits::counter`] per kind, written out once per call instead of matched per kind.
+    pub(crate) fn plan_into(
+        &self,
+        scope: usize,
+        at: u64,
+        reserved: &Demand,
+        out: &mut Vec<PlannedCounter>,
+    ) {
+        let mut push = |kind, limit, window, amount| {
+            out.push(PlannedCounter {
+                scope,
+                kind,
+                limit,
+                window,
+                amount,
+            })
+        };
+        if let Some(l) = self.requests {
+            push(CounterKind::Requests, l.max, Some(l.window_at(at)), 1);
+        }
+        if let Some(l) = self.input_tokens {
+            let window = Some(l.window_at(at));
+            push(
+                CounterKind::InputTokens,
+                l.max,
+                window,
+                reserved.input_tokens,
+            );
+        }
+        if let Some(l) = self.output_tokens {
+            let window = Some(l.window_at(at));
+            push(
+                CounterKind::OutputTokens,
+                l.max,
+                window,
+                reserved.output_tokens,
+            );
+        }
+        let cost = reserved.cost.as_nanos();
+        if let Some(budget) = self.cost_per_day {
+            push(
+                CounterKind::CostPerDay,
+                budget.as_nanos(),
+                Some(window::day(at)),
+                cost,
+            );
+        }
+        if let Some(budget) = self.cost_per_month {
+            push(
+                CounterKind::CostPerMonth,
+                budget.as_nanos(),
+                Some(window::month(at)),
+                cost,
+            );
+        }
+        if let Some(max) = self.concurrent {
+            push(CounterKind::Concurrent, max, None, 1);
         }
     }
 }
@@ -327,5 +396,50 @@ impl LimitPolicy {
         }
         models.sort();
         models
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_plan_lists_the_same_counters_as_counter_per_kind() {
+        let full = Limits::none()
+            .requests(WindowLimit::new(7, Duration::from_millis(90_500)))
+            .input_tokens(WindowLimit::per_minute(1_000))
+            .output_tokens(WindowLimit::new(500, Duration::from_secs(3_600)))
+            .cost_per_day(Cost::from_usd(5.0))
+            .cost_per_month(Cost::from_usd(50.0))
+            .concurrent(3);
+        let some = Limits::none()
+            .output_tokens(WindowLimit::per_minute(9))
+            .cost_per_month(Cost::from_usd(1.0));
+        let reserved = Demand {
+            input_tokens: 12,
+            output_tokens: 34,
+            cost: Cost::from_nanos(56),
+        };
+        // 2026-11-30T13:05:07.123Z and a month boundary.
+        for at in [1_795_957_507_123, 1_796_083_200_000 - 1, 1_796_083_200_000] {
+            for limits in [&full, &some, &Limits::none()] {
+                let mut planned = Vec::new();
+                limits.plan_into(1, at, &reserved, &mut planned);
+                let expected: Vec<PlannedCounter> = CounterKind::ALL
+                    .into_iter()
+                    .filter_map(|kind| {
+                        let (limit, window) = limits.counter(kind, at)?;
+                        Some(PlannedCounter {
+                            scope: 1,
+                            kind,
+                            limit,
+                            window,
+                            amount: reserved.amount(kind),
+                        })
+                    })
+                    .collect();
+                assert_eq!(planned, expected, "at {at}, {limits:?}");
+            }
+        }
     }
 }

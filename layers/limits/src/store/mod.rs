@@ -83,18 +83,8 @@ impl Ticket {
 
     pub(crate) fn with_scopes(id: u64, scopes: CallScopes, at: u64, reserved: Demand) -> Self {
         let mut counters = Vec::with_capacity(scopes.as_slice().len() * CounterKind::ALL.len());
-        for (scope, s) in scopes.as_slice().iter().enumerate() {
-            for kind in CounterKind::ALL {
-                if let Some((limit, window)) = s.limits.counter(kind, at) {
-                    counters.push(PlannedCounter {
-                        scope,
-                        kind,
-                        limit,
-                        window,
-                        amount: reserved.amount(kind),
-                    });
-                }
-            }
+        for (index, scope) in scopes.as_slice().iter().enumerate() {
+            scope.limits.plan_into(index, at, &reserved, &mut counters);
         }
         Ticket(Box::new(TicketBody {
             id,
