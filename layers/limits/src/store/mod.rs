@@ -59,14 +59,9 @@ impl Demand {
 /// settled into them), what was reserved, and every counter that reservation touches.
 ///
 /// The counters (limit, window, amount) are computed once when the ticket is made: admission, settlement and a
-/// store's key building all read the same plan, and a calendar-month window is not recomputed per pass. The
-/// ticket is one pointer: it moves from the call's future to the lease to the response stream, and moving it
-/// inline cost more than its allocation.
+/// store's key building all read the same plan, and a calendar-month window is not recomputed per pass.
 #[derive(Clone, Debug)]
-pub struct Ticket(Box<TicketBody>);
-
-#[derive(Clone, Debug)]
-struct TicketBody {
+pub struct Ticket {
     id: u64,
     scopes: CallScopes,
     at: u64,
@@ -86,39 +81,39 @@ impl Ticket {
         for (index, scope) in scopes.as_slice().iter().enumerate() {
             scope.limits.plan_into(index, at, &reserved, &mut counters);
         }
-        Ticket(Box::new(TicketBody {
+        Ticket {
             id,
             scopes,
             at,
             reserved,
             counters,
-        }))
+        }
     }
 
     /// Unique among the tickets of one layer (stores that track calls in progress one by one key them by it).
     pub fn id(&self) -> u64 {
-        self.0.id
+        self.id
     }
 
     /// The scopes counted.
     pub fn scopes(&self) -> &[Scope] {
-        self.0.scopes.as_slice()
+        self.scopes.as_slice()
     }
 
     /// When the call started, in milliseconds since the epoch.
     pub fn at(&self) -> u64 {
-        self.0.at
+        self.at
     }
 
     /// The estimate reserved at the start.
     pub fn reserved(&self) -> &Demand {
-        &self.0.reserved
+        &self.reserved
     }
 
     /// Every counter this ticket touches, grouped by scope in [`Ticket::scopes`] order: scope index, kind,
     /// limit, window, and the reserved amount.
     pub fn counters(&self) -> &[PlannedCounter] {
-        &self.0.counters
+        &self.counters
     }
 }
 
