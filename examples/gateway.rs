@@ -4,7 +4,9 @@
 //! cargo run --release --example gateway -- --upstream https://api.openai.com/v1 --files ./docs
 //! ```
 //!
-//! See `gateway/README.md` for every option, the approval protocol and curl examples.
+//! See `gateway/README.md` for every option, the approval protocol and curl examples. The installed program
+//! (`cargo install --path gateway` gives `tower-chat-gateway`, `gateway/src/main.rs`) calls the same
+//! [`tower_chat_gateway::main_with_args`].
 
 fn main() -> std::process::ExitCode {
     tower_chat_gateway::main_with_args(std::env::args().skip(1))

@@ -279,7 +279,8 @@ impl std::error::Error for CliError {}
 pub const USAGE: &str = "\
 tower-chat gateway: an OpenAI-compatible endpoint (POST /v1/chat/completions) running the tower-chat stack
 
-usage: cargo run --release --example gateway -- [options]
+usage: tower-chat-gateway [options]
+       (from a checkout: cargo run --release --example gateway -- [options])
 
   --listen ADDR            address to listen on (default 127.0.0.1:8080)
   --upstream URL           provider base URL, e.g. https://api.openai.com/v1 or http://127.0.0.1:9000/v1

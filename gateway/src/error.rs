@@ -23,6 +23,10 @@ fn truncate(text: &str, max: usize) -> std::borrow::Cow<'_, str> {
     format!("{}…", &text[..end]).into()
 }
 
+/// The `Retry-After` of a 429 or 503 whose cause named no wait (an upstream 429 without the header): one
+/// second, the same as the limits layer's wait for a concurrency slot.
+pub const DEFAULT_RETRY_AFTER: Duration = Duration::from_secs(1);
+
 /// An error as the gateway answers it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ApiError {
@@ -182,8 +186,17 @@ impl ApiError {
                 "internal_error",
             ),
         };
+        // Every 429 and 503 tells the client when to come back: an upstream that gave no Retry-After (or a
+        // layer that could not say) gets the default wait rather than none, so clients back off instead of
+        // retrying at once.
+        let retry_after = match status {
+            StatusCode::TOO_MANY_REQUESTS | StatusCode::SERVICE_UNAVAILABLE => {
+                Some(error.retry_after().unwrap_or(DEFAULT_RETRY_AFTER))
+            }
+            _ => error.retry_after(),
+        };
         ApiError {
-            retry_after: error.retry_after(),
+            retry_after,
             ..ApiError::new(status, kind, code, message)
         }
     }
@@ -292,6 +305,21 @@ mod tests {
             sent.len()
         );
         assert!(sent.len() > MAX_ERROR_MESSAGE - 8);
+    }
+
+    #[test]
+    fn every_429_and_503_carries_a_retry_after() {
+        for kind in [
+            ErrorKind::RateLimited { retry_after: None },
+            ErrorKind::Cancelled,
+        ] {
+            let error = ApiError::from_chat(&ChatError::new(kind.clone(), "x"));
+            assert_eq!(error.retry_after, Some(DEFAULT_RETRY_AFTER), "{kind:?}");
+            let response = error.into_response();
+            assert_eq!(response.headers()[header::RETRY_AFTER], "1", "{kind:?}");
+        }
+        let other = ApiError::from_chat(&ChatError::new(ErrorKind::Upstream, "x"));
+        assert_eq!(other.retry_after, None);
     }
 
     #[test]

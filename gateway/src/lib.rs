@@ -52,7 +52,7 @@ use std::process::ExitCode;
 
 pub use auth::ApiKeys;
 pub use config::{CliError, Command, Config, Provider, USAGE};
-pub use error::{ApiError, MAX_ERROR_MESSAGE};
+pub use error::{ApiError, DEFAULT_RETRY_AFTER, MAX_ERROR_MESSAGE};
 pub use metrics::PrometheusMetrics;
 pub use pending::PendingStore;
 pub use server::{stack, stack_with, stores, ChatStack, Gateway, Stores, Upstream};

@@ -1,19 +1,22 @@
-//! Limits through the gateway: two gateways (separate listeners, separate Redis clients) on one Redis hold one
-//! cap under concurrent callers; 429 with `Retry-After` and an OpenAI-style body; `GET /v1/usage`.
+//! Limits through the gateway: two gateways on one Redis hold one cap under concurrent callers — in one test
+//! process (separate listeners, separate Redis clients, `GET /v1/usage` compared) and as two `tower-chat-gateway`
+//! processes; 429 with `Retry-After` and an OpenAI-style body; Redis unreachable, fail-closed and fail-open.
 
 mod common;
 
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::net::SocketAddr;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
-use common::{post, request, Answer, Harness};
+use common::{post, request, Answer, Harness, NO_KEY_ENV};
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use http::Request;
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use serde_json::Value;
-use tower_chat::test_server::{Part, Reply};
+use tower_chat::test_server::{Part, Reply, ScriptedProvider};
 use tower_chat_gateway::limits::{LimitsEntry, LimitsSection, PriceEntry, StoreKind};
 
 const KEY: &str = "sk-alice";
@@ -188,6 +191,11 @@ async fn calls_in_progress_are_capped_across_both_gateways() {
         let answer = calls.next().await.unwrap();
         assert_eq!(answer.status, 429, "{}", answer.body);
         assert_eq!(answer.json()["error"]["type"], "rate_limit_error");
+        assert_eq!(
+            retry_after(&answer),
+            1,
+            "a concurrency 429 says when to retry"
+        );
     }
     let report = usage(&gateways[0]).await;
     assert_eq!(counter(&report, "concurrent")["used"], 5, "{report}");
@@ -198,4 +206,229 @@ async fn calls_in_progress_are_capped_across_both_gateways() {
         "the in-progress calls' estimates are reserved"
     );
     drop(calls);
+}
+
+/// A gateway started as its own process (the `tower-chat-gateway` binary), killed when dropped.
+struct GatewayProcess {
+    child: Child,
+    addr: SocketAddr,
+    dir: tempfile::TempDir,
+}
+
+impl GatewayProcess {
+    /// Start the binary in front of `upstream` with the configuration file `config`, and wait until its
+    /// `/healthz` answers.
+    async fn start(upstream: &str, config: &str) -> GatewayProcess {
+        let dir = tempfile::tempdir().unwrap();
+        let path = |name: &str| dir.path().join(name);
+        std::fs::write(path("keys"), format!("alice:{KEY}\n")).unwrap();
+        std::fs::write(path("gateway.toml"), config).unwrap();
+        // A port of its own: bound by the OS, released, handed to the gateway (a process that loses it to
+        // another program exits, and `ready` reports that with its log).
+        let addr = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap();
+        let log = std::fs::File::create(path("gateway.log")).unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_tower-chat-gateway"))
+            .arg("--listen")
+            .arg(addr.to_string())
+            .args(["--upstream", upstream, "--upstream-key-env", NO_KEY_ENV])
+            .arg("--db")
+            .arg(path("gateway.db"))
+            .arg("--api-keys-file")
+            .arg(path("keys"))
+            .arg("--config")
+            .arg(path("gateway.toml"))
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::from(log.try_clone().unwrap()))
+            .stderr(Stdio::from(log))
+            .spawn()
+            .expect("the tower-chat-gateway binary starts");
+        let mut process = GatewayProcess { child, addr, dir };
+        process.ready().await;
+        process
+    }
+
+    /// Poll `/healthz` until it answers 200; fail at once if the process exits, and after a minute.
+    async fn ready(&mut self) {
+        let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                panic!("the gateway exited ({status}): {}", self.log());
+            }
+            let request = Request::get(format!("http://{}/healthz", self.addr))
+                .body(Full::new(Bytes::new()))
+                .unwrap();
+            if let Ok(response) = client.request(request).await {
+                if response.status() == 200 {
+                    return;
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no /healthz after 60 s: {}",
+                self.log()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("gateway.log")).unwrap_or_default()
+    }
+
+    async fn chat(&self) -> Answer {
+        post(
+            &format!("http://{}/v1/chat/completions", self.addr),
+            request(false, "Hello").to_string(),
+            &[("authorization", &format!("Bearer {KEY}"))],
+        )
+        .await
+    }
+}
+
+impl Drop for GatewayProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A `[limits]` table on Redis with a fresh key prefix, and `default` as the body of `[limits.default]`.
+fn redis_config(url: &str, test: &str, extra: &str, default: &str) -> String {
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    format!(
+        "[limits]\nstore = \"redis\"\nredis_url = \"{url}\"\n\
+         redis_prefix = \"tower-chat-gateway-process-test:{test}:{}:{nanos}:\"\n{extra}\n\
+         [limits.default]\n{default}\n\
+         [limits.prices.\"test-model\"]\ninput = 1.0\noutput = 2.0\n",
+        std::process::id()
+    )
+}
+
+/// The `Retry-After` of a 429, in whole seconds (present on every one).
+fn retry_after(answer: &Answer) -> u64 {
+    answer
+        .headers
+        .get("retry-after")
+        .unwrap_or_else(|| panic!("a 429 without Retry-After: {}", answer.body))
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_gateway_processes_on_one_redis_hold_the_request_cap() {
+    let Some(url) = redis_url() else { return };
+    let provider = ScriptedProvider::start(|_, _| Reply::openai_text("Hi there")).await;
+    let config = redis_config(&url, "requests", "", "requests_per_day = 20");
+    let gateways = [
+        GatewayProcess::start(&provider.base_url(), &config).await,
+        GatewayProcess::start(&provider.base_url(), &config).await,
+    ];
+    let answers: Vec<Answer> = (0..200)
+        .map(|i| gateways[i % 2].chat())
+        .collect::<FuturesUnordered<_>>()
+        .collect()
+        .await;
+    // A request reserves exactly one unit, so the cap holds exactly: no overshoot across the processes.
+    let ok = answers.iter().filter(|a| a.status == 200).count();
+    assert_eq!(
+        ok,
+        20,
+        "{:?}",
+        answers.iter().map(|a| a.status).collect::<Vec<_>>()
+    );
+    assert_eq!(
+        provider.requests().len(),
+        20,
+        "only admitted calls go upstream"
+    );
+    for refused in answers.iter().filter(|a| a.status != 200) {
+        assert_eq!(refused.status, 429, "{}", refused.body);
+        assert!((1..=86_400).contains(&retry_after(refused)));
+        assert_eq!(refused.json()["error"]["code"], "rate_limit_exceeded");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_gateway_processes_share_the_concurrency_cap_and_say_when_to_retry() {
+    let Some(url) = redis_url() else { return };
+    // The upstream never answers: admitted calls stay in progress and hold their slots.
+    let provider = ScriptedProvider::start(|_, _| Reply {
+        parts: vec![Part::Hang],
+        ..Reply::openai_text("")
+    })
+    .await;
+    let config = redis_config(
+        &url,
+        "concurrent",
+        "",
+        "concurrent = 5\ncost_per_month_usd = 10.0",
+    );
+    let gateways = [
+        GatewayProcess::start(&provider.base_url(), &config).await,
+        GatewayProcess::start(&provider.base_url(), &config).await,
+    ];
+    let mut calls: FuturesUnordered<_> = (0..40).map(|i| gateways[i % 2].chat()).collect();
+    for _ in 0..35 {
+        let answer = calls.next().await.unwrap();
+        assert_eq!(answer.status, 429, "{}", answer.body);
+        // No window ends to free a slot: the documented one-second wait.
+        assert_eq!(retry_after(&answer), 1, "{:?}", answer.headers);
+    }
+    assert_eq!(
+        provider.requests().len(),
+        5,
+        "5 slots across both processes"
+    );
+    drop(calls);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gateway_process_with_redis_unreachable_fails_closed_or_open_as_configured() {
+    let provider = ScriptedProvider::start(|_, _| Reply::openai_text("Hi there")).await;
+    // Port 1 on loopback: nothing listens there, so every Redis call fails at once.
+    let unreachable = "redis://127.0.0.1:1";
+    let closed = GatewayProcess::start(
+        &provider.base_url(),
+        &redis_config(
+            unreachable,
+            "closed",
+            "on_store_error = \"fail_closed\"",
+            "requests_per_day = 1",
+        ),
+    )
+    .await;
+    let refused = closed.chat().await;
+    assert_eq!(refused.status, 500, "{}", refused.body);
+    assert_eq!(refused.json()["error"]["code"], "store_failed");
+    assert_eq!(
+        provider.requests().len(),
+        0,
+        "fail-closed sends nothing upstream"
+    );
+
+    let open = GatewayProcess::start(
+        &provider.base_url(),
+        &redis_config(
+            unreachable,
+            "open",
+            "on_store_error = \"fail_open\"",
+            "requests_per_day = 1",
+        ),
+    )
+    .await;
+    // Over the limit of one a day, yet admitted: nothing can be counted.
+    for _ in 0..2 {
+        let answer = open.chat().await;
+        assert_eq!(answer.status, 200, "{}", answer.body);
+    }
+    assert_eq!(provider.requests().len(), 2);
 }

@@ -15,6 +15,7 @@ use crate::service::Limited;
 use crate::store::{
     Admission, CounterUsage, Demand, LimitStore, LimitStoreError, MemoryStore, StoreReply, Ticket,
 };
+use crate::stream::LimitedStream;
 
 /// What a store failure (Redis unreachable, a timeout) does to calls.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -304,30 +305,22 @@ pub struct ScopeUsage {
     pub counters: Vec<CounterUsage>,
 }
 
-/// A call checked against the policy, before the store is asked.
-#[derive(Debug)]
-pub(crate) struct Prepared {
-    ticket: Ticket,
-    price: Option<ModelPrice>,
-}
-
-impl Prepared {
-    pub(crate) fn ticket(&self) -> &Ticket {
-        &self.ticket
-    }
-}
+/// A call checked against the policy, before the store is asked: the response stream it will return, with
+/// its lease inside and no inner stream yet. One allocation carries the call from admission to settlement (the
+/// future moves a pointer, and the stream needs no second box).
+pub(crate) type Prepared = Box<LimitedStream>;
 
 impl Shared {
     /// Build the ticket of `request`: its scopes, its estimate, its price. Fails (without touching the store)
     /// when the estimate alone exceeds a limit, or a cost budget applies and the model has no price.
-    pub(crate) fn prepare(&self, request: &ChatRequest) -> Result<Prepared, ChatError> {
+    pub(crate) fn prepare(self: &Arc<Self>, request: &ChatRequest) -> Result<Prepared, ChatError> {
         let caller = request.caller().map_or(ANONYMOUS, |c| c.as_str());
         let model = request
             .options
             .model
             .as_deref()
             .or(self.default_model.as_deref());
-        let scopes = self.policy.scopes(caller, model);
+        let scopes = self.policy.call_scopes(caller, model);
         let price = model.and_then(|m| self.prices.price(m)).copied();
         let input_tokens = estimate_prompt_tokens(&request.messages, request, self.chars_per_token);
         let output_tokens = u64::from(
@@ -342,7 +335,7 @@ impl Shared {
             ..Usage::default()
         };
         let cost = price.map_or(Cost::ZERO, |p| p.cost(&estimate));
-        if price.is_none() && scopes.iter().any(|s| s.limits.has_cost_limit()) {
+        if price.is_none() && scopes.as_slice().iter().any(|s| s.limits.has_cost_limit()) {
             return Err(ChatError::new(
                 ErrorKind::InvalidRequest,
                 format!(
@@ -351,17 +344,17 @@ impl Shared {
                 ),
             ));
         }
-        let ticket = Ticket {
-            id: self.next_ticket.fetch_add(1, Ordering::Relaxed),
+        let ticket = Ticket::with_scopes(
+            self.next_ticket.fetch_add(1, Ordering::Relaxed),
             scopes,
-            at: self.clock.now_millis(),
-            reserved: Demand {
+            self.clock.now_millis(),
+            Demand {
                 input_tokens,
                 output_tokens,
                 cost,
             },
-        };
-        if let Some(c) = ticket.counters().find(|c| c.amount > c.limit) {
+        );
+        if let Some(c) = ticket.counters().iter().find(|c| c.amount > c.limit) {
             return Err(ChatError::new(
                 ErrorKind::InvalidRequest,
                 format!(
@@ -371,23 +364,26 @@ impl Shared {
                 ),
             ));
         }
-        Ok(Prepared { ticket, price })
+        Ok(Box::new(LimitedStream::new(Lease {
+            shared: self.clone(),
+            ticket,
+            price,
+            armed: false,
+        })))
     }
 
-    /// Turn the store's answer into a lease (admitted), `None` (admitted unchecked) or an error.
+    /// Apply the store's answer to a prepared call: `Ok(true)` admitted (its lease now settles when the call
+    /// ends), `Ok(false)` admitted unchecked (nothing to settle), or the error to answer.
     pub(crate) fn admitted(
-        self: &Arc<Self>,
-        prepared: Prepared,
+        &self,
+        prepared: &mut Prepared,
         answer: Result<Admission, LimitStoreError>,
-    ) -> Result<Option<Lease>, ChatError> {
+    ) -> Result<bool, ChatError> {
         match answer {
             Ok(Admission::Admitted) => {
                 self.counters.admitted.fetch_add(1, Ordering::Relaxed);
-                Ok(Some(Lease {
-                    shared: self.clone(),
-                    ticket: Some(prepared.ticket),
-                    price: prepared.price,
-                }))
+                prepared.arm();
+                Ok(true)
             }
             Ok(Admission::Rejected(rejection)) => {
                 self.counters.rejected.fetch_add(1, Ordering::Relaxed);
@@ -405,15 +401,15 @@ impl Shared {
                             .admitted_unchecked
                             .fetch_add(1, Ordering::Relaxed);
                         tracing::error!(%error, "limits store failed; admitting the call unchecked (fail-open)");
-                        Ok(None)
+                        Ok(false)
                     }
                 }
             }
         }
     }
 
-    fn apply_settlement(self: &Arc<Self>, ticket: Ticket, actual: Demand) {
-        match self.store.settle(&ticket, &actual) {
+    fn apply_settlement(self: &Arc<Self>, ticket: &Ticket, actual: Demand) {
+        match self.store.settle(ticket, &actual) {
             StoreReply::Ready(Ok(())) => {}
             StoreReply::Ready(Err(error)) => self.settle_failed(&error),
             StoreReply::Pending(future) => {
@@ -454,12 +450,14 @@ pub(crate) struct Observed {
     pub(crate) sent: bool,
 }
 
-/// An admitted call's reservation; settled exactly once, with what was observed or, if dropped unsettled, as a
-/// call that reached the provider and produced nothing seen.
+/// A call's reservation: armed when the store admits the call, then settled exactly once (the `armed` flag is
+/// cleared by the first settlement), with what was observed or, when dropped unsettled, as a call that reached
+/// the provider and produced nothing seen.
 pub(crate) struct Lease {
     shared: Arc<Shared>,
-    ticket: Option<Ticket>,
+    ticket: Ticket,
     price: Option<ModelPrice>,
+    armed: bool,
 }
 
 impl fmt::Debug for Lease {
@@ -467,31 +465,37 @@ impl fmt::Debug for Lease {
         f.debug_struct("Lease")
             .field("ticket", &self.ticket)
             .field("price", &self.price)
+            .field("armed", &self.armed)
             .finish_non_exhaustive()
     }
 }
 
 impl Lease {
-    /// Replace the reservation by what was observed.
-    pub(crate) fn settle(mut self, observed: Observed) {
-        self.settle_once(observed);
+    pub(crate) fn ticket(&self) -> &Ticket {
+        &self.ticket
     }
 
-    fn settle_once(&mut self, observed: Observed) {
-        let Some(ticket) = self.ticket.take() else {
+    /// The store admitted the call: from now on it is settled.
+    pub(crate) fn arm(&mut self) {
+        self.armed = true;
+    }
+
+    /// Replace the reservation by what was observed (once; later calls do nothing).
+    pub(crate) fn settle(&mut self, observed: Observed) {
+        if !std::mem::take(&mut self.armed) {
             return;
-        };
-        let actual = self.actual(&ticket, observed);
-        self.shared.apply_settlement(ticket, actual);
+        }
+        let actual = self.actual(observed);
+        self.shared.apply_settlement(&self.ticket, actual);
     }
 
     /// The usage to charge: the reported usage when there is one; otherwise, for a call that reached the
     /// provider, the estimated prompt and the output seen; otherwise nothing.
-    fn actual(&self, ticket: &Ticket, observed: Observed) -> Demand {
+    fn actual(&self, observed: Observed) -> Demand {
         let usage = match observed.usage {
             Some(usage) => usage,
             None if observed.sent => Usage {
-                input_tokens: ticket.reserved.input_tokens,
+                input_tokens: self.ticket.reserved().input_tokens,
                 output_tokens: observed
                     .output_chars
                     .div_ceil(u64::from(self.shared.chars_per_token)),
@@ -509,7 +513,7 @@ impl Lease {
 
 impl Drop for Lease {
     fn drop(&mut self) {
-        self.settle_once(Observed {
+        self.settle(Observed {
             sent: true,
             ..Observed::default()
         });

@@ -55,7 +55,8 @@
 //!    [`LimitsLayerBuilder::default_max_output_tokens`]), and their cost from the [`tower_chat::PriceTable`] —
 //!    and asks the store to charge every counter of the call's scopes at once. If any counter lacks room, none
 //!    is charged and the call fails with [`tower_chat::ErrorKind::RateLimited`] and a `retry_after` (the end of
-//!    the fullest window) before anything is sent upstream. The [`Rejection`] is the error's source.
+//!    the fullest window; [`CONCURRENT_RETRY_AFTER`], one second, when only calls in progress are full) before
+//!    anything is sent upstream. The [`Rejection`] is the error's source.
 //! 2. **Settle.** When the response stream ends, fails or is dropped, the reservation is replaced by what the
 //!    call used: the sum of its [`tower_chat::ChatEvent::Usage`] events (streamed or not), priced with the
 //!    table. A call cancelled before the provider's usage report is charged the estimated prompt and the output
@@ -96,7 +97,7 @@ pub use limits::{CounterKind, LimitPolicy, Limits, Scope, ScopeKey, WindowLimit,
 pub use service::{Limited, ResponseFuture};
 pub use store::{
     Admission, CounterUsage, Demand, LimitStore, LimitStoreError, MemoryStore, Rejection,
-    StoreReply, Ticket,
+    StoreReply, Ticket, CONCURRENT_RETRY_AFTER,
 };
 #[cfg(feature = "redis")]
 pub use store::{RedisStore, RedisStoreBuilder};

@@ -1,6 +1,5 @@
 //! What is limited: [`Limits`] for one scope, and the [`LimitPolicy`] that says which limits apply to a call.
 
-use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
@@ -8,6 +7,7 @@ use std::time::Duration;
 use serde::Serialize;
 use tower_chat::Cost;
 
+use crate::store::{Demand, PlannedCounter};
 use crate::window::{self, Window};
 
 /// At most `max` units per fixed window of `window` (windows are aligned to the Unix epoch: a one-minute
@@ -29,6 +29,16 @@ impl WindowLimit {
     /// `max` per minute.
     pub fn per_minute(max: u64) -> Self {
         WindowLimit::new(max, Duration::from_secs(60))
+    }
+
+    /// The window containing `now` (milliseconds since the epoch).
+    fn window_at(&self, now: u64) -> Window {
+        let len = self
+            .window
+            .as_secs()
+            .saturating_mul(1000)
+            .saturating_add(u64::from(self.window.subsec_millis()));
+        window::fixed(now, len)
     }
 }
 
@@ -100,12 +110,7 @@ impl Limits {
     /// The counter of `kind`: its limit and the window containing `now` (`None` for concurrency, which has no
     /// window), or `None` when that limit is not set.
     pub fn counter(&self, kind: CounterKind, now: u64) -> Option<(u64, Option<Window>)> {
-        let windowed = |l: &Option<WindowLimit>| {
-            l.map(|l| {
-                let len = u64::try_from(l.window.as_millis()).unwrap_or(u64::MAX);
-                (l.max, Some(window::fixed(now, len)))
-            })
-        };
+        let windowed = |l: &Option<WindowLimit>| l.map(|l| (l.max, Some(l.window_at(now))));
         match kind {
             CounterKind::Requests => windowed(&self.requests),
             CounterKind::InputTokens => windowed(&self.input_tokens),
@@ -117,6 +122,69 @@ impl Limits {
                 .cost_per_month
                 .map(|c| (c.as_nanos(), Some(window::month(now)))),
             CounterKind::Concurrent => self.concurrent.map(|c| (c, None)),
+        }
+    }
+}
+
+impl Limits {
+    /// Append this scope's counters for a call at `at` reserving `reserved`, in [`CounterKind::ALL`] order: the
+    /// same as [`Limits::counter`] per kind, written out once per call instead of matched per kind.
+    pub(crate) fn plan_into(
+        &self,
+        scope: usize,
+        at: u64,
+        reserved: &Demand,
+        out: &mut Vec<PlannedCounter>,
+    ) {
+        let mut push = |kind, limit, window, amount| {
+            out.push(PlannedCounter {
+                scope,
+                kind,
+                limit,
+                window,
+                amount,
+            })
+        };
+        if let Some(l) = self.requests {
+            push(CounterKind::Requests, l.max, Some(l.window_at(at)), 1);
+        }
+        if let Some(l) = self.input_tokens {
+            let window = Some(l.window_at(at));
+            push(
+                CounterKind::InputTokens,
+                l.max,
+                window,
+                reserved.input_tokens,
+            );
+        }
+        if let Some(l) = self.output_tokens {
+            let window = Some(l.window_at(at));
+            push(
+                CounterKind::OutputTokens,
+                l.max,
+                window,
+                reserved.output_tokens,
+            );
+        }
+        let cost = reserved.cost.as_nanos();
+        if let Some(budget) = self.cost_per_day {
+            push(
+                CounterKind::CostPerDay,
+                budget.as_nanos(),
+                Some(window::day(at)),
+                cost,
+            );
+        }
+        if let Some(budget) = self.cost_per_month {
+            push(
+                CounterKind::CostPerMonth,
+                budget.as_nanos(),
+                Some(window::month(at)),
+                cost,
+            );
+        }
+        if let Some(max) = self.concurrent {
+            push(CounterKind::Concurrent, max, None, 1);
         }
     }
 }
@@ -195,14 +263,38 @@ pub struct Scope {
     pub limits: Arc<Limits>,
 }
 
+/// A call's scopes, held inline: a call has its caller's scope and at most one per-model scope, and a `Vec`
+/// would cost an allocation per call.
+#[derive(Clone, Debug)]
+pub(crate) enum CallScopes {
+    /// The caller's scope.
+    One([Scope; 1]),
+    /// The caller's scope, then the caller-and-model one.
+    Two([Scope; 2]),
+    /// Any other list (a ticket built by hand).
+    Many(Vec<Scope>),
+}
+
+impl CallScopes {
+    pub(crate) fn as_slice(&self) -> &[Scope] {
+        match self {
+            CallScopes::One(s) => s,
+            CallScopes::Two(s) => s,
+            CallScopes::Many(s) => s,
+        }
+    }
+}
+
 /// Which limits apply to a call: per caller (an entry for the caller, else the default), and, for models with
 /// an entry, per caller and model as well (every caller gets their own counters of that model's limits).
 #[derive(Clone, Debug, Default)]
 pub struct LimitPolicy {
     default: Arc<Limits>,
-    callers: HashMap<Arc<str>, Arc<Limits>>,
-    models: HashMap<Arc<str>, Arc<Limits>>,
-    caller_models: HashMap<(Arc<str>, Arc<str>), Arc<Limits>>,
+    // foldhash: looked up on every call (SipHash dominated the layer's overhead).
+    callers: foldhash::HashMap<Arc<str>, Arc<Limits>>,
+    models: foldhash::HashMap<Arc<str>, Arc<Limits>>,
+    /// Caller → model → limits (nested, so a lookup borrows both strings instead of building a key).
+    caller_models: foldhash::HashMap<Arc<str>, foldhash::HashMap<Arc<str>, Arc<Limits>>>,
 }
 
 impl LimitPolicy {
@@ -236,10 +328,10 @@ impl LimitPolicy {
         model: impl Into<String>,
         limits: Limits,
     ) -> Self {
-        self.caller_models.insert(
-            (Arc::from(caller.into()), Arc::from(model.into())),
-            Arc::new(limits),
-        );
+        self.caller_models
+            .entry(Arc::from(caller.into()))
+            .or_default()
+            .insert(Arc::from(model.into()), Arc::new(limits));
         self
     }
 
@@ -251,53 +343,103 @@ impl LimitPolicy {
     /// The scopes a call by `caller` to `model` is counted in: the caller's, then the caller-and-model one if
     /// that model has limits.
     pub fn scopes(&self, caller: &str, model: Option<&str>) -> Vec<Scope> {
+        self.call_scopes(caller, model).as_slice().to_vec()
+    }
+
+    /// [`LimitPolicy::scopes`] without a heap allocation for the list (the per-call path).
+    pub(crate) fn call_scopes(&self, caller: &str, model: Option<&str>) -> CallScopes {
         let (caller_key, limits) = match self.callers.get_key_value(caller) {
             Some((key, limits)) => (key.clone(), limits.clone()),
             None => (Arc::from(caller), self.default.clone()),
         };
-        let mut scopes = Vec::with_capacity(2);
         let model_limits = model.and_then(|model| {
-            if self.caller_models.is_empty() {
-                None
-            } else {
-                self.caller_models
-                    .get(&(caller_key.clone(), Arc::from(model)))
-                    .map(|l| (Arc::from(model), l.clone()))
-            }
-            .or_else(|| {
-                self.models
-                    .get_key_value(model)
-                    .map(|(m, l)| (m.clone(), l.clone()))
-            })
+            self.caller_models
+                .get(caller)
+                .and_then(|models| models.get_key_value(model))
+                .or_else(|| self.models.get_key_value(model))
+                .map(|(m, l)| (m.clone(), l.clone()))
         });
-        scopes.push(Scope {
+        let own = Scope {
             key: ScopeKey {
                 caller: caller_key.clone(),
                 model: None,
             },
             limits,
-        });
-        if let Some((model, limits)) = model_limits {
-            scopes.push(Scope {
-                key: ScopeKey {
-                    caller: caller_key,
-                    model: Some(model),
+        };
+        match model_limits {
+            None => CallScopes::One([own]),
+            Some((model, limits)) => CallScopes::Two([
+                own,
+                Scope {
+                    key: ScopeKey {
+                        caller: caller_key,
+                        model: Some(model),
+                    },
+                    limits,
                 },
-                limits,
-            });
+            ]),
         }
-        scopes
     }
 
     /// The models with limits of their own for `caller` (for a usage report).
     pub fn models_for(&self, caller: &str) -> Vec<Arc<str>> {
         let mut models: Vec<Arc<str>> = self.models.keys().cloned().collect();
-        for (c, m) in self.caller_models.keys() {
-            if &**c == caller && !models.contains(m) {
+        for m in self
+            .caller_models
+            .get(caller)
+            .into_iter()
+            .flat_map(|m| m.keys())
+        {
+            if !models.contains(m) {
                 models.push(m.clone());
             }
         }
         models.sort();
         models
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_plan_lists_the_same_counters_as_counter_per_kind() {
+        let full = Limits::none()
+            .requests(WindowLimit::new(7, Duration::from_millis(90_500)))
+            .input_tokens(WindowLimit::per_minute(1_000))
+            .output_tokens(WindowLimit::new(500, Duration::from_secs(3_600)))
+            .cost_per_day(Cost::from_usd(5.0))
+            .cost_per_month(Cost::from_usd(50.0))
+            .concurrent(3);
+        let some = Limits::none()
+            .output_tokens(WindowLimit::per_minute(9))
+            .cost_per_month(Cost::from_usd(1.0));
+        let reserved = Demand {
+            input_tokens: 12,
+            output_tokens: 34,
+            cost: Cost::from_nanos(56),
+        };
+        // 2026-11-30T13:05:07.123Z and a month boundary.
+        for at in [1_795_957_507_123, 1_796_083_200_000 - 1, 1_796_083_200_000] {
+            for limits in [&full, &some, &Limits::none()] {
+                let mut planned = Vec::new();
+                limits.plan_into(1, at, &reserved, &mut planned);
+                let expected: Vec<PlannedCounter> = CounterKind::ALL
+                    .into_iter()
+                    .filter_map(|kind| {
+                        let (limit, window) = limits.counter(kind, at)?;
+                        Some(PlannedCounter {
+                            scope: 1,
+                            kind,
+                            limit,
+                            window,
+                            amount: reserved.amount(kind),
+                        })
+                    })
+                    .collect();
+                assert_eq!(planned, expected, "at {at}, {limits:?}");
+            }
+        }
     }
 }

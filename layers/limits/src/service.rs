@@ -10,9 +10,8 @@ use pin_project_lite::pin_project;
 use tower_chat::{ChatError, ChatRequest, ChatStream, ModelInfo, ModelMetadata};
 use tower_service::Service;
 
-use crate::layer::{Lease, LimitsLayer, Observed, Prepared, Shared};
+use crate::layer::{LimitsLayer, Prepared, Shared};
 use crate::store::{Admission, LimitStoreError, StoreReply};
-use crate::stream::LimitedStream;
 
 /// Checks every call against the limits before calling the inner service; built by [`LimitsLayer`].
 #[derive(Clone, Debug)]
@@ -68,7 +67,7 @@ where
 
     fn call(&mut self, request: ChatRequest) -> Self::Future {
         let shared = &self.layer.shared;
-        let prepared = match shared.prepare(&request) {
+        let mut prepared = match shared.prepare(&request) {
             Ok(prepared) => prepared,
             Err(error) => return ResponseFuture::failed(error),
         };
@@ -76,17 +75,19 @@ where
         // answers later needs it after `call` has returned.
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);
-        let state = match shared.store.reserve(prepared.ticket()) {
-            StoreReply::Ready(answer) => match shared.admitted(prepared, answer) {
-                Ok(lease) => State::Calling {
+        let state = match shared.store.reserve(prepared.lease().ticket()) {
+            StoreReply::Ready(answer) => match shared.admitted(&mut prepared, answer) {
+                Ok(checked) => State::Calling {
                     future: inner.call(request),
-                    lease,
+                    call: checked.then_some(prepared),
                 },
                 Err(error) => State::Failed { error: Some(error) },
             },
             StoreReply::Pending(answer) => State::Reserving {
                 answer,
-                waiting: Some((shared.clone(), prepared, inner, request)),
+                // Boxed: only a networked store takes this path, and an inline request would make every
+                // call's future (the in-process store's too) larger to move.
+                waiting: Some(Box::new((shared.clone(), prepared, inner, request))),
             },
         };
         ResponseFuture { state }
@@ -102,7 +103,7 @@ pin_project! {
     ///     └─refused / store error└─inner failed ──▶ Done (error; the reservation released)
     /// ```
     ///
-    /// Dropped while `Calling`, the lease settles as a call that reached the provider with no output seen.
+    /// Dropped while `Calling`, the call settles as one that reached the provider with no output seen.
     pub struct ResponseFuture<S: Service<ChatRequest>> {
         #[pin]
         state: State<S>,
@@ -115,13 +116,13 @@ pin_project! {
         /// Waiting for the store's answer; the inner service and the request wait with it.
         Reserving {
             answer: BoxFuture<'static, Result<Admission, LimitStoreError>>,
-            waiting: Option<(Arc<Shared>, Prepared, S, ChatRequest)>,
+            waiting: Option<Box<(Arc<Shared>, Prepared, S, ChatRequest)>>,
         },
-        /// Admitted: the inner call runs (no lease when admitted unchecked).
+        /// Admitted: the inner call runs (no call to settle when admitted unchecked).
         Calling {
             #[pin]
             future: S::Future,
-            lease: Option<Lease>,
+            call: Option<Prepared>,
         },
         /// Refused before any upstream call.
         Failed {
@@ -164,31 +165,31 @@ where
             match self.as_mut().project().state.project() {
                 StateProj::Reserving { answer, waiting } => {
                     let answer = ready!(answer.as_mut().poll(cx));
-                    let (shared, prepared, mut inner, request) = waiting
+                    let (shared, mut prepared, mut inner, request) = *waiting
                         .take()
                         .expect("ResponseFuture polled after completion");
-                    let next = match shared.admitted(prepared, answer) {
-                        Ok(lease) => State::Calling {
+                    let next = match shared.admitted(&mut prepared, answer) {
+                        Ok(checked) => State::Calling {
                             future: inner.call(request),
-                            lease,
+                            call: checked.then_some(prepared),
                         },
                         Err(error) => State::Failed { error: Some(error) },
                     };
                     self.as_mut().project().state.set(next);
                 }
-                StateProj::Calling { future, lease } => {
+                StateProj::Calling { future, call } => {
                     let result = ready!(future.poll(cx));
-                    let lease = lease.take();
+                    let call = call.take();
                     self.as_mut().project().state.set(State::Done);
-                    return Poll::Ready(match result {
-                        Ok(stream) => Ok(match lease {
-                            Some(lease) => Box::pin(LimitedStream::new(stream, lease)),
-                            None => stream,
-                        }),
-                        Err(error) => {
-                            if let Some(lease) = lease {
-                                // The provider refused or could not be reached: nothing was generated.
-                                lease.settle(Observed::default());
+                    return Poll::Ready(match (result, call) {
+                        (Ok(stream), Some(mut call)) => {
+                            call.start(stream);
+                            Ok(Box::into_pin(call))
+                        }
+                        (Ok(stream), None) => Ok(stream),
+                        (Err(error), call) => {
+                            if let Some(mut call) = call {
+                                call.refused();
                             }
                             Err(error)
                         }

@@ -18,8 +18,9 @@ use crate::layer::{Lease, Observed};
 /// cancelled call is charged what it was seen to use: its usage events, or the estimated prompt and the output
 /// characters seen when the provider's usage report never arrived).
 pub struct LimitedStream {
-    inner: ChatStream,
-    lease: Option<Lease>,
+    /// The inner stream; `None` while the call is being admitted and the inner service called.
+    inner: Option<ChatStream>,
+    lease: Lease,
     usage: Option<Usage>,
     output_chars: u64,
     ended: bool,
@@ -36,24 +37,42 @@ impl fmt::Debug for LimitedStream {
 }
 
 impl LimitedStream {
-    pub(crate) fn new(inner: ChatStream, lease: Lease) -> Self {
+    /// A call's stream before it has an inner stream: the lease travels in it from admission on.
+    pub(crate) fn new(lease: Lease) -> Self {
         LimitedStream {
-            inner,
-            lease: Some(lease),
+            inner: None,
+            lease,
             usage: None,
             output_chars: 0,
             ended: false,
         }
     }
 
+    pub(crate) fn lease(&self) -> &Lease {
+        &self.lease
+    }
+
+    /// The store admitted the call.
+    pub(crate) fn arm(&mut self) {
+        self.lease.arm();
+    }
+
+    /// The inner service answered: pass its events through from now on.
+    pub(crate) fn start(&mut self, inner: ChatStream) {
+        self.inner = Some(inner);
+    }
+
+    /// The inner service failed: the provider refused or could not be reached, nothing was generated.
+    pub(crate) fn refused(&mut self) {
+        self.lease.settle(Observed::default());
+    }
+
     fn settle(&mut self) {
-        if let Some(lease) = self.lease.take() {
-            lease.settle(Observed {
-                usage: self.usage,
-                output_chars: self.output_chars,
-                sent: true,
-            });
-        }
+        self.lease.settle(Observed {
+            usage: self.usage,
+            output_chars: self.output_chars,
+            sent: true,
+        });
     }
 }
 
@@ -62,10 +81,10 @@ impl Stream for LimitedStream {
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let this = self.get_mut();
-        if this.ended {
+        let Some(inner) = this.inner.as_mut().filter(|_| !this.ended) else {
             return Poll::Ready(None);
-        }
-        let item = ready!(this.inner.as_mut().poll_next(cx));
+        };
+        let item = ready!(inner.as_mut().poll_next(cx));
         match &item {
             Some(Ok(event)) => match event {
                 ChatEvent::Usage { usage } => {

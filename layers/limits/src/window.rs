@@ -1,5 +1,7 @@
 //! Fixed windows: aligned multiples of a duration, UTC calendar days and UTC calendar months.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+
 /// One window of a counter, in milliseconds since the epoch: `[start, end)`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Window {
@@ -26,19 +28,44 @@ pub(crate) fn day(now: u64) -> Window {
     fixed(now, DAY_MS)
 }
 
+/// The last month computed, as `first day << 32 | first day of the next month` (days since the epoch): the
+/// calendar arithmetic runs once a month instead of on every call. One word, so a reader never pairs the start
+/// of one month with the end of another; `0` (an empty range) until the first call.
+static LAST_MONTH: AtomicU64 = AtomicU64::new(0);
+
 /// The UTC calendar month that contains `now`.
 pub(crate) fn month(now: u64) -> Window {
-    let days = (now / DAY_MS) as i64;
+    let days = now / DAY_MS;
+    let cached = LAST_MONTH.load(Ordering::Relaxed);
+    let (start, end) = (cached >> 32, cached & u64::from(u32::MAX));
+    if (start..end).contains(&days) {
+        return Window {
+            start: start * DAY_MS,
+            end: end * DAY_MS,
+        };
+    }
+    let (start, end) = month_days(days as i64);
+    if let (Ok(s), Ok(e)) = (u32::try_from(start), u32::try_from(end)) {
+        LAST_MONTH.store(u64::from(s) << 32 | u64::from(e), Ordering::Relaxed);
+    }
+    Window {
+        start: start as u64 * DAY_MS,
+        end: end as u64 * DAY_MS,
+    }
+}
+
+/// The first day of the month containing `days` and the first day of the next month (days since the epoch).
+fn month_days(days: i64) -> (i64, i64) {
     let (year, month, _) = civil_from_days(days);
     let (next_year, next_month) = if month == 12 {
         (year + 1, 1)
     } else {
         (year, month + 1)
     };
-    Window {
-        start: days_from_civil(year, month, 1) as u64 * DAY_MS,
-        end: days_from_civil(next_year, next_month, 1) as u64 * DAY_MS,
-    }
+    (
+        days_from_civil(year, month, 1),
+        days_from_civil(next_year, next_month, 1),
+    )
 }
 
 /// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's `days_from_civil`).
@@ -94,6 +121,30 @@ mod tests {
         assert_eq!(dec.start, ms(2026, 12, 1));
         assert_eq!(dec.end, ms(2027, 1, 1));
         assert_eq!(month(ms(2027, 1, 1)).start, ms(2027, 1, 1));
+    }
+
+    #[test]
+    fn the_cached_month_matches_the_calendar_in_any_order() {
+        // Jumping back and forth between months must never answer from the wrong month's cache entry.
+        let instants = [
+            ms(2024, 2, 29) + 5,
+            ms(2024, 3, 1),
+            ms(2024, 2, 1),
+            ms(2024, 3, 1) - 1,
+            ms(1970, 1, 1),
+            ms(2100, 12, 31),
+            ms(2024, 2, 15),
+        ];
+        for at in instants {
+            let days = (at / DAY_MS) as i64;
+            let (start, end) = month_days(days);
+            let expected = Window {
+                start: start as u64 * DAY_MS,
+                end: end as u64 * DAY_MS,
+            };
+            assert_eq!(month(at), expected, "at {at}");
+            assert_eq!(month(at), expected, "at {at}, cached");
+        }
     }
 
     #[test]

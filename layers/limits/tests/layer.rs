@@ -17,6 +17,7 @@ use tower_chat::{
 use tower_chat_function_invocation::{tool_json, FunctionInvocationLayer};
 use tower_chat_limits::{
     CounterKind, LimitPolicy, Limits, LimitsLayer, ManualClock, Rejection, WindowLimit,
+    CONCURRENT_RETRY_AFTER,
 };
 
 const MODEL: &str = "gpt-4o-mini";
@@ -281,10 +282,9 @@ async fn a_stream_dropped_mid_answer_is_charged_what_was_seen_and_frees_its_slot
     ));
     // One call in progress: a second one waits its turn.
     let error = chat.clone().oneshot(request("alice")).await.err().unwrap();
-    assert!(matches!(
-        error.kind(),
-        ErrorKind::RateLimited { retry_after: None }
-    ));
+    // No window to wait for: the documented one-second wait (every 429 carries a Retry-After).
+    assert_eq!(error.retry_after(), Some(CONCURRENT_RETRY_AFTER), "{error}");
+    assert!(matches!(error.kind(), ErrorKind::RateLimited { .. }));
     let estimated_input = used(&layer, "alice", CounterKind::InputTokens).await;
     assert!(estimated_input > 0);
     drop(stream);

@@ -14,7 +14,7 @@ use tower_chat::{
 };
 use tower_chat_limits::{
     CounterKind, LimitPolicy, Limits, LimitsLayer, ManualClock, RedisStore, StoreFailure,
-    WindowLimit,
+    WindowLimit, CONCURRENT_RETRY_AFTER,
 };
 
 const MODEL: &str = "gpt-4o-mini";
@@ -143,10 +143,9 @@ async fn settlement_replaces_the_estimate_and_frees_the_slot() {
     assert_eq!(report.counter(CounterKind::OutputTokens).unwrap().used, 100);
     // A second call while the first is in progress: no slot.
     let error = chat.clone().oneshot(request("alice")).await.err().unwrap();
-    assert!(
-        matches!(error.kind(), ErrorKind::RateLimited { retry_after: None }),
-        "{error}"
-    );
+    // No window to wait for: the documented one-second wait (every 429 carries a Retry-After).
+    assert_eq!(error.retry_after(), Some(CONCURRENT_RETRY_AFTER), "{error}");
+    assert!(matches!(error.kind(), ErrorKind::RateLimited { .. }));
     stream.collect_response().await.unwrap();
     limits_layer.settled().await;
     let report = limits_layer.usage("alice").await.unwrap();

@@ -1,7 +1,7 @@
 //! [`MemoryStore`]: counters in this process, behind one mutex.
 
-use std::collections::HashMap;
 use std::sync::Mutex;
+use std::time::Duration;
 
 use crate::limits::{CounterKind, Scope, ScopeKey};
 use crate::store::{
@@ -19,7 +19,9 @@ pub struct MemoryStore {
 
 #[derive(Debug, Default)]
 struct State {
-    scopes: HashMap<ScopeKey, Slots>,
+    /// foldhash, seeded per map: the key is hashed on every reserve and settle, and SipHash cost more than the
+    /// rest of the store's work. Callers are the application's own ids (API keys, users), not free input.
+    scopes: foldhash::HashMap<ScopeKey, Slots>,
     reserves_since_sweep: u32,
 }
 
@@ -47,6 +49,54 @@ impl Slot {
     }
 }
 
+/// The full counter whose window ends last (the last one among equals), if any counter lacks room.
+fn worst_over<'c, 's>(
+    counters: impl Iterator<Item = (&'c PlannedCounter, Option<&'s Slots>)>,
+    ticket: &Ticket,
+) -> Option<&'c PlannedCounter> {
+    let mut worst: Option<(&PlannedCounter, Duration)> = None;
+    for (counter, slots) in counters {
+        let used = slots.map_or(0, |s| s.slots[counter.kind.index()].used_in(counter.window));
+        if used.saturating_add(counter.amount) > counter.limit {
+            let wait = counter.retry_after(ticket.at());
+            if worst.is_none_or(|(_, w)| wait >= w) {
+                worst = Some((counter, wait));
+            }
+        }
+    }
+    worst.map(|(c, _)| c)
+}
+
+/// The counters of the scope at `index` (a ticket's counters are grouped by scope, in scope order).
+fn scope_counters(counters: &[PlannedCounter], index: usize) -> &[PlannedCounter] {
+    if counters.last().is_none_or(|c| c.scope == 0) {
+        // Only the first scope has counters (the usual case): no search.
+        return if index == 0 { counters } else { &[] };
+    }
+    let first = counters.partition_point(|c| c.scope < index);
+    let end = counters.partition_point(|c| c.scope <= index);
+    &counters[first..end]
+}
+
+/// Add a reservation to one scope's slots (a slot of an ended window starts over).
+fn charge(slots: &mut Slots, counters: &[PlannedCounter]) {
+    for counter in counters {
+        let slot = &mut slots.slots[counter.kind.index()];
+        match counter.window {
+            Some(w) if w.start != slot.window_start => {
+                *slot = Slot {
+                    window_start: w.start,
+                    used: counter.amount,
+                };
+            }
+            _ => slot.used = slot.used.saturating_add(counter.amount),
+        }
+        if let Some(w) = counter.window {
+            slots.expires_at = slots.expires_at.max(w.end);
+        }
+    }
+}
+
 /// Sweep ended scopes after this many reservations.
 const SWEEP_EVERY: u32 = 4096;
 
@@ -70,47 +120,55 @@ impl MemoryStore {
 
 impl LimitStore for MemoryStore {
     fn reserve(&self, ticket: &Ticket) -> StoreReply<Admission> {
+        let counters = ticket.counters();
         let mut state = self.lock();
-        let mut over: Vec<PlannedCounter> = Vec::new();
-        for counter in ticket.counters() {
-            let used = state
-                .scopes
-                .get(&ticket.scopes[counter.scope].key)
-                .map_or(0, |s| s.slots[counter.kind.index()].used_in(counter.window));
-            if used.saturating_add(counter.amount) > counter.limit {
-                over.push(counter);
-            }
-        }
-        if !over.is_empty() {
-            return StoreReply::Ready(Ok(Admission::Rejected(Rejection::from_counters(
-                ticket, &over, ticket.at,
-            ))));
-        }
-        for (index, scope) in ticket.scopes.iter().enumerate() {
+        let state = &mut *state;
+        if let [scope] = ticket.scopes() {
+            // One scope (no per-model limits): check and charge through one lookup.
             let slots = match state.scopes.get_mut(&scope.key) {
                 Some(slots) => slots,
                 None => state.scopes.entry(scope.key.clone()).or_default(),
             };
-            for counter in ticket.counters().filter(|c| c.scope == index) {
-                let slot = &mut slots.slots[counter.kind.index()];
-                match counter.window {
-                    Some(w) if w.start != slot.window_start => {
-                        *slot = Slot {
-                            window_start: w.start,
-                            used: counter.amount,
-                        };
-                    }
-                    _ => slot.used = slot.used.saturating_add(counter.amount),
-                }
-                if let Some(w) = counter.window {
-                    slots.expires_at = slots.expires_at.max(w.end);
-                }
+            if let Some(worst) = worst_over(counters.iter().map(|c| (c, Some(&*slots))), ticket) {
+                return StoreReply::Ready(Ok(Admission::Rejected(Rejection::of(
+                    ticket,
+                    worst,
+                    ticket.at(),
+                ))));
+            }
+            charge(slots, counters);
+        } else {
+            // Check every scope before charging any: all or nothing.
+            let scopes = &state.scopes;
+            let found = ticket
+                .scopes()
+                .iter()
+                .enumerate()
+                .flat_map(|(index, scope)| {
+                    let slots = scopes.get(&scope.key);
+                    scope_counters(counters, index)
+                        .iter()
+                        .map(move |c| (c, slots))
+                });
+            if let Some(worst) = worst_over(found, ticket) {
+                return StoreReply::Ready(Ok(Admission::Rejected(Rejection::of(
+                    ticket,
+                    worst,
+                    ticket.at(),
+                ))));
+            }
+            for (index, scope) in ticket.scopes().iter().enumerate() {
+                let slots = match state.scopes.get_mut(&scope.key) {
+                    Some(slots) => slots,
+                    None => state.scopes.entry(scope.key.clone()).or_default(),
+                };
+                charge(slots, scope_counters(counters, index));
             }
         }
         state.reserves_since_sweep += 1;
         if state.reserves_since_sweep >= SWEEP_EVERY {
             state.reserves_since_sweep = 0;
-            let now = ticket.at;
+            let now = ticket.at();
             state.scopes.retain(|_, s| {
                 s.expires_at > now || s.slots[CounterKind::Concurrent.index()].used > 0
             });
@@ -119,13 +177,16 @@ impl LimitStore for MemoryStore {
     }
 
     fn settle(&self, ticket: &Ticket, actual: &Demand) -> StoreReply<()> {
+        let counters = ticket.counters();
+        // Per kind, not per counter: every scope's counter of one kind moves by the same amount.
+        let deltas = CounterKind::ALL.map(|kind| ticket.reserved().settle_delta(actual, kind));
         let mut state = self.lock();
-        for (index, scope) in ticket.scopes.iter().enumerate() {
+        for (index, scope) in ticket.scopes().iter().enumerate() {
             let Some(slots) = state.scopes.get_mut(&scope.key) else {
                 continue;
             };
-            for counter in ticket.counters().filter(|c| c.scope == index) {
-                let delta = ticket.reserved.settle_delta(actual, counter.kind);
+            for counter in scope_counters(counters, index) {
+                let delta = deltas[counter.kind.index()];
                 let slot = &mut slots.slots[counter.kind.index()];
                 if delta == 0 || counter.window.is_some_and(|w| w.start != slot.window_start) {
                     // The window the call was charged in has ended: its counts no longer matter.

@@ -8,7 +8,7 @@ use futures_util::future::BoxFuture;
 use serde::Serialize;
 use tower_chat::{ChatError, Cost, ErrorKind};
 
-use crate::limits::{CounterKind, Scope, ScopeKey};
+use crate::limits::{CallScopes, CounterKind, Scope, ScopeKey};
 use crate::window::Window;
 
 pub mod memory;
@@ -56,35 +56,64 @@ impl Demand {
 }
 
 /// One admitted-or-not call: its scopes, when it started (windows are the ones containing that instant; usage is
-/// settled into them) and what was reserved.
+/// settled into them), what was reserved, and every counter that reservation touches.
+///
+/// The counters (limit, window, amount) are computed once when the ticket is made: admission, settlement and a
+/// store's key building all read the same plan, and a calendar-month window is not recomputed per pass.
 #[derive(Clone, Debug)]
 pub struct Ticket {
-    /// Unique among the tickets of one layer (stores that track calls in progress one by one key them by it).
-    pub id: u64,
-    /// The scopes counted.
-    pub scopes: Vec<Scope>,
-    /// When the call started, in milliseconds since the epoch.
-    pub at: u64,
-    /// The estimate reserved at the start.
-    pub reserved: Demand,
+    id: u64,
+    scopes: CallScopes,
+    at: u64,
+    reserved: Demand,
+    counters: Vec<PlannedCounter>,
 }
 
 impl Ticket {
-    /// Every counter this ticket touches: scope index, kind, limit, window, and the reserved amount.
-    pub fn counters(&self) -> impl Iterator<Item = PlannedCounter> + '_ {
-        self.scopes.iter().enumerate().flat_map(move |(scope, s)| {
-            CounterKind::ALL.into_iter().filter_map(move |kind| {
-                s.limits
-                    .counter(kind, self.at)
-                    .map(|(limit, window)| PlannedCounter {
-                        scope,
-                        kind,
-                        limit,
-                        window,
-                        amount: self.reserved.amount(kind),
-                    })
-            })
-        })
+    /// A ticket for a call counted in `scopes`, starting at `at` (milliseconds since the epoch), reserving
+    /// `reserved`. `id` must be unique among the tickets of one layer.
+    pub fn new(id: u64, scopes: Vec<Scope>, at: u64, reserved: Demand) -> Self {
+        Ticket::with_scopes(id, CallScopes::Many(scopes), at, reserved)
+    }
+
+    pub(crate) fn with_scopes(id: u64, scopes: CallScopes, at: u64, reserved: Demand) -> Self {
+        let mut counters = Vec::with_capacity(scopes.as_slice().len() * CounterKind::ALL.len());
+        for (index, scope) in scopes.as_slice().iter().enumerate() {
+            scope.limits.plan_into(index, at, &reserved, &mut counters);
+        }
+        Ticket {
+            id,
+            scopes,
+            at,
+            reserved,
+            counters,
+        }
+    }
+
+    /// Unique among the tickets of one layer (stores that track calls in progress one by one key them by it).
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// The scopes counted.
+    pub fn scopes(&self) -> &[Scope] {
+        self.scopes.as_slice()
+    }
+
+    /// When the call started, in milliseconds since the epoch.
+    pub fn at(&self) -> u64 {
+        self.at
+    }
+
+    /// The estimate reserved at the start.
+    pub fn reserved(&self) -> &Demand {
+        &self.reserved
+    }
+
+    /// Every counter this ticket touches, grouped by scope in [`Ticket::scopes`] order: scope index, kind,
+    /// limit, window, and the reserved amount.
+    pub fn counters(&self) -> &[PlannedCounter] {
+        &self.counters
     }
 }
 
@@ -104,13 +133,20 @@ pub struct PlannedCounter {
 }
 
 impl PlannedCounter {
-    /// How long until this counter's window ends, seen from `now` (`None` for calls in progress: that depends
-    /// on other calls ending).
-    pub fn retry_after(&self, now: u64) -> Option<Duration> {
-        self.window
-            .map(|w| Duration::from_millis(w.end.saturating_sub(now).max(1)))
+    /// How long until this counter's window ends, seen from `now`; for calls in progress, which end when other
+    /// calls end, [`CONCURRENT_RETRY_AFTER`].
+    pub fn retry_after(&self, now: u64) -> Duration {
+        match self.window {
+            Some(w) => Duration::from_millis(w.end.saturating_sub(now).max(1)),
+            None => CONCURRENT_RETRY_AFTER,
+        }
     }
 }
+
+/// The wait a call refused for lack of a concurrency slot is told to observe (`Retry-After: 1` through the
+/// gateway). A slot frees when another call of the caller ends, which no store can predict; one second is
+/// short next to a model call and long enough not to turn a full caller into a busy loop.
+pub const CONCURRENT_RETRY_AFTER: Duration = Duration::from_secs(1);
 
 /// Whether a reservation was made.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -130,8 +166,9 @@ pub struct Rejection {
     pub kind: CounterKind,
     /// Its limit.
     pub limit: u64,
-    /// How long until every full counter's window has ended (`None` when only calls in progress are full).
-    pub retry_after: Option<Duration>,
+    /// How long until every full counter's window has ended ([`CONCURRENT_RETRY_AFTER`] when only calls in
+    /// progress are full).
+    pub retry_after: Duration,
 }
 
 impl Rejection {
@@ -142,8 +179,13 @@ impl Rejection {
             .max_by_key(|c| c.retry_after(now))
             .copied()
             .unwrap_or(over[0]);
+        Rejection::of(ticket, &worst, now)
+    }
+
+    /// The rejection for one full counter of `ticket`, seen from `now`.
+    pub(crate) fn of(ticket: &Ticket, worst: &PlannedCounter, now: u64) -> Rejection {
         Rejection {
-            scope: ticket.scopes[worst.scope].key.clone(),
+            scope: ticket.scopes()[worst.scope].key.clone(),
             kind: worst.kind,
             limit: worst.limit,
             retry_after: worst.retry_after(now),
@@ -281,10 +323,7 @@ impl fmt::Display for Rejection {
             write!(f, " (model {model})")?;
         }
         write!(f, " is over its {} limit ({})", self.kind, self.limit)?;
-        if let Some(wait) = self.retry_after {
-            write!(f, "; retry after {:.3}s", wait.as_secs_f64())?;
-        }
-        Ok(())
+        write!(f, "; retry after {:.3}s", self.retry_after.as_secs_f64())
     }
 }
 
@@ -296,7 +335,7 @@ impl From<Rejection> for ChatError {
     fn from(rejection: Rejection) -> Self {
         ChatError::new(
             ErrorKind::RateLimited {
-                retry_after: rejection.retry_after,
+                retry_after: Some(rejection.retry_after),
             },
             rejection.to_string(),
         )

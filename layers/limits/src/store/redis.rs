@@ -216,30 +216,30 @@ impl RedisStore {
 
     fn counter_key(&self, ticket: &Ticket, counter: &PlannedCounter) -> String {
         self.key(
-            &ticket.scopes[counter.scope].key,
+            &ticket.scopes()[counter.scope].key,
             counter.kind,
             counter.window.map(|w| w.start),
         )
     }
 
     fn member(&self, ticket: &Ticket) -> String {
-        format!("{}:{}", self.instance, ticket.id)
+        format!("{}:{}", self.instance, ticket.id())
     }
 }
 
 impl LimitStore for RedisStore {
     fn reserve(&self, ticket: &Ticket) -> StoreReply<Admission> {
-        let counters: Vec<PlannedCounter> = ticket.counters().collect();
+        let counters: Vec<PlannedCounter> = ticket.counters().to_vec();
         if counters.is_empty() {
             return StoreReply::Ready(Ok(Admission::Admitted));
         }
         let mut invocation = RESERVE_SCRIPT.prepare_invoke();
-        invocation.arg(ticket.at).arg(self.member(ticket));
+        invocation.arg(ticket.at()).arg(self.member(ticket));
         let lease_ms = u64::try_from(self.lease.as_millis()).unwrap_or(u64::MAX);
         for counter in &counters {
             invocation.key(self.counter_key(ticket, counter));
             let (kind, ttl) = match counter.window {
-                Some(w) => ("w", w.end.saturating_sub(ticket.at) + WINDOW_GRACE_MS),
+                Some(w) => ("w", w.end.saturating_sub(ticket.at()) + WINDOW_GRACE_MS),
                 None => ("c", lease_ms),
             };
             invocation
@@ -267,7 +267,9 @@ impl LimitStore for RedisStore {
                 ));
             }
             Ok(Admission::Rejected(Rejection::from_counters(
-                &ticket, &over, ticket.at,
+                &ticket,
+                &over,
+                ticket.at(),
             )))
         }))
     }
@@ -277,12 +279,12 @@ impl LimitStore for RedisStore {
         invocation.arg(self.member(ticket));
         let mut any = false;
         for counter in ticket.counters() {
-            let delta = ticket.reserved.settle_delta(actual, counter.kind);
+            let delta = ticket.reserved().settle_delta(actual, counter.kind);
             if delta == 0 {
                 continue;
             }
             any = true;
-            invocation.key(self.counter_key(ticket, &counter));
+            invocation.key(self.counter_key(ticket, counter));
             if counter.kind == CounterKind::Concurrent {
                 invocation.arg("c");
             } else {
