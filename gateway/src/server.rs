@@ -724,7 +724,7 @@ async fn handle<F: WireFormat>(
                 Some(rest) => rest.to_vec(),
                 None => Vec::new(),
             };
-            request.messages = resumption.hidden;
+            request.messages = resumption.hidden.into();
         } else {
             request.messages.extend(resumption.hidden.iter().cloned());
             hidden = resumption.hidden;

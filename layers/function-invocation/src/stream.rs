@@ -144,7 +144,8 @@ impl<S> LoopCore<S> {
             .as_ref()
             .and_then(|_| Pending::find(&request.messages));
         let request_policy = request.extensions.get::<ApprovalPolicy>().cloned();
-        request.options.tools.clone_from(&tools.specs);
+        // Shared: each round's request points at the same specs.
+        request.options.tools = tools.specs.clone();
         let tool_token = match request.cancellation() {
             Some(token) => token.child_token(),
             None => CancellationToken::new(),
@@ -271,7 +272,7 @@ impl<S> LoopCore<S> {
     fn context(&mut self, call: &ToolCall) -> ToolContext {
         let extensions = self
             .tool_extensions
-            .get_or_insert_with(|| Arc::new(self.request.extensions.clone()))
+            .get_or_insert_with(|| Arc::new((*self.request.extensions).clone()))
             .clone();
         ToolContext::new(
             &call.id,

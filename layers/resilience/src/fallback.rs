@@ -2,12 +2,12 @@
 //! next one.
 
 use std::fmt;
-use std::future::poll_fn;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll};
+use std::task::{ready, Context, Poll};
 
 use tower::util::BoxCloneSyncService;
-use tower::ServiceExt;
 use tower_chat::{
     ChatError, ChatEvent, ChatRequest, ChatStream, ErrorKind, ModelInfo, ModelMetadata,
     TimeoutPhase,
@@ -16,7 +16,7 @@ use tower_layer::Layer;
 use tower_service::Service;
 
 use crate::breaker::target_name;
-use crate::first::FirstContent;
+use crate::first::{FirstContent, Peeked};
 use crate::observe::{Observer, ResilienceEvent, SharedObserver};
 
 /// A boxed chat service, as targets hold them.
@@ -344,9 +344,6 @@ impl ModelInfo for Fallback {
     }
 }
 
-/// The response future of [`Fallback`].
-pub type FallbackFuture = crate::boxed::BoxedChatFuture;
-
 impl Service<ChatRequest> for Fallback {
     type Response = ChatStream;
     type Error = ChatError;
@@ -358,94 +355,204 @@ impl Service<ChatRequest> for Fallback {
     }
 
     fn call(&mut self, request: ChatRequest) -> Self::Future {
-        FallbackFuture::new(fallback_loop(
-            self.targets.clone(),
-            self.config.clone(),
-            request,
-        ))
+        let mut future = FallbackFuture {
+            targets: self.targets.clone(),
+            config: self.config.clone(),
+            answered_by: request.extensions.get::<AnsweredBy>().cloned(),
+            request: Some(request),
+            index: 0,
+            sent_model: None,
+            failed: Vec::new(),
+            state: Step::Done,
+        };
+        future.start_target();
+        future
     }
 }
 
-async fn fallback_loop(
+/// The response future of [`Fallback`]: each target in turn, polled ready, called, its stream held up to the
+/// first content event.
+///
+/// ```text
+///            ┌───────────── failed, the next target ─────────────┐
+///            ▼                                                    │
+/// call ─► Readying ──ready──► Calling ──Ok(stream)──► Peeking ──first content──► answered
+///            │                   │                      │
+///            └───────Err─────────┴────────Err───────────┴──► the next target, or every attempt's error
+/// ```
+pub struct FallbackFuture {
     targets: Arc<[Target]>,
     config: FallbackConfig,
-    mut request: ChatRequest,
-) -> Result<ChatStream, ChatError> {
-    let mut failed: Vec<FailedAttempt> = Vec::new();
-    let count = targets.len();
-    for (index, target) in targets.iter().enumerate() {
-        let last = index + 1 == count;
-        let mut this = if last {
-            std::mem::take(&mut request)
+    answered_by: Option<AnsweredBy>,
+    /// The request for the targets after this one; the last target takes it.
+    request: Option<ChatRequest>,
+    /// The target being tried.
+    index: usize,
+    /// The model the current target was sent, when the request named one.
+    sent_model: Option<String>,
+    failed: Vec<FailedAttempt>,
+    state: Step,
+}
+
+enum Step {
+    Readying {
+        service: BoxChatService,
+    },
+    Calling {
+        future: <BoxChatService as Service<ChatRequest>>::Future,
+    },
+    Peeking {
+        peek: FirstContent,
+    },
+    Done,
+}
+
+impl fmt::Debug for FallbackFuture {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FallbackFuture")
+            .field("target", &self.targets.get(self.index).map(|t| &t.name))
+            .finish_non_exhaustive()
+    }
+}
+
+impl FallbackFuture {
+    /// Move on to target `self.index`: poll its service ready.
+    fn start_target(&mut self) {
+        self.state = Step::Readying {
+            service: self.targets[self.index].service.clone(),
+        };
+    }
+
+    /// The request for target `self.index`, with that target's model.
+    fn target_request(&mut self) -> ChatRequest {
+        let target = &self.targets[self.index];
+        let last = self.index + 1 == self.targets.len();
+        let mut request = if last {
+            self.request.take()
         } else {
-            request.clone()
-        };
+            self.request.clone()
+        }
+        .expect("the request is kept until the last target");
+        // Options are shared with the kept request (copy on write): written only when they change.
         match &target.model {
-            ModelChoice::ServiceDefault => this.options.model = None,
-            ModelChoice::Request => {}
-            ModelChoice::Fixed(model) => this.options.model = Some(model.clone()),
-        }
-        let answered_by = this.extensions.get::<AnsweredBy>().cloned();
-        // The model this target answers with, when the request leaves it to the service.
-        let sent_model = match &target.model {
-            ModelChoice::ServiceDefault => None,
-            _ => this.options.model.clone(),
-        };
-        let result = async {
-            let service = target.service.clone().ready_oneshot().await?;
-            let stream = service.oneshot(this).await?;
-            let mut peek = FirstContent::new(stream);
-            poll_fn(|cx| peek.poll_peek(cx)).await
-        }
-        .await;
-        match result {
-            Ok(mut peeked) => {
-                let model = || {
-                    sent_model
-                        .clone()
-                        .or_else(|| target.metadata.model_id.clone())
-                };
-                let named = peeked
-                    .head
-                    .iter()
-                    .any(|e| matches!(e, ChatEvent::ResponseMetadata { model: Some(_), .. }));
-                if !named {
-                    if let Some(model) = model() {
-                        peeked.head.push_front(ChatEvent::ResponseMetadata {
-                            id: None,
-                            model: Some(model),
-                        });
-                    }
-                }
-                if let Some(slot) = answered_by {
-                    slot.set(Answer {
-                        target: target.name.clone(),
-                        metadata: target.metadata.clone(),
-                        model: model(),
-                        skipped: failed.iter().map(|f| f.target.clone()).collect(),
-                    });
-                }
-                return Ok(peeked.into_stream());
+            ModelChoice::ServiceDefault if request.options.model.is_some() => {
+                request.options.model = None;
             }
-            Err(error) => {
-                if !(config.fallback_on)(&error) {
-                    return Err(error);
-                }
-                if let Some(next) = targets.get(index + 1) {
-                    config.observer.emit(ResilienceEvent::Fallback {
-                        from: &target.name,
-                        to: &next.name,
-                        error: &error,
-                    });
-                }
-                failed.push(FailedAttempt {
-                    target: target.name.clone(),
-                    error,
+            ModelChoice::Fixed(model) if request.options.model.as_deref() != Some(model) => {
+                request.options.model = Some(model.clone());
+            }
+            _ => {}
+        }
+        // The model this target answers with, when the request leaves it to the service.
+        self.sent_model = match &target.model {
+            ModelChoice::ServiceDefault => None,
+            _ => request.options.model.clone(),
+        };
+        request
+    }
+
+    /// The current target failed: the next one, or the error of the whole call.
+    fn on_failure(&mut self, error: ChatError) -> Option<ChatError> {
+        let target = &self.targets[self.index];
+        if !(self.config.fallback_on)(&error) {
+            return Some(error);
+        }
+        let next = self.targets.get(self.index + 1);
+        if let Some(next) = next {
+            self.config.observer.emit(ResilienceEvent::Fallback {
+                from: &target.name,
+                to: &next.name,
+                error: &error,
+            });
+        }
+        self.failed.push(FailedAttempt {
+            target: target.name.clone(),
+            error,
+        });
+        if next.is_none() {
+            return Some(all_failed(std::mem::take(&mut self.failed)));
+        }
+        self.index += 1;
+        self.start_target();
+        None
+    }
+
+    /// The current target answered: name the model in the stream and in [`AnsweredBy`].
+    fn answered(&mut self, mut peeked: Peeked) -> ChatStream {
+        let target = &self.targets[self.index];
+        let model = || {
+            self.sent_model
+                .clone()
+                .or_else(|| target.metadata.model_id.clone())
+        };
+        let named = peeked
+            .head()
+            .iter()
+            .any(|e| matches!(e, ChatEvent::ResponseMetadata { model: Some(_), .. }));
+        if !named {
+            if let Some(model) = model() {
+                peeked.head().push_front(ChatEvent::ResponseMetadata {
+                    id: None,
+                    model: Some(model),
                 });
             }
         }
+        if let Some(slot) = &self.answered_by {
+            slot.set(Answer {
+                target: target.name.clone(),
+                metadata: target.metadata.clone(),
+                model: model(),
+                skipped: self.failed.iter().map(|f| f.target.clone()).collect(),
+            });
+        }
+        peeked.into_stream()
     }
-    Err(all_failed(failed))
+}
+
+impl Future for FallbackFuture {
+    type Output = Result<ChatStream, ChatError>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = &mut *self;
+        loop {
+            let error = match &mut this.state {
+                Step::Readying { service } => match ready!(service.poll_ready(cx)) {
+                    Ok(()) => {
+                        let Step::Readying { mut service } =
+                            std::mem::replace(&mut this.state, Step::Done)
+                        else {
+                            unreachable!("matched above")
+                        };
+                        let future = service.call(this.target_request());
+                        this.state = Step::Calling { future };
+                        continue;
+                    }
+                    Err(error) => error,
+                },
+                Step::Calling { future } => match ready!(future.as_mut().poll(cx)) {
+                    Ok(stream) => {
+                        this.state = Step::Peeking {
+                            peek: FirstContent::new(stream),
+                        };
+                        continue;
+                    }
+                    Err(error) => error,
+                },
+                Step::Peeking { peek } => match ready!(peek.poll_peek(cx)) {
+                    Ok(peeked) => {
+                        this.state = Step::Done;
+                        return Poll::Ready(Ok(this.answered(peeked)));
+                    }
+                    Err(error) => error,
+                },
+                Step::Done => panic!("FallbackFuture polled after completion"),
+            };
+            this.state = Step::Done;
+            if let Some(error) = this.on_failure(error) {
+                return Poll::Ready(Err(error));
+            }
+        }
+    }
 }
 
 fn all_failed(attempts: Vec<FailedAttempt>) -> ChatError {

@@ -86,7 +86,6 @@ mod fallback;
 mod first;
 mod observe;
 mod policy;
-mod race;
 mod retry;
 mod watch;
 
