@@ -539,9 +539,10 @@ fn build_table(
                     target.key_env.as_deref(),
                     timeouts,
                 )?;
-                let service = breaker.layer(leaf);
-                breakers.push((model.name.clone(), service.handle()));
-                Target::new(name, service)
+                // The fallback drives the target's breaker itself (no stream wrapper per call).
+                let target = Target::new(name, leaf).breaker(&breaker);
+                breakers.extend(target.breaker_handle().map(|h| (model.name.clone(), h)));
+                target
             } else {
                 let mut balance = Balance::builder().breaker(breaker).sticky(model.sticky);
                 for (i, deployment) in target.deployments.iter().enumerate() {

@@ -15,9 +15,10 @@ use tower_chat::{
 use tower_layer::Layer;
 use tower_service::Service;
 
-use crate::breaker::target_name;
+use crate::breaker::{target_name, Breaker, BreakerHandle, CircuitBreakerLayer, Permit};
 use crate::first::{FirstContent, Peeked};
 use crate::observe::{Observer, ResilienceEvent, SharedObserver};
+use crate::watch::Verdict;
 
 /// A boxed chat service, as targets hold them.
 pub type BoxChatService = BoxCloneSyncService<ChatRequest, ChatStream, ChatError>;
@@ -30,6 +31,8 @@ pub struct Target {
     metadata: ModelMetadata,
     model: ModelChoice,
     service: BoxChatService,
+    /// The target's own circuit breaker, driven by the fallback itself ([`Target::breaker`]).
+    breaker: Option<Arc<Breaker>>,
 }
 
 /// Which model a request sent to a target names.
@@ -65,6 +68,7 @@ impl Target {
             },
             metadata,
             service: BoxCloneSyncService::new(service),
+            breaker: None,
         }
     }
 
@@ -90,6 +94,22 @@ impl Target {
             None => ModelChoice::Request,
         };
         self
+    }
+
+    /// Put a circuit breaker with `layer`'s settings in front of this target (named after the target unless the
+    /// layer names it), driven by the fallback itself.
+    ///
+    /// It behaves as `layer.layer(service)` would — an open circuit skips the target at once, a probe after the
+    /// cool-down, a call counts at its first content event — but costs less per call: the fallback already holds
+    /// each stream until its first content event, so the breaker needs no stream wrapper of its own.
+    pub fn breaker(mut self, layer: &CircuitBreakerLayer) -> Self {
+        self.breaker = Some(layer.breaker(&self.name));
+        self
+    }
+
+    /// The state of the target's breaker set with [`Target::breaker`], for health checks and metrics.
+    pub fn breaker_handle(&self) -> Option<BreakerHandle> {
+        self.breaker.clone().map(BreakerHandle::from_breaker)
     }
 
     /// The target's name.
@@ -363,6 +383,7 @@ impl Service<ChatRequest> for Fallback {
             index: 0,
             sent_model: None,
             failed: Vec::new(),
+            permit: None,
             state: Step::Done,
         };
         future.start_target();
@@ -391,10 +412,16 @@ pub struct FallbackFuture {
     /// The model the current target was sent, when the request named one.
     sent_model: Option<String>,
     failed: Vec<FailedAttempt>,
+    /// The current target's leave to call through its breaker; told the outcome once.
+    permit: Option<Permit>,
     state: Step,
 }
 
 enum Step {
+    /// The current target's breaker refused the call.
+    Refused {
+        error: Option<ChatError>,
+    },
     Readying {
         service: BoxChatService,
     },
@@ -416,10 +443,20 @@ impl fmt::Debug for FallbackFuture {
 }
 
 impl FallbackFuture {
-    /// Move on to target `self.index`: poll its service ready.
+    /// Move on to target `self.index`: through its breaker, if it has one, then poll its service ready.
     fn start_target(&mut self) {
+        let target = &self.targets[self.index];
+        if let Some(breaker) = &target.breaker {
+            match breaker.acquire() {
+                Ok(permit) => self.permit = Some(permit),
+                Err(error) => {
+                    self.state = Step::Refused { error: Some(error) };
+                    return;
+                }
+            }
+        }
         self.state = Step::Readying {
-            service: self.targets[self.index].service.clone(),
+            service: target.service.clone(),
         };
     }
 
@@ -516,6 +553,7 @@ impl Future for FallbackFuture {
         let this = &mut *self;
         loop {
             let error = match &mut this.state {
+                Step::Refused { error } => error.take().expect("refused once"),
                 Step::Readying { service } => match ready!(service.poll_ready(cx)) {
                     Ok(()) => {
                         let Step::Readying { mut service } =
@@ -541,6 +579,9 @@ impl Future for FallbackFuture {
                 Step::Peeking { peek } => match ready!(peek.poll_peek(cx)) {
                     Ok(peeked) => {
                         this.state = Step::Done;
+                        if let Some(permit) = this.permit.take() {
+                            permit.settle(Ok(()));
+                        }
                         return Poll::Ready(Ok(this.answered(peeked)));
                     }
                     Err(error) => error,
@@ -548,6 +589,9 @@ impl Future for FallbackFuture {
                 Step::Done => panic!("FallbackFuture polled after completion"),
             };
             this.state = Step::Done;
+            if let Some(permit) = this.permit.take() {
+                permit.settle(Err(&error));
+            }
             if let Some(error) = this.on_failure(error) {
                 return Poll::Ready(Err(error));
             }
