@@ -298,8 +298,10 @@ where
         let mut targets = vec![Target::from_service(primary)];
         targets.extend(self.targets.iter().cloned());
         Fallback {
-            targets: targets.into(),
-            config: self.config.clone(),
+            shared: Arc::new(FallbackShared {
+                targets,
+                config: self.config.clone(),
+            }),
         }
     }
 }
@@ -314,7 +316,13 @@ where
 /// attempt, and its source is [`AllTargetsFailed`].
 #[derive(Clone)]
 pub struct Fallback {
-    targets: Arc<[Target]>,
+    /// One pointer: a fallback is cloned per call (by a retry layer around it, by boxing), and so is its future.
+    shared: Arc<FallbackShared>,
+}
+
+#[derive(Clone)]
+struct FallbackShared {
+    targets: Vec<Target>,
     config: FallbackConfig,
 }
 
@@ -323,8 +331,10 @@ impl Fallback {
     pub fn new(targets: Vec<Target>) -> Self {
         assert!(!targets.is_empty(), "a fallback needs at least one target");
         Fallback {
-            targets: targets.into(),
-            config: FallbackConfig::default(),
+            shared: Arc::new(FallbackShared {
+                targets,
+                config: FallbackConfig::default(),
+            }),
         }
     }
 
@@ -333,26 +343,26 @@ impl Fallback {
         mut self,
         predicate: impl Fn(&ChatError) -> bool + Send + Sync + 'static,
     ) -> Self {
-        self.config.fallback_on = Arc::new(predicate);
+        Arc::make_mut(&mut self.shared).config.fallback_on = Arc::new(predicate);
         self
     }
 
     /// Where fallbacks are reported.
     pub fn observer(mut self, observer: impl Observer) -> Self {
-        self.config.observer = SharedObserver(Some(Arc::new(observer)));
+        Arc::make_mut(&mut self.shared).config.observer = SharedObserver(Some(Arc::new(observer)));
         self
     }
 
     /// The targets, in order.
     pub fn targets(&self) -> &[Target] {
-        &self.targets
+        &self.shared.targets
     }
 }
 
 impl fmt::Debug for Fallback {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Fallback")
-            .field("targets", &self.targets)
+            .field("targets", &self.shared.targets)
             .finish_non_exhaustive()
     }
 }
@@ -360,7 +370,7 @@ impl fmt::Debug for Fallback {
 impl ModelInfo for Fallback {
     /// The first target's metadata (the one that answers when all is well); [`AnsweredBy`] tells per call.
     fn model_metadata(&self) -> ModelMetadata {
-        self.targets[0].metadata.clone()
+        self.shared.targets[0].metadata.clone()
     }
 }
 
@@ -376,8 +386,7 @@ impl Service<ChatRequest> for Fallback {
 
     fn call(&mut self, request: ChatRequest) -> Self::Future {
         let mut future = FallbackFuture {
-            targets: self.targets.clone(),
-            config: self.config.clone(),
+            shared: self.shared.clone(),
             answered_by: request.extensions.get::<AnsweredBy>().cloned(),
             request: Some(request),
             index: 0,
@@ -402,8 +411,7 @@ impl Service<ChatRequest> for Fallback {
 ///            └───────Err─────────┴────────Err───────────┴──► the next target, or every attempt's error
 /// ```
 pub struct FallbackFuture {
-    targets: Arc<[Target]>,
-    config: FallbackConfig,
+    shared: Arc<FallbackShared>,
     answered_by: Option<AnsweredBy>,
     /// The request for the targets after this one; the last target takes it.
     request: Option<ChatRequest>,
@@ -437,7 +445,10 @@ enum Step {
 impl fmt::Debug for FallbackFuture {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("FallbackFuture")
-            .field("target", &self.targets.get(self.index).map(|t| &t.name))
+            .field(
+                "target",
+                &self.shared.targets.get(self.index).map(|t| &t.name),
+            )
             .finish_non_exhaustive()
     }
 }
@@ -445,7 +456,7 @@ impl fmt::Debug for FallbackFuture {
 impl FallbackFuture {
     /// Move on to target `self.index`: through its breaker, if it has one, then poll its service ready.
     fn start_target(&mut self) {
-        let target = &self.targets[self.index];
+        let target = &self.shared.targets[self.index];
         if let Some(breaker) = &target.breaker {
             match breaker.acquire() {
                 Ok(permit) => self.permit = Some(permit),
@@ -462,8 +473,8 @@ impl FallbackFuture {
 
     /// The request for target `self.index`, with that target's model.
     fn target_request(&mut self) -> ChatRequest {
-        let target = &self.targets[self.index];
-        let last = self.index + 1 == self.targets.len();
+        let target = &self.shared.targets[self.index];
+        let last = self.index + 1 == self.shared.targets.len();
         let mut request = if last {
             self.request.take()
         } else {
@@ -490,13 +501,13 @@ impl FallbackFuture {
 
     /// The current target failed: the next one, or the error of the whole call.
     fn on_failure(&mut self, error: ChatError) -> Option<ChatError> {
-        let target = &self.targets[self.index];
-        if !(self.config.fallback_on)(&error) {
+        let target = &self.shared.targets[self.index];
+        if !(self.shared.config.fallback_on)(&error) {
             return Some(error);
         }
-        let next = self.targets.get(self.index + 1);
+        let next = self.shared.targets.get(self.index + 1);
         if let Some(next) = next {
-            self.config.observer.emit(ResilienceEvent::Fallback {
+            self.shared.config.observer.emit(ResilienceEvent::Fallback {
                 from: &target.name,
                 to: &next.name,
                 error: &error,
@@ -516,7 +527,7 @@ impl FallbackFuture {
 
     /// The current target answered: name the model in the stream and in [`AnsweredBy`].
     fn answered(&mut self, mut peeked: Peeked) -> ChatStream {
-        let target = &self.targets[self.index];
+        let target = &self.shared.targets[self.index];
         let model = || {
             self.sent_model
                 .clone()
