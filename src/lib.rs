@@ -61,7 +61,7 @@ pub use event::{ChatEvent, FinishReason, Usage};
 pub use message::{AssistantMessage, Message, ToolArguments, ToolCall, ToolMessage};
 pub use metadata::{known_context_window, ModelInfo, ModelMetadata};
 pub use price::{Cost, ModelPrice, PriceTable};
-pub use request::{ChatOptions, ChatRequest, ResponseFormat, ToolChoice, ToolSpec};
+pub use request::{ChatOptions, ChatRequest, ResponseFormat, Shared, ToolChoice, ToolSpec};
 pub use response::{ChatResponse, ResponseBuilder};
 pub use stream::{cancellable, ChatService, ChatStream, ChatStreamExt};
 pub use tokio_util::sync::CancellationToken;

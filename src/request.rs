@@ -1,32 +1,194 @@
 //! [`ChatRequest`]: the messages, the options, and the cross-layer context of one chat call.
 
-use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::ops::{Deref, DerefMut};
+use std::sync::{Arc, OnceLock};
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::{Map, Value};
 
 use crate::context::{CallerIdentity, ConversationId};
 use crate::message::Message;
 use crate::CancellationToken;
 
+/// A value shared by the copies of a request until one of them changes it (copy on write).
+///
+/// Retry and fallback layers keep a copy of the request to send it again; with the conversation, the tools and
+/// the context behind a `Shared`, that copy is a reference-count increment instead of a deep clone. Reading goes
+/// through `Deref` (`req.messages.len()`, `&req.messages[..]`, `for m in &req.messages`); changing goes through
+/// `DerefMut` (`req.messages.push(..)`), which first copies the value if another request still shares it.
+/// An empty value is not allocated at all (it reads as a static empty one), so a request without tools or context
+/// costs nothing more, and a `Shared` is one pointer wide. Associated functions, not methods, so that none hides
+/// a method of the value: [`Shared::into_inner`], [`Shared::ptr_eq`].
+pub struct Shared<T>(Option<Arc<T>>);
+
+mod sealed {
+    /// What a [`Shared`](super::Shared) can hold: a value with a static empty one to read while nothing is
+    /// allocated.
+    pub trait Empty: Clone + Default + 'static {
+        /// The empty value.
+        fn empty() -> &'static Self;
+    }
+}
+use sealed::Empty;
+
+impl<T: Clone + 'static> Empty for Vec<T> {
+    fn empty() -> &'static Self {
+        const { &Vec::new() }
+    }
+}
+
+impl Empty for http::Extensions {
+    fn empty() -> &'static Self {
+        static EMPTY: OnceLock<http::Extensions> = OnceLock::new();
+        EMPTY.get_or_init(http::Extensions::new)
+    }
+}
+
+impl Empty for ChatOptions {
+    fn empty() -> &'static Self {
+        static DEFAULT: OnceLock<ChatOptions> = OnceLock::new();
+        DEFAULT.get_or_init(ChatOptions::default)
+    }
+}
+
+impl<T> Shared<T> {
+    /// Share `value`.
+    pub fn new(value: T) -> Self {
+        Shared(Some(Arc::new(value)))
+    }
+
+    /// Whether two handles share one allocated value (no comparison of contents; two empty values never do).
+    pub fn ptr_eq(this: &Self, other: &Self) -> bool {
+        match (&this.0, &other.0) {
+            (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+            _ => false,
+        }
+    }
+}
+
+impl<T: Empty> Shared<T> {
+    /// The value, copied only if another handle still shares it.
+    pub fn into_inner(this: Self) -> T {
+        match this.0 {
+            Some(value) => Arc::unwrap_or_clone(value),
+            None => T::default(),
+        }
+    }
+}
+
+impl<T> Clone for Shared<T> {
+    fn clone(&self) -> Self {
+        Shared(self.0.clone())
+    }
+}
+
+impl<T: Empty> Deref for Shared<T> {
+    type Target = T;
+
+    fn deref(&self) -> &T {
+        match &self.0 {
+            Some(value) => value,
+            None => T::empty(),
+        }
+    }
+}
+
+impl<T: Empty> DerefMut for Shared<T> {
+    fn deref_mut(&mut self) -> &mut T {
+        Arc::make_mut(self.0.get_or_insert_with(Default::default))
+    }
+}
+
+impl<T: Empty> AsRef<T> for Shared<T> {
+    fn as_ref(&self) -> &T {
+        self
+    }
+}
+
+impl<T> From<T> for Shared<T> {
+    fn from(value: T) -> Self {
+        Shared::new(value)
+    }
+}
+
+impl<T> Default for Shared<T> {
+    fn default() -> Self {
+        Shared(None)
+    }
+}
+
+impl<T: Empty + fmt::Debug> fmt::Debug for Shared<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        (**self).fmt(f)
+    }
+}
+
+impl<T: Empty + PartialEq> PartialEq for Shared<T> {
+    fn eq(&self, other: &Self) -> bool {
+        Shared::ptr_eq(self, other) || **self == **other
+    }
+}
+
+impl<T: Empty + PartialEq> PartialEq<T> for Shared<T> {
+    fn eq(&self, other: &T) -> bool {
+        **self == *other
+    }
+}
+
+impl<T: Empty + Serialize> Serialize for Shared<T> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        (**self).serialize(serializer)
+    }
+}
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for Shared<T> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        T::deserialize(deserializer).map(Shared::new)
+    }
+}
+
+impl<'a, T: Empty> IntoIterator for &'a Shared<T>
+where
+    &'a T: IntoIterator,
+{
+    type Item = <&'a T as IntoIterator>::Item;
+    type IntoIter = <&'a T as IntoIterator>::IntoIter;
+
+    fn into_iter(self) -> Self::IntoIter {
+        (**self).into_iter()
+    }
+}
+
+impl<T> FromIterator<T> for Shared<Vec<T>> {
+    fn from_iter<I: IntoIterator<Item = T>>(iter: I) -> Self {
+        Shared::new(iter.into_iter().collect())
+    }
+}
+
 /// One chat call: what to send, how, and the context layers share.
 ///
 /// `extensions` carries typed context between layers, as `http::Request::extensions` does for HTTP:
 /// [`ConversationId`], [`CallerIdentity`], a [`CancellationToken`], [`crate::ApprovalDecisions`], or any type of
 /// your own.
+///
+/// Cloning a request is cheap: the messages, the options and the extensions are [`Shared`] (copied on write), so
+/// a layer that keeps a copy to send again pays a few reference counts, not a deep copy of the conversation.
 #[derive(Clone, Debug, Default)]
 pub struct ChatRequest {
     /// The conversation so far, oldest first.
-    pub messages: Vec<Message>,
+    pub messages: Shared<Vec<Message>>,
     /// Model, tools and sampling options.
-    pub options: ChatOptions,
+    pub options: Shared<ChatOptions>,
     /// Typed cross-layer context.
-    pub extensions: http::Extensions,
+    pub extensions: Shared<http::Extensions>,
 }
 
 impl ChatRequest {
     /// A request with these messages and default options (streaming on).
     pub fn new(messages: Vec<Message>) -> Self {
         ChatRequest {
-            messages,
+            messages: Shared::new(messages),
             ..ChatRequest::default()
         }
     }
@@ -79,9 +241,9 @@ pub struct ChatOptions {
     /// The model id; `None` uses the leaf's default model.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
-    /// Tools offered to the model.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub tools: Vec<ToolSpec>,
+    /// Tools offered to the model (shared by copies of the options until one changes them).
+    #[serde(skip_serializing_if = "no_tools")]
+    pub tools: Shared<Vec<ToolSpec>>,
     /// Whether and which tool the model must call.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tool_choice: Option<ToolChoice>,
@@ -114,7 +276,7 @@ impl Default for ChatOptions {
     fn default() -> Self {
         ChatOptions {
             model: None,
-            tools: Vec::new(),
+            tools: Shared::default(),
             tool_choice: None,
             parallel_tool_calls: None,
             temperature: None,
@@ -126,6 +288,10 @@ impl Default for ChatOptions {
             extra: Map::new(),
         }
     }
+}
+
+fn no_tools(tools: &Shared<Vec<ToolSpec>>) -> bool {
+    tools.is_empty()
 }
 
 /// A tool as offered to the model: its name, what it does, and a JSON Schema of its arguments.
@@ -194,7 +360,7 @@ mod tests {
     fn options_round_trip_and_default_to_streaming() {
         let options = ChatOptions {
             model: Some("gpt-4o-mini".into()),
-            tools: vec![ToolSpec::new("add", "adds", json!({"type": "object"}))],
+            tools: vec![ToolSpec::new("add", "adds", json!({"type": "object"}))].into(),
             tool_choice: Some(ToolChoice::Tool("add".into())),
             temperature: Some(0.25),
             max_output_tokens: Some(100),
@@ -220,5 +386,28 @@ mod tests {
         assert_eq!(req.conversation_id().unwrap().as_str(), "conv-1");
         assert_eq!(req.caller().unwrap().as_str(), "alice");
         assert!(req.cancellation().is_none());
+    }
+
+    #[test]
+    fn a_copy_shares_until_it_changes() {
+        let original = ChatRequest::new(vec![Message::user("hi")])
+            .tool(ToolSpec::new("add", "adds", json!({"type": "object"})))
+            .with_extension(ConversationId::new("conv-1"));
+        let mut copy = original.clone();
+        assert!(Shared::ptr_eq(&original.messages, &copy.messages));
+        assert!(Shared::ptr_eq(&original.options.tools, &copy.options.tools));
+        assert!(Shared::ptr_eq(&original.extensions, &copy.extensions));
+
+        copy.messages.push(Message::user("more"));
+        copy.options.tools.clear();
+        copy.extensions.insert(ConversationId::new("conv-2"));
+        assert!(!Shared::ptr_eq(&original.messages, &copy.messages));
+        assert_eq!(original.messages.len(), 1);
+        assert_eq!(copy.messages.len(), 2);
+        assert_eq!(original.options.tools.len(), 1);
+        assert!(copy.options.tools.is_empty());
+        assert_eq!(original.conversation_id().unwrap().as_str(), "conv-1");
+        assert_eq!(copy.conversation_id().unwrap().as_str(), "conv-2");
+        assert_eq!(Shared::into_inner(copy.messages).len(), 2);
     }
 }

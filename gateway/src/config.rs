@@ -2,7 +2,7 @@
 
 use std::fmt;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::config_file::{ConfigFile, ConfigFileError};
@@ -74,6 +74,8 @@ pub struct Config {
     pub connections: ConnectionLimits,
     /// `--config PATH`: the configuration file, parsed (empty when not given).
     pub file: ConfigFile,
+    /// `--config PATH`: where the file was read, so that SIGHUP can read it again (`None` without `--config`).
+    pub config_path: Option<PathBuf>,
 }
 
 impl Config {
@@ -96,6 +98,7 @@ impl Config {
             limits: RequestLimits::default(),
             connections: ConnectionLimits::default(),
             file: ConfigFile::default(),
+            config_path: None,
         }
     }
 
@@ -188,7 +191,9 @@ impl Config {
                 "--upstream-timeout" => config.upstream_timeout = seconds(&name, value()?)?,
                 "--approval-ttl" => config.approval_ttl = seconds(&name, value()?)?,
                 "--config" => {
-                    config.file = ConfigFile::load(Path::new(&value()?)).map_err(CliError::File)?
+                    let path = PathBuf::from(value()?);
+                    config.file = ConfigFile::load(&path).map_err(CliError::File)?;
+                    config.config_path = Some(path);
                 }
                 _ => return Err(CliError::Unknown(name)),
             }
@@ -308,7 +313,12 @@ usage: tower-chat-gateway [options]
   --shutdown-timeout SECS  drain time for in-flight requests on SIGTERM / Ctrl-C (default 30)
   --upstream-timeout SECS  upstream first-byte and idle timeout (default 120)
   --approval-ttl SECS      how long a paused write_file waits for approval (default 3600)
-  --config PATH            TOML configuration file (see the README); refused at start if invalid
+  --config PATH            TOML configuration file (see the README); refused at start if invalid.
+                           [upstreams]: models -> fallback targets (provider, model, base_url,
+                           key_env, deployments with weights), [upstreams.retry], [upstreams.breaker],
+                           [upstreams.timeouts]. On SIGHUP the file is read again and a valid
+                           [upstreams] replaces the running one (requests in flight finish on the old);
+                           an invalid file is logged and the running configuration kept
 
 Log level: RUST_LOG (default info).
 ";

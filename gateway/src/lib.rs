@@ -117,12 +117,44 @@ pub async fn run(mut config: Config) -> Result<(), GatewayError> {
         .map_err(GatewayError::Io)?;
     let addr = listener.local_addr().map_err(GatewayError::Io)?;
     tracing::info!(%addr, upstream = %config.upstream, files = ?config.files, "gateway listening");
+    #[cfg(unix)]
+    if let Some(reloader) = gateway.reloader() {
+        match reload_on_sighup(reloader) {
+            Ok(task) => {
+                tokio::spawn(task);
+            }
+            Err(error) => {
+                tracing::warn!(%error, "cannot listen for SIGHUP: no configuration reload")
+            }
+        }
+    }
     gateway
         .serve(listener, shutdown_signal())
         .await
         .map_err(GatewayError::Io)?;
     tracing::info!("gateway stopped");
     Ok(())
+}
+
+/// Listen for SIGHUP now, and return the task that, on every SIGHUP, reads `--config` again and swaps in its
+/// `[upstreams]` ([`upstreams::Reloader`]); a file that does not load or build is logged and the running
+/// configuration stays. The listener is installed before this returns, so a SIGHUP sent afterwards is never the
+/// default "terminate".
+#[cfg(unix)]
+pub fn reload_on_sighup(
+    reloader: upstreams::Reloader,
+) -> std::io::Result<impl std::future::Future<Output = ()> + Send + 'static> {
+    let mut hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())?;
+    Ok(async move {
+        while hangup.recv().await.is_some() {
+            match reloader.reload() {
+                Ok(()) => tracing::info!("SIGHUP: [upstreams] reloaded"),
+                Err(error) => {
+                    tracing::error!(%error, "SIGHUP: reload refused, the running configuration stays")
+                }
+            }
+        }
+    })
 }
 
 /// Resolves on Ctrl-C, or on SIGTERM on Unix.

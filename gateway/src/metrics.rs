@@ -166,6 +166,12 @@ impl PrometheusMetrics {
         lock(&self.inner.breakers).push((model.to_owned(), handle));
     }
 
+    /// Report these breakers (model, handle) instead of the registered ones: a reloaded `[upstreams]` brings
+    /// its own targets.
+    pub fn replace_breakers(&self, breakers: Vec<(String, BreakerHandle)>) {
+        *lock(&self.inner.breakers) = breakers;
+    }
+
     /// The registry in Prometheus text exposition format (0.0.4).
     pub fn render(&self) -> String {
         let mut out = String::new();

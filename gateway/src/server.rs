@@ -293,7 +293,8 @@ struct AppState {
 #[derive(Clone, Default)]
 struct Observability {
     metrics: PrometheusMetrics,
-    catalog: Option<Arc<Vec<crate::upstreams::CatalogEntry>>>,
+    /// `[upstreams]`' models (read per request: a reload changes them).
+    router: Option<crate::upstreams::ModelRouter>,
 }
 
 /// A configured gateway, ready to serve.
@@ -305,6 +306,7 @@ pub struct Gateway {
     connections: ConnectionLimits,
     stores: Option<Stores>,
     limits: Option<LimitsLayer>,
+    reloader: Option<crate::upstreams::Reloader>,
 }
 
 impl std::fmt::Debug for Gateway {
@@ -334,7 +336,7 @@ impl Gateway {
             .await
             .map_err(GatewayError::Config)?;
         let (persistence, approvals) = (Some(&stores.persistence), Some(&stores.approvals));
-        let catalog = router.as_ref().map(|r| r.catalog());
+        let models = router.clone();
         let stack = match (router, upstream) {
             (Some(router), _) => stack_with(
                 config,
@@ -358,7 +360,13 @@ impl Gateway {
         }
         .map_err(GatewayError::Chat)?;
         let mut gateway = Gateway::assemble(config, stack, keys);
-        gateway.observability = Observability { metrics, catalog };
+        gateway.reloader = models
+            .as_ref()
+            .map(|router| crate::upstreams::Reloader::new(router.clone(), config, metrics.clone()));
+        gateway.observability = Observability {
+            metrics,
+            router: models,
+        };
         gateway.limits = limits;
         gateway.state.approval_store = Some(stores.approval_store.clone());
         gateway.state.records = Some(stores.persistence.store().clone());
@@ -393,6 +401,7 @@ impl Gateway {
             stores: None,
             observability: Observability::default(),
             limits: None,
+            reloader: None,
         }
     }
 
@@ -404,6 +413,12 @@ impl Gateway {
     /// The persistence layer recording every call (`None` for a gateway built [`with_stack`](Self::with_stack)).
     pub fn persistence(&self) -> Option<&PersistenceLayer> {
         self.stores.as_ref().map(|s| &s.persistence)
+    }
+
+    /// What reloads `[upstreams]` from `--config` while the gateway serves (`None` when the gateway runs without
+    /// `[upstreams]` models: the single-upstream stack has nothing to swap).
+    pub fn reloader(&self) -> Option<crate::upstreams::Reloader> {
+        self.reloader.clone()
     }
 
     /// The limits layer (`[limits]` of the configuration file), when one runs.
@@ -426,7 +441,7 @@ impl Gateway {
                 limit_in_flight,
             ))
             .merge(crate::upstreams::models_route(
-                self.observability.catalog.clone(),
+                self.observability.router.clone(),
             ))
             .route("/v1/usage", get(usage))
             .route_layer(middleware::from_fn_with_state(
@@ -734,7 +749,7 @@ async fn handle<F: WireFormat>(
                 Some(rest) => rest.to_vec(),
                 None => Vec::new(),
             };
-            request.messages = resumption.hidden;
+            request.messages = resumption.hidden.into();
         } else {
             request.messages.extend(resumption.hidden.iter().cloned());
             hidden = resumption.hidden;

@@ -56,7 +56,7 @@ use std::collections::{BTreeMap, HashSet};
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -68,8 +68,8 @@ use tower_chat::openai::OpenAiChat;
 use tower_chat::transport::Timeouts;
 use tower_chat::{ChatError, ChatRequest, ChatStream, ErrorKind, ModelInfo, ModelMetadata};
 use tower_chat_resilience::{
-    Backoff, Balance, BoxChatService, CircuitBreakerLayer, Deployment, Fallback, Jitter,
-    RetryLayer, Target,
+    Backoff, Balance, BoxChatService, BreakerHandle, CircuitBreakerLayer, Deployment, Fallback,
+    Jitter, RetryLayer, Target,
 };
 
 use crate::config::Config;
@@ -337,25 +337,104 @@ pub struct CatalogEntry {
 
 /// The gateway's leaf when `[upstreams]` names models: the client's `model` picks a stack of retry, fallback
 /// and breakers; an unknown name is refused.
+///
+/// The routing table can be replaced while the gateway runs ([`ModelRouter::reload`], on SIGHUP): every clone
+/// shares it, a call takes the model's service out of the table it sees when it starts, so requests already in
+/// flight finish on the configuration they started with.
 #[derive(Clone)]
 pub struct ModelRouter {
-    models: Arc<BTreeMap<String, BoxChatService>>,
+    table: Arc<RwLock<Arc<RouterTable>>>,
+    /// What the stack reports as its model: the first model's first target when the gateway started.
+    metadata: ModelMetadata,
+}
+
+/// One configuration's models.
+struct RouterTable {
+    models: BTreeMap<String, BoxChatService>,
     catalog: Arc<Vec<CatalogEntry>>,
+    /// The breakers of every target, for `/metrics`.
+    breakers: Vec<(String, BreakerHandle)>,
     metadata: ModelMetadata,
 }
 
 impl fmt::Debug for ModelRouter {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ModelRouter")
-            .field("models", &self.catalog)
+            .field("models", &self.catalog())
             .finish_non_exhaustive()
     }
 }
 
 impl ModelRouter {
+    fn current(&self) -> Arc<RouterTable> {
+        // The lock is held for a pointer copy; a panic under it cannot leave a half-written table.
+        self.table.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
     /// The configured models, in file order.
     pub fn catalog(&self) -> Arc<Vec<CatalogEntry>> {
-        self.catalog.clone()
+        self.current().catalog.clone()
+    }
+
+    /// Replace the models with those `config`'s `[upstreams]` describes. The new table is built completely
+    /// first: an invalid section (or one without models) is refused and the running table stays. Requests in
+    /// flight keep the services they took; `metrics` reports the new breakers instead of the old ones.
+    pub fn reload(&self, config: &Config, metrics: &PrometheusMetrics) -> Result<(), ChatError> {
+        let table = build_table(config, metrics)?
+            .ok_or_else(|| invalid("names no model: the running models are kept".into()))?;
+        metrics.replace_breakers(table.breakers.clone());
+        *self.table.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(table);
+        Ok(())
+    }
+}
+
+/// Reads `--config` again and replaces the running `[upstreams]` (see [`ModelRouter::reload`]); the gateway runs
+/// it on SIGHUP ([`crate::reload_on_sighup`]). Only `[upstreams]` is replaced: other tables changed in the file
+/// need a restart (a warning says so).
+#[derive(Clone)]
+pub struct Reloader {
+    router: ModelRouter,
+    config: Config,
+    metrics: PrometheusMetrics,
+}
+
+impl fmt::Debug for Reloader {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Reloader")
+            .field("config_path", &self.config.config_path)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Reloader {
+    pub(crate) fn new(router: ModelRouter, config: &Config, metrics: PrometheusMetrics) -> Self {
+        Reloader {
+            router,
+            config: config.clone(),
+            metrics,
+        }
+    }
+
+    /// Read the file again and swap in its `[upstreams]`. On any error (unreadable, invalid TOML with its line,
+    /// an `[upstreams]` that does not build) the running configuration stays and the error says why.
+    pub fn reload(&self) -> Result<(), crate::GatewayError> {
+        let path =
+            self.config.config_path.as_deref().ok_or_else(|| {
+                crate::GatewayError::Config("no --config file to read again".into())
+            })?;
+        let file = crate::config_file::ConfigFile::load(path)
+            .map_err(|e| crate::GatewayError::Config(e.to_string()))?;
+        if file.limits != self.config.file.limits || file.mcp != self.config.file.mcp {
+            tracing::warn!(
+                path = %path.display(),
+                "only [upstreams] is reloaded: the changes to [limits] or [[mcp]] take effect at the next start"
+            );
+        }
+        let mut config = self.config.clone();
+        config.file = file;
+        self.router
+            .reload(&config, &self.metrics)
+            .map_err(crate::GatewayError::Chat)
     }
 }
 
@@ -377,14 +456,15 @@ impl tower::Service<ChatRequest> for ModelRouter {
     }
 
     fn call(&mut self, request: ChatRequest) -> Self::Future {
+        let table = self.current();
         let name = request.options.model.as_deref().unwrap_or_default();
-        match self.models.get(name) {
+        match table.models.get(name) {
             Some(service) => {
                 let service = service.clone();
                 Box::pin(tower::ServiceExt::oneshot(service, request))
             }
             None => {
-                let known: Vec<&str> = self.catalog.iter().map(|m| m.name.as_str()).collect();
+                let known: Vec<&str> = table.catalog.iter().map(|m| m.name.as_str()).collect();
                 let error = ChatError::new(
                     ErrorKind::InvalidRequest,
                     format!(
@@ -405,6 +485,21 @@ pub fn build(
     config: &Config,
     metrics: &PrometheusMetrics,
 ) -> Result<Option<ModelRouter>, ChatError> {
+    let Some(table) = build_table(config, metrics)? else {
+        return Ok(None);
+    };
+    metrics.replace_breakers(table.breakers.clone());
+    Ok(Some(ModelRouter {
+        metadata: table.metadata.clone(),
+        table: Arc::new(RwLock::new(Arc::new(table))),
+    }))
+}
+
+/// The models `[upstreams]` describes, their breakers not yet registered with `metrics`.
+fn build_table(
+    config: &Config,
+    metrics: &PrometheusMetrics,
+) -> Result<Option<RouterTable>, ChatError> {
     let section = &config.file.upstreams;
     if section.models.is_empty() {
         return Ok(None);
@@ -428,6 +523,7 @@ pub fn build(
     let mut models = BTreeMap::new();
     let mut catalog = Vec::new();
     let mut metadata = None;
+    let mut breakers = Vec::new();
     for model in &section.models {
         let mut targets = Vec::new();
         for target in &model.targets {
@@ -443,9 +539,10 @@ pub fn build(
                     target.key_env.as_deref(),
                     timeouts,
                 )?;
-                let service = breaker.layer(leaf);
-                metrics.register_breaker(&model.name, service.handle());
-                Target::new(name, service)
+                // The fallback drives the target's breaker itself (no stream wrapper per call).
+                let target = Target::new(name, leaf).breaker(&breaker);
+                breakers.extend(target.breaker_handle().map(|h| (model.name.clone(), h)));
+                target
             } else {
                 let mut balance = Balance::builder().breaker(breaker).sticky(model.sticky);
                 for (i, deployment) in target.deployments.iter().enumerate() {
@@ -463,7 +560,7 @@ pub fn build(
                 }
                 let balance = balance.build();
                 for handle in balance.breakers() {
-                    metrics.register_breaker(&model.name, handle);
+                    breakers.push((model.name.clone(), handle));
                 }
                 Target::new(name, balance)
             };
@@ -482,9 +579,10 @@ pub fn build(
             .layer(fallback);
         models.insert(model.name.clone(), BoxChatService::new(stack));
     }
-    Ok(Some(ModelRouter {
-        models: Arc::new(models),
+    Ok(Some(RouterTable {
+        models,
         catalog: Arc::new(catalog),
+        breakers,
         metadata: metadata.expect("at least one model"),
     }))
 }
@@ -589,13 +687,13 @@ fn breaker_layer(breaker: &BreakerSection) -> Result<CircuitBreakerLayer, ChatEr
 /// `GET /v1/models`: the configured models, OpenAI's list shape (empty with a single `--upstream`, which passes
 /// any model name through).
 pub(crate) fn models_route<S: Clone + Send + Sync + 'static>(
-    catalog: Option<Arc<Vec<CatalogEntry>>>,
+    router: Option<ModelRouter>,
 ) -> axum::Router<S> {
-    let catalog = catalog.unwrap_or_default();
     axum::Router::new().route(
         "/v1/models",
         axum::routing::get(move || {
-            let catalog = catalog.clone();
+            // Read per request: a reload changes the list.
+            let catalog = router.as_ref().map(|r| r.catalog()).unwrap_or_default();
             async move {
                 let data: Vec<serde_json::Value> = catalog
                     .iter()

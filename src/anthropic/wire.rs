@@ -209,8 +209,8 @@ mod tests {
             Message::Tool(ToolMessage::error("tu_2", "weather", "service down")),
             Message::user("thanks"),
         ]);
-        request.options = ChatOptions {
-            tools: vec![ToolSpec::new("weather", "w", json!({"type": "object"}))],
+        *request.options = ChatOptions {
+            tools: vec![ToolSpec::new("weather", "w", json!({"type": "object"}))].into(),
             tool_choice: Some(ToolChoice::Required),
             parallel_tool_calls: Some(false),
             stop: vec!["END".into()],

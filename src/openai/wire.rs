@@ -240,8 +240,8 @@ mod tests {
             }),
             Message::Tool(ToolMessage::success("call_1", "add", "5")),
         ]);
-        request.options = ChatOptions {
-            tools: vec![ToolSpec::new("add", "adds", json!({"type": "object"}))],
+        *request.options = ChatOptions {
+            tools: vec![ToolSpec::new("add", "adds", json!({"type": "object"}))].into(),
             tool_choice: Some(ToolChoice::Required),
             max_output_tokens: Some(50),
             extra: json!({"seed": 1, "temperature": 0.5})

@@ -23,6 +23,8 @@ pub struct Harness {
     pub files: tempfile::TempDir,
     shutdown: Option<oneshot::Sender<()>>,
     pub server: Option<tokio::task::JoinHandle<std::io::Result<()>>>,
+    /// Reloads `[upstreams]` from `config.config_path` (when the gateway runs `[upstreams]` models).
+    pub reloader: Option<tower_chat_gateway::upstreams::Reloader>,
 }
 
 impl Harness {
@@ -41,6 +43,7 @@ impl Harness {
         config.shutdown_timeout = Duration::from_secs(5);
         tweak(&mut config);
         let gateway = Gateway::new(&config).await.expect("gateway");
+        let reloader = gateway.reloader();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let (tx, rx) = oneshot::channel::<()>();
@@ -53,6 +56,7 @@ impl Harness {
             files,
             shutdown: Some(tx),
             server: Some(server),
+            reloader,
         }
     }
 

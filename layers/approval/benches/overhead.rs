@@ -101,7 +101,7 @@ fn bench(c: &mut Criterion) {
                 let paused = gated.clone().oneshot(request()).await.unwrap();
                 let response = paused.collect_response().await.unwrap();
                 let id = response.approval_requests[0].id.clone();
-                let mut history = request().messages;
+                let mut history = request().messages.to_vec();
                 history.extend(response.messages);
                 let resume = ChatRequest::new(history)
                     .with_extension(ConversationId::new("bench"))

@@ -150,7 +150,8 @@ impl<S> LoopCore<S> {
         }
         // Every round's request says it comes from inside a loop (see `InsideToolLoop`).
         request.extensions.insert(InsideToolLoop);
-        request.options.tools.clone_from(&tools.specs);
+        // Shared: each round's request points at the same specs.
+        request.options.tools = tools.specs.clone();
         let tool_token = match request.cancellation() {
             Some(token) => token.child_token(),
             None => CancellationToken::new(),
@@ -277,7 +278,7 @@ impl<S> LoopCore<S> {
     fn context(&mut self, call: &ToolCall) -> ToolContext {
         let extensions = self
             .tool_extensions
-            .get_or_insert_with(|| Arc::new(self.request.extensions.clone()))
+            .get_or_insert_with(|| Arc::new((*self.request.extensions).clone()))
             .clone();
         ToolContext::new(
             &call.id,

@@ -4,7 +4,7 @@ use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::sync::Arc;
 
-use tower_chat::{ChatError, ChatRequest, ErrorKind, ToolSpec};
+use tower_chat::{ChatError, ChatRequest, ErrorKind, Shared, ToolSpec};
 
 use crate::tool::CompiledTool;
 
@@ -143,7 +143,7 @@ pub(crate) struct Resolved {
     /// Names of client-side tools (declared without an implementation).
     pub(crate) client: HashSet<String>,
     /// What the model is offered: executable tools' specs, then client-side specs.
-    pub(crate) specs: Vec<ToolSpec>,
+    pub(crate) specs: Shared<Vec<ToolSpec>>,
 }
 
 impl Resolved {
@@ -182,7 +182,7 @@ impl Resolved {
         let declared = std::mem::take(&mut request.options.tools);
         let mut specs: Vec<ToolSpec> = executable.iter().map(|t| t.spec().clone()).collect();
         let mut client = HashSet::new();
-        for spec in declared {
+        for spec in Shared::into_inner(declared) {
             if executable.get(&spec.name).is_none() && client.insert(spec.name.clone()) {
                 specs.push(spec);
             }
@@ -190,7 +190,7 @@ impl Resolved {
         Ok(Resolved {
             executable,
             client,
-            specs,
+            specs: specs.into(),
         })
     }
 }

@@ -66,7 +66,7 @@ async fn first_leg(
             ("b", "weather", json!({"city": "Oslo"})),
         ])],
     );
-    let history = request.messages.clone();
+    let history = request.messages.to_vec();
     let (events, error) = run(stack(layer.clone(), inner), request).await;
     assert!(error.is_none(), "{error:?}");
     assert_eq!(script.calls(), 1);

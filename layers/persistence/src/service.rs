@@ -112,7 +112,7 @@ where
             provider: self.layer.provider.clone(),
             prices: self.layer.prices.clone(),
             request: RecordedRequest {
-                messages: request.messages.clone(),
+                messages: request.messages.to_vec(),
                 options: redact_options(&request.options),
             },
         };

@@ -76,7 +76,17 @@ fn bare() -> Chat {
     BoxCloneSyncService::new(Leaf("gpt-4o"))
 }
 
+/// Two targets, each with its own breaker driven by the fallback ([`Target::breaker`]): the gateway's shape.
 fn fallback() -> Fallback {
+    let breaker = CircuitBreakerLayer::new();
+    Fallback::new(vec![
+        Target::new("primary", Leaf("gpt-4o")).breaker(&breaker),
+        Target::new("backup", Leaf("claude")).breaker(&breaker),
+    ])
+}
+
+/// The same with each breaker as a layer around its target's service (a stream wrapper per call).
+fn fallback_breaker_layers() -> Fallback {
     let breaker = CircuitBreakerLayer::new();
     Fallback::new(vec![
         Target::new("primary", breaker.clone().layer(Leaf("gpt-4o"))),
@@ -97,6 +107,9 @@ fn variant(name: &str) -> Chat {
         "retry" => BoxCloneSyncService::new(RetryLayer::new().layer(Leaf("gpt-4o"))),
         "fallback" => BoxCloneSyncService::new(fallback()),
         "stack" => stack(),
+        "stack_breaker_layers" => {
+            BoxCloneSyncService::new(RetryLayer::new().layer(fallback_breaker_layers()))
+        }
         // The leaf plus what retry and fallback must do on every call whatever their code: keep a copy of the
         // request (to send it again, or to the next target). Subtracted from `stack`, it leaves the layers' own
         // cost.
@@ -112,7 +125,7 @@ fn variant(name: &str) -> Chat {
                 .layer(fallback()),
         ),
         other => {
-            panic!("unknown variant {other}: bare, two_copies, breaker, retry, fallback, stack, stack_deadline")
+            panic!("unknown variant {other}: bare, two_copies, breaker, retry, fallback, stack, stack_breaker_layers, stack_deadline")
         }
     }
 }

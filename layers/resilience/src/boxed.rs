@@ -1,4 +1,4 @@
-//! [`BoxedChatFuture`]: the one response future of the layers whose call is an `async` block.
+//! [`BoxedChatFuture`]: the response future of a layer whose call is an `async` block.
 
 use std::fmt;
 use std::future::Future;
@@ -7,9 +7,9 @@ use std::task::{Context, Poll};
 
 use tower_chat::{ChatError, ChatStream};
 
-/// A boxed future resolving to a chat stream: the response future of [`Retry`](crate::Retry),
-/// [`Fallback`](crate::Fallback) and [`Balance`](crate::Balance) (named [`RetryFuture`](crate::RetryFuture),
-/// [`FallbackFuture`](crate::FallbackFuture) and [`BalanceFuture`](crate::BalanceFuture) there).
+/// A boxed future resolving to a chat stream: the response future of [`Balance`](crate::Balance) (named
+/// [`BalanceFuture`](crate::BalanceFuture) there). [`Retry`](crate::Retry) and [`Fallback`](crate::Fallback) have
+/// hand-written state machines instead: they sit on every call's happy path.
 pub struct BoxedChatFuture {
     inner: Pin<Box<dyn Future<Output = Result<ChatStream, ChatError>> + Send + 'static>>,
 }

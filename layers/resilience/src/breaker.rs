@@ -273,7 +273,8 @@ impl Breaker {
             // Not the target's fault: a probe that met it proves nothing either way.
             Some(Err(_)) => return self.settle(probe, None),
         };
-        let now = self.config.clock.now();
+        // Read only when needed: a success on a closed circuit without a window (the usual call) needs no time.
+        let now = || self.config.clock.now();
         let mut inner = self.lock();
         let transition = match (&inner.phase, probe, failed) {
             (Phase::HalfOpen { .. }, true, false) => {
@@ -286,7 +287,7 @@ impl Breaker {
             }
             (Phase::HalfOpen { .. }, true, true) => {
                 inner.phase = Phase::Open {
-                    until: now + self.config.open_for,
+                    until: now() + self.config.open_for,
                 };
                 Some(BreakerState::Open)
             }
@@ -294,7 +295,7 @@ impl Breaker {
                 inner.consecutive = if failed { inner.consecutive + 1 } else { 0 };
                 let ratio_tripped = match (&mut inner.window, self.config.failure_ratio) {
                     (Some(window), Some(limit)) => {
-                        let (calls, fails) = window.record(now, failed);
+                        let (calls, fails) = window.record(now(), failed);
                         failed
                             && calls >= limit.min_calls
                             && f64::from(fails) >= limit.ratio * f64::from(calls)
@@ -305,7 +306,7 @@ impl Breaker {
                     && (inner.consecutive >= self.config.consecutive_failures || ratio_tripped)
                 {
                     inner.phase = Phase::Open {
-                        until: now + self.config.open_for,
+                        until: now() + self.config.open_for,
                     };
                     Some(BreakerState::Open)
                 } else {
@@ -448,6 +449,12 @@ impl CircuitBreakerLayer {
 
     pub(crate) fn config(&self) -> &BreakerConfig {
         &self.config
+    }
+
+    /// A breaker with this layer's settings, named as the layer says or else `default_name`.
+    pub(crate) fn breaker(&self, default_name: &str) -> Arc<Breaker> {
+        let name = self.name.clone().unwrap_or_else(|| default_name.to_owned());
+        Breaker::new(name, self.config.clone())
     }
 }
 

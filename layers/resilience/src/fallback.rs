@@ -2,12 +2,12 @@
 //! next one.
 
 use std::fmt;
-use std::future::poll_fn;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll};
+use std::task::{ready, Context, Poll};
 
 use tower::util::BoxCloneSyncService;
-use tower::ServiceExt;
 use tower_chat::{
     ChatError, ChatEvent, ChatRequest, ChatStream, ErrorKind, ModelInfo, ModelMetadata,
     TimeoutPhase,
@@ -15,9 +15,10 @@ use tower_chat::{
 use tower_layer::Layer;
 use tower_service::Service;
 
-use crate::breaker::target_name;
-use crate::first::FirstContent;
+use crate::breaker::{target_name, Breaker, BreakerHandle, CircuitBreakerLayer, Permit};
+use crate::first::{FirstContent, Peeked};
 use crate::observe::{Observer, ResilienceEvent, SharedObserver};
+use crate::watch::Verdict;
 
 /// A boxed chat service, as targets hold them.
 pub type BoxChatService = BoxCloneSyncService<ChatRequest, ChatStream, ChatError>;
@@ -30,6 +31,8 @@ pub struct Target {
     metadata: ModelMetadata,
     model: ModelChoice,
     service: BoxChatService,
+    /// The target's own circuit breaker, driven by the fallback itself ([`Target::breaker`]).
+    breaker: Option<Arc<Breaker>>,
 }
 
 /// Which model a request sent to a target names.
@@ -65,6 +68,7 @@ impl Target {
             },
             metadata,
             service: BoxCloneSyncService::new(service),
+            breaker: None,
         }
     }
 
@@ -90,6 +94,22 @@ impl Target {
             None => ModelChoice::Request,
         };
         self
+    }
+
+    /// Put a circuit breaker with `layer`'s settings in front of this target (named after the target unless the
+    /// layer names it), driven by the fallback itself.
+    ///
+    /// It behaves as `layer.layer(service)` would — an open circuit skips the target at once, a probe after the
+    /// cool-down, a call counts at its first content event — but costs less per call: the fallback already holds
+    /// each stream until its first content event, so the breaker needs no stream wrapper of its own.
+    pub fn breaker(mut self, layer: &CircuitBreakerLayer) -> Self {
+        self.breaker = Some(layer.breaker(&self.name));
+        self
+    }
+
+    /// The state of the target's breaker set with [`Target::breaker`], for health checks and metrics.
+    pub fn breaker_handle(&self) -> Option<BreakerHandle> {
+        self.breaker.clone().map(BreakerHandle::from_breaker)
     }
 
     /// The target's name.
@@ -278,8 +298,10 @@ where
         let mut targets = vec![Target::from_service(primary)];
         targets.extend(self.targets.iter().cloned());
         Fallback {
-            targets: targets.into(),
-            config: self.config.clone(),
+            shared: Arc::new(FallbackShared {
+                targets,
+                config: self.config.clone(),
+            }),
         }
     }
 }
@@ -294,7 +316,13 @@ where
 /// attempt, and its source is [`AllTargetsFailed`].
 #[derive(Clone)]
 pub struct Fallback {
-    targets: Arc<[Target]>,
+    /// One pointer: a fallback is cloned per call (by a retry layer around it, by boxing), and so is its future.
+    shared: Arc<FallbackShared>,
+}
+
+#[derive(Clone)]
+struct FallbackShared {
+    targets: Vec<Target>,
     config: FallbackConfig,
 }
 
@@ -303,8 +331,10 @@ impl Fallback {
     pub fn new(targets: Vec<Target>) -> Self {
         assert!(!targets.is_empty(), "a fallback needs at least one target");
         Fallback {
-            targets: targets.into(),
-            config: FallbackConfig::default(),
+            shared: Arc::new(FallbackShared {
+                targets,
+                config: FallbackConfig::default(),
+            }),
         }
     }
 
@@ -313,26 +343,26 @@ impl Fallback {
         mut self,
         predicate: impl Fn(&ChatError) -> bool + Send + Sync + 'static,
     ) -> Self {
-        self.config.fallback_on = Arc::new(predicate);
+        Arc::make_mut(&mut self.shared).config.fallback_on = Arc::new(predicate);
         self
     }
 
     /// Where fallbacks are reported.
     pub fn observer(mut self, observer: impl Observer) -> Self {
-        self.config.observer = SharedObserver(Some(Arc::new(observer)));
+        Arc::make_mut(&mut self.shared).config.observer = SharedObserver(Some(Arc::new(observer)));
         self
     }
 
     /// The targets, in order.
     pub fn targets(&self) -> &[Target] {
-        &self.targets
+        &self.shared.targets
     }
 }
 
 impl fmt::Debug for Fallback {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Fallback")
-            .field("targets", &self.targets)
+            .field("targets", &self.shared.targets)
             .finish_non_exhaustive()
     }
 }
@@ -340,12 +370,9 @@ impl fmt::Debug for Fallback {
 impl ModelInfo for Fallback {
     /// The first target's metadata (the one that answers when all is well); [`AnsweredBy`] tells per call.
     fn model_metadata(&self) -> ModelMetadata {
-        self.targets[0].metadata.clone()
+        self.shared.targets[0].metadata.clone()
     }
 }
-
-/// The response future of [`Fallback`].
-pub type FallbackFuture = crate::boxed::BoxedChatFuture;
 
 impl Service<ChatRequest> for Fallback {
     type Response = ChatStream;
@@ -358,94 +385,229 @@ impl Service<ChatRequest> for Fallback {
     }
 
     fn call(&mut self, request: ChatRequest) -> Self::Future {
-        FallbackFuture::new(fallback_loop(
-            self.targets.clone(),
-            self.config.clone(),
-            request,
-        ))
+        let mut future = FallbackFuture {
+            shared: self.shared.clone(),
+            answered_by: request.extensions.get::<AnsweredBy>().cloned(),
+            request: Some(request),
+            index: 0,
+            sent_model: None,
+            failed: Vec::new(),
+            permit: None,
+            state: Step::Done,
+        };
+        future.start_target();
+        future
     }
 }
 
-async fn fallback_loop(
-    targets: Arc<[Target]>,
-    config: FallbackConfig,
-    mut request: ChatRequest,
-) -> Result<ChatStream, ChatError> {
-    let mut failed: Vec<FailedAttempt> = Vec::new();
-    let count = targets.len();
-    for (index, target) in targets.iter().enumerate() {
-        let last = index + 1 == count;
-        let mut this = if last {
-            std::mem::take(&mut request)
-        } else {
-            request.clone()
-        };
-        match &target.model {
-            ModelChoice::ServiceDefault => this.options.model = None,
-            ModelChoice::Request => {}
-            ModelChoice::Fixed(model) => this.options.model = Some(model.clone()),
-        }
-        let answered_by = this.extensions.get::<AnsweredBy>().cloned();
-        // The model this target answers with, when the request leaves it to the service.
-        let sent_model = match &target.model {
-            ModelChoice::ServiceDefault => None,
-            _ => this.options.model.clone(),
-        };
-        let result = async {
-            let service = target.service.clone().ready_oneshot().await?;
-            let stream = service.oneshot(this).await?;
-            let mut peek = FirstContent::new(stream);
-            poll_fn(|cx| peek.poll_peek(cx)).await
-        }
-        .await;
-        match result {
-            Ok(mut peeked) => {
-                let model = || {
-                    sent_model
-                        .clone()
-                        .or_else(|| target.metadata.model_id.clone())
-                };
-                let named = peeked
-                    .head
-                    .iter()
-                    .any(|e| matches!(e, ChatEvent::ResponseMetadata { model: Some(_), .. }));
-                if !named {
-                    if let Some(model) = model() {
-                        peeked.head.push_front(ChatEvent::ResponseMetadata {
-                            id: None,
-                            model: Some(model),
-                        });
-                    }
+/// The response future of [`Fallback`]: each target in turn, polled ready, called, its stream held up to the
+/// first content event.
+///
+/// ```text
+///            ┌───────────── failed, the next target ─────────────┐
+///            ▼                                                    │
+/// call ─► Readying ──ready──► Calling ──Ok(stream)──► Peeking ──first content──► answered
+///            │                   │                      │
+///            └───────Err─────────┴────────Err───────────┴──► the next target, or every attempt's error
+/// ```
+pub struct FallbackFuture {
+    shared: Arc<FallbackShared>,
+    answered_by: Option<AnsweredBy>,
+    /// The request for the targets after this one; the last target takes it.
+    request: Option<ChatRequest>,
+    /// The target being tried.
+    index: usize,
+    /// The model the current target was sent, when the request named one.
+    sent_model: Option<String>,
+    failed: Vec<FailedAttempt>,
+    /// The current target's leave to call through its breaker; told the outcome once.
+    permit: Option<Permit>,
+    state: Step,
+}
+
+enum Step {
+    /// The current target's breaker refused the call.
+    Refused {
+        error: Option<ChatError>,
+    },
+    Readying {
+        service: BoxChatService,
+    },
+    Calling {
+        future: <BoxChatService as Service<ChatRequest>>::Future,
+    },
+    Peeking {
+        peek: FirstContent,
+    },
+    Done,
+}
+
+impl fmt::Debug for FallbackFuture {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FallbackFuture")
+            .field(
+                "target",
+                &self.shared.targets.get(self.index).map(|t| &t.name),
+            )
+            .finish_non_exhaustive()
+    }
+}
+
+impl FallbackFuture {
+    /// Move on to target `self.index`: through its breaker, if it has one, then poll its service ready.
+    fn start_target(&mut self) {
+        let target = &self.shared.targets[self.index];
+        if let Some(breaker) = &target.breaker {
+            match breaker.acquire() {
+                Ok(permit) => self.permit = Some(permit),
+                Err(error) => {
+                    self.state = Step::Refused { error: Some(error) };
+                    return;
                 }
-                if let Some(slot) = answered_by {
-                    slot.set(Answer {
-                        target: target.name.clone(),
-                        metadata: target.metadata.clone(),
-                        model: model(),
-                        skipped: failed.iter().map(|f| f.target.clone()).collect(),
-                    });
-                }
-                return Ok(peeked.into_stream());
             }
-            Err(error) => {
-                if !(config.fallback_on)(&error) {
-                    return Err(error);
-                }
-                if let Some(next) = targets.get(index + 1) {
-                    config.observer.emit(ResilienceEvent::Fallback {
-                        from: &target.name,
-                        to: &next.name,
-                        error: &error,
-                    });
-                }
-                failed.push(FailedAttempt {
-                    target: target.name.clone(),
-                    error,
+        }
+        self.state = Step::Readying {
+            service: target.service.clone(),
+        };
+    }
+
+    /// The request for target `self.index`, with that target's model.
+    fn target_request(&mut self) -> ChatRequest {
+        let target = &self.shared.targets[self.index];
+        let last = self.index + 1 == self.shared.targets.len();
+        let mut request = if last {
+            self.request.take()
+        } else {
+            self.request.clone()
+        }
+        .expect("the request is kept until the last target");
+        // Options are shared with the kept request (copy on write): written only when they change.
+        match &target.model {
+            ModelChoice::ServiceDefault if request.options.model.is_some() => {
+                request.options.model = None;
+            }
+            ModelChoice::Fixed(model) if request.options.model.as_deref() != Some(model) => {
+                request.options.model = Some(model.clone());
+            }
+            _ => {}
+        }
+        // The model this target answers with, when the request leaves it to the service.
+        self.sent_model = match &target.model {
+            ModelChoice::ServiceDefault => None,
+            _ => request.options.model.clone(),
+        };
+        request
+    }
+
+    /// The current target failed: the next one, or the error of the whole call.
+    fn on_failure(&mut self, error: ChatError) -> Option<ChatError> {
+        let target = &self.shared.targets[self.index];
+        if !(self.shared.config.fallback_on)(&error) {
+            return Some(error);
+        }
+        let next = self.shared.targets.get(self.index + 1);
+        if let Some(next) = next {
+            self.shared.config.observer.emit(ResilienceEvent::Fallback {
+                from: &target.name,
+                to: &next.name,
+                error: &error,
+            });
+        }
+        self.failed.push(FailedAttempt {
+            target: target.name.clone(),
+            error,
+        });
+        if next.is_none() {
+            return Some(all_failed(std::mem::take(&mut self.failed)));
+        }
+        self.index += 1;
+        self.start_target();
+        None
+    }
+
+    /// The current target answered: name the model in the stream and in [`AnsweredBy`].
+    fn answered(&mut self, mut peeked: Peeked) -> ChatStream {
+        let target = &self.shared.targets[self.index];
+        let model = || {
+            self.sent_model
+                .clone()
+                .or_else(|| target.metadata.model_id.clone())
+        };
+        let named = peeked
+            .head()
+            .iter()
+            .any(|e| matches!(e, ChatEvent::ResponseMetadata { model: Some(_), .. }));
+        if !named {
+            if let Some(model) = model() {
+                peeked.head().push_front(ChatEvent::ResponseMetadata {
+                    id: None,
+                    model: Some(model),
                 });
             }
         }
+        if let Some(slot) = &self.answered_by {
+            slot.set(Answer {
+                target: target.name.clone(),
+                metadata: target.metadata.clone(),
+                model: model(),
+                skipped: self.failed.iter().map(|f| f.target.clone()).collect(),
+            });
+        }
+        peeked.into_stream()
     }
-    Err(all_failed(failed))
+}
+
+impl Future for FallbackFuture {
+    type Output = Result<ChatStream, ChatError>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = &mut *self;
+        loop {
+            let error = match &mut this.state {
+                Step::Refused { error } => error.take().expect("refused once"),
+                Step::Readying { service } => match ready!(service.poll_ready(cx)) {
+                    Ok(()) => {
+                        let Step::Readying { mut service } =
+                            std::mem::replace(&mut this.state, Step::Done)
+                        else {
+                            unreachable!("matched above")
+                        };
+                        let future = service.call(this.target_request());
+                        this.state = Step::Calling { future };
+                        continue;
+                    }
+                    Err(error) => error,
+                },
+                Step::Calling { future } => match ready!(future.as_mut().poll(cx)) {
+                    Ok(stream) => {
+                        this.state = Step::Peeking {
+                            peek: FirstContent::new(stream),
+                        };
+                        continue;
+                    }
+                    Err(error) => error,
+                },
+                Step::Peeking { peek } => match ready!(peek.poll_peek(cx)) {
+                    Ok(peeked) => {
+                        this.state = Step::Done;
+                        if let Some(permit) = this.permit.take() {
+                            permit.settle(Ok(()));
+                        }
+                        return Poll::Ready(Ok(this.answered(peeked)));
+                    }
+                    Err(error) => error,
+                },
+                Step::Done => panic!("FallbackFuture polled after completion"),
+            };
+            this.state = Step::Done;
+            if let Some(permit) = this.permit.take() {
+                permit.settle(Err(&error));
+            }
+            if let Some(error) = this.on_failure(error) {
+                return Poll::Ready(Err(error));
+            }
+        }
+    }
 }
 
 fn all_failed(attempts: Vec<FailedAttempt>) -> ChatError {

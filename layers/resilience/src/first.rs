@@ -75,66 +75,70 @@ impl Head {
 
 /// A stream polled up to (and including) its first content event.
 pub(crate) struct Peeked {
-    /// The events taken so far, the first content event last (all events, when the stream ended first).
-    pub(crate) head: Head,
-    /// The rest of the stream; `None` when it already ended.
-    pub(crate) rest: Option<ChatStream>,
+    /// The held events and the rest, already in the box the caller's stream will be.
+    prefixed: Box<Prefixed>,
 }
 
 impl Peeked {
-    /// The whole stream again: the held events, then the rest.
+    /// The events taken so far, the first content event last (all events, when the stream ended first).
+    pub(crate) fn head(&mut self) -> &mut Head {
+        &mut self.prefixed.head
+    }
+
+    /// The whole stream again: the held events, then the rest. No copy: the box was made when the peek began.
     pub(crate) fn into_stream(self) -> ChatStream {
-        Box::pin(Prefixed {
-            head: self.head,
-            rest: self.rest,
-        })
+        Box::into_pin(self.prefixed)
     }
 }
 
 /// Polls a stream until its first content event. An `Err` item before it fails the peek with that error.
+///
+/// The held events go straight into the [`Prefixed`] box handed on afterwards, so a future holding a
+/// `FirstContent` stays one pointer wide and nothing is moved when the peek ends.
 pub(crate) struct FirstContent {
-    stream: Option<ChatStream>,
-    head: Head,
+    prefixed: Option<Box<Prefixed>>,
 }
 
 impl FirstContent {
     pub(crate) fn new(stream: ChatStream) -> Self {
         FirstContent {
-            stream: Some(stream),
-            head: Head::default(),
+            prefixed: Some(Box::new(Prefixed {
+                head: Head::default(),
+                rest: Some(stream),
+            })),
         }
     }
 
     pub(crate) fn poll_peek(&mut self, cx: &mut Context<'_>) -> Poll<Result<Peeked, ChatError>> {
-        let stream = self
-            .stream
+        let prefixed = self
+            .prefixed
             .as_mut()
             .expect("FirstContent polled after completion");
+        let Prefixed { head, rest } = &mut **prefixed;
+        let stream = rest
+            .as_mut()
+            .expect("the stream is held until the peek ends");
         loop {
             match ready!(stream.as_mut().poll_next(cx)) {
                 Some(Ok(event)) => {
                     let content = is_content(&event);
-                    self.head.push_back(event);
+                    head.push_back(event);
                     if content {
-                        return Poll::Ready(Ok(Peeked {
-                            head: std::mem::take(&mut self.head),
-                            rest: self.stream.take(),
-                        }));
+                        break;
                     }
                 }
                 Some(Err(error)) => {
-                    self.stream = None;
+                    self.prefixed = None;
                     return Poll::Ready(Err(error));
                 }
                 None => {
-                    self.stream = None;
-                    return Poll::Ready(Ok(Peeked {
-                        head: std::mem::take(&mut self.head),
-                        rest: None,
-                    }));
+                    *rest = None;
+                    break;
                 }
             }
         }
+        let prefixed = self.prefixed.take().expect("checked above");
+        Poll::Ready(Ok(Peeked { prefixed }))
     }
 }
 

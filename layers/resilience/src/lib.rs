@@ -69,6 +69,8 @@
 //!   and when every target fails the error lists each attempt ([`AllTargetsFailed`]).
 //! - **Circuit breaker** ([`CircuitBreakerLayer`]): opens on consecutive failures or a failure ratio in a
 //!   sliding window, refuses calls at once while open ([`CircuitOpen`]), lets one probe through after a cool-down.
+//!   [`Target::breaker`] gives a fallback target the same breaker, driven by the fallback itself (which already
+//!   holds each stream until its first content event), so the breaker costs no stream wrapper per call.
 //! - **Balance** ([`Balance`]): weighted power of two choices over peak-EWMA time to first event, a breaker per
 //!   deployment, optional stickiness per conversation.
 //! - Every wait and timestamp goes through a [`Clock`] ([`TokioClock`] by default, which follows
@@ -86,7 +88,6 @@ mod fallback;
 mod first;
 mod observe;
 mod policy;
-mod race;
 mod retry;
 mod watch;
 

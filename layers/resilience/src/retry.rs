@@ -1,24 +1,26 @@
 //! [`RetryLayer`]: call again what failed for a passing reason, but never once the caller has seen content.
 
+use std::any::TypeId;
 use std::fmt;
-use std::future::poll_fn;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
+use pin_project_lite::pin_project;
+use tokio_util::sync::WaitForCancellationFutureOwned;
 use tower::retry::budget::{Budget, TpsBudget};
-use tower::ServiceExt;
 use tower_chat::{
     ChatError, ChatRequest, ChatStream, ErrorKind, ModelInfo, ModelMetadata, TimeoutPhase,
 };
 use tower_layer::Layer;
 use tower_service::Service;
 
-use crate::clock::{Clock, SharedClock};
+use crate::clock::{Clock, SharedClock, Sleep};
 use crate::first::FirstContent;
 use crate::observe::{Observer, ResilienceEvent, SharedObserver};
 use crate::policy::{is_transient, Backoff};
-use crate::race::{cancelled, race, Either};
 
 /// Marks a request as already inside a [`RetryLayer`]: a retry layer that finds it calls its inner service once
 /// and leaves retrying to the outer one, so nested retry layers never multiply attempts. Insert it yourself to
@@ -209,9 +211,6 @@ impl<S: ModelInfo> ModelInfo for Retry<S> {
     }
 }
 
-/// The response future of [`Retry`].
-pub type ResponseFuture = crate::boxed::BoxedChatFuture;
-
 impl<S> Service<ChatRequest> for Retry<S>
 where
     S: Service<ChatRequest, Response = ChatStream, Error = ChatError> + Clone + Send + 'static,
@@ -219,66 +218,261 @@ where
 {
     type Response = ChatStream;
     type Error = ChatError;
-    type Future = ResponseFuture;
+    type Future = ResponseFuture<S>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, request: ChatRequest) -> Self::Future {
+    fn call(&mut self, mut request: ChatRequest) -> Self::Future {
         if self.config.max_attempts == 1 || request.extensions.get::<RetryScope>().is_some() {
             // An outer retry layer owns the retries (or there are none to make): one call, as it is.
-            return ResponseFuture::new(self.inner.call(request));
+            return ResponseFuture::once(self.inner.call(request));
         }
+        let config = self.config.clone();
+        let deadline = config.deadline.map(|d| config.clock.now() + d);
+        request.extensions.insert(RetryScope);
+        config.budget.deposit();
         // The service polled ready goes with this request; the one left behind must be polled again.
         let clone = self.inner.clone();
-        let inner = std::mem::replace(&mut self.inner, clone);
-        ResponseFuture::new(retry_loop(inner, request, self.config.clone()))
+        let mut inner = std::mem::replace(&mut self.inner, clone);
+        // The first attempt takes a copy (a few reference counts: see `tower_chat::Shared`), the original is kept
+        // for the next one.
+        let future = inner.call(request.clone());
+        let timer = deadline.map(|deadline| attempt_timer(&config, deadline));
+        ResponseFuture {
+            state: State::Calling { future },
+            retry: Some(Retrying {
+                inner,
+                request: Some(request),
+                config,
+                attempt: 1,
+                deadline,
+                timer,
+                peek: !resolves_at_first_content::<S>(),
+            }),
+        }
     }
 }
 
-/// How one attempt ended.
-enum Attempt {
-    Answered(ChatStream),
-    Failed(ChatError),
+/// Whether `S`'s response future already resolves only at its first content event (a failure before it is the
+/// future's error), so a retry around it has nothing to hold back: a [`Fallback`](crate::Fallback) peeks each
+/// target's stream itself. Checked by type (`TypeId` of a `'static` type, folded at compile time) because stable
+/// Rust has no specialization; any other service is peeked, which is always correct, just one stream wrapper more.
+fn resolves_at_first_content<S: 'static>() -> bool {
+    TypeId::of::<S>() == TypeId::of::<crate::Fallback>()
 }
 
-async fn retry_loop<S>(
-    mut inner: S,
-    mut request: ChatRequest,
+/// The timer of one attempt: fires at the call's deadline.
+fn attempt_timer(config: &RetryConfig, deadline: Instant) -> Sleep {
+    config
+        .clock
+        .sleep(deadline.saturating_duration_since(config.clock.now()))
+}
+
+pin_project! {
+    /// The response future of [`Retry`]: a state machine in the shape of tower's `retry::future`.
+    ///
+    /// ```text
+    ///            ┌──────────────── next attempt ─────────────────┐
+    ///            ▼                                                │
+    /// call ─► Calling ──Ok(stream)──► Peeking ──first content──► answered
+    ///            │                      │
+    ///            └──────Err─────────────┴──► transient, attempts and budget left?
+    ///                                          yes: Waiting (backoff) ─► Readying ─┘
+    ///                                          no:  the error
+    /// ```
+    /// `Once` is the whole machine when an outer retry layer owns the retries.
+    pub struct ResponseFuture<S>
+    where
+        S: Service<ChatRequest>,
+    {
+        #[pin]
+        state: State<S::Future>,
+        retry: Option<Retrying<S>>,
+    }
+}
+
+/// What a retrying call keeps between attempts.
+struct Retrying<S> {
+    /// The service, polled ready before each new attempt.
+    inner: S,
+    /// The request to send again; the last attempt takes it.
+    request: Option<ChatRequest>,
     config: Arc<RetryConfig>,
-) -> Result<ChatStream, ChatError>
+    /// The attempt in flight (1-based).
+    attempt: u32,
+    deadline: Option<Instant>,
+    /// Fires at `deadline` while an attempt runs.
+    timer: Option<Sleep>,
+    /// Whether the stream must be held until its first content event (not when the inner service already does).
+    peek: bool,
+}
+
+pin_project! {
+    #[project = StateProj]
+    enum State<F> {
+        /// The one call of a request an outer retry layer owns.
+        Once { #[pin] future: F },
+        /// An attempt's response future.
+        Calling { #[pin] future: F },
+        /// An attempt's stream, polled up to its first content event.
+        Peeking { peek: FirstContent },
+        /// The backoff before the next attempt.
+        Waiting { sleep: Sleep, cancelled: Option<Cancelled> },
+        /// Waiting for the service to be ready for the next attempt.
+        Readying { cancelled: Option<Cancelled> },
+        /// Resolved.
+        Done,
+    }
+}
+
+/// Resolves when the request's cancellation token is cancelled; only built once a backoff starts.
+type Cancelled = Pin<Box<WaitForCancellationFutureOwned>>;
+
+impl<S: Service<ChatRequest>> ResponseFuture<S> {
+    fn once(future: S::Future) -> Self {
+        ResponseFuture {
+            state: State::Once { future },
+            retry: None,
+        }
+    }
+}
+
+impl<S: Service<ChatRequest>> fmt::Debug for ResponseFuture<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ResponseFuture")
+            .field("attempt", &self.retry.as_ref().map(|r| r.attempt))
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S> Future for ResponseFuture<S>
 where
-    S: Service<ChatRequest, Response = ChatStream, Error = ChatError> + Send,
-    S::Future: Send,
+    S: Service<ChatRequest, Response = ChatStream, Error = ChatError>,
 {
-    let clock = &config.clock;
-    let deadline = config.deadline.map(|d| clock.now() + d);
-    let cancel = request.cancellation().cloned();
-    request.extensions.insert(RetryScope);
-    config.budget.deposit();
-    let mut attempt = 1u32;
-    loop {
-        let last = attempt >= config.max_attempts;
-        // The last attempt takes the request itself; earlier ones a copy, kept for the next.
-        let this = if last {
-            std::mem::take(&mut request)
-        } else {
-            request.clone()
-        };
-        let error = match run_attempt(&mut inner, this, deadline, clock).await {
-            Attempt::Answered(stream) => return Ok(stream),
-            Attempt::Failed(error) => error,
-        };
-        if last || !is_transient(&error) {
+    type Output = Result<ChatStream, ChatError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut this = self.project();
+        loop {
+            let retry = match this.state.as_mut().project() {
+                StateProj::Once { future } => return future.poll(cx),
+                StateProj::Done => panic!("retry ResponseFuture polled after completion"),
+                _ => this
+                    .retry
+                    .as_mut()
+                    .expect("a retrying state has its retry data"),
+            };
+            let error = match this.state.as_mut().project() {
+                StateProj::Calling { future } => match future.poll(cx) {
+                    Poll::Ready(Ok(stream)) if retry.peek => {
+                        this.state.set(State::Peeking {
+                            peek: FirstContent::new(stream),
+                        });
+                        continue;
+                    }
+                    Poll::Ready(Ok(stream)) => {
+                        this.state.set(State::Done);
+                        return Poll::Ready(Ok(stream));
+                    }
+                    Poll::Ready(Err(error)) => error,
+                    Poll::Pending => match retry.deadline_passed(cx) {
+                        Some(error) => error,
+                        None => return Poll::Pending,
+                    },
+                },
+                StateProj::Peeking { peek } => match peek.poll_peek(cx) {
+                    Poll::Ready(Ok(peeked)) => {
+                        this.state.set(State::Done);
+                        return Poll::Ready(Ok(peeked.into_stream()));
+                    }
+                    Poll::Ready(Err(error)) => error,
+                    Poll::Pending => match retry.deadline_passed(cx) {
+                        Some(error) => error,
+                        None => return Poll::Pending,
+                    },
+                },
+                StateProj::Waiting { sleep, cancelled } => {
+                    if sleep.as_mut().poll(cx).is_pending() {
+                        if poll_cancelled(cancelled, cx) {
+                            this.state.set(State::Done);
+                            return Poll::Ready(Err(ChatError::cancelled()));
+                        }
+                        return Poll::Pending;
+                    }
+                    let cancelled = cancelled.take();
+                    this.state.set(State::Readying { cancelled });
+                    continue;
+                }
+                StateProj::Readying { cancelled } => {
+                    match retry.inner.poll_ready(cx) {
+                        Poll::Ready(Ok(())) => {}
+                        Poll::Ready(Err(error)) => {
+                            this.state.set(State::Done);
+                            return Poll::Ready(Err(error));
+                        }
+                        Poll::Pending => {
+                            if poll_cancelled(cancelled, cx) {
+                                this.state.set(State::Done);
+                                return Poll::Ready(Err(ChatError::cancelled()));
+                            }
+                            return Poll::Pending;
+                        }
+                    }
+                    let future = retry.next_attempt();
+                    this.state.set(State::Calling { future });
+                    continue;
+                }
+                StateProj::Once { .. } | StateProj::Done => unreachable!("handled above"),
+            };
+            match retry.after_failure(error) {
+                Ok(waiting) => this.state.set(waiting),
+                Err(error) => {
+                    this.state.set(State::Done);
+                    return Poll::Ready(Err(error));
+                }
+            }
+        }
+    }
+}
+
+fn poll_cancelled(cancelled: &mut Option<Cancelled>, cx: &mut Context<'_>) -> bool {
+    cancelled
+        .as_mut()
+        .is_some_and(|c| c.as_mut().poll(cx).is_ready())
+}
+
+impl<S> Retrying<S>
+where
+    S: Service<ChatRequest, Response = ChatStream, Error = ChatError>,
+{
+    /// The error of an attempt still running when the deadline passed.
+    fn deadline_passed(&mut self, cx: &mut Context<'_>) -> Option<ChatError> {
+        let timer = self.timer.as_mut()?;
+        timer.as_mut().poll(cx).is_ready().then(|| {
+            ChatError::new(
+                ErrorKind::Timeout(TimeoutPhase::Total),
+                "the retry deadline ran out before the first content event",
+            )
+        })
+    }
+
+    /// After a failed attempt: the backoff before the next one, or the error to give up with.
+    fn after_failure<F>(&mut self, error: ChatError) -> Result<State<F>, ChatError> {
+        let config = &*self.config;
+        if self.attempt >= config.max_attempts || !is_transient(&error) {
             return Err(error);
         }
         let wait = match error.retry_after() {
             Some(asked) if asked > config.retry_after_cap => return Err(error),
             Some(asked) => asked,
-            None => config.backoff.wait(attempt),
+            None => config.backoff.wait(self.attempt),
         };
-        if deadline.is_some_and(|deadline| clock.now() + wait >= deadline) {
+        if self
+            .deadline
+            .is_some_and(|deadline| config.clock.now() + wait >= deadline)
+        {
             return Err(error);
         }
         if !config.budget.withdraw() {
@@ -288,55 +482,33 @@ where
             return Err(error);
         }
         config.observer.emit(ResilienceEvent::Retry {
-            attempt,
+            attempt: self.attempt,
             wait,
             error: &error,
         });
-        drop(error);
-        if let Either::Right(()) = race(clock.sleep(wait), cancelled(cancel.clone())).await {
-            return Err(ChatError::cancelled());
-        }
-        attempt += 1;
-        let ready = race(inner.ready(), cancelled(cancel.clone())).await;
-        match ready {
-            Either::Left(Ok(_)) => {}
-            Either::Left(Err(error)) => return Err(error),
-            Either::Right(()) => return Err(ChatError::cancelled()),
-        }
+        let cancelled = self
+            .request
+            .as_ref()
+            .and_then(|r| r.cancellation())
+            .map(|token| Box::pin(token.clone().cancelled_owned()));
+        Ok(State::Waiting {
+            sleep: config.clock.sleep(wait),
+            cancelled,
+        })
     }
-}
 
-/// One call of the inner service, up to its first content event, bounded by the deadline.
-async fn run_attempt<S>(
-    inner: &mut S,
-    request: ChatRequest,
-    deadline: Option<Instant>,
-    clock: &SharedClock,
-) -> Attempt
-where
-    S: Service<ChatRequest, Response = ChatStream, Error = ChatError>,
-{
-    let future = inner.call(request);
-    let attempt = async move {
-        let stream = future.await?;
-        let mut peek = FirstContent::new(stream);
-        poll_fn(|cx| peek.poll_peek(cx)).await
-    };
-    let result = match deadline {
-        None => attempt.await,
-        Some(deadline) => {
-            let left = deadline.saturating_duration_since(clock.now());
-            match race(attempt, clock.sleep(left)).await {
-                Either::Left(result) => result,
-                Either::Right(()) => Err(ChatError::new(
-                    ErrorKind::Timeout(TimeoutPhase::Total),
-                    "the retry deadline ran out before the first content event",
-                )),
-            }
+    /// Call the (ready) service again: the last attempt takes the request itself, earlier ones a copy.
+    fn next_attempt(&mut self) -> S::Future {
+        self.attempt += 1;
+        let request = if self.attempt >= self.config.max_attempts {
+            self.request.take()
+        } else {
+            self.request.clone()
         }
-    };
-    match result {
-        Ok(peeked) => Attempt::Answered(peeked.into_stream()),
-        Err(error) => Attempt::Failed(error),
+        .expect("the request is kept until the last attempt");
+        self.timer = self
+            .deadline
+            .map(|deadline| attempt_timer(&self.config, deadline));
+        self.inner.call(request)
     }
 }

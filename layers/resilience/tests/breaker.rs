@@ -201,3 +201,59 @@ async fn a_fallback_skips_an_open_circuit_without_calling_it() {
     assert_eq!(dead.requests().len(), 3);
     assert_eq!(backup.requests().len(), 8);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_target_breaker_driven_by_the_fallback_opens_skips_probes_and_closes() {
+    for stream in [true, false] {
+        let flaky = scripted(vec![
+            status(503),
+            status(503),
+            ok_reply(stream, "primary again"),
+        ])
+        .await;
+        let backup = scripted(vec![ok_reply(stream, "backup")]).await;
+        let events = Events::default();
+        let layer = CircuitBreakerLayer::new()
+            .consecutive_failures(2)
+            .open_for(Duration::from_secs(30))
+            .observer(events.observer());
+        let primary = Target::new("primary", openai(&flaky, "m1")).breaker(&layer);
+        let handle = primary.breaker_handle().expect("a breaker");
+        assert_eq!(handle.name(), "primary");
+        let chat = Fallback::new(vec![primary, Target::new("backup", openai(&backup, "m2"))]);
+        let text = |chat: &Fallback| {
+            let chat = chat.clone();
+            async move {
+                let response = chat
+                    .oneshot(request(stream))
+                    .await
+                    .unwrap()
+                    .collect_response()
+                    .await
+                    .unwrap();
+                response.text().to_owned()
+            }
+        };
+        // Two failures open it; the next calls skip the primary without calling it.
+        for _ in 0..5 {
+            assert_eq!(text(&chat).await, "backup");
+        }
+        assert_eq!(handle.state(), BreakerState::Open);
+        assert_eq!(flaky.requests().len(), 2);
+        assert_eq!(backup.requests().len(), 5);
+        // After the cool-down one probe goes through, succeeds, and closes it.
+        tokio::time::advance(Duration::from_secs(30)).await;
+        assert_eq!(handle.state(), BreakerState::HalfOpen);
+        assert_eq!(text(&chat).await, "primary again");
+        assert_eq!(handle.state(), BreakerState::Closed);
+        assert_eq!(flaky.requests().len(), 3);
+        assert_eq!(
+            events.take(),
+            [
+                "breaker primary open",
+                "breaker primary half_open",
+                "breaker primary closed"
+            ]
+        );
+    }
+}

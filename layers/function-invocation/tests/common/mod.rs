@@ -55,7 +55,7 @@ impl Script {
 
     /// The messages of the n-th model request.
     pub fn sent(&self, n: usize) -> Vec<Message> {
-        self.requests.lock().unwrap()[n].messages.clone()
+        self.requests.lock().unwrap()[n].messages.to_vec()
     }
 }
 
