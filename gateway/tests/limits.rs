@@ -383,6 +383,11 @@ async fn two_gateway_processes_share_the_concurrency_cap_and_say_when_to_retry()
         // No window ends to free a slot: the documented one-second wait.
         assert_eq!(retry_after(&answer), 1, "{:?}", answer.headers);
     }
+    // The 5 admitted calls may still be on their way to the upstream when the 35th refusal arrives.
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+    while provider.requests().len() < 5 && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
     assert_eq!(
         provider.requests().len(),
         5,
