@@ -21,8 +21,9 @@ const DEFAULT_START_WAIT: Duration = Duration::from_secs(30);
 /// The tools of a set of MCP servers, kept current: listed when each server connects, listed again on
 /// `notifications/tools/list_changed`, kept (and answered with an error result) while a server reconnects.
 ///
-/// Put it in a stack with [`McpLayer`](crate::McpLayer). Cheap to clone (shared). Dropping the last clone stops
-/// the servers (child processes are killed).
+/// Put it in a stack with [`McpLayer`](crate::McpLayer). Cheap to clone (shared). The servers stop (child
+/// processes are killed) when the last clone is dropped and no request still holds one of their tools, or at
+/// [`shutdown`](Self::shutdown).
 ///
 /// ## Names
 /// A tool is offered under its own name, unless another server offers a tool of the same name, or the name is
@@ -45,6 +46,29 @@ pub(crate) struct HubInner {
     rebuilding: Mutex<()>,
     version: watch::Sender<u64>,
     shutdown: CancellationToken,
+    /// Shared with every tool the hub makes; see [`StopOnDrop`].
+    running: Arc<StopOnDrop>,
+}
+
+/// Stops the servers when the last holder goes: the hub and every tool it made hold one.
+///
+/// The tools must keep the servers up, not only the hub: a request carries the tools it was offered in its
+/// extensions, and its stream runs their calls after the service that offered them is gone (`oneshot` drops the
+/// service as soon as it returns the stream). When only the hub held the servers, the tool calls of such a stream
+/// failed with rmcp's "Transport closed", on any runtime flavour and both transports (the former `no_run` doc
+/// example; `tests/lifetime.rs`). No cycle: this guard holds only a token, not the hub.
+pub(crate) struct StopOnDrop(CancellationToken);
+
+impl StopOnDrop {
+    pub(crate) fn is_stopped(&self) -> bool {
+        self.0.is_cancelled()
+    }
+}
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        self.0.cancel();
+    }
 }
 
 /// The tools offered now, and per tool where it comes from.
@@ -55,12 +79,6 @@ pub(crate) struct Snapshot {
     pub(crate) origin: HashMap<String, (String, String)>,
     /// (listing id, exposed name) per compiled tool, to reuse compilations across rebuilds.
     compiled: HashMap<(u64, String), CompiledTool>,
-}
-
-impl Drop for HubInner {
-    fn drop(&mut self) {
-        self.shutdown.cancel();
-    }
 }
 
 impl McpTools {
@@ -103,13 +121,15 @@ impl McpTools {
                 ));
             }
         }
+        let shutdown = CancellationToken::new();
         let inner = Arc::new(HubInner {
             servers: configs.into_iter().map(Server::new).collect(),
             reserved: RwLock::default(),
             snapshot: RwLock::default(),
             rebuilding: Mutex::new(()),
             version: watch::Sender::new(0),
-            shutdown: CancellationToken::new(),
+            running: Arc::new(StopOnDrop(shutdown.clone())),
+            shutdown,
         });
         let mut firsts = Vec::new();
         for server in &inner.servers {
@@ -162,7 +182,8 @@ impl McpTools {
         self.inner.version.subscribe()
     }
 
-    /// Stop every server now (also done when the last clone is dropped).
+    /// Stop every server now, even for requests still running (also done when the last clone and the last
+    /// request holding one of the tools are dropped).
     pub fn shutdown(&self) {
         self.inner.shutdown.cancel();
     }
@@ -229,6 +250,7 @@ impl HubInner {
                     Some(compiled) => compiled.clone(),
                     None => match CompiledTool::new(McpTool::new(
                         (*server).clone(),
+                        self.running.clone(),
                         tool,
                         exposed.clone(),
                     )) {

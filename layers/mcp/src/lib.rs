@@ -25,10 +25,10 @@
 //!   [`CompiledTool::hints`](tower_chat_function_invocation::CompiledTool::hints).
 //! - Per-request allow-lists: an [`McpAllowList`] in the request's extensions limits the servers and tools offered.
 //!
-//! The example is compiled but not run: run as a doctest, its HTTP call fails with "Transport closed" (an open
-//! bug, tracked in issue 17's notes); the same calls over HTTP pass in `tests/http.rs`.
+//! `oneshot` drops the service (and the layer's [`McpTools`]) once it returns the stream; the tools the request
+//! carries keep the servers up until the stream is done.
 //!
-//! ```no_run
+//! ```
 //! use std::time::Duration;
 //! use futures_util::stream;
 //! use serde_json::json;

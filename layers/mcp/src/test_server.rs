@@ -300,6 +300,7 @@ pub async fn serve_stdio(server: DemoServer) -> std::io::Result<()> {
 pub struct HttpServer {
     url: String,
     state: Arc<DemoState>,
+    sessions: Arc<LocalSessionManager>,
     stop: CancellationToken,
 }
 
@@ -312,6 +313,11 @@ impl HttpServer {
     /// What the server has seen.
     pub fn state(&self) -> &Arc<DemoState> {
         &self.state
+    }
+
+    /// How many MCP sessions are open: a client that stops deletes its session.
+    pub async fn sessions(&self) -> usize {
+        self.sessions.sessions.read().await.len()
     }
 }
 
@@ -331,11 +337,8 @@ pub async fn serve_http(server: DemoServer, bearer: Option<String>) -> std::io::
     let config = StreamableHttpServerConfig::default()
         .with_cancellation_token(stop.child_token())
         .with_sse_keep_alive(None);
-    let service = StreamableHttpService::new(
-        move || Ok(server.clone()),
-        Arc::new(LocalSessionManager::default()),
-        config,
-    );
+    let sessions = Arc::new(LocalSessionManager::default());
+    let service = StreamableHttpService::new(move || Ok(server.clone()), sessions.clone(), config);
     let expected = bearer.map(|token| format!("Bearer {token}"));
     let accept_stop = stop.clone();
     tokio::spawn(async move {
@@ -380,6 +383,7 @@ pub async fn serve_http(server: DemoServer, bearer: Option<String>) -> std::io::
     Ok(HttpServer {
         url: format!("http://{addr}/mcp"),
         state,
+        sessions,
         stop,
     })
 }
