@@ -1,6 +1,6 @@
 //! The gateway with an `[[mcp]]` stdio server, end to end: a scripted upstream calls the MCP tool, the result goes
-//! back to it and the client gets the answer; per-key allow-lists; an MCP tool that needs approval pauses the turn
-//! until the client approves.
+//! back to it, the client gets the answer and the result is persisted; per-key allow-lists; an MCP tool that needs
+//! approval pauses the turn until the client approves.
 //!
 //! The MCP server is the demo server of `tower_chat_mcp::test_server` (written with rmcp), and its binary is this
 //! test binary: started with [`SERVE`] set it serves MCP on stdin/stdout instead of running the tests (as
@@ -19,8 +19,10 @@ use std::process::ExitCode;
 use common::{request, tool_result, Answer, Harness};
 use serde_json::{json, Value};
 use tower_chat::test_server::{RecordedRequest, Reply};
+use tower_chat::{ConversationId, Message};
 use tower_chat_gateway::mcp::McpServerEntry;
 use tower_chat_mcp::test_server::{serve_stdio, DemoServer};
+use tower_chat_persistence::{SqliteStore, Store};
 
 /// Set in the child's environment: serve MCP instead of testing.
 const SERVE: &str = "TOWER_CHAT_GATEWAY_TEST_MCP_SERVE";
@@ -170,9 +172,14 @@ fn offered(gw: &Harness, n: usize) -> Vec<String> {
 
 async fn an_mcp_tool_result_goes_back_to_the_model_and_the_client_gets_the_answer() {
     for stream in [false, true] {
-        let (gw, _keys) = gateway().await;
+        let (mut gw, _keys) = gateway().await;
         // The demo server's `add` collides with the gateway's own `add`: it is offered as `demo__add`.
-        let answer = ask(&gw, "alice", stream, "demo__add", json!({"a": 2, "b": 3})).await;
+        let body = request(stream, &format!("demo__add {}", json!({"a": 2, "b": 3})));
+        let headers = [
+            ("authorization", "Bearer sk-alice"),
+            ("x-conversation-id", "conv-mcp"),
+        ];
+        let answer = gw.post_json("/v1/chat/completions", &body, &headers).await;
         assert_eq!(text(&answer, stream), r#"Result: {"sum":5.0}"#);
         let tools = offered(&gw, 0);
         for name in ["add", "demo__add", "echo", "delete_note"] {
@@ -183,6 +190,22 @@ async fn an_mcp_tool_result_goes_back_to_the_model_and_the_client_gets_the_answe
         assert_eq!(
             tool_result(&sent, "call_1").as_deref(),
             Some(r#"{"sum":5.0}"#)
+        );
+
+        // The persistence layer recorded the MCP tool's result with the turn (shutdown flushes the writer).
+        gw.shutdown();
+        gw.server.take().unwrap().await.unwrap().unwrap();
+        let store = SqliteStore::open(gw.files.path().join("gateway.db"))
+            .await
+            .unwrap();
+        let history = store
+            .load_conversation(&ConversationId::new("alice/conv-mcp"))
+            .await
+            .unwrap();
+        assert!(
+            history.iter().any(|m| matches!(m, Message::Tool(t)
+                if t.name == "demo__add" && t.content == r#"{"sum":5.0}"#)),
+            "{history:?}"
         );
     }
 }

@@ -2,6 +2,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::fmt;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
@@ -48,6 +49,8 @@ pub(crate) struct HubInner {
     shutdown: CancellationToken,
     /// Shared with every tool the hub makes; see [`StopOnDrop`].
     running: Arc<StopOnDrop>,
+    /// How many schemas the hub has compiled: each listing's once (see `rebuild`).
+    compilations: AtomicUsize,
 }
 
 /// Stops the servers when the last holder goes: the hub and every tool it made hold one.
@@ -121,16 +124,7 @@ impl McpTools {
                 ));
             }
         }
-        let shutdown = CancellationToken::new();
-        let inner = Arc::new(HubInner {
-            servers: configs.into_iter().map(Server::new).collect(),
-            reserved: RwLock::default(),
-            snapshot: RwLock::default(),
-            rebuilding: Mutex::new(()),
-            version: watch::Sender::new(0),
-            running: Arc::new(StopOnDrop(shutdown.clone())),
-            shutdown,
-        });
+        let inner = HubInner::new(configs.into_iter().map(Server::new).collect());
         let mut firsts = Vec::new();
         for server in &inner.servers {
             let (tx, rx) = tokio::sync::oneshot::channel();
@@ -199,6 +193,20 @@ impl fmt::Debug for McpTools {
 }
 
 impl HubInner {
+    fn new(servers: Vec<Arc<Server>>) -> Arc<Self> {
+        let shutdown = CancellationToken::new();
+        Arc::new(HubInner {
+            servers,
+            reserved: RwLock::default(),
+            snapshot: RwLock::default(),
+            rebuilding: Mutex::new(()),
+            version: watch::Sender::new(0),
+            running: Arc::new(StopOnDrop(shutdown.clone())),
+            shutdown,
+            compilations: AtomicUsize::new(0),
+        })
+    }
+
     fn snapshot(&self) -> Arc<Snapshot> {
         self.snapshot
             .read()
@@ -248,7 +256,7 @@ impl HubInner {
                 let key = (listing.id, exposed.clone());
                 let compiled = match previous.compiled.get(&key) {
                     Some(compiled) => compiled.clone(),
-                    None => match CompiledTool::new(McpTool::new(
+                    None => match self.compile(McpTool::new(
                         (*server).clone(),
                         self.running.clone(),
                         tool,
@@ -272,6 +280,13 @@ impl HubInner {
         }
         *self.snapshot.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(next);
         self.version.send_modify(|v| *v += 1);
+    }
+}
+
+impl HubInner {
+    fn compile(&self, tool: McpTool) -> Result<CompiledTool, ChatError> {
+        self.compilations.fetch_add(1, Ordering::Relaxed);
+        CompiledTool::new(tool)
     }
 }
 
@@ -299,7 +314,47 @@ fn provider_name(name: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::provider_name;
+    use std::sync::atomic::Ordering;
+    use std::sync::Arc;
+
+    use serde_json::json;
+
+    use super::{provider_name, HubInner};
+    use crate::config::McpServerConfig;
+    use crate::server::Server;
+
+    fn tools(names: &[&str]) -> Vec<rmcp::model::Tool> {
+        let schema = json!({"type": "object", "properties": {"x": {"type": "string"}}});
+        let schema = Arc::new(schema.as_object().unwrap().clone());
+        names
+            .iter()
+            .map(|name| rmcp::model::Tool::new(name.to_string(), "", schema.clone()))
+            .collect()
+    }
+
+    #[test]
+    fn each_listing_is_compiled_once() {
+        let server = Server::new(McpServerConfig::stdio("s", "unused"));
+        server.store_listing(None, tools(&["a", "b"]));
+        let hub = HubInner::new(vec![server.clone()]);
+        let compilations = || hub.compilations.load(Ordering::Relaxed);
+        hub.rebuild();
+        assert_eq!(compilations(), 2);
+        assert_eq!(hub.snapshot().tools.len(), 2);
+        // A rebuild for another reason (another server's change, a reserved name) reuses the validators...
+        hub.rebuild();
+        assert_eq!(compilations(), 2);
+        // ... except for a tool whose exposed name changes.
+        hub.reserved.write().unwrap().insert("a".to_owned());
+        hub.rebuild();
+        assert_eq!(compilations(), 3);
+        assert!(hub.snapshot().tools.get("s__a").is_some());
+        // A new listing (after `notifications/tools/list_changed`) is compiled again, once.
+        server.store_listing(None, tools(&["a", "b", "c"]));
+        hub.rebuild();
+        hub.rebuild();
+        assert_eq!(compilations(), 6);
+    }
 
     #[test]
     fn provider_names() {

@@ -107,6 +107,26 @@ impl Server {
         self.state().status.clone()
     }
 
+    /// Keep a new listing of the tools (and the connection it came over).
+    pub(crate) fn store_listing(
+        &self,
+        peer: Option<Peer<RoleClient>>,
+        tools: Vec<rmcp::model::Tool>,
+    ) {
+        static LISTINGS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+        let id = LISTINGS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let mut state = self.state();
+        let new_connection = state.peer.is_none();
+        state.peer = peer;
+        state.status.connected = true;
+        if new_connection {
+            state.status.connections += 1;
+        }
+        state.status.tools = tools.len();
+        state.status.last_error = None;
+        state.listing = Some(Arc::new(Listing { id, tools }));
+    }
+
     fn set_error(&self, error: String) {
         tracing::warn!(mcp.server = %self.config.name, "{error}");
         let mut state = self.state();
@@ -260,20 +280,7 @@ fn publish(
     peer: Option<Peer<RoleClient>>,
     tools: Vec<rmcp::model::Tool>,
 ) {
-    static LISTINGS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
-    let id = LISTINGS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    {
-        let mut state = server.state();
-        let new_connection = state.peer.is_none();
-        state.peer = peer;
-        state.status.connected = true;
-        if new_connection {
-            state.status.connections += 1;
-        }
-        state.status.tools = tools.len();
-        state.status.last_error = None;
-        state.listing = Some(Arc::new(Listing { id, tools }));
-    }
+    server.store_listing(peer, tools);
     tracing::debug!(mcp.server = %server.name(), "tools listed");
     rebuild(hub);
 }

@@ -6,6 +6,8 @@
 //! - `fail {message}`: an error result (`isError: true`) with the message.
 //! - `hang {}`: never answers; when the client cancels it (`notifications/cancelled`) the server counts it.
 //! - `cancellations {at_least}`: waits (up to 10 s) until that many calls were cancelled, then answers the count.
+//! - `meet {count}`: waits (up to 500 ms) until `count` calls are running at once, then answers the most that
+//!   were running at once so far (to test a client's concurrency limit).
 //! - `crash {}`: the process exits mid-call (stdio only; over HTTP it answers an error instead).
 //! - `add_tool {name}`: adds a tool of that name (it echoes like `echo`) and sends
 //!   `notifications/tools/list_changed`.
@@ -44,6 +46,8 @@ use tower_chat::CancellationToken;
 pub struct DemoState {
     cancelled: AtomicUsize,
     calls: AtomicUsize,
+    running: AtomicUsize,
+    most_running: AtomicUsize,
     changed: Notify,
     extra: Mutex<Vec<String>>,
     notes: Mutex<BTreeMap<String, String>>,
@@ -58,6 +62,22 @@ impl DemoState {
     /// How many `tools/call` requests arrived.
     pub fn calls(&self) -> usize {
         self.calls.load(Ordering::SeqCst)
+    }
+
+    /// The most calls that were running at once.
+    pub fn most_running(&self) -> usize {
+        self.most_running.load(Ordering::SeqCst)
+    }
+
+    /// Wait until at least `n` calls are running at once.
+    async fn wait_running(&self, n: usize) {
+        loop {
+            let notified = self.changed.notified();
+            if self.running.load(Ordering::SeqCst) >= n {
+                return;
+            }
+            notified.await;
+        }
     }
 
     /// Wait until at least `n` calls were cancelled.
@@ -124,6 +144,11 @@ impl DemoServer {
                 "cancellations",
                 "How many calls were cancelled",
                 object(json!({"type": "object", "properties": {"at_least": {"type": "integer", "minimum": 0}}})),
+            ),
+            Tool::new(
+                "meet",
+                "Wait for other calls",
+                object(json!({"type": "object", "properties": {"count": {"type": "integer", "minimum": 1}}})),
             ),
             Tool::new("crash", "Exit mid-call", object(json!({"type": "object"}))),
             Tool::new("add_tool", "Add a tool", text("name")),
@@ -194,6 +219,17 @@ impl DemoServer {
                     self.state.cancelled().to_string(),
                 )]))
             }
+            "meet" => {
+                let count = args.get("count").and_then(Value::as_u64).unwrap_or(1) as usize;
+                let _ = tokio::time::timeout(
+                    Duration::from_millis(500),
+                    self.state.wait_running(count),
+                )
+                .await;
+                Ok(CallToolResult::success(vec![ContentBlock::text(
+                    self.state.most_running().to_string(),
+                )]))
+            }
             "crash" if self.can_exit => {
                 eprintln!("{}: crashing on request", self.name);
                 std::process::exit(3)
@@ -247,6 +283,24 @@ impl DemoServer {
     }
 }
 
+/// Counts a call as running until dropped (also when the call's future is dropped).
+struct Running<'a>(&'a DemoState);
+
+impl<'a> Running<'a> {
+    fn start(state: &'a DemoState) -> Self {
+        let now = state.running.fetch_add(1, Ordering::SeqCst) + 1;
+        state.most_running.fetch_max(now, Ordering::SeqCst);
+        state.changed.notify_waiters();
+        Running(state)
+    }
+}
+
+impl Drop for Running<'_> {
+    fn drop(&mut self) {
+        self.0.running.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
 impl ServerHandler for DemoServer {
     fn get_info(&self) -> ServerConfig {
         ServerConfig::new(
@@ -271,6 +325,7 @@ impl ServerHandler for DemoServer {
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         self.state.calls.fetch_add(1, Ordering::SeqCst);
+        let _running = Running::start(&self.state);
         let args = request.arguments.unwrap_or_default();
         self.run(&request.name, &args, context)
             .await

@@ -9,8 +9,7 @@ use common::*;
 use serde_json::json;
 use tower_chat::ToolMessage;
 use tower_chat_function_invocation::FunctionInvocationLayer;
-use tower_chat_mcp::test_server::{serve_http, DemoServer};
-use tower_chat_mcp::{McpServerConfig, McpTools};
+use tower_chat_mcp::McpTools;
 
 /// Call `add` through a stack that holds the only handle of `mcp`.
 async fn add_after_the_last_handle_is_dropped(mcp: McpTools) -> Vec<ToolMessage> {
@@ -22,12 +21,7 @@ async fn add_after_the_last_handle_is_dropped(mcp: McpTools) -> Vec<ToolMessage>
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_keeps_an_http_server_up_after_the_last_handle_is_dropped() {
-    let server = serve_http(DemoServer::new("web", false), None)
-        .await
-        .unwrap();
-    let mcp = McpTools::start([McpServerConfig::http("web", server.url())])
-        .await
-        .unwrap();
+    let (server, mcp) = http_demo("web", |c| c).await;
     assert_eq!(
         add_after_the_last_handle_is_dropped(mcp).await,
         vec![ToolMessage::success("c1", "add", r#"{"sum":5.0}"#)]
@@ -53,12 +47,7 @@ async fn a_request_keeps_a_stdio_server_up_after_the_last_handle_is_dropped() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_stops_the_servers_even_for_running_requests() {
-    let server = serve_http(DemoServer::new("web", false), None)
-        .await
-        .unwrap();
-    let mcp = McpTools::start([McpServerConfig::http("web", server.url())])
-        .await
-        .unwrap();
+    let (server, mcp) = http_demo("web", |c| c).await;
     assert_eq!(server.sessions().await, 1);
     let (model, _) = scripted_model(vec![vec![call("c1", "add", json!({"a": 2, "b": 3}))]]);
     let chat = stack(&mcp, FunctionInvocationLayer::new(), model);
