@@ -17,8 +17,9 @@
 //!   future is dropped and rmcp sends MCP's `notifications/cancelled` for it.
 //! - Results: text blocks, structured content and `isError` map to the tool result (see below).
 //! - Faults: a server that crashes mid-call gives the model an error result and is restarted with backoff; its
-//!   tools stay offered meanwhile and their calls answer "not connected". A server that never answers hits the
-//!   tool timeout.
+//!   tools stay offered meanwhile and their calls answer "not connected". An HTTP server that goes away mid-call
+//!   gives an error result after three quick attempts to resume the stream (~1.4 s), and is used again once it
+//!   is back. A server that never answers hits the tool timeout.
 //! - Approvals: a [`ServerPolicy`] per server (a rule for all its tools, rules per tool, some reading MCP's
 //!   `readOnlyHint`/`destructiveHint`) sets the tools' `requires_approval` flag, so the loop pauses their calls
 //!   for a decision exactly like a local tool's. Any approval policy sees the annotations through

@@ -354,6 +354,7 @@ pub async fn serve_stdio(server: DemoServer) -> std::io::Result<()> {
 #[derive(Debug)]
 pub struct HttpServer {
     url: String,
+    addr: SocketAddr,
     state: Arc<DemoState>,
     sessions: Arc<LocalSessionManager>,
     stop: CancellationToken,
@@ -363,6 +364,11 @@ impl HttpServer {
     /// The MCP endpoint (`http://127.0.0.1:{port}/mcp`).
     pub fn url(&self) -> &str {
         &self.url
+    }
+
+    /// The address it listens on.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
     }
 
     /// What the server has seen.
@@ -385,7 +391,16 @@ impl Drop for HttpServer {
 /// Serve `server` over streamable HTTP on an ephemeral 127.0.0.1 port. With `bearer`, requests without
 /// `Authorization: Bearer {bearer}` get 401.
 pub async fn serve_http(server: DemoServer, bearer: Option<String>) -> std::io::Result<HttpServer> {
-    let listener = tokio::net::TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], 0))).await?;
+    serve_http_at(server, bearer, SocketAddr::from(([127, 0, 0, 1], 0))).await
+}
+
+/// [`serve_http`] on `addr` (e.g. the address of a server that was stopped, to bring it back).
+pub async fn serve_http_at(
+    server: DemoServer,
+    bearer: Option<String>,
+    addr: SocketAddr,
+) -> std::io::Result<HttpServer> {
+    let listener = tokio::net::TcpListener::bind(addr).await?;
     let addr = listener.local_addr()?;
     let state = server.state();
     let stop = CancellationToken::new();
@@ -437,6 +452,7 @@ pub async fn serve_http(server: DemoServer, bearer: Option<String>) -> std::io::
     });
     Ok(HttpServer {
         url: format!("http://{addr}/mcp"),
+        addr,
         state,
         sessions,
         stop,

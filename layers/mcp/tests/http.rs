@@ -8,8 +8,8 @@ use common::*;
 use serde_json::json;
 use tower_chat::{ChatRequest, Message, ToolMessage};
 use tower_chat_function_invocation::FunctionInvocationLayer;
-use tower_chat_mcp::test_server::{serve_http, DemoServer};
-use tower_chat_mcp::{McpAllowList, McpServerConfig, McpTools};
+use tower_chat_mcp::test_server::{serve_http, serve_http_at, DemoServer};
+use tower_chat_mcp::{Backoff, McpAllowList, McpServerConfig, McpTools};
 
 #[tokio::test]
 async fn lists_and_calls_with_a_bearer_token_from_the_environment() {
@@ -164,5 +164,43 @@ async fn an_allow_list_limits_what_is_offered_and_refuses_the_rest() {
         server.state().calls(),
         1,
         "the refused call never reached the server"
+    );
+}
+
+#[tokio::test]
+async fn a_server_that_goes_away_mid_call_is_an_error_result_and_works_again_once_back() {
+    let first = serve_http(DemoServer::new("web", false), None)
+        .await
+        .unwrap();
+    let (url, addr, state) = (first.url().to_owned(), first.addr(), first.state().clone());
+    let fast = Backoff {
+        initial: Duration::from_millis(10),
+        max: Duration::from_millis(100),
+    };
+    let mcp = McpTools::start([McpServerConfig::http("web", url).backoff(fast)])
+        .await
+        .unwrap();
+    let calling = tokio::spawn({
+        let mcp = mcp.clone();
+        async move { call_tools(&mcp, vec![call("c1", "hang", json!({}))]).await }
+    });
+    tokio::time::timeout(BOUND, async {
+        while state.calls() < 1 {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await
+    .unwrap();
+    drop(first);
+    let results = tokio::time::timeout(BOUND, calling).await.unwrap().unwrap();
+    assert!(results[0].is_error, "{results:?}");
+
+    // Back on the same address: the next call works (rmcp opens a new session on the same connection).
+    let _second = serve_http_at(DemoServer::new("web", false), None, addr)
+        .await
+        .unwrap();
+    assert_eq!(
+        call_tools(&mcp, vec![call("c2", "echo", json!({"text": "back"}))]).await,
+        vec![ToolMessage::success("c2", "echo", "web: back")]
     );
 }
