@@ -6,8 +6,8 @@
 //! - `fail {message}`: an error result (`isError: true`) with the message.
 //! - `hang {}`: never answers; when the client cancels it (`notifications/cancelled`) the server counts it.
 //! - `cancellations {at_least}`: waits (up to 10 s) until that many calls were cancelled, then answers the count.
-//! - `meet {count}`: waits (up to 500 ms) until `count` calls are running at once, then answers the most that
-//!   were running at once so far (to test a client's concurrency limit).
+//! - `meet {count, wait_ms}`: waits (up to `wait_ms`, default 500) until `count` calls have run at once, then
+//!   answers the most that were running at once so far (to test a client's concurrency limit).
 //! - `crash {}`: the process exits mid-call (stdio only; over HTTP it answers an error instead).
 //! - `add_tool {name}`: adds a tool of that name (it echoes like `echo`) and sends
 //!   `notifications/tools/list_changed`.
@@ -69,11 +69,12 @@ impl DemoState {
         self.most_running.load(Ordering::SeqCst)
     }
 
-    /// Wait until at least `n` calls are running at once.
+    /// Wait until at least `n` calls have been running at once (the first to return may end before the others
+    /// look again, so "are running now" could miss it).
     async fn wait_running(&self, n: usize) {
         loop {
             let notified = self.changed.notified();
-            if self.running.load(Ordering::SeqCst) >= n {
+            if self.most_running() >= n {
                 return;
             }
             notified.await;
@@ -148,7 +149,10 @@ impl DemoServer {
             Tool::new(
                 "meet",
                 "Wait for other calls",
-                object(json!({"type": "object", "properties": {"count": {"type": "integer", "minimum": 1}}})),
+                object(json!({"type": "object", "properties": {
+                    "count": {"type": "integer", "minimum": 1},
+                    "wait_ms": {"type": "integer", "minimum": 0}
+                }})),
             ),
             Tool::new("crash", "Exit mid-call", object(json!({"type": "object"}))),
             Tool::new("add_tool", "Add a tool", text("name")),
@@ -221,8 +225,9 @@ impl DemoServer {
             }
             "meet" => {
                 let count = args.get("count").and_then(Value::as_u64).unwrap_or(1) as usize;
+                let wait = args.get("wait_ms").and_then(Value::as_u64).unwrap_or(500);
                 let _ = tokio::time::timeout(
-                    Duration::from_millis(500),
+                    Duration::from_millis(wait),
                     self.state.wait_running(count),
                 )
                 .await;
