@@ -180,3 +180,21 @@ impl Backoff {
         self.initial.saturating_mul(factor).min(self.max)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_up_to_its_max() {
+        let backoff = Backoff {
+            initial: Duration::from_millis(200),
+            max: Duration::from_secs(1),
+        };
+        let delays: Vec<u64> = (0..5)
+            .map(|n| backoff.delay(n).as_millis() as u64)
+            .collect();
+        assert_eq!(delays, [200, 400, 800, 1000, 1000]);
+        assert_eq!(backoff.delay(u32::MAX), Duration::from_secs(1));
+    }
+}

@@ -2,6 +2,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::fmt;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
@@ -21,8 +22,9 @@ const DEFAULT_START_WAIT: Duration = Duration::from_secs(30);
 /// The tools of a set of MCP servers, kept current: listed when each server connects, listed again on
 /// `notifications/tools/list_changed`, kept (and answered with an error result) while a server reconnects.
 ///
-/// Put it in a stack with [`McpLayer`](crate::McpLayer). Cheap to clone (shared). Dropping the last clone stops
-/// the servers (child processes are killed).
+/// Put it in a stack with [`McpLayer`](crate::McpLayer). Cheap to clone (shared). The servers stop (child
+/// processes are killed) when the last clone is dropped and no request still holds one of their tools, or at
+/// [`shutdown`](Self::shutdown).
 ///
 /// ## Names
 /// A tool is offered under its own name, unless another server offers a tool of the same name, or the name is
@@ -45,6 +47,31 @@ pub(crate) struct HubInner {
     rebuilding: Mutex<()>,
     version: watch::Sender<u64>,
     shutdown: CancellationToken,
+    /// Shared with every tool the hub makes; see [`StopOnDrop`].
+    running: Arc<StopOnDrop>,
+    /// How many schemas the hub has compiled: each listing's once (see `rebuild`).
+    compilations: AtomicUsize,
+}
+
+/// Stops the servers when the last holder goes: the hub and every tool it made hold one.
+///
+/// The tools must keep the servers up, not only the hub: a request carries the tools it was offered in its
+/// extensions, and its stream runs their calls after the service that offered them is gone (`oneshot` drops the
+/// service as soon as it returns the stream). When only the hub held the servers, the tool calls of such a stream
+/// failed with rmcp's "Transport closed", on any runtime flavour and both transports (the former `no_run` doc
+/// example; `tests/lifetime.rs`). No cycle: this guard holds only a token, not the hub.
+pub(crate) struct StopOnDrop(CancellationToken);
+
+impl StopOnDrop {
+    pub(crate) fn is_stopped(&self) -> bool {
+        self.0.is_cancelled()
+    }
+}
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        self.0.cancel();
+    }
 }
 
 /// The tools offered now, and per tool where it comes from.
@@ -55,12 +82,6 @@ pub(crate) struct Snapshot {
     pub(crate) origin: HashMap<String, (String, String)>,
     /// (listing id, exposed name) per compiled tool, to reuse compilations across rebuilds.
     compiled: HashMap<(u64, String), CompiledTool>,
-}
-
-impl Drop for HubInner {
-    fn drop(&mut self) {
-        self.shutdown.cancel();
-    }
 }
 
 impl McpTools {
@@ -103,14 +124,7 @@ impl McpTools {
                 ));
             }
         }
-        let inner = Arc::new(HubInner {
-            servers: configs.into_iter().map(Server::new).collect(),
-            reserved: RwLock::default(),
-            snapshot: RwLock::default(),
-            rebuilding: Mutex::new(()),
-            version: watch::Sender::new(0),
-            shutdown: CancellationToken::new(),
-        });
+        let inner = HubInner::new(configs.into_iter().map(Server::new).collect());
         let mut firsts = Vec::new();
         for server in &inner.servers {
             let (tx, rx) = tokio::sync::oneshot::channel();
@@ -162,7 +176,8 @@ impl McpTools {
         self.inner.version.subscribe()
     }
 
-    /// Stop every server now (also done when the last clone is dropped).
+    /// Stop every server now, even for requests still running (also done when the last clone and the last
+    /// request holding one of the tools are dropped).
     pub fn shutdown(&self) {
         self.inner.shutdown.cancel();
     }
@@ -178,6 +193,20 @@ impl fmt::Debug for McpTools {
 }
 
 impl HubInner {
+    fn new(servers: Vec<Arc<Server>>) -> Arc<Self> {
+        let shutdown = CancellationToken::new();
+        Arc::new(HubInner {
+            servers,
+            reserved: RwLock::default(),
+            snapshot: RwLock::default(),
+            rebuilding: Mutex::new(()),
+            version: watch::Sender::new(0),
+            running: Arc::new(StopOnDrop(shutdown.clone())),
+            shutdown,
+            compilations: AtomicUsize::new(0),
+        })
+    }
+
     fn snapshot(&self) -> Arc<Snapshot> {
         self.snapshot
             .read()
@@ -227,8 +256,9 @@ impl HubInner {
                 let key = (listing.id, exposed.clone());
                 let compiled = match previous.compiled.get(&key) {
                     Some(compiled) => compiled.clone(),
-                    None => match CompiledTool::new(McpTool::new(
+                    None => match self.compile(McpTool::new(
                         (*server).clone(),
+                        self.running.clone(),
                         tool,
                         exposed.clone(),
                     )) {
@@ -250,6 +280,13 @@ impl HubInner {
         }
         *self.snapshot.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(next);
         self.version.send_modify(|v| *v += 1);
+    }
+}
+
+impl HubInner {
+    fn compile(&self, tool: McpTool) -> Result<CompiledTool, ChatError> {
+        self.compilations.fetch_add(1, Ordering::Relaxed);
+        CompiledTool::new(tool)
     }
 }
 
@@ -277,7 +314,47 @@ fn provider_name(name: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::provider_name;
+    use std::sync::atomic::Ordering;
+    use std::sync::Arc;
+
+    use serde_json::json;
+
+    use super::{provider_name, HubInner};
+    use crate::config::McpServerConfig;
+    use crate::server::Server;
+
+    fn tools(names: &[&str]) -> Vec<rmcp::model::Tool> {
+        let schema = json!({"type": "object", "properties": {"x": {"type": "string"}}});
+        let schema = Arc::new(schema.as_object().unwrap().clone());
+        names
+            .iter()
+            .map(|name| rmcp::model::Tool::new(name.to_string(), "", schema.clone()))
+            .collect()
+    }
+
+    #[test]
+    fn each_listing_is_compiled_once() {
+        let server = Server::new(McpServerConfig::stdio("s", "unused"));
+        server.store_listing(None, tools(&["a", "b"]));
+        let hub = HubInner::new(vec![server.clone()]);
+        let compilations = || hub.compilations.load(Ordering::Relaxed);
+        hub.rebuild();
+        assert_eq!(compilations(), 2);
+        assert_eq!(hub.snapshot().tools.len(), 2);
+        // A rebuild for another reason (another server's change, a reserved name) reuses the validators...
+        hub.rebuild();
+        assert_eq!(compilations(), 2);
+        // ... except for a tool whose exposed name changes.
+        hub.reserved.write().unwrap().insert("a".to_owned());
+        hub.rebuild();
+        assert_eq!(compilations(), 3);
+        assert!(hub.snapshot().tools.get("s__a").is_some());
+        // A new listing (after `notifications/tools/list_changed`) is compiled again, once.
+        server.store_listing(None, tools(&["a", "b", "c"]));
+        hub.rebuild();
+        hub.rebuild();
+        assert_eq!(compilations(), 6);
+    }
 
     #[test]
     fn provider_names() {

@@ -17,18 +17,19 @@
 //!   future is dropped and rmcp sends MCP's `notifications/cancelled` for it.
 //! - Results: text blocks, structured content and `isError` map to the tool result (see below).
 //! - Faults: a server that crashes mid-call gives the model an error result and is restarted with backoff; its
-//!   tools stay offered meanwhile and their calls answer "not connected". A server that never answers hits the
-//!   tool timeout.
+//!   tools stay offered meanwhile and their calls answer "not connected". An HTTP server that goes away mid-call
+//!   gives an error result after three quick attempts to resume the stream (~1.4 s), and is used again once it
+//!   is back. A server that never answers hits the tool timeout.
 //! - Approvals: a [`ServerPolicy`] per server (a rule for all its tools, rules per tool, some reading MCP's
 //!   `readOnlyHint`/`destructiveHint`) sets the tools' `requires_approval` flag, so the loop pauses their calls
 //!   for a decision exactly like a local tool's. Any approval policy sees the annotations through
 //!   [`CompiledTool::hints`](tower_chat_function_invocation::CompiledTool::hints).
 //! - Per-request allow-lists: an [`McpAllowList`] in the request's extensions limits the servers and tools offered.
 //!
-//! The example is compiled but not run: run as a doctest, its HTTP call fails with "Transport closed" (an open
-//! bug, tracked in issue 17's notes); the same calls over HTTP pass in `tests/http.rs`.
+//! `oneshot` drops the service (and the layer's [`McpTools`]) once it returns the stream; the tools the request
+//! carries keep the servers up until the stream is done.
 //!
-//! ```no_run
+//! ```
 //! use std::time::Duration;
 //! use futures_util::stream;
 //! use serde_json::json;

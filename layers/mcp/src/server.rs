@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use rmcp::model::{ClientCapabilities, ClientConfig, Implementation, ProtocolVersion};
 use rmcp::service::{NotificationContext, RunningService};
+use rmcp::transport::common::client_side_sse::ExponentialBackoff;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use rmcp::{ClientHandler, Peer, RoleClient};
@@ -20,6 +21,8 @@ use crate::hub::HubInner;
 
 /// How many of a child's last stderr lines are kept for error reports.
 const STDERR_TAIL_LINES: usize = 20;
+/// How often rmcp may try to resume a broken SSE stream of a streamable HTTP server (200 ms, 400 ms, 800 ms).
+const SSE_RETRIES: usize = 3;
 /// How long to wait for a failed child's stderr to reach its end before reporting without the rest.
 const STDERR_DRAIN: Duration = Duration::from_secs(2);
 
@@ -105,6 +108,26 @@ impl Server {
 
     pub(crate) fn status(&self) -> McpServerStatus {
         self.state().status.clone()
+    }
+
+    /// Keep a new listing of the tools (and the connection it came over).
+    pub(crate) fn store_listing(
+        &self,
+        peer: Option<Peer<RoleClient>>,
+        tools: Vec<rmcp::model::Tool>,
+    ) {
+        static LISTINGS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+        let id = LISTINGS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let mut state = self.state();
+        let new_connection = state.peer.is_none();
+        state.peer = peer;
+        state.status.connected = true;
+        if new_connection {
+            state.status.connections += 1;
+        }
+        state.status.tools = tools.len();
+        state.status.last_error = None;
+        state.listing = Some(Arc::new(Listing { id, tools }));
     }
 
     fn set_error(&self, error: String) {
@@ -260,20 +283,7 @@ fn publish(
     peer: Option<Peer<RoleClient>>,
     tools: Vec<rmcp::model::Tool>,
 ) {
-    static LISTINGS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
-    let id = LISTINGS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    {
-        let mut state = server.state();
-        let new_connection = state.peer.is_none();
-        state.peer = peer;
-        state.status.connected = true;
-        if new_connection {
-            state.status.connections += 1;
-        }
-        state.status.tools = tools.len();
-        state.status.last_error = None;
-        state.listing = Some(Arc::new(Listing { id, tools }));
-    }
+    server.store_listing(peer, tools);
     tracing::debug!(mcp.server = %server.name(), "tools listed");
     rebuild(hub);
 }
@@ -378,6 +388,16 @@ async fn connect_stdio(
 
 async fn connect_http(name: &str, http: &HttpConfig, handler: Handler) -> Result<Running, String> {
     let mut config = StreamableHttpClientTransportConfig::with_uri(http.url.as_str());
+    // rmcp's default retries a broken SSE stream for ever, doubling from 1 s: the call of a server that went
+    // away mid-call waited for ever, or until a tool timeout (`tests/http.rs`,
+    // `a_server_that_goes_away_mid_call_…`). A few quick retries ride out a blip; after them the call fails
+    // ("Transport closed"), and once the server is back the next call re-opens a session (rmcp's recovery of an
+    // expired session).
+    let mut retry = ExponentialBackoff::default();
+    retry.max_times = Some(SSE_RETRIES);
+    retry.base_duration = Duration::from_millis(200);
+    retry.max_delay = Some(Duration::from_secs(2));
+    config.retry_config = Arc::new(retry);
     if let Some(var) = &http.bearer_token_env {
         match std::env::var(var) {
             Ok(token) if !token.is_empty() => config = config.auth_header(token),

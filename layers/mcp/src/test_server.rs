@@ -6,6 +6,8 @@
 //! - `fail {message}`: an error result (`isError: true`) with the message.
 //! - `hang {}`: never answers; when the client cancels it (`notifications/cancelled`) the server counts it.
 //! - `cancellations {at_least}`: waits (up to 10 s) until that many calls were cancelled, then answers the count.
+//! - `meet {count, wait_ms}`: waits (up to `wait_ms`, default 500) until `count` calls have run at once, then
+//!   answers the most that were running at once so far (to test a client's concurrency limit).
 //! - `crash {}`: the process exits mid-call (stdio only; over HTTP it answers an error instead).
 //! - `add_tool {name}`: adds a tool of that name (it echoes like `echo`) and sends
 //!   `notifications/tools/list_changed`.
@@ -44,6 +46,8 @@ use tower_chat::CancellationToken;
 pub struct DemoState {
     cancelled: AtomicUsize,
     calls: AtomicUsize,
+    running: AtomicUsize,
+    most_running: AtomicUsize,
     changed: Notify,
     extra: Mutex<Vec<String>>,
     notes: Mutex<BTreeMap<String, String>>,
@@ -58,6 +62,23 @@ impl DemoState {
     /// How many `tools/call` requests arrived.
     pub fn calls(&self) -> usize {
         self.calls.load(Ordering::SeqCst)
+    }
+
+    /// The most calls that were running at once.
+    pub fn most_running(&self) -> usize {
+        self.most_running.load(Ordering::SeqCst)
+    }
+
+    /// Wait until at least `n` calls have been running at once (the first to return may end before the others
+    /// look again, so "are running now" could miss it).
+    async fn wait_running(&self, n: usize) {
+        loop {
+            let notified = self.changed.notified();
+            if self.most_running() >= n {
+                return;
+            }
+            notified.await;
+        }
     }
 
     /// Wait until at least `n` calls were cancelled.
@@ -124,6 +145,14 @@ impl DemoServer {
                 "cancellations",
                 "How many calls were cancelled",
                 object(json!({"type": "object", "properties": {"at_least": {"type": "integer", "minimum": 0}}})),
+            ),
+            Tool::new(
+                "meet",
+                "Wait for other calls",
+                object(json!({"type": "object", "properties": {
+                    "count": {"type": "integer", "minimum": 1},
+                    "wait_ms": {"type": "integer", "minimum": 0}
+                }})),
             ),
             Tool::new("crash", "Exit mid-call", object(json!({"type": "object"}))),
             Tool::new("add_tool", "Add a tool", text("name")),
@@ -194,6 +223,18 @@ impl DemoServer {
                     self.state.cancelled().to_string(),
                 )]))
             }
+            "meet" => {
+                let count = args.get("count").and_then(Value::as_u64).unwrap_or(1) as usize;
+                let wait = args.get("wait_ms").and_then(Value::as_u64).unwrap_or(500);
+                let _ = tokio::time::timeout(
+                    Duration::from_millis(wait),
+                    self.state.wait_running(count),
+                )
+                .await;
+                Ok(CallToolResult::success(vec![ContentBlock::text(
+                    self.state.most_running().to_string(),
+                )]))
+            }
             "crash" if self.can_exit => {
                 eprintln!("{}: crashing on request", self.name);
                 std::process::exit(3)
@@ -247,6 +288,24 @@ impl DemoServer {
     }
 }
 
+/// Counts a call as running until dropped (also when the call's future is dropped).
+struct Running<'a>(&'a DemoState);
+
+impl<'a> Running<'a> {
+    fn start(state: &'a DemoState) -> Self {
+        let now = state.running.fetch_add(1, Ordering::SeqCst) + 1;
+        state.most_running.fetch_max(now, Ordering::SeqCst);
+        state.changed.notify_waiters();
+        Running(state)
+    }
+}
+
+impl Drop for Running<'_> {
+    fn drop(&mut self) {
+        self.0.running.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
 impl ServerHandler for DemoServer {
     fn get_info(&self) -> ServerConfig {
         ServerConfig::new(
@@ -271,6 +330,7 @@ impl ServerHandler for DemoServer {
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         self.state.calls.fetch_add(1, Ordering::SeqCst);
+        let _running = Running::start(&self.state);
         let args = request.arguments.unwrap_or_default();
         self.run(&request.name, &args, context)
             .await
@@ -299,7 +359,9 @@ pub async fn serve_stdio(server: DemoServer) -> std::io::Result<()> {
 #[derive(Debug)]
 pub struct HttpServer {
     url: String,
+    addr: SocketAddr,
     state: Arc<DemoState>,
+    sessions: Arc<LocalSessionManager>,
     stop: CancellationToken,
 }
 
@@ -309,9 +371,19 @@ impl HttpServer {
         &self.url
     }
 
+    /// The address it listens on.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
     /// What the server has seen.
     pub fn state(&self) -> &Arc<DemoState> {
         &self.state
+    }
+
+    /// How many MCP sessions are open: a client that stops deletes its session.
+    pub async fn sessions(&self) -> usize {
+        self.sessions.sessions.read().await.len()
     }
 }
 
@@ -324,18 +396,24 @@ impl Drop for HttpServer {
 /// Serve `server` over streamable HTTP on an ephemeral 127.0.0.1 port. With `bearer`, requests without
 /// `Authorization: Bearer {bearer}` get 401.
 pub async fn serve_http(server: DemoServer, bearer: Option<String>) -> std::io::Result<HttpServer> {
-    let listener = tokio::net::TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], 0))).await?;
+    serve_http_at(server, bearer, SocketAddr::from(([127, 0, 0, 1], 0))).await
+}
+
+/// [`serve_http`] on `addr` (e.g. the address of a server that was stopped, to bring it back).
+pub async fn serve_http_at(
+    server: DemoServer,
+    bearer: Option<String>,
+    addr: SocketAddr,
+) -> std::io::Result<HttpServer> {
+    let listener = tokio::net::TcpListener::bind(addr).await?;
     let addr = listener.local_addr()?;
     let state = server.state();
     let stop = CancellationToken::new();
     let config = StreamableHttpServerConfig::default()
         .with_cancellation_token(stop.child_token())
         .with_sse_keep_alive(None);
-    let service = StreamableHttpService::new(
-        move || Ok(server.clone()),
-        Arc::new(LocalSessionManager::default()),
-        config,
-    );
+    let sessions = Arc::new(LocalSessionManager::default());
+    let service = StreamableHttpService::new(move || Ok(server.clone()), sessions.clone(), config);
     let expected = bearer.map(|token| format!("Bearer {token}"));
     let accept_stop = stop.clone();
     tokio::spawn(async move {
@@ -379,7 +457,9 @@ pub async fn serve_http(server: DemoServer, bearer: Option<String>) -> std::io::
     });
     Ok(HttpServer {
         url: format!("http://{addr}/mcp"),
+        addr,
         state,
+        sessions,
         stop,
     })
 }

@@ -9,6 +9,7 @@ use serde_json::Value;
 use tower_chat::ToolSpec;
 use tower_chat_function_invocation::{Tool, ToolContext, ToolError, ToolHints};
 
+use crate::hub::StopOnDrop;
 use crate::server::Server;
 
 /// One tool of one server, under the name the model sees.
@@ -19,10 +20,18 @@ pub(crate) struct McpTool {
     pub(crate) hints: ToolHints,
     pub(crate) requires_approval: bool,
     pub(crate) timeout: Option<Duration>,
+    /// Keeps the servers up while a request holds this tool, after the hub may be gone; tells a call after
+    /// [`McpTools::shutdown`](crate::McpTools::shutdown) not to start.
+    running: Arc<StopOnDrop>,
 }
 
 impl McpTool {
-    pub(crate) fn new(server: Arc<Server>, tool: &rmcp::model::Tool, exposed: String) -> Self {
+    pub(crate) fn new(
+        server: Arc<Server>,
+        running: Arc<StopOnDrop>,
+        tool: &rmcp::model::Tool,
+        exposed: String,
+    ) -> Self {
         let remote_name = tool.name.to_string();
         let annotations = tool.annotations.as_ref();
         let hints = ToolHints {
@@ -46,6 +55,7 @@ impl McpTool {
             spec,
             hints,
             requires_approval,
+            running,
         }
     }
 }
@@ -74,7 +84,16 @@ impl Tool for McpTool {
     ) -> BoxFuture<'static, Result<String, ToolError>> {
         let server = self.server.clone();
         let remote = self.remote_name.clone();
+        // The connections close a moment after a shutdown (their tasks see it asynchronously): a call in that
+        // window must not reach the server.
+        let shut_down = self.running.is_stopped();
         Box::pin(async move {
+            if shut_down {
+                return Err(ToolError::new(format!(
+                    "MCP server `{}` was shut down",
+                    server.name()
+                )));
+            }
             let arguments = match arguments {
                 Value::Object(map) => map,
                 Value::Null => serde_json::Map::new(),

@@ -8,13 +8,11 @@ use serde_json::json;
 use tower::util::BoxCloneService;
 use tower::Layer;
 use tower_chat::{
-    ApprovalDecision, ApprovalDecisions, CallerIdentity, ChatRequest, ConversationId, FinishReason,
-    Message, ToolMessage,
+    ApprovalDecision, CallerIdentity, ChatRequest, ConversationId, FinishReason, ToolMessage,
 };
 use tower_chat_approval::{ApprovalLayer, Verdict};
 use tower_chat_function_invocation::FunctionInvocationLayer;
-use tower_chat_mcp::test_server::{serve_http, DemoServer};
-use tower_chat_mcp::{Approval, McpServerConfig, McpTools, ServerPolicy};
+use tower_chat_mcp::{Approval, ServerPolicy};
 
 /// Round 1 writes notes `a` and `b`; round 2 deletes `a`.
 fn rounds() -> Vec<Vec<tower_chat::ToolCall>> {
@@ -29,12 +27,10 @@ fn rounds() -> Vec<Vec<tower_chat::ToolCall>> {
 
 #[tokio::test]
 async fn the_server_policy_pauses_destructive_calls_until_approved() {
-    let server = serve_http(DemoServer::new("notes", false), None)
-        .await
-        .unwrap();
-    let config = McpServerConfig::http("notes", server.url())
-        .policy(ServerPolicy::new(Approval::IfDestructive));
-    let mcp = McpTools::start([config]).await.unwrap();
+    let (server, mcp) = http_demo("notes", |c| {
+        c.policy(ServerPolicy::new(Approval::IfDestructive))
+    })
+    .await;
     assert!(mcp.tools().get("delete_note").unwrap().requires_approval());
     assert!(!mcp.tools().get("write_note").unwrap().requires_approval());
 
@@ -50,11 +46,11 @@ async fn the_server_policy_pauses_destructive_calls_until_approved() {
         "nothing deleted without a decision"
     );
 
-    let mut history = vec![Message::user("tidy up")];
-    history.extend(paused.messages);
-    let resume = ChatRequest::new(history)
-        .with_extension(ApprovalDecisions(vec![ApprovalDecision::approve("d1")]));
-    let done = run(chat, resume).await;
+    let done = run(
+        chat,
+        resume("tidy up", paused, ApprovalDecision::approve("d1")),
+    )
+    .await;
     assert_eq!(done.finish_reason, Some(FinishReason::Stop));
     assert_eq!(
         tool_messages(&done),
@@ -66,26 +62,16 @@ async fn the_server_policy_pauses_destructive_calls_until_approved() {
 
 #[tokio::test]
 async fn a_denied_call_never_reaches_the_server() {
-    let server = serve_http(DemoServer::new("notes", false), None)
-        .await
-        .unwrap();
     let policy = ServerPolicy::new(Approval::Always).tool("write_note", Approval::Never);
-    let mcp = McpTools::start([McpServerConfig::http("notes", server.url()).policy(policy)])
-        .await
-        .unwrap();
+    let (server, mcp) = http_demo("notes", |c| c.policy(policy)).await;
     let (model, _) = scripted_model(rounds());
     let chat = stack(&mcp, FunctionInvocationLayer::new(), model);
     let paused = run(chat.clone(), user("tidy up")).await;
     assert_eq!(paused.finish_reason, Some(FinishReason::AwaitingApproval));
     let calls_before = server.state().calls();
 
-    let mut history = vec![Message::user("tidy up")];
-    history.extend(paused.messages);
-    let resume =
-        ChatRequest::new(history).with_extension(ApprovalDecisions(vec![ApprovalDecision::deny(
-            "d1", "keep it",
-        )]));
-    let done = run(chat, resume).await;
+    let denied = ApprovalDecision::deny("d1", "keep it");
+    let done = run(chat, resume("tidy up", paused, denied)).await;
     assert!(tool_messages(&done)[0].is_error);
     assert!(tool_messages(&done)[0].content.contains("keep it"));
     assert_eq!(server.state().calls(), calls_before);
@@ -94,13 +80,8 @@ async fn a_denied_call_never_reaches_the_server() {
 
 #[tokio::test]
 async fn an_approval_layer_policy_sees_the_mcp_annotations() {
-    let server = serve_http(DemoServer::new("notes", false), None)
-        .await
-        .unwrap();
     // The server policy asks for nothing; the approval layer gates destructive MCP tools by their annotation.
-    let mcp = McpTools::start([McpServerConfig::http("notes", server.url())])
-        .await
-        .unwrap();
+    let (server, mcp) = http_demo("notes", |c| c).await;
     let approvals = ApprovalLayer::new().policy(|input| {
         let hints = input.tool().hints();
         if hints.source.as_deref() == Some("notes") && hints.destructive == Some(true) {
@@ -124,12 +105,8 @@ async fn an_approval_layer_policy_sees_the_mcp_annotations() {
     assert_eq!(approval.reason.as_deref(), Some("destructive MCP tool"));
     assert_eq!(server.state().notes().len(), 2);
 
-    let mut history = vec![Message::user("tidy up")];
-    history.extend(paused.messages.clone());
-    let resume = context(ChatRequest::new(history)).with_extension(ApprovalDecisions(vec![
-        ApprovalDecision::approve(approval.id.clone()),
-    ]));
-    let done = run(chat, resume).await;
+    let approve = ApprovalDecision::approve(approval.id.clone());
+    let done = run(chat, context(resume("tidy up", paused.clone(), approve))).await;
     assert_eq!(done.text(), "deleted a");
     assert_eq!(server.state().notes().keys().collect::<Vec<_>>(), vec!["b"]);
 }

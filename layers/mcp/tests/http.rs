@@ -8,8 +8,8 @@ use common::*;
 use serde_json::json;
 use tower_chat::{ChatRequest, Message, ToolMessage};
 use tower_chat_function_invocation::FunctionInvocationLayer;
-use tower_chat_mcp::test_server::{serve_http, DemoServer};
-use tower_chat_mcp::{McpAllowList, McpServerConfig, McpTools};
+use tower_chat_mcp::test_server::{serve_http, serve_http_at, DemoServer};
+use tower_chat_mcp::{Backoff, McpAllowList, McpServerConfig, McpTools};
 
 #[tokio::test]
 async fn lists_and_calls_with_a_bearer_token_from_the_environment() {
@@ -22,18 +22,17 @@ async fn lists_and_calls_with_a_bearer_token_from_the_environment() {
     let mcp = McpTools::start([config]).await.unwrap();
     assert!(mcp.status()[0].connected, "{:?}", mcp.status());
 
-    let (model, _) = scripted_model(vec![vec![
-        call("c1", "echo", json!({"text": "hi"})),
-        call("c2", "add", json!({"a": 1, "b": 2})),
-        call("c3", "fail", json!({"message": "nope"})),
-    ]]);
-    let response = run(
-        stack(&mcp, FunctionInvocationLayer::new(), model),
-        user("go"),
+    let results = call_tools(
+        &mcp,
+        vec![
+            call("c1", "echo", json!({"text": "hi"})),
+            call("c2", "add", json!({"a": 1, "b": 2})),
+            call("c3", "fail", json!({"message": "nope"})),
+        ],
     )
     .await;
     assert_eq!(
-        tool_messages(&response),
+        results,
         vec![
             ToolMessage::success("c1", "echo", "web: hi"),
             ToolMessage::success("c2", "add", r#"{"sum":3.0}"#),
@@ -72,19 +71,8 @@ async fn a_missing_or_wrong_token_fails_the_start_and_is_reported() {
 
 #[tokio::test]
 async fn invalid_arguments_never_reach_the_server() {
-    let server = serve_http(DemoServer::new("web", false), None)
-        .await
-        .unwrap();
-    let mcp = McpTools::start([McpServerConfig::http("web", server.url())])
-        .await
-        .unwrap();
-    let (model, _) = scripted_model(vec![vec![call("c1", "add", json!({"a": "one", "b": 2}))]]);
-    let response = run(
-        stack(&mcp, FunctionInvocationLayer::new(), model),
-        user("go"),
-    )
-    .await;
-    let results = tool_messages(&response);
+    let (server, mcp) = http_demo("web", |c| c).await;
+    let results = call_tools(&mcp, vec![call("c1", "add", json!({"a": "one", "b": 2}))]).await;
     assert!(results[0].is_error);
     assert!(results[0].content.contains("at /a"), "{results:?}");
     assert_eq!(server.state().calls(), 0);
@@ -92,22 +80,9 @@ async fn invalid_arguments_never_reach_the_server() {
 
 #[tokio::test]
 async fn a_timeout_sends_the_cancellation_notification() {
-    let server = serve_http(DemoServer::new("web", false), None)
-        .await
-        .unwrap();
-    let mcp = McpTools::start([
-        McpServerConfig::http("web", server.url()).timeout(Duration::from_millis(300))
-    ])
-    .await
-    .unwrap();
-    let (model, _) = scripted_model(vec![vec![call("c1", "hang", json!({}))]]);
+    let (server, mcp) = http_demo("web", |c| c.timeout(Duration::from_millis(300))).await;
     // The server's own limit applies, though the loop has none.
-    let response = run(
-        stack(&mcp, FunctionInvocationLayer::new(), model),
-        user("go"),
-    )
-    .await;
-    let results = tool_messages(&response);
+    let results = call_tools(&mcp, vec![call("c1", "hang", json!({}))]).await;
     assert!(
         results[0].content.contains("did not finish within 300ms"),
         "{results:?}"
@@ -122,12 +97,7 @@ async fn a_cancelled_request_cancels_the_call() {
     use futures_util::StreamExt;
     use tower::ServiceExt;
 
-    let server = serve_http(DemoServer::new("web", false), None)
-        .await
-        .unwrap();
-    let mcp = McpTools::start([McpServerConfig::http("web", server.url())])
-        .await
-        .unwrap();
+    let (server, mcp) = http_demo("web", |c| c).await;
     let (model, _) = scripted_model(vec![vec![call("c1", "hang", json!({}))]]);
     let token = tower_chat::CancellationToken::new();
     let request = user("go").with_extension(token.clone());
@@ -162,43 +132,22 @@ async fn a_cancelled_request_cancels_the_call() {
 
 #[tokio::test]
 async fn a_list_change_is_followed() {
-    let server = serve_http(DemoServer::new("web", false), None)
-        .await
-        .unwrap();
-    let mcp = McpTools::start([McpServerConfig::http("web", server.url())])
-        .await
-        .unwrap();
-    let (model, _) = scripted_model(vec![vec![call(
-        "c1",
-        "add_tool",
-        json!({"name": "whisper"}),
-    )]]);
-    run(
-        stack(&mcp, FunctionInvocationLayer::new(), model),
-        user("go"),
+    let (_server, mcp) = http_demo("web", |c| c).await;
+    call_tools(
+        &mcp,
+        vec![call("c1", "add_tool", json!({"name": "whisper"}))],
     )
     .await;
     wait_until(&mcp, |mcp| mcp.tools().get("whisper").is_some()).await;
-    let (model, _) = scripted_model(vec![vec![call("c2", "whisper", json!({"text": "psst"}))]]);
-    let response = run(
-        stack(&mcp, FunctionInvocationLayer::new(), model),
-        user("go"),
-    )
-    .await;
     assert_eq!(
-        tool_messages(&response),
+        call_tools(&mcp, vec![call("c2", "whisper", json!({"text": "psst"}))]).await,
         vec![ToolMessage::success("c2", "whisper", "whisper: psst")]
     );
 }
 
 #[tokio::test]
 async fn an_allow_list_limits_what_is_offered_and_refuses_the_rest() {
-    let server = serve_http(DemoServer::new("web", false), None)
-        .await
-        .unwrap();
-    let mcp = McpTools::start([McpServerConfig::http("web", server.url())])
-        .await
-        .unwrap();
+    let (server, mcp) = http_demo("web", |c| c).await;
     let (model, offered) = scripted_model(vec![vec![
         call("c1", "echo", json!({"text": "ok"})),
         call("c2", "delete_note", json!({"key": "a"})),
@@ -215,5 +164,43 @@ async fn an_allow_list_limits_what_is_offered_and_refuses_the_rest() {
         server.state().calls(),
         1,
         "the refused call never reached the server"
+    );
+}
+
+#[tokio::test]
+async fn a_server_that_goes_away_mid_call_is_an_error_result_and_works_again_once_back() {
+    let first = serve_http(DemoServer::new("web", false), None)
+        .await
+        .unwrap();
+    let (url, addr, state) = (first.url().to_owned(), first.addr(), first.state().clone());
+    let fast = Backoff {
+        initial: Duration::from_millis(10),
+        max: Duration::from_millis(100),
+    };
+    let mcp = McpTools::start([McpServerConfig::http("web", url).backoff(fast)])
+        .await
+        .unwrap();
+    let calling = tokio::spawn({
+        let mcp = mcp.clone();
+        async move { call_tools(&mcp, vec![call("c1", "hang", json!({}))]).await }
+    });
+    tokio::time::timeout(BOUND, async {
+        while state.calls() < 1 {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await
+    .unwrap();
+    drop(first);
+    let results = tokio::time::timeout(BOUND, calling).await.unwrap().unwrap();
+    assert!(results[0].is_error, "{results:?}");
+
+    // Back on the same address: the next call works (rmcp opens a new session on the same connection).
+    let _second = serve_http_at(DemoServer::new("web", false), None, addr)
+        .await
+        .unwrap();
+    assert_eq!(
+        call_tools(&mcp, vec![call("c2", "echo", json!({"text": "back"}))]).await,
+        vec![ToolMessage::success("c2", "echo", "web: back")]
     );
 }

@@ -17,6 +17,16 @@ fn fast_restart(config: McpServerConfig) -> McpServerConfig {
     })
 }
 
+/// How many calls the server saw cancelled, once it has seen at least one (it waits up to 10 s).
+async fn cancellations(mcp: &McpTools) -> String {
+    let results = call_tools(
+        mcp,
+        vec![call("c9", "cancellations", json!({"at_least": 1}))],
+    )
+    .await;
+    results[0].content.clone()
+}
+
 #[tokio::test]
 async fn lists_and_calls_text_structured_and_error_results() {
     let mcp = McpTools::start([stdio("demo")]).await.unwrap();
@@ -56,17 +66,15 @@ async fn lists_and_calls_text_structured_and_error_results() {
 #[tokio::test]
 async fn arguments_are_validated_against_the_server_schema() {
     let mcp = McpTools::start([stdio("demo")]).await.unwrap();
-    let (model, _) = scripted_model(vec![vec![
-        call("c1", "echo", json!({"text": 5})),
-        // The server counts cancelled calls; it would fail this call if it saw the bad argument.
-        call("c2", "cancellations", json!({"at_least": -1})),
-    ]]);
-    let response = run(
-        stack(&mcp, FunctionInvocationLayer::new(), model),
-        user("go"),
+    let results = call_tools(
+        &mcp,
+        vec![
+            call("c1", "echo", json!({"text": 5})),
+            // The server counts cancelled calls; it would fail this call if it saw the bad argument.
+            call("c2", "cancellations", json!({"at_least": -1})),
+        ],
     )
     .await;
-    let results = tool_messages(&response);
     assert!(results[0].is_error, "{results:?}");
     assert!(
         results[0]
@@ -93,17 +101,7 @@ async fn a_server_that_never_answers_hits_the_tool_timeout_and_is_told_to_cancel
     );
 
     // The server received `notifications/cancelled` for the abandoned call (it waits for the count).
-    let (model, _) = scripted_model(vec![vec![call(
-        "c2",
-        "cancellations",
-        json!({"at_least": 1}),
-    )]]);
-    let response = run(
-        stack(&mcp, FunctionInvocationLayer::new(), model),
-        user("go"),
-    )
-    .await;
-    assert_eq!(tool_messages(&response)[0].content, "1");
+    assert_eq!(cancellations(&mcp).await, "1");
 }
 
 #[tokio::test]
@@ -123,18 +121,7 @@ async fn a_dropped_stream_cancels_the_running_call() {
     );
     assert!(stream.next().now_or_never().is_none());
     drop(stream);
-
-    let (model, _) = scripted_model(vec![vec![call(
-        "c2",
-        "cancellations",
-        json!({"at_least": 1}),
-    )]]);
-    let response = run(
-        stack(&mcp, FunctionInvocationLayer::new(), model),
-        user("go"),
-    )
-    .await;
-    assert_eq!(tool_messages(&response)[0].content, "1");
+    assert_eq!(cancellations(&mcp).await, "1");
 }
 
 #[tokio::test]
@@ -143,13 +130,7 @@ async fn a_crash_mid_call_is_an_error_result_and_the_server_restarts() {
         .await
         .unwrap();
     assert_eq!(mcp.status()[0].connections, 1);
-    let (model, _) = scripted_model(vec![vec![call("c1", "crash", json!({}))]]);
-    let response = run(
-        stack(&mcp, FunctionInvocationLayer::new(), model),
-        user("go"),
-    )
-    .await;
-    let results = tool_messages(&response);
+    let results = call_tools(&mcp, vec![call("c1", "crash", json!({}))]).await;
     assert!(results[0].is_error, "{results:?}");
     assert!(
         results[0].content.contains("MCP server `demo`"),
@@ -160,14 +141,8 @@ async fn a_crash_mid_call_is_an_error_result_and_the_server_restarts() {
         mcp.status()[0].connections == 2 && mcp.status()[0].connected
     })
     .await;
-    let (model, _) = scripted_model(vec![vec![call("c2", "echo", json!({"text": "back"}))]]);
-    let response = run(
-        stack(&mcp, FunctionInvocationLayer::new(), model),
-        user("go"),
-    )
-    .await;
     assert_eq!(
-        tool_messages(&response),
+        call_tools(&mcp, vec![call("c2", "echo", json!({"text": "back"}))]).await,
         vec![ToolMessage::success("c2", "echo", "demo: back")]
     );
 }
@@ -176,12 +151,7 @@ async fn a_crash_mid_call_is_an_error_result_and_the_server_restarts() {
 async fn a_list_change_is_followed() {
     let mcp = McpTools::start([stdio("demo")]).await.unwrap();
     assert!(mcp.tools().get("shout").is_none());
-    let (model, _) = scripted_model(vec![vec![call("c1", "add_tool", json!({"name": "shout"}))]]);
-    run(
-        stack(&mcp, FunctionInvocationLayer::new(), model),
-        user("go"),
-    )
-    .await;
+    call_tools(&mcp, vec![call("c1", "add_tool", json!({"name": "shout"}))]).await;
 
     wait_until(&mcp, |mcp| mcp.tools().get("shout").is_some()).await;
     let (model, offered) = scripted_model(vec![vec![call("c2", "shout", json!({"text": "hey"}))]]);
@@ -217,18 +187,12 @@ async fn a_server_failing_to_start_is_reported_with_its_stderr_and_the_rest_work
     assert!(error.contains("/nonexistent/mcp-server"), "{error}");
     assert!(status[2].connected, "{status:?}");
 
-    let (model, _) = scripted_model(vec![vec![call(
-        "c1",
-        "echo",
-        json!({"text": "still here"}),
-    )]]);
-    let response = run(
-        stack(&mcp, FunctionInvocationLayer::new(), model),
-        user("go"),
-    )
-    .await;
     assert_eq!(
-        tool_messages(&response),
+        call_tools(
+            &mcp,
+            vec![call("c1", "echo", json!({"text": "still here"}))]
+        )
+        .await,
         vec![ToolMessage::success("c1", "echo", "demo: still here")]
     );
 }
@@ -244,17 +208,16 @@ async fn colliding_names_are_prefixed_by_server() {
     let beta = tools.get("beta__echo").unwrap();
     assert_eq!(beta.hints().source_name.as_deref(), Some("echo"));
 
-    let (model, _) = scripted_model(vec![vec![
-        call("c1", "alpha__echo", json!({"text": "x"})),
-        call("c2", "beta__echo", json!({"text": "y"})),
-    ]]);
-    let response = run(
-        stack(&mcp, FunctionInvocationLayer::new(), model),
-        user("go"),
+    let results = call_tools(
+        &mcp,
+        vec![
+            call("c1", "alpha__echo", json!({"text": "x"})),
+            call("c2", "beta__echo", json!({"text": "y"})),
+        ],
     )
     .await;
     assert_eq!(
-        tool_messages(&response),
+        results,
         vec![
             ToolMessage::success("c1", "alpha__echo", "alpha: x"),
             ToolMessage::success("c2", "beta__echo", "beta: y"),

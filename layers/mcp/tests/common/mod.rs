@@ -9,10 +9,11 @@ use serde_json::Value;
 use tower::util::BoxCloneService;
 use tower::{service_fn, Layer, ServiceExt};
 use tower_chat::{
-    ChatError, ChatEvent, ChatRequest, ChatResponse, ChatStream, ChatStreamExt, FinishReason,
-    Message, ToolCall, ToolMessage,
+    ApprovalDecision, ApprovalDecisions, ChatError, ChatEvent, ChatRequest, ChatResponse,
+    ChatStream, ChatStreamExt, FinishReason, Message, ToolCall, ToolMessage,
 };
 use tower_chat_function_invocation::FunctionInvocationLayer;
+use tower_chat_mcp::test_server::{serve_http, DemoServer, HttpServer};
 use tower_chat_mcp::{McpLayer, McpServerConfig, McpTools};
 
 /// The stdio demo server binary.
@@ -23,6 +24,21 @@ pub const BOUND: Duration = Duration::from_secs(20);
 
 pub fn stdio(name: &str) -> McpServerConfig {
     McpServerConfig::stdio(name, SERVER).args(["--name", name])
+}
+
+/// The demo server called `name` in-process over HTTP (so a test sees what it saw), and the MCP tools connected
+/// to it with the configuration `configure` makes of the default one.
+pub async fn http_demo(
+    name: &str,
+    configure: impl FnOnce(McpServerConfig) -> McpServerConfig,
+) -> (HttpServer, McpTools) {
+    let server = serve_http(DemoServer::new(name, false), None)
+        .await
+        .unwrap();
+    let mcp = McpTools::start([configure(McpServerConfig::http(name, server.url()))])
+        .await
+        .unwrap();
+    (server, mcp)
 }
 
 /// The tool names the model was offered, per model call.
@@ -110,6 +126,20 @@ pub async fn run(chat: Chat, request: ChatRequest) -> ChatResponse {
     })
     .await
     .expect("the request finished")
+}
+
+/// Run one round of `calls` through the default tool loop; the tool messages the model got back.
+pub async fn call_tools(mcp: &McpTools, calls: Vec<ToolCall>) -> Vec<ToolMessage> {
+    let (model, _) = scripted_model(vec![calls]);
+    let chat = stack(mcp, FunctionInvocationLayer::new(), model);
+    tool_messages(&run(chat, user("go")).await)
+}
+
+/// The request that resumes `paused` (asked as `asked`) with `decision`.
+pub fn resume(asked: &str, paused: ChatResponse, decision: ApprovalDecision) -> ChatRequest {
+    let mut history = vec![Message::user(asked)];
+    history.extend(paused.messages);
+    ChatRequest::new(history).with_extension(ApprovalDecisions(vec![decision]))
 }
 
 pub fn user(text: &str) -> ChatRequest {
