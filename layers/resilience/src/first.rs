@@ -143,7 +143,7 @@ impl FirstContent {
 }
 
 /// Held events first, then the rest of the stream.
-struct Prefixed {
+pub(crate) struct Prefixed {
     head: Head,
     rest: Option<ChatStream>,
 }
@@ -158,11 +158,13 @@ impl Stream for Prefixed {
         let Some(rest) = self.rest.as_mut() else {
             return Poll::Ready(None);
         };
-        let next = ready!(rest.as_mut().poll_next(cx));
-        if !matches!(next, Some(Ok(_))) {
+        // Returned as polled (not rebuilt from its parts), so the 100-byte event is written once, straight into
+        // the caller's slot: this runs for every event of every answered stream.
+        let next = rest.as_mut().poll_next(cx);
+        if let Poll::Ready(None | Some(Err(_))) = next {
             self.rest = None;
         }
-        Poll::Ready(next)
+        next
     }
 }
 
