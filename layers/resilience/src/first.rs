@@ -27,16 +27,18 @@ pub(crate) struct Head {
     slots: [Option<ChatEvent>; 3],
     start: usize,
     end: usize,
-    spill: VecDeque<ChatEvent>,
+    /// `None` until needed: an empty `VecDeque` still costs a few dozen instructions to drop, on every call.
+    spill: Option<VecDeque<ChatEvent>>,
 }
 
 impl Head {
     pub(crate) fn push_back(&mut self, event: ChatEvent) {
-        if self.end < self.slots.len() && self.spill.is_empty() {
-            self.slots[self.end] = Some(event);
-            self.end += 1;
-        } else {
-            self.spill.push_back(event);
+        match &mut self.spill {
+            None if self.end < self.slots.len() => {
+                self.slots[self.end] = Some(event);
+                self.end += 1;
+            }
+            spill => spill.get_or_insert_with(VecDeque::new).push_back(event),
         }
     }
 
@@ -50,9 +52,11 @@ impl Head {
                 .iter_mut()
                 .filter_map(Option::take)
                 .collect();
-            all.append(&mut self.spill);
+            if let Some(spill) = &mut self.spill {
+                all.append(spill);
+            }
             all.push_front(event);
-            self.spill = all;
+            self.spill = Some(all);
             (self.start, self.end) = (0, 0);
         }
     }
@@ -62,14 +66,14 @@ impl Head {
             self.start += 1;
             return self.slots[self.start - 1].take();
         }
-        self.spill.pop_front()
+        self.spill.as_mut()?.pop_front()
     }
 
     pub(crate) fn iter(&self) -> impl Iterator<Item = &ChatEvent> {
         self.slots[self.start..self.end]
             .iter()
             .flatten()
-            .chain(self.spill.iter())
+            .chain(self.spill.iter().flatten())
     }
 }
 
@@ -102,10 +106,13 @@ pub(crate) struct FirstContent {
 impl FirstContent {
     pub(crate) fn new(stream: ChatStream) -> Self {
         FirstContent {
-            prefixed: Some(Box::new(Prefixed {
-                head: Head::default(),
-                rest: Some(stream),
-            })),
+            prefixed: Some({
+                // Made empty in place, then given the stream: `Box::new(Prefixed { .. })` built the ~380 bytes on
+                // the stack and copied them into the box.
+                let mut prefixed = Box::<Prefixed>::default();
+                prefixed.rest = Some(stream);
+                prefixed
+            }),
         }
     }
 
@@ -143,6 +150,7 @@ impl FirstContent {
 }
 
 /// Held events first, then the rest of the stream.
+#[derive(Default)]
 pub(crate) struct Prefixed {
     head: Head,
     rest: Option<ChatStream>,
