@@ -7,6 +7,7 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{ready, Context, Poll};
 
+use pin_project_lite::pin_project;
 use tower::util::BoxCloneSyncService;
 use tower_chat::{
     ChatError, ChatEvent, ChatRequest, ChatStream, ErrorKind, ModelInfo, ModelMetadata,
@@ -30,7 +31,7 @@ pub struct Target {
     name: String,
     metadata: ModelMetadata,
     model: ModelChoice,
-    service: BoxChatService,
+    service: Arc<dyn TargetService>,
     /// The target's own circuit breaker, driven by the fallback itself ([`Target::breaker`]).
     breaker: Option<Arc<Breaker>>,
 }
@@ -67,7 +68,7 @@ impl Target {
                 None => ModelChoice::Request,
             },
             metadata,
-            service: BoxCloneSyncService::new(service),
+            service: Arc::new(service),
             breaker: None,
         }
     }
@@ -130,6 +131,62 @@ impl fmt::Debug for Target {
             .field("model", &self.model)
             .field("provider", &self.metadata.provider)
             .finish_non_exhaustive()
+    }
+}
+
+/// A target's service, type-erased (one fallback mixes providers and stacks) so that a call costs one allocation:
+/// the call's future owns its own clone of the service, polls it ready, then calls it. (As a `BoxChatService` it
+/// cost two: the boxed clone, then the boxed response future.)
+trait TargetService: Send + Sync {
+    fn ready_and_call(&self, request: ChatRequest) -> TargetFuture;
+}
+
+type TargetFuture = Pin<Box<dyn Future<Output = Result<ChatStream, ChatError>> + Send>>;
+
+impl<S> TargetService for S
+where
+    S: Service<ChatRequest, Response = ChatStream, Error = ChatError>
+        + Clone
+        + Send
+        + Sync
+        + 'static,
+    S::Future: Send + 'static,
+{
+    fn ready_and_call(&self, request: ChatRequest) -> TargetFuture {
+        Box::pin(ReadyThenCall {
+            service: self.clone(),
+            request: Some(request),
+            future: None,
+        })
+    }
+}
+
+pin_project! {
+    /// A clone of a target's service, polled ready, then called with the request (tower's `Oneshot`, in the box
+    /// the call needs anyway).
+    struct ReadyThenCall<S: Service<ChatRequest>> {
+        service: S,
+        request: Option<ChatRequest>,
+        #[pin]
+        future: Option<S::Future>,
+    }
+}
+
+impl<S> Future for ReadyThenCall<S>
+where
+    S: Service<ChatRequest, Response = ChatStream, Error = ChatError>,
+{
+    type Output = Result<ChatStream, ChatError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut this = self.project();
+        if let Some(future) = this.future.as_mut().as_pin_mut() {
+            return future.poll(cx);
+        }
+        ready!(this.service.poll_ready(cx))?;
+        let request = this.request.take().expect("called once");
+        this.future.set(Some(this.service.call(request)));
+        this.future.as_pin_mut().expect("set above").poll(cx)
     }
 }
 
@@ -404,11 +461,11 @@ impl Service<ChatRequest> for Fallback {
 /// first content event.
 ///
 /// ```text
-///            ┌───────────── failed, the next target ─────────────┐
-///            ▼                                                    │
-/// call ─► Readying ──ready──► Calling ──Ok(stream)──► Peeking ──first content──► answered
-///            │                   │                      │
-///            └───────Err─────────┴────────Err───────────┴──► the next target, or every attempt's error
+///            ┌──────── failed, the next target ─────────┐
+///            ▼                                           │
+/// call ─► Calling (ready, call) ──Ok(stream)──► Peeking ──first content──► answered
+///            │                                   │
+///            └──────────────Err──────────────────┴──► the next target, or every attempt's error
 /// ```
 pub struct FallbackFuture {
     shared: Arc<FallbackShared>,
@@ -430,11 +487,9 @@ enum Step {
     Refused {
         error: Option<ChatError>,
     },
-    Readying {
-        service: BoxChatService,
-    },
+    /// The target's service being polled ready, then its response future.
     Calling {
-        future: <BoxChatService as Service<ChatRequest>>::Future,
+        future: TargetFuture,
     },
     Peeking {
         peek: FirstContent,
@@ -466,9 +521,11 @@ impl FallbackFuture {
                 }
             }
         }
-        self.state = Step::Readying {
-            service: target.service.clone(),
-        };
+        let request = self.target_request();
+        let future = self.shared.targets[self.index]
+            .service
+            .ready_and_call(request);
+        self.state = Step::Calling { future };
     }
 
     /// The request for target `self.index`, with that target's model.
@@ -565,19 +622,6 @@ impl Future for FallbackFuture {
         loop {
             let error = match &mut this.state {
                 Step::Refused { error } => error.take().expect("refused once"),
-                Step::Readying { service } => match ready!(service.poll_ready(cx)) {
-                    Ok(()) => {
-                        let Step::Readying { mut service } =
-                            std::mem::replace(&mut this.state, Step::Done)
-                        else {
-                            unreachable!("matched above")
-                        };
-                        let future = service.call(this.target_request());
-                        this.state = Step::Calling { future };
-                        continue;
-                    }
-                    Err(error) => error,
-                },
                 Step::Calling { future } => match ready!(future.as_mut().poll(cx)) {
                     Ok(stream) => {
                         this.state = Step::Peeking {

@@ -151,7 +151,7 @@ impl FirstContent {
 
 /// Held events first, then the rest of the stream.
 #[derive(Default)]
-pub(crate) struct Prefixed {
+struct Prefixed {
     head: Head,
     rest: Option<ChatStream>,
 }
