@@ -485,7 +485,9 @@ pub struct FallbackFuture {
 enum Step {
     /// The current target's breaker refused the call.
     Refused {
-        error: Option<ChatError>,
+        /// Boxed: this rare state would otherwise make every fallback future (moved and boxed per call) 40 bytes
+        /// larger.
+        error: Option<Box<ChatError>>,
     },
     /// The target's service being polled ready, then its response future.
     Calling {
@@ -516,7 +518,9 @@ impl FallbackFuture {
             match breaker.acquire() {
                 Ok(permit) => self.permit = Some(permit),
                 Err(error) => {
-                    self.state = Step::Refused { error: Some(error) };
+                    self.state = Step::Refused {
+                        error: Some(Box::new(error)),
+                    };
                     return;
                 }
             }
@@ -621,7 +625,7 @@ impl Future for FallbackFuture {
         let this = &mut *self;
         loop {
             let error = match &mut this.state {
-                Step::Refused { error } => error.take().expect("refused once"),
+                Step::Refused { error } => *error.take().expect("refused once"),
                 Step::Calling { future } => match ready!(future.as_mut().poll(cx)) {
                     Ok(stream) => {
                         this.state = Step::Peeking {

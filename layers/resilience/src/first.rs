@@ -121,7 +121,7 @@ impl FirstContent {
             .prefixed
             .as_mut()
             .expect("FirstContent polled after completion");
-        let Prefixed { head, rest } = &mut **prefixed;
+        let Prefixed { head, rest, .. } = &mut **prefixed;
         let stream = rest
             .as_mut()
             .expect("the stream is held until the peek ends");
@@ -154,6 +154,8 @@ impl FirstContent {
 struct Prefixed {
     head: Head,
     rest: Option<ChatStream>,
+    /// The rest ended (or failed): it is dropped at the next poll, which then ends the stream.
+    ended: bool,
 }
 
 impl Stream for Prefixed {
@@ -163,15 +165,19 @@ impl Stream for Prefixed {
         if let Some(event) = self.head.pop_front() {
             return Poll::Ready(Some(Ok(event)));
         }
-        let Some(rest) = self.rest.as_mut() else {
+        let this = &mut *self;
+        let Some(rest) = this.rest.as_mut() else {
             return Poll::Ready(None);
         };
-        // Returned as polled (not rebuilt from its parts), so the 100-byte event is written once, straight into
-        // the caller's slot: this runs for every event of every answered stream.
-        let next = rest.as_mut().poll_next(cx);
-        if let Poll::Ready(None | Some(Err(_))) = next {
-            self.rest = None;
+        if this.ended {
+            this.rest = None;
+            return Poll::Ready(None);
         }
+        // Returned as polled, with nothing that may unwind between the poll and the return (the end only sets a
+        // flag), so the 100-byte event is written once, straight into the caller's slot: this runs for every
+        // event of every answered stream.
+        let next = rest.as_mut().poll_next(cx);
+        this.ended = matches!(next, Poll::Ready(None | Some(Err(_))));
         next
     }
 }
