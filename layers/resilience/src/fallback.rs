@@ -16,10 +16,9 @@ use tower_chat::{
 use tower_layer::Layer;
 use tower_service::Service;
 
-use crate::breaker::{target_name, Breaker, BreakerHandle, CircuitBreakerLayer, Permit};
+use crate::breaker::{target_name, Breaker, BreakerHandle, CircuitBreakerLayer};
 use crate::first::{FirstContent, Peeked};
 use crate::observe::{Observer, ResilienceEvent, SharedObserver};
-use crate::watch::Verdict;
 
 /// A boxed chat service, as targets hold them.
 pub type BoxChatService = BoxCloneSyncService<ChatRequest, ChatStream, ChatError>;
@@ -449,7 +448,7 @@ impl Service<ChatRequest> for Fallback {
             index: 0,
             sent_model: None,
             failed: Vec::new(),
-            permit: None,
+            admitted: None,
             state: Step::Done,
         };
         future.start_target();
@@ -478,7 +477,8 @@ pub struct FallbackFuture {
     sent_model: Option<String>,
     failed: Vec<FailedAttempt>,
     /// The current target's leave to call through its breaker; told the outcome once.
-    permit: Option<Permit>,
+    /// `Some(probe)`: the breaker let it through (as its half-open probe, or not) and is owed its outcome.
+    admitted: Option<bool>,
     state: Step,
 }
 
@@ -515,8 +515,8 @@ impl FallbackFuture {
     fn start_target(&mut self) {
         let target = &self.shared.targets[self.index];
         if let Some(breaker) = &target.breaker {
-            match breaker.acquire() {
-                Ok(permit) => self.permit = Some(permit),
+            match breaker.admit() {
+                Ok(probe) => self.admitted = Some(probe),
                 Err(error) => {
                     self.state = Step::Refused {
                         error: Some(Box::new(error)),
@@ -530,6 +530,16 @@ impl FallbackFuture {
             .service
             .ready_and_call(request);
         self.state = Step::Calling { future };
+    }
+
+    /// Tell the current target's breaker how its call went (once; `None`: dropped before it said anything).
+    fn settle(&mut self, outcome: Option<Result<(), &ChatError>>) {
+        if let Some(probe) = self.admitted.take() {
+            let breaker = self.shared.targets[self.index].breaker.as_ref();
+            breaker
+                .expect("admitted by the target's breaker")
+                .settle(probe, outcome);
+        }
     }
 
     /// The request for target `self.index`, with that target's model.
@@ -596,7 +606,6 @@ impl FallbackFuture {
         };
         let named = peeked
             .head()
-            .iter()
             .any(|e| matches!(e, ChatEvent::ResponseMetadata { model: Some(_), .. }));
         if !named {
             if let Some(model) = model() {
@@ -615,6 +624,13 @@ impl FallbackFuture {
             });
         }
         peeked.into_stream()
+    }
+}
+
+impl Drop for FallbackFuture {
+    /// A call dropped while a target runs frees its breaker's probe slot, counting nothing (as a dropped `Permit`).
+    fn drop(&mut self) {
+        self.settle(None);
     }
 }
 
@@ -638,9 +654,7 @@ impl Future for FallbackFuture {
                 Step::Peeking { peek } => match ready!(peek.poll_peek(cx)) {
                     Ok(peeked) => {
                         this.state = Step::Done;
-                        if let Some(permit) = this.permit.take() {
-                            permit.settle(Ok(()));
-                        }
+                        this.settle(Some(Ok(())));
                         return Poll::Ready(Ok(this.answered(peeked)));
                     }
                     Err(error) => error,
@@ -648,9 +662,7 @@ impl Future for FallbackFuture {
                 Step::Done => panic!("FallbackFuture polled after completion"),
             };
             this.state = Step::Done;
-            if let Some(permit) = this.permit.take() {
-                permit.settle(Err(&error));
-            }
+            this.settle(Some(Err(&error)));
             if let Some(error) = this.on_failure(error) {
                 return Poll::Ready(Err(error));
             }

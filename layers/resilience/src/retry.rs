@@ -226,13 +226,13 @@ where
     }
 
     fn call(&mut self, mut request: ChatRequest) -> Self::Future {
-        if self.config.max_attempts == 1 || request.extensions.get::<RetryScope>().is_some() {
+        // Marked and checked in one map operation: a request that already had the marker is unchanged by it.
+        if self.config.max_attempts == 1 || request.extensions.insert(RetryScope).is_some() {
             // An outer retry layer owns the retries (or there are none to make): one call, as it is.
             return ResponseFuture::once(self.inner.call(request));
         }
         let config = self.config.clone();
         let deadline = config.deadline.map(|d| config.clock.now() + d);
-        request.extensions.insert(RetryScope);
         config.budget.deposit();
         // The service polled ready goes with this request; the one left behind must be polled again.
         let clone = self.inner.clone();
