@@ -3,6 +3,7 @@
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
@@ -176,6 +177,10 @@ pub(crate) struct Breaker {
     name: String,
     config: BreakerConfig,
     inner: Mutex<Inner>,
+    /// Whether the circuit is closed with no failure counted and no window to record in (as `inner` was when
+    /// last unlocked): then a call is let through, and a success settled, without taking the lock. Written only
+    /// with the lock held.
+    clear: AtomicBool,
 }
 
 impl Breaker {
@@ -186,6 +191,7 @@ impl Breaker {
         Arc::new(Breaker {
             name,
             config,
+            clear: AtomicBool::new(window.is_none()),
             inner: Mutex::new(Inner {
                 phase: Phase::Closed,
                 consecutive: 0,
@@ -218,6 +224,22 @@ impl Breaker {
     }
 
     pub(crate) fn acquire(self: &Arc<Self>) -> Result<Permit, ChatError> {
+        let probe = self.admit()?;
+        Ok(Permit {
+            breaker: self.clone(),
+            probe,
+            settled: false,
+        })
+    }
+
+    /// Whether a call may go through now, and whether it is the probe of a half-open circuit; the caller then
+    /// owes exactly one [`settle`](Self::settle) with that flag (a [`Permit`] does it, or a fallback that holds
+    /// its breakers anyway and need not clone one per call).
+    pub(crate) fn admit(&self) -> Result<bool, ChatError> {
+        if self.clear.load(Ordering::Acquire) {
+            // Closed: what the locked path below does, without the lock.
+            return Ok(false);
+        }
         let mut inner = self.lock();
         let (probe, transition) = match inner.phase {
             Phase::Closed => (false, None),
@@ -236,11 +258,7 @@ impl Breaker {
         };
         drop(inner);
         self.emit(transition);
-        Ok(Permit {
-            breaker: self.clone(),
-            probe,
-            settled: false,
-        })
+        Ok(probe)
     }
 
     fn open_error(&self) -> ChatError {
@@ -256,7 +274,8 @@ impl Breaker {
         })
     }
 
-    fn settle(&self, probe: bool, outcome: Option<Result<(), &ChatError>>) {
+    /// The outcome of a call [`admit`](Self::admit)ted with `probe`; `None`: dropped before it said anything.
+    pub(crate) fn settle(&self, probe: bool, outcome: Option<Result<(), &ChatError>>) {
         let failed = match outcome {
             None => {
                 // The call was dropped before it said anything: free the probe slot, count nothing.
@@ -268,6 +287,9 @@ impl Breaker {
                 }
                 return;
             }
+            // Closed with nothing counted: a success would change nothing (the locked path below sets the count
+            // of failures in a row to the 0 it already is).
+            Some(Ok(())) if self.clear.load(Ordering::Acquire) => return,
             Some(Ok(())) => false,
             Some(Err(error)) if counts_as_failure(error) => true,
             // Not the target's fault: a probe that met it proves nothing either way.
@@ -316,6 +338,12 @@ impl Breaker {
             // A call that started before the circuit opened (or a stale probe) changes nothing.
             _ => None,
         };
+        self.clear.store(
+            matches!(inner.phase, Phase::Closed)
+                && inner.consecutive == 0
+                && inner.window.is_none(),
+            Ordering::Release,
+        );
         drop(inner);
         self.emit(transition);
     }

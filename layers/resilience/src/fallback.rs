@@ -7,6 +7,7 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{ready, Context, Poll};
 
+use pin_project_lite::pin_project;
 use tower::util::BoxCloneSyncService;
 use tower_chat::{
     ChatError, ChatEvent, ChatRequest, ChatStream, ErrorKind, ModelInfo, ModelMetadata,
@@ -15,10 +16,9 @@ use tower_chat::{
 use tower_layer::Layer;
 use tower_service::Service;
 
-use crate::breaker::{target_name, Breaker, BreakerHandle, CircuitBreakerLayer, Permit};
+use crate::breaker::{target_name, Breaker, BreakerHandle, CircuitBreakerLayer};
 use crate::first::{FirstContent, Peeked};
 use crate::observe::{Observer, ResilienceEvent, SharedObserver};
-use crate::watch::Verdict;
 
 /// A boxed chat service, as targets hold them.
 pub type BoxChatService = BoxCloneSyncService<ChatRequest, ChatStream, ChatError>;
@@ -30,7 +30,7 @@ pub struct Target {
     name: String,
     metadata: ModelMetadata,
     model: ModelChoice,
-    service: BoxChatService,
+    service: Arc<dyn TargetService>,
     /// The target's own circuit breaker, driven by the fallback itself ([`Target::breaker`]).
     breaker: Option<Arc<Breaker>>,
 }
@@ -67,7 +67,7 @@ impl Target {
                 None => ModelChoice::Request,
             },
             metadata,
-            service: BoxCloneSyncService::new(service),
+            service: Arc::new(service),
             breaker: None,
         }
     }
@@ -130,6 +130,62 @@ impl fmt::Debug for Target {
             .field("model", &self.model)
             .field("provider", &self.metadata.provider)
             .finish_non_exhaustive()
+    }
+}
+
+/// A target's service, type-erased (one fallback mixes providers and stacks) so that a call costs one allocation:
+/// the call's future owns its own clone of the service, polls it ready, then calls it. (As a `BoxChatService` it
+/// cost two: the boxed clone, then the boxed response future.)
+trait TargetService: Send + Sync {
+    fn ready_and_call(&self, request: ChatRequest) -> TargetFuture;
+}
+
+type TargetFuture = Pin<Box<dyn Future<Output = Result<ChatStream, ChatError>> + Send>>;
+
+impl<S> TargetService for S
+where
+    S: Service<ChatRequest, Response = ChatStream, Error = ChatError>
+        + Clone
+        + Send
+        + Sync
+        + 'static,
+    S::Future: Send + 'static,
+{
+    fn ready_and_call(&self, request: ChatRequest) -> TargetFuture {
+        Box::pin(ReadyThenCall {
+            service: self.clone(),
+            request: Some(request),
+            future: None,
+        })
+    }
+}
+
+pin_project! {
+    /// A clone of a target's service, polled ready, then called with the request (tower's `Oneshot`, in the box
+    /// the call needs anyway).
+    struct ReadyThenCall<S: Service<ChatRequest>> {
+        service: S,
+        request: Option<ChatRequest>,
+        #[pin]
+        future: Option<S::Future>,
+    }
+}
+
+impl<S> Future for ReadyThenCall<S>
+where
+    S: Service<ChatRequest, Response = ChatStream, Error = ChatError>,
+{
+    type Output = Result<ChatStream, ChatError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut this = self.project();
+        if let Some(future) = this.future.as_mut().as_pin_mut() {
+            return future.poll(cx);
+        }
+        ready!(this.service.poll_ready(cx))?;
+        let request = this.request.take().expect("called once");
+        this.future.set(Some(this.service.call(request)));
+        this.future.as_pin_mut().expect("set above").poll(cx)
     }
 }
 
@@ -392,7 +448,7 @@ impl Service<ChatRequest> for Fallback {
             index: 0,
             sent_model: None,
             failed: Vec::new(),
-            permit: None,
+            admitted: None,
             state: Step::Done,
         };
         future.start_target();
@@ -404,11 +460,11 @@ impl Service<ChatRequest> for Fallback {
 /// first content event.
 ///
 /// ```text
-///            ┌───────────── failed, the next target ─────────────┐
-///            ▼                                                    │
-/// call ─► Readying ──ready──► Calling ──Ok(stream)──► Peeking ──first content──► answered
-///            │                   │                      │
-///            └───────Err─────────┴────────Err───────────┴──► the next target, or every attempt's error
+///            ┌──────── failed, the next target ─────────┐
+///            ▼                                           │
+/// call ─► Calling (ready, call) ──Ok(stream)──► Peeking ──first content──► answered
+///            │                                   │
+///            └──────────────Err──────────────────┴──► the next target, or every attempt's error
 /// ```
 pub struct FallbackFuture {
     shared: Arc<FallbackShared>,
@@ -421,20 +477,21 @@ pub struct FallbackFuture {
     sent_model: Option<String>,
     failed: Vec<FailedAttempt>,
     /// The current target's leave to call through its breaker; told the outcome once.
-    permit: Option<Permit>,
+    /// `Some(probe)`: the breaker let it through (as its half-open probe, or not) and is owed its outcome.
+    admitted: Option<bool>,
     state: Step,
 }
 
 enum Step {
     /// The current target's breaker refused the call.
     Refused {
-        error: Option<ChatError>,
+        /// Boxed: this rare state would otherwise make every fallback future (moved and boxed per call) 40 bytes
+        /// larger.
+        error: Option<Box<ChatError>>,
     },
-    Readying {
-        service: BoxChatService,
-    },
+    /// The target's service being polled ready, then its response future.
     Calling {
-        future: <BoxChatService as Service<ChatRequest>>::Future,
+        future: TargetFuture,
     },
     Peeking {
         peek: FirstContent,
@@ -458,17 +515,31 @@ impl FallbackFuture {
     fn start_target(&mut self) {
         let target = &self.shared.targets[self.index];
         if let Some(breaker) = &target.breaker {
-            match breaker.acquire() {
-                Ok(permit) => self.permit = Some(permit),
+            match breaker.admit() {
+                Ok(probe) => self.admitted = Some(probe),
                 Err(error) => {
-                    self.state = Step::Refused { error: Some(error) };
+                    self.state = Step::Refused {
+                        error: Some(Box::new(error)),
+                    };
                     return;
                 }
             }
         }
-        self.state = Step::Readying {
-            service: target.service.clone(),
-        };
+        let request = self.target_request();
+        let future = self.shared.targets[self.index]
+            .service
+            .ready_and_call(request);
+        self.state = Step::Calling { future };
+    }
+
+    /// Tell the current target's breaker how its call went (once; `None`: dropped before it said anything).
+    fn settle(&mut self, outcome: Option<Result<(), &ChatError>>) {
+        if let Some(probe) = self.admitted.take() {
+            let breaker = self.shared.targets[self.index].breaker.as_ref();
+            breaker
+                .expect("admitted by the target's breaker")
+                .settle(probe, outcome);
+        }
     }
 
     /// The request for target `self.index`, with that target's model.
@@ -535,7 +606,6 @@ impl FallbackFuture {
         };
         let named = peeked
             .head()
-            .iter()
             .any(|e| matches!(e, ChatEvent::ResponseMetadata { model: Some(_), .. }));
         if !named {
             if let Some(model) = model() {
@@ -557,6 +627,13 @@ impl FallbackFuture {
     }
 }
 
+impl Drop for FallbackFuture {
+    /// A call dropped while a target runs frees its breaker's probe slot, counting nothing (as a dropped `Permit`).
+    fn drop(&mut self) {
+        self.settle(None);
+    }
+}
+
 impl Future for FallbackFuture {
     type Output = Result<ChatStream, ChatError>;
 
@@ -564,20 +641,7 @@ impl Future for FallbackFuture {
         let this = &mut *self;
         loop {
             let error = match &mut this.state {
-                Step::Refused { error } => error.take().expect("refused once"),
-                Step::Readying { service } => match ready!(service.poll_ready(cx)) {
-                    Ok(()) => {
-                        let Step::Readying { mut service } =
-                            std::mem::replace(&mut this.state, Step::Done)
-                        else {
-                            unreachable!("matched above")
-                        };
-                        let future = service.call(this.target_request());
-                        this.state = Step::Calling { future };
-                        continue;
-                    }
-                    Err(error) => error,
-                },
+                Step::Refused { error } => *error.take().expect("refused once"),
                 Step::Calling { future } => match ready!(future.as_mut().poll(cx)) {
                     Ok(stream) => {
                         this.state = Step::Peeking {
@@ -590,9 +654,7 @@ impl Future for FallbackFuture {
                 Step::Peeking { peek } => match ready!(peek.poll_peek(cx)) {
                     Ok(peeked) => {
                         this.state = Step::Done;
-                        if let Some(permit) = this.permit.take() {
-                            permit.settle(Ok(()));
-                        }
+                        this.settle(Some(Ok(())));
                         return Poll::Ready(Ok(this.answered(peeked)));
                     }
                     Err(error) => error,
@@ -600,9 +662,7 @@ impl Future for FallbackFuture {
                 Step::Done => panic!("FallbackFuture polled after completion"),
             };
             this.state = Step::Done;
-            if let Some(permit) = this.permit.take() {
-                permit.settle(Err(&error));
-            }
+            this.settle(Some(Err(&error)));
             if let Some(error) = this.on_failure(error) {
                 return Poll::Ready(Err(error));
             }

@@ -83,6 +83,7 @@
 mod balance;
 mod boxed;
 mod breaker;
+mod budget;
 mod clock;
 mod fallback;
 mod first;

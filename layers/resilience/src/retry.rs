@@ -10,13 +10,14 @@ use std::time::{Duration, Instant};
 
 use pin_project_lite::pin_project;
 use tokio_util::sync::WaitForCancellationFutureOwned;
-use tower::retry::budget::{Budget, TpsBudget};
+use tower::retry::budget::Budget;
 use tower_chat::{
     ChatError, ChatRequest, ChatStream, ErrorKind, ModelInfo, ModelMetadata, TimeoutPhase,
 };
 use tower_layer::Layer;
 use tower_service::Service;
 
+use crate::budget::WindowBudget;
 use crate::clock::{Clock, SharedClock, Sleep};
 use crate::first::FirstContent;
 use crate::observe::{Observer, ResilienceEvent, SharedObserver};
@@ -64,7 +65,7 @@ impl Clone for RetryConfig {
 /// | [`backoff`](Self::backoff): exponential, full jitter | 500 ms doubling to 30 s |
 /// | [`retry_after_cap`](Self::retry_after_cap): the longest `Retry-After` honoured (longer: fail at once) | 60 s |
 /// | [`deadline`](Self::deadline): the whole call until its first content event | none |
-/// | [`budget`](Self::budget): retries allowed across every clone | tower's `TpsBudget`: 20 % of calls, at least 10/s |
+/// | [`budget`](Self::budget): retries allowed across every clone | as tower's `TpsBudget`: 20 % of calls over 10 s, at least 10/s |
 /// | [`clock`](Self::clock) | [`TokioClock`](crate::TokioClock) |
 ///
 /// The response future resolves once the first content event arrived (events before it are held and passed on
@@ -83,7 +84,7 @@ impl Default for RetryLayer {
                 backoff: Backoff::default(),
                 retry_after_cap: Duration::from_secs(60),
                 deadline: None,
-                budget: Arc::new(TpsBudget::new(Duration::from_secs(10), 10, 0.2)),
+                budget: Arc::new(WindowBudget::new(Duration::from_secs(10), 10, 0.2)),
                 clock: SharedClock::default(),
                 observer: SharedObserver::default(),
             }),
@@ -225,13 +226,13 @@ where
     }
 
     fn call(&mut self, mut request: ChatRequest) -> Self::Future {
-        if self.config.max_attempts == 1 || request.extensions.get::<RetryScope>().is_some() {
+        // Marked and checked in one map operation: a request that already had the marker is unchanged by it.
+        if self.config.max_attempts == 1 || request.extensions.insert(RetryScope).is_some() {
             // An outer retry layer owns the retries (or there are none to make): one call, as it is.
             return ResponseFuture::once(self.inner.call(request));
         }
         let config = self.config.clone();
         let deadline = config.deadline.map(|d| config.clock.now() + d);
-        request.extensions.insert(RetryScope);
         config.budget.deposit();
         // The service polled ready goes with this request; the one left behind must be polled again.
         let clone = self.inner.clone();

@@ -257,3 +257,35 @@ async fn a_target_breaker_driven_by_the_fallback_opens_skips_probes_and_closes()
         );
     }
 }
+
+/// Only failures in a row open the circuit: a success between them starts the count again. (A success on a
+/// closed circuit with nothing counted skips the breaker's lock; this checks one after failures does not.)
+#[tokio::test(start_paused = true)]
+async fn a_success_between_failures_starts_the_count_again() {
+    let provider = scripted(vec![
+        status(500),
+        status(500),
+        ok_reply(true, "ok"),
+        status(500),
+        status(500),
+        ok_reply(true, "still"),
+    ])
+    .await;
+    let chat = CircuitBreakerLayer::new()
+        .consecutive_failures(3)
+        .open_for(Duration::from_secs(30))
+        .layer(openai(&provider, "gpt-4o"));
+    let handle = chat.handle();
+    for _ in 0..2 {
+        chat.clone().oneshot(request(true)).await.err().unwrap();
+    }
+    let answer = chat.clone().oneshot(request(true)).await.unwrap();
+    assert_eq!(answer.collect_response().await.unwrap().text(), "ok");
+    for _ in 0..2 {
+        chat.clone().oneshot(request(true)).await.err().unwrap();
+    }
+    assert_eq!(handle.state(), BreakerState::Closed);
+    let answer = chat.clone().oneshot(request(true)).await.unwrap();
+    assert_eq!(answer.collect_response().await.unwrap().text(), "still");
+    assert_eq!(provider.requests().len(), 6);
+}
