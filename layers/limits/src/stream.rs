@@ -3,7 +3,7 @@
 
 use std::fmt;
 use std::pin::Pin;
-use std::task::{ready, Context, Poll};
+use std::task::{Context, Poll};
 
 use futures_core::Stream;
 use tower_chat::{ChatError, ChatEvent, ChatStream, Usage};
@@ -84,8 +84,12 @@ impl Stream for LimitedStream {
         let Some(inner) = this.inner.as_mut().filter(|_| !this.ended) else {
             return Poll::Ready(None);
         };
-        let item = ready!(inner.as_mut().poll_next(cx));
-        match &item {
+        // Inspected where it lies and returned as it is: the ~100-byte item is not moved out and back.
+        let poll = inner.as_mut().poll_next(cx);
+        let Poll::Ready(item) = &poll else {
+            return poll;
+        };
+        match item {
             Some(Ok(event)) => match event {
                 ChatEvent::Usage { usage } => {
                     this.usage.get_or_insert_with(Usage::default).add(usage)
@@ -103,7 +107,7 @@ impl Stream for LimitedStream {
                 this.settle();
             }
         }
-        Poll::Ready(item)
+        poll
     }
 }
 

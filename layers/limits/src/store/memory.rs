@@ -1,5 +1,6 @@
 //! [`MemoryStore`]: counters in this process, behind one mutex.
 
+use std::sync::atomic::Ordering;
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -19,10 +20,89 @@ pub struct MemoryStore {
 
 #[derive(Debug, Default)]
 struct State {
-    /// foldhash, seeded per map: the key is hashed on every reserve and settle, and SipHash cost more than the
-    /// rest of the store's work. Callers are the application's own ids (API keys, users), not free input.
-    scopes: foldhash::HashMap<ScopeKey, Slots>,
+    /// Scope → its slot in `entries`. foldhash, seeded per map: the key is hashed on every reserve, and SipHash
+    /// cost more than the rest of the store's work. Callers are the application's own ids (API keys, users), not
+    /// free input.
+    index: foldhash::HashMap<ScopeKey, u32>,
+    /// The scopes' counters by slot (`None`: a slot freed by a sweep, listed in `free`). A ticket remembers the
+    /// slots it was charged in ([`Ticket::slot_hint`]), so settlement needs no second lookup.
+    entries: Vec<Option<Entry>>,
+    free: Vec<u32>,
     reserves_since_sweep: u32,
+}
+
+#[derive(Debug)]
+struct Entry {
+    key: ScopeKey,
+    slots: Slots,
+}
+
+impl State {
+    /// The slot of `key`, created empty when the scope has none.
+    fn slot_of(&mut self, key: &ScopeKey) -> u32 {
+        if let Some(&slot) = self.index.get(key) {
+            return slot;
+        }
+        let entry = Some(Entry {
+            key: key.clone(),
+            slots: Slots::default(),
+        });
+        let slot = match self.free.pop() {
+            Some(slot) => {
+                self.entries[slot as usize] = entry;
+                slot
+            }
+            None => {
+                self.entries.push(entry);
+                u32::try_from(self.entries.len() - 1).expect("fewer than 2^32 scopes")
+            }
+        };
+        self.index.insert(key.clone(), slot);
+        slot
+    }
+
+    fn slots_mut(&mut self, slot: u32) -> &mut Slots {
+        &mut self.entries[slot as usize]
+            .as_mut()
+            .expect("an indexed slot is occupied")
+            .slots
+    }
+
+    /// The counters of `key`, through the slot `hint` when it still holds that scope, else by lookup.
+    fn find_mut(&mut self, key: &ScopeKey, hint: u32) -> Option<&mut Slots> {
+        let hinted = matches!(
+            self.entries.get(hint as usize),
+            Some(Some(entry)) if entry.key == *key
+        );
+        let slot = if hinted { hint } else { *self.index.get(key)? };
+        Some(self.slots_mut(slot))
+    }
+
+    fn get(&self, key: &ScopeKey) -> Option<&Slots> {
+        let slot = *self.index.get(key)?;
+        self.entries[slot as usize].as_ref().map(|e| &e.slots)
+    }
+
+    /// Drop the scopes whose windows have all ended and that have no call in progress.
+    fn sweep(&mut self, now: u64) {
+        let (entries, free) = (&mut self.entries, &mut self.free);
+        self.index.retain(|_, &mut slot| {
+            let entry = &mut entries[slot as usize];
+            let keep = entry.as_ref().is_some_and(|e| {
+                e.slots.expires_at > now || e.slots.slots[CounterKind::Concurrent.index()].used > 0
+            });
+            if !keep {
+                *entry = None;
+                free.push(slot);
+            }
+            keep
+        });
+    }
+}
+
+/// The hint word of a ticket charged in `slots` (its first two scopes).
+fn hint_word(first: u32, second: u32) -> u64 {
+    u64::from(first) | u64::from(second) << 32
 }
 
 /// The counters of one scope, indexed by [`CounterKind::index`].
@@ -108,7 +188,7 @@ impl MemoryStore {
 
     /// How many scopes have counters (ended ones are swept from time to time).
     pub fn scope_count(&self) -> usize {
-        self.lock().scopes.len()
+        self.lock().index.len()
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
@@ -125,10 +205,8 @@ impl LimitStore for MemoryStore {
         let state = &mut *state;
         if let [scope] = ticket.scopes() {
             // One scope (no per-model limits): check and charge through one lookup.
-            let slots = match state.scopes.get_mut(&scope.key) {
-                Some(slots) => slots,
-                None => state.scopes.entry(scope.key.clone()).or_default(),
-            };
+            let slot = state.slot_of(&scope.key);
+            let slots = state.slots_mut(slot);
             if let Some(worst) = worst_over(counters.iter().map(|c| (c, Some(&*slots))), ticket) {
                 return StoreReply::Ready(Ok(Admission::Rejected(Rejection::of(
                     ticket,
@@ -137,15 +215,17 @@ impl LimitStore for MemoryStore {
                 ))));
             }
             charge(slots, counters);
+            ticket
+                .slot_hint
+                .store(hint_word(slot, u32::MAX), Ordering::Relaxed);
         } else {
             // Check every scope before charging any: all or nothing.
-            let scopes = &state.scopes;
             let found = ticket
                 .scopes()
                 .iter()
                 .enumerate()
                 .flat_map(|(index, scope)| {
-                    let slots = scopes.get(&scope.key);
+                    let slots = state.get(&scope.key);
                     scope_counters(counters, index)
                         .iter()
                         .map(move |c| (c, slots))
@@ -157,21 +237,22 @@ impl LimitStore for MemoryStore {
                     ticket.at(),
                 ))));
             }
+            let mut hint = [u32::MAX; 2];
             for (index, scope) in ticket.scopes().iter().enumerate() {
-                let slots = match state.scopes.get_mut(&scope.key) {
-                    Some(slots) => slots,
-                    None => state.scopes.entry(scope.key.clone()).or_default(),
-                };
-                charge(slots, scope_counters(counters, index));
+                let slot = state.slot_of(&scope.key);
+                if let Some(h) = hint.get_mut(index) {
+                    *h = slot;
+                }
+                charge(state.slots_mut(slot), scope_counters(counters, index));
             }
+            ticket
+                .slot_hint
+                .store(hint_word(hint[0], hint[1]), Ordering::Relaxed);
         }
         state.reserves_since_sweep += 1;
         if state.reserves_since_sweep >= SWEEP_EVERY {
             state.reserves_since_sweep = 0;
-            let now = ticket.at();
-            state.scopes.retain(|_, s| {
-                s.expires_at > now || s.slots[CounterKind::Concurrent.index()].used > 0
-            });
+            state.sweep(ticket.at());
         }
         StoreReply::Ready(Ok(Admission::Admitted))
     }
@@ -180,9 +261,15 @@ impl LimitStore for MemoryStore {
         let counters = ticket.counters();
         // Per kind, not per counter: every scope's counter of one kind moves by the same amount.
         let deltas = CounterKind::ALL.map(|kind| ticket.reserved().settle_delta(actual, kind));
+        let hint = ticket.slot_hint.load(Ordering::Relaxed);
         let mut state = self.lock();
         for (index, scope) in ticket.scopes().iter().enumerate() {
-            let Some(slots) = state.scopes.get_mut(&scope.key) else {
+            let hinted = match index {
+                0 => hint as u32,
+                1 => (hint >> 32) as u32,
+                _ => u32::MAX,
+            };
+            let Some(slots) = state.find_mut(&scope.key, hinted) else {
                 continue;
             };
             for counter in scope_counters(counters, index) {
@@ -200,7 +287,7 @@ impl LimitStore for MemoryStore {
 
     fn usage(&self, scope: &Scope, now: u64) -> StoreReply<Vec<CounterUsage>> {
         let state = self.lock();
-        let slots = state.scopes.get(&scope.key);
+        let slots = state.get(&scope.key);
         let usage = CounterKind::ALL
             .into_iter()
             .filter_map(|kind| {
@@ -210,5 +297,65 @@ impl LimitStore for MemoryStore {
             })
             .collect();
         StoreReply::Ready(Ok(usage))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::limits::{Limits, WindowLimit};
+
+    fn ticket(id: u64, caller: &str, limits: &Limits, at: u64, input_tokens: u64) -> Ticket {
+        let scope = Scope {
+            key: ScopeKey {
+                caller: Arc::from(caller),
+                model: None,
+            },
+            limits: Arc::new(limits.clone()),
+        };
+        let reserved = Demand {
+            input_tokens,
+            ..Demand::default()
+        };
+        Ticket::new(id, vec![scope], at, reserved)
+    }
+
+    #[test]
+    fn a_settlement_after_its_slot_was_swept_and_reused_leaves_the_new_scope_alone() {
+        let tokens = Limits::none().input_tokens(WindowLimit::per_minute(1_000_000));
+        let requests = Limits::none().requests(WindowLimit::per_minute(1_000_000));
+        let store = MemoryStore::new();
+        // In the epoch's first minute: its input-token window starts at 0, like a slot never charged.
+        let old = ticket(0, "old", &tokens, 30_000, 10);
+        assert!(matches!(
+            store.reserve(&old),
+            StoreReply::Ready(Ok(Admission::Admitted))
+        ));
+        // Later: enough reserves of another caller to run a sweep, which frees "old"'s slot.
+        let later = 180_000;
+        for id in 1..=u64::from(SWEEP_EVERY) {
+            let _ = store.reserve(&ticket(id, "busy", &tokens, later, 1));
+        }
+        assert_eq!(store.scope_count(), 1, "the ended scope was swept");
+        // A new caller (requests only) takes the freed slot; the old ticket's hint now points at it.
+        let new = ticket(9_999, "new", &requests, later, 7);
+        assert!(matches!(
+            store.reserve(&new),
+            StoreReply::Ready(Ok(Admission::Admitted))
+        ));
+        let slot = new.slot_hint.load(Ordering::Relaxed) as u32;
+        assert_eq!(slot, old.slot_hint.load(Ordering::Relaxed) as u32);
+        let actual = Demand {
+            input_tokens: 500,
+            ..Demand::default()
+        };
+        assert!(matches!(
+            store.settle(&old, &actual),
+            StoreReply::Ready(Ok(()))
+        ));
+        let input = store.lock().slots_mut(slot).slots[CounterKind::InputTokens.index()].used;
+        assert_eq!(input, 0, "the old call's settlement reached another caller");
     }
 }

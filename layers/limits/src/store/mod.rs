@@ -2,6 +2,7 @@
 //! `redis` feature, [`RedisStore`] (several replicas).
 
 use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use futures_util::future::BoxFuture;
@@ -60,14 +61,34 @@ impl Demand {
 ///
 /// The counters (limit, window, amount) are computed once when the ticket is made: admission, settlement and a
 /// store's key building all read the same plan, and a calendar-month window is not recomputed per pass.
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub struct Ticket {
     id: u64,
     scopes: CallScopes,
     at: u64,
     reserved: Demand,
     counters: Vec<PlannedCounter>,
+    /// Where the store that admitted the ticket keeps its first two scopes' counters (slot numbers, `u32::MAX`
+    /// for none), so settlement finds them without hashing the scope keys again. Only a hint: the store checks
+    /// the slot still holds the scope before using it.
+    pub(crate) slot_hint: AtomicU64,
 }
+
+impl Clone for Ticket {
+    fn clone(&self) -> Self {
+        Ticket {
+            id: self.id,
+            scopes: self.scopes.clone(),
+            at: self.at,
+            reserved: self.reserved,
+            counters: self.counters.clone(),
+            slot_hint: AtomicU64::new(self.slot_hint.load(Ordering::Relaxed)),
+        }
+    }
+}
+
+/// No slot hint.
+pub(crate) const NO_SLOT_HINT: u64 = u64::MAX;
 
 impl Ticket {
     /// A ticket for a call counted in `scopes`, starting at `at` (milliseconds since the epoch), reserving
@@ -87,6 +108,7 @@ impl Ticket {
             at,
             reserved,
             counters,
+            slot_hint: AtomicU64::new(NO_SLOT_HINT),
         }
     }
 
