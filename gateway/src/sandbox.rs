@@ -338,19 +338,83 @@ mod tests {
         let write = tokio::time::timeout(limit, sandbox.write("fifo", "x")).await;
         assert!(is_refusal(&write.expect("write blocked").unwrap_err()));
 
-        // The limit is exact: MAX_READ_BYTES is read, one more byte is refused.
-        std::fs::write(root.join("max.txt"), "a".repeat(MAX_READ_BYTES as usize)).unwrap();
-        assert_eq!(
-            sandbox.read("max.txt").await.unwrap().len() as u64,
-            MAX_READ_BYTES
-        );
-        std::fs::write(
-            root.join("big.txt"),
-            "a".repeat(MAX_READ_BYTES as usize + 1),
-        )
-        .unwrap();
+        // The limit is exactly 1 MiB (written out here, so a changed constant fails): 1 MiB is read, one more
+        // byte is refused.
+        const ONE_MIB: usize = 1024 * 1024;
+        std::fs::write(root.join("max.txt"), "a".repeat(ONE_MIB)).unwrap();
+        assert_eq!(sandbox.read("max.txt").await.unwrap().len(), ONE_MIB);
+        std::fs::write(root.join("big.txt"), "a".repeat(ONE_MIB + 1)).unwrap();
         let error = sandbox.read("big.txt").await.unwrap_err();
         assert!(error.message().contains("limit"), "{}", error.message());
+    }
+
+    /// A FIFO in the middle of a write's path is never opened (a plain `open` of it would block the worker
+    /// until a writer appears): the walk opens each directory with `O_PATH | O_DIRECTORY`.
+    #[tokio::test]
+    async fn a_fifo_on_the_way_to_a_write_does_not_block() {
+        let (dir, sandbox) = setup();
+        let root = dir.path().join("root");
+        rustix::fs::mkfifoat(
+            rustix::fs::CWD,
+            root.join("fifo"),
+            Mode::from_raw_mode(0o644),
+        )
+        .unwrap();
+        // Bounded only so that a regression fails instead of hanging the suite.
+        let write = tokio::time::timeout(
+            std::time::Duration::from_secs(20),
+            sandbox.write("fifo/x.txt", "x"),
+        )
+        .await;
+        assert!(is_refusal(&write.expect("write blocked").unwrap_err()));
+    }
+
+    /// Paths longer than `PATH_MAX` are refused before anything is created (a write walks one directory at a
+    /// time, so only this check stops 2,000 nested directories); errors quote at most 256 bytes of a path,
+    /// cut on a character boundary.
+    #[tokio::test]
+    async fn long_paths_are_refused_and_quoted_shortened() {
+        let (dir, sandbox) = setup();
+        let root = dir.path().join("root");
+        let longest = format!("{}xx", "d/".repeat(2047));
+        assert_eq!(longest.len(), MAX_PATH_BYTES);
+        // (Too long for one path from `/`: checked by the answer and the first levels.)
+        assert_eq!(
+            sandbox.write(&longest, "deep").await.unwrap(),
+            format!("wrote 4 bytes to {longest}")
+        );
+        assert!(root.join("d/d/d/d").is_dir());
+        let too_long = format!("e/{longest}");
+        let error = sandbox.write(&too_long, "x").await.unwrap_err();
+        assert!(is_refusal(&error), "{}", error.message());
+        assert!(
+            !root.join("e").exists(),
+            "nothing created for a refused path"
+        );
+        let error = sandbox.read(&too_long).await.unwrap_err();
+        assert!(is_refusal(&error), "{}", error.message());
+        // Quoted: the first 256 bytes and an ellipsis, never the whole path.
+        assert!(
+            error
+                .message()
+                .contains(&format!("`{}…`", &too_long[..256])),
+            "{}",
+            error.message()
+        );
+        assert!(error.message().len() < 600, "{}", error.message());
+        // A two-byte character across byte 256 is cut before it.
+        let accented = format!("a{}", "é".repeat(3000));
+        let error = sandbox.read(&accented).await.unwrap_err();
+        assert!(
+            error
+                .message()
+                .contains(&format!("`{}…`", &accented[..255])),
+            "{}",
+            error.message()
+        );
+        // A short path is quoted whole.
+        let error = sandbox.read("../x").await.unwrap_err();
+        assert!(error.message().contains("`../x` "), "{}", error.message());
     }
 
     #[tokio::test]
@@ -372,6 +436,12 @@ mod tests {
             .map(|e| e.unwrap().file_name())
             .collect();
         assert_eq!(leftovers, vec![std::ffi::OsString::from("b.txt")]);
+        // Empty and `.` components are skipped.
+        sandbox.write("new//./dir/c.txt", "c").await.unwrap();
+        assert_eq!(
+            std::fs::read_to_string(root.join("new/dir/c.txt")).unwrap(),
+            "c"
+        );
 
         symlink(dir.path().join("outside"), root.join("updir")).unwrap();
         symlink(dir.path().join("outside/secret.txt"), root.join("link")).unwrap();
