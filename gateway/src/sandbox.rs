@@ -348,6 +348,33 @@ mod tests {
         assert!(error.message().contains("limit"), "{}", error.message());
     }
 
+    /// The directory handles of a write's walk: directories only, close-on-exec (a child process started
+    /// meanwhile, such as an MCP server, must not inherit them), no symlink.
+    #[test]
+    fn directory_handles_are_directories_only_and_close_on_exec() {
+        let (dir, _sandbox) = setup();
+        let root = rustix::fs::open(
+            dir.path().join("root"),
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .unwrap();
+        let sub = open_dir(&root, "sub").unwrap();
+        assert!(rustix::io::fcntl_getfd(&sub)
+            .unwrap()
+            .contains(rustix::io::FdFlags::CLOEXEC));
+        assert_eq!(
+            open_dir(&sub, "a.txt").unwrap_err(),
+            rustix::io::Errno::NOTDIR
+        );
+        symlink(
+            dir.path().join("root/sub"),
+            dir.path().join("root/sub-link"),
+        )
+        .unwrap();
+        assert!(open_dir(&root, "sub-link").is_err());
+    }
+
     /// A FIFO in the middle of a write's path is never opened (a plain `open` of it would block the worker
     /// until a writer appears): the walk opens each directory with `O_PATH | O_DIRECTORY`.
     #[tokio::test]
