@@ -129,14 +129,7 @@ fn lookup_error(path: &str, error: rustix::io::Errno, action: &str) -> ToolError
 
 fn read_blocking(root: &OwnedFd, path: &str) -> Result<String, ToolError> {
     syntax(path)?;
-    let fd = rustix::fs::openat2(
-        root,
-        path,
-        OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOFOLLOW | OFlags::NOCTTY | OFlags::CLOEXEC,
-        Mode::empty(),
-        RESOLVE,
-    )
-    .map_err(|e| lookup_error(path, e, "read"))?;
+    let fd = open_for_reading(root, path).map_err(|e| lookup_error(path, e, "read"))?;
     let stat = rustix::fs::fstat(&fd).map_err(|_| refused(path))?;
     if FileType::from_raw_mode(stat.st_mode) != FileType::RegularFile || stat.st_nlink != 1 {
         return Err(refused(path));
@@ -215,13 +208,7 @@ fn write_blocking(root: &OwnedFd, path: &str, content: &[u8]) -> Result<String, 
         Err(_) => return Err(refused(path)),
     }
     let temp = format!(".tower-chat-{}.tmp", uuid::Uuid::new_v4().simple());
-    let fd = rustix::fs::openat(
-        &dir,
-        temp.as_str(),
-        OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-        Mode::from_raw_mode(0o644),
-    )
-    .map_err(|_| refused(path))?;
+    let fd = create_temp(&dir, &temp).map_err(|_| refused(path))?;
     let mut file = std::fs::File::from(fd);
     let written = file.write_all(content).and_then(|()| file.sync_data());
     drop(file);
@@ -234,6 +221,29 @@ fn write_blocking(root: &OwnedFd, path: &str, content: &[u8]) -> Result<String, 
         return Err(error);
     }
     Ok(format!("wrote {} bytes to {path}", content.len()))
+}
+
+/// A file to read, resolved beneath `root`: opening a FIFO does not wait for a writer, a terminal does not
+/// become the controlling one, and the handle is close-on-exec (a child process started meanwhile, such as an
+/// MCP server, must not inherit it).
+fn open_for_reading(root: &OwnedFd, path: &str) -> Result<OwnedFd, rustix::io::Errno> {
+    rustix::fs::openat2(
+        root,
+        path,
+        OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOFOLLOW | OFlags::NOCTTY | OFlags::CLOEXEC,
+        Mode::empty(),
+        RESOLVE,
+    )
+}
+
+/// A new temporary file in `dir`: never an existing file or a symlink planted under its name, close-on-exec.
+fn create_temp(dir: &OwnedFd, name: &str) -> Result<OwnedFd, rustix::io::Errno> {
+    rustix::fs::openat(
+        dir,
+        name,
+        OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::from_raw_mode(0o644),
+    )
 }
 
 fn open_dir(parent: &OwnedFd, name: &str) -> Result<OwnedFd, rustix::io::Errno> {
@@ -373,6 +383,39 @@ mod tests {
         )
         .unwrap();
         assert!(open_dir(&root, "sub-link").is_err());
+    }
+
+    /// The handles of a read and of a write's temporary file are close-on-exec; the temporary file is always a
+    /// new one, never an existing file or whatever a symlink under its name points to.
+    #[test]
+    fn file_handles_are_close_on_exec_and_temporary_files_are_new() {
+        let (dir, _sandbox) = setup();
+        let root = rustix::fs::open(
+            dir.path().join("root"),
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .unwrap();
+        let close_on_exec = |fd: &OwnedFd| {
+            rustix::io::fcntl_getfd(fd)
+                .unwrap()
+                .contains(rustix::io::FdFlags::CLOEXEC)
+        };
+        let read = open_for_reading(&root, "sub/a.txt").unwrap();
+        assert!(close_on_exec(&read));
+        assert!(rustix::fs::fcntl_getfl(&read)
+            .unwrap()
+            .contains(OFlags::NONBLOCK));
+        let temp = create_temp(&root, "t.tmp").unwrap();
+        assert!(close_on_exec(&temp));
+        assert_eq!(
+            create_temp(&root, "t.tmp").unwrap_err(),
+            rustix::io::Errno::EXIST
+        );
+        let planted = dir.path().join("outside/planted.txt");
+        symlink(&planted, dir.path().join("root/planted.tmp")).unwrap();
+        assert!(create_temp(&root, "planted.tmp").is_err());
+        assert!(!planted.exists(), "created through a symlink");
     }
 
     /// A FIFO in the middle of a write's path is never opened (a plain `open` of it would block the worker
