@@ -19,7 +19,7 @@ use hyper::body::Incoming;
 use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
 use tokio::time::{Instant, Sleep};
 
 use crate::error::{ChatError, ErrorKind, TimeoutPhase};
@@ -151,6 +151,9 @@ impl HttpTransport {
         let client = Client::builder(TokioExecutor::new())
             .http2_only(http2_prior_knowledge)
             .pool_idle_timeout(Duration::from_secs(90))
+            // Without a timer the idle timeout is only checked when a connection is checked out: an idle
+            // connection (an HTTP/2 one with the state of every stream it carried) would stay open for good.
+            .pool_timer(TokioTimer::new())
             .build(https);
         Ok(HttpTransport { client, timeouts })
     }

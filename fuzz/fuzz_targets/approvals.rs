@@ -6,17 +6,17 @@ use std::time::Duration;
 
 use libfuzzer_sys::fuzz_target;
 use tower_chat::{ApprovalRequest, ConversationId, Message, ToolCall};
+use tower_chat_gateway::fuzzing::approvals;
 use tower_chat_gateway::request_limits::RequestLimits;
-use tower_chat_gateway::wire::TowerChatRequest;
 use tower_chat_gateway::PendingStore;
 
 fuzz_target!(|data: &[u8]| {
-    let Ok(payload) = serde_json::from_slice::<TowerChatRequest>(data) else {
+    let Ok(answers) = approvals(data) else {
         return;
     };
     let limits = RequestLimits::default();
     if limits
-        .check_approvals(payload.approvals.iter().map(|a| a.id.as_str()))
+        .check_approvals(answers.iter().map(|a| a.id.as_str()))
         .is_err()
     {
         return;
@@ -37,10 +37,10 @@ fuzz_target!(|data: &[u8]| {
         vec![Message::user("x")],
         &[request],
     );
-    match store.resume(None, &payload.approvals) {
+    match store.resume(None, &answers) {
         Ok(resumed) => {
-            assert!(payload.approvals.iter().all(|a| a.id == "apr_real"));
-            assert_eq!(resumed.decisions.0.len(), payload.approvals.len());
+            assert!(answers.iter().all(|a| a.id == "apr_real"));
+            assert_eq!(resumed.decisions.0.len(), answers.len());
         }
         Err(error) => assert_eq!(error.status.as_u16(), 400),
     }

@@ -1,12 +1,16 @@
-//! The gateway's request parsing: any body is either a parsed request or a 400 with a message, never a panic;
-//! a parsed request then passes or fails the per-request limits, again without panicking.
+//! The gateway's request parsing, for each of its three wire formats (the first byte picks the format and the
+//! upstream provider): any body is either a parsed request or a 400 with a message, never a panic; a parsed
+//! request then passes or fails the per-request limits, again without panicking.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
+use tower_chat_gateway::fuzzing::parse_request;
 use tower_chat_gateway::request_limits::RequestLimits;
-use tower_chat_gateway::wire::parse_request;
 
 fuzz_target!(|data: &[u8]| {
+    let Some((&format, body)) = data.split_first() else {
+        return;
+    };
     let limits = RequestLimits {
         max_messages: 8,
         max_tools: 4,
@@ -15,15 +19,15 @@ fuzz_target!(|data: &[u8]| {
         max_id_bytes: 16,
         max_conversation_id_bytes: 16,
     };
-    match parse_request(data) {
-        Ok(parsed) => {
-            let _ = limits.check(&parsed.request);
-            let _ = limits.check_approvals(parsed.approvals.iter().map(|a| a.id.as_str()));
+    match parse_request(format, body) {
+        Ok((request, approvals)) => {
+            let _ = limits.check(&request);
+            let _ = limits.check_approvals(approvals.iter().map(|a| a.id.as_str()));
         }
         Err(error) => {
             assert_eq!(error.status.as_u16(), 400);
             assert!(!error.message.is_empty());
         }
     }
-    let _ = limits.conversation(None, Some(data));
+    let _ = limits.conversation(None, Some(body));
 });

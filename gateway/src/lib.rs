@@ -34,6 +34,9 @@ pub mod config;
 pub mod config_file;
 pub mod connection;
 mod error;
+#[cfg(fuzzing)]
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod limits;
 pub mod mcp;
 pub mod metrics;

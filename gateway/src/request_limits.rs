@@ -276,6 +276,14 @@ mod tests {
             ..AssistantMessage::default()
         });
         assert_limit(l.check(&ChatRequest::new(vec![many_calls])), "tool calls");
+        // Exactly the limit of tool calls (3) passes.
+        let most_calls = Message::Assistant(AssistantMessage {
+            tool_calls: (0..3)
+                .map(|i| ToolCall::new(format!("c{i}"), "f", json!({})))
+                .collect(),
+            ..AssistantMessage::default()
+        });
+        assert!(l.check(&ChatRequest::new(vec![most_calls])).is_ok());
     }
 
     trait TapTool {

@@ -129,14 +129,7 @@ fn lookup_error(path: &str, error: rustix::io::Errno, action: &str) -> ToolError
 
 fn read_blocking(root: &OwnedFd, path: &str) -> Result<String, ToolError> {
     syntax(path)?;
-    let fd = rustix::fs::openat2(
-        root,
-        path,
-        OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOFOLLOW | OFlags::NOCTTY | OFlags::CLOEXEC,
-        Mode::empty(),
-        RESOLVE,
-    )
-    .map_err(|e| lookup_error(path, e, "read"))?;
+    let fd = open_for_reading(root, path).map_err(|e| lookup_error(path, e, "read"))?;
     let stat = rustix::fs::fstat(&fd).map_err(|_| refused(path))?;
     if FileType::from_raw_mode(stat.st_mode) != FileType::RegularFile || stat.st_nlink != 1 {
         return Err(refused(path));
@@ -215,13 +208,7 @@ fn write_blocking(root: &OwnedFd, path: &str, content: &[u8]) -> Result<String, 
         Err(_) => return Err(refused(path)),
     }
     let temp = format!(".tower-chat-{}.tmp", uuid::Uuid::new_v4().simple());
-    let fd = rustix::fs::openat(
-        &dir,
-        temp.as_str(),
-        OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-        Mode::from_raw_mode(0o644),
-    )
-    .map_err(|_| refused(path))?;
+    let fd = create_temp(&dir, &temp).map_err(|_| refused(path))?;
     let mut file = std::fs::File::from(fd);
     let written = file.write_all(content).and_then(|()| file.sync_data());
     drop(file);
@@ -234,6 +221,29 @@ fn write_blocking(root: &OwnedFd, path: &str, content: &[u8]) -> Result<String, 
         return Err(error);
     }
     Ok(format!("wrote {} bytes to {path}", content.len()))
+}
+
+/// A file to read, resolved beneath `root`: opening a FIFO does not wait for a writer, a terminal does not
+/// become the controlling one, and the handle is close-on-exec (a child process started meanwhile, such as an
+/// MCP server, must not inherit it).
+fn open_for_reading(root: &OwnedFd, path: &str) -> Result<OwnedFd, rustix::io::Errno> {
+    rustix::fs::openat2(
+        root,
+        path,
+        OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOFOLLOW | OFlags::NOCTTY | OFlags::CLOEXEC,
+        Mode::empty(),
+        RESOLVE,
+    )
+}
+
+/// A new temporary file in `dir`: never an existing file or a symlink planted under its name, close-on-exec.
+fn create_temp(dir: &OwnedFd, name: &str) -> Result<OwnedFd, rustix::io::Errno> {
+    rustix::fs::openat(
+        dir,
+        name,
+        OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::from_raw_mode(0o644),
+    )
 }
 
 fn open_dir(parent: &OwnedFd, name: &str) -> Result<OwnedFd, rustix::io::Errno> {
@@ -338,19 +348,143 @@ mod tests {
         let write = tokio::time::timeout(limit, sandbox.write("fifo", "x")).await;
         assert!(is_refusal(&write.expect("write blocked").unwrap_err()));
 
-        // The limit is exact: MAX_READ_BYTES is read, one more byte is refused.
-        std::fs::write(root.join("max.txt"), "a".repeat(MAX_READ_BYTES as usize)).unwrap();
-        assert_eq!(
-            sandbox.read("max.txt").await.unwrap().len() as u64,
-            MAX_READ_BYTES
-        );
-        std::fs::write(
-            root.join("big.txt"),
-            "a".repeat(MAX_READ_BYTES as usize + 1),
-        )
-        .unwrap();
+        // The limit is exactly 1 MiB (written out here, so a changed constant fails): 1 MiB is read, one more
+        // byte is refused.
+        const ONE_MIB: usize = 1024 * 1024;
+        std::fs::write(root.join("max.txt"), "a".repeat(ONE_MIB)).unwrap();
+        assert_eq!(sandbox.read("max.txt").await.unwrap().len(), ONE_MIB);
+        std::fs::write(root.join("big.txt"), "a".repeat(ONE_MIB + 1)).unwrap();
         let error = sandbox.read("big.txt").await.unwrap_err();
         assert!(error.message().contains("limit"), "{}", error.message());
+    }
+
+    /// The directory handles of a write's walk: directories only, close-on-exec (a child process started
+    /// meanwhile, such as an MCP server, must not inherit them), no symlink.
+    #[test]
+    fn directory_handles_are_directories_only_and_close_on_exec() {
+        let (dir, _sandbox) = setup();
+        let root = rustix::fs::open(
+            dir.path().join("root"),
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .unwrap();
+        let sub = open_dir(&root, "sub").unwrap();
+        assert!(rustix::io::fcntl_getfd(&sub)
+            .unwrap()
+            .contains(rustix::io::FdFlags::CLOEXEC));
+        assert_eq!(
+            open_dir(&sub, "a.txt").unwrap_err(),
+            rustix::io::Errno::NOTDIR
+        );
+        symlink(
+            dir.path().join("root/sub"),
+            dir.path().join("root/sub-link"),
+        )
+        .unwrap();
+        assert!(open_dir(&root, "sub-link").is_err());
+    }
+
+    /// The handles of a read and of a write's temporary file are close-on-exec; the temporary file is always a
+    /// new one, never an existing file or whatever a symlink under its name points to.
+    #[test]
+    fn file_handles_are_close_on_exec_and_temporary_files_are_new() {
+        let (dir, _sandbox) = setup();
+        let root = rustix::fs::open(
+            dir.path().join("root"),
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .unwrap();
+        let close_on_exec = |fd: &OwnedFd| {
+            rustix::io::fcntl_getfd(fd)
+                .unwrap()
+                .contains(rustix::io::FdFlags::CLOEXEC)
+        };
+        let read = open_for_reading(&root, "sub/a.txt").unwrap();
+        assert!(close_on_exec(&read));
+        assert!(rustix::fs::fcntl_getfl(&read)
+            .unwrap()
+            .contains(OFlags::NONBLOCK));
+        let temp = create_temp(&root, "t.tmp").unwrap();
+        assert!(close_on_exec(&temp));
+        assert_eq!(
+            create_temp(&root, "t.tmp").unwrap_err(),
+            rustix::io::Errno::EXIST
+        );
+        let planted = dir.path().join("outside/planted.txt");
+        symlink(&planted, dir.path().join("root/planted.tmp")).unwrap();
+        assert!(create_temp(&root, "planted.tmp").is_err());
+        assert!(!planted.exists(), "created through a symlink");
+    }
+
+    /// A FIFO in the middle of a write's path is never opened (a plain `open` of it would block the worker
+    /// until a writer appears): the walk opens each directory with `O_PATH | O_DIRECTORY`.
+    #[tokio::test]
+    async fn a_fifo_on_the_way_to_a_write_does_not_block() {
+        let (dir, sandbox) = setup();
+        let root = dir.path().join("root");
+        rustix::fs::mkfifoat(
+            rustix::fs::CWD,
+            root.join("fifo"),
+            Mode::from_raw_mode(0o644),
+        )
+        .unwrap();
+        // Bounded only so that a regression fails instead of hanging the suite.
+        let write = tokio::time::timeout(
+            std::time::Duration::from_secs(20),
+            sandbox.write("fifo/x.txt", "x"),
+        )
+        .await;
+        assert!(is_refusal(&write.expect("write blocked").unwrap_err()));
+    }
+
+    /// Paths longer than `PATH_MAX` are refused before anything is created (a write walks one directory at a
+    /// time, so only this check stops 2,000 nested directories); errors quote at most 256 bytes of a path,
+    /// cut on a character boundary.
+    #[tokio::test]
+    async fn long_paths_are_refused_and_quoted_shortened() {
+        let (dir, sandbox) = setup();
+        let root = dir.path().join("root");
+        let longest = format!("{}xx", "d/".repeat(2047));
+        assert_eq!(longest.len(), MAX_PATH_BYTES);
+        // (Too long for one path from `/`: checked by the answer and the first levels.)
+        assert_eq!(
+            sandbox.write(&longest, "deep").await.unwrap(),
+            format!("wrote 4 bytes to {longest}")
+        );
+        assert!(root.join("d/d/d/d").is_dir());
+        let too_long = format!("e/{longest}");
+        let error = sandbox.write(&too_long, "x").await.unwrap_err();
+        assert!(is_refusal(&error), "{}", error.message());
+        assert!(
+            !root.join("e").exists(),
+            "nothing created for a refused path"
+        );
+        let error = sandbox.read(&too_long).await.unwrap_err();
+        assert!(is_refusal(&error), "{}", error.message());
+        // Quoted: the first 256 bytes and an ellipsis, never the whole path.
+        assert!(
+            error
+                .message()
+                .contains(&format!("`{}…`", &too_long[..256])),
+            "{}",
+            error.message()
+        );
+        assert!(error.message().len() < 600, "{}", error.message());
+        // A two-byte character across byte 256 is cut before it.
+        let accented = format!("a{}", "é".repeat(3000));
+        let error = sandbox.read(&accented).await.unwrap_err();
+        assert!(
+            error
+                .message()
+                .contains(&format!("`{}…`", &accented[..255])),
+            "{}",
+            error.message()
+        );
+        // A short path is quoted whole.
+        let error = sandbox.read("../x").await.unwrap_err();
+        assert!(error.message().contains("`../x` "), "{}", error.message());
     }
 
     #[tokio::test]
@@ -372,6 +506,12 @@ mod tests {
             .map(|e| e.unwrap().file_name())
             .collect();
         assert_eq!(leftovers, vec![std::ffi::OsString::from("b.txt")]);
+        // Empty and `.` components are skipped.
+        sandbox.write("new//./dir/c.txt", "c").await.unwrap();
+        assert_eq!(
+            std::fs::read_to_string(root.join("new/dir/c.txt")).unwrap(),
+            "c"
+        );
 
         symlink(dir.path().join("outside"), root.join("updir")).unwrap();
         symlink(dir.path().join("outside/secret.txt"), root.join("link")).unwrap();
