@@ -1,42 +1,8 @@
 //! The anthropic stream decoder: never panics, and what it yields does not depend on how the body is chunked.
 #![no_main]
 
-use libfuzzer_sys::fuzz_target;
-use tower_chat::anthropic::StreamDecoder;
+#[macro_use]
+#[path = "common/split_invariance.rs"]
+mod split_invariance;
 
-/// Every event (as text), or the error's kind; stops at the first error (the decoder's contract ends there).
-fn decode(chunks: &[&[u8]]) -> Vec<String> {
-    let mut decoder = StreamDecoder::new();
-    let mut out = Vec::new();
-    let drain = |decoder: &mut StreamDecoder, out: &mut Vec<String>| -> bool {
-        while let Some(item) = decoder.next_event() {
-            match item {
-                Ok(event) => out.push(format!("{event:?}")),
-                Err(error) => {
-                    out.push(format!("error {:?}", error.kind()));
-                    return false;
-                }
-            }
-        }
-        true
-    };
-    for chunk in chunks {
-        decoder.feed(chunk);
-        if !drain(&mut decoder, &mut out) {
-            return out;
-        }
-    }
-    decoder.finish();
-    drain(&mut decoder, &mut out);
-    out
-}
-
-fuzz_target!(|data: &[u8]| {
-    let Some((&split, body)) = data.split_first() else {
-        return;
-    };
-    let whole = decode(&[body]);
-    let at = usize::from(split) % (body.len() + 1);
-    let (a, b) = body.split_at(at);
-    assert_eq!(whole, decode(&[a, b]), "split at {at}");
-});
+split_invariance_target!(tower_chat::anthropic::StreamDecoder);
