@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use tower_chat::{
     CallerIdentity, ChatError, ChatOptions, ChatResponse, ConversationId, Cost, FinishReason,
-    Message, Usage,
+    Message, Shared, Usage,
 };
 
 /// The id of one recorded chat call (a random UUID). The layer puts it into the request's extensions before
@@ -153,10 +153,12 @@ impl CallOutcome {
 /// credentials are replaced by `"[redacted]"` (see [`redact_options`]).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct RecordedRequest {
-    /// The messages sent, oldest first.
-    pub messages: Vec<Message>,
-    /// Model, tools offered, sampling options (redacted).
-    pub options: ChatOptions,
+    /// The messages sent, oldest first (shared with the request that carried them: recording a call does not
+    /// copy its history).
+    pub messages: Shared<Vec<Message>>,
+    /// Model, tools offered, sampling options (redacted; shared with the request when nothing needed
+    /// redacting).
+    pub options: Shared<ChatOptions>,
 }
 
 /// Everything recorded about one chat call.
@@ -213,7 +215,9 @@ impl CallRecord {
 
     /// The conversation as this call left it: the request's messages followed by the response's.
     pub fn history(&self) -> Vec<Message> {
-        let mut messages = self.request.messages.clone();
+        let mut messages =
+            Vec::with_capacity(self.request.messages.len() + self.response.messages.len());
+        messages.extend(self.request.messages.iter().cloned());
         messages.extend(self.response.messages.iter().cloned());
         messages
     }
@@ -310,6 +314,29 @@ pub fn redact_options(options: &ChatOptions) -> ChatOptions {
     options
 }
 
+/// The options to store for a request: its own (shared, not copied) when no `extra` field looks like a
+/// credential, else a redacted copy.
+pub(crate) fn stored_options(options: &Shared<ChatOptions>) -> Shared<ChatOptions> {
+    if map_has_secret(&options.extra) {
+        Shared::new(redact_options(options))
+    } else {
+        options.clone()
+    }
+}
+
+fn map_has_secret(map: &Map<String, Value>) -> bool {
+    map.iter()
+        .any(|(name, value)| is_secret_name(name) || value_has_secret(value))
+}
+
+fn value_has_secret(value: &Value) -> bool {
+    match value {
+        Value::Object(map) => map_has_secret(map),
+        Value::Array(items) => items.iter().any(value_has_secret),
+        _ => false,
+    }
+}
+
 fn redact_map(map: &mut Map<String, Value>) {
     for (name, value) in map.iter_mut() {
         if is_secret_name(name) {
@@ -386,6 +413,11 @@ mod tests {
         assert_eq!(redacted.extra["max_tokens"], json!(5));
         assert_eq!(redacted.extra["headers"]["X-Trace"], json!("t"));
         assert_eq!(redacted.extra["headers"]["Authorization"], json!(REDACTED));
+        let shared = Shared::new(options);
+        assert_eq!(*stored_options(&shared), redacted);
+        // Nothing to redact: the request's own options, not a copy.
+        let clean = Shared::new(ChatOptions::default());
+        assert!(Shared::ptr_eq(&stored_options(&clean), &clean));
     }
 
     #[test]

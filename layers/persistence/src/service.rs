@@ -15,7 +15,7 @@ use tower_service::Service;
 
 use crate::layer::PersistenceLayer;
 use crate::record::{
-    redact_options, round_index, CallId, CallOutcome, CallRecord, RecordedError, RecordedRequest,
+    round_index, stored_options, CallId, CallOutcome, CallRecord, RecordedError, RecordedRequest,
     RequestedCallId,
 };
 use crate::recorder::Recorder;
@@ -112,8 +112,8 @@ where
             provider: self.layer.provider.clone(),
             prices: self.layer.prices.clone(),
             request: RecordedRequest {
-                messages: request.messages.to_vec(),
-                options: redact_options(&request.options),
+                messages: request.messages.clone(),
+                options: stored_options(&request.options),
             },
         };
         if self.layer.in_flight {

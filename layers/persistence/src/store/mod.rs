@@ -14,6 +14,8 @@ pub mod postgres;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
 
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+mod chain;
 mod schema;
 
 pub use schema::Migration;

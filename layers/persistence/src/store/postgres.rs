@@ -13,9 +13,10 @@ use tokio_postgres::types::ToSql;
 use tokio_postgres::NoTls;
 use tower_chat::ConversationId;
 
+use super::chain::{history_sql, Encoder};
 use super::schema::{
-    abandon_sql, postgres_migrations, spend_from_row, spend_sql, Row, StoredColumns,
-    MIGRATIONS_TABLE, SELECT_COLUMNS,
+    abandon_sql, postgres_migrations, select_sql, spend_from_row, spend_sql, Row, StoredColumns,
+    StoredRecord, EMPTY_MESSAGES, EMPTY_OPTIONS, MIGRATIONS_TABLE,
 };
 use super::{Migration, Store, StoreError};
 use crate::record::{
@@ -34,6 +35,7 @@ const MIGRATION_LOCK: i64 = 0x7463_7065_7273_6973;
 pub struct PostgresStore {
     pool: Pool,
     schema: Option<String>,
+    encoder: std::sync::Arc<Encoder>,
 }
 
 impl fmt::Debug for PostgresStore {
@@ -129,6 +131,7 @@ impl PostgresStoreBuilder {
         let store = PostgresStore {
             pool,
             schema: self.schema,
+            encoder: Default::default(),
         };
         store.migrate(&self.migrations).await?;
         Ok(store)
@@ -263,10 +266,7 @@ impl PostgresStore {
         params: &[&(dyn ToSql + Sync)],
     ) -> Result<Vec<CallRecord>, StoreError> {
         let client = self.client().await?;
-        let sql = format!(
-            "SELECT {SELECT_COLUMNS}, request_messages::text, request_options::text, response::text \
-             FROM chat_calls {filter}"
-        );
+        let sql = select_sql("{}::text", filter);
         let statement = client
             .prepare_cached(&sql)
             .await
@@ -275,44 +275,62 @@ impl PostgresStore {
             .query(&statement, params)
             .await
             .map_err(pg_error("cannot read call records"))?;
-        rows.iter()
+        let mut records = rows
+            .iter()
             .map(|row| {
-                let columns = StoredColumns {
-                    call_id: row.try_get(0)?,
-                    conversation_id: row.try_get(1)?,
-                    caller: row.try_get(2)?,
-                    round_index: row.try_get(3)?,
-                    started_at: row.try_get(4)?,
-                    first_token_at: row.try_get(5)?,
-                    ended_at: row.try_get(6)?,
-                    provider: row.try_get(7)?,
-                    model: row.try_get(8)?,
-                    status: row.try_get(9)?,
-                    error_kind: row.try_get(10)?,
-                    error_message: row.try_get(11)?,
-                    cost_nanos: row.try_get(12)?,
-                };
-                Ok((
-                    columns,
-                    row.try_get::<_, String>(13)?,
-                    row.try_get::<_, String>(14)?,
-                    row.try_get::<_, String>(15)?,
-                ))
+                Ok(StoredRecord {
+                    columns: StoredColumns {
+                        call_id: row.try_get(0)?,
+                        conversation_id: row.try_get(1)?,
+                        caller: row.try_get(2)?,
+                        round_index: row.try_get(3)?,
+                        started_at: row.try_get(4)?,
+                        first_token_at: row.try_get(5)?,
+                        ended_at: row.try_get(6)?,
+                        provider: row.try_get(7)?,
+                        model: row.try_get(8)?,
+                        status: row.try_get(9)?,
+                        error_kind: row.try_get(10)?,
+                        error_message: row.try_get(11)?,
+                        cost_nanos: row.try_get(12)?,
+                        history_head: row.try_get(13)?,
+                        request_len: row.try_get(14)?,
+                    },
+                    request_messages: row.try_get(15)?,
+                    request_options: row.try_get(16)?,
+                    response: row.try_get(17)?,
+                    history: Vec::new(),
+                })
             })
-            .map(|raw: Result<_, tokio_postgres::Error>| {
-                let (columns, messages, options, response) =
-                    raw.map_err(pg_error("a call record does not decode"))?;
-                columns.into_record(&messages, &options, &response)
-            })
-            .collect()
+            .collect::<Result<Vec<_>, tokio_postgres::Error>>()
+            .map_err(pg_error("a call record does not decode"))?;
+        let history = client
+            .prepare_cached(&history_sql("$1", "message::text"))
+            .await
+            .map_err(pg_error("cannot read a history"))?;
+        for record in &mut records {
+            if let Some(head) = record.head() {
+                let rows = client
+                    .query(&history, &[&head])
+                    .await
+                    .map_err(pg_error("cannot read a history"))?;
+                record.history = rows
+                    .iter()
+                    .map(|row| row.try_get(0))
+                    .collect::<Result<_, _>>()
+                    .map_err(pg_error("a history does not decode"))?;
+            }
+        }
+        records.into_iter().map(StoredRecord::into_record).collect()
     }
 }
 
 const UPSERT: &str = "INSERT INTO chat_calls (call_id, conversation_id, caller, round_index, started_at, \
     first_token_at, ended_at, provider, model, status, error_kind, error_message, finish_reason, input_tokens, \
-    output_tokens, response_text, request_messages, request_options, response, cost_nanos) \
+    output_tokens, response_text, request_messages, request_options, response, cost_nanos, history_head, \
+    request_len, options_id) \
     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, \
-    $17::text::jsonb, $18::text::jsonb, $19::text::jsonb, $20) \
+    $17::text::jsonb, $18::text::jsonb, $19::text::jsonb, $20, $21, $22, $23) \
     ON CONFLICT (call_id) DO UPDATE SET conversation_id = excluded.conversation_id, caller = excluded.caller, \
     round_index = excluded.round_index, started_at = excluded.started_at, first_token_at = excluded.first_token_at, \
     ended_at = excluded.ended_at, provider = excluded.provider, model = excluded.model, status = excluded.status, \
@@ -320,8 +338,15 @@ const UPSERT: &str = "INSERT INTO chat_calls (call_id, conversation_id, caller, 
     finish_reason = excluded.finish_reason, input_tokens = excluded.input_tokens, \
     output_tokens = excluded.output_tokens, response_text = excluded.response_text, \
     request_messages = excluded.request_messages, request_options = excluded.request_options, \
-    response = excluded.response, cost_nanos = excluded.cost_nanos \
+    response = excluded.response, cost_nanos = excluded.cost_nanos, history_head = excluded.history_head, \
+    request_len = excluded.request_len, options_id = excluded.options_id \
     WHERE chat_calls.status = 'in_flight'";
+
+const INSERT_NODE: &str = "INSERT INTO chat_messages (id, parent_id, position, message) \
+    VALUES ($1, $2, $3, $4::text::jsonb) ON CONFLICT (id) DO NOTHING";
+
+const INSERT_OPTIONS: &str = "INSERT INTO chat_options (id, options) VALUES ($1, $2::text::jsonb) \
+    ON CONFLICT (id) DO NOTHING";
 
 impl Store for PostgresStore {
     fn write_calls<'a>(
@@ -329,9 +354,11 @@ impl Store for PostgresStore {
         records: &'a [CallRecord],
     ) -> BoxFuture<'a, Result<(), StoreError>> {
         Box::pin(async move {
+            let (encoded, pending) = self.encoder.encode(records)?;
             let rows = records
                 .iter()
-                .map(Row::from_record)
+                .zip(&encoded)
+                .map(|(record, encoded)| Row::from_record(record, encoded))
                 .collect::<Result<Vec<_>, _>>()?;
             let mut client = self.client().await?;
             let failed = pg_error("cannot write call records");
@@ -340,10 +367,38 @@ impl Store for PostgresStore {
                 .prepare_cached(UPSERT)
                 .await
                 .map_err(pg_error("cannot write call records"))?;
+            let node = tx
+                .prepare_cached(INSERT_NODE)
+                .await
+                .map_err(pg_error("cannot write call records"))?;
+            let options = tx
+                .prepare_cached(INSERT_OPTIONS)
+                .await
+                .map_err(pg_error("cannot write call records"))?;
+            // Nodes and options first (pipelined), then the calls that refer to them.
+            let node_rows = encoded.iter().flat_map(|e| &e.nodes);
+            try_join_all(node_rows.map(|n| {
+                let (tx, node) = (&tx, &node);
+                async move {
+                    tx.execute(
+                        node,
+                        &[&&*n.id, &n.parent.as_deref(), &n.position, &n.message],
+                    )
+                    .await
+                }
+            }))
+            .await
+            .map_err(pg_error("cannot write messages"))?;
+            try_join_all(encoded.iter().filter_map(|e| e.options.as_ref()).map(|o| {
+                let (tx, options) = (&tx, &options);
+                async move { tx.execute(options, &[&&*o.id, &o.json]).await }
+            }))
+            .await
+            .map_err(pg_error("cannot write request options"))?;
             // Issued together, the inserts are pipelined on the one connection: one round trip per batch, not
             // per record.
             try_join_all(rows.iter().map(|r| {
-                let params: [&(dyn ToSql + Sync); 20] = [
+                let params: [&(dyn ToSql + Sync); 23] = [
                     &r.call_id,
                     &r.conversation_id,
                     &r.caller,
@@ -360,10 +415,13 @@ impl Store for PostgresStore {
                     &r.input_tokens,
                     &r.output_tokens,
                     &r.response_text,
-                    &r.request_messages,
-                    &r.request_options,
+                    &EMPTY_MESSAGES,
+                    &EMPTY_OPTIONS,
                     &r.response,
                     &r.cost_nanos,
+                    &r.history_head,
+                    &r.request_len,
+                    &r.options_id,
                 ];
                 let tx = &tx;
                 let insert = &insert;
@@ -373,7 +431,9 @@ impl Store for PostgresStore {
             .map_err(pg_error("cannot write call records"))?;
             tx.commit()
                 .await
-                .map_err(pg_error("cannot commit call records"))
+                .map_err(pg_error("cannot commit call records"))?;
+            self.encoder.committed(pending);
+            Ok(())
         })
     }
 

@@ -53,6 +53,10 @@ pub(crate) fn sqlite_migrations() -> Vec<Migration> {
             chat_calls_sql("TEXT"),
         ),
         Migration::new("tower-chat-persistence/0003_call_cost", COST_SQL),
+        Migration::new(
+            "tower-chat-persistence/0004_message_nodes",
+            message_nodes_sql("TEXT", " WITHOUT ROWID", ""),
+        ),
     ]
 }
 
@@ -65,6 +69,10 @@ pub(crate) fn postgres_migrations() -> Vec<Migration> {
             chat_calls_sql("JSONB"),
         ),
         Migration::new("tower-chat-persistence/0003_call_cost", COST_SQL),
+        Migration::new(
+            "tower-chat-persistence/0004_message_nodes",
+            message_nodes_sql("JSONB", "", " IF NOT EXISTS"),
+        ),
     ]
 }
 
@@ -97,6 +105,34 @@ fn chat_calls_sql(json: &str) -> String {
 );
 CREATE INDEX chat_calls_by_conversation ON chat_calls (conversation_id, started_at, call_id);
 CREATE INDEX chat_calls_by_caller ON chat_calls (caller, started_at);"
+    )
+}
+
+/// Message-level storage (see `chain.rs`): each message once, as a node of its conversation's chain
+/// (`chat_messages`, content-addressed ids), each distinct set of request options once (`chat_options`), and on
+/// `chat_calls` the last node of the call's history (`history_head`), how many of its messages the call sent
+/// (`request_len`; NULL marks a row written before this migration, whose history is inline in
+/// `request_messages`) and its options' id. Rows written before stay as they are and read as before. Written
+/// so that it can run on a database that already has the tables (`IF NOT EXISTS`, PostgreSQL also for the
+/// columns; SQLite has no `ADD COLUMN IF NOT EXISTS`, and its migration runs in one transaction with its
+/// marker row, so it is never half applied). `WITHOUT ROWID` (SQLite) keeps a node in its primary-key B-tree
+/// only, instead of a table row plus an index entry holding the id again.
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+fn message_nodes_sql(json: &str, without_rowid: &str, if_not_exists: &str) -> String {
+    format!(
+        "CREATE TABLE IF NOT EXISTS chat_messages (
+    id TEXT PRIMARY KEY,
+    parent_id TEXT,
+    position BIGINT NOT NULL,
+    message {json} NOT NULL
+){without_rowid};
+CREATE TABLE IF NOT EXISTS chat_options (
+    id TEXT PRIMARY KEY,
+    options {json} NOT NULL
+){without_rowid};
+ALTER TABLE chat_calls ADD COLUMN{if_not_exists} history_head TEXT;
+ALTER TABLE chat_calls ADD COLUMN{if_not_exists} request_len BIGINT;
+ALTER TABLE chat_calls ADD COLUMN{if_not_exists} options_id TEXT;"
     )
 }
 
@@ -134,17 +170,41 @@ pub(crate) struct Row {
     pub(crate) input_tokens: i64,
     pub(crate) output_tokens: i64,
     pub(crate) response_text: String,
-    pub(crate) request_messages: String,
-    pub(crate) request_options: String,
     pub(crate) response: String,
     pub(crate) cost_nanos: Option<i64>,
+    pub(crate) history_head: Option<String>,
+    pub(crate) request_len: i64,
+    pub(crate) options_id: String,
 }
 
-/// The columns read back to rebuild a record (the scalar summaries are derived, so not read).
+/// What `request_messages` and `request_options` hold in rows written since message-level storage (the
+/// history is in `chat_messages`, the options in `chat_options`).
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+pub(crate) const EMPTY_MESSAGES: &str = "[]";
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+pub(crate) const EMPTY_OPTIONS: &str = "{}";
+
+/// The columns read back to rebuild a record (the scalar summaries are derived, so not read); then the
+/// history's head and length, then (dialect-specific, see [`select_sql`]) the messages, options and response.
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub(crate) const SELECT_COLUMNS: &str =
     "call_id, conversation_id, caller, round_index, started_at, \
-    first_token_at, ended_at, provider, model, status, error_kind, error_message, cost_nanos";
+    first_token_at, ended_at, provider, model, status, error_kind, error_message, cost_nanos, \
+    history_head, request_len";
+
+/// The query reading records: `chat_calls` joined with its options; `text` wraps a JSON column to read it as
+/// text (`{}::text` in PostgreSQL).
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+pub(crate) fn select_sql(text: &str, filter: &str) -> String {
+    let json = |column: &str| text.replace("{}", column);
+    format!(
+        "SELECT {SELECT_COLUMNS}, {}, {}, {} FROM chat_calls \
+         LEFT JOIN chat_options ON chat_options.id = chat_calls.options_id {filter}",
+        json("request_messages"),
+        json("COALESCE(chat_options.options, chat_calls.request_options)"),
+        json("response"),
+    )
+}
 
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod row {
@@ -153,7 +213,10 @@ mod row {
     use crate::store::StoreError;
 
     impl Row {
-        pub(crate) fn from_record(record: &CallRecord) -> Result<Row, StoreError> {
+        pub(crate) fn from_record(
+            record: &CallRecord,
+            encoded: &crate::store::chain::Encoded,
+        ) -> Result<Row, StoreError> {
             let json = |what: &str, value: Result<String, serde_json::Error>| {
                 value.map_err(|e| StoreError::with_source(format!("cannot encode {what}"), e))
             };
@@ -176,18 +239,16 @@ mod row {
                 input_tokens: i64::try_from(usage.input_tokens).unwrap_or(i64::MAX),
                 output_tokens: i64::try_from(usage.output_tokens).unwrap_or(i64::MAX),
                 response_text: record.text().to_owned(),
-                request_messages: json(
-                    "request messages",
-                    serde_json::to_string(&record.request.messages),
+                response: json(
+                    "response",
+                    serde_json::to_string(&super::ResponseColumn::of(&record.response)),
                 )?,
-                request_options: json(
-                    "request options",
-                    serde_json::to_string(&record.request.options),
-                )?,
-                response: json("response", serde_json::to_string(&record.response))?,
                 cost_nanos: record
                     .cost
                     .map(|c| i64::try_from(c.as_nanos()).unwrap_or(i64::MAX)),
+                history_head: encoded.head.as_deref().map(str::to_owned),
+                request_len: encoded.request_len,
+                options_id: encoded.options_id.to_string(),
             })
         }
     }
@@ -210,18 +271,70 @@ pub(crate) struct StoredColumns {
     pub(crate) error_kind: Option<String>,
     pub(crate) error_message: Option<String>,
     pub(crate) cost_nanos: Option<i64>,
+    pub(crate) history_head: Option<String>,
+    pub(crate) request_len: Option<i64>,
+}
+
+/// A record's stored text columns, and its history when it is kept as message nodes.
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+#[derive(Debug)]
+pub(crate) struct StoredRecord {
+    pub(crate) columns: StoredColumns,
+    pub(crate) request_messages: String,
+    pub(crate) request_options: String,
+    pub(crate) response: String,
+    /// The messages from the first to `history_head` (empty when the row has no head).
+    pub(crate) history: Vec<String>,
+}
+
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+impl StoredRecord {
+    /// Whether the row's history is read from `chat_messages` (from its head), rather than inline.
+    pub(crate) fn head(&self) -> Option<&str> {
+        self.columns
+            .request_len
+            .and(self.columns.history_head.as_deref())
+    }
+
+    pub(crate) fn into_record(self) -> Result<crate::record::CallRecord, super::StoreError> {
+        let StoredRecord {
+            columns,
+            request_messages,
+            request_options,
+            response,
+            history,
+        } = self;
+        columns.into_record(&request_messages, &request_options, &response, history)
+    }
 }
 
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 impl StoredColumns {
-    pub(crate) fn into_record(
+    fn into_record(
         self,
         request_messages: &str,
         request_options: &str,
         response: &str,
+        history: Vec<String>,
     ) -> Result<crate::record::CallRecord, super::StoreError> {
         use super::{decode_json, StoreError};
         use crate::record::{from_micros, CallId, CallOutcome, CallRecord, RecordedRequest};
+        let mut response: tower_chat::ChatResponse =
+            decode_json::<ResponseColumnOwned>("response", response)?.into();
+        let messages = match self.request_len {
+            // Written before message-level storage: the history is inline.
+            None => decode_json("request messages", request_messages)?,
+            Some(request_len) => {
+                let history = history
+                    .iter()
+                    .map(|m| decode_json("message", m))
+                    .collect::<Result<Vec<tower_chat::Message>, _>>()?;
+                let (request, produced) =
+                    super::chain::split_history(history, request_len, &self.call_id)?;
+                response.messages = produced;
+                request
+            }
+        };
         let outcome = CallOutcome::from_columns(&self.status, self.error_kind, self.error_message)
             .map_err(|e| StoreError::new(format!("call {}: {e}", self.call_id)))?;
         Ok(CallRecord {
@@ -236,10 +349,10 @@ impl StoredColumns {
             provider: self.provider,
             model: self.model,
             request: RecordedRequest {
-                messages: decode_json("request messages", request_messages)?,
+                messages: tower_chat::Shared::new(messages),
                 options: decode_json("request options", request_options)?,
             },
-            response: decode_json("response", response)?,
+            response,
             outcome,
             cost: self
                 .cost_nanos
@@ -275,5 +388,63 @@ pub(crate) fn spend_from_row(values: [i64; 5]) -> crate::record::Spend {
         output_tokens: output,
         cost: tower_chat::Cost::from_nanos(cost),
         unpriced_calls: unpriced,
+    }
+}
+
+/// The `response` column: a [`tower_chat::ChatResponse`] without its messages, which are nodes of the history
+/// (serialised like `ChatResponse`, so rows written before, which hold the messages too, read the same way).
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+#[derive(serde::Serialize)]
+pub(crate) struct ResponseColumn<'a> {
+    usage: &'a tower_chat::Usage,
+    finish_reason: &'a Option<tower_chat::FinishReason>,
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    approval_requests: &'a [tower_chat::ApprovalRequest],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    response_id: &'a Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    model: &'a Option<String>,
+}
+
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+impl<'a> ResponseColumn<'a> {
+    pub(crate) fn of(response: &'a tower_chat::ChatResponse) -> Self {
+        ResponseColumn {
+            usage: &response.usage,
+            finish_reason: &response.finish_reason,
+            approval_requests: &response.approval_requests,
+            response_id: &response.response_id,
+            model: &response.model,
+        }
+    }
+}
+
+/// The `response` column read back (`messages` present only in rows written before message-level storage).
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+#[derive(serde::Deserialize)]
+pub(crate) struct ResponseColumnOwned {
+    #[serde(default)]
+    messages: Vec<tower_chat::Message>,
+    usage: tower_chat::Usage,
+    finish_reason: Option<tower_chat::FinishReason>,
+    #[serde(default)]
+    approval_requests: Vec<tower_chat::ApprovalRequest>,
+    #[serde(default)]
+    response_id: Option<String>,
+    #[serde(default)]
+    model: Option<String>,
+}
+
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+impl From<ResponseColumnOwned> for tower_chat::ChatResponse {
+    fn from(r: ResponseColumnOwned) -> Self {
+        tower_chat::ChatResponse {
+            messages: r.messages,
+            usage: r.usage,
+            finish_reason: r.finish_reason,
+            approval_requests: r.approval_requests,
+            response_id: r.response_id,
+            model: r.model,
+        }
     }
 }

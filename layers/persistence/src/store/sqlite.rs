@@ -18,9 +18,10 @@ use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 use tokio::sync::oneshot;
 use tower_chat::ConversationId;
 
+use super::chain::{history_sql, Encoder};
 use super::schema::{
-    abandon_sql, spend_from_row, spend_sql, sqlite_migrations, Row, StoredColumns,
-    MIGRATIONS_TABLE, SELECT_COLUMNS,
+    abandon_sql, select_sql, spend_from_row, spend_sql, sqlite_migrations, Row, StoredColumns,
+    StoredRecord, EMPTY_MESSAGES, EMPTY_OPTIONS, MIGRATIONS_TABLE,
 };
 use super::{Migration, Store, StoreError};
 use crate::record::{
@@ -38,6 +39,7 @@ type Job = Box<dyn FnOnce(&mut Connection) + Send>;
 pub struct SqliteStore {
     jobs: mpsc::Sender<Job>,
     path: Arc<PathBuf>,
+    encoder: Arc<Encoder>,
 }
 
 impl fmt::Debug for SqliteStore {
@@ -105,6 +107,7 @@ impl SqliteStoreBuilder {
         Ok(SqliteStore {
             jobs,
             path: Arc::new(path),
+            encoder: Arc::default(),
         })
     }
 }
@@ -255,8 +258,10 @@ impl SqliteStore {
 
 const UPSERT: &str = "INSERT INTO chat_calls (call_id, conversation_id, caller, round_index, started_at, \
     first_token_at, ended_at, provider, model, status, error_kind, error_message, finish_reason, input_tokens, \
-    output_tokens, response_text, request_messages, request_options, response, cost_nanos) \
-    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20) \
+    output_tokens, response_text, request_messages, request_options, response, cost_nanos, history_head, \
+    request_len, options_id) \
+    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, \
+    ?22, ?23) \
     ON CONFLICT (call_id) DO UPDATE SET conversation_id = excluded.conversation_id, caller = excluded.caller, \
     round_index = excluded.round_index, started_at = excluded.started_at, first_token_at = excluded.first_token_at, \
     ended_at = excluded.ended_at, provider = excluded.provider, model = excluded.model, status = excluded.status, \
@@ -264,14 +269,19 @@ const UPSERT: &str = "INSERT INTO chat_calls (call_id, conversation_id, caller, 
     finish_reason = excluded.finish_reason, input_tokens = excluded.input_tokens, \
     output_tokens = excluded.output_tokens, response_text = excluded.response_text, \
     request_messages = excluded.request_messages, request_options = excluded.request_options, \
-    response = excluded.response, cost_nanos = excluded.cost_nanos \
+    response = excluded.response, cost_nanos = excluded.cost_nanos, history_head = excluded.history_head, \
+    request_len = excluded.request_len, options_id = excluded.options_id \
     WHERE chat_calls.status = 'in_flight'";
 
-type RawRecord = (StoredColumns, String, String, String);
+const INSERT_NODE: &str = "INSERT INTO chat_messages (id, parent_id, position, message) \
+    VALUES (?1, ?2, ?3, ?4) ON CONFLICT (id) DO NOTHING";
 
-fn read_raw(row: &rusqlite::Row<'_>) -> rusqlite::Result<RawRecord> {
-    Ok((
-        StoredColumns {
+const INSERT_OPTIONS: &str =
+    "INSERT INTO chat_options (id, options) VALUES (?1, ?2) ON CONFLICT (id) DO NOTHING";
+
+fn read_raw(row: &rusqlite::Row<'_>) -> rusqlite::Result<StoredRecord> {
+    Ok(StoredRecord {
+        columns: StoredColumns {
             call_id: row.get(0)?,
             conversation_id: row.get(1)?,
             caller: row.get(2)?,
@@ -285,21 +295,35 @@ fn read_raw(row: &rusqlite::Row<'_>) -> rusqlite::Result<RawRecord> {
             error_kind: row.get(10)?,
             error_message: row.get(11)?,
             cost_nanos: row.get(12)?,
+            history_head: row.get(13)?,
+            request_len: row.get(14)?,
         },
-        row.get(13)?,
-        row.get(14)?,
-        row.get(15)?,
-    ))
+        request_messages: row.get(15)?,
+        request_options: row.get(16)?,
+        response: row.get(17)?,
+        history: Vec::new(),
+    })
 }
 
-fn decode((columns, messages, options, response): RawRecord) -> Result<CallRecord, StoreError> {
-    columns.into_record(&messages, &options, &response)
+/// Read each record's history from `chat_messages`, on the connection thread.
+fn with_histories(
+    conn: &Connection,
+    mut records: Vec<StoredRecord>,
+) -> rusqlite::Result<Vec<StoredRecord>> {
+    for record in &mut records {
+        if let Some(head) = record.head() {
+            let head = head.to_owned();
+            record.history = conn
+                .prepare_cached(&history_sql("?1", "message"))?
+                .query_map([head], |row| row.get(0))?
+                .collect::<rusqlite::Result<Vec<String>>>()?;
+        }
+    }
+    Ok(records)
 }
 
 fn select(filter: &str) -> String {
-    format!(
-        "SELECT {SELECT_COLUMNS}, request_messages, request_options, response FROM chat_calls {filter}"
-    )
+    select_sql("{}", filter)
 }
 
 impl Store for SqliteStore {
@@ -308,15 +332,31 @@ impl Store for SqliteStore {
         records: &'a [CallRecord],
     ) -> BoxFuture<'a, Result<(), StoreError>> {
         Box::pin(async move {
+            // Encoded here, on the writer task: only messages the store has not seen are serialised.
+            let (encoded, pending) = self.encoder.encode(records)?;
             let rows = records
                 .iter()
-                .map(Row::from_record)
-                .collect::<Result<Vec<_>, _>>()?;
+                .zip(encoded)
+                .map(|(record, encoded)| Ok((Row::from_record(record, &encoded)?, encoded)))
+                .collect::<Result<Vec<_>, StoreError>>()?;
             self.run("cannot write call records", move |conn| {
                 let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
                 {
+                    let mut node = tx.prepare_cached(INSERT_NODE)?;
+                    let mut options = tx.prepare_cached(INSERT_OPTIONS)?;
                     let mut insert = tx.prepare_cached(UPSERT)?;
-                    for r in &rows {
+                    for (r, encoded) in &rows {
+                        for n in &encoded.nodes {
+                            node.execute(params![
+                                &*n.id,
+                                n.parent.as_deref(),
+                                n.position,
+                                n.message
+                            ])?;
+                        }
+                        if let Some(o) = &encoded.options {
+                            options.execute(params![&*o.id, o.json])?;
+                        }
                         insert.execute(params![
                             r.call_id,
                             r.conversation_id,
@@ -334,16 +374,21 @@ impl Store for SqliteStore {
                             r.input_tokens,
                             r.output_tokens,
                             r.response_text,
-                            r.request_messages,
-                            r.request_options,
+                            EMPTY_MESSAGES,
+                            EMPTY_OPTIONS,
                             r.response,
                             r.cost_nanos,
+                            r.history_head,
+                            r.request_len,
+                            r.options_id,
                         ])?;
                     }
                 }
                 tx.commit()
             })
-            .await
+            .await?;
+            self.encoder.committed(pending);
+            Ok(())
         })
     }
 
@@ -355,12 +400,17 @@ impl Store for SqliteStore {
         Box::pin(async move {
             let raw = self
                 .run("cannot read a call record", move |conn| {
-                    conn.prepare_cached(&select("WHERE call_id = ?1"))?
+                    let raw = conn
+                        .prepare_cached(&select("WHERE call_id = ?1"))?
                         .query_row([id], read_raw)
-                        .optional()
+                        .optional()?;
+                    with_histories(conn, raw.into_iter().collect())
                 })
                 .await?;
-            raw.map(decode).transpose()
+            raw.into_iter()
+                .next()
+                .map(StoredRecord::into_record)
+                .transpose()
         })
     }
 
@@ -372,14 +422,16 @@ impl Store for SqliteStore {
         Box::pin(async move {
             let raws = self
                 .run("cannot read a conversation", move |conn| {
-                    conn.prepare_cached(&select(
-                        "WHERE conversation_id = ?1 ORDER BY started_at, call_id",
-                    ))?
-                    .query_map([id], read_raw)?
-                    .collect::<rusqlite::Result<Vec<_>>>()
+                    let raws = conn
+                        .prepare_cached(&select(
+                            "WHERE conversation_id = ?1 ORDER BY started_at, call_id",
+                        ))?
+                        .query_map([id], read_raw)?
+                        .collect::<rusqlite::Result<Vec<_>>>()?;
+                    with_histories(conn, raws)
                 })
                 .await?;
-            raws.into_iter().map(decode).collect()
+            raws.into_iter().map(StoredRecord::into_record).collect()
         })
     }
 
@@ -391,15 +443,20 @@ impl Store for SqliteStore {
         Box::pin(async move {
             let raw = self
                 .run("cannot read a conversation", move |conn| {
-                    conn.prepare_cached(&select(
-                        "WHERE conversation_id = ?1 AND status = 'completed' \
-                         ORDER BY started_at DESC, call_id DESC LIMIT 1",
-                    ))?
-                    .query_row([id], read_raw)
-                    .optional()
+                    let raw = conn
+                        .prepare_cached(&select(
+                            "WHERE conversation_id = ?1 AND status = 'completed' \
+                             ORDER BY started_at DESC, call_id DESC LIMIT 1",
+                        ))?
+                        .query_row([id], read_raw)
+                        .optional()?;
+                    with_histories(conn, raw.into_iter().collect())
                 })
                 .await?;
-            raw.map(decode).transpose()
+            raw.into_iter()
+                .next()
+                .map(StoredRecord::into_record)
+                .transpose()
         })
     }
 
