@@ -1,0 +1,219 @@
+//! Message-level storage: a conversation's storage grows linearly with its length, also for a stateless client
+//! that resends its whole history with every request and sends no conversation id.
+//!
+//! Sizes are SQLite page counts (`PRAGMA page_count` × `page_size`: the database's logical size, WAL
+//! included), deterministic for a given script: no time is measured.
+
+mod common;
+
+use common::{answer, scripted, stream_of, Shape};
+use tower::{Layer, ServiceExt};
+use tower_chat::{CallerIdentity, ChatRequest, ChatStreamExt, ConversationId, Message};
+use tower_chat_persistence::{PersistenceLayer, SqliteStore, Store};
+
+/// Bytes the database holds: pages in use times the page size (free pages left out).
+async fn size(store: &SqliteStore) -> u64 {
+    store
+        .run("size", |conn| {
+            conn.query_row(
+                "SELECT (page_count - freelist_count) * page_size \
+                 FROM pragma_page_count, pragma_freelist_count, pragma_page_size",
+                [],
+                |row| row.get::<_, i64>(0),
+            )
+        })
+        .await
+        .unwrap() as u64
+}
+
+async fn count(store: &SqliteStore, table: &'static str) -> i64 {
+    store
+        .run("count", move |conn| {
+            conn.query_row(&format!("SELECT COUNT(*) FROM {table}"), [], |row| {
+                row.get(0)
+            })
+        })
+        .await
+        .unwrap()
+}
+
+/// A chat client that keeps the history itself and resends all of it every turn (Chat Completions style),
+/// with a fixed conversation id or none. Returns the history and the database size after each turn.
+async fn converse(
+    store: &SqliteStore,
+    turns: usize,
+    conversation: Option<&ConversationId>,
+    history: &mut Vec<Message>,
+) -> Vec<u64> {
+    let layer = PersistenceLayer::builder(store.clone()).build();
+    let chat = layer.layer(scripted(|request: &ChatRequest| {
+        let n = request.messages.len();
+        stream_of(
+            answer(&format!(
+                "Answer number {n}: a short reply of about the length a chat model gives to a short question."
+            )),
+            Shape::Ready,
+        )
+    }));
+    let mut sizes = Vec::with_capacity(turns);
+    for _ in 0..turns {
+        let turn = history.len() / 2;
+        history.push(Message::user(format!(
+            "Question {turn}: tell me one more thing about tower middleware, briefly please."
+        )));
+        let mut request =
+            ChatRequest::new(history.clone()).with_extension(CallerIdentity::new("alice"));
+        if let Some(id) = conversation {
+            request = request.with_extension(id.clone());
+        }
+        // Fail-closed: the record is stored once the call has finished.
+        let response = chat
+            .clone()
+            .oneshot(request)
+            .await
+            .unwrap()
+            .collect_response()
+            .await
+            .unwrap();
+        history.extend(response.messages);
+        sizes.push(size(store).await);
+    }
+    sizes
+}
+
+#[tokio::test]
+async fn storage_grows_linearly_with_and_without_a_conversation_id() {
+    for conversation in [Some(ConversationId::new("linear")), None] {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("chat.db");
+        let store = SqliteStore::open(&path).await.unwrap();
+        let empty = size(&store).await;
+        let mut history = Vec::new();
+        let mut sizes = converse(&store, 100, conversation.as_ref(), &mut history).await;
+        // Half-way the process restarts: a fresh store has no cache and must recognise the stored history
+        // from the database (content addresses), not store it again.
+        drop(store);
+        let store = SqliteStore::open(&path).await.unwrap();
+        sizes.extend(converse(&store, 100, conversation.as_ref(), &mut history).await);
+
+        let (at_20, at_200) = (sizes[19], sizes[199]);
+        eprintln!(
+            "conversation id {:?}: empty {empty} B, after 20 turns {at_20} B, after 200 turns {at_200} B \
+             ({:.2}x; growth {:.2}x)",
+            conversation.as_ref().map(|c| c.as_str()),
+            at_200 as f64 / at_20 as f64,
+            (at_200 - empty) as f64 / (at_20 - empty) as f64,
+        );
+        assert!(
+            at_200 <= 12 * at_20,
+            "{at_200} B after 200 turns vs {at_20} B after 20"
+        );
+        assert!(
+            at_200 - empty <= 12 * (at_20 - empty),
+            "growth: {at_200} B after 200 turns vs {at_20} B after 20 (empty: {empty} B)"
+        );
+        // Each message once: 200 questions and 200 answers, across the restart too.
+        assert_eq!(count(&store, "chat_messages").await, 400);
+        assert_eq!(count(&store, "chat_calls").await, 200);
+        assert_eq!(count(&store, "chat_options").await, 1);
+
+        // The read API returns the whole history, as before.
+        match &conversation {
+            Some(id) => {
+                assert_eq!(store.load_conversation(id).await.unwrap(), history);
+                let calls = store.conversation_calls(id).await.unwrap();
+                assert_eq!(calls.len(), 200);
+                for (turn, call) in calls.iter().enumerate() {
+                    assert_eq!(call.request.messages.len(), 2 * turn + 1);
+                    assert_eq!(call.history(), history[..2 * turn + 2]);
+                }
+            }
+            None => {
+                // Every stateless call is a conversation of its own (as before); the latest holds it all.
+                let listed = store
+                    .list_conversations(&tower_chat_persistence::ConversationQuery::new().limit(1))
+                    .await
+                    .unwrap();
+                let latest = store
+                    .load_conversation(&listed[0].conversation_id)
+                    .await
+                    .unwrap();
+                assert_eq!(latest, history);
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_database_from_before_message_level_storage_reads_as_before_and_continues() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("old.db");
+    // A database as the crate left it before migration 0004: one call with its history inline.
+    {
+        let conn = rusqlite_connection(&path);
+        conn.execute_batch(OLD_SCHEMA).unwrap();
+    }
+    let store = SqliteStore::open(&path).await.unwrap();
+    let id = ConversationId::new("old");
+    let old = store.load_conversation(&id).await.unwrap();
+    assert_eq!(old, vec![Message::user("hi"), Message::assistant("hello")]);
+    let layer = PersistenceLayer::builder(store.clone()).build();
+    let chat = layer.layer(scripted(|_: &ChatRequest| {
+        stream_of(answer("again"), Shape::Ready)
+    }));
+    let mut history = old.clone();
+    history.push(Message::user("more"));
+    let response = chat
+        .oneshot(ChatRequest::new(history.clone()).with_extension(id.clone()))
+        .await
+        .unwrap()
+        .collect_response()
+        .await
+        .unwrap();
+    history.extend(response.messages);
+    assert_eq!(store.load_conversation(&id).await.unwrap(), history);
+    let calls = store.conversation_calls(&id).await.unwrap();
+    assert_eq!(calls.len(), 2);
+    assert_eq!(calls[0].history(), old);
+    assert_eq!(calls[0].request.options.model.as_deref(), Some("m"));
+}
+
+fn rusqlite_connection(
+    path: &std::path::Path,
+) -> tower_chat_persistence::store::sqlite::rusqlite::Connection {
+    tower_chat_persistence::store::sqlite::rusqlite::Connection::open(path).unwrap()
+}
+
+/// Migrations 0001 and 0003 as released, and one record written by that version.
+const OLD_SCHEMA: &str = "
+CREATE TABLE tower_chat_migrations (id TEXT PRIMARY KEY, applied_at BIGINT NOT NULL);
+CREATE TABLE chat_calls (
+    call_id TEXT PRIMARY KEY,
+    conversation_id TEXT NOT NULL,
+    caller TEXT,
+    round_index BIGINT NOT NULL,
+    started_at BIGINT NOT NULL,
+    first_token_at BIGINT,
+    ended_at BIGINT NOT NULL,
+    provider TEXT,
+    model TEXT,
+    status TEXT NOT NULL CHECK (status IN ('completed', 'failed', 'cancelled', 'interrupted', 'in_flight')),
+    error_kind TEXT,
+    error_message TEXT,
+    finish_reason TEXT,
+    input_tokens BIGINT NOT NULL,
+    output_tokens BIGINT NOT NULL,
+    response_text TEXT NOT NULL,
+    request_messages TEXT NOT NULL,
+    request_options TEXT NOT NULL,
+    response TEXT NOT NULL
+);
+CREATE INDEX chat_calls_by_conversation ON chat_calls (conversation_id, started_at, call_id);
+CREATE INDEX chat_calls_by_caller ON chat_calls (caller, started_at);
+ALTER TABLE chat_calls ADD COLUMN cost_nanos BIGINT;
+INSERT INTO tower_chat_migrations VALUES ('tower-chat-persistence/0001_chat_calls', 1), \
+    ('tower-chat-persistence/0003_call_cost', 1);
+INSERT INTO chat_calls VALUES ('c1', 'old', NULL, 0, 1000, 1500, 2000, 'p', 'm', 'completed', NULL, NULL, 'stop', \
+    3, 1, 'hello', '[{\"role\":\"user\",\"content\":\"hi\"}]', '{\"model\":\"m\"}', \
+    '{\"messages\":[{\"role\":\"assistant\",\"content\":\"hello\"}],\"usage\":{\"input_tokens\":3,\"output_tokens\":1},\"finish_reason\":\"stop\"}', NULL);
+";
