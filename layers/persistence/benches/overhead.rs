@@ -1,12 +1,26 @@
 //! Overhead of the persistence layer with SQLite versus no persistence: per call (a short answer) and per event
 //! (a long stream), fail-closed (the default) and fail-open, sequential and 64 calls at once.
+//!
+//! Criterion: `cargo bench -p tower-chat-persistence --bench overhead`.
+//!
+//! Counting mode, for callgrind (instructions per recorded call are the slope between two conversation counts,
+//! divided by the two model calls of each conversation):
+//! `PERSIST_COUNT_VARIANT=bare|null|sqlite PERSIST_COUNT_CONVERSATIONS=N target/release/deps/overhead-<hash>`.
+//! Each conversation is the two-round tool conversation of issue 11 (user → tool call → tool result →
+//! answer) with a system prompt and one tool offered, as a tool loop sends it: two model calls with the same
+//! conversation id, the second resending the first's history. `bare` is the scripted model alone, `null` the
+//! layer over a store that forgets (the layer's own cost), `sqlite` the default layer (fail-closed) over a
+//! SQLite file: every record written and committed before the call's `Finish` is delivered.
+//! `PERSIST_COUNT_CONCURRENCY=K` (default 1) runs K conversations at once: their records reach the writer
+//! together and share transactions (group commit).
 
-use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use criterion::{criterion_group, BenchmarkId, Criterion, Throughput};
 use futures_util::future::BoxFuture;
 use futures_util::{future::join_all, stream, StreamExt};
 use tower::{service_fn, util::BoxCloneService, Layer, ServiceExt};
 use tower_chat::{
-    ChatError, ChatEvent, ChatRequest, ChatStream, ConversationId, FinishReason, Message, Usage,
+    ChatError, ChatEvent, ChatRequest, ChatStream, ChatStreamExt, ConversationId, FinishReason,
+    Message, Usage,
 };
 use tower_chat_persistence::{
     CallId, CallRecord, ConversationQuery, ConversationSummary, PersistenceLayer, SqliteStore,
@@ -164,4 +178,139 @@ fn report(runtime: &tokio::runtime::Runtime, stacks: &Stacks) {
 }
 
 criterion_group!(benches, overhead);
-criterion_main!(benches);
+
+/// The scripted model of the counting mode: a tool call when the last message is the user's, else an answer.
+fn tool_model() -> Chat {
+    BoxCloneService::new(service_fn(|req: ChatRequest| async move {
+        let usage = ChatEvent::Usage {
+            usage: Usage {
+                input_tokens: 40,
+                output_tokens: 12,
+                ..Usage::default()
+            },
+        };
+        let events: Vec<Result<ChatEvent, ChatError>> = match req.messages.last() {
+            Some(Message::User { .. }) => vec![
+                Ok(ChatEvent::ToolCallStart {
+                    index: 0,
+                    id: "call_1".into(),
+                    name: "add".into(),
+                }),
+                Ok(ChatEvent::ToolCallDelta {
+                    index: 0,
+                    arguments: r#"{"a": 2, "b": 3}"#.into(),
+                }),
+                Ok(ChatEvent::ToolCallEnd {
+                    index: 0,
+                    call: tower_chat::ToolCall::new(
+                        "call_1",
+                        "add",
+                        serde_json::json!({"a": 2, "b": 3}),
+                    ),
+                }),
+                Ok(usage),
+                Ok(ChatEvent::finish(FinishReason::ToolCalls)),
+            ],
+            _ => vec![
+                Ok(ChatEvent::text("The sum is 5.")),
+                Ok(usage),
+                Ok(ChatEvent::finish(FinishReason::Stop)),
+            ],
+        };
+        Ok::<ChatStream, ChatError>(Box::pin(stream::iter(events)))
+    }))
+}
+
+/// One two-round tool conversation, as a tool loop drives it (round 1 resends round 0's history).
+async fn conversation(
+    chat: &Chat,
+    i: usize,
+    options: &tower_chat::Shared<tower_chat::ChatOptions>,
+) {
+    let conversation = ConversationId::new(format!("conv-{i}"));
+    let mut request = ChatRequest::new(vec![
+        Message::system("You are a calculator. Use the add tool."),
+        Message::user(format!("What is 2 + 3? (question {i})")),
+    ])
+    .with_extension(conversation);
+    request.options = options.clone();
+    let first = chat
+        .clone()
+        .oneshot(request.clone())
+        .await
+        .unwrap()
+        .collect_response()
+        .await
+        .unwrap();
+    request.messages.extend(first.messages);
+    request
+        .messages
+        .push(Message::tool_result("call_1", "add", "5"));
+    let second = chat
+        .clone()
+        .oneshot(request)
+        .await
+        .unwrap()
+        .collect_response()
+        .await
+        .unwrap();
+    std::hint::black_box(second);
+}
+
+/// Run `PERSIST_COUNT_CONVERSATIONS` conversations of one variant and exit (for callgrind).
+fn count(variant: &str) {
+    let conversations: usize = std::env::var("PERSIST_COUNT_CONVERSATIONS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(100);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    runtime.block_on(async {
+        let mut options = tower_chat::ChatOptions {
+            model: Some("gpt-4o-mini".into()),
+            ..Default::default()
+        };
+        options.tools = vec![tower_chat::ToolSpec::new(
+            "add",
+            "Add two numbers.",
+            serde_json::json!({
+                "type": "object",
+                "properties": {"a": {"type": "number"}, "b": {"type": "number"}},
+                "required": ["a", "b"]
+            }),
+        )]
+        .into();
+        let options = tower_chat::Shared::new(options);
+        let chat = match variant {
+            "bare" => tool_model(),
+            "null" => BoxCloneService::new(PersistenceLayer::new(NullStore).layer(tool_model())),
+            "sqlite" => {
+                let store = SqliteStore::open(dir.path().join("count.db"))
+                    .await
+                    .unwrap();
+                BoxCloneService::new(PersistenceLayer::new(store).layer(tool_model()))
+            }
+            other => panic!("unknown PERSIST_COUNT_VARIANT {other}"),
+        };
+        let concurrency: usize = std::env::var("PERSIST_COUNT_CONCURRENCY")
+            .ok()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(1);
+        for start in (0..conversations).step_by(concurrency.max(1)) {
+            let end = (start + concurrency.max(1)).min(conversations);
+            join_all((start..end).map(|i| conversation(&chat, i, &options))).await;
+        }
+    });
+}
+
+fn main() {
+    if let Ok(variant) = std::env::var("PERSIST_COUNT_VARIANT") {
+        count(&variant);
+        return;
+    }
+    benches();
+    Criterion::default().configure_from_args().final_summary();
+}

@@ -48,7 +48,15 @@
 //!   record, counted in [`PersistenceStats`] and logged at `error` level (rate-limited).
 //!
 //! [`PersistenceLayer::flush`] waits until every record handed over so far is written; call it before shutting
-//! the runtime down.
+//! the runtime down. What a committed record survives (a killed process; a power loss only with
+//! [`Durability::PowerLoss`]) is in the README's "Durability" section.
+//!
+//! ## How records are stored
+//! Message-level: each message of a conversation is stored once, as a content-addressed node of its chain, and a
+//! record refers to the last node of its history and stores only what it produced (usage, finish reason,
+//! timestamps, outcome, …). A client that resends its whole history (a stateless Chat Completions client, with
+//! or without a conversation id) maps onto the nodes already stored, so storage grows linearly with a
+//! conversation. The store remembers recently written chains, so only new messages are serialised.
 //!
 //! ## What is recorded
 //! See [`CallRecord`]: call id, conversation id (from the request's [`tower_chat::ConversationId`], generated
@@ -94,6 +102,6 @@ pub use service::{Persistence, ResponseFuture};
 #[cfg(feature = "postgres")]
 pub use store::postgres::{PostgresStore, PostgresStoreBuilder};
 #[cfg(feature = "sqlite")]
-pub use store::sqlite::{SqliteStore, SqliteStoreBuilder};
+pub use store::sqlite::{Durability, SqliteStore, SqliteStoreBuilder};
 pub use store::{Migration, Store, StoreError};
 pub use stream::RecordingStream;

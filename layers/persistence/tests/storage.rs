@@ -217,3 +217,49 @@ INSERT INTO chat_calls VALUES ('c1', 'old', NULL, 0, 1000, 1500, 2000, 'p', 'm',
     3, 1, 'hello', '[{\"role\":\"user\",\"content\":\"hi\"}]', '{\"model\":\"m\"}', \
     '{\"messages\":[{\"role\":\"assistant\",\"content\":\"hello\"}],\"usage\":{\"input_tokens\":3,\"output_tokens\":1},\"finish_reason\":\"stop\"}', NULL);
 ";
+
+#[tokio::test]
+async fn durability_picks_the_synchronous_setting() {
+    use tower_chat_persistence::Durability;
+    let dir = tempfile::tempdir().unwrap();
+    for (durability, expected) in [(Durability::Process, 1), (Durability::PowerLoss, 2)] {
+        let store = SqliteStore::builder(dir.path().join("d.db"))
+            .durability(durability)
+            .open()
+            .await
+            .unwrap();
+        let (mode, synchronous): (String, i64) = store
+            .run("pragmas", |conn| {
+                let mode = conn.query_row("PRAGMA journal_mode", [], |r| r.get(0))?;
+                let synchronous = conn.query_row("PRAGMA synchronous", [], |r| r.get(0))?;
+                Ok((mode, synchronous))
+            })
+            .await
+            .unwrap();
+        assert_eq!(
+            (mode.as_str(), synchronous),
+            ("wal", expected),
+            "{durability:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn other_users_of_the_connection_keep_their_check_constraints() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::open(dir.path().join("c.db")).await.unwrap();
+    let mut history = Vec::new();
+    converse(&store, 1, None, &mut history).await;
+    // The record writes skip chat_calls' CHECK (their statuses are the layer's own); nobody else does.
+    let refused = store
+        .run("bad status", |conn| {
+            conn.execute(
+                "INSERT INTO chat_calls (call_id, conversation_id, round_index, started_at, ended_at, status, \
+                 input_tokens, output_tokens, response_text, request_messages, request_options, response) \
+                 VALUES ('x', 'c', 0, 0, 0, 'exploded', 0, 0, '', '[]', '{}', '{}')",
+                [],
+            )
+        })
+        .await;
+    assert!(refused.is_err(), "{refused:?}");
+}

@@ -1,8 +1,11 @@
 //! Message-level storage: how a record's messages become rows of `chat_messages`, each stored once.
 //!
-//! A conversation is a chain of message nodes. A node's id is a content address: the first 128 bits of
-//! SHA-256 over its parent's id (or, for a conversation's first message, the caller it belongs to) and the
-//! message's JSON. The same history therefore always yields the same ids, whoever sends it: a stateless client
+//! A conversation is a chain of message nodes. A node's id is a content address: SipHash-2-4 (128 bits) over
+//! its parent's id (or, for a conversation's first message, the caller it belongs to) and the message's JSON,
+//! keyed with a random key the database keeps (`chat_store_key`, created once per database). SipHash is a
+//! pseudo-random function: without the key, nobody can craft two messages with the same id (a client cannot
+//! make its record point at someone else's history), and it costs a few instructions per byte where SHA-256
+//! costs about twenty. The same history therefore always yields the same ids, whoever sends it: a stateless client
 //! resending its whole history with every request (and no conversation id) walks the nodes already stored and
 //! adds only the new ones, and two callers never share a node (the caller is part of the first node's id).
 //! A record stores the id of the last node of its history (request messages followed by response messages)
@@ -16,10 +19,10 @@
 //! ignores the nodes it already has (`ON CONFLICT DO NOTHING`).
 
 use std::collections::HashMap;
-use std::hash::Hasher;
+use std::hash::{Hash, Hasher};
 use std::sync::{Arc, Mutex};
 
-use sha2::{Digest, Sha256};
+use siphasher::sip128::{Hasher128, SipHasher24};
 use tower_chat::{ChatOptions, Message, Shared};
 
 use crate::record::CallRecord;
@@ -59,60 +62,76 @@ pub(crate) struct Encoded {
     pub(crate) options: Option<NewOptions>,
 }
 
-fn hex(bytes: &[u8]) -> NodeId {
+fn hex(bytes: &[u8; 16]) -> NodeId {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut out = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        out.push(DIGITS[usize::from(b >> 4)] as char);
-        out.push(DIGITS[usize::from(b & 15)] as char);
+    let mut out = [0u8; 32];
+    for (pair, b) in out.chunks_exact_mut(2).zip(bytes) {
+        pair[0] = DIGITS[usize::from(b >> 4)];
+        pair[1] = DIGITS[usize::from(b & 15)];
     }
-    Arc::from(out)
+    Arc::from(std::str::from_utf8(&out).expect("hex digits are ASCII"))
 }
 
-/// The id of a node: SHA-256 over length-prefixed fields, truncated to 128 bits.
-fn node_id(parent: Option<&str>, scope: Option<&str>, message: &str) -> NodeId {
-    let mut hash = Sha256::new();
+/// The database's hashing key (`chat_store_key`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct NodeKey(pub(crate) u64, pub(crate) u64);
+
+impl NodeKey {
+    /// A fresh random key, for a database that has none yet.
+    pub(crate) fn random() -> Self {
+        let (k0, k1) = uuid::Uuid::new_v4().as_u64_pair();
+        NodeKey(k0, k1)
+    }
+
+    fn hasher(self) -> SipHasher24 {
+        SipHasher24::new_with_keys(self.0, self.1)
+    }
+}
+
+/// The id of a node: keyed SipHash-2-4 (128 bits) over length-prefixed fields.
+fn node_id(key: NodeKey, parent: Option<&str>, scope: Option<&str>, message: &str) -> NodeId {
+    let mut hash = key.hasher();
     match parent {
         Some(parent) => {
-            hash.update(b"n");
-            hash.update(parent.as_bytes());
+            hash.write(b"n");
+            hash.write(parent.as_bytes());
         }
         None => {
             // The first message of a conversation: scoped to its caller.
             let scope = scope.unwrap_or("");
-            hash.update(b"r");
-            hash.update((scope.len() as u64).to_le_bytes());
-            hash.update(scope.as_bytes());
+            hash.write(b"r");
+            hash.write(&(scope.len() as u64).to_le_bytes());
+            hash.write(scope.as_bytes());
         }
     }
-    hash.update((message.len() as u64).to_le_bytes());
-    hash.update(message.as_bytes());
-    hex(&hash.finalize()[..16])
+    hash.write(&(message.len() as u64).to_le_bytes());
+    hash.write(message.as_bytes());
+    hex(&hash.finish128().as_bytes())
 }
 
-fn options_id(json: &str) -> NodeId {
-    let mut hash = Sha256::new();
-    hash.update(b"o");
-    hash.update(json.as_bytes());
-    hex(&hash.finalize()[..16])
+fn options_id(key: NodeKey, json: &str) -> NodeId {
+    let mut hash = key.hasher();
+    hash.write(b"o");
+    hash.write(json.as_bytes());
+    hex(&hash.finish128().as_bytes())
 }
 
-/// A 64-bit in-memory fingerprint of one message (never stored: only indexes the cache).
+/// A 64-bit in-memory fingerprint of one message (never stored: it only indexes the cache, and a match is
+/// confirmed by comparing messages). Hashes the role and the texts and ids, not the whole structure.
 fn fingerprint(message: &Message) -> u64 {
-    struct HashWriter(std::collections::hash_map::DefaultHasher);
-    impl std::io::Write for HashWriter {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0.write(buf);
-            Ok(buf.len())
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    match message {
+        Message::System { content } => (0u8, content).hash(&mut h),
+        Message::User { content } => (1u8, content).hash(&mut h),
+        Message::Assistant(a) => {
+            (2u8, &a.content).hash(&mut h);
+            for call in &a.tool_calls {
+                call.id.hash(&mut h);
+            }
         }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
+        Message::Tool(t) => (3u8, &t.call_id, &t.content).hash(&mut h),
     }
-    let mut writer = HashWriter(Default::default());
-    // Writing into a hasher cannot fail; a message that cannot serialise is caught when it is encoded.
-    let _ = serde_json::to_writer(&mut writer, message);
-    writer.0.finish()
+    h.finish()
 }
 
 /// A history the encoder wrote: the request's messages (shared with the request, not copied), the response's,
@@ -282,6 +301,7 @@ impl ChainCache {
 /// Turns records into message nodes, sharing a [`ChainCache`] between the writes of one store.
 #[derive(Debug, Default)]
 pub(crate) struct Encoder {
+    key: NodeKey,
     cache: Mutex<ChainCache>,
 }
 
@@ -294,6 +314,14 @@ pub(crate) struct Pending {
 }
 
 impl Encoder {
+    /// An encoder for the database whose key is `key`.
+    pub(crate) fn new(key: NodeKey) -> Self {
+        Encoder {
+            key,
+            cache: Mutex::default(),
+        }
+    }
+
     /// The nodes and options each record adds. Nodes up to the longest prefix known (cached from committed
     /// writes, or written earlier in this batch) are not serialised again.
     pub(crate) fn encode(
@@ -304,7 +332,7 @@ impl Encoder {
         let mut pending = Pending::default();
         let mut out = Vec::with_capacity(records.len());
         for record in records {
-            out.push(encode_one(&cache, &mut pending, record)?);
+            out.push(encode_one(self.key, &cache, &mut pending, record)?);
         }
         Ok((out, pending))
     }
@@ -324,6 +352,7 @@ impl Encoder {
 }
 
 fn encode_one(
+    key: NodeKey,
     cache: &ChainCache,
     pending: &mut Pending,
     record: &CallRecord,
@@ -345,7 +374,7 @@ fn encode_one(
         None => {
             let json = serde_json::to_string(&*record.request.options)
                 .map_err(|e| StoreError::with_source("cannot encode request options", e))?;
-            let id = options_id(&json);
+            let id = options_id(key, &json);
             pending
                 .options
                 .push((record.request.options.clone(), id.clone()));
@@ -374,7 +403,7 @@ fn encode_one(
         let json = serde_json::to_string(message)
             .map_err(|e| StoreError::with_source("cannot encode a message", e))?;
         let parent = ids.last().cloned();
-        let id = node_id(parent.as_deref(), scope, &json);
+        let id = node_id(key, parent.as_deref(), scope, &json);
         ids.push(id.clone());
         nodes.push(NewNode {
             id,
@@ -579,6 +608,17 @@ mod tests {
         );
         assert_eq!(edited.nodes.len(), 3);
         assert_eq!(edited.nodes[0].parent.as_ref(), Some(&alice.nodes[0].id));
+    }
+
+    #[test]
+    fn ids_depend_on_the_database_key() {
+        let r = record("c", None, vec![Message::user("hi")], "hello");
+        let a = write(&Encoder::new(NodeKey(1, 2)), &r);
+        let b = write(&Encoder::new(NodeKey(1, 2)), &r);
+        let c = write(&Encoder::new(NodeKey(3, 4)), &r);
+        assert_eq!(a.head, b.head);
+        assert_ne!(a.head, c.head);
+        assert_eq!(a.head.unwrap().len(), 32);
     }
 
     #[test]

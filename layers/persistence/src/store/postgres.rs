@@ -13,10 +13,10 @@ use tokio_postgres::types::ToSql;
 use tokio_postgres::NoTls;
 use tower_chat::ConversationId;
 
-use super::chain::{history_sql, Encoder};
+use super::chain::{history_sql, Encoder, NodeKey};
 use super::schema::{
-    abandon_sql, postgres_migrations, select_sql, spend_from_row, spend_sql, Row, StoredColumns,
-    StoredRecord, EMPTY_MESSAGES, EMPTY_OPTIONS, MIGRATIONS_TABLE,
+    abandon_sql, insert_key_sql, postgres_migrations, select_sql, spend_from_row, spend_sql, Row,
+    StoredColumns, StoredRecord, EMPTY_MESSAGES, EMPTY_OPTIONS, MIGRATIONS_TABLE, SELECT_KEY,
 };
 use super::{Migration, Store, StoreError};
 use crate::record::{
@@ -128,12 +128,14 @@ impl PostgresStoreBuilder {
             .wait_timeout(Some(self.connect_timeout))
             .build()
             .map_err(|e| StoreError::with_source("cannot build the PostgreSQL pool", e))?;
-        let store = PostgresStore {
+        let mut store = PostgresStore {
             pool,
             schema: self.schema,
             encoder: Default::default(),
         };
         store.migrate(&self.migrations).await?;
+        let key = store.node_key().await?;
+        store.encoder = std::sync::Arc::new(Encoder::new(key));
         Ok(store)
     }
 }
@@ -213,6 +215,28 @@ impl PostgresStore {
     /// as [`PostgresStoreBuilder::migration`], for a store that is already connected.
     pub async fn apply_migrations(&self, migrations: &[Migration]) -> Result<(), StoreError> {
         self.migrate_each(migrations.iter()).await
+    }
+
+    /// The database's node key, created by the first store to connect.
+    async fn node_key(&self) -> Result<NodeKey, StoreError> {
+        let client = self.client().await?;
+        let fresh = NodeKey::random();
+        client
+            .execute(
+                &insert_key_sql("$1", "$2"),
+                &[&(fresh.0 as i64), &(fresh.1 as i64)],
+            )
+            .await
+            .map_err(pg_error("cannot create the node key"))?;
+        let row = client
+            .query_one(SELECT_KEY, &[])
+            .await
+            .map_err(pg_error("cannot read the node key"))?;
+        let half = |i| row.try_get::<_, i64>(i).map(|v| v as u64);
+        Ok(NodeKey(
+            half(0).map_err(pg_error("cannot read the node key"))?,
+            half(1).map_err(pg_error("cannot read the node key"))?,
+        ))
     }
 
     async fn migrate(&self, extra: &[Migration]) -> Result<(), StoreError> {

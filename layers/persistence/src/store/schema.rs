@@ -57,8 +57,55 @@ pub(crate) fn sqlite_migrations() -> Vec<Migration> {
             "tower-chat-persistence/0004_message_nodes",
             message_nodes_sql("TEXT", " WITHOUT ROWID", ""),
         ),
+        Migration::new("tower-chat-persistence/0005_node_key", NODE_KEY_SQL),
+        Migration::new(
+            "tower-chat-persistence/0006_cheap_status_check",
+            SQLITE_STATUS_CHECK_SQL,
+        ),
     ]
 }
+
+/// SQLite only: `chat_calls` rebuilt (SQLite cannot alter a CHECK) with the status check written as ORs. The
+/// original `status IN (…five names…)` makes SQLite build an ephemeral table for every insert, about 14 k
+/// instructions of a record's write. The rows are copied as they are, in one transaction with the marker.
+#[cfg(feature = "sqlite")]
+const SQLITE_STATUS_CHECK_SQL: &str = "CREATE TABLE chat_calls_0006 (
+    call_id TEXT PRIMARY KEY,
+    conversation_id TEXT NOT NULL,
+    caller TEXT,
+    round_index BIGINT NOT NULL,
+    started_at BIGINT NOT NULL,
+    first_token_at BIGINT,
+    ended_at BIGINT NOT NULL,
+    provider TEXT,
+    model TEXT,
+    status TEXT NOT NULL CHECK (status = 'completed' OR status = 'failed' OR status = 'cancelled' \
+        OR status = 'interrupted' OR status = 'in_flight'),
+    error_kind TEXT,
+    error_message TEXT,
+    finish_reason TEXT,
+    input_tokens BIGINT NOT NULL,
+    output_tokens BIGINT NOT NULL,
+    response_text TEXT NOT NULL,
+    request_messages TEXT NOT NULL,
+    request_options TEXT NOT NULL,
+    response TEXT NOT NULL,
+    cost_nanos BIGINT,
+    history_head TEXT,
+    request_len BIGINT,
+    options_id TEXT
+);
+INSERT INTO chat_calls_0006 (call_id, conversation_id, caller, round_index, started_at, first_token_at, ended_at, \
+    provider, model, status, error_kind, error_message, finish_reason, input_tokens, output_tokens, response_text, \
+    request_messages, request_options, response, cost_nanos, history_head, request_len, options_id) \
+    SELECT call_id, conversation_id, caller, round_index, started_at, first_token_at, ended_at, provider, model, \
+    status, error_kind, error_message, finish_reason, input_tokens, output_tokens, response_text, \
+    request_messages, request_options, response, cost_nanos, history_head, request_len, options_id \
+    FROM chat_calls;
+DROP TABLE chat_calls;
+ALTER TABLE chat_calls_0006 RENAME TO chat_calls;
+CREATE INDEX chat_calls_by_conversation ON chat_calls (conversation_id, started_at, call_id);
+CREATE INDEX chat_calls_by_caller ON chat_calls (caller, started_at);";
 
 /// The crate's tables in PostgreSQL: the same columns, JSON as JSONB.
 #[cfg(feature = "postgres")]
@@ -73,6 +120,7 @@ pub(crate) fn postgres_migrations() -> Vec<Migration> {
             "tower-chat-persistence/0004_message_nodes",
             message_nodes_sql("JSONB", "", " IF NOT EXISTS"),
         ),
+        Migration::new("tower-chat-persistence/0005_node_key", NODE_KEY_SQL),
     ]
 }
 
@@ -109,7 +157,8 @@ CREATE INDEX chat_calls_by_caller ON chat_calls (caller, started_at);"
 }
 
 /// Message-level storage (see `chain.rs`): each message once, as a node of its conversation's chain
-/// (`chat_messages`, content-addressed ids), each distinct set of request options once (`chat_options`), and on
+/// (`chat_messages`, content-addressed ids keyed with the database's random key, table `chat_store_key` of
+/// migration 0005), each distinct set of request options once (`chat_options`), and on
 /// `chat_calls` the last node of the call's history (`history_head`), how many of its messages the call sent
 /// (`request_len`; NULL marks a row written before this migration, whose history is inline in
 /// `request_messages`) and its options' id. Rows written before stay as they are and read as before. Written
@@ -130,11 +179,36 @@ CREATE TABLE IF NOT EXISTS chat_options (
     id TEXT PRIMARY KEY,
     options {json} NOT NULL
 ){without_rowid};
+CREATE TABLE IF NOT EXISTS chat_store_key (
+    id INTEGER PRIMARY KEY CHECK (id = 1),
+    k0 BIGINT NOT NULL,
+    k1 BIGINT NOT NULL
+);
 ALTER TABLE chat_calls ADD COLUMN{if_not_exists} history_head TEXT;
 ALTER TABLE chat_calls ADD COLUMN{if_not_exists} request_len BIGINT;
 ALTER TABLE chat_calls ADD COLUMN{if_not_exists} options_id TEXT;"
     )
 }
+
+/// The database's key for message ids (see `chain.rs`): one row, written by the first store that opens the
+/// database; the same in both dialects.
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+const NODE_KEY_SQL: &str = "CREATE TABLE IF NOT EXISTS chat_store_key (
+    id INTEGER PRIMARY KEY CHECK (id = 1),
+    k0 BIGINT NOT NULL,
+    k1 BIGINT NOT NULL
+)";
+
+/// Creates the database's node key unless it has one (the first store to open it picks it); placeholders for
+/// the two halves.
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+pub(crate) fn insert_key_sql(k0: &str, k1: &str) -> String {
+    format!("INSERT INTO chat_store_key (id, k0, k1) VALUES (1, {k0}, {k1}) ON CONFLICT (id) DO NOTHING")
+}
+
+/// Reads the database's node key.
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+pub(crate) const SELECT_KEY: &str = "SELECT k0, k1 FROM chat_store_key WHERE id = 1";
 
 /// Each call's cost in nano-dollars (`tower_chat::Cost`), NULL when unpriced; the same in both dialects.
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
