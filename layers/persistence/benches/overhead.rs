@@ -13,6 +13,10 @@
 //! SQLite file: every record written and committed before the call's `Finish` is delivered.
 //! `PERSIST_COUNT_CONCURRENCY=K` (default 1) runs K conversations at once: their records reach the writer
 //! together and share transactions (group commit).
+//! `PERSIST_COUNT_LONG=1` counts turns of one long conversation instead (`PERSIST_COUNT_CONVERSATIONS` is then
+//! the number of turns): every turn one call resending the whole history, a user question and an answer
+//! more each time; with `PERSIST_COUNT_STATELESS=1` the requests carry no conversation id (a stateless Chat
+//! Completions client). The slope between two turn counts is the average cost of a call over those turns.
 
 use criterion::{criterion_group, BenchmarkId, Criterion, Throughput};
 use futures_util::future::BoxFuture;
@@ -257,6 +261,34 @@ async fn conversation(
     std::hint::black_box(second);
 }
 
+/// One conversation of `turns` turns, each resending the whole history (the model answers with text: the
+/// history's last message is an assistant message, so the scripted model answers "The sum is 5.").
+async fn long_conversation(chat: &Chat, turns: usize, stateless: bool) {
+    let conversation = ConversationId::new("long");
+    let mut history = vec![Message::system("You are a helpful assistant.")];
+    for turn in 0..turns {
+        history.push(Message::user(format!(
+            "Question {turn}: tell me one more thing about tower middleware, briefly."
+        )));
+        // An assistant message last makes the scripted model answer with text instead of a tool call.
+        let mut request = ChatRequest::new(history.clone());
+        request.messages.push(Message::assistant("(thinking)"));
+        if !stateless {
+            request = request.with_extension(conversation.clone());
+        }
+        let response = chat
+            .clone()
+            .oneshot(request)
+            .await
+            .unwrap()
+            .collect_response()
+            .await
+            .unwrap();
+        history.push(Message::assistant("(thinking)"));
+        history.extend(response.messages);
+    }
+}
+
 /// Run `PERSIST_COUNT_CONVERSATIONS` conversations of one variant and exit (for callgrind).
 fn count(variant: &str) {
     let conversations: usize = std::env::var("PERSIST_COUNT_CONVERSATIONS")
@@ -295,6 +327,11 @@ fn count(variant: &str) {
             }
             other => panic!("unknown PERSIST_COUNT_VARIANT {other}"),
         };
+        if std::env::var("PERSIST_COUNT_LONG").is_ok_and(|v| v == "1") {
+            let stateless = std::env::var("PERSIST_COUNT_STATELESS").is_ok_and(|v| v == "1");
+            long_conversation(&chat, conversations, stateless).await;
+            return;
+        }
         let concurrency: usize = std::env::var("PERSIST_COUNT_CONCURRENCY")
             .ok()
             .and_then(|n| n.parse().ok())
