@@ -134,19 +134,53 @@ fn fingerprint(message: &Message) -> u64 {
     h.finish()
 }
 
+/// The node ids of a history, last first, as a persistent list: a chain that extends another shares its
+/// predecessor's ids instead of copying them (one allocation per new message, not per message of the history).
+#[derive(Debug)]
+struct Ids {
+    id: NodeId,
+    len: usize,
+    parent: Option<Arc<Ids>>,
+}
+
+impl Drop for Ids {
+    // Iterative: dropping a long history's list recursively would overflow the stack.
+    fn drop(&mut self) {
+        let mut next = self.parent.take();
+        while let Some(node) = next {
+            match Arc::try_unwrap(node) {
+                Ok(mut only) => next = only.parent.take(),
+                Err(_) => break,
+            }
+        }
+    }
+}
+
+/// The first `len` ids of the list ending at `head` (`len` at most the list's length).
+fn prefix(head: &Arc<Ids>, len: usize) -> Option<Arc<Ids>> {
+    let mut at = head;
+    if len == 0 {
+        return None;
+    }
+    while at.len > len {
+        at = at.parent.as_ref()?;
+    }
+    Some(at.clone())
+}
+
 /// A history the encoder wrote: the request's messages (shared with the request, not copied), the response's,
-/// and the node id of each.
+/// and the node ids.
 #[derive(Debug)]
 struct Chain {
     scope: Option<String>,
     request: Shared<Vec<Message>>,
     response: Vec<Message>,
-    ids: Vec<NodeId>,
+    ids: Arc<Ids>,
 }
 
 impl Chain {
     fn len(&self) -> usize {
-        self.ids.len()
+        self.ids.len
     }
 
     fn message(&self, i: usize) -> &Message {
@@ -394,17 +428,21 @@ fn encode_one(
         }
     }
     let total = request.len() + response.len();
-    let mut ids: Vec<NodeId> = Vec::with_capacity(total);
-    if let Some((chain, shared)) = &known {
-        ids.extend(chain.ids[..*shared].iter().cloned());
-    }
-    let mut nodes = Vec::with_capacity(total - ids.len());
-    for (i, message) in request.iter().chain(response).enumerate().skip(ids.len()) {
+    let mut ids: Option<Arc<Ids>> = known
+        .as_ref()
+        .and_then(|(chain, shared)| prefix(&chain.ids, *shared));
+    let known_len = ids.as_ref().map_or(0, |i| i.len);
+    let mut nodes = Vec::with_capacity(total - known_len);
+    for (i, message) in request.iter().chain(response).enumerate().skip(known_len) {
         let json = serde_json::to_string(message)
             .map_err(|e| StoreError::with_source("cannot encode a message", e))?;
-        let parent = ids.last().cloned();
+        let parent = ids.as_ref().map(|p| p.id.clone());
         let id = node_id(key, parent.as_deref(), scope, &json);
-        ids.push(id.clone());
+        ids = Some(Arc::new(Ids {
+            id: id.clone(),
+            len: i + 1,
+            parent: ids,
+        }));
         nodes.push(NewNode {
             id,
             parent,
@@ -412,8 +450,8 @@ fn encode_one(
             message: json,
         });
     }
-    let head = ids.last().cloned();
-    if !ids.is_empty() {
+    let head = ids.as_ref().map(|i| i.id.clone());
+    if let Some(ids) = ids {
         pending.chains.push((
             conversation.to_owned(),
             Arc::new(Chain {
@@ -608,6 +646,25 @@ mod tests {
         );
         assert_eq!(edited.nodes.len(), 3);
         assert_eq!(edited.nodes[0].parent.as_ref(), Some(&alice.nodes[0].id));
+    }
+
+    #[test]
+    fn a_long_id_list_shares_prefixes_and_drops_without_recursion() {
+        let mut head: Option<Arc<Ids>> = None;
+        for i in 0..300_000 {
+            head = Some(Arc::new(Ids {
+                id: Arc::from(i.to_string()),
+                len: i + 1,
+                parent: head,
+            }));
+        }
+        let head = head.unwrap();
+        assert_eq!(&*prefix(&head, 3).unwrap().id, "2");
+        assert!(prefix(&head, 0).is_none());
+        let shared = prefix(&head, 1000).unwrap();
+        drop(head);
+        // The shared prefix outlives the longer list.
+        assert_eq!((shared.len, &*shared.id), (1000, "999"));
     }
 
     #[test]
