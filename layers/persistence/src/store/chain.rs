@@ -224,7 +224,9 @@ struct Generation {
 
 /// The chains written recently, in two generations: lookups search both, and when the current one holds more
 /// than [`ChainCache::CAPACITY`] messages it becomes the previous one (the older is dropped). Memory is
-/// bounded by about twice the capacity in messages, which are shared with the requests that carried them.
+/// bounded by about twice the capacity in messages (each chain counts its whole length, although it shares the
+/// message vector of the request that carried it, and its ids with the chain it extends): 40,000 messages of
+/// ~200 bytes are ~8 MB at most.
 #[derive(Debug, Default)]
 pub(crate) struct ChainCache {
     current: Generation,
@@ -233,7 +235,7 @@ pub(crate) struct ChainCache {
 }
 
 impl ChainCache {
-    const CAPACITY: usize = 100_000;
+    const CAPACITY: usize = 20_000;
     /// How many distinct option sets (tools offered included) are remembered.
     const OPTIONS: usize = 16;
     /// How far back from a request's end a stateless client's previous history may end.
