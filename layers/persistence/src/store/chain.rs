@@ -2,12 +2,12 @@
 //!
 //! A conversation is a chain of message nodes. A node's id is a content address: SipHash-2-4 (128 bits) over
 //! its parent's id (or, for a conversation's first message, the caller it belongs to) and the message's JSON,
-//! keyed with a random key the database keeps (`chat_store_key`, created once per database). SipHash is a
-//! pseudo-random function: without the key, nobody can craft two messages with the same id (a client cannot
-//! make its record point at someone else's history), and it costs a few instructions per byte where SHA-256
-//! costs about twenty. The same history therefore always yields the same ids, whoever sends it: a stateless client
-//! resending its whole history with every request (and no conversation id) walks the nodes already stored and
-//! adds only the new ones, and two callers never share a node (the caller is part of the first node's id).
+//! keyed with a random key the database keeps (`chat_store_key`, created once per database). The same history
+//! therefore always yields the same ids, whoever sends it: a stateless client resending its whole history with
+//! every request (and no conversation id) walks the nodes already stored and adds only the new ones, and two
+//! callers never share a node (the caller is part of the first node's id). SipHash is a pseudo-random
+//! function: without the key nobody can craft two messages with the same id (a client cannot make its record
+//! point at someone else's history), and it costs a few instructions per byte where SHA-256 costs about twenty.
 //! A record stores the id of the last node of its history (request messages followed by response messages)
 //! and how many of those messages it sent; reading walks the chain back from there.
 //!
