@@ -76,7 +76,7 @@ pub trait Store: fmt::Debug + Send + Sync + 'static {
     }
 
     /// A conversation's messages in order, ready to continue it: the request and response messages of its
-    /// latest completed call (every call carries the whole history, so the latest completed one holds it all,
+    /// latest completed call (every record refers to its whole history, so the latest completed one holds it all,
     /// tool rounds included). Calls that failed, were cancelled or interrupted after it are not part of the
     /// history: their partial output stays readable through [`Store::conversation_calls`]. An unknown
     /// conversation has no messages.
