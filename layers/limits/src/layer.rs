@@ -6,11 +6,12 @@ use std::sync::Arc;
 
 use serde::Serialize;
 use tokio::sync::Notify;
-use tower_chat::{ChatError, ChatRequest, Cost, ErrorKind, Message, ModelPrice, PriceTable, Usage};
+use tower_chat::{ChatError, ChatRequest, Cost, ErrorKind, Message, PriceTable, Usage};
 use tower_layer::Layer;
 
 use crate::clock::{Clock, SystemClock};
 use crate::limits::{CounterKind, LimitPolicy, ANONYMOUS};
+use crate::plan::{CallPlan, PlanCache};
 use crate::service::Limited;
 use crate::store::{
     Admission, CounterUsage, Demand, LimitStore, LimitStoreError, MemoryStore, StoreReply, Ticket,
@@ -72,6 +73,8 @@ pub(crate) struct Shared {
     counters: Counters,
     settling: InFlight,
     next_ticket: AtomicU64,
+    /// Per caller and model: what every call of theirs is counted in, resolved once.
+    plans: PlanCache,
 }
 
 impl fmt::Debug for Shared {
@@ -174,6 +177,7 @@ impl LimitsLayerBuilder {
                 counters: Counters::default(),
                 settling: InFlight::default(),
                 next_ticket: AtomicU64::new(0),
+                plans: PlanCache::default(),
             }),
         }
     }
@@ -311,8 +315,9 @@ pub struct ScopeUsage {
 pub(crate) type Prepared = Box<LimitedStream>;
 
 impl Shared {
-    /// Build the ticket of `request`: its scopes, its estimate, its price. Fails (without touching the store)
-    /// when the estimate alone exceeds a limit, or a cost budget applies and the model has no price.
+    /// Build the ticket of `request`: its caller's plan (scopes, counters, price; resolved on the caller's first
+    /// call to the model and kept), its estimate, its start. Fails (without touching the store) when the
+    /// estimate alone exceeds a limit, or a cost budget applies and the model has no price.
     pub(crate) fn prepare(self: &Arc<Self>, request: &ChatRequest) -> Result<Prepared, ChatError> {
         let caller = request.caller().map_or(ANONYMOUS, |c| c.as_str());
         let model = request
@@ -320,8 +325,23 @@ impl Shared {
             .model
             .as_deref()
             .or(self.default_model.as_deref());
-        let scopes = self.policy.call_scopes(caller, model);
-        let price = model.and_then(|m| self.prices.price(m)).copied();
+        let plan = self.plans.get(caller, model, || {
+            CallPlan::new(
+                self.policy.scopes(caller, model),
+                model,
+                model.and_then(|m| self.prices.price(m)).copied(),
+                |scope| self.store.resolve(&scope.key),
+            )
+        });
+        if plan.unpriced {
+            return Err(ChatError::new(
+                ErrorKind::InvalidRequest,
+                format!(
+                    "caller {caller} has a cost budget and model {} has no price",
+                    model.unwrap_or("(none named)")
+                ),
+            ));
+        }
         let input_tokens = estimate_prompt_tokens(&request.messages, request, self.chars_per_token);
         let output_tokens = u64::from(
             request
@@ -334,40 +354,29 @@ impl Shared {
             output_tokens,
             ..Usage::default()
         };
-        let cost = price.map_or(Cost::ZERO, |p| p.cost(&estimate));
-        if price.is_none() && scopes.as_slice().iter().any(|s| s.limits.has_cost_limit()) {
+        let reserved = Demand {
+            input_tokens,
+            output_tokens,
+            cost: plan.price.map_or(Cost::ZERO, |p| p.cost(&estimate)),
+        };
+        if let Some((kind, limit, amount)) = plan.exceeded_by(&reserved) {
             return Err(ChatError::new(
                 ErrorKind::InvalidRequest,
                 format!(
-                    "caller {caller} has a cost budget and model {} has no price",
-                    model.unwrap_or("(none named)")
+                    "the call's estimate ({amount} {kind}) exceeds the {kind} limit of caller {caller} ({limit}) \
+                     on its own; lower max_output_tokens or shorten the prompt",
                 ),
             ));
         }
-        let ticket = Ticket::with_scopes(
+        let ticket = Ticket::planned(
             self.next_ticket.fetch_add(1, Ordering::Relaxed),
-            scopes,
+            plan,
             self.clock.now_millis(),
-            Demand {
-                input_tokens,
-                output_tokens,
-                cost,
-            },
+            reserved,
         );
-        if let Some(c) = ticket.counters().iter().find(|c| c.amount > c.limit) {
-            return Err(ChatError::new(
-                ErrorKind::InvalidRequest,
-                format!(
-                    "the call's estimate ({} {}) exceeds the {} limit of caller {caller} ({}) on its own; \
-                     lower max_output_tokens or shorten the prompt",
-                    c.amount, c.kind, c.kind, c.limit
-                ),
-            ));
-        }
         Ok(Box::new(LimitedStream::new(Lease {
             shared: self.clone(),
             ticket,
-            price,
             armed: false,
         })))
     }
@@ -456,7 +465,6 @@ pub(crate) struct Observed {
 pub(crate) struct Lease {
     shared: Arc<Shared>,
     ticket: Ticket,
-    price: Option<ModelPrice>,
     armed: bool,
 }
 
@@ -464,7 +472,6 @@ impl fmt::Debug for Lease {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Lease")
             .field("ticket", &self.ticket)
-            .field("price", &self.price)
             .field("armed", &self.armed)
             .finish_non_exhaustive()
     }
@@ -506,7 +513,11 @@ impl Lease {
         Demand {
             input_tokens: usage.input_tokens,
             output_tokens: usage.output_tokens,
-            cost: self.price.map_or(Cost::ZERO, |p| p.cost(&usage)),
+            cost: self
+                .ticket
+                .plan()
+                .price
+                .map_or(Cost::ZERO, |p| p.cost(&usage)),
         }
     }
 }

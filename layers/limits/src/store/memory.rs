@@ -1,180 +1,168 @@
 //! [`MemoryStore`]: counters in this process, behind one mutex.
 
-use std::sync::atomic::Ordering;
-use std::sync::Mutex;
+use std::any::Any;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use crate::limits::{CounterKind, Scope, ScopeKey};
+use crate::plan::ScopePlan;
 use crate::store::{
     Admission, CounterUsage, Demand, LimitStore, PlannedCounter, Rejection, StoreReply, Ticket,
 };
 use crate::window::Window;
 
 /// Counters in this process: the default store, exact for one process (each replica of a service has its own;
-/// use [`crate::RedisStore`] to share limits). Operations take one short mutex and one hash lookup per scope,
-/// and never allocate on the admit path of a known scope.
-#[derive(Debug, Default)]
+/// use [`crate::RedisStore`] to share limits).
+///
+/// Each scope's counters are one allocation that the layer's plans hold ([`LimitStore::resolve`]), so a call
+/// reaches them without a lookup. Every check and change happens under one mutex, so a check-then-charge over
+/// several scopes is atomic. Scopes whose windows have all ended, with no call in progress and no plan holding
+/// them, are swept from time to time.
+#[derive(Debug)]
 pub struct MemoryStore {
+    /// Tells this store's counters from another's (a handle resolved by one store is no use to another).
+    id: u64,
     state: Mutex<State>,
+}
+
+impl Default for MemoryStore {
+    fn default() -> Self {
+        static NEXT_ID: AtomicU64 = AtomicU64::new(0);
+        MemoryStore {
+            id: NEXT_ID.fetch_add(1, Relaxed),
+            state: Mutex::default(),
+        }
+    }
 }
 
 #[derive(Debug, Default)]
 struct State {
-    /// Scope → its slot in `entries`. foldhash, seeded per map: the key is hashed on every reserve, and SipHash
-    /// cost more than the rest of the store's work. Callers are the application's own ids (API keys, users), not
-    /// free input.
-    index: foldhash::HashMap<ScopeKey, u32>,
-    /// The scopes' counters by slot (`None`: a slot freed by a sweep, listed in `free`). A ticket remembers the
-    /// slots it was charged in ([`Ticket::slot_hint`]), so settlement needs no second lookup.
-    entries: Vec<Option<Entry>>,
-    free: Vec<u32>,
+    /// foldhash, seeded per map: callers are the application's own ids (API keys, users), not free input.
+    scopes: foldhash::HashMap<ScopeKey, Arc<Counters>>,
     reserves_since_sweep: u32,
 }
 
+/// One scope's counters, indexed by [`CounterKind::index`].
+///
+/// Atomics only so that a plan can hold them outside the map: they are read and written solely while the
+/// store's mutex is held, so plain (relaxed) loads and stores are enough and no update is lost.
 #[derive(Debug)]
-struct Entry {
-    key: ScopeKey,
-    slots: Slots,
-}
-
-impl State {
-    /// The slot of `key`, created empty when the scope has none.
-    fn slot_of(&mut self, key: &ScopeKey) -> u32 {
-        if let Some(&slot) = self.index.get(key) {
-            return slot;
-        }
-        let entry = Some(Entry {
-            key: key.clone(),
-            slots: Slots::default(),
-        });
-        let slot = match self.free.pop() {
-            Some(slot) => {
-                self.entries[slot as usize] = entry;
-                slot
-            }
-            None => {
-                self.entries.push(entry);
-                u32::try_from(self.entries.len() - 1).expect("fewer than 2^32 scopes")
-            }
-        };
-        self.index.insert(key.clone(), slot);
-        slot
-    }
-
-    fn slots_mut(&mut self, slot: u32) -> &mut Slots {
-        &mut self.entries[slot as usize]
-            .as_mut()
-            .expect("an indexed slot is occupied")
-            .slots
-    }
-
-    /// The counters of `key`, through the slot `hint` when it still holds that scope, else by lookup.
-    fn find_mut(&mut self, key: &ScopeKey, hint: u32) -> Option<&mut Slots> {
-        let hinted = matches!(
-            self.entries.get(hint as usize),
-            Some(Some(entry)) if entry.key == *key
-        );
-        let slot = if hinted { hint } else { *self.index.get(key)? };
-        Some(self.slots_mut(slot))
-    }
-
-    fn get(&self, key: &ScopeKey) -> Option<&Slots> {
-        let slot = *self.index.get(key)?;
-        self.entries[slot as usize].as_ref().map(|e| &e.slots)
-    }
-
-    /// Drop the scopes whose windows have all ended and that have no call in progress.
-    fn sweep(&mut self, now: u64) {
-        let (entries, free) = (&mut self.entries, &mut self.free);
-        self.index.retain(|_, &mut slot| {
-            let entry = &mut entries[slot as usize];
-            let keep = entry.as_ref().is_some_and(|e| {
-                e.slots.expires_at > now || e.slots.slots[CounterKind::Concurrent.index()].used > 0
-            });
-            if !keep {
-                *entry = None;
-                free.push(slot);
-            }
-            keep
-        });
-    }
-}
-
-/// The hint word of a ticket charged in `slots` (its first two scopes).
-fn hint_word(first: u32, second: u32) -> u64 {
-    u64::from(first) | u64::from(second) << 32
-}
-
-/// The counters of one scope, indexed by [`CounterKind::index`].
-#[derive(Debug, Default)]
-struct Slots {
+struct Counters {
+    /// The [`MemoryStore::id`] of the store they belong to.
+    store: u64,
     slots: [Slot; 6],
-    /// When the last window charged ends: past it, and with no call in progress, the entry can go.
-    expires_at: u64,
+    /// When the last window charged ends: past it, with no call in progress and no plan holding the counters,
+    /// the scope can go.
+    expires_at: AtomicU64,
 }
 
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Debug, Default)]
 struct Slot {
     /// The start of the window `used` counts (0 for calls in progress).
-    window_start: u64,
-    used: u64,
+    window_start: AtomicU64,
+    used: AtomicU64,
 }
 
 impl Slot {
     fn used_in(&self, window: Option<Window>) -> u64 {
         match window {
-            Some(w) if w.start != self.window_start => 0,
-            _ => self.used,
+            Some(w) if w.start != self.window_start.load(Relaxed) => 0,
+            _ => self.used.load(Relaxed),
+        }
+    }
+
+    /// Add `amount` (a slot of an ended window starts over).
+    fn charge(&self, window: Option<Window>, amount: u64) {
+        match window {
+            Some(w) if w.start != self.window_start.load(Relaxed) => {
+                self.window_start.store(w.start, Relaxed);
+                self.used.store(amount, Relaxed);
+            }
+            _ => self
+                .used
+                .store(self.used.load(Relaxed).saturating_add(amount), Relaxed),
         }
     }
 }
 
-/// The full counter whose window ends last (the last one among equals), if any counter lacks room.
-fn worst_over<'c, 's>(
-    counters: impl Iterator<Item = (&'c PlannedCounter, Option<&'s Slots>)>,
-    ticket: &Ticket,
-) -> Option<&'c PlannedCounter> {
-    let mut worst: Option<(&PlannedCounter, Duration)> = None;
-    for (counter, slots) in counters {
-        let used = slots.map_or(0, |s| s.slots[counter.kind.index()].used_in(counter.window));
-        if used.saturating_add(counter.amount) > counter.limit {
-            let wait = counter.retry_after(ticket.at());
-            if worst.is_none_or(|(_, w)| wait >= w) {
-                worst = Some((counter, wait));
+impl Counters {
+    fn new(store: u64) -> Self {
+        Counters {
+            store,
+            slots: Default::default(),
+            expires_at: AtomicU64::new(0),
+        }
+    }
+
+    /// Whether the sweep may drop these counters at `now`.
+    fn ended(counters: &Arc<Counters>, now: u64) -> bool {
+        Arc::strong_count(counters) == 1
+            && counters.expires_at.load(Relaxed) <= now
+            && counters.slots[CounterKind::Concurrent.index()]
+                .used
+                .load(Relaxed)
+                == 0
+    }
+}
+
+impl State {
+    /// The counters of `key`, created empty when the scope has none.
+    fn counters_of(&mut self, store: u64, key: &ScopeKey) -> Arc<Counters> {
+        if let Some(counters) = self.scopes.get(key) {
+            return counters.clone();
+        }
+        let counters = Arc::new(Counters::new(store));
+        self.scopes.insert(key.clone(), counters.clone());
+        counters
+    }
+
+    /// Drop the scopes whose windows have all ended, with no call in progress and no plan holding them. Under
+    /// the mutex no handle is being resolved, so a count of one means only the map holds the counters.
+    fn sweep(&mut self, now: u64) {
+        self.scopes.retain(|_, c| !Counters::ended(c, now));
+    }
+}
+
+/// The full counter whose window ends last (the last one among equals), if any counter of the scopes lacks room.
+fn worst_over(ticket: &Ticket, scopes: &[&Counters]) -> Option<PlannedCounter> {
+    let at = ticket.at();
+    let amounts = ticket.reserved().amounts();
+    let mut worst: Option<(PlannedCounter, Duration)> = None;
+    for (index, (plan, counters)) in ticket.plan().plans.iter().zip(scopes).enumerate() {
+        for c in plan.counters() {
+            let window = c.window(at);
+            let amount = amounts[c.kind.index()];
+            let used = counters.slots[c.kind.index()].used_in(window);
+            if used.saturating_add(amount) > c.limit {
+                let over = PlannedCounter {
+                    scope: index,
+                    kind: c.kind,
+                    limit: c.limit,
+                    window,
+                    amount,
+                };
+                let wait = over.retry_after(at);
+                if worst.is_none_or(|(_, w)| wait >= w) {
+                    worst = Some((over, wait));
+                }
             }
         }
     }
     worst.map(|(c, _)| c)
 }
 
-/// The counters of the scope at `index` (a ticket's counters are grouped by scope, in scope order).
-fn scope_counters(counters: &[PlannedCounter], index: usize) -> &[PlannedCounter] {
-    if counters.last().is_none_or(|c| c.scope == 0) {
-        // Only the first scope has counters (the usual case): no search.
-        return if index == 0 { counters } else { &[] };
-    }
-    let first = counters.partition_point(|c| c.scope < index);
-    let end = counters.partition_point(|c| c.scope <= index);
-    &counters[first..end]
-}
-
-/// Add a reservation to one scope's slots (a slot of an ended window starts over).
-fn charge(slots: &mut Slots, counters: &[PlannedCounter]) {
-    for counter in counters {
-        let slot = &mut slots.slots[counter.kind.index()];
-        match counter.window {
-            Some(w) if w.start != slot.window_start => {
-                *slot = Slot {
-                    window_start: w.start,
-                    used: counter.amount,
-                };
-            }
-            _ => slot.used = slot.used.saturating_add(counter.amount),
-        }
-        if let Some(w) = counter.window {
-            slots.expires_at = slots.expires_at.max(w.end);
+/// Add a reservation to one scope's counters.
+fn charge(plan: &ScopePlan, counters: &Counters, at: u64, amounts: &[u64; 6]) {
+    let mut expires_at = counters.expires_at.load(Relaxed);
+    for c in plan.counters() {
+        let window = c.window(at);
+        counters.slots[c.kind.index()].charge(window, amounts[c.kind.index()]);
+        if let Some(w) = window {
+            expires_at = expires_at.max(w.end);
         }
     }
+    counters.expires_at.store(expires_at, Relaxed);
 }
 
 /// Sweep ended scopes after this many reservations.
@@ -188,111 +176,112 @@ impl MemoryStore {
 
     /// How many scopes have counters (ended ones are swept from time to time).
     pub fn scope_count(&self) -> usize {
-        self.lock().index.len()
+        self.lock().scopes.len()
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+    fn lock(&self) -> MutexGuard<'_, State> {
         // A panic while holding the lock cannot leave a counter half-updated in a way that matters more than
         // losing every limit: keep serving.
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
+
+    /// The counters of scope `index` of `ticket`, when the layer resolved them with this store.
+    fn resolved<'t>(&self, ticket: &'t Ticket, index: usize) -> Option<&'t Counters> {
+        ticket
+            .resolved(index)?
+            .downcast_ref::<Counters>()
+            .filter(|c| c.store == self.id)
+    }
+
+    /// Lock the store and run `f` over the counters of every scope of `ticket` (created when missing): through
+    /// the ticket's resolved handles for a call of the layer, by key for a ticket made by hand.
+    fn with_scopes<R>(
+        &self,
+        ticket: &Ticket,
+        f: impl FnOnce(&mut State, &[&Counters]) -> R,
+    ) -> R {
+        let mut state = self.lock();
+        match ticket.scopes().len() {
+            1 => {
+                if let Some(a) = self.resolved(ticket, 0) {
+                    return f(&mut state, &[a]);
+                }
+            }
+            2 => {
+                if let (Some(a), Some(b)) = (self.resolved(ticket, 0), self.resolved(ticket, 1)) {
+                    return f(&mut state, &[a, b]);
+                }
+            }
+            _ => {}
+        }
+        let held: Vec<Arc<Counters>> = ticket
+            .scopes()
+            .iter()
+            .map(|s| state.counters_of(self.id, &s.key))
+            .collect();
+        let scopes: Vec<&Counters> = held.iter().map(|c| &**c).collect();
+        f(&mut state, &scopes)
+    }
 }
 
 impl LimitStore for MemoryStore {
+    fn resolve(&self, scope: &ScopeKey) -> Option<Arc<dyn Any + Send + Sync>> {
+        Some(self.lock().counters_of(self.id, scope))
+    }
+
     fn reserve(&self, ticket: &Ticket) -> StoreReply<Admission> {
-        let counters = ticket.counters();
-        let mut state = self.lock();
-        let state = &mut *state;
-        if let [scope] = ticket.scopes() {
-            // One scope (no per-model limits): check and charge through one lookup.
-            let slot = state.slot_of(&scope.key);
-            let slots = state.slots_mut(slot);
-            if let Some(worst) = worst_over(counters.iter().map(|c| (c, Some(&*slots))), ticket) {
-                return StoreReply::Ready(Ok(Admission::Rejected(Rejection::of(
-                    ticket,
-                    worst,
-                    ticket.at(),
-                ))));
-            }
-            charge(slots, counters);
-            ticket
-                .slot_hint
-                .store(hint_word(slot, u32::MAX), Ordering::Relaxed);
-        } else {
+        let admission = self.with_scopes(ticket, |state, scopes| {
             // Check every scope before charging any: all or nothing.
-            let found = ticket
-                .scopes()
-                .iter()
-                .enumerate()
-                .flat_map(|(index, scope)| {
-                    let slots = state.get(&scope.key);
-                    scope_counters(counters, index)
-                        .iter()
-                        .map(move |c| (c, slots))
-                });
-            if let Some(worst) = worst_over(found, ticket) {
-                return StoreReply::Ready(Ok(Admission::Rejected(Rejection::of(
-                    ticket,
-                    worst,
-                    ticket.at(),
-                ))));
+            if let Some(worst) = worst_over(ticket, scopes) {
+                return Admission::Rejected(Rejection::of(ticket, &worst, ticket.at()));
             }
-            let mut hint = [u32::MAX; 2];
-            for (index, scope) in ticket.scopes().iter().enumerate() {
-                let slot = state.slot_of(&scope.key);
-                if let Some(h) = hint.get_mut(index) {
-                    *h = slot;
-                }
-                charge(state.slots_mut(slot), scope_counters(counters, index));
+            let amounts = ticket.reserved().amounts();
+            for (plan, counters) in ticket.plan().plans.iter().zip(scopes) {
+                charge(plan, counters, ticket.at(), &amounts);
             }
-            ticket
-                .slot_hint
-                .store(hint_word(hint[0], hint[1]), Ordering::Relaxed);
-        }
-        state.reserves_since_sweep += 1;
-        if state.reserves_since_sweep >= SWEEP_EVERY {
-            state.reserves_since_sweep = 0;
-            state.sweep(ticket.at());
-        }
-        StoreReply::Ready(Ok(Admission::Admitted))
+            state.reserves_since_sweep += 1;
+            if state.reserves_since_sweep >= SWEEP_EVERY {
+                state.reserves_since_sweep = 0;
+                state.sweep(ticket.at());
+            }
+            Admission::Admitted
+        });
+        StoreReply::Ready(Ok(admission))
     }
 
     fn settle(&self, ticket: &Ticket, actual: &Demand) -> StoreReply<()> {
-        let counters = ticket.counters();
         // Per kind, not per counter: every scope's counter of one kind moves by the same amount.
         let deltas = CounterKind::ALL.map(|kind| ticket.reserved().settle_delta(actual, kind));
-        let hint = ticket.slot_hint.load(Ordering::Relaxed);
-        let mut state = self.lock();
-        for (index, scope) in ticket.scopes().iter().enumerate() {
-            let hinted = match index {
-                0 => hint as u32,
-                1 => (hint >> 32) as u32,
-                _ => u32::MAX,
-            };
-            let Some(slots) = state.find_mut(&scope.key, hinted) else {
-                continue;
-            };
-            for counter in scope_counters(counters, index) {
-                let delta = deltas[counter.kind.index()];
-                let slot = &mut slots.slots[counter.kind.index()];
-                if delta == 0 || counter.window.is_some_and(|w| w.start != slot.window_start) {
-                    // The window the call was charged in has ended: its counts no longer matter.
-                    continue;
+        let at = ticket.at();
+        self.with_scopes(ticket, |_, scopes| {
+            for (plan, counters) in ticket.plan().plans.iter().zip(scopes) {
+                for c in plan.counters() {
+                    let delta = deltas[c.kind.index()];
+                    let slot = &counters.slots[c.kind.index()];
+                    if delta == 0
+                        || c.window(at)
+                            .is_some_and(|w| w.start != slot.window_start.load(Relaxed))
+                    {
+                        // Nothing to change, or the window the call was charged in has ended: its counts
+                        // no longer matter.
+                        continue;
+                    }
+                    let used = slot.used.load(Relaxed).saturating_add_signed(delta);
+                    slot.used.store(used, Relaxed);
                 }
-                slot.used = slot.used.saturating_add_signed(delta);
             }
-        }
+        });
         StoreReply::Ready(Ok(()))
     }
 
     fn usage(&self, scope: &Scope, now: u64) -> StoreReply<Vec<CounterUsage>> {
         let state = self.lock();
-        let slots = state.get(&scope.key);
+        let counters = state.scopes.get(&scope.key);
         let usage = CounterKind::ALL
             .into_iter()
             .filter_map(|kind| {
                 let (limit, window) = scope.limits.counter(kind, now)?;
-                let used = slots.map_or(0, |s| s.slots[kind.index()].used_in(window));
+                let used = counters.map_or(0, |c| c.slots[kind.index()].used_in(window));
                 Some(CounterUsage::new(kind, used, limit, window))
             })
             .collect();
@@ -302,60 +291,98 @@ impl LimitStore for MemoryStore {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
-
     use super::*;
     use crate::limits::{Limits, WindowLimit};
 
-    fn ticket(id: u64, caller: &str, limits: &Limits, at: u64, input_tokens: u64) -> Ticket {
-        let scope = Scope {
+    fn scope(caller: &str, limits: &Limits) -> Scope {
+        Scope {
             key: ScopeKey {
                 caller: Arc::from(caller),
                 model: None,
             },
             limits: Arc::new(limits.clone()),
-        };
+        }
+    }
+
+    fn ticket(id: u64, caller: &str, limits: &Limits, at: u64, input_tokens: u64) -> Ticket {
         let reserved = Demand {
             input_tokens,
             ..Demand::default()
         };
-        Ticket::new(id, vec![scope], at, reserved)
+        Ticket::new(id, vec![scope(caller, limits)], at, reserved)
+    }
+
+    fn admitted(reply: StoreReply<Admission>) -> bool {
+        matches!(reply, StoreReply::Ready(Ok(Admission::Admitted)))
+    }
+
+    fn input_used(store: &MemoryStore, caller: &str, limits: &Limits, now: u64) -> u64 {
+        let StoreReply::Ready(Ok(usage)) = store.usage(&scope(caller, limits), now) else {
+            panic!("the memory store answers at once");
+        };
+        usage
+            .iter()
+            .find(|c| c.kind == CounterKind::InputTokens)
+            .map_or(0, |c| c.used)
     }
 
     #[test]
-    fn a_settlement_after_its_slot_was_swept_and_reused_leaves_the_new_scope_alone() {
+    fn a_sweep_drops_ended_scopes_but_never_counters_a_plan_holds() {
         let tokens = Limits::none().input_tokens(WindowLimit::per_minute(1_000_000));
-        let requests = Limits::none().requests(WindowLimit::per_minute(1_000_000));
         let store = MemoryStore::new();
-        // In the epoch's first minute: its input-token window starts at 0, like a slot never charged.
-        let old = ticket(0, "old", &tokens, 30_000, 10);
-        assert!(matches!(
-            store.reserve(&old),
-            StoreReply::Ready(Ok(Admission::Admitted))
-        ));
-        // Later: enough reserves of another caller to run a sweep, which frees "old"'s slot.
+        // Held by a plan (as a layer holds it) and charged in the epoch's first minute, like "old".
+        let held = store.resolve(&scope("held", &tokens).key).unwrap();
+        assert!(admitted(store.reserve(&ticket(0, "old", &tokens, 30_000, 10))));
+        assert!(admitted(store.reserve(&ticket(1, "held", &tokens, 30_000, 10))));
+        // Later: enough reserves of another caller to run a sweep.
         let later = 180_000;
-        for id in 1..=u64::from(SWEEP_EVERY) {
-            let _ = store.reserve(&ticket(id, "busy", &tokens, later, 1));
+        for id in 2..=u64::from(SWEEP_EVERY) + 1 {
+            assert!(admitted(store.reserve(&ticket(id, "busy", &tokens, later, 1))));
         }
-        assert_eq!(store.scope_count(), 1, "the ended scope was swept");
-        // A new caller (requests only) takes the freed slot; the old ticket's hint now points at it.
-        let new = ticket(9_999, "new", &requests, later, 7);
-        assert!(matches!(
-            store.reserve(&new),
-            StoreReply::Ready(Ok(Admission::Admitted))
-        ));
-        let slot = new.slot_hint.load(Ordering::Relaxed) as u32;
-        assert_eq!(slot, old.slot_hint.load(Ordering::Relaxed) as u32);
+        assert_eq!(store.scope_count(), 2, "\"old\" was swept, \"held\" and \"busy\" were not");
+        let again = store.resolve(&scope("held", &tokens).key).unwrap();
+        assert!(
+            Arc::ptr_eq(&held, &again),
+            "the held counters are still the store's"
+        );
+        // Once nothing holds them, ended counters go at the next sweep.
+        drop((held, again));
+        for id in 0..u64::from(SWEEP_EVERY) {
+            assert!(admitted(store.reserve(&ticket(id, "busy", &tokens, later, 1))));
+        }
+        assert_eq!(store.scope_count(), 1);
+    }
+
+    #[test]
+    fn a_call_through_resolved_counters_and_one_by_key_count_in_the_same_scope() {
+        let tokens = Limits::none().input_tokens(WindowLimit::per_minute(100));
+        let store = MemoryStore::new();
+        let other = MemoryStore::new();
+        let resolved = |store: &MemoryStore, id, input_tokens| {
+            let scope = scope("alice", &tokens);
+            let plan = crate::plan::CallPlan::new(vec![scope], None, None, |s| {
+                store.resolve(&s.key)
+            });
+            let reserved = Demand {
+                input_tokens,
+                ..Demand::default()
+            };
+            Ticket::planned(id, Arc::new(plan), 30_000, reserved)
+        };
+        assert!(admitted(store.reserve(&resolved(&store, 0, 60))));
+        assert_eq!(input_used(&store, "alice", &tokens, 30_000), 60);
+        // A ticket resolved by another store is counted here by key, and the other store is left alone.
+        assert!(!admitted(store.reserve(&resolved(&other, 1, 41))));
+        assert!(admitted(store.reserve(&resolved(&other, 2, 40))));
+        assert_eq!(input_used(&store, "alice", &tokens, 30_000), 100);
+        assert_eq!(input_used(&other, "alice", &tokens, 30_000), 0);
+        // A hand-made ticket (no handle) settles into the same counters.
+        let by_key = ticket(3, "alice", &tokens, 30_000, 40);
         let actual = Demand {
-            input_tokens: 500,
+            input_tokens: 15,
             ..Demand::default()
         };
-        assert!(matches!(
-            store.settle(&old, &actual),
-            StoreReply::Ready(Ok(()))
-        ));
-        let input = store.lock().slots_mut(slot).slots[CounterKind::InputTokens.index()].used;
-        assert_eq!(input, 0, "the old call's settlement reached another caller");
+        assert!(matches!(store.settle(&by_key, &actual), StoreReply::Ready(Ok(()))));
+        assert_eq!(input_used(&store, "alice", &tokens, 30_000), 75);
     }
 }
