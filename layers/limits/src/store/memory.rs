@@ -10,7 +10,6 @@ use crate::plan::ScopePlan;
 use crate::store::{
     Admission, CounterUsage, Demand, LimitStore, PlannedCounter, Rejection, StoreReply, Ticket,
 };
-use crate::window::Window;
 
 /// Counters in this process: the default store, exact for one process (each replica of a service has its own;
 /// use [`crate::RedisStore`] to share limits).
@@ -57,42 +56,50 @@ struct Counters {
     expires_at: AtomicU64,
 }
 
+/// One counter and the window it counts in.
 #[derive(Debug, Default)]
 struct Slot {
-    /// The start of the window `used` counts (0 for calls in progress).
-    window_start: AtomicU64,
+    /// The window `used` counts: `[start, end)` in milliseconds since the epoch (`[0, u64::MAX)` for calls in
+    /// progress, which have none). A call whose start falls in it counts here; any other call starts the
+    /// slot over in its own window (the same answer as comparing the call's window with the slot's, without
+    /// computing the window on every call).
+    start: AtomicU64,
+    end: AtomicU64,
     used: AtomicU64,
 }
 
 impl Slot {
-    fn used_in(&self, window: Option<Window>) -> u64 {
-        match window {
-            Some(w) if w.start != self.window_start.load(Relaxed) => 0,
-            _ => self.used.load(Relaxed),
+    /// Whether a call starting at `at` counts in the slot's current window.
+    fn holds(&self, at: u64) -> bool {
+        self.start.load(Relaxed) <= at && at < self.end.load(Relaxed)
+    }
+
+    /// What a call starting at `at` finds used.
+    fn used_at(&self, at: u64) -> u64 {
+        if self.holds(at) {
+            self.used.load(Relaxed)
+        } else {
+            0
         }
     }
 
-    /// Add `amount` (a slot of an ended window starts over).
-    fn charge(&self, window: Option<Window>, amount: u64) {
-        match window {
-            Some(w) if w.start != self.window_start.load(Relaxed) => {
-                self.window_start.store(w.start, Relaxed);
-                self.used.store(amount, Relaxed);
-            }
-            _ => self
-                .used
-                .store(self.used.load(Relaxed).saturating_add(amount), Relaxed),
-        }
+    fn add(&self, amount: u64) {
+        self.used
+            .store(self.used.load(Relaxed).saturating_add(amount), Relaxed);
     }
 }
 
 impl Counters {
     fn new(store: u64) -> Self {
-        Counters {
+        let counters = Counters {
             store,
             slots: Default::default(),
             expires_at: AtomicU64::new(0),
-        }
+        };
+        // Calls in progress have no window: every call counts in the same one.
+        let concurrent = &counters.slots[CounterKind::Concurrent.index()];
+        concurrent.end.store(u64::MAX, Relaxed);
+        counters
     }
 
     /// Whether the sweep may drop these counters at `now`.
@@ -131,15 +138,14 @@ fn worst_over(ticket: &Ticket, scopes: &[&Counters]) -> Option<PlannedCounter> {
     let mut worst: Option<(PlannedCounter, Duration)> = None;
     for (index, (plan, counters)) in ticket.plan().plans.iter().zip(scopes).enumerate() {
         for c in plan.counters() {
-            let window = c.window(at);
             let amount = amounts[c.kind.index()];
-            let used = counters.slots[c.kind.index()].used_in(window);
+            let used = counters.slots[c.kind.index()].used_at(at);
             if used.saturating_add(amount) > c.limit {
                 let over = PlannedCounter {
                     scope: index,
                     kind: c.kind,
                     limit: c.limit,
-                    window,
+                    window: c.window(at),
                     amount,
                 };
                 let wait = over.retry_after(at);
@@ -152,17 +158,27 @@ fn worst_over(ticket: &Ticket, scopes: &[&Counters]) -> Option<PlannedCounter> {
     worst.map(|(c, _)| c)
 }
 
-/// Add a reservation to one scope's counters.
+/// Add a reservation to one scope's counters (a slot whose window does not hold the call starts over in the
+/// call's window).
 fn charge(plan: &ScopePlan, counters: &Counters, at: u64, amounts: &[u64; 6]) {
-    let mut expires_at = counters.expires_at.load(Relaxed);
     for c in plan.counters() {
-        let window = c.window(at);
-        counters.slots[c.kind.index()].charge(window, amounts[c.kind.index()]);
-        if let Some(w) = window {
-            expires_at = expires_at.max(w.end);
+        let slot = &counters.slots[c.kind.index()];
+        let amount = amounts[c.kind.index()];
+        if slot.holds(at) {
+            slot.add(amount);
+            continue;
+        }
+        match c.window(at) {
+            Some(w) => {
+                slot.start.store(w.start, Relaxed);
+                slot.end.store(w.end, Relaxed);
+                slot.used.store(amount, Relaxed);
+                let expires_at = counters.expires_at.load(Relaxed).max(w.end);
+                counters.expires_at.store(expires_at, Relaxed);
+            }
+            None => slot.add(amount),
         }
     }
-    counters.expires_at.store(expires_at, Relaxed);
 }
 
 /// Sweep ended scopes after this many reservations.
@@ -258,16 +274,12 @@ impl LimitStore for MemoryStore {
                 for c in plan.counters() {
                     let delta = deltas[c.kind.index()];
                     let slot = &counters.slots[c.kind.index()];
-                    if delta == 0
-                        || c.window(at)
-                            .is_some_and(|w| w.start != slot.window_start.load(Relaxed))
-                    {
-                        // Nothing to change, or the window the call was charged in has ended: its counts
-                        // no longer matter.
-                        continue;
+                    // Nothing to change, or the window the call was charged in has ended: its counts no longer
+                    // matter.
+                    if delta != 0 && slot.holds(at) {
+                        let used = slot.used.load(Relaxed).saturating_add_signed(delta);
+                        slot.used.store(used, Relaxed);
                     }
-                    let used = slot.used.load(Relaxed).saturating_add_signed(delta);
-                    slot.used.store(used, Relaxed);
                 }
             }
         });
@@ -281,7 +293,7 @@ impl LimitStore for MemoryStore {
             .into_iter()
             .filter_map(|kind| {
                 let (limit, window) = scope.limits.counter(kind, now)?;
-                let used = counters.map_or(0, |c| c.slots[kind.index()].used_in(window));
+                let used = counters.map_or(0, |c| c.slots[kind.index()].used_at(now));
                 Some(CounterUsage::new(kind, used, limit, window))
             })
             .collect();
@@ -384,5 +396,36 @@ mod tests {
         };
         assert!(matches!(store.settle(&by_key, &actual), StoreReply::Ready(Ok(()))));
         assert_eq!(input_used(&store, "alice", &tokens, 30_000), 75);
+    }
+
+    #[test]
+    fn a_window_rollover_starts_over_and_a_late_settlement_leaves_the_new_window_alone() {
+        let tokens = Limits::none()
+            .input_tokens(WindowLimit::per_minute(100))
+            .concurrent(1);
+        let store = MemoryStore::new();
+        let first = ticket(0, "alice", &tokens, 59_999, 90);
+        assert!(admitted(store.reserve(&first)));
+        // Same minute: 90 + 20 > 100, and the only slot in progress is taken.
+        assert!(!admitted(store.reserve(&ticket(1, "alice", &tokens, 30_000, 20))));
+        // The next minute starts over for tokens, but calls in progress have no window.
+        let second = ticket(2, "alice", &tokens, 60_000, 20);
+        assert!(!admitted(store.reserve(&second)), "the first call is still in progress");
+        let actual = Demand {
+            input_tokens: 5,
+            ..Demand::default()
+        };
+        assert!(matches!(store.settle(&first, &actual), StoreReply::Ready(Ok(()))));
+        assert_eq!(input_used(&store, "alice", &tokens, 59_999), 5);
+        assert!(admitted(store.reserve(&second)));
+        assert_eq!(input_used(&store, "alice", &tokens, 60_000), 20);
+        assert_eq!(input_used(&store, "alice", &tokens, 59_999), 0, "one window at a time");
+        // A call of the ended minute settling now changes no count of the new one.
+        let late = ticket(3, "alice", &tokens, 59_000, 50);
+        assert!(matches!(store.settle(&late, &actual), StoreReply::Ready(Ok(()))));
+        assert_eq!(input_used(&store, "alice", &tokens, 60_000), 20);
+        assert!(matches!(store.settle(&second, &actual), StoreReply::Ready(Ok(()))));
+        assert_eq!(input_used(&store, "alice", &tokens, 60_000), 5);
+        assert!(admitted(store.reserve(&ticket(4, "alice", &tokens, 119_999, 95))));
     }
 }
