@@ -121,6 +121,9 @@ pub(crate) struct CallPlan {
     pub(crate) price: Option<ModelPrice>,
     /// A cost budget applies and the model has no price: every call is refused before the store.
     pub(crate) unpriced: bool,
+    /// Per kind, the lowest limit of any scope (`u64::MAX` for none): an estimate within all of them fits
+    /// every counter on its own.
+    lowest: [u64; 6],
 }
 
 impl CallPlan {
@@ -132,11 +135,16 @@ impl CallPlan {
         mut resolve: impl FnMut(&Scope) -> Option<Arc<dyn Any + Send + Sync>>,
     ) -> Self {
         let unpriced = price.is_none() && scopes.iter().any(|s| s.limits.has_cost_limit());
-        let plans = scopes
+        let plans: Vec<ScopePlan> = scopes
             .iter()
             .map(|s| ScopePlan::new(&s.limits, if unpriced { None } else { resolve(s) }))
             .collect();
+        let mut lowest = [u64::MAX; 6];
+        for c in plans.iter().flat_map(ScopePlan::counters) {
+            lowest[c.kind.index()] = lowest[c.kind.index()].min(c.limit);
+        }
         CallPlan {
+            lowest,
             caller: scopes
                 .first()
                 .map_or_else(|| Arc::from(""), |s| s.key.caller.clone()),
@@ -157,6 +165,9 @@ impl CallPlan {
     /// kind, its limit and the amount.
     pub(crate) fn exceeded_by(&self, reserved: &Demand) -> Option<(CounterKind, u64, u64)> {
         let amounts = reserved.amounts();
+        if amounts.iter().zip(&self.lowest).all(|(a, l)| a <= l) {
+            return None;
+        }
         self.plans
             .iter()
             .flat_map(ScopePlan::counters)

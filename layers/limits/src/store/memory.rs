@@ -181,6 +181,41 @@ fn charge(plan: &ScopePlan, counters: &Counters, at: u64, amounts: &[u64; 6]) {
     }
 }
 
+/// The common case of a reservation in one pass: every slot already counts in the call's window and has
+/// room, so each is checked and charged in turn. Stops at the first that does not (no room, a window to start
+/// over, an overflow) after taking back what it charged, so the caller can decide with the exact two-pass
+/// check; under the store's mutex nobody sees the partial charge.
+fn charge_in_place(ticket: &Ticket, scopes: &[&Counters]) -> bool {
+    let at = ticket.at();
+    let amounts = ticket.reserved().amounts();
+    let plans = &ticket.plan().plans;
+    for (scope, (plan, counters)) in plans.iter().zip(scopes).enumerate() {
+        for (index, c) in plan.counters().iter().enumerate() {
+            let slot = &counters.slots[c.kind.index()];
+            let amount = amounts[c.kind.index()];
+            let charged = match slot.used.load(Relaxed).checked_add(amount) {
+                Some(used) if used <= c.limit && slot.holds(at) => used,
+                _ => {
+                    // Take back the counters charged so far: this scope's first `index`, every earlier scope's.
+                    let earlier = plans.iter().zip(scopes).take(scope);
+                    let this = std::iter::once((plan, counters));
+                    for (n, (plan, counters)) in earlier.chain(this).enumerate() {
+                        let upto = if n == scope { index } else { plan.counters().len() };
+                        for c in &plan.counters()[..upto] {
+                            let slot = &counters.slots[c.kind.index()];
+                            let used = slot.used.load(Relaxed) - amounts[c.kind.index()];
+                            slot.used.store(used, Relaxed);
+                        }
+                    }
+                    return false;
+                }
+            };
+            slot.used.store(charged, Relaxed);
+        }
+    }
+    true
+}
+
 /// Sweep ended scopes after this many reservations.
 const SWEEP_EVERY: u32 = 4096;
 
@@ -247,6 +282,14 @@ impl LimitStore for MemoryStore {
 
     fn reserve(&self, ticket: &Ticket) -> StoreReply<Admission> {
         let admission = self.with_scopes(ticket, |state, scopes| {
+            if charge_in_place(ticket, scopes) {
+                state.reserves_since_sweep += 1;
+                if state.reserves_since_sweep >= SWEEP_EVERY {
+                    state.reserves_since_sweep = 0;
+                    state.sweep(ticket.at());
+                }
+                return Admission::Admitted;
+            }
             // Check every scope before charging any: all or nothing.
             if let Some(worst) = worst_over(ticket, scopes) {
                 return Admission::Rejected(Rejection::of(ticket, &worst, ticket.at()));
@@ -427,5 +470,69 @@ mod tests {
         assert!(matches!(store.settle(&second, &actual), StoreReply::Ready(Ok(()))));
         assert_eq!(input_used(&store, "alice", &tokens, 60_000), 5);
         assert!(admitted(store.reserve(&ticket(4, "alice", &tokens, 119_999, 95))));
+    }
+
+    #[test]
+    fn a_refused_call_leaves_every_counter_of_every_scope_as_it_was() {
+        let own = Limits::none()
+            .requests(WindowLimit::per_minute(10))
+            .input_tokens(WindowLimit::per_minute(100));
+        let per_model = Limits::none().requests(WindowLimit::per_minute(1));
+        let scopes = || {
+            let mut model = scope("alice", &per_model);
+            model.key.model = Some(Arc::from("m"));
+            vec![scope("alice", &own), model]
+        };
+        let store = MemoryStore::new();
+        let call = |id, scopes: Vec<Scope>, input_tokens| {
+            let reserved = Demand {
+                input_tokens,
+                ..Demand::default()
+            };
+            Ticket::new(id, scopes, 30_000, reserved)
+        };
+        let used = |index: usize| {
+            let StoreReply::Ready(Ok(usage)) = store.usage(&scopes()[index], 30_000) else {
+                panic!("the memory store answers at once");
+            };
+            usage.iter().map(|c| (c.kind, c.used)).collect::<Vec<_>>()
+        };
+        assert!(admitted(store.reserve(&call(0, scopes(), 40))));
+        let before = (used(0), used(1));
+        assert_eq!(
+            before,
+            (
+                vec![(CounterKind::Requests, 1), (CounterKind::InputTokens, 40)],
+                vec![(CounterKind::Requests, 1)]
+            )
+        );
+        // The caller's scope has room (charged first), the per-model one does not: all of it is taken back.
+        let StoreReply::Ready(Ok(Admission::Rejected(rejection))) =
+            store.reserve(&call(1, scopes(), 20))
+        else {
+            panic!("over the per-model limit");
+        };
+        assert_eq!(
+            (rejection.scope.model.as_deref(), rejection.kind),
+            (Some("m"), CounterKind::Requests)
+        );
+        assert_eq!((used(0), used(1)), before);
+        // Within one scope: the requests have room (charged first), the input tokens do not.
+        let own_only = || vec![scopes().swap_remove(0)];
+        let StoreReply::Ready(Ok(Admission::Rejected(rejection))) =
+            store.reserve(&call(2, own_only(), 70))
+        else {
+            panic!("over the caller's input limit");
+        };
+        assert_eq!(
+            (rejection.scope.model, rejection.kind),
+            (None, CounterKind::InputTokens)
+        );
+        assert_eq!((used(0), used(1)), before);
+        assert!(admitted(store.reserve(&call(3, own_only(), 60))));
+        assert_eq!(
+            used(0),
+            [(CounterKind::Requests, 2), (CounterKind::InputTokens, 100)]
+        );
     }
 }
