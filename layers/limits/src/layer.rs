@@ -374,15 +374,23 @@ impl Shared {
             self.clock.now_millis(),
             reserved,
         );
-        Ok(Box::new(LimitedStream::new(Lease {
-            shared: self.clone(),
-            ticket,
-            armed: false,
-        })))
+        // Allocated first and filled in place: built on the stack, the ~150-byte stream would be copied.
+        let boxed = Box::<LimitedStream>::new_uninit();
+        Ok(Box::write(
+            boxed,
+            LimitedStream::new(Lease {
+                shared: self.clone(),
+                ticket,
+                armed: false,
+                usage: None,
+                output_chars: 0,
+            }),
+        ))
     }
 
     /// Apply the store's answer to a prepared call: `Ok(true)` admitted (its lease now settles when the call
     /// ends), `Ok(false)` admitted unchecked (nothing to settle), or the error to answer.
+    #[inline]
     pub(crate) fn admitted(
         &self,
         prepared: &mut Prepared,
@@ -448,24 +456,18 @@ impl Shared {
     }
 }
 
-/// What a call was seen to consume.
-#[derive(Clone, Copy, Debug, Default)]
-pub(crate) struct Observed {
-    /// The sum of the stream's usage events, if any arrived.
-    pub(crate) usage: Option<Usage>,
-    /// Characters of output seen (text, reasoning, tool-call arguments).
-    pub(crate) output_chars: u64,
-    /// Whether the provider may have processed the request (false only when the service call failed).
-    pub(crate) sent: bool,
-}
-
 /// A call's reservation: armed when the store admits the call, then settled exactly once (the `armed` flag is
-/// cleared by the first settlement), with what was observed or, when dropped unsettled, as a call that reached
-/// the provider and produced nothing seen.
+/// cleared by the first settlement) with what the call was seen to use: when its stream ends or fails, when its
+/// service call fails (nothing sent), or, from `Drop`, when it is dropped unsettled (a call that reached the
+/// provider, charged what was seen of it).
 pub(crate) struct Lease {
     shared: Arc<Shared>,
     ticket: Ticket,
     armed: bool,
+    /// The sum of the stream's usage events so far, if any arrived.
+    pub(crate) usage: Option<Usage>,
+    /// Characters of output seen so far (text, reasoning, tool-call arguments).
+    pub(crate) output_chars: u64,
 }
 
 impl fmt::Debug for Lease {
@@ -473,6 +475,8 @@ impl fmt::Debug for Lease {
         f.debug_struct("Lease")
             .field("ticket", &self.ticket)
             .field("armed", &self.armed)
+            .field("usage", &self.usage)
+            .field("output_chars", &self.output_chars)
             .finish_non_exhaustive()
     }
 }
@@ -483,27 +487,33 @@ impl Lease {
     }
 
     /// The store admitted the call: from now on it is settled.
+    #[inline]
     pub(crate) fn arm(&mut self) {
         self.armed = true;
     }
 
-    /// Replace the reservation by what was observed (once; later calls do nothing).
-    pub(crate) fn settle(&mut self, observed: Observed) {
-        if !std::mem::take(&mut self.armed) {
-            return;
+    /// Replace the reservation by what was seen (once; later calls do nothing). `sent`: whether the provider may
+    /// have processed the request (false only when the service call failed).
+    #[inline]
+    pub(crate) fn settle(&mut self, sent: bool) {
+        if std::mem::take(&mut self.armed) {
+            self.settle_now(sent);
         }
-        let actual = self.actual(observed);
+    }
+
+    fn settle_now(&mut self, sent: bool) {
+        let actual = self.actual(sent);
         self.shared.apply_settlement(&self.ticket, actual);
     }
 
     /// The usage to charge: the reported usage when there is one; otherwise, for a call that reached the
     /// provider, the estimated prompt and the output seen; otherwise nothing.
-    fn actual(&self, observed: Observed) -> Demand {
-        let usage = match observed.usage {
+    fn actual(&self, sent: bool) -> Demand {
+        let usage = match self.usage {
             Some(usage) => usage,
-            None if observed.sent => Usage {
+            None if sent => Usage {
                 input_tokens: self.ticket.reserved().input_tokens,
-                output_tokens: observed
+                output_tokens: self
                     .output_chars
                     .div_ceil(u64::from(self.shared.chars_per_token)),
                 ..Usage::default()
@@ -524,10 +534,7 @@ impl Lease {
 
 impl Drop for Lease {
     fn drop(&mut self) {
-        self.settle(Observed {
-            sent: true,
-            ..Observed::default()
-        });
+        self.settle(true);
     }
 }
 
