@@ -163,11 +163,17 @@ impl CallPlan {
 
     /// The first counter (in scope order, then [`CounterKind::ALL`] order) that `reserved` alone exceeds: its
     /// kind, its limit and the amount.
+    #[inline]
     pub(crate) fn exceeded_by(&self, reserved: &Demand) -> Option<(CounterKind, u64, u64)> {
         let amounts = reserved.amounts();
         if amounts.iter().zip(&self.lowest).all(|(a, l)| a <= l) {
             return None;
         }
+        self.first_exceeded(&amounts)
+    }
+
+    #[cold]
+    fn first_exceeded(&self, amounts: &[u64; 6]) -> Option<(CounterKind, u64, u64)> {
         self.plans
             .iter()
             .flat_map(ScopePlan::counters)

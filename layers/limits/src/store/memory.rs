@@ -310,7 +310,7 @@ impl LimitStore for MemoryStore {
 
     fn settle(&self, ticket: &Ticket, actual: &Demand) -> StoreReply<()> {
         // Per kind, not per counter: every scope's counter of one kind moves by the same amount.
-        let deltas = CounterKind::ALL.map(|kind| ticket.reserved().settle_delta(actual, kind));
+        let deltas = ticket.reserved().settle_deltas(actual);
         let at = ticket.at();
         self.with_scopes(ticket, |_, scopes| {
             for (plan, counters) in ticket.plan().plans.iter().zip(scopes) {
