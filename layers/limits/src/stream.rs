@@ -81,7 +81,9 @@ impl Stream for LimitedStream {
         let lease = &mut this.lease;
         match item {
             Some(Ok(event)) => match event {
-                ChatEvent::Usage { usage } => lease.usage.get_or_insert_with(Usage::default).add(usage),
+                ChatEvent::Usage { usage } => {
+                    lease.usage.get_or_insert_with(Usage::default).add(usage)
+                }
                 ChatEvent::TextDelta { text } | ChatEvent::ReasoningDelta { text } => {
                     lease.output_chars += text.len() as u64
                 }

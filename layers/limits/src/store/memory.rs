@@ -200,7 +200,11 @@ fn charge_in_place(ticket: &Ticket, scopes: &[&Counters]) -> bool {
                     let earlier = plans.iter().zip(scopes).take(scope);
                     let this = std::iter::once((plan, counters));
                     for (n, (plan, counters)) in earlier.chain(this).enumerate() {
-                        let upto = if n == scope { index } else { plan.counters().len() };
+                        let upto = if n == scope {
+                            index
+                        } else {
+                            plan.counters().len()
+                        };
                         for c in &plan.counters()[..upto] {
                             let slot = &counters.slots[c.kind.index()];
                             let used = slot.used.load(Relaxed) - amounts[c.kind.index()];
@@ -246,11 +250,7 @@ impl MemoryStore {
 
     /// Lock the store and run `f` over the counters of every scope of `ticket` (created when missing): through
     /// the ticket's resolved handles for a call of the layer, by key for a ticket made by hand.
-    fn with_scopes<R>(
-        &self,
-        ticket: &Ticket,
-        f: impl FnOnce(&mut State, &[&Counters]) -> R,
-    ) -> R {
+    fn with_scopes<R>(&self, ticket: &Ticket, f: impl FnOnce(&mut State, &[&Counters]) -> R) -> R {
         let mut state = self.lock();
         match ticket.scopes().len() {
             1 => {
@@ -393,14 +393,24 @@ mod tests {
         let store = MemoryStore::new();
         // Held by a plan (as a layer holds it) and charged in the epoch's first minute, like "old".
         let held = store.resolve(&scope("held", &tokens).key).unwrap();
-        assert!(admitted(store.reserve(&ticket(0, "old", &tokens, 30_000, 10))));
-        assert!(admitted(store.reserve(&ticket(1, "held", &tokens, 30_000, 10))));
+        assert!(admitted(
+            store.reserve(&ticket(0, "old", &tokens, 30_000, 10))
+        ));
+        assert!(admitted(
+            store.reserve(&ticket(1, "held", &tokens, 30_000, 10))
+        ));
         // Later: enough reserves of another caller to run a sweep.
         let later = 180_000;
         for id in 2..=u64::from(SWEEP_EVERY) + 1 {
-            assert!(admitted(store.reserve(&ticket(id, "busy", &tokens, later, 1))));
+            assert!(admitted(
+                store.reserve(&ticket(id, "busy", &tokens, later, 1))
+            ));
         }
-        assert_eq!(store.scope_count(), 2, "\"old\" was swept, \"held\" and \"busy\" were not");
+        assert_eq!(
+            store.scope_count(),
+            2,
+            "\"old\" was swept, \"held\" and \"busy\" were not"
+        );
         let again = store.resolve(&scope("held", &tokens).key).unwrap();
         assert!(
             Arc::ptr_eq(&held, &again),
@@ -409,7 +419,9 @@ mod tests {
         // Once nothing holds them, ended counters go at the next sweep.
         drop((held, again));
         for id in 0..u64::from(SWEEP_EVERY) {
-            assert!(admitted(store.reserve(&ticket(id, "busy", &tokens, later, 1))));
+            assert!(admitted(
+                store.reserve(&ticket(id, "busy", &tokens, later, 1))
+            ));
         }
         assert_eq!(store.scope_count(), 1);
     }
@@ -421,9 +433,8 @@ mod tests {
         let other = MemoryStore::new();
         let resolved = |store: &MemoryStore, id, input_tokens| {
             let scope = scope("alice", &tokens);
-            let plan = crate::plan::CallPlan::new(vec![scope], None, None, |s| {
-                store.resolve(&s.key)
-            });
+            let plan =
+                crate::plan::CallPlan::new(vec![scope], None, None, |s| store.resolve(&s.key));
             let reserved = Demand {
                 input_tokens,
                 ..Demand::default()
@@ -443,7 +454,10 @@ mod tests {
             input_tokens: 15,
             ..Demand::default()
         };
-        assert!(matches!(store.settle(&by_key, &actual), StoreReply::Ready(Ok(()))));
+        assert!(matches!(
+            store.settle(&by_key, &actual),
+            StoreReply::Ready(Ok(()))
+        ));
         assert_eq!(input_used(&store, "alice", &tokens, 30_000), 75);
     }
 
@@ -456,26 +470,46 @@ mod tests {
         let first = ticket(0, "alice", &tokens, 59_999, 90);
         assert!(admitted(store.reserve(&first)));
         // Same minute: 90 + 20 > 100, and the only slot in progress is taken.
-        assert!(!admitted(store.reserve(&ticket(1, "alice", &tokens, 30_000, 20))));
+        assert!(!admitted(
+            store.reserve(&ticket(1, "alice", &tokens, 30_000, 20))
+        ));
         // The next minute starts over for tokens, but calls in progress have no window.
         let second = ticket(2, "alice", &tokens, 60_000, 20);
-        assert!(!admitted(store.reserve(&second)), "the first call is still in progress");
+        assert!(
+            !admitted(store.reserve(&second)),
+            "the first call is still in progress"
+        );
         let actual = Demand {
             input_tokens: 5,
             ..Demand::default()
         };
-        assert!(matches!(store.settle(&first, &actual), StoreReply::Ready(Ok(()))));
+        assert!(matches!(
+            store.settle(&first, &actual),
+            StoreReply::Ready(Ok(()))
+        ));
         assert_eq!(input_used(&store, "alice", &tokens, 59_999), 5);
         assert!(admitted(store.reserve(&second)));
         assert_eq!(input_used(&store, "alice", &tokens, 60_000), 20);
-        assert_eq!(input_used(&store, "alice", &tokens, 59_999), 0, "one window at a time");
+        assert_eq!(
+            input_used(&store, "alice", &tokens, 59_999),
+            0,
+            "one window at a time"
+        );
         // A call of the ended minute settling now changes no count of the new one.
         let late = ticket(3, "alice", &tokens, 59_000, 50);
-        assert!(matches!(store.settle(&late, &actual), StoreReply::Ready(Ok(()))));
+        assert!(matches!(
+            store.settle(&late, &actual),
+            StoreReply::Ready(Ok(()))
+        ));
         assert_eq!(input_used(&store, "alice", &tokens, 60_000), 20);
-        assert!(matches!(store.settle(&second, &actual), StoreReply::Ready(Ok(()))));
+        assert!(matches!(
+            store.settle(&second, &actual),
+            StoreReply::Ready(Ok(()))
+        ));
         assert_eq!(input_used(&store, "alice", &tokens, 60_000), 5);
-        assert!(admitted(store.reserve(&ticket(4, "alice", &tokens, 119_999, 95))));
+        assert!(admitted(
+            store.reserve(&ticket(4, "alice", &tokens, 119_999, 95))
+        ));
     }
 
     #[test]

@@ -438,6 +438,9 @@ mod tests {
         assert_eq!(deltas[CounterKind::OutputTokens.index()], -4093);
         // Beyond i64 the difference saturates on its own side.
         assert_eq!(deltas[CounterKind::CostPerDay.index()], i64::MIN);
-        assert_eq!(actual.settle_delta(&reserved, CounterKind::CostPerMonth), i64::MAX);
+        assert_eq!(
+            actual.settle_delta(&reserved, CounterKind::CostPerMonth),
+            i64::MAX
+        );
     }
 }
