@@ -11,7 +11,7 @@
 //! long as it is kept; windows are not part of it (a call computes its own from its start instant).
 
 use std::any::Any;
-use std::hash::BuildHasher;
+use std::hash::{BuildHasher, Hasher};
 use std::sync::{Arc, RwLock};
 
 use tower_chat::ModelPrice;
@@ -103,6 +103,15 @@ impl ScopePlan {
     /// The scope's counters.
     pub(crate) fn counters(&self) -> &[CounterPlan] {
         &self.counters[..self.len]
+    }
+
+    /// The counters a settlement can move: all but the requests (a call stays counted), which come first.
+    pub(crate) fn settled_counters(&self) -> &[CounterPlan] {
+        let requests = self
+            .counters()
+            .first()
+            .is_some_and(|c| c.kind == CounterKind::Requests);
+        &self.counters[usize::from(requests)..self.len]
     }
 }
 
@@ -222,13 +231,42 @@ impl PlanCache {
         model: Option<&str>,
         build: impl FnOnce() -> CallPlan,
     ) -> Arc<CallPlan> {
-        let hash = self.hasher.hash_one((caller, model));
+        let hash = self.hash(caller, model);
         {
             let table = self.table.read().unwrap_or_else(|e| e.into_inner());
             if let Some(plan) = table.plans.find(hash, |p| p.is(caller, model)) {
                 return plan.clone();
             }
         }
+        self.insert(hash, caller, model, build)
+    }
+
+    /// The key's hash: the caller's bytes, a byte no UTF-8 string contains, then the model's (so no two keys
+    /// share their input), and whether there is a model.
+    fn hash(&self, caller: &str, model: Option<&str>) -> u64 {
+        let mut hasher = self.hasher.build_hasher();
+        hasher.write(caller.as_bytes());
+        hasher.write_u8(0xff);
+        match model {
+            Some(model) => {
+                hasher.write(model.as_bytes());
+                hasher.write_u8(1);
+            }
+            None => hasher.write_u8(0),
+        }
+        hasher.finish()
+    }
+
+    /// The first call of `caller` to `model` (out of line: the per-call path is the lookup above).
+    #[cold]
+    #[inline(never)]
+    fn insert(
+        &self,
+        hash: u64,
+        caller: &str,
+        model: Option<&str>,
+        build: impl FnOnce() -> CallPlan,
+    ) -> Arc<CallPlan> {
         let mut plan = build();
         plan.caller = Arc::from(caller);
         plan.model = model.map(Arc::from);

@@ -314,7 +314,7 @@ impl LimitStore for MemoryStore {
         let at = ticket.at();
         self.with_scopes(ticket, |_, scopes| {
             for (plan, counters) in ticket.plan().plans.iter().zip(scopes) {
-                for c in plan.counters() {
+                for c in plan.settled_counters() {
                     let delta = deltas[c.kind.index()];
                     let slot = &counters.slots[c.kind.index()];
                     // Nothing to change, or the window the call was charged in has ended: its counts no longer
