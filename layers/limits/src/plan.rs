@@ -58,6 +58,7 @@ impl CounterPlan {
 pub(crate) struct ScopePlan {
     counters: [CounterPlan; 6],
     len: usize,
+    windowed: u64,
     /// What the store's [`crate::LimitStore::resolve`] answered for the scope.
     pub(crate) resolved: Option<Arc<dyn Any + Send + Sync>>,
 }
@@ -72,11 +73,15 @@ impl ScopePlan {
         let mut plan = ScopePlan {
             counters: [UNUSED; 6],
             len: 0,
+            windowed: 0,
             resolved,
         };
-        let mut push = |kind, limit, span| {
+        let mut push = |kind: CounterKind, limit, span| {
             plan.counters[plan.len] = CounterPlan { kind, limit, span };
             plan.len += 1;
+            if span != Span::Unwindowed {
+                plan.windowed |= 1 << kind.index();
+            }
         };
         let fixed = |l: crate::WindowLimit| Span::Fixed(l.len_ms().max(1));
         if let Some(l) = limits.requests {
@@ -103,6 +108,11 @@ impl ScopePlan {
     /// The scope's counters.
     pub(crate) fn counters(&self) -> &[CounterPlan] {
         &self.counters[..self.len]
+    }
+
+    /// The kinds of the scope's windowed counters, a bit per [`CounterKind::index`].
+    pub(crate) fn windowed(&self) -> u64 {
+        self.windowed
     }
 
     /// The counters a settlement can move: all but the requests (a call stays counted), which come first.

@@ -54,6 +54,12 @@ struct Counters {
     /// When the last window charged ends: past it, with no call in progress and no plan holding the counters,
     /// the scope can go.
     expires_at: AtomicU64,
+    /// `[from, until)`: the instants every slot in `windowed` (a bit per [`CounterKind::index`]) holds, so a
+    /// call starting inside it skips the slots' own checks (kept by [`Counters::cover`] whenever a slot's
+    /// window is set).
+    from: AtomicU64,
+    until: AtomicU64,
+    windowed: AtomicU64,
 }
 
 /// One counter and the window it counts in.
@@ -95,11 +101,40 @@ impl Counters {
             store,
             slots: Default::default(),
             expires_at: AtomicU64::new(0),
+            from: AtomicU64::new(0),
+            until: AtomicU64::new(0),
+            windowed: AtomicU64::new(0),
         };
         // Calls in progress have no window: every call counts in the same one.
         let concurrent = &counters.slots[CounterKind::Concurrent.index()];
         concurrent.end.store(u64::MAX, Relaxed);
         counters
+    }
+
+    /// Whether every windowed slot of `plan` holds a call starting at `at`, known without looking at them.
+    #[inline]
+    fn all_hold(&self, plan: &ScopePlan, at: u64) -> bool {
+        self.from.load(Relaxed) <= at
+            && at < self.until.load(Relaxed)
+            && plan.windowed() & !self.windowed.load(Relaxed) == 0
+    }
+
+    /// Recompute `[from, until)` and `windowed` after a slot's window was set.
+    fn cover(&self) {
+        let (mut from, mut until, mut windowed) = (0, u64::MAX, 0);
+        for kind in CounterKind::ALL {
+            let slot = &self.slots[kind.index()];
+            let end = slot.end.load(Relaxed);
+            if kind == CounterKind::Concurrent || end == 0 {
+                continue;
+            }
+            from = from.max(slot.start.load(Relaxed));
+            until = until.min(end);
+            windowed |= 1 << kind.index();
+        }
+        self.from.store(from, Relaxed);
+        self.until.store(until, Relaxed);
+        self.windowed.store(windowed, Relaxed);
     }
 
     /// Whether the sweep may drop these counters at `now`.
@@ -161,6 +196,7 @@ fn worst_over(ticket: &Ticket, scopes: &[&Counters]) -> Option<PlannedCounter> {
 /// Add a reservation to one scope's counters (a slot whose window does not hold the call starts over in the
 /// call's window).
 fn charge(plan: &ScopePlan, counters: &Counters, at: u64, amounts: &[u64; 6]) {
+    let mut started = false;
     for c in plan.counters() {
         let slot = &counters.slots[c.kind.index()];
         let amount = amounts[c.kind.index()];
@@ -175,9 +211,13 @@ fn charge(plan: &ScopePlan, counters: &Counters, at: u64, amounts: &[u64; 6]) {
                 slot.used.store(amount, Relaxed);
                 let expires_at = counters.expires_at.load(Relaxed).max(w.end);
                 counters.expires_at.store(expires_at, Relaxed);
+                started = true;
             }
             None => slot.add(amount),
         }
+    }
+    if started {
+        counters.cover();
     }
 }
 
@@ -190,11 +230,12 @@ fn charge_in_place(ticket: &Ticket, scopes: &[&Counters]) -> bool {
     let amounts = ticket.reserved().amounts();
     let plans = &ticket.plan().plans;
     for (scope, (plan, counters)) in plans.iter().zip(scopes).enumerate() {
+        let all_hold = counters.all_hold(plan, at);
         for (index, c) in plan.counters().iter().enumerate() {
             let slot = &counters.slots[c.kind.index()];
             let amount = amounts[c.kind.index()];
             let charged = match slot.used.load(Relaxed).checked_add(amount) {
-                Some(used) if used <= c.limit && slot.holds(at) => used,
+                Some(used) if used <= c.limit && (all_hold || slot.holds(at)) => used,
                 _ => {
                     // Take back the counters charged so far: this scope's first `index`, every earlier scope's.
                     let earlier = plans.iter().zip(scopes).take(scope);
@@ -314,12 +355,13 @@ impl LimitStore for MemoryStore {
         let at = ticket.at();
         self.with_scopes(ticket, |_, scopes| {
             for (plan, counters) in ticket.plan().plans.iter().zip(scopes) {
+                let all_hold = counters.all_hold(plan, at);
                 for c in plan.settled_counters() {
                     let delta = deltas[c.kind.index()];
                     let slot = &counters.slots[c.kind.index()];
                     // Nothing to change, or the window the call was charged in has ended: its counts no longer
                     // matter.
-                    if delta != 0 && slot.holds(at) {
+                    if delta != 0 && (all_hold || slot.holds(at)) {
                         let used = slot.used.load(Relaxed);
                         // `saturating_add_signed`, one sign at a time (fewer steps per counter).
                         let used = if delta > 0 {
