@@ -293,26 +293,30 @@ impl MemoryStore {
     /// the ticket's resolved handles for a call of the layer, by key for a ticket made by hand.
     fn with_scopes<R>(&self, ticket: &Ticket, f: impl FnOnce(&mut State, &[&Counters]) -> R) -> R {
         let mut state = self.lock();
-        match ticket.scopes().len() {
-            1 => {
-                if let Some(a) = self.resolved(ticket, 0) {
-                    return f(&mut state, &[a]);
-                }
+        let resolved = match ticket.scopes().len() {
+            1 => self.resolved(ticket, 0).map(|a| ([a, a], 1)),
+            2 => self
+                .resolved(ticket, 0)
+                .zip(self.resolved(ticket, 1))
+                .map(|(a, b)| ([a, b], 2)),
+            _ => None,
+        };
+        // One call of `f` (so it is inlined): the resolved counters, or those found by key.
+        let held: Vec<Arc<Counters>>;
+        let by_key: Vec<&Counters>;
+        let scopes: &[&Counters] = match &resolved {
+            Some((pair, len)) => &pair[..*len],
+            None => {
+                held = ticket
+                    .scopes()
+                    .iter()
+                    .map(|s| state.counters_of(self.id, &s.key))
+                    .collect();
+                by_key = held.iter().map(|c| &**c).collect();
+                &by_key
             }
-            2 => {
-                if let (Some(a), Some(b)) = (self.resolved(ticket, 0), self.resolved(ticket, 1)) {
-                    return f(&mut state, &[a, b]);
-                }
-            }
-            _ => {}
-        }
-        let held: Vec<Arc<Counters>> = ticket
-            .scopes()
-            .iter()
-            .map(|s| state.counters_of(self.id, &s.key))
-            .collect();
-        let scopes: Vec<&Counters> = held.iter().map(|c| &**c).collect();
-        f(&mut state, &scopes)
+        };
+        f(&mut state, scopes)
     }
 }
 
