@@ -6,11 +6,12 @@ use std::sync::Arc;
 
 use serde::Serialize;
 use tokio::sync::Notify;
-use tower_chat::{ChatError, ChatRequest, Cost, ErrorKind, Message, ModelPrice, PriceTable, Usage};
+use tower_chat::{ChatError, ChatRequest, Cost, ErrorKind, Message, PriceTable, Usage};
 use tower_layer::Layer;
 
 use crate::clock::{Clock, SystemClock};
 use crate::limits::{CounterKind, LimitPolicy, ANONYMOUS};
+use crate::plan::{CallPlan, PlanCache};
 use crate::service::Limited;
 use crate::store::{
     Admission, CounterUsage, Demand, LimitStore, LimitStoreError, MemoryStore, StoreReply, Ticket,
@@ -72,6 +73,8 @@ pub(crate) struct Shared {
     counters: Counters,
     settling: InFlight,
     next_ticket: AtomicU64,
+    /// Per caller and model: what every call of theirs is counted in, resolved once.
+    plans: PlanCache,
 }
 
 impl fmt::Debug for Shared {
@@ -174,6 +177,7 @@ impl LimitsLayerBuilder {
                 counters: Counters::default(),
                 settling: InFlight::default(),
                 next_ticket: AtomicU64::new(0),
+                plans: PlanCache::default(),
             }),
         }
     }
@@ -311,8 +315,9 @@ pub struct ScopeUsage {
 pub(crate) type Prepared = Box<LimitedStream>;
 
 impl Shared {
-    /// Build the ticket of `request`: its scopes, its estimate, its price. Fails (without touching the store)
-    /// when the estimate alone exceeds a limit, or a cost budget applies and the model has no price.
+    /// Build the ticket of `request`: its caller's plan (scopes, counters, price; resolved on the caller's first
+    /// call to the model and kept), its estimate, its start. Fails (without touching the store) when the
+    /// estimate alone exceeds a limit, or a cost budget applies and the model has no price.
     pub(crate) fn prepare(self: &Arc<Self>, request: &ChatRequest) -> Result<Prepared, ChatError> {
         let caller = request.caller().map_or(ANONYMOUS, |c| c.as_str());
         let model = request
@@ -320,8 +325,23 @@ impl Shared {
             .model
             .as_deref()
             .or(self.default_model.as_deref());
-        let scopes = self.policy.call_scopes(caller, model);
-        let price = model.and_then(|m| self.prices.price(m)).copied();
+        let plan = self.plans.get(caller, model, || {
+            CallPlan::new(
+                self.policy.scopes(caller, model),
+                model,
+                model.and_then(|m| self.prices.price(m)).copied(),
+                |scope| self.store.resolve(&scope.key),
+            )
+        });
+        if plan.unpriced {
+            return Err(ChatError::new(
+                ErrorKind::InvalidRequest,
+                format!(
+                    "caller {caller} has a cost budget and model {} has no price",
+                    model.unwrap_or("(none named)")
+                ),
+            ));
+        }
         let input_tokens = estimate_prompt_tokens(&request.messages, request, self.chars_per_token);
         let output_tokens = u64::from(
             request
@@ -334,46 +354,43 @@ impl Shared {
             output_tokens,
             ..Usage::default()
         };
-        let cost = price.map_or(Cost::ZERO, |p| p.cost(&estimate));
-        if price.is_none() && scopes.as_slice().iter().any(|s| s.limits.has_cost_limit()) {
+        let reserved = Demand {
+            input_tokens,
+            output_tokens,
+            cost: plan.price.map_or(Cost::ZERO, |p| p.cost(&estimate)),
+        };
+        if let Some((kind, limit, amount)) = plan.exceeded_by(&reserved) {
             return Err(ChatError::new(
                 ErrorKind::InvalidRequest,
                 format!(
-                    "caller {caller} has a cost budget and model {} has no price",
-                    model.unwrap_or("(none named)")
+                    "the call's estimate ({amount} {kind}) exceeds the {kind} limit of caller {caller} ({limit}) \
+                     on its own; lower max_output_tokens or shorten the prompt",
                 ),
             ));
         }
-        let ticket = Ticket::with_scopes(
+        let ticket = Ticket::planned(
             self.next_ticket.fetch_add(1, Ordering::Relaxed),
-            scopes,
+            plan,
             self.clock.now_millis(),
-            Demand {
-                input_tokens,
-                output_tokens,
-                cost,
-            },
+            reserved,
         );
-        if let Some(c) = ticket.counters().iter().find(|c| c.amount > c.limit) {
-            return Err(ChatError::new(
-                ErrorKind::InvalidRequest,
-                format!(
-                    "the call's estimate ({} {}) exceeds the {} limit of caller {caller} ({}) on its own; \
-                     lower max_output_tokens or shorten the prompt",
-                    c.amount, c.kind, c.kind, c.limit
-                ),
-            ));
-        }
-        Ok(Box::new(LimitedStream::new(Lease {
-            shared: self.clone(),
-            ticket,
-            price,
-            armed: false,
-        })))
+        // Allocated first and filled in place: built on the stack, the ~150-byte stream would be copied.
+        let boxed = Box::<LimitedStream>::new_uninit();
+        Ok(Box::write(
+            boxed,
+            LimitedStream::new(Lease {
+                shared: self.clone(),
+                ticket,
+                armed: false,
+                usage: None,
+                output_chars: 0,
+            }),
+        ))
     }
 
     /// Apply the store's answer to a prepared call: `Ok(true)` admitted (its lease now settles when the call
     /// ends), `Ok(false)` admitted unchecked (nothing to settle), or the error to answer.
+    #[inline]
     pub(crate) fn admitted(
         &self,
         prepared: &mut Prepared,
@@ -439,33 +456,27 @@ impl Shared {
     }
 }
 
-/// What a call was seen to consume.
-#[derive(Clone, Copy, Debug, Default)]
-pub(crate) struct Observed {
-    /// The sum of the stream's usage events, if any arrived.
-    pub(crate) usage: Option<Usage>,
-    /// Characters of output seen (text, reasoning, tool-call arguments).
-    pub(crate) output_chars: u64,
-    /// Whether the provider may have processed the request (false only when the service call failed).
-    pub(crate) sent: bool,
-}
-
 /// A call's reservation: armed when the store admits the call, then settled exactly once (the `armed` flag is
-/// cleared by the first settlement), with what was observed or, when dropped unsettled, as a call that reached
-/// the provider and produced nothing seen.
+/// cleared by the first settlement) with what the call was seen to use: when its stream ends or fails, when its
+/// service call fails (nothing sent), or, from `Drop`, when it is dropped unsettled (a call that reached the
+/// provider, charged what was seen of it).
 pub(crate) struct Lease {
     shared: Arc<Shared>,
     ticket: Ticket,
-    price: Option<ModelPrice>,
     armed: bool,
+    /// The sum of the stream's usage events so far, if any arrived.
+    pub(crate) usage: Option<Usage>,
+    /// Characters of output seen so far (text, reasoning, tool-call arguments).
+    pub(crate) output_chars: u64,
 }
 
 impl fmt::Debug for Lease {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Lease")
             .field("ticket", &self.ticket)
-            .field("price", &self.price)
             .field("armed", &self.armed)
+            .field("usage", &self.usage)
+            .field("output_chars", &self.output_chars)
             .finish_non_exhaustive()
     }
 }
@@ -476,27 +487,33 @@ impl Lease {
     }
 
     /// The store admitted the call: from now on it is settled.
+    #[inline]
     pub(crate) fn arm(&mut self) {
         self.armed = true;
     }
 
-    /// Replace the reservation by what was observed (once; later calls do nothing).
-    pub(crate) fn settle(&mut self, observed: Observed) {
-        if !std::mem::take(&mut self.armed) {
-            return;
+    /// Replace the reservation by what was seen (once; later calls do nothing). `sent`: whether the provider may
+    /// have processed the request (false only when the service call failed).
+    #[inline]
+    pub(crate) fn settle(&mut self, sent: bool) {
+        if std::mem::take(&mut self.armed) {
+            self.settle_now(sent);
         }
-        let actual = self.actual(observed);
+    }
+
+    fn settle_now(&mut self, sent: bool) {
+        let actual = self.actual(sent);
         self.shared.apply_settlement(&self.ticket, actual);
     }
 
     /// The usage to charge: the reported usage when there is one; otherwise, for a call that reached the
     /// provider, the estimated prompt and the output seen; otherwise nothing.
-    fn actual(&self, observed: Observed) -> Demand {
-        let usage = match observed.usage {
+    fn actual(&self, sent: bool) -> Demand {
+        let usage = match self.usage {
             Some(usage) => usage,
-            None if observed.sent => Usage {
+            None if sent => Usage {
                 input_tokens: self.ticket.reserved().input_tokens,
-                output_tokens: observed
+                output_tokens: self
                     .output_chars
                     .div_ceil(u64::from(self.shared.chars_per_token)),
                 ..Usage::default()
@@ -506,17 +523,18 @@ impl Lease {
         Demand {
             input_tokens: usage.input_tokens,
             output_tokens: usage.output_tokens,
-            cost: self.price.map_or(Cost::ZERO, |p| p.cost(&usage)),
+            cost: self
+                .ticket
+                .plan()
+                .price
+                .map_or(Cost::ZERO, |p| p.cost(&usage)),
         }
     }
 }
 
 impl Drop for Lease {
     fn drop(&mut self) {
-        self.settle(Observed {
-            sent: true,
-            ..Observed::default()
-        });
+        self.settle(true);
     }
 }
 

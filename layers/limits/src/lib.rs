@@ -84,6 +84,7 @@
 mod clock;
 mod layer;
 mod limits;
+mod plan;
 mod service;
 pub mod store;
 mod stream;

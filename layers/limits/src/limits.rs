@@ -7,7 +7,6 @@ use std::time::Duration;
 use serde::Serialize;
 use tower_chat::Cost;
 
-use crate::store::{Demand, PlannedCounter};
 use crate::window::{self, Window};
 
 /// At most `max` units per fixed window of `window` (windows are aligned to the Unix epoch: a one-minute
@@ -31,14 +30,17 @@ impl WindowLimit {
         WindowLimit::new(max, Duration::from_secs(60))
     }
 
-    /// The window containing `now` (milliseconds since the epoch).
-    fn window_at(&self, now: u64) -> Window {
-        let len = self
-            .window
+    /// The window's length in milliseconds.
+    pub(crate) fn len_ms(&self) -> u64 {
+        self.window
             .as_secs()
             .saturating_mul(1000)
-            .saturating_add(u64::from(self.window.subsec_millis()));
-        window::fixed(now, len)
+            .saturating_add(u64::from(self.window.subsec_millis()))
+    }
+
+    /// The window containing `now` (milliseconds since the epoch).
+    fn window_at(&self, now: u64) -> Window {
+        window::fixed(now, self.len_ms())
     }
 }
 
@@ -126,69 +128,6 @@ impl Limits {
     }
 }
 
-impl Limits {
-    /// Append this scope's counters for a call at `at` reserving `reserved`, in [`CounterKind::ALL`] order: the
-    /// same as [`Limits::counter`] per kind, written out once per call instead of matched per kind.
-    pub(crate) fn plan_into(
-        &self,
-        scope: usize,
-        at: u64,
-        reserved: &Demand,
-        out: &mut Vec<PlannedCounter>,
-    ) {
-        let mut push = |kind, limit, window, amount| {
-            out.push(PlannedCounter {
-                scope,
-                kind,
-                limit,
-                window,
-                amount,
-            })
-        };
-        if let Some(l) = self.requests {
-            push(CounterKind::Requests, l.max, Some(l.window_at(at)), 1);
-        }
-        if let Some(l) = self.input_tokens {
-            let window = Some(l.window_at(at));
-            push(
-                CounterKind::InputTokens,
-                l.max,
-                window,
-                reserved.input_tokens,
-            );
-        }
-        if let Some(l) = self.output_tokens {
-            let window = Some(l.window_at(at));
-            push(
-                CounterKind::OutputTokens,
-                l.max,
-                window,
-                reserved.output_tokens,
-            );
-        }
-        let cost = reserved.cost.as_nanos();
-        if let Some(budget) = self.cost_per_day {
-            push(
-                CounterKind::CostPerDay,
-                budget.as_nanos(),
-                Some(window::day(at)),
-                cost,
-            );
-        }
-        if let Some(budget) = self.cost_per_month {
-            push(
-                CounterKind::CostPerMonth,
-                budget.as_nanos(),
-                Some(window::month(at)),
-                cost,
-            );
-        }
-        if let Some(max) = self.concurrent {
-            push(CounterKind::Concurrent, max, None, 1);
-        }
-    }
-}
-
 /// One kind of counter a scope may have.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -263,34 +202,12 @@ pub struct Scope {
     pub limits: Arc<Limits>,
 }
 
-/// A call's scopes, held inline: a call has its caller's scope and at most one per-model scope, and a `Vec`
-/// would cost an allocation per call.
-#[derive(Clone, Debug)]
-pub(crate) enum CallScopes {
-    /// The caller's scope.
-    One([Scope; 1]),
-    /// The caller's scope, then the caller-and-model one.
-    Two([Scope; 2]),
-    /// Any other list (a ticket built by hand).
-    Many(Vec<Scope>),
-}
-
-impl CallScopes {
-    pub(crate) fn as_slice(&self) -> &[Scope] {
-        match self {
-            CallScopes::One(s) => s,
-            CallScopes::Two(s) => s,
-            CallScopes::Many(s) => s,
-        }
-    }
-}
-
 /// Which limits apply to a call: per caller (an entry for the caller, else the default), and, for models with
 /// an entry, per caller and model as well (every caller gets their own counters of that model's limits).
 #[derive(Clone, Debug, Default)]
 pub struct LimitPolicy {
     default: Arc<Limits>,
-    // foldhash: looked up on every call (SipHash dominated the layer's overhead).
+    // foldhash, like the rest of the crate (looked up when a caller's plan is built, not per call).
     callers: foldhash::HashMap<Arc<str>, Arc<Limits>>,
     models: foldhash::HashMap<Arc<str>, Arc<Limits>>,
     /// Caller → model → limits (nested, so a lookup borrows both strings instead of building a key).
@@ -343,11 +260,6 @@ impl LimitPolicy {
     /// The scopes a call by `caller` to `model` is counted in: the caller's, then the caller-and-model one if
     /// that model has limits.
     pub fn scopes(&self, caller: &str, model: Option<&str>) -> Vec<Scope> {
-        self.call_scopes(caller, model).as_slice().to_vec()
-    }
-
-    /// [`LimitPolicy::scopes`] without a heap allocation for the list (the per-call path).
-    pub(crate) fn call_scopes(&self, caller: &str, model: Option<&str>) -> CallScopes {
         let (caller_key, limits) = match self.callers.get_key_value(caller) {
             Some((key, limits)) => (key.clone(), limits.clone()),
             None => (Arc::from(caller), self.default.clone()),
@@ -359,26 +271,24 @@ impl LimitPolicy {
                 .or_else(|| self.models.get_key_value(model))
                 .map(|(m, l)| (m.clone(), l.clone()))
         });
-        let own = Scope {
+        let mut scopes = Vec::with_capacity(1 + usize::from(model_limits.is_some()));
+        scopes.push(Scope {
             key: ScopeKey {
                 caller: caller_key.clone(),
                 model: None,
             },
             limits,
-        };
-        match model_limits {
-            None => CallScopes::One([own]),
-            Some((model, limits)) => CallScopes::Two([
-                own,
-                Scope {
-                    key: ScopeKey {
-                        caller: caller_key,
-                        model: Some(model),
-                    },
-                    limits,
+        });
+        if let Some((model, limits)) = model_limits {
+            scopes.push(Scope {
+                key: ScopeKey {
+                    caller: caller_key,
+                    model: Some(model),
                 },
-            ]),
+                limits,
+            });
         }
+        scopes
     }
 
     /// The models with limits of their own for `caller` (for a usage report).
@@ -396,50 +306,5 @@ impl LimitPolicy {
         }
         models.sort();
         models
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_plan_lists_the_same_counters_as_counter_per_kind() {
-        let full = Limits::none()
-            .requests(WindowLimit::new(7, Duration::from_millis(90_500)))
-            .input_tokens(WindowLimit::per_minute(1_000))
-            .output_tokens(WindowLimit::new(500, Duration::from_secs(3_600)))
-            .cost_per_day(Cost::from_usd(5.0))
-            .cost_per_month(Cost::from_usd(50.0))
-            .concurrent(3);
-        let some = Limits::none()
-            .output_tokens(WindowLimit::per_minute(9))
-            .cost_per_month(Cost::from_usd(1.0));
-        let reserved = Demand {
-            input_tokens: 12,
-            output_tokens: 34,
-            cost: Cost::from_nanos(56),
-        };
-        // 2026-11-30T13:05:07.123Z and a month boundary.
-        for at in [1_795_957_507_123, 1_796_083_200_000 - 1, 1_796_083_200_000] {
-            for limits in [&full, &some, &Limits::none()] {
-                let mut planned = Vec::new();
-                limits.plan_into(1, at, &reserved, &mut planned);
-                let expected: Vec<PlannedCounter> = CounterKind::ALL
-                    .into_iter()
-                    .filter_map(|kind| {
-                        let (limit, window) = limits.counter(kind, at)?;
-                        Some(PlannedCounter {
-                            scope: 1,
-                            kind,
-                            limit,
-                            window,
-                            amount: reserved.amount(kind),
-                        })
-                    })
-                    .collect();
-                assert_eq!(planned, expected, "at {at}, {limits:?}");
-            }
-        }
     }
 }

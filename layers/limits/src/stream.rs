@@ -8,21 +8,19 @@ use std::task::{Context, Poll};
 use futures_core::Stream;
 use tower_chat::{ChatError, ChatEvent, ChatStream, Usage};
 
-use crate::layer::{Lease, Observed};
+use crate::layer::Lease;
 
 /// The stream a [`crate::Limited`] service returns.
 ///
-/// Per event it adds [`ChatEvent::Usage`] increments and counts output characters; nothing else. The lease is
-/// settled exactly once (`Option::take`): when the inner stream ends (after any usage that follows `Finish`),
-/// when it yields an error (partial usage counted), or from `Drop` when the caller drops it early (the
-/// cancelled call is charged what it was seen to use: its usage events, or the estimated prompt and the output
-/// characters seen when the provider's usage report never arrived).
+/// Per event it adds [`ChatEvent::Usage`] increments and counts output characters (in its lease); nothing else.
+/// The lease is settled exactly once (its `armed` flag): when the inner stream ends (after any usage that
+/// follows `Finish`), when it yields an error (partial usage counted), or from the lease's `Drop` when the
+/// caller drops the stream early (the cancelled call is charged what it was seen to use: its usage events, or
+/// the estimated prompt and the output characters seen when the provider's usage report never arrived).
 pub struct LimitedStream {
     /// The inner stream; `None` while the call is being admitted and the inner service called.
     inner: Option<ChatStream>,
     lease: Lease,
-    usage: Option<Usage>,
-    output_chars: u64,
     ended: bool,
 }
 
@@ -30,8 +28,7 @@ impl fmt::Debug for LimitedStream {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("LimitedStream")
             .field("lease", &self.lease)
-            .field("usage", &self.usage)
-            .field("output_chars", &self.output_chars)
+            .field("ended", &self.ended)
             .finish_non_exhaustive()
     }
 }
@@ -42,8 +39,6 @@ impl LimitedStream {
         LimitedStream {
             inner: None,
             lease,
-            usage: None,
-            output_chars: 0,
             ended: false,
         }
     }
@@ -53,26 +48,20 @@ impl LimitedStream {
     }
 
     /// The store admitted the call.
+    #[inline]
     pub(crate) fn arm(&mut self) {
         self.lease.arm();
     }
 
     /// The inner service answered: pass its events through from now on.
+    #[inline]
     pub(crate) fn start(&mut self, inner: ChatStream) {
         self.inner = Some(inner);
     }
 
     /// The inner service failed: the provider refused or could not be reached, nothing was generated.
     pub(crate) fn refused(&mut self) {
-        self.lease.settle(Observed::default());
-    }
-
-    fn settle(&mut self) {
-        self.lease.settle(Observed {
-            usage: self.usage,
-            output_chars: self.output_chars,
-            sent: true,
-        });
+        self.lease.settle(false);
     }
 }
 
@@ -89,30 +78,25 @@ impl Stream for LimitedStream {
         let Poll::Ready(item) = &poll else {
             return poll;
         };
+        let lease = &mut this.lease;
         match item {
             Some(Ok(event)) => match event {
                 ChatEvent::Usage { usage } => {
-                    this.usage.get_or_insert_with(Usage::default).add(usage)
+                    lease.usage.get_or_insert_with(Usage::default).add(usage)
                 }
                 ChatEvent::TextDelta { text } | ChatEvent::ReasoningDelta { text } => {
-                    this.output_chars += text.len() as u64
+                    lease.output_chars += text.len() as u64
                 }
                 ChatEvent::ToolCallDelta { arguments, .. } => {
-                    this.output_chars += arguments.len() as u64
+                    lease.output_chars += arguments.len() as u64
                 }
                 _ => {}
             },
             Some(Err(_)) | None => {
                 this.ended = true;
-                this.settle();
+                lease.settle(true);
             }
         }
         poll
-    }
-}
-
-impl Drop for LimitedStream {
-    fn drop(&mut self) {
-        self.settle();
     }
 }

@@ -1,180 +1,264 @@
 //! [`MemoryStore`]: counters in this process, behind one mutex.
 
-use std::sync::atomic::Ordering;
-use std::sync::Mutex;
+use std::any::Any;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use crate::limits::{CounterKind, Scope, ScopeKey};
+use crate::plan::ScopePlan;
 use crate::store::{
     Admission, CounterUsage, Demand, LimitStore, PlannedCounter, Rejection, StoreReply, Ticket,
 };
-use crate::window::Window;
 
 /// Counters in this process: the default store, exact for one process (each replica of a service has its own;
-/// use [`crate::RedisStore`] to share limits). Operations take one short mutex and one hash lookup per scope,
-/// and never allocate on the admit path of a known scope.
-#[derive(Debug, Default)]
+/// use [`crate::RedisStore`] to share limits).
+///
+/// Each scope's counters are one allocation that the layer's plans hold ([`LimitStore::resolve`]), so a call
+/// reaches them without a lookup. Every check and change happens under one mutex, so a check-then-charge over
+/// several scopes is atomic. Scopes whose windows have all ended, with no call in progress and no plan holding
+/// them, are swept from time to time.
+#[derive(Debug)]
 pub struct MemoryStore {
+    /// Tells this store's counters from another's (a handle resolved by one store is no use to another).
+    id: u64,
     state: Mutex<State>,
+}
+
+impl Default for MemoryStore {
+    fn default() -> Self {
+        static NEXT_ID: AtomicU64 = AtomicU64::new(0);
+        MemoryStore {
+            id: NEXT_ID.fetch_add(1, Relaxed),
+            state: Mutex::default(),
+        }
+    }
 }
 
 #[derive(Debug, Default)]
 struct State {
-    /// Scope → its slot in `entries`. foldhash, seeded per map: the key is hashed on every reserve, and SipHash
-    /// cost more than the rest of the store's work. Callers are the application's own ids (API keys, users), not
-    /// free input.
-    index: foldhash::HashMap<ScopeKey, u32>,
-    /// The scopes' counters by slot (`None`: a slot freed by a sweep, listed in `free`). A ticket remembers the
-    /// slots it was charged in ([`Ticket::slot_hint`]), so settlement needs no second lookup.
-    entries: Vec<Option<Entry>>,
-    free: Vec<u32>,
+    /// foldhash, seeded per map: callers are the application's own ids (API keys, users), not free input.
+    scopes: foldhash::HashMap<ScopeKey, Arc<Counters>>,
     reserves_since_sweep: u32,
 }
 
+/// One scope's counters, indexed by [`CounterKind::index`].
+///
+/// Atomics only so that a plan can hold them outside the map: they are read and written solely while the
+/// store's mutex is held, so plain (relaxed) loads and stores are enough and no update is lost.
 #[derive(Debug)]
-struct Entry {
-    key: ScopeKey,
-    slots: Slots,
-}
-
-impl State {
-    /// The slot of `key`, created empty when the scope has none.
-    fn slot_of(&mut self, key: &ScopeKey) -> u32 {
-        if let Some(&slot) = self.index.get(key) {
-            return slot;
-        }
-        let entry = Some(Entry {
-            key: key.clone(),
-            slots: Slots::default(),
-        });
-        let slot = match self.free.pop() {
-            Some(slot) => {
-                self.entries[slot as usize] = entry;
-                slot
-            }
-            None => {
-                self.entries.push(entry);
-                u32::try_from(self.entries.len() - 1).expect("fewer than 2^32 scopes")
-            }
-        };
-        self.index.insert(key.clone(), slot);
-        slot
-    }
-
-    fn slots_mut(&mut self, slot: u32) -> &mut Slots {
-        &mut self.entries[slot as usize]
-            .as_mut()
-            .expect("an indexed slot is occupied")
-            .slots
-    }
-
-    /// The counters of `key`, through the slot `hint` when it still holds that scope, else by lookup.
-    fn find_mut(&mut self, key: &ScopeKey, hint: u32) -> Option<&mut Slots> {
-        let hinted = matches!(
-            self.entries.get(hint as usize),
-            Some(Some(entry)) if entry.key == *key
-        );
-        let slot = if hinted { hint } else { *self.index.get(key)? };
-        Some(self.slots_mut(slot))
-    }
-
-    fn get(&self, key: &ScopeKey) -> Option<&Slots> {
-        let slot = *self.index.get(key)?;
-        self.entries[slot as usize].as_ref().map(|e| &e.slots)
-    }
-
-    /// Drop the scopes whose windows have all ended and that have no call in progress.
-    fn sweep(&mut self, now: u64) {
-        let (entries, free) = (&mut self.entries, &mut self.free);
-        self.index.retain(|_, &mut slot| {
-            let entry = &mut entries[slot as usize];
-            let keep = entry.as_ref().is_some_and(|e| {
-                e.slots.expires_at > now || e.slots.slots[CounterKind::Concurrent.index()].used > 0
-            });
-            if !keep {
-                *entry = None;
-                free.push(slot);
-            }
-            keep
-        });
-    }
-}
-
-/// The hint word of a ticket charged in `slots` (its first two scopes).
-fn hint_word(first: u32, second: u32) -> u64 {
-    u64::from(first) | u64::from(second) << 32
-}
-
-/// The counters of one scope, indexed by [`CounterKind::index`].
-#[derive(Debug, Default)]
-struct Slots {
+struct Counters {
+    /// The [`MemoryStore::id`] of the store they belong to.
+    store: u64,
     slots: [Slot; 6],
-    /// When the last window charged ends: past it, and with no call in progress, the entry can go.
-    expires_at: u64,
+    /// When the last window charged ends: past it, with no call in progress and no plan holding the counters,
+    /// the scope can go.
+    expires_at: AtomicU64,
+    /// `[from, until)`: the instants every slot in `windowed` (a bit per [`CounterKind::index`]) holds, so a
+    /// call starting inside it skips the slots' own checks (kept by [`Counters::cover`] whenever a slot's
+    /// window is set).
+    from: AtomicU64,
+    until: AtomicU64,
+    windowed: AtomicU64,
 }
 
-#[derive(Clone, Copy, Debug, Default)]
+/// One counter and the window it counts in.
+#[derive(Debug, Default)]
 struct Slot {
-    /// The start of the window `used` counts (0 for calls in progress).
-    window_start: u64,
-    used: u64,
+    /// The window `used` counts: `[start, end)` in milliseconds since the epoch (`[0, u64::MAX)` for calls in
+    /// progress, which have none). A call whose start falls in it counts here; any other call starts the
+    /// slot over in its own window (the same answer as comparing the call's window with the slot's, without
+    /// computing the window on every call).
+    start: AtomicU64,
+    end: AtomicU64,
+    used: AtomicU64,
 }
 
 impl Slot {
-    fn used_in(&self, window: Option<Window>) -> u64 {
-        match window {
-            Some(w) if w.start != self.window_start => 0,
-            _ => self.used,
+    /// Whether a call starting at `at` counts in the slot's current window.
+    fn holds(&self, at: u64) -> bool {
+        self.start.load(Relaxed) <= at && at < self.end.load(Relaxed)
+    }
+
+    /// What a call starting at `at` finds used.
+    fn used_at(&self, at: u64) -> u64 {
+        if self.holds(at) {
+            self.used.load(Relaxed)
+        } else {
+            0
         }
+    }
+
+    fn add(&self, amount: u64) {
+        self.used
+            .store(self.used.load(Relaxed).saturating_add(amount), Relaxed);
     }
 }
 
-/// The full counter whose window ends last (the last one among equals), if any counter lacks room.
-fn worst_over<'c, 's>(
-    counters: impl Iterator<Item = (&'c PlannedCounter, Option<&'s Slots>)>,
-    ticket: &Ticket,
-) -> Option<&'c PlannedCounter> {
-    let mut worst: Option<(&PlannedCounter, Duration)> = None;
-    for (counter, slots) in counters {
-        let used = slots.map_or(0, |s| s.slots[counter.kind.index()].used_in(counter.window));
-        if used.saturating_add(counter.amount) > counter.limit {
-            let wait = counter.retry_after(ticket.at());
-            if worst.is_none_or(|(_, w)| wait >= w) {
-                worst = Some((counter, wait));
+impl Counters {
+    fn new(store: u64) -> Self {
+        let counters = Counters {
+            store,
+            slots: Default::default(),
+            expires_at: AtomicU64::new(0),
+            from: AtomicU64::new(0),
+            until: AtomicU64::new(0),
+            windowed: AtomicU64::new(0),
+        };
+        // Calls in progress have no window: every call counts in the same one.
+        let concurrent = &counters.slots[CounterKind::Concurrent.index()];
+        concurrent.end.store(u64::MAX, Relaxed);
+        counters
+    }
+
+    /// Whether every windowed slot of `plan` holds a call starting at `at`, known without looking at them.
+    #[inline]
+    fn all_hold(&self, plan: &ScopePlan, at: u64) -> bool {
+        self.from.load(Relaxed) <= at
+            && at < self.until.load(Relaxed)
+            && plan.windowed() & !self.windowed.load(Relaxed) == 0
+    }
+
+    /// Recompute `[from, until)` and `windowed` after a slot's window was set.
+    fn cover(&self) {
+        let (mut from, mut until, mut windowed) = (0, u64::MAX, 0);
+        for kind in CounterKind::ALL {
+            let slot = &self.slots[kind.index()];
+            let end = slot.end.load(Relaxed);
+            if kind == CounterKind::Concurrent || end == 0 {
+                continue;
+            }
+            from = from.max(slot.start.load(Relaxed));
+            until = until.min(end);
+            windowed |= 1 << kind.index();
+        }
+        self.from.store(from, Relaxed);
+        self.until.store(until, Relaxed);
+        self.windowed.store(windowed, Relaxed);
+    }
+
+    /// Whether the sweep may drop these counters at `now`.
+    fn ended(counters: &Arc<Counters>, now: u64) -> bool {
+        Arc::strong_count(counters) == 1
+            && counters.expires_at.load(Relaxed) <= now
+            && counters.slots[CounterKind::Concurrent.index()]
+                .used
+                .load(Relaxed)
+                == 0
+    }
+}
+
+impl State {
+    /// The counters of `key`, created empty when the scope has none.
+    fn counters_of(&mut self, store: u64, key: &ScopeKey) -> Arc<Counters> {
+        if let Some(counters) = self.scopes.get(key) {
+            return counters.clone();
+        }
+        let counters = Arc::new(Counters::new(store));
+        self.scopes.insert(key.clone(), counters.clone());
+        counters
+    }
+
+    /// Drop the scopes whose windows have all ended, with no call in progress and no plan holding them. Under
+    /// the mutex no handle is being resolved, so a count of one means only the map holds the counters.
+    fn sweep(&mut self, now: u64) {
+        self.scopes.retain(|_, c| !Counters::ended(c, now));
+    }
+}
+
+/// The full counter whose window ends last (the last one among equals), if any counter of the scopes lacks room.
+fn worst_over(ticket: &Ticket, scopes: &[&Counters]) -> Option<PlannedCounter> {
+    let at = ticket.at();
+    let amounts = ticket.reserved().amounts();
+    let mut worst: Option<(PlannedCounter, Duration)> = None;
+    for (index, (plan, counters)) in ticket.plan().plans.iter().zip(scopes).enumerate() {
+        for c in plan.counters() {
+            let amount = amounts[c.kind.index()];
+            let used = counters.slots[c.kind.index()].used_at(at);
+            if used.saturating_add(amount) > c.limit {
+                let over = PlannedCounter {
+                    scope: index,
+                    kind: c.kind,
+                    limit: c.limit,
+                    window: c.window(at),
+                    amount,
+                };
+                let wait = over.retry_after(at);
+                if worst.is_none_or(|(_, w)| wait >= w) {
+                    worst = Some((over, wait));
+                }
             }
         }
     }
     worst.map(|(c, _)| c)
 }
 
-/// The counters of the scope at `index` (a ticket's counters are grouped by scope, in scope order).
-fn scope_counters(counters: &[PlannedCounter], index: usize) -> &[PlannedCounter] {
-    if counters.last().is_none_or(|c| c.scope == 0) {
-        // Only the first scope has counters (the usual case): no search.
-        return if index == 0 { counters } else { &[] };
+/// Add a reservation to one scope's counters (a slot whose window does not hold the call starts over in the
+/// call's window).
+fn charge(plan: &ScopePlan, counters: &Counters, at: u64, amounts: &[u64; 6]) {
+    let mut started = false;
+    for c in plan.counters() {
+        let slot = &counters.slots[c.kind.index()];
+        let amount = amounts[c.kind.index()];
+        if slot.holds(at) {
+            slot.add(amount);
+            continue;
+        }
+        match c.window(at) {
+            Some(w) => {
+                slot.start.store(w.start, Relaxed);
+                slot.end.store(w.end, Relaxed);
+                slot.used.store(amount, Relaxed);
+                let expires_at = counters.expires_at.load(Relaxed).max(w.end);
+                counters.expires_at.store(expires_at, Relaxed);
+                started = true;
+            }
+            None => slot.add(amount),
+        }
     }
-    let first = counters.partition_point(|c| c.scope < index);
-    let end = counters.partition_point(|c| c.scope <= index);
-    &counters[first..end]
+    if started {
+        counters.cover();
+    }
 }
 
-/// Add a reservation to one scope's slots (a slot of an ended window starts over).
-fn charge(slots: &mut Slots, counters: &[PlannedCounter]) {
-    for counter in counters {
-        let slot = &mut slots.slots[counter.kind.index()];
-        match counter.window {
-            Some(w) if w.start != slot.window_start => {
-                *slot = Slot {
-                    window_start: w.start,
-                    used: counter.amount,
-                };
-            }
-            _ => slot.used = slot.used.saturating_add(counter.amount),
-        }
-        if let Some(w) = counter.window {
-            slots.expires_at = slots.expires_at.max(w.end);
+/// The common case of a reservation in one pass: every slot already counts in the call's window and has
+/// room, so each is checked and charged in turn. Stops at the first that does not (no room, a window to start
+/// over, an overflow) after taking back what it charged, so the caller can decide with the exact two-pass
+/// check; under the store's mutex nobody sees the partial charge.
+fn charge_in_place(ticket: &Ticket, scopes: &[&Counters]) -> bool {
+    let at = ticket.at();
+    let amounts = ticket.reserved().amounts();
+    let plans = &ticket.plan().plans;
+    for (scope, (plan, counters)) in plans.iter().zip(scopes).enumerate() {
+        let all_hold = counters.all_hold(plan, at);
+        for (index, c) in plan.counters().iter().enumerate() {
+            let slot = &counters.slots[c.kind.index()];
+            let amount = amounts[c.kind.index()];
+            let charged = match slot.used.load(Relaxed).checked_add(amount) {
+                Some(used) if used <= c.limit && (all_hold || slot.holds(at)) => used,
+                _ => {
+                    // Take back the counters charged so far: this scope's first `index`, every earlier scope's.
+                    let earlier = plans.iter().zip(scopes).take(scope);
+                    let this = std::iter::once((plan, counters));
+                    for (n, (plan, counters)) in earlier.chain(this).enumerate() {
+                        let upto = if n == scope {
+                            index
+                        } else {
+                            plan.counters().len()
+                        };
+                        for c in &plan.counters()[..upto] {
+                            let slot = &counters.slots[c.kind.index()];
+                            let used = slot.used.load(Relaxed) - amounts[c.kind.index()];
+                            slot.used.store(used, Relaxed);
+                        }
+                    }
+                    return false;
+                }
+            };
+            slot.used.store(charged, Relaxed);
         }
     }
+    true
 }
 
 /// Sweep ended scopes after this many reservations.
@@ -188,111 +272,123 @@ impl MemoryStore {
 
     /// How many scopes have counters (ended ones are swept from time to time).
     pub fn scope_count(&self) -> usize {
-        self.lock().index.len()
+        self.lock().scopes.len()
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+    fn lock(&self) -> MutexGuard<'_, State> {
         // A panic while holding the lock cannot leave a counter half-updated in a way that matters more than
         // losing every limit: keep serving.
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
+
+    /// The counters of scope `index` of `ticket`, when the layer resolved them with this store.
+    fn resolved<'t>(&self, ticket: &'t Ticket, index: usize) -> Option<&'t Counters> {
+        ticket
+            .resolved(index)?
+            .downcast_ref::<Counters>()
+            .filter(|c| c.store == self.id)
+    }
+
+    /// Lock the store and run `f` over the counters of every scope of `ticket` (created when missing): through
+    /// the ticket's resolved handles for a call of the layer, by key for a ticket made by hand.
+    fn with_scopes<R>(&self, ticket: &Ticket, f: impl FnOnce(&mut State, &[&Counters]) -> R) -> R {
+        let mut state = self.lock();
+        let resolved = match ticket.scopes().len() {
+            1 => self.resolved(ticket, 0).map(|a| ([a, a], 1)),
+            2 => self
+                .resolved(ticket, 0)
+                .zip(self.resolved(ticket, 1))
+                .map(|(a, b)| ([a, b], 2)),
+            _ => None,
+        };
+        // One call of `f` (so it is inlined): the resolved counters, or those found by key.
+        let held: Vec<Arc<Counters>>;
+        let by_key: Vec<&Counters>;
+        let scopes: &[&Counters] = match &resolved {
+            Some((pair, len)) => &pair[..*len],
+            None => {
+                held = ticket
+                    .scopes()
+                    .iter()
+                    .map(|s| state.counters_of(self.id, &s.key))
+                    .collect();
+                by_key = held.iter().map(|c| &**c).collect();
+                &by_key
+            }
+        };
+        f(&mut state, scopes)
+    }
 }
 
 impl LimitStore for MemoryStore {
+    fn resolve(&self, scope: &ScopeKey) -> Option<Arc<dyn Any + Send + Sync>> {
+        Some(self.lock().counters_of(self.id, scope))
+    }
+
     fn reserve(&self, ticket: &Ticket) -> StoreReply<Admission> {
-        let counters = ticket.counters();
-        let mut state = self.lock();
-        let state = &mut *state;
-        if let [scope] = ticket.scopes() {
-            // One scope (no per-model limits): check and charge through one lookup.
-            let slot = state.slot_of(&scope.key);
-            let slots = state.slots_mut(slot);
-            if let Some(worst) = worst_over(counters.iter().map(|c| (c, Some(&*slots))), ticket) {
-                return StoreReply::Ready(Ok(Admission::Rejected(Rejection::of(
-                    ticket,
-                    worst,
-                    ticket.at(),
-                ))));
-            }
-            charge(slots, counters);
-            ticket
-                .slot_hint
-                .store(hint_word(slot, u32::MAX), Ordering::Relaxed);
-        } else {
-            // Check every scope before charging any: all or nothing.
-            let found = ticket
-                .scopes()
-                .iter()
-                .enumerate()
-                .flat_map(|(index, scope)| {
-                    let slots = state.get(&scope.key);
-                    scope_counters(counters, index)
-                        .iter()
-                        .map(move |c| (c, slots))
-                });
-            if let Some(worst) = worst_over(found, ticket) {
-                return StoreReply::Ready(Ok(Admission::Rejected(Rejection::of(
-                    ticket,
-                    worst,
-                    ticket.at(),
-                ))));
-            }
-            let mut hint = [u32::MAX; 2];
-            for (index, scope) in ticket.scopes().iter().enumerate() {
-                let slot = state.slot_of(&scope.key);
-                if let Some(h) = hint.get_mut(index) {
-                    *h = slot;
+        let admission = self.with_scopes(ticket, |state, scopes| {
+            if charge_in_place(ticket, scopes) {
+                state.reserves_since_sweep += 1;
+                if state.reserves_since_sweep >= SWEEP_EVERY {
+                    state.reserves_since_sweep = 0;
+                    state.sweep(ticket.at());
                 }
-                charge(state.slots_mut(slot), scope_counters(counters, index));
+                return Admission::Admitted;
             }
-            ticket
-                .slot_hint
-                .store(hint_word(hint[0], hint[1]), Ordering::Relaxed);
-        }
-        state.reserves_since_sweep += 1;
-        if state.reserves_since_sweep >= SWEEP_EVERY {
-            state.reserves_since_sweep = 0;
-            state.sweep(ticket.at());
-        }
-        StoreReply::Ready(Ok(Admission::Admitted))
+            // Check every scope before charging any: all or nothing.
+            if let Some(worst) = worst_over(ticket, scopes) {
+                return Admission::Rejected(Rejection::of(ticket, &worst, ticket.at()));
+            }
+            let amounts = ticket.reserved().amounts();
+            for (plan, counters) in ticket.plan().plans.iter().zip(scopes) {
+                charge(plan, counters, ticket.at(), &amounts);
+            }
+            state.reserves_since_sweep += 1;
+            if state.reserves_since_sweep >= SWEEP_EVERY {
+                state.reserves_since_sweep = 0;
+                state.sweep(ticket.at());
+            }
+            Admission::Admitted
+        });
+        StoreReply::Ready(Ok(admission))
     }
 
     fn settle(&self, ticket: &Ticket, actual: &Demand) -> StoreReply<()> {
-        let counters = ticket.counters();
         // Per kind, not per counter: every scope's counter of one kind moves by the same amount.
-        let deltas = CounterKind::ALL.map(|kind| ticket.reserved().settle_delta(actual, kind));
-        let hint = ticket.slot_hint.load(Ordering::Relaxed);
-        let mut state = self.lock();
-        for (index, scope) in ticket.scopes().iter().enumerate() {
-            let hinted = match index {
-                0 => hint as u32,
-                1 => (hint >> 32) as u32,
-                _ => u32::MAX,
-            };
-            let Some(slots) = state.find_mut(&scope.key, hinted) else {
-                continue;
-            };
-            for counter in scope_counters(counters, index) {
-                let delta = deltas[counter.kind.index()];
-                let slot = &mut slots.slots[counter.kind.index()];
-                if delta == 0 || counter.window.is_some_and(|w| w.start != slot.window_start) {
-                    // The window the call was charged in has ended: its counts no longer matter.
-                    continue;
+        let deltas = ticket.reserved().settle_deltas(actual);
+        let at = ticket.at();
+        self.with_scopes(ticket, |_, scopes| {
+            for (plan, counters) in ticket.plan().plans.iter().zip(scopes) {
+                let all_hold = counters.all_hold(plan, at);
+                for c in plan.settled_counters() {
+                    let delta = deltas[c.kind.index()];
+                    let slot = &counters.slots[c.kind.index()];
+                    // Nothing to change, or the window the call was charged in has ended: its counts no longer
+                    // matter.
+                    if delta != 0 && (all_hold || slot.holds(at)) {
+                        let used = slot.used.load(Relaxed);
+                        // `saturating_add_signed`, one sign at a time (fewer steps per counter).
+                        let used = if delta > 0 {
+                            used.saturating_add(delta.unsigned_abs())
+                        } else {
+                            used.saturating_sub(delta.unsigned_abs())
+                        };
+                        slot.used.store(used, Relaxed);
+                    }
                 }
-                slot.used = slot.used.saturating_add_signed(delta);
             }
-        }
+        });
         StoreReply::Ready(Ok(()))
     }
 
     fn usage(&self, scope: &Scope, now: u64) -> StoreReply<Vec<CounterUsage>> {
         let state = self.lock();
-        let slots = state.get(&scope.key);
+        let counters = state.scopes.get(&scope.key);
         let usage = CounterKind::ALL
             .into_iter()
             .filter_map(|kind| {
                 let (limit, window) = scope.limits.counter(kind, now)?;
-                let used = slots.map_or(0, |s| s.slots[kind.index()].used_in(window));
+                let used = counters.map_or(0, |c| c.slots[kind.index()].used_at(now));
                 Some(CounterUsage::new(kind, used, limit, window))
             })
             .collect();
@@ -302,60 +398,227 @@ impl LimitStore for MemoryStore {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
-
     use super::*;
     use crate::limits::{Limits, WindowLimit};
 
-    fn ticket(id: u64, caller: &str, limits: &Limits, at: u64, input_tokens: u64) -> Ticket {
-        let scope = Scope {
+    fn scope(caller: &str, limits: &Limits) -> Scope {
+        Scope {
             key: ScopeKey {
                 caller: Arc::from(caller),
                 model: None,
             },
             limits: Arc::new(limits.clone()),
-        };
+        }
+    }
+
+    fn ticket(id: u64, caller: &str, limits: &Limits, at: u64, input_tokens: u64) -> Ticket {
         let reserved = Demand {
             input_tokens,
             ..Demand::default()
         };
-        Ticket::new(id, vec![scope], at, reserved)
+        Ticket::new(id, vec![scope(caller, limits)], at, reserved)
+    }
+
+    fn admitted(reply: StoreReply<Admission>) -> bool {
+        matches!(reply, StoreReply::Ready(Ok(Admission::Admitted)))
+    }
+
+    fn input_used(store: &MemoryStore, caller: &str, limits: &Limits, now: u64) -> u64 {
+        let StoreReply::Ready(Ok(usage)) = store.usage(&scope(caller, limits), now) else {
+            panic!("the memory store answers at once");
+        };
+        usage
+            .iter()
+            .find(|c| c.kind == CounterKind::InputTokens)
+            .map_or(0, |c| c.used)
     }
 
     #[test]
-    fn a_settlement_after_its_slot_was_swept_and_reused_leaves_the_new_scope_alone() {
+    fn a_sweep_drops_ended_scopes_but_never_counters_a_plan_holds() {
         let tokens = Limits::none().input_tokens(WindowLimit::per_minute(1_000_000));
-        let requests = Limits::none().requests(WindowLimit::per_minute(1_000_000));
         let store = MemoryStore::new();
-        // In the epoch's first minute: its input-token window starts at 0, like a slot never charged.
-        let old = ticket(0, "old", &tokens, 30_000, 10);
-        assert!(matches!(
-            store.reserve(&old),
-            StoreReply::Ready(Ok(Admission::Admitted))
+        // Held by a plan (as a layer holds it) and charged in the epoch's first minute, like "old".
+        let held = store.resolve(&scope("held", &tokens).key).unwrap();
+        assert!(admitted(
+            store.reserve(&ticket(0, "old", &tokens, 30_000, 10))
         ));
-        // Later: enough reserves of another caller to run a sweep, which frees "old"'s slot.
+        assert!(admitted(
+            store.reserve(&ticket(1, "held", &tokens, 30_000, 10))
+        ));
+        // Later: enough reserves of another caller to run a sweep.
         let later = 180_000;
-        for id in 1..=u64::from(SWEEP_EVERY) {
-            let _ = store.reserve(&ticket(id, "busy", &tokens, later, 1));
+        for id in 2..=u64::from(SWEEP_EVERY) + 1 {
+            assert!(admitted(
+                store.reserve(&ticket(id, "busy", &tokens, later, 1))
+            ));
         }
-        assert_eq!(store.scope_count(), 1, "the ended scope was swept");
-        // A new caller (requests only) takes the freed slot; the old ticket's hint now points at it.
-        let new = ticket(9_999, "new", &requests, later, 7);
-        assert!(matches!(
-            store.reserve(&new),
-            StoreReply::Ready(Ok(Admission::Admitted))
-        ));
-        let slot = new.slot_hint.load(Ordering::Relaxed) as u32;
-        assert_eq!(slot, old.slot_hint.load(Ordering::Relaxed) as u32);
+        assert_eq!(
+            store.scope_count(),
+            2,
+            "\"old\" was swept, \"held\" and \"busy\" were not"
+        );
+        let again = store.resolve(&scope("held", &tokens).key).unwrap();
+        assert!(
+            Arc::ptr_eq(&held, &again),
+            "the held counters are still the store's"
+        );
+        // Once nothing holds them, ended counters go at the next sweep.
+        drop((held, again));
+        for id in 0..u64::from(SWEEP_EVERY) {
+            assert!(admitted(
+                store.reserve(&ticket(id, "busy", &tokens, later, 1))
+            ));
+        }
+        assert_eq!(store.scope_count(), 1);
+    }
+
+    #[test]
+    fn a_call_through_resolved_counters_and_one_by_key_count_in_the_same_scope() {
+        let tokens = Limits::none().input_tokens(WindowLimit::per_minute(100));
+        let store = MemoryStore::new();
+        let other = MemoryStore::new();
+        let resolved = |store: &MemoryStore, id, input_tokens| {
+            let scope = scope("alice", &tokens);
+            let plan =
+                crate::plan::CallPlan::new(vec![scope], None, None, |s| store.resolve(&s.key));
+            let reserved = Demand {
+                input_tokens,
+                ..Demand::default()
+            };
+            Ticket::planned(id, Arc::new(plan), 30_000, reserved)
+        };
+        assert!(admitted(store.reserve(&resolved(&store, 0, 60))));
+        assert_eq!(input_used(&store, "alice", &tokens, 30_000), 60);
+        // A ticket resolved by another store is counted here by key, and the other store is left alone.
+        assert!(!admitted(store.reserve(&resolved(&other, 1, 41))));
+        assert!(admitted(store.reserve(&resolved(&other, 2, 40))));
+        assert_eq!(input_used(&store, "alice", &tokens, 30_000), 100);
+        assert_eq!(input_used(&other, "alice", &tokens, 30_000), 0);
+        // A hand-made ticket (no handle) settles into the same counters.
+        let by_key = ticket(3, "alice", &tokens, 30_000, 40);
         let actual = Demand {
-            input_tokens: 500,
+            input_tokens: 15,
             ..Demand::default()
         };
         assert!(matches!(
-            store.settle(&old, &actual),
+            store.settle(&by_key, &actual),
             StoreReply::Ready(Ok(()))
         ));
-        let input = store.lock().slots_mut(slot).slots[CounterKind::InputTokens.index()].used;
-        assert_eq!(input, 0, "the old call's settlement reached another caller");
+        assert_eq!(input_used(&store, "alice", &tokens, 30_000), 75);
+    }
+
+    #[test]
+    fn a_window_rollover_starts_over_and_a_late_settlement_leaves_the_new_window_alone() {
+        let tokens = Limits::none()
+            .input_tokens(WindowLimit::per_minute(100))
+            .concurrent(1);
+        let store = MemoryStore::new();
+        let first = ticket(0, "alice", &tokens, 59_999, 90);
+        assert!(admitted(store.reserve(&first)));
+        // Same minute: 90 + 20 > 100, and the only slot in progress is taken.
+        assert!(!admitted(
+            store.reserve(&ticket(1, "alice", &tokens, 30_000, 20))
+        ));
+        // The next minute starts over for tokens, but calls in progress have no window.
+        let second = ticket(2, "alice", &tokens, 60_000, 20);
+        assert!(
+            !admitted(store.reserve(&second)),
+            "the first call is still in progress"
+        );
+        let actual = Demand {
+            input_tokens: 5,
+            ..Demand::default()
+        };
+        assert!(matches!(
+            store.settle(&first, &actual),
+            StoreReply::Ready(Ok(()))
+        ));
+        assert_eq!(input_used(&store, "alice", &tokens, 59_999), 5);
+        assert!(admitted(store.reserve(&second)));
+        assert_eq!(input_used(&store, "alice", &tokens, 60_000), 20);
+        assert_eq!(
+            input_used(&store, "alice", &tokens, 59_999),
+            0,
+            "one window at a time"
+        );
+        // A call of the ended minute settling now changes no count of the new one.
+        let late = ticket(3, "alice", &tokens, 59_000, 50);
+        assert!(matches!(
+            store.settle(&late, &actual),
+            StoreReply::Ready(Ok(()))
+        ));
+        assert_eq!(input_used(&store, "alice", &tokens, 60_000), 20);
+        assert!(matches!(
+            store.settle(&second, &actual),
+            StoreReply::Ready(Ok(()))
+        ));
+        assert_eq!(input_used(&store, "alice", &tokens, 60_000), 5);
+        assert!(admitted(
+            store.reserve(&ticket(4, "alice", &tokens, 119_999, 95))
+        ));
+    }
+
+    #[test]
+    fn a_refused_call_leaves_every_counter_of_every_scope_as_it_was() {
+        let own = Limits::none()
+            .requests(WindowLimit::per_minute(10))
+            .input_tokens(WindowLimit::per_minute(100));
+        let per_model = Limits::none().requests(WindowLimit::per_minute(1));
+        let scopes = || {
+            let mut model = scope("alice", &per_model);
+            model.key.model = Some(Arc::from("m"));
+            vec![scope("alice", &own), model]
+        };
+        let store = MemoryStore::new();
+        let call = |id, scopes: Vec<Scope>, input_tokens| {
+            let reserved = Demand {
+                input_tokens,
+                ..Demand::default()
+            };
+            Ticket::new(id, scopes, 30_000, reserved)
+        };
+        let used = |index: usize| {
+            let StoreReply::Ready(Ok(usage)) = store.usage(&scopes()[index], 30_000) else {
+                panic!("the memory store answers at once");
+            };
+            usage.iter().map(|c| (c.kind, c.used)).collect::<Vec<_>>()
+        };
+        assert!(admitted(store.reserve(&call(0, scopes(), 40))));
+        let before = (used(0), used(1));
+        assert_eq!(
+            before,
+            (
+                vec![(CounterKind::Requests, 1), (CounterKind::InputTokens, 40)],
+                vec![(CounterKind::Requests, 1)]
+            )
+        );
+        // The caller's scope has room (charged first), the per-model one does not: all of it is taken back.
+        let StoreReply::Ready(Ok(Admission::Rejected(rejection))) =
+            store.reserve(&call(1, scopes(), 20))
+        else {
+            panic!("over the per-model limit");
+        };
+        assert_eq!(
+            (rejection.scope.model.as_deref(), rejection.kind),
+            (Some("m"), CounterKind::Requests)
+        );
+        assert_eq!((used(0), used(1)), before);
+        // Within one scope: the requests have room (charged first), the input tokens do not.
+        let own_only = || vec![scopes().swap_remove(0)];
+        let StoreReply::Ready(Ok(Admission::Rejected(rejection))) =
+            store.reserve(&call(2, own_only(), 70))
+        else {
+            panic!("over the caller's input limit");
+        };
+        assert_eq!(
+            (rejection.scope.model, rejection.kind),
+            (None, CounterKind::InputTokens)
+        );
+        assert_eq!((used(0), used(1)), before);
+        assert!(admitted(store.reserve(&call(3, own_only(), 60))));
+        assert_eq!(
+            used(0),
+            [(CounterKind::Requests, 2), (CounterKind::InputTokens, 100)]
+        );
     }
 }

@@ -1,15 +1,17 @@
 //! The [`LimitStore`] trait: where counters live. [`MemoryStore`] (one process, the default) and, with the
 //! `redis` feature, [`RedisStore`] (several replicas).
 
+use std::any::Any;
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::future::BoxFuture;
 use serde::Serialize;
 use tower_chat::{ChatError, Cost, ErrorKind};
 
-use crate::limits::{CallScopes, CounterKind, Scope, ScopeKey};
+use crate::limits::{CounterKind, Scope, ScopeKey};
+use crate::plan::CallPlan;
 use crate::window::Window;
 
 pub mod memory;
@@ -32,6 +34,12 @@ pub struct Demand {
 }
 
 impl Demand {
+    /// What this demand adds to each counter kind, indexed by [`CounterKind::index`].
+    pub(crate) fn amounts(&self) -> [u64; 6] {
+        let cost = self.cost.as_nanos();
+        [1, self.input_tokens, self.output_tokens, cost, cost, 1]
+    }
+
     /// What this demand adds to a counter of `kind` (one request, one call in progress, tokens, nano-dollars).
     pub fn amount(&self, kind: CounterKind) -> u64 {
         match kind {
@@ -44,71 +52,72 @@ impl Demand {
 
     /// What settling `actual` against this reservation adds to a counter of `kind`: the difference for tokens
     /// and cost, nothing for requests (a call stays counted), minus one for calls in progress.
+    /// A difference beyond `i64` saturates at its bound.
     pub fn settle_delta(&self, actual: &Demand, kind: CounterKind) -> i64 {
-        let diff = |actual: u64, reserved: u64| {
-            i64::try_from(i128::from(actual) - i128::from(reserved)).unwrap_or(i64::MAX)
-        };
         match kind {
             CounterKind::Requests => 0,
             CounterKind::Concurrent => -1,
-            kind => diff(actual.amount(kind), self.amount(kind)),
+            kind => difference(actual.amount(kind), self.amount(kind)),
         }
+    }
+
+    /// [`Demand::settle_delta`] of every kind, indexed by [`CounterKind::index`].
+    pub(crate) fn settle_deltas(&self, actual: &Demand) -> [i64; 6] {
+        let cost = difference(actual.cost.as_nanos(), self.cost.as_nanos());
+        [
+            0,
+            difference(actual.input_tokens, self.input_tokens),
+            difference(actual.output_tokens, self.output_tokens),
+            cost,
+            cost,
+            -1,
+        ]
+    }
+}
+
+/// `actual - reserved`, saturated to `i64`.
+fn difference(actual: u64, reserved: u64) -> i64 {
+    if actual >= reserved {
+        i64::try_from(actual - reserved).unwrap_or(i64::MAX)
+    } else {
+        i64::try_from(reserved - actual).map_or(i64::MIN, |d| -d)
     }
 }
 
 /// One admitted-or-not call: its scopes, when it started (windows are the ones containing that instant; usage is
 /// settled into them), what was reserved, and every counter that reservation touches.
 ///
-/// The counters (limit, window, amount) are computed once when the ticket is made: admission, settlement and a
-/// store's key building all read the same plan, and a calendar-month window is not recomputed per pass.
-#[derive(Debug)]
+/// Everything that depends only on the caller and the model (the scopes, their counters and limits, the store's
+/// handles from [`LimitStore::resolve`], the price) is resolved once per caller and model and shared by their
+/// calls: a ticket is that plan's `Arc` plus the call's own start instant and estimate, so it is cheap to make,
+/// clone and drop.
+#[derive(Clone, Debug)]
 pub struct Ticket {
     id: u64,
-    scopes: CallScopes,
     at: u64,
     reserved: Demand,
-    counters: Vec<PlannedCounter>,
-    /// Where the store that admitted the ticket keeps its first two scopes' counters (slot numbers, `u32::MAX`
-    /// for none), so settlement finds them without hashing the scope keys again. Only a hint: the store checks
-    /// the slot still holds the scope before using it.
-    pub(crate) slot_hint: AtomicU64,
+    plan: Arc<CallPlan>,
 }
-
-impl Clone for Ticket {
-    fn clone(&self) -> Self {
-        Ticket {
-            id: self.id,
-            scopes: self.scopes.clone(),
-            at: self.at,
-            reserved: self.reserved,
-            counters: self.counters.clone(),
-            slot_hint: AtomicU64::new(self.slot_hint.load(Ordering::Relaxed)),
-        }
-    }
-}
-
-/// No slot hint.
-pub(crate) const NO_SLOT_HINT: u64 = u64::MAX;
 
 impl Ticket {
     /// A ticket for a call counted in `scopes`, starting at `at` (milliseconds since the epoch), reserving
-    /// `reserved`. `id` must be unique among the tickets of one layer.
+    /// `reserved`. `id` must be unique among the tickets of one layer. Its scopes are not resolved (a store
+    /// finds their counters by key).
     pub fn new(id: u64, scopes: Vec<Scope>, at: u64, reserved: Demand) -> Self {
-        Ticket::with_scopes(id, CallScopes::Many(scopes), at, reserved)
-    }
-
-    pub(crate) fn with_scopes(id: u64, scopes: CallScopes, at: u64, reserved: Demand) -> Self {
-        let mut counters = Vec::with_capacity(scopes.as_slice().len() * CounterKind::ALL.len());
-        for (index, scope) in scopes.as_slice().iter().enumerate() {
-            scope.limits.plan_into(index, at, &reserved, &mut counters);
-        }
-        Ticket {
+        Ticket::planned(
             id,
-            scopes,
+            Arc::new(CallPlan::new(scopes, None, None, |_| None)),
             at,
             reserved,
-            counters,
-            slot_hint: AtomicU64::new(NO_SLOT_HINT),
+        )
+    }
+
+    pub(crate) fn planned(id: u64, plan: Arc<CallPlan>, at: u64, reserved: Demand) -> Self {
+        Ticket {
+            id,
+            at,
+            reserved,
+            plan,
         }
     }
 
@@ -119,7 +128,13 @@ impl Ticket {
 
     /// The scopes counted.
     pub fn scopes(&self) -> &[Scope] {
-        self.scopes.as_slice()
+        &self.plan.scopes
+    }
+
+    /// What the store's [`LimitStore::resolve`] answered for the scope at `index` of [`Ticket::scopes`], when
+    /// the layer resolved it (a store downcasts it to its own type, and finds the counters by key otherwise).
+    pub fn resolved(&self, index: usize) -> Option<&(dyn Any + Send + Sync)> {
+        self.plan.plans.get(index)?.resolved.as_deref()
     }
 
     /// When the call started, in milliseconds since the epoch.
@@ -132,10 +147,28 @@ impl Ticket {
         &self.reserved
     }
 
-    /// Every counter this ticket touches, grouped by scope in [`Ticket::scopes`] order: scope index, kind,
-    /// limit, window, and the reserved amount.
-    pub fn counters(&self) -> &[PlannedCounter] {
-        &self.counters
+    /// Every counter this ticket touches, grouped by scope in [`Ticket::scopes`] order and by kind in
+    /// [`CounterKind::ALL`] order: scope index, kind, limit, window (the one containing [`Ticket::at`]), and the
+    /// reserved amount.
+    pub fn counters(&self) -> impl Iterator<Item = PlannedCounter> + '_ {
+        let amounts = self.reserved.amounts();
+        self.plan
+            .plans
+            .iter()
+            .enumerate()
+            .flat_map(move |(scope, plan)| {
+                plan.counters().iter().map(move |c| PlannedCounter {
+                    scope,
+                    kind: c.kind,
+                    limit: c.limit,
+                    window: c.window(self.at),
+                    amount: amounts[c.kind.index()],
+                })
+            })
+    }
+
+    pub(crate) fn plan(&self) -> &CallPlan {
+        &self.plan
     }
 }
 
@@ -276,6 +309,16 @@ impl<T: fmt::Debug> fmt::Debug for StoreReply<T> {
 /// or none is charged. `settle` adds each counter's [`Demand::settle_delta`] to the window the ticket was
 /// charged in (a window that has ended meanwhile is left alone) and never lets a counter go below zero.
 pub trait LimitStore: fmt::Debug + Send + Sync + 'static {
+    /// This store's handle on the counters of `scope`, taken once when the layer first sees the scope and kept
+    /// with it (for as long as the layer keeps the caller's plan): every ticket counted in the scope carries it
+    /// ([`Ticket::resolved`]), so `reserve` and `settle` reach the counters without finding them by key. A
+    /// store that keeps counters in memory must keep them in place while a handle on them lives. `None` (the
+    /// default): the store finds counters by key.
+    fn resolve(&self, scope: &ScopeKey) -> Option<Arc<dyn Any + Send + Sync>> {
+        let _ = scope;
+        None
+    }
+
     /// Check every counter of `ticket` and charge its reservation if all have room.
     fn reserve(&self, ticket: &Ticket) -> StoreReply<Admission>;
 
@@ -362,5 +405,42 @@ impl From<Rejection> for ChatError {
             rejection.to_string(),
         )
         .with_source(rejection)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn amounts_and_deltas_per_kind_agree_with_the_per_kind_answers() {
+        let reserved = Demand {
+            input_tokens: 100,
+            output_tokens: 4096,
+            cost: Cost::from_nanos(u64::MAX),
+        };
+        let actual = Demand {
+            input_tokens: 120,
+            output_tokens: 3,
+            cost: Cost::ZERO,
+        };
+        let amounts = reserved.amounts();
+        let deltas = reserved.settle_deltas(&actual);
+        for kind in CounterKind::ALL {
+            assert_eq!(amounts[kind.index()], reserved.amount(kind), "{kind}");
+            assert_eq!(
+                deltas[kind.index()],
+                reserved.settle_delta(&actual, kind),
+                "{kind}"
+            );
+        }
+        assert_eq!(deltas[CounterKind::InputTokens.index()], 20);
+        assert_eq!(deltas[CounterKind::OutputTokens.index()], -4093);
+        // Beyond i64 the difference saturates on its own side.
+        assert_eq!(deltas[CounterKind::CostPerDay.index()], i64::MIN);
+        assert_eq!(
+            actual.settle_delta(&reserved, CounterKind::CostPerMonth),
+            i64::MAX
+        );
     }
 }

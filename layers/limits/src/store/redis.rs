@@ -6,7 +6,8 @@
 //! expire shortly after their window; calls in progress are a sorted set per scope with one member per call,
 //! scored by a lease deadline, so a replica that dies mid-call cannot leak its slots for longer than the lease.
 
-use std::fmt;
+use std::any::Any;
+use std::fmt::{self, Write as _};
 use std::sync::{Arc, LazyLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -195,31 +196,45 @@ impl RedisStore {
         RedisStore::builder(url).build()
     }
 
-    /// The key of one counter: the caller and model are length-prefixed so that no two scopes share a key.
-    fn key(&self, scope: &ScopeKey, kind: CounterKind, window_start: Option<u64>) -> String {
+    /// The start of every key of one scope: the caller and model are length-prefixed so that no two scopes
+    /// share a key.
+    fn scope_prefix(&self, scope: &ScopeKey) -> String {
         let model = scope.model.as_deref().unwrap_or("");
-        let mut key = format!(
-            "{}{}:{}:{}:{}:{}",
+        format!(
+            "{}{}:{}:{}:{}:",
             self.prefix,
             scope.caller.len(),
             scope.caller,
             model.len(),
             model,
-            kind.as_str()
-        );
+        )
+    }
+
+    /// The key of one counter: the scope's prefix, the kind, and the window's start.
+    fn key(&self, scope_prefix: &str, kind: CounterKind, window_start: Option<u64>) -> String {
+        let mut key = String::with_capacity(scope_prefix.len() + 32);
+        key.push_str(scope_prefix);
+        key.push_str(kind.as_str());
         if let Some(start) = window_start {
-            key.push(':');
-            key.push_str(&start.to_string());
+            // Writing to a String cannot fail.
+            let _ = write!(key, ":{start}");
         }
         key
     }
 
     fn counter_key(&self, ticket: &Ticket, counter: &PlannedCounter) -> String {
-        self.key(
-            &ticket.scopes()[counter.scope].key,
-            counter.kind,
-            counter.window.map(|w| w.start),
-        )
+        let start = counter.window.map(|w| w.start);
+        let resolved = ticket
+            .resolved(counter.scope)
+            .and_then(|r| r.downcast_ref::<ScopePrefix>())
+            .filter(|p| Arc::ptr_eq(&p.store, &self.prefix));
+        match resolved {
+            Some(resolved) => self.key(&resolved.prefix, counter.kind, start),
+            None => {
+                let prefix = self.scope_prefix(&ticket.scopes()[counter.scope].key);
+                self.key(&prefix, counter.kind, start)
+            }
+        }
     }
 
     fn member(&self, ticket: &Ticket) -> String {
@@ -227,9 +242,24 @@ impl RedisStore {
     }
 }
 
+/// What [`RedisStore::resolve`] keeps per scope: the start of its keys.
+#[derive(Debug)]
+struct ScopePrefix {
+    /// The prefix of the store that built it (a handle of another store's is not used).
+    store: Arc<str>,
+    prefix: String,
+}
+
 impl LimitStore for RedisStore {
+    fn resolve(&self, scope: &ScopeKey) -> Option<Arc<dyn Any + Send + Sync>> {
+        Some(Arc::new(ScopePrefix {
+            store: self.prefix.clone(),
+            prefix: self.scope_prefix(scope),
+        }))
+    }
+
     fn reserve(&self, ticket: &Ticket) -> StoreReply<Admission> {
-        let counters: Vec<PlannedCounter> = ticket.counters().to_vec();
+        let counters: Vec<PlannedCounter> = ticket.counters().collect();
         if counters.is_empty() {
             return StoreReply::Ready(Ok(Admission::Admitted));
         }
@@ -284,7 +314,7 @@ impl LimitStore for RedisStore {
                 continue;
             }
             any = true;
-            invocation.key(self.counter_key(ticket, counter));
+            invocation.key(self.counter_key(ticket, &counter));
             if counter.kind == CounterKind::Concurrent {
                 invocation.arg("c");
             } else {
@@ -315,8 +345,9 @@ impl LimitStore for RedisStore {
             })
             .collect();
         let mut pipe = redis::pipe();
+        let prefix = self.scope_prefix(&scope.key);
         for (kind, _, window) in &planned {
-            let key = self.key(&scope.key, *kind, window.map(|w| w.start));
+            let key = self.key(&prefix, *kind, window.map(|w| w.start));
             if window.is_some() {
                 pipe.get(key);
             } else {
