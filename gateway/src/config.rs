@@ -76,6 +76,13 @@ pub struct Config {
     pub file: ConfigFile,
     /// `--config PATH`: where the file was read, so that SIGHUP can read it again (`None` without `--config`).
     pub config_path: Option<PathBuf>,
+    /// `--record-content` (or `OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true`): the telemetry's call
+    /// spans carry message contents, tool arguments and results (`gen_ai.input.messages`,
+    /// `gen_ai.output.messages`). Off by default: they can hold personal data and secrets.
+    pub record_content: bool,
+    /// Where the stack's tracing layer also records the GenAI client histograms, besides `GET /metrics`: set by
+    /// the program when OTLP export is on (`telemetry::install`), or by hand with a meter of your own.
+    pub otel_metrics: Option<tower_chat_tracing::OpenTelemetryMetrics>,
 }
 
 impl Config {
@@ -99,6 +106,8 @@ impl Config {
             connections: ConnectionLimits::default(),
             file: ConfigFile::default(),
             config_path: None,
+            record_content: false,
+            otel_metrics: None,
         }
     }
 
@@ -116,6 +125,7 @@ impl Config {
         S: Into<String>,
     {
         let mut config = Config::new("");
+        config.record_content = crate::telemetry::content_capture_from_env();
         let mut upstream = None;
         let mut args = args.into_iter().map(Into::into);
         while let Some(arg) = args.next() {
@@ -130,6 +140,13 @@ impl Config {
             };
             if !name.starts_with("--") {
                 return Err(CliError::Unexpected(arg));
+            }
+            if name == "--record-content" {
+                if let Some(value) = inline {
+                    return Err(invalid(&name, &value, "no value (it is a switch)"));
+                }
+                config.record_content = true;
+                continue;
             }
             let mut value = || match inline.clone() {
                 Some(v) => Ok(v),
@@ -319,8 +336,16 @@ usage: tower-chat-gateway [options]
                            [upstreams.timeouts]. On SIGHUP the file is read again and a valid
                            [upstreams] replaces the running one (requests in flight finish on the old);
                            an invalid file is logged and the running configuration kept
+  --record-content         telemetry spans carry message contents, tool arguments and results
+                           (also OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true); off by default
 
 Log level: RUST_LOG (default info).
+
+OpenTelemetry (off unless an endpoint is set): OTEL_EXPORTER_OTLP_ENDPOINT=http://collector:4318 exports
+the `chat {model}` spans (with their `execute_tool` children) and the GenAI metrics over OTLP/HTTP
+(protobuf), flushed at shutdown. Also read: OTEL_EXPORTER_OTLP_{TRACES,METRICS}_ENDPOINT,
+OTEL_EXPORTER_OTLP_HEADERS, OTEL_EXPORTER_OTLP_TIMEOUT, OTEL_SERVICE_NAME (default tower-chat-gateway),
+OTEL_RESOURCE_ATTRIBUTES, OTEL_{TRACES,METRICS}_EXPORTER=none, OTEL_METRIC_EXPORT_INTERVAL.
 ";
 
 #[cfg(test)]
@@ -437,6 +462,16 @@ mod tests {
             CliError::Unexpected("stray".into())
         );
         assert!(matches!(Config::parse(["--help"]), Ok(Command::Help)));
+    }
+
+    #[test]
+    fn record_content_is_a_switch() {
+        assert!(!run(&[]).unwrap().record_content || crate::telemetry::content_capture_from_env());
+        assert!(run(&["--record-content"]).unwrap().record_content);
+        assert!(matches!(
+            run(&["--record-content=yes"]).unwrap_err(),
+            CliError::Invalid { .. }
+        ));
     }
 
     #[test]

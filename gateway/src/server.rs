@@ -202,7 +202,9 @@ where
     Ok(BoxCloneSyncService::new(
         TracingLayer::new()
             .metadata(metadata)
-            .metrics(metrics)
+            .record_content(config.record_content)
+            // `None` (no OTLP export) costs nothing per call.
+            .metrics((metrics, config.otel_metrics.clone()))
             .layer(service),
     ))
 }
