@@ -56,6 +56,9 @@ pub struct Config {
     pub files: Option<PathBuf>,
     /// `--api-keys-file PATH`: when set, clients must send one of the listed keys as a bearer token.
     pub api_keys_file: Option<PathBuf>,
+    /// `--operator-keys-file PATH`: keys (same format, none shared with `--api-keys-file`) of the operators who
+    /// may decide pending approvals (`POST /v1/approvals/{id}/decision`); while set, only operators may approve.
+    pub operator_keys_file: Option<PathBuf>,
     /// `--max-rounds N`: the tool loop's round limit (default 10).
     pub max_rounds: usize,
     /// `--body-limit BYTES`: larger request bodies are refused with 413 (default 4 MiB).
@@ -97,6 +100,7 @@ impl Config {
             database_url: None,
             files: None,
             api_keys_file: None,
+            operator_keys_file: None,
             max_rounds: 10,
             body_limit: 4 * 1024 * 1024,
             shutdown_timeout: Duration::from_secs(30),
@@ -175,6 +179,7 @@ impl Config {
                 "--database-url" => config.database_url = Some(value()?),
                 "--files" => config.files = Some(PathBuf::from(value()?)),
                 "--api-keys-file" => config.api_keys_file = Some(PathBuf::from(value()?)),
+                "--operator-keys-file" => config.operator_keys_file = Some(PathBuf::from(value()?)),
                 "--max-rounds" => {
                     let v = value()?;
                     config.max_rounds = v
@@ -313,6 +318,10 @@ usage: tower-chat-gateway [options]
   --database-url URL       PostgreSQL instead of SQLite
   --files DIR              enables read_file / write_file, confined to DIR (default: no file tools)
   --api-keys-file PATH     clients must send `Authorization: Bearer <key>` with a key listed in PATH
+  --operator-keys-file PATH  operators' keys (same format, none shared with client keys): they decide
+                           pending approvals with POST /v1/approvals/{id}/decision; while set, only
+                           operators may approve (clients may still deny); clients wait with
+                           GET /v1/approvals/{id}?wait=SECS and resend the conversation to resume
   --max-rounds N           tool-loop limit (default 10)
   --body-limit BYTES       larger request bodies get 413 (default 4194304)
   --max-messages N         messages (and tool calls) in one request (default 1024)
@@ -388,6 +397,8 @@ mod tests {
             "/srv",
             "--api-keys-file",
             "keys.txt",
+            "--operator-keys-file",
+            "ops.txt",
             "--max-rounds",
             "3",
             "--body-limit",
@@ -412,6 +423,7 @@ mod tests {
         assert_eq!(config.key_env(), "MY_KEY");
         assert_eq!(config.database_url.as_deref(), Some("postgres://u@h/db"));
         assert_eq!(config.files, Some(PathBuf::from("/srv")));
+        assert_eq!(config.operator_keys_file, Some(PathBuf::from("ops.txt")));
         assert_eq!(config.max_rounds, 3);
         assert_eq!(config.body_limit, 100);
         assert_eq!(config.shutdown_timeout, Duration::from_millis(500));

@@ -40,6 +40,7 @@ pub mod fuzzing;
 pub mod limits;
 pub mod mcp;
 pub mod metrics;
+pub mod operator;
 mod pending;
 pub mod request_limits;
 mod respond;

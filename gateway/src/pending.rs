@@ -123,6 +123,16 @@ impl PendingStore {
         notices
     }
 
+    /// The caller of the paused turn holding approval `id`, when one is paused here and unexpired (`Some(None)`
+    /// for a turn without a caller).
+    pub(crate) fn paused_caller(&self, id: &str) -> Option<Option<CallerIdentity>> {
+        let paused = self.paused.lock().expect("pending lock");
+        paused
+            .get(id)
+            .filter(|r| r.expires > Instant::now())
+            .map(|r| r.caller.clone())
+    }
+
     /// Take the paused turn the answers name (all answers must name the same turn). The record is removed:
     /// approval ids are single-use. Unknown, expired or foreign ids are one error, so ids cannot be probed.
     pub fn resume(
