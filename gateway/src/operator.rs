@@ -5,6 +5,7 @@
 //! | route | key | what |
 //! |---|---|---|
 //! | `POST /v1/approvals/{id}/decision` | operator | `{"approved": true, "reason": "…"}`: decide a pending approval (once; 409 afterwards) |
+//! | `GET /v1/approvals` | operator | the pending approvals of the turns paused in this process, oldest first |
 //! | `GET /v1/approvals/{id}?wait=SECS` | client (the paused turn's caller) | the decision so far: `pending`, `approved` or `denied`; waits up to `wait` seconds (at most 60) for one |
 //!
 //! The waiting client then resends its conversation as it has it (ending with the approval notice) **without**
@@ -219,6 +220,39 @@ async fn pending_caller(state: &OperatorState, id: &str) -> Option<Option<Caller
     (!pending.is_expired(SystemTime::now())).then_some(pending.caller)
 }
 
+/// Seconds since the Unix epoch.
+fn unix(time: SystemTime) -> u64 {
+    time.duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// `GET /v1/approvals`: what waits for a decision (paused in this process, unexpired), oldest first.
+pub(crate) async fn list(State(state): State<OperatorState>) -> Response {
+    let data: Vec<serde_json::Value> = state
+        .pending
+        .list()
+        .into_iter()
+        .map(|p| {
+            let decided = state
+                .decisions
+                .get(&p.notice.id, p.caller.as_ref())
+                .map(|d| if d.approved { "approved" } else { "denied" });
+            json!({
+                "id": p.notice.id,
+                "tool": p.notice.tool,
+                "arguments": p.notice.arguments,
+                "reason": p.notice.reason,
+                "caller": p.caller.as_ref().map(|c| c.as_str()),
+                "conversation": p.conversation.as_str(),
+                "paused_at": unix(p.paused_at),
+                "expires_in": p.expires_in.as_secs(),
+                "status": decided.unwrap_or("pending"),
+            })
+        })
+        .collect();
+    json_response(StatusCode::OK, &json!({"object": "list", "data": data}))
+}
+
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct DecisionBody {
@@ -325,9 +359,7 @@ pub(crate) async fn poll(
                     "status": if decided.approved { "approved" } else { "denied" },
                     "approver": decided.approver,
                     "reason": decided.reason,
-                    "decided_at": decided.decided_at
-                        .duration_since(SystemTime::UNIX_EPOCH)
-                        .map_or(0, |d| d.as_secs()),
+                    "decided_at": unix(decided.decided_at),
                 }),
             );
         }

@@ -482,6 +482,7 @@ impl Gateway {
                 get(crate::operator::poll).with_state(operators.clone()),
             );
             operator = Router::new()
+                .route("/v1/approvals", get(crate::operator::list))
                 .route("/v1/approvals/{id}/decision", post(crate::operator::decide))
                 .route_layer(middleware::from_fn_with_state(
                     operators.clone(),

@@ -174,6 +174,24 @@ async fn operator_approves(gw: &Harness, conversation: &str) -> String {
     .await;
     assert_eq!(unknown.status, 404, "{}", unknown.body);
 
+    // Carol sees it in her list (an operator key only).
+    let listed = get(&gw.url("/v1/approvals"), &OPS).await;
+    assert_eq!(listed.status, 200, "{}", listed.body);
+    let listed = listed.json();
+    let entry = listed["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["id"] == id.as_str())
+        .unwrap_or_else(|| panic!("{id} not listed: {listed}"))
+        .clone();
+    assert_eq!(entry["tool"], "write_file");
+    assert_eq!(entry["arguments"]["path"], "out/ops.txt");
+    assert_eq!(entry["caller"], "alice");
+    assert_eq!(entry["conversation"], format!("alice/{conversation}"));
+    assert_eq!(entry["status"], "pending");
+    assert_eq!(get(&gw.url("/v1/approvals"), &ALICE).await.status, 401);
+
     // Alice long-polls; Carol approves while she waits; the poll answers with the decision.
     let waiting = tokio::spawn({
         let url = format!("{poll_url}?wait=30");
@@ -211,8 +229,17 @@ async fn operator_approves(gw: &Harness, conversation: &str) -> String {
         std::fs::read_to_string(gw.root().join("out/ops.txt")).unwrap(),
         "by the book"
     );
-    // Used: the decision is gone with the approval.
+    // Used: the decision is gone with the approval, and so is the list entry.
     assert_eq!(get(&poll_url, &ALICE).await.status, 404);
+    let listed = get(&gw.url("/v1/approvals"), &OPS).await.json();
+    assert!(
+        !listed["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["id"] == id.as_str()),
+        "{listed}"
+    );
     id
 }
 
