@@ -215,13 +215,24 @@ impl Otlp {
 
     /// The `tracing` layer that turns spans into OpenTelemetry spans for the exporter (`tracing-opentelemetry`:
     /// it reads `otel.name`, `otel.kind` and `otel.status_code`); `None` when traces are not exported. Spans
-    /// keep their parents, so a tool loop's `execute_tool` spans are children of the `chat` span.
+    /// keep their parents, so a tool loop's `execute_tool` spans are children of the `chat` span. Busy / idle
+    /// time is not tracked and the OpenTelemetry context is not attached on every enter (both cost per streamed
+    /// event); build your own layer from [`Otlp::tracer_provider`] for either.
     pub fn tracing_layer<S>(&self) -> Option<OpenTelemetryLayer<S, Tracer>>
     where
         S: tracing::Subscriber + for<'span> tracing_subscriber::registry::LookupSpan<'span>,
     {
         let tracer = self.traces.as_ref()?.tracer(SCOPE);
-        Some(tracing_opentelemetry::layer().with_tracer(tracer))
+        Some(
+            tracing_opentelemetry::layer()
+                .with_tracer(tracer)
+                // The call span is entered on every poll, so once per streamed event: timing each enter and exit
+                // (`busy_ns` / `idle_ns`, not GenAI attributes) and attaching the OpenTelemetry context to the
+                // thread each time (for OpenTelemetry-native code below, which tower-chat has none of) cost
+                // ~7x the rest of the per-event work (BENCHMARKS.md).
+                .with_tracked_inactivity(false)
+                .with_context_activation(false),
+        )
     }
 
     /// The GenAI client histograms on the exporting meter provider, for [`crate::TracingLayer::metrics`];
