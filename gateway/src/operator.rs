@@ -440,6 +440,14 @@ mod tests {
         ]);
         let mut messages = vec![Message::user("hi"), Message::assistant(notice)];
         assert_eq!(notice_ids(&messages), ["apr_0123abcd", "apr_4567ef"]);
+        let operators = crate::wire::operator_approval_text(&[crate::wire::ApprovalNotice {
+            id: "apr_89".into(),
+            tool: "write_file".into(),
+            arguments: json!({}),
+            reason: None,
+        }]);
+        assert!(operators.contains("An operator decides"), "{operators}");
+        assert_eq!(notice_ids(&[Message::assistant(operators)]), ["apr_89"]);
         messages.push(Message::user("never mind"));
         assert!(notice_ids(&messages).is_empty(), "the notice is not last");
         assert!(notice_ids(&[Message::assistant("Approval id: apr_")]).is_empty());

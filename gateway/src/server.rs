@@ -874,6 +874,7 @@ async fn handle<F: WireFormat>(
         conversation,
         hidden,
         pending: state.pending.clone(),
+        operators_decide: state.operators.is_some(),
     };
     let mut stream = state
         .stack

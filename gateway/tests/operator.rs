@@ -77,6 +77,11 @@ async fn pause(gw: &Harness, conversation: &str) -> (String, Value) {
     assert_eq!(first.status, 200, "{}", first.body);
     let body = first.json();
     assert_eq!(body["tower_chat"]["finish_reason"], "awaiting_approval");
+    let notice = body["choices"][0]["message"]["content"].as_str().unwrap();
+    assert!(
+        notice.contains("An operator decides") && notice.contains("GET /v1/approvals/"),
+        "the notice tells the client to wait, not to decide: {notice}"
+    );
     let id = body["tower_chat"]["approval_requests"][0]["id"]
         .as_str()
         .unwrap()
