@@ -124,6 +124,13 @@ impl ApiKeys {
         self.find(token)
     }
 
+    /// Whether a key is in both sets (operator keys must differ from every client key).
+    pub(crate) fn shares_a_key_with(&self, other: &ApiKeys) -> bool {
+        self.keys
+            .iter()
+            .any(|(mine, _)| other.keys.iter().any(|(theirs, _)| mine == theirs))
+    }
+
     fn find(&self, token: &str) -> Result<CallerIdentity, ApiError> {
         self.identify(token)
             .ok_or_else(|| ApiError::unauthorized("invalid API key"))

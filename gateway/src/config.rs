@@ -56,6 +56,9 @@ pub struct Config {
     pub files: Option<PathBuf>,
     /// `--api-keys-file PATH`: when set, clients must send one of the listed keys as a bearer token.
     pub api_keys_file: Option<PathBuf>,
+    /// `--operator-keys-file PATH`: keys (same format, none shared with `--api-keys-file`) of the operators who
+    /// may decide pending approvals (`POST /v1/approvals/{id}/decision`); while set, only operators may approve.
+    pub operator_keys_file: Option<PathBuf>,
     /// `--max-rounds N`: the tool loop's round limit (default 10).
     pub max_rounds: usize,
     /// `--body-limit BYTES`: larger request bodies are refused with 413 (default 4 MiB).
@@ -76,6 +79,13 @@ pub struct Config {
     pub file: ConfigFile,
     /// `--config PATH`: where the file was read, so that SIGHUP can read it again (`None` without `--config`).
     pub config_path: Option<PathBuf>,
+    /// `--record-content` (or `OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true`): the telemetry's call
+    /// spans carry message contents, tool arguments and results (`gen_ai.input.messages`,
+    /// `gen_ai.output.messages`). Off by default: they can hold personal data and secrets.
+    pub record_content: bool,
+    /// Where the stack's tracing layer also records the GenAI client histograms, besides `GET /metrics`: set by
+    /// the program when OTLP export is on (`telemetry::install`), or by hand with a meter of your own.
+    pub otel_metrics: Option<tower_chat_tracing::OpenTelemetryMetrics>,
 }
 
 impl Config {
@@ -90,6 +100,7 @@ impl Config {
             database_url: None,
             files: None,
             api_keys_file: None,
+            operator_keys_file: None,
             max_rounds: 10,
             body_limit: 4 * 1024 * 1024,
             shutdown_timeout: Duration::from_secs(30),
@@ -99,6 +110,8 @@ impl Config {
             connections: ConnectionLimits::default(),
             file: ConfigFile::default(),
             config_path: None,
+            record_content: false,
+            otel_metrics: None,
         }
     }
 
@@ -116,6 +129,7 @@ impl Config {
         S: Into<String>,
     {
         let mut config = Config::new("");
+        config.record_content = crate::telemetry::content_capture_from_env();
         let mut upstream = None;
         let mut args = args.into_iter().map(Into::into);
         while let Some(arg) = args.next() {
@@ -130,6 +144,13 @@ impl Config {
             };
             if !name.starts_with("--") {
                 return Err(CliError::Unexpected(arg));
+            }
+            if name == "--record-content" {
+                if let Some(value) = inline {
+                    return Err(invalid(&name, &value, "no value (it is a switch)"));
+                }
+                config.record_content = true;
+                continue;
             }
             let mut value = || match inline.clone() {
                 Some(v) => Ok(v),
@@ -158,6 +179,7 @@ impl Config {
                 "--database-url" => config.database_url = Some(value()?),
                 "--files" => config.files = Some(PathBuf::from(value()?)),
                 "--api-keys-file" => config.api_keys_file = Some(PathBuf::from(value()?)),
+                "--operator-keys-file" => config.operator_keys_file = Some(PathBuf::from(value()?)),
                 "--max-rounds" => {
                     let v = value()?;
                     config.max_rounds = v
@@ -296,6 +318,10 @@ usage: tower-chat-gateway [options]
   --database-url URL       PostgreSQL instead of SQLite
   --files DIR              enables read_file / write_file, confined to DIR (default: no file tools)
   --api-keys-file PATH     clients must send `Authorization: Bearer <key>` with a key listed in PATH
+  --operator-keys-file PATH  operators' keys (same format, none shared with client keys): they decide
+                           pending approvals with POST /v1/approvals/{id}/decision; while set, only
+                           operators may approve (clients may still deny); clients wait with
+                           GET /v1/approvals/{id}?wait=SECS and resend the conversation to resume
   --max-rounds N           tool-loop limit (default 10)
   --body-limit BYTES       larger request bodies get 413 (default 4194304)
   --max-messages N         messages (and tool calls) in one request (default 1024)
@@ -319,8 +345,16 @@ usage: tower-chat-gateway [options]
                            [upstreams.timeouts]. On SIGHUP the file is read again and a valid
                            [upstreams] replaces the running one (requests in flight finish on the old);
                            an invalid file is logged and the running configuration kept
+  --record-content         telemetry spans carry message contents, tool arguments and results
+                           (also OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true); off by default
 
 Log level: RUST_LOG (default info).
+
+OpenTelemetry (off unless an endpoint is set): OTEL_EXPORTER_OTLP_ENDPOINT=http://collector:4318 exports
+the `chat {model}` spans (with their `execute_tool` children) and the GenAI metrics over OTLP/HTTP
+(protobuf), flushed at shutdown. Also read: OTEL_EXPORTER_OTLP_{TRACES,METRICS}_ENDPOINT,
+OTEL_EXPORTER_OTLP_HEADERS, OTEL_EXPORTER_OTLP_TIMEOUT, OTEL_SERVICE_NAME (default tower-chat-gateway),
+OTEL_RESOURCE_ATTRIBUTES, OTEL_{TRACES,METRICS}_EXPORTER=none, OTEL_METRIC_EXPORT_INTERVAL.
 ";
 
 #[cfg(test)]
@@ -363,6 +397,8 @@ mod tests {
             "/srv",
             "--api-keys-file",
             "keys.txt",
+            "--operator-keys-file",
+            "ops.txt",
             "--max-rounds",
             "3",
             "--body-limit",
@@ -387,6 +423,7 @@ mod tests {
         assert_eq!(config.key_env(), "MY_KEY");
         assert_eq!(config.database_url.as_deref(), Some("postgres://u@h/db"));
         assert_eq!(config.files, Some(PathBuf::from("/srv")));
+        assert_eq!(config.operator_keys_file, Some(PathBuf::from("ops.txt")));
         assert_eq!(config.max_rounds, 3);
         assert_eq!(config.body_limit, 100);
         assert_eq!(config.shutdown_timeout, Duration::from_millis(500));
@@ -437,6 +474,16 @@ mod tests {
             CliError::Unexpected("stray".into())
         );
         assert!(matches!(Config::parse(["--help"]), Ok(Command::Help)));
+    }
+
+    #[test]
+    fn record_content_is_a_switch() {
+        assert!(!run(&[]).unwrap().record_content || crate::telemetry::content_capture_from_env());
+        assert!(run(&["--record-content"]).unwrap().record_content);
+        assert!(matches!(
+            run(&["--record-content=yes"]).unwrap_err(),
+            CliError::Invalid { .. }
+        ));
     }
 
     #[test]

@@ -40,11 +40,13 @@ pub mod fuzzing;
 pub mod limits;
 pub mod mcp;
 pub mod metrics;
+pub mod operator;
 mod pending;
 pub mod request_limits;
 mod respond;
 mod sandbox;
 mod server;
+pub mod telemetry;
 pub mod tools;
 pub mod upstreams;
 mod warn_limit;
@@ -184,7 +186,8 @@ pub async fn shutdown_signal() {
     }
 }
 
-/// The whole program: parse `args` (without the program name), set up logging from `RUST_LOG`, run.
+/// The whole program: parse `args` (without the program name), set up logging from `RUST_LOG` and OpenTelemetry
+/// export from the `OTEL_*` variables ([`telemetry`]), run, flush the telemetry.
 pub fn main_with_args<I, S>(args: I) -> ExitCode
 where
     I: IntoIterator<Item = S>,
@@ -201,9 +204,7 @@ where
             return ExitCode::from(2);
         }
     };
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    tracing_subscriber::fmt().with_env_filter(filter).init();
+    let mut config = *config;
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -214,7 +215,22 @@ where
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(run(*config)) {
+    // Logging from `RUST_LOG`, and OTLP export when `OTEL_EXPORTER_OTLP_ENDPOINT` is set (its requests run on
+    // this runtime).
+    let telemetry = {
+        let _entered = runtime.enter();
+        match telemetry::install(&mut config) {
+            Ok(telemetry) => telemetry,
+            Err(error) => {
+                eprintln!("error: {error}");
+                return ExitCode::FAILURE;
+            }
+        }
+    };
+    let result = runtime.block_on(run(config));
+    // After the server stopped, before the runtime does: the last spans and metrics go out on it.
+    telemetry.shutdown();
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             eprintln!("error: {error}");

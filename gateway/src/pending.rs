@@ -30,7 +30,20 @@ struct Paused {
     hidden: Vec<Message>,
     /// Approval id shown to the client → the id the stack's decision must name.
     calls: Vec<(String, String)>,
+    /// What the client was shown (and what an operator listing shows).
+    notices: Vec<ApprovalNotice>,
+    paused_at: std::time::SystemTime,
     expires: Instant,
+}
+
+/// One pending approval of a paused turn, as `GET /v1/approvals` lists it for operators.
+#[derive(Clone, Debug)]
+pub(crate) struct PausedApproval {
+    pub(crate) notice: ApprovalNotice,
+    pub(crate) caller: Option<CallerIdentity>,
+    pub(crate) conversation: ConversationId,
+    pub(crate) paused_at: std::time::SystemTime,
+    pub(crate) expires_in: Duration,
 }
 
 struct Handoff {
@@ -113,6 +126,8 @@ impl PendingStore {
             conversation,
             hidden,
             calls,
+            notices: notices.clone(),
+            paused_at: std::time::SystemTime::now(),
             expires: Instant::now() + self.ttl,
         });
         let mut paused = self.paused.lock().expect("pending lock");
@@ -121,6 +136,38 @@ impl PendingStore {
             paused.insert(id.clone(), record.clone());
         }
         notices
+    }
+
+    /// The caller of the paused turn holding approval `id`, when one is paused here and unexpired (`Some(None)`
+    /// for a turn without a caller).
+    pub(crate) fn paused_caller(&self, id: &str) -> Option<Option<CallerIdentity>> {
+        let paused = self.paused.lock().expect("pending lock");
+        paused
+            .get(id)
+            .filter(|r| r.expires > Instant::now())
+            .map(|r| r.caller.clone())
+    }
+
+    /// Every unexpired pending approval of the turns paused here, oldest first.
+    pub(crate) fn list(&self) -> Vec<PausedApproval> {
+        let paused = self.paused.lock().expect("pending lock");
+        let now = Instant::now();
+        let mut list: Vec<PausedApproval> = paused
+            .iter()
+            .filter(|(_, r)| r.expires > now)
+            .filter_map(|(id, r)| {
+                let notice = r.notices.iter().find(|n| n.id == *id)?;
+                Some(PausedApproval {
+                    notice: notice.clone(),
+                    caller: r.caller.clone(),
+                    conversation: r.conversation.clone(),
+                    paused_at: r.paused_at,
+                    expires_in: r.expires - now,
+                })
+            })
+            .collect();
+        list.sort_by(|a, b| (a.paused_at, &a.notice.id).cmp(&(b.paused_at, &b.notice.id)));
+        list
     }
 
     /// Take the paused turn the answers name (all answers must name the same turn). The record is removed:

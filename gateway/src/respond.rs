@@ -29,6 +29,8 @@ pub(crate) struct Turn {
     /// Hidden messages this turn continues from (a resumed pause).
     pub(crate) hidden: Vec<Message>,
     pub(crate) pending: Arc<PendingStore>,
+    /// Operators decide pending approvals (`--operator-keys-file`): the notice tells the client to wait.
+    pub(crate) operators_decide: bool,
 }
 
 /// Folds events: what the client sees (into [`Folded`]), and (in a builder) everything the stack did, for
@@ -155,7 +157,11 @@ impl Translator {
                 .pending
                 .hand_back(self.turn.caller.clone(), &ids, hidden);
         }
-        Ending { reason, notices }
+        Ending {
+            reason,
+            notices,
+            operators_decide: self.turn.operators_decide,
+        }
     }
 }
 

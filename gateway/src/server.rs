@@ -40,6 +40,7 @@ use crate::connection::{self, BodyTimeout, ConnectionLimits, GuardedBody, InFlig
 use crate::error::{json_response, ApiError};
 use crate::mcp::GatewayMcp;
 use crate::metrics::PrometheusMetrics;
+use crate::operator::{Decisions, OperatorState};
 use crate::pending::{PendingStore, Resumption};
 use crate::request_limits::RequestLimits;
 use crate::respond::{self, Turn};
@@ -202,7 +203,9 @@ where
     Ok(BoxCloneSyncService::new(
         TracingLayer::new()
             .metadata(metadata)
-            .metrics(metrics)
+            .record_content(config.record_content)
+            // `None` (no OTLP export) costs nothing per call.
+            .metrics((metrics, config.otel_metrics.clone()))
             .layer(service),
     ))
 }
@@ -266,9 +269,16 @@ pub async fn stores(config: &Config) -> Result<Stores, GatewayError> {
             .provider(provider)
             .prices(config.file.limits.price_table())
             .build(),
-        approvals: ApprovalLayer::new()
-            .store(approval_store.clone())
-            .ttl(config.approval_ttl),
+        approvals: {
+            let layer = ApprovalLayer::new()
+                .store(approval_store.clone())
+                .ttl(config.approval_ttl);
+            if config.operator_keys_file.is_some() {
+                layer.approver_rule(crate::operator::only_operators_approve)
+            } else {
+                layer
+            }
+        },
         approval_store,
     })
 }
@@ -287,6 +297,8 @@ struct AppState {
     parse: ParseContext,
     limits: Arc<RequestLimits>,
     in_flight: Arc<InFlight>,
+    /// `--operator-keys-file`: operator decisions on pending approvals ([`crate::operator`]).
+    operators: Option<OperatorState>,
 }
 
 /// What `/metrics` and `/v1/models` read.
@@ -323,6 +335,7 @@ impl Gateway {
     pub async fn new(config: &Config) -> Result<Self, GatewayError> {
         // Cheap checks first: a bad keys file should not leave a fresh database behind.
         let keys = load_keys(config)?;
+        let operators = load_operator_keys(config, keys.as_deref())?;
         let metrics = PrometheusMetrics::new();
         // `[upstreams]` in the config file (models, fallbacks, retries, breakers), else the single --upstream.
         let router = crate::upstreams::build(config, &metrics).map_err(GatewayError::Chat)?;
@@ -359,7 +372,7 @@ impl Gateway {
             (None, None) => unreachable!("one of the two is built"),
         }
         .map_err(GatewayError::Chat)?;
-        let mut gateway = Gateway::assemble(config, stack, keys);
+        let mut gateway = Gateway::assemble(config, stack, keys, operators);
         gateway.reloader = models
             .as_ref()
             .map(|router| crate::upstreams::Reloader::new(router.clone(), config, metrics.clone()));
@@ -369,6 +382,9 @@ impl Gateway {
         };
         gateway.limits = limits;
         gateway.state.approval_store = Some(stores.approval_store.clone());
+        if let Some(operators) = &mut gateway.state.operators {
+            operators.approval_store = Some(stores.approval_store.clone());
+        }
         gateway.state.records = Some(stores.persistence.store().clone());
         gateway.stores = Some(stores);
         Ok(gateway)
@@ -378,15 +394,29 @@ impl Gateway {
     /// [`SERVER_TOOLS`] are never shown to clients).
     pub fn with_stack(config: &Config, stack: ChatStack) -> Result<Self, GatewayError> {
         let keys = load_keys(config)?;
-        Ok(Gateway::assemble(config, stack, keys))
+        let operators = load_operator_keys(config, keys.as_deref())?;
+        Ok(Gateway::assemble(config, stack, keys, operators))
     }
 
-    fn assemble(config: &Config, stack: ChatStack, keys: Option<Arc<ApiKeys>>) -> Self {
+    fn assemble(
+        config: &Config,
+        stack: ChatStack,
+        keys: Option<Arc<ApiKeys>>,
+        operator_keys: Option<Arc<ApiKeys>>,
+    ) -> Self {
+        let pending = Arc::new(PendingStore::new(config.approval_ttl));
+        let operators = operator_keys.map(|keys| OperatorState {
+            keys,
+            decisions: Arc::new(Decisions::new(config.approval_ttl)),
+            pending: pending.clone(),
+            approval_store: None,
+        });
         Gateway {
             state: AppState {
                 stack,
                 keys,
-                pending: Arc::new(PendingStore::new(config.approval_ttl)),
+                pending,
+                operators,
                 approval_store: None,
                 records: None,
                 body_limit: config.body_limit,
@@ -432,7 +462,7 @@ impl Gateway {
         let usage = move |caller: Option<Extension<CallerIdentity>>| {
             crate::limits::usage(limits, records, caller.map(|Extension(c)| c))
         };
-        let api = Router::new()
+        let mut api = Router::new()
             .route("/v1/chat/completions", post(endpoint::<ChatCompletions>))
             .route("/v1/messages", post(endpoint::<AnthropicMessages>))
             .route("/v1/responses", post(endpoint::<Responses>))
@@ -443,13 +473,30 @@ impl Gateway {
             .merge(crate::upstreams::models_route(
                 self.observability.router.clone(),
             ))
-            .route("/v1/usage", get(usage))
-            .route_layer(middleware::from_fn_with_state(
-                self.state.clone(),
-                authenticate,
-            ));
+            .route("/v1/usage", get(usage));
+        let mut operator = Router::new();
+        if let Some(operators) = &self.state.operators {
+            // The client's long-poll shares the client routes' authentication; decisions take operator keys.
+            api = api.route(
+                "/v1/approvals/{id}",
+                get(crate::operator::poll).with_state(operators.clone()),
+            );
+            operator = Router::new()
+                .route("/v1/approvals", get(crate::operator::list))
+                .route("/v1/approvals/{id}/decision", post(crate::operator::decide))
+                .route_layer(middleware::from_fn_with_state(
+                    operators.clone(),
+                    crate::operator::authenticate_operator,
+                ))
+                .with_state(operators.clone());
+        }
+        let api = api.route_layer(middleware::from_fn_with_state(
+            self.state.clone(),
+            authenticate,
+        ));
         Router::new()
             .merge(api)
+            .merge(operator)
             .route("/healthz", get(healthz))
             .merge(crate::metrics::metrics_route(
                 self.observability.metrics.clone(),
@@ -552,6 +599,28 @@ async fn recorded_resumption(
         conversation: pending.conversation_id,
         decisions: tower_chat::ApprovalDecisions(decisions),
     })
+}
+
+/// `--operator-keys-file`, refused when a key is also a client key (an operator key must not chat, and a client
+/// key must not decide).
+fn load_operator_keys(
+    config: &Config,
+    clients: Option<&ApiKeys>,
+) -> Result<Option<Arc<ApiKeys>>, GatewayError> {
+    let Some(path) = &config.operator_keys_file else {
+        return Ok(None);
+    };
+    let keys = ApiKeys::load(path).map_err(|e| {
+        GatewayError::Config(format!("--operator-keys-file {}: {e}", path.display()))
+    })?;
+    if clients.is_some_and(|clients| clients.shares_a_key_with(&keys)) {
+        return Err(GatewayError::Config(format!(
+            "--operator-keys-file {}: a key is also in --api-keys-file; operator keys must differ from \
+             client keys",
+            path.display()
+        )));
+    }
+    Ok(Some(Arc::new(keys)))
 }
 
 fn load_keys(config: &Config) -> Result<Option<Arc<ApiKeys>>, GatewayError> {
@@ -730,10 +799,28 @@ async fn handle<F: WireFormat>(
         conversation = Some(stored);
         whole_history_given = true;
     }
-    if !parsed.approvals.is_empty() {
-        let resumption = match state.pending.resume(caller.as_ref(), &parsed.approvals) {
+    let mut approvals = parsed.approvals;
+    let mut approver = None;
+    if let (true, Some(operators)) = (approvals.is_empty(), &state.operators) {
+        // A resend of a paused turn without decisions: the operators' decisions, when all are made.
+        let ids = crate::operator::notice_ids(&request.messages);
+        if !ids.is_empty() {
+            match operators.decisions.take(caller.as_ref(), &ids) {
+                Some(picked) => {
+                    approvals = picked.answers;
+                    approver = Some(picked.approver);
+                }
+                None if crate::operator::any_pending(operators, caller.as_ref(), &ids).await => {
+                    return Err(crate::operator::still_pending(&ids));
+                }
+                None => {}
+            }
+        }
+    }
+    if !approvals.is_empty() {
+        let resumption = match state.pending.resume(caller.as_ref(), &approvals) {
             Ok(resumption) => resumption,
-            Err(error) => recorded_resumption(&state, caller.as_ref(), &parsed.approvals)
+            Err(error) => recorded_resumption(&state, caller.as_ref(), &approvals)
                 .await
                 .ok_or(error)?,
         };
@@ -756,6 +843,12 @@ async fn handle<F: WireFormat>(
         }
         conversation = Some(resumption.conversation);
         request.extensions.insert(resumption.decisions);
+        if let Some(approver) = approver {
+            // The approval layer checks its approver rule against, and audits, the operator.
+            request
+                .extensions
+                .insert(tower_chat_approval::ApproverIdentity::new(approver));
+        }
     }
     if let Some(caller) = &caller {
         request.extensions.insert(caller.clone());
@@ -781,6 +874,7 @@ async fn handle<F: WireFormat>(
         conversation,
         hidden,
         pending: state.pending.clone(),
+        operators_decide: state.operators.is_some(),
     };
     let mut stream = state
         .stack

@@ -104,12 +104,18 @@ pub(crate) struct Ending {
     pub(crate) reason: FinishReason,
     /// Pending approvals, when the turn paused.
     pub(crate) notices: Vec<ApprovalNotice>,
+    /// Operators decide them (`--operator-keys-file`), not the client.
+    pub(crate) operators_decide: bool,
 }
 
 impl Ending {
     /// The plain-text notice standard clients show for pending approvals ("" when none).
     pub(crate) fn notice_text(&self) -> String {
-        approval_text(&self.notices)
+        if self.operators_decide {
+            operator_approval_text(&self.notices)
+        } else {
+            approval_text(&self.notices)
+        }
     }
 
     /// The gateway's `tower_chat` field when the format's own finish reason cannot say why the turn ended
@@ -250,6 +256,20 @@ pub(crate) fn approval_text(notices: &[ApprovalNotice]) -> String {
             "\n\n[approval required] `{}` wants to run with {}. Approval id: {}. To decide, resend the \
              conversation with \"tower_chat\": {{\"approvals\": [{{\"id\": \"{}\", \"approved\": true}}]}} \
              (or \"approved\": false).",
+            notice.tool, notice.arguments, notice.id, notice.id
+        ));
+    }
+    text
+}
+
+/// The notice when operators decide (`--operator-keys-file`): the client waits, then resends as it is. The
+/// `Approval id: apr_…` phrase is what the resend is recognised by (`crate::operator::notice_ids`).
+pub(crate) fn operator_approval_text(notices: &[ApprovalNotice]) -> String {
+    let mut text = String::new();
+    for notice in notices {
+        text.push_str(&format!(
+            "\n\n[approval required] `{}` wants to run with {}. Approval id: {}. An operator decides: wait with \
+             GET /v1/approvals/{}?wait=30, then resend this conversation as it is to continue.",
             notice.tool, notice.arguments, notice.id, notice.id
         ));
     }

@@ -108,6 +108,54 @@ fn overhead(c: &mut Criterion) {
             );
         });
 
+        // What OTLP export adds (the gateway with OTEL_EXPORTER_OTLP_ENDPOINT set): every span turned into an
+        // OpenTelemetry span by `tracing-opentelemetry` and handed to a batch processor (whose exporter drops
+        // the batches: the network is not measured), and the GenAI histograms recorded into the SDK.
+        {
+            use opentelemetry::trace::TracerProvider as _;
+            let spans = opentelemetry_sdk::trace::SdkTracerProvider::builder()
+                .with_batch_exporter(opentelemetry_sdk::testing::trace::NoopSpanExporter::new())
+                .build();
+            let meters = opentelemetry_sdk::metrics::SdkMeterProvider::builder()
+                // Collected once an hour: never during the run, so only recording is measured.
+                .with_reader(
+                    opentelemetry_sdk::metrics::PeriodicReader::builder(
+                        opentelemetry_sdk::metrics::InMemoryMetricExporter::default(),
+                    )
+                    .with_interval(std::time::Duration::from_secs(3600))
+                    .build(),
+                )
+                .build();
+            let mut exported = TracingLayer::new()
+                .provider("openai")
+                .metrics(tower_chat_tracing::OpenTelemetryMetrics::new(
+                    &opentelemetry::metrics::MeterProvider::meter(&meters, "bench"),
+                ))
+                .layer(leaf(deltas));
+            // As `Otlp::tracing_layer` sets it up (no busy / idle tracking, no context activation), and with the
+            // crate's defaults.
+            let subscriber = tracing_subscriber::registry().with(
+                tracing_opentelemetry::layer()
+                    .with_tracer(spans.tracer("bench"))
+                    .with_tracked_inactivity(false)
+                    .with_context_activation(false),
+            );
+            tracing::subscriber::with_default(subscriber, || {
+                group.bench_function(BenchmarkId::from_parameter("traced_otlp_export"), |b| {
+                    bench_calls(b, &mut exported, &request, events)
+                });
+            });
+            let subscriber = tracing_subscriber::registry()
+                .with(tracing_opentelemetry::layer().with_tracer(spans.tracer("bench")));
+            tracing::subscriber::with_default(subscriber, || {
+                group.bench_function(
+                    BenchmarkId::from_parameter("traced_otlp_export_library_defaults"),
+                    |b| bench_calls(b, &mut exported, &request, events),
+                );
+            });
+            spans.shutdown().ok();
+        }
+
         // A subscriber whose level filter turns the (INFO) call span off.
         let filtered =
             tracing_subscriber::registry().with(tracing_subscriber::filter::LevelFilter::WARN);

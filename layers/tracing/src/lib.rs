@@ -100,6 +100,8 @@ mod layer;
 mod metrics;
 #[cfg(feature = "opentelemetry")]
 mod otel;
+#[cfg(feature = "otlp")]
+pub mod otlp;
 mod service;
 mod stream;
 

@@ -3,7 +3,7 @@
 //! The layer measures every call once, when it ends, and hands a [`CallRecord`] to its [`Metrics`] sink. The
 //! default sink, [`NoMetrics`], records nothing (the span already carries every figure); a closure
 //! `Fn(&CallRecord)` is a sink, and with the `opentelemetry` feature `OpenTelemetryMetrics` records the
-//! OpenTelemetry GenAI client histograms.
+//! OpenTelemetry GenAI client histograms. `Option<M>` is a sink that may be off, `(A, B)` hands every call to both.
 
 use std::fmt;
 use std::time::Duration;
@@ -91,5 +91,22 @@ where
 {
     fn record(&self, call: &CallRecord<'_>) {
         self(call)
+    }
+}
+
+/// An optional sink: `None` records nothing (e.g. `Otlp::metrics()` when OTLP export is off), at no cost.
+impl<M: Metrics> Metrics for Option<M> {
+    fn record(&self, call: &CallRecord<'_>) {
+        if let Some(metrics) = self {
+            metrics.record(call);
+        }
+    }
+}
+
+/// Two sinks, each given every call (a Prometheus registry and the OpenTelemetry histograms, say).
+impl<A: Metrics, B: Metrics> Metrics for (A, B) {
+    fn record(&self, call: &CallRecord<'_>) {
+        self.0.record(call);
+        self.1.record(call);
     }
 }

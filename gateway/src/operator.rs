@@ -1,0 +1,502 @@
+//! Operator decisions: people other than the client approve or deny a paused call.
+//!
+//! With `--operator-keys-file PATH` (same format as `--api-keys-file`, keys distinct from every client key):
+//!
+//! | route | key | what |
+//! |---|---|---|
+//! | `POST /v1/approvals/{id}/decision` | operator | `{"approved": true, "reason": "…"}`: decide a pending approval (once; 409 afterwards) |
+//! | `GET /v1/approvals` | operator | the pending approvals of the turns paused in this process, oldest first |
+//! | `GET /v1/approvals/{id}?wait=SECS` | client (the paused turn's caller) | the decision so far: `pending`, `approved` or `denied`; waits up to `wait` seconds (at most 60) for one |
+//!
+//! The waiting client then resends its conversation as it has it (ending with the approval notice) **without**
+//! `tower_chat.approvals`: the gateway finds the notice's approval ids, takes the operators' decisions and
+//! resumes the turn with the operator as the approver (`ApproverIdentity("operator:NAME")`), so the approval
+//! layer's audit log names the operator. A resend before every id is decided gets `409 approval_pending`.
+//!
+//! While operator keys are configured, the approver rule lets only operators approve: a client's own
+//! `"approved": true` is refused (`approver_rejected`); a client may still deny its own call.
+//!
+//! Decisions are kept in this process until used or expired (`--approval-ttl`): a gateway restart between the
+//! decision and the resend loses the decision (the call stays pending and is decided again).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+
+use axum::extract::{Path, RawQuery, Request, State};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use axum::Extension;
+use bytes::Bytes;
+use http::StatusCode;
+use serde::Deserialize;
+use serde_json::json;
+use tower_chat::{CallerIdentity, Message};
+
+use crate::error::{json_response, ApiError};
+use crate::wire::ApprovalAnswer;
+
+/// The prefix of an operator's approver identity (`operator:NAME`). Client identities cannot carry it: key
+/// names have no `:`.
+pub const OPERATOR_PREFIX: &str = "operator:";
+
+/// The longest a client's `GET /v1/approvals/{id}?wait=` may wait.
+pub const MAX_WAIT: Duration = Duration::from_secs(60);
+
+/// The approver rule the gateway's approval layer runs while operator keys are configured: only an operator may
+/// approve; anyone the request binds to may deny.
+pub(crate) fn only_operators_approve(
+    input: &tower_chat_approval::ApproverInput<'_>,
+) -> Result<(), String> {
+    let by_operator = input
+        .approver()
+        .is_some_and(|a| a.starts_with(OPERATOR_PREFIX));
+    if input.decision().approved && !by_operator {
+        return Err(format!(
+            "only an operator may approve this call (POST /v1/approvals/{}/decision with an operator key)",
+            input.decision().approval_id
+        ));
+    }
+    Ok(())
+}
+
+/// One operator decision, until the client's resend uses it.
+#[derive(Clone, Debug)]
+struct Decided {
+    caller: Option<CallerIdentity>,
+    approved: bool,
+    reason: Option<String>,
+    approver: String,
+    decided_at: SystemTime,
+    expires: Instant,
+}
+
+/// The operators' decisions, by approval id, and a signal for the clients long-polling them.
+#[derive(Debug)]
+pub(crate) struct Decisions {
+    ttl: Duration,
+    decided: Mutex<HashMap<String, Decided>>,
+    changed: tokio::sync::watch::Sender<u64>,
+}
+
+/// The decisions a resend picks up: the answers to pass on, and the operator who gave them.
+#[derive(Debug)]
+pub(crate) struct Picked {
+    pub(crate) answers: Vec<ApprovalAnswer>,
+    pub(crate) approver: String,
+}
+
+impl Decisions {
+    pub(crate) fn new(ttl: Duration) -> Self {
+        Decisions {
+            ttl,
+            decided: Mutex::new(HashMap::new()),
+            changed: tokio::sync::watch::Sender::new(0),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Decided>> {
+        // Every critical section leaves the map consistent.
+        self.decided.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Record a decision; `false` when the id already has one.
+    fn decide(&self, id: &str, decided: Decided) -> bool {
+        let mut map = self.lock();
+        let now = Instant::now();
+        map.retain(|_, d| d.expires > now);
+        if map.contains_key(id) {
+            return false;
+        }
+        map.insert(id.to_owned(), decided);
+        drop(map);
+        self.changed.send_modify(|n| *n = n.wrapping_add(1));
+        true
+    }
+
+    fn get(&self, id: &str, caller: Option<&CallerIdentity>) -> Option<Decided> {
+        self.lock()
+            .get(id)
+            .filter(|d| d.expires > Instant::now() && d.caller.as_ref() == caller)
+            .cloned()
+    }
+
+    /// Take the decisions of `ids` made for `caller`, when every id has one and one operator made them all;
+    /// `None` otherwise (nothing is taken).
+    pub(crate) fn take(&self, caller: Option<&CallerIdentity>, ids: &[String]) -> Option<Picked> {
+        let mut map = self.lock();
+        let now = Instant::now();
+        let decided: Vec<&Decided> = ids
+            .iter()
+            .map(|id| {
+                map.get(id)
+                    .filter(|d| d.expires > now && d.caller.as_ref() == caller)
+            })
+            .collect::<Option<_>>()?;
+        let approver = decided.first()?.approver.clone();
+        if decided.iter().any(|d| d.approver != approver) {
+            return None;
+        }
+        let answers = ids
+            .iter()
+            .zip(&decided)
+            .map(|(id, d)| ApprovalAnswer {
+                id: id.clone(),
+                approved: d.approved,
+                reason: d.reason.clone(),
+            })
+            .collect();
+        for id in ids {
+            map.remove(id);
+        }
+        Some(Picked { answers, approver })
+    }
+}
+
+/// The approval ids of the gateway's approval notice, when `messages` end with one (the assistant message a
+/// paused turn showed the client, resent as the client has it).
+pub(crate) fn notice_ids(messages: &[Message]) -> Vec<String> {
+    let Some(Message::Assistant(last)) = messages.last() else {
+        return Vec::new();
+    };
+    if !last.tool_calls.is_empty() {
+        return Vec::new();
+    }
+    let mut ids = Vec::new();
+    for (at, _) in last.content.match_indices("Approval id: apr_") {
+        let id: String = last.content[at + "Approval id: ".len()..]
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+            .collect();
+        if id.len() > "apr_".len() && !ids.contains(&id) {
+            ids.push(id);
+        }
+    }
+    ids
+}
+
+/// What the operator routes need from the gateway.
+#[derive(Clone)]
+pub(crate) struct OperatorState {
+    pub(crate) keys: Arc<crate::auth::ApiKeys>,
+    pub(crate) decisions: Arc<Decisions>,
+    pub(crate) pending: Arc<crate::pending::PendingStore>,
+    pub(crate) approval_store: Option<Arc<dyn tower_chat_approval::ApprovalStore>>,
+}
+
+/// The operator's identity as the approver (`operator:NAME`).
+#[derive(Clone, Debug)]
+pub(crate) struct Operator(String);
+
+/// Operator routes accept operator keys only.
+pub(crate) async fn authenticate_operator(
+    State(state): State<OperatorState>,
+    mut request: Request,
+    next: Next,
+) -> Response {
+    match state.keys.check(request.headers()) {
+        Ok(name) => {
+            request
+                .extensions_mut()
+                .insert(Operator(format!("{OPERATOR_PREFIX}{}", name.as_str())));
+            next.run(request).await
+        }
+        Err(error) => error.into_response(),
+    }
+}
+
+/// Who a pending approval belongs to, when it is pending: a paused turn of this process, or the approval
+/// layer's store (a turn paused before a restart, or in another replica).
+async fn pending_caller(state: &OperatorState, id: &str) -> Option<Option<CallerIdentity>> {
+    if let Some(caller) = state.pending.paused_caller(id) {
+        return Some(caller);
+    }
+    let pending = state
+        .approval_store
+        .as_ref()?
+        .get_pending(id)
+        .await
+        .ok()??;
+    (!pending.is_expired(SystemTime::now())).then_some(pending.caller)
+}
+
+/// Seconds since the Unix epoch.
+fn unix(time: SystemTime) -> u64 {
+    time.duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// `GET /v1/approvals`: what waits for a decision (paused in this process, unexpired), oldest first.
+pub(crate) async fn list(State(state): State<OperatorState>) -> Response {
+    let data: Vec<serde_json::Value> = state
+        .pending
+        .list()
+        .into_iter()
+        .map(|p| {
+            let decided = state
+                .decisions
+                .get(&p.notice.id, p.caller.as_ref())
+                .map(|d| if d.approved { "approved" } else { "denied" });
+            json!({
+                "id": p.notice.id,
+                "tool": p.notice.tool,
+                "arguments": p.notice.arguments,
+                "reason": p.notice.reason,
+                "caller": p.caller.as_ref().map(|c| c.as_str()),
+                "conversation": p.conversation.as_str(),
+                "paused_at": unix(p.paused_at),
+                "expires_in": p.expires_in.as_secs(),
+                "status": decided.unwrap_or("pending"),
+            })
+        })
+        .collect();
+    json_response(StatusCode::OK, &json!({"object": "list", "data": data}))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DecisionBody {
+    approved: bool,
+    #[serde(default)]
+    reason: Option<String>,
+}
+
+fn not_found(id: &str) -> ApiError {
+    ApiError::not_found_error(
+        "approval_not_found",
+        format!("no pending approval `{id}` (unknown, expired or already used)"),
+    )
+}
+
+/// The longest reason kept (it is shown to the model on a denial, and stored in the audit log).
+const MAX_REASON: usize = 4096;
+
+/// `POST /v1/approvals/{id}/decision`.
+pub(crate) async fn decide(
+    State(state): State<OperatorState>,
+    Extension(operator): Extension<Operator>,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> Response {
+    let body: DecisionBody = match serde_json::from_slice(&body) {
+        Ok(body) => body,
+        Err(e) => {
+            return ApiError::invalid_request(
+                "invalid_body",
+                format!("expected {{\"approved\": true|false, \"reason\": \"…\"}}: {e}"),
+            )
+            .into_response()
+        }
+    };
+    if body.reason.as_ref().is_some_and(|r| r.len() > MAX_REASON) {
+        return ApiError::invalid_request(
+            "reason_too_long",
+            format!("the reason is longer than {MAX_REASON} bytes"),
+        )
+        .into_response();
+    }
+    let Some(caller) = pending_caller(&state, &id).await else {
+        return not_found(&id).into_response();
+    };
+    let decided = Decided {
+        caller,
+        approved: body.approved,
+        reason: body.reason.clone(),
+        approver: operator.0.clone(),
+        decided_at: SystemTime::now(),
+        expires: Instant::now() + state.decisions.ttl,
+    };
+    if !state.decisions.decide(&id, decided) {
+        return ApiError {
+            status: StatusCode::CONFLICT,
+            ..ApiError::invalid_request(
+                "approval_already_decided",
+                format!("approval `{id}` was already decided"),
+            )
+        }
+        .into_response();
+    }
+    tracing::info!(approval_id = %id, approver = %operator.0, approved = body.approved, "operator decision");
+    json_response(
+        StatusCode::OK,
+        &json!({
+            "id": id,
+            "status": if body.approved { "approved" } else { "denied" },
+            "approver": operator.0,
+        }),
+    )
+}
+
+/// `wait=SECS` of a query string (other parameters are ignored).
+fn wait_seconds(query: Option<&str>) -> Option<f64> {
+    query?
+        .split('&')
+        .find_map(|pair| pair.strip_prefix("wait="))?
+        .parse()
+        .ok()
+}
+
+/// `GET /v1/approvals/{id}?wait=SECS`, for the paused turn's caller.
+pub(crate) async fn poll(
+    State(state): State<OperatorState>,
+    caller: Option<Extension<CallerIdentity>>,
+    Path(id): Path<String>,
+    RawQuery(query): RawQuery,
+) -> Response {
+    let caller = caller.map(|Extension(c)| c);
+    let wait = wait_seconds(query.as_deref())
+        .filter(|w| w.is_finite() && *w > 0.0)
+        .map_or(Duration::ZERO, |w| Duration::from_secs_f64(w).min(MAX_WAIT));
+    let deadline = tokio::time::Instant::now() + wait;
+    // Subscribed before the first look, so a decision made in between is not missed.
+    let mut changed = state.decisions.changed.subscribe();
+    loop {
+        if let Some(decided) = state.decisions.get(&id, caller.as_ref()) {
+            return json_response(
+                StatusCode::OK,
+                &json!({
+                    "id": id,
+                    "status": if decided.approved { "approved" } else { "denied" },
+                    "approver": decided.approver,
+                    "reason": decided.reason,
+                    "decided_at": unix(decided.decided_at),
+                }),
+            );
+        }
+        match pending_caller(&state, &id).await {
+            Some(owner) if owner == caller => {}
+            _ => return not_found(&id).into_response(),
+        }
+        match tokio::time::timeout_at(deadline, changed.changed()).await {
+            Ok(Ok(())) => {}
+            // The deadline passed (or the gateway is going away): still pending.
+            Ok(Err(_)) | Err(_) => {
+                return json_response(StatusCode::OK, &json!({"id": id, "status": "pending"}))
+            }
+        }
+    }
+}
+
+/// The 409 for a resend that names approvals no operator decided yet.
+pub(crate) fn still_pending(ids: &[String]) -> ApiError {
+    ApiError {
+        status: StatusCode::CONFLICT,
+        ..ApiError::invalid_request(
+            "approval_pending",
+            format!(
+                "approval {} awaits an operator's decision; wait with GET /v1/approvals/{}?wait=30, then \
+                 resend",
+                ids.join(", "),
+                ids[0]
+            ),
+        )
+    }
+}
+
+/// Whether any of `ids` is still pending for `caller` (decided or not).
+pub(crate) async fn any_pending(
+    state: &OperatorState,
+    caller: Option<&CallerIdentity>,
+    ids: &[String],
+) -> bool {
+    for id in ids {
+        if pending_caller(state, id).await.as_ref().map(Option::as_ref) == Some(caller) {
+            return true;
+        }
+    }
+    false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn decided(caller: &str, approver: &str, approved: bool) -> Decided {
+        Decided {
+            caller: Some(CallerIdentity::new(caller)),
+            approved,
+            reason: None,
+            approver: approver.into(),
+            decided_at: SystemTime::now(),
+            expires: Instant::now() + Duration::from_secs(60),
+        }
+    }
+
+    #[test]
+    fn notice_ids_are_read_from_a_trailing_notice_only() {
+        let notice = crate::wire::approval_text(&[
+            crate::wire::ApprovalNotice {
+                id: "apr_0123abcd".into(),
+                tool: "write_file".into(),
+                arguments: json!({"path": "a"}),
+                reason: None,
+            },
+            crate::wire::ApprovalNotice {
+                id: "apr_4567ef".into(),
+                tool: "write_file".into(),
+                arguments: json!({"path": "b"}),
+                reason: None,
+            },
+        ]);
+        let mut messages = vec![Message::user("hi"), Message::assistant(notice)];
+        assert_eq!(notice_ids(&messages), ["apr_0123abcd", "apr_4567ef"]);
+        let operators = crate::wire::operator_approval_text(&[crate::wire::ApprovalNotice {
+            id: "apr_89".into(),
+            tool: "write_file".into(),
+            arguments: json!({}),
+            reason: None,
+        }]);
+        assert!(operators.contains("An operator decides"), "{operators}");
+        assert_eq!(notice_ids(&[Message::assistant(operators)]), ["apr_89"]);
+        messages.push(Message::user("never mind"));
+        assert!(notice_ids(&messages).is_empty(), "the notice is not last");
+        assert!(notice_ids(&[Message::assistant("Approval id: apr_")]).is_empty());
+    }
+
+    #[test]
+    fn decisions_are_taken_once_all_at_once_and_only_by_their_caller() {
+        let decisions = Decisions::new(Duration::from_secs(60));
+        let alice = CallerIdentity::new("alice");
+        let ids = ["apr_1".to_owned(), "apr_2".to_owned()];
+        assert!(decisions.decide("apr_1", decided("alice", "operator:carol", true)));
+        assert!(!decisions.decide("apr_1", decided("alice", "operator:dan", false)));
+        assert!(
+            decisions.take(Some(&alice), &ids).is_none(),
+            "apr_2 undecided"
+        );
+        assert!(decisions.decide("apr_2", decided("alice", "operator:carol", false)));
+        assert!(decisions
+            .take(Some(&CallerIdentity::new("bob")), &ids)
+            .is_none());
+        let picked = decisions.take(Some(&alice), &ids).unwrap();
+        assert_eq!(picked.approver, "operator:carol");
+        assert_eq!(
+            picked
+                .answers
+                .iter()
+                .map(|a| (a.id.as_str(), a.approved))
+                .collect::<Vec<_>>(),
+            [("apr_1", true), ("apr_2", false)]
+        );
+        assert!(decisions.take(Some(&alice), &ids).is_none(), "single use");
+    }
+
+    #[test]
+    fn decisions_of_two_operators_are_not_mixed_in_one_resume() {
+        let decisions = Decisions::new(Duration::from_secs(60));
+        decisions.decide("apr_1", decided("alice", "operator:carol", true));
+        decisions.decide("apr_2", decided("alice", "operator:dan", true));
+        let ids = ["apr_1".to_owned(), "apr_2".to_owned()];
+        assert!(decisions
+            .take(Some(&CallerIdentity::new("alice")), &ids)
+            .is_none());
+    }
+
+    #[test]
+    fn the_wait_parameter_is_read_from_the_query() {
+        assert_eq!(wait_seconds(Some("wait=30")), Some(30.0));
+        assert_eq!(wait_seconds(Some("x=1&wait=0.5")), Some(0.5));
+        assert_eq!(wait_seconds(Some("wait=soon")), None);
+        assert_eq!(wait_seconds(None), None);
+    }
+}

@@ -1,0 +1,333 @@
+//! Operator decisions (`--operator-keys-file`): an operator approves or denies a client's paused call by its
+//! approval id, the client learns it by long-polling and resumes by resending its conversation without
+//! decisions; the audit log names the operator; only operators approve; the two key sets stay apart.
+
+mod common;
+
+use std::path::Path;
+
+use bytes::Bytes;
+use common::{post, request, tool_result, Answer, Harness};
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use serde_json::{json, Value};
+use tower_chat::test_server::{RecordedRequest, Reply};
+use tower_chat::ConversationId;
+use tower_chat_approval::{ApprovalStore, AuditOutcome, SqliteApprovalStore};
+
+const ALICE: [(&str, &str); 1] = [("authorization", "Bearer sk-alice")];
+const BOB: [(&str, &str); 1] = [("authorization", "Bearer sk-bob")];
+const OPS: [(&str, &str); 1] = [("authorization", "Bearer sk-ops-carol")];
+
+fn write_then_answer(req: &RecordedRequest, _index: usize) -> Reply {
+    let messages = req.body["messages"].as_array().unwrap();
+    match tool_result(messages, "call_write") {
+        None => Reply::openai_tool_calls(&[(
+            "call_write",
+            "write_file",
+            r#"{"path": "out/ops.txt", "content": "by the book"}"#,
+        )]),
+        Some(result) => Reply::openai_text(&format!("Result: {result}")),
+    }
+}
+
+/// A gateway with client keys alice and bob and operator carol, on SQLite or on the PostgreSQL `database_url`.
+async fn gateway_on(dir: &Path, database_url: Option<String>) -> Harness {
+    std::fs::write(dir.join("clients"), "alice:sk-alice\nbob:sk-bob\n").unwrap();
+    std::fs::write(dir.join("operators"), "carol:sk-ops-carol\n").unwrap();
+    let (clients, operators) = (dir.join("clients"), dir.join("operators"));
+    Harness::start(write_then_answer, move |c| {
+        c.api_keys_file = Some(clients);
+        c.operator_keys_file = Some(operators);
+        c.database_url = database_url;
+    })
+    .await
+}
+
+async fn gateway(dir: &Path) -> Harness {
+    gateway_on(dir, None).await
+}
+
+async fn get(url: &str, headers: &[(&str, &str)]) -> Answer {
+    let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
+    let mut request = http::Request::get(url);
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    let response = client
+        .request(request.body(Full::new(Bytes::new())).unwrap())
+        .await
+        .expect("request");
+    let status = response.status();
+    let headers = response.headers().clone();
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    Answer {
+        status,
+        headers,
+        body: String::from_utf8(body.to_vec()).unwrap(),
+    }
+}
+
+/// Alice's paused turn: the approval id and the conversation as she resends it (ending with the notice).
+async fn pause(gw: &Harness, conversation: &str) -> (String, Value) {
+    let chat = gw.url("/v1/chat/completions");
+    let headers = [ALICE[0], ("x-conversation-id", conversation)];
+    let first = post(&chat, request(false, "write it").to_string(), &headers).await;
+    assert_eq!(first.status, 200, "{}", first.body);
+    let body = first.json();
+    assert_eq!(body["tower_chat"]["finish_reason"], "awaiting_approval");
+    let notice = body["choices"][0]["message"]["content"].as_str().unwrap();
+    assert!(
+        notice.contains("An operator decides") && notice.contains("GET /v1/approvals/"),
+        "the notice tells the client to wait, not to decide: {notice}"
+    );
+    let id = body["tower_chat"]["approval_requests"][0]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let mut resend = request(false, "write it");
+    resend["messages"].as_array_mut().unwrap().push(json!({
+        "role": "assistant",
+        "content": body["choices"][0]["message"]["content"],
+    }));
+    (id, resend)
+}
+
+#[tokio::test]
+async fn an_operator_approves_the_client_learns_it_and_resumes_and_the_audit_names_the_operator() {
+    let dir = tempfile::tempdir().unwrap();
+    let gw = gateway(dir.path()).await;
+    let id = operator_approves(&gw, "c1").await;
+    // The audit log: the approval crate's table in the gateway's SQLite file.
+    let db = tower_chat_persistence::SqliteStore::open(gw.files.path().join("gateway.db"))
+        .await
+        .unwrap();
+    let audit = SqliteApprovalStore::new(db)
+        .await
+        .unwrap()
+        .audit_log(&ConversationId::new("alice/c1"))
+        .await
+        .unwrap();
+    check_audit(&audit, &id);
+}
+
+#[tokio::test]
+async fn the_same_on_postgresql() {
+    let Some(url) = tower_chat::test_server::service_url("DATABASE_URL") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let gw = gateway_on(dir.path(), Some(url.clone())).await;
+    // A conversation id of its own: the database outlives the test.
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    let conversation = format!("op-{}-{nanos}", std::process::id());
+    let id = operator_approves(&gw, &conversation).await;
+    let store = tower_chat_persistence::PostgresStore::connect(url)
+        .await
+        .unwrap();
+    let audit = tower_chat_approval::PostgresApprovalStore::new(store)
+        .await
+        .unwrap()
+        .audit_log(&ConversationId::new(format!("alice/{conversation}")))
+        .await
+        .unwrap();
+    check_audit(&audit, &id);
+}
+
+/// The audit log of one operator approval of Alice's call: Carol is the approver.
+fn check_audit(audit: &[tower_chat_approval::AuditRecord], id: &str) {
+    assert_eq!(audit.len(), 1, "{audit:?}");
+    assert_eq!(audit[0].approval_id, id);
+    assert_eq!(audit[0].outcome, AuditOutcome::Approved);
+    assert_eq!(audit[0].approver.as_deref(), Some("operator:carol"));
+    assert_eq!(audit[0].caller.as_ref().map(|c| c.as_str()), Some("alice"));
+    assert_eq!(audit[0].reason.as_deref(), Some("looks fine"));
+}
+
+/// Alice's call paused, resent too early, waited on, approved by Carol, resumed; returns the approval id.
+async fn operator_approves(gw: &Harness, conversation: &str) -> String {
+    let chat = gw.url("/v1/chat/completions");
+    let (id, resend) = pause(gw, conversation).await;
+    let headers = [ALICE[0], ("x-conversation-id", conversation)];
+    let decision_url = gw.url(&format!("/v1/approvals/{id}/decision"));
+    let poll_url = gw.url(&format!("/v1/approvals/{id}"));
+
+    // Before any decision: the poll says pending, and a resend is told to wait.
+    let now = get(&poll_url, &ALICE).await;
+    assert_eq!(now.status, 200, "{}", now.body);
+    assert_eq!(now.json()["status"], "pending");
+    let early = post(&chat, resend.to_string(), &headers).await;
+    assert_eq!(early.status, 409, "{}", early.body);
+    assert_eq!(early.json()["error"]["code"], "approval_pending");
+    assert_eq!(gw.provider.requests().len(), 1, "nothing went upstream");
+
+    // Keys stay apart: a client cannot decide, an operator cannot chat, another client cannot poll.
+    let by_client = post(&decision_url, json!({"approved": true}).to_string(), &ALICE).await;
+    assert_eq!(by_client.status, 401, "{}", by_client.body);
+    let ops_chat = post(&chat, request(false, "hi").to_string(), &OPS).await;
+    assert_eq!(ops_chat.status, 401, "{}", ops_chat.body);
+    assert_eq!(get(&poll_url, &BOB).await.status, 404);
+    let unknown = post(
+        &gw.url("/v1/approvals/apr_made_up/decision"),
+        json!({"approved": true}).to_string(),
+        &OPS,
+    )
+    .await;
+    assert_eq!(unknown.status, 404, "{}", unknown.body);
+
+    // Carol sees it in her list (an operator key only).
+    let listed = get(&gw.url("/v1/approvals"), &OPS).await;
+    assert_eq!(listed.status, 200, "{}", listed.body);
+    let listed = listed.json();
+    let entry = listed["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["id"] == id.as_str())
+        .unwrap_or_else(|| panic!("{id} not listed: {listed}"))
+        .clone();
+    assert_eq!(entry["tool"], "write_file");
+    assert_eq!(entry["arguments"]["path"], "out/ops.txt");
+    assert_eq!(entry["caller"], "alice");
+    assert_eq!(entry["conversation"], format!("alice/{conversation}"));
+    assert_eq!(entry["status"], "pending");
+    assert_eq!(get(&gw.url("/v1/approvals"), &ALICE).await.status, 401);
+
+    // Alice long-polls; Carol approves while she waits; the poll answers with the decision.
+    let waiting = tokio::spawn({
+        let url = format!("{poll_url}?wait=30");
+        async move { get(&url, &ALICE).await }
+    });
+    let decided = post(
+        &decision_url,
+        json!({"approved": true, "reason": "looks fine"}).to_string(),
+        &OPS,
+    )
+    .await;
+    assert_eq!(decided.status, 200, "{}", decided.body);
+    assert_eq!(decided.json()["approver"], "operator:carol");
+    let learned = waiting.await.unwrap();
+    assert_eq!(learned.status, 200, "{}", learned.body);
+    let learned = learned.json();
+    assert_eq!(learned["status"], "approved");
+    assert_eq!(learned["approver"], "operator:carol");
+    let again = post(&decision_url, json!({"approved": false}).to_string(), &OPS).await;
+    assert_eq!(
+        again.status, 409,
+        "one decision per approval: {}",
+        again.body
+    );
+    assert!(!gw.root().join("out/ops.txt").exists(), "nothing ran yet");
+
+    // The resend without decisions picks Carol's up: the turn completes.
+    let done = post(&chat, resend.to_string(), &headers).await;
+    assert_eq!(done.status, 200, "{}", done.body);
+    assert_eq!(
+        done.json()["choices"][0]["message"]["content"],
+        "Result: wrote 11 bytes to out/ops.txt"
+    );
+    assert_eq!(
+        std::fs::read_to_string(gw.root().join("out/ops.txt")).unwrap(),
+        "by the book"
+    );
+    // Used: the decision is gone with the approval, and so is the list entry.
+    assert_eq!(get(&poll_url, &ALICE).await.status, 404);
+    let listed = get(&gw.url("/v1/approvals"), &OPS).await.json();
+    assert!(
+        !listed["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["id"] == id.as_str()),
+        "{listed}"
+    );
+    id
+}
+
+#[tokio::test]
+async fn an_operator_denial_reaches_the_model_and_nothing_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let gw = gateway(dir.path()).await;
+    let (id, resend) = pause(&gw, "c2").await;
+    let denied = post(
+        &gw.url(&format!("/v1/approvals/{id}/decision")),
+        json!({"approved": false, "reason": "not on a Friday"}).to_string(),
+        &OPS,
+    )
+    .await;
+    assert_eq!(denied.status, 200, "{}", denied.body);
+    let poll = get(&gw.url(&format!("/v1/approvals/{id}?wait=5")), &ALICE).await;
+    assert_eq!(poll.json()["status"], "denied");
+    assert_eq!(poll.json()["reason"], "not on a Friday");
+    let headers = [ALICE[0], ("x-conversation-id", "c2")];
+    let done = post(
+        &gw.url("/v1/chat/completions"),
+        resend.to_string(),
+        &headers,
+    )
+    .await;
+    assert_eq!(done.status, 200, "{}", done.body);
+    let text = done.json()["choices"][0]["message"]["content"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        text.contains("not approved") && text.contains("not on a Friday"),
+        "{text}"
+    );
+    assert!(!gw.root().join("out/ops.txt").exists());
+}
+
+#[tokio::test]
+async fn with_operators_configured_a_client_cannot_approve_its_own_call_but_can_deny_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let gw = gateway(dir.path()).await;
+    let chat = gw.url("/v1/chat/completions");
+    let headers = [ALICE[0], ("x-conversation-id", "c3")];
+    let (id, mut resend) = pause(&gw, "c3").await;
+    resend["tower_chat"] = json!({"approvals": [{"id": id, "approved": true}]});
+    let refused = post(&chat, resend.to_string(), &headers).await;
+    assert!(
+        refused.status.is_client_error(),
+        "{} {}",
+        refused.status,
+        refused.body
+    );
+    assert!(
+        refused.body.contains("only an operator may approve"),
+        "{}",
+        refused.body
+    );
+    assert!(!gw.root().join("out/ops.txt").exists());
+
+    // The refused resend used up the paused turn: a new one, denied by Alice herself.
+    let (id, mut resend) = pause(&gw, "c4").await;
+    resend["tower_chat"] =
+        json!({"approvals": [{"id": id, "approved": false, "reason": "changed my mind"}]});
+    let headers = [ALICE[0], ("x-conversation-id", "c4")];
+    let denied = post(&chat, resend.to_string(), &headers).await;
+    assert_eq!(denied.status, 200, "{}", denied.body);
+    assert!(!gw.root().join("out/ops.txt").exists());
+}
+
+#[tokio::test]
+async fn an_operator_key_that_is_also_a_client_key_is_refused_at_start() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("clients"), "alice:sk-shared\n").unwrap();
+    std::fs::write(dir.path().join("operators"), "carol:sk-shared\n").unwrap();
+    let mut config = tower_chat_gateway::Config::new("http://127.0.0.1:9/v1");
+    config.db = dir.path().join("gateway.db");
+    config.api_keys_file = Some(dir.path().join("clients"));
+    config.operator_keys_file = Some(dir.path().join("operators"));
+    let error = tower_chat_gateway::Gateway::new(&config).await.unwrap_err();
+    assert!(
+        error
+            .to_string()
+            .contains("operator keys must differ from client keys"),
+        "{error}"
+    );
+}
