@@ -136,6 +136,7 @@
 #![deny(missing_docs)]
 #![warn(missing_debug_implementations, unreachable_pub)]
 
+mod clock;
 mod error;
 mod layer;
 mod placement;
@@ -148,6 +149,7 @@ mod stream;
 mod tables;
 mod verify;
 
+pub use clock::{Clock, ManualClock, SystemClock};
 pub use error::{ApprovalRefused, Refusal, RefusalKind};
 pub use layer::ApprovalLayer;
 pub use placement::ApprovalMisplaced;
