@@ -162,3 +162,8 @@ pub use stream::ApprovalStream;
 pub use tables::PostgresApprovalStore;
 #[cfg(feature = "sqlite")]
 pub use tables::SqliteApprovalStore;
+
+/// The README's examples, compiled as doctests so every snippet a reader copies builds (`cargo test --doc`).
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
