@@ -1,6 +1,6 @@
 //! A full conversation with a tool round, streamed to the terminal.
 //!
-//! `cargo run --release --example quickstart`
+//! `cargo run --release --example quickstart` (from the repository root)
 //!
 //! Offline by default: a scripted OpenAI-compatible provider starts on loopback and the real HTTP leaf talks to
 //! it. With `OPENAI_API_KEY` set (optionally `OPENAI_BASE_URL`, `OPENAI_MODEL`) the same stack talks to that

@@ -2,9 +2,11 @@
 
 mod common;
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::{get, post, request, Harness};
+use tokio::sync::Notify;
 use tower_chat::test_server::{Part, Reply};
 
 #[tokio::test]
@@ -54,8 +56,12 @@ async fn an_unreadable_or_empty_keys_file_fails_at_startup() {
 
 #[tokio::test]
 async fn shutdown_lets_in_flight_streams_finish_and_stops_accepting() {
+    // Signalled when the request reaches the upstream: from then on it is in flight.
+    let received = Arc::new(Notify::new());
+    let upstream_has_it = received.clone();
     let mut gw = Harness::start(
-        |_, _| {
+        move |_, _| {
+            upstream_has_it.notify_one();
             let mut reply = Reply::openai_text("slow but complete answer");
             // Pause between every chunk, so the stream is in flight when shutdown begins.
             let parts = std::mem::take(&mut reply.parts);
@@ -72,7 +78,9 @@ async fn shutdown_lets_in_flight_streams_finish_and_stops_accepting() {
     let url = gw.url("/v1/chat/completions");
     let body = request(true, "hi").to_string();
     let in_flight = tokio::spawn(async move { post(&url, body, &[]).await });
-    tokio::time::sleep(Duration::from_millis(150)).await;
+    tokio::time::timeout(Duration::from_secs(10), received.notified())
+        .await
+        .expect("the request reaches the upstream");
     gw.shutdown();
     let answer = in_flight.await.unwrap();
     assert_eq!(answer.status, 200);
@@ -92,8 +100,11 @@ async fn shutdown_lets_in_flight_streams_finish_and_stops_accepting() {
 
 #[tokio::test]
 async fn the_drain_is_bounded_by_the_shutdown_timeout() {
+    let received = Arc::new(Notify::new());
+    let upstream_has_it = received.clone();
     let mut gw = Harness::start(
-        |_, _| {
+        move |_, _| {
+            upstream_has_it.notify_one();
             Reply::sse_chunks([
                 "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"x\"}}]}\n\n",
             ])
@@ -105,7 +116,9 @@ async fn the_drain_is_bounded_by_the_shutdown_timeout() {
     let url = gw.url("/v1/chat/completions");
     let body = request(true, "hi").to_string();
     let _in_flight = tokio::spawn(async move { post(&url, body, &[]).await });
-    tokio::time::sleep(Duration::from_millis(150)).await;
+    tokio::time::timeout(Duration::from_secs(10), received.notified())
+        .await
+        .expect("the request reaches the upstream");
     let started = Instant::now();
     gw.shutdown();
     let server = gw.server.take().unwrap();

@@ -41,3 +41,9 @@ pub use tower_chat_limits as limits;
 /// MCP servers as tool sources (feature `mcp`).
 #[cfg(feature = "mcp")]
 pub use tower_chat_mcp as mcp;
+
+/// The repository README's stack (its first screen), compiled as a doctest here: it is written against this
+/// crate, which the core crate cannot depend on.
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+pub struct RootReadmeDoctests;

@@ -6,6 +6,7 @@ use std::time::Duration;
 use tower_chat_function_invocation::ApprovalPolicy;
 use tower_layer::Layer;
 
+use crate::clock::{Clock, SystemClock};
 use crate::policy::{ApproverInput, ApproverRuleFn, PolicyFn, PolicyInput, Rules, Verdict};
 use crate::service::Approval;
 use crate::store::{ApprovalStore, MemoryApprovalStore};
@@ -14,6 +15,8 @@ use crate::store::{ApprovalStore, MemoryApprovalStore};
 pub(crate) struct Shared {
     pub(crate) store: Arc<dyn ApprovalStore>,
     pub(crate) ttl: Duration,
+    /// Read when an id is issued (its expiry) and when a decision is checked against it.
+    pub(crate) clock: Arc<dyn Clock>,
     pub(crate) approver_rule: Option<Arc<ApproverRuleFn>>,
     /// The rules as the tool loop's hook, built once per service so a request only clones an `Arc`.
     pub(crate) policy: ApprovalPolicy,
@@ -29,12 +32,14 @@ pub(crate) struct Shared {
 /// | [`policy`](Self::policy): a function of tool, arguments and request context | the flags |
 /// | [`approver_rule`](Self::approver_rule): who may decide what | anyone the request binds to |
 /// | [`ttl`](Self::ttl): how long an approval id stays valid | 24 hours |
+/// | [`clock`](Self::clock): the time that ids expire by | [`SystemClock`] |
 #[derive(Clone)]
 pub struct ApprovalLayer {
     store: Arc<dyn ApprovalStore>,
     rules: Arc<Rules>,
     approver_rule: Option<Arc<ApproverRuleFn>>,
     ttl: Duration,
+    clock: Arc<dyn Clock>,
 }
 
 impl Default for ApprovalLayer {
@@ -54,6 +59,7 @@ impl ApprovalLayer {
             }),
             approver_rule: None,
             ttl: Duration::from_secs(24 * 60 * 60),
+            clock: Arc::new(SystemClock),
         }
     }
 
@@ -126,6 +132,13 @@ impl ApprovalLayer {
         self.ttl = ttl;
         self
     }
+
+    /// The time source for issuing ids and checking their expiry (default [`SystemClock`]; a
+    /// [`ManualClock`](crate::ManualClock) in tests, so expiry needs no waiting).
+    pub fn clock(mut self, clock: impl Clock) -> Self {
+        self.clock = Arc::new(clock);
+        self
+    }
 }
 
 impl fmt::Debug for ApprovalLayer {
@@ -145,6 +158,7 @@ impl<S> Layer<S> for ApprovalLayer {
         let shared = Shared {
             store: self.store.clone(),
             ttl: self.ttl,
+            clock: self.clock.clone(),
             approver_rule: self.approver_rule.clone(),
             policy: self.rules.clone().into_loop_policy(),
         };

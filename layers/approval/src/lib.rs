@@ -136,6 +136,7 @@
 #![deny(missing_docs)]
 #![warn(missing_debug_implementations, unreachable_pub)]
 
+mod clock;
 mod error;
 mod layer;
 mod placement;
@@ -148,6 +149,7 @@ mod stream;
 mod tables;
 mod verify;
 
+pub use clock::{Clock, ManualClock, SystemClock};
 pub use error::{ApprovalRefused, Refusal, RefusalKind};
 pub use layer::ApprovalLayer;
 pub use placement::ApprovalMisplaced;
@@ -160,3 +162,8 @@ pub use stream::ApprovalStream;
 pub use tables::PostgresApprovalStore;
 #[cfg(feature = "sqlite")]
 pub use tables::SqliteApprovalStore;
+
+/// The README's examples, compiled as doctests so every snippet a reader copies builds (`cargo test --doc`).
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

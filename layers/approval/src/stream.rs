@@ -5,7 +5,6 @@ use std::fmt;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
-use std::time::SystemTime;
 
 use futures_core::Stream;
 use futures_util::future::{BoxFuture, FutureExt};
@@ -88,7 +87,7 @@ impl ApprovalStream {
             );
             return Box::pin(futures_util::future::ready(Err(error)));
         };
-        let created_at = SystemTime::now();
+        let created_at = self.shared.clock.now();
         let pending = PendingApproval {
             approval_id: new_approval_id(),
             conversation_id: conversation,

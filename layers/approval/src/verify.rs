@@ -216,7 +216,7 @@ pub(crate) async fn verify(
         shared,
         request,
         approver,
-        now: SystemTime::now(),
+        now: shared.clock.now(),
         pending: pending_calls(&request.messages),
     };
 

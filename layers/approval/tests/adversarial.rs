@@ -3,7 +3,7 @@
 
 mod common;
 
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use common::*;
 use serde_json::json;
@@ -12,8 +12,8 @@ use tower_chat::{
     Message, ToolCall,
 };
 use tower_chat_approval::{
-    ApprovalLayer, ApprovalStore, AuditOutcome, AuditRecord, MemoryApprovalStore, PendingApproval,
-    RefusalKind, StoreFuture,
+    ApprovalLayer, ApprovalStore, AuditOutcome, AuditRecord, Clock, ManualClock,
+    MemoryApprovalStore, PendingApproval, RefusalKind, StoreFuture,
 };
 
 /// A paused conversation: the model called `delete` (gated) on a.txt.
@@ -224,21 +224,38 @@ async fn concurrent_uses_of_one_id_run_the_tool_once() {
 #[tokio::test]
 async fn an_expired_id_is_refused() {
     for shape in SHAPES {
-        let p = paused(shape, flagged().ttl(Duration::from_millis(50))).await;
-        tokio::time::sleep(Duration::from_millis(120)).await;
+        // Far from the wall clock: ids issued or checked by the system time instead would not expire here.
+        let clock = ManualClock::new(SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000_000));
+        let ttl = Duration::from_secs(60);
+        let p = paused(shape, flagged().ttl(ttl).clock(clock.clone())).await;
+        clock.advance(ttl - Duration::from_secs(1));
+        assert_eq!(p.store.purge_expired(clock.now()).await.unwrap(), 0);
+        clock.advance(Duration::from_secs(2));
         let late = decide(
             request(p.history.clone()),
             vec![ApprovalDecision::approve(&p.id)],
         );
         p.refused(late, RefusalKind::Expired).await;
         assert_eq!(p.runs.deletes(), 0);
-        assert_eq!(
-            p.store
-                .purge_expired(std::time::SystemTime::now())
-                .await
-                .unwrap(),
-            1
+        assert_eq!(p.store.purge_expired(clock.now()).await.unwrap(), 1);
+    }
+}
+
+#[tokio::test]
+async fn an_id_is_valid_until_its_ttl_has_passed_on_the_layers_clock() {
+    for shape in SHAPES {
+        let clock = ManualClock::new(SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000_000));
+        let ttl = Duration::from_secs(60);
+        let p = paused(shape, flagged().ttl(ttl).clock(clock.clone())).await;
+        clock.advance(ttl - Duration::from_secs(1));
+        let in_time = decide(
+            request(p.history.clone()),
+            vec![ApprovalDecision::approve(&p.id)],
         );
+        run(&p.chat, in_time)
+            .await
+            .expect("approved before its expiry");
+        assert_eq!(p.runs.deletes(), 1, "{shape:?}");
     }
 }
 
@@ -423,7 +440,7 @@ impl ApprovalStore for TestStore {
     fn take_pending<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<PendingApproval>> {
         self.op(self.inner.take_pending(id))
     }
-    fn purge_expired(&self, now: std::time::SystemTime) -> StoreFuture<'_, u64> {
+    fn purge_expired(&self, now: SystemTime) -> StoreFuture<'_, u64> {
         self.op(self.inner.purge_expired(now))
     }
     fn insert_audit<'a>(&'a self, record: &'a AuditRecord) -> StoreFuture<'a, ()> {

@@ -12,7 +12,8 @@ use tower_chat::{
     ApprovalDecision, ApprovalRequest, ConversationId, FinishReason, Message, ToolCall,
 };
 use tower_chat_approval::{
-    ApprovalLayer, ApprovalStore, AuditOutcome, RefusalKind, SqliteApprovalStore,
+    ApprovalLayer, ApprovalStore, AuditOutcome, Clock, ManualClock, RefusalKind,
+    SqliteApprovalStore,
 };
 use tower_chat_persistence::SqliteStore;
 
@@ -146,9 +147,9 @@ async fn expiry_and_binding_hold_on_sqlite() {
     for shape in SHAPES {
         let runs = Runs::new();
         let (m, _) = model(shape, vec![delete_call("c1", "a.txt")]);
-        let layer: ApprovalLayer = flagged()
-            .store(store.clone())
-            .ttl(Duration::from_millis(300));
+        let clock = ManualClock::new(SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000_000));
+        let ttl = Duration::from_secs(60);
+        let layer: ApprovalLayer = flagged().store(store.clone()).ttl(ttl).clock(clock.clone());
         let chat = stack(&layer, &runs, m);
         let (events, history) = pause(&chat, user("x")).await;
         let id = approvals(&events)[0].id.clone();
@@ -165,14 +166,14 @@ async fn expiry_and_binding_hold_on_sqlite() {
             vec![RefusalKind::OtherConversation]
         );
 
-        tokio::time::sleep(Duration::from_millis(400)).await;
+        clock.advance(ttl + Duration::from_secs(1));
         let late = decide(request(history), vec![ApprovalDecision::approve(&id)]);
         assert_eq!(
             refusal_kinds(&run(&chat, late).await.unwrap_err()),
             vec![RefusalKind::Expired]
         );
         assert_eq!(runs.deletes(), 0);
-        assert!(store.purge_expired(SystemTime::now()).await.unwrap() >= 1);
+        assert!(store.purge_expired(clock.now()).await.unwrap() >= 1);
         assert!(store.get_pending(&id).await.unwrap().is_none());
     }
 }

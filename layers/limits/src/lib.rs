@@ -104,3 +104,8 @@ pub use store::{
 pub use store::{RedisStore, RedisStoreBuilder};
 pub use stream::LimitedStream;
 pub use window::Window;
+
+/// The README's examples, compiled as doctests so every snippet a reader copies builds (`cargo test --doc`).
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

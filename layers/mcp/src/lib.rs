@@ -98,3 +98,8 @@ pub use server::McpServerStatus;
 
 /// The MCP SDK, re-exported.
 pub use rmcp;
+
+/// The README's examples, compiled as doctests so every snippet a reader copies builds (`cargo test --doc`).
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

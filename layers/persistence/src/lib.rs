@@ -105,3 +105,8 @@ pub use store::postgres::{PostgresStore, PostgresStoreBuilder};
 pub use store::sqlite::{Durability, SqliteStore, SqliteStoreBuilder};
 pub use store::{Migration, Store, StoreError};
 pub use stream::RecordingStream;
+
+/// The README's examples, compiled as doctests so every snippet a reader copies builds (`cargo test --doc`).
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

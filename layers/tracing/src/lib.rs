@@ -110,3 +110,8 @@ pub use metrics::{CallRecord, Metrics, NoMetrics, Outcome};
 #[cfg(feature = "opentelemetry")]
 pub use otel::{OpenTelemetryMetrics, OPERATION_DURATION, TIME_TO_FIRST_CHUNK, TOKEN_USAGE};
 pub use service::{ResponseFuture, Tracing};
+
+/// The README's examples, compiled as doctests so every snippet a reader copies builds (`cargo test --doc`).
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

@@ -1,10 +1,4 @@
-//! Chat Completions responses — streamed `chat.completion.chunk`s and whole `chat.completion`s — mapped to chat
-//! events.
-//!
-//! Real servers differ; each quirk handled here has a test: tool-call fragments keyed by `index` with `id` and
-//! `name` only on the first one; servers that reuse index 0 for every call and tell calls apart by `id`
-//! (Ollama); `tool_calls: []` on plain text chunks (vLLM); a final usage chunk with empty `choices`; no usage at
-//! all; `finish_reason: "stop"` on a response that called tools; an `error` object inside the stream.
+//! Streamed `chat.completion.chunk`s: the SSE decoder of the leaf ([`ChunkDecoder`]), and its tests.
 
 use std::borrow::Cow;
 use std::collections::VecDeque;
@@ -13,6 +7,7 @@ use serde::de::IgnoredAny;
 use serde::Deserialize;
 use serde_json::Value;
 
+use super::{finish_reason, stream_error, WireUsage};
 use crate::error::{ChatError, ErrorKind};
 use crate::event::{ChatEvent, FinishReason, Usage};
 use crate::message::ToolCall;
@@ -62,7 +57,7 @@ impl Metadata for IgnoredAny {
 /// (`Option<Cow<str>>` would not do: serde borrows a `Cow` only when it is the field's whole type.)
 #[derive(Deserialize)]
 #[serde(transparent)]
-struct Text<'a>(#[serde(borrow)] Cow<'a, str>);
+pub(super) struct Text<'a>(#[serde(borrow)] Cow<'a, str>);
 
 impl Text<'_> {
     fn into_string(self) -> String {
@@ -122,19 +117,19 @@ struct ChunkChoice<'a> {
 /// A choice's `delta`. Kept small (the rare reasoning and refusal texts boxed) because every chunk moves it a few
 /// times on its way out of serde, and a small value moves in registers where a large one costs a `memcpy` call.
 #[derive(Default)]
-struct Delta<'a> {
-    content: Option<Text<'a>>,
-    tool_calls: Option<Vec<DeltaToolCall<'a>>>,
-    rare: Option<Box<RareDelta<'a>>>,
+pub(super) struct Delta<'a> {
+    pub(super) content: Option<Text<'a>>,
+    pub(super) tool_calls: Option<Vec<DeltaToolCall<'a>>>,
+    pub(super) rare: Option<Box<RareDelta<'a>>>,
 }
 
 #[derive(Default)]
-struct RareDelta<'a> {
+pub(super) struct RareDelta<'a> {
     /// DeepSeek, vLLM (older), llama.cpp.
-    reasoning_content: Option<Text<'a>>,
+    pub(super) reasoning_content: Option<Text<'a>>,
     /// vLLM, OpenRouter, Ollama.
-    reasoning: Option<Text<'a>>,
-    refusal: Option<Text<'a>>,
+    pub(super) reasoning: Option<Text<'a>>,
+    pub(super) refusal: Option<Text<'a>>,
 }
 
 impl<'a> Delta<'a> {
@@ -180,62 +175,25 @@ impl<'de: 'a, 'a> Deserialize<'de> for Delta<'a> {
 }
 
 #[derive(Deserialize)]
-struct DeltaToolCall<'a> {
+pub(super) struct DeltaToolCall<'a> {
     #[serde(default)]
-    index: Option<u32>,
+    pub(super) index: Option<u32>,
     #[serde(default, borrow)]
-    id: Option<Text<'a>>,
+    pub(super) id: Option<Text<'a>>,
     #[serde(default, borrow)]
-    function: Option<DeltaFunction<'a>>,
+    pub(super) function: Option<DeltaFunction<'a>>,
 }
 
 #[derive(Deserialize)]
-struct DeltaFunction<'a> {
+pub(super) struct DeltaFunction<'a> {
     #[serde(default, borrow)]
-    name: Option<Text<'a>>,
+    pub(super) name: Option<Text<'a>>,
     #[serde(default, borrow)]
-    arguments: Option<Text<'a>>,
-}
-
-#[derive(Deserialize)]
-struct WireUsage {
-    #[serde(default)]
-    prompt_tokens: u64,
-    #[serde(default)]
-    completion_tokens: u64,
-    #[serde(default)]
-    prompt_tokens_details: Option<PromptDetails>,
-    #[serde(default)]
-    completion_tokens_details: Option<CompletionDetails>,
-}
-
-#[derive(Deserialize)]
-struct PromptDetails {
-    #[serde(default)]
-    cached_tokens: Option<u64>,
-}
-
-#[derive(Deserialize)]
-struct CompletionDetails {
-    #[serde(default)]
-    reasoning_tokens: Option<u64>,
-}
-
-impl From<WireUsage> for Usage {
-    fn from(wire: WireUsage) -> Self {
-        Usage {
-            input_tokens: wire.prompt_tokens,
-            output_tokens: wire.completion_tokens,
-            cached_input_tokens: wire.prompt_tokens_details.and_then(|d| d.cached_tokens),
-            reasoning_tokens: wire
-                .completion_tokens_details
-                .and_then(|d| d.reasoning_tokens),
-        }
-    }
+    pub(super) arguments: Option<Text<'a>>,
 }
 
 /// A call being assembled from fragments.
-struct PartialCall {
+pub(super) struct PartialCall {
     wire_index: u32,
     id: String,
     name: String,
@@ -246,11 +204,11 @@ struct PartialCall {
 /// Maps a Chat Completions SSE stream to chat events.
 #[derive(Default)]
 pub(crate) struct ChunkDecoder {
-    metadata_sent: bool,
-    calls: Vec<PartialCall>,
-    finish: Option<FinishReason>,
-    usage: Option<Usage>,
-    done: bool,
+    pub(super) metadata_sent: bool,
+    pub(super) calls: Vec<PartialCall>,
+    pub(super) finish: Option<FinishReason>,
+    pub(super) usage: Option<Usage>,
+    pub(super) done: bool,
 }
 
 impl ChunkDecoder {
@@ -287,7 +245,7 @@ impl ChunkDecoder {
         Ok(())
     }
 
-    fn on_delta(&mut self, delta: Delta<'_>, out: &mut VecDeque<ChatEvent>) {
+    pub(super) fn on_delta(&mut self, delta: Delta<'_>, out: &mut VecDeque<ChatEvent>) {
         let mut refusal = None;
         if let Some(rare) = delta.rare {
             let RareDelta {
@@ -308,7 +266,11 @@ impl ChunkDecoder {
         }
     }
 
-    fn on_tool_fragment(&mut self, fragment: DeltaToolCall<'_>, out: &mut VecDeque<ChatEvent>) {
+    pub(super) fn on_tool_fragment(
+        &mut self,
+        fragment: DeltaToolCall<'_>,
+        out: &mut VecDeque<ChatEvent>,
+    ) {
         let wire_index = fragment.index.unwrap_or(0);
         let (name, arguments) = match fragment.function {
             Some(f) => (f.name, f.arguments),
@@ -393,7 +355,7 @@ impl ChunkDecoder {
         }
     }
 
-    fn finish(&mut self, out: &mut VecDeque<ChatEvent>) {
+    pub(super) fn finish(&mut self, out: &mut VecDeque<ChatEvent>) {
         self.end_calls(out);
         if let Some(usage) = self.usage.take() {
             out.push_back(ChatEvent::Usage { usage });
@@ -455,178 +417,6 @@ fn push_text(text: Text<'_>, out: &mut VecDeque<ChatEvent>, event: fn(String) ->
     if !text.0.is_empty() {
         out.push_back(event(text.into_string()));
     }
-}
-
-fn finish_reason(reason: &str, had_calls: bool) -> FinishReason {
-    match reason {
-        "tool_calls" | "function_call" => FinishReason::ToolCalls,
-        // Some servers say "stop" after calling tools; the caller must still act on the calls.
-        "stop" | "eos" | "end_turn" if had_calls => FinishReason::ToolCalls,
-        "stop" | "eos" | "end_turn" => FinishReason::Stop,
-        "length" => FinishReason::Length,
-        "content_filter" => FinishReason::ContentFilter,
-        other => FinishReason::Other(other.to_owned()),
-    }
-}
-
-fn stream_error(error: &Value) -> ChatError {
-    let message = error_message(error).unwrap_or_else(|| error.to_string());
-    let kind = match error
-        .get("code")
-        .or_else(|| error.get("type"))
-        .and_then(Value::as_str)
-    {
-        Some("rate_limit_exceeded") | Some("rate_limit_error") => {
-            ErrorKind::RateLimited { retry_after: None }
-        }
-        _ => ErrorKind::Upstream,
-    };
-    ChatError::new(kind, message)
-}
-
-fn error_message(error: &Value) -> Option<String> {
-    match error {
-        Value::String(s) => Some(s.clone()),
-        Value::Object(fields) => fields
-            .get("message")
-            .and_then(Value::as_str)
-            .map(str::to_owned),
-        _ => None,
-    }
-}
-
-/// The provider's message in an error body: `{"error":{"message":…}}` (OpenAI), `{"error":"…"}` (llama.cpp,
-/// Ollama), `{"message":…}` or `{"detail":…}` (vLLM / FastAPI).
-pub(crate) fn provider_message(body: &[u8]) -> Option<String> {
-    let value: Value = serde_json::from_slice(body).ok()?;
-    value
-        .get("error")
-        .and_then(error_message)
-        .or_else(|| {
-            value
-                .get("message")
-                .and_then(Value::as_str)
-                .map(str::to_owned)
-        })
-        .or_else(|| {
-            value.get("detail").map(|d| match d {
-                Value::String(s) => s.clone(),
-                other => other.to_string(),
-            })
-        })
-}
-
-#[derive(Deserialize)]
-struct Completion {
-    #[serde(default)]
-    id: Option<String>,
-    #[serde(default)]
-    model: Option<String>,
-    #[serde(default)]
-    choices: Vec<CompletionChoice>,
-    #[serde(default)]
-    usage: Option<WireUsage>,
-    #[serde(default)]
-    error: Option<Value>,
-}
-
-#[derive(Deserialize)]
-struct CompletionChoice {
-    #[serde(default)]
-    index: u32,
-    message: CompletionMessage,
-    #[serde(default)]
-    finish_reason: Option<String>,
-}
-
-#[derive(Deserialize)]
-struct CompletionMessage {
-    #[serde(default)]
-    content: Option<String>,
-    #[serde(default)]
-    reasoning_content: Option<String>,
-    #[serde(default)]
-    reasoning: Option<String>,
-    #[serde(default)]
-    refusal: Option<String>,
-    #[serde(default)]
-    tool_calls: Option<Vec<CompletionToolCall>>,
-}
-
-#[derive(Deserialize)]
-struct CompletionToolCall {
-    id: String,
-    function: CompletionFunction,
-}
-
-#[derive(Deserialize)]
-struct CompletionFunction {
-    name: String,
-    #[serde(default)]
-    arguments: Value,
-}
-
-/// Map a whole `chat.completion` body to the same events a stream of it would give.
-pub(crate) fn decode_completion(body: &[u8]) -> Result<Vec<ChatEvent>, ChatError> {
-    let completion: Completion = serde_json::from_slice(body)
-        .map_err(|e| ChatError::protocol(format_args!("malformed completion ({e})"), body))?;
-    if let Some(error) = completion.error {
-        return Err(stream_error(&error));
-    }
-    let choice = completion
-        .choices
-        .into_iter()
-        .find(|c| c.index == 0)
-        .ok_or_else(|| ChatError::protocol("completion without choices", body))?;
-    let mut out = VecDeque::new();
-    if completion.id.is_some() || completion.model.is_some() {
-        out.push_back(ChatEvent::ResponseMetadata {
-            id: completion.id,
-            model: completion.model,
-        });
-    }
-    let message = choice.message;
-    let mut decoder = ChunkDecoder {
-        metadata_sent: true,
-        ..ChunkDecoder::default()
-    };
-    decoder.on_delta(
-        Delta {
-            content: message.content.map(Text::from),
-            tool_calls: None,
-            rare: Some(Box::new(RareDelta {
-                reasoning_content: message.reasoning_content.map(Text::from),
-                reasoning: message.reasoning.map(Text::from),
-                refusal: message.refusal.map(Text::from),
-            })),
-        },
-        &mut out,
-    );
-    for (i, call) in message.tool_calls.into_iter().flatten().enumerate() {
-        // Arguments are a JSON string by the spec; a few servers send the object itself.
-        let arguments = match call.function.arguments {
-            Value::String(text) => text,
-            Value::Null => String::new(),
-            other => other.to_string(),
-        };
-        decoder.on_tool_fragment(
-            DeltaToolCall {
-                index: Some(i as u32),
-                id: Some(call.id.into()),
-                function: Some(DeltaFunction {
-                    name: Some(call.function.name.into()),
-                    arguments: Some(arguments.into()),
-                }),
-            },
-            &mut out,
-        );
-    }
-    decoder.finish = choice
-        .finish_reason
-        .map(|r| finish_reason(&r, !decoder.calls.is_empty()));
-    decoder.usage = completion.usage.map(Usage::from);
-    decoder.finish(&mut out);
-    Ok(out.into())
 }
 
 #[cfg(test)]
@@ -851,63 +641,6 @@ mod tests {
     fn finish_without_done_is_complete() {
         let events = decode_stream(&[b"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"a\"},\"finish_reason\":\"stop\"}]}\n\n"]);
         assert_eq!(*last(&events), Ok(ChatEvent::finish(FinishReason::Stop)));
-    }
-
-    #[test]
-    fn a_whole_completion_gives_the_same_events_as_its_stream() {
-        let body = json!({"id":"x","model":"m","choices":[{"index":0,"message":{"role":"assistant","content":null,
-            "tool_calls":[{"id":"c1","type":"function","function":{"name":"add","arguments":"{\"a\":1}"}}]},
-            "finish_reason":"tool_calls"}],"usage":{"prompt_tokens":3,"completion_tokens":2,
-            "prompt_tokens_details":{"cached_tokens":1}}});
-        let events = decode_completion(body.to_string().as_bytes()).unwrap();
-        assert_eq!(
-            events,
-            vec![
-                ChatEvent::ResponseMetadata {
-                    id: Some("x".into()),
-                    model: Some("m".into())
-                },
-                ChatEvent::ToolCallStart {
-                    index: 0,
-                    id: "c1".into(),
-                    name: "add".into()
-                },
-                ChatEvent::ToolCallDelta {
-                    index: 0,
-                    arguments: "{\"a\":1}".into()
-                },
-                ChatEvent::ToolCallEnd {
-                    index: 0,
-                    call: ToolCall::new("c1", "add", json!({"a": 1}))
-                },
-                ChatEvent::Usage {
-                    usage: Usage {
-                        input_tokens: 3,
-                        output_tokens: 2,
-                        cached_input_tokens: Some(1),
-                        reasoning_tokens: None
-                    }
-                },
-                ChatEvent::finish(FinishReason::ToolCalls),
-            ]
-        );
-    }
-
-    #[test]
-    fn provider_messages_in_the_shapes_servers_send() {
-        assert_eq!(
-            provider_message(br#"{"error":{"message":"bad key"}}"#).as_deref(),
-            Some("bad key")
-        );
-        assert_eq!(
-            provider_message(br#"{"error":"model not found"}"#).as_deref(),
-            Some("model not found")
-        );
-        assert_eq!(
-            provider_message(br#"{"detail":"nope"}"#).as_deref(),
-            Some("nope")
-        );
-        assert_eq!(provider_message(b"<html>"), None);
     }
 
     proptest! {

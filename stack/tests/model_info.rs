@@ -13,8 +13,8 @@ use tower_chat::test_server::{Reply, ScriptedProvider};
 use tower_chat::{
     BoxChatService, ChatError, ChatRequest, ChatStreamExt, ConversationId, Message, ModelInfo,
 };
-use tower_chat_function_invocation::FunctionInvocationLayer;
-use tower_chat_persistence::{PersistenceLayer, SqliteStore, Store};
+use tower_chat_stack::persistence::{PersistenceLayer, SqliteStore, Store};
+use tower_chat_stack::tools::FunctionInvocationLayer;
 
 fn leaf(base_url: &str) -> OpenAiChat {
     OpenAiChat::builder()

@@ -6,9 +6,9 @@ use tower::{ServiceBuilder, ServiceExt};
 use tower_chat::openai::OpenAiChat;
 use tower_chat::test_server::{Reply, ScriptedProvider};
 use tower_chat::{ChatRequest, ChatStreamExt, ConversationId, FinishReason, Message, ModelInfo};
-use tower_chat_function_invocation::{tool_json, FunctionInvocationLayer};
-use tower_chat_persistence::{CallOutcome, PersistenceLayer, SqliteStore, Store};
-use tower_chat_tracing::TracingLayer;
+use tower_chat_stack::persistence::{CallOutcome, PersistenceLayer, SqliteStore, Store};
+use tower_chat_stack::tools::{tool_json, FunctionInvocationLayer};
+use tower_chat_stack::tracing::TracingLayer;
 
 #[tokio::test]
 async fn tracing_tool_loop_and_persistence_compose_over_the_http_leaf() {

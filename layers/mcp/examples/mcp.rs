@@ -1,6 +1,6 @@
 //! MCP tools in the tool loop: a small MCP server from this repository, started as a child process over stdio.
 //!
-//! `cargo run --example mcp`
+//! `cargo run -p tower-chat-mcp --example mcp`
 //!
 //! The example runs itself twice: with `--serve` it is the MCP server (`tower_chat_mcp::test_server::DemoServer`,
 //! written with rmcp, on stdin/stdout); without, it starts that server through `McpTools`, prints the tools it
