@@ -8,11 +8,12 @@
 //!
 //! So the gateway counts the requests in flight ([`IdleTracker`]: one [`Busy`] per request, held by its
 //! in-flight permit until the response body has been sent) and [`release_when_idle`] releases free memory
-//! when that count has stayed at zero for [`Schedule::quiet`] after a request, then again after each of
-//! [`Schedule::follow_ups`] while still idle: the upstream connections a load used close on their pool's idle
-//! timer (90–180 s later) and free memory only then. No release happens while a request is in flight (a release
-//! holds each arena's lock while it walks the arena), and none without a request since the last one, so an idle
-//! gateway does not wake up for it. Releases run on the blocking pool.
+//! when that count has stayed at zero for a second ([`Schedule::quiet`]) after a request, then again 100, 200
+//! and 300 s later while no request comes ([`Schedule::follow_ups`]): the upstream connections a load used close
+//! on their pool's idle timer 90–180 s later and free memory only then (an HTTP/2 connection that carried
+//! 10,000 streams holds ~7 MiB of their state until it closes). No release happens while a request is in flight (a
+//! release holds each arena's lock while it walks the arena), and none without a request since the last one, so
+//! an idle gateway does not wake up for it. Releases run on the blocking pool.
 //!
 //! Elsewhere than on glibc (musl, macOS, Windows) [`release_free_memory`] does nothing: those allocators need
 //! no such call or offer none.
@@ -23,6 +24,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::Notify;
+use tokio::time::Instant;
 
 /// The requests in flight, and whether one started since the last release.
 #[derive(Debug, Default)]
@@ -72,11 +74,9 @@ impl Default for Schedule {
     fn default() -> Self {
         Schedule {
             quiet: Duration::from_secs(1),
-            follow_ups: vec![
-                Duration::from_secs(60),
-                Duration::from_secs(120),
-                Duration::from_secs(240),
-            ],
+            // Upstream connections close 90–180 s after their last stream (the pool's idle timer ticks every
+            // 90 s): by the second follow-up every connection the load used is gone.
+            follow_ups: vec![Duration::from_secs(100); 3],
         }
     }
 }
@@ -87,23 +87,48 @@ pub(crate) async fn release_when_idle<F: Future<Output = ()>>(
     schedule: Schedule,
     mut release: impl FnMut() -> F,
 ) {
+    // The next follow-up release: when, and its index in `schedule.follow_ups`.
+    let mut follow_up: Option<(Instant, usize)> = None;
     loop {
-        tracker.idle.notified().await;
-        tokio::time::sleep(schedule.quiet).await;
-        // Busy again: its end signals again. Idle but nothing since the last release: nothing new to give back
-        // (a request that started and ended within the quiet time left `used` set).
-        if !tracker.is_idle() || !tracker.used.swap(false, Ordering::SeqCst) {
-            continue;
-        }
-        release().await;
-        for &wait in &schedule.follow_ups {
-            tokio::time::sleep(wait).await;
-            if !tracker.is_idle() || tracker.used.load(Ordering::SeqCst) {
-                // A new busy period: its end starts the schedule again.
-                break;
+        let idle_edge = match follow_up {
+            Some((at, _)) => tokio::select! {
+                () = tokio::time::sleep_until(at) => false,
+                () = tracker.idle.notified() => true,
+            },
+            None => {
+                tracker.idle.notified().await;
+                true
             }
-            release().await;
-        }
+        };
+        // Which follow-up comes after this release.
+        let next = if idle_edge {
+            tokio::time::sleep(schedule.quiet).await;
+            if !tracker.is_idle() {
+                // Busy again: its end signals again and starts the schedule afresh.
+                follow_up = None;
+                continue;
+            }
+            if !tracker.used.swap(false, Ordering::SeqCst) {
+                // Nothing since the last release (its requests ended within its quiet time).
+                continue;
+            }
+            0
+        } else {
+            let Some((_, index)) = follow_up else {
+                continue;
+            };
+            if !tracker.is_idle() || tracker.used.load(Ordering::SeqCst) {
+                // A new busy period: its end starts the schedule afresh.
+                follow_up = None;
+                continue;
+            }
+            index + 1
+        };
+        release().await;
+        follow_up = schedule
+            .follow_ups
+            .get(next)
+            .map(|&wait| (Instant::now() + wait, next));
     }
 }
 
@@ -156,7 +181,6 @@ mod glibc {
 mod tests {
     use super::*;
     use std::sync::Mutex;
-    use tokio::time::Instant;
 
     /// Runs `release_when_idle` (paused clock) with a release that records the second it ran at.
     fn start(tracker: &Arc<IdleTracker>) -> (Arc<Mutex<Vec<u64>>>, Instant) {
@@ -264,9 +288,10 @@ mod tests {
         assert_eq!(released_by(start, 1, &calls).await, [1]);
         at(start, 30).await;
         drop(tracker.begin());
-        // The follow-up due at 61 s sees the new request: released 1 s after its check instead.
-        assert_eq!(released_by(start, 62, &calls).await, [1, 62]);
-        assert_eq!(released_by(start, 122, &calls).await, [1, 62, 122]);
+        // Released 1 s after it ended (not at the follow-up due at 61 s), then the schedule starts afresh.
+        assert_eq!(released_by(start, 31, &calls).await, [1, 31]);
+        assert_eq!(released_by(start, 90, &calls).await, [1, 31]);
+        assert_eq!(released_by(start, 91, &calls).await, [1, 31, 91]);
     }
 
     /// On glibc a free region between live allocations is given back: `free` alone keeps it.
