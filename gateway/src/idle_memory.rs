@@ -7,31 +7,32 @@
 //! (`madvise(MADV_DONTNEED)`); the same run then measured 43.6 MiB.
 //!
 //! So the gateway counts the requests in flight ([`IdleTracker`]: one [`Busy`] per request, held by its
-//! in-flight permit until the response body has been sent) and [`release_when_idle`] releases free memory
-//! when that count has stayed at zero for a second ([`Schedule::quiet`]) after a request, then again 100, 200
-//! and 300 s later while no request comes ([`Schedule::follow_ups`]): the upstream connections a load used close
-//! on their pool's idle timer 90–180 s later and free memory only then (an HTTP/2 connection that carried
-//! 10,000 streams holds ~7 MiB of their state until it closes). No release happens while a request is in flight (a
-//! release holds each arena's lock while it walks the arena), and none without a request since the last one, so
-//! an idle gateway does not wake up for it. Releases run on the blocking pool.
+//! in-flight permit until the response body has been sent) and [`release_when_idle`] releases free memory once
+//! none has been in flight, nor started, for a second ([`Schedule::quiet`]), at most once every 10 s
+//! ([`Schedule::min_interval`]); then again 100, 200 and 300 s later while no request comes
+//! ([`Schedule::follow_ups`]): the upstream connections a load used close on their pool's idle timer 90–180 s
+//! later and free memory only then (an HTTP/2 connection that carried 10,000 streams holds ~7 MiB of their state
+//! until it closes). No release happens while a request is in flight (a release holds each arena's lock while it
+//! walks the arena), and none without a request since the last one, so an idle gateway does not wake up for it.
+//! Releases run on the blocking pool; one took 70 µs on a small heap and, after 10,000 streams, under a
+//! second (see BENCHMARKS.md).
 //!
 //! Elsewhere than on glibc (musl, macOS, Windows) [`release_free_memory`] does nothing: those allocators need
 //! no such call or offer none.
 
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-/// The requests in flight, and whether one started since the last release.
+/// The requests in flight, and how many ever started.
 #[derive(Debug, Default)]
 pub(crate) struct IdleTracker {
     in_flight: AtomicUsize,
-    /// A request started since the last release.
-    used: AtomicBool,
+    started: AtomicU64,
     /// Signalled when `in_flight` drops to zero (a permit is stored while nobody waits).
     idle: Notify,
 }
@@ -44,7 +45,7 @@ impl IdleTracker {
     /// A request starts.
     pub(crate) fn begin(self: &Arc<Self>) -> Busy {
         self.in_flight.fetch_add(1, Ordering::SeqCst);
-        self.used.store(true, Ordering::SeqCst);
+        self.started.fetch_add(1, Ordering::SeqCst);
         Busy(self.clone())
     }
 
@@ -64,8 +65,10 @@ impl Drop for Busy {
 /// When [`release_when_idle`] releases.
 #[derive(Clone, Debug)]
 pub(crate) struct Schedule {
-    /// How long no request must be in flight before the first release.
+    /// How long no request must be in flight, nor start, before the first release.
     pub(crate) quiet: Duration,
+    /// The shortest time between two releases.
+    pub(crate) min_interval: Duration,
     /// Further releases, each this long after the previous one, while no request comes.
     pub(crate) follow_ups: Vec<Duration>,
 }
@@ -74,6 +77,7 @@ impl Default for Schedule {
     fn default() -> Self {
         Schedule {
             quiet: Duration::from_secs(1),
+            min_interval: Duration::from_secs(10),
             // Upstream connections close 90–180 s after their last stream (the pool's idle timer ticks every
             // 90 s): by the second follow-up every connection the load used is gone.
             follow_ups: vec![Duration::from_secs(100); 3],
@@ -89,7 +93,10 @@ pub(crate) async fn release_when_idle<F: Future<Output = ()>>(
 ) {
     // The next follow-up release: when, and its index in `schedule.follow_ups`.
     let mut follow_up: Option<(Instant, usize)> = None;
-    loop {
+    let mut last_release: Option<Instant> = None;
+    // `tracker.started` at the last release: the requests whose memory it gave back.
+    let mut covered = 0;
+    'schedule: loop {
         let idle_edge = match follow_up {
             Some((at, _)) => tokio::select! {
                 () = tokio::time::sleep_until(at) => false,
@@ -102,22 +109,35 @@ pub(crate) async fn release_when_idle<F: Future<Output = ()>>(
         };
         // Which follow-up comes after this release.
         let next = if idle_edge {
-            tokio::time::sleep(schedule.quiet).await;
-            if !tracker.is_idle() {
-                // Busy again: its end signals again and starts the schedule afresh.
-                follow_up = None;
+            // Quiet: none in flight and none started for `quiet`, and `min_interval` since the last release.
+            loop {
+                let seen = tracker.started.load(Ordering::SeqCst);
+                let mut until = Instant::now() + schedule.quiet;
+                if let Some(last) = last_release {
+                    until = until.max(last + schedule.min_interval);
+                }
+                tokio::time::sleep_until(until).await;
+                if !tracker.is_idle() {
+                    // Busy again: its end signals again and starts the schedule afresh.
+                    follow_up = None;
+                    continue 'schedule;
+                }
+                if tracker.started.load(Ordering::SeqCst) == seen {
+                    break;
+                }
+            }
+            let started = tracker.started.load(Ordering::SeqCst);
+            if started == covered {
+                // Nothing since the last release (the signal came from requests it covered).
                 continue;
             }
-            if !tracker.used.swap(false, Ordering::SeqCst) {
-                // Nothing since the last release (its requests ended within its quiet time).
-                continue;
-            }
+            covered = started;
             0
         } else {
             let Some((_, index)) = follow_up else {
                 continue;
             };
-            if !tracker.is_idle() || tracker.used.load(Ordering::SeqCst) {
+            if !tracker.is_idle() || tracker.started.load(Ordering::SeqCst) != covered {
                 // A new busy period: its end starts the schedule afresh.
                 follow_up = None;
                 continue;
@@ -125,6 +145,7 @@ pub(crate) async fn release_when_idle<F: Future<Output = ()>>(
             index + 1
         };
         release().await;
+        last_release = Some(Instant::now());
         follow_up = schedule
             .follow_ups
             .get(next)
@@ -189,6 +210,7 @@ mod tests {
         let recorded = calls.clone();
         let schedule = Schedule {
             quiet: Duration::from_secs(1),
+            min_interval: Duration::from_secs(10),
             follow_ups: vec![Duration::from_secs(60), Duration::from_secs(120)],
         };
         tokio::spawn(release_when_idle(tracker.clone(), schedule, move || {
@@ -292,6 +314,27 @@ mod tests {
         assert_eq!(released_by(start, 31, &calls).await, [1, 31]);
         assert_eq!(released_by(start, 90, &calls).await, [1, 31]);
         assert_eq!(released_by(start, 91, &calls).await, [1, 31, 91]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_request_starting_within_the_quiet_second_restarts_it_and_releases_are_ten_seconds_apart(
+    ) {
+        let tracker = Arc::new(IdleTracker::default());
+        let (calls, start) = start(&tracker);
+        drop(tracker.begin());
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        drop(tracker.begin());
+        // Not at 1 s (a request started at 0.5 s): one more quiet second.
+        assert_eq!(released_by(start, 1, &calls).await, [0; 0]);
+        assert_eq!(released_by(start, 2, &calls).await, [2]);
+        at(start, 5).await;
+        drop(tracker.begin());
+        // Not before 12 s (10 s after the previous release); the wait that ended then saw this request start
+        // (it began at 2 s, the end of the 0.5 s request having signalled again), so one more quiet second.
+        assert_eq!(released_by(start, 12, &calls).await, [2]);
+        assert_eq!(released_by(start, 13, &calls).await, [2, 13]);
+        // No request since: the follow-up, 60 s later.
+        assert_eq!(released_by(start, 73, &calls).await, [2, 13, 73]);
     }
 
     /// On glibc a free region between live allocations is given back: `free` alone keeps it.
