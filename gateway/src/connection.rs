@@ -46,6 +46,7 @@ use tower::ServiceExt;
 use tower_chat::CallerIdentity;
 
 use crate::error::ApiError;
+use crate::idle_memory::{Busy, IdleTracker};
 use crate::warn_limit::WarnLimit;
 
 /// Connection and concurrency limits. [`Default`] gives the command line's defaults.
@@ -465,6 +466,8 @@ pub(crate) struct InFlight {
     all: Arc<Semaphore>,
     per_key: usize,
     callers: Callers,
+    /// Counts the admitted requests for [`crate::idle_memory`].
+    idle: Arc<IdleTracker>,
 }
 
 /// Releases a request's in-flight slots when dropped.
@@ -472,6 +475,7 @@ pub(crate) struct InFlight {
 pub(crate) struct InFlightPermit {
     _all: OwnedSemaphorePermit,
     caller: Option<(CallerIdentity, Callers)>,
+    _busy: Busy,
 }
 
 impl Drop for InFlightPermit {
@@ -496,7 +500,13 @@ impl InFlight {
             )),
             per_key: limits.max_in_flight_per_key.max(1),
             callers: Arc::default(),
+            idle: Arc::default(),
         }
+    }
+
+    /// The count of admitted requests that [`crate::idle_memory::release_when_idle`] watches.
+    pub(crate) fn idle_tracker(&self) -> Arc<IdleTracker> {
+        self.idle.clone()
     }
 
     /// Admit a request, or refuse it at once: `503` when the gateway is full, `429` when the caller is.
@@ -527,7 +537,11 @@ impl InFlight {
             }
             None => None,
         };
-        Ok(InFlightPermit { _all: all, caller })
+        Ok(InFlightPermit {
+            _all: all,
+            caller,
+            _busy: self.idle.begin(),
+        })
     }
 }
 

@@ -520,6 +520,12 @@ impl Gateway {
             tracing::info!("shutting down: no new connections, draining in-flight requests");
             let _ = signalled_tx.send(());
         };
+        // Memory a load freed goes back to the operating system once the gateway is idle again.
+        let release = tokio::spawn(crate::idle_memory::release_when_idle(
+            self.state.in_flight.idle_tracker(),
+            crate::idle_memory::Schedule::default(),
+            crate::idle_memory::release_free_memory,
+        ));
         let server = connection::serve(listener, self.router(), self.connections.clone(), signal);
         let drain = self.shutdown_timeout;
         let deadline = async move {
@@ -534,6 +540,7 @@ impl Gateway {
                 tracing::warn!(?drain, "drain time over: dropping the requests still in flight");
             }
         }
+        release.abort();
         drop(self.state);
         if let Some(limits) = &self.limits {
             // Settlements of the calls that just ended may still be on their way to the store.

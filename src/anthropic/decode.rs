@@ -1,7 +1,7 @@
 //! Messages API responses — the streamed event sequence and whole messages — mapped to chat events.
 
 use std::borrow::Cow;
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 
 use serde::Deserialize;
 use serde_json::Value;
@@ -160,7 +160,10 @@ enum BlockState {
 /// Maps a Messages API SSE stream to chat events.
 #[derive(Default)]
 pub(crate) struct MessageDecoder {
-    blocks: Vec<Option<BlockState>>,
+    /// The open content blocks by their wire index (a stopped block is removed). A map, not a `Vec` indexed by
+    /// it: the index comes from the upstream, and sizing a `Vec` by it let one `"index": 3666666666666666666` abort the process
+    /// (capacity overflow; a smaller huge index allocated gigabytes) — found by `fuzz/anthropic_stream`.
+    blocks: BTreeMap<usize, BlockState>,
     calls: usize,
     usage: Usage,
     stop_reason: Option<String>,
@@ -171,15 +174,12 @@ pub(crate) struct MessageDecoder {
 
 impl MessageDecoder {
     fn block(&mut self, index: usize) -> Result<&mut BlockState, ChatError> {
-        self.blocks
-            .get_mut(index)
-            .and_then(Option::as_mut)
-            .ok_or_else(|| {
-                ChatError::new(
-                    ErrorKind::Protocol,
-                    format!("content block {index} was never started"),
-                )
-            })
+        self.blocks.get_mut(&index).ok_or_else(|| {
+            ChatError::new(
+                ErrorKind::Protocol,
+                format!("content block {index} was never started"),
+            )
+        })
     }
 
     fn apply_usage(&mut self, wire: WireUsage) {
@@ -246,10 +246,7 @@ impl MessageDecoder {
                     }
                     ContentBlock::Other => BlockState::Other,
                 };
-                if self.blocks.len() <= index {
-                    self.blocks.resize_with(index + 1, || None);
-                }
-                self.blocks[index] = Some(state);
+                self.blocks.insert(index, state);
             }
             StreamEvent::ContentBlockDelta { index, delta } => match (self.block(index)?, delta) {
                 (BlockState::Text, BlockDelta::TextDelta { text }) => {
@@ -274,7 +271,7 @@ impl MessageDecoder {
                 _ => {}
             },
             StreamEvent::ContentBlockStop { index } => {
-                let state = self.blocks.get_mut(index).and_then(Option::take);
+                let state = self.blocks.remove(&index);
                 if let Some(BlockState::Tool {
                     call_index,
                     id,
@@ -469,6 +466,30 @@ mod tests {
 
     fn event(name: &str, data: Value) -> String {
         format!("event: {name}\ndata: {data}\n\n")
+    }
+
+    /// Found by `fuzz/anthropic_stream`: the block index sized a `Vec` (capacity overflow, an abort).
+    #[test]
+    fn a_huge_block_index_is_just_a_key() {
+        let text = [
+            event("message_start", json!({"type":"message_start","message":{"id":"msg_1","type":"message","role":"assistant","model":"m","content":[],"stop_reason":null,"usage":{"input_tokens":1,"output_tokens":1}}})),
+            event("content_block_start", json!({"type":"content_block_start","index":3_666_666_666_666_666_666_u64,"content_block":{"type":"text","text":""}})),
+            event("content_block_delta", json!({"type":"content_block_delta","index":3_666_666_666_666_666_666_u64,"delta":{"type":"text_delta","text":"hi"}})),
+            event("content_block_stop", json!({"type":"content_block_stop","index":3_666_666_666_666_666_666_u64})),
+            event("content_block_delta", json!({"type":"content_block_delta","index":3_666_666_666_666_666_666_u64,"delta":{"type":"text_delta","text":"late"}})),
+        ]
+        .concat();
+        let items = decode_stream(&text);
+        assert!(
+            items
+                .iter()
+                .any(|i| matches!(i, Ok(ChatEvent::TextDelta { text }) if text == "hi")),
+            "{items:?}"
+        );
+        assert!(
+            items.iter().any(|i| matches!(i, Err(e) if e.contains("content block 3666666666666666666 was never started"))),
+            "a delta after the stop: {items:?}"
+        );
     }
 
     fn tool_stream() -> String {
