@@ -123,12 +123,22 @@ impl ModelPrice {
             .unwrap_or(0)
             .min(usage.input_tokens);
         let reasoning = usage.reasoning_tokens.unwrap_or(0).min(usage.output_tokens);
-        let per_million: u128 = u128::from(usage.input_tokens - cached) * u128::from(self.input)
-            + u128::from(cached) * u128::from(self.cached_input.unwrap_or(self.input))
-            + u128::from(usage.output_tokens - reasoning) * u128::from(self.output)
-            + u128::from(reasoning) * u128::from(self.reasoning.unwrap_or(self.output));
-        let nanos = per_million.div_ceil(1_000_000);
-        Cost(u64::try_from(nanos).unwrap_or(u64::MAX))
+        // Each product fits a u128 but their sum may not (at absurd prices and token counts): it saturates,
+        // and any sum above `u64::MAX` million nano-dollars is `u64::MAX` nano-dollars anyway.
+        let per_million: u128 = (u128::from(usage.input_tokens - cached) * u128::from(self.input))
+            .saturating_add(
+                u128::from(cached) * u128::from(self.cached_input.unwrap_or(self.input)),
+            )
+            .saturating_add(u128::from(usage.output_tokens - reasoning) * u128::from(self.output))
+            .saturating_add(
+                u128::from(reasoning) * u128::from(self.reasoning.unwrap_or(self.output)),
+            );
+        // Divided as a u64 when it fits (the usual case: a 128-bit division is a library call).
+        let nanos = match u64::try_from(per_million) {
+            Ok(small) => small.div_ceil(1_000_000),
+            Err(_) => u64::try_from(per_million.div_ceil(1_000_000)).unwrap_or(u64::MAX),
+        };
+        Cost(nanos)
     }
 }
 
@@ -211,6 +221,38 @@ mod tests {
             cached_input_tokens: cached,
             reasoning_tokens: reasoning,
         }
+    }
+
+    #[test]
+    fn absurd_prices_and_token_counts_saturate_instead_of_overflowing() {
+        let max = ModelPrice {
+            input: u64::MAX,
+            output: u64::MAX,
+            cached_input: Some(u64::MAX),
+            reasoning: Some(u64::MAX),
+        };
+        // Four products of nearly u64::MAX × u64::MAX: their sum overflows a u128.
+        let all = usage(u64::MAX, u64::MAX, Some(u64::MAX / 2), Some(u64::MAX / 2));
+        assert_eq!(max.cost(&all), Cost::from_nanos(u64::MAX));
+        // Sums of 2^64 - 1, 2^64 and 2^64 + 1 (either side of the u64 division path) all round up to
+        // 18,446,744,073,710 nano-dollars.
+        let one = ModelPrice {
+            input: 1,
+            output: 1,
+            cached_input: None,
+            reasoning: None,
+        };
+        for (input, output) in [(u64::MAX - 1, 1), (u64::MAX, 1), (u64::MAX, 2)] {
+            assert_eq!(
+                one.cost(&usage(input, output, None, None)),
+                Cost::from_nanos(18_446_744_073_710)
+            );
+        }
+        // And a sum just over a multiple of a million rounds up by one nano-dollar.
+        assert_eq!(
+            one.cost(&usage(1_000_000, 1, None, None)),
+            Cost::from_nanos(2)
+        );
     }
 
     #[test]

@@ -56,7 +56,13 @@ impl Clock for ManualClock {
 
 /// Milliseconds since the epoch (zero before it).
 pub(crate) fn to_millis(at: SystemTime) -> u64 {
+    // Whole seconds and the milliseconds of the rest, as u64 (saturating): the same value as
+    // `as_millis()` capped at `u64::MAX`, without its 128-bit arithmetic.
     at.duration_since(UNIX_EPOCH)
-        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        .map(|d| {
+            d.as_secs()
+                .saturating_mul(1000)
+                .saturating_add(u64::from(d.subsec_millis()))
+        })
         .unwrap_or(0)
 }
