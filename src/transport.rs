@@ -216,6 +216,15 @@ impl HttpTransport {
         Err(ChatError::new(status_kind(status, retry_after), message).with_status(status))
     }
 
+    /// Send a request as it is and return its response whatever the status, with only the connect timeout
+    /// applied: for callers that read statuses and bodies themselves (the OTLP exporter of `tower-chat-tracing`).
+    pub async fn send_unchecked(
+        &self,
+        request: http::Request<Full<Bytes>>,
+    ) -> Result<http::Response<Incoming>, ChatError> {
+        self.client.request(request).await.map_err(client_error)
+    }
+
     /// Read a whole (non-streaming) body within the idle deadline.
     pub(crate) async fn read_body(&self, body: Incoming) -> Result<Bytes, ChatError> {
         let collected =

@@ -43,10 +43,6 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
-use hyper_rustls::HttpsConnector;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::{TokioExecutor, TokioTimer};
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry::KeyValue;
 use opentelemetry_http::{HttpClient, HttpError, Request, Response};
@@ -57,6 +53,7 @@ use opentelemetry_sdk::error::OTelSdkError;
 use opentelemetry_sdk::metrics::{PeriodicReader, SdkMeterProvider};
 use opentelemetry_sdk::trace::{SdkTracerProvider, Tracer};
 use opentelemetry_sdk::Resource;
+use tower_chat::transport::{HttpTransport, Timeouts};
 use tracing_opentelemetry::OpenTelemetryLayer;
 
 use crate::otel::OpenTelemetryMetrics;
@@ -79,7 +76,7 @@ pub enum OtlpError {
         message: String,
     },
     /// The TLS setup of the HTTP client failed.
-    Tls(rustls::Error),
+    Tls(tower_chat::ChatError),
     /// The OTLP exporter could not be built (an invalid endpoint URL, …).
     Build(opentelemetry_otlp::ExporterBuildError),
     /// Flushing or shutting down a provider failed (the collector refused or was unreachable): what was
@@ -298,7 +295,7 @@ const RESPONSE_LIMIT: usize = 64 * 1024;
 /// construction, and the caller only waits for the task's result.
 #[derive(Clone)]
 struct RuntimeClient {
-    client: Client<HttpsConnector<HttpConnector>, Full<Bytes>>,
+    transport: HttpTransport,
     runtime: tokio::runtime::Handle,
     timeout: Duration,
 }
@@ -314,30 +311,16 @@ impl fmt::Debug for RuntimeClient {
 impl RuntimeClient {
     fn new(timeout: Duration) -> Result<Self, OtlpError> {
         let runtime = tokio::runtime::Handle::try_current().map_err(|_| OtlpError::NoRuntime)?;
-        let tls = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
-            rustls::crypto::ring::default_provider(),
-        ))
-        .with_safe_default_protocol_versions()
-        .map_err(OtlpError::Tls)?
-        .with_root_certificates(rustls::RootCertStore::from_iter(
-            webpki_roots::TLS_SERVER_ROOTS.iter().cloned(),
-        ))
-        .with_no_client_auth();
-        let mut http = HttpConnector::new();
-        http.enforce_http(false);
-        http.set_nodelay(true);
-        http.set_connect_timeout(Some(timeout));
-        let https = hyper_rustls::HttpsConnectorBuilder::new()
-            .with_tls_config(tls)
-            .https_or_http()
-            .enable_http1()
-            .wrap_connector(http);
-        let client = Client::builder(TokioExecutor::new())
-            .pool_idle_timeout(Duration::from_secs(90))
-            .pool_timer(TokioTimer::new())
-            .build(https);
+        // The leaves' pooled client (rustls with the webpki roots); `timeout` bounds the connect here and the
+        // whole exchange in `send_bytes`.
+        let timeouts = Timeouts {
+            connect: Some(timeout),
+            first_byte: None,
+            idle: None,
+        };
+        let transport = HttpTransport::new(timeouts, false).map_err(OtlpError::Tls)?;
         Ok(RuntimeClient {
-            client,
+            transport,
             runtime,
             timeout,
         })
@@ -347,9 +330,9 @@ impl RuntimeClient {
 #[async_trait::async_trait]
 impl HttpClient for RuntimeClient {
     async fn send_bytes(&self, request: Request<Bytes>) -> Result<Response<Bytes>, HttpError> {
-        let (client, timeout) = (self.client.clone(), self.timeout);
+        let (transport, timeout) = (self.transport.clone(), self.timeout);
         let exchange = async move {
-            let response = client.request(request.map(Full::new)).await?;
+            let response = transport.send_unchecked(request.map(Full::new)).await?;
             let (parts, body) = response.into_parts();
             let body = Limited::new(body, RESPONSE_LIMIT)
                 .collect()
