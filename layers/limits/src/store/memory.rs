@@ -677,4 +677,60 @@ mod tests {
             [(CounterKind::Requests, 2), (CounterKind::InputTokens, 100)]
         );
     }
+
+    #[test]
+    fn the_lanes_move_only_the_counters_a_scope_limits_and_stop_exactly_at_the_limit() {
+        let tokens = Limits::none().input_tokens(WindowLimit::per_minute(100));
+        let store = MemoryStore::new();
+        let slots = || {
+            let counters = store
+                .lock()
+                .scopes
+                .get(&scope("alice", &tokens).key)
+                .cloned();
+            counters.map_or([0; 6], |c| {
+                CounterKind::ALL.map(|k| c.slots[k.index()].used.load(Relaxed))
+            })
+        };
+        let call = |id, input_tokens, output_tokens| {
+            let reserved = Demand {
+                input_tokens,
+                output_tokens,
+                cost: tower_chat::Cost::from_nanos(7),
+            };
+            Ticket::new(id, vec![scope("alice", &tokens)], 30_000, reserved)
+        };
+        // The first call starts the window (the per-counter path); the next ones find it held (the lanes).
+        let first = call(0, 40, 9);
+        assert!(admitted(store.reserve(&first)));
+        let second = call(1, 60, 9);
+        assert!(admitted(store.reserve(&second)));
+        assert_eq!(
+            slots(),
+            [0, 100, 0, 0, 0, 0],
+            "requests, output, cost and calls in progress are not limited"
+        );
+        assert!(!admitted(store.reserve(&call(2, 1, 0))), "100 + 1 > 100");
+        assert!(
+            !admitted(store.reserve(&call(3, u64::MAX, 0))),
+            "an overflow is over the limit"
+        );
+        assert_eq!(
+            slots(),
+            [0, 100, 0, 0, 0, 0],
+            "a refused call charges nothing"
+        );
+        let actual = Demand {
+            input_tokens: 25,
+            output_tokens: 30,
+            cost: tower_chat::Cost::from_nanos(1_000),
+        };
+        for ticket in [&first, &second] {
+            assert!(matches!(
+                store.settle(ticket, &actual),
+                StoreReply::Ready(Ok(()))
+            ));
+        }
+        assert_eq!(slots(), [0, 50, 0, 0, 0, 0]);
+    }
 }
