@@ -11,10 +11,11 @@ use tower_layer::Layer;
 
 use crate::clock::{Clock, SystemClock};
 use crate::limits::{CounterKind, LimitPolicy, ANONYMOUS};
-use crate::plan::{CallPlan, PlanCache};
+use crate::plan::{self, CallPlan, PlanCache};
 use crate::service::Limited;
 use crate::store::{
-    Admission, CounterUsage, Demand, LimitStore, LimitStoreError, MemoryStore, StoreReply, Ticket,
+    Admission, CounterUsage, Demand, LimitStore, LimitStoreError, MemoryStore, Rejection,
+    StoreReply, Ticket,
 };
 use crate::stream::LimitedStream;
 
@@ -357,7 +358,7 @@ impl Shared {
         let reserved = Demand {
             input_tokens,
             output_tokens,
-            cost: plan.price.map_or(Cost::ZERO, |p| p.cost(&estimate)),
+            cost: plan.price.map_or(Cost::ZERO, |p| plan::cost(&p, &estimate)),
         };
         if let Some((kind, limit, amount)) = plan.exceeded_by(&reserved) {
             return Err(ChatError::new(
@@ -396,13 +397,23 @@ impl Shared {
         prepared: &mut Prepared,
         answer: Result<Admission, LimitStoreError>,
     ) -> Result<bool, ChatError> {
+        // The usual answer inline; the others (logging, errors) out of line.
         match answer {
             Ok(Admission::Admitted) => {
                 self.counters.admitted.fetch_add(1, Ordering::Relaxed);
                 prepared.arm();
                 Ok(true)
             }
-            Ok(Admission::Rejected(rejection)) => {
+            Ok(Admission::Rejected(rejection)) => self.not_admitted(Ok(rejection)),
+            Err(error) => self.not_admitted(Err(error)),
+        }
+    }
+
+    /// A refusal (`Ok`) or a store failure: the error to answer, or `Ok(false)` to admit the call unchecked.
+    #[cold]
+    fn not_admitted(&self, answer: Result<Rejection, LimitStoreError>) -> Result<bool, ChatError> {
+        match answer {
+            Ok(rejection) => {
                 self.counters.rejected.fetch_add(1, Ordering::Relaxed);
                 Err(rejection.into())
             }
@@ -527,7 +538,7 @@ impl Lease {
                 .ticket
                 .plan()
                 .price
-                .map_or(Cost::ZERO, |p| p.cost(&usage)),
+                .map_or(Cost::ZERO, |p| plan::cost(&p, &usage)),
         }
     }
 }

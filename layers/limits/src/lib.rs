@@ -52,7 +52,8 @@
 //! ## How a call is counted
 //! 1. **Reserve.** Before the inner service is called, the layer estimates the call — the prompt's characters
 //!    divided by [`LimitsLayerBuilder::chars_per_token`], the request's `max_output_tokens` (or
-//!    [`LimitsLayerBuilder::default_max_output_tokens`]), and their cost from the [`tower_chat::PriceTable`] —
+//!    [`LimitsLayerBuilder::default_max_output_tokens`]), and their cost from the [`tower_chat::PriceTable`]
+//!    (when a scope of the call has a cost budget; a cost moves no other counter, so otherwise it is zero) —
 //!    and asks the store to charge every counter of the call's scopes at once. If any counter lacks room, none
 //!    is charged and the call fails with [`tower_chat::ErrorKind::RateLimited`] and a `retry_after` (the end of
 //!    the fullest window; [`CONCURRENT_RETRY_AFTER`], one second, when only calls in progress are full) before

@@ -14,7 +14,7 @@ use std::any::Any;
 use std::hash::{BuildHasher, Hasher};
 use std::sync::{Arc, RwLock};
 
-use tower_chat::ModelPrice;
+use tower_chat::{Cost, ModelPrice, Usage};
 
 use crate::limits::{CounterKind, Limits, Scope};
 use crate::store::Demand;
@@ -59,6 +59,10 @@ pub(crate) struct ScopePlan {
     counters: [CounterPlan; 6],
     len: usize,
     windowed: u64,
+    /// Per [`CounterKind::index`]: the limit (`u64::MAX` for a kind the scope does not limit) and a mask of all
+    /// ones for a limited kind, zero for the others, so a store can treat the six counters alike.
+    lane_limits: [u64; 6],
+    lane_masks: [u64; 6],
     /// What the store's [`crate::LimitStore::resolve`] answered for the scope.
     pub(crate) resolved: Option<Arc<dyn Any + Send + Sync>>,
 }
@@ -74,11 +78,15 @@ impl ScopePlan {
             counters: [UNUSED; 6],
             len: 0,
             windowed: 0,
+            lane_limits: [u64::MAX; 6],
+            lane_masks: [0; 6],
             resolved,
         };
         let mut push = |kind: CounterKind, limit, span| {
             plan.counters[plan.len] = CounterPlan { kind, limit, span };
             plan.len += 1;
+            plan.lane_limits[kind.index()] = limit;
+            plan.lane_masks[kind.index()] = u64::MAX;
             if span != Span::Unwindowed {
                 plan.windowed |= 1 << kind.index();
             }
@@ -115,6 +123,19 @@ impl ScopePlan {
         self.windowed
     }
 
+    /// Per [`CounterKind::index`], the limit: `u64::MAX` for a kind the scope does not limit.
+    #[inline]
+    pub(crate) fn lane_limits(&self) -> &[u64; 6] {
+        &self.lane_limits
+    }
+
+    /// Per [`CounterKind::index`], all ones for a kind the scope limits and zero for the others (an amount
+    /// masked with it adds nothing to a counter the scope does not have).
+    #[inline]
+    pub(crate) fn lane_masks(&self) -> &[u64; 6] {
+        &self.lane_masks
+    }
+
     /// The counters a settlement can move: all but the requests (a call stays counted), which come first.
     pub(crate) fn settled_counters(&self) -> &[CounterPlan] {
         let requests = self
@@ -136,7 +157,8 @@ pub(crate) struct CallPlan {
     pub(crate) scopes: Vec<Scope>,
     /// Per scope, in the same order.
     pub(crate) plans: Vec<ScopePlan>,
-    /// The model's price.
+    /// The model's price, kept only when a scope has a cost budget: a call's cost moves no other counter, so
+    /// without one nothing is priced.
     pub(crate) price: Option<ModelPrice>,
     /// A cost budget applies and the model has no price: every call is refused before the store.
     pub(crate) unpriced: bool,
@@ -153,7 +175,8 @@ impl CallPlan {
         price: Option<ModelPrice>,
         mut resolve: impl FnMut(&Scope) -> Option<Arc<dyn Any + Send + Sync>>,
     ) -> Self {
-        let unpriced = price.is_none() && scopes.iter().any(|s| s.limits.has_cost_limit());
+        let costed = scopes.iter().any(|s| s.limits.has_cost_limit());
+        let unpriced = costed && price.is_none();
         let plans: Vec<ScopePlan> = scopes
             .iter()
             .map(|s| ScopePlan::new(&s.limits, if unpriced { None } else { resolve(s) }))
@@ -171,7 +194,7 @@ impl CallPlan {
             hash: 0,
             scopes,
             plans,
-            price,
+            price: price.filter(|_| costed),
             unpriced,
         }
     }
@@ -199,6 +222,20 @@ impl CallPlan {
             .find(|c| amounts[c.kind.index()] > c.limit)
             .map(|c| (c.kind, c.limit, amounts[c.kind.index()]))
     }
+}
+
+/// What `usage` costs at `price`: [`ModelPrice::cost`], with its usual case inline (no cached or reasoning
+/// tokens, products and sum within `u64`), where its other terms are zero and the sum is the same.
+#[inline]
+pub(crate) fn cost(price: &ModelPrice, usage: &Usage) -> Cost {
+    if usage.cached_input_tokens.unwrap_or(0) == 0 && usage.reasoning_tokens.unwrap_or(0) == 0 {
+        let input = usage.input_tokens.checked_mul(price.input);
+        let output = usage.output_tokens.checked_mul(price.output);
+        if let Some(per_million) = input.zip(output).and_then(|(i, o)| i.checked_add(o)) {
+            return Cost::from_nanos(per_million.div_ceil(1_000_000));
+        }
+    }
+    price.cost(usage)
 }
 
 /// Plans by (caller, model): one hash lookup per call, under a read lock.
@@ -358,6 +395,71 @@ mod tests {
             limits: Arc::new(Limits::none()),
         };
         CallPlan::new(vec![scope], None, None, |_| None)
+    }
+
+    #[test]
+    fn the_inline_cost_is_model_price_cost() {
+        let prices = [
+            ModelPrice::per_million_usd(0.15, 0.6),
+            ModelPrice {
+                input: 3,
+                output: 11,
+                cached_input: Some(1),
+                reasoning: Some(20),
+            },
+            ModelPrice {
+                input: u64::MAX,
+                output: u64::MAX / 3,
+                cached_input: None,
+                reasoning: None,
+            },
+        ];
+        let tokens = [0, 1, 999_999, 1_000_001, u64::MAX / 2, u64::MAX];
+        for price in &prices {
+            for input in tokens {
+                for output in tokens {
+                    for (cached, reasoning) in [
+                        (None, None),
+                        (Some(0), Some(0)),
+                        (Some(7), None),
+                        (None, Some(5)),
+                    ] {
+                        let usage = Usage {
+                            input_tokens: input,
+                            output_tokens: output,
+                            cached_input_tokens: cached,
+                            reasoning_tokens: reasoning,
+                        };
+                        assert_eq!(
+                            cost(price, &usage),
+                            price.cost(&usage),
+                            "{price:?} {usage:?}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_plan_keeps_the_price_only_when_a_scope_has_a_cost_budget() {
+        let scope = |limits: Limits| Scope {
+            key: ScopeKey {
+                caller: Arc::from("alice"),
+                model: None,
+            },
+            limits: Arc::new(limits),
+        };
+        let price = Some(ModelPrice::per_million_usd(1.0, 2.0));
+        let tokens = Limits::none().input_tokens(WindowLimit::per_minute(10));
+        let plan = CallPlan::new(vec![scope(tokens.clone())], None, price, |_| None);
+        assert_eq!(plan.price, None);
+        assert!(!plan.unpriced);
+        let budget = tokens.cost_per_month(Cost::from_usd(1.0));
+        let plan = CallPlan::new(vec![scope(budget.clone())], None, price, |_| None);
+        assert_eq!(plan.price, price);
+        let plan = CallPlan::new(vec![scope(budget)], None, None, |_| None);
+        assert!(plan.unpriced);
     }
 
     #[test]

@@ -221,6 +221,45 @@ fn charge(plan: &ScopePlan, counters: &Counters, at: u64, amounts: &[u64; 6]) {
     }
 }
 
+/// The usual case of a reservation: every scope's counters hold the call's window (known from
+/// [`Counters::all_hold`], without looking at the slots), so each scope's six slots are checked as six lanes
+/// (a kind the scope does not limit adds nothing against no limit) and, when every lane of every scope has
+/// room, charged. Charges nothing and answers false otherwise, for the per-counter path to decide.
+#[inline]
+fn charge_lanes(ticket: &Ticket, scopes: &[&Counters]) -> bool {
+    let at = ticket.at();
+    let amounts = ticket.reserved().amounts();
+    let plans = &ticket.plan().plans;
+    let mut next = [[0u64; 6]; 2];
+    if scopes.len() > next.len() {
+        return false;
+    }
+    for ((plan, counters), next) in plans.iter().zip(scopes).zip(&mut next) {
+        if !counters.all_hold(plan, at) {
+            return false;
+        }
+        let (limits, masks) = (plan.lane_limits(), plan.lane_masks());
+        let mut fits = true;
+        for k in 0..6 {
+            let (used, overflow) = counters.slots[k]
+                .used
+                .load(Relaxed)
+                .overflowing_add(amounts[k] & masks[k]);
+            fits &= !overflow & (used <= limits[k]);
+            next[k] = used;
+        }
+        if !fits {
+            return false;
+        }
+    }
+    for (counters, next) in scopes.iter().zip(&next) {
+        for (slot, used) in counters.slots.iter().zip(next) {
+            slot.used.store(*used, Relaxed);
+        }
+    }
+    true
+}
+
 /// The common case of a reservation in one pass: every slot already counts in the call's window and has
 /// room, so each is checked and charged in turn. Stops at the first that does not (no room, a window to start
 /// over, an overflow) after taking back what it charged, so the caller can decide with the exact two-pass
@@ -327,7 +366,7 @@ impl LimitStore for MemoryStore {
 
     fn reserve(&self, ticket: &Ticket) -> StoreReply<Admission> {
         let admission = self.with_scopes(ticket, |state, scopes| {
-            if charge_in_place(ticket, scopes) {
+            if charge_lanes(ticket, scopes) || charge_in_place(ticket, scopes) {
                 state.reserves_since_sweep += 1;
                 if state.reserves_since_sweep >= SWEEP_EVERY {
                     state.reserves_since_sweep = 0;
@@ -360,12 +399,29 @@ impl LimitStore for MemoryStore {
         self.with_scopes(ticket, |_, scopes| {
             for (plan, counters) in ticket.plan().plans.iter().zip(scopes) {
                 let all_hold = counters.all_hold(plan, at);
+                if all_hold {
+                    // Every slot counts the call's window: six lanes alike (a kind the scope does not limit, and
+                    // the requests, move by zero).
+                    let masks = plan.lane_masks();
+                    for (k, slot) in counters.slots.iter().enumerate() {
+                        let delta = deltas[k] & masks[k] as i64;
+                        let used = slot.used.load(Relaxed);
+                        // `saturating_add_signed`, one sign at a time (fewer steps per counter).
+                        let used = if delta >= 0 {
+                            used.saturating_add(delta.unsigned_abs())
+                        } else {
+                            used.saturating_sub(delta.unsigned_abs())
+                        };
+                        slot.used.store(used, Relaxed);
+                    }
+                    continue;
+                }
                 for c in plan.settled_counters() {
                     let delta = deltas[c.kind.index()];
                     let slot = &counters.slots[c.kind.index()];
                     // Nothing to change, or the window the call was charged in has ended: its counts no longer
                     // matter.
-                    if delta != 0 && (all_hold || slot.holds(at)) {
+                    if delta != 0 && slot.holds(at) {
                         let used = slot.used.load(Relaxed);
                         // `saturating_add_signed`, one sign at a time (fewer steps per counter).
                         let used = if delta > 0 {
@@ -620,5 +676,61 @@ mod tests {
             used(0),
             [(CounterKind::Requests, 2), (CounterKind::InputTokens, 100)]
         );
+    }
+
+    #[test]
+    fn the_lanes_move_only_the_counters_a_scope_limits_and_stop_exactly_at_the_limit() {
+        let tokens = Limits::none().input_tokens(WindowLimit::per_minute(100));
+        let store = MemoryStore::new();
+        let slots = || {
+            let counters = store
+                .lock()
+                .scopes
+                .get(&scope("alice", &tokens).key)
+                .cloned();
+            counters.map_or([0; 6], |c| {
+                CounterKind::ALL.map(|k| c.slots[k.index()].used.load(Relaxed))
+            })
+        };
+        let call = |id, input_tokens, output_tokens| {
+            let reserved = Demand {
+                input_tokens,
+                output_tokens,
+                cost: tower_chat::Cost::from_nanos(7),
+            };
+            Ticket::new(id, vec![scope("alice", &tokens)], 30_000, reserved)
+        };
+        // The first call starts the window (the per-counter path); the next ones find it held (the lanes).
+        let first = call(0, 40, 9);
+        assert!(admitted(store.reserve(&first)));
+        let second = call(1, 60, 9);
+        assert!(admitted(store.reserve(&second)));
+        assert_eq!(
+            slots(),
+            [0, 100, 0, 0, 0, 0],
+            "requests, output, cost and calls in progress are not limited"
+        );
+        assert!(!admitted(store.reserve(&call(2, 1, 0))), "100 + 1 > 100");
+        assert!(
+            !admitted(store.reserve(&call(3, u64::MAX, 0))),
+            "an overflow is over the limit"
+        );
+        assert_eq!(
+            slots(),
+            [0, 100, 0, 0, 0, 0],
+            "a refused call charges nothing"
+        );
+        let actual = Demand {
+            input_tokens: 25,
+            output_tokens: 30,
+            cost: tower_chat::Cost::from_nanos(1_000),
+        };
+        for ticket in [&first, &second] {
+            assert!(matches!(
+                store.settle(ticket, &actual),
+                StoreReply::Ready(Ok(()))
+            ));
+        }
+        assert_eq!(slots(), [0, 50, 0, 0, 0, 0]);
     }
 }

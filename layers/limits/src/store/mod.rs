@@ -29,7 +29,7 @@ pub struct Demand {
     pub input_tokens: u64,
     /// Output tokens.
     pub output_tokens: u64,
-    /// Cost.
+    /// Cost; zero when none of the call's scopes has a cost budget (the layer prices a call only for one).
     pub cost: Cost,
 }
 
