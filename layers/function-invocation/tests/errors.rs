@@ -240,7 +240,7 @@ async fn bad_arguments_never_reach_the_body_and_the_model_is_told_what_is_wrong(
         assert!(
             sent[0]
                 .content
-                .contains("at /city: 7 is not of type \"string\""),
+                .contains("\n- at /city: expected string, found integer 7"),
             "{}",
             sent[0].content
         );
