@@ -157,7 +157,11 @@ enum Dialect {
 
 fn dialect_of(root: &Value) -> Dialect {
     match root.get("$schema").and_then(Value::as_str) {
-        Some(uri) if ["draft-04", "draft-06", "draft-07"].iter().any(|d| uri.contains(d)) => {
+        Some(uri)
+            if ["draft-04", "draft-06", "draft-07"]
+                .iter()
+                .any(|d| uri.contains(d)) =>
+        {
             Dialect::Draft7
         }
         _ => Dialect::Modern,
@@ -305,7 +309,12 @@ impl<'s> Compiler<'s> {
         id
     }
 
-    fn fill(&mut self, id: NodeId, value: &'s Value, pointer: &mut String) -> Result<(), SchemaError> {
+    fn fill(
+        &mut self,
+        id: NodeId,
+        value: &'s Value,
+        pointer: &mut String,
+    ) -> Result<(), SchemaError> {
         let node = match value {
             Value::Bool(true) => Node::Any,
             Value::Bool(false) => Node::Nothing,
@@ -321,7 +330,10 @@ impl<'s> Compiler<'s> {
                 return Err(SchemaError {
                     keyword: String::new(),
                     pointer: at(pointer),
-                    reason: format!("a schema must be an object or a boolean, found {}", kind(other)),
+                    reason: format!(
+                        "a schema must be an object or a boolean, found {}",
+                        kind(other)
+                    ),
                 })
             }
         };
@@ -347,7 +359,11 @@ impl<'s> Compiler<'s> {
         }
         if let Some(reference) = map.get("$dynamicRef").or_else(|| map.get("$recursiveRef")) {
             // Without `$dynamicAnchor` scopes across documents, a local dynamic reference resolves like `$ref`.
-            let keyword = if map.contains_key("$dynamicRef") { "$dynamicRef" } else { "$recursiveRef" };
+            let keyword = if map.contains_key("$dynamicRef") {
+                "$dynamicRef"
+            } else {
+                "$recursiveRef"
+            };
             let target = self.reference(reference, pointer, keyword)?;
             self.in_place[id].push(target);
             checks.push(Check::Ref(target));
@@ -357,7 +373,11 @@ impl<'s> Compiler<'s> {
         }
         if let Some(values) = map.get("enum") {
             let Value::Array(values) = values else {
-                return Err(error(pointer, "enum", format!("expected an array, found {}", kind(values))));
+                return Err(error(
+                    pointer,
+                    "enum",
+                    format!("expected an array, found {}", kind(values)),
+                ));
             };
             checks.push(Check::Enum(values.clone().into_boxed_slice()));
         }
@@ -447,10 +467,16 @@ impl<'s> Compiler<'s> {
             });
         }
         if let Some(required) = map.get("required") {
-            checks.push(Check::Required(string_array(required, pointer, "required")?));
+            checks.push(Check::Required(string_array(
+                required, pointer, "required",
+            )?));
         }
         if let Some(names) = map.get("propertyNames") {
-            checks.push(Check::PropertyNames(self.child(names, pointer, "propertyNames")?));
+            checks.push(Check::PropertyNames(self.child(
+                names,
+                pointer,
+                "propertyNames",
+            )?));
         }
         if let Some(n) = count(map, pointer, "minProperties")? {
             checks.push(Check::MinProperties(n));
@@ -494,11 +520,15 @@ impl<'s> Compiler<'s> {
             }
         }
         if !dependent_required.is_empty() {
-            checks.push(Check::DependentRequired(dependent_required.into_boxed_slice()));
+            checks.push(Check::DependentRequired(
+                dependent_required.into_boxed_slice(),
+            ));
         }
         if !dependent_schemas.is_empty() {
             self.in_place[id].extend(dependent_schemas.iter().map(|(_, node)| *node));
-            checks.push(Check::DependentSchemas(dependent_schemas.into_boxed_slice()));
+            checks.push(Check::DependentSchemas(
+                dependent_schemas.into_boxed_slice(),
+            ));
         }
         Ok(())
     }
@@ -524,7 +554,9 @@ impl<'s> Compiler<'s> {
             Some(items) => {
                 if self.dialect == Dialect::Modern {
                     if let Some(prefix_items) = map.get("prefixItems") {
-                        prefix = self.schema_array(prefix_items, pointer, "prefixItems")?.into_vec();
+                        prefix = self
+                            .schema_array(prefix_items, pointer, "prefixItems")?
+                            .into_vec();
                     }
                 }
                 rest = Some(self.child(items, pointer, "items")?);
@@ -532,7 +564,9 @@ impl<'s> Compiler<'s> {
             None => {
                 if self.dialect == Dialect::Modern {
                     if let Some(prefix_items) = map.get("prefixItems") {
-                        prefix = self.schema_array(prefix_items, pointer, "prefixItems")?.into_vec();
+                        prefix = self
+                            .schema_array(prefix_items, pointer, "prefixItems")?
+                            .into_vec();
                     }
                 }
             }
@@ -591,7 +625,11 @@ impl<'s> Compiler<'s> {
             ));
         };
         if items.is_empty() && matches!(keyword, "allOf" | "anyOf" | "oneOf") {
-            return Err(error(pointer, keyword, "expected at least one schema, found an empty array"));
+            return Err(error(
+                pointer,
+                keyword,
+                "expected at least one schema, found an empty array",
+            ));
         }
         let len = pointer.len();
         push_segment(pointer, keyword);
@@ -629,7 +667,11 @@ impl<'s> Compiler<'s> {
         keyword: &str,
     ) -> Result<NodeId, SchemaError> {
         let Some(text) = reference.as_str() else {
-            return Err(error(pointer, keyword, format!("expected a string, found {}", kind(reference))));
+            return Err(error(
+                pointer,
+                keyword,
+                format!("expected a string, found {}", kind(reference)),
+            ));
         };
         let fragment = match text.split_once('#') {
             Some(("", fragment)) => fragment,
@@ -643,20 +685,33 @@ impl<'s> Compiler<'s> {
                 ))
             }
         };
-        let fragment = percent_decode(fragment)
-            .ok_or_else(|| error(pointer, keyword, format!("`{text}` has a malformed %-escape")))?;
+        let fragment = percent_decode(fragment).ok_or_else(|| {
+            error(
+                pointer,
+                keyword,
+                format!("`{text}` has a malformed %-escape"),
+            )
+        })?;
         let target_pointer = if fragment.is_empty() || fragment.starts_with('/') {
             fragment
         } else {
             self.anchors.get(&fragment).cloned().ok_or_else(|| {
-                error(pointer, keyword, format!("`{text}`: no schema declares the anchor `{fragment}`"))
+                error(
+                    pointer,
+                    keyword,
+                    format!("`{text}`: no schema declares the anchor `{fragment}`"),
+                )
             })?
         };
         if let Some(&id) = self.targets.get(&target_pointer) {
             return Ok(id);
         }
         let target = resolve_pointer(self.root, &target_pointer).ok_or_else(|| {
-            error(pointer, keyword, format!("`{text}` does not point at anything in this schema"))
+            error(
+                pointer,
+                keyword,
+                format!("`{text}` does not point at anything in this schema"),
+            )
         })?;
         let id = self.reserve(target_pointer.clone());
         let mut target_path = target_pointer;
@@ -717,9 +772,13 @@ fn object<'s>(
     pointer: &str,
     keyword: &str,
 ) -> Result<&'s Map<String, Value>, SchemaError> {
-    value
-        .as_object()
-        .ok_or_else(|| error(pointer, keyword, format!("expected an object, found {}", kind(value))))
+    value.as_object().ok_or_else(|| {
+        error(
+            pointer,
+            keyword,
+            format!("expected an object, found {}", kind(value)),
+        )
+    })
 }
 
 fn parse_types(value: &Value, pointer: &str) -> Result<Types, SchemaError> {
@@ -751,8 +810,18 @@ fn parse_types(value: &Value, pointer: &str) -> Result<Types, SchemaError> {
     }
 }
 
-fn string_array(value: &Value, pointer: &str, keyword: &str) -> Result<Box<[Box<str>]>, SchemaError> {
-    let fail = || error(pointer, keyword, format!("expected an array of strings, found {}", kind(value)));
+fn string_array(
+    value: &Value,
+    pointer: &str,
+    keyword: &str,
+) -> Result<Box<[Box<str>]>, SchemaError> {
+    let fail = || {
+        error(
+            pointer,
+            keyword,
+            format!("expected an array of strings, found {}", kind(value)),
+        )
+    };
     let Value::Array(items) = value else {
         return Err(fail());
     };
@@ -763,7 +832,11 @@ fn string_array(value: &Value, pointer: &str, keyword: &str) -> Result<Box<[Box<
 }
 
 /// A non-negative integer keyword (`minLength`, `maxItems`, …); `2.0` counts as 2.
-fn count(map: &Map<String, Value>, pointer: &str, keyword: &str) -> Result<Option<u64>, SchemaError> {
+fn count(
+    map: &Map<String, Value>,
+    pointer: &str,
+    keyword: &str,
+) -> Result<Option<u64>, SchemaError> {
     let Some(value) = map.get(keyword) else {
         return Ok(None);
     };
@@ -771,12 +844,22 @@ fn count(map: &Map<String, Value>, pointer: &str, keyword: &str) -> Result<Optio
         Value::Number(n) => n.as_u64().or_else(|| {
             n.as_f64()
                 .filter(|f| *f >= 0.0 && f.fract() == 0.0)
-                .map(|f| if f >= u64::MAX as f64 { u64::MAX } else { f as u64 })
+                .map(|f| {
+                    if f >= u64::MAX as f64 {
+                        u64::MAX
+                    } else {
+                        f as u64
+                    }
+                })
         }),
         _ => None,
     };
     n.map(Some).ok_or_else(|| {
-        error(pointer, keyword, format!("expected a non-negative integer, found {}", kind(value)))
+        error(
+            pointer,
+            keyword,
+            format!("expected a non-negative integer, found {}", kind(value)),
+        )
     })
 }
 
@@ -807,7 +890,11 @@ fn string_checks(
     }
     if let Some(pattern) = map.get("pattern") {
         let Some(source) = pattern.as_str() else {
-            return Err(error(pointer, "pattern", format!("expected a string, found {}", kind(pattern))));
+            return Err(error(
+                pointer,
+                "pattern",
+                format!("expected a string, found {}", kind(pattern)),
+            ));
         };
         checks.push(Check::Pattern(compile_pattern(source, pointer, "pattern")?));
     }
@@ -824,7 +911,11 @@ fn number_checks(
         match map.get(keyword) {
             None => Ok(None),
             Some(Value::Number(n)) => Ok(Some(n)),
-            Some(other) => Err(error(pointer, keyword, format!("expected a number, found {}", kind(other)))),
+            Some(other) => Err(error(
+                pointer,
+                keyword,
+                format!("expected a number, found {}", kind(other)),
+            )),
         }
     };
     // Draft 4: `exclusiveMinimum: true` makes `minimum` exclusive; later drafts: a number of its own.
@@ -837,14 +928,22 @@ fn number_checks(
     let (min_exclusive, exclusive_min) = exclusive("exclusiveMinimum")?;
     let (max_exclusive, exclusive_max) = exclusive("exclusiveMaximum")?;
     if let Some(limit) = number("minimum")? {
-        let bound = if min_exclusive { Bound::ExclusiveMinimum } else { Bound::Minimum };
+        let bound = if min_exclusive {
+            Bound::ExclusiveMinimum
+        } else {
+            Bound::Minimum
+        };
         checks.push(Check::Bound(bound, limit.clone()));
     }
     if let Some(limit) = exclusive_min {
         checks.push(Check::Bound(Bound::ExclusiveMinimum, limit.clone()));
     }
     if let Some(limit) = number("maximum")? {
-        let bound = if max_exclusive { Bound::ExclusiveMaximum } else { Bound::Maximum };
+        let bound = if max_exclusive {
+            Bound::ExclusiveMaximum
+        } else {
+            Bound::Maximum
+        };
         checks.push(Check::Bound(bound, limit.clone()));
     }
     if let Some(limit) = exclusive_max {

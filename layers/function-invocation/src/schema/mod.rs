@@ -104,7 +104,8 @@ impl Schema {
 
     /// Whether `instance` is valid (stops at the first violation).
     pub fn is_valid(&self, instance: &Value) -> bool {
-        self.tree.check(self.tree.root, instance, &mut Walk::quiet())
+        self.tree
+            .check(self.tree.root, instance, &mut Walk::quiet())
     }
 
     /// Every violation of `instance`, in schema order, or `Ok` when there is none.
@@ -177,7 +178,11 @@ impl Violation {
 impl fmt::Display for Violation {
     /// `/city: expected string, found integer 7` (`/` for the value itself).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let at = if self.instance_path.is_empty() { "/" } else { &self.instance_path };
+        let at = if self.instance_path.is_empty() {
+            "/"
+        } else {
+            &self.instance_path
+        };
         write!(f, "{at}: {}", self.message)
     }
 }

@@ -130,7 +130,13 @@ impl Tree {
         }
     }
 
-    fn child<'v>(&self, id: NodeId, segment: Segment<'v>, value: &'v Value, walk: &mut Walk<'v>) -> bool {
+    fn child<'v>(
+        &self,
+        id: NodeId,
+        segment: Segment<'v>,
+        value: &'v Value,
+        walk: &mut Walk<'v>,
+    ) -> bool {
         walk.enter(segment);
         let ok = self.check(id, value, walk);
         walk.leave();
@@ -149,7 +155,12 @@ impl Tree {
                 } else {
                     walk.fail(|| {
                         let expected: Vec<&str> = types.names().collect();
-                        format!("expected {}, found {} {}", expected.join(" or "), type_name(value), show(value))
+                        format!(
+                            "expected {}, found {} {}",
+                            expected.join(" or "),
+                            type_name(value),
+                            show(value)
+                        )
                     })
                 }
             }
@@ -159,7 +170,11 @@ impl Tree {
                 } else {
                     walk.fail(|| {
                         let listed: Vec<String> = options.iter().map(show).collect();
-                        format!("expected one of {}, found {}", cut(listed.join(", ")), show(value))
+                        format!(
+                            "expected one of {}, found {}",
+                            cut(listed.join(", ")),
+                            show(value)
+                        )
                     })
                 }
             }
@@ -207,7 +222,12 @@ impl Tree {
             }
             Check::Not(id) => {
                 if self.is_valid(*id, value) {
-                    walk.fail(|| format!("{} matches the schema in `not`, which it must not", show(value)))
+                    walk.fail(|| {
+                        format!(
+                            "{} matches the schema in `not`, which it must not",
+                            show(value)
+                        )
+                    })
                 } else {
                     true
                 }
@@ -217,7 +237,11 @@ impl Tree {
                 then,
                 otherwise,
             } => {
-                let branch = if self.is_valid(*condition, value) { then } else { otherwise };
+                let branch = if self.is_valid(*condition, value) {
+                    then
+                } else {
+                    otherwise
+                };
                 match branch {
                     Some(id) => self.check(*id, value, walk),
                     None => true,
@@ -235,7 +259,13 @@ impl Tree {
 
     /// The failure of `anyOf`/`oneOf` when no alternative matched: each alternative's first violation, so the
     /// model sees what each option wanted.
-    fn none_matched<'v>(&self, keyword: &str, alternatives: &[NodeId], value: &'v Value, walk: &mut Walk<'v>) -> bool {
+    fn none_matched<'v>(
+        &self,
+        keyword: &str,
+        alternatives: &[NodeId],
+        value: &'v Value,
+        walk: &mut Walk<'v>,
+    ) -> bool {
         if !walk.collect {
             return false;
         }
@@ -248,11 +278,19 @@ impl Tree {
                 if first.instance_path == here {
                     reasons.push(format!("{index}: {}", first.message));
                 } else {
-                    reasons.push(format!("{index}: at {}: {}", first.instance_path, first.message));
+                    reasons.push(format!(
+                        "{index}: at {}: {}",
+                        first.instance_path, first.message
+                    ));
                 }
             }
         }
-        walk.fail(|| format!("matches none of the `{keyword}` alternatives ({})", reasons.join("; ")))
+        walk.fail(|| {
+            format!(
+                "matches none of the `{keyword}` alternatives ({})",
+                reasons.join("; ")
+            )
+        })
     }
 
     fn object_keyword<'v>(
@@ -279,7 +317,9 @@ impl Tree {
                     return valid;
                 }
                 for (key, property) in map {
-                    let mut matched = named.binary_search_by(|(name, _)| (**name).cmp(key.as_str())).is_ok();
+                    let mut matched = named
+                        .binary_search_by(|(name, _)| (**name).cmp(key.as_str()))
+                        .is_ok();
                     for (pattern, id) in patterns.iter() {
                         if pattern.regex.is_match(key) {
                             matched = true;
@@ -292,7 +332,12 @@ impl Tree {
                     }
                     if let Some(id) = additional {
                         let ok = if matches!(self.nodes[*id], Node::Nothing) {
-                            walk.fail(|| format!("property {} is not allowed", show(&Value::String(key.clone()))))
+                            walk.fail(|| {
+                                format!(
+                                    "property {} is not allowed",
+                                    show(&Value::String(key.clone()))
+                                )
+                            })
                         } else {
                             self.child(*id, Segment::Key(key), property, walk)
                         };
@@ -305,7 +350,8 @@ impl Tree {
                 let mut valid = true;
                 for name in names.iter() {
                     if !map.contains_key(&**name) {
-                        let ok = walk.fail(|| format!("missing required property {}", quoted(name)));
+                        let ok =
+                            walk.fail(|| format!("missing required property {}", quoted(name)));
                         settle!(walk, valid, ok);
                     }
                 }
@@ -355,7 +401,11 @@ impl Tree {
                     for other in required.iter() {
                         if !map.contains_key(&**other) {
                             let ok = walk.fail(|| {
-                                format!("property {} requires property {}", quoted(name), quoted(other))
+                                format!(
+                                    "property {} requires property {}",
+                                    quoted(name),
+                                    quoted(other)
+                                )
                             });
                             settle!(walk, valid, ok);
                         }
@@ -388,7 +438,11 @@ impl Tree {
                             Some(id) if matches!(self.nodes[*id], Node::Nothing) => {
                                 // `items: false` after a prefix: one clear message instead of one per item.
                                 let ok = walk.fail(|| {
-                                    format!("expected at most {} items, found {}", prefix.len(), items.len())
+                                    format!(
+                                        "expected at most {} items, found {}",
+                                        prefix.len(),
+                                        items.len()
+                                    )
                                 });
                                 settle!(walk, valid, ok);
                                 break;
@@ -403,7 +457,10 @@ impl Tree {
                 valid
             }
             Check::Contains { schema, min, max } => {
-                let matching = items.iter().filter(|item| self.is_valid(*schema, item)).count() as u64;
+                let matching = items
+                    .iter()
+                    .filter(|item| self.is_valid(*schema, item))
+                    .count() as u64;
                 if matching < *min {
                     walk.fail(|| {
                         if *min == 1 {
@@ -414,7 +471,10 @@ impl Tree {
                     })
                 } else if max.is_some_and(|max| matching > max) {
                     walk.fail(|| {
-                        format!("expected at most {} items matching `contains`, found {matching}", max.unwrap_or(0))
+                        format!(
+                            "expected at most {} items matching `contains`, found {matching}",
+                            max.unwrap_or(0)
+                        )
                     })
                 } else {
                     true
@@ -439,7 +499,9 @@ impl Tree {
                 for (i, a) in items.iter().enumerate() {
                     if let Some(j) = items[i + 1..].iter().position(|b| json_equal(a, b)) {
                         let j = i + 1 + j;
-                        return walk.fail(|| format!("items {i} and {j} are equal, expected unique items"));
+                        return walk.fail(|| {
+                            format!("items {i} and {j} are equal, expected unique items")
+                        });
                     }
                 }
                 true

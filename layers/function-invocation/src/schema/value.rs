@@ -148,8 +148,14 @@ mod tests {
         let big = n(json!(9_007_199_254_740_993_i64));
         let rounded = n(json!(9_007_199_254_740_992.0));
         assert_eq!(compare_numbers(&big, &rounded), Ordering::Greater);
-        assert_eq!(compare_numbers(&n(json!(u64::MAX)), &n(json!(-1))), Ordering::Greater);
-        assert_eq!(compare_numbers(&n(json!(-1.5)), &n(json!(-1))), Ordering::Less);
+        assert_eq!(
+            compare_numbers(&n(json!(u64::MAX)), &n(json!(-1))),
+            Ordering::Greater
+        );
+        assert_eq!(
+            compare_numbers(&n(json!(-1.5)), &n(json!(-1))),
+            Ordering::Less
+        );
     }
 
     #[test]
