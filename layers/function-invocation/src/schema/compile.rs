@@ -9,6 +9,9 @@ use serde_json::{Map, Number, Value};
 use super::value::compare_numbers;
 use super::SchemaError;
 
+/// Property names (`required`, `dependentRequired`'s lists).
+pub(crate) type Names = Box<[Box<str>]>;
+
 /// Index of a node in [`Tree::nodes`].
 pub(crate) type NodeId = usize;
 
@@ -114,12 +117,12 @@ pub(crate) enum Check {
         patterns: Box<[(Pattern, NodeId)]>,
         additional: Option<NodeId>,
     },
-    Required(Box<[Box<str>]>),
+    Required(Names),
     PropertyNames(NodeId),
     MinProperties(u64),
     MaxProperties(u64),
     /// `dependentRequired` and the array form of `dependencies`.
-    DependentRequired(Box<[(Box<str>, Box<[Box<str>]>)]>),
+    DependentRequired(Box<[(Box<str>, Names)]>),
     /// `dependentSchemas` and the schema form of `dependencies`.
     DependentSchemas(Box<[(Box<str>, NodeId)]>),
     // Arrays.
