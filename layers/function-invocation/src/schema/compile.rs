@@ -351,6 +351,7 @@ impl<'s> Compiler<'s> {
         pointer: &mut String,
     ) -> Result<Vec<Check>, SchemaError> {
         let mut checks = Vec::new();
+        self.definitions(map, pointer)?;
         if let Some(reference) = map.get("$ref") {
             let target = self.reference(reference, pointer, "$ref")?;
             self.in_place[id].push(target);
@@ -706,20 +707,49 @@ impl<'s> Compiler<'s> {
                 )
             })?
         };
-        if let Some(&id) = self.targets.get(&target_pointer) {
-            return Ok(id);
-        }
-        let target = resolve_pointer(self.root, &target_pointer).ok_or_else(|| {
+        self.target(target_pointer)?.ok_or_else(|| {
             error(
                 pointer,
                 keyword,
                 format!("`{text}` does not point at anything in this schema"),
             )
-        })?;
+        })
+    }
+
+    /// The node of the schema at `target_pointer` (compiled the first time it is asked for), or `None` when
+    /// nothing is there.
+    fn target(&mut self, target_pointer: String) -> Result<Option<NodeId>, SchemaError> {
+        if let Some(&id) = self.targets.get(&target_pointer) {
+            return Ok(Some(id));
+        }
+        let Some(target) = resolve_pointer(self.root, &target_pointer) else {
+            return Ok(None);
+        };
         let id = self.reserve(target_pointer.clone());
         let mut target_path = target_pointer;
         self.fill(id, target, &mut target_path)?;
-        Ok(id)
+        Ok(Some(id))
+    }
+
+    /// Compile every schema under `$defs` and `definitions`, referenced or not, so that a malformed one is an
+    /// error now rather than never; `$ref`s to them reuse these nodes.
+    fn definitions(
+        &mut self,
+        map: &'s Map<String, Value>,
+        pointer: &str,
+    ) -> Result<(), SchemaError> {
+        for keyword in ["$defs", "definitions"] {
+            let Some(definitions) = map.get(keyword) else {
+                continue;
+            };
+            for name in object(definitions, pointer, keyword)?.keys() {
+                let mut target_pointer = pointer.to_owned();
+                push_segment(&mut target_pointer, keyword);
+                push_segment(&mut target_pointer, name);
+                self.target(target_pointer)?;
+            }
+        }
+        Ok(())
     }
 
     /// A cycle of in-place applicators (`$ref` → `$ref` → …, `allOf: [{$ref: "#"}]` at the root) would recurse

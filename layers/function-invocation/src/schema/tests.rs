@@ -588,6 +588,15 @@ fn malformed_schemas_name_the_keyword_and_pointer() {
     malformed(json!({"$ref": "#"}), "`$ref` at #: the schema refers to itself without descending into a property or item, so validation would never end");
     malformed(json!({"$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"allOf": [{"$ref": "#/$defs/a"}]}}, "$ref": "#/$defs/a"}),
         "`$ref` at #/$defs/a: the schema refers to itself without descending into a property or item, so validation would never end");
+    // Unused definitions are checked too.
+    malformed(
+        json!({"$defs": {"unused": {"maxItems": "2"}}}),
+        "`maxItems` at #/$defs/unused: expected a non-negative integer, found string \"2\"",
+    );
+    malformed(
+        json!({"definitions": []}),
+        "`definitions` at #: expected an object, found array []",
+    );
     malformed(
         json!(3),
         "#: a schema must be an object or a boolean, found integer 3",
