@@ -55,7 +55,10 @@ impl<'v> Walk<'v> {
         self.found
     }
 
-    /// Record a violation here (the message is built only when collecting) and report failure.
+    /// Record a violation here (the message is built only when collecting) and report failure. Cold: valid
+    /// values, the common case, never get here, and keeping the formatting out of line keeps the walk small.
+    #[cold]
+    #[inline(never)]
     fn fail(&mut self, message: impl FnOnce() -> String) -> bool {
         if self.collect {
             self.found.push(Violation {
@@ -257,6 +260,8 @@ impl Tree {
         }
     }
 
+    #[cold]
+    #[inline(never)]
     /// The failure of `anyOf`/`oneOf` when no alternative matched: each alternative's first violation, so the
     /// model sees what each option wanted.
     fn none_matched<'v>(
