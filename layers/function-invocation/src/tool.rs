@@ -629,6 +629,36 @@ mod tests {
             bad_schema.message().contains("not a valid JSON Schema"),
             "{bad_schema}"
         );
+        assert_eq!(bad_schema.kind(), &ErrorKind::InvalidRequest);
+        // The keyword and where it is, so the author can find it in a large schema.
+        let nested = tool_json(
+            "t",
+            "",
+            json!({"type": "object", "properties": {"when": {"pattern": "(?<=a)b"}}}),
+            |v, _| async move { Ok::<_, String>(v) },
+        )
+        .compile()
+        .unwrap_err();
+        assert!(
+            nested.message().starts_with(
+                "the parameters of tool `t` are not a valid JSON Schema: `pattern` at #/properties/when: "
+            ),
+            "{nested}"
+        );
+        let remote = tool_json(
+            "t",
+            "",
+            json!({"$ref": "https://example.com/schema.json"}),
+            |v, _| async move { Ok::<_, String>(v) },
+        )
+        .compile()
+        .unwrap_err();
+        assert!(
+            remote.message().contains(
+                "`$ref` at #: `https://example.com/schema.json` is not a local reference"
+            ),
+            "{remote}"
+        );
         let not_object = tool_json(
             "t",
             "",
