@@ -50,7 +50,8 @@
 //! ## Tools
 //! - [`tool_fn`]: a typed async function; its argument type derives the JSON Schema (`schemars`) and is
 //!   deserialized with serde. [`tool_json`]: a hand-written schema and a JSON body. Or implement [`Tool`].
-//! - [`CompiledTool`]: a tool with its schema compiled once into a `jsonschema` validator. Arguments are
+//! - [`CompiledTool`]: a tool with its schema compiled once into a [`schema::Schema`] (the crate's own
+//!   validator; see [`schema`] for the vocabulary it checks, and why `format` is not asserted). Arguments are
 //!   validated before the body runs; invalid JSON or schema violations become an error result listing what is
 //!   wrong, and the body does not run.
 //! - Tools on the layer are offered on every request; [`RequestTools`] in the request's extensions adds tools for
@@ -106,6 +107,7 @@ mod execute;
 mod layer;
 mod placement;
 mod policy;
+pub mod schema;
 mod service;
 mod stream;
 mod tool;

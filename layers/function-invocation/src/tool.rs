@@ -1,5 +1,5 @@
 //! Tools: the [`Tool`] trait, typed tools from async functions, and [`CompiledTool`], a tool with its argument
-//! validator compiled once.
+//! validator ([`Schema`](crate::schema::Schema)) compiled once.
 
 use std::fmt;
 use std::future::Future;
@@ -11,6 +11,8 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::Value;
 use tower_chat::{BoxError, CancellationToken, ChatError, ErrorKind, ToolArguments, ToolSpec};
+
+use crate::schema::Schema;
 
 /// Everything a tool body may want to know about the call it serves.
 #[derive(Clone, Debug)]
@@ -409,7 +411,7 @@ const MAX_LISTED_VIOLATIONS: usize = 10;
 
 struct Compiled {
     spec: ToolSpec,
-    validator: jsonschema::Validator,
+    validator: Schema,
     requires_approval: bool,
     return_direct: bool,
     timeout: Option<Duration>,
@@ -455,7 +457,7 @@ impl CompiledTool {
                 ),
             ));
         }
-        let validator = jsonschema::validator_for(&spec.parameters).map_err(|e| {
+        let validator = Schema::compile(&spec.parameters).map_err(|e| {
             ChatError::new(
                 ErrorKind::InvalidRequest,
                 format!(
@@ -515,17 +517,14 @@ impl CompiledTool {
                 "invalid arguments for tool `{name}`: not valid JSON ({error})"
             )),
             ToolArguments::Json(value) => {
-                if self.inner.validator.is_valid(value) {
+                let Err(violations) = self.inner.validator.validate(value) else {
                     return Ok(value.clone());
-                }
+                };
                 let mut message = format!("invalid arguments for tool `{name}`:");
-                let mut errors = self.inner.validator.iter_errors(value);
-                for error in errors.by_ref().take(MAX_LISTED_VIOLATIONS) {
-                    let path = error.instance_path.to_string();
-                    let at = if path.is_empty() { "/" } else { path.as_str() };
-                    message.push_str(&format!("\n- at {at}: {error}"));
+                for violation in violations.iter().take(MAX_LISTED_VIOLATIONS) {
+                    message.push_str(&format!("\n- at {violation}"));
                 }
-                let more = errors.count();
+                let more = violations.len().saturating_sub(MAX_LISTED_VIOLATIONS);
                 if more > 0 {
                     message.push_str(&format!("\n- and {more} more"));
                 }
@@ -591,8 +590,14 @@ mod tests {
         let err = tool
             .validate(&ToolArguments::Json(json!({"days": "three"})))
             .unwrap_err();
-        assert!(err.contains("\"city\" is a required property"), "{err}");
-        assert!(err.contains("at /days"), "{err}");
+        assert!(
+            err.contains("\n- at /: missing required property \"city\""),
+            "{err}"
+        );
+        assert!(
+            err.contains("\n- at /days: expected integer or null, found string \"three\""),
+            "{err}"
+        );
         let err = tool
             .validate(&ToolArguments::parse("{\"city\":".into()))
             .unwrap_err();
@@ -623,6 +628,36 @@ mod tests {
         assert!(
             bad_schema.message().contains("not a valid JSON Schema"),
             "{bad_schema}"
+        );
+        assert_eq!(bad_schema.kind(), &ErrorKind::InvalidRequest);
+        // The keyword and where it is, so the author can find it in a large schema.
+        let nested = tool_json(
+            "t",
+            "",
+            json!({"type": "object", "properties": {"when": {"pattern": "(?<=a)b"}}}),
+            |v, _| async move { Ok::<_, String>(v) },
+        )
+        .compile()
+        .unwrap_err();
+        assert!(
+            nested.message().starts_with(
+                "the parameters of tool `t` are not a valid JSON Schema: `pattern` at #/properties/when: "
+            ),
+            "{nested}"
+        );
+        let remote = tool_json(
+            "t",
+            "",
+            json!({"$ref": "https://example.com/schema.json"}),
+            |v, _| async move { Ok::<_, String>(v) },
+        )
+        .compile()
+        .unwrap_err();
+        assert!(
+            remote.message().contains(
+                "`$ref` at #: `https://example.com/schema.json` is not a local reference"
+            ),
+            "{remote}"
         );
         let not_object = tool_json(
             "t",
