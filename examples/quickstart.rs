@@ -77,20 +77,19 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             };
             Ok::<_, String>(json!({"city": args.city, "report": report}))
         },
-    )
-    .compile()?;
+    );
     let add = tool_fn(
         "add",
         "Adds two numbers",
         |args: Add, _ctx: ToolContext| async move { Ok::<_, String>(args.a + args.b) },
-    )
-    .compile()?;
+    );
 
     let chat = ServiceBuilder::new()
         .layer(
+            // Each tool's schema is compiled as it is added: a bad one is an error here.
             FunctionInvocationLayer::new()
-                .tool(weather)
-                .tool(add)
+                .tool(weather)?
+                .tool(add)?
                 .max_rounds(5),
         )
         .service(leaf);

@@ -39,7 +39,7 @@ mod boxed;
 mod context;
 mod error;
 mod event;
-mod leaf;
+pub mod leaf;
 mod message;
 mod metadata;
 pub mod openai;

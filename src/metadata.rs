@@ -23,6 +23,33 @@ pub struct ModelMetadata {
     pub context_window: Option<u32>,
 }
 
+impl ModelMetadata {
+    /// Metadata naming only the provider (no model, endpoint, capabilities or context window): for a service that
+    /// cannot tell its own, such as a test double boxed with [`BoxChatService::with_metadata`](crate::BoxChatService::with_metadata).
+    ///
+    /// ```
+    /// let metadata = tower_chat::ModelMetadata::new("scripted").model("scripted-1");
+    /// assert_eq!((metadata.provider.as_ref(), metadata.model_id.as_deref()), ("scripted", Some("scripted-1")));
+    /// ```
+    pub fn new(provider: impl Into<Cow<'static, str>>) -> Self {
+        ModelMetadata {
+            provider: provider.into(),
+            model_id: None,
+            endpoint: None,
+            supports_tools: false,
+            supports_parallel_tool_calls: false,
+            supports_streaming_usage: false,
+            context_window: None,
+        }
+    }
+
+    /// The same metadata with this default model id.
+    pub fn model(mut self, model_id: impl Into<String>) -> Self {
+        self.model_id = Some(model_id.into());
+        self
+    }
+}
+
 /// Read [`ModelMetadata`] from a service. Leaf services know it; every tower-chat layer forwards to the service it
 /// wraps, so the call works on a whole stack (the tower counterpart of Microsoft.Extensions.AI's
 /// `GetService<ChatClientMetadata>()` walk).

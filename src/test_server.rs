@@ -204,6 +204,8 @@ pub struct ScriptedProvider {
     addr: SocketAddr,
     requests: Arc<Mutex<Vec<RecordedRequest>>>,
     connections: Arc<AtomicUsize>,
+    /// How many [`Part::Hang`] replies have seen their client go away.
+    hangups: Arc<tokio::sync::watch::Sender<usize>>,
     secure: bool,
     task: tokio::task::JoinHandle<()>,
 }
@@ -246,6 +248,8 @@ impl ScriptedProvider {
         let recorded = requests.clone();
         let connections = Arc::new(AtomicUsize::new(0));
         let accepted = connections.clone();
+        let hangups = Arc::new(tokio::sync::watch::Sender::new(0));
+        let hung_up = hangups.clone();
         let secure = tls.is_some();
         let task = tokio::spawn(async move {
             loop {
@@ -256,10 +260,11 @@ impl ScriptedProvider {
                 let _ = stream.set_nodelay(true);
                 let handler = handler.clone();
                 let recorded = recorded.clone();
+                let hung_up = hung_up.clone();
                 let tls = tls.clone();
                 tokio::spawn(async move {
                     let service = hyper::service::service_fn(move |request: Request<Incoming>| {
-                        serve(request, handler.clone(), recorded.clone())
+                        serve(request, handler.clone(), recorded.clone(), hung_up.clone())
                     });
                     let server = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
                     let _ = match tls {
@@ -278,6 +283,7 @@ impl ScriptedProvider {
             addr,
             requests,
             connections,
+            hangups,
             secure,
             task,
         }
@@ -303,6 +309,14 @@ impl ScriptedProvider {
         self.connections.load(Ordering::SeqCst)
     }
 
+    /// Wait until `count` replies ending in [`Part::Hang`] have seen their client go away (the client dropped
+    /// the response body or closed the connection): a signal to wait on instead of a sleep.
+    pub async fn hangups(&self, count: usize) {
+        let mut seen = self.hangups.subscribe();
+        // The sender lives as long as `self`, so waiting cannot fail.
+        let _ = seen.wait_for(|&hangups| hangups >= count).await;
+    }
+
     /// Every request received so far.
     pub fn requests(&self) -> Vec<RecordedRequest> {
         self.requests.lock().expect("requests lock").clone()
@@ -321,6 +335,7 @@ async fn serve(
     request: Request<Incoming>,
     handler: Arc<Handler>,
     recorded: Arc<Mutex<Vec<RecordedRequest>>>,
+    hangups: Arc<tokio::sync::watch::Sender<usize>>,
 ) -> Result<Response<ReplyBody>, Infallible> {
     let (parts, body) = request.into_parts();
     let bytes = body
@@ -360,6 +375,7 @@ async fn serve(
                 }
                 Part::Hang => {
                     tx.closed().await;
+                    hangups.send_modify(|hangups| *hangups += 1);
                     return;
                 }
             }

@@ -234,14 +234,14 @@ impl LimitsSection {
         for (model, entry) in &self.models {
             policy = policy.model(model.clone(), entry.limits());
         }
-        let mut builder = LimitsLayer::builder(policy)
+        let mut layer = LimitsLayer::new(policy)
             .prices(self.price_table())
             .on_store_error(match self.on_store_error {
                 OnStoreError::FailClosed => StoreFailure::FailClosed,
                 OnStoreError::FailOpen => StoreFailure::FailOpen,
             });
         if let Some(tokens) = self.default_max_output_tokens {
-            builder = builder.default_max_output_tokens(tokens);
+            layer = layer.default_max_output_tokens(tokens);
         }
         if self.store == StoreKind::Redis {
             let url = self
@@ -252,9 +252,9 @@ impl LimitsSection {
             if let Some(prefix) = &self.redis_prefix {
                 store = store.prefix(prefix.clone());
             }
-            builder = builder.store(store.build().map_err(|e| bad(e.to_string()))?);
+            layer = layer.store(store.build().map_err(|e| bad(e.to_string()))?);
         }
-        Ok(Some(builder.build()))
+        Ok(Some(layer))
     }
 }
 

@@ -23,8 +23,8 @@ use tower_chat::anthropic::AnthropicChat;
 use tower_chat::openai::OpenAiChat;
 use tower_chat::transport::Timeouts;
 use tower_chat::{
-    CallerIdentity, ChatError, ChatRequest, ChatStream, ConversationId, Message, ModelInfo,
-    ModelMetadata,
+    BoxChatService, CallerIdentity, ChatError, ChatRequest, ChatStream, ConversationId, Message,
+    ModelInfo, ModelMetadata,
 };
 use tower_chat_approval::{
     ApprovalLayer, ApprovalStore, PostgresApprovalStore, SqliteApprovalStore,
@@ -187,7 +187,7 @@ where
     };
     let mut service: ChatStack = BoxCloneSyncService::new(
         FunctionInvocationLayer::new()
-            .tools(server_tools(config.files.as_deref())?)
+            .tools(server_tools(config.files.as_deref())?)?
             .max_rounds(config.max_rounds)
             .layer(upstream),
     );
@@ -198,7 +198,10 @@ where
         service = BoxCloneSyncService::new(approvals.layer(service));
     }
     if let Some(persistence) = persistence {
-        service = BoxCloneSyncService::new(persistence.layer(service));
+        // The boxes above the leaf do not forward `ModelInfo`: name the leaf's metadata, which persistence reads
+        // the provider from.
+        let described = BoxChatService::with_metadata(service, metadata.clone());
+        service = BoxCloneSyncService::new(persistence.layer(described));
     }
     Ok(BoxCloneSyncService::new(
         TracingLayer::new()
@@ -234,10 +237,6 @@ impl std::fmt::Debug for Stores {
 /// Open the store `--database-url` (PostgreSQL) or `--db` (SQLite) names (migrations are applied on open) and
 /// build the layers that use it.
 pub async fn stores(config: &Config) -> Result<Stores, GatewayError> {
-    let provider = match config.provider {
-        Provider::OpenAi => "openai",
-        Provider::Anthropic => "anthropic",
-    };
     let store_error =
         |what: String| move |e: StoreError| GatewayError::Config(format!("{what}: {e}"));
     let approval_error =
@@ -265,10 +264,7 @@ pub async fn stores(config: &Config) -> Result<Stores, GatewayError> {
             }
         };
     Ok(Stores {
-        persistence: PersistenceLayer::builder_shared(store)
-            .provider(provider)
-            .prices(config.file.limits.price_table())
-            .build(),
+        persistence: PersistenceLayer::shared(store).prices(config.file.limits.price_table()),
         approvals: {
             let layer = ApprovalLayer::new()
                 .store(approval_store.clone())

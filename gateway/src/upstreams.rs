@@ -558,7 +558,7 @@ fn build_table(
                         .unwrap_or_else(|| format!("{name}#{}", i + 1));
                     balance = balance.deployment(Deployment::new(name, deployment.weight, leaf));
                 }
-                let balance = balance.build();
+                let balance = balance.build()?;
                 for handle in balance.breakers() {
                     breakers.push((model.name.clone(), handle));
                 }

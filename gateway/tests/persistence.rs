@@ -64,7 +64,6 @@ async fn every_turn_is_recorded_with_its_tool_rounds_and_caller() {
 
 #[tokio::test]
 async fn a_client_hanging_up_mid_stream_is_recorded_as_cancelled_with_the_partial_output() {
-    use std::time::Duration;
     use tower_chat::test_server::Part;
     use tower_chat_persistence::CallOutcome;
 
@@ -99,7 +98,9 @@ async fn a_client_hanging_up_mid_stream_is_recorded_as_cancelled_with_the_partia
         seen.extend_from_slice(&buf[..n]);
     }
     drop(socket);
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // The gateway noticed the hang-up when it dropped the upstream stream: the persistence layer handed the
+    // record to its writer before that (in the recording stream's drop), and shutdown flushes the writer.
+    gw.provider.hangups(1).await;
     gw.shutdown();
     gw.server.take().unwrap().await.unwrap().unwrap();
 

@@ -159,7 +159,7 @@ enum BlockState {
 
 /// Maps a Messages API SSE stream to chat events.
 #[derive(Default)]
-pub(crate) struct MessageDecoder {
+pub struct MessageDecoder {
     /// The open content blocks by their wire index (a stopped block is removed). A map, not a `Vec` indexed by
     /// it: the index comes from the upstream, and sizing a `Vec` by it let one `"index": 3666666666666666666` abort the process
     /// (capacity overflow; a smaller huge index allocated gigabytes) — found by `fuzz/anthropic_stream`.
@@ -319,6 +319,12 @@ impl MessageDecoder {
         );
         out.push_back(ChatEvent::Finish { reason });
         self.done = true;
+    }
+}
+
+impl std::fmt::Debug for MessageDecoder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MessageDecoder").finish_non_exhaustive()
     }
 }
 

@@ -23,170 +23,114 @@
 mod decode;
 mod wire;
 
-use std::fmt;
-use std::future::Future;
-use std::pin::Pin;
-use std::sync::Arc;
-use std::task::{Context, Poll};
-
 use http::header::HeaderName;
-use http::{HeaderValue, Uri};
+use http::HeaderValue;
 
 use crate::error::{ChatError, ErrorKind};
-use crate::leaf::{byte_stream_decoder, leaf_builder_methods, LeafConfig, LeafSettings};
-use crate::metadata::{ModelInfo, ModelMetadata};
+use crate::event::ChatEvent;
+use crate::leaf::{ChatLeaf, ChatLeafBuilder, Provider, ProviderWire};
 use crate::request::ChatRequest;
-use crate::stream::ChatStream;
-use crate::transport::{HttpTransport, ProviderWire};
 
 /// The Messages API version sent in `anthropic-version` unless configured otherwise.
 pub const DEFAULT_API_VERSION: &str = "2023-06-01";
 
-/// The Messages API leaf service. Cheap to clone: clones share configuration and the connection pool.
-#[derive(Clone)]
-pub struct AnthropicChat {
-    config: Arc<Config>,
-    transport: HttpTransport,
-}
+/// The Messages API leaf service: [`ChatLeaf`] speaking [`Anthropic`]'s wire format. Cheap to clone: clones
+/// share configuration and the connection pool.
+pub type AnthropicChat = ChatLeaf<Anthropic>;
 
-struct Config {
-    leaf: LeafConfig,
-    default_max_tokens: u32,
-}
+/// Configures an [`AnthropicChat`]: the shared settings of [`ChatLeafBuilder`], plus
+/// [`api_version`](ChatLeafBuilder::api_version) and [`default_max_tokens`](ChatLeafBuilder::default_max_tokens).
+pub type AnthropicChatBuilder = ChatLeafBuilder<Anthropic>;
 
-impl fmt::Debug for AnthropicChat {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("AnthropicChat")
-            .field("endpoint", &self.config.leaf.endpoint)
-            .field(
-                "api_key",
-                &self.config.leaf.api_key.as_ref().map(|_| "[redacted]"),
-            )
-            .field("default_model", &self.config.leaf.default_model)
-            .field("transport", &self.transport)
-            .finish_non_exhaustive()
-    }
-}
+/// Decodes a Messages API SSE body into chat events, byte chunk by byte chunk — the leaf's own decoder, for
+/// bodies that arrive some other way.
+pub type StreamDecoder = crate::leaf::StreamDecoder<Anthropic>;
 
-impl AnthropicChat {
-    /// Configure a leaf.
-    pub fn builder() -> AnthropicChatBuilder {
-        AnthropicChatBuilder::default()
-    }
-
-    /// The full URL requests go to.
-    pub fn endpoint(&self) -> &Uri {
-        &self.config.leaf.endpoint
-    }
-}
-
-impl tower_service::Service<ChatRequest> for AnthropicChat {
-    type Response = ChatStream;
-    type Error = ChatError;
-    type Future = Pin<Box<dyn Future<Output = Result<ChatStream, ChatError>> + Send>>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), ChatError>> {
-        self.transport.poll_ready(cx)
-    }
-
-    fn call(&mut self, request: ChatRequest) -> Self::Future {
-        let this = self.clone();
-        Box::pin(async move {
-            let config = &*this.config;
-            let body = wire::encode(
-                &request,
-                &wire::EncodeOptions {
-                    default_model: config.leaf.default_model.as_deref(),
-                    default_max_tokens: config.default_max_tokens,
-                },
-            )?;
-            let wire = ProviderWire {
-                provider_message: decode::provider_message,
-                decode_whole: decode::decode_message,
-                stream_decoder: decode::MessageDecoder::default,
-            };
-            config
-                .leaf
-                .execute(
-                    &this.transport,
-                    body,
-                    &request,
-                    (HeaderName::from_static("x-api-key"), ""),
-                    wire,
-                )
-                .await
-        })
-    }
-}
-
-byte_stream_decoder!(
-    /// Decodes a Messages API SSE body into chat events, byte chunk by byte chunk — the leaf's own decoder, for
-    /// bodies that arrive some other way.
-    StreamDecoder,
-    decode::MessageDecoder
-);
-
-impl ModelInfo for AnthropicChat {
-    fn model_metadata(&self) -> ModelMetadata {
-        self.config.leaf.metadata.clone()
-    }
-}
-
-/// Configures an [`AnthropicChat`].
-#[derive(Debug)]
-pub struct AnthropicChatBuilder {
-    settings: LeafSettings,
+/// The Messages API wire format (`POST {base_url}/messages`, `x-api-key`, `anthropic-version`), with its two
+/// settings: the API version and the `max_tokens` sent when a request sets none.
+#[derive(Clone, Debug)]
+pub struct Anthropic {
     api_version: String,
     default_max_tokens: u32,
 }
 
-impl Default for AnthropicChatBuilder {
+impl Default for Anthropic {
     fn default() -> Self {
-        AnthropicChatBuilder {
-            settings: LeafSettings::new("https://api.anthropic.com/v1", "anthropic"),
+        Anthropic {
             api_version: DEFAULT_API_VERSION.to_owned(),
             default_max_tokens: 4096,
         }
     }
 }
 
-impl AnthropicChatBuilder {
-    leaf_builder_methods!("https://api.anthropic.com/v1", "anthropic");
+impl Provider for Anthropic {}
 
+impl ProviderWire for Anthropic {
+    type Decoder = decode::MessageDecoder;
+    const LEAF_NAME: &'static str = "AnthropicChat";
+    const DEFAULT_BASE_URL: &'static str = "https://api.anthropic.com/v1";
+    const DEFAULT_PROVIDER_NAME: &'static str = "anthropic";
+    const PATH: &'static str = "messages";
+
+    fn auth_header(&self) -> (HeaderName, &'static str) {
+        (HeaderName::from_static("x-api-key"), "")
+    }
+
+    fn fixed_headers(&self) -> Result<Vec<(String, String)>, ChatError> {
+        HeaderValue::try_from(self.api_version.as_str()).map_err(|_| {
+            ChatError::new(ErrorKind::InvalidRequest, "invalid anthropic-version value")
+        })?;
+        Ok(vec![(
+            "anthropic-version".to_owned(),
+            self.api_version.clone(),
+        )])
+    }
+
+    fn supports_streaming_usage(&self) -> bool {
+        true
+    }
+
+    fn encode(
+        &self,
+        request: &ChatRequest,
+        default_model: Option<&str>,
+    ) -> Result<Vec<u8>, ChatError> {
+        wire::encode(
+            request,
+            &wire::EncodeOptions {
+                default_model,
+                default_max_tokens: self.default_max_tokens,
+            },
+        )
+    }
+
+    fn error_message(body: &[u8]) -> Option<String> {
+        decode::provider_message(body)
+    }
+
+    fn decode_whole(body: &[u8]) -> Result<Vec<ChatEvent>, ChatError> {
+        decode::decode_message(body)
+    }
+}
+
+impl ChatLeafBuilder<Anthropic> {
     /// The `anthropic-version` header (default [`DEFAULT_API_VERSION`]).
     pub fn api_version(mut self, version: impl Into<String>) -> Self {
-        self.api_version = version.into();
+        self.provider.api_version = version.into();
         self
     }
 
     /// `max_tokens` for requests that set no `max_output_tokens` (the API requires one; default 4096).
     pub fn default_max_tokens(mut self, tokens: u32) -> Self {
-        self.default_max_tokens = tokens;
+        self.provider.default_max_tokens = tokens;
         self
-    }
-
-    /// Build the leaf; the base URL and headers are validated here.
-    pub fn build(mut self) -> Result<AnthropicChat, ChatError> {
-        HeaderValue::try_from(self.api_version.as_str()).map_err(|_| {
-            ChatError::new(ErrorKind::InvalidRequest, "invalid anthropic-version value")
-        })?;
-        self.settings
-            .headers
-            .insert(0, ("anthropic-version".to_owned(), self.api_version));
-        let (leaf, transport) = self.settings.build("messages", true)?;
-        Ok(AnthropicChat {
-            config: Arc::new(Config {
-                leaf,
-                default_max_tokens: self.default_max_tokens,
-            }),
-            transport,
-        })
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ModelInfo;
 
     #[test]
     fn debug_hides_the_key_and_metadata_names_anthropic() {

@@ -30,186 +30,120 @@
 mod decode;
 mod wire;
 
-use std::fmt;
-use std::future::Future;
-use std::pin::Pin;
-use std::sync::Arc;
-use std::task::{Context, Poll};
-
-use http::header::AUTHORIZATION;
-use http::Uri;
+use http::header::{HeaderName, AUTHORIZATION};
 
 pub use wire::MaxTokensField;
 
 use crate::error::ChatError;
-use crate::leaf::{byte_stream_decoder, leaf_builder_methods, LeafConfig, LeafSettings};
-use crate::metadata::{ModelInfo, ModelMetadata};
+use crate::event::ChatEvent;
+use crate::leaf::{ChatLeaf, ChatLeafBuilder, Provider, ProviderWire};
 use crate::request::ChatRequest;
-use crate::stream::ChatStream;
-use crate::transport::{HttpTransport, ProviderWire};
 
-/// The Chat Completions leaf service. Cheap to clone: clones share configuration and the connection pool.
-#[derive(Clone)]
-pub struct OpenAiChat {
-    config: Arc<Config>,
-    transport: HttpTransport,
-}
+/// The Chat Completions leaf service: [`ChatLeaf`] speaking [`OpenAi`]'s wire format. Cheap to clone: clones
+/// share configuration and the connection pool.
+pub type OpenAiChat = ChatLeaf<OpenAi>;
 
-struct Config {
-    leaf: LeafConfig,
+/// Configures an [`OpenAiChat`]: the shared settings of [`ChatLeafBuilder`], plus
+/// [`max_tokens_field`](ChatLeafBuilder::max_tokens_field) and [`include_usage`](ChatLeafBuilder::include_usage).
+pub type OpenAiChatBuilder = ChatLeafBuilder<OpenAi>;
+
+/// Decodes a Chat Completions SSE body into chat events, byte chunk by byte chunk — the leaf's own decoder, for
+/// bodies that arrive some other way.
+///
+/// ```
+/// use tower_chat::{ChatEvent, FinishReason};
+///
+/// let mut decoder = tower_chat::openai::StreamDecoder::new();
+/// decoder.feed(b"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hi\"}}]}\n\nda");
+/// assert_eq!(decoder.next_event().unwrap().unwrap(), ChatEvent::text("Hi"));
+/// assert!(decoder.next_event().is_none()); // the rest of the body is needed
+/// decoder.feed_bytes(bytes::Bytes::from_static(
+///     b"ta: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n",
+/// ));
+/// decoder.finish();
+/// assert_eq!(decoder.next_event().unwrap().unwrap(), ChatEvent::finish(FinishReason::Stop));
+/// assert!(decoder.next_event().is_none());
+/// ```
+pub type StreamDecoder = crate::leaf::StreamDecoder<OpenAi>;
+
+/// The Chat Completions wire format (`POST {base_url}/chat/completions`, `Authorization: Bearer`), with its two
+/// settings: how the output token limit is spelled and whether streamed calls ask for usage.
+#[derive(Clone, Debug)]
+pub struct OpenAi {
     max_tokens_field: MaxTokensField,
     include_usage: bool,
 }
 
-impl fmt::Debug for OpenAiChat {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("OpenAiChat")
-            .field("endpoint", &self.config.leaf.endpoint)
-            .field(
-                "api_key",
-                &self.config.leaf.api_key.as_ref().map(|_| "[redacted]"),
-            )
-            .field("default_model", &self.config.leaf.default_model)
-            .field("transport", &self.transport)
-            .finish_non_exhaustive()
-    }
-}
-
-impl OpenAiChat {
-    /// Configure a leaf.
-    pub fn builder() -> OpenAiChatBuilder {
-        OpenAiChatBuilder::default()
-    }
-
-    /// The full URL requests go to.
-    pub fn endpoint(&self) -> &Uri {
-        &self.config.leaf.endpoint
-    }
-}
-
-impl tower_service::Service<ChatRequest> for OpenAiChat {
-    type Response = ChatStream;
-    type Error = ChatError;
-    type Future = Pin<Box<dyn Future<Output = Result<ChatStream, ChatError>> + Send>>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), ChatError>> {
-        self.transport.poll_ready(cx)
-    }
-
-    fn call(&mut self, request: ChatRequest) -> Self::Future {
-        let this = self.clone();
-        Box::pin(async move {
-            let config = &*this.config;
-            let body = wire::encode(
-                &request,
-                &wire::EncodeOptions {
-                    default_model: config.leaf.default_model.as_deref(),
-                    max_tokens_field: config.max_tokens_field,
-                    include_usage: config.include_usage,
-                },
-            )?;
-            let wire = ProviderWire {
-                provider_message: decode::provider_message,
-                decode_whole: decode::decode_completion,
-                stream_decoder: decode::ChunkDecoder::default,
-            };
-            config
-                .leaf
-                .execute(
-                    &this.transport,
-                    body,
-                    &request,
-                    (AUTHORIZATION, "Bearer "),
-                    wire,
-                )
-                .await
-        })
-    }
-}
-
-byte_stream_decoder!(
-    /// Decodes a Chat Completions SSE body into chat events, byte chunk by byte chunk — the leaf's own decoder,
-    /// for bodies that arrive some other way.
-    ///
-    /// ```
-    /// use tower_chat::{ChatEvent, FinishReason};
-    ///
-    /// let mut decoder = tower_chat::openai::StreamDecoder::new();
-    /// decoder.feed(b"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hi\"}}]}\n\nda");
-    /// assert_eq!(decoder.next_event().unwrap().unwrap(), ChatEvent::text("Hi"));
-    /// assert!(decoder.next_event().is_none()); // the rest of the body is needed
-    /// decoder.feed_bytes(bytes::Bytes::from_static(
-    ///     b"ta: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n",
-    /// ));
-    /// decoder.finish();
-    /// assert_eq!(decoder.next_event().unwrap().unwrap(), ChatEvent::finish(FinishReason::Stop));
-    /// assert!(decoder.next_event().is_none());
-    /// ```
-    StreamDecoder,
-    decode::ChunkDecoder
-);
-
-impl ModelInfo for OpenAiChat {
-    fn model_metadata(&self) -> ModelMetadata {
-        self.config.leaf.metadata.clone()
-    }
-}
-
-/// Configures an [`OpenAiChat`].
-#[derive(Debug)]
-pub struct OpenAiChatBuilder {
-    settings: LeafSettings,
-    max_tokens_field: MaxTokensField,
-    include_usage: bool,
-}
-
-impl Default for OpenAiChatBuilder {
+impl Default for OpenAi {
     fn default() -> Self {
-        OpenAiChatBuilder {
-            settings: LeafSettings::new("https://api.openai.com/v1", "openai"),
+        OpenAi {
             max_tokens_field: MaxTokensField::default(),
             include_usage: true,
         }
     }
 }
 
-impl OpenAiChatBuilder {
-    leaf_builder_methods!("https://api.openai.com/v1", "openai");
+impl Provider for OpenAi {}
 
+impl ProviderWire for OpenAi {
+    type Decoder = decode::ChunkDecoder;
+    const LEAF_NAME: &'static str = "OpenAiChat";
+    const DEFAULT_BASE_URL: &'static str = "https://api.openai.com/v1";
+    const DEFAULT_PROVIDER_NAME: &'static str = "openai";
+    const PATH: &'static str = "chat/completions";
+
+    fn auth_header(&self) -> (HeaderName, &'static str) {
+        (AUTHORIZATION, "Bearer ")
+    }
+
+    fn supports_streaming_usage(&self) -> bool {
+        self.include_usage
+    }
+
+    fn encode(
+        &self,
+        request: &ChatRequest,
+        default_model: Option<&str>,
+    ) -> Result<Vec<u8>, ChatError> {
+        wire::encode(
+            request,
+            &wire::EncodeOptions {
+                default_model,
+                max_tokens_field: self.max_tokens_field,
+                include_usage: self.include_usage,
+            },
+        )
+    }
+
+    fn error_message(body: &[u8]) -> Option<String> {
+        decode::provider_message(body)
+    }
+
+    fn decode_whole(body: &[u8]) -> Result<Vec<ChatEvent>, ChatError> {
+        decode::decode_completion(body)
+    }
+}
+
+impl ChatLeafBuilder<OpenAi> {
     /// How the output token limit is spelled (`max_tokens` by default; OpenAI's reasoning models need
     /// `max_completion_tokens`).
     pub fn max_tokens_field(mut self, field: MaxTokensField) -> Self {
-        self.max_tokens_field = field;
+        self.provider.max_tokens_field = field;
         self
     }
 
     /// Whether to send `stream_options.include_usage` on streaming calls (default on; turn it off for a server
     /// that rejects the field).
     pub fn include_usage(mut self, include: bool) -> Self {
-        self.include_usage = include;
+        self.provider.include_usage = include;
         self
-    }
-
-    /// Build the leaf; the base URL and headers are validated here.
-    pub fn build(self) -> Result<OpenAiChat, ChatError> {
-        let (leaf, transport) = self
-            .settings
-            .build("chat/completions", self.include_usage)?;
-        Ok(OpenAiChat {
-            config: Arc::new(Config {
-                leaf,
-                max_tokens_field: self.max_tokens_field,
-                include_usage: self.include_usage,
-            }),
-            transport,
-        })
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ErrorKind;
+    use crate::{ErrorKind, ModelInfo};
 
     #[test]
     fn debug_output_never_shows_the_key() {

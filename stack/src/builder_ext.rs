@@ -15,14 +15,13 @@ use tower::ServiceBuilder;
 /// # let dir = tempfile::tempdir()?;
 /// let weather = tool_json("get_weather", "Weather for a city", json!({"type": "object"}), |_args: Value, _ctx| async {
 ///     Ok::<_, String>("sunny".to_owned())
-/// })
-/// .compile()?;
+/// });
 /// let store = SqliteStore::open(dir.path().join("chat.db")).await?;
 ///
 /// let chat = ServiceBuilder::new()
 ///     .chat_tracing()                                               // spans + GenAI metrics
 ///     .approvals(ApprovalLayer::new().require_approval("get_weather")) // outside the loop
-///     .tool_loop([weather])                                         // call model -> run tools -> again
+///     .tool_loop([weather])?                                        // call model -> run tools -> again
 ///     .persist(PersistenceLayer::new(store))                        // every round trip recorded
 ///     .service(OpenAiChat::builder().base_url("http://127.0.0.1:9").model("gpt-4o-mini").build()?);
 /// # let _ = chat;
@@ -51,12 +50,17 @@ pub trait ServiceBuilderExt<L>: sealed::Sealed<L> + Sized {
         layer: tower_chat_approval::ApprovalLayer,
     ) -> ServiceBuilder<Stack<tower_chat_approval::ApprovalLayer, L>>;
 
-    /// The tool loop with these tools and default settings.
+    /// The tool loop with these tools and default settings. Each tool's schema is compiled here (tools are taken
+    /// as written, or as [`CompiledTool`](tower_chat_function_invocation::CompiledTool)s): an invalid one is an
+    /// error now, so the chain continues after `?`.
     #[cfg(feature = "tools")]
-    fn tool_loop(
+    fn tool_loop<T: tower_chat_function_invocation::IntoTool>(
         self,
-        tools: impl IntoIterator<Item = tower_chat_function_invocation::CompiledTool>,
-    ) -> ServiceBuilder<Stack<tower_chat_function_invocation::FunctionInvocationLayer, L>>;
+        tools: impl IntoIterator<Item = T>,
+    ) -> Result<
+        ServiceBuilder<Stack<tower_chat_function_invocation::FunctionInvocationLayer, L>>,
+        tower_chat::ChatError,
+    >;
 
     /// The tool loop, configured.
     #[cfg(feature = "tools")]
@@ -122,11 +126,18 @@ impl<L> ServiceBuilderExt<L> for ServiceBuilder<L> {
     }
 
     #[cfg(feature = "tools")]
-    fn tool_loop(
+    fn tool_loop<T: tower_chat_function_invocation::IntoTool>(
         self,
-        tools: impl IntoIterator<Item = tower_chat_function_invocation::CompiledTool>,
-    ) -> ServiceBuilder<Stack<tower_chat_function_invocation::FunctionInvocationLayer, L>> {
-        self.layer(tower_chat_function_invocation::FunctionInvocationLayer::new().tools(tools))
+        tools: impl IntoIterator<Item = T>,
+    ) -> Result<
+        ServiceBuilder<Stack<tower_chat_function_invocation::FunctionInvocationLayer, L>>,
+        tower_chat::ChatError,
+    > {
+        Ok(
+            self.layer(
+                tower_chat_function_invocation::FunctionInvocationLayer::new().tools(tools)?,
+            ),
+        )
     }
 
     #[cfg(feature = "tools")]

@@ -14,7 +14,7 @@ pub use crate::ServiceBuilderExt;
 pub use tower_chat_approval::{ApprovalLayer, Verdict};
 #[cfg(feature = "tools")]
 pub use tower_chat_function_invocation::{
-    tool_fn, tool_json, CompiledTool, FunctionInvocationLayer, ToolError,
+    tool_fn, tool_json, CompiledTool, FnTool, FunctionInvocationLayer, IntoTool, ToolError,
 };
 #[cfg(feature = "limits")]
 pub use tower_chat_limits::LimitsLayer;

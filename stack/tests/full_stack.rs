@@ -45,12 +45,8 @@ async fn tracing_tool_loop_and_persistence_compose_over_the_http_leaf() {
 
     let chat = ServiceBuilder::new()
         .layer(TracingLayer::new())
-        .layer(FunctionInvocationLayer::new().tool(weather))
-        .layer(
-            PersistenceLayer::builder(store.clone())
-                .provider("openai")
-                .build(),
-        )
+        .layer(FunctionInvocationLayer::new().tool(weather).unwrap())
+        .layer(PersistenceLayer::new(store.clone()))
         .service(leaf);
     assert_eq!(
         chat.model_metadata().model_id.as_deref(),

@@ -59,10 +59,8 @@ async fn a_boxed_stack_with_hidden_middleware_still_records_the_leafs_provider()
 
     let dir = tempfile::tempdir().unwrap();
     let store = SqliteStore::open(dir.path().join("chat.db")).await.unwrap();
-    let layer = PersistenceLayer::builder(store.clone()).build();
-    let chat = layer
-        .layer(FunctionInvocationLayer::new().layer(boxed))
-        .provider_from_model_info();
+    let layer = PersistenceLayer::new(store.clone());
+    let chat = layer.layer(FunctionInvocationLayer::new().layer(boxed));
     assert_eq!(chat.model_metadata(), metadata);
 
     let conversation = ConversationId::new("conv-meta");

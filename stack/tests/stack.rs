@@ -39,6 +39,7 @@ async fn the_readme_chain_pauses_resumes_and_records() {
         .chat_tracing()
         .approvals(ApprovalLayer::new().require_approval("get_weather"))
         .tool_loop([weather])
+        .unwrap()
         .persist(PersistenceLayer::new(store.clone()))
         .service(
             OpenAiChat::builder()

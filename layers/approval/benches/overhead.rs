@@ -49,6 +49,7 @@ fn tool_loop(with_tool: bool) -> Chat {
     BoxCloneService::new(
         FunctionInvocationLayer::new()
             .tool(echo)
+            .unwrap()
             .layer(model(with_tool)),
     )
 }

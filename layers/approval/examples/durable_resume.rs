@@ -59,7 +59,10 @@ async fn gateway(path: &std::path::Path) -> Result<Chat, Box<dyn std::error::Err
             Some(who) if who.starts_with("operator:") => Ok(()),
             other => Err(format!("{other:?} is not an operator")),
         });
-    let tool_loop = FunctionInvocationLayer::new().tool(write_file).layer(model);
+    let tool_loop = FunctionInvocationLayer::new()
+        .tool(write_file)
+        .unwrap()
+        .layer(model);
     Ok(BoxCloneService::new(approvals.layer(tool_loop)))
 }
 

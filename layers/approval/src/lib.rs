@@ -41,8 +41,7 @@
 //! # async fn main() -> Result<(), ChatError> {
 //! let write_file = tool_json("write_file", "Write a file", json!({"type": "object"}), |args: Value, _ctx| async move {
 //!     Ok::<_, String>(format!("wrote {}", args["path"]))
-//! })
-//! .compile()?;
+//! });
 //!
 //! let approvals = ApprovalLayer::new()
 //!     // Writes outside ./workspace need approval; admins never ask; guests may not write at all.
@@ -76,7 +75,7 @@
 //!     };
 //!     Ok::<ChatStream, ChatError>(Box::pin(stream::iter(events.into_iter().map(Ok))))
 //! });
-//! let chat = approvals.layer(FunctionInvocationLayer::new().tool(write_file).layer(model));
+//! let chat = approvals.layer(FunctionInvocationLayer::new().tool(write_file)?.layer(model));
 //!
 //! // 1. The call pauses: the stream reports an approval request (stored first) and ends `awaiting_approval`.
 //! let mut history = vec![Message::user("Update the motd")];

@@ -57,6 +57,7 @@ fn layer() -> FunctionInvocationLayer {
     .unwrap();
     FunctionInvocationLayer::new()
         .tool(noop)
+        .unwrap()
         .max_rounds(ROUNDS + 1)
 }
 

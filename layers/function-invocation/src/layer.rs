@@ -2,11 +2,12 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use tower_chat::ChatError;
 use tower_layer::Layer;
 
+use crate::into_tool::IntoTool;
 use crate::policy::{ApprovalPolicy, ErrorDetail, ErrorPolicy, UnknownToolPolicy};
 use crate::service::FunctionInvocation;
-use crate::tool::CompiledTool;
 use crate::toolset::{Resolved, SharedResolver, ToolResolver, ToolSet};
 
 /// The tool loop's configuration, shared by every service and stream of one layer.
@@ -83,17 +84,23 @@ impl FunctionInvocationLayer {
         Arc::make_mut(&mut self.config)
     }
 
-    /// Offer a tool on every request (replacing a layer tool of the same name).
-    pub fn tool(mut self, tool: CompiledTool) -> Self {
+    /// Offer a tool on every request (replacing a layer tool of the same name). The tool's schema is compiled
+    /// here (unless it is a [`CompiledTool`](crate::CompiledTool) already), so an invalid schema or name is an error now, not at the
+    /// first call.
+    pub fn tool(mut self, tool: impl IntoTool) -> Result<Self, ChatError> {
+        let tool = tool.into_tool()?;
         let config = self.config_mut();
         config.tools.insert(tool);
         config.base = Arc::new(Resolved::from_layer(&config.tools));
-        self
+        Ok(self)
     }
 
-    /// Offer these tools on every request (added to those already set).
-    pub fn tools(self, tools: impl IntoIterator<Item = CompiledTool>) -> Self {
-        tools.into_iter().fold(self, FunctionInvocationLayer::tool)
+    /// Offer these tools on every request (added to those already set); fails at the first tool whose schema
+    /// or name is invalid.
+    pub fn tools<T: IntoTool>(self, tools: impl IntoIterator<Item = T>) -> Result<Self, ChatError> {
+        tools
+            .into_iter()
+            .try_fold(self, FunctionInvocationLayer::tool)
     }
 
     /// Where tools named in [`RequestTools::registered`](crate::RequestTools) come from. A [`ToolSet`] works.

@@ -23,8 +23,7 @@
 //! # async fn main() -> Result<(), ChatError> {
 //! let weather = tool_fn("weather", "Current weather in a city", |w: Weather, _ctx: ToolContext| async move {
 //!     Ok::<_, String>(format!("12°C and windy in {}", w.city))
-//! })
-//! .compile()?;
+//! });
 //!
 //! // A stand-in for a real model: first it calls the tool, then it answers with the result.
 //! let model = service_fn(|request: ChatRequest| async move {
@@ -39,7 +38,8 @@
 //!     Ok::<_, ChatError>(stream)
 //! });
 //!
-//! let chat = FunctionInvocationLayer::new().tool(weather).layer(model);
+//! // The schema is compiled here: an invalid one is an error now, not at the first call.
+//! let chat = FunctionInvocationLayer::new().tool(weather)?.layer(model);
 //! let request = ChatRequest::new(vec![Message::user("Weather in Oslo?")]);
 //! let response = chat.oneshot(request).await?.collect_response().await?;
 //! assert_eq!(response.text(), "It is 12°C.");
@@ -104,6 +104,7 @@
 #![warn(missing_debug_implementations, unreachable_pub)]
 
 mod execute;
+mod into_tool;
 mod layer;
 mod placement;
 mod policy;
@@ -113,6 +114,7 @@ mod stream;
 mod tool;
 mod toolset;
 
+pub use into_tool::IntoTool;
 pub use layer::FunctionInvocationLayer;
 pub use placement::{InsideToolLoop, ToolLoopPresence};
 pub use policy::{

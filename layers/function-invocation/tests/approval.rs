@@ -82,7 +82,9 @@ async fn gated_calls_wait_while_the_rest_of_the_round_runs() {
         let weathers = counter();
         let layer = FunctionInvocationLayer::new()
             .tool(guarded_delete(deletes.clone()))
-            .tool(weather(weathers.clone()));
+            .unwrap()
+            .tool(weather(weathers.clone()))
+            .unwrap();
         let (events, history) = first_leg(shape, &layer, user("clean up")).await;
         assert_eq!(count(&deletes), 0, "never without a decision");
         assert_eq!(count(&weathers), 1, "the ungated call ran at once");
@@ -112,7 +114,9 @@ async fn an_approved_call_runs_on_resume_and_the_model_sees_results_in_call_orde
         let deletes = counter();
         let layer = FunctionInvocationLayer::new()
             .tool(guarded_delete(deletes.clone()))
-            .tool(weather(counter()));
+            .unwrap()
+            .tool(weather(counter()))
+            .unwrap();
         let (_, history) = first_leg(shape, &layer, user("clean up")).await;
 
         let (inner, script) = scripted(shape, vec![answer("All done.")]);
@@ -150,7 +154,9 @@ async fn a_denied_call_is_answered_not_approved_and_never_runs() {
         let deletes = counter();
         let layer = FunctionInvocationLayer::new()
             .tool(guarded_delete(deletes.clone()))
-            .tool(weather(counter()));
+            .unwrap()
+            .tool(weather(counter()))
+            .unwrap();
         let (_, history) = first_leg(shape, &layer, user("clean up")).await;
         let (inner, script) = scripted(shape, vec![answer("Understood.")]);
         let resume = ChatRequest::new(history).with_extension(ApprovalDecisions(vec![
@@ -176,7 +182,9 @@ async fn decisions_only_count_for_calls_pending_in_the_history() {
         let deletes = counter();
         let layer = FunctionInvocationLayer::new()
             .tool(guarded_delete(deletes.clone()))
-            .tool(weather(counter()));
+            .unwrap()
+            .tool(weather(counter()))
+            .unwrap();
         let eager = user("clean up")
             .with_extension(ApprovalDecisions(vec![ApprovalDecision::approve("a")]));
         let (events, _) = first_leg(shape, &layer, eager).await;
@@ -223,8 +231,10 @@ async fn policies_can_require_approval_or_deny_but_never_waive_it() {
         let deletes = counter();
         let layer = FunctionInvocationLayer::new()
             .tool(guarded_delete(deletes.clone()))
+            .unwrap()
             .tool(weather(weathers.clone()))
             // A layer policy with no opinion does not lift the tool's own guard.
+            .unwrap()
             .approval_policy(ApprovalPolicy::new(|_, _, _| ApprovalVerdict::Default));
         let policy = ApprovalPolicy::new(|call, tool, _extensions| {
             let city = call
@@ -308,7 +318,9 @@ async fn policies_can_require_approval_or_deny_but_never_waive_it() {
 async fn without_decisions_pending_calls_are_left_alone() {
     // A history ending in an unanswered call, but no decisions: the loop does not run it on its own.
     let deletes = counter();
-    let layer = FunctionInvocationLayer::new().tool(delete(deletes.clone()));
+    let layer = FunctionInvocationLayer::new()
+        .tool(delete(deletes.clone()))
+        .unwrap();
     let history = vec![
         Message::user("x"),
         Message::Assistant(tower_chat::AssistantMessage {

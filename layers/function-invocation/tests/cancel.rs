@@ -93,7 +93,9 @@ async fn dropping_the_stream_cancels_running_tools_and_calls_no_model() {
             vec![calls(&[("a", "hang", json!({}))]), answer("never")],
         );
         let service = stack(
-            FunctionInvocationLayer::new().tool(hanging(probe.clone())),
+            FunctionInvocationLayer::new()
+                .tool(hanging(probe.clone()))
+                .unwrap(),
             inner,
         );
         let mut stream = service.oneshot(user("x")).await.unwrap();
@@ -116,7 +118,9 @@ async fn cancelling_the_request_token_stops_tools_promptly() {
             vec![calls(&[("a", "hang", json!({}))]), answer("never")],
         );
         let service = stack(
-            FunctionInvocationLayer::new().tool(hanging(probe.clone())),
+            FunctionInvocationLayer::new()
+                .tool(hanging(probe.clone()))
+                .unwrap(),
             inner,
         );
         let token = CancellationToken::new();

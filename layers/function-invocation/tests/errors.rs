@@ -32,6 +32,7 @@ async fn a_failing_tool_becomes_an_error_result_and_the_loop_goes_on() {
             );
             let layer = FunctionInvocationLayer::new()
                 .tool(counting("db", runs.clone(), Err("database unreachable")))
+                .unwrap()
                 .error_detail(detail);
             let (events, error) = run(stack(layer, inner), user("x")).await;
             assert!(error.is_none());
@@ -66,7 +67,7 @@ async fn a_panicking_tool_is_an_error_result() {
             shape,
             vec![calls(&[("a", "boom", json!({}))]), answer("hm")],
         );
-        let layer = FunctionInvocationLayer::new().tool(boom);
+        let layer = FunctionInvocationLayer::new().tool(boom).unwrap();
         let (_, error) = run(stack(layer, inner), user("x")).await;
         assert!(error.is_none());
         let sent = tool_messages(&script.sent(1));
@@ -127,7 +128,9 @@ async fn a_tool_past_its_timeout_is_an_error_result() {
         );
         let layer = FunctionInvocationLayer::new()
             .tool(slow)
+            .unwrap()
             .tool(fast_override)
+            .unwrap()
             .tool_timeout(Duration::from_secs(1));
         let mut stream = stack(layer, inner).oneshot(user("x")).await.unwrap();
         let mut told_at_result = None;
@@ -166,7 +169,9 @@ async fn the_error_policy_can_end_the_stream_with_a_typed_error() {
         });
         let layer = FunctionInvocationLayer::new()
             .tool(counting("ok", counter(), Ok("fine")))
+            .unwrap()
             .tool(counting("db", counter(), Err("disk full")))
+            .unwrap()
             .error_policy(policy);
         let (events, error) = run(stack(layer, inner), user("x")).await;
         let error = error.expect("the policy ends the stream");
@@ -190,7 +195,9 @@ async fn consecutive_failing_rounds_end_the_stream_and_a_good_round_resets_the_c
         let (inner, script) = scripted(shape, vec![fail("a"), ok("b"), fail("c"), fail("d")]);
         let layer = FunctionInvocationLayer::new()
             .tool(counting("ok", counter(), Ok("fine")))
+            .unwrap()
             .tool(counting("db", counter(), Err("disk full")))
+            .unwrap()
             .max_consecutive_failures(2);
         let (events, error) = run(stack(layer, inner), user("x")).await;
         let error = error.expect("too many failures");
@@ -207,7 +214,9 @@ async fn consecutive_failing_rounds_end_the_stream_and_a_good_round_resets_the_c
     // The default is 3.
     let fail = |id: &str| calls(&[(id, "db", json!({}))]);
     let (inner, script) = scripted(Shape::Whole, vec![fail("a"), fail("b"), fail("c")]);
-    let layer = FunctionInvocationLayer::new().tool(counting("db", counter(), Err("x")));
+    let layer = FunctionInvocationLayer::new()
+        .tool(counting("db", counter(), Err("x")))
+        .unwrap();
     let (_, error) = run(stack(layer, inner), user("x")).await;
     assert_eq!(error.unwrap().kind(), &ErrorKind::Tool);
     assert_eq!(script.calls(), 3);
@@ -231,7 +240,9 @@ async fn bad_arguments_never_reach_the_body_and_the_model_is_told_what_is_wrong(
             },
         );
         let (inner, script) = scripted(shape, vec![first, answer("retrying")]);
-        let layer = FunctionInvocationLayer::new().tool(weather(runs.clone()));
+        let layer = FunctionInvocationLayer::new()
+            .tool(weather(runs.clone()))
+            .unwrap();
         let (_, error) = run(stack(layer, inner), user("x")).await;
         assert!(error.is_none());
         assert_eq!(count(&runs), 0, "{shape:?}");
@@ -284,6 +295,7 @@ async fn a_body_can_reject_arguments_in_full_detail() {
     );
     let layer = FunctionInvocationLayer::new()
         .tool(strict)
+        .unwrap()
         .error_detail(ErrorDetail::Brief);
     run(stack(layer, inner), user("x")).await;
     assert_eq!(
@@ -306,7 +318,9 @@ async fn unknown_tools_get_an_error_result_or_are_handed_back() {
                 answer("ok"),
             ],
         );
-        let layer = FunctionInvocationLayer::new().tool(weather(runs.clone()));
+        let layer = FunctionInvocationLayer::new()
+            .tool(weather(runs.clone()))
+            .unwrap();
         let (events, _) = run(stack(layer.clone(), inner), user("x")).await;
         assert_eq!(finish_reasons(&events), vec![FinishReason::Stop]);
         let sent = tool_messages(&script.sent(1));
@@ -344,7 +358,9 @@ async fn client_side_tools_are_handed_back_after_the_executable_calls_ran() {
                 ("b", "weather", json!({"city": "Oslo"})),
             ])],
         );
-        let layer = FunctionInvocationLayer::new().tool(weather(runs.clone()));
+        let layer = FunctionInvocationLayer::new()
+            .tool(weather(runs.clone()))
+            .unwrap();
         let request = user("x").tool(ToolSpec::new(
             "pick_file",
             "Ask the user for a file",

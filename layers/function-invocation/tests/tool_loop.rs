@@ -27,7 +27,9 @@ async fn one_tool_round_is_one_continuous_stream() {
         first.extend(calls(&[("c1", "weather", json!({"city": "Oslo"}))]));
         let (inner, script) = scripted(shape, vec![first, answer("It is sunny.")]);
         let service = stack(
-            FunctionInvocationLayer::new().tool(weather(runs.clone())),
+            FunctionInvocationLayer::new()
+                .tool(weather(runs.clone()))
+                .unwrap(),
             inner,
         );
         let (events, error) = run(service, user("Weather in Oslo?")).await;
@@ -108,6 +110,7 @@ async fn deltas_reach_the_caller_before_the_model_is_done() {
     });
     let service = FunctionInvocationLayer::new()
         .tool(weather(counter()))
+        .unwrap()
         .layer_service(inner);
     let mut stream = service.oneshot(user("hi")).await.unwrap();
     tx.send(Ok(ChatEvent::text("Hel"))).unwrap();
@@ -182,7 +185,9 @@ async fn parallel_calls_run_concurrently_up_to_the_limit_and_report_in_call_orde
                     answer("done"),
                 ],
             );
-            let mut layer = FunctionInvocationLayer::new().tool(slow_tool(running, peak.clone()));
+            let mut layer = FunctionInvocationLayer::new()
+                .tool(slow_tool(running, peak.clone()))
+                .unwrap();
             if let Some(limit) = limit {
                 layer = layer.max_concurrency(limit);
             }
@@ -211,6 +216,7 @@ async fn max_rounds_ends_with_max_rounds_and_a_complete_history() {
         let (inner, script) = scripted(shape, vec![round("a"), round("b"), round("c")]);
         let layer = FunctionInvocationLayer::new()
             .tool(weather(runs.clone()))
+            .unwrap()
             .max_rounds(2);
         let (events, error) = run(stack(layer, inner), user("loop")).await;
         assert!(error.is_none());
@@ -244,6 +250,7 @@ async fn final_round_without_tools_lets_the_model_answer() {
         );
         let layer = FunctionInvocationLayer::new()
             .tool(weather(runs.clone()))
+            .unwrap()
             .max_rounds(1)
             .final_round_without_tools(true);
         let (events, error) = run(stack(layer, inner), user("loop")).await;
@@ -265,6 +272,7 @@ async fn final_round_without_tools_lets_the_model_answer() {
         let runs = counter();
         let layer = FunctionInvocationLayer::new()
             .tool(weather(runs.clone()))
+            .unwrap()
             .max_rounds(1)
             .final_round_without_tools(true);
         let (events, _) = run(stack(layer, inner), user("loop")).await;
@@ -287,6 +295,7 @@ async fn max_tool_calls_caps_bodies_run_and_answers_the_rest() {
         let (inner, script) = scripted(shape, vec![two("a", "b"), two("c", "d"), answer("x")]);
         let layer = FunctionInvocationLayer::new()
             .tool(weather(runs.clone()))
+            .unwrap()
             .max_tool_calls(3);
         let (events, error) = run(stack(layer, inner), user("go")).await;
         assert!(error.is_none());
@@ -326,7 +335,9 @@ async fn return_direct_ends_with_the_results_when_every_call_is_direct() {
         );
         let layer = FunctionInvocationLayer::new()
             .tool(direct.clone())
-            .tool(weather(runs.clone()));
+            .unwrap()
+            .tool(weather(runs.clone()))
+            .unwrap();
         let (events, error) = run(stack(layer.clone(), inner), user("go")).await;
         assert!(error.is_none());
         assert_eq!(script.calls(), 1, "{shape:?}");
@@ -396,6 +407,7 @@ async fn a_refused_model_call_is_a_service_error_first_and_a_stream_error_later(
     });
     let service = FunctionInvocationLayer::new()
         .tool(weather(counter()))
+        .unwrap()
         .layer_service(inner);
     let stream = service.clone().oneshot(user("x")).await.unwrap();
     let (events, error) = drain(stream).await;
@@ -456,6 +468,7 @@ async fn every_model_call_waits_for_poll_ready() {
         let polls = strict.polls.clone();
         let service = FunctionInvocationLayer::new()
             .tool(weather(counter()))
+            .unwrap()
             .layer_service(strict);
         let response = service
             .oneshot(user("x"))

@@ -98,6 +98,7 @@ async fn run_two_lookups(streaming: bool) {
         .unwrap();
     let chat = FunctionInvocationLayer::new()
         .tool(counting_tool("lookup", runs.clone(), false, Duration::ZERO))
+        .unwrap()
         .layer(leaf);
     assert_eq!(
         chat.model_metadata().provider,
@@ -182,6 +183,7 @@ async fn approval_pause_and_resume_over_http() {
         .unwrap();
     let chat = FunctionInvocationLayer::new()
         .tool(counting_tool("delete", runs.clone(), true, Duration::ZERO))
+        .unwrap()
         .layer(leaf);
 
     let mut history = vec![Message::user("delete old.txt")];
@@ -270,7 +272,10 @@ async fn dropping_the_stream_mid_tool_makes_no_further_model_call() {
         .model("m")
         .build()
         .unwrap();
-    let chat = FunctionInvocationLayer::new().tool(lookup).layer(leaf);
+    let chat = FunctionInvocationLayer::new()
+        .tool(lookup)
+        .unwrap()
+        .layer(leaf);
     let mut stream = chat
         .oneshot(ChatRequest::new(vec![Message::user("go")]))
         .await

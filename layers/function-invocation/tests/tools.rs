@@ -41,7 +41,9 @@ async fn request_tools_extend_the_layer_and_a_guard_is_never_dropped() {
         ];
         for (layer_guard, request_guard, expected) in cases {
             let (inner, _) = scripted(shape, vec![calls(&[("a", "x", json!({}))]), answer("ok")]);
-            let layer = FunctionInvocationLayer::new().tool(named("x", "from layer", layer_guard));
+            let layer = FunctionInvocationLayer::new()
+                .tool(named("x", "from layer", layer_guard))
+                .unwrap();
             let request = user("go").with_extension(RequestTools::new().tool(named(
                 "x",
                 "from request",
@@ -60,7 +62,9 @@ async fn request_tools_extend_the_layer_and_a_guard_is_never_dropped() {
 
         // A request-only tool is offered alongside the layer's.
         let (inner, script) = scripted(shape, vec![answer("ok")]);
-        let layer = FunctionInvocationLayer::new().tool(named("x", "", false));
+        let layer = FunctionInvocationLayer::new()
+            .tool(named("x", "", false))
+            .unwrap();
         let request = user("go").with_extension(RequestTools::new().tool(named("y", "", false)));
         run(stack(layer, inner), request).await;
         let names: Vec<String> = script.requests()[0]
@@ -164,7 +168,7 @@ async fn a_typed_tool_gets_its_arguments_and_context() {
             ],
         );
         let request = user("go").with_extension(ConversationId::new("conv-9"));
-        let layer = FunctionInvocationLayer::new().tool(remember);
+        let layer = FunctionInvocationLayer::new().tool(remember).unwrap();
         let (_, error) = run(stack(layer, inner), request).await;
         assert!(error.is_none());
         let seen = seen.lock().unwrap().clone();
@@ -223,6 +227,7 @@ fn model_metadata_and_the_inner_service_are_reachable_through_the_layer() {
         "{:?}",
         FunctionInvocationLayer::new()
             .tool(named("x", "", false))
+            .unwrap()
             .max_rounds(4)
     );
     assert!(

@@ -90,7 +90,9 @@ async fn tool_bodies_run_in_execute_tool_spans_under_the_polling_span() {
         );
         let layer = FunctionInvocationLayer::new()
             .tool(weather(counter()))
-            .tool(counting("db", counter(), Err("disk full")));
+            .unwrap()
+            .tool(counting("db", counter(), Err("disk full")))
+            .unwrap();
         let stream = stack(layer, inner).oneshot(user("x")).await.unwrap();
         let parent = tracing::info_span!("chat");
         let (events, error) = drain(stream).instrument(parent).await;

@@ -51,23 +51,22 @@ fn layer(store: Option<tower_chat_limits::MemoryStore>, redis: Option<&str>) -> 
         .cost_per_day(Cost::from_nanos(u64::MAX / 4))
         .cost_per_month(Cost::from_nanos(u64::MAX / 4))
         .concurrent(1_000_000);
-    let builder = LimitsLayer::builder(LimitPolicy::new(limits))
+    let layer = LimitsLayer::new(LimitPolicy::new(limits))
         .prices(PriceTable::new().with("gpt-4o-mini", ModelPrice::per_million_usd(0.15, 0.6)));
-    let builder = match (store, redis) {
-        (Some(store), _) => builder.store(store),
+    match (store, redis) {
+        (Some(store), _) => layer.store(store),
         #[cfg(feature = "redis")]
         (None, Some(url)) => {
             let prefix = format!("tower-chat-bench:{}:", std::process::id());
-            builder.store(
+            layer.store(
                 tower_chat_limits::RedisStore::builder(url)
                     .prefix(prefix)
                     .build()
                     .unwrap(),
             )
         }
-        _ => builder,
-    };
-    builder.build()
+        _ => layer,
+    }
 }
 
 fn request() -> ChatRequest {

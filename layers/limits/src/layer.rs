@@ -101,80 +101,41 @@ pub struct LimitsLayer {
     pub(crate) shared: Arc<Shared>,
 }
 
-/// Options for a [`LimitsLayer`].
-#[derive(Debug)]
-pub struct LimitsLayerBuilder {
-    store: Arc<dyn LimitStore>,
-    policy: LimitPolicy,
-    prices: PriceTable,
-    clock: Arc<dyn Clock>,
-    default_max_output_tokens: u32,
-    chars_per_token: u32,
-    default_model: Option<Arc<str>>,
-    on_store_error: StoreFailure,
+/// A copy of the configuration with fresh counters, plans and ticket numbers: what configuring a layer that was
+/// already cloned gives (the clone keeps its own state), through `Arc::make_mut`.
+impl Clone for Shared {
+    fn clone(&self) -> Self {
+        Shared {
+            store: self.store.clone(),
+            policy: self.policy.clone(),
+            prices: self.prices.clone(),
+            clock: self.clock.clone(),
+            default_max_output_tokens: self.default_max_output_tokens,
+            chars_per_token: self.chars_per_token,
+            default_model: self.default_model.clone(),
+            on_store_error: self.on_store_error,
+            counters: Counters::default(),
+            settling: InFlight::default(),
+            next_ticket: AtomicU64::new(0),
+            plans: PlanCache::default(),
+        }
+    }
 }
 
-impl LimitsLayerBuilder {
-    /// Where counters live (default: a fresh [`MemoryStore`]).
-    pub fn store(self, store: impl LimitStore) -> Self {
-        self.store_shared(Arc::new(store))
-    }
-
-    /// A store shared with other layers or an application.
-    pub fn store_shared(mut self, store: Arc<dyn LimitStore>) -> Self {
-        self.store = store;
-        self
-    }
-
-    /// Prices by model, for cost budgets and the cost of each call.
-    pub fn prices(mut self, prices: PriceTable) -> Self {
-        self.prices = prices;
-        self
-    }
-
-    /// The clock windows are computed from (default: [`SystemClock`]).
-    pub fn clock(mut self, clock: impl Clock) -> Self {
-        self.clock = Arc::new(clock);
-        self
-    }
-
-    /// Output tokens reserved for a call that sets no `max_output_tokens` (default 4096).
-    pub fn default_max_output_tokens(mut self, tokens: u32) -> Self {
-        self.default_max_output_tokens = tokens;
-        self
-    }
-
-    /// Characters per token assumed when estimating a prompt, or output that arrived without a usage report
-    /// (default 4).
-    pub fn chars_per_token(mut self, chars: u32) -> Self {
-        self.chars_per_token = chars.max(1);
-        self
-    }
-
-    /// The model of requests that name none (the leaf's default model), for per-model limits and prices.
-    pub fn default_model(mut self, model: impl Into<String>) -> Self {
-        self.default_model = Some(Arc::from(model.into()));
-        self
-    }
-
-    /// What a store failure does (default [`StoreFailure::FailClosed`]).
-    pub fn on_store_error(mut self, policy: StoreFailure) -> Self {
-        self.on_store_error = policy;
-        self
-    }
-
-    /// Build the layer.
-    pub fn build(self) -> LimitsLayer {
+impl LimitsLayer {
+    /// A layer with `policy`, counting in this process ([`MemoryStore`]), without prices. Options are methods on
+    /// the layer (the style of every tower-chat layer: `layers/README.md`).
+    pub fn new(policy: LimitPolicy) -> Self {
         LimitsLayer {
             shared: Arc::new(Shared {
-                store: self.store,
-                policy: self.policy,
-                prices: self.prices,
-                clock: self.clock,
-                default_max_output_tokens: self.default_max_output_tokens,
-                chars_per_token: self.chars_per_token,
-                default_model: self.default_model,
-                on_store_error: self.on_store_error,
+                store: Arc::new(MemoryStore::new()),
+                policy,
+                prices: PriceTable::new(),
+                clock: Arc::new(SystemClock),
+                default_max_output_tokens: 4096,
+                chars_per_token: 4,
+                default_model: None,
+                on_store_error: StoreFailure::default(),
                 counters: Counters::default(),
                 settling: InFlight::default(),
                 next_ticket: AtomicU64::new(0),
@@ -182,26 +143,53 @@ impl LimitsLayerBuilder {
             }),
         }
     }
-}
 
-impl LimitsLayer {
-    /// A layer with `policy`, counting in this process ([`MemoryStore`]), without prices.
-    pub fn new(policy: LimitPolicy) -> Self {
-        LimitsLayer::builder(policy).build()
+    /// The configuration, to change while the stack is built (a layer cloned before gets a copy of its own).
+    fn configure(mut self, change: impl FnOnce(&mut Shared)) -> Self {
+        change(Arc::make_mut(&mut self.shared));
+        self
     }
 
-    /// Options for a layer with `policy`.
-    pub fn builder(policy: LimitPolicy) -> LimitsLayerBuilder {
-        LimitsLayerBuilder {
-            store: Arc::new(MemoryStore::new()),
-            policy,
-            prices: PriceTable::new(),
-            clock: Arc::new(SystemClock),
-            default_max_output_tokens: 4096,
-            chars_per_token: 4,
-            default_model: None,
-            on_store_error: StoreFailure::default(),
-        }
+    /// Where counters live (default: a fresh [`MemoryStore`]).
+    pub fn store(self, store: impl LimitStore) -> Self {
+        self.store_shared(Arc::new(store))
+    }
+
+    /// A store shared with other layers or an application.
+    pub fn store_shared(self, store: Arc<dyn LimitStore>) -> Self {
+        self.configure(|shared| shared.store = store)
+    }
+
+    /// Prices by model, for cost budgets and the cost of each call.
+    pub fn prices(self, prices: PriceTable) -> Self {
+        self.configure(|shared| shared.prices = prices)
+    }
+
+    /// The clock windows are computed from (default: [`SystemClock`]).
+    pub fn clock(self, clock: impl Clock) -> Self {
+        self.configure(|shared| shared.clock = Arc::new(clock))
+    }
+
+    /// Output tokens reserved for a call that sets no `max_output_tokens` (default 4096).
+    pub fn default_max_output_tokens(self, tokens: u32) -> Self {
+        self.configure(|shared| shared.default_max_output_tokens = tokens)
+    }
+
+    /// Characters per token assumed when estimating a prompt, or output that arrived without a usage report
+    /// (default 4; at least 1).
+    pub fn chars_per_token(self, chars: u32) -> Self {
+        self.configure(|shared| shared.chars_per_token = chars.max(1))
+    }
+
+    /// The model of requests that name none (the leaf's default model), for per-model limits and prices.
+    pub fn default_model(self, model: impl Into<String>) -> Self {
+        let model: Arc<str> = Arc::from(model.into());
+        self.configure(|shared| shared.default_model = Some(model))
+    }
+
+    /// What a store failure does (default [`StoreFailure::FailClosed`]).
+    pub fn on_store_error(self, policy: StoreFailure) -> Self {
+        self.configure(|shared| shared.on_store_error = policy)
     }
 
     /// The policy.
@@ -209,13 +197,13 @@ impl LimitsLayer {
         &self.shared.policy
     }
 
-    /// The price table.
-    pub fn prices(&self) -> &PriceTable {
+    /// The price table in force.
+    pub fn price_table(&self) -> &PriceTable {
         &self.shared.prices
     }
 
-    /// The store.
-    pub fn store(&self) -> &Arc<dyn LimitStore> {
+    /// The store counters live in.
+    pub fn limit_store(&self) -> &Arc<dyn LimitStore> {
         &self.shared.store
     }
 

@@ -29,7 +29,7 @@
 //!     Limits::none().requests(WindowLimit::per_minute(2)).cost_per_day(Cost::from_usd(5.0)),
 //! );
 //! let prices = PriceTable::new().with("gpt-4o-mini", ModelPrice::per_million_usd(0.15, 0.6));
-//! let limits = LimitsLayer::builder(policy).prices(prices).default_model("gpt-4o-mini").build();
+//! let limits = LimitsLayer::new(policy).prices(prices).default_model("gpt-4o-mini");
 //! let chat = limits.layer(model);
 //!
 //! let call = || {
@@ -51,8 +51,8 @@
 //!
 //! ## How a call is counted
 //! 1. **Reserve.** Before the inner service is called, the layer estimates the call — the prompt's characters
-//!    divided by [`LimitsLayerBuilder::chars_per_token`], the request's `max_output_tokens` (or
-//!    [`LimitsLayerBuilder::default_max_output_tokens`]), and their cost from the [`tower_chat::PriceTable`]
+//!    divided by [`LimitsLayer::chars_per_token`], the request's `max_output_tokens` (or
+//!    [`LimitsLayer::default_max_output_tokens`]), and their cost from the [`tower_chat::PriceTable`]
 //!    (when a scope of the call has a cost budget; a cost moves no other counter, so otherwise it is zero) —
 //!    and asks the store to charge every counter of the call's scopes at once. If any counter lacks room, none
 //!    is charged and the call fails with [`tower_chat::ErrorKind::RateLimited`] and a `retry_after` (the end of
@@ -92,9 +92,7 @@ mod stream;
 mod window;
 
 pub use clock::{Clock, ManualClock, SystemClock};
-pub use layer::{
-    LimitStats, LimitsLayer, LimitsLayerBuilder, ScopeUsage, StoreFailure, UsageReport,
-};
+pub use layer::{LimitStats, LimitsLayer, ScopeUsage, StoreFailure, UsageReport};
 pub use limits::{CounterKind, LimitPolicy, Limits, Scope, ScopeKey, WindowLimit, ANONYMOUS};
 pub use service::{Limited, ResponseFuture};
 pub use store::{

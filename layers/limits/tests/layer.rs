@@ -78,7 +78,7 @@ async fn used(layer: &LimitsLayer, caller: &str, kind: CounterKind) -> u64 {
 async fn over_the_request_limit_is_refused_before_any_upstream_call_with_retry_after() {
     let clock = ManualClock::new(start());
     let policy = LimitPolicy::new(Limits::none().requests(WindowLimit::per_minute(3)));
-    let layer = LimitsLayer::builder(policy).clock(clock.clone()).build();
+    let layer = LimitsLayer::new(policy).clock(clock.clone());
     let calls = Arc::new(AtomicUsize::new(0));
     let chat = layer.layer(model(answer(10, 2), Delivery::OneByOne, calls.clone()));
     for _ in 0..3 {
@@ -113,7 +113,7 @@ async fn over_the_request_limit_is_refused_before_any_upstream_call_with_retry_a
 async fn a_window_rollover_admits_again() {
     let clock = ManualClock::new(start());
     let policy = LimitPolicy::new(Limits::none().requests(WindowLimit::per_minute(1)));
-    let layer = LimitsLayer::builder(policy).clock(clock.clone()).build();
+    let layer = LimitsLayer::new(policy).clock(clock.clone());
     let chat = layer.layer(model(answer(1, 1), Delivery::AllAtOnce, Default::default()));
     drop(chat.clone().oneshot(request("alice")).await.unwrap());
     clock.advance(Duration::from_millis(29_999));
@@ -139,11 +139,10 @@ async fn cost_budgets_follow_the_utc_day_and_the_calendar_month() {
             .cost_per_day(Cost::from_nanos(per_call.as_nanos() * 2))
             .cost_per_month(Cost::from_nanos(per_call.as_nanos() * 3)),
     );
-    let layer = LimitsLayer::builder(policy)
+    let layer = LimitsLayer::new(policy)
         .clock(clock.clone())
         .prices(prices())
-        .default_max_output_tokens(1)
-        .build();
+        .default_max_output_tokens(1);
     let chat = layer.layer(model(
         answer(1_000, 1_000),
         Delivery::OneByOne,
@@ -195,10 +194,9 @@ async fn usage_is_settled_exactly_on_both_delivery_shapes() {
                 .output_tokens(WindowLimit::per_minute(100_000))
                 .cost_per_day(Cost::from_usd(1.0)),
         );
-        let layer = LimitsLayer::builder(policy)
+        let layer = LimitsLayer::new(policy)
             .clock(ManualClock::new(start()))
-            .prices(prices())
-            .build();
+            .prices(prices());
         // Usage in two increments, one of them after `Finish`, as OpenAI streams it.
         let events = vec![
             ChatEvent::Usage {
@@ -243,7 +241,7 @@ async fn usage_from_a_real_openai_leaf_over_http_is_settled() {
         .build()
         .unwrap();
     let policy = LimitPolicy::new(Limits::none().cost_per_month(Cost::from_usd(10.0)));
-    let layer = LimitsLayer::builder(policy).prices(prices()).build();
+    let layer = LimitsLayer::new(policy).prices(prices());
     let chat = layer.layer(leaf);
     let response = chat.oneshot(request("alice")).await.unwrap();
     let response = response.collect_response().await.unwrap();
@@ -268,9 +266,7 @@ async fn a_stream_dropped_mid_answer_is_charged_what_was_seen_and_frees_its_slot
             .input_tokens(WindowLimit::per_minute(100_000))
             .output_tokens(WindowLimit::per_minute(100_000)),
     );
-    let layer = LimitsLayer::builder(policy)
-        .clock(ManualClock::new(start()))
-        .build();
+    let layer = LimitsLayer::new(policy).clock(ManualClock::new(start()));
     let chat = layer.layer(service_fn(|_req: ChatRequest| async {
         // 12 characters of output, then silence: the provider's usage report never comes.
         Ok::<_, ChatError>(hanging(vec![ChatEvent::text("Paris is the")]))
@@ -303,10 +299,9 @@ async fn a_stream_that_fails_counts_its_partial_usage() {
     for delivery in [Delivery::AllAtOnce, Delivery::OneByOne] {
         let policy =
             LimitPolicy::new(Limits::none().output_tokens(WindowLimit::per_minute(10_000)));
-        let layer = LimitsLayer::builder(policy)
+        let layer = LimitsLayer::new(policy)
             .clock(ManualClock::new(start()))
-            .default_max_output_tokens(500)
-            .build();
+            .default_max_output_tokens(500);
         let chat = layer.layer(service_fn(move |_req: ChatRequest| async move {
             let items = vec![
                 Ok(ChatEvent::text("Par")),
@@ -336,9 +331,7 @@ async fn a_refused_service_call_releases_tokens_but_keeps_the_request_count() {
             .output_tokens(WindowLimit::per_minute(10_000))
             .concurrent(1),
     );
-    let layer = LimitsLayer::builder(policy)
-        .clock(ManualClock::new(start()))
-        .build();
+    let layer = LimitsLayer::new(policy).clock(ManualClock::new(start()));
     let chat = layer.layer(service_fn(|_req: ChatRequest| async {
         Err::<ChatStream, _>(ChatError::new(ErrorKind::Upstream, "overloaded"))
     }));
@@ -352,7 +345,7 @@ async fn a_refused_service_call_releases_tokens_but_keeps_the_request_count() {
 #[tokio::test]
 async fn a_response_future_dropped_before_the_answer_frees_its_slot() {
     let policy = LimitPolicy::new(Limits::none().concurrent(1));
-    let layer = LimitsLayer::builder(policy).build();
+    let layer = LimitsLayer::new(policy);
     let mut chat = layer.layer(service_fn(|_req: ChatRequest| {
         futures_util::future::pending::<Result<ChatStream, ChatError>>()
     }));
@@ -370,11 +363,10 @@ async fn a_thousand_concurrent_calls_against_a_budget_of_a_hundred_admit_exactly
         Limits::none().cost_per_day(Cost::from_nanos(100 * 60_000)),
     ];
     for limits in budgets {
-        let layer = LimitsLayer::builder(LimitPolicy::new(limits.clone()))
+        let layer = LimitsLayer::new(LimitPolicy::new(limits.clone()))
             .clock(ManualClock::new(start()))
             .prices(prices())
-            .default_max_output_tokens(100)
-            .build();
+            .default_max_output_tokens(100);
         let calls = Arc::new(AtomicUsize::new(0));
         // Every call reports the usage it was estimated at, so settling changes nothing.
         let chat = layer.layer(model(vec![], Delivery::OneByOne, calls.clone()));
@@ -458,11 +450,10 @@ async fn inside_a_tool_loop_every_round_is_checked_and_settled() {
             .input_tokens(WindowLimit::per_minute(100_000))
             .output_tokens(WindowLimit::per_minute(100_000)),
     );
-    let limits = LimitsLayer::builder(policy)
-        .clock(ManualClock::new(start()))
-        .build();
+    let limits = LimitsLayer::new(policy).clock(ManualClock::new(start()));
     let chat = FunctionInvocationLayer::new()
         .tool(weather)
+        .unwrap()
         .layer(limits.layer(model));
     let response = chat.clone().oneshot(request("alice")).await.unwrap();
     let response = response.collect_response().await.unwrap();
@@ -488,7 +479,7 @@ async fn impossible_calls_are_invalid_requests_not_rate_limits() {
             .output_tokens(WindowLimit::per_minute(1_000))
             .cost_per_day(Cost::from_usd(1.0)),
     );
-    let layer = LimitsLayer::builder(policy).prices(prices()).build();
+    let layer = LimitsLayer::new(policy).prices(prices());
     let calls = Arc::new(AtomicUsize::new(0));
     let chat = layer.layer(model(answer(1, 1), Delivery::AllAtOnce, calls.clone()));
     let mut big = request("alice");
@@ -516,9 +507,7 @@ async fn per_model_limits_apply_on_top_of_the_callers() {
             Limits::none().requests(WindowLimit::per_minute(1)),
         )
         .caller("vip", Limits::none());
-    let layer = LimitsLayer::builder(policy)
-        .clock(ManualClock::new(start()))
-        .build();
+    let layer = LimitsLayer::new(policy).clock(ManualClock::new(start()));
     let chat = layer.layer(model(answer(1, 1), Delivery::AllAtOnce, Default::default()));
     drop(
         chat.clone()
@@ -554,4 +543,16 @@ async fn per_model_limits_apply_on_top_of_the_callers() {
         .oneshot(request("vip").model("gpt-4o"))
         .await
         .is_err());
+}
+
+/// Options are methods on the layer; configuring a layer that was already cloned changes only the copy being
+/// configured (the clone, and services built from it, keep the configuration and counters they had).
+#[test]
+fn options_on_a_cloned_layer_configure_a_copy() {
+    let base = LimitsLayer::new(LimitPolicy::new(Limits::none().concurrent(1)));
+    let priced = base.clone().prices(prices()).chars_per_token(0);
+    assert_eq!(priced.price_table(), &prices());
+    assert_eq!(base.price_table(), &PriceTable::new());
+    // Both still count in the same store: a copy's configuration, not a second set of counters in the store.
+    assert!(Arc::ptr_eq(base.limit_store(), priced.limit_store()));
 }

@@ -48,12 +48,11 @@ fn request(caller: &str) -> ChatRequest {
 
 fn layer(url: &str, prefix: &str, limits: Limits, clock: &ManualClock) -> LimitsLayer {
     let store = RedisStore::builder(url).prefix(prefix).build().unwrap();
-    LimitsLayer::builder(LimitPolicy::new(limits))
+    LimitsLayer::new(LimitPolicy::new(limits))
         .store(store)
         .clock(clock.clone())
         .prices(prices())
         .default_max_output_tokens(100)
-        .build()
 }
 
 fn answering(
@@ -205,12 +204,11 @@ fn unreachable_layer(policy: StoreFailure) -> LimitsLayer {
         .timeout(Duration::from_millis(500))
         .build()
         .unwrap();
-    LimitsLayer::builder(LimitPolicy::new(
+    LimitsLayer::new(LimitPolicy::new(
         Limits::none().requests(WindowLimit::per_minute(1)),
     ))
     .store(store)
     .on_store_error(policy)
-    .build()
 }
 
 #[tokio::test]

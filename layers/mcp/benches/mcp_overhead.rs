@@ -82,7 +82,12 @@ fn local_chat() -> Chat {
 
 /// The loop over the model with these in-process tools.
 fn local_chat_with(tools: Vec<CompiledTool>) -> Chat {
-    BoxCloneService::new(FunctionInvocationLayer::new().tools(tools).layer(model()))
+    BoxCloneService::new(
+        FunctionInvocationLayer::new()
+            .tools(tools)
+            .unwrap()
+            .layer(model()),
+    )
 }
 
 /// In-process tools with the names and schemas the demo server lists (all answer like `echo`), so a local

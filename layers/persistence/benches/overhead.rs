@@ -21,14 +21,14 @@
 use criterion::{criterion_group, BenchmarkId, Criterion, Throughput};
 use futures_util::future::BoxFuture;
 use futures_util::{future::join_all, stream, StreamExt};
-use tower::{service_fn, util::BoxCloneService, Layer, ServiceExt};
+use tower::{service_fn, util::BoxCloneService, ServiceExt};
 use tower_chat::{
     ChatError, ChatEvent, ChatRequest, ChatStream, ChatStreamExt, ConversationId, FinishReason,
     Message, Usage,
 };
 use tower_chat_persistence::{
-    CallId, CallRecord, ConversationQuery, ConversationSummary, PersistenceLayer, SqliteStore,
-    Store, StoreError,
+    CallId, CallRecord, ConversationQuery, ConversationSummary, Persistence, PersistenceLayer,
+    SqliteStore, Store, StoreError,
 };
 
 /// A store that accepts and forgets: isolates the layer's own cost (folding, hand-off, ack) from SQLite's.
@@ -107,19 +107,20 @@ fn stacks(runtime: &tokio::runtime::Runtime, dir: &std::path::Path, deltas: usiz
         let store = SqliteStore::open(dir.join(format!("bench-{deltas}.db")))
             .await
             .unwrap();
-        let closed = PersistenceLayer::builder(store.clone()).build();
-        let open = PersistenceLayer::builder(store).fail_open().build();
+        let closed = PersistenceLayer::new(store.clone());
+        let open = PersistenceLayer::new(store).fail_open();
         Stacks {
             bare: model(deltas),
-            null_store: BoxCloneService::new(PersistenceLayer::new(NullStore).layer(model(deltas))),
-            null_store_open: BoxCloneService::new(
-                PersistenceLayer::builder(NullStore)
-                    .fail_open()
-                    .build()
-                    .layer(model(deltas)),
-            ),
-            fail_closed: BoxCloneService::new(closed.layer(model(deltas))),
-            fail_open: BoxCloneService::new(open.layer(model(deltas))),
+            null_store: BoxCloneService::new(Persistence::new(
+                model(deltas),
+                PersistenceLayer::new(NullStore),
+            )),
+            null_store_open: BoxCloneService::new(Persistence::new(
+                model(deltas),
+                PersistenceLayer::new(NullStore).fail_open(),
+            )),
+            fail_closed: BoxCloneService::new(Persistence::new(model(deltas), closed.clone())),
+            fail_open: BoxCloneService::new(Persistence::new(model(deltas), open.clone())),
             layers: [closed, open],
         }
     })
@@ -318,12 +319,15 @@ fn count(variant: &str) {
         let options = tower_chat::Shared::new(options);
         let chat = match variant {
             "bare" => tool_model(),
-            "null" => BoxCloneService::new(PersistenceLayer::new(NullStore).layer(tool_model())),
+            "null" => BoxCloneService::new(Persistence::new(
+                tool_model(),
+                PersistenceLayer::new(NullStore),
+            )),
             "sqlite" => {
                 let store = SqliteStore::open(dir.path().join("count.db"))
                     .await
                     .unwrap();
-                BoxCloneService::new(PersistenceLayer::new(store).layer(tool_model()))
+                BoxCloneService::new(Persistence::new(tool_model(), PersistenceLayer::new(store)))
             }
             other => panic!("unknown PERSIST_COUNT_VARIANT {other}"),
         };

@@ -10,15 +10,18 @@
 use futures_util::stream;
 use tower::{service_fn, Layer, ServiceExt};
 use tower_chat::{
-    ChatError, ChatEvent, ChatRequest, ChatStream, ChatStreamExt, ConversationId, FinishReason,
-    Message, Usage,
+    BoxChatService, ChatError, ChatEvent, ChatRequest, ChatStream, ChatStreamExt, ConversationId,
+    FinishReason, Message, ModelMetadata, Usage,
 };
 use tower_chat_persistence::{ConversationQuery, PersistenceLayer, SqliteStore, Store};
 
 /// A stand-in for a real model: it answers "what is my name?" from the history it receives.
 fn scripted_model(
-) -> impl tower::Service<ChatRequest, Response = ChatStream, Error = ChatError, Future: Send> + Clone
-{
+) -> impl tower::Service<ChatRequest, Response = ChatStream, Error = ChatError, Future: Send>
+       + Clone
+       + Send
+       + Sync
+       + 'static {
     service_fn(|request: ChatRequest| async move {
         let name = request.messages.iter().find_map(|m| match m {
             Message::User { content } => content.strip_prefix("My name is ").map(str::to_owned),
@@ -58,10 +61,12 @@ async fn turn(
 ) -> Result<String, Box<dyn std::error::Error>> {
     // A fresh store and layer per turn, as if each turn were served by another process or replica.
     let store = SqliteStore::open(db_path).await?;
-    let layer = PersistenceLayer::builder(store.clone())
-        .provider("scripted")
-        .build();
-    let chat = layer.layer(scripted_model());
+    let layer = PersistenceLayer::new(store.clone());
+    // The provider recorded is the one the inner service reports (`ModelInfo`); this stand-in names its own.
+    let chat = layer.layer(BoxChatService::with_metadata(
+        scripted_model(),
+        ModelMetadata::new("scripted"),
+    ));
 
     let mut messages = store.load_conversation(conversation).await?;
     if messages.is_empty() {

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use tower_chat::PriceTable;
+use tower_chat::{ModelInfo, PriceTable};
 use tower_layer::Layer;
 
 use crate::recorder::{FailurePolicy, PersistenceStats, Recorder};
@@ -13,29 +13,49 @@ use crate::store::{Store, StoreError};
 ///
 /// Placed inside a tool loop it records each model round trip; placed outside it records whole turns (tool
 /// results included). Cloning is cheap: clones, and the services they build, share one background writer,
-/// which runs until the last of them is dropped. Call [`PersistenceLayer::flush`] before shutting the runtime
-/// down so that records still in the buffer are written.
+/// which starts with the first record (building the layer needs no runtime and cannot panic) and runs until the
+/// last of them is dropped. Call [`PersistenceLayer::flush`] before shutting the runtime down so that records
+/// still in the buffer are written.
+///
+/// Configured like every tower-chat layer (see `layers/README.md`): [`PersistenceLayer::new`] with the store,
+/// then options as methods on the layer. The provider recorded with each call is the one the inner service
+/// reports through [`ModelInfo`]: nothing to repeat here.
 #[derive(Clone, Debug)]
 pub struct PersistenceLayer {
     pub(crate) recorder: Recorder,
-    pub(crate) provider: Option<Arc<str>>,
     pub(crate) in_flight: bool,
     pub(crate) prices: Option<Arc<PriceTable>>,
-}
-
-/// Options for a [`PersistenceLayer`].
-#[derive(Clone, Debug)]
-pub struct PersistenceLayerBuilder {
-    store: Arc<dyn Store>,
-    policy: FailurePolicy,
     buffer: usize,
     max_batch: usize,
-    provider: Option<Arc<str>>,
-    in_flight: bool,
-    prices: Option<Arc<PriceTable>>,
 }
 
-impl PersistenceLayerBuilder {
+impl PersistenceLayer {
+    /// A fail-closed layer over `store` with default options.
+    pub fn new(store: impl Store) -> Self {
+        PersistenceLayer::shared(Arc::new(store))
+    }
+
+    /// A layer over a store shared with other users (an application's read API, another layer).
+    pub fn shared(store: Arc<dyn Store>) -> Self {
+        let (buffer, max_batch) = (1024, 128);
+        PersistenceLayer {
+            recorder: Recorder::new(store, FailurePolicy::default(), buffer, max_batch),
+            in_flight: false,
+            prices: None,
+            buffer,
+            max_batch,
+        }
+    }
+
+    /// A fresh (not yet started) writer with these settings. Options are set while the stack is built, before
+    /// any record exists; layers cloned earlier keep their own writer.
+    fn with_writer(mut self, policy: FailurePolicy, buffer: usize, max_batch: usize) -> Self {
+        self.recorder = Recorder::new(self.recorder.store().clone(), policy, buffer, max_batch);
+        self.buffer = buffer;
+        self.max_batch = max_batch;
+        self
+    }
+
     /// Price every record with this table ([`crate::CallRecord::cost`]): the requested model's price, else the
     /// answering model's. Use the same table as the limits layer so budgets and records agree.
     pub fn prices(mut self, prices: PriceTable) -> Self {
@@ -45,33 +65,26 @@ impl PersistenceLayerBuilder {
 
     /// How many finished records may wait for the writer (default 1024). What happens when it is full depends
     /// on the [`FailurePolicy`].
-    pub fn buffer(mut self, records: usize) -> Self {
-        self.buffer = records;
-        self
+    pub fn buffer(self, records: usize) -> Self {
+        let (policy, max_batch) = (self.policy(), self.max_batch);
+        self.with_writer(policy, records, max_batch)
     }
 
     /// The most records written in one transaction (default 128).
-    pub fn max_batch(mut self, records: usize) -> Self {
-        self.max_batch = records;
-        self
+    pub fn max_batch(self, records: usize) -> Self {
+        let (policy, buffer) = (self.policy(), self.buffer);
+        self.with_writer(policy, buffer, records)
     }
 
     /// What a store failure does to calls (default [`FailurePolicy::FailClosed`]).
-    pub fn failure_policy(mut self, policy: FailurePolicy) -> Self {
-        self.policy = policy;
-        self
+    pub fn failure_policy(self, policy: FailurePolicy) -> Self {
+        let (buffer, max_batch) = (self.buffer, self.max_batch);
+        self.with_writer(policy, buffer, max_batch)
     }
 
     /// Shorthand for [`FailurePolicy::FailOpen`].
     pub fn fail_open(self) -> Self {
         self.failure_policy(FailurePolicy::FailOpen)
-    }
-
-    /// The provider name recorded with every call (`openai`, `anthropic`, …; as
-    /// [`tower_chat::ModelMetadata::provider`] spells it).
-    pub fn provider(mut self, provider: impl Into<String>) -> Self {
-        self.provider = Some(Arc::from(provider.into()));
-        self
     }
 
     /// Also record each call when it starts, as [`crate::CallOutcome::InFlight`] (default off). The final record
@@ -83,54 +96,13 @@ impl PersistenceLayerBuilder {
         self
     }
 
-    /// Start the background writer and build the layer.
-    ///
-    /// # Panics
-    /// Outside a Tokio runtime (the writer is a Tokio task).
-    pub fn build(self) -> PersistenceLayer {
-        PersistenceLayer {
-            recorder: Recorder::spawn(self.store, self.policy, self.buffer, self.max_batch),
-            provider: self.provider,
-            in_flight: self.in_flight,
-            prices: self.prices,
-        }
-    }
-}
-
-impl PersistenceLayer {
-    /// A fail-closed layer over `store` with default options.
-    ///
-    /// # Panics
-    /// Outside a Tokio runtime (the writer is a Tokio task).
-    pub fn new(store: impl Store) -> Self {
-        PersistenceLayer::builder(store).build()
-    }
-
-    /// Options for a layer over `store`.
-    pub fn builder(store: impl Store) -> PersistenceLayerBuilder {
-        PersistenceLayer::builder_shared(Arc::new(store))
-    }
-
-    /// Options for a layer over a store shared with other users (an application's read API, another layer).
-    pub fn builder_shared(store: Arc<dyn Store>) -> PersistenceLayerBuilder {
-        PersistenceLayerBuilder {
-            store,
-            policy: FailurePolicy::default(),
-            buffer: 1024,
-            max_batch: 128,
-            provider: None,
-            in_flight: false,
-            prices: None,
-        }
-    }
-
     /// The store records go to (for the read API).
     pub fn store(&self) -> &Arc<dyn Store> {
         self.recorder.store()
     }
 
-    /// The failure policy.
-    pub fn failure_policy(&self) -> FailurePolicy {
+    /// The failure policy in force.
+    pub fn policy(&self) -> FailurePolicy {
         self.recorder.policy()
     }
 
@@ -145,10 +117,13 @@ impl PersistenceLayer {
     }
 }
 
-impl<S> Layer<S> for PersistenceLayer {
+/// Records the provider the inner service reports ([`ModelInfo`]). For an inner service without `ModelInfo`
+/// (a test double), [`Persistence::new`] wraps it and records no provider.
+impl<S: ModelInfo> Layer<S> for PersistenceLayer {
     type Service = Persistence<S>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        Persistence::new(inner, self.clone())
+        let provider: Arc<str> = Arc::from(inner.model_metadata().provider.as_ref());
+        Persistence::with_provider(inner, self.clone(), Some(provider))
     }
 }

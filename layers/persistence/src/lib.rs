@@ -8,20 +8,22 @@
 //! ```
 //! use tower::{service_fn, Layer, ServiceExt};
 //! use tower_chat::{ChatEvent, ChatRequest, ChatStream, ChatStreamExt, ConversationId, FinishReason, Message};
-//! use tower_chat_persistence::{PersistenceLayer, SqliteStore, Store};
+//! use tower_chat_persistence::{Persistence, PersistenceLayer, SqliteStore, Store};
 //!
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! # let dir = tempfile::tempdir()?;
 //! let store = SqliteStore::open(dir.path().join("chat.db")).await?;
-//! let layer = PersistenceLayer::builder(store.clone()).provider("scripted").build();
+//! let layer = PersistenceLayer::new(store.clone()); // options: `.prices(..)`, `.fail_open()`, …
 //!
 //! // Any chat service: here one that always answers "Hello!".
 //! let model = service_fn(|_req: ChatRequest| async {
 //!     let events = vec![Ok(ChatEvent::text("Hello!")), Ok(ChatEvent::finish(FinishReason::Stop))];
 //!     Ok::<ChatStream, tower_chat::ChatError>(Box::pin(futures_util::stream::iter(events)))
 //! });
-//! let chat = layer.layer(model);
+//! // `layer.layer(leaf)` records the provider the leaf reports (`ModelInfo`); this stand-in has none, so it is
+//! // wrapped directly and its records carry no provider.
+//! let chat = Persistence::new(model, layer);
 //!
 //! let conversation = ConversationId::new("conv-1");
 //! let request = ChatRequest::new(vec![Message::user("Hi")]).with_extension(conversation.clone());
@@ -91,7 +93,7 @@ mod service;
 pub mod store;
 mod stream;
 
-pub use layer::{PersistenceLayer, PersistenceLayerBuilder};
+pub use layer::PersistenceLayer;
 pub use record::{
     is_secret_name, redact_options, CallId, CallOutcome, CallRecord, ConversationQuery,
     ConversationSummary, RecordedError, RecordedRequest, RequestedCallId, Spend, SpendQuery,

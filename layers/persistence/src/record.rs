@@ -76,7 +76,7 @@ impl From<&ChatError> for RecordedError {
 ///
 /// Whatever the outcome, [`CallRecord::response`] holds everything received until then.
 ///
-/// With [`crate::PersistenceLayerBuilder::record_in_flight`], a call is also recorded when it starts, as
+/// With [`crate::PersistenceLayer::record_in_flight`], a call is also recorded when it starts, as
 /// [`CallOutcome::InFlight`]; its final record replaces that one. A record still in flight after the process is
 /// gone marks a call the process was serving when it died.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -97,7 +97,7 @@ pub enum CallOutcome {
         error: Option<RecordedError>,
     },
     /// The call had started and not yet ended when this record was written (only with
-    /// [`crate::PersistenceLayerBuilder::record_in_flight`]); its response is empty and its `ended_at` equals
+    /// [`crate::PersistenceLayer::record_in_flight`]); its response is empty and its `ended_at` equals
     /// its `started_at`.
     InFlight,
 }
@@ -179,8 +179,8 @@ pub struct CallRecord {
     pub first_token_at: Option<SystemTime>,
     /// When the call ended (finish, error, end of stream or drop).
     pub ended_at: SystemTime,
-    /// The provider, as configured on the layer ([`crate::PersistenceLayerBuilder::provider`]) or read from the
-    /// inner service ([`crate::Persistence::provider_from_model_info`]).
+    /// The provider, as the inner service reports it ([`tower_chat::ModelInfo`]); `None` for a service wrapped
+    /// with [`crate::Persistence::new`].
     pub provider: Option<String>,
     /// The model: the one that answered when the provider said so, else the one requested.
     pub model: Option<String>,
@@ -192,7 +192,7 @@ pub struct CallRecord {
     /// How the call ended.
     pub outcome: CallOutcome,
     /// What the call cost, priced with the layer's [`tower_chat::PriceTable`]
-    /// ([`crate::PersistenceLayerBuilder::prices`]); `None` when the layer has no price for the model.
+    /// ([`crate::PersistenceLayer::prices`]); `None` when the layer has no price for the model.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cost: Option<Cost>,
 }

@@ -101,6 +101,14 @@ pub(crate) struct Recorder {
     counters: Arc<Counters>,
     store: Arc<dyn Store>,
     policy: FailurePolicy,
+    writer: Arc<PendingWriter>,
+}
+
+/// The writer task before it runs: it is started on the first record or flush, which always happens inside a
+/// Tokio runtime, so building the layer needs none (and cannot panic for the lack of one).
+struct PendingWriter {
+    started: std::sync::atomic::AtomicBool,
+    receiver: std::sync::Mutex<Option<(mpsc::Receiver<Job>, usize)>>,
 }
 
 impl fmt::Debug for Recorder {
@@ -117,26 +125,48 @@ impl fmt::Debug for Recorder {
 pub(crate) type Finalize = Pin<Box<dyn Future<Output = Result<(), ChatError>> + Send>>;
 
 impl Recorder {
-    /// Start the writer task on the current Tokio runtime.
-    pub(crate) fn spawn(
+    /// A recorder whose writer task starts with the first record or flush (see [`PendingWriter`]).
+    pub(crate) fn new(
         store: Arc<dyn Store>,
         policy: FailurePolicy,
         buffer: usize,
         max_batch: usize,
     ) -> Recorder {
         let (jobs, receiver) = mpsc::channel(buffer.max(1));
-        let counters = Arc::new(Counters::default());
-        tokio::spawn(run_writer(
-            store.clone(),
-            receiver,
-            max_batch.max(1),
-            counters.clone(),
-        ));
         Recorder {
             jobs,
-            counters,
+            counters: Arc::new(Counters::default()),
             store,
             policy,
+            writer: Arc::new(PendingWriter {
+                started: std::sync::atomic::AtomicBool::new(false),
+                receiver: std::sync::Mutex::new(Some((receiver, max_batch.max(1)))),
+            }),
+        }
+    }
+
+    /// Start the writer on the current runtime if it is not running yet: one atomic load once it runs. Without a
+    /// runtime it stays pending and records wait in the channel (a full channel then drops them, counted).
+    fn start_writer(&self) {
+        if self.writer.started.load(Ordering::Acquire) {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let mut pending = self
+            .writer
+            .receiver
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some((receiver, max_batch)) = pending.take() {
+            runtime.spawn(run_writer(
+                self.store.clone(),
+                receiver,
+                max_batch,
+                self.counters.clone(),
+            ));
+            self.writer.started.store(true, Ordering::Release);
         }
     }
 
@@ -181,6 +211,7 @@ impl Recorder {
     }
 
     fn hand_over(&self, job: Job) {
+        self.start_writer();
         match self.jobs.try_send(job) {
             Ok(()) => {}
             Err(mpsc::error::TrySendError::Closed(job)) => {
@@ -229,6 +260,7 @@ impl Recorder {
 
     /// Wait until every record handed over before this call has been written (or has failed).
     pub(crate) async fn flush(&self) -> Result<(), StoreError> {
+        self.start_writer();
         let (done, flushed) = oneshot::channel();
         self.jobs
             .send(Job::Flush(done))

@@ -26,12 +26,27 @@ use crate::stream::RecordingStream;
 pub struct Persistence<S> {
     inner: S,
     layer: PersistenceLayer,
+    /// The provider recorded with every call: the inner service's ([`ModelInfo`]) when the layer built this.
+    provider: Option<Arc<str>>,
 }
 
 impl<S> Persistence<S> {
-    /// Wrap `inner`, recording through `layer`'s writer.
+    /// Wrap `inner`, recording through `layer`'s writer, with no provider name: for an inner service that
+    /// implements no [`ModelInfo`] (`Layer::layer` reads the provider from it otherwise).
     pub fn new(inner: S, layer: PersistenceLayer) -> Self {
-        Persistence { inner, layer }
+        Persistence::with_provider(inner, layer, None)
+    }
+
+    pub(crate) fn with_provider(
+        inner: S,
+        layer: PersistenceLayer,
+        provider: Option<Arc<str>>,
+    ) -> Self {
+        Persistence {
+            inner,
+            layer,
+            provider,
+        }
     }
 
     /// The inner service.
@@ -52,17 +67,6 @@ impl<S> Persistence<S> {
     /// The layer (store, stats, flush).
     pub fn layer(&self) -> &PersistenceLayer {
         &self.layer
-    }
-
-    /// Record the provider the inner service reports ([`ModelInfo`]) instead of the layer's configured one.
-    /// (`Layer::layer` cannot ask: it accepts services that do not implement `ModelInfo`.)
-    pub fn provider_from_model_info(mut self) -> Self
-    where
-        S: ModelInfo,
-    {
-        let provider = self.inner.model_metadata().provider;
-        self.layer.provider = Some(Arc::from(provider.as_ref()));
-        self
     }
 }
 
@@ -109,7 +113,7 @@ where
             caller: request.caller().cloned(),
             round_index: round_index(&request.messages),
             started_at,
-            provider: self.layer.provider.clone(),
+            provider: self.provider.clone(),
             prices: self.layer.prices.clone(),
             request: RecordedRequest {
                 messages: request.messages.clone(),

@@ -203,10 +203,9 @@ async fn check(target: &Target, round: u64) -> u64 {
 fn child(target: Target) {
     runtime().block_on(async move {
         let (store, _) = open(&target).await;
-        let layer = PersistenceLayer::builder_shared(store)
+        let layer = PersistenceLayer::shared(store)
             .max_batch(16)
-            .record_in_flight(true)
-            .build();
+            .record_in_flight(true);
         let chat = layer.layer(common::scripted(|req: &ChatRequest| {
             let Some(Message::User { content }) = req.messages.last() else {
                 unreachable!()

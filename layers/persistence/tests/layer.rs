@@ -80,7 +80,7 @@ fn req(conversation: &str) -> ChatRequest {
 async fn finish_is_delivered_only_after_the_record_is_stored() {
     for shape in SHAPES {
         let (db, store, gate) = gated().await;
-        let layer = PersistenceLayer::builder(store.clone()).build();
+        let layer = PersistenceLayer::new(store.clone());
         let chat = layer.layer(scripted(move |_| stream_of(answer("Hello"), shape)));
         let mut stream = chat.oneshot(req("c")).await.unwrap();
         // Every event before Finish flows while the store is held back…
@@ -107,11 +107,10 @@ async fn finish_is_delivered_only_after_the_record_is_stored() {
 #[tokio::test]
 async fn fail_open_never_waits_and_counts_records_dropped_by_a_full_buffer() {
     let (db, store, gate) = gated().await;
-    let layer = PersistenceLayer::builder(store.clone())
+    let layer = PersistenceLayer::new(store.clone())
         .fail_open()
         .buffer(2)
-        .max_batch(1)
-        .build();
+        .max_batch(1);
     let chat = layer.layer(scripted(|_| stream_of(answer("Hello"), Shape::Ready)));
     // The writer takes one record and blocks on the gate; two more fill the buffer; the rest are dropped.
     for i in 0..10 {
@@ -139,10 +138,7 @@ async fn fail_open_never_waits_and_counts_records_dropped_by_a_full_buffer() {
 #[tokio::test]
 async fn fail_closed_applies_backpressure_instead_of_dropping() {
     let (db, store, gate) = gated().await;
-    let layer = PersistenceLayer::builder(store.clone())
-        .buffer(2)
-        .max_batch(64)
-        .build();
+    let layer = PersistenceLayer::new(store.clone()).buffer(2).max_batch(64);
     let chat = layer.layer(scripted(|_| stream_of(answer("Hello"), Shape::Ready)));
     let mut tasks = Vec::new();
     for i in 0..20 {
@@ -176,7 +172,7 @@ async fn fail_closed_applies_backpressure_instead_of_dropping() {
 #[tokio::test]
 async fn events_after_finish_release_it_and_are_recorded_too() {
     let db = TestDb::sqlite().await;
-    let layer = db.layer().build();
+    let layer = db.layer();
     // A stream that (against the contract) finishes a round and then continues.
     let chat = layer.layer(scripted(|_| {
         stream_of(
@@ -211,7 +207,7 @@ async fn events_after_finish_release_it_and_are_recorded_too() {
 #[tokio::test]
 async fn a_stream_dropped_after_finish_arrived_is_recorded_as_completed() {
     let db = TestDb::sqlite().await;
-    let layer = db.layer().build();
+    let layer = db.layer();
     // Finish, then the upstream hangs instead of ending: the caller never sees Finish and drops the stream.
     let chat = layer.layer(scripted(|_| common::hanging(answer("Hi"))));
     let mut stream = chat.oneshot(req("c")).await.unwrap();
@@ -233,7 +229,7 @@ async fn a_stream_dropped_after_finish_arrived_is_recorded_as_completed() {
 #[tokio::test]
 async fn the_inner_service_sees_the_call_and_conversation_ids() {
     let db = TestDb::sqlite().await;
-    let layer = db.layer().build();
+    let layer = db.layer();
     let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
     let seen_inner = seen.clone();
     let chat = layer.layer(scripted(move |req: &ChatRequest| {
@@ -275,10 +271,10 @@ impl ModelInfo for Described {
 #[tokio::test]
 async fn model_metadata_is_forwarded_through_the_layer() {
     let db = TestDb::sqlite().await;
-    let service = db.layer().build().layer(Described);
+    let service = db.layer().layer(Described);
     assert_eq!(service.model_metadata().provider, "openai");
     assert_eq!(
-        service.layer().failure_policy(),
+        service.layer().policy(),
         tower_chat_persistence::FailurePolicy::FailClosed
     );
     assert_eq!(
@@ -316,8 +312,8 @@ impl tower::Service<ChatRequest> for DescribedChat {
 async fn the_provider_can_come_from_the_inner_service() {
     let db = TestDb::sqlite().await;
     let inner = DescribedChat(scripted(|_| stream_of(answer("ok"), Shape::Ready)));
-    // The layer is configured with "scripted"; the inner service knows better.
-    let chat = db.layer().build().layer(inner).provider_from_model_info();
+    // Nothing configured on the layer: the provider recorded is the one the inner service reports.
+    let chat = db.layer().layer(inner);
     let _ = common::collect(chat.oneshot(req("p")).await.unwrap())
         .await
         .unwrap();
@@ -368,7 +364,7 @@ async fn bad_store_configuration_is_a_clear_error() {
 #[tokio::test]
 async fn a_call_id_in_the_request_names_the_record() {
     let db = TestDb::sqlite().await;
-    let layer = PersistenceLayer::builder(db.store.clone()).build();
+    let layer = PersistenceLayer::new(db.store.clone());
     let chat = layer.layer(scripted(|_| stream_of(answer("Hello"), Shape::Ready)));
     let named = req("c").with_extension(RequestedCallId(CallId::new("resp_given")));
     common::collect(chat.clone().oneshot(named).await.unwrap())
@@ -391,8 +387,8 @@ async fn a_call_id_in_the_request_names_the_record() {
 #[tokio::test]
 async fn a_requested_call_id_names_only_the_outermost_record() {
     let db = TestDb::sqlite().await;
-    let outer = PersistenceLayer::builder(db.store.clone()).build();
-    let inner = PersistenceLayer::builder(db.store.clone()).build();
+    let outer = PersistenceLayer::new(db.store.clone());
+    let inner = PersistenceLayer::new(db.store.clone());
     let chat = outer.layer(inner.layer(scripted(|_| stream_of(answer("Hello"), Shape::Ready))));
     let named = req("c").with_extension(RequestedCallId(CallId::new("resp_outer")));
     common::collect(chat.oneshot(named).await.unwrap())
@@ -407,4 +403,37 @@ async fn a_requested_call_id_names_only_the_outermost_record() {
         .filter(|c| c.call_id.as_str() == "resp_outer")
         .collect();
     assert_eq!(named.len(), 1);
+}
+
+/// Building the layer needs no Tokio runtime (it used to panic here: the writer task was spawned on build); the
+/// writer starts with the first record, inside the runtime that serves the calls.
+#[test]
+fn the_layer_is_built_outside_a_runtime_and_writes_inside_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let store = runtime
+        .block_on(tower_chat_persistence::SqliteStore::open(
+            dir.path().join("chat.db"),
+        ))
+        .unwrap();
+    assert!(tokio::runtime::Handle::try_current().is_err());
+    let layer = PersistenceLayer::new(store.clone())
+        .buffer(8)
+        .max_batch(4)
+        .fail_open()
+        .failure_policy(tower_chat_persistence::FailurePolicy::FailClosed);
+    let chat = layer.layer(scripted(|_| stream_of(answer("Hello"), Shape::Ready)));
+    runtime.block_on(async {
+        let _ = common::collect(chat.oneshot(req("outside")).await.unwrap())
+            .await
+            .unwrap();
+        layer.flush().await.unwrap();
+        let calls = store.conversation_calls(&conv("outside")).await.unwrap();
+        assert_eq!(calls.len(), 1);
+        assert_eq!(calls[0].provider.as_deref(), Some("scripted"));
+    });
+    assert_eq!(layer.stats().recorded, 1);
 }

@@ -69,8 +69,8 @@ async fn an_unreachable_database_fails_calls_with_a_store_error_and_recording_re
         .connect()
         .await
         .unwrap();
-    let closed = PersistenceLayer::builder(store.clone()).build();
-    let open = PersistenceLayer::builder(store.clone()).fail_open().build();
+    let closed = PersistenceLayer::new(store.clone());
+    let open = PersistenceLayer::new(store.clone()).fail_open();
     let model =
         common::scripted(|_| common::stream_of(common::answer("fine"), common::Shape::Streaming));
     let request = |conversation: &str| {

@@ -45,7 +45,7 @@ async fn converse(
     conversation: Option<&ConversationId>,
     history: &mut Vec<Message>,
 ) -> Vec<u64> {
-    let layer = PersistenceLayer::builder(store.clone()).build();
+    let layer = PersistenceLayer::new(store.clone());
     let chat = layer.layer(scripted(|request: &ChatRequest| {
         let n = request.messages.len();
         stream_of(
@@ -157,7 +157,7 @@ async fn a_database_from_before_message_level_storage_reads_as_before_and_contin
     let id = ConversationId::new("old");
     let old = store.load_conversation(&id).await.unwrap();
     assert_eq!(old, vec![Message::user("hi"), Message::assistant("hello")]);
-    let layer = PersistenceLayer::builder(store.clone()).build();
+    let layer = PersistenceLayer::new(store.clone());
     let chat = layer.layer(scripted(|_: &ChatRequest| {
         stream_of(answer("again"), Shape::Ready)
     }));

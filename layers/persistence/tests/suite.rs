@@ -15,7 +15,7 @@ use tower_chat::{
     ConversationId, ErrorKind, FinishReason, Message, ToolCall, ToolMessage, ToolSpec,
 };
 use tower_chat_persistence::{
-    CallId, CallOutcome, CallRecord, ConversationQuery, Spend, SpendQuery, REDACTED,
+    CallId, CallOutcome, CallRecord, ConversationQuery, Persistence, Spend, SpendQuery, REDACTED,
 };
 
 macro_rules! suite {
@@ -74,7 +74,7 @@ async fn only_call(db: &TestDb, conversation: &ConversationId) -> CallRecord {
 
 async fn a_completed_call_is_recorded_in_full(db: &TestDb) {
     for shape in SHAPES {
-        let layer = db.layer().build();
+        let layer = db.layer();
         let tool_call = ToolCall::new("c1", "weather", json!({"city": "Oslo"}));
         let mut items = vec![
             Ok(ChatEvent::ToolCallStart {
@@ -161,7 +161,7 @@ async fn a_completed_call_is_recorded_in_full(db: &TestDb) {
 }
 
 async fn a_thousand_concurrent_calls_leave_a_thousand_complete_records(db: &TestDb) {
-    let layer = db.layer().buffer(256).build();
+    let layer = db.layer().buffer(256);
     let chat = layer.layer(scripted(|req: &ChatRequest| {
         let question = match req.messages.last() {
             Some(Message::User { content }) => content.clone(),
@@ -204,7 +204,7 @@ async fn a_thousand_concurrent_calls_leave_a_thousand_complete_records(db: &Test
 }
 
 async fn a_stream_dropped_mid_way_is_recorded_as_cancelled_with_its_partial_output(db: &TestDb) {
-    let layer = db.layer().build();
+    let layer = db.layer();
     let chat = layer.layer(scripted(|_| {
         hanging(vec![Ok(ChatEvent::text("Hel")), Ok(ChatEvent::text("lo"))])
     }));
@@ -247,9 +247,11 @@ async fn a_stream_dropped_mid_way_is_recorded_as_cancelled_with_its_partial_outp
     }
 
     // Dropping the response future before the provider answered is recorded too.
-    let chat = layer.layer(tower::service_fn(|_req: ChatRequest| async {
+    // (A bare `service_fn` reports no `ModelInfo`: wrapped directly, its records name no provider.)
+    let pending = tower::service_fn(|_req: ChatRequest| async {
         futures_util::future::pending::<Result<tower_chat::ChatStream, ChatError>>().await
-    }));
+    });
+    let chat = Persistence::new(pending, layer.clone());
     let conv = conversation();
     let call = chat.oneshot(request(&conv, "hi"));
     assert!(tokio::time::timeout(Duration::from_millis(10), call)
@@ -263,7 +265,7 @@ async fn a_stream_dropped_mid_way_is_recorded_as_cancelled_with_its_partial_outp
 
 async fn an_upstream_that_dies_is_recorded_as_interrupted_with_its_partial_output(db: &TestDb) {
     for shape in SHAPES {
-        let layer = db.layer().build();
+        let layer = db.layer();
         // An error item after output began.
         let died: Items = vec![
             Ok(ChatEvent::text("The answer is ")),
@@ -310,14 +312,15 @@ async fn an_upstream_that_dies_is_recorded_as_interrupted_with_its_partial_outpu
 }
 
 async fn failures_before_output_are_recorded_as_failed(db: &TestDb) {
-    let layer = db.layer().build();
+    let layer = db.layer();
     // The service call itself fails (HTTP 429).
-    let chat = layer.layer(tower::service_fn(|_req: ChatRequest| async {
+    let refusing = tower::service_fn(|_req: ChatRequest| async {
         Err::<tower_chat::ChatStream, _>(ChatError::new(
             ErrorKind::RateLimited { retry_after: None },
             "slow down",
         ))
-    }));
+    });
+    let chat = Persistence::new(refusing, layer.clone());
     let conv = conversation();
     let error = chat.oneshot(request(&conv, "q")).await.err().unwrap();
     assert_eq!(error.message(), "slow down");
@@ -371,7 +374,7 @@ async fn failures_before_output_are_recorded_as_failed(db: &TestDb) {
 
 async fn a_store_refusing_writes_fails_the_call_with_a_store_error(db: &TestDb) {
     for shape in SHAPES {
-        let layer = db.layer().build();
+        let layer = db.layer();
         let chat = layer.layer(scripted(move |_| stream_of(answer("fine"), shape)));
         db.refuse_writes().await;
         let conv = conversation();
@@ -412,7 +415,7 @@ async fn a_store_refusing_writes_fails_the_call_with_a_store_error(db: &TestDb) 
 }
 
 async fn a_store_refusing_writes_in_fail_open_mode_counts_the_failure(db: &TestDb) {
-    let layer = db.layer().fail_open().build();
+    let layer = db.layer().fail_open();
     let chat = layer.layer(scripted(|_| stream_of(answer("fine"), Shape::Streaming)));
     db.refuse_writes().await;
     let conv = conversation();
@@ -435,7 +438,7 @@ async fn a_store_refusing_writes_in_fail_open_mode_counts_the_failure(db: &TestD
 }
 
 async fn conversations_are_listed_and_continued_from_the_store(db: &TestDb) {
-    let layer = db.layer().build();
+    let layer = db.layer();
     // A tool loop's two rounds under the layer: round 0 calls a tool, round 1 answers.
     let chat = layer.layer(scripted(|req: &ChatRequest| {
         let items = if matches!(req.messages.last(), Some(Message::Tool(_))) {
@@ -663,7 +666,7 @@ async fn migrations_of_other_crates_are_applied_once(db: &TestDb) {
 }
 
 async fn in_flight_records_are_replaced_by_the_final_one(db: &TestDb) {
-    let layer = db.layer().record_in_flight(true).build();
+    let layer = db.layer().record_in_flight(true);
     let chat = layer.layer(scripted(|_| {
         hanging(vec![Ok(ChatEvent::text("Hel")), Ok(ChatEvent::text("lo"))])
     }));
@@ -748,7 +751,7 @@ async fn records_carry_their_cost_and_spend_sums_per_caller_and_conversation(db:
     let per_call = Cost::from_nanos(18_000);
     let started = std::time::SystemTime::now();
     for shape in SHAPES {
-        let layer = db.layer().prices(prices.clone()).build();
+        let layer = db.layer().prices(prices.clone());
         let chat = layer.layer(scripted(move |req: &ChatRequest| {
             if req.options.model.as_deref() == Some("unpriced") {
                 // No response metadata either: nothing to price it by.

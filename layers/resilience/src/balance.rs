@@ -124,12 +124,15 @@ impl BalanceBuilder {
         self
     }
 
-    /// The balancer (panics without a deployment).
-    pub fn build(self) -> Balance {
-        assert!(
-            !self.deployments.is_empty(),
-            "a balancer needs at least one deployment"
-        );
+    /// The balancer; fails with [`ErrorKind::InvalidRequest`](tower_chat::ErrorKind::InvalidRequest) without a
+    /// deployment.
+    pub fn build(self) -> Result<Balance, ChatError> {
+        if self.deployments.is_empty() {
+            return Err(ChatError::new(
+                ErrorKind::InvalidRequest,
+                "a balancer needs at least one deployment",
+            ));
+        }
         let now = self.clock.now();
         let metadata = self.deployments[0].metadata.clone();
         let nodes: Vec<Arc<Node>> = self
@@ -149,7 +152,7 @@ impl BalanceBuilder {
                 })
             })
             .collect();
-        Balance {
+        Ok(Balance {
             shared: Arc::new(Shared {
                 nodes,
                 sticky: self.sticky,
@@ -157,7 +160,7 @@ impl BalanceBuilder {
                 clock: self.clock,
                 metadata,
             }),
-        }
+        })
     }
 }
 

@@ -31,7 +31,8 @@ async fn a_dead_deployment_is_skipped_once_its_circuit_opens() {
         .deployment(Deployment::new("dead", 1000, openai(&dead, "m")))
         .deployment(Deployment::new("alive", 1, openai(&alive, "m")))
         .breaker(CircuitBreakerLayer::new().consecutive_failures(2))
-        .build();
+        .build()
+        .unwrap();
     let mut failures = 0;
     for _ in 0..30 {
         if call(&balance, request()).await.is_err() {
@@ -57,7 +58,8 @@ async fn calls_go_to_the_faster_deployment() {
         .deployment(Deployment::new("slow", 1, openai(&slow, "m")))
         .deployment(Deployment::new("fast", 1, openai(&fast, "m")))
         .default_rtt(Duration::from_millis(1))
-        .build();
+        .build()
+        .unwrap();
     for _ in 0..20 {
         call(&balance, request()).await.unwrap();
     }
@@ -77,7 +79,7 @@ async fn conversations_stick_to_their_deployment() {
     for (i, p) in providers.iter().enumerate() {
         builder = builder.deployment(Deployment::new(format!("d{i}"), 1, openai(p, "m")));
     }
-    let balance = builder.build();
+    let balance = builder.build().unwrap();
     let mut used = std::collections::HashSet::new();
     for c in 0..12 {
         let mut answers = std::collections::HashSet::new();
@@ -102,11 +104,24 @@ async fn every_circuit_open_fails_at_once() {
     let balance = Balance::builder()
         .deployment(Deployment::new("a", 1, openai(&a, "m")))
         .breaker(CircuitBreakerLayer::new().consecutive_failures(1))
-        .build();
+        .build()
+        .unwrap();
     assert!(!is_circuit_open(
         &call(&balance, request()).await.unwrap_err()
     ));
     let error = call(&balance, request()).await.unwrap_err();
     assert!(is_circuit_open(&error), "{error}");
     assert_eq!(a.requests().len(), 1);
+}
+
+#[test]
+fn a_balancer_without_deployments_is_an_error_not_a_panic() {
+    let Err(error) = Balance::builder().build() else {
+        panic!("a balancer without deployments was built");
+    };
+    assert_eq!(error.kind(), &tower_chat::ErrorKind::InvalidRequest);
+    assert!(
+        error.to_string().contains("at least one deployment"),
+        "{error}"
+    );
 }

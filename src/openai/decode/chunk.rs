@@ -203,7 +203,7 @@ pub(super) struct PartialCall {
 
 /// Maps a Chat Completions SSE stream to chat events.
 #[derive(Default)]
-pub(crate) struct ChunkDecoder {
+pub struct ChunkDecoder {
     pub(super) metadata_sent: bool,
     pub(super) calls: Vec<PartialCall>,
     pub(super) finish: Option<FinishReason>,
@@ -367,6 +367,12 @@ impl ChunkDecoder {
             .unwrap_or_else(|| finish_reason("stop", had_calls));
         out.push_back(ChatEvent::Finish { reason });
         self.done = true;
+    }
+}
+
+impl std::fmt::Debug for ChunkDecoder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ChunkDecoder").finish_non_exhaustive()
     }
 }
 

@@ -163,7 +163,9 @@ pub fn tool_loop(runs: &Runs, inner: Chat) -> Chat {
     BoxCloneService::new(
         FunctionInvocationLayer::new()
             .tool(counted("delete", runs.delete.clone()))
+            .unwrap()
             .tool(counted("weather", runs.weather.clone()))
+            .unwrap()
             .layer(inner),
     )
 }

@@ -4,11 +4,12 @@
 use std::sync::Arc;
 
 use futures_util::StreamExt;
-use tower::{service_fn, util::BoxCloneService};
-use tower_chat::{ChatError, ChatEvent, ChatRequest, ChatStream, FinishReason, Usage};
-use tower_chat_persistence::{
-    PersistenceLayer, PersistenceLayerBuilder, PostgresStore, SqliteStore, Store,
+use tower::service_fn;
+use tower_chat::{
+    BoxChatService, ChatError, ChatEvent, ChatRequest, ChatStream, FinishReason, ModelMetadata,
+    Usage,
 };
+use tower_chat_persistence::{PersistenceLayer, PostgresStore, SqliteStore, Store};
 
 /// How the scripted inner service delivers its events.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -38,17 +39,21 @@ pub fn hanging(items: Items) -> ChatStream {
     Box::pin(futures_util::stream::iter(items).chain(futures_util::stream::pending()))
 }
 
-pub type Chat = BoxCloneService<ChatRequest, ChatStream, ChatError>;
+pub type Chat = BoxChatService;
 
-/// An inner service answering every request with `script(request)`.
+/// An inner service answering every request with `script(request)`; it reports provider `scripted`
+/// (`ModelInfo`), which the persistence layer records.
 pub fn scripted<F>(script: F) -> Chat
 where
     F: Fn(&ChatRequest) -> ChatStream + Clone + Send + Sync + 'static,
 {
-    BoxCloneService::new(service_fn(move |request: ChatRequest| {
-        let stream = script(&request);
-        async move { Ok::<ChatStream, ChatError>(stream) }
-    }))
+    BoxChatService::with_metadata(
+        service_fn(move |request: ChatRequest| {
+            let stream = script(&request);
+            async move { Ok::<ChatStream, ChatError>(stream) }
+        }),
+        ModelMetadata::new("scripted"),
+    )
 }
 
 /// A full model answer: metadata, reasoning, text in pieces, usage, finish.
@@ -124,8 +129,8 @@ impl TestDb {
         })
     }
 
-    pub fn layer(&self) -> PersistenceLayerBuilder {
-        PersistenceLayer::builder_shared(self.store.clone()).provider("scripted")
+    pub fn layer(&self) -> PersistenceLayer {
+        PersistenceLayer::shared(self.store.clone())
     }
 
     /// Make the database refuse every new record (a trigger in SQLite, an always-false check in PostgreSQL).

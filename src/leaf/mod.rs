@@ -1,0 +1,395 @@
+//! The generic HTTP leaf: [`ChatLeaf`] over a [`Provider`]'s wire format, its builder, and the byte-level
+//! [`StreamDecoder`] for bodies that arrive some other way.
+//!
+//! Every leaf works the same: a builder collects the base URL, key, default model, headers, timeouts and the
+//! metadata [`ModelInfo`] reports; `build()` checks them and returns a cheap-to-clone service whose `call`
+//! encodes the request with the provider's wire format, posts it through the shared [`HttpTransport`], and
+//! streams the answer. [`OpenAiChat`](crate::openai::OpenAiChat) and
+//! [`AnthropicChat`](crate::anthropic::AnthropicChat) are this leaf with the two providers.
+
+mod provider;
+
+use std::fmt;
+use std::future::Future;
+use std::marker::PhantomData;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use http::header::{HeaderName, ACCEPT, CONTENT_TYPE, USER_AGENT};
+use http::{HeaderMap, HeaderValue, Method, Uri};
+use http_body_util::Full;
+
+pub(crate) use provider::sealed::ProviderWire;
+pub use provider::Provider;
+
+use crate::error::ChatError;
+use crate::event::ChatEvent;
+use crate::metadata::{known_context_window, ModelInfo, ModelMetadata};
+use crate::request::ChatRequest;
+use crate::stream::ChatStream;
+use crate::transport::{endpoint, parse_headers, EventDecoder, HttpTransport, Secret, Timeouts};
+
+/// An HTTP leaf service speaking provider `P`'s wire format. Cheap to clone: clones share configuration and the
+/// connection pool. Build one with [`ChatLeaf::builder`] (through the aliases
+/// [`OpenAiChat`](crate::openai::OpenAiChat) and [`AnthropicChat`](crate::anthropic::AnthropicChat)).
+pub struct ChatLeaf<P> {
+    shared: Arc<Shared<P>>,
+    transport: HttpTransport,
+}
+
+/// What every clone of a leaf shares.
+struct Shared<P> {
+    leaf: LeafConfig,
+    provider: P,
+}
+
+impl<P> Clone for ChatLeaf<P> {
+    fn clone(&self) -> Self {
+        ChatLeaf {
+            shared: Arc::clone(&self.shared),
+            transport: self.transport.clone(),
+        }
+    }
+}
+
+impl<P: Provider> fmt::Debug for ChatLeaf<P> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let leaf = &self.shared.leaf;
+        f.debug_struct(P::LEAF_NAME)
+            .field("endpoint", &leaf.endpoint)
+            .field("api_key", &leaf.api_key.as_ref().map(|_| "[redacted]"))
+            .field("default_model", &leaf.default_model)
+            .field("transport", &self.transport)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<P: Provider + Default> ChatLeaf<P> {
+    /// Configure a leaf.
+    pub fn builder() -> ChatLeafBuilder<P> {
+        ChatLeafBuilder::default()
+    }
+}
+
+impl<P: Provider> ChatLeaf<P> {
+    /// The full URL requests go to.
+    pub fn endpoint(&self) -> &Uri {
+        &self.shared.leaf.endpoint
+    }
+}
+
+impl<P: Provider> tower_service::Service<ChatRequest> for ChatLeaf<P> {
+    type Response = ChatStream;
+    type Error = ChatError;
+    type Future = Pin<Box<dyn Future<Output = Result<ChatStream, ChatError>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), ChatError>> {
+        self.transport.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: ChatRequest) -> Self::Future {
+        let this = self.clone();
+        Box::pin(async move {
+            let shared = &*this.shared;
+            let body = shared
+                .provider
+                .encode(&request, shared.leaf.default_model.as_deref())?;
+            shared
+                .leaf
+                .execute::<P>(
+                    &this.transport,
+                    body,
+                    &request,
+                    shared.provider.auth_header(),
+                )
+                .await
+        })
+    }
+}
+
+impl<P: Provider> ModelInfo for ChatLeaf<P> {
+    fn model_metadata(&self) -> ModelMetadata {
+        self.shared.leaf.metadata.clone()
+    }
+}
+
+/// What every leaf builder collects.
+#[derive(Debug)]
+struct LeafSettings {
+    base_url: String,
+    api_key: Option<Secret>,
+    model: Option<String>,
+    headers: Vec<(String, String)>,
+    timeouts: Timeouts,
+    http2_prior_knowledge: bool,
+    provider_name: String,
+    supports_tools: bool,
+    supports_parallel_tool_calls: bool,
+    context_window: Option<u32>,
+    transport: Option<HttpTransport>,
+}
+
+/// What a built leaf keeps (besides its transport).
+struct LeafConfig {
+    endpoint: Uri,
+    api_key: Option<Secret>,
+    default_model: Option<String>,
+    headers: HeaderMap,
+    metadata: ModelMetadata,
+}
+
+impl LeafConfig {
+    /// Post `body` for `request` and stream the answer: the shared body of every leaf's `call`.
+    async fn execute<P: ProviderWire>(
+        &self,
+        transport: &HttpTransport,
+        body: Vec<u8>,
+        request: &ChatRequest,
+        auth: (HeaderName, &str),
+    ) -> Result<ChatStream, ChatError> {
+        let streaming = request.options.stream;
+        let http_request = self.post_json(body, streaming, auth)?;
+        let cancel = request.cancellation().cloned();
+        transport
+            .execute::<P>(http_request, streaming, self.api_key.as_ref(), cancel)
+            .await
+    }
+
+    /// A JSON `POST` to the endpoint; `auth` names the header the key goes in and its prefix.
+    fn post_json(
+        &self,
+        body: Vec<u8>,
+        streaming: bool,
+        auth: (HeaderName, &str),
+    ) -> Result<http::Request<Full<Bytes>>, ChatError> {
+        let mut request = http::Request::new(Full::new(Bytes::from(body)));
+        *request.method_mut() = Method::POST;
+        *request.uri_mut() = self.endpoint.clone();
+        let headers = request.headers_mut();
+        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        let accept = if streaming {
+            "text/event-stream"
+        } else {
+            "application/json"
+        };
+        headers.insert(ACCEPT, HeaderValue::from_static(accept));
+        headers.insert(
+            USER_AGENT,
+            HeaderValue::from_static(concat!("tower-chat/", env!("CARGO_PKG_VERSION"))),
+        );
+        if let Some(key) = &self.api_key {
+            headers.insert(auth.0, key.header_value(auth.1)?);
+        }
+        for (name, value) in &self.headers {
+            headers.insert(name.clone(), value.clone());
+        }
+        Ok(request)
+    }
+}
+
+impl LeafSettings {
+    fn new(base_url: &str, provider_name: &str) -> Self {
+        LeafSettings {
+            base_url: base_url.to_owned(),
+            api_key: None,
+            model: None,
+            headers: Vec::new(),
+            timeouts: Timeouts::default(),
+            http2_prior_knowledge: false,
+            provider_name: provider_name.to_owned(),
+            supports_tools: true,
+            supports_parallel_tool_calls: true,
+            context_window: None,
+            transport: None,
+        }
+    }
+
+    /// Validate and build; `path` is appended to the base URL, `fixed_headers` go before the configured ones.
+    fn build(
+        self,
+        path: &str,
+        fixed_headers: Vec<(String, String)>,
+        supports_streaming_usage: bool,
+    ) -> Result<(LeafConfig, HttpTransport), ChatError> {
+        let endpoint = endpoint(&self.base_url, path)?;
+        let mut all_headers = fixed_headers;
+        all_headers.extend(self.headers);
+        let headers = parse_headers(&all_headers)?;
+        let transport = match self.transport {
+            Some(transport) => transport,
+            None => HttpTransport::new(self.timeouts, self.http2_prior_knowledge)?,
+        };
+        let metadata = ModelMetadata {
+            provider: self.provider_name.into(),
+            context_window: self
+                .context_window
+                .or_else(|| self.model.as_deref().and_then(known_context_window)),
+            model_id: self.model.clone(),
+            endpoint: Some(endpoint.to_string()),
+            supports_tools: self.supports_tools,
+            supports_parallel_tool_calls: self.supports_parallel_tool_calls,
+            supports_streaming_usage,
+        };
+        let config = LeafConfig {
+            endpoint,
+            api_key: self.api_key,
+            default_model: self.model,
+            headers,
+            metadata,
+        };
+        Ok((config, transport))
+    }
+}
+
+/// Configures a [`ChatLeaf`]: the settings every provider shares are here; provider-specific ones are on
+/// `ChatLeafBuilder<OpenAi>` and `ChatLeafBuilder<Anthropic>` (see [`OpenAiChatBuilder`](crate::openai::OpenAiChatBuilder)
+/// and [`AnthropicChatBuilder`](crate::anthropic::AnthropicChatBuilder)).
+#[derive(Debug)]
+pub struct ChatLeafBuilder<P> {
+    settings: LeafSettings,
+    pub(crate) provider: P,
+}
+
+impl<P: Provider + Default> Default for ChatLeafBuilder<P> {
+    fn default() -> Self {
+        ChatLeafBuilder {
+            settings: LeafSettings::new(P::DEFAULT_BASE_URL, P::DEFAULT_PROVIDER_NAME),
+            provider: P::default(),
+        }
+    }
+}
+
+impl<P: Provider> ChatLeafBuilder<P> {
+    /// The API base URL, up to and including `/v1` (default: the provider's public API,
+    /// `https://api.openai.com/v1` or `https://api.anthropic.com/v1`).
+    pub fn base_url(mut self, url: impl Into<String>) -> Self {
+        self.settings.base_url = url.into();
+        self
+    }
+
+    /// The API key. An empty key sends no key header. It never appears in `Debug` output or error messages.
+    pub fn api_key(mut self, key: impl Into<String>) -> Self {
+        let key = key.into();
+        self.settings.api_key = (!key.is_empty()).then(|| Secret::new(key));
+        self
+    }
+
+    /// The model used when a request names none.
+    pub fn model(mut self, model: impl Into<String>) -> Self {
+        self.settings.model = Some(model.into());
+        self
+    }
+
+    /// An extra header on every request.
+    pub fn header(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        self.settings.headers.push((name.into(), value.into()));
+        self
+    }
+
+    /// Connect / first-byte / idle deadlines.
+    pub fn timeouts(mut self, timeouts: Timeouts) -> Self {
+        self.settings.timeouts = timeouts;
+        self
+    }
+
+    /// Speak HTTP/2 over plain `http://` (h2c). Over `https://`, HTTP/2 is negotiated by ALPN anyway.
+    pub fn http2_prior_knowledge(mut self, enabled: bool) -> Self {
+        self.settings.http2_prior_knowledge = enabled;
+        self
+    }
+
+    /// The provider name reported by [`ModelInfo`] (default `openai` or `anthropic`).
+    pub fn provider_name(mut self, name: impl Into<String>) -> Self {
+        self.settings.provider_name = name.into();
+        self
+    }
+
+    /// Capabilities reported by [`ModelInfo`] (default: tools and parallel calls).
+    pub fn capabilities(mut self, tools: bool, parallel_tool_calls: bool) -> Self {
+        self.settings.supports_tools = tools;
+        self.settings.supports_parallel_tool_calls = parallel_tool_calls;
+        self
+    }
+
+    /// The context window reported by [`ModelInfo`] (default: looked up for well-known ids).
+    pub fn context_window(mut self, tokens: u32) -> Self {
+        self.settings.context_window = Some(tokens);
+        self
+    }
+
+    /// Share an existing transport (and its connection pool) instead of building one.
+    pub fn transport(mut self, transport: HttpTransport) -> Self {
+        self.settings.transport = Some(transport);
+        self
+    }
+
+    /// Build the leaf; the base URL and headers are validated here.
+    pub fn build(self) -> Result<ChatLeaf<P>, ChatError> {
+        let fixed_headers = self.provider.fixed_headers()?;
+        let supports_streaming_usage = self.provider.supports_streaming_usage();
+        let (leaf, transport) =
+            self.settings
+                .build(P::PATH, fixed_headers, supports_streaming_usage)?;
+        Ok(ChatLeaf {
+            shared: Arc::new(Shared {
+                leaf,
+                provider: self.provider,
+            }),
+            transport,
+        })
+    }
+}
+
+/// Decodes provider `P`'s SSE response body into chat events, byte chunk by byte chunk: the leaf's own decoder,
+/// for callers with their own transport (a proxy relaying bytes, a recorded stream) and for benchmarks. Use it
+/// as [`openai::StreamDecoder`](crate::openai::StreamDecoder) or
+/// [`anthropic::StreamDecoder`](crate::anthropic::StreamDecoder).
+pub struct StreamDecoder<P: Provider> {
+    decoder: EventDecoder<P::Decoder>,
+    provider: PhantomData<fn() -> P>,
+}
+
+impl<P: Provider> StreamDecoder<P> {
+    /// A decoder at the start of a response body.
+    pub fn new() -> Self {
+        StreamDecoder {
+            decoder: EventDecoder::new(P::Decoder::default()),
+            provider: PhantomData,
+        }
+    }
+
+    /// Feed the next chunk of the body, split anywhere (copied; see [`feed_bytes`](Self::feed_bytes)).
+    /// Decoding happens as events are taken with [`next_event`](Self::next_event).
+    pub fn feed(&mut self, bytes: &[u8]) {
+        self.decoder.feed(bytes);
+    }
+
+    /// Feed the next chunk of the body as `Bytes` (a hyper body frame, say), without copying it.
+    pub fn feed_bytes(&mut self, bytes: Bytes) {
+        self.decoder.push(bytes);
+    }
+
+    /// The body ended: a response the provider did not finish yields an error item.
+    pub fn finish(&mut self) {
+        self.decoder.end(None);
+    }
+
+    /// The next decoded event; after an error item there are no more.
+    pub fn next_event(&mut self) -> Option<Result<ChatEvent, ChatError>> {
+        self.decoder.next_item()
+    }
+}
+
+impl<P: Provider> Default for StreamDecoder<P> {
+    fn default() -> Self {
+        StreamDecoder::new()
+    }
+}
+
+impl<P: Provider> fmt::Debug for StreamDecoder<P> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("StreamDecoder").finish_non_exhaustive()
+    }
+}

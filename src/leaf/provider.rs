@@ -1,0 +1,60 @@
+//! The part of a leaf that differs between providers.
+
+use http::header::HeaderName;
+
+use crate::error::ChatError;
+use crate::event::ChatEvent;
+use crate::request::ChatRequest;
+use crate::transport::WireDecoder;
+
+/// One provider's wire format: how a [`ChatRequest`] is encoded, where it goes, how the key is sent and how the
+/// answer (streamed, whole, or an error body) is read. [`ChatLeaf`](super::ChatLeaf) is generic over it and
+/// does everything else (transport, timeouts, cancellation, metadata) the same way for every provider.
+///
+/// Implemented by [`OpenAi`](crate::openai::OpenAi) (Chat Completions, and every server that speaks it) and
+/// [`Anthropic`](crate::anthropic::Anthropic) (the Messages API). The trait is sealed: its methods work on the
+/// crate's internal decoding machinery, which is not a public API.
+pub trait Provider: sealed::ProviderWire + std::fmt::Debug + Send + Sync + 'static {}
+
+pub(crate) mod sealed {
+    use super::*;
+
+    /// What a [`Provider`](super::Provider) supplies to the generic leaf (sealed: not nameable outside the crate).
+    pub trait ProviderWire {
+        /// Maps the provider's streamed SSE events to chat events; a fresh one per response.
+        type Decoder: WireDecoder + Default;
+        /// The leaf's name in `Debug` output (`OpenAiChat`, `AnthropicChat`).
+        const LEAF_NAME: &'static str;
+        /// The API base URL when none is configured, up to and including `/v1`.
+        const DEFAULT_BASE_URL: &'static str;
+        /// The provider name [`ModelInfo`](crate::ModelInfo) reports when none is configured.
+        const DEFAULT_PROVIDER_NAME: &'static str;
+        /// The endpoint's path below the base URL.
+        const PATH: &'static str;
+
+        /// The header the API key goes in, and the prefix before the key.
+        fn auth_header(&self) -> (HeaderName, &'static str);
+
+        /// Headers the provider always sends, checked at build time; configured headers come after them (and
+        /// replace them when they have the same name).
+        fn fixed_headers(&self) -> Result<Vec<(String, String)>, ChatError> {
+            Ok(Vec::new())
+        }
+
+        /// Whether streamed responses report token usage (metadata for the layers above).
+        fn supports_streaming_usage(&self) -> bool;
+
+        /// The JSON body for `request`; `default_model` is the leaf's model, for requests that name none.
+        fn encode(
+            &self,
+            request: &ChatRequest,
+            default_model: Option<&str>,
+        ) -> Result<Vec<u8>, ChatError>;
+
+        /// The provider's message in an error response body.
+        fn error_message(body: &[u8]) -> Option<String>;
+
+        /// A whole (non-streaming) response body as chat events.
+        fn decode_whole(body: &[u8]) -> Result<Vec<ChatEvent>, ChatError>;
+    }
+}

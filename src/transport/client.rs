@@ -1,0 +1,214 @@
+//! The pooled HTTP client (HTTP/1.1 and HTTP/2, TLS by rustls) with its deadlines, and the one exchange every
+//! leaf makes: send, map a failure status, stream or read the body.
+
+use std::fmt;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper_rustls::HttpsConnector;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
+
+use super::body::SseChatStream;
+use super::secret::Secret;
+use super::status::{body_error, client_error, error_from_response};
+use crate::error::{ChatError, ErrorKind, TimeoutPhase};
+use crate::leaf::ProviderWire;
+use crate::stream::ChatStream;
+
+/// Deadlines of one HTTP call. `None` disables one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Timeouts {
+    /// TCP + TLS connection setup. Default 10 s.
+    pub connect: Option<Duration>,
+    /// From sending the request to the response status and headers. Default 120 s.
+    pub first_byte: Option<Duration>,
+    /// Between two chunks of a streaming body, and for reading a whole non-streaming body. Default 120 s.
+    pub idle: Option<Duration>,
+}
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        Timeouts {
+            connect: Some(Duration::from_secs(10)),
+            first_byte: Some(Duration::from_secs(120)),
+            idle: Some(Duration::from_secs(120)),
+        }
+    }
+}
+
+type HyperClient = Client<HttpsConnector<HttpConnector>, Full<Bytes>>;
+
+/// A pooled HTTPS/HTTP client with timeouts. Cheap to clone (the pool is shared).
+#[derive(Clone)]
+pub struct HttpTransport {
+    client: HyperClient,
+    timeouts: Timeouts,
+}
+
+impl fmt::Debug for HttpTransport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HttpTransport")
+            .field("timeouts", &self.timeouts)
+            .finish_non_exhaustive()
+    }
+}
+
+impl HttpTransport {
+    /// A client with these timeouts, trusting the Mozilla root certificates (webpki-roots). HTTP/2 is negotiated
+    /// by ALPN over TLS; `http2_prior_knowledge` also uses HTTP/2 over plain `http://` (h2c, as some vLLM
+    /// deployments and gateways offer).
+    pub fn new(timeouts: Timeouts, http2_prior_knowledge: bool) -> Result<Self, ChatError> {
+        let tls = rustls::ClientConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .map_err(|e| ChatError::new(ErrorKind::Other, "TLS setup failed").with_source(e))?
+        .with_root_certificates(rustls::RootCertStore::from_iter(
+            webpki_roots::TLS_SERVER_ROOTS.iter().cloned(),
+        ))
+        .with_no_client_auth();
+        Self::with_tls(timeouts, http2_prior_knowledge, tls)
+    }
+
+    /// A client with your own TLS configuration: a private CA (a corporate proxy, a self-hosted model server),
+    /// client certificates, another crypto provider. ALPN is set here (`h2`, `http/1.1`).
+    pub fn with_tls(
+        timeouts: Timeouts,
+        http2_prior_knowledge: bool,
+        tls: rustls::ClientConfig,
+    ) -> Result<Self, ChatError> {
+        let mut http = HttpConnector::new();
+        http.enforce_http(false);
+        http.set_nodelay(true);
+        http.set_connect_timeout(timeouts.connect);
+        let https = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_tls_config(tls)
+            .https_or_http()
+            .enable_http1()
+            .enable_http2()
+            .wrap_connector(http);
+        let client = Client::builder(TokioExecutor::new())
+            .http2_only(http2_prior_knowledge)
+            .pool_idle_timeout(Duration::from_secs(90))
+            // Without a timer the idle timeout is only checked when a connection is checked out: an idle
+            // connection (an HTTP/2 one with the state of every stream it carried) would stay open for good.
+            .pool_timer(TokioTimer::new())
+            .build(https);
+        Ok(HttpTransport { client, timeouts })
+    }
+
+    /// The configured deadlines.
+    pub fn timeouts(&self) -> Timeouts {
+        self.timeouts
+    }
+
+    /// Whether the client can take a request now (hyper's pool is always ready; kept for an honest `poll_ready`).
+    pub(crate) fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), ChatError>> {
+        tower_service::Service::<http::Request<Full<Bytes>>>::poll_ready(&mut self.client, cx)
+            .map_err(|e| ChatError::new(ErrorKind::Connection, "HTTP client failed").with_source(e))
+    }
+
+    /// Send a request and wait for a success status. Any other status becomes a typed error carrying the
+    /// provider's message (read by `provider_message` from at most 64 KiB of the body), with `secret` redacted.
+    async fn send(
+        &self,
+        request: http::Request<Full<Bytes>>,
+        secret: Option<&Secret>,
+        provider_message: fn(&[u8]) -> Option<String>,
+    ) -> Result<http::Response<Incoming>, ChatError> {
+        let response = with_timeout(
+            self.timeouts.first_byte,
+            TimeoutPhase::FirstByte,
+            self.client.request(request),
+        )
+        .await?
+        .map_err(client_error)?;
+        if response.status().is_success() {
+            return Ok(response);
+        }
+        Err(error_from_response(response, self.timeouts.idle, secret, provider_message).await)
+    }
+
+    /// Send a request as it is and return its response whatever the status, with only the connect timeout
+    /// applied: for callers that read statuses and bodies themselves (the OTLP exporter of `tower-chat-tracing`).
+    pub async fn send_unchecked(
+        &self,
+        request: http::Request<Full<Bytes>>,
+    ) -> Result<http::Response<Incoming>, ChatError> {
+        self.client.request(request).await.map_err(client_error)
+    }
+
+    /// Read a whole (non-streaming) body within the idle deadline.
+    pub(crate) async fn read_body(&self, body: Incoming) -> Result<Bytes, ChatError> {
+        let collected =
+            with_timeout(self.timeouts.idle, TimeoutPhase::Idle, body.collect()).await?;
+        collected.map(|c| c.to_bytes()).map_err(body_error)
+    }
+}
+
+pub(super) async fn with_timeout<F: std::future::Future>(
+    limit: Option<Duration>,
+    phase: TimeoutPhase,
+    future: F,
+) -> Result<F::Output, ChatError> {
+    match limit {
+        Some(limit) => tokio::time::timeout(limit, future).await.map_err(|_| {
+            ChatError::new(
+                ErrorKind::Timeout(phase),
+                format!("no answer within {limit:?}"),
+            )
+        }),
+        None => Ok(future.await),
+    }
+}
+
+impl HttpTransport {
+    /// Send a provider request and turn the answer into a [`ChatStream`]: the shared body of every leaf's `call`.
+    /// The future resolves once the status is known; a request's cancellation token aborts the wait and ends the
+    /// stream.
+    pub(crate) async fn execute<P: ProviderWire>(
+        &self,
+        request: http::Request<Full<Bytes>>,
+        streaming: bool,
+        secret: Option<&Secret>,
+        cancel: Option<crate::CancellationToken>,
+    ) -> Result<ChatStream, ChatError> {
+        let send = self.send(request, secret, P::error_message);
+        let response = match &cancel {
+            Some(token) => tokio::select! {
+                biased;
+                _ = token.cancelled() => return Err(ChatError::cancelled()),
+                response = send => response?,
+            },
+            None => send.await?,
+        };
+        let stream: ChatStream = if streaming {
+            SseChatStream::new(
+                response.into_body(),
+                P::Decoder::default(),
+                self.timeouts.idle,
+            )
+            .boxed()
+        } else {
+            let events = self
+                .read_body(response.into_body())
+                .await
+                .and_then(|body| P::decode_whole(&body));
+            match events {
+                Ok(events) => Box::pin(futures_util::stream::iter(events.into_iter().map(Ok))),
+                // A body that arrived but did not decode is a failure after the status: a stream item.
+                Err(error) => Box::pin(futures_util::stream::iter([Err(error)])),
+            }
+        };
+        Ok(match cancel {
+            Some(token) => crate::stream::cancellable(stream, token),
+            None => stream,
+        })
+    }
+}

@@ -1,0 +1,22 @@
+//! The HTTP machinery shared by the leaf services, one concern per module:
+//!
+//! - `client`: the pooled hyper client (HTTP/1.1 and HTTP/2, TLS by rustls), its [`Timeouts`], and the exchange
+//!   every leaf makes ([`HttpTransport`]);
+//! - `secret`: API keys that never show in `Debug` output or error messages ([`Secret`]);
+//! - `status`: HTTP statuses, client and body failures mapped to typed [`ChatError`](crate::ChatError)s;
+//! - `body`: response bodies decoded as SSE and mapped to chat events by a provider's decoder;
+//! - `request`: build-time checks of the endpoint and headers, and encoding helpers the wire formats share.
+
+mod body;
+mod client;
+mod request;
+mod secret;
+mod status;
+
+pub(crate) use body::{EventDecoder, WireDecoder};
+pub use client::{HttpTransport, Timeouts};
+pub(crate) use request::{endpoint, merge_extra, parse_headers, resolve_model};
+pub use secret::Secret;
+
+/// The TLS library the transport uses, for [`HttpTransport::with_tls`].
+pub use rustls;
