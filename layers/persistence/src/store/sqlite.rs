@@ -20,13 +20,14 @@ use tower_chat::ConversationId;
 
 use super::chain::{history_sql, Encoder, NodeKey};
 use super::schema::{
-    abandon_sql, insert_key_sql, select_sql, spend_from_row, spend_sql, sqlite_migrations, Row,
-    StoredColumns, StoredRecord, EMPTY_MESSAGES, EMPTY_OPTIONS, MIGRATIONS_TABLE, SELECT_KEY,
+    abandon_sql, call_summaries_sql, conversation_from_row, insert_key_sql, select_sql,
+    spend_from_row, spend_sql, sqlite_migrations, Row, StoredColumns, StoredRecord, SummaryColumns,
+    CONVERSATION_COLUMNS, EMPTY_MESSAGES, EMPTY_OPTIONS, MIGRATIONS_TABLE, SELECT_KEY,
 };
 use super::{Migration, Store, StoreError};
 use crate::record::{
-    from_micros, to_micros, CallId, CallRecord, ConversationQuery, ConversationSummary, Spend,
-    SpendQuery,
+    to_micros, CallId, CallQuery, CallRecord, CallSummary, ConversationQuery, ConversationSummary,
+    Spend, SpendQuery,
 };
 
 pub use rusqlite;
@@ -581,31 +582,61 @@ impl Store for SqliteStore {
                         "WHERE ?3 IS NULL"
                     };
                     let sql = format!(
-                        "SELECT conversation_id, COUNT(*), MIN(started_at), MAX(started_at) FROM chat_calls \
+                        "SELECT {CONVERSATION_COLUMNS} FROM chat_calls \
                          {filter} GROUP BY conversation_id \
                          ORDER BY MAX(started_at) DESC, conversation_id LIMIT ?1 OFFSET ?2"
                     );
                     conn.prepare_cached(&sql)?
                         .query_map(params![limit, offset, caller], |row| {
-                            Ok((
-                                row.get::<_, String>(0)?,
-                                row.get::<_, i64>(1)?,
-                                row.get::<_, i64>(2)?,
-                                row.get::<_, i64>(3)?,
-                            ))
+                            let mut values = [0i64; 7];
+                            for (i, at) in [1, 2, 3, 5, 6, 7, 8].into_iter().enumerate() {
+                                values[i] = row.get(at)?;
+                            }
+                            Ok(conversation_from_row(row.get(0)?, row.get(4)?, values))
                         })?
                         .collect::<rusqlite::Result<Vec<_>>>()
                 })
                 .await?;
-            Ok(rows
-                .into_iter()
-                .map(|(id, calls, first, last)| ConversationSummary {
-                    conversation_id: id.into(),
-                    calls: u64::try_from(calls).unwrap_or(0),
-                    first_started_at: from_micros(first),
-                    last_started_at: from_micros(last),
+            Ok(rows)
+        })
+    }
+
+    fn call_summaries<'a>(
+        &'a self,
+        query: &'a CallQuery,
+    ) -> BoxFuture<'a, Result<Vec<CallSummary>, StoreError>> {
+        let caller = query.caller.as_ref().map(|c| c.as_str().to_owned());
+        let since = query.since.map(to_micros);
+        let until = query.until.map(to_micros);
+        let limit = i64::from(query.effective_limit());
+        Box::pin(async move {
+            let rows = self
+                .run("cannot list calls", move |conn| {
+                    conn.prepare_cached(&call_summaries_sql(["?1", "?2", "?3", "?4"]))?
+                        .query_map(params![caller, since, until, limit], |row| {
+                            Ok(SummaryColumns {
+                                call_id: row.get(0)?,
+                                conversation_id: row.get(1)?,
+                                caller: row.get(2)?,
+                                started_at: row.get(3)?,
+                                first_token_at: row.get(4)?,
+                                ended_at: row.get(5)?,
+                                model: row.get(6)?,
+                                status: row.get(7)?,
+                                error_kind: row.get(8)?,
+                                error_message: row.get(9)?,
+                                input_tokens: row.get(10)?,
+                                output_tokens: row.get(11)?,
+                                cost_nanos: row.get(12)?,
+                            })
+                        })?
+                        .collect::<rusqlite::Result<Vec<_>>>()
                 })
-                .collect())
+                .await?;
+            rows.into_iter()
+                .rev()
+                .map(SummaryColumns::into_summary)
+                .collect()
         })
     }
 }
