@@ -552,10 +552,12 @@ pub(crate) async fn timeline(
     let (input, output): (u64, u64) = calls.iter().fold((0, 0), |(i, o), c| {
         (i + c.usage().input_tokens, o + c.usage().output_tokens)
     });
-    let cost = calls
-        .iter()
-        .filter_map(|c| c.cost)
-        .fold(Cost::ZERO, |a, b| a + b);
+    let priced: Vec<Cost> = calls.iter().filter_map(|c| c.cost).collect();
+    let cost = if priced.is_empty() {
+        "cost unknown (no price for the model)".to_owned()
+    } else {
+        dollars(priced.into_iter().fold(Cost::ZERO, |a, b| a + b))
+    };
     let caller = calls
         .iter()
         .find_map(|c| c.caller.as_ref())
@@ -566,7 +568,7 @@ pub(crate) async fn timeline(
         &format!(
             "Caller {caller} · {} calls · {input} input and {output} output tokens · {}",
             calls.len(),
-            dollars(cost)
+            cost
         ),
     );
     if !pending.is_empty() {
