@@ -210,7 +210,7 @@ const WIDTH: f64 = 760.0;
 const HEIGHT: f64 = 240.0;
 const LEFT: f64 = 64.0;
 const RIGHT: f64 = 12.0;
-const TOP: f64 = 12.0;
+const TOP: f64 = 22.0;
 const BOTTOM: f64 = 28.0;
 
 /// A round upper bound for the y axis (1, 2 or 5 × 10ⁿ).

@@ -41,6 +41,10 @@ pub struct SqliteStore {
     jobs: mpsc::Sender<Job>,
     path: Arc<PathBuf>,
     encoder: Arc<Encoder>,
+    /// A read-only connection for the listing reads ([`Store::list_conversations`], [`Store::call_summaries`]),
+    /// opened on first use: in WAL mode it reads a snapshot without holding up the connection thread, so a
+    /// dashboard scanning many calls does not delay the layer's record writes (and the calls waiting on them).
+    reader: Arc<std::sync::Mutex<Option<Connection>>>,
 }
 
 impl fmt::Debug for SqliteStore {
@@ -132,6 +136,7 @@ impl SqliteStoreBuilder {
             jobs,
             path: Arc::new(path),
             encoder: Arc::new(Encoder::new(key)),
+            reader: Arc::default(),
         })
     }
 }
@@ -287,6 +292,32 @@ impl SqliteStore {
             .map_err(|_| StoreError::new("the SQLite connection thread has stopped"))?;
         rx.await
             .map_err(|_| StoreError::new("the SQLite connection thread stopped mid-operation"))
+    }
+
+    /// Run a read on the store's read-only connection, on a blocking thread of the runtime (never on the
+    /// connection thread): it sees the last committed state and does not wait for, or delay, writes.
+    async fn read<F, T>(&self, what: &'static str, f: F) -> Result<T, StoreError>
+    where
+        F: FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
+        T: Send + 'static,
+    {
+        let (reader, path) = (self.reader.clone(), self.path.clone());
+        tokio::task::spawn_blocking(move || {
+            let mut slot = reader.lock().unwrap_or_else(|e| e.into_inner());
+            if slot.is_none() {
+                let conn = Connection::open_with_flags(
+                    path.as_path(),
+                    rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY
+                        | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
+                )?;
+                conn.busy_timeout(Duration::from_secs(5))?;
+                *slot = Some(conn);
+            }
+            f(slot.as_ref().expect("opened above"))
+        })
+        .await
+        .map_err(|e| StoreError::with_source("the SQLite read task failed", e))?
+        .map_err(|e| StoreError::with_source(format!("SQLite: {what}"), e))
     }
 
     /// [`SqliteStore::with_connection`] for a closure returning a `rusqlite` result.
@@ -575,7 +606,7 @@ impl Store for SqliteStore {
         let offset = i64::from(query.offset);
         Box::pin(async move {
             let rows = self
-                .run("cannot list conversations", move |conn| {
+                .read("cannot list conversations", move |conn| {
                     let filter = if caller.is_some() {
                         "WHERE conversation_id IN (SELECT conversation_id FROM chat_calls WHERE caller = ?3)"
                     } else {
@@ -611,7 +642,7 @@ impl Store for SqliteStore {
         let limit = i64::from(query.effective_limit());
         Box::pin(async move {
             let rows = self
-                .run("cannot list calls", move |conn| {
+                .read("cannot list calls", move |conn| {
                     conn.prepare_cached(&call_summaries_sql(["?1", "?2", "?3", "?4"]))?
                         .query_map(params![caller, since, until, limit], |row| {
                             Ok(SummaryColumns {
