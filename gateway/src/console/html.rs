@@ -53,6 +53,10 @@ pub(crate) fn url_encode(text: &str) -> String {
     out
 }
 
+/// Markup a builder finished ([`Html::into_fragment`]), kept to be inserted again (a cached page part).
+#[derive(Clone, Debug)]
+pub(crate) struct Fragment(std::sync::Arc<str>);
+
 /// A page or fragment being written. See the [module docs](self).
 #[derive(Debug, Default)]
 pub(crate) struct Html {
@@ -118,6 +122,16 @@ impl Html {
     /// Markup written in the source (never a value).
     pub(crate) fn markup(&mut self, markup: &'static str) {
         self.out.push_str(markup);
+    }
+
+    /// Finish as a fragment to insert into other pages later ([`Html::fragment`]).
+    pub(crate) fn into_fragment(self) -> Fragment {
+        Fragment(self.out.into())
+    }
+
+    /// A fragment another builder wrote (only a builder makes one, so it is escaped already).
+    pub(crate) fn fragment(&mut self, fragment: &Fragment) {
+        self.out.push_str(&fragment.0);
     }
 
     pub(crate) fn finish(self) -> String {

@@ -55,6 +55,9 @@ pub(crate) struct ConsoleState {
     pub(crate) operators: OperatorState,
     pub(crate) records: Option<Arc<dyn Store>>,
     pub(crate) sessions: Arc<Sessions>,
+    /// Rendered usage pages by query, for [`usage::CACHE_FOR`]: operators refreshing the page do not each
+    /// re-read and re-aggregate every call of the range.
+    pub(crate) usage_cache: Arc<std::sync::Mutex<usage::Cache>>,
 }
 
 /// The `/console` routes.
@@ -66,6 +69,7 @@ pub(crate) fn router<S: Clone + Send + Sync + 'static>(
         operators,
         records,
         sessions: Arc::new(Sessions::default()),
+        usage_cache: Arc::default(),
     };
     let pages = Router::new()
         .route("/console", get(pages::inbox))

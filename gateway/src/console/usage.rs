@@ -11,10 +11,16 @@ use http::StatusCode;
 use tower_chat::Cost;
 use tower_chat_persistence::{CallQuery, CallSummary};
 
-use super::html::Html;
+use super::html::{Fragment, Html};
 use super::pages::{dollars, millis, query_value, utc};
 use super::session::Session;
 use super::{error_page, html_response, page_end, page_start, ConsoleState, Nav};
+
+/// How long a rendered usage page is reused (its plots' resolution is a minute or more anyway).
+pub(crate) const CACHE_FOR: Duration = Duration::from_secs(5);
+
+/// Rendered usage pages: (range, by) → when rendered, the page's `<main>` content.
+pub(crate) type Cache = HashMap<(&'static str, &'static str), (std::time::Instant, Fragment)>;
 
 /// The most calls one page reads (the latest of the range).
 const MAX_CALLS: u32 = 50_000;
@@ -418,6 +424,37 @@ pub(crate) async fn page(
         Some("caller") => By::Caller,
         _ => By::Model,
     };
+    let key = (range.name, by.name());
+    let cached = {
+        let cache = state.usage_cache.lock().unwrap_or_else(|e| e.into_inner());
+        cache
+            .get(&key)
+            .filter(|(at, _)| at.elapsed() < CACHE_FOR)
+            .map(|(_, body)| body.clone())
+    };
+    let body = match cached {
+        Some(body) => body,
+        None => {
+            let body = match render(records.as_ref(), range, by).await {
+                Ok(page) => page.into_fragment(),
+                Err(refused) => return refused,
+            };
+            let mut cache = state.usage_cache.lock().unwrap_or_else(|e| e.into_inner());
+            cache.insert(key, (std::time::Instant::now(), body.clone()));
+            body
+        }
+    };
+    let mut page = page_start("Usage", Nav::Usage, Some(&session));
+    page.fragment(&body);
+    html_response(StatusCode::OK, page_end(page))
+}
+
+/// The usage page's content for `range` and `by`.
+async fn render(
+    records: &dyn tower_chat_persistence::Store,
+    range: Range,
+    by: By,
+) -> Result<Html, Response> {
     let now = SystemTime::now();
     let span = range.bucket * range.buckets as u32;
     // Buckets end at the next whole bucket after now.
@@ -432,14 +469,14 @@ pub(crate) async fn page(
     {
         Ok(calls) => calls,
         Err(e) => {
-            return error_page(
+            return Err(error_page(
                 StatusCode::INTERNAL_SERVER_ERROR,
                 &format!("Reading the store failed: {e}"),
-            )
+            ))
         }
     };
     let usage = bucket_calls(&calls, start, range, by);
-    let mut page = page_start("Usage", Nav::Usage, Some(&session));
+    let mut page = Html::new();
     page.open("p", &[("class", "choices")]);
     for r in RANGES {
         let href = format!("/console/usage?range={}&by={}", r.name, by.name());
@@ -597,7 +634,7 @@ pub(crate) async fn page(
     }
     page.close("tbody");
     page.close("table");
-    html_response(StatusCode::OK, page_end(page))
+    Ok(page)
 }
 
 #[cfg(test)]
