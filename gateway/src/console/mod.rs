@@ -151,13 +151,13 @@ async fn require_session(
 pub(crate) fn checked_form(
     session: &Session,
     body: &Bytes,
-) -> Result<Vec<(String, String)>, Response> {
+) -> Result<Vec<(String, String)>, Box<Response>> {
     let form = session::parse_form(body);
     if !session::csrf_matches(session, session::field(&form, "csrf")) {
-        return Err(error_page(
+        return Err(Box::new(error_page(
             StatusCode::FORBIDDEN,
             "Refused: the form's CSRF token is missing or wrong. Reload the page and try again.",
-        ));
+        )));
     }
     Ok(form)
 }
@@ -356,7 +356,7 @@ async fn logout(
     body: Bytes,
 ) -> Response {
     if let Err(refused) = checked_form(&session, &body) {
-        return refused;
+        return *refused;
     }
     state.sessions.remove(&headers);
     let mut response = see_other("/console/login");

@@ -266,7 +266,7 @@ pub(crate) async fn decide(
 ) -> Response {
     let form = match checked_form(&session, &body) {
         Ok(form) => form,
-        Err(refused) => return refused,
+        Err(refused) => return *refused,
     };
     let approved = match field(&form, "decision") {
         Some("approve") => true,

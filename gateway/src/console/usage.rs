@@ -437,7 +437,7 @@ pub(crate) async fn page(
         None => {
             let body = match render(records.as_ref(), range, by).await {
                 Ok(page) => page.into_fragment(),
-                Err(refused) => return refused,
+                Err(refused) => return *refused,
             };
             let mut cache = state.usage_cache.lock().unwrap_or_else(|e| e.into_inner());
             cache.insert(key, (std::time::Instant::now(), body.clone()));
@@ -454,7 +454,7 @@ async fn render(
     records: &dyn tower_chat_persistence::Store,
     range: Range,
     by: By,
-) -> Result<Html, Response> {
+) -> Result<Html, Box<Response>> {
     let now = SystemTime::now();
     let span = range.bucket * range.buckets as u32;
     // Buckets end at the next whole bucket after now.
@@ -469,10 +469,10 @@ async fn render(
     {
         Ok(calls) => calls,
         Err(e) => {
-            return Err(error_page(
+            return Err(Box::new(error_page(
                 StatusCode::INTERNAL_SERVER_ERROR,
                 &format!("Reading the store failed: {e}"),
-            ))
+            )))
         }
     };
     let usage = bucket_calls(&calls, start, range, by);
