@@ -137,7 +137,7 @@ impl ApiKeys {
     }
 
     /// The caller `token` belongs to. Every digest is compared, without stopping at a match.
-    fn identify(&self, token: &str) -> Option<CallerIdentity> {
+    pub(crate) fn identify(&self, token: &str) -> Option<CallerIdentity> {
         let presented = digest(token);
         let mut found = None;
         for (digest, caller) in &self.keys {

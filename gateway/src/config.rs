@@ -59,6 +59,9 @@ pub struct Config {
     /// `--operator-keys-file PATH`: keys (same format, none shared with `--api-keys-file`) of the operators who
     /// may decide pending approvals (`POST /v1/approvals/{id}/decision`); while set, only operators may approve.
     pub operator_keys_file: Option<PathBuf>,
+    /// The operator console at `/console` (served while operator keys are configured); `--no-console` turns it
+    /// off (default on).
+    pub console: bool,
     /// `--max-rounds N`: the tool loop's round limit (default 10).
     pub max_rounds: usize,
     /// `--body-limit BYTES`: larger request bodies are refused with 413 (default 4 MiB).
@@ -101,6 +104,7 @@ impl Config {
             files: None,
             api_keys_file: None,
             operator_keys_file: None,
+            console: true,
             max_rounds: 10,
             body_limit: 4 * 1024 * 1024,
             shutdown_timeout: Duration::from_secs(30),
@@ -145,11 +149,14 @@ impl Config {
             if !name.starts_with("--") {
                 return Err(CliError::Unexpected(arg));
             }
-            if name == "--record-content" {
+            if name == "--record-content" || name == "--no-console" {
                 if let Some(value) = inline {
                     return Err(invalid(&name, &value, "no value (it is a switch)"));
                 }
-                config.record_content = true;
+                match name.as_str() {
+                    "--record-content" => config.record_content = true,
+                    _ => config.console = false,
+                }
                 continue;
             }
             let mut value = || match inline.clone() {
@@ -321,7 +328,9 @@ usage: tower-chat-gateway [options]
   --operator-keys-file PATH  operators' keys (same format, none shared with client keys): they decide
                            pending approvals with POST /v1/approvals/{id}/decision; while set, only
                            operators may approve (clients may still deny); clients wait with
-                           GET /v1/approvals/{id}?wait=SECS and resend the conversation to resume
+                           GET /v1/approvals/{id}?wait=SECS and resend the conversation to resume;
+                           operators also log in to the web console at /console with their key
+  --no-console             do not serve the operator console (/console)
   --max-rounds N           tool-loop limit (default 10)
   --body-limit BYTES       larger request bodies get 413 (default 4194304)
   --max-messages N         messages (and tool calls) in one request (default 1024)
@@ -480,6 +489,8 @@ mod tests {
     fn record_content_is_a_switch() {
         assert!(!run(&[]).unwrap().record_content || crate::telemetry::content_capture_from_env());
         assert!(run(&["--record-content"]).unwrap().record_content);
+        assert!(run(&[]).unwrap().console);
+        assert!(!run(&["--no-console"]).unwrap().console);
         assert!(matches!(
             run(&["--record-content=yes"]).unwrap_err(),
             CliError::Invalid { .. }

@@ -34,6 +34,7 @@ mod auth;
 pub mod config;
 pub mod config_file;
 pub mod connection;
+mod console;
 mod error;
 #[cfg(fuzzing)]
 #[doc(hidden)]

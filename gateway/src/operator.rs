@@ -188,6 +188,13 @@ pub(crate) struct OperatorState {
 #[derive(Clone, Debug)]
 pub(crate) struct Operator(String);
 
+impl Operator {
+    /// The operator whose key is named `name` in the operator keys file.
+    pub(crate) fn named(name: &str) -> Self {
+        Operator(format!("{OPERATOR_PREFIX}{name}"))
+    }
+}
+
 /// Operator routes accept operator keys only.
 pub(crate) async fn authenticate_operator(
     State(state): State<OperatorState>,
@@ -198,7 +205,7 @@ pub(crate) async fn authenticate_operator(
         Ok(name) => {
             request
                 .extensions_mut()
-                .insert(Operator(format!("{OPERATOR_PREFIX}{}", name.as_str())));
+                .insert(Operator::named(name.as_str()));
             next.run(request).await
         }
         Err(error) => error.into_response(),
@@ -221,35 +228,58 @@ async fn pending_caller(state: &OperatorState, id: &str) -> Option<Option<Caller
 }
 
 /// Seconds since the Unix epoch.
-fn unix(time: SystemTime) -> u64 {
+pub(crate) fn unix(time: SystemTime) -> u64 {
     time.duration_since(SystemTime::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs())
 }
 
-/// `GET /v1/approvals`: what waits for a decision (paused in this process, unexpired), oldest first.
-pub(crate) async fn list(State(state): State<OperatorState>) -> Response {
-    let data: Vec<serde_json::Value> = state
+/// One pending approval as operators see it: the paused call, and whether an operator already decided it (the
+/// client has not resumed yet).
+#[derive(Clone, Debug)]
+pub(crate) struct Listed {
+    pub(crate) paused: crate::pending::PausedApproval,
+    /// `pending`, `approved` or `denied`.
+    pub(crate) status: &'static str,
+}
+
+/// What waits for a decision (paused in this process, unexpired), oldest first.
+pub(crate) fn pending_list(state: &OperatorState) -> Vec<Listed> {
+    state
         .pending
         .list()
         .into_iter()
-        .map(|p| {
-            let decided = state
+        .map(|paused| {
+            let status = state
                 .decisions
-                .get(&p.notice.id, p.caller.as_ref())
-                .map(|d| if d.approved { "approved" } else { "denied" });
-            json!({
-                "id": p.notice.id,
-                "tool": p.notice.tool,
-                "arguments": p.notice.arguments,
-                "reason": p.notice.reason,
-                "caller": p.caller.as_ref().map(|c| c.as_str()),
-                "conversation": p.conversation.as_str(),
-                "paused_at": unix(p.paused_at),
-                "expires_in": p.expires_in.as_secs(),
-                "status": decided.unwrap_or("pending"),
-            })
+                .get(&paused.notice.id, paused.caller.as_ref())
+                .map_or(
+                    "pending",
+                    |d| if d.approved { "approved" } else { "denied" },
+                );
+            Listed { paused, status }
         })
-        .collect();
+        .collect()
+}
+
+/// One listed approval as JSON (`GET /v1/approvals` and the console's inbox poll).
+pub(crate) fn listed_json(listed: &Listed) -> serde_json::Value {
+    let p = &listed.paused;
+    json!({
+        "id": p.notice.id,
+        "tool": p.notice.tool,
+        "arguments": p.notice.arguments,
+        "reason": p.notice.reason,
+        "caller": p.caller.as_ref().map(|c| c.as_str()),
+        "conversation": p.conversation.as_str(),
+        "paused_at": unix(p.paused_at),
+        "expires_in": p.expires_in.as_secs(),
+        "status": listed.status,
+    })
+}
+
+/// `GET /v1/approvals`: what waits for a decision (paused in this process, unexpired), oldest first.
+pub(crate) async fn list(State(state): State<OperatorState>) -> Response {
+    let data: Vec<serde_json::Value> = pending_list(&state).iter().map(listed_json).collect();
     json_response(StatusCode::OK, &json!({"object": "list", "data": data}))
 }
 
@@ -288,43 +318,56 @@ pub(crate) async fn decide(
             .into_response()
         }
     };
-    if body.reason.as_ref().is_some_and(|r| r.len() > MAX_REASON) {
-        return ApiError::invalid_request(
+    match record_decision(&state, &operator, &id, body.approved, body.reason).await {
+        Ok(()) => json_response(
+            StatusCode::OK,
+            &json!({
+                "id": id,
+                "status": if body.approved { "approved" } else { "denied" },
+                "approver": operator.0,
+            }),
+        ),
+        Err(error) => error.into_response(),
+    }
+}
+
+/// Record `operator`'s decision on pending approval `id` (the JSON route's and the console's one path): 404
+/// when nothing is pending under `id`, 409 when it was already decided, 400 for an overlong reason.
+pub(crate) async fn record_decision(
+    state: &OperatorState,
+    operator: &Operator,
+    id: &str,
+    approved: bool,
+    reason: Option<String>,
+) -> Result<(), ApiError> {
+    if reason.as_ref().is_some_and(|r| r.len() > MAX_REASON) {
+        return Err(ApiError::invalid_request(
             "reason_too_long",
             format!("the reason is longer than {MAX_REASON} bytes"),
-        )
-        .into_response();
+        ));
     }
-    let Some(caller) = pending_caller(&state, &id).await else {
-        return not_found(&id).into_response();
+    let Some(caller) = pending_caller(state, id).await else {
+        return Err(not_found(id));
     };
     let decided = Decided {
         caller,
-        approved: body.approved,
-        reason: body.reason.clone(),
+        approved,
+        reason,
         approver: operator.0.clone(),
         decided_at: SystemTime::now(),
         expires: Instant::now() + state.decisions.ttl,
     };
-    if !state.decisions.decide(&id, decided) {
-        return ApiError {
+    if !state.decisions.decide(id, decided) {
+        return Err(ApiError {
             status: StatusCode::CONFLICT,
             ..ApiError::invalid_request(
                 "approval_already_decided",
                 format!("approval `{id}` was already decided"),
             )
-        }
-        .into_response();
+        });
     }
-    tracing::info!(approval_id = %id, approver = %operator.0, approved = body.approved, "operator decision");
-    json_response(
-        StatusCode::OK,
-        &json!({
-            "id": id,
-            "status": if body.approved { "approved" } else { "denied" },
-            "approver": operator.0,
-        }),
-    )
+    tracing::info!(approval_id = %id, approver = %operator.0, approved, "operator decision");
+    Ok(())
 }
 
 /// `wait=SECS` of a query string (other parameters are ignored).

@@ -295,6 +295,8 @@ struct AppState {
     in_flight: Arc<InFlight>,
     /// `--operator-keys-file`: operator decisions on pending approvals ([`crate::operator`]).
     operators: Option<OperatorState>,
+    /// Serve the operator console ([`crate::console`]) when operators are configured.
+    console: bool,
 }
 
 /// What `/metrics` and `/v1/models` read.
@@ -421,6 +423,7 @@ impl Gateway {
                 },
                 limits: Arc::new(config.limits.clone()),
                 in_flight: Arc::new(InFlight::new(&config.connections)),
+                console: config.console,
             },
             shutdown_timeout: config.shutdown_timeout,
             connections: config.connections.clone(),
@@ -471,7 +474,11 @@ impl Gateway {
             ))
             .route("/v1/usage", get(usage));
         let mut operator = Router::new();
+        let mut console = Router::new();
         if let Some(operators) = &self.state.operators {
+            if self.state.console {
+                console = crate::console::router(operators.clone(), self.state.records.clone());
+            }
             // The client's long-poll shares the client routes' authentication; decisions take operator keys.
             api = api.route(
                 "/v1/approvals/{id}",
@@ -493,6 +500,7 @@ impl Gateway {
         Router::new()
             .merge(api)
             .merge(operator)
+            .merge(console)
             .route("/healthz", get(healthz))
             .merge(crate::metrics::metrics_route(
                 self.observability.metrics.clone(),

@@ -95,9 +95,9 @@ mod stream;
 
 pub use layer::PersistenceLayer;
 pub use record::{
-    is_secret_name, redact_options, CallId, CallOutcome, CallRecord, ConversationQuery,
-    ConversationSummary, RecordedError, RecordedRequest, RequestedCallId, Spend, SpendQuery,
-    REDACTED,
+    is_secret_name, redact_options, CallId, CallOutcome, CallQuery, CallRecord, CallSummary,
+    ConversationQuery, ConversationSummary, RecordedError, RecordedRequest, RequestedCallId, Spend,
+    SpendQuery, REDACTED,
 };
 pub use recorder::{FailurePolicy, PersistenceStats};
 pub use service::{Persistence, ResponseFuture};

@@ -234,6 +234,22 @@ pub struct ConversationSummary {
     pub first_started_at: SystemTime,
     /// When its latest call started.
     pub last_started_at: SystemTime,
+    /// Who called (conversations are bound to their caller; if calls of several callers share one id, the
+    /// greatest name).
+    #[serde(default)]
+    pub caller: Option<CallerIdentity>,
+    /// Input tokens of its calls.
+    #[serde(default)]
+    pub input_tokens: u64,
+    /// Output tokens of its calls.
+    #[serde(default)]
+    pub output_tokens: u64,
+    /// What its priced calls cost.
+    #[serde(default)]
+    pub cost: Cost,
+    /// Its calls recorded without a cost (no price for their model): `cost` leaves them out.
+    #[serde(default)]
+    pub unpriced_calls: u64,
 }
 
 /// Which conversations to list ([`crate::Store::list_conversations`]); most recently active first.
@@ -529,4 +545,83 @@ pub struct Spend {
     pub cost: Cost,
     /// Calls recorded without a cost (no price for their model): `cost` leaves them out.
     pub unpriced_calls: u64,
+}
+
+/// Which calls [`crate::Store::call_summaries`] returns: every filter set must match; the latest `limit`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CallQuery {
+    /// Only this caller's calls.
+    pub caller: Option<CallerIdentity>,
+    /// Only calls started at or after this instant.
+    pub since: Option<SystemTime>,
+    /// Only calls started before this instant.
+    pub until: Option<SystemTime>,
+    /// At most this many, the latest (default 10,000).
+    pub limit: Option<u32>,
+}
+
+impl CallQuery {
+    pub(crate) const DEFAULT_LIMIT: u32 = 10_000;
+
+    /// Calls started in `[since, until)`.
+    pub fn between(since: SystemTime, until: SystemTime) -> Self {
+        CallQuery {
+            since: Some(since),
+            until: Some(until),
+            ..CallQuery::default()
+        }
+    }
+
+    /// At most `limit` calls (the latest).
+    pub fn limit(mut self, limit: u32) -> Self {
+        self.limit = Some(limit);
+        self
+    }
+
+    pub(crate) fn effective_limit(&self) -> u32 {
+        self.limit.unwrap_or(Self::DEFAULT_LIMIT)
+    }
+}
+
+/// One call without its messages: what usage statistics and dashboards need (timings, model, caller, tokens,
+/// cost, outcome), read from the record's scalar columns only.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CallSummary {
+    /// The call's id.
+    pub call_id: CallId,
+    /// Its conversation.
+    pub conversation_id: ConversationId,
+    /// Who called.
+    pub caller: Option<CallerIdentity>,
+    /// When it started.
+    pub started_at: SystemTime,
+    /// When its first content event arrived.
+    pub first_token_at: Option<SystemTime>,
+    /// When it ended.
+    pub ended_at: SystemTime,
+    /// The model.
+    pub model: Option<String>,
+    /// How it ended.
+    pub outcome: CallOutcome,
+    /// Input tokens.
+    pub input_tokens: u64,
+    /// Output tokens.
+    pub output_tokens: u64,
+    /// Its cost, when priced.
+    pub cost: Option<Cost>,
+}
+
+impl CallSummary {
+    /// From its start to its end.
+    pub fn latency(&self) -> Duration {
+        self.ended_at
+            .duration_since(self.started_at)
+            .unwrap_or_default()
+    }
+
+    /// From its start to its first content event.
+    pub fn time_to_first_token(&self) -> Option<Duration> {
+        self.first_token_at
+            .map(|t| t.duration_since(self.started_at).unwrap_or_default())
+    }
 }

@@ -15,7 +15,8 @@ use tower_chat::{
     ConversationId, ErrorKind, FinishReason, Message, ToolCall, ToolMessage, ToolSpec,
 };
 use tower_chat_persistence::{
-    CallId, CallOutcome, CallRecord, ConversationQuery, Persistence, Spend, SpendQuery, REDACTED,
+    CallId, CallOutcome, CallQuery, CallRecord, ConversationQuery, Persistence, Spend, SpendQuery,
+    REDACTED,
 };
 
 macro_rules! suite {
@@ -825,5 +826,65 @@ async fn records_carry_their_cost_and_spend_sums_per_caller_and_conversation(db:
         let before =
             SpendQuery::caller(bob.as_str()).between(started - Duration::from_secs(3600), started);
         assert_eq!(db.store.spend(&before).await.unwrap(), Spend::default());
+
+        // The listing carries the caller, tokens and cost of each conversation.
+        let listed = db
+            .store
+            .list_conversations(&ConversationQuery::new().caller(alice.as_str()))
+            .await
+            .unwrap();
+        assert_eq!(listed.len(), 1, "{shape:?}");
+        let summary = &listed[0];
+        assert_eq!(
+            summary.caller.as_ref().map(|c| c.as_str()),
+            Some(alice.as_str())
+        );
+        assert_eq!(
+            (summary.calls, summary.input_tokens, summary.output_tokens),
+            (3, 27, 9)
+        );
+        assert_eq!(
+            (summary.cost, summary.unpriced_calls),
+            (Cost::from_nanos(36_000), 1)
+        );
+
+        // Call summaries: scalar columns, oldest first, filtered by caller and period, the latest `limit`.
+        let calls = db
+            .store
+            .call_summaries(&CallQuery {
+                caller: Some(CallerIdentity::new(alice.as_str())),
+                ..CallQuery::default()
+            })
+            .await
+            .unwrap();
+        assert_eq!(calls.len(), 3, "{shape:?}");
+        assert!(calls.windows(2).all(|w| w[0].started_at <= w[1].started_at));
+        assert_eq!(
+            calls.iter().map(|c| c.cost).collect::<Vec<_>>(),
+            vec![Some(per_call), Some(per_call), None]
+        );
+        assert_eq!(calls[2].model.as_deref(), Some("unpriced"));
+        assert_eq!((calls[2].input_tokens, calls[2].output_tokens), (7, 1));
+        assert!(calls.iter().all(|c| c.outcome == CallOutcome::Completed
+            && c.conversation_id == alice_conv
+            && c.latency() >= c.time_to_first_token().unwrap_or_default()));
+        let latest = db
+            .store
+            .call_summaries(&CallQuery {
+                caller: Some(CallerIdentity::new(alice.as_str())),
+                ..CallQuery::default().limit(2)
+            })
+            .await
+            .unwrap();
+        assert_eq!(
+            latest.iter().map(|c| &c.call_id).collect::<Vec<_>>(),
+            calls[1..].iter().map(|c| &c.call_id).collect::<Vec<_>>(),
+            "the latest two, oldest first"
+        );
+        let window = CallQuery {
+            caller: Some(CallerIdentity::new(bob.as_str())),
+            ..CallQuery::between(started - Duration::from_secs(3600), started)
+        };
+        assert!(db.store.call_summaries(&window).await.unwrap().is_empty());
     }
 }

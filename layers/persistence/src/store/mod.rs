@@ -6,7 +6,8 @@ use futures_util::future::BoxFuture;
 use tower_chat::{ChatError, ConversationId, ErrorKind, Message};
 
 use crate::record::{
-    CallId, CallOutcome, CallRecord, ConversationQuery, ConversationSummary, Spend, SpendQuery,
+    CallId, CallOutcome, CallQuery, CallRecord, CallSummary, ConversationQuery,
+    ConversationSummary, Spend, SpendQuery,
 };
 
 #[cfg(feature = "postgres")]
@@ -59,6 +60,17 @@ pub trait Store: fmt::Debug + Send + Sync + 'static {
     fn spend<'a>(&'a self, query: &'a SpendQuery) -> BoxFuture<'a, Result<Spend, StoreError>> {
         let _ = query;
         Box::pin(async { Err(StoreError::new("this store cannot sum spend")) })
+    }
+
+    /// The calls that match `query`, without their messages, oldest first (the latest `limit` of them). For
+    /// dashboards and usage statistics: reads scalar columns only. The SQLite and PostgreSQL stores implement
+    /// it; other stores answer with an error unless they do.
+    fn call_summaries<'a>(
+        &'a self,
+        query: &'a CallQuery,
+    ) -> BoxFuture<'a, Result<Vec<CallSummary>, StoreError>> {
+        let _ = query;
+        Box::pin(async { Err(StoreError::new("this store cannot list call summaries")) })
     }
 
     /// The latest completed call of a conversation (the one [`Store::load_conversation`] continues from).
@@ -133,6 +145,13 @@ impl<S: Store + ?Sized> Store for std::sync::Arc<S> {
 
     fn spend<'a>(&'a self, query: &'a SpendQuery) -> BoxFuture<'a, Result<Spend, StoreError>> {
         (**self).spend(query)
+    }
+
+    fn call_summaries<'a>(
+        &'a self,
+        query: &'a CallQuery,
+    ) -> BoxFuture<'a, Result<Vec<CallSummary>, StoreError>> {
+        (**self).call_summaries(query)
     }
 
     fn load_conversation<'a>(

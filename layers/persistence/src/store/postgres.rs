@@ -15,13 +15,14 @@ use tower_chat::ConversationId;
 
 use super::chain::{history_sql, Encoder, NodeKey};
 use super::schema::{
-    abandon_sql, insert_key_sql, postgres_migrations, select_sql, spend_from_row, spend_sql, Row,
-    StoredColumns, StoredRecord, EMPTY_MESSAGES, EMPTY_OPTIONS, MIGRATIONS_TABLE, SELECT_KEY,
+    abandon_sql, call_summaries_sql, conversation_from_row, insert_key_sql, postgres_migrations,
+    select_sql, spend_from_row, spend_sql, Row, StoredColumns, StoredRecord, SummaryColumns,
+    CONVERSATION_COLUMNS, EMPTY_MESSAGES, EMPTY_OPTIONS, MIGRATIONS_TABLE, SELECT_KEY,
 };
 use super::{Migration, Store, StoreError};
 use crate::record::{
-    from_micros, to_micros, CallId, CallRecord, ConversationQuery, ConversationSummary, Spend,
-    SpendQuery,
+    to_micros, CallId, CallQuery, CallRecord, CallSummary, ConversationQuery, ConversationSummary,
+    Spend, SpendQuery,
 };
 
 pub use deadpool_postgres;
@@ -534,7 +535,7 @@ impl Store for PostgresStore {
             let limit = i64::from(query.effective_limit());
             let offset = i64::from(query.offset);
             let caller = query.caller.as_ref().map(|c| c.as_str());
-            let head = "SELECT conversation_id, COUNT(*), MIN(started_at), MAX(started_at) FROM chat_calls";
+            let head = format!("SELECT {CONVERSATION_COLUMNS} FROM chat_calls");
             let tail = "GROUP BY conversation_id ORDER BY MAX(started_at) DESC, conversation_id \
                         LIMIT $1 OFFSET $2";
             let client = self.client().await?;
@@ -556,15 +557,65 @@ impl Store for PostgresStore {
             .map_err(failed)?;
             rows.iter()
                 .map(|row| {
-                    Ok(ConversationSummary {
-                        conversation_id: row.try_get::<_, String>(0)?.into(),
-                        calls: u64::try_from(row.try_get::<_, i64>(1)?).unwrap_or(0),
-                        first_started_at: from_micros(row.try_get(2)?),
-                        last_started_at: from_micros(row.try_get(3)?),
-                    })
+                    let mut values = [0i64; 7];
+                    for (i, at) in [1, 2, 3, 5, 6, 7, 8].into_iter().enumerate() {
+                        values[i] = row.try_get(at)?;
+                    }
+                    Ok::<ConversationSummary, tokio_postgres::Error>(conversation_from_row(
+                        row.try_get(0)?,
+                        row.try_get(4)?,
+                        values,
+                    ))
                 })
                 .collect::<Result<Vec<_>, tokio_postgres::Error>>()
                 .map_err(pg_error("a conversation summary does not decode"))
+        })
+    }
+
+    fn call_summaries<'a>(
+        &'a self,
+        query: &'a CallQuery,
+    ) -> BoxFuture<'a, Result<Vec<CallSummary>, StoreError>> {
+        Box::pin(async move {
+            let caller = query.caller.as_ref().map(|c| c.as_str());
+            let since = query.since.map(to_micros);
+            let until = query.until.map(to_micros);
+            let limit = i64::from(query.effective_limit());
+            let client = self.client().await?;
+            let statement = client
+                .prepare_cached(&call_summaries_sql(["$1", "$2", "$3", "$4"]))
+                .await
+                .map_err(pg_error("cannot list calls"))?;
+            let rows = client
+                .query(&statement, &[&caller, &since, &until, &limit])
+                .await
+                .map_err(pg_error("cannot list calls"))?;
+            let columns = rows
+                .iter()
+                .rev()
+                .map(|row| {
+                    Ok(SummaryColumns {
+                        call_id: row.try_get(0)?,
+                        conversation_id: row.try_get(1)?,
+                        caller: row.try_get(2)?,
+                        started_at: row.try_get(3)?,
+                        first_token_at: row.try_get(4)?,
+                        ended_at: row.try_get(5)?,
+                        model: row.try_get(6)?,
+                        status: row.try_get(7)?,
+                        error_kind: row.try_get(8)?,
+                        error_message: row.try_get(9)?,
+                        input_tokens: row.try_get(10)?,
+                        output_tokens: row.try_get(11)?,
+                        cost_nanos: row.try_get(12)?,
+                    })
+                })
+                .collect::<Result<Vec<_>, tokio_postgres::Error>>()
+                .map_err(pg_error("a call summary does not decode"))?;
+            columns
+                .into_iter()
+                .map(SummaryColumns::into_summary)
+                .collect()
         })
     }
 }

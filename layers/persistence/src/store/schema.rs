@@ -452,6 +452,99 @@ pub(crate) fn spend_sql(p: [&str; 4]) -> String {
     )
 }
 
+/// The columns a conversation listing aggregates per conversation (both dialects): id, calls, first and last
+/// start, caller, input and output tokens, cost, unpriced calls.
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+pub(crate) const CONVERSATION_COLUMNS: &str = "conversation_id, COUNT(*), MIN(started_at), MAX(started_at), \
+     MAX(caller), CAST(COALESCE(SUM(input_tokens), 0) AS BIGINT), CAST(COALESCE(SUM(output_tokens), 0) AS BIGINT), \
+     CAST(COALESCE(SUM(cost_nanos), 0) AS BIGINT), COUNT(*) - COUNT(cost_nanos)";
+
+/// A row of [`CONVERSATION_COLUMNS`] as a summary.
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+pub(crate) fn conversation_from_row(
+    id: String,
+    caller: Option<String>,
+    values: [i64; 7],
+) -> crate::record::ConversationSummary {
+    let [calls, first, last, input, output, cost, unpriced] = values;
+    let count = |v: i64| u64::try_from(v).unwrap_or(0);
+    crate::record::ConversationSummary {
+        conversation_id: id.into(),
+        calls: count(calls),
+        first_started_at: crate::record::from_micros(first),
+        last_started_at: crate::record::from_micros(last),
+        caller: caller.map(tower_chat::CallerIdentity::new),
+        input_tokens: count(input),
+        output_tokens: count(output),
+        cost: tower_chat::Cost::from_nanos(count(cost)),
+        unpriced_calls: count(unpriced),
+    }
+}
+
+/// The latest calls in a time range, scalar columns only, newest first (callers reverse them); placeholders
+/// for caller, since, until and the limit.
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+pub(crate) fn call_summaries_sql(p: [&str; 4]) -> String {
+    let [caller, since, until, limit] = p;
+    format!(
+        "SELECT call_id, conversation_id, caller, started_at, first_token_at, ended_at, model, status, \
+         error_kind, error_message, input_tokens, output_tokens, cost_nanos FROM chat_calls \
+         WHERE (CAST({caller} AS TEXT) IS NULL OR caller = {caller}) \
+         AND (CAST({since} AS BIGINT) IS NULL OR started_at >= {since}) \
+         AND (CAST({until} AS BIGINT) IS NULL OR started_at < {until}) \
+         ORDER BY started_at DESC, call_id DESC LIMIT {limit}"
+    )
+}
+
+/// The scalar columns of one [`call_summaries_sql`] row.
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+#[derive(Debug)]
+pub(crate) struct SummaryColumns {
+    pub(crate) call_id: String,
+    pub(crate) conversation_id: String,
+    pub(crate) caller: Option<String>,
+    pub(crate) started_at: i64,
+    pub(crate) first_token_at: Option<i64>,
+    pub(crate) ended_at: i64,
+    pub(crate) model: Option<String>,
+    pub(crate) status: String,
+    pub(crate) error_kind: Option<String>,
+    pub(crate) error_message: Option<String>,
+    pub(crate) input_tokens: i64,
+    pub(crate) output_tokens: i64,
+    pub(crate) cost_nanos: Option<i64>,
+}
+
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+impl SummaryColumns {
+    pub(crate) fn into_summary(
+        self,
+    ) -> Result<crate::record::CallSummary, crate::store::StoreError> {
+        use crate::record::from_micros;
+        let count = |v: i64| u64::try_from(v).unwrap_or(0);
+        Ok(crate::record::CallSummary {
+            outcome: crate::record::CallOutcome::from_columns(
+                &self.status,
+                self.error_kind,
+                self.error_message,
+            )
+            .map_err(crate::store::StoreError::new)?,
+            call_id: crate::record::CallId::new(self.call_id),
+            conversation_id: self.conversation_id.into(),
+            caller: self.caller.map(tower_chat::CallerIdentity::new),
+            started_at: from_micros(self.started_at),
+            first_token_at: self.first_token_at.map(from_micros),
+            ended_at: from_micros(self.ended_at),
+            model: self.model,
+            input_tokens: count(self.input_tokens),
+            output_tokens: count(self.output_tokens),
+            cost: self
+                .cost_nanos
+                .map(|c| tower_chat::Cost::from_nanos(count(c))),
+        })
+    }
+}
+
 /// A row of [`spend_sql`] as a [`crate::Spend`].
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub(crate) fn spend_from_row(values: [i64; 5]) -> crate::record::Spend {

@@ -20,13 +20,14 @@ use tower_chat::ConversationId;
 
 use super::chain::{history_sql, Encoder, NodeKey};
 use super::schema::{
-    abandon_sql, insert_key_sql, select_sql, spend_from_row, spend_sql, sqlite_migrations, Row,
-    StoredColumns, StoredRecord, EMPTY_MESSAGES, EMPTY_OPTIONS, MIGRATIONS_TABLE, SELECT_KEY,
+    abandon_sql, call_summaries_sql, conversation_from_row, insert_key_sql, select_sql,
+    spend_from_row, spend_sql, sqlite_migrations, Row, StoredColumns, StoredRecord, SummaryColumns,
+    CONVERSATION_COLUMNS, EMPTY_MESSAGES, EMPTY_OPTIONS, MIGRATIONS_TABLE, SELECT_KEY,
 };
 use super::{Migration, Store, StoreError};
 use crate::record::{
-    from_micros, to_micros, CallId, CallRecord, ConversationQuery, ConversationSummary, Spend,
-    SpendQuery,
+    to_micros, CallId, CallQuery, CallRecord, CallSummary, ConversationQuery, ConversationSummary,
+    Spend, SpendQuery,
 };
 
 pub use rusqlite;
@@ -40,6 +41,10 @@ pub struct SqliteStore {
     jobs: mpsc::Sender<Job>,
     path: Arc<PathBuf>,
     encoder: Arc<Encoder>,
+    /// A read-only connection for the listing reads ([`Store::list_conversations`], [`Store::call_summaries`]),
+    /// opened on first use: in WAL mode it reads a snapshot without holding up the connection thread, so a
+    /// dashboard scanning many calls does not delay the layer's record writes (and the calls waiting on them).
+    reader: Arc<std::sync::Mutex<Option<Connection>>>,
 }
 
 impl fmt::Debug for SqliteStore {
@@ -131,6 +136,7 @@ impl SqliteStoreBuilder {
             jobs,
             path: Arc::new(path),
             encoder: Arc::new(Encoder::new(key)),
+            reader: Arc::default(),
         })
     }
 }
@@ -286,6 +292,32 @@ impl SqliteStore {
             .map_err(|_| StoreError::new("the SQLite connection thread has stopped"))?;
         rx.await
             .map_err(|_| StoreError::new("the SQLite connection thread stopped mid-operation"))
+    }
+
+    /// Run a read on the store's read-only connection, on a blocking thread of the runtime (never on the
+    /// connection thread): it sees the last committed state and does not wait for, or delay, writes.
+    async fn read<F, T>(&self, what: &'static str, f: F) -> Result<T, StoreError>
+    where
+        F: FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
+        T: Send + 'static,
+    {
+        let (reader, path) = (self.reader.clone(), self.path.clone());
+        tokio::task::spawn_blocking(move || {
+            let mut slot = reader.lock().unwrap_or_else(|e| e.into_inner());
+            if slot.is_none() {
+                let conn = Connection::open_with_flags(
+                    path.as_path(),
+                    rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY
+                        | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
+                )?;
+                conn.busy_timeout(Duration::from_secs(5))?;
+                *slot = Some(conn);
+            }
+            f(slot.as_ref().expect("opened above"))
+        })
+        .await
+        .map_err(|e| StoreError::with_source("the SQLite read task failed", e))?
+        .map_err(|e| StoreError::with_source(format!("SQLite: {what}"), e))
     }
 
     /// [`SqliteStore::with_connection`] for a closure returning a `rusqlite` result.
@@ -574,38 +606,68 @@ impl Store for SqliteStore {
         let offset = i64::from(query.offset);
         Box::pin(async move {
             let rows = self
-                .run("cannot list conversations", move |conn| {
+                .read("cannot list conversations", move |conn| {
                     let filter = if caller.is_some() {
                         "WHERE conversation_id IN (SELECT conversation_id FROM chat_calls WHERE caller = ?3)"
                     } else {
                         "WHERE ?3 IS NULL"
                     };
                     let sql = format!(
-                        "SELECT conversation_id, COUNT(*), MIN(started_at), MAX(started_at) FROM chat_calls \
+                        "SELECT {CONVERSATION_COLUMNS} FROM chat_calls \
                          {filter} GROUP BY conversation_id \
                          ORDER BY MAX(started_at) DESC, conversation_id LIMIT ?1 OFFSET ?2"
                     );
                     conn.prepare_cached(&sql)?
                         .query_map(params![limit, offset, caller], |row| {
-                            Ok((
-                                row.get::<_, String>(0)?,
-                                row.get::<_, i64>(1)?,
-                                row.get::<_, i64>(2)?,
-                                row.get::<_, i64>(3)?,
-                            ))
+                            let mut values = [0i64; 7];
+                            for (i, at) in [1, 2, 3, 5, 6, 7, 8].into_iter().enumerate() {
+                                values[i] = row.get(at)?;
+                            }
+                            Ok(conversation_from_row(row.get(0)?, row.get(4)?, values))
                         })?
                         .collect::<rusqlite::Result<Vec<_>>>()
                 })
                 .await?;
-            Ok(rows
-                .into_iter()
-                .map(|(id, calls, first, last)| ConversationSummary {
-                    conversation_id: id.into(),
-                    calls: u64::try_from(calls).unwrap_or(0),
-                    first_started_at: from_micros(first),
-                    last_started_at: from_micros(last),
+            Ok(rows)
+        })
+    }
+
+    fn call_summaries<'a>(
+        &'a self,
+        query: &'a CallQuery,
+    ) -> BoxFuture<'a, Result<Vec<CallSummary>, StoreError>> {
+        let caller = query.caller.as_ref().map(|c| c.as_str().to_owned());
+        let since = query.since.map(to_micros);
+        let until = query.until.map(to_micros);
+        let limit = i64::from(query.effective_limit());
+        Box::pin(async move {
+            let rows = self
+                .read("cannot list calls", move |conn| {
+                    conn.prepare_cached(&call_summaries_sql(["?1", "?2", "?3", "?4"]))?
+                        .query_map(params![caller, since, until, limit], |row| {
+                            Ok(SummaryColumns {
+                                call_id: row.get(0)?,
+                                conversation_id: row.get(1)?,
+                                caller: row.get(2)?,
+                                started_at: row.get(3)?,
+                                first_token_at: row.get(4)?,
+                                ended_at: row.get(5)?,
+                                model: row.get(6)?,
+                                status: row.get(7)?,
+                                error_kind: row.get(8)?,
+                                error_message: row.get(9)?,
+                                input_tokens: row.get(10)?,
+                                output_tokens: row.get(11)?,
+                                cost_nanos: row.get(12)?,
+                            })
+                        })?
+                        .collect::<rusqlite::Result<Vec<_>>>()
                 })
-                .collect())
+                .await?;
+            rows.into_iter()
+                .rev()
+                .map(SummaryColumns::into_summary)
+                .collect()
         })
     }
 }

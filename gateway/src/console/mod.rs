@@ -1,0 +1,367 @@
+//! The operator console: a web UI at `/console` for the people who decide pending approvals and look at what
+//! conversations did and cost.
+//!
+//! Served when operator keys are configured (`--operator-keys-file`; `--no-console` turns it off). Pages:
+//!
+//! | path | what |
+//! |---|---|
+//! | `/console/login` | log in with an operator key (the only page served without a session, with the assets) |
+//! | `/console` | the approvals inbox: pending calls (tool, arguments, reason, caller, conversation, age, expiry), approve or deny with a reason; `console.js` keeps it current from `/console/api/approvals` |
+//! | `/console/conversations` | conversations, most recent first: caller, last activity, calls, tokens, cost |
+//! | `/console/conversation?id=…` | one conversation's timeline: messages, every recorded call (model, latency, time to first token, usage, outcome, tool calls and results), approvals and their audit |
+//! | `/console/usage?range=1h\|24h\|7d&by=model\|caller` | requests, tokens and latency percentiles over time, by model or caller (server-rendered SVG) |
+//!
+//! Safe by construction: every value is written through one escaping builder ([`html`]); state changes are
+//! POSTs that must come from the console's own origin and carry the session's CSRF token; the session cookie
+//! is `HttpOnly`, `SameSite=Strict` and `Secure` off loopback ([`session`]); every response carries a strict
+//! `Content-Security-Policy` (no inline script or style: the stylesheet and the one script are files embedded in
+//! the binary with `include_str!`), `X-Frame-Options: DENY`, `nosniff`, `no-referrer` and `no-store`.
+//!
+//! It reads what the gateway already keeps: pending approvals paused in this process, the call records
+//! ([`tower_chat_persistence::Store`]: SQLite or PostgreSQL) and the approval audit log.
+
+pub(crate) mod html;
+mod pages;
+pub(crate) mod session;
+mod usage;
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Extension, Router};
+use bytes::Bytes;
+use http::{header, HeaderMap, HeaderValue, StatusCode};
+use tower_chat_persistence::Store;
+
+use crate::operator::OperatorState;
+use html::Html;
+use session::{Session, Sessions};
+
+/// The policy every console response carries: scripts, styles, images and fetches from the console's own origin
+/// only, no inline code, forms post only to it, no framing, no `<base>`.
+pub(crate) const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; script-src 'self'; style-src 'self'; \
+     img-src 'self'; connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
+
+const CSS: &str = include_str!("assets/console.css");
+const JS: &str = include_str!("assets/console.js");
+
+/// What the console's handlers read.
+#[derive(Clone)]
+pub(crate) struct ConsoleState {
+    pub(crate) operators: OperatorState,
+    pub(crate) records: Option<Arc<dyn Store>>,
+    pub(crate) sessions: Arc<Sessions>,
+    /// Rendered usage pages by query, for [`usage::CACHE_FOR`]: operators refreshing the page do not each
+    /// re-read and re-aggregate every call of the range.
+    pub(crate) usage_cache: Arc<std::sync::Mutex<usage::Cache>>,
+}
+
+/// The `/console` routes.
+pub(crate) fn router<S: Clone + Send + Sync + 'static>(
+    operators: OperatorState,
+    records: Option<Arc<dyn Store>>,
+) -> Router<S> {
+    let state = ConsoleState {
+        operators,
+        records,
+        sessions: Arc::new(Sessions::default()),
+        usage_cache: Arc::default(),
+    };
+    let pages = Router::new()
+        .route("/console", get(pages::inbox))
+        .route("/console/api/approvals", get(pages::approvals_json))
+        .route("/console/approvals/{id}/decision", post(pages::decide))
+        .route("/console/conversations", get(pages::conversations))
+        .route("/console/conversation", get(pages::timeline))
+        .route("/console/usage", get(usage::page))
+        .route("/console/logout", post(logout))
+        .route_layer(middleware::from_fn_with_state(
+            state.clone(),
+            require_session,
+        ));
+    Router::new()
+        .route("/console/login", get(login_page).post(login))
+        .route("/console/assets/console.css", get(css))
+        .route("/console/assets/console.js", get(js))
+        .route("/console/", get(|| async { see_other("/console") }))
+        .merge(pages)
+        .layer(middleware::from_fn(security_headers))
+        .with_state(state)
+}
+
+/// The headers of every console response.
+async fn security_headers(request: Request, next: Next) -> Response {
+    let mut response = next.run(request).await;
+    let headers = response.headers_mut();
+    for (name, value) in [
+        ("content-security-policy", CONTENT_SECURITY_POLICY),
+        ("x-frame-options", "DENY"),
+        ("x-content-type-options", "nosniff"),
+        ("referrer-policy", "no-referrer"),
+        ("cross-origin-opener-policy", "same-origin"),
+        ("cross-origin-resource-policy", "same-origin"),
+    ] {
+        headers.insert(name, HeaderValue::from_static(value));
+    }
+    headers
+        .entry(header::CACHE_CONTROL)
+        .or_insert(HeaderValue::from_static("no-store"));
+    response
+}
+
+/// Every page but the login page needs a session; reads must not come from another site's script, and state
+/// changes must come from the console's own origin.
+async fn require_session(
+    State(state): State<ConsoleState>,
+    mut request: Request,
+    next: Next,
+) -> Response {
+    let headers = request.headers();
+    let writes = request.method() != http::Method::GET && request.method() != http::Method::HEAD;
+    if writes && !session::same_origin(headers) {
+        return error_page(
+            StatusCode::FORBIDDEN,
+            "Refused: this request did not come from the console's own pages.",
+        );
+    }
+    if !writes && !session::readable(headers) {
+        return error_page(StatusCode::FORBIDDEN, "Refused: cross-site read.");
+    }
+    let Some(session) = state.sessions.find(headers) else {
+        if request.uri().path().starts_with("/console/api/") {
+            return crate::error::json_response(
+                StatusCode::UNAUTHORIZED,
+                &serde_json::json!({"error": "log in at /console/login"}),
+            );
+        }
+        if writes {
+            return error_page(StatusCode::FORBIDDEN, "Refused: you are not logged in.");
+        }
+        return see_other("/console/login");
+    };
+    request.extensions_mut().insert(session);
+    next.run(request).await
+}
+
+/// A form posted with a session: parsed, its CSRF token checked.
+pub(crate) fn checked_form(
+    session: &Session,
+    body: &Bytes,
+) -> Result<Vec<(String, String)>, Box<Response>> {
+    let form = session::parse_form(body);
+    if !session::csrf_matches(session, session::field(&form, "csrf")) {
+        return Err(Box::new(error_page(
+            StatusCode::FORBIDDEN,
+            "Refused: the form's CSRF token is missing or wrong. Reload the page and try again.",
+        )));
+    }
+    Ok(form)
+}
+
+async fn css() -> Response {
+    asset(CSS, "text/css; charset=utf-8")
+}
+
+async fn js() -> Response {
+    asset(JS, "text/javascript; charset=utf-8")
+}
+
+fn asset(body: &'static str, content_type: &'static str) -> Response {
+    let mut response = Response::new(Body::from(body));
+    let headers = response.headers_mut();
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    headers.insert(
+        header::CACHE_CONTROL,
+        HeaderValue::from_static("private, max-age=300"),
+    );
+    response
+}
+
+/// `303 See Other` to `location` (a path of the console).
+pub(crate) fn see_other(location: &str) -> Response {
+    let mut response = StatusCode::SEE_OTHER.into_response();
+    if let Ok(value) = HeaderValue::from_str(location) {
+        response.headers_mut().insert(header::LOCATION, value);
+    }
+    response
+}
+
+/// A whole HTML response.
+pub(crate) fn html_response(status: StatusCode, page: Html) -> Response {
+    let mut response = (status, page.finish()).into_response();
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/html; charset=utf-8"),
+    );
+    response
+}
+
+/// Which navigation entry is current.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Nav {
+    Inbox,
+    Conversations,
+    Usage,
+    None,
+}
+
+/// The page's head and navigation; `session` is `None` on the login page.
+pub(crate) fn page_start(title: &str, nav: Nav, session: Option<&Session>) -> Html {
+    let mut page = Html::new();
+    page.markup("<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">");
+    page.markup("<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">");
+    page.open("title", &[]);
+    page.text(title);
+    page.text(" · tower-chat console");
+    page.close("title");
+    if let Some(session) = session {
+        page.void(
+            "meta",
+            &[("name", "csrf-token"), ("content", &session.csrf)],
+        );
+    }
+    page.markup("<link rel=\"stylesheet\" href=\"/console/assets/console.css\">");
+    page.markup("<script src=\"/console/assets/console.js\" defer></script>");
+    page.markup("</head><body><header><span class=\"brand\">tower-chat console</span>");
+    if let Some(session) = session {
+        page.open("nav", &[]);
+        for (entry, href, label) in [
+            (Nav::Inbox, "/console", "Approvals"),
+            (
+                Nav::Conversations,
+                "/console/conversations",
+                "Conversations",
+            ),
+            (Nav::Usage, "/console/usage", "Usage"),
+        ] {
+            let class = if entry == nav { "current" } else { "" };
+            page.element("a", &[("href", href), ("class", class)], label);
+        }
+        page.close("nav");
+        page.open(
+            "form",
+            &[
+                ("method", "post"),
+                ("action", "/console/logout"),
+                ("class", "logout"),
+            ],
+        );
+        page.void(
+            "input",
+            &[
+                ("type", "hidden"),
+                ("name", "csrf"),
+                ("value", &session.csrf),
+            ],
+        );
+        page.element("span", &[("class", "operator")], &session.operator);
+        page.element("button", &[("type", "submit")], "Log out");
+        page.close("form");
+    }
+    page.markup("</header><main>");
+    page.element("h1", &[], title);
+    page
+}
+
+/// Close what [`page_start`] opened.
+pub(crate) fn page_end(mut page: Html) -> Html {
+    page.markup("</main></body></html>");
+    page
+}
+
+/// A page saying what went wrong (escaped like everything else).
+pub(crate) fn error_page(status: StatusCode, message: &str) -> Response {
+    let mut page = page_start("Error", Nav::None, None);
+    page.element("p", &[("class", "error")], message);
+    page.element("a", &[("href", "/console")], "Back to the console");
+    html_response(status, page_end(page))
+}
+
+async fn login_page(State(state): State<ConsoleState>, headers: HeaderMap) -> Response {
+    if state.sessions.find(&headers).is_some() {
+        return see_other("/console");
+    }
+    login_form(StatusCode::OK, None)
+}
+
+fn login_form(status: StatusCode, problem: Option<&str>) -> Response {
+    let mut page = page_start("Log in", Nav::None, None);
+    if let Some(problem) = problem {
+        page.element("p", &[("class", "error"), ("id", "login-error")], problem);
+    }
+    page.open(
+        "form",
+        &[
+            ("method", "post"),
+            ("action", "/console/login"),
+            ("class", "login"),
+        ],
+    );
+    page.element("label", &[("for", "key")], "Operator key");
+    page.void(
+        "input",
+        &[
+            ("type", "password"),
+            ("name", "key"),
+            ("id", "key"),
+            ("autocomplete", "current-password"),
+            ("required", "required"),
+        ],
+    );
+    page.element("button", &[("type", "submit"), ("id", "login")], "Log in");
+    page.close("form");
+    page.element(
+        "p",
+        &[("class", "hint")],
+        "A key of the gateway's --operator-keys-file. Client keys do not open the console.",
+    );
+    html_response(status, page_end(page))
+}
+
+/// `POST /console/login`: an operator key opens a session.
+async fn login(State(state): State<ConsoleState>, headers: HeaderMap, body: Bytes) -> Response {
+    if !session::same_origin(&headers) {
+        return error_page(
+            StatusCode::FORBIDDEN,
+            "Refused: the login form must be posted from the console's own page.",
+        );
+    }
+    let form = session::parse_form(&body);
+    let key = session::field(&form, "key").unwrap_or_default();
+    let Some(operator) = state.operators.keys.identify(key.trim()) else {
+        tracing::warn!("console: login refused (not an operator key)");
+        return login_form(
+            StatusCode::UNAUTHORIZED,
+            Some("That is not an operator key."),
+        );
+    };
+    let id = state.sessions.create(operator.as_str());
+    tracing::info!(operator = operator.as_str(), "console: operator logged in");
+    let mut response = see_other("/console");
+    response
+        .headers_mut()
+        .insert(header::SET_COOKIE, session::set_cookie(&headers, Some(&id)));
+    response
+}
+
+/// `POST /console/logout`.
+async fn logout(
+    State(state): State<ConsoleState>,
+    Extension(session): Extension<Session>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    if let Err(refused) = checked_form(&session, &body) {
+        return *refused;
+    }
+    state.sessions.remove(&headers);
+    let mut response = see_other("/console/login");
+    response
+        .headers_mut()
+        .insert(header::SET_COOKIE, session::set_cookie(&headers, None));
+    response
+}

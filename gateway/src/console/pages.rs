@@ -1,0 +1,657 @@
+//! The inbox, the conversations list and one conversation's timeline.
+
+use std::time::{Duration, SystemTime};
+
+use axum::extract::{Path, RawQuery, State};
+use axum::response::Response;
+use axum::Extension;
+use bytes::Bytes;
+use http::StatusCode;
+use serde_json::json;
+use tower_chat::{ConversationId, Cost, Message, ToolArguments};
+use tower_chat_persistence::{CallRecord, ConversationQuery};
+
+use super::html::{url_encode, Html};
+use super::session::{field, Session};
+use super::{
+    checked_form, error_page, html_response, page_end, page_start, see_other, ConsoleState, Nav,
+};
+use crate::operator::{self, Listed, Operator};
+
+/// Conversations per page of the list.
+const PAGE_SIZE: u32 = 50;
+
+/// `YYYY-MM-DD HH:MM:SS` UTC.
+pub(crate) fn utc(time: SystemTime) -> String {
+    let secs = operator::unix(time);
+    let (days, rest) = (secs / 86_400, secs % 86_400);
+    // Howard Hinnant's civil_from_days.
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02}",
+        rest / 3600,
+        rest % 3600 / 60,
+        rest % 60
+    )
+}
+
+/// `3 s`, `4 min`, `2 h 5 min`, `3 d`.
+pub(crate) fn span(d: Duration) -> String {
+    let s = d.as_secs();
+    match s {
+        0..=59 => format!("{s} s"),
+        60..=3599 => format!("{} min", s / 60),
+        3600..=86_399 => format!("{} h {} min", s / 3600, s % 3600 / 60),
+        _ => format!("{} d {} h", s / 86_400, s % 86_400 / 3600),
+    }
+}
+
+/// Milliseconds, for latencies.
+pub(crate) fn millis(d: Duration) -> String {
+    let ms = d.as_secs_f64() * 1000.0;
+    if ms < 10.0 {
+        format!("{ms:.1} ms")
+    } else {
+        format!("{ms:.0} ms")
+    }
+}
+
+/// Dollars with enough digits for a cheap call.
+pub(crate) fn dollars(cost: Cost) -> String {
+    let usd = cost.as_usd();
+    if usd >= 1.0 {
+        format!("${usd:.2}")
+    } else {
+        format!("${usd:.6}")
+    }
+}
+
+/// A value of a raw query string (`name=value&…`), decoded.
+pub(crate) fn query_value(query: Option<&str>, name: &str) -> Option<String> {
+    let pairs = super::session::parse_form(query?.as_bytes());
+    field(&pairs, name).map(str::to_owned)
+}
+
+/// JSON shown to a person: pretty, as text (escaped by the builder like anything else).
+fn pretty(value: &serde_json::Value) -> String {
+    serde_json::to_string_pretty(value).unwrap_or_else(|_| value.to_string())
+}
+
+fn arguments_text(arguments: &ToolArguments) -> String {
+    match arguments {
+        ToolArguments::Json(value) => pretty(value),
+        ToolArguments::Invalid { raw, .. } => raw.clone(),
+    }
+}
+
+fn conversation_link(page: &mut Html, conversation: &str) {
+    let href = format!("/console/conversation?id={}", url_encode(conversation));
+    page.element(
+        "a",
+        &[("href", &href), ("class", "conversation")],
+        conversation,
+    );
+}
+
+/// The wall clock (ages and "… ago").
+fn now() -> SystemTime {
+    SystemTime::now()
+}
+
+/// One row of the inbox; `console.js` builds the same rows from `/console/api/approvals`.
+fn approval_row(page: &mut Html, listed: &Listed, csrf: &str) {
+    let p = &listed.paused;
+    let id = p.notice.id.as_str();
+    page.open("tr", &[("data-id", id), ("data-status", listed.status)]);
+    page.element("td", &[("class", "tool")], &p.notice.tool);
+    page.open("td", &[("class", "arguments")]);
+    page.element("pre", &[], &pretty(&p.notice.arguments));
+    page.close("td");
+    page.element(
+        "td",
+        &[("class", "reason")],
+        p.notice.reason.as_deref().unwrap_or("—"),
+    );
+    page.element(
+        "td",
+        &[("class", "caller")],
+        p.caller.as_ref().map_or("(no key)", |c| c.as_str()),
+    );
+    page.open("td", &[]);
+    conversation_link(page, p.conversation.as_str());
+    page.close("td");
+    let age = now().duration_since(p.paused_at).unwrap_or_default();
+    page.element("td", &[("class", "age")], &span(age));
+    page.element("td", &[("class", "expires")], &span(p.expires_in));
+    page.element("td", &[("class", "status")], listed.status);
+    page.open("td", &[("class", "actions")]);
+    if listed.status == "pending" {
+        let action = format!("/console/approvals/{}/decision", url_encode(id));
+        page.open(
+            "form",
+            &[("method", "post"), ("action", &action), ("class", "decide")],
+        );
+        page.void(
+            "input",
+            &[("type", "hidden"), ("name", "csrf"), ("value", csrf)],
+        );
+        page.void(
+            "input",
+            &[
+                ("type", "text"),
+                ("name", "reason"),
+                ("placeholder", "reason"),
+                ("maxlength", "4096"),
+                ("aria-label", "reason"),
+            ],
+        );
+        page.element(
+            "button",
+            &[
+                ("type", "submit"),
+                ("name", "decision"),
+                ("value", "approve"),
+                ("class", "approve"),
+            ],
+            "Approve",
+        );
+        page.element(
+            "button",
+            &[
+                ("type", "submit"),
+                ("name", "decision"),
+                ("value", "deny"),
+                ("class", "deny"),
+            ],
+            "Deny",
+        );
+        page.close("form");
+    } else {
+        page.element(
+            "span",
+            &[("class", "waiting")],
+            "waiting for the client to resume",
+        );
+    }
+    page.close("td");
+    page.close("tr");
+}
+
+fn approvals_table(page: &mut Html, listed: &[Listed], csrf: &str, live: bool) {
+    let empty_class = if listed.is_empty() {
+        "empty"
+    } else {
+        "empty hidden"
+    };
+    page.element(
+        "p",
+        &[
+            ("id", if live { "no-approvals" } else { "" }),
+            ("class", empty_class),
+        ],
+        "Nothing waits for a decision.",
+    );
+    let table_class = if listed.is_empty() {
+        "approvals hidden"
+    } else {
+        "approvals"
+    };
+    page.open(
+        "table",
+        &[
+            ("id", if live { "approvals" } else { "" }),
+            ("class", table_class),
+        ],
+    );
+    page.markup(
+        "<thead><tr><th>Tool</th><th>Arguments</th><th>Reason</th><th>Caller</th><th>Conversation</th>\
+         <th>Age</th><th>Expires in</th><th>Status</th><th>Decision</th></tr></thead><tbody>",
+    );
+    for entry in listed {
+        approval_row(page, entry, csrf);
+    }
+    page.markup("</tbody></table>");
+}
+
+/// `GET /console`: the approvals inbox.
+pub(crate) async fn inbox(
+    State(state): State<ConsoleState>,
+    Extension(session): Extension<Session>,
+    RawQuery(query): RawQuery,
+) -> Response {
+    let listed = operator::pending_list(&state.operators);
+    let mut page = page_start("Pending approvals", Nav::Inbox, Some(&session));
+    if let (Some(done), Some(id)) = (
+        query_value(query.as_deref(), "done"),
+        query_value(query.as_deref(), "id"),
+    ) {
+        let text = format!("{id}: {done}. The client's waiting turn resumes when it resends.");
+        page.element("p", &[("class", "notice"), ("id", "decided")], &text);
+    }
+    page.element(
+        "p",
+        &[("class", "hint")],
+        "Calls paused in this gateway process wait here for an operator. The list refreshes by itself.",
+    );
+    approvals_table(&mut page, &listed, &session.csrf, true);
+    html_response(StatusCode::OK, page_end(page))
+}
+
+/// `GET /console/api/approvals`: what the inbox script polls.
+pub(crate) async fn approvals_json(State(state): State<ConsoleState>) -> Response {
+    let data: Vec<serde_json::Value> = operator::pending_list(&state.operators)
+        .iter()
+        .map(operator::listed_json)
+        .collect();
+    crate::error::json_response(
+        StatusCode::OK,
+        &json!({"now": operator::unix(now()), "data": data}),
+    )
+}
+
+/// `POST /console/approvals/{id}/decision` (form: `csrf`, `decision` = `approve` | `deny`, `reason`).
+pub(crate) async fn decide(
+    State(state): State<ConsoleState>,
+    Extension(session): Extension<Session>,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> Response {
+    let form = match checked_form(&session, &body) {
+        Ok(form) => form,
+        Err(refused) => return *refused,
+    };
+    let approved = match field(&form, "decision") {
+        Some("approve") => true,
+        Some("deny") => false,
+        _ => return error_page(StatusCode::BAD_REQUEST, "Choose Approve or Deny."),
+    };
+    let reason = field(&form, "reason")
+        .map(str::trim)
+        .filter(|r| !r.is_empty())
+        .map(str::to_owned);
+    let operator = Operator::named(&session.operator);
+    match operator::record_decision(&state.operators, &operator, &id, approved, reason).await {
+        Ok(()) => see_other(&format!(
+            "/console?done={}&id={}",
+            if approved { "approved" } else { "denied" },
+            url_encode(&id)
+        )),
+        Err(error) => error_page(error.status, &error.message),
+    }
+}
+
+/// `GET /console/conversations?page=N`.
+pub(crate) async fn conversations(
+    State(state): State<ConsoleState>,
+    Extension(session): Extension<Session>,
+    RawQuery(query): RawQuery,
+) -> Response {
+    let Some(records) = &state.records else {
+        return error_page(StatusCode::NOT_FOUND, "This gateway keeps no call records.");
+    };
+    let number: u32 = query_value(query.as_deref(), "page")
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(0)
+        .min(100_000);
+    let listed = match records
+        .list_conversations(
+            &ConversationQuery::new()
+                .limit(PAGE_SIZE + 1)
+                .offset(number * PAGE_SIZE),
+        )
+        .await
+    {
+        Ok(listed) => listed,
+        Err(e) => {
+            return error_page(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                &format!("Reading the store failed: {e}"),
+            )
+        }
+    };
+    let more = listed.len() > PAGE_SIZE as usize;
+    let mut page = page_start("Conversations", Nav::Conversations, Some(&session));
+    if listed.is_empty() {
+        page.element("p", &[("class", "empty")], "No conversation recorded yet.");
+    }
+    page.open(
+        "table",
+        &[("id", "conversations"), ("class", "conversations")],
+    );
+    page.markup(
+        "<thead><tr><th>Conversation</th><th>Caller</th><th>Last activity</th><th>Calls</th>\
+         <th>Input tokens</th><th>Output tokens</th><th>Cost</th></tr></thead><tbody>",
+    );
+    let now = now();
+    for c in listed.iter().take(PAGE_SIZE as usize) {
+        page.open("tr", &[]);
+        page.open("td", &[]);
+        conversation_link(&mut page, c.conversation_id.as_str());
+        page.close("td");
+        page.element(
+            "td",
+            &[],
+            c.caller.as_ref().map_or("(no key)", |c| c.as_str()),
+        );
+        let ago = span(now.duration_since(c.last_started_at).unwrap_or_default());
+        page.element(
+            "td",
+            &[("title", &utc(c.last_started_at))],
+            &format!("{ago} ago"),
+        );
+        page.element("td", &[("class", "number")], &c.calls.to_string());
+        page.element("td", &[("class", "number")], &c.input_tokens.to_string());
+        page.element("td", &[("class", "number")], &c.output_tokens.to_string());
+        let cost = if c.unpriced_calls == c.calls {
+            "—".to_owned()
+        } else if c.unpriced_calls > 0 {
+            format!("{} + {} unpriced", dollars(c.cost), c.unpriced_calls)
+        } else {
+            dollars(c.cost)
+        };
+        page.element("td", &[("class", "number")], &cost);
+        page.close("tr");
+    }
+    page.markup("</tbody></table><p class=\"pager\">");
+    if number > 0 {
+        let href = format!("/console/conversations?page={}", number - 1);
+        page.element("a", &[("href", &href)], "← newer");
+    }
+    if more {
+        let href = format!("/console/conversations?page={}", number + 1);
+        page.element("a", &[("href", &href)], "older →");
+    }
+    page.markup("</p>");
+    html_response(StatusCode::OK, page_end(page))
+}
+
+fn message(page: &mut Html, message: &Message) {
+    match message {
+        Message::System { content } => text_message(page, "system", content),
+        Message::User { content } => text_message(page, "user", content),
+        Message::Assistant(a) => {
+            page.open("div", &[("class", "message assistant")]);
+            page.element("span", &[("class", "role")], "assistant");
+            if let Some(reasoning) = &a.reasoning {
+                page.element("pre", &[("class", "reasoning")], reasoning);
+            }
+            if !a.content.is_empty() {
+                page.element("pre", &[("class", "content")], &a.content);
+            }
+            for call in &a.tool_calls {
+                page.open("div", &[("class", "tool-call"), ("data-call-id", &call.id)]);
+                page.element("span", &[("class", "label")], "tool call");
+                page.element("code", &[("class", "tool")], &call.name);
+                page.element(
+                    "pre",
+                    &[("class", "arguments")],
+                    &arguments_text(&call.arguments),
+                );
+                page.close("div");
+            }
+            page.close("div");
+        }
+        Message::Tool(t) => {
+            let class = if t.is_error {
+                "message tool error"
+            } else {
+                "message tool"
+            };
+            page.open("div", &[("class", class), ("data-call-id", &t.call_id)]);
+            page.element("span", &[("class", "role")], "tool result");
+            page.element("code", &[("class", "tool")], &t.name);
+            page.element("pre", &[("class", "content")], &t.content);
+            page.close("div");
+        }
+    }
+}
+
+fn text_message(page: &mut Html, role: &'static str, content: &str) {
+    let class = match role {
+        "system" => "message system",
+        _ => "message user",
+    };
+    page.open("div", &[("class", class)]);
+    page.element("span", &[("class", "role")], role);
+    page.element("pre", &[("class", "content")], content);
+    page.close("div");
+}
+
+fn call_section(page: &mut Html, call: &CallRecord, shown: &mut Vec<Message>) {
+    page.open(
+        "section",
+        &[("class", "call"), ("data-call-id", call.call_id.as_str())],
+    );
+    page.open("dl", &[("class", "call-facts")]);
+    let latency = call
+        .ended_at
+        .duration_since(call.started_at)
+        .unwrap_or_default();
+    let ttft = call
+        .first_token_at
+        .map(|t| millis(t.duration_since(call.started_at).unwrap_or_default()));
+    let usage = call.usage();
+    let outcome = match call.outcome.error() {
+        Some(error) => format!(
+            "{} ({}: {})",
+            call.outcome.as_str(),
+            error.kind,
+            error.message
+        ),
+        None => call.outcome.as_str().to_owned(),
+    };
+    let facts: [(&'static str, String); 9] = [
+        ("started", utc(call.started_at)),
+        ("model", call.model.clone().unwrap_or_else(|| "—".into())),
+        ("latency", millis(latency)),
+        ("time to first token", ttft.unwrap_or_else(|| "—".into())),
+        ("input tokens", usage.input_tokens.to_string()),
+        ("output tokens", usage.output_tokens.to_string()),
+        ("cost", call.cost.map_or_else(|| "—".into(), dollars)),
+        ("outcome", outcome),
+        (
+            "finish",
+            call.finish_reason()
+                .map_or_else(|| "—".into(), |f| format!("{f:?}")),
+        ),
+    ];
+    for (name, value) in &facts {
+        page.element("dt", &[], name);
+        page.element("dd", &[("class", "fact")], value);
+    }
+    page.close("dl");
+    // The messages this call added: its request repeats the history shown so far.
+    let request = call.request.messages.as_slice();
+    let new = if request.starts_with(shown) {
+        &request[shown.len()..]
+    } else {
+        request
+    };
+    for m in new {
+        message(page, m);
+    }
+    for m in &call.response.messages {
+        message(page, m);
+    }
+    for approval in &call.response.approval_requests {
+        page.open(
+            "div",
+            &[
+                ("class", "approval-request"),
+                ("data-approval-id", &approval.id),
+            ],
+        );
+        page.element("span", &[("class", "label")], "approval requested");
+        page.element("code", &[("class", "tool")], &approval.call.name);
+        page.element(
+            "pre",
+            &[("class", "arguments")],
+            &arguments_text(&approval.call.arguments),
+        );
+        if let Some(reason) = &approval.reason {
+            page.element("p", &[("class", "reason")], reason);
+        }
+        page.element("code", &[("class", "approval-id")], &approval.id);
+        page.close("div");
+    }
+    *shown = call.history();
+    page.close("section");
+}
+
+/// `GET /console/conversation?id=…`: one conversation's timeline.
+pub(crate) async fn timeline(
+    State(state): State<ConsoleState>,
+    Extension(session): Extension<Session>,
+    RawQuery(query): RawQuery,
+) -> Response {
+    let Some(id) = query_value(query.as_deref(), "id") else {
+        return error_page(StatusCode::BAD_REQUEST, "Which conversation? (?id=…)");
+    };
+    let Some(records) = &state.records else {
+        return error_page(StatusCode::NOT_FOUND, "This gateway keeps no call records.");
+    };
+    let conversation = ConversationId::new(id.clone());
+    let calls = match records.conversation_calls(&conversation).await {
+        Ok(calls) => calls,
+        Err(e) => {
+            return error_page(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                &format!("Reading the store failed: {e}"),
+            )
+        }
+    };
+    let audit = match &state.operators.approval_store {
+        Some(store) => store.audit_log(&conversation).await.unwrap_or_default(),
+        None => Vec::new(),
+    };
+    let pending: Vec<Listed> = operator::pending_list(&state.operators)
+        .into_iter()
+        .filter(|l| l.paused.conversation == conversation)
+        .collect();
+    let mut page = page_start("Conversation", Nav::Conversations, Some(&session));
+    page.element(
+        "p",
+        &[("class", "conversation-id"), ("id", "conversation-id")],
+        &id,
+    );
+    if calls.is_empty() && audit.is_empty() && pending.is_empty() {
+        page.element(
+            "p",
+            &[("class", "empty")],
+            "Nothing recorded for this conversation.",
+        );
+    }
+    let (input, output): (u64, u64) = calls.iter().fold((0, 0), |(i, o), c| {
+        (i + c.usage().input_tokens, o + c.usage().output_tokens)
+    });
+    let priced: Vec<Cost> = calls.iter().filter_map(|c| c.cost).collect();
+    let cost = if priced.is_empty() {
+        "cost unknown (no price for the model)".to_owned()
+    } else {
+        dollars(priced.into_iter().fold(Cost::ZERO, |a, b| a + b))
+    };
+    let caller = calls
+        .iter()
+        .find_map(|c| c.caller.as_ref())
+        .map_or("(no key)", |c| c.as_str());
+    page.element(
+        "p",
+        &[("class", "summary")],
+        &format!(
+            "Caller {caller} · {} calls · {input} input and {output} output tokens · {}",
+            calls.len(),
+            cost
+        ),
+    );
+    if !pending.is_empty() {
+        page.element("h2", &[], "Waiting for a decision");
+        approvals_table(&mut page, &pending, &session.csrf, false);
+    }
+    page.element("h2", &[], "Timeline");
+    let mut shown = Vec::new();
+    for call in &calls {
+        call_section(&mut page, call, &mut shown);
+    }
+    page.element("h2", &[], "Approvals and audit");
+    if audit.is_empty() {
+        page.element("p", &[("class", "empty")], "No decision recorded.");
+    } else {
+        page.open("table", &[("id", "audit"), ("class", "audit")]);
+        page.markup(
+            "<thead><tr><th>Decided</th><th>Approval</th><th>Tool</th><th>Arguments</th><th>Outcome</th>\
+             <th>Approver</th><th>Caller</th><th>Reason</th></tr></thead><tbody>",
+        );
+        for record in &audit {
+            page.open(
+                "tr",
+                &[
+                    ("data-approval-id", &record.approval_id),
+                    ("data-outcome", record.outcome.as_str()),
+                ],
+            );
+            page.element("td", &[], &utc(record.decided_at));
+            page.element("td", &[], &record.approval_id);
+            let (tool, arguments) = record
+                .call
+                .as_ref()
+                .map_or(("—".to_owned(), String::new()), |c| {
+                    (c.name.clone(), arguments_text(&c.arguments))
+                });
+            page.element("td", &[], &tool);
+            page.open("td", &[]);
+            page.element("pre", &[], &arguments);
+            page.close("td");
+            page.element("td", &[("class", "outcome")], record.outcome.as_str());
+            page.element(
+                "td",
+                &[("class", "approver")],
+                record.approver.as_deref().unwrap_or("—"),
+            );
+            page.element(
+                "td",
+                &[],
+                record.caller.as_ref().map_or("—", |c| c.as_str()),
+            );
+            page.element(
+                "td",
+                &[("class", "reason")],
+                record.reason.as_deref().unwrap_or("—"),
+            );
+            page.close("tr");
+        }
+        page.markup("</tbody></table>");
+    }
+    html_response(StatusCode::OK, page_end(page))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn times_and_spans_read_as_people_write_them() {
+        let t = SystemTime::UNIX_EPOCH + Duration::from_secs(1_796_067_050);
+        assert_eq!(utc(t), "2026-11-30 19:30:50");
+        assert_eq!(utc(SystemTime::UNIX_EPOCH), "1970-01-01 00:00:00");
+        assert_eq!(
+            utc(SystemTime::UNIX_EPOCH + Duration::from_secs(951_782_400)),
+            "2000-02-29 00:00:00"
+        );
+        assert_eq!(span(Duration::from_secs(59)), "59 s");
+        assert_eq!(span(Duration::from_secs(3 * 3600 + 120)), "3 h 2 min");
+        assert_eq!(millis(Duration::from_micros(2500)), "2.5 ms");
+        assert_eq!(dollars(Cost::from_nanos(18_000)), "$0.000018");
+        assert_eq!(
+            query_value(Some("id=alice%2Fc1&x=1"), "id").as_deref(),
+            Some("alice/c1")
+        );
+    }
+}

@@ -1,0 +1,371 @@
+//! Console sessions: operator-key login, the session cookie, CSRF tokens and same-origin checks.
+//!
+//! - A session id and its CSRF token are 256 random bits each (two UUIDv4s' random bits from the operating
+//!   system's generator, hex). Only the SHA-256 digest of the session id is kept, so a memory dump of the
+//!   gateway does not hold usable cookies.
+//! - The cookie is `HttpOnly; SameSite=Strict; Path=/`, and `Secure` with the `__Host-` name prefix unless the
+//!   request's `Host` is a loopback address (plain `http://127.0.0.1` has no TLS to offer; everywhere else
+//!   the console is expected behind TLS, and a browser refuses a `Secure` cookie over plain HTTP).
+//! - Every state-changing request (login, logout, decisions) must come from the console's own origin
+//!   (`Sec-Fetch-Site: same-origin`, or an `Origin` whose host is the request's `Host`) and, once logged in,
+//!   carry the session's CSRF token (a hidden form field, compared in constant time).
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use http::{header, HeaderMap, HeaderValue};
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+
+/// A session lives this long after its last request…
+pub(crate) const IDLE_TIMEOUT: Duration = Duration::from_secs(60 * 60);
+/// …and never longer than this after login.
+pub(crate) const MAX_AGE: Duration = Duration::from_secs(12 * 60 * 60);
+/// The most sessions kept; past it the oldest are dropped.
+const MAX_SESSIONS: usize = 4096;
+
+/// A logged-in operator.
+#[derive(Clone, Debug)]
+pub(crate) struct Session {
+    /// The operator key's name (`carol` of `carol:<key>`).
+    pub(crate) operator: String,
+    /// The token every form of this session carries.
+    pub(crate) csrf: String,
+    created: Instant,
+    last_seen: Instant,
+}
+
+impl Session {
+    fn expired(&self, now: Instant) -> bool {
+        now.duration_since(self.last_seen) > IDLE_TIMEOUT
+            || now.duration_since(self.created) > MAX_AGE
+    }
+}
+
+/// The logged-in sessions, by the digest of their id.
+#[derive(Debug, Default)]
+pub(crate) struct Sessions {
+    map: Mutex<HashMap<[u8; 32], Session>>,
+}
+
+/// 256 random bits as 64 hex digits.
+pub(crate) fn random_token() -> String {
+    let (a, b) = (uuid::Uuid::new_v4(), uuid::Uuid::new_v4());
+    // A v4 UUID has 122 random bits; two give 244, hashed to spread them over 256.
+    let digest = Sha256::new()
+        .chain_update(a.as_bytes())
+        .chain_update(b.as_bytes())
+        .finalize();
+    digest.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn digest(id: &str) -> [u8; 32] {
+    Sha256::digest(id.as_bytes()).into()
+}
+
+impl Sessions {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<[u8; 32], Session>> {
+        self.map.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Log `operator` in: returns the new session's id (the cookie's value).
+    pub(crate) fn create(&self, operator: &str) -> String {
+        let id = random_token();
+        let now = Instant::now();
+        let mut map = self.lock();
+        map.retain(|_, s| !s.expired(now));
+        if map.len() >= MAX_SESSIONS {
+            if let Some(oldest) = map.iter().min_by_key(|(_, s)| s.last_seen).map(|(k, _)| *k) {
+                map.remove(&oldest);
+            }
+        }
+        map.insert(
+            digest(&id),
+            Session {
+                operator: operator.to_owned(),
+                csrf: random_token(),
+                created: now,
+                last_seen: now,
+            },
+        );
+        id
+    }
+
+    /// The session the request's cookie names, refreshed; `None` when there is none or it expired.
+    pub(crate) fn find(&self, headers: &HeaderMap) -> Option<Session> {
+        let id = cookie(headers)?;
+        let key = digest(id);
+        let now = Instant::now();
+        let mut map = self.lock();
+        let session = map.get_mut(&key)?;
+        if session.expired(now) {
+            map.remove(&key);
+            return None;
+        }
+        session.last_seen = now;
+        Some(session.clone())
+    }
+
+    /// Log out the session the request's cookie names.
+    pub(crate) fn remove(&self, headers: &HeaderMap) {
+        if let Some(id) = cookie(headers) {
+            self.lock().remove(&digest(id));
+        }
+    }
+}
+
+/// The cookie's names: with `Secure` the `__Host-` prefix binds it to this host, path `/`, no `Domain`.
+const SECURE_NAME: &str = "__Host-tc_console";
+const PLAIN_NAME: &str = "tc_console";
+
+/// The session id the request's `Cookie` headers carry (either name).
+fn cookie(headers: &HeaderMap) -> Option<&str> {
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .filter_map(|pair| pair.trim().split_once('='))
+        .find(|(name, _)| *name == SECURE_NAME || *name == PLAIN_NAME)
+        .map(|(_, value)| value)
+        .filter(|v| v.len() == 64 && v.bytes().all(|b| b.is_ascii_hexdigit()))
+}
+
+/// Whether the request's `Host` is a loopback address or `localhost` (any port).
+pub(crate) fn is_loopback_host(headers: &HeaderMap) -> bool {
+    let Some(host) = headers.get(header::HOST).and_then(|h| h.to_str().ok()) else {
+        return false;
+    };
+    let name = match host.strip_prefix('[') {
+        Some(v6) => v6.split(']').next().unwrap_or(""),
+        None => host.rsplit_once(':').map_or(host, |(name, _)| name),
+    };
+    name.eq_ignore_ascii_case("localhost")
+        || name
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
+/// The `Set-Cookie` value that logs a browser in (`Some(id)`) or out (`None`).
+pub(crate) fn set_cookie(headers: &HeaderMap, id: Option<&str>) -> HeaderValue {
+    let secure = !is_loopback_host(headers);
+    let name = if secure { SECURE_NAME } else { PLAIN_NAME };
+    let mut value = match id {
+        Some(id) => format!("{name}={id}; Max-Age={}", MAX_AGE.as_secs()),
+        None => format!("{name}=; Max-Age=0"),
+    };
+    value.push_str("; Path=/; HttpOnly; SameSite=Strict");
+    if secure {
+        value.push_str("; Secure");
+    }
+    HeaderValue::from_str(&value).expect("a token of hex digits makes a valid header")
+}
+
+/// Whether a state-changing request comes from the console's own origin: the browser's `Sec-Fetch-Site` says
+/// `same-origin`, or (browsers without it) the `Origin` header names the request's own `Host`. A request with
+/// neither is refused: every browser that runs the console sends one of them on a POST.
+pub(crate) fn same_origin(headers: &HeaderMap) -> bool {
+    if let Some(site) = headers.get("sec-fetch-site") {
+        return site.as_bytes() == b"same-origin";
+    }
+    let (Some(origin), Some(host)) = (headers.get(header::ORIGIN), headers.get(header::HOST))
+    else {
+        return false;
+    };
+    let origin = origin.to_str().unwrap_or("");
+    let authority = origin
+        .strip_prefix("https://")
+        .or_else(|| origin.strip_prefix("http://"));
+    authority.is_some_and(|a| a.as_bytes().eq_ignore_ascii_case(host.as_bytes()))
+}
+
+/// Whether a read (page or JSON) may be answered: anything but another site's script (`Sec-Fetch-Site`
+/// `cross-site` or `same-site` on a non-navigation request). Navigations from elsewhere are let through: the
+/// cookie is `SameSite=Strict`, so they arrive logged out.
+pub(crate) fn readable(headers: &HeaderMap) -> bool {
+    let site = headers.get("sec-fetch-site").map(HeaderValue::as_bytes);
+    let navigate = headers
+        .get("sec-fetch-mode")
+        .is_some_and(|m| m.as_bytes() == b"navigate");
+    match site {
+        None | Some(b"same-origin" | b"none") => true,
+        Some(_) => navigate,
+    }
+}
+
+/// Constant-time comparison of a submitted CSRF token with the session's.
+pub(crate) fn csrf_matches(session: &Session, submitted: Option<&str>) -> bool {
+    let Some(submitted) = submitted else {
+        return false;
+    };
+    submitted.len() == session.csrf.len()
+        && bool::from(submitted.as_bytes().ct_eq(session.csrf.as_bytes()))
+}
+
+/// An `application/x-www-form-urlencoded` body as name/value pairs (`+` is a space, `%XX` a byte; bytes that
+/// do not form UTF-8 are replaced).
+pub(crate) fn parse_form(body: &[u8]) -> Vec<(String, String)> {
+    body.split(|b| *b == b'&')
+        .filter(|pair| !pair.is_empty())
+        .map(|pair| {
+            let mut halves = pair.splitn(2, |b| *b == b'=');
+            let name = decode(halves.next().unwrap_or_default());
+            let value = decode(halves.next().unwrap_or_default());
+            (name, value)
+        })
+        .collect()
+}
+
+/// The first value of `name` in a parsed form.
+pub(crate) fn field<'a>(form: &'a [(String, String)], name: &str) -> Option<&'a str> {
+    form.iter()
+        .find(|(n, _)| n == name)
+        .map(|(_, v)| v.as_str())
+}
+
+fn decode(text: &[u8]) -> String {
+    let mut out = Vec::with_capacity(text.len());
+    let mut i = 0;
+    while i < text.len() {
+        match text[i] {
+            b'+' => out.push(b' '),
+            b'%' if i + 2 < text.len() => {
+                let hex = std::str::from_utf8(&text[i + 1..i + 3]).ok();
+                match hex.and_then(|h| u8::from_str_radix(h, 16).ok()) {
+                    Some(byte) => {
+                        out.push(byte);
+                        i += 2;
+                    }
+                    None => out.push(b'%'),
+                }
+            }
+            byte => out.push(byte),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
+        let mut map = HeaderMap::new();
+        for (name, value) in pairs {
+            map.append(*name, value.parse().unwrap());
+        }
+        map
+    }
+
+    #[test]
+    fn sessions_are_found_by_cookie_and_removed_on_logout() {
+        let sessions = Sessions::default();
+        let id = sessions.create("carol");
+        assert_eq!(id.len(), 64);
+        let cookie = format!("other=1; tc_console={id}");
+        let request = headers(&[("cookie", &cookie)]);
+        let session = sessions.find(&request).unwrap();
+        assert_eq!(session.operator, "carol");
+        assert_eq!(session.csrf.len(), 64);
+        assert_ne!(session.csrf, id);
+        assert!(sessions
+            .find(&headers(&[("cookie", "tc_console=00")]))
+            .is_none());
+        let forged = format!("tc_console={}", "0".repeat(64));
+        assert!(sessions.find(&headers(&[("cookie", &forged)])).is_none());
+        sessions.remove(&request);
+        assert!(sessions.find(&request).is_none());
+    }
+
+    #[test]
+    fn cookies_are_http_only_strict_and_secure_off_loopback() {
+        let local = set_cookie(&headers(&[("host", "127.0.0.1:8080")]), Some("ab"));
+        assert_eq!(
+            local,
+            "tc_console=ab; Max-Age=43200; Path=/; HttpOnly; SameSite=Strict"
+        );
+        let remote = set_cookie(&headers(&[("host", "gw.example.com")]), Some("ab"));
+        assert_eq!(
+            remote,
+            "__Host-tc_console=ab; Max-Age=43200; Path=/; HttpOnly; SameSite=Strict; Secure"
+        );
+        let out = set_cookie(&headers(&[("host", "[::1]:80")]), None);
+        assert_eq!(
+            out,
+            "tc_console=; Max-Age=0; Path=/; HttpOnly; SameSite=Strict"
+        );
+        assert!(is_loopback_host(&headers(&[("host", "localhost:1")])));
+        assert!(!is_loopback_host(&headers(&[(
+            "host",
+            "127.0.0.1.evil.com"
+        )])));
+        assert!(!is_loopback_host(&HeaderMap::new()));
+    }
+
+    #[test]
+    fn only_the_consoles_own_origin_may_change_state() {
+        assert!(same_origin(&headers(&[("sec-fetch-site", "same-origin")])));
+        for site in ["cross-site", "same-site", "none"] {
+            assert!(!same_origin(&headers(&[
+                ("sec-fetch-site", site),
+                ("origin", "http://h"),
+                ("host", "h")
+            ])));
+        }
+        assert!(same_origin(&headers(&[
+            ("origin", "http://h:1"),
+            ("host", "h:1")
+        ])));
+        assert!(!same_origin(&headers(&[
+            ("origin", "http://evil:1"),
+            ("host", "h:1")
+        ])));
+        assert!(!same_origin(&headers(&[
+            ("origin", "null"),
+            ("host", "null")
+        ])));
+        assert!(
+            !same_origin(&headers(&[("host", "h:1")])),
+            "no origin at all"
+        );
+        assert!(readable(&HeaderMap::new()));
+        assert!(readable(&headers(&[
+            ("sec-fetch-site", "cross-site"),
+            ("sec-fetch-mode", "navigate")
+        ])));
+        assert!(!readable(&headers(&[
+            ("sec-fetch-site", "cross-site"),
+            ("sec-fetch-mode", "cors")
+        ])));
+    }
+
+    #[test]
+    fn csrf_tokens_must_match_exactly() {
+        let sessions = Sessions::default();
+        let id = sessions.create("carol");
+        let cookie = format!("tc_console={id}");
+        let session = sessions.find(&headers(&[("cookie", &cookie)])).unwrap();
+        assert!(csrf_matches(&session, Some(&session.csrf.clone())));
+        assert!(!csrf_matches(&session, None));
+        assert!(!csrf_matches(&session, Some("")));
+        assert!(!csrf_matches(&session, Some(&session.csrf[1..])));
+        let mut wrong = session.csrf.clone().into_bytes();
+        wrong[10] = if wrong[10] == b'a' { b'b' } else { b'a' };
+        assert!(!csrf_matches(
+            &session,
+            Some(std::str::from_utf8(&wrong).unwrap())
+        ));
+    }
+
+    #[test]
+    fn forms_are_decoded() {
+        let form = parse_form(b"csrf=ab&reason=looks+fine%21+%3Cok%3E&empty=&bad=%zz%4");
+        assert_eq!(field(&form, "csrf"), Some("ab"));
+        assert_eq!(field(&form, "reason"), Some("looks fine! <ok>"));
+        assert_eq!(field(&form, "empty"), Some(""));
+        assert_eq!(field(&form, "bad"), Some("%zz%4"));
+        assert_eq!(field(&form, "missing"), None);
+    }
+}

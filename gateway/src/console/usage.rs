@@ -1,0 +1,726 @@
+//! The usage page: requests, tokens and latency percentiles over time, by model or by caller, drawn as SVG on
+//! the server (no charting library, no script).
+
+use std::collections::HashMap;
+use std::time::{Duration, SystemTime};
+
+use axum::extract::{RawQuery, State};
+use axum::response::Response;
+use axum::Extension;
+use http::StatusCode;
+use tower_chat::Cost;
+use tower_chat_persistence::{CallQuery, CallSummary};
+
+use super::html::{Fragment, Html};
+use super::pages::{dollars, millis, query_value, utc};
+use super::session::Session;
+use super::{error_page, html_response, page_end, page_start, ConsoleState, Nav};
+
+/// How long a rendered usage page is reused (its plots' resolution is a minute or more anyway).
+pub(crate) const CACHE_FOR: Duration = Duration::from_secs(5);
+
+/// Rendered usage pages: (range, by) → when rendered, the page's `<main>` content.
+pub(crate) type Cache = HashMap<(&'static str, &'static str), (std::time::Instant, Fragment)>;
+
+/// The most calls one page reads (the latest of the range).
+const MAX_CALLS: u32 = 50_000;
+/// Series drawn per chart; the rest are summed as "other".
+const MAX_SERIES: usize = 6;
+
+/// A time range and how it is cut into buckets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Range {
+    name: &'static str,
+    bucket: Duration,
+    buckets: usize,
+}
+
+const RANGES: [Range; 3] = [
+    Range {
+        name: "1h",
+        bucket: Duration::from_secs(60),
+        buckets: 60,
+    },
+    Range {
+        name: "24h",
+        bucket: Duration::from_secs(30 * 60),
+        buckets: 48,
+    },
+    Range {
+        name: "7d",
+        bucket: Duration::from_secs(3 * 3600),
+        buckets: 56,
+    },
+];
+
+/// What the series are split by.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum By {
+    Model,
+    Caller,
+}
+
+impl By {
+    fn key(self, call: &CallSummary) -> String {
+        match self {
+            By::Model => call
+                .model
+                .clone()
+                .unwrap_or_else(|| "(unknown model)".into()),
+            By::Caller => call
+                .caller
+                .as_ref()
+                .map_or_else(|| "(no key)".into(), |c| c.as_str().to_owned()),
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            By::Model => "model",
+            By::Caller => "caller",
+        }
+    }
+}
+
+/// Nearest-rank percentile of sorted values.
+fn percentile(sorted: &[f64], p: f64) -> Option<f64> {
+    if sorted.is_empty() {
+        return None;
+    }
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
+    Some(sorted[rank.clamp(1, sorted.len()) - 1])
+}
+
+/// One group's (a model's or a caller's) numbers.
+#[derive(Debug, Default)]
+struct Group {
+    name: String,
+    requests: Vec<f64>,
+    tokens: Vec<f64>,
+    latencies: Vec<Vec<f64>>,
+    all_latencies: Vec<f64>,
+    ttft: Vec<f64>,
+    total_requests: u64,
+    input_tokens: u64,
+    output_tokens: u64,
+    cost: Cost,
+    unpriced: u64,
+    errors: u64,
+}
+
+impl Group {
+    fn new(name: String, buckets: usize) -> Self {
+        Group {
+            name,
+            requests: vec![0.0; buckets],
+            tokens: vec![0.0; buckets],
+            latencies: vec![Vec::new(); buckets],
+            ..Group::default()
+        }
+    }
+
+    fn add(&mut self, bucket: usize, call: &CallSummary) {
+        let latency = call.latency().as_secs_f64() * 1000.0;
+        self.requests[bucket] += 1.0;
+        self.tokens[bucket] += (call.input_tokens + call.output_tokens) as f64;
+        self.latencies[bucket].push(latency);
+        self.all_latencies.push(latency);
+        if let Some(t) = call.time_to_first_token() {
+            self.ttft.push(t.as_secs_f64() * 1000.0);
+        }
+        self.total_requests += 1;
+        self.input_tokens += call.input_tokens;
+        self.output_tokens += call.output_tokens;
+        match call.cost {
+            Some(cost) => self.cost += cost,
+            None => self.unpriced += 1,
+        }
+        if call.outcome.as_str() != "completed" {
+            self.errors += 1;
+        }
+    }
+}
+
+/// The calls of a range, bucketed: one group per series (the busiest, then "other") and one for all.
+#[derive(Debug)]
+struct Usage {
+    start: SystemTime,
+    range: Range,
+    groups: Vec<Group>,
+    all: Group,
+}
+
+fn bucket_calls(calls: &[CallSummary], start: SystemTime, range: Range, by: By) -> Usage {
+    let mut counts: HashMap<String, u64> = HashMap::new();
+    for call in calls {
+        *counts.entry(by.key(call)).or_default() += 1;
+    }
+    let mut names: Vec<(String, u64)> = counts.into_iter().collect();
+    names.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    let kept: Vec<String> = if names.len() > MAX_SERIES {
+        names
+            .iter()
+            .take(MAX_SERIES - 1)
+            .map(|(n, _)| n.clone())
+            .collect()
+    } else {
+        names.iter().map(|(n, _)| n.clone()).collect()
+    };
+    let mut groups: Vec<Group> = kept
+        .iter()
+        .map(|n| Group::new(n.clone(), range.buckets))
+        .collect();
+    if names.len() > MAX_SERIES {
+        groups.push(Group::new("(other)".into(), range.buckets));
+    }
+    let mut all = Group::new("all".into(), range.buckets);
+    for call in calls {
+        let Ok(offset) = call.started_at.duration_since(start) else {
+            continue;
+        };
+        let bucket = (offset.as_secs_f64() / range.bucket.as_secs_f64()) as usize;
+        if bucket >= range.buckets {
+            continue;
+        }
+        let key = by.key(call);
+        let at = kept
+            .iter()
+            .position(|k| *k == key)
+            .unwrap_or(groups.len() - 1);
+        groups[at].add(bucket, call);
+        all.add(bucket, call);
+    }
+    for group in groups.iter_mut().chain(std::iter::once(&mut all)) {
+        group.all_latencies.sort_by(f64::total_cmp);
+        group.ttft.sort_by(f64::total_cmp);
+        for bucket in &mut group.latencies {
+            bucket.sort_by(f64::total_cmp);
+        }
+    }
+    Usage {
+        start,
+        range,
+        groups,
+        all,
+    }
+}
+
+/// A series of a line chart: a name and one value per bucket (`None`: no data, the line breaks).
+struct Series<'a> {
+    name: &'a str,
+    values: Vec<Option<f64>>,
+}
+
+/// Chart geometry.
+const WIDTH: f64 = 760.0;
+const HEIGHT: f64 = 240.0;
+const LEFT: f64 = 64.0;
+const RIGHT: f64 = 12.0;
+const TOP: f64 = 22.0;
+const BOTTOM: f64 = 28.0;
+
+/// A round upper bound for the y axis (1, 2 or 5 × 10ⁿ).
+fn nice_max(max: f64) -> f64 {
+    if max <= 0.0 || !max.is_finite() {
+        return 1.0;
+    }
+    let magnitude = 10f64.powf(max.log10().floor());
+    [1.0, 2.0, 5.0, 10.0]
+        .into_iter()
+        .map(|m| m * magnitude)
+        .find(|v| *v >= max)
+        .unwrap_or(10.0 * magnitude)
+}
+
+fn axis_number(value: f64) -> String {
+    if value >= 10_000.0 {
+        format!("{:.0}k", value / 1000.0)
+    } else if value >= 10.0 || value == 0.0 {
+        format!("{value:.0}")
+    } else {
+        format!("{value:.1}")
+    }
+}
+
+/// An SVG line chart with its legend; points carry a `<title>` with their value. `data-points` counts the
+/// points drawn (what the browser test checks).
+fn line_chart(
+    page: &mut Html,
+    id: &'static str,
+    title: &str,
+    unit: &str,
+    usage: &Usage,
+    series: &[Series<'_>],
+) {
+    let buckets = usage.range.buckets;
+    let max = series
+        .iter()
+        .flat_map(|s| s.values.iter().flatten())
+        .fold(0.0f64, |a, b| a.max(*b));
+    let top = nice_max(max);
+    let x = |i: usize| LEFT + (WIDTH - LEFT - RIGHT) * (i as f64 + 0.5) / buckets as f64;
+    let y = |v: f64| TOP + (HEIGHT - TOP - BOTTOM) * (1.0 - v / top);
+    let points: usize = series
+        .iter()
+        .map(|s| s.values.iter().flatten().count())
+        .sum();
+    page.open("figure", &[("class", "chart"), ("id", id)]);
+    page.element("figcaption", &[], title);
+    let view_box = format!("0 0 {WIDTH} {HEIGHT}");
+    let (points_text, series_text) = (points.to_string(), series.len().to_string());
+    page.open(
+        "svg",
+        &[
+            ("xmlns", "http://www.w3.org/2000/svg"),
+            ("viewBox", &view_box),
+            ("role", "img"),
+            ("aria-label", title),
+            ("data-points", &points_text),
+            ("data-series", &series_text),
+        ],
+    );
+    // Grid and y labels.
+    for step in 0..=4 {
+        let value = top * f64::from(step) / 4.0;
+        let at = format!("{:.1}", y(value));
+        page.void(
+            "line",
+            &[
+                ("class", "grid"),
+                ("x1", &LEFT.to_string()),
+                ("x2", &(WIDTH - RIGHT).to_string()),
+                ("y1", &at),
+                ("y2", &at),
+            ],
+        );
+        let label_y = format!("{:.1}", y(value) + 4.0);
+        page.element(
+            "text",
+            &[
+                ("class", "axis"),
+                ("x", &(LEFT - 6.0).to_string()),
+                ("y", &label_y),
+                ("text-anchor", "end"),
+            ],
+            &axis_number(value),
+        );
+    }
+    page.element(
+        "text",
+        &[("class", "axis unit"), ("x", "4"), ("y", "12")],
+        unit,
+    );
+    // Time labels: five, evenly spread.
+    for tick in 0..5 {
+        let i = tick * (buckets - 1) / 4;
+        let time = usage.start + usage.range.bucket * i as u32;
+        let label = utc(time);
+        let label = if usage.range.bucket >= Duration::from_secs(3600) {
+            &label[5..16]
+        } else {
+            &label[11..16]
+        };
+        page.element(
+            "text",
+            &[
+                ("class", "axis"),
+                ("x", &format!("{:.1}", x(i))),
+                ("y", &(HEIGHT - 8.0).to_string()),
+                ("text-anchor", "middle"),
+            ],
+            label,
+        );
+    }
+    for (n, s) in series.iter().enumerate() {
+        let class = SERIES_CLASSES[n % SERIES_CLASSES.len()];
+        // One polyline per run of buckets with data.
+        let mut run = String::new();
+        let flush = |run: &mut String, page: &mut Html| {
+            if !run.is_empty() {
+                page.void(
+                    "polyline",
+                    &[("class", class.0), ("points", run.trim_end())],
+                );
+                run.clear();
+            }
+        };
+        for (i, value) in s.values.iter().enumerate() {
+            match value {
+                Some(v) => run.push_str(&format!("{:.1},{:.1} ", x(i), y(*v))),
+                None => flush(&mut run, page),
+            }
+        }
+        flush(&mut run, page);
+        for (i, value) in s.values.iter().enumerate() {
+            let Some(v) = value else { continue };
+            let (cx, cy) = (format!("{:.1}", x(i)), format!("{:.1}", y(*v)));
+            page.open(
+                "circle",
+                &[("class", class.1), ("cx", &cx), ("cy", &cy), ("r", "2.5")],
+            );
+            let time = usage.start + usage.range.bucket * i as u32;
+            page.element(
+                "title",
+                &[],
+                &format!(
+                    "{}: {} {unit} at {} UTC",
+                    s.name,
+                    axis_number(*v),
+                    utc(time)
+                ),
+            );
+            page.close("circle");
+        }
+    }
+    page.close("svg");
+    page.open("ul", &[("class", "legend")]);
+    for (n, s) in series.iter().enumerate() {
+        page.open("li", &[]);
+        page.element(
+            "span",
+            &[("class", SERIES_CLASSES[n % SERIES_CLASSES.len()].2)],
+            "",
+        );
+        page.text(s.name);
+        page.close("li");
+    }
+    page.close("ul");
+    page.close("figure");
+}
+
+/// Per series: line class, point class, legend swatch class (colours live in console.css).
+const SERIES_CLASSES: [(&str, &str, &str); 6] = [
+    ("line s0", "point s0", "swatch s0"),
+    ("line s1", "point s1", "swatch s1"),
+    ("line s2", "point s2", "swatch s2"),
+    ("line s3", "point s3", "swatch s3"),
+    ("line s4", "point s4", "swatch s4"),
+    ("line s5", "point s5", "swatch s5"),
+];
+
+fn counts(values: &[f64]) -> Vec<Option<f64>> {
+    values.iter().map(|v| Some(*v)).collect()
+}
+
+fn bucket_percentile(group: &Group, p: f64) -> Vec<Option<f64>> {
+    group.latencies.iter().map(|b| percentile(b, p)).collect()
+}
+
+/// `GET /console/usage?range=1h|24h|7d&by=model|caller`.
+pub(crate) async fn page(
+    State(state): State<ConsoleState>,
+    Extension(session): Extension<Session>,
+    RawQuery(query): RawQuery,
+) -> Response {
+    let Some(records) = &state.records else {
+        return error_page(StatusCode::NOT_FOUND, "This gateway keeps no call records.");
+    };
+    let range_name = query_value(query.as_deref(), "range");
+    let range = RANGES
+        .into_iter()
+        .find(|r| Some(r.name) == range_name.as_deref())
+        .unwrap_or(RANGES[1]);
+    let by = match query_value(query.as_deref(), "by").as_deref() {
+        Some("caller") => By::Caller,
+        _ => By::Model,
+    };
+    let key = (range.name, by.name());
+    let cached = {
+        let cache = state.usage_cache.lock().unwrap_or_else(|e| e.into_inner());
+        cache
+            .get(&key)
+            .filter(|(at, _)| at.elapsed() < CACHE_FOR)
+            .map(|(_, body)| body.clone())
+    };
+    let body = match cached {
+        Some(body) => body,
+        None => {
+            let body = match render(records.as_ref(), range, by).await {
+                Ok(page) => page.into_fragment(),
+                Err(refused) => return *refused,
+            };
+            let mut cache = state.usage_cache.lock().unwrap_or_else(|e| e.into_inner());
+            cache.insert(key, (std::time::Instant::now(), body.clone()));
+            body
+        }
+    };
+    let mut page = page_start("Usage", Nav::Usage, Some(&session));
+    page.fragment(&body);
+    html_response(StatusCode::OK, page_end(page))
+}
+
+/// The usage page's content for `range` and `by`.
+async fn render(
+    records: &dyn tower_chat_persistence::Store,
+    range: Range,
+    by: By,
+) -> Result<Html, Box<Response>> {
+    let now = SystemTime::now();
+    let span = range.bucket * range.buckets as u32;
+    // Buckets end at the next whole bucket after now.
+    let bucket_secs = range.bucket.as_secs();
+    let now_secs = crate::operator::unix(now);
+    let end =
+        SystemTime::UNIX_EPOCH + Duration::from_secs((now_secs / bucket_secs + 1) * bucket_secs);
+    let start = end - span;
+    let calls = match records
+        .call_summaries(&CallQuery::between(start, end).limit(MAX_CALLS))
+        .await
+    {
+        Ok(calls) => calls,
+        Err(e) => {
+            return Err(Box::new(error_page(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                &format!("Reading the store failed: {e}"),
+            )))
+        }
+    };
+    let usage = bucket_calls(&calls, start, range, by);
+    let mut page = Html::new();
+    page.open("p", &[("class", "choices")]);
+    for r in RANGES {
+        let href = format!("/console/usage?range={}&by={}", r.name, by.name());
+        let class = if r == range { "current" } else { "" };
+        page.element("a", &[("href", &href), ("class", class)], r.name);
+    }
+    page.markup(" · ");
+    for b in [By::Model, By::Caller] {
+        let href = format!("/console/usage?range={}&by={}", range.name, b.name());
+        let class = if b == by { "current" } else { "" };
+        page.element(
+            "a",
+            &[("href", &href), ("class", class)],
+            &format!("by {}", b.name()),
+        );
+    }
+    page.close("p");
+    page.element(
+        "p",
+        &[("class", "summary"), ("id", "usage-summary")],
+        &format!(
+            "{} calls from {} to {} UTC{}",
+            usage.all.total_requests,
+            utc(start),
+            utc(end),
+            if calls.len() as u32 >= MAX_CALLS {
+                " (the latest 50,000)"
+            } else {
+                ""
+            }
+        ),
+    );
+    let by_name = by.name();
+    let requests: Vec<Series<'_>> = usage
+        .groups
+        .iter()
+        .map(|g| Series {
+            name: &g.name,
+            values: counts(&g.requests),
+        })
+        .collect();
+    line_chart(
+        &mut page,
+        "requests",
+        &format!("Requests by {by_name}"),
+        "requests",
+        &usage,
+        &requests,
+    );
+    let tokens: Vec<Series<'_>> = usage
+        .groups
+        .iter()
+        .map(|g| Series {
+            name: &g.name,
+            values: counts(&g.tokens),
+        })
+        .collect();
+    line_chart(
+        &mut page,
+        "tokens",
+        &format!("Tokens (input + output) by {by_name}"),
+        "tokens",
+        &usage,
+        &tokens,
+    );
+    let percentiles = [
+        Series {
+            name: "p50",
+            values: bucket_percentile(&usage.all, 50.0),
+        },
+        Series {
+            name: "p90",
+            values: bucket_percentile(&usage.all, 90.0),
+        },
+        Series {
+            name: "p99",
+            values: bucket_percentile(&usage.all, 99.0),
+        },
+    ];
+    line_chart(
+        &mut page,
+        "latency",
+        "Latency percentiles, all calls",
+        "ms",
+        &usage,
+        &percentiles,
+    );
+    let p99: Vec<Series<'_>> = usage
+        .groups
+        .iter()
+        .map(|g| Series {
+            name: &g.name,
+            values: bucket_percentile(g, 99.0),
+        })
+        .collect();
+    line_chart(
+        &mut page,
+        "latency-by",
+        &format!("p99 latency by {by_name}"),
+        "ms",
+        &usage,
+        &p99,
+    );
+    page.element("h2", &[], &format!("Totals by {by_name}"));
+    page.open("table", &[("id", "usage-totals"), ("class", "totals")]);
+    page.open("thead", &[]);
+    page.open("tr", &[]);
+    for heading in [
+        by_name,
+        "requests",
+        "not completed",
+        "input tokens",
+        "output tokens",
+        "cost",
+        "p50",
+        "p90",
+        "p99",
+        "p50 first token",
+    ] {
+        page.element("th", &[], heading);
+    }
+    page.close("tr");
+    page.close("thead");
+    page.open("tbody", &[]);
+    for g in usage.groups.iter().chain(std::iter::once(&usage.all)) {
+        page.open("tr", &[]);
+        page.element("td", &[], &g.name);
+        let ms = |v: Option<f64>| {
+            v.map_or_else(
+                || "—".to_owned(),
+                |v| millis(Duration::from_secs_f64(v / 1000.0)),
+            )
+        };
+        let cost = if g.unpriced == g.total_requests {
+            "—".to_owned()
+        } else if g.unpriced > 0 {
+            format!("{} + {} unpriced", dollars(g.cost), g.unpriced)
+        } else {
+            dollars(g.cost)
+        };
+        for cell in [
+            g.total_requests.to_string(),
+            g.errors.to_string(),
+            g.input_tokens.to_string(),
+            g.output_tokens.to_string(),
+            cost,
+            ms(percentile(&g.all_latencies, 50.0)),
+            ms(percentile(&g.all_latencies, 90.0)),
+            ms(percentile(&g.all_latencies, 99.0)),
+            ms(percentile(&g.ttft, 50.0)),
+        ] {
+            page.element("td", &[("class", "number")], &cell);
+        }
+        page.close("tr");
+    }
+    page.close("tbody");
+    page.close("table");
+    Ok(page)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tower_chat_persistence::{CallId, CallOutcome};
+
+    fn call(at: SystemTime, model: &str, latency_ms: u64) -> CallSummary {
+        CallSummary {
+            call_id: CallId::generate(),
+            conversation_id: "c".into(),
+            caller: None,
+            started_at: at,
+            first_token_at: Some(at + Duration::from_millis(1)),
+            ended_at: at + Duration::from_millis(latency_ms),
+            model: Some(model.into()),
+            outcome: CallOutcome::Completed,
+            input_tokens: 10,
+            output_tokens: 5,
+            cost: None,
+        }
+    }
+
+    #[test]
+    fn percentiles_are_nearest_rank() {
+        let values: Vec<f64> = (1..=100).map(f64::from).collect();
+        assert_eq!(percentile(&values, 50.0), Some(50.0));
+        assert_eq!(percentile(&values, 99.0), Some(99.0));
+        assert_eq!(percentile(&values, 100.0), Some(100.0));
+        assert_eq!(percentile(&[7.0], 1.0), Some(7.0));
+        assert_eq!(percentile(&[], 50.0), None);
+    }
+
+    #[test]
+    fn calls_land_in_their_bucket_and_series_and_the_chart_draws_them() {
+        let start = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+        let range = RANGES[0];
+        let calls = vec![
+            call(start + Duration::from_secs(5), "a", 100),
+            call(start + Duration::from_secs(65), "a", 300),
+            call(start + Duration::from_secs(70), "<b>", 200),
+            call(start - Duration::from_secs(5), "a", 1),
+        ];
+        let usage = bucket_calls(&calls, start, range, By::Model);
+        assert_eq!(usage.groups.len(), 2);
+        assert_eq!(usage.groups[0].name, "a");
+        assert_eq!(usage.groups[0].requests[..3], [1.0, 1.0, 0.0]);
+        assert_eq!(usage.groups[1].requests[1], 1.0);
+        assert_eq!(
+            usage.all.total_requests, 3,
+            "the call before the range is left out"
+        );
+        assert_eq!(usage.all.tokens[1], 30.0);
+        assert_eq!(percentile(&usage.all.latencies[1], 99.0), Some(300.0));
+        let mut page = Html::new();
+        let series: Vec<Series<'_>> = usage
+            .groups
+            .iter()
+            .map(|g| Series {
+                name: &g.name,
+                values: counts(&g.requests),
+            })
+            .collect();
+        line_chart(
+            &mut page, "requests", "Requests", "requests", &usage, &series,
+        );
+        let svg = page.finish();
+        assert!(svg.contains("data-points=\"120\""), "60 buckets × 2 series");
+        assert_eq!(svg.matches("<circle").count(), 120);
+        assert!(
+            svg.contains("&lt;b&gt;") && !svg.contains("<b>"),
+            "series names are escaped"
+        );
+        let p99 = [Series {
+            name: "p99",
+            values: bucket_percentile(&usage.all, 99.0),
+        }];
+        let mut page = Html::new();
+        line_chart(&mut page, "latency", "Latency", "ms", &usage, &p99);
+        let svg = page.finish();
+        assert!(
+            svg.contains("data-points=\"2\""),
+            "only buckets with calls: {svg}"
+        );
+        assert_eq!(nice_max(0.0), 1.0);
+        assert_eq!(nice_max(3.2), 5.0);
+        assert_eq!(nice_max(120.0), 200.0);
+    }
+}
