@@ -7,13 +7,12 @@ use std::hint::black_box;
 
 use bytes::Bytes;
 use criterion::{criterion_group, Criterion, Throughput};
-use http_body_util::{BodyExt, Full};
+use http_body_util::Full;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use serde_json::{json, Value};
 use tower::ServiceExt;
 use tower_chat::openai::{OpenAiChat, StreamDecoder};
-use tower_chat::sse::SseDecoder;
 use tower_chat::test_server::{Reply, ScriptedProvider};
 use tower_chat::{ChatRequest, ChatStreamExt, Message};
 
@@ -137,189 +136,18 @@ fn decode_body(provider: &str, body: &[u8]) {
     }
 }
 
-/// The minimum a typed hand-written client deserializes per chunk.
-#[derive(serde::Deserialize)]
-struct MinimalChunk {
-    #[serde(default)]
-    choices: Vec<MinimalChoice>,
-}
+#[path = "support/raw_openai.rs"]
+mod raw_openai;
+use raw_openai::{raw_round_trip, RawClient, RawParse};
 
-#[derive(serde::Deserialize)]
-struct MinimalChoice {
-    #[serde(default)]
-    delta: Option<MinimalDelta>,
-}
-
-#[derive(serde::Deserialize)]
-struct MinimalDelta {
-    #[serde(default)]
-    content: Option<String>,
-    #[serde(default)]
-    tool_calls: Option<Vec<Value>>,
-}
-
-/// What a typed hand-written client that keeps the same information as the leaf deserializes per chunk.
-#[derive(serde::Deserialize)]
-struct FullChunk {
-    #[serde(default)]
-    id: Option<String>,
-    #[serde(default)]
-    model: Option<String>,
-    #[serde(default)]
-    choices: Vec<FullChoice>,
-    #[serde(default)]
-    usage: Option<FullUsage>,
-}
-
-#[derive(serde::Deserialize)]
-struct FullChoice {
-    #[serde(default)]
-    delta: Option<FullDelta>,
-    #[serde(default)]
-    finish_reason: Option<String>,
-}
-
-#[derive(serde::Deserialize)]
-struct FullDelta {
-    #[serde(default)]
-    content: Option<String>,
-    #[serde(default)]
-    reasoning_content: Option<String>,
-    #[serde(default)]
-    tool_calls: Option<Vec<FullToolCall>>,
-}
-
-#[derive(serde::Deserialize)]
-struct FullToolCall {
-    #[serde(default)]
-    index: usize,
-    #[serde(default)]
-    id: Option<String>,
-    #[serde(default)]
-    function: Option<FullFunction>,
-}
-
-#[derive(serde::Deserialize)]
-struct FullFunction {
-    #[serde(default)]
-    name: Option<String>,
-    #[serde(default)]
-    arguments: Option<String>,
-}
-
-#[derive(serde::Deserialize)]
-struct FullUsage {
-    #[serde(default)]
-    prompt_tokens: u64,
-    #[serde(default)]
-    completion_tokens: u64,
-}
-
-/// What a raw client keeps of the answer.
-#[derive(Default)]
-struct RawAnswer {
-    id: Option<String>,
-    model: Option<String>,
-    text: String,
-    reasoning: String,
-    calls: Vec<(String, String, String)>,
-    finish: Option<String>,
-    usage: Option<(u64, u64)>,
-}
-
-impl RawAnswer {
-    fn absorb(&mut self, chunk: FullChunk) {
-        if self.id.is_none() {
-            self.id = chunk.id;
-            self.model = chunk.model;
-        }
-        for choice in chunk.choices {
-            if let Some(delta) = choice.delta {
-                self.text.push_str(delta.content.as_deref().unwrap_or(""));
-                self.reasoning
-                    .push_str(delta.reasoning_content.as_deref().unwrap_or(""));
-                for call in delta.tool_calls.into_iter().flatten() {
-                    if call.index >= self.calls.len() {
-                        self.calls.resize_with(call.index + 1, Default::default);
-                    }
-                    let slot = &mut self.calls[call.index];
-                    if let Some(id) = call.id {
-                        slot.0 = id;
-                    }
-                    if let Some(function) = call.function {
-                        if let Some(name) = function.name {
-                            slot.1 = name;
-                        }
-                        slot.2.push_str(function.arguments.as_deref().unwrap_or(""));
-                    }
-                }
-            }
-            if choice.finish_reason.is_some() {
-                self.finish = choice.finish_reason;
-            }
-        }
-        if let Some(usage) = chunk.usage {
-            self.usage = Some((usage.prompt_tokens, usage.completion_tokens));
-        }
-    }
-}
-
-/// How the raw client parses each event.
-#[derive(Clone, Copy)]
-enum RawParse {
-    /// `serde_json::Value`.
-    Value,
-    /// Only `content` (and tool calls as `Value`).
-    Minimal,
-    /// Typed structs keeping what the leaf keeps: ids, text, reasoning, tool calls by index (arguments joined and
-    /// parsed once at the end), finish reason, usage.
-    SameFields,
-}
-
-type RawClient = Client<hyper_util::client::legacy::connect::HttpConnector, Full<Bytes>>;
-
-/// What a hand-written client does: POST, read frames, split SSE, parse each event's JSON.
-async fn raw_round_trip(client: &RawClient, url: &str, body: &Bytes, parse: RawParse) -> usize {
-    let request = http::Request::post(url)
-        .header("content-type", "application/json")
-        .header("authorization", "Bearer sk-bench")
-        .body(Full::new(body.clone()))
-        .unwrap();
-    let mut response = client.request(request).await.unwrap();
-    assert!(response.status().is_success());
-    let mut sse = SseDecoder::new();
-    let mut parsed = 0;
-    // Like any client, keep the answer.
-    let mut text = String::new();
-    let mut answer = RawAnswer::default();
-    while let Some(frame) = response.body_mut().frame().await {
-        if let Ok(data) = frame.unwrap().into_data() {
-            sse.feed(&data, &mut |event| {
-                if event.data != "[DONE]" {
-                    match parse {
-                        RawParse::Minimal => {
-                            let chunk: MinimalChunk = serde_json::from_str(&event.data).unwrap();
-                            for delta in chunk.choices.into_iter().filter_map(|c| c.delta) {
-                                text.push_str(delta.content.as_deref().unwrap_or(""));
-                                black_box(delta.tool_calls);
-                            }
-                        }
-                        RawParse::Value => {
-                            black_box(serde_json::from_str::<Value>(&event.data).unwrap());
-                        }
-                        RawParse::SameFields => {
-                            answer.absorb(serde_json::from_str(&event.data).unwrap())
-                        }
-                    }
-                }
-                parsed += 1;
-            });
-        }
-    }
+/// What a hand-written client does: POST, read frames, split SSE, parse each event's JSON, then the tool calls'
+/// arguments once.
+async fn raw_call(client: &RawClient, url: &str, body: &Bytes, parse: RawParse) -> usize {
+    let (answer, parsed) = raw_round_trip(client, url, body.clone(), true, parse).await;
     for (_, _, arguments) in &answer.calls {
         black_box(serde_json::from_str::<Value>(arguments).ok());
     }
-    black_box((text, answer));
+    black_box(answer);
     parsed
 }
 
@@ -389,7 +217,7 @@ impl RoundTrip {
             "raw_hyper_same_fields" => RawParse::SameFields,
             other => panic!("unknown variant {other}"),
         };
-        black_box(raw_round_trip(&self.raw_client, &self.url, &self.raw_body, parse).await);
+        black_box(raw_call(&self.raw_client, &self.url, &self.raw_body, parse).await);
     }
 }
 
