@@ -267,21 +267,18 @@ impl Fixture {
         let store = SqliteStore::open(store_dir.path().join("chat.db"))
             .await
             .unwrap();
-        let persistence = || {
-            PersistenceLayer::builder(store.clone())
-                .provider("openai")
-                .build()
-        };
+        let persistence = || PersistenceLayer::new(store.clone());
         let tool_loop = || {
             let lookup = tool_json(
                 "lookup",
                 "Look a key up",
                 json!({"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]}),
                 |arguments: Value, _ctx| async move { Ok::<_, String>(lookup(&arguments)) },
-            )
-            .compile()
-            .unwrap();
-            FunctionInvocationLayer::new().tool(lookup).max_rounds(64)
+            );
+            FunctionInvocationLayer::new()
+                .tool(lookup)
+                .unwrap()
+                .max_rounds(64)
         };
         let stacks = vec![
             BoxChatService::new(
@@ -466,7 +463,7 @@ fn interleave(rounds: usize) {
     let mut next = 0;
     let mut run = |variant: usize| {
         let start = std::time::Instant::now();
-        let work = || {
+        let mut work = || {
             runtime.block_on(async {
                 for _ in 0..CONVERSATIONS {
                     next += 1;
