@@ -105,7 +105,10 @@ impl Shape {
         let mut messages = vec![("system", "You are a helpful assistant.".to_owned())];
         for i in 1..self.history {
             let role = if i % 2 == 1 { "user" } else { "assistant" };
-            messages.push((role, format!("Earlier message number {i} of this conversation.")));
+            messages.push((
+                role,
+                format!("Earlier message number {i} of this conversation."),
+            ));
         }
         messages.truncate(self.history);
         messages.push(("user", "Weather in Oslo, and what is 21 + 21?".to_owned()));
@@ -165,15 +168,15 @@ fn reply(shape: Shape, request: &RecordedRequest) -> Reply {
                     "function": {"name": "lookup", "arguments": arguments}})
                 })
                 .collect();
-            completion(json!({"role": "assistant", "content": null, "tool_calls": calls}), "tool_calls")
+            completion(
+                json!({"role": "assistant", "content": null, "tool_calls": calls}),
+                "tool_calls",
+            )
         }
     } else if stream {
         Reply::openai_text(ANSWER)
     } else {
-        completion(
-            json!({"role": "assistant", "content": ANSWER}),
-            "stop",
-        )
+        completion(json!({"role": "assistant", "content": ANSWER}), "stop")
     }
 }
 
@@ -368,10 +371,7 @@ impl Fixture {
                 messages: &messages,
                 tools: &self.raw_tools,
                 stream: self.shape.stream,
-                stream_options: self
-                    .shape
-                    .stream
-                    .then(|| json!({"include_usage": true})),
+                stream_options: self.shape.stream.then(|| json!({"include_usage": true})),
             })
             .unwrap();
             let (answer, _) = raw_round_trip(
@@ -398,8 +398,9 @@ impl Fixture {
             messages.push(json!({"role": "assistant", "content": null, "tool_calls": calls}));
             for (id, _, arguments) in &answer.calls {
                 let arguments: Value = serde_json::from_str(arguments).unwrap();
-                messages
-                    .push(json!({"role": "tool", "tool_call_id": id, "content": lookup(&arguments)}));
+                messages.push(
+                    json!({"role": "tool", "tool_call_id": id, "content": lookup(&arguments)}),
+                );
             }
         }
     }
