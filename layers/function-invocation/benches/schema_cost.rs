@@ -143,7 +143,9 @@ fn rss(with_jsonschema: bool) {
         ];
         let chat = FunctionInvocationLayer::new()
             .tool(weather)
+            .expect("adds")
             .tool(add)
+            .expect("adds")
             .max_rounds(5)
             .layer(leaf);
         println!("stack built: {}", vm_rss());
