@@ -398,6 +398,20 @@ const SERIES_CLASSES: [(&str, &str, &str); 6] = [
     ("line s5", "point s5", "swatch s5"),
 ];
 
+/// One series per group (model or caller), its values picked by `values`.
+fn per_group<'a>(
+    groups: &'a [Group],
+    values: impl Fn(&Group) -> Vec<Option<f64>>,
+) -> Vec<Series<'a>> {
+    groups
+        .iter()
+        .map(|g| Series {
+            name: &g.name,
+            values: values(g),
+        })
+        .collect()
+}
+
 fn counts(values: &[f64]) -> Vec<Option<f64>> {
     values.iter().map(|v| Some(*v)).collect()
 }
@@ -510,14 +524,7 @@ async fn render(
         ),
     );
     let by_name = by.name();
-    let requests: Vec<Series<'_>> = usage
-        .groups
-        .iter()
-        .map(|g| Series {
-            name: &g.name,
-            values: counts(&g.requests),
-        })
-        .collect();
+    let requests = per_group(&usage.groups, |g| counts(&g.requests));
     line_chart(
         &mut page,
         "requests",
@@ -526,14 +533,7 @@ async fn render(
         &usage,
         &requests,
     );
-    let tokens: Vec<Series<'_>> = usage
-        .groups
-        .iter()
-        .map(|g| Series {
-            name: &g.name,
-            values: counts(&g.tokens),
-        })
-        .collect();
+    let tokens = per_group(&usage.groups, |g| counts(&g.tokens));
     line_chart(
         &mut page,
         "tokens",
@@ -564,14 +564,7 @@ async fn render(
         &usage,
         &percentiles,
     );
-    let p99: Vec<Series<'_>> = usage
-        .groups
-        .iter()
-        .map(|g| Series {
-            name: &g.name,
-            values: bucket_percentile(g, 99.0),
-        })
-        .collect();
+    let p99 = per_group(&usage.groups, |g| bucket_percentile(g, 99.0));
     line_chart(
         &mut page,
         "latency-by",
