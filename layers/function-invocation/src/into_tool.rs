@@ -77,4 +77,35 @@ mod tests {
             "{debug}"
         );
     }
+
+    #[test]
+    fn registries_and_request_tools_take_tools_as_written_and_refuse_a_bad_schema() {
+        let bad = || {
+            echo(
+                "bad",
+                json!({"type": "object", "properties": {"x": {"type": 7}}}),
+            )
+        };
+        let compiled = echo("shared", json!({"type": "object"}))
+            .into_tool()
+            .unwrap();
+        let registry = crate::ToolSet::new()
+            .with(echo("fresh", json!({"type": "object"})))
+            .and_then(|set| set.with(compiled.clone()))
+            .unwrap();
+        assert_eq!(registry.len(), 2);
+        assert!(crate::ToolSet::new().with(bad()).is_err());
+
+        let request = crate::RequestTools::new()
+            .tool(echo("fresh", json!({"type": "object"})))
+            .and_then(|tools| tools.tool(compiled))
+            .unwrap();
+        assert_eq!(request.tools.len(), 2);
+        let error = crate::RequestTools::new().tool(bad()).unwrap_err();
+        assert_eq!(
+            error.kind(),
+            &tower_chat::ErrorKind::InvalidRequest,
+            "{error}"
+        );
+    }
 }

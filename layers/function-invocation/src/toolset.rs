@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use tower_chat::{ChatError, ChatRequest, ErrorKind, Shared, ToolSpec};
 
+use crate::into_tool::IntoTool;
 use crate::tool::CompiledTool;
 
 /// Tools by name, in insertion order.
@@ -21,10 +22,11 @@ impl ToolSet {
         ToolSet::default()
     }
 
-    /// Add a tool, replacing one of the same name (see [`ToolSet::insert`]).
-    pub fn with(mut self, tool: CompiledTool) -> Self {
-        self.insert(tool);
-        self
+    /// Add a tool as written (compiled now) or already compiled, replacing one of the same name (see
+    /// [`ToolSet::insert`]); fails as [`CompiledTool::new`] does on a bad schema or name.
+    pub fn with(mut self, tool: impl IntoTool) -> Result<Self, ChatError> {
+        self.insert(tool.into_tool()?);
+        Ok(self)
     }
 
     /// Add a tool; one of the same name is replaced in place and returned.
@@ -123,10 +125,11 @@ impl RequestTools {
         RequestTools::default()
     }
 
-    /// Add an executable tool.
-    pub fn tool(mut self, tool: CompiledTool) -> Self {
-        self.tools.insert(tool);
-        self
+    /// Add an executable tool, as written (compiled now) or already compiled; fails as [`CompiledTool::new`]
+    /// does on a bad schema or name.
+    pub fn tool(mut self, tool: impl IntoTool) -> Result<Self, ChatError> {
+        self.tools.insert(tool.into_tool()?);
+        Ok(self)
     }
 
     /// Offer a registered tool by name.

@@ -44,11 +44,11 @@ async fn request_tools_extend_the_layer_and_a_guard_is_never_dropped() {
             let layer = FunctionInvocationLayer::new()
                 .tool(named("x", "from layer", layer_guard))
                 .unwrap();
-            let request = user("go").with_extension(RequestTools::new().tool(named(
-                "x",
-                "from request",
-                request_guard,
-            )));
+            let request = user("go").with_extension(
+                RequestTools::new()
+                    .tool(named("x", "from request", request_guard))
+                    .unwrap(),
+            );
             let (events, _) = run(stack(layer, inner), request).await;
             match expected {
                 Some(text) => assert_eq!(tool_results(&events)[0].content, text),
@@ -65,7 +65,8 @@ async fn request_tools_extend_the_layer_and_a_guard_is_never_dropped() {
         let layer = FunctionInvocationLayer::new()
             .tool(named("x", "", false))
             .unwrap();
-        let request = user("go").with_extension(RequestTools::new().tool(named("y", "", false)));
+        let request =
+            user("go").with_extension(RequestTools::new().tool(named("y", "", false)).unwrap());
         run(stack(layer, inner), request).await;
         let names: Vec<String> = script.requests()[0]
             .options
@@ -83,7 +84,8 @@ async fn registered_tools_are_offered_by_name_and_unknown_names_fail_first() {
         let runs = counter();
         let registry = ToolSet::new()
             .with(weather(runs.clone()))
-            .with(named("other", "", false));
+            .and_then(|set| set.with(named("other", "", false)))
+            .unwrap();
         let layer = FunctionInvocationLayer::new().registry(registry);
         let (inner, script) = scripted(
             shape,

@@ -12,13 +12,13 @@ use std::hint::black_box;
 
 use criterion::{criterion_group, Criterion};
 use futures_util::StreamExt;
-use tower::{service_fn, Layer, ServiceExt};
+use tower::{service_fn, ServiceExt};
 use tower_chat::test_server::{scripted_stream, Delivery};
 use tower_chat::{
     CallerIdentity, ChatError, ChatEvent, ChatRequest, ChatStream, Cost, FinishReason, Message,
     ModelPrice, PriceTable, Usage,
 };
-use tower_chat_limits::{LimitPolicy, Limits, LimitsLayer, WindowLimit};
+use tower_chat_limits::{LimitPolicy, Limited, Limits, LimitsLayer, WindowLimit};
 
 fn model() -> impl tower::Service<
     ChatRequest,
@@ -93,12 +93,13 @@ fn bench(c: &mut Criterion) {
     let mut group = c.benchmark_group("limits");
     let bare = model();
     group.bench_function("bare", |b| b.iter(|| runtime.block_on(call(bare.clone()))));
-    let memory = runtime.block_on(async { layer(Some(Default::default()), None).layer(model()) });
+    let memory =
+        runtime.block_on(async { Limited::new(model(), layer(Some(Default::default()), None)) });
     group.bench_function("memory_store", |b| {
         b.iter(|| runtime.block_on(call(memory.clone())))
     });
     if let (true, Ok(url)) = (cfg!(feature = "redis"), std::env::var("REDIS_URL")) {
-        let redis = runtime.block_on(async { layer(None, Some(&url)).layer(model()) });
+        let redis = runtime.block_on(async { Limited::new(model(), layer(None, Some(&url))) });
         let limits = redis.layer().clone();
         group.bench_function("redis_store", |b| {
             b.iter(|| {
@@ -134,7 +135,7 @@ fn count(variant: &str) {
                 }
             }
             "memory" => {
-                let service = layer(Some(Default::default()), None).layer(model());
+                let service = Limited::new(model(), layer(Some(Default::default()), None));
                 for _ in 0..calls {
                     call(service.clone()).await;
                 }
@@ -143,7 +144,7 @@ fn count(variant: &str) {
                 let url = std::env::var("REDIS_URL").expect("REDIS_URL");
                 let client = redis::Client::open(url.as_str()).unwrap();
                 let mut admin = client.get_multiplexed_async_connection().await.unwrap();
-                let service = layer(None, Some(&url)).layer(model());
+                let service = Limited::new(model(), layer(None, Some(&url)));
                 let limits = service.layer().clone();
                 // One call first, so the scripts are loaded and the connection is up.
                 call(service.clone()).await;

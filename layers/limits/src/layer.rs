@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use serde::Serialize;
 use tokio::sync::Notify;
-use tower_chat::{ChatError, ChatRequest, Cost, ErrorKind, Message, PriceTable, Usage};
+use tower_chat::{ChatError, ChatRequest, Cost, ErrorKind, Message, ModelInfo, PriceTable, Usage};
 use tower_layer::Layer;
 
 use crate::clock::{Clock, SystemClock};
@@ -69,7 +69,6 @@ pub(crate) struct Shared {
     clock: Arc<dyn Clock>,
     default_max_output_tokens: u32,
     chars_per_token: u32,
-    default_model: Option<Arc<str>>,
     on_store_error: StoreFailure,
     counters: Counters,
     settling: InFlight,
@@ -87,7 +86,6 @@ impl fmt::Debug for Shared {
             .field("clock", &self.clock)
             .field("default_max_output_tokens", &self.default_max_output_tokens)
             .field("chars_per_token", &self.chars_per_token)
-            .field("default_model", &self.default_model)
             .field("on_store_error", &self.on_store_error)
             .finish_non_exhaustive()
     }
@@ -112,7 +110,6 @@ impl Clone for Shared {
             clock: self.clock.clone(),
             default_max_output_tokens: self.default_max_output_tokens,
             chars_per_token: self.chars_per_token,
-            default_model: self.default_model.clone(),
             on_store_error: self.on_store_error,
             counters: Counters::default(),
             settling: InFlight::default(),
@@ -134,7 +131,6 @@ impl LimitsLayer {
                 clock: Arc::new(SystemClock),
                 default_max_output_tokens: 4096,
                 chars_per_token: 4,
-                default_model: None,
                 on_store_error: StoreFailure::default(),
                 counters: Counters::default(),
                 settling: InFlight::default(),
@@ -179,12 +175,6 @@ impl LimitsLayer {
     /// (default 4; at least 1).
     pub fn chars_per_token(self, chars: u32) -> Self {
         self.configure(|shared| shared.chars_per_token = chars.max(1))
-    }
-
-    /// The model of requests that name none (the leaf's default model), for per-model limits and prices.
-    pub fn default_model(self, model: impl Into<String>) -> Self {
-        let model: Arc<str> = Arc::from(model.into());
-        self.configure(|shared| shared.default_model = Some(model))
     }
 
     /// What a store failure does (default [`StoreFailure::FailClosed`]).
@@ -261,11 +251,16 @@ impl LimitsLayer {
     }
 }
 
-impl<S> Layer<S> for LimitsLayer {
+/// Counts a request that names no model under the inner service's default model ([`ModelInfo`]'s `model_id`,
+/// the leaf's, through every tower-chat layer and the common tower middleware), for per-model limits and prices.
+/// For an inner service without `ModelInfo` (a test double), [`Limited::new`] wraps it: such requests then count
+/// under no model.
+impl<S: ModelInfo> Layer<S> for LimitsLayer {
     type Service = Limited<S>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        Limited::new(inner, self.clone())
+        let default_model = inner.model_metadata().model_id.map(Arc::from);
+        Limited::with_default_model(inner, self.clone(), default_model)
     }
 }
 
@@ -307,13 +302,13 @@ impl Shared {
     /// Build the ticket of `request`: its caller's plan (scopes, counters, price; resolved on the caller's first
     /// call to the model and kept), its estimate, its start. Fails (without touching the store) when the
     /// estimate alone exceeds a limit, or a cost budget applies and the model has no price.
-    pub(crate) fn prepare(self: &Arc<Self>, request: &ChatRequest) -> Result<Prepared, ChatError> {
+    pub(crate) fn prepare(
+        self: &Arc<Self>,
+        request: &ChatRequest,
+        default_model: Option<&str>,
+    ) -> Result<Prepared, ChatError> {
         let caller = request.caller().map_or(ANONYMOUS, |c| c.as_str());
-        let model = request
-            .options
-            .model
-            .as_deref()
-            .or(self.default_model.as_deref());
+        let model = request.options.model.as_deref().or(default_model);
         let plan = self.plans.get(caller, model, || {
             CallPlan::new(
                 self.policy.scopes(caller, model),

@@ -10,26 +10,29 @@
 //! use std::time::Duration;
 //! use tower::{service_fn, Layer, ServiceExt};
 //! use tower_chat::{
-//!     CallerIdentity, ChatError, ChatEvent, ChatRequest, ChatStream, ChatStreamExt, Cost, ErrorKind,
-//!     FinishReason, Message, ModelPrice, PriceTable, Usage,
+//!     BoxChatService, CallerIdentity, ChatError, ChatEvent, ChatRequest, ChatStream, ChatStreamExt, Cost,
+//!     ErrorKind, FinishReason, Message, ModelMetadata, ModelPrice, PriceTable, Usage,
 //! };
 //! use tower_chat_limits::{CounterKind, LimitPolicy, Limits, LimitsLayer, WindowLimit};
 //!
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), ChatError> {
-//! // Any chat service: here one that answers "Hi!" and reports its usage.
-//! let model = service_fn(|_req: ChatRequest| async {
+//! // Any chat service: here one that answers "Hi!" and reports its usage, described as a leaf whose default
+//! // model is gpt-4o-mini (a real leaf, `OpenAiChat` or `AnthropicChat`, describes itself).
+//! let answer = service_fn(|_req: ChatRequest| async {
 //!     let usage = Usage { input_tokens: 12, output_tokens: 3, ..Usage::default() };
 //!     let events = vec![ChatEvent::text("Hi!"), ChatEvent::Usage { usage }, ChatEvent::finish(FinishReason::Stop)];
 //!     Ok::<ChatStream, ChatError>(Box::pin(stream::iter(events.into_iter().map(Ok))))
 //! });
+//! let model = BoxChatService::with_metadata(answer, ModelMetadata::new("openai").model("gpt-4o-mini"));
 //!
 //! // Every caller: 2 calls per minute and $5 a day; prices per million tokens.
 //! let policy = LimitPolicy::new(
 //!     Limits::none().requests(WindowLimit::per_minute(2)).cost_per_day(Cost::from_usd(5.0)),
 //! );
 //! let prices = PriceTable::new().with("gpt-4o-mini", ModelPrice::per_million_usd(0.15, 0.6));
-//! let limits = LimitsLayer::new(policy).prices(prices).default_model("gpt-4o-mini");
+//! // Requests that name no model are priced as the leaf's default model, read from `ModelInfo`.
+//! let limits = LimitsLayer::new(policy).prices(prices);
 //! let chat = limits.layer(model);
 //!
 //! let call = || {

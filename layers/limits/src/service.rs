@@ -18,12 +18,33 @@ use crate::store::{Admission, LimitStoreError, StoreReply};
 pub struct Limited<S> {
     inner: S,
     layer: LimitsLayer,
+    /// The model a request that names none is counted under: the inner service's, read when the layer wrapped it.
+    default_model: Option<Arc<str>>,
 }
 
 impl<S> Limited<S> {
-    /// Wrap `inner`.
+    /// Wrap `inner`, which reports no default model: requests that name no model count under none. (The layer
+    /// reads the default model from an inner service that implements [`ModelInfo`].)
     pub fn new(inner: S, layer: LimitsLayer) -> Self {
-        Limited { inner, layer }
+        Limited::with_default_model(inner, layer, None)
+    }
+
+    /// Wrap `inner`, counting requests that name no model under `default_model`.
+    pub fn with_default_model(
+        inner: S,
+        layer: LimitsLayer,
+        default_model: Option<Arc<str>>,
+    ) -> Self {
+        Limited {
+            inner,
+            layer,
+            default_model,
+        }
+    }
+
+    /// The model a request that names none is counted under.
+    pub fn default_model(&self) -> Option<&str> {
+        self.default_model.as_deref()
     }
 
     /// The inner service.
@@ -67,7 +88,7 @@ where
 
     fn call(&mut self, request: ChatRequest) -> Self::Future {
         let shared = &self.layer.shared;
-        let mut prepared = match shared.prepare(&request) {
+        let mut prepared = match shared.prepare(&request, self.default_model.as_deref()) {
             Ok(prepared) => prepared,
             Err(error) => return ResponseFuture::failed(error),
         };

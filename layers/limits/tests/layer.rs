@@ -16,7 +16,7 @@ use tower_chat::{
 };
 use tower_chat_function_invocation::{tool_json, FunctionInvocationLayer};
 use tower_chat_limits::{
-    CounterKind, LimitPolicy, Limits, LimitsLayer, ManualClock, Rejection, WindowLimit,
+    CounterKind, LimitPolicy, Limited, Limits, LimitsLayer, ManualClock, Rejection, WindowLimit,
     CONCURRENT_RETRY_AFTER,
 };
 
@@ -80,7 +80,10 @@ async fn over_the_request_limit_is_refused_before_any_upstream_call_with_retry_a
     let policy = LimitPolicy::new(Limits::none().requests(WindowLimit::per_minute(3)));
     let layer = LimitsLayer::new(policy).clock(clock.clone());
     let calls = Arc::new(AtomicUsize::new(0));
-    let chat = layer.layer(model(answer(10, 2), Delivery::OneByOne, calls.clone()));
+    let chat = Limited::new(
+        model(answer(10, 2), Delivery::OneByOne, calls.clone()),
+        layer.clone(),
+    );
     for _ in 0..3 {
         let response = chat.clone().oneshot(request("alice")).await.unwrap();
         response.collect_response().await.unwrap();
@@ -114,7 +117,10 @@ async fn a_window_rollover_admits_again() {
     let clock = ManualClock::new(start());
     let policy = LimitPolicy::new(Limits::none().requests(WindowLimit::per_minute(1)));
     let layer = LimitsLayer::new(policy).clock(clock.clone());
-    let chat = layer.layer(model(answer(1, 1), Delivery::AllAtOnce, Default::default()));
+    let chat = Limited::new(
+        model(answer(1, 1), Delivery::AllAtOnce, Default::default()),
+        layer.clone(),
+    );
     drop(chat.clone().oneshot(request("alice")).await.unwrap());
     clock.advance(Duration::from_millis(29_999));
     let error = chat.clone().oneshot(request("alice")).await.err().unwrap();
@@ -143,11 +149,10 @@ async fn cost_budgets_follow_the_utc_day_and_the_calendar_month() {
         .clock(clock.clone())
         .prices(prices())
         .default_max_output_tokens(1);
-    let chat = layer.layer(model(
-        answer(1_000, 1_000),
-        Delivery::OneByOne,
-        Default::default(),
-    ));
+    let chat = Limited::new(
+        model(answer(1_000, 1_000), Delivery::OneByOne, Default::default()),
+        layer.clone(),
+    );
     for _ in 0..2 {
         let response = chat.clone().oneshot(request("alice")).await.unwrap();
         response.collect_response().await.unwrap();
@@ -208,7 +213,7 @@ async fn usage_is_settled_exactly_on_both_delivery_shapes() {
                 usage: usage(0, 40),
             },
         ];
-        let chat = layer.layer(model(events, delivery, Default::default()));
+        let chat = Limited::new(model(events, delivery, Default::default()), layer.clone());
         let response = chat.oneshot(request("alice")).await.unwrap();
         // While the stream is open, the estimate (4,096 output tokens by default) is reserved.
         assert_eq!(
@@ -253,6 +258,44 @@ async fn usage_from_a_real_openai_leaf_over_http_is_settled() {
     );
 }
 
+#[tokio::test]
+async fn a_request_naming_no_model_counts_under_the_leafs_model_read_through_tower_middleware() {
+    let provider =
+        ScriptedProvider::start(|_request, _index| Reply::openai_text("Paris is the capital."))
+            .await;
+    let leaf = OpenAiChat::builder()
+        .base_url(provider.base_url())
+        .api_key("test-key")
+        .model(MODEL)
+        .build()
+        .unwrap();
+    // A cost budget needs a price: a request whose model is unknown is refused, so the call below succeeding
+    // and being charged at MODEL's price shows the model came from the leaf, not from the request.
+    let policy = LimitPolicy::new(Limits::none())
+        .model(MODEL, Limits::none().requests(WindowLimit::per_minute(1)))
+        .caller("alice", Limits::none().cost_per_month(Cost::from_usd(10.0)));
+    let layer = LimitsLayer::new(policy).prices(prices());
+    let chat = tower::ServiceBuilder::new()
+        .layer(layer.clone())
+        .concurrency_limit(8)
+        .service(leaf);
+    assert_eq!(chat.default_model(), Some(MODEL));
+    let unnamed = || {
+        ChatRequest::new(vec![Message::user("What is the capital of France?")])
+            .with_extension(CallerIdentity::new("alice"))
+    };
+    let response = chat.clone().oneshot(unnamed()).await.unwrap();
+    response.collect_response().await.unwrap();
+    assert_eq!(
+        used(&layer, "alice", CounterKind::CostPerMonth).await,
+        12 * 150 + 5 * 600
+    );
+    // MODEL's own limit (one request a minute) applies to the unnamed request too.
+    let refused = chat.oneshot(unnamed()).await.err().unwrap();
+    assert!(matches!(refused.kind(), ErrorKind::RateLimited { .. }));
+    assert_eq!(provider.requests().len(), 1);
+}
+
 /// A stream that yields `events` and then waits forever, like a provider mid-answer.
 fn hanging(events: Vec<ChatEvent>) -> ChatStream {
     Box::pin(stream::iter(events.into_iter().map(Ok)).chain(stream::pending()))
@@ -267,10 +310,13 @@ async fn a_stream_dropped_mid_answer_is_charged_what_was_seen_and_frees_its_slot
             .output_tokens(WindowLimit::per_minute(100_000)),
     );
     let layer = LimitsLayer::new(policy).clock(ManualClock::new(start()));
-    let chat = layer.layer(service_fn(|_req: ChatRequest| async {
-        // 12 characters of output, then silence: the provider's usage report never comes.
-        Ok::<_, ChatError>(hanging(vec![ChatEvent::text("Paris is the")]))
-    }));
+    let chat = Limited::new(
+        service_fn(|_req: ChatRequest| async {
+            // 12 characters of output, then silence: the provider's usage report never comes.
+            Ok::<_, ChatError>(hanging(vec![ChatEvent::text("Paris is the")]))
+        }),
+        layer.clone(),
+    );
     let mut stream = chat.clone().oneshot(request("alice")).await.unwrap();
     assert!(matches!(
         stream.next().await,
@@ -302,16 +348,19 @@ async fn a_stream_that_fails_counts_its_partial_usage() {
         let layer = LimitsLayer::new(policy)
             .clock(ManualClock::new(start()))
             .default_max_output_tokens(500);
-        let chat = layer.layer(service_fn(move |_req: ChatRequest| async move {
-            let items = vec![
-                Ok(ChatEvent::text("Par")),
-                Ok(ChatEvent::Usage {
-                    usage: usage(20, 7),
-                }),
-                Err(ChatError::new(ErrorKind::Connection, "reset")),
-            ];
-            Ok::<_, ChatError>(scripted_stream(delivery, items))
-        }));
+        let chat = Limited::new(
+            service_fn(move |_req: ChatRequest| async move {
+                let items = vec![
+                    Ok(ChatEvent::text("Par")),
+                    Ok(ChatEvent::Usage {
+                        usage: usage(20, 7),
+                    }),
+                    Err(ChatError::new(ErrorKind::Connection, "reset")),
+                ];
+                Ok::<_, ChatError>(scripted_stream(delivery, items))
+            }),
+            layer.clone(),
+        );
         let response = chat.oneshot(request("alice")).await.unwrap();
         let error = response.collect_response().await.err().unwrap();
         assert_eq!(error.kind(), &ErrorKind::Connection);
@@ -332,9 +381,12 @@ async fn a_refused_service_call_releases_tokens_but_keeps_the_request_count() {
             .concurrent(1),
     );
     let layer = LimitsLayer::new(policy).clock(ManualClock::new(start()));
-    let chat = layer.layer(service_fn(|_req: ChatRequest| async {
-        Err::<ChatStream, _>(ChatError::new(ErrorKind::Upstream, "overloaded"))
-    }));
+    let chat = Limited::new(
+        service_fn(|_req: ChatRequest| async {
+            Err::<ChatStream, _>(ChatError::new(ErrorKind::Upstream, "overloaded"))
+        }),
+        layer.clone(),
+    );
     let error = chat.clone().oneshot(request("alice")).await.err().unwrap();
     assert_eq!(error.kind(), &ErrorKind::Upstream);
     assert_eq!(used(&layer, "alice", CounterKind::Requests).await, 1);
@@ -346,9 +398,12 @@ async fn a_refused_service_call_releases_tokens_but_keeps_the_request_count() {
 async fn a_response_future_dropped_before_the_answer_frees_its_slot() {
     let policy = LimitPolicy::new(Limits::none().concurrent(1));
     let layer = LimitsLayer::new(policy);
-    let mut chat = layer.layer(service_fn(|_req: ChatRequest| {
-        futures_util::future::pending::<Result<ChatStream, ChatError>>()
-    }));
+    let mut chat = Limited::new(
+        service_fn(|_req: ChatRequest| {
+            futures_util::future::pending::<Result<ChatStream, ChatError>>()
+        }),
+        layer.clone(),
+    );
     let future = chat.ready().await.unwrap().call(request("alice"));
     assert_eq!(used(&layer, "alice", CounterKind::Concurrent).await, 1);
     drop(future);
@@ -369,7 +424,10 @@ async fn a_thousand_concurrent_calls_against_a_budget_of_a_hundred_admit_exactly
             .default_max_output_tokens(100);
         let calls = Arc::new(AtomicUsize::new(0));
         // Every call reports the usage it was estimated at, so settling changes nothing.
-        let chat = layer.layer(model(vec![], Delivery::OneByOne, calls.clone()));
+        let chat = Limited::new(
+            model(vec![], Delivery::OneByOne, calls.clone()),
+            layer.clone(),
+        );
         let barrier = Arc::new(tokio::sync::Barrier::new(1_000));
         let tasks: Vec<_> = (0..1_000)
             .map(|_| {
@@ -454,7 +512,7 @@ async fn inside_a_tool_loop_every_round_is_checked_and_settled() {
     let chat = FunctionInvocationLayer::new()
         .tool(weather)
         .unwrap()
-        .layer(limits.layer(model));
+        .layer(Limited::new(model, limits.clone()));
     let response = chat.clone().oneshot(request("alice")).await.unwrap();
     let response = response.collect_response().await.unwrap();
     assert_eq!(response.text(), "It is 12°C.");
@@ -481,7 +539,10 @@ async fn impossible_calls_are_invalid_requests_not_rate_limits() {
     );
     let layer = LimitsLayer::new(policy).prices(prices());
     let calls = Arc::new(AtomicUsize::new(0));
-    let chat = layer.layer(model(answer(1, 1), Delivery::AllAtOnce, calls.clone()));
+    let chat = Limited::new(
+        model(answer(1, 1), Delivery::AllAtOnce, calls.clone()),
+        layer.clone(),
+    );
     let mut big = request("alice");
     big.options.max_output_tokens = Some(5_000);
     let error = chat.clone().oneshot(big).await.err().unwrap();
@@ -508,7 +569,10 @@ async fn per_model_limits_apply_on_top_of_the_callers() {
         )
         .caller("vip", Limits::none());
     let layer = LimitsLayer::new(policy).clock(ManualClock::new(start()));
-    let chat = layer.layer(model(answer(1, 1), Delivery::AllAtOnce, Default::default()));
+    let chat = Limited::new(
+        model(answer(1, 1), Delivery::AllAtOnce, Default::default()),
+        layer.clone(),
+    );
     drop(
         chat.clone()
             .oneshot(request("alice").model("gpt-4o"))

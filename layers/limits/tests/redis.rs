@@ -6,14 +6,14 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use futures_util::StreamExt;
-use tower::{service_fn, Layer, ServiceExt};
+use tower::{service_fn, ServiceExt};
 use tower_chat::test_server::{scripted_stream, Delivery};
 use tower_chat::{
     CallerIdentity, ChatError, ChatEvent, ChatRequest, ChatStream, ChatStreamExt, Cost, ErrorKind,
     FinishReason, Message, ModelPrice, PriceTable, Usage,
 };
 use tower_chat_limits::{
-    CounterKind, LimitPolicy, Limits, LimitsLayer, ManualClock, RedisStore, StoreFailure,
+    CounterKind, LimitPolicy, Limited, Limits, LimitsLayer, ManualClock, RedisStore, StoreFailure,
     WindowLimit, CONCURRENT_RETRY_AFTER,
 };
 
@@ -92,8 +92,14 @@ async fn two_replicas_on_one_redis_share_the_cap() {
         let calls = Arc::new(AtomicUsize::new(0));
         // Two replicas: separate layers, separate connections, one Redis.
         let replicas = [
-            layer(&url, &prefix, limits.clone(), &clock).layer(answering(0, 100, calls.clone())),
-            layer(&url, &prefix, limits.clone(), &clock).layer(answering(0, 100, calls.clone())),
+            Limited::new(
+                answering(0, 100, calls.clone()),
+                layer(&url, &prefix, limits.clone(), &clock),
+            ),
+            Limited::new(
+                answering(0, 100, calls.clone()),
+                layer(&url, &prefix, limits.clone(), &clock),
+            ),
         ];
         let barrier = Arc::new(tokio::sync::Barrier::new(1_000));
         let tasks: Vec<_> = (0..1_000)
@@ -135,7 +141,7 @@ async fn settlement_replaces_the_estimate_and_frees_the_slot() {
         .cost_per_month(Cost::from_usd(1.0))
         .concurrent(1);
     let limits_layer = layer(&url, &prefix("settle"), limits, &clock);
-    let chat = limits_layer.layer(answering(40, 7, Default::default()));
+    let chat = Limited::new(answering(40, 7, Default::default()), limits_layer.clone());
     let stream = chat.clone().oneshot(request("alice")).await.unwrap();
     let report = limits_layer.usage("alice").await.unwrap();
     assert_eq!(report.counter(CounterKind::Concurrent).unwrap().used, 1);
@@ -165,11 +171,14 @@ async fn a_stream_dropped_mid_answer_settles_in_redis() {
         .output_tokens(WindowLimit::per_minute(10_000))
         .concurrent(1);
     let limits_layer = layer(&url, &prefix("dropped"), limits, &clock);
-    let chat = limits_layer.layer(service_fn(|_req: ChatRequest| async {
-        let events = futures_util::stream::iter([Ok(ChatEvent::text("12345678"))])
-            .chain(futures_util::stream::pending());
-        Ok::<ChatStream, ChatError>(Box::pin(events))
-    }));
+    let chat = Limited::new(
+        service_fn(|_req: ChatRequest| async {
+            let events = futures_util::stream::iter([Ok(ChatEvent::text("12345678"))])
+                .chain(futures_util::stream::pending());
+            Ok::<ChatStream, ChatError>(Box::pin(events))
+        }),
+        limits_layer.clone(),
+    );
     let mut stream = chat.clone().oneshot(request("alice")).await.unwrap();
     stream.next().await.unwrap().unwrap();
     drop(stream);
@@ -190,7 +199,7 @@ async fn windows_roll_over_in_redis() {
         Limits::none().requests(WindowLimit::per_minute(1)),
         &clock,
     );
-    let chat = limits_layer.layer(answering(1, 1, Default::default()));
+    let chat = Limited::new(answering(1, 1, Default::default()), limits_layer.clone());
     drop(chat.clone().oneshot(request("alice")).await.unwrap());
     let error = chat.clone().oneshot(request("alice")).await.err().unwrap();
     assert_eq!(error.retry_after(), Some(Duration::from_secs(30)));
@@ -215,7 +224,7 @@ fn unreachable_layer(policy: StoreFailure) -> LimitsLayer {
 async fn unreachable_redis_fail_closed_refuses_with_a_store_error() {
     let limits = unreachable_layer(StoreFailure::FailClosed);
     let calls = Arc::new(AtomicUsize::new(0));
-    let chat = limits.layer(answering(1, 1, calls.clone()));
+    let chat = Limited::new(answering(1, 1, calls.clone()), limits.clone());
     let error = chat.oneshot(request("alice")).await.err().unwrap();
     assert_eq!(error.kind(), &ErrorKind::Store, "{error}");
     assert!(error.message().contains("Redis reserve"), "{error}");
@@ -228,7 +237,7 @@ async fn unreachable_redis_fail_closed_refuses_with_a_store_error() {
 async fn unreachable_redis_fail_open_admits_unchecked_and_counts_it() {
     let limits = unreachable_layer(StoreFailure::FailOpen);
     let calls = Arc::new(AtomicUsize::new(0));
-    let chat = limits.layer(answering(1, 1, calls.clone()));
+    let chat = Limited::new(answering(1, 1, calls.clone()), limits.clone());
     // Over the limit of one per minute, yet admitted: nothing can be counted.
     for _ in 0..2 {
         let stream = chat.clone().oneshot(request("alice")).await.unwrap();
