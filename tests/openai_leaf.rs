@@ -304,6 +304,31 @@ async fn metadata_is_readable_from_the_leaf() {
     assert!(meta.supports_streaming_usage);
 }
 
+/// Tasks alive while a test's one keep-alive connection sits idle: the scripted provider's accept loop and its
+/// connection, and the client's connection task and pool timer. More are alive while a response body is drained or a
+/// connection is being handed back to the pool.
+const TASKS_WITH_AN_IDLE_CONNECTION: usize = 4;
+
+/// Wait until only the tasks of an idle pooled connection are alive (fails after 10 s, printing what is still
+/// alive, rather than passing by luck).
+async fn connection_back_in_pool() {
+    let metrics = tokio::runtime::Handle::current().metrics();
+    let settled = async {
+        while metrics.num_alive_tasks() > TASKS_WITH_AN_IDLE_CONNECTION {
+            tokio::task::yield_now().await;
+        }
+    };
+    if tokio::time::timeout(Duration::from_secs(10), settled)
+        .await
+        .is_err()
+    {
+        panic!(
+            "{} tasks still alive, expected {TASKS_WITH_AN_IDLE_CONNECTION}",
+            metrics.num_alive_tasks()
+        );
+    }
+}
+
 #[tokio::test]
 async fn sequential_streaming_calls_reuse_one_pooled_connection() {
     // The body's end comes a little after `[DONE]`, so the stream ends before the body does.
@@ -322,8 +347,9 @@ async fn sequential_streaming_calls_reuse_one_pooled_connection() {
             .await
             .unwrap();
         assert_eq!(response.text(), "pooled");
-        // The drain of the body's last bytes is still running: give it a moment.
-        tokio::time::sleep(Duration::from_millis(30)).await;
+        // The stream ended before the body: a task drains the body's last bytes, then hyper hands the connection
+        // back to the pool. Wait for those tasks to finish (a signal from the runtime, not a guess at a delay).
+        connection_back_in_pool().await;
     }
     assert_eq!(provider.connections(), 1);
 }
