@@ -233,6 +233,45 @@ async fn idle_and_first_byte_timeouts_are_typed() {
 }
 
 #[tokio::test]
+async fn the_idle_deadline_moves_with_each_chunk_and_still_fires_after_the_last() {
+    // Chunks 100 ms apart for 400 ms with a 150 ms idle limit: the timer armed for the first deadline fires
+    // while data is still flowing and must be re-armed, not reported; after the last chunk it must fire.
+    let chunk = "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"a\"}}]}\n\n";
+    let provider = ScriptedProvider::start(move |_, _| {
+        let mut reply = Reply::sse_chunks([chunk]);
+        for _ in 0..4 {
+            reply = reply
+                .then(Part::Pause(Duration::from_millis(100)))
+                .then(Part::Bytes(chunk.into()));
+        }
+        reply.then(Part::Hang)
+    })
+    .await;
+    let leaf = OpenAiChat::builder()
+        .base_url(provider.base_url())
+        .model("m")
+        .timeouts(Timeouts {
+            connect: Some(Duration::from_secs(1)),
+            first_byte: Some(Duration::from_secs(5)),
+            idle: Some(Duration::from_millis(150)),
+        })
+        .build()
+        .unwrap();
+    let items = tokio::time::timeout(Duration::from_secs(10), collect_items(leaf, hello()))
+        .await
+        .expect("the idle deadline never fired");
+    let texts = items
+        .iter()
+        .filter(|item| matches!(item, Ok(ChatEvent::TextDelta { .. })))
+        .count();
+    assert_eq!(texts, 5, "{items:?}");
+    assert_eq!(
+        items.last().unwrap().as_ref().unwrap_err().kind(),
+        &ErrorKind::Timeout(TimeoutPhase::Idle)
+    );
+}
+
+#[tokio::test]
 async fn an_unreachable_provider_is_a_connection_error() {
     let port = {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
