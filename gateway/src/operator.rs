@@ -31,10 +31,11 @@ use bytes::Bytes;
 use http::StatusCode;
 use serde::Deserialize;
 use serde_json::json;
-use tower_chat::{CallerIdentity, Message};
+use tower_chat::{CallerIdentity, Message, ToolArguments};
+use tower_chat_approval::{DecideOutcome, PendingApproval, PendingCursor, PendingDecision};
 
 use crate::error::{json_response, ApiError};
-use crate::wire::ApprovalAnswer;
+use crate::wire::{ApprovalAnswer, ApprovalNotice};
 
 /// The prefix of an operator's approver identity (`operator:NAME`). Client identities cannot carry it: key
 /// names have no `:`.
@@ -42,6 +43,9 @@ pub const OPERATOR_PREFIX: &str = "operator:";
 
 /// The longest a client's `GET /v1/approvals/{id}?wait=` may wait.
 pub const MAX_WAIT: Duration = Duration::from_secs(60);
+
+/// How often a waiting `GET /v1/approvals/{id}?wait=` looks at the store for a decision another process made.
+const STORE_RECHECK: Duration = Duration::from_millis(500);
 
 /// The approver rule the gateway's approval layer runs while operator keys are configured: only an operator may
 /// approve; anyone the request binds to may deny.
@@ -110,7 +114,7 @@ impl Decisions {
         }
         map.insert(id.to_owned(), decided);
         drop(map);
-        self.changed.send_modify(|n| *n = n.wrapping_add(1));
+        self.notify();
         true
     }
 
@@ -150,6 +154,11 @@ impl Decisions {
             map.remove(id);
         }
         Some(Picked { answers, approver })
+    }
+
+    /// Wake the clients long-polling here.
+    fn notify(&self) {
+        self.changed.send_modify(|n| *n = n.wrapping_add(1));
     }
 }
 
@@ -218,13 +227,74 @@ async fn pending_caller(state: &OperatorState, id: &str) -> Option<Option<Caller
     if let Some(caller) = state.pending.paused_caller(id) {
         return Some(caller);
     }
+    stored_pending(state, id).await.map(|p| p.caller)
+}
+
+/// The unexpired pending approval `id` of the approval layer's store (shared by every process on the database).
+async fn stored_pending(state: &OperatorState, id: &str) -> Option<PendingApproval> {
     let pending = state
         .approval_store
         .as_ref()?
         .get_pending(id)
         .await
         .ok()??;
-    (!pending.is_expired(SystemTime::now())).then_some(pending.caller)
+    (!pending.is_expired(SystemTime::now())).then_some(pending)
+}
+
+/// The decision an operator made on `id` for `caller`'s paused turn, wherever it is kept: this process's
+/// decisions (a gateway without a database), or the pending approval in the store (a decision made in any
+/// replica, or before a restart).
+async fn decision_of(
+    state: &OperatorState,
+    id: &str,
+    caller: Option<&CallerIdentity>,
+) -> Option<PendingDecision> {
+    if let Some(decided) = state.decisions.get(id, caller) {
+        return Some(PendingDecision {
+            approved: decided.approved,
+            reason: decided.reason,
+            approver: decided.approver,
+            decided_at: decided.decided_at,
+        });
+    }
+    stored_pending(state, id)
+        .await
+        .filter(|p| p.caller.as_ref() == caller)?
+        .decision
+}
+
+/// The operators' decisions on `ids` for a resend by `caller`, when every id has one and one operator made them
+/// all; `None` otherwise (nothing is taken). This process's decisions are taken; decisions kept in the store stay with their pending approval,
+/// which the approval layer takes (once) when the resumed request carries them.
+pub(crate) async fn pick_decisions(
+    state: &OperatorState,
+    caller: Option<&CallerIdentity>,
+    ids: &[String],
+) -> Option<Picked> {
+    if let Some(picked) = state.decisions.take(caller, ids) {
+        return Some(picked);
+    }
+    let mut decided = Vec::with_capacity(ids.len());
+    for id in ids {
+        let pending = stored_pending(state, id)
+            .await
+            .filter(|p| p.caller.as_ref() == caller)?;
+        decided.push(pending.decision?);
+    }
+    let approver = decided.first()?.approver.clone();
+    if decided.iter().any(|d| d.approver != approver) {
+        return None;
+    }
+    let answers = ids
+        .iter()
+        .zip(decided)
+        .map(|(id, d)| ApprovalAnswer {
+            id: id.clone(),
+            approved: d.approved,
+            reason: d.reason,
+        })
+        .collect();
+    Some(Picked { answers, approver })
 }
 
 /// Seconds since the Unix epoch.
@@ -242,7 +312,99 @@ pub(crate) struct Listed {
     pub(crate) status: &'static str,
 }
 
-/// What waits for a decision (paused in this process, unexpired), oldest first.
+/// The most pending approvals one `GET /v1/approvals` (or console inbox) answer lists.
+pub(crate) const MAX_LIST: usize = 200;
+
+/// One page of pending approvals, oldest first.
+#[derive(Debug)]
+pub(crate) struct ListedPage {
+    pub(crate) listed: Vec<Listed>,
+    /// Where the next page starts, when there is one.
+    pub(crate) next: Option<PendingCursor>,
+}
+
+fn status(approved: bool) -> &'static str {
+    if approved {
+        "approved"
+    } else {
+        "denied"
+    }
+}
+
+/// What waits for a decision (unexpired), oldest first, at most `limit` (≤ [`MAX_LIST`]) after `after`: from the
+/// approval layer's store when the gateway has one — every process on the database, and turns paused before a
+/// restart — else the turns paused in this process.
+pub(crate) async fn pending_page(
+    state: &OperatorState,
+    after: Option<&PendingCursor>,
+    limit: usize,
+) -> Result<ListedPage, ApiError> {
+    let limit = limit.clamp(1, MAX_LIST);
+    let now = SystemTime::now();
+    let Some(store) = &state.approval_store else {
+        let mut listed: Vec<Listed> = pending_list(state)
+            .into_iter()
+            .filter(|l| {
+                after.is_none_or(|c| {
+                    (l.paused.paused_at, l.paused.notice.id.as_str())
+                        > (c.created_at, c.approval_id.as_str())
+                })
+            })
+            .take(limit + 1)
+            .collect();
+        let next = (listed.len() > limit).then(|| {
+            listed.truncate(limit);
+            let last = &listed[limit - 1].paused;
+            PendingCursor {
+                created_at: last.paused_at,
+                approval_id: last.notice.id.clone(),
+            }
+        });
+        return Ok(ListedPage { listed, next });
+    };
+    // One more than asked for tells whether another page follows.
+    let mut page = store
+        .list_pending(now, after, limit + 1)
+        .await
+        .map_err(|e| ApiError::from_chat(&e))?;
+    let next = (page.len() > limit).then(|| {
+        page.truncate(limit);
+        PendingCursor::after(&page[limit - 1])
+    });
+    let listed = page
+        .into_iter()
+        .map(|p| {
+            let status = match &p.decision {
+                Some(d) => status(d.approved),
+                None => state
+                    .decisions
+                    .get(&p.approval_id, p.caller.as_ref())
+                    .map_or("pending", |d| status(d.approved)),
+            };
+            Listed {
+                status,
+                paused: crate::pending::PausedApproval {
+                    notice: ApprovalNotice {
+                        tool: p.call.name.clone(),
+                        arguments: match &p.call.arguments {
+                            ToolArguments::Json(value) => value.clone(),
+                            ToolArguments::Invalid { raw, .. } => raw.clone().into(),
+                        },
+                        reason: p.reason,
+                        id: p.approval_id,
+                    },
+                    caller: p.caller,
+                    conversation: p.conversation_id,
+                    paused_at: p.created_at,
+                    expires_in: p.expires_at.duration_since(now).unwrap_or_default(),
+                },
+            }
+        })
+        .collect();
+    Ok(ListedPage { listed, next })
+}
+
+/// The turns paused in this process (unexpired), oldest first, with this process's decisions.
 pub(crate) fn pending_list(state: &OperatorState) -> Vec<Listed> {
     state
         .pending
@@ -252,10 +414,7 @@ pub(crate) fn pending_list(state: &OperatorState) -> Vec<Listed> {
             let status = state
                 .decisions
                 .get(&paused.notice.id, paused.caller.as_ref())
-                .map_or(
-                    "pending",
-                    |d| if d.approved { "approved" } else { "denied" },
-                );
+                .map_or("pending", |d| status(d.approved));
             Listed { paused, status }
         })
         .collect()
@@ -277,10 +436,55 @@ pub(crate) fn listed_json(listed: &Listed) -> serde_json::Value {
     })
 }
 
-/// `GET /v1/approvals`: what waits for a decision (paused in this process, unexpired), oldest first.
-pub(crate) async fn list(State(state): State<OperatorState>) -> Response {
-    let data: Vec<serde_json::Value> = pending_list(&state).iter().map(listed_json).collect();
-    json_response(StatusCode::OK, &json!({"object": "list", "data": data}))
+/// `limit` and `after` of a listing's query string.
+pub(crate) fn page_query(query: Option<&str>) -> Result<(Option<PendingCursor>, usize), ApiError> {
+    let value = |name: &str| {
+        query?
+            .split('&')
+            .find_map(|pair| pair.strip_prefix(name)?.strip_prefix('='))
+    };
+    let limit = match value("limit") {
+        None => MAX_LIST,
+        Some(n) => n.parse().ok().filter(|n| (1..=MAX_LIST).contains(n)).ok_or_else(|| {
+            ApiError::invalid_request(
+                "invalid_limit",
+                format!("`limit` must be a whole number from 1 to {MAX_LIST}"),
+            )
+        })?,
+    };
+    let after = match value("after") {
+        None => None,
+        Some(text) => Some(text.parse().map_err(|_| {
+            ApiError::invalid_request(
+                "invalid_cursor",
+                "`after` must be the `next_after` of an earlier page",
+            )
+        })?),
+    };
+    Ok((after, limit))
+}
+
+/// `GET /v1/approvals?limit=N&after=CURSOR`: what waits for a decision, oldest first, a page at a time.
+pub(crate) async fn list(State(state): State<OperatorState>, RawQuery(query): RawQuery) -> Response {
+    let page = match page_query(query.as_deref()) {
+        Ok((after, limit)) => pending_page(&state, after.as_ref(), limit).await,
+        Err(error) => Err(error),
+    };
+    match page {
+        Ok(page) => {
+            let data: Vec<serde_json::Value> = page.listed.iter().map(listed_json).collect();
+            json_response(
+                StatusCode::OK,
+                &json!({
+                    "object": "list",
+                    "data": data,
+                    "has_more": page.next.is_some(),
+                    "next_after": page.next.map(|c| c.to_string()),
+                }),
+            )
+        }
+        Err(error) => error.into_response(),
+    }
 }
 
 #[derive(Deserialize)]
@@ -346,25 +550,49 @@ pub(crate) async fn record_decision(
             format!("the reason is longer than {MAX_REASON} bytes"),
         ));
     }
-    let Some(caller) = pending_caller(state, id).await else {
-        return Err(not_found(id));
+    let already = || ApiError {
+        status: StatusCode::CONFLICT,
+        ..ApiError::invalid_request(
+            "approval_already_decided",
+            format!("approval `{id}` was already decided"),
+        )
     };
-    let decided = Decided {
-        caller,
-        approved,
-        reason,
-        approver: operator.0.clone(),
-        decided_at: SystemTime::now(),
-        expires: Instant::now() + state.decisions.ttl,
-    };
-    if !state.decisions.decide(id, decided) {
-        return Err(ApiError {
-            status: StatusCode::CONFLICT,
-            ..ApiError::invalid_request(
-                "approval_already_decided",
-                format!("approval `{id}` was already decided"),
-            )
-        });
+    match (&state.approval_store, stored_pending(state, id).await) {
+        // Kept with the pending approval, so the client's resume finds it in whichever process it reaches.
+        (Some(store), Some(_)) => {
+            let decision = PendingDecision {
+                approved,
+                reason,
+                approver: operator.0.clone(),
+                decided_at: SystemTime::now(),
+            };
+            match store
+                .decide_pending(id, &decision)
+                .await
+                .map_err(|e| ApiError::from_chat(&e))?
+            {
+                DecideOutcome::Recorded => state.decisions.notify(),
+                DecideOutcome::AlreadyDecided => return Err(already()),
+                DecideOutcome::NotPending => return Err(not_found(id)),
+            }
+        }
+        // A turn paused here whose id no store issued (a gateway around a stack without an approval store).
+        _ => {
+            let Some(caller) = state.pending.paused_caller(id) else {
+                return Err(not_found(id));
+            };
+            let decided = Decided {
+                caller,
+                approved,
+                reason,
+                approver: operator.0.clone(),
+                decided_at: SystemTime::now(),
+                expires: Instant::now() + state.decisions.ttl,
+            };
+            if !state.decisions.decide(id, decided) {
+                return Err(already());
+            }
+        }
     }
     tracing::info!(approval_id = %id, approver = %operator.0, approved, "operator decision");
     Ok(())
@@ -394,7 +622,7 @@ pub(crate) async fn poll(
     // Subscribed before the first look, so a decision made in between is not missed.
     let mut changed = state.decisions.changed.subscribe();
     loop {
-        if let Some(decided) = state.decisions.get(&id, caller.as_ref()) {
+        if let Some(decided) = decision_of(&state, &id, caller.as_ref()).await {
             return json_response(
                 StatusCode::OK,
                 &json!({
@@ -410,12 +638,18 @@ pub(crate) async fn poll(
             Some(owner) if owner == caller => {}
             _ => return not_found(&id).into_response(),
         }
-        match tokio::time::timeout_at(deadline, changed.changed()).await {
-            Ok(Ok(())) => {}
-            // The deadline passed (or the gateway is going away): still pending.
-            Ok(Err(_)) | Err(_) => {
-                return json_response(StatusCode::OK, &json!({"id": id, "status": "pending"}))
-            }
+        if tokio::time::Instant::now() >= deadline {
+            return json_response(StatusCode::OK, &json!({"id": id, "status": "pending"}));
+        }
+        // A decision made here wakes the wait at once; one made in another process sharing the store is seen at
+        // the next look, at most STORE_RECHECK later.
+        let wake = match &state.approval_store {
+            Some(_) => deadline.min(tokio::time::Instant::now() + STORE_RECHECK),
+            None => deadline,
+        };
+        if let Ok(Err(_)) = tokio::time::timeout_at(wake, changed.changed()).await {
+            // The gateway is going away: still pending.
+            return json_response(StatusCode::OK, &json!({"id": id, "status": "pending"}));
         }
     }
 }
