@@ -221,13 +221,16 @@ pub(crate) async fn authenticate_operator(
     }
 }
 
-/// Who a pending approval belongs to, when it is pending: a paused turn of this process, or the approval
-/// layer's store (a turn paused before a restart, or in another replica).
+/// Who a pending approval belongs to, when it is pending: the approval layer's store (every process on the
+/// database, turns paused before a restart), or, in a gateway without one, a turn paused in this process.
+///
+/// With a store, the store alone says: a turn this process paused may have been resumed through another
+/// process since, which took the approval from the store but could not clear this process's memory.
 async fn pending_caller(state: &OperatorState, id: &str) -> Option<Option<CallerIdentity>> {
-    if let Some(caller) = state.pending.paused_caller(id) {
-        return Some(caller);
+    if state.approval_store.is_some() {
+        return stored_pending(state, id).await.map(|p| p.caller);
     }
-    stored_pending(state, id).await.map(|p| p.caller)
+    state.pending.paused_caller(id)
 }
 
 /// The unexpired pending approval `id` of the approval layer's store (shared by every process on the database).
@@ -445,12 +448,16 @@ pub(crate) fn page_query(query: Option<&str>) -> Result<(Option<PendingCursor>, 
     };
     let limit = match value("limit") {
         None => MAX_LIST,
-        Some(n) => n.parse().ok().filter(|n| (1..=MAX_LIST).contains(n)).ok_or_else(|| {
-            ApiError::invalid_request(
-                "invalid_limit",
-                format!("`limit` must be a whole number from 1 to {MAX_LIST}"),
-            )
-        })?,
+        Some(n) => n
+            .parse()
+            .ok()
+            .filter(|n| (1..=MAX_LIST).contains(n))
+            .ok_or_else(|| {
+                ApiError::invalid_request(
+                    "invalid_limit",
+                    format!("`limit` must be a whole number from 1 to {MAX_LIST}"),
+                )
+            })?,
     };
     let after = match value("after") {
         None => None,
@@ -465,7 +472,10 @@ pub(crate) fn page_query(query: Option<&str>) -> Result<(Option<PendingCursor>, 
 }
 
 /// `GET /v1/approvals?limit=N&after=CURSOR`: what waits for a decision, oldest first, a page at a time.
-pub(crate) async fn list(State(state): State<OperatorState>, RawQuery(query): RawQuery) -> Response {
+pub(crate) async fn list(
+    State(state): State<OperatorState>,
+    RawQuery(query): RawQuery,
+) -> Response {
     let page = match page_query(query.as_deref()) {
         Ok((after, limit)) => pending_page(&state, after.as_ref(), limit).await,
         Err(error) => Err(error),
@@ -557,9 +567,9 @@ pub(crate) async fn record_decision(
             format!("approval `{id}` was already decided"),
         )
     };
-    match (&state.approval_store, stored_pending(state, id).await) {
+    match &state.approval_store {
         // Kept with the pending approval, so the client's resume finds it in whichever process it reaches.
-        (Some(store), Some(_)) => {
+        Some(store) => {
             let decision = PendingDecision {
                 approved,
                 reason,
@@ -576,8 +586,8 @@ pub(crate) async fn record_decision(
                 DecideOutcome::NotPending => return Err(not_found(id)),
             }
         }
-        // A turn paused here whose id no store issued (a gateway around a stack without an approval store).
-        _ => {
+        // A gateway around a stack of its own, without an approval store: the turns paused here.
+        None => {
             let Some(caller) = state.pending.paused_caller(id) else {
                 return Err(not_found(id));
             };

@@ -613,7 +613,11 @@ async fn recorded_resumption(
     };
     let history = match records.load_conversation(&pending.conversation_id).await {
         Ok(history) if !history.is_empty() => history,
-        Ok(_) => return Err(unavailable("the call records hold none of its conversation")),
+        Ok(_) => {
+            return Err(unavailable(
+                "the call records hold none of its conversation",
+            ))
+        }
         Err(_) => return Err(unavailable("reading the call records failed")),
     };
     let decisions = answers
