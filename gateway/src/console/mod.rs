@@ -21,11 +21,13 @@
 //! ([`tower_chat_persistence::Store`]: SQLite or PostgreSQL) and the approval audit log.
 
 pub(crate) mod html;
+mod login_limit;
 mod pages;
 pub(crate) mod session;
 mod usage;
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use axum::body::Body;
 use axum::extract::{Request, State};
@@ -37,6 +39,7 @@ use bytes::Bytes;
 use http::{header, HeaderMap, HeaderValue, StatusCode};
 use tower_chat_persistence::Store;
 
+use crate::connection::PeerAddr;
 use crate::operator::OperatorState;
 use html::Html;
 use session::{Session, Sessions};
@@ -58,6 +61,8 @@ pub(crate) struct ConsoleState {
     /// Rendered usage pages by query, for [`usage::CACHE_FOR`]: operators refreshing the page do not each
     /// re-read and re-aggregate every call of the range.
     pub(crate) usage_cache: Arc<std::sync::Mutex<usage::Cache>>,
+    /// Failed logins by client address and in all ([`login_limit`]).
+    login_limit: Arc<login_limit::LoginLimiter>,
 }
 
 /// The `/console` routes.
@@ -70,6 +75,7 @@ pub(crate) fn router<S: Clone + Send + Sync + 'static>(
         records,
         sessions: Arc::new(Sessions::default()),
         usage_cache: Arc::default(),
+        login_limit: Arc::default(),
     };
     let pages = Router::new()
         .route("/console", get(pages::inbox))
@@ -322,23 +328,46 @@ fn login_form(status: StatusCode, problem: Option<&str>) -> Response {
     html_response(status, page_end(page))
 }
 
-/// `POST /console/login`: an operator key opens a session.
-async fn login(State(state): State<ConsoleState>, headers: HeaderMap, body: Bytes) -> Response {
+/// `POST /console/login`: an operator key opens a session. Failed logins are limited by client address and in
+/// all ([`login_limit`]); a login over the limit is refused before its key is looked at.
+async fn login(
+    State(state): State<ConsoleState>,
+    peer: Option<Extension<PeerAddr>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
     if !session::same_origin(&headers) {
         return error_page(
             StatusCode::FORBIDDEN,
             "Refused: the login form must be posted from the console's own page.",
         );
     }
+    let source = login_limit::Source::of(peer.map(|Extension(PeerAddr(addr))| addr.ip()));
+    if let Err(retry_after) = state.login_limit.admit(source, Instant::now()) {
+        tracing::warn!("console: login refused (too many failed logins)");
+        let seconds = retry_after.as_secs() + u64::from(retry_after.subsec_nanos() > 0);
+        let mut response = login_form(
+            StatusCode::TOO_MANY_REQUESTS,
+            Some(&format!(
+                "Too many failed logins. Try again in {seconds} s."
+            )),
+        );
+        response
+            .headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from(seconds.max(1)));
+        return response;
+    }
     let form = session::parse_form(&body);
     let key = session::field(&form, "key").unwrap_or_default();
     let Some(operator) = state.operators.keys.identify(key.trim()) else {
+        state.login_limit.failed(source, Instant::now());
         tracing::warn!("console: login refused (not an operator key)");
         return login_form(
             StatusCode::UNAUTHORIZED,
             Some("That is not an operator key."),
         );
     };
+    state.login_limit.succeeded(source, Instant::now());
     let id = state.sessions.create(operator.as_str());
     tracing::info!(operator = operator.as_str(), "console: operator logged in");
     let mut response = see_other("/console");
