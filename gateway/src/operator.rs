@@ -5,7 +5,7 @@
 //! | route | key | what |
 //! |---|---|---|
 //! | `POST /v1/approvals/{id}/decision` | operator | `{"approved": true, "reason": "…"}`: decide a pending approval (once; 409 afterwards) |
-//! | `GET /v1/approvals` | operator | the pending approvals of the turns paused in this process, oldest first |
+//! | `GET /v1/approvals?limit=N&after=CURSOR` | operator | the unexpired pending approvals of every gateway process on the database (the approval layer's store), oldest first, a page of at most 200 at a time |
 //! | `GET /v1/approvals/{id}?wait=SECS` | client (the paused turn's caller) | the decision so far: `pending`, `approved` or `denied`; waits up to `wait` seconds (at most 60) for one |
 //!
 //! The waiting client then resends its conversation as it has it (ending with the approval notice) **without**
@@ -16,8 +16,11 @@
 //! While operator keys are configured, the approver rule lets only operators approve: a client's own
 //! `"approved": true` is refused (`approver_rejected`); a client may still deny its own call.
 //!
-//! Decisions are kept in this process until used or expired (`--approval-ttl`): a gateway restart between the
-//! decision and the resend loses the decision (the call stays pending and is decided again).
+//! Decisions are kept with the pending approval in the approval layer's store
+//! ([`ApprovalStore::decide_pending`](tower_chat_approval::ApprovalStore::decide_pending)), so every process on
+//! the database sees them: an operator may decide in one replica, the client wait in a second and resend to a
+//! third; a restart loses nothing. A gateway without a store (built around a stack of its own) keeps decisions
+//! in its memory, for the turns paused in it.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

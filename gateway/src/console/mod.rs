@@ -5,7 +5,7 @@
 //!
 //! | path | what |
 //! |---|---|
-//! | `/console/login` | log in with an operator key (the only page served without a session, with the assets) |
+//! | `/console/login` | log in with an operator key (the only page served without a session, with the assets); failed logins are limited, `429` + `Retry-After` |
 //! | `/console` | the approvals inbox: pending calls (tool, arguments, reason, caller, conversation, age, expiry), approve or deny with a reason; `console.js` keeps it current from `/console/api/approvals` |
 //! | `/console/conversations` | conversations, most recent first: caller, last activity, calls, tokens, cost |
 //! | `/console/conversation?id=…` | one conversation's timeline: messages, every recorded call (model, latency, time to first token, usage, outcome, tool calls and results), approvals and their audit |
@@ -17,8 +17,9 @@
 //! `Content-Security-Policy` (no inline script or style: the stylesheet and the one script are files embedded in
 //! the binary with `include_str!`), `X-Frame-Options: DENY`, `nosniff`, `no-referrer` and `no-store`.
 //!
-//! It reads what the gateway already keeps: pending approvals paused in this process, the call records
-//! ([`tower_chat_persistence::Store`]: SQLite or PostgreSQL) and the approval audit log.
+//! It reads what the gateway already keeps: the pending approvals of every process on the database (the approval
+//! layer's store), the call records ([`tower_chat_persistence::Store`]: SQLite or PostgreSQL) and the approval
+//! audit log. Failed logins are limited per client address and in all ([`login_limit`]).
 
 pub(crate) mod html;
 mod login_limit;
