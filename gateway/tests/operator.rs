@@ -507,3 +507,48 @@ async fn another_gateway_on_the_file_lists_what_waits_a_page_at_a_time() {
         assert_eq!(refused.status, 400, "{bad}: {}", refused.body);
     }
 }
+
+#[tokio::test]
+async fn a_turn_no_process_can_rebuild_is_a_typed_error_and_the_approval_stays_pending_and_decided() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = gateway(dir.path()).await;
+    let b = replica_of(&a, dir.path(), None).await;
+    let (id, resend) = pause(&a, "lost").await;
+    let decided = post(
+        &b.url(&format!("/v1/approvals/{id}/decision")),
+        json!({"approved": true, "reason": "looks fine"}).to_string(),
+        &OPS,
+    )
+    .await;
+    assert_eq!(decided.status, 200, "{}", decided.body);
+    // The call records of the paused turn are gone (say, pruned): B cannot rebuild what A holds in memory.
+    let db = tower_chat_persistence::SqliteStore::open(a.files.path().join("gateway.db"))
+        .await
+        .unwrap();
+    db.run("forget the call records", |conn| {
+        conn.execute_batch("PRAGMA foreign_keys = OFF; DELETE FROM chat_messages; DELETE FROM chat_calls;")
+    })
+    .await
+    .unwrap();
+    let headers = [ALICE[0], ("x-conversation-id", "lost")];
+    let refused = post(&b.url("/v1/chat/completions"), resend.to_string(), &headers).await;
+    assert_eq!(refused.status, 409, "{}", refused.body);
+    assert_eq!(refused.json()["error"]["code"], "approval_turn_unavailable");
+    assert!(
+        refused.json()["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("the call records hold none of its conversation"),
+        "{}",
+        refused.body
+    );
+    assert_eq!(b.provider.requests().len(), 0, "nothing went upstream");
+    // Nothing is lost: still listed, still decided, and the process that paused it resumes it.
+    assert_eq!(listed_entry(&b, &id).await.unwrap()["status"], "approved");
+    let done = post(&a.url("/v1/chat/completions"), resend.to_string(), &headers).await;
+    assert_eq!(done.status, 200, "{}", done.body);
+    assert_eq!(
+        done.json()["choices"][0]["message"]["content"],
+        "Result: wrote 11 bytes to out/ops.txt"
+    );
+}
