@@ -348,12 +348,14 @@ pub(crate) async fn pending_page(
     let limit = limit.clamp(1, MAX_LIST);
     let now = SystemTime::now();
     let Some(store) = &state.approval_store else {
+        // One time to live for every turn paused here: expiry order is pause order.
+        let ttl = state.decisions.ttl;
         let mut listed: Vec<Listed> = pending_list(state)
             .into_iter()
             .filter(|l| {
                 after.is_none_or(|c| {
-                    (l.paused.paused_at, l.paused.notice.id.as_str())
-                        > (c.created_at, c.approval_id.as_str())
+                    (l.paused.paused_at + ttl, l.paused.notice.id.as_str())
+                        > (c.expires_at, c.approval_id.as_str())
                 })
             })
             .take(limit + 1)
@@ -362,7 +364,7 @@ pub(crate) async fn pending_page(
             listed.truncate(limit);
             let last = &listed[limit - 1].paused;
             PendingCursor {
-                created_at: last.paused_at,
+                expires_at: last.paused_at + ttl,
                 approval_id: last.notice.id.clone(),
             }
         });

@@ -509,7 +509,8 @@ async fn another_gateway_on_the_file_lists_what_waits_a_page_at_a_time() {
 }
 
 #[tokio::test]
-async fn a_turn_no_process_can_rebuild_is_a_typed_error_and_the_approval_stays_pending_and_decided() {
+async fn a_turn_no_process_can_rebuild_is_a_typed_error_and_the_approval_stays_pending_and_decided()
+{
     let dir = tempfile::tempdir().unwrap();
     let a = gateway(dir.path()).await;
     let b = replica_of(&a, dir.path(), None).await;
@@ -526,7 +527,9 @@ async fn a_turn_no_process_can_rebuild_is_a_typed_error_and_the_approval_stays_p
         .await
         .unwrap();
     db.run("forget the call records", |conn| {
-        conn.execute_batch("PRAGMA foreign_keys = OFF; DELETE FROM chat_messages; DELETE FROM chat_calls;")
+        conn.execute_batch(
+            "PRAGMA foreign_keys = OFF; DELETE FROM chat_messages; DELETE FROM chat_calls;",
+        )
     })
     .await
     .unwrap();

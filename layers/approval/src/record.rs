@@ -62,13 +62,13 @@ pub enum DecideOutcome {
 }
 
 /// Where a page of [`ApprovalStore::list_pending`](crate::ApprovalStore::list_pending) starts: after the
-/// approval created at `created_at` with id `approval_id` (the order is creation time, then id).
+/// approval expiring at `expires_at` with id `approval_id` (the order is expiry, then id).
 ///
 /// Its text form (`Display` / `FromStr`, `{micros}.{id}`) is what an HTTP API hands out as an opaque cursor.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PendingCursor {
-    /// Creation time of the last approval already seen.
-    pub created_at: SystemTime,
+    /// Expiry of the last approval already seen.
+    pub expires_at: SystemTime,
     /// Its id.
     pub approval_id: String,
 }
@@ -77,7 +77,7 @@ impl PendingCursor {
     /// The cursor that continues after `pending`.
     pub fn after(pending: &PendingApproval) -> Self {
         PendingCursor {
-            created_at: pending.created_at,
+            expires_at: pending.expires_at,
             approval_id: pending.approval_id.clone(),
         }
     }
@@ -85,7 +85,7 @@ impl PendingCursor {
 
 impl fmt::Display for PendingCursor {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}.{}", micros(self.created_at), self.approval_id)
+        write!(f, "{}.{}", micros(self.expires_at), self.approval_id)
     }
 }
 
@@ -111,7 +111,7 @@ impl FromStr for PendingCursor {
             return Err(InvalidCursor);
         }
         Ok(PendingCursor {
-            created_at: from_micros(micros),
+            expires_at: from_micros(micros),
             approval_id: id.to_owned(),
         })
     }

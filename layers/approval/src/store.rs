@@ -35,9 +35,11 @@ pub trait ApprovalStore: Send + Sync + 'static {
     fn take_pending<'a>(&'a self, approval_id: &'a str)
         -> StoreFuture<'a, Option<PendingApproval>>;
 
-    /// Up to `limit` (at most [`MAX_PENDING_PAGE`]) approvals unexpired at `now`, in creation order (then id),
-    /// starting after `after` — what an operator's inbox lists, a page at a time, whichever process issued them.
-    /// The next page starts at [`PendingCursor::after`] the last one returned.
+    /// Up to `limit` (at most [`MAX_PENDING_PAGE`]) approvals unexpired at `now`, soonest expiry first (then
+    /// id; with one time to live, oldest first), starting after `after` — what an operator's inbox lists, a page
+    /// at a time, whichever process issued them. The next page starts at [`PendingCursor::after`] the last one
+    /// returned. Ordered by expiry so that a SQL store reads one index range from `now` on, however many expired
+    /// approvals wait to be purged.
     fn list_pending<'a>(
         &'a self,
         now: SystemTime,
@@ -191,8 +193,8 @@ impl ApprovalStore for MemoryApprovalStore {
         after: Option<&'a PendingCursor>,
         limit: usize,
     ) -> StoreFuture<'a, Vec<PendingApproval>> {
-        let key = |p: &PendingApproval| (p.created_at, p.approval_id.clone());
-        let start = after.map(|c| (c.created_at, c.approval_id.clone()));
+        let key = |p: &PendingApproval| (p.expires_at, p.approval_id.clone());
+        let start = after.map(|c| (c.expires_at, c.approval_id.clone()));
         let mut page: Vec<PendingApproval> = self
             .lock()
             .pending

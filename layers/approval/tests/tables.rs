@@ -36,14 +36,16 @@ fn pending(id: &str, expires_at: SystemTime) -> PendingApproval {
 /// Pending approvals are listed unexpired, oldest first, a bounded page at a time, with the decisions recorded
 /// on them; a decision is recorded once, and never on an expired, taken or unknown approval.
 async fn listing_pages_and_decisions(store: Arc<dyn ApprovalStore>) {
-    let ttl = Duration::from_secs(600);
-    // 2 × MAX_PENDING_PAGE + 3 unexpired (creation times out of id order), and expired ones in between.
+    let ttl = Duration::from_secs(10_000);
+    // 2 × MAX_PENDING_PAGE + 3 unexpired, and expired ones.
     let total = 2 * MAX_PENDING_PAGE + 3;
     let mut expected = Vec::new();
     for i in 0..total {
-        let mut p = pending(&format!("ls-{i:05}"), now() + ttl);
-        // Every third shares a creation time with its neighbour: ties are ordered by id.
-        p.created_at = now() - Duration::from_secs((total - i / 3 * 3) as u64);
+        // Groups of three share an expiry: ties are ordered by id.
+        let p = pending(
+            &format!("ls-{i:05}"),
+            now() + ttl - Duration::from_secs((total - i / 3 * 3) as u64),
+        );
         store.insert_pending(&p).await.unwrap();
         expected.push(p);
     }
@@ -52,7 +54,7 @@ async fn listing_pages_and_decisions(store: Arc<dyn ApprovalStore>) {
         gone.created_at = now() - Duration::from_secs(100 + i);
         store.insert_pending(&gone).await.unwrap();
     }
-    expected.sort_by(|a, b| (a.created_at, &a.approval_id).cmp(&(b.created_at, &b.approval_id)));
+    expected.sort_by(|a, b| (a.expires_at, &a.approval_id).cmp(&(b.expires_at, &b.approval_id)));
 
     let mut listed: Vec<PendingApproval> = Vec::new();
     let mut cursor: Option<PendingCursor> = None;

@@ -29,7 +29,7 @@ pub use sqlite::SqliteApprovalStore;
 const MIGRATION_ID: &str = "tower-chat-approval/0001_tables";
 
 /// The second migration: a decision recorded on a pending approval (before a request carries it), and the index
-/// that pages through pending approvals in creation order.
+/// that pages through unexpired approvals in expiry order (one range from now on, whatever expired before).
 const DECISIONS_MIGRATION_ID: &str = "tower-chat-approval/0002_decisions";
 
 /// The second migration in a dialect: `if_not_exists` is PostgreSQL's `IF NOT EXISTS` for `ADD COLUMN` (SQLite
@@ -44,8 +44,8 @@ fn decisions_sql(boolean: &str, if_not_exists: &str) -> String {
     sql.push_str(&add("decided_by", "TEXT"));
     sql.push_str(&add("decided_at", "BIGINT"));
     sql.push_str(
-        "CREATE INDEX IF NOT EXISTS chat_pending_approvals_by_creation \
-         ON chat_pending_approvals (created_at, approval_id);",
+        "CREATE INDEX IF NOT EXISTS chat_pending_approvals_by_expiry_and_id \
+         ON chat_pending_approvals (expires_at, approval_id);",
     );
     sql
 }
@@ -82,12 +82,12 @@ const PENDING_COLUMNS: &str =
     "approval_id, conversation_id, caller, call, reason, created_at, expires_at, \
      decided_approved, decided_reason, decided_by, decided_at";
 
-/// The condition and order of a page of unexpired pending approvals; parameters: now, the cursor's creation
-/// time and id (the smallest values when the listing starts), the page size.
+/// The condition and order of a page of unexpired pending approvals; parameters: now, the cursor's expiry and id
+/// (the smallest values when the listing starts), the page size.
 fn list_pending_tail(param: impl Fn(usize) -> String) -> String {
     format!(
-        "WHERE expires_at > {} AND (created_at, approval_id) > ({}, {}) \
-         ORDER BY created_at, approval_id LIMIT {}",
+        "WHERE expires_at > {} AND (expires_at, approval_id) > ({}, {}) \
+         ORDER BY expires_at, approval_id LIMIT {}",
         param(1),
         param(2),
         param(3),
@@ -122,7 +122,7 @@ fn decided_sql(param: impl Fn(usize) -> String) -> String {
 /// The start of a listing: nothing sorts before it.
 fn cursor_params(after: Option<&PendingCursor>) -> (i64, String) {
     match after {
-        Some(cursor) => (to_micros(cursor.created_at), cursor.approval_id.clone()),
+        Some(cursor) => (to_micros(cursor.expires_at), cursor.approval_id.clone()),
         None => (i64::MIN, String::new()),
     }
 }
