@@ -5,7 +5,7 @@
 //! | route | key | what |
 //! |---|---|---|
 //! | `POST /v1/approvals/{id}/decision` | operator | `{"approved": true, "reason": "…"}`: decide a pending approval (once; 409 afterwards) |
-//! | `GET /v1/approvals?limit=N&after=CURSOR` | operator | the unexpired pending approvals of every gateway process on the database (the approval layer's store), oldest first, a page of at most 200 at a time |
+//! | `GET /v1/approvals?limit=N&after=CURSOR` | operator | the unexpired pending approvals of every gateway process on the database (the approval layer's store), soonest to expire (with one `--approval-ttl`: oldest) first, a page of at most 200 at a time |
 //! | `GET /v1/approvals/{id}?wait=SECS` | client (the paused turn's caller) | the decision so far: `pending`, `approved` or `denied`; waits up to `wait` seconds (at most 60) for one |
 //!
 //! The waiting client then resends its conversation as it has it (ending with the approval notice) **without**
@@ -270,8 +270,9 @@ async fn decision_of(
 }
 
 /// The operators' decisions on `ids` for a resend by `caller`, when every id has one and one operator made them
-/// all; `None` otherwise (nothing is taken). This process's decisions are taken; decisions kept in the store stay with their pending approval,
-/// which the approval layer takes (once) when the resumed request carries them.
+/// all; `None` otherwise (nothing is taken). This process's decisions are taken; decisions kept in the store
+/// stay with their pending approval, which the approval layer takes (once) when the resumed request carries
+/// them.
 pub(crate) async fn pick_decisions(
     state: &OperatorState,
     caller: Option<&CallerIdentity>,
