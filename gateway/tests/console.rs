@@ -346,6 +346,95 @@ async fn failed_logins_are_limited_per_address_without_locking_out_other_address
     assert!(header(&operator, "set-cookie").starts_with("tc_console="));
 }
 
+/// Alice's call pauses in gateway A; Carol opens the console of gateway B (same SQLite file), sees it there —
+/// its hostile arguments as text — and approves it; Alice, waiting on A, learns it and her resend completes.
+#[tokio::test]
+async fn the_console_of_one_gateway_lists_and_decides_what_another_paused() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = gateway_on(dir.path(), None).await;
+    let shared = a.files.path().to_owned();
+    let (clients, operators) = (dir.path().join("clients"), dir.path().join("operators"));
+    let b = Harness::start(write_then_answer, move |c| {
+        c.api_keys_file = Some(clients);
+        c.operator_keys_file = Some(operators);
+        c.db = shared.join("gateway.db");
+        c.files = Some(shared.join("root"));
+    })
+    .await;
+    let headers = [ALICE, ("x-conversation-id", "across")];
+    let body =
+        json!({"model": "test-model", "messages": [{"role": "user", "content": HOSTILE_MESSAGE}]});
+    let first = post(&a.url("/v1/chat/completions"), body.to_string(), &headers).await;
+    assert_eq!(first.status, 200, "{}", first.body);
+    let first = first.json();
+    let id = first["tower_chat"]["approval_requests"][0]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+
+    let cookie = http_login(&b).await;
+    let inbox = send("GET", &b.url("/console"), &[("cookie", &cookie)], "").await;
+    assert_eq!(inbox.status, 200, "{}", inbox.body);
+    assert!(
+        inbox.body.contains(&format!("data-id=\"{id}\"")),
+        "{}",
+        inbox.body
+    );
+    assert!(inbox.body.contains("alice/across"), "{}", inbox.body);
+    assert!(
+        !inbox.body.contains("<script>alert") && inbox.body.contains("&lt;script&gt;alert(2)"),
+        "arguments are text: {}",
+        inbox.body
+    );
+    assert!(inbox
+        .body
+        .contains("every gateway process on this database"));
+    let api = send(
+        "GET",
+        &b.url("/console/api/approvals"),
+        &[("cookie", &cookie)],
+        "",
+    )
+    .await;
+    let api = api.json();
+    assert_eq!(api["data"][0]["id"], id.as_str(), "{api}");
+    assert_eq!(api["has_more"], false);
+
+    let csrf = csrf_of(&inbox.body);
+    let decided = send(
+        "POST",
+        &b.url(&format!("/console/approvals/{id}/decision")),
+        &[FORM, SAME, ("cookie", &cookie)],
+        &format!("csrf={csrf}&decision=approve&reason=fine"),
+    )
+    .await;
+    assert_eq!(decided.status, 303, "{}", decided.body);
+    let learned = send(
+        "GET",
+        &a.url(&format!("/v1/approvals/{id}?wait=30")),
+        &[ALICE],
+        "",
+    )
+    .await;
+    assert_eq!(learned.json()["status"], "approved", "{}", learned.body);
+    assert_eq!(learned.json()["approver"], "operator:carol");
+    let mut resend = body.clone();
+    resend["messages"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"role": "assistant", "content": first["choices"][0]["message"]["content"]}));
+    let done = post(&a.url("/v1/chat/completions"), resend.to_string(), &headers).await;
+    assert_eq!(done.status, 200, "{}", done.body);
+    assert!(
+        done.json()["choices"][0]["message"]["content"]
+            .as_str()
+            .unwrap()
+            .starts_with("Result: wrote"),
+        "{}",
+        done.body
+    );
+}
+
 #[tokio::test]
 async fn no_console_without_operators_or_with_no_console() {
     let gw = Harness::start(write_then_answer, |_| {}).await;
