@@ -194,6 +194,8 @@ pub(crate) struct OperatorState {
     pub(crate) decisions: Arc<Decisions>,
     pub(crate) pending: Arc<crate::pending::PendingStore>,
     pub(crate) approval_store: Option<Arc<dyn tower_chat_approval::ApprovalStore>>,
+    /// Failed operator-key checks (API and console login), by client address and in all.
+    pub(crate) login_limit: Arc<crate::login_limit::LoginLimiter>,
 }
 
 /// The operator's identity as the approver (`operator:NAME`).
@@ -207,13 +209,38 @@ impl Operator {
     }
 }
 
-/// Operator routes accept operator keys only.
+/// Operator routes accept operator keys only. Failed checks count against the same limit as console logins; over
+/// it the request gets `429` with `Retry-After` before its key is looked at.
 pub(crate) async fn authenticate_operator(
     State(state): State<OperatorState>,
     mut request: Request,
     next: Next,
 ) -> Response {
-    match state.keys.check(request.headers()) {
+    let peer = request
+        .extensions()
+        .get::<crate::connection::PeerAddr>()
+        .map(|p| p.0.ip());
+    let source = crate::login_limit::Source::of(peer);
+    if let Err(retry_after) = state.login_limit.admit(source, Instant::now()) {
+        let error = ApiError {
+            status: StatusCode::TOO_MANY_REQUESTS,
+            kind: "rate_limit_error",
+            retry_after: Some(Duration::from_secs(
+                retry_after.as_secs() + u64::from(retry_after.subsec_nanos() > 0),
+            )),
+            ..ApiError::invalid_request(
+                "too_many_failed_logins",
+                "too many failed operator key checks from this address; retry later",
+            )
+        };
+        return error.into_response();
+    }
+    let checked = state.keys.check(request.headers());
+    match &checked {
+        Ok(_) => state.login_limit.succeeded(source, Instant::now()),
+        Err(_) => state.login_limit.failed(source, Instant::now()),
+    }
+    match checked {
         Ok(name) => {
             request
                 .extensions_mut()

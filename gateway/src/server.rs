@@ -408,6 +408,7 @@ impl Gateway {
             decisions: Arc::new(Decisions::new(config.approval_ttl)),
             pending: pending.clone(),
             approval_store: None,
+            login_limit: Arc::default(),
         });
         Gateway {
             state: AppState {

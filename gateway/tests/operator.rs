@@ -555,3 +555,68 @@ async fn a_turn_no_process_can_rebuild_is_a_typed_error_and_the_approval_stays_p
         "Result: wrote 11 bytes to out/ops.txt"
     );
 }
+
+/// `GET url` from the local address `from` (any of 127.0.0.0/8 reaches the gateway on 127.0.0.1).
+async fn get_from(from: &str, url: &str, headers: &[(&str, &str)]) -> Answer {
+    let mut connector = hyper_util::client::legacy::connect::HttpConnector::new();
+    connector.set_local_address(Some(from.parse().unwrap()));
+    let client = Client::builder(TokioExecutor::new()).build::<_, Full<Bytes>>(connector);
+    let mut request = http::Request::get(url);
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    let response = client
+        .request(request.body(Full::new(Bytes::new())).unwrap())
+        .await
+        .expect("request");
+    let status = response.status();
+    let headers = response.headers().clone();
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    Answer {
+        status,
+        headers,
+        body: String::from_utf8(body.to_vec()).unwrap(),
+    }
+}
+
+#[tokio::test]
+async fn guessing_operator_keys_on_the_api_is_limited_like_console_logins() {
+    let dir = tempfile::tempdir().unwrap();
+    let gw = gateway(dir.path()).await;
+    let list = gw.url("/v1/approvals");
+    for attempt in 0..5 {
+        let key = format!("Bearer sk-guess-{attempt}");
+        let wrong = get_from("127.0.0.3", &list, &[("authorization", &key)]).await;
+        assert_eq!(wrong.status, 401, "attempt {attempt}: {}", wrong.body);
+    }
+    let limited = get_from("127.0.0.3", &list, &OPS).await;
+    assert_eq!(
+        limited.status, 429,
+        "the right key is not even checked: {}",
+        limited.body
+    );
+    assert_eq!(limited.json()["error"]["code"], "too_many_failed_logins");
+    let retry_after: u64 = limited.headers["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!((1..=12).contains(&retry_after), "{retry_after}");
+    // The console's login form shares the limit…
+    let mut connector = hyper_util::client::legacy::connect::HttpConnector::new();
+    connector.set_local_address(Some("127.0.0.3".parse().unwrap()));
+    let client = Client::builder(TokioExecutor::new()).build::<_, Full<Bytes>>(connector);
+    let login = client
+        .request(
+            http::Request::post(gw.url("/console/login"))
+                .header("content-type", "application/x-www-form-urlencoded")
+                .header("sec-fetch-site", "same-origin")
+                .body(Full::new(Bytes::from("key=sk-ops-carol")))
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(login.status(), 429);
+    // …and another address is not held back.
+    assert_eq!(get_from("127.0.0.4", &list, &OPS).await.status, 200);
+}

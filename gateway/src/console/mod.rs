@@ -19,10 +19,9 @@
 //!
 //! It reads what the gateway already keeps: the pending approvals of every process on the database (the approval
 //! layer's store), the call records ([`tower_chat_persistence::Store`]: SQLite or PostgreSQL) and the approval
-//! audit log. Failed logins are limited per client address and in all ([`login_limit`]).
+//! audit log. Failed logins are limited per client address and in all ([`crate::login_limit`]).
 
 pub(crate) mod html;
-mod login_limit;
 mod pages;
 pub(crate) mod session;
 mod usage;
@@ -41,6 +40,7 @@ use http::{header, HeaderMap, HeaderValue, StatusCode};
 use tower_chat_persistence::Store;
 
 use crate::connection::PeerAddr;
+use crate::login_limit::Source;
 use crate::operator::OperatorState;
 use html::Html;
 use session::{Session, Sessions};
@@ -62,8 +62,6 @@ pub(crate) struct ConsoleState {
     /// Rendered usage pages by query, for [`usage::CACHE_FOR`]: operators refreshing the page do not each
     /// re-read and re-aggregate every call of the range.
     pub(crate) usage_cache: Arc<std::sync::Mutex<usage::Cache>>,
-    /// Failed logins by client address and in all ([`login_limit`]).
-    login_limit: Arc<login_limit::LoginLimiter>,
 }
 
 /// The `/console` routes.
@@ -76,7 +74,6 @@ pub(crate) fn router<S: Clone + Send + Sync + 'static>(
         records,
         sessions: Arc::new(Sessions::default()),
         usage_cache: Arc::default(),
-        login_limit: Arc::default(),
     };
     let pages = Router::new()
         .route("/console", get(pages::inbox))
@@ -330,7 +327,8 @@ fn login_form(status: StatusCode, problem: Option<&str>) -> Response {
 }
 
 /// `POST /console/login`: an operator key opens a session. Failed logins are limited by client address and in
-/// all ([`login_limit`]); a login over the limit is refused before its key is looked at.
+/// all ([`crate::login_limit`], shared with the operator API); a login over the limit is refused before its key
+/// is looked at.
 async fn login(
     State(state): State<ConsoleState>,
     peer: Option<Extension<PeerAddr>>,
@@ -343,8 +341,9 @@ async fn login(
             "Refused: the login form must be posted from the console's own page.",
         );
     }
-    let source = login_limit::Source::of(peer.map(|Extension(PeerAddr(addr))| addr.ip()));
-    if let Err(retry_after) = state.login_limit.admit(source, Instant::now()) {
+    let limit = &state.operators.login_limit;
+    let source = Source::of(peer.map(|Extension(PeerAddr(addr))| addr.ip()));
+    if let Err(retry_after) = limit.admit(source, Instant::now()) {
         tracing::warn!("console: login refused (too many failed logins)");
         let seconds = retry_after.as_secs() + u64::from(retry_after.subsec_nanos() > 0);
         let mut response = login_form(
@@ -361,14 +360,14 @@ async fn login(
     let form = session::parse_form(&body);
     let key = session::field(&form, "key").unwrap_or_default();
     let Some(operator) = state.operators.keys.identify(key.trim()) else {
-        state.login_limit.failed(source, Instant::now());
+        limit.failed(source, Instant::now());
         tracing::warn!("console: login refused (not an operator key)");
         return login_form(
             StatusCode::UNAUTHORIZED,
             Some("That is not an operator key."),
         );
     };
-    state.login_limit.succeeded(source, Instant::now());
+    limit.succeeded(source, Instant::now());
     let id = state.sessions.create(operator.as_str());
     tracing::info!(operator = operator.as_str(), "console: operator logged in");
     let mut response = see_other("/console");

@@ -1,4 +1,5 @@
-//! A limit on failed console logins, so operator keys cannot be guessed as fast as the gateway answers.
+//! A limit on failed operator logins — the console's login form and operator keys on the operator API (`/v1/approvals`,
+//! decisions) share one limiter — so operator keys cannot be guessed as fast as the gateway answers.
 //!
 //! Failures drain two token buckets: one per client address (IPv6 by its /64, the block one subscriber usually
 //! holds) and one for the whole gateway (a guesser spread over many addresses). A login from an address whose
@@ -30,8 +31,8 @@ pub(crate) const GLOBAL_REFILL: Duration = Duration::from_secs(1);
 pub(crate) const MAX_ADDRESSES: usize = 10_000;
 /// The most addresses remembered as recently successful.
 pub(crate) const MAX_TRUSTED: usize = 1024;
-/// How long a successful login exempts its address from the global bucket (a session's longest life).
-const TRUSTED_FOR: Duration = super::session::MAX_AGE;
+/// How long a successful login exempts its address from the global bucket (a console session's longest life).
+const TRUSTED_FOR: Duration = crate::console::session::MAX_AGE;
 
 /// Where a login comes from, as the limiter counts it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
