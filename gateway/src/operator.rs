@@ -13,6 +13,9 @@
 //! resumes the turn with the operator as the approver (`ApproverIdentity("operator:NAME")`), so the approval
 //! layer's audit log names the operator. A resend before every id is decided gets `409 approval_pending`.
 //!
+//! Failed operator-key checks share the console's failed-login limit (`login_limit.rs`): over it,
+//! `429 too_many_failed_logins` with `Retry-After`, before the key is looked at.
+//!
 //! While operator keys are configured, the approver rule lets only operators approve: a client's own
 //! `"approved": true` is refused (`approver_rejected`); a client may still deny its own call.
 //!
