@@ -122,7 +122,7 @@ pub(crate) async fn serve(
             biased;
             () = &mut shutdown => break,
             accepted = listener.accept() => match accepted {
-                Ok((tcp, _peer)) => tcp,
+                Ok(accepted) => accepted,
                 Err(error) => {
                     if let Some(suppressed) = ACCEPT_FAILED.admit(std::time::Instant::now()) {
                         tracing::warn!(%error, suppressed, "accept failed");
@@ -137,13 +137,14 @@ pub(crate) async fn serve(
         };
         // SSE chunks are small writes; without TCP_NODELAY, Nagle's algorithm and delayed ACKs hold each one
         // back for tens of milliseconds.
+        let (tcp, peer) = tcp;
         if let Err(error) = tcp.set_nodelay(true) {
             tracing::debug!(%error, "could not set TCP_NODELAY");
         }
         match slots.clone().try_acquire_owned() {
             Ok(slot) => {
                 let (router, limits, stop) = (router.clone(), limits.clone(), stop_rx.clone());
-                tokio::spawn(connection(tcp, router, limits, stop, slot));
+                tokio::spawn(connection(tcp, peer, router, limits, stop, slot));
             }
             Err(_) => {
                 if let Some(suppressed) = SHED.admit(std::time::Instant::now()) {
@@ -241,8 +242,14 @@ impl Drop for RequestGuard {
     }
 }
 
+/// The TCP peer of the connection a request came on (a request extension; the console's login limit counts
+/// failures by it).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct PeerAddr(pub(crate) std::net::SocketAddr);
+
 async fn connection(
     tcp: TcpStream,
+    peer: std::net::SocketAddr,
     router: Router,
     limits: Arc<ConnectionLimits>,
     mut stop: watch::Receiver<bool>,
@@ -257,7 +264,8 @@ async fn connection(
         let (activity, body_timeout) = (activity.clone(), limits.body_timeout);
         hyper::service::service_fn(move |request: Request<Incoming>| {
             let guard = activity.begin();
-            let request = request.map(|body| Body::new(DeadlineBody::new(body, body_timeout)));
+            let mut request = request.map(|body| Body::new(DeadlineBody::new(body, body_timeout)));
+            request.extensions_mut().insert(PeerAddr(peer));
             let router = router.clone();
             async move {
                 let response = router.oneshot(request).await.unwrap_or_else(|e| match e {});

@@ -41,6 +41,7 @@ mod error;
 pub mod fuzzing;
 mod idle_memory;
 pub mod limits;
+mod login_limit;
 pub mod mcp;
 pub mod metrics;
 pub mod operator;

@@ -5,7 +5,7 @@
 //! | route | key | what |
 //! |---|---|---|
 //! | `POST /v1/approvals/{id}/decision` | operator | `{"approved": true, "reason": "…"}`: decide a pending approval (once; 409 afterwards) |
-//! | `GET /v1/approvals` | operator | the pending approvals of the turns paused in this process, oldest first |
+//! | `GET /v1/approvals?limit=N&after=CURSOR` | operator | the unexpired pending approvals of every gateway process on the database (the approval layer's store), soonest to expire (with one `--approval-ttl`: oldest) first, a page of at most 200 at a time |
 //! | `GET /v1/approvals/{id}?wait=SECS` | client (the paused turn's caller) | the decision so far: `pending`, `approved` or `denied`; waits up to `wait` seconds (at most 60) for one |
 //!
 //! The waiting client then resends its conversation as it has it (ending with the approval notice) **without**
@@ -13,11 +13,17 @@
 //! resumes the turn with the operator as the approver (`ApproverIdentity("operator:NAME")`), so the approval
 //! layer's audit log names the operator. A resend before every id is decided gets `409 approval_pending`.
 //!
+//! Failed operator-key checks share the console's failed-login limit (`login_limit.rs`): over it,
+//! `429 too_many_failed_logins` with `Retry-After`, before the key is looked at.
+//!
 //! While operator keys are configured, the approver rule lets only operators approve: a client's own
 //! `"approved": true` is refused (`approver_rejected`); a client may still deny its own call.
 //!
-//! Decisions are kept in this process until used or expired (`--approval-ttl`): a gateway restart between the
-//! decision and the resend loses the decision (the call stays pending and is decided again).
+//! Decisions are kept with the pending approval in the approval layer's store
+//! ([`ApprovalStore::decide_pending`](tower_chat_approval::ApprovalStore::decide_pending)), so every process on
+//! the database sees them: an operator may decide in one replica, the client wait in a second and resend to a
+//! third; a restart loses nothing. A gateway without a store (built around a stack of its own) keeps decisions
+//! in its memory, for the turns paused in it.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -31,10 +37,11 @@ use bytes::Bytes;
 use http::StatusCode;
 use serde::Deserialize;
 use serde_json::json;
-use tower_chat::{CallerIdentity, Message};
+use tower_chat::{CallerIdentity, Message, ToolArguments};
+use tower_chat_approval::{DecideOutcome, PendingApproval, PendingCursor, PendingDecision};
 
 use crate::error::{json_response, ApiError};
-use crate::wire::ApprovalAnswer;
+use crate::wire::{ApprovalAnswer, ApprovalNotice};
 
 /// The prefix of an operator's approver identity (`operator:NAME`). Client identities cannot carry it: key
 /// names have no `:`.
@@ -42,6 +49,9 @@ pub const OPERATOR_PREFIX: &str = "operator:";
 
 /// The longest a client's `GET /v1/approvals/{id}?wait=` may wait.
 pub const MAX_WAIT: Duration = Duration::from_secs(60);
+
+/// How often a waiting `GET /v1/approvals/{id}?wait=` looks at the store for a decision another process made.
+const STORE_RECHECK: Duration = Duration::from_millis(500);
 
 /// The approver rule the gateway's approval layer runs while operator keys are configured: only an operator may
 /// approve; anyone the request binds to may deny.
@@ -110,7 +120,7 @@ impl Decisions {
         }
         map.insert(id.to_owned(), decided);
         drop(map);
-        self.changed.send_modify(|n| *n = n.wrapping_add(1));
+        self.notify();
         true
     }
 
@@ -151,6 +161,11 @@ impl Decisions {
         }
         Some(Picked { answers, approver })
     }
+
+    /// Wake the clients long-polling here.
+    fn notify(&self) {
+        self.changed.send_modify(|n| *n = n.wrapping_add(1));
+    }
 }
 
 /// The approval ids of the gateway's approval notice, when `messages` end with one (the assistant message a
@@ -182,6 +197,8 @@ pub(crate) struct OperatorState {
     pub(crate) decisions: Arc<Decisions>,
     pub(crate) pending: Arc<crate::pending::PendingStore>,
     pub(crate) approval_store: Option<Arc<dyn tower_chat_approval::ApprovalStore>>,
+    /// Failed operator-key checks (API and console login), by client address and in all.
+    pub(crate) login_limit: Arc<crate::login_limit::LoginLimiter>,
 }
 
 /// The operator's identity as the approver (`operator:NAME`).
@@ -195,13 +212,38 @@ impl Operator {
     }
 }
 
-/// Operator routes accept operator keys only.
+/// Operator routes accept operator keys only. Failed checks count against the same limit as console logins; over
+/// it the request gets `429` with `Retry-After` before its key is looked at.
 pub(crate) async fn authenticate_operator(
     State(state): State<OperatorState>,
     mut request: Request,
     next: Next,
 ) -> Response {
-    match state.keys.check(request.headers()) {
+    let peer = request
+        .extensions()
+        .get::<crate::connection::PeerAddr>()
+        .map(|p| p.0.ip());
+    let source = crate::login_limit::Source::of(peer);
+    if let Err(retry_after) = state.login_limit.admit(source, Instant::now()) {
+        let error = ApiError {
+            status: StatusCode::TOO_MANY_REQUESTS,
+            kind: "rate_limit_error",
+            retry_after: Some(Duration::from_secs(
+                retry_after.as_secs() + u64::from(retry_after.subsec_nanos() > 0),
+            )),
+            ..ApiError::invalid_request(
+                "too_many_failed_logins",
+                "too many failed operator key checks from this address; retry later",
+            )
+        };
+        return error.into_response();
+    }
+    let checked = state.keys.check(request.headers());
+    match &checked {
+        Ok(_) => state.login_limit.succeeded(source, Instant::now()),
+        Err(_) => state.login_limit.failed(source, Instant::now()),
+    }
+    match checked {
         Ok(name) => {
             request
                 .extensions_mut()
@@ -212,19 +254,84 @@ pub(crate) async fn authenticate_operator(
     }
 }
 
-/// Who a pending approval belongs to, when it is pending: a paused turn of this process, or the approval
-/// layer's store (a turn paused before a restart, or in another replica).
+/// Who a pending approval belongs to, when it is pending: the approval layer's store (every process on the
+/// database, turns paused before a restart), or, in a gateway without one, a turn paused in this process.
+///
+/// With a store, the store alone says: a turn this process paused may have been resumed through another
+/// process since, which took the approval from the store but could not clear this process's memory.
 async fn pending_caller(state: &OperatorState, id: &str) -> Option<Option<CallerIdentity>> {
-    if let Some(caller) = state.pending.paused_caller(id) {
-        return Some(caller);
+    if state.approval_store.is_some() {
+        return stored_pending(state, id).await.map(|p| p.caller);
     }
+    state.pending.paused_caller(id)
+}
+
+/// The unexpired pending approval `id` of the approval layer's store (shared by every process on the database).
+async fn stored_pending(state: &OperatorState, id: &str) -> Option<PendingApproval> {
     let pending = state
         .approval_store
         .as_ref()?
         .get_pending(id)
         .await
         .ok()??;
-    (!pending.is_expired(SystemTime::now())).then_some(pending.caller)
+    (!pending.is_expired(SystemTime::now())).then_some(pending)
+}
+
+/// The decision an operator made on `id` for `caller`'s paused turn, wherever it is kept: this process's
+/// decisions (a gateway without a database), or the pending approval in the store (a decision made in any
+/// replica, or before a restart).
+async fn decision_of(
+    state: &OperatorState,
+    id: &str,
+    caller: Option<&CallerIdentity>,
+) -> Option<PendingDecision> {
+    if let Some(decided) = state.decisions.get(id, caller) {
+        return Some(PendingDecision {
+            approved: decided.approved,
+            reason: decided.reason,
+            approver: decided.approver,
+            decided_at: decided.decided_at,
+        });
+    }
+    stored_pending(state, id)
+        .await
+        .filter(|p| p.caller.as_ref() == caller)?
+        .decision
+}
+
+/// The operators' decisions on `ids` for a resend by `caller`, when every id has one and one operator made them
+/// all; `None` otherwise (nothing is taken). This process's decisions are taken; decisions kept in the store
+/// stay with their pending approval, which the approval layer takes (once) when the resumed request carries
+/// them.
+pub(crate) async fn pick_decisions(
+    state: &OperatorState,
+    caller: Option<&CallerIdentity>,
+    ids: &[String],
+) -> Option<Picked> {
+    if let Some(picked) = state.decisions.take(caller, ids) {
+        return Some(picked);
+    }
+    let mut decided = Vec::with_capacity(ids.len());
+    for id in ids {
+        let pending = stored_pending(state, id)
+            .await
+            .filter(|p| p.caller.as_ref() == caller)?;
+        decided.push(pending.decision?);
+    }
+    let approver = decided.first()?.approver.clone();
+    if decided.iter().any(|d| d.approver != approver) {
+        return None;
+    }
+    let answers = ids
+        .iter()
+        .zip(decided)
+        .map(|(id, d)| ApprovalAnswer {
+            id: id.clone(),
+            approved: d.approved,
+            reason: d.reason,
+        })
+        .collect();
+    Some(Picked { answers, approver })
 }
 
 /// Seconds since the Unix epoch.
@@ -242,7 +349,101 @@ pub(crate) struct Listed {
     pub(crate) status: &'static str,
 }
 
-/// What waits for a decision (paused in this process, unexpired), oldest first.
+/// The most pending approvals one `GET /v1/approvals` (or console inbox) answer lists.
+pub(crate) const MAX_LIST: usize = 200;
+
+/// One page of pending approvals, oldest first.
+#[derive(Debug)]
+pub(crate) struct ListedPage {
+    pub(crate) listed: Vec<Listed>,
+    /// Where the next page starts, when there is one.
+    pub(crate) next: Option<PendingCursor>,
+}
+
+fn status(approved: bool) -> &'static str {
+    if approved {
+        "approved"
+    } else {
+        "denied"
+    }
+}
+
+/// What waits for a decision (unexpired), oldest first, at most `limit` (≤ [`MAX_LIST`]) after `after`: from the
+/// approval layer's store when the gateway has one — every process on the database, and turns paused before a
+/// restart — else the turns paused in this process.
+pub(crate) async fn pending_page(
+    state: &OperatorState,
+    after: Option<&PendingCursor>,
+    limit: usize,
+) -> Result<ListedPage, ApiError> {
+    let limit = limit.clamp(1, MAX_LIST);
+    let now = SystemTime::now();
+    let Some(store) = &state.approval_store else {
+        // One time to live for every turn paused here: expiry order is pause order.
+        let ttl = state.decisions.ttl;
+        let mut listed: Vec<Listed> = pending_list(state)
+            .into_iter()
+            .filter(|l| {
+                after.is_none_or(|c| {
+                    (l.paused.paused_at + ttl, l.paused.notice.id.as_str())
+                        > (c.expires_at, c.approval_id.as_str())
+                })
+            })
+            .take(limit + 1)
+            .collect();
+        let next = (listed.len() > limit).then(|| {
+            listed.truncate(limit);
+            let last = &listed[limit - 1].paused;
+            PendingCursor {
+                expires_at: last.paused_at + ttl,
+                approval_id: last.notice.id.clone(),
+            }
+        });
+        return Ok(ListedPage { listed, next });
+    };
+    // One more than asked for tells whether another page follows.
+    let mut page = store
+        .list_pending(now, after, limit + 1)
+        .await
+        .map_err(|e| ApiError::from_chat(&e))?;
+    let next = (page.len() > limit).then(|| {
+        page.truncate(limit);
+        PendingCursor::after(&page[limit - 1])
+    });
+    let listed = page
+        .into_iter()
+        .map(|p| {
+            let status = match &p.decision {
+                Some(d) => status(d.approved),
+                None => state
+                    .decisions
+                    .get(&p.approval_id, p.caller.as_ref())
+                    .map_or("pending", |d| status(d.approved)),
+            };
+            Listed {
+                status,
+                paused: crate::pending::PausedApproval {
+                    notice: ApprovalNotice {
+                        tool: p.call.name.clone(),
+                        arguments: match &p.call.arguments {
+                            ToolArguments::Json(value) => value.clone(),
+                            ToolArguments::Invalid { raw, .. } => raw.clone().into(),
+                        },
+                        reason: p.reason,
+                        id: p.approval_id,
+                    },
+                    caller: p.caller,
+                    conversation: p.conversation_id,
+                    paused_at: p.created_at,
+                    expires_in: p.expires_at.duration_since(now).unwrap_or_default(),
+                },
+            }
+        })
+        .collect();
+    Ok(ListedPage { listed, next })
+}
+
+/// The turns paused in this process (unexpired), oldest first, with this process's decisions.
 pub(crate) fn pending_list(state: &OperatorState) -> Vec<Listed> {
     state
         .pending
@@ -252,10 +453,7 @@ pub(crate) fn pending_list(state: &OperatorState) -> Vec<Listed> {
             let status = state
                 .decisions
                 .get(&paused.notice.id, paused.caller.as_ref())
-                .map_or(
-                    "pending",
-                    |d| if d.approved { "approved" } else { "denied" },
-                );
+                .map_or("pending", |d| status(d.approved));
             Listed { paused, status }
         })
         .collect()
@@ -277,10 +475,62 @@ pub(crate) fn listed_json(listed: &Listed) -> serde_json::Value {
     })
 }
 
-/// `GET /v1/approvals`: what waits for a decision (paused in this process, unexpired), oldest first.
-pub(crate) async fn list(State(state): State<OperatorState>) -> Response {
-    let data: Vec<serde_json::Value> = pending_list(&state).iter().map(listed_json).collect();
-    json_response(StatusCode::OK, &json!({"object": "list", "data": data}))
+/// `limit` and `after` of a listing's query string.
+pub(crate) fn page_query(query: Option<&str>) -> Result<(Option<PendingCursor>, usize), ApiError> {
+    let value = |name: &str| {
+        query?
+            .split('&')
+            .find_map(|pair| pair.strip_prefix(name)?.strip_prefix('='))
+    };
+    let limit = match value("limit") {
+        None => MAX_LIST,
+        Some(n) => n
+            .parse()
+            .ok()
+            .filter(|n| (1..=MAX_LIST).contains(n))
+            .ok_or_else(|| {
+                ApiError::invalid_request(
+                    "invalid_limit",
+                    format!("`limit` must be a whole number from 1 to {MAX_LIST}"),
+                )
+            })?,
+    };
+    let after = match value("after") {
+        None => None,
+        Some(text) => Some(text.parse().map_err(|_| {
+            ApiError::invalid_request(
+                "invalid_cursor",
+                "`after` must be the `next_after` of an earlier page",
+            )
+        })?),
+    };
+    Ok((after, limit))
+}
+
+/// `GET /v1/approvals?limit=N&after=CURSOR`: what waits for a decision, oldest first, a page at a time.
+pub(crate) async fn list(
+    State(state): State<OperatorState>,
+    RawQuery(query): RawQuery,
+) -> Response {
+    let page = match page_query(query.as_deref()) {
+        Ok((after, limit)) => pending_page(&state, after.as_ref(), limit).await,
+        Err(error) => Err(error),
+    };
+    match page {
+        Ok(page) => {
+            let data: Vec<serde_json::Value> = page.listed.iter().map(listed_json).collect();
+            json_response(
+                StatusCode::OK,
+                &json!({
+                    "object": "list",
+                    "data": data,
+                    "has_more": page.next.is_some(),
+                    "next_after": page.next.map(|c| c.to_string()),
+                }),
+            )
+        }
+        Err(error) => error.into_response(),
+    }
 }
 
 #[derive(Deserialize)]
@@ -346,25 +596,49 @@ pub(crate) async fn record_decision(
             format!("the reason is longer than {MAX_REASON} bytes"),
         ));
     }
-    let Some(caller) = pending_caller(state, id).await else {
-        return Err(not_found(id));
+    let already = || ApiError {
+        status: StatusCode::CONFLICT,
+        ..ApiError::invalid_request(
+            "approval_already_decided",
+            format!("approval `{id}` was already decided"),
+        )
     };
-    let decided = Decided {
-        caller,
-        approved,
-        reason,
-        approver: operator.0.clone(),
-        decided_at: SystemTime::now(),
-        expires: Instant::now() + state.decisions.ttl,
-    };
-    if !state.decisions.decide(id, decided) {
-        return Err(ApiError {
-            status: StatusCode::CONFLICT,
-            ..ApiError::invalid_request(
-                "approval_already_decided",
-                format!("approval `{id}` was already decided"),
-            )
-        });
+    match &state.approval_store {
+        // Kept with the pending approval, so the client's resume finds it in whichever process it reaches.
+        Some(store) => {
+            let decision = PendingDecision {
+                approved,
+                reason,
+                approver: operator.0.clone(),
+                decided_at: SystemTime::now(),
+            };
+            match store
+                .decide_pending(id, &decision)
+                .await
+                .map_err(|e| ApiError::from_chat(&e))?
+            {
+                DecideOutcome::Recorded => state.decisions.notify(),
+                DecideOutcome::AlreadyDecided => return Err(already()),
+                DecideOutcome::NotPending => return Err(not_found(id)),
+            }
+        }
+        // A gateway around a stack of its own, without an approval store: the turns paused here.
+        None => {
+            let Some(caller) = state.pending.paused_caller(id) else {
+                return Err(not_found(id));
+            };
+            let decided = Decided {
+                caller,
+                approved,
+                reason,
+                approver: operator.0.clone(),
+                decided_at: SystemTime::now(),
+                expires: Instant::now() + state.decisions.ttl,
+            };
+            if !state.decisions.decide(id, decided) {
+                return Err(already());
+            }
+        }
     }
     tracing::info!(approval_id = %id, approver = %operator.0, approved, "operator decision");
     Ok(())
@@ -394,7 +668,7 @@ pub(crate) async fn poll(
     // Subscribed before the first look, so a decision made in between is not missed.
     let mut changed = state.decisions.changed.subscribe();
     loop {
-        if let Some(decided) = state.decisions.get(&id, caller.as_ref()) {
+        if let Some(decided) = decision_of(&state, &id, caller.as_ref()).await {
             return json_response(
                 StatusCode::OK,
                 &json!({
@@ -410,12 +684,18 @@ pub(crate) async fn poll(
             Some(owner) if owner == caller => {}
             _ => return not_found(&id).into_response(),
         }
-        match tokio::time::timeout_at(deadline, changed.changed()).await {
-            Ok(Ok(())) => {}
-            // The deadline passed (or the gateway is going away): still pending.
-            Ok(Err(_)) | Err(_) => {
-                return json_response(StatusCode::OK, &json!({"id": id, "status": "pending"}))
-            }
+        if tokio::time::Instant::now() >= deadline {
+            return json_response(StatusCode::OK, &json!({"id": id, "status": "pending"}));
+        }
+        // A decision made here wakes the wait at once; one made in another process sharing the store is seen at
+        // the next look, at most STORE_RECHECK later.
+        let wake = match &state.approval_store {
+            Some(_) => deadline.min(tokio::time::Instant::now() + STORE_RECHECK),
+            None => deadline,
+        };
+        if let Ok(Err(_)) = tokio::time::timeout_at(wake, changed.changed()).await {
+            // The gateway is going away: still pending.
+            return json_response(StatusCode::OK, &json!({"id": id, "status": "pending"}));
         }
     }
 }

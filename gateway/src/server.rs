@@ -408,6 +408,7 @@ impl Gateway {
             decisions: Arc::new(Decisions::new(config.approval_ttl)),
             pending: pending.clone(),
             approval_store: None,
+            login_limit: Arc::default(),
         });
         Gateway {
             state: AppState {
@@ -579,23 +580,47 @@ async fn method_not_allowed(request: Request) -> Response {
 /// A paused turn this process does not hold (it paused before a restart, or in another replica): the approval
 /// layer's pending record names the conversation, and the call records hold the paused turn's whole history.
 /// The approval layer then verifies the decisions as always (caller, conversation, single use, arguments).
+///
+/// `Ok(None)` when nothing is pending for `caller` under the first id (the caller gets the same error as for an
+/// unknown id, so ids cannot be probed); `approval_turn_unavailable` when the approval is pending for this caller
+/// but the paused turn cannot be rebuilt here (no call records of it): the approval stays pending, undecided.
 async fn recorded_resumption(
     state: &AppState,
     caller: Option<&CallerIdentity>,
     answers: &[wire::ApprovalAnswer],
-) -> Option<Resumption> {
-    let (approvals, records) = (state.approval_store.as_ref()?, state.records.as_ref()?);
-    let pending = approvals.get_pending(&answers.first()?.id).await.ok()??;
-    if pending.caller.as_ref() != caller {
-        return None;
-    }
-    let history = records
-        .load_conversation(&pending.conversation_id)
-        .await
-        .ok()?;
-    if history.is_empty() {
-        return None;
-    }
+) -> Result<Option<Resumption>, ApiError> {
+    let (Some(approvals), Some(first)) = (state.approval_store.as_ref(), answers.first()) else {
+        return Ok(None);
+    };
+    let pending = match approvals.get_pending(&first.id).await {
+        Ok(Some(pending)) if pending.caller.as_ref() == caller => pending,
+        _ => return Ok(None),
+    };
+    let unavailable = |why: &str| {
+        ApiError {
+            status: StatusCode::CONFLICT,
+            ..ApiError::invalid_request(
+                "approval_turn_unavailable",
+                format!(
+                    "approval `{}` is pending, but its paused turn was held by another gateway process and {why}; \
+                     the approval stays pending: resend to the process that paused it, or deny it",
+                    first.id
+                ),
+            )
+        }
+    };
+    let Some(records) = state.records.as_ref() else {
+        return Err(unavailable("this gateway keeps no call records"));
+    };
+    let history = match records.load_conversation(&pending.conversation_id).await {
+        Ok(history) if !history.is_empty() => history,
+        Ok(_) => {
+            return Err(unavailable(
+                "the call records hold none of its conversation",
+            ))
+        }
+        Err(_) => return Err(unavailable("reading the call records failed")),
+    };
     let decisions = answers
         .iter()
         .map(|a| tower_chat::ApprovalDecision {
@@ -604,12 +629,12 @@ async fn recorded_resumption(
             reason: a.reason.clone(),
         })
         .collect();
-    Some(Resumption {
+    Ok(Some(Resumption {
         hidden: history,
         whole_history: true,
         conversation: pending.conversation_id,
         decisions: tower_chat::ApprovalDecisions(decisions),
-    })
+    }))
 }
 
 /// `--operator-keys-file`, refused when a key is also a client key (an operator key must not chat, and a client
@@ -816,7 +841,7 @@ async fn handle<F: WireFormat>(
         // A resend of a paused turn without decisions: the operators' decisions, when all are made.
         let ids = crate::operator::notice_ids(&request.messages);
         if !ids.is_empty() {
-            match operators.decisions.take(caller.as_ref(), &ids) {
+            match crate::operator::pick_decisions(operators, caller.as_ref(), &ids).await {
                 Some(picked) => {
                     approvals = picked.answers;
                     approver = Some(picked.approver);
@@ -832,7 +857,7 @@ async fn handle<F: WireFormat>(
         let resumption = match state.pending.resume(caller.as_ref(), &approvals) {
             Ok(resumption) => resumption,
             Err(error) => recorded_resumption(&state, caller.as_ref(), &approvals)
-                .await
+                .await?
                 .ok_or(error)?,
         };
         // The client's copy of the paused answer (the approval notice) is replaced by what the loop really had.

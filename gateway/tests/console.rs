@@ -293,6 +293,148 @@ async fn the_console_is_closed_without_a_session_and_refuses_forged_requests() {
     assert_eq!(after.status, 303, "the old cookie opens nothing");
 }
 
+/// A login form posted from the local address `from` (any of 127.0.0.0/8 reaches the gateway on 127.0.0.1).
+async fn login_from(gw: &Harness, from: &str, key: &str) -> Answer {
+    let mut connector = hyper_util::client::legacy::connect::HttpConnector::new();
+    connector.set_local_address(Some(from.parse().unwrap()));
+    let client = Client::builder(TokioExecutor::new()).build::<_, Full<Bytes>>(connector);
+    let request = http::Request::post(gw.url("/console/login"))
+        .header(FORM.0, FORM.1)
+        .header(SAME.0, SAME.1)
+        .body(Full::new(Bytes::from(format!("key={key}"))))
+        .unwrap();
+    let response = client.request(request).await.expect("request");
+    let status = response.status();
+    let headers = response.headers().clone();
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    Answer {
+        status,
+        headers,
+        body: String::from_utf8(body.to_vec()).unwrap(),
+    }
+}
+
+#[tokio::test]
+async fn failed_logins_are_limited_per_address_without_locking_out_other_addresses() {
+    let dir = tempfile::tempdir().unwrap();
+    let gw = gateway_on(dir.path(), None).await;
+    let guesser = "127.0.0.1";
+    for attempt in 0..5 {
+        let wrong = login_from(&gw, guesser, &format!("sk-guess-{attempt}")).await;
+        assert_eq!(wrong.status, 401, "attempt {attempt}: {}", wrong.body);
+    }
+    let limited = login_from(&gw, guesser, "sk-guess-5").await;
+    assert_eq!(limited.status, 429, "{}", limited.body);
+    let retry_after: u64 = header(&limited, "retry-after").parse().unwrap();
+    assert!((1..=12).contains(&retry_after), "{retry_after}");
+    assert!(
+        limited.body.contains("Too many failed logins"),
+        "{}",
+        limited.body
+    );
+    assert!(
+        header(&limited, "content-security-policy").starts_with("default-src 'none'"),
+        "the refusal is a console page like the others"
+    );
+    // Over the limit the key is not even looked at: the right one is refused too, and opens no session.
+    let right_but_limited = login_from(&gw, guesser, OPS_KEY).await;
+    assert_eq!(right_but_limited.status, 429);
+    assert!(header(&right_but_limited, "set-cookie").is_empty());
+    // Another address is not held back by the guesser's failures.
+    let operator = login_from(&gw, "127.0.0.2", OPS_KEY).await;
+    assert_eq!(operator.status, 303, "{}", operator.body);
+    assert!(header(&operator, "set-cookie").starts_with("tc_console="));
+}
+
+/// Alice's call pauses in gateway A; Carol opens the console of gateway B (same SQLite file), sees it there —
+/// its hostile arguments as text — and approves it; Alice, waiting on A, learns it and her resend completes.
+#[tokio::test]
+async fn the_console_of_one_gateway_lists_and_decides_what_another_paused() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = gateway_on(dir.path(), None).await;
+    let shared = a.files.path().to_owned();
+    let (clients, operators) = (dir.path().join("clients"), dir.path().join("operators"));
+    let b = Harness::start(write_then_answer, move |c| {
+        c.api_keys_file = Some(clients);
+        c.operator_keys_file = Some(operators);
+        c.db = shared.join("gateway.db");
+        c.files = Some(shared.join("root"));
+    })
+    .await;
+    let headers = [ALICE, ("x-conversation-id", "across")];
+    let body =
+        json!({"model": "test-model", "messages": [{"role": "user", "content": HOSTILE_MESSAGE}]});
+    let first = post(&a.url("/v1/chat/completions"), body.to_string(), &headers).await;
+    assert_eq!(first.status, 200, "{}", first.body);
+    let first = first.json();
+    let id = first["tower_chat"]["approval_requests"][0]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+
+    let cookie = http_login(&b).await;
+    let inbox = send("GET", &b.url("/console"), &[("cookie", &cookie)], "").await;
+    assert_eq!(inbox.status, 200, "{}", inbox.body);
+    assert!(
+        inbox.body.contains(&format!("data-id=\"{id}\"")),
+        "{}",
+        inbox.body
+    );
+    assert!(inbox.body.contains("alice/across"), "{}", inbox.body);
+    assert!(
+        !inbox.body.contains("<script>alert") && inbox.body.contains("&lt;script&gt;alert(2)"),
+        "arguments are text: {}",
+        inbox.body
+    );
+    assert!(inbox
+        .body
+        .contains("every gateway process on this database"));
+    let api = send(
+        "GET",
+        &b.url("/console/api/approvals"),
+        &[("cookie", &cookie)],
+        "",
+    )
+    .await;
+    let api = api.json();
+    assert_eq!(api["data"][0]["id"], id.as_str(), "{api}");
+    assert_eq!(api["has_more"], false);
+
+    let csrf = csrf_of(&inbox.body);
+    let decided = send(
+        "POST",
+        &b.url(&format!("/console/approvals/{id}/decision")),
+        &[FORM, SAME, ("cookie", &cookie)],
+        &format!("csrf={csrf}&decision=approve&reason=fine"),
+    )
+    .await;
+    assert_eq!(decided.status, 303, "{}", decided.body);
+    let learned = send(
+        "GET",
+        &a.url(&format!("/v1/approvals/{id}?wait=30")),
+        &[ALICE],
+        "",
+    )
+    .await;
+    assert_eq!(learned.json()["status"], "approved", "{}", learned.body);
+    assert_eq!(learned.json()["approver"], "operator:carol");
+    let mut resend = body.clone();
+    resend["messages"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"role": "assistant", "content": first["choices"][0]["message"]["content"]}));
+    let done = post(&a.url("/v1/chat/completions"), resend.to_string(), &headers).await;
+    assert_eq!(done.status, 200, "{}", done.body);
+    assert!(
+        done.json()["choices"][0]["message"]["content"]
+            .as_str()
+            .unwrap()
+            .starts_with("Result: wrote"),
+        "{}",
+        done.body
+    );
+}
+
 #[tokio::test]
 async fn no_console_without_operators_or_with_no_console() {
     let gw = Harness::start(write_then_answer, |_| {}).await;

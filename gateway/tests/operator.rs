@@ -331,3 +331,292 @@ async fn an_operator_key_that_is_also_a_client_key_is_refused_at_start() {
         "{error}"
     );
 }
+
+/// A second gateway process on the database of `first` (its SQLite file, or the PostgreSQL `database_url`),
+/// writing files to the same root: a replica behind the same load balancer, or `first` after a restart.
+/// `keys` is the directory [`gateway_on`] wrote the key files to.
+async fn replica_of(first: &Harness, keys: &Path, database_url: Option<String>) -> Harness {
+    let (keys, files) = (keys.to_owned(), first.files.path().to_owned());
+    Harness::start(write_then_answer, move |c| {
+        c.api_keys_file = Some(keys.join("clients"));
+        c.operator_keys_file = Some(keys.join("operators"));
+        c.db = files.join("gateway.db");
+        c.files = Some(files.join("root"));
+        c.database_url = database_url;
+    })
+    .await
+}
+
+/// The entry of `id` in `gw`'s `GET /v1/approvals`, paging through with `next_after` (a shared database may
+/// hold other tests' approvals before it).
+async fn listed_entry(gw: &Harness, id: &str) -> Option<Value> {
+    let mut url = gw.url("/v1/approvals?limit=50");
+    loop {
+        let answer = get(&url, &OPS).await;
+        assert_eq!(answer.status, 200, "{}", answer.body);
+        let page = answer.json();
+        assert!(page["data"].as_array().unwrap().len() <= 50);
+        if let Some(entry) = page["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["id"] == id)
+        {
+            return Some(entry.clone());
+        }
+        match page["next_after"].as_str() {
+            Some(after) => url = gw.url(&format!("/v1/approvals?limit=50&after={after}")),
+            None => return None,
+        }
+    }
+}
+
+/// Alice's call pauses in gateway A; gateway B (same database) lists it, Carol decides it there; Alice, waiting
+/// on A, learns the decision, and her resend — to B, which never held the paused turn — completes it. The
+/// decision is audited with Carol as the approver, and neither gateway lists the approval afterwards.
+async fn a_replica_lists_and_decides_what_another_paused(
+    a: &Harness,
+    b: &Harness,
+    conversation: &str,
+) -> String {
+    let (id, resend) = pause(a, conversation).await;
+    let entry = listed_entry(b, &id)
+        .await
+        .unwrap_or_else(|| panic!("{id} not listed by the other gateway"));
+    assert_eq!(entry["tool"], "write_file");
+    assert_eq!(entry["arguments"]["path"], "out/ops.txt");
+    assert_eq!(entry["caller"], "alice");
+    assert_eq!(entry["conversation"], format!("alice/{conversation}"));
+    assert_eq!(entry["status"], "pending");
+    assert!(entry["expires_in"].as_u64().unwrap() > 0);
+    assert!(entry["paused_at"].as_u64().unwrap() > 0);
+
+    // Alice waits on A; Carol decides on B; A's long-poll sees the decision kept in the database.
+    let waiting = tokio::spawn({
+        let url = a.url(&format!("/v1/approvals/{id}?wait=30"));
+        async move { get(&url, &ALICE).await }
+    });
+    let decided = post(
+        &b.url(&format!("/v1/approvals/{id}/decision")),
+        json!({"approved": true, "reason": "looks fine"}).to_string(),
+        &OPS,
+    )
+    .await;
+    assert_eq!(decided.status, 200, "{}", decided.body);
+    let learned = waiting.await.unwrap();
+    assert_eq!(learned.status, 200, "{}", learned.body);
+    assert_eq!(learned.json()["status"], "approved", "{}", learned.body);
+    assert_eq!(learned.json()["approver"], "operator:carol");
+    // Decided once, whichever gateway is asked.
+    let again = post(
+        &a.url(&format!("/v1/approvals/{id}/decision")),
+        json!({"approved": false}).to_string(),
+        &OPS,
+    )
+    .await;
+    assert_eq!(again.status, 409, "{}", again.body);
+    assert_eq!(listed_entry(a, &id).await.unwrap()["status"], "approved");
+
+    // The resend reaches B: the paused turn is rebuilt from the call records and completes.
+    let headers = [ALICE[0], ("x-conversation-id", conversation)];
+    let done = post(&b.url("/v1/chat/completions"), resend.to_string(), &headers).await;
+    assert_eq!(done.status, 200, "{}", done.body);
+    assert_eq!(
+        done.json()["choices"][0]["message"]["content"],
+        "Result: wrote 11 bytes to out/ops.txt"
+    );
+    assert_eq!(
+        std::fs::read_to_string(a.root().join("out/ops.txt")).unwrap(),
+        "by the book"
+    );
+    assert!(listed_entry(a, &id).await.is_none());
+    assert!(listed_entry(b, &id).await.is_none());
+    // Used: a second resend to A is not resumed again.
+    assert_eq!(
+        get(&a.url(&format!("/v1/approvals/{id}")), &ALICE)
+            .await
+            .status,
+        404
+    );
+    id
+}
+
+#[tokio::test]
+async fn two_gateways_on_one_sqlite_file_share_the_inbox_and_the_decisions() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = gateway(dir.path()).await;
+    let b = replica_of(&a, dir.path(), None).await;
+    let id = a_replica_lists_and_decides_what_another_paused(&a, &b, "r1").await;
+    let db = tower_chat_persistence::SqliteStore::open(a.files.path().join("gateway.db"))
+        .await
+        .unwrap();
+    let audit = SqliteApprovalStore::new(db)
+        .await
+        .unwrap()
+        .audit_log(&ConversationId::new("alice/r1"))
+        .await
+        .unwrap();
+    check_audit(&audit, &id);
+}
+
+#[tokio::test]
+async fn two_gateways_on_one_postgresql_database_share_the_inbox_and_the_decisions() {
+    let Some(url) = tower_chat::test_server::service_url("DATABASE_URL") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let a = gateway_on(dir.path(), Some(url.clone())).await;
+    let b = replica_of(&a, dir.path(), Some(url.clone())).await;
+    let conversation = format!("replica-{}", uuid::Uuid::new_v4().simple());
+    let id = a_replica_lists_and_decides_what_another_paused(&a, &b, &conversation).await;
+    let store = tower_chat_persistence::PostgresStore::connect(url)
+        .await
+        .unwrap();
+    let audit = tower_chat_approval::PostgresApprovalStore::new(store)
+        .await
+        .unwrap()
+        .audit_log(&ConversationId::new(format!("alice/{conversation}")))
+        .await
+        .unwrap();
+    check_audit(&audit, &id);
+}
+
+#[tokio::test]
+async fn another_gateway_on_the_file_lists_what_waits_a_page_at_a_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let first = gateway(dir.path()).await;
+    let (older, _) = pause(&first, "p1").await;
+    let (newer, _) = pause(&first, "p2").await;
+    // Another process on the same file (as after a restart): nothing of these turns in its memory.
+    let second = replica_of(&first, dir.path(), None).await;
+    let page = get(&second.url("/v1/approvals?limit=1"), &OPS).await.json();
+    assert_eq!(page["data"][0]["id"], older.as_str(), "{page}");
+    assert_eq!(page["has_more"], true);
+    let after = page["next_after"].as_str().unwrap();
+    let rest = get(
+        &second.url(&format!("/v1/approvals?limit=1&after={after}")),
+        &OPS,
+    )
+    .await
+    .json();
+    assert_eq!(rest["data"][0]["id"], newer.as_str(), "{rest}");
+    assert_eq!(rest["has_more"], false);
+    assert!(rest["next_after"].is_null());
+    for bad in ["limit=0", "limit=201", "limit=x", "after=nonsense"] {
+        let refused = get(&second.url(&format!("/v1/approvals?{bad}")), &OPS).await;
+        assert_eq!(refused.status, 400, "{bad}: {}", refused.body);
+    }
+}
+
+#[tokio::test]
+async fn a_turn_no_process_can_rebuild_is_a_typed_error_and_the_approval_stays_pending_and_decided()
+{
+    let dir = tempfile::tempdir().unwrap();
+    let a = gateway(dir.path()).await;
+    let b = replica_of(&a, dir.path(), None).await;
+    let (id, resend) = pause(&a, "lost").await;
+    let decided = post(
+        &b.url(&format!("/v1/approvals/{id}/decision")),
+        json!({"approved": true, "reason": "looks fine"}).to_string(),
+        &OPS,
+    )
+    .await;
+    assert_eq!(decided.status, 200, "{}", decided.body);
+    // The call records of the paused turn are gone (say, pruned): B cannot rebuild what A holds in memory.
+    let db = tower_chat_persistence::SqliteStore::open(a.files.path().join("gateway.db"))
+        .await
+        .unwrap();
+    db.run("forget the call records", |conn| {
+        conn.execute_batch(
+            "PRAGMA foreign_keys = OFF; DELETE FROM chat_messages; DELETE FROM chat_calls;",
+        )
+    })
+    .await
+    .unwrap();
+    let headers = [ALICE[0], ("x-conversation-id", "lost")];
+    let refused = post(&b.url("/v1/chat/completions"), resend.to_string(), &headers).await;
+    assert_eq!(refused.status, 409, "{}", refused.body);
+    assert_eq!(refused.json()["error"]["code"], "approval_turn_unavailable");
+    assert!(
+        refused.json()["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("the call records hold none of its conversation"),
+        "{}",
+        refused.body
+    );
+    assert_eq!(b.provider.requests().len(), 0, "nothing went upstream");
+    // Nothing is lost: still listed, still decided, and the process that paused it resumes it.
+    assert_eq!(listed_entry(&b, &id).await.unwrap()["status"], "approved");
+    let done = post(&a.url("/v1/chat/completions"), resend.to_string(), &headers).await;
+    assert_eq!(done.status, 200, "{}", done.body);
+    assert_eq!(
+        done.json()["choices"][0]["message"]["content"],
+        "Result: wrote 11 bytes to out/ops.txt"
+    );
+}
+
+/// `GET url` from the local address `from` (any of 127.0.0.0/8 reaches the gateway on 127.0.0.1).
+async fn get_from(from: &str, url: &str, headers: &[(&str, &str)]) -> Answer {
+    let mut connector = hyper_util::client::legacy::connect::HttpConnector::new();
+    connector.set_local_address(Some(from.parse().unwrap()));
+    let client = Client::builder(TokioExecutor::new()).build::<_, Full<Bytes>>(connector);
+    let mut request = http::Request::get(url);
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    let response = client
+        .request(request.body(Full::new(Bytes::new())).unwrap())
+        .await
+        .expect("request");
+    let status = response.status();
+    let headers = response.headers().clone();
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    Answer {
+        status,
+        headers,
+        body: String::from_utf8(body.to_vec()).unwrap(),
+    }
+}
+
+#[tokio::test]
+async fn guessing_operator_keys_on_the_api_is_limited_like_console_logins() {
+    let dir = tempfile::tempdir().unwrap();
+    let gw = gateway(dir.path()).await;
+    let list = gw.url("/v1/approvals");
+    for attempt in 0..5 {
+        let key = format!("Bearer sk-guess-{attempt}");
+        let wrong = get_from("127.0.0.3", &list, &[("authorization", &key)]).await;
+        assert_eq!(wrong.status, 401, "attempt {attempt}: {}", wrong.body);
+    }
+    let limited = get_from("127.0.0.3", &list, &OPS).await;
+    assert_eq!(
+        limited.status, 429,
+        "the right key is not even checked: {}",
+        limited.body
+    );
+    assert_eq!(limited.json()["error"]["code"], "too_many_failed_logins");
+    let retry_after: u64 = limited.headers["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!((1..=12).contains(&retry_after), "{retry_after}");
+    // The console's login form shares the limit…
+    let mut connector = hyper_util::client::legacy::connect::HttpConnector::new();
+    connector.set_local_address(Some("127.0.0.3".parse().unwrap()));
+    let client = Client::builder(TokioExecutor::new()).build::<_, Full<Bytes>>(connector);
+    let login = client
+        .request(
+            http::Request::post(gw.url("/console/login"))
+                .header("content-type", "application/x-www-form-urlencoded")
+                .header("sec-fetch-site", "same-origin")
+                .body(Full::new(Bytes::from("key=sk-ops-carol")))
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(login.status(), 429);
+    // …and another address is not held back.
+    assert_eq!(get_from("127.0.0.4", &list, &OPS).await.status, 200);
+}

@@ -5,7 +5,7 @@
 //!
 //! | path | what |
 //! |---|---|
-//! | `/console/login` | log in with an operator key (the only page served without a session, with the assets) |
+//! | `/console/login` | log in with an operator key (the only page served without a session, with the assets); failed logins are limited, `429` + `Retry-After` |
 //! | `/console` | the approvals inbox: pending calls (tool, arguments, reason, caller, conversation, age, expiry), approve or deny with a reason; `console.js` keeps it current from `/console/api/approvals` |
 //! | `/console/conversations` | conversations, most recent first: caller, last activity, calls, tokens, cost |
 //! | `/console/conversation?id=…` | one conversation's timeline: messages, every recorded call (model, latency, time to first token, usage, outcome, tool calls and results), approvals and their audit |
@@ -17,8 +17,9 @@
 //! `Content-Security-Policy` (no inline script or style: the stylesheet and the one script are files embedded in
 //! the binary with `include_str!`), `X-Frame-Options: DENY`, `nosniff`, `no-referrer` and `no-store`.
 //!
-//! It reads what the gateway already keeps: pending approvals paused in this process, the call records
-//! ([`tower_chat_persistence::Store`]: SQLite or PostgreSQL) and the approval audit log.
+//! It reads what the gateway already keeps: the pending approvals of every process on the database (the approval
+//! layer's store), the call records ([`tower_chat_persistence::Store`]: SQLite or PostgreSQL) and the approval
+//! audit log. Failed logins are limited per client address and in all ([`crate::login_limit`]).
 
 pub(crate) mod html;
 mod pages;
@@ -26,6 +27,7 @@ pub(crate) mod session;
 mod usage;
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use axum::body::Body;
 use axum::extract::{Request, State};
@@ -37,6 +39,8 @@ use bytes::Bytes;
 use http::{header, HeaderMap, HeaderValue, StatusCode};
 use tower_chat_persistence::Store;
 
+use crate::connection::PeerAddr;
+use crate::login_limit::Source;
 use crate::operator::OperatorState;
 use html::Html;
 use session::{Session, Sessions};
@@ -322,23 +326,48 @@ fn login_form(status: StatusCode, problem: Option<&str>) -> Response {
     html_response(status, page_end(page))
 }
 
-/// `POST /console/login`: an operator key opens a session.
-async fn login(State(state): State<ConsoleState>, headers: HeaderMap, body: Bytes) -> Response {
+/// `POST /console/login`: an operator key opens a session. Failed logins are limited by client address and in
+/// all ([`crate::login_limit`], shared with the operator API); a login over the limit is refused before its key
+/// is looked at.
+async fn login(
+    State(state): State<ConsoleState>,
+    peer: Option<Extension<PeerAddr>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
     if !session::same_origin(&headers) {
         return error_page(
             StatusCode::FORBIDDEN,
             "Refused: the login form must be posted from the console's own page.",
         );
     }
+    let limit = &state.operators.login_limit;
+    let source = Source::of(peer.map(|Extension(PeerAddr(addr))| addr.ip()));
+    if let Err(retry_after) = limit.admit(source, Instant::now()) {
+        tracing::warn!("console: login refused (too many failed logins)");
+        let seconds = retry_after.as_secs() + u64::from(retry_after.subsec_nanos() > 0);
+        let mut response = login_form(
+            StatusCode::TOO_MANY_REQUESTS,
+            Some(&format!(
+                "Too many failed logins. Try again in {seconds} s."
+            )),
+        );
+        response
+            .headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from(seconds.max(1)));
+        return response;
+    }
     let form = session::parse_form(&body);
     let key = session::field(&form, "key").unwrap_or_default();
     let Some(operator) = state.operators.keys.identify(key.trim()) else {
+        limit.failed(source, Instant::now());
         tracing::warn!("console: login refused (not an operator key)");
         return login_form(
             StatusCode::UNAUTHORIZED,
             Some("That is not an operator key."),
         );
     };
+    limit.succeeded(source, Instant::now());
     let id = state.sessions.create(operator.as_str());
     tracing::info!(operator = operator.as_str(), "console: operator logged in");
     let mut response = see_other("/console");

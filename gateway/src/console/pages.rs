@@ -3,7 +3,7 @@
 use std::time::{Duration, SystemTime};
 
 use axum::extract::{Path, RawQuery, State};
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use axum::Extension;
 use bytes::Bytes;
 use http::StatusCode;
@@ -227,7 +227,15 @@ pub(crate) async fn inbox(
     Extension(session): Extension<Session>,
     RawQuery(query): RawQuery,
 ) -> Response {
-    let listed = operator::pending_list(&state.operators);
+    let page_of = match operator::pending_page(&state.operators, None, operator::MAX_LIST).await {
+        Ok(page) => page,
+        Err(error) => {
+            return error_page(
+                error.status,
+                &format!("Reading the pending approvals failed: {}", error.message),
+            )
+        }
+    };
     let mut page = page_start("Pending approvals", Nav::Inbox, Some(&session));
     if let (Some(done), Some(id)) = (
         query_value(query.as_deref(), "done"),
@@ -236,25 +244,44 @@ pub(crate) async fn inbox(
         let text = format!("{id}: {done}. The client's waiting turn resumes when it resends.");
         page.element("p", &[("class", "notice"), ("id", "decided")], &text);
     }
+    let hint = if state.operators.approval_store.is_some() {
+        "Calls paused by every gateway process on this database wait here for an operator. The list refreshes \
+         by itself."
+    } else {
+        "Calls paused in this gateway process wait here for an operator. The list refreshes by itself."
+    };
+    page.element("p", &[("class", "hint")], hint);
+    let more_class = if page_of.next.is_some() {
+        "hint"
+    } else {
+        "hint hidden"
+    };
+    let more = format!(
+        "Showing the oldest {} pending approvals; more wait behind them.",
+        operator::MAX_LIST
+    );
     page.element(
         "p",
-        &[("class", "hint")],
-        "Calls paused in this gateway process wait here for an operator. The list refreshes by itself.",
+        &[("id", "more-approvals"), ("class", more_class)],
+        &more,
     );
-    approvals_table(&mut page, &listed, &session.csrf, true);
+    approvals_table(&mut page, &page_of.listed, &session.csrf, true);
     html_response(StatusCode::OK, page_end(page))
 }
 
-/// `GET /console/api/approvals`: what the inbox script polls.
+/// `GET /console/api/approvals`: what the inbox script polls (the oldest page).
 pub(crate) async fn approvals_json(State(state): State<ConsoleState>) -> Response {
-    let data: Vec<serde_json::Value> = operator::pending_list(&state.operators)
-        .iter()
-        .map(operator::listed_json)
-        .collect();
-    crate::error::json_response(
-        StatusCode::OK,
-        &json!({"now": operator::unix(now()), "data": data}),
-    )
+    match operator::pending_page(&state.operators, None, operator::MAX_LIST).await {
+        Ok(page) => {
+            let data: Vec<serde_json::Value> =
+                page.listed.iter().map(operator::listed_json).collect();
+            crate::error::json_response(
+                StatusCode::OK,
+                &json!({"now": operator::unix(now()), "data": data, "has_more": page.next.is_some()}),
+            )
+        }
+        Err(error) => error.into_response(),
+    }
 }
 
 /// `POST /console/approvals/{id}/decision` (form: `csrf`, `decision` = `approve` | `deny`, `reason`).

@@ -153,7 +153,10 @@ pub use error::{ApprovalRefused, Refusal, RefusalKind};
 pub use layer::ApprovalLayer;
 pub use placement::ApprovalMisplaced;
 pub use policy::{ApproverIdentity, ApproverInput, PolicyInput, Verdict};
-pub use record::{AuditOutcome, AuditRecord, PendingApproval, UnknownOutcome};
+pub use record::{
+    AuditOutcome, AuditRecord, DecideOutcome, InvalidCursor, PendingApproval, PendingCursor,
+    PendingDecision, UnknownOutcome, MAX_PENDING_PAGE,
+};
 pub use service::{Approval, ResponseFuture};
 pub use store::{ApprovalStore, MemoryApprovalStore, StoreFuture};
 pub use stream::ApprovalStream;

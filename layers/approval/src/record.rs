@@ -29,7 +29,115 @@ pub struct PendingApproval {
     pub created_at: SystemTime,
     /// When it stops being valid.
     pub expires_at: SystemTime,
+    /// A decision recorded out of band ([`ApprovalStore::decide_pending`](crate::ApprovalStore::decide_pending)),
+    /// waiting for the paused turn's client to resume with it; `None` while undecided.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decision: Option<PendingDecision>,
 }
+
+/// A decision an approver made on a pending approval before any request carried it: an operator decides in a
+/// console while the client waits, and the client's resume (in whichever process sharing the store it reaches)
+/// picks it up. The approval stays pending — and single-use — until that resume takes it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PendingDecision {
+    /// Approved (`true`) or denied.
+    pub approved: bool,
+    /// The approver's reason.
+    pub reason: Option<String>,
+    /// Who decided (the identity the approver rule and the audit log will see).
+    pub approver: String,
+    /// When.
+    pub decided_at: SystemTime,
+}
+
+/// What [`ApprovalStore::decide_pending`](crate::ApprovalStore::decide_pending) did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DecideOutcome {
+    /// The decision was recorded on the pending approval.
+    Recorded,
+    /// The approval already carries a decision; the first one stands.
+    AlreadyDecided,
+    /// Nothing is pending under the id (unknown, taken, or expired).
+    NotPending,
+}
+
+/// Where a page of [`ApprovalStore::list_pending`](crate::ApprovalStore::list_pending) starts: after the
+/// approval expiring at `expires_at` with id `approval_id` (the order is expiry, then id).
+///
+/// Its text form (`Display` / `FromStr`, `{micros}.{id}`) is what an HTTP API hands out as an opaque cursor.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PendingCursor {
+    /// Expiry of the last approval already seen.
+    pub expires_at: SystemTime,
+    /// Its id.
+    pub approval_id: String,
+}
+
+impl PendingCursor {
+    /// The cursor that continues after `pending`.
+    pub fn after(pending: &PendingApproval) -> Self {
+        PendingCursor {
+            expires_at: pending.expires_at,
+            approval_id: pending.approval_id.clone(),
+        }
+    }
+}
+
+impl fmt::Display for PendingCursor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}.{}", micros(self.expires_at), self.approval_id)
+    }
+}
+
+/// A cursor text that no [`PendingCursor`] wrote.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InvalidCursor;
+
+impl fmt::Display for InvalidCursor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("not a pending-approvals cursor")
+    }
+}
+
+impl std::error::Error for InvalidCursor {}
+
+impl FromStr for PendingCursor {
+    type Err = InvalidCursor;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let (micros, id) = s.split_once('.').ok_or(InvalidCursor)?;
+        let micros: i64 = micros.parse().map_err(|_| InvalidCursor)?;
+        if id.is_empty() {
+            return Err(InvalidCursor);
+        }
+        Ok(PendingCursor {
+            expires_at: from_micros(micros),
+            approval_id: id.to_owned(),
+        })
+    }
+}
+
+/// Whole microseconds since the Unix epoch (negative before it), as the SQL stores keep times.
+pub(crate) fn micros(time: SystemTime) -> i64 {
+    match time.duration_since(std::time::UNIX_EPOCH) {
+        Ok(d) => i64::try_from(d.as_micros()).unwrap_or(i64::MAX),
+        Err(before) => -i64::try_from(before.duration().as_micros()).unwrap_or(i64::MAX),
+    }
+}
+
+/// The inverse of [`micros`].
+pub(crate) fn from_micros(micros: i64) -> SystemTime {
+    let magnitude = std::time::Duration::from_micros(micros.unsigned_abs());
+    if micros >= 0 {
+        std::time::UNIX_EPOCH + magnitude
+    } else {
+        std::time::UNIX_EPOCH - magnitude
+    }
+}
+
+/// The most approvals one [`ApprovalStore::list_pending`](crate::ApprovalStore::list_pending) call returns,
+/// whatever limit it was asked for: a huge table is read a page at a time.
+pub const MAX_PENDING_PAGE: usize = 500;
 
 impl PendingApproval {
     /// Whether the approval is past its time to live at `now`.

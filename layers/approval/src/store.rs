@@ -8,7 +8,9 @@ use std::time::SystemTime;
 use futures_util::future::{self, BoxFuture};
 use tower_chat::{ChatError, ConversationId, ErrorKind};
 
-use crate::record::{AuditRecord, PendingApproval};
+use crate::record::{
+    AuditRecord, DecideOutcome, PendingApproval, PendingCursor, PendingDecision, MAX_PENDING_PAGE,
+};
 
 /// The future of an [`ApprovalStore`] operation. Failures are [`ErrorKind::Store`] errors.
 pub type StoreFuture<'a, T> = BoxFuture<'a, Result<T, ChatError>>;
@@ -32,6 +34,27 @@ pub trait ApprovalStore: Send + Sync + 'static {
     /// Unknown and already-taken ids give `None`.
     fn take_pending<'a>(&'a self, approval_id: &'a str)
         -> StoreFuture<'a, Option<PendingApproval>>;
+
+    /// Up to `limit` (at most [`MAX_PENDING_PAGE`]) approvals unexpired at `now`, soonest expiry first (then
+    /// id; with one time to live, oldest first), starting after `after` — what an operator's inbox lists, a page
+    /// at a time, whichever process issued them. The next page starts at [`PendingCursor::after`] the last one
+    /// returned. Ordered by expiry so that a SQL store reads one index range from `now` on, however many expired
+    /// approvals wait to be purged.
+    fn list_pending<'a>(
+        &'a self,
+        now: SystemTime,
+        after: Option<&'a PendingCursor>,
+        limit: usize,
+    ) -> StoreFuture<'a, Vec<PendingApproval>>;
+
+    /// Record `decision` on the pending, unexpired (at `decision.decided_at`) approval `approval_id`, once: of
+    /// concurrent decisions, in any number of processes, exactly one is [`DecideOutcome::Recorded`]. The
+    /// approval stays pending until a request carrying the decision takes it.
+    fn decide_pending<'a>(
+        &'a self,
+        approval_id: &'a str,
+        decision: &'a PendingDecision,
+    ) -> StoreFuture<'a, DecideOutcome>;
 
     /// Delete approvals that expired before `now`; returns how many.
     fn purge_expired(&self, now: SystemTime) -> StoreFuture<'_, u64>;
@@ -60,6 +83,23 @@ impl<T: ApprovalStore + ?Sized> ApprovalStore for Arc<T> {
         approval_id: &'a str,
     ) -> StoreFuture<'a, Option<PendingApproval>> {
         (**self).take_pending(approval_id)
+    }
+
+    fn list_pending<'a>(
+        &'a self,
+        now: SystemTime,
+        after: Option<&'a PendingCursor>,
+        limit: usize,
+    ) -> StoreFuture<'a, Vec<PendingApproval>> {
+        (**self).list_pending(now, after, limit)
+    }
+
+    fn decide_pending<'a>(
+        &'a self,
+        approval_id: &'a str,
+        decision: &'a PendingDecision,
+    ) -> StoreFuture<'a, DecideOutcome> {
+        (**self).decide_pending(approval_id, decision)
     }
 
     fn purge_expired(&self, now: SystemTime) -> StoreFuture<'_, u64> {
@@ -145,6 +185,43 @@ impl ApprovalStore for MemoryApprovalStore {
     ) -> StoreFuture<'a, Option<PendingApproval>> {
         let taken = self.lock().pending.remove(approval_id);
         Box::pin(future::ready(Ok(taken)))
+    }
+
+    fn list_pending<'a>(
+        &'a self,
+        now: SystemTime,
+        after: Option<&'a PendingCursor>,
+        limit: usize,
+    ) -> StoreFuture<'a, Vec<PendingApproval>> {
+        let key = |p: &PendingApproval| (p.expires_at, p.approval_id.clone());
+        let start = after.map(|c| (c.expires_at, c.approval_id.clone()));
+        let mut page: Vec<PendingApproval> = self
+            .lock()
+            .pending
+            .values()
+            .filter(|p| !p.is_expired(now) && start.as_ref().is_none_or(|s| key(p) > *s))
+            .cloned()
+            .collect();
+        page.sort_by_key(key);
+        page.truncate(limit.clamp(1, MAX_PENDING_PAGE));
+        Box::pin(future::ready(Ok(page)))
+    }
+
+    fn decide_pending<'a>(
+        &'a self,
+        approval_id: &'a str,
+        decision: &'a PendingDecision,
+    ) -> StoreFuture<'a, DecideOutcome> {
+        let outcome = match self.lock().pending.get_mut(approval_id) {
+            Some(p) if p.is_expired(decision.decided_at) => DecideOutcome::NotPending,
+            Some(p) if p.decision.is_some() => DecideOutcome::AlreadyDecided,
+            Some(p) => {
+                p.decision = Some(decision.clone());
+                DecideOutcome::Recorded
+            }
+            None => DecideOutcome::NotPending,
+        };
+        Box::pin(future::ready(Ok(outcome)))
     }
 
     fn purge_expired(&self, now: SystemTime) -> StoreFuture<'_, u64> {

@@ -96,6 +96,7 @@ impl ApprovalStream {
             reason: request.reason,
             created_at,
             expires_at: created_at + self.shared.ttl,
+            decision: None,
         };
         let store = self.shared.store.clone();
         Box::pin(async move {

@@ -440,6 +440,21 @@ impl ApprovalStore for TestStore {
     fn take_pending<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<PendingApproval>> {
         self.op(self.inner.take_pending(id))
     }
+    fn list_pending<'a>(
+        &'a self,
+        now: SystemTime,
+        after: Option<&'a tower_chat_approval::PendingCursor>,
+        limit: usize,
+    ) -> StoreFuture<'a, Vec<PendingApproval>> {
+        self.op(self.inner.list_pending(now, after, limit))
+    }
+    fn decide_pending<'a>(
+        &'a self,
+        id: &'a str,
+        decision: &'a tower_chat_approval::PendingDecision,
+    ) -> StoreFuture<'a, tower_chat_approval::DecideOutcome> {
+        self.op(self.inner.decide_pending(id, decision))
+    }
     fn purge_expired(&self, now: SystemTime) -> StoreFuture<'_, u64> {
         self.op(self.inner.purge_expired(now))
     }

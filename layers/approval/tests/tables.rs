@@ -1,5 +1,6 @@
 //! The approval crate's SQL tables, on SQLite and (with `DATABASE_URL`) PostgreSQL: single-use takes, also under
-//! concurrency, expiry purges, the audit log in order; and a database created while the persistence crate still
+//! concurrency, expiry purges, the audit log in order; pending approvals listed a bounded page at a time with
+//! decisions recorded once; and a database created while the persistence crate still
 //! owned these tables is used in place.
 
 use std::sync::Arc;
@@ -8,8 +9,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use serde_json::json;
 use tower_chat::{CallerIdentity, ConversationId, ToolCall};
 use tower_chat_approval::{
-    ApprovalStore, AuditOutcome, AuditRecord, PendingApproval, PostgresApprovalStore, RefusalKind,
-    SqliteApprovalStore,
+    ApprovalStore, AuditOutcome, AuditRecord, DecideOutcome, MemoryApprovalStore, PendingApproval,
+    PendingCursor, PendingDecision, PostgresApprovalStore, RefusalKind, SqliteApprovalStore,
+    MAX_PENDING_PAGE,
 };
 use tower_chat_persistence::{Migration, PostgresStore, SqliteStore};
 
@@ -27,6 +29,174 @@ fn pending(id: &str, expires_at: SystemTime) -> PendingApproval {
         reason: Some("writes outside the workspace".into()),
         created_at: now(),
         expires_at,
+        decision: None,
+    }
+}
+
+/// Pending approvals are listed unexpired, oldest first, a bounded page at a time, with the decisions recorded
+/// on them; a decision is recorded once, and never on an expired, taken or unknown approval.
+async fn listing_pages_and_decisions(store: Arc<dyn ApprovalStore>) {
+    let ttl = Duration::from_secs(10_000);
+    // 2 × MAX_PENDING_PAGE + 3 unexpired, and expired ones.
+    let total = 2 * MAX_PENDING_PAGE + 3;
+    let mut expected = Vec::new();
+    for i in 0..total {
+        // Groups of three share an expiry: ties are ordered by id.
+        let p = pending(
+            &format!("ls-{i:05}"),
+            now() + ttl - Duration::from_secs((total - i / 3 * 3) as u64),
+        );
+        store.insert_pending(&p).await.unwrap();
+        expected.push(p);
+    }
+    for i in 0..5 {
+        let mut gone = pending(&format!("ls-expired-{i}"), now());
+        gone.created_at = now() - Duration::from_secs(100 + i);
+        store.insert_pending(&gone).await.unwrap();
+    }
+    expected.sort_by(|a, b| (a.expires_at, &a.approval_id).cmp(&(b.expires_at, &b.approval_id)));
+
+    let mut listed: Vec<PendingApproval> = Vec::new();
+    let mut cursor: Option<PendingCursor> = None;
+    let mut pages = 0;
+    loop {
+        let page = store
+            .list_pending(now(), cursor.as_ref(), usize::MAX)
+            .await
+            .unwrap();
+        assert!(page.len() <= MAX_PENDING_PAGE, "bounded: {}", page.len());
+        let Some(last) = page.last() else { break };
+        // The cursor survives its text form, as an HTTP API hands it out.
+        let text = PendingCursor::after(last).to_string();
+        cursor = Some(text.parse().unwrap());
+        listed.extend(page);
+        pages += 1;
+    }
+    assert_eq!(pages, 3);
+    assert_eq!(listed, expected, "every unexpired approval once, in order");
+    let small = store.list_pending(now(), None, 2).await.unwrap();
+    assert_eq!(small, expected[..2]);
+    assert_eq!(store.list_pending(now(), None, 0).await.unwrap().len(), 1);
+    assert!("garbage".parse::<PendingCursor>().is_err());
+
+    // A decision is recorded once and listed and read with the approval, which stays pending.
+    let id = expected[1].approval_id.clone();
+    let decision = PendingDecision {
+        approved: true,
+        reason: Some("looks fine".into()),
+        approver: "operator:carol".into(),
+        decided_at: now(),
+    };
+    assert_eq!(
+        store.decide_pending(&id, &decision).await.unwrap(),
+        DecideOutcome::Recorded
+    );
+    let other = PendingDecision {
+        approved: false,
+        approver: "operator:dan".into(),
+        ..decision.clone()
+    };
+    assert_eq!(
+        store.decide_pending(&id, &other).await.unwrap(),
+        DecideOutcome::AlreadyDecided
+    );
+    let read = store.get_pending(&id).await.unwrap().unwrap();
+    assert_eq!(read.decision.as_ref(), Some(&decision));
+    let small = store.list_pending(now(), None, 2).await.unwrap();
+    assert_eq!(small[1].decision.as_ref(), Some(&decision));
+    assert_eq!(small[0].decision, None);
+    assert_eq!(
+        store.take_pending(&id).await.unwrap().unwrap().decision,
+        Some(decision.clone()),
+        "the resume that takes it gets the decision"
+    );
+    assert_eq!(
+        store.decide_pending(&id, &decision).await.unwrap(),
+        DecideOutcome::NotPending,
+        "taken"
+    );
+    assert_eq!(
+        store
+            .decide_pending("ls-expired-0", &decision)
+            .await
+            .unwrap(),
+        DecideOutcome::NotPending,
+        "expired"
+    );
+    assert_eq!(
+        store.decide_pending("forged", &decision).await.unwrap(),
+        DecideOutcome::NotPending
+    );
+
+    // Concurrent decisions of one id: exactly one is recorded.
+    let contested = expected[2].approval_id.clone();
+    let tries: Vec<_> = (0..16)
+        .map(|i| {
+            let (store, id) = (store.clone(), contested.clone());
+            let decision = PendingDecision {
+                approver: format!("operator:{i}"),
+                ..decision.clone()
+            };
+            tokio::spawn(async move { store.decide_pending(&id, &decision).await.unwrap() })
+        })
+        .collect();
+    let mut recorded = 0;
+    for t in tries {
+        recorded += usize::from(t.await.unwrap() == DecideOutcome::Recorded);
+    }
+    assert_eq!(recorded, 1);
+}
+
+#[tokio::test]
+async fn memory_listing() {
+    listing_pages_and_decisions(Arc::new(MemoryApprovalStore::new())).await;
+}
+
+#[tokio::test]
+async fn sqlite_listing_survives_reopening_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("chat.db");
+    let store = SqliteApprovalStore::new(SqliteStore::open(&path).await.unwrap())
+        .await
+        .unwrap();
+    listing_pages_and_decisions(Arc::new(store)).await;
+    // Another process opening the file (a replica, or the gateway after a restart) sees the same approvals.
+    let reopened = SqliteApprovalStore::new(SqliteStore::open(&path).await.unwrap())
+        .await
+        .unwrap();
+    let first = reopened.list_pending(now(), None, 3).await.unwrap();
+    assert_eq!(first.len(), 3);
+    assert_eq!(first[0].approval_id, "ls-00000");
+    assert!(
+        first[1].decision.is_some(),
+        "the contested decision is kept in the file"
+    );
+}
+
+#[tokio::test]
+async fn postgres_listing() {
+    let Some(url) = tower_chat::test_server::service_url("DATABASE_URL") else {
+        return;
+    };
+    let schema = format!("tcapproval_list_{}", uuid::Uuid::new_v4().simple());
+    let db = PostgresStore::builder(url)
+        .schema(&schema)
+        .connect()
+        .await
+        .unwrap();
+    let store = PostgresApprovalStore::new(db.clone()).await.unwrap();
+    let outcome = futures_util::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(
+        listing_pages_and_decisions(Arc::new(store)),
+    ))
+    .await;
+    db.client()
+        .await
+        .unwrap()
+        .batch_execute(&format!("DROP SCHEMA \"{schema}\" CASCADE"))
+        .await
+        .unwrap();
+    if let Err(panic) = outcome {
+        std::panic::resume_unwind(panic);
     }
 }
 

@@ -11,6 +11,7 @@
   const csrf = document.querySelector('meta[name="csrf-token"]').getAttribute("content");
   const body = table.tBodies[0];
   const empty = document.getElementById("no-approvals");
+  const more = document.getElementById("more-approvals");
 
   function span(seconds) {
     const s = Math.max(0, Math.floor(seconds));
@@ -112,6 +113,7 @@
     const none = list.data.length === 0;
     table.classList.toggle("hidden", none);
     empty.classList.toggle("hidden", !none);
+    if (more) more.classList.toggle("hidden", !list.has_more);
     document.body.dataset.inboxUpdated = String(list.now);
   }
 

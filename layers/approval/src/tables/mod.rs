@@ -6,11 +6,14 @@
 //! already have them (from the retired `tower-chat-persistence/0002_approvals`); the migration only creates what
 //! is missing, so they are used as they are.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::SystemTime;
 
 use tower_chat::{ChatError, ErrorKind, ToolCall};
 
-use crate::record::{AuditOutcome, AuditRecord, PendingApproval};
+use crate::record::{
+    AuditOutcome, AuditRecord, DecideOutcome, PendingApproval, PendingCursor, PendingDecision,
+    MAX_PENDING_PAGE,
+};
 
 #[cfg(feature = "postgres")]
 mod postgres;
@@ -24,6 +27,28 @@ pub use sqlite::SqliteApprovalStore;
 
 /// The migration id, global per database.
 const MIGRATION_ID: &str = "tower-chat-approval/0001_tables";
+
+/// The second migration: a decision recorded on a pending approval (before a request carries it), and the index
+/// that pages through unexpired approvals in expiry order (one range from now on, whatever expired before).
+const DECISIONS_MIGRATION_ID: &str = "tower-chat-approval/0002_decisions";
+
+/// The second migration in a dialect: `if_not_exists` is PostgreSQL's `IF NOT EXISTS` for `ADD COLUMN` (SQLite
+/// has none; the migration runner runs it once per database anyway).
+fn decisions_sql(boolean: &str, if_not_exists: &str) -> String {
+    let add = |column: &str, ty: &str| {
+        format!("ALTER TABLE chat_pending_approvals ADD COLUMN {if_not_exists}{column} {ty};\n")
+    };
+    let mut sql = String::new();
+    sql.push_str(&add("decided_approved", boolean));
+    sql.push_str(&add("decided_reason", "TEXT"));
+    sql.push_str(&add("decided_by", "TEXT"));
+    sql.push_str(&add("decided_at", "BIGINT"));
+    sql.push_str(
+        "CREATE INDEX IF NOT EXISTS chat_pending_approvals_by_expiry_and_id \
+         ON chat_pending_approvals (expires_at, approval_id);",
+    );
+    sql
+}
 
 /// The tables in a dialect: JSON columns as `json`, the audit log's sequence key as `serial_key`.
 fn tables_sql(json: &str, serial_key: &str) -> String {
@@ -54,7 +79,67 @@ CREATE INDEX IF NOT EXISTS chat_approval_audit_by_conversation ON chat_approval_
 }
 
 const PENDING_COLUMNS: &str =
-    "approval_id, conversation_id, caller, call, reason, created_at, expires_at";
+    "approval_id, conversation_id, caller, call, reason, created_at, expires_at, \
+     decided_approved, decided_reason, decided_by, decided_at";
+
+/// The condition and order of a page of unexpired pending approvals; parameters: now, the cursor's expiry and id
+/// (the smallest values when the listing starts), the page size.
+fn list_pending_tail(param: impl Fn(usize) -> String) -> String {
+    format!(
+        "WHERE expires_at > {} AND (expires_at, approval_id) > ({}, {}) \
+         ORDER BY expires_at, approval_id LIMIT {}",
+        param(1),
+        param(2),
+        param(3),
+        param(4)
+    )
+}
+
+/// Record a decision once, on an unexpired approval; parameters: approved, reason, approver, decided at, id.
+fn decide_sql(param: impl Fn(usize) -> String) -> String {
+    format!(
+        "UPDATE chat_pending_approvals SET decided_approved = {}, decided_reason = {}, decided_by = {}, \
+         decided_at = {} WHERE approval_id = {} AND decided_by IS NULL AND expires_at > {}",
+        param(1),
+        param(2),
+        param(3),
+        param(4),
+        param(5),
+        param(4)
+    )
+}
+
+/// Why a decision was not recorded: one row (whether it is decided) when the approval is pending; parameters:
+/// id, now.
+fn decided_sql(param: impl Fn(usize) -> String) -> String {
+    format!(
+        "SELECT decided_by IS NOT NULL FROM chat_pending_approvals WHERE approval_id = {} AND expires_at > {}",
+        param(1),
+        param(2)
+    )
+}
+
+/// The start of a listing: nothing sorts before it.
+fn cursor_params(after: Option<&PendingCursor>) -> (i64, String) {
+    match after {
+        Some(cursor) => (to_micros(cursor.expires_at), cursor.approval_id.clone()),
+        None => (i64::MIN, String::new()),
+    }
+}
+
+/// A page size as a store is asked for it: at least one, at most [`MAX_PENDING_PAGE`].
+fn page_size(limit: usize) -> i64 {
+    limit.clamp(1, MAX_PENDING_PAGE) as i64
+}
+
+/// What [`decided_sql`] found, as an outcome of a decision that changed no row.
+fn not_recorded(decided: Option<bool>) -> DecideOutcome {
+    match decided {
+        Some(true) => DecideOutcome::AlreadyDecided,
+        // Pending and undecided, yet the update missed it: it expired (or was taken) in between.
+        Some(false) | None => DecideOutcome::NotPending,
+    }
+}
 
 const AUDIT_COLUMNS: &str =
     "approval_id, conversation_id, caller, approver, call, outcome, reason, decided_at";
@@ -68,6 +153,10 @@ struct PendingRow {
     reason: Option<String>,
     created_at: i64,
     expires_at: i64,
+    decided_approved: Option<bool>,
+    decided_reason: Option<String>,
+    decided_by: Option<String>,
+    decided_at: Option<i64>,
 }
 
 impl PendingRow {
@@ -80,10 +169,24 @@ impl PendingRow {
             reason: pending.reason.clone(),
             created_at: to_micros(pending.created_at),
             expires_at: to_micros(pending.expires_at),
+            decided_approved: pending.decision.as_ref().map(|d| d.approved),
+            decided_reason: pending.decision.as_ref().and_then(|d| d.reason.clone()),
+            decided_by: pending.decision.as_ref().map(|d| d.approver.clone()),
+            decided_at: pending.decision.as_ref().map(|d| to_micros(d.decided_at)),
         })
     }
 
     fn decode(self) -> Result<PendingApproval, ChatError> {
+        let decision = match (self.decided_by, self.decided_approved, self.decided_at) {
+            (Some(approver), Some(approved), Some(at)) => Some(PendingDecision {
+                approved,
+                reason: self.decided_reason,
+                approver,
+                decided_at: from_micros(at),
+            }),
+            (None, None, None) => None,
+            _ => return Err(store_error("a pending approval holds a partial decision")),
+        };
         Ok(PendingApproval {
             approval_id: self.approval_id,
             conversation_id: self.conversation_id.into(),
@@ -92,6 +195,7 @@ impl PendingRow {
             reason: self.reason,
             created_at: from_micros(self.created_at),
             expires_at: from_micros(self.expires_at),
+            decision,
         })
     }
 }
@@ -157,16 +261,9 @@ fn decode_call(json: &str) -> Result<ToolCall, ChatError> {
 
 /// Whole microseconds since the Unix epoch, as the persistence crate stores its timestamps.
 fn to_micros(time: SystemTime) -> i64 {
-    match time.duration_since(UNIX_EPOCH) {
-        Ok(d) => i64::try_from(d.as_micros()).unwrap_or(i64::MAX),
-        Err(before) => -i64::try_from(before.duration().as_micros()).unwrap_or(i64::MAX),
-    }
+    crate::record::micros(time)
 }
 
 fn from_micros(micros: i64) -> SystemTime {
-    if micros >= 0 {
-        UNIX_EPOCH + Duration::from_micros(micros.unsigned_abs())
-    } else {
-        UNIX_EPOCH - Duration::from_micros(micros.unsigned_abs())
-    }
+    crate::record::from_micros(micros)
 }

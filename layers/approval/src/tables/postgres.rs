@@ -8,9 +8,11 @@ use tower_chat_persistence::store::postgres::tokio_postgres::{self, types::ToSql
 use tower_chat_persistence::{Migration, PostgresStore};
 
 use super::{
-    store_error, tables_sql, AuditRow, PendingRow, AUDIT_COLUMNS, MIGRATION_ID, PENDING_COLUMNS,
+    decide_sql, decided_sql, decisions_sql, list_pending_tail, not_recorded, store_error,
+    tables_sql, AuditRow, PendingRow, AUDIT_COLUMNS, DECISIONS_MIGRATION_ID, MIGRATION_ID,
+    PENDING_COLUMNS,
 };
-use crate::record::{AuditRecord, PendingApproval};
+use crate::record::{AuditRecord, DecideOutcome, PendingApproval, PendingCursor, PendingDecision};
 use crate::store::{ApprovalStore, StoreFuture};
 
 /// An [`ApprovalStore`] in PostgreSQL, sharing the pool (and schema) of a persistence [`PostgresStore`]:
@@ -26,7 +28,7 @@ pub struct PostgresApprovalStore {
 impl PostgresApprovalStore {
     /// Keep approvals in `db`'s database (and schema), creating the tables if they are missing.
     pub async fn new(db: PostgresStore) -> Result<Self, ChatError> {
-        db.apply_migrations(&[migration()]).await?;
+        db.apply_migrations(&migrations()).await?;
         Ok(PostgresApprovalStore { db })
     }
 
@@ -36,9 +38,15 @@ impl PostgresApprovalStore {
     }
 }
 
-/// The tables in PostgreSQL's dialect (JSON as JSONB).
-pub(crate) fn migration() -> Migration {
-    Migration::new(MIGRATION_ID, tables_sql("JSONB", "BIGSERIAL PRIMARY KEY"))
+/// The tables in PostgreSQL's dialect (JSON as JSONB), then the decision columns.
+pub(crate) fn migrations() -> [Migration; 2] {
+    [
+        Migration::new(MIGRATION_ID, tables_sql("JSONB", "BIGSERIAL PRIMARY KEY")),
+        Migration::new(
+            DECISIONS_MIGRATION_ID,
+            decisions_sql("BOOLEAN", "IF NOT EXISTS "),
+        ),
+    ]
 }
 
 impl fmt::Debug for PostgresApprovalStore {
@@ -66,7 +74,8 @@ fn failed(what: &'static str) -> impl Fn(tokio_postgres::Error) -> ChatError {
 
 /// JSONB columns are read as text, so both dialects decode the same strings.
 const PENDING_SELECT: &str =
-    "approval_id, conversation_id, caller, call::text, reason, created_at, expires_at";
+    "approval_id, conversation_id, caller, call::text, reason, created_at, expires_at, \
+     decided_approved, decided_reason, decided_by, decided_at";
 
 const AUDIT_SELECT: &str =
     "approval_id, conversation_id, caller, approver, call::text, outcome, reason, decided_at";
@@ -80,6 +89,10 @@ fn pending_row(row: &Row) -> Result<PendingRow, tokio_postgres::Error> {
         reason: row.try_get(4)?,
         created_at: row.try_get(5)?,
         expires_at: row.try_get(6)?,
+        decided_approved: row.try_get(7)?,
+        decided_reason: row.try_get(8)?,
+        decided_by: row.try_get(9)?,
+        decided_at: row.try_get(10)?,
     })
 }
 
@@ -129,7 +142,7 @@ impl ApprovalStore for PostgresApprovalStore {
             let row = PendingRow::encode(pending)?;
             let sql = format!(
                 "INSERT INTO chat_pending_approvals ({PENDING_COLUMNS}) \
-                 VALUES ($1, $2, $3, $4::text::jsonb, $5, $6, $7)"
+                 VALUES ($1, $2, $3, $4::text::jsonb, $5, $6, $7, $8, $9, $10, $11)"
             );
             self.execute(
                 "cannot insert a pending approval",
@@ -142,6 +155,10 @@ impl ApprovalStore for PostgresApprovalStore {
                     &row.reason,
                     &row.created_at,
                     &row.expires_at,
+                    &row.decided_approved,
+                    &row.decided_reason,
+                    &row.decided_by,
+                    &row.decided_at,
                 ],
             )
             .await?;
@@ -170,6 +187,75 @@ impl ApprovalStore for PostgresApprovalStore {
             );
             self.one_pending("cannot take a pending approval", &sql, approval_id)
                 .await
+        })
+    }
+
+    fn list_pending<'a>(
+        &'a self,
+        now: SystemTime,
+        after: Option<&'a PendingCursor>,
+        limit: usize,
+    ) -> StoreFuture<'a, Vec<PendingApproval>> {
+        Box::pin(async move {
+            let what = "cannot list pending approvals";
+            let (created_at, approval_id) = super::cursor_params(after);
+            let client = self.db.client().await?;
+            let sql = format!(
+                "SELECT {PENDING_SELECT} FROM chat_pending_approvals {}",
+                list_pending_tail(|i| format!("${i}"))
+            );
+            let rows = client
+                .query(
+                    &sql,
+                    &[
+                        &super::to_micros(now),
+                        &created_at,
+                        &approval_id,
+                        &super::page_size(limit),
+                    ],
+                )
+                .await
+                .map_err(failed(what))?;
+            rows.iter()
+                .map(|row| pending_row(row).map_err(failed(what))?.decode())
+                .collect()
+        })
+    }
+
+    fn decide_pending<'a>(
+        &'a self,
+        approval_id: &'a str,
+        decision: &'a PendingDecision,
+    ) -> StoreFuture<'a, DecideOutcome> {
+        Box::pin(async move {
+            let what = "cannot record a decision";
+            let at = super::to_micros(decision.decided_at);
+            // One statement: of concurrent decisions, only the one whose UPDATE found the row undecided wins.
+            let changed = self
+                .execute(
+                    what,
+                    &decide_sql(|i| format!("${i}")),
+                    &[
+                        &decision.approved,
+                        &decision.reason,
+                        &decision.approver,
+                        &at,
+                        &approval_id,
+                    ],
+                )
+                .await?;
+            if changed == 1 {
+                return Ok(DecideOutcome::Recorded);
+            }
+            let client = self.db.client().await?;
+            let decided = client
+                .query_opt(&decided_sql(|i| format!("${i}")), &[&approval_id, &at])
+                .await
+                .map_err(failed(what))?
+                .map(|row| row.try_get::<_, bool>(0))
+                .transpose()
+                .map_err(failed(what))?;
+            Ok(not_recorded(decided))
         })
     }
 

@@ -7,8 +7,11 @@ use tower_chat::ConversationId;
 use tower_chat_persistence::store::sqlite::rusqlite::{self, params, OptionalExtension};
 use tower_chat_persistence::{Migration, SqliteStore};
 
-use super::{tables_sql, AuditRow, PendingRow, AUDIT_COLUMNS, MIGRATION_ID, PENDING_COLUMNS};
-use crate::record::{AuditRecord, PendingApproval};
+use super::{
+    decide_sql, decided_sql, decisions_sql, list_pending_tail, not_recorded, tables_sql, AuditRow,
+    PendingRow, AUDIT_COLUMNS, DECISIONS_MIGRATION_ID, MIGRATION_ID, PENDING_COLUMNS,
+};
+use crate::record::{AuditRecord, DecideOutcome, PendingApproval, PendingCursor, PendingDecision};
 use crate::store::{ApprovalStore, StoreFuture};
 
 /// An [`ApprovalStore`] in a SQLite file, sharing the connection of a persistence [`SqliteStore`]: a pause
@@ -37,7 +40,7 @@ pub struct SqliteApprovalStore {
 impl SqliteApprovalStore {
     /// Keep approvals in `db`'s file, creating the tables if they are missing.
     pub async fn new(db: SqliteStore) -> Result<Self, tower_chat::ChatError> {
-        db.apply_migrations(&[migration()]).await?;
+        db.apply_migrations(&migrations()).await?;
         Ok(SqliteApprovalStore { db })
     }
 
@@ -47,12 +50,15 @@ impl SqliteApprovalStore {
     }
 }
 
-/// The tables in SQLite's dialect (JSON as TEXT).
-pub(crate) fn migration() -> Migration {
-    Migration::new(
-        MIGRATION_ID,
-        tables_sql("TEXT", "INTEGER PRIMARY KEY AUTOINCREMENT"),
-    )
+/// The tables in SQLite's dialect (JSON as TEXT), then the decision columns.
+pub(crate) fn migrations() -> [Migration; 2] {
+    [
+        Migration::new(
+            MIGRATION_ID,
+            tables_sql("TEXT", "INTEGER PRIMARY KEY AUTOINCREMENT"),
+        ),
+        Migration::new(DECISIONS_MIGRATION_ID, decisions_sql("BOOLEAN", "")),
+    ]
 }
 
 impl fmt::Debug for SqliteApprovalStore {
@@ -72,6 +78,10 @@ fn pending_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<PendingRow> {
         reason: row.get(4)?,
         created_at: row.get(5)?,
         expires_at: row.get(6)?,
+        decided_approved: row.get(7)?,
+        decided_reason: row.get(8)?,
+        decided_by: row.get(9)?,
+        decided_at: row.get(10)?,
     })
 }
 
@@ -116,7 +126,7 @@ impl ApprovalStore for SqliteApprovalStore {
                     conn.execute(
                         &format!(
                             "INSERT INTO chat_pending_approvals ({PENDING_COLUMNS}) \
-                             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)"
+                             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)"
                         ),
                         params![
                             row.approval_id,
@@ -125,7 +135,11 @@ impl ApprovalStore for SqliteApprovalStore {
                             row.call,
                             row.reason,
                             row.created_at,
-                            row.expires_at
+                            row.expires_at,
+                            row.decided_approved,
+                            row.decided_reason,
+                            row.decided_by,
+                            row.decided_at
                         ],
                     )
                     .map(drop)
@@ -149,6 +163,67 @@ impl ApprovalStore for SqliteApprovalStore {
             "DELETE FROM chat_pending_approvals WHERE approval_id = ?1 RETURNING {PENDING_COLUMNS}"
         );
         Box::pin(self.one_pending("cannot take a pending approval", sql, approval_id))
+    }
+
+    fn list_pending<'a>(
+        &'a self,
+        now: SystemTime,
+        after: Option<&'a PendingCursor>,
+        limit: usize,
+    ) -> StoreFuture<'a, Vec<PendingApproval>> {
+        let now = super::to_micros(now);
+        let (created_at, approval_id) = super::cursor_params(after);
+        let limit = super::page_size(limit);
+        Box::pin(async move {
+            let rows = self
+                .db
+                .run("cannot list pending approvals", move |conn| {
+                    conn.prepare_cached(&format!(
+                        "SELECT {PENDING_COLUMNS} FROM chat_pending_approvals {}",
+                        list_pending_tail(|i| format!("?{i}"))
+                    ))?
+                    .query_map(params![now, created_at, approval_id, limit], pending_row)?
+                    .collect::<rusqlite::Result<Vec<PendingRow>>>()
+                })
+                .await?;
+            rows.into_iter().map(PendingRow::decode).collect()
+        })
+    }
+
+    fn decide_pending<'a>(
+        &'a self,
+        approval_id: &'a str,
+        decision: &'a PendingDecision,
+    ) -> StoreFuture<'a, DecideOutcome> {
+        let id = approval_id.to_owned();
+        let decision = decision.clone();
+        Box::pin(async move {
+            self.db
+                .run("cannot record a decision", move |conn| {
+                    let at = super::to_micros(decision.decided_at);
+                    let changed = conn.execute(
+                        &decide_sql(|i| format!("?{i}")),
+                        params![
+                            decision.approved,
+                            decision.reason,
+                            decision.approver,
+                            at,
+                            id
+                        ],
+                    )?;
+                    if changed == 1 {
+                        return Ok(DecideOutcome::Recorded);
+                    }
+                    let decided = conn
+                        .query_row(&decided_sql(|i| format!("?{i}")), params![id, at], |row| {
+                            row.get(0)
+                        })
+                        .optional()?;
+                    Ok(not_recorded(decided))
+                })
+                .await
+                .map_err(Into::into)
+        })
     }
 
     fn purge_expired(&self, now: SystemTime) -> StoreFuture<'_, u64> {
