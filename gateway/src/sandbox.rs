@@ -137,17 +137,29 @@ fn read_blocking(root: &OwnedFd, path: &str) -> Result<String, ToolError> {
     if stat.st_size as u64 > MAX_READ_BYTES {
         return Err(too_big(path));
     }
-    // Read one byte past the limit: a file that grew after the fstat is still caught.
-    let mut bytes = Vec::with_capacity(stat.st_size as usize);
-    std::fs::File::from(fd)
-        .take(MAX_READ_BYTES + 1)
-        .read_to_end(&mut bytes)
-        .map_err(|e| io_error(path, &e, "read"))?;
-    if bytes.len() as u64 > MAX_READ_BYTES {
-        return Err(too_big(path));
-    }
+    let bytes = match read_at_most(
+        std::fs::File::from(fd),
+        stat.st_size as usize,
+        MAX_READ_BYTES,
+    ) {
+        Ok(Some(bytes)) => bytes,
+        Ok(None) => return Err(too_big(path)),
+        Err(e) => return Err(io_error(path, &e, "read")),
+    };
     String::from_utf8(bytes)
         .map_err(|_| ToolError::new(format!("cannot read `{}`: not UTF-8 text", shorten(path))))
+}
+
+/// Everything `reader` holds if that is at most `limit` bytes, `None` if it holds more. Reads one byte past the
+/// limit, so a file that grew after its size was checked is still refused rather than silently cut short.
+fn read_at_most(
+    reader: impl Read,
+    expected: usize,
+    limit: u64,
+) -> std::io::Result<Option<Vec<u8>>> {
+    let mut bytes = Vec::with_capacity(expected);
+    reader.take(limit + 1).read_to_end(&mut bytes)?;
+    Ok((bytes.len() as u64 <= limit).then_some(bytes))
 }
 
 fn too_big(path: &str) -> ToolError {
@@ -262,6 +274,18 @@ mod tests {
     use std::os::unix::fs::symlink;
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::Arc;
+
+    #[test]
+    fn a_reader_longer_than_the_limit_is_refused_not_cut_short() {
+        // What a file that grew between the size check and the read looks like to `read_at_most`.
+        let limit = 16;
+        let exact = read_at_most(std::io::repeat(b'a').take(limit), 0, limit).unwrap();
+        assert_eq!(exact.map(|b| b.len()), Some(limit as usize));
+        let longer = read_at_most(std::io::repeat(b'a').take(limit + 1), 0, limit).unwrap();
+        assert_eq!(longer, None);
+        let endless = read_at_most(std::io::repeat(b'a'), 0, MAX_READ_BYTES).unwrap();
+        assert_eq!(endless, None);
+    }
 
     /// `dir/root` (the sandbox) and `dir/outside` holding `secret.txt`.
     fn setup() -> (tempfile::TempDir, Sandbox) {
