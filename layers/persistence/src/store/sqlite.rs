@@ -22,7 +22,7 @@ use super::chain::{history_sql, Encoded, Encoder, NodeKey};
 use super::schema::{
     abandon_sql, call_summaries_sql, conversation_from_row, insert_key_sql, select_sql,
     spend_from_row, spend_sql, sqlite_migrations, Row, StoredColumns, StoredRecord, SummaryColumns,
-    CONVERSATION_COLUMNS, EMPTY_MESSAGES, EMPTY_OPTIONS, MIGRATIONS_TABLE, SELECT_KEY,
+    CONVERSATION_COLUMNS, MIGRATIONS_TABLE, SELECT_KEY,
 };
 use super::{Migration, Store, StoreError};
 use crate::record::{
@@ -355,12 +355,14 @@ impl SqliteStore {
     }
 }
 
+/// `request_messages` and `request_options` are written as the literals of [`super::schema::EMPTY_MESSAGES`] and
+/// [`super::schema::EMPTY_OPTIONS`] (the history and options live in their own tables): two fewer parameters to bind.
 const UPSERT: &str = "INSERT INTO chat_calls (call_id, conversation_id, caller, round_index, started_at, \
     first_token_at, ended_at, provider, model, status, error_kind, error_message, finish_reason, input_tokens, \
     output_tokens, response_text, request_messages, request_options, response, cost_nanos, history_head, \
     request_len, options_id) \
-    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, \
-    ?22, ?23) \
+    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, '[]', '{}', ?17, ?18, ?19, \
+    ?20, ?21) \
     ON CONFLICT (call_id) DO UPDATE SET conversation_id = excluded.conversation_id, caller = excluded.caller, \
     round_index = excluded.round_index, started_at = excluded.started_at, first_token_at = excluded.first_token_at, \
     ended_at = excluded.ended_at, provider = excluded.provider, model = excluded.model, status = excluded.status, \
@@ -476,8 +478,6 @@ impl<'c> WriteStatements<'c> {
                 r.input_tokens,
                 r.output_tokens,
                 r.response_text,
-                EMPTY_MESSAGES,
-                EMPTY_OPTIONS,
                 r.response,
                 r.cost_nanos,
                 r.history_head,
@@ -732,5 +732,16 @@ impl Store for SqliteStore {
                 .map(SummaryColumns::into_summary)
                 .collect()
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::schema::{EMPTY_MESSAGES, EMPTY_OPTIONS};
+    use super::UPSERT;
+
+    #[test]
+    fn upsert_writes_the_empty_history_and_options_markers() {
+        assert!(UPSERT.contains(&format!("?16, '{EMPTY_MESSAGES}', '{EMPTY_OPTIONS}', ?17")));
     }
 }
