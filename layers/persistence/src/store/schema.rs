@@ -62,6 +62,10 @@ pub(crate) fn sqlite_migrations() -> Vec<Migration> {
             "tower-chat-persistence/0006_cheap_status_check",
             SQLITE_STATUS_CHECK_SQL,
         ),
+        Migration::new(
+            "tower-chat-persistence/0007_partial_caller_index",
+            PARTIAL_CALLER_INDEX_SQL,
+        ),
     ]
 }
 
@@ -121,8 +125,19 @@ pub(crate) fn postgres_migrations() -> Vec<Migration> {
             message_nodes_sql("JSONB", "", " IF NOT EXISTS"),
         ),
         Migration::new("tower-chat-persistence/0005_node_key", NODE_KEY_SQL),
+        Migration::new(
+            "tower-chat-persistence/0007_partial_caller_index",
+            PARTIAL_CALLER_INDEX_SQL,
+        ),
     ]
 }
+
+/// `chat_calls_by_caller` holds only calls that have a caller: the queries that use it filter on `caller = …`,
+/// which implies `caller IS NOT NULL` (both planners use a partial index for it), and a record without a caller
+/// then touches one B-tree fewer (one page fewer to write to the log at commit). The same in both dialects.
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+const PARTIAL_CALLER_INDEX_SQL: &str = "DROP INDEX IF EXISTS chat_calls_by_caller;
+CREATE INDEX chat_calls_by_caller ON chat_calls (caller, started_at) WHERE caller IS NOT NULL;";
 
 /// One row per chat call. Timestamps are microseconds since the Unix epoch (BIGINT in both dialects, so both
 /// stores read back exactly what was written); the JSON columns hold the full request and response, and the

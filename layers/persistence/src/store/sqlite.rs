@@ -18,11 +18,11 @@ use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 use tokio::sync::oneshot;
 use tower_chat::ConversationId;
 
-use super::chain::{history_sql, Encoder, NodeKey};
+use super::chain::{history_sql, Encoded, Encoder, NodeKey};
 use super::schema::{
     abandon_sql, call_summaries_sql, conversation_from_row, insert_key_sql, select_sql,
     spend_from_row, spend_sql, sqlite_migrations, Row, StoredColumns, StoredRecord, SummaryColumns,
-    CONVERSATION_COLUMNS, EMPTY_MESSAGES, EMPTY_OPTIONS, MIGRATIONS_TABLE, SELECT_KEY,
+    CONVERSATION_COLUMNS, MIGRATIONS_TABLE, SELECT_KEY,
 };
 use super::{Migration, Store, StoreError};
 use crate::record::{
@@ -32,7 +32,19 @@ use crate::record::{
 
 pub use rusqlite;
 
-type Job = Box<dyn FnOnce(&mut Connection) + Send>;
+/// What the connection thread runs: a record batch, or any other operation on the connection.
+enum Job {
+    /// The layer's record writes, through statements the thread keeps prepared between consecutive batches.
+    Write(WriteJob),
+    /// Anything else (reads, migrations, other crates' closures).
+    Connection(Box<dyn FnOnce(&mut Connection) + Send>),
+}
+
+/// One batch of rows to write in one transaction, and where its outcome goes.
+struct WriteJob {
+    rows: Vec<(Row, Encoded)>,
+    done: oneshot::Sender<rusqlite::Result<()>>,
+}
 
 /// The embedded SQLite store. Cheap to clone (clones share the connection thread); the thread ends when the last
 /// clone is dropped.
@@ -118,13 +130,24 @@ impl SqliteStoreBuilder {
                     }
                 };
                 // Ends when every SqliteStore clone (every sender) is gone.
-                while let Ok(job) = receiver.recv() {
-                    // A panicking closure (from `with_connection`) must not take the store down for everyone:
-                    // its caller sees the operation fail, and an open rusqlite transaction rolls back on unwind.
-                    if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job(&mut conn)))
-                        .is_err()
-                    {
-                        tracing::error!("a SQLite store operation panicked; the store continues");
+                let mut next = None;
+                while let Some(job) = next.take().or_else(|| receiver.recv().ok()) {
+                    match job {
+                        Job::Write(write) => next = serve_writes(&conn, &receiver, write),
+                        Job::Connection(job) => {
+                            // A panicking closure (from `with_connection`) must not take the store down for
+                            // everyone: its caller sees the operation fail, and an open rusqlite transaction
+                            // rolls back on unwind.
+                            if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                                job(&mut conn)
+                            }))
+                            .is_err()
+                            {
+                                tracing::error!(
+                                    "a SQLite store operation panicked; the store continues"
+                                );
+                            }
+                        }
                     }
                 }
             })
@@ -286,9 +309,9 @@ impl SqliteStore {
     {
         let (tx, rx) = oneshot::channel();
         self.jobs
-            .send(Box::new(move |conn| {
+            .send(Job::Connection(Box::new(move |conn| {
                 let _ = tx.send(f(conn));
-            }))
+            })))
             .map_err(|_| StoreError::new("the SQLite connection thread has stopped"))?;
         rx.await
             .map_err(|_| StoreError::new("the SQLite connection thread stopped mid-operation"))
@@ -332,12 +355,14 @@ impl SqliteStore {
     }
 }
 
+/// `request_messages` and `request_options` are written as the literals of [`super::schema::EMPTY_MESSAGES`] and
+/// [`super::schema::EMPTY_OPTIONS`] (the history and options live in their own tables): two fewer parameters to bind.
 const UPSERT: &str = "INSERT INTO chat_calls (call_id, conversation_id, caller, round_index, started_at, \
     first_token_at, ended_at, provider, model, status, error_kind, error_message, finish_reason, input_tokens, \
     output_tokens, response_text, request_messages, request_options, response, cost_nanos, history_head, \
     request_len, options_id) \
-    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, \
-    ?22, ?23) \
+    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, '[]', '{}', ?17, ?18, ?19, \
+    ?20, ?21) \
     ON CONFLICT (call_id) DO UPDATE SET conversation_id = excluded.conversation_id, caller = excluded.caller, \
     round_index = excluded.round_index, started_at = excluded.started_at, first_token_at = excluded.first_token_at, \
     ended_at = excluded.ended_at, provider = excluded.provider, model = excluded.model, status = excluded.status, \
@@ -398,35 +423,114 @@ fn with_histories(
     Ok(records)
 }
 
-/// A write transaction begun and committed with cached statements; rolled back when dropped uncommitted (an
-/// error, or a panic unwinding through the connection thread).
-struct CachedTransaction<'c> {
+/// The record writes' statements, prepared once and kept while batches follow one another on the connection
+/// thread. `prepare_cached` would cost more than the inserts' own work per record: it trims, hashes and copies the
+/// SQL text (the upsert's is 1.5 KiB) on every lookup and again when the statement goes back into its cache.
+struct WriteStatements<'c> {
     conn: &'c Connection,
-    done: bool,
+    begin: rusqlite::Statement<'c>,
+    commit: rusqlite::Statement<'c>,
+    node: rusqlite::Statement<'c>,
+    options: rusqlite::Statement<'c>,
+    upsert: rusqlite::Statement<'c>,
 }
 
-impl<'c> CachedTransaction<'c> {
-    fn begin(conn: &'c Connection) -> rusqlite::Result<Self> {
-        // IMMEDIATE: take the write lock up front, so the busy timeout applies here and not mid-batch.
-        conn.prepare_cached("BEGIN IMMEDIATE")?.execute([])?;
-        Ok(CachedTransaction { conn, done: false })
+impl<'c> WriteStatements<'c> {
+    fn prepare(conn: &'c Connection) -> rusqlite::Result<Self> {
+        Ok(WriteStatements {
+            conn,
+            // IMMEDIATE: take the write lock up front, so the busy timeout applies here and not mid-batch.
+            begin: conn.prepare("BEGIN IMMEDIATE")?,
+            commit: conn.prepare("COMMIT")?,
+            node: conn.prepare(INSERT_NODE)?,
+            options: conn.prepare(INSERT_OPTIONS)?,
+            upsert: conn.prepare(UPSERT)?,
+        })
     }
 
-    fn prepare_cached(&self, sql: &str) -> rusqlite::Result<rusqlite::CachedStatement<'c>> {
-        self.conn.prepare_cached(sql)
-    }
-
-    fn commit(mut self) -> rusqlite::Result<()> {
-        self.conn.prepare_cached("COMMIT")?.execute([])?;
-        self.done = true;
+    /// Write `rows` in one transaction: committed when this returns `Ok`, rolled back otherwise (an error, or a
+    /// panic unwinding through the connection thread).
+    fn write(&mut self, rows: &[(Row, Encoded)]) -> rusqlite::Result<()> {
+        self.begin.execute([])?;
+        let rollback = RollbackUnlessCommitted(self.conn);
+        for (r, encoded) in rows {
+            for n in &encoded.nodes {
+                self.node
+                    .execute(params![&*n.id, n.parent.as_deref(), n.position, n.message])?;
+            }
+            if let Some(o) = &encoded.options {
+                self.options.execute(params![&*o.id, o.json])?;
+            }
+            self.upsert.execute(params![
+                r.call_id,
+                r.conversation_id,
+                r.caller,
+                r.round_index,
+                r.started_at,
+                r.first_token_at,
+                r.ended_at,
+                r.provider,
+                r.model,
+                r.status,
+                r.error_kind,
+                r.error_message,
+                r.finish_reason,
+                r.input_tokens,
+                r.output_tokens,
+                r.response_text,
+                r.response,
+                r.cost_nanos,
+                r.history_head,
+                r.request_len,
+                r.options_id,
+            ])?;
+        }
+        self.commit.execute([])?;
+        drop(rollback);
         Ok(())
     }
 }
 
-impl Drop for CachedTransaction<'_> {
+/// Rolls back the connection's open transaction when dropped, if there still is one (a failed `COMMIT` or an
+/// error or panic before it).
+struct RollbackUnlessCommitted<'c>(&'c Connection);
+
+impl Drop for RollbackUnlessCommitted<'_> {
     fn drop(&mut self) {
-        if !self.done && !self.conn.is_autocommit() {
-            let _ = self.conn.execute_batch("ROLLBACK");
+        if !self.0.is_autocommit() {
+            let _ = self.0.execute_batch("ROLLBACK");
+        }
+    }
+}
+
+/// Serve `first` and every record batch queued right behind it with the same prepared statements; return the
+/// first other job (which may need `&mut Connection`, so the statements are finalized first), or `None` when
+/// every sender is gone.
+fn serve_writes(conn: &Connection, receiver: &mpsc::Receiver<Job>, first: WriteJob) -> Option<Job> {
+    let mut statements: Option<WriteStatements<'_>> = None;
+    let mut job = first;
+    loop {
+        let WriteJob { rows, done } = job;
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            if statements.is_none() {
+                statements = Some(WriteStatements::prepare(conn)?);
+            }
+            statements.as_mut().expect("prepared above").write(&rows)
+        }));
+        match outcome {
+            Ok(result) => {
+                let _ = done.send(result);
+            }
+            Err(_) => {
+                // The caller sees the write fail (its reply channel is dropped); start over with fresh statements.
+                statements = None;
+                tracing::error!("a SQLite record write panicked; the store continues");
+            }
+        }
+        match receiver.recv() {
+            Ok(Job::Write(write)) => job = write,
+            Ok(other) => return Some(other),
+            Err(_) => return None,
         }
     }
 }
@@ -448,55 +552,14 @@ impl Store for SqliteStore {
                 .zip(encoded)
                 .map(|(record, encoded)| Ok((Row::from_record(record, &encoded)?, encoded)))
                 .collect::<Result<Vec<_>, StoreError>>()?;
-            self.run("cannot write call records", move |conn| {
-                // BEGIN and COMMIT as cached statements: `Connection::transaction` parses both on every batch.
-                let tx = CachedTransaction::begin(conn)?;
-                {
-                    let mut node = tx.prepare_cached(INSERT_NODE)?;
-                    let mut options = tx.prepare_cached(INSERT_OPTIONS)?;
-                    let mut insert = tx.prepare_cached(UPSERT)?;
-                    for (r, encoded) in &rows {
-                        for n in &encoded.nodes {
-                            node.execute(params![
-                                &*n.id,
-                                n.parent.as_deref(),
-                                n.position,
-                                n.message
-                            ])?;
-                        }
-                        if let Some(o) = &encoded.options {
-                            options.execute(params![&*o.id, o.json])?;
-                        }
-                        insert.execute(params![
-                            r.call_id,
-                            r.conversation_id,
-                            r.caller,
-                            r.round_index,
-                            r.started_at,
-                            r.first_token_at,
-                            r.ended_at,
-                            r.provider,
-                            r.model,
-                            r.status,
-                            r.error_kind,
-                            r.error_message,
-                            r.finish_reason,
-                            r.input_tokens,
-                            r.output_tokens,
-                            r.response_text,
-                            EMPTY_MESSAGES,
-                            EMPTY_OPTIONS,
-                            r.response,
-                            r.cost_nanos,
-                            r.history_head,
-                            r.request_len,
-                            r.options_id,
-                        ])?;
-                    }
-                }
-                tx.commit()
-            })
-            .await?;
+            let (done, written) = oneshot::channel();
+            self.jobs
+                .send(Job::Write(WriteJob { rows, done }))
+                .map_err(|_| StoreError::new("the SQLite connection thread has stopped"))?;
+            written
+                .await
+                .map_err(|_| StoreError::new("the SQLite connection thread stopped mid-operation"))?
+                .map_err(|e| StoreError::with_source("SQLite: cannot write call records", e))?;
             self.encoder.committed(pending);
             Ok(())
         })
@@ -669,5 +732,16 @@ impl Store for SqliteStore {
                 .map(SummaryColumns::into_summary)
                 .collect()
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::schema::{EMPTY_MESSAGES, EMPTY_OPTIONS};
+    use super::UPSERT;
+
+    #[test]
+    fn upsert_writes_the_empty_history_and_options_markers() {
+        assert!(UPSERT.contains(&format!("?16, '{EMPTY_MESSAGES}', '{EMPTY_OPTIONS}', ?17")));
     }
 }
