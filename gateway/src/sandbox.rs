@@ -276,6 +276,16 @@ mod tests {
     use std::sync::Arc;
 
     #[test]
+    fn a_long_path_is_quoted_back_cut_at_a_character_boundary() {
+        assert_eq!(shorten("short/path.txt"), "short/path.txt");
+        // Byte 256 falls inside the first "é" (bytes 255 and 256): the cut moves back to 255.
+        let path = format!("{}{}", "a".repeat(255), "é".repeat(10));
+        assert_eq!(shorten(&path), format!("{}…", "a".repeat(255)));
+        let exact = "b".repeat(300);
+        assert_eq!(shorten(&exact), format!("{}…", "b".repeat(256)));
+    }
+
+    #[test]
     fn a_reader_longer_than_the_limit_is_refused_not_cut_short() {
         // What a file that grew between the size check and the read looks like to `read_at_most`.
         let limit = 16;
