@@ -134,7 +134,9 @@ fn read_blocking(root: &OwnedFd, path: &str) -> Result<String, ToolError> {
     if FileType::from_raw_mode(stat.st_mode) != FileType::RegularFile || stat.st_nlink != 1 {
         return Err(refused(path));
     }
-    if stat.st_size as u64 > MAX_READ_BYTES {
+    // Cast once, then compare: `st_size as u64 < MAX` does not parse, so mutation testing could not flip this check.
+    let size = stat.st_size as u64;
+    if size > MAX_READ_BYTES {
         return Err(too_big(path));
     }
     let bytes = match read_at_most(
@@ -159,7 +161,8 @@ fn read_at_most(
 ) -> std::io::Result<Option<Vec<u8>>> {
     let mut bytes = Vec::with_capacity(expected);
     reader.take(limit + 1).read_to_end(&mut bytes)?;
-    Ok((bytes.len() as u64 <= limit).then_some(bytes))
+    let read = bytes.len() as u64;
+    Ok((read <= limit).then_some(bytes))
 }
 
 fn too_big(path: &str) -> ToolError {
