@@ -48,6 +48,7 @@ pub mod operator;
 mod pending;
 pub mod request_limits;
 mod respond;
+mod rounds;
 mod sandbox;
 mod server;
 pub mod telemetry;

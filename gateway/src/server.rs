@@ -128,9 +128,10 @@ impl ModelInfo for Upstream {
 }
 
 /// The stack the gateway runs, outermost first: tracing (one span per client request, tool spans inside),
-/// persistence (one record per client request, the tool rounds it ran included), approvals (verified,
-/// single-use ids for `write_file`), the tool loop with the server-side tools, `upstream`. Layers given as
-/// `None` are left out; without an approval layer the loop's own approval protocol still gates `write_file`.
+/// approvals (verified, single-use ids for `write_file`), the tool loop with the server-side tools, persistence
+/// (one record per model round trip: the loop's every call to `upstream` is recorded with its own usage,
+/// timestamps, model and outcome), `upstream`. Layers given as `None` are left out; without an approval layer
+/// the loop's own approval protocol still gates `write_file`.
 pub fn stack<S>(
     config: &Config,
     upstream: S,
@@ -181,10 +182,21 @@ where
 {
     // Read before the leaf disappears into boxes that do not forward it.
     let metadata = upstream.model_metadata();
-    let upstream: ChatStack = match limits {
+    let mut upstream: ChatStack = match limits {
         Some(limits) => BoxCloneSyncService::new(limits.layer(upstream)),
         None => BoxCloneSyncService::new(upstream),
     };
+    if let Some(persistence) = persistence {
+        // Inside the loop: one record per model round trip. Outside the limits layer, so a round the limits
+        // refuse is recorded as failed. The boxes do not forward `ModelInfo`: name the leaf's metadata, which
+        // persistence reads the provider from.
+        let described = BoxChatService::with_metadata(upstream, metadata.clone());
+        upstream = BoxCloneSyncService::new(
+            tower::ServiceBuilder::new()
+                .map_request(crate::rounds::name_round)
+                .service(persistence.layer(described)),
+        );
+    }
     let mut service: ChatStack = BoxCloneSyncService::new(
         FunctionInvocationLayer::new()
             .tools(server_tools(config.files.as_deref())?)?
@@ -196,12 +208,6 @@ where
     }
     if let Some(approvals) = approvals {
         service = BoxCloneSyncService::new(approvals.layer(service));
-    }
-    if let Some(persistence) = persistence {
-        // The boxes above the leaf do not forward `ModelInfo`: name the leaf's metadata, which persistence reads
-        // the provider from.
-        let described = BoxChatService::with_metadata(service, metadata.clone());
-        service = BoxCloneSyncService::new(persistence.layer(described));
     }
     Ok(BoxCloneSyncService::new(
         TracingLayer::new()
@@ -754,8 +760,8 @@ async fn previous_response(
             "`previous_response_id` needs the gateway's persistence store",
         ));
     };
-    let record = records
-        .call(&tower_chat_persistence::CallId::new(id))
+    // The request's last model round: the conversation as that response left it.
+    let record = crate::rounds::last_round(records.as_ref(), id)
         .await
         .map_err(|e| {
             ApiError::from_chat(&ChatError::new(
@@ -896,12 +902,11 @@ async fn handle<F: WireFormat>(
         .unwrap_or_else(|| ConversationId::new(format!("conv_{}", uuid::Uuid::new_v4().simple())));
     request.extensions.insert(conversation.clone());
     if let Some(id) = &parsed.record_id {
-        // The record is stored under the id the client was given, so a later `previous_response_id` finds it.
+        // The request's rounds are stored under the id the client was given (the first round) and ids derived
+        // from it, so a later `previous_response_id` finds the last one.
         request
             .extensions
-            .insert(tower_chat_persistence::RequestedCallId(
-                tower_chat_persistence::CallId::new(id.clone()),
-            ));
+            .insert(crate::rounds::RoundIds::new(id.as_str()));
     }
     let turn = Turn {
         model: parsed.model,

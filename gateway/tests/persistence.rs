@@ -1,36 +1,107 @@
-//! Every call is recorded through the persistence layer (SQLite, `--db`), whole turns with their tool rounds.
+//! Every model call is recorded through the persistence layer (SQLite `--db`, PostgreSQL `--database-url`): one
+//! record per round trip, tool rounds included.
 
 mod common;
 
 use common::{post, request, tool_result, Harness};
-use tower_chat::test_server::Reply;
+use tower_chat::test_server::{RecordedRequest, Reply};
 use tower_chat::{ConversationId, Message};
-use tower_chat_persistence::{SqliteStore, Store};
+use tower_chat_persistence::{CallOutcome, CallRecord, SqliteStore, Store};
+
+/// A turn of three model calls: `add(2, 3)`, then `add(5, 4)` with the first result, then the answer.
+fn three_calls(req: &RecordedRequest, _index: usize) -> Reply {
+    let messages = req.body["messages"].as_array().unwrap();
+    match (
+        tool_result(messages, "call_add"),
+        tool_result(messages, "call_add2"),
+    ) {
+        (None, _) => Reply::openai_tool_calls(&[("call_add", "add", r#"{"a": 2, "b": 3}"#)]),
+        (Some(_), None) => Reply::openai_tool_calls(&[("call_add2", "add", r#"{"a": 5, "b": 4}"#)]),
+        (Some(_), Some(sum)) => Reply::openai_text(&format!("The sum is {sum}")),
+    }
+}
+
+/// `test-model` at $1 / $2 per million input / output tokens.
+fn priced(config: &mut tower_chat_gateway::Config) {
+    config.file.limits.prices.insert(
+        "test-model".into(),
+        tower_chat_gateway::limits::PriceEntry {
+            input: 1.0,
+            output: 2.0,
+            ..Default::default()
+        },
+    );
+}
+
+/// The records of one three-call turn (the calls of `turn`, in start order): one per model round trip, each
+/// with its own round index, usage, cost, timestamps and outcome; the tool results the loop ran are in the next
+/// round's request.
+fn assert_one_record_per_model_call(calls: &[CallRecord], caller: Option<&str>) {
+    assert_eq!(calls.len(), 3, "one record per model call: {calls:#?}");
+    let usage: Vec<(u64, u64)> = calls
+        .iter()
+        .map(|c| (c.usage().input_tokens, c.usage().output_tokens))
+        .collect();
+    assert_eq!(usage, [(20, 9), (20, 9), (12, 5)], "each round's own usage");
+    let costs: Vec<Option<u64>> = calls.iter().map(|c| c.cost.map(|c| c.as_nanos())).collect();
+    assert_eq!(costs, [Some(38_000), Some(38_000), Some(22_000)]);
+    let rounds: Vec<u32> = calls.iter().map(|c| c.round_index).collect();
+    assert_eq!(rounds, [0, 1, 2]);
+    for call in calls {
+        assert_eq!(call.outcome, CallOutcome::Completed);
+        assert_eq!(call.caller.as_ref().map(|c| c.as_str()), caller);
+        assert_eq!(call.provider.as_deref(), Some("openai"));
+        assert_eq!(call.model.as_deref(), Some("scripted-model"));
+        let first_token = call.first_token_at.expect("every round streamed output");
+        assert!(call.started_at <= first_token && first_token <= call.ended_at);
+    }
+    // Each round starts after the previous one ended (the loop ran the tool in between).
+    for pair in calls.windows(2) {
+        assert!(pair[0].ended_at <= pair[1].started_at, "{pair:#?}");
+    }
+    assert_eq!(
+        calls[0].request.messages.as_slice(),
+        [Message::user("2+3, +4?")]
+    );
+    assert_eq!(called(&calls[0]), "call_add");
+    // Round 1 was sent round 0's call and the result the loop ran.
+    let sent = calls[1].request.messages.as_slice();
+    assert_eq!(sent.len(), 3, "{sent:?}");
+    assert!(matches!(&sent[2], Message::Tool(t) if t.call_id == "call_add" && t.content == "5"));
+    assert_eq!(called(&calls[1]), "call_add2");
+    assert!(matches!(calls[2].request.messages.last(), Some(Message::Tool(t)) if t.content == "9"));
+    assert_eq!(
+        calls[2].response.messages,
+        [Message::assistant("The sum is 9")]
+    );
+}
+
+/// The id of the tool call a round answered with.
+fn called(call: &CallRecord) -> &str {
+    match call.response.messages.as_slice() {
+        [Message::Assistant(a)] => &a.tool_calls[0].id,
+        other => panic!("not one assistant message with a call: {other:?}"),
+    }
+}
 
 #[tokio::test]
-async fn every_turn_is_recorded_with_its_tool_rounds_and_caller() {
+async fn every_model_call_of_a_turn_is_its_own_record_with_its_usage_and_timestamps() {
     let keys = tempfile::NamedTempFile::new().unwrap();
     std::fs::write(keys.path(), "recorder:sk-recorded\n").unwrap();
     let keys_path = keys.path().to_owned();
-    let mut gw = Harness::start(
-        |req, _| {
-            let messages = req.body["messages"].as_array().unwrap();
-            match tool_result(messages, "call_add") {
-                None => Reply::openai_tool_calls(&[("call_add", "add", r#"{"a": 2, "b": 3}"#)]),
-                Some(sum) => Reply::openai_text(&format!("The sum is {sum}")),
-            }
-        },
-        move |c| c.api_keys_file = Some(keys_path),
-    )
+    let mut gw = Harness::start(three_calls, move |c| {
+        c.api_keys_file = Some(keys_path);
+        priced(c);
+    })
     .await;
     let url = gw.url("/v1/chat/completions");
     for stream in [false, true] {
         let answer = post(
             &url,
-            request(stream, "2+3?").to_string(),
+            request(stream, "2+3, +4?").to_string(),
             &[
                 ("authorization", "Bearer sk-recorded"),
-                ("x-conversation-id", "conv-gateway"),
+                ("x-conversation-id", &format!("conv-gateway-{stream}")),
             ],
         )
         .await;
@@ -43,29 +114,36 @@ async fn every_turn_is_recorded_with_its_tool_rounds_and_caller() {
     let store = SqliteStore::open(gw.files.path().join("gateway.db"))
         .await
         .unwrap();
-    // With gateway keys a conversation id is scoped to its caller.
-    let conversation = ConversationId::new("recorder/conv-gateway");
-    let calls = store.conversation_calls(&conversation).await.unwrap();
-    assert_eq!(calls.len(), 2, "one record per client request");
-    for call in &calls {
-        assert_eq!(call.caller.as_ref().unwrap().as_str(), "recorder");
-        assert_eq!(call.provider.as_deref(), Some("openai"));
-        // The model that answered, as the upstream named it.
-        assert_eq!(call.model.as_deref(), Some("scripted-model"));
-        assert_eq!(call.usage().input_tokens, 20 + 12);
+    for stream in [false, true] {
+        // With gateway keys a conversation id is scoped to its caller.
+        let conversation = ConversationId::new(format!("recorder/conv-gateway-{stream}"));
+        let calls = store.conversation_calls(&conversation).await.unwrap();
+        assert_one_record_per_model_call(&calls, Some("recorder"));
+        // The conversation to continue from is the last round's: every message of the turn.
+        let history = store.load_conversation(&conversation).await.unwrap();
+        assert_eq!(history.len(), 6, "{history:?}");
+        assert_eq!(history[0], Message::user("2+3, +4?"));
+        assert!(matches!(&history[2], Message::Tool(t) if t.content == "5"));
+        assert!(matches!(&history[4], Message::Tool(t) if t.content == "9"));
+        assert_eq!(history[5], Message::assistant("The sum is 9"));
+        // The conversation listing and the spend sum the rounds.
+        let spend = store
+            .spend(&tower_chat_persistence::SpendQuery::conversation(
+                conversation.clone(),
+            ))
+            .await
+            .unwrap();
+        assert_eq!(
+            (spend.calls, spend.input_tokens, spend.output_tokens),
+            (3, 52, 23)
+        );
+        assert_eq!(spend.cost.as_nanos(), 98_000);
     }
-    let history = store.load_conversation(&conversation).await.unwrap();
-    assert_eq!(history.len(), 4, "{history:?}");
-    assert_eq!(history[0], Message::user("2+3?"));
-    assert!(matches!(&history[1], Message::Assistant(a) if a.tool_calls[0].name == "add"));
-    assert!(matches!(&history[2], Message::Tool(t) if t.content == "5"));
-    assert_eq!(history[3], Message::assistant("The sum is 5"));
 }
 
 #[tokio::test]
 async fn a_client_hanging_up_mid_stream_is_recorded_as_cancelled_with_the_partial_output() {
     use tower_chat::test_server::Part;
-    use tower_chat_persistence::CallOutcome;
 
     let mut gw = Harness::start(
         |_, _| {
@@ -192,4 +270,48 @@ async fn with_database_url_calls_and_approvals_go_to_postgresql() {
         history.last(),
         Some(&Message::assistant("done: wrote 2 bytes to pg.txt"))
     );
+}
+
+#[tokio::test]
+async fn with_database_url_every_model_call_is_its_own_record_too() {
+    use tower_chat_persistence::PostgresStore;
+
+    let Some(url) = tower_chat::test_server::service_url("DATABASE_URL") else {
+        return;
+    };
+    let database_url = url.clone();
+    let mut gw = Harness::start(three_calls, move |c| {
+        c.database_url = Some(database_url);
+        priced(c);
+    })
+    .await;
+    // Unique per run: the database outlives the test.
+    let conversation = format!("conv-pg-rounds-{}", uuid::Uuid::new_v4().simple());
+    let answer = post(
+        &gw.url("/v1/chat/completions"),
+        request(true, "2+3, +4?").to_string(),
+        &[("x-conversation-id", conversation.as_str())],
+    )
+    .await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    gw.shutdown();
+    gw.server.take().unwrap().await.unwrap().unwrap();
+
+    let store = PostgresStore::connect(url).await.unwrap();
+    let conversation = ConversationId::new(conversation);
+    let calls = store.conversation_calls(&conversation).await.unwrap();
+    assert_one_record_per_model_call(&calls, None);
+    let listed = store
+        .list_conversations(&tower_chat_persistence::ConversationQuery::new().limit(1000))
+        .await
+        .unwrap();
+    let summary = listed
+        .iter()
+        .find(|c| c.conversation_id == conversation)
+        .expect("listed");
+    assert_eq!(
+        (summary.calls, summary.input_tokens, summary.output_tokens),
+        (3, 52, 23)
+    );
+    assert_eq!(summary.cost.as_nanos(), 98_000);
 }

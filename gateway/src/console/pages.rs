@@ -400,7 +400,10 @@ pub(crate) async fn conversations(
     html_response(StatusCode::OK, page_end(page))
 }
 
-fn message(page: &mut Html, message: &Message) {
+/// Approval decisions by the id of the tool call they decided on (the audit log's, for the timeline).
+type Decided<'a> = std::collections::HashMap<&'a str, Vec<&'a tower_chat_approval::AuditRecord>>;
+
+fn message(page: &mut Html, message: &Message, decided: &Decided<'_>) {
     match message {
         Message::System { content } => text_message(page, "system", content),
         Message::User { content } => text_message(page, "user", content),
@@ -422,6 +425,23 @@ fn message(page: &mut Html, message: &Message) {
                     &[("class", "arguments")],
                     &arguments_text(&call.arguments),
                 );
+                // The approval layer sits outside the rounds: its decisions on this call, from the audit log.
+                for record in decided.get(call.id.as_str()).into_iter().flatten() {
+                    page.element(
+                        "p",
+                        &[
+                            ("class", "call-approval"),
+                            ("data-approval-id", &record.approval_id),
+                            ("data-outcome", record.outcome.as_str()),
+                        ],
+                        &format!(
+                            "approval {}: {} by {}",
+                            record.approval_id,
+                            record.outcome.as_str(),
+                            record.approver.as_deref().unwrap_or("—")
+                        ),
+                    );
+                }
                 page.close("div");
             }
             page.close("div");
@@ -452,10 +472,31 @@ fn text_message(page: &mut Html, role: &'static str, content: &str) {
     page.close("div");
 }
 
-fn call_section(page: &mut Html, call: &CallRecord, shown: &mut Vec<Message>) {
+/// One model call: what it was sent that the timeline has not shown yet (the user's message, the results of the
+/// tools the loop ran after the previous round), then the call with its facts and what it answered.
+fn call_section(
+    page: &mut Html,
+    call: &CallRecord,
+    shown: &mut Vec<Message>,
+    decided: &Decided<'_>,
+) {
+    let request = call.request.messages.as_slice();
+    let new = if request.starts_with(shown) {
+        &request[shown.len()..]
+    } else {
+        request
+    };
+    for m in new {
+        message(page, m, decided);
+    }
+    let round = call.round_index.to_string();
     page.open(
         "section",
-        &[("class", "call"), ("data-call-id", call.call_id.as_str())],
+        &[
+            ("class", "call"),
+            ("data-call-id", call.call_id.as_str()),
+            ("data-round", &round),
+        ],
     );
     page.open("dl", &[("class", "call-facts")]);
     let latency = call
@@ -475,7 +516,11 @@ fn call_section(page: &mut Html, call: &CallRecord, shown: &mut Vec<Message>) {
         ),
         None => call.outcome.as_str().to_owned(),
     };
-    let facts: [(&'static str, String); 9] = [
+    let facts: [(&'static str, String); 10] = [
+        (
+            "model call",
+            format!("round {} of the turn", call.round_index + 1),
+        ),
         ("started", utc(call.started_at)),
         ("model", call.model.clone().unwrap_or_else(|| "—".into())),
         ("latency", millis(latency)),
@@ -495,18 +540,8 @@ fn call_section(page: &mut Html, call: &CallRecord, shown: &mut Vec<Message>) {
         page.element("dd", &[("class", "fact")], value);
     }
     page.close("dl");
-    // The messages this call added: its request repeats the history shown so far.
-    let request = call.request.messages.as_slice();
-    let new = if request.starts_with(shown) {
-        &request[shown.len()..]
-    } else {
-        request
-    };
-    for m in new {
-        message(page, m);
-    }
     for m in &call.response.messages {
-        message(page, m);
+        message(page, m, decided);
     }
     for approval in &call.response.approval_requests {
         page.open(
@@ -531,6 +566,44 @@ fn call_section(page: &mut Html, call: &CallRecord, shown: &mut Vec<Message>) {
     }
     *shown = call.history();
     page.close("section");
+}
+
+/// The calls grouped by turn: a turn begins with a first round (round index 0); a resumed turn's rounds (a
+/// paused turn continued after its approval) stay in the turn they continue.
+fn turns(calls: &[CallRecord]) -> impl Iterator<Item = &[CallRecord]> {
+    let mut rest = calls;
+    std::iter::from_fn(move || {
+        let (_, later) = rest.split_first()?;
+        let len = 1 + later.iter().take_while(|c| c.round_index > 0).count();
+        let (turn, after) = rest.split_at(len);
+        rest = after;
+        Some(turn)
+    })
+}
+
+/// A turn's heading: how many model calls it made, their summed latency and tokens.
+fn turn_heading(page: &mut Html, turn: &[CallRecord]) {
+    let (Some(first), Some(last)) = (turn.first(), turn.last()) else {
+        return;
+    };
+    let (input, output) = turn.iter().fold((0, 0), |(i, o), c| {
+        (i + c.usage().input_tokens, o + c.usage().output_tokens)
+    });
+    let calls = turn.len();
+    page.element(
+        "h3",
+        &[("class", "turn")],
+        &format!(
+            "Turn at {} · {calls} model call{} · {} · {input} input and {output} output tokens",
+            utc(first.started_at),
+            if calls == 1 { "" } else { "s" },
+            millis(
+                last.ended_at
+                    .duration_since(first.started_at)
+                    .unwrap_or_default()
+            ),
+        ),
+    );
 }
 
 /// `GET /console/conversation?id=…`: one conversation's timeline.
@@ -603,9 +676,18 @@ pub(crate) async fn timeline(
         approvals_table(&mut page, &pending, &session.csrf, false);
     }
     page.element("h2", &[], "Timeline");
+    let mut decided = Decided::new();
+    for record in &audit {
+        if let Some(call) = &record.call {
+            decided.entry(call.id.as_str()).or_default().push(record);
+        }
+    }
     let mut shown = Vec::new();
-    for call in &calls {
-        call_section(&mut page, call, &mut shown);
+    for turn in turns(&calls) {
+        turn_heading(&mut page, turn);
+        for call in turn {
+            call_section(&mut page, call, &mut shown, &decided);
+        }
     }
     page.element("h2", &[], "Approvals and audit");
     if audit.is_empty() {

@@ -1,0 +1,246 @@
+//! The console's conversation timeline over HTTP: every model call of a turn is its own entry (model, latency,
+//! time to first token, usage, cost, outcome), with the tool calls and the results the loop ran between them,
+//! and the approval decisions beside the calls they decided.
+
+mod common;
+
+use bytes::Bytes;
+use common::{post, request, tool_result, Answer, Harness};
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use serde_json::json;
+use tower_chat::test_server::{RecordedRequest, Reply};
+
+const OPS_KEY: &str = "sk-ops-carol-0123456789";
+const ALICE: (&str, &str) = ("authorization", "Bearer sk-alice");
+
+/// `add` twice then the answer (three model calls), or, for `write`, `write_file` then the answer.
+fn upstream(req: &RecordedRequest, _index: usize) -> Reply {
+    let messages = req.body["messages"].as_array().unwrap();
+    if messages[0]["content"] == "write" {
+        return match tool_result(messages, "call_write") {
+            None => Reply::openai_tool_calls(&[(
+                "call_write",
+                "write_file",
+                r#"{"path": "t.txt", "content": "t"}"#,
+            )]),
+            Some(result) => Reply::openai_text(&format!("Result: {result}")),
+        };
+    }
+    match (
+        tool_result(messages, "call_add"),
+        tool_result(messages, "call_add2"),
+    ) {
+        (None, _) => Reply::openai_tool_calls(&[("call_add", "add", r#"{"a": 2, "b": 3}"#)]),
+        (Some(_), None) => Reply::openai_tool_calls(&[("call_add2", "add", r#"{"a": 5, "b": 4}"#)]),
+        (Some(_), Some(sum)) => Reply::openai_text(&format!("The sum is {sum}")),
+    }
+}
+
+async fn send(method: &str, url: &str, headers: &[(&str, &str)], body: &str) -> Answer {
+    let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
+    let mut request = http::Request::builder().method(method).uri(url);
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    let response = client
+        .request(
+            request
+                .body(Full::new(Bytes::from(body.to_owned())))
+                .unwrap(),
+        )
+        .await
+        .expect("request");
+    let (status, headers) = (response.status(), response.headers().clone());
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    Answer {
+        status,
+        headers,
+        body: String::from_utf8(body.to_vec()).unwrap(),
+    }
+}
+
+/// The `dt` / `dd` pairs of a call section.
+fn facts(section: &str) -> Vec<(String, String)> {
+    section
+        .split("<dt>")
+        .skip(1)
+        .map(|pair| {
+            let (name, rest) = pair.split_once("</dt>").unwrap();
+            let value = rest
+                .strip_prefix("<dd class=\"fact\">")
+                .and_then(|v| v.split_once("</dd>"))
+                .unwrap()
+                .0;
+            (name.to_owned(), value.to_owned())
+        })
+        .collect()
+}
+
+fn fact<'a>(facts: &'a [(String, String)], name: &str) -> &'a str {
+    &facts.iter().find(|(n, _)| n == name).unwrap().1
+}
+
+fn position(page: &str, needle: &str) -> usize {
+    page.find(needle)
+        .unwrap_or_else(|| panic!("`{needle}` not in the timeline:\n{page}"))
+}
+
+#[tokio::test]
+async fn the_timeline_shows_every_model_call_of_a_turn_with_the_tool_results_between_them() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("clients"), "alice:sk-alice\n").unwrap();
+    std::fs::write(dir.path().join("operators"), format!("carol:{OPS_KEY}\n")).unwrap();
+    let (clients, operators) = (dir.path().join("clients"), dir.path().join("operators"));
+    let gw = Harness::start(upstream, move |c| {
+        c.api_keys_file = Some(clients);
+        c.operator_keys_file = Some(operators);
+        c.file.limits.prices.insert(
+            "test-model".into(),
+            tower_chat_gateway::limits::PriceEntry {
+                input: 1.0,
+                output: 2.0,
+                ..Default::default()
+            },
+        );
+    })
+    .await;
+    let chat = gw.url("/v1/chat/completions");
+    let answer = post(
+        &chat,
+        request(true, "2+3, +4?").to_string(),
+        &[ALICE, ("x-conversation-id", "sums")],
+    )
+    .await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    // A paused write an operator approves: one turn, the approval beside the call it decided.
+    let write_headers = [ALICE, ("x-conversation-id", "writes")];
+    let first = post(&chat, request(false, "write").to_string(), &write_headers)
+        .await
+        .json();
+    let message = &first["choices"][0]["message"];
+    let approval = message["tower_chat_approvals"][0]["id"].as_str().unwrap();
+    let mut resume = request(false, "write");
+    resume["messages"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"role": "assistant", "content": message["content"]}));
+    // The operator approves; the client's resend (no approvals field) picks the decision up.
+    let decided = post(
+        &gw.url(&format!("/v1/approvals/{approval}/decision")),
+        json!({"approved": true}).to_string(),
+        &[("authorization", &format!("Bearer {OPS_KEY}"))],
+    )
+    .await;
+    assert!(decided.status.is_success(), "{}", decided.body);
+    let second = post(&chat, resume.to_string(), &write_headers).await;
+    assert_eq!(second.status, 200, "{}", second.body);
+
+    let login = send(
+        "POST",
+        &gw.url("/console/login"),
+        &[
+            ("content-type", "application/x-www-form-urlencoded"),
+            ("sec-fetch-site", "same-origin"),
+        ],
+        &format!("key={OPS_KEY}"),
+    )
+    .await;
+    assert_eq!(login.status, 303, "{}", login.body);
+    let cookie = login.headers["set-cookie"]
+        .to_str()
+        .unwrap()
+        .split(';')
+        .next()
+        .unwrap()
+        .to_owned();
+    let get = |path: &str| {
+        let (url, cookie) = (gw.url(path), cookie.clone());
+        async move {
+            let page = send("GET", &url, &[("cookie", &cookie)], "").await;
+            assert_eq!(page.status, 200, "{}", page.body);
+            page.body
+        }
+    };
+
+    let page = get("/console/conversation?id=alice%2Fsums").await;
+    let sections: Vec<&str> = page
+        .split("<section class=\"call\"")
+        .skip(1)
+        .map(|s| s.split("</section>").next().unwrap())
+        .collect();
+    assert_eq!(sections.len(), 3, "one entry per model call:\n{page}");
+    let expected = [
+        ("20", "9", "$0.000038"),
+        ("20", "9", "$0.000038"),
+        ("12", "5", "$0.000022"),
+    ];
+    for (round, (section, (input, output, cost))) in sections.iter().zip(expected).enumerate() {
+        assert!(
+            section.contains(&format!("data-round=\"{round}\"")),
+            "{section}"
+        );
+        let facts = facts(section);
+        assert_eq!(
+            fact(&facts, "model call"),
+            format!("round {} of the turn", round + 1)
+        );
+        assert_eq!(fact(&facts, "model"), "scripted-model");
+        assert_eq!(fact(&facts, "input tokens"), input);
+        assert_eq!(fact(&facts, "output tokens"), output);
+        assert_eq!(fact(&facts, "cost"), cost);
+        assert_eq!(fact(&facts, "outcome"), "completed");
+        assert!(fact(&facts, "latency").ends_with(" ms"), "{facts:?}");
+        assert!(
+            fact(&facts, "time to first token").ends_with(" ms"),
+            "{facts:?}"
+        );
+    }
+    // Each call, then the result of the tool it called, then the next call.
+    let order = [
+        "data-round=\"0\"",
+        "<div class=\"tool-call\" data-call-id=\"call_add\"",
+        "<div class=\"message tool\" data-call-id=\"call_add\"",
+        "data-round=\"1\"",
+        "<div class=\"tool-call\" data-call-id=\"call_add2\"",
+        "<div class=\"message tool\" data-call-id=\"call_add2\"",
+        "data-round=\"2\"",
+        "The sum is 9",
+    ];
+    let at: Vec<usize> = order.iter().map(|n| position(&page, n)).collect();
+    assert!(
+        at.windows(2).all(|w| w[0] < w[1]),
+        "{order:?} at {at:?}:\n{page}"
+    );
+    assert_eq!(page.matches("<h3 class=\"turn\"").count(), 1, "{page}");
+    assert!(page.contains("3 model calls"), "{page}");
+
+    // The paused and the resumed call are one turn; the decision sits with the call it decided.
+    let page = get("/console/conversation?id=alice%2Fwrites").await;
+    assert_eq!(page.matches("<section class=\"call\"").count(), 2, "{page}");
+    assert_eq!(page.matches("<h3 class=\"turn\"").count(), 1, "{page}");
+    let decision = format!(
+        "<p class=\"call-approval\" data-approval-id=\"{approval}\" data-outcome=\"approved\">"
+    );
+    assert!(
+        position(&page, "data-round=\"0\"") < position(&page, &decision)
+            && position(&page, &decision) < position(&page, "data-round=\"1\""),
+        "{page}"
+    );
+
+    // The list counts model calls and sums their tokens and cost.
+    let list = get("/console/conversations").await;
+    let row = list
+        .split("<tr>")
+        .find(|row| row.contains("alice/sums"))
+        .unwrap_or_else(|| panic!("{list}"));
+    for cell in [
+        "<td class=\"number\">3</td>",
+        "<td class=\"number\">52</td>",
+        "<td class=\"number\">23</td>",
+        "$0.000098",
+    ] {
+        assert!(row.contains(cell), "`{cell}` not in {row}");
+    }
+}
