@@ -37,7 +37,7 @@ use bytes::Bytes;
 use http::StatusCode;
 use serde::Deserialize;
 use serde_json::json;
-use tower_chat::{CallerIdentity, Message, ToolArguments};
+use tower_chat::{CallerIdentity, ConversationId, Message, ToolArguments};
 use tower_chat_approval::{DecideOutcome, PendingApproval, PendingCursor, PendingDecision};
 
 use crate::error::{json_response, ApiError};
@@ -441,6 +441,34 @@ pub(crate) async fn pending_page(
         })
         .collect();
     Ok(ListedPage { listed, next })
+}
+
+/// The pages read at most for one conversation's pending approvals ([`pending_in_conversation`]): 10 × 200 waiting
+/// approvals across every conversation before the oldest are not shown on a timeline.
+const MAX_CONVERSATION_PAGES: usize = 10;
+
+/// What waits for a decision in `conversation`, oldest first: from the approval store when the gateway has one
+/// (every process on the database), else this process's paused turns. Reads the store's pages in order, at most
+/// [`MAX_CONVERSATION_PAGES`] of them.
+pub(crate) async fn pending_in_conversation(
+    state: &OperatorState,
+    conversation: &ConversationId,
+) -> Result<Vec<Listed>, ApiError> {
+    let mut found = Vec::new();
+    let mut after = None;
+    for _ in 0..MAX_CONVERSATION_PAGES {
+        let page = pending_page(state, after.as_ref(), MAX_LIST).await?;
+        found.extend(
+            page.listed
+                .into_iter()
+                .filter(|l| &l.paused.conversation == conversation),
+        );
+        match page.next {
+            Some(next) => after = Some(next),
+            None => break,
+        }
+    }
+    Ok(found)
 }
 
 /// The turns paused in this process (unexpired), oldest first, with this process's decisions.

@@ -573,6 +573,18 @@ mod tests {
         assert!(sandbox.write("sub/", "x").await.is_err());
     }
 
+    /// `renameat2(RENAME_EXCHANGE)` of `root/sub` and `root/swap`: one atomic step of the attack below.
+    fn exchange_sub_and_swap(root: &std::path::Path) {
+        rustix::fs::renameat_with(
+            rustix::fs::CWD,
+            root.join("sub"),
+            rustix::fs::CWD,
+            root.join("swap"),
+            rustix::fs::RenameFlags::EXCHANGE,
+        )
+        .unwrap();
+    }
+
     /// The attack of the issue: `sub` (a directory inside) and `swap` (a symlink to a folder outside) are
     /// exchanged with `renameat2(RENAME_EXCHANGE)` in a loop while reads and writes go through `sub/`.
     #[test]
@@ -588,14 +600,7 @@ mod tests {
             std::thread::spawn(move || {
                 let mut swaps = 0u64;
                 while !stop.load(Ordering::Relaxed) {
-                    rustix::fs::renameat_with(
-                        rustix::fs::CWD,
-                        root.join("sub"),
-                        rustix::fs::CWD,
-                        root.join("swap"),
-                        rustix::fs::RenameFlags::EXCHANGE,
-                    )
-                    .unwrap();
+                    exchange_sub_and_swap(&root);
                     swaps += 1;
                 }
                 swaps
@@ -641,14 +646,7 @@ mod tests {
         // depends on the load (a lookup that sees a concurrent rename fails with EAGAIN, and a busy machine can
         // make that every lookup), so check after it, with `sub` the real directory again.
         if swaps % 2 == 1 {
-            rustix::fs::renameat_with(
-                rustix::fs::CWD,
-                root.join("sub"),
-                rustix::fs::CWD,
-                root.join("swap"),
-                rustix::fs::RenameFlags::EXCHANGE,
-            )
-            .unwrap();
+            exchange_sub_and_swap(&root);
         }
         let after = runtime.block_on(sandbox.read("sub/a.txt"));
         assert_eq!(

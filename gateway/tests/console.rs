@@ -399,6 +399,20 @@ async fn the_console_of_one_gateway_lists_and_decides_what_another_paused() {
     let api = api.json();
     assert_eq!(api["data"][0]["id"], id.as_str(), "{api}");
     assert_eq!(api["has_more"], false);
+    // B's timeline of the conversation shows the approval A's turn waits on.
+    let timeline = send(
+        "GET",
+        &b.url("/console/conversation?id=alice%2Facross"),
+        &[("cookie", &cookie)],
+        "",
+    )
+    .await;
+    assert_eq!(timeline.status, 200, "{}", timeline.body);
+    assert!(
+        timeline.body.contains(&format!("data-id=\"{id}\"")),
+        "{}",
+        timeline.body
+    );
 
     let csrf = csrf_of(&inbox.body);
     let decided = send(

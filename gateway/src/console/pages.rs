@@ -632,10 +632,16 @@ pub(crate) async fn timeline(
         Some(store) => store.audit_log(&conversation).await.unwrap_or_default(),
         None => Vec::new(),
     };
-    let pending: Vec<Listed> = operator::pending_list(&state.operators)
-        .into_iter()
-        .filter(|l| l.paused.conversation == conversation)
-        .collect();
+    let pending: Vec<Listed> =
+        match operator::pending_in_conversation(&state.operators, &conversation).await {
+            Ok(pending) => pending,
+            Err(e) => {
+                return error_page(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    &format!("Reading the approval store failed: {}", e.message),
+                )
+            }
+        };
     let mut page = page_start("Conversation", Nav::Conversations, Some(&session));
     page.element(
         "p",
