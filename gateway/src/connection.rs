@@ -605,6 +605,49 @@ mod tests {
         assert!(in_flight.admit(None).is_err());
     }
 
+    /// The socket wrapper tells the watchdog about bytes received, and about nothing else: a read that finds no
+    /// data leaves an idle connection idle, the first byte starts the header clock.
+    #[tokio::test]
+    async fn the_socket_reports_bytes_and_only_bytes_to_the_watchdog() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        // Far apart, so which deadline is in force shows without controlling time.
+        let limits = ConnectionLimits {
+            header_timeout: Duration::from_secs(1_000),
+            idle_timeout: Duration::from_secs(1),
+            ..ConnectionLimits::default()
+        };
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let mut client = TcpStream::connect(listener.local_addr().unwrap())
+            .await
+            .unwrap();
+        let (server, _) = listener.accept().await.unwrap();
+        let activity = Arc::new(Activity::new());
+        let mut socket = WatchedIo {
+            inner: server,
+            activity: activity.clone(),
+        };
+        let idle = activity.deadline(&limits).unwrap();
+        let mut storage = [0u8; 16];
+        let nothing = std::future::poll_fn(|cx| {
+            let mut buf = ReadBuf::new(&mut storage);
+            Poll::Ready(Pin::new(&mut socket).poll_read(cx, &mut buf).is_pending())
+        })
+        .await;
+        assert!(nothing, "no byte was sent yet");
+        assert_eq!(
+            activity.deadline(&limits),
+            Some(idle),
+            "a read that found nothing"
+        );
+        client.write_all(b"P").await.unwrap();
+        assert_eq!(socket.read(&mut storage).await.unwrap(), 1);
+        let deadline = activity.deadline(&limits).unwrap();
+        assert!(
+            deadline > Instant::now() + Duration::from_secs(900),
+            "the first byte of a head starts the header timeout"
+        );
+    }
+
     #[tokio::test(start_paused = true)]
     async fn the_watchdog_tells_idle_from_header_time() {
         let limits = ConnectionLimits {
