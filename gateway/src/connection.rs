@@ -646,6 +646,12 @@ mod tests {
             deadline > Instant::now() + Duration::from_secs(900),
             "the first byte of a head starts the header timeout"
         );
+        // Writes pass through (hyper writes vectored; a plain `write` must work too).
+        socket.write_all(b"ok").await.unwrap();
+        socket.flush().await.unwrap();
+        let mut answer = [0u8; 2];
+        client.read_exact(&mut answer).await.unwrap();
+        assert_eq!(&answer, b"ok");
     }
 
     #[tokio::test(start_paused = true)]
