@@ -12,8 +12,8 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use common::{post, tool_result, Answer, Harness};
-use http_body_util::{BodyExt, Full};
+use common::{post, send, send_from, tool_result, Answer, Harness};
+use http_body_util::Full;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use serde_json::{json, Value};
@@ -48,30 +48,6 @@ async fn gateway_on(dir: &Path, database_url: Option<String>) -> Harness {
         c.database_url = database_url;
     })
     .await
-}
-
-async fn send(method: &str, url: &str, headers: &[(&str, &str)], body: &str) -> Answer {
-    let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
-    let mut request = http::Request::builder().method(method).uri(url);
-    for (name, value) in headers {
-        request = request.header(*name, *value);
-    }
-    let response = client
-        .request(
-            request
-                .body(Full::new(Bytes::from(body.to_owned())))
-                .unwrap(),
-        )
-        .await
-        .expect("request");
-    let status = response.status();
-    let headers = response.headers().clone();
-    let body = response.into_body().collect().await.unwrap().to_bytes();
-    Answer {
-        status,
-        headers,
-        body: String::from_utf8(body.to_vec()).unwrap(),
-    }
 }
 
 fn header<'a>(answer: &'a Answer, name: &str) -> &'a str {
@@ -295,23 +271,15 @@ async fn the_console_is_closed_without_a_session_and_refuses_forged_requests() {
 
 /// A login form posted from the local address `from` (any of 127.0.0.0/8 reaches the gateway on 127.0.0.1).
 async fn login_from(gw: &Harness, from: &str, key: &str) -> Answer {
-    let mut connector = hyper_util::client::legacy::connect::HttpConnector::new();
-    connector.set_local_address(Some(from.parse().unwrap()));
-    let client = Client::builder(TokioExecutor::new()).build::<_, Full<Bytes>>(connector);
-    let request = http::Request::post(gw.url("/console/login"))
-        .header(FORM.0, FORM.1)
-        .header(SAME.0, SAME.1)
-        .body(Full::new(Bytes::from(format!("key={key}"))))
-        .unwrap();
-    let response = client.request(request).await.expect("request");
-    let status = response.status();
-    let headers = response.headers().clone();
-    let body = response.into_body().collect().await.unwrap().to_bytes();
-    Answer {
-        status,
-        headers,
-        body: String::from_utf8(body.to_vec()).unwrap(),
-    }
+    let form = format!("key={key}");
+    send_from(
+        from,
+        "POST",
+        &gw.url("/console/login"),
+        &[FORM, SAME],
+        &form,
+    )
+    .await
 }
 
 #[tokio::test]

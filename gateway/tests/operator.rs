@@ -7,8 +7,8 @@ mod common;
 use std::path::Path;
 
 use bytes::Bytes;
-use common::{post, request, tool_result, Answer, Harness};
-use http_body_util::{BodyExt, Full};
+use common::{post, request, send, send_from, tool_result, Answer, Harness};
+use http_body_util::Full;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use serde_json::{json, Value};
@@ -50,23 +50,7 @@ async fn gateway(dir: &Path) -> Harness {
 }
 
 async fn get(url: &str, headers: &[(&str, &str)]) -> Answer {
-    let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
-    let mut request = http::Request::get(url);
-    for (name, value) in headers {
-        request = request.header(*name, *value);
-    }
-    let response = client
-        .request(request.body(Full::new(Bytes::new())).unwrap())
-        .await
-        .expect("request");
-    let status = response.status();
-    let headers = response.headers().clone();
-    let body = response.into_body().collect().await.unwrap().to_bytes();
-    Answer {
-        status,
-        headers,
-        body: String::from_utf8(body.to_vec()).unwrap(),
-    }
+    send("GET", url, headers, "").await
 }
 
 /// Alice's paused turn: the approval id and the conversation as she resends it (ending with the notice).
@@ -558,25 +542,7 @@ async fn a_turn_no_process_can_rebuild_is_a_typed_error_and_the_approval_stays_p
 
 /// `GET url` from the local address `from` (any of 127.0.0.0/8 reaches the gateway on 127.0.0.1).
 async fn get_from(from: &str, url: &str, headers: &[(&str, &str)]) -> Answer {
-    let mut connector = hyper_util::client::legacy::connect::HttpConnector::new();
-    connector.set_local_address(Some(from.parse().unwrap()));
-    let client = Client::builder(TokioExecutor::new()).build::<_, Full<Bytes>>(connector);
-    let mut request = http::Request::get(url);
-    for (name, value) in headers {
-        request = request.header(*name, *value);
-    }
-    let response = client
-        .request(request.body(Full::new(Bytes::new())).unwrap())
-        .await
-        .expect("request");
-    let status = response.status();
-    let headers = response.headers().clone();
-    let body = response.into_body().collect().await.unwrap().to_bytes();
-    Answer {
-        status,
-        headers,
-        body: String::from_utf8(body.to_vec()).unwrap(),
-    }
+    send_from(from, "GET", url, headers, "").await
 }
 
 #[tokio::test]

@@ -4,11 +4,7 @@
 
 mod common;
 
-use bytes::Bytes;
-use common::{post, request, tool_result, Answer, Harness};
-use http_body_util::{BodyExt, Full};
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
+use common::{post, request, send, tool_result, Harness};
 use serde_json::json;
 use tower_chat::test_server::{RecordedRequest, Reply};
 
@@ -35,29 +31,6 @@ fn upstream(req: &RecordedRequest, _index: usize) -> Reply {
         (None, _) => Reply::openai_tool_calls(&[("call_add", "add", r#"{"a": 2, "b": 3}"#)]),
         (Some(_), None) => Reply::openai_tool_calls(&[("call_add2", "add", r#"{"a": 5, "b": 4}"#)]),
         (Some(_), Some(sum)) => Reply::openai_text(&format!("The sum is {sum}")),
-    }
-}
-
-async fn send(method: &str, url: &str, headers: &[(&str, &str)], body: &str) -> Answer {
-    let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
-    let mut request = http::Request::builder().method(method).uri(url);
-    for (name, value) in headers {
-        request = request.header(*name, *value);
-    }
-    let response = client
-        .request(
-            request
-                .body(Full::new(Bytes::from(body.to_owned())))
-                .unwrap(),
-        )
-        .await
-        .expect("request");
-    let (status, headers) = (response.status(), response.headers().clone());
-    let body = response.into_body().collect().await.unwrap().to_bytes();
-    Answer {
-        status,
-        headers,
-        body: String::from_utf8(body.to_vec()).unwrap(),
     }
 }
 

@@ -195,6 +195,49 @@ pub async fn get(url: &str) -> Answer {
     read(response).await
 }
 
+/// Any request: `method` to `url` with `headers` and `body`.
+pub async fn send(method: &str, url: &str, headers: &[(&str, &str)], body: &str) -> Answer {
+    let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
+    read(
+        client
+            .request(built(method, url, headers, body))
+            .await
+            .expect("request"),
+    )
+    .await
+}
+
+/// The same, sent from the local address `from` (any of 127.0.0.0/8 reaches a gateway on 127.0.0.1): what a
+/// test of per-address limits needs.
+pub async fn send_from(
+    from: &str,
+    method: &str,
+    url: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> Answer {
+    let mut connector = hyper_util::client::legacy::connect::HttpConnector::new();
+    connector.set_local_address(Some(from.parse().unwrap()));
+    let client = Client::builder(TokioExecutor::new()).build::<_, Full<Bytes>>(connector);
+    read(
+        client
+            .request(built(method, url, headers, body))
+            .await
+            .expect("request"),
+    )
+    .await
+}
+
+fn built(method: &str, url: &str, headers: &[(&str, &str)], body: &str) -> Request<Full<Bytes>> {
+    let mut request = Request::builder().method(method).uri(url);
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    request
+        .body(Full::new(Bytes::from(body.to_owned())))
+        .unwrap()
+}
+
 async fn read(response: http::Response<hyper::body::Incoming>) -> Answer {
     let status = response.status();
     let headers = response.headers().clone();
