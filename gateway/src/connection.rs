@@ -652,6 +652,16 @@ mod tests {
         let mut answer = [0u8; 2];
         client.read_exact(&mut answer).await.unwrap();
         assert_eq!(&answer, b"ok");
+        // hyper ends a connection it closes with a shutdown: the peer must see the end while the socket is
+        // still open here, not only once it is dropped.
+        socket.shutdown().await.unwrap();
+        let end = tokio::time::timeout(Duration::from_secs(10), client.read(&mut answer)).await;
+        assert_eq!(
+            end.expect("the shutdown reached the peer").unwrap(),
+            0,
+            "end of stream"
+        );
+        drop(socket);
     }
 
     #[tokio::test(start_paused = true)]
