@@ -25,7 +25,8 @@
 //! - `cargo bench -p tower-chat-stack --bench stack`: criterion, every variant, the configuration above;
 //! - `STACK_COUNT_VARIANT=<variant> STACK_COUNT_CONVERSATIONS=N`: N conversations of one variant after one
 //!   warm-up conversation, then exit: run under callgrind twice (two values of N), the slope is the cost of one
-//!   conversation (`stack/benches/count.sh` prints the whole table);
+//!   conversation (`stack/benches/count.sh` prints the whole table); `STACK_COUNT_INFO_SUBSCRIBER=1` installs the
+//!   `full` variant's subscriber for any variant (what the subscriber costs over `loop_tracing`);
 //! - `STACK_INTERLEAVE_ROUNDS=R`: wall clock, every variant in each of R rounds in a rotating order; prints the
 //!   median time per conversation and the median of the per-round ratios to `raw` (a ratio taken within a round
 //!   is steady on a shared machine where speed drifts over minutes).
@@ -440,7 +441,7 @@ fn count(variant: &str) {
         .and_then(|n| n.parse().ok())
         .unwrap_or(20);
     let index = variant_index(variant);
-    if variant == "full" {
+    if variant == "full" || std::env::var_os("STACK_COUNT_INFO_SUBSCRIBER").is_some() {
         tracing::dispatcher::set_global_default(discarding_subscriber()).unwrap();
     }
     let runtime = runtime();

@@ -63,7 +63,7 @@ pub(crate) fn run(
     let span = tracing::info_span!(
         "execute_tool",
         otel.name = %format_args!("execute_tool {}", call.name),
-        gen_ai.operation.name = "execute_tool",
+        gen_ai.operation.name = %"execute_tool",
         gen_ai.tool.name = %call.name,
         gen_ai.tool.call.id = %call.id,
         error.type = tracing::field::Empty,

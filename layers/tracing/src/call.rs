@@ -8,7 +8,7 @@ use tower_chat::{
     ChatError, ChatEvent, ChatRequest, ErrorKind, FinishReason, ModelMetadata, ResponseBuilder,
     ResponseFormat, Usage,
 };
-use tracing::field::Empty;
+use tracing::field::{display, Empty};
 use tracing::{Level, Span};
 
 use crate::content;
@@ -71,6 +71,19 @@ fn server_of(endpoint: &str) -> (Option<String>, Option<u16>) {
     (Some(host.to_owned()), port)
 }
 
+/// `otel.name`: `chat {model}`, formatted only by a subscriber that records it (a call nobody listens to builds
+/// no span and pays nothing).
+struct SpanName<'a>(Option<&'a str>);
+
+impl std::fmt::Display for SpanName<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0 {
+            Some(model) => write!(f, "{OPERATION} {model}"),
+            None => f.write_str(OPERATION),
+        }
+    }
+}
+
 /// A float option as it was written (`0.7`, not the `0.699999988` an `f32 as f64` cast gives).
 fn exact(value: f32) -> f64 {
     value.to_string().parse().unwrap_or(f64::from(value))
@@ -90,18 +103,18 @@ macro_rules! chat_span {
         tracing::span!(
             $level,
             "chat",
-            otel.name = Empty,
-            otel.kind = "client",
+            otel.name = %SpanName($model),
+            otel.kind = %"client",
             otel.status_code = Empty,
-            gen_ai.operation.name = OPERATION,
-            gen_ai.provider.name = &*$shared.provider,
-            gen_ai.request.model = $model,
+            gen_ai.operation.name = %OPERATION,
+            gen_ai.provider.name = %$shared.provider,
+            gen_ai.request.model = $model.map(display),
             gen_ai.request.temperature = $request.options.temperature.map(exact),
             gen_ai.request.top_p = $request.options.top_p.map(exact),
             gen_ai.request.max_tokens = $request.options.max_output_tokens.map(u64::from),
-            gen_ai.output.type = $request.options.response_format.as_ref().map(output_type),
-            gen_ai.conversation.id = $request.conversation_id().map(|c| c.as_str()),
-            server.address = $shared.server_address.as_deref(),
+            gen_ai.output.type = $request.options.response_format.as_ref().map(output_type).map(display),
+            gen_ai.conversation.id = $request.conversation_id().map(|c| display(c.as_str())),
+            server.address = $shared.server_address.as_deref().map(display),
             server.port = $shared.server_port,
             gen_ai.response.id = Empty,
             gen_ai.response.model = Empty,
@@ -158,13 +171,6 @@ impl<M: Metrics> CallState<M> {
             Level::DEBUG => chat_span!(Level::DEBUG, shared, model, request),
             Level::TRACE => chat_span!(Level::TRACE, shared, model, request),
         };
-        if !span.is_disabled() {
-            // Recorded after creation so that a call nobody listens to does not pay for the formatting.
-            match model {
-                Some(model) => span.record("otel.name", format!("{OPERATION} {model}")),
-                None => span.record("otel.name", OPERATION),
-            };
-        }
         // Content is the expensive and the sensitive part: built only when asked for and when someone listens.
         let record_content = shared.record_content && !span.is_disabled();
         if record_content {
@@ -294,12 +300,12 @@ impl<M: Metrics> CallState<M> {
         time_to_first_chunk: Option<Duration>,
     ) {
         let span = &self.span;
-        span.record("tower_chat.outcome", outcome.as_str());
+        span.record("tower_chat.outcome", display(outcome.as_str()));
         if let Some(id) = &self.response_id {
-            span.record("gen_ai.response.id", id.as_str());
+            span.record("gen_ai.response.id", display(id));
         }
         if let Some(model) = &self.response_model {
-            span.record("gen_ai.response.model", model.as_str());
+            span.record("gen_ai.response.model", display(model));
         }
         if !self.finish_reasons.is_empty() {
             let reasons: Vec<&str> = self
@@ -323,10 +329,10 @@ impl<M: Metrics> CallState<M> {
             }
         }
         if let Some(error_type) = error_type {
-            span.record("error.type", error_type);
+            span.record("error.type", display(error_type));
         }
         if outcome == Outcome::Failed {
-            span.record("otel.status_code", "ERROR");
+            span.record("otel.status_code", display("ERROR"));
         }
         if let Some(status) = error.and_then(ChatError::status) {
             span.record("http.response.status_code", status.as_u16());
