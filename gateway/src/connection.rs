@@ -383,14 +383,14 @@ impl std::fmt::Display for BodyTimeout {
 
 impl std::error::Error for BodyTimeout {}
 
-/// A request body that must end before a deadline.
-struct DeadlineBody {
-    inner: Incoming,
+/// A request body (hyper's `Incoming` when serving) that must end before a deadline.
+struct DeadlineBody<B> {
+    inner: B,
     deadline: Pin<Box<Sleep>>,
 }
 
-impl DeadlineBody {
-    fn new(inner: Incoming, timeout: Duration) -> Self {
+impl<B> DeadlineBody<B> {
+    fn new(inner: B, timeout: Duration) -> Self {
         DeadlineBody {
             inner,
             deadline: Box::pin(tokio::time::sleep(timeout)),
@@ -398,7 +398,11 @@ impl DeadlineBody {
     }
 }
 
-impl HttpBody for DeadlineBody {
+impl<B> HttpBody for DeadlineBody<B>
+where
+    B: HttpBody<Data = Bytes> + Unpin,
+    B::Error: Into<axum::BoxError>,
+{
     type Data = Bytes;
     type Error = axum::BoxError;
 
@@ -646,7 +650,9 @@ mod tests {
             deadline > Instant::now() + Duration::from_secs(900),
             "the first byte of a head starts the header timeout"
         );
-        // Writes pass through (hyper writes vectored; a plain `write` must work too).
+        // Writes pass through (hyper writes vectored; a plain `write` must work too). Without vectored writes
+        // hyper would copy every body chunk into its head buffer first.
+        assert!(socket.is_write_vectored());
         socket.write_all(b"ok").await.unwrap();
         socket.flush().await.unwrap();
         let mut answer = [0u8; 2];
@@ -695,5 +701,46 @@ mod tests {
             activity.deadline(&limits),
             Some(ended + limits.idle_timeout)
         );
+    }
+
+    /// The wrappers keep what the wrapped body says of its size and end: hyper writes `content-length` (not
+    /// chunked) from a response body's exact size, and skips polling a body already at its end.
+    #[tokio::test]
+    async fn wrapped_bodies_keep_their_size_and_their_end() {
+        let response = GuardedBody::new(Body::from("four"), ());
+        assert_eq!(response.size_hint().exact(), Some(4));
+        assert!(!response.is_end_stream());
+        assert!(GuardedBody::new(Body::empty(), ()).is_end_stream());
+        let timeout = Duration::from_secs(60);
+        let request = DeadlineBody::new(http_body_util::Full::new(Bytes::from("four")), timeout);
+        assert_eq!(request.size_hint().exact(), Some(4));
+        assert!(!request.is_end_stream());
+        assert!(DeadlineBody::new(http_body_util::Empty::<Bytes>::new(), timeout).is_end_stream());
+    }
+
+    /// The memory release watches the requests this gateway admits: once they are over and a quiet second
+    /// has passed, memory goes back.
+    #[tokio::test(start_paused = true)]
+    async fn the_memory_release_sees_the_requests_admitted() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let in_flight = InFlight::new(&ConnectionLimits::default());
+        let releases = Arc::new(AtomicUsize::new(0));
+        let counted = releases.clone();
+        let watcher = tokio::spawn(crate::idle_memory::release_when_idle(
+            in_flight.idle_tracker(),
+            crate::idle_memory::Schedule::default(),
+            move || {
+                counted.fetch_add(1, Ordering::SeqCst);
+                std::future::ready(())
+            },
+        ));
+        drop(in_flight.admit(None).unwrap());
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        assert_eq!(
+            releases.load(Ordering::SeqCst),
+            1,
+            "one release after the request"
+        );
+        watcher.abort();
     }
 }
