@@ -1,0 +1,250 @@
+//! What the gateway adds under load (issue 11, point 6), measured by `wrk` beside the same load sent straight to
+//! the upstream, in one run:
+//!
+//! ```text
+//! cargo bench -p tower-chat-gateway --bench load            # needs wrk on PATH (Debian: apt-get install wrk)
+//! LOAD_SECONDS=20 LOAD_CONNECTIONS="1 64" cargo bench -p tower-chat-gateway --bench load
+//! ```
+//!
+//! The upstream is a minimal hyper server in this process answering every request with the same precomputed
+//! bytes (a `chat.completion`, or 23 SSE chunks when the request asks to stream), so what is measured is the
+//! gateway, not a test double's bookkeeping. The gateway runs in-process with its default settings (SQLite file
+//! in a temporary directory, fail-closed, every upstream call recorded), on its own two-worker runtime. For each
+//! concurrency, non-streamed then streamed, `wrk` (one thread, `--latency`) drives `LOAD_SECONDS` (default 10)
+//! seconds against the upstream directly and then through the gateway, and the table gives p50/p99 latency and
+//! requests per second of both and the difference. Everything listens on 127.0.0.1 and stops by itself.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::process::Command;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper::{Request, Response};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use serde_json::json;
+use tower_chat_gateway::{Config, Gateway};
+
+const MODEL: &str = "gpt-4o-mini";
+const ANSWER_WORDS: usize = 20;
+
+/// The upstream's two answers, built once.
+struct Answers {
+    completion: Bytes,
+    stream: Bytes,
+}
+
+fn answers() -> Answers {
+    let words: Vec<String> = (0..ANSWER_WORDS).map(|i| format!("word{i} ")).collect();
+    let completion = json!({
+        "id": "chatcmpl-load", "object": "chat.completion", "created": 1, "model": MODEL,
+        "choices": [{"index": 0, "finish_reason": "stop",
+            "message": {"role": "assistant", "content": words.concat()}}],
+        "usage": {"prompt_tokens": 12, "completion_tokens": ANSWER_WORDS, "total_tokens": 12 + ANSWER_WORDS},
+    });
+    let chunk = |delta: serde_json::Value, finish: Option<&str>| {
+        json!({"id": "chatcmpl-load", "object": "chat.completion.chunk", "created": 1, "model": MODEL,
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
+    };
+    let mut events = vec![chunk(json!({"role": "assistant", "content": ""}), None)];
+    events.extend(words.iter().map(|w| chunk(json!({"content": w}), None)));
+    events.push(chunk(json!({}), Some("stop")));
+    events.push(json!({"id": "chatcmpl-load", "object": "chat.completion.chunk", "created": 1,
+        "model": MODEL, "choices": [],
+        "usage": {"prompt_tokens": 12, "completion_tokens": ANSWER_WORDS, "total_tokens": 12 + ANSWER_WORDS}}));
+    let mut stream = String::new();
+    for event in events {
+        stream.push_str(&format!("data: {event}\n\n"));
+    }
+    stream.push_str("data: [DONE]\n\n");
+    Answers {
+        completion: Bytes::from(completion.to_string()),
+        stream: Bytes::from(stream),
+    }
+}
+
+/// Serve `answers` on 127.0.0.1 until the runtime stops.
+async fn upstream(answers: &'static Answers) -> SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        loop {
+            let Ok((socket, _)) = listener.accept().await else {
+                continue;
+            };
+            let _ = socket.set_nodelay(true);
+            tokio::spawn(async move {
+                let service =
+                    hyper::service::service_fn(move |request: Request<Incoming>| async move {
+                        let body = request.into_body().collect().await.map(|b| b.to_bytes());
+                        let streamed = body.is_ok_and(|b| asks_to_stream(&b[..]));
+                        let (content_type, bytes) = if streamed {
+                            ("text/event-stream", answers.stream.clone())
+                        } else {
+                            ("application/json", answers.completion.clone())
+                        };
+                        Ok::<_, Infallible>(
+                            Response::builder()
+                                .header("content-type", content_type)
+                                .body(Full::new(bytes))
+                                .unwrap(),
+                        )
+                    });
+                let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
+                    .serve_connection(TokioIo::new(socket), service)
+                    .await;
+            });
+        }
+    });
+    addr
+}
+
+/// Whether a request body asks to stream (`"stream":true`, as the gateway and `wrk`'s body write it).
+fn asks_to_stream(body: &[u8]) -> bool {
+    body.windows(13).any(|w| w == b"\"stream\":true")
+}
+
+/// p50, p99 (ms) and requests per second, from `wrk --latency`.
+#[derive(Clone, Copy)]
+struct Figures {
+    p50: f64,
+    p99: f64,
+    rps: f64,
+}
+
+fn milliseconds(value: &str) -> f64 {
+    let (number, factor) = if let Some(n) = value.strip_suffix("us") {
+        (n, 0.001)
+    } else if let Some(n) = value.strip_suffix("ms") {
+        (n, 1.0)
+    } else if let Some(n) = value.strip_suffix('s') {
+        (n, 1000.0)
+    } else {
+        (value, 1.0)
+    };
+    number.parse::<f64>().unwrap_or(f64::NAN) * factor
+}
+
+fn wrk(url: &str, body_file: &str, connections: usize, seconds: u64) -> Figures {
+    let output = Command::new("wrk")
+        .args(["-t1", "--latency", "--timeout", "10s"])
+        .arg(format!("-c{connections}"))
+        .arg(format!("-d{seconds}s"))
+        .args(["-s", body_file, url])
+        .output()
+        .expect("wrk runs");
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "wrk failed: {text}");
+    assert!(
+        !text.contains("Non-2xx"),
+        "some answers were not 2xx: {text}"
+    );
+    let mut figures = Figures {
+        p50: f64::NAN,
+        p99: f64::NAN,
+        rps: f64::NAN,
+    };
+    for line in text.lines() {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        match fields.as_slice() {
+            ["50%", value] => figures.p50 = milliseconds(value),
+            ["99%", value] => figures.p99 = milliseconds(value),
+            ["Requests/sec:", value] => figures.rps = value.parse().unwrap_or(f64::NAN),
+            _ => {}
+        }
+    }
+    figures
+}
+
+/// A `wrk` script sending one chat request.
+fn script(dir: &std::path::Path, stream: bool) -> String {
+    let body = json!({"model": MODEL, "stream": stream,
+        "messages": [{"role": "user", "content": "Say twenty words."}]})
+    .to_string();
+    let lua = format!(
+        "wrk.method = \"POST\"\nwrk.headers[\"Content-Type\"] = \"application/json\"\nwrk.body = '{body}'\n"
+    );
+    let path = dir.join(if stream { "stream.lua" } else { "plain.lua" });
+    std::fs::write(&path, lua).unwrap();
+    path.to_string_lossy().into_owned()
+}
+
+fn main() {
+    // `cargo bench` passes `--bench`; `cargo test --benches` would pass nothing to run.
+    if std::env::args().all(|a| a != "--bench") {
+        return;
+    }
+    if Command::new("wrk").arg("--version").output().is_err() {
+        println!("skip: the gateway load bench needs wrk on PATH (Debian: apt-get install wrk)");
+        return;
+    }
+    let seconds: u64 = std::env::var("LOAD_SECONDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(10);
+    let concurrencies: Vec<usize> = std::env::var("LOAD_CONNECTIONS")
+        .unwrap_or_else(|_| "1 64".into())
+        .split_whitespace()
+        .filter_map(|c| c.parse().ok())
+        .collect();
+    let answers: &'static Answers = Box::leak(Box::new(answers()));
+    let upstream_runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let upstream_addr = upstream_runtime.block_on(upstream(answers));
+    let dir = tempfile::tempdir().unwrap();
+    let gateway_runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let mut config = Config::new(format!("http://{upstream_addr}/v1"));
+    config.upstream_key_env = Some("TOWER_CHAT_LOAD_BENCH_UNSET_KEY".into());
+    config.db = dir.path().join("gateway.db");
+    config.shutdown_timeout = Duration::from_secs(1);
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let gateway_addr = gateway_runtime.block_on(async {
+        let gateway = Gateway::new(&config).await.expect("gateway");
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(gateway.serve(listener, async {
+            let _ = stopped.await;
+        }));
+        addr
+    });
+    let direct = format!("http://{upstream_addr}/v1/chat/completions");
+    let through = format!("http://{gateway_addr}/v1/chat/completions");
+    println!(
+        "wrk -t1 --latency, {seconds} s each, 127.0.0.1; upstream: {ANSWER_WORDS}-word answer (23 SSE chunks streamed)"
+    );
+    println!();
+    println!("| load | direct p50 / p99 ms | gateway p50 / p99 ms | added p50 / p99 ms | direct req/s | gateway req/s | gateway / direct |");
+    println!("| --- | --- | --- | --- | ---: | ---: | ---: |");
+    for &connections in &concurrencies {
+        for stream in [false, true] {
+            let body = script(dir.path(), stream);
+            let d = wrk(&direct, &body, connections, seconds);
+            let g = wrk(&through, &body, connections, seconds);
+            println!(
+                "| c={connections}, {} | {:.3} / {:.3} | {:.3} / {:.3} | {:+.3} / {:+.3} | {:.0} | {:.0} | {:.1} % |",
+                if stream { "streamed" } else { "non-streamed" },
+                d.p50,
+                d.p99,
+                g.p50,
+                g.p99,
+                g.p50 - d.p50,
+                g.p99 - d.p99,
+                d.rps,
+                g.rps,
+                100.0 * g.rps / d.rps
+            );
+        }
+    }
+    let _ = stop.send(());
+    gateway_runtime.shutdown_timeout(Duration::from_secs(2));
+    upstream_runtime.shutdown_timeout(Duration::from_secs(1));
+}
