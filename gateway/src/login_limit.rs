@@ -252,6 +252,8 @@ mod tests {
         assert_ne!(ip("2001:db8::1"), ip("2001:db8:0:1::1"));
         assert_eq!(ip("::ffff:192.0.2.1"), ip("192.0.2.1"));
         assert_ne!(ip("::1"), ip("0.0.0.1"));
+        // Upper 64 bits that read as an IPv4 address (0:0:a00:1::/64 and 10.0.0.1): still two sources.
+        assert_ne!(ip("0:0:a00:1::5"), ip("10.0.0.1"));
     }
 
     #[test]
