@@ -284,6 +284,46 @@ mod tests {
     }
 
     #[test]
+    fn addresses_past_the_bound_share_the_overflow_bucket_and_others_do_not() {
+        let start = Instant::now();
+        let limiter = LoginLimiter::new(start);
+        // Unknown peers count in the overflow bucket; emptying it holds back no address that has room.
+        for _ in 0..PER_ADDRESS_BURST as u32 {
+            limiter.failed(Source::Overflow, start);
+        }
+        assert_eq!(
+            limiter.admit(Source::Overflow, start),
+            Err(PER_ADDRESS_REFILL)
+        );
+        assert_eq!(limiter.admit(ip("192.0.2.1"), start), Ok(()));
+        // Once the buckets reach the bound (the overflow one included), a new address counts in the overflow
+        // bucket: held back by it (12 s), not only by the global bucket the failures also emptied (1 s).
+        for i in 0..(MAX_ADDRESSES as u128 - 1) {
+            limiter.failed(Source::Address(i), start);
+        }
+        assert_eq!(limiter.addresses(), MAX_ADDRESSES);
+        assert_eq!(
+            limiter.admit(ip("198.51.100.7"), start),
+            Err(PER_ADDRESS_REFILL)
+        );
+    }
+
+    #[test]
+    fn a_login_exempts_its_address_from_the_global_bucket_for_a_session_and_no_longer() {
+        let start = Instant::now();
+        let limiter = LoginLimiter::new(start);
+        let operator = ip("198.51.100.1");
+        limiter.succeeded(operator, start);
+        let expiry = start + TRUSTED_FOR;
+        for i in 0..GLOBAL_BURST as u32 {
+            limiter.failed(Source::Address(u128::from(i)), expiry);
+        }
+        let just_before = expiry - Duration::from_millis(1);
+        assert_eq!(limiter.admit(operator, just_before), Ok(()));
+        assert_eq!(limiter.admit(operator, expiry), Err(GLOBAL_REFILL));
+    }
+
+    #[test]
     fn memory_is_bounded() {
         let start = Instant::now();
         let limiter = LoginLimiter::new(start);
