@@ -324,6 +324,25 @@ mod tests {
     }
 
     #[test]
+    fn the_full_trusted_list_keeps_a_returning_address_and_drops_expired_ones_first() {
+        let start = Instant::now();
+        let limiter = LoginLimiter::new(start);
+        // Addresses 0 and 1 log in at `start`, each later one a millisecond after the one before.
+        for i in 0..MAX_TRUSTED as u64 {
+            let at = start + Duration::from_millis(i.saturating_sub(1));
+            limiter.succeeded(Source::Address(u128::from(i)), at);
+        }
+        let trusted = |limiter: &LoginLimiter| limiter.lock().trusted.len();
+        // An address already trusted logging in again pushes nobody out of the full list.
+        limiter.succeeded(Source::Address(5), start + Duration::from_secs(1));
+        assert_eq!(trusted(&limiter), MAX_TRUSTED);
+        // A session's age after `start`, 0 and 1 have expired: a new address takes a free place, nobody else
+        // is pushed out.
+        limiter.succeeded(Source::Address(u128::MAX), start + TRUSTED_FOR);
+        assert_eq!(trusted(&limiter), MAX_TRUSTED - 1);
+    }
+
+    #[test]
     fn memory_is_bounded() {
         let start = Instant::now();
         let limiter = LoginLimiter::new(start);
