@@ -3,23 +3,10 @@
 
 mod common;
 
-use common::{post, request, tool_result, Harness};
-use tower_chat::test_server::{RecordedRequest, Reply};
+use common::{post, request, three_add_calls, tool_result, Harness};
+use tower_chat::test_server::Reply;
 use tower_chat::{ConversationId, Message};
 use tower_chat_persistence::{CallOutcome, CallRecord, SqliteStore, Store};
-
-/// A turn of three model calls: `add(2, 3)`, then `add(5, 4)` with the first result, then the answer.
-fn three_calls(req: &RecordedRequest, _index: usize) -> Reply {
-    let messages = req.body["messages"].as_array().unwrap();
-    match (
-        tool_result(messages, "call_add"),
-        tool_result(messages, "call_add2"),
-    ) {
-        (None, _) => Reply::openai_tool_calls(&[("call_add", "add", r#"{"a": 2, "b": 3}"#)]),
-        (Some(_), None) => Reply::openai_tool_calls(&[("call_add2", "add", r#"{"a": 5, "b": 4}"#)]),
-        (Some(_), Some(sum)) => Reply::openai_text(&format!("The sum is {sum}")),
-    }
-}
 
 /// `test-model` at $1 / $2 per million input / output tokens.
 fn priced(config: &mut tower_chat_gateway::Config) {
@@ -89,7 +76,7 @@ async fn every_model_call_of_a_turn_is_its_own_record_with_its_usage_and_timesta
     let keys = tempfile::NamedTempFile::new().unwrap();
     std::fs::write(keys.path(), "recorder:sk-recorded\n").unwrap();
     let keys_path = keys.path().to_owned();
-    let mut gw = Harness::start(three_calls, move |c| {
+    let mut gw = Harness::start(three_add_calls, move |c| {
         c.api_keys_file = Some(keys_path);
         priced(c);
     })
@@ -280,7 +267,7 @@ async fn with_database_url_every_model_call_is_its_own_record_too() {
         return;
     };
     let database_url = url.clone();
-    let mut gw = Harness::start(three_calls, move |c| {
+    let mut gw = Harness::start(three_add_calls, move |c| {
         c.database_url = Some(database_url);
         priced(c);
     })

@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{post, request, send, tool_result, Harness};
+use common::{post, request, send, three_add_calls, tool_result, Harness};
 use serde_json::json;
 use tower_chat::test_server::{RecordedRequest, Reply};
 
@@ -12,7 +12,7 @@ const OPS_KEY: &str = "sk-ops-carol-0123456789";
 const ALICE: (&str, &str) = ("authorization", "Bearer sk-alice");
 
 /// `add` twice then the answer (three model calls), or, for `write`, `write_file` then the answer.
-fn upstream(req: &RecordedRequest, _index: usize) -> Reply {
+fn upstream(req: &RecordedRequest, index: usize) -> Reply {
     let messages = req.body["messages"].as_array().unwrap();
     if messages[0]["content"] == "write" {
         return match tool_result(messages, "call_write") {
@@ -24,14 +24,7 @@ fn upstream(req: &RecordedRequest, _index: usize) -> Reply {
             Some(result) => Reply::openai_text(&format!("Result: {result}")),
         };
     }
-    match (
-        tool_result(messages, "call_add"),
-        tool_result(messages, "call_add2"),
-    ) {
-        (None, _) => Reply::openai_tool_calls(&[("call_add", "add", r#"{"a": 2, "b": 3}"#)]),
-        (Some(_), None) => Reply::openai_tool_calls(&[("call_add2", "add", r#"{"a": 5, "b": 4}"#)]),
-        (Some(_), Some(sum)) => Reply::openai_text(&format!("The sum is {sum}")),
-    }
+    three_add_calls(req, index)
 }
 
 /// The `dt` / `dd` pairs of a call section.

@@ -7,6 +7,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::{HeaderMap, Request, StatusCode};
 use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use serde_json::{json, Value};
@@ -197,14 +198,7 @@ pub async fn get(url: &str) -> Answer {
 
 /// Any request: `method` to `url` with `headers` and `body`.
 pub async fn send(method: &str, url: &str, headers: &[(&str, &str)], body: &str) -> Answer {
-    let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
-    read(
-        client
-            .request(built(method, url, headers, body))
-            .await
-            .expect("request"),
-    )
-    .await
+    send_through(HttpConnector::new(), method, url, headers, body).await
 }
 
 /// The same, sent from the local address `from` (any of 127.0.0.0/8 reaches a gateway on 127.0.0.1): what a
@@ -216,8 +210,18 @@ pub async fn send_from(
     headers: &[(&str, &str)],
     body: &str,
 ) -> Answer {
-    let mut connector = hyper_util::client::legacy::connect::HttpConnector::new();
+    let mut connector = HttpConnector::new();
     connector.set_local_address(Some(from.parse().unwrap()));
+    send_through(connector, method, url, headers, body).await
+}
+
+async fn send_through(
+    connector: HttpConnector,
+    method: &str,
+    url: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> Answer {
     let client = Client::builder(TokioExecutor::new()).build::<_, Full<Bytes>>(connector);
     read(
         client
@@ -273,6 +277,19 @@ pub fn tool_result(messages: &[Value], call_id: &str) -> Option<String> {
         .iter()
         .find(|m| m["role"] == "tool" && m["tool_call_id"] == call_id)
         .and_then(|m| m["content"].as_str().map(str::to_owned))
+}
+
+/// A turn of three model calls: `add(2, 3)`, then `add(5, 4)` with the first result, then the answer.
+pub fn three_add_calls(req: &RecordedRequest, _index: usize) -> Reply {
+    let messages = req.body["messages"].as_array().unwrap();
+    match (
+        tool_result(messages, "call_add"),
+        tool_result(messages, "call_add2"),
+    ) {
+        (None, _) => Reply::openai_tool_calls(&[("call_add", "add", r#"{"a": 2, "b": 3}"#)]),
+        (Some(_), None) => Reply::openai_tool_calls(&[("call_add2", "add", r#"{"a": 5, "b": 4}"#)]),
+        (Some(_), Some(sum)) => Reply::openai_text(&format!("The sum is {sum}")),
+    }
 }
 
 /// The upstream the wire-format tests share, scripted by the conversation's first user message: `text` answers,
