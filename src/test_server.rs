@@ -30,6 +30,8 @@ use serde_json::{json, Value};
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 
+mod folded;
+
 /// The URL in `var` (`DATABASE_URL`, `REDIS_URL`) of a local service a test needs, or `None` after printing a
 /// visible `SKIPPED` line, so the suite still passes on a fresh machine without the service. When `CI` is set a
 /// missing URL fails the test instead: CI never passes by skipping.
@@ -86,6 +88,12 @@ pub struct Reply {
     pub parts: Vec<Part>,
     /// Wait this long before sending the status line.
     pub delay: Duration,
+    /// The same answer as one JSON body (`200 application/json`), sent instead of `parts` when the request
+    /// does not ask to stream (no `"stream": true`), as a real provider answers. Set by the streaming answer
+    /// constructors ([`openai_stream`](Reply::openai_stream), [`anthropic_stream`](Reply::anthropic_stream));
+    /// [`then`](Reply::then) and [`rechunked`](Reply::rechunked) clear it: a body a test shapes byte by byte
+    /// is sent as shaped, whatever the request asked.
+    pub whole: Option<Value>,
 }
 
 impl Reply {
@@ -96,6 +104,7 @@ impl Reply {
             headers: vec![("content-type".into(), "application/json".into())],
             parts: vec![Part::Bytes(Bytes::from(body.to_string()))],
             delay: Duration::ZERO,
+            whole: None,
         }
     }
 
@@ -110,14 +119,32 @@ impl Reply {
             headers: vec![("content-type".into(), "text/event-stream".into())],
             parts: chunks.into_iter().map(|c| Part::Bytes(c.into())).collect(),
             delay: Duration::ZERO,
+            whole: None,
         }
     }
 
-    /// An OpenAI-style streaming reply: each JSON value becomes one `data:` event, then `data: [DONE]`.
+    /// An OpenAI-style streaming reply: each JSON value becomes one `data:` event, then `data: [DONE]`; a
+    /// request that does not ask to stream gets the same answer as one `chat.completion`.
     pub fn openai_stream(chunks: &[Value]) -> Self {
         let mut events: Vec<String> = chunks.iter().map(|c| format!("data: {c}\n\n")).collect();
         events.push("data: [DONE]\n\n".to_owned());
-        Reply::sse_chunks(events)
+        Reply {
+            whole: Some(folded::openai_completion(chunks)),
+            ..Reply::sse_chunks(events)
+        }
+    }
+
+    /// An Anthropic-style streaming reply: each JSON value becomes one event named by its `type`; a request
+    /// that does not ask to stream gets the same answer as one `message`.
+    pub fn anthropic_stream(events: &[Value]) -> Self {
+        let sse: Vec<String> = events
+            .iter()
+            .map(|e| format!("event: {}\ndata: {e}\n\n", e["type"].as_str().unwrap_or("")))
+            .collect();
+        Reply {
+            whole: Some(folded::anthropic_message(events)),
+            ..Reply::sse_chunks(sse)
+        }
     }
 
     /// An OpenAI-style streaming answer of plain text, a word per chunk, with usage.
@@ -163,6 +190,7 @@ impl Reply {
     /// The same body re-cut into `size`-byte chunks (pauses, aborts and hangs are dropped), so SSE lines, JSON
     /// and UTF-8 characters split anywhere.
     pub fn rechunked(mut self, size: usize) -> Self {
+        self.whole = None;
         let body: Vec<u8> = self
             .parts
             .iter()
@@ -186,6 +214,7 @@ impl Reply {
 
     /// Append a body part.
     pub fn then(mut self, part: Part) -> Self {
+        self.whole = None;
         self.parts.push(part);
         self
     }
@@ -355,7 +384,22 @@ async fn serve(
         all.push(record.clone());
         all.len() - 1
     };
-    let reply = handler(&record, index);
+    let mut reply = handler(&record, index);
+    if let Some(whole) = reply.whole.take() {
+        if record.body.get("stream").and_then(Value::as_bool) != Some(true) {
+            reply = Reply {
+                headers: reply.headers,
+                delay: reply.delay,
+                ..Reply::json(200, whole)
+            };
+            reply
+                .headers
+                .retain(|(name, _)| !name.eq_ignore_ascii_case("content-type"));
+            reply
+                .headers
+                .push(("content-type".into(), "application/json".into()));
+        }
+    }
     if !reply.delay.is_zero() {
         tokio::time::sleep(reply.delay).await;
     }

@@ -13,6 +13,18 @@
 //! concurrency, non-streamed then streamed, `wrk` (one thread, `--latency`) drives `LOAD_SECONDS` (default 10)
 //! seconds against the upstream directly and then through the gateway, and the table gives p50/p99 latency and
 //! requests per second of both and the difference. Everything listens on 127.0.0.1 and stops by itself.
+//!
+//! Instructions per request (callgrind, which counts every thread of this process: client, gateway, upstream):
+//!
+//! ```text
+//! cargo bench -p tower-chat-gateway --bench load --no-run
+//! LOAD_COUNT_REQUESTS=100 LOAD_COUNT_TARGET=gateway valgrind --tool=callgrind target/release/deps/load-<hash> --bench
+//! ```
+//!
+//! sends `LOAD_COUNT_REQUESTS` plain requests (`LOAD_COUNT_STREAM=1`: streamed) one after another on one
+//! keep-alive connection, after one warm-up request, to the gateway or (`LOAD_COUNT_TARGET=direct`) straight to
+//! the upstream, and checks every answer. The gateway's cost per request is the slope of the gateway's counts
+//! between two request counts minus the direct slope; wrk is not needed in this mode.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -158,11 +170,16 @@ fn wrk(url: &str, body_file: &str, connections: usize, seconds: u64) -> Figures 
     figures
 }
 
+/// The chat request every client sends.
+fn request_body(stream: bool) -> String {
+    json!({"model": MODEL, "stream": stream,
+        "messages": [{"role": "user", "content": "Say twenty words."}]})
+    .to_string()
+}
+
 /// A `wrk` script sending one chat request.
 fn script(dir: &std::path::Path, stream: bool) -> String {
-    let body = json!({"model": MODEL, "stream": stream,
-        "messages": [{"role": "user", "content": "Say twenty words."}]})
-    .to_string();
+    let body = request_body(stream);
     let lua = format!(
         "wrk.method = \"POST\"\nwrk.headers[\"Content-Type\"] = \"application/json\"\nwrk.body = '{body}'\n"
     );
@@ -176,7 +193,10 @@ fn main() {
     if std::env::args().all(|a| a != "--bench") {
         return;
     }
-    if Command::new("wrk").arg("--version").output().is_err() {
+    let count: Option<usize> = std::env::var("LOAD_COUNT_REQUESTS")
+        .ok()
+        .and_then(|n| n.parse().ok());
+    if count.is_none() && Command::new("wrk").arg("--version").output().is_err() {
         println!("skip: the gateway load bench needs wrk on PATH (Debian: apt-get install wrk)");
         return;
     }
@@ -218,17 +238,77 @@ fn main() {
     });
     let direct = format!("http://{upstream_addr}/v1/chat/completions");
     let through = format!("http://{gateway_addr}/v1/chat/completions");
+    if let Some(requests) = count {
+        let to_gateway = std::env::var("LOAD_COUNT_TARGET").map_or(true, |t| t != "direct");
+        let stream = std::env::var("LOAD_COUNT_STREAM").is_ok_and(|s| s == "1");
+        let addr = if to_gateway {
+            gateway_addr
+        } else {
+            upstream_addr
+        };
+        let client_runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        client_runtime.block_on(send_one_after_another(addr, stream, requests + 1));
+        println!(
+            "sent {requests} (+1 warm-up) {} requests to the {}",
+            if stream { "streamed" } else { "plain" },
+            if to_gateway { "gateway" } else { "upstream" }
+        );
+    } else {
+        run_wrk(&direct, &through, dir.path(), seconds, &concurrencies);
+    }
+    let _ = stop.send(());
+    gateway_runtime.shutdown_timeout(Duration::from_secs(2));
+    upstream_runtime.shutdown_timeout(Duration::from_secs(1));
+}
+
+/// `requests` chat requests, each sent after the previous answer was read whole, on one HTTP/1.1 connection.
+async fn send_one_after_another(addr: SocketAddr, stream: bool, requests: usize) {
+    let socket = tokio::net::TcpStream::connect(addr).await.unwrap();
+    socket.set_nodelay(true).unwrap();
+    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(socket))
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    let body = Bytes::from(request_body(stream));
+    for _ in 0..requests {
+        sender.ready().await.unwrap();
+        let request = Request::post("/v1/chat/completions")
+            .header("host", addr.to_string())
+            .header("content-type", "application/json")
+            .body(Full::new(body.clone()))
+            .unwrap();
+        let response = sender.send_request(request).await.unwrap();
+        assert_eq!(response.status(), 200);
+        let answer = response.into_body().collect().await.unwrap().to_bytes();
+        assert!(
+            answer.windows(6).any(|w| w == b"word19"),
+            "an answer without the last word: {}",
+            String::from_utf8_lossy(&answer)
+        );
+    }
+}
+
+fn run_wrk(
+    direct: &str,
+    through: &str,
+    dir: &std::path::Path,
+    seconds: u64,
+    concurrencies: &[usize],
+) {
     println!(
         "wrk -t1 --latency, {seconds} s each, 127.0.0.1; upstream: {ANSWER_WORDS}-word answer (23 SSE chunks streamed)"
     );
     println!();
     println!("| load | direct p50 / p99 ms | gateway p50 / p99 ms | added p50 / p99 ms | direct req/s | gateway req/s | gateway / direct |");
     println!("| --- | --- | --- | --- | ---: | ---: | ---: |");
-    for &connections in &concurrencies {
+    for &connections in concurrencies {
         for stream in [false, true] {
-            let body = script(dir.path(), stream);
-            let d = wrk(&direct, &body, connections, seconds);
-            let g = wrk(&through, &body, connections, seconds);
+            let body = script(dir, stream);
+            let d = wrk(direct, &body, connections, seconds);
+            let g = wrk(through, &body, connections, seconds);
             println!(
                 "| c={connections}, {} | {:.3} / {:.3} | {:.3} / {:.3} | {:+.3} / {:+.3} | {:.0} | {:.0} | {:.1} % |",
                 if stream { "streamed" } else { "non-streamed" },
@@ -244,7 +324,4 @@ fn main() {
             );
         }
     }
-    let _ = stop.send(());
-    gateway_runtime.shutdown_timeout(Duration::from_secs(2));
-    upstream_runtime.shutdown_timeout(Duration::from_secs(1));
 }

@@ -247,7 +247,9 @@ pub(crate) fn anthropic_response(error: ApiError) -> Response {
 
 /// A JSON response (axum's `json` feature is not worth its extra dependencies for this).
 pub(crate) fn json_response(status: StatusCode, body: &Value) -> Response {
-    let mut response = (status, body.to_string()).into_response();
+    // `to_vec` writes straight into the buffer; `to_string` goes through `fmt::Display`'s escaping adapter.
+    let bytes = serde_json::to_vec(body).expect("a JSON value serialises");
+    let mut response = (status, bytes).into_response();
     response.headers_mut().insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/json"),

@@ -464,6 +464,9 @@ impl Gateway {
 
     /// The axum application.
     pub fn router(&self) -> Router {
+        // Shared, not cloned per request: axum clones the state for every extractor and middleware that asks
+        // for it, and a clone of the stack is a clone of every layer in it.
+        let state = Arc::new(self.state.clone());
         let (limits, records) = (self.limits.clone(), self.state.records.clone());
         let usage = move |caller: Option<Extension<CallerIdentity>>| {
             crate::limits::usage(limits, records, caller.map(|Extension(c)| c))
@@ -473,7 +476,7 @@ impl Gateway {
             .route("/v1/messages", post(endpoint::<AnthropicMessages>))
             .route("/v1/responses", post(endpoint::<Responses>))
             .route_layer(middleware::from_fn_with_state(
-                self.state.clone(),
+                state.clone(),
                 limit_in_flight,
             ))
             .merge(crate::upstreams::models_route(
@@ -500,10 +503,7 @@ impl Gateway {
                 ))
                 .with_state(operators.clone());
         }
-        let api = api.route_layer(middleware::from_fn_with_state(
-            self.state.clone(),
-            authenticate,
-        ));
+        let api = api.route_layer(middleware::from_fn_with_state(state.clone(), authenticate));
         Router::new()
             .merge(api)
             .merge(operator)
@@ -515,7 +515,7 @@ impl Gateway {
             .fallback(not_found)
             .method_not_allowed_fallback(method_not_allowed)
             .layer(DefaultBodyLimit::max(self.state.body_limit))
-            .with_state(self.state.clone())
+            .with_state(state)
     }
 
     /// Serve on `listener` until `shutdown` resolves; then stop accepting, let in-flight requests finish for at
@@ -682,7 +682,11 @@ async fn not_found(request: Request) -> Response {
     ApiError::not_found(request.uri().path()).into_response()
 }
 
-async fn authenticate(State(state): State<AppState>, mut request: Request, next: Next) -> Response {
+async fn authenticate(
+    State(state): State<Arc<AppState>>,
+    mut request: Request,
+    next: Next,
+) -> Response {
     if let Some(keys) = &state.keys {
         match keys.check(request.headers()) {
             Ok(caller) => {
@@ -705,7 +709,11 @@ fn refusal(path: &str, error: ApiError) -> Response {
 
 /// The in-flight limits, after authentication (the per-key limit needs the caller). The slots are held until
 /// the response body has been sent, a stream's whole life.
-async fn limit_in_flight(State(state): State<AppState>, request: Request, next: Next) -> Response {
+async fn limit_in_flight(
+    State(state): State<Arc<AppState>>,
+    request: Request,
+    next: Next,
+) -> Response {
     let caller = request.extensions().get::<CallerIdentity>().cloned();
     let permit = match state.in_flight.admit(caller.as_ref()) {
         Ok(permit) => permit,
@@ -718,7 +726,7 @@ async fn limit_in_flight(State(state): State<AppState>, request: Request, next: 
 
 /// One route per wire format; everything but parsing and encoding is shared.
 async fn endpoint<F: WireFormat>(
-    State(state): State<AppState>,
+    State(state): State<Arc<AppState>>,
     caller: Option<Extension<CallerIdentity>>,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
@@ -784,7 +792,7 @@ async fn previous_response(
 }
 
 async fn handle<F: WireFormat>(
-    state: AppState,
+    state: Arc<AppState>,
     caller: Option<CallerIdentity>,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
@@ -919,6 +927,7 @@ async fn handle<F: WireFormat>(
     };
     let mut stream = state
         .stack
+        .clone()
         .oneshot(request)
         .await
         .map_err(|e| ApiError::from_chat(&e))?;

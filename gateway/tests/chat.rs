@@ -136,6 +136,12 @@ async fn a_server_side_tool_round_runs_inside_the_gateway() {
         };
         assert_eq!(text, "The sum is 5", "stream={stream}");
         assert!(!body_has_tool_calls, "server-side calls are not shown");
+        // Every model call of the turn goes upstream in the client's mode: one JSON answer each for a
+        // non-streaming client (no chunk to decode), a stream for a streaming one.
+        for sent in gw.provider.requests() {
+            let streamed = sent.body.get("stream").and_then(Value::as_bool) == Some(true);
+            assert_eq!(streamed, stream, "{}", sent.body);
+        }
         // The model got the sum as a JSON number, after its own call.
         let second = gw.upstream_messages(1);
         assert_eq!(tool_result(&second, "call_add").as_deref(), Some("5"));
@@ -274,12 +280,7 @@ async fn the_upstream_key_comes_from_the_named_environment_variable() {
 }
 
 fn anthropic_sse(events: &[Value]) -> Reply {
-    Reply::sse_chunks(
-        events
-            .iter()
-            .map(|e| format!("event: {}\ndata: {e}\n\n", e["type"].as_str().unwrap()))
-            .collect::<Vec<_>>(),
-    )
+    Reply::anthropic_stream(events)
 }
 
 #[tokio::test]
@@ -326,6 +327,12 @@ async fn an_anthropic_upstream_is_served_as_openai_chat_completions() {
         assert_eq!(text, "It is 42.");
     }
     let requests = gw.provider.requests();
+    // The non-streaming turn's two calls (tool round, answer) unstreamed; the streaming turn's answer streamed.
+    let streamed: Vec<bool> = requests
+        .iter()
+        .map(|r| r.body.get("stream").and_then(Value::as_bool) == Some(true))
+        .collect();
+    assert_eq!(streamed, [false, false, true]);
     assert_eq!(requests[0].path, "/v1/messages");
     assert_eq!(requests[0].headers["x-api-key"], "sk-ant-test");
     assert_eq!(requests[0].body["model"], "test-model");

@@ -363,6 +363,7 @@ async fn two_gateway_processes_share_the_concurrency_cap_and_say_when_to_retry()
     // The upstream never answers: admitted calls stay in progress and hold their slots.
     let provider = ScriptedProvider::start(|_, _| Reply {
         parts: vec![Part::Hang],
+        whole: None,
         ..Reply::openai_text("")
     })
     .await;

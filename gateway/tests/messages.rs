@@ -305,12 +305,7 @@ async fn errors_come_in_anthropics_shape_and_keys_may_come_as_x_api_key() {
 }
 
 fn anthropic_sse(events: &[Value]) -> Reply {
-    Reply::sse_chunks(
-        events
-            .iter()
-            .map(|e| format!("event: {}\ndata: {e}\n\n", e["type"].as_str().unwrap()))
-            .collect::<Vec<_>>(),
-    )
+    Reply::anthropic_stream(events)
 }
 
 #[tokio::test]

@@ -228,8 +228,6 @@ fn into_inbound(body: MessagesRequest, context: &ParseContext) -> Result<Inbound
     let mut request = ChatRequest::new(messages);
     let options = &mut request.options;
     options.model = Some(body.model.clone());
-    // Upstream calls always stream (see chat_completions).
-    options.stream = true;
     options.max_output_tokens = Some(body.max_tokens);
     options.stop = body.stop_sequences.unwrap_or_default();
     options.temperature = body.temperature;

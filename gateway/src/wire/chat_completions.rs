@@ -252,9 +252,6 @@ fn into_inbound(body: CompletionRequest) -> Result<Inbound, ApiError> {
     let mut request = ChatRequest::new(messages);
     let options = &mut request.options;
     options.model = Some(body.model.clone());
-    // Upstream calls always stream, whatever the client asked: tool rounds and idle timeouts work the same
-    // for both shapes, and a non-streaming client simply gets the folded result.
-    options.stream = true;
     for tool in body.tools.unwrap_or_default() {
         if tool.r#type != "function" {
             return Err(schema(format!(

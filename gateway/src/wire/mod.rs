@@ -29,7 +29,7 @@ use crate::error::ApiError;
 /// What a format's parser learned from a request body, besides the format-specific answer shape.
 #[derive(Debug)]
 pub(crate) struct Inbound {
-    /// The stack's request (model passed through unchanged, `stream` always on upstream).
+    /// The stack's request (model passed through unchanged; the upstream streams when the client does).
     pub(crate) request: ChatRequest,
     /// The `model` field as sent.
     pub(crate) model: String,
@@ -45,7 +45,10 @@ pub(crate) struct Inbound {
 }
 
 impl Inbound {
-    pub(crate) fn new(request: ChatRequest, model: String, stream: bool) -> Self {
+    pub(crate) fn new(mut request: ChatRequest, model: String, stream: bool) -> Self {
+        // A non-streaming client's calls go upstream unstreamed: one JSON answer to parse instead of a chunk
+        // per token through every layer, and what such a client asked of the gateway.
+        request.options.stream = stream;
         Inbound {
             request,
             model,

@@ -300,8 +300,6 @@ fn into_inbound(
     let mut request = ChatRequest::new(messages);
     let options = &mut request.options;
     options.model = Some(body.model.clone());
-    // Upstream calls always stream (see chat_completions).
-    options.stream = true;
     let tools = body.tools.unwrap_or_default();
     for (i, value) in tools.iter().enumerate() {
         options.tools.push(tool(value, i)?);
