@@ -243,7 +243,9 @@ pub(crate) fn stream<E: Encoder>(
                 Some(event) => Some(Ok(event)),
                 None => state.stream.next().await,
             };
-            let mut out = Vec::new();
+            // Room for a typical event (a chunk is ~200 bytes) so serialising it does not grow the buffer
+            // step by step.
+            let mut out = Vec::with_capacity(512);
             match item {
                 Some(Ok(ChatEvent::Finish { reason })) => {
                     state.translator.builder.push(&ChatEvent::Finish {

@@ -4,7 +4,7 @@
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 use tower_chat::{
     AssistantMessage, ChatRequest, FinishReason, Message, ResponseFormat, ToolArguments, ToolCall,
@@ -383,44 +383,138 @@ impl ChunkEncoder {
         }
     }
 
-    fn chunk(&self, folded: &Folded, delta: Value, finish: Option<&str>) -> Value {
-        let mut chunk = json!({
-            "id": self.id,
-            "object": "chat.completion.chunk",
-            "created": self.created,
-            "model": folded.model,
-            "choices": [{"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish}],
-        });
-        if self.include_usage {
-            chunk["usage"] = Value::Null;
-        }
-        chunk
+    /// One `chat.completion.chunk` as SSE, serialised from borrowed fields straight into `out`: a `json!`
+    /// tree per chunk cost ~16 k instructions, most of what encoding a streamed answer cost.
+    fn write_chunk(
+        &self,
+        folded: &Folded,
+        delta: Delta<'_>,
+        finish: Option<&str>,
+        tower_chat: Option<Value>,
+        out: &mut Vec<u8>,
+    ) {
+        let chunk = Chunk {
+            id: &self.id,
+            object: "chat.completion.chunk",
+            created: self.created,
+            model: &folded.model,
+            choices: [ChunkChoice {
+                index: 0,
+                delta,
+                logprobs: (),
+                finish_reason: finish,
+            }],
+            usage: self.include_usage.then_some(()),
+            tower_chat,
+        };
+        sse_data(&chunk, out);
     }
+}
+
+/// A `chat.completion.chunk`.
+#[derive(Serialize)]
+struct Chunk<'a> {
+    id: &'a str,
+    object: &'static str,
+    created: u64,
+    model: &'a str,
+    choices: [ChunkChoice<'a>; 1],
+    /// `"usage": null` on every chunk but the last when the client asked for usage (what OpenAI sends).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    usage: Option<()>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tower_chat: Option<Value>,
+}
+
+#[derive(Serialize)]
+struct ChunkChoice<'a> {
+    index: u32,
+    delta: Delta<'a>,
+    logprobs: (),
+    finish_reason: Option<&'a str>,
+}
+
+/// A chunk's `delta` object.
+#[derive(Serialize)]
+#[serde(untagged)]
+enum Delta<'a> {
+    Opening {
+        role: &'static str,
+        content: &'static str,
+    },
+    Content {
+        content: &'a str,
+    },
+    Reasoning {
+        reasoning_content: &'a str,
+    },
+    Call {
+        tool_calls: [CallFragment<'a>; 1],
+    },
+    Empty {},
+}
+
+/// A piece of a streamed tool call: the first names it, the rest carry argument text.
+#[derive(Serialize)]
+struct CallFragment<'a> {
+    index: usize,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    id: Option<&'a str>,
+    #[serde(rename = "type", skip_serializing_if = "Option::is_none")]
+    kind: Option<&'static str>,
+    function: FunctionFragment<'a>,
+}
+
+#[derive(Serialize)]
+struct FunctionFragment<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    name: Option<&'a str>,
+    arguments: &'a str,
 }
 
 impl Encoder for ChunkEncoder {
     fn open(&mut self, folded: &Folded, out: &mut Vec<u8>) {
-        sse_data(
-            &self.chunk(folded, json!({"role": "assistant", "content": ""}), None),
-            out,
-        );
+        let opening = Delta::Opening {
+            role: "assistant",
+            content: "",
+        };
+        self.write_chunk(folded, opening, None, None, out);
     }
 
     fn visible(&mut self, folded: &Folded, event: Visible, out: &mut Vec<u8>) {
-        let delta = match event {
+        let delta = match &event {
             Visible::Text(text) => {
                 self.wrote_content = true;
-                json!({"content": text})
+                Delta::Content { content: text }
             }
-            Visible::Reasoning(text) => json!({"reasoning_content": text}),
-            Visible::CallStart { index, id, name } => json!({"tool_calls": [
-                {"index": index, "id": id, "type": "function", "function": {"name": name, "arguments": ""}}]}),
-            Visible::CallArguments { index, delta } => {
-                json!({"tool_calls": [{"index": index, "function": {"arguments": delta}}]})
-            }
+            Visible::Reasoning(text) => Delta::Reasoning {
+                reasoning_content: text,
+            },
+            Visible::CallStart { index, id, name } => Delta::Call {
+                tool_calls: [CallFragment {
+                    index: *index,
+                    id: Some(id),
+                    kind: Some("function"),
+                    function: FunctionFragment {
+                        name: Some(name),
+                        arguments: "",
+                    },
+                }],
+            },
+            Visible::CallArguments { index, delta } => Delta::Call {
+                tool_calls: [CallFragment {
+                    index: *index,
+                    id: None,
+                    kind: None,
+                    function: FunctionFragment {
+                        name: None,
+                        arguments: delta,
+                    },
+                }],
+            },
             Visible::CallEnd { .. } => return,
         };
-        sse_data(&self.chunk(folded, delta, None), out);
+        self.write_chunk(folded, delta, None, None, out);
     }
 
     fn close(&mut self, folded: &Folded, ending: &Ending, out: &mut Vec<u8>) {
@@ -431,14 +525,11 @@ impl Encoder for ChunkEncoder {
             } else {
                 text.trim_start_matches('\n').to_owned()
             };
-            sse_data(&self.chunk(folded, json!({"content": text}), None), out);
+            self.write_chunk(folded, Delta::Content { content: &text }, None, None, out);
         }
         let finish = finish_reason(&ending.reason);
-        let mut last = self.chunk(folded, json!({}), Some(finish));
-        if let Some(field) = ending.tower_chat_field(finish) {
-            last["tower_chat"] = field;
-        }
-        sse_data(&last, out);
+        let field = ending.tower_chat_field(finish);
+        self.write_chunk(folded, Delta::Empty {}, Some(finish), field, out);
         if self.include_usage {
             let usage = json!({
                 "id": self.id,

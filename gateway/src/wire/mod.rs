@@ -165,15 +165,15 @@ pub(crate) trait Encoder: Send + 'static {
     fn whole(&mut self, folded: Folded, ending: &Ending) -> Value;
 }
 
-/// `data: {json}\n\n`.
-pub(crate) fn sse_data(value: &Value, out: &mut Vec<u8>) {
+/// `data: {json}\n\n`, the JSON written straight into `out` (no intermediate `String`).
+pub(crate) fn sse_data<T: Serialize + ?Sized>(value: &T, out: &mut Vec<u8>) {
     out.extend_from_slice(b"data: ");
-    out.extend_from_slice(value.to_string().as_bytes());
+    serde_json::to_writer(&mut *out, value).expect("serialising into a Vec cannot fail");
     out.extend_from_slice(b"\n\n");
 }
 
 /// `event: {name}\ndata: {json}\n\n` (Anthropic's and the Responses API's framing).
-pub(crate) fn sse_event(name: &str, value: &Value, out: &mut Vec<u8>) {
+pub(crate) fn sse_event<T: Serialize + ?Sized>(name: &str, value: &T, out: &mut Vec<u8>) {
     out.extend_from_slice(b"event: ");
     out.extend_from_slice(name.as_bytes());
     out.extend_from_slice(b"\n");
