@@ -303,3 +303,34 @@ async fn calls_without_a_caller_stay_out_of_the_caller_index() {
         "{plan:?}"
     );
 }
+
+/// A commit never checkpoints the write-ahead log (copying it into the database file and syncing both would
+/// hold up the call waiting for that commit): the writer connection's automatic checkpoint is off, a thread of
+/// the store checkpoints beside it, and the log stays near SQLite's 1000-page threshold instead of growing.
+#[tokio::test]
+async fn the_log_is_checkpointed_beside_the_writer_and_stays_bounded() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("w.db");
+    let store = SqliteStore::open(&path).await.unwrap();
+    let automatic: i64 = store
+        .run("autocheckpoint", |conn| {
+            conn.query_row("PRAGMA wal_autocheckpoint", [], |row| row.get(0))
+        })
+        .await
+        .unwrap();
+    assert_eq!(automatic, 0, "the writer's commits must not checkpoint");
+    // ~1,500 records of ~5 log pages each: ~7,500 pages if nothing copied the log back.
+    for _ in 0..50 {
+        converse(&store, 30, None, &mut Vec::new()).await;
+    }
+    assert_eq!(count(&store, "chat_calls").await, 1500);
+    let frame = 4096 + 24;
+    let log_pages = std::fs::metadata(path.with_extension("db-wal"))
+        .unwrap()
+        .len()
+        / frame;
+    assert!(
+        log_pages <= 3000,
+        "the log grew to {log_pages} pages: checkpoints did not keep up"
+    );
+}

@@ -17,6 +17,8 @@ pub mod sqlite;
 
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod chain;
+#[cfg(feature = "sqlite")]
+mod checkpoint;
 mod schema;
 
 pub use schema::Migration;

@@ -19,6 +19,7 @@ use tokio::sync::oneshot;
 use tower_chat::ConversationId;
 
 use super::chain::{history_sql, Encoded, Encoder, NodeKey};
+use super::checkpoint::Checkpointer;
 use super::schema::{
     abandon_sql, call_summaries_sql, conversation_from_row, insert_key_sql, select_sql,
     spend_from_row, spend_sql, sqlite_migrations, Row, StoredColumns, StoredRecord, SummaryColumns,
@@ -71,10 +72,12 @@ impl fmt::Debug for SqliteStore {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Durability {
     /// The default (`synchronous = NORMAL`): a commit appends to the write-ahead log without waiting for the
-    /// disk; the log is synced at each checkpoint. A committed record survives the process being killed (the
+    /// disk; the log is synced at each checkpoint, which a thread of the store runs beside the writer once the
+    /// log holds 1000 pages (never inside a commit). A committed record survives the process being killed (the
     /// log is in the operating system's cache, and the next open replays it); a power loss or OS crash can lose
-    /// the records committed since the last checkpoint (at most about 1000 pages of log), never corrupts the
-    /// file, and never keeps half a transaction.
+    /// the records committed since the last checkpoint (about 1000 pages of log; at most 8000, the point where a
+    /// writer that never pauses checkpoints itself), never corrupts the file, and never keeps half a
+    /// transaction.
     #[default]
     Process,
     /// `synchronous = FULL`: every commit waits for the log to reach the disk (one `fsync` per batch; the
@@ -129,11 +132,26 @@ impl SqliteStoreBuilder {
                         return;
                     }
                 };
+                let checkpointer =
+                    match Checkpointer::start(&conn, self.path.clone(), self.busy_timeout) {
+                        Ok(checkpointer) => Some(checkpointer),
+                        Err(error) => {
+                            tracing::warn!(%error, "no SQLite checkpoint thread: commits checkpoint as they go");
+                            None
+                        }
+                    };
+                let after_commit = |conn: &Connection| {
+                    if let Some(checkpointer) = &checkpointer {
+                        checkpointer.after_commit(conn);
+                    }
+                };
                 // Ends when every SqliteStore clone (every sender) is gone.
                 let mut next = None;
                 while let Some(job) = next.take().or_else(|| receiver.recv().ok()) {
                     match job {
-                        Job::Write(write) => next = serve_writes(&conn, &receiver, write),
+                        Job::Write(write) => {
+                            next = serve_writes(&conn, &receiver, write, &after_commit)
+                        }
                         Job::Connection(job) => {
                             // A panicking closure (from `with_connection`) must not take the store down for
                             // everyone: its caller sees the operation fail, and an open rusqlite transaction
@@ -147,6 +165,7 @@ impl SqliteStoreBuilder {
                                     "a SQLite store operation panicked; the store continues"
                                 );
                             }
+                            after_commit(&conn);
                         }
                     }
                 }
@@ -506,7 +525,12 @@ impl Drop for RollbackUnlessCommitted<'_> {
 /// Serve `first` and every record batch queued right behind it with the same prepared statements; return the
 /// first other job (which may need `&mut Connection`, so the statements are finalized first), or `None` when
 /// every sender is gone.
-fn serve_writes(conn: &Connection, receiver: &mpsc::Receiver<Job>, first: WriteJob) -> Option<Job> {
+fn serve_writes(
+    conn: &Connection,
+    receiver: &mpsc::Receiver<Job>,
+    first: WriteJob,
+    after_commit: &dyn Fn(&Connection),
+) -> Option<Job> {
     let mut statements: Option<WriteStatements<'_>> = None;
     let mut job = first;
     loop {
@@ -520,6 +544,7 @@ fn serve_writes(conn: &Connection, receiver: &mpsc::Receiver<Job>, first: WriteJ
         match outcome {
             Ok(result) => {
                 let _ = done.send(result);
+                after_commit(conn);
             }
             Err(_) => {
                 // The caller sees the write fail (its reply channel is dropped); start over with fresh statements.
