@@ -248,8 +248,15 @@ pub(crate) fn anthropic_response(error: ApiError) -> Response {
 /// A JSON response (axum's `json` feature is not worth its extra dependencies for this).
 pub(crate) fn json_response(status: StatusCode, body: &Value) -> Response {
     // `to_vec` writes straight into the buffer; `to_string` goes through `fmt::Display`'s escaping adapter.
-    let bytes = serde_json::to_vec(body).expect("a JSON value serialises");
-    let mut response = (status, bytes).into_response();
+    json_bytes_response(
+        status,
+        serde_json::to_vec(body).expect("a JSON value serialises"),
+    )
+}
+
+/// A response whose body is JSON already serialised.
+pub(crate) fn json_bytes_response(status: StatusCode, body: Vec<u8>) -> Response {
+    let mut response = (status, body).into_response();
     response.headers_mut().insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/json"),

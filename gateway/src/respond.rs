@@ -170,7 +170,7 @@ pub(crate) async fn complete<E: Encoder>(
     stream: ChatStream,
     turn: Turn,
     mut encoder: E,
-) -> Result<serde_json::Value, ApiError> {
+) -> Result<Vec<u8>, ApiError> {
     let mut translator = Translator::new(turn);
     let mut stream = stream;
     let mut finish = None;

@@ -37,7 +37,7 @@ use tower_chat_tracing::TracingLayer;
 use crate::auth::ApiKeys;
 use crate::config::{Config, Provider};
 use crate::connection::{self, BodyTimeout, ConnectionLimits, GuardedBody, InFlight};
-use crate::error::{json_response, ApiError};
+use crate::error::{json_bytes_response, json_response, ApiError};
 use crate::mcp::GatewayMcp;
 use crate::metrics::PrometheusMetrics;
 use crate::operator::{Decisions, OperatorState};
@@ -933,7 +933,7 @@ async fn handle<F: WireFormat>(
         .map_err(|e| ApiError::from_chat(&e))?;
     if !parsed.stream {
         let body = respond::complete(stream, turn, encoder).await?;
-        return Ok(json_response(StatusCode::OK, &body));
+        return Ok(json_bytes_response(StatusCode::OK, body));
     }
     // Wait for the first event before committing to 200, so a failure before any output (a resumed call's
     // first model call, say) is still an HTTP error with its status.

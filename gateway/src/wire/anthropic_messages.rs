@@ -587,7 +587,13 @@ impl Encoder for MessageEncoder {
         sse_event("error", &anthropic_body(error), out);
     }
 
-    fn whole(&mut self, folded: Folded, ending: &Ending) -> Value {
+    fn whole(&mut self, folded: Folded, ending: &Ending) -> Vec<u8> {
+        serde_json::to_vec(&self.whole_value(folded, ending)).expect("a JSON value serialises")
+    }
+}
+
+impl MessageEncoder {
+    fn whole_value(&mut self, folded: Folded, ending: &Ending) -> Value {
         let mut content = Vec::new();
         if !folded.reasoning.is_empty() {
             content

@@ -12,8 +12,8 @@ use tower_chat::{
 };
 
 use super::{
-    arguments_text, from_body, schema, sse_data, Encoder, Ending, Folded, Inbound, ParseContext,
-    TowerChatRequest, Visible, WireFormat,
+    arguments_text, from_body, schema, sse_data, ApprovalNotice, Encoder, Ending, Folded, Inbound,
+    ParseContext, TowerChatRequest, Visible, WireFormat,
 };
 use crate::error::ApiError;
 
@@ -337,19 +337,41 @@ fn finish_reason(reason: &FinishReason) -> &'static str {
 }
 
 /// OpenAI's usage object (Chat Completions' names).
-fn usage(usage: &Usage) -> Value {
-    let mut value = json!({
-        "prompt_tokens": usage.input_tokens,
-        "completion_tokens": usage.output_tokens,
-        "total_tokens": usage.total_tokens(),
-    });
-    if let Some(cached) = usage.cached_input_tokens {
-        value["prompt_tokens_details"] = json!({"cached_tokens": cached});
+#[derive(Serialize)]
+struct WireUsage {
+    prompt_tokens: u64,
+    completion_tokens: u64,
+    total_tokens: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    prompt_tokens_details: Option<CachedTokens>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    completion_tokens_details: Option<ReasoningTokens>,
+}
+
+#[derive(Serialize)]
+struct CachedTokens {
+    cached_tokens: u64,
+}
+
+#[derive(Serialize)]
+struct ReasoningTokens {
+    reasoning_tokens: u64,
+}
+
+impl From<&Usage> for WireUsage {
+    fn from(usage: &Usage) -> Self {
+        WireUsage {
+            prompt_tokens: usage.input_tokens,
+            completion_tokens: usage.output_tokens,
+            total_tokens: usage.total_tokens(),
+            prompt_tokens_details: usage
+                .cached_input_tokens
+                .map(|cached_tokens| CachedTokens { cached_tokens }),
+            completion_tokens_details: usage
+                .reasoning_tokens
+                .map(|reasoning_tokens| ReasoningTokens { reasoning_tokens }),
+        }
     }
-    if let Some(reasoning) = usage.reasoning_tokens {
-        value["completion_tokens_details"] = json!({"reasoning_tokens": reasoning});
-    }
-    value
 }
 
 /// A tool call in the OpenAI shape.
@@ -537,7 +559,7 @@ impl Encoder for ChunkEncoder {
                 "created": self.created,
                 "model": folded.model,
                 "choices": [],
-                "usage": usage(&folded.usage),
+                "usage": WireUsage::from(&folded.usage),
             });
             sse_data(&usage, out);
         }
@@ -549,43 +571,67 @@ impl Encoder for ChunkEncoder {
         sse_data(&error.body(), out);
     }
 
-    fn whole(&mut self, folded: Folded, ending: &Ending) -> Value {
+    fn whole(&mut self, folded: Folded, ending: &Ending) -> Vec<u8> {
         let mut content = folded.content;
         content.push_str(ending.notice_text().trim_start_matches('\n'));
-        let mut message = Map::new();
-        message.insert("role".into(), "assistant".into());
         let calls: Vec<Value> = folded.client_calls.iter().map(tool_call).collect();
-        message.insert(
-            "content".into(),
-            if content.is_empty() && !calls.is_empty() {
-                Value::Null
-            } else {
-                content.into()
-            },
-        );
-        if !folded.reasoning.is_empty() {
-            message.insert("reasoning_content".into(), folded.reasoning.into());
-        }
-        if !calls.is_empty() {
-            message.insert("tool_calls".into(), calls.into());
-        }
-        if !ending.notices.is_empty() {
-            message.insert("tower_chat_approvals".into(), json!(ending.notices));
-        }
         let finish = finish_reason(&ending.reason);
-        let mut body = json!({
-            "id": self.id,
-            "object": "chat.completion",
-            "created": self.created,
-            "model": folded.model,
-            "choices": [{"index": 0, "message": message, "logprobs": null, "finish_reason": finish}],
-            "usage": usage(&folded.usage),
-        });
-        if let Some(field) = ending.tower_chat_field(finish) {
-            body["tower_chat"] = field;
-        }
-        body
+        let completion = Completion {
+            id: &self.id,
+            object: "chat.completion",
+            created: self.created,
+            model: &folded.model,
+            choices: [CompletionChoice {
+                index: 0,
+                message: CompletionMessage {
+                    role: "assistant",
+                    content: (!content.is_empty() || calls.is_empty()).then_some(&content),
+                    reasoning_content: (!folded.reasoning.is_empty()).then_some(&folded.reasoning),
+                    tool_calls: calls,
+                    tower_chat_approvals: &ending.notices,
+                },
+                logprobs: (),
+                finish_reason: finish,
+            }],
+            usage: WireUsage::from(&folded.usage),
+            tower_chat: ending.tower_chat_field(finish),
+        };
+        serde_json::to_vec(&completion).expect("a completion serialises")
     }
+}
+
+/// A `chat.completion`, serialised from borrowed fields (no `json!` tree).
+#[derive(Serialize)]
+struct Completion<'a> {
+    id: &'a str,
+    object: &'static str,
+    created: u64,
+    model: &'a str,
+    choices: [CompletionChoice<'a>; 1],
+    usage: WireUsage,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tower_chat: Option<Value>,
+}
+
+#[derive(Serialize)]
+struct CompletionChoice<'a> {
+    index: u32,
+    message: CompletionMessage<'a>,
+    logprobs: (),
+    finish_reason: &'a str,
+}
+
+#[derive(Serialize)]
+struct CompletionMessage<'a> {
+    role: &'static str,
+    /// `null` when the message only calls tools.
+    content: Option<&'a String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reasoning_content: Option<&'a String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    tool_calls: Vec<Value>,
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    tower_chat_approvals: &'a [ApprovalNotice],
 }
 
 #[cfg(test)]

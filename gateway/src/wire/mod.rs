@@ -161,8 +161,8 @@ pub(crate) trait Encoder: Send + 'static {
     fn close(&mut self, folded: &Folded, ending: &Ending, out: &mut Vec<u8>);
     /// The last event of a stream that failed after it started.
     fn error(&mut self, error: &ApiError, out: &mut Vec<u8>);
-    /// The whole answer as one JSON object.
-    fn whole(&mut self, folded: Folded, ending: &Ending) -> Value;
+    /// The whole answer: one JSON object, serialised.
+    fn whole(&mut self, folded: Folded, ending: &Ending) -> Vec<u8>;
 }
 
 /// `data: {json}\n\n`, the JSON written straight into `out` (no intermediate `String`).

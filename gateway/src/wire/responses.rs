@@ -630,7 +630,13 @@ impl Encoder for ResponseEncoder {
         );
     }
 
-    fn whole(&mut self, folded: Folded, ending: &Ending) -> Value {
+    fn whole(&mut self, folded: Folded, ending: &Ending) -> Vec<u8> {
+        serde_json::to_vec(&self.whole_value(folded, ending)).expect("a JSON value serialises")
+    }
+}
+
+impl ResponseEncoder {
+    fn whole_value(&mut self, folded: Folded, ending: &Ending) -> Value {
         let mut output = Vec::new();
         let mut text = folded.content.clone();
         let notice = ending.notice_text();
