@@ -23,7 +23,8 @@
 //!
 //! sends `LOAD_COUNT_REQUESTS` plain requests (`LOAD_COUNT_STREAM=1`: streamed) one after another on one
 //! keep-alive connection, after one warm-up request, to the gateway or (`LOAD_COUNT_TARGET=direct`) straight to
-//! the upstream, and checks every answer. The gateway's cost per request is the slope of the gateway's counts
+//! the upstream, and checks every answer. `LOAD_COUNT_FORMAT=messages|responses` sends the gateway the same
+//! question as an Anthropic Messages or OpenAI Responses request instead of Chat Completions. The gateway's cost per request is the slope of the gateway's counts
 //! between two request counts minus the direct slope; wrk is not needed in this mode.
 
 use std::convert::Infallible;
@@ -177,6 +178,18 @@ fn request_body(stream: bool) -> String {
     .to_string()
 }
 
+/// The same question as an Anthropic Messages request.
+fn messages_body(stream: bool) -> String {
+    json!({"model": MODEL, "max_tokens": 256, "stream": stream,
+        "messages": [{"role": "user", "content": "Say twenty words."}]})
+    .to_string()
+}
+
+/// The same question as an OpenAI Responses request.
+fn responses_body(stream: bool) -> String {
+    json!({"model": MODEL, "stream": stream, "input": "Say twenty words."}).to_string()
+}
+
 /// A `wrk` script sending one chat request.
 fn script(dir: &std::path::Path, stream: bool) -> String {
     let body = request_body(stream);
@@ -250,7 +263,13 @@ fn main() {
             .enable_all()
             .build()
             .unwrap();
-        client_runtime.block_on(send_one_after_another(addr, stream, requests + 1));
+        let format = std::env::var("LOAD_COUNT_FORMAT").unwrap_or_else(|_| "chat".into());
+        let (path, body) = match (to_gateway, format.as_str()) {
+            (true, "messages") => ("/v1/messages", messages_body(stream)),
+            (true, "responses") => ("/v1/responses", responses_body(stream)),
+            _ => ("/v1/chat/completions", request_body(stream)),
+        };
+        client_runtime.block_on(send_one_after_another(addr, path, body, requests + 1));
         println!(
             "sent {requests} (+1 warm-up) {} requests to the {}",
             if stream { "streamed" } else { "plain" },
@@ -265,17 +284,17 @@ fn main() {
 }
 
 /// `requests` chat requests, each sent after the previous answer was read whole, on one HTTP/1.1 connection.
-async fn send_one_after_another(addr: SocketAddr, stream: bool, requests: usize) {
+async fn send_one_after_another(addr: SocketAddr, path: &str, body: String, requests: usize) {
     let socket = tokio::net::TcpStream::connect(addr).await.unwrap();
     socket.set_nodelay(true).unwrap();
     let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(socket))
         .await
         .unwrap();
     tokio::spawn(connection);
-    let body = Bytes::from(request_body(stream));
+    let body = Bytes::from(body);
     for _ in 0..requests {
         sender.ready().await.unwrap();
-        let request = Request::post("/v1/chat/completions")
+        let request = Request::post(path)
             .header("host", addr.to_string())
             .header("content-type", "application/json")
             .body(Full::new(body.clone()))

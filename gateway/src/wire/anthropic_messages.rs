@@ -12,7 +12,7 @@
 use std::collections::HashMap;
 
 use axum::response::Response;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use tower_chat::{
     AssistantMessage, ChatRequest, FinishReason, Message, ToolArguments, ToolCall, ToolChoice,
@@ -490,13 +490,39 @@ impl MessageEncoder {
             _ => self.start(Block::Text, json!({"type": "text", "text": ""}), out),
         };
         self.wrote_text = true;
-        sse_event(
-            "content_block_delta",
-            &json!({"type": "content_block_delta", "index": index,
-                    "delta": {"type": "text_delta", "text": text}}),
-            out,
-        );
+        block_delta(index, DeltaBody::Text { text }, out);
     }
+}
+
+/// A `content_block_delta` event, serialised from borrowed fields: the event a streamed answer sends per
+/// token, so no `json!` tree is built for it.
+fn block_delta(index: usize, delta: DeltaBody<'_>, out: &mut Vec<u8>) {
+    let event = BlockDelta {
+        kind: "content_block_delta",
+        index,
+        delta,
+    };
+    sse_event("content_block_delta", &event, out);
+}
+
+#[derive(Serialize)]
+struct BlockDelta<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    index: usize,
+    delta: DeltaBody<'a>,
+}
+
+/// A `content_block_delta`'s `delta`, tagged `text_delta`, `thinking_delta` or `input_json_delta`.
+#[derive(Serialize)]
+#[serde(tag = "type")]
+enum DeltaBody<'a> {
+    #[serde(rename = "text_delta")]
+    Text { text: &'a str },
+    #[serde(rename = "thinking_delta")]
+    Thinking { thinking: &'a str },
+    #[serde(rename = "input_json_delta")]
+    InputJson { partial_json: &'a str },
 }
 
 impl Encoder for MessageEncoder {
@@ -525,12 +551,7 @@ impl Encoder for MessageEncoder {
                         out,
                     ),
                 };
-                sse_event(
-                    "content_block_delta",
-                    &json!({"type": "content_block_delta", "index": index,
-                            "delta": {"type": "thinking_delta", "thinking": text}}),
-                    out,
-                );
+                block_delta(index, DeltaBody::Thinking { thinking: &text }, out);
             }
             Visible::CallStart { index, id, name } => {
                 let block = self.start(
@@ -541,13 +562,9 @@ impl Encoder for MessageEncoder {
                 self.call_blocks.insert(index, block);
             }
             Visible::CallArguments { index, delta } => {
-                if let Some(block) = self.call_blocks.get(&index).filter(|_| !delta.is_empty()) {
-                    sse_event(
-                        "content_block_delta",
-                        &json!({"type": "content_block_delta", "index": block,
-                                "delta": {"type": "input_json_delta", "partial_json": delta}}),
-                        out,
-                    );
+                if let Some(&block) = self.call_blocks.get(&index).filter(|_| !delta.is_empty()) {
+                    let partial_json = &delta;
+                    block_delta(block, DeltaBody::InputJson { partial_json }, out);
                 }
             }
             Visible::CallEnd { index, .. } => {

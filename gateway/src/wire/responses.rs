@@ -13,7 +13,7 @@
 use std::collections::HashMap;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 use tower_chat::{
     AssistantMessage, ChatRequest, FinishReason, Message, ResponseFormat, ToolArguments, ToolCall,
@@ -391,6 +391,53 @@ fn call_item(id: &str, call_id: &str, name: &str, arguments: &str, status: &str)
            "arguments": arguments, "status": status})
 }
 
+/// `{"type": kind, "response": response}`, the response moved in (not copied, as `json!` would).
+fn response_event(kind: &str, response: Value) -> Value {
+    let mut event = Map::new();
+    event.insert("type".into(), kind.into());
+    event.insert("response".into(), response);
+    Value::Object(event)
+}
+
+/// A `*.delta` event (one per token of a streamed answer), serialised from borrowed fields instead of a
+/// `json!` tree; `sequence` is the encoder's event counter.
+fn emit_delta(
+    sequence: &mut u64,
+    kind: &'static str,
+    item_id: &str,
+    output_index: usize,
+    delta: &str,
+    out: &mut Vec<u8>,
+) {
+    let text = kind == "response.output_text.delta";
+    let event = DeltaEvent {
+        kind,
+        item_id,
+        output_index,
+        content_index: text.then_some(0),
+        delta,
+        logprobs: text.then_some([]),
+        sequence_number: *sequence,
+    };
+    *sequence += 1;
+    sse_event(kind, &event, out);
+}
+
+/// `response.output_text.delta` / `response.function_call_arguments.delta`.
+#[derive(Serialize)]
+struct DeltaEvent<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    item_id: &'a str,
+    output_index: usize,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    content_index: Option<u32>,
+    delta: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    logprobs: Option<[(); 0]>,
+    sequence_number: u64,
+}
+
 struct OpenMessage {
     id: String,
     output_index: usize,
@@ -450,24 +497,25 @@ impl ResponseEncoder {
         sse_event(&name, &event, out);
     }
 
+    /// The `response` object. Built field by field: `json!` would copy `output`, `usage` and every echoed
+    /// field through serde's value serializer once more.
     fn response(&self, folded: &Folded, status: &str, output: Vec<Value>, usage: Value) -> Value {
-        let mut response = json!({
-            "id": self.id,
-            "object": "response",
-            "created_at": self.created_at,
-            "status": status,
-            "error": null,
-            "incomplete_details": null,
-            "model": folded.model,
-            "output": output,
-            "usage": usage,
-        });
-        if let (Some(target), Some(echo)) = (response.as_object_mut(), self.echo.as_object()) {
+        let mut response = Map::new();
+        response.insert("id".into(), self.id.clone().into());
+        response.insert("object".into(), "response".into());
+        response.insert("created_at".into(), self.created_at.into());
+        response.insert("status".into(), status.into());
+        response.insert("error".into(), Value::Null);
+        response.insert("incomplete_details".into(), Value::Null);
+        response.insert("model".into(), folded.model.clone().into());
+        response.insert("output".into(), Value::Array(output));
+        response.insert("usage".into(), usage);
+        if let Some(echo) = self.echo.as_object() {
             for (key, value) in echo {
-                target.insert(key.clone(), value.clone());
+                response.insert(key.clone(), value.clone());
             }
         }
-        response
+        Value::Object(response)
     }
 
     fn text(&mut self, text: &str, out: &mut Vec<u8>) {
@@ -495,10 +543,15 @@ impl ResponseEncoder {
             return;
         };
         message.text.push_str(text);
-        let event = json!({"type": "response.output_text.delta", "item_id": message.id,
-                           "output_index": message.output_index, "content_index": 0,
-                           "delta": text, "logprobs": []});
-        self.emit(event, out);
+        let kind = "response.output_text.delta";
+        emit_delta(
+            &mut self.sequence,
+            kind,
+            &message.id,
+            message.output_index,
+            text,
+            out,
+        );
     }
 
     fn close_message(&mut self, out: &mut Vec<u8>) {
@@ -528,14 +581,8 @@ impl ResponseEncoder {
 impl Encoder for ResponseEncoder {
     fn open(&mut self, folded: &Folded, out: &mut Vec<u8>) {
         let response = self.response(folded, "in_progress", Vec::new(), Value::Null);
-        self.emit(
-            json!({"type": "response.created", "response": response}),
-            out,
-        );
-        self.emit(
-            json!({"type": "response.in_progress", "response": response}),
-            out,
-        );
+        self.emit(response_event("response.created", response.clone()), out);
+        self.emit(response_event("response.in_progress", response), out);
     }
 
     fn visible(&mut self, _folded: &Folded, event: Visible, out: &mut Vec<u8>) {
@@ -569,10 +616,15 @@ impl Encoder for ResponseEncoder {
                     return;
                 }
                 call.arguments.push_str(&delta);
-                let event = json!({"type": "response.function_call_arguments.delta",
-                                   "item_id": call.id, "output_index": call.output_index,
-                                   "delta": delta});
-                self.emit(event, out);
+                let kind = "response.function_call_arguments.delta";
+                emit_delta(
+                    &mut self.sequence,
+                    kind,
+                    &call.id,
+                    call.output_index,
+                    &delta,
+                    out,
+                );
             }
             Visible::CallEnd { index, call } => {
                 let Some(open) = self.calls.remove(&index) else {
@@ -620,7 +672,7 @@ impl Encoder for ResponseEncoder {
         } else {
             "response.incomplete"
         };
-        self.emit(json!({"type": kind, "response": response}), out);
+        self.emit(response_event(kind, response), out);
     }
 
     fn error(&mut self, error: &ApiError, out: &mut Vec<u8>) {
