@@ -9,7 +9,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use bytes::Bytes;
-use futures_util::StreamExt;
+use futures_util::{FutureExt, StreamExt};
 use tower_chat::{
     ApprovalRequest, CallerIdentity, ChatError, ChatEvent, ChatStream, ConversationId, ErrorKind,
     FinishReason, Message, ResponseBuilder,
@@ -238,14 +238,20 @@ pub(crate) fn stream<E: Encoder>(
             return None;
         }
         let mut visible = Vec::new();
+        // Room for a typical event (a chunk is ~200 bytes) so serialising it does not grow the buffer step by
+        // step.
+        let mut out = Vec::with_capacity(512);
         loop {
             let item = match state.first.take() {
                 Some(event) => Some(Ok(event)),
-                None => state.stream.next().await,
+                None if out.is_empty() => state.stream.next().await,
+                // Events that are already there go out in the same body frame: one write for a burst (an
+                // upstream read that carried several chunks) instead of one per event. Nothing waits for them.
+                None => match state.stream.next().now_or_never() {
+                    Some(item) => item,
+                    None => return Some((Ok(Bytes::from(out)), state)),
+                },
             };
-            // Room for a typical event (a chunk is ~200 bytes) so serialising it does not grow the buffer
-            // step by step.
-            let mut out = Vec::with_capacity(512);
             match item {
                 Some(Ok(ChatEvent::Finish { reason })) => {
                     state.translator.builder.push(&ChatEvent::Finish {
@@ -284,9 +290,12 @@ pub(crate) fn stream<E: Encoder>(
                     return Some((Ok(Bytes::from(out)), state));
                 }
             }
-            if !out.is_empty() {
+            if out.len() >= FRAME_LIMIT {
                 return Some((Ok(Bytes::from(out)), state));
             }
         }
     })
 }
+
+/// The most bytes of ready events gathered into one body frame.
+const FRAME_LIMIT: usize = 16 * 1024;

@@ -342,3 +342,62 @@ async fn an_anthropic_upstream_is_served_as_openai_chat_completions() {
         "{second}"
     );
 }
+
+/// The body frames of a streamed answer to `body`, each as text.
+async fn frames(gw: &Harness, body: &Value) -> Vec<String> {
+    use http_body_util::{BodyExt, Full};
+    use hyper_util::client::legacy::Client;
+    use hyper_util::rt::TokioExecutor;
+    let client = Client::builder(TokioExecutor::new()).build_http::<Full<bytes::Bytes>>();
+    let request = hyper::Request::post(gw.url("/v1/chat/completions"))
+        .header("content-type", "application/json")
+        .body(Full::new(bytes::Bytes::from(body.to_string())))
+        .unwrap();
+    let mut response = client.request(request).await.unwrap().into_body();
+    let mut frames = Vec::new();
+    while let Some(frame) = response.frame().await {
+        if let Ok(data) = frame.unwrap().into_data() {
+            frames.push(String::from_utf8(data.to_vec()).unwrap());
+        }
+    }
+    frames
+}
+
+/// Events that are already there when the gateway writes one go out in the same body frame (one write for a
+/// burst, not one per event), and an event still on its way is not waited for: an upstream that pauses before
+/// every chunk gets each one to the client in a frame of its own.
+#[tokio::test]
+async fn ready_events_share_a_frame_and_late_ones_are_not_waited_for() {
+    let text = "one two three four five six seven eight nine ten";
+    let gw = Harness::start(
+        move |_, index| {
+            let reply = Reply::openai_text(text);
+            if index == 0 {
+                // The whole answer in one upstream write.
+                return reply.rechunked(1 << 20);
+            }
+            let mut paced = Reply::sse_chunks(Vec::<bytes::Bytes>::new());
+            for part in reply.parts {
+                paced = paced
+                    .then(tower_chat::test_server::Part::Pause(
+                        std::time::Duration::from_millis(25),
+                    ))
+                    .then(part);
+            }
+            paced
+        },
+        |_| {},
+    )
+    .await;
+    let burst = frames(&gw, &request(true, "hi")).await;
+    let paced = frames(&gw, &request(true, "hi")).await;
+    for frames in [&burst, &paced] {
+        let joined = frames.concat();
+        assert!(joined.ends_with("data: [DONE]\n\n"), "{joined}");
+        assert!(joined.contains("\"ten\""), "{joined}");
+    }
+    // 14 events (opening, ten words, finish, usage, [DONE]) arrived together: a few frames at most.
+    assert!(burst.len() <= 4, "{} frames: {burst:?}", burst.len());
+    // One upstream chunk every 25 ms: the client sees the words as they come.
+    assert!(paced.len() >= 10, "{} frames: {paced:?}", paced.len());
+}
