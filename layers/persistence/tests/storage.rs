@@ -340,6 +340,9 @@ async fn the_log_is_checkpointed_beside_the_writer_and_stays_bounded() {
     }
     assert_eq!(count(&store, "chat_calls").await, 2010);
     let frame = 4096 + 24;
-    let log_pages = std::fs::metadata(path.with_extension("db-wal")).unwrap().len() / frame;
+    let log_pages = std::fs::metadata(path.with_extension("db-wal"))
+        .unwrap()
+        .len()
+        / frame;
     assert!(log_pages <= 8500, "the log grew to {log_pages} pages");
 }
