@@ -10,6 +10,10 @@
 //!   (`jsonschema` 0.33 rejects it there though it accepts it for `"type": "integer"`; see
 //!   `integer_valued_floats_under_a_type_array` below);
 //! - `$ref` cycles and remote references (compile errors here).
+//!
+//! Skipped when generated: a draft 7 subschema with `"items": false` beside `additionalItems` (`jsonschema` 0.33
+//! then rejects every instance, `null` and `[]` included, though both keywords apply to arrays only and `[]` has
+//! no item to reject; see `draft_7_items_false_with_additional_items` below).
 
 use proptest::prelude::*;
 use serde_json::{json, Map, Value};
@@ -248,7 +252,26 @@ fn document(draft7: bool) -> impl Strategy<Value = Value> {
         })
 }
 
+/// Whether a draft 7 `schema` holds a subschema `jsonschema` 0.33 gets wrong (see the module docs).
+fn known_jsonschema_defect(schema: &Value) -> bool {
+    fn walk(value: &Value) -> bool {
+        match value {
+            Value::Object(map) => {
+                (map.get("items") == Some(&Value::Bool(false))
+                    && map.contains_key("additionalItems"))
+                    || map.values().any(walk)
+            }
+            Value::Array(items) => items.iter().any(walk),
+            _ => false,
+        }
+    }
+    schema["$schema"] == "http://json-schema.org/draft-07/schema#" && walk(schema)
+}
+
 fn agree(schema: &Value, instances: &[Value]) -> Result<(), TestCaseError> {
+    if known_jsonschema_defect(schema) {
+        return Ok(());
+    }
     let theirs = jsonschema::validator_for(schema)
         .map_err(|e| TestCaseError::fail(format!("jsonschema rejects {schema}: {e}")))?;
     let ours = Schema::compile(schema)
@@ -313,6 +336,22 @@ fn agrees_on_schemars_output() {
         json!({"city": 1, "hours": [1.5]}),
     ];
     agree(&schema, &instances).unwrap();
+}
+
+#[test]
+fn draft_7_items_false_with_additional_items() {
+    let schema = json!({"$schema": "http://json-schema.org/draft-07/schema#",
+        "additionalProperties": {"additionalItems": false, "items": false}});
+    // The spec: both keywords apply to arrays only, and `items: false` rejects any item, not an empty array.
+    let ours = Schema::compile(&schema).unwrap();
+    assert!(ours.is_valid(&json!({"a": null})));
+    assert!(ours.is_valid(&json!({"a": []})));
+    assert!(!ours.is_valid(&json!({"a": [1]})));
+    // `jsonschema` 0.33 rejects the first two (why the differential test skips such schemas).
+    let theirs = jsonschema::validator_for(&schema).unwrap();
+    assert!(!theirs.is_valid(&json!({"a": null})));
+    assert!(!theirs.is_valid(&json!({"a": []})));
+    assert!(known_jsonschema_defect(&schema));
 }
 
 #[test]
