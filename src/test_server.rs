@@ -387,17 +387,16 @@ async fn serve(
     let mut reply = handler(&record, index);
     if let Some(whole) = reply.whole.take() {
         if record.body.get("stream").and_then(Value::as_bool) != Some(true) {
-            reply = Reply {
-                headers: reply.headers,
-                delay: reply.delay,
-                ..Reply::json(200, whole)
-            };
-            reply
-                .headers
-                .retain(|(name, _)| !name.eq_ignore_ascii_case("content-type"));
-            reply
-                .headers
-                .push(("content-type".into(), "application/json".into()));
+            // The JSON reply's own content type, then the script's other headers and its delay.
+            let mut json = Reply::json(200, whole);
+            json.headers.extend(
+                reply
+                    .headers
+                    .into_iter()
+                    .filter(|(name, _)| !name.eq_ignore_ascii_case("content-type")),
+            );
+            json.delay = reply.delay;
+            reply = json;
         }
     }
     if !reply.delay.is_zero() {

@@ -24,8 +24,9 @@
 //! sends `LOAD_COUNT_REQUESTS` plain requests (`LOAD_COUNT_STREAM=1`: streamed) one after another on one
 //! keep-alive connection, after one warm-up request, to the gateway or (`LOAD_COUNT_TARGET=direct`) straight to
 //! the upstream, and checks every answer. `LOAD_COUNT_FORMAT=messages|responses` sends the gateway the same
-//! question as an Anthropic Messages or OpenAI Responses request instead of Chat Completions. The gateway's cost per request is the slope of the gateway's counts
-//! between two request counts minus the direct slope; wrk is not needed in this mode.
+//! question as an Anthropic Messages or OpenAI Responses request instead of Chat Completions. The gateway's
+//! cost per request is the slope of the gateway's counts between two request counts minus the direct slope;
+//! wrk is not needed in this mode.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;

@@ -399,24 +399,35 @@ fn response_event(kind: &str, response: Value) -> Value {
     Value::Object(event)
 }
 
+/// What a `*.delta` event adds to: a message's text part, or a function call's arguments.
+#[derive(Clone, Copy)]
+enum DeltaOf {
+    Text,
+    Arguments,
+}
+
 /// A `*.delta` event (one per token of a streamed answer), serialised from borrowed fields instead of a
 /// `json!` tree; `sequence` is the encoder's event counter.
 fn emit_delta(
     sequence: &mut u64,
-    kind: &'static str,
+    of: DeltaOf,
     item_id: &str,
     output_index: usize,
     delta: &str,
     out: &mut Vec<u8>,
 ) {
-    let text = kind == "response.output_text.delta";
+    // Only a text delta names its content part and carries (empty) log probabilities.
+    let (kind, content_index, logprobs) = match of {
+        DeltaOf::Text => ("response.output_text.delta", Some(0), Some([])),
+        DeltaOf::Arguments => ("response.function_call_arguments.delta", None, None),
+    };
     let event = DeltaEvent {
         kind,
         item_id,
         output_index,
-        content_index: text.then_some(0),
+        content_index,
         delta,
-        logprobs: text.then_some([]),
+        logprobs,
         sequence_number: *sequence,
     };
     *sequence += 1;
@@ -543,10 +554,9 @@ impl ResponseEncoder {
             return;
         };
         message.text.push_str(text);
-        let kind = "response.output_text.delta";
         emit_delta(
             &mut self.sequence,
-            kind,
+            DeltaOf::Text,
             &message.id,
             message.output_index,
             text,
@@ -616,10 +626,9 @@ impl Encoder for ResponseEncoder {
                     return;
                 }
                 call.arguments.push_str(&delta);
-                let kind = "response.function_call_arguments.delta";
                 emit_delta(
                     &mut self.sequence,
-                    kind,
+                    DeltaOf::Arguments,
                     &call.id,
                     call.output_index,
                     &delta,
