@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use futures_util::StreamExt;
+use futures_util::{FutureExt, StreamExt};
 use serde_json::json;
 use tower::{Service, ServiceExt};
 use tower_chat::openai::OpenAiChat;
@@ -267,6 +267,48 @@ async fn the_idle_deadline_moves_with_each_chunk_and_still_fires_after_the_last(
     assert_eq!(texts, 5, "{items:?}");
     assert_eq!(
         items.last().unwrap().as_ref().unwrap_err().kind(),
+        &ErrorKind::Timeout(TimeoutPhase::Idle)
+    );
+}
+
+#[tokio::test]
+async fn the_idle_deadline_wakes_the_task_that_polls_last() {
+    // The stream skips re-polling its idle timer while the timer holds the current poller's waker. Polled once
+    // with a waker that wakes nobody (what `now_or_never` does) and then moved to another task, it must hand the
+    // timer the new task's waker, or that task would never be woken by the deadline.
+    let provider = ScriptedProvider::start(|_, _| {
+        Reply::sse_chunks(["data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"a\"}}]}\n\n"])
+            .then(Part::Hang)
+    })
+    .await;
+    let leaf = OpenAiChat::builder()
+        .base_url(provider.base_url())
+        .model("m")
+        .timeouts(Timeouts {
+            connect: Some(Duration::from_secs(1)),
+            first_byte: Some(Duration::from_secs(5)),
+            idle: Some(Duration::from_millis(200)),
+        })
+        .build()
+        .unwrap();
+    let mut stream = leaf.oneshot(hello()).await.unwrap();
+    loop {
+        if let Ok(ChatEvent::TextDelta { .. }) = stream.next().await.unwrap() {
+            break;
+        }
+    }
+    while let Some(item) = stream.next().now_or_never() {
+        assert!(item.unwrap().is_ok(), "nothing fails before the deadline");
+    }
+    let rest = tokio::time::timeout(
+        Duration::from_secs(5),
+        tokio::spawn(async move { stream.collect::<Vec<_>>().await }),
+    )
+    .await
+    .expect("the idle timer woke the earlier waker, not the task polling now")
+    .unwrap();
+    assert_eq!(
+        rest.last().unwrap().as_ref().unwrap_err().kind(),
         &ErrorKind::Timeout(TimeoutPhase::Idle)
     );
 }

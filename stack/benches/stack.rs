@@ -27,6 +27,8 @@
 //!   warm-up conversation, then exit: run under callgrind twice (two values of N), the slope is the cost of one
 //!   conversation (`stack/benches/count.sh` prints the whole table); `STACK_COUNT_INFO_SUBSCRIBER=1` installs the
 //!   `full` variant's subscriber for any variant (what the subscriber costs over `loop_tracing`);
+//!   `STACK_NO_TIMEOUTS=1` builds the leaf without its connect, first-byte and idle deadlines (what they cost: the
+//!   raw client has none);
 //! - `STACK_INTERLEAVE_ROUNDS=R`: wall clock, every variant in each of R rounds in a rotating order; prints the
 //!   median time per conversation and the median of the per-round ratios to `raw` (a ratio taken within a round
 //!   is steady on a shared machine where speed drifts over minutes).
@@ -46,6 +48,7 @@ use serde_json::{json, Value};
 use tower::{ServiceBuilder, ServiceExt};
 use tower_chat::openai::OpenAiChat;
 use tower_chat::test_server::{RecordedRequest, Reply, ScriptedProvider};
+use tower_chat::transport::Timeouts;
 use tower_chat::{BoxChatService, ChatRequest, ChatStreamExt, ConversationId, Message};
 use tower_chat_stack::approval::ApprovalLayer;
 use tower_chat_stack::persistence::{PersistenceLayer, SqliteStore};
@@ -119,6 +122,19 @@ impl Shape {
 
 // ---------------------------------------------------------------------------------------------------------------
 // The scripted server (child process).
+
+/// The leaf's deadlines: the defaults, or none with `STACK_NO_TIMEOUTS`.
+fn leaf_timeouts() -> Timeouts {
+    if std::env::var_os("STACK_NO_TIMEOUTS").is_some() {
+        Timeouts {
+            connect: None,
+            first_byte: None,
+            idle: None,
+        }
+    } else {
+        Timeouts::default()
+    }
+}
 
 /// `STACK_SERVE=1`: serve until stdin closes, after printing the base URL.
 fn serve(shape: Shape) {
@@ -265,6 +281,7 @@ impl Fixture {
             .base_url(server.base_url.clone())
             .api_key("sk-bench")
             .model(MODEL)
+            .timeouts(leaf_timeouts())
             .build()
             .unwrap();
         let store_dir = tempfile::tempdir().unwrap();
