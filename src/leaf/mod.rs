@@ -36,20 +36,20 @@ use crate::transport::{endpoint, parse_headers, EventDecoder, HttpTransport, Sec
 /// [`OpenAiChat`](crate::openai::OpenAiChat) and [`AnthropicChat`](crate::anthropic::AnthropicChat)).
 pub struct ChatLeaf<P> {
     shared: Arc<Shared<P>>,
-    transport: HttpTransport,
 }
 
-/// What every clone of a leaf shares.
+/// What every clone of a leaf shares. The transport is here too: cloning hyper's client clones half a dozen
+/// `Arc`s, and a leaf is cloned for every call (its future owns it).
 struct Shared<P> {
     leaf: LeafConfig,
     provider: P,
+    transport: HttpTransport,
 }
 
 impl<P> Clone for ChatLeaf<P> {
     fn clone(&self) -> Self {
         ChatLeaf {
             shared: Arc::clone(&self.shared),
-            transport: self.transport.clone(),
         }
     }
 }
@@ -61,7 +61,7 @@ impl<P: Provider> fmt::Debug for ChatLeaf<P> {
             .field("endpoint", &leaf.endpoint)
             .field("api_key", &leaf.api_key.as_ref().map(|_| "[redacted]"))
             .field("default_model", &leaf.default_model)
-            .field("transport", &self.transport)
+            .field("transport", &self.shared.transport)
             .finish_non_exhaustive()
     }
 }
@@ -86,7 +86,7 @@ impl<P: Provider> tower_service::Service<ChatRequest> for ChatLeaf<P> {
     type Future = Pin<Box<dyn Future<Output = Result<ChatStream, ChatError>> + Send>>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), ChatError>> {
-        self.transport.poll_ready(cx)
+        self.shared.transport.poll_ready(cx)
     }
 
     fn call(&mut self, request: ChatRequest) -> Self::Future {
@@ -99,7 +99,7 @@ impl<P: Provider> tower_service::Service<ChatRequest> for ChatLeaf<P> {
             shared
                 .leaf
                 .execute::<P>(
-                    &this.transport,
+                    &shared.transport,
                     body,
                     &request,
                     shared.provider.auth_header(),
@@ -336,8 +336,8 @@ impl<P: Provider> ChatLeafBuilder<P> {
             shared: Arc::new(Shared {
                 leaf,
                 provider: self.provider,
+                transport,
             }),
-            transport,
         })
     }
 }

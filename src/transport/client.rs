@@ -108,10 +108,11 @@ impl HttpTransport {
         self.timeouts
     }
 
-    /// Whether the client can take a request now (hyper's pool is always ready; kept for an honest `poll_ready`).
-    pub(crate) fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), ChatError>> {
-        tower_service::Service::<http::Request<Full<Bytes>>>::poll_ready(&mut self.client, cx)
-            .map_err(|e| ChatError::new(ErrorKind::Connection, "HTTP client failed").with_source(e))
+    /// Whether the client can take a request now: always. hyper's pooled client has no readiness of its own
+    /// (its `poll_ready` answers `Ready(Ok)` without looking at anything); a connection is checked out, or made,
+    /// by the request itself, under the connect timeout.
+    pub(crate) fn poll_ready(&self, _cx: &mut Context<'_>) -> Poll<Result<(), ChatError>> {
+        Poll::Ready(Ok(()))
     }
 
     /// Send a request and wait for a success status. Any other status becomes a typed error carrying the
