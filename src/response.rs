@@ -96,6 +96,37 @@ impl ResponseBuilder {
         }
     }
 
+    /// Fold one event in, taking it: what [`push`](Self::push) would copy (tool calls and results, the first
+    /// text delta, metadata) is moved instead. For a consumer that keeps nothing of the event after folding it.
+    pub fn push_owned(&mut self, event: ChatEvent) {
+        match event {
+            ChatEvent::ResponseMetadata { id, model } => {
+                if id.is_some() {
+                    self.response.response_id = id;
+                }
+                if model.is_some() {
+                    self.response.model = model;
+                }
+            }
+            ChatEvent::TextDelta { text } => append(&mut self.current.content, text),
+            ChatEvent::ReasoningDelta { text } => match &mut self.current.reasoning {
+                Some(reasoning) => reasoning.push_str(&text),
+                None => self.current.reasoning = Some(text),
+            },
+            ChatEvent::ToolCallStart { .. } | ChatEvent::ToolCallDelta { .. } => {}
+            ChatEvent::ToolCallEnd { call, .. } => self.current.tool_calls.push(call),
+            ChatEvent::ToolResult { result } => {
+                self.flush_assistant();
+                self.response.messages.push(Message::Tool(result));
+            }
+            ChatEvent::ApprovalRequest { request } => {
+                self.response.approval_requests.push(*request);
+            }
+            ChatEvent::Usage { usage } => self.response.usage.add(&usage),
+            ChatEvent::Finish { reason } => self.response.finish_reason = Some(reason),
+        }
+    }
+
     /// The response so far, without consuming the builder.
     pub fn snapshot(&self) -> ChatResponse {
         self.clone().finish()
@@ -112,6 +143,15 @@ impl ResponseBuilder {
             let message = std::mem::take(&mut self.current);
             self.response.messages.push(Message::Assistant(message));
         }
+    }
+}
+
+/// Append `text` to `to`, taking it whole when `to` is still empty (the first delta of a message).
+fn append(to: &mut String, text: String) {
+    if to.is_empty() {
+        *to = text;
+    } else {
+        to.push_str(&text);
     }
 }
 
@@ -172,5 +212,63 @@ mod tests {
         assert_eq!(response.usage.total_tokens(), 27);
         assert_eq!(response.finish_reason, Some(FinishReason::Stop));
         assert_eq!(response.response_id.as_deref(), Some("r1"));
+    }
+
+    #[test]
+    fn folding_owned_events_gives_what_folding_borrowed_ones_gives() {
+        let call = ToolCall::new("c1", "add", json!({"a": 2, "b": 3}));
+        let events = vec![
+            ChatEvent::ResponseMetadata {
+                id: Some("r1".into()),
+                model: Some("m".into()),
+            },
+            ChatEvent::text("Let me add. "),
+            ChatEvent::text("Adding."),
+            ChatEvent::ReasoningDelta {
+                text: "2 and 3".into(),
+            },
+            ChatEvent::ToolCallEnd {
+                index: 0,
+                call: call.clone(),
+            },
+            ChatEvent::ApprovalRequest {
+                request: Box::new(crate::ApprovalRequest {
+                    id: "a1".into(),
+                    call: call.clone(),
+                    reason: Some("gated".into()),
+                }),
+            },
+            ChatEvent::ToolResult {
+                result: ToolMessage::success("c1", "add", "5"),
+            },
+            ChatEvent::text("The sum "),
+            ChatEvent::text("is 5."),
+            ChatEvent::Usage {
+                usage: Usage {
+                    input_tokens: 20,
+                    output_tokens: 7,
+                    ..Usage::default()
+                },
+            },
+            ChatEvent::finish(FinishReason::Stop),
+        ];
+        let mut borrowed = ResponseBuilder::new();
+        let mut owned = ResponseBuilder::new();
+        for event in events {
+            borrowed.push(&event);
+            owned.push_owned(event);
+        }
+        let (borrowed, owned) = (borrowed.finish(), owned.finish());
+        assert_eq!(owned, borrowed);
+        assert_eq!(owned.text(), "The sum is 5.");
+        assert_eq!(owned.approval_requests.len(), 1);
+        assert_eq!(
+            owned.messages[0],
+            Message::Assistant(AssistantMessage {
+                content: "Let me add. Adding.".into(),
+                reasoning: Some("2 and 3".into()),
+                tool_calls: vec![call],
+            })
+        );
     }
 }

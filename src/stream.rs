@@ -26,7 +26,7 @@ pub trait ChatStreamExt: Stream<Item = Result<ChatEvent, ChatError>> + Sized {
             let mut stream = std::pin::pin!(self);
             let mut builder = ResponseBuilder::new();
             while let Some(item) = stream.next().await {
-                builder.push(&item?);
+                builder.push_owned(item?);
             }
             Ok(builder.finish())
         }

@@ -235,16 +235,19 @@ impl<S> LoopCore<S> {
             self.finish(FinishReason::MaxRounds);
             return State::Done;
         }
+        // Planned before the assistant message takes the calls (planning reads the calls, never the history), so
+        // the message gets them without a copy of every call's arguments.
         let at = self.request.messages.len();
+        let answered = vec![None; calls.len()];
+        let state = self.plan(at, &calls, answered, Vec::new(), None);
         self.request
             .messages
             .push(Message::Assistant(AssistantMessage {
                 content,
                 reasoning,
-                tool_calls: calls.clone(),
+                tool_calls: calls,
             }));
-        let answered = vec![None; calls.len()];
-        self.plan(at, &calls, answered, Vec::new(), None)
+        state
     }
 
     fn resume<F>(&mut self) -> State<F> {
