@@ -246,6 +246,8 @@ impl ChunkDecoder {
     }
 
     pub(super) fn on_delta(&mut self, delta: Delta<'_>, out: &mut VecDeque<ChatEvent>) {
+        // Plain `if let`s, not iterators over the optional parts: every chunk has a delta, and dropping a
+        // `Flatten` over options costs more than the checks themselves.
         let mut refusal = None;
         if let Some(rare) = delta.rare {
             let RareDelta {
@@ -253,16 +255,24 @@ impl ChunkDecoder {
                 reasoning,
                 refusal: rare_refusal,
             } = *rare;
-            for text in [reasoning_content, reasoning].into_iter().flatten() {
+            if let Some(text) = reasoning_content {
+                push_text(text, out, |text| ChatEvent::ReasoningDelta { text });
+            }
+            if let Some(text) = reasoning {
                 push_text(text, out, |text| ChatEvent::ReasoningDelta { text });
             }
             refusal = rare_refusal;
         }
-        for text in [delta.content, refusal].into_iter().flatten() {
+        if let Some(text) = delta.content {
             push_text(text, out, |text| ChatEvent::TextDelta { text });
         }
-        for fragment in delta.tool_calls.into_iter().flatten() {
-            self.on_tool_fragment(fragment, out);
+        if let Some(text) = refusal {
+            push_text(text, out, |text| ChatEvent::TextDelta { text });
+        }
+        if let Some(fragments) = delta.tool_calls {
+            for fragment in fragments {
+                self.on_tool_fragment(fragment, out);
+            }
         }
     }
 
@@ -593,6 +603,22 @@ mod tests {
             Ok(ChatEvent::ReasoningDelta {
                 text: "think".into()
             })
+        );
+    }
+
+    #[test]
+    fn every_text_of_a_delta_is_an_event_in_order() {
+        let text = sse(&[json!({"choices":[{"index":0,"delta":{
+            "reasoning_content":"r1","reasoning":"r2","content":"c","refusal":"no"}}]})]);
+        let events = decode_stream(&[text.as_bytes()]);
+        assert_eq!(
+            events[..4],
+            [
+                Ok(ChatEvent::ReasoningDelta { text: "r1".into() }),
+                Ok(ChatEvent::ReasoningDelta { text: "r2".into() }),
+                Ok(ChatEvent::text("c")),
+                Ok(ChatEvent::text("no")),
+            ]
         );
     }
 
