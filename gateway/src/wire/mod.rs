@@ -182,7 +182,17 @@ pub(crate) fn sse_event<T: Serialize + ?Sized>(name: &str, value: &T, out: &mut 
 
 /// Deserialize `body` into `T` with paths in the error (`messages[0].content`): malformed JSON is
 /// `invalid_json`, a schema violation `invalid_request_schema`, trailing data after the object `invalid_json`.
+///
+/// A body is parsed once without tracking paths; only a body that fails is parsed again to find where (tracking
+/// every field's path costs about as much as the parse itself, and almost every body is valid).
 pub(crate) fn from_body<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
+    let mut deserializer = serde_json::Deserializer::from_slice(body);
+    if let Ok(value) = T::deserialize(&mut deserializer) {
+        return match deserializer.end() {
+            Ok(()) => Ok(value),
+            Err(_) => Err(trailing_data()),
+        };
+    }
     let mut deserializer = serde_json::Deserializer::from_slice(body);
     let value: T = match serde_path_to_error::deserialize(&mut deserializer) {
         Ok(value) => value,
@@ -202,12 +212,16 @@ pub(crate) fn from_body<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T
         }
     };
     if deserializer.end().is_err() {
-        return Err(ApiError::invalid_request(
-            "invalid_json",
-            "the body has trailing data after the JSON object",
-        ));
+        return Err(trailing_data());
     }
     Ok(value)
+}
+
+fn trailing_data() -> ApiError {
+    ApiError::invalid_request(
+        "invalid_json",
+        "the body has trailing data after the JSON object",
+    )
 }
 
 /// A 400 for a request that breaks the schema.
@@ -309,5 +323,39 @@ pub(crate) fn name_tool_results(messages: &mut [Message]) {
             }
             _ => {}
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, Deserialize, PartialEq)]
+    struct Probe {
+        items: Vec<u32>,
+    }
+
+    #[test]
+    fn a_body_is_read_whole_and_a_bad_one_says_where() {
+        assert_eq!(
+            from_body::<Probe>(b" {\"items\": [1, 2]} ").unwrap(),
+            Probe { items: vec![1, 2] }
+        );
+        let trailing = from_body::<Probe>(b"{\"items\": []} {}").unwrap_err();
+        assert_eq!(trailing.code, "invalid_json");
+        assert!(
+            trailing.message.contains("trailing"),
+            "{}",
+            trailing.message
+        );
+        let misplaced = from_body::<Probe>(b"{\"items\": [1, \"two\"]}").unwrap_err();
+        assert_eq!(misplaced.code, "invalid_request_schema");
+        assert!(
+            misplaced.message.contains("`items[1]`"),
+            "{}",
+            misplaced.message
+        );
+        let cut = from_body::<Probe>(b"{\"items\": [1").unwrap_err();
+        assert_eq!(cut.code, "invalid_json");
     }
 }
