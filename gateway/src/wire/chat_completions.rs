@@ -391,6 +391,12 @@ pub(crate) struct ChunkEncoder {
     include_usage: bool,
     /// Whether any content was streamed (the approval notice then keeps its leading blank line).
     wrote_content: bool,
+    /// What every chunk of the stream starts with, escaped once: `data: {"id":…,"object":…,"created":…,
+    /// "model":…,"choices":[{"index":0,"delta":`. Serialising these fields for each chunk (keys included) cost
+    /// about as much as the rest of the chunk.
+    head: Vec<u8>,
+    /// The model `head` names (the upstream's, known from its first chunk; rebuilt if it changes).
+    head_model: Option<String>,
 }
 
 impl ChunkEncoder {
@@ -402,38 +408,60 @@ impl ChunkEncoder {
                 .map_or(0, |d| d.as_secs()),
             include_usage,
             wrote_content: false,
+            head: Vec::new(),
+            head_model: None,
         }
     }
 
-    /// One `chat.completion.chunk` as SSE, serialised from borrowed fields straight into `out`: a `json!`
-    /// tree per chunk cost ~16 k instructions, most of what encoding a streamed answer cost.
+    /// One `chat.completion.chunk` as SSE, written straight into `out`: the stream's fixed head, then the
+    /// chunk's own fields serialised from borrowed values (a `json!` tree per chunk cost ~16 k instructions).
+    /// The bytes are exactly those of serialising [`Chunk`].
     fn write_chunk(
-        &self,
+        &mut self,
         folded: &Folded,
         delta: Delta<'_>,
         finish: Option<&str>,
         tower_chat: Option<Value>,
         out: &mut Vec<u8>,
     ) {
-        let chunk = Chunk {
-            id: &self.id,
-            object: "chat.completion.chunk",
-            created: self.created,
-            model: &folded.model,
-            choices: [ChunkChoice {
-                index: 0,
-                delta,
-                logprobs: (),
-                finish_reason: finish,
-            }],
-            usage: self.include_usage.then_some(()),
-            tower_chat,
-        };
-        sse_data(&chunk, out);
+        if self.head_model.as_deref() != Some(folded.model.as_str()) {
+            self.write_head(&folded.model);
+        }
+        out.extend_from_slice(&self.head);
+        write_json(&delta, out);
+        out.extend_from_slice(b",\"logprobs\":null,\"finish_reason\":");
+        write_json(&finish, out);
+        out.extend_from_slice(b"}]");
+        if self.include_usage {
+            out.extend_from_slice(b",\"usage\":null");
+        }
+        if let Some(tower_chat) = tower_chat {
+            out.extend_from_slice(b",\"tower_chat\":");
+            write_json(&tower_chat, out);
+        }
+        out.extend_from_slice(b"}\n\n");
+    }
+
+    fn write_head(&mut self, model: &str) {
+        let head = &mut self.head;
+        head.clear();
+        head.extend_from_slice(b"data: {\"id\":");
+        write_json(&self.id, head);
+        head.extend_from_slice(b",\"object\":\"chat.completion.chunk\",\"created\":");
+        write_json(&self.created, head);
+        head.extend_from_slice(b",\"model\":");
+        write_json(model, head);
+        head.extend_from_slice(b",\"choices\":[{\"index\":0,\"delta\":");
+        self.head_model = Some(model.to_owned());
     }
 }
 
-/// A `chat.completion.chunk`.
+fn write_json<T: Serialize + ?Sized>(value: &T, out: &mut Vec<u8>) {
+    serde_json::to_writer(out, value).expect("serialising into a Vec cannot fail");
+}
+
+/// A `chat.completion.chunk`: what [`ChunkEncoder::write_chunk`] writes, field by field (the test compares them).
+#[cfg(test)]
 #[derive(Serialize)]
 struct Chunk<'a> {
     id: &'a str,
@@ -448,6 +476,7 @@ struct Chunk<'a> {
     tower_chat: Option<Value>,
 }
 
+#[cfg(test)]
 #[derive(Serialize)]
 struct ChunkChoice<'a> {
     index: u32,
@@ -457,7 +486,7 @@ struct ChunkChoice<'a> {
 }
 
 /// A chunk's `delta` object.
-#[derive(Serialize)]
+#[derive(Clone, Serialize)]
 #[serde(untagged)]
 enum Delta<'a> {
     Opening {
@@ -477,7 +506,7 @@ enum Delta<'a> {
 }
 
 /// A piece of a streamed tool call: the first names it, the rest carry argument text.
-#[derive(Serialize)]
+#[derive(Clone, Serialize)]
 struct CallFragment<'a> {
     index: usize,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -487,7 +516,7 @@ struct CallFragment<'a> {
     function: FunctionFragment<'a>,
 }
 
-#[derive(Serialize)]
+#[derive(Clone, Serialize)]
 struct FunctionFragment<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     name: Option<&'a str>,
@@ -637,6 +666,86 @@ struct CompletionMessage<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_chunk_is_written_as_its_struct_serialises() {
+        let awkward = "a \"quoted\" line\nwith \\ and é and \u{1}";
+        let deltas = [
+            Delta::Opening {
+                role: "assistant",
+                content: "",
+            },
+            Delta::Content { content: awkward },
+            Delta::Reasoning {
+                reasoning_content: awkward,
+            },
+            Delta::Call {
+                tool_calls: [CallFragment {
+                    index: 1,
+                    id: Some("call_\"1\""),
+                    kind: Some("function"),
+                    function: FunctionFragment {
+                        name: Some("look\nup"),
+                        arguments: "",
+                    },
+                }],
+            },
+            Delta::Call {
+                tool_calls: [CallFragment {
+                    index: 0,
+                    id: None,
+                    kind: None,
+                    function: FunctionFragment {
+                        name: None,
+                        arguments: awkward,
+                    },
+                }],
+            },
+            Delta::Empty {},
+        ];
+        for include_usage in [false, true] {
+            let mut encoder = ChunkEncoder::new(include_usage);
+            // The model changes mid-stream once (the head is rebuilt), with characters that need escaping.
+            for (turn, model) in ["gpt-\"x\"", "other/model\u{7f}"].iter().enumerate() {
+                let folded = Folded {
+                    model: (*model).to_owned(),
+                    ..Folded::default()
+                };
+                for (n, delta) in deltas.iter().enumerate() {
+                    let finish = (n % 2 == turn).then_some("tool_calls");
+                    let tower_chat = (n == 3).then(|| json!({"approvals": [{"id": "a\"1"}]}));
+                    let expected = {
+                        let mut expected = Vec::new();
+                        sse_data(
+                            &Chunk {
+                                id: &encoder.id,
+                                object: "chat.completion.chunk",
+                                created: encoder.created,
+                                model,
+                                choices: [ChunkChoice {
+                                    index: 0,
+                                    delta: delta.clone(),
+                                    logprobs: (),
+                                    finish_reason: finish,
+                                }],
+                                usage: include_usage.then_some(()),
+                                tower_chat: tower_chat.clone(),
+                            },
+                            &mut expected,
+                        );
+                        expected
+                    };
+                    let mut written = b"before".to_vec();
+                    encoder.write_chunk(&folded, delta.clone(), finish, tower_chat, &mut written);
+                    assert_eq!(
+                        String::from_utf8_lossy(&written[6..]),
+                        String::from_utf8_lossy(&expected)
+                    );
+                    assert_eq!(&written[..6], b"before");
+                }
+            }
+        }
+    }
 
     const CONTEXT: ParseContext = ParseContext {
         upstream: crate::config::Provider::OpenAi,
