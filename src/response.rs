@@ -161,10 +161,9 @@ mod tests {
     use crate::message::{ToolCall, ToolMessage};
     use serde_json::json;
 
-    #[test]
-    fn a_tool_round_folds_into_assistant_tool_assistant() {
-        let call = ToolCall::new("c1", "add", json!({"a": 2, "b": 3}));
-        let events = vec![
+    /// A tool round and the answer after it, as a loop streams them.
+    fn tool_round(call: &ToolCall) -> Vec<ChatEvent> {
+        vec![
             ChatEvent::ResponseMetadata {
                 id: Some("r1".into()),
                 model: Some("m".into()),
@@ -191,7 +190,13 @@ mod tests {
                 },
             },
             ChatEvent::finish(FinishReason::Stop),
-        ];
+        ]
+    }
+
+    #[test]
+    fn a_tool_round_folds_into_assistant_tool_assistant() {
+        let call = ToolCall::new("c1", "add", json!({"a": 2, "b": 3}));
+        let events = tool_round(&call);
         let mut builder = ResponseBuilder::new();
         for event in &events {
             builder.push(event);
@@ -217,20 +222,24 @@ mod tests {
     #[test]
     fn folding_owned_events_gives_what_folding_borrowed_ones_gives() {
         let call = ToolCall::new("c1", "add", json!({"a": 2, "b": 3}));
-        let events = vec![
-            ChatEvent::ResponseMetadata {
-                id: Some("r1".into()),
-                model: Some("m".into()),
-            },
-            ChatEvent::text("Let me add. "),
-            ChatEvent::text("Adding."),
-            ChatEvent::ReasoningDelta {
-                text: "2 and 3".into(),
-            },
-            ChatEvent::ToolCallEnd {
-                index: 0,
-                call: call.clone(),
-            },
+        let mut events = tool_round(&call);
+        // Text and reasoning before the call, and an approval request before its result.
+        events.splice(
+            1..1,
+            [
+                ChatEvent::text("Let me add. "),
+                ChatEvent::text("Adding."),
+                ChatEvent::ReasoningDelta {
+                    text: "2 and 3".into(),
+                },
+            ],
+        );
+        let result_at = events
+            .iter()
+            .position(|event| matches!(event, ChatEvent::ToolResult { .. }))
+            .unwrap();
+        events.insert(
+            result_at,
             ChatEvent::ApprovalRequest {
                 request: Box::new(crate::ApprovalRequest {
                     id: "a1".into(),
@@ -238,20 +247,7 @@ mod tests {
                     reason: Some("gated".into()),
                 }),
             },
-            ChatEvent::ToolResult {
-                result: ToolMessage::success("c1", "add", "5"),
-            },
-            ChatEvent::text("The sum "),
-            ChatEvent::text("is 5."),
-            ChatEvent::Usage {
-                usage: Usage {
-                    input_tokens: 20,
-                    output_tokens: 7,
-                    ..Usage::default()
-                },
-            },
-            ChatEvent::finish(FinishReason::Stop),
-        ];
+        );
         let mut borrowed = ResponseBuilder::new();
         let mut owned = ResponseBuilder::new();
         for event in events {

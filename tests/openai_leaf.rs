@@ -23,6 +23,24 @@ fn leaf(provider: &ScriptedProvider) -> OpenAiChat {
         .unwrap()
 }
 
+/// A leaf with a 1 s connect deadline and these first-byte and idle deadlines.
+fn leaf_with_deadlines(
+    provider: &ScriptedProvider,
+    first_byte: Duration,
+    idle: Duration,
+) -> OpenAiChat {
+    OpenAiChat::builder()
+        .base_url(provider.base_url())
+        .model("m")
+        .timeouts(Timeouts {
+            connect: Some(Duration::from_secs(1)),
+            first_byte: Some(first_byte),
+            idle: Some(idle),
+        })
+        .build()
+        .unwrap()
+}
+
 fn hello() -> ChatRequest {
     ChatRequest::new(vec![Message::user("Hello")])
 }
@@ -213,16 +231,11 @@ async fn idle_and_first_byte_timeouts_are_typed() {
         _ => Reply::openai_text("late").delayed(Duration::from_secs(5)),
     })
     .await;
-    let leaf = OpenAiChat::builder()
-        .base_url(provider.base_url())
-        .model("m")
-        .timeouts(Timeouts {
-            connect: Some(Duration::from_secs(1)),
-            first_byte: Some(Duration::from_millis(200)),
-            idle: Some(Duration::from_millis(200)),
-        })
-        .build()
-        .unwrap();
+    let leaf = leaf_with_deadlines(
+        &provider,
+        Duration::from_millis(200),
+        Duration::from_millis(200),
+    );
     let items = collect_items(leaf.clone(), hello()).await;
     assert_eq!(
         items.last().unwrap().as_ref().unwrap_err().kind(),
@@ -247,16 +260,11 @@ async fn the_idle_deadline_moves_with_each_chunk_and_still_fires_after_the_last(
         reply.then(Part::Hang)
     })
     .await;
-    let leaf = OpenAiChat::builder()
-        .base_url(provider.base_url())
-        .model("m")
-        .timeouts(Timeouts {
-            connect: Some(Duration::from_secs(1)),
-            first_byte: Some(Duration::from_secs(5)),
-            idle: Some(Duration::from_millis(150)),
-        })
-        .build()
-        .unwrap();
+    let leaf = leaf_with_deadlines(
+        &provider,
+        Duration::from_secs(5),
+        Duration::from_millis(150),
+    );
     let items = tokio::time::timeout(Duration::from_secs(10), collect_items(leaf, hello()))
         .await
         .expect("the idle deadline never fired");
@@ -281,16 +289,11 @@ async fn the_idle_deadline_wakes_the_task_that_polls_last() {
             .then(Part::Hang)
     })
     .await;
-    let leaf = OpenAiChat::builder()
-        .base_url(provider.base_url())
-        .model("m")
-        .timeouts(Timeouts {
-            connect: Some(Duration::from_secs(1)),
-            first_byte: Some(Duration::from_secs(5)),
-            idle: Some(Duration::from_millis(200)),
-        })
-        .build()
-        .unwrap();
+    let leaf = leaf_with_deadlines(
+        &provider,
+        Duration::from_secs(5),
+        Duration::from_millis(200),
+    );
     let mut stream = leaf.oneshot(hello()).await.unwrap();
     loop {
         if let Ok(ChatEvent::TextDelta { .. }) = stream.next().await.unwrap() {
