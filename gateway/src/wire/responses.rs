@@ -406,35 +406,65 @@ enum DeltaOf {
     Arguments,
 }
 
-/// A `*.delta` event (one per token of a streamed answer), serialised from borrowed fields instead of a
-/// `json!` tree; `sequence` is the encoder's event counter.
-fn emit_delta(
-    sequence: &mut u64,
-    of: DeltaOf,
-    item_id: &str,
-    output_index: usize,
-    delta: &str,
-    out: &mut Vec<u8>,
-) {
-    // Only a text delta names its content part and carries (empty) log probabilities.
-    let (kind, content_index, logprobs) = match of {
-        DeltaOf::Text => ("response.output_text.delta", Some(0), Some([])),
-        DeltaOf::Arguments => ("response.function_call_arguments.delta", None, None),
-    };
-    let event = DeltaEvent {
-        kind,
-        item_id,
-        output_index,
-        content_index,
-        delta,
-        logprobs,
-        sequence_number: *sequence,
-    };
-    *sequence += 1;
-    sse_event(kind, &event, out);
+impl DeltaOf {
+    fn kind(self) -> &'static str {
+        match self {
+            DeltaOf::Text => "response.output_text.delta",
+            DeltaOf::Arguments => "response.function_call_arguments.delta",
+        }
+    }
 }
 
-/// `response.output_text.delta` / `response.function_call_arguments.delta`.
+/// The part of every `*.delta` event of one output item that does not change, escaped once per item:
+/// `event: …\ndata: {"type":…,"item_id":…,"output_index":…[,"content_index":0],"delta":`. Serialising those
+/// keys and values for each event cost more than the rest of it.
+struct DeltaHead {
+    of: DeltaOf,
+    bytes: Vec<u8>,
+}
+
+impl DeltaHead {
+    fn new(of: DeltaOf, item_id: &str, output_index: usize) -> Self {
+        let kind = of.kind();
+        let mut bytes = Vec::with_capacity(160);
+        bytes.extend_from_slice(b"event: ");
+        bytes.extend_from_slice(kind.as_bytes());
+        bytes.extend_from_slice(b"\ndata: {\"type\":");
+        write_json(kind, &mut bytes);
+        bytes.extend_from_slice(b",\"item_id\":");
+        write_json(item_id, &mut bytes);
+        bytes.extend_from_slice(b",\"output_index\":");
+        write_json(&output_index, &mut bytes);
+        if let DeltaOf::Text = of {
+            bytes.extend_from_slice(b",\"content_index\":0");
+        }
+        bytes.extend_from_slice(b",\"delta\":");
+        DeltaHead { of, bytes }
+    }
+
+    /// A `*.delta` event (one per token of a streamed answer): the head, then the event's own fields.
+    /// `sequence` is the encoder's event counter. The bytes are exactly those of serialising [`DeltaEvent`].
+    fn emit(&self, sequence: &mut u64, delta: &str, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.bytes);
+        write_json(delta, out);
+        // Only a text delta names its content part and carries (empty) log probabilities.
+        if let DeltaOf::Text = self.of {
+            out.extend_from_slice(b",\"logprobs\":[]");
+        }
+        out.extend_from_slice(b",\"sequence_number\":");
+        write_json(sequence, out);
+        out.extend_from_slice(b"}\n\n");
+        *sequence += 1;
+    }
+}
+
+fn write_json<T: Serialize + ?Sized>(value: &T, out: &mut Vec<u8>) {
+    serde_json::to_writer(out, value).expect("serialising into a Vec cannot fail");
+}
+
+/// `response.output_text.delta` / `response.function_call_arguments.delta`: what [`DeltaHead::emit`] writes,
+/// field by field (the test compares them).
+#[cfg(test)]
 #[derive(Serialize)]
 struct DeltaEvent<'a> {
     #[serde(rename = "type")]
@@ -453,6 +483,7 @@ struct OpenMessage {
     id: String,
     output_index: usize,
     text: String,
+    delta_head: DeltaHead,
 }
 
 struct OpenCall {
@@ -461,6 +492,7 @@ struct OpenCall {
     call_id: String,
     name: String,
     arguments: String,
+    delta_head: DeltaHead,
 }
 
 /// Builds `response` objects and the Responses SSE events.
@@ -531,9 +563,12 @@ impl ResponseEncoder {
 
     fn text(&mut self, text: &str, out: &mut Vec<u8>) {
         if self.message.is_none() {
+            let id = format!("msg_{}", uuid::Uuid::new_v4().simple());
+            let output_index = self.items.len() + self.calls.len();
             let message = OpenMessage {
-                id: format!("msg_{}", uuid::Uuid::new_v4().simple()),
-                output_index: self.items.len() + self.calls.len(),
+                delta_head: DeltaHead::new(DeltaOf::Text, &id, output_index),
+                id,
+                output_index,
                 text: String::new(),
             };
             let (id, output_index) = (message.id.clone(), message.output_index);
@@ -554,14 +589,7 @@ impl ResponseEncoder {
             return;
         };
         message.text.push_str(text);
-        emit_delta(
-            &mut self.sequence,
-            DeltaOf::Text,
-            &message.id,
-            message.output_index,
-            text,
-            out,
-        );
+        message.delta_head.emit(&mut self.sequence, text, out);
     }
 
     fn close_message(&mut self, out: &mut Vec<u8>) {
@@ -602,9 +630,12 @@ impl Encoder for ResponseEncoder {
             Visible::Reasoning(_) => {}
             Visible::CallStart { index, id, name } => {
                 self.close_message(out);
+                let item_id = format!("fc_{}", uuid::Uuid::new_v4().simple());
+                let output_index = self.items.len() + self.calls.len();
                 let call = OpenCall {
-                    id: format!("fc_{}", uuid::Uuid::new_v4().simple()),
-                    output_index: self.items.len() + self.calls.len(),
+                    delta_head: DeltaHead::new(DeltaOf::Arguments, &item_id, output_index),
+                    id: item_id,
+                    output_index,
                     call_id: id,
                     name,
                     arguments: String::new(),
@@ -626,14 +657,7 @@ impl Encoder for ResponseEncoder {
                     return;
                 }
                 call.arguments.push_str(&delta);
-                emit_delta(
-                    &mut self.sequence,
-                    DeltaOf::Arguments,
-                    &call.id,
-                    call.output_index,
-                    &delta,
-                    out,
-                );
+                call.delta_head.emit(&mut self.sequence, &delta, out);
             }
             Visible::CallEnd { index, call } => {
                 let Some(open) = self.calls.remove(&index) else {
@@ -733,6 +757,43 @@ impl ResponseEncoder {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_delta_event_is_written_as_its_struct_serialises() {
+        let awkward = "a \"quoted\" line\nwith \\ and é and \u{1}";
+        for of in [DeltaOf::Text, DeltaOf::Arguments] {
+            for (item_id, output_index) in [("msg_1", 0), ("fc_\"x\"", 7)] {
+                let head = DeltaHead::new(of, item_id, output_index);
+                for (sequence, delta) in [(0, ""), (41, awkward)] {
+                    let kind = of.kind();
+                    let text = matches!(of, DeltaOf::Text);
+                    let mut expected = Vec::new();
+                    sse_event(
+                        kind,
+                        &DeltaEvent {
+                            kind,
+                            item_id,
+                            output_index,
+                            content_index: text.then_some(0),
+                            delta,
+                            logprobs: text.then_some([]),
+                            sequence_number: sequence,
+                        },
+                        &mut expected,
+                    );
+                    let mut counter = sequence;
+                    let mut written = b"before".to_vec();
+                    head.emit(&mut counter, delta, &mut written);
+                    assert_eq!(
+                        String::from_utf8_lossy(&written[6..]),
+                        String::from_utf8_lossy(&expected)
+                    );
+                    assert_eq!(&written[..6], b"before");
+                    assert_eq!(counter, sequence + 1);
+                }
+            }
+        }
+    }
 
     fn parse(value: Value) -> Result<Inbound, ApiError> {
         let context = ParseContext {
