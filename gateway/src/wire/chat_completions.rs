@@ -12,8 +12,8 @@ use tower_chat::{
 };
 
 use super::{
-    arguments_text, from_body, schema, sse_data, ApprovalNotice, Encoder, Ending, Folded, Inbound,
-    ParseContext, TowerChatRequest, Visible, WireFormat,
+    arguments_text, from_body, schema, sse_data, write_json, ApprovalNotice, Encoder, Ending,
+    Folded, Inbound, ParseContext, TowerChatRequest, Visible, WireFormat,
 };
 use crate::error::ApiError;
 
@@ -454,10 +454,6 @@ impl ChunkEncoder {
         head.extend_from_slice(b",\"choices\":[{\"index\":0,\"delta\":");
         self.head_model = Some(model.to_owned());
     }
-}
-
-fn write_json<T: Serialize + ?Sized>(value: &T, out: &mut Vec<u8>) {
-    serde_json::to_writer(out, value).expect("serialising into a Vec cannot fail");
 }
 
 /// A `chat.completion.chunk`: what [`ChunkEncoder::write_chunk`] writes, field by field (the test compares them).

@@ -168,8 +168,13 @@ pub(crate) trait Encoder: Send + 'static {
 /// `data: {json}\n\n`, the JSON written straight into `out` (no intermediate `String`).
 pub(crate) fn sse_data<T: Serialize + ?Sized>(value: &T, out: &mut Vec<u8>) {
     out.extend_from_slice(b"data: ");
-    serde_json::to_writer(&mut *out, value).expect("serialising into a Vec cannot fail");
+    write_json(value, out);
     out.extend_from_slice(b"\n\n");
+}
+
+/// `value` as JSON, appended to `out`.
+pub(crate) fn write_json<T: Serialize + ?Sized>(value: &T, out: &mut Vec<u8>) {
+    serde_json::to_writer(out, value).expect("serialising into a Vec cannot fail");
 }
 
 /// `event: {name}\ndata: {json}\n\n` (Anthropic's and the Responses API's framing).

@@ -13,7 +13,7 @@
 use std::collections::HashMap;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use serde_json::{json, Map, Value};
 use tower_chat::{
     AssistantMessage, ChatRequest, FinishReason, Message, ResponseFormat, ToolArguments, ToolCall,
@@ -21,8 +21,8 @@ use tower_chat::{
 };
 
 use super::{
-    arguments_text, from_body, name_tool_results, schema, sse_event, Encoder, Ending, Folded,
-    Inbound, ParseContext, TowerChatRequest, Visible, WireFormat,
+    arguments_text, from_body, name_tool_results, schema, sse_event, write_json, Encoder, Ending,
+    Folded, Inbound, ParseContext, TowerChatRequest, Visible, WireFormat,
 };
 use crate::config::Provider;
 use crate::error::ApiError;
@@ -458,14 +458,10 @@ impl DeltaHead {
     }
 }
 
-fn write_json<T: Serialize + ?Sized>(value: &T, out: &mut Vec<u8>) {
-    serde_json::to_writer(out, value).expect("serialising into a Vec cannot fail");
-}
-
 /// `response.output_text.delta` / `response.function_call_arguments.delta`: what [`DeltaHead::emit`] writes,
 /// field by field (the test compares them).
 #[cfg(test)]
-#[derive(Serialize)]
+#[derive(serde::Serialize)]
 struct DeltaEvent<'a> {
     #[serde(rename = "type")]
     kind: &'static str,
