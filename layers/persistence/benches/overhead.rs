@@ -17,6 +17,9 @@
 //! the number of turns): every turn one call resending the whole history, a user question and an answer
 //! more each time; with `PERSIST_COUNT_STATELESS=1` the requests carry no conversation id (a stateless Chat
 //! Completions client). The slope between two turn counts is the average cost of a call over those turns.
+//! `sqlite_floor` is the lower bound a SQLite record cannot go under: the scripted model (as `bare`) plus, per
+//! model call, one transaction on the caller's thread that appends one 512-byte row to a table with no index,
+//! with the store's settings (WAL, `synchronous = NORMAL`) and every statement kept prepared.
 
 use criterion::{criterion_group, BenchmarkId, Criterion, Throughput};
 use futures_util::future::BoxFuture;
@@ -290,6 +293,36 @@ async fn long_conversation(chat: &Chat, turns: usize, stateless: bool) {
     }
 }
 
+/// The scripted model with, after each call, the least SQLite work a record could be (see the module docs).
+fn floor_model(path: std::path::PathBuf) -> Chat {
+    let conn = rusqlite::Connection::open(path).unwrap();
+    conn.execute_batch(
+        "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL;
+         CREATE TABLE records (id INTEGER PRIMARY KEY, body TEXT NOT NULL);",
+    )
+    .unwrap();
+    let conn = std::sync::Arc::new(std::sync::Mutex::new(conn));
+    let body = "x".repeat(512);
+    let model = tool_model();
+    BoxCloneService::new(service_fn(move |req: ChatRequest| {
+        let (conn, body, model) = (conn.clone(), body.clone(), model.clone());
+        async move {
+            let events = model.oneshot(req).await?.collect::<Vec<_>>().await;
+            let conn = conn.lock().unwrap();
+            conn.prepare_cached("BEGIN IMMEDIATE")
+                .unwrap()
+                .execute([])
+                .unwrap();
+            conn.prepare_cached("INSERT INTO records (body) VALUES (?1)")
+                .unwrap()
+                .execute([&body])
+                .unwrap();
+            conn.prepare_cached("COMMIT").unwrap().execute([]).unwrap();
+            Ok::<ChatStream, ChatError>(Box::pin(stream::iter(events)))
+        }
+    }))
+}
+
 /// Run `PERSIST_COUNT_CONVERSATIONS` conversations of one variant and exit (for callgrind).
 fn count(variant: &str) {
     let conversations: usize = std::env::var("PERSIST_COUNT_CONVERSATIONS")
@@ -319,6 +352,7 @@ fn count(variant: &str) {
         let options = tower_chat::Shared::new(options);
         let chat = match variant {
             "bare" => tool_model(),
+            "sqlite_floor" => floor_model(dir.path().join("floor.db")),
             "null" => BoxCloneService::new(Persistence::new(
                 tool_model(),
                 PersistenceLayer::new(NullStore),

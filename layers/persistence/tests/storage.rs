@@ -307,7 +307,7 @@ async fn calls_without_a_caller_stay_out_of_the_caller_index() {
 /// A commit never checkpoints the write-ahead log (copying it into the database file and syncing both would
 /// hold up the call waiting for that commit): the writer connection's automatic checkpoint is off and a thread
 /// of the store copies the log into the database file once it holds 1000 pages. Under writes that never pause
-/// the log stays bounded all the same: at 8000 pages the writer checkpoints itself.
+/// the log stays bounded all the same: at 2000 pages the writer checkpoints itself and the log starts over.
 #[tokio::test]
 async fn the_log_is_checkpointed_beside_the_writer_and_stays_bounded() {
     let dir = tempfile::tempdir().unwrap();
@@ -344,5 +344,7 @@ async fn the_log_is_checkpointed_beside_the_writer_and_stays_bounded() {
         .unwrap()
         .len()
         / frame;
-    assert!(log_pages <= 8500, "the log grew to {log_pages} pages");
+    // The writer checkpoints at 2000 pages and its next transaction starts the log over; a few hundred pages
+    // more if the checkpoint thread was busy just then.
+    assert!(log_pages <= 2600, "the log grew to {log_pages} pages");
 }
