@@ -344,7 +344,8 @@ async fn the_log_is_checkpointed_beside_the_writer_and_stays_bounded() {
         .unwrap()
         .len()
         / frame;
-    // The writer checkpoints at 2000 pages and its next transaction starts the log over; a few hundred pages
-    // more if the checkpoint thread was busy just then.
-    assert!(log_pages <= 2600, "the log grew to {log_pages} pages");
+    // The writer checkpoints at 2000 pages and its next transaction starts the log over (~2005 pages seen); more
+    // if the checkpoint thread was busy just then (a slow sync on a loaded machine), far less than the ~10,000
+    // pages of a log that never starts over.
+    assert!(log_pages <= 5000, "the log grew to {log_pages} pages");
 }
