@@ -73,7 +73,7 @@ impl fmt::Debug for SqliteStore {
 pub enum Durability {
     /// The default (`synchronous = NORMAL`): a commit appends to the write-ahead log without waiting for the
     /// disk; the log is synced at each checkpoint, which a thread of the store runs beside the writer once the
-    /// log holds 1000 pages and every 125 pages after (never inside a commit). A committed record survives the
+    /// log holds 1000 pages and every 25 pages after (never inside a commit). A committed record survives the
     /// process being killed (the log is in the operating system's cache, and the next open replays it); a power
     /// loss or OS crash can lose the records committed since the last checkpoint (up to about 1000 pages of log;
     /// at most 2000, the point where a writer that never pauses checkpoints itself), never corrupts the file,
