@@ -12,8 +12,9 @@ use tower_chat::{
 };
 
 use super::{
-    arguments_text, from_body, schema, sse_data, write_json, ApprovalNotice, Encoder, Ending,
-    Folded, Inbound, ParseContext, TowerChatRequest, Visible, WireFormat,
+    arguments_text, begin_sse_data, end_sse, from_body, schema, sse_data, write_json,
+    ApprovalNotice, Encoder, Ending, Folded, Inbound, ParseContext, TowerChatRequest, Visible,
+    WireFormat,
 };
 use crate::error::ApiError;
 
@@ -439,13 +440,15 @@ impl ChunkEncoder {
             out.extend_from_slice(b",\"tower_chat\":");
             write_json(&tower_chat, out);
         }
-        out.extend_from_slice(b"}\n\n");
+        out.push(b'}');
+        end_sse(out);
     }
 
     fn write_head(&mut self, model: &str) {
         let head = &mut self.head;
         head.clear();
-        head.extend_from_slice(b"data: {\"id\":");
+        begin_sse_data(head);
+        head.extend_from_slice(b"{\"id\":");
         write_json(&self.id, head);
         head.extend_from_slice(b",\"object\":\"chat.completion.chunk\",\"created\":");
         write_json(&self.created, head);

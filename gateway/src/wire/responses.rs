@@ -21,8 +21,9 @@ use tower_chat::{
 };
 
 use super::{
-    arguments_text, from_body, name_tool_results, schema, sse_event, write_json, Encoder, Ending,
-    Folded, Inbound, ParseContext, TowerChatRequest, Visible, WireFormat,
+    arguments_text, begin_sse_event, end_sse, from_body, name_tool_results, schema, sse_event,
+    write_json, Encoder, Ending, Folded, Inbound, ParseContext, TowerChatRequest, Visible,
+    WireFormat,
 };
 use crate::config::Provider;
 use crate::error::ApiError;
@@ -427,9 +428,8 @@ impl DeltaHead {
     fn new(of: DeltaOf, item_id: &str, output_index: usize) -> Self {
         let kind = of.kind();
         let mut bytes = Vec::with_capacity(160);
-        bytes.extend_from_slice(b"event: ");
-        bytes.extend_from_slice(kind.as_bytes());
-        bytes.extend_from_slice(b"\ndata: {\"type\":");
+        begin_sse_event(kind, &mut bytes);
+        bytes.extend_from_slice(b"{\"type\":");
         write_json(kind, &mut bytes);
         bytes.extend_from_slice(b",\"item_id\":");
         write_json(item_id, &mut bytes);
@@ -453,7 +453,8 @@ impl DeltaHead {
         }
         out.extend_from_slice(b",\"sequence_number\":");
         write_json(sequence, out);
-        out.extend_from_slice(b"}\n\n");
+        out.push(b'}');
+        end_sse(out);
         *sequence += 1;
     }
 }
