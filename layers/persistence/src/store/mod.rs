@@ -19,6 +19,8 @@ pub mod sqlite;
 mod chain;
 #[cfg(feature = "sqlite")]
 mod checkpoint;
+#[cfg(feature = "sqlite")]
+mod journal;
 mod schema;
 
 pub use schema::Migration;

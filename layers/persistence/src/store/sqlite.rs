@@ -9,7 +9,7 @@
 
 use std::fmt;
 use std::path::{Path, PathBuf};
-use std::sync::mpsc;
+use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -20,6 +20,7 @@ use tower_chat::ConversationId;
 
 use super::chain::{history_sql, Encoded, Encoder, NodeKey};
 use super::checkpoint::Checkpointer;
+use super::journal::{Journal, INDEX_BATCH, INDEX_DELAY};
 use super::schema::{
     abandon_sql, call_summaries_sql, conversation_from_row, insert_key_sql, select_sql,
     spend_from_row, spend_sql, sqlite_migrations, Row, StoredColumns, StoredRecord, SummaryColumns,
@@ -37,14 +38,29 @@ pub use rusqlite;
 enum Job {
     /// The layer's record writes, through statements the thread keeps prepared between consecutive batches.
     Write(WriteJob),
-    /// Anything else (reads, migrations, other crates' closures).
+    /// Write the records waiting in the journal into the tables, then answer (the listing reads' own connection
+    /// sees only the tables).
+    Index(oneshot::Sender<Result<(), StoreError>>),
+    /// Anything else (reads, migrations, other crates' closures); the waiting records are indexed first.
     Connection(Box<dyn FnOnce(&mut Connection) + Send>),
 }
 
-/// One batch of rows to write in one transaction, and where its outcome goes.
+/// One batch of records, and where its outcome goes: `Ok` once it is durable (appended to the journal, or
+/// committed to the tables when this store does not hold the journal).
 struct WriteJob {
     rows: Vec<(Row, Encoded)>,
-    done: oneshot::Sender<rusqlite::Result<()>>,
+    done: oneshot::Sender<Result<(), StoreError>>,
+}
+
+/// Records acknowledged to the layer and not yet in the tables, and the journal that keeps them meanwhile.
+struct Unindexed {
+    /// `None` when another store holds the journal: every batch is then committed to the tables directly.
+    journal: Option<Journal>,
+    rows: Vec<(Row, Encoded)>,
+    /// The last attempt to index `rows` failed.
+    failing: bool,
+    /// How long `rows` wait while nothing else reaches the store.
+    delay: Duration,
 }
 
 /// The embedded SQLite store. Cheap to clone (clones share the connection thread); the thread ends when the last
@@ -93,6 +109,7 @@ pub struct SqliteStoreBuilder {
     migrations: Vec<Migration>,
     busy_timeout: Duration,
     durability: Durability,
+    index_delay: Duration,
 }
 
 impl SqliteStoreBuilder {
@@ -105,6 +122,15 @@ impl SqliteStoreBuilder {
     /// What a committed record survives (default [`Durability::Process`]: a killed process, not a power loss).
     pub fn durability(mut self, durability: Durability) -> Self {
         self.durability = durability;
+        self
+    }
+
+    /// How long records wait in the store's journal for the tables while no other record and no other operation
+    /// reaches the store (default 20 ms). Reads through this store never wait for it (they index what waits
+    /// first); another connection to the file (another process) sees a record at most this much later, or once
+    /// 128 records wait.
+    pub fn index_delay(mut self, delay: Duration) -> Self {
+        self.index_delay = delay;
         self
     }
 
@@ -122,10 +148,10 @@ impl SqliteStoreBuilder {
         std::thread::Builder::new()
             .name("tower-chat-sqlite".into())
             .spawn(move || {
-                let mut conn = match open_connection(&self) {
-                    Ok((conn, key)) => {
+                let (mut conn, mut unindexed) = match open_connection(&self) {
+                    Ok((conn, key, unindexed)) => {
                         let _ = opened_tx.send(Ok(key));
-                        conn
+                        (conn, unindexed)
                     }
                     Err(e) => {
                         let _ = opened_tx.send(Err(e));
@@ -149,9 +175,6 @@ impl SqliteStoreBuilder {
                 let mut next = None;
                 while let Some(job) = next.take().or_else(|| receiver.recv().ok()) {
                     match job {
-                        Job::Write(write) => {
-                            next = serve_writes(&conn, &receiver, write, &after_commit)
-                        }
                         Job::Connection(job) => {
                             // A panicking closure (from `with_connection`) must not take the store down for
                             // everyone: its caller sees the operation fail, and an open rusqlite transaction
@@ -166,6 +189,15 @@ impl SqliteStoreBuilder {
                                 );
                             }
                             after_commit(&conn);
+                        }
+                        records => {
+                            next = serve_writes(
+                                &conn,
+                                &receiver,
+                                records,
+                                &mut unindexed,
+                                &after_commit,
+                            )
                         }
                     }
                 }
@@ -183,7 +215,9 @@ impl SqliteStoreBuilder {
     }
 }
 
-fn open_connection(options: &SqliteStoreBuilder) -> Result<(Connection, NodeKey), StoreError> {
+fn open_connection(
+    options: &SqliteStoreBuilder,
+) -> Result<(Connection, NodeKey, Unindexed), StoreError> {
     let context = |what: &str| {
         let path = options.path.display().to_string();
         let what = what.to_owned();
@@ -239,7 +273,62 @@ fn open_connection(options: &SqliteStoreBuilder) -> Result<(Connection, NodeKey)
             ))
         })
         .map_err(context("cannot read the node key"))?;
-    Ok((conn, key))
+    let unindexed = open_journal(&conn, options)?;
+    Ok((conn, key, unindexed))
+}
+
+/// Lock the database's record journal and write what a previous process left in it into the tables.
+fn open_journal(conn: &Connection, options: &SqliteStoreBuilder) -> Result<Unindexed, StoreError> {
+    let path = Journal::path(&options.path);
+    let sync = options.durability == Durability::PowerLoss;
+    let Some((mut journal, replay)) = Journal::open(&options.path, sync).map_err(|e| {
+        StoreError::with_source(
+            format!("cannot open the record journal {}", path.display()),
+            e,
+        )
+    })?
+    else {
+        tracing::debug!(
+            journal = %path.display(),
+            "another store holds the record journal: this one commits each batch to the tables"
+        );
+        return Ok(Unindexed {
+            journal: None,
+            rows: Vec::new(),
+            failing: false,
+            delay: options.index_delay,
+        });
+    };
+    if !replay.is_empty() {
+        WriteStatements::prepare(conn)
+            .and_then(|mut statements| statements.write(&replay))
+            .map_err(|e| {
+                StoreError::with_source(
+                    format!(
+                        "SQLite {}: cannot write the {} records of the journal into the tables",
+                        options.path.display(),
+                        replay.len()
+                    ),
+                    e,
+                )
+            })?;
+        tracing::info!(
+            records = replay.len(),
+            "records left in the journal by an earlier process are now in the tables"
+        );
+    }
+    journal.clear().map_err(|e| {
+        StoreError::with_source(
+            format!("cannot empty the record journal {}", path.display()),
+            e,
+        )
+    })?;
+    Ok(Unindexed {
+        journal: Some(journal),
+        rows: Vec::new(),
+        failing: false,
+        delay: options.index_delay,
+    })
 }
 
 fn apply_migration(conn: &mut Connection, migration: &Migration) -> rusqlite::Result<()> {
@@ -276,6 +365,7 @@ impl SqliteStore {
             migrations: Vec::new(),
             busy_timeout: Duration::from_secs(5),
             durability: Durability::default(),
+            index_delay: INDEX_DELAY,
         }
     }
 
@@ -343,6 +433,7 @@ impl SqliteStore {
         F: FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
         T: Send + 'static,
     {
+        self.index_waiting_records().await?;
         let (reader, path) = (self.reader.clone(), self.path.clone());
         tokio::task::spawn_blocking(move || {
             let mut slot = reader.lock().unwrap_or_else(|e| e.into_inner());
@@ -360,6 +451,17 @@ impl SqliteStore {
         .await
         .map_err(|e| StoreError::with_source("the SQLite read task failed", e))?
         .map_err(|e| StoreError::with_source(format!("SQLite: {what}"), e))
+    }
+
+    /// Have the connection thread write the records waiting in the journal into the tables.
+    async fn index_waiting_records(&self) -> Result<(), StoreError> {
+        let (done, indexed) = oneshot::channel();
+        self.jobs
+            .send(Job::Index(done))
+            .map_err(|_| StoreError::new("the SQLite connection thread has stopped"))?;
+        indexed
+            .await
+            .map_err(|_| StoreError::new("the SQLite connection thread stopped mid-operation"))?
     }
 
     /// [`SqliteStore::with_connection`] for a closure returning a `rusqlite` result.
@@ -522,40 +624,155 @@ impl Drop for RollbackUnlessCommitted<'_> {
     }
 }
 
-/// Serve `first` and every record batch queued right behind it with the same prepared statements; return the
-/// first other job (which may need `&mut Connection`, so the statements are finalized first), or `None` when
-/// every sender is gone.
+/// Serve `first` and every record job queued behind it with the same prepared statements, indexing the
+/// journal's records when [`INDEX_BATCH`] of them wait or nothing arrives for their delay; return the first
+/// other job (which may need `&mut Connection`, so the statements are finalized first) once the waiting records
+/// are indexed, or `None` when every sender is gone.
 fn serve_writes(
     conn: &Connection,
     receiver: &mpsc::Receiver<Job>,
-    first: WriteJob,
+    first: Job,
+    unindexed: &mut Unindexed,
     after_commit: &dyn Fn(&Connection),
 ) -> Option<Job> {
     let mut statements: Option<WriteStatements<'_>> = None;
-    let mut job = first;
+    let mut next = Some(first);
     loop {
-        let WriteJob { rows, done } = job;
-        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            if statements.is_none() {
-                statements = Some(WriteStatements::prepare(conn)?);
+        let job = match next.take() {
+            Some(job) => job,
+            None if unindexed.rows.is_empty() => receiver.recv().ok()?,
+            None => match receiver.recv_timeout(unindexed.delay) {
+                Ok(job) => job,
+                Err(RecvTimeoutError::Timeout) => {
+                    let _ = index(conn, &mut statements, unindexed, after_commit);
+                    continue;
+                }
+                Err(RecvTimeoutError::Disconnected) => {
+                    let _ = index(conn, &mut statements, unindexed, after_commit);
+                    return None;
+                }
+            },
+        };
+        match job {
+            Job::Write(write) => serve_write(conn, &mut statements, write, unindexed, after_commit),
+            Job::Index(done) => {
+                let _ = done.send(index(conn, &mut statements, unindexed, after_commit));
             }
-            statements.as_mut().expect("prepared above").write(&rows)
-        }));
-        match outcome {
-            Ok(result) => {
-                let _ = done.send(result);
-                after_commit(conn);
-            }
-            Err(_) => {
-                // The caller sees the write fail (its reply channel is dropped); start over with fresh statements.
-                statements = None;
-                tracing::error!("a SQLite record write panicked; the store continues");
+            other => {
+                let _ = index(conn, &mut statements, unindexed, after_commit);
+                return Some(other);
             }
         }
-        match receiver.recv() {
-            Ok(Job::Write(write)) => job = write,
-            Ok(other) => return Some(other),
-            Err(_) => return None,
+    }
+}
+
+/// Make one batch durable: append it to the journal (indexed later), or commit it when there is no journal.
+fn serve_write<'c>(
+    conn: &'c Connection,
+    statements: &mut Option<WriteStatements<'c>>,
+    write: WriteJob,
+    unindexed: &mut Unindexed,
+    after_commit: &dyn Fn(&Connection),
+) {
+    let WriteJob { rows, done } = write;
+    if unindexed.journal.is_none() {
+        let _ = done.send(commit(conn, statements, &rows, after_commit));
+        return;
+    }
+    // While the tables refuse records, at most a batch of them waits in the journal: past that the layer sees
+    // the tables' error (fail-closed), instead of the journal growing without bound.
+    if unindexed.rows.len() >= INDEX_BATCH {
+        if let Err(e) = index(conn, statements, unindexed, after_commit) {
+            let _ = done.send(Err(e));
+            return;
+        }
+    }
+    let journal = unindexed.journal.as_mut().expect("checked above");
+    match journal.append(&rows) {
+        Ok(()) => {
+            let _ = done.send(Ok(()));
+            unindexed.rows.extend(rows);
+            if unindexed.rows.len() >= INDEX_BATCH {
+                let _ = index(conn, statements, unindexed, after_commit);
+            }
+        }
+        Err(error) => {
+            // The batch is not acknowledged yet: commit it to the tables with the records waiting before it (which
+            // also empties the journal, torn entry included).
+            tracing::error!(%error, "cannot append to the record journal; committing the batch to the tables");
+            let waiting = unindexed.rows.len();
+            unindexed.rows.extend(rows);
+            let outcome = index(conn, statements, unindexed, after_commit);
+            if outcome.is_err() {
+                unindexed.rows.truncate(waiting);
+            }
+            let _ = done.send(outcome);
+        }
+    }
+}
+
+/// Write the journal's waiting records into the tables in one transaction, then empty the journal.
+fn index<'c>(
+    conn: &'c Connection,
+    statements: &mut Option<WriteStatements<'c>>,
+    unindexed: &mut Unindexed,
+    after_commit: &dyn Fn(&Connection),
+) -> Result<(), StoreError> {
+    if unindexed.rows.is_empty() {
+        return Ok(());
+    }
+    if let Err(error) = commit(conn, statements, &unindexed.rows, after_commit) {
+        // Retried at every trigger (after each delay while nothing else comes): logged when it starts failing.
+        if !std::mem::replace(&mut unindexed.failing, true) {
+            tracing::error!(
+                %error,
+                records = unindexed.rows.len(),
+                "the tables refuse the journal's records; they stay in the journal and are retried"
+            );
+        }
+        return Err(error);
+    }
+    if std::mem::replace(&mut unindexed.failing, false) {
+        tracing::info!(
+            records = unindexed.rows.len(),
+            "the journal's records are in the tables again"
+        );
+    }
+    unindexed.rows.clear();
+    if let Some(journal) = &mut unindexed.journal {
+        if let Err(error) = journal.clear() {
+            // What it holds is in the tables (replaying it changes nothing), but an entry appended after a torn
+            // one would be lost to replay: stop using it.
+            tracing::error!(%error, "cannot empty the record journal; this store now commits each batch");
+            unindexed.journal = None;
+        }
+    }
+    Ok(())
+}
+
+/// Write `rows` into the tables in one transaction, with the statements kept prepared.
+fn commit<'c>(
+    conn: &'c Connection,
+    statements: &mut Option<WriteStatements<'c>>,
+    rows: &[(Row, Encoded)],
+    after_commit: &dyn Fn(&Connection),
+) -> Result<(), StoreError> {
+    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        if statements.is_none() {
+            *statements = Some(WriteStatements::prepare(conn)?);
+        }
+        statements.as_mut().expect("prepared above").write(rows)
+    }));
+    match outcome {
+        Ok(result) => {
+            after_commit(conn);
+            result.map_err(|e| StoreError::with_source("SQLite: cannot write call records", e))
+        }
+        Err(_) => {
+            // Start over with fresh statements.
+            *statements = None;
+            tracing::error!("a SQLite record write panicked; the store continues");
+            Err(StoreError::new("SQLite: the record write panicked"))
         }
     }
 }
@@ -581,10 +798,9 @@ impl Store for SqliteStore {
             self.jobs
                 .send(Job::Write(WriteJob { rows, done }))
                 .map_err(|_| StoreError::new("the SQLite connection thread has stopped"))?;
-            written
-                .await
-                .map_err(|_| StoreError::new("the SQLite connection thread stopped mid-operation"))?
-                .map_err(|e| StoreError::with_source("SQLite: cannot write call records", e))?;
+            written.await.map_err(|_| {
+                StoreError::new("the SQLite connection thread stopped mid-operation")
+            })??;
             self.encoder.committed(pending);
             Ok(())
         })
@@ -596,6 +812,7 @@ impl Store for SqliteStore {
     ) -> BoxFuture<'a, Result<Option<CallRecord>, StoreError>> {
         let id = call_id.as_str().to_owned();
         Box::pin(async move {
+            self.index_waiting_records().await?;
             let raw = self
                 .run("cannot read a call record", move |conn| {
                     let raw = conn
@@ -618,6 +835,7 @@ impl Store for SqliteStore {
     ) -> BoxFuture<'a, Result<Vec<CallRecord>, StoreError>> {
         let id = conversation_id.as_str().to_owned();
         Box::pin(async move {
+            self.index_waiting_records().await?;
             let raws = self
                 .run("cannot read a conversation", move |conn| {
                     let raws = conn
@@ -639,6 +857,7 @@ impl Store for SqliteStore {
     ) -> BoxFuture<'a, Result<Option<CallRecord>, StoreError>> {
         let id = conversation_id.as_str().to_owned();
         Box::pin(async move {
+            self.index_waiting_records().await?;
             let raw = self
                 .run("cannot read a conversation", move |conn| {
                     let raw = conn
@@ -667,6 +886,7 @@ impl Store for SqliteStore {
         let since = query.since.map(to_micros);
         let until = query.until.map(to_micros);
         Box::pin(async move {
+            self.index_waiting_records().await?;
             let row = self
                 .run("cannot sum spend", move |conn| {
                     conn.prepare_cached(&spend_sql(["?1", "?2", "?3", "?4"]))?

@@ -1,0 +1,492 @@
+//! The record journal: where a record becomes durable before SQLite indexes it.
+//!
+//! A SQLite commit costs more than a record's own rows: it writes every page the record touched (~5 of 4 KiB for
+//! a two-message record) to the write-ahead log and checksums them, whether one record or a hundred share the
+//! transaction. A caller alone on the store would pay that once per record. So a batch of records is first
+//! appended to a file of its own beside the database (`<database>-records`, one `write`), which is what the
+//! layer waits for; the connection thread then writes the records into the tables in transactions of up to
+//! [`INDEX_BATCH`] records, once that many are waiting or the store has been idle for [`INDEX_DELAY`], and
+//! before any other operation on the connection (so every read through the store sees every record written
+//! before it). Once those rows are committed the journal is emptied.
+//!
+//! What survives: an appended batch is in the operating system's cache when the append returns, so it survives
+//! the process being killed, like a commit in WAL mode with `synchronous = NORMAL`; the next open replays the
+//! journal into the tables (replaying a record the tables already hold changes nothing: a final record is never
+//! overwritten, see [`super::Store::write_calls`]). With [`super::sqlite::Durability::PowerLoss`] every append is
+//! synced before it returns. A batch cut short (a power loss mid-append) fails its checksum and is ignored with
+//! everything after it; it was never acknowledged.
+//!
+//! One store at a time holds the journal (an exclusive lock on the file); a second store on the same database,
+//! in this process or another, commits its records to the tables directly, as every store did before.
+
+use std::fs::{File, OpenOptions, TryLockError};
+use std::hash::Hasher;
+use std::io::{self, Read, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use siphasher::sip::SipHasher24;
+
+use super::chain::{Encoded, NewNode, NewOptions};
+use super::schema::Row;
+use crate::record::CallOutcome;
+
+/// Records waiting for the tables at most: more are indexed at once (one transaction).
+pub(super) const INDEX_BATCH: usize = 128;
+
+/// How long records wait for the tables while nothing else reaches the store, unless
+/// [`super::sqlite::SqliteStoreBuilder::index_delay`] says otherwise.
+pub(super) const INDEX_DELAY: Duration = Duration::from_millis(20);
+
+/// The version of the entry layout, first byte of every entry's payload.
+const FORMAT: u8 = 1;
+
+/// Bytes before an entry's payload: its length (u32) and checksum (u64), little-endian.
+const HEADER: usize = 4 + 8;
+
+/// The journal file of one database, locked by this store.
+pub(super) struct Journal {
+    file: File,
+    /// Bytes of whole entries in the file: where the next one starts.
+    len: u64,
+    sync: bool,
+    scratch: Vec<u8>,
+}
+
+/// What the last process left in the journal: batches it acknowledged that may not be in the tables.
+pub(super) type Replay = Vec<(Row, Encoded)>;
+
+impl Journal {
+    /// The journal beside the database file `database`.
+    pub(super) fn path(database: &Path) -> PathBuf {
+        let mut path = database.as_os_str().to_owned();
+        path.push("-records");
+        PathBuf::from(path)
+    }
+
+    /// Open and lock the journal of `database`, and read what it holds. `Ok(None)` when another store holds
+    /// it. `sync`: every append waits for the disk.
+    pub(super) fn open(database: &Path, sync: bool) -> io::Result<Option<(Journal, Replay)>> {
+        let file = OpenOptions::new()
+            .read(true)
+            .append(true)
+            .create(true)
+            .open(Self::path(database))?;
+        match file.try_lock() {
+            Ok(()) => {}
+            Err(TryLockError::WouldBlock) => return Ok(None),
+            Err(TryLockError::Error(e)) => return Err(e),
+        }
+        let mut bytes = Vec::new();
+        (&file).read_to_end(&mut bytes)?;
+        let (replay, whole) = decode_entries(&bytes);
+        let journal = Journal {
+            file,
+            len: whole as u64,
+            sync,
+            scratch: Vec::new(),
+        };
+        if whole < bytes.len() {
+            tracing::warn!(
+                ignored_bytes = bytes.len() - whole,
+                "the record journal ends with an incomplete batch (never acknowledged); it is ignored"
+            );
+            journal.file.set_len(journal.len)?;
+        }
+        Ok(Some((journal, replay)))
+    }
+
+    /// Append `rows` as one entry: durable (to the journal's promise) when this returns `Ok`. On an error the
+    /// file is cut back to its previous length, so no partial entry stays in front of the next one.
+    pub(super) fn append(&mut self, rows: &[(Row, Encoded)]) -> io::Result<()> {
+        let mut entry = std::mem::take(&mut self.scratch);
+        entry.clear();
+        entry.extend_from_slice(&[0; HEADER]);
+        entry.push(FORMAT);
+        put_u32(&mut entry, rows.len() as u32);
+        for (row, encoded) in rows {
+            encode_record(&mut entry, row, encoded);
+        }
+        let payload = &entry[HEADER..];
+        let length = u32::try_from(payload.len())
+            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "a batch over 4 GiB"))?;
+        let checksum = checksum(payload);
+        entry[..4].copy_from_slice(&length.to_le_bytes());
+        entry[4..HEADER].copy_from_slice(&checksum.to_le_bytes());
+        let written = self.file.write_all(&entry).and_then(|()| {
+            if self.sync {
+                self.file.sync_data()
+            } else {
+                Ok(())
+            }
+        });
+        match written {
+            Ok(()) => self.len += entry.len() as u64,
+            Err(_) => {
+                // Best effort: should the cut fail too, replay stops at the torn entry (its checksum), so what
+                // follows it must not be acknowledged either; the caller stops using the journal.
+                let _ = self.file.set_len(self.len);
+            }
+        }
+        self.scratch = entry;
+        written
+    }
+
+    /// Empty the journal: every entry is in the tables.
+    pub(super) fn clear(&mut self) -> io::Result<()> {
+        if self.len == 0 {
+            return Ok(());
+        }
+        self.file.set_len(0)?;
+        self.len = 0;
+        Ok(())
+    }
+}
+
+fn checksum(payload: &[u8]) -> u64 {
+    let mut hasher = SipHasher24::new_with_keys(0x7475_6368_6174_2d6a, 0x6f75_726e_616c_2d31);
+    hasher.write(payload);
+    hasher.finish()
+}
+
+/// The records of every whole, valid entry at the start of `bytes`, and how many bytes those entries take.
+fn decode_entries(bytes: &[u8]) -> (Replay, usize) {
+    let mut records = Vec::new();
+    let mut at = 0;
+    while let Some(header) = bytes.get(at..at + HEADER) {
+        let length = u32::from_le_bytes(header[..4].try_into().expect("4 bytes")) as usize;
+        let checksum_read = u64::from_le_bytes(header[4..].try_into().expect("8 bytes"));
+        let Some(payload) = bytes.get(at + HEADER..at + HEADER + length) else {
+            break;
+        };
+        if checksum(payload) != checksum_read {
+            break;
+        }
+        let Some(batch) = decode_batch(payload) else {
+            break;
+        };
+        records.extend(batch);
+        at += HEADER + length;
+    }
+    (records, at)
+}
+
+fn decode_batch(payload: &[u8]) -> Option<Vec<(Row, Encoded)>> {
+    let mut input = Input(payload);
+    if input.u8()? != FORMAT {
+        return None;
+    }
+    let count = input.u32()? as usize;
+    let mut records = Vec::with_capacity(count.min(payload.len()));
+    for _ in 0..count {
+        records.push(decode_record(&mut input)?);
+    }
+    input.0.is_empty().then_some(records)
+}
+
+fn encode_record(out: &mut Vec<u8>, r: &Row, encoded: &Encoded) {
+    put_str(out, &r.call_id);
+    put_str(out, &r.conversation_id);
+    put_opt_str(out, r.caller.as_deref());
+    put_i64(out, r.round_index);
+    put_i64(out, r.started_at);
+    put_opt_i64(out, r.first_token_at);
+    put_i64(out, r.ended_at);
+    put_opt_str(out, r.provider.as_deref());
+    put_opt_str(out, r.model.as_deref());
+    put_str(out, r.status);
+    put_opt_str(out, r.error_kind.as_deref());
+    put_opt_str(out, r.error_message.as_deref());
+    put_opt_str(out, r.finish_reason.as_deref());
+    put_i64(out, r.input_tokens);
+    put_i64(out, r.output_tokens);
+    put_str(out, &r.response_text);
+    put_str(out, &r.response);
+    put_opt_i64(out, r.cost_nanos);
+    put_opt_str(out, r.history_head.as_deref());
+    put_i64(out, r.request_len);
+    put_str(out, &r.options_id);
+    put_u32(out, encoded.nodes.len() as u32);
+    for node in &encoded.nodes {
+        put_str(out, &node.id);
+        put_opt_str(out, node.parent.as_deref());
+        put_i64(out, node.position);
+        put_str(out, &node.message);
+    }
+    match &encoded.options {
+        Some(options) => {
+            out.push(1);
+            put_str(out, &options.id);
+            put_str(out, &options.json);
+        }
+        None => out.push(0),
+    }
+}
+
+fn decode_record(input: &mut Input<'_>) -> Option<(Row, Encoded)> {
+    let row = Row {
+        call_id: input.string()?,
+        conversation_id: input.string()?,
+        caller: input.opt_string()?,
+        round_index: input.i64()?,
+        started_at: input.i64()?,
+        first_token_at: input.opt_i64()?,
+        ended_at: input.i64()?,
+        provider: input.opt_string()?,
+        model: input.opt_string()?,
+        status: status_name(input.str()?)?,
+        error_kind: input.opt_string()?,
+        error_message: input.opt_string()?,
+        finish_reason: input.opt_string()?,
+        input_tokens: input.i64()?,
+        output_tokens: input.i64()?,
+        response_text: input.string()?,
+        response: input.string()?,
+        cost_nanos: input.opt_i64()?,
+        history_head: input.opt_string()?,
+        request_len: input.i64()?,
+        options_id: input.string()?,
+    };
+    let count = input.u32()? as usize;
+    let mut nodes = Vec::with_capacity(count.min(input.0.len()));
+    for _ in 0..count {
+        nodes.push(NewNode {
+            id: Arc::from(input.str()?),
+            parent: input.opt_str()?.map(Arc::from),
+            position: input.i64()?,
+            message: input.string()?,
+        });
+    }
+    let options = match input.u8()? {
+        0 => None,
+        1 => Some(NewOptions {
+            id: Arc::from(input.str()?),
+            json: input.string()?,
+        }),
+        _ => return None,
+    };
+    let encoded = Encoded {
+        head: row.history_head.as_deref().map(Arc::from),
+        request_len: row.request_len,
+        nodes,
+        options_id: Arc::from(row.options_id.as_str()),
+        options,
+    };
+    Some((row, encoded))
+}
+
+/// The `&'static` name of a stored status (rows carry the outcome's own name).
+fn status_name(name: &str) -> Option<&'static str> {
+    [
+        CallOutcome::Completed,
+        CallOutcome::Cancelled,
+        CallOutcome::InFlight,
+        CallOutcome::Interrupted { error: None },
+    ]
+    .iter()
+    .map(CallOutcome::as_str)
+    .chain(["failed"])
+    .find(|known| *known == name)
+}
+
+fn put_u32(out: &mut Vec<u8>, value: u32) {
+    out.extend_from_slice(&value.to_le_bytes());
+}
+
+fn put_i64(out: &mut Vec<u8>, value: i64) {
+    out.extend_from_slice(&value.to_le_bytes());
+}
+
+fn put_opt_i64(out: &mut Vec<u8>, value: Option<i64>) {
+    match value {
+        Some(value) => {
+            out.push(1);
+            put_i64(out, value);
+        }
+        None => out.push(0),
+    }
+}
+
+fn put_str(out: &mut Vec<u8>, value: &str) {
+    put_u32(out, value.len() as u32);
+    out.extend_from_slice(value.as_bytes());
+}
+
+/// `None` is written as a length no string can have.
+fn put_opt_str(out: &mut Vec<u8>, value: Option<&str>) {
+    match value {
+        Some(value) => put_str(out, value),
+        None => put_u32(out, u32::MAX),
+    }
+}
+
+/// A cursor over an entry's payload; every read is `None` past its end or on a malformed value.
+struct Input<'a>(&'a [u8]);
+
+impl<'a> Input<'a> {
+    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
+        let (head, rest) = self.0.split_at_checked(n)?;
+        self.0 = rest;
+        Some(head)
+    }
+
+    fn u8(&mut self) -> Option<u8> {
+        Some(self.take(1)?[0])
+    }
+
+    fn u32(&mut self) -> Option<u32> {
+        Some(u32::from_le_bytes(self.take(4)?.try_into().ok()?))
+    }
+
+    fn i64(&mut self) -> Option<i64> {
+        Some(i64::from_le_bytes(self.take(8)?.try_into().ok()?))
+    }
+
+    fn opt_i64(&mut self) -> Option<Option<i64>> {
+        match self.u8()? {
+            0 => Some(None),
+            1 => Some(Some(self.i64()?)),
+            _ => None,
+        }
+    }
+
+    fn str(&mut self) -> Option<&'a str> {
+        let len = self.u32()?;
+        std::str::from_utf8(self.take(len as usize)?).ok()
+    }
+
+    fn string(&mut self) -> Option<String> {
+        self.str().map(str::to_owned)
+    }
+
+    fn opt_str(&mut self) -> Option<Option<&'a str>> {
+        if self.0.get(..4)? == u32::MAX.to_le_bytes() {
+            self.0 = &self.0[4..];
+            return Some(None);
+        }
+        self.str().map(Some)
+    }
+
+    fn opt_string(&mut self) -> Option<Option<String>> {
+        Some(self.opt_str()?.map(str::to_owned))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(n: i64, caller: Option<&str>) -> (Row, Encoded) {
+        let row = Row {
+            call_id: format!("call-{n}"),
+            conversation_id: "conversation".into(),
+            caller: caller.map(str::to_owned),
+            round_index: n,
+            started_at: 1_000 + n,
+            first_token_at: (n % 2 == 0).then_some(1_001 + n),
+            ended_at: 1_002 + n,
+            provider: Some("openai".into()),
+            model: None,
+            status: if n % 3 == 0 { "failed" } else { "completed" },
+            error_kind: (n % 3 == 0).then(|| "upstream".to_owned()),
+            error_message: Some(String::new()),
+            finish_reason: None,
+            input_tokens: -n,
+            output_tokens: i64::MAX,
+            response_text: "héllo".repeat(n as usize),
+            response: "{}".into(),
+            cost_nanos: None,
+            history_head: Some(format!("{n:032x}")),
+            request_len: 2,
+            options_id: "o".repeat(32),
+        };
+        let encoded = Encoded {
+            head: row.history_head.as_deref().map(Arc::from),
+            request_len: 2,
+            nodes: (0..n)
+                .map(|p| NewNode {
+                    id: Arc::from(format!("{p:032x}")),
+                    parent: (p > 0).then(|| Arc::from(format!("{:032x}", p - 1))),
+                    position: p,
+                    message: format!("{{\"role\":\"user\",\"content\":\"{p}\"}}"),
+                })
+                .collect(),
+            options_id: Arc::from("o".repeat(32)),
+            options: (n == 1).then(|| NewOptions {
+                id: Arc::from("o".repeat(32)),
+                json: "{\"tools\":[]}".into(),
+            }),
+        };
+        (row, encoded)
+    }
+
+    fn same(a: &[(Row, Encoded)], b: &[(Row, Encoded)]) {
+        assert_eq!(format!("{a:?}"), format!("{b:?}"));
+    }
+
+    #[test]
+    fn batches_come_back_whole_and_in_order_after_a_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        let database = dir.path().join("j.db");
+        let (mut journal, replay) = Journal::open(&database, false).unwrap().unwrap();
+        assert!(replay.is_empty());
+        let first = vec![record(1, Some("alice")), record(2, None)];
+        let second = vec![record(3, None)];
+        journal.append(&first).unwrap();
+        journal.append(&second).unwrap();
+        drop(journal);
+        let (_journal, replay) = Journal::open(&database, false).unwrap().unwrap();
+        let both: Vec<_> = first.into_iter().chain(second).collect();
+        same(&replay, &both);
+    }
+
+    #[test]
+    fn a_cleared_journal_replays_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let database = dir.path().join("j.db");
+        let (mut journal, _) = Journal::open(&database, true).unwrap().unwrap();
+        journal.append(&[record(1, None)]).unwrap();
+        journal.clear().unwrap();
+        journal.append(&[record(2, None)]).unwrap();
+        drop(journal);
+        let (_journal, replay) = Journal::open(&database, false).unwrap().unwrap();
+        same(&replay, &[record(2, None)]);
+    }
+
+    #[test]
+    fn a_torn_or_damaged_batch_and_what_follows_it_are_ignored_and_cut() {
+        let dir = tempfile::tempdir().unwrap();
+        let database = dir.path().join("j.db");
+        let path = Journal::path(&database);
+        let (mut journal, _) = Journal::open(&database, false).unwrap().unwrap();
+        journal.append(&[record(1, None)]).unwrap();
+        let whole = std::fs::metadata(&path).unwrap().len();
+        journal.append(&[record(2, None), record(4, None)]).unwrap();
+        drop(journal);
+        let full = std::fs::read(&path).unwrap();
+        // Every cut inside the second batch leaves the first one alone.
+        for cut in [whole + 1, whole + HEADER as u64, full.len() as u64 - 1] {
+            std::fs::write(&path, &full[..cut as usize]).unwrap();
+            let (_journal, replay) = Journal::open(&database, false).unwrap().unwrap();
+            same(&replay, &[record(1, None)]);
+            assert_eq!(std::fs::metadata(&path).unwrap().len(), whole);
+        }
+        // A flipped byte fails the checksum.
+        let mut damaged = full.clone();
+        damaged[whole as usize + HEADER + 10] ^= 1;
+        std::fs::write(&path, &damaged).unwrap();
+        let (_journal, replay) = Journal::open(&database, false).unwrap().unwrap();
+        same(&replay, &[record(1, None)]);
+    }
+
+    #[test]
+    fn one_store_at_a_time_holds_the_journal() {
+        let dir = tempfile::tempdir().unwrap();
+        let database = dir.path().join("j.db");
+        let held = Journal::open(&database, false).unwrap().unwrap();
+        assert!(Journal::open(&database, false).unwrap().is_none());
+        drop(held);
+        assert!(Journal::open(&database, false).unwrap().is_some());
+    }
+}

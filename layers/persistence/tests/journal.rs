@@ -1,0 +1,127 @@
+//! The SQLite store's record journal: a record is durable once appended there, and the tables take it later.
+//! Nothing is lost if the process dies in between, and no read through the store misses it meanwhile.
+
+mod common;
+
+use std::path::Path;
+use std::time::Duration;
+
+use common::{answer, scripted, stream_of, Shape};
+use tower::{Layer, ServiceExt};
+use tower_chat::{ChatRequest, ChatStreamExt, ConversationId, Message};
+use tower_chat_persistence::{CallQuery, ConversationQuery, PersistenceLayer, SqliteStore, Store};
+
+/// A store whose records wait in the journal until something reads (or the test ends).
+async fn lazy_store(path: &Path) -> SqliteStore {
+    SqliteStore::builder(path)
+        .index_delay(Duration::from_secs(3600))
+        .open()
+        .await
+        .unwrap()
+}
+
+/// `n` calls of one conversation through a fail-closed layer: each finished call's record is durable.
+async fn calls(store: &SqliteStore, conversation: &ConversationId, n: usize) {
+    let chat = PersistenceLayer::new(store.clone()).layer(scripted(|_: &ChatRequest| {
+        stream_of(answer("fine"), Shape::Streaming)
+    }));
+    for i in 0..n {
+        let request = ChatRequest::new(vec![Message::user(format!("question {i}"))])
+            .with_extension(conversation.clone());
+        let response = chat
+            .clone()
+            .oneshot(request)
+            .await
+            .unwrap()
+            .collect_response()
+            .await
+            .unwrap();
+        assert_eq!(response.text(), "fine");
+    }
+}
+
+fn journal_len(database: &Path) -> u64 {
+    let mut path = database.as_os_str().to_owned();
+    path.push("-records");
+    std::fs::metadata(path).map(|m| m.len()).unwrap_or(0)
+}
+
+/// The state a killed process leaves: its files as they are, the tables never told about the journal's records.
+#[tokio::test]
+async fn records_a_killed_process_left_in_the_journal_reach_the_tables_on_the_next_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("a.db");
+    let store = lazy_store(&path).await;
+    let conversation = ConversationId::new("left-behind");
+    calls(&store, &conversation, 3).await;
+    assert!(
+        journal_len(&path) > 0,
+        "the records should wait in the journal"
+    );
+    let copy = dir.path().join("copy");
+    std::fs::create_dir(&copy).unwrap();
+    for suffix in ["", "-wal", "-records"] {
+        let from = format!("{}{suffix}", path.display());
+        if Path::new(&from).exists() {
+            std::fs::copy(&from, format!("{}{suffix}", copy.join("a.db").display())).unwrap();
+        }
+    }
+    // The original process "dies" here: its store never indexes anything again.
+    std::mem::forget(store);
+
+    let reopened = SqliteStore::open(copy.join("a.db")).await.unwrap();
+    let records = reopened.conversation_calls(&conversation).await.unwrap();
+    assert_eq!(records.len(), 3);
+    assert!(records.iter().all(|r| r.text() == "fine"));
+    assert_eq!(journal_len(&copy.join("a.db")), 0, "replayed, then emptied");
+    // Replaying again (the journal emptied or not) changes nothing.
+    drop(reopened);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let again = SqliteStore::open(copy.join("a.db")).await.unwrap();
+    assert_eq!(
+        again.conversation_calls(&conversation).await.unwrap().len(),
+        3
+    );
+}
+
+/// The listing reads run on a connection of their own: they must not answer before the waiting records are in
+/// the tables.
+#[tokio::test]
+async fn listing_reads_see_every_record_written_before_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("l.db");
+    let store = lazy_store(&path).await;
+    let conversation = ConversationId::new("listed");
+    calls(&store, &conversation, 2).await;
+    assert!(journal_len(&path) > 0);
+    let summaries = store.call_summaries(&CallQuery::default()).await.unwrap();
+    assert_eq!(summaries.len(), 2);
+    let conversations = store
+        .list_conversations(&ConversationQuery::new())
+        .await
+        .unwrap();
+    assert_eq!(conversations.len(), 1);
+    assert_eq!(conversations[0].conversation_id, conversation);
+    assert_eq!(journal_len(&path), 0);
+}
+
+/// One store at a time holds a database's journal: a second store on the same file commits each batch to the
+/// tables, and both see every record.
+#[tokio::test]
+async fn a_second_store_on_the_same_file_commits_to_the_tables() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.db");
+    let first = lazy_store(&path).await;
+    let second = lazy_store(&path).await;
+    let (one, two) = (ConversationId::new("one"), ConversationId::new("two"));
+    calls(&first, &one, 2).await;
+    calls(&second, &two, 2).await;
+    // The first store's records wait in its journal (another connection does not see them yet); the second's
+    // are in the tables already.
+    assert!(journal_len(&path) > 0);
+    assert_eq!(second.conversation_calls(&one).await.unwrap().len(), 0);
+    assert_eq!(second.conversation_calls(&two).await.unwrap().len(), 2);
+    // A read through the first store indexes its records first.
+    assert_eq!(first.conversation_calls(&two).await.unwrap().len(), 2);
+    assert_eq!(second.conversation_calls(&one).await.unwrap().len(), 2);
+}
