@@ -267,10 +267,11 @@ pub(crate) struct Row {
 }
 
 /// What `request_messages` and `request_options` hold in rows written since message-level storage (the
-/// history is in `chat_messages`, the options in `chat_options`).
-#[cfg(any(feature = "sqlite", feature = "postgres"))]
+/// history is in `chat_messages`, the options in `chat_options`). SQLite writes them as literals in its upsert
+/// (a unit test ties the two).
+#[cfg(any(feature = "postgres", all(test, feature = "sqlite")))]
 pub(crate) const EMPTY_MESSAGES: &str = "[]";
-#[cfg(any(feature = "sqlite", feature = "postgres"))]
+#[cfg(any(feature = "postgres", all(test, feature = "sqlite")))]
 pub(crate) const EMPTY_OPTIONS: &str = "{}";
 
 /// The columns read back to rebuild a record (the scalar summaries are derived, so not read); then the

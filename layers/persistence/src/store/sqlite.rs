@@ -6,6 +6,10 @@
 //! operations are serialized, which also makes a closure passed to `with_connection` atomic with respect to every
 //! other user of the store in this process. Other processes may open the same file: WAL mode lets readers run
 //! alongside the writer, and a busy timeout makes concurrent writers wait instead of failing at once.
+//!
+//! A batch of records is durable once appended to the store's journal (see `journal.rs`): the thread writes the
+//! journal's records into the tables later, in transactions of up to 128 records, and always before running any
+//! other operation, so nothing read through the store misses a record written before it.
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -84,21 +88,24 @@ impl fmt::Debug for SqliteStore {
     }
 }
 
-/// When a commit is durable: SQLite's `synchronous` setting, in WAL mode.
+/// When a record is durable: how the store's record journal is written, and SQLite's `synchronous` setting (WAL
+/// mode). A batch of records is acknowledged once appended to the journal beside the database file
+/// (`<file>-records`); the tables take the journal's records in batches afterwards (see the persistence README,
+/// "Durability").
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Durability {
-    /// The default (`synchronous = NORMAL`): a commit appends to the write-ahead log without waiting for the
-    /// disk; the log is synced at each checkpoint, which a thread of the store runs beside the writer once the
-    /// log holds 1000 pages and every 25 pages after (never inside a commit). A committed record survives the
-    /// process being killed (the log is in the operating system's cache, and the next open replays it); a power
-    /// loss or OS crash can lose the records committed since the last checkpoint (up to about 1000 pages of log;
-    /// at most 2000, the point where a writer that never pauses checkpoints itself), never corrupts the file,
-    /// and never keeps half a transaction.
+    /// The default: the journal is appended to without waiting for the disk, and the tables commit with
+    /// `synchronous = NORMAL` (the write-ahead log is synced at each checkpoint, which a thread of the store runs
+    /// beside the writer once the log holds 1000 pages and every 25 pages after, never inside a commit). An
+    /// acknowledged record survives the process being killed (the journal and the log are in the operating
+    /// system's cache, and the next open replays both); a power loss or OS crash can lose the last records (up to
+    /// about 1000 pages of log, at most 2000, plus what the journal held unsynced), never corrupts the file, and
+    /// never keeps half a transaction.
     #[default]
     Process,
-    /// `synchronous = FULL`: every commit waits for the log to reach the disk (one `fsync` per batch; the
-    /// writer's batching spreads it over every record waiting). A committed record also survives a power
-    /// loss, on hardware that honours `fsync`.
+    /// Every append to the journal waits for the disk (one `fsync` per batch; the writer's batching spreads it
+    /// over every record waiting), and the tables commit with `synchronous = FULL`. An acknowledged record also
+    /// survives a power loss, on hardware that honours `fsync`.
     PowerLoss,
 }
 
