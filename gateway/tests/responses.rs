@@ -216,11 +216,13 @@ async fn previous_response_id_is_scoped_to_the_caller_and_store_false_keeps_noth
     let store = SqliteStore::open(gw.files.path().join("gateway.db"))
         .await
         .unwrap();
-    let record = store
-        .call(&tower_chat_persistence::CallId::new(second_id))
-        .await
-        .unwrap()
-        .expect("the second response is stored under its id");
+    let second_call = tower_chat_persistence::CallId::new(second_id);
+    let record = common::eventually(
+        || async { store.call(&second_call).await.unwrap() },
+        Option::is_some,
+    )
+    .await
+    .expect("the second response is stored under its id");
     let calls = store
         .conversation_calls(&record.conversation_id)
         .await

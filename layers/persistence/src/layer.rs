@@ -111,7 +111,9 @@ impl PersistenceLayer {
         self.recorder.stats()
     }
 
-    /// Wait until every record handed to the writer before this call has been written or has failed.
+    /// Wait until every record handed to the writer before this call has been written or has failed, and is
+    /// visible to other connections to the database ([`crate::Store::flush`]: the SQLite store's journal
+    /// indexed into its tables). Call it before shutting down, or before another process reads the file.
     pub async fn flush(&self) -> Result<(), StoreError> {
         self.recorder.flush().await
     }

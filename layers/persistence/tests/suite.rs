@@ -460,15 +460,19 @@ async fn a_store_refusing_writes_in_fail_open_mode_keeps_the_calls_going(db: &Te
             .unwrap();
         assert_eq!(response.text(), "fine");
     }
-    layer.flush().await.unwrap();
+    let flushed = layer.flush().await;
     let stats = layer.stats();
     if matches!(db.backend, common::Backend::Sqlite(_)) {
-        // Durable in the journal: recorded, and in the tables once they accept writes.
+        // Durable in the journal: recorded, and in the tables once they accept writes. Until then neither a
+        // flush (which makes records visible to other connections) nor a read can succeed.
         assert_eq!((stats.recorded, stats.failed), (3, 0), "{stats:?}");
+        assert!(flushed.unwrap_err().to_string().contains("refuses writes"));
         assert!(db.store.conversation_calls(&conv).await.is_err());
         db.accept_writes().await;
+        layer.flush().await.unwrap();
         assert_eq!(db.store.conversation_calls(&conv).await.unwrap().len(), 3);
     } else {
+        flushed.unwrap();
         assert_eq!((stats.recorded, stats.failed), (0, 3), "{stats:?}");
         assert!(db.store.conversation_calls(&conv).await.unwrap().is_empty());
         db.accept_writes().await;

@@ -40,6 +40,15 @@ pub trait Store: fmt::Debug + Send + Sync + 'static {
         records: &'a [CallRecord],
     ) -> BoxFuture<'a, Result<(), StoreError>>;
 
+    /// Make every record written so far visible to other connections to the database (other processes, a
+    /// second store on the same file). [`Store::write_calls`] returns once a record is durable, which for the
+    /// SQLite store means appended to its journal; its tables take the journal's records shortly after, and this
+    /// waits for that. Reads through the same store never need it. The default (every record visible once
+    /// written, as in PostgreSQL) returns at once; [`crate::PersistenceLayer::flush`] calls it.
+    fn flush(&self) -> BoxFuture<'_, Result<(), StoreError>> {
+        Box::pin(async { Ok(()) })
+    }
+
     /// One call's record.
     fn call<'a>(
         &'a self,
@@ -117,6 +126,10 @@ impl<S: Store + ?Sized> Store for std::sync::Arc<S> {
         records: &'a [CallRecord],
     ) -> BoxFuture<'a, Result<(), StoreError>> {
         (**self).write_calls(records)
+    }
+
+    fn flush(&self) -> BoxFuture<'_, Result<(), StoreError>> {
+        (**self).flush()
     }
 
     fn call<'a>(

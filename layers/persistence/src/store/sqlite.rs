@@ -813,6 +813,10 @@ impl Store for SqliteStore {
         })
     }
 
+    fn flush(&self) -> BoxFuture<'_, Result<(), StoreError>> {
+        Box::pin(self.index_waiting_records())
+    }
+
     fn call<'a>(
         &'a self,
         call_id: &'a CallId,
