@@ -16,8 +16,8 @@ use tower_chat::test_server::{Part, RecordedRequest, Reply, ScriptedProvider};
 use tower_chat_gateway::{Config, Gateway};
 
 /// Read from another connection to the gateway's database until `done` holds (at most 10 s): the gateway's
-/// SQLite store makes a record durable in its journal and writes it into the tables within ~20 ms
-/// (`SqliteStoreBuilder::index_delay`), so a second store on the file sees it that much later.
+/// SQLite store makes a record durable in its journal and writes it into the tables within a second
+/// (`SqliteStoreBuilder::index_delay`), so a second store on the file sees it up to that much later.
 pub async fn eventually<T, F, Fut>(mut read: F, done: impl Fn(&T) -> bool) -> T
 where
     F: FnMut() -> Fut,

@@ -350,6 +350,7 @@ fn count(variant: &str) {
         )]
         .into();
         let options = tower_chat::Shared::new(options);
+        let mut journaled: Option<SqliteStore> = None;
         let chat = match variant {
             "bare" => tool_model(),
             "sqlite_floor" => floor_model(dir.path().join("floor.db")),
@@ -361,6 +362,7 @@ fn count(variant: &str) {
                 let store = SqliteStore::open(dir.path().join("count.db"))
                     .await
                     .unwrap();
+                journaled = Some(store.clone());
                 BoxCloneService::new(Persistence::new(tool_model(), PersistenceLayer::new(store)))
             }
             other => panic!("unknown PERSIST_COUNT_VARIANT {other}"),
@@ -368,15 +370,19 @@ fn count(variant: &str) {
         if std::env::var("PERSIST_COUNT_LONG").is_ok_and(|v| v == "1") {
             let stateless = std::env::var("PERSIST_COUNT_STATELESS").is_ok_and(|v| v == "1");
             long_conversation(&chat, conversations, stateless).await;
-            return;
+        } else {
+            let concurrency: usize = std::env::var("PERSIST_COUNT_CONCURRENCY")
+                .ok()
+                .and_then(|n| n.parse().ok())
+                .unwrap_or(1);
+            for start in (0..conversations).step_by(concurrency.max(1)) {
+                let end = (start + concurrency.max(1)).min(conversations);
+                join_all((start..end).map(|i| conversation(&chat, i, &options))).await;
+            }
         }
-        let concurrency: usize = std::env::var("PERSIST_COUNT_CONCURRENCY")
-            .ok()
-            .and_then(|n| n.parse().ok())
-            .unwrap_or(1);
-        for start in (0..conversations).step_by(concurrency.max(1)) {
-            let end = (start + concurrency.max(1)).min(conversations);
-            join_all((start..end).map(|i| conversation(&chat, i, &options))).await;
+        // Records still waiting in the store's journal go into its tables: that work belongs in the count.
+        if let Some(store) = journaled {
+            store.flush().await.unwrap();
         }
     });
 }

@@ -5,7 +5,7 @@
 //! transaction. A caller alone on the store would pay that once per record. So a batch of records is first
 //! appended to a file of its own beside the database (`<database>-records`, one `write`), which is what the
 //! layer waits for; the connection thread then writes the records into the tables in transactions of up to
-//! [`INDEX_BATCH`] records, once that many are waiting or the store has been idle for [`INDEX_DELAY`], and
+//! [`INDEX_BATCH`] records, once that many are waiting or the store has been idle for [`INDEX_DELAY`] (1 s), and
 //! before any other operation on the connection (so every read through the store sees every record written
 //! before it). Once those rows are committed the journal is emptied.
 //!
@@ -33,8 +33,11 @@ use crate::record::CallOutcome;
 pub(super) const INDEX_BATCH: usize = 128;
 
 /// How long records wait for the tables while nothing else reaches the store, unless
-/// [`super::sqlite::SqliteStoreBuilder::index_delay`] says otherwise.
-pub(super) const INDEX_DELAY: Duration = Duration::from_millis(20);
+/// [`super::sqlite::SqliteStoreBuilder::index_delay`] says otherwise. Long enough that records a few
+/// milliseconds apart share a transaction whatever the traffic (a short idle delay gave a transaction per record
+/// to any caller slower than it, and made instruction counts under valgrind depend on its slowdown); short
+/// enough that another process reading the file is at most a second behind.
+pub(super) const INDEX_DELAY: Duration = Duration::from_secs(1);
 
 /// The version of the entry layout, first byte of every entry's payload.
 const FORMAT: u8 = 1;

@@ -133,9 +133,10 @@ impl SqliteStoreBuilder {
     }
 
     /// How long records wait in the store's journal for the tables while no other record and no other operation
-    /// reaches the store (default 20 ms). Reads through this store never wait for it (they index what waits
+    /// reaches the store (default 1 s). Reads through this store never wait for it (they index what waits
     /// first); another connection to the file (another process) sees a record at most this much later, or once
-    /// 128 records wait.
+    /// 128 records wait, or after [`crate::Store::flush`]. Shorter means fewer records per transaction when
+    /// calls are further apart than the delay (each transaction costs about a record's worth of instructions).
     pub fn index_delay(mut self, delay: Duration) -> Self {
         self.index_delay = delay;
         self
