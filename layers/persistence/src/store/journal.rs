@@ -29,8 +29,12 @@ use super::chain::{Encoded, NewNode, NewOptions};
 use super::schema::Row;
 use crate::record::CallOutcome;
 
-/// Records waiting for the tables at most: more are indexed at once (one transaction).
-pub(super) const INDEX_BATCH: usize = 128;
+/// Records waiting for the tables at most: more are indexed at once (one transaction). Not more: the
+/// transaction runs on the thread that also appends to the journal, so a batch arriving meanwhile waits for it;
+/// with 128 the gateway's p99 at one connection rose by ~0.7 ms, with 32 by ~0.2 ms, with 16 it stayed within
+/// ~0.1 ms of a commit per record, for ~4 k instructions a record more than 32 (BENCHMARKS.md, issue 11,
+/// twelfth session).
+pub(super) const INDEX_BATCH: usize = 16;
 
 /// How long records wait for the tables while nothing else reaches the store, unless
 /// [`super::sqlite::SqliteStoreBuilder::index_delay`] says otherwise. Long enough that records a few

@@ -8,7 +8,7 @@
 //! alongside the writer, and a busy timeout makes concurrent writers wait instead of failing at once.
 //!
 //! A batch of records is durable once appended to the store's journal (see `journal.rs`): the thread writes the
-//! journal's records into the tables later, in transactions of up to 128 records, and always before running any
+//! journal's records into the tables later, in transactions of up to 16 records, and always before running any
 //! other operation, so nothing read through the store misses a record written before it.
 
 use std::fmt;
@@ -135,7 +135,7 @@ impl SqliteStoreBuilder {
     /// How long records wait in the store's journal for the tables while no other record and no other operation
     /// reaches the store (default 1 s). Reads through this store never wait for it (they index what waits
     /// first); another connection to the file (another process) sees a record at most this much later, or once
-    /// 128 records wait, or after [`crate::Store::flush`]. Shorter means fewer records per transaction when
+    /// 16 records wait, or after [`crate::Store::flush`]. Shorter means fewer records per transaction when
     /// calls are further apart than the delay (each transaction costs about a record's worth of instructions).
     pub fn index_delay(mut self, delay: Duration) -> Self {
         self.index_delay = delay;
