@@ -396,6 +396,10 @@ impl<'a> Input<'a> {
 mod tests {
     use super::*;
 
+    const PINNED: u64 = 0xb18e_5202_4973_d236;
+    const PINNED_EMPTY: u64 = 0x712f_de70_ee15_001e;
+    const PINNED_ENTRY: (usize, u64) = (442, 0x0c90_a69d_953d_e81d);
+
     fn record(n: i64, caller: Option<&str>) -> (Row, Encoded) {
         let row = Row {
             call_id: format!("call-{n}"),
@@ -514,6 +518,28 @@ mod tests {
         let mut longer = payload.clone();
         longer.push(0);
         assert_ne!(checksum(&longer), whole);
+    }
+
+    /// A journal written by an earlier build must replay after an upgrade: the checksum of a given payload and
+    /// the bytes of a given entry never change (a new layout takes a new `FORMAT` and keeps decoding the old).
+    #[test]
+    fn the_checksum_and_the_entry_layout_are_pinned() {
+        let payload: Vec<u8> = (0..=100u8).collect();
+        assert_eq!(checksum(&payload), PINNED, "{:#018x}", checksum(&payload));
+        assert_eq!(checksum(b""), PINNED_EMPTY, "{:#018x}", checksum(b""));
+        // And so does the layout of an entry.
+        let dir = tempfile::tempdir().unwrap();
+        let database = dir.path().join("j.db");
+        let (mut journal, _) = Journal::open(&database, false).unwrap().unwrap();
+        journal.append(&[record(2, Some("alice"))]).unwrap();
+        let bytes = std::fs::read(Journal::path(&database)).unwrap();
+        assert_eq!(bytes.len(), PINNED_ENTRY.0, "{}", bytes.len());
+        assert_eq!(
+            checksum(&bytes),
+            PINNED_ENTRY.1,
+            "{:#018x}",
+            checksum(&bytes)
+        );
     }
 
     #[test]
