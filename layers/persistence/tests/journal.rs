@@ -127,3 +127,28 @@ async fn a_second_store_on_the_same_file_commits_to_the_tables() {
     assert_eq!(second.conversation_calls(&one).await.unwrap().len(), 2);
     assert_eq!(first.conversation_calls(&two).await.unwrap().len(), 2);
 }
+
+/// While nothing else reaches the store, its records go into the tables after `index_delay`: another connection
+/// sees them without anyone reading or flushing through the store.
+#[tokio::test]
+async fn an_idle_store_indexes_its_records_after_the_delay() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("i.db");
+    let store = SqliteStore::builder(&path)
+        .index_delay(Duration::from_millis(50))
+        .open()
+        .await
+        .unwrap();
+    let other = lazy_store(&path).await;
+    let conversation = ConversationId::new("idle");
+    calls(&store, &conversation, 2).await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while other.conversation_calls(&conversation).await.unwrap().len() < 2 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the idle store never indexed its records"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(journal_len(&path), 0);
+}
