@@ -128,8 +128,9 @@ impl Journal {
         match written {
             Ok(()) => self.len += entry.len() as u64,
             Err(_) => {
-                // Best effort: should the cut fail too, replay stops at the torn entry (its checksum), so what
-                // follows it must not be acknowledged either; the caller stops using the journal.
+                // Best effort: should the cut fail too, replay would stop at the torn entry (its checksum) and
+                // miss what follows it, so the caller commits this batch to the tables and empties the journal,
+                // or stops using it (store/sqlite.rs, `serve_write`).
                 let _ = self.file.set_len(self.len);
             }
         }
