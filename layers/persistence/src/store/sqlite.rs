@@ -42,12 +42,16 @@ pub use rusqlite;
 enum Job {
     /// The layer's record writes, through statements the thread keeps prepared between consecutive batches.
     Write(WriteJob),
-    /// Write the records waiting in the journal into the tables, then answer (the listing reads' own connection
-    /// sees only the tables).
-    Index(oneshot::Sender<Result<(), StoreError>>),
-    /// Anything else (reads, migrations, other crates' closures); the waiting records are indexed first.
+    /// A read of the store's own: runs once the records waiting in the journal are in the tables, with the
+    /// outcome of writing them (a read must not answer without them). Needs only `&Connection`, so it runs beside
+    /// the prepared record statements.
+    Indexed(IndexedJob),
+    /// Anything else (migrations, other crates' closures); the waiting records are indexed first.
     Connection(Box<dyn FnOnce(&mut Connection) + Send>),
 }
+
+/// See [`Job::Indexed`].
+type IndexedJob = Box<dyn FnOnce(&Connection, Result<(), StoreError>) + Send>;
 
 /// One batch of records, and where its outcome goes: `Ok` once it is durable (appended to the journal, or
 /// committed to the tables when this store does not hold the journal).
@@ -198,11 +202,11 @@ impl SqliteStoreBuilder {
                             }
                             after_commit(&conn);
                         }
-                        records => {
+                        writes_or_reads => {
                             next = serve_writes(
                                 &conn,
                                 &receiver,
-                                records,
+                                writes_or_reads,
                                 &mut unindexed,
                                 &after_commit,
                             )
@@ -289,6 +293,12 @@ fn open_connection(
 fn open_journal(conn: &Connection, options: &SqliteStoreBuilder) -> Result<Unindexed, StoreError> {
     let path = Journal::path(&options.path);
     let sync = options.durability == Durability::PowerLoss;
+    let mut unindexed = Unindexed {
+        journal: None,
+        rows: Vec::new(),
+        failing: false,
+        delay: options.index_delay,
+    };
     let Some((mut journal, replay)) = Journal::open(&options.path, sync).map_err(|e| {
         StoreError::with_source(
             format!("cannot open the record journal {}", path.display()),
@@ -300,12 +310,7 @@ fn open_journal(conn: &Connection, options: &SqliteStoreBuilder) -> Result<Unind
             journal = %path.display(),
             "another store holds the record journal: this one commits each batch to the tables"
         );
-        return Ok(Unindexed {
-            journal: None,
-            rows: Vec::new(),
-            failing: false,
-            delay: options.index_delay,
-        });
+        return Ok(unindexed);
     };
     if !replay.is_empty() {
         WriteStatements::prepare(conn)
@@ -331,12 +336,8 @@ fn open_journal(conn: &Connection, options: &SqliteStoreBuilder) -> Result<Unind
             e,
         )
     })?;
-    Ok(Unindexed {
-        journal: Some(journal),
-        rows: Vec::new(),
-        failing: false,
-        delay: options.index_delay,
-    })
+    unindexed.journal = Some(journal);
+    Ok(unindexed)
 }
 
 fn apply_migration(conn: &mut Connection, migration: &Migration) -> rusqlite::Result<()> {
@@ -441,7 +442,10 @@ impl SqliteStore {
         F: FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
         T: Send + 'static,
     {
-        self.index_waiting_records().await?;
+        self.run_indexed("cannot write the journal's records into the tables", |_| {
+            Ok(())
+        })
+        .await?;
         let (reader, path) = (self.reader.clone(), self.path.clone());
         tokio::task::spawn_blocking(move || {
             let mut slot = reader.lock().unwrap_or_else(|e| e.into_inner());
@@ -461,15 +465,22 @@ impl SqliteStore {
         .map_err(|e| StoreError::with_source(format!("SQLite: {what}"), e))
     }
 
-    /// Have the connection thread write the records waiting in the journal into the tables.
-    async fn index_waiting_records(&self) -> Result<(), StoreError> {
-        let (done, indexed) = oneshot::channel();
+    /// Run `f` on the connection thread once the records waiting in the journal are in the tables; if they
+    /// cannot be written, that error instead.
+    async fn run_indexed<F, T>(&self, what: &'static str, f: F) -> Result<T, StoreError>
+    where
+        F: FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
+        T: Send + 'static,
+    {
+        let (tx, rx) = oneshot::channel();
         self.jobs
-            .send(Job::Index(done))
+            .send(Job::Indexed(Box::new(move |conn, indexed| {
+                let _ = tx.send(indexed.map(|()| f(conn)));
+            })))
             .map_err(|_| StoreError::new("the SQLite connection thread has stopped"))?;
-        indexed
-            .await
-            .map_err(|_| StoreError::new("the SQLite connection thread stopped mid-operation"))?
+        rx.await
+            .map_err(|_| StoreError::new("the SQLite connection thread stopped mid-operation"))??
+            .map_err(|e| StoreError::with_source(format!("SQLite: {what}"), e))
     }
 
     /// [`SqliteStore::with_connection`] for a closure returning a `rusqlite` result.
@@ -632,8 +643,9 @@ impl Drop for RollbackUnlessCommitted<'_> {
     }
 }
 
-/// Serve `first` and every record job queued behind it with the same prepared statements, indexing the
-/// journal's records when [`INDEX_BATCH`] of them wait or nothing arrives for their delay; return the first
+/// Serve `first` and every record write and store read queued behind it with the same prepared statements,
+/// indexing the journal's records when [`INDEX_BATCH`] of them wait, nothing arrives for their delay, or a read
+/// comes; return the first
 /// other job (which may need `&mut Connection`, so the statements are finalized first) once the waiting records
 /// are indexed, or `None` when every sender is gone.
 fn serve_writes(
@@ -663,8 +675,14 @@ fn serve_writes(
         };
         match job {
             Job::Write(write) => serve_write(conn, &mut statements, write, unindexed, after_commit),
-            Job::Index(done) => {
-                let _ = done.send(index(conn, &mut statements, unindexed, after_commit));
+            Job::Indexed(job) => {
+                let indexed = index(conn, &mut statements, unindexed, after_commit);
+                // As for `with_connection` closures: a panicking read fails its caller, not the store.
+                if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job(conn, indexed)))
+                    .is_err()
+                {
+                    tracing::error!("a SQLite store read panicked; the store continues");
+                }
             }
             other => {
                 let _ = index(conn, &mut statements, unindexed, after_commit);
@@ -815,7 +833,11 @@ impl Store for SqliteStore {
     }
 
     fn flush(&self) -> BoxFuture<'_, Result<(), StoreError>> {
-        Box::pin(self.index_waiting_records())
+        Box::pin(
+            self.run_indexed("cannot write the journal's records into the tables", |_| {
+                Ok(())
+            }),
+        )
     }
 
     fn call<'a>(
@@ -824,9 +846,8 @@ impl Store for SqliteStore {
     ) -> BoxFuture<'a, Result<Option<CallRecord>, StoreError>> {
         let id = call_id.as_str().to_owned();
         Box::pin(async move {
-            self.index_waiting_records().await?;
             let raw = self
-                .run("cannot read a call record", move |conn| {
+                .run_indexed("cannot read a call record", move |conn| {
                     let raw = conn
                         .prepare_cached(&select("WHERE call_id = ?1"))?
                         .query_row([id], read_raw)
@@ -847,9 +868,8 @@ impl Store for SqliteStore {
     ) -> BoxFuture<'a, Result<Vec<CallRecord>, StoreError>> {
         let id = conversation_id.as_str().to_owned();
         Box::pin(async move {
-            self.index_waiting_records().await?;
             let raws = self
-                .run("cannot read a conversation", move |conn| {
+                .run_indexed("cannot read a conversation", move |conn| {
                     let raws = conn
                         .prepare_cached(&select(
                             "WHERE conversation_id = ?1 ORDER BY started_at, call_id",
@@ -869,9 +889,8 @@ impl Store for SqliteStore {
     ) -> BoxFuture<'a, Result<Option<CallRecord>, StoreError>> {
         let id = conversation_id.as_str().to_owned();
         Box::pin(async move {
-            self.index_waiting_records().await?;
             let raw = self
-                .run("cannot read a conversation", move |conn| {
+                .run_indexed("cannot read a conversation", move |conn| {
                     let raw = conn
                         .prepare_cached(&select(
                             "WHERE conversation_id = ?1 AND status = 'completed' \
@@ -898,9 +917,8 @@ impl Store for SqliteStore {
         let since = query.since.map(to_micros);
         let until = query.until.map(to_micros);
         Box::pin(async move {
-            self.index_waiting_records().await?;
             let row = self
-                .run("cannot sum spend", move |conn| {
+                .run_indexed("cannot sum spend", move |conn| {
                     conn.prepare_cached(&spend_sql(["?1", "?2", "?3", "?4"]))?
                         .query_row(params![caller, conversation, since, until], |row| {
                             Ok([
