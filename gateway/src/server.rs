@@ -907,7 +907,7 @@ async fn handle<F: WireFormat>(
     // (records and approvals are bound to it).
     let conversation = header_conversation
         .or(conversation)
-        .unwrap_or_else(|| ConversationId::new(format!("conv_{}", uuid::Uuid::new_v4().simple())));
+        .unwrap_or_else(|| ConversationId::new(format!("conv_{}", uuid::Uuid::now_v7().simple())));
     request.extensions.insert(conversation.clone());
     if let Some(id) = &parsed.record_id {
         // The request's rounds are stored under the id the client was given (the first round) and ids derived

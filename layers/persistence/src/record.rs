@@ -10,16 +10,18 @@ use tower_chat::{
     Message, Shared, Usage,
 };
 
-/// The id of one recorded chat call (a random UUID). The layer puts it into the request's extensions before
+/// The id of one recorded chat call (a time-ordered UUID, version 7). The layer puts it into the request's extensions before
 /// calling the inner service, so inner layers (telemetry, a gateway's logs) can refer to the record.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(transparent)]
 pub struct CallId(String);
 
 impl CallId {
-    /// A fresh random id.
+    /// A fresh id: a version 7 UUID (48 bits of milliseconds, then random bits), so ids generated one after
+    /// another sort after each other and a store's index on them grows at its end instead of splitting pages
+    /// at random places (cheaper to write, fewer pages written per transaction).
     pub fn generate() -> Self {
-        CallId(uuid::Uuid::new_v4().to_string())
+        CallId(uuid::Uuid::now_v7().to_string())
     }
 
     /// Wrap an existing id (to look a record up).

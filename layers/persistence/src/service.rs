@@ -95,7 +95,7 @@ where
             None => {
                 // Inner layers (and a tool loop's later rounds) see the generated id, so every record of this
                 // turn shares it.
-                let id = ConversationId::new(uuid::Uuid::new_v4().to_string());
+                let id = ConversationId::new(uuid::Uuid::now_v7().to_string());
                 request.extensions.insert(id.clone());
                 id
             }

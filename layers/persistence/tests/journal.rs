@@ -9,7 +9,9 @@ use std::time::Duration;
 use common::{answer, scripted, stream_of, Shape};
 use tower::{Layer, ServiceExt};
 use tower_chat::{ChatRequest, ChatStreamExt, ConversationId, Message};
-use tower_chat_persistence::{CallQuery, ConversationQuery, PersistenceLayer, SqliteStore, Store};
+use tower_chat_persistence::{
+    CallQuery, ConversationQuery, Migration, PersistenceLayer, SqliteStore, Store,
+};
 
 /// A store whose records wait in the journal until something reads (or the test ends).
 async fn lazy_store(path: &Path) -> SqliteStore {
@@ -151,4 +153,64 @@ async fn an_idle_store_indexes_its_records_after_the_delay() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     assert_eq!(journal_len(&path), 0);
+}
+
+/// A migration that makes every record of the conversation `slow` take a while to insert: a trigger on
+/// `chat_calls` counting the rows of a three-way cross join of a 450-row table (91 M row visits, about a second) into a table.
+fn slow_inserts() -> Migration {
+    let values = (0..450)
+        .map(|i| format!("({i})"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    Migration::new(
+        "journal-test/0001_slow_inserts",
+        format!(
+            "CREATE TABLE burn (n INTEGER);
+             CREATE TABLE burnt (n INTEGER);
+             INSERT INTO burn (n) VALUES {values};
+             CREATE TRIGGER slow_insert AFTER INSERT ON chat_calls WHEN NEW.conversation_id = 'slow'
+             BEGIN INSERT INTO burnt (n) SELECT count(*) FROM burn a, burn b, burn c; END;"
+        ),
+    )
+}
+
+/// A call ending while the tables take the journal's records does not wait for that transaction: its record
+/// is appended to the journal and acknowledged between two records of the transaction, and joins it.
+#[tokio::test]
+async fn a_call_ending_during_an_index_transaction_does_not_wait_for_its_commit() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t.db");
+    let store = SqliteStore::builder(&path)
+        .index_delay(Duration::from_secs(3600))
+        .migration(slow_inserts())
+        .open()
+        .await
+        .unwrap();
+    let other = lazy_store(&path).await;
+    let (slow, quick) = (ConversationId::new("slow"), ConversationId::new("quick"));
+    calls(&store, &slow, 2).await;
+    // The index transaction: two slow records, then the commit.
+    let flushing = tokio::spawn({
+        let store = store.clone();
+        async move { store.flush().await }
+    });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let started = std::time::Instant::now();
+    calls(&store, &quick, 1).await;
+    let quick_took = started.elapsed();
+    // Acknowledged while the transaction is still open: another connection sees none of its records yet.
+    assert!(
+        !flushing.is_finished(),
+        "the call waited for the index transaction ({quick_took:?})"
+    );
+    assert_eq!(
+        other.conversation_calls(&slow).await.unwrap().len(),
+        0,
+        "the call waited for the index transaction ({quick_took:?})"
+    );
+    flushing.await.unwrap().unwrap();
+    // The quick record joined the transaction: the flush left nothing in the journal.
+    assert_eq!(journal_len(&path), 0);
+    assert_eq!(other.conversation_calls(&slow).await.unwrap().len(), 2);
+    assert_eq!(other.conversation_calls(&quick).await.unwrap().len(), 1);
 }

@@ -4,8 +4,8 @@
 //! a two-message record) to the write-ahead log and checksums them, whether one record or a hundred share the
 //! transaction. A caller alone on the store would pay that once per record. So a batch of records is first
 //! appended to a file of its own beside the database (`<database>-records`, one `write`), which is what the
-//! layer waits for; the connection thread then writes the records into the tables in transactions of up to
-//! [`INDEX_BATCH`] records, once that many are waiting or the store has been idle for [`INDEX_DELAY`] (1 s), and
+//! layer waits for; the connection thread then writes the records into the tables in transactions of
+//! [`INDEX_BATCH`] records (and those arriving meanwhile), once that many are waiting or the store has been idle for [`INDEX_DELAY`] (1 s), and
 //! before any other operation on the connection (so every read through the store sees every record written
 //! before it). Once those rows are committed the journal is emptied.
 //!
@@ -29,12 +29,12 @@ use super::chain::{Encoded, NewNode, NewOptions};
 use super::schema::Row;
 use crate::record::CallOutcome;
 
-/// Records waiting for the tables at most: more are indexed at once (one transaction). Not more: the
-/// transaction runs on the thread that also appends to the journal, so a batch arriving meanwhile waits for it;
-/// with 128 the gateway's p99 at one connection rose by ~0.7 ms, with 32 by ~0.2 ms, with 16 it stayed within
-/// ~0.1 ms of a commit per record, for ~4 k instructions a record more than 32 (BENCHMARKS.md, issue 11,
-/// twelfth session).
-pub(super) const INDEX_BATCH: usize = 16;
+/// Records waiting for the tables at most: more are indexed at once (one transaction). A transaction of 128
+/// costs ~8 k instructions a record less than one of 16 (fewer pages of log per record). It does not hold up the
+/// calls ending meanwhile: their batches are appended and acknowledged between two records of the transaction
+/// (`Arrivals` in `sqlite.rs`); before that, 128 raised the gateway's p99 at one connection by ~0.7 ms
+/// (BENCHMARKS.md, issue 11, twelfth and thirteenth sessions).
+pub(super) const INDEX_BATCH: usize = 128;
 
 /// How long records wait for the tables while nothing else reaches the store, unless
 /// [`super::sqlite::SqliteStoreBuilder::index_delay`] says otherwise. Long enough that records a few

@@ -8,8 +8,9 @@
 //! alongside the writer, and a busy timeout makes concurrent writers wait instead of failing at once.
 //!
 //! A batch of records is durable once appended to the store's journal (see `journal.rs`): the thread writes the
-//! journal's records into the tables later, in transactions of up to 16 records, and always before running any
-//! other operation, so nothing read through the store misses a record written before it.
+//! journal's records into the tables later, in transactions of [`INDEX_BATCH`] records and those arriving while
+//! they are written, and always before running any other operation, so nothing read through the store misses a
+//! record written before it.
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -139,7 +140,7 @@ impl SqliteStoreBuilder {
     /// How long records wait in the store's journal for the tables while no other record and no other operation
     /// reaches the store (default 1 s). Reads through this store never wait for it (they index what waits
     /// first); another connection to the file (another process) sees a record at most this much later, or once
-    /// 16 records wait, or after [`crate::Store::flush`]. Shorter means fewer records per transaction when
+    /// 128 records wait, or after [`crate::Store::flush`]. Shorter means fewer records per transaction when
     /// calls are further apart than the delay (each transaction costs about a record's worth of instructions).
     pub fn index_delay(mut self, delay: Duration) -> Self {
         self.index_delay = delay;
@@ -313,8 +314,9 @@ fn open_journal(conn: &Connection, options: &SqliteStoreBuilder) -> Result<Unind
         return Ok(unindexed);
     };
     if !replay.is_empty() {
+        let mut replay = replay;
         WriteStatements::prepare(conn)
-            .and_then(|mut statements| statements.write(&replay))
+            .and_then(|mut statements| statements.write(&mut replay, &mut |_| {}))
             .map_err(|e| {
                 StoreError::with_source(
                     format!(
@@ -589,47 +591,63 @@ impl<'c> WriteStatements<'c> {
     }
 
     /// Write `rows` in one transaction: committed when this returns `Ok`, rolled back otherwise (an error, or a
-    /// panic unwinding through the connection thread).
-    fn write(&mut self, rows: &[(Row, Encoded)]) -> rusqlite::Result<()> {
+    /// panic unwinding through the connection thread). `between` runs after each record and may add records to
+    /// `rows`, which join the same transaction.
+    fn write(
+        &mut self,
+        rows: &mut Vec<(Row, Encoded)>,
+        between: &mut Between<'_>,
+    ) -> rusqlite::Result<()> {
         self.begin.execute([])?;
         let rollback = RollbackUnlessCommitted(self.conn);
-        for (r, encoded) in rows {
-            for n in &encoded.nodes {
-                self.node
-                    .execute(params![&*n.id, n.parent.as_deref(), n.position, n.message])?;
-            }
-            if let Some(o) = &encoded.options {
-                self.options.execute(params![&*o.id, o.json])?;
-            }
-            self.upsert.execute(params![
-                r.call_id,
-                r.conversation_id,
-                r.caller,
-                r.round_index,
-                r.started_at,
-                r.first_token_at,
-                r.ended_at,
-                r.provider,
-                r.model,
-                r.status,
-                r.error_kind,
-                r.error_message,
-                r.finish_reason,
-                r.input_tokens,
-                r.output_tokens,
-                r.response_text,
-                r.response,
-                r.cost_nanos,
-                r.history_head,
-                r.request_len,
-                r.options_id,
-            ])?;
+        let mut next = 0;
+        while next < rows.len() {
+            self.write_record(&rows[next])?;
+            next += 1;
+            between(rows);
         }
         self.commit.execute([])?;
         drop(rollback);
         Ok(())
     }
+
+    fn write_record(&mut self, (r, encoded): &(Row, Encoded)) -> rusqlite::Result<()> {
+        for n in &encoded.nodes {
+            self.node
+                .execute(params![&*n.id, n.parent.as_deref(), n.position, n.message])?;
+        }
+        if let Some(o) = &encoded.options {
+            self.options.execute(params![&*o.id, o.json])?;
+        }
+        self.upsert.execute(params![
+            r.call_id,
+            r.conversation_id,
+            r.caller,
+            r.round_index,
+            r.started_at,
+            r.first_token_at,
+            r.ended_at,
+            r.provider,
+            r.model,
+            r.status,
+            r.error_kind,
+            r.error_message,
+            r.finish_reason,
+            r.input_tokens,
+            r.output_tokens,
+            r.response_text,
+            r.response,
+            r.cost_nanos,
+            r.history_head,
+            r.request_len,
+            r.options_id,
+        ])?;
+        Ok(())
+    }
 }
+
+/// What runs between two records of a transaction and may add records to it (see [`WriteStatements::write`]).
+type Between<'a> = dyn FnMut(&mut Vec<(Row, Encoded)>) + 'a;
 
 /// Rolls back the connection's open transaction when dropped, if there still is one (a failed `COMMIT` or an
 /// error or panic before it).
@@ -643,11 +661,34 @@ impl Drop for RollbackUnlessCommitted<'_> {
     }
 }
 
+/// Where the connection thread's jobs come from while the tables take the journal's records: record batches
+/// arriving meanwhile are appended to the journal and acknowledged between two records of the transaction, and
+/// join it, so a call ending during an index transaction waits for one record's inserts, not the whole batch's.
+/// The first job that is anything else (or a batch the journal cannot take) stops the taking, and waits for
+/// the commit in `deferred`: jobs run in the order they came.
+struct Arrivals<'r> {
+    receiver: &'r mpsc::Receiver<Job>,
+    deferred: Option<Job>,
+}
+
+impl<'r> Arrivals<'r> {
+    fn new(receiver: &'r mpsc::Receiver<Job>) -> Self {
+        Arrivals {
+            receiver,
+            deferred: None,
+        }
+    }
+}
+
+/// Records one index transaction takes at most, those arriving during it included: past this, batches wait in
+/// the channel for the commit, so a steady stream of records cannot keep a transaction (and the journal's
+/// emptying) open.
+const MAX_TRANSACTION: usize = 4 * INDEX_BATCH;
+
 /// Serve `first` and every record write and store read queued behind it with the same prepared statements,
 /// indexing the journal's records when [`INDEX_BATCH`] of them wait, nothing arrives for their delay, or a read
-/// comes; return the first
-/// other job (which may need `&mut Connection`, so the statements are finalized first) once the waiting records
-/// are indexed, or `None` when every sender is gone.
+/// comes; return the first other job (which may need `&mut Connection`, so the statements are finalized first)
+/// once the waiting records are indexed, or `None` when every sender is gone.
 fn serve_writes(
     conn: &Connection,
     receiver: &mpsc::Receiver<Job>,
@@ -664,28 +705,69 @@ fn serve_writes(
             None => match receiver.recv_timeout(unindexed.delay) {
                 Ok(job) => job,
                 Err(RecvTimeoutError::Timeout) => {
-                    let _ = index(conn, &mut statements, unindexed, after_commit);
+                    let mut arrivals = Arrivals::new(receiver);
+                    let _ = index(
+                        conn,
+                        &mut statements,
+                        unindexed,
+                        after_commit,
+                        &mut arrivals,
+                    );
+                    next = arrivals.deferred;
                     continue;
                 }
                 Err(RecvTimeoutError::Disconnected) => {
-                    let _ = index(conn, &mut statements, unindexed, after_commit);
+                    let mut arrivals = Arrivals::new(receiver);
+                    let _ = index(
+                        conn,
+                        &mut statements,
+                        unindexed,
+                        after_commit,
+                        &mut arrivals,
+                    );
                     return None;
                 }
             },
         };
         match job {
-            Job::Write(write) => serve_write(conn, &mut statements, write, unindexed, after_commit),
+            Job::Write(write) => {
+                let mut arrivals = Arrivals::new(receiver);
+                serve_write(
+                    conn,
+                    &mut statements,
+                    write,
+                    unindexed,
+                    after_commit,
+                    &mut arrivals,
+                );
+                next = arrivals.deferred;
+            }
             Job::Indexed(job) => {
-                let indexed = index(conn, &mut statements, unindexed, after_commit);
+                let mut arrivals = Arrivals::new(receiver);
+                let indexed = index(
+                    conn,
+                    &mut statements,
+                    unindexed,
+                    after_commit,
+                    &mut arrivals,
+                );
                 // As for `with_connection` closures: a panicking read fails its caller, not the store.
                 if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job(conn, indexed)))
                     .is_err()
                 {
                     tracing::error!("a SQLite store read panicked; the store continues");
                 }
+                next = arrivals.deferred;
             }
             other => {
-                let _ = index(conn, &mut statements, unindexed, after_commit);
+                // Nothing is taken from the channel meanwhile: `other` runs next, before whatever follows it.
+                let _ = index(
+                    conn,
+                    &mut statements,
+                    unindexed,
+                    after_commit,
+                    &mut NoArrivals,
+                );
                 return Some(other);
             }
         }
@@ -699,16 +781,23 @@ fn serve_write<'c>(
     write: WriteJob,
     unindexed: &mut Unindexed,
     after_commit: &dyn Fn(&Connection),
+    arrivals: &mut Arrivals<'_>,
 ) {
-    let WriteJob { rows, done } = write;
+    let WriteJob { mut rows, done } = write;
     if unindexed.journal.is_none() {
-        let _ = done.send(commit(conn, statements, &rows, after_commit));
+        let _ = done.send(commit(
+            conn,
+            statements,
+            &mut rows,
+            after_commit,
+            &mut |_| {},
+        ));
         return;
     }
     // While the tables refuse records, at most a batch of them waits in the journal: past that the layer sees
     // the tables' error (fail-closed), instead of the journal growing without bound.
     if unindexed.rows.len() >= INDEX_BATCH {
-        if let Err(e) = index(conn, statements, unindexed, after_commit) {
+        if let Err(e) = index(conn, statements, unindexed, after_commit, arrivals) {
             let _ = done.send(Err(e));
             return;
         }
@@ -719,7 +808,7 @@ fn serve_write<'c>(
             let _ = done.send(Ok(()));
             unindexed.rows.extend(rows);
             if unindexed.rows.len() >= INDEX_BATCH {
-                let _ = index(conn, statements, unindexed, after_commit);
+                let _ = index(conn, statements, unindexed, after_commit, arrivals);
             }
         }
         Err(error) => {
@@ -728,7 +817,7 @@ fn serve_write<'c>(
             tracing::error!(%error, "cannot append to the record journal; committing the batch to the tables");
             let waiting = unindexed.rows.len();
             unindexed.rows.extend(rows);
-            let outcome = index(conn, statements, unindexed, after_commit);
+            let outcome = index(conn, statements, unindexed, after_commit, &mut NoArrivals);
             if outcome.is_err() {
                 unindexed.rows.truncate(waiting);
             }
@@ -737,57 +826,112 @@ fn serve_write<'c>(
     }
 }
 
-/// Write the journal's waiting records into the tables in one transaction, then empty the journal.
+/// What an index transaction takes from the channel meanwhile: [`Arrivals`], or nothing.
+trait TakeArrivals {
+    fn take(&mut self, journal: &mut Journal, rows: &mut Vec<(Row, Encoded)>);
+}
+
+impl TakeArrivals for Arrivals<'_> {
+    /// Takes the batches waiting in the channel into `rows` (appended and acknowledged first), up to
+    /// [`MAX_TRANSACTION`] records.
+    fn take(&mut self, journal: &mut Journal, rows: &mut Vec<(Row, Encoded)>) {
+        while self.deferred.is_none() && rows.len() < MAX_TRANSACTION {
+            let Ok(job) = self.receiver.try_recv() else {
+                return;
+            };
+            match job {
+                Job::Write(WriteJob { rows: batch, done }) => match journal.append(&batch) {
+                    Ok(()) => {
+                        let _ = done.send(Ok(()));
+                        rows.extend(batch);
+                    }
+                    // `serve_write` tries again after the commit, and commits it to the tables if it fails again.
+                    Err(_) => {
+                        self.deferred = Some(Job::Write(WriteJob { rows: batch, done }));
+                    }
+                },
+                other => self.deferred = Some(other),
+            }
+        }
+    }
+}
+
+/// Takes nothing: for a transaction whose end must come before any job still in the channel.
+struct NoArrivals;
+
+impl TakeArrivals for NoArrivals {
+    fn take(&mut self, _: &mut Journal, _: &mut Vec<(Row, Encoded)>) {}
+}
+
+/// Write the journal's waiting records into the tables in one transaction, with the batches `arrivals` takes
+/// meanwhile, then empty the journal.
 fn index<'c>(
     conn: &'c Connection,
     statements: &mut Option<WriteStatements<'c>>,
     unindexed: &mut Unindexed,
     after_commit: &dyn Fn(&Connection),
+    arrivals: &mut dyn TakeArrivals,
 ) -> Result<(), StoreError> {
     if unindexed.rows.is_empty() {
         return Ok(());
     }
-    if let Err(error) = commit(conn, statements, &unindexed.rows, after_commit) {
+    let Unindexed {
+        journal,
+        rows,
+        failing,
+        ..
+    } = unindexed;
+    let written = commit(conn, statements, rows, after_commit, &mut |rows| {
+        if let Some(journal) = journal.as_mut() {
+            arrivals.take(journal, rows);
+        }
+    });
+    if let Err(error) = written {
         // Retried at every trigger (after each delay while nothing else comes): logged when it starts failing.
-        if !std::mem::replace(&mut unindexed.failing, true) {
+        if !std::mem::replace(failing, true) {
             tracing::error!(
                 %error,
-                records = unindexed.rows.len(),
+                records = rows.len(),
                 "the tables refuse the journal's records; they stay in the journal and are retried"
             );
         }
         return Err(error);
     }
-    if std::mem::replace(&mut unindexed.failing, false) {
+    if std::mem::replace(failing, false) {
         tracing::info!(
-            records = unindexed.rows.len(),
+            records = rows.len(),
             "the journal's records are in the tables again"
         );
     }
-    unindexed.rows.clear();
-    if let Some(journal) = &mut unindexed.journal {
-        if let Err(error) = journal.clear() {
+    rows.clear();
+    if let Some(open) = journal {
+        if let Err(error) = open.clear() {
             // What it holds is in the tables (replaying it changes nothing), but an entry appended after a torn
             // one would be lost to replay: stop using it.
             tracing::error!(%error, "cannot empty the record journal; this store now commits each batch");
-            unindexed.journal = None;
+            *journal = None;
         }
     }
     Ok(())
 }
 
-/// Write `rows` into the tables in one transaction, with the statements kept prepared.
+/// Write `rows` into the tables in one transaction, with the statements kept prepared; `between` as for
+/// [`WriteStatements::write`].
 fn commit<'c>(
     conn: &'c Connection,
     statements: &mut Option<WriteStatements<'c>>,
-    rows: &[(Row, Encoded)],
+    rows: &mut Vec<(Row, Encoded)>,
     after_commit: &dyn Fn(&Connection),
+    between: &mut Between<'_>,
 ) -> Result<(), StoreError> {
     let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         if statements.is_none() {
             *statements = Some(WriteStatements::prepare(conn)?);
         }
-        statements.as_mut().expect("prepared above").write(rows)
+        statements
+            .as_mut()
+            .expect("prepared above")
+            .write(rows, between)
     }));
     match outcome {
         Ok(result) => {
