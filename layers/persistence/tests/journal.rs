@@ -10,7 +10,7 @@ use common::{answer, scripted, stream_of, Shape};
 use tower::{Layer, ServiceExt};
 use tower_chat::{ChatRequest, ChatStreamExt, ConversationId, Message};
 use tower_chat_persistence::{
-    CallQuery, ConversationQuery, Migration, PersistenceLayer, SqliteStore, Store,
+    CallQuery, ConversationQuery, Durability, Migration, PersistenceLayer, SqliteStore, Store,
 };
 
 /// A store whose records wait in the journal until something reads (or the test ends).
@@ -42,10 +42,16 @@ async fn calls(store: &SqliteStore, conversation: &ConversationId, n: usize) {
     }
 }
 
+/// The bytes in the journal's two files.
 fn journal_len(database: &Path) -> u64 {
-    let mut path = database.as_os_str().to_owned();
-    path.push("-records");
-    std::fs::metadata(path).map(|m| m.len()).unwrap_or(0)
+    ["-records", "-records-alt"]
+        .iter()
+        .map(|suffix| {
+            let mut path = database.as_os_str().to_owned();
+            path.push(suffix);
+            std::fs::metadata(path).map(|m| m.len()).unwrap_or(0)
+        })
+        .sum()
 }
 
 /// The state a killed process leaves: its files as they are, the tables never told about the journal's records.
@@ -62,7 +68,7 @@ async fn records_a_killed_process_left_in_the_journal_reach_the_tables_on_the_ne
     );
     let copy = dir.path().join("copy");
     std::fs::create_dir(&copy).unwrap();
-    for suffix in ["", "-wal", "-records"] {
+    for suffix in ["", "-wal", "-records", "-records-alt"] {
         let from = format!("{}{suffix}", path.display());
         if Path::new(&from).exists() {
             std::fs::copy(&from, format!("{}{suffix}", copy.join("a.db").display())).unwrap();
@@ -174,14 +180,18 @@ fn slow_inserts() -> Migration {
     )
 }
 
-/// A call ending while the tables take the journal's records does not wait for that transaction: its record
-/// is appended to the journal and acknowledged between two records of the transaction, and joins it.
-#[tokio::test]
-async fn a_call_ending_during_an_index_transaction_does_not_wait_for_its_commit() {
+/// A call ending while the tables take the journal's records does not wait for that transaction. With the
+/// default durability the writer task appends its record to the journal's other file itself; with
+/// `Durability::PowerLoss` (every append synced, on the store's thread) the thread appends and acknowledges it
+/// between two records of the transaction, and the record joins it.
+async fn a_call_ending_during_an_index_transaction_does_not_wait_for_its_commit(
+    durability: Durability,
+) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("t.db");
     let store = SqliteStore::builder(&path)
         .index_delay(Duration::from_secs(3600))
+        .durability(durability)
         .migration(slow_inserts())
         .open()
         .await
@@ -201,16 +211,52 @@ async fn a_call_ending_during_an_index_transaction_does_not_wait_for_its_commit(
     // Acknowledged while the transaction is still open: another connection sees none of its records yet.
     assert!(
         !flushing.is_finished(),
-        "the call waited for the index transaction ({quick_took:?})"
+        "{durability:?}: the call waited for the index transaction ({quick_took:?})"
     );
     assert_eq!(
         other.conversation_calls(&slow).await.unwrap().len(),
         0,
-        "the call waited for the index transaction ({quick_took:?})"
+        "{durability:?}: the call waited for the index transaction ({quick_took:?})"
     );
+    if durability == Durability::Process {
+        // A process killed now leaves the slow records in one journal file (taken, not committed) and the quick
+        // one in the other: the next open replays both.
+        let copy = dir.path().join("copy");
+        std::fs::create_dir(&copy).unwrap();
+        for suffix in ["", "-wal", "-records", "-records-alt"] {
+            let from = format!("{}{suffix}", path.display());
+            if Path::new(&from).exists() {
+                std::fs::copy(&from, format!("{}{suffix}", copy.join("t.db").display())).unwrap();
+            }
+        }
+        let reopened = SqliteStore::open(copy.join("t.db")).await.unwrap();
+        assert_eq!(reopened.conversation_calls(&slow).await.unwrap().len(), 2);
+        assert_eq!(reopened.conversation_calls(&quick).await.unwrap().len(), 1);
+    }
     flushing.await.unwrap().unwrap();
-    // The quick record joined the transaction: the flush left nothing in the journal.
-    assert_eq!(journal_len(&path), 0);
     assert_eq!(other.conversation_calls(&slow).await.unwrap().len(), 2);
-    assert_eq!(other.conversation_calls(&quick).await.unwrap().len(), 1);
+    let joined = other.conversation_calls(&quick).await.unwrap().len();
+    if durability == Durability::PowerLoss {
+        assert_eq!(joined, 1, "appended by the thread: in the same transaction");
+        assert_eq!(journal_len(&path), 0);
+    } else {
+        // Appended to the other file after the records were taken: waiting for the next transaction.
+        assert_eq!(joined, 0);
+        assert!(journal_len(&path) > 0);
+        store.flush().await.unwrap();
+        assert_eq!(other.conversation_calls(&quick).await.unwrap().len(), 1);
+        assert_eq!(journal_len(&path), 0, "both files emptied");
+    }
+}
+
+#[tokio::test]
+async fn a_call_ending_during_an_index_transaction_appends_its_record_itself() {
+    a_call_ending_during_an_index_transaction_does_not_wait_for_its_commit(Durability::Process)
+        .await;
+}
+
+#[tokio::test]
+async fn a_synced_call_ending_during_an_index_transaction_joins_it() {
+    a_call_ending_during_an_index_transaction_does_not_wait_for_its_commit(Durability::PowerLoss)
+        .await;
 }

@@ -376,8 +376,8 @@ async fn failures_before_output_are_recorded_as_failed(db: &TestDb) {
 /// Calls that finished while the tables refused writes, before the first one failed.
 ///
 /// PostgreSQL: none, a record is durable once its row is committed. SQLite: a record is durable once appended to
-/// the store's journal, and the tables take it later; while they refuse, the records wait in the journal (at most
-/// a batch of them) and the call after that fails. Either way no finished call's record is lost: each reads back
+/// the store's journal, and the tables take it later; while they refuse, the records wait in the journal (a batch
+/// of them, and those that ended while the tables were tried) and the call after that fails. Either way no finished call's record is lost: each reads back
 /// once the tables accept writes again.
 async fn a_store_refusing_writes_fails_the_call_with_a_store_error(db: &TestDb) {
     let journal = matches!(db.backend, common::Backend::Sqlite(_));
@@ -414,7 +414,8 @@ async fn a_store_refusing_writes_fails_the_call_with_a_store_error(db: &TestDb) 
         assert_eq!(layer.stats().failed, 1);
         if journal {
             assert!(
-                (1..=128).contains(&finished.len()),
+                // 128 wait when the tables are first tried; calls ending meanwhile append too, up to 512.
+                (1..=512).contains(&finished.len()),
                 "{} calls finished first",
                 finished.len()
             );

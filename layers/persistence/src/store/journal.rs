@@ -3,11 +3,12 @@
 //! A SQLite commit costs more than a record's own rows: it writes every page the record touched (~5 of 4 KiB for
 //! a two-message record) to the write-ahead log and checksums them, whether one record or a hundred share the
 //! transaction. A caller alone on the store would pay that once per record. So a batch of records is first
-//! appended to a file of its own beside the database (`<database>-records`, one `write`), which is what the
-//! layer waits for; the connection thread then writes the records into the tables in transactions of
-//! [`INDEX_BATCH`] records (and those arriving meanwhile), once that many are waiting or the store has been idle for [`INDEX_DELAY`] (1 s), and
-//! before any other operation on the connection (so every read through the store sees every record written
-//! before it). Once those rows are committed the journal is emptied.
+//! appended to a file of its own beside the database (one `write`), which is what the layer waits for; the
+//! connection thread then writes the records into the tables in transactions of [`INDEX_BATCH`] records, once
+//! that many are waiting or the store has been idle for [`INDEX_DELAY`] (1 s), and before any other operation on
+//! the connection (so every read through the store sees every record written before it). The journal is two
+//! files, `<database>-records` and `<database>-records-alt`, used in turn (see `appender.rs`): one is emptied once
+//! its records are committed while the other takes the appends.
 //!
 //! What survives: an appended batch is in the operating system's cache when the append returns, so it survives
 //! the process being killed, like a commit in WAL mode with `synchronous = NORMAL`; the next open replays the
@@ -31,10 +32,16 @@ use crate::record::CallOutcome;
 
 /// Records waiting for the tables at most: more are indexed at once (one transaction). A transaction of 128
 /// costs ~8 k instructions a record less than one of 16 (fewer pages of log per record). It does not hold up the
-/// calls ending meanwhile: their batches are appended and acknowledged between two records of the transaction
-/// (`Arrivals` in `sqlite.rs`); before that, 128 raised the gateway's p99 at one connection by ~0.7 ms
+/// calls ending meanwhile: their writer tasks append to the journal's other file (`appender.rs`); when the
+/// transaction ran on the thread that also appended, 128 raised the gateway's p99 at one connection by ~0.7 ms
 /// (BENCHMARKS.md, issue 11, twelfth and thirteenth sessions).
 pub(super) const INDEX_BATCH: usize = 128;
+
+/// Records one index transaction takes at most, those arriving during it included, and records waiting for the
+/// tables at most before the writer task hands its batches to the connection thread (which indexes before it
+/// appends): a store the tables cannot keep up with slows its callers down instead of growing its journal
+/// without bound.
+pub(super) const MAX_TRANSACTION: usize = 4 * INDEX_BATCH;
 
 /// How long records wait for the tables while nothing else reaches the store, unless
 /// [`super::sqlite::SqliteStoreBuilder::index_delay`] says otherwise. Long enough that records a few
@@ -69,19 +76,46 @@ impl Journal {
         PathBuf::from(path)
     }
 
-    /// Open and lock the journal of `database`, and read what it holds. `Ok(None)` when another store holds
-    /// it. `sync`: every append waits for the disk.
-    pub(super) fn open(database: &Path, sync: bool) -> io::Result<Option<(Journal, Replay)>> {
-        let file = OpenOptions::new()
-            .read(true)
-            .append(true)
-            .create(true)
-            .open(Self::path(database))?;
+    /// The journal's second file, which takes the appends while the first one's records are being written into
+    /// the tables (and the other way round).
+    pub(super) fn alternate_path(database: &Path) -> PathBuf {
+        let mut path = database.as_os_str().to_owned();
+        path.push("-records-alt");
+        PathBuf::from(path)
+    }
+
+    /// Open and lock the journal of `database` (its two files, [`Journal::path`] and
+    /// [`Journal::alternate_path`]), and read what they hold. `Ok(None)` when another store holds it. `sync`:
+    /// every append waits for the disk.
+    pub(super) fn open(
+        database: &Path,
+        sync: bool,
+    ) -> io::Result<Option<(Journal, Journal, Replay)>> {
+        let file = Self::open_file(&Self::path(database))?;
+        // The first file's lock covers both: only its holder opens the second.
         match file.try_lock() {
             Ok(()) => {}
             Err(TryLockError::WouldBlock) => return Ok(None),
             Err(TryLockError::Error(e)) => return Err(e),
         }
+        let (first, mut replay) = Self::read(file, sync)?;
+        let (second, more) = Self::read(Self::open_file(&Self::alternate_path(database))?, sync)?;
+        // Replaying is idempotent and order-free (a final record is never overwritten), so the files' order does
+        // not matter.
+        replay.extend(more);
+        Ok(Some((first, second, replay)))
+    }
+
+    fn open_file(path: &Path) -> io::Result<File> {
+        OpenOptions::new()
+            .read(true)
+            .append(true)
+            .create(true)
+            .open(path)
+    }
+
+    /// A journal file's whole entries; an incomplete or damaged tail is cut off.
+    fn read(file: File, sync: bool) -> io::Result<(Journal, Replay)> {
         let mut bytes = Vec::new();
         (&file).read_to_end(&mut bytes)?;
         let (replay, whole) = decode_entries(&bytes);
@@ -98,7 +132,17 @@ impl Journal {
             );
             journal.file.set_len(journal.len)?;
         }
-        Ok(Some((journal, replay)))
+        Ok((journal, replay))
+    }
+
+    /// Whether every append waits for the disk.
+    pub(super) fn syncs(&self) -> bool {
+        self.sync
+    }
+
+    /// Whether the file holds no entry.
+    pub(super) fn is_empty(&self) -> bool {
+        self.len == 0
     }
 
     /// Append `rows` as one entry: durable (to the journal's promise) when this returns `Ok`. On an error the
@@ -453,14 +497,14 @@ mod tests {
     fn batches_come_back_whole_and_in_order_after_a_reopen() {
         let dir = tempfile::tempdir().unwrap();
         let database = dir.path().join("j.db");
-        let (mut journal, replay) = Journal::open(&database, false).unwrap().unwrap();
+        let (mut journal, _alternate, replay) = Journal::open(&database, false).unwrap().unwrap();
         assert!(replay.is_empty());
         let first = vec![record(1, Some("alice")), record(2, None)];
         let second = vec![record(3, None)];
         journal.append(&first).unwrap();
         journal.append(&second).unwrap();
         drop(journal);
-        let (_journal, replay) = Journal::open(&database, false).unwrap().unwrap();
+        let (_journal, _alternate, replay) = Journal::open(&database, false).unwrap().unwrap();
         let both: Vec<_> = first.into_iter().chain(second).collect();
         same(&replay, &both);
     }
@@ -469,12 +513,12 @@ mod tests {
     fn a_cleared_journal_replays_nothing() {
         let dir = tempfile::tempdir().unwrap();
         let database = dir.path().join("j.db");
-        let (mut journal, _) = Journal::open(&database, true).unwrap().unwrap();
+        let (mut journal, _alternate, _) = Journal::open(&database, true).unwrap().unwrap();
         journal.append(&[record(1, None)]).unwrap();
         journal.clear().unwrap();
         journal.append(&[record(2, None)]).unwrap();
         drop(journal);
-        let (_journal, replay) = Journal::open(&database, false).unwrap().unwrap();
+        let (_journal, _alternate, replay) = Journal::open(&database, false).unwrap().unwrap();
         same(&replay, &[record(2, None)]);
     }
 
@@ -483,7 +527,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let database = dir.path().join("j.db");
         let path = Journal::path(&database);
-        let (mut journal, _) = Journal::open(&database, false).unwrap().unwrap();
+        let (mut journal, _alternate, _) = Journal::open(&database, false).unwrap().unwrap();
         journal.append(&[record(1, None)]).unwrap();
         let whole = std::fs::metadata(&path).unwrap().len();
         journal.append(&[record(2, None), record(4, None)]).unwrap();
@@ -492,7 +536,7 @@ mod tests {
         // Every cut inside the second batch leaves the first one alone.
         for cut in [whole + 1, whole + HEADER as u64, full.len() as u64 - 1] {
             std::fs::write(&path, &full[..cut as usize]).unwrap();
-            let (_journal, replay) = Journal::open(&database, false).unwrap().unwrap();
+            let (_journal, _alternate, replay) = Journal::open(&database, false).unwrap().unwrap();
             same(&replay, &[record(1, None)]);
             assert_eq!(std::fs::metadata(&path).unwrap().len(), whole);
         }
@@ -500,7 +544,7 @@ mod tests {
         let mut damaged = full.clone();
         damaged[whole as usize + HEADER + 10] ^= 1;
         std::fs::write(&path, &damaged).unwrap();
-        let (_journal, replay) = Journal::open(&database, false).unwrap().unwrap();
+        let (_journal, _alternate, replay) = Journal::open(&database, false).unwrap().unwrap();
         same(&replay, &[record(1, None)]);
     }
 
@@ -531,7 +575,7 @@ mod tests {
         // And so does the layout of an entry.
         let dir = tempfile::tempdir().unwrap();
         let database = dir.path().join("j.db");
-        let (mut journal, _) = Journal::open(&database, false).unwrap().unwrap();
+        let (mut journal, _alternate, _) = Journal::open(&database, false).unwrap().unwrap();
         journal.append(&[record(2, Some("alice"))]).unwrap();
         let bytes = std::fs::read(Journal::path(&database)).unwrap();
         assert_eq!(bytes.len(), PINNED_ENTRY.0, "{}", bytes.len());

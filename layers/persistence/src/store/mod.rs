@@ -15,6 +15,8 @@ pub mod postgres;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
 
+#[cfg(feature = "sqlite")]
+mod appender;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod chain;
 #[cfg(feature = "sqlite")]

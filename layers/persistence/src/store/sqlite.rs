@@ -7,8 +7,8 @@
 //! other user of the store in this process. Other processes may open the same file: WAL mode lets readers run
 //! alongside the writer, and a busy timeout makes concurrent writers wait instead of failing at once.
 //!
-//! A batch of records is durable once appended to the store's journal (see `journal.rs`): the thread writes the
-//! journal's records into the tables later, in transactions of [`INDEX_BATCH`] records and those arriving while
+//! A batch of records is durable once appended to the store's journal (see `journal.rs`), which the writer task
+//! does itself (`appender.rs`): the thread writes the journal's records into the tables later, in transactions of [`INDEX_BATCH`] records and those arriving while
 //! they are written, and always before running any other operation, so nothing read through the store misses a
 //! record written before it.
 
@@ -23,9 +23,10 @@ use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 use tokio::sync::oneshot;
 use tower_chat::ConversationId;
 
+use super::appender::{Appended, Appender, Rows};
 use super::chain::{history_sql, Encoded, Encoder, NodeKey};
 use super::checkpoint::Checkpointer;
-use super::journal::{Journal, INDEX_BATCH, INDEX_DELAY};
+use super::journal::{Journal, INDEX_BATCH, INDEX_DELAY, MAX_TRANSACTION};
 use super::schema::{
     abandon_sql, call_summaries_sql, conversation_from_row, insert_key_sql, select_sql,
     spend_from_row, spend_sql, sqlite_migrations, Row, StoredColumns, StoredRecord, SummaryColumns,
@@ -49,6 +50,8 @@ enum Job {
     Indexed(IndexedJob),
     /// Anything else (migrations, other crates' closures); the waiting records are indexed first.
     Connection(Box<dyn FnOnce(&mut Connection) + Send>),
+    /// The writer task appended the first waiting records (the idle delay starts), or [`INDEX_BATCH`] of them.
+    Wake,
 }
 
 /// See [`Job::Indexed`].
@@ -61,15 +64,76 @@ struct WriteJob {
     done: oneshot::Sender<Result<(), StoreError>>,
 }
 
-/// Records acknowledged to the layer and not yet in the tables, and the journal that keeps them meanwhile.
+/// The connection thread's side of the journal: records acknowledged to the layer and not yet in the tables.
 struct Unindexed {
-    /// `None` when another store holds the journal: every batch is then committed to the tables directly.
-    journal: Option<Journal>,
-    rows: Vec<(Row, Encoded)>,
-    /// The last attempt to index `rows` failed.
-    failing: bool,
-    /// How long `rows` wait while nothing else reaches the store.
+    /// The active journal file and the records waiting in it, shared with the writer task.
+    appender: Arc<Appender>,
+    /// The journal's other file: empty, or (`spare_taken`) holding only records taken into `rows`.
+    spare: Option<Journal>,
+    spare_taken: bool,
+    /// Records taken for the tables and not in them yet (the last attempt failed, or it is under way).
+    rows: Rows,
+    /// How long records wait while nothing else reaches the store.
     delay: Duration,
+}
+
+impl Unindexed {
+    /// Whether this store holds a journal (else every batch is committed to the tables directly).
+    fn journaled(&self) -> bool {
+        self.appender.lock().active.is_some()
+    }
+
+    /// Records acknowledged and not in the tables: taken or still waiting.
+    fn unindexed(&self) -> usize {
+        self.state().0
+    }
+
+    /// [`Unindexed::unindexed`], and whether the tables refused the last records.
+    fn state(&self) -> (usize, bool) {
+        let shared = self.appender.lock();
+        (self.rows.len() + shared.waiting.len(), shared.failing)
+    }
+
+    /// Take the waiting records into `rows`; swap the journal's files if the other one is empty, so the one
+    /// holding the records taken can be emptied once they are committed.
+    fn take(&mut self) {
+        let mut shared = self.appender.lock();
+        self.rows.append(&mut shared.waiting);
+        let active_holds_records = shared.active.as_ref().is_some_and(|j| !j.is_empty());
+        if !self.spare_taken && active_holds_records {
+            if let (Some(active), Some(spare)) = (shared.active.as_mut(), self.spare.as_mut()) {
+                std::mem::swap(active, spare);
+                self.spare_taken = true;
+            }
+        }
+    }
+
+    /// After a commit of every record taken: empty the files that hold only committed records (the spare one;
+    /// the active one too when nothing was appended since the take).
+    fn committed(&mut self) {
+        self.rows.clear();
+        let mut shared = self.appender.lock();
+        let spare_cleared =
+            !self.spare_taken || self.spare.as_mut().is_none_or(|s| s.clear().is_ok());
+        self.spare_taken = !spare_cleared;
+        let nothing_since = shared.waiting.is_empty();
+        let active_cleared =
+            !nothing_since || shared.active.as_mut().is_none_or(|a| a.clear().is_ok());
+        if !(spare_cleared && active_cleared) {
+            // What they hold is in the tables (replaying it changes nothing), but an entry appended after a torn
+            // one would be lost to replay: stop using the journal.
+            tracing::error!("cannot empty the record journal; this store now commits each batch");
+            shared.active = None;
+            self.spare = None;
+            self.spare_taken = false;
+        }
+    }
+
+    /// Mark the tables refusing records (batches then go to the connection thread) or taking them again; whether
+    /// they were refusing before.
+    fn set_failing(&self, failing: bool) -> bool {
+        std::mem::replace(&mut self.appender.lock().failing, failing)
+    }
 }
 
 /// The embedded SQLite store. Cheap to clone (clones share the connection thread); the thread ends when the last
@@ -79,6 +143,8 @@ pub struct SqliteStore {
     jobs: mpsc::Sender<Job>,
     path: Arc<PathBuf>,
     encoder: Arc<Encoder>,
+    /// The journal's active file: batches are appended there on the writer task.
+    appender: Arc<Appender>,
     /// A read-only connection for the listing reads ([`Store::list_conversations`], [`Store::call_summaries`]),
     /// opened on first use: in WAL mode it reads a snapshot without holding up the connection thread, so a
     /// dashboard scanning many calls does not delay the layer's record writes (and the calls waiting on them).
@@ -158,10 +224,12 @@ impl SqliteStoreBuilder {
         let (jobs, receiver) = mpsc::channel::<Job>();
         let (opened_tx, opened_rx) = oneshot::channel();
         let path = self.path.clone();
+        let appender = Arc::new(Appender::default());
+        let thread_appender = appender.clone();
         std::thread::Builder::new()
             .name("tower-chat-sqlite".into())
             .spawn(move || {
-                let (mut conn, mut unindexed) = match open_connection(&self) {
+                let (mut conn, mut unindexed) = match open_connection(&self, thread_appender) {
                     Ok((conn, key, unindexed)) => {
                         let _ = opened_tx.send(Ok(key));
                         (conn, unindexed)
@@ -223,6 +291,7 @@ impl SqliteStoreBuilder {
             jobs,
             path: Arc::new(path),
             encoder: Arc::new(Encoder::new(key)),
+            appender,
             reader: Arc::default(),
         })
     }
@@ -230,6 +299,7 @@ impl SqliteStoreBuilder {
 
 fn open_connection(
     options: &SqliteStoreBuilder,
+    appender: Arc<Appender>,
 ) -> Result<(Connection, NodeKey, Unindexed), StoreError> {
     let context = |what: &str| {
         let path = options.path.display().to_string();
@@ -286,26 +356,32 @@ fn open_connection(
             ))
         })
         .map_err(context("cannot read the node key"))?;
-    let unindexed = open_journal(&conn, options)?;
+    let unindexed = open_journal(&conn, options, appender)?;
     Ok((conn, key, unindexed))
 }
 
 /// Lock the database's record journal and write what a previous process left in it into the tables.
-fn open_journal(conn: &Connection, options: &SqliteStoreBuilder) -> Result<Unindexed, StoreError> {
+fn open_journal(
+    conn: &Connection,
+    options: &SqliteStoreBuilder,
+    appender: Arc<Appender>,
+) -> Result<Unindexed, StoreError> {
     let path = Journal::path(&options.path);
     let sync = options.durability == Durability::PowerLoss;
     let mut unindexed = Unindexed {
-        journal: None,
+        appender,
+        spare: None,
+        spare_taken: false,
         rows: Vec::new(),
-        failing: false,
         delay: options.index_delay,
     };
-    let Some((mut journal, replay)) = Journal::open(&options.path, sync).map_err(|e| {
-        StoreError::with_source(
-            format!("cannot open the record journal {}", path.display()),
-            e,
-        )
-    })?
+    let Some((mut journal, mut spare, replay)) =
+        Journal::open(&options.path, sync).map_err(|e| {
+            StoreError::with_source(
+                format!("cannot open the record journal {}", path.display()),
+                e,
+            )
+        })?
     else {
         tracing::debug!(
             journal = %path.display(),
@@ -332,13 +408,14 @@ fn open_journal(conn: &Connection, options: &SqliteStoreBuilder) -> Result<Unind
             "records left in the journal by an earlier process are now in the tables"
         );
     }
-    journal.clear().map_err(|e| {
+    journal.clear().and_then(|()| spare.clear()).map_err(|e| {
         StoreError::with_source(
             format!("cannot empty the record journal {}", path.display()),
             e,
         )
     })?;
-    unindexed.journal = Some(journal);
+    unindexed.appender.lock().active = Some(journal);
+    unindexed.spare = Some(spare);
     Ok(unindexed)
 }
 
@@ -593,11 +670,7 @@ impl<'c> WriteStatements<'c> {
     /// Write `rows` in one transaction: committed when this returns `Ok`, rolled back otherwise (an error, or a
     /// panic unwinding through the connection thread). `between` runs after each record and may add records to
     /// `rows`, which join the same transaction.
-    fn write(
-        &mut self,
-        rows: &mut Vec<(Row, Encoded)>,
-        between: &mut Between<'_>,
-    ) -> rusqlite::Result<()> {
+    fn write(&mut self, rows: &mut Rows, between: &mut Between<'_>) -> rusqlite::Result<()> {
         self.begin.execute([])?;
         let rollback = RollbackUnlessCommitted(self.conn);
         let mut next = 0;
@@ -647,7 +720,7 @@ impl<'c> WriteStatements<'c> {
 }
 
 /// What runs between two records of a transaction and may add records to it (see [`WriteStatements::write`]).
-type Between<'a> = dyn FnMut(&mut Vec<(Row, Encoded)>) + 'a;
+type Between<'a> = dyn FnMut(&mut Rows) + 'a;
 
 /// Rolls back the connection's open transaction when dropped, if there still is one (a failed `COMMIT` or an
 /// error or panic before it).
@@ -662,10 +735,11 @@ impl Drop for RollbackUnlessCommitted<'_> {
 }
 
 /// Where the connection thread's jobs come from while the tables take the journal's records: record batches
-/// arriving meanwhile are appended to the journal and acknowledged between two records of the transaction, and
-/// join it, so a call ending during an index transaction waits for one record's inserts, not the whole batch's.
-/// The first job that is anything else (or a batch the journal cannot take) stops the taking, and waits for
-/// the commit in `deferred`: jobs run in the order they came.
+/// sent to the thread meanwhile (see `appender.rs` for when they are) are appended to the journal and
+/// acknowledged between two records of the transaction, and join it, so a call ending during an index
+/// transaction waits for one record's inserts, not the whole batch's. The first job that is anything else (or a
+/// batch the journal cannot take) stops the taking, and waits for the commit in `deferred`: jobs run in the
+/// order they came.
 struct Arrivals<'r> {
     receiver: &'r mpsc::Receiver<Job>,
     deferred: Option<Job>,
@@ -679,11 +753,6 @@ impl<'r> Arrivals<'r> {
         }
     }
 }
-
-/// Records one index transaction takes at most, those arriving during it included: past this, batches wait in
-/// the channel for the commit, so a steady stream of records cannot keep a transaction (and the journal's
-/// emptying) open.
-const MAX_TRANSACTION: usize = 4 * INDEX_BATCH;
 
 /// Serve `first` and every record write and store read queued behind it with the same prepared statements,
 /// indexing the journal's records when [`INDEX_BATCH`] of them wait, nothing arrives for their delay, or a read
@@ -699,9 +768,27 @@ fn serve_writes(
     let mut statements: Option<WriteStatements<'_>> = None;
     let mut next = Some(first);
     loop {
+        let (waiting, failing) = if next.is_some() {
+            (0, false)
+        } else {
+            unindexed.state()
+        };
         let job = match next.take() {
             Some(job) => job,
-            None if unindexed.rows.is_empty() => receiver.recv().ok()?,
+            // While the tables refuse records they are retried after each delay, not in a loop.
+            None if waiting >= INDEX_BATCH && !failing => {
+                let mut arrivals = Arrivals::new(receiver);
+                let _ = index(
+                    conn,
+                    &mut statements,
+                    unindexed,
+                    after_commit,
+                    &mut arrivals,
+                );
+                next = arrivals.deferred;
+                continue;
+            }
+            None if waiting == 0 => receiver.recv().ok()?,
             None => match receiver.recv_timeout(unindexed.delay) {
                 Ok(job) => job,
                 Err(RecvTimeoutError::Timeout) => {
@@ -742,6 +829,8 @@ fn serve_writes(
                 );
                 next = arrivals.deferred;
             }
+            // The loop's next turn indexes once enough records wait, or starts their delay.
+            Job::Wake => {}
             Job::Indexed(job) => {
                 let mut arrivals = Arrivals::new(receiver);
                 let indexed = index(
@@ -774,7 +863,8 @@ fn serve_writes(
     }
 }
 
-/// Make one batch durable: append it to the journal (indexed later), or commit it when there is no journal.
+/// Make a batch the writer task could not append durable: append it to the journal (indexed later), or commit
+/// it when there is no journal.
 fn serve_write<'c>(
     conn: &'c Connection,
     statements: &mut Option<WriteStatements<'c>>,
@@ -784,7 +874,7 @@ fn serve_write<'c>(
     arrivals: &mut Arrivals<'_>,
 ) {
     let WriteJob { mut rows, done } = write;
-    if unindexed.journal.is_none() {
+    if !unindexed.journaled() {
         let _ = done.send(commit(
             conn,
             statements,
@@ -796,18 +886,23 @@ fn serve_write<'c>(
     }
     // While the tables refuse records, at most a batch of them waits in the journal: past that the layer sees
     // the tables' error (fail-closed), instead of the journal growing without bound.
-    if unindexed.rows.len() >= INDEX_BATCH {
+    if unindexed.unindexed() >= INDEX_BATCH {
         if let Err(e) = index(conn, statements, unindexed, after_commit, arrivals) {
             let _ = done.send(Err(e));
             return;
         }
     }
-    let journal = unindexed.journal.as_mut().expect("checked above");
-    match journal.append(&rows) {
+    let appended = match unindexed.appender.lock().active.as_mut() {
+        Some(journal) => journal.append(&rows),
+        None => Err(std::io::Error::other(
+            "the record journal is no longer in use",
+        )),
+    };
+    match appended {
         Ok(()) => {
             let _ = done.send(Ok(()));
             unindexed.rows.extend(rows);
-            if unindexed.rows.len() >= INDEX_BATCH {
+            if unindexed.unindexed() >= INDEX_BATCH {
                 let _ = index(conn, statements, unindexed, after_commit, arrivals);
             }
         }
@@ -815,6 +910,7 @@ fn serve_write<'c>(
             // The batch is not acknowledged yet: commit it to the tables with the records waiting before it (which
             // also empties the journal, torn entry included).
             tracing::error!(%error, "cannot append to the record journal; committing the batch to the tables");
+            unindexed.take();
             let waiting = unindexed.rows.len();
             unindexed.rows.extend(rows);
             let outcome = index(conn, statements, unindexed, after_commit, &mut NoArrivals);
@@ -828,28 +924,34 @@ fn serve_write<'c>(
 
 /// What an index transaction takes from the channel meanwhile: [`Arrivals`], or nothing.
 trait TakeArrivals {
-    fn take(&mut self, journal: &mut Journal, rows: &mut Vec<(Row, Encoded)>);
+    fn take(&mut self, appender: &Appender, rows: &mut Rows);
 }
 
 impl TakeArrivals for Arrivals<'_> {
     /// Takes the batches waiting in the channel into `rows` (appended and acknowledged first), up to
     /// [`MAX_TRANSACTION`] records.
-    fn take(&mut self, journal: &mut Journal, rows: &mut Vec<(Row, Encoded)>) {
+    fn take(&mut self, appender: &Appender, rows: &mut Rows) {
         while self.deferred.is_none() && rows.len() < MAX_TRANSACTION {
             let Ok(job) = self.receiver.try_recv() else {
                 return;
             };
             match job {
-                Job::Write(WriteJob { rows: batch, done }) => match journal.append(&batch) {
-                    Ok(()) => {
+                Job::Write(WriteJob { rows: batch, done }) => {
+                    let appended = appender
+                        .lock()
+                        .active
+                        .as_mut()
+                        .is_some_and(|journal| journal.append(&batch).is_ok());
+                    if appended {
                         let _ = done.send(Ok(()));
                         rows.extend(batch);
-                    }
-                    // `serve_write` tries again after the commit, and commits it to the tables if it fails again.
-                    Err(_) => {
+                    } else {
+                        // `serve_write` tries again after the commit, and commits it to the tables if it fails again.
                         self.deferred = Some(Job::Write(WriteJob { rows: batch, done }));
                     }
-                },
+                }
+                // `serve_writes` looks at what waits once the transaction is over.
+                Job::Wake => {}
                 other => self.deferred = Some(other),
             }
         }
@@ -860,11 +962,11 @@ impl TakeArrivals for Arrivals<'_> {
 struct NoArrivals;
 
 impl TakeArrivals for NoArrivals {
-    fn take(&mut self, _: &mut Journal, _: &mut Vec<(Row, Encoded)>) {}
+    fn take(&mut self, _: &Appender, _: &mut Rows) {}
 }
 
 /// Write the journal's waiting records into the tables in one transaction, with the batches `arrivals` takes
-/// meanwhile, then empty the journal.
+/// meanwhile, then empty the journal's files that hold only records now in the tables.
 fn index<'c>(
     conn: &'c Connection,
     statements: &mut Option<WriteStatements<'c>>,
@@ -872,46 +974,36 @@ fn index<'c>(
     after_commit: &dyn Fn(&Connection),
     arrivals: &mut dyn TakeArrivals,
 ) -> Result<(), StoreError> {
+    unindexed.take();
     if unindexed.rows.is_empty() {
         return Ok(());
     }
-    let Unindexed {
-        journal,
-        rows,
-        failing,
-        ..
-    } = unindexed;
-    let written = commit(conn, statements, rows, after_commit, &mut |rows| {
-        if let Some(journal) = journal.as_mut() {
-            arrivals.take(journal, rows);
-        }
-    });
+    let appender = unindexed.appender.clone();
+    let written = commit(
+        conn,
+        statements,
+        &mut unindexed.rows,
+        after_commit,
+        &mut |rows| arrivals.take(&appender, rows),
+    );
     if let Err(error) = written {
         // Retried at every trigger (after each delay while nothing else comes): logged when it starts failing.
-        if !std::mem::replace(failing, true) {
+        if !unindexed.set_failing(true) {
             tracing::error!(
                 %error,
-                records = rows.len(),
+                records = unindexed.rows.len(),
                 "the tables refuse the journal's records; they stay in the journal and are retried"
             );
         }
         return Err(error);
     }
-    if std::mem::replace(failing, false) {
+    if unindexed.set_failing(false) {
         tracing::info!(
-            records = rows.len(),
+            records = unindexed.rows.len(),
             "the journal's records are in the tables again"
         );
     }
-    rows.clear();
-    if let Some(open) = journal {
-        if let Err(error) = open.clear() {
-            // What it holds is in the tables (replaying it changes nothing), but an entry appended after a torn
-            // one would be lost to replay: stop using it.
-            tracing::error!(%error, "cannot empty the record journal; this store now commits each batch");
-            *journal = None;
-        }
-    }
+    unindexed.committed();
     Ok(())
 }
 
@@ -920,7 +1012,7 @@ fn index<'c>(
 fn commit<'c>(
     conn: &'c Connection,
     statements: &mut Option<WriteStatements<'c>>,
-    rows: &mut Vec<(Row, Encoded)>,
+    rows: &mut Rows,
     after_commit: &dyn Fn(&Connection),
     between: &mut Between<'_>,
 ) -> Result<(), StoreError> {
@@ -964,6 +1056,17 @@ impl Store for SqliteStore {
                 .zip(encoded)
                 .map(|(record, encoded)| Ok((Row::from_record(record, &encoded)?, encoded)))
                 .collect::<Result<Vec<_>, StoreError>>()?;
+            let rows = match self.appender.append(rows) {
+                Appended::Durable { wake } => {
+                    if wake {
+                        // Only fails once the thread has stopped, which reads and flushes report.
+                        let _ = self.jobs.send(Job::Wake);
+                    }
+                    self.encoder.committed(pending);
+                    return Ok(());
+                }
+                Appended::ToThread(rows) => rows,
+            };
             let (done, written) = oneshot::channel();
             self.jobs
                 .send(Job::Write(WriteJob { rows, done }))
