@@ -54,6 +54,20 @@ fn journal_len(database: &Path) -> u64 {
         .sum()
 }
 
+/// What a process killed now would leave: the database's files (the journal's two included) copied into
+/// `into`, as they are.
+fn killed_copy(database: &Path, into: &Path) -> std::path::PathBuf {
+    std::fs::create_dir(into).unwrap();
+    let name = database.file_name().unwrap();
+    for suffix in ["", "-wal", "-records", "-records-alt"] {
+        let from = format!("{}{suffix}", database.display());
+        if Path::new(&from).exists() {
+            std::fs::copy(&from, format!("{}{suffix}", into.join(name).display())).unwrap();
+        }
+    }
+    into.join(name)
+}
+
 /// The state a killed process leaves: its files as they are, the tables never told about the journal's records.
 #[tokio::test]
 async fn records_a_killed_process_left_in_the_journal_reach_the_tables_on_the_next_open() {
@@ -66,26 +80,19 @@ async fn records_a_killed_process_left_in_the_journal_reach_the_tables_on_the_ne
         journal_len(&path) > 0,
         "the records should wait in the journal"
     );
-    let copy = dir.path().join("copy");
-    std::fs::create_dir(&copy).unwrap();
-    for suffix in ["", "-wal", "-records", "-records-alt"] {
-        let from = format!("{}{suffix}", path.display());
-        if Path::new(&from).exists() {
-            std::fs::copy(&from, format!("{}{suffix}", copy.join("a.db").display())).unwrap();
-        }
-    }
+    let copy = killed_copy(&path, &dir.path().join("copy"));
     // The original process "dies" here: its store never indexes anything again.
     std::mem::forget(store);
 
-    let reopened = SqliteStore::open(copy.join("a.db")).await.unwrap();
+    let reopened = SqliteStore::open(&copy).await.unwrap();
     let records = reopened.conversation_calls(&conversation).await.unwrap();
     assert_eq!(records.len(), 3);
     assert!(records.iter().all(|r| r.text() == "fine"));
-    assert_eq!(journal_len(&copy.join("a.db")), 0, "replayed, then emptied");
+    assert_eq!(journal_len(&copy), 0, "replayed, then emptied");
     // Replaying again (the journal emptied or not) changes nothing.
     drop(reopened);
     tokio::time::sleep(Duration::from_millis(100)).await;
-    let again = SqliteStore::open(copy.join("a.db")).await.unwrap();
+    let again = SqliteStore::open(&copy).await.unwrap();
     assert_eq!(
         again.conversation_calls(&conversation).await.unwrap().len(),
         3
@@ -199,6 +206,7 @@ async fn a_call_ending_during_an_index_transaction_does_not_wait_for_its_commit(
     let other = lazy_store(&path).await;
     let (slow, quick) = (ConversationId::new("slow"), ConversationId::new("quick"));
     calls(&store, &slow, 2).await;
+    let slow_entries = journal_len(&path);
     // The index transaction: two slow records, then the commit.
     let flushing = tokio::spawn({
         let store = store.clone();
@@ -221,15 +229,8 @@ async fn a_call_ending_during_an_index_transaction_does_not_wait_for_its_commit(
     if durability == Durability::Process {
         // A process killed now leaves the slow records in one journal file (taken, not committed) and the quick
         // one in the other: the next open replays both.
-        let copy = dir.path().join("copy");
-        std::fs::create_dir(&copy).unwrap();
-        for suffix in ["", "-wal", "-records", "-records-alt"] {
-            let from = format!("{}{suffix}", path.display());
-            if Path::new(&from).exists() {
-                std::fs::copy(&from, format!("{}{suffix}", copy.join("t.db").display())).unwrap();
-            }
-        }
-        let reopened = SqliteStore::open(copy.join("t.db")).await.unwrap();
+        let copy = killed_copy(&path, &dir.path().join("during"));
+        let reopened = SqliteStore::open(&copy).await.unwrap();
         assert_eq!(reopened.conversation_calls(&slow).await.unwrap().len(), 2);
         assert_eq!(reopened.conversation_calls(&quick).await.unwrap().len(), 1);
     }
@@ -240,9 +241,18 @@ async fn a_call_ending_during_an_index_transaction_does_not_wait_for_its_commit(
         assert_eq!(joined, 1, "appended by the thread: in the same transaction");
         assert_eq!(journal_len(&path), 0);
     } else {
-        // Appended to the other file after the records were taken: waiting for the next transaction.
+        // Appended to the other file after the records were taken: waiting for the next transaction. The file
+        // holding the slow records was emptied; the other keeps the quick one, which a process killed now
+        // still has.
         assert_eq!(joined, 0);
-        assert!(journal_len(&path) > 0);
+        let quick_entry = journal_len(&path);
+        assert!(
+            quick_entry > 0 && quick_entry < slow_entries,
+            "the journal holds {quick_entry} bytes (the slow records took {slow_entries})"
+        );
+        let copy = killed_copy(&path, &dir.path().join("after"));
+        let reopened = SqliteStore::open(&copy).await.unwrap();
+        assert_eq!(reopened.conversation_calls(&quick).await.unwrap().len(), 1);
         store.flush().await.unwrap();
         assert_eq!(other.conversation_calls(&quick).await.unwrap().len(), 1);
         assert_eq!(journal_len(&path), 0, "both files emptied");
@@ -259,4 +269,24 @@ async fn a_call_ending_during_an_index_transaction_appends_its_record_itself() {
 async fn a_synced_call_ending_during_an_index_transaction_joins_it() {
     a_call_ending_during_an_index_transaction_does_not_wait_for_its_commit(Durability::PowerLoss)
         .await;
+}
+
+/// Once a batch of records (128) waits, the tables take them without waiting for the idle delay: another
+/// connection sees them while the store is busy.
+#[tokio::test]
+async fn a_store_indexes_once_a_batch_of_records_waits() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("b.db");
+    let store = lazy_store(&path).await;
+    let other = lazy_store(&path).await;
+    let conversation = ConversationId::new("batch");
+    calls(&store, &conversation, 128).await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while other.conversation_calls(&conversation).await.unwrap().len() < 128 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "128 waiting records were not indexed"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
