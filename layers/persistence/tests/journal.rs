@@ -54,6 +54,15 @@ fn journal_len(database: &Path) -> u64 {
         .sum()
 }
 
+/// Wait (up to 10 s) until `other`, a store on another connection, sees `n` records of `conversation`.
+async fn wait_until_seen(other: &SqliteStore, conversation: &ConversationId, n: usize, why: &str) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while other.conversation_calls(conversation).await.unwrap().len() < n {
+        assert!(std::time::Instant::now() < deadline, "{why}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// What a process killed now would leave: the database's files (the journal's two included) copied into
 /// `into`, as they are.
 fn killed_copy(database: &Path, into: &Path) -> std::path::PathBuf {
@@ -157,19 +166,19 @@ async fn an_idle_store_indexes_its_records_after_the_delay() {
     let other = lazy_store(&path).await;
     let conversation = ConversationId::new("idle");
     calls(&store, &conversation, 2).await;
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while other.conversation_calls(&conversation).await.unwrap().len() < 2 {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the idle store never indexed its records"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait_until_seen(
+        &other,
+        &conversation,
+        2,
+        "the idle store never indexed its records",
+    )
+    .await;
     assert_eq!(journal_len(&path), 0);
 }
 
 /// A migration that makes every record of the conversation `slow` take a while to insert: a trigger on
-/// `chat_calls` counting the rows of a three-way cross join of a 450-row table (91 M row visits, about a second) into a table.
+/// `chat_calls` writing the row count of a three-way cross join of a 450-row table (91 M row visits, about a
+/// second) into a table.
 fn slow_inserts() -> Migration {
     let values = (0..450)
         .map(|i| format!("({i})"))
@@ -281,12 +290,11 @@ async fn a_store_indexes_once_a_batch_of_records_waits() {
     let other = lazy_store(&path).await;
     let conversation = ConversationId::new("batch");
     calls(&store, &conversation, 128).await;
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while other.conversation_calls(&conversation).await.unwrap().len() < 128 {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "128 waiting records were not indexed"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait_until_seen(
+        &other,
+        &conversation,
+        128,
+        "128 waiting records were not indexed",
+    )
+    .await;
 }

@@ -11,10 +11,11 @@
 //! commit wrote, while the calls ending meanwhile append to the other file.
 //!
 //! Batches go to the connection thread instead (which appends them itself, as before) when this store holds no
-//! journal, when [`MAX_TRANSACTION`] records wait already (the thread indexes before it appends: backpressure), when every append must wait for the disk ([`super::sqlite::Durability::PowerLoss`]: an `fsync` has no
-//! place on a runtime worker), while the tables refuse records (the thread retries them first and refuses
-//! batches past a limit), and when an append fails (the thread tries again and commits the batch to the tables
-//! if it fails too).
+//! journal, when [`MAX_TRANSACTION`] records wait already (the thread indexes before it appends: backpressure),
+//! when every append must wait for the disk ([`super::sqlite::Durability::PowerLoss`]: an `fsync` has no place
+//! on a runtime worker), while the tables refuse records (the thread retries them first and refuses batches
+//! past a limit), and when an append fails (the thread tries again and commits the batch to the tables if it
+//! fails too).
 
 use std::sync::{Mutex, MutexGuard};
 

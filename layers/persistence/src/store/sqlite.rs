@@ -8,9 +8,9 @@
 //! alongside the writer, and a busy timeout makes concurrent writers wait instead of failing at once.
 //!
 //! A batch of records is durable once appended to the store's journal (see `journal.rs`), which the writer task
-//! does itself (`appender.rs`): the thread writes the journal's records into the tables later, in transactions of [`INDEX_BATCH`] records and those arriving while
-//! they are written, and always before running any other operation, so nothing read through the store misses a
-//! record written before it.
+//! does itself (`appender.rs`): the thread writes the journal's records into the tables later, in transactions
+//! of about [`INDEX_BATCH`] records, and always before running any other operation, so nothing read through the
+//! store misses a record written before it.
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -161,8 +161,8 @@ impl fmt::Debug for SqliteStore {
 
 /// When a record is durable: how the store's record journal is written, and SQLite's `synchronous` setting (WAL
 /// mode). A batch of records is acknowledged once appended to the journal beside the database file
-/// (`<file>-records`); the tables take the journal's records in batches afterwards (see the persistence README,
-/// "Durability").
+/// (`<file>-records`, `<file>-records-alt`); the tables take the journal's records in batches afterwards (see
+/// the persistence README, "Durability").
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Durability {
     /// The default: the journal is appended to without waiting for the disk, and the tables commit with
@@ -777,40 +777,32 @@ fn serve_writes(
             Some(job) => job,
             // While the tables refuse records they are retried after each delay, not in a loop.
             None if waiting >= INDEX_BATCH && !failing => {
-                let mut arrivals = Arrivals::new(receiver);
-                let _ = index(
-                    conn,
-                    &mut statements,
-                    unindexed,
-                    after_commit,
-                    &mut arrivals,
-                );
-                next = arrivals.deferred;
+                next =
+                    index_taking_arrivals(conn, receiver, &mut statements, unindexed, after_commit)
+                        .1;
                 continue;
             }
             None if waiting == 0 => receiver.recv().ok()?,
             None => match receiver.recv_timeout(unindexed.delay) {
                 Ok(job) => job,
                 Err(RecvTimeoutError::Timeout) => {
-                    let mut arrivals = Arrivals::new(receiver);
-                    let _ = index(
+                    next = index_taking_arrivals(
                         conn,
+                        receiver,
                         &mut statements,
                         unindexed,
                         after_commit,
-                        &mut arrivals,
-                    );
-                    next = arrivals.deferred;
+                    )
+                    .1;
                     continue;
                 }
                 Err(RecvTimeoutError::Disconnected) => {
-                    let mut arrivals = Arrivals::new(receiver);
-                    let _ = index(
+                    let _ = index_taking_arrivals(
                         conn,
+                        receiver,
                         &mut statements,
                         unindexed,
                         after_commit,
-                        &mut arrivals,
                     );
                     return None;
                 }
@@ -832,21 +824,15 @@ fn serve_writes(
             // The loop's next turn indexes once enough records wait, or starts their delay.
             Job::Wake => {}
             Job::Indexed(job) => {
-                let mut arrivals = Arrivals::new(receiver);
-                let indexed = index(
-                    conn,
-                    &mut statements,
-                    unindexed,
-                    after_commit,
-                    &mut arrivals,
-                );
+                let (indexed, deferred) =
+                    index_taking_arrivals(conn, receiver, &mut statements, unindexed, after_commit);
                 // As for `with_connection` closures: a panicking read fails its caller, not the store.
                 if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job(conn, indexed)))
                     .is_err()
                 {
                     tracing::error!("a SQLite store read panicked; the store continues");
                 }
-                next = arrivals.deferred;
+                next = deferred;
             }
             other => {
                 // Nothing is taken from the channel meanwhile: `other` runs next, before whatever follows it.
@@ -861,6 +847,20 @@ fn serve_writes(
             }
         }
     }
+}
+
+/// [`index`], taking the record batches that arrive meanwhile ([`Arrivals`]); also the first other job that
+/// arrived, which runs next.
+fn index_taking_arrivals<'c>(
+    conn: &'c Connection,
+    receiver: &mpsc::Receiver<Job>,
+    statements: &mut Option<WriteStatements<'c>>,
+    unindexed: &mut Unindexed,
+    after_commit: &dyn Fn(&Connection),
+) -> (Result<(), StoreError>, Option<Job>) {
+    let mut arrivals = Arrivals::new(receiver);
+    let indexed = index(conn, statements, unindexed, after_commit, &mut arrivals);
+    (indexed, arrivals.deferred)
 }
 
 /// Make a batch the writer task could not append durable: append it to the journal (indexed later), or commit
