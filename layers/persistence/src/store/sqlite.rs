@@ -375,7 +375,7 @@ fn open_journal(
         rows: Vec::new(),
         delay: options.index_delay,
     };
-    let Some((mut journal, mut spare, replay)) =
+    let Some((mut journal, mut spare, mut replay)) =
         Journal::open(&options.path, sync).map_err(|e| {
             StoreError::with_source(
                 format!("cannot open the record journal {}", path.display()),
@@ -390,7 +390,6 @@ fn open_journal(
         return Ok(unindexed);
     };
     if !replay.is_empty() {
-        let mut replay = replay;
         WriteStatements::prepare(conn)
             .and_then(|mut statements| statements.write(&mut replay, &mut |_| {}))
             .map_err(|e| {
