@@ -58,6 +58,17 @@ impl Appender {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Append `rows` to the active file for the connection thread, which keeps track of them itself (they do
+    /// not join `waiting`).
+    pub(super) fn append_to_active(&self, rows: &Rows) -> std::io::Result<()> {
+        match self.lock().active.as_mut() {
+            Some(journal) => journal.append(rows),
+            None => Err(std::io::Error::other(
+                "the record journal is no longer in use",
+            )),
+        }
+    }
+
     /// Append `rows` to the active file on the caller's thread, or hand them back for the connection thread.
     pub(super) fn append(&self, rows: Rows) -> Appended {
         let mut state = self.lock();

@@ -751,6 +751,30 @@ impl<'r> Arrivals<'r> {
             deferred: None,
         }
     }
+
+    /// Takes the batches waiting in the channel into `rows` (appended and acknowledged first), up to
+    /// [`MAX_TRANSACTION`] records.
+    fn take(&mut self, appender: &Appender, rows: &mut Rows) {
+        while self.deferred.is_none() && rows.len() < MAX_TRANSACTION {
+            let Ok(job) = self.receiver.try_recv() else {
+                return;
+            };
+            match job {
+                Job::Write(WriteJob { rows: batch, done }) => {
+                    if appender.append_to_active(&batch).is_ok() {
+                        let _ = done.send(Ok(()));
+                        rows.extend(batch);
+                    } else {
+                        // `serve_write` tries again after the commit, and commits it to the tables if it fails again.
+                        self.deferred = Some(Job::Write(WriteJob { rows: batch, done }));
+                    }
+                }
+                // `serve_writes` looks at what waits once the transaction is over.
+                Job::Wake => {}
+                other => self.deferred = Some(other),
+            }
+        }
+    }
 }
 
 /// Serve `first` and every record write and store read queued behind it with the same prepared statements,
@@ -835,13 +859,7 @@ fn serve_writes(
             }
             other => {
                 // Nothing is taken from the channel meanwhile: `other` runs next, before whatever follows it.
-                let _ = index(
-                    conn,
-                    &mut statements,
-                    unindexed,
-                    after_commit,
-                    &mut NoArrivals,
-                );
+                let _ = index(conn, &mut statements, unindexed, after_commit, None);
                 return Some(other);
             }
         }
@@ -858,7 +876,13 @@ fn index_taking_arrivals<'c>(
     after_commit: &dyn Fn(&Connection),
 ) -> (Result<(), StoreError>, Option<Job>) {
     let mut arrivals = Arrivals::new(receiver);
-    let indexed = index(conn, statements, unindexed, after_commit, &mut arrivals);
+    let indexed = index(
+        conn,
+        statements,
+        unindexed,
+        after_commit,
+        Some(&mut arrivals),
+    );
     (indexed, arrivals.deferred)
 }
 
@@ -886,23 +910,29 @@ fn serve_write<'c>(
     // While the tables refuse records, at most a batch of them waits in the journal: past that the layer sees
     // the tables' error (fail-closed), instead of the journal growing without bound.
     if unindexed.unindexed() >= INDEX_BATCH {
-        if let Err(e) = index(conn, statements, unindexed, after_commit, arrivals) {
+        if let Err(e) = index(
+            conn,
+            statements,
+            unindexed,
+            after_commit,
+            Some(&mut *arrivals),
+        ) {
             let _ = done.send(Err(e));
             return;
         }
     }
-    let appended = match unindexed.appender.lock().active.as_mut() {
-        Some(journal) => journal.append(&rows),
-        None => Err(std::io::Error::other(
-            "the record journal is no longer in use",
-        )),
-    };
-    match appended {
+    match unindexed.appender.append_to_active(&rows) {
         Ok(()) => {
             let _ = done.send(Ok(()));
             unindexed.rows.extend(rows);
             if unindexed.unindexed() >= INDEX_BATCH {
-                let _ = index(conn, statements, unindexed, after_commit, arrivals);
+                let _ = index(
+                    conn,
+                    statements,
+                    unindexed,
+                    after_commit,
+                    Some(&mut *arrivals),
+                );
             }
         }
         Err(error) => {
@@ -912,7 +942,7 @@ fn serve_write<'c>(
             unindexed.take();
             let waiting = unindexed.rows.len();
             unindexed.rows.extend(rows);
-            let outcome = index(conn, statements, unindexed, after_commit, &mut NoArrivals);
+            let outcome = index(conn, statements, unindexed, after_commit, None);
             if outcome.is_err() {
                 unindexed.rows.truncate(waiting);
             }
@@ -921,57 +951,15 @@ fn serve_write<'c>(
     }
 }
 
-/// What an index transaction takes from the channel meanwhile: [`Arrivals`], or nothing.
-trait TakeArrivals {
-    fn take(&mut self, appender: &Appender, rows: &mut Rows);
-}
-
-impl TakeArrivals for Arrivals<'_> {
-    /// Takes the batches waiting in the channel into `rows` (appended and acknowledged first), up to
-    /// [`MAX_TRANSACTION`] records.
-    fn take(&mut self, appender: &Appender, rows: &mut Rows) {
-        while self.deferred.is_none() && rows.len() < MAX_TRANSACTION {
-            let Ok(job) = self.receiver.try_recv() else {
-                return;
-            };
-            match job {
-                Job::Write(WriteJob { rows: batch, done }) => {
-                    let appended = appender
-                        .lock()
-                        .active
-                        .as_mut()
-                        .is_some_and(|journal| journal.append(&batch).is_ok());
-                    if appended {
-                        let _ = done.send(Ok(()));
-                        rows.extend(batch);
-                    } else {
-                        // `serve_write` tries again after the commit, and commits it to the tables if it fails again.
-                        self.deferred = Some(Job::Write(WriteJob { rows: batch, done }));
-                    }
-                }
-                // `serve_writes` looks at what waits once the transaction is over.
-                Job::Wake => {}
-                other => self.deferred = Some(other),
-            }
-        }
-    }
-}
-
-/// Takes nothing: for a transaction whose end must come before any job still in the channel.
-struct NoArrivals;
-
-impl TakeArrivals for NoArrivals {
-    fn take(&mut self, _: &Appender, _: &mut Rows) {}
-}
-
 /// Write the journal's waiting records into the tables in one transaction, with the batches `arrivals` takes
-/// meanwhile, then empty the journal's files that hold only records now in the tables.
+/// meanwhile (none: the transaction's end must come before any job still in the channel), then empty the
+/// journal's files that hold only records now in the tables.
 fn index<'c>(
     conn: &'c Connection,
     statements: &mut Option<WriteStatements<'c>>,
     unindexed: &mut Unindexed,
     after_commit: &dyn Fn(&Connection),
-    arrivals: &mut dyn TakeArrivals,
+    mut arrivals: Option<&mut Arrivals<'_>>,
 ) -> Result<(), StoreError> {
     unindexed.take();
     if unindexed.rows.is_empty() {
@@ -983,7 +971,11 @@ fn index<'c>(
         statements,
         &mut unindexed.rows,
         after_commit,
-        &mut |rows| arrivals.take(&appender, rows),
+        &mut |rows| {
+            if let Some(arrivals) = arrivals.as_mut() {
+                arrivals.take(&appender, rows);
+            }
+        },
     );
     if let Err(error) = written {
         // Retried at every trigger (after each delay while nothing else comes): logged when it starts failing.
