@@ -50,8 +50,9 @@ pub(super) const MAX_TRANSACTION: usize = 4 * INDEX_BATCH;
 /// enough that another process reading the file is at most a second behind.
 pub(super) const INDEX_DELAY: Duration = Duration::from_secs(1);
 
-/// The version of the entry layout, first byte of every entry's payload.
-const FORMAT: u8 = 1;
+/// The version of the entry layout, first byte of every entry's payload. Format 2 dropped the answer's text
+/// (kept in the answer's message node); entries of format 1, which carry it, still replay.
+const FORMAT: u8 = 2;
 
 /// Bytes before an entry's payload: its length (u32) and checksum (u64), little-endian.
 const HEADER: usize = 4 + 8;
@@ -238,13 +239,14 @@ fn decode_entries(bytes: &[u8]) -> (Replay, usize) {
 
 fn decode_batch(payload: &[u8]) -> Option<Vec<(Row, Encoded)>> {
     let mut input = Input(payload);
-    if input.u8()? != FORMAT {
+    let format = input.u8()?;
+    if !(1..=FORMAT).contains(&format) {
         return None;
     }
     let count = input.u32()? as usize;
     let mut records = Vec::with_capacity(count.min(payload.len()));
     for _ in 0..count {
-        records.push(decode_record(&mut input)?);
+        records.push(decode_record(&mut input, format)?);
     }
     input.0.is_empty().then_some(records)
 }
@@ -265,7 +267,6 @@ fn encode_record(out: &mut Vec<u8>, r: &Row, encoded: &Encoded) {
     put_opt_str(out, r.finish_reason.as_deref());
     put_i64(out, r.input_tokens);
     put_i64(out, r.output_tokens);
-    put_str(out, &r.response_text);
     put_str(out, &r.response);
     put_opt_i64(out, r.cost_nanos);
     put_opt_str(out, r.history_head.as_deref());
@@ -288,7 +289,7 @@ fn encode_record(out: &mut Vec<u8>, r: &Row, encoded: &Encoded) {
     }
 }
 
-fn decode_record(input: &mut Input<'_>) -> Option<(Row, Encoded)> {
+fn decode_record(input: &mut Input<'_>, format: u8) -> Option<(Row, Encoded)> {
     let row = Row {
         call_id: input.string()?,
         conversation_id: input.string()?,
@@ -305,8 +306,13 @@ fn decode_record(input: &mut Input<'_>) -> Option<(Row, Encoded)> {
         finish_reason: input.opt_string()?,
         input_tokens: input.i64()?,
         output_tokens: input.i64()?,
-        response_text: input.string()?,
-        response: input.string()?,
+        response: {
+            if format == 1 {
+                // The answer's text, which the tables no longer keep.
+                input.str()?;
+            }
+            input.string()?
+        },
         cost_nanos: input.opt_i64()?,
         history_head: input.opt_string()?,
         request_len: input.i64()?,
@@ -443,7 +449,7 @@ mod tests {
 
     const PINNED: u64 = 0xb18e_5202_4973_d236;
     const PINNED_EMPTY: u64 = 0x712f_de70_ee15_001e;
-    const PINNED_ENTRY: (usize, u64) = (442, 0x0c90_a69d_953d_e81d);
+    const PINNED_ENTRY: (usize, u64) = (426, 0x3b33_832f_0347_1f29);
 
     fn record(n: i64, caller: Option<&str>) -> (Row, Encoded) {
         let row = Row {
@@ -462,7 +468,6 @@ mod tests {
             finish_reason: None,
             input_tokens: -n,
             output_tokens: i64::MAX,
-            response_text: "héllo".repeat(n as usize),
             response: "{}".into(),
             cost_nanos: None,
             history_head: Some(format!("{n:032x}")),
@@ -585,6 +590,19 @@ mod tests {
             "{:#018x}",
             checksum(&bytes)
         );
+    }
+
+    /// The same record as written by the build before format 2 (which also carried the answer's text,
+    /// "héllo" twice): a journal left by a process of that build replays after the upgrade.
+    #[test]
+    fn an_entry_of_format_1_still_replays() {
+        let dir = tempfile::tempdir().unwrap();
+        let database = dir.path().join("j.db");
+        let format_1 = include_bytes!("../../tests/data/journal-format-1.bin");
+        assert_eq!(format_1[HEADER], 1);
+        std::fs::write(Journal::path(&database), format_1).unwrap();
+        let (_journal, _alternate, replay) = Journal::open(&database, false).unwrap().unwrap();
+        same(&replay, &[record(2, Some("alice"))]);
     }
 
     #[test]

@@ -17,7 +17,7 @@ use super::chain::{history_sql, Encoder, NodeKey};
 use super::schema::{
     abandon_sql, call_summaries_sql, conversation_from_row, insert_key_sql, postgres_migrations,
     select_sql, spend_from_row, spend_sql, Row, StoredColumns, StoredRecord, SummaryColumns,
-    CONVERSATION_COLUMNS, EMPTY_MESSAGES, EMPTY_OPTIONS, MIGRATIONS_TABLE, SELECT_KEY,
+    CONVERSATION_COLUMNS, EMPTY_MESSAGES, EMPTY_OPTIONS, EMPTY_TEXT, MIGRATIONS_TABLE, SELECT_KEY,
 };
 use super::{Migration, Store, StoreError};
 use crate::record::{
@@ -439,7 +439,7 @@ impl Store for PostgresStore {
                     &r.finish_reason,
                     &r.input_tokens,
                     &r.output_tokens,
-                    &r.response_text,
+                    &EMPTY_TEXT,
                     &EMPTY_MESSAGES,
                     &EMPTY_OPTIONS,
                     &r.response,

@@ -258,7 +258,6 @@ pub(crate) struct Row {
     pub(crate) finish_reason: Option<String>,
     pub(crate) input_tokens: i64,
     pub(crate) output_tokens: i64,
-    pub(crate) response_text: String,
     pub(crate) response: String,
     pub(crate) cost_nanos: Option<i64>,
     pub(crate) history_head: Option<String>,
@@ -267,12 +266,15 @@ pub(crate) struct Row {
 }
 
 /// What `request_messages` and `request_options` hold in rows written since message-level storage (the
-/// history is in `chat_messages`, the options in `chat_options`). SQLite writes them as literals in its upsert
+/// history is in `chat_messages`, the options in `chat_options`), and `response_text` in rows written since
+/// journal format 2 (the answer's text is its message node's). SQLite writes them as literals in its upsert
 /// (a unit test ties the two).
 #[cfg(any(feature = "postgres", all(test, feature = "sqlite")))]
 pub(crate) const EMPTY_MESSAGES: &str = "[]";
 #[cfg(any(feature = "postgres", all(test, feature = "sqlite")))]
 pub(crate) const EMPTY_OPTIONS: &str = "{}";
+#[cfg(any(feature = "postgres", all(test, feature = "sqlite")))]
+pub(crate) const EMPTY_TEXT: &str = "";
 
 /// The columns read back to rebuild a record (the scalar summaries are derived, so not read); then the
 /// history's head and length, then (dialect-specific, see [`select_sql`]) the messages, options and response.
@@ -328,7 +330,6 @@ mod row {
                 finish_reason: record.finish_reason().map(|r| r.as_str().to_owned()),
                 input_tokens: i64::try_from(usage.input_tokens).unwrap_or(i64::MAX),
                 output_tokens: i64::try_from(usage.output_tokens).unwrap_or(i64::MAX),
-                response_text: record.text().to_owned(),
                 response: json(
                     "response",
                     serde_json::to_string(&super::ResponseColumn::of(&record.response)),

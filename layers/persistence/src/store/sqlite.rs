@@ -573,14 +573,15 @@ impl SqliteStore {
     }
 }
 
-/// `request_messages` and `request_options` are written as the literals of [`super::schema::EMPTY_MESSAGES`] and
-/// [`super::schema::EMPTY_OPTIONS`] (the history and options live in their own tables): two fewer parameters to bind.
+/// `response_text`, `request_messages` and `request_options` are written as the literals of
+/// [`super::schema::EMPTY_TEXT`], [`super::schema::EMPTY_MESSAGES`] and [`super::schema::EMPTY_OPTIONS`] (the
+/// answer, the history and the options live in their own tables): three fewer parameters to bind.
 const UPSERT: &str = "INSERT INTO chat_calls (call_id, conversation_id, caller, round_index, started_at, \
     first_token_at, ended_at, provider, model, status, error_kind, error_message, finish_reason, input_tokens, \
     output_tokens, response_text, request_messages, request_options, response, cost_nanos, history_head, \
     request_len, options_id) \
-    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, '[]', '{}', ?17, ?18, ?19, \
-    ?20, ?21) \
+    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, '', '[]', '{}', ?16, ?17, ?18, \
+    ?19, ?20) \
     ON CONFLICT (call_id) DO UPDATE SET conversation_id = excluded.conversation_id, caller = excluded.caller, \
     round_index = excluded.round_index, started_at = excluded.started_at, first_token_at = excluded.first_token_at, \
     ended_at = excluded.ended_at, provider = excluded.provider, model = excluded.model, status = excluded.status, \
@@ -707,7 +708,6 @@ impl<'c> WriteStatements<'c> {
             r.finish_reason,
             r.input_tokens,
             r.output_tokens,
-            r.response_text,
             r.response,
             r.cost_nanos,
             r.history_head,
@@ -1250,11 +1250,13 @@ impl Store for SqliteStore {
 
 #[cfg(test)]
 mod tests {
-    use super::super::schema::{EMPTY_MESSAGES, EMPTY_OPTIONS};
+    use super::super::schema::{EMPTY_MESSAGES, EMPTY_OPTIONS, EMPTY_TEXT};
     use super::UPSERT;
 
     #[test]
-    fn upsert_writes_the_empty_history_and_options_markers() {
-        assert!(UPSERT.contains(&format!("?16, '{EMPTY_MESSAGES}', '{EMPTY_OPTIONS}', ?17")));
+    fn upsert_writes_the_empty_text_history_and_options_markers() {
+        assert!(UPSERT.contains(&format!(
+            "?15, '{EMPTY_TEXT}', '{EMPTY_MESSAGES}', '{EMPTY_OPTIONS}', ?16"
+        )));
     }
 }
