@@ -82,6 +82,67 @@ async fn streams_text_and_sends_a_well_formed_request() {
     assert_eq!(sent.body["tools"][0]["type"], "function");
 }
 
+/// The leaf keeps the JSON of the last tools list it sent (one list shared by every request is serialised once):
+/// every request still sends exactly its own tools, whether it shares the list, changes it or has none.
+#[tokio::test]
+async fn each_request_sends_its_own_tools_when_lists_are_shared_and_changed() {
+    let provider = ScriptedProvider::start(|_, _| Reply::openai_text("ok")).await;
+    let leaf = leaf(&provider);
+    let toolbox = hello()
+        .tool(ToolSpec::new("add", "adds", json!({"type": "object"})))
+        .options
+        .tools
+        .clone();
+    let with = |tools: &tower_chat::Shared<Vec<ToolSpec>>| {
+        let mut request = hello();
+        request.options.tools = tools.clone();
+        request
+    };
+    let mut changed = toolbox.clone();
+    changed.push(ToolSpec::new("sub", "subtracts", json!({"type": "object"})));
+    for request in [
+        with(&toolbox),
+        with(&toolbox),
+        with(&changed),
+        hello(),
+        with(&toolbox),
+    ] {
+        leaf.clone()
+            .oneshot(request)
+            .await
+            .unwrap()
+            .collect_response()
+            .await
+            .unwrap();
+    }
+    let names: Vec<Vec<String>> = provider
+        .requests()
+        .iter()
+        .map(|sent| {
+            sent.body["tools"]
+                .as_array()
+                .map(|tools| {
+                    tools
+                        .iter()
+                        .map(|t| t["function"]["name"].as_str().unwrap().to_owned())
+                        .collect()
+                })
+                .unwrap_or_default()
+        })
+        .collect();
+    assert_eq!(
+        names,
+        [
+            vec!["add"],
+            vec!["add"],
+            vec!["add", "sub"],
+            vec![],
+            vec!["add"]
+        ]
+    );
+    assert!(provider.requests()[3].body.get("tools").is_none());
+}
+
 #[tokio::test]
 async fn parallel_tool_calls_split_across_chunks_and_mid_utf8() {
     let reply = Reply::openai_tool_calls(&[

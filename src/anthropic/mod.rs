@@ -23,6 +23,8 @@
 mod decode;
 mod wire;
 
+use std::sync::Arc;
+
 use http::header::HeaderName;
 use http::HeaderValue;
 
@@ -30,6 +32,7 @@ use crate::error::{ChatError, ErrorKind};
 use crate::event::ChatEvent;
 use crate::leaf::{ChatLeaf, ChatLeafBuilder, Provider, ProviderWire};
 use crate::request::ChatRequest;
+use crate::transport::ToolsJson;
 
 /// The Messages API version sent in `anthropic-version` unless configured otherwise.
 pub const DEFAULT_API_VERSION: &str = "2023-06-01";
@@ -52,6 +55,8 @@ pub type StreamDecoder = crate::leaf::StreamDecoder<Anthropic>;
 pub struct Anthropic {
     api_version: String,
     default_max_tokens: u32,
+    /// Shared by the provider's clones (the leaf's clones): one list offered to every call is serialised once.
+    tools: Arc<ToolsJson>,
 }
 
 impl Default for Anthropic {
@@ -59,6 +64,7 @@ impl Default for Anthropic {
         Anthropic {
             api_version: DEFAULT_API_VERSION.to_owned(),
             default_max_tokens: 4096,
+            tools: Arc::default(),
         }
     }
 }
@@ -100,6 +106,7 @@ impl ProviderWire for Anthropic {
             &wire::EncodeOptions {
                 default_model,
                 default_max_tokens: self.default_max_tokens,
+                tools: &self.tools,
             },
         )
     }

@@ -1,12 +1,13 @@
 //! The Messages API request body.
 
 use serde::Serialize;
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use crate::error::{ChatError, ErrorKind};
 use crate::message::{Message, ToolArguments};
 use crate::request::{ChatRequest, ResponseFormat, ToolChoice, ToolSpec};
-use crate::transport::{merge_extra, resolve_model};
+use crate::transport::{cannot_serialize, merge_extra, resolve_model, ToolsJson};
 
 #[derive(Serialize)]
 struct Body<'a> {
@@ -15,8 +16,8 @@ struct Body<'a> {
     #[serde(skip_serializing_if = "String::is_empty")]
     system: String,
     messages: Vec<WireMessage<'a>>,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    tools: Vec<WireTool<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tools: Option<&'a RawValue>,
     #[serde(skip_serializing_if = "Option::is_none")]
     tool_choice: Option<Value>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -64,6 +65,8 @@ struct WireTool<'a> {
 pub(crate) struct EncodeOptions<'a> {
     pub(crate) default_model: Option<&'a str>,
     pub(crate) default_max_tokens: u32,
+    /// The provider's cache of the last tools list's JSON.
+    pub(crate) tools: &'a ToolsJson,
 }
 
 static EMPTY_INPUT: std::sync::OnceLock<Value> = std::sync::OnceLock::new();
@@ -75,6 +78,10 @@ pub(crate) fn encode(
 ) -> Result<Vec<u8>, ChatError> {
     let options = &request.options;
     let model = resolve_model(options, opts.default_model)?;
+    let tools = opts
+        .tools
+        .get(&options.tools, wire_tool)
+        .map_err(cannot_serialize)?;
     if let Some(ResponseFormat::JsonObject | ResponseFormat::JsonSchema { .. }) =
         &options.response_format
     {
@@ -141,7 +148,7 @@ pub(crate) fn encode(
         max_tokens: options.max_output_tokens.unwrap_or(opts.default_max_tokens),
         system,
         messages,
-        tools: options.tools.iter().map(wire_tool).collect(),
+        tools: tools.as_deref(),
         tool_choice: tool_choice(options.tool_choice.as_ref(), options.parallel_tool_calls),
         temperature: options.temperature,
         top_p: options.top_p,
@@ -153,13 +160,7 @@ pub(crate) fn encode(
     } else {
         merge_extra(&body, &options.extra)
     };
-    serialized.map_err(|e| {
-        ChatError::new(
-            ErrorKind::InvalidRequest,
-            "the request could not be serialized",
-        )
-        .with_source(e)
-    })
+    serialized.map_err(cannot_serialize)
 }
 
 fn wire_tool(tool: &ToolSpec) -> WireTool<'_> {
@@ -219,6 +220,7 @@ mod tests {
         let opts = EncodeOptions {
             default_model: Some("claude-sonnet-4-5"),
             default_max_tokens: 1024,
+            tools: &ToolsJson::default(),
         };
         let body: Value = serde_json::from_slice(&encode(&request, &opts).unwrap()).unwrap();
         assert_eq!(body["system"], "be brief");
@@ -251,6 +253,7 @@ mod tests {
         let opts = EncodeOptions {
             default_model: None,
             default_max_tokens: 1024,
+            tools: &ToolsJson::default(),
         };
         assert_eq!(
             encode(&request, &opts).unwrap_err().kind(),

@@ -30,6 +30,8 @@
 mod decode;
 mod wire;
 
+use std::sync::Arc;
+
 use http::header::{HeaderName, AUTHORIZATION};
 
 pub use wire::MaxTokensField;
@@ -38,6 +40,7 @@ use crate::error::ChatError;
 use crate::event::ChatEvent;
 use crate::leaf::{ChatLeaf, ChatLeafBuilder, Provider, ProviderWire};
 use crate::request::ChatRequest;
+use crate::transport::ToolsJson;
 
 /// The Chat Completions leaf service: [`ChatLeaf`] speaking [`OpenAi`]'s wire format. Cheap to clone: clones
 /// share configuration and the connection pool.
@@ -72,6 +75,8 @@ pub type StreamDecoder = crate::leaf::StreamDecoder<OpenAi>;
 pub struct OpenAi {
     max_tokens_field: MaxTokensField,
     include_usage: bool,
+    /// Shared by the provider's clones (the leaf's clones): one list offered to every call is serialised once.
+    tools: Arc<ToolsJson>,
 }
 
 impl Default for OpenAi {
@@ -79,6 +84,7 @@ impl Default for OpenAi {
         OpenAi {
             max_tokens_field: MaxTokensField::default(),
             include_usage: true,
+            tools: Arc::default(),
         }
     }
 }
@@ -111,6 +117,7 @@ impl ProviderWire for OpenAi {
                 default_model,
                 max_tokens_field: self.max_tokens_field,
                 include_usage: self.include_usage,
+                tools: &self.tools,
             },
         )
     }

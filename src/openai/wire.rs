@@ -1,12 +1,13 @@
 //! The Chat Completions request body, serialized straight from borrowed [`ChatRequest`] data.
 
 use serde::Serialize;
+use serde_json::value::RawValue;
 use serde_json::Value;
 
-use crate::error::{ChatError, ErrorKind};
+use crate::error::ChatError;
 use crate::message::{Message, ToolCall};
 use crate::request::{ChatRequest, ResponseFormat, ToolChoice, ToolSpec};
-use crate::transport::{merge_extra, resolve_model};
+use crate::transport::{cannot_serialize, merge_extra, resolve_model, ToolsJson};
 
 #[derive(Serialize)]
 struct Body<'a> {
@@ -15,8 +16,8 @@ struct Body<'a> {
     stream: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     stream_options: Option<StreamOptions>,
-    #[serde(skip_serializing_if = "<[_]>::is_empty")]
-    tools: Vec<WireTool<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tools: Option<&'a RawValue>,
     #[serde(skip_serializing_if = "Option::is_none")]
     tool_choice: Option<Value>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -101,6 +102,8 @@ pub(crate) struct EncodeOptions<'a> {
     pub(crate) default_model: Option<&'a str>,
     pub(crate) max_tokens_field: MaxTokensField,
     pub(crate) include_usage: bool,
+    /// The provider's cache of the last tools list's JSON.
+    pub(crate) tools: &'a ToolsJson,
 }
 
 /// Serialize a request to the JSON body of `POST /chat/completions`.
@@ -110,6 +113,10 @@ pub(crate) fn encode(
 ) -> Result<Vec<u8>, ChatError> {
     let options = &request.options;
     let model = resolve_model(options, opts.default_model)?;
+    let tools = opts
+        .tools
+        .get(&options.tools, wire_tool)
+        .map_err(cannot_serialize)?;
     let (max_tokens, max_completion_tokens) = match opts.max_tokens_field {
         MaxTokensField::MaxTokens => (options.max_output_tokens, None),
         MaxTokensField::MaxCompletionTokens => (None, options.max_output_tokens),
@@ -121,7 +128,7 @@ pub(crate) fn encode(
         stream_options: (options.stream && opts.include_usage).then_some(StreamOptions {
             include_usage: true,
         }),
-        tools: options.tools.iter().map(wire_tool).collect(),
+        tools: tools.as_deref(),
         tool_choice: options.tool_choice.as_ref().map(tool_choice),
         parallel_tool_calls: options.parallel_tool_calls,
         temperature: options.temperature,
@@ -136,13 +143,7 @@ pub(crate) fn encode(
     } else {
         merge_extra(&body, &options.extra)
     };
-    serialized.map_err(|e| {
-        ChatError::new(
-            ErrorKind::InvalidRequest,
-            "the request could not be serialized",
-        )
-        .with_source(e)
-    })
+    serialized.map_err(cannot_serialize)
 }
 
 fn wire_message(message: &Message) -> WireMessage<'_> {
@@ -216,6 +217,7 @@ fn response_format(format: &ResponseFormat) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::ErrorKind;
     use crate::message::{AssistantMessage, ToolMessage};
     use crate::request::ChatOptions;
     use serde_json::json;
@@ -225,6 +227,7 @@ mod tests {
             default_model: Some("default-model"),
             max_tokens_field: MaxTokensField::MaxTokens,
             include_usage: true,
+            tools: &ToolsJson::default(),
         };
         serde_json::from_slice(&encode(request, &opts).unwrap()).unwrap()
     }
@@ -283,6 +286,7 @@ mod tests {
             default_model: None,
             max_tokens_field: MaxTokensField::MaxTokens,
             include_usage: true,
+            tools: &ToolsJson::default(),
         };
         let err = encode(&ChatRequest::new(vec![Message::user("hi")]), &opts).unwrap_err();
         assert_eq!(err.kind(), &ErrorKind::InvalidRequest);

@@ -5,18 +5,21 @@
 //! - `secret`: API keys that never show in `Debug` output or error messages ([`Secret`]);
 //! - `status`: HTTP statuses, client and body failures mapped to typed [`ChatError`](crate::ChatError)s;
 //! - `body`: response bodies decoded as SSE and mapped to chat events by a provider's decoder;
-//! - `request`: build-time checks of the endpoint and headers, and encoding helpers the wire formats share.
+//! - `request`: build-time checks of the endpoint and headers, and encoding helpers the wire formats share;
+//! - `tools`: the JSON of a request's tools, kept while the next requests offer the same list.
 
 mod body;
 mod client;
 mod request;
 mod secret;
 mod status;
+mod tools;
 
 pub(crate) use body::{EventDecoder, WireDecoder};
 pub use client::{HttpTransport, Timeouts};
-pub(crate) use request::{endpoint, merge_extra, parse_headers, resolve_model};
+pub(crate) use request::{cannot_serialize, endpoint, merge_extra, parse_headers, resolve_model};
 pub use secret::Secret;
+pub(crate) use tools::ToolsJson;
 
 /// The TLS library the transport uses, for [`HttpTransport::with_tls`].
 pub use rustls;

@@ -61,6 +61,15 @@ pub(crate) fn resolve_model<'a>(
 }
 
 /// Provider-specific fields win over ours, without duplicate keys in the body.
+/// A request body that does not serialise (a JSON value that cannot be written, such as a non-finite float).
+pub(crate) fn cannot_serialize(error: serde_json::Error) -> crate::ChatError {
+    crate::ChatError::new(
+        crate::ErrorKind::InvalidRequest,
+        "the request could not be serialized",
+    )
+    .with_source(error)
+}
+
 pub(crate) fn merge_extra(
     body: &impl serde::Serialize,
     extra: &serde_json::Map<String, serde_json::Value>,
