@@ -17,14 +17,14 @@ use axum::{Extension, Router};
 use futures_util::StreamExt;
 use http::{header, HeaderMap, HeaderValue, StatusCode};
 use tokio::net::TcpListener;
-use tower::util::BoxCloneSyncService;
+use tower::util::{BoxCloneSyncService, Either};
 use tower::{Layer, ServiceExt};
 use tower_chat::anthropic::AnthropicChat;
 use tower_chat::openai::OpenAiChat;
 use tower_chat::transport::Timeouts;
 use tower_chat::{
-    BoxChatService, CallerIdentity, ChatError, ChatRequest, ChatStream, ConversationId, Message,
-    ModelInfo, ModelMetadata,
+    CallerIdentity, ChatError, ChatRequest, ChatStream, ConversationId, Message, ModelInfo,
+    ModelMetadata,
 };
 use tower_chat_approval::{
     ApprovalLayer, ApprovalStore, PostgresApprovalStore, SqliteApprovalStore,
@@ -180,35 +180,35 @@ where
         + 'static,
     S::Future: Send + 'static,
 {
-    // Read before the leaf disappears into boxes that do not forward it.
     let metadata = upstream.model_metadata();
-    let mut upstream: ChatStack = match limits {
-        Some(limits) => BoxCloneSyncService::new(limits.layer(upstream)),
-        None => BoxCloneSyncService::new(upstream),
+    // Optional layers are `Either`s, not a box each: one box for the whole stack, so a request clones (and the
+    // tool loop re-calls) plain structs instead of allocating a box per layer and a boxed future per call.
+    let upstream = match limits {
+        Some(limits) => Either::Left(limits.layer(upstream)),
+        None => Either::Right(upstream),
     };
-    if let Some(persistence) = persistence {
+    let rounds = match persistence {
         // Inside the loop: one record per model round trip. Outside the limits layer, so a round the limits
-        // refuse is recorded as failed. The boxes do not forward `ModelInfo`: name the leaf's metadata, which
-        // persistence reads the provider from.
-        let described = BoxChatService::with_metadata(upstream, metadata.clone());
-        upstream = BoxCloneSyncService::new(
+        // refuse is recorded as failed.
+        Some(persistence) => Either::Left(
             tower::ServiceBuilder::new()
-                .map_request(crate::rounds::name_round)
-                .service(persistence.layer(described)),
-        );
-    }
-    let mut service: ChatStack = BoxCloneSyncService::new(
-        FunctionInvocationLayer::new()
-            .tools(server_tools(config.files.as_deref())?)?
-            .max_rounds(config.max_rounds)
-            .layer(upstream),
-    );
-    if let Some(mcp) = mcp {
-        service = mcp.wrap(service);
-    }
-    if let Some(approvals) = approvals {
-        service = BoxCloneSyncService::new(approvals.layer(service));
-    }
+                .map_request(crate::rounds::name_round as fn(ChatRequest) -> ChatRequest)
+                .service(persistence.layer(upstream)),
+        ),
+        None => Either::Right(upstream),
+    };
+    let service = FunctionInvocationLayer::new()
+        .tools(server_tools(config.files.as_deref())?)?
+        .max_rounds(config.max_rounds)
+        .layer(rounds);
+    let service = match mcp {
+        Some(mcp) => Either::Left(mcp.wrap(BoxCloneSyncService::new(service))),
+        None => Either::Right(service),
+    };
+    let service = match approvals {
+        Some(approvals) => Either::Left(approvals.layer(service)),
+        None => Either::Right(service),
+    };
     Ok(BoxCloneSyncService::new(
         TracingLayer::new()
             .metadata(metadata)
