@@ -192,7 +192,7 @@ where
         // refuse is recorded as failed.
         Some(persistence) => Either::Left(
             tower::ServiceBuilder::new()
-                .map_request(crate::rounds::name_round as fn(ChatRequest) -> ChatRequest)
+                .map_request(crate::rounds::name_round)
                 .service(persistence.layer(upstream)),
         ),
         None => Either::Right(upstream),

@@ -60,7 +60,6 @@ pub(crate) fn resolve_model<'a>(
     })
 }
 
-/// Provider-specific fields win over ours, without duplicate keys in the body.
 /// A request body that does not serialise (a JSON value that cannot be written, such as a non-finite float).
 pub(crate) fn cannot_serialize(error: serde_json::Error) -> crate::ChatError {
     crate::ChatError::new(
@@ -70,6 +69,7 @@ pub(crate) fn cannot_serialize(error: serde_json::Error) -> crate::ChatError {
     .with_source(error)
 }
 
+/// Provider-specific fields win over ours, without duplicate keys in the body.
 pub(crate) fn merge_extra(
     body: &impl serde::Serialize,
     extra: &serde_json::Map<String, serde_json::Value>,
