@@ -5,6 +5,7 @@ use tower_chat::ChatRequest;
 
 use crate::config::Provider;
 use crate::error::ApiError;
+use crate::request_limits::RequestLimits;
 use crate::wire::anthropic_messages::AnthropicMessages;
 use crate::wire::chat_completions::ChatCompletions;
 use crate::wire::responses::Responses;
@@ -25,6 +26,7 @@ pub fn parse_request(
         } else {
             Provider::Anthropic
         },
+        limits: RequestLimits::DEFAULT,
     };
     let inbound = match format % 3 {
         0 => ChatCompletions::parse(body, &context).map(|(inbound, _)| inbound),

@@ -177,14 +177,17 @@ pub(crate) fn notice_ids(messages: &[Message]) -> Vec<String> {
     if !last.tool_calls.is_empty() {
         return Vec::new();
     }
+    // A set beside the list, so a message with a hundred thousand notices is not a quadratic scan.
+    let mut seen = std::collections::HashSet::new();
     let mut ids = Vec::new();
     for (at, _) in last.content.match_indices("Approval id: apr_") {
-        let id: String = last.content[at + "Approval id: ".len()..]
-            .chars()
-            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
-            .collect();
-        if id.len() > "apr_".len() && !ids.contains(&id) {
-            ids.push(id);
+        let id = &last.content[at + "Approval id: ".len()..];
+        let end = id
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .unwrap_or(id.len());
+        let id = &id[..end];
+        if id.len() > "apr_".len() && seen.insert(id) {
+            ids.push(id.to_owned());
         }
     }
     ids

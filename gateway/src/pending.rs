@@ -263,25 +263,26 @@ impl PendingStore {
             return;
         }
         let now = Instant::now();
-        let mut i = 0;
-        while i < messages.len() {
-            let found = match &messages[i] {
-                Message::Assistant(a) => a.tool_calls.iter().find_map(|call| {
-                    handoffs
-                        .get(&call.id)
-                        .filter(|r| r.expires > now && r.caller.as_ref() == caller)
-                }),
-                _ => None,
-            };
-            match found {
-                Some(record) => {
-                    let len = record.hidden.len();
-                    messages.splice(i..=i, record.hidden.iter().cloned());
-                    i += len.max(1);
-                }
-                None => i += 1,
+        let found = |message: &Message| match message {
+            Message::Assistant(a) => a.tool_calls.iter().find_map(|call| {
+                handoffs
+                    .get(&call.id)
+                    .filter(|r| r.expires > now && r.caller.as_ref() == caller)
+            }),
+            _ => None,
+        };
+        if !messages.iter().any(|message| found(message).is_some()) {
+            return;
+        }
+        // Rebuilt in one pass: splicing in place would move the rest of the history once per hand-back.
+        let mut spliced = Vec::with_capacity(messages.len());
+        for message in messages.drain(..) {
+            match found(&message) {
+                Some(record) => spliced.extend(record.hidden.iter().cloned()),
+                None => spliced.push(message),
             }
         }
+        *messages = spliced;
     }
 }
 

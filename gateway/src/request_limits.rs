@@ -26,7 +26,7 @@ use tower_chat::{CallerIdentity, ChatRequest, ConversationId, Message};
 use crate::error::ApiError;
 
 /// The per-request limits. [`Default`] gives the command line's defaults.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RequestLimits {
     /// `--max-messages N`: messages in one request, and tool calls across its assistant messages
     /// (default 1024).
@@ -44,16 +44,21 @@ pub struct RequestLimits {
     pub max_conversation_id_bytes: usize,
 }
 
+impl RequestLimits {
+    /// The command line's defaults, as a constant.
+    pub const DEFAULT: RequestLimits = RequestLimits {
+        max_messages: 1024,
+        max_tools: 128,
+        max_schema_bytes: 256 * 1024,
+        max_approvals: 64,
+        max_id_bytes: 256,
+        max_conversation_id_bytes: 128,
+    };
+}
+
 impl Default for RequestLimits {
     fn default() -> Self {
-        RequestLimits {
-            max_messages: 1024,
-            max_tools: 128,
-            max_schema_bytes: 256 * 1024,
-            max_approvals: 64,
-            max_id_bytes: 256,
-            max_conversation_id_bytes: 128,
-        }
+        RequestLimits::DEFAULT
     }
 }
 
@@ -62,15 +67,36 @@ fn exceeded(message: String) -> ApiError {
 }
 
 impl RequestLimits {
-    /// Check a converted request: counts first (cheap), then lengths, then schema bytes.
-    pub fn check(&self, request: &ChatRequest) -> Result<(), ApiError> {
-        let messages = request.messages.len();
+    /// Check the counts a wire format's parser reads off the raw body before it converts a single item:
+    /// `messages` and `calls` are at most what the conversion would produce, so a body refused here would have
+    /// been refused after it, only later and after work proportional to its size.
+    pub fn check_counts(&self, messages: usize, calls: usize) -> Result<(), ApiError> {
         if messages > self.max_messages {
             return Err(exceeded(format!(
                 "the request has {messages} messages; the limit is {} (--max-messages)",
                 self.max_messages
             )));
         }
+        if calls > self.max_messages {
+            return Err(exceeded(format!(
+                "the request has {calls} tool calls; the limit is {} (--max-messages)",
+                self.max_messages
+            )));
+        }
+        Ok(())
+    }
+
+    /// Check a converted request: counts first (cheap), then lengths, then schema bytes.
+    pub fn check(&self, request: &ChatRequest) -> Result<(), ApiError> {
+        let calls = request
+            .messages
+            .iter()
+            .map(|message| match message {
+                Message::Assistant(assistant) => assistant.tool_calls.len(),
+                _ => 0,
+            })
+            .sum();
+        self.check_counts(request.messages.len(), calls)?;
         let tools = &request.options.tools;
         if tools.len() > self.max_tools {
             return Err(exceeded(format!(
@@ -79,31 +105,23 @@ impl RequestLimits {
                 self.max_tools
             )));
         }
-        let mut calls = 0usize;
         for (i, message) in request.messages.iter().enumerate() {
             match message {
                 Message::Assistant(assistant) => {
-                    calls += assistant.tool_calls.len();
                     for call in &assistant.tool_calls {
-                        self.id(&format!("messages[{i}] tool call id"), &call.id)?;
-                        self.id(&format!("messages[{i}] tool call name"), &call.name)?;
+                        self.id(|| format!("messages[{i}] tool call id"), &call.id)?;
+                        self.id(|| format!("messages[{i}] tool call name"), &call.name)?;
                     }
                 }
                 Message::Tool(tool) => {
-                    self.id(&format!("messages[{i}] tool_call_id"), &tool.call_id)?
+                    self.id(|| format!("messages[{i}] tool_call_id"), &tool.call_id)?
                 }
                 _ => {}
             }
         }
-        if calls > self.max_messages {
-            return Err(exceeded(format!(
-                "the request has {calls} tool calls; the limit is {} (--max-messages)",
-                self.max_messages
-            )));
-        }
         let mut bytes = 0usize;
         for (i, tool) in tools.iter().enumerate() {
-            self.id(&format!("tools[{i}] name"), &tool.name)?;
+            self.id(|| format!("tools[{i}] name"), &tool.name)?;
             bytes = bytes
                 .saturating_add(tool.name.len())
                 .saturating_add(tool.description.len())
@@ -133,7 +151,7 @@ impl RequestLimits {
         }
         let mut seen = HashSet::with_capacity(ids.len());
         for id in ids {
-            self.id("an approval id", id)?;
+            self.id(|| "an approval id".to_owned(), id)?;
             if !seen.insert(id) {
                 return Err(ApiError::invalid_request(
                     "invalid_approval",
@@ -169,10 +187,12 @@ impl RequestLimits {
         })))
     }
 
-    fn id(&self, what: &str, id: &str) -> Result<(), ApiError> {
+    /// `what` names the id only when it is refused: checking a thousand ids allocates nothing.
+    fn id(&self, what: impl FnOnce() -> String, id: &str) -> Result<(), ApiError> {
         if id.len() > self.max_id_bytes {
             return Err(exceeded(format!(
-                "{what} is {} bytes long; the limit is {} (--max-id-bytes)",
+                "{} is {} bytes long; the limit is {} (--max-id-bytes)",
+                what(),
                 id.len(),
                 self.max_id_bytes
             )));

@@ -427,8 +427,9 @@ impl Gateway {
                 body_limit: config.body_limit,
                 parse: ParseContext {
                     upstream: config.provider,
+                    limits: config.limits,
                 },
-                limits: Arc::new(config.limits.clone()),
+                limits: Arc::new(config.limits),
                 in_flight: Arc::new(InFlight::new(&config.connections)),
                 console: config.console,
             },

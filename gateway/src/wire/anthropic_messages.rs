@@ -35,6 +35,8 @@ impl WireFormat for AnthropicMessages {
 
     fn parse(body: &[u8], context: &ParseContext) -> Result<(Inbound, MessageEncoder), ApiError> {
         let request: MessagesRequest = from_body(body)?;
+        let (messages, calls) = raw_counts(&request);
+        context.limits.check_counts(messages, calls)?;
         Ok((into_inbound(request, context)?, MessageEncoder::new()))
     }
 
@@ -195,6 +197,34 @@ enum Thinking {
 struct Metadata {
     #[serde(default)]
     user_id: Option<String>,
+}
+
+/// At least how many messages and tool calls `request` becomes, counted on the raw blocks: a system block is a
+/// message, an assistant message one message, each `tool_result` block a message of its own and a user
+/// message with any other block at least one more; each `tool_use` block a call.
+fn raw_counts(request: &MessagesRequest) -> (usize, usize) {
+    let mut messages = match &request.system {
+        Some(System::Blocks(blocks)) => blocks.len(),
+        Some(System::Text(_)) => 1,
+        None => 0,
+    };
+    let mut calls = 0;
+    for message in &request.messages {
+        let Value::Array(blocks) = &message.content else {
+            messages += 1;
+            continue;
+        };
+        let mut others = matches!(message.role, Role::Assistant);
+        for block in blocks {
+            match block.get("type").and_then(Value::as_str) {
+                Some("tool_result") => messages += 1,
+                Some("tool_use") => calls += 1,
+                _ => others = true,
+            }
+        }
+        messages += usize::from(others);
+    }
+    (messages, calls)
 }
 
 fn into_inbound(body: MessagesRequest, context: &ParseContext) -> Result<Inbound, ApiError> {
@@ -652,8 +682,11 @@ mod tests {
     use super::*;
 
     fn parse(value: Value, upstream: Provider) -> Result<Inbound, ApiError> {
-        AnthropicMessages::parse(value.to_string().as_bytes(), &ParseContext { upstream })
-            .map(|(inbound, _)| inbound)
+        let context = ParseContext {
+            upstream,
+            limits: crate::request_limits::RequestLimits::DEFAULT,
+        };
+        AnthropicMessages::parse(value.to_string().as_bytes(), &context).map(|(inbound, _)| inbound)
     }
 
     #[test]

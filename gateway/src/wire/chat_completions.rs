@@ -13,8 +13,8 @@ use tower_chat::{
 
 use super::{
     arguments_text, begin_sse_data, end_sse, from_body, schema, sse_data, write_json,
-    ApprovalNotice, Encoder, Ending, Folded, Inbound, ParseContext, TowerChatRequest, Visible,
-    WireFormat,
+    ApprovalNotice, CallNames, Encoder, Ending, Folded, Inbound, ParseContext, TowerChatRequest,
+    Visible, WireFormat,
 };
 use crate::error::ApiError;
 
@@ -25,8 +25,21 @@ pub(crate) struct ChatCompletions;
 impl WireFormat for ChatCompletions {
     type Encoder = ChunkEncoder;
 
-    fn parse(body: &[u8], _context: &ParseContext) -> Result<(Inbound, ChunkEncoder), ApiError> {
+    fn parse(body: &[u8], context: &ParseContext) -> Result<(Inbound, ChunkEncoder), ApiError> {
         let request: CompletionRequest = from_body(body)?;
+        // Each wire message is one message; each tool call one call.
+        let calls = request
+            .messages
+            .iter()
+            .map(|message| match message {
+                WireMessage::Assistant {
+                    tool_calls: Some(calls),
+                    ..
+                } => calls.len(),
+                _ => 0,
+            })
+            .sum();
+        context.limits.check_counts(request.messages.len(), calls)?;
         let include_usage = request
             .stream_options
             .as_ref()
@@ -192,7 +205,7 @@ fn into_inbound(body: CompletionRequest) -> Result<Inbound, ApiError> {
     }
     let mut messages = Vec::with_capacity(body.messages.len());
     // Tool messages name their tool; OpenAI's carry only the call id, so find the call it answers.
-    let mut call_names: Vec<(String, String)> = Vec::new();
+    let mut call_names = CallNames::default();
     for (i, message) in body.messages.into_iter().enumerate() {
         let at = format!("messages[{i}]");
         messages.push(match message {
@@ -219,13 +232,13 @@ fn into_inbound(body: CompletionRequest) -> Result<Inbound, ApiError> {
                             "{at}: only `function` tool calls are supported"
                         )));
                     }
-                    call_names.push((call.id.clone(), call.function.name.clone()));
                     calls.push(ToolCall {
                         id: call.id,
                         name: call.function.name,
                         arguments: ToolArguments::parse(call.function.arguments),
                     });
                 }
+                call_names.add(&calls);
                 Message::Assistant(AssistantMessage {
                     content,
                     reasoning: None,
@@ -236,12 +249,7 @@ fn into_inbound(body: CompletionRequest) -> Result<Inbound, ApiError> {
                 tool_call_id,
                 content,
             } => {
-                let name = call_names
-                    .iter()
-                    .rev()
-                    .find(|(id, _)| *id == tool_call_id)
-                    .map(|(_, name)| name.clone())
-                    .unwrap_or_default();
+                let name = call_names.get(&tool_call_id).unwrap_or_default().to_owned();
                 Message::Tool(ToolMessage::success(
                     tool_call_id,
                     name,
@@ -748,6 +756,7 @@ mod tests {
 
     const CONTEXT: ParseContext = ParseContext {
         upstream: crate::config::Provider::OpenAi,
+        limits: crate::request_limits::RequestLimits::DEFAULT,
     };
 
     fn parse(value: Value) -> Result<Inbound, ApiError> {

@@ -18,6 +18,8 @@ pub(crate) mod anthropic_messages;
 pub(crate) mod chat_completions;
 pub(crate) mod responses;
 
+use std::collections::HashMap;
+
 use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -25,6 +27,7 @@ use tower_chat::{ChatRequest, FinishReason, Message, ToolArguments, ToolCall, Us
 
 use crate::config::Provider;
 use crate::error::ApiError;
+use crate::request_limits::RequestLimits;
 
 /// What a format's parser learned from a request body, besides the format-specific answer shape.
 #[derive(Debug)]
@@ -61,10 +64,12 @@ impl Inbound {
 }
 
 /// What a parser may need to know about the gateway: options some formats carry that only one upstream
-/// understands (`thinking`, `top_k`) are forwarded to that upstream and dropped for the other.
+/// understands (`thinking`, `top_k`) are forwarded to that upstream and dropped for the other; the counts a
+/// body may carry, checked on the raw body before any item is converted.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct ParseContext {
     pub(crate) upstream: Provider,
+    pub(crate) limits: RequestLimits,
 }
 
 /// One wire format: its parser, its encoder, its error shape.
@@ -331,17 +336,17 @@ pub(crate) fn arguments_value(call: &ToolCall) -> Value {
 }
 
 /// Name each tool result after the call it answers (formats whose results carry only the call id), looking at
-/// the assistant messages before it: the whole history, a stored one included.
+/// the assistant messages before it: the whole history, a stored one included. The latest call with the id
+/// wins. Linear in the messages: a body of N calls and N results that match none of them is N map look-ups,
+/// not N² comparisons.
 pub(crate) fn name_tool_results(messages: &mut [Message]) {
-    let mut names: Vec<(String, String)> = Vec::new();
+    let mut names = CallNames::default();
     for message in messages.iter_mut() {
         match message {
-            Message::Assistant(a) => {
-                names.extend(a.tool_calls.iter().map(|c| (c.id.clone(), c.name.clone())))
-            }
+            Message::Assistant(a) => names.add(&a.tool_calls),
             Message::Tool(t) if t.name.is_empty() => {
-                if let Some((_, name)) = names.iter().rev().find(|(id, _)| *id == t.call_id) {
-                    t.name = name.clone();
+                if let Some(name) = names.get(&t.call_id) {
+                    t.name = name.to_owned();
                 }
             }
             _ => {}
@@ -349,9 +354,132 @@ pub(crate) fn name_tool_results(messages: &mut [Message]) {
     }
 }
 
+/// The names of the tool calls seen so far, by call id (a later call with the same id replaces an earlier one).
+#[derive(Debug, Default)]
+pub(crate) struct CallNames(HashMap<String, String>);
+
+impl CallNames {
+    pub(crate) fn add(&mut self, calls: &[ToolCall]) {
+        for call in calls {
+            self.0.insert(call.id.clone(), call.name.clone());
+        }
+    }
+
+    pub(crate) fn get(&self, call_id: &str) -> Option<&str> {
+        self.0.get(call_id).map(String::as_str)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
+
+    /// Each format's body of `calls` tool calls and as many results (answering other ids).
+    fn calls_and_results(calls: usize) -> [(&'static str, Value); 3] {
+        let ids = |prefix: &'static str| (0..calls).map(move |i| format!("{prefix}{i}"));
+        let chat: Vec<Value> = ids("c")
+            .map(|id| json!({"id": id, "type": "function", "function": {"name": "f", "arguments": "{}"}}))
+            .collect();
+        let mut chat_messages = vec![json!({"role": "assistant", "tool_calls": chat})];
+        chat_messages
+            .extend(ids("r").map(|id| json!({"role": "tool", "tool_call_id": id, "content": ""})));
+        let uses: Vec<Value> = ids("c")
+            .map(|id| json!({"type": "tool_use", "id": id, "name": "f", "input": {}}))
+            .collect();
+        let results: Vec<Value> = ids("r")
+            .map(|id| json!({"type": "tool_result", "tool_use_id": id}))
+            .collect();
+        let mut items: Vec<Value> = ids("c")
+            .map(|id| json!({"type": "function_call", "call_id": id, "name": "f", "arguments": "{}"}))
+            .collect();
+        items.extend(
+            ids("r").map(|id| json!({"type": "function_call_output", "call_id": id, "output": ""})),
+        );
+        [
+            (
+                "chat_completions",
+                json!({"model": "m", "messages": chat_messages}),
+            ),
+            (
+                "anthropic_messages",
+                json!({"model": "m", "max_tokens": 8, "messages": [
+                    {"role": "assistant", "content": uses},
+                    {"role": "user", "content": results},
+                ]}),
+            ),
+            ("responses", json!({"model": "m", "input": items})),
+        ]
+    }
+
+    fn parse(format: &str, body: &Value, limits: RequestLimits) -> Result<Inbound, ApiError> {
+        let context = ParseContext {
+            upstream: Provider::OpenAi,
+            limits,
+        };
+        let body = body.to_string();
+        match format {
+            "chat_completions" => {
+                chat_completions::ChatCompletions::parse(body.as_bytes(), &context)
+                    .map(|(inbound, _)| inbound)
+            }
+            "anthropic_messages" => {
+                anthropic_messages::AnthropicMessages::parse(body.as_bytes(), &context)
+                    .map(|(inbound, _)| inbound)
+            }
+            _ => responses::Responses::parse(body.as_bytes(), &context).map(|(inbound, _)| inbound),
+        }
+    }
+
+    #[test]
+    fn counts_are_refused_on_the_raw_body_before_any_item_is_converted() {
+        // Ids too long for the limits: a body that got as far as conversion would be refused for its ids, so
+        // a refusal for its counts shows the count came first.
+        let strict = RequestLimits {
+            max_messages: 4,
+            max_id_bytes: 0,
+            ..RequestLimits::DEFAULT
+        };
+        for (format, body) in calls_and_results(5) {
+            let error = parse(format, &body, strict).unwrap_err();
+            assert_eq!(error.code, "limit_exceeded", "{format}: {}", error.message);
+            assert!(
+                error.message.contains("--max-messages"),
+                "{format}: {}",
+                error.message
+            );
+        }
+        // Three calls and three results are four messages: within the limit, so the parse converts them (the
+        // ids are refused later, by `RequestLimits::check`).
+        for (format, body) in calls_and_results(3) {
+            let parsed = parse(format, &body, strict);
+            assert!(parsed.is_ok(), "{format}: {:?}", parsed.err());
+        }
+    }
+
+    #[test]
+    fn a_result_is_named_after_the_call_it_answers() {
+        for (format, mut body) in calls_and_results(3) {
+            // Results answering the calls' ids, one of them also answering nothing known.
+            let text = body
+                .to_string()
+                .replace("\"r1\"", "\"c1\"")
+                .replace("\"r2\"", "\"c2\"");
+            body = serde_json::from_str(&text).unwrap();
+            let request = parse(format, &body, RequestLimits::DEFAULT)
+                .unwrap()
+                .request;
+            let names: Vec<(&str, &str)> = request
+                .messages
+                .iter()
+                .filter_map(|m| match m {
+                    Message::Tool(t) => Some((t.call_id.as_str(), t.name.as_str())),
+                    _ => None,
+                })
+                .collect();
+            assert_eq!(names, [("r0", ""), ("c1", "f"), ("c2", "f")], "{format}");
+        }
+    }
 
     #[derive(Debug, Deserialize, PartialEq)]
     struct Probe {

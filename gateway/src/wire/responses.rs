@@ -37,6 +37,10 @@ impl WireFormat for Responses {
 
     fn parse(body: &[u8], context: &ParseContext) -> Result<(Inbound, ResponseEncoder), ApiError> {
         let request: ResponsesRequest = from_body(body)?;
+        if let Some(Input::Items(items)) = &request.input {
+            let (messages, calls) = raw_counts(items);
+            context.limits.check_counts(messages, calls)?;
+        }
         into_inbound(request, context)
     }
 }
@@ -134,6 +138,26 @@ fn content_text(content: &Value, at: &str) -> Result<String, ApiError> {
             "{at}.content: must be a string or a list of parts"
         ))),
     }
+}
+
+/// At least how many messages and tool calls `items` become: each `function_call_output` and each message not
+/// from the assistant is a message, each `function_call` a call (assistant items merge, so they are not
+/// counted).
+fn raw_counts(items: &[Value]) -> (usize, usize) {
+    let (mut messages, mut calls) = (0, 0);
+    for item in items {
+        match item.get("type").and_then(Value::as_str) {
+            Some("function_call") => calls += 1,
+            Some("function_call_output") => messages += 1,
+            Some("message") | None
+                if item.get("role").and_then(Value::as_str) != Some("assistant") =>
+            {
+                messages += 1
+            }
+            _ => {}
+        }
+    }
+    (messages, calls)
 }
 
 /// Input items to messages: consecutive assistant text and function calls form one assistant message.
@@ -795,6 +819,7 @@ mod tests {
     fn parse(value: Value) -> Result<Inbound, ApiError> {
         let context = ParseContext {
             upstream: Provider::OpenAi,
+            limits: crate::request_limits::RequestLimits::DEFAULT,
         };
         Responses::parse(value.to_string().as_bytes(), &context).map(|(inbound, _)| inbound)
     }

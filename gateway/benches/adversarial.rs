@@ -1,0 +1,185 @@
+//! CPU per byte of the request bodies an attacker would send to make parsing expensive: N tool calls and N tool
+//! results that answer none of them (every result is looked up among every call), in each inbound format, at
+//! 0.4 MB and 3.2 MB. Each is sent over loopback to a gateway in this process:
+//!
+//! - `counted`: the command line's default limits. The parser counts the calls and results on the raw body and
+//!   refuses it (`limit_exceeded`) before converting a single item.
+//! - `converted`: `--max-messages` raised past N, `--max-id-bytes` at 4, so the whole body is converted (every
+//!   result named after its call) and only then refused for its ids. Nothing reaches the upstream either way.
+//!
+//! Guard: for every shape the large body's CPU per byte is at most 2× the small body's (linear parsing); a
+//! quadratic step makes it about 8× (the size ratio). The run exits non-zero when the guard fails.
+//!
+//! ```text
+//! cargo bench -p tower-chat-gateway --bench adversarial
+//! ```
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use cpu_time::ProcessTime;
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use serde_json::{json, Value};
+use tower_chat::test_server::{Reply, ScriptedProvider};
+use tower_chat_gateway::request_limits::RequestLimits;
+use tower_chat_gateway::{Config, Gateway};
+
+/// Requests per measured case (after one warm-up request).
+const REPEATS: u32 = 5;
+/// The most the large body's CPU per byte may be over the small body's.
+const LINEAR_GUARD: f64 = 2.0;
+
+/// A body of `n` calls and `n` results answering other ids, in `format`.
+fn body(format: &str, n: usize) -> Value {
+    let call_id = |i: usize| format!("call_{i:08}");
+    let other_id = |i: usize| format!("other_{i:08}");
+    match format {
+        "/v1/chat/completions" => {
+            let calls: Vec<Value> = (0..n)
+                .map(|i| {
+                    json!({"id": call_id(i), "type": "function",
+                    "function": {"name": "read_file", "arguments": "{}"}})
+                })
+                .collect();
+            let mut messages = vec![
+                json!({"role": "user", "content": "hi"}),
+                json!({"role": "assistant", "content": null, "tool_calls": calls}),
+            ];
+            messages.extend(
+                (0..n).map(|i| json!({"role": "tool", "tool_call_id": other_id(i), "content": ""})),
+            );
+            json!({"model": "m", "messages": messages})
+        }
+        "/v1/messages" => {
+            let uses: Vec<Value> = (0..n)
+                .map(|i| json!({"type": "tool_use", "id": call_id(i), "name": "read_file", "input": {}}))
+                .collect();
+            let results: Vec<Value> = (0..n)
+                .map(|i| json!({"type": "tool_result", "tool_use_id": other_id(i)}))
+                .collect();
+            json!({"model": "m", "max_tokens": 16, "messages": [
+                {"role": "user", "content": "hi"},
+                {"role": "assistant", "content": uses},
+                {"role": "user", "content": results},
+            ]})
+        }
+        _ => {
+            let mut items = vec![json!({"role": "user", "content": "hi"})];
+            items.extend((0..n).map(|i| {
+                json!({"type": "function_call", "call_id": call_id(i), "name": "read_file", "arguments": "{}"})
+            }));
+            items.extend((0..n).map(
+                |i| json!({"type": "function_call_output", "call_id": other_id(i), "output": ""}),
+            ));
+            json!({"model": "m", "input": items})
+        }
+    }
+}
+
+/// `n` such that the body is about `bytes` long.
+fn calls_for(format: &str, bytes: usize) -> usize {
+    let per_pair = body(format, 1000).to_string().len() / 1000;
+    bytes / per_pair
+}
+
+struct Measured {
+    bytes: usize,
+    cpu: Duration,
+    status: u16,
+}
+
+async fn start(limits: RequestLimits) -> (ScriptedProvider, String, tempfile::TempDir) {
+    let provider = ScriptedProvider::start(|_, _| Reply::openai_text("never asked")).await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = Config::new(provider.base_url());
+    config.upstream_key_env = Some("TOWER_CHAT_GATEWAY_BENCH_NO_KEY".into());
+    config.db = dir.path().join("adversarial.db");
+    config.limits = limits;
+    let gateway = Gateway::new(&config).await.unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(gateway.serve(listener, std::future::pending()));
+    (provider, format!("http://{addr}"), dir)
+}
+
+async fn measure(base: &str, path: &str, body: Bytes) -> Measured {
+    let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
+    let send = || async {
+        let request = http::Request::post(format!("{base}{path}"))
+            .header("content-type", "application/json")
+            .body(Full::new(body.clone()))
+            .unwrap();
+        let response = client.request(request).await.unwrap();
+        let status = response.status().as_u16();
+        let answer = response.into_body().collect().await.unwrap().to_bytes();
+        assert!(
+            String::from_utf8_lossy(&answer).contains("limit_exceeded"),
+            "{path}: expected a limit_exceeded refusal, got {status} {}",
+            String::from_utf8_lossy(&answer[..answer.len().min(300)])
+        );
+        status
+    };
+    send().await;
+    let start = ProcessTime::now();
+    let mut status = 0;
+    for _ in 0..REPEATS {
+        status = send().await;
+    }
+    Measured {
+        bytes: body.len(),
+        cpu: start.elapsed() / REPEATS,
+        status,
+    }
+}
+
+fn main() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let counted = RequestLimits::default();
+    let converted = RequestLimits {
+        max_messages: 1 << 20,
+        max_id_bytes: 4,
+        ..RequestLimits::default()
+    };
+    let mut failed = false;
+    println!(
+        "{:<22} {:<10} {:>10} {:>7} {:>10} {:>9}",
+        "route", "limits", "bytes", "status", "CPU ms", "ns/byte"
+    );
+    for (label, limits) in [("counted", counted), ("converted", converted)] {
+        let (_provider, base, _dir) = runtime.block_on(start(limits));
+        for path in ["/v1/chat/completions", "/v1/messages", "/v1/responses"] {
+            let per_byte: Vec<f64> = [400_000, 3_200_000]
+                .into_iter()
+                .map(|size| {
+                    let body = Bytes::from(body(path, calls_for(path, size)).to_string());
+                    let m = runtime.block_on(measure(&base, path, body));
+                    let per_byte = m.cpu.as_nanos() as f64 / m.bytes as f64;
+                    println!(
+                        "{path:<22} {label:<10} {:>10} {:>7} {:>10.2} {:>9.2}",
+                        m.bytes,
+                        m.status,
+                        m.cpu.as_secs_f64() * 1e3,
+                        per_byte
+                    );
+                    per_byte
+                })
+                .collect();
+            let ratio = per_byte[1] / per_byte[0];
+            if ratio > LINEAR_GUARD {
+                println!(
+                    "  FAIL: CPU per byte grew {ratio:.2}x with the body (limit {LINEAR_GUARD}x)"
+                );
+                failed = true;
+            }
+        }
+    }
+    if failed {
+        std::process::exit(1);
+    }
+}
