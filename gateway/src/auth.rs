@@ -149,7 +149,7 @@ impl ApiKeys {
     }
 }
 
-fn digest(key: &str) -> [u8; 32] {
+pub(crate) fn digest(key: &str) -> [u8; 32] {
     Sha256::digest(key.as_bytes()).into()
 }
 

@@ -86,6 +86,12 @@ pub struct Config {
     /// spans carry message contents, tool arguments and results (`gen_ai.input.messages`,
     /// `gen_ai.output.messages`). Off by default: they can hold personal data and secrets.
     pub record_content: bool,
+    /// `--metrics-listen ADDR`: serve `GET /metrics` on this address instead of the main listener (`None`, the
+    /// default: on the main listener).
+    pub metrics_listen: Option<SocketAddr>,
+    /// `--metrics-key-env VAR`: `GET /metrics` requires `Authorization: Bearer <the variable's value>`; an unset
+    /// or empty variable is refused at start (`None`, the default: no key).
+    pub metrics_key_env: Option<String>,
     /// Where the stack's tracing layer also records the GenAI client histograms, besides `GET /metrics`: set by
     /// the program when OTLP export is on (`telemetry::install`), or by hand with a meter of your own.
     pub otel_metrics: Option<tower_chat_tracing::OpenTelemetryMetrics>,
@@ -115,6 +121,8 @@ impl Config {
             file: ConfigFile::default(),
             config_path: None,
             record_content: false,
+            metrics_listen: None,
+            metrics_key_env: None,
             otel_metrics: None,
         }
     }
@@ -172,6 +180,14 @@ impl Config {
                         .parse()
                         .map_err(|_| invalid(&name, &v, "an address like 127.0.0.1:8080"))?;
                 }
+                "--metrics-listen" => {
+                    let v = value()?;
+                    config.metrics_listen = Some(
+                        v.parse()
+                            .map_err(|_| invalid(&name, &v, "an address like 127.0.0.1:9090"))?,
+                    );
+                }
+                "--metrics-key-env" => config.metrics_key_env = Some(value()?),
                 "--upstream" => upstream = Some(value()?),
                 "--provider" => {
                     let v = value()?;
@@ -354,6 +370,9 @@ usage: tower-chat-gateway [options]
                            [upstreams.timeouts]. On SIGHUP the file is read again and a valid
                            [upstreams] replaces the running one (requests in flight finish on the old);
                            an invalid file is logged and the running configuration kept
+  --metrics-listen ADDR    serve GET /metrics on this address only (default: on --listen)
+  --metrics-key-env VAR    GET /metrics requires `Authorization: Bearer <key>`, the key read from VAR
+                           (refused at start when VAR is unset or empty; default: no key)
   --record-content         telemetry spans carry message contents, tool arguments and results
                            (also OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true); off by default
 
@@ -425,9 +444,14 @@ mod tests {
             "--max-connections=4",
             "--max-in-flight=5",
             "--max-in-flight-per-key=6",
+            "--metrics-listen=127.0.0.1:9090",
+            "--metrics-key-env",
+            "METRICS_KEY",
         ])
         .unwrap();
         assert_eq!(config.listen.port(), 9);
+        assert_eq!(config.metrics_listen.map(|a| a.port()), Some(9090));
+        assert_eq!(config.metrics_key_env.as_deref(), Some("METRICS_KEY"));
         assert_eq!(config.upstream, "http://127.0.0.1:9000/v1");
         assert_eq!(config.key_env(), "MY_KEY");
         assert_eq!(config.database_url.as_deref(), Some("postgres://u@h/db"));

@@ -127,6 +127,18 @@ pub async fn run(mut config: Config) -> Result<(), GatewayError> {
         .map_err(GatewayError::Io)?;
     let addr = listener.local_addr().map_err(GatewayError::Io)?;
     tracing::info!(%addr, upstream = %config.upstream, files = ?config.files, "gateway listening");
+    if let Some(metrics_addr) = config.metrics_listen {
+        let metrics = tokio::net::TcpListener::bind(metrics_addr)
+            .await
+            .map_err(GatewayError::Io)?;
+        tracing::info!(addr = %metrics_addr, "metrics listening (GET /metrics)");
+        let router = gateway.metrics_router();
+        tokio::spawn(async move {
+            if let Err(error) = axum::serve(metrics, router).await {
+                tracing::error!(%error, "the metrics listener failed");
+            }
+        });
+    }
     #[cfg(unix)]
     if let Some(reloader) = gateway.reloader() {
         match reload_on_sighup(reloader) {

@@ -15,18 +15,37 @@
 //! | `tower_chat_breaker_transitions_total` | counter | `model`, `target`, `state` |
 //! | `tower_chat_breaker_state` | gauge (1 for the current state) | `model`, `target`, `state` |
 //!
-//! `model` is the model the client asked for (a configured model name with `[upstreams]`). At most
-//! [`MAX_SERIES`] distinct provider/model pairs are kept; further ones are counted under `model="other"`.
+//! `model` is the model the client asked for, when it may be a label value, else `other`:
+//!
+//! - with `[upstreams]`, only the configured model names are label values (a reload replaces them), so a
+//!   client cannot add a series at all;
+//! - with a single `--upstream`, any model may be asked for, so a name is a label value only while it is at most
+//!   [`MAX_LABEL_BYTES`] of `[A-Za-z0-9._:/@+-]` and fewer than [`MAX_SERIES`] names are in use.
+//!
+//! A scrape is therefore bounded however many or however long the names clients send (the bound is measured
+//! by the `a_scrape_is_bounded_whatever_the_model_names` test and stated in BENCHMARKS.md).
+//!
+//! By default `/metrics` is served on the gateway's own listener without a key, as Prometheus scrapes
+//! expect. `--metrics-listen ADDR` serves it on another address instead (and the main listener answers 404),
+//! `--metrics-key-env VAR` requires `Authorization: Bearer <the variable's value>` (Prometheus'
+//! `authorization.credentials_file`).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::fmt::Write as _;
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use axum::response::IntoResponse;
 use tower_chat_resilience::{BreakerHandle, BreakerState, ResilienceEvent};
 use tower_chat_tracing::{CallRecord, Metrics};
 
 /// The most distinct provider/model label pairs kept (client-chosen model names must not grow memory forever).
 pub const MAX_SERIES: usize = 256;
+
+/// The longest model name used as a label value without `[upstreams]`; longer names count as `other`.
+pub const MAX_LABEL_BYTES: usize = 128;
+
+/// The label value of every model name that may not be one.
+const OTHER: &str = "other";
 
 /// Upper bounds of the latency histograms, in seconds.
 const BUCKETS: [f64; 14] = [
@@ -50,10 +69,19 @@ impl Histogram {
     }
 }
 
-type Pair = (String, String);
+/// Label values are shared by every map that keys on them.
+type Label = Arc<str>;
+type Pair = (Label, Label);
 
-#[derive(Default)]
 struct Counters {
+    /// `Some`: only these model names are label values (`[upstreams]`).
+    configured: Option<HashSet<Label>>,
+    /// Without configured names: the names admitted so far.
+    seen: HashSet<Label>,
+    /// The providers' names (the leaves': a handful).
+    providers: Vec<Label>,
+    /// `other`, allocated once.
+    other: Label,
     requests: BTreeMap<(Pair, &'static str), u64>,
     errors: BTreeMap<(Pair, String), u64>,
     duration: BTreeMap<Pair, Histogram>,
@@ -65,15 +93,61 @@ struct Counters {
     transitions: BTreeMap<(String, String, &'static str), u64>,
 }
 
-impl Counters {
-    /// The label pair for a call, folded into `other` once too many pairs exist.
-    fn pair(&self, provider: &str, model: &str) -> Pair {
-        let pair = (provider.to_owned(), model.to_owned());
-        if self.duration.contains_key(&pair) || self.duration.len() < MAX_SERIES {
-            pair
-        } else {
-            (provider.to_owned(), "other".to_owned())
+impl Default for Counters {
+    fn default() -> Self {
+        Counters {
+            configured: None,
+            seen: HashSet::new(),
+            providers: Vec::new(),
+            other: Label::from(OTHER),
+            requests: BTreeMap::new(),
+            errors: BTreeMap::new(),
+            duration: BTreeMap::new(),
+            first_chunk: BTreeMap::new(),
+            tokens: BTreeMap::new(),
+            retries: BTreeMap::new(),
+            budget_exhausted: BTreeMap::new(),
+            fallbacks: BTreeMap::new(),
+            transitions: BTreeMap::new(),
         }
+    }
+}
+
+impl Counters {
+    /// The label pair for a call: the model's name where it may be a label value, else `other`. Allocates only
+    /// for a name or provider seen the first time.
+    fn pair(&mut self, provider: &str, model: &str) -> Pair {
+        let provider = match self.providers.iter().find(|p| &***p == provider) {
+            Some(known) => known.clone(),
+            None => {
+                let label = Label::from(provider);
+                self.providers.push(label.clone());
+                label
+            }
+        };
+        let model = match &self.configured {
+            Some(names) => names.get(model).cloned(),
+            None => self.first_seen(model),
+        };
+        (provider, model.unwrap_or_else(|| self.other.clone()))
+    }
+
+    /// Without configured names: a short, plain name, while fewer than [`MAX_SERIES`] names are in use.
+    fn first_seen(&mut self, model: &str) -> Option<Label> {
+        if let Some(known) = self.seen.get(model) {
+            return Some(known.clone());
+        }
+        let plain = !model.is_empty()
+            && model.len() <= MAX_LABEL_BYTES
+            && model
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"._:/@+-".contains(&b));
+        if !plain || model == OTHER || self.seen.len() >= MAX_SERIES - 1 {
+            return None;
+        }
+        let label = Label::from(model);
+        self.seen.insert(label.clone());
+        Some(label)
     }
 }
 
@@ -103,7 +177,7 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 impl Metrics for PrometheusMetrics {
     fn record(&self, call: &CallRecord<'_>) {
         let mut c = lock(&self.inner.counters);
-        let pair = c.pair(call.provider, call.request_model.unwrap_or("unknown"));
+        let pair = c.pair(call.provider, call.request_model.unwrap_or(OTHER));
         *c.requests
             .entry((pair.clone(), call.outcome.as_str()))
             .or_default() += 1;
@@ -159,6 +233,17 @@ impl PrometheusMetrics {
                 _ => {}
             }
         }
+    }
+
+    /// Only these model names are label values from now on (`[upstreams]`' models; a reload calls it again).
+    /// Series already counted under other names stay.
+    pub fn label_models<I, S>(&self, names: I)
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        lock(&self.inner.counters).configured =
+            Some(names.into_iter().map(|n| Label::from(n.as_ref())).collect());
     }
 
     /// Report this breaker's state on every scrape.
@@ -344,22 +429,89 @@ fn escape(value: &str) -> String {
         .replace('\n', "\\n")
 }
 
-/// `GET /metrics`.
+/// The key `/metrics` requires (`--metrics-key-env`): only its digest is kept.
+#[derive(Clone)]
+pub struct MetricsKey {
+    digest: [u8; 32],
+}
+
+impl std::fmt::Debug for MetricsKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("MetricsKey(..)")
+    }
+}
+
+impl MetricsKey {
+    /// The key held by the environment variable `var`. Unset, empty, or not a printable header value: an error
+    /// naming the variable, so a gateway meant to protect its metrics never starts with them open.
+    pub fn from_env(var: &str) -> Result<Self, String> {
+        let key = std::env::var(var).unwrap_or_default();
+        let key = key.trim();
+        if key.is_empty() {
+            return Err(format!(
+                "--metrics-key-env {var}: the variable is unset or empty; set it to the key Prometheus sends"
+            ));
+        }
+        if !key.bytes().all(|b| b.is_ascii_graphic()) {
+            return Err(format!(
+                "--metrics-key-env {var}: the key must be visible ASCII without spaces"
+            ));
+        }
+        Ok(MetricsKey::new(key))
+    }
+
+    /// A key given directly.
+    pub fn new(key: &str) -> Self {
+        MetricsKey {
+            digest: crate::auth::digest(key),
+        }
+    }
+
+    fn admits(&self, headers: &http::HeaderMap) -> bool {
+        use subtle::ConstantTimeEq;
+        let token = headers
+            .get(http::header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| {
+                v.strip_prefix("Bearer ")
+                    .or_else(|| v.strip_prefix("bearer "))
+            });
+        token.is_some_and(|token| bool::from(crate::auth::digest(token.trim()).ct_eq(&self.digest)))
+    }
+}
+
+/// `GET /metrics`, open, or for callers presenting `key`.
 pub(crate) fn metrics_route<S: Clone + Send + Sync + 'static>(
     metrics: PrometheusMetrics,
+    key: Option<MetricsKey>,
 ) -> axum::Router<S> {
     axum::Router::new().route(
         "/metrics",
-        axum::routing::get(move || {
-            let body = metrics.render();
+        axum::routing::get(move |headers: http::HeaderMap| {
+            let admitted = key.as_ref().is_none_or(|key| key.admits(&headers));
+            let body = admitted.then(|| metrics.render());
             async move {
-                (
-                    [(
-                        http::header::CONTENT_TYPE,
-                        "text/plain; version=0.0.4; charset=utf-8",
-                    )],
-                    body,
-                )
+                match body {
+                    Some(body) => (
+                        [(
+                            http::header::CONTENT_TYPE,
+                            "text/plain; version=0.0.4; charset=utf-8",
+                        )],
+                        body,
+                    )
+                        .into_response(),
+                    None => {
+                        let mut response = crate::error::ApiError::unauthorized(
+                            "/metrics needs `Authorization: Bearer <key>` with the key of --metrics-key-env",
+                        )
+                        .into_response();
+                        response.headers_mut().insert(
+                            http::header::WWW_AUTHENTICATE,
+                            http::HeaderValue::from_static("Bearer"),
+                        );
+                        response
+                    }
+                }
             }
         }),
     )
@@ -372,6 +524,35 @@ mod tests {
     #[test]
     fn label_values_are_escaped() {
         assert_eq!(escape("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
+    }
+
+    #[test]
+    fn only_plain_short_names_become_label_values() {
+        let mut c = Counters::default();
+        let model = |c: &mut Counters, name: &str| c.pair("openai", name).1.to_string();
+        assert_eq!(model(&mut c, "gpt-4o-mini"), "gpt-4o-mini");
+        assert_eq!(
+            model(&mut c, "org/model:tag@v1.5+x"),
+            "org/model:tag@v1.5+x"
+        );
+        for refused in [
+            "",
+            "other",
+            "with space",
+            "quote\"",
+            "line\nbreak",
+            "é",
+            &"m".repeat(MAX_LABEL_BYTES + 1),
+        ] {
+            assert_eq!(model(&mut c, refused), OTHER, "{refused:?}");
+        }
+        assert_eq!(
+            model(&mut c, &"m".repeat(MAX_LABEL_BYTES)).len(),
+            MAX_LABEL_BYTES
+        );
+        c.configured = Some([Label::from("smart")].into_iter().collect());
+        assert_eq!(model(&mut c, "smart"), "smart");
+        assert_eq!(model(&mut c, "gpt-4o-mini"), OTHER, "configured names only");
     }
 
     #[test]

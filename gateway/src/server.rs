@@ -309,6 +309,10 @@ struct AppState {
 #[derive(Clone, Default)]
 struct Observability {
     metrics: PrometheusMetrics,
+    /// `--metrics-key-env`: the key `/metrics` requires.
+    metrics_key: Option<crate::metrics::MetricsKey>,
+    /// `--metrics-listen`: `/metrics` is served on another listener, not the main one.
+    metrics_elsewhere: bool,
     /// `[upstreams]`' models (read per request: a reload changes them).
     router: Option<crate::upstreams::ModelRouter>,
 }
@@ -340,6 +344,7 @@ impl Gateway {
         // Cheap checks first: a bad keys file should not leave a fresh database behind.
         let keys = load_keys(config)?;
         let operators = load_operator_keys(config, keys.as_deref())?;
+        let metrics_key = load_metrics_key(config)?;
         let metrics = PrometheusMetrics::new();
         // `[upstreams]` in the config file (models, fallbacks, retries, breakers), else the single --upstream.
         let router = crate::upstreams::build(config, &metrics).map_err(GatewayError::Chat)?;
@@ -377,12 +382,14 @@ impl Gateway {
         }
         .map_err(GatewayError::Chat)?;
         let mut gateway = Gateway::assemble(config, stack, keys, operators);
+        gateway.observability.metrics_key = metrics_key;
         gateway.reloader = models
             .as_ref()
             .map(|router| crate::upstreams::Reloader::new(router.clone(), config, metrics.clone()));
         gateway.observability = Observability {
             metrics,
             router: models,
+            ..gateway.observability
         };
         gateway.limits = limits;
         gateway.state.approval_store = Some(stores.approval_store.clone());
@@ -399,7 +406,10 @@ impl Gateway {
     pub fn with_stack(config: &Config, stack: ChatStack) -> Result<Self, GatewayError> {
         let keys = load_keys(config)?;
         let operators = load_operator_keys(config, keys.as_deref())?;
-        Ok(Gateway::assemble(config, stack, keys, operators))
+        let metrics_key = load_metrics_key(config)?;
+        let mut gateway = Gateway::assemble(config, stack, keys, operators);
+        gateway.observability.metrics_key = metrics_key;
+        Ok(gateway)
     }
 
     fn assemble(
@@ -436,7 +446,10 @@ impl Gateway {
             shutdown_timeout: config.shutdown_timeout,
             connections: config.connections.clone(),
             stores: None,
-            observability: Observability::default(),
+            observability: Observability {
+                metrics_elsewhere: config.metrics_listen.is_some(),
+                ..Observability::default()
+            },
             limits: None,
             reloader: None,
         }
@@ -510,13 +523,27 @@ impl Gateway {
             .merge(operator)
             .merge(console)
             .route("/healthz", get(healthz))
-            .merge(crate::metrics::metrics_route(
-                self.observability.metrics.clone(),
-            ))
+            .merge(if self.observability.metrics_elsewhere {
+                Router::new()
+            } else {
+                crate::metrics::metrics_route(
+                    self.observability.metrics.clone(),
+                    self.observability.metrics_key.clone(),
+                )
+            })
             .fallback(not_found)
             .method_not_allowed_fallback(method_not_allowed)
             .layer(DefaultBodyLimit::max(self.state.body_limit))
             .with_state(state)
+    }
+
+    /// `GET /metrics` alone (with its key check, when `--metrics-key-env` is set): what `--metrics-listen`
+    /// serves. [`router`](Self::router) includes it unless `--metrics-listen` is set.
+    pub fn metrics_router(&self) -> Router {
+        crate::metrics::metrics_route(
+            self.observability.metrics.clone(),
+            self.observability.metrics_key.clone(),
+        )
     }
 
     /// Serve on `listener` until `shutdown` resolves; then stop accepting, let in-flight requests finish for at
@@ -664,6 +691,15 @@ fn load_operator_keys(
         )));
     }
     Ok(Some(Arc::new(keys)))
+}
+
+/// `--metrics-key-env`: the key `/metrics` requires, read once at start.
+fn load_metrics_key(config: &Config) -> Result<Option<crate::metrics::MetricsKey>, GatewayError> {
+    config
+        .metrics_key_env
+        .as_deref()
+        .map(|var| crate::metrics::MetricsKey::from_env(var).map_err(GatewayError::Config))
+        .transpose()
 }
 
 fn load_keys(config: &Config) -> Result<Option<Arc<ApiKeys>>, GatewayError> {

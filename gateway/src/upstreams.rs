@@ -378,11 +378,13 @@ impl ModelRouter {
 
     /// Replace the models with those `config`'s `[upstreams]` describes. The new table is built completely
     /// first: an invalid section (or one without models) is refused and the running table stays. Requests in
-    /// flight keep the services they took; `metrics` reports the new breakers instead of the old ones.
+    /// flight keep the services they took; `metrics` reports the new breakers instead of the old ones, and labels
+    /// calls with the new model names.
     pub fn reload(&self, config: &Config, metrics: &PrometheusMetrics) -> Result<(), ChatError> {
         let table = build_table(config, metrics)?
             .ok_or_else(|| invalid("names no model: the running models are kept".into()))?;
         metrics.replace_breakers(table.breakers.clone());
+        metrics.label_models(config.file.upstreams.models.iter().map(|m| &m.name));
         *self.table.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(table);
         Ok(())
     }
@@ -489,6 +491,7 @@ pub fn build(
         return Ok(None);
     };
     metrics.replace_breakers(table.breakers.clone());
+    metrics.label_models(config.file.upstreams.models.iter().map(|m| &m.name));
     Ok(Some(ModelRouter {
         metadata: table.metadata.clone(),
         table: Arc::new(RwLock::new(Arc::new(table))),

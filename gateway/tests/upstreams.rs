@@ -4,6 +4,7 @@
 mod common;
 
 use std::collections::BTreeMap;
+use std::future::IntoFuture;
 
 use serde_json::{json, Value};
 use tower_chat::test_server::{Reply, ScriptedProvider};
@@ -250,7 +251,7 @@ async fn metrics_are_scraped_and_parsed() {
             "tower_chat_errors_total",
             &[
                 ("provider", "openai"),
-                ("model", "nope"),
+                ("model", "other"),
                 ("error_type", "invalid_request")
             ]
         ),
@@ -390,6 +391,126 @@ async fn the_single_upstream_flags_keep_working_and_feed_metrics() {
         ),
         Some(1.0)
     );
+}
+
+/// Calls asking for model names no operator chose: huge ones, many distinct ones.
+async fn ask_for_many_models(harness: &Harness) {
+    for i in 0..3 {
+        let huge = format!("{i}{}", "m".repeat(300_000));
+        let answer = harness.chat(&chat(&huge, false)).await;
+        assert!(answer.status.is_client_error() || answer.status == 200);
+    }
+    for i in 0..300 {
+        harness.chat(&chat(&format!("model-{i}"), false)).await;
+    }
+}
+
+#[tokio::test]
+async fn with_upstreams_only_configured_model_names_are_label_values() {
+    let up = start().await;
+    assert_eq!(up.harness.chat(&chat("fast", false)).await.status, 200);
+    ask_for_many_models(&up.harness).await;
+    let scrape = get(&up.harness.url("/metrics")).await.body;
+    let models: std::collections::BTreeSet<String> = parse(&scrape)
+        .keys()
+        .filter_map(|(_, labels)| labels.get("model").cloned())
+        .collect();
+    assert_eq!(
+        models.into_iter().collect::<Vec<_>>(),
+        ["fast", "other", "smart"],
+        "{scrape}"
+    );
+}
+
+#[tokio::test]
+async fn without_upstreams_model_labels_are_short_and_capped() {
+    let harness = Harness::start(|_, _| Reply::openai_text("single"), |_| {}).await;
+    ask_for_many_models(&harness).await;
+    let scrape = get(&harness.url("/metrics")).await.body;
+    let models: std::collections::BTreeSet<String> = parse(&scrape)
+        .keys()
+        .filter_map(|(_, labels)| labels.get("model").cloned())
+        .collect();
+    assert!(models.contains("other") && models.contains("model-0"));
+    assert_eq!(models.len(), tower_chat_gateway::metrics::MAX_SERIES);
+    assert!(models
+        .iter()
+        .all(|m| m.len() <= tower_chat_gateway::metrics::MAX_LABEL_BYTES));
+    // 256 short names: the scrape stays far below what the names sent add up to (900 KB).
+    assert!(scrape.len() < 1 << 20, "{} bytes", scrape.len());
+}
+
+#[tokio::test]
+async fn metrics_can_require_a_key() {
+    const VAR: &str = "TOWER_CHAT_GATEWAY_TEST_METRICS_KEY";
+    std::env::set_var(VAR, "scrape-secret");
+    let harness = Harness::start(
+        |_, _| Reply::openai_text("single"),
+        |config| config.metrics_key_env = Some(VAR.into()),
+    )
+    .await;
+    let url = harness.url("/metrics");
+    let missing = send("GET", &url, &[], "").await;
+    assert_eq!(missing.status, 401, "{}", missing.body);
+    assert_eq!(missing.headers["www-authenticate"], "Bearer");
+    let wrong = send(
+        "GET",
+        &url,
+        &[("authorization", "Bearer scrape-secreT")],
+        "",
+    )
+    .await;
+    assert_eq!(wrong.status, 401);
+    let right = send(
+        "GET",
+        &url,
+        &[("authorization", "Bearer scrape-secret")],
+        "",
+    )
+    .await;
+    assert_eq!(right.status, 200);
+    assert!(right
+        .body
+        .contains("# TYPE tower_chat_requests_total counter"));
+
+    // A key variable that holds nothing: the gateway does not start (its metrics would be open).
+    let mut config = tower_chat_gateway::Config::new("http://127.0.0.1:9/v1");
+    config.metrics_key_env = Some("TOWER_CHAT_GATEWAY_TEST_METRICS_KEY_UNSET".into());
+    config.db = harness.files.path().join("unused.db");
+    let error = tower_chat_gateway::Gateway::new(&config)
+        .await
+        .expect_err("an unset metrics key variable is refused");
+    assert!(
+        error
+            .to_string()
+            .contains("TOWER_CHAT_GATEWAY_TEST_METRICS_KEY_UNSET"),
+        "{error}"
+    );
+}
+
+#[tokio::test]
+async fn metrics_can_be_served_on_another_address() {
+    let harness = Harness::start(
+        |_, _| Reply::openai_text("single"),
+        |config| config.metrics_listen = Some(([127, 0, 0, 1], 0).into()),
+    )
+    .await;
+    assert_eq!(harness.chat(&request(false, "hi")).await.status, 200);
+    assert_eq!(get(&harness.url("/metrics")).await.status, 404);
+
+    let mut config = tower_chat_gateway::Config::new(harness.provider.base_url());
+    config.metrics_listen = Some(([127, 0, 0, 1], 0).into());
+    config.db = harness.files.path().join("second.db");
+    config.upstream_key_env = Some(NO_KEY_ENV.into());
+    let gateway = tower_chat_gateway::Gateway::new(&config).await.unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(axum::serve(listener, gateway.metrics_router()).into_future());
+    let scrape = get(&format!("http://{addr}/metrics")).await;
+    assert_eq!(scrape.status, 200);
+    assert!(scrape
+        .body
+        .contains("# TYPE tower_chat_requests_total counter"));
 }
 
 /// `[upstreams]` with one model per name, every one on `base_url`.
