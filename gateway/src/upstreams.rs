@@ -66,10 +66,12 @@ use tower::Layer;
 use tower_chat::anthropic::AnthropicChat;
 use tower_chat::openai::OpenAiChat;
 use tower_chat::transport::Timeouts;
-use tower_chat::{ChatError, ChatRequest, ChatStream, ErrorKind, ModelInfo, ModelMetadata};
+use tower_chat::{
+    BoxChatService, ChatError, ChatRequest, ChatStream, ErrorKind, ModelInfo, ModelMetadata,
+};
 use tower_chat_resilience::{
-    Backoff, Balance, BoxChatService, BreakerHandle, CircuitBreakerLayer, Deployment, Fallback,
-    Jitter, RetryLayer, Target,
+    Backoff, Balance, BreakerHandle, CircuitBreakerLayer, Deployment, Fallback, Jitter, RetryLayer,
+    Target,
 };
 
 use crate::config::Config;

@@ -10,12 +10,13 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use tower::ServiceExt;
-use tower_chat::{ChatError, ChatRequest, ChatStream, ErrorKind, ModelInfo, ModelMetadata};
+use tower_chat::{
+    BoxChatService, ChatError, ChatRequest, ChatStream, ErrorKind, ModelInfo, ModelMetadata,
+};
 use tower_service::Service;
 
 use crate::breaker::{Breaker, BreakerHandle, CircuitBreakerLayer, CircuitOpen, Permit};
 use crate::clock::SharedClock;
-use crate::fallback::BoxChatService;
 use crate::watch::{Verdict, WatchedCall};
 
 /// One deployment of a [`Balance`]: a name, a weight, a chat service.
@@ -382,7 +383,7 @@ mod tests {
                 Arc::new(Node {
                     name: format!("d{i}"),
                     weight: f64::from(weight),
-                    service: BoxChatService::new(service),
+                    service: BoxChatService::with_metadata(service, ModelMetadata::new("test")),
                     breaker: Breaker::new(
                         format!("d{i}"),
                         CircuitBreakerLayer::new().config().clone(),

@@ -8,7 +8,6 @@ use std::sync::{Arc, Mutex};
 use std::task::{ready, Context, Poll};
 
 use pin_project_lite::pin_project;
-use tower::util::BoxCloneSyncService;
 use tower_chat::{
     ChatError, ChatEvent, ChatRequest, ChatStream, ErrorKind, ModelInfo, ModelMetadata,
     TimeoutPhase,
@@ -19,9 +18,6 @@ use tower_service::Service;
 use crate::breaker::{target_name, Breaker, BreakerHandle, CircuitBreakerLayer};
 use crate::first::{FirstContent, Peeked};
 use crate::observe::{Observer, ResilienceEvent, SharedObserver};
-
-/// A boxed chat service, as targets hold them.
-pub type BoxChatService = BoxCloneSyncService<ChatRequest, ChatStream, ChatError>;
 
 /// One target of a [`Fallback`]: a name, a chat service (any provider, any stack), and the model it is called
 /// with.

@@ -83,7 +83,6 @@
 mod balance;
 mod boxed;
 mod breaker;
-mod budget;
 mod clock;
 mod fallback;
 mod first;
@@ -100,8 +99,8 @@ pub use breaker::{
 };
 pub use clock::{Clock, Sleep, TokioClock};
 pub use fallback::{
-    default_fallback_on, AllTargetsFailed, Answer, AnsweredBy, BoxChatService, FailedAttempt,
-    Fallback, FallbackFuture, FallbackLayer, Target,
+    default_fallback_on, AllTargetsFailed, Answer, AnsweredBy, FailedAttempt, Fallback,
+    FallbackFuture, FallbackLayer, Target,
 };
 pub use observe::{Observer, ResilienceEvent};
 pub use policy::{is_transient, Backoff, Jitter};

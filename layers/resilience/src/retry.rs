@@ -10,14 +10,13 @@ use std::time::{Duration, Instant};
 
 use pin_project_lite::pin_project;
 use tokio_util::sync::WaitForCancellationFutureOwned;
-use tower::retry::budget::Budget;
+use tower::retry::budget::{Budget, TpsBudget};
 use tower_chat::{
     ChatError, ChatRequest, ChatStream, ErrorKind, ModelInfo, ModelMetadata, TimeoutPhase,
 };
 use tower_layer::Layer;
 use tower_service::Service;
 
-use crate::budget::WindowBudget;
 use crate::clock::{Clock, SharedClock, Sleep};
 use crate::first::FirstContent;
 use crate::observe::{Observer, ResilienceEvent, SharedObserver};
@@ -84,7 +83,7 @@ impl Default for RetryLayer {
                 backoff: Backoff::default(),
                 retry_after_cap: Duration::from_secs(60),
                 deadline: None,
-                budget: Arc::new(WindowBudget::new(Duration::from_secs(10), 10, 0.2)),
+                budget: Arc::new(TpsBudget::new(Duration::from_secs(10), 10, 0.2)),
                 clock: SharedClock::default(),
                 observer: SharedObserver::default(),
             }),
