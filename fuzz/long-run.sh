@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The long fuzz runs of issue 12: each target for RUNS executions (default 10,000,000), one after the other,
+# Long fuzz runs: each target for RUNS executions (default 10,000,000), one after the other,
 # one process each. New inputs go to $WORK/<target> (not the committed corpus: keep what is worth keeping with
 # `cargo +nightly fuzz cmin`); crashes and hangs (-timeout, seconds per input) to artifacts/<target>/.
 # Prints one summary line per target: executions, seconds, exec/s, corpus size, crashes.
