@@ -1,4 +1,4 @@
-//! What the gateway adds under load (issue 11, point 6), measured by `wrk` beside the same load sent straight to
+//! What the gateway adds under load, measured by `wrk` beside the same load sent straight to
 //! the upstream, in one run:
 //!
 //! ```text

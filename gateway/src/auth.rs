@@ -194,7 +194,7 @@ mod tests {
         assert!(format!("{keys:?}").contains('2') && !format!("{keys:?}").contains("sk-"));
     }
 
-    /// The rotation: line 4's key replaced. The new key gets a new identity; the other keys keep
+    /// A key rotation: line 4's key replaced. The new key gets a new identity; the other keys keep
     /// theirs although lines moved around them.
     #[test]
     fn identities_do_not_follow_lines() {

@@ -128,7 +128,7 @@ impl ApiError {
         )
     }
 
-    /// The error of a chat call, with the status the issue lists for its kind.
+    /// The error of a chat call, with the status for its kind.
     pub fn from_chat(error: &ChatError) -> Self {
         let message = error.to_string();
         let (status, kind, code) = match error.kind() {
@@ -284,7 +284,7 @@ mod tests {
     use tower_chat::TimeoutPhase;
 
     #[test]
-    fn chat_errors_map_to_the_issues_statuses() {
+    fn chat_errors_map_to_their_statuses() {
         let cases = [
             (ErrorKind::InvalidRequest, 400),
             (ErrorKind::RateLimited { retry_after: None }, 429),

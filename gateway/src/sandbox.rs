@@ -585,7 +585,7 @@ mod tests {
         .unwrap();
     }
 
-    /// The attack of the issue: `sub` (a directory inside) and `swap` (a symlink to a folder outside) are
+    /// A symlink race: `sub` (a directory inside) and `swap` (a symlink to a folder outside) are
     /// exchanged with `renameat2(RENAME_EXCHANGE)` in a loop while reads and writes go through `sub/`.
     #[test]
     fn a_directory_swapped_for_a_symlink_never_leads_outside() {

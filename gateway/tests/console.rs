@@ -739,7 +739,7 @@ async fn client_turn(gw_url: String, conversation: String) -> Value {
     done.json()
 }
 
-/// The flow of the issue in Chromium, against a gateway on SQLite (`None`) or PostgreSQL.
+/// The operator's flow in Chromium, against a gateway on SQLite (`None`) or PostgreSQL.
 async fn in_chromium(database_url: Option<String>, label: &str) {
     let Some(browser) = Driver::start(label).await else {
         return;
@@ -996,7 +996,7 @@ async fn in_chromium_on_postgresql() {
     in_chromium(Some(url), "postgres").await;
 }
 
-/// Point 5: chat latency with and without an operator refreshing the console (inbox, conversations, usage)
+/// Chat latency with and without an operator refreshing the console (inbox, conversations, usage)
 /// every second. `cargo test -p tower-chat-gateway --test console -- --ignored --nocapture console_overhead`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore]

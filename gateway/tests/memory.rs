@@ -1,7 +1,7 @@
 //! Peak memory of concurrent maximum-size requests, counted by a global allocator (every byte this process
 //! allocates: the gateway, the in-process scripted upstream and its recording of each request, the SQLite
-//! writer). The issue's finding: ten concurrent 3.2 MB requests carrying 40,000 client tools each took the
-//! process to 1.07 GB and never returned it.
+//! writer). The shape it guards against: ten concurrent 3.2 MB requests carrying 40,000 client tools each once
+//! took the process to 1.07 GB and never returned it.
 
 mod common;
 
@@ -56,7 +56,8 @@ const CONCURRENT: usize = 4;
 const BODY_LIMIT: usize = 4 * 1024 * 1024;
 /// Bytes allocated at the peak per byte of request body in flight: the body, its parsed form, the upstream
 /// request built from it, the scripted upstream's copy and recording, the call record. Measured 2026-11-30 (see
-/// BENCHMARKS.md, "issue 12"); the assertion leaves headroom for allocator and scheduling variation.
+/// BENCHMARKS.md, "Connections, memory, soak"); the assertion leaves headroom for allocator and scheduling
+/// variation.
 const BYTES_PER_BODY_BYTE: usize = 8;
 
 /// Run `CONCURRENT` copies of `body` at once; the peak bytes allocated above what was allocated before, and the
@@ -98,7 +99,7 @@ fn largest_accepted() -> Value {
     body
 }
 
-/// The issue's request: 3.2 MB carrying 40,000 client tools.
+/// A request far past the tool limit: 3.2 MB carrying 40,000 client tools.
 fn forty_thousand_tools() -> Value {
     let tools: Vec<Value> = (0..40_000)
         .map(|i| {

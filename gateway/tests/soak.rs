@@ -1,4 +1,4 @@
-//! Soak (issue 12, point 8): 10,000 concurrent streaming requests through the gateway to a slow upstream.
+//! Soak: 10,000 concurrent streaming requests through the gateway to a slow upstream.
 //! Ignored (it takes minutes and needs ~25,000 file descriptors per process); run it with
 //!
 //! ```sh
@@ -55,7 +55,7 @@ const WARM_UP: usize = 200;
 /// Clients between connecting and their first streamed words at any time: the ramp stays within the listen
 /// backlog (a dropped SYN is retried only after a second).
 const RAMP: usize = 256;
-/// The budget per open stream (the issue's target).
+/// The memory budget per open stream.
 const BYTES_PER_STREAM: u64 = 64 * 1024;
 /// The upstream's answer: the client sees `soak-answer ` while held, `words done` after the release.
 const ANSWER: &str = "soak-answer words done";

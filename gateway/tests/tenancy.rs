@@ -102,8 +102,8 @@ fn resume(notice: &Value, decisions: Value) -> Value {
     body
 }
 
-/// The finding: caller B sending any request with caller A's `x-conversation-id` broke A's resume
-/// after a restart. Now B's request lands in B's own conversation.
+/// Caller B sending any request with caller A's `x-conversation-id` must not break A's resume after a restart:
+/// B's request lands in B's own conversation.
 #[tokio::test]
 async fn an_interfering_caller_does_not_disturb_a_resume_after_a_restart() {
     let provider = ScriptedProvider::start(write_then_answer).await;
@@ -163,7 +163,7 @@ async fn an_interfering_caller_does_not_disturb_a_resume_after_a_restart() {
     assert!(!format!("{history:?}").contains("something else entirely"));
 }
 
-/// The rotation: line 4's key replaced by a new one. The new key may not approve the previous
+/// A key rotation: line 4's key replaced by a new one. The new key may not approve the previous
 /// holder's paused write, nor continue its conversation; the old key is gone.
 #[tokio::test]
 async fn a_rotated_key_inherits_no_approval_and_no_conversation() {

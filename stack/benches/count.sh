@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Instructions per tool conversation for every variant of the stack bench (issue 11, point 5), by callgrind:
+# Instructions per tool conversation for every variant of the stack bench, by callgrind:
 # each variant runs LOW and HIGH conversations (after one warm-up); the slope (HIGH - LOW) / (HIGH - LOW
 # conversations) is one conversation's cost with start-up removed. Prints one markdown table per shape.
 #

@@ -1,4 +1,4 @@
-//! The whole stack against a raw hyper client, one tool conversation at a time (issue 11, point 5).
+//! The whole stack against a raw hyper client, one tool conversation at a time.
 //!
 //! A conversation: a question after `STACK_HISTORY` earlier messages (default 10); the model calls
 //! `STACK_PARALLEL` tools at once (default 1) in each of `STACK_ROUNDS - 1` rounds (default 2 rounds: one tool

@@ -1,5 +1,5 @@
 //! What one page of `list_pending` costs on SQLite, for instruction counts under callgrind (BENCHMARKS.md,
-//! issue 18): seeds `EXPIRED` expired and `PENDING` unexpired approvals in a fresh file, then lists the first
+//! "Approvals"): seeds `EXPIRED` expired and `PENDING` unexpired approvals in a fresh file, then lists the first
 //! page of 201 `LISTS` times — through `SqliteApprovalStore::list_pending` (`MODE=store`), or as the same
 //! SELECT run straight on the connection without decoding (`MODE=raw`, the raw client). Run once with
 //! `LISTS=0` and subtract to get the listings' own cost.

@@ -6,11 +6,11 @@
 //! Counting mode, for callgrind (instructions per recorded call are the slope between two conversation counts,
 //! divided by the two model calls of each conversation):
 //! `PERSIST_COUNT_VARIANT=bare|null|sqlite PERSIST_COUNT_CONVERSATIONS=N target/release/deps/overhead-<hash>`.
-//! Each conversation is the two-round tool conversation of issue 11 (user → tool call → tool result →
+//! Each conversation is a two-round tool conversation (user → tool call → tool result →
 //! answer) with a system prompt and one tool offered, as a tool loop sends it: two model calls with the same
 //! conversation id, the second resending the first's history. `bare` is the scripted model alone, `null` the
 //! layer over a store that forgets (the layer's own cost), `sqlite` the default layer (fail-closed) over a
-//! SQLite file: every record written and committed before the call's `Finish` is delivered.
+//! SQLite file: every record durable (in the store's journal) before the call's `Finish` is delivered.
 //! `PERSIST_COUNT_CONCURRENCY=K` (default 1) runs K conversations at once: their records reach the writer
 //! together and share transactions (group commit).
 //! `PERSIST_COUNT_LONG=1` counts turns of one long conversation instead (`PERSIST_COUNT_CONVERSATIONS` is then

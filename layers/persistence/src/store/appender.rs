@@ -3,7 +3,7 @@
 //! A batch handed to [`super::Store::write_calls`] is appended to the journal right there, on the writer task
 //! (one `write` of a few hundred bytes into the operating system's cache, like a log line), and acknowledged:
 //! no trip to the connection thread and back. Without that trip the gateway's p50 at one connection fell by
-//! ~0.06 ms and its throughput rose by half (BENCHMARKS.md, issue 11, thirteenth session). The connection thread
+//! ~0.06 ms and its throughput rose by half (`gateway/benches/load.rs`, `wrk`). The connection thread
 //! takes the waiting records later and writes them into the tables (`sqlite.rs`, `index`).
 //!
 //! The journal has two files. The appends go to the active one; when the thread takes the waiting records it

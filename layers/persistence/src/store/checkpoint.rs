@@ -3,8 +3,8 @@
 //! By default SQLite checkpoints inside the commit that makes the log reach 1000 pages: that commit then copies
 //! the log into the database file and syncs both, several milliseconds on a real disk, and with fail-closed
 //! persistence the call waiting for that commit (and every call queued behind it) waits too. Measured under
-//! `wrk` at one connection: p99 7.9 ms on disk against 1.6 ms with the database on tmpfs (BENCHMARKS.md, issue
-//! 11). So the writer connection's automatic checkpoints are replaced by a log hook that only counts, and a
+//! `wrk` at one connection (`gateway/benches/load.rs`): p99 7.9 ms on disk against 1.6 ms with the database on
+//! tmpfs. So the writer connection's automatic checkpoints are replaced by a log hook that only counts, and a
 //! thread with its own connection runs the checkpoint (`PASSIVE`: it never blocks the writer or readers) when
 //! the log has reached the same 1000 pages, and again every further 25 pages; at 2000 the writer checkpoints
 //! itself, which lets its next transaction start the log over (see [`Checkpointer::after_commit`] for why both
@@ -27,7 +27,7 @@ pub(super) const CHECKPOINT_PAGES: c_int = 1000;
 /// (`walMerge`, up to 4096 frames, whatever is left to copy), ~180 k instructions with ~3700 pages in the log,
 /// more than the commit that asked for it. Not many more pages either: each checkpoint syncs what it copied,
 /// and on a real disk steps of 125 pages and more showed in the tail latency of the calls committing meanwhile
-/// (BENCHMARKS.md, issue 11).
+/// (`gateway/benches/load.rs`, `wrk`).
 pub(super) const CHECKPOINT_STEP_PAGES: c_int = 25;
 
 /// Pages of log after which the writer checkpoints itself, between two of its transactions, so that the next

@@ -34,7 +34,7 @@ use crate::record::CallOutcome;
 /// costs ~8 k instructions a record less than one of 16 (fewer pages of log per record). It does not hold up the
 /// calls ending meanwhile: their writer tasks append to the journal's other file (`appender.rs`); when the
 /// transaction ran on the thread that also appended, 128 raised the gateway's p99 at one connection by ~0.7 ms
-/// (BENCHMARKS.md, issue 11, twelfth and thirteenth sessions).
+/// (BENCHMARKS.md, "Persistence").
 pub(super) const INDEX_BATCH: usize = 128;
 
 /// Records one index transaction takes at most, those arriving during it included, and records waiting for the
@@ -197,7 +197,7 @@ impl Journal {
 /// A 64-bit checksum of an entry's payload, to tell a whole entry from a torn or damaged one (not an
 /// adversary's forgery: whoever can write the journal can write the database). Eight bytes a step, each step a
 /// bijection of the state for a given word, so a changed word always changes the state it leaves; about a
-/// sixth of what SipHash costs per byte, which was ~4 k instructions a record (BENCHMARKS.md, issue 11).
+/// sixth of what SipHash costs per byte, which was ~4 k instructions a record.
 fn checksum(payload: &[u8]) -> u64 {
     const MULTIPLIER: u64 = 0x9e37_79b9_7f4a_7c15;
     let step = |state: u64, word: u64| (state ^ word).wrapping_mul(MULTIPLIER).rotate_left(29);
