@@ -31,10 +31,12 @@ const REPEATS: u32 = 5;
 /// The most the large body's CPU per byte may be over the small body's.
 const LINEAR_GUARD: f64 = 3.0;
 
-/// A body of `n` calls and `n` results answering other ids, in `format`.
+/// A body of `n` calls and `n` results answering other ids, in `format`. The ids share a long prefix and have
+/// one length, so telling two apart reads them whole (the costliest comparison for a quadratic lookup).
 fn body(format: &str, n: usize) -> Value {
-    let call_id = |i: usize| format!("call_{i:08}");
-    let other_id = |i: usize| format!("other_{i:08}");
+    const PREFIX: &str = "toolu_0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJ";
+    let call_id = |i: usize| format!("{PREFIX}c{i:08}");
+    let other_id = |i: usize| format!("{PREFIX}r{i:08}");
     match format {
         "/v1/chat/completions" => {
             let calls: Vec<Value> = (0..n)

@@ -555,6 +555,85 @@ mod tests {
         assert_eq!(model(&mut c, "gpt-4o-mini"), OTHER, "configured names only");
     }
 
+    /// Every series a name can have, recorded by the tracing layer as the gateway's stack does: a completed
+    /// streamed call (both histograms, tokens) and a failed call of each error kind.
+    async fn record_every_series(metrics: &PrometheusMetrics, provider: &'static str, model: &str) {
+        use tower::{Layer, ServiceExt};
+        use tower_chat::{
+            ChatError, ChatEvent, ChatRequest, ChatStreamExt, ErrorKind, FinishReason,
+        };
+        let failures = [
+            ErrorKind::InvalidRequest,
+            ErrorKind::Authentication,
+            ErrorKind::Upstream,
+            ErrorKind::Connection,
+            ErrorKind::Protocol,
+            ErrorKind::Cancelled,
+            ErrorKind::Tool,
+            ErrorKind::Other,
+        ];
+        for failure in std::iter::once(None).chain(failures.into_iter().map(Some)) {
+            let service = tower::service_fn(move |_: ChatRequest| {
+                let failure = failure.clone();
+                async move {
+                    match failure {
+                        Some(kind) => Err(ChatError::new(kind, "scripted")),
+                        None => Ok(tower_chat::test_server::scripted_stream(
+                            tower_chat::test_server::Delivery::AllAtOnce,
+                            vec![
+                                Ok(ChatEvent::TextDelta { text: "hi".into() }),
+                                Ok(ChatEvent::Usage {
+                                    usage: tower_chat::Usage {
+                                        input_tokens: 3,
+                                        output_tokens: 4,
+                                        ..Default::default()
+                                    },
+                                }),
+                                Ok(ChatEvent::Finish {
+                                    reason: FinishReason::Stop,
+                                }),
+                            ],
+                        )),
+                    }
+                }
+            });
+            let stack = tower_chat_tracing::TracingLayer::new()
+                .provider(provider)
+                .metrics(metrics.clone())
+                .layer(service);
+            let mut request = ChatRequest::new(vec![tower_chat::Message::user("hi")]).model(model);
+            request.options.stream = true;
+            if let Ok(stream) = stack.oneshot(request).await {
+                let _ = stream.collect_response().await;
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn a_scrape_is_bounded_whatever_the_model_names() {
+        let metrics = PrometheusMetrics::new();
+        // The worst a client can do without `[upstreams]`: huge names first, then the longest admitted names,
+        // every series of each, on two providers; then more names, which must all land in `other`.
+        for i in 0..8 {
+            record_every_series(&metrics, "openai", &format!("{i}{}", "m".repeat(100_000))).await;
+        }
+        for i in 0..MAX_SERIES {
+            let name = format!("{i:0>width$}", width = MAX_LABEL_BYTES);
+            for provider in ["openai", "anthropic"] {
+                record_every_series(&metrics, provider, &name).await;
+            }
+        }
+        let full = metrics.render().len();
+        for i in 0..64 {
+            record_every_series(&metrics, "openai", &format!("late-{i}")).await;
+        }
+        let after = metrics.render().len();
+        assert!(after <= full + 64, "{full} -> {after} bytes");
+        // The bound stated in BENCHMARKS.md.
+        println!("a full scrape: {full} bytes");
+        assert!(full < 6 << 20, "{full} bytes");
+    }
+
     #[test]
     fn histograms_are_cumulative() {
         let mut h = Histogram::default();
