@@ -86,11 +86,47 @@ struct ResponsesRequest {
     tower_chat: Option<TowerChatRequest>,
 }
 
-#[derive(Debug, Deserialize)]
-#[serde(untagged)]
+/// `input`: a string or a list of items. Read by hand rather than as an untagged enum, which would first copy
+/// the whole list into serde's buffer and then convert it: twice the work and memory on the largest field.
+#[derive(Debug)]
 enum Input {
     Text(String),
     Items(Vec<Value>),
+}
+
+impl<'de> Deserialize<'de> for Input {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct InputVisitor;
+
+        impl<'de> serde::de::Visitor<'de> for InputVisitor {
+            type Value = Input;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a string or a list of input items")
+            }
+
+            fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<Input, E> {
+                Ok(Input::Text(text.to_owned()))
+            }
+
+            fn visit_string<E: serde::de::Error>(self, text: String) -> Result<Input, E> {
+                Ok(Input::Text(text))
+            }
+
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<Input, A::Error> {
+                let mut items = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(4096));
+                while let Some(item) = seq.next_element()? {
+                    items.push(item);
+                }
+                Ok(Input::Items(items))
+            }
+        }
+
+        deserializer.deserialize_any(InputVisitor)
+    }
 }
 
 #[derive(Debug, Deserialize)]
