@@ -40,6 +40,7 @@ mod context;
 mod error;
 mod event;
 pub mod leaf;
+mod macros;
 mod message;
 mod metadata;
 pub mod openai;

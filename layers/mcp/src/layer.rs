@@ -60,20 +60,7 @@ pub struct Mcp<S> {
 }
 
 impl<S> Mcp<S> {
-    /// The inner service.
-    pub fn get_ref(&self) -> &S {
-        &self.inner
-    }
-
-    /// The inner service, mutably.
-    pub fn get_mut(&mut self) -> &mut S {
-        &mut self.inner
-    }
-
-    /// The inner service.
-    pub fn into_inner(self) -> S {
-        self.inner
-    }
+    tower_chat::define_inner_service_accessors!();
 }
 
 impl<S: fmt::Debug> fmt::Debug for Mcp<S> {

@@ -180,20 +180,7 @@ pub struct Retry<S> {
 }
 
 impl<S> Retry<S> {
-    /// The wrapped service.
-    pub fn get_ref(&self) -> &S {
-        &self.inner
-    }
-
-    /// The wrapped service, mutably.
-    pub fn get_mut(&mut self) -> &mut S {
-        &mut self.inner
-    }
-
-    /// Unwrap the inner service.
-    pub fn into_inner(self) -> S {
-        self.inner
-    }
+    tower_chat::define_inner_service_accessors!();
 }
 
 impl<S: fmt::Debug> fmt::Debug for Retry<S> {

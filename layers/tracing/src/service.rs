@@ -37,20 +37,7 @@ impl<S, M> Tracing<S, M> {
         }
     }
 
-    /// The inner service.
-    pub fn get_ref(&self) -> &S {
-        &self.inner
-    }
-
-    /// The inner service, mutably.
-    pub fn get_mut(&mut self) -> &mut S {
-        &mut self.inner
-    }
-
-    /// The inner service, unwrapped.
-    pub fn into_inner(self) -> S {
-        self.inner
-    }
+    tower_chat::define_inner_service_accessors!();
 }
 
 impl<S: Clone, M> Clone for Tracing<S, M> {
