@@ -22,7 +22,9 @@
 //! A server with neither `keys` nor `key_tools` is open to every caller; otherwise a caller not listed gets none
 //! of its tools (they are not offered, and a call of one is answered as a call of an unknown tool).
 //! MCP tools never take the name of a gateway tool (`read_file`, `write_file`, …): such a tool is offered as
-//! `{server}__{tool}`.
+//! `{server}__{tool}`. A request that declares a client tool under the name of an MCP tool its caller is offered
+//! is refused (`400 tool_name_reserved`, naming the tool): the loop would run the MCP tool and hand the same call
+//! to the client too. The name of a tool the caller is not offered stays free for its own tools.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -193,6 +195,15 @@ impl GatewayMcp {
         self.entries
             .iter()
             .fold(McpAllowList::new(), |list, entry| entry.allow(caller, list))
+    }
+
+    /// The server of the MCP tool `caller` is offered under `name`, when there is one: a client tool of that name
+    /// would be run here by the loop and handed to the client as well, so the gateway refuses it.
+    pub(crate) fn offered(&self, caller: Option<&CallerIdentity>, name: &str) -> Option<String> {
+        let (server, own) = self.tools.origin(name)?;
+        self.allow_list(caller)
+            .allows(&server, &own)
+            .then_some(server)
     }
 
     /// Offer the MCP tools to the tool loop `service`, limited per caller.

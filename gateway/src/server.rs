@@ -303,6 +303,8 @@ struct AppState {
     operators: Option<OperatorState>,
     /// Serve the operator console ([`crate::console`]) when operators are configured.
     console: bool,
+    /// `[[mcp]]`: the MCP tools the loop offers, whose names client tools must not take.
+    mcp: Option<GatewayMcp>,
 }
 
 /// What `/metrics` and `/v1/models` read.
@@ -392,6 +394,7 @@ impl Gateway {
             ..gateway.observability
         };
         gateway.limits = limits;
+        gateway.state.mcp = mcp;
         gateway.state.approval_store = Some(stores.approval_store.clone());
         if let Some(operators) = &mut gateway.state.operators {
             operators.approval_store = Some(stores.approval_store.clone());
@@ -442,6 +445,7 @@ impl Gateway {
                 limits: Arc::new(config.limits),
                 in_flight: Arc::new(InFlight::new(&config.connections)),
                 console: config.console,
+                mcp: None,
             },
             shutdown_timeout: config.shutdown_timeout,
             connections: config.connections.clone(),
@@ -866,6 +870,21 @@ async fn handle<F: WireFormat>(
             "tool_name_reserved",
             format!("the tool name `{clash}` is reserved for the gateway's own tool"),
         ));
+    }
+    if let Some(mcp) = &state.mcp {
+        // The loop would run the MCP tool and the client would be handed the same call.
+        if let Some((clash, server)) = client_tools
+            .iter()
+            .find_map(|name| Some((name, mcp.offered(caller.as_ref(), name)?)))
+        {
+            return Err(ApiError::invalid_request(
+                "tool_name_reserved",
+                format!(
+                    "the tool name `{clash}` is taken by the gateway's MCP tool of server `{server}`; \
+                     give the client tool another name"
+                ),
+            ));
+        }
     }
     state
         .pending

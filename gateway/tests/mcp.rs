@@ -42,6 +42,10 @@ const TESTS: &[(&str, Test)] = &[
         "an_mcp_tool_requiring_approval_pauses_the_turn_and_runs_once_approved",
         || Box::pin(an_mcp_tool_requiring_approval_pauses_the_turn_and_runs_once_approved()),
     ),
+    (
+        "a_client_tool_named_like_an_mcp_tool_its_caller_is_offered_is_refused",
+        || Box::pin(a_client_tool_named_like_an_mcp_tool_its_caller_is_offered_is_refused()),
+    ),
 ];
 
 fn main() -> ExitCode {
@@ -298,4 +302,105 @@ async fn an_mcp_tool_requiring_approval_pauses_the_turn_and_runs_once_approved()
     );
     let read = ask(&gw, "alice", false, "read_note", json!({"key": "a"})).await;
     assert!(text(&read, false).contains("no note a"), "{}", read.body);
+}
+
+/// `caller` asks for `tool` with `arguments`, declaring a client tool named `client_tool`, on `path`.
+async fn ask_declaring(
+    gw: &Harness,
+    path: &str,
+    caller: &str,
+    stream: bool,
+    client_tool: &str,
+    (tool, arguments): (&str, Value),
+) -> Answer {
+    let auth = format!("Bearer sk-{caller}");
+    let parameters = json!({"type": "object", "properties": {"key": {"type": "string"}}});
+    let mut body = request(stream, &format!("{tool} {arguments}"));
+    if path == "/v1/messages" {
+        body["max_tokens"] = json!(100);
+        body.as_object_mut().unwrap().remove("stream_options");
+        body["tools"] = json!([{"name": client_tool, "input_schema": parameters}]);
+    } else {
+        body["tools"] = json!([{"type": "function", "function": {
+            "name": client_tool, "parameters": parameters,
+        }}]);
+    }
+    gw.post_json(path, &body, &[("authorization", &auth)]).await
+}
+
+async fn a_client_tool_named_like_an_mcp_tool_its_caller_is_offered_is_refused() {
+    let (gw, _keys) = gateway().await;
+    // Alice is offered every tool of `demo`: `echo`, and `delete_note`, which needs approval.
+    for (tool, arguments) in [
+        ("echo", json!({"text": "hi"})),
+        ("delete_note", json!({"key": "a"})),
+    ] {
+        for stream in [false, true] {
+            let answer = ask_declaring(
+                &gw,
+                "/v1/chat/completions",
+                "alice",
+                stream,
+                tool,
+                (tool, arguments.clone()),
+            )
+            .await;
+            assert_eq!(answer.status, 400, "{tool}: {}", answer.body);
+            let error = &answer.json()["error"];
+            assert_eq!(error["code"], "tool_name_reserved", "{}", answer.body);
+            let message = error["message"].as_str().unwrap();
+            assert!(
+                message.contains(&format!("`{tool}`")) && message.contains("`demo`"),
+                "{message}"
+            );
+        }
+    }
+    // In the shape of the route: Anthropic's on /v1/messages.
+    let answer = ask_declaring(
+        &gw,
+        "/v1/messages",
+        "alice",
+        false,
+        "echo",
+        ("echo", json!({"text": "hi"})),
+    )
+    .await;
+    assert_eq!(answer.status, 400, "{}", answer.body);
+    let body = answer.json();
+    assert_eq!(body["type"], "error", "{body}");
+    assert_eq!(body["error"]["code"], "tool_name_reserved", "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("`echo`"),
+        "{body}"
+    );
+    assert!(
+        gw.provider.requests().is_empty(),
+        "refused before the model is asked"
+    );
+
+    // Bob is not offered `delete_note`: the name is his client tool's, and the call goes to him alone.
+    let answer = ask_declaring(
+        &gw,
+        "/v1/chat/completions",
+        "bob",
+        false,
+        "delete_note",
+        ("delete_note", json!({"key": "a"})),
+    )
+    .await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    let choice = &answer.json()["choices"][0];
+    assert_eq!(choice["finish_reason"], "tool_calls", "{}", answer.body);
+    assert_eq!(
+        choice["message"]["tool_calls"][0]["function"]["name"],
+        "delete_note"
+    );
+    assert_eq!(
+        gw.provider.requests().len(),
+        1,
+        "one round: nothing ran here"
+    );
 }

@@ -165,6 +165,12 @@ impl McpTools {
         self.inner.snapshot()
     }
 
+    /// Where the tool offered now as `name` comes from: its server's name and its name at that server (`None`
+    /// when no MCP tool is offered under `name`). Unlike [`tools`](Self::tools), copies no tool set.
+    pub fn origin(&self, name: &str) -> Option<(String, String)> {
+        self.inner.snapshot().origin.get(name).cloned()
+    }
+
     /// Every server's state, in configuration order.
     pub fn status(&self) -> Vec<McpServerStatus> {
         self.inner.servers.iter().map(|s| s.status()).collect()
