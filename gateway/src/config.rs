@@ -5,6 +5,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::api_guard::AllowedHosts;
 use crate::config_file::{ConfigFile, ConfigFileError};
 use crate::connection::ConnectionLimits;
 use crate::request_limits::RequestLimits;
@@ -62,6 +63,10 @@ pub struct Config {
     /// The operator console at `/console` (served while operator keys are configured); `--no-console` turns it
     /// off (default on).
     pub console: bool,
+    /// `--allowed-hosts LIST`: the `Host` values the API routes answer (`*`: any). `None`: the default of
+    /// [`AllowedHosts::default_for`] — without client keys the listen address and loopback names at its port,
+    /// with client keys any host.
+    pub allowed_hosts: Option<AllowedHosts>,
     /// `--max-rounds N`: the tool loop's round limit (default 10).
     pub max_rounds: usize,
     /// `--body-limit BYTES`: larger request bodies are refused with 413 (default 4 MiB).
@@ -111,6 +116,7 @@ impl Config {
             api_keys_file: None,
             operator_keys_file: None,
             console: true,
+            allowed_hosts: None,
             max_rounds: 10,
             body_limit: 4 * 1024 * 1024,
             shutdown_timeout: Duration::from_secs(30),
@@ -203,6 +209,16 @@ impl Config {
                 "--files" => config.files = Some(PathBuf::from(value()?)),
                 "--api-keys-file" => config.api_keys_file = Some(PathBuf::from(value()?)),
                 "--operator-keys-file" => config.operator_keys_file = Some(PathBuf::from(value()?)),
+                "--allowed-hosts" => {
+                    let v = value()?;
+                    config.allowed_hosts = Some(AllowedHosts::parse(&v).map_err(|_| {
+                        invalid(
+                            &name,
+                            &v,
+                            "a comma list of NAME or NAME:PORT (IPv6 in brackets), or `*` for any host",
+                        )
+                    })?);
+                }
                 "--max-rounds" => {
                     let v = value()?;
                     config.max_rounds = v
@@ -347,6 +363,11 @@ usage: tower-chat-gateway [options]
                            GET /v1/approvals/{id}?wait=SECS and resend the conversation to resume;
                            operators also log in to the web console at /console with their key
   --no-console             do not serve the operator console (/console)
+  --allowed-hosts LIST     Host values the API answers, comma-separated NAME or NAME:PORT (a NAME
+                           alone: any port), or `*` for any; others get 403 host_not_allowed, as do
+                           browsers' cross-site requests (Sec-Fetch-Site: cross-site, or an Origin
+                           not in the list). Default without --api-keys-file: the listen address and
+                           localhost, 127.0.0.1, [::1] at its port; with --api-keys-file: any
   --max-rounds N           tool-loop limit (default 10)
   --body-limit BYTES       larger request bodies get 413 (default 4194304)
   --max-messages N         messages (and tool calls) in one request (default 1024)
@@ -447,8 +468,13 @@ mod tests {
             "--metrics-listen=127.0.0.1:9090",
             "--metrics-key-env",
             "METRICS_KEY",
+            "--allowed-hosts=gw.example.com,localhost:8080",
         ])
         .unwrap();
+        assert_eq!(
+            config.allowed_hosts,
+            Some(AllowedHosts::parse("gw.example.com,localhost:8080").unwrap())
+        );
         assert_eq!(config.listen.port(), 9);
         assert_eq!(config.metrics_listen.map(|a| a.port()), Some(9090));
         assert_eq!(config.metrics_key_env.as_deref(), Some("METRICS_KEY"));
@@ -501,6 +527,10 @@ mod tests {
         assert!(matches!(
             run(&["--max-rounds", "0"]).unwrap_err(),
             CliError::Invalid { .. }
+        ));
+        assert!(matches!(
+            run(&["--allowed-hosts", "http://gw.example.com"]).unwrap_err(),
+            CliError::Invalid { option, .. } if option == "--allowed-hosts"
         ));
         assert_eq!(
             run(&["stray"]).unwrap_err(),

@@ -73,6 +73,26 @@ impl ApiError {
         )
     }
 
+    /// 403: the request is refused whatever its key (a `Host` or a browser origin the gateway does not serve).
+    pub fn forbidden(code: &'static str, message: impl Into<String>) -> Self {
+        ApiError::new(
+            StatusCode::FORBIDDEN,
+            "permission_error",
+            code,
+            message.into(),
+        )
+    }
+
+    /// 415: the body is not declared as JSON.
+    pub fn unsupported_media_type(message: impl Into<String>) -> Self {
+        ApiError::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "invalid_request_error",
+            "unsupported_media_type",
+            message.into(),
+        )
+    }
+
     /// 413: the body is over the limit.
     pub fn too_large(limit: usize) -> Self {
         ApiError::new(
@@ -223,7 +243,7 @@ pub(crate) fn anthropic_body(error: &ApiError) -> Value {
 
 fn anthropic_type(status: StatusCode) -> &'static str {
     match status.as_u16() {
-        400 | 405 | 422 => "invalid_request_error",
+        400 | 405 | 415 | 422 => "invalid_request_error",
         401 => "authentication_error",
         403 => "permission_error",
         404 => "not_found_error",

@@ -30,6 +30,7 @@
 #![deny(missing_docs)]
 #![warn(missing_debug_implementations, unreachable_pub)]
 
+pub mod api_guard;
 mod auth;
 pub mod config;
 pub mod config_file;

@@ -34,6 +34,7 @@ use tower_chat_limits::LimitsLayer;
 use tower_chat_persistence::{PersistenceLayer, PostgresStore, SqliteStore, Store, StoreError};
 use tower_chat_tracing::TracingLayer;
 
+use crate::api_guard::{AllowedHosts, ApiGuard};
 use crate::auth::ApiKeys;
 use crate::config::{Config, Provider};
 use crate::connection::{self, BodyTimeout, ConnectionLimits, GuardedBody, InFlight};
@@ -305,6 +306,10 @@ struct AppState {
     console: bool,
     /// `[[mcp]]`: the MCP tools the loop offers, whose names client tools must not take.
     mcp: Option<GatewayMcp>,
+    /// `--allowed-hosts`, when given (else the default of [`AllowedHosts::default_for`]).
+    allowed_hosts: Option<AllowedHosts>,
+    /// The address the gateway listens on: `--listen`, then the listener's own once [`Gateway::serve`] has it.
+    listen: std::net::SocketAddr,
 }
 
 /// What `/metrics` and `/v1/models` read.
@@ -446,6 +451,8 @@ impl Gateway {
                 in_flight: Arc::new(InFlight::new(&config.connections)),
                 console: config.console,
                 mcp: None,
+                allowed_hosts: config.allowed_hosts.clone(),
+                listen: config.listen,
             },
             shutdown_timeout: config.shutdown_timeout,
             connections: config.connections.clone(),
@@ -501,6 +508,12 @@ impl Gateway {
                 self.observability.router.clone(),
             ))
             .route("/v1/usage", get(usage));
+        // Outside authentication: a rebound page or another site's request is refused whatever it carries.
+        let guard = Arc::new(ApiGuard::new(
+            self.state.allowed_hosts.clone().unwrap_or_else(|| {
+                AllowedHosts::default_for(self.state.listen, self.state.keys.is_some())
+            }),
+        ));
         let mut operator = Router::new();
         let mut console = Router::new();
         if let Some(operators) = &self.state.operators {
@@ -519,9 +532,18 @@ impl Gateway {
                     operators.clone(),
                     crate::operator::authenticate_operator,
                 ))
+                .route_layer(middleware::from_fn_with_state(
+                    guard.clone(),
+                    crate::api_guard::guard,
+                ))
                 .with_state(operators.clone());
         }
-        let api = api.route_layer(middleware::from_fn_with_state(state.clone(), authenticate));
+        let api = api
+            .route_layer(middleware::from_fn_with_state(state.clone(), authenticate))
+            .route_layer(middleware::from_fn_with_state(
+                guard,
+                crate::api_guard::guard,
+            ));
         Router::new()
             .merge(api)
             .merge(operator)
@@ -553,10 +575,12 @@ impl Gateway {
     /// Serve on `listener` until `shutdown` resolves; then stop accepting, let in-flight requests finish for at
     /// most the configured shutdown timeout, and return.
     pub async fn serve(
-        self,
+        mut self,
         listener: TcpListener,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> std::io::Result<()> {
+        // The port really bound (`--listen` may say 0): the default allowed hosts name it.
+        self.state.listen = listener.local_addr()?;
         let (signalled_tx, signalled_rx) = tokio::sync::oneshot::channel::<()>();
         let signal = async move {
             shutdown.await;
@@ -740,7 +764,7 @@ async fn authenticate(
 }
 
 /// A refusal by a middleware, in the shape the route's clients parse.
-fn refusal(path: &str, error: ApiError) -> Response {
+pub(crate) fn refusal(path: &str, error: ApiError) -> Response {
     if path == "/v1/messages" {
         AnthropicMessages::error_response(error)
     } else {

@@ -285,10 +285,15 @@ async fn over_the_connection_cap_new_connections_get_503() {
 async fn a_body_that_does_not_arrive_in_time_is_408_and_the_connection_closed() {
     let gw = gateway(|c| c.connections.body_timeout = Duration::from_millis(300)).await;
     let mut socket = TcpStream::connect(gw.addr).await.unwrap();
+    // The gateway's own address as the Host: a keyless gateway answers no other.
     socket
         .write_all(
-            b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\ncontent-type: application/json\r\n\
-              content-length: 100\r\n\r\n{\"model\":",
+            format!(
+                "POST /v1/chat/completions HTTP/1.1\r\nHost: {}\r\ncontent-type: application/json\r\n\
+                 content-length: 100\r\n\r\n{{\"model\":",
+                gw.addr
+            )
+            .as_bytes(),
         )
         .await
         .unwrap();
@@ -320,7 +325,7 @@ async fn open_stream(addr: std::net::SocketAddr, key: Option<&str>) -> (TcpStrea
     socket
         .write_all(
             format!(
-                "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n{auth}content-type: application/json\r\n\
+                "POST /v1/chat/completions HTTP/1.1\r\nHost: {addr}\r\n{auth}content-type: application/json\r\n\
                  content-length: {}\r\n\r\n{body}",
                 body.len()
             )

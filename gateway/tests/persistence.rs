@@ -146,8 +146,9 @@ async fn a_client_hanging_up_mid_stream_is_recorded_as_cancelled_with_the_partia
     let mut socket = tokio::net::TcpStream::connect(gw.addr).await.unwrap();
     let body = request(true, "hi").to_string();
     let head = format!(
-        "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n\
+        "POST /v1/chat/completions HTTP/1.1\r\nhost: {}\r\ncontent-type: application/json\r\n\
          x-conversation-id: conv-hangup\r\ncontent-length: {}\r\n\r\n{body}",
+        gw.addr,
         body.len()
     );
     tokio::io::AsyncWriteExt::write_all(&mut socket, head.as_bytes())

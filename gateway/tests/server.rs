@@ -1,11 +1,12 @@
-//! Gateway keys, health checks and graceful shutdown.
+//! Gateway keys, allowed hosts and browsers' cross-site requests, health checks and graceful shutdown.
 
 mod common;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{get, post, request, Harness};
+use common::{get, post, request, send, tool_result, Answer, Harness};
+use serde_json::json;
 use tokio::sync::Notify;
 use tower_chat::test_server::{Part, Reply};
 
@@ -132,4 +133,212 @@ async fn the_drain_is_bounded_by_the_shutdown_timeout() {
         took >= Duration::from_millis(250) && took < Duration::from_secs(3),
         "{took:?}"
     );
+}
+
+/// The model reads `secret.txt` with the gateway's `read_file`, then answers with what it read.
+fn reads_the_secret(req: &tower_chat::test_server::RecordedRequest, _index: usize) -> Reply {
+    let messages = req.body["messages"].as_array().unwrap();
+    match tool_result(messages, "call_read") {
+        None => {
+            Reply::openai_tool_calls(&[("call_read", "read_file", r#"{"path": "secret.txt"}"#)])
+        }
+        Some(content) => Reply::openai_text(&format!("The file says: {content}")),
+    }
+}
+
+/// A keyless gateway whose files root holds `secret.txt`; `tweak` adjusts the config.
+async fn keyless(tweak: impl FnOnce(&mut tower_chat_gateway::Config)) -> Harness {
+    let gw = Harness::start(reads_the_secret, tweak).await;
+    std::fs::write(gw.root().join("secret.txt"), "hunter2").unwrap();
+    gw
+}
+
+/// `POST path` with these headers (the body is a chat request, whatever the content type says).
+async fn post_as(gw: &Harness, path: &str, headers: &[(&str, &str)]) -> Answer {
+    let mut body = request(false, "what does the secret say?");
+    if path == "/v1/messages" {
+        body = json!({"model": "m", "max_tokens": 100, "messages": body["messages"]});
+    }
+    send("POST", &gw.url(path), headers, &body.to_string()).await
+}
+
+/// The finding: a page at `evil.example` rebound to the gateway's address posts a `text/plain` body (a "simple"
+/// request, sent without a preflight) and reads the answer, `read_file`'s contents included.
+#[tokio::test]
+async fn a_keyless_gateway_refuses_a_rebound_host_a_foreign_origin_and_a_body_not_declared_json() {
+    let gw = keyless(|_| {}).await;
+    let port = gw.addr.port();
+    let (evil_host, evil_origin) = (
+        format!("evil.example:{port}"),
+        format!("http://evil.example:{port}"),
+    );
+    let rebound = post_as(
+        &gw,
+        "/v1/chat/completions",
+        &[
+            ("host", &evil_host),
+            ("origin", &evil_origin),
+            ("content-type", "text/plain"),
+        ],
+    )
+    .await;
+    assert_eq!(rebound.status, 403, "{}", rebound.body);
+    assert_eq!(rebound.json()["error"]["code"], "host_not_allowed");
+    assert!(!rebound.body.contains("hunter2"));
+
+    // Each defence on its own, in each route's error shape.
+    let own_host = format!("127.0.0.1:{port}");
+    let json = ("content-type", "application/json");
+    for (path, headers, status, code) in [
+        (
+            "/v1/chat/completions",
+            vec![("host", evil_host.as_str()), json],
+            403,
+            "host_not_allowed",
+        ),
+        (
+            "/v1/responses",
+            vec![("host", own_host.as_str()), ("content-type", "text/plain")],
+            415,
+            "unsupported_media_type",
+        ),
+        (
+            "/v1/chat/completions",
+            vec![("host", own_host.as_str())],
+            415,
+            "unsupported_media_type",
+        ),
+        (
+            "/v1/chat/completions",
+            vec![
+                ("host", own_host.as_str()),
+                json,
+                ("origin", evil_origin.as_str()),
+            ],
+            403,
+            "cross_site_request",
+        ),
+        (
+            "/v1/responses",
+            vec![("host", own_host.as_str()), json, ("origin", "null")],
+            403,
+            "cross_site_request",
+        ),
+        (
+            "/v1/chat/completions",
+            vec![
+                ("host", own_host.as_str()),
+                json,
+                ("sec-fetch-site", "cross-site"),
+            ],
+            403,
+            "cross_site_request",
+        ),
+    ] {
+        let answer = post_as(&gw, path, &headers).await;
+        assert_eq!(answer.status, status, "{path} {headers:?}: {}", answer.body);
+        assert_eq!(answer.json()["error"]["code"], code, "{path} {headers:?}");
+    }
+    let anthropic = post_as(
+        &gw,
+        "/v1/messages",
+        &[("host", &own_host), ("content-type", "text/plain")],
+    )
+    .await;
+    assert_eq!(anthropic.status, 415, "{}", anthropic.body);
+    let body = anthropic.json();
+    assert_eq!(
+        (&body["type"], &body["error"]["type"]),
+        (&json!("error"), &json!("invalid_request_error"))
+    );
+    assert_eq!(body["error"]["code"], "unsupported_media_type");
+    let anthropic = post_as(&gw, "/v1/messages", &[("host", &evil_host), json]).await;
+    assert_eq!(anthropic.status, 403, "{}", anthropic.body);
+    assert_eq!(anthropic.json()["error"]["type"], "permission_error");
+    let cors = post_as(
+        &gw,
+        "/v1/chat/completions",
+        &[("host", &own_host), json, ("origin", &evil_origin)],
+    )
+    .await;
+    assert!(
+        cors.json()["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("no CORS support"),
+        "{}",
+        cors.body
+    );
+    // Reads are guarded too: a rebound page learns nothing of the gateway.
+    let usage = send("GET", &gw.url("/v1/usage"), &[("host", &evil_host)], "").await;
+    assert_eq!(usage.status, 403, "{}", usage.body);
+    assert!(
+        gw.provider.requests().is_empty(),
+        "nothing reached the model"
+    );
+
+    // A client on the machine — at any loopback name of the gateway's port, its own page included — is served.
+    for host in [own_host.clone(), format!("localhost:{port}")] {
+        let origin = format!("http://{host}");
+        let answer = post_as(
+            &gw,
+            "/v1/chat/completions",
+            &[("host", &host), json, ("origin", &origin)],
+        )
+        .await;
+        assert_eq!(answer.status, 200, "{host}: {}", answer.body);
+        assert!(answer.body.contains("hunter2"), "{}", answer.body);
+    }
+    assert_eq!(get(&gw.url("/healthz")).await.status, 200);
+}
+
+#[tokio::test]
+async fn allowed_hosts_name_the_hosts_a_gateway_answers_and_keys_allow_any() {
+    let named = keyless(|c| {
+        c.allowed_hosts =
+            Some(tower_chat_gateway::api_guard::AllowedHosts::parse("gw.example.com").unwrap());
+    })
+    .await;
+    let json = ("content-type", "application/json");
+    let ok = post_as(
+        &named,
+        "/v1/chat/completions",
+        &[("host", "gw.example.com"), json],
+    )
+    .await;
+    assert_eq!(ok.status, 200, "{}", ok.body);
+    let own = format!("127.0.0.1:{}", named.addr.port());
+    let refused = post_as(&named, "/v1/chat/completions", &[("host", &own), json]).await;
+    assert_eq!(
+        refused.status, 403,
+        "the list replaces the default: {}",
+        refused.body
+    );
+    assert!(refused.json()["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("--allowed-hosts"));
+
+    // With client keys any host is allowed (a rebound page has no key); cross-site requests and bodies not
+    // declared JSON are still refused, before the key is looked at.
+    let keys = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(keys.path(), "sk-good\n").unwrap();
+    let path = keys.path().to_owned();
+    let keyed = keyless(move |c| c.api_keys_file = Some(path)).await;
+    let auth = ("authorization", "Bearer sk-good");
+    let answer = post_as(
+        &keyed,
+        "/v1/chat/completions",
+        &[("host", "gw.example.com"), json, auth],
+    )
+    .await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    for (headers, status) in [
+        (vec![json, auth, ("sec-fetch-site", "cross-site")], 403),
+        (vec![("content-type", "text/plain"), auth], 415),
+        (vec![("content-type", "text/plain")], 415),
+    ] {
+        let answer = post_as(&keyed, "/v1/chat/completions", &headers).await;
+        assert_eq!(answer.status, status, "{headers:?}: {}", answer.body);
+    }
 }

@@ -302,7 +302,7 @@ async fn client(addr: SocketAddr, n: usize, opened: impl FnOnce()) -> Result<(),
     })
     .to_string();
     let head = format!(
-        "POST /v1/chat/completions HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\n\
+        "POST /v1/chat/completions HTTP/1.1\r\nhost: {addr}\r\ncontent-type: application/json\r\n\
          content-length: {}\r\nconnection: close\r\n\r\n",
         body.len()
     );
