@@ -101,27 +101,7 @@ impl ApiKeys {
     /// The caller a request's `Authorization: Bearer` header (or, without one, its `x-api-key` header)
     /// identifies, or 401.
     pub fn check(&self, headers: &HeaderMap) -> Result<CallerIdentity, ApiError> {
-        let Some(value) = headers.get(http::header::AUTHORIZATION) else {
-            return match headers.get("x-api-key").map(|v| v.to_str()) {
-                Some(Ok(key)) => self.find(key.trim()),
-                Some(Err(_)) => Err(ApiError::unauthorized("malformed x-api-key header")),
-                None => Err(ApiError::unauthorized(
-                    "missing API key: send `Authorization: Bearer <key>` or `x-api-key: <key>`",
-                )),
-            };
-        };
-        let token = value
-            .to_str()
-            .ok()
-            .and_then(|v| {
-                v.strip_prefix("Bearer ")
-                    .or_else(|| v.strip_prefix("bearer "))
-            })
-            .map(str::trim)
-            .ok_or_else(|| {
-                ApiError::unauthorized("malformed Authorization header: expected `Bearer <key>`")
-            })?;
-        self.find(token)
+        self.find(presented_key(headers)?)
     }
 
     /// Whether a key is in both sets (operator keys must differ from every client key).
@@ -147,6 +127,31 @@ impl ApiKeys {
         }
         found
     }
+}
+
+/// The key a request presents: its `Authorization: Bearer` header's, or, without one, its `x-api-key`
+/// header's; 401 when it has neither or one is malformed.
+pub(crate) fn presented_key(headers: &HeaderMap) -> Result<&str, ApiError> {
+    let Some(value) = headers.get(http::header::AUTHORIZATION) else {
+        return match headers.get("x-api-key").map(|v| v.to_str()) {
+            Some(Ok(key)) => Ok(key.trim()),
+            Some(Err(_)) => Err(ApiError::unauthorized("malformed x-api-key header")),
+            None => Err(ApiError::unauthorized(
+                "missing API key: send `Authorization: Bearer <key>` or `x-api-key: <key>`",
+            )),
+        };
+    };
+    value
+        .to_str()
+        .ok()
+        .and_then(|v| {
+            v.strip_prefix("Bearer ")
+                .or_else(|| v.strip_prefix("bearer "))
+        })
+        .map(str::trim)
+        .ok_or_else(|| {
+            ApiError::unauthorized("malformed Authorization header: expected `Bearer <key>`")
+        })
 }
 
 pub(crate) fn digest(key: &str) -> [u8; 32] {

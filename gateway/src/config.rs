@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::api_guard::AllowedHosts;
+use crate::client_addr::TrustedProxies;
 use crate::config_file::{ConfigFile, ConfigFileError};
 use crate::connection::ConnectionLimits;
 use crate::request_limits::RequestLimits;
@@ -67,6 +68,9 @@ pub struct Config {
     /// [`AllowedHosts::default_for`] — without client keys the listen address and loopback names at its port,
     /// with client keys any host.
     pub allowed_hosts: Option<AllowedHosts>,
+    /// `--trusted-proxy-header NAME` with `--trusted-proxies LIST`: behind these reverse proxies the failed-login
+    /// limit counts the client address the header reports, not the proxy's (see [`crate::client_addr`]).
+    pub trusted_proxies: Option<TrustedProxies>,
     /// `--max-rounds N`: the tool loop's round limit (default 10).
     pub max_rounds: usize,
     /// `--body-limit BYTES`: larger request bodies are refused with 413 (default 4 MiB).
@@ -117,6 +121,7 @@ impl Config {
             operator_keys_file: None,
             console: true,
             allowed_hosts: None,
+            trusted_proxies: None,
             max_rounds: 10,
             body_limit: 4 * 1024 * 1024,
             shutdown_timeout: Duration::from_secs(30),
@@ -149,6 +154,7 @@ impl Config {
         let mut config = Config::new("");
         config.record_content = crate::telemetry::content_capture_from_env();
         let mut upstream = None;
+        let (mut proxy_header, mut proxies) = (None::<String>, None::<String>);
         let mut args = args.into_iter().map(Into::into);
         while let Some(arg) = args.next() {
             if arg == "-h" || arg == "--help" {
@@ -219,6 +225,8 @@ impl Config {
                         )
                     })?);
                 }
+                "--trusted-proxy-header" => proxy_header = Some(value()?),
+                "--trusted-proxies" => proxies = Some(value()?),
                 "--max-rounds" => {
                     let v = value()?;
                     config.max_rounds = v
@@ -260,6 +268,31 @@ impl Config {
             }
         }
         config.upstream = upstream.unwrap_or_else(|| config.provider.default_upstream().to_owned());
+        config.trusted_proxies = match (proxy_header, proxies) {
+            (None, None) => None,
+            (Some(header), Some(list)) => {
+                Some(TrustedProxies::new(&header, &list).map_err(|e| {
+                    let option = if e.value == header {
+                        "--trusted-proxy-header"
+                    } else {
+                        "--trusted-proxies"
+                    };
+                    invalid(option, &e.value, e.expected)
+                })?)
+            }
+            (Some(_), None) => {
+                return Err(CliError::Requires {
+                    option: "--trusted-proxy-header".into(),
+                    needs:
+                        "--trusted-proxies (the addresses of the proxies whose header is believed)",
+                })
+            }
+            (None, Some(_)) => return Err(CliError::Requires {
+                option: "--trusted-proxies".into(),
+                needs:
+                    "--trusted-proxy-header (the header those proxies set, e.g. x-forwarded-for)",
+            }),
+        };
         Ok(Command::Run(Box::new(config)))
     }
 }
@@ -318,6 +351,13 @@ pub enum CliError {
     Unexpected(String),
     /// The `--config` file could not be read or is invalid.
     File(ConfigFileError),
+    /// An option given without the one it works with.
+    Requires {
+        /// The option given.
+        option: String,
+        /// The option missing, and what it is for.
+        needs: &'static str,
+    },
 }
 
 impl fmt::Display for CliError {
@@ -335,6 +375,9 @@ impl fmt::Display for CliError {
             ),
             CliError::Unexpected(arg) => write!(f, "unexpected argument `{arg}` (see --help)"),
             CliError::File(e) => write!(f, "{e}"),
+            CliError::Requires { option, needs } => {
+                write!(f, "option `{option}` needs {needs}")
+            }
         }
     }
 }
@@ -363,6 +406,11 @@ usage: tower-chat-gateway [options]
                            GET /v1/approvals/{id}?wait=SECS and resend the conversation to resume;
                            operators also log in to the web console at /console with their key
   --no-console             do not serve the operator console (/console)
+  --trusted-proxy-header NAME  with --trusted-proxies: the header (x-forwarded-for, forwarded,
+                           x-real-ip, ...) that gives the client address; the failed-login limit of
+                           the operator API and console counts that address instead of the proxy's
+  --trusted-proxies LIST   the proxies whose header is believed: comma-separated addresses and
+                           ranges (127.0.0.1,10.0.0.0/8); from any other peer the header is ignored
   --allowed-hosts LIST     Host values the API answers, comma-separated NAME or NAME:PORT (a NAME
                            alone: any port), or `*` for any; others get 403 host_not_allowed, as do
                            browsers' cross-site requests (Sec-Fetch-Site: cross-site, or an Origin
@@ -469,8 +517,15 @@ mod tests {
             "--metrics-key-env",
             "METRICS_KEY",
             "--allowed-hosts=gw.example.com,localhost:8080",
+            "--trusted-proxy-header",
+            "X-Forwarded-For",
+            "--trusted-proxies=127.0.0.1,10.0.0.0/8",
         ])
         .unwrap();
+        assert_eq!(
+            config.trusted_proxies,
+            Some(TrustedProxies::new("x-forwarded-for", "127.0.0.1,10.0.0.0/8").unwrap())
+        );
         assert_eq!(
             config.allowed_hosts,
             Some(AllowedHosts::parse("gw.example.com,localhost:8080").unwrap())
@@ -531,6 +586,30 @@ mod tests {
         assert!(matches!(
             run(&["--allowed-hosts", "http://gw.example.com"]).unwrap_err(),
             CliError::Invalid { option, .. } if option == "--allowed-hosts"
+        ));
+        assert!(matches!(
+            run(&["--trusted-proxy-header", "x-forwarded-for"]).unwrap_err(),
+            CliError::Requires { option, .. } if option == "--trusted-proxy-header"
+        ));
+        assert!(matches!(
+            run(&["--trusted-proxies", "10.0.0.1"]).unwrap_err(),
+            CliError::Requires { option, .. } if option == "--trusted-proxies"
+        ));
+        assert_eq!(
+            run(&[
+                "--trusted-proxy-header=x-forwarded-for",
+                "--trusted-proxies=10.0.0.1,proxy"
+            ])
+            .unwrap_err(),
+            CliError::Invalid {
+                option: "--trusted-proxies".into(),
+                value: "proxy".into(),
+                expected: "an IP address or a range like 10.0.0.0/8",
+            }
+        );
+        assert!(matches!(
+            run(&["--trusted-proxy-header=x forwarded", "--trusted-proxies=10.0.0.1"]).unwrap_err(),
+            CliError::Invalid { option, .. } if option == "--trusted-proxy-header"
         ));
         assert_eq!(
             run(&["stray"]).unwrap_err(),

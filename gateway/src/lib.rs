@@ -32,6 +32,7 @@
 
 pub mod api_guard;
 mod auth;
+pub mod client_addr;
 pub mod config;
 pub mod config_file;
 pub mod connection;

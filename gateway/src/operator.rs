@@ -13,8 +13,10 @@
 //! resumes the turn with the operator as the approver (`ApproverIdentity("operator:NAME")`), so the approval
 //! layer's audit log names the operator. A resend before every id is decided gets `409 approval_pending`.
 //!
-//! Failed operator-key checks share the console's failed-login limit (`login_limit.rs`): over it,
-//! `429 too_many_failed_logins` with `Retry-After`, before the key is looked at.
+//! Failed operator-key checks share the console's failed-login limit (`login_limit.rs`), counted by the key
+//! presented and the client address (behind a reverse proxy, the one `--trusted-proxy-header` reports): over
+//! it, `429 too_many_failed_logins` with `Retry-After`, before the key is looked at. A request without a key,
+//! or with a client key, is answered 401 without counting.
 //!
 //! While operator keys are configured, the approver rule lets only operators approve: a client's own
 //! `"approved": true` is refused (`approver_rejected`); a client may still deny its own call.
@@ -200,8 +202,36 @@ pub(crate) struct OperatorState {
     pub(crate) decisions: Arc<Decisions>,
     pub(crate) pending: Arc<crate::pending::PendingStore>,
     pub(crate) approval_store: Option<Arc<dyn tower_chat_approval::ApprovalStore>>,
-    /// Failed operator-key checks (API and console login), by client address and in all.
+    /// Failed operator-key checks (API and console login), by key and client address and in all.
     pub(crate) login_limit: Arc<crate::login_limit::LoginLimiter>,
+    /// The client keys (`--api-keys-file`): one presented on an operator route is refused without counting as a
+    /// failed operator login (it guesses nothing).
+    pub(crate) clients: Option<Arc<crate::auth::ApiKeys>>,
+    /// `--trusted-proxy-header` / `--trusted-proxies`: the client address behind a reverse proxy.
+    pub(crate) proxies: Option<Arc<crate::client_addr::TrustedProxies>>,
+}
+
+impl OperatorState {
+    /// Where a request comes from, as the failed-login limit counts it: its TCP peer, or the client address
+    /// a trusted proxy reports.
+    pub(crate) fn source(
+        &self,
+        peer: Option<&crate::connection::PeerAddr>,
+        headers: &http::HeaderMap,
+    ) -> crate::login_limit::Source {
+        crate::login_limit::Source::of(crate::client_addr::client_ip(
+            self.proxies.as_deref(),
+            peer.map(|p| p.0.ip()),
+            headers,
+        ))
+    }
+
+    /// Whether `key` is a client key.
+    pub(crate) fn is_client_key(&self, key: &str) -> bool {
+        self.clients
+            .as_ref()
+            .is_some_and(|clients| clients.identify(key).is_some())
+    }
 }
 
 /// The operator's identity as the approver (`operator:NAME`).
@@ -215,45 +245,57 @@ impl Operator {
     }
 }
 
-/// Operator routes accept operator keys only. Failed checks count against the same limit as console logins; over
-/// it the request gets `429` with `Retry-After` before its key is looked at.
+/// Operator routes accept operator keys only. Failed checks count against the same limit as console logins, by
+/// key and client address ([`crate::login_limit`]); over it the request gets `429` with `Retry-After` before its
+/// key is looked at. A request without a key, or with a client key, is refused (401) without counting: it
+/// guesses nothing.
 pub(crate) async fn authenticate_operator(
     State(state): State<OperatorState>,
     mut request: Request,
     next: Next,
 ) -> Response {
-    let peer = request
-        .extensions()
-        .get::<crate::connection::PeerAddr>()
-        .map(|p| p.0.ip());
-    let source = crate::login_limit::Source::of(peer);
-    if let Err(retry_after) = state.login_limit.admit(source, Instant::now()) {
+    let key = match crate::auth::presented_key(request.headers()) {
+        Ok(key) => key,
+        Err(error) => return error.into_response(),
+    };
+    if state.is_client_key(key) {
+        return ApiError::unauthorized(
+            "this is a client key: the operator routes take an operator key (--operator-keys-file)",
+        )
+        .into_response();
+    }
+    let source = state.source(request.extensions().get(), request.headers());
+    let fingerprint = state.login_limit.fingerprint(key);
+    if let Err(refused) = state.login_limit.admit(source, fingerprint, Instant::now()) {
         let error = ApiError {
             status: StatusCode::TOO_MANY_REQUESTS,
             kind: "rate_limit_error",
-            retry_after: Some(Duration::from_secs(
-                retry_after.as_secs() + u64::from(retry_after.subsec_nanos() > 0),
-            )),
+            retry_after: Some(Duration::from_secs(refused.retry_after_secs())),
             ..ApiError::invalid_request(
                 "too_many_failed_logins",
-                "too many failed operator key checks from this address; retry later",
+                format!(
+                    "too many failed operator key checks: {}; retry in {} s",
+                    refused.reason(),
+                    refused.retry_after_secs()
+                ),
             )
         };
         return error.into_response();
     }
-    let checked = state.keys.check(request.headers());
-    match &checked {
-        Ok(_) => state.login_limit.succeeded(source, Instant::now()),
-        Err(_) => state.login_limit.failed(source, Instant::now()),
-    }
-    match checked {
-        Ok(name) => {
+    match state.keys.identify(key) {
+        Some(name) => {
+            state.login_limit.succeeded(source, Instant::now());
             request
                 .extensions_mut()
                 .insert(Operator::named(name.as_str()));
             next.run(request).await
         }
-        Err(error) => error.into_response(),
+        None => {
+            state
+                .login_limit
+                .failed(source, fingerprint, Instant::now());
+            ApiError::unauthorized("invalid API key").into_response()
+        }
     }
 }
 

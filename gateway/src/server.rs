@@ -427,12 +427,15 @@ impl Gateway {
         operator_keys: Option<Arc<ApiKeys>>,
     ) -> Self {
         let pending = Arc::new(PendingStore::new(config.approval_ttl));
+        let keys_for_operators = keys.clone();
         let operators = operator_keys.map(|keys| OperatorState {
             keys,
             decisions: Arc::new(Decisions::new(config.approval_ttl)),
             pending: pending.clone(),
             approval_store: None,
             login_limit: Arc::default(),
+            clients: keys_for_operators.clone(),
+            proxies: config.trusted_proxies.clone().map(Arc::new),
         });
         Gateway {
             state: AppState {

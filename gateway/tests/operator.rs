@@ -34,13 +34,21 @@ fn write_then_answer(req: &RecordedRequest, _index: usize) -> Reply {
 
 /// A gateway with client keys alice and bob and operator carol, on SQLite or on the PostgreSQL `database_url`.
 async fn gateway_on(dir: &Path, database_url: Option<String>) -> Harness {
+    gateway_with(dir, move |c| c.database_url = database_url).await
+}
+
+/// The same on SQLite, `tweak` adjusting the config.
+async fn gateway_with(
+    dir: &Path,
+    tweak: impl FnOnce(&mut tower_chat_gateway::Config) + Send + 'static,
+) -> Harness {
     std::fs::write(dir.join("clients"), "alice:sk-alice\nbob:sk-bob\n").unwrap();
     std::fs::write(dir.join("operators"), "carol:sk-ops-carol\n").unwrap();
     let (clients, operators) = (dir.join("clients"), dir.join("operators"));
     Harness::start(write_then_answer, move |c| {
         c.api_keys_file = Some(clients);
         c.operator_keys_file = Some(operators);
-        c.database_url = database_url;
+        tweak(c);
     })
     .await
 }
@@ -600,4 +608,110 @@ async fn guessing_operator_keys_on_the_api_is_limited_like_console_logins() {
     assert_eq!(login.status(), 429);
     // …and another address is not held back.
     assert_eq!(get_from("127.0.0.4", &list, &OPS).await.status, 200);
+}
+
+/// The finding: five failed checks from one address — a client key sent to `/v1/approvals` counted too — locked
+/// every operator at that address out, and one bad request every 12 s kept it so.
+#[tokio::test]
+async fn a_client_key_or_one_stale_key_locks_no_operator_out() {
+    let dir = tempfile::tempdir().unwrap();
+    let gw = gateway(dir.path()).await;
+    let list = gw.url("/v1/approvals");
+    // A client's key on the operator API, again and again: refused, never counted.
+    for attempt in 0..10 {
+        let refused = get_from("127.0.0.5", &list, &ALICE).await;
+        assert_eq!(refused.status, 401, "attempt {attempt}: {}", refused.body);
+        assert!(
+            refused.json()["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("client key"),
+            "{}",
+            refused.body
+        );
+    }
+    assert_eq!(get_from("127.0.0.5", &list, &OPS).await.status, 200);
+    // One stale key sent again and again: held back after five, and only it.
+    let stale = [("authorization", "Bearer sk-ops-stale")];
+    for attempt in 0..5 {
+        let wrong = get_from("127.0.0.6", &list, &stale).await;
+        assert_eq!(wrong.status, 401, "attempt {attempt}: {}", wrong.body);
+    }
+    let limited = get_from("127.0.0.6", &list, &stale).await;
+    assert_eq!(limited.status, 429, "{}", limited.body);
+    assert!(
+        limited.json()["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("this key failed too often from this address"),
+        "{}",
+        limited.body
+    );
+    let operator = get_from("127.0.0.6", &list, &OPS).await;
+    assert_eq!(operator.status, 200, "{}", operator.body);
+    // Requests without a key guess nothing either.
+    for _ in 0..10 {
+        assert_eq!(get_from("127.0.0.7", &list, &[]).await.status, 401);
+    }
+    assert_eq!(get_from("127.0.0.7", &list, &OPS).await.status, 200);
+}
+
+/// Behind a reverse proxy every operator shares the proxy's address; with `--trusted-proxy-header` the limit
+/// counts the address the proxy reports — and only a configured proxy's word is taken.
+#[tokio::test]
+async fn behind_a_trusted_proxy_the_limit_counts_the_client_address_the_proxy_reports() {
+    let dir = tempfile::tempdir().unwrap();
+    let gw = gateway_with(dir.path(), |c| {
+        c.trusted_proxies = Some(
+            tower_chat_gateway::client_addr::TrustedProxies::new("x-forwarded-for", "127.0.0.1")
+                .unwrap(),
+        );
+    })
+    .await;
+    let list = gw.url("/v1/approvals");
+    let proxy = "127.0.0.1";
+    // What the client wrote sits left of what the proxy appended.
+    let guesser = ("x-forwarded-for", "198.51.100.1, 203.0.113.7");
+    for attempt in 0..5 {
+        let key = format!("Bearer sk-guess-{attempt}");
+        let wrong = get_from(proxy, &list, &[guesser, ("authorization", &key)]).await;
+        assert_eq!(wrong.status, 401, "attempt {attempt}: {}", wrong.body);
+    }
+    let limited = get_from(proxy, &list, &[guesser, OPS[0]]).await;
+    assert_eq!(limited.status, 429, "{}", limited.body);
+    // An operator behind the same proxy is not held back: by the API, nor by the console's login.
+    let operator = ("x-forwarded-for", "198.51.100.1");
+    let listed = get_from(proxy, &list, &[operator, OPS[0]]).await;
+    assert_eq!(listed.status, 200, "{}", listed.body);
+    let login = send_from(
+        proxy,
+        "POST",
+        &gw.url("/console/login"),
+        &[
+            ("content-type", "application/x-www-form-urlencoded"),
+            ("sec-fetch-site", "same-origin"),
+            operator,
+        ],
+        "key=sk-ops-carol",
+    )
+    .await;
+    assert_eq!(login.status, 303, "{}", login.body);
+    // A client that is not a configured proxy is counted by its own address, whatever it writes in the header.
+    for attempt in 0..5 {
+        let key = format!("Bearer sk-guess-{attempt}");
+        let spoofed = format!("192.0.2.{attempt}");
+        let headers = [
+            ("x-forwarded-for", spoofed.as_str()),
+            ("authorization", &key),
+        ];
+        let wrong = get_from("127.0.0.9", &list, &headers).await;
+        assert_eq!(wrong.status, 401, "attempt {attempt}: {}", wrong.body);
+    }
+    let spoofing = get_from(
+        "127.0.0.9",
+        &list,
+        &[("x-forwarded-for", "192.0.2.99"), OPS[0]],
+    )
+    .await;
+    assert_eq!(spoofing.status, 429, "{}", spoofing.body);
 }

@@ -19,7 +19,8 @@
 //!
 //! It reads what the gateway already keeps: the pending approvals of every process on the database (the approval
 //! layer's store), the call records ([`tower_chat_persistence::Store`]: SQLite or PostgreSQL) and the approval
-//! audit log. Failed logins are limited per client address and in all ([`crate::login_limit`]).
+//! audit log. Failed logins are limited per key and client address and in all ([`crate::login_limit`]; behind a
+//! reverse proxy the client address is the one `--trusted-proxy-header` reports, [`crate::client_addr`]).
 
 pub(crate) mod html;
 mod pages;
@@ -40,7 +41,6 @@ use http::{header, HeaderMap, HeaderValue, StatusCode};
 use tower_chat_persistence::Store;
 
 use crate::connection::PeerAddr;
-use crate::login_limit::Source;
 use crate::operator::OperatorState;
 use html::Html;
 use session::{Session, Sessions};
@@ -326,9 +326,9 @@ fn login_form(status: StatusCode, problem: Option<&str>) -> Response {
     html_response(status, page_end(page))
 }
 
-/// `POST /console/login`: an operator key opens a session. Failed logins are limited by client address and in
-/// all ([`crate::login_limit`], shared with the operator API); a login over the limit is refused before its key
-/// is looked at.
+/// `POST /console/login`: an operator key opens a session. Failed logins are limited by key, client address and
+/// in all ([`crate::login_limit`], shared with the operator API); a login over the limit is refused before its
+/// key is looked at. An empty key or a client key is refused without counting: it guesses nothing.
 async fn login(
     State(state): State<ConsoleState>,
     peer: Option<Extension<PeerAddr>>,
@@ -341,26 +341,40 @@ async fn login(
             "Refused: the login form must be posted from the console's own page.",
         );
     }
+    let form = session::parse_form(&body);
+    let key = session::field(&form, "key").unwrap_or_default().trim();
+    if key.is_empty() {
+        return login_form(StatusCode::UNAUTHORIZED, Some("Enter an operator key."));
+    }
+    if state.operators.is_client_key(key) {
+        tracing::warn!("console: login refused (a client key)");
+        return login_form(
+            StatusCode::UNAUTHORIZED,
+            Some("That is a client key, not an operator key: the console takes operator keys."),
+        );
+    }
     let limit = &state.operators.login_limit;
-    let source = Source::of(peer.map(|Extension(PeerAddr(addr))| addr.ip()));
-    if let Err(retry_after) = limit.admit(source, Instant::now()) {
-        tracing::warn!("console: login refused (too many failed logins)");
-        let seconds = retry_after.as_secs() + u64::from(retry_after.subsec_nanos() > 0);
+    let source = state
+        .operators
+        .source(peer.as_ref().map(|Extension(p)| p), &headers);
+    let fingerprint = limit.fingerprint(key);
+    if let Err(refused) = limit.admit(source, fingerprint, Instant::now()) {
+        tracing::warn!(limit = ?refused.limit, "console: login refused (too many failed logins)");
+        let seconds = refused.retry_after_secs();
         let mut response = login_form(
             StatusCode::TOO_MANY_REQUESTS,
             Some(&format!(
-                "Too many failed logins. Try again in {seconds} s."
+                "Too many failed logins: {}. Try again in {seconds} s.",
+                refused.reason()
             )),
         );
         response
             .headers_mut()
-            .insert(header::RETRY_AFTER, HeaderValue::from(seconds.max(1)));
+            .insert(header::RETRY_AFTER, HeaderValue::from(seconds));
         return response;
     }
-    let form = session::parse_form(&body);
-    let key = session::field(&form, "key").unwrap_or_default();
-    let Some(operator) = state.operators.keys.identify(key.trim()) else {
-        limit.failed(source, Instant::now());
+    let Some(operator) = state.operators.keys.identify(key) else {
+        limit.failed(source, fingerprint, Instant::now());
         tracing::warn!("console: login refused (not an operator key)");
         return login_form(
             StatusCode::UNAUTHORIZED,
