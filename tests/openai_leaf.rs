@@ -457,9 +457,14 @@ const TASKS_WITH_AN_IDLE_CONNECTION: usize = 4;
 /// Wait until only the tasks of an idle pooled connection are alive (fails after 10 s, printing what is still
 /// alive, rather than passing by luck).
 async fn connection_back_in_pool() {
+    tasks_settle_at(TASKS_WITH_AN_IDLE_CONNECTION).await;
+}
+
+/// Wait until at most `tasks` tasks are alive (fails after 10 s).
+async fn tasks_settle_at(tasks: usize) {
     let metrics = tokio::runtime::Handle::current().metrics();
     let settled = async {
-        while metrics.num_alive_tasks() > TASKS_WITH_AN_IDLE_CONNECTION {
+        while metrics.num_alive_tasks() > tasks {
             tokio::task::yield_now().await;
         }
     };
@@ -468,7 +473,7 @@ async fn connection_back_in_pool() {
         .is_err()
     {
         panic!(
-            "{} tasks still alive, expected {TASKS_WITH_AN_IDLE_CONNECTION}",
+            "{} tasks still alive, expected {tasks}",
             metrics.num_alive_tasks()
         );
     }
@@ -497,4 +502,110 @@ async fn sequential_streaming_calls_reuse_one_pooled_connection() {
         connection_back_in_pool().await;
     }
     assert_eq!(provider.connections(), 1);
+}
+
+/// An upstream on a thread of its own that answers one request per connection and then, once told the client
+/// has the answer, closes the connection without having said `Connection: close` (as an upstream does when its
+/// keep-alive timeout ends) and reports the close. Answers stream one word.
+fn upstream_closing_after_each_answer() -> (
+    std::net::SocketAddr,
+    std::sync::mpsc::Sender<()>,
+    std::sync::mpsc::Receiver<()>,
+) {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (answered_tx, answered) = std::sync::mpsc::channel::<()>();
+    let (closed, closed_rx) = std::sync::mpsc::channel::<()>();
+    std::thread::spawn(move || {
+        let body = concat!(
+            "data: {\"id\":\"c\",\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hi\"}}]}\n\n",
+            "data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n",
+            "data: [DONE]\n\n"
+        );
+        let answer = format!(
+            "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        for tcp in listener.incoming() {
+            let Ok(mut tcp) = tcp else { return };
+            // The whole request: its head, then `content-length` bytes of body.
+            let mut request = Vec::new();
+            let mut chunk = [0u8; 4096];
+            let complete = loop {
+                match tcp.read(&mut chunk) {
+                    Ok(0) | Err(_) => break false,
+                    Ok(n) => request.extend_from_slice(&chunk[..n]),
+                }
+                if let Some(end) = request.windows(4).position(|w| w == b"\r\n\r\n") {
+                    let head = String::from_utf8_lossy(&request[..end]).to_ascii_lowercase();
+                    let length: usize = head
+                        .lines()
+                        .find_map(|line| line.strip_prefix("content-length:"))
+                        .map_or(0, |v| v.trim().parse().unwrap());
+                    if request.len() >= end + 4 + length {
+                        break true;
+                    }
+                }
+            };
+            if !complete {
+                continue;
+            }
+            tcp.write_all(answer.as_bytes()).unwrap();
+            if answered.recv().is_err() {
+                return;
+            }
+            drop(tcp);
+            if closed.send(()).is_err() {
+                return;
+            }
+        }
+    });
+    (addr, answered_tx, closed_rx)
+}
+
+/// A request checked out onto a pooled connection the upstream has closed, before the runtime has looked at the
+/// socket again: without a second look the request is written into the dead connection and fails (a `502` at
+/// the gateway); with it, hyper-util sends it on a new connection, and the transport counts it.
+#[tokio::test]
+async fn a_pooled_connection_the_upstream_closed_is_replaced_before_a_request_is_written() {
+    let (addr, answered, closed) = upstream_closing_after_each_answer();
+    let transport = tower_chat::transport::HttpTransport::new(Timeouts::default(), false).unwrap();
+    let stale = transport.stale_connections().clone();
+    let leaf = OpenAiChat::builder()
+        .base_url(format!("http://{addr}/v1"))
+        .model("m")
+        .transport(transport)
+        .build()
+        .unwrap();
+    const ROUNDS: usize = 20;
+    let mut failures = Vec::new();
+    for _ in 0..ROUNDS {
+        let answer = match leaf.clone().oneshot(hello()).await {
+            Ok(stream) => stream.collect_response().await,
+            Err(error) => Err(error),
+        };
+        match answer {
+            Ok(response) => assert_eq!(response.text(), "hi"),
+            Err(error) => {
+                failures.push(error);
+                continue;
+            }
+        }
+        // The connection back in the pool (left: this runtime's connection task and the pool's timer).
+        tasks_settle_at(2).await;
+        answered.send(()).unwrap();
+        // Blocking on purpose: the runtime must not poll its sockets between the close and the next request, as
+        // a busy runtime does not.
+        closed.recv().unwrap();
+    }
+    assert!(
+        failures.is_empty(),
+        "{} of {ROUNDS} failed: {failures:?}",
+        failures.len()
+    );
+    assert!(
+        stale.get() > 0,
+        "no request met a closed pooled connection: the test did not test"
+    );
 }

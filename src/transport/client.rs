@@ -15,6 +15,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 
 use super::body::SseChatStream;
+use super::connect::{StaleConnections, WatchedConnector};
 use super::secret::Secret;
 use super::status::{body_error, client_error, error_from_response};
 use crate::error::{ChatError, ErrorKind, TimeoutPhase};
@@ -42,13 +43,14 @@ impl Default for Timeouts {
     }
 }
 
-type HyperClient = Client<HttpsConnector<HttpConnector>, Full<Bytes>>;
+type HyperClient = Client<HttpsConnector<WatchedConnector>, Full<Bytes>>;
 
 /// A pooled HTTPS/HTTP client with timeouts. Cheap to clone (the pool is shared).
 #[derive(Clone)]
 pub struct HttpTransport {
     client: HyperClient,
     timeouts: Timeouts,
+    stale: StaleConnections,
 }
 
 impl fmt::Debug for HttpTransport {
@@ -87,20 +89,34 @@ impl HttpTransport {
         http.enforce_http(false);
         http.set_nodelay(true);
         http.set_connect_timeout(timeouts.connect);
+        let stale = StaleConnections::default();
         let https = hyper_rustls::HttpsConnectorBuilder::new()
             .with_tls_config(tls)
             .https_or_http()
             .enable_http1()
             .enable_http2()
-            .wrap_connector(http);
+            .wrap_connector(WatchedConnector::new(http, stale.clone()));
         let client = Client::builder(TokioExecutor::new())
             .http2_only(http2_prior_knowledge)
             .pool_idle_timeout(Duration::from_secs(90))
             // Without a timer the idle timeout is only checked when a connection is checked out: an idle
             // connection (an HTTP/2 one with the state of every stream it carried) would stay open for good.
             .pool_timer(TokioTimer::new())
+            // The default, stated: a request whose pooled connection turned out closed before the request was
+            // written to it is sent again on another connection (see `connect`).
+            .retry_canceled_requests(true)
             .build(https);
-        Ok(HttpTransport { client, timeouts })
+        Ok(HttpTransport {
+            client,
+            timeouts,
+            stale,
+        })
+    }
+
+    /// How many requests found their pooled connection closed by the upstream before they were written, and
+    /// were sent again on another connection (shared by this transport's clones).
+    pub fn stale_connections(&self) -> &StaleConnections {
+        &self.stale
     }
 
     /// The configured deadlines.

@@ -2,6 +2,8 @@
 //!
 //! - `client`: the pooled hyper client (HTTP/1.1 and HTTP/2, TLS by rustls), its [`Timeouts`], and the exchange
 //!   every leaf makes ([`HttpTransport`]);
+//! - `connect`: TCP connections that see a close by the upstream before a request is written to them, so that
+//!   hyper-util sends the request on another connection instead of failing it ([`StaleConnections`]);
 //! - `secret`: API keys that never show in `Debug` output or error messages ([`Secret`]);
 //! - `status`: HTTP statuses, client and body failures mapped to typed [`ChatError`](crate::ChatError)s;
 //! - `body`: response bodies decoded as SSE and mapped to chat events by a provider's decoder;
@@ -10,6 +12,7 @@
 
 mod body;
 mod client;
+mod connect;
 mod request;
 mod secret;
 mod status;
@@ -17,6 +20,7 @@ mod tools;
 
 pub(crate) use body::{EventDecoder, WireDecoder};
 pub use client::{HttpTransport, Timeouts};
+pub use connect::StaleConnections;
 pub(crate) use request::{cannot_serialize, endpoint, merge_extra, parse_headers, resolve_model};
 pub use secret::Secret;
 pub(crate) use tools::ToolsJson;
