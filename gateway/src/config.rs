@@ -84,8 +84,8 @@ pub struct Config {
     /// `--max-messages`, `--max-tools`, `--max-schema-bytes`, `--max-approvals`, `--max-id-bytes`: what one
     /// request may hold.
     pub limits: RequestLimits,
-    /// `--header-timeout`, `--body-timeout`, `--idle-timeout`, `--max-connections`, `--max-in-flight`,
-    /// `--max-in-flight-per-key`.
+    /// `--header-timeout`, `--body-timeout`, `--idle-timeout`, `--write-timeout`, `--max-connections`,
+    /// `--max-in-flight`, `--max-in-flight-per-key`.
     pub connections: ConnectionLimits,
     /// `--config PATH`: the configuration file, parsed (empty when not given).
     pub file: ConfigFile,
@@ -251,6 +251,7 @@ impl Config {
                 "--header-timeout" => config.connections.header_timeout = seconds(&name, value()?)?,
                 "--body-timeout" => config.connections.body_timeout = seconds(&name, value()?)?,
                 "--idle-timeout" => config.connections.idle_timeout = seconds(&name, value()?)?,
+                "--write-timeout" => config.connections.write_timeout = seconds(&name, value()?)?,
                 "--max-connections" => config.connections.max_connections = count(&name, value()?)?,
                 "--max-in-flight" => config.connections.max_in_flight = count(&name, value()?)?,
                 "--max-in-flight-per-key" => {
@@ -425,7 +426,10 @@ usage: tower-chat-gateway [options]
   --max-id-bytes N         longest tool call id, tool name or approval id (default 256)
   --header-timeout SECS    from a request's first byte to its complete head (default 10)
   --body-timeout SECS      from a request's head to the end of its body, else 408 (default 30)
-  --idle-timeout SECS      a connection with no request in flight is closed after this (default 60)
+  --idle-timeout SECS      a connection with no request in flight and no response being written is
+                           closed after this (default 60)
+  --write-timeout SECS     a response the client stops reading is dropped, and its connection closed,
+                           once no byte of it could be written for this long (default 30)
   --max-connections N      open connections; more get 503 and are closed (default 16384, lowered to
                            what the open-files limit allows)
   --max-in-flight N        requests in flight, streams included; more get 503 + Retry-After (default 4096)
@@ -510,6 +514,7 @@ mod tests {
             "--header-timeout=1",
             "--body-timeout=2",
             "--idle-timeout=3",
+            "--write-timeout=4",
             "--max-connections=4",
             "--max-in-flight=5",
             "--max-in-flight-per-key=6",
@@ -547,6 +552,7 @@ mod tests {
                 header_timeout: Duration::from_secs(1),
                 body_timeout: Duration::from_secs(2),
                 idle_timeout: Duration::from_secs(3),
+                write_timeout: Duration::from_secs(4),
                 max_connections: 4,
                 max_in_flight: 5,
                 max_in_flight_per_key: 6,

@@ -2,13 +2,17 @@
 //! kept-alive connection may sit idle, how many connections may be open, and how many requests may be in
 //! flight (overall and per caller), with load shedding (`503` + `Retry-After`) instead of stalling.
 //!
-//! Each connection has a watchdog. While no request is in flight it allows `idle_timeout` from the moment the
-//! connection opened (or its last response ended) until the first byte of the next request, then
-//! `header_timeout` from that byte to the complete head; past either the connection is closed. While a request
-//! is in flight its body must arrive within `body_timeout` of the head (else `408`, connection closed); the
-//! response itself is not limited here (a slow upstream is the upstream timeout's business). On shutdown every
-//! connection is asked to close after its current response; an idle or half-open one closes at once or at its
-//! watchdog deadline, so none delays shutdown beyond the idle timeout.
+//! Each connection has a watchdog. While no request is in flight and no response is being written it allows
+//! `idle_timeout` from the moment the connection opened (or the last byte of its last response was written)
+//! until the first byte of the next request, then `header_timeout` from that byte to the complete head; past
+//! either the connection is closed. While a request is in flight its body must arrive within `body_timeout` of
+//! the head (else `408`, connection closed); how long the response takes is not limited here (a slow upstream
+//! is the upstream timeout's business), but a response the client stopped reading is: once a write has made no
+//! progress for `write_timeout` (the client's receive window and the socket's send buffer are full), the
+//! connection is closed with a warning, which drops the response and gives back its in-flight slot. A slow
+//! reader that keeps reading is never cut, by either timeout. On shutdown every connection is asked to close
+//! after its current response; an idle or half-open one closes at once or at its watchdog deadline, so none
+//! delays shutdown beyond the idle timeout.
 //!
 //! ```
 //! use std::time::Duration;
@@ -56,9 +60,12 @@ pub struct ConnectionLimits {
     pub header_timeout: Duration,
     /// `--body-timeout SECS`: from a request's head to the end of its body (default 30).
     pub body_timeout: Duration,
-    /// `--idle-timeout SECS`: how long a connection may stay open with no request in flight and no byte of a
-    /// new one received (default 60).
+    /// `--idle-timeout SECS`: how long a connection may stay open with no request in flight, no response being
+    /// written and no byte of a new request received (default 60).
     pub idle_timeout: Duration,
+    /// `--write-timeout SECS`: how long a response may wait to write its next byte because the client is not
+    /// reading; past it the connection is closed (default 30).
+    pub write_timeout: Duration,
     /// `--max-connections N`: open connections; more are answered `503` and closed (default 16384; lowered at
     /// start to what the open-files limit allows).
     pub max_connections: usize,
@@ -76,6 +83,7 @@ impl Default for ConnectionLimits {
             header_timeout: Duration::from_secs(10),
             body_timeout: Duration::from_secs(30),
             idle_timeout: Duration::from_secs(60),
+            write_timeout: Duration::from_secs(30),
             max_connections: 16_384,
             max_in_flight: 4096,
             max_in_flight_per_key: 256,
@@ -175,10 +183,32 @@ struct Activity {
 #[derive(Debug)]
 struct ActivityState {
     in_flight: usize,
-    /// When the connection opened or its last response ended.
+    /// When the connection opened, its last response ended, or (after that) a byte of it was last written.
     idle_since: Instant,
     /// The first byte received while idle: a request head is arriving.
     head_started: Option<Instant>,
+    /// Since when the socket has taken none of the bytes a response is waiting to write: the client is not
+    /// reading.
+    write_blocked_since: Option<Instant>,
+}
+
+/// What the watchdog waits for, and until when.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Deadline {
+    /// The first byte of the next request.
+    Idle(Instant),
+    /// The rest of a request head.
+    Header(Instant),
+    /// The client to read what a response is waiting to write.
+    Write(Instant),
+}
+
+impl Deadline {
+    fn at(self) -> Instant {
+        match self {
+            Deadline::Idle(at) | Deadline::Header(at) | Deadline::Write(at) => at,
+        }
+    }
 }
 
 impl Activity {
@@ -188,8 +218,18 @@ impl Activity {
                 in_flight: 0,
                 idle_since: Instant::now(),
                 head_started: None,
+                write_blocked_since: None,
             }),
             changed: Notify::new(),
+        }
+    }
+
+    /// What a write on the socket tells the watchdog.
+    fn written(&self, polled: &Poll<io::Result<usize>>) {
+        match polled {
+            Poll::Ready(Ok(n)) if *n > 0 => self.wrote(),
+            Poll::Pending => self.write_blocked(),
+            _ => {}
         }
     }
 
@@ -206,6 +246,26 @@ impl Activity {
         }
     }
 
+    /// The socket took bytes of a response: the client reads. Bytes still going out after the response's body
+    /// ended (a slow reader of a large answer) keep the connection from counting as idle.
+    fn wrote(&self) {
+        let mut state = self.lock();
+        state.write_blocked_since = None;
+        if state.in_flight == 0 {
+            state.idle_since = Instant::now();
+        }
+    }
+
+    /// The socket took none of a response's bytes: the write timeout runs until it takes some.
+    fn write_blocked(&self) {
+        let mut state = self.lock();
+        if state.write_blocked_since.is_none() {
+            state.write_blocked_since = Some(Instant::now());
+            drop(state);
+            self.changed.notify_one();
+        }
+    }
+
     fn begin(self: &Arc<Self>) -> RequestGuard {
         let mut state = self.lock();
         state.in_flight += 1;
@@ -213,15 +273,19 @@ impl Activity {
         RequestGuard(self.clone())
     }
 
-    /// When the connection must be closed if nothing changes; `None` while a request is in flight.
-    fn deadline(&self, limits: &ConnectionLimits) -> Option<Instant> {
+    /// When the connection must be closed if nothing changes; `None` while a request is in flight and its
+    /// response is not blocked writing.
+    fn deadline(&self, limits: &ConnectionLimits) -> Option<Deadline> {
         let state = self.lock();
+        if let Some(blocked) = state.write_blocked_since {
+            return Some(Deadline::Write(blocked + limits.write_timeout));
+        }
         if state.in_flight > 0 {
             return None;
         }
         Some(match state.head_started {
-            Some(started) => started + limits.header_timeout,
-            None => state.idle_since + limits.idle_timeout,
+            Some(started) => Deadline::Header(started + limits.header_timeout),
+            None => Deadline::Idle(state.idle_since + limits.idle_timeout),
         })
     }
 }
@@ -275,7 +339,8 @@ async fn connection(
     };
     let mut builder = hyper::server::conn::http1::Builder::new();
     // hyper's own head timer starts when it waits for a head, idle time included: a backstop behind the
-    // watchdog, which tells idle and header time apart.
+    // watchdog, which tells idle and header time apart. (It waits for a head only once the last response has
+    // been written, so it does not cut a slow reader.)
     builder
         .timer(TokioTimer::new())
         .header_read_timeout(limits.idle_timeout + limits.header_timeout);
@@ -298,12 +363,25 @@ async fn connection(
                 }
             }
             () = activity.changed.notified() => {}
-            () = sleep_until(deadline) => {
-                if activity.deadline(&limits).is_some_and(|d| d <= Instant::now()) {
+            () = sleep_until(deadline.map(Deadline::at)) => match activity.deadline(&limits) {
+                Some(Deadline::Write(at)) if at <= Instant::now() => {
+                    static STALLED: WarnLimit = WarnLimit::new(Duration::from_secs(1), 10);
+                    if let Some(suppressed) = STALLED.admit(std::time::Instant::now()) {
+                        tracing::warn!(
+                            %peer,
+                            write_timeout = ?limits.write_timeout,
+                            suppressed,
+                            "closing a connection whose client stopped reading its response"
+                        );
+                    }
+                    return;
+                }
+                Some(deadline) if deadline.at() <= Instant::now() => {
                     tracing::debug!("closing a connection idle or half-open past its timeout");
                     return;
                 }
-            }
+                _ => {}
+            },
         }
     }
 }
@@ -342,7 +420,9 @@ impl AsyncWrite for WatchedIo {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write(cx, buf)
+        let polled = Pin::new(&mut self.inner).poll_write(cx, buf);
+        self.activity.written(&polled);
+        polled
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
@@ -358,7 +438,9 @@ impl AsyncWrite for WatchedIo {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+        let polled = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
+        self.activity.written(&polled);
+        polled
     }
 
     fn is_write_vectored(&self) -> bool {
@@ -647,7 +729,7 @@ mod tests {
         assert_eq!(socket.read(&mut storage).await.unwrap(), 1);
         let deadline = activity.deadline(&limits).unwrap();
         assert!(
-            deadline > Instant::now() + Duration::from_secs(900),
+            matches!(deadline, Deadline::Header(at) if at > Instant::now() + Duration::from_secs(900)),
             "the first byte of a head starts the header timeout"
         );
         // Writes pass through (hyper writes vectored; a plain `write` must work too). Without vectored writes
@@ -681,14 +763,14 @@ mod tests {
         let opened = Instant::now();
         assert_eq!(
             activity.deadline(&limits),
-            Some(opened + limits.idle_timeout)
+            Some(Deadline::Idle(opened + limits.idle_timeout))
         );
         tokio::time::advance(Duration::from_secs(1)).await;
         activity.received();
         let first_byte = Instant::now();
         assert_eq!(
             activity.deadline(&limits),
-            Some(first_byte + limits.header_timeout)
+            Some(Deadline::Header(first_byte + limits.header_timeout))
         );
         let guard = activity.begin();
         assert_eq!(activity.deadline(&limits), None);
@@ -699,7 +781,56 @@ mod tests {
         let ended = Instant::now();
         assert_eq!(
             activity.deadline(&limits),
-            Some(ended + limits.idle_timeout)
+            Some(Deadline::Idle(ended + limits.idle_timeout))
+        );
+    }
+
+    /// A response the client reads, however slowly, is never cut; one it stopped reading is, after the write
+    /// timeout, whether its body is still being produced or has been handed over whole.
+    #[tokio::test(start_paused = true)]
+    async fn the_watchdog_tells_a_slow_reader_from_one_that_stopped() {
+        let limits = ConnectionLimits {
+            idle_timeout: Duration::from_secs(7),
+            write_timeout: Duration::from_secs(3),
+            ..ConnectionLimits::default()
+        };
+        let activity = Arc::new(Activity::new());
+        let guard = activity.begin();
+        activity.written(&Poll::Ready(Ok(100)));
+        assert_eq!(activity.deadline(&limits), None, "writing and in flight");
+        activity.written(&Poll::Pending);
+        let blocked = Instant::now();
+        let stalled = Some(Deadline::Write(blocked + limits.write_timeout));
+        assert_eq!(activity.deadline(&limits), stalled);
+        tokio::time::advance(Duration::from_secs(1)).await;
+        activity.written(&Poll::Pending);
+        assert_eq!(
+            activity.deadline(&limits),
+            stalled,
+            "from the first refusal"
+        );
+        activity.written(&Poll::Ready(Ok(1)));
+        assert_eq!(activity.deadline(&limits), None, "progress ends the wait");
+        // The body was handed over whole; its bytes are still going out.
+        drop(guard);
+        tokio::time::advance(Duration::from_secs(100)).await;
+        activity.written(&Poll::Ready(Ok(1)));
+        let last_byte = Instant::now();
+        assert_eq!(
+            activity.deadline(&limits),
+            Some(Deadline::Idle(last_byte + limits.idle_timeout)),
+            "idle from the last byte written, not from the end of the body"
+        );
+        activity.written(&Poll::Pending);
+        assert_eq!(
+            activity.deadline(&limits),
+            Some(Deadline::Write(Instant::now() + limits.write_timeout))
+        );
+        activity.written(&Poll::Ready(Err(io::ErrorKind::BrokenPipe.into())));
+        assert_eq!(
+            activity.deadline(&limits),
+            Some(Deadline::Write(Instant::now() + limits.write_timeout)),
+            "a failed write is no progress"
         );
     }
 

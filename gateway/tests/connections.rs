@@ -380,3 +380,141 @@ async fn over_the_in_flight_caps_requests_are_shed_at_once() {
     };
     assert!(answer.1.starts_with("HTTP/1.1 200"), "{}", answer.1);
 }
+
+/// A connection whose socket takes only a few kilobytes at a time: a client that reads slowly, or not at all.
+async fn slow_reader(addr: std::net::SocketAddr) -> TcpStream {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    socket.connect(addr).await.unwrap()
+}
+
+/// Send a chat request on `socket` and read until the end of the answer's head; returns the head and the
+/// `content-length` (if any).
+async fn ask(socket: &mut TcpStream, body: &serde_json::Value) -> (String, Vec<u8>) {
+    let body = body.to_string();
+    socket
+        .write_all(
+            format!(
+                "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\ncontent-type: application/json\r\n\
+                 content-length: {}\r\n\r\n{body}",
+                body.len()
+            )
+            .as_bytes(),
+        )
+        .await
+        .unwrap();
+    let mut received = Vec::new();
+    let mut buf = [0u8; 1024];
+    loop {
+        let n = socket.read(&mut buf).await.unwrap();
+        assert!(n > 0, "closed before the head");
+        received.extend_from_slice(&buf[..n]);
+        if let Some(end) = received.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&received[..end]).into_owned();
+            return (head, received[end + 4..].to_vec());
+        }
+    }
+}
+
+/// Eight megabytes of text in one answer.
+const LARGE: usize = 8 << 20;
+
+/// A large answer handed over whole is written to a slow reader to its last byte: neither the idle timeout
+/// nor the header timeout runs while its bytes are still going out, however long that takes.
+#[tokio::test]
+async fn a_large_answer_reaches_a_slow_reader_whole_past_the_idle_timeout() {
+    let gw = Harness::start(
+        |_, _| Reply::openai_text(&"x".repeat(LARGE)),
+        |c| {
+            c.connections.idle_timeout = Duration::from_millis(200);
+            c.connections.header_timeout = Duration::from_millis(200);
+            c.connections.write_timeout = Duration::from_secs(60);
+        },
+    )
+    .await;
+    let mut socket = slow_reader(gw.addr).await;
+    let (head, mut body) = ask(&mut socket, &request(false, "hi")).await;
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    let length: usize = head
+        .lines()
+        .find_map(|l| l.strip_prefix("content-length: "))
+        .expect("a whole answer has a length")
+        .parse()
+        .unwrap();
+    assert!(length > LARGE);
+    // The reader stalls for several idle and header timeouts: the pause is what a slow reader does, not a wait
+    // for the server. The answer's body was handed to the connection long before its bytes can all go out.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let mut buf = vec![0u8; 64 * 1024];
+    while body.len() < length {
+        let n = tokio::time::timeout(Duration::from_secs(30), socket.read(&mut buf))
+            .await
+            .expect("the rest of the answer arrives")
+            .unwrap_or(0);
+        if n == 0 {
+            break;
+        }
+        body.extend_from_slice(&buf[..n]);
+    }
+    assert_eq!(body.len(), length, "the answer was cut");
+    let answer: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(
+        answer["choices"][0]["message"]["content"]
+            .as_str()
+            .unwrap()
+            .len(),
+        LARGE
+    );
+}
+
+/// A client that stops reading a stream is cut off after the write timeout: its connection is closed and its
+/// in-flight slot given back, so it holds neither the answer's memory nor a slot for long.
+#[tokio::test]
+async fn a_client_that_stops_reading_loses_its_stream_and_its_slot_after_the_write_timeout() {
+    let gw = Harness::start(
+        |_, index| {
+            if index > 0 {
+                return Reply::openai_text("small");
+            }
+            // Eight megabytes in 64 KiB deltas: far more than the socket buffers hold.
+            let delta = "x".repeat(64 * 1024);
+            let mut chunks = vec![
+                json!({"id": "c", "object": "chat.completion.chunk", "model": "m",
+                "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]}),
+            ];
+            for _ in 0..LARGE / delta.len() {
+                chunks.push(json!({"choices": [{"index": 0, "delta": {"content": delta}}]}));
+            }
+            chunks.push(json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}));
+            Reply::openai_stream(&chunks)
+        },
+        |c| {
+            c.connections.write_timeout = Duration::from_millis(300);
+            c.connections.max_in_flight = 1;
+        },
+    )
+    .await;
+    let mut stalled = slow_reader(gw.addr).await;
+    let (head, _) = ask(&mut stalled, &request(true, "hi")).await;
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    // The stream holds the one in-flight slot until the server gives up on its reader.
+    let freed = tokio::time::timeout(Duration::from_secs(30), async {
+        loop {
+            let answer = gw.chat(&request(false, "hi")).await;
+            if answer.status != 503 {
+                break answer;
+            }
+            tokio::task::yield_now().await;
+        }
+    })
+    .await
+    .expect("the stalled stream gives its slot back");
+    assert_eq!(freed.status, 200, "{}", freed.body);
+    // What the stalled client still finds on its socket ends without the stream's end.
+    let mut rest = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(30), stalled.read_to_end(&mut rest))
+        .await
+        .expect("the connection was closed");
+    let rest = String::from_utf8_lossy(&rest);
+    assert!(!rest.contains("[DONE]"), "the stream was not cut");
+}
