@@ -81,6 +81,9 @@ pub struct Config {
     pub upstream_timeout: Duration,
     /// `--approval-ttl SECS`: how long a paused call waits for its approval (default 3600).
     pub approval_ttl: Duration,
+    /// `--max-polls-per-key N`: `GET /v1/approvals/{id}?wait=` long-polls waiting at once per caller (callers
+    /// without a gateway key count as one); more get `429 too_many_polls` with `Retry-After` (default 16).
+    pub max_polls_per_key: usize,
     /// `--max-messages`, `--max-tools`, `--max-schema-bytes`, `--max-approvals`, `--max-id-bytes`: what one
     /// request may hold.
     pub limits: RequestLimits,
@@ -127,6 +130,7 @@ impl Config {
             shutdown_timeout: Duration::from_secs(30),
             upstream_timeout: Duration::from_secs(120),
             approval_ttl: Duration::from_secs(3600),
+            max_polls_per_key: 16,
             limits: RequestLimits::default(),
             connections: ConnectionLimits::default(),
             file: ConfigFile::default(),
@@ -260,6 +264,7 @@ impl Config {
                 "--shutdown-timeout" => config.shutdown_timeout = seconds(&name, value()?)?,
                 "--upstream-timeout" => config.upstream_timeout = seconds(&name, value()?)?,
                 "--approval-ttl" => config.approval_ttl = seconds(&name, value()?)?,
+                "--max-polls-per-key" => config.max_polls_per_key = count(&name, value()?)?,
                 "--config" => {
                     let path = PathBuf::from(value()?);
                     config.file = ConfigFile::load(&path).map_err(CliError::File)?;
@@ -437,6 +442,8 @@ usage: tower-chat-gateway [options]
   --shutdown-timeout SECS  drain time for in-flight requests on SIGTERM / Ctrl-C (default 30)
   --upstream-timeout SECS  upstream first-byte and idle timeout (default 120)
   --approval-ttl SECS      how long a paused write_file waits for approval (default 3600)
+  --max-polls-per-key N    GET /v1/approvals/{id}?wait= long-polls waiting at once per gateway key;
+                           more get 429 + Retry-After (default 16)
   --config PATH            TOML configuration file (see the README); refused at start if invalid.
                            [upstreams]: models -> fallback targets (provider, model, base_url,
                            key_env, deployments with weights), [upstreams.retry], [upstreams.breaker],
@@ -515,6 +522,7 @@ mod tests {
             "--body-timeout=2",
             "--idle-timeout=3",
             "--write-timeout=4",
+            "--max-polls-per-key=7",
             "--max-connections=4",
             "--max-in-flight=5",
             "--max-in-flight-per-key=6",
@@ -546,6 +554,7 @@ mod tests {
         assert_eq!(config.max_rounds, 3);
         assert_eq!(config.body_limit, 100);
         assert_eq!(config.shutdown_timeout, Duration::from_millis(500));
+        assert_eq!(config.max_polls_per_key, 7);
         assert_eq!(
             config.connections,
             ConnectionLimits {

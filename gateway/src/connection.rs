@@ -551,15 +551,68 @@ impl<G: Unpin> HttpBody for GuardedBody<G> {
     }
 }
 
-/// Requests in flight per caller.
-type Callers = Arc<Mutex<HashMap<CallerIdentity, usize>>>;
+/// Uses at once per key (a caller): a count each, none over the limit. The in-flight limit counts requests by
+/// it, [`crate::operator`] long-polls.
+#[derive(Debug)]
+pub(crate) struct PerKey<K> {
+    limit: usize,
+    counts: Arc<Mutex<HashMap<K, usize>>>,
+}
+
+/// One use counted by a [`PerKey`], given back when dropped.
+#[derive(Debug)]
+pub(crate) struct KeyPermit<K: std::hash::Hash + Eq> {
+    key: Option<K>,
+    counts: Arc<Mutex<HashMap<K, usize>>>,
+}
+
+impl<K: std::hash::Hash + Eq + Clone> PerKey<K> {
+    /// At most `limit` (at least one) uses at once per key.
+    pub(crate) fn new(limit: usize) -> Self {
+        PerKey {
+            limit: limit.max(1),
+            counts: Arc::default(),
+        }
+    }
+
+    pub(crate) fn limit(&self) -> usize {
+        self.limit
+    }
+
+    /// One more use by `key`, or `None` when it has `limit` already.
+    pub(crate) fn admit(&self, key: &K) -> Option<KeyPermit<K>> {
+        let mut counts = self.counts.lock().unwrap_or_else(|e| e.into_inner());
+        let n = counts.entry(key.clone()).or_insert(0);
+        if *n >= self.limit {
+            return None;
+        }
+        *n += 1;
+        Some(KeyPermit {
+            key: Some(key.clone()),
+            counts: self.counts.clone(),
+        })
+    }
+}
+
+impl<K: std::hash::Hash + Eq> Drop for KeyPermit<K> {
+    fn drop(&mut self) {
+        if let Some(key) = self.key.take() {
+            let mut counts = self.counts.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(n) = counts.get_mut(&key) {
+                *n -= 1;
+                if *n == 0 {
+                    counts.remove(&key);
+                }
+            }
+        }
+    }
+}
 
 /// The in-flight limits: one semaphore for all requests, one count per caller.
 #[derive(Debug)]
 pub(crate) struct InFlight {
     all: Arc<Semaphore>,
-    per_key: usize,
-    callers: Callers,
+    per_key: PerKey<CallerIdentity>,
     /// Counts the admitted requests for [`crate::idle_memory`].
     idle: Arc<IdleTracker>,
 }
@@ -568,22 +621,8 @@ pub(crate) struct InFlight {
 #[derive(Debug)]
 pub(crate) struct InFlightPermit {
     _all: OwnedSemaphorePermit,
-    caller: Option<(CallerIdentity, Callers)>,
+    _caller: Option<KeyPermit<CallerIdentity>>,
     _busy: Busy,
-}
-
-impl Drop for InFlightPermit {
-    fn drop(&mut self) {
-        if let Some((caller, callers)) = self.caller.take() {
-            let mut callers = callers.lock().unwrap_or_else(|e| e.into_inner());
-            if let Some(n) = callers.get_mut(&caller) {
-                *n -= 1;
-                if *n == 0 {
-                    callers.remove(&caller);
-                }
-            }
-        }
-    }
 }
 
 impl InFlight {
@@ -592,8 +631,7 @@ impl InFlight {
             all: Arc::new(Semaphore::new(
                 limits.max_in_flight.clamp(1, Semaphore::MAX_PERMITS),
             )),
-            per_key: limits.max_in_flight_per_key.max(1),
-            callers: Arc::default(),
+            per_key: PerKey::new(limits.max_in_flight_per_key),
             idle: Arc::default(),
         }
     }
@@ -617,23 +655,20 @@ impl InFlight {
             });
         };
         let caller = match caller {
-            Some(caller) => {
-                let mut callers = self.callers.lock().unwrap_or_else(|e| e.into_inner());
-                let n = callers.entry(caller.clone()).or_insert(0);
-                if *n >= self.per_key {
+            Some(caller) => match self.per_key.admit(caller) {
+                Some(permit) => Some(permit),
+                None => {
                     return Err(ApiError {
                         retry_after: Some(Duration::from_secs(1)),
-                        ..ApiError::too_many_in_flight(self.per_key)
-                    });
+                        ..ApiError::too_many_in_flight(self.per_key.limit())
+                    })
                 }
-                *n += 1;
-                Some((caller.clone(), self.callers.clone()))
-            }
+            },
             None => None,
         };
         Ok(InFlightPermit {
             _all: all,
-            caller,
+            _caller: caller,
             _busy: self.idle.begin(),
         })
     }

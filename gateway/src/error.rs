@@ -135,6 +135,22 @@ impl ApiError {
         )
     }
 
+    /// 429: this caller has `limit` approval long-polls waiting already (`--max-polls-per-key`); sent with
+    /// `Retry-After`.
+    pub fn too_many_polls(limit: usize) -> Self {
+        ApiError {
+            retry_after: Some(DEFAULT_RETRY_AFTER),
+            ..ApiError::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                "rate_limit_error",
+                "too_many_polls",
+                format!(
+                    "this key has {limit} approval polls waiting, its limit; retry when one has answered"
+                ),
+            )
+        }
+    }
+
     /// 404 for unknown routes.
     pub fn not_found(path: &str) -> Self {
         ApiError::new(

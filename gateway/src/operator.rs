@@ -8,6 +8,11 @@
 //! | `GET /v1/approvals?limit=N&after=CURSOR` | operator | the unexpired pending approvals of every gateway process on the database (the approval layer's store), soonest to expire (with one `--approval-ttl`: oldest) first, a page of at most 200 at a time |
 //! | `GET /v1/approvals/{id}?wait=SECS` | client (the paused turn's caller) | the decision so far: `pending`, `approved` or `denied`; waits up to `wait` seconds (at most 60) for one |
 //!
+//! A caller may have `--max-polls-per-key` (default 16) polls with a `wait` waiting at once (callers without a
+//! gateway key count as one caller); one more is refused at once with `429 too_many_polls` and `Retry-After`,
+//! rather than answered `pending` without waiting, which would invite a client to poll again at once. Polls
+//! without `wait` answer at once and are not counted.
+//!
 //! The waiting client then resends its conversation as it has it (ending with the approval notice) **without**
 //! `tower_chat.approvals`: the gateway finds the notice's approval ids, takes the operators' decisions and
 //! resumes the turn with the operator as the approver (`ApproverIdentity("operator:NAME")`), so the approval
@@ -209,6 +214,8 @@ pub(crate) struct OperatorState {
     pub(crate) clients: Option<Arc<crate::auth::ApiKeys>>,
     /// `--trusted-proxy-header` / `--trusted-proxies`: the client address behind a reverse proxy.
     pub(crate) proxies: Option<Arc<crate::client_addr::TrustedProxies>>,
+    /// Long-polls waiting, per caller (`--max-polls-per-key`).
+    pub(crate) polls: Arc<crate::connection::PerKey<Option<CallerIdentity>>>,
 }
 
 impl OperatorState {
@@ -737,6 +744,15 @@ pub(crate) async fn poll(
     let wait = wait_seconds(query.as_deref())
         .filter(|w| w.is_finite() && *w > 0.0)
         .map_or(Duration::ZERO, |w| Duration::from_secs_f64(w).min(MAX_WAIT));
+    // Held until the answer: a waiting poll is a task, a timer and a store look every STORE_RECHECK.
+    let _polling = if wait.is_zero() {
+        None
+    } else {
+        match state.polls.admit(&caller) {
+            Some(permit) => Some(permit),
+            None => return ApiError::too_many_polls(state.polls.limit()).into_response(),
+        }
+    };
     let deadline = tokio::time::Instant::now() + wait;
     // Subscribed before the first look, so a decision made in between is not missed.
     let mut changed = state.decisions.changed.subscribe();

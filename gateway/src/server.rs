@@ -436,6 +436,7 @@ impl Gateway {
             login_limit: Arc::default(),
             clients: keys_for_operators.clone(),
             proxies: config.trusted_proxies.clone().map(Arc::new),
+            polls: Arc::new(connection::PerKey::new(config.max_polls_per_key)),
         });
         Gateway {
             state: AppState {

@@ -5,6 +5,7 @@
 mod common;
 
 use std::path::Path;
+use std::time::Duration;
 
 use bytes::Bytes;
 use common::{post, request, send, send_from, tool_result, Answer, Harness};
@@ -714,4 +715,47 @@ async fn behind_a_trusted_proxy_the_limit_counts_the_client_address_the_proxy_re
     )
     .await;
     assert_eq!(spoofing.status, 429, "{}", spoofing.body);
+}
+
+/// Long-polls are capped per key: one over `--max-polls-per-key` is refused at once (429, `Retry-After`, the
+/// OpenAI error shape) while the others wait; another key is not held back; a slot frees when a poll answers.
+#[tokio::test]
+async fn long_polls_over_the_per_key_cap_are_refused_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let gw = gateway_with(dir.path(), |c| c.max_polls_per_key = 2).await;
+    let (id, _) = pause(&gw, "polls").await;
+    let poll_url = gw.url(&format!("/v1/approvals/{id}?wait=30"));
+    let mut polls = tokio::task::JoinSet::new();
+    for _ in 0..3 {
+        let url = poll_url.clone();
+        polls.spawn(async move { get(&url, &ALICE).await });
+    }
+    // Two wait for a decision; whichever came third is answered at once.
+    let refused = tokio::time::timeout(Duration::from_secs(10), polls.join_next())
+        .await
+        .expect("a poll over the cap is answered at once")
+        .unwrap()
+        .unwrap();
+    assert_eq!(refused.status, 429, "{}", refused.body);
+    assert_eq!(refused.headers["retry-after"], "1");
+    let error = refused.json()["error"].clone();
+    assert_eq!(error["code"], "too_many_polls", "{error}");
+    assert_eq!(error["type"], "rate_limit_error", "{error}");
+    // Bob's poll is not counted against Alice's (it is not his approval: 404, not 429).
+    let bob = get(&poll_url, &BOB).await;
+    assert_eq!(bob.status, 404, "{}", bob.body);
+    let decided = post(
+        &gw.url(&format!("/v1/approvals/{id}/decision")),
+        json!({"approved": true}).to_string(),
+        &OPS,
+    )
+    .await;
+    assert_eq!(decided.status, 200, "{}", decided.body);
+    while let Some(answer) = polls.join_next().await {
+        let answer = answer.unwrap();
+        assert_eq!(answer.status, 200, "{}", answer.body);
+        assert_eq!(answer.json()["status"], "approved");
+    }
+    let again = get(&poll_url, &ALICE).await;
+    assert_eq!(again.status, 200, "the slots came back: {}", again.body);
 }
