@@ -151,6 +151,20 @@ impl ApiError {
         }
     }
 
+    /// 503 for a request the gateway could not finish before shutting down (the drain time, `--shutdown-timeout`,
+    /// ran out); sent with `Retry-After`, and as a stream's error event once the stream has started.
+    pub fn shutting_down() -> Self {
+        ApiError {
+            retry_after: Some(DEFAULT_RETRY_AFTER),
+            ..ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "server_error",
+                "shutting_down",
+                "the gateway is shutting down and could not finish this response; retry the request".into(),
+            )
+        }
+    }
+
     /// 404 for unknown routes.
     pub fn not_found(path: &str) -> Self {
         ApiError::new(

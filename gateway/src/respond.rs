@@ -6,13 +6,15 @@
 //! A pause for approval becomes a notice in the text plus the `tower_chat` fields (see the README).
 
 use std::collections::{HashMap, HashSet};
+use std::pin::Pin;
 use std::sync::Arc;
 
 use bytes::Bytes;
 use futures_util::{FutureExt, StreamExt};
+use tokio_util::sync::WaitForCancellationFutureOwned;
 use tower_chat::{
-    ApprovalRequest, CallerIdentity, ChatError, ChatEvent, ChatStream, ConversationId, ErrorKind,
-    FinishReason, Message, ResponseBuilder,
+    ApprovalRequest, CallerIdentity, CancellationToken, ChatError, ChatEvent, ChatStream,
+    ConversationId, ErrorKind, FinishReason, Message, ResponseBuilder,
 };
 
 use crate::error::ApiError;
@@ -202,6 +204,8 @@ struct SseState<E> {
     translator: Translator,
     encoder: E,
     first: Option<ChatEvent>,
+    /// Resolves when the gateway's drain time is over: the stream ends with an error event.
+    cut: Pin<Box<WaitForCancellationFutureOwned>>,
     opened: bool,
     done: bool,
 }
@@ -218,18 +222,21 @@ impl<E: Encoder> SseState<E> {
 /// The response as SSE events in `encoder`'s format. `first` is the stream's first event, already taken (so
 /// that an error before anything was sent could still become an HTTP status). The stream opens when the first
 /// visible event arrives (so the opening event names the model that answered), and ends after the format's
-/// closing events or its error event.
+/// closing events or its error event. When `cut` is cancelled (the gateway's drain time ran out) while the stream
+/// waits for its next event, it ends with the format's error event, code `shutting_down`.
 pub(crate) fn stream<E: Encoder>(
     stream: ChatStream,
     first: ChatEvent,
     turn: Turn,
     encoder: E,
+    cut: CancellationToken,
 ) -> impl futures_util::Stream<Item = Result<Bytes, std::convert::Infallible>> + Send {
     let state = SseState {
         stream,
         translator: Translator::new(turn),
         encoder,
         first: Some(first),
+        cut: Box::pin(cut.cancelled_owned()),
         opened: false,
         done: false,
     };
@@ -244,7 +251,22 @@ pub(crate) fn stream<E: Encoder>(
         loop {
             let item = match state.first.take() {
                 Some(event) => Some(Ok(event)),
-                None if out.is_empty() => state.stream.next().await,
+                None if out.is_empty() => {
+                    let next = tokio::select! {
+                        biased;
+                        item = state.stream.next() => Some(item),
+                        () = state.cut.as_mut() => None,
+                    };
+                    match next {
+                        Some(item) => item,
+                        None => {
+                            state.open(&mut out);
+                            state.encoder.error(&ApiError::shutting_down(), &mut out);
+                            state.done = true;
+                            return Some((Ok(Bytes::from(out)), state));
+                        }
+                    }
+                }
                 // Events that are already there go out in the same body frame: one write for a burst (an
                 // upstream read that carried several chunks) instead of one per event. Nothing waits for them.
                 None => match state.stream.next().now_or_never() {

@@ -53,6 +53,10 @@ use crate::wire::{
 };
 use crate::GatewayError;
 
+/// How long the requests still in flight when the drain time is over get to write their `shutting_down` error
+/// (their connections close after it); a client that does not read it loses it.
+const FINAL_WORDS: Duration = Duration::from_secs(1);
+
 /// The chat stack behind the endpoint, type-erased.
 pub type ChatStack = BoxCloneSyncService<ChatRequest, ChatStream, ChatError>;
 
@@ -310,6 +314,9 @@ struct AppState {
     allowed_hosts: Option<AllowedHosts>,
     /// The address the gateway listens on: `--listen`, then the listener's own once [`Gateway::serve`] has it.
     listen: std::net::SocketAddr,
+    /// Cancelled when the drain time after a shutdown signal is over: requests still in flight end with a
+    /// `shutting_down` error (a stream with its format's error event) before their connections close.
+    drain_over: tower_chat::CancellationToken,
 }
 
 /// What `/metrics` and `/v1/models` read.
@@ -457,6 +464,7 @@ impl Gateway {
                 mcp: None,
                 allowed_hosts: config.allowed_hosts.clone(),
                 listen: config.listen,
+                drain_over: tower_chat::CancellationToken::new(),
             },
             shutdown_timeout: config.shutdown_timeout,
             connections: config.connections.clone(),
@@ -577,7 +585,9 @@ impl Gateway {
     }
 
     /// Serve on `listener` until `shutdown` resolves; then stop accepting, let in-flight requests finish for at
-    /// most the configured shutdown timeout, and return.
+    /// most the configured shutdown timeout, and return. Requests still in flight then end with a
+    /// `shutting_down` error in their client's format (a `503`, or a stream's error event), given up to a second
+    /// to be written.
     pub async fn serve(
         mut self,
         listener: TcpListener,
@@ -598,6 +608,7 @@ impl Gateway {
             crate::idle_memory::release_free_memory,
         ));
         let server = connection::serve(listener, self.router(), self.connections.clone(), signal);
+        tokio::pin!(server);
         let drain = self.shutdown_timeout;
         let deadline = async move {
             if signalled_rx.await.is_err() {
@@ -606,9 +617,13 @@ impl Gateway {
             tokio::time::sleep(drain).await;
         };
         tokio::select! {
-            () = server => {},
+            () = &mut server => {},
             () = deadline => {
-                tracing::warn!(?drain, "drain time over: dropping the requests still in flight");
+                tracing::warn!(?drain, "drain time over: ending the requests still in flight");
+                self.state.drain_over.cancel();
+                if tokio::time::timeout(FINAL_WORDS, &mut server).await.is_err() {
+                    tracing::warn!("dropping the connections still open");
+                }
             }
         }
         release.abort();
@@ -803,7 +818,13 @@ async fn endpoint<F: WireFormat>(
     if matches!(&body, Err(rejection) if rejection.body_text().contains(BodyTimeout::MESSAGE)) {
         return connection::body_timeout_response();
     }
-    match handle::<F>(state, caller.map(|Extension(c)| c), headers, body).await {
+    let drain_over = state.drain_over.clone();
+    let handled = tokio::select! {
+        biased;
+        handled = handle::<F>(state, caller.map(|Extension(c)| c), headers, body) => handled,
+        () = drain_over.cancelled() => Err(ApiError::shutting_down()),
+    };
+    match handled {
         Ok(response) => response,
         Err(error) => {
             if error.status.is_server_error() {
@@ -1031,7 +1052,13 @@ async fn handle<F: WireFormat>(
             )))
         }
     };
-    let body = Body::from_stream(respond::stream(stream, first, turn, encoder));
+    let body = Body::from_stream(respond::stream(
+        stream,
+        first,
+        turn,
+        encoder,
+        state.drain_over.clone(),
+    ));
     let mut response = Response::new(body);
     let headers = response.headers_mut();
     headers.insert(

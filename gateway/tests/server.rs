@@ -5,7 +5,7 @@ mod common;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{get, post, request, send, tool_result, Answer, Harness};
+use common::{get, post, read, request, send, tool_result, Answer, Harness};
 use serde_json::json;
 use tokio::sync::Notify;
 use tower_chat::test_server::{Part, Reply};
@@ -341,4 +341,75 @@ async fn allowed_hosts_name_the_hosts_a_gateway_answers_and_keys_allow_any() {
         let answer = post_as(&keyed, "/v1/chat/completions", &headers).await;
         assert_eq!(answer.status, status, "{headers:?}: {}", answer.body);
     }
+}
+
+/// Streams still running when the drain time is over end with their format's error event, code
+/// `shutting_down`, before their connections close: the client learns the answer is cut, in the shape it parses.
+#[tokio::test]
+async fn streams_cut_at_the_drain_deadline_end_with_an_error_event_in_each_format() {
+    let mut gw = Harness::start(
+        |_, _| {
+            Reply::sse_chunks([
+                "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"partial\"}}]}\n\n",
+            ])
+            .then(Part::Hang)
+        },
+        |c| c.shutdown_timeout = Duration::from_millis(300),
+    )
+    .await;
+    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .build_http::<http_body_util::Full<bytes::Bytes>>();
+    let formats = [
+        ("/v1/chat/completions", request(true, "hi")),
+        (
+            "/v1/messages",
+            json!({"model": "claude-test", "max_tokens": 64, "stream": true,
+                   "messages": [{"role": "user", "content": "hi"}]}),
+        ),
+        (
+            "/v1/responses",
+            json!({"model": "gpt-test", "input": "hi", "stream": true}),
+        ),
+    ];
+    let mut streams = Vec::new();
+    for (path, body) in &formats {
+        let request = http::Request::post(gw.url(path))
+            .header("content-type", "application/json")
+            .body(http_body_util::Full::new(bytes::Bytes::from(
+                body.to_string(),
+            )))
+            .unwrap();
+        // The head comes with the first event: from then on the stream is in flight.
+        let response = client.request(request).await.unwrap();
+        assert_eq!(response.status(), 200, "{path}");
+        streams.push(response);
+    }
+    gw.shutdown();
+    let mut answers = Vec::new();
+    for response in streams {
+        answers.push(
+            tokio::time::timeout(Duration::from_secs(10), read(response))
+                .await
+                .expect("the stream ends at the drain deadline"),
+        );
+    }
+    let last = answers[0].chunks().pop().unwrap();
+    assert_eq!(
+        last["error"]["code"], "shutting_down",
+        "{}",
+        answers[0].body
+    );
+    assert_ne!(answers[0].events().last().unwrap(), "[DONE]");
+    let (name, last) = answers[1].named_events().pop().unwrap();
+    assert_eq!(name, "error", "{}", answers[1].body);
+    assert_eq!(last["error"]["type"], "overloaded_error");
+    assert_eq!(last["error"]["code"], "shutting_down");
+    let (name, last) = answers[2].named_events().pop().unwrap();
+    assert_eq!(name, "error", "{}", answers[2].body);
+    assert_eq!(last["code"], "shutting_down");
+    tokio::time::timeout(Duration::from_secs(10), gw.server.take().unwrap())
+        .await
+        .expect("the server stops once the last words are written")
+        .unwrap()
+        .unwrap();
 }

@@ -260,7 +260,8 @@ fn built(method: &str, url: &str, headers: &[(&str, &str)], body: &str) -> Reque
         .unwrap()
 }
 
-async fn read(response: http::Response<hyper::body::Incoming>) -> Answer {
+/// Read an answer whose head has arrived: its status, headers and whole body.
+pub async fn read(response: http::Response<hyper::body::Incoming>) -> Answer {
     let status = response.status();
     let headers = response.headers().clone();
     let body = response
