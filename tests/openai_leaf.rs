@@ -570,14 +570,12 @@ fn upstream_closing_after_each_answer() -> (
 #[tokio::test]
 async fn a_pooled_connection_the_upstream_closed_is_replaced_before_a_request_is_written() {
     let (addr, answered, closed) = upstream_closing_after_each_answer();
-    let transport = tower_chat::transport::HttpTransport::new(Timeouts::default(), false).unwrap();
-    let stale = transport.stale_connections().clone();
     let leaf = OpenAiChat::builder()
         .base_url(format!("http://{addr}/v1"))
         .model("m")
-        .transport(transport)
         .build()
         .unwrap();
+    let stale = leaf.transport().stale_connections().clone();
     const ROUNDS: usize = 20;
     let mut failures = Vec::new();
     for _ in 0..ROUNDS {

@@ -78,6 +78,12 @@ impl<P: Provider> ChatLeaf<P> {
     pub fn endpoint(&self) -> &Uri {
         &self.shared.leaf.endpoint
     }
+
+    /// The HTTP client this leaf sends through (shared with its clones), e.g. to read its
+    /// [`stale_connections`](HttpTransport::stale_connections) count.
+    pub fn transport(&self) -> &HttpTransport {
+        &self.shared.transport
+    }
 }
 
 impl<P: Provider> tower_service::Service<ChatRequest> for ChatLeaf<P> {
