@@ -14,6 +14,7 @@
 //! | `tower_chat_fallbacks_total` | counter | `model`, `from`, `to` |
 //! | `tower_chat_breaker_transitions_total` | counter | `model`, `target`, `state` |
 //! | `tower_chat_breaker_state` | gauge (1 for the current state) | `model`, `target`, `state` |
+//! | `tower_chat_upstream_stale_connections_total` | counter | `target` (`upstream` without `[upstreams]`) |
 //!
 //! `model` is the model the client asked for, when it may be a label value, else `other`:
 //!
@@ -35,6 +36,7 @@ use std::fmt::Write as _;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use axum::response::IntoResponse;
+use tower_chat::transport::StaleConnections;
 use tower_chat_resilience::{BreakerHandle, BreakerState, ResilienceEvent};
 use tower_chat_tracing::{CallRecord, Metrics};
 
@@ -155,6 +157,8 @@ impl Counters {
 struct Inner {
     counters: Mutex<Counters>,
     breakers: Mutex<Vec<(String, BreakerHandle)>>,
+    /// The leaves' counts of stale pooled connections (read at scrape time).
+    stale: Mutex<Vec<(String, StaleConnections)>>,
 }
 
 /// The gateway's Prometheus registry: a [`Metrics`] sink for the tracing layer and an observer for the
@@ -255,6 +259,12 @@ impl PrometheusMetrics {
     /// its own targets.
     pub fn replace_breakers(&self, breakers: Vec<(String, BreakerHandle)>) {
         *lock(&self.inner.breakers) = breakers;
+    }
+
+    /// Report these leaves' counts of pooled connections found closed by the upstream before a request was
+    /// written to them (each such request went on a new connection), by target name; replaces the earlier ones.
+    pub fn replace_upstream_connections(&self, stale: Vec<(String, StaleConnections)>) {
+        *lock(&self.inner.stale) = stale;
     }
 
     /// The registry in Prometheus text exposition format (0.0.4).
@@ -411,6 +421,21 @@ impl PrometheusMetrics {
                     u8::from(state == now)
                 );
             }
+        }
+        header(
+            &mut out,
+            "tower_chat_upstream_stale_connections_total",
+            "counter",
+            "Pooled upstream connections found closed before a request was written to them \
+             (the request went on a new connection).",
+        );
+        for (target, stale) in lock(&self.inner.stale).iter() {
+            let _ = writeln!(
+                out,
+                "tower_chat_upstream_stale_connections_total{{target=\"{}\"}} {}",
+                escape(target),
+                stale.get()
+            );
         }
         out
     }

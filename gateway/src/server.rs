@@ -103,6 +103,16 @@ impl Upstream {
     }
 }
 
+impl Upstream {
+    /// The leaf's count of pooled connections found closed before a request was written to them.
+    pub fn stale_connections(&self) -> tower_chat::transport::StaleConnections {
+        match self {
+            Upstream::OpenAi(leaf) => leaf.transport().stale_connections().clone(),
+            Upstream::Anthropic(leaf) => leaf.transport().stale_connections().clone(),
+        }
+    }
+}
+
 impl tower::Service<ChatRequest> for Upstream {
     type Response = ChatStream;
     type Error = ChatError;
@@ -366,6 +376,12 @@ impl Gateway {
             Some(_) => None,
             None => Some(Upstream::from_config(config).map_err(GatewayError::Chat)?),
         };
+        if let Some(upstream) = &upstream {
+            metrics.replace_upstream_connections(vec![(
+                "upstream".to_owned(),
+                upstream.stale_connections(),
+            )]);
+        }
         let limits = config.file.limits.layer()?;
         let stores = stores(config).await?;
         let mcp = GatewayMcp::start(&config.file.mcp, &SERVER_TOOLS)

@@ -65,7 +65,7 @@ use tower::retry::budget::TpsBudget;
 use tower::Layer;
 use tower_chat::anthropic::AnthropicChat;
 use tower_chat::openai::OpenAiChat;
-use tower_chat::transport::Timeouts;
+use tower_chat::transport::{StaleConnections, Timeouts};
 use tower_chat::{
     BoxChatService, ChatError, ChatRequest, ChatStream, ErrorKind, ModelInfo, ModelMetadata,
 };
@@ -356,6 +356,8 @@ struct RouterTable {
     catalog: Arc<Vec<CatalogEntry>>,
     /// The breakers of every target, for `/metrics`.
     breakers: Vec<(String, BreakerHandle)>,
+    /// Each leaf's count of stale pooled connections, by target (or deployment) name, for `/metrics`.
+    stale: Vec<(String, StaleConnections)>,
     metadata: ModelMetadata,
 }
 
@@ -386,6 +388,7 @@ impl ModelRouter {
         let table = build_table(config, metrics)?
             .ok_or_else(|| invalid("names no model: the running models are kept".into()))?;
         metrics.replace_breakers(table.breakers.clone());
+        metrics.replace_upstream_connections(table.stale.clone());
         metrics.label_models(config.file.upstreams.models.iter().map(|m| &m.name));
         *self.table.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(table);
         Ok(())
@@ -493,6 +496,7 @@ pub fn build(
         return Ok(None);
     };
     metrics.replace_breakers(table.breakers.clone());
+    metrics.replace_upstream_connections(table.stale.clone());
     metrics.label_models(config.file.upstreams.models.iter().map(|m| &m.name));
     Ok(Some(ModelRouter {
         metadata: table.metadata.clone(),
@@ -529,6 +533,7 @@ fn build_table(
     let mut catalog = Vec::new();
     let mut metadata = None;
     let mut breakers = Vec::new();
+    let mut stale = Vec::new();
     for model in &section.models {
         let mut targets = Vec::new();
         for target in &model.targets {
@@ -544,6 +549,7 @@ fn build_table(
                     target.key_env.as_deref(),
                     timeouts,
                 )?;
+                stale.push((name.clone(), leaf.stale_connections()));
                 // The fallback drives the target's breaker itself (no stream wrapper per call).
                 let target = Target::new(name, leaf).breaker(&breaker);
                 breakers.extend(target.breaker_handle().map(|h| (model.name.clone(), h)));
@@ -561,6 +567,7 @@ fn build_table(
                         .name
                         .clone()
                         .unwrap_or_else(|| format!("{name}#{}", i + 1));
+                    stale.push((name.clone(), leaf.stale_connections()));
                     balance = balance.deployment(Deployment::new(name, deployment.weight, leaf));
                 }
                 let balance = balance.build()?;
@@ -588,6 +595,7 @@ fn build_table(
         models,
         catalog: Arc::new(catalog),
         breakers,
+        stale,
         metadata: metadata.expect("at least one model"),
     }))
 }

@@ -369,6 +369,17 @@ async fn metrics_are_scraped_and_parsed() {
         ),
         Some(1.0)
     );
+    for target in ["claude", "openai/gpt-4o", "openai/gpt-4o-mini#1"] {
+        assert_eq!(
+            value(
+                &samples,
+                "tower_chat_upstream_stale_connections_total",
+                &[("target", target)]
+            ),
+            Some(0.0),
+            "{target}"
+        );
+    }
 }
 
 #[tokio::test]
@@ -390,6 +401,15 @@ async fn the_single_upstream_flags_keep_working_and_feed_metrics() {
             ]
         ),
         Some(1.0)
+    );
+    // The leaf's stale-connection count is scraped (none here: the upstream keeps its connections).
+    assert_eq!(
+        value(
+            &samples,
+            "tower_chat_upstream_stale_connections_total",
+            &[("target", "upstream")]
+        ),
+        Some(0.0)
     );
 }
 
