@@ -92,6 +92,8 @@ pub struct ChatError {
     message: String,
     status: Option<http::StatusCode>,
     source: Option<BoxError>,
+    /// A layer refused the call before it was sent to any provider ([`ChatError::refused_before_sending`]).
+    unsent: bool,
 }
 
 /// The most bytes of a malformed payload quoted in a protocol error's message.
@@ -105,6 +107,7 @@ impl ChatError {
             message: message.into(),
             status: None,
             source: None,
+            unsent: false,
         }
     }
 
@@ -141,6 +144,21 @@ impl ChatError {
     pub fn with_source(mut self, source: impl Into<BoxError>) -> Self {
         self.source = Some(source.into());
         self
+    }
+
+    /// Mark the error as a refusal before the request was sent anywhere: a layer (a rate limit, a budget, a
+    /// request over a limit) refused the call without calling the provider. A recording layer keeps a small
+    /// record of such a call — caller, model, reason, sizes — rather than its request, so that refusals cannot
+    /// grow a database by their bodies.
+    pub fn refused_before_sending(mut self) -> Self {
+        self.unsent = true;
+        self
+    }
+
+    /// Whether a layer refused the call before it was sent to any provider
+    /// ([`ChatError::refused_before_sending`]). `false` says nothing: the request may or may not have left.
+    pub fn is_refused_before_sending(&self) -> bool {
+        self.unsent
     }
 
     /// What went wrong.
@@ -210,6 +228,9 @@ impl fmt::Debug for ChatError {
         }
         if let Some(source) = &self.source {
             d.field("source", source);
+        }
+        if self.unsent {
+            d.field("refused_before_sending", &true);
         }
         d.finish()
     }

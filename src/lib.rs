@@ -56,7 +56,7 @@ pub mod transport;
 
 pub use approval::{ApprovalDecision, ApprovalDecisions, ApprovalRequest};
 pub use boxed::BoxChatService;
-pub use context::{CallerIdentity, ConversationId};
+pub use context::{CallerIdentity, ConversationId, EstimatedUsage};
 pub use error::{BoxError, ChatError, ErrorKind, TimeoutPhase};
 pub use event::{ChatEvent, FinishReason, Usage};
 pub use message::{AssistantMessage, Message, ToolArguments, ToolCall, ToolMessage};
