@@ -237,7 +237,7 @@ fn main() {
         .build()
         .unwrap();
     let mut config = Config::new(format!("http://{upstream_addr}/v1"));
-    config.upstream_key_env = Some("TOWER_CHAT_LOAD_BENCH_UNSET_KEY".into());
+    config.no_upstream_key = true;
     config.db = dir.path().join("gateway.db");
     config.shutdown_timeout = Duration::from_secs(1);
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();

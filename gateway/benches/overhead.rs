@@ -41,7 +41,7 @@ fn bench(c: &mut Criterion) {
         let provider = ScriptedProvider::start(|_, _| Reply::openai_text(ANSWER)).await;
         let mut config = Config::new(provider.base_url());
         config.files = Some(files.path().to_owned());
-        config.upstream_key_env = Some("TOWER_CHAT_GATEWAY_BENCH_NO_KEY".into());
+        config.no_upstream_key = true;
         config.db = files.path().join("bench.db");
         let gateway = Gateway::new(&config).await.unwrap();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

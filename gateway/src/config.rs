@@ -48,8 +48,12 @@ pub struct Config {
     /// `--provider openai|anthropic` (default `openai`).
     pub provider: Provider,
     /// `--upstream-key-env VAR`: where the upstream key is read from; `None` uses the provider's default
-    /// variable. An unset or empty variable sends no auth header.
+    /// variable. The variable must be set to a key that fits in a header, else the gateway refuses to start
+    /// ([`crate::upstream_key`]).
     pub upstream_key_env: Option<String>,
+    /// `--no-upstream-key`: the upstream takes no key (a local vLLM or Ollama); no auth header is sent. Not
+    /// with `--upstream-key-env`.
+    pub no_upstream_key: bool,
     /// `--db PATH`: SQLite file of the persistence layer (default `gateway.db`).
     pub db: PathBuf,
     /// `--database-url URL`: PostgreSQL instead of SQLite.
@@ -117,6 +121,7 @@ impl Config {
             upstream: upstream.into(),
             provider: Provider::OpenAi,
             upstream_key_env: None,
+            no_upstream_key: false,
             db: PathBuf::from("gateway.db"),
             database_url: None,
             files: None,
@@ -149,6 +154,15 @@ impl Config {
             .unwrap_or(self.provider.default_key_env())
     }
 
+    /// Where the single `--upstream`'s key comes from: nowhere with `--no-upstream-key`, else [`Config::key_env`].
+    pub fn key_source(&self) -> crate::upstream_key::KeySource<'_> {
+        if self.no_upstream_key {
+            crate::upstream_key::KeySource::None
+        } else {
+            crate::upstream_key::KeySource::Env(self.key_env())
+        }
+    }
+
     /// Parse command-line arguments (without the program name).
     pub fn parse<I, S>(args: I) -> Result<Command, CliError>
     where
@@ -173,12 +187,16 @@ impl Config {
             if !name.starts_with("--") {
                 return Err(CliError::Unexpected(arg));
             }
-            if name == "--record-content" || name == "--no-console" {
+            if matches!(
+                name.as_str(),
+                "--record-content" | "--no-console" | "--no-upstream-key"
+            ) {
                 if let Some(value) = inline {
                     return Err(invalid(&name, &value, "no value (it is a switch)"));
                 }
                 match name.as_str() {
                     "--record-content" => config.record_content = true,
+                    "--no-upstream-key" => config.no_upstream_key = true,
                     _ => config.console = false,
                 }
                 continue;
@@ -273,6 +291,12 @@ impl Config {
                 _ => return Err(CliError::Unknown(name)),
             }
         }
+        if config.no_upstream_key && config.upstream_key_env.is_some() {
+            return Err(CliError::Conflict(
+                "--no-upstream-key",
+                "--upstream-key-env",
+            ));
+        }
         config.upstream = upstream.unwrap_or_else(|| config.provider.default_upstream().to_owned());
         config.trusted_proxies = match (proxy_header, proxies) {
             (None, None) => None,
@@ -364,6 +388,8 @@ pub enum CliError {
         /// The option missing, and what it is for.
         needs: &'static str,
     },
+    /// Two options that exclude each other.
+    Conflict(&'static str, &'static str),
 }
 
 impl fmt::Display for CliError {
@@ -384,6 +410,7 @@ impl fmt::Display for CliError {
             CliError::Requires { option, needs } => {
                 write!(f, "option `{option}` needs {needs}")
             }
+            CliError::Conflict(a, b) => write!(f, "`{a}` and `{b}` exclude each other"),
         }
     }
 }
@@ -401,7 +428,9 @@ usage: tower-chat-gateway [options]
   --upstream URL           provider base URL, e.g. https://api.openai.com/v1 or http://127.0.0.1:9000/v1
   --provider NAME          openai | anthropic (default openai)
   --upstream-key-env VAR   environment variable holding the upstream key
-                           (default OPENAI_API_KEY, or ANTHROPIC_API_KEY); unset -> no auth header
+                           (default OPENAI_API_KEY, or ANTHROPIC_API_KEY); refused at start if
+                           unset, empty, or not a key a header can carry
+  --no-upstream-key        the upstream takes no key (local vLLM, Ollama): no auth header is sent
   --db PATH                SQLite file of the persistence layer (default gateway.db)
   --database-url URL       PostgreSQL instead of SQLite
   --files DIR              enables read_file / write_file, confined to DIR (default: no file tools)
@@ -447,7 +476,8 @@ usage: tower-chat-gateway [options]
   --config PATH            TOML configuration file (see the README); refused at start if invalid.
                            [upstreams]: models -> fallback targets (provider, model, base_url,
                            key_env, deployments with weights), [upstreams.retry], [upstreams.breaker],
-                           [upstreams.timeouts]. On SIGHUP the file is read again and a valid
+                           [upstreams.timeouts]; each target or deployment names its key_env, or
+                           says no_key = true. On SIGHUP the file is read again and a valid
                            [upstreams] replaces the running one (requests in flight finish on the old);
                            an invalid file is logged and the running configuration kept
   --metrics-listen ADDR    serve GET /metrics on this address only (default: on --listen)
@@ -631,6 +661,26 @@ mod tests {
             CliError::Unexpected("stray".into())
         );
         assert!(matches!(Config::parse(["--help"]), Ok(Command::Help)));
+    }
+
+    #[test]
+    fn no_upstream_key_is_a_switch_that_excludes_a_key_variable() {
+        let config = run(&[]).unwrap();
+        assert!(!config.no_upstream_key);
+        assert_eq!(
+            config.key_source(),
+            crate::upstream_key::KeySource::Env("OPENAI_API_KEY")
+        );
+        let keyless = run(&["--no-upstream-key"]).unwrap();
+        assert_eq!(keyless.key_source(), crate::upstream_key::KeySource::None);
+        assert_eq!(
+            run(&["--no-upstream-key", "--upstream-key-env", "K"]).unwrap_err(),
+            CliError::Conflict("--no-upstream-key", "--upstream-key-env")
+        );
+        assert!(matches!(
+            run(&["--no-upstream-key=yes"]).unwrap_err(),
+            CliError::Invalid { .. }
+        ));
     }
 
     #[test]

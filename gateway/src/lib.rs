@@ -55,6 +55,7 @@ mod sandbox;
 mod server;
 pub mod telemetry;
 pub mod tools;
+pub mod upstream_key;
 pub mod upstreams;
 mod warn_limit;
 mod wire;
@@ -128,7 +129,9 @@ pub async fn run(mut config: Config) -> Result<(), GatewayError> {
         .await
         .map_err(GatewayError::Io)?;
     let addr = listener.local_addr().map_err(GatewayError::Io)?;
-    tracing::info!(%addr, upstream = %config.upstream, files = ?config.files, "gateway listening");
+    // What is served: the configured `[upstreams]` models and targets, else the single `--upstream`.
+    let upstreams = upstreams::describe(&config);
+    tracing::info!(%addr, %upstreams, files = ?config.files, "gateway listening");
     if let Some(metrics_addr) = config.metrics_listen {
         let metrics = tokio::net::TcpListener::bind(metrics_addr)
             .await

@@ -70,11 +70,19 @@ pub enum Upstream {
 }
 
 impl Upstream {
-    /// Build the leaf `config` names; the key comes from the configured environment variable.
+    /// Build the leaf `config` names; the key comes from the configured environment variable, which must hold
+    /// a usable key unless `--no-upstream-key` says the upstream takes none ([`crate::upstream_key`]).
     pub fn from_config(config: &Config) -> Result<Self, ChatError> {
-        let key = std::env::var(config.key_env())
-            .ok()
-            .filter(|k| !k.is_empty());
+        if config.no_upstream_key && config.upstream_key_env.is_some() {
+            return Err(ChatError::new(
+                tower_chat::ErrorKind::InvalidRequest,
+                format!(
+                    "upstream {}: --no-upstream-key and --upstream-key-env exclude each other",
+                    config.upstream
+                ),
+            ));
+        }
+        let key = config.key_source().read(&config.upstream)?;
         let timeouts = Timeouts {
             first_byte: Some(config.upstream_timeout),
             idle: Some(config.upstream_timeout),

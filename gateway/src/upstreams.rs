@@ -50,7 +50,21 @@
 //!   { base_url = "https://eu.example.com/v1", key_env = "EU_KEY", weight = 2 },
 //!   { base_url = "https://us.example.com/v1", key_env = "US_KEY" },
 //! ]
+//!
+//! [[upstreams.models]]
+//! name = "local"
+//!
+//! [[upstreams.models.targets]]
+//! provider = "openai"
+//! model = "llama3"
+//! base_url = "http://127.0.0.1:11434/v1"
+//! no_key = true               # Ollama takes no key: said explicitly
 //! ```
+//!
+//! Every target (every deployment of a balanced one) names the variable holding its key (`key_env`) or says it
+//! takes none (`no_key = true`); one without either is refused where the file is read. A named variable that is
+//! unset, empty, not a valid name, or holds a key a header cannot carry refuses the start (or the reload), naming
+//! the target and the variable ([`crate::upstream_key`]).
 
 use std::collections::{BTreeMap, HashSet};
 use std::fmt;
@@ -77,6 +91,7 @@ use tower_chat_resilience::{
 use crate::config::Config;
 use crate::metrics::PrometheusMetrics;
 use crate::server::Upstream;
+use crate::upstream_key::KeySource;
 
 /// The `[upstreams]` table.
 #[derive(Clone, Debug, Default, PartialEq, Deserialize)]
@@ -141,8 +156,12 @@ pub struct TargetSection {
     pub model: String,
     /// The base URL (default: the provider's public API). Not with `deployments`.
     pub base_url: Option<String>,
-    /// The environment variable holding the key (unset or empty: no key header). Not with `deployments`.
+    /// The environment variable holding the key. Not with `deployments`, nor with `no_key`.
     pub key_env: Option<String>,
+    /// The target takes no key (a local server): no key header is sent. Not with `deployments`, nor with
+    /// `key_env`.
+    #[serde(default)]
+    pub no_key: bool,
     /// Balance this target over these deployments instead.
     #[serde(default)]
     pub deployments: Vec<DeploymentSection>,
@@ -169,8 +188,11 @@ pub struct DeploymentSection {
     pub name: Option<String>,
     /// The base URL.
     pub base_url: String,
-    /// The environment variable holding this deployment's key.
+    /// The environment variable holding this deployment's key. Not with `no_key`.
     pub key_env: Option<String>,
+    /// The deployment takes no key. Not with `key_env`.
+    #[serde(default)]
+    pub no_key: bool,
     /// Relative capacity (default 1, at least 1).
     #[serde(default = "one")]
     pub weight: u32,
@@ -288,10 +310,12 @@ fn targets<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Vec<TargetSecti
                 "two targets are named `{name}`: give one a `name`"
             )));
         }
-        if !target.deployments.is_empty() && (target.base_url.is_some() || target.key_env.is_some())
+        if !target.deployments.is_empty()
+            && (target.base_url.is_some() || target.key_env.is_some() || target.no_key)
         {
             return Err(D::Error::custom(format!(
-                "target `{name}`: `base_url` and `key_env` go in each deployment when `deployments` is given"
+                "target `{name}`: `base_url`, `key_env` and `no_key` go in each deployment when `deployments` \
+                 is given"
             )));
         }
         let urls = target
@@ -301,8 +325,29 @@ fn targets<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Vec<TargetSecti
         for url in urls {
             check_url(url).map_err(|e| D::Error::custom(format!("target `{name}`: {e}")))?;
         }
+        if target.deployments.is_empty() {
+            check_key(target.key_env.as_deref(), target.no_key)
+                .map_err(|e| D::Error::custom(format!("target `{name}`: {e}")))?;
+        }
+        for (i, deployment) in target.deployments.iter().enumerate() {
+            check_key(deployment.key_env.as_deref(), deployment.no_key).map_err(|e| {
+                D::Error::custom(format!("target `{name}`, deployment {}: {e}", i + 1))
+            })?;
+        }
     }
     Ok(targets)
+}
+
+/// A target or deployment says where its key comes from: exactly one of `key_env` and `no_key = true`.
+fn check_key(key_env: Option<&str>, no_key: bool) -> Result<(), &'static str> {
+    match (key_env, no_key) {
+        (Some(_), false) | (None, true) => Ok(()),
+        (Some(_), true) => Err("`key_env` and `no_key = true` exclude each other"),
+        (None, false) => Err(
+            "name the environment variable holding its key (`key_env = \"VAR\"`), or say that it takes none \
+             (`no_key = true`)",
+        ),
+    }
 }
 
 fn check_url(url: &str) -> Result<(), String> {
@@ -486,6 +531,57 @@ impl tower::Service<ChatRequest> for ModelRouter {
     }
 }
 
+/// What the gateway serves, for its start-up line: each `[upstreams]` model with its targets in fallback order
+/// (name, URL, where the key comes from), or the single `--upstream` when the table names no model. Never a key.
+pub fn describe(config: &Config) -> String {
+    let key = |key_env: Option<&str>, no_key: bool| match key_source(key_env, no_key) {
+        KeySource::Env(variable) => format!("key from {variable}"),
+        KeySource::None => "no key".to_owned(),
+    };
+    let models = &config.file.upstreams.models;
+    if models.is_empty() {
+        let provider = match config.provider {
+            crate::Provider::OpenAi => "openai",
+            crate::Provider::Anthropic => "anthropic",
+        };
+        let key = match config.key_source() {
+            KeySource::Env(variable) => format!("key from {variable}"),
+            KeySource::None => "no key".to_owned(),
+        };
+        return format!("{provider} {} ({key})", config.upstream);
+    }
+    let model = |model: &ModelSection| {
+        let targets: Vec<String> = model
+            .targets
+            .iter()
+            .map(|target| {
+                let name = target.display_name();
+                if target.deployments.is_empty() {
+                    let url = target
+                        .base_url
+                        .as_deref()
+                        .unwrap_or(target.provider.default_base_url());
+                    format!(
+                        "{name} {url} ({})",
+                        key(target.key_env.as_deref(), target.no_key)
+                    )
+                } else {
+                    let deployments: Vec<String> = target
+                        .deployments
+                        .iter()
+                        .map(|d| {
+                            format!("{} ({})", d.base_url, key(d.key_env.as_deref(), d.no_key))
+                        })
+                        .collect();
+                    format!("{name} [{}]", deployments.join(", "))
+                }
+            })
+            .collect();
+        format!("{}: {}", model.name, targets.join(" then "))
+    };
+    models.iter().map(model).collect::<Vec<_>>().join("; ")
+}
+
 /// Build the leaf `[upstreams]` describes (`None` when it names no model: the single `--upstream` applies).
 /// Retries, fallbacks and breaker states are reported to `metrics`.
 pub fn build(
@@ -545,8 +641,9 @@ fn build_table(
             let built = if target.deployments.is_empty() {
                 let leaf = leaf(
                     target,
+                    &name,
                     target.base_url.as_deref(),
-                    target.key_env.as_deref(),
+                    key_source(target.key_env.as_deref(), target.no_key),
                     timeouts,
                 )?;
                 stale.push((name.clone(), leaf.stale_connections()));
@@ -557,16 +654,17 @@ fn build_table(
             } else {
                 let mut balance = Balance::builder().breaker(breaker).sticky(model.sticky);
                 for (i, deployment) in target.deployments.iter().enumerate() {
-                    let leaf = leaf(
-                        target,
-                        Some(&deployment.base_url),
-                        deployment.key_env.as_deref(),
-                        timeouts,
-                    )?;
                     let name = deployment
                         .name
                         .clone()
                         .unwrap_or_else(|| format!("{name}#{}", i + 1));
+                    let leaf = leaf(
+                        target,
+                        &name,
+                        Some(&deployment.base_url),
+                        key_source(deployment.key_env.as_deref(), deployment.no_key),
+                        timeouts,
+                    )?;
                     stale.push((name.clone(), leaf.stale_connections()));
                     balance = balance.deployment(Deployment::new(name, deployment.weight, leaf));
                 }
@@ -600,16 +698,24 @@ fn build_table(
     }))
 }
 
+/// Where a target's or deployment's key comes from (the file's check made sure it says one of the two).
+fn key_source(key_env: Option<&str>, no_key: bool) -> KeySource<'_> {
+    match key_env {
+        Some(variable) if !no_key => KeySource::Env(variable),
+        _ => KeySource::None,
+    }
+}
+
+/// One leaf: `name` (the target's or deployment's) names it in a refused key's message, with its URL.
 fn leaf(
     target: &TargetSection,
+    name: &str,
     base_url: Option<&str>,
-    key_env: Option<&str>,
+    key: KeySource<'_>,
     timeouts: Timeouts,
 ) -> Result<Upstream, ChatError> {
     let base_url = base_url.unwrap_or(target.provider.default_base_url());
-    let key = key_env
-        .and_then(|var| std::env::var(var).ok())
-        .filter(|k| !k.is_empty());
+    let key = key.read(&format!("`{name}` ({base_url})"))?;
     Ok(match target.provider {
         ProviderName::OpenAi => {
             let mut builder = OpenAiChat::builder()
@@ -744,11 +850,13 @@ name = "smart"
 provider = "openai"
 model = "gpt-4o"
 base_url = "http://127.0.0.1:9/v1"
+no_key = true
 
 [[upstreams.models.targets]]
 name = "claude"
 provider = "anthropic"
 model = "claude-sonnet-4-5"
+key_env = "ANTHROPIC_API_KEY"
 
 [[upstreams.models]]
 name = "fast"
@@ -758,7 +866,7 @@ sticky = true
 provider = "openai"
 model = "gpt-4o-mini"
 deployments = [
-  { base_url = "http://127.0.0.1:9/v1", weight = 2 },
+  { base_url = "http://127.0.0.1:9/v1", weight = 2, no_key = true },
   { base_url = "http://127.0.0.1:10/v1", key_env = "K" },
 ]
 "#;
@@ -776,9 +884,14 @@ deployments = [
         assert_eq!(section.models[1].targets[0].deployments[1].weight, 1);
     }
 
-    /// The examples in the README and in this module's docs parse, and build.
+    /// The examples in the README and in this module's docs parse, and build (with their keys set).
     #[test]
     fn the_documented_examples_are_valid() {
+        for variable in ["OPENAI_API_KEY", "ANTHROPIC_API_KEY", "EU_KEY", "US_KEY"] {
+            if std::env::var_os(variable).is_none() {
+                std::env::set_var(variable, "sk-documented-example");
+            }
+        }
         for doc in [include_str!("../README.md"), include_str!("upstreams.rs")] {
             let start = doc.find("[upstreams.retry]").unwrap();
             let end = start + doc[start..].find("```").unwrap();
@@ -793,13 +906,13 @@ deployments = [
                 .join("\n");
             let file =
                 ConfigFile::parse(&text, "example.toml").unwrap_or_else(|e| panic!("{e}\n{text}"));
-            assert_eq!(file.upstreams.models.len(), 2);
+            assert_eq!(file.upstreams.models.len(), 3);
             let mut config = crate::Config::new("http://127.0.0.1:9/v1");
             config.file = file;
             let router = super::build(&config, &crate::PrometheusMetrics::new())
                 .unwrap()
                 .unwrap();
-            assert_eq!(router.catalog().len(), 2);
+            assert_eq!(router.catalog().len(), 3);
         }
     }
 
@@ -830,9 +943,87 @@ deployments = [
         assert_eq!(line, Some(3), "{message}");
         assert!(message.contains("backof"), "{message}");
 
-        let twice = "[[upstreams.models]]\nname = \"a\"\ntargets = [{ provider = \"openai\", model = \"m\" }]\n";
+        let twice = "[[upstreams.models]]\nname = \"a\"\ntargets = [{ provider = \"openai\", model = \"m\", no_key = true }]\n";
         let (line, message) = refused(&format!("{twice}{twice}"));
         assert!(line.is_some(), "{message}");
         assert!(message.contains("configured twice"), "{message}");
+    }
+
+    #[test]
+    fn the_description_names_every_target_and_key_variable_or_the_single_upstream() {
+        let mut config = crate::Config::new("http://127.0.0.1:8000/v1");
+        config.upstream_key_env = Some("LOCAL_KEY".into());
+        assert_eq!(
+            super::describe(&config),
+            "openai http://127.0.0.1:8000/v1 (key from LOCAL_KEY)"
+        );
+        config.upstream_key_env = None;
+        config.no_upstream_key = true;
+        assert_eq!(
+            super::describe(&config),
+            "openai http://127.0.0.1:8000/v1 (no key)"
+        );
+        config.file = ConfigFile::parse(GOOD, "g.toml").unwrap();
+        assert_eq!(
+            super::describe(&config),
+            "smart: openai/gpt-4o http://127.0.0.1:9/v1 (no key) then claude https://api.anthropic.com/v1 \
+             (key from ANTHROPIC_API_KEY); fast: openai/gpt-4o-mini [http://127.0.0.1:9/v1 (no key), \
+             http://127.0.0.1:10/v1 (key from K)]"
+        );
+    }
+
+    #[test]
+    fn a_target_says_where_its_key_comes_from() {
+        let model = "[[upstreams.models]]\nname = \"a\"\n\n[[upstreams.models.targets]]\nprovider = \"openai\"\nmodel = \"m\"\n";
+        let (line, message) = refused(model);
+        assert_eq!(line, Some(4), "{message}");
+        assert!(message.contains("target `openai/m`"), "{message}");
+        assert!(message.contains("no_key = true"), "{message}");
+        let (_, message) = refused(&format!("{model}key_env = \"K\"\nno_key = true\n"));
+        assert!(message.contains("exclude each other"), "{message}");
+        let (_, message) = refused(&format!(
+            "{model}deployments = [{{ base_url = \"http://127.0.0.1:9/v1\", no_key = true }}, \
+             {{ base_url = \"http://127.0.0.1:10/v1\" }}]\n"
+        ));
+        assert!(message.contains("deployment 2"), "{message}");
+        let (_, message) = refused(&format!(
+            "{model}no_key = true\ndeployments = [{{ base_url = \"http://127.0.0.1:9/v1\", no_key = true }}]\n"
+        ));
+        assert!(message.contains("go in each deployment"), "{message}");
+    }
+
+    #[test]
+    fn a_target_whose_key_cannot_be_used_refuses_the_build_naming_target_and_variable() {
+        let text = |variable: &str| {
+            format!(
+                "[[upstreams.models]]\nname = \"a\"\n\n[[upstreams.models.targets]]\nprovider = \"anthropic\"\n\
+                 model = \"claude\"\nbase_url = \"http://127.0.0.1:9/v1\"\nkey_env = \"{variable}\"\n"
+            )
+        };
+        let build = |variable: &str| {
+            let mut config = crate::Config::new("http://127.0.0.1:9/v1");
+            config.file = ConfigFile::parse(&text(variable), "g.toml").unwrap();
+            super::build(&config, &crate::PrometheusMetrics::new())
+        };
+        std::env::set_var("TOWER_CHAT_UPSTREAMS_TEST_CRLF_KEY", "sk-a\r\n");
+        for variable in [
+            "TOWER_CHAT_UPSTREAMS_TEST_UNSET_KEY",
+            "TOWER_CHAT_UPSTREAMS_TEST_CRLF_KEY",
+            "NOT-A-NAME",
+            "",
+        ] {
+            let error = build(variable).unwrap_err();
+            let source = std::error::Error::source(&error)
+                .and_then(|s| s.downcast_ref::<crate::upstream_key::UpstreamKeyError>())
+                .unwrap_or_else(|| panic!("{variable:?}: {error}"));
+            assert_eq!(source.variable(), variable);
+            assert_eq!(
+                source.upstream(),
+                "`anthropic/claude` (http://127.0.0.1:9/v1)"
+            );
+            assert!(error.message().contains("anthropic/claude"), "{error}");
+        }
+        std::env::set_var("TOWER_CHAT_UPSTREAMS_TEST_GOOD_KEY", "sk-good");
+        assert!(build("TOWER_CHAT_UPSTREAMS_TEST_GOOD_KEY").is_ok());
     }
 }

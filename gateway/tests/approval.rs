@@ -194,7 +194,7 @@ async fn a_paused_turn_resumes_after_a_restart_from_the_database() {
     let mut config = Config::new(provider.base_url());
     config.files = Some(dir.path().join("root"));
     config.db = dir.path().join("gateway.db");
-    config.upstream_key_env = Some(common::NO_KEY_ENV.into());
+    config.no_upstream_key = true;
     let start = |config: Config| async move {
         let gateway = Gateway::new(&config).await.unwrap();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

@@ -269,7 +269,10 @@ async fn the_upstream_key_comes_from_the_named_environment_variable() {
     std::env::set_var("TOWER_CHAT_GATEWAY_TEST_KEY", "sk-upstream");
     let gw = Harness::start(
         |_, _| Reply::openai_text("ok"),
-        |config| config.upstream_key_env = Some("TOWER_CHAT_GATEWAY_TEST_KEY".into()),
+        |config| {
+            config.no_upstream_key = false;
+            config.upstream_key_env = Some("TOWER_CHAT_GATEWAY_TEST_KEY".into());
+        },
     )
     .await;
     assert_eq!(gw.chat(&request(false, "hi")).await.status, 200);
@@ -307,6 +310,7 @@ async fn an_anthropic_upstream_is_served_as_openai_chat_completions() {
         },
         |config| {
             config.provider = tower_chat_gateway::Provider::Anthropic;
+            config.no_upstream_key = false;
             config.upstream_key_env = Some("TOWER_CHAT_GATEWAY_TEST_ANTHROPIC_KEY".into());
         },
     )

@@ -9,7 +9,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
-use common::{post, request, Answer, Harness, NO_KEY_ENV};
+use common::{post, request, Answer, Harness};
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use http::Request;
 use http_body_util::{BodyExt, Full};
@@ -233,7 +233,7 @@ impl GatewayProcess {
         let child = Command::new(env!("CARGO_BIN_EXE_tower-chat-gateway"))
             .arg("--listen")
             .arg(addr.to_string())
-            .args(["--upstream", upstream, "--upstream-key-env", NO_KEY_ENV])
+            .args(["--upstream", upstream, "--no-upstream-key"])
             .arg("--db")
             .arg(path("gateway.db"))
             .arg("--api-keys-file")

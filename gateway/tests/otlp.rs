@@ -16,7 +16,7 @@ use axum::body::Bytes;
 use axum::extract::State;
 use axum::routing::post;
 use axum::Router;
-use common::{post as http_post, NO_KEY_ENV};
+use common::post as http_post;
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::common::v1::{any_value, KeyValue};
@@ -101,12 +101,7 @@ async fn run_gateway(record_content: bool) -> (Shared, ScriptedProvider) {
     command
         .arg("--listen")
         .arg(addr.to_string())
-        .args([
-            "--upstream",
-            &provider.base_url(),
-            "--upstream-key-env",
-            NO_KEY_ENV,
-        ])
+        .args(["--upstream", &provider.base_url(), "--no-upstream-key"])
         .arg("--db")
         .arg(dir.path().join("gateway.db"))
         .env("RUST_LOG", "warn")

@@ -75,7 +75,7 @@ fn config(provider: &ScriptedProvider, dir: &Path, keys: Option<&Path>) -> Confi
     let mut config = Config::new(provider.base_url());
     config.files = Some(dir.join("root"));
     config.db = dir.join("gateway.db");
-    config.upstream_key_env = Some(common::NO_KEY_ENV.into());
+    config.no_upstream_key = true;
     config.api_keys_file = keys.map(Path::to_owned);
     config
 }

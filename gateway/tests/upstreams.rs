@@ -67,12 +67,14 @@ name = "smart"
 provider = "openai"
 model = "gpt-4o"
 base_url = "{dead}"
+no_key = true
 
 [[upstreams.models.targets]]
 name = "claude"
 provider = "anthropic"
 model = "claude-sonnet-4-5"
 base_url = "{claude}"
+no_key = true
 
 [[upstreams.models]]
 name = "fast"
@@ -80,7 +82,7 @@ name = "fast"
 [[upstreams.models.targets]]
 provider = "openai"
 model = "gpt-4o-mini"
-deployments = [{{ base_url = "{flaky}" }}]
+deployments = [{{ base_url = "{flaky}", no_key = true }}]
 "#,
         dead = dead.base_url(),
         claude = claude.base_url(),
@@ -547,6 +549,7 @@ name = "{name}"
 provider = "openai"
 model = "gpt-4o-mini"
 base_url = "{base_url}"
+no_key = true
 "#
             )
         })
@@ -700,4 +703,126 @@ async fn sighup_reloads_the_config_file() {
     hang_up_until(&harness, &["after"]).await;
     std::fs::write(&path, models_file(&["third"], &provider.base_url())).unwrap();
     hang_up_until(&harness, &["third"]).await;
+}
+
+/// An upstream key variable that cannot work (unset, empty, not a name, a key with CR/LF) refuses the start, in
+/// process and as the program, naming the upstream and the variable and never the key; the explicit opt-out
+/// starts without one.
+#[tokio::test]
+async fn an_upstream_key_that_cannot_work_refuses_the_start_naming_upstream_and_variable() {
+    let provider = ScriptedProvider::start(|_, _| Reply::openai_text("never called")).await;
+    let dir = tempfile::tempdir().unwrap();
+    std::env::set_var("TOWER_CHAT_KEYS_TEST_EMPTY", "");
+    std::env::set_var("TOWER_CHAT_KEYS_TEST_CRLF", "sk-secret\r\nX-Injected: 1");
+    for variable in [
+        "TOWER_CHAT_KEYS_TEST_UNSET",
+        "TOWER_CHAT_KEYS_TEST_EMPTY",
+        "TOWER_CHAT_KEYS_TEST_CRLF",
+        "NOT-A-NAME",
+        "",
+    ] {
+        let mut config = tower_chat_gateway::Config::new(provider.base_url());
+        config.db = dir.path().join("gateway.db");
+        config.upstream_key_env = Some(variable.into());
+        let error = tower_chat_gateway::Gateway::new(&config)
+            .await
+            .map(|_| ())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains(&provider.base_url()),
+            "{variable:?}: {error}"
+        );
+        assert!(
+            error.contains(&format!("`{variable}`")),
+            "{variable:?}: {error}"
+        );
+        assert!(!error.contains("sk-secret"), "{error}");
+    }
+    // An `[upstreams]` target names its own.
+    let text = format!(
+        "[[upstreams.models]]\nname = \"smart\"\n\n[[upstreams.models.targets]]\nprovider = \"anthropic\"\n\
+         model = \"claude\"\nbase_url = \"{}\"\nkey_env = \"TOWER_CHAT_KEYS_TEST_CRLF\"\n",
+        provider.base_url()
+    );
+    let mut config = tower_chat_gateway::Config::new(provider.base_url());
+    config.db = dir.path().join("gateway.db");
+    config.no_upstream_key = true;
+    config.file = ConfigFile::parse(&text, "gateway.toml").unwrap();
+    let error = tower_chat_gateway::Gateway::new(&config)
+        .await
+        .map(|_| ())
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("`anthropic/claude`"), "{error}");
+    assert!(error.contains("TOWER_CHAT_KEYS_TEST_CRLF"), "{error}");
+    assert!(provider.requests().is_empty());
+
+    // The program exits at once with the reason, before it listens.
+    let output = tokio::task::spawn_blocking({
+        let (db, upstream) = (dir.path().join("process.db"), provider.base_url());
+        move || {
+            std::process::Command::new(env!("CARGO_BIN_EXE_tower-chat-gateway"))
+                .args(["--listen", "127.0.0.1:0", "--upstream", &upstream])
+                .args(["--upstream-key-env", "TOWER_CHAT_KEYS_TEST_CRLF", "--db"])
+                .arg(db)
+                .env("TOWER_CHAT_KEYS_TEST_CRLF", "sk-secret\r\n")
+                .env("RUST_LOG", "info")
+                .output()
+                .unwrap()
+        }
+    })
+    .await
+    .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "{stderr}");
+    assert!(stderr.contains(&provider.base_url()), "{stderr}");
+    assert!(stderr.contains("TOWER_CHAT_KEYS_TEST_CRLF"), "{stderr}");
+    assert!(!stderr.contains("sk-secret"), "{stderr}");
+    assert!(!String::from_utf8_lossy(&output.stdout).contains("gateway listening"));
+}
+
+/// The start-up line names the configured `[upstreams]` models and targets (and where their keys come from), not
+/// the default `--upstream` they replace.
+#[tokio::test]
+async fn the_start_up_line_names_the_configured_upstreams() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("gateway.toml");
+    std::fs::write(
+        &path,
+        "[[upstreams.models]]\nname = \"smart\"\n\n[[upstreams.models.targets]]\nprovider = \"openai\"\n\
+         model = \"gpt-4o\"\nbase_url = \"http://127.0.0.1:9/v1\"\nno_key = true\n",
+    )
+    .unwrap();
+    let db = dir.path().join("gateway.db");
+    let line = tokio::task::spawn_blocking(move || {
+        use std::io::BufRead;
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_tower-chat-gateway"))
+            .args(["--listen", "127.0.0.1:0", "--config"])
+            .arg(&path)
+            .arg("--db")
+            .arg(&db)
+            .env("RUST_LOG", "info")
+            .env("NO_COLOR", "1")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::inherit())
+            .spawn()
+            .unwrap();
+        // Read until the line is logged (or the program ends: the line is then missing).
+        let lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+        let line = lines
+            .map_while(Result::ok)
+            .find(|line| line.contains("gateway listening"));
+        let _ = child.kill();
+        let _ = child.wait();
+        line
+    })
+    .await
+    .unwrap()
+    .expect("the gateway logs its start-up line");
+    assert!(
+        line.contains("smart: openai/gpt-4o http://127.0.0.1:9/v1 (no key)"),
+        "{line}"
+    );
+    assert!(!line.contains("api.openai.com"), "{line}");
 }

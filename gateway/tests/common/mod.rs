@@ -33,9 +33,6 @@ where
     }
 }
 
-/// An environment variable no test sets: the upstream gets no key.
-pub const NO_KEY_ENV: &str = "TOWER_CHAT_GATEWAY_TEST_UNSET_KEY";
-
 pub struct Harness {
     pub provider: ScriptedProvider,
     pub addr: SocketAddr,
@@ -57,7 +54,8 @@ impl Harness {
         std::fs::create_dir_all(files.path().join("root")).unwrap();
         let mut config = Config::new(provider.base_url());
         config.files = Some(files.path().join("root"));
-        config.upstream_key_env = Some(NO_KEY_ENV.into());
+        // The scripted upstream takes no key (a test that sends one names its variable in `tweak`).
+        config.no_upstream_key = true;
         config.db = files.path().join("gateway.db");
         config.shutdown_timeout = Duration::from_secs(5);
         tweak(&mut config);

@@ -1,0 +1,206 @@
+//! Where an upstream's key comes from, checked at start: a configuration that could not authenticate is refused
+//! before the gateway serves, with the upstream and the variable named, instead of starting and failing (or
+//! blaming the client) on every request.
+//!
+//! An upstream either names the environment variable holding its key (`--upstream-key-env VAR`, `key_env = "VAR"`
+//! in `[upstreams]`) or says that it takes none (`--no-upstream-key`, `no_key = true`: a local vLLM or Ollama).
+//! A named variable must be a valid name (`[A-Za-z_][A-Za-z0-9_]*`), be set, hold a non-empty key, and the key
+//! must fit in an HTTP header (no line breaks or other control characters).
+
+use std::fmt;
+
+use http::HeaderValue;
+use tower_chat::{ChatError, ErrorKind};
+
+/// How an upstream authenticates.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KeySource<'a> {
+    /// The key is read from this environment variable.
+    Env(&'a str),
+    /// The upstream takes no key (configured explicitly).
+    None,
+}
+
+impl KeySource<'_> {
+    /// The key, read and checked; `None` for a keyless upstream. `upstream` names the upstream in the error.
+    pub fn read(self, upstream: &str) -> Result<Option<String>, UpstreamKeyError> {
+        let KeySource::Env(variable) = self else {
+            return Ok(None);
+        };
+        let error = |problem| UpstreamKeyError {
+            upstream: upstream.to_owned(),
+            variable: variable.to_owned(),
+            problem,
+        };
+        if !is_variable_name(variable) {
+            return Err(error(KeyProblem::InvalidName));
+        }
+        let key = match std::env::var(variable) {
+            Ok(key) => key,
+            Err(std::env::VarError::NotPresent) => return Err(error(KeyProblem::Unset)),
+            Err(std::env::VarError::NotUnicode(_)) => {
+                return Err(error(KeyProblem::NotAHeaderValue))
+            }
+        };
+        if key.is_empty() {
+            return Err(error(KeyProblem::Empty));
+        }
+        // Every byte the header may hold (the `x-api-key` value is the key alone, `Authorization` prefixes it).
+        if HeaderValue::from_str(&key).is_err() || key.trim() != key {
+            return Err(error(KeyProblem::NotAHeaderValue));
+        }
+        Ok(Some(key))
+    }
+}
+
+/// Whether `name` is a portable environment variable name.
+fn is_variable_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+/// What is wrong with an upstream's key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum KeyProblem {
+    /// The variable's name is empty or not a valid environment variable name.
+    InvalidName,
+    /// The variable is not set.
+    Unset,
+    /// The variable is set but empty.
+    Empty,
+    /// The key holds a line break, another control character, surrounding whitespace or non-UTF-8 bytes: it
+    /// cannot be sent in a header.
+    NotAHeaderValue,
+}
+
+/// An upstream whose key cannot be used: which upstream, which variable, what is wrong (never the key itself).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UpstreamKeyError {
+    upstream: String,
+    variable: String,
+    problem: KeyProblem,
+}
+
+impl UpstreamKeyError {
+    /// The upstream, as the configuration names it.
+    pub fn upstream(&self) -> &str {
+        &self.upstream
+    }
+
+    /// The environment variable.
+    pub fn variable(&self) -> &str {
+        &self.variable
+    }
+
+    /// What is wrong.
+    pub fn problem(&self) -> KeyProblem {
+        self.problem
+    }
+}
+
+impl fmt::Display for UpstreamKeyError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let UpstreamKeyError {
+            upstream, variable, ..
+        } = self;
+        match self.problem {
+            KeyProblem::InvalidName => write!(
+                f,
+                "upstream {upstream}: `{variable}` is not an environment variable name (letters, digits and `_`, \
+                 not starting with a digit)"
+            )?,
+            KeyProblem::Unset => write!(
+                f,
+                "upstream {upstream}: the environment variable `{variable}` holding its key is not set"
+            )?,
+            KeyProblem::Empty => write!(
+                f,
+                "upstream {upstream}: the environment variable `{variable}` holding its key is empty"
+            )?,
+            KeyProblem::NotAHeaderValue => write!(
+                f,
+                "upstream {upstream}: the key in `{variable}` cannot be sent in an HTTP header (a line break, \
+                 another control character or surrounding whitespace)"
+            )?,
+        }
+        if matches!(self.problem, KeyProblem::Unset | KeyProblem::Empty) {
+            f.write_str(
+                "; for an upstream that takes no key, say so: --no-upstream-key, or `no_key = true` in [upstreams]",
+            )?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for UpstreamKeyError {}
+
+impl From<UpstreamKeyError> for ChatError {
+    fn from(error: UpstreamKeyError) -> Self {
+        ChatError::new(ErrorKind::InvalidRequest, error.to_string()).with_source(error)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_key_is_read_only_from_a_valid_set_non_empty_header_safe_variable() {
+        let read = |variable: &str| KeySource::Env(variable).read("https://up.example/v1");
+        let problem = |variable: &str| read(variable).unwrap_err().problem();
+        for name in ["", "1KEY", "MY-KEY", "MY KEY", "KEY=x", "$KEY"] {
+            assert_eq!(problem(name), KeyProblem::InvalidName, "{name:?}");
+        }
+        assert_eq!(
+            problem("TOWER_CHAT_UPSTREAM_KEY_TEST_UNSET"),
+            KeyProblem::Unset
+        );
+        std::env::set_var("TOWER_CHAT_UPSTREAM_KEY_TEST_EMPTY", "");
+        assert_eq!(
+            problem("TOWER_CHAT_UPSTREAM_KEY_TEST_EMPTY"),
+            KeyProblem::Empty
+        );
+        for (i, bad) in ["sk-a\r\nX-Injected: 1", "sk-a\n", "sk-\x7fa", " sk-a"]
+            .iter()
+            .enumerate()
+        {
+            let name = format!("TOWER_CHAT_UPSTREAM_KEY_TEST_BAD_{i}");
+            std::env::set_var(&name, bad);
+            assert_eq!(problem(&name), KeyProblem::NotAHeaderValue, "{bad:?}");
+        }
+        std::env::set_var("TOWER_CHAT_UPSTREAM_KEY_TEST_GOOD", "sk-good_1");
+        assert_eq!(
+            read("TOWER_CHAT_UPSTREAM_KEY_TEST_GOOD")
+                .unwrap()
+                .as_deref(),
+            Some("sk-good_1")
+        );
+        assert_eq!(KeySource::None.read("http://127.0.0.1:1/v1"), Ok(None));
+    }
+
+    #[test]
+    fn the_message_names_the_upstream_and_the_variable_never_the_key() {
+        std::env::set_var("TOWER_CHAT_UPSTREAM_KEY_TEST_SECRET", "sk-secret\n");
+        let error = KeySource::Env("TOWER_CHAT_UPSTREAM_KEY_TEST_SECRET")
+            .read("`openai/gpt-4o` (https://api.openai.com/v1)")
+            .unwrap_err();
+        let message = error.to_string();
+        assert!(
+            message.contains("`openai/gpt-4o` (https://api.openai.com/v1)"),
+            "{message}"
+        );
+        assert!(
+            message.contains("TOWER_CHAT_UPSTREAM_KEY_TEST_SECRET"),
+            "{message}"
+        );
+        assert!(!message.contains("sk-secret"), "{message}");
+        let unset = KeySource::Env("TOWER_CHAT_UPSTREAM_KEY_TEST_NEVER_SET")
+            .read("x")
+            .unwrap_err();
+        assert!(unset.to_string().contains("--no-upstream-key"), "{unset}");
+    }
+}
