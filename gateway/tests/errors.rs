@@ -180,3 +180,84 @@ async fn unknown_routes_are_404_json_and_healthz_answers() {
     assert_eq!(health.status, 200);
     assert_eq!(health.json()["status"], "ok");
 }
+
+/// A provider that echoes the key back in its 401, masked (`sk-canar****3456`, `sk-can...3456`) and base64-encoded
+/// (the key alone, and an encoded `Bearer <key>`): neither the client's error nor the call's record holds any
+/// of those forms.
+#[tokio::test]
+async fn an_upstream_error_echoing_the_key_in_any_form_reaches_neither_client_nor_record() {
+    const KEY: &str = "sk-canary-7f3e9a1c0b2d4e6f3456";
+    // Base64 of the key, and of `Bearer <key>`: the test writes them out, so the gateway's encoder is not
+    // checked against itself.
+    const KEY_BASE64: &str = "c2stY2FuYXJ5LTdmM2U5YTFjMGIyZDRlNmYzNDU2";
+    const BEARER_BASE64_URL_SAFE: &str = "QmVhcmVyIHNrLWNhbmFyeS03ZjNlOWExYzBiMmQ0ZTZmMzQ1Ng";
+    std::env::set_var("TOWER_CHAT_GATEWAY_TEST_CANARY_KEY", KEY);
+    let forms = [
+        "sk-canar****3456",
+        "sk-can...3456",
+        KEY_BASE64,
+        BEARER_BASE64_URL_SAFE,
+    ];
+    let mut gw = Harness::start(
+        move |_, _| {
+            Reply::json(
+                401,
+                json!({"error": {"message": format!(
+                    "Incorrect API key provided: {}. You sent {} (as {} and {}).",
+                    forms[0], forms[1], forms[2], forms[3]
+                ), "type": "invalid_request_error", "code": "invalid_api_key"}}),
+            )
+        },
+        |config| {
+            config.no_upstream_key = false;
+            config.upstream_key_env = Some("TOWER_CHAT_GATEWAY_TEST_CANARY_KEY".into());
+        },
+    )
+    .await;
+    let leaks = |text: &str| -> Vec<&str> {
+        forms
+            .iter()
+            .copied()
+            .chain([KEY])
+            .filter(|form| text.contains(form))
+            .collect()
+    };
+    for stream in [false, true] {
+        let answer = post(
+            &gw.url("/v1/chat/completions"),
+            request(stream, "hi").to_string(),
+            &[("x-conversation-id", &format!("conv-canary-{stream}"))],
+        )
+        .await;
+        assert!(
+            answer.status.is_client_error() || answer.status.is_server_error(),
+            "{}",
+            answer.body
+        );
+        assert!(answer.body.contains("[redacted]"), "{}", answer.body);
+        assert_eq!(leaks(&answer.body), Vec::<&str>::new(), "{}", answer.body);
+    }
+    assert_eq!(
+        gw.provider.requests()[0].headers["authorization"],
+        format!("Bearer {KEY}")
+    );
+    gw.shutdown();
+    gw.server.take().unwrap().await.unwrap().unwrap();
+    let store = tower_chat_persistence::SqliteStore::open(gw.files.path().join("gateway.db"))
+        .await
+        .unwrap();
+    for stream in [false, true] {
+        let calls = tower_chat_persistence::Store::conversation_calls(
+            &store,
+            &tower_chat::ConversationId::new(format!("conv-canary-{stream}")),
+        )
+        .await
+        .unwrap();
+        assert_eq!(calls.len(), 1);
+        let error = calls[0].outcome.error().expect("a failed call");
+        assert!(error.message.contains("[redacted]"), "{error:?}");
+        assert_eq!(leaks(&error.message), Vec::<&str>::new(), "{error:?}");
+        let stored = serde_json::to_string(&calls[0]).unwrap();
+        assert_eq!(leaks(&stored), Vec::<&str>::new(), "{stored}");
+    }
+}
