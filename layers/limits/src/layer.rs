@@ -6,7 +6,9 @@ use std::sync::Arc;
 
 use serde::Serialize;
 use tokio::sync::Notify;
-use tower_chat::{ChatError, ChatRequest, Cost, ErrorKind, Message, ModelInfo, PriceTable, Usage};
+use tower_chat::{
+    ChatError, ChatRequest, Cost, ErrorKind, EstimatedUsage, Message, ModelInfo, PriceTable, Usage,
+};
 use tower_layer::Layer;
 
 use crate::clock::{Clock, SystemClock};
@@ -324,7 +326,8 @@ impl Shared {
                     "caller {caller} has a cost budget and model {} has no price",
                     model.unwrap_or("(none named)")
                 ),
-            ));
+            )
+            .refused_before_sending());
         }
         let input_tokens = estimate_prompt_tokens(&request.messages, request, self.chars_per_token);
         let output_tokens = u64::from(
@@ -350,7 +353,8 @@ impl Shared {
                     "the call's estimate ({amount} {kind}) exceeds the {kind} limit of caller {caller} ({limit}) \
                      on its own; lower max_output_tokens or shorten the prompt",
                 ),
-            ));
+            )
+            .refused_before_sending());
         }
         let ticket = Ticket::planned(
             self.next_ticket.fetch_add(1, Ordering::Relaxed),
@@ -368,6 +372,7 @@ impl Shared {
                 armed: false,
                 usage: None,
                 output_chars: 0,
+                estimate: request.extensions.get::<EstimatedUsage>().cloned(),
             }),
         ))
     }
@@ -398,14 +403,14 @@ impl Shared {
         match answer {
             Ok(rejection) => {
                 self.counters.rejected.fetch_add(1, Ordering::Relaxed);
-                Err(rejection.into())
+                Err(ChatError::from(rejection).refused_before_sending())
             }
             Err(error) => {
                 self.counters.store_errors.fetch_add(1, Ordering::Relaxed);
                 match self.on_store_error {
                     StoreFailure::FailClosed => {
                         tracing::warn!(%error, "limits store failed; refusing the call (fail-closed)");
-                        Err(error.into())
+                        Err(ChatError::from(error).refused_before_sending())
                     }
                     StoreFailure::FailOpen => {
                         self.counters
@@ -462,6 +467,8 @@ pub(crate) struct Lease {
     pub(crate) usage: Option<Usage>,
     /// Characters of output seen so far (text, reasoning, tool-call arguments).
     pub(crate) output_chars: u64,
+    /// Where an outer recording layer reads an estimated charge (the request's [`EstimatedUsage`], if any).
+    estimate: Option<EstimatedUsage>,
 }
 
 impl fmt::Debug for Lease {
@@ -501,17 +508,24 @@ impl Lease {
     }
 
     /// The usage to charge: the reported usage when there is one; otherwise, for a call that reached the
-    /// provider, the estimated prompt and the output seen; otherwise nothing.
+    /// provider, the estimated prompt and the output seen (left in the request's [`EstimatedUsage`], so the
+    /// call's record carries what was charged); otherwise nothing.
     fn actual(&self, sent: bool) -> Demand {
         let usage = match self.usage {
             Some(usage) => usage,
-            None if sent => Usage {
-                input_tokens: self.ticket.reserved().input_tokens,
-                output_tokens: self
-                    .output_chars
-                    .div_ceil(u64::from(self.shared.chars_per_token)),
-                ..Usage::default()
-            },
+            None if sent => {
+                let estimate = Usage {
+                    input_tokens: self.ticket.reserved().input_tokens,
+                    output_tokens: self
+                        .output_chars
+                        .div_ceil(u64::from(self.shared.chars_per_token)),
+                    ..Usage::default()
+                };
+                if let Some(slot) = &self.estimate {
+                    slot.set(estimate);
+                }
+                estimate
+            }
             None => Usage::default(),
         };
         Demand {
