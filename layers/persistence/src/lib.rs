@@ -96,8 +96,8 @@ mod stream;
 pub use layer::PersistenceLayer;
 pub use record::{
     is_secret_name, redact_options, CallId, CallOutcome, CallQuery, CallRecord, CallSummary,
-    ConversationQuery, ConversationSummary, RecordedError, RecordedRequest, RequestedCallId, Spend,
-    SpendQuery, REDACTED,
+    ConversationQuery, ConversationSummary, RecordedError, RecordedRequest, RequestSize,
+    RequestedCallId, Spend, SpendQuery, REDACTED,
 };
 pub use recorder::{FailurePolicy, PersistenceStats};
 pub use service::{Persistence, ResponseFuture};

@@ -153,14 +153,55 @@ impl CallOutcome {
 /// the leaf service, which the layer never sees, request extensions are not stored (except the conversation id
 /// and caller identity, recorded in their own fields), and provider-specific `extra` options whose names look like
 /// credentials are replaced by `"[redacted]"` (see [`redact_options`]).
+///
+/// A call refused before it was sent to any provider ([`ChatError::is_refused_before_sending`]: a rate limit, a
+/// budget) is recorded without its request: no messages, options naming only the model, and the request's size
+/// in [`RecordedRequest::omitted`]. A refusal costs the database a small row, whatever the request held.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct RecordedRequest {
     /// The messages sent, oldest first (shared with the request that carried them: recording a call does not
-    /// copy its history).
+    /// copy its history). Empty when the request was omitted.
     pub messages: Shared<Vec<Message>>,
     /// Model, tools offered, sampling options (redacted; shared with the request when nothing needed
-    /// redacting).
+    /// redacting). Only the model when the request was omitted.
     pub options: Shared<ChatOptions>,
+    /// Set when the request was not stored (the call was refused before it was sent): its size instead.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub omitted: Option<RequestSize>,
+}
+
+/// The size of a request that was not stored ([`RecordedRequest::omitted`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RequestSize {
+    /// How many messages it held.
+    pub messages: u64,
+    /// The UTF-8 bytes of their contents: text, reasoning, tool calls' names and arguments, tool results.
+    pub bytes: u64,
+}
+
+impl RequestSize {
+    /// The size of `messages`.
+    pub fn of(messages: &[Message]) -> Self {
+        let bytes = messages
+            .iter()
+            .map(|message| match message {
+                Message::System { content } | Message::User { content } => content.len(),
+                Message::Assistant(a) => {
+                    a.content.len()
+                        + a.reasoning.as_ref().map_or(0, |r| r.len())
+                        + a.tool_calls
+                            .iter()
+                            .map(|c| c.name.len() + c.arguments.to_wire_string().len())
+                            .sum::<usize>()
+                }
+                Message::Tool(t) => t.content.len() + t.name.len(),
+            } as u64)
+            .sum();
+        RequestSize {
+            messages: messages.len() as u64,
+            bytes,
+        }
+    }
 }
 
 /// Everything recorded about one chat call.
@@ -197,6 +238,12 @@ pub struct CallRecord {
     /// ([`crate::PersistenceLayer::prices`]); `None` when the layer has no price for the model.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cost: Option<Cost>,
+    /// The response's usage (and so the cost) is an estimate, not the provider's report: the report never came
+    /// (the caller dropped the stream, the provider sends none) and a layer inside this one charged the call
+    /// an estimate ([`tower_chat::EstimatedUsage`]: the limits layer's estimated prompt and the output seen),
+    /// which the record carries so that recorded spend and the limits' counters agree.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub usage_estimated: bool,
 }
 
 impl CallRecord {
@@ -547,6 +594,9 @@ pub struct Spend {
     pub cost: Cost,
     /// Calls recorded without a cost (no price for their model): `cost` leaves them out.
     pub unpriced_calls: u64,
+    /// Calls whose usage is an estimate ([`CallRecord::usage_estimated`]): they are in the sums.
+    #[serde(default)]
+    pub estimated_calls: u64,
 }
 
 /// Which calls [`crate::Store::call_summaries`] returns: every filter set must match; the latest `limit`.

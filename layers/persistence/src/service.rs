@@ -8,15 +8,15 @@ use std::time::SystemTime;
 
 use pin_project_lite::pin_project;
 use tower_chat::{
-    ChatError, ChatRequest, ChatStream, ConversationId, ErrorKind, ModelInfo, ModelMetadata,
-    PriceTable, ResponseBuilder,
+    ChatError, ChatOptions, ChatRequest, ChatStream, ConversationId, ErrorKind, EstimatedUsage,
+    ModelInfo, ModelMetadata, PriceTable, ResponseBuilder, Shared, Usage,
 };
 use tower_service::Service;
 
 use crate::layer::PersistenceLayer;
 use crate::record::{
     round_index, stored_options, CallId, CallOutcome, CallRecord, RecordedError, RecordedRequest,
-    RequestedCallId,
+    RequestSize, RequestedCallId,
 };
 use crate::recorder::Recorder;
 use crate::stream::RecordingStream;
@@ -107,6 +107,9 @@ where
             None => CallId::generate(),
         };
         request.extensions.insert(call_id.clone());
+        // What an inner layer charged when it had to estimate the usage (the limits layer), for the record.
+        let estimate = EstimatedUsage::new();
+        request.extensions.insert(estimate.clone());
         let draft = Draft {
             call_id,
             conversation_id,
@@ -118,15 +121,19 @@ where
             request: RecordedRequest {
                 messages: request.messages.clone(),
                 options: stored_options(&request.options),
+                omitted: None,
             },
+            estimate,
         };
         if self.layer.in_flight {
             self.layer.recorder.submit(draft.in_flight());
         }
         ResponseFuture {
             inner: self.inner.call(request),
-            draft: Some(draft),
-            recorder: self.layer.recorder.clone(),
+            pending: PendingRecord {
+                draft: Some(draft),
+                recorder: self.layer.recorder.clone(),
+            },
         }
     }
 }
@@ -142,6 +149,8 @@ pub(crate) struct Draft {
     provider: Option<Arc<str>>,
     prices: Option<Arc<PriceTable>>,
     request: RecordedRequest,
+    /// Set by an inner layer that charged the call an estimate (read when the record is built).
+    estimate: EstimatedUsage,
 }
 
 impl Draft {
@@ -161,7 +170,22 @@ impl Draft {
             response: tower_chat::ChatResponse::default(),
             outcome: CallOutcome::InFlight,
             cost: None,
+            usage_estimated: false,
         }
+    }
+
+    /// The request as recorded for a call refused before it was sent: its size and model, not its messages
+    /// (nor the tools and options, which a request can make as large as its messages).
+    fn omit_request(&mut self) {
+        let messages = std::mem::take(&mut self.request.messages);
+        self.request = RecordedRequest {
+            omitted: Some(RequestSize::of(&messages)),
+            messages: Shared::new(Vec::new()),
+            options: Shared::new(ChatOptions {
+                model: self.request.options.model.clone(),
+                ..ChatOptions::default()
+            }),
+        };
     }
 
     pub(crate) fn finish(
@@ -170,7 +194,15 @@ impl Draft {
         first_token_at: Option<SystemTime>,
         outcome: CallOutcome,
     ) -> CallRecord {
-        let response = builder.finish();
+        let mut response = builder.finish();
+        // No usage reported, and an inner layer charged an estimate: the record carries what was charged.
+        let estimated = match self.estimate.get() {
+            Some(estimate) if response.usage == Usage::default() => {
+                response.usage = estimate;
+                true
+            }
+            _ => false,
+        };
         let cost = self.prices.as_deref().and_then(|prices| {
             [
                 self.request.options.model.as_deref(),
@@ -197,6 +229,7 @@ impl Draft {
             request: self.request,
             response,
             outcome,
+            usage_estimated: estimated,
         }
     }
 }
@@ -219,22 +252,30 @@ pub(crate) fn outcome_of_error(error: &ChatError, output_began: bool) -> CallOut
 pin_project! {
     /// The future of [`Persistence::call`]: the inner future, then the inner stream wrapped in a recorder.
     ///
-    /// If the inner call fails, the failure is recorded (without waiting for the write) and returned as it was.
-    /// If this future is dropped before the inner call resolved, the call is recorded as cancelled.
+    /// If the inner call fails, the failure is recorded (without waiting for the write) and returned as it was;
+    /// a call an inner layer refused before sending it ([`ChatError::is_refused_before_sending`]) is recorded
+    /// without its request (see [`RecordedRequest`]). If this future is dropped before the inner call resolved,
+    /// the call is recorded as cancelled.
     pub struct ResponseFuture<F> {
         #[pin]
         inner: F,
-        draft: Option<Draft>,
-        recorder: Recorder,
+        // Declared after `inner`, so dropped after it: what the inner future settles as it is dropped (a limits
+        // layer's estimated charge) is in the cancelled call's record.
+        pending: PendingRecord,
     }
+}
 
-    impl<F> PinnedDrop for ResponseFuture<F> {
-        fn drop(this: Pin<&mut Self>) {
-            let this = this.project();
-            if let Some(draft) = this.draft.take() {
-                let record = draft.finish(ResponseBuilder::new(), None, CallOutcome::Cancelled);
-                this.recorder.submit(record);
-            }
+/// The record of a call whose service call has not resolved: recorded as cancelled if dropped so.
+struct PendingRecord {
+    draft: Option<Draft>,
+    recorder: Recorder,
+}
+
+impl Drop for PendingRecord {
+    fn drop(&mut self) {
+        if let Some(draft) = self.draft.take() {
+            let record = draft.finish(ResponseBuilder::new(), None, CallOutcome::Cancelled);
+            self.recorder.submit(record);
         }
     }
 }
@@ -242,7 +283,7 @@ pin_project! {
 impl<F> std::fmt::Debug for ResponseFuture<F> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ResponseFuture")
-            .field("draft", &self.draft)
+            .field("draft", &self.pending.draft)
             .finish_non_exhaustive()
     }
 }
@@ -256,7 +297,8 @@ where
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
         let result = ready!(this.inner.poll(cx));
-        let draft = this
+        let pending = this.pending;
+        let mut draft = pending
             .draft
             .take()
             .expect("ResponseFuture polled after completion");
@@ -264,11 +306,15 @@ where
             Ok(stream) => Ok(Box::pin(RecordingStream::new(
                 stream,
                 draft,
-                this.recorder.clone(),
+                pending.recorder.clone(),
             ))),
             Err(error) => {
+                if error.is_refused_before_sending() {
+                    draft.omit_request();
+                }
                 let outcome = outcome_of_error(&error, false);
-                this.recorder
+                pending
+                    .recorder
                     .submit(draft.finish(ResponseBuilder::new(), None, outcome));
                 Err(error)
             }

@@ -59,6 +59,18 @@ impl fmt::Debug for RecordingStream {
     }
 }
 
+/// A stream that has ended: what a dropped recording stream holds once its inner stream is gone (zero-sized:
+/// boxing it allocates nothing).
+struct Ended;
+
+impl Stream for Ended {
+    type Item = Result<ChatEvent, ChatError>;
+
+    fn poll_next(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        Poll::Ready(None)
+    }
+}
+
 impl RecordingStream {
     pub(crate) fn new(inner: ChatStream, draft: Draft, recorder: Recorder) -> Self {
         RecordingStream {
@@ -179,6 +191,12 @@ impl Stream for RecordingStream {
 
 impl Drop for RecordingStream {
     fn drop(&mut self) {
+        if self.draft.is_none() {
+            return;
+        }
+        // The inner stream first: what it settles as it goes (a limits layer's estimated charge) is then in the
+        // record.
+        self.inner = Box::pin(Ended);
         let outcome = if self.finish_seen {
             CallOutcome::Completed
         } else {

@@ -56,6 +56,8 @@ suite!(
     migrations_of_other_crates_are_applied_once,
     in_flight_records_are_replaced_by_the_final_one,
     records_carry_their_cost_and_spend_sums_per_caller_and_conversation,
+    refusals_before_sending_are_recorded_small_whatever_the_request_held,
+    an_estimate_charged_inside_is_recorded_marked_estimated,
 );
 
 fn request(conversation: &ConversationId, text: &str) -> ChatRequest {
@@ -855,6 +857,7 @@ async fn records_carry_their_cost_and_spend_sums_per_caller_and_conversation(db:
                 output_tokens: 9,
                 cost: Cost::from_nanos(36_000),
                 unpriced_calls: 1,
+                estimated_calls: 0,
             },
             "{shape:?}"
         );
@@ -929,4 +932,255 @@ async fn records_carry_their_cost_and_spend_sums_per_caller_and_conversation(db:
         };
         assert!(db.store.call_summaries(&window).await.unwrap().is_empty());
     }
+}
+
+/// A call an inner layer refused before sending it (a rate limit) is recorded as a small row: caller, model,
+/// outcome and the request's size, not its messages. Twenty refusals of a megabyte each grow the database by far
+/// less than their bodies; the same refusal without the marker (the provider's own 429) keeps its request.
+async fn refusals_before_sending_are_recorded_small_whatever_the_request_held(db: &TestDb) {
+    const REFUSALS: usize = 20;
+    const BODY: usize = 1024 * 1024;
+    let layer = db.layer();
+    let refusing = tower::service_fn(|_req: ChatRequest| async {
+        Err::<tower_chat::ChatStream, _>(
+            ChatError::new(
+                ErrorKind::RateLimited {
+                    retry_after: Some(Duration::from_secs(30)),
+                },
+                "caller alice is over the requests limit",
+            )
+            .refused_before_sending(),
+        )
+    });
+    let chat = Persistence::new(refusing, layer.clone());
+    // Text no compression shrinks (PostgreSQL compresses large values): letters from a generator seeded by `i`.
+    let large = |i: usize| {
+        let mut state = i as u64 + 1;
+        let text: String = (0..BODY)
+            .map(|_| {
+                state = state
+                    .wrapping_mul(6_364_136_223_846_793_005)
+                    .wrapping_add(1);
+                char::from(b'a' + (state >> 59) as u8 % 26)
+            })
+            .collect();
+        ChatRequest::new(vec![Message::system("be brief"), Message::user(text)])
+            .model("m")
+            .tool(ToolSpec::new("big", "d".repeat(64 * 1024), json!({})))
+            .with_extension(CallerIdentity::new("alice"))
+            .with_extension(conversation())
+    };
+    // One record first, so the tables exist with their first pages.
+    let _ = chat.clone().oneshot(large(0)).await;
+    layer.flush().await.unwrap();
+    let before = db.size_bytes().await;
+    let mut conversations = Vec::new();
+    for i in 1..=REFUSALS {
+        let request = large(i);
+        conversations.push(request.conversation_id().unwrap().clone());
+        let error = chat.clone().oneshot(request).await.err().unwrap();
+        assert!(error.is_refused_before_sending());
+    }
+    layer.flush().await.unwrap();
+    let growth = db.size_bytes().await.saturating_sub(before);
+    eprintln!(
+        "{REFUSALS} refusals of {BODY} bytes each grew the database by {growth} bytes ({} per refusal)",
+        growth / REFUSALS as u64
+    );
+    assert!(
+        growth < (REFUSALS * 8192) as u64,
+        "{REFUSALS} refusals grew the database by {growth} bytes"
+    );
+    let record = only_call(db, &conversations[0]).await;
+    assert_eq!(record.caller, Some(CallerIdentity::new("alice")));
+    assert_eq!(record.model.as_deref(), Some("m"));
+    assert!(record.request.messages.is_empty());
+    assert_eq!(record.request.options.model.as_deref(), Some("m"));
+    assert!(record.request.options.tools.is_empty());
+    assert_eq!(
+        record.request.omitted,
+        Some(tower_chat_persistence::RequestSize {
+            messages: 2,
+            bytes: ("be brief".len() + BODY) as u64,
+        })
+    );
+    match &record.outcome {
+        CallOutcome::Failed { error } => {
+            assert_eq!(error.kind, "rate_limited");
+            assert_eq!(error.message, "caller alice is over the requests limit");
+        }
+        other => panic!("{other:?}"),
+    }
+
+    // A refusal that may have left (no marker: the provider's own 429) keeps what was sent.
+    let provider_refusing = tower::service_fn(|_req: ChatRequest| async {
+        Err::<tower_chat::ChatStream, _>(ChatError::new(
+            ErrorKind::RateLimited { retry_after: None },
+            "slow down",
+        ))
+    });
+    let conv = conversation();
+    let _ = Persistence::new(provider_refusing, layer.clone())
+        .oneshot(request(&conv, "kept"))
+        .await;
+    layer.flush().await.unwrap();
+    let record = only_call(db, &conv).await;
+    assert_eq!(record.request.omitted, None);
+    assert_eq!(
+        record.request.messages.as_slice(),
+        [Message::system("be brief"), Message::user("kept")]
+    );
+}
+
+/// A stream or future that leaves an estimate in the request's slot when it is dropped or ends without usage,
+/// as the limits layer settles such a call.
+struct Estimating {
+    inner: tower_chat::ChatStream,
+    slot: Option<tower_chat::EstimatedUsage>,
+    usage: tower_chat::Usage,
+}
+
+impl futures_util::Stream for Estimating {
+    type Item = Result<ChatEvent, ChatError>;
+
+    fn poll_next(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Self::Item>> {
+        let item = std::task::ready!(self.inner.as_mut().poll_next(cx));
+        if item.is_none() {
+            // Ended without a usage report: charged (and left) before the end reaches the caller.
+            if let Some(slot) = self.slot.take() {
+                slot.set(self.usage);
+            }
+        }
+        std::task::Poll::Ready(item)
+    }
+}
+
+impl Drop for Estimating {
+    fn drop(&mut self) {
+        if let Some(slot) = self.slot.take() {
+            slot.set(self.usage);
+        }
+    }
+}
+
+/// An inner layer that charged an estimate (no usage report came) leaves it in the request's
+/// `EstimatedUsage`: the record carries it, marked estimated and priced, whether the caller dropped the stream,
+/// dropped the call before it answered, or the stream ended without usage; `spend` counts those calls.
+async fn an_estimate_charged_inside_is_recorded_marked_estimated(db: &TestDb) {
+    use tower_chat::{Cost, EstimatedUsage, ModelPrice, PriceTable, Usage};
+    let estimate = Usage {
+        input_tokens: 1_000,
+        output_tokens: 3,
+        ..Usage::default()
+    };
+    // $1 / $2 per million: 1,000 × 1,000 + 3 × 2,000 nano-$.
+    let cost = Cost::from_nanos(1_006_000);
+    let prices = PriceTable::new().with("m", ModelPrice::per_million_usd(1.0, 2.0));
+    let layer = db.layer().prices(prices);
+    let slot = |req: &ChatRequest| req.extensions.get::<EstimatedUsage>().cloned();
+    let call = |conv: &ConversationId| request(conv, "q").model("m");
+
+    // The caller drops the stream mid-way.
+    let chat = layer.layer(scripted(move |req: &ChatRequest| {
+        Box::pin(Estimating {
+            inner: hanging(vec![Ok(ChatEvent::text("part"))]),
+            slot: slot(req),
+            usage: estimate,
+        })
+    }));
+    let dropped = conversation();
+    let mut stream = chat.clone().oneshot(call(&dropped)).await.unwrap();
+    assert!(stream.next().await.unwrap().is_ok());
+    drop(stream);
+
+    // The stream ends without a usage report.
+    let chat = layer.layer(scripted(move |req: &ChatRequest| {
+        Box::pin(Estimating {
+            inner: stream_of(
+                vec![
+                    Ok(ChatEvent::text("done")),
+                    Ok(ChatEvent::finish(FinishReason::Stop)),
+                ],
+                Shape::Streaming,
+            ),
+            slot: slot(req),
+            usage: estimate,
+        })
+    }));
+    let unreported = conversation();
+    chat.oneshot(call(&unreported))
+        .await
+        .unwrap()
+        .collect_response()
+        .await
+        .unwrap();
+
+    // The caller drops the call before the inner service answered.
+    let waiting = tower::service_fn(move |req: ChatRequest| {
+        let guard = Estimating {
+            inner: Box::pin(futures_util::stream::empty()),
+            slot: slot(&req),
+            usage: estimate,
+        };
+        async move {
+            let _guard = guard;
+            std::future::pending::<Result<tower_chat::ChatStream, ChatError>>().await
+        }
+    });
+    let unanswered = conversation();
+    let mut chat = Persistence::new(waiting, layer.clone());
+    let future = tower::Service::call(
+        tower::ServiceExt::ready(&mut chat).await.unwrap(),
+        call(&unanswered),
+    );
+    drop(future);
+
+    layer.flush().await.unwrap();
+    for conv in [&dropped, &unreported, &unanswered] {
+        let record = only_call(db, conv).await;
+        assert!(record.usage_estimated, "{conv}: {record:?}");
+        assert_eq!(record.usage(), estimate, "{conv}");
+        assert_eq!(record.cost, Some(cost), "{conv}");
+    }
+    assert_eq!(
+        only_call(db, &dropped).await.outcome,
+        CallOutcome::Cancelled
+    );
+    assert_eq!(
+        only_call(db, &unanswered).await.outcome,
+        CallOutcome::Cancelled
+    );
+    assert_eq!(
+        only_call(db, &unreported).await.outcome,
+        CallOutcome::Completed
+    );
+
+    // Reported usage is the provider's, never marked.
+    let chat = layer.layer(scripted(|_: &ChatRequest| {
+        stream_of(answer("Hi."), Shape::Streaming)
+    }));
+    let reported = conversation();
+    chat.oneshot(call(&reported))
+        .await
+        .unwrap()
+        .collect_response()
+        .await
+        .unwrap();
+    layer.flush().await.unwrap();
+    let record = only_call(db, &reported).await;
+    assert!(!record.usage_estimated);
+    assert_eq!(record.usage().input_tokens, 10);
+
+    let spend = db
+        .store
+        .spend(&SpendQuery::conversation(dropped.clone()))
+        .await
+        .unwrap();
+    assert_eq!(
+        (spend.calls, spend.input_tokens, spend.estimated_calls),
+        (1, 1_000, 1)
+    );
 }

@@ -527,6 +527,7 @@ mod tests {
             request: RecordedRequest {
                 messages: Shared::new(request),
                 options: Shared::new(ChatOptions::default()),
+                omitted: None,
             },
             response: ChatResponse {
                 messages: vec![Message::assistant(answer)],
@@ -534,6 +535,7 @@ mod tests {
             },
             outcome: CallOutcome::Completed,
             cost: None,
+            usage_estimated: false,
         }
     }
 

@@ -51,8 +51,9 @@ pub(super) const MAX_TRANSACTION: usize = 4 * INDEX_BATCH;
 pub(super) const INDEX_DELAY: Duration = Duration::from_secs(1);
 
 /// The version of the entry layout, first byte of every entry's payload. Format 2 dropped the answer's text
-/// (kept in the answer's message node); entries of format 1, which carry it, still replay.
-const FORMAT: u8 = 2;
+/// (kept in the answer's message node); format 3 added, after a record's options, whether its usage is an
+/// estimate and an omitted request's size. Entries of formats 1 and 2 still replay.
+const FORMAT: u8 = 3;
 
 /// Bytes before an entry's payload: its length (u32) and checksum (u64), little-endian.
 const HEADER: usize = 4 + 8;
@@ -287,6 +288,9 @@ fn encode_record(out: &mut Vec<u8>, r: &Row, encoded: &Encoded) {
         }
         None => out.push(0),
     }
+    out.push(u8::from(r.usage_estimated));
+    put_opt_i64(out, r.omitted_messages);
+    put_opt_i64(out, r.omitted_bytes);
 }
 
 fn decode_record(input: &mut Input<'_>, format: u8) -> Option<(Row, Encoded)> {
@@ -317,6 +321,9 @@ fn decode_record(input: &mut Input<'_>, format: u8) -> Option<(Row, Encoded)> {
         history_head: input.opt_string()?,
         request_len: input.i64()?,
         options_id: input.string()?,
+        usage_estimated: false,
+        omitted_messages: None,
+        omitted_bytes: None,
     };
     let count = input.u32()? as usize;
     let mut nodes = Vec::with_capacity(count.min(input.0.len()));
@@ -336,6 +343,16 @@ fn decode_record(input: &mut Input<'_>, format: u8) -> Option<(Row, Encoded)> {
         }),
         _ => return None,
     };
+    let mut row = row;
+    if format >= 3 {
+        row.usage_estimated = match input.u8()? {
+            0 => false,
+            1 => true,
+            _ => return None,
+        };
+        row.omitted_messages = input.opt_i64()?;
+        row.omitted_bytes = input.opt_i64()?;
+    }
     let encoded = Encoded {
         head: row.history_head.as_deref().map(Arc::from),
         request_len: row.request_len,
@@ -449,7 +466,7 @@ mod tests {
 
     const PINNED: u64 = 0xb18e_5202_4973_d236;
     const PINNED_EMPTY: u64 = 0x712f_de70_ee15_001e;
-    const PINNED_ENTRY: (usize, u64) = (426, 0x3b33_832f_0347_1f29);
+    const PINNED_ENTRY: (usize, u64) = (445, 0x9fa9_e34a_9a89_6250);
 
     fn record(n: i64, caller: Option<&str>) -> (Row, Encoded) {
         let row = Row {
@@ -473,6 +490,9 @@ mod tests {
             history_head: Some(format!("{n:032x}")),
             request_len: 2,
             options_id: "o".repeat(32),
+            usage_estimated: n % 2 == 0,
+            omitted_messages: (n == 2).then_some(7),
+            omitted_bytes: (n == 2).then_some(3_000_000),
         };
         let encoded = Encoded {
             head: row.history_head.as_deref().map(Arc::from),
@@ -592,6 +612,15 @@ mod tests {
         );
     }
 
+    /// The record of format 2 and before: no estimate flag, no omitted request.
+    fn before_format_3(n: i64, caller: Option<&str>) -> (Row, Encoded) {
+        let (mut row, encoded) = record(n, caller);
+        row.usage_estimated = false;
+        row.omitted_messages = None;
+        row.omitted_bytes = None;
+        (row, encoded)
+    }
+
     /// The same record as written by the build before format 2 (which also carried the answer's text,
     /// "héllo" twice): a journal left by a process of that build replays after the upgrade.
     #[test]
@@ -602,7 +631,21 @@ mod tests {
         assert_eq!(format_1[HEADER], 1);
         std::fs::write(Journal::path(&database), format_1).unwrap();
         let (_journal, _alternate, replay) = Journal::open(&database, false).unwrap().unwrap();
-        same(&replay, &[record(2, Some("alice"))]);
+        same(&replay, &[before_format_3(2, Some("alice"))]);
+    }
+
+    /// The same record as written by the build before format 3 (the entry the layout test pinned then: 426
+    /// bytes): it replays after the upgrade, as an exact, stored request.
+    #[test]
+    fn an_entry_of_format_2_still_replays() {
+        let dir = tempfile::tempdir().unwrap();
+        let database = dir.path().join("j.db");
+        let format_2 = include_bytes!("../../tests/data/journal-format-2.bin");
+        assert_eq!(format_2[HEADER], 2);
+        assert_eq!(format_2.len(), 426);
+        std::fs::write(Journal::path(&database), format_2).unwrap();
+        let (_journal, _alternate, replay) = Journal::open(&database, false).unwrap().unwrap();
+        same(&replay, &[before_format_3(2, Some("alice"))]);
     }
 
     #[test]

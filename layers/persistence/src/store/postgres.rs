@@ -320,10 +320,13 @@ impl PostgresStore {
                         cost_nanos: row.try_get(12)?,
                         history_head: row.try_get(13)?,
                         request_len: row.try_get(14)?,
+                        usage_estimated: row.try_get(15)?,
+                        omitted_messages: row.try_get(16)?,
+                        omitted_bytes: row.try_get(17)?,
                     },
-                    request_messages: row.try_get(15)?,
-                    request_options: row.try_get(16)?,
-                    response: row.try_get(17)?,
+                    request_messages: row.try_get(18)?,
+                    request_options: row.try_get(19)?,
+                    response: row.try_get(20)?,
                     history: Vec::new(),
                 })
             })
@@ -353,9 +356,9 @@ impl PostgresStore {
 const UPSERT: &str = "INSERT INTO chat_calls (call_id, conversation_id, caller, round_index, started_at, \
     first_token_at, ended_at, provider, model, status, error_kind, error_message, finish_reason, input_tokens, \
     output_tokens, response_text, request_messages, request_options, response, cost_nanos, history_head, \
-    request_len, options_id) \
+    request_len, options_id, usage_estimated, omitted_messages, omitted_bytes) \
     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, \
-    $17::text::jsonb, $18::text::jsonb, $19::text::jsonb, $20, $21, $22, $23) \
+    $17::text::jsonb, $18::text::jsonb, $19::text::jsonb, $20, $21, $22, $23, $24, $25, $26) \
     ON CONFLICT (call_id) DO UPDATE SET conversation_id = excluded.conversation_id, caller = excluded.caller, \
     round_index = excluded.round_index, started_at = excluded.started_at, first_token_at = excluded.first_token_at, \
     ended_at = excluded.ended_at, provider = excluded.provider, model = excluded.model, status = excluded.status, \
@@ -364,7 +367,9 @@ const UPSERT: &str = "INSERT INTO chat_calls (call_id, conversation_id, caller, 
     output_tokens = excluded.output_tokens, response_text = excluded.response_text, \
     request_messages = excluded.request_messages, request_options = excluded.request_options, \
     response = excluded.response, cost_nanos = excluded.cost_nanos, history_head = excluded.history_head, \
-    request_len = excluded.request_len, options_id = excluded.options_id \
+    request_len = excluded.request_len, options_id = excluded.options_id, \
+    usage_estimated = excluded.usage_estimated, omitted_messages = excluded.omitted_messages, \
+    omitted_bytes = excluded.omitted_bytes \
     WHERE chat_calls.status = 'in_flight'";
 
 const INSERT_NODE: &str = "INSERT INTO chat_messages (id, parent_id, position, message) \
@@ -423,7 +428,7 @@ impl Store for PostgresStore {
             // Issued together, the inserts are pipelined on the one connection: one round trip per batch, not
             // per record.
             try_join_all(rows.iter().map(|r| {
-                let params: [&(dyn ToSql + Sync); 23] = [
+                let params: [&(dyn ToSql + Sync); 26] = [
                     &r.call_id,
                     &r.conversation_id,
                     &r.caller,
@@ -447,6 +452,9 @@ impl Store for PostgresStore {
                     &r.history_head,
                     &r.request_len,
                     &r.options_id,
+                    &r.usage_estimated,
+                    &r.omitted_messages,
+                    &r.omitted_bytes,
                 ];
                 let tx = &tx;
                 let insert = &insert;
@@ -519,7 +527,7 @@ impl Store for PostgresStore {
                 .query_one(&statement, &[&caller, &conversation, &since, &until])
                 .await
                 .map_err(pg_error("cannot sum spend"))?;
-            let mut values = [0i64; 5];
+            let mut values = [0i64; 6];
             for (i, value) in values.iter_mut().enumerate() {
                 *value = row.try_get(i).map_err(pg_error("cannot sum spend"))?;
             }

@@ -66,6 +66,10 @@ pub(crate) fn sqlite_migrations() -> Vec<Migration> {
             "tower-chat-persistence/0007_partial_caller_index",
             PARTIAL_CALLER_INDEX_SQL,
         ),
+        Migration::new(
+            "tower-chat-persistence/0008_estimates_and_omitted_requests",
+            estimates_and_omitted_sql(""),
+        ),
     ]
 }
 
@@ -129,7 +133,24 @@ pub(crate) fn postgres_migrations() -> Vec<Migration> {
             "tower-chat-persistence/0007_partial_caller_index",
             PARTIAL_CALLER_INDEX_SQL,
         ),
+        Migration::new(
+            "tower-chat-persistence/0008_estimates_and_omitted_requests",
+            estimates_and_omitted_sql(" IF NOT EXISTS"),
+        ),
     ]
+}
+
+/// Whether a call's usage is an estimate a layer charged (`usage_estimated`, false for rows written before), and
+/// the size of a request that was not stored because the call was refused before it was sent (`omitted_messages`,
+/// `omitted_bytes`; NULL when the request is stored). The same in both dialects but for PostgreSQL's
+/// `IF NOT EXISTS` (SQLite runs the migration in one transaction with its marker).
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+fn estimates_and_omitted_sql(if_not_exists: &str) -> String {
+    format!(
+        "ALTER TABLE chat_calls ADD COLUMN{if_not_exists} usage_estimated BOOLEAN NOT NULL DEFAULT FALSE;
+ALTER TABLE chat_calls ADD COLUMN{if_not_exists} omitted_messages BIGINT;
+ALTER TABLE chat_calls ADD COLUMN{if_not_exists} omitted_bytes BIGINT;"
+    )
 }
 
 /// `chat_calls_by_caller` holds only calls that have a caller: the queries that use it filter on `caller = …`,
@@ -263,6 +284,9 @@ pub(crate) struct Row {
     pub(crate) history_head: Option<String>,
     pub(crate) request_len: i64,
     pub(crate) options_id: String,
+    pub(crate) usage_estimated: bool,
+    pub(crate) omitted_messages: Option<i64>,
+    pub(crate) omitted_bytes: Option<i64>,
 }
 
 /// What `request_messages` and `request_options` hold in rows written since message-level storage (the
@@ -277,12 +301,13 @@ pub(crate) const EMPTY_OPTIONS: &str = "{}";
 pub(crate) const EMPTY_TEXT: &str = "";
 
 /// The columns read back to rebuild a record (the scalar summaries are derived, so not read); then the
-/// history's head and length, then (dialect-specific, see [`select_sql`]) the messages, options and response.
+/// history's head and length, the estimate flag and an omitted request's size, then (dialect-specific, see
+/// [`select_sql`]) the messages, options and response.
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub(crate) const SELECT_COLUMNS: &str =
     "call_id, conversation_id, caller, round_index, started_at, \
     first_token_at, ended_at, provider, model, status, error_kind, error_message, cost_nanos, \
-    history_head, request_len";
+    history_head, request_len, usage_estimated, omitted_messages, omitted_bytes";
 
 /// The query reading records: `chat_calls` joined with its options; `text` wraps a JSON column to read it as
 /// text (`{}::text` in PostgreSQL).
@@ -340,6 +365,15 @@ mod row {
                 history_head: encoded.head.as_deref().map(str::to_owned),
                 request_len: encoded.request_len,
                 options_id: encoded.options_id.to_string(),
+                usage_estimated: record.usage_estimated,
+                omitted_messages: record
+                    .request
+                    .omitted
+                    .map(|o| i64::try_from(o.messages).unwrap_or(i64::MAX)),
+                omitted_bytes: record
+                    .request
+                    .omitted
+                    .map(|o| i64::try_from(o.bytes).unwrap_or(i64::MAX)),
             })
         }
     }
@@ -364,6 +398,9 @@ pub(crate) struct StoredColumns {
     pub(crate) cost_nanos: Option<i64>,
     pub(crate) history_head: Option<String>,
     pub(crate) request_len: Option<i64>,
+    pub(crate) usage_estimated: bool,
+    pub(crate) omitted_messages: Option<i64>,
+    pub(crate) omitted_bytes: Option<i64>,
 }
 
 /// A record's stored text columns, and its history when it is kept as message nodes.
@@ -442,12 +479,20 @@ impl StoredColumns {
             request: RecordedRequest {
                 messages: tower_chat::Shared::new(messages),
                 options: decode_json("request options", request_options)?,
+                omitted: match (self.omitted_messages, self.omitted_bytes) {
+                    (Some(messages), Some(bytes)) => Some(crate::record::RequestSize {
+                        messages: u64::try_from(messages).unwrap_or(0),
+                        bytes: u64::try_from(bytes).unwrap_or(0),
+                    }),
+                    _ => None,
+                },
             },
             response,
             outcome,
             cost: self
                 .cost_nanos
                 .map(|n| tower_chat::Cost::from_nanos(u64::try_from(n).unwrap_or(0))),
+            usage_estimated: self.usage_estimated,
         })
     }
 }
@@ -461,7 +506,9 @@ pub(crate) fn spend_sql(p: [&str; 4]) -> String {
     format!(
         "SELECT COUNT(*), CAST(COALESCE(SUM(input_tokens), 0) AS BIGINT), \
          CAST(COALESCE(SUM(output_tokens), 0) AS BIGINT), CAST(COALESCE(SUM(cost_nanos), 0) AS BIGINT), \
-         COUNT(*) - COUNT(cost_nanos) FROM chat_calls WHERE status <> 'in_flight' \
+         COUNT(*) - COUNT(cost_nanos), \
+         CAST(COALESCE(SUM(CASE WHEN usage_estimated THEN 1 ELSE 0 END), 0) AS BIGINT) \
+         FROM chat_calls WHERE status <> 'in_flight' \
          AND (CAST({caller} AS TEXT) IS NULL OR caller = {caller}) \
          AND (CAST({conversation} AS TEXT) IS NULL OR conversation_id = {conversation}) \
          AND (CAST({since} AS BIGINT) IS NULL OR started_at >= {since}) \
@@ -564,14 +611,16 @@ impl SummaryColumns {
 
 /// A row of [`spend_sql`] as a [`crate::Spend`].
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
-pub(crate) fn spend_from_row(values: [i64; 5]) -> crate::record::Spend {
-    let [calls, input, output, cost, unpriced] = values.map(|v| u64::try_from(v).unwrap_or(0));
+pub(crate) fn spend_from_row(values: [i64; 6]) -> crate::record::Spend {
+    let [calls, input, output, cost, unpriced, estimated] =
+        values.map(|v| u64::try_from(v).unwrap_or(0));
     crate::record::Spend {
         calls,
         input_tokens: input,
         output_tokens: output,
         cost: tower_chat::Cost::from_nanos(cost),
         unpriced_calls: unpriced,
+        estimated_calls: estimated,
     }
 }
 

@@ -579,9 +579,9 @@ impl SqliteStore {
 const UPSERT: &str = "INSERT INTO chat_calls (call_id, conversation_id, caller, round_index, started_at, \
     first_token_at, ended_at, provider, model, status, error_kind, error_message, finish_reason, input_tokens, \
     output_tokens, response_text, request_messages, request_options, response, cost_nanos, history_head, \
-    request_len, options_id) \
+    request_len, options_id, usage_estimated, omitted_messages, omitted_bytes) \
     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, '', '[]', '{}', ?16, ?17, ?18, \
-    ?19, ?20) \
+    ?19, ?20, ?21, ?22, ?23) \
     ON CONFLICT (call_id) DO UPDATE SET conversation_id = excluded.conversation_id, caller = excluded.caller, \
     round_index = excluded.round_index, started_at = excluded.started_at, first_token_at = excluded.first_token_at, \
     ended_at = excluded.ended_at, provider = excluded.provider, model = excluded.model, status = excluded.status, \
@@ -590,7 +590,9 @@ const UPSERT: &str = "INSERT INTO chat_calls (call_id, conversation_id, caller, 
     output_tokens = excluded.output_tokens, response_text = excluded.response_text, \
     request_messages = excluded.request_messages, request_options = excluded.request_options, \
     response = excluded.response, cost_nanos = excluded.cost_nanos, history_head = excluded.history_head, \
-    request_len = excluded.request_len, options_id = excluded.options_id \
+    request_len = excluded.request_len, options_id = excluded.options_id, \
+    usage_estimated = excluded.usage_estimated, omitted_messages = excluded.omitted_messages, \
+    omitted_bytes = excluded.omitted_bytes \
     WHERE chat_calls.status = 'in_flight'";
 
 const INSERT_NODE: &str = "INSERT INTO chat_messages (id, parent_id, position, message) \
@@ -617,10 +619,13 @@ fn read_raw(row: &rusqlite::Row<'_>) -> rusqlite::Result<StoredRecord> {
             cost_nanos: row.get(12)?,
             history_head: row.get(13)?,
             request_len: row.get(14)?,
+            usage_estimated: row.get(15)?,
+            omitted_messages: row.get(16)?,
+            omitted_bytes: row.get(17)?,
         },
-        request_messages: row.get(15)?,
-        request_options: row.get(16)?,
-        response: row.get(17)?,
+        request_messages: row.get(18)?,
+        request_options: row.get(19)?,
+        response: row.get(20)?,
         history: Vec::new(),
     })
 }
@@ -713,6 +718,9 @@ impl<'c> WriteStatements<'c> {
             r.history_head,
             r.request_len,
             r.options_id,
+            r.usage_estimated,
+            r.omitted_messages,
+            r.omitted_bytes,
         ])?;
         Ok(())
     }
@@ -1165,6 +1173,7 @@ impl Store for SqliteStore {
                                 row.get(2)?,
                                 row.get(3)?,
                                 row.get(4)?,
+                                row.get(5)?,
                             ])
                         })
                 })

@@ -173,6 +173,43 @@ impl TestDb {
         }
     }
 
+    /// The bytes the test's database takes: SQLite's files (database, write-ahead log, record journal), or the
+    /// PostgreSQL schema's tables with their indexes and TOAST. Flush the layer first.
+    pub async fn size_bytes(&self) -> u64 {
+        match &self.backend {
+            Backend::Sqlite(store) => {
+                let dir = store.path().parent().unwrap();
+                let name = store
+                    .path()
+                    .file_name()
+                    .unwrap()
+                    .to_string_lossy()
+                    .into_owned();
+                std::fs::read_dir(dir)
+                    .unwrap()
+                    .map(|entry| entry.unwrap())
+                    .filter(|entry| entry.file_name().to_string_lossy().starts_with(&name))
+                    .map(|entry| entry.metadata().unwrap().len())
+                    .sum()
+            }
+            Backend::Postgres(store) => {
+                let row = store
+                    .client()
+                    .await
+                    .unwrap()
+                    .query_one(
+                        "SELECT CAST(COALESCE(SUM(pg_total_relation_size(c.oid)), 0) AS BIGINT) \
+                         FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
+                         WHERE n.nspname = $1 AND c.relkind = 'r'",
+                        &[&store.schema().unwrap()],
+                    )
+                    .await
+                    .unwrap();
+                row.get::<_, i64>(0) as u64
+            }
+        }
+    }
+
     /// Drop the test's database now (also done on drop, so a failing test cleans up too).
     pub async fn cleanup(self) {
         drop(self);
