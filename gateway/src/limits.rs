@@ -298,6 +298,7 @@ pub(crate) async fn usage(
                     "output_tokens": spend.output_tokens,
                     "cost_usd": spend.cost.as_usd(),
                     "unpriced_calls": spend.unpriced_calls,
+                    "estimated_calls": spend.estimated_calls,
                 });
             }
             Err(error) => tracing::warn!(%error, "cannot sum the caller's recorded spend"),

@@ -524,7 +524,9 @@ impl tower::Service<ChatRequest> for ModelRouter {
                         known.join(", ")
                     ),
                 )
-                .with_status(http::StatusCode::NOT_FOUND);
+                .with_status(http::StatusCode::NOT_FOUND)
+                // Nothing was sent: the call's record keeps the model and the request's size, not the request.
+                .refused_before_sending();
                 Box::pin(std::future::ready(Err(error)))
             }
         }

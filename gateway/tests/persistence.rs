@@ -303,3 +303,234 @@ async fn with_database_url_every_model_call_is_its_own_record_too() {
     );
     assert_eq!(summary.cost.as_nanos(), 98_000);
 }
+
+/// The bytes of the gateway's SQLite database: the file, its write-ahead log and its record journal.
+fn database_bytes(gw: &Harness) -> u64 {
+    std::fs::read_dir(gw.files.path())
+        .unwrap()
+        .map(|entry| entry.unwrap())
+        .filter(|entry| {
+            entry
+                .file_name()
+                .to_string_lossy()
+                .starts_with("gateway.db")
+        })
+        .map(|entry| entry.metadata().unwrap().len())
+        .sum()
+}
+
+/// `size` bytes of letters no compression shrinks, different for each `seed`.
+fn incompressible(size: usize, seed: u64) -> String {
+    let mut state = seed + 1;
+    (0..size)
+        .map(|_| {
+            state = state
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1);
+            char::from(b'a' + (state >> 59) as u8 % 26)
+        })
+        .collect()
+}
+
+/// A gateway with one call a day for every key, `alice`'s key, and prices for `test-model`.
+async fn one_call_a_day(keys: &std::path::Path) -> Harness {
+    std::fs::write(keys, "alice:sk-alice\n").unwrap();
+    let keys = keys.to_owned();
+    Harness::start(
+        |_, _| Reply::openai_text("ok"),
+        move |c| {
+            c.api_keys_file = Some(keys);
+            c.file.limits.default.requests_per_day = Some(1);
+            priced(c);
+        },
+    )
+    .await
+}
+
+/// Requests the limits refuse (429) are recorded as small rows — caller, model, reason and the request's size —
+/// whatever their bodies held: ten refused 3 MB requests grow the database by a few KB, not 30 MB. Requests
+/// refused before the stack (400 unparsable, 413 over the body limit, 401 without a valid key) leave no record.
+#[tokio::test]
+async fn refused_requests_are_recorded_small_and_those_refused_before_the_stack_not_at_all() {
+    const REFUSALS: u64 = 10;
+    const MESSAGE: usize = 3 * 1024 * 1024;
+    let dir = tempfile::tempdir().unwrap();
+    let url_of = |gw: &Harness| gw.url("/v1/chat/completions");
+    let alice = [("authorization", "Bearer sk-alice")];
+
+    // The baseline: the day's one call, and nothing else.
+    let mut baseline = one_call_a_day(&dir.path().join("keys-baseline")).await;
+    let answer = post(&url_of(&baseline), request(false, "hi").to_string(), &alice).await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    baseline.shutdown();
+    baseline.server.take().unwrap().await.unwrap().unwrap();
+    let baseline_bytes = database_bytes(&baseline);
+
+    let mut gw = one_call_a_day(&dir.path().join("keys")).await;
+    let url = url_of(&gw);
+    let answer = post(&url, request(false, "hi").to_string(), &alice).await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    for i in 0..REFUSALS {
+        let body = request(false, &incompressible(MESSAGE, i)).to_string();
+        let answer = post(&url, body, &alice).await;
+        assert_eq!(answer.status, 429, "{}", answer.body);
+    }
+    // Refused before the stack: unparsable, over the body limit, a wrong key.
+    let unparsable = format!("{{\"messages\": [{}", incompressible(MESSAGE, 99));
+    assert_eq!(post(&url, unparsable, &alice).await.status, 400);
+    let too_large = request(false, &incompressible(5 * 1024 * 1024, 98)).to_string();
+    assert_eq!(post(&url, too_large, &alice).await.status, 413);
+    let body = request(false, &incompressible(MESSAGE, 97)).to_string();
+    let wrong_key = [("authorization", "Bearer sk-mallory")];
+    assert_eq!(post(&url, body, &wrong_key).await.status, 401);
+    gw.shutdown();
+    gw.server.take().unwrap().await.unwrap().unwrap();
+
+    let growth = database_bytes(&gw).saturating_sub(baseline_bytes);
+    eprintln!(
+        "{REFUSALS} refused {MESSAGE}-byte requests grew the database by {growth} bytes ({} per refusal)",
+        growth / REFUSALS
+    );
+    assert!(
+        growth < REFUSALS * 8192,
+        "{REFUSALS} refusals grew the database by {growth} bytes"
+    );
+    let store = SqliteStore::open(gw.files.path().join("gateway.db"))
+        .await
+        .unwrap();
+    let calls = store
+        .call_summaries(&tower_chat_persistence::CallQuery::default())
+        .await
+        .unwrap();
+    // The day's call and the refusals; nothing of the 400, 413 and 401.
+    assert_eq!(calls.len() as u64, 1 + REFUSALS, "{calls:#?}");
+    let refused: Vec<_> = calls
+        .iter()
+        .filter(
+            |c| matches!(&c.outcome, CallOutcome::Failed { error } if error.kind == "rate_limited"),
+        )
+        .collect();
+    assert_eq!(refused.len() as u64, REFUSALS);
+    let record = store.call(&refused[0].call_id).await.unwrap().unwrap();
+    assert_eq!(record.caller.as_ref().map(|c| c.as_str()), Some("alice"));
+    assert_eq!(record.model.as_deref(), Some("test-model"));
+    assert!(record.request.messages.is_empty());
+    let omitted = record.request.omitted.expect("the request's size");
+    assert_eq!(omitted.messages, 1);
+    assert_eq!(omitted.bytes, MESSAGE as u64);
+}
+
+/// A streamed call the client hangs up on midway, with `[limits]` on: the limits charge an estimate (no usage
+/// report came), and the call's record carries the same tokens and cost, marked estimated; `/v1/usage`'s
+/// recorded spend agrees with the limits' counters.
+#[tokio::test]
+async fn a_cancelled_stream_is_recorded_with_the_estimate_the_limits_charged() {
+    use tower_chat::test_server::Part;
+
+    let minute = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs()
+            / 60
+    };
+    let started_in = minute();
+    let mut gw = Harness::start(
+        |_, _| {
+            Reply::sse_chunks([
+                "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"partial answer\"}}]}\n\n",
+            ])
+            .then(Part::Hang)
+        },
+        |c| {
+            let default = &mut c.file.limits.default;
+            default.input_tokens_per_minute = Some(1_000_000);
+            default.output_tokens_per_minute = Some(1_000_000);
+            default.cost_per_day_usd = Some(100.0);
+            priced(c);
+        },
+    )
+    .await;
+    let mut socket = tokio::net::TcpStream::connect(gw.addr).await.unwrap();
+    let body = request(true, "Tell me a long story").to_string();
+    let head = format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n\
+         x-conversation-id: conv-estimated\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    tokio::io::AsyncWriteExt::write_all(&mut socket, head.as_bytes())
+        .await
+        .unwrap();
+    let mut seen = Vec::new();
+    while !String::from_utf8_lossy(&seen).contains("partial answer") {
+        let mut buf = [0u8; 4096];
+        let n = tokio::io::AsyncReadExt::read(&mut socket, &mut buf)
+            .await
+            .unwrap();
+        assert!(n > 0, "connection closed early");
+        seen.extend_from_slice(&buf[..n]);
+    }
+    drop(socket);
+    gw.provider.hangups(1).await;
+
+    // The record is handed to the writer as the stream is dropped; `/v1/usage` reads the store.
+    let usage = common::eventually(
+        || async { common::get(&gw.url("/v1/usage")).await.json() },
+        |usage| usage["recorded"]["calls"] == 1,
+    )
+    .await;
+    let recorded = &usage["recorded"];
+    assert_eq!(recorded["calls"], 1, "{usage}");
+    assert_eq!(recorded["estimated_calls"], 1, "{usage}");
+    let counter = |kind: &str| {
+        usage["limits"][0]["counters"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["kind"] == kind)
+            .unwrap_or_else(|| panic!("no {kind} counter in {usage}"))
+            .clone()
+    };
+    let charged_cost = counter("cost_per_day")["used"].as_u64().unwrap();
+    assert!(charged_cost > 0, "{usage}");
+    assert_eq!(
+        recorded["cost_usd"].as_f64().unwrap(),
+        counter("cost_per_day")["used_usd"].as_f64().unwrap(),
+        "{usage}"
+    );
+    // Token windows are a minute long: compared when the call and the read fell in the same one.
+    if minute() == started_in {
+        assert_eq!(
+            recorded["input_tokens"],
+            counter("input_tokens")["used"],
+            "{usage}"
+        );
+        assert_eq!(
+            recorded["output_tokens"],
+            counter("output_tokens")["used"],
+            "{usage}"
+        );
+    }
+    gw.shutdown();
+    gw.server.take().unwrap().await.unwrap().unwrap();
+
+    let store = SqliteStore::open(gw.files.path().join("gateway.db"))
+        .await
+        .unwrap();
+    let calls = store
+        .conversation_calls(&ConversationId::new("conv-estimated"))
+        .await
+        .unwrap();
+    assert_eq!(calls.len(), 1);
+    let record = &calls[0];
+    assert_eq!(record.outcome, CallOutcome::Cancelled);
+    assert!(record.usage_estimated);
+    assert_eq!(record.cost.map(|c| c.as_nanos()), Some(charged_cost));
+    assert_eq!(
+        serde_json::json!(record.usage().input_tokens),
+        recorded["input_tokens"]
+    );
+    // "partial answer": 14 characters at 4 a token.
+    assert_eq!(record.usage().output_tokens, 4);
+    assert!(record.usage().input_tokens > 0);
+}
