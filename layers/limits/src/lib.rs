@@ -65,7 +65,13 @@
 //!    call used: the sum of its [`tower_chat::ChatEvent::Usage`] events (streamed or not), priced with the
 //!    table. A call cancelled before the provider's usage report is charged the estimated prompt and the output
 //!    characters it was seen to produce; a call the provider refused (the service call failed) is charged
-//!    nothing but keeps its request count. A call in progress frees its concurrency slot then.
+//!    nothing but keeps its request count. A call in progress frees its concurrency slot then. An estimated charge
+//!    is also left in the request's [`tower_chat::EstimatedUsage`], when a layer outside (persistence) put one
+//!    there, so the call's record carries what was charged.
+//!
+//! Refusals (over a limit, an estimate over a limit on its own, an unpriced model under a cost budget, a failed
+//! store when fail-closed) are marked [`tower_chat::ChatError::refused_before_sending`]: nothing reached the
+//! provider, and a recording layer keeps a small record of them.
 //!
 //! Usage is settled into the windows the call was admitted in. Placed inside a
 //! [tool loop](https://docs.rs/tower-chat-function-invocation) the layer counts every model round (each one is

@@ -66,7 +66,10 @@
 //! timestamps, provider and model, the messages and options sent (tools offered included), the response
 //! (text, reasoning, tool calls, tool results a tool loop ran, usage, finish reason) and the [`CallOutcome`]:
 //! completed, failed, cancelled or interrupted, with the partial output (and, opt-in, `in_flight` while a call
-//! runs, so that a process killed mid-stream leaves a trace of what it was serving). Secrets are never stored:
+//! runs, so that a process killed mid-stream leaves a trace of what it was serving). A call an inner layer refused
+//! before sending it ([`tower_chat::ChatError::is_refused_before_sending`]) is recorded without its request, by its
+//! size ([`RecordedRequest::omitted`]); a call without a usage report records the estimate an inner layer charged
+//! ([`tower_chat::EstimatedUsage`], [`CallRecord::usage_estimated`]). Secrets are never stored:
 //! credentials live in the leaf service, request extensions are not recorded, and credential-like `extra`
 //! options are redacted ([`redact_options`]).
 //!
