@@ -96,7 +96,7 @@ async fn start(limits: RequestLimits) -> (ScriptedProvider, String, tempfile::Te
     let provider = ScriptedProvider::start(|_, _| Reply::openai_text("never asked")).await;
     let dir = tempfile::tempdir().unwrap();
     let mut config = Config::new(provider.base_url());
-    config.upstream_key_env = Some("TOWER_CHAT_GATEWAY_BENCH_NO_KEY".into());
+    config.no_upstream_key = true;
     config.db = dir.path().join("adversarial.db");
     config.limits = limits;
     let gateway = Gateway::new(&config).await.unwrap();

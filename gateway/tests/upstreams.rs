@@ -497,6 +497,7 @@ async fn metrics_can_require_a_key() {
 
     // A key variable that holds nothing: the gateway does not start (its metrics would be open).
     let mut config = tower_chat_gateway::Config::new("http://127.0.0.1:9/v1");
+    config.no_upstream_key = true;
     config.metrics_key_env = Some("TOWER_CHAT_GATEWAY_TEST_METRICS_KEY_UNSET".into());
     config.db = harness.files.path().join("unused.db");
     let error = tower_chat_gateway::Gateway::new(&config)
@@ -523,7 +524,7 @@ async fn metrics_can_be_served_on_another_address() {
     let mut config = tower_chat_gateway::Config::new(harness.provider.base_url());
     config.metrics_listen = Some(([127, 0, 0, 1], 0).into());
     config.db = harness.files.path().join("second.db");
-    config.upstream_key_env = Some(NO_KEY_ENV.into());
+    config.no_upstream_key = true;
     let gateway = tower_chat_gateway::Gateway::new(&config).await.unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
