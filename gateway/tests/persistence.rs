@@ -304,8 +304,19 @@ async fn with_database_url_every_model_call_is_its_own_record_too() {
     assert_eq!(summary.cost.as_nanos(), 98_000);
 }
 
-/// The bytes of the gateway's SQLite database: the file, its write-ahead log and its record journal.
-fn database_bytes(gw: &Harness) -> u64 {
+/// The bytes of the gateway's SQLite database once its write-ahead log is checkpointed into the file (the log's
+/// size depends on when SQLite last checkpointed): the file and whatever is left beside it.
+async fn database_bytes(gw: &Harness) -> u64 {
+    let store = SqliteStore::open(gw.files.path().join("gateway.db"))
+        .await
+        .unwrap();
+    store
+        .run("checkpoint", |conn| {
+            conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
+        })
+        .await
+        .unwrap();
+    drop(store);
     std::fs::read_dir(gw.files.path())
         .unwrap()
         .map(|entry| entry.unwrap())
@@ -364,7 +375,7 @@ async fn refused_requests_are_recorded_small_and_those_refused_before_the_stack_
     assert_eq!(answer.status, 200, "{}", answer.body);
     baseline.shutdown();
     baseline.server.take().unwrap().await.unwrap().unwrap();
-    let baseline_bytes = database_bytes(&baseline);
+    let baseline_bytes = database_bytes(&baseline).await;
 
     let mut gw = one_call_a_day(&dir.path().join("keys")).await;
     let url = url_of(&gw);
@@ -386,7 +397,7 @@ async fn refused_requests_are_recorded_small_and_those_refused_before_the_stack_
     gw.shutdown();
     gw.server.take().unwrap().await.unwrap().unwrap();
 
-    let growth = database_bytes(&gw).saturating_sub(baseline_bytes);
+    let growth = database_bytes(&gw).await.saturating_sub(baseline_bytes);
     eprintln!(
         "{REFUSALS} refused {MESSAGE}-byte requests grew the database by {growth} bytes ({} per refusal)",
         growth / REFUSALS
