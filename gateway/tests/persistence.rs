@@ -465,8 +465,9 @@ async fn a_cancelled_stream_is_recorded_with_the_estimate_the_limits_charged() {
     let mut socket = tokio::net::TcpStream::connect(gw.addr).await.unwrap();
     let body = request(true, "Tell me a long story").to_string();
     let head = format!(
-        "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n\
+        "POST /v1/chat/completions HTTP/1.1\r\nhost: {}\r\ncontent-type: application/json\r\n\
          x-conversation-id: conv-estimated\r\ncontent-length: {}\r\n\r\n{body}",
+        gw.addr,
         body.len()
     );
     tokio::io::AsyncWriteExt::write_all(&mut socket, head.as_bytes())
