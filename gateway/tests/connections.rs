@@ -389,13 +389,14 @@ async fn slow_reader(addr: std::net::SocketAddr) -> TcpStream {
 }
 
 /// Send a chat request on `socket` and read until the end of the answer's head; returns the head and the
-/// `content-length` (if any).
+/// `content-length` (if any). The Host is the gateway's own address: a keyless gateway answers no other.
 async fn ask(socket: &mut TcpStream, body: &serde_json::Value) -> (String, Vec<u8>) {
     let body = body.to_string();
+    let host = socket.peer_addr().unwrap();
     socket
         .write_all(
             format!(
-                "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\ncontent-type: application/json\r\n\
+                "POST /v1/chat/completions HTTP/1.1\r\nHost: {host}\r\ncontent-type: application/json\r\n\
                  content-length: {}\r\n\r\n{body}",
                 body.len()
             )
