@@ -47,20 +47,7 @@ impl<S> Limited<S> {
         self.default_model.as_deref()
     }
 
-    /// The inner service.
-    pub fn get_ref(&self) -> &S {
-        &self.inner
-    }
-
-    /// The inner service, mutably.
-    pub fn get_mut(&mut self) -> &mut S {
-        &mut self.inner
-    }
-
-    /// The inner service.
-    pub fn into_inner(self) -> S {
-        self.inner
-    }
+    tower_chat::define_inner_service_accessors!();
 
     /// The layer (usage, stats).
     pub fn layer(&self) -> &LimitsLayer {

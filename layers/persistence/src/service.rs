@@ -49,20 +49,7 @@ impl<S> Persistence<S> {
         }
     }
 
-    /// The inner service.
-    pub fn get_ref(&self) -> &S {
-        &self.inner
-    }
-
-    /// The inner service, mutably.
-    pub fn get_mut(&mut self) -> &mut S {
-        &mut self.inner
-    }
-
-    /// The inner service.
-    pub fn into_inner(self) -> S {
-        self.inner
-    }
+    tower_chat::define_inner_service_accessors!();
 
     /// The layer (store, stats, flush).
     pub fn layer(&self) -> &PersistenceLayer {
