@@ -507,7 +507,7 @@ mod tests {
     }
 
     #[test]
-    fn defaults_follow_the_issue() {
+    fn defaults_are_the_documented_ones() {
         let config = run(&[]).unwrap();
         assert_eq!(config.listen.to_string(), "127.0.0.1:8080");
         assert_eq!(config.upstream, "https://api.openai.com/v1");
