@@ -142,28 +142,7 @@ async fn a_client_hanging_up_mid_stream_is_recorded_as_cancelled_with_the_partia
         |_| {},
     )
     .await;
-    // A raw connection, so the test controls exactly when the client goes away.
-    let mut socket = tokio::net::TcpStream::connect(gw.addr).await.unwrap();
-    let body = request(true, "hi").to_string();
-    let head = format!(
-        "POST /v1/chat/completions HTTP/1.1\r\nhost: {}\r\ncontent-type: application/json\r\n\
-         x-conversation-id: conv-hangup\r\ncontent-length: {}\r\n\r\n{body}",
-        gw.addr,
-        body.len()
-    );
-    tokio::io::AsyncWriteExt::write_all(&mut socket, head.as_bytes())
-        .await
-        .unwrap();
-    let mut seen = Vec::new();
-    while !String::from_utf8_lossy(&seen).contains("partial") {
-        let mut buf = [0u8; 4096];
-        let n = tokio::io::AsyncReadExt::read(&mut socket, &mut buf)
-            .await
-            .unwrap();
-        assert!(n > 0, "connection closed early");
-        seen.extend_from_slice(&buf[..n]);
-    }
-    drop(socket);
+    stream_then_hang_up(&gw, "conv-hangup", "hi", "partial").await;
     // The gateway noticed the hang-up when it dropped the upstream stream: the persistence layer handed the
     // record to its writer before that (in the recording stream's drop), and shutdown flushes the writer.
     gw.provider.hangups(1).await;
@@ -302,6 +281,31 @@ async fn with_database_url_every_model_call_is_its_own_record_too() {
         (3, 52, 23)
     );
     assert_eq!(summary.cost.as_nanos(), 98_000);
+}
+
+/// Ask for a streamed answer in conversation `conversation` on a raw connection, read until `seen` has
+/// arrived, then drop the connection: the test controls exactly when the client goes away.
+async fn stream_then_hang_up(gw: &Harness, conversation: &str, user: &str, seen: &str) {
+    let mut socket = tokio::net::TcpStream::connect(gw.addr).await.unwrap();
+    let body = request(true, user).to_string();
+    let head = format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nhost: {}\r\ncontent-type: application/json\r\n\
+         x-conversation-id: {conversation}\r\ncontent-length: {}\r\n\r\n{body}",
+        gw.addr,
+        body.len()
+    );
+    tokio::io::AsyncWriteExt::write_all(&mut socket, head.as_bytes())
+        .await
+        .unwrap();
+    let mut received = Vec::new();
+    while !String::from_utf8_lossy(&received).contains(seen) {
+        let mut buf = [0u8; 4096];
+        let n = tokio::io::AsyncReadExt::read(&mut socket, &mut buf)
+            .await
+            .unwrap();
+        assert!(n > 0, "connection closed early");
+        received.extend_from_slice(&buf[..n]);
+    }
 }
 
 /// The bytes of the gateway's SQLite database once its write-ahead log is checkpointed into the file (the log's
@@ -464,27 +468,13 @@ async fn a_cancelled_stream_is_recorded_with_the_estimate_the_limits_charged() {
         },
     )
     .await;
-    let mut socket = tokio::net::TcpStream::connect(gw.addr).await.unwrap();
-    let body = request(true, "Tell me a long story").to_string();
-    let head = format!(
-        "POST /v1/chat/completions HTTP/1.1\r\nhost: {}\r\ncontent-type: application/json\r\n\
-         x-conversation-id: conv-estimated\r\ncontent-length: {}\r\n\r\n{body}",
-        gw.addr,
-        body.len()
-    );
-    tokio::io::AsyncWriteExt::write_all(&mut socket, head.as_bytes())
-        .await
-        .unwrap();
-    let mut seen = Vec::new();
-    while !String::from_utf8_lossy(&seen).contains("partial answer") {
-        let mut buf = [0u8; 4096];
-        let n = tokio::io::AsyncReadExt::read(&mut socket, &mut buf)
-            .await
-            .unwrap();
-        assert!(n > 0, "connection closed early");
-        seen.extend_from_slice(&buf[..n]);
-    }
-    drop(socket);
+    stream_then_hang_up(
+        &gw,
+        "conv-estimated",
+        "Tell me a long story",
+        "partial answer",
+    )
+    .await;
     gw.provider.hangups(1).await;
 
     // The record is handed to the writer as the stream is dropped; `/v1/usage` reads the store.
