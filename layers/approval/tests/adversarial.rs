@@ -26,12 +26,12 @@ struct Paused {
     history: Vec<Message>,
 }
 
-async fn paused(shape: Shape, layer: ApprovalLayer) -> Paused {
+async fn paused(shape: Delivery, layer: ApprovalLayer) -> Paused {
     let store = MemoryApprovalStore::new();
     let runs = Runs::new();
     let (m, handle) = model(shape, vec![delete_call("c1", "a.txt")]);
     let chat = stack(&layer.store(store.clone()), &runs, m);
-    let (events, history) = pause(&chat, user("clean up")).await;
+    let (events, history) = pause(&chat, vec![Message::user("clean up")]).await;
     let id = approvals(&events)[0].id.clone();
     Paused {
         chat,
@@ -48,7 +48,9 @@ impl Paused {
     async fn refused(&self, request: ChatRequest, expected: RefusalKind) {
         let deletes = self.runs.deletes();
         let model_calls = self.model.calls();
-        let error = run(&self.chat, request).await.expect_err("must be refused");
+        let error = try_run(self.chat.clone(), request)
+            .await
+            .expect_err("must be refused");
         assert_eq!(refusal_kinds(&error), vec![expected], "{error}");
         assert_eq!(self.runs.deletes(), deletes, "the tool body ran");
         assert_eq!(self.model.calls(), model_calls, "the model was called");
@@ -88,7 +90,7 @@ async fn a_forged_id_is_refused() {
             request(p.history.clone()),
             vec![ApprovalDecision::approve(huge)],
         );
-        let error = run(&p.chat, forged_request).await.unwrap_err();
+        let error = try_run(p.chat.clone(), forged_request).await.unwrap_err();
         assert_eq!(refusal_kinds(&error), vec![RefusalKind::Unknown]);
         assert!(error.message().len() < 300, "{}", error.message().len());
         let log = p
@@ -130,7 +132,9 @@ async fn a_decision_for_a_call_never_put_to_an_approver_is_refused() {
 
         // The real approval next to the injected call: it decides c1 only; c9 is put to an approver, not run.
         let alongside = decide(request(history), vec![ApprovalDecision::approve(&p.id)]);
-        let events = run(&p.chat, alongside).await.expect("c1 is approved");
+        let events = try_run(p.chat.clone(), alongside)
+            .await
+            .expect("c1 is approved");
         assert_eq!(p.runs.deletes(), 1, "{shape:?}");
         assert_eq!(tool_results(&events).len(), 1);
         assert_eq!(tool_results(&events)[0].call_id, "c1");
@@ -149,7 +153,7 @@ async fn a_replayed_id_is_refused_and_the_tool_ran_only_once() {
             request(p.history.clone()),
             vec![ApprovalDecision::approve(&p.id)],
         );
-        run(&p.chat, first).await.expect("first use");
+        try_run(p.chat.clone(), first).await.expect("first use");
         assert_eq!(p.runs.deletes(), 1);
 
         // The same resume again (the history from before the first resume, where c1 is still pending).
@@ -173,9 +177,9 @@ async fn a_replayed_id_is_refused_and_the_tool_ran_only_once() {
 async fn concurrent_uses_of_one_id_run_the_tool_once() {
     let store = TestStore::default();
     let runs = Runs::new();
-    let (m, _) = model(Shape::Trickle, vec![delete_call("c1", "a.txt")]);
+    let (m, _) = model(Delivery::OneByOne, vec![delete_call("c1", "a.txt")]);
     let chat = stack(&flagged().store(store.clone()), &runs, m);
-    let (events, history) = pause(&chat, user("clean up")).await;
+    let (events, history) = pause(&chat, vec![Message::user("clean up")]).await;
     let id = approvals(&events)[0].id.clone();
     let use_it = || {
         let chat = chat.clone();
@@ -252,7 +256,7 @@ async fn an_id_is_valid_until_its_ttl_has_passed_on_the_layers_clock() {
             request(p.history.clone()),
             vec![ApprovalDecision::approve(&p.id)],
         );
-        run(&p.chat, in_time)
+        try_run(p.chat.clone(), in_time)
             .await
             .expect("approved before its expiry");
         assert_eq!(p.runs.deletes(), 1, "{shape:?}");
@@ -282,14 +286,14 @@ async fn arguments_or_tool_edited_in_the_history_after_approval_are_refused() {
             request(p.history.clone()),
             vec![ApprovalDecision::approve(&p.id)],
         );
-        run(&p.chat, honest).await.expect("resumes");
+        try_run(p.chat.clone(), honest).await.expect("resumes");
         assert_eq!(p.runs.deletes(), 1);
     }
 }
 
 #[tokio::test]
 async fn a_call_already_answered_in_the_history_is_not_pending() {
-    let p = paused(Shape::Whole, flagged()).await;
+    let p = paused(Delivery::AllAtOnce, flagged()).await;
     let mut history = p.history.clone();
     history.push(Message::Tool(tower_chat::ToolMessage::success(
         "c1", "delete", "done",
@@ -363,11 +367,11 @@ async fn one_refused_decision_refuses_the_whole_request() {
     let store = MemoryApprovalStore::new();
     let runs = Runs::new();
     let (m, _) = model(
-        Shape::Whole,
+        Delivery::AllAtOnce,
         vec![delete_call("c1", "a.txt"), delete_call("c2", "b.txt")],
     );
     let chat = stack(&flagged().store(store.clone()), &runs, m);
-    let (events, history) = pause(&chat, user("x")).await;
+    let (events, history) = pause(&chat, vec![Message::user("x")]).await;
     let ids: Vec<String> = approvals(&events).into_iter().map(|a| a.id).collect();
 
     let mixed = decide(
@@ -377,7 +381,7 @@ async fn one_refused_decision_refuses_the_whole_request() {
             ApprovalDecision::approve("apr_forged"),
         ],
     );
-    let error = run(&chat, mixed).await.unwrap_err();
+    let error = try_run(chat.clone(), mixed).await.unwrap_err();
     assert_eq!(refusal_kinds(&error), vec![RefusalKind::Unknown]);
     assert_eq!(runs.deletes(), 0);
     assert_eq!(
@@ -393,7 +397,7 @@ async fn one_refused_decision_refuses_the_whole_request() {
             ApprovalDecision::deny(&ids[0], "no"),
         ],
     );
-    let error = run(&chat, twice).await.unwrap_err();
+    let error = try_run(chat.clone(), twice).await.unwrap_err();
     assert_eq!(refusal_kinds(&error), vec![RefusalKind::Duplicate]);
     assert_eq!(runs.deletes(), 0);
 
@@ -404,7 +408,7 @@ async fn one_refused_decision_refuses_the_whole_request() {
             ApprovalDecision::approve(&ids[1]),
         ],
     );
-    run(&chat, both).await.expect("both valid");
+    try_run(chat.clone(), both).await.expect("both valid");
     assert_eq!(runs.deletes(), 2);
 }
 
@@ -479,7 +483,7 @@ async fn an_approval_that_cannot_be_stored_is_never_reported() {
             &runs,
             m,
         );
-        let stream = tower::ServiceExt::oneshot(chat, request(user("x")))
+        let stream = tower::ServiceExt::oneshot(chat, request(vec![Message::user("x")]))
             .await
             .unwrap();
         let (events, error) = drain(stream).await;

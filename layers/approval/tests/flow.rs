@@ -18,7 +18,7 @@ async fn a_gated_call_pauses_with_a_stored_unguessable_id_while_the_rest_of_the_
         let (model, calls) = model(shape, vec![delete_call("c1", "a.txt"), weather_call("c2")]);
         let chat = stack(&flagged().store(store.clone()), &runs, model);
 
-        let (events, history) = pause(&chat, user("clean up")).await;
+        let (events, history) = pause(&chat, vec![Message::user("clean up")]).await;
         assert_eq!(runs.deletes(), 0, "never without a decision");
         assert_eq!(
             runs.weathers(),
@@ -60,14 +60,14 @@ async fn an_approved_call_runs_once_and_the_model_continues() {
         let runs = Runs::new();
         let (model, calls) = model(shape, vec![delete_call("c1", "a.txt"), weather_call("c2")]);
         let chat = stack(&flagged().store(store.clone()), &runs, model);
-        let (events, history) = pause(&chat, user("clean up")).await;
+        let (events, history) = pause(&chat, vec![Message::user("clean up")]).await;
         let id = approvals(&events)[0].id.clone();
 
         let resume = decide(
             request(history.clone()),
             vec![ApprovalDecision::approve(&id)],
         );
-        let events = run(&chat, resume).await.expect("resumed");
+        let events = try_run(chat.clone(), resume).await.expect("resumed");
         assert_eq!(runs.deletes(), 1, "{shape:?}");
         assert_eq!(runs.weathers(), 1, "the answered call is not run again");
         assert_eq!(
@@ -105,14 +105,14 @@ async fn a_denied_call_never_runs_and_the_model_hears_why() {
         let runs = Runs::new();
         let (model, calls) = model(shape, vec![delete_call("c1", "a.txt")]);
         let chat = stack(&flagged().store(store.clone()), &runs, model);
-        let (events, history) = pause(&chat, user("clean up")).await;
+        let (events, history) = pause(&chat, vec![Message::user("clean up")]).await;
         let id = approvals(&events)[0].id.clone();
 
         let resume = decide(
             request(history),
             vec![ApprovalDecision::deny(&id, "keep the file")],
         );
-        let events = run(&chat, resume).await.expect("resumed");
+        let events = try_run(chat.clone(), resume).await.expect("resumed");
         assert_eq!(runs.deletes(), 0);
         let results = tool_results(&events);
         assert_eq!(results.len(), 1);
@@ -147,7 +147,7 @@ async fn a_mixed_round_runs_ungated_calls_and_decides_gated_ones_separately() {
             ],
         );
         let chat = stack(&flagged().store(store.clone()), &runs, model);
-        let (events, history) = pause(&chat, user("clean up")).await;
+        let (events, history) = pause(&chat, vec![Message::user("clean up")]).await;
         let ids: Vec<String> = approvals(&events).into_iter().map(|a| a.id).collect();
         assert_eq!(ids.len(), 2);
         assert_ne!(ids[0], ids[1]);
@@ -158,7 +158,7 @@ async fn a_mixed_round_runs_ungated_calls_and_decides_gated_ones_separately() {
             request(history.clone()),
             vec![ApprovalDecision::approve(&ids[0])],
         );
-        let events = run(&chat, resume).await.expect("resumed");
+        let events = try_run(chat.clone(), resume).await.expect("resumed");
         assert_eq!(runs.deletes(), 1);
         assert_eq!(finish(&events), Some(FinishReason::AwaitingApproval));
         let again = approvals(&events);
@@ -173,7 +173,7 @@ async fn a_mixed_round_runs_ungated_calls_and_decides_gated_ones_separately() {
             request(history),
             vec![ApprovalDecision::deny(&again[0].id, "no")],
         );
-        let events = run(&chat, resume).await.expect("resumed");
+        let events = try_run(chat.clone(), resume).await.expect("resumed");
         assert_eq!(runs.deletes(), 1, "{shape:?}");
         assert_eq!(finish(&events), Some(FinishReason::Stop));
         assert!(
@@ -205,7 +205,7 @@ async fn the_policy_sees_arguments_and_caller_and_can_allow_require_or_deny() {
         // Inside the workspace: runs without asking.
         let runs = Runs::new();
         let (m, _) = model(shape, vec![delete_call("c1", "./workspace/x")]);
-        let events = run(&stack(&layer, &runs, m), request(user("x")))
+        let events = try_run(stack(&layer, &runs, m), request(vec![Message::user("x")]))
             .await
             .unwrap();
         assert_eq!(runs.deletes(), 1);
@@ -214,7 +214,7 @@ async fn the_policy_sees_arguments_and_caller_and_can_allow_require_or_deny() {
         // Outside: needs approval, with the policy's reason.
         let runs = Runs::new();
         let (m, _) = model(shape, vec![delete_call("c1", "/etc/passwd")]);
-        let (events, _) = pause(&stack(&layer, &runs, m), user("x")).await;
+        let (events, _) = pause(&stack(&layer, &runs, m), vec![Message::user("x")]).await;
         assert_eq!(runs.deletes(), 0);
         assert_eq!(
             approvals(&events)[0].reason.as_deref(),
@@ -224,16 +224,16 @@ async fn the_policy_sees_arguments_and_caller_and_can_allow_require_or_deny() {
         // An admin may run it without asking.
         let runs = Runs::new();
         let (m, _) = model(shape, vec![delete_call("c1", "/etc/passwd")]);
-        let admin = request(user("x")).with_extension(CallerIdentity::new("admin"));
-        let events = run(&stack(&layer, &runs, m), admin).await.unwrap();
+        let admin = request(vec![Message::user("x")]).with_extension(CallerIdentity::new("admin"));
+        let events = try_run(stack(&layer, &runs, m), admin).await.unwrap();
         assert_eq!(runs.deletes(), 1);
         assert!(approvals(&events).is_empty());
 
         // A guest is denied outright: the model is told, nothing runs, nobody is asked.
         let runs = Runs::new();
         let (m, _) = model(shape, vec![delete_call("c1", "./workspace/x")]);
-        let guest = request(user("x")).with_extension(CallerIdentity::new("guest"));
-        let events = run(&stack(&layer, &runs, m), guest).await.unwrap();
+        let guest = request(vec![Message::user("x")]).with_extension(CallerIdentity::new("guest"));
+        let events = try_run(stack(&layer, &runs, m), guest).await.unwrap();
         assert_eq!(runs.deletes(), 0);
         assert!(approvals(&events).is_empty());
         assert_eq!(
@@ -255,11 +255,11 @@ async fn an_operator_may_decide_on_a_users_conversation_and_is_audited_as_the_ap
     let runs = Runs::new();
     let (m, _) = model(SHAPES[0], vec![delete_call("c1", "a.txt")]);
     let chat = stack(&layer, &runs, m);
-    let (events, history) = pause(&chat, user("x")).await;
+    let (events, history) = pause(&chat, vec![Message::user("x")]).await;
     let id = approvals(&events)[0].id.clone();
     let resume = decide(request(history), vec![ApprovalDecision::approve(&id)])
         .with_extension(ApproverIdentity::new("operator:bob"));
-    run(&chat, resume).await.unwrap();
+    try_run(chat.clone(), resume).await.unwrap();
     assert_eq!(runs.deletes(), 1);
     let log = store
         .audit_log(&ConversationId::new(CONVERSATION))
@@ -274,8 +274,8 @@ async fn a_gated_call_in_a_request_without_conversation_is_an_error_not_a_bypass
     let runs = Runs::new();
     let (m, _) = model(SHAPES[1], vec![delete_call("c1", "a.txt")]);
     let chat = stack(&flagged(), &runs, m);
-    let anonymous = tower_chat::ChatRequest::new(user("x"));
-    let error = run(&chat, anonymous).await.unwrap_err();
+    let anonymous = tower_chat::ChatRequest::new(vec![Message::user("x")]);
+    let error = try_run(chat.clone(), anonymous).await.unwrap_err();
     assert_eq!(error.kind(), &ErrorKind::InvalidRequest);
     assert!(error.message().contains("ConversationId"), "{error}");
     assert_eq!(runs.deletes(), 0);
@@ -287,7 +287,9 @@ async fn requests_without_approvals_pass_through_unchanged() {
         let runs = Runs::new();
         let (m, calls) = model(shape, vec![weather_call("c1")]);
         let chat = stack(&flagged(), &runs, m);
-        let events = run(&chat, request(user("x"))).await.unwrap();
+        let events = try_run(chat.clone(), request(vec![Message::user("x")]))
+            .await
+            .unwrap();
         assert_eq!(runs.weathers(), 1);
         assert_eq!(finish(&events), Some(FinishReason::Stop));
         assert_eq!(calls.calls(), 2);

@@ -9,7 +9,7 @@ use std::error::Error as _;
 use common::*;
 use tower::util::BoxCloneService;
 use tower::{Layer, ServiceExt};
-use tower_chat::{ChatError, ErrorKind, FinishReason};
+use tower_chat::{ChatError, ErrorKind, FinishReason, Message};
 use tower_chat_approval::ApprovalMisplaced;
 
 fn misplaced(error: &ChatError) -> ApprovalMisplaced {
@@ -29,10 +29,12 @@ fn misplaced(error: &ChatError) -> ApprovalMisplaced {
 #[tokio::test]
 async fn inside_the_tool_loop_the_first_call_fails_and_no_tool_runs() {
     let runs = Runs::new();
-    let (m, model) = model(Shape::Whole, vec![delete_call("c1", "a.txt")]);
+    let (m, model) = model(Delivery::AllAtOnce, vec![delete_call("c1", "a.txt")]);
     let approval_inside = BoxCloneService::new(flagged().layer(m));
     let chat = tool_loop(&runs, approval_inside);
-    let error = run(&chat, request(user("clean up"))).await.unwrap_err();
+    let error = try_run(chat.clone(), request(vec![Message::user("clean up")]))
+        .await
+        .unwrap_err();
     assert_eq!(misplaced(&error), ApprovalMisplaced::InsideToolLoop);
     assert_eq!(runs.deletes(), 0);
     assert_eq!(model.calls(), 0, "refused before the model was called");
@@ -40,16 +42,18 @@ async fn inside_the_tool_loop_the_first_call_fails_and_no_tool_runs() {
 
 #[tokio::test]
 async fn over_no_tool_loop_the_first_call_fails() {
-    let (m, _model) = model(Shape::Trickle, vec![delete_call("c1", "a.txt")]);
+    let (m, _model) = model(Delivery::OneByOne, vec![delete_call("c1", "a.txt")]);
     let chat = BoxCloneService::new(flagged().layer(m));
-    let error = run(&chat, request(user("clean up"))).await.unwrap_err();
+    let error = try_run(chat.clone(), request(vec![Message::user("clean up")]))
+        .await
+        .unwrap_err();
     assert_eq!(misplaced(&error), ApprovalMisplaced::NoToolLoop);
 }
 
 #[tokio::test]
 async fn outside_the_loop_with_middleware_between_and_nested_layers_it_gates() {
     let runs = Runs::new();
-    let (m, _model) = model(Shape::Trickle, vec![delete_call("c1", "a.txt")]);
+    let (m, _model) = model(Delivery::OneByOne, vec![delete_call("c1", "a.txt")]);
     // tower middleware between the approval layer and the loop, and a second approval layer outside.
     let between = BoxCloneService::new(
         tool_loop(&runs, m).map_request(|request: tower_chat::ChatRequest| request),
@@ -60,7 +64,9 @@ async fn outside_the_loop_with_middleware_between_and_nested_layers_it_gates() {
             .require_approval("weather")
             .layer(inner),
     );
-    let events = run(&chat, request(user("clean up"))).await.unwrap();
+    let events = try_run(chat.clone(), request(vec![Message::user("clean up")]))
+        .await
+        .unwrap();
     assert_eq!(finish(&events), Some(FinishReason::AwaitingApproval));
     assert_eq!(approvals(&events).len(), 1);
     assert_eq!(runs.deletes(), 0);

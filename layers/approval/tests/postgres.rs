@@ -7,7 +7,7 @@ use std::panic::AssertUnwindSafe;
 
 use common::*;
 use futures_util::FutureExt;
-use tower_chat::{ApprovalDecision, ConversationId, ErrorKind, FinishReason};
+use tower_chat::{ApprovalDecision, ConversationId, ErrorKind, FinishReason, Message};
 use tower_chat_approval::{ApprovalStore, AuditOutcome, PostgresApprovalStore, RefusalKind};
 use tower_chat_persistence::PostgresStore;
 
@@ -61,11 +61,11 @@ async fn scenario(store_a: PostgresApprovalStore, store_b: PostgresApprovalStore
         let b = stack(&flagged().store(store_b.clone()), &runs_b, model_b);
 
         // Replica A pauses; replica B resumes.
-        let (events, history) = pause(&a, user("clean up")).await;
+        let (events, history) = pause(&a, vec![Message::user("clean up")]).await;
         let id = approvals(&events)[0].id.clone();
         assert_eq!(runs_a.weathers(), 1);
-        let events = run(
-            &b,
+        let events = try_run(
+            b.clone(),
             decide(
                 request(history.clone()),
                 vec![ApprovalDecision::approve(&id)],
@@ -78,8 +78,8 @@ async fn scenario(store_a: PostgresApprovalStore, store_b: PostgresApprovalStore
         assert_eq!(continued.calls(), 1);
 
         // The id is spent for both replicas.
-        let error = run(
-            &a,
+        let error = try_run(
+            a.clone(),
             decide(request(history), vec![ApprovalDecision::approve(&id)]),
         )
         .await
@@ -110,11 +110,11 @@ async fn both_replicas_racing_for_one_id_run_the_tool_once() {
     let store_b = replica(&url, &schema).await;
     let outcome = AssertUnwindSafe(async {
         let runs = Runs::new();
-        let (model_a, _) = model(Shape::Trickle, vec![delete_call("c1", "a.txt")]);
-        let (model_b, _) = model(Shape::Trickle, vec![delete_call("c1", "a.txt")]);
+        let (model_a, _) = model(Delivery::OneByOne, vec![delete_call("c1", "a.txt")]);
+        let (model_b, _) = model(Delivery::OneByOne, vec![delete_call("c1", "a.txt")]);
         let a = stack(&flagged().store(store_a.clone()), &runs, model_a);
         let b = stack(&flagged().store(store_b.clone()), &runs, model_b);
-        let (events, history) = pause(&a, user("x")).await;
+        let (events, history) = pause(&a, vec![Message::user("x")]).await;
         let id = approvals(&events)[0].id.clone();
         let attempts: Vec<_> = (0..6)
             .map(|i| {

@@ -34,9 +34,9 @@ fn first_round() -> Vec<ToolCall> {
 async fn child(path: &str) {
     let store = open(Path::new(path)).await;
     let runs = Runs::new();
-    let (m, _) = model(Shape::Trickle, first_round());
+    let (m, _) = model(Delivery::OneByOne, first_round());
     let chat = stack(&flagged().store(store), &runs, m);
-    let (events, history) = pause(&chat, user("clean up")).await;
+    let (events, history) = pause(&chat, vec![Message::user("clean up")]).await;
     assert_eq!(runs.deletes(), 0);
     assert_eq!(runs.weathers(), 1);
     let handoff = json!({"history": history, "approval": approvals(&events)[0]});
@@ -70,15 +70,15 @@ async fn a_pause_resumes_after_a_process_restart() {
     // This process never saw the pause: a new store instance on the same file.
     let store = open(&path).await;
     let runs = Runs::new();
-    let (m, model) = model(Shape::Whole, first_round());
+    let (m, model) = model(Delivery::AllAtOnce, first_round());
     let chat = stack(&flagged().store(store.clone()), &runs, m);
 
     let mut tampered = history.clone();
     edit_call(&mut tampered, "c1", |c| {
         c.arguments = tower_chat::ToolArguments::Json(json!({"path": "/"}))
     });
-    let error = run(
-        &chat,
+    let error = try_run(
+        chat.clone(),
         decide(
             request(tampered),
             vec![ApprovalDecision::approve(&approval.id)],
@@ -89,8 +89,8 @@ async fn a_pause_resumes_after_a_process_restart() {
     assert_eq!(refusal_kinds(&error), vec![RefusalKind::Tampered]);
     assert_eq!(runs.deletes(), 0);
 
-    let events = run(
-        &chat,
+    let events = try_run(
+        chat.clone(),
         decide(
             request(history.clone()),
             vec![ApprovalDecision::approve(&approval.id)],
@@ -108,8 +108,8 @@ async fn a_pause_resumes_after_a_process_restart() {
         text(&events)
     );
 
-    let error = run(
-        &chat,
+    let error = try_run(
+        chat.clone(),
         decide(
             request(history),
             vec![ApprovalDecision::approve(&approval.id)],
@@ -151,7 +151,7 @@ async fn expiry_and_binding_hold_on_sqlite() {
         let ttl = Duration::from_secs(60);
         let layer: ApprovalLayer = flagged().store(store.clone()).ttl(ttl).clock(clock.clone());
         let chat = stack(&layer, &runs, m);
-        let (events, history) = pause(&chat, user("x")).await;
+        let (events, history) = pause(&chat, vec![Message::user("x")]).await;
         let id = approvals(&events)[0].id.clone();
         let pending = store.get_pending(&id).await.unwrap().expect("stored");
         assert_eq!(pending.call, delete_call("c1", "a.txt"));
@@ -162,14 +162,14 @@ async fn expiry_and_binding_hold_on_sqlite() {
             vec![ApprovalDecision::approve(&id)],
         );
         assert_eq!(
-            refusal_kinds(&run(&chat, other).await.unwrap_err()),
+            refusal_kinds(&try_run(chat.clone(), other).await.unwrap_err()),
             vec![RefusalKind::OtherConversation]
         );
 
         clock.advance(ttl + Duration::from_secs(1));
         let late = decide(request(history), vec![ApprovalDecision::approve(&id)]);
         assert_eq!(
-            refusal_kinds(&run(&chat, late).await.unwrap_err()),
+            refusal_kinds(&try_run(chat.clone(), late).await.unwrap_err()),
             vec![RefusalKind::Expired]
         );
         assert_eq!(runs.deletes(), 0);

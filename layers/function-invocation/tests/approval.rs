@@ -9,7 +9,7 @@ use common::*;
 use serde_json::{json, Value};
 use tower_chat::{
     ApprovalDecision, ApprovalDecisions, ApprovalRequest, ChatEvent, ChatRequest, FinishReason,
-    Message, ResponseBuilder, ToolMessage,
+    Message, ToolMessage,
 };
 use tower_chat_function_invocation::{
     ApprovalPolicy, ApprovalVerdict, CompiledTool, FunctionInvocationLayer,
@@ -37,25 +37,9 @@ fn guarded_delete(runs: Arc<AtomicUsize>) -> CompiledTool {
     .unwrap()
 }
 
-fn approvals(events: &[ChatEvent]) -> Vec<ApprovalRequest> {
-    events
-        .iter()
-        .filter_map(|e| match e {
-            ChatEvent::ApprovalRequest { request } => Some(ApprovalRequest::clone(request)),
-            _ => None,
-        })
-        .collect()
-}
-
-fn collect(events: &[ChatEvent]) -> Vec<Message> {
-    let mut builder = ResponseBuilder::new();
-    events.iter().for_each(|e| builder.push(e));
-    builder.finish().messages
-}
-
 /// The first leg: the model calls `delete` (gated) and `weather` (not) in one round.
 async fn first_leg(
-    shape: Shape,
+    shape: Delivery,
     layer: &FunctionInvocationLayer,
     request: ChatRequest,
 ) -> (Vec<ChatEvent>, Vec<Message>) {
@@ -71,7 +55,7 @@ async fn first_leg(
     assert!(error.is_none(), "{error:?}");
     assert_eq!(script.calls(), 1);
     let mut history = history;
-    history.extend(collect(&events));
+    history.extend(messages(&events));
     (events, history)
 }
 
@@ -204,7 +188,7 @@ async fn decisions_only_count_for_calls_pending_in_the_history() {
         );
         let (events, _) = run(stack(layer.clone(), inner), user("two")).await;
         let mut history = vec![Message::user("two")];
-        history.extend(collect(&events));
+        history.extend(messages(&events));
         let (inner, script) = scripted(shape, vec![]);
         let resume = ChatRequest::new(history).with_extension(ApprovalDecisions(vec![
             ApprovalDecision::approve("b"),
@@ -285,7 +269,7 @@ async fn policies_can_require_approval_or_deny_but_never_waive_it() {
 
         // On resume the policy still applies: a Deny beats an approval.
         let mut history = vec![Message::user("x")];
-        history.extend(collect(&events));
+        history.extend(messages(&events));
         let deny_all = ApprovalPolicy::new(|_, tool, _| {
             if tool.name() == "delete" {
                 ApprovalVerdict::Deny {
@@ -328,7 +312,7 @@ async fn without_decisions_pending_calls_are_left_alone() {
             ..Default::default()
         }),
     ];
-    let (inner, script) = scripted(Shape::Whole, vec![answer("hm")]);
+    let (inner, script) = scripted(Delivery::AllAtOnce, vec![answer("hm")]);
     let (_, error) = run(stack(layer, inner), ChatRequest::new(history)).await;
     assert!(error.is_none());
     assert_eq!(count(&deletes), 0);

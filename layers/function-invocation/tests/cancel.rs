@@ -142,7 +142,7 @@ async fn cancelling_the_request_token_stops_tools_promptly() {
 
 #[tokio::test]
 async fn a_cancelled_request_never_reaches_the_model() {
-    let (inner, script) = scripted(Shape::Whole, vec![answer("x")]);
+    let (inner, script) = scripted(Delivery::AllAtOnce, vec![answer("x")]);
     let token = CancellationToken::new();
     token.cancel();
     let error = stack(FunctionInvocationLayer::new(), inner)

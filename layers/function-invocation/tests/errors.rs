@@ -213,7 +213,7 @@ async fn consecutive_failing_rounds_end_the_stream_and_a_good_round_resets_the_c
     }
     // The default is 3.
     let fail = |id: &str| calls(&[(id, "db", json!({}))]);
-    let (inner, script) = scripted(Shape::Whole, vec![fail("a"), fail("b"), fail("c")]);
+    let (inner, script) = scripted(Delivery::AllAtOnce, vec![fail("a"), fail("b"), fail("c")]);
     let layer = FunctionInvocationLayer::new()
         .tool(counting("db", counter(), Err("x")))
         .unwrap();
@@ -290,7 +290,7 @@ async fn a_body_can_reject_arguments_in_full_detail() {
     .compile()
     .unwrap();
     let (inner, script) = scripted(
-        Shape::Whole,
+        Delivery::AllAtOnce,
         vec![calls(&[("a", "date", json!({}))]), answer("x")],
     );
     let layer = FunctionInvocationLayer::new()
@@ -370,13 +370,7 @@ async fn client_side_tools_are_handed_back_after_the_executable_calls_ran() {
         assert!(error.is_none());
         assert_eq!(count(&runs), 1);
         assert_eq!(script.calls(), 1);
-        let names: Vec<String> = script.requests()[0]
-            .options
-            .tools
-            .iter()
-            .map(|t| t.name.clone())
-            .collect();
-        assert_eq!(names, ["weather", "pick_file"]);
+        assert_eq!(script.offered(0), ["weather", "pick_file"]);
         assert_eq!(finish_reasons(&events), vec![FinishReason::ToolCalls]);
         let results = tool_results(&events);
         assert_eq!(results.len(), 1);

@@ -390,8 +390,8 @@ async fn a_refused_model_call_is_a_service_error_first_and_a_stream_error_later(
         let n = seen.fetch_add(1, Ordering::SeqCst);
         async move {
             if n == 0 {
-                Ok(make_stream(
-                    Shape::Whole,
+                Ok(scripted_stream(
+                    Delivery::AllAtOnce,
                     calls(&[("a", "weather", json!({"city": "Oslo"}))])
                         .into_iter()
                         .map(Ok)
@@ -426,7 +426,7 @@ struct Strict {
     ready: bool,
     polls: Arc<AtomicUsize>,
     calls: Arc<AtomicUsize>,
-    shape: Shape,
+    shape: Delivery,
 }
 
 impl Service<ChatRequest> for Strict {
@@ -451,7 +451,7 @@ impl Service<ChatRequest> for Strict {
         } else {
             answer("done")
         };
-        let stream = make_stream(self.shape, events.into_iter().map(Ok).collect());
+        let stream = scripted_stream(self.shape, events.into_iter().map(Ok).collect());
         Box::pin(async move { Ok(stream) })
     }
 }

@@ -68,13 +68,7 @@ async fn request_tools_extend_the_layer_and_a_guard_is_never_dropped() {
         let request =
             user("go").with_extension(RequestTools::new().tool(named("y", "", false)).unwrap());
         run(stack(layer, inner), request).await;
-        let names: Vec<String> = script.requests()[0]
-            .options
-            .tools
-            .iter()
-            .map(|t| t.name.clone())
-            .collect();
-        assert_eq!(names, ["x", "y"]);
+        assert_eq!(script.offered(0), ["x", "y"]);
     }
 }
 
@@ -99,13 +93,11 @@ async fn registered_tools_are_offered_by_name_and_unknown_names_fail_first() {
         assert!(error.is_none());
         assert_eq!(count(&runs), 1);
         assert_eq!(tool_results(&events).len(), 1);
-        let names: Vec<String> = script.requests()[0]
-            .options
-            .tools
-            .iter()
-            .map(|t| t.name.clone())
-            .collect();
-        assert_eq!(names, ["weather"], "only named registry tools are offered");
+        assert_eq!(
+            script.offered(0),
+            ["weather"],
+            "only named registry tools are offered"
+        );
 
         let (inner, script) = scripted(shape, vec![]);
         let request = user("go").with_extension(RequestTools::new().registered("nope"));
@@ -119,7 +111,7 @@ async fn registered_tools_are_offered_by_name_and_unknown_names_fail_first() {
         );
         assert_eq!(script.calls(), 0);
     }
-    let (inner, _) = scripted(Shape::Whole, vec![]);
+    let (inner, _) = scripted(Delivery::AllAtOnce, vec![]);
     let request = user("go").with_extension(RequestTools::new().registered("weather"));
     let error = stack(FunctionInvocationLayer::new(), inner)
         .oneshot(request)

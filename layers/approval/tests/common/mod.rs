@@ -1,118 +1,63 @@
-//! A scripted model, counted tools and helpers for the approval layer's tests.
+//! The approval layer over the tool loop and a deterministic model, tools that count their runs, and the
+//! requests and decisions of a paused conversation; the rest comes from the kit.
 #![allow(dead_code)]
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
-use futures_util::StreamExt;
 use serde_json::{json, Value};
 use tower::util::BoxCloneService;
-use tower::{Layer, ServiceExt};
-use tower_chat::test_server::{scripted_stream, Delivery};
+use tower::Layer;
 use tower_chat::{
-    ApprovalDecision, ApprovalDecisions, ApprovalRequest, AssistantMessage, CallerIdentity,
-    ChatError, ChatEvent, ChatRequest, ChatStream, ConversationId, ErrorKind, FinishReason,
-    Message, ResponseBuilder, ToolCall, ToolMessage,
+    ApprovalDecision, ApprovalDecisions, AssistantMessage, CallerIdentity, ChatError, ChatEvent,
+    ChatRequest, ConversationId, ErrorKind, FinishReason, Message, ToolCall,
 };
 use tower_chat_approval::{ApprovalLayer, ApprovalRefused, RefusalKind};
 use tower_chat_function_invocation::{
     tool_json, CompiledTool, FunctionInvocationLayer, ToolContext,
 };
-
-/// How the inner model delivers a response.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Shape {
-    /// Non-streaming: every event at once, in one ready stream.
-    Whole,
-    /// Streaming: each event after a `Pending` poll.
-    Trickle,
-}
-
-pub const SHAPES: [Shape; 2] = [Shape::Whole, Shape::Trickle];
-
-fn make_stream(shape: Shape, events: Vec<ChatEvent>) -> ChatStream {
-    let delivery = match shape {
-        Shape::Whole => Delivery::AllAtOnce,
-        Shape::Trickle => Delivery::OneByOne,
-    };
-    scripted_stream(delivery, events.into_iter().map(Ok).collect())
-}
-
-pub type Chat = BoxCloneService<ChatRequest, ChatStream, ChatError>;
+pub use tower_chat_testkit::*;
 
 /// The model: on a user turn it makes `calls`; once tool results follow, it answers with them, joined.
 /// Deterministic in the request, so any number of stacks (or processes) behave alike.
-#[derive(Clone)]
-pub struct Model {
-    pub requests: Arc<Mutex<Vec<ChatRequest>>>,
-}
-
-impl Model {
-    pub fn calls(&self) -> usize {
-        self.requests.lock().unwrap().len()
-    }
-
-    pub fn last_request(&self) -> ChatRequest {
-        self.requests.lock().unwrap().last().unwrap().clone()
-    }
-}
-
-pub fn model(shape: Shape, calls: Vec<ToolCall>) -> (Chat, Model) {
-    let handle = Model {
-        requests: Arc::default(),
-    };
-    let recorder = handle.clone();
-    let service = tower::service_fn(move |request: ChatRequest| {
-        let recorder = recorder.clone();
-        let calls = calls.clone();
-        async move {
-            recorder.requests.lock().unwrap().push(request.clone());
-            let events = match request.messages.last() {
-                Some(Message::Tool(_)) => {
-                    let results: Vec<String> = request
-                        .messages
-                        .iter()
-                        .rev()
-                        .map_while(|m| match m {
-                            Message::Tool(t) => Some(format!("{}={}", t.name, t.content)),
-                            _ => None,
-                        })
-                        .collect::<Vec<_>>()
-                        .into_iter()
-                        .rev()
-                        .collect();
-                    vec![
-                        ChatEvent::text("Results: "),
-                        ChatEvent::text(results.join(", ")),
-                        ChatEvent::finish(FinishReason::Stop),
-                    ]
+pub fn model(shape: Delivery, calls: Vec<ToolCall>) -> (Chat, Model) {
+    tower_chat_testkit::model(shape, move |request: &ChatRequest| {
+        let events = match request.messages.last() {
+            Some(Message::Tool(_)) => {
+                let results: Vec<String> = request
+                    .messages
+                    .iter()
+                    .rev()
+                    .map_while(|m| match m {
+                        Message::Tool(t) => Some(format!("{}={}", t.name, t.content)),
+                        _ => None,
+                    })
+                    .collect::<Vec<_>>()
+                    .into_iter()
+                    .rev()
+                    .collect();
+                vec![
+                    ChatEvent::text("Results: "),
+                    ChatEvent::text(results.join(", ")),
+                    ChatEvent::finish(FinishReason::Stop),
+                ]
+            }
+            _ => {
+                let mut events = vec![ChatEvent::text("Working on it.")];
+                for (index, call) in calls.iter().cloned().enumerate() {
+                    events.push(ChatEvent::ToolCallStart {
+                        index,
+                        id: call.id.clone(),
+                        name: call.name.clone(),
+                    });
+                    events.push(ChatEvent::ToolCallEnd { index, call });
                 }
-                _ => {
-                    let mut events = vec![ChatEvent::text("Working on it.")];
-                    for (index, call) in calls.into_iter().enumerate() {
-                        events.push(ChatEvent::ToolCallStart {
-                            index,
-                            id: call.id.clone(),
-                            name: call.name.clone(),
-                        });
-                        events.push(ChatEvent::ToolCallEnd { index, call });
-                    }
-                    events.push(ChatEvent::finish(FinishReason::ToolCalls));
-                    events
-                }
-            };
-            Ok::<_, ChatError>(make_stream(shape, events))
-        }
-    });
-    (BoxCloneService::new(service), handle)
-}
-
-pub fn counter() -> Arc<AtomicUsize> {
-    Arc::new(AtomicUsize::new(0))
-}
-
-pub fn count(counter: &AtomicUsize) -> usize {
-    counter.load(Ordering::SeqCst)
+                events.push(ChatEvent::finish(FinishReason::ToolCalls));
+                events
+            }
+        };
+        events.into_iter().map(Ok).collect()
+    })
 }
 
 fn counted(name: &str, runs: Arc<AtomicUsize>) -> CompiledTool {
@@ -200,78 +145,9 @@ pub fn decide(mut request: ChatRequest, decisions: Vec<ApprovalDecision>) -> Cha
     request
 }
 
-/// Everything the stream yields, and the error that ended it.
-pub async fn drain(mut stream: ChatStream) -> (Vec<ChatEvent>, Option<ChatError>) {
-    let mut events = Vec::new();
-    while let Some(item) = stream.next().await {
-        match item {
-            Ok(event) => events.push(event),
-            Err(error) => {
-                assert!(
-                    stream.next().await.is_none(),
-                    "the stream went on after an error"
-                );
-                return (events, Some(error));
-            }
-        }
-    }
-    (events, None)
-}
-
-pub async fn run(chat: &Chat, request: ChatRequest) -> Result<Vec<ChatEvent>, ChatError> {
-    let stream = chat.clone().oneshot(request).await?;
-    match drain(stream).await {
-        (events, None) => Ok(events),
-        (_, Some(error)) => Err(error),
-    }
-}
-
-pub fn messages(events: &[ChatEvent]) -> Vec<Message> {
-    let mut builder = ResponseBuilder::new();
-    events.iter().for_each(|e| builder.push(e));
-    builder.finish().messages
-}
-
-pub fn approvals(events: &[ChatEvent]) -> Vec<ApprovalRequest> {
-    events
-        .iter()
-        .filter_map(|e| match e {
-            ChatEvent::ApprovalRequest { request } => Some(ApprovalRequest::clone(request)),
-            _ => None,
-        })
-        .collect()
-}
-
-pub fn finish(events: &[ChatEvent]) -> Option<FinishReason> {
-    events.iter().rev().find_map(|e| match e {
-        ChatEvent::Finish { reason } => Some(reason.clone()),
-        _ => None,
-    })
-}
-
-pub fn tool_results(events: &[ChatEvent]) -> Vec<ToolMessage> {
-    events
-        .iter()
-        .filter_map(|e| match e {
-            ChatEvent::ToolResult { result } => Some(result.clone()),
-            _ => None,
-        })
-        .collect()
-}
-
-pub fn text(events: &[ChatEvent]) -> String {
-    events
-        .iter()
-        .filter_map(|e| match e {
-            ChatEvent::TextDelta { text } => Some(text.as_str()),
-            _ => None,
-        })
-        .collect()
-}
-
 /// The first leg: the model calls `calls`; returns the events and the history to resume with.
 pub async fn pause(chat: &Chat, history: Vec<Message>) -> (Vec<ChatEvent>, Vec<Message>) {
-    let events = run(chat, request(history.clone()))
+    let events = try_run(chat.clone(), request(history.clone()))
         .await
         .expect("first leg");
     assert_eq!(finish(&events), Some(FinishReason::AwaitingApproval));
@@ -298,8 +174,4 @@ pub fn edit_call(history: &mut [Message], id: &str, edit: impl Fn(&mut ToolCall)
             tool_calls.iter_mut().filter(|c| c.id == id).for_each(&edit);
         }
     }
-}
-
-pub fn user(text: &str) -> Vec<Message> {
-    vec![Message::user(text)]
 }
