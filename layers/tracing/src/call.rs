@@ -2,7 +2,10 @@
 
 use std::borrow::Cow;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+// Tokio's clock reads the standard one, except in a test that paused time: there calls are timed without waiting.
+use tokio::time::Instant;
 
 use tower_chat::{
     ChatError, ChatEvent, ChatRequest, ErrorKind, FinishReason, ModelMetadata, ResponseBuilder,

@@ -67,7 +67,7 @@ fn slow_answer(delay: Duration) -> ChatStream {
         if step == 1 {
             tokio::time::sleep(delay).await;
         }
-        answer()
+        complete_answer()
             .into_iter()
             .nth(step)
             .map(|event| (event, step + 1))
@@ -84,9 +84,10 @@ fn leaf(
     }
 }
 
-// No subscriber is installed in this file: metrics do not depend on the span being enabled.
+// No subscriber is installed in this file: metrics do not depend on the span being enabled. The tests that read
+// durations run on paused time: a sleep advances the clock by exactly its length, at once.
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_completed_call_records_duration_time_to_first_chunk_and_usage() {
     let sink = Sink::default();
     let service = sink.layer().layer(leaf(Duration::from_millis(30)));
@@ -153,12 +154,12 @@ async fn failures_and_cancellations_are_recorded_once_with_their_error_type() {
 
     // The stream fails; polling it further records nothing more.
     let broken = service_fn(|_req: ChatRequest| async {
-        Ok::<_, ChatError>(script(
+        Ok::<_, ChatError>(scripted_stream(
+            Delivery::OneByOne,
             vec![
                 Ok(ChatEvent::text("a")),
                 Err(ChatError::new(ErrorKind::Protocol, "bad frame")),
             ],
-            Shape::Streaming,
         ))
     });
     let service = sink.layer().provider("openai").layer(broken);
@@ -195,7 +196,7 @@ async fn failures_and_cancellations_are_recorded_once_with_their_error_type() {
     assert_eq!(record.outcome, Outcome::Cancelled);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_stream_kept_after_its_finish_is_timed_to_the_finish() {
     let sink = Sink::default();
     let service = sink.layer().layer(leaf(Duration::ZERO));

@@ -111,7 +111,7 @@ async fn calls_record_the_genai_client_histograms() {
         let leaf = Scripted {
             reply: |_req: ChatRequest| async {
                 tokio::time::sleep(Duration::from_millis(5)).await;
-                Ok(script(answer(), Shape::Streaming))
+                Ok(scripted_stream(Delivery::OneByOne, complete_answer()))
             },
             metadata: openai_metadata(),
         };

@@ -85,15 +85,15 @@ fn secret_error() -> ChatError {
 /// Run the three endings (completed, error item, service error) through a layer and return what was captured.
 async fn run(
     layer: TracingLayer<tower_chat_tracing::NoMetrics, tower_chat_tracing::FromModelInfo>,
-    shape: Shape,
+    shape: Delivery,
 ) -> Capture {
     let (capture, _guard) = Capture::install();
     for ending in 0..3 {
         let leaf = Scripted {
             reply: move |_req: ChatRequest| async move {
                 match ending {
-                    0 => Ok(script(events(None), shape)),
-                    1 => Ok(script(events(Some(secret_error())), shape)),
+                    0 => Ok(scripted_stream(shape, events(None))),
+                    1 => Ok(scripted_stream(shape, events(Some(secret_error())))),
                     _ => Err(secret_error()),
                 }
             },

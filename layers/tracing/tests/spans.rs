@@ -23,10 +23,10 @@ fn request() -> ChatRequest {
 }
 
 fn answering(
-    shape: Shape,
+    shape: Delivery,
 ) -> impl Service<ChatRequest, Response = ChatStream, Error = ChatError> + ModelInfo + Clone {
     Scripted {
-        reply: move |_req: ChatRequest| async move { Ok(script(answer(), shape)) },
+        reply: move |_req: ChatRequest| async move { Ok(scripted_stream(shape, complete_answer())) },
         metadata: openai_metadata(),
     }
 }
@@ -98,7 +98,7 @@ async fn a_completed_call_has_the_genai_attributes_in_both_shapes() {
 #[tokio::test]
 async fn the_model_defaults_to_the_services_and_the_provider_can_be_named() {
     let (capture, _guard) = Capture::install();
-    let service = Tracing::new(answering(Shape::Ready));
+    let service = Tracing::new(answering(Delivery::AllAtOnce));
     let stream = service
         .oneshot(ChatRequest::new(vec![Message::user("hi")]))
         .await
@@ -111,7 +111,7 @@ async fn the_model_defaults_to_the_services_and_the_provider_can_be_named() {
     // A service without ModelInfo and a request without a model.
     let (capture, _guard) = Capture::install();
     let leaf = service_fn(|_req: ChatRequest| async {
-        Ok::<_, ChatError>(script(answer(), Shape::Ready))
+        Ok::<_, ChatError>(scripted_stream(Delivery::AllAtOnce, complete_answer()))
     });
     let service = TracingLayer::new().provider("anthropic").layer(leaf);
     let stream = service
@@ -138,13 +138,13 @@ async fn cached_tokens_and_the_output_type_are_recorded() {
                 reasoning_tokens: None,
             },
         };
-        Ok::<_, ChatError>(script(
+        Ok::<_, ChatError>(scripted_stream(
+            Delivery::AllAtOnce,
             vec![
                 Ok(ChatEvent::text("{}")),
                 Ok(cached),
                 Ok(ChatEvent::finish(FinishReason::Stop)),
             ],
-            Shape::Ready,
         ))
     });
     let service = TracingLayer::new().provider("openai").layer(leaf);
@@ -171,7 +171,7 @@ async fn a_service_error_fails_the_span() {
     for shape in SHAPES {
         let (capture, _guard) = Capture::install();
         let leaf = service_fn(move |_req: ChatRequest| async move {
-            if shape == Shape::Streaming {
+            if shape == Delivery::OneByOne {
                 tokio::task::yield_now().await;
             }
             Err::<ChatStream, _>(
@@ -209,13 +209,13 @@ async fn an_error_item_ends_the_span_at_once_and_keeps_the_partial_figures() {
     for shape in SHAPES {
         let (capture, _guard) = Capture::install();
         let leaf = service_fn(move |_req: ChatRequest| async move {
-            Ok::<_, ChatError>(script(
+            Ok::<_, ChatError>(scripted_stream(
+                shape,
                 vec![
                     Ok(ChatEvent::text("Hel")),
                     Ok(usage(7, 1)),
                     Err(ChatError::new(ErrorKind::Connection, "connection reset")),
                 ],
-                shape,
             ))
         });
         let service = TracingLayer::new().provider("openai").layer(leaf);
@@ -269,7 +269,7 @@ async fn a_dropped_future_cancels_the_span() {
     let (capture, _guard) = Capture::install();
     let leaf = service_fn(|_req: ChatRequest| async {
         std::future::pending::<()>().await;
-        Ok::<ChatStream, ChatError>(script(answer(), Shape::Ready))
+        Ok::<ChatStream, ChatError>(scripted_stream(Delivery::AllAtOnce, complete_answer()))
     });
     let mut service = TracingLayer::new().provider("openai").layer(leaf);
     let mut future = Box::pin(service.call(request()));
@@ -310,7 +310,8 @@ async fn a_stream_dropped_in_the_round_after_a_finish_was_cancelled() {
     // A tool loop's stream: round one finishes with tool calls, round two is under way when the caller leaves.
     let (capture, _guard) = Capture::install();
     let leaf = service_fn(|_req: ChatRequest| async {
-        Ok::<_, ChatError>(script(
+        Ok::<_, ChatError>(scripted_stream(
+            Delivery::OneByOne,
             vec![
                 Ok(ChatEvent::finish(FinishReason::ToolCalls)),
                 Ok(ChatEvent::ToolResult {
@@ -319,7 +320,6 @@ async fn a_stream_dropped_in_the_round_after_a_finish_was_cancelled() {
                 Ok(ChatEvent::text("It is")),
                 Ok(ChatEvent::finish(FinishReason::Stop)),
             ],
-            Shape::Streaming,
         ))
     });
     let service = TracingLayer::new().provider("openai").layer(leaf);
@@ -354,7 +354,7 @@ async fn a_stream_ending_without_finish_is_incomplete_and_a_cancelled_error_is_a
                 Err(_) => Err(ChatError::cancelled()),
             });
             let events: Vec<_> = events.collect();
-            async move { Ok::<_, ChatError>(script(events, Shape::Streaming)) }
+            async move { Ok::<_, ChatError>(scripted_stream(Delivery::OneByOne, events)) }
         });
         let service = TracingLayer::new().provider("openai").layer(leaf);
         let stream = service.oneshot(request()).await.unwrap();
@@ -474,7 +474,7 @@ async fn inside_a_tool_loop_each_round_gets_its_own_span_beside_the_tool_spans()
                     Ok(ChatEvent::finish(FinishReason::Stop)),
                 ]
             };
-            async move { Ok(script(events, Shape::Streaming)) }
+            async move { Ok(scripted_stream(Delivery::OneByOne, events)) }
         },
         metadata: openai_metadata(),
     };
@@ -532,7 +532,7 @@ async fn the_span_level_is_configurable_and_a_disabled_span_still_works() {
         let service = TracingLayer::new()
             .level(level)
             .record_content(true)
-            .layer(answering(Shape::Streaming));
+            .layer(answering(Delivery::OneByOne));
         let response = service
             .oneshot(request())
             .await
@@ -553,7 +553,7 @@ async fn the_span_level_is_configurable_and_a_disabled_span_still_works() {
 fn the_service_forwards_model_info_and_exposes_the_inner_service() {
     let mut service = TracingLayer::new()
         .record_content(true)
-        .layer(answering(Shape::Ready));
+        .layer(answering(Delivery::AllAtOnce));
     assert_eq!(service.model_metadata(), openai_metadata());
     assert_eq!(service.get_ref().model_metadata().provider, "openai");
     assert_eq!(service.get_mut().model_metadata().provider, "openai");
@@ -564,7 +564,7 @@ fn the_service_forwards_model_info_and_exposes_the_inner_service() {
 
     fn assert_send<T: Send + 'static>(_: &T) {}
     let leaf = service_fn(|_req: ChatRequest| async {
-        Ok::<_, ChatError>(script(answer(), Shape::Ready))
+        Ok::<_, ChatError>(scripted_stream(Delivery::AllAtOnce, complete_answer()))
     });
     let mut sendable = TracingLayer::new().provider("openai").layer(leaf);
     assert_send(&sendable.call(request()));
