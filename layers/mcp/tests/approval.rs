@@ -36,7 +36,7 @@ async fn the_server_policy_pauses_destructive_calls_until_approved() {
 
     let (model, _) = scripted_model(rounds());
     let chat = stack(&mcp, FunctionInvocationLayer::new(), model);
-    let paused = run(chat.clone(), user("tidy up")).await;
+    let paused = respond(chat.clone(), user("tidy up")).await;
     assert_eq!(paused.finish_reason, Some(FinishReason::AwaitingApproval));
     assert_eq!(paused.approval_requests.len(), 1);
     assert_eq!(paused.approval_requests[0].call.name, "delete_note");
@@ -46,14 +46,14 @@ async fn the_server_policy_pauses_destructive_calls_until_approved() {
         "nothing deleted without a decision"
     );
 
-    let done = run(
+    let done = respond(
         chat,
         resume("tidy up", paused, ApprovalDecision::approve("d1")),
     )
     .await;
     assert_eq!(done.finish_reason, Some(FinishReason::Stop));
     assert_eq!(
-        tool_messages(&done),
+        tool_messages(&done.messages),
         vec![ToolMessage::success("d1", "delete_note", "deleted a")]
     );
     assert_eq!(done.text(), "deleted a");
@@ -66,14 +66,14 @@ async fn a_denied_call_never_reaches_the_server() {
     let (server, mcp) = http_demo("notes", |c| c.policy(policy)).await;
     let (model, _) = scripted_model(rounds());
     let chat = stack(&mcp, FunctionInvocationLayer::new(), model);
-    let paused = run(chat.clone(), user("tidy up")).await;
+    let paused = respond(chat.clone(), user("tidy up")).await;
     assert_eq!(paused.finish_reason, Some(FinishReason::AwaitingApproval));
     let calls_before = server.state().calls();
 
     let denied = ApprovalDecision::deny("d1", "keep it");
-    let done = run(chat, resume("tidy up", paused, denied)).await;
-    assert!(tool_messages(&done)[0].is_error);
-    assert!(tool_messages(&done)[0].content.contains("keep it"));
+    let done = respond(chat, resume("tidy up", paused, denied)).await;
+    assert!(tool_messages(&done.messages)[0].is_error);
+    assert!(tool_messages(&done.messages)[0].content.contains("keep it"));
     assert_eq!(server.state().calls(), calls_before);
     assert_eq!(server.state().notes().len(), 2);
 }
@@ -98,7 +98,7 @@ async fn an_approval_layer_policy_sees_the_mcp_annotations() {
             .with_extension(ConversationId::new("conv-1"))
             .with_extension(CallerIdentity::new("alice"))
     };
-    let paused = run(chat.clone(), context(user("tidy up"))).await;
+    let paused = respond(chat.clone(), context(user("tidy up"))).await;
     assert_eq!(paused.finish_reason, Some(FinishReason::AwaitingApproval));
     let approval = &paused.approval_requests[0];
     assert!(approval.id.starts_with("apr_"), "{approval:?}");
@@ -106,7 +106,7 @@ async fn an_approval_layer_policy_sees_the_mcp_annotations() {
     assert_eq!(server.state().notes().len(), 2);
 
     let approve = ApprovalDecision::approve(approval.id.clone());
-    let done = run(chat, context(resume("tidy up", paused.clone(), approve))).await;
+    let done = respond(chat, context(resume("tidy up", paused.clone(), approve))).await;
     assert_eq!(done.text(), "deleted a");
     assert_eq!(server.state().notes().keys().collect::<Vec<_>>(), vec!["b"]);
 }

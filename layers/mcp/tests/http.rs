@@ -148,15 +148,15 @@ async fn a_list_change_is_followed() {
 #[tokio::test]
 async fn an_allow_list_limits_what_is_offered_and_refuses_the_rest() {
     let (server, mcp) = http_demo("web", |c| c).await;
-    let (model, offered) = scripted_model(vec![vec![
+    let (model, seen) = scripted_model(vec![vec![
         call("c1", "echo", json!({"text": "ok"})),
         call("c2", "delete_note", json!({"key": "a"})),
     ]]);
     let request = ChatRequest::new(vec![Message::user("go")])
         .with_extension(McpAllowList::parse(["web/echo", "other"]).unwrap());
-    let response = run(stack(&mcp, FunctionInvocationLayer::new(), model), request).await;
-    assert_eq!(offered.lock().unwrap()[0], vec!["echo".to_owned()]);
-    let results = tool_messages(&response);
+    let response = respond(stack(&mcp, FunctionInvocationLayer::new(), model), request).await;
+    assert_eq!(seen.offered(0), vec!["echo".to_owned()]);
+    let results = tool_messages(&response.messages);
     assert_eq!(results[0], ToolMessage::success("c1", "echo", "web: ok"));
     assert!(results[1].is_error);
     assert!(results[1].content.contains("delete_note"), "{results:?}");

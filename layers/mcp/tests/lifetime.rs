@@ -16,7 +16,7 @@ async fn add_after_the_last_handle_is_dropped(mcp: McpTools) -> Vec<ToolMessage>
     let (model, _) = scripted_model(vec![vec![call("c1", "add", json!({"a": 2, "b": 3}))]]);
     let chat = stack(&mcp, FunctionInvocationLayer::new(), model);
     drop(mcp);
-    tool_messages(&run(chat, user("2 + 3?")).await)
+    tool_messages(&respond(chat, user("2 + 3?")).await.messages)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -52,7 +52,7 @@ async fn shutdown_stops_the_servers_even_for_running_requests() {
     let (model, _) = scripted_model(vec![vec![call("c1", "add", json!({"a": 2, "b": 3}))]]);
     let chat = stack(&mcp, FunctionInvocationLayer::new(), model);
     mcp.shutdown();
-    let results = tool_messages(&run(chat, user("2 + 3?")).await);
+    let results = tool_messages(&respond(chat, user("2 + 3?")).await.messages);
     assert_eq!(
         results,
         vec![ToolMessage::error(

@@ -41,18 +41,18 @@ async fn lists_and_calls_text_structured_and_error_results() {
     assert_eq!(echo.hints().source.as_deref(), Some("demo"));
     assert_eq!(echo.spec().parameters["required"], json!(["text"]));
 
-    let (model, offered) = scripted_model(vec![vec![
+    let (model, seen) = scripted_model(vec![vec![
         call("c1", "echo", json!({"text": "hi"})),
         call("c2", "add", json!({"a": 2, "b": 3.5})),
         call("c3", "fail", json!({"message": "disk full"})),
     ]]);
-    let response = run(
+    let response = respond(
         stack(&mcp, FunctionInvocationLayer::new(), model),
         user("go"),
     )
     .await;
     assert_eq!(
-        tool_messages(&response),
+        tool_messages(&response.messages),
         vec![
             ToolMessage::success("c1", "echo", "demo: hi"),
             ToolMessage::success("c2", "add", r#"{"sum":5.5}"#),
@@ -60,7 +60,7 @@ async fn lists_and_calls_text_structured_and_error_results() {
         ]
     );
     assert_eq!(response.finish_reason, Some(FinishReason::Stop));
-    assert!(offered.lock().unwrap()[0].contains(&"add".to_owned()));
+    assert!(seen.offered(0).contains(&"add".to_owned()));
 }
 
 #[tokio::test]
@@ -92,8 +92,8 @@ async fn a_server_that_never_answers_hits_the_tool_timeout_and_is_told_to_cancel
     let mcp = McpTools::start([stdio("demo")]).await.unwrap();
     let (model, _) = scripted_model(vec![vec![call("c1", "hang", json!({}))]]);
     let tool_loop = FunctionInvocationLayer::new().tool_timeout(Duration::from_millis(300));
-    let response = run(stack(&mcp, tool_loop, model), user("go")).await;
-    let results = tool_messages(&response);
+    let response = respond(stack(&mcp, tool_loop, model), user("go")).await;
+    let results = tool_messages(&response.messages);
     assert!(results[0].is_error);
     assert!(
         results[0].content.contains("did not finish within 300ms"),
@@ -154,17 +154,17 @@ async fn a_list_change_is_followed() {
     call_tools(&mcp, vec![call("c1", "add_tool", json!({"name": "shout"}))]).await;
 
     wait_until(&mcp, |mcp| mcp.tools().get("shout").is_some()).await;
-    let (model, offered) = scripted_model(vec![vec![call("c2", "shout", json!({"text": "hey"}))]]);
-    let response = run(
+    let (model, seen) = scripted_model(vec![vec![call("c2", "shout", json!({"text": "hey"}))]]);
+    let response = respond(
         stack(&mcp, FunctionInvocationLayer::new(), model),
         user("go"),
     )
     .await;
     assert_eq!(
-        tool_messages(&response),
+        tool_messages(&response.messages),
         vec![ToolMessage::success("c2", "shout", "shout: hey")]
     );
-    assert!(offered.lock().unwrap()[0].contains(&"shout".to_owned()));
+    assert!(seen.offered(0).contains(&"shout".to_owned()));
 }
 
 #[tokio::test]

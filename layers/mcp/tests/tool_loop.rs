@@ -26,7 +26,11 @@ async fn the_loop_concurrency_limit_applies_to_mcp_calls() {
     for (limit, wait_ms, most) in [(1, 200, "1"), (3, 10_000, "3")] {
         let (model, _) = scripted_model(vec![meet(wait_ms)]);
         let tool_loop = FunctionInvocationLayer::new().max_concurrency(limit);
-        let results = tool_messages(&run(stack(&mcp, tool_loop, model), user("go")).await);
+        let results = tool_messages(
+            &respond(stack(&mcp, tool_loop, model), user("go"))
+                .await
+                .messages,
+        );
         assert_eq!(results.len(), 3);
         assert!(
             results.iter().all(|r| r.content == most),

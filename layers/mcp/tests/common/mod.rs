@@ -1,26 +1,20 @@
-//! A stateless stand-in model, and helpers to start the demo server and run a request through the stack.
+//! The demo MCP server over stdio and HTTP, a stateless stand-in model, and the stack of MCP tools over the
+//! tool loop; the rest comes from the kit.
 #![allow(dead_code)]
 
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
-
-use futures_util::stream;
-use serde_json::Value;
 use tower::util::BoxCloneService;
-use tower::{service_fn, Layer, ServiceExt};
+use tower::Layer;
 use tower_chat::{
-    ApprovalDecision, ApprovalDecisions, ChatError, ChatEvent, ChatRequest, ChatResponse,
-    ChatStream, ChatStreamExt, FinishReason, Message, ToolCall, ToolMessage,
+    ApprovalDecision, ApprovalDecisions, ChatEvent, ChatRequest, ChatResponse, FinishReason,
+    Message, ToolCall, ToolMessage,
 };
 use tower_chat_function_invocation::FunctionInvocationLayer;
 use tower_chat_mcp::test_server::{serve_http, DemoServer, HttpServer};
 use tower_chat_mcp::{McpLayer, McpServerConfig, McpTools};
+pub use tower_chat_testkit::*;
 
 /// The stdio demo server binary.
 pub const SERVER: &str = env!("CARGO_BIN_EXE_tower-chat-mcp-test-server");
-
-/// A generous bound on waiting for a signal, so a broken test fails instead of hanging.
-pub const BOUND: Duration = Duration::from_secs(20);
 
 pub fn stdio(name: &str) -> McpServerConfig {
     McpServerConfig::stdio(name, SERVER).args(["--name", name])
@@ -41,73 +35,50 @@ pub async fn http_demo(
     (server, mcp)
 }
 
-/// The tool names the model was offered, per model call.
-pub type Offered = Arc<Mutex<Vec<Vec<String>>>>;
-
-pub type Chat = BoxCloneService<ChatRequest, ChatStream, ChatError>;
-
 /// A model that makes the tool calls of `rounds[n]` when its history holds `n` assistant messages, and after the
 /// last round answers with the contents of the tool messages since its last assistant message, one per line.
-pub fn scripted_model(rounds: Vec<Vec<ToolCall>>) -> (Chat, Offered) {
-    let offered: Offered = Arc::default();
-    let seen = offered.clone();
-    let service = service_fn(move |request: ChatRequest| {
-        let rounds = rounds.clone();
-        seen.lock().unwrap().push(
-            request
-                .options
-                .tools
-                .iter()
-                .map(|t| t.name.clone())
-                .collect(),
-        );
-        async move {
-            let done = request
-                .messages
-                .iter()
-                .filter(|m| matches!(m, Message::Assistant(_)))
-                .count();
-            let events = match rounds.get(done) {
-                Some(calls) => {
-                    let mut events: Vec<ChatEvent> = calls
-                        .iter()
-                        .enumerate()
-                        .map(|(index, call)| ChatEvent::ToolCallEnd {
-                            index,
-                            call: call.clone(),
-                        })
-                        .collect();
-                    events.push(ChatEvent::finish(FinishReason::ToolCalls));
-                    events
-                }
-                None => {
-                    let results: Vec<String> = request
-                        .messages
-                        .iter()
-                        .rev()
-                        .take_while(|m| !matches!(m, Message::Assistant(_)))
-                        .filter_map(|m| match m {
-                            Message::Tool(t) => Some(t.content.clone()),
-                            _ => None,
-                        })
-                        .collect::<Vec<_>>()
-                        .into_iter()
-                        .rev()
-                        .collect();
-                    vec![
-                        ChatEvent::text(results.join("\n")),
-                        ChatEvent::finish(FinishReason::Stop),
-                    ]
-                }
-            };
-            Ok::<ChatStream, ChatError>(Box::pin(stream::iter(events.into_iter().map(Ok))))
-        }
-    });
-    (BoxCloneService::new(service), offered)
-}
-
-pub fn call(id: &str, name: &str, arguments: Value) -> ToolCall {
-    ToolCall::new(id, name, arguments)
+pub fn scripted_model(rounds: Vec<Vec<ToolCall>>) -> (Chat, Model) {
+    model(Delivery::AllAtOnce, move |request: &ChatRequest| {
+        let done = request
+            .messages
+            .iter()
+            .filter(|m| matches!(m, Message::Assistant(_)))
+            .count();
+        let events = match rounds.get(done) {
+            Some(calls) => {
+                let mut events: Vec<ChatEvent> = calls
+                    .iter()
+                    .enumerate()
+                    .map(|(index, call)| ChatEvent::ToolCallEnd {
+                        index,
+                        call: call.clone(),
+                    })
+                    .collect();
+                events.push(ChatEvent::finish(FinishReason::ToolCalls));
+                events
+            }
+            None => {
+                let results: Vec<String> = request
+                    .messages
+                    .iter()
+                    .rev()
+                    .take_while(|m| !matches!(m, Message::Assistant(_)))
+                    .filter_map(|m| match m {
+                        Message::Tool(t) => Some(t.content.clone()),
+                        _ => None,
+                    })
+                    .collect::<Vec<_>>()
+                    .into_iter()
+                    .rev()
+                    .collect();
+                vec![
+                    ChatEvent::text(results.join("\n")),
+                    ChatEvent::finish(FinishReason::Stop),
+                ]
+            }
+        };
+        events.into_iter().map(Ok).collect()
+    })
 }
 
 /// The full stack: MCP tools offered to the tool loop over the model.
@@ -115,24 +86,11 @@ pub fn stack(mcp: &McpTools, tool_loop: FunctionInvocationLayer, model: Chat) ->
     BoxCloneService::new(McpLayer::new(mcp.clone()).layer(tool_loop.layer(model)))
 }
 
-pub async fn run(chat: Chat, request: ChatRequest) -> ChatResponse {
-    tokio::time::timeout(BOUND, async {
-        chat.oneshot(request)
-            .await
-            .expect("call")
-            .collect_response()
-            .await
-            .expect("response")
-    })
-    .await
-    .expect("the request finished")
-}
-
 /// Run one round of `calls` through the default tool loop; the tool messages the model got back.
 pub async fn call_tools(mcp: &McpTools, calls: Vec<ToolCall>) -> Vec<ToolMessage> {
     let (model, _) = scripted_model(vec![calls]);
     let chat = stack(mcp, FunctionInvocationLayer::new(), model);
-    tool_messages(&run(chat, user("go")).await)
+    tool_messages(&respond(chat, user("go")).await.messages)
 }
 
 /// The request that resumes `paused` (asked as `asked`) with `decision`.
@@ -140,21 +98,6 @@ pub fn resume(asked: &str, paused: ChatResponse, decision: ApprovalDecision) -> 
     let mut history = vec![Message::user(asked)];
     history.extend(paused.messages);
     ChatRequest::new(history).with_extension(ApprovalDecisions(vec![decision]))
-}
-
-pub fn user(text: &str) -> ChatRequest {
-    ChatRequest::new(vec![Message::user(text)])
-}
-
-pub fn tool_messages(response: &ChatResponse) -> Vec<ToolMessage> {
-    response
-        .messages
-        .iter()
-        .filter_map(|m| match m {
-            Message::Tool(t) => Some(t.clone()),
-            _ => None,
-        })
-        .collect()
 }
 
 /// Wait until `condition` holds for the MCP tools (checked after every change), bounded by [`BOUND`].
