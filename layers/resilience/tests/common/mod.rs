@@ -1,15 +1,15 @@
-//! Fault-injecting scripted providers and leaves for the resilience tests.
+//! Fault-injecting scripted providers and leaves for the resilience tests; the rest comes from the kit.
 #![allow(dead_code)]
 
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
-use serde_json::{json, Value};
+use serde_json::json;
 use tower_chat::anthropic::AnthropicChat;
 use tower_chat::openai::OpenAiChat;
-pub use tower_chat::test_server::{Part, Reply, ScriptedProvider};
+pub use tower_chat::test_server::{Reply, ScriptedProvider};
 use tower_chat::transport::Timeouts;
 use tower_chat_resilience::ResilienceEvent;
+pub use tower_chat_testkit::*;
 
 /// No leaf deadlines: under `tokio::time::pause()` the clock jumps whenever the runtime waits on I/O, so the
 /// only timers in these tests must be the ones under test.
@@ -40,22 +40,11 @@ pub fn anthropic(provider: &ScriptedProvider, model: &str) -> AnthropicChat {
         .unwrap()
 }
 
-/// An error reply with an OpenAI-style body.
-pub fn status(code: u16) -> Reply {
-    Reply::json(
-        code,
-        json!({"error": {"message": format!("scripted {code}"), "type": "server_error"}}),
-    )
-}
-
 /// The opening chunk of an OpenAI stream (id and model, no text), then the connection breaks.
 pub fn cut_before_first_token() -> Reply {
     let first = json!({"id": "chatcmpl-cut", "model": "scripted-model",
         "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]});
-    // The pause lets the chunk reach the client before the abort tears the connection down.
-    Reply::sse_chunks([format!("data: {first}\n\n")])
-        .then(Part::Pause(Duration::from_millis(20)))
-        .then(Part::Abort)
+    cut_after([format!("data: {first}\n\n")])
 }
 
 /// The opening chunk and one word of text, then the connection breaks.
@@ -63,28 +52,7 @@ pub fn cut_after_first_token(word: &str) -> Reply {
     let first = json!({"id": "chatcmpl-cut", "model": "scripted-model",
         "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]});
     let text = json!({"choices": [{"index": 0, "delta": {"content": word}}]});
-    Reply::sse_chunks([format!("data: {first}\n\n"), format!("data: {text}\n\n")])
-        .then(Part::Pause(Duration::from_millis(20)))
-        .then(Part::Abort)
-}
-
-fn sse(events: &[Value]) -> Vec<String> {
-    events
-        .iter()
-        .map(|e| format!("event: {}\ndata: {e}\n\n", e["type"].as_str().unwrap()))
-        .collect()
-}
-
-/// An Anthropic Messages stream answering `text`.
-pub fn anthropic_text(model: &str, text: &str) -> Reply {
-    Reply::sse_chunks(sse(&[
-        json!({"type":"message_start","message":{"id":"msg_1","type":"message","role":"assistant","model":model,"content":[],"usage":{"input_tokens":10,"output_tokens":1}}}),
-        json!({"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}),
-        json!({"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":text}}),
-        json!({"type":"content_block_stop","index":0}),
-        json!({"type":"message_delta","delta":{"stop_reason":"end_turn","stop_sequence":null},"usage":{"output_tokens":5}}),
-        json!({"type":"message_stop"}),
-    ]))
+    cut_after([format!("data: {first}\n\n"), format!("data: {text}\n\n")])
 }
 
 /// A provider answering its n-th request with `script[n]` (the last entry for every request after).
