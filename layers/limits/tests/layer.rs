@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use futures_util::{stream, StreamExt};
+use futures_util::StreamExt;
 use serde_json::json;
 use tower::{service_fn, Layer, Service, ServiceExt};
 use tower_chat::openai::OpenAiChat;
@@ -19,6 +19,7 @@ use tower_chat_limits::{
     CounterKind, LimitPolicy, Limited, Limits, LimitsLayer, ManualClock, Rejection, WindowLimit,
     CONCURRENT_RETRY_AFTER,
 };
+use tower_chat_testkit::hanging;
 
 const MODEL: &str = "gpt-4o-mini";
 
@@ -296,11 +297,6 @@ async fn a_request_naming_no_model_counts_under_the_leafs_model_read_through_tow
     assert_eq!(provider.requests().len(), 1);
 }
 
-/// A stream that yields `events` and then waits forever, like a provider mid-answer.
-fn hanging(events: Vec<ChatEvent>) -> ChatStream {
-    Box::pin(stream::iter(events.into_iter().map(Ok)).chain(stream::pending()))
-}
-
 #[tokio::test]
 async fn a_stream_dropped_mid_answer_is_charged_what_was_seen_and_frees_its_slot() {
     let policy = LimitPolicy::new(
@@ -313,7 +309,7 @@ async fn a_stream_dropped_mid_answer_is_charged_what_was_seen_and_frees_its_slot
     let chat = Limited::new(
         service_fn(|_req: ChatRequest| async {
             // 12 characters of output, then silence: the provider's usage report never comes.
-            Ok::<_, ChatError>(hanging(vec![ChatEvent::text("Paris is the")]))
+            Ok::<_, ChatError>(hanging(vec![Ok(ChatEvent::text("Paris is the"))]))
         }),
         layer.clone(),
     );

@@ -16,12 +16,9 @@ use tower_chat_limits::{
     CounterKind, LimitPolicy, Limited, Limits, LimitsLayer, ManualClock, RedisStore, StoreFailure,
     WindowLimit, CONCURRENT_RETRY_AFTER,
 };
+use tower_chat_testkit::redis_url;
 
 const MODEL: &str = "gpt-4o-mini";
-
-fn redis_url() -> Option<String> {
-    tower_chat::test_server::service_url("REDIS_URL")
-}
 
 /// A key prefix of this test's own, so that tests running at once never share counters.
 fn prefix(test: &str) -> String {
