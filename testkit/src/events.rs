@@ -146,3 +146,12 @@ pub fn tool_messages(messages: &[Message]) -> Vec<ToolMessage> {
         })
         .collect()
 }
+
+/// The tool messages since the last assistant message (the results a model reads next), in order.
+pub fn latest_tool_messages(messages: &[Message]) -> Vec<ToolMessage> {
+    let since = messages
+        .iter()
+        .rposition(|m| matches!(m, Message::Assistant(_)))
+        .map_or(0, |i| i + 1);
+    tool_messages(&messages[since..])
+}

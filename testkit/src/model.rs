@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex};
 
 use futures_util::StreamExt;
 use serde_json::Value;
-use tower::util::BoxCloneService;
+use tower::util::BoxCloneSyncService;
 pub use tower_chat::test_server::{scripted_stream, Delivery};
 use tower_chat::{
     ChatError, ChatEvent, ChatRequest, ChatStream, FinishReason, Message, ToolCall, Usage,
@@ -17,8 +17,8 @@ pub const SHAPES: [Delivery; 2] = [Delivery::AllAtOnce, Delivery::OneByOne];
 /// The items a scripted stream yields.
 pub type Items = Vec<Result<ChatEvent, ChatError>>;
 
-/// A boxed chat service, as the scripted models are.
-pub type Chat = BoxCloneService<ChatRequest, ChatStream, ChatError>;
+/// A boxed chat service, as the scripted models are (`Sync`, so `BoxChatService::with_metadata` takes one).
+pub type Chat = BoxCloneSyncService<ChatRequest, ChatStream, ChatError>;
 
 /// What a scripted model was sent (a cheap handle; clones share the record).
 #[derive(Clone, Debug, Default)]
@@ -63,20 +63,28 @@ impl Model {
     }
 }
 
-/// A model answering each request with what `reply` makes of it, delivered in `shape`.
-pub fn model<F>(shape: Delivery, reply: F) -> (Chat, Model)
+/// A model answering each request with the stream `reply` makes of it.
+pub fn streaming_model<F>(reply: F) -> (Chat, Model)
 where
-    F: Fn(&ChatRequest) -> Items + Send + Sync + 'static,
+    F: Fn(&ChatRequest) -> ChatStream + Send + Sync + 'static,
 {
     let handle = Model::default();
     let recorder = handle.clone();
     let reply = Arc::new(reply);
     let service = tower::service_fn(move |request: ChatRequest| {
-        let items = reply(&request);
+        let stream = reply(&request);
         recorder.requests.lock().unwrap().push(request);
-        async move { Ok::<_, ChatError>(scripted_stream(shape, items)) }
+        async move { Ok::<_, ChatError>(stream) }
     });
-    (BoxCloneService::new(service), handle)
+    (Chat::new(service), handle)
+}
+
+/// A model answering each request with the items `reply` makes of it, delivered in `shape`.
+pub fn model<F>(shape: Delivery, reply: F) -> (Chat, Model)
+where
+    F: Fn(&ChatRequest) -> Items + Send + Sync + 'static,
+{
+    streaming_model(move |request| scripted_stream(shape, reply(request)))
 }
 
 /// A model answering the n-th request with the n-th response (and failing the test if called more often).

@@ -7,7 +7,6 @@ mod common;
 use std::error::Error as _;
 
 use common::*;
-use tower::util::BoxCloneService;
 use tower::{Layer, ServiceExt};
 use tower_chat::{ChatError, ErrorKind, FinishReason, Message};
 use tower_chat_approval::ApprovalMisplaced;
@@ -30,7 +29,7 @@ fn misplaced(error: &ChatError) -> ApprovalMisplaced {
 async fn inside_the_tool_loop_the_first_call_fails_and_no_tool_runs() {
     let runs = Runs::new();
     let (m, model) = model(Delivery::AllAtOnce, vec![delete_call("c1", "a.txt")]);
-    let approval_inside = BoxCloneService::new(flagged().layer(m));
+    let approval_inside = Chat::new(flagged().layer(m));
     let chat = tool_loop(&runs, approval_inside);
     let error = try_run(chat.clone(), request(vec![Message::user("clean up")]))
         .await
@@ -43,7 +42,7 @@ async fn inside_the_tool_loop_the_first_call_fails_and_no_tool_runs() {
 #[tokio::test]
 async fn over_no_tool_loop_the_first_call_fails() {
     let (m, _model) = model(Delivery::OneByOne, vec![delete_call("c1", "a.txt")]);
-    let chat = BoxCloneService::new(flagged().layer(m));
+    let chat = Chat::new(flagged().layer(m));
     let error = try_run(chat.clone(), request(vec![Message::user("clean up")]))
         .await
         .unwrap_err();
@@ -55,11 +54,10 @@ async fn outside_the_loop_with_middleware_between_and_nested_layers_it_gates() {
     let runs = Runs::new();
     let (m, _model) = model(Delivery::OneByOne, vec![delete_call("c1", "a.txt")]);
     // tower middleware between the approval layer and the loop, and a second approval layer outside.
-    let between = BoxCloneService::new(
-        tool_loop(&runs, m).map_request(|request: tower_chat::ChatRequest| request),
-    );
-    let inner = BoxCloneService::new(flagged().layer(between));
-    let chat: Chat = BoxCloneService::new(
+    let between =
+        Chat::new(tool_loop(&runs, m).map_request(|request: tower_chat::ChatRequest| request));
+    let inner = Chat::new(flagged().layer(between));
+    let chat: Chat = Chat::new(
         tower_chat_approval::ApprovalLayer::new()
             .require_approval("weather")
             .layer(inner),

@@ -11,10 +11,6 @@ use tower_chat::{ApprovalDecision, ConversationId, ErrorKind, FinishReason, Mess
 use tower_chat_approval::{ApprovalStore, AuditOutcome, PostgresApprovalStore, RefusalKind};
 use tower_chat_persistence::PostgresStore;
 
-fn database_url() -> Option<String> {
-    tower_chat::test_server::service_url("DATABASE_URL")
-}
-
 /// A replica's own connection pool to the shared schema.
 async fn replica(url: &str, schema: &str) -> PostgresApprovalStore {
     let store = PostgresStore::builder(url)

@@ -5,7 +5,6 @@ mod common;
 
 use common::*;
 use serde_json::json;
-use tower::util::BoxCloneService;
 use tower::Layer;
 use tower_chat::{
     ApprovalDecision, CallerIdentity, ChatRequest, ConversationId, FinishReason, ToolMessage,
@@ -91,8 +90,7 @@ async fn an_approval_layer_policy_sees_the_mcp_annotations() {
         }
     });
     let (model, _) = scripted_model(rounds());
-    let chat =
-        BoxCloneService::new(approvals.layer(stack(&mcp, FunctionInvocationLayer::new(), model)));
+    let chat = Chat::new(approvals.layer(stack(&mcp, FunctionInvocationLayer::new(), model)));
     let context = |request: ChatRequest| {
         request
             .with_extension(ConversationId::new("conv-1"))

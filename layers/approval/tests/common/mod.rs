@@ -6,7 +6,6 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use serde_json::{json, Value};
-use tower::util::BoxCloneService;
 use tower::Layer;
 use tower_chat::{
     ApprovalDecision, ApprovalDecisions, AssistantMessage, CallerIdentity, ChatError, ChatEvent,
@@ -24,17 +23,9 @@ pub fn model(shape: Delivery, calls: Vec<ToolCall>) -> (Chat, Model) {
     tower_chat_testkit::model(shape, move |request: &ChatRequest| {
         let events = match request.messages.last() {
             Some(Message::Tool(_)) => {
-                let results: Vec<String> = request
-                    .messages
+                let results: Vec<String> = latest_tool_messages(&request.messages)
                     .iter()
-                    .rev()
-                    .map_while(|m| match m {
-                        Message::Tool(t) => Some(format!("{}={}", t.name, t.content)),
-                        _ => None,
-                    })
-                    .collect::<Vec<_>>()
-                    .into_iter()
-                    .rev()
+                    .map(|t| format!("{}={}", t.name, t.content))
                     .collect();
                 vec![
                     ChatEvent::text("Results: "),
@@ -105,7 +96,7 @@ impl Runs {
 
 /// `delete` (flagged by the layer below) and `weather` (not flagged).
 pub fn tool_loop(runs: &Runs, inner: Chat) -> Chat {
-    BoxCloneService::new(
+    Chat::new(
         FunctionInvocationLayer::new()
             .tool(counted("delete", runs.delete.clone()))
             .unwrap()
@@ -116,7 +107,7 @@ pub fn tool_loop(runs: &Runs, inner: Chat) -> Chat {
 }
 
 pub fn stack(layer: &ApprovalLayer, runs: &Runs, inner: Chat) -> Chat {
-    BoxCloneService::new(layer.layer(tool_loop(runs, inner)))
+    Chat::new(layer.layer(tool_loop(runs, inner)))
 }
 
 pub fn flagged() -> ApprovalLayer {

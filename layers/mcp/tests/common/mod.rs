@@ -2,7 +2,6 @@
 //! tool loop; the rest comes from the kit.
 #![allow(dead_code)]
 
-use tower::util::BoxCloneService;
 use tower::Layer;
 use tower_chat::{
     ApprovalDecision, ApprovalDecisions, ChatEvent, ChatRequest, ChatResponse, FinishReason,
@@ -58,18 +57,9 @@ pub fn scripted_model(rounds: Vec<Vec<ToolCall>>) -> (Chat, Model) {
                 events
             }
             None => {
-                let results: Vec<String> = request
-                    .messages
-                    .iter()
-                    .rev()
-                    .take_while(|m| !matches!(m, Message::Assistant(_)))
-                    .filter_map(|m| match m {
-                        Message::Tool(t) => Some(t.content.clone()),
-                        _ => None,
-                    })
-                    .collect::<Vec<_>>()
+                let results: Vec<String> = latest_tool_messages(&request.messages)
                     .into_iter()
-                    .rev()
+                    .map(|t| t.content)
                     .collect();
                 vec![
                     ChatEvent::text(results.join("\n")),
@@ -83,7 +73,7 @@ pub fn scripted_model(rounds: Vec<Vec<ToolCall>>) -> (Chat, Model) {
 
 /// The full stack: MCP tools offered to the tool loop over the model.
 pub fn stack(mcp: &McpTools, tool_loop: FunctionInvocationLayer, model: Chat) -> Chat {
-    BoxCloneService::new(McpLayer::new(mcp.clone()).layer(tool_loop.layer(model)))
+    Chat::new(McpLayer::new(mcp.clone()).layer(tool_loop.layer(model)))
 }
 
 /// Run one round of `calls` through the default tool loop; the tool messages the model got back.
