@@ -3,21 +3,13 @@
 
 mod common;
 
-use common::{post, request, tool_result, Harness};
+use common::{post, request, write_file_then_answer, Harness};
 use serde_json::{json, Value};
 use tower_chat::test_server::{RecordedRequest, Reply};
 
 /// Round 0 writes a file; the next round answers with the tool result it was sent.
 fn write_then_answer(req: &RecordedRequest, _index: usize) -> Reply {
-    let messages = req.body["messages"].as_array().unwrap();
-    match tool_result(messages, "call_write") {
-        None => Reply::openai_tool_calls(&[(
-            "call_write",
-            "write_file",
-            r#"{"path": "out/hello.txt", "content": "hi there"}"#,
-        )]),
-        Some(result) => Reply::openai_text(&format!("Result: {result}")),
-    }
+    write_file_then_answer(req, r#"{"path": "out/hello.txt", "content": "hi there"}"#)
 }
 
 /// The pending approval of a paused answer, and the assistant message the client keeps.

@@ -282,16 +282,12 @@ async fn the_upstream_key_comes_from_the_named_environment_variable() {
     );
 }
 
-fn anthropic_sse(events: &[Value]) -> Reply {
-    Reply::anthropic_stream(events)
-}
-
 #[tokio::test]
 async fn an_anthropic_upstream_is_served_as_openai_chat_completions() {
     std::env::set_var("TOWER_CHAT_GATEWAY_TEST_ANTHROPIC_KEY", "sk-ant-test");
     let gw = Harness::start(
         |_, index| match index {
-            0 => anthropic_sse(&[
+            0 => Reply::anthropic_stream(&[
                 json!({"type":"message_start","message":{"id":"msg_1","model":"claude-x","usage":{"input_tokens":10,"output_tokens":1}}}),
                 json!({"type":"content_block_start","index":0,"content_block":{"type":"tool_use","id":"toolu_1","name":"add","input":{}}}),
                 json!({"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":"{\"a\": 40, \"b\": 2}"}}),
@@ -299,7 +295,7 @@ async fn an_anthropic_upstream_is_served_as_openai_chat_completions() {
                 json!({"type":"message_delta","delta":{"stop_reason":"tool_use"},"usage":{"output_tokens":5}}),
                 json!({"type":"message_stop"}),
             ]),
-            _ => anthropic_sse(&[
+            _ => Reply::anthropic_stream(&[
                 json!({"type":"message_start","message":{"id":"msg_2","model":"claude-x","usage":{"input_tokens":20,"output_tokens":1}}}),
                 json!({"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}),
                 json!({"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"It is 42."}}),

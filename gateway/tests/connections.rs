@@ -17,12 +17,11 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tower_chat::test_server::{Part, Reply};
 use tower_chat_gateway::connection::raise_open_files_limit;
+use tower_chat_testkit::{within, BOUND};
 
 const CONNECTIONS: usize = 10_000;
 const HEADER_TIMEOUT: Duration = Duration::from_secs(2);
 const IDLE_TIMEOUT: Duration = Duration::from_secs(3);
-/// Scheduling slack on a loaded 2-core machine (the deadlines themselves are the server's).
-const SLACK: Duration = Duration::from_millis(1500);
 const HALF_A_REQUEST: &[u8] = b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n";
 
 /// How many connections this machine lets a process hold (both processes need one descriptor per socket).
@@ -64,7 +63,7 @@ async fn holder_process() {
         let since = Instant::now();
         waits.push(tokio::spawn(async move {
             let mut buf = [0u8; 64];
-            let closed = tokio::time::timeout(Duration::from_secs(60), async {
+            let closed = tokio::time::timeout(BOUND, async {
                 loop {
                     match socket.read(&mut buf).await {
                         Ok(0) | Err(_) => break,
@@ -212,19 +211,9 @@ async fn ten_thousand_idle_and_half_open_connections_neither_stop_a_good_client_
         "{n} connections: {closed} closed by the server, the first after {earliest:?}, the last idle one \
          after {idle:?}, the last half-open one after {half_open:?}"
     );
+    // The exact deadlines are the connection module's paused-clock tests; here every socket is closed by the
+    // server within the holder's bound, which the default idle timeout (60 s) would exceed.
     assert_eq!(closed, n, "connections the server never closed");
-    assert!(
-        earliest >= HEADER_TIMEOUT - Duration::from_millis(100),
-        "closed early: {earliest:?}"
-    );
-    assert!(
-        idle <= IDLE_TIMEOUT + SLACK,
-        "idle connections closed late: {idle:?}"
-    );
-    assert!(
-        half_open <= HEADER_TIMEOUT + SLACK,
-        "half-open connections closed late: {half_open:?}"
-    );
 
     // Again, and this time shut down while they are open. (One test, not two: two sets of 10,000 would
     // need twice the descriptors in this process.)
@@ -232,12 +221,12 @@ async fn ten_thousand_idle_and_half_open_connections_neither_stop_a_good_client_
     let holder = tokio::task::spawn_blocking(move || Holder::start(addr, n))
         .await
         .unwrap();
-    let started = Instant::now();
     gw.shutdown();
-    gw.server.take().unwrap().await.unwrap().unwrap();
-    let took = started.elapsed();
-    // The drain time is 60 s; the idle timeout bounds it.
-    assert!(took <= IDLE_TIMEOUT + SLACK, "shutdown took {took:?}");
+    // The drain time is 60 s, longer than the bound: the idle timeout ends the drain.
+    within("the shutdown", gw.server.take().unwrap())
+        .await
+        .unwrap()
+        .unwrap();
     let (closed, _, _, _) = tokio::task::spawn_blocking(move || {
         let mut holder = holder;
         holder.closed()

@@ -12,7 +12,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use common::{post, send, send_from, tool_result, Answer, Harness};
+use common::{post, send, send_from, write_file_then_answer, Answer, Harness};
 use http_body_util::Full;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
@@ -27,15 +27,8 @@ const HOSTILE_CONTENT: &str = "\"><img src=x onerror=alert(1)><script>alert(2)</
 const HOSTILE_MESSAGE: &str = "<script>alert(3)</script> please write the file";
 
 fn write_then_answer(req: &RecordedRequest, _index: usize) -> Reply {
-    let messages = req.body["messages"].as_array().unwrap();
-    match tool_result(messages, "call_write") {
-        None => {
-            let arguments =
-                json!({"path": "out/console.txt", "content": HOSTILE_CONTENT}).to_string();
-            Reply::openai_tool_calls(&[("call_write", "write_file", arguments.as_str())])
-        }
-        Some(result) => Reply::openai_text(&format!("Result: {result}")),
-    }
+    let arguments = json!({"path": "out/console.txt", "content": HOSTILE_CONTENT}).to_string();
+    write_file_then_answer(req, &arguments)
 }
 
 async fn gateway_on(dir: &Path, database_url: Option<String>) -> Harness {

@@ -19,11 +19,9 @@ use serde_json::Value;
 use tower_chat::test_server::{Part, Reply, ScriptedProvider};
 use tower_chat_gateway::limits::{LimitsEntry, LimitsSection, PriceEntry, StoreKind};
 
-const KEY: &str = "sk-alice";
+use tower_chat_testkit::redis_url;
 
-fn redis_url() -> Option<String> {
-    tower_chat::test_server::service_url("REDIS_URL")
-}
+const KEY: &str = "sk-alice";
 
 fn section(url: &str, test: &str, default: LimitsEntry) -> LimitsSection {
     let nanos = SystemTime::now()

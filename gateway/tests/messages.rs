@@ -304,15 +304,11 @@ async fn errors_come_in_anthropics_shape_and_keys_may_come_as_x_api_key() {
     assert_eq!(events[3].1["delta"]["text"], "partial ");
 }
 
-fn anthropic_sse(events: &[Value]) -> Reply {
-    Reply::anthropic_stream(events)
-}
-
 #[tokio::test]
 async fn thinking_is_forwarded_to_an_anthropic_upstream_and_streamed_back_as_thinking_blocks() {
     let gw = Harness::start(
         |_, _| {
-            anthropic_sse(&[
+            Reply::anthropic_stream(&[
                 json!({"type":"message_start","message":{"id":"msg_up","model":"claude-x","usage":{"input_tokens":10,"output_tokens":1}}}),
                 json!({"type":"content_block_start","index":0,"content_block":{"type":"thinking","thinking":""}}),
                 json!({"type":"content_block_delta","index":0,"delta":{"type":"thinking_delta","thinking":"Let me see."}}),
@@ -383,7 +379,7 @@ async fn thinking_is_forwarded_to_an_anthropic_upstream_and_streamed_back_as_thi
 async fn a_stop_sequence_hit_upstream_is_reported_as_stop_sequence() {
     let gw = Harness::start(
         |_, _| {
-            anthropic_sse(&[
+            Reply::anthropic_stream(&[
                 json!({"type":"message_start","message":{"id":"msg_up","model":"claude-x","usage":{"input_tokens":4,"output_tokens":1}}}),
                 json!({"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}),
                 json!({"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"one two"}}),

@@ -8,7 +8,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use bytes::Bytes;
-use common::{post, request, send, send_from, tool_result, Answer, Harness};
+use common::{post, request, send, send_from, write_file_then_answer, Answer, Harness};
 use http_body_util::Full;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
@@ -22,15 +22,7 @@ const BOB: [(&str, &str); 1] = [("authorization", "Bearer sk-bob")];
 const OPS: [(&str, &str); 1] = [("authorization", "Bearer sk-ops-carol")];
 
 fn write_then_answer(req: &RecordedRequest, _index: usize) -> Reply {
-    let messages = req.body["messages"].as_array().unwrap();
-    match tool_result(messages, "call_write") {
-        None => Reply::openai_tool_calls(&[(
-            "call_write",
-            "write_file",
-            r#"{"path": "out/ops.txt", "content": "by the book"}"#,
-        )]),
-        Some(result) => Reply::openai_text(&format!("Result: {result}")),
-    }
+    write_file_then_answer(req, r#"{"path": "out/ops.txt", "content": "by the book"}"#)
 }
 
 /// A gateway with client keys alice and bob and operator carol, on SQLite or on the PostgreSQL `database_url`.

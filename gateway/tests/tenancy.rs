@@ -5,7 +5,7 @@ mod common;
 
 use std::path::Path;
 
-use common::{post, request, tool_result, Answer};
+use common::{post, request, write_file_then_answer, Answer};
 use serde_json::{json, Value};
 use tokio::sync::oneshot;
 use tower_chat::test_server::{RecordedRequest, Reply, ScriptedProvider};
@@ -24,14 +24,7 @@ fn write_then_answer(req: &RecordedRequest, _index: usize) -> Reply {
     {
         return Reply::openai_text("ok");
     }
-    match tool_result(messages, "call_write") {
-        None => Reply::openai_tool_calls(&[(
-            "call_write",
-            "write_file",
-            r#"{"path": "out/hello.txt", "content": "hi there"}"#,
-        )]),
-        Some(result) => Reply::openai_text(&format!("Result: {result}")),
-    }
+    write_file_then_answer(req, r#"{"path": "out/hello.txt", "content": "hi there"}"#)
 }
 
 /// One gateway process: its URL, and a way to stop it (waiting until it has stopped and flushed).

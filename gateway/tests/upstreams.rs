@@ -11,24 +11,7 @@ use tower_chat::test_server::{Reply, ScriptedProvider};
 use tower_chat_gateway::config_file::ConfigFile;
 
 use common::*;
-
-fn anthropic_text(text: &str) -> Reply {
-    Reply::anthropic_stream(&[
-        json!({"type":"message_start","message":{"id":"msg_1","type":"message","role":"assistant","model":"claude-sonnet-4-5","content":[],"usage":{"input_tokens":10,"output_tokens":1}}}),
-        json!({"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}),
-        json!({"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":text}}),
-        json!({"type":"content_block_stop","index":0}),
-        json!({"type":"message_delta","delta":{"stop_reason":"end_turn","stop_sequence":null},"usage":{"output_tokens":5}}),
-        json!({"type":"message_stop"}),
-    ])
-}
-
-fn error_reply(code: u16) -> Reply {
-    Reply::json(
-        code,
-        json!({"error": {"message": format!("scripted {code}")}}),
-    )
-}
+use tower_chat_testkit::{anthropic_text, status};
 
 struct Upstreams {
     dead: ScriptedProvider,
@@ -38,12 +21,13 @@ struct Upstreams {
 }
 
 async fn start() -> Upstreams {
-    let dead = ScriptedProvider::start(|_, _| error_reply(503)).await;
-    let claude = ScriptedProvider::start(|_, _| anthropic_text("Claude here")).await;
+    let dead = ScriptedProvider::start(|_, _| status(503)).await;
+    let claude =
+        ScriptedProvider::start(|_, _| anthropic_text("claude-sonnet-4-5", "Claude here")).await;
     // Fails its first request, then answers.
     let flaky = ScriptedProvider::start(|_, i| {
         if i == 0 {
-            error_reply(500)
+            status(500)
         } else {
             Reply::openai_text("second try")
         }

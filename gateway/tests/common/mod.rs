@@ -296,6 +296,14 @@ pub fn tool_result(messages: &[Value], call_id: &str) -> Option<String> {
         .and_then(|m| m["content"].as_str().map(str::to_owned))
 }
 
+/// A turn that writes a file: `write_file` with `arguments` (call `call_write`), then `Result: <its result>`.
+pub fn write_file_then_answer(req: &RecordedRequest, arguments: &str) -> Reply {
+    match tool_result(req.body["messages"].as_array().unwrap(), "call_write") {
+        None => Reply::openai_tool_calls(&[("call_write", "write_file", arguments)]),
+        Some(result) => Reply::openai_text(&format!("Result: {result}")),
+    }
+}
+
 /// A turn of three model calls: `add(2, 3)`, then `add(5, 4)` with the first result, then the answer.
 pub fn three_add_calls(req: &RecordedRequest, _index: usize) -> Reply {
     let messages = req.body["messages"].as_array().unwrap();
