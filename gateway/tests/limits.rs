@@ -19,7 +19,7 @@ use serde_json::Value;
 use tower_chat::test_server::{Part, Reply, ScriptedProvider};
 use tower_chat_gateway::limits::{LimitsEntry, LimitsSection, PriceEntry, StoreKind};
 
-use tower_chat_testkit::redis_url;
+use tower_chat_testkit::{redis_url, until};
 
 const KEY: &str = "sk-alice";
 
@@ -383,10 +383,10 @@ async fn two_gateway_processes_share_the_concurrency_cap_and_say_when_to_retry()
         assert_eq!(retry_after(&answer), 1, "{:?}", answer.headers);
     }
     // The 5 admitted calls may still be on their way to the upstream when the 35th refusal arrives.
-    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
-    while provider.requests().len() < 5 && tokio::time::Instant::now() < deadline {
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-    }
+    until("the admitted calls reach the upstream", || {
+        std::future::ready(provider.requests().len() >= 5)
+    })
+    .await;
     assert_eq!(
         provider.requests().len(),
         5,

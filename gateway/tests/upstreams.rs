@@ -11,7 +11,7 @@ use tower_chat::test_server::{Reply, ScriptedProvider};
 use tower_chat_gateway::config_file::ConfigFile;
 
 use common::*;
-use tower_chat_testkit::{anthropic_text, status};
+use tower_chat_testkit::{anthropic_text, status, until};
 
 struct Upstreams {
     dead: ScriptedProvider,
@@ -576,17 +576,6 @@ fn content(answer: &Answer) -> String {
         .to_owned()
 }
 
-/// Waits (at most 5 s) until `done` holds.
-async fn until(mut done: impl FnMut() -> bool) {
-    for _ in 0..500 {
-        if done() {
-            return;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-    }
-    panic!("condition not reached within 5 s");
-}
-
 #[tokio::test]
 async fn a_reload_swaps_the_models_and_keeps_requests_in_flight_on_the_old_ones() {
     // The old upstream answers after a while, so a request is still in flight when the file changes.
@@ -607,7 +596,10 @@ async fn a_reload_swaps_the_models_and_keeps_requests_in_flight_on_the_old_ones(
     let url = harness.url("/v1/chat/completions");
     let body = serde_json::to_vec(&chat("chat", false)).unwrap();
     let in_flight = tokio::spawn(async move { post(&url, body, &[]).await });
-    until(|| old.requests().len() == 1).await;
+    until("the old upstream has the request", || {
+        std::future::ready(old.requests().len() == 1)
+    })
+    .await;
 
     std::fs::write(&path, models_file(&["chat", "extra"], &new.base_url())).unwrap();
     reloader.reload().expect("a valid file is swapped in");
@@ -658,13 +650,11 @@ async fn hang_up_until(harness: &Harness, ids: &[&str]) {
         .status()
         .expect("kill runs");
     assert!(status.success());
-    for _ in 0..500 {
-        if model_ids(harness).await == ids {
-            return;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-    }
-    assert_eq!(model_ids(harness).await, ids, "not reloaded within 5 s");
+    until(
+        "the reload",
+        || async move { model_ids(harness).await == ids },
+    )
+    .await;
 }
 
 #[cfg(unix)]

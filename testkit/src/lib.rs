@@ -36,6 +36,21 @@ pub async fn within<T>(what: &str, future: impl Future<Output = T>) -> T {
         .unwrap_or_else(|_| panic!("{what} did not happen within {BOUND:?}"))
 }
 
+/// Check `done` every 10 ms until it holds, failing the test (naming `what`) after [`BOUND`]: for a condition
+/// that nothing announces (another process, a server's count, a reloaded file).
+pub async fn until<F, Fut>(what: &str, mut done: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    within(what, async {
+        while !done().await {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+}
+
 /// A run counter for a tool body or a callback.
 pub fn counter() -> Arc<AtomicUsize> {
     Arc::new(AtomicUsize::new(0))

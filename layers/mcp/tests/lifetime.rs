@@ -27,13 +27,12 @@ async fn a_request_keeps_an_http_server_up_after_the_last_handle_is_dropped() {
         vec![ToolMessage::success("c1", "add", r#"{"sum":5.0}"#)]
     );
     // Once the request is done nothing holds the servers: the client stops and deletes its session.
-    tokio::time::timeout(BOUND, async {
-        while server.sessions().await > 0 {
-            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-        }
-    })
-    .await
-    .expect("the client deleted its session once the last request was done");
+    let server = &server;
+    until(
+        "the client deleting its session once the last request was done",
+        || async move { server.sessions().await == 0 },
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
