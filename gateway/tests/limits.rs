@@ -18,7 +18,6 @@ use hyper_util::rt::TokioExecutor;
 use serde_json::Value;
 use tower_chat::test_server::{Part, Reply, ScriptedProvider};
 use tower_chat_gateway::limits::{LimitsEntry, LimitsSection, PriceEntry, StoreKind};
-
 use tower_chat_testkit::{redis_url, until};
 
 const KEY: &str = "sk-alice";
