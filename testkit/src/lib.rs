@@ -1,9 +1,9 @@
 //! Test helpers shared by the workspace's test suites, so that a helper is written once.
 //!
-//! - [`model`]: scripted in-process models that record what they were sent, in either delivery shape.
+//! - [`model`](mod@model): scripted in-process models that record what they were sent, in either delivery shape.
 //! - [`events`]: running a request through a service and reading its events.
 //! - [`replies`]: provider replies for [`ScriptedProvider`](tower_chat::test_server::ScriptedProvider).
-//! - [`spans`] (feature `spans`): a tracing layer that records spans and events.
+//! - `spans` (feature `spans`): a tracing layer that records spans and events.
 //!
 //! Everything is re-exported at the root: a test file says `use tower_chat_testkit::*;`.
 #![deny(missing_docs)]
