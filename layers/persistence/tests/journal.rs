@@ -298,3 +298,74 @@ async fn a_store_indexes_once_a_batch_of_records_waits() {
     )
     .await;
 }
+
+/// Writes `tests/data/journal-upgrade.bin`: the journal a process of this build leaves when it is killed with
+/// three records waiting (two calls of one conversation with a caller, and a failed call of another). A later
+/// build that no longer keeps a journal must index them on open; its test reads this file. Run by hand:
+/// `cargo test -p tower-chat-persistence --test journal -- --ignored write_the_upgrade_fixture`.
+#[tokio::test]
+#[ignore = "writes a fixture into the source tree"]
+async fn write_the_upgrade_fixture() {
+    use tower_chat::{CallerIdentity, ChatError, ErrorKind};
+    use tower_chat_persistence::{CallId, RequestedCallId};
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("upgrade.db");
+    let store = lazy_store(&path).await;
+    let chat = PersistenceLayer::new(store.clone()).layer(scripted(|request: &ChatRequest| {
+        let question = match request.messages.last() {
+            Some(Message::User { content }) => content.as_str(),
+            _ => "",
+        };
+        match question {
+            "What is the capital of France?" => stream_of(answer("Paris."), Shape::Ready),
+            "And of Italy?" => stream_of(answer("Rome."), Shape::Ready),
+            _ => stream_of(
+                vec![Err(ChatError::new(ErrorKind::Upstream, "overloaded"))],
+                Shape::Ready,
+            ),
+        }
+    }));
+    let (a, b) = (
+        ConversationId::new("upgrade-a"),
+        ConversationId::new("upgrade-b"),
+    );
+    let call = |messages: Vec<Message>, conversation: &ConversationId, id: &str| {
+        ChatRequest::new(messages)
+            .with_extension(conversation.clone())
+            .with_extension(CallerIdentity::new("alice"))
+            .with_extension(RequestedCallId(CallId::new(id)))
+    };
+    let first = vec![Message::user("What is the capital of France?")];
+    let paris = chat
+        .clone()
+        .oneshot(call(first.clone(), &a, "call-a1"))
+        .await
+        .unwrap()
+        .collect_response()
+        .await
+        .unwrap();
+    let failed = chat
+        .clone()
+        .oneshot(ChatRequest::new(vec![Message::user("Anyone there?")]).with_extension(b.clone()))
+        .await
+        .unwrap()
+        .collect_response()
+        .await;
+    assert!(failed.is_err());
+    let mut second = first;
+    second.extend(paris.messages.iter().cloned());
+    second.push(Message::user("And of Italy?"));
+    // Fail-closed: its `Finish` means its record, and the failed one handed over before it, are in the journal.
+    chat.oneshot(call(second, &a, "call-a2"))
+        .await
+        .unwrap()
+        .collect_response()
+        .await
+        .unwrap();
+    let journal = std::fs::read(format!("{}-records", path.display())).unwrap();
+    assert_eq!(journal_len(&path), journal.len() as u64, "all in one file");
+    let out = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/journal-upgrade.bin");
+    std::fs::write(out, journal).unwrap();
+    std::mem::forget(store);
+}
