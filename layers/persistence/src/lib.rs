@@ -50,7 +50,7 @@
 //!   record, counted in [`PersistenceStats`] and logged at `error` level (rate-limited).
 //!
 //! [`PersistenceLayer::flush`] waits until every record handed over so far is written; call it before shutting
-//! the runtime down. What a durable record survives (a killed process; a power loss only with
+//! the runtime down. What a committed record survives (a killed process; a power loss only with
 //! [`Durability::PowerLoss`]) is in the README's "Durability" section.
 //!
 //! ## How records are stored

@@ -91,7 +91,7 @@ type Ack = oneshot::Sender<Result<(), StoreError>>;
 
 enum Job {
     Record(Box<CallRecord>, Option<Ack>),
-    Flush(oneshot::Sender<Result<(), StoreError>>),
+    Flush(oneshot::Sender<()>),
 }
 
 /// The handle the layer, its services and their streams share: the sending side of the writer's channel.
@@ -268,7 +268,7 @@ impl Recorder {
             .map_err(|_| StoreError::new("the persistence writer has stopped"))?;
         flushed
             .await
-            .map_err(|_| StoreError::new("the persistence writer has stopped"))?
+            .map_err(|_| StoreError::new("the persistence writer has stopped"))
     }
 }
 
@@ -291,7 +291,7 @@ async fn run_writer(
                 }
                 Job::Flush(done) => {
                     write_batch(&*store, &mut records, &mut acks, &counters).await;
-                    let _ = done.send(store.flush().await);
+                    let _ = done.send(());
                 }
             }
         }

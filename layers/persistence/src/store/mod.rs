@@ -15,14 +15,10 @@ pub mod postgres;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
 
-#[cfg(feature = "sqlite")]
-mod appender;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod chain;
 #[cfg(feature = "sqlite")]
-mod checkpoint;
-#[cfg(feature = "sqlite")]
-mod journal;
+mod legacy_journal;
 mod schema;
 
 pub use schema::Migration;
@@ -36,20 +32,12 @@ pub trait Store: fmt::Debug + Send + Sync + 'static {
     /// Write a batch of records in one transaction: all or none. A record whose call id is already stored
     /// replaces the stored one only if that one is [`CallOutcome::InFlight`]: a final record is never
     /// overwritten, so a retried batch, or an in-flight record that reaches the store after the final one, is
-    /// harmless.
+    /// harmless. Returns once the transaction committed: the records are then visible to every connection,
+    /// and the layer acknowledges them (a fail-closed call's `Finish` waits for that).
     fn write_calls<'a>(
         &'a self,
         records: &'a [CallRecord],
     ) -> BoxFuture<'a, Result<(), StoreError>>;
-
-    /// Make every record written so far visible to other connections to the database (other processes, a
-    /// second store on the same file). [`Store::write_calls`] returns once a record is durable, which for the
-    /// SQLite store means appended to its journal; its tables take the journal's records shortly after, and this
-    /// waits for that. Reads through the same store never need it. The default (every record visible once
-    /// written, as in PostgreSQL) returns at once; [`crate::PersistenceLayer::flush`] calls it.
-    fn flush(&self) -> BoxFuture<'_, Result<(), StoreError>> {
-        Box::pin(async { Ok(()) })
-    }
 
     /// One call's record.
     fn call<'a>(
@@ -128,10 +116,6 @@ impl<S: Store + ?Sized> Store for std::sync::Arc<S> {
         records: &'a [CallRecord],
     ) -> BoxFuture<'a, Result<(), StoreError>> {
         (**self).write_calls(records)
-    }
-
-    fn flush(&self) -> BoxFuture<'_, Result<(), StoreError>> {
-        (**self).flush()
     }
 
     fn call<'a>(

@@ -290,8 +290,8 @@ pub(crate) struct Row {
 }
 
 /// What `request_messages` and `request_options` hold in rows written since message-level storage (the
-/// history is in `chat_messages`, the options in `chat_options`), and `response_text` in rows written since
-/// journal format 2 (the answer's text is its message node's). SQLite writes them as literals in its upsert
+/// history is in `chat_messages`, the options in `chat_options`), and `response_text` in rows whose answer's
+/// text is stored only as its message node. SQLite writes them as literals in its upsert
 /// (a unit test ties the two).
 #[cfg(any(feature = "postgres", all(test, feature = "sqlite")))]
 pub(crate) const EMPTY_MESSAGES: &str = "[]";

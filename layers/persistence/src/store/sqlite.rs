@@ -7,14 +7,15 @@
 //! other user of the store in this process. Other processes may open the same file: WAL mode lets readers run
 //! alongside the writer, and a busy timeout makes concurrent writers wait instead of failing at once.
 //!
-//! A batch of records is durable once appended to the store's journal (see `journal.rs`), which the writer task
-//! does itself (`appender.rs`): the thread writes the journal's records into the tables later, in transactions
-//! of about [`INDEX_BATCH`] records, and always before running any other operation, so nothing read through the
-//! store misses a record written before it.
+//! Record writes use group commit: the thread commits every batch waiting for it in one transaction, and the
+//! batches that arrive while that transaction runs wait for the next one. A batch is acknowledged once its
+//! transaction committed, so a record is visible to every connection by the time its call's `Finish` is
+//! delivered. Checkpoints are SQLite's own: the commit that takes the write-ahead log past
+//! `wal_autocheckpoint` pages (1000, SQLite's default) copies it into the database file.
 
 use std::fmt;
 use std::path::{Path, PathBuf};
-use std::sync::mpsc::{self, RecvTimeoutError};
+use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -23,10 +24,8 @@ use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 use tokio::sync::oneshot;
 use tower_chat::ConversationId;
 
-use super::appender::{Appended, Appender, Rows};
 use super::chain::{history_sql, Encoded, Encoder, NodeKey};
-use super::checkpoint::Checkpointer;
-use super::journal::{Journal, INDEX_BATCH, INDEX_DELAY, MAX_TRANSACTION};
+use super::legacy_journal::LegacyJournal;
 use super::schema::{
     abandon_sql, call_summaries_sql, conversation_from_row, insert_key_sql, select_sql,
     spend_from_row, spend_sql, sqlite_migrations, Row, StoredColumns, StoredRecord, SummaryColumns,
@@ -40,100 +39,23 @@ use crate::record::{
 
 pub use rusqlite;
 
-/// What the connection thread runs: a record batch, or any other operation on the connection.
+/// Records in the order they were written, with what they add besides their `chat_calls` row.
+type Rows = Vec<(Row, Encoded)>;
+
+/// What the connection thread runs: a record batch, a read, or any other operation on the connection.
 enum Job {
     /// The layer's record writes, through statements the thread keeps prepared between consecutive batches.
     Write(WriteJob),
-    /// A read of the store's own: runs once the records waiting in the journal are in the tables, with the
-    /// outcome of writing them (a read must not answer without them). Needs only `&Connection`, so it runs beside
-    /// the prepared record statements.
-    Indexed(IndexedJob),
-    /// Anything else (migrations, other crates' closures); the waiting records are indexed first.
+    /// A read of the store's own. Needs only `&Connection`, so it runs beside the prepared record statements.
+    Read(Box<dyn FnOnce(&Connection) + Send>),
+    /// Anything else (migrations, other crates' closures).
     Connection(Box<dyn FnOnce(&mut Connection) + Send>),
-    /// The writer task appended the first waiting records (the idle delay starts), or [`INDEX_BATCH`] of them.
-    Wake,
 }
 
-/// See [`Job::Indexed`].
-type IndexedJob = Box<dyn FnOnce(&Connection, Result<(), StoreError>) + Send>;
-
-/// One batch of records, and where its outcome goes: `Ok` once it is durable (appended to the journal, or
-/// committed to the tables when this store does not hold the journal).
+/// One batch of records, and where its outcome goes: `Ok` once its transaction committed.
 struct WriteJob {
-    rows: Vec<(Row, Encoded)>,
-    done: oneshot::Sender<Result<(), StoreError>>,
-}
-
-/// The connection thread's side of the journal: records acknowledged to the layer and not yet in the tables.
-struct Unindexed {
-    /// The active journal file and the records waiting in it, shared with the writer task.
-    appender: Arc<Appender>,
-    /// The journal's other file: empty, or (`spare_taken`) holding only records taken into `rows`.
-    spare: Option<Journal>,
-    spare_taken: bool,
-    /// Records taken for the tables and not in them yet (the last attempt failed, or it is under way).
     rows: Rows,
-    /// How long records wait while nothing else reaches the store.
-    delay: Duration,
-}
-
-impl Unindexed {
-    /// Whether this store holds a journal (else every batch is committed to the tables directly).
-    fn journaled(&self) -> bool {
-        self.appender.lock().active.is_some()
-    }
-
-    /// Records acknowledged and not in the tables: taken or still waiting.
-    fn unindexed(&self) -> usize {
-        self.state().0
-    }
-
-    /// [`Unindexed::unindexed`], and whether the tables refused the last records.
-    fn state(&self) -> (usize, bool) {
-        let shared = self.appender.lock();
-        (self.rows.len() + shared.waiting.len(), shared.failing)
-    }
-
-    /// Take the waiting records into `rows`; swap the journal's files if the other one is empty, so the one
-    /// holding the records taken can be emptied once they are committed.
-    fn take(&mut self) {
-        let mut shared = self.appender.lock();
-        self.rows.append(&mut shared.waiting);
-        let active_holds_records = shared.active.as_ref().is_some_and(|j| !j.is_empty());
-        if !self.spare_taken && active_holds_records {
-            if let (Some(active), Some(spare)) = (shared.active.as_mut(), self.spare.as_mut()) {
-                std::mem::swap(active, spare);
-                self.spare_taken = true;
-            }
-        }
-    }
-
-    /// After a commit of every record taken: empty the files that hold only committed records (the spare one;
-    /// the active one too when nothing was appended since the take).
-    fn committed(&mut self) {
-        self.rows.clear();
-        let mut shared = self.appender.lock();
-        let spare_cleared =
-            !self.spare_taken || self.spare.as_mut().is_none_or(|s| s.clear().is_ok());
-        self.spare_taken = !spare_cleared;
-        let nothing_since = shared.waiting.is_empty();
-        let active_cleared =
-            !nothing_since || shared.active.as_mut().is_none_or(|a| a.clear().is_ok());
-        if !(spare_cleared && active_cleared) {
-            // What they hold is in the tables (replaying it changes nothing), but an entry appended after a torn
-            // one would be lost to replay: stop using the journal.
-            tracing::error!("cannot empty the record journal; this store now commits each batch");
-            shared.active = None;
-            self.spare = None;
-            self.spare_taken = false;
-        }
-    }
-
-    /// Mark the tables refusing records (batches then go to the connection thread) or taking them again; whether
-    /// they were refusing before.
-    fn set_failing(&self, failing: bool) -> bool {
-        std::mem::replace(&mut self.appender.lock().failing, failing)
-    }
+    done: oneshot::Sender<Result<(), StoreError>>,
 }
 
 /// The embedded SQLite store. Cheap to clone (clones share the connection thread); the thread ends when the last
@@ -143,8 +65,6 @@ pub struct SqliteStore {
     jobs: mpsc::Sender<Job>,
     path: Arc<PathBuf>,
     encoder: Arc<Encoder>,
-    /// The journal's active file: batches are appended there on the writer task.
-    appender: Arc<Appender>,
     /// A read-only connection for the listing reads ([`Store::list_conversations`], [`Store::call_summaries`]),
     /// opened on first use: in WAL mode it reads a snapshot without holding up the connection thread, so a
     /// dashboard scanning many calls does not delay the layer's record writes (and the calls waiting on them).
@@ -159,24 +79,19 @@ impl fmt::Debug for SqliteStore {
     }
 }
 
-/// When a record is durable: how the store's record journal is written, and SQLite's `synchronous` setting (WAL
-/// mode). A batch of records is acknowledged once appended to the journal beside the database file
-/// (`<file>-records`, `<file>-records-alt`); the tables take the journal's records in batches afterwards (see
-/// the persistence README, "Durability").
+/// What a committed record survives: SQLite's `synchronous` setting in WAL mode. Either way a record is
+/// acknowledged (and a fail-closed call's `Finish` delivered) only once its transaction committed.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Durability {
-    /// The default: the journal is appended to without waiting for the disk, and the tables commit with
-    /// `synchronous = NORMAL` (the write-ahead log is synced at each checkpoint, which a thread of the store runs
-    /// beside the writer once the log holds 1000 pages and every 25 pages after, never inside a commit). An
-    /// acknowledged record survives the process being killed (the journal and the log are in the operating
-    /// system's cache, and the next open replays both); a power loss or OS crash can lose the last records (up to
-    /// about 1000 pages of log, at most 2000, plus what the journal held unsynced), never corrupts the file, and
-    /// never keeps half a transaction.
+    /// The default, `synchronous = NORMAL`: a commit is in the write-ahead log when it returns, which is synced at
+    /// each checkpoint, not at each commit. A committed record survives the process being killed (the log is in
+    /// the operating system's cache, and the next open reads it); a power loss or OS crash can lose the commits
+    /// since the last checkpoint, never corrupts the file, and never keeps half a transaction.
     #[default]
     Process,
-    /// Every append to the journal waits for the disk (one `fsync` per batch; the writer's batching spreads it
-    /// over every record waiting), and the tables commit with `synchronous = FULL`. An acknowledged record also
-    /// survives a power loss, on hardware that honours `fsync`.
+    /// `synchronous = FULL`: every commit waits until the log is on disk (one `fsync` per transaction; group
+    /// commit spreads it over every record waiting). A committed record also survives a power loss, on hardware
+    /// that honours `fsync`.
     PowerLoss,
 }
 
@@ -187,7 +102,6 @@ pub struct SqliteStoreBuilder {
     migrations: Vec<Migration>,
     busy_timeout: Duration,
     durability: Durability,
-    index_delay: Duration,
 }
 
 impl SqliteStoreBuilder {
@@ -203,53 +117,29 @@ impl SqliteStoreBuilder {
         self
     }
 
-    /// How long records wait in the store's journal for the tables while no other record and no other operation
-    /// reaches the store (default 1 s). Reads through this store never wait for it (they index what waits
-    /// first); another connection to the file (another process) sees a record at most this much later, or once
-    /// 128 records wait, or after [`crate::Store::flush`]. Shorter means fewer records per transaction when
-    /// calls are further apart than the delay (each transaction costs about a record's worth of instructions).
-    pub fn index_delay(mut self, delay: Duration) -> Self {
-        self.index_delay = delay;
-        self
-    }
-
     /// How long a write waits for another process's write lock before failing (default 5 s).
     pub fn busy_timeout(mut self, timeout: Duration) -> Self {
         self.busy_timeout = timeout;
         self
     }
 
-    /// Open (creating the file if needed), switch to WAL mode and apply pending migrations.
+    /// Open (creating the file if needed), switch to WAL mode, apply pending migrations, and commit what a
+    /// record journal of an earlier build left beside the file (see `legacy_journal.rs`).
     pub async fn open(self) -> Result<SqliteStore, StoreError> {
         let (jobs, receiver) = mpsc::channel::<Job>();
         let (opened_tx, opened_rx) = oneshot::channel();
         let path = self.path.clone();
-        let appender = Arc::new(Appender::default());
-        let thread_appender = appender.clone();
         std::thread::Builder::new()
             .name("tower-chat-sqlite".into())
             .spawn(move || {
-                let (mut conn, mut unindexed) = match open_connection(&self, thread_appender) {
-                    Ok((conn, key, unindexed)) => {
+                let mut conn = match open_connection(&self) {
+                    Ok((conn, key)) => {
                         let _ = opened_tx.send(Ok(key));
-                        (conn, unindexed)
+                        conn
                     }
                     Err(e) => {
                         let _ = opened_tx.send(Err(e));
                         return;
-                    }
-                };
-                let checkpointer =
-                    match Checkpointer::start(&conn, self.path.clone(), self.busy_timeout) {
-                        Ok(checkpointer) => Some(checkpointer),
-                        Err(error) => {
-                            tracing::warn!(%error, "no SQLite checkpoint thread: commits checkpoint as they go");
-                            None
-                        }
-                    };
-                let after_commit = |conn: &Connection| {
-                    if let Some(checkpointer) = &checkpointer {
-                        checkpointer.after_commit(conn);
                     }
                 };
                 // Ends when every SqliteStore clone (every sender) is gone.
@@ -269,17 +159,8 @@ impl SqliteStoreBuilder {
                                     "a SQLite store operation panicked; the store continues"
                                 );
                             }
-                            after_commit(&conn);
                         }
-                        writes_or_reads => {
-                            next = serve_writes(
-                                &conn,
-                                &receiver,
-                                writes_or_reads,
-                                &mut unindexed,
-                                &after_commit,
-                            )
-                        }
+                        writes_or_reads => next = serve_writes(&conn, &receiver, writes_or_reads),
                     }
                 }
             })
@@ -291,16 +172,12 @@ impl SqliteStoreBuilder {
             jobs,
             path: Arc::new(path),
             encoder: Arc::new(Encoder::new(key)),
-            appender,
             reader: Arc::default(),
         })
     }
 }
 
-fn open_connection(
-    options: &SqliteStoreBuilder,
-    appender: Arc<Appender>,
-) -> Result<(Connection, NodeKey, Unindexed), StoreError> {
+fn open_connection(options: &SqliteStoreBuilder) -> Result<(Connection, NodeKey), StoreError> {
     let context = |what: &str| {
         let path = options.path.display().to_string();
         let what = what.to_owned();
@@ -356,66 +233,34 @@ fn open_connection(
             ))
         })
         .map_err(context("cannot read the node key"))?;
-    let unindexed = open_journal(&conn, options, appender)?;
-    Ok((conn, key, unindexed))
+    commit_legacy_journal(&conn, &options.path)?;
+    Ok((conn, key))
 }
 
-/// Lock the database's record journal and write what a previous process left in it into the tables.
-fn open_journal(
-    conn: &Connection,
-    options: &SqliteStoreBuilder,
-    appender: Arc<Appender>,
-) -> Result<Unindexed, StoreError> {
-    let path = Journal::path(&options.path);
-    let sync = options.durability == Durability::PowerLoss;
-    let mut unindexed = Unindexed {
-        appender,
-        spare: None,
-        spare_taken: false,
-        rows: Vec::new(),
-        delay: options.index_delay,
+/// Commit the records a record journal of an earlier build left beside the database, then remove its files.
+fn commit_legacy_journal(conn: &Connection, database: &Path) -> Result<(), StoreError> {
+    let Some(journal) = LegacyJournal::open(database)? else {
+        return Ok(());
     };
-    let Some((mut journal, mut spare, mut replay)) =
-        Journal::open(&options.path, sync).map_err(|e| {
-            StoreError::with_source(
-                format!("cannot open the record journal {}", path.display()),
-                e,
-            )
-        })?
-    else {
-        tracing::debug!(
-            journal = %path.display(),
-            "another store holds the record journal: this one commits each batch to the tables"
-        );
-        return Ok(unindexed);
-    };
-    if !replay.is_empty() {
+    if !journal.records.is_empty() {
         WriteStatements::prepare(conn)
-            .and_then(|mut statements| statements.write(&mut replay, &mut |_| {}))
+            .and_then(|mut statements| statements.write([&journal.records]))
             .map_err(|e| {
                 StoreError::with_source(
                     format!(
-                        "SQLite {}: cannot write the {} records of the journal into the tables",
-                        options.path.display(),
-                        replay.len()
+                        "SQLite {}: cannot write the {} records of the record journal into the tables",
+                        database.display(),
+                        journal.records.len()
                     ),
                     e,
                 )
             })?;
         tracing::info!(
-            records = replay.len(),
-            "records left in the journal by an earlier process are now in the tables"
+            records = journal.records.len(),
+            "records left in the record journal of an earlier build are now in the tables"
         );
     }
-    journal.clear().and_then(|()| spare.clear()).map_err(|e| {
-        StoreError::with_source(
-            format!("cannot empty the record journal {}", path.display()),
-            e,
-        )
-    })?;
-    unindexed.appender.lock().active = Some(journal);
-    unindexed.spare = Some(spare);
-    Ok(unindexed)
+    journal.remove()
 }
 
 fn apply_migration(conn: &mut Connection, migration: &Migration) -> rusqlite::Result<()> {
@@ -452,7 +297,6 @@ impl SqliteStore {
             migrations: Vec::new(),
             busy_timeout: Duration::from_secs(5),
             durability: Durability::default(),
-            index_delay: INDEX_DELAY,
         }
     }
 
@@ -520,10 +364,6 @@ impl SqliteStore {
         F: FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
         T: Send + 'static,
     {
-        self.run_indexed("cannot write the journal's records into the tables", |_| {
-            Ok(())
-        })
-        .await?;
         let (reader, path) = (self.reader.clone(), self.path.clone());
         tokio::task::spawn_blocking(move || {
             let mut slot = reader.lock().unwrap_or_else(|e| e.into_inner());
@@ -543,21 +383,21 @@ impl SqliteStore {
         .map_err(|e| StoreError::with_source(format!("SQLite: {what}"), e))
     }
 
-    /// Run `f` on the connection thread once the records waiting in the journal are in the tables; if they
-    /// cannot be written, that error instead.
-    async fn run_indexed<F, T>(&self, what: &'static str, f: F) -> Result<T, StoreError>
+    /// Run a read on the connection thread, after every operation submitted before it (so it sees every record
+    /// acknowledged before it was asked for).
+    async fn read_on_thread<F, T>(&self, what: &'static str, f: F) -> Result<T, StoreError>
     where
         F: FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
         T: Send + 'static,
     {
         let (tx, rx) = oneshot::channel();
         self.jobs
-            .send(Job::Indexed(Box::new(move |conn, indexed| {
-                let _ = tx.send(indexed.map(|()| f(conn)));
+            .send(Job::Read(Box::new(move |conn| {
+                let _ = tx.send(f(conn));
             })))
             .map_err(|_| StoreError::new("the SQLite connection thread has stopped"))?;
         rx.await
-            .map_err(|_| StoreError::new("the SQLite connection thread stopped mid-operation"))??
+            .map_err(|_| StoreError::new("the SQLite connection thread stopped mid-operation"))?
             .map_err(|e| StoreError::with_source(format!("SQLite: {what}"), e))
     }
 
@@ -672,17 +512,13 @@ impl<'c> WriteStatements<'c> {
         })
     }
 
-    /// Write `rows` in one transaction: committed when this returns `Ok`, rolled back otherwise (an error, or a
-    /// panic unwinding through the connection thread). `between` runs after each record and may add records to
-    /// `rows`, which join the same transaction.
-    fn write(&mut self, rows: &mut Rows, between: &mut Between<'_>) -> rusqlite::Result<()> {
+    /// Write `batches` in one transaction: committed when this returns `Ok`, rolled back otherwise (an error,
+    /// or a panic unwinding through the connection thread).
+    fn write<'r>(&mut self, batches: impl IntoIterator<Item = &'r Rows>) -> rusqlite::Result<()> {
         self.begin.execute([])?;
         let rollback = RollbackUnlessCommitted(self.conn);
-        let mut next = 0;
-        while next < rows.len() {
-            self.write_record(&rows[next])?;
-            next += 1;
-            between(rows);
+        for row in batches.into_iter().flatten() {
+            self.write_record(row)?;
         }
         self.commit.execute([])?;
         drop(rollback);
@@ -726,9 +562,6 @@ impl<'c> WriteStatements<'c> {
     }
 }
 
-/// What runs between two records of a transaction and may add records to it (see [`WriteStatements::write`]).
-type Between<'a> = dyn FnMut(&mut Rows) + 'a;
-
 /// Rolls back the connection's open transaction when dropped, if there still is one (a failed `COMMIT` or an
 /// error or panic before it).
 struct RollbackUnlessCommitted<'c>(&'c Connection);
@@ -741,292 +574,84 @@ impl Drop for RollbackUnlessCommitted<'_> {
     }
 }
 
-/// Where the connection thread's jobs come from while the tables take the journal's records: record batches
-/// sent to the thread meanwhile (see `appender.rs` for when they are) are appended to the journal and
-/// acknowledged between two records of the transaction, and join it, so a call ending during an index
-/// transaction waits for one record's inserts, not the whole batch's. The first job that is anything else (or a
-/// batch the journal cannot take) stops the taking, and waits for the commit in `deferred`: jobs run in the
-/// order they came.
-struct Arrivals<'r> {
-    receiver: &'r mpsc::Receiver<Job>,
-    deferred: Option<Job>,
-}
-
-impl<'r> Arrivals<'r> {
-    fn new(receiver: &'r mpsc::Receiver<Job>) -> Self {
-        Arrivals {
-            receiver,
-            deferred: None,
-        }
-    }
-
-    /// Takes the batches waiting in the channel into `rows` (appended and acknowledged first), up to
-    /// [`MAX_TRANSACTION`] records.
-    fn take(&mut self, appender: &Appender, rows: &mut Rows) {
-        while self.deferred.is_none() && rows.len() < MAX_TRANSACTION {
-            let Ok(job) = self.receiver.try_recv() else {
-                return;
-            };
-            match job {
-                Job::Write(WriteJob { rows: batch, done }) => {
-                    if appender.append_to_active(&batch).is_ok() {
-                        let _ = done.send(Ok(()));
-                        rows.extend(batch);
-                    } else {
-                        // `serve_write` tries again after the commit, and commits it to the tables if it fails again.
-                        self.deferred = Some(Job::Write(WriteJob { rows: batch, done }));
-                    }
-                }
-                // `serve_writes` looks at what waits once the transaction is over.
-                Job::Wake => {}
-                other => self.deferred = Some(other),
-            }
-        }
-    }
-}
-
-/// Serve `first` and every record write and store read queued behind it with the same prepared statements,
-/// indexing the journal's records when [`INDEX_BATCH`] of them wait, nothing arrives for their delay, or a read
-/// comes; return the first other job (which may need `&mut Connection`, so the statements are finalized first)
-/// once the waiting records are indexed, or `None` when every sender is gone.
-fn serve_writes(
-    conn: &Connection,
-    receiver: &mpsc::Receiver<Job>,
-    first: Job,
-    unindexed: &mut Unindexed,
-    after_commit: &dyn Fn(&Connection),
-) -> Option<Job> {
+/// Serve `first` and every record write and read queued behind it with the same prepared statements; return
+/// the first other job (which needs `&mut Connection`, so the statements are finalized first), or `None` when
+/// every sender is gone.
+fn serve_writes(conn: &Connection, receiver: &mpsc::Receiver<Job>, first: Job) -> Option<Job> {
     let mut statements: Option<WriteStatements<'_>> = None;
     let mut next = Some(first);
+    let mut group = Vec::new();
     loop {
-        let (waiting, failing) = if next.is_some() {
-            (0, false)
-        } else {
-            unindexed.state()
-        };
         let job = match next.take() {
             Some(job) => job,
-            // While the tables refuse records they are retried after each delay, not in a loop.
-            None if waiting >= INDEX_BATCH && !failing => {
-                next =
-                    index_taking_arrivals(conn, receiver, &mut statements, unindexed, after_commit)
-                        .1;
-                continue;
-            }
-            None if waiting == 0 => receiver.recv().ok()?,
-            None => match receiver.recv_timeout(unindexed.delay) {
-                Ok(job) => job,
-                Err(RecvTimeoutError::Timeout) => {
-                    next = index_taking_arrivals(
-                        conn,
-                        receiver,
-                        &mut statements,
-                        unindexed,
-                        after_commit,
-                    )
-                    .1;
-                    continue;
-                }
-                Err(RecvTimeoutError::Disconnected) => {
-                    let _ = index_taking_arrivals(
-                        conn,
-                        receiver,
-                        &mut statements,
-                        unindexed,
-                        after_commit,
-                    );
-                    return None;
-                }
-            },
+            None => receiver.recv().ok()?,
         };
         match job {
             Job::Write(write) => {
-                let mut arrivals = Arrivals::new(receiver);
-                serve_write(
-                    conn,
-                    &mut statements,
-                    write,
-                    unindexed,
-                    after_commit,
-                    &mut arrivals,
-                );
-                next = arrivals.deferred;
+                // Group commit: every batch already waiting joins this transaction; those arriving while it
+                // runs wait in the channel for the next one.
+                group.push(write);
+                while let Ok(job) = receiver.try_recv() {
+                    match job {
+                        Job::Write(write) => group.push(write),
+                        other => {
+                            next = Some(other);
+                            break;
+                        }
+                    }
+                }
+                commit_group(conn, &mut statements, &mut group);
             }
-            // The loop's next turn indexes once enough records wait, or starts their delay.
-            Job::Wake => {}
-            Job::Indexed(job) => {
-                let (indexed, deferred) =
-                    index_taking_arrivals(conn, receiver, &mut statements, unindexed, after_commit);
+            Job::Read(job) => {
                 // As for `with_connection` closures: a panicking read fails its caller, not the store.
-                if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job(conn, indexed)))
-                    .is_err()
-                {
+                if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job(conn))).is_err() {
                     tracing::error!("a SQLite store read panicked; the store continues");
                 }
-                next = deferred;
             }
-            other => {
-                // Nothing is taken from the channel meanwhile: `other` runs next, before whatever follows it.
-                let _ = index(conn, &mut statements, unindexed, after_commit, None);
-                return Some(other);
-            }
+            other => return Some(other),
         }
     }
 }
 
-/// [`index`], taking the record batches that arrive meanwhile ([`Arrivals`]); also the first other job that
-/// arrived, which runs next.
-fn index_taking_arrivals<'c>(
-    conn: &'c Connection,
-    receiver: &mpsc::Receiver<Job>,
-    statements: &mut Option<WriteStatements<'c>>,
-    unindexed: &mut Unindexed,
-    after_commit: &dyn Fn(&Connection),
-) -> (Result<(), StoreError>, Option<Job>) {
-    let mut arrivals = Arrivals::new(receiver);
-    let indexed = index(
-        conn,
-        statements,
-        unindexed,
-        after_commit,
-        Some(&mut arrivals),
-    );
-    (indexed, arrivals.deferred)
-}
-
-/// Make a batch the writer task could not append durable: append it to the journal (indexed later), or commit
-/// it when there is no journal.
-fn serve_write<'c>(
+/// Commit the batches of `group` in one transaction and acknowledge each; if that fails, commit each batch in
+/// a transaction of its own, so one batch the tables refuse does not fail the others.
+fn commit_group<'c>(
     conn: &'c Connection,
     statements: &mut Option<WriteStatements<'c>>,
-    write: WriteJob,
-    unindexed: &mut Unindexed,
-    after_commit: &dyn Fn(&Connection),
-    arrivals: &mut Arrivals<'_>,
+    group: &mut Vec<WriteJob>,
 ) {
-    let WriteJob { mut rows, done } = write;
-    if !unindexed.journaled() {
-        let _ = done.send(commit(
-            conn,
-            statements,
-            &mut rows,
-            after_commit,
-            &mut |_| {},
-        ));
-        return;
-    }
-    // While the tables refuse records, at most a batch of them waits in the journal: past that the layer sees
-    // the tables' error (fail-closed), instead of the journal growing without bound.
-    if unindexed.unindexed() >= INDEX_BATCH {
-        if let Err(e) = index(
-            conn,
-            statements,
-            unindexed,
-            after_commit,
-            Some(&mut *arrivals),
-        ) {
-            let _ = done.send(Err(e));
-            return;
-        }
-    }
-    match unindexed.appender.append_to_active(&rows) {
+    match commit(conn, statements, group.iter().map(|write| &write.rows)) {
         Ok(()) => {
-            let _ = done.send(Ok(()));
-            unindexed.rows.extend(rows);
-            if unindexed.unindexed() >= INDEX_BATCH {
-                let _ = index(
-                    conn,
-                    statements,
-                    unindexed,
-                    after_commit,
-                    Some(&mut *arrivals),
-                );
+            for write in group.drain(..) {
+                let _ = write.done.send(Ok(()));
             }
         }
-        Err(error) => {
-            // The batch is not acknowledged yet: commit it to the tables with the records waiting before it (which
-            // also empties the journal, torn entry included).
-            tracing::error!(%error, "cannot append to the record journal; committing the batch to the tables");
-            unindexed.take();
-            let waiting = unindexed.rows.len();
-            unindexed.rows.extend(rows);
-            let outcome = index(conn, statements, unindexed, after_commit, None);
-            if outcome.is_err() {
-                unindexed.rows.truncate(waiting);
+        Err(error) if group.len() == 1 => {
+            let _ = group.pop().expect("one batch").done.send(Err(error));
+        }
+        Err(_) => {
+            for write in group.drain(..) {
+                let alone = commit(conn, statements, std::iter::once(&write.rows));
+                let _ = write.done.send(alone);
             }
-            let _ = done.send(outcome);
         }
     }
 }
 
-/// Write the journal's waiting records into the tables in one transaction, with the batches `arrivals` takes
-/// meanwhile (none: the transaction's end must come before any job still in the channel), then empty the
-/// journal's files that hold only records now in the tables.
-fn index<'c>(
+/// Write `batches` into the tables in one transaction, with the statements kept prepared.
+fn commit<'c, 'r>(
     conn: &'c Connection,
     statements: &mut Option<WriteStatements<'c>>,
-    unindexed: &mut Unindexed,
-    after_commit: &dyn Fn(&Connection),
-    mut arrivals: Option<&mut Arrivals<'_>>,
-) -> Result<(), StoreError> {
-    unindexed.take();
-    if unindexed.rows.is_empty() {
-        return Ok(());
-    }
-    let appender = unindexed.appender.clone();
-    let written = commit(
-        conn,
-        statements,
-        &mut unindexed.rows,
-        after_commit,
-        &mut |rows| {
-            if let Some(arrivals) = arrivals.as_mut() {
-                arrivals.take(&appender, rows);
-            }
-        },
-    );
-    if let Err(error) = written {
-        // Retried at every trigger (after each delay while nothing else comes): logged when it starts failing.
-        if !unindexed.set_failing(true) {
-            tracing::error!(
-                %error,
-                records = unindexed.rows.len(),
-                "the tables refuse the journal's records; they stay in the journal and are retried"
-            );
-        }
-        return Err(error);
-    }
-    if unindexed.set_failing(false) {
-        tracing::info!(
-            records = unindexed.rows.len(),
-            "the journal's records are in the tables again"
-        );
-    }
-    unindexed.committed();
-    Ok(())
-}
-
-/// Write `rows` into the tables in one transaction, with the statements kept prepared; `between` as for
-/// [`WriteStatements::write`].
-fn commit<'c>(
-    conn: &'c Connection,
-    statements: &mut Option<WriteStatements<'c>>,
-    rows: &mut Rows,
-    after_commit: &dyn Fn(&Connection),
-    between: &mut Between<'_>,
+    batches: impl IntoIterator<Item = &'r Rows>,
 ) -> Result<(), StoreError> {
     let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         if statements.is_none() {
             *statements = Some(WriteStatements::prepare(conn)?);
         }
-        statements
-            .as_mut()
-            .expect("prepared above")
-            .write(rows, between)
+        statements.as_mut().expect("prepared above").write(batches)
     }));
     match outcome {
         Ok(result) => {
-            after_commit(conn);
             result.map_err(|e| StoreError::with_source("SQLite: cannot write call records", e))
         }
         Err(_) => {
@@ -1055,17 +680,6 @@ impl Store for SqliteStore {
                 .zip(encoded)
                 .map(|(record, encoded)| Ok((Row::from_record(record, &encoded)?, encoded)))
                 .collect::<Result<Vec<_>, StoreError>>()?;
-            let rows = match self.appender.append(rows) {
-                Appended::Durable { wake } => {
-                    if wake {
-                        // Only fails once the thread has stopped, which reads and flushes report.
-                        let _ = self.jobs.send(Job::Wake);
-                    }
-                    self.encoder.committed(pending);
-                    return Ok(());
-                }
-                Appended::ToThread(rows) => rows,
-            };
             let (done, written) = oneshot::channel();
             self.jobs
                 .send(Job::Write(WriteJob { rows, done }))
@@ -1078,14 +692,6 @@ impl Store for SqliteStore {
         })
     }
 
-    fn flush(&self) -> BoxFuture<'_, Result<(), StoreError>> {
-        Box::pin(
-            self.run_indexed("cannot write the journal's records into the tables", |_| {
-                Ok(())
-            }),
-        )
-    }
-
     fn call<'a>(
         &'a self,
         call_id: &'a CallId,
@@ -1093,7 +699,7 @@ impl Store for SqliteStore {
         let id = call_id.as_str().to_owned();
         Box::pin(async move {
             let raw = self
-                .run_indexed("cannot read a call record", move |conn| {
+                .read_on_thread("cannot read a call record", move |conn| {
                     let raw = conn
                         .prepare_cached(&select("WHERE call_id = ?1"))?
                         .query_row([id], read_raw)
@@ -1115,7 +721,7 @@ impl Store for SqliteStore {
         let id = conversation_id.as_str().to_owned();
         Box::pin(async move {
             let raws = self
-                .run_indexed("cannot read a conversation", move |conn| {
+                .read_on_thread("cannot read a conversation", move |conn| {
                     let raws = conn
                         .prepare_cached(&select(
                             "WHERE conversation_id = ?1 ORDER BY started_at, call_id",
@@ -1136,7 +742,7 @@ impl Store for SqliteStore {
         let id = conversation_id.as_str().to_owned();
         Box::pin(async move {
             let raw = self
-                .run_indexed("cannot read a conversation", move |conn| {
+                .read_on_thread("cannot read a conversation", move |conn| {
                     let raw = conn
                         .prepare_cached(&select(
                             "WHERE conversation_id = ?1 AND status = 'completed' \
@@ -1164,7 +770,7 @@ impl Store for SqliteStore {
         let until = query.until.map(to_micros);
         Box::pin(async move {
             let row = self
-                .run_indexed("cannot sum spend", move |conn| {
+                .read_on_thread("cannot sum spend", move |conn| {
                     conn.prepare_cached(&spend_sql(["?1", "?2", "?3", "?4"]))?
                         .query_row(params![caller, conversation, since, until], |row| {
                             Ok([
