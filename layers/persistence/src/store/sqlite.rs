@@ -865,8 +865,89 @@ impl Store for SqliteStore {
 
 #[cfg(test)]
 mod tests {
-    use super::super::schema::{EMPTY_MESSAGES, EMPTY_OPTIONS, EMPTY_TEXT};
-    use super::UPSERT;
+    use std::sync::Arc;
+
+    use super::super::chain::{Encoded, NewOptions};
+    use super::super::schema::{Row, EMPTY_MESSAGES, EMPTY_OPTIONS, EMPTY_TEXT};
+    use super::{commit_group, open_connection, SqliteStore, WriteJob, UPSERT};
+
+    /// A batch of one completed record of `conversation`, without messages.
+    fn batch(
+        conversation: &str,
+    ) -> (
+        WriteJob,
+        tokio::sync::oneshot::Receiver<Result<(), super::StoreError>>,
+    ) {
+        let row = Row {
+            call_id: format!("call-{conversation}"),
+            conversation_id: conversation.into(),
+            caller: None,
+            round_index: 0,
+            started_at: 1,
+            first_token_at: None,
+            ended_at: 2,
+            provider: None,
+            model: None,
+            status: "completed",
+            error_kind: None,
+            error_message: None,
+            finish_reason: None,
+            input_tokens: 0,
+            output_tokens: 0,
+            response: "{}".into(),
+            cost_nanos: None,
+            history_head: None,
+            request_len: 0,
+            options_id: "o".into(),
+            usage_estimated: false,
+            omitted_messages: None,
+            omitted_bytes: None,
+        };
+        let encoded = Encoded {
+            head: None,
+            request_len: 0,
+            nodes: Vec::new(),
+            options_id: Arc::from("o"),
+            options: Some(NewOptions {
+                id: Arc::from("o"),
+                json: "{}".into(),
+            }),
+        };
+        let (done, outcome) = tokio::sync::oneshot::channel();
+        let rows = vec![(row, encoded)];
+        (WriteJob { rows, done }, outcome)
+    }
+
+    /// Batches that waited together share a transaction; when the tables refuse one of them, the others are
+    /// still committed, each alone, and only the refused one's caller sees the error.
+    #[test]
+    fn a_refused_batch_does_not_fail_the_batches_it_was_grouped_with() {
+        let dir = tempfile::tempdir().unwrap();
+        let (conn, _key) = open_connection(&SqliteStore::builder(dir.path().join("g.db"))).unwrap();
+        conn.execute_batch(
+            "CREATE TRIGGER refuse BEFORE INSERT ON chat_calls WHEN NEW.conversation_id = 'bad' \
+             BEGIN SELECT RAISE(ABORT, 'refused'); END;",
+        )
+        .unwrap();
+        let (first, mut first_outcome) = batch("first");
+        let (bad, mut bad_outcome) = batch("bad");
+        let (last, mut last_outcome) = batch("last");
+        let mut group = vec![first, bad, last];
+        commit_group(&conn, &mut None, &mut group);
+        assert!(group.is_empty());
+        first_outcome.try_recv().unwrap().unwrap();
+        last_outcome.try_recv().unwrap().unwrap();
+        let error = bad_outcome.try_recv().unwrap().unwrap_err();
+        assert!(format!("{error}").contains("refused"), "{error}");
+        let stored: Vec<String> = conn
+            .prepare("SELECT conversation_id FROM chat_calls ORDER BY conversation_id")
+            .unwrap()
+            .query_map([], |row| row.get(0))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert_eq!(stored, ["first", "last"]);
+    }
 
     #[test]
     fn upsert_writes_the_empty_text_history_and_options_markers() {
