@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use regex_lite::Regex;
 use serde_json::{Map, Number, Value};
 
+use super::document::{percent_decode, push_segment, resolve_pointer, Document};
 use super::value::compare_numbers;
 use super::SchemaError;
 
@@ -173,19 +174,19 @@ fn dialect_of(root: &Value) -> Dialect {
 
 /// Compile `root` into a [`Tree`].
 pub(crate) fn compile(root: &Value) -> Result<Tree, SchemaError> {
+    let dialect = dialect_of(root);
     let mut compiler = Compiler {
         root,
-        dialect: dialect_of(root),
+        dialect,
         root_id: root
             .get("$id")
             .and_then(Value::as_str)
             .map(|id| id.trim_end_matches('#')),
-        anchors: HashMap::new(),
+        document: Document::scan(root, dialect == Dialect::Draft7),
         targets: HashMap::new(),
         nodes: Vec::new(),
         in_place: Vec::new(),
     };
-    collect_anchors(root, &mut String::new(), &mut compiler.anchors);
     let root_node = compiler.reserve(String::new());
     compiler.fill(root_node, root, &mut String::new())?;
     compiler.reject_cycles()?;
@@ -200,64 +201,14 @@ struct Compiler<'s> {
     dialect: Dialect,
     /// The root's `$id` without a trailing `#`: a `$ref` naming it refers to this document.
     root_id: Option<&'s str>,
-    /// `$anchor` names (and draft-7 `"$id": "#name"`) → JSON pointer of the schema that declares them.
-    anchors: HashMap<String, String>,
+    /// The root resource's anchors and the embedded resources.
+    document: Document,
     /// JSON pointers already compiled as `$ref` targets → their node.
     targets: HashMap<String, NodeId>,
     nodes: Vec<Node>,
     /// For each node, the nodes that apply to the same instance (no descent into a property or item): a cycle
     /// through these edges would never terminate, so it is a schema error.
     in_place: Vec<Vec<NodeId>>,
-}
-
-/// Record every `$anchor` of the document with the pointer of the schema declaring it.
-fn collect_anchors(value: &Value, pointer: &mut String, anchors: &mut HashMap<String, String>) {
-    match value {
-        Value::Object(map) => {
-            let anchor = map.get("$anchor").and_then(Value::as_str).or_else(|| {
-                map.get("$id")
-                    .and_then(Value::as_str)
-                    .and_then(|id| id.strip_prefix('#'))
-            });
-            if let Some(name) = anchor.filter(|name| !name.is_empty()) {
-                anchors
-                    .entry(name.to_owned())
-                    .or_insert_with(|| pointer.clone());
-            }
-            for (key, child) in map {
-                // `enum` and `const` hold data, not schemas.
-                if key == "enum" || key == "const" {
-                    continue;
-                }
-                let len = pointer.len();
-                push_segment(pointer, key);
-                collect_anchors(child, pointer, anchors);
-                pointer.truncate(len);
-            }
-        }
-        Value::Array(items) => {
-            for (index, child) in items.iter().enumerate() {
-                let len = pointer.len();
-                pointer.push('/');
-                pointer.push_str(&index.to_string());
-                collect_anchors(child, pointer, anchors);
-                pointer.truncate(len);
-            }
-        }
-        _ => {}
-    }
-}
-
-/// Append `/key` to a JSON pointer, escaping `~` and `/`.
-fn push_segment(pointer: &mut String, key: &str) {
-    pointer.push('/');
-    for c in key.chars() {
-        match c {
-            '~' => pointer.push_str("~0"),
-            '/' => pointer.push_str("~1"),
-            c => pointer.push(c),
-        }
-    }
 }
 
 /// The pointer as the error shows it: `#` plus the pointer.
@@ -362,7 +313,8 @@ impl<'s> Compiler<'s> {
             }
         }
         if let Some(reference) = map.get("$dynamicRef").or_else(|| map.get("$recursiveRef")) {
-            // Without `$dynamicAnchor` scopes across documents, a local dynamic reference resolves like `$ref`.
+            // References inside embedded resources are refused (see `document`), so the document is one
+            // resource here, whose dynamic scope holds only itself: a dynamic reference resolves like `$ref`.
             let keyword = if map.contains_key("$dynamicRef") {
                 "$dynamicRef"
             } else {
@@ -461,6 +413,9 @@ impl<'s> Compiler<'s> {
             .get("additionalProperties")
             .map(|schema| self.child(schema, pointer, "additionalProperties"))
             .transpose()?;
+        let unevaluated = self.unevaluated(map, pointer, "unevaluatedProperties")?;
+        // Beside `additionalProperties` every property is evaluated, so `unevaluatedProperties` has nothing left.
+        let additional = additional.or(unevaluated);
         if !named.is_empty() || !patterns.is_empty() || additional.is_some() {
             let mut named = named;
             named.sort_by(|a, b| a.0.cmp(&b.0));
@@ -575,6 +530,9 @@ impl<'s> Compiler<'s> {
                 }
             }
         }
+        let unevaluated = self.unevaluated(map, pointer, "unevaluatedItems")?;
+        // Beside a schema for the items after the prefix every item is evaluated.
+        let rest = rest.or(unevaluated);
         if !prefix.is_empty() || rest.is_some() {
             checks.push(Check::Items {
                 prefix: prefix.into_boxed_slice(),
@@ -612,6 +570,67 @@ impl<'s> Compiler<'s> {
             }
         }
         Ok(())
+    }
+
+    /// `unevaluatedProperties` / `unevaluatedItems` (2019-09 on; unknown keywords in draft 7): the schema for the
+    /// properties or items no other keyword evaluated. Which those are depends on what the in-place applicators
+    /// beside it evaluated for this instance, which this validator does not track; without such an applicator
+    /// the set is known when compiling (what `properties`/`patternProperties`, or `prefixItems`/`items`, leave)
+    /// and the keyword is the same as `additionalProperties`, or `items` after the prefix. So it is compiled
+    /// there, ignored when it is `true` or `{}` (it asserts nothing), and refused anywhere else, so a schema
+    /// never silently accepts more than it says.
+    fn unevaluated(
+        &mut self,
+        map: &'s Map<String, Value>,
+        pointer: &mut String,
+        keyword: &str,
+    ) -> Result<Option<NodeId>, SchemaError> {
+        if self.dialect == Dialect::Draft7 {
+            return Ok(None);
+        }
+        let Some(schema) = map.get(keyword) else {
+            return Ok(None);
+        };
+        let node = self.child(schema, pointer, keyword)?;
+        if matches!(self.nodes[node], Node::Any) {
+            return Ok(None);
+        }
+        const IN_PLACE: [&str; 9] = [
+            "allOf",
+            "anyOf",
+            "oneOf",
+            "if",
+            "$ref",
+            "$dynamicRef",
+            "$recursiveRef",
+            "dependentSchemas",
+            "dependencies",
+        ];
+        let items_only = if keyword == "unevaluatedItems" {
+            &["contains"][..]
+        } else {
+            &[]
+        };
+        if let Some(beside) = IN_PLACE
+            .iter()
+            .chain(items_only)
+            .find(|k| map.contains_key(**k))
+        {
+            let what = if keyword == "unevaluatedItems" {
+                "items"
+            } else {
+                "properties"
+            };
+            return Err(error(
+                pointer,
+                keyword,
+                format!(
+                    "not supported beside `{beside}`: which {what} that evaluates is only known while \
+                     validating, and this validator does not track it"
+                ),
+            ));
+        }
+        Ok(Some(node))
     }
 
     /// `[schema, …]` under `pointer/keyword`.
@@ -677,6 +696,17 @@ impl<'s> Compiler<'s> {
                 format!("expected a string, found {}", kind(reference)),
             ));
         };
+        if let Some((at_pointer, id)) = self.document.resource_around(pointer) {
+            return Err(error(
+                pointer,
+                keyword,
+                format!(
+                    "`{text}` is inside the schema resource `{id}` (the `$id` at {}): references are resolved \
+                     against the root's base URI only, so one inside another resource is not supported",
+                    at(at_pointer)
+                ),
+            ));
+        }
         let fragment = match text.split_once('#') {
             Some(("", fragment)) => fragment,
             Some((document, fragment)) if Some(document) == self.root_id => fragment,
@@ -699,13 +729,27 @@ impl<'s> Compiler<'s> {
         let target_pointer = if fragment.is_empty() || fragment.starts_with('/') {
             fragment
         } else {
-            self.anchors.get(&fragment).cloned().ok_or_else(|| {
-                error(
-                    pointer,
-                    keyword,
-                    format!("`{text}`: no schema declares the anchor `{fragment}`"),
-                )
-            })?
+            match self.document.anchor(&fragment) {
+                Ok(Some(declared)) => declared.to_owned(),
+                Ok(None) => {
+                    return Err(error(
+                        pointer,
+                        keyword,
+                        format!("`{text}`: no schema declares the anchor `{fragment}`"),
+                    ))
+                }
+                Err(declared) => {
+                    let places: Vec<String> = declared.iter().map(|p| at(p)).collect();
+                    return Err(error(
+                        pointer,
+                        keyword,
+                        format!(
+                            "`{text}`: the anchor `{fragment}` is declared more than once ({})",
+                            places.join(", ")
+                        ),
+                    ));
+                }
+            }
         };
         self.target(target_pointer)?.ok_or_else(|| {
             error(
@@ -994,47 +1038,4 @@ fn number_checks(
         checks.push(Check::MultipleOf(divisor.clone()));
     }
     Ok(())
-}
-
-/// Undo `%XX` escapes of a URI fragment (`#/$defs/a%20b`); `None` when an escape is malformed.
-fn percent_decode(text: &str) -> Option<String> {
-    if !text.contains('%') {
-        return Some(text.to_owned());
-    }
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' {
-            let hex = text.get(i + 1..i + 3)?;
-            out.push(u8::from_str_radix(hex, 16).ok()?);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).ok()
-}
-
-/// The value at a JSON pointer (`/a/0/b~1c`) inside `root`.
-fn resolve_pointer<'s>(root: &'s Value, pointer: &str) -> Option<&'s Value> {
-    if pointer.is_empty() {
-        return Some(root);
-    }
-    let mut current = root;
-    for raw in pointer.strip_prefix('/')?.split('/') {
-        let segment = raw.replace("~1", "/").replace("~0", "~");
-        current = match current {
-            Value::Object(map) => map.get(&segment)?,
-            Value::Array(items) => {
-                if segment.starts_with('+') || (segment.len() > 1 && segment.starts_with('0')) {
-                    return None;
-                }
-                items.get(segment.parse::<usize>().ok()?)?
-            }
-            _ => return None,
-        };
-    }
-    Some(current)
 }

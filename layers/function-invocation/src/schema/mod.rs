@@ -79,6 +79,7 @@
 //! integer 7`. Values in messages are cut at 60 characters.
 
 mod compile;
+mod document;
 mod validate;
 mod value;
 
