@@ -430,7 +430,9 @@ impl CompiledTool {
     /// Read the tool's spec and compile its schema.
     ///
     /// Fails with [`ErrorKind::InvalidRequest`] when the name is not 1–64 characters of `a-z A-Z 0-9 _ -` (what
-    /// providers accept), or the parameters are not a JSON object that compiles as a JSON Schema.
+    /// providers accept), or the parameters are not a JSON object that compiles as a JSON Schema; in the latter
+    /// case the error's [`source`](std::error::Error::source) is the [`SchemaError`](crate::schema::SchemaError)
+    /// naming the keyword.
     pub fn new(tool: impl Tool) -> Result<Self, ChatError> {
         let spec = tool.spec();
         let name_ok = !spec.name.is_empty()
@@ -465,6 +467,7 @@ impl CompiledTool {
                     spec.name
                 ),
             )
+            .with_source(e)
         })?;
         Ok(CompiledTool {
             inner: Arc::new(Compiled {
@@ -644,6 +647,14 @@ mod tests {
                 "the parameters of tool `t` are not a valid JSON Schema: `pattern` at #/properties/when: "
             ),
             "{nested}"
+        );
+        // The same as a typed error, for callers that report or match on it.
+        let source = std::error::Error::source(&nested)
+            .and_then(|e| e.downcast_ref::<crate::schema::SchemaError>())
+            .expect("the schema error is the source");
+        assert_eq!(
+            (source.keyword(), source.pointer()),
+            ("pattern", "#/properties/when")
         );
         let remote = tool_json(
             "t",

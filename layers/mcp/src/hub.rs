@@ -11,6 +11,7 @@ use tower_chat::{CancellationToken, ChatError, ErrorKind};
 use tower_chat_function_invocation::{CompiledTool, ToolSet};
 
 use crate::config::McpServerConfig;
+use crate::rejected::RejectedTool;
 use crate::server::{supervise, McpServerStatus, Server};
 use crate::tool::McpTool;
 
@@ -82,6 +83,10 @@ pub(crate) struct Snapshot {
     pub(crate) origin: HashMap<String, (String, String)>,
     /// (listing id, exposed name) per compiled tool, to reuse compilations across rebuilds.
     compiled: HashMap<(u64, String), CompiledTool>,
+    /// Tools of the current listings that could not be compiled, in server and listing order.
+    pub(crate) rejected: Vec<RejectedTool>,
+    /// The same by (listing id, exposed name), so a rebuild neither compiles nor reports them again.
+    rejected_by_key: HashMap<(u64, String), RejectedTool>,
 }
 
 impl McpTools {
@@ -169,6 +174,13 @@ impl McpTools {
     /// when no MCP tool is offered under `name`). Unlike [`tools`](Self::tools), copies no tool set.
     pub fn origin(&self, name: &str) -> Option<(String, String)> {
         self.inner.snapshot().origin.get(name).cloned()
+    }
+
+    /// The tools the servers list now that are not offered, each with the typed error that kept it out (its
+    /// schema does not compile, e.g. a keyword the validator does not implement). Each is also logged with
+    /// `tracing::warn!` when its listing arrives.
+    pub fn rejected_tools(&self) -> Vec<RejectedTool> {
+        self.inner.snapshot().rejected.clone()
     }
 
     /// Every server's state, in configuration order.
@@ -260,6 +272,11 @@ impl HubInner {
                 }
                 taken.insert(exposed.clone());
                 let key = (listing.id, exposed.clone());
+                if let Some(rejected) = previous.rejected_by_key.get(&key) {
+                    next.rejected.push(rejected.clone());
+                    next.rejected_by_key.insert(key, rejected.clone());
+                    continue;
+                }
                 let compiled = match previous.compiled.get(&key) {
                     Some(compiled) => compiled.clone(),
                     None => match self.compile(McpTool::new(
@@ -272,8 +289,13 @@ impl HubInner {
                         Err(error) => {
                             tracing::warn!(
                                 mcp.server = %server.name(),
+                                mcp.tool = %own,
+                                error = %error,
                                 "MCP tool `{own}` is not offered: {error}"
                             );
+                            let rejected = RejectedTool::new(server.name(), own, error);
+                            next.rejected.push(rejected.clone());
+                            next.rejected_by_key.insert(key, rejected);
                             continue;
                         }
                     },
@@ -360,6 +382,33 @@ mod tests {
         hub.rebuild();
         hub.rebuild();
         assert_eq!(compilations(), 6);
+    }
+
+    #[test]
+    fn a_rejected_tool_is_compiled_and_reported_once_per_listing() {
+        let server = Server::new(McpServerConfig::stdio("s", "unused"));
+        let mut listed = tools(&["good"]);
+        let remote = json!({"$ref": "https://example.com/schema.json"});
+        listed.push(rmcp::model::Tool::new(
+            "remote",
+            "",
+            Arc::new(remote.as_object().unwrap().clone()),
+        ));
+        server.store_listing(None, listed);
+        let hub = HubInner::new(vec![server]);
+        let compilations = || hub.compilations.load(Ordering::Relaxed);
+        hub.rebuild();
+        hub.rebuild();
+        assert_eq!(compilations(), 2);
+        let snapshot = hub.snapshot();
+        assert!(snapshot.tools.get("good").is_some());
+        assert!(snapshot.tools.get("remote").is_none());
+        assert_eq!(snapshot.rejected.len(), 1);
+        assert_eq!(snapshot.rejected[0].tool(), "remote");
+        assert_eq!(
+            snapshot.rejected[0].schema_error().unwrap().keyword(),
+            "$ref"
+        );
     }
 
     #[test]

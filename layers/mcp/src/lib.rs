@@ -13,6 +13,9 @@
 //!   everything a local tool does: arguments validated against the server's JSON Schema (compiled once per
 //!   listing) before the server sees them, the loop's timeout (or the server's [own](McpServerConfig::timeout)),
 //!   concurrency limit, `execute_tool` tracing spans, error results and the persistence of results.
+//! - A listed tool whose schema does not compile (malformed, a remote `$ref`, a keyword the validator does not
+//!   implement) is not offered, and not silently: it is a [`RejectedTool`] in [`McpTools::rejected_tools`], with
+//!   the typed error, and a `tracing::warn!` naming the server, the tool and the reason.
 //! - Cancellation: when the loop stops waiting for a call (timeout, dropped stream, cancelled request) the call's
 //!   future is dropped and rmcp sends MCP's `notifications/cancelled` for it.
 //! - Results: text blocks, structured content and `isError` map to the tool result (see below).
@@ -84,6 +87,7 @@ mod config;
 mod hub;
 mod layer;
 mod policy;
+mod rejected;
 mod server;
 mod tool;
 
@@ -94,6 +98,7 @@ pub use config::{Backoff, HttpConfig, McpServerConfig, McpTransport, StdioConfig
 pub use hub::McpTools;
 pub use layer::{Mcp, McpLayer};
 pub use policy::{Approval, McpAllowList, ServerPolicy};
+pub use rejected::RejectedTool;
 pub use server::McpServerStatus;
 
 /// The MCP SDK, re-exported.

@@ -13,6 +13,8 @@
 //!   `notifications/tools/list_changed`.
 //! - `write_note {key, text}` (not destructive), `read_note {key}` (read-only), `delete_note {key}` (destructive):
 //!   an in-memory note store, for approval tests.
+//! - any tool given to [`DemoServer::listing`]: listed only (a call to it fails), e.g. to offer a schema a
+//!   client cannot compile.
 //!
 //! [`serve_stdio`] serves it on stdin/stdout (the `tower-chat-mcp-test-server` binary); [`serve_http`] serves it
 //! over streamable HTTP on 127.0.0.1, optionally behind a bearer token.
@@ -104,6 +106,8 @@ pub struct DemoServer {
     name: String,
     state: Arc<DemoState>,
     can_exit: bool,
+    /// Tools listed beside the demo tools (see [`DemoServer::listing`]); calls to them fail.
+    listed: Arc<Vec<Tool>>,
 }
 
 impl DemoServer {
@@ -113,7 +117,15 @@ impl DemoServer {
             name: name.into(),
             state: Arc::default(),
             can_exit,
+            listed: Arc::default(),
         }
+    }
+
+    /// Also list `tool` (after the demo tools), e.g. one with a schema a client cannot compile. A call to it
+    /// fails with "no tool".
+    pub fn listing(mut self, tool: Tool) -> Self {
+        Arc::make_mut(&mut self.listed).push(tool);
+        self
     }
 
     /// What it has seen.
@@ -169,6 +181,7 @@ impl DemoServer {
         for extra in self.state.extra.lock().unwrap().iter() {
             tools.push(Tool::new(extra.clone(), "An added echo tool", text("text")));
         }
+        tools.extend(self.listed.iter().cloned());
         tools
     }
 
