@@ -39,6 +39,10 @@ impl fmt::Display for TimeoutPhase {
 pub enum ErrorKind {
     /// The request was refused as malformed or unsupported (HTTP 400/404/413/422, or rejected before sending).
     InvalidRequest,
+    /// The request holds content the provider cannot take (an audio part for the Messages API, a file by URL for
+    /// Chat Completions): refused before anything was sent, naming the part and the provider. Another provider
+    /// may take the same request.
+    Unsupported,
     /// The credentials were missing, wrong or insufficient (HTTP 401/403).
     Authentication,
     /// The provider asked us to slow down (HTTP 429).
@@ -71,6 +75,7 @@ impl ErrorKind {
     pub fn as_str(&self) -> &'static str {
         match self {
             ErrorKind::InvalidRequest => "invalid_request",
+            ErrorKind::Unsupported => "unsupported",
             ErrorKind::Authentication => "authentication",
             ErrorKind::RateLimited { .. } => "rate_limited",
             ErrorKind::Upstream => "upstream",
@@ -127,6 +132,15 @@ impl ChatError {
                 offending.len()
             ),
         )
+    }
+
+    /// Content `provider` cannot take, refused before sending ([`ErrorKind::Unsupported`]).
+    pub fn unsupported(provider: &str, what: impl fmt::Display) -> Self {
+        ChatError::new(
+            ErrorKind::Unsupported,
+            format!("{provider} cannot take {what}"),
+        )
+        .refused_before_sending()
     }
 
     /// The call was cancelled.

@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::approval::ApprovalRequest;
 use crate::message::{ToolCall, ToolMessage};
+use crate::reasoning::Continuation;
 
 /// One event of a chat response stream.
 ///
@@ -35,6 +36,12 @@ pub enum ChatEvent {
     ReasoningDelta {
         /// The text.
         text: String,
+    },
+    /// The reasoning streamed since the last `ReasoningEnd` is one complete block, and this is what its provider
+    /// needs to continue from it (an Anthropic signature, redacted thinking, an OpenAI reasoning item).
+    ReasoningEnd {
+        /// The provider's continuation data, as received.
+        continuation: Continuation,
     },
     /// The model started a tool call.
     ToolCallStart {
@@ -99,6 +106,7 @@ impl ChatEvent {
             ChatEvent::ResponseMetadata { .. } => "response_metadata",
             ChatEvent::TextDelta { .. } => "text_delta",
             ChatEvent::ReasoningDelta { .. } => "reasoning_delta",
+            ChatEvent::ReasoningEnd { .. } => "reasoning_end",
             ChatEvent::ToolCallStart { .. } => "tool_call_start",
             ChatEvent::ToolCallDelta { .. } => "tool_call_delta",
             ChatEvent::ToolCallEnd { .. } => "tool_call_end",
@@ -117,9 +125,14 @@ pub struct Usage {
     pub input_tokens: u64,
     /// Generated tokens (including reasoning tokens).
     pub output_tokens: u64,
-    /// Prompt tokens served from the provider's cache, where reported.
+    /// Prompt tokens served from the provider's cache (a part of `input_tokens`), where reported: Anthropic's
+    /// `cache_read_input_tokens`, OpenAI's `prompt_tokens_details.cached_tokens`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cached_input_tokens: Option<u64>,
+    /// Prompt tokens written to the provider's cache (a part of `input_tokens`), where reported: Anthropic's
+    /// `cache_creation_input_tokens`, priced at the model's cache-write rate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_write_input_tokens: Option<u64>,
     /// Reasoning tokens, where reported.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reasoning_tokens: Option<u64>,
@@ -141,6 +154,10 @@ impl Usage {
         self.input_tokens += other.input_tokens;
         self.output_tokens += other.output_tokens;
         add_opt(&mut self.cached_input_tokens, other.cached_input_tokens);
+        add_opt(
+            &mut self.cache_write_input_tokens,
+            other.cache_write_input_tokens,
+        );
         add_opt(&mut self.reasoning_tokens, other.reasoning_tokens);
     }
 }
@@ -202,17 +219,20 @@ mod tests {
             output_tokens: 2,
             cached_input_tokens: Some(4),
             reasoning_tokens: None,
+            cache_write_input_tokens: Some(6),
         });
         total.add(&Usage {
             input_tokens: 5,
             output_tokens: 1,
             cached_input_tokens: None,
             reasoning_tokens: Some(3),
+            cache_write_input_tokens: None,
         });
         assert_eq!(total.input_tokens, 15);
         assert_eq!(total.total_tokens(), 18);
         assert_eq!(total.cached_input_tokens, Some(4));
         assert_eq!(total.reasoning_tokens, Some(3));
+        assert_eq!(total.cache_write_input_tokens, Some(6));
     }
 
     #[test]

@@ -36,6 +36,7 @@
 pub mod anthropic;
 mod approval;
 mod boxed;
+mod content;
 mod context;
 mod error;
 mod event;
@@ -45,6 +46,7 @@ mod message;
 mod metadata;
 pub mod openai;
 mod price;
+mod reasoning;
 mod request;
 mod response;
 pub mod sse;
@@ -56,12 +58,17 @@ pub mod transport;
 
 pub use approval::{ApprovalDecision, ApprovalDecisions, ApprovalRequest};
 pub use boxed::BoxChatService;
+pub use content::{
+    AudioPart, Blob, CacheHint, Content, DataUrl, FilePart, ImageDetail, ImagePart, InvalidMedia, MediaSource, Part,
+    ProviderPart, TextPart,
+};
 pub use context::{CallerIdentity, ConversationId, EstimatedUsage};
 pub use error::{BoxError, ChatError, ErrorKind, TimeoutPhase};
 pub use event::{ChatEvent, FinishReason, Usage};
 pub use message::{AssistantMessage, Message, ToolArguments, ToolCall, ToolMessage};
 pub use metadata::{known_context_window, ModelInfo, ModelMetadata};
 pub use price::{Cost, ModelPrice, PriceTable};
+pub use reasoning::{Continuation, ReasoningPart};
 pub use request::{ChatOptions, ChatRequest, ResponseFormat, Shared, ToolChoice, ToolSpec};
 pub use response::{ChatResponse, ResponseBuilder};
 pub use stream::{cancellable, ChatService, ChatStream, ChatStreamExt};

@@ -3,21 +3,25 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::content::Content;
+use crate::reasoning::{deserialize_reasoning, ReasoningPart};
+
 /// One message of a conversation.
 ///
-/// Serialized with a `role` tag (`{"role":"user","content":"hi"}`); serde round-trips every variant losslessly.
+/// Serialized with a `role` tag (`{"role":"user","content":"hi"}`; content with parts other than one plain text
+/// is an array of parts); serde round-trips every variant losslessly.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "role", rename_all = "snake_case")]
 pub enum Message {
     /// Instructions for the model.
     System {
-        /// The instruction text.
-        content: String,
+        /// The instructions: text parts (a part may carry a cache hint).
+        content: Content,
     },
     /// What the user said.
     User {
-        /// The user's text.
-        content: String,
+        /// The user's text, images, audio and files.
+        content: Content,
     },
     /// What the model answered: text, reasoning and tool calls.
     Assistant(AssistantMessage),
@@ -27,14 +31,14 @@ pub enum Message {
 
 impl Message {
     /// A system message.
-    pub fn system(content: impl Into<String>) -> Self {
+    pub fn system(content: impl Into<Content>) -> Self {
         Message::System {
             content: content.into(),
         }
     }
 
-    /// A user message.
-    pub fn user(content: impl Into<String>) -> Self {
+    /// A user message: text (`Message::user("hi")`) or parts (`Message::user(vec![Part::text(..), Part::image(..)])`).
+    pub fn user(content: impl Into<Content>) -> Self {
         Message::User {
             content: content.into(),
         }
@@ -52,7 +56,7 @@ impl Message {
     pub fn tool_result(
         call_id: impl Into<String>,
         name: impl Into<String>,
-        content: impl Into<String>,
+        content: impl Into<Content>,
     ) -> Self {
         Message::Tool(ToolMessage::success(call_id, name, content))
     }
@@ -64,9 +68,15 @@ pub struct AssistantMessage {
     /// The answer text (empty when the model only called tools).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub content: String,
-    /// Reasoning text, for providers that stream it (DeepSeek's `reasoning_content`, Anthropic's thinking).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reasoning: Option<String>,
+    /// Reasoning, in the model's order, with what its provider needs to continue from it (Anthropic's thinking
+    /// signatures, OpenAI's reasoning items); text only for providers that just stream it (DeepSeek's
+    /// `reasoning_content`).
+    #[serde(
+        default,
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "deserialize_reasoning"
+    )]
+    pub reasoning: Vec<ReasoningPart>,
     /// The tools the model asked to call, in the model's order.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tool_calls: Vec<ToolCall>,
@@ -75,7 +85,24 @@ pub struct AssistantMessage {
 impl AssistantMessage {
     /// Whether the message carries nothing at all.
     pub fn is_empty(&self) -> bool {
-        self.content.is_empty() && self.reasoning.is_none() && self.tool_calls.is_empty()
+        self.content.is_empty() && self.reasoning.is_empty() && self.tool_calls.is_empty()
+    }
+
+    /// The reasoning texts joined (borrowed when there is one part), `None` without reasoning text.
+    pub fn reasoning_text(&self) -> Option<std::borrow::Cow<'_, str>> {
+        let mut texts = self.reasoning.iter().filter(|part| !part.text.is_empty());
+        let first = texts.next()?;
+        match texts.next() {
+            None => Some(std::borrow::Cow::Borrowed(&first.text)),
+            Some(second) => {
+                let mut joined = format!("{}\n\n{}", first.text, second.text);
+                for part in texts {
+                    joined.push_str("\n\n");
+                    joined.push_str(&part.text);
+                }
+                Some(std::borrow::Cow::Owned(joined))
+            }
+        }
     }
 }
 
@@ -165,8 +192,8 @@ pub struct ToolMessage {
     pub call_id: String,
     /// The tool's name.
     pub name: String,
-    /// The result text (JSON results are serialized to text).
-    pub content: String,
+    /// The result: text (JSON results are serialized to text), and images or files where the tool returned them.
+    pub content: Content,
     /// Whether the result reports a failure (bad arguments, tool error, denied approval).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub is_error: bool,
@@ -177,7 +204,7 @@ impl ToolMessage {
     pub fn success(
         call_id: impl Into<String>,
         name: impl Into<String>,
-        content: impl Into<String>,
+        content: impl Into<Content>,
     ) -> Self {
         ToolMessage {
             call_id: call_id.into(),
@@ -191,7 +218,7 @@ impl ToolMessage {
     pub fn error(
         call_id: impl Into<String>,
         name: impl Into<String>,
-        content: impl Into<String>,
+        content: impl Into<Content>,
     ) -> Self {
         ToolMessage {
             is_error: true,
@@ -212,7 +239,7 @@ mod tests {
             Message::user("hi"),
             Message::Assistant(AssistantMessage {
                 content: "let me look".into(),
-                reasoning: Some("the user wants weather".into()),
+                reasoning: vec![ReasoningPart::text("the user wants weather")],
                 tool_calls: vec![
                     ToolCall::new("c1", "weather", json!({"city": "Oslo"})),
                     ToolCall::from_raw_arguments(

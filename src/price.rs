@@ -77,6 +77,7 @@ impl fmt::Display for Cost {
 /// it from dollars with [`ModelPrice::per_million_usd`]).
 ///
 /// How a [`Usage`] is priced: cached input tokens (a part of the input tokens) at `cached_input` (the input
+/// price when unset), tokens written to the cache (also a part of the input) at `cache_write_input` (the input
 /// price when unset), the rest of the input at `input`; reasoning tokens (a part of the output tokens) at
 /// `reasoning` (the output price when unset), the rest of the output at `output`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -88,6 +89,10 @@ pub struct ModelPrice {
     /// Input tokens served from the provider's prompt cache; `None`: the input price.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cached_input: Option<u64>,
+    /// Input tokens written to the provider's prompt cache (Anthropic: 1.25× the input price for a 5-minute
+    /// entry, 2× for an hour); `None`: the input price.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_write_input: Option<u64>,
     /// Reasoning tokens; `None`: the output price.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reasoning: Option<u64>,
@@ -100,6 +105,7 @@ impl ModelPrice {
             input: Cost::from_usd(input).as_nanos(),
             output: Cost::from_usd(output).as_nanos(),
             cached_input: None,
+            cache_write_input: None,
             reasoning: None,
         }
     }
@@ -107,6 +113,12 @@ impl ModelPrice {
     /// Set the cached-input price in dollars per million tokens.
     pub fn cached_input_usd(mut self, per_million: f64) -> Self {
         self.cached_input = Some(Cost::from_usd(per_million).as_nanos());
+        self
+    }
+
+    /// Set the cache-write price in dollars per million tokens.
+    pub fn cache_write_input_usd(mut self, per_million: f64) -> Self {
+        self.cache_write_input = Some(Cost::from_usd(per_million).as_nanos());
         self
     }
 
@@ -122,13 +134,19 @@ impl ModelPrice {
             .cached_input_tokens
             .unwrap_or(0)
             .min(usage.input_tokens);
+        let written = usage
+            .cache_write_input_tokens
+            .unwrap_or(0)
+            .min(usage.input_tokens - cached);
         let reasoning = usage.reasoning_tokens.unwrap_or(0).min(usage.output_tokens);
         // Each product fits a u128 but their sum may not (at absurd prices and token counts): it saturates,
         // and any sum above `u64::MAX` million nano-dollars is `u64::MAX` nano-dollars anyway.
-        let per_million: u128 = (u128::from(usage.input_tokens - cached) * u128::from(self.input))
-            .saturating_add(
-                u128::from(cached) * u128::from(self.cached_input.unwrap_or(self.input)),
-            )
+        let per_million: u128 = (u128::from(usage.input_tokens - cached - written)
+            * u128::from(self.input))
+        .saturating_add(u128::from(cached) * u128::from(self.cached_input.unwrap_or(self.input)))
+        .saturating_add(
+            u128::from(written) * u128::from(self.cache_write_input.unwrap_or(self.input)),
+        )
             .saturating_add(u128::from(usage.output_tokens - reasoning) * u128::from(self.output))
             .saturating_add(
                 u128::from(reasoning) * u128::from(self.reasoning.unwrap_or(self.output)),
@@ -220,6 +238,7 @@ mod tests {
             output_tokens: output,
             cached_input_tokens: cached,
             reasoning_tokens: reasoning,
+            cache_write_input_tokens: None,
         }
     }
 
@@ -229,6 +248,7 @@ mod tests {
             input: u64::MAX,
             output: u64::MAX,
             cached_input: Some(u64::MAX),
+            cache_write_input: Some(u64::MAX),
             reasoning: Some(u64::MAX),
         };
         // Four products of nearly u64::MAX × u64::MAX: their sum overflows a u128.
@@ -240,6 +260,7 @@ mod tests {
             input: 1,
             output: 1,
             cached_input: None,
+            cache_write_input: None,
             reasoning: None,
         };
         for (input, output) in [(u64::MAX - 1, 1), (u64::MAX, 1), (u64::MAX, 2)] {
@@ -275,6 +296,26 @@ mod tests {
     }
 
     #[test]
+    fn cache_writes_are_priced_at_the_cache_write_rate() {
+        let price = ModelPrice::per_million_usd(3.0, 15.0)
+            .cached_input_usd(0.3)
+            .cache_write_input_usd(3.75);
+        let mut used = usage(1000, 0, Some(200), None);
+        used.cache_write_input_tokens = Some(500);
+        // 300 plain × 3 + 200 read × 0.3 + 500 written × 3.75 (per million).
+        assert_eq!(
+            price.cost(&used),
+            Cost::from_nanos(900_000 + 60_000 + 1_875_000)
+        );
+        // Counts beyond the input are capped at what is left of it.
+        used.cache_write_input_tokens = Some(5000);
+        assert_eq!(
+            price.cost(&used),
+            Cost::from_nanos(60_000 + 800 * 3_750)
+        );
+    }
+
+    #[test]
     fn rounds_up_to_the_next_nano_dollar() {
         // One input token at $0.15/M is exactly 150 nano-dollars.
         let price = ModelPrice::per_million_usd(0.15, 0.6);
@@ -284,6 +325,7 @@ mod tests {
             input: 1,
             output: 1,
             cached_input: None,
+            cache_write_input: None,
             reasoning: None,
         };
         assert_eq!(

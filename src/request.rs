@@ -304,6 +304,10 @@ pub struct ToolSpec {
     pub description: String,
     /// JSON Schema of the arguments object.
     pub parameters: Value,
+    /// A prompt-cache breakpoint after this tool's definition (Anthropic `cache_control`; other providers
+    /// cache on their own and ignore it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache: Option<crate::content::CacheHint>,
 }
 
 impl ToolSpec {
@@ -313,6 +317,7 @@ impl ToolSpec {
             name: name.into(),
             description: description.into(),
             parameters,
+            cache: None,
         }
     }
 }

@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 use crate::approval::ApprovalRequest;
 use crate::event::{ChatEvent, FinishReason, Usage};
 use crate::message::{AssistantMessage, Message};
+use crate::reasoning::ReasoningPart;
 
 /// Everything a chat call produced, ready to extend a conversation's history with
 /// (`history.extend(response.messages)`).
@@ -56,6 +57,8 @@ impl ChatResponse {
 pub struct ResponseBuilder {
     response: ChatResponse,
     current: AssistantMessage,
+    /// Reasoning text streamed since the last complete reasoning part.
+    reasoning: String,
 }
 
 impl ResponseBuilder {
@@ -76,11 +79,14 @@ impl ResponseBuilder {
                 }
             }
             ChatEvent::TextDelta { text } => self.current.content.push_str(text),
-            ChatEvent::ReasoningDelta { text } => self
-                .current
-                .reasoning
-                .get_or_insert_with(String::new)
-                .push_str(text),
+            ChatEvent::ReasoningDelta { text } => self.reasoning.push_str(text),
+            ChatEvent::ReasoningEnd { continuation } => {
+                let text = std::mem::take(&mut self.reasoning);
+                self.current.reasoning.push(ReasoningPart {
+                    text,
+                    continuation: Some(continuation.clone()),
+                });
+            }
             ChatEvent::ToolCallStart { .. } | ChatEvent::ToolCallDelta { .. } => {}
             ChatEvent::ToolCallEnd { call, .. } => self.current.tool_calls.push(call.clone()),
             ChatEvent::ToolResult { result } => {
@@ -109,10 +115,14 @@ impl ResponseBuilder {
                 }
             }
             ChatEvent::TextDelta { text } => append(&mut self.current.content, text),
-            ChatEvent::ReasoningDelta { text } => match &mut self.current.reasoning {
-                Some(reasoning) => reasoning.push_str(&text),
-                None => self.current.reasoning = Some(text),
-            },
+            ChatEvent::ReasoningDelta { text } => append(&mut self.reasoning, text),
+            ChatEvent::ReasoningEnd { continuation } => {
+                let text = std::mem::take(&mut self.reasoning);
+                self.current.reasoning.push(ReasoningPart {
+                    text,
+                    continuation: Some(continuation),
+                });
+            }
             ChatEvent::ToolCallStart { .. } | ChatEvent::ToolCallDelta { .. } => {}
             ChatEvent::ToolCallEnd { call, .. } => self.current.tool_calls.push(call),
             ChatEvent::ToolResult { result } => {
@@ -139,6 +149,10 @@ impl ResponseBuilder {
     }
 
     fn flush_assistant(&mut self) {
+        if !self.reasoning.is_empty() {
+            let text = std::mem::take(&mut self.reasoning);
+            self.current.reasoning.push(ReasoningPart::text(text));
+        }
         if !self.current.is_empty() {
             let message = std::mem::take(&mut self.current);
             self.response.messages.push(Message::Assistant(message));
@@ -262,7 +276,7 @@ mod tests {
             owned.messages[0],
             Message::Assistant(AssistantMessage {
                 content: "Let me add. Adding.".into(),
-                reasoning: Some("2 and 3".into()),
+                reasoning: vec![crate::ReasoningPart::text("2 and 3")],
                 tool_calls: vec![call],
             })
         );

@@ -153,6 +153,8 @@ pub struct PriceEntry {
     pub output: f64,
     /// Cached input tokens (default: the input price).
     pub cached_input: Option<f64>,
+    /// Input tokens written to the provider's prompt cache (default: the input price).
+    pub cache_write_input: Option<f64>,
     /// Reasoning tokens (default: the output price).
     pub reasoning: Option<f64>,
 }
@@ -163,6 +165,9 @@ impl PriceEntry {
         let mut price = ModelPrice::per_million_usd(self.input, self.output);
         if let Some(cached) = self.cached_input {
             price = price.cached_input_usd(cached);
+        }
+        if let Some(written) = self.cache_write_input {
+            price = price.cache_write_input_usd(written);
         }
         if let Some(reasoning) = self.reasoning {
             price = price.reasoning_usd(reasoning);

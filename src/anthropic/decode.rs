@@ -9,6 +9,7 @@ use serde_json::Value;
 use crate::error::{ChatError, ErrorKind};
 use crate::event::{ChatEvent, FinishReason, Usage};
 use crate::message::ToolCall;
+use crate::reasoning::Continuation;
 use crate::sse::SseEvent;
 use crate::transport::WireDecoder;
 
@@ -64,6 +65,11 @@ enum ContentBlock {
     Thinking {
         #[serde(default)]
         thinking: String,
+        #[serde(default)]
+        signature: String,
+    },
+    RedactedThinking {
+        data: String,
     },
     ToolUse {
         id: String,
@@ -88,6 +94,7 @@ enum BlockDelta {
     TextDelta { text: String },
     InputJsonDelta { partial_json: String },
     ThinkingDelta { thinking: String },
+    SignatureDelta { signature: String },
     Other,
 }
 
@@ -102,6 +109,8 @@ struct WireBlockDelta<'a> {
     partial_json: Option<String>,
     #[serde(default)]
     thinking: Option<String>,
+    #[serde(default)]
+    signature: Option<String>,
 }
 
 impl<'de> Deserialize<'de> for BlockDelta {
@@ -117,6 +126,9 @@ impl<'de> Deserialize<'de> for BlockDelta {
             },
             "thinking_delta" => BlockDelta::ThinkingDelta {
                 thinking: wire.thinking.ok_or_else(|| missing("thinking"))?,
+            },
+            "signature_delta" => BlockDelta::SignatureDelta {
+                signature: wire.signature.ok_or_else(|| missing("signature"))?,
             },
             _ => BlockDelta::Other,
         })
@@ -146,7 +158,10 @@ struct WireUsage {
 /// What one content block (by the provider's index) is.
 enum BlockState {
     Text,
-    Thinking,
+    /// A thinking block and its signature so far (sent whole in one `signature_delta`, or in the start block).
+    Thinking {
+        signature: String,
+    },
     Tool {
         call_index: usize,
         id: String,
@@ -189,6 +204,7 @@ impl MessageDecoder {
                 + wire.cache_read_input_tokens.unwrap_or(0)
                 + wire.cache_creation_input_tokens.unwrap_or(0);
             self.usage.cached_input_tokens = wire.cache_read_input_tokens;
+            self.usage.cache_write_input_tokens = wire.cache_creation_input_tokens;
         }
         // Both message_start and message_delta report output tokens cumulatively.
         if let Some(output) = wire.output_tokens {
@@ -222,11 +238,20 @@ impl MessageDecoder {
                         }
                         BlockState::Text
                     }
-                    ContentBlock::Thinking { thinking } => {
+                    ContentBlock::Thinking {
+                        thinking,
+                        signature,
+                    } => {
                         if !thinking.is_empty() {
                             out.push_back(ChatEvent::ReasoningDelta { text: thinking });
                         }
-                        BlockState::Thinking
+                        BlockState::Thinking { signature }
+                    }
+                    ContentBlock::RedactedThinking { data } => {
+                        out.push_back(ChatEvent::ReasoningEnd {
+                            continuation: Continuation::AnthropicRedacted { data },
+                        });
+                        BlockState::Other
                     }
                     ContentBlock::ToolUse { id, name, input } => {
                         let call_index = self.calls;
@@ -252,8 +277,11 @@ impl MessageDecoder {
                 (BlockState::Text, BlockDelta::TextDelta { text }) => {
                     out.push_back(ChatEvent::TextDelta { text })
                 }
-                (BlockState::Thinking, BlockDelta::ThinkingDelta { thinking }) => {
+                (BlockState::Thinking { .. }, BlockDelta::ThinkingDelta { thinking }) => {
                     out.push_back(ChatEvent::ReasoningDelta { text: thinking })
+                }
+                (BlockState::Thinking { signature }, BlockDelta::SignatureDelta { signature: more }) => {
+                    signature.push_str(&more)
                 }
                 (
                     BlockState::Tool {
@@ -271,15 +299,14 @@ impl MessageDecoder {
                 _ => {}
             },
             StreamEvent::ContentBlockStop { index } => {
-                let state = self.blocks.remove(&index);
-                if let Some(BlockState::Tool {
-                    call_index,
-                    id,
-                    name,
-                    json,
-                    start_input,
-                }) = state
-                {
+                match self.blocks.remove(&index) {
+                    Some(BlockState::Tool {
+                        call_index,
+                        id,
+                        name,
+                        json,
+                        start_input,
+                    }) => {
                     // With no input deltas (a tool without parameters) the start block's input is the input.
                     let raw = if json.is_empty() && !start_input.is_null() {
                         start_input.to_string()
@@ -290,6 +317,14 @@ impl MessageDecoder {
                         index: call_index,
                         call: ToolCall::from_raw_arguments(id, name, raw),
                     });
+                    }
+                    // Thinking without a signature cannot be sent back: it stays plain reasoning text.
+                    Some(BlockState::Thinking { signature }) if !signature.is_empty() => {
+                        out.push_back(ChatEvent::ReasoningEnd {
+                            continuation: Continuation::AnthropicThinking { signature },
+                        })
+                    }
+                    _ => {}
                 }
             }
             StreamEvent::MessageDelta { delta, usage } => {
@@ -604,7 +639,8 @@ mod tests {
                     input_tokens: 30,
                     output_tokens: 40,
                     cached_input_tokens: Some(5),
-                    reasoning_tokens: None
+                    reasoning_tokens: None,
+                    cache_write_input_tokens: None,
                 }
             }
         );
@@ -618,14 +654,29 @@ mod tests {
             event("content_block_start", json!({"type":"content_block_start","index":0,"content_block":{"type":"thinking","thinking":""}})),
             event("content_block_delta", json!({"type":"content_block_delta","index":0,"delta":{"type":"thinking_delta","thinking":"hmm"}})),
             event("content_block_delta", json!({"type":"content_block_delta","index":0,"delta":{"type":"signature_delta","signature":"abc"}})),
+            event("content_block_delta", json!({"type":"content_block_delta","index":0,"delta":{"type":"signature_delta","signature":"def"}})),
             event("content_block_stop", json!({"type":"content_block_stop","index":0})),
+            event("content_block_start", json!({"type":"content_block_start","index":1,"content_block":{"type":"redacted_thinking","data":"EnCrYpTeD"}})),
+            event("content_block_stop", json!({"type":"content_block_stop","index":1})),
             event("message_delta", json!({"type":"message_delta","delta":{"stop_reason":"max_tokens"},"usage":{"output_tokens":3}})),
             event("message_stop", json!({"type":"message_stop"})),
         ].concat();
         let events = decode_stream(&text);
         assert_eq!(
-            events[1],
-            Ok(ChatEvent::ReasoningDelta { text: "hmm".into() })
+            events[1..4],
+            [
+                Ok(ChatEvent::ReasoningDelta { text: "hmm".into() }),
+                Ok(ChatEvent::ReasoningEnd {
+                    continuation: Continuation::AnthropicThinking {
+                        signature: "abcdef".into()
+                    }
+                }),
+                Ok(ChatEvent::ReasoningEnd {
+                    continuation: Continuation::AnthropicRedacted {
+                        data: "EnCrYpTeD".into()
+                    }
+                }),
+            ]
         );
         assert_eq!(
             *events.last().unwrap(),

@@ -4,8 +4,10 @@ use serde::Serialize;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
+use crate::content::{CacheHint, Content, DataUrl, MediaSource, Part};
 use crate::error::{ChatError, ErrorKind};
 use crate::message::{Message, ToolArguments};
+use crate::reasoning::Continuation;
 use crate::request::{ChatRequest, ResponseFormat, ToolChoice, ToolSpec};
 use crate::transport::{cannot_serialize, merge_extra, resolve_model, ToolsJson};
 
@@ -13,8 +15,8 @@ use crate::transport::{cannot_serialize, merge_extra, resolve_model, ToolsJson};
 struct Body<'a> {
     model: &'a str,
     max_tokens: u32,
-    #[serde(skip_serializing_if = "String::is_empty")]
-    system: String,
+    #[serde(skip_serializing_if = "System::is_empty")]
+    system: System<'a>,
     messages: Vec<WireMessage<'a>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     tools: Option<&'a RawValue>,
@@ -35,11 +37,49 @@ struct WireMessage<'a> {
     content: Vec<Block<'a>>,
 }
 
+/// `system`: one string, or text blocks when a part carries a cache hint.
+#[derive(Serialize)]
+#[serde(untagged)]
+enum System<'a> {
+    Text(String),
+    Blocks(Vec<Block<'a>>),
+}
+
+impl System<'_> {
+    fn is_empty(&self) -> bool {
+        match self {
+            System::Text(text) => text.is_empty(),
+            System::Blocks(blocks) => blocks.is_empty(),
+        }
+    }
+}
+
 #[derive(Serialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 enum Block<'a> {
     Text {
         text: &'a str,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        cache_control: Option<CacheControl<'a>>,
+    },
+    Image {
+        source: Source<'a>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        cache_control: Option<CacheControl<'a>>,
+    },
+    Document {
+        source: Source<'a>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        title: Option<&'a str>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        cache_control: Option<CacheControl<'a>>,
+    },
+    Thinking {
+        thinking: &'a str,
+        signature: &'a str,
+    },
+    RedactedThinking {
+        data: &'a str,
     },
     ToolUse {
         id: &'a str,
@@ -48,10 +88,43 @@ enum Block<'a> {
     },
     ToolResult {
         tool_use_id: &'a str,
-        content: &'a str,
+        content: ToolResultContent<'a>,
         #[serde(skip_serializing_if = "std::ops::Not::not")]
         is_error: bool,
     },
+    /// A block an Anthropic-format client sent that no layer understands, as it came.
+    #[serde(untagged)]
+    Raw(&'a Value),
+}
+
+#[derive(Serialize)]
+#[serde(untagged)]
+enum ToolResultContent<'a> {
+    Text(&'a str),
+    Blocks(Vec<Block<'a>>),
+}
+
+#[derive(Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum Source<'a> {
+    Base64 { media_type: &'a str, data: &'a str },
+    Url { url: &'a str },
+    Text { media_type: &'static str, data: &'a str },
+    File { file_id: &'a str },
+}
+
+#[derive(Serialize)]
+struct CacheControl<'a> {
+    r#type: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ttl: Option<&'a str>,
+}
+
+fn cache_control(hint: Option<&CacheHint>) -> Option<CacheControl<'_>> {
+    hint.map(|hint| CacheControl {
+        r#type: "ephemeral",
+        ttl: hint.ttl.as_deref(),
+    })
 }
 
 #[derive(Serialize)]
@@ -60,7 +133,12 @@ struct WireTool<'a> {
     #[serde(skip_serializing_if = "str::is_empty")]
     description: &'a str,
     input_schema: &'a Value,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cache_control: Option<CacheControl<'a>>,
 }
+
+/// The provider name in errors about content this format cannot carry.
+const PROVIDER: &str = "the Anthropic Messages API";
 
 pub(crate) struct EncodeOptions<'a> {
     pub(crate) default_model: Option<&'a str>,
@@ -90,22 +168,38 @@ pub(crate) fn encode(
             "the Anthropic Messages API has no response_format; describe the JSON in the prompt or use a tool",
         ));
     }
-    let mut system = String::new();
+    let system = system(&request.messages)?;
     let mut messages: Vec<WireMessage<'_>> = Vec::with_capacity(request.messages.len());
     for message in &request.messages {
         let (role, blocks) = match message {
-            Message::System { content } => {
-                if !system.is_empty() {
-                    system.push_str("\n\n");
-                }
-                system.push_str(content);
-                continue;
-            }
-            Message::User { content } => ("user", vec![Block::Text { text: content }]),
+            Message::System { .. } => continue,
+            Message::User { content } => ("user", blocks(content)?),
             Message::Assistant(a) => {
-                let mut blocks = Vec::with_capacity(1 + a.tool_calls.len());
+                let mut blocks = Vec::with_capacity(1 + a.reasoning.len() + a.tool_calls.len());
+                // Extended thinking continues only from its own blocks, unchanged and first in the turn.
+                for part in &a.reasoning {
+                    match &part.continuation {
+                        Some(Continuation::AnthropicThinking { signature }) => {
+                            blocks.push(Block::Thinking {
+                                thinking: &part.text,
+                                signature,
+                            })
+                        }
+                        Some(Continuation::AnthropicRedacted { data }) => {
+                            blocks.push(Block::RedactedThinking { data })
+                        }
+                        Some(other) => tracing::debug!(
+                            from = other.provider(),
+                            "another provider's reasoning left out of a Messages request"
+                        ),
+                        None => {}
+                    }
+                }
                 if !a.content.is_empty() {
-                    blocks.push(Block::Text { text: &a.content });
+                    blocks.push(Block::Text {
+                        text: &a.content,
+                        cache_control: None,
+                    });
                 }
                 for call in &a.tool_calls {
                     // The API takes an object; arguments that were not an object were answered with an error
@@ -126,7 +220,10 @@ pub(crate) fn encode(
                 "user",
                 vec![Block::ToolResult {
                     tool_use_id: &t.call_id,
-                    content: &t.content,
+                    content: match t.content.as_text() {
+                        Some(text) => ToolResultContent::Text(text),
+                        None => ToolResultContent::Blocks(blocks(&t.content)?),
+                    },
                     is_error: t.is_error,
                 }],
             ),
@@ -168,7 +265,133 @@ fn wire_tool(tool: &ToolSpec) -> WireTool<'_> {
         name: &tool.name,
         description: &tool.description,
         input_schema: &tool.parameters,
+        cache_control: cache_control(tool.cache.as_ref()),
     }
+}
+
+/// Every system message's text, joined; text blocks instead when a part carries a cache hint.
+fn system(messages: &[Message]) -> Result<System<'_>, ChatError> {
+    let contents = messages.iter().filter_map(|message| match message {
+        Message::System { content } => Some(content),
+        _ => None,
+    });
+    let mut cached = false;
+    for content in contents.clone() {
+        for part in content.parts() {
+            match part {
+                Part::Text(text) => cached |= text.cache.is_some(),
+                other => {
+                    return Err(ChatError::unsupported(
+                        PROVIDER,
+                        format_args!("a {} part in a system message", other.kind()),
+                    ))
+                }
+            }
+        }
+    }
+    if cached {
+        let mut blocks = Vec::new();
+        for content in contents {
+            blocks.extend(self::blocks(content)?);
+        }
+        return Ok(System::Blocks(blocks));
+    }
+    let mut system = String::new();
+    for content in contents {
+        if !system.is_empty() {
+            system.push_str("\n\n");
+        }
+        system.push_str(&content.joined_text());
+    }
+    Ok(System::Text(system))
+}
+
+/// A content's parts as Messages API blocks.
+fn blocks(content: &Content) -> Result<Vec<Block<'_>>, ChatError> {
+    content.parts().iter().map(block).collect()
+}
+
+fn block(part: &Part) -> Result<Block<'_>, ChatError> {
+    Ok(match part {
+        Part::Text(text) => Block::Text {
+            text: &text.text,
+            cache_control: cache_control(text.cache.as_ref()),
+        },
+        Part::Image(image) => Block::Image {
+            source: match &image.source {
+                MediaSource::Url { url } => match DataUrl::parse(url) {
+                    // A data: URL (what OpenAI-format clients send) is the base64 source, taken as it is.
+                    Ok(data) => Source::Base64 {
+                        media_type: data.media_type,
+                        data: data.base64,
+                    },
+                    Err(_) => Source::Url { url },
+                },
+                MediaSource::Data(blob) => Source::Base64 {
+                    media_type: blob.media_type(),
+                    data: blob.base64(),
+                },
+                MediaSource::FileId { id } => Source::File { file_id: id },
+            },
+            cache_control: cache_control(image.cache.as_ref()),
+        },
+        Part::File(file) => Block::Document {
+            source: match &file.source {
+                MediaSource::Data(blob) if blob.media_type() == "text/plain" => Source::Text {
+                    media_type: "text/plain",
+                    data: std::str::from_utf8(blob.bytes()).map_err(|_| {
+                        ChatError::new(
+                            ErrorKind::InvalidRequest,
+                            "a text/plain document is not UTF-8",
+                        )
+                        .refused_before_sending()
+                    })?,
+                },
+                MediaSource::Data(blob) if blob.media_type() == "application/pdf" => {
+                    Source::Base64 {
+                        media_type: blob.media_type(),
+                        data: blob.base64(),
+                    }
+                }
+                MediaSource::Data(blob) => {
+                    return Err(ChatError::unsupported(
+                        PROVIDER,
+                        format_args!(
+                            "a document of type {} (PDF and plain text only)",
+                            blob.media_type()
+                        ),
+                    ))
+                }
+                MediaSource::Url { url } => match DataUrl::parse(url) {
+                    Ok(data) if data.media_type == "application/pdf" => Source::Base64 {
+                        media_type: data.media_type,
+                        data: data.base64,
+                    },
+                    Ok(data) => {
+                        return Err(ChatError::unsupported(
+                            PROVIDER,
+                            format_args!(
+                                "a document data: URL of type {} (PDF only)",
+                                data.media_type
+                            ),
+                        ))
+                    }
+                    Err(_) => Source::Url { url },
+                },
+                MediaSource::FileId { id } => Source::File { file_id: id },
+            },
+            title: file.name.as_deref(),
+            cache_control: cache_control(file.cache.as_ref()),
+        },
+        Part::Audio(_) => return Err(ChatError::unsupported(PROVIDER, "an audio part")),
+        Part::Provider(raw) if raw.provider == "anthropic" => Block::Raw(&raw.value),
+        Part::Provider(raw) => {
+            return Err(ChatError::unsupported(
+                PROVIDER,
+                format_args!("a part in {}'s format", raw.provider),
+            ))
+        }
+    })
 }
 
 fn tool_choice(choice: Option<&ToolChoice>, parallel: Option<bool>) -> Option<Value> {

@@ -4,6 +4,7 @@ use serde::Serialize;
 use serde_json::value::RawValue;
 use serde_json::Value;
 
+use crate::content::{Content, MediaSource, Part};
 use crate::error::ChatError;
 use crate::message::{Message, ToolCall};
 use crate::request::{ChatRequest, ResponseFormat, ToolChoice, ToolSpec};
@@ -45,10 +46,10 @@ struct StreamOptions {
 #[serde(tag = "role", rename_all = "snake_case")]
 enum WireMessage<'a> {
     System {
-        content: &'a str,
+        content: WireContent<'a>,
     },
     User {
-        content: &'a str,
+        content: WireContent<'a>,
     },
     Assistant {
         content: Option<&'a str>,
@@ -57,9 +58,63 @@ enum WireMessage<'a> {
     },
     Tool {
         tool_call_id: &'a str,
-        content: &'a str,
+        content: WireContent<'a>,
     },
 }
+
+/// A message's `content`: a string for one text, else an array of parts.
+#[derive(Serialize)]
+#[serde(untagged)]
+enum WireContent<'a> {
+    Text(&'a str),
+    Parts(Vec<WirePart<'a>>),
+}
+
+#[derive(Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum WirePart<'a> {
+    Text {
+        text: &'a str,
+    },
+    ImageUrl {
+        image_url: WireImageUrl<'a>,
+    },
+    InputAudio {
+        input_audio: WireAudio<'a>,
+    },
+    File {
+        file: WireFile<'a>,
+    },
+    /// A part an OpenAI-format client sent that no layer understands, as it came.
+    #[serde(untagged)]
+    Raw(&'a Value),
+}
+
+#[derive(Serialize)]
+struct WireImageUrl<'a> {
+    url: std::borrow::Cow<'a, str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    detail: Option<&'static str>,
+}
+
+#[derive(Serialize)]
+struct WireAudio<'a> {
+    data: &'a str,
+    format: &'a str,
+}
+
+#[derive(Serialize)]
+struct WireFile<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    file_id: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    file_data: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    filename: Option<&'a str>,
+}
+
+/// The provider name in errors about content this format cannot carry.
+const PROVIDER: &str = "the OpenAI Chat Completions API";
 
 #[derive(Serialize)]
 struct WireToolCall<'a> {
@@ -123,7 +178,7 @@ pub(crate) fn encode(
     };
     let body = Body {
         model,
-        messages: request.messages.iter().map(wire_message).collect(),
+        messages: wire_messages(&request.messages)?,
         stream: options.stream,
         stream_options: (options.stream && opts.include_usage).then_some(StreamOptions {
             include_usage: true,
@@ -146,21 +201,132 @@ pub(crate) fn encode(
     serialized.map_err(cannot_serialize)
 }
 
-fn wire_message(message: &Message) -> WireMessage<'_> {
-    match message {
-        Message::System { content } => WireMessage::System { content },
-        Message::User { content } => WireMessage::User { content },
-        Message::Assistant(a) => WireMessage::Assistant {
-            // OpenAI wants `null`, not "", on a message that only calls tools.
-            content: (!a.content.is_empty() || a.tool_calls.is_empty())
-                .then_some(a.content.as_str()),
-            tool_calls: a.tool_calls.iter().map(wire_tool_call).collect(),
-        },
-        Message::Tool(t) => WireMessage::Tool {
-            tool_call_id: &t.call_id,
-            content: &t.content,
-        },
+/// The messages on the wire. A tool message is text only in Chat Completions: the images and files a tool
+/// returned follow the run of tool messages as one user message, in the order of their calls.
+fn wire_messages(messages: &[Message]) -> Result<Vec<WireMessage<'_>>, ChatError> {
+    let mut wire = Vec::with_capacity(messages.len());
+    let mut tool_media: Vec<WirePart<'_>> = Vec::new();
+    for (i, message) in messages.iter().enumerate() {
+        match message {
+            Message::System { content } => {
+                if let Some(part) = content.parts().iter().find(|p| !matches!(p, Part::Text(_))) {
+                    return Err(ChatError::unsupported(
+                        PROVIDER,
+                        format_args!("a {} part in a system message", part.kind()),
+                    ));
+                }
+                wire.push(WireMessage::System {
+                    content: wire_content(content)?,
+                })
+            }
+            Message::User { content } => wire.push(WireMessage::User {
+                content: wire_content(content)?,
+            }),
+            Message::Assistant(a) => {
+                if let Some(provider) = a.reasoning.iter().find_map(|r| r.provider()) {
+                    tracing::debug!(
+                        from = provider,
+                        "reasoning left out of a Chat Completions request: the API takes none back"
+                    );
+                }
+                wire.push(WireMessage::Assistant {
+                    // OpenAI wants `null`, not "", on a message that only calls tools.
+                    content: (!a.content.is_empty() || a.tool_calls.is_empty())
+                        .then_some(a.content.as_str()),
+                    tool_calls: a.tool_calls.iter().map(wire_tool_call).collect(),
+                })
+            }
+            Message::Tool(t) => {
+                let content = if t.content.is_text_only() {
+                    wire_content(&t.content)?
+                } else {
+                    let mut text = Vec::new();
+                    for part in t.content.parts() {
+                        match part {
+                            Part::Text(part) => text.push(WirePart::Text { text: &part.text }),
+                            other => tool_media.push(wire_part(other)?),
+                        }
+                    }
+                    WireContent::Parts(text)
+                };
+                wire.push(WireMessage::Tool {
+                    tool_call_id: &t.call_id,
+                    content,
+                });
+                let run_ends = !matches!(messages.get(i + 1), Some(Message::Tool(_)));
+                if run_ends && !tool_media.is_empty() {
+                    wire.push(WireMessage::User {
+                        content: WireContent::Parts(std::mem::take(&mut tool_media)),
+                    });
+                }
+            }
+        }
     }
+    Ok(wire)
+}
+
+fn wire_content(content: &Content) -> Result<WireContent<'_>, ChatError> {
+    if let Some(text) = content.as_text() {
+        return Ok(WireContent::Text(text));
+    }
+    let parts = content
+        .parts()
+        .iter()
+        .map(wire_part)
+        .collect::<Result<_, _>>()?;
+    Ok(WireContent::Parts(parts))
+}
+
+fn wire_part(part: &Part) -> Result<WirePart<'_>, ChatError> {
+    Ok(match part {
+        // Cache hints are Anthropic's: OpenAI caches prompt prefixes on its own.
+        Part::Text(text) => WirePart::Text { text: &text.text },
+        Part::Image(image) => WirePart::ImageUrl {
+            image_url: WireImageUrl {
+                url: match &image.source {
+                    MediaSource::Url { url } => url.as_str().into(),
+                    MediaSource::Data(blob) => blob.to_data_url().into(),
+                    MediaSource::FileId { .. } => {
+                        return Err(ChatError::unsupported(PROVIDER, "an image by file id"))
+                    }
+                },
+                detail: image.detail.map(|detail| detail.as_str()),
+            },
+        },
+        Part::Audio(audio) => WirePart::InputAudio {
+            input_audio: WireAudio {
+                data: audio.data.base64(),
+                format: audio.format(),
+            },
+        },
+        Part::File(file) => WirePart::File {
+            file: match &file.source {
+                MediaSource::Data(blob) => WireFile {
+                    file_id: None,
+                    file_data: Some(blob.to_data_url()),
+                    filename: file.name.as_deref(),
+                },
+                MediaSource::FileId { id } => WireFile {
+                    file_id: Some(id),
+                    file_data: None,
+                    filename: None,
+                },
+                MediaSource::Url { .. } => {
+                    return Err(ChatError::unsupported(
+                        PROVIDER,
+                        "a file by URL (send its bytes or an uploaded file id)",
+                    ))
+                }
+            },
+        },
+        Part::Provider(raw) if raw.provider == "openai" => WirePart::Raw(&raw.value),
+        Part::Provider(raw) => {
+            return Err(ChatError::unsupported(
+                PROVIDER,
+                format_args!("a part in {}'s format", raw.provider),
+            ))
+        }
+    })
 }
 
 fn wire_tool_call(call: &ToolCall) -> WireToolCall<'_> {

@@ -224,11 +224,14 @@ impl CallPlan {
     }
 }
 
-/// What `usage` costs at `price`: [`ModelPrice::cost`], with its usual case inline (no cached or reasoning
+/// What `usage` costs at `price`: [`ModelPrice::cost`], with its usual case inline (no cached, cache-written or reasoning
 /// tokens, products and sum within `u64`), where its other terms are zero and the sum is the same.
 #[inline]
 pub(crate) fn cost(price: &ModelPrice, usage: &Usage) -> Cost {
-    if usage.cached_input_tokens.unwrap_or(0) == 0 && usage.reasoning_tokens.unwrap_or(0) == 0 {
+    if usage.cached_input_tokens.unwrap_or(0) == 0
+        && usage.cache_write_input_tokens.unwrap_or(0) == 0
+        && usage.reasoning_tokens.unwrap_or(0) == 0
+    {
         let input = usage.input_tokens.checked_mul(price.input);
         let output = usage.output_tokens.checked_mul(price.output);
         if let Some(per_million) = input.zip(output).and_then(|(i, o)| i.checked_add(o)) {
@@ -405,12 +408,14 @@ mod tests {
                 input: 3,
                 output: 11,
                 cached_input: Some(1),
+                cache_write_input: Some(4),
                 reasoning: Some(20),
             },
             ModelPrice {
                 input: u64::MAX,
                 output: u64::MAX / 3,
                 cached_input: None,
+                cache_write_input: None,
                 reasoning: None,
             },
         ];
@@ -429,6 +434,7 @@ mod tests {
                             output_tokens: output,
                             cached_input_tokens: cached,
                             reasoning_tokens: reasoning,
+                            cache_write_input_tokens: cached.map(|c| c / 2),
                         };
                         assert_eq!(
                             cost(price, &usage),

@@ -163,7 +163,8 @@ mod tests {
                         input_tokens: 3,
                         output_tokens: 2,
                         cached_input_tokens: Some(1),
-                        reasoning_tokens: None
+                        reasoning_tokens: None,
+                        cache_write_input_tokens: None,
                     }
                 },
                 ChatEvent::finish(FinishReason::ToolCalls),

@@ -54,6 +54,8 @@ impl From<WireUsage> for Usage {
             reasoning_tokens: wire
                 .completion_tokens_details
                 .and_then(|d| d.reasoning_tokens),
+            // OpenAI caches on its own and does not bill writes apart.
+            cache_write_input_tokens: None,
         }
     }
 }
