@@ -119,6 +119,26 @@ impl Content {
         }
     }
 
+    /// The size of the content: UTF-8 bytes of text and URLs, plus the bytes of media and provider parts' JSON
+    /// text (what a size limit or a size record counts).
+    pub fn size(&self) -> usize {
+        self.parts()
+            .iter()
+            .map(|part| match part {
+                Part::Text(text) => text.text.len(),
+                Part::Image(ImagePart { source, .. }) | Part::File(FilePart { source, .. }) => {
+                    match source {
+                        MediaSource::Url { url } => url.len(),
+                        MediaSource::Data(blob) => blob.len(),
+                        MediaSource::FileId { id } => id.len(),
+                    }
+                }
+                Part::Audio(audio) => audio.data.len(),
+                Part::Provider(raw) => raw.value.to_string().len(),
+            })
+            .sum()
+    }
+
     /// Bytes of binary data the parts hold (images, audio, files), not counting URLs and text.
     pub fn media_bytes(&self) -> usize {
         self.parts().iter().map(Part::media_bytes).sum()
@@ -185,6 +205,13 @@ impl fmt::Debug for Content {
             Some(text) => fmt::Debug::fmt(text, f),
             None => f.debug_list().entries(self.parts()).finish(),
         }
+    }
+}
+
+/// The text parts, joined by newlines (media parts are left out).
+impl fmt::Display for Content {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.joined_text())
     }
 }
 

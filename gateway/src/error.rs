@@ -187,6 +187,12 @@ impl ApiError {
                 "invalid_request_error",
                 "invalid_request",
             ),
+            // Content the upstream cannot take (an audio part for the Messages API): the client can change it.
+            ErrorKind::Unsupported => (
+                StatusCode::BAD_REQUEST,
+                "invalid_request_error",
+                "unsupported_content",
+            ),
             // The gateway's own upstream credentials failed: nothing the client can fix, so a gateway error.
             ErrorKind::Authentication => (
                 StatusCode::BAD_GATEWAY,

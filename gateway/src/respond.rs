@@ -79,6 +79,15 @@ impl Translator {
                 self.folded.reasoning.push_str(text);
                 out.push(Visible::Reasoning(text.clone()));
             }
+            ChatEvent::ReasoningEnd { continuation } => {
+                let folded = &mut self.folded;
+                folded.reasoning_parts.push(tower_chat::ReasoningPart {
+                    text: folded.reasoning[folded.reasoning_covered..].to_owned(),
+                    continuation: Some(continuation.clone()),
+                });
+                folded.reasoning_covered = folded.reasoning.len();
+                out.push(Visible::ReasoningEnd(continuation.clone()));
+            }
             ChatEvent::ToolCallStart { index, id, name }
                 if self.turn.client_tools.contains(name) =>
             {

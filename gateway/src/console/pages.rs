@@ -410,8 +410,8 @@ fn message(page: &mut Html, message: &Message, decided: &Decided<'_>) {
         Message::Assistant(a) => {
             page.open("div", &[("class", "message assistant")]);
             page.element("span", &[("class", "role")], "assistant");
-            if let Some(reasoning) = &a.reasoning {
-                page.element("pre", &[("class", "reasoning")], reasoning);
+            if let Some(reasoning) = a.reasoning_text() {
+                page.element("pre", &[("class", "reasoning")], &reasoning);
             }
             if !a.content.is_empty() {
                 page.element("pre", &[("class", "content")], &a.content);
@@ -455,21 +455,59 @@ fn message(page: &mut Html, message: &Message, decided: &Decided<'_>) {
             page.open("div", &[("class", class), ("data-call-id", &t.call_id)]);
             page.element("span", &[("class", "role")], "tool result");
             page.element("code", &[("class", "tool")], &t.name);
-            page.element("pre", &[("class", "content")], &t.content);
+            content_parts(page, &t.content);
             page.close("div");
         }
     }
 }
 
-fn text_message(page: &mut Html, role: &'static str, content: &str) {
+fn text_message(page: &mut Html, role: &'static str, content: &tower_chat::Content) {
     let class = match role {
         "system" => "message system",
         _ => "message user",
     };
     page.open("div", &[("class", class)]);
     page.element("span", &[("class", "role")], role);
-    page.element("pre", &[("class", "content")], content);
+    content_parts(page, content);
     page.close("div");
+}
+
+/// Text parts as text; media parts by kind, media type, size and name (their bytes are not in the page).
+fn content_parts(page: &mut Html, content: &tower_chat::Content) {
+    if let Some(text) = content.as_text() {
+        page.element("pre", &[("class", "content")], text);
+        return;
+    }
+    for part in content.parts() {
+        match part {
+            tower_chat::Part::Text(text) => {
+                page.element("pre", &[("class", "content")], &text.text)
+            }
+            other => {
+                let name = match other {
+                    tower_chat::Part::File(file) => file.name.as_deref(),
+                    _ => None,
+                };
+                let mut label = format!(
+                    "{} ({}",
+                    other.kind(),
+                    other.media_type().unwrap_or("unknown type")
+                );
+                if other.media_bytes() > 0 {
+                    label.push_str(&format!(", {} bytes", other.media_bytes()));
+                }
+                if let Some(name) = name {
+                    label.push_str(&format!(", {name}"));
+                }
+                label.push(')');
+                page.element(
+                    "p",
+                    &[("class", "media"), ("data-kind", other.kind())],
+                    &label,
+                );
+            }
+        }
+    }
 }
 
 /// One model call: what it was sent that the timeline has not shown yet (the user's message, the results of the

@@ -15,13 +15,16 @@ use axum::response::Response;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use tower_chat::{
-    AssistantMessage, ChatRequest, FinishReason, Message, ToolArguments, ToolCall, ToolChoice,
-    ToolMessage, ToolSpec, Usage,
+    AssistantMessage, ChatRequest, Content, Continuation, FinishReason, Message, Part,
+    ReasoningPart, TextPart, ToolArguments, ToolCall, ToolChoice, ToolMessage, ToolSpec, Usage,
 };
 
 use super::{
     arguments_value, from_body, name_tool_results, schema, sse_event, Encoder, Ending, Folded,
     Inbound, ParseContext, TowerChatRequest, Visible, WireFormat,
+};
+use super::parts::{
+    anthropic_document, anthropic_image, anthropic_text, cache_hint, InCacheControl, InSource,
 };
 use crate::config::Provider;
 use crate::error::{anthropic_body, anthropic_response, ApiError};
@@ -89,7 +92,11 @@ enum System {
 #[derive(Debug, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 enum TextBlock {
-    Text { text: String },
+    Text {
+        text: String,
+        #[serde(default)]
+        cache_control: Option<InCacheControl>,
+    },
 }
 
 #[derive(Debug, Deserialize)]
@@ -108,7 +115,10 @@ struct InMessage {
 
 fn blocks(content: Value, i: usize) -> Result<Vec<InBlock>, ApiError> {
     match content {
-        Value::String(text) => Ok(vec![InBlock::Text { text }]),
+        Value::String(text) => Ok(vec![InBlock::Text {
+            text,
+            cache_control: None,
+        }]),
         Value::Array(items) => items
             .into_iter()
             .enumerate()
@@ -123,12 +133,26 @@ fn blocks(content: Value, i: usize) -> Result<Vec<InBlock>, ApiError> {
     }
 }
 
-/// A content block; other types (`image`, `document`, …) are refused by name.
+/// A content block; other types (`search_result`, server tool blocks, …) are refused by name.
 #[derive(Debug, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 enum InBlock {
     Text {
         text: String,
+        #[serde(default)]
+        cache_control: Option<InCacheControl>,
+    },
+    Image {
+        source: InSource,
+        #[serde(default)]
+        cache_control: Option<InCacheControl>,
+    },
+    Document {
+        source: InSource,
+        #[serde(default)]
+        title: Option<String>,
+        #[serde(default)]
+        cache_control: Option<InCacheControl>,
     },
     ToolUse {
         id: String,
@@ -141,18 +165,47 @@ enum InBlock {
         content: Option<ResultContent>,
         #[serde(default)]
         is_error: Option<bool>,
+        #[serde(default)]
+        cache_control: Option<InCacheControl>,
     },
     Thinking {
         thinking: String,
+        #[serde(default)]
+        signature: Option<String>,
     },
-    RedactedThinking {},
+    RedactedThinking {
+        data: String,
+    },
 }
 
 #[derive(Debug, Deserialize)]
 #[serde(untagged)]
 enum ResultContent {
     Text(String),
-    Blocks(Vec<TextBlock>),
+    Blocks(Vec<ResultBlock>),
+}
+
+/// A block of a `tool_result`'s content.
+#[derive(Debug, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum ResultBlock {
+    Text {
+        text: String,
+        #[serde(default)]
+        cache_control: Option<InCacheControl>,
+    },
+    Image {
+        source: InSource,
+        #[serde(default)]
+        cache_control: Option<InCacheControl>,
+    },
+    Document {
+        source: InSource,
+        #[serde(default)]
+        title: Option<String>,
+        #[serde(default)]
+        cache_control: Option<InCacheControl>,
+    },
 }
 
 #[derive(Debug, Deserialize)]
@@ -164,6 +217,8 @@ struct InTool {
     input_schema: Option<Value>,
     #[serde(default, rename = "type")]
     kind: Option<String>,
+    #[serde(default)]
+    cache_control: Option<InCacheControl>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -240,11 +295,12 @@ fn into_inbound(body: MessagesRequest, context: &ParseContext) -> Result<Inbound
     let mut messages = Vec::with_capacity(body.messages.len() + 1);
     match body.system {
         Some(System::Text(text)) if !text.is_empty() => messages.push(Message::system(text)),
-        Some(System::Blocks(blocks)) => messages.extend(
-            blocks
-                .into_iter()
-                .map(|TextBlock::Text { text }| Message::system(text)),
-        ),
+        Some(System::Blocks(blocks)) => {
+            for (j, TextBlock::Text { text, cache_control }) in blocks.into_iter().enumerate() {
+                let part = anthropic_text(text, cache_control, &format!("system[{j}]"))?;
+                messages.push(Message::system(part));
+            }
+        }
         _ => {}
     }
     for (i, message) in body.messages.into_iter().enumerate() {
@@ -271,11 +327,9 @@ fn into_inbound(body: MessagesRequest, context: &ParseContext) -> Result<Inbound
         let parameters = tool
             .input_schema
             .ok_or_else(|| schema(format!("tools[{i}]: `input_schema` is required")))?;
-        options.tools.push(ToolSpec::new(
-            tool.name,
-            tool.description.unwrap_or_default(),
-            parameters,
-        ));
+        let mut spec = ToolSpec::new(tool.name, tool.description.unwrap_or_default(), parameters);
+        spec.cache = cache_hint(tool.cache_control, &format!("tools[{i}]"))?;
+        options.tools.push(spec);
     }
     if let Some(choice) = body.tool_choice {
         let (choice, no_parallel) = match choice {
@@ -329,37 +383,47 @@ fn into_inbound(body: MessagesRequest, context: &ParseContext) -> Result<Inbound
     Ok(inbound)
 }
 
-/// A user message: its tool results become tool messages, its text one user message, in the order given.
+/// A user message: its tool results become tool messages, its other blocks one user message of parts, in
+/// the order given.
 fn user_blocks(blocks: Vec<InBlock>, i: usize, out: &mut Vec<Message>) -> Result<(), ApiError> {
-    let mut text = String::new();
-    let flush = |text: &mut String, out: &mut Vec<Message>| {
-        if !text.is_empty() {
-            out.push(Message::user(std::mem::take(text)));
+    let mut parts: Vec<Part> = Vec::new();
+    let flush = |parts: &mut Vec<Part>, out: &mut Vec<Message>| {
+        if !parts.is_empty() {
+            out.push(Message::user(Content::from_parts(std::mem::take(parts))));
         }
     };
     for (j, block) in blocks.into_iter().enumerate() {
+        let at = format!("messages[{i}].content[{j}]");
         match block {
-            InBlock::Text { text: t } => {
-                if !text.is_empty() {
-                    text.push_str("\n\n");
-                }
-                text.push_str(&t);
-            }
+            InBlock::Text {
+                text,
+                cache_control,
+            } => parts.push(anthropic_text(text, cache_control, &at)?),
+            InBlock::Image {
+                source,
+                cache_control,
+            } => parts.push(anthropic_image(source, cache_control, &at)?),
+            InBlock::Document {
+                source,
+                title,
+                cache_control,
+            } => parts.push(anthropic_document(source, title, cache_control, &at)?),
             InBlock::ToolResult {
                 tool_use_id,
                 content,
                 is_error,
+                cache_control,
             } => {
-                flush(&mut text, out);
-                let content = match content {
-                    None => String::new(),
-                    Some(ResultContent::Text(text)) => text,
-                    Some(ResultContent::Blocks(blocks)) => blocks
-                        .into_iter()
-                        .map(|TextBlock::Text { text }| text)
-                        .collect::<Vec<_>>()
-                        .join("\n\n"),
+                flush(&mut parts, out);
+                let mut content = match content {
+                    None => Content::text(String::new()),
+                    Some(ResultContent::Text(text)) => Content::text(text),
+                    Some(ResultContent::Blocks(blocks)) => result_blocks(blocks, &at)?,
                 };
+                // A breakpoint on the result block covers the whole result: it goes on its last part.
+                if let Some(hint) = cache_hint(cache_control, &at)? {
+                    set_cache(&mut content, hint);
+                }
                 out.push(Message::Tool(ToolMessage {
                     call_id: tool_use_id,
                     name: String::new(),
@@ -367,38 +431,82 @@ fn user_blocks(blocks: Vec<InBlock>, i: usize, out: &mut Vec<Message>) -> Result
                     is_error: is_error.unwrap_or(false),
                 }));
             }
-            InBlock::ToolUse { .. } | InBlock::Thinking { .. } | InBlock::RedactedThinking {} => {
+            InBlock::ToolUse { .. } | InBlock::Thinking { .. } | InBlock::RedactedThinking { .. } => {
                 return Err(schema(format!(
-                    "messages[{i}].content[{j}]: a user message cannot carry this block (assistant only)"
+                    "{at}: a user message cannot carry this block (assistant only)"
                 )))
             }
         }
     }
-    flush(&mut text, out);
+    flush(&mut parts, out);
     Ok(())
+}
+
+fn result_blocks(blocks: Vec<ResultBlock>, at: &str) -> Result<Content, ApiError> {
+    let parts = blocks
+        .into_iter()
+        .enumerate()
+        .map(|(k, block)| {
+            let at = format!("{at}.content[{k}]");
+            match block {
+                ResultBlock::Text {
+                    text,
+                    cache_control,
+                } => anthropic_text(text, cache_control, &at),
+                ResultBlock::Image {
+                    source,
+                    cache_control,
+                } => anthropic_image(source, cache_control, &at),
+                ResultBlock::Document {
+                    source,
+                    title,
+                    cache_control,
+                } => anthropic_document(source, title, cache_control, &at),
+            }
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(Content::from_parts(parts))
+}
+
+/// Put `hint` on the content's last part that can carry one.
+fn set_cache(content: &mut Content, hint: tower_chat::CacheHint) {
+    if let Some(part) = content.parts_mut().iter_mut().rev().find_map(|part| match part {
+        Part::Text(TextPart { cache, .. })
+        | Part::Image(tower_chat::ImagePart { cache, .. })
+        | Part::File(tower_chat::FilePart { cache, .. }) => Some(cache),
+        _ => None,
+    }) {
+        *part = Some(hint);
+    }
 }
 
 fn assistant_blocks(blocks: Vec<InBlock>, i: usize) -> Result<Message, ApiError> {
     let mut message = AssistantMessage::default();
     for (j, block) in blocks.into_iter().enumerate() {
         match block {
-            InBlock::Text { text } => message.content.push_str(&text),
+            InBlock::Text { text, .. } => message.content.push_str(&text),
             InBlock::ToolUse { id, name, input } => message.tool_calls.push(ToolCall {
                 id,
                 name,
                 arguments: ToolArguments::Json(input),
             }),
-            InBlock::Thinking { thinking } => {
-                message
-                    .reasoning
-                    .get_or_insert_with(String::new)
-                    .push_str(&thinking);
-            }
-            // Opaque to the gateway, and no upstream call can use it without the provider's signature.
-            InBlock::RedactedThinking {} => {}
-            InBlock::ToolResult { .. } => {
+            // Kept with its signature: an Anthropic upstream continues from it unchanged, any other drops it.
+            InBlock::Thinking {
+                thinking,
+                signature,
+            } => message.reasoning.push(ReasoningPart {
+                text: thinking,
+                continuation: signature
+                    .filter(|signature| !signature.is_empty())
+                    .map(|signature| Continuation::AnthropicThinking { signature }),
+            }),
+            InBlock::RedactedThinking { data } => message.reasoning.push(ReasoningPart {
+                text: String::new(),
+                continuation: Some(Continuation::AnthropicRedacted { data }),
+            }),
+            InBlock::ToolResult { .. } | InBlock::Image { .. } | InBlock::Document { .. } => {
                 return Err(schema(format!(
-                    "messages[{i}].content[{j}]: `tool_result` blocks belong in user messages"
+                    "messages[{i}].content[{j}]: an assistant message cannot carry this block (user only)"
                 )))
             }
         }
@@ -553,6 +661,8 @@ enum DeltaBody<'a> {
     Thinking { thinking: &'a str },
     #[serde(rename = "input_json_delta")]
     InputJson { partial_json: &'a str },
+    #[serde(rename = "signature_delta")]
+    Signature { signature: &'a str },
 }
 
 impl Encoder for MessageEncoder {
@@ -583,6 +693,28 @@ impl Encoder for MessageEncoder {
                 };
                 block_delta(index, DeltaBody::Thinking { thinking: &text }, out);
             }
+            // The client sends these blocks back on its next turn; Anthropic checks them unchanged.
+            Visible::ReasoningEnd(Continuation::AnthropicThinking { signature }) => {
+                let index = match self.open {
+                    Some(Block::Thinking(index)) => index,
+                    _ => self.start(
+                        Block::Thinking,
+                        json!({"type": "thinking", "thinking": "", "signature": ""}),
+                        out,
+                    ),
+                };
+                block_delta(index, DeltaBody::Signature { signature: &signature }, out);
+                self.stop_open(out);
+            }
+            Visible::ReasoningEnd(Continuation::AnthropicRedacted { data }) => {
+                self.start(
+                    Block::Thinking,
+                    json!({"type": "redacted_thinking", "data": data}),
+                    out,
+                );
+                self.stop_open(out);
+            }
+            Visible::ReasoningEnd(_) => {}
             Visible::CallStart { index, id, name } => {
                 let block = self.start(
                     Block::ToolUse,
@@ -642,9 +774,20 @@ impl Encoder for MessageEncoder {
 impl MessageEncoder {
     fn whole_value(&mut self, folded: Folded, ending: &Ending) -> Value {
         let mut content = Vec::new();
-        if !folded.reasoning.is_empty() {
-            content
-                .push(json!({"type": "thinking", "thinking": folded.reasoning, "signature": ""}));
+        for part in &folded.reasoning_parts {
+            match &part.continuation {
+                Some(Continuation::AnthropicThinking { signature }) => content.push(
+                    json!({"type": "thinking", "thinking": part.text, "signature": signature}),
+                ),
+                Some(Continuation::AnthropicRedacted { data }) => {
+                    content.push(json!({"type": "redacted_thinking", "data": data}))
+                }
+                _ => {}
+            }
+        }
+        let unsigned = &folded.reasoning[folded.reasoning_covered..];
+        if !unsigned.is_empty() {
+            content.push(json!({"type": "thinking", "thinking": unsigned, "signature": ""}));
         }
         let mut text = folded.content;
         let notice = ending.notice_text();
@@ -725,7 +868,7 @@ mod tests {
             panic!("{:?}", request.messages[2]);
         };
         assert_eq!(assistant.content, "Checking.");
-        assert_eq!(assistant.reasoning.as_deref(), Some("hmm"));
+        assert_eq!(assistant.reasoning_text().as_deref(), Some("hmm"));
         assert_eq!(assistant.tool_calls[0].name, "weather");
         assert_eq!(
             request.messages[3],

@@ -7,8 +7,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 use tower_chat::{
-    AssistantMessage, ChatRequest, FinishReason, Message, ResponseFormat, ToolArguments, ToolCall,
-    ToolChoice, ToolMessage, ToolSpec, Usage,
+    AssistantMessage, ChatRequest, Content, FinishReason, Message, Part, ResponseFormat,
+    ToolArguments, ToolCall, ToolChoice, ToolMessage, ToolSpec, Usage,
 };
 
 use super::{
@@ -104,62 +104,55 @@ enum Stop {
 #[serde(tag = "role", rename_all = "snake_case")]
 enum WireMessage {
     System {
-        content: Content,
+        content: WireContent,
     },
     Developer {
-        content: Content,
+        content: WireContent,
     },
     User {
-        content: Content,
+        content: WireContent,
     },
     Assistant {
         #[serde(default)]
-        content: Option<Content>,
+        content: Option<WireContent>,
         #[serde(default)]
         tool_calls: Option<Vec<WireToolCall>>,
     },
     Tool {
         tool_call_id: String,
-        content: Content,
+        content: WireContent,
     },
 }
 
+/// A message's `content`: a string or a list of parts ([`super::parts::chat_completions_content`]).
 #[derive(Debug, Deserialize)]
-#[serde(untagged)]
-enum Content {
-    Text(String),
-    Parts(Vec<ContentPart>),
-}
+#[serde(transparent)]
+struct WireContent(Value);
 
-#[derive(Debug, Deserialize)]
-struct ContentPart {
-    r#type: String,
-    #[serde(default)]
-    text: Option<String>,
-}
+impl WireContent {
+    fn into_content(self, at: &str) -> Result<Content, ApiError> {
+        super::parts::chat_completions_content(self.0, at)
+    }
 
-impl Content {
+    /// The text of an assistant message: a string or text parts (a `refusal` part is the refusal's text).
     fn into_text(self, at: &str) -> Result<String, ApiError> {
-        match self {
-            Content::Text(text) => Ok(text),
-            Content::Parts(parts) => {
-                let mut text = String::new();
-                for part in parts {
-                    match (part.r#type.as_str(), part.text) {
-                        ("text", Some(t)) => text.push_str(&t),
-                        ("text", None) => {
-                            return Err(schema(format!("{at}: a text part needs `text`")))
-                        }
-                        (other, _) => {
-                            return Err(schema(format!(
-                            "{at}: content parts of type `{other}` are not supported (text only)"
-                        )))
-                        }
-                    }
+        let content = self.into_content(at)?;
+        let mut text = String::new();
+        for part in content.into_parts() {
+            match part {
+                Part::Text(part) => text.push_str(&part.text),
+                Part::Provider(raw) if raw.value.get("type") == Some(&Value::from("refusal")) => {
+                    text.push_str(raw.value["refusal"].as_str().unwrap_or_default())
                 }
-                Ok(text)
+                other => {
+                    return Err(schema(format!(
+                        "{at}: an assistant message takes text parts only, not `{}`",
+                        other.kind()
+                    )))
+                }
             }
         }
+        Ok(text)
     }
 }
 
@@ -211,19 +204,19 @@ fn into_inbound(body: CompletionRequest) -> Result<Inbound, ApiError> {
         messages.push(match message {
             WireMessage::System { content } | WireMessage::Developer { content } => {
                 Message::System {
-                    content: content.into_text(&at)?,
+                    content: content.into_content(&at)?,
                 }
             }
             WireMessage::User { content } => Message::User {
-                content: content.into_text(&at)?,
+                content: content.into_content(&at)?,
             },
             WireMessage::Assistant {
                 content,
                 tool_calls,
             } => {
                 let content = match content {
-                    Some(content) => content.into_text(&at)?,
-                    None => String::new(),
+                    Some(content) if !content.0.is_null() => content.into_text(&at)?,
+                    _ => String::new(),
                 };
                 let mut calls = Vec::new();
                 for call in tool_calls.unwrap_or_default() {
@@ -241,7 +234,7 @@ fn into_inbound(body: CompletionRequest) -> Result<Inbound, ApiError> {
                 call_names.add(&calls);
                 Message::Assistant(AssistantMessage {
                     content,
-                    reasoning: None,
+                    reasoning: Vec::new(),
                     tool_calls: calls,
                 })
             }
@@ -253,7 +246,7 @@ fn into_inbound(body: CompletionRequest) -> Result<Inbound, ApiError> {
                 Message::Tool(ToolMessage::success(
                     tool_call_id,
                     name,
-                    content.into_text(&at)?,
+                    content.into_content(&at)?,
                 ))
             }
         });
@@ -541,6 +534,8 @@ impl Encoder for ChunkEncoder {
 
     fn visible(&mut self, folded: &Folded, event: Visible, out: &mut Vec<u8>) {
         let delta = match &event {
+            // Chat Completions has no field for a reasoning block's signature.
+            Visible::ReasoningEnd(_) => return,
             Visible::Text(text) => {
                 self.wrote_content = true;
                 Delta::Content { content: text }

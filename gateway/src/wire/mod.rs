@@ -16,6 +16,7 @@
 
 pub(crate) mod anthropic_messages;
 pub(crate) mod chat_completions;
+mod parts;
 pub(crate) mod responses;
 
 use std::collections::HashMap;
@@ -94,6 +95,8 @@ pub(crate) enum Visible {
     Text(String),
     /// Reasoning text.
     Reasoning(String),
+    /// The reasoning since the last end is one block; what its provider needs to continue from it.
+    ReasoningEnd(tower_chat::Continuation),
     /// A client tool call starts (arguments follow as [`Visible::CallArguments`]).
     CallStart {
         index: usize,
@@ -148,6 +151,11 @@ pub(crate) struct Folded {
     pub(crate) model: String,
     pub(crate) content: String,
     pub(crate) reasoning: String,
+    /// The turn's complete reasoning blocks with their continuations (Anthropic signatures), in order; reasoning
+    /// text after the last of them is only in `reasoning`.
+    pub(crate) reasoning_parts: Vec<tower_chat::ReasoningPart>,
+    /// How much of `reasoning` the parts cover.
+    pub(crate) reasoning_covered: usize,
     /// The client's own tool calls of the last round.
     pub(crate) client_calls: Vec<ToolCall>,
     /// Summed over every model call of the turn.

@@ -684,7 +684,7 @@ impl Encoder for ResponseEncoder {
         match event {
             Visible::Text(text) => self.text(&text, out),
             // Reasoning items carry provider-encrypted content the gateway does not have; not shown.
-            Visible::Reasoning(_) => {}
+            Visible::Reasoning(_) | Visible::ReasoningEnd(_) => {}
             Visible::CallStart { index, id, name } => {
                 self.close_message(out);
                 let item_id = format!("fc_{}", uuid::Uuid::new_v4().simple());

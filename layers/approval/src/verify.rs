@@ -311,7 +311,7 @@ mod tests {
     fn assistant(calls: &[&str]) -> Message {
         Message::Assistant(AssistantMessage {
             content: String::new(),
-            reasoning: None,
+            reasoning: Vec::new(),
             tool_calls: calls
                 .iter()
                 .map(|id| ToolCall::new(*id, "t", json!({})))

@@ -24,7 +24,7 @@ use pin_project_lite::pin_project;
 use tokio_util::sync::{DropGuard, WaitForCancellationFutureOwned};
 use tower_chat::{
     ApprovalDecisions, ApprovalRequest, AssistantMessage, CancellationToken, ChatError, ChatEvent,
-    ChatRequest, ChatStream, ErrorKind, FinishReason, Message, ToolCall, ToolChoice, ToolMessage,
+    ChatRequest, ChatStream, ErrorKind, FinishReason, Message, ReasoningPart, ToolCall, ToolChoice, ToolMessage,
     Usage,
 };
 use tower_service::Service;
@@ -124,7 +124,10 @@ pub(crate) struct LoopCore<S> {
     saw_usage: bool,
     withheld: bool,
     content: String,
-    reasoning: Option<String>,
+    /// Reasoning text streamed since the last complete reasoning part.
+    reasoning_text: String,
+    /// The round's complete reasoning parts, sent back on the next round by the leaf that produced them.
+    reasoning: Vec<ReasoningPart>,
     calls: Vec<ToolCall>,
     queue: VecDeque<Result<ChatEvent, ChatError>>,
     cancelled: Option<Pin<Box<WaitForCancellationFutureOwned>>>,
@@ -175,7 +178,8 @@ impl<S> LoopCore<S> {
             saw_usage: false,
             withheld: false,
             content: String::new(),
-            reasoning: None,
+            reasoning_text: String::new(),
+            reasoning: Vec::new(),
             calls: Vec::new(),
             queue: VecDeque::new(),
             cancelled,
@@ -213,10 +217,11 @@ impl<S> LoopCore<S> {
     fn observe(&mut self, event: &ChatEvent) {
         match event {
             ChatEvent::TextDelta { text } => self.content.push_str(text),
-            ChatEvent::ReasoningDelta { text } => self
-                .reasoning
-                .get_or_insert_with(String::new)
-                .push_str(text),
+            ChatEvent::ReasoningDelta { text } => self.reasoning_text.push_str(text),
+            ChatEvent::ReasoningEnd { continuation } => self.reasoning.push(ReasoningPart {
+                text: std::mem::take(&mut self.reasoning_text),
+                continuation: Some(continuation.clone()),
+            }),
             ChatEvent::ToolCallEnd { call, .. } => self.calls.push(call.clone()),
             _ => {}
         }
@@ -225,7 +230,10 @@ impl<S> LoopCore<S> {
     fn model_finished<F>(&mut self, reason: FinishReason) -> State<F> {
         let calls = std::mem::take(&mut self.calls);
         let content = std::mem::take(&mut self.content);
-        let reasoning = self.reasoning.take();
+        let mut reasoning = std::mem::take(&mut self.reasoning);
+        if !self.reasoning_text.is_empty() {
+            reasoning.push(ReasoningPart::text(std::mem::take(&mut self.reasoning_text)));
+        }
         if calls.is_empty() {
             self.finish(reason);
             return State::Done;

@@ -70,7 +70,7 @@ async fn one_tool_round_is_one_continuous_stream() {
                 Message::user("Weather in Oslo?"),
                 Message::Assistant(AssistantMessage {
                     content: "Let me check. ".into(),
-                    reasoning: None,
+                    reasoning: Vec::new(),
                     tool_calls: vec![call.clone()],
                 }),
                 Message::tool_result("c1", "weather", "sunny in Oslo"),
@@ -201,7 +201,7 @@ async fn parallel_calls_run_concurrently_up_to_the_limit_and_report_in_call_orde
             assert_eq!(ids, ["c1", "c2", "c3"], "{shape:?} {limit:?}");
             let sent: Vec<String> = tool_messages(&script.sent(1))
                 .into_iter()
-                .map(|m| m.content)
+                .map(|m| m.content.to_string())
                 .collect();
             assert_eq!(sent, ["done c1", "done c2", "done c3"]);
         }
@@ -306,7 +306,7 @@ async fn max_tool_calls_caps_bodies_run_and_answers_the_rest() {
         assert_eq!(results.len(), 4);
         assert!(results[3].is_error);
         assert!(
-            results[3].content.contains("limit of 3 tool calls"),
+            results[3].content.to_string().contains("limit of 3 tool calls"),
             "{}",
             results[3].content
         );

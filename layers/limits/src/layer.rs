@@ -557,22 +557,40 @@ fn estimate_prompt_tokens(
     /// Per tool call or tool spec: its id, its arguments or schema, framing.
     const TOOL_OVERHEAD_CHARS: u64 = 128;
     let mut chars: u64 = 0;
+    let mut media: u64 = 0;
+    let text_chars = |content: &tower_chat::Content| match content.as_text() {
+        Some(text) => text.len() as u64,
+        None => content
+            .parts()
+            .iter()
+            .map(|part| match part {
+                tower_chat::Part::Text(text) => text.text.len() as u64,
+                _ => 0,
+            })
+            .sum(),
+    };
     for message in messages {
         chars += match message {
-            Message::System { content } | Message::User { content } => content.len() as u64,
+            Message::System { content } | Message::User { content } => {
+                media += crate::media::media_tokens(content, chars_per_token);
+                text_chars(content)
+            }
             Message::Assistant(a) => {
                 a.content.len() as u64
-                    + a.reasoning.as_ref().map_or(0, |r| r.len() as u64)
+                    + a.reasoning.iter().map(|r| r.text.len() as u64).sum::<u64>()
                     + a.tool_calls
                         .iter()
                         .map(|c| c.name.len() as u64 + TOOL_OVERHEAD_CHARS)
                         .sum::<u64>()
             }
-            Message::Tool(t) => t.content.len() as u64 + t.name.len() as u64,
+            Message::Tool(t) => {
+                media += crate::media::media_tokens(&t.content, chars_per_token);
+                text_chars(&t.content) + t.name.len() as u64
+            }
         };
     }
     for tool in &request.options.tools {
         chars += (tool.name.len() + tool.description.len()) as u64 + TOOL_OVERHEAD_CHARS;
     }
-    chars.div_ceil(u64::from(chars_per_token)) + MESSAGE_OVERHEAD * messages.len() as u64
+    chars.div_ceil(u64::from(chars_per_token)) + media + MESSAGE_OVERHEAD * messages.len() as u64
 }

@@ -94,6 +94,7 @@
 mod clock;
 mod layer;
 mod limits;
+mod media;
 mod plan;
 mod service;
 pub mod store;

@@ -32,7 +32,7 @@ fn model() -> Chat {
     BoxCloneService::new(service_fn(|request: ChatRequest| async move {
         let events = match request.messages.last() {
             Some(Message::Tool(result)) => vec![
-                ChatEvent::text(result.content.clone()),
+                ChatEvent::text(result.content.to_string()),
                 ChatEvent::finish(FinishReason::Stop),
             ],
             _ => vec![

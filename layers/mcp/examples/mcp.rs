@@ -47,11 +47,11 @@ fn model(
                     events
                 }
                 None => {
-                    let results: Vec<&str> = request
+                    let results: Vec<String> = request
                         .messages
                         .iter()
                         .filter_map(|m| match m {
-                            Message::Tool(t) => Some(t.content.as_str()),
+                            Message::Tool(t) => Some(t.content.to_string()),
                             _ => None,
                         })
                         .collect();

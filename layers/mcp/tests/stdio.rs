@@ -24,7 +24,7 @@ async fn cancellations(mcp: &McpTools) -> String {
         vec![call("c9", "cancellations", json!({"at_least": 1}))],
     )
     .await;
-    results[0].content.clone()
+    results[0].content.to_string()
 }
 
 #[tokio::test]
@@ -78,13 +78,13 @@ async fn arguments_are_validated_against_the_server_schema() {
     assert!(results[0].is_error, "{results:?}");
     assert!(
         results[0]
-            .content
+            .content.to_string()
             .contains("invalid arguments for tool `echo`"),
         "{results:?}"
     );
-    assert!(results[0].content.contains("at /text"), "{results:?}");
+    assert!(results[0].content.to_string().contains("at /text"), "{results:?}");
     assert!(results[1].is_error, "{results:?}");
-    assert!(results[1].content.contains("at /at_least"), "{results:?}");
+    assert!(results[1].content.to_string().contains("at /at_least"), "{results:?}");
 }
 
 #[tokio::test]
@@ -96,7 +96,7 @@ async fn a_server_that_never_answers_hits_the_tool_timeout_and_is_told_to_cancel
     let results = tool_messages(&response.messages);
     assert!(results[0].is_error);
     assert!(
-        results[0].content.contains("did not finish within 300ms"),
+        results[0].content.to_string().contains("did not finish within 300ms"),
         "{results:?}"
     );
 
@@ -133,7 +133,7 @@ async fn a_crash_mid_call_is_an_error_result_and_the_server_restarts() {
     let results = call_tools(&mcp, vec![call("c1", "crash", json!({}))]).await;
     assert!(results[0].is_error, "{results:?}");
     assert!(
-        results[0].content.contains("MCP server `demo`"),
+        results[0].content.to_string().contains("MCP server `demo`"),
         "{results:?}"
     );
 

@@ -185,16 +185,16 @@ impl RequestSize {
         let bytes = messages
             .iter()
             .map(|message| match message {
-                Message::System { content } | Message::User { content } => content.len(),
+                Message::System { content } | Message::User { content } => content.size(),
                 Message::Assistant(a) => {
                     a.content.len()
-                        + a.reasoning.as_ref().map_or(0, |r| r.len())
+                        + a.reasoning.iter().map(|r| r.text.len()).sum::<usize>()
                         + a.tool_calls
                             .iter()
                             .map(|c| c.name.len() + c.arguments.to_wire_string().len())
                             .sum::<usize>()
                 }
-                Message::Tool(t) => t.content.len() + t.name.len(),
+                Message::Tool(t) => t.content.size() + t.name.len(),
             } as u64)
             .sum();
         RequestSize {

@@ -189,7 +189,7 @@ async fn check(target: &Target, round: u64) -> u64 {
                 }
                 CallOutcome::InFlight => {
                     assert!(call.response.messages.is_empty(), "{call:?}");
-                    hanging += u64::from(content.starts_with("hang"));
+                    hanging += u64::from(content.to_string().starts_with("hang"));
                 }
                 _ => panic!("{call:?}"),
             }
@@ -211,7 +211,7 @@ fn child(target: Target) {
                 unreachable!()
             };
             let answer = format!("answer to {content}");
-            if content.starts_with("hang") {
+            if content.to_string().starts_with("hang") {
                 let mut items = common::answer(&answer);
                 items.truncate(3);
                 common::hanging(items)

@@ -140,7 +140,7 @@ async fn a_completed_call_is_recorded_in_full(db: &TestDb) {
                 Message::tool_result("c1", "weather", "12C"),
                 Message::Assistant(AssistantMessage {
                     content: "It is 12C in Oslo.".into(),
-                    reasoning: Some("thinking".into()),
+                    reasoning: vec![tower_chat::ReasoningPart::text("thinking")],
                     tool_calls: vec![],
                 }),
             ]

@@ -262,7 +262,8 @@ impl AnsweredBy {
 type FallbackPredicate = Arc<dyn Fn(&ChatError) -> bool + Send + Sync>;
 
 /// Whether the next target is tried after this failure, by default: every failure except a cancellation, a spent
-/// whole-call deadline, and a request refused as malformed (the next target would refuse it too).
+/// whole-call deadline, and a request refused as malformed (the next target would refuse it too). Content one
+/// provider cannot take ([`ErrorKind::Unsupported`]) is tried on the next, which may take it.
 pub fn default_fallback_on(error: &ChatError) -> bool {
     !matches!(
         error.kind(),

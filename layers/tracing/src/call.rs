@@ -126,6 +126,7 @@ macro_rules! chat_span {
             gen_ai.usage.input_tokens = Empty,
             gen_ai.usage.output_tokens = Empty,
             gen_ai.usage.cache_read.input_tokens = Empty,
+            gen_ai.usage.cache_creation.input_tokens = Empty,
             gen_ai.input.messages = Empty,
             gen_ai.output.messages = Empty,
             error.type = Empty,
@@ -329,6 +330,9 @@ impl<M: Metrics> CallState<M> {
             span.record("gen_ai.usage.output_tokens", usage.output_tokens);
             if let Some(cached) = usage.cached_input_tokens {
                 span.record("gen_ai.usage.cache_read.input_tokens", cached);
+            }
+            if let Some(written) = usage.cache_write_input_tokens {
+                span.record("gen_ai.usage.cache_creation.input_tokens", written);
             }
         }
         if let Some(error_type) = error_type {

@@ -1,9 +1,11 @@
 //! Message contents in the OpenTelemetry GenAI JSON shape (`gen_ai.input.messages`, `gen_ai.output.messages`).
 //!
 //! Only built when content recording is enabled and the span is enabled: conversations are large and sensitive.
+//! Images, audio and files are described by their media type and size (and a URL when they are one), never by
+//! their bytes.
 
 use serde_json::{json, Map, Value};
-use tower_chat::{FinishReason, Message, ToolArguments, ToolCall};
+use tower_chat::{Content, DataUrl, FinishReason, MediaSource, Message, Part, ToolArguments, ToolCall};
 
 /// `gen_ai.input.messages`: every message of the request, in order.
 pub(crate) fn input_messages(messages: &[Message]) -> String {
@@ -31,11 +33,11 @@ pub(crate) fn output_messages(messages: &[Message], finish: Option<&FinishReason
 
 fn message(message: &Message, finish_reason: Option<&str>) -> Value {
     let (role, parts) = match message {
-        Message::System { content } => ("system", vec![text(content)]),
-        Message::User { content } => ("user", vec![text(content)]),
+        Message::System { content } => ("system", parts(content)),
+        Message::User { content } => ("user", parts(content)),
         Message::Assistant(a) => {
             let mut parts = Vec::new();
-            if let Some(reasoning) = &a.reasoning {
+            if let Some(reasoning) = a.reasoning_text() {
                 parts.push(json!({"type": "reasoning", "content": reasoning}));
             }
             if !a.content.is_empty() {
@@ -46,7 +48,7 @@ fn message(message: &Message, finish_reason: Option<&str>) -> Value {
         }
         Message::Tool(t) => (
             "tool",
-            vec![json!({"type": "tool_call_response", "id": t.call_id, "response": t.content})],
+            vec![json!({"type": "tool_call_response", "id": t.call_id, "response": t.content.joined_text()})],
         ),
     };
     let mut object = Map::new();
@@ -60,6 +62,58 @@ fn message(message: &Message, finish_reason: Option<&str>) -> Value {
 
 fn text(content: &str) -> Value {
     json!({"type": "text", "content": content})
+}
+
+fn parts(content: &Content) -> Vec<Value> {
+    content.parts().iter().map(part).collect()
+}
+
+/// A part in the GenAI shape: text as it is; media as a `uri` part (an `https:` URL) or a `blob` part whose
+/// `content` is left out and replaced by its size.
+fn part(part: &Part) -> Value {
+    let modality = match part {
+        Part::Text(text) => return self::text(&text.text),
+        Part::Image(_) => "image",
+        Part::Audio(_) => "audio",
+        _ => "file",
+    };
+    let url = match part {
+        Part::Image(image) => match &image.source {
+            MediaSource::Url { url } if DataUrl::parse(url).is_err() => Some(url.as_str()),
+            _ => None,
+        },
+        Part::File(file) => match &file.source {
+            MediaSource::Url { url } if DataUrl::parse(url).is_err() => Some(url.as_str()),
+            _ => None,
+        },
+        _ => None,
+    };
+    let mut object = Map::new();
+    match url {
+        Some(url) => {
+            object.insert("type".into(), "uri".into());
+            object.insert("uri".into(), url.into());
+        }
+        None => {
+            object.insert("type".into(), "blob".into());
+            object.insert("size".into(), part_size(part).into());
+        }
+    }
+    object.insert("modality".into(), modality.into());
+    if let Some(media_type) = part.media_type() {
+        object.insert("mime_type".into(), media_type.into());
+    }
+    Value::Object(object)
+}
+
+fn part_size(part: &Part) -> usize {
+    match part {
+        Part::Image(image) => match &image.source {
+            MediaSource::Url { url } => DataUrl::parse(url).map_or(0, |data| data.base64.len() / 4 * 3),
+            _ => part.media_bytes(),
+        },
+        _ => part.media_bytes(),
+    }
 }
 
 fn tool_call(call: &ToolCall) -> Value {
@@ -82,7 +136,7 @@ mod tests {
             Message::user("weather in Oslo?"),
             Message::Assistant(AssistantMessage {
                 content: String::new(),
-                reasoning: Some("look it up".into()),
+                reasoning: vec![tower_chat::ReasoningPart::text("look it up")],
                 tool_calls: vec![
                     ToolCall::new("c1", "weather", json!({"city": "Oslo"})),
                     ToolCall::from_raw_arguments("c2".into(), "weather".into(), "{oops".into()),
@@ -102,6 +156,29 @@ mod tests {
                     {"type": "tool_call", "id": "c2", "name": "weather", "arguments": "{oops"},
                 ]},
                 {"role": "tool", "parts": [{"type": "tool_call_response", "id": "c1", "response": "12C"}]},
+            ])
+        );
+    }
+
+    #[test]
+    fn media_parts_are_described_by_type_and_size_never_by_their_bytes() {
+        let secret_pixels = vec![0x42u8; 3000];
+        let messages = vec![Message::user(vec![
+            Part::text("what is this?"),
+            Part::image(secret_pixels, "image/png"),
+            Part::image_url("https://example.com/cat.jpg"),
+            Part::image_url("data:image/jpeg;base64,QkJCQkJC"),
+        ])];
+        let text = input_messages(&messages);
+        assert!(!text.contains("QkJC"), "{text}");
+        let value: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(
+            value[0]["parts"],
+            json!([
+                {"type": "text", "content": "what is this?"},
+                {"type": "blob", "size": 3000, "modality": "image", "mime_type": "image/png"},
+                {"type": "uri", "uri": "https://example.com/cat.jpg", "modality": "image"},
+                {"type": "blob", "size": 6, "modality": "image", "mime_type": "image/jpeg"},
             ])
         );
     }

@@ -79,6 +79,7 @@ async fn a_completed_call_has_the_genai_attributes_in_both_shapes() {
         for absent in [
             "gen_ai.output.type",
             "gen_ai.usage.cache_read.input_tokens",
+            "gen_ai.usage.cache_creation.input_tokens",
             "error.type",
             "otel.status_code",
             "gen_ai.input.messages",
@@ -136,6 +137,7 @@ async fn cached_tokens_and_the_output_type_are_recorded() {
                 output_tokens: 5,
                 cached_input_tokens: Some(64),
                 reasoning_tokens: None,
+                cache_write_input_tokens: Some(16),
             },
         };
         Ok::<_, ChatError>(scripted_stream(
@@ -163,6 +165,10 @@ async fn cached_tokens_and_the_output_type_are_recorded() {
     assert_eq!(
         span.field("gen_ai.usage.cache_read.input_tokens"),
         Some("64")
+    );
+    assert_eq!(
+        span.field("gen_ai.usage.cache_creation.input_tokens"),
+        Some("16")
     );
 }
 

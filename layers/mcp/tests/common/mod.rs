@@ -59,7 +59,7 @@ pub fn scripted_model(rounds: Vec<Vec<ToolCall>>) -> (Chat, Model) {
             None => {
                 let results: Vec<String> = latest_tool_messages(&request.messages)
                     .into_iter()
-                    .map(|t| t.content)
+                    .map(|t| t.content.to_string())
                     .collect();
                 vec![
                     ChatEvent::text(results.join("\n")),

@@ -121,15 +121,15 @@ fn options_id(key: NodeKey, json: &str) -> NodeId {
 fn fingerprint(message: &Message) -> u64 {
     let mut h = std::collections::hash_map::DefaultHasher::new();
     match message {
-        Message::System { content } => (0u8, content).hash(&mut h),
-        Message::User { content } => (1u8, content).hash(&mut h),
+        Message::System { content } => (0u8, content.joined_text(), content.size()).hash(&mut h),
+        Message::User { content } => (1u8, content.joined_text(), content.size()).hash(&mut h),
         Message::Assistant(a) => {
             (2u8, &a.content).hash(&mut h);
             for call in &a.tool_calls {
                 call.id.hash(&mut h);
             }
         }
-        Message::Tool(t) => (3u8, &t.call_id, &t.content).hash(&mut h),
+        Message::Tool(t) => (3u8, &t.call_id, t.content.joined_text()).hash(&mut h),
     }
     h.finish()
 }

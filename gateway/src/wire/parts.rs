@@ -1,0 +1,290 @@
+//! Content parts as the inbound formats carry them, read into [`tower_chat::Part`]s.
+//!
+//! Base64 media (`data:` URLs, Anthropic `base64` sources, `input_audio` data) is decoded once here into bytes;
+//! the base64 text is kept beside them, so an upstream gets it back without encoding again. URLs are passed on
+//! to the upstream as they are: the gateway never fetches them.
+
+use serde::Deserialize;
+use serde_json::Value;
+use tower_chat::{
+    AudioPart, Blob, CacheHint, Content, FilePart, ImageDetail, ImagePart, MediaSource, Part,
+    ProviderPart, TextPart,
+};
+
+use super::schema;
+use crate::error::ApiError;
+
+/// A `data:` URL or an `https:` URL as a media source: a data URL is decoded into bytes.
+fn url_source(url: String, at: &str) -> Result<MediaSource, ApiError> {
+    if url.starts_with("data:") {
+        let blob = Blob::from_data_url(&url).map_err(|e| schema(format!("{at}: {e}")))?;
+        return Ok(MediaSource::Data(blob));
+    }
+    Ok(MediaSource::Url { url })
+}
+
+fn base64_blob(data: &str, media_type: String, at: &str) -> Result<Blob, ApiError> {
+    Blob::from_base64(data, media_type).map_err(|e| schema(format!("{at}: {e}")))
+}
+
+// ---- OpenAI Chat Completions ----
+
+/// A Chat Completions content part (`text`, `image_url`, `input_audio`, `file`); other types are kept as
+/// provider parts for an OpenAI upstream.
+pub(crate) fn chat_completions_part(value: Value, at: &str) -> Result<Part, ApiError> {
+    #[derive(Deserialize)]
+    #[serde(tag = "type", rename_all = "snake_case")]
+    enum Wire {
+        Text {
+            text: String,
+        },
+        ImageUrl {
+            image_url: ImageUrl,
+        },
+        InputAudio {
+            input_audio: InputAudio,
+        },
+        File {
+            file: File,
+        },
+    }
+    #[derive(Deserialize)]
+    struct ImageUrl {
+        url: String,
+        #[serde(default)]
+        detail: Option<ImageDetail>,
+    }
+    #[derive(Deserialize)]
+    struct InputAudio {
+        data: String,
+        format: String,
+    }
+    #[derive(Deserialize)]
+    struct File {
+        #[serde(default)]
+        file_data: Option<String>,
+        #[serde(default)]
+        file_id: Option<String>,
+        #[serde(default)]
+        filename: Option<String>,
+    }
+    let known = matches!(
+        value.get("type").and_then(Value::as_str),
+        Some("text" | "image_url" | "input_audio" | "file")
+    );
+    if !known {
+        return Ok(Part::Provider(ProviderPart {
+            provider: "openai".into(),
+            value,
+        }));
+    }
+    let wire: Wire = serde_json::from_value(value).map_err(|e| schema(format!("{at}: {e}")))?;
+    Ok(match wire {
+        Wire::Text { text } => Part::text(text),
+        Wire::ImageUrl { image_url } => Part::Image(ImagePart {
+            source: url_source(image_url.url, at)?,
+            detail: image_url.detail,
+            cache: None,
+        }),
+        Wire::InputAudio { input_audio } => {
+            let media_type = match input_audio.format.as_str() {
+                "mp3" => "audio/mpeg".to_owned(),
+                other => format!("audio/{other}"),
+            };
+            Part::Audio(AudioPart {
+                data: base64_blob(&input_audio.data, media_type, at)?,
+            })
+        }
+        Wire::File { file } => {
+            let source = match (file.file_data, file.file_id) {
+                (Some(data), None) => url_source(data, at)?,
+                (None, Some(id)) => MediaSource::FileId { id },
+                _ => {
+                    return Err(schema(format!(
+                        "{at}: a file part needs exactly one of `file_data` and `file_id`"
+                    )))
+                }
+            };
+            if matches!(source, MediaSource::Url { .. }) {
+                return Err(schema(format!(
+                    "{at}: `file_data` must be a base64 data: URL"
+                )));
+            }
+            Part::File(FilePart {
+                source,
+                media_type: None,
+                name: file.filename,
+                cache: None,
+            })
+        }
+    })
+}
+
+/// A Chat Completions `content`: a string, or an array of parts.
+pub(crate) fn chat_completions_content(value: Value, at: &str) -> Result<Content, ApiError> {
+    match value {
+        Value::String(text) => Ok(Content::text(text)),
+        Value::Array(items) => Ok(Content::from_parts(
+            items
+                .into_iter()
+                .enumerate()
+                .map(|(j, part)| chat_completions_part(part, &format!("{at}.content[{j}]")))
+                .collect::<Result<_, _>>()?,
+        )),
+        _ => Err(schema(format!(
+            "{at}.content: must be a string or a list of content parts"
+        ))),
+    }
+}
+
+// ---- Anthropic Messages ----
+
+/// An Anthropic `cache_control`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct InCacheControl {
+    #[serde(rename = "type")]
+    kind: String,
+    #[serde(default)]
+    ttl: Option<String>,
+}
+
+impl InCacheControl {
+    pub(crate) fn hint(self, at: &str) -> Result<CacheHint, ApiError> {
+        if self.kind != "ephemeral" {
+            return Err(schema(format!(
+                "{at}: `cache_control.type` must be `ephemeral`"
+            )));
+        }
+        Ok(CacheHint { ttl: self.ttl })
+    }
+}
+
+pub(crate) fn cache_hint(
+    control: Option<InCacheControl>,
+    at: &str,
+) -> Result<Option<CacheHint>, ApiError> {
+    control.map(|control| control.hint(at)).transpose()
+}
+
+/// An Anthropic `image` or `document` source.
+#[derive(Debug, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub(crate) enum InSource {
+    Base64 { media_type: String, data: String },
+    Url { url: String },
+    Text { media_type: String, data: String },
+    File { file_id: String },
+}
+
+impl InSource {
+    fn into_source(self, at: &str) -> Result<MediaSource, ApiError> {
+        Ok(match self {
+            InSource::Base64 { media_type, data } => {
+                MediaSource::Data(base64_blob(&data, media_type, at)?)
+            }
+            InSource::Url { url } => MediaSource::Url { url },
+            InSource::Text { media_type, data } => {
+                MediaSource::Data(Blob::new(data.into_bytes(), media_type))
+            }
+            InSource::File { file_id } => MediaSource::FileId { id: file_id },
+        })
+    }
+}
+
+/// An Anthropic `image` block as a part.
+pub(crate) fn anthropic_image(
+    source: InSource,
+    cache_control: Option<InCacheControl>,
+    at: &str,
+) -> Result<Part, ApiError> {
+    if matches!(source, InSource::Text { .. }) {
+        return Err(schema(format!("{at}: an image source cannot be `text`")));
+    }
+    Ok(Part::Image(ImagePart {
+        source: source.into_source(at)?,
+        detail: None,
+        cache: cache_hint(cache_control, at)?,
+    }))
+}
+
+/// An Anthropic `document` block as a part.
+pub(crate) fn anthropic_document(
+    source: InSource,
+    title: Option<String>,
+    cache_control: Option<InCacheControl>,
+    at: &str,
+) -> Result<Part, ApiError> {
+    let media_type = match &source {
+        InSource::Url { .. } => Some("application/pdf".to_owned()),
+        _ => None,
+    };
+    Ok(Part::File(FilePart {
+        source: source.into_source(at)?,
+        media_type,
+        name: title,
+        cache: cache_hint(cache_control, at)?,
+    }))
+}
+
+/// An Anthropic `text` block as a part.
+pub(crate) fn anthropic_text(
+    text: String,
+    cache_control: Option<InCacheControl>,
+    at: &str,
+) -> Result<Part, ApiError> {
+    Ok(Part::Text(TextPart {
+        text,
+        cache: cache_hint(cache_control, at)?,
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn chat_completions_parts_become_content_parts() {
+        let content = chat_completions_content(
+            json!([
+                {"type": "text", "text": "what is this?"},
+                {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw==", "detail": "low"}},
+                {"type": "image_url", "image_url": {"url": "https://example.com/cat.jpg"}},
+                {"type": "input_audio", "input_audio": {"data": "UklGRg==", "format": "wav"}},
+                {"type": "file", "file": {"file_data": "data:application/pdf;base64,JVBERg==", "filename": "a.pdf"}},
+                {"type": "refusal", "refusal": "no"},
+            ]),
+            "messages[0]",
+        )
+        .unwrap();
+        let parts = content.parts();
+        assert_eq!(parts.len(), 6);
+        assert_eq!(parts[1].media_type(), Some("image/png"));
+        assert_eq!(parts[1].media_bytes(), 4);
+        assert!(matches!(&parts[2], Part::Image(ImagePart { source: MediaSource::Url { url }, .. }) if url.starts_with("https:")));
+        assert_eq!(parts[3].media_type(), Some("audio/wav"));
+        assert_eq!(parts[4].media_type(), Some("application/pdf"));
+        assert!(matches!(&parts[5], Part::Provider(p) if p.provider == "openai"));
+    }
+
+    #[test]
+    fn malformed_media_is_refused_with_its_place() {
+        let error = chat_completions_content(
+            json!([{"type": "image_url", "image_url": {"url": "data:image/png;base64,@@@"}}]),
+            "messages[2]",
+        )
+        .unwrap_err();
+        assert!(
+            error.message.contains("messages[2].content[0]"),
+            "{}",
+            error.message
+        );
+        let error = chat_completions_content(
+            json!([{"type": "file", "file": {"filename": "a.pdf"}}]),
+            "messages[0]",
+        )
+        .unwrap_err();
+        assert!(error.message.contains("file_data"), "{}", error.message);
+    }
+}
