@@ -67,7 +67,7 @@
 //! // A stand-in model: it writes /etc/motd, then reports the tool's answer.
 //! let model = service_fn(|request: ChatRequest| async move {
 //!     let events = match request.messages.last() {
-//!         Some(Message::Tool(result)) => vec![ChatEvent::text(result.content.clone()), ChatEvent::finish(FinishReason::Stop)],
+//!         Some(Message::Tool(result)) => vec![ChatEvent::text(result.content.to_string()), ChatEvent::finish(FinishReason::Stop)],
 //!         _ => {
 //!             let call = ToolCall::new("call-1", "write_file", json!({"path": "/etc/motd"}));
 //!             vec![ChatEvent::ToolCallEnd { index: 0, call }, ChatEvent::finish(FinishReason::ToolCalls)]

@@ -52,7 +52,7 @@
 //! // A stand-in model: it calls the MCP tool `add`, then answers with the result.
 //! let model = service_fn(|request: ChatRequest| async move {
 //!     let events = match request.messages.last() {
-//!         Some(Message::Tool(result)) => vec![ChatEvent::text(result.content.clone()), ChatEvent::finish(FinishReason::Stop)],
+//!         Some(Message::Tool(result)) => vec![ChatEvent::text(result.content.to_string()), ChatEvent::finish(FinishReason::Stop)],
 //!         _ => {
 //!             let call = ToolCall::new("call-1", "add", json!({"a": 2, "b": 3}));
 //!             vec![ChatEvent::ToolCallEnd { index: 0, call }, ChatEvent::finish(FinishReason::ToolCalls)]
