@@ -37,7 +37,7 @@ fn left_behind(dir: &Path, journal: &[u8]) -> PathBuf {
 fn assistant(text: &str) -> Message {
     Message::Assistant(AssistantMessage {
         content: text.into(),
-        reasoning: Some("thinking".into()),
+        reasoning: vec![tower_chat::ReasoningPart::text("thinking")],
         tool_calls: Vec::new(),
     })
 }
