@@ -7,6 +7,28 @@
 //! Binary data ([`Blob`]) is held as [`bytes::Bytes`] and shared between clones; its base64 form, which every
 //! provider's JSON needs, is computed at most once per blob and shared too, so a tool loop's later rounds do not
 //! re-encode an image they resend.
+//!
+//! ```
+//! use tower_chat::{CacheHint, Content, Message, Part, TextPart};
+//!
+//! let question = Message::user(vec![
+//!     Part::text("What does this chart show?"),
+//!     Part::image(vec![0x89, b'P', b'N', b'G'], "image/png"),
+//!     Part::file(b"%PDF-1.7".to_vec(), "application/pdf", Some("report.pdf".into())),
+//! ]);
+//! let Message::User { content } = &question else { unreachable!() };
+//! assert_eq!(content.parts().len(), 3);
+//! assert_eq!(content.media_bytes(), 4 + 8);
+//!
+//! // A prompt-cache breakpoint (Anthropic `cache_control`) after a long system prompt.
+//! let system = Message::system(Content::from_parts(vec![Part::Text(TextPart {
+//!     text: "You are a careful analyst.".into(),
+//!     cache: Some(CacheHint { ttl: Some("1h".into()) }),
+//! })]));
+//! // Text-only content stays a JSON string; parts are an array.
+//! assert_eq!(serde_json::to_value(Message::user("hi")).unwrap()["content"], "hi");
+//! assert!(serde_json::to_value(&system).unwrap()["content"].is_array());
+//! ```
 
 use std::borrow::Cow;
 use std::fmt;
@@ -72,7 +94,8 @@ impl Content {
         match &mut self.0 {
             Repr::Many(parts) => parts.push(part),
             Repr::One(_) => {
-                let Repr::One(first) = std::mem::replace(&mut self.0, Repr::Many(Vec::new())) else {
+                let Repr::One(first) = std::mem::replace(&mut self.0, Repr::Many(Vec::new()))
+                else {
                     unreachable!("matched One above")
                 };
                 self.0 = Repr::Many(vec![first, part]);
@@ -90,7 +113,9 @@ impl Content {
 
     /// Whether every part is text.
     pub fn is_text_only(&self) -> bool {
-        self.parts().iter().all(|part| matches!(part, Part::Text(_)))
+        self.parts()
+            .iter()
+            .all(|part| matches!(part, Part::Text(_)))
     }
 
     /// The text parts joined by newlines (borrowed when there is one); other parts are left out.
@@ -679,7 +704,11 @@ mod tests {
     fn parts_round_trip_through_serde_with_their_bytes() {
         let mut content = Content::text("what is this?");
         content.push(Part::image(vec![0x89, b'P', b'N', b'G'], "image/png"));
-        content.push(Part::file(b"%PDF-1.4".to_vec(), "application/pdf", Some("a.pdf".into())));
+        content.push(Part::file(
+            b"%PDF-1.4".to_vec(),
+            "application/pdf",
+            Some("a.pdf".into()),
+        ));
         content.push(Part::audio(vec![1, 2, 3], "audio/wav"));
         content.push(Part::image_url("https://example.com/cat.jpg"));
         let value = serde_json::to_value(&content).unwrap();

@@ -147,10 +147,8 @@ impl ModelPrice {
         .saturating_add(
             u128::from(written) * u128::from(self.cache_write_input.unwrap_or(self.input)),
         )
-            .saturating_add(u128::from(usage.output_tokens - reasoning) * u128::from(self.output))
-            .saturating_add(
-                u128::from(reasoning) * u128::from(self.reasoning.unwrap_or(self.output)),
-            );
+        .saturating_add(u128::from(usage.output_tokens - reasoning) * u128::from(self.output))
+        .saturating_add(u128::from(reasoning) * u128::from(self.reasoning.unwrap_or(self.output)));
         // Divided as a u64 when it fits (the usual case: a 128-bit division is a library call).
         let nanos = match u64::try_from(per_million) {
             Ok(small) => small.div_ceil(1_000_000),
@@ -309,10 +307,7 @@ mod tests {
         );
         // Counts beyond the input are capped at what is left of it.
         used.cache_write_input_tokens = Some(5000);
-        assert_eq!(
-            price.cost(&used),
-            Cost::from_nanos(60_000 + 800 * 3_750)
-        );
+        assert_eq!(price.cost(&used), Cost::from_nanos(60_000 + 800 * 3_750));
     }
 
     #[test]

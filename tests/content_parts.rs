@@ -72,7 +72,11 @@ async fn openai_gets_image_audio_and_file_parts_as_chat_completions_documents_th
     let provider = ScriptedProvider::start(|_, _| Reply::openai_text("A cat.")).await;
     let mut question = image_question();
     question.push(Part::audio(b"RIFF....WAVE".to_vec(), "audio/wav"));
-    question.push(Part::file(PDF.to_vec(), "application/pdf", Some("report.pdf".into())));
+    question.push(Part::file(
+        PDF.to_vec(),
+        "application/pdf",
+        Some("report.pdf".into()),
+    ));
     question.push(Part::File(FilePart {
         source: MediaSource::FileId {
             id: "file-abc123".into(),
@@ -156,7 +160,11 @@ async fn openai_tool_images_follow_the_tool_messages_as_one_user_message() {
 async fn anthropic_gets_image_and_document_blocks_and_cache_control() {
     let provider = ScriptedProvider::start(|_, _| anthropic_text("A cat and a report.")).await;
     let mut question = image_question();
-    question.push(Part::file(PDF.to_vec(), "application/pdf", Some("report.pdf".into())));
+    question.push(Part::file(
+        PDF.to_vec(),
+        "application/pdf",
+        Some("report.pdf".into()),
+    ));
     question.push(Part::file(b"plain notes".to_vec(), "text/plain", None));
     question.push(Part::Text(TextPart {
         text: "Summarise.".into(),
@@ -228,7 +236,11 @@ async fn parts_a_provider_cannot_take_are_refused_before_sending() {
         Part::text("transcribe"),
         Part::audio(b"RIFF".to_vec(), "audio/wav"),
     ])]);
-    let error = anthropic(&provider).oneshot(audio).await.err().expect("refused");
+    let error = anthropic(&provider)
+        .oneshot(audio)
+        .await
+        .err()
+        .expect("refused");
     assert_eq!(error.kind(), &ErrorKind::Unsupported);
     assert!(error.to_string().contains("audio"), "{error}");
     assert!(error.to_string().contains("Anthropic"), "{error}");
@@ -239,7 +251,11 @@ async fn parts_a_provider_cannot_take_are_refused_before_sending() {
         "application/vnd.openxmlformats-officedocument.wordprocessingml.document",
         Some("a.docx".into()),
     )])]);
-    let error = anthropic(&provider).oneshot(word).await.err().expect("refused");
+    let error = anthropic(&provider)
+        .oneshot(word)
+        .await
+        .err()
+        .expect("refused");
     assert_eq!(error.kind(), &ErrorKind::Unsupported);
     assert!(error.to_string().contains("wordprocessingml"), "{error}");
 
@@ -252,7 +268,11 @@ async fn parts_a_provider_cannot_take_are_refused_before_sending() {
         name: None,
         cache: None,
     })])]);
-    let error = openai(&openai_provider).oneshot(file_url).await.err().expect("refused");
+    let error = openai(&openai_provider)
+        .oneshot(file_url)
+        .await
+        .err()
+        .expect("refused");
     assert_eq!(error.kind(), &ErrorKind::Unsupported);
     assert!(error.to_string().contains("file by URL"), "{error}");
 
@@ -279,7 +299,8 @@ fn thinking_then_tool_use() -> Reply {
     ])
 }
 
-const THINKING_SIGNATURE: &str = "EqQBCgIYAhIM1gbcDa9GJwZA2b3hGgxDdKGTIRXLAyDDHmwiMPf/+Dl9Aq+yk2pO0tj7RA==";
+const THINKING_SIGNATURE: &str =
+    "EqQBCgIYAhIM1gbcDa9GJwZA2b3hGgxDdKGTIRXLAyDDHmwiMPf/+Dl9Aq+yk2pO0tj7RA==";
 const REDACTED_DATA: &str = "EmwKAhgBEgy3va3pzix/LafPsn4aDFIT2Xlxh0L5L8rLVyIwxtE3rAFBa8cr3qpPkNRj2YfWXGmKDxH4mPnZ5sQ7vB5URj2pLmN0b6KDDbXW";
 
 /// What the Messages API checks when extended thinking continues a tool round: the previous turn's thinking
@@ -318,10 +339,10 @@ async fn a_tool_round_with_extended_thinking_sends_the_thinking_blocks_back_unch
     let leaf = anthropic(&provider);
     let mut history = vec![Message::user("Weather in Oslo?")];
     let mut request = ChatRequest::new(history.clone());
-    request
-        .options
-        .extra
-        .insert("thinking".into(), json!({"type": "enabled", "budget_tokens": 2048}));
+    request.options.extra.insert(
+        "thinking".into(),
+        json!({"type": "enabled", "budget_tokens": 2048}),
+    );
     let extra = request.options.extra.clone();
     let first = leaf
         .clone()
@@ -364,12 +385,14 @@ async fn a_tool_round_with_extended_thinking_sends_the_thinking_blocks_back_unch
 
 #[tokio::test]
 async fn the_scripted_check_refuses_a_second_round_without_the_thinking_blocks() {
-    let provider = ScriptedProvider::start(|request, _| match thinking_blocks_came_back(&request.body) {
-        Ok(()) => anthropic_text("unexpected"),
-        Err(message) => Reply::json(
-            400,
-            json!({"type":"error","error":{"type":"invalid_request_error","message":message}}),
-        ),
+    let provider = ScriptedProvider::start(|request, _| {
+        match thinking_blocks_came_back(&request.body) {
+            Ok(()) => anthropic_text("unexpected"),
+            Err(message) => Reply::json(
+                400,
+                json!({"type":"error","error":{"type":"invalid_request_error","message":message}}),
+            ),
+        }
     })
     .await;
     let history = vec![

@@ -270,6 +270,10 @@ impl Config {
                 "--max-schema-bytes" => config.limits.max_schema_bytes = count(&name, value()?)?,
                 "--max-approvals" => config.limits.max_approvals = count(&name, value()?)?,
                 "--max-id-bytes" => config.limits.max_id_bytes = count(&name, value()?)?,
+                "--max-media-part-bytes" => {
+                    config.limits.max_media_part_bytes = count(&name, value()?)?
+                }
+                "--max-media-bytes" => config.limits.max_media_bytes = count(&name, value()?)?,
                 "--header-timeout" => config.connections.header_timeout = seconds(&name, value()?)?,
                 "--body-timeout" => config.connections.body_timeout = seconds(&name, value()?)?,
                 "--idle-timeout" => config.connections.idle_timeout = seconds(&name, value()?)?,
@@ -452,12 +456,14 @@ usage: tower-chat-gateway [options]
                            not in the list). Default without --api-keys-file: the listen address and
                            localhost, 127.0.0.1, [::1] at its port; with --api-keys-file: any
   --max-rounds N           tool-loop limit (default 10)
-  --body-limit BYTES       larger request bodies get 413 (default 4194304)
+  --body-limit BYTES       larger request bodies get 413, not counting base64 media (default 4194304)
   --max-messages N         messages (and tool calls) in one request (default 1024)
   --max-tools N            client tools in one request (default 128)
   --max-schema-bytes N     client tools' names, descriptions and schemas together (default 262144)
   --max-approvals N        approval decisions in one request (default 64)
   --max-id-bytes N         longest tool call id, tool name or approval id (default 256)
+  --max-media-part-bytes N one image, audio clip or file, decoded (default 20971520)
+  --max-media-bytes N      all media parts of one request, decoded (default 33554432)
   --header-timeout SECS    from a request's first byte to its complete head (default 10)
   --body-timeout SECS      from a request's head to the end of its body, else 408 (default 30)
   --idle-timeout SECS      a connection with no request in flight and no response being written is
@@ -546,6 +552,8 @@ mod tests {
             "--max-messages=5",
             "--max-tools=6",
             "--max-schema-bytes=7",
+            "--max-media-part-bytes=10",
+            "--max-media-bytes=11",
             "--max-approvals=8",
             "--max-id-bytes=9",
             "--header-timeout=1",
@@ -605,6 +613,8 @@ mod tests {
                 max_schema_bytes: 7,
                 max_approvals: 8,
                 max_id_bytes: 9,
+                max_media_part_bytes: 10,
+                max_media_bytes: 11,
                 ..RequestLimits::default()
             }
         );

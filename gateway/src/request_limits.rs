@@ -42,6 +42,12 @@ pub struct RequestLimits {
     pub max_id_bytes: usize,
     /// The longest `x-conversation-id` (128 bytes of visible ASCII).
     pub max_conversation_id_bytes: usize,
+    /// `--max-media-part-bytes N`: the decoded bytes of one image, audio clip or file (default 20 MiB, OpenAI's
+    /// per-image limit).
+    pub max_media_part_bytes: usize,
+    /// `--max-media-bytes N`: the decoded bytes of every media part of one request together (default 32 MiB,
+    /// Anthropic's request limit). Media does not count against `--body-limit`, which caps the rest of the body.
+    pub max_media_bytes: usize,
 }
 
 impl RequestLimits {
@@ -53,6 +59,8 @@ impl RequestLimits {
         max_approvals: 64,
         max_id_bytes: 256,
         max_conversation_id_bytes: 128,
+        max_media_part_bytes: 20 * 1024 * 1024,
+        max_media_bytes: 32 * 1024 * 1024,
     };
 }
 
@@ -64,6 +72,13 @@ impl Default for RequestLimits {
 
 fn exceeded(message: String) -> ApiError {
     ApiError::invalid_request("limit_exceeded", message)
+}
+
+fn too_much_media(message: String) -> ApiError {
+    ApiError {
+        message,
+        ..ApiError::too_large(0)
+    }
 }
 
 impl RequestLimits {
@@ -82,6 +97,74 @@ impl RequestLimits {
                 "the request has {calls} tool calls; the limit is {} (--max-messages)",
                 self.max_messages
             )));
+        }
+        Ok(())
+    }
+
+    /// The most bytes a body may have: the text cap plus the media cap in base64 (4 characters per 3 bytes) with
+    /// room for the parts' framing.
+    pub fn body_allowance(&self, body_limit: usize) -> usize {
+        body_limit
+            .saturating_add(self.max_media_bytes.div_ceil(3).saturating_mul(4))
+            .saturating_add(64 * 1024)
+    }
+
+    /// Check media parts: each within `max_media_part_bytes`, all within `max_media_bytes`.
+    fn check_media(&self, request: &ChatRequest) -> Result<(), ApiError> {
+        let mut total = 0usize;
+        for (i, message) in request.messages.iter().enumerate() {
+            let content = match message {
+                Message::System { content } | Message::User { content } => content,
+                Message::Tool(tool) => &tool.content,
+                Message::Assistant(_) => continue,
+            };
+            if content.as_text().is_some() {
+                continue;
+            }
+            for (j, part) in content.parts().iter().enumerate() {
+                let bytes = part.media_bytes();
+                if bytes > self.max_media_part_bytes {
+                    return Err(too_much_media(format!(
+                        "messages[{i}] part {j} ({}, {bytes} bytes) exceeds {} bytes (--max-media-part-bytes)",
+                        part.media_type().unwrap_or(part.kind()),
+                        self.max_media_part_bytes
+                    )));
+                }
+                total = total.saturating_add(bytes);
+            }
+        }
+        if total > self.max_media_bytes {
+            return Err(too_much_media(format!(
+                "the request's media parts hold {total} bytes; the limit is {} (--max-media-bytes)",
+                self.max_media_bytes
+            )));
+        }
+        Ok(())
+    }
+
+    /// The body without its media, against `--body-limit`: `body_len` less the base64 text of the media parts.
+    pub fn check_text_bytes(
+        &self,
+        request: &ChatRequest,
+        body_len: usize,
+        body_limit: usize,
+    ) -> Result<(), ApiError> {
+        if body_len <= body_limit {
+            return Ok(());
+        }
+        let media: usize = request
+            .messages
+            .iter()
+            .filter_map(|message| match message {
+                Message::System { content } | Message::User { content } => Some(content),
+                Message::Tool(tool) => Some(&tool.content),
+                Message::Assistant(_) => None,
+            })
+            .flat_map(|content| content.parts())
+            .map(|part| part.media_bytes().div_ceil(3) * 4)
+            .sum();
+        if body_len.saturating_sub(media) > body_limit {
+            return Err(ApiError::too_large(body_limit));
         }
         Ok(())
     }
@@ -105,6 +188,7 @@ impl RequestLimits {
                 self.max_tools
             )));
         }
+        self.check_media(request)?;
         for (i, message) in request.messages.iter().enumerate() {
             match message {
                 Message::Assistant(assistant) => {
@@ -232,6 +316,7 @@ mod tests {
             max_approvals: 2,
             max_id_bytes: 8,
             max_conversation_id_bytes: 10,
+            ..RequestLimits::DEFAULT
         }
     }
 

@@ -595,7 +595,9 @@ impl Gateway {
             })
             .fallback(not_found)
             .method_not_allowed_fallback(method_not_allowed)
-            .layer(DefaultBodyLimit::max(self.state.body_limit))
+            .layer(DefaultBodyLimit::max(
+                self.state.limits.body_allowance(self.state.body_limit),
+            ))
             .with_state(state)
     }
 
@@ -921,6 +923,9 @@ async fn handle<F: WireFormat>(
     let (parsed, encoder) = F::parse(&body, &state.parse)?;
     // Before anything is looked up, spliced or stored: the request's size in things, not bytes.
     state.limits.check(&parsed.request)?;
+    state
+        .limits
+        .check_text_bytes(&parsed.request, body.len(), state.body_limit)?;
     state
         .limits
         .check_approvals(parsed.approvals.iter().map(|a| a.id.as_str()))?;

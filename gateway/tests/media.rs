@@ -178,7 +178,8 @@ async fn official_client(
     upstream: fn(&RecordedRequest, usize) -> Reply,
 ) {
     if !python_with(client) {
-        let reason = format!("the `{client}` Python package is not installed (pip install {client})");
+        let reason =
+            format!("the `{client}` Python package is not installed (pip install {client})");
         assert!(
             std::env::var_os("CI").is_none(),
             "{test}: {reason}, and CI is set"
@@ -246,4 +247,52 @@ async fn the_anthropic_python_client_sends_an_image_and_a_pdf_to_an_openai_upstr
         openai_upstream,
     )
     .await;
+}
+
+#[tokio::test]
+async fn media_is_capped_apart_from_the_text_body_limit() {
+    let gw = Harness::start(openai_upstream, |c| {
+        c.body_limit = 64 * 1024;
+        c.limits.max_media_part_bytes = 300 * 1024;
+        c.limits.max_media_bytes = 500 * 1024;
+    })
+    .await;
+    let image = |bytes: usize| {
+        let mut png = PNG.to_vec();
+        png.resize(bytes, 0);
+        json!({"type": "image_url", "image_url": {"url": format!("data:image/png;base64,{}", base64(&png))}})
+    };
+    let ask = |content: serde_json::Value| json!({"model": "gpt-test", "messages": [{"role": "user", "content": content}]});
+    // 200 KiB of image in a body three times the text limit: media does not count against it.
+    let answer = gw
+        .chat(&ask(
+            json!([{"type": "text", "text": "What are these?"}, image(200 * 1024)]),
+        ))
+        .await;
+    assert_ne!(answer.status, 413, "{}", answer.body);
+    // One part over its cap, and parts under it that are over the request's cap together.
+    let answer = gw.chat(&ask(json!([image(400 * 1024)]))).await;
+    assert_eq!(answer.status, 413, "{}", answer.body);
+    assert!(
+        answer.body.contains("--max-media-part-bytes"),
+        "{}",
+        answer.body
+    );
+    let answer = gw
+        .chat(&ask(json!([
+            image(250 * 1024),
+            image(250 * 1024),
+            image(250 * 1024)
+        ])))
+        .await;
+    assert_eq!(answer.status, 413, "{}", answer.body);
+    assert!(answer.body.contains("--max-media-bytes"), "{}", answer.body);
+    // Text over the body limit is still refused, media or not.
+    let answer = gw
+        .chat(&ask(
+            json!([{"type": "text", "text": "x".repeat(100 * 1024)}, image(1024)]),
+        ))
+        .await;
+    assert_eq!(answer.status, 413, "{}", answer.body);
+    assert!(gw.provider.requests().len() <= 1);
 }

@@ -280,9 +280,10 @@ impl MessageDecoder {
                 (BlockState::Thinking { .. }, BlockDelta::ThinkingDelta { thinking }) => {
                     out.push_back(ChatEvent::ReasoningDelta { text: thinking })
                 }
-                (BlockState::Thinking { signature }, BlockDelta::SignatureDelta { signature: more }) => {
-                    signature.push_str(&more)
-                }
+                (
+                    BlockState::Thinking { signature },
+                    BlockDelta::SignatureDelta { signature: more },
+                ) => signature.push_str(&more),
                 (
                     BlockState::Tool {
                         call_index, json, ..
@@ -307,23 +308,22 @@ impl MessageDecoder {
                         json,
                         start_input,
                     }) => {
-                    // With no input deltas (a tool without parameters) the start block's input is the input.
-                    let raw = if json.is_empty() && !start_input.is_null() {
-                        start_input.to_string()
-                    } else {
-                        json
-                    };
-                    out.push_back(ChatEvent::ToolCallEnd {
-                        index: call_index,
-                        call: ToolCall::from_raw_arguments(id, name, raw),
-                    });
+                        // With no input deltas (a tool without parameters) the start block's input is the input.
+                        let raw = if json.is_empty() && !start_input.is_null() {
+                            start_input.to_string()
+                        } else {
+                            json
+                        };
+                        out.push_back(ChatEvent::ToolCallEnd {
+                            index: call_index,
+                            call: ToolCall::from_raw_arguments(id, name, raw),
+                        });
                     }
                     // Thinking without a signature cannot be sent back: it stays plain reasoning text.
-                    Some(BlockState::Thinking { signature }) if !signature.is_empty() => {
-                        out.push_back(ChatEvent::ReasoningEnd {
+                    Some(BlockState::Thinking { signature }) if !signature.is_empty() => out
+                        .push_back(ChatEvent::ReasoningEnd {
                             continuation: Continuation::AnthropicThinking { signature },
-                        })
-                    }
+                        }),
                     _ => {}
                 }
             }

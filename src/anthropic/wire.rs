@@ -107,10 +107,20 @@ enum ToolResultContent<'a> {
 #[derive(Serialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 enum Source<'a> {
-    Base64 { media_type: &'a str, data: &'a str },
-    Url { url: &'a str },
-    Text { media_type: &'static str, data: &'a str },
-    File { file_id: &'a str },
+    Base64 {
+        media_type: &'a str,
+        data: &'a str,
+    },
+    Url {
+        url: &'a str,
+    },
+    Text {
+        media_type: &'static str,
+        data: &'a str,
+    },
+    File {
+        file_id: &'a str,
+    },
 }
 
 #[derive(Serialize)]

@@ -1,8 +1,9 @@
-//! `POST /v1/messages`: Anthropic Messages. The request (`system`, `messages` with text, `tool_use`,
-//! `tool_result` and `thinking` blocks, custom `tools`, `tool_choice`, `max_tokens`, `stop_sequences`,
-//! `temperature`, `top_p`, `top_k`, `thinking`, `metadata`) parsed into a [`ChatRequest`]; the answer as a
-//! `message` object with content blocks, or the SSE event sequence `message_start`, `ping`,
-//! `content_block_start` / `content_block_delta` (`text_delta`, `thinking_delta`, `input_json_delta`) /
+//! `POST /v1/messages`: Anthropic Messages. The request (`system`, `messages` with text, image, document,
+//! `tool_use`, `tool_result`, `thinking` and `redacted_thinking` blocks, `cache_control`, custom `tools`,
+//! `tool_choice`, `max_tokens`, `stop_sequences`, `temperature`, `top_p`, `top_k`, `thinking`, `metadata`)
+//! parsed into a [`ChatRequest`]; the answer as a `message` object with content blocks, or the SSE event sequence
+//! `message_start`, `ping`, `content_block_start` / `content_block_delta` (`text_delta`, `thinking_delta`,
+//! `signature_delta`, `input_json_delta`) /
 //! `content_block_stop` per block, `message_delta`, `message_stop`; errors as
 //! `{"type": "error", "error": {"type", "message"}}`.
 //!
@@ -19,12 +20,12 @@ use tower_chat::{
     ReasoningPart, TextPart, ToolArguments, ToolCall, ToolChoice, ToolMessage, ToolSpec, Usage,
 };
 
+use super::parts::{
+    anthropic_document, anthropic_image, anthropic_text, cache_hint, InCacheControl, InSource,
+};
 use super::{
     arguments_value, from_body, name_tool_results, schema, sse_event, Encoder, Ending, Folded,
     Inbound, ParseContext, TowerChatRequest, Visible, WireFormat,
-};
-use super::parts::{
-    anthropic_document, anthropic_image, anthropic_text, cache_hint, InCacheControl, InSource,
 };
 use crate::config::Provider;
 use crate::error::{anthropic_body, anthropic_response, ApiError};
@@ -296,7 +297,14 @@ fn into_inbound(body: MessagesRequest, context: &ParseContext) -> Result<Inbound
     match body.system {
         Some(System::Text(text)) if !text.is_empty() => messages.push(Message::system(text)),
         Some(System::Blocks(blocks)) => {
-            for (j, TextBlock::Text { text, cache_control }) in blocks.into_iter().enumerate() {
+            for (
+                j,
+                TextBlock::Text {
+                    text,
+                    cache_control,
+                },
+            ) in blocks.into_iter().enumerate()
+            {
                 let part = anthropic_text(text, cache_control, &format!("system[{j}]"))?;
                 messages.push(Message::system(part));
             }
@@ -431,7 +439,9 @@ fn user_blocks(blocks: Vec<InBlock>, i: usize, out: &mut Vec<Message>) -> Result
                     is_error: is_error.unwrap_or(false),
                 }));
             }
-            InBlock::ToolUse { .. } | InBlock::Thinking { .. } | InBlock::RedactedThinking { .. } => {
+            InBlock::ToolUse { .. }
+            | InBlock::Thinking { .. }
+            | InBlock::RedactedThinking { .. } => {
                 return Err(schema(format!(
                     "{at}: a user message cannot carry this block (assistant only)"
                 )))
@@ -470,12 +480,17 @@ fn result_blocks(blocks: Vec<ResultBlock>, at: &str) -> Result<Content, ApiError
 
 /// Put `hint` on the content's last part that can carry one.
 fn set_cache(content: &mut Content, hint: tower_chat::CacheHint) {
-    if let Some(part) = content.parts_mut().iter_mut().rev().find_map(|part| match part {
-        Part::Text(TextPart { cache, .. })
-        | Part::Image(tower_chat::ImagePart { cache, .. })
-        | Part::File(tower_chat::FilePart { cache, .. }) => Some(cache),
-        _ => None,
-    }) {
+    if let Some(part) = content
+        .parts_mut()
+        .iter_mut()
+        .rev()
+        .find_map(|part| match part {
+            Part::Text(TextPart { cache, .. })
+            | Part::Image(tower_chat::ImagePart { cache, .. })
+            | Part::File(tower_chat::FilePart { cache, .. }) => Some(cache),
+            _ => None,
+        })
+    {
         *part = Some(hint);
     }
 }
@@ -548,15 +563,20 @@ fn said(reason: &FinishReason) -> &'static str {
     }
 }
 
-/// Anthropic's usage: `input_tokens` excludes cache reads (tower-chat counts every prompt token as input).
+/// Anthropic's usage: `input_tokens` excludes cache reads and writes (tower-chat counts every prompt token as
+/// input).
 fn usage(usage: &Usage) -> Value {
     let cached = usage.cached_input_tokens.unwrap_or(0);
+    let written = usage.cache_write_input_tokens.unwrap_or(0);
     let mut value = json!({
-        "input_tokens": usage.input_tokens.saturating_sub(cached),
+        "input_tokens": usage.input_tokens.saturating_sub(cached).saturating_sub(written),
         "output_tokens": usage.output_tokens,
     });
     if let Some(cached) = usage.cached_input_tokens {
         value["cache_read_input_tokens"] = cached.into();
+    }
+    if let Some(written) = usage.cache_write_input_tokens {
+        value["cache_creation_input_tokens"] = written.into();
     }
     value
 }
@@ -703,7 +723,13 @@ impl Encoder for MessageEncoder {
                         out,
                     ),
                 };
-                block_delta(index, DeltaBody::Signature { signature: &signature }, out);
+                block_delta(
+                    index,
+                    DeltaBody::Signature {
+                        signature: &signature,
+                    },
+                    out,
+                );
                 self.stop_open(out);
             }
             Visible::ReasoningEnd(Continuation::AnthropicRedacted { data }) => {

@@ -35,18 +35,10 @@ pub(crate) fn chat_completions_part(value: Value, at: &str) -> Result<Part, ApiE
     #[derive(Deserialize)]
     #[serde(tag = "type", rename_all = "snake_case")]
     enum Wire {
-        Text {
-            text: String,
-        },
-        ImageUrl {
-            image_url: ImageUrl,
-        },
-        InputAudio {
-            input_audio: InputAudio,
-        },
-        File {
-            file: File,
-        },
+        Text { text: String },
+        ImageUrl { image_url: ImageUrl },
+        InputAudio { input_audio: InputAudio },
+        File { file: File },
     }
     #[derive(Deserialize)]
     struct ImageUrl {
@@ -262,7 +254,9 @@ mod tests {
         assert_eq!(parts.len(), 6);
         assert_eq!(parts[1].media_type(), Some("image/png"));
         assert_eq!(parts[1].media_bytes(), 4);
-        assert!(matches!(&parts[2], Part::Image(ImagePart { source: MediaSource::Url { url }, .. }) if url.starts_with("https:")));
+        assert!(
+            matches!(&parts[2], Part::Image(ImagePart { source: MediaSource::Url { url }, .. }) if url.starts_with("https:"))
+        );
         assert_eq!(parts[3].media_type(), Some("audio/wav"));
         assert_eq!(parts[4].media_type(), Some("application/pdf"));
         assert!(matches!(&parts[5], Part::Provider(p) if p.provider == "openai"));

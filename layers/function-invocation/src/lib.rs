@@ -122,7 +122,9 @@ pub use policy::{
     UnknownToolPolicy,
 };
 pub use service::{FunctionInvocation, ResponseFuture};
-pub use tool::{tool_fn, tool_json, CompiledTool, FnTool, Tool, ToolContext, ToolError, ToolHints};
+pub use tool::{
+    tool_fn, tool_json, CompiledTool, FnTool, Tool, ToolContext, ToolError, ToolHints, ToolOutput,
+};
 pub use toolset::{RequestTools, ToolResolver, ToolSet};
 
 /// Re-exported so typed tools can derive `JsonSchema` without a direct dependency.

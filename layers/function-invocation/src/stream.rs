@@ -24,8 +24,8 @@ use pin_project_lite::pin_project;
 use tokio_util::sync::{DropGuard, WaitForCancellationFutureOwned};
 use tower_chat::{
     ApprovalDecisions, ApprovalRequest, AssistantMessage, CancellationToken, ChatError, ChatEvent,
-    ChatRequest, ChatStream, ErrorKind, FinishReason, Message, ReasoningPart, ToolCall, ToolChoice, ToolMessage,
-    Usage,
+    ChatRequest, ChatStream, ErrorKind, FinishReason, Message, ReasoningPart, ToolCall, ToolChoice,
+    ToolMessage, Usage,
 };
 use tower_service::Service;
 
@@ -232,7 +232,9 @@ impl<S> LoopCore<S> {
         let content = std::mem::take(&mut self.content);
         let mut reasoning = std::mem::take(&mut self.reasoning);
         if !self.reasoning_text.is_empty() {
-            reasoning.push(ReasoningPart::text(std::mem::take(&mut self.reasoning_text)));
+            reasoning.push(ReasoningPart::text(std::mem::take(
+                &mut self.reasoning_text,
+            )));
         }
         if calls.is_empty() {
             self.finish(reason);

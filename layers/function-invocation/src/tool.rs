@@ -168,13 +168,20 @@ pub trait Tool: Send + Sync + 'static {
         ToolHints::default()
     }
 
-    /// Run the tool on arguments that passed schema validation. The result text is what the model sees.
+    /// Run the tool on arguments that passed schema validation. The result is what the model sees: text, or
+    /// parts (text and images, see [`ToolOutput`]).
     fn call(
         &self,
         arguments: Value,
         context: ToolContext,
-    ) -> BoxFuture<'static, Result<String, ToolError>>;
+    ) -> BoxFuture<'static, Result<ToolOutput, ToolError>>;
 }
+
+/// What a tool returns: text (`ToolOutput::from("12C")`, or a `String` `.into()`), or parts such as text and an
+/// image (`ToolOutput::from_parts(..)`). Providers whose tool messages take images get them in the tool result
+/// (Anthropic's `tool_result` blocks); Chat Completions, whose tool messages are text, gets them in a user message
+/// right after the tool messages.
+pub type ToolOutput = tower_chat::Content;
 
 /// Hints a tool gives about itself — MCP's tool annotations (`readOnlyHint`, `destructiveHint`, `idempotentHint`,
 /// `openWorldHint`) and its origin — read by approval policies through [`CompiledTool::hints`].
@@ -197,7 +204,7 @@ pub struct ToolHints {
     pub source_name: Option<String>,
 }
 
-type Handler = dyn Fn(Value, ToolContext) -> BoxFuture<'static, Result<String, ToolError>>
+type Handler = dyn Fn(Value, ToolContext) -> BoxFuture<'static, Result<ToolOutput, ToolError>>
     + Send
     + Sync
     + 'static;
@@ -269,13 +276,14 @@ impl Tool for FnTool {
         &self,
         arguments: Value,
         context: ToolContext,
-    ) -> BoxFuture<'static, Result<String, ToolError>> {
+    ) -> BoxFuture<'static, Result<ToolOutput, ToolError>> {
         (self.handler)(arguments, context)
     }
 }
 
 /// A tool from an async function of typed arguments: the schema is derived from `A` with `schemars`, arguments
-/// are deserialized with serde, and the output is serialized to JSON (a string output is sent as it is).
+/// are deserialized with serde, and the output is serialized to JSON (a string output is sent as it is; a
+/// [`ToolOutput`] is sent as its parts, so a tool can return images).
 ///
 /// ```
 /// use schemars::JsonSchema;
@@ -306,7 +314,7 @@ where
     A: DeserializeOwned + schemars::JsonSchema,
     F: Fn(A, ToolContext) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = Result<R, E>> + Send + 'static,
-    R: Serialize,
+    R: Serialize + 'static,
     E: fmt::Display + 'static,
 {
     let mut schema = schemars::schema_for!(A).to_value();
@@ -318,10 +326,10 @@ where
     let handler = move |arguments: Value, context: ToolContext| {
         let parsed = serde_json::from_value::<A>(arguments);
         let future = parsed.map(|args| function(args, context));
-        let boxed: BoxFuture<'static, Result<String, ToolError>> = Box::pin(async move {
+        let boxed: BoxFuture<'static, Result<ToolOutput, ToolError>> = Box::pin(async move {
             let future = future.map_err(|e| ToolError::invalid_arguments(e.to_string()))?;
             let output = future.await.map_err(into_tool_error)?;
-            output_text(&output)
+            tool_output(output)
         });
         boxed
     };
@@ -359,14 +367,14 @@ pub fn tool_json<F, Fut, R, E>(
 where
     F: Fn(Value, ToolContext) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = Result<R, E>> + Send + 'static,
-    R: Serialize,
+    R: Serialize + 'static,
     E: fmt::Display + 'static,
 {
     let handler = move |arguments: Value, context: ToolContext| {
         let future = function(arguments, context);
-        let boxed: BoxFuture<'static, Result<String, ToolError>> = Box::pin(async move {
+        let boxed: BoxFuture<'static, Result<ToolOutput, ToolError>> = Box::pin(async move {
             let output = future.await.map_err(into_tool_error)?;
-            output_text(&output)
+            tool_output(output)
         });
         boxed
     };
@@ -396,10 +404,22 @@ fn into_tool_error<E: fmt::Display + 'static>(error: E) -> ToolError {
     }
 }
 
-fn output_text<R: Serialize>(output: &R) -> Result<String, ToolError> {
-    match serde_json::to_value(output) {
-        Ok(Value::String(text)) => Ok(text),
-        Ok(other) => Ok(other.to_string()),
+/// A body's output: a [`ToolOutput`] as it is, anything else as JSON text (a string as it is).
+fn tool_output<R: Serialize + 'static>(output: R) -> Result<ToolOutput, ToolError> {
+    let mut slot = Some(output);
+    if let Some(content) =
+        (&mut slot as &mut dyn std::any::Any).downcast_mut::<Option<ToolOutput>>()
+    {
+        if let Some(content) = content.take() {
+            return Ok(content);
+        }
+    }
+    let Some(output) = slot else {
+        return Err(ToolError::new("the tool's output was taken"));
+    };
+    match serde_json::to_value(&output) {
+        Ok(Value::String(text)) => Ok(text.into()),
+        Ok(other) => Ok(other.to_string().into()),
         Err(e) => Err(ToolError::new(format!(
             "the tool's output could not be serialized: {e}"
         ))),
@@ -541,7 +561,7 @@ impl CompiledTool {
         &self,
         arguments: Value,
         context: ToolContext,
-    ) -> BoxFuture<'static, Result<String, ToolError>> {
+    ) -> BoxFuture<'static, Result<ToolOutput, ToolError>> {
         self.inner.tool.call(arguments, context)
     }
 }
@@ -695,8 +715,22 @@ mod tests {
         .compile()
         .unwrap();
         assert_eq!(
-            tool.call(json!({"city": "Oslo"}), ctx).await.unwrap(),
+            tool.call(json!({"city": "Oslo"}), ctx.clone())
+                .await
+                .unwrap(),
             r#"{"city":"Oslo"}"#
         );
+        // A `ToolOutput` is sent as its parts, not serialized.
+        let chart = tool_json("chart", "", json!({"type": "object"}), |_, _| async move {
+            Ok::<_, String>(ToolOutput::from_parts(vec![
+                tower_chat::Part::text("the chart"),
+                tower_chat::Part::image(vec![0x89, b'P', b'N', b'G'], "image/png"),
+            ]))
+        })
+        .compile()
+        .unwrap();
+        let output = chart.call(json!({}), ctx).await.unwrap();
+        assert_eq!(output.parts().len(), 2);
+        assert_eq!(output.media_bytes(), 4);
     }
 }

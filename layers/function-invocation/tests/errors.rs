@@ -250,14 +250,16 @@ async fn bad_arguments_never_reach_the_body_and_the_model_is_told_what_is_wrong(
         assert!(sent.iter().all(|m| m.is_error));
         assert!(
             sent[0]
-                .content.to_string()
+                .content
+                .to_string()
                 .contains("\n- at /city: expected string, found integer 7"),
             "{}",
             sent[0].content
         );
         assert!(
             sent[0]
-                .content.to_string()
+                .content
+                .to_string()
                 .contains("\n- at /: property \"extra\" is not allowed"),
             "{}",
             sent[0].content

@@ -306,7 +306,10 @@ async fn max_tool_calls_caps_bodies_run_and_answers_the_rest() {
         assert_eq!(results.len(), 4);
         assert!(results[3].is_error);
         assert!(
-            results[3].content.to_string().contains("limit of 3 tool calls"),
+            results[3]
+                .content
+                .to_string()
+                .contains("limit of 3 tool calls"),
             "{}",
             results[3].content
         );

@@ -111,7 +111,8 @@ mod tests {
 
     #[test]
     fn documents_count_by_their_bytes() {
-        let content = Content::from_parts(vec![Part::file(vec![0u8; 4000], "application/pdf", None)]);
+        let content =
+            Content::from_parts(vec![Part::file(vec![0u8; 4000], "application/pdf", None)]);
         assert_eq!(media_tokens(&content, 4), 1000);
     }
 }

@@ -73,8 +73,9 @@
 //!
 //! ## Results
 //! Text blocks are joined with newlines; `structuredContent` is appended as compact JSON unless a text block
-//! already holds the same JSON value (the spec asks servers to mirror it); images, audio and resources are
-//! described in one line; `isError: true` makes the result an error result for the model. A protocol error (the
+//! already holds the same JSON value (the spec asks servers to mirror it); images, audio and embedded resources
+//! are parts of the result (the model sees the image; a Chat Completions upstream gets it in a user message after
+//! the tool messages); `isError: true` makes the result an error result for the model. A protocol error (the
 //! server answered the request with a JSON-RPC error, or the connection ended) is an error result too.
 //!
 //! ## Protocol

@@ -6,8 +6,8 @@ use std::time::Duration;
 use futures_util::future::BoxFuture;
 use rmcp::model::{CallToolRequestParams, CallToolResult, ContentBlock, ResourceContents};
 use serde_json::Value;
-use tower_chat::ToolSpec;
-use tower_chat_function_invocation::{Tool, ToolContext, ToolError, ToolHints};
+use tower_chat::{AudioPart, Blob, FilePart, ImagePart, MediaSource, Part, ToolSpec};
+use tower_chat_function_invocation::{Tool, ToolContext, ToolError, ToolHints, ToolOutput};
 
 use crate::hub::StopOnDrop;
 use crate::server::Server;
@@ -81,7 +81,7 @@ impl Tool for McpTool {
         &self,
         arguments: Value,
         _context: ToolContext,
-    ) -> BoxFuture<'static, Result<String, ToolError>> {
+    ) -> BoxFuture<'static, Result<ToolOutput, ToolError>> {
         let server = self.server.clone();
         let remote = self.remote_name.clone();
         // The connections close a moment after a shutdown (their tasks see it asynchronously): a call in that
@@ -121,37 +121,69 @@ impl Tool for McpTool {
     }
 }
 
-/// Map a `tools/call` result to the loop's result text.
+/// Map a `tools/call` result to the loop's result.
 ///
-/// - Text blocks are joined with newlines.
+/// - Text blocks are text parts (a result of text only is one text, its blocks joined with newlines).
 /// - `structuredContent` is appended as compact JSON, unless a text block already holds the same JSON value (the
 ///   spec asks servers to mirror it in a text block for older clients); alone, it is the whole result.
-/// - Other blocks are described in one line each (`[image: image/png, 1234 bytes base64]`, an embedded text
-///   resource's text, `[resource: uri]`).
-/// - `isError: true` makes it an error result with that text.
-pub(crate) fn tool_result(result: CallToolResult) -> Result<String, ToolError> {
-    let mut parts: Vec<String> = Vec::with_capacity(result.content.len() + 1);
+/// - Image and audio blocks are image and audio parts (their base64 decoded once); an embedded resource is its
+///   text, or its bytes as an image or file part by its MIME type; a resource link is a line naming its URI.
+///   Base64 that does not decode is an error result naming the block.
+/// - `isError: true` makes it an error result with the text.
+pub(crate) fn tool_result(result: CallToolResult) -> Result<ToolOutput, ToolError> {
+    let mut parts: Vec<Part> = Vec::with_capacity(result.content.len() + 1);
+    let mut texts: Vec<String> = Vec::new();
+    let blob = |data: &str, mime: &str, what: &str| {
+        Blob::from_base64(data, mime).map_err(|e| {
+            ToolError::new(format!(
+                "the MCP tool returned {what} that is not base64: {e}"
+            ))
+        })
+    };
     for block in &result.content {
-        parts.push(match block {
-            ContentBlock::Text(text) => text.text.clone(),
-            ContentBlock::Image(image) => format!(
-                "[image: {}, {} bytes base64]",
-                image.mime_type,
-                image.data.len()
-            ),
-            ContentBlock::Audio(audio) => format!(
-                "[audio: {}, {} bytes base64]",
-                audio.mime_type,
-                audio.data.len()
-            ),
+        let part = match block {
+            ContentBlock::Text(text) => Part::text(text.text.clone()),
+            ContentBlock::Image(image) => Part::Image(ImagePart {
+                source: MediaSource::Data(blob(&image.data, &image.mime_type, "an image")?),
+                detail: None,
+                cache: None,
+            }),
+            ContentBlock::Audio(audio) => Part::Audio(AudioPart {
+                data: blob(&audio.data, &audio.mime_type, "audio")?,
+            }),
             ContentBlock::Resource(resource) => match &resource.resource {
-                ResourceContents::TextResourceContents { text, .. } => text.clone(),
-                ResourceContents::BlobResourceContents { uri, .. } => format!("[resource: {uri}]"),
-                _ => "[resource]".to_owned(),
+                ResourceContents::TextResourceContents { text, .. } => Part::text(text.clone()),
+                ResourceContents::BlobResourceContents {
+                    uri,
+                    mime_type,
+                    blob: data,
+                    ..
+                } => {
+                    let mime = mime_type.as_deref().unwrap_or("application/octet-stream");
+                    let data = blob(data, mime, "a resource")?;
+                    if mime.starts_with("image/") {
+                        Part::Image(ImagePart {
+                            source: MediaSource::Data(data),
+                            detail: None,
+                            cache: None,
+                        })
+                    } else {
+                        Part::File(FilePart {
+                            source: MediaSource::Data(data),
+                            media_type: None,
+                            name: Some(uri.clone()),
+                            cache: None,
+                        })
+                    }
+                }
+                _ => Part::text("[resource]"),
             },
-            ContentBlock::ResourceLink(link) => format!("[resource link: {}]", link.uri),
-            _ => "[unsupported content]".to_owned(),
-        });
+            ContentBlock::ResourceLink(link) => {
+                Part::text(format!("[resource link: {}]", link.uri))
+            }
+            _ => Part::text("[unsupported content]"),
+        };
+        parts.push(part);
     }
     if let Some(structured) = &result.structured_content {
         let mirrored = result.content.iter().any(|block| {
@@ -161,19 +193,36 @@ pub(crate) fn tool_result(result: CallToolResult) -> Result<String, ToolError> {
                 .is_some_and(|v| &v == structured)
         });
         if !mirrored {
-            parts.push(structured.to_string());
+            parts.push(Part::text(structured.to_string()));
         }
     }
-    let text = parts.join("\n");
+    // Text only (the usual case): one text, as the loop and every provider take it most simply.
+    if parts.iter().all(|part| matches!(part, Part::Text(_))) {
+        for part in parts.drain(..) {
+            if let Part::Text(text) = part {
+                texts.push(text.text);
+            }
+        }
+        let text = texts.join("\n");
+        return if result.is_error == Some(true) {
+            Err(ToolError::new(if text.is_empty() {
+                "the MCP tool reported an error".to_owned()
+            } else {
+                text
+            }))
+        } else {
+            Ok(ToolOutput::from(text))
+        };
+    }
     if result.is_error == Some(true) {
-        Err(ToolError::new(if text.is_empty() {
+        let text = ToolOutput::from_parts(parts).joined_text().into_owned();
+        return Err(ToolError::new(if text.is_empty() {
             "the MCP tool reported an error".to_owned()
         } else {
             text
-        }))
-    } else {
-        Ok(text)
+        }));
     }
+    Ok(ToolOutput::from_parts(parts))
 }
 
 #[cfg(test)]
@@ -197,11 +246,36 @@ mod tests {
         let error = tool_result(error).unwrap_err();
         assert_eq!(error.message(), "no such file");
         assert!(!error.is_invalid_arguments());
+    }
 
-        let image = CallToolResult::success(vec![ContentBlock::image("aGVsbG8=", "image/png")]);
-        assert_eq!(
-            tool_result(image).unwrap(),
-            "[image: image/png, 8 bytes base64]"
+    #[test]
+    fn images_audio_and_resources_are_parts() {
+        let result = CallToolResult::success(vec![
+            ContentBlock::text("a chart and its data"),
+            ContentBlock::image("aGVsbG8=", "image/png"),
+            ContentBlock::audio("AAEC", "audio/wav"),
+            ContentBlock::resource(ResourceContents::BlobResourceContents {
+                uri: "file:///report.pdf".into(),
+                mime_type: Some("application/pdf".into()),
+                blob: "JVBERg==".into(),
+                meta: None,
+            }),
+            ContentBlock::embedded_text("file:///notes.txt", "the notes"),
+        ]);
+        let output = tool_result(result).unwrap();
+        let parts = output.parts();
+        assert_eq!(parts.len(), 5);
+        assert_eq!(parts[1].media_type(), Some("image/png"));
+        assert_eq!(parts[1].media_bytes(), 5);
+        assert_eq!(parts[2].media_type(), Some("audio/wav"));
+        assert!(
+            matches!(&parts[3], Part::File(file) if file.name.as_deref() == Some("file:///report.pdf"))
         );
+        assert_eq!(parts[3].media_type(), Some("application/pdf"));
+        assert_eq!(output.joined_text(), "a chart and its data\nthe notes");
+
+        let broken = CallToolResult::success(vec![ContentBlock::image("not base64!", "image/png")]);
+        let error = tool_result(broken).unwrap_err();
+        assert!(error.message().contains("an image"), "{}", error.message());
     }
 }

@@ -72,7 +72,10 @@ async fn a_denied_call_never_reaches_the_server() {
     let denied = ApprovalDecision::deny("d1", "keep it");
     let done = respond(chat, resume("tidy up", paused, denied)).await;
     assert!(tool_messages(&done.messages)[0].is_error);
-    assert!(tool_messages(&done.messages)[0].content.to_string().contains("keep it"));
+    assert!(tool_messages(&done.messages)[0]
+        .content
+        .to_string()
+        .contains("keep it"));
     assert_eq!(server.state().calls(), calls_before);
     assert_eq!(server.state().notes().len(), 2);
 }

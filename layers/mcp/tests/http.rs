@@ -74,7 +74,10 @@ async fn invalid_arguments_never_reach_the_server() {
     let (server, mcp) = http_demo("web", |c| c).await;
     let results = call_tools(&mcp, vec![call("c1", "add", json!({"a": "one", "b": 2}))]).await;
     assert!(results[0].is_error);
-    assert!(results[0].content.to_string().contains("at /a"), "{results:?}");
+    assert!(
+        results[0].content.to_string().contains("at /a"),
+        "{results:?}"
+    );
     assert_eq!(server.state().calls(), 0);
 }
 
@@ -84,7 +87,10 @@ async fn a_timeout_sends_the_cancellation_notification() {
     // The server's own limit applies, though the loop has none.
     let results = call_tools(&mcp, vec![call("c1", "hang", json!({}))]).await;
     assert!(
-        results[0].content.to_string().contains("did not finish within 300ms"),
+        results[0]
+            .content
+            .to_string()
+            .contains("did not finish within 300ms"),
         "{results:?}"
     );
     tokio::time::timeout(BOUND, server.state().wait_cancelled(1))
@@ -159,7 +165,10 @@ async fn an_allow_list_limits_what_is_offered_and_refuses_the_rest() {
     let results = tool_messages(&response.messages);
     assert_eq!(results[0], ToolMessage::success("c1", "echo", "web: ok"));
     assert!(results[1].is_error);
-    assert!(results[1].content.to_string().contains("delete_note"), "{results:?}");
+    assert!(
+        results[1].content.to_string().contains("delete_note"),
+        "{results:?}"
+    );
     assert_eq!(
         server.state().calls(),
         1,

@@ -78,13 +78,20 @@ async fn arguments_are_validated_against_the_server_schema() {
     assert!(results[0].is_error, "{results:?}");
     assert!(
         results[0]
-            .content.to_string()
+            .content
+            .to_string()
             .contains("invalid arguments for tool `echo`"),
         "{results:?}"
     );
-    assert!(results[0].content.to_string().contains("at /text"), "{results:?}");
+    assert!(
+        results[0].content.to_string().contains("at /text"),
+        "{results:?}"
+    );
     assert!(results[1].is_error, "{results:?}");
-    assert!(results[1].content.to_string().contains("at /at_least"), "{results:?}");
+    assert!(
+        results[1].content.to_string().contains("at /at_least"),
+        "{results:?}"
+    );
 }
 
 #[tokio::test]
@@ -96,7 +103,10 @@ async fn a_server_that_never_answers_hits_the_tool_timeout_and_is_told_to_cancel
     let results = tool_messages(&response.messages);
     assert!(results[0].is_error);
     assert!(
-        results[0].content.to_string().contains("did not finish within 300ms"),
+        results[0]
+            .content
+            .to_string()
+            .contains("did not finish within 300ms"),
         "{results:?}"
     );
 

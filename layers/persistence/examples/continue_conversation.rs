@@ -24,7 +24,10 @@ fn scripted_model(
        + 'static {
     service_fn(|request: ChatRequest| async move {
         let name = request.messages.iter().find_map(|m| match m {
-            Message::User { content } => content.to_string().strip_prefix("My name is ").map(str::to_owned),
+            Message::User { content } => content
+                .to_string()
+                .strip_prefix("My name is ")
+                .map(str::to_owned),
             _ => None,
         });
         let asked = matches!(request.messages.last(), Some(Message::User { content }) if content.to_string().contains("my name?"));

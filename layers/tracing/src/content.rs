@@ -5,7 +5,9 @@
 //! their bytes.
 
 use serde_json::{json, Map, Value};
-use tower_chat::{Content, DataUrl, FinishReason, MediaSource, Message, Part, ToolArguments, ToolCall};
+use tower_chat::{
+    Content, DataUrl, FinishReason, MediaSource, Message, Part, ToolArguments, ToolCall,
+};
 
 /// `gen_ai.input.messages`: every message of the request, in order.
 pub(crate) fn input_messages(messages: &[Message]) -> String {
@@ -48,7 +50,9 @@ fn message(message: &Message, finish_reason: Option<&str>) -> Value {
         }
         Message::Tool(t) => (
             "tool",
-            vec![json!({"type": "tool_call_response", "id": t.call_id, "response": t.content.joined_text()})],
+            vec![
+                json!({"type": "tool_call_response", "id": t.call_id, "response": t.content.joined_text()}),
+            ],
         ),
     };
     let mut object = Map::new();
@@ -109,7 +113,9 @@ fn part(part: &Part) -> Value {
 fn part_size(part: &Part) -> usize {
     match part {
         Part::Image(image) => match &image.source {
-            MediaSource::Url { url } => DataUrl::parse(url).map_or(0, |data| data.base64.len() / 4 * 3),
+            MediaSource::Url { url } => {
+                DataUrl::parse(url).map_or(0, |data| data.base64.len() / 4 * 3)
+            }
             _ => part.media_bytes(),
         },
         _ => part.media_bytes(),
