@@ -21,7 +21,8 @@ use tower_chat::{
 };
 
 use super::parts::{
-    anthropic_document, anthropic_image, anthropic_text, cache_hint, InCacheControl, InSource,
+    anthropic_document, anthropic_image, anthropic_text, cache_hint, joined_if_text,
+    InCacheControl, InSource,
 };
 use super::{
     arguments_value, from_body, name_tool_results, schema, sse_event, Encoder, Ending, Folded,
@@ -397,7 +398,7 @@ fn user_blocks(blocks: Vec<InBlock>, i: usize, out: &mut Vec<Message>) -> Result
     let mut parts: Vec<Part> = Vec::new();
     let flush = |parts: &mut Vec<Part>, out: &mut Vec<Message>| {
         if !parts.is_empty() {
-            out.push(Message::user(Content::from_parts(std::mem::take(parts))));
+            out.push(Message::user(joined_if_text(std::mem::take(parts), "\n\n")));
         }
     };
     for (j, block) in blocks.into_iter().enumerate() {
@@ -888,7 +889,13 @@ mod tests {
         assert!(inbound.stream);
         assert_eq!(inbound.approvals[0].id, "apr_1");
         let request = &inbound.request;
-        assert_eq!(request.messages[0], Message::system("be brief"));
+        assert_eq!(
+            request.messages[0],
+            Message::system(Content::from_parts(vec![Part::Text(TextPart {
+                text: "be brief".into(),
+                cache: Some(tower_chat::CacheHint::default()),
+            })]))
+        );
         assert_eq!(request.messages[1], Message::user("weather?"));
         let Message::Assistant(assistant) = &request.messages[2] else {
             panic!("{:?}", request.messages[2]);
@@ -926,9 +933,14 @@ mod tests {
             json!({"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": [
             {"type": "image", "source": {}}]}]}),
         );
+        assert!(image.contains("messages[0].content[0]"), "{image}");
+        let search = message(
+            json!({"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": [
+            {"type": "text", "text": "x"}, {"type": "search_result", "source": "s"}]}]}),
+        );
         assert!(
-            image.contains("messages[0].content") && image.contains("image"),
-            "{image}"
+            search.contains("messages[0].content[1]") && search.contains("search_result"),
+            "{search}"
         );
         let unknown = message(
             json!({"model": "m", "max_tokens": 5, "service_tier": "auto",

@@ -821,7 +821,11 @@ mod tests {
             {"type": "image_url", "image_url": {"url": "x"}}]}]}),
         )
         .unwrap_err();
-        assert!(err.message.contains("image_url"), "{}", err.message);
+        assert!(
+            err.message.contains("messages[0].content[0]") && err.message.contains("URL"),
+            "{}",
+            err.message
+        );
         let err =
             parse(json!({"model": "m", "n": 2, "messages": [{"role": "user", "content": "x"}]}))
                 .unwrap_err();

@@ -20,6 +20,11 @@ fn url_source(url: String, at: &str) -> Result<MediaSource, ApiError> {
         let blob = Blob::from_data_url(&url).map_err(|e| schema(format!("{at}: {e}")))?;
         return Ok(MediaSource::Data(blob));
     }
+    if !(url.starts_with("https://") || url.starts_with("http://")) {
+        return Err(schema(format!(
+            "{at}: a media URL must be an http(s) URL or a base64 data: URL"
+        )));
+    }
     Ok(MediaSource::Url { url })
 }
 
@@ -112,21 +117,43 @@ pub(crate) fn chat_completions_part(value: Value, at: &str) -> Result<Part, ApiE
     })
 }
 
-/// A Chat Completions `content`: a string, or an array of parts.
+/// A Chat Completions `content`: a string, or an array of parts (text parts only are one text, joined as
+/// OpenAI reads them).
 pub(crate) fn chat_completions_content(value: Value, at: &str) -> Result<Content, ApiError> {
     match value {
         Value::String(text) => Ok(Content::text(text)),
-        Value::Array(items) => Ok(Content::from_parts(
-            items
+        Value::Array(items) => {
+            let parts: Vec<Part> = items
                 .into_iter()
                 .enumerate()
                 .map(|(j, part)| chat_completions_part(part, &format!("{at}.content[{j}]")))
-                .collect::<Result<_, _>>()?,
-        )),
+                .collect::<Result<_, _>>()?;
+            Ok(joined_if_text(parts, ""))
+        }
         _ => Err(schema(format!(
             "{at}.content: must be a string or a list of content parts"
         ))),
     }
+}
+
+/// Parts that are all plain text (no cache hints) as one text joined by `separator`; other parts as they are.
+pub(crate) fn joined_if_text(parts: Vec<Part>, separator: &str) -> Content {
+    let plain = parts
+        .iter()
+        .all(|part| matches!(part, Part::Text(TextPart { cache: None, .. })));
+    if !plain || parts.len() < 2 {
+        return Content::from_parts(parts);
+    }
+    let mut text = String::new();
+    for (i, part) in parts.into_iter().enumerate() {
+        if let Part::Text(part) = part {
+            if i > 0 {
+                text.push_str(separator);
+            }
+            text.push_str(&part.text);
+        }
+    }
+    Content::text(text)
 }
 
 // ---- Anthropic Messages ----
