@@ -915,7 +915,14 @@ async fn handle<F: WireFormat>(
 ) -> Result<Response, ApiError> {
     let body = body.map_err(|rejection| {
         if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
-            ApiError::too_large(state.body_limit)
+            ApiError {
+                message: format!(
+                    "the request body is larger than the gateway's limit of {} bytes of text \
+                     (--body-limit) and {} bytes of media (--max-media-bytes)",
+                    state.body_limit, state.limits.max_media_bytes
+                ),
+                ..ApiError::too_large(state.body_limit)
+            }
         } else {
             ApiError::invalid_request("invalid_body", rejection.body_text())
         }

@@ -280,9 +280,9 @@ async fn media_is_capped_apart_from_the_text_body_limit() {
     );
     let answer = gw
         .chat(&ask(json!([
-            image(250 * 1024),
-            image(250 * 1024),
-            image(250 * 1024)
+            image(180 * 1024),
+            image(180 * 1024),
+            image(180 * 1024)
         ])))
         .await;
     assert_eq!(answer.status, 413, "{}", answer.body);
