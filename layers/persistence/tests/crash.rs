@@ -11,13 +11,13 @@ mod common;
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
-use std::time::Duration;
 
 use tower::{Layer, ServiceExt};
-use tower_chat::{ChatError, ChatRequest, ChatStream, ConversationId, Message};
+use tower_chat::{ChatError, ChatRequest, ChatStream, ChatStreamExt, ConversationId, Message};
 use tower_chat_persistence::{
     CallOutcome, ConversationQuery, PersistenceLayer, PostgresStore, SqliteStore, Store,
 };
+use tower_chat_testkit::{database_url, hanging, scripted_stream, Delivery};
 
 const CHILD_SQLITE: &str = "TOWER_CHAT_PERSISTENCE_CRASH_CHILD_SQLITE";
 const CHILD_PG_SCHEMA: &str = "TOWER_CHAT_PERSISTENCE_CRASH_CHILD_PG_SCHEMA";
@@ -69,7 +69,7 @@ fn a_process_killed_mid_stream_leaves_postgres_consistent() {
     if let Ok(schema) = std::env::var(CHILD_PG_SCHEMA) {
         return child(Target::Postgres(schema));
     }
-    if common::database_url().is_none() {
+    if database_url().is_none() {
         return;
     }
     let schema = format!("tcpersist_{}", common::uuid_simple());
@@ -107,7 +107,7 @@ async fn open(target: &Target) -> (Arc<dyn Store>, Option<PostgresStore>) {
     match target {
         Target::Sqlite(path) => (Arc::new(SqliteStore::open(path).await.unwrap()), None),
         Target::Postgres(schema) => {
-            let store = PostgresStore::builder(common::database_url().unwrap())
+            let store = PostgresStore::builder(database_url().unwrap())
                 .schema(schema.clone())
                 .connect()
                 .await
@@ -126,18 +126,20 @@ fn kill_three_times(test_name: &str, env: (&str, &str), target: impl Fn() -> Tar
             .stderr(Stdio::null())
             .spawn()
             .unwrap();
-        let stdout = BufReader::new(child.stdout.take().unwrap());
-        let mut ready = false;
-        for line in stdout.lines() {
-            // libtest prints "test <name> ... " without a newline before the child's own output.
-            if line.unwrap().trim_end().ends_with("READY") {
-                ready = true;
-                break;
-            }
+        let mut stdout = BufReader::new(child.stdout.take().unwrap()).lines();
+        // libtest prints "test <name> ... " without a newline before the child's own output.
+        let mut wait_for = |signal: &str| {
+            assert!(
+                stdout.any(|line| line.unwrap().trim_end().ends_with(signal)),
+                "the child stopped before printing {signal}"
+            );
+        };
+        wait_for("READY");
+        // Let it store more batches each round (it is writing the next one when it dies), then kill it without
+        // warning (SIGKILL).
+        for _ in 0..=round {
+            wait_for("BATCH");
         }
-        assert!(ready, "the child never got ready");
-        // Let it stream and write for a while, then kill it without warning (SIGKILL).
-        std::thread::sleep(Duration::from_millis(50 + 70 * round));
         child.kill().unwrap();
         let status = child.wait().unwrap();
         assert!(!status.success());
@@ -214,9 +216,9 @@ fn child(target: Target) {
             if content.to_string().starts_with("hang") {
                 let mut items = common::answer(&answer);
                 items.truncate(3);
-                common::hanging(items)
+                hanging(items)
             } else {
-                common::stream_of(common::answer(&answer), common::Shape::Streaming)
+                scripted_stream(Delivery::OneByOne, common::answer(&answer))
             }
         }));
         let pid = std::process::id();
@@ -227,7 +229,10 @@ fn child(target: Target) {
                 as futures_util::future::BoxFuture<'static, Result<ChatStream, ChatError>>
         };
         for i in 0..50 {
-            common::collect(ask(format!("q{i}")).await.unwrap())
+            ask(format!("q{i}"))
+                .await
+                .unwrap()
+                .collect_response()
                 .await
                 .unwrap();
         }
@@ -245,12 +250,13 @@ fn child(target: Target) {
             let calls: Vec<_> = (0..32)
                 .map(|k| {
                     let call = ask(format!("q{}", i + k));
-                    tokio::spawn(async move { common::collect(call.await.unwrap()).await })
+                    tokio::spawn(async move { call.await.unwrap().collect_response().await })
                 })
                 .collect();
             for call in calls {
                 call.await.unwrap().unwrap();
             }
+            println!("BATCH");
             i += 32;
         }
     });

@@ -1,4 +1,7 @@
 //! Behaviour of the layer itself (ordering, buffering, policies), over a store whose writes can be held back.
+//!
+//! The tests that check that something has not happened yet run on a paused clock: their timeouts fire only once
+//! every task has done all it can, so the check does not depend on how fast the machine is.
 
 mod common;
 
@@ -6,19 +9,20 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{answer, scripted, stream_of, Shape, TestDb, SHAPES};
+use common::{answer, scripted, TestDb};
 use futures_util::future::BoxFuture;
 use futures_util::StreamExt;
 use tokio::sync::watch;
 use tower::{Layer, ServiceExt};
 use tower_chat::{
-    ChatError, ChatEvent, ChatRequest, ChatStream, ConversationId, FinishReason, Message,
-    ModelInfo, ModelMetadata,
+    BoxChatService, ChatError, ChatEvent, ChatRequest, ChatStream, ChatStreamExt, ConversationId,
+    FinishReason, Message, ModelInfo, ModelMetadata,
 };
 use tower_chat_persistence::{
     CallId, CallOutcome, CallRecord, ConversationQuery, ConversationSummary, PersistenceLayer,
     RequestedCallId, Store, StoreError,
 };
+use tower_chat_testkit::{hanging, scripted_stream, Delivery, SHAPES};
 
 /// A store whose writes wait while the gate is closed, and which counts write batches.
 #[derive(Debug)]
@@ -76,12 +80,12 @@ fn req(conversation: &str) -> ChatRequest {
     ChatRequest::new(vec![Message::user("q")]).with_extension(conv(conversation))
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn finish_is_delivered_only_after_the_record_is_stored() {
     for shape in SHAPES {
         let (db, store, gate) = gated().await;
         let layer = PersistenceLayer::new(store.clone());
-        let chat = layer.layer(scripted(move |_| stream_of(answer("Hello"), shape)));
+        let chat = layer.layer(scripted(move |_| scripted_stream(shape, answer("Hello"))));
         let mut stream = chat.oneshot(req("c")).await.unwrap();
         // Every event before Finish flows while the store is held back…
         for _ in 0..5 {
@@ -111,10 +115,17 @@ async fn fail_open_never_waits_and_counts_records_dropped_by_a_full_buffer() {
         .fail_open()
         .buffer(2)
         .max_batch(1);
-    let chat = layer.layer(scripted(|_| stream_of(answer("Hello"), Shape::Ready)));
+    let chat = layer.layer(scripted(|_| {
+        scripted_stream(Delivery::AllAtOnce, answer("Hello"))
+    }));
     // The writer takes one record and blocks on the gate; two more fill the buffer; the rest are dropped.
     for i in 0..10 {
-        let response = common::collect(chat.clone().oneshot(req(&format!("c{i}"))).await.unwrap())
+        let response = chat
+            .clone()
+            .oneshot(req(&format!("c{i}")))
+            .await
+            .unwrap()
+            .collect_response()
             .await
             .unwrap();
         assert_eq!(response.finish_reason, Some(FinishReason::Stop));
@@ -135,17 +146,19 @@ async fn fail_open_never_waits_and_counts_records_dropped_by_a_full_buffer() {
     assert_eq!(listed.len() as u64, stats.recorded);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn fail_closed_applies_backpressure_instead_of_dropping() {
     let (db, store, gate) = gated().await;
     let layer = PersistenceLayer::new(store.clone()).buffer(2).max_batch(64);
-    let chat = layer.layer(scripted(|_| stream_of(answer("Hello"), Shape::Ready)));
+    let chat = layer.layer(scripted(|_| {
+        scripted_stream(Delivery::AllAtOnce, answer("Hello"))
+    }));
     let mut tasks = Vec::new();
     for i in 0..20 {
         let call: BoxFuture<'static, Result<ChatStream, ChatError>> =
             Box::pin(chat.clone().oneshot(req(&format!("c{i}"))));
         tasks.push(tokio::spawn(async move {
-            common::collect(call.await.unwrap()).await
+            call.await.unwrap().collect_response().await
         }));
     }
     tokio::time::sleep(Duration::from_millis(50)).await;
@@ -175,7 +188,8 @@ async fn events_after_finish_release_it_and_are_recorded_too() {
     let layer = db.layer();
     // A stream that (against the contract) finishes a round and then continues.
     let chat = layer.layer(scripted(|_| {
-        stream_of(
+        scripted_stream(
+            Delivery::OneByOne,
             vec![
                 Ok(ChatEvent::text("one")),
                 Ok(ChatEvent::finish(FinishReason::ToolCalls)),
@@ -185,7 +199,6 @@ async fn events_after_finish_release_it_and_are_recorded_too() {
                 Ok(ChatEvent::text("two")),
                 Ok(ChatEvent::finish(FinishReason::Stop)),
             ],
-            Shape::Streaming,
         )
     }));
     let events: Vec<_> = chat
@@ -204,12 +217,12 @@ async fn events_after_finish_release_it_and_are_recorded_too() {
     assert_eq!(record.finish_reason(), Some(&FinishReason::Stop));
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_stream_dropped_after_finish_arrived_is_recorded_as_completed() {
     let db = TestDb::sqlite().await;
     let layer = db.layer();
     // Finish, then the upstream hangs instead of ending: the caller never sees Finish and drops the stream.
-    let chat = layer.layer(scripted(|_| common::hanging(answer("Hi"))));
+    let chat = layer.layer(scripted(|_| hanging(answer("Hi"))));
     let mut stream = chat.oneshot(req("c")).await.unwrap();
     let mut seen = 0;
     while tokio::time::timeout(Duration::from_millis(20), stream.next())
@@ -237,15 +250,15 @@ async fn the_inner_service_sees_the_call_and_conversation_ids() {
             req.extensions.get::<CallId>().cloned().unwrap(),
             req.conversation_id().cloned().unwrap(),
         ));
-        stream_of(answer("ok"), Shape::Ready)
+        scripted_stream(Delivery::AllAtOnce, answer("ok"))
     }));
-    let _ = common::collect(
-        chat.oneshot(ChatRequest::new(vec![Message::user("q")]))
-            .await
-            .unwrap(),
-    )
-    .await
-    .unwrap();
+    let _ = chat
+        .oneshot(ChatRequest::new(vec![Message::user("q")]))
+        .await
+        .unwrap()
+        .collect_response()
+        .await
+        .unwrap();
     let (call_id, conversation_id) = seen.lock().unwrap()[0].clone();
     let record = db.store.call(&call_id).await.unwrap().unwrap();
     assert_eq!(record.conversation_id, conversation_id);
@@ -285,7 +298,7 @@ async fn model_metadata_is_forwarded_through_the_layer() {
 
 /// A described service that also answers chat requests.
 #[derive(Clone)]
-struct DescribedChat(common::Chat);
+struct DescribedChat(BoxChatService);
 
 impl ModelInfo for DescribedChat {
     fn model_metadata(&self) -> ModelMetadata {
@@ -296,7 +309,7 @@ impl ModelInfo for DescribedChat {
 impl tower::Service<ChatRequest> for DescribedChat {
     type Response = ChatStream;
     type Error = ChatError;
-    type Future = <common::Chat as tower::Service<ChatRequest>>::Future;
+    type Future = <BoxChatService as tower::Service<ChatRequest>>::Future;
     fn poll_ready(
         &mut self,
         cx: &mut std::task::Context<'_>,
@@ -311,10 +324,16 @@ impl tower::Service<ChatRequest> for DescribedChat {
 #[tokio::test]
 async fn the_provider_can_come_from_the_inner_service() {
     let db = TestDb::sqlite().await;
-    let inner = DescribedChat(scripted(|_| stream_of(answer("ok"), Shape::Ready)));
+    let inner = DescribedChat(scripted(|_| {
+        scripted_stream(Delivery::AllAtOnce, answer("ok"))
+    }));
     // Nothing configured on the layer: the provider recorded is the one the inner service reports.
     let chat = db.layer().layer(inner);
-    let _ = common::collect(chat.oneshot(req("p")).await.unwrap())
+    let _ = chat
+        .oneshot(req("p"))
+        .await
+        .unwrap()
+        .collect_response()
         .await
         .unwrap();
     let record = &db.store.conversation_calls(&conv("p")).await.unwrap()[0];
@@ -365,12 +384,21 @@ async fn bad_store_configuration_is_a_clear_error() {
 async fn a_call_id_in_the_request_names_the_record() {
     let db = TestDb::sqlite().await;
     let layer = PersistenceLayer::new(db.store.clone());
-    let chat = layer.layer(scripted(|_| stream_of(answer("Hello"), Shape::Ready)));
+    let chat = layer.layer(scripted(|_| {
+        scripted_stream(Delivery::AllAtOnce, answer("Hello"))
+    }));
     let named = req("c").with_extension(RequestedCallId(CallId::new("resp_given")));
-    common::collect(chat.clone().oneshot(named).await.unwrap())
+    chat.clone()
+        .oneshot(named)
+        .await
+        .unwrap()
+        .collect_response()
         .await
         .unwrap();
-    common::collect(chat.oneshot(req("c")).await.unwrap())
+    chat.oneshot(req("c"))
+        .await
+        .unwrap()
+        .collect_response()
         .await
         .unwrap();
     let record = db.store.call(&CallId::new("resp_given")).await.unwrap();
@@ -389,9 +417,14 @@ async fn a_requested_call_id_names_only_the_outermost_record() {
     let db = TestDb::sqlite().await;
     let outer = PersistenceLayer::new(db.store.clone());
     let inner = PersistenceLayer::new(db.store.clone());
-    let chat = outer.layer(inner.layer(scripted(|_| stream_of(answer("Hello"), Shape::Ready))));
+    let chat = outer.layer(inner.layer(scripted(|_| {
+        scripted_stream(Delivery::AllAtOnce, answer("Hello"))
+    })));
     let named = req("c").with_extension(RequestedCallId(CallId::new("resp_outer")));
-    common::collect(chat.oneshot(named).await.unwrap())
+    chat.oneshot(named)
+        .await
+        .unwrap()
+        .collect_response()
         .await
         .unwrap();
     outer.flush().await.unwrap();
@@ -425,9 +458,15 @@ fn the_layer_is_built_outside_a_runtime_and_writes_inside_one() {
         .max_batch(4)
         .fail_open()
         .failure_policy(tower_chat_persistence::FailurePolicy::FailClosed);
-    let chat = layer.layer(scripted(|_| stream_of(answer("Hello"), Shape::Ready)));
+    let chat = layer.layer(scripted(|_| {
+        scripted_stream(Delivery::AllAtOnce, answer("Hello"))
+    }));
     runtime.block_on(async {
-        let _ = common::collect(chat.oneshot(req("outside")).await.unwrap())
+        let _ = chat
+            .oneshot(req("outside"))
+            .await
+            .unwrap()
+            .collect_response()
             .await
             .unwrap();
         layer.flush().await.unwrap();

@@ -6,14 +6,15 @@
 mod common;
 
 use std::net::SocketAddr;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinSet;
 use tower::{Layer, ServiceExt};
-use tower_chat::{ChatEvent, ChatRequest, ConversationId, ErrorKind, Message};
+use tower_chat::{ChatRequest, ChatStreamExt, ConversationId, ErrorKind, Message};
 use tower_chat_persistence::store::postgres::tokio_postgres;
 use tower_chat_persistence::{PersistenceLayer, PostgresStore, Store};
+use tower_chat_testkit::{database_url, drain, finish, scripted_stream, text, within, Delivery};
 
 /// Forwards TCP connections to the database until shut down.
 struct Proxy {
@@ -45,7 +46,7 @@ impl Proxy {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unreachable_database_fails_calls_with_a_store_error_and_recording_resumes() {
-    let Some(url) = common::database_url() else {
+    let Some(url) = database_url() else {
         return;
     };
     let config: tokio_postgres::Config = url.parse().unwrap();
@@ -71,73 +72,61 @@ async fn an_unreachable_database_fails_calls_with_a_store_error_and_recording_re
         .unwrap();
     let closed = PersistenceLayer::new(store.clone());
     let open = PersistenceLayer::new(store.clone()).fail_open();
-    let model =
-        common::scripted(|_| common::stream_of(common::answer("fine"), common::Shape::Streaming));
+    let model = common::scripted(|_| scripted_stream(Delivery::OneByOne, common::answer("fine")));
     let request = |conversation: &str| {
         ChatRequest::new(vec![Message::user("q")]).with_extension(ConversationId::new(conversation))
     };
 
     // Up: recorded.
-    let response = common::collect(
-        closed
-            .layer(model.clone())
-            .oneshot(request("up"))
-            .await
-            .unwrap(),
-    )
-    .await
-    .unwrap();
+    let response = closed
+        .layer(model.clone())
+        .oneshot(request("up"))
+        .await
+        .unwrap()
+        .collect_response()
+        .await
+        .unwrap();
     assert_eq!(response.text(), "fine");
 
     proxy.shutdown().await;
 
-    // Down, fail-closed: the output streams, then a typed store error instead of Finish, within the timeout.
-    let started = Instant::now();
-    let mut events = Vec::new();
-    let mut stream = closed
+    // Down, fail-closed: the output streams, then a typed store error instead of Finish; the call ends rather
+    // than waiting for the database to come back.
+    let stream = closed
         .layer(model.clone())
         .oneshot(request("down"))
         .await
         .unwrap();
-    while let Some(item) = futures_util::StreamExt::next(&mut stream).await {
-        events.push(item);
-    }
-    let error = events.pop().unwrap().unwrap_err();
+    let (events, error) = within("the store error", drain(stream)).await;
+    let error = error.expect("the call ends with an error");
     assert_eq!(error.kind(), &ErrorKind::Store, "{error}");
-    assert!(events
-        .iter()
-        .all(|e| !matches!(e, Ok(ChatEvent::Finish { .. }))));
-    assert!(
-        started.elapsed() < Duration::from_secs(5),
-        "{:?}",
-        started.elapsed()
-    );
+    assert_eq!(text(&events), "fine");
+    assert_eq!(finish(&events), None);
     assert_eq!(closed.stats().failed, 1);
 
     // Down, fail-open: the call succeeds, the lost record is counted.
-    let response = common::collect(
-        open.layer(model.clone())
-            .oneshot(request("down-open"))
-            .await
-            .unwrap(),
-    )
-    .await
-    .unwrap();
+    let response = open
+        .layer(model.clone())
+        .oneshot(request("down-open"))
+        .await
+        .unwrap()
+        .collect_response()
+        .await
+        .unwrap();
     assert_eq!(response.text(), "fine");
     open.flush().await.unwrap();
     assert_eq!(open.stats().failed, 1);
 
     // Back up on the same address: the pool reconnects and recording resumes.
     let proxy = Proxy::start(listen, upstream).await;
-    let response = common::collect(
-        closed
-            .layer(model.clone())
-            .oneshot(request("again"))
-            .await
-            .unwrap(),
-    )
-    .await
-    .unwrap();
+    let response = closed
+        .layer(model.clone())
+        .oneshot(request("again"))
+        .await
+        .unwrap()
+        .collect_response()
+        .await
+        .unwrap();
     assert_eq!(response.text(), "fine");
     for (conversation, expected) in [("up", 1), ("down", 0), ("down-open", 0), ("again", 1)] {
         let calls = store

@@ -6,10 +6,11 @@
 
 mod common;
 
-use common::{answer, scripted, stream_of, Shape};
+use common::{answer, scripted};
 use tower::{Layer, ServiceExt};
 use tower_chat::{CallerIdentity, ChatRequest, ChatStreamExt, ConversationId, Message};
 use tower_chat_persistence::{PersistenceLayer, SqliteStore, Store};
+use tower_chat_testkit::{scripted_stream, Delivery};
 
 /// Bytes the database holds: pages in use times the page size (free pages left out).
 async fn size(store: &SqliteStore) -> u64 {
@@ -48,12 +49,9 @@ async fn converse(
     let layer = PersistenceLayer::new(store.clone());
     let chat = layer.layer(scripted(|request: &ChatRequest| {
         let n = request.messages.len();
-        stream_of(
-            answer(&format!(
+        scripted_stream(Delivery::AllAtOnce, answer(&format!(
                 "Answer number {n}: a short reply of about the length a chat model gives to a short question."
-            )),
-            Shape::Ready,
-        )
+            )))
     }));
     let mut sizes = Vec::with_capacity(turns);
     for _ in 0..turns {
@@ -166,7 +164,7 @@ async fn a_database_from_before_message_level_storage_reads_as_before_and_contin
     assert_eq!(old, vec![Message::user("hi"), Message::assistant("hello")]);
     let layer = PersistenceLayer::new(store.clone());
     let chat = layer.layer(scripted(|_: &ChatRequest| {
-        stream_of(answer("again"), Shape::Ready)
+        scripted_stream(Delivery::AllAtOnce, answer("again"))
     }));
     let mut history = old.clone();
     history.push(Message::user("more"));
@@ -320,7 +318,7 @@ async fn a_record_is_visible_to_another_connection_when_finish_arrives() {
     let store = SqliteStore::open(&path).await.unwrap();
     let other = SqliteStore::open(&path).await.unwrap();
     let chat = PersistenceLayer::new(store).layer(scripted(|_: &ChatRequest| {
-        stream_of(answer("fine"), Shape::Streaming)
+        scripted_stream(Delivery::OneByOne, answer("fine"))
     }));
     let seen = |i: usize| {
         let (chat, other) = (chat.clone(), other.clone());
@@ -391,7 +389,7 @@ async fn an_answer_is_stored_once() {
     let layer = PersistenceLayer::new(store.clone());
     let reply = text.clone();
     let chat = layer.layer(scripted(move |_: &ChatRequest| {
-        stream_of(answer(&reply), Shape::Ready)
+        scripted_stream(Delivery::AllAtOnce, answer(&reply))
     }));
     let id = ConversationId::new("once");
     let response = chat

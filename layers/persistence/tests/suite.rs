@@ -6,7 +6,7 @@ mod common;
 use std::collections::HashSet;
 use std::time::Duration;
 
-use common::{answer, collect, copy, hanging, scripted, stream_of, Items, Shape, TestDb, SHAPES};
+use common::{answer, copy, scripted, TestDb};
 use futures_util::StreamExt;
 use serde_json::json;
 use tower::{Layer, ServiceExt};
@@ -18,6 +18,7 @@ use tower_chat_persistence::{
     CallId, CallOutcome, CallQuery, CallRecord, ConversationQuery, Persistence, Spend, SpendQuery,
     REDACTED,
 };
+use tower_chat_testkit::{database_url, hanging, scripted_stream, Delivery, Items, SHAPES};
 
 macro_rules! suite {
     ($($name:ident),* $(,)?) => {
@@ -95,7 +96,7 @@ async fn a_completed_call_is_recorded_in_full(db: &TestDb) {
         ];
         items.extend(answer("It is 12C in Oslo."));
         let items = std::sync::Arc::new(items);
-        let chat = layer.layer(scripted(move |_| stream_of(copy(&items), shape)));
+        let chat = layer.layer(scripted(move |_| scripted_stream(shape, copy(&items))));
 
         let conv = conversation();
         let mut req = request(&conv, "Weather in Oslo?")
@@ -170,7 +171,7 @@ async fn a_thousand_concurrent_calls_leave_a_thousand_complete_records(db: &Test
             Some(Message::User { content }) => content.clone(),
             other => panic!("unexpected {other:?}"),
         };
-        stream_of(answer(&format!("answer to {question}")), Shape::Streaming)
+        scripted_stream(Delivery::OneByOne, answer(&format!("answer to {question}")))
     }));
     let conv = conversation();
     let tasks: Vec<_> = (0..1000)
@@ -185,7 +186,7 @@ async fn a_thousand_concurrent_calls_leave_a_thousand_complete_records(db: &Test
                         + Send,
                 >,
             > = Box::pin(chat.oneshot(req));
-            tokio::spawn(async move { collect(call.await.unwrap()).await.unwrap() })
+            tokio::spawn(async move { call.await.unwrap().collect_response().await.unwrap() })
         })
         .collect();
     for (i, task) in tasks.into_iter().enumerate() {
@@ -234,7 +235,9 @@ async fn a_stream_dropped_mid_way_is_recorded_as_cancelled_with_its_partial_outp
 
     // Both shapes: a caller that stops reading after the first text delta and drops the stream.
     for shape in SHAPES {
-        let chat = layer.layer(scripted(move |_| stream_of(answer("Hello there"), shape)));
+        let chat = layer.layer(scripted(move |_| {
+            scripted_stream(shape, answer("Hello there"))
+        }));
         let conv = conversation();
         let mut stream = chat.oneshot(request(&conv, "hi")).await.unwrap();
         for _ in 0..3 {
@@ -275,7 +278,7 @@ async fn an_upstream_that_dies_is_recorded_as_interrupted_with_its_partial_outpu
             Err(ChatError::new(ErrorKind::Connection, "connection reset")),
         ];
         let died = std::sync::Arc::new(died);
-        let chat = layer.layer(scripted(move |_| stream_of(copy(&died), shape)));
+        let chat = layer.layer(scripted(move |_| scripted_stream(shape, copy(&died))));
         let conv = conversation();
         let result = chat
             .oneshot(request(&conv, "q"))
@@ -298,7 +301,7 @@ async fn an_upstream_that_dies_is_recorded_as_interrupted_with_its_partial_outpu
         // A stream that just stops, without Finish or error.
         let silent: Items = vec![Ok(ChatEvent::text("partial"))];
         let silent = std::sync::Arc::new(silent);
-        let chat = layer.layer(scripted(move |_| stream_of(copy(&silent), shape)));
+        let chat = layer.layer(scripted(move |_| scripted_stream(shape, copy(&silent))));
         let conv = conversation();
         let response = chat
             .oneshot(request(&conv, "q"))
@@ -336,9 +339,9 @@ async fn failures_before_output_are_recorded_as_failed(db: &TestDb) {
 
     // The stream's first item is an error.
     let chat = layer.layer(scripted(|_| {
-        stream_of(
+        scripted_stream(
+            Delivery::AllAtOnce,
             vec![Err(ChatError::new(ErrorKind::Upstream, "overloaded"))],
-            Shape::Ready,
         )
     }));
     let conv = conversation();
@@ -357,9 +360,9 @@ async fn failures_before_output_are_recorded_as_failed(db: &TestDb) {
 
     // A cancellation error item is a cancellation.
     let chat = layer.layer(scripted(|_| {
-        stream_of(
+        scripted_stream(
+            Delivery::OneByOne,
             vec![Ok(ChatEvent::text("a")), Err(ChatError::cancelled())],
-            Shape::Streaming,
         )
     }));
     let conv = conversation();
@@ -380,7 +383,7 @@ async fn failures_before_output_are_recorded_as_failed(db: &TestDb) {
 async fn a_store_refusing_writes_fails_the_call_with_a_store_error(db: &TestDb) {
     for shape in SHAPES {
         let layer = db.layer();
-        let chat = layer.layer(scripted(move |_| stream_of(answer("fine"), shape)));
+        let chat = layer.layer(scripted(move |_| scripted_stream(shape, answer("fine"))));
         db.refuse_writes().await;
         let events: Vec<_> = chat
             .clone()
@@ -419,7 +422,9 @@ async fn a_store_refusing_writes_fails_the_call_with_a_store_error(db: &TestDb) 
 
 async fn a_store_refusing_writes_in_fail_open_mode_keeps_the_calls_going(db: &TestDb) {
     let layer = db.layer().fail_open();
-    let chat = layer.layer(scripted(|_| stream_of(answer("fine"), Shape::Streaming)));
+    let chat = layer.layer(scripted(|_| {
+        scripted_stream(Delivery::OneByOne, answer("fine"))
+    }));
     db.refuse_writes().await;
     let conv = conversation();
     for _ in 0..3 {
@@ -457,7 +462,7 @@ async fn conversations_are_listed_and_continued_from_the_store(db: &TestDb) {
                 Ok(ChatEvent::finish(FinishReason::ToolCalls)),
             ]
         };
-        stream_of(items, Shape::Streaming)
+        scripted_stream(Delivery::OneByOne, items)
     }));
     let alice = ConversationId::new(format!("alice-{}", common::uuid_simple()));
     let mut history = vec![Message::user("Weather?")];
@@ -511,8 +516,8 @@ async fn conversations_are_listed_and_continued_from_the_store(db: &TestDb) {
     );
     assert_eq!(calls[2].outcome.as_str(), "failed");
 
-    // Another caller's conversation, without a conversation id: one is generated.
-    tokio::time::sleep(Duration::from_millis(2)).await;
+    // Another caller's conversation, without a conversation id: one is generated. It starts after the calls
+    // above were flushed and read back, so it is the most recently active at the stored microsecond precision.
     let generated = chat
         .clone()
         .oneshot(
@@ -614,7 +619,7 @@ async fn migrations_of_other_crates_are_applied_once(db: &TestDb) {
             }
         }
         common::Backend::Postgres(store) => {
-            let url = common::database_url().unwrap();
+            let url = database_url().unwrap();
             let migration = Migration::new(
                 "test-crate/0001_notes",
                 "CREATE TABLE notes (id BIGSERIAL PRIMARY KEY, body TEXT NOT NULL);",
@@ -654,7 +659,7 @@ async fn migrations_of_other_crates_are_applied_once(db: &TestDb) {
                 .unwrap_err()
         }
         common::Backend::Postgres(store) => {
-            tower_chat_persistence::PostgresStore::builder(common::database_url().unwrap())
+            tower_chat_persistence::PostgresStore::builder(database_url().unwrap())
                 .schema(store.schema().unwrap())
                 .migration(broken)
                 .connect()
@@ -734,7 +739,9 @@ async fn in_flight_records_are_replaced_by_the_final_one(db: &TestDb) {
     );
 
     // A completed call under the same layer leaves one completed record.
-    let chat = layer.layer(scripted(|_| stream_of(answer("done"), Shape::Streaming)));
+    let chat = layer.layer(scripted(|_| {
+        scripted_stream(Delivery::OneByOne, answer("done"))
+    }));
     let conv = conversation();
     let response = chat
         .oneshot(request(&conv, "q"))
@@ -763,16 +770,16 @@ async fn records_carry_their_cost_and_spend_sums_per_caller_and_conversation(db:
                     output_tokens: 1,
                     ..Usage::default()
                 };
-                stream_of(
+                scripted_stream(
+                    shape,
                     vec![
                         Ok(ChatEvent::text("ok")),
                         Ok(ChatEvent::Usage { usage }),
                         Ok(ChatEvent::finish(FinishReason::Stop)),
                     ],
-                    shape,
                 )
             } else {
-                stream_of(answer("Hi."), shape)
+                scripted_stream(shape, answer("Hi."))
             }
         }));
         let alice_conv = conversation();
@@ -790,7 +797,11 @@ async fn records_carry_their_cost_and_spend_sums_per_caller_and_conversation(db:
             call(&alice_conv, &alice, "unpriced"),
             call(&bob_conv, &bob, "scripted-model"),
         ] {
-            collect(chat.clone().oneshot(req).await.unwrap())
+            chat.clone()
+                .oneshot(req)
+                .await
+                .unwrap()
+                .collect_response()
                 .await
                 .unwrap();
         }
@@ -1071,12 +1082,12 @@ async fn an_estimate_charged_inside_is_recorded_marked_estimated(db: &TestDb) {
     // The stream ends without a usage report.
     let chat = layer.layer(scripted(move |req: &ChatRequest| {
         Box::pin(Estimating {
-            inner: stream_of(
+            inner: scripted_stream(
+                Delivery::OneByOne,
                 vec![
                     Ok(ChatEvent::text("done")),
                     Ok(ChatEvent::finish(FinishReason::Stop)),
                 ],
-                Shape::Streaming,
             ),
             slot: slot(req),
             usage: estimate,
@@ -1132,7 +1143,7 @@ async fn an_estimate_charged_inside_is_recorded_marked_estimated(db: &TestDb) {
 
     // Reported usage is the provider's, never marked.
     let chat = layer.layer(scripted(|_: &ChatRequest| {
-        stream_of(answer("Hi."), Shape::Streaming)
+        scripted_stream(Delivery::OneByOne, answer("Hi."))
     }));
     let reported = conversation();
     chat.oneshot(call(&reported))

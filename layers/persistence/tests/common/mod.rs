@@ -1,59 +1,23 @@
-//! Shared test helpers: scripted inner services and the two stores behind one interface.
+//! Helpers of the persistence tests only (the shared ones are in `tower_chat_testkit`): a scripted inner service
+//! that names its provider, a full answer to record, and the two stores behind one interface.
 #![allow(dead_code)]
 
 use std::sync::Arc;
 
-use futures_util::StreamExt;
-use tower::service_fn;
 use tower_chat::{
     BoxChatService, ChatError, ChatEvent, ChatRequest, ChatStream, FinishReason, ModelMetadata,
     Usage,
 };
 use tower_chat_persistence::{PersistenceLayer, PostgresStore, SqliteStore, Store};
-
-/// How the scripted inner service delivers its events.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Shape {
-    /// Everything at once, in one ready stream (a non-streaming provider call).
-    Ready,
-    /// One event per poll, with a `Pending` between them (a streaming provider call).
-    Streaming,
-}
-
-pub const SHAPES: [Shape; 2] = [Shape::Ready, Shape::Streaming];
-
-pub type Items = Vec<Result<ChatEvent, ChatError>>;
-
-pub fn stream_of(items: Items, shape: Shape) -> ChatStream {
-    match shape {
-        Shape::Ready => Box::pin(futures_util::stream::iter(items)),
-        Shape::Streaming => Box::pin(futures_util::stream::iter(items).then(|item| async move {
-            tokio::task::yield_now().await;
-            item
-        })),
-    }
-}
-
-/// A stream that yields `items` and then never ends (an upstream that hangs; the caller will drop it).
-pub fn hanging(items: Items) -> ChatStream {
-    Box::pin(futures_util::stream::iter(items).chain(futures_util::stream::pending()))
-}
-
-pub type Chat = BoxChatService;
+use tower_chat_testkit::{database_url, streaming_model, Items};
 
 /// An inner service answering every request with `script(request)`; it reports provider `scripted`
 /// (`ModelInfo`), which the persistence layer records.
-pub fn scripted<F>(script: F) -> Chat
+pub fn scripted<F>(script: F) -> BoxChatService
 where
-    F: Fn(&ChatRequest) -> ChatStream + Clone + Send + Sync + 'static,
+    F: Fn(&ChatRequest) -> ChatStream + Send + Sync + 'static,
 {
-    BoxChatService::with_metadata(
-        service_fn(move |request: ChatRequest| {
-            let stream = script(&request);
-            async move { Ok::<ChatStream, ChatError>(stream) }
-        }),
-        ModelMetadata::new("scripted"),
-    )
+    BoxChatService::with_metadata(streaming_model(script).0, ModelMetadata::new("scripted"))
 }
 
 /// A full model answer: metadata, reasoning, text in pieces, usage, finish.
@@ -173,7 +137,7 @@ impl TestDb {
         }
     }
 
-    /// The bytes the test's database takes: SQLite's files (database, write-ahead log, record journal), or the
+    /// The bytes the test's database takes: SQLite's files (database and write-ahead log), or the
     /// PostgreSQL schema's tables with their indexes and TOAST. Flush the layer first.
     pub async fn size_bytes(&self) -> u64 {
         match &self.backend {
@@ -247,24 +211,9 @@ impl Drop for TestDb {
     }
 }
 
-pub fn database_url() -> Option<String> {
-    tower_chat::test_server::service_url("DATABASE_URL")
-}
-
+/// A fresh name suffix, for a test's own schema or conversation.
 pub fn uuid_simple() -> String {
-    // Test-only uniqueness: a random 64-bit value from the std hasher's per-process random keys plus a counter.
-    use std::hash::{BuildHasher, Hasher};
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
-    hasher.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
-    hasher.write_u128(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos(),
-    );
-    format!("{:016x}", hasher.finish())
+    uuid::Uuid::new_v4().simple().to_string()
 }
 
 /// A copy of scripted items (`ChatError` is not `Clone`: errors are rebuilt from their kind and message).
@@ -276,13 +225,4 @@ pub fn copy(items: &[Result<ChatEvent, ChatError>]) -> Items {
             Err(error) => Err(ChatError::new(error.kind().clone(), error.message())),
         })
         .collect()
-}
-
-/// Collect a stream into a response (a plain `async fn`, usable inside `tokio::spawn`).
-pub async fn collect(mut stream: ChatStream) -> Result<tower_chat::ChatResponse, ChatError> {
-    let mut builder = tower_chat::ResponseBuilder::new();
-    while let Some(item) = stream.next().await {
-        builder.push(&item?);
-    }
-    Ok(builder.finish())
 }
