@@ -511,20 +511,16 @@ async fn a_turn_no_process_can_rebuild_is_a_typed_error_and_the_approval_stays_p
     let db = tower_chat_persistence::SqliteStore::open(a.files.path().join("gateway.db"))
         .await
         .unwrap();
-    // Once A's records of the paused turn are in the tables (not only in its journal), nothing brings them back.
-    let recorded = common::eventually(
-        || async {
-            db.run("count", |conn| {
-                conn.query_row("SELECT COUNT(*) FROM chat_calls", [], |row| {
-                    row.get::<_, i64>(0)
-                })
+    // A committed the records of the paused turn before its response ended; once they are deleted, nothing
+    // brings them back.
+    let recorded = db
+        .run("count", |conn| {
+            conn.query_row("SELECT COUNT(*) FROM chat_calls", [], |row| {
+                row.get::<_, i64>(0)
             })
-            .await
-            .unwrap()
-        },
-        |count| *count > 0,
-    )
-    .await;
+        })
+        .await
+        .unwrap();
     assert!(recorded > 0);
     db.run("forget the call records", |conn| {
         conn.execute_batch(

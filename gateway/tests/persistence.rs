@@ -7,6 +7,7 @@ use common::{post, request, three_add_calls, tool_result, Harness};
 use tower_chat::test_server::Reply;
 use tower_chat::{ConversationId, Message};
 use tower_chat_persistence::{CallOutcome, CallRecord, SqliteStore, Store};
+use tower_chat_testkit::until;
 
 /// `test-model` at $1 / $2 per million input / output tokens.
 fn priced(config: &mut tower_chat_gateway::Config) {
@@ -477,12 +478,14 @@ async fn a_cancelled_stream_is_recorded_with_the_estimate_the_limits_charged() {
     .await;
     gw.provider.hangups(1).await;
 
-    // The record is handed to the writer as the stream is dropped; `/v1/usage` reads the store.
-    let usage = common::eventually(
-        || async { common::get(&gw.url("/v1/usage")).await.json() },
-        |usage| usage["recorded"]["calls"] == 1,
-    )
+    // The record is handed to the writer only as the gateway drops the stream the client left, after the
+    // response: `/v1/usage` (which reads the store) shows it a little later.
+    let read_usage = || async { common::get(&gw.url("/v1/usage")).await.json() };
+    until("the hung-up call's record", || async {
+        read_usage().await["recorded"]["calls"] == 1
+    })
     .await;
+    let usage = read_usage().await;
     let recorded = &usage["recorded"];
     assert_eq!(recorded["calls"], 1, "{usage}");
     assert_eq!(recorded["estimated_calls"], 1, "{usage}");

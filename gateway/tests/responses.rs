@@ -217,12 +217,11 @@ async fn previous_response_id_is_scoped_to_the_caller_and_store_false_keeps_noth
         .await
         .unwrap();
     let second_call = tower_chat_persistence::CallId::new(second_id);
-    let record = common::eventually(
-        || async { store.call(&second_call).await.unwrap() },
-        Option::is_some,
-    )
-    .await
-    .expect("the second response is stored under its id");
+    let record = store
+        .call(&second_call)
+        .await
+        .unwrap()
+        .expect("the second response is stored under its id");
     let calls = store
         .conversation_calls(&record.conversation_id)
         .await

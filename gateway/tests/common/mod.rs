@@ -15,24 +15,6 @@ use tokio::sync::oneshot;
 use tower_chat::test_server::{Part, RecordedRequest, Reply, ScriptedProvider};
 use tower_chat_gateway::{Config, Gateway};
 
-/// Read from another connection to the gateway's database until `done` holds (at most 10 s): the gateway's
-/// SQLite store makes a record durable in its journal and writes it into the tables within a second
-/// (`SqliteStoreBuilder::index_delay`), so a second store on the file sees it up to that much later.
-pub async fn eventually<T, F, Fut>(mut read: F, done: impl Fn(&T) -> bool) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = T>,
-{
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        let value = read().await;
-        if done(&value) || tokio::time::Instant::now() >= deadline {
-            return value;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
-
 pub struct Harness {
     pub provider: ScriptedProvider,
     pub addr: SocketAddr,
