@@ -6,40 +6,11 @@
 
 mod common;
 
-use std::process::Command;
-
 use common::Harness;
 use serde_json::json;
 use tower_chat::test_server::{RecordedRequest, Reply};
-use tower_chat::Blob;
 use tower_chat_gateway::config::Provider;
-
-/// A 1×1 PNG.
-const PNG: &[u8] = &[
-    0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a, 0x00, 0x00, 0x00, 0x0d, 0x49, 0x48, 0x44, 0x52,
-    0x00, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00, 0x01, 0x08, 0x06, 0x00, 0x00, 0x00, 0x1f, 0x15, 0xc4,
-    0x89, 0x00, 0x00, 0x00, 0x0d, 0x49, 0x44, 0x41, 0x54, 0x78, 0x9c, 0x63, 0x00, 0x01, 0x00, 0x00,
-    0x05, 0x00, 0x01, 0x0d, 0x0a, 0x2d, 0xb4, 0x00, 0x00, 0x00, 0x00, 0x49, 0x45, 0x4e, 0x44, 0xae,
-    0x42, 0x60, 0x82,
-];
-const PDF: &[u8] = b"%PDF-1.4\n1 0 obj<<>>endobj\ntrailer<<>>\n%%EOF\n";
-
-fn base64(bytes: &[u8]) -> String {
-    Blob::new(bytes.to_vec(), "application/octet-stream")
-        .base64()
-        .to_owned()
-}
-
-fn anthropic_answer(text: &str) -> Reply {
-    Reply::anthropic_stream(&[
-        json!({"type":"message_start","message":{"id":"msg_1","type":"message","role":"assistant","model":"claude-test","content":[],"usage":{"input_tokens":10,"output_tokens":1}}}),
-        json!({"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}),
-        json!({"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":text}}),
-        json!({"type":"content_block_stop","index":0}),
-        json!({"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":5}}),
-        json!({"type":"message_stop"}),
-    ])
-}
+use tower_chat_testkit::{anthropic_text, base64, PDF, PNG};
 
 /// An Anthropic upstream that answers only when the image and the PDF arrived as Messages blocks.
 fn anthropic_upstream(request: &RecordedRequest, _: usize) -> Reply {
@@ -47,7 +18,7 @@ fn anthropic_upstream(request: &RecordedRequest, _: usize) -> Reply {
     let image = json!({"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": base64(PNG)}});
     let document = json!({"type": "document", "source": {"type": "base64", "media_type": "application/pdf", "data": base64(PDF)}, "title": "report.pdf"});
     if content[1] == image && content[2] == document {
-        anthropic_answer("saw image/png and application/pdf")
+        anthropic_text("claude-test", "saw image/png and application/pdf")
     } else {
         Reply::json(
             400,
@@ -162,13 +133,6 @@ async fn malformed_base64_is_a_400_with_its_place() {
     assert!(gw.provider.requests().is_empty());
 }
 
-fn python_with(package: &str) -> bool {
-    Command::new("python3")
-        .args(["-c", &format!("import {package}")])
-        .output()
-        .is_ok_and(|output| output.status.success())
-}
-
 /// Run `media_client.py` with `client` against a gateway in front of `upstream`; skips visibly without the
 /// package.
 async fn official_client(
@@ -177,19 +141,9 @@ async fn official_client(
     provider: Provider,
     upstream: fn(&RecordedRequest, usize) -> Reply,
 ) {
-    if !python_with(client) {
-        let reason =
-            format!("the `{client}` Python package is not installed (pip install {client})");
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "{test}: {reason}, and CI is set"
-        );
-        eprintln!("SKIPPED {test}: {reason}");
-        println!("SKIPPED {test}: {reason}");
+    let Some(keys) = common::python_keys(test, client) else {
         return;
-    }
-    let keys = tempfile::NamedTempFile::new().unwrap();
-    std::fs::write(keys.path(), "sk-python\n").unwrap();
+    };
     let keys_path = keys.path().to_owned();
     let gw = Harness::start(upstream, move |c| {
         c.provider = provider;
@@ -200,31 +154,19 @@ async fn official_client(
         "openai" => gw.base_url(),
         _ => gw.url(""),
     };
-    let script = format!("{}/tests/media_client.py", env!("CARGO_MANIFEST_DIR"));
-    let output = tokio::task::spawn_blocking(move || {
-        Command::new("python3")
-            .args([
-                &script,
-                client,
-                &base_url,
-                "sk-python",
-                &base64(PNG),
-                &base64(PDF),
-            ])
-            .output()
-            .expect("run python3")
-    })
-    .await
-    .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(
-        output.status.success(),
-        "python client failed\nstdout:\n{stdout}\nstderr:\n{stderr}"
-    );
-    for check in ["ok image and pdf answered", "ok unsupported part refused"] {
-        assert!(stdout.contains(check), "missing `{check}` in:\n{stdout}");
-    }
+    let args = [
+        client.to_owned(),
+        base_url,
+        common::PYTHON_KEY.to_owned(),
+        base64(PNG),
+        base64(PDF),
+    ];
+    common::run_python(
+        "media_client.py",
+        &args,
+        &["ok image and pdf answered", "ok unsupported part refused"],
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

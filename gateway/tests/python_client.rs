@@ -5,28 +5,12 @@
 
 mod common;
 
-use std::process::Command;
-
 use common::{wire_upstream, Harness};
 use tower_chat::test_server::{RecordedRequest, Reply};
 
 /// The shared wire-format upstream; `write` writes this file's own file.
 fn upstream() -> impl Fn(&RecordedRequest, usize) -> Reply + Send + Sync + 'static {
     wire_upstream(r#"{"path": "py.txt", "content": "py"}"#)
-}
-
-fn python_with(package: &str) -> Result<(), String> {
-    let output = Command::new("python3")
-        .args(["-c", &format!("import {package}")])
-        .output()
-        .map_err(|e| format!("python3 is not available ({e})"))?;
-    if output.status.success() {
-        Ok(())
-    } else {
-        Err(format!(
-            "the `{package}` Python package is not installed (pip install {package})"
-        ))
-    }
 }
 
 /// Run `script` with `package` against a gateway with a key file; assert it passed every check. Returns the
@@ -38,34 +22,11 @@ async fn run_client(
     base_url: impl Fn(&Harness) -> String,
     checks: &[&str],
 ) -> Option<Harness> {
-    if let Err(reason) = python_with(package) {
-        eprintln!("SKIPPED {test}: {reason}");
-        println!("SKIPPED {test}: {reason}");
-        return None;
-    }
-    let keys = tempfile::NamedTempFile::new().unwrap();
-    std::fs::write(keys.path(), "sk-python\n").unwrap();
+    let keys = common::python_keys(test, package)?;
     let keys_path = keys.path().to_owned();
     let gw = Harness::start(upstream(), move |c| c.api_keys_file = Some(keys_path)).await;
-    let script = format!("{}/tests/{script}", env!("CARGO_MANIFEST_DIR"));
-    let base_url = base_url(&gw);
-    let output = tokio::task::spawn_blocking(move || {
-        Command::new("python3")
-            .args([&script, &base_url, "sk-python"])
-            .output()
-            .expect("run python3")
-    })
-    .await
-    .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(
-        output.status.success(),
-        "python client failed\nstdout:\n{stdout}\nstderr:\n{stderr}"
-    );
-    for check in checks {
-        assert!(stdout.contains(check), "missing `{check}` in:\n{stdout}");
-    }
+    let args = [base_url(&gw), common::PYTHON_KEY.to_owned()];
+    common::run_python(script, &args, checks).await;
     Some(gw)
 }
 

@@ -15,12 +15,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub mod events;
+pub mod media;
 pub mod model;
 pub mod replies;
 #[cfg(feature = "spans")]
 pub mod spans;
 
 pub use events::*;
+pub use media::{base64, PDF, PNG};
 pub use model::*;
 pub use replies::*;
 #[cfg(feature = "spans")]
