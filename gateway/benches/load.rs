@@ -27,6 +27,13 @@
 //! question as an Anthropic Messages or OpenAI Responses request instead of Chat Completions. The gateway's
 //! cost per request is the slope of the gateway's counts between two request counts minus the direct slope;
 //! wrk is not needed in this mode.
+//!
+//! Media: `LOAD_COUNT_IMAGE_BYTES=N` makes every counted request a Chat Completions question about one image of
+//! `N` bytes sent as a `data:image/png;base64,` URL (pseudo-random bytes: the gateway never decodes images),
+//! a different image in each request so that each is stored once, and raises the body limit to fit it;
+//! `LOAD_COUNT_PROVIDER=anthropic` puts the gateway in front of an Anthropic upstream (plain requests only),
+//! which gets the image as a Messages `image` block. The cost per MiB is the difference of the gateway's
+//! per-request costs at two sizes, divided by the MiB between them.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -39,15 +46,18 @@ use hyper::body::Incoming;
 use hyper::{Request, Response};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use serde_json::json;
-use tower_chat_gateway::{Config, Gateway};
+use tower_chat::Blob;
+use tower_chat_gateway::{Config, Gateway, Provider};
 
 const MODEL: &str = "gpt-4o-mini";
 const ANSWER_WORDS: usize = 20;
 
-/// The upstream's two answers, built once.
+/// The upstream's answers, built once.
 struct Answers {
     completion: Bytes,
     stream: Bytes,
+    /// The same answer as an Anthropic Messages `message`, for requests to `/v1/messages`.
+    message: Bytes,
 }
 
 fn answers() -> Answers {
@@ -73,9 +83,16 @@ fn answers() -> Answers {
         stream.push_str(&format!("data: {event}\n\n"));
     }
     stream.push_str("data: [DONE]\n\n");
+    let message = json!({
+        "id": "msg_load", "type": "message", "role": "assistant", "model": MODEL,
+        "content": [{"type": "text", "text": words.concat()}],
+        "stop_reason": "end_turn", "stop_sequence": null,
+        "usage": {"input_tokens": 12, "output_tokens": ANSWER_WORDS},
+    });
     Answers {
         completion: Bytes::from(completion.to_string()),
         stream: Bytes::from(stream),
+        message: Bytes::from(message.to_string()),
     }
 }
 
@@ -92,9 +109,12 @@ async fn upstream(answers: &'static Answers) -> SocketAddr {
             tokio::spawn(async move {
                 let service =
                     hyper::service::service_fn(move |request: Request<Incoming>| async move {
+                        let anthropic = request.uri().path().ends_with("/messages");
                         let body = request.into_body().collect().await.map(|b| b.to_bytes());
                         let streamed = body.is_ok_and(|b| asks_to_stream(&b[..]));
-                        let (content_type, bytes) = if streamed {
+                        let (content_type, bytes) = if anthropic {
+                            ("application/json", answers.message.clone())
+                        } else if streamed {
                             ("text/event-stream", answers.stream.clone())
                         } else {
                             ("application/json", answers.completion.clone())
@@ -191,6 +211,41 @@ fn responses_body(stream: bool) -> String {
     json!({"model": MODEL, "stream": stream, "input": "Say twenty words."}).to_string()
 }
 
+/// Chat Completions requests carrying one image each, as a base64 `data:` URL.
+struct ImageRequests {
+    /// The image's base64, built once; each request overwrites its first characters.
+    base64: String,
+}
+
+impl ImageRequests {
+    fn new(size: usize) -> Self {
+        assert!(size >= 12, "an image of at least 12 bytes");
+        // xorshift64: incompressible bytes without a dependency.
+        let mut state = 0x9e37_79b9_7f4a_7c15_u64;
+        let bytes: Vec<u8> = (0..size)
+            .map(|_| {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                state as u8
+            })
+            .collect();
+        ImageRequests {
+            base64: Blob::new(bytes, "image/png").base64().to_owned(),
+        }
+    }
+
+    /// Request `index`: the index's 16 decimal digits (base64 characters) replace the image's first 16, so
+    /// every request carries different bytes of the same size.
+    fn body(&self, index: usize) -> Bytes {
+        let mut data = self.base64.clone();
+        data.replace_range(..16, &format!("{index:016}"));
+        Bytes::from(format!(
+            r#"{{"model":"{MODEL}","messages":[{{"role":"user","content":[{{"type":"text","text":"What is in this image?"}},{{"type":"image_url","image_url":{{"url":"data:image/png;base64,{data}"}}}}]}}]}}"#
+        ))
+    }
+}
+
 /// A `wrk` script sending one chat request.
 fn script(dir: &std::path::Path, stream: bool) -> String {
     let body = request_body(stream);
@@ -236,8 +291,19 @@ fn main() {
         .enable_all()
         .build()
         .unwrap();
+    let image_bytes: Option<usize> = std::env::var("LOAD_COUNT_IMAGE_BYTES")
+        .ok()
+        .and_then(|n| n.parse().ok());
+    let anthropic = std::env::var("LOAD_COUNT_PROVIDER").is_ok_and(|p| p == "anthropic");
     let mut config = Config::new(format!("http://{upstream_addr}/v1"));
     config.no_upstream_key = true;
+    if anthropic {
+        config.provider = Provider::Anthropic;
+    }
+    if let Some(size) = image_bytes {
+        // The base64 text is 4/3 of the image.
+        config.body_limit = config.body_limit.max(2 * size);
+    }
     config.db = dir.path().join("gateway.db");
     config.shutdown_timeout = Duration::from_secs(1);
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
@@ -255,6 +321,10 @@ fn main() {
     if let Some(requests) = count {
         let to_gateway = std::env::var("LOAD_COUNT_TARGET").map_or(true, |t| t != "direct");
         let stream = std::env::var("LOAD_COUNT_STREAM").is_ok_and(|s| s == "1");
+        assert!(
+            !(stream && anthropic),
+            "the Anthropic upstream answers plain requests only"
+        );
         let addr = if to_gateway {
             gateway_addr
         } else {
@@ -270,10 +340,21 @@ fn main() {
             (true, "responses") => ("/v1/responses", responses_body(stream)),
             _ => ("/v1/chat/completions", request_body(stream)),
         };
-        client_runtime.block_on(send_one_after_another(addr, path, body, requests + 1));
+        let body = Bytes::from(body);
+        let images = image_bytes.map(ImageRequests::new);
+        client_runtime.block_on(send_one_after_another(
+            addr,
+            path,
+            |index| match &images {
+                Some(images) => images.body(index),
+                None => body.clone(),
+            },
+            requests + 1,
+        ));
         println!(
-            "sent {requests} (+1 warm-up) {} requests to the {}",
+            "sent {requests} (+1 warm-up) {}{} requests to the {}",
             if stream { "streamed" } else { "plain" },
+            image_bytes.map_or(String::new(), |n| format!(" {n}-byte image")),
             if to_gateway { "gateway" } else { "upstream" }
         );
     } else {
@@ -287,21 +368,26 @@ fn main() {
     upstream_runtime.shutdown_timeout(Duration::from_secs(1));
 }
 
-/// `requests` chat requests, each sent after the previous answer was read whole, on one HTTP/1.1 connection.
-async fn send_one_after_another(addr: SocketAddr, path: &str, body: String, requests: usize) {
+/// `requests` chat requests (`body(index)`), each sent after the previous answer was read whole, on one
+/// HTTP/1.1 connection.
+async fn send_one_after_another(
+    addr: SocketAddr,
+    path: &str,
+    mut body: impl FnMut(usize) -> Bytes,
+    requests: usize,
+) {
     let socket = tokio::net::TcpStream::connect(addr).await.unwrap();
     socket.set_nodelay(true).unwrap();
     let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(socket))
         .await
         .unwrap();
     tokio::spawn(connection);
-    let body = Bytes::from(body);
-    for _ in 0..requests {
+    for index in 0..requests {
         sender.ready().await.unwrap();
         let request = Request::post(path)
             .header("host", addr.to_string())
             .header("content-type", "application/json")
-            .body(Full::new(body.clone()))
+            .body(Full::new(body(index)))
             .unwrap();
         let response = sender.send_request(request).await.unwrap();
         assert_eq!(response.status(), 200);
