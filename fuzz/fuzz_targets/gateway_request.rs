@@ -18,6 +18,8 @@ fuzz_target!(|data: &[u8]| {
         max_approvals: 4,
         max_id_bytes: 16,
         max_conversation_id_bytes: 16,
+        max_media_part_bytes: 4096,
+        max_media_bytes: 8192,
     };
     match parse_request(format, body) {
         Ok((request, approvals)) => {
