@@ -132,7 +132,6 @@ impl Tool for McpTool {
 /// - `isError: true` makes it an error result with the text.
 pub(crate) fn tool_result(result: CallToolResult) -> Result<ToolOutput, ToolError> {
     let mut parts: Vec<Part> = Vec::with_capacity(result.content.len() + 1);
-    let mut texts: Vec<String> = Vec::new();
     let blob = |data: &str, mime: &str, what: &str| {
         Blob::from_base64(data, mime).map_err(|e| {
             ToolError::new(format!(
@@ -198,12 +197,7 @@ pub(crate) fn tool_result(result: CallToolResult) -> Result<ToolOutput, ToolErro
     }
     // Text only (the usual case): one text, as the loop and every provider take it most simply.
     if parts.iter().all(|part| matches!(part, Part::Text(_))) {
-        for part in parts.drain(..) {
-            if let Part::Text(text) = part {
-                texts.push(text.text);
-            }
-        }
-        let text = texts.join("\n");
+        let text = ToolOutput::from_parts(parts).joined_text().into_owned();
         return if result.is_error == Some(true) {
             Err(ToolError::new(if text.is_empty() {
                 "the MCP tool reported an error".to_owned()
