@@ -396,6 +396,26 @@ impl Part {
     }
 }
 
+macro_rules! part_from {
+    ($($variant:ident($part:ty)),* $(,)?) => {$(
+        impl From<$part> for Part {
+            fn from(part: $part) -> Self {
+                Part::$variant(part)
+            }
+        }
+    )*};
+}
+
+// Build parts with `Part::from(ImagePart { .. })` (or `.into()`): the variants' payloads may change
+// representation (boxing the large media parts, say) without breaking callers.
+part_from!(
+    Text(TextPart),
+    Image(ImagePart),
+    Audio(AudioPart),
+    File(FilePart),
+    Provider(ProviderPart),
+);
+
 /// A text part.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct TextPart {
