@@ -151,13 +151,8 @@ impl Content {
             .iter()
             .map(|part| match part {
                 Part::Text(text) => text.text.len(),
-                Part::Image(ImagePart { source, .. }) | Part::File(FilePart { source, .. }) => {
-                    match source {
-                        MediaSource::Url { url } => url.len(),
-                        MediaSource::Data(blob) => blob.len(),
-                        MediaSource::FileId { id } => id.len(),
-                    }
-                }
+                Part::Image(image) => image.source.size(),
+                Part::File(file) => file.source.size(),
                 Part::Audio(audio) => audio.data.len(),
                 Part::Provider(raw) => raw.value.to_string().len(),
             })
@@ -290,13 +285,13 @@ pub enum Part {
     /// Text.
     Text(TextPart),
     /// An image, by URL or as bytes.
-    Image(ImagePart),
+    Image(Box<ImagePart>),
     /// Audio as bytes.
-    Audio(AudioPart),
+    Audio(Box<AudioPart>),
     /// A document or other file: bytes, a URL or a provider's file id.
-    File(FilePart),
+    File(Box<FilePart>),
     /// Something an inbound format carried that no layer understands, kept for the provider it came from.
-    Provider(ProviderPart),
+    Provider(Box<ProviderPart>),
 }
 
 impl Part {
@@ -310,7 +305,7 @@ impl Part {
 
     /// An image part from a URL (an `https:` URL or a `data:` URL, passed to the provider as it is).
     pub fn image_url(url: impl Into<String>) -> Self {
-        Part::Image(ImagePart {
+        Part::from(ImagePart {
             source: MediaSource::Url { url: url.into() },
             detail: None,
             cache: None,
@@ -319,7 +314,7 @@ impl Part {
 
     /// An image part from its bytes and media type (`image/png`, `image/jpeg`, `image/gif`, `image/webp`).
     pub fn image(data: impl Into<Bytes>, media_type: impl Into<String>) -> Self {
-        Part::Image(ImagePart {
+        Part::from(ImagePart {
             source: MediaSource::Data(Blob::new(data, media_type)),
             detail: None,
             cache: None,
@@ -328,7 +323,7 @@ impl Part {
 
     /// An audio part from its bytes and media type (`audio/wav`, `audio/mpeg`).
     pub fn audio(data: impl Into<Bytes>, media_type: impl Into<String>) -> Self {
-        Part::Audio(AudioPart {
+        Part::from(AudioPart {
             data: Blob::new(data, media_type),
         })
     }
@@ -339,7 +334,7 @@ impl Part {
         media_type: impl Into<String>,
         name: Option<String>,
     ) -> Self {
-        Part::File(FilePart {
+        Part::from(FilePart {
             source: MediaSource::Data(Blob::new(data, media_type)),
             media_type: None,
             name,
@@ -361,16 +356,10 @@ impl Part {
     /// Bytes of binary data held (0 for text, URLs, file ids and provider parts).
     pub fn media_bytes(&self) -> usize {
         match self {
-            Part::Image(ImagePart {
-                source: MediaSource::Data(blob),
-                ..
-            })
-            | Part::Audio(AudioPart { data: blob })
-            | Part::File(FilePart {
-                source: MediaSource::Data(blob),
-                ..
-            }) => blob.len(),
-            _ => 0,
+            Part::Image(image) => image.source.media_bytes(),
+            Part::Audio(audio) => audio.data.len(),
+            Part::File(file) => file.source.media_bytes(),
+            Part::Text(_) | Part::Provider(_) => 0,
         }
     }
 
@@ -382,6 +371,16 @@ impl Part {
             Part::Audio(audio) => Some(audio.data.media_type()),
             Part::File(file) => file.media_type(),
             Part::Provider(_) => None,
+        }
+    }
+
+    /// Where the part's cache hint goes, for parts that can carry one (text, image, file).
+    pub fn cache_slot(&mut self) -> Option<&mut Option<CacheHint>> {
+        match self {
+            Part::Text(part) => Some(&mut part.cache),
+            Part::Image(part) => Some(&mut part.cache),
+            Part::File(part) => Some(&mut part.cache),
+            Part::Audio(_) | Part::Provider(_) => None,
         }
     }
 
@@ -400,14 +399,14 @@ macro_rules! part_from {
     ($($variant:ident($part:ty)),* $(,)?) => {$(
         impl From<$part> for Part {
             fn from(part: $part) -> Self {
-                Part::$variant(part)
+                Part::$variant(part.into())
             }
         }
     )*};
 }
 
-// Build parts with `Part::from(ImagePart { .. })` (or `.into()`): the variants' payloads may change
-// representation (boxing the large media parts, say) without breaking callers.
+// Media parts are boxed so that a text part, the common case, keeps `Part` (and every message) small: a history
+// is cloned for each round of the tool loop. `Part::from(ImagePart { .. })` hides the box.
 part_from!(
     Text(TextPart),
     Image(ImagePart),
@@ -530,6 +529,23 @@ impl MediaSource {
             MediaSource::Data(blob) => Some(blob.media_type()),
             MediaSource::Url { url } => DataUrl::parse(url).ok().map(|data| data.media_type),
             MediaSource::FileId { .. } => None,
+        }
+    }
+
+    /// Bytes of binary data held (0 for a URL or a file id).
+    pub fn media_bytes(&self) -> usize {
+        match self {
+            MediaSource::Data(blob) => blob.len(),
+            MediaSource::Url { .. } | MediaSource::FileId { .. } => 0,
+        }
+    }
+
+    /// The size a size limit counts: the bytes, or the URL's or file id's UTF-8 length.
+    pub fn size(&self) -> usize {
+        match self {
+            MediaSource::Url { url } => url.len(),
+            MediaSource::Data(blob) => blob.len(),
+            MediaSource::FileId { id } => id.len(),
         }
     }
 }
@@ -709,6 +725,20 @@ impl<'a> DataUrl<'a> {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_part_is_no_larger_than_a_text_part_and_its_tag() {
+        // Media parts are boxed: every history clone and move pays for the largest variant.
+        eprintln!(
+            "Part {} TextPart {} Content {} Message {}",
+            std::mem::size_of::<Part>(),
+            std::mem::size_of::<TextPart>(),
+            std::mem::size_of::<Content>(),
+            std::mem::size_of::<crate::Message>()
+        );
+        assert!(std::mem::size_of::<Part>() <= std::mem::size_of::<TextPart>() + 8);
+        assert!(std::mem::size_of::<Content>() <= std::mem::size_of::<Part>() + 8);
+    }
 
     #[test]
     fn text_content_is_one_part_and_serializes_as_a_string() {

@@ -56,7 +56,7 @@ fn anthropic_text(text: &str) -> Reply {
 fn image_question() -> Content {
     Content::from_parts(vec![
         Part::text("What is in these images?"),
-        Part::Image(ImagePart {
+        Part::from(ImagePart {
             source: MediaSource::Url {
                 url: "https://upload.wikimedia.org/cat.jpg".into(),
             },
@@ -77,7 +77,7 @@ async fn openai_gets_image_audio_and_file_parts_as_chat_completions_documents_th
         "application/pdf",
         Some("report.pdf".into()),
     ));
-    question.push(Part::File(FilePart {
+    question.push(Part::from(FilePart {
         source: MediaSource::FileId {
             id: "file-abc123".into(),
         },
@@ -260,7 +260,7 @@ async fn parts_a_provider_cannot_take_are_refused_before_sending() {
     assert!(error.to_string().contains("wordprocessingml"), "{error}");
 
     let openai_provider = ScriptedProvider::start(|_, _| Reply::openai_text("unreachable")).await;
-    let file_url = ChatRequest::new(vec![Message::user(vec![Part::File(FilePart {
+    let file_url = ChatRequest::new(vec![Message::user(vec![Part::from(FilePart {
         source: MediaSource::Url {
             url: "https://example.com/a.pdf".into(),
         },

@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use tower_chat::{
     AssistantMessage, ChatRequest, Content, Continuation, FinishReason, Message, Part,
-    ReasoningPart, TextPart, ToolArguments, ToolCall, ToolChoice, ToolMessage, ToolSpec, Usage,
+    ReasoningPart, ToolArguments, ToolCall, ToolChoice, ToolMessage, ToolSpec, Usage,
 };
 
 use super::parts::{
@@ -485,12 +485,7 @@ fn set_cache(content: &mut Content, hint: tower_chat::CacheHint) {
         .parts_mut()
         .iter_mut()
         .rev()
-        .find_map(|part| match part {
-            Part::Text(TextPart { cache, .. })
-            | Part::Image(tower_chat::ImagePart { cache, .. })
-            | Part::File(tower_chat::FilePart { cache, .. }) => Some(cache),
-            _ => None,
-        })
+        .find_map(Part::cache_slot)
     {
         *part = Some(hint);
     }
@@ -891,10 +886,12 @@ mod tests {
         let request = &inbound.request;
         assert_eq!(
             request.messages[0],
-            Message::system(Content::from_parts(vec![Part::Text(TextPart {
-                text: "be brief".into(),
-                cache: Some(tower_chat::CacheHint::default()),
-            })]))
+            Message::system(Content::from_parts(vec![Part::Text(
+                tower_chat::TextPart {
+                    text: "be brief".into(),
+                    cache: Some(tower_chat::CacheHint::default()),
+                }
+            )]))
         );
         assert_eq!(request.messages[1], Message::user("weather?"));
         let Message::Assistant(assistant) = &request.messages[2] else {

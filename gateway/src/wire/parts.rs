@@ -70,7 +70,7 @@ pub(crate) fn chat_completions_part(value: Value, at: &str) -> Result<Part, ApiE
         Some("text" | "image_url" | "input_audio" | "file")
     );
     if !known {
-        return Ok(Part::Provider(ProviderPart {
+        return Ok(Part::from(ProviderPart {
             provider: "openai".into(),
             value,
         }));
@@ -78,7 +78,7 @@ pub(crate) fn chat_completions_part(value: Value, at: &str) -> Result<Part, ApiE
     let wire: Wire = serde_json::from_value(value).map_err(|e| schema(format!("{at}: {e}")))?;
     Ok(match wire {
         Wire::Text { text } => Part::text(text),
-        Wire::ImageUrl { image_url } => Part::Image(ImagePart {
+        Wire::ImageUrl { image_url } => Part::from(ImagePart {
             source: url_source(image_url.url, at)?,
             detail: image_url.detail,
             cache: None,
@@ -88,7 +88,7 @@ pub(crate) fn chat_completions_part(value: Value, at: &str) -> Result<Part, ApiE
                 "mp3" => "audio/mpeg".to_owned(),
                 other => format!("audio/{other}"),
             };
-            Part::Audio(AudioPart {
+            Part::from(AudioPart {
                 data: base64_blob(&input_audio.data, media_type, at)?,
             })
         }
@@ -107,7 +107,7 @@ pub(crate) fn chat_completions_part(value: Value, at: &str) -> Result<Part, ApiE
                     "{at}: `file_data` must be a base64 data: URL"
                 )));
             }
-            Part::File(FilePart {
+            Part::from(FilePart {
                 source,
                 media_type: None,
                 name: file.filename,
@@ -220,7 +220,7 @@ pub(crate) fn anthropic_image(
     if matches!(source, InSource::Text { .. }) {
         return Err(schema(format!("{at}: an image source cannot be `text`")));
     }
-    Ok(Part::Image(ImagePart {
+    Ok(Part::from(ImagePart {
         source: source.into_source(at)?,
         detail: None,
         cache: cache_hint(cache_control, at)?,
@@ -238,7 +238,7 @@ pub(crate) fn anthropic_document(
         InSource::Url { .. } => Some("application/pdf".to_owned()),
         _ => None,
     };
-    Ok(Part::File(FilePart {
+    Ok(Part::from(FilePart {
         source: source.into_source(at)?,
         media_type,
         name: title,
@@ -282,7 +282,7 @@ mod tests {
         assert_eq!(parts[1].media_type(), Some("image/png"));
         assert_eq!(parts[1].media_bytes(), 4);
         assert!(
-            matches!(&parts[2], Part::Image(ImagePart { source: MediaSource::Url { url }, .. }) if url.starts_with("https:"))
+            matches!(&parts[2], Part::Image(image) if matches!(&image.source, MediaSource::Url { url } if url.starts_with("https:")))
         );
         assert_eq!(parts[3].media_type(), Some("audio/wav"));
         assert_eq!(parts[4].media_type(), Some("application/pdf"));

@@ -142,12 +142,12 @@ pub(crate) fn tool_result(result: CallToolResult) -> Result<ToolOutput, ToolErro
     for block in &result.content {
         let part = match block {
             ContentBlock::Text(text) => Part::text(text.text.clone()),
-            ContentBlock::Image(image) => Part::Image(ImagePart {
+            ContentBlock::Image(image) => Part::from(ImagePart {
                 source: MediaSource::Data(blob(&image.data, &image.mime_type, "an image")?),
                 detail: None,
                 cache: None,
             }),
-            ContentBlock::Audio(audio) => Part::Audio(AudioPart {
+            ContentBlock::Audio(audio) => Part::from(AudioPart {
                 data: blob(&audio.data, &audio.mime_type, "audio")?,
             }),
             ContentBlock::Resource(resource) => match &resource.resource {
@@ -161,13 +161,13 @@ pub(crate) fn tool_result(result: CallToolResult) -> Result<ToolOutput, ToolErro
                     let mime = mime_type.as_deref().unwrap_or("application/octet-stream");
                     let data = blob(data, mime, "a resource")?;
                     if mime.starts_with("image/") {
-                        Part::Image(ImagePart {
+                        Part::from(ImagePart {
                             source: MediaSource::Data(data),
                             detail: None,
                             cache: None,
                         })
                     } else {
-                        Part::File(FilePart {
+                        Part::from(FilePart {
                             source: MediaSource::Data(data),
                             media_type: None,
                             name: Some(uri.clone()),
