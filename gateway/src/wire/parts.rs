@@ -32,6 +32,17 @@ fn base64_blob(data: &str, media_type: String, at: &str) -> Result<Blob, ApiErro
     Blob::from_base64(data, media_type).map_err(|e| schema(format!("{at}: {e}")))
 }
 
+/// OpenAI's `input_audio` (`data` in base64, `format` `wav` or `mp3`), in Chat Completions and Responses alike.
+fn input_audio_part(data: &str, format: &str, at: &str) -> Result<Part, ApiError> {
+    let media_type = match format {
+        "mp3" => "audio/mpeg".to_owned(),
+        other => format!("audio/{other}"),
+    };
+    Ok(Part::from(AudioPart {
+        data: base64_blob(data, media_type, at)?,
+    }))
+}
+
 // ---- OpenAI Chat Completions ----
 
 /// A Chat Completions content part (`text`, `image_url`, `input_audio`, `file`); other types are kept as
@@ -84,13 +95,7 @@ pub(crate) fn chat_completions_part(value: Value, at: &str) -> Result<Part, ApiE
             cache: None,
         }),
         Wire::InputAudio { input_audio } => {
-            let media_type = match input_audio.format.as_str() {
-                "mp3" => "audio/mpeg".to_owned(),
-                other => format!("audio/{other}"),
-            };
-            Part::from(AudioPart {
-                data: base64_blob(&input_audio.data, media_type, at)?,
-            })
+            input_audio_part(&input_audio.data, &input_audio.format, at)?
         }
         Wire::File { file } => {
             let source = match (file.file_data, file.file_id) {
@@ -256,6 +261,232 @@ pub(crate) fn anthropic_text(
         text,
         cache: cache_hint(cache_control, at)?,
     }))
+}
+
+// ---- OpenAI Responses ----
+
+/// A Responses `prompt_cache_breakpoint`: the end of a reusable prefix, as Anthropic's `cache_control` marks it.
+/// Its `ttl` (`30m`, `12h`) has no Anthropic equivalent, so the provider's default applies.
+#[derive(Debug, Deserialize)]
+struct InBreakpoint {
+    mode: String,
+}
+
+fn breakpoint_hint(
+    breakpoint: Option<InBreakpoint>,
+    at: &str,
+) -> Result<Option<CacheHint>, ApiError> {
+    match breakpoint {
+        None => Ok(None),
+        Some(InBreakpoint { mode }) if mode == "explicit" => Ok(Some(CacheHint::default())),
+        Some(_) => Err(schema(format!(
+            "{at}: `prompt_cache_breakpoint.mode` must be `explicit`"
+        ))),
+    }
+}
+
+/// A Responses image `detail`. `original` (full resolution, no downscaling) is sent as `high`, the finest
+/// detail the upstream formats take.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum InDetail {
+    Auto,
+    Low,
+    High,
+    Original,
+}
+
+impl From<InDetail> for ImageDetail {
+    fn from(detail: InDetail) -> Self {
+        match detail {
+            InDetail::Auto => ImageDetail::Auto,
+            InDetail::Low => ImageDetail::Low,
+            InDetail::High | InDetail::Original => ImageDetail::High,
+        }
+    }
+}
+
+/// The content part types a Responses message or `function_call_output` may carry.
+const RESPONSES_PART_TYPES: &str = "input_text, input_image, input_file, input_audio";
+
+/// A Responses content part: `input_text` (and the `output_text` / `refusal` text of an assistant item),
+/// `input_image` (`image_url` as an http(s) or data: URL, or `file_id`; `detail`), `input_file` (`file_data` as
+/// a data: URL or plain base64 with a `filename`, `file_url`, or `file_id`) and `input_audio`. Other types are
+/// refused by name.
+pub(crate) fn responses_part(value: Value, at: &str) -> Result<Part, ApiError> {
+    #[derive(Deserialize)]
+    #[serde(tag = "type", rename_all = "snake_case")]
+    enum Wire {
+        #[serde(alias = "text")]
+        InputText {
+            text: String,
+            #[serde(default)]
+            prompt_cache_breakpoint: Option<InBreakpoint>,
+        },
+        OutputText {
+            text: String,
+        },
+        Refusal {
+            refusal: String,
+        },
+        InputImage {
+            #[serde(default)]
+            image_url: Option<String>,
+            #[serde(default)]
+            file_id: Option<String>,
+            #[serde(default)]
+            detail: Option<InDetail>,
+            #[serde(default)]
+            prompt_cache_breakpoint: Option<InBreakpoint>,
+        },
+        InputFile {
+            #[serde(default)]
+            file_data: Option<String>,
+            #[serde(default)]
+            file_url: Option<String>,
+            #[serde(default)]
+            file_id: Option<String>,
+            #[serde(default)]
+            filename: Option<String>,
+            #[serde(default)]
+            prompt_cache_breakpoint: Option<InBreakpoint>,
+        },
+        InputAudio {
+            input_audio: InputAudio,
+        },
+    }
+    #[derive(Deserialize)]
+    struct InputAudio {
+        data: String,
+        format: String,
+    }
+    match value.get("type").and_then(Value::as_str) {
+        Some(
+            "input_text" | "text" | "output_text" | "refusal" | "input_image" | "input_file"
+            | "input_audio",
+        ) => {}
+        Some(other) => {
+            return Err(schema(format!(
+                "{at}: content parts of type `{other}` are not supported ({RESPONSES_PART_TYPES})"
+            )))
+        }
+        None => return Err(schema(format!("{at}: `type` is required"))),
+    }
+    let wire: Wire = serde_json::from_value(value).map_err(|e| schema(format!("{at}: {e}")))?;
+    Ok(match wire {
+        Wire::InputText {
+            text,
+            prompt_cache_breakpoint,
+        } => Part::from(TextPart {
+            text,
+            cache: breakpoint_hint(prompt_cache_breakpoint, at)?,
+        }),
+        Wire::OutputText { text } | Wire::Refusal { refusal: text } => Part::text(text),
+        Wire::InputImage {
+            image_url,
+            file_id,
+            detail,
+            prompt_cache_breakpoint,
+        } => {
+            let source = match (image_url, file_id) {
+                (Some(url), None) => url_source(url, at)?,
+                (None, Some(id)) => MediaSource::FileId { id },
+                _ => {
+                    return Err(schema(format!(
+                        "{at}: an `input_image` needs exactly one of `image_url` and `file_id`"
+                    )))
+                }
+            };
+            Part::from(ImagePart {
+                source,
+                detail: detail.map(ImageDetail::from),
+                cache: breakpoint_hint(prompt_cache_breakpoint, at)?,
+            })
+        }
+        Wire::InputFile {
+            file_data,
+            file_url,
+            file_id,
+            filename,
+            prompt_cache_breakpoint,
+        } => {
+            let named_type = filename.as_deref().and_then(media_type_of_name);
+            let (source, media_type) = match (file_data, file_url, file_id) {
+                (Some(data), None, None) if data.starts_with("data:") => {
+                    (url_source(data, at)?, None)
+                }
+                (Some(data), None, None) => {
+                    let media_type = named_type.ok_or_else(|| {
+                        schema(format!(
+                            "{at}: `file_data` in plain base64 needs a `filename` whose extension names its \
+                             type (.pdf, .txt, ...), or a data: URL"
+                        ))
+                    })?;
+                    let blob = base64_blob(&data, media_type.to_owned(), at)?;
+                    (MediaSource::Data(blob), None)
+                }
+                (None, Some(url), None) => {
+                    if !(url.starts_with("https://") || url.starts_with("http://")) {
+                        return Err(schema(format!(
+                            "{at}: `file_url` must be an http(s) URL"
+                        )));
+                    }
+                    let media_type = named_type.or_else(|| media_type_of_name(&url));
+                    (MediaSource::Url { url }, media_type.map(str::to_owned))
+                }
+                (None, None, Some(id)) => (MediaSource::FileId { id }, named_type.map(str::to_owned)),
+                _ => {
+                    return Err(schema(format!(
+                        "{at}: an `input_file` needs exactly one of `file_data`, `file_url` and `file_id`"
+                    )))
+                }
+            };
+            Part::from(FilePart {
+                source,
+                media_type,
+                name: filename,
+                cache: breakpoint_hint(prompt_cache_breakpoint, at)?,
+            })
+        }
+        Wire::InputAudio { input_audio } => {
+            input_audio_part(&input_audio.data, &input_audio.format, at)?
+        }
+    })
+}
+
+/// The media type a file name's (or URL path's) extension stands for, for the document types the upstreams
+/// read.
+fn media_type_of_name(name: &str) -> Option<&'static str> {
+    let path = name.split(['?', '#']).next().unwrap_or(name);
+    let extension = path.rsplit_once('.')?.1.to_ascii_lowercase();
+    Some(match extension.as_str() {
+        "pdf" => "application/pdf",
+        "txt" => "text/plain",
+        "md" => "text/markdown",
+        "csv" => "text/csv",
+        "json" => "application/json",
+        "html" | "htm" => "text/html",
+        _ => return None,
+    })
+}
+
+/// A Responses message `content` or `function_call_output.output`: a string, or an array of parts (text parts
+/// only are one text, joined as OpenAI reads them).
+pub(crate) fn responses_content(value: Value, at: &str) -> Result<Content, ApiError> {
+    match value {
+        Value::String(text) => Ok(Content::text(text)),
+        Value::Array(items) => {
+            let parts: Vec<Part> = items
+                .into_iter()
+                .enumerate()
+                .map(|(k, part)| responses_part(part, &format!("{at}[{k}]")))
+                .collect::<Result<_, _>>()?;
+            Ok(joined_if_text(parts, ""))
+        }
+        _ => Err(schema(format!(
+            "{at}: must be a string or a list of content parts"
+        ))),
+    }
 }
 
 #[cfg(test)]

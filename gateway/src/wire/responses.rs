@@ -1,11 +1,17 @@
 //! `POST /v1/responses`: OpenAI Responses, the function-calling subset. `input` as a string or items
-//! (messages, `function_call`, `function_call_output`), `instructions`, function `tools`, `tool_choice`,
-//! `max_output_tokens`, `text.format`, `previous_response_id`, `store`; the answer as a `response` object with
-//! `message` (`output_text`) and `function_call` output items, or the SSE events `response.created`,
-//! `response.in_progress`, `response.output_item.added`, `response.content_part.added`,
-//! `response.output_text.delta` / `.done`, `response.content_part.done`,
+//! (messages whose content is text or `input_text` / `input_image` / `input_file` / `input_audio` parts,
+//! `function_call`, `function_call_output` with a string or parts, `reasoning`), `instructions`, function
+//! `tools`, `tool_choice`, `max_output_tokens`, `text.format`, `include: ["reasoning.encrypted_content"]`,
+//! `previous_response_id`, `store`; the answer as a `response` object with `reasoning`, `message`
+//! (`output_text`) and `function_call` output items, or the SSE events `response.created`,
+//! `response.in_progress`, `response.output_item.added`, `response.reasoning_summary_part.added`,
+//! `response.reasoning_summary_text.delta` / `.done`, `response.reasoning_summary_part.done`,
+//! `response.content_part.added`, `response.output_text.delta` / `.done`, `response.content_part.done`,
 //! `response.function_call_arguments.delta` / `.done`, `response.output_item.done`, then
 //! `response.completed` (or `response.incomplete`), or `error`.
+//!
+//! Content parts are read by `parts.rs`, as the other formats' are; how reasoning from any upstream survives a
+//! round trip through a Responses client is in [`reasoning`].
 //!
 //! A response's id names its call record (unless `store: false`), so `previous_response_id` continues the
 //! stored conversation; the lookup is in `server.rs`, scoped to the caller.
@@ -16,8 +22,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 use tower_chat::{
-    AssistantMessage, ChatRequest, FinishReason, Message, ResponseFormat, ToolArguments, ToolCall,
-    ToolChoice, ToolMessage, ToolSpec, Usage,
+    ChatRequest, Continuation, FinishReason, Message, ResponseFormat, ToolChoice, ToolSpec, Usage,
 };
 
 use super::{
@@ -27,6 +32,10 @@ use super::{
 };
 use crate::config::Provider;
 use crate::error::ApiError;
+use input::{input_messages, raw_counts, str_field};
+
+mod input;
+mod reasoning;
 
 /// The Responses format (see the [module docs](self)).
 #[derive(Debug)]
@@ -81,6 +90,9 @@ struct ResponsesRequest {
     text: Option<TextOptions>,
     #[serde(default)]
     reasoning: Option<Reasoning>,
+    /// Extra output to include; `reasoning.encrypted_content` is the one the gateway serves.
+    #[serde(default)]
+    include: Option<Vec<String>>,
     /// The gateway's own extension (approval decisions).
     #[serde(default)]
     tower_chat: Option<TowerChatRequest>,
@@ -139,132 +151,6 @@ struct TextOptions {
 struct Reasoning {
     #[serde(default)]
     effort: Option<String>,
-}
-
-fn str_field<'a>(item: &'a Value, field: &str, at: &str) -> Result<&'a str, ApiError> {
-    item.get(field)
-        .and_then(Value::as_str)
-        .ok_or_else(|| schema(format!("{at}: `{field}` must be a string")))
-}
-
-/// The text of message content: a string, or `input_text` / `output_text` / `refusal` parts.
-fn content_text(content: &Value, at: &str) -> Result<String, ApiError> {
-    match content {
-        Value::String(text) => Ok(text.clone()),
-        Value::Array(parts) => {
-            let mut text = String::new();
-            for (k, part) in parts.iter().enumerate() {
-                let at = format!("{at}.content[{k}]");
-                match part.get("type").and_then(Value::as_str) {
-                    Some("input_text" | "output_text" | "text") => {
-                        text.push_str(str_field(part, "text", &at)?)
-                    }
-                    Some("refusal") => text.push_str(str_field(part, "refusal", &at)?),
-                    Some(other) => {
-                        return Err(schema(format!(
-                            "{at}: content parts of type `{other}` are not supported (text only)"
-                        )))
-                    }
-                    None => return Err(schema(format!("{at}: `type` is required"))),
-                }
-            }
-            Ok(text)
-        }
-        _ => Err(schema(format!(
-            "{at}.content: must be a string or a list of parts"
-        ))),
-    }
-}
-
-/// At least how many messages and tool calls `items` become: each `function_call_output` and each message not
-/// from the assistant is a message, each `function_call` a call (assistant items merge, so they are not
-/// counted).
-fn raw_counts(items: &[Value]) -> (usize, usize) {
-    let (mut messages, mut calls) = (0, 0);
-    for item in items {
-        match item.get("type").and_then(Value::as_str) {
-            Some("function_call") => calls += 1,
-            Some("function_call_output") => messages += 1,
-            Some("message") | None
-                if item.get("role").and_then(Value::as_str) != Some("assistant") =>
-            {
-                messages += 1
-            }
-            _ => {}
-        }
-    }
-    (messages, calls)
-}
-
-/// Input items to messages: consecutive assistant text and function calls form one assistant message.
-fn input_messages(items: Vec<Value>, out: &mut Vec<Message>) -> Result<(), ApiError> {
-    let mut assistant: Option<AssistantMessage> = None;
-    let flush = |assistant: &mut Option<AssistantMessage>, out: &mut Vec<Message>| {
-        if let Some(message) = assistant.take() {
-            out.push(Message::Assistant(message));
-        }
-    };
-    for (i, item) in items.iter().enumerate() {
-        let at = format!("input[{i}]");
-        let kind = match item.get("type").and_then(Value::as_str) {
-            Some(kind) => kind,
-            None if item.get("role").is_some() => "message",
-            None => return Err(schema(format!("{at}: `type` is required"))),
-        };
-        match kind {
-            "message" => {
-                let text = content_text(item.get("content").unwrap_or(&Value::Null), &at)?;
-                match str_field(item, "role", &at)? {
-                    "assistant" => assistant
-                        .get_or_insert_with(AssistantMessage::default)
-                        .content
-                        .push_str(&text),
-                    role => {
-                        flush(&mut assistant, out);
-                        out.push(match role {
-                            "user" => Message::user(text),
-                            "system" | "developer" => Message::system(text),
-                            other => return Err(schema(format!("{at}: unknown role `{other}`"))),
-                        });
-                    }
-                }
-            }
-            "function_call" => {
-                let call = ToolCall {
-                    id: str_field(item, "call_id", &at)?.to_owned(),
-                    name: str_field(item, "name", &at)?.to_owned(),
-                    arguments: ToolArguments::parse(str_field(item, "arguments", &at)?.to_owned()),
-                };
-                assistant
-                    .get_or_insert_with(AssistantMessage::default)
-                    .tool_calls
-                    .push(call);
-            }
-            "function_call_output" => {
-                flush(&mut assistant, out);
-                let output = match item.get("output") {
-                    Some(Value::String(text)) => text.clone(),
-                    Some(parts @ Value::Array(_)) => content_text(parts, &at)?,
-                    _ => return Err(schema(format!("{at}: `output` must be a string"))),
-                };
-                out.push(Message::Tool(ToolMessage::success(
-                    str_field(item, "call_id", &at)?,
-                    "",
-                    output,
-                )));
-            }
-            // Reasoning the model did earlier: nothing an upstream call can use without its encrypted form.
-            "reasoning" => {}
-            other => {
-                return Err(schema(format!(
-                "{at}: input items of type `{other}` are not supported (message, function_call, \
-                     function_call_output)"
-            )))
-            }
-        }
-    }
-    flush(&mut assistant, out);
-    Ok(())
 }
 
 fn tool(value: &Value, i: usize) -> Result<ToolSpec, ApiError> {
@@ -383,6 +269,17 @@ fn into_inbound(
             options.extra.insert("user".into(), user.clone().into());
         }
     }
+    let mut include_encrypted = false;
+    for (i, field) in body.include.iter().flatten().enumerate() {
+        match field.as_str() {
+            "reasoning.encrypted_content" => include_encrypted = true,
+            other => {
+                return Err(schema(format!(
+                    "include[{i}]: `{other}` is not supported (reasoning.encrypted_content only)"
+                )))
+            }
+        }
+    }
     let store = body.store.unwrap_or(true);
     let id = format!("resp_{}", uuid::Uuid::new_v4().simple());
     let echo = json!({
@@ -404,7 +301,7 @@ fn into_inbound(
     if store {
         inbound.record_id = Some(id.clone());
     }
-    Ok((inbound, ResponseEncoder::new(id, echo)))
+    Ok((inbound, ResponseEncoder::new(id, echo, include_encrypted)))
 }
 
 /// The Responses usage object.
@@ -543,6 +440,13 @@ struct OpenMessage {
     delta_head: DeltaHead,
 }
 
+/// A reasoning item being streamed: its summary text so far.
+struct OpenReasoning {
+    id: String,
+    output_index: usize,
+    text: String,
+}
+
 struct OpenCall {
     id: String,
     output_index: usize,
@@ -562,8 +466,11 @@ pub(crate) struct ResponseEncoder {
     /// Finished output items, in order.
     items: Vec<Value>,
     message: Option<OpenMessage>,
+    reasoning: Option<OpenReasoning>,
     /// Client-visible call index → the open call item.
     calls: HashMap<usize, OpenCall>,
+    /// The request asked for `encrypted_content` on reasoning items (`include`).
+    include_encrypted: bool,
 }
 
 impl std::fmt::Debug for ResponseEncoder {
@@ -576,7 +483,7 @@ impl std::fmt::Debug for ResponseEncoder {
 }
 
 impl ResponseEncoder {
-    fn new(id: String, echo: Value) -> Self {
+    fn new(id: String, echo: Value, include_encrypted: bool) -> Self {
         ResponseEncoder {
             id,
             created_at: SystemTime::now()
@@ -586,7 +493,9 @@ impl ResponseEncoder {
             sequence: 0,
             items: Vec::new(),
             message: None,
+            reasoning: None,
             calls: HashMap::new(),
+            include_encrypted,
         }
     }
 
@@ -620,6 +529,7 @@ impl ResponseEncoder {
 
     fn text(&mut self, text: &str, out: &mut Vec<u8>) {
         if self.message.is_none() {
+            self.close_reasoning(None, out);
             let id = format!("msg_{}", uuid::Uuid::new_v4().simple());
             let output_index = self.items.len() + self.calls.len();
             let message = OpenMessage {
@@ -647,6 +557,91 @@ impl ResponseEncoder {
         };
         message.text.push_str(text);
         message.delta_head.emit(&mut self.sequence, text, out);
+    }
+
+    /// Open a reasoning item under `id` (closing the message before it: text after reasoning is a new item).
+    fn open_reasoning(&mut self, id: String, out: &mut Vec<u8>) {
+        self.close_message(out);
+        let output_index = self.items.len() + self.calls.len();
+        self.emit(
+            json!({"type": "response.output_item.added", "output_index": output_index,
+                   "item": reasoning::output_item(&id, "", None)}),
+            out,
+        );
+        self.reasoning = Some(OpenReasoning {
+            id,
+            output_index,
+            text: String::new(),
+        });
+    }
+
+    fn reasoning_text(&mut self, text: &str, out: &mut Vec<u8>) {
+        if self.reasoning.is_none() {
+            let id = format!("rs_{}", uuid::Uuid::new_v4().simple());
+            self.open_reasoning(id, out);
+        }
+        let Some(open) = self.reasoning.as_mut() else {
+            return;
+        };
+        let first = open.text.is_empty();
+        open.text.push_str(text);
+        let (id, index) = (open.id.clone(), open.output_index);
+        if first {
+            self.emit(
+                json!({"type": "response.reasoning_summary_part.added", "item_id": id,
+                       "output_index": index, "summary_index": 0,
+                       "part": {"type": "summary_text", "text": ""}}),
+                out,
+            );
+        }
+        self.emit(
+            json!({"type": "response.reasoning_summary_text.delta", "item_id": id,
+                   "output_index": index, "summary_index": 0, "delta": text}),
+            out,
+        );
+    }
+
+    /// Close the open reasoning item, with what its provider needs to continue from it when the block ended
+    /// (`None` for reasoning text that ended because something else began). A block that ends without any text
+    /// (redacted thinking) is an item of its own.
+    fn close_reasoning(&mut self, continuation: Option<Continuation>, out: &mut Vec<u8>) {
+        if self.reasoning.is_none() {
+            let Some(continuation) = continuation else {
+                return;
+            };
+            // An OpenAI item that arrives whole opens under its own id.
+            let id = match &continuation {
+                Continuation::OpenAiReasoning { id, .. } => id.clone(),
+                _ => format!("rs_{}", uuid::Uuid::new_v4().simple()),
+            };
+            self.open_reasoning(id, out);
+            return self.close_reasoning(Some(continuation), out);
+        }
+        let Some(open) = self.reasoning.take() else {
+            return;
+        };
+        let (index, text) = (open.output_index, open.text);
+        if !text.is_empty() {
+            self.emit(
+                json!({"type": "response.reasoning_summary_text.done", "item_id": open.id,
+                       "output_index": index, "summary_index": 0, "text": text}),
+                out,
+            );
+            self.emit(
+                json!({"type": "response.reasoning_summary_part.done", "item_id": open.id,
+                       "output_index": index, "summary_index": 0,
+                       "part": {"type": "summary_text", "text": text}}),
+                out,
+            );
+        }
+        let part = tower_chat::ReasoningPart { text, continuation };
+        let (id, encrypted) = reasoning::shown(&part, Some(&open.id), self.include_encrypted);
+        let item = reasoning::output_item(&id, &part.text, encrypted);
+        self.emit(
+            json!({"type": "response.output_item.done", "output_index": index, "item": item}),
+            out,
+        );
+        self.items.push(item);
     }
 
     fn close_message(&mut self, out: &mut Vec<u8>) {
@@ -683,10 +678,11 @@ impl Encoder for ResponseEncoder {
     fn visible(&mut self, _folded: &Folded, event: Visible, out: &mut Vec<u8>) {
         match event {
             Visible::Text(text) => self.text(&text, out),
-            // Reasoning items carry provider-encrypted content the gateway does not have; not shown.
-            Visible::Reasoning(_) | Visible::ReasoningEnd(_) => {}
+            Visible::Reasoning(text) => self.reasoning_text(&text, out),
+            Visible::ReasoningEnd(continuation) => self.close_reasoning(Some(continuation), out),
             Visible::CallStart { index, id, name } => {
                 self.close_message(out);
+                self.close_reasoning(None, out);
                 let item_id = format!("fc_{}", uuid::Uuid::new_v4().simple());
                 let output_index = self.items.len() + self.calls.len();
                 let call = OpenCall {
@@ -749,6 +745,7 @@ impl Encoder for ResponseEncoder {
             };
             self.text(&notice, out);
         }
+        self.close_reasoning(None, out);
         self.close_message(out);
         let (status, incomplete) = status(&ending.reason);
         let items = std::mem::take(&mut self.items);
@@ -780,6 +777,15 @@ impl Encoder for ResponseEncoder {
 impl ResponseEncoder {
     fn whole_value(&mut self, folded: Folded, ending: &Ending) -> Value {
         let mut output = Vec::new();
+        for part in &folded.reasoning_parts {
+            let (id, encrypted) = reasoning::shown(part, None, self.include_encrypted);
+            output.push(reasoning::output_item(&id, &part.text, encrypted));
+        }
+        let unsigned = &folded.reasoning[folded.reasoning_covered..];
+        if !unsigned.is_empty() {
+            let id = format!("rs_{}", uuid::Uuid::new_v4().simple());
+            output.push(reasoning::output_item(&id, unsigned, None));
+        }
         let mut text = folded.content.clone();
         let notice = ending.notice_text();
         text.push_str(if text.is_empty() {
@@ -814,6 +820,7 @@ impl ResponseEncoder {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tower_chat::ToolMessage;
 
     #[test]
     fn a_delta_event_is_written_as_its_struct_serialises() {
@@ -894,6 +901,7 @@ mod tests {
         };
         assert_eq!(assistant.content, "Checking.");
         assert_eq!(assistant.tool_calls[0].id, "call_1");
+        assert_eq!(assistant.reasoning[0].provider(), Some("openai"));
         assert_eq!(
             request.messages[3],
             Message::Tool(ToolMessage::success("call_1", "weather", "12C"))
@@ -918,11 +926,17 @@ mod tests {
     fn schema_errors_say_what_and_where() {
         let message = |body: Value| parse(body).unwrap_err().message;
         assert!(message(json!({"model": "m"})).contains("input"));
-        let image = message(json!({"model": "m", "input": [{"role": "user", "content": [
-            {"type": "input_image", "image_url": "x"}]}]}));
+        let video = message(json!({"model": "m", "input": [{"role": "user", "content": [
+            {"type": "input_text", "text": "x"}, {"type": "input_video", "video_url": "x"}]}]}));
         assert!(
-            image.contains("input[0].content[0]") && image.contains("input_image"),
-            "{image}"
+            video.contains("input[0].content[1]") && video.contains("input_video"),
+            "{video}"
+        );
+        let include = message(json!({"model": "m", "input": "x",
+            "include": ["reasoning.encrypted_content", "message.output_text.logprobs"]}));
+        assert!(
+            include.contains("include[1]") && include.contains("logprobs"),
+            "{include}"
         );
         let hosted =
             message(json!({"model": "m", "input": "x", "tools": [{"type": "web_search"}]}));
