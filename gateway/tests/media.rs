@@ -1,8 +1,8 @@
-//! Images and documents through the gateway, translated between formats: an OpenAI-format image and PDF reach
-//! an Anthropic upstream as `image` and `document` blocks, an Anthropic-format one reaches an OpenAI upstream
-//! as `image_url` and `file` parts; a part the upstream cannot take is a 400 in the client's own format, and
-//! nothing is sent. The official Python clients send the requests where they are installed
-//! (`tests/media_client.py`); the raw-HTTP tests run everywhere.
+//! Images and documents through the gateway, translated between formats: an OpenAI-format image and PDF (Chat
+//! Completions or Responses) reach an Anthropic upstream as `image` and `document` blocks, an Anthropic-format
+//! one reaches an OpenAI upstream as `image_url` and `file` parts; a part the upstream cannot take is a 400 in
+//! the client's own format, and nothing is sent. The official Python clients send the requests where they are
+//! installed (`tests/media_client.py`); the raw-HTTP tests run everywhere.
 
 mod common;
 
@@ -27,12 +27,16 @@ fn anthropic_upstream(request: &RecordedRequest, _: usize) -> Reply {
     }
 }
 
-/// An OpenAI upstream that answers only when the image and the PDF arrived as Chat Completions parts.
+/// An OpenAI upstream that answers only when the image and the PDF arrived as Chat Completions parts (the
+/// image with whatever `detail` the client chose).
 fn openai_upstream(request: &RecordedRequest, _: usize) -> Reply {
     let content = &request.body["messages"][0]["content"];
-    let image = json!({"type": "image_url", "image_url": {"url": format!("data:image/png;base64,{}", base64(PNG))}});
+    let image_url = format!("data:image/png;base64,{}", base64(PNG));
     let file = json!({"type": "file", "file": {"file_data": format!("data:application/pdf;base64,{}", base64(PDF)), "filename": "report.pdf"}});
-    if content[1] == image && content[2] == file {
+    if content[1]["type"] == "image_url"
+        && content[1]["image_url"]["url"] == image_url
+        && content[2] == file
+    {
         Reply::openai_text("saw image/png and application/pdf")
     } else {
         Reply::json(
@@ -151,8 +155,12 @@ async fn official_client(
     })
     .await;
     let base_url = match client {
-        "openai" => gw.base_url(),
-        _ => gw.url(""),
+        "anthropic" => gw.url(""),
+        _ => gw.base_url(),
+    };
+    let upstream_name = match provider {
+        Provider::Anthropic => "anthropic",
+        Provider::OpenAi => "openai",
     };
     let args = [
         client.to_owned(),
@@ -160,6 +168,7 @@ async fn official_client(
         common::PYTHON_KEY.to_owned(),
         base64(PNG),
         base64(PDF),
+        upstream_name.to_owned(),
     ];
     common::run_python(
         "media_client.py",
@@ -237,4 +246,155 @@ async fn media_is_capped_apart_from_the_text_body_limit() {
         .await;
     assert_eq!(answer.status, 413, "{}", answer.body);
     assert!(gw.provider.requests().len() <= 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_openai_python_client_sends_an_image_and_a_pdf_as_responses_input_to_an_anthropic_upstream(
+) {
+    official_client(
+        "the_openai_python_client_sends_an_image_and_a_pdf_as_responses_input_to_an_anthropic_upstream",
+        "responses",
+        Provider::Anthropic,
+        anthropic_upstream,
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_openai_python_client_sends_an_image_and_a_pdf_as_responses_input_to_an_openai_upstream(
+) {
+    official_client(
+        "the_openai_python_client_sends_an_image_and_a_pdf_as_responses_input_to_an_openai_upstream",
+        "responses",
+        Provider::OpenAi,
+        openai_upstream,
+    )
+    .await;
+}
+
+/// A Responses request asking about the test image and PDF, in the shape the `openai` SDK sends.
+fn responses_media_request(stream: bool) -> serde_json::Value {
+    json!({
+        "model": "claude-test",
+        "stream": stream,
+        "input": [{"role": "user", "content": [
+            {"type": "input_text", "text": "What are these?"},
+            {"type": "input_image", "detail": "auto",
+             "image_url": format!("data:image/png;base64,{}", base64(PNG))},
+            {"type": "input_file", "filename": "report.pdf",
+             "file_data": format!("data:application/pdf;base64,{}", base64(PDF))},
+        ]}],
+    })
+}
+
+#[tokio::test]
+async fn responses_parts_reach_an_anthropic_upstream_as_blocks_streamed_and_not() {
+    let gw = Harness::start(anthropic_upstream, |c| c.provider = Provider::Anthropic).await;
+    let answer = gw
+        .post_json("/v1/responses", &responses_media_request(false), &[])
+        .await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    assert_eq!(
+        answer.json()["output"][0]["content"][0]["text"],
+        "saw image/png and application/pdf"
+    );
+    let answer = gw
+        .post_json("/v1/responses", &responses_media_request(true), &[])
+        .await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    let events = answer.named_events();
+    let (name, completed) = events.last().unwrap();
+    assert_eq!(name, "response.completed", "{}", answer.body);
+    assert_eq!(
+        completed["response"]["output"][0]["content"][0]["text"],
+        "saw image/png and application/pdf"
+    );
+    // The upstream saw the same bytes both times (it answers 400 otherwise); the second call streamed.
+    let requests = gw.provider.requests();
+    assert_eq!(requests.len(), 2);
+    assert_eq!(requests[1].body["stream"], true);
+}
+
+#[tokio::test]
+async fn a_responses_tool_output_with_an_image_reaches_an_anthropic_upstream_as_a_tool_result_block(
+) {
+    let gw = Harness::start(
+        |_: &RecordedRequest, _: usize| anthropic_text("claude-test", "a chart"),
+        |c| c.provider = Provider::Anthropic,
+    )
+    .await;
+    let answer = gw
+        .post_json(
+            "/v1/responses",
+            &json!({"model": "claude-test", "input": [
+                {"role": "user", "content": "Render the chart."},
+                {"type": "function_call", "call_id": "toolu_1", "name": "render", "arguments": "{}"},
+                {"type": "function_call_output", "call_id": "toolu_1", "output": [
+                    {"type": "input_text", "text": "rendered"},
+                    {"type": "input_image", "detail": "auto",
+                     "image_url": format!("data:image/png;base64,{}", base64(PNG))},
+                ]},
+            ]}),
+            &[],
+        )
+        .await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    let messages = gw.upstream_messages(0);
+    assert_eq!(
+        messages[2]["content"][0],
+        json!({"type": "tool_result", "tool_use_id": "toolu_1", "content": [
+            {"type": "text", "text": "rendered"},
+            {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": base64(PNG)}},
+        ]})
+    );
+}
+
+#[tokio::test]
+async fn a_responses_part_the_upstream_cannot_take_is_a_400_naming_it_and_nothing_is_sent() {
+    let gw = Harness::start(openai_upstream, |_| {}).await;
+    let answer = gw
+        .post_json(
+            "/v1/responses",
+            &json!({"model": "gpt-test", "input": [{"role": "user", "content": [
+                {"type": "input_text", "text": "Summarise"},
+                {"type": "input_file", "file_url": "https://example.com/report.pdf"},
+            ]}]}),
+            &[],
+        )
+        .await;
+    assert_eq!(answer.status, 400, "{}", answer.body);
+    let error = &answer.json()["error"];
+    assert_eq!(error["code"], "unsupported_content", "{error}");
+    assert!(
+        error["message"].as_str().unwrap().contains("file by URL"),
+        "{error}"
+    );
+    assert!(gw.provider.requests().is_empty());
+}
+
+#[tokio::test]
+async fn responses_media_is_capped_like_every_format() {
+    let gw = Harness::start(openai_upstream, |c| {
+        c.limits.max_media_part_bytes = 300 * 1024;
+    })
+    .await;
+    let mut png = PNG.to_vec();
+    png.resize(400 * 1024, 0);
+    let answer = gw
+        .post_json(
+            "/v1/responses",
+            &json!({"model": "gpt-test", "input": [{"role": "user", "content": [
+                {"type": "input_image", "detail": "auto",
+                 "image_url": format!("data:image/png;base64,{}", base64(&png))},
+            ]}]}),
+            &[],
+        )
+        .await;
+    assert_eq!(answer.status, 413, "{}", answer.body);
+    assert!(
+        answer.body.contains("--max-media-part-bytes"),
+        "{}",
+        answer.body
+    );
+    assert!(gw.provider.requests().is_empty());
 }

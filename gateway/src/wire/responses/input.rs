@@ -124,10 +124,12 @@ pub(super) fn input_messages(items: Vec<Value>, out: &mut Vec<Message>) -> Resul
                 let part = input_reasoning(item, &at)?;
                 turn.reasoning().reasoning.push(part);
             }
-            other => return Err(schema(format!(
+            other => {
+                return Err(schema(format!(
                 "{at}: input items of type `{other}` are not supported (message, function_call, \
                      function_call_output, reasoning)"
-            ))),
+            )))
+            }
         }
     }
     turn.flush(out);
