@@ -184,3 +184,41 @@ async fn a_sealed_part_that_does_not_decode_is_a_400_naming_the_item() {
     );
     assert!(gw.provider.requests().is_empty());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_openai_python_client_hands_reasoning_back_to_another_gateway() {
+    let test = "the_openai_python_client_hands_reasoning_back_to_another_gateway";
+    let Some(keys) = common::python_keys(test, "openai") else {
+        return;
+    };
+    let gateway = || {
+        let keys = keys.path().to_owned();
+        Harness::start(thinking_upstream, move |c| {
+            c.provider = Provider::Anthropic;
+            c.api_keys_file = Some(keys);
+        })
+    };
+    let (first, second) = (gateway().await, gateway().await);
+    let args = [
+        first.base_url(),
+        second.base_url(),
+        common::PYTHON_KEY.to_owned(),
+    ];
+    common::run_python(
+        "responses_reasoning_client.py",
+        &args,
+        &[
+            "ok reasoning round trip (stream=False)",
+            "ok reasoning round trip (stream=True)",
+        ],
+    )
+    .await;
+    let requests = second.provider.requests();
+    assert_eq!(requests.len(), 2);
+    for request in requests {
+        assert_eq!(
+            request.body["messages"][1]["content"][0],
+            json!({"type": "thinking", "thinking": THINKING, "signature": SIGNATURE})
+        );
+    }
+}
