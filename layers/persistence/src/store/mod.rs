@@ -16,6 +16,8 @@ pub mod postgres;
 pub mod sqlite;
 
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
+mod blobs;
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod chain;
 #[cfg(feature = "sqlite")]
 mod legacy_journal;
