@@ -125,7 +125,12 @@ fn media_url(gw: &Harness, call: &CallId, part: usize) -> String {
 #[tokio::test]
 async fn stored_images_are_thumbnails_and_nothing_else_is_ever_inline() {
     let (gw, _operators) = gateway().await;
-    let large: Vec<u8> = PNG.iter().copied().cycle().take(5 * 1024 * 1024 + 1).collect();
+    let large: Vec<u8> = PNG
+        .iter()
+        .copied()
+        .cycle()
+        .take(5 * 1024 * 1024 + 1)
+        .collect();
     let call = record_with(
         &gw,
         "conv-media",
@@ -133,7 +138,11 @@ async fn stored_images_are_thumbnails_and_nothing_else_is_ever_inline() {
             Part::text("what are these?"),
             Part::image(PNG.to_vec(), "image/png"),
             Part::image(SVG.to_vec(), "image/svg+xml"),
-            Part::file(b"<script>alert(3)</script>".to_vec(), "text/html", Some(HOSTILE_NAME.into())),
+            Part::file(
+                b"<script>alert(3)</script>".to_vec(),
+                "text/html",
+                Some(HOSTILE_NAME.into()),
+            ),
             Part::file(PDF.to_vec(), "application/pdf", Some("report.pdf".into())),
             Part::image(large.clone(), "image/png"),
         ],
@@ -169,15 +178,16 @@ async fn stored_images_are_thumbnails_and_nothing_else_is_ever_inline() {
     );
     // Documents by name and size, escaped; the large image is a link with its size.
     assert!(!page.body.contains("<script>alert(1)"), "{}", page.body);
-    assert!(page.body.contains("&lt;script&gt;alert(1)&lt;/script&gt;.html"));
+    assert!(page
+        .body
+        .contains("&lt;script&gt;alert(1)&lt;/script&gt;.html"));
     assert!(page.body.contains(&format!(
         "file (application/pdf, {} bytes, report.pdf)",
         PDF.len()
     )));
-    assert!(page.body.contains(&format!(
-        "image (image/png, {} bytes)</a>",
-        large.len()
-    )));
+    assert!(page
+        .body
+        .contains(&format!("image (image/png, {} bytes)</a>", large.len())));
 
     // The thumbnail's bytes, with their type, inline, unsniffable and unable to run anything.
     let (status, headers, body) = fetch(&media_url(&gw, &call, 1), &with_session).await;
@@ -201,7 +211,10 @@ async fn stored_images_are_thumbnails_and_nothing_else_is_ever_inline() {
         assert_eq!(status, 200, "part {part}");
         assert_eq!(&body[..], bytes);
         let disposition = header(&headers, "content-disposition");
-        assert!(disposition.starts_with("attachment"), "part {part}: {disposition}");
+        assert!(
+            disposition.starts_with("attachment"),
+            "part {part}: {disposition}"
+        );
         assert!(!disposition.contains('<'), "{disposition}");
         assert_eq!(header(&headers, "x-content-type-options"), "nosniff");
         assert!(header(&headers, "content-security-policy").contains("sandbox"));
@@ -218,7 +231,10 @@ async fn stored_images_are_thumbnails_and_nothing_else_is_ever_inline() {
     for url in [
         media_url(&gw, &call, 0),
         media_url(&gw, &call, 6),
-        gw.url(&format!("/console/media?call={}&message=9&part=1", call.as_str())),
+        gw.url(&format!(
+            "/console/media?call={}&message=9&part=1",
+            call.as_str()
+        )),
         gw.url("/console/media?call=no-such-call&message=0&part=1"),
     ] {
         let (status, _, body) = fetch(&url, &with_session).await;

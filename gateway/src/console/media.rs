@@ -97,7 +97,11 @@ pub(crate) fn content_parts(page: &mut Html, content: &Content, at: MessageAt<'_
         }
         label.push(')');
         let Some(blob) = blob_of(part).filter(|b| !b.is_empty()) else {
-            page.element("p", &[("class", "media"), ("data-kind", part.kind())], &label);
+            page.element(
+                "p",
+                &[("class", "media"), ("data-kind", part.kind())],
+                &label,
+            );
             continue;
         };
         let href = format!(
@@ -152,7 +156,10 @@ fn not_found() -> Response {
 }
 
 /// `GET /console/media?call=…&message=…&part=…`: the bytes of one part of one recorded call's history.
-pub(crate) async fn media(State(state): State<ConsoleState>, RawQuery(query): RawQuery) -> Response {
+pub(crate) async fn media(
+    State(state): State<ConsoleState>,
+    RawQuery(query): RawQuery,
+) -> Response {
     let query = query.as_deref();
     let (Some(call), Some(message), Some(part)) = (
         query_value(query, "call"),
@@ -217,7 +224,10 @@ pub(crate) async fn media(State(state): State<ConsoleState>, RawQuery(query): Ra
                 header::CONTENT_SECURITY_POLICY,
                 HeaderValue::from_static(MEDIA_POLICY),
             ),
-            (header::CACHE_CONTROL, HeaderValue::from_static("private, no-store")),
+            (
+                header::CACHE_CONTROL,
+                HeaderValue::from_static("private, no-store"),
+            ),
         ],
         blob.bytes().clone(),
     )
@@ -230,10 +240,22 @@ mod tests {
 
     #[test]
     fn only_raster_images_are_inline() {
-        for inline in ["image/png", "image/jpeg", "IMAGE/PNG", "image/webp; q=1", "image/gif"] {
+        for inline in [
+            "image/png",
+            "image/jpeg",
+            "IMAGE/PNG",
+            "image/webp; q=1",
+            "image/gif",
+        ] {
             assert!(is_raster_image(inline), "{inline}");
         }
-        for attachment in ["image/svg+xml", "text/html", "application/pdf", "image/", ""] {
+        for attachment in [
+            "image/svg+xml",
+            "text/html",
+            "application/pdf",
+            "image/",
+            "",
+        ] {
             assert!(!is_raster_image(attachment), "{attachment}");
         }
     }

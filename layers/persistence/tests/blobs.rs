@@ -79,7 +79,9 @@ async fn checkpointed_size(db: &TestDb) -> u64 {
 async fn count(db: &TestDb, sql: &'static str) -> i64 {
     match &db.backend {
         Backend::Sqlite(store) => store
-            .run("count", move |conn| conn.query_row(sql, [], |row| row.get(0)))
+            .run("count", move |conn| {
+                conn.query_row(sql, [], |row| row.get(0))
+            })
             .await
             .unwrap(),
         Backend::Postgres(store) => store
@@ -192,7 +194,10 @@ async fn every_kind_of_part_reads_back_equal_from_every_read(db: &TestDb) {
     let tool = Message::tool_result(
         "call-1",
         "screenshot",
-        vec![Part::text("the page"), Part::image(PNG.to_vec(), "image/png")],
+        vec![
+            Part::text("the page"),
+            Part::image(PNG.to_vec(), "image/png"),
+        ],
     );
     let sent = vec![Message::system("be brief"), user, tool];
     let layer = db.layer();
@@ -215,7 +220,12 @@ async fn every_kind_of_part_reads_back_equal_from_every_read(db: &TestDb) {
     assert_eq!(record.response.messages, response.messages);
     let by_id = db.store.call(&record.call_id).await.unwrap().unwrap();
     assert_eq!(*by_id.request.messages, sent);
-    let latest = db.store.latest_completed_call(&conv).await.unwrap().unwrap();
+    let latest = db
+        .store
+        .latest_completed_call(&conv)
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(*latest.request.messages, sent);
     let mut history = sent.clone();
     history.extend(response.messages.clone());
@@ -225,7 +235,11 @@ async fn every_kind_of_part_reads_back_equal_from_every_read(db: &TestDb) {
     // messages' JSON.
     assert_eq!(count(db, "SELECT COUNT(*) FROM chat_blobs").await, 3);
     assert_eq!(
-        count(db, "SELECT CAST(SUM(LENGTH(bytes)) AS BIGINT) FROM chat_blobs").await,
+        count(
+            db,
+            "SELECT CAST(SUM(LENGTH(bytes)) AS BIGINT) FROM chat_blobs"
+        )
+        .await,
         (PNG.len() + audio.len() + PDF.len()) as i64
     );
     let base64_of_pdf = tower_chat_testkit::base64(PDF);
@@ -251,7 +265,10 @@ async fn every_kind_of_part_reads_back_equal_from_every_read(db: &TestDb) {
     };
     assert!(messages.iter().all(|m| !m.contains(&base64_of_pdf)));
     assert_eq!(
-        messages.iter().filter(|m| m.contains("blob_sha256")).count(),
+        messages
+            .iter()
+            .filter(|m| m.contains("blob_sha256"))
+            .count(),
         2
     );
 }
@@ -355,7 +372,10 @@ async fn a_blob_the_database_refuses_fails_the_call_and_stores_nothing_of_it(db:
         scripted_stream(Delivery::AllAtOnce, answer("Seen."))
     }));
     let conv = conversation();
-    let message = Message::user(vec![Part::text("Look"), Part::image(PNG.to_vec(), "image/png")]);
+    let message = Message::user(vec![
+        Part::text("Look"),
+        Part::image(PNG.to_vec(), "image/png"),
+    ]);
     let error = chat
         .oneshot(ChatRequest::new(vec![message]).with_extension(conv.clone()))
         .await

@@ -187,7 +187,9 @@ pub(crate) fn encode_message(
         let blob = parts
             .get_mut(index)
             .and_then(blob_json_mut)
-            .ok_or_else(|| StoreError::new("cannot encode a message: a binary part has no bytes"))?;
+            .ok_or_else(|| {
+                StoreError::new("cannot encode a message: a binary part has no bytes")
+            })?;
         blob.remove("data");
         blob.insert(REFERENCE.to_owned(), Value::String(hash));
     }
@@ -252,7 +254,9 @@ pub(crate) fn decode_message(
         .ok_or_else(|| StoreError::new("a stored message refers to blobs but has no parts"))?;
     for (index, hash) in referred {
         let bytes = blobs.get(&hash).ok_or_else(|| {
-            StoreError::new(format!("a stored message refers to blob {hash}, which is missing"))
+            StoreError::new(format!(
+                "a stored message refers to blob {hash}, which is missing"
+            ))
         })?;
         let blob = parts
             .get_mut(index)
@@ -280,7 +284,9 @@ mod tests {
             Part::file(b"%PDF".to_vec(), "application/pdf", Some("a.pdf".into())),
             Part::image_url("https://example.com/x.png"),
             Part::from(FilePart {
-                source: MediaSource::FileId { id: "file-1".into() },
+                source: MediaSource::FileId {
+                    id: "file-1".into(),
+                },
                 media_type: Some("application/pdf".into()),
                 name: None,
                 cache: None,
@@ -298,11 +304,17 @@ mod tests {
         let message = parts();
         let mut blobs = Vec::new();
         let json = encode_message(&message, |_| false, &mut blobs).unwrap();
-        assert_eq!(blobs.len(), 3, "image, audio and file bytes; the empty image stays inline");
+        assert_eq!(
+            blobs.len(),
+            3,
+            "image, audio and file bytes; the empty image stays inline"
+        );
         assert!(!json.contains("AQID"), "no base64 of the image: {json}");
         assert_eq!(json.matches(REFERENCE).count(), 3);
-        let stored: HashMap<String, Bytes> =
-            blobs.iter().map(|b| (b.hash.clone(), b.bytes.clone())).collect();
+        let stored: HashMap<String, Bytes> = blobs
+            .iter()
+            .map(|b| (b.hash.clone(), b.bytes.clone()))
+            .collect();
         assert_eq!(
             references([&json]).unwrap(),
             stored.keys().cloned().collect::<HashSet<_>>()

@@ -142,8 +142,6 @@ pub(crate) fn postgres_migrations() -> Vec<Migration> {
     ]
 }
 
-
-
 /// The bytes of binary parts (images, audio, files), each stored once: keyed by the SHA-256 of the bytes (hex),
 /// raw bytes (`BLOB` / `BYTEA`, not base64) and the media type the first message carrying them gave (see
 /// `blobs.rs`). A rowid table in SQLite: `WITHOUT ROWID` suits small rows, and a blob is megabytes of overflow
@@ -454,7 +452,13 @@ impl StoredRecord {
             history,
             blobs,
         } = self;
-        columns.into_record(&request_messages, &request_options, &response, history, &blobs)
+        columns.into_record(
+            &request_messages,
+            &request_options,
+            &response,
+            history,
+            &blobs,
+        )
     }
 }
 
