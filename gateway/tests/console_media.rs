@@ -13,12 +13,13 @@ use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
+use serde_json::json;
 use tower_chat::test_server::Reply;
 use tower_chat::{ChatOptions, ChatResponse, ConversationId, Message, Part, Shared};
 use tower_chat_persistence::{
-    CallId, CallOutcome, CallRecord, RecordedRequest, SqliteStore, Store,
+    CallId, CallOutcome, CallRecord, ConversationQuery, RecordedRequest, SqliteStore, Store,
 };
-use tower_chat_testkit::{PDF, PNG};
+use tower_chat_testkit::{base64, PDF, PNG};
 
 const OPS_KEY: &str = "sk-ops-carol-0123456789";
 const FORM: (&str, &str) = ("content-type", "application/x-www-form-urlencoded");
@@ -252,4 +253,66 @@ async fn stored_images_are_thumbnails_and_nothing_else_is_ever_inline() {
     )
     .await;
     assert_eq!(status, 403);
+}
+
+/// The whole way: an image a client sends through Chat Completions is recorded (its bytes once, in the blob
+/// table), and the console shows it as a thumbnail whose route answers with the very bytes the client sent.
+#[tokio::test]
+async fn an_image_sent_through_the_gateway_is_a_thumbnail_with_its_bytes() {
+    let (gw, _operators) = gateway().await;
+    let answer = gw
+        .chat(&json!({
+            "model": "gpt-test",
+            "messages": [{"role": "user", "content": [
+                {"type": "text", "text": "What is this?"},
+                {"type": "image_url", "image_url": {"url": format!("data:image/png;base64,{}", base64(PNG))}},
+            ]}],
+        }))
+        .await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    let store = SqliteStore::open(gw.files.path().join("gateway.db"))
+        .await
+        .unwrap();
+    let listed = store
+        .list_conversations(&ConversationQuery::default())
+        .await
+        .unwrap();
+    assert_eq!(listed.len(), 1);
+    let conversation = &listed[0].conversation_id;
+    let calls = store.conversation_calls(conversation).await.unwrap();
+    let Message::User { content } = &calls[0].request.messages[0] else {
+        panic!("{:?}", calls[0].request.messages)
+    };
+    assert_eq!(content.parts()[1], Part::image(PNG.to_vec(), "image/png"));
+    let blobs: i64 = store
+        .run("count blobs", |conn| {
+            conn.query_row("SELECT COUNT(*) FROM chat_blobs", [], |row| row.get(0))
+        })
+        .await
+        .unwrap();
+    assert_eq!(blobs, 1, "the image's bytes are a row of the blob table");
+
+    let cookie = login(&gw).await;
+    let with_session = [("cookie", cookie.as_str())];
+    let page = send(
+        "GET",
+        &gw.url(&format!(
+            "/console/conversation?id={}",
+            conversation.as_str()
+        )),
+        &with_session,
+        "",
+    )
+    .await;
+    let marker = "<img class=\"thumbnail\" src=\"";
+    let at = page.body.find(marker).expect("a thumbnail") + marker.len();
+    let src = page.body[at..]
+        .split('"')
+        .next()
+        .unwrap()
+        .replace("&amp;", "&");
+    let (status, headers, body) = fetch(&gw.url(&src), &with_session).await;
+    assert_eq!(status, 200);
+    assert_eq!(header(&headers, "content-type"), "image/png");
+    assert_eq!(&body[..], PNG);
 }

@@ -372,11 +372,16 @@ impl Encoder {
         records: &[CallRecord],
     ) -> Result<(Vec<Encoded>, Pending), StoreError> {
         let cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
-        let blobs = self.blobs.lock().unwrap_or_else(|e| e.into_inner());
         let mut pending = Pending::default();
         let mut out = Vec::with_capacity(records.len());
         for record in records {
-            out.push(encode_one(self.key, &cache, &blobs, &mut pending, record)?);
+            out.push(encode_one(
+                self.key,
+                &cache,
+                &self.blobs,
+                &mut pending,
+                record,
+            )?);
         }
         Ok((out, pending))
     }
@@ -404,7 +409,7 @@ impl Encoder {
 fn encode_one(
     key: NodeKey,
     cache: &ChainCache,
-    recent_blobs: &RecentBlobs,
+    recent_blobs: &Mutex<RecentBlobs>,
     pending: &mut Pending,
     record: &CallRecord,
 ) -> Result<Encoded, StoreError> {
@@ -452,8 +457,13 @@ fn encode_one(
     let mut nodes = Vec::with_capacity(total - known_len);
     let mut blobs = Vec::new();
     for (i, message) in request.iter().chain(response).enumerate().skip(known_len) {
+        // Asked only for messages that carry bytes: a text-only record never takes the lock.
         let written = |hash: &str| {
-            recent_blobs.contains(hash) || pending.blobs.iter().any(|known| known == hash)
+            pending.blobs.iter().any(|known| known == hash)
+                || recent_blobs
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .contains(hash)
         };
         let json = encode_message(message, written, &mut blobs)?;
         let parent = ids.as_ref().map(|p| p.id.clone());
