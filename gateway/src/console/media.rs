@@ -6,7 +6,8 @@
 //! capped in size by the stylesheet. Larger images, audio and documents are shown by kind, media type, size and
 //! name (escaped like every value of the page), with a link that downloads them.
 //!
-//! The route reads the part through the call record that holds it ([`tower_chat_persistence::Store::call`]),
+//! The route reads the part through the call record that holds it
+//! ([`tower_chat_persistence::Store::call_message`]: that message's bytes only),
 //! behind the same session check as the timeline that links to it: there is no way to ask for bytes by their
 //! hash. Raster images are served inline with their media type; anything else is an attachment (a browser
 //! saves it instead of rendering it). Every answer carries `nosniff` and a policy that allows nothing to run
@@ -174,8 +175,9 @@ pub(crate) async fn media(
     let Some(records) = &state.records else {
         return error_page(StatusCode::NOT_FOUND, "This gateway keeps no call records.");
     };
-    let record = match records.call(&CallId::new(call)).await {
-        Ok(Some(record)) => record,
+    // Only this message's blobs are read, not the whole history's.
+    let message = match records.call_message(&CallId::new(call), message).await {
+        Ok(Some(message)) => message,
         Ok(None) => return not_found(),
         Err(e) => {
             return error_page(
@@ -184,15 +186,7 @@ pub(crate) async fn media(
             )
         }
     };
-    let request = &record.request.messages;
-    let message = match request.get(message) {
-        Some(m) => m,
-        None => match record.response.messages.get(message - request.len()) {
-            Some(m) => m,
-            None => return not_found(),
-        },
-    };
-    let Some(part) = content_of(message).and_then(|c| c.parts().get(part)) else {
+    let Some(part) = content_of(&message).and_then(|c| c.parts().get(part)) else {
         return not_found();
     };
     let Some(blob) = blob_of(part) else {

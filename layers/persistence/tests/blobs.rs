@@ -43,6 +43,7 @@ both_stores!(
     every_kind_of_part_reads_back_equal_from_every_read,
     messages_stored_with_base64_inside_still_read,
     a_blob_the_database_refuses_fails_the_call_and_stores_nothing_of_it,
+    one_message_reads_only_its_own_blobs,
 );
 
 fn conversation() -> ConversationId {
@@ -230,6 +231,24 @@ async fn every_kind_of_part_reads_back_equal_from_every_read(db: &TestDb) {
     let mut history = sent.clone();
     history.extend(response.messages.clone());
     assert_eq!(db.store.load_conversation(&conv).await.unwrap(), history);
+    for (index, message) in history.iter().enumerate() {
+        let one = db.store.call_message(&record.call_id, index).await.unwrap();
+        assert_eq!(one.as_ref(), Some(message), "message {index}");
+    }
+    assert_eq!(
+        db.store
+            .call_message(&record.call_id, history.len())
+            .await
+            .unwrap(),
+        None
+    );
+    assert_eq!(
+        db.store
+            .call_message(&tower_chat_persistence::CallId::new("no-such-call"), 0)
+            .await
+            .unwrap(),
+        None
+    );
 
     // The bytes are in `chat_blobs` (the PNG twice in the messages, once in the table), raw, not base64 in the
     // messages' JSON.
@@ -401,4 +420,72 @@ async fn a_blob_the_database_refuses_fails_the_call_and_stores_nothing_of_it(db:
     let calls = db.store.conversation_calls(&conv).await.unwrap();
     assert_eq!(calls.len(), 1);
     assert_eq!(calls[0].outcome, CallOutcome::Completed);
+}
+
+/// `call_message` reads the blobs of the message asked for and no other: with another message's blob gone, the
+/// whole record no longer reads (an error naming the blob, not a silently empty part), the message still does.
+async fn one_message_reads_only_its_own_blobs(db: &TestDb) {
+    let first = Message::user(vec![
+        Part::text("one"),
+        Part::image(PNG.to_vec(), "image/png"),
+    ]);
+    let second = Message::user(vec![
+        Part::text("two"),
+        Part::file(PDF.to_vec(), "application/pdf", Some("b.pdf".into())),
+    ]);
+    let layer = db.layer();
+    let chat = layer.layer(scripted(|_| {
+        scripted_stream(Delivery::AllAtOnce, answer("Noted."))
+    }));
+    let conv = conversation();
+    chat.oneshot(
+        ChatRequest::new(vec![
+            first.clone(),
+            Message::assistant("ok"),
+            second.clone(),
+        ])
+        .with_extension(conv.clone()),
+    )
+    .await
+    .unwrap()
+    .collect_response()
+    .await
+    .unwrap();
+    let call_id = db.store.conversation_calls(&conv).await.unwrap()[0]
+        .call_id
+        .clone();
+    let png_hash = {
+        use sha2::Digest;
+        sha2::Sha256::digest(PNG)
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect::<String>()
+    };
+    match &db.backend {
+        Backend::Sqlite(store) => {
+            let hash = png_hash.clone();
+            store
+                .run("delete", move |conn| {
+                    conn.execute("DELETE FROM chat_blobs WHERE hash = ?1", [hash])
+                })
+                .await
+                .unwrap();
+        }
+        Backend::Postgres(store) => {
+            store
+                .client()
+                .await
+                .unwrap()
+                .execute("DELETE FROM chat_blobs WHERE hash = $1", &[&png_hash])
+                .await
+                .unwrap();
+        }
+    }
+    let error = db.store.call(&call_id).await.unwrap_err();
+    assert!(error.to_string().contains(&png_hash), "{error}");
+    assert_eq!(
+        db.store.call_message(&call_id, 2).await.unwrap(),
+        Some(second)
+    );
+    assert!(db.store.call_message(&call_id, 0).await.is_err());
 }

@@ -290,6 +290,21 @@ impl PostgresStore {
         filter: &str,
         params: &[&(dyn ToSql + Sync)],
     ) -> Result<Vec<CallRecord>, StoreError> {
+        self.query_stored(filter, params, None)
+            .await?
+            .into_iter()
+            .map(StoredRecord::into_record)
+            .collect()
+    }
+
+    /// The rows matching `filter` with their histories and the blobs of every message, or of the message at
+    /// `only` (request then response messages).
+    async fn query_stored(
+        &self,
+        filter: &str,
+        params: &[&(dyn ToSql + Sync)],
+        only: Option<usize>,
+    ) -> Result<Vec<StoredRecord>, StoreError> {
         let client = self.client().await?;
         let sql = select_sql("{}::text", filter);
         let statement = client
@@ -352,7 +367,11 @@ impl PostgresStore {
                     .map_err(pg_error("a history does not decode"))?;
                 // Only the blobs this record's history refers to: a blob is never read by its hash alone. Each
                 // is read once per query, however many of its records refer to it.
-                for hash in super::blobs::references(&record.history)? {
+                let wanted = match only {
+                    Some(index) => record.history.get(index..=index).unwrap_or_default(),
+                    None => &record.history[..],
+                };
+                for hash in super::blobs::references(wanted)? {
                     if let Some(bytes) = fetched.get(&hash) {
                         record.blobs.insert(hash, bytes.clone());
                         continue;
@@ -379,7 +398,7 @@ impl PostgresStore {
                 }
             }
         }
-        records.into_iter().map(StoredRecord::into_record).collect()
+        Ok(records)
     }
 }
 
@@ -529,6 +548,22 @@ impl Store for PostgresStore {
                 .query_records("WHERE call_id = $1", &[&call_id.as_str()])
                 .await?;
             Ok(records.pop())
+        })
+    }
+
+    fn call_message<'a>(
+        &'a self,
+        call_id: &'a CallId,
+        index: usize,
+    ) -> BoxFuture<'a, Result<Option<tower_chat::Message>, StoreError>> {
+        Box::pin(async move {
+            let stored = self
+                .query_stored("WHERE call_id = $1", &[&call_id.as_str()], Some(index))
+                .await?;
+            match stored.into_iter().next() {
+                Some(stored) => stored.into_message(index),
+                None => Ok(None),
+            }
         })
     }
 

@@ -443,6 +443,23 @@ impl StoredRecord {
             .and(self.columns.history_head.as_deref())
     }
 
+    /// The history's message at `index` (request then response messages), with the bytes of its parts: `blobs`
+    /// needs only that message's.
+    pub(crate) fn into_message(
+        self,
+        index: usize,
+    ) -> Result<Option<tower_chat::Message>, super::StoreError> {
+        if self.head().is_some() {
+            return self
+                .history
+                .get(index)
+                .map(|m| super::blobs::decode_message(m, &self.blobs))
+                .transpose();
+        }
+        // Written before message-level storage: the history is inline, base64 included.
+        Ok(self.into_record()?.history().into_iter().nth(index))
+    }
+
     pub(crate) fn into_record(self) -> Result<crate::record::CallRecord, super::StoreError> {
         let StoredRecord {
             columns,

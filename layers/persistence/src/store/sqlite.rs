@@ -23,7 +23,7 @@ use bytes::Bytes;
 use futures_util::future::BoxFuture;
 use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 use tokio::sync::oneshot;
-use tower_chat::ConversationId;
+use tower_chat::{ConversationId, Message};
 
 use super::chain::{history_sql, Encoded, Encoder, NodeKey};
 use super::legacy_journal::LegacyJournal;
@@ -472,10 +472,20 @@ fn read_raw(row: &rusqlite::Row<'_>) -> rusqlite::Result<StoredRecord> {
     })
 }
 
-/// Read each record's history from `chat_messages`, on the connection thread.
+/// Read each record's history from `chat_messages`, on the connection thread, with the blobs it refers to.
 fn with_histories(
     conn: &Connection,
+    records: Vec<StoredRecord>,
+) -> rusqlite::Result<Vec<StoredRecord>> {
+    with_histories_and_blobs_of(conn, records, None)
+}
+
+/// [`with_histories`], reading the blobs of every message, or of the message at `only` (request then
+/// response messages).
+fn with_histories_and_blobs_of(
+    conn: &Connection,
     mut records: Vec<StoredRecord>,
+    only: Option<usize>,
 ) -> rusqlite::Result<Vec<StoredRecord>> {
     let mut fetched = std::collections::HashMap::new();
     for record in &mut records {
@@ -487,7 +497,11 @@ fn with_histories(
                 .collect::<rusqlite::Result<Vec<String>>>()?;
             // Only the blobs this record's history refers to: a blob is never read by its hash alone. Each is
             // read once per query, however many of its records refer to it.
-            for hash in references(&record.history)? {
+            let wanted = match only {
+                Some(index) => record.history.get(index..=index).unwrap_or_default(),
+                None => &record.history[..],
+            };
+            for hash in references(wanted)? {
                 let bytes = match fetched.get(&hash) {
                     Some(bytes) => Bytes::clone(bytes),
                     None => {
@@ -758,6 +772,29 @@ impl Store for SqliteStore {
                 .next()
                 .map(StoredRecord::into_record)
                 .transpose()
+        })
+    }
+
+    fn call_message<'a>(
+        &'a self,
+        call_id: &'a CallId,
+        index: usize,
+    ) -> BoxFuture<'a, Result<Option<Message>, StoreError>> {
+        let id = call_id.as_str().to_owned();
+        Box::pin(async move {
+            let raw = self
+                .read_on_thread("cannot read a call record", move |conn| {
+                    let raw = conn
+                        .prepare_cached(&select("WHERE call_id = ?1"))?
+                        .query_row([id], read_raw)
+                        .optional()?;
+                    with_histories_and_blobs_of(conn, raw.into_iter().collect(), Some(index))
+                })
+                .await?;
+            match raw.into_iter().next() {
+                Some(raw) => raw.into_message(index),
+                None => Ok(None),
+            }
         })
     }
 
