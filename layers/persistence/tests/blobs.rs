@@ -1,6 +1,7 @@
 //! Binary parts stored once, by content hash: every test runs against SQLite (a real file) and PostgreSQL
 //! (`DATABASE_URL`; skipped with a visible message when unset, a failure under CI).
 
+#[macro_use]
 mod common;
 
 use common::{answer, copy, scripted, Backend, TestDb};
@@ -12,31 +13,6 @@ use tower_chat::{
 };
 use tower_chat_persistence::{CallOutcome, Store};
 use tower_chat_testkit::{scripted_stream, Delivery, PDF, PNG};
-
-macro_rules! both_stores {
-    ($($name:ident),* $(,)?) => {
-        mod sqlite {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    let db = crate::common::TestDb::sqlite().await;
-                    super::$name(&db).await;
-                    db.cleanup().await;
-                }
-            )*
-        }
-        mod postgres {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    let Some(db) = crate::common::TestDb::postgres().await else { return };
-                    super::$name(&db).await;
-                    db.cleanup().await;
-                }
-            )*
-        }
-    };
-}
 
 both_stores!(
     fifty_turns_resending_one_image_store_it_once,
@@ -368,24 +344,7 @@ async fn messages_stored_with_base64_inside_still_read(db: &TestDb) {
 /// The blob is written in the transaction of the record that refers to it: when the database refuses the blob,
 /// the fail-closed call fails with a store error, and neither the record nor its messages are stored.
 async fn a_blob_the_database_refuses_fails_the_call_and_stores_nothing_of_it(db: &TestDb) {
-    match &db.backend {
-        Backend::Sqlite(store) => store
-            .run("refuse blobs", |conn| {
-                conn.execute_batch(
-                    "CREATE TRIGGER refuse_blobs BEFORE INSERT ON chat_blobs \
-                     BEGIN SELECT RAISE(ABORT, 'no blobs today'); END;",
-                )
-            })
-            .await
-            .unwrap(),
-        Backend::Postgres(store) => store
-            .client()
-            .await
-            .unwrap()
-            .batch_execute("ALTER TABLE chat_blobs ADD CONSTRAINT refuse CHECK (false) NOT VALID")
-            .await
-            .unwrap(),
-    }
+    db.refuse_inserts_into("chat_blobs").await;
     let layer = db.layer();
     let chat = layer.layer(scripted(|_| {
         scripted_stream(Delivery::AllAtOnce, answer("Seen."))
