@@ -198,7 +198,10 @@ impl From<WireUsage> for Usage {
 /// What one output item (by its `output_index`) is, while it streams.
 enum ItemState {
     /// A function call; its id and name come again, final, in `response.output_item.done`.
-    Call { call_index: usize, arguments: String },
+    Call {
+        call_index: usize,
+        arguments: String,
+    },
     Reasoning {
         /// The summary part the last delta belonged to, if any delta came.
         summary_index: Option<usize>,

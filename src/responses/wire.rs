@@ -374,7 +374,8 @@ fn text_format(format: &ResponseFormat) -> Value {
             schema,
             strict,
         } => {
-            let mut format = serde_json::json!({"type": "json_schema", "name": name, "schema": schema});
+            let mut format =
+                serde_json::json!({"type": "json_schema", "name": name, "schema": schema});
             if let Some(strict) = strict {
                 format["strict"] = Value::Bool(*strict);
             }
@@ -445,7 +446,10 @@ mod tests {
             tool_choice: Some(ToolChoice::Tool("weather".into())),
             max_output_tokens: Some(200),
             temperature: Some(0.5),
-            extra: json!({"reasoning_effort": "low"}).as_object().unwrap().clone(),
+            extra: json!({"reasoning_effort": "low"})
+                .as_object()
+                .unwrap()
+                .clone(),
             ..ChatOptions::default()
         };
         let body = encode_with(&request).unwrap();
@@ -491,12 +495,19 @@ mod tests {
         assert_eq!(body["stream"], false);
         assert_eq!(body["store"], true);
         assert_eq!(body["include"], json!([]));
-        assert_eq!(body["reasoning"], json!({"effort": "high", "summary": "auto"}));
+        assert_eq!(
+            body["reasoning"],
+            json!({"effort": "high", "summary": "auto"})
+        );
     }
 
     #[test]
     fn media_parts_become_input_parts_and_tool_media_stays_in_the_output() {
-        let pdf = Part::file(&b"%PDF-1.4"[..], "application/pdf", Some("a.pdf".to_owned()));
+        let pdf = Part::file(
+            &b"%PDF-1.4"[..],
+            "application/pdf",
+            Some("a.pdf".to_owned()),
+        );
         let request = ChatRequest::new(vec![
             Message::user(vec![
                 Part::text("what is this?"),
@@ -521,12 +532,18 @@ mod tests {
             Message::Tool(ToolMessage::success(
                 "call_1",
                 "render",
-                vec![Part::text("rendered"), Part::image(&b"\x89PNG"[..], "image/png")],
+                vec![
+                    Part::text("rendered"),
+                    Part::image(&b"\x89PNG"[..], "image/png"),
+                ],
             )),
         ]);
         let body = encode_with(&request).unwrap();
         let user = &body["input"][0]["content"];
-        assert_eq!(user[0], json!({"type": "input_text", "text": "what is this?"}));
+        assert_eq!(
+            user[0],
+            json!({"type": "input_text", "text": "what is this?"})
+        );
         assert_eq!(
             user[1],
             json!({"type": "input_image", "image_url": "https://example.com/cat.png", "detail": "auto"})

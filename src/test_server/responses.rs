@@ -61,13 +61,17 @@ impl Reply {
                 "content_index": 0, "part": {"type": "output_text", "text": "", "annotations": []}}),
         ];
         for word in text.split_inclusive(' ') {
-            events.push(json!({"type": "response.output_text.delta", "item_id": "msg_scripted",
-                "output_index": 0, "content_index": 0, "delta": word, "logprobs": []}));
+            events.push(
+                json!({"type": "response.output_text.delta", "item_id": "msg_scripted",
+                "output_index": 0, "content_index": 0, "delta": word, "logprobs": []}),
+            );
         }
         let message = json!({"type": "message", "id": "msg_scripted", "role": "assistant",
             "status": "completed", "content": [{"type": "output_text", "text": text, "annotations": []}]});
-        events.push(json!({"type": "response.output_text.done", "item_id": "msg_scripted",
-            "output_index": 0, "content_index": 0, "text": text, "logprobs": []}));
+        events.push(
+            json!({"type": "response.output_text.done", "item_id": "msg_scripted",
+            "output_index": 0, "content_index": 0, "text": text, "logprobs": []}),
+        );
         events.push(
             json!({"type": "response.output_item.done", "output_index": 0, "item": message.clone()}),
         );
@@ -90,16 +94,20 @@ impl Reply {
         let mut output = Vec::new();
         for (id, encrypted, summary) in reasoning {
             let index = output.len();
-            events.push(json!({"type": "response.output_item.added", "output_index": index,
-                "item": {"type": "reasoning", "id": id, "summary": []}}));
+            events.push(
+                json!({"type": "response.output_item.added", "output_index": index,
+                "item": {"type": "reasoning", "id": id, "summary": []}}),
+            );
             let summaries = if summary.is_empty() {
                 json!([])
             } else {
                 events.push(json!({"type": "response.reasoning_summary_part.added", "item_id": id,
                     "output_index": index, "summary_index": 0, "part": {"type": "summary_text", "text": ""}}));
                 for piece in summary.split_inclusive(' ') {
-                    events.push(json!({"type": "response.reasoning_summary_text.delta", "item_id": id,
-                        "output_index": index, "summary_index": 0, "delta": piece}));
+                    events.push(
+                        json!({"type": "response.reasoning_summary_text.delta", "item_id": id,
+                        "output_index": index, "summary_index": 0, "delta": piece}),
+                    );
                 }
                 json!([{"type": "summary_text", "text": summary}])
             };
@@ -113,20 +121,26 @@ impl Reply {
         for (call_id, name, arguments) in calls {
             let index = output.len();
             let id = format!("fc_{call_id}");
-            events.push(json!({"type": "response.output_item.added", "output_index": index,
+            events.push(
+                json!({"type": "response.output_item.added", "output_index": index,
                 "item": {"type": "function_call", "id": id, "call_id": call_id, "name": name,
-                    "arguments": "", "status": "in_progress"}}));
+                    "arguments": "", "status": "in_progress"}}),
+            );
             // Split the arguments in two fragments, as the API does.
             let mid = arguments
                 .char_indices()
                 .nth(arguments.chars().count() / 2)
                 .map_or(0, |(i, _)| i);
             for piece in [&arguments[..mid], &arguments[mid..]] {
-                events.push(json!({"type": "response.function_call_arguments.delta", "item_id": id,
-                    "output_index": index, "delta": piece}));
+                events.push(
+                    json!({"type": "response.function_call_arguments.delta", "item_id": id,
+                    "output_index": index, "delta": piece}),
+                );
             }
-            events.push(json!({"type": "response.function_call_arguments.done", "item_id": id,
-                "output_index": index, "arguments": arguments}));
+            events.push(
+                json!({"type": "response.function_call_arguments.done", "item_id": id,
+                "output_index": index, "arguments": arguments}),
+            );
             let item = json!({"type": "function_call", "id": id, "call_id": call_id, "name": name,
                 "arguments": arguments, "status": "completed"});
             events.push(
@@ -144,7 +158,11 @@ impl Reply {
 /// `response.incomplete` or `response.failed` event, its `output` filled from the `response.output_item.done`
 /// events when the script left it empty.
 pub(super) fn responses_response(events: &[Value]) -> Value {
-    let terminal = ["response.completed", "response.incomplete", "response.failed"];
+    let terminal = [
+        "response.completed",
+        "response.incomplete",
+        "response.failed",
+    ];
     let mut response = events
         .iter()
         .rev()
@@ -185,7 +203,10 @@ mod tests {
         assert_eq!(response["id"], "resp_1");
         assert_eq!(response["status"], "completed");
         assert_eq!(response["output"], json!([item]));
-        assert_eq!(response["usage"]["input_tokens_details"]["cached_tokens"], 1);
+        assert_eq!(
+            response["usage"]["input_tokens_details"]["cached_tokens"],
+            1
+        );
         // A script that lists the output itself keeps it.
         let text = Reply::responses_text("Hi there").whole.unwrap();
         assert_eq!(text["output"][0]["content"][0]["text"], "Hi there");
