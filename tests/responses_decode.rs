@@ -92,6 +92,34 @@ fn a_delta_for_an_item_never_announced_is_a_protocol_error() {
     );
 }
 
+#[test]
+fn raw_reasoning_text_streams_as_reasoning_and_its_item_still_ends_it() {
+    let event = |data: &str| format!("data: {data}\n\n");
+    let body = [
+        event(r#"{"type":"response.output_item.added","output_index":0,"item":{"type":"reasoning","id":"rs_x","summary":[]}}"#),
+        event(r#"{"type":"response.reasoning_text.delta","output_index":0,"content_index":0,"delta":"Let me think"}"#),
+        event(r#"{"type":"response.output_item.done","output_index":0,"item":{"type":"reasoning","id":"rs_x","summary":[{"type":"summary_text","text":"Thought."}],"content":[{"type":"reasoning_text","text":"Let me think"}]}}"#),
+        event(r#"{"type":"response.completed","response":{"status":"completed"}}"#),
+    ]
+    .concat();
+    assert_eq!(
+        decode(body.as_bytes(), &[]),
+        vec![
+            Ok(ChatEvent::ReasoningDelta {
+                text: "Let me think".into()
+            }),
+            Ok(ChatEvent::ReasoningEnd {
+                continuation: Continuation::OpenAiReasoning {
+                    id: "rs_x".into(),
+                    encrypted_content: None,
+                    summary: vec!["Thought.".into()],
+                }
+            }),
+            Ok(ChatEvent::finish(FinishReason::Stop)),
+        ]
+    );
+}
+
 proptest! {
     #[test]
     fn every_chunking_yields_the_same_events(

@@ -163,6 +163,37 @@ async fn the_documented_function_call_stream_is_one_tool_call() {
 }
 
 #[tokio::test]
+async fn several_calls_in_one_response_streamed_and_not() {
+    let provider = ScriptedProvider::start(|_, _| {
+        Reply::responses_tool_calls(&[
+            ("call_a", "weather", r#"{"city":"Zürich"}"#),
+            ("call_b", "time", ""),
+            ("call_c", "weather", r#"{"city":"Köln"}"#),
+        ])
+    })
+    .await;
+    for stream in [true, false] {
+        let response = call(
+            &provider,
+            ChatRequest::new(vec![Message::user("x")]).stream(stream),
+        )
+        .await
+        .unwrap();
+        assert_eq!(
+            response.last_assistant().unwrap().tool_calls,
+            vec![
+                ToolCall::new("call_a", "weather", json!({"city": "Zürich"})),
+                ToolCall::new("call_b", "time", json!({})),
+                ToolCall::new("call_c", "weather", json!({"city": "Köln"})),
+            ],
+            "stream={stream}"
+        );
+        assert_eq!(response.finish_reason, Some(FinishReason::ToolCalls));
+        assert_eq!(response.usage.input_tokens, 40);
+    }
+}
+
+#[tokio::test]
 async fn a_reasoning_stream_gives_its_summary_and_what_continues_it() {
     let provider = ScriptedProvider::start(|_, _| Reply::sse_chunks([STREAM_REASONING])).await;
     let response = call(&provider, ChatRequest::new(vec![Message::user("2 + 2?")]))

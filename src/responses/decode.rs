@@ -47,6 +47,9 @@ enum StreamEvent {
         summary_index: usize,
         delta: String,
     },
+    /// Raw reasoning text, from servers that show it (open-weight models behind vLLM and others).
+    #[serde(rename = "response.reasoning_text.delta")]
+    ReasoningTextDelta { output_index: usize, delta: String },
     #[serde(rename = "response.completed")]
     Completed { response: ResponseInfo },
     #[serde(rename = "response.incomplete")]
@@ -203,7 +206,7 @@ enum ItemState {
         arguments: String,
     },
     Reasoning {
-        /// The summary part the last delta belonged to, if any delta came.
+        /// The summary part the last delta belonged to, if any reasoning delta came.
         summary_index: Option<usize>,
     },
     Other,
@@ -263,6 +266,19 @@ impl ResponseDecoder {
                     }
                 }
                 _ => return Err(never_started("a reasoning summary delta", output_index)),
+            },
+            StreamEvent::ReasoningTextDelta {
+                output_index,
+                delta,
+            } => match self.items.get_mut(&output_index) {
+                Some(ItemState::Reasoning { summary_index }) => {
+                    // Streamed text stands for the item: its summary is not repeated at its end.
+                    summary_index.get_or_insert(0);
+                    if !delta.is_empty() {
+                        out.push_back(ChatEvent::ReasoningDelta { text: delta });
+                    }
+                }
+                _ => return Err(never_started("a reasoning text delta", output_index)),
             },
             StreamEvent::Completed { response } | StreamEvent::Incomplete { response } => {
                 self.finish(response, out)?
