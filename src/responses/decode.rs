@@ -12,6 +12,7 @@ use std::collections::{BTreeMap, VecDeque};
 use serde::Deserialize;
 use serde_json::Value;
 
+use super::error::{error_from, failure, typed_error};
 use crate::error::{ChatError, ErrorKind};
 use crate::event::{ChatEvent, FinishReason, Usage};
 use crate::message::ToolCall;
@@ -283,7 +284,7 @@ impl ResponseDecoder {
             StreamEvent::Completed { response } | StreamEvent::Incomplete { response } => {
                 self.finish(response, out)?
             }
-            StreamEvent::Failed { response } => return Err(failure(response)),
+            StreamEvent::Failed { response } => return Err(failure(response.error)),
             StreamEvent::Error {
                 code,
                 message,
@@ -433,7 +434,7 @@ impl ResponseDecoder {
         out: &mut VecDeque<ChatEvent>,
     ) -> Result<(), ChatError> {
         if response.status.as_deref() == Some("failed") {
-            return Err(failure(response));
+            return Err(failure(response.error));
         }
         if let Some(usage) = response.usage {
             out.push_back(ChatEvent::Usage {
@@ -521,63 +522,12 @@ impl WireDecoder for ResponseDecoder {
     }
 }
 
-/// A failed response's error.
-fn failure(response: ResponseInfo) -> ChatError {
-    match response.error {
-        Some(error) if !error.is_null() => error_from(&error),
-        _ => ChatError::new(ErrorKind::Upstream, "the response failed"),
-    }
-}
-
-/// An error object: `{"code": …, "message": …}`, with an optional `type`.
-fn error_from(error: &Value) -> ChatError {
-    let text = |key| error.get(key).and_then(Value::as_str);
-    let message = text("message")
-        .map(str::to_owned)
-        .unwrap_or_else(|| error.to_string());
-    typed_error(text("code"), text("type"), message)
-}
-
-/// The kind a caller can act on, from the error's `code` (or `type`).
-fn typed_error(code: Option<&str>, kind: Option<&str>, message: String) -> ChatError {
-    let kind = match code.or(kind).unwrap_or("") {
-        "rate_limit_exceeded" | "rate_limit_error" => ErrorKind::RateLimited { retry_after: None },
-        "invalid_api_key" | "authentication_error" | "permission_error" => {
-            ErrorKind::Authentication
-        }
-        "invalid_prompt"
-        | "invalid_request_error"
-        | "context_length_exceeded"
-        | "data_residency_mismatch"
-        | "bio_policy"
-        | "misalignment_policy_violation"
-        | "empty_image_file"
-        | "failed_to_download_image"
-        | "unsupported_image_media_type" => ErrorKind::InvalidRequest,
-        code if code.starts_with("invalid_image") || code.starts_with("image_") => {
-            ErrorKind::InvalidRequest
-        }
-        // `server_error`, `vector_store_timeout`, and what this list does not know yet.
-        _ => ErrorKind::Upstream,
-    };
-    ChatError::new(kind, message)
-}
-
-/// The message in an error body: `{"error":{"message":…}}`.
-pub(crate) fn provider_message(body: &[u8]) -> Option<String> {
-    let value: Value = serde_json::from_slice(body).ok()?;
-    match value.get("error")? {
-        Value::String(message) => Some(message.clone()),
-        error => error.get("message")?.as_str().map(str::to_owned),
-    }
-}
-
 /// Map a whole `response` body to the same events a stream of it would give.
 pub(crate) fn decode_response(body: &[u8]) -> Result<Vec<ChatEvent>, ChatError> {
     let response: ResponseInfo = serde_json::from_slice(body)
         .map_err(|e| ChatError::protocol(format_args!("malformed response ({e})"), body))?;
     if response.status.as_deref() == Some("failed") {
-        return Err(failure(response));
+        return Err(failure(response.error));
     }
     if let Some(error) = response.error.as_ref().filter(|error| !error.is_null()) {
         return Err(error_from(error));

@@ -48,6 +48,7 @@
 //! is understood too).
 
 mod decode;
+mod error;
 mod wire;
 
 use std::sync::Arc;
@@ -143,7 +144,7 @@ impl ProviderWire for OpenAiResponses {
     }
 
     fn error_message(body: &[u8]) -> Option<String> {
-        decode::provider_message(body)
+        error::provider_message(body)
     }
 
     fn decode_whole(body: &[u8]) -> Result<Vec<ChatEvent>, ChatError> {
