@@ -4,7 +4,7 @@
 //! `function_call_output` items for their results. Reasoning models continue a tool round from their `reasoning`
 //! items: the leaf asks for them encrypted (`include: ["reasoning.encrypted_content"]`) and stores nothing at
 //! OpenAI (`store: false`) by default, streams each item's summary as reasoning deltas, ends it with a
-//! [`ChatEvent::ReasoningEnd`](crate::ChatEvent::ReasoningEnd) carrying
+//! [`ChatEvent::ReasoningEnd`] carrying
 //! [`Continuation::OpenAiReasoning`](crate::Continuation::OpenAiReasoning), and sends those items back first in
 //! their turn, exactly as received, on the next round. Another provider's reasoning is left out of the request
 //! (with a `tracing` debug line). Usage reports cached and reasoning tokens; `response.incomplete` ends with
