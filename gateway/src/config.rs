@@ -59,7 +59,12 @@ pub struct Config {
     /// `--database-url URL`: PostgreSQL instead of SQLite.
     pub database_url: Option<String>,
     /// `--files DIR`: root of the `read_file` / `write_file` tools. `None` (the default): no file tools at all.
+    /// The program creates a missing folder at start ([`Config::prepare_files`]).
     pub files: Option<PathBuf>,
+    /// `--demo`: no provider is called; an in-process scripted upstream ([`crate::demo`]) answers every model,
+    /// so the gateway works with no key and no network. Not with `--upstream`, `--provider`,
+    /// `--upstream-key-env`, `--no-upstream-key` or `[upstreams]`.
+    pub demo: bool,
     /// `--api-keys-file PATH`: when set, clients must send one of the listed keys as a bearer token.
     pub api_keys_file: Option<PathBuf>,
     /// `--operator-keys-file PATH`: keys (same format, none shared with `--api-keys-file`) of the operators who
@@ -125,6 +130,7 @@ impl Config {
             db: PathBuf::from("gateway.db"),
             database_url: None,
             files: None,
+            demo: false,
             api_keys_file: None,
             operator_keys_file: None,
             console: true,
@@ -163,6 +169,31 @@ impl Config {
         }
     }
 
+    /// Make `--files` usable before the gateway starts: a missing folder is created (with its parents), as a
+    /// user following the README expects, and its path returned so the start-up summary can say so; `Ok(None)`
+    /// when the folder exists or no `--files` was given. A path that is not a folder, or a folder that cannot
+    /// be created, is a command-line error naming the option.
+    pub fn prepare_files(&self) -> Result<Option<PathBuf>, CliError> {
+        let Some(root) = &self.files else {
+            return Ok(None);
+        };
+        let refuse = |reason: String| CliError::Path {
+            option: "--files",
+            path: root.clone(),
+            reason,
+        };
+        match std::fs::metadata(root) {
+            Ok(meta) if meta.is_dir() => Ok(None),
+            Ok(_) => Err(refuse("not a folder".to_owned())),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                std::fs::create_dir_all(root)
+                    .map_err(|e| refuse(format!("cannot create the folder: {e}")))?;
+                Ok(Some(root.clone()))
+            }
+            Err(e) => Err(refuse(e.to_string())),
+        }
+    }
+
     /// Parse command-line arguments (without the program name).
     pub fn parse<I, S>(args: I) -> Result<Command, CliError>
     where
@@ -172,6 +203,7 @@ impl Config {
         let mut config = Config::new("");
         config.record_content = crate::telemetry::content_capture_from_env();
         let mut upstream = None;
+        let mut provider_given = false;
         let (mut proxy_header, mut proxies) = (None::<String>, None::<String>);
         let mut args = args.into_iter().map(Into::into);
         while let Some(arg) = args.next() {
@@ -189,7 +221,7 @@ impl Config {
             }
             if matches!(
                 name.as_str(),
-                "--record-content" | "--no-console" | "--no-upstream-key"
+                "--record-content" | "--no-console" | "--no-upstream-key" | "--demo"
             ) {
                 if let Some(value) = inline {
                     return Err(invalid(&name, &value, "no value (it is a switch)"));
@@ -197,6 +229,7 @@ impl Config {
                 match name.as_str() {
                     "--record-content" => config.record_content = true,
                     "--no-upstream-key" => config.no_upstream_key = true,
+                    "--demo" => config.demo = true,
                     _ => config.console = false,
                 }
                 continue;
@@ -225,6 +258,7 @@ impl Config {
                 "--upstream" => upstream = Some(value()?),
                 "--provider" => {
                     let v = value()?;
+                    provider_given = true;
                     config.provider = match v.as_str() {
                         "openai" => Provider::OpenAi,
                         "anthropic" => Provider::Anthropic,
@@ -300,6 +334,24 @@ impl Config {
                 "--no-upstream-key",
                 "--upstream-key-env",
             ));
+        }
+        if config.demo {
+            let conflict = if upstream.is_some() {
+                Some("--upstream")
+            } else if provider_given {
+                Some("--provider")
+            } else if config.upstream_key_env.is_some() {
+                Some("--upstream-key-env")
+            } else if config.no_upstream_key {
+                Some("--no-upstream-key")
+            } else if !config.file.upstreams.models.is_empty() {
+                Some("[upstreams] in --config")
+            } else {
+                None
+            };
+            if let Some(other) = conflict {
+                return Err(CliError::Conflict("--demo", other));
+            }
         }
         config.upstream = upstream.unwrap_or_else(|| config.provider.default_upstream().to_owned());
         config.trusted_proxies = match (proxy_header, proxies) {
@@ -394,6 +446,16 @@ pub enum CliError {
     },
     /// Two options that exclude each other.
     Conflict(&'static str, &'static str),
+    /// A path option naming something the gateway cannot use (`--files` naming a file, a folder that cannot be
+    /// created).
+    Path {
+        /// The option.
+        option: &'static str,
+        /// The path given.
+        path: PathBuf,
+        /// Why it cannot be used.
+        reason: String,
+    },
 }
 
 impl fmt::Display for CliError {
@@ -415,6 +477,11 @@ impl fmt::Display for CliError {
                 write!(f, "option `{option}` needs {needs}")
             }
             CliError::Conflict(a, b) => write!(f, "`{a}` and `{b}` exclude each other"),
+            CliError::Path {
+                option,
+                path,
+                reason,
+            } => write!(f, "{option} {}: {reason}", path.display()),
         }
     }
 }
@@ -429,6 +496,8 @@ usage: tower-chat-gateway [options]
        (from a checkout: cargo run --release --example gateway -- [options])
 
   --listen ADDR            address to listen on (default 127.0.0.1:8080)
+  --demo                   offline: an in-process scripted upstream answers every model (no key,
+                           no network); ask it to add two numbers to see a tool round
   --upstream URL           provider base URL, e.g. https://api.openai.com/v1 or http://127.0.0.1:9000/v1
   --provider NAME          openai | anthropic (default openai)
   --upstream-key-env VAR   environment variable holding the upstream key
@@ -437,7 +506,8 @@ usage: tower-chat-gateway [options]
   --no-upstream-key        the upstream takes no key (local vLLM, Ollama): no auth header is sent
   --db PATH                SQLite file of the persistence layer (default gateway.db)
   --database-url URL       PostgreSQL instead of SQLite
-  --files DIR              enables read_file / write_file, confined to DIR (default: no file tools)
+  --files DIR              enables read_file / write_file, confined to DIR (default: no file tools);
+                           a missing DIR is created at start
   --api-keys-file PATH     clients must send `Authorization: Bearer <key>` with a key listed in PATH
   --operator-keys-file PATH  operators' keys (same format, none shared with client keys): they decide
                            pending approvals with POST /v1/approvals/{id}/decision; while set, only

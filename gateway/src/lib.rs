@@ -37,6 +37,7 @@ pub mod config;
 pub mod config_file;
 pub mod connection;
 mod console;
+pub mod demo;
 mod error;
 #[cfg(fuzzing)]
 #[doc(hidden)]
@@ -53,6 +54,7 @@ mod respond;
 mod rounds;
 mod sandbox;
 mod server;
+mod summary;
 pub mod telemetry;
 pub mod tools;
 pub mod upstream_key;
@@ -89,7 +91,8 @@ impl fmt::Display for GatewayError {
         match self {
             GatewayError::Cli(e) => write!(f, "{e}"),
             GatewayError::Config(e) => write!(f, "{e}"),
-            GatewayError::Chat(e) => write!(f, "{e}"),
+            // A start-up error, not an HTTP answer: the message without the error kind.
+            GatewayError::Chat(e) => write!(f, "{}", e.message()),
             GatewayError::Io(e) => write!(f, "{e}"),
         }
     }
@@ -107,7 +110,16 @@ impl std::error::Error for GatewayError {
 }
 
 /// Build and serve the gateway `config` describes until SIGTERM or Ctrl-C.
-pub async fn run(mut config: Config) -> Result<(), GatewayError> {
+pub async fn run(config: Config) -> Result<(), GatewayError> {
+    run_with(config, None).await
+}
+
+/// [`run`], told that the program created the `--files` folder ([`Config::prepare_files`]) so the start-up
+/// summary says so.
+async fn run_with(
+    mut config: Config,
+    created_files: Option<std::path::PathBuf>,
+) -> Result<(), GatewayError> {
     // Connections are file descriptors: use what the hard limit allows, and keep some for the database,
     // upstream connections and files.
     if let Some(open_files) = connection::raise_open_files_limit() {
@@ -124,14 +136,25 @@ pub async fn run(mut config: Config) -> Result<(), GatewayError> {
             config.connections.max_connections = usable;
         }
     }
+    // Kept alive until the server stops: the scripted upstream `--demo` sends every model to.
+    let demo = if config.demo {
+        let demo = demo::DemoUpstream::start().await;
+        config.upstream = demo.base_url();
+        config.provider = Provider::OpenAi;
+        config.no_upstream_key = true;
+        Some(demo)
+    } else {
+        None
+    };
     let gateway = Gateway::new(&config).await?;
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
         .map_err(GatewayError::Io)?;
     let addr = listener.local_addr().map_err(GatewayError::Io)?;
-    // What is served: the configured `[upstreams]` models and targets, else the single `--upstream`.
-    let upstreams = upstreams::describe(&config);
-    tracing::info!(%addr, %upstreams, files = ?config.files, "gateway listening");
+    tracing::info!(
+        "{}",
+        summary::describe(&config, addr, created_files.as_deref())
+    );
     if let Some(metrics_addr) = config.metrics_listen {
         let metrics = tokio::net::TcpListener::bind(metrics_addr)
             .await
@@ -160,6 +183,7 @@ pub async fn run(mut config: Config) -> Result<(), GatewayError> {
         .await
         .map_err(GatewayError::Io)?;
     tracing::info!("gateway stopped");
+    drop(demo);
     Ok(())
 }
 
@@ -249,14 +273,28 @@ where
             }
         }
     };
-    let result = runtime.block_on(run(config));
+    let created_files = match config.prepare_files() {
+        Ok(created) => created,
+        Err(error) => {
+            eprintln!("error: {error}");
+            return ExitCode::from(2);
+        }
+    };
+    let result = runtime.block_on(run_with(config, created_files));
     // After the server stopped, before the runtime does: the last spans and metrics go out on it.
     telemetry.shutdown();
     match result {
         Ok(()) => ExitCode::SUCCESS,
-        Err(error) => {
+        // Serving failed (the address is taken, …): a runtime failure.
+        Err(error @ GatewayError::Io(_)) => {
             eprintln!("error: {error}");
             ExitCode::FAILURE
+        }
+        // The configuration cannot be used (an unset key variable, an unreadable keys file, a bad URL): a
+        // usage error, as a bad command line is.
+        Err(error) => {
+            eprintln!("error: {error}");
+            ExitCode::from(2)
         }
     }
 }

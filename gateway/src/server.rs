@@ -581,6 +581,8 @@ impl Gateway {
                     crate::api_guard::guard,
                 ))
                 .with_state(operators.clone());
+        } else if self.state.console {
+            console = crate::console::not_configured_router();
         }
         let api = api
             .route_layer(middleware::from_fn_with_state(state.clone(), authenticate))

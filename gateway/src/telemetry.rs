@@ -39,14 +39,16 @@ impl Telemetry {
     }
 }
 
-/// Install the global `tracing` subscriber (log lines to stderr, filtered by `RUST_LOG`, default `info`) and,
+/// Install the global `tracing` subscriber (log lines to stdout, coloured only on a terminal, filtered by `RUST_LOG`, default `info`) and,
 /// when the environment names an OTLP endpoint, the OTLP exporters; their metrics are set on
 /// `config.otel_metrics` so the stack's tracing layer records into them. Call it inside the tokio runtime
 /// (`runtime.enter()`): the exporters send through it.
 pub fn install(config: &mut Config) -> Result<Telemetry, crate::GatewayError> {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let log = tracing_subscriber::fmt::layer().with_filter(filter);
+    let log = tracing_subscriber::fmt::layer()
+        .with_ansi(colours_wanted())
+        .with_filter(filter);
     #[cfg(feature = "otlp")]
     {
         let otlp = tower_chat_tracing::otlp::Otlp::from_env(SERVICE_NAME)
@@ -92,6 +94,13 @@ pub fn install(config: &mut Config) -> Result<Telemetry, crate::GatewayError> {
         }
         Ok(Telemetry {})
     }
+}
+
+/// Colour codes only for a person watching: log lines go to stdout, and a file or pipe (`> gateway.log`, a
+/// journal, a test) gets plain text. `NO_COLOR` (any non-empty value) turns them off on a terminal too.
+fn colours_wanted() -> bool {
+    use std::io::IsTerminal as _;
+    std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
 }
 
 /// `OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true` (the OpenTelemetry GenAI instrumentations'

@@ -100,6 +100,28 @@ pub(crate) fn router<S: Clone + Send + Sync + 'static>(
         .with_state(state)
 }
 
+/// What `/console` answers while no operator keys are configured: `404` with a message naming the flag that
+/// turns the console on, instead of the API's generic JSON `not_found` a browser user cannot act on.
+pub(crate) fn not_configured_router<S: Clone + Send + Sync + 'static>() -> Router<S> {
+    async fn not_configured() -> Response {
+        let mut response = (StatusCode::NOT_FOUND, NOT_CONFIGURED).into_response();
+        response.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("text/plain; charset=utf-8"),
+        );
+        response
+    }
+    Router::new()
+        .route("/console", axum::routing::any(not_configured))
+        .route("/console/{*rest}", axum::routing::any(not_configured))
+        .layer(middleware::from_fn(security_headers))
+}
+
+/// The body of [`not_configured_router`]'s answer.
+pub(crate) const NOT_CONFIGURED: &str = "The operator console is off: this gateway was started without \
+     --operator-keys-file.\nStart it with --operator-keys-file PATH (one operator key per line, `name:key` or a \
+     bare key) to serve the console here; operators log in at /console/login with a key from that file.\n";
+
 /// The headers of every console response.
 async fn security_headers(request: Request, next: Next) -> Response {
     let mut response = next.run(request).await;
