@@ -81,12 +81,20 @@ fn text_of(content: &Value) -> String {
     }
 }
 
-/// The first two numbers written in `text` (`2`, `-3`, `4.5`).
-fn two_numbers(text: &str) -> Option<(f64, f64)> {
+/// The first two numbers written in `text` (`2`, `-3`, `4.5`), whole numbers kept whole so the tool's answer
+/// reads as the user wrote them.
+fn two_numbers(text: &str) -> Option<(Value, Value)> {
     let mut numbers = text
         .split(|c: char| !(c.is_ascii_digit() || c == '.' || c == '-'))
-        .filter_map(|word| word.trim_matches('.').parse::<f64>().ok())
-        .filter(|n| n.is_finite());
+        .map(|word| word.trim_matches('.'))
+        .filter_map(|word| match word.parse::<i64>() {
+            Ok(n) => Some(Value::from(n)),
+            Err(_) => word
+                .parse::<f64>()
+                .ok()
+                .and_then(serde_json::Number::from_f64)
+                .map(Value::Number),
+        });
     Some((numbers.next()?, numbers.next()?))
 }
 
@@ -104,8 +112,14 @@ mod tests {
 
     #[test]
     fn numbers_are_found_in_a_sentence() {
-        assert_eq!(two_numbers("add 2 and 3.5."), Some((2.0, 3.5)));
-        assert_eq!(two_numbers("what is -4 + 10?"), Some((-4.0, 10.0)));
+        assert_eq!(
+            two_numbers("add 2 and 3.5."),
+            Some((Value::from(2), Value::from(3.5)))
+        );
+        assert_eq!(
+            two_numbers("what is -4 + 10?"),
+            Some((Value::from(-4), Value::from(10)))
+        );
         assert_eq!(two_numbers("only 1 here"), None);
         assert_eq!(two_numbers("hello"), None);
     }
