@@ -1,7 +1,8 @@
 //! An OpenAI-compatible HTTP gateway running the whole tower-chat stack.
 //!
 //! ```text
-//! cargo run --release --example gateway -- --upstream https://api.openai.com/v1 --files ./docs
+//! cargo run --release --example gateway -- --demo --files ./sandbox     # offline, no key
+//! cargo run --release --example gateway -- --upstream https://api.openai.com/v1 --files ./sandbox
 //! ```
 //!
 //! See `gateway/README.md` for every option, the approval protocol and curl examples. The installed program

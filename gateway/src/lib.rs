@@ -8,7 +8,8 @@
 //! gateway keys, each format's own error shape and graceful shutdown. Official OpenAI and Anthropic client
 //! libraries work against it unmodified. One module per format under `wire/`, over a shared core.
 //!
-//! From the repository root: `cargo run --release --example gateway -- --upstream http://127.0.0.1:9000/v1`.
+//! From the repository root: `cargo run --release --example gateway -- --demo` (offline, a scripted model, no
+//! key: [`demo`]) or `-- --upstream http://127.0.0.1:9000/v1`.
 //! In-process (how the tests run it):
 //!
 //! ```no_run

@@ -1,6 +1,7 @@
 //! `tower-chat-gateway`: the gateway as an installed program (`cargo install --path gateway`).
 //!
 //! ```text
+//! tower-chat-gateway --demo                  # offline: a scripted model, no key
 //! tower-chat-gateway --upstream https://api.openai.com/v1 --config gateway.toml
 //! ```
 //!

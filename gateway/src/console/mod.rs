@@ -1,7 +1,8 @@
 //! The operator console: a web UI at `/console` for the people who decide pending approvals and look at what
 //! conversations did and cost.
 //!
-//! Served when operator keys are configured (`--operator-keys-file`; `--no-console` turns it off). Pages:
+//! Served when operator keys are configured (`--operator-keys-file`; `--no-console` turns it off); without them
+//! `/console` answers a 404 naming that flag. Pages:
 //!
 //! | path | what |
 //! |---|---|
