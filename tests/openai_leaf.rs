@@ -607,3 +607,16 @@ async fn a_pooled_connection_the_upstream_closed_is_replaced_before_a_request_is
         "no request met a closed pooled connection: the test did not test"
     );
 }
+
+#[test]
+fn after_an_error_item_the_decoder_yields_nothing_more() {
+    let mut decoder = tower_chat::openai::StreamDecoder::new();
+    decoder.feed(b"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hi\"}}]}\n\ndata: {not json}\n\n");
+    assert!(decoder.next_event().unwrap().is_ok());
+    assert!(decoder.next_event().unwrap().is_err());
+    assert!(decoder.next_event().is_none());
+    // Neither more bytes nor the body's end (which, unfinished, would be an error of its own) add an item.
+    decoder.feed(b"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"more\"}}]}\n\n");
+    decoder.finish();
+    assert!(decoder.next_event().is_none());
+}

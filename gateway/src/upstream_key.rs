@@ -129,7 +129,8 @@ impl fmt::Display for UpstreamKeyError {
         }
         if matches!(self.problem, KeyProblem::Unset | KeyProblem::Empty) {
             f.write_str(
-                "; for an upstream that takes no key, say so: --no-upstream-key, or `no_key = true` in [upstreams]",
+                "; for an upstream that takes no key, say so: --no-upstream-key, or `no_key = true` in \
+                 [upstreams]; to try the gateway offline, with no key: --demo",
             )?;
         }
         Ok(())

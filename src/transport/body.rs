@@ -45,6 +45,8 @@ pub(crate) struct EventDecoder<D> {
     /// Chat events mapped from the last SSE event, not taken yet.
     ready: VecDeque<ChatEvent>,
     failure: Option<ChatError>,
+    /// Set with the first failure and kept after it is taken: nothing is decoded after a failure.
+    failed: bool,
     ended: bool,
 }
 
@@ -56,13 +58,14 @@ impl<D: WireDecoder> EventDecoder<D> {
             pending: Bytes::new(),
             ready: VecDeque::new(),
             failure: None,
+            failed: false,
             ended: false,
         }
     }
 
     /// Whether nothing more is wanted from the body (the end marker was seen, or it failed).
     pub(crate) fn is_complete(&self) -> bool {
-        self.wire.is_done() || self.failure.is_some()
+        self.wire.is_done() || self.failed
     }
 
     /// Queue the next chunk of the body; it is decoded as items are taken.
@@ -92,7 +95,7 @@ impl<D: WireDecoder> EventDecoder<D> {
             return false;
         };
         if let Err(error) = self.wire.on_event(event, &mut self.ready) {
-            self.failure = Some(error);
+            self.fail(error);
         }
         true
     }
@@ -116,15 +119,24 @@ impl<D: WireDecoder> EventDecoder<D> {
             return;
         }
         if let Some(error) = error {
-            self.failure = Some(error);
+            self.fail(error);
             return;
         }
         if let Some(event) = self.sse.finish() {
-            self.failure = self.wire.on_event(event, &mut self.ready).err();
+            if let Err(error) = self.wire.on_event(event, &mut self.ready) {
+                self.fail(error);
+            }
         }
         if !self.is_complete() {
-            self.failure = self.wire.on_end(&mut self.ready).err();
+            if let Err(error) = self.wire.on_end(&mut self.ready) {
+                self.fail(error);
+            }
         }
+    }
+
+    fn fail(&mut self, error: ChatError) {
+        self.failure = Some(error);
+        self.failed = true;
     }
 
     /// The next decoded item: events first, then the failure that ended decoding; `None` when more bytes are
