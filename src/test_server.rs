@@ -56,6 +56,8 @@ pub struct RecordedRequest {
     pub method: http::Method,
     /// The path, e.g. `/v1/chat/completions`.
     pub path: String,
+    /// The query string without its `?`, e.g. `api-version=2024-10-21`, if the URL had one.
+    pub query: Option<String>,
     /// The headers as received.
     pub headers: HeaderMap,
     /// The body parsed as JSON (`Null` if it was not JSON).
@@ -375,6 +377,7 @@ async fn serve(
     let record = RecordedRequest {
         method: parts.method,
         path: parts.uri.path().to_owned(),
+        query: parts.uri.query().map(str::to_owned),
         headers: parts.headers,
         body: serde_json::from_slice(&bytes).unwrap_or(Value::Null),
         version: parts.version,
