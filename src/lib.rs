@@ -35,6 +35,7 @@
 #![warn(missing_debug_implementations, unreachable_pub)]
 pub mod anthropic;
 mod approval;
+pub mod azure;
 mod boxed;
 mod content;
 mod context;
