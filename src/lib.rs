@@ -41,6 +41,7 @@ mod content;
 mod context;
 mod error;
 mod event;
+pub mod gemini;
 pub mod leaf;
 mod macros;
 mod message;

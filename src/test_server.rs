@@ -31,6 +31,7 @@ use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 
 mod folded;
+mod gemini;
 
 /// The URL in `var` (`DATABASE_URL`, `REDIS_URL`) of a local service a test needs, or `None` after printing a
 /// visible `SKIPPED` line, so the suite still passes on a fresh machine without the service. When `CI` is set a
@@ -389,7 +390,10 @@ async fn serve(
     };
     let mut reply = handler(&record, index);
     if let Some(whole) = reply.whole.take() {
-        if record.body.get("stream").and_then(Value::as_bool) != Some(true) {
+        // Gemini asks to stream by its URL's method, the others by a body field.
+        let streaming = record.body.get("stream").and_then(Value::as_bool) == Some(true)
+            || record.path.ends_with(":streamGenerateContent");
+        if !streaming {
             // The JSON reply's own content type, then the script's other headers and its delay.
             let mut json = Reply::json(200, whole);
             json.headers.extend(
