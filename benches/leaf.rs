@@ -1,5 +1,5 @@
-//! The SSE decoder + event mapping, and one leaf round trip over loopback against a raw hyper client doing the
-//! same request and parse.
+//! The SSE decoders + event mappings (Chat Completions, Responses, Messages), and one leaf round trip over
+//! loopback against a raw hyper client doing the same request and parse.
 //!
 //! `cargo bench --bench leaf`
 
@@ -130,9 +130,84 @@ fn gemini_body(words: usize) -> (Vec<u8>, usize) {
     (body.into_bytes(), events.len())
 }
 
+/// The same answer in the Responses API's stream, as OpenAI sends it (`sequence_number`, item ids, `logprobs`
+/// and `obfuscation` on every delta): `words` text deltas, one function call in 20 argument deltas, the
+/// items' `done` events, usage in `response.completed`.
+fn responses_body(words: usize) -> (Vec<u8>, usize) {
+    let msg = "msg_68af4c1d2d8c8190a8b2c5e0d1f3a4b50c1d2e3f4a5b6c7d";
+    let fc = "fc_68af4c1e7f008190b1c2d3e4f5a6b7c80c1d2e3f4a5b6c7d";
+    let response = |status: &str, output: Value, usage: Value| {
+        json!({"id": "resp_68af4c1c9e0c8190", "object": "response", "created_at": 1756318748, "status": status,
+            "model": "gpt-5-mini-2025-08-07", "output": output, "usage": usage})
+    };
+    let mut events = vec![
+        json!({"type": "response.created", "response": response("in_progress", json!([]), Value::Null)}),
+        json!({"type": "response.in_progress", "response": response("in_progress", json!([]), Value::Null)}),
+        json!({"type": "response.output_item.added", "output_index": 0, "item": {"id": msg, "type": "message",
+            "status": "in_progress", "content": [], "role": "assistant"}}),
+        json!({"type": "response.content_part.added", "item_id": msg, "output_index": 0, "content_index": 0,
+            "part": {"type": "output_text", "annotations": [], "logprobs": [], "text": ""}}),
+    ];
+    let mut text = String::new();
+    for i in 0..words {
+        let word = format!("word{i} ");
+        text.push_str(&word);
+        events.push(
+            json!({"type": "response.output_text.delta", "item_id": msg, "output_index": 0,
+            "content_index": 0, "delta": word, "logprobs": [], "obfuscation": "sZ3kQ"}),
+        );
+    }
+    let message = json!({"id": msg, "type": "message", "status": "completed", "role": "assistant",
+        "content": [{"type": "output_text", "annotations": [], "logprobs": [], "text": text}]});
+    events.push(
+        json!({"type": "response.output_text.done", "item_id": msg, "output_index": 0,
+        "content_index": 0, "text": text, "logprobs": []}),
+    );
+    events.push(
+        json!({"type": "response.content_part.done", "item_id": msg, "output_index": 0,
+        "content_index": 0, "part": message["content"][0]}),
+    );
+    events.push(json!({"type": "response.output_item.done", "output_index": 0, "item": message}));
+    events.push(json!({"type": "response.output_item.added", "output_index": 1, "item": {"id": fc,
+        "type": "function_call", "status": "in_progress", "arguments": "", "call_id": "call_1", "name": "lookup"}}));
+    let mut arguments = String::new();
+    for i in 0..20 {
+        let part = if i == 0 {
+            "{\"q\":\"".to_owned()
+        } else if i == 19 {
+            "\"}".to_owned()
+        } else {
+            format!("part{i}")
+        };
+        arguments.push_str(&part);
+        events.push(json!({"type": "response.function_call_arguments.delta", "item_id": fc, "output_index": 1,
+            "delta": part, "obfuscation": "Kq8"}));
+    }
+    events.push(
+        json!({"type": "response.function_call_arguments.done", "item_id": fc, "output_index": 1,
+        "arguments": arguments}),
+    );
+    let call = json!({"id": fc, "type": "function_call", "status": "completed", "arguments": arguments,
+        "call_id": "call_1", "name": "lookup"});
+    events.push(json!({"type": "response.output_item.done", "output_index": 1, "item": call}));
+    events.push(json!({"type": "response.completed", "response": response("completed", json!([message, call]),
+        json!({"input_tokens": 100, "input_tokens_details": {"cached_tokens": 0}, "output_tokens": 50,
+            "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": 150}))}));
+    let mut body = String::new();
+    for (n, event) in events.iter_mut().enumerate() {
+        event["sequence_number"] = n.into();
+        body.push_str(&format!(
+            "event: {}\ndata: {event}\n\n",
+            event["type"].as_str().unwrap()
+        ));
+    }
+    (body.into_bytes(), events.len())
+}
+
 fn decode(c: &mut Criterion) {
     for (provider, (body, sse_events)) in [
         ("openai", openai_body(500)),
+        ("responses", responses_body(500)),
         ("anthropic", anthropic_body(500)),
         ("gemini", gemini_body(500)),
     ] {
@@ -151,6 +226,12 @@ fn decode_body(provider: &str, body: &[u8]) {
         "openai" => drain_decoder(
             body,
             StreamDecoder::new(),
+            |d| d.next_event(),
+            |d, c| d.feed(c),
+        ),
+        "responses" => drain_decoder(
+            body,
+            tower_chat::responses::StreamDecoder::new(),
             |d| d.next_event(),
             |d, c| d.feed(c),
         ),
@@ -291,9 +372,9 @@ fn drain_decoder<D>(
 }
 
 /// `LEAF_COUNT_VARIANT=raw_hyper_value|raw_hyper_typed|raw_hyper_same_fields|openai_leaf LEAF_COUNT_CALLS=N` runs
-/// N round trips of one variant and exits (`openai_decode|anthropic_decode|gemini_decode`: N decodes of the 500-word body, no
-/// HTTP), for instruction counting under `valgrind --tool=callgrind` (repeatable where wall time on a shared
-/// machine is not).
+/// N round trips of one variant and exits (`openai_decode|responses_decode|anthropic_decode|gemini_decode`: N decodes of the
+/// 500-word body, no HTTP), for instruction counting under `valgrind --tool=callgrind` (repeatable where wall
+/// time on a shared machine is not).
 fn count_variant(variant: &str) {
     let calls: usize = std::env::var("LEAF_COUNT_CALLS")
         .ok()
@@ -303,6 +384,7 @@ fn count_variant(variant: &str) {
         // Decoding alone: the 500-word body of the decode group, N times.
         let (body, events) = match provider {
             "openai" => openai_body(500),
+            "responses" => responses_body(500),
             "gemini" => gemini_body(500),
             _ => anthropic_body(500),
         };

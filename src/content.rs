@@ -448,6 +448,8 @@ pub enum ImageDetail {
     Low,
     /// Full resolution, tiled.
     High,
+    /// The image as sent, not downscaled (Responses API). Formats without it get `high`.
+    Original,
 }
 
 impl ImageDetail {
@@ -457,6 +459,7 @@ impl ImageDetail {
             ImageDetail::Auto => "auto",
             ImageDetail::Low => "low",
             ImageDetail::High => "high",
+            ImageDetail::Original => "original",
         }
     }
 }

@@ -4,7 +4,7 @@
 //! `Service<ChatRequest, Response = ChatStream, Error = ChatError>` whose response is a stream of
 //! [`ChatEvent`]s; every cross-cutting concern (the tool loop, approvals, persistence, telemetry) is a `Layer`
 //! over such a service, and the stack ends in an HTTP leaf service ([`openai::OpenAiChat`],
-//! [`anthropic::AnthropicChat`]).
+//! [`responses::ResponsesChat`], [`anthropic::AnthropicChat`]).
 //!
 //! ```no_run
 //! use tower::ServiceExt;
@@ -51,6 +51,7 @@ mod price;
 mod reasoning;
 mod request;
 mod response;
+pub mod responses;
 pub mod sse;
 mod stream;
 #[cfg(feature = "test-server")]

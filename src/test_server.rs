@@ -1,5 +1,5 @@
-//! A scripted provider over real loopback HTTP: the test double for OpenAI-compatible and Anthropic servers
-//! (feature `test-server`).
+//! A scripted provider over real loopback HTTP: the test double for OpenAI-compatible (Chat Completions and
+//! Responses) and Anthropic servers (feature `test-server`).
 //!
 //! Each request is recorded and answered by a handler that returns a [`Reply`]: a status, headers and a body
 //! made of [`Part`]s — bytes, pauses, an abrupt connection abort, or a hang — so tests can reproduce what real
@@ -32,6 +32,9 @@ use tokio::sync::mpsc;
 
 mod folded;
 mod gemini;
+mod responses;
+
+pub use responses::ScriptedReasoning;
 
 /// The URL in `var` (`DATABASE_URL`, `REDIS_URL`) of a local service a test needs, or `None` after printing a
 /// visible `SKIPPED` line, so the suite still passes on a fresh machine without the service. When `CI` is set a
@@ -93,7 +96,8 @@ pub struct Reply {
     pub delay: Duration,
     /// The same answer as one JSON body (`200 application/json`), sent instead of `parts` when the request
     /// does not ask to stream (no `"stream": true`), as a real provider answers. Set by the streaming answer
-    /// constructors ([`openai_stream`](Reply::openai_stream), [`anthropic_stream`](Reply::anthropic_stream));
+    /// constructors ([`openai_stream`](Reply::openai_stream), [`responses_stream`](Reply::responses_stream),
+    /// [`anthropic_stream`](Reply::anthropic_stream));
     /// [`then`](Reply::then) and [`rechunked`](Reply::rechunked) clear it: a body a test shapes byte by byte
     /// is sent as shaped, whatever the request asked.
     pub whole: Option<Value>,

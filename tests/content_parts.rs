@@ -60,7 +60,7 @@ fn image_question() -> Content {
             source: MediaSource::Url {
                 url: "https://upload.wikimedia.org/cat.jpg".into(),
             },
-            detail: Some(ImageDetail::High),
+            detail: Some(ImageDetail::Original), // Chat Completions has no `original`: sent as `high`
             cache: None,
         }),
         Part::image(PNG.to_vec(), "image/png"),

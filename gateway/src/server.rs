@@ -21,6 +21,7 @@ use tower::util::{BoxCloneSyncService, Either};
 use tower::{Layer, ServiceExt};
 use tower_chat::anthropic::AnthropicChat;
 use tower_chat::openai::OpenAiChat;
+use tower_chat::responses::ResponsesChat;
 use tower_chat::transport::Timeouts;
 use tower_chat::{
     CallerIdentity, ChatError, ChatRequest, ChatStream, ConversationId, Message, ModelInfo,
@@ -60,11 +61,14 @@ const FINAL_WORDS: Duration = Duration::from_secs(1);
 /// The chat stack behind the endpoint, type-erased.
 pub type ChatStack = BoxCloneSyncService<ChatRequest, ChatStream, ChatError>;
 
-/// The upstream leaf: OpenAI-compatible or Anthropic, chosen by `--provider`.
+/// The upstream leaf: OpenAI-compatible or Anthropic, chosen by `--provider` (or the OpenAI Responses API, for
+/// an `[upstreams]` target with `provider = "openai-responses"`).
 #[derive(Clone, Debug)]
 pub enum Upstream {
     /// `--provider openai`.
     OpenAi(OpenAiChat),
+    /// An `[upstreams]` target with `provider = "openai-responses"`.
+    Responses(ResponsesChat),
     /// `--provider anthropic`.
     Anthropic(AnthropicChat),
 }
@@ -116,6 +120,7 @@ impl Upstream {
     pub fn stale_connections(&self) -> tower_chat::transport::StaleConnections {
         match self {
             Upstream::OpenAi(leaf) => leaf.transport().stale_connections().clone(),
+            Upstream::Responses(leaf) => leaf.transport().stale_connections().clone(),
             Upstream::Anthropic(leaf) => leaf.transport().stale_connections().clone(),
         }
     }
@@ -129,6 +134,7 @@ impl tower::Service<ChatRequest> for Upstream {
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), ChatError>> {
         match self {
             Upstream::OpenAi(leaf) => leaf.poll_ready(cx),
+            Upstream::Responses(leaf) => leaf.poll_ready(cx),
             Upstream::Anthropic(leaf) => leaf.poll_ready(cx),
         }
     }
@@ -136,6 +142,7 @@ impl tower::Service<ChatRequest> for Upstream {
     fn call(&mut self, request: ChatRequest) -> Self::Future {
         match self {
             Upstream::OpenAi(leaf) => leaf.call(request),
+            Upstream::Responses(leaf) => leaf.call(request),
             Upstream::Anthropic(leaf) => leaf.call(request),
         }
     }
@@ -145,6 +152,7 @@ impl ModelInfo for Upstream {
     fn model_metadata(&self) -> ModelMetadata {
         match self {
             Upstream::OpenAi(leaf) => leaf.model_metadata(),
+            Upstream::Responses(leaf) => leaf.model_metadata(),
             Upstream::Anthropic(leaf) => leaf.model_metadata(),
         }
     }

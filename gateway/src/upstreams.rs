@@ -79,6 +79,7 @@ use tower::retry::budget::TpsBudget;
 use tower::Layer;
 use tower_chat::anthropic::AnthropicChat;
 use tower_chat::openai::OpenAiChat;
+use tower_chat::responses::ResponsesChat;
 use tower_chat::transport::{StaleConnections, Timeouts};
 use tower_chat::{
     BoxChatService, ChatError, ChatRequest, ChatStream, ErrorKind, ModelInfo, ModelMetadata,
@@ -131,6 +132,10 @@ pub struct ModelSection {
 pub enum ProviderName {
     /// OpenAI Chat Completions (OpenAI, vLLM, Ollama, …).
     OpenAi,
+    /// The OpenAI Responses API (`openai-responses`): reasoning models continue tool rounds from their
+    /// reasoning items, which this leaf carries.
+    #[serde(rename = "openai-responses")]
+    OpenAiResponses,
     /// Anthropic Messages.
     Anthropic,
 }
@@ -138,7 +143,7 @@ pub enum ProviderName {
 impl ProviderName {
     fn default_base_url(self) -> &'static str {
         match self {
-            ProviderName::OpenAi => "https://api.openai.com/v1",
+            ProviderName::OpenAi | ProviderName::OpenAiResponses => "https://api.openai.com/v1",
             ProviderName::Anthropic => "https://api.anthropic.com/v1",
         }
     }
@@ -150,7 +155,7 @@ impl ProviderName {
 pub struct TargetSection {
     /// The name in errors and metrics (default `provider/model`).
     pub name: Option<String>,
-    /// `openai` or `anthropic`.
+    /// `openai`, `openai-responses` or `anthropic`.
     pub provider: ProviderName,
     /// The provider's model id.
     pub model: String,
@@ -173,6 +178,7 @@ impl TargetSection {
         self.name.clone().unwrap_or_else(|| {
             let provider = match self.provider {
                 ProviderName::OpenAi => "openai",
+                ProviderName::OpenAiResponses => "openai-responses",
                 ProviderName::Anthropic => "anthropic",
             };
             format!("{provider}/{}", self.model)
@@ -728,6 +734,16 @@ fn leaf(
                 builder = builder.api_key(key);
             }
             Upstream::OpenAi(builder.build()?)
+        }
+        ProviderName::OpenAiResponses => {
+            let mut builder = ResponsesChat::builder()
+                .base_url(base_url)
+                .model(&target.model)
+                .timeouts(timeouts);
+            if let Some(key) = key {
+                builder = builder.api_key(key);
+            }
+            Upstream::Responses(builder.build()?)
         }
         ProviderName::Anthropic => {
             let mut builder = AnthropicChat::builder()

@@ -4,8 +4,9 @@
 //! Every leaf works the same: a builder collects the base URL, key, default model, headers, timeouts and the
 //! metadata [`ModelInfo`] reports; `build()` checks them and returns a cheap-to-clone service whose `call`
 //! encodes the request with the provider's wire format, posts it through the shared [`HttpTransport`], and
-//! streams the answer. [`OpenAiChat`](crate::openai::OpenAiChat) and
-//! [`AnthropicChat`](crate::anthropic::AnthropicChat) are this leaf with the two providers.
+//! streams the answer. [`OpenAiChat`](crate::openai::OpenAiChat),
+//! [`ResponsesChat`](crate::responses::ResponsesChat) and [`AnthropicChat`](crate::anthropic::AnthropicChat) are
+//! this leaf with the three providers.
 
 mod provider;
 mod token;
@@ -403,7 +404,8 @@ impl<P: Provider> ChatLeafBuilder<P> {
 
 /// Decodes provider `P`'s SSE response body into chat events, byte chunk by byte chunk: the leaf's own decoder,
 /// for callers with their own transport (a proxy relaying bytes, a recorded stream) and for benchmarks. Use it
-/// as [`openai::StreamDecoder`](crate::openai::StreamDecoder) or
+/// as [`openai::StreamDecoder`](crate::openai::StreamDecoder),
+/// [`responses::StreamDecoder`](crate::responses::StreamDecoder) or
 /// [`anthropic::StreamDecoder`](crate::anthropic::StreamDecoder).
 pub struct StreamDecoder<P: Provider> {
     decoder: EventDecoder<P::Decoder>,

@@ -14,7 +14,8 @@ use crate::transport::WireDecoder;
 /// answer (streamed, whole, or an error body) is read. [`ChatLeaf`](super::ChatLeaf) is generic over it and
 /// does everything else (transport, timeouts, cancellation, metadata) the same way for every provider.
 ///
-/// Implemented by [`OpenAi`](crate::openai::OpenAi) (Chat Completions, and every server that speaks it) and
+/// Implemented by [`OpenAi`](crate::openai::OpenAi) (Chat Completions, and every server that speaks it),
+/// [`OpenAiResponses`](crate::responses::OpenAiResponses) (the Responses API) and
 /// [`Anthropic`](crate::anthropic::Anthropic) (the Messages API). The trait is sealed: its methods work on the
 /// crate's internal decoding machinery, which is not a public API.
 pub trait Provider: sealed::ProviderWire + std::fmt::Debug + Send + Sync + 'static {}
@@ -26,7 +27,7 @@ pub(crate) mod sealed {
     pub trait ProviderWire {
         /// Maps the provider's streamed SSE events to chat events; a fresh one per response.
         type Decoder: WireDecoder + Default;
-        /// The leaf's name in `Debug` output (`OpenAiChat`, `AnthropicChat`).
+        /// The leaf's name in `Debug` output (`OpenAiChat`, `ResponsesChat`, `AnthropicChat`).
         const LEAF_NAME: &'static str;
         /// The API base URL when none is configured, up to and including `/v1`.
         const DEFAULT_BASE_URL: &'static str;

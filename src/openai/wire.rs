@@ -4,7 +4,7 @@ use serde::Serialize;
 use serde_json::value::RawValue;
 use serde_json::Value;
 
-use crate::content::{Content, MediaSource, Part};
+use crate::content::{Content, ImageDetail, MediaSource, Part};
 use crate::error::ChatError;
 use crate::message::{Message, ToolCall};
 use crate::request::{ChatRequest, ResponseFormat, ToolChoice, ToolSpec};
@@ -290,7 +290,11 @@ fn wire_part(part: &Part) -> Result<WirePart<'_>, ChatError> {
                         return Err(ChatError::unsupported(PROVIDER, "an image by file id"))
                     }
                 },
-                detail: image.detail.map(|detail| detail.as_str()),
+                // Chat Completions takes low, high and auto.
+                detail: image.detail.map(|detail| match detail {
+                    ImageDetail::Original => ImageDetail::High.as_str(),
+                    other => other.as_str(),
+                }),
             },
         },
         Part::Audio(audio) => WirePart::InputAudio {

@@ -5,6 +5,7 @@ pub use tower_chat::anthropic::AnthropicChat;
 pub use tower_chat::azure::AzureOpenAiChat;
 pub use tower_chat::gemini::GeminiChat;
 pub use tower_chat::openai::OpenAiChat;
+pub use tower_chat::responses::ResponsesChat;
 pub use tower_chat::{
     BoxChatService, CallerIdentity, ChatError, ChatEvent, ChatRequest, ChatResponse, ChatStream,
     ChatStreamExt, ConversationId, ErrorKind, FinishReason, Message, ModelInfo,

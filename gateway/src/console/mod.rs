@@ -9,6 +9,7 @@
 //! | `/console` | the approvals inbox: pending calls (tool, arguments, reason, caller, conversation, age, expiry), approve or deny with a reason; `console.js` keeps it current from `/console/api/approvals` |
 //! | `/console/conversations` | conversations, most recent first: caller, last activity, calls, tokens, cost |
 //! | `/console/conversation?id=…` | one conversation's timeline: messages, every recorded call (model, latency, time to first token, usage, outcome, tool calls and results), approvals and their audit |
+//! | `/console/media?call=…&message=…&part=…` | the bytes of one part of a recorded call's history: raster images inline (the timeline's thumbnails), anything else as an attachment ([`media`]) |
 //! | `/console/usage?range=1h\|24h\|7d&by=model\|caller` | requests, tokens and latency percentiles over time, by model or caller (server-rendered SVG) |
 //!
 //! Safe by construction: every value is written through one escaping builder ([`html`]); state changes are
@@ -23,6 +24,7 @@
 //! reverse proxy the client address is the one `--trusted-proxy-header` reports, [`crate::client_addr`]).
 
 pub(crate) mod html;
+mod media;
 mod pages;
 pub(crate) mod session;
 mod usage;
@@ -81,6 +83,7 @@ pub(crate) fn router<S: Clone + Send + Sync + 'static>(
         .route("/console/approvals/{id}/decision", post(pages::decide))
         .route("/console/conversations", get(pages::conversations))
         .route("/console/conversation", get(pages::timeline))
+        .route("/console/media", get(media::media))
         .route("/console/usage", get(usage::page))
         .route("/console/logout", post(logout))
         .route_layer(middleware::from_fn_with_state(
@@ -101,8 +104,11 @@ pub(crate) fn router<S: Clone + Send + Sync + 'static>(
 async fn security_headers(request: Request, next: Next) -> Response {
     let mut response = next.run(request).await;
     let headers = response.headers_mut();
+    // A handler's own policy stays: the media route's is stricter than the pages'.
+    headers
+        .entry(header::CONTENT_SECURITY_POLICY)
+        .or_insert(HeaderValue::from_static(CONTENT_SECURITY_POLICY));
     for (name, value) in [
-        ("content-security-policy", CONTENT_SECURITY_POLICY),
         ("x-frame-options", "DENY"),
         ("x-content-type-options", "nosniff"),
         ("referrer-policy", "no-referrer"),

@@ -12,6 +12,7 @@ use tower_chat::{ConversationId, Cost, Message, ToolArguments};
 use tower_chat_persistence::{CallRecord, ConversationQuery};
 
 use super::html::{url_encode, Html};
+use super::media::{content_parts, MessageAt};
 use super::session::{field, Session};
 use super::{
     checked_form, error_page, html_response, page_end, page_start, see_other, ConsoleState, Nav,
@@ -403,10 +404,10 @@ pub(crate) async fn conversations(
 /// Approval decisions by the id of the tool call they decided on (the audit log's, for the timeline).
 type Decided<'a> = std::collections::HashMap<&'a str, Vec<&'a tower_chat_approval::AuditRecord>>;
 
-fn message(page: &mut Html, message: &Message, decided: &Decided<'_>) {
+fn message(page: &mut Html, message: &Message, at: MessageAt<'_>, decided: &Decided<'_>) {
     match message {
-        Message::System { content } => text_message(page, "system", content),
-        Message::User { content } => text_message(page, "user", content),
+        Message::System { content } => text_message(page, "system", content, at),
+        Message::User { content } => text_message(page, "user", content, at),
         Message::Assistant(a) => {
             page.open("div", &[("class", "message assistant")]);
             page.element("span", &[("class", "role")], "assistant");
@@ -455,59 +456,26 @@ fn message(page: &mut Html, message: &Message, decided: &Decided<'_>) {
             page.open("div", &[("class", class), ("data-call-id", &t.call_id)]);
             page.element("span", &[("class", "role")], "tool result");
             page.element("code", &[("class", "tool")], &t.name);
-            content_parts(page, &t.content);
+            content_parts(page, &t.content, at);
             page.close("div");
         }
     }
 }
 
-fn text_message(page: &mut Html, role: &'static str, content: &tower_chat::Content) {
+fn text_message(
+    page: &mut Html,
+    role: &'static str,
+    content: &tower_chat::Content,
+    at: MessageAt<'_>,
+) {
     let class = match role {
         "system" => "message system",
         _ => "message user",
     };
     page.open("div", &[("class", class)]);
     page.element("span", &[("class", "role")], role);
-    content_parts(page, content);
+    content_parts(page, content, at);
     page.close("div");
-}
-
-/// Text parts as text; media parts by kind, media type, size and name (their bytes are not in the page).
-fn content_parts(page: &mut Html, content: &tower_chat::Content) {
-    if let Some(text) = content.as_text() {
-        page.element("pre", &[("class", "content")], text);
-        return;
-    }
-    for part in content.parts() {
-        match part {
-            tower_chat::Part::Text(text) => {
-                page.element("pre", &[("class", "content")], &text.text)
-            }
-            other => {
-                let name = match other {
-                    tower_chat::Part::File(file) => file.name.as_deref(),
-                    _ => None,
-                };
-                let mut label = format!(
-                    "{} ({}",
-                    other.kind(),
-                    other.media_type().unwrap_or("unknown type")
-                );
-                if other.media_bytes() > 0 {
-                    label.push_str(&format!(", {} bytes", other.media_bytes()));
-                }
-                if let Some(name) = name {
-                    label.push_str(&format!(", {name}"));
-                }
-                label.push(')');
-                page.element(
-                    "p",
-                    &[("class", "media"), ("data-kind", other.kind())],
-                    &label,
-                );
-            }
-        }
-    }
 }
 
 /// One model call: what it was sent that the timeline has not shown yet (the user's message, the results of the
@@ -519,13 +487,17 @@ fn call_section(
     decided: &Decided<'_>,
 ) {
     let request = call.request.messages.as_slice();
-    let new = if request.starts_with(shown) {
-        &request[shown.len()..]
+    let first_new = if request.starts_with(shown) {
+        shown.len()
     } else {
-        request
+        0
     };
-    for m in new {
-        message(page, m, decided);
+    let at = |index| MessageAt {
+        call: call.call_id.as_str(),
+        index,
+    };
+    for (index, m) in request.iter().enumerate().skip(first_new) {
+        message(page, m, at(index), decided);
     }
     let round = call.round_index.to_string();
     page.open(
@@ -578,8 +550,8 @@ fn call_section(
         page.element("dd", &[("class", "fact")], value);
     }
     page.close("dl");
-    for m in &call.response.messages {
-        message(page, m, decided);
+    for (index, m) in call.response.messages.iter().enumerate() {
+        message(page, m, at(request.len() + index), decided);
     }
     for approval in &call.response.approval_requests {
         page.open(

@@ -417,7 +417,7 @@ impl ChunkEncoder {
 
     /// One `chat.completion.chunk` as SSE, written straight into `out`: the stream's fixed head, then the
     /// chunk's own fields serialised from borrowed values (a `json!` tree per chunk cost ~16 k instructions).
-    /// The bytes are exactly those of serialising [`Chunk`].
+    /// The bytes are exactly those of serialising the test-only `Chunk` struct.
     fn write_chunk(
         &mut self,
         folded: &Folded,

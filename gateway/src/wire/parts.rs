@@ -285,8 +285,7 @@ fn breakpoint_hint(
     }
 }
 
-/// A Responses image `detail`. `original` (full resolution, no downscaling) is sent as `high`, the finest
-/// detail the upstream formats take.
+/// An image `detail`; `original` (full resolution, no downscaling) is the Responses API's.
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "snake_case")]
 enum InDetail {
@@ -301,7 +300,8 @@ impl From<InDetail> for ImageDetail {
         match detail {
             InDetail::Auto => ImageDetail::Auto,
             InDetail::Low => ImageDetail::Low,
-            InDetail::High | InDetail::Original => ImageDetail::High,
+            InDetail::High => ImageDetail::High,
+            InDetail::Original => ImageDetail::Original,
         }
     }
 }

@@ -60,6 +60,11 @@
 //! or without a conversation id) maps onto the nodes already stored, so storage grows linearly with a
 //! conversation. The store remembers recently written chains, so only new messages are serialised.
 //!
+//! Binary parts (images, audio, files as bytes) are stored once, by the SHA-256 of their bytes, in their own
+//! table (raw bytes, in the transaction of the messages that refer to them); a message's JSON keeps a reference
+//! where the base64 would be. Every read returns the parts with their bytes; a blob is only readable through a
+//! record that holds it. Messages stored before (base64 in their JSON) read as before.
+//!
 //! ## What is recorded
 //! See [`CallRecord`]: call id, conversation id (from the request's [`tower_chat::ConversationId`], generated
 //! and inserted into the request when absent), caller, round index within the turn, start / first-token / end

@@ -1,6 +1,7 @@
 //! The store suite: every test runs against SQLite and against PostgreSQL (`DATABASE_URL`; skipped with a
 //! message when unset).
 
+#[macro_use]
 mod common;
 
 use std::collections::HashSet;
@@ -20,32 +21,7 @@ use tower_chat_persistence::{
 };
 use tower_chat_testkit::{database_url, hanging, scripted_stream, Delivery, Items, SHAPES};
 
-macro_rules! suite {
-    ($($name:ident),* $(,)?) => {
-        mod sqlite {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    let db = crate::common::TestDb::sqlite().await;
-                    super::$name(&db).await;
-                    db.cleanup().await;
-                }
-            )*
-        }
-        mod postgres {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    let Some(db) = crate::common::TestDb::postgres().await else { return };
-                    super::$name(&db).await;
-                    db.cleanup().await;
-                }
-            )*
-        }
-    };
-}
-
-suite!(
+both_stores!(
     a_completed_call_is_recorded_in_full,
     a_thousand_concurrent_calls_leave_a_thousand_complete_records,
     a_stream_dropped_mid_way_is_recorded_as_cancelled_with_its_partial_output,

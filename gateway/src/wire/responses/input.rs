@@ -210,7 +210,7 @@ mod tests {
         let Part::Image(image) = &parts[2] else {
             panic!("{:?}", parts[2]);
         };
-        assert_eq!(image.detail, Some(ImageDetail::High));
+        assert_eq!(image.detail, Some(ImageDetail::Original));
         assert!(
             matches!(&image.source, MediaSource::Url { url } if url == "https://example.com/cat.jpg")
         );

@@ -26,6 +26,7 @@ use siphasher::sip128::{Hasher128, SipHasher24};
 use tower_chat::{ChatOptions, Message, Shared};
 
 use crate::record::CallRecord;
+use crate::store::blobs::{encode_message, NewBlob, RecentBlobs};
 use crate::store::StoreError;
 
 /// A node id: 32 lowercase hex digits.
@@ -60,6 +61,9 @@ pub(crate) struct Encoded {
     pub(crate) options_id: NodeId,
     /// The options, when the cache did not know them.
     pub(crate) options: Option<NewOptions>,
+    /// The bytes of the new nodes' binary parts, unless this store wrote them before (the database ignores
+    /// those it already has).
+    pub(crate) blobs: Vec<NewBlob>,
 }
 
 fn hex(bytes: &[u8; 16]) -> NodeId {
@@ -339,6 +343,7 @@ impl ChainCache {
 pub(crate) struct Encoder {
     key: NodeKey,
     cache: Mutex<ChainCache>,
+    blobs: Mutex<RecentBlobs>,
 }
 
 /// What a batch taught the encoder, remembered only once the batch is committed (a chain the database does not
@@ -347,6 +352,7 @@ pub(crate) struct Encoder {
 pub(crate) struct Pending {
     chains: Vec<(String, Arc<Chain>)>,
     options: Vec<(Shared<ChatOptions>, NodeId)>,
+    blobs: Vec<String>,
 }
 
 impl Encoder {
@@ -355,6 +361,7 @@ impl Encoder {
         Encoder {
             key,
             cache: Mutex::default(),
+            blobs: Mutex::default(),
         }
     }
 
@@ -368,13 +375,25 @@ impl Encoder {
         let mut pending = Pending::default();
         let mut out = Vec::with_capacity(records.len());
         for record in records {
-            out.push(encode_one(self.key, &cache, &mut pending, record)?);
+            out.push(encode_one(
+                self.key,
+                &cache,
+                &self.blobs,
+                &mut pending,
+                record,
+            )?);
         }
         Ok((out, pending))
     }
 
     /// The batch was committed: its chains and options may be reused.
     pub(crate) fn committed(&self, pending: Pending) {
+        if !pending.blobs.is_empty() {
+            let mut blobs = self.blobs.lock().unwrap_or_else(|e| e.into_inner());
+            for hash in pending.blobs {
+                blobs.remember(hash);
+            }
+        }
         let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
         for (options, id) in pending.options {
             if cache.options(&options).is_none() {
@@ -390,6 +409,7 @@ impl Encoder {
 fn encode_one(
     key: NodeKey,
     cache: &ChainCache,
+    recent_blobs: &Mutex<RecentBlobs>,
     pending: &mut Pending,
     record: &CallRecord,
 ) -> Result<Encoded, StoreError> {
@@ -435,9 +455,17 @@ fn encode_one(
         .and_then(|(chain, shared)| prefix(&chain.ids, *shared));
     let known_len = ids.as_ref().map_or(0, |i| i.len);
     let mut nodes = Vec::with_capacity(total - known_len);
+    let mut blobs = Vec::new();
     for (i, message) in request.iter().chain(response).enumerate().skip(known_len) {
-        let json = serde_json::to_string(message)
-            .map_err(|e| StoreError::with_source("cannot encode a message", e))?;
+        // Asked only for messages that carry bytes: a text-only record never takes the lock.
+        let written = |hash: &str| {
+            pending.blobs.iter().any(|known| known == hash)
+                || recent_blobs
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .contains(hash)
+        };
+        let json = encode_message(message, written, &mut blobs)?;
         let parent = ids.as_ref().map(|p| p.id.clone());
         let id = node_id(key, parent.as_deref(), scope, &json);
         ids = Some(Arc::new(Ids {
@@ -452,6 +480,9 @@ fn encode_one(
             message: json,
         });
     }
+    pending
+        .blobs
+        .extend(blobs.iter().map(|blob| blob.hash.clone()));
     let head = ids.as_ref().map(|i| i.id.clone());
     if let Some(ids) = ids {
         pending.chains.push((
@@ -470,6 +501,7 @@ fn encode_one(
         nodes,
         options_id,
         options,
+        blobs,
     })
 }
 

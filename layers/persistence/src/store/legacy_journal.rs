@@ -248,6 +248,8 @@ fn decode_record(input: &mut Input<'_>) -> Option<(Row, Encoded)> {
         nodes,
         options_id: Arc::from(row.options_id.as_str()),
         options,
+        // The journal predates blob storage: its messages carry their bytes inline.
+        blobs: Vec::new(),
     };
     Some((row, encoded))
 }

@@ -16,6 +16,8 @@ pub mod postgres;
 pub mod sqlite;
 
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
+mod blobs;
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod chain;
 #[cfg(feature = "sqlite")]
 mod legacy_journal;
@@ -44,6 +46,23 @@ pub trait Store: fmt::Debug + Send + Sync + 'static {
         &'a self,
         call_id: &'a CallId,
     ) -> BoxFuture<'a, Result<Option<CallRecord>, StoreError>>;
+
+    /// One message of a recorded call's history (its request messages, then its response messages) with the bytes
+    /// of its parts, or `None` when the call or the message is unknown. For showing one message's media (the
+    /// gateway console's thumbnails): the SQLite and PostgreSQL stores read only that message's blobs, where
+    /// [`Store::call`] reads every blob of the history. Like every read, it reaches blobs only through a record.
+    fn call_message<'a>(
+        &'a self,
+        call_id: &'a CallId,
+        index: usize,
+    ) -> BoxFuture<'a, Result<Option<Message>, StoreError>> {
+        Box::pin(async move {
+            Ok(self
+                .call(call_id)
+                .await?
+                .and_then(|call| call.history().into_iter().nth(index)))
+        })
+    }
 
     /// Every recorded call of a conversation, in the order they started.
     fn conversation_calls<'a>(
@@ -123,6 +142,14 @@ impl<S: Store + ?Sized> Store for std::sync::Arc<S> {
         call_id: &'a CallId,
     ) -> BoxFuture<'a, Result<Option<CallRecord>, StoreError>> {
         (**self).call(call_id)
+    }
+
+    fn call_message<'a>(
+        &'a self,
+        call_id: &'a CallId,
+        index: usize,
+    ) -> BoxFuture<'a, Result<Option<Message>, StoreError>> {
+        (**self).call_message(call_id, index)
     }
 
     fn conversation_calls<'a>(

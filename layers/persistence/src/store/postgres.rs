@@ -290,6 +290,21 @@ impl PostgresStore {
         filter: &str,
         params: &[&(dyn ToSql + Sync)],
     ) -> Result<Vec<CallRecord>, StoreError> {
+        self.query_stored(filter, params, None)
+            .await?
+            .into_iter()
+            .map(StoredRecord::into_record)
+            .collect()
+    }
+
+    /// The rows matching `filter` with their histories and the blobs of every message, or of the message at
+    /// `only` (request then response messages).
+    async fn query_stored(
+        &self,
+        filter: &str,
+        params: &[&(dyn ToSql + Sync)],
+        only: Option<usize>,
+    ) -> Result<Vec<StoredRecord>, StoreError> {
         let client = self.client().await?;
         let sql = select_sql("{}::text", filter);
         let statement = client
@@ -328,6 +343,7 @@ impl PostgresStore {
                     request_options: row.try_get(19)?,
                     response: row.try_get(20)?,
                     history: Vec::new(),
+                    blobs: Default::default(),
                 })
             })
             .collect::<Result<Vec<_>, tokio_postgres::Error>>()
@@ -336,6 +352,8 @@ impl PostgresStore {
             .prepare_cached(&history_sql("$1", "message::text"))
             .await
             .map_err(pg_error("cannot read a history"))?;
+        let mut fetched: std::collections::HashMap<String, bytes::Bytes> =
+            std::collections::HashMap::new();
         for record in &mut records {
             if let Some(head) = record.head() {
                 let rows = client
@@ -347,9 +365,40 @@ impl PostgresStore {
                     .map(|row| row.try_get(0))
                     .collect::<Result<_, _>>()
                     .map_err(pg_error("a history does not decode"))?;
+                // Only the blobs this record's history refers to: a blob is never read by its hash alone. Each
+                // is read once per query, however many of its records refer to it.
+                let wanted = match only {
+                    Some(index) => record.history.get(index..=index).unwrap_or_default(),
+                    None => &record.history[..],
+                };
+                for hash in super::blobs::references(wanted)? {
+                    if let Some(bytes) = fetched.get(&hash) {
+                        record.blobs.insert(hash, bytes.clone());
+                        continue;
+                    }
+                    let select = client
+                        .prepare_cached(SELECT_BLOB)
+                        .await
+                        .map_err(pg_error("cannot read a stored blob"))?;
+                    let row = client
+                        .query_opt(&select, &[&hash])
+                        .await
+                        .map_err(pg_error("cannot read a stored blob"))?
+                        .ok_or_else(|| {
+                            StoreError::new(format!(
+                                "a stored message refers to blob {hash}, which is missing"
+                            ))
+                        })?;
+                    let bytes: Vec<u8> = row
+                        .try_get(0)
+                        .map_err(pg_error("a stored blob does not decode"))?;
+                    let bytes = bytes::Bytes::from(bytes);
+                    fetched.insert(hash.clone(), bytes.clone());
+                    record.blobs.insert(hash, bytes);
+                }
             }
         }
-        records.into_iter().map(StoredRecord::into_record).collect()
+        Ok(records)
     }
 }
 
@@ -378,6 +427,11 @@ const INSERT_NODE: &str = "INSERT INTO chat_messages (id, parent_id, position, m
 const INSERT_OPTIONS: &str = "INSERT INTO chat_options (id, options) VALUES ($1, $2::text::jsonb) \
     ON CONFLICT (id) DO NOTHING";
 
+const INSERT_BLOB: &str = "INSERT INTO chat_blobs (hash, media_type, bytes) VALUES ($1, $2, $3) \
+    ON CONFLICT (hash) DO NOTHING";
+
+const SELECT_BLOB: &str = "SELECT bytes FROM chat_blobs WHERE hash = $1";
+
 impl Store for PostgresStore {
     fn write_calls<'a>(
         &'a self,
@@ -405,7 +459,22 @@ impl Store for PostgresStore {
                 .prepare_cached(INSERT_OPTIONS)
                 .await
                 .map_err(pg_error("cannot write call records"))?;
-            // Nodes and options first (pipelined), then the calls that refer to them.
+            // Blobs, nodes and options first (pipelined), then the calls that refer to them.
+            if encoded.iter().any(|e| !e.blobs.is_empty()) {
+                let blob = tx
+                    .prepare_cached(INSERT_BLOB)
+                    .await
+                    .map_err(pg_error("cannot write binary parts"))?;
+                try_join_all(encoded.iter().flat_map(|e| &e.blobs).map(|b| {
+                    let (tx, blob) = (&tx, &blob);
+                    async move {
+                        tx.execute(blob, &[&b.hash, &b.media_type, &&b.bytes[..]])
+                            .await
+                    }
+                }))
+                .await
+                .map_err(pg_error("cannot write binary parts"))?;
+            }
             let node_rows = encoded.iter().flat_map(|e| &e.nodes);
             try_join_all(node_rows.map(|n| {
                 let (tx, node) = (&tx, &node);
@@ -479,6 +548,22 @@ impl Store for PostgresStore {
                 .query_records("WHERE call_id = $1", &[&call_id.as_str()])
                 .await?;
             Ok(records.pop())
+        })
+    }
+
+    fn call_message<'a>(
+        &'a self,
+        call_id: &'a CallId,
+        index: usize,
+    ) -> BoxFuture<'a, Result<Option<tower_chat::Message>, StoreError>> {
+        Box::pin(async move {
+            let stored = self
+                .query_stored("WHERE call_id = $1", &[&call_id.as_str()], Some(index))
+                .await?;
+            match stored.into_iter().next() {
+                Some(stored) => stored.into_message(index),
+                None => Ok(None),
+            }
         })
     }
 

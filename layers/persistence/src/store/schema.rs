@@ -70,6 +70,7 @@ pub(crate) fn sqlite_migrations() -> Vec<Migration> {
             "tower-chat-persistence/0008_estimates_and_omitted_requests",
             estimates_and_omitted_sql(""),
         ),
+        Migration::new("tower-chat-persistence/0009_blobs", blobs_sql("BLOB")),
     ]
 }
 
@@ -137,7 +138,23 @@ pub(crate) fn postgres_migrations() -> Vec<Migration> {
             "tower-chat-persistence/0008_estimates_and_omitted_requests",
             estimates_and_omitted_sql(" IF NOT EXISTS"),
         ),
+        Migration::new("tower-chat-persistence/0009_blobs", blobs_sql("BYTEA")),
     ]
+}
+
+/// The bytes of binary parts (images, audio, files), each stored once: keyed by the SHA-256 of the bytes (hex),
+/// raw bytes (`BLOB` / `BYTEA`, not base64) and the media type the first message carrying them gave (see
+/// `blobs.rs`). A rowid table in SQLite: `WITHOUT ROWID` suits small rows, and a blob is megabytes of overflow
+/// pages.
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+fn blobs_sql(bytes: &str) -> String {
+    format!(
+        "CREATE TABLE IF NOT EXISTS chat_blobs (
+    hash TEXT PRIMARY KEY,
+    media_type TEXT NOT NULL,
+    bytes {bytes} NOT NULL
+)"
+    )
 }
 
 /// Whether a call's usage is an estimate a layer charged (`usage_estimated`, false for rows written before), and
@@ -413,6 +430,8 @@ pub(crate) struct StoredRecord {
     pub(crate) response: String,
     /// The messages from the first to `history_head` (empty when the row has no head).
     pub(crate) history: Vec<String>,
+    /// The bytes of the blobs the history refers to, by hash.
+    pub(crate) blobs: std::collections::HashMap<String, bytes::Bytes>,
 }
 
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
@@ -424,6 +443,23 @@ impl StoredRecord {
             .and(self.columns.history_head.as_deref())
     }
 
+    /// The history's message at `index` (request then response messages), with the bytes of its parts: `blobs`
+    /// needs only that message's.
+    pub(crate) fn into_message(
+        self,
+        index: usize,
+    ) -> Result<Option<tower_chat::Message>, super::StoreError> {
+        if self.head().is_some() {
+            return self
+                .history
+                .get(index)
+                .map(|m| super::blobs::decode_message(m, &self.blobs))
+                .transpose();
+        }
+        // Written before message-level storage: the history is inline, base64 included.
+        Ok(self.into_record()?.history().into_iter().nth(index))
+    }
+
     pub(crate) fn into_record(self) -> Result<crate::record::CallRecord, super::StoreError> {
         let StoredRecord {
             columns,
@@ -431,8 +467,15 @@ impl StoredRecord {
             request_options,
             response,
             history,
+            blobs,
         } = self;
-        columns.into_record(&request_messages, &request_options, &response, history)
+        columns.into_record(
+            &request_messages,
+            &request_options,
+            &response,
+            history,
+            &blobs,
+        )
     }
 }
 
@@ -444,6 +487,7 @@ impl StoredColumns {
         request_options: &str,
         response: &str,
         history: Vec<String>,
+        blobs: &std::collections::HashMap<String, bytes::Bytes>,
     ) -> Result<crate::record::CallRecord, super::StoreError> {
         use super::{decode_json, StoreError};
         use crate::record::{from_micros, CallId, CallOutcome, CallRecord, RecordedRequest};
@@ -455,7 +499,7 @@ impl StoredColumns {
             Some(request_len) => {
                 let history = history
                     .iter()
-                    .map(|m| decode_json("message", m))
+                    .map(|m| super::blobs::decode_message(m, blobs))
                     .collect::<Result<Vec<tower_chat::Message>, _>>()?;
                 let (request, produced) =
                     super::chain::split_history(history, request_len, &self.call_id)?;

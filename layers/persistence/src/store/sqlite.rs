@@ -19,10 +19,11 @@ use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
+use bytes::Bytes;
 use futures_util::future::BoxFuture;
 use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 use tokio::sync::oneshot;
-use tower_chat::ConversationId;
+use tower_chat::{ConversationId, Message};
 
 use super::chain::{history_sql, Encoded, Encoder, NodeKey};
 use super::legacy_journal::LegacyJournal;
@@ -467,14 +468,26 @@ fn read_raw(row: &rusqlite::Row<'_>) -> rusqlite::Result<StoredRecord> {
         request_options: row.get(19)?,
         response: row.get(20)?,
         history: Vec::new(),
+        blobs: Default::default(),
     })
 }
 
-/// Read each record's history from `chat_messages`, on the connection thread.
+/// Read each record's history from `chat_messages`, on the connection thread, with the blobs it refers to.
 fn with_histories(
     conn: &Connection,
-    mut records: Vec<StoredRecord>,
+    records: Vec<StoredRecord>,
 ) -> rusqlite::Result<Vec<StoredRecord>> {
+    with_histories_and_blobs_of(conn, records, None)
+}
+
+/// [`with_histories`], reading the blobs of every message, or of the message at `only` (request then
+/// response messages).
+fn with_histories_and_blobs_of(
+    conn: &Connection,
+    mut records: Vec<StoredRecord>,
+    only: Option<usize>,
+) -> rusqlite::Result<Vec<StoredRecord>> {
+    let mut fetched = std::collections::HashMap::new();
     for record in &mut records {
         if let Some(head) = record.head() {
             let head = head.to_owned();
@@ -482,9 +495,51 @@ fn with_histories(
                 .prepare_cached(&history_sql("?1", "message"))?
                 .query_map([head], |row| row.get(0))?
                 .collect::<rusqlite::Result<Vec<String>>>()?;
+            // Only the blobs this record's history refers to: a blob is never read by its hash alone. Each is
+            // read once per query, however many of its records refer to it.
+            let wanted = match only {
+                Some(index) => record.history.get(index..=index).unwrap_or_default(),
+                None => &record.history[..],
+            };
+            for hash in references(wanted)? {
+                let bytes = match fetched.get(&hash) {
+                    Some(bytes) => Bytes::clone(bytes),
+                    None => {
+                        let bytes: Vec<u8> = conn
+                            .prepare_cached(SELECT_BLOB)?
+                            .query_row([&hash], |row| row.get(0))
+                            .optional()?
+                            .ok_or_else(|| missing_blob(&hash))?;
+                        let bytes = Bytes::from(bytes);
+                        fetched.insert(hash.clone(), bytes.clone());
+                        bytes
+                    }
+                };
+                record.blobs.insert(hash, bytes);
+            }
         }
     }
     Ok(records)
+}
+
+const SELECT_BLOB: &str = "SELECT bytes FROM chat_blobs WHERE hash = ?1";
+
+const INSERT_BLOB: &str = "INSERT INTO chat_blobs (hash, media_type, bytes) VALUES (?1, ?2, ?3) \
+    ON CONFLICT (hash) DO NOTHING";
+
+/// A decoding failure as a `rusqlite` error, for the closures that read on the connection.
+fn decode_failure(error: StoreError) -> rusqlite::Error {
+    rusqlite::Error::FromSqlConversionFailure(0, rusqlite::types::Type::Text, Box::new(error))
+}
+
+fn missing_blob(hash: &str) -> rusqlite::Error {
+    decode_failure(StoreError::new(format!(
+        "a stored message refers to blob {hash}, which is missing"
+    )))
+}
+
+fn references(history: &[String]) -> rusqlite::Result<std::collections::HashSet<String>> {
+    super::blobs::references(history).map_err(decode_failure)
 }
 
 /// The record writes' statements, prepared once and kept while batches follow one another on the connection
@@ -496,6 +551,7 @@ struct WriteStatements<'c> {
     commit: rusqlite::Statement<'c>,
     node: rusqlite::Statement<'c>,
     options: rusqlite::Statement<'c>,
+    blob: rusqlite::Statement<'c>,
     upsert: rusqlite::Statement<'c>,
 }
 
@@ -508,6 +564,7 @@ impl<'c> WriteStatements<'c> {
             commit: conn.prepare("COMMIT")?,
             node: conn.prepare(INSERT_NODE)?,
             options: conn.prepare(INSERT_OPTIONS)?,
+            blob: conn.prepare(INSERT_BLOB)?,
             upsert: conn.prepare(UPSERT)?,
         })
     }
@@ -526,6 +583,10 @@ impl<'c> WriteStatements<'c> {
     }
 
     fn write_record(&mut self, (r, encoded): &(Row, Encoded)) -> rusqlite::Result<()> {
+        for b in &encoded.blobs {
+            self.blob
+                .execute(params![b.hash, b.media_type, &b.bytes[..]])?;
+        }
         for n in &encoded.nodes {
             self.node
                 .execute(params![&*n.id, n.parent.as_deref(), n.position, n.message])?;
@@ -711,6 +772,29 @@ impl Store for SqliteStore {
                 .next()
                 .map(StoredRecord::into_record)
                 .transpose()
+        })
+    }
+
+    fn call_message<'a>(
+        &'a self,
+        call_id: &'a CallId,
+        index: usize,
+    ) -> BoxFuture<'a, Result<Option<Message>, StoreError>> {
+        let id = call_id.as_str().to_owned();
+        Box::pin(async move {
+            let raw = self
+                .read_on_thread("cannot read a call record", move |conn| {
+                    let raw = conn
+                        .prepare_cached(&select("WHERE call_id = ?1"))?
+                        .query_row([id], read_raw)
+                        .optional()?;
+                    with_histories_and_blobs_of(conn, raw.into_iter().collect(), Some(index))
+                })
+                .await?;
+            match raw.into_iter().next() {
+                Some(raw) => raw.into_message(index),
+                None => Ok(None),
+            }
         })
     }
 
@@ -912,6 +996,7 @@ mod tests {
                 id: Arc::from("o"),
                 json: "{}".into(),
             }),
+            blobs: Vec::new(),
         };
         let (done, outcome) = tokio::sync::oneshot::channel();
         let rows = vec![(row, encoded)];

@@ -11,6 +11,34 @@ use tower_chat::{
 use tower_chat_persistence::{PersistenceLayer, PostgresStore, SqliteStore, Store};
 use tower_chat_testkit::{database_url, streaming_model, Items};
 
+/// One test module per store: `sqlite::name` on a fresh file, `postgres::name` on `DATABASE_URL` (skipped with a
+/// visible message when unset, a failure under CI), each running `name(&db)` and cleaning up after it.
+#[allow(unused_macros)]
+macro_rules! both_stores {
+    ($($name:ident),* $(,)?) => {
+        mod sqlite {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    let db = crate::common::TestDb::sqlite().await;
+                    super::$name(&db).await;
+                    db.cleanup().await;
+                }
+            )*
+        }
+        mod postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    let Some(db) = crate::common::TestDb::postgres().await else { return };
+                    super::$name(&db).await;
+                    db.cleanup().await;
+                }
+            )*
+        }
+    };
+}
+
 /// An inner service answering every request with `script(request)`; it reports provider `scripted`
 /// (`ModelInfo`), which the persistence layer records.
 pub fn scripted<F>(script: F) -> BoxChatService
@@ -99,23 +127,29 @@ impl TestDb {
 
     /// Make the database refuse every new record (a trigger in SQLite, an always-false check in PostgreSQL).
     pub async fn refuse_writes(&self) {
+        self.refuse_inserts_into("chat_calls").await;
+    }
+
+    /// Make the database refuse every new row of `table`.
+    pub async fn refuse_inserts_into(&self, table: &str) {
         match &self.backend {
-            Backend::Sqlite(store) => store
-                .run("break", |conn| {
-                    conn.execute_batch(
-                        "CREATE TRIGGER refuse BEFORE INSERT ON chat_calls \
-                         BEGIN SELECT RAISE(ABORT, 'the database refuses writes'); END;",
-                    )
-                })
-                .await
-                .unwrap(),
+            Backend::Sqlite(store) => {
+                let sql = format!(
+                    "CREATE TRIGGER refuse_{table} BEFORE INSERT ON {table} \
+                     BEGIN SELECT RAISE(ABORT, 'the database refuses writes'); END;"
+                );
+                store
+                    .run("break", move |conn| conn.execute_batch(&sql))
+                    .await
+                    .unwrap()
+            }
             Backend::Postgres(store) => store
                 .client()
                 .await
                 .unwrap()
-                .batch_execute(
-                    "ALTER TABLE chat_calls ADD CONSTRAINT refuse CHECK (false) NOT VALID",
-                )
+                .batch_execute(&format!(
+                    "ALTER TABLE {table} ADD CONSTRAINT refuse CHECK (false) NOT VALID"
+                ))
                 .await
                 .unwrap(),
         }
@@ -124,7 +158,9 @@ impl TestDb {
     pub async fn accept_writes(&self) {
         match &self.backend {
             Backend::Sqlite(store) => store
-                .run("repair", |conn| conn.execute_batch("DROP TRIGGER refuse"))
+                .run("repair", |conn| {
+                    conn.execute_batch("DROP TRIGGER refuse_chat_calls")
+                })
                 .await
                 .unwrap(),
             Backend::Postgres(store) => store
