@@ -103,6 +103,33 @@ fn anthropic_body(words: usize) -> (Vec<u8>, usize) {
     (body.into_bytes(), events.len())
 }
 
+/// The same answer in Gemini's stream (`streamGenerateContent?alt=sse`): `words` text chunks, then the tool call
+/// (Gemini sends a call whole, in one chunk) with its thought signature, the finish and usage.
+fn gemini_body(words: usize) -> (Vec<u8>, usize) {
+    let chunk = |parts: Value| {
+        json!({"candidates": [{"content": {"role": "model", "parts": parts}, "index": 0}],
+            "usageMetadata": {"promptTokenCount": 100, "candidatesTokenCount": 1, "totalTokenCount": 101},
+            "modelVersion": "gemini-2.5-flash", "responseId": "bench-response-1"})
+    };
+    let mut events = Vec::with_capacity(words + 1);
+    for i in 0..words {
+        events.push(chunk(json!([{"text": format!("word{i} ")}])));
+    }
+    let mut last = chunk(
+        json!([{"functionCall": {"name": "lookup", "args": {"q": "part1part2part3"}},
+        "thoughtSignature": "CiQB0e2Kb7kGq0bWc7Z7i4GQ1SM2xmqVQ0d8uYlJ2wqM6lGdZQo="}]),
+    );
+    last["candidates"][0]["finishReason"] = json!("STOP");
+    last["usageMetadata"] =
+        json!({"promptTokenCount": 100, "candidatesTokenCount": 50, "totalTokenCount": 150});
+    events.push(last);
+    let mut body = String::new();
+    for event in &events {
+        body.push_str(&format!("data: {event}\r\n\r\n"));
+    }
+    (body.into_bytes(), events.len())
+}
+
 /// The same answer in the Responses API's stream, as OpenAI sends it (`sequence_number`, item ids, `logprobs`
 /// and `obfuscation` on every delta): `words` text deltas, one function call in 20 argument deltas, the
 /// items' `done` events, usage in `response.completed`.
@@ -182,6 +209,7 @@ fn decode(c: &mut Criterion) {
         ("openai", openai_body(500)),
         ("responses", responses_body(500)),
         ("anthropic", anthropic_body(500)),
+        ("gemini", gemini_body(500)),
     ] {
         let mut group = c.benchmark_group(format!("{provider}_sse_decode"));
         group.throughput(Throughput::Bytes(body.len() as u64));
@@ -210,6 +238,12 @@ fn decode_body(provider: &str, body: &[u8]) {
         "anthropic" => drain_decoder(
             body,
             tower_chat::anthropic::StreamDecoder::new(),
+            |d| d.next_event(),
+            |d, c| d.feed(c),
+        ),
+        "gemini" => drain_decoder(
+            body,
+            tower_chat::gemini::StreamDecoder::new(),
             |d| d.next_event(),
             |d, c| d.feed(c),
         ),
@@ -338,7 +372,7 @@ fn drain_decoder<D>(
 }
 
 /// `LEAF_COUNT_VARIANT=raw_hyper_value|raw_hyper_typed|raw_hyper_same_fields|openai_leaf LEAF_COUNT_CALLS=N` runs
-/// N round trips of one variant and exits (`openai_decode|responses_decode|anthropic_decode`: N decodes of the
+/// N round trips of one variant and exits (`openai_decode|responses_decode|anthropic_decode|gemini_decode`: N decodes of the
 /// 500-word body, no HTTP), for instruction counting under `valgrind --tool=callgrind` (repeatable where wall
 /// time on a shared machine is not).
 fn count_variant(variant: &str) {
@@ -351,6 +385,7 @@ fn count_variant(variant: &str) {
         let (body, events) = match provider {
             "openai" => openai_body(500),
             "responses" => responses_body(500),
+            "gemini" => gemini_body(500),
             _ => anthropic_body(500),
         };
         for _ in 0..calls {

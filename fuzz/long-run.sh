@@ -16,7 +16,7 @@ WORK=${WORK:-/tmp/tower-chat-fuzz}
 TARGET_DIR=${CARGO_TARGET_DIR:-/work/target-fuzz}
 SANITIZER=${SANITIZER:-address}
 targets=("$@")
-[ ${#targets[@]} -eq 0 ] && targets=(sse openai_stream anthropic_stream responses_stream gateway_request approvals)
+[ ${#targets[@]} -eq 0 ] && targets=(sse openai_stream anthropic_stream responses_stream gemini_stream gateway_request approvals)
 for target in "${targets[@]}"; do
   mkdir -p "$WORK/$target" "artifacts/$target"
   log="$WORK/$target.log"

@@ -35,11 +35,13 @@
 #![warn(missing_debug_implementations, unreachable_pub)]
 pub mod anthropic;
 mod approval;
+pub mod azure;
 mod boxed;
 mod content;
 mod context;
 mod error;
 mod event;
+pub mod gemini;
 pub mod leaf;
 mod macros;
 mod message;

@@ -31,6 +31,7 @@ use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 
 mod folded;
+mod gemini;
 mod responses;
 
 pub use responses::ScriptedReasoning;
@@ -59,6 +60,8 @@ pub struct RecordedRequest {
     pub method: http::Method,
     /// The path, e.g. `/v1/chat/completions`.
     pub path: String,
+    /// The query string without its `?`, e.g. `api-version=2024-10-21`, if the URL had one.
+    pub query: Option<String>,
     /// The headers as received.
     pub headers: HeaderMap,
     /// The body parsed as JSON (`Null` if it was not JSON).
@@ -379,6 +382,7 @@ async fn serve(
     let record = RecordedRequest {
         method: parts.method,
         path: parts.uri.path().to_owned(),
+        query: parts.uri.query().map(str::to_owned),
         headers: parts.headers,
         body: serde_json::from_slice(&bytes).unwrap_or(Value::Null),
         version: parts.version,
@@ -390,7 +394,10 @@ async fn serve(
     };
     let mut reply = handler(&record, index);
     if let Some(whole) = reply.whole.take() {
-        if record.body.get("stream").and_then(Value::as_bool) != Some(true) {
+        // Gemini asks to stream by its URL's method, the others by a body field.
+        let streaming = record.body.get("stream").and_then(Value::as_bool) == Some(true)
+            || record.path.ends_with(":streamGenerateContent");
+        if !streaming {
             // The JSON reply's own content type, then the script's other headers and its delay.
             let mut json = Reply::json(200, whole);
             json.headers.extend(

@@ -9,6 +9,7 @@
 //! this leaf with the three providers.
 
 mod provider;
+mod token;
 
 use std::fmt;
 use std::future::Future;
@@ -16,16 +17,19 @@ use std::marker::PhantomData;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use bytes::Bytes;
-use http::header::{HeaderName, ACCEPT, CONTENT_TYPE, USER_AGENT};
+use http::header::{HeaderName, ACCEPT, AUTHORIZATION, CONTENT_TYPE, USER_AGENT};
 use http::{HeaderMap, HeaderValue, Method, Uri};
 use http_body_util::Full;
 
 pub(crate) use provider::sealed::ProviderWire;
 pub use provider::Provider;
+pub use token::{AccessToken, TokenFuture, TokenProvider};
+use token::{TokenCache, DEFAULT_REFRESH_MARGIN};
 
-use crate::error::ChatError;
+use crate::error::{ChatError, ErrorKind};
 use crate::event::ChatEvent;
 use crate::metadata::{known_context_window, ModelInfo, ModelMetadata};
 use crate::request::ChatRequest;
@@ -61,6 +65,7 @@ impl<P: Provider> fmt::Debug for ChatLeaf<P> {
         f.debug_struct(P::LEAF_NAME)
             .field("endpoint", &leaf.endpoint)
             .field("api_key", &leaf.api_key.as_ref().map(|_| "[redacted]"))
+            .field("token_provider", &leaf.token)
             .field("default_model", &leaf.default_model)
             .field("transport", &self.shared.transport)
             .finish_non_exhaustive()
@@ -100,14 +105,17 @@ impl<P: Provider> tower_service::Service<ChatRequest> for ChatLeaf<P> {
         let this = self.clone();
         Box::pin(async move {
             let shared = &*this.shared;
-            let body = shared
+            let default_model = shared.leaf.default_model.as_deref();
+            let body = shared.provider.encode(&request, default_model)?;
+            let url = shared
                 .provider
-                .encode(&request, shared.leaf.default_model.as_deref())?;
+                .call_url(&shared.leaf.endpoint, &request, default_model)?;
             shared
                 .leaf
                 .execute::<P>(
                     &shared.transport,
                     body,
+                    url,
                     &request,
                     shared.provider.auth_header(),
                 )
@@ -127,6 +135,8 @@ impl<P: Provider> ModelInfo for ChatLeaf<P> {
 struct LeafSettings {
     base_url: String,
     api_key: Option<Secret>,
+    token_provider: Option<Arc<dyn TokenProvider>>,
+    token_refresh_margin: Duration,
     model: Option<String>,
     headers: Vec<(String, String)>,
     timeouts: Timeouts,
@@ -142,38 +152,52 @@ struct LeafSettings {
 struct LeafConfig {
     endpoint: Uri,
     api_key: Option<Secret>,
+    /// Bearer tokens from a [`TokenProvider`], instead of the key.
+    token: Option<TokenCache>,
     default_model: Option<String>,
     headers: HeaderMap,
     metadata: ModelMetadata,
 }
 
 impl LeafConfig {
-    /// Post `body` for `request` and stream the answer: the shared body of every leaf's `call`.
+    /// Post `body` for `request` (to `url`, or the endpoint) and stream the answer: the shared body of every
+    /// leaf's `call`.
     async fn execute<P: ProviderWire>(
         &self,
         transport: &HttpTransport,
         body: Vec<u8>,
+        url: Option<Uri>,
         request: &ChatRequest,
         auth: (HeaderName, &str),
     ) -> Result<ChatStream, ChatError> {
         let streaming = request.options.stream;
-        let http_request = self.post_json(body, streaming, auth)?;
+        let token = match &self.token {
+            Some(cache) => Some(cache.token().await?),
+            None => None,
+        };
+        let credential = match &token {
+            Some(token) => Some((token, (AUTHORIZATION, "Bearer "))),
+            None => self.api_key.as_ref().map(|key| (key, auth)),
+        };
+        let secret = credential.as_ref().map(|(secret, _)| *secret);
+        let http_request = self.post_json(body, url, streaming, credential)?;
         let cancel = request.cancellation().cloned();
         transport
-            .execute::<P>(http_request, streaming, self.api_key.as_ref(), cancel)
+            .execute::<P>(http_request, streaming, secret, cancel)
             .await
     }
 
-    /// A JSON `POST` to the endpoint; `auth` names the header the key goes in and its prefix.
+    /// A JSON `POST` to `url` or the endpoint; `credential` is the secret, the header it goes in and its prefix.
     fn post_json(
         &self,
         body: Vec<u8>,
+        url: Option<Uri>,
         streaming: bool,
-        auth: (HeaderName, &str),
+        credential: Option<(&Secret, (HeaderName, &str))>,
     ) -> Result<http::Request<Full<Bytes>>, ChatError> {
         let mut request = http::Request::new(Full::new(Bytes::from(body)));
         *request.method_mut() = Method::POST;
-        *request.uri_mut() = self.endpoint.clone();
+        *request.uri_mut() = url.unwrap_or_else(|| self.endpoint.clone());
         let headers = request.headers_mut();
         headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
         let accept = if streaming {
@@ -186,8 +210,8 @@ impl LeafConfig {
             USER_AGENT,
             HeaderValue::from_static(concat!("tower-chat/", env!("CARGO_PKG_VERSION"))),
         );
-        if let Some(key) = &self.api_key {
-            headers.insert(auth.0, key.header_value(auth.1)?);
+        if let Some((secret, (name, prefix))) = credential {
+            headers.insert(name, secret.header_value(prefix)?);
         }
         for (name, value) in &self.headers {
             headers.insert(name.clone(), value.clone());
@@ -201,6 +225,8 @@ impl LeafSettings {
         LeafSettings {
             base_url: base_url.to_owned(),
             api_key: None,
+            token_provider: None,
+            token_refresh_margin: DEFAULT_REFRESH_MARGIN,
             model: None,
             headers: Vec::new(),
             timeouts: Timeouts::default(),
@@ -221,6 +247,12 @@ impl LeafSettings {
         supports_streaming_usage: bool,
     ) -> Result<(LeafConfig, HttpTransport), ChatError> {
         let endpoint = endpoint(&self.base_url, path)?;
+        if self.api_key.is_some() && self.token_provider.is_some() {
+            return Err(ChatError::new(
+                ErrorKind::InvalidRequest,
+                "both an API key and a token provider are configured: a leaf sends one credential",
+            ));
+        }
         let mut all_headers = fixed_headers;
         all_headers.extend(self.headers);
         let headers = parse_headers(&all_headers)?;
@@ -242,6 +274,9 @@ impl LeafSettings {
         let config = LeafConfig {
             endpoint,
             api_key: self.api_key,
+            token: self
+                .token_provider
+                .map(|provider| TokenCache::new(provider, self.token_refresh_margin)),
             default_model: self.model,
             headers,
             metadata,
@@ -280,6 +315,23 @@ impl<P: Provider> ChatLeafBuilder<P> {
     pub fn api_key(mut self, key: impl Into<String>) -> Self {
         let key = key.into();
         self.settings.api_key = (!key.is_empty()).then(|| Secret::new(key));
+        self
+    }
+
+    /// Bearer tokens from `provider` instead of a static key (Azure Entra ID, Vertex AI's OAuth tokens), sent
+    /// as `Authorization: Bearer`. A token is kept until a minute before it expires (see
+    /// [`token_refresh_margin`](Self::token_refresh_margin)) and fetched by one call at a time; a failing
+    /// provider fails the call with its own error, before anything is sent. Configuring both a key and a
+    /// token provider is refused at build time.
+    pub fn token_provider(mut self, provider: impl TokenProvider) -> Self {
+        self.settings.token_provider = Some(Arc::new(provider));
+        self
+    }
+
+    /// How long before its expiry a token from the [`token_provider`](Self::token_provider) is replaced
+    /// (default one minute).
+    pub fn token_refresh_margin(mut self, margin: Duration) -> Self {
+        self.settings.token_refresh_margin = margin;
         self
     }
 
@@ -336,9 +388,10 @@ impl<P: Provider> ChatLeafBuilder<P> {
     pub fn build(self) -> Result<ChatLeaf<P>, ChatError> {
         let fixed_headers = self.provider.fixed_headers()?;
         let supports_streaming_usage = self.provider.supports_streaming_usage();
+        let path = self.provider.endpoint_path();
         let (leaf, transport) =
             self.settings
-                .build(P::PATH, fixed_headers, supports_streaming_usage)?;
+                .build(&path, fixed_headers, supports_streaming_usage)?;
         Ok(ChatLeaf {
             shared: Arc::new(Shared {
                 leaf,

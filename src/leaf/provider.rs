@@ -1,6 +1,9 @@
 //! The part of a leaf that differs between providers.
 
+use std::borrow::Cow;
+
 use http::header::HeaderName;
+use http::Uri;
 
 use crate::error::ChatError;
 use crate::event::ChatEvent;
@@ -33,6 +36,24 @@ pub(crate) mod sealed {
         /// The endpoint's path below the base URL.
         const PATH: &'static str;
 
+        /// The endpoint's path (and query) below the base URL, fixed when the leaf is built (default
+        /// [`PATH`](Self::PATH); Azure adds its `?api-version=`).
+        fn endpoint_path(&self) -> Cow<'static, str> {
+            Cow::Borrowed(Self::PATH)
+        }
+
+        /// The URL of one call, when it is not the endpoint built once from the base URL and
+        /// [`endpoint_path`](Self::endpoint_path) (the default, `None`). Gemini names the model in the path
+        /// and streams from another method; `default_model` is the leaf's model, for requests that name none.
+        fn call_url(
+            &self,
+            _endpoint: &Uri,
+            _request: &ChatRequest,
+            _default_model: Option<&str>,
+        ) -> Result<Option<Uri>, ChatError> {
+            Ok(None)
+        }
+
         /// The header the API key goes in, and the prefix before the key.
         fn auth_header(&self) -> (HeaderName, &'static str);
 
@@ -54,6 +75,12 @@ pub(crate) mod sealed {
 
         /// The provider's message in an error response body.
         fn error_message(body: &[u8]) -> Option<String>;
+
+        /// A typed detail of an error response body, attached as the error's source (Azure's content filter
+        /// categories); `None` by default.
+        fn error_detail(_body: &[u8]) -> Option<crate::error::BoxError> {
+            None
+        }
 
         /// A whole (non-streaming) response body as chat events.
         fn decode_whole(body: &[u8]) -> Result<Vec<ChatEvent>, ChatError>;

@@ -138,6 +138,7 @@ impl HttpTransport {
         request: http::Request<Full<Bytes>>,
         secret: Option<&Secret>,
         provider_message: fn(&[u8]) -> Option<String>,
+        provider_detail: fn(&[u8]) -> Option<crate::error::BoxError>,
     ) -> Result<http::Response<Incoming>, ChatError> {
         let response = with_timeout(
             self.timeouts.first_byte,
@@ -149,7 +150,14 @@ impl HttpTransport {
         if response.status().is_success() {
             return Ok(response);
         }
-        Err(error_from_response(response, self.timeouts.idle, secret, provider_message).await)
+        Err(error_from_response(
+            response,
+            self.timeouts.idle,
+            secret,
+            provider_message,
+            provider_detail,
+        )
+        .await)
     }
 
     /// Send a request as it is and return its response whatever the status, with only the connect timeout
@@ -196,7 +204,7 @@ impl HttpTransport {
         secret: Option<&Secret>,
         cancel: Option<crate::CancellationToken>,
     ) -> Result<ChatStream, ChatError> {
-        let send = self.send(request, secret, P::error_message);
+        let send = self.send(request, secret, P::error_message, P::error_detail);
         let response = match &cancel {
             Some(token) => tokio::select! {
                 biased;

@@ -15,12 +15,14 @@ use crate::error::{ChatError, ErrorKind, TimeoutPhase};
 const ERROR_BODY_LIMIT: usize = 64 * 1024;
 
 /// A failure status as a typed error carrying the provider's message (read by `provider_message` from at most
-/// 64 KiB of the body within the `idle` deadline), with `secret` redacted.
+/// 64 KiB of the body within the `idle` deadline), with `secret` redacted, and the provider's typed detail (from
+/// `provider_detail`) as its source.
 pub(super) async fn error_from_response(
     response: http::Response<Incoming>,
     idle: Option<Duration>,
     secret: Option<&Secret>,
     provider_message: fn(&[u8]) -> Option<String>,
+    provider_detail: fn(&[u8]) -> Option<crate::error::BoxError>,
 ) -> ChatError {
     let status = response.status();
     let retry_after = retry_after(response.headers());
@@ -47,7 +49,11 @@ pub(super) async fn error_from_response(
         Some(secret) => secret.redact(message),
         None => message,
     };
-    ChatError::new(status_kind(status, retry_after), message).with_status(status)
+    let error = ChatError::new(status_kind(status, retry_after), message).with_status(status);
+    match provider_detail(&body) {
+        Some(detail) => error.with_source(detail),
+        None => error,
+    }
 }
 
 pub(super) fn client_error(error: hyper_util::client::legacy::Error) -> ChatError {

@@ -2,6 +2,8 @@
 
 pub use tower::{Layer, Service, ServiceBuilder, ServiceExt};
 pub use tower_chat::anthropic::AnthropicChat;
+pub use tower_chat::azure::AzureOpenAiChat;
+pub use tower_chat::gemini::GeminiChat;
 pub use tower_chat::openai::OpenAiChat;
 pub use tower_chat::responses::ResponsesChat;
 pub use tower_chat::{
