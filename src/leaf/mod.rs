@@ -5,8 +5,9 @@
 //! metadata [`ModelInfo`] reports; `build()` checks them and returns a cheap-to-clone service whose `call`
 //! encodes the request with the provider's wire format, posts it through the shared [`HttpTransport`], and
 //! streams the answer. [`OpenAiChat`](crate::openai::OpenAiChat),
-//! [`ResponsesChat`](crate::responses::ResponsesChat) and [`AnthropicChat`](crate::anthropic::AnthropicChat) are
-//! this leaf with the three providers.
+//! [`ResponsesChat`](crate::responses::ResponsesChat), [`AnthropicChat`](crate::anthropic::AnthropicChat),
+//! [`AzureOpenAiChat`](crate::azure::AzureOpenAiChat) and [`GeminiChat`](crate::gemini::GeminiChat) are this leaf
+//! with each provider.
 
 mod provider;
 mod token;

@@ -15,8 +15,9 @@ use crate::transport::WireDecoder;
 /// does everything else (transport, timeouts, cancellation, metadata) the same way for every provider.
 ///
 /// Implemented by [`OpenAi`](crate::openai::OpenAi) (Chat Completions, and every server that speaks it),
-/// [`OpenAiResponses`](crate::responses::OpenAiResponses) (the Responses API) and
-/// [`Anthropic`](crate::anthropic::Anthropic) (the Messages API). The trait is sealed: its methods work on the
+/// [`OpenAiResponses`](crate::responses::OpenAiResponses) (the Responses API),
+/// [`Anthropic`](crate::anthropic::Anthropic) (the Messages API), [`AzureOpenAi`](crate::azure::AzureOpenAi)
+/// (Chat Completions on Azure) and [`Gemini`](crate::gemini::Gemini) (`generateContent`, Gemini API and Vertex AI). The trait is sealed: its methods work on the
 /// crate's internal decoding machinery, which is not a public API.
 pub trait Provider: sealed::ProviderWire + std::fmt::Debug + Send + Sync + 'static {}
 
