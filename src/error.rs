@@ -143,6 +143,14 @@ impl ChatError {
         .refused_before_sending()
     }
 
+    /// The provider closed a streamed answer before `what` (its end marker, or the finish).
+    pub(crate) fn ended_before(what: &str) -> Self {
+        ChatError::new(
+            ErrorKind::Connection,
+            format!("the provider closed the stream before {what}"),
+        )
+    }
+
     /// The call was cancelled.
     pub fn cancelled() -> Self {
         ChatError::new(ErrorKind::Cancelled, "the call was cancelled")

@@ -386,10 +386,7 @@ impl WireDecoder for MessageDecoder {
     }
 
     fn on_end(&mut self, _out: &mut VecDeque<ChatEvent>) -> Result<(), ChatError> {
-        Err(ChatError::new(
-            ErrorKind::Connection,
-            "the provider closed the stream before message_stop",
-        ))
+        Err(ChatError::ended_before("message_stop"))
     }
 
     fn is_done(&self) -> bool {

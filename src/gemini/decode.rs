@@ -299,10 +299,7 @@ impl WireDecoder for GeminiDecoder {
             self.finish(out);
             return Ok(());
         }
-        Err(ChatError::new(
-            ErrorKind::Connection,
-            "the provider closed the stream before finishing the response",
-        ))
+        Err(ChatError::ended_before("finishing the response"))
     }
 
     fn is_done(&self) -> bool {

@@ -511,10 +511,7 @@ impl WireDecoder for ResponseDecoder {
     }
 
     fn on_end(&mut self, _out: &mut VecDeque<ChatEvent>) -> Result<(), ChatError> {
-        Err(ChatError::new(
-            ErrorKind::Connection,
-            "the provider closed the stream before response.completed",
-        ))
+        Err(ChatError::ended_before("response.completed"))
     }
 
     fn is_done(&self) -> bool {

@@ -417,10 +417,7 @@ impl WireDecoder for ChunkDecoder {
             self.finish(out);
             return Ok(());
         }
-        Err(ChatError::new(
-            ErrorKind::Connection,
-            "the provider closed the stream before finishing the response",
-        ))
+        Err(ChatError::ended_before("finishing the response"))
     }
 
     fn is_done(&self) -> bool {
