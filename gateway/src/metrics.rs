@@ -1,8 +1,10 @@
-//! `GET /metrics`: Prometheus text format, fed by the tracing layer's metrics sink (one [`CallRecord`] per call)
-//! and the resilience layers' observer (retries, fallbacks, breaker transitions). Breaker states are read from
-//! the breakers themselves at scrape time. Nothing else counts calls.
+//! `GET /metrics`: the OpenMetrics text format, written by `prometheus-client`, fed by the tracing layer's metrics
+//! sink (one [`CallRecord`] per call) and the resilience layers' observer (retries, fallbacks, breaker
+//! transitions). Breaker states and stale connections are read at scrape time by a `Collector`. Nothing else
+//! counts calls. Own code remains for what the library leaves to its user: which model names may become label
+//! values (a family keeps every label set it is given) and escaping label values (it writes them as given).
 //!
-//! | metric | type | labels |
+//! | series | type | labels |
 //! |---|---|---|
 //! | `tower_chat_requests_total` | counter | `provider`, `model`, `outcome` (`completed`, `failed`, `cancelled`) |
 //! | `tower_chat_errors_total` | counter | `provider`, `model`, `error_type` (the `ErrorKind` name, `incomplete`) |
@@ -31,11 +33,20 @@
 //! `--metrics-key-env VAR` requires `Authorization: Bearer <the variable's value>` (Prometheus'
 //! `authorization.credentials_file`).
 
-use std::collections::{BTreeMap, HashSet};
-use std::fmt::Write as _;
+use std::collections::HashSet;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use axum::response::IntoResponse;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{
+    DescriptorEncoder, EncodeLabelSet, EncodeLabelValue, EncodeMetric, LabelValueEncoder,
+};
+use prometheus_client::metrics::counter::{ConstCounter, Counter};
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::{Registry, Unit};
 use tower_chat::transport::StaleConnections;
 use tower_chat_resilience::{BreakerHandle, BreakerState, ResilienceEvent};
 use tower_chat_tracing::{CallRecord, Metrics};
@@ -54,28 +65,104 @@ const BUCKETS: [f64; 14] = [
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0,
 ];
 
-#[derive(Clone, Default)]
-struct Histogram {
-    counts: [u64; BUCKETS.len()],
-    sum: f64,
-    count: u64,
-}
+/// The `Content-Type` of a scrape.
+const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
-impl Histogram {
-    fn observe(&mut self, seconds: f64) {
-        if let Some(i) = BUCKETS.iter().position(|b| seconds <= *b) {
-            self.counts[i] += 1;
-        }
-        self.sum += seconds;
-        self.count += 1;
+/// A label value, escaped as the text format wants it when encoded (`prometheus-client` writes label values
+/// as given). Shared by every series that carries it.
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+struct Label(Arc<str>);
+
+/// Lets the sets of names be searched by `&str` (a label hashes as its text).
+impl std::borrow::Borrow<str> for Label {
+    fn borrow(&self) -> &str {
+        &self.0
     }
 }
 
-/// Label values are shared by every map that keys on them.
-type Label = Arc<str>;
-type Pair = (Label, Label);
+impl Label {
+    fn new(value: &str) -> Self {
+        Label(Arc::from(value))
+    }
+}
 
-struct Counters {
+impl EncodeLabelValue for Label {
+    fn encode(&self, encoder: &mut LabelValueEncoder) -> std::fmt::Result {
+        use std::fmt::Write as _;
+        let mut rest = &*self.0;
+        while let Some(at) = rest.find(['\\', '"', '\n']) {
+            encoder.write_str(&rest[..at])?;
+            encoder.write_str(match rest.as_bytes()[at] {
+                b'\\' => "\\\\",
+                b'"' => "\\\"",
+                _ => "\\n",
+            })?;
+            rest = &rest[at + 1..];
+        }
+        encoder.write_str(rest)
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CallLabels {
+    provider: Label,
+    model: Label,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutcomeLabels {
+    provider: Label,
+    model: Label,
+    outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ErrorLabels {
+    provider: Label,
+    model: Label,
+    error_type: Label,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TokenLabels {
+    provider: Label,
+    model: Label,
+    r#type: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ModelLabels {
+    model: Label,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct FallbackLabels {
+    model: Label,
+    from: Label,
+    to: Label,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BreakerLabels {
+    model: Label,
+    target: Label,
+    state: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TargetLabels {
+    target: Label,
+}
+
+type Histograms = Family<CallLabels, Histogram, fn() -> Histogram>;
+
+fn latency_histogram() -> Histogram {
+    Histogram::new(BUCKETS)
+}
+
+/// Which model names may be label values: the part `prometheus-client` leaves to its user, since a family keeps
+/// every label set it is given.
+struct ModelLabelPolicy {
     /// `Some`: only these model names are label values (`[upstreams]`).
     configured: Option<HashSet<Label>>,
     /// Without configured names: the names admitted so far.
@@ -84,45 +171,27 @@ struct Counters {
     providers: Vec<Label>,
     /// `other`, allocated once.
     other: Label,
-    requests: BTreeMap<(Pair, &'static str), u64>,
-    errors: BTreeMap<(Pair, String), u64>,
-    duration: BTreeMap<Pair, Histogram>,
-    first_chunk: BTreeMap<Pair, Histogram>,
-    tokens: BTreeMap<(Pair, &'static str), u64>,
-    retries: BTreeMap<String, u64>,
-    budget_exhausted: BTreeMap<String, u64>,
-    fallbacks: BTreeMap<(String, String, String), u64>,
-    transitions: BTreeMap<(String, String, &'static str), u64>,
 }
 
-impl Default for Counters {
+impl Default for ModelLabelPolicy {
     fn default() -> Self {
-        Counters {
+        ModelLabelPolicy {
             configured: None,
             seen: HashSet::new(),
             providers: Vec::new(),
-            other: Label::from(OTHER),
-            requests: BTreeMap::new(),
-            errors: BTreeMap::new(),
-            duration: BTreeMap::new(),
-            first_chunk: BTreeMap::new(),
-            tokens: BTreeMap::new(),
-            retries: BTreeMap::new(),
-            budget_exhausted: BTreeMap::new(),
-            fallbacks: BTreeMap::new(),
-            transitions: BTreeMap::new(),
+            other: Label::new(OTHER),
         }
     }
 }
 
-impl Counters {
-    /// The label pair for a call: the model's name where it may be a label value, else `other`. Allocates only
-    /// for a name or provider seen the first time.
-    fn pair(&mut self, provider: &str, model: &str) -> Pair {
-        let provider = match self.providers.iter().find(|p| &***p == provider) {
+impl ModelLabelPolicy {
+    /// The labels of a call: the model's name where it may be a label value, else `other`. Allocates only for a
+    /// name or provider seen the first time.
+    fn labels(&mut self, provider: &str, model: &str) -> CallLabels {
+        let provider = match self.providers.iter().find(|p| &*p.0 == provider) {
             Some(known) => known.clone(),
             None => {
-                let label = Label::from(provider);
+                let label = Label::new(provider);
                 self.providers.push(label.clone());
                 label
             }
@@ -131,7 +200,10 @@ impl Counters {
             Some(names) => names.get(model).cloned(),
             None => self.first_seen(model),
         };
-        (provider, model.unwrap_or_else(|| self.other.clone()))
+        CallLabels {
+            provider,
+            model: model.unwrap_or_else(|| self.other.clone()),
+        }
     }
 
     /// Without configured names: a short, plain name, while fewer than [`MAX_SERIES`] names are in use.
@@ -147,18 +219,171 @@ impl Counters {
         if !plain || model == OTHER || self.seen.len() >= MAX_SERIES - 1 {
             return None;
         }
-        let label = Label::from(model);
+        let label = Label::new(model);
         self.seen.insert(label.clone());
         Some(label)
     }
 }
 
+/// The series the gateway counts, each a `prometheus-client` family registered once.
+#[derive(Clone)]
+struct Series {
+    requests: Family<OutcomeLabels, Counter>,
+    errors: Family<ErrorLabels, Counter>,
+    duration: Histograms,
+    first_chunk: Histograms,
+    tokens: Family<TokenLabels, Counter>,
+    retries: Family<ModelLabels, Counter>,
+    budget_exhausted: Family<ModelLabels, Counter>,
+    fallbacks: Family<FallbackLabels, Counter>,
+    transitions: Family<BreakerLabels, Counter>,
+}
+
+impl Series {
+    fn new() -> Self {
+        Series {
+            requests: Family::default(),
+            errors: Family::default(),
+            duration: Family::new_with_constructor(latency_histogram),
+            first_chunk: Family::new_with_constructor(latency_histogram),
+            tokens: Family::default(),
+            retries: Family::default(),
+            budget_exhausted: Family::default(),
+            fallbacks: Family::default(),
+            transitions: Family::default(),
+        }
+    }
+
+    fn register(&self, registry: &mut Registry) {
+        let series = self.clone();
+        registry.register(
+            "tower_chat_requests",
+            "Chat calls by outcome",
+            series.requests,
+        );
+        registry.register(
+            "tower_chat_errors",
+            "Failed chat calls by error type",
+            series.errors,
+        );
+        registry.register_with_unit(
+            "tower_chat_request_duration",
+            "From the call to the end of its stream",
+            Unit::Seconds,
+            series.duration,
+        );
+        registry.register_with_unit(
+            "tower_chat_time_to_first_chunk",
+            "From the call to its first output event (streaming calls)",
+            Unit::Seconds,
+            series.first_chunk,
+        );
+        registry.register(
+            "tower_chat_tokens",
+            "Tokens used, by direction",
+            series.tokens,
+        );
+        registry.register(
+            "tower_chat_retries",
+            "Retries made by the retry layer",
+            series.retries,
+        );
+        registry.register(
+            "tower_chat_retry_budget_exhausted",
+            "Retries not made because the retry budget was spent",
+            series.budget_exhausted,
+        );
+        registry.register(
+            "tower_chat_fallbacks",
+            "Moves from a failed target to the next",
+            series.fallbacks,
+        );
+        registry.register(
+            "tower_chat_breaker_transitions",
+            "Circuit breaker state changes",
+            series.transitions,
+        );
+    }
+}
+
+/// What is read at scrape time rather than counted: the breakers' states and the leaves' stale connections.
 #[derive(Default)]
-struct Inner {
-    counters: Mutex<Counters>,
+struct Sampled {
     breakers: Mutex<Vec<(String, BreakerHandle)>>,
-    /// The leaves' counts of stale pooled connections (read at scrape time).
+    /// The leaves' counts of stale pooled connections.
     stale: Mutex<Vec<(String, StaleConnections)>>,
+}
+
+impl std::fmt::Debug for Sampled {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sampled").finish_non_exhaustive()
+    }
+}
+
+impl Collector for Sampled {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> std::fmt::Result {
+        let breakers = lock(&self.breakers);
+        let mut family = encoder.encode_descriptor(
+            "tower_chat_breaker_state",
+            "Circuit breaker state per target: 1 for the current state",
+            None,
+            MetricType::Gauge,
+        )?;
+        for (model, handle) in breakers.iter() {
+            let now = handle.state();
+            for state in [
+                BreakerState::Closed,
+                BreakerState::HalfOpen,
+                BreakerState::Open,
+            ] {
+                let labels = BreakerLabels {
+                    model: Label::new(model),
+                    target: Label::new(handle.name()),
+                    state: state.as_str(),
+                };
+                ConstGauge::new(i64::from(state == now)).encode(family.encode_family(&labels)?)?;
+            }
+        }
+        drop(breakers);
+        let stale = lock(&self.stale);
+        let mut family = encoder.encode_descriptor(
+            "tower_chat_upstream_stale_connections",
+            "Pooled upstream connections found closed before a request was written to them \
+             (the request went on a new connection)",
+            None,
+            MetricType::Counter,
+        )?;
+        for (target, count) in stale.iter() {
+            let labels = TargetLabels {
+                target: Label::new(target),
+            };
+            ConstCounter::new(count.get()).encode(family.encode_family(&labels)?)?;
+        }
+        Ok(())
+    }
+}
+
+struct Inner {
+    policy: Mutex<ModelLabelPolicy>,
+    series: Series,
+    sampled: Arc<Sampled>,
+    registry: Registry,
+}
+
+impl Default for Inner {
+    fn default() -> Self {
+        let series = Series::new();
+        let sampled = Arc::new(Sampled::default());
+        let mut registry = Registry::default();
+        series.register(&mut registry);
+        registry.register_collector(Box::new(sampled.clone()));
+        Inner {
+            policy: Mutex::default(),
+            series,
+            sampled,
+            registry,
+        }
+    }
 }
 
 /// The gateway's Prometheus registry: a [`Metrics`] sink for the tracing layer and an observer for the
@@ -180,29 +405,51 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 
 impl Metrics for PrometheusMetrics {
     fn record(&self, call: &CallRecord<'_>) {
-        let mut c = lock(&self.inner.counters);
-        let pair = c.pair(call.provider, call.request_model.unwrap_or(OTHER));
-        *c.requests
-            .entry((pair.clone(), call.outcome.as_str()))
-            .or_default() += 1;
+        let labels =
+            lock(&self.inner.policy).labels(call.provider, call.request_model.unwrap_or(OTHER));
+        let series = &self.inner.series;
+        series
+            .requests
+            .get_or_create(&OutcomeLabels {
+                provider: labels.provider.clone(),
+                model: labels.model.clone(),
+                outcome: call.outcome.as_str(),
+            })
+            .inc();
         if let Some(error_type) = call.error_type {
-            *c.errors
-                .entry((pair.clone(), error_type.to_owned()))
-                .or_default() += 1;
+            series
+                .errors
+                .get_or_create(&ErrorLabels {
+                    provider: labels.provider.clone(),
+                    model: labels.model.clone(),
+                    error_type: Label::new(error_type),
+                })
+                .inc();
         }
         if let Some(usage) = &call.usage {
-            *c.tokens.entry((pair.clone(), "input")).or_default() += usage.input_tokens;
-            *c.tokens.entry((pair.clone(), "output")).or_default() += usage.output_tokens;
+            for (kind, tokens) in [
+                ("input", usage.input_tokens),
+                ("output", usage.output_tokens),
+            ] {
+                series
+                    .tokens
+                    .get_or_create(&TokenLabels {
+                        provider: labels.provider.clone(),
+                        model: labels.model.clone(),
+                        r#type: kind,
+                    })
+                    .inc_by(tokens);
+            }
         }
         if let Some(ttfc) = call.time_to_first_chunk {
-            c.first_chunk
-                .entry(pair.clone())
-                .or_default()
+            series
+                .first_chunk
+                .get_or_create(&labels)
                 .observe(ttfc.as_secs_f64());
         }
-        c.duration
-            .entry(pair)
-            .or_default()
+        series
+            .duration
+            .get_or_create(&labels)
             .observe(call.duration.as_secs_f64());
     }
 }
@@ -215,24 +462,38 @@ impl PrometheusMetrics {
 
     /// An observer for the resilience layers of one model.
     pub fn observer(&self, model: &str) -> impl Fn(&ResilienceEvent<'_>) + Send + Sync + 'static {
-        let inner = self.inner.clone();
-        let model = model.to_owned();
+        let series = self.inner.series.clone();
+        let model = Label::new(model);
         move |event: &ResilienceEvent<'_>| {
-            let mut c = lock(&inner.counters);
+            let labels = ModelLabels {
+                model: model.clone(),
+            };
             match event {
-                ResilienceEvent::Retry { .. } => *c.retries.entry(model.clone()).or_default() += 1,
+                ResilienceEvent::Retry { .. } => {
+                    series.retries.get_or_create(&labels).inc();
+                }
                 ResilienceEvent::BudgetExhausted { .. } => {
-                    *c.budget_exhausted.entry(model.clone()).or_default() += 1
+                    series.budget_exhausted.get_or_create(&labels).inc();
                 }
                 ResilienceEvent::Fallback { from, to, .. } => {
-                    *c.fallbacks
-                        .entry((model.clone(), (*from).to_owned(), (*to).to_owned()))
-                        .or_default() += 1
+                    series
+                        .fallbacks
+                        .get_or_create(&FallbackLabels {
+                            model: labels.model,
+                            from: Label::new(from),
+                            to: Label::new(to),
+                        })
+                        .inc();
                 }
                 ResilienceEvent::Breaker { target, state } => {
-                    *c.transitions
-                        .entry((model.clone(), (*target).to_owned(), state.as_str()))
-                        .or_default() += 1
+                    series
+                        .transitions
+                        .get_or_create(&BreakerLabels {
+                            model: labels.model,
+                            target: Label::new(target),
+                            state: state.as_str(),
+                        })
+                        .inc();
                 }
                 _ => {}
             }
@@ -246,212 +507,34 @@ impl PrometheusMetrics {
         I: IntoIterator<Item = S>,
         S: AsRef<str>,
     {
-        lock(&self.inner.counters).configured =
-            Some(names.into_iter().map(|n| Label::from(n.as_ref())).collect());
+        lock(&self.inner.policy).configured =
+            Some(names.into_iter().map(|n| Label::new(n.as_ref())).collect());
     }
 
     /// Report this breaker's state on every scrape.
     pub fn register_breaker(&self, model: &str, handle: BreakerHandle) {
-        lock(&self.inner.breakers).push((model.to_owned(), handle));
+        lock(&self.inner.sampled.breakers).push((model.to_owned(), handle));
     }
 
     /// Report these breakers (model, handle) instead of the registered ones: a reloaded `[upstreams]` brings
     /// its own targets.
     pub fn replace_breakers(&self, breakers: Vec<(String, BreakerHandle)>) {
-        *lock(&self.inner.breakers) = breakers;
+        *lock(&self.inner.sampled.breakers) = breakers;
     }
 
     /// Report these leaves' counts of pooled connections found closed by the upstream before a request was
     /// written to them (each such request went on a new connection), by target name; replaces the earlier ones.
     pub fn replace_upstream_connections(&self, stale: Vec<(String, StaleConnections)>) {
-        *lock(&self.inner.stale) = stale;
+        *lock(&self.inner.sampled.stale) = stale;
     }
 
-    /// The registry in Prometheus text exposition format (0.0.4).
+    /// The registry in the OpenMetrics text format.
     pub fn render(&self) -> String {
         let mut out = String::new();
-        let c = lock(&self.inner.counters);
-        let pair = |(provider, model): &Pair| {
-            format!(
-                "provider=\"{}\",model=\"{}\"",
-                escape(provider),
-                escape(model)
-            )
-        };
-        header(
-            &mut out,
-            "tower_chat_requests_total",
-            "counter",
-            "Chat calls by outcome.",
-        );
-        for ((p, outcome), n) in &c.requests {
-            let _ = writeln!(
-                out,
-                "tower_chat_requests_total{{{},outcome=\"{outcome}\"}} {n}",
-                pair(p)
-            );
-        }
-        header(
-            &mut out,
-            "tower_chat_errors_total",
-            "counter",
-            "Failed chat calls by error type.",
-        );
-        for ((p, kind), n) in &c.errors {
-            let _ = writeln!(
-                out,
-                "tower_chat_errors_total{{{},error_type=\"{}\"}} {n}",
-                pair(p),
-                escape(kind)
-            );
-        }
-        for (name, help, map) in [
-            (
-                "tower_chat_request_duration_seconds",
-                "From the call to the end of its stream.",
-                &c.duration,
-            ),
-            (
-                "tower_chat_time_to_first_chunk_seconds",
-                "From the call to its first output event (streaming calls).",
-                &c.first_chunk,
-            ),
-        ] {
-            header(&mut out, name, "histogram", help);
-            for (p, h) in map {
-                let labels = pair(p);
-                let mut cumulative = 0;
-                for (bound, n) in BUCKETS.iter().zip(h.counts) {
-                    cumulative += n;
-                    let _ = writeln!(out, "{name}_bucket{{{labels},le=\"{bound}\"}} {cumulative}");
-                }
-                let _ = writeln!(out, "{name}_bucket{{{labels},le=\"+Inf\"}} {}", h.count);
-                let _ = writeln!(out, "{name}_sum{{{labels}}} {}", h.sum);
-                let _ = writeln!(out, "{name}_count{{{labels}}} {}", h.count);
-            }
-        }
-        header(
-            &mut out,
-            "tower_chat_tokens_total",
-            "counter",
-            "Tokens used, by direction.",
-        );
-        for ((p, kind), n) in &c.tokens {
-            let _ = writeln!(
-                out,
-                "tower_chat_tokens_total{{{},type=\"{kind}\"}} {n}",
-                pair(p)
-            );
-        }
-        header(
-            &mut out,
-            "tower_chat_retries_total",
-            "counter",
-            "Retries made by the retry layer.",
-        );
-        for (model, n) in &c.retries {
-            let _ = writeln!(
-                out,
-                "tower_chat_retries_total{{model=\"{}\"}} {n}",
-                escape(model)
-            );
-        }
-        header(
-            &mut out,
-            "tower_chat_retry_budget_exhausted_total",
-            "counter",
-            "Retries not made because the retry budget was spent.",
-        );
-        for (model, n) in &c.budget_exhausted {
-            let _ = writeln!(
-                out,
-                "tower_chat_retry_budget_exhausted_total{{model=\"{}\"}} {n}",
-                escape(model)
-            );
-        }
-        header(
-            &mut out,
-            "tower_chat_fallbacks_total",
-            "counter",
-            "Moves from a failed target to the next.",
-        );
-        for ((model, from, to), n) in &c.fallbacks {
-            let _ = writeln!(
-                out,
-                "tower_chat_fallbacks_total{{model=\"{}\",from=\"{}\",to=\"{}\"}} {n}",
-                escape(model),
-                escape(from),
-                escape(to)
-            );
-        }
-        header(
-            &mut out,
-            "tower_chat_breaker_transitions_total",
-            "counter",
-            "Circuit breaker state changes.",
-        );
-        for ((model, target, state), n) in &c.transitions {
-            let _ = writeln!(
-                out,
-                "tower_chat_breaker_transitions_total{{model=\"{}\",target=\"{}\",state=\"{state}\"}} {n}",
-                escape(model),
-                escape(target)
-            );
-        }
-        drop(c);
-        header(
-            &mut out,
-            "tower_chat_breaker_state",
-            "gauge",
-            "Circuit breaker state per target: 1 for the current state.",
-        );
-        for (model, handle) in lock(&self.inner.breakers).iter() {
-            let now = handle.state();
-            for state in [
-                BreakerState::Closed,
-                BreakerState::HalfOpen,
-                BreakerState::Open,
-            ] {
-                let _ = writeln!(
-                    out,
-                    "tower_chat_breaker_state{{model=\"{}\",target=\"{}\",state=\"{}\"}} {}",
-                    escape(model),
-                    escape(handle.name()),
-                    state.as_str(),
-                    u8::from(state == now)
-                );
-            }
-        }
-        header(
-            &mut out,
-            "tower_chat_upstream_stale_connections_total",
-            "counter",
-            "Pooled upstream connections found closed before a request was written to them \
-             (the request went on a new connection).",
-        );
-        for (target, stale) in lock(&self.inner.stale).iter() {
-            let _ = writeln!(
-                out,
-                "tower_chat_upstream_stale_connections_total{{target=\"{}\"}} {}",
-                escape(target),
-                stale.get()
-            );
-        }
+        // Writing to a `String` cannot fail, and every label value is escaped by `Label`.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.inner.registry);
         out
     }
-}
-
-fn header(out: &mut String, name: &str, kind: &str, help: &str) {
-    let _ = writeln!(out, "# HELP {name} {help}");
-    let _ = writeln!(out, "# TYPE {name} {kind}");
-}
-
-/// A label value as the text format wants it.
-fn escape(value: &str) -> String {
-    value
-        .replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
 }
 
 /// The key `/metrics` requires (`--metrics-key-env`): only its digest is kept.
@@ -520,7 +603,7 @@ pub(crate) fn metrics_route<S: Clone + Send + Sync + 'static>(
                     Some(body) => (
                         [(
                             http::header::CONTENT_TYPE,
-                            "text/plain; version=0.0.4; charset=utf-8",
+                            OPENMETRICS,
                         )],
                         body,
                     )
@@ -548,13 +631,25 @@ mod tests {
 
     #[test]
     fn label_values_are_escaped() {
-        assert_eq!(escape("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
+        let metrics = PrometheusMetrics::new();
+        metrics.replace_upstream_connections(vec![(
+            "a\"b\\c\nd".to_owned(),
+            StaleConnections::default(),
+        )]);
+        let scrape = metrics.render();
+        assert!(
+            scrape.contains(
+                "tower_chat_upstream_stale_connections_total{target=\"a\\\"b\\\\c\\nd\"} 0\n"
+            ),
+            "{scrape}"
+        );
     }
 
     #[test]
     fn only_plain_short_names_become_label_values() {
-        let mut c = Counters::default();
-        let model = |c: &mut Counters, name: &str| c.pair("openai", name).1.to_string();
+        let mut c = ModelLabelPolicy::default();
+        let model =
+            |c: &mut ModelLabelPolicy, name: &str| c.labels("openai", name).model.0.to_string();
         assert_eq!(model(&mut c, "gpt-4o-mini"), "gpt-4o-mini");
         assert_eq!(
             model(&mut c, "org/model:tag@v1.5+x"),
@@ -575,7 +670,7 @@ mod tests {
             model(&mut c, &"m".repeat(MAX_LABEL_BYTES)).len(),
             MAX_LABEL_BYTES
         );
-        c.configured = Some([Label::from("smart")].into_iter().collect());
+        c.configured = Some([Label::new("smart")].into_iter().collect());
         assert_eq!(model(&mut c, "smart"), "smart");
         assert_eq!(model(&mut c, "gpt-4o-mini"), OTHER, "configured names only");
     }
@@ -665,15 +760,5 @@ mod tests {
         // The bound stated in BENCHMARKS.md.
         println!("a full scrape: {full} bytes");
         assert!(full < 6 << 20, "{full} bytes");
-    }
-
-    #[test]
-    fn histograms_are_cumulative() {
-        let mut h = Histogram::default();
-        h.observe(0.003);
-        h.observe(0.2);
-        h.observe(500.0);
-        assert_eq!(h.count, 3);
-        assert_eq!(h.counts.iter().sum::<u64>(), 2, "500 s falls only in +Inf");
     }
 }

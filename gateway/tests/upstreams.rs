@@ -145,11 +145,13 @@ async fn configured_models_are_listed_routed_and_fall_back() {
 /// One parsed sample: metric name, labels, value.
 type Samples = BTreeMap<(String, BTreeMap<String, String>), f64>;
 
-/// A strict-enough parser of the Prometheus text format: every sample line is `name{labels} value`, every
-/// metric has a `# TYPE` line before its samples.
+/// A strict-enough parser of the OpenMetrics text format: every sample line is `name{labels} value`, every
+/// metric family has a `# TYPE` line before its samples (a counter's samples end in `_total`), and the
+/// exposition ends with `# EOF`.
 fn parse(text: &str) -> Samples {
     let mut typed = std::collections::HashSet::new();
     let mut samples = Samples::new();
+    assert!(text.ends_with("# EOF\n"), "no `# EOF` at the end");
     for line in text.lines() {
         if let Some(rest) = line.strip_prefix("# TYPE ") {
             let mut parts = rest.split(' ');
@@ -159,7 +161,7 @@ fn parse(text: &str) -> Samples {
             typed.insert(name.to_owned());
             continue;
         }
-        if line.starts_with("# HELP ") || line.is_empty() {
+        if line.starts_with("# HELP ") || line.starts_with("# UNIT ") || line == "# EOF" {
             continue;
         }
         let (series, value) = line.rsplit_once(' ').unwrap_or_else(|| panic!("{line}"));
@@ -170,7 +172,7 @@ fn parse(text: &str) -> Samples {
             Some((name, labels)) => (name, labels.strip_suffix('}').expect(line)),
             None => (series, ""),
         };
-        let base = ["_bucket", "_sum", "_count"]
+        let base = ["_bucket", "_sum", "_count", "_total"]
             .iter()
             .find_map(|s| name.strip_suffix(s).filter(|b| typed.contains(*b)))
             .unwrap_or(name);
@@ -215,7 +217,7 @@ async fn metrics_are_scraped_and_parsed() {
     assert!(scrape.headers["content-type"]
         .to_str()
         .unwrap()
-        .starts_with("text/plain; version=0.0.4"));
+        .starts_with("application/openmetrics-text; version=1.0.0"));
     let samples = parse(&scrape.body);
     let smart = [("provider", "openai"), ("model", "smart")];
     let with = |extra: (&'static str, &'static str)| {
@@ -261,7 +263,7 @@ async fn metrics_are_scraped_and_parsed() {
         Some(3.0)
     );
     let mut last = 0.0;
-    for le in ["0.005", "0.01", "0.1", "1", "10", "120", "+Inf"] {
+    for le in ["0.005", "0.01", "0.1", "1.0", "10.0", "120.0", "+Inf"] {
         let n = value(
             &samples,
             "tower_chat_request_duration_seconds_bucket",
@@ -475,9 +477,7 @@ async fn metrics_can_require_a_key() {
     )
     .await;
     assert_eq!(right.status, 200);
-    assert!(right
-        .body
-        .contains("# TYPE tower_chat_requests_total counter"));
+    assert!(right.body.ends_with("# EOF\n"), "{}", right.body);
 
     // A key variable that holds nothing: the gateway does not start (its metrics would be open).
     let mut config = tower_chat_gateway::Config::new("http://127.0.0.1:9/v1");
@@ -515,9 +515,7 @@ async fn metrics_can_be_served_on_another_address() {
     tokio::spawn(axum::serve(listener, gateway.metrics_router()).into_future());
     let scrape = get(&format!("http://{addr}/metrics")).await;
     assert_eq!(scrape.status, 200);
-    assert!(scrape
-        .body
-        .contains("# TYPE tower_chat_requests_total counter"));
+    assert!(scrape.body.ends_with("# EOF\n"), "{}", scrape.body);
 }
 
 /// `[upstreams]` with one model per name, every one on `base_url`.
