@@ -455,6 +455,18 @@ pub(crate) struct BodyTimeout;
 impl BodyTimeout {
     pub(crate) const MESSAGE: &'static str =
         "the request body did not arrive within the body timeout";
+
+    /// Whether `error` is a body that missed its deadline, or wraps one (as axum's rejections do).
+    pub(crate) fn caused(error: &(dyn std::error::Error + 'static)) -> bool {
+        let mut next = Some(error);
+        while let Some(error) = next {
+            if error.is::<BodyTimeout>() {
+                return true;
+            }
+            next = error.source();
+        }
+        false
+    }
 }
 
 impl std::fmt::Display for BodyTimeout {

@@ -40,6 +40,7 @@ pub mod connection;
 mod console;
 pub mod demo;
 mod error;
+mod extract;
 #[cfg(fuzzing)]
 #[doc(hidden)]
 pub mod fuzzing;

@@ -36,11 +36,10 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
-use axum::extract::{Path, RawQuery, Request, State};
+use axum::extract::{Path, Request, State};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::Extension;
-use bytes::Bytes;
 use http::StatusCode;
 use serde::Deserialize;
 use serde_json::json;
@@ -48,6 +47,7 @@ use tower_chat::{CallerIdentity, ConversationId, Message, ToolArguments};
 use tower_chat_approval::{DecideOutcome, PendingApproval, PendingCursor, PendingDecision};
 
 use crate::error::{json_response, ApiError};
+use crate::extract::{ApiJson, ApiQuery, Expected};
 use crate::wire::{ApprovalAnswer, ApprovalNotice};
 
 /// The prefix of an operator's approver identity (`operator:NAME`). Client identities cannot carry it: key
@@ -555,44 +555,45 @@ pub(crate) fn listed_json(listed: &Listed) -> serde_json::Value {
     })
 }
 
-/// `limit` and `after` of a listing's query string.
-pub(crate) fn page_query(query: Option<&str>) -> Result<(Option<PendingCursor>, usize), ApiError> {
-    let value = |name: &str| {
-        query?
-            .split('&')
-            .find_map(|pair| pair.strip_prefix(name)?.strip_prefix('='))
-    };
-    let limit = match value("limit") {
-        None => MAX_LIST,
-        Some(n) => n
-            .parse()
-            .ok()
-            .filter(|n| (1..=MAX_LIST).contains(n))
-            .ok_or_else(|| {
-                ApiError::invalid_request(
+/// The query string of a listing: `limit` (1 to [`MAX_LIST`]) and `after` (a cursor from an earlier page).
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct PageParams {
+    limit: Option<usize>,
+    after: Option<String>,
+}
+
+impl PageParams {
+    /// The cursor and the page size asked for.
+    fn page(&self) -> Result<(Option<PendingCursor>, usize), ApiError> {
+        let limit = match self.limit {
+            None => MAX_LIST,
+            Some(n) if (1..=MAX_LIST).contains(&n) => n,
+            Some(_) => {
+                return Err(ApiError::invalid_request(
                     "invalid_limit",
                     format!("`limit` must be a whole number from 1 to {MAX_LIST}"),
+                ))
+            }
+        };
+        let after = match &self.after {
+            None => None,
+            Some(text) => Some(text.parse().map_err(|_| {
+                ApiError::invalid_request(
+                    "invalid_cursor",
+                    "`after` must be the `next_after` of an earlier page",
                 )
-            })?,
-    };
-    let after = match value("after") {
-        None => None,
-        Some(text) => Some(text.parse().map_err(|_| {
-            ApiError::invalid_request(
-                "invalid_cursor",
-                "`after` must be the `next_after` of an earlier page",
-            )
-        })?),
-    };
-    Ok((after, limit))
+            })?),
+        };
+        Ok((after, limit))
+    }
 }
 
 /// `GET /v1/approvals?limit=N&after=CURSOR`: what waits for a decision, oldest first, a page at a time.
 pub(crate) async fn list(
     State(state): State<OperatorState>,
-    RawQuery(query): RawQuery,
+    ApiQuery(params): ApiQuery<PageParams>,
 ) -> Response {
-    let page = match page_query(query.as_deref()) {
+    let page = match params.page() {
         Ok((after, limit)) => pending_page(&state, after.as_ref(), limit).await,
         Err(error) => Err(error),
     };
@@ -615,10 +616,14 @@ pub(crate) async fn list(
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct DecisionBody {
+pub(crate) struct DecisionBody {
     approved: bool,
     #[serde(default)]
     reason: Option<String>,
+}
+
+impl Expected for DecisionBody {
+    const EXPECTED: &'static str = r#"{"approved": true|false, "reason": "…"}"#;
 }
 
 fn not_found(id: &str) -> ApiError {
@@ -636,18 +641,8 @@ pub(crate) async fn decide(
     State(state): State<OperatorState>,
     Extension(operator): Extension<Operator>,
     Path(id): Path<String>,
-    body: Bytes,
+    ApiJson(body): ApiJson<DecisionBody>,
 ) -> Response {
-    let body: DecisionBody = match serde_json::from_slice(&body) {
-        Ok(body) => body,
-        Err(e) => {
-            return ApiError::invalid_request(
-                "invalid_body",
-                format!("expected {{\"approved\": true|false, \"reason\": \"…\"}}: {e}"),
-            )
-            .into_response()
-        }
-    };
     match record_decision(&state, &operator, &id, body.approved, body.reason).await {
         Ok(()) => json_response(
             StatusCode::OK,
@@ -724,13 +719,10 @@ pub(crate) async fn record_decision(
     Ok(())
 }
 
-/// `wait=SECS` of a query string (other parameters are ignored).
-fn wait_seconds(query: Option<&str>) -> Option<f64> {
-    query?
-        .split('&')
-        .find_map(|pair| pair.strip_prefix("wait="))?
-        .parse()
-        .ok()
+/// The query string of a poll: `wait=SECS`, how long to wait for a decision (other parameters are ignored).
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct WaitParams {
+    wait: Option<f64>,
 }
 
 /// `GET /v1/approvals/{id}?wait=SECS`, for the paused turn's caller.
@@ -738,10 +730,11 @@ pub(crate) async fn poll(
     State(state): State<OperatorState>,
     caller: Option<Extension<CallerIdentity>>,
     Path(id): Path<String>,
-    RawQuery(query): RawQuery,
+    ApiQuery(params): ApiQuery<WaitParams>,
 ) -> Response {
     let caller = caller.map(|Extension(c)| c);
-    let wait = wait_seconds(query.as_deref())
+    let wait = params
+        .wait
         .filter(|w| w.is_finite() && *w > 0.0)
         .map_or(Duration::ZERO, |w| Duration::from_secs_f64(w).min(MAX_WAIT));
     // Held until the answer: a waiting poll is a task, a timer and a store look every STORE_RECHECK.
@@ -902,13 +895,5 @@ mod tests {
         assert!(decisions
             .take(Some(&CallerIdentity::new("alice")), &ids)
             .is_none());
-    }
-
-    #[test]
-    fn the_wait_parameter_is_read_from_the_query() {
-        assert_eq!(wait_seconds(Some("wait=30")), Some(30.0));
-        assert_eq!(wait_seconds(Some("x=1&wait=0.5")), Some(0.5));
-        assert_eq!(wait_seconds(Some("wait=soon")), None);
-        assert_eq!(wait_seconds(None), None);
     }
 }

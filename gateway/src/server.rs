@@ -851,7 +851,7 @@ async fn endpoint<F: WireFormat>(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    if matches!(&body, Err(rejection) if rejection.body_text().contains(BodyTimeout::MESSAGE)) {
+    if matches!(&body, Err(rejection) if BodyTimeout::caused(rejection)) {
         return connection::body_timeout_response();
     }
     let drain_over = state.drain_over.clone();

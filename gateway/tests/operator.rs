@@ -487,10 +487,49 @@ async fn another_gateway_on_the_file_lists_what_waits_a_page_at_a_time() {
     assert_eq!(rest["data"][0]["id"], newer.as_str(), "{rest}");
     assert_eq!(rest["has_more"], false);
     assert!(rest["next_after"].is_null());
-    for bad in ["limit=0", "limit=201", "limit=x", "after=nonsense"] {
+    for (bad, code) in [
+        ("limit=0", "invalid_limit"),
+        ("limit=201", "invalid_limit"),
+        ("limit=x", "invalid_query"),
+        ("after=nonsense", "invalid_cursor"),
+    ] {
         let refused = get(&second.url(&format!("/v1/approvals?{bad}")), &OPS).await;
         assert_eq!(refused.status, 400, "{bad}: {}", refused.body);
+        assert_eq!(
+            refused.json()["error"]["code"],
+            code,
+            "{bad}: {}",
+            refused.body
+        );
     }
+    // A poll's wait that is not a number is refused, not read as no wait.
+    let refused = get(
+        &second.url(&format!("/v1/approvals/{older}?wait=soon")),
+        &ALICE,
+    )
+    .await;
+    assert_eq!(refused.status, 400, "{}", refused.body);
+    assert_eq!(
+        refused.json()["error"]["code"],
+        "invalid_query",
+        "{}",
+        refused.body
+    );
+    // A decision body of the wrong shape says what it should look like.
+    let refused = post(
+        &second.url(&format!("/v1/approvals/{older}/decision")),
+        json!({"approved": "yes"}).to_string(),
+        &OPS,
+    )
+    .await;
+    assert_eq!(refused.status, 422, "{}", refused.body);
+    assert_eq!(
+        refused.json()["error"]["code"],
+        "invalid_body",
+        "{}",
+        refused.body
+    );
+    assert!(refused.body.contains("approved"), "{}", refused.body);
 }
 
 #[tokio::test]

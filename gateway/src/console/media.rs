@@ -13,15 +13,15 @@
 //! saves it instead of rendering it). Every answer carries `nosniff` and a policy that allows nothing to run
 //! (`default-src 'none'; sandbox`), so even bytes that claim to be an image cannot become a page.
 
-use axum::extract::{RawQuery, State};
+use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use http::{header, HeaderValue, StatusCode};
 use tower_chat::{Blob, Content, MediaSource, Message, Part};
 use tower_chat_persistence::CallId;
 
 use super::html::{url_encode, Html};
-use super::pages::query_value;
 use super::{error_page, ConsoleState};
+use crate::extract::PageQuery;
 
 /// Images larger than this are linked, not shown inline: a timeline of many large images would weigh hundreds
 /// of megabytes.
@@ -152,6 +152,14 @@ fn safe_file_name(name: Option<&str>) -> String {
     }
 }
 
+/// Which part of which message of which recorded call.
+#[derive(Debug, Default, serde::Deserialize)]
+pub(crate) struct MediaParams {
+    call: Option<String>,
+    message: Option<usize>,
+    part: Option<usize>,
+}
+
 fn not_found() -> Response {
     error_page(StatusCode::NOT_FOUND, "No such media.")
 }
@@ -159,14 +167,9 @@ fn not_found() -> Response {
 /// `GET /console/media?call=…&message=…&part=…`: the bytes of one part of one recorded call's history.
 pub(crate) async fn media(
     State(state): State<ConsoleState>,
-    RawQuery(query): RawQuery,
+    PageQuery(params): PageQuery<MediaParams>,
 ) -> Response {
-    let query = query.as_deref();
-    let (Some(call), Some(message), Some(part)) = (
-        query_value(query, "call"),
-        query_value(query, "message").and_then(|m| m.parse::<usize>().ok()),
-        query_value(query, "part").and_then(|p| p.parse::<usize>().ok()),
-    ) else {
+    let (Some(call), Some(message), Some(part)) = (params.call, params.message, params.part) else {
         return error_page(
             StatusCode::BAD_REQUEST,
             "Which media? (?call=…&message=…&part=…)",

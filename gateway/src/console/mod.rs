@@ -39,11 +39,12 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Extension, Router};
-use bytes::Bytes;
 use http::{header, HeaderMap, HeaderValue, StatusCode};
+use serde::Deserialize;
 use tower_chat_persistence::Store;
 
 use crate::connection::PeerAddr;
+use crate::extract::PageForm;
 use crate::operator::OperatorState;
 use html::Html;
 use session::{Session, Sessions};
@@ -180,19 +181,28 @@ async fn require_session(
     next.run(request).await
 }
 
-/// A form posted with a session: parsed, its CSRF token checked.
-pub(crate) fn checked_form(
-    session: &Session,
-    body: &Bytes,
-) -> Result<Vec<(String, String)>, Box<Response>> {
-    let form = session::parse_form(body);
-    if !session::csrf_matches(session, session::field(&form, "csrf")) {
+/// A form posted with a session carries the session's CSRF token (`csrf`); the refusal when it does not.
+pub(crate) fn check_csrf(session: &Session, submitted: Option<&str>) -> Result<(), Box<Response>> {
+    if !session::csrf_matches(session, submitted) {
         return Err(Box::new(error_page(
             StatusCode::FORBIDDEN,
             "Refused: the form's CSRF token is missing or wrong. Reload the page and try again.",
         )));
     }
-    Ok(form)
+    Ok(())
+}
+
+/// A form with nothing but its CSRF token (logging out).
+#[derive(Debug, Deserialize)]
+struct CsrfForm {
+    csrf: Option<String>,
+}
+
+/// The login form.
+#[derive(Debug, Deserialize)]
+struct LoginForm {
+    #[serde(default)]
+    key: String,
 }
 
 async fn css() -> Response {
@@ -362,7 +372,7 @@ async fn login(
     State(state): State<ConsoleState>,
     peer: Option<Extension<PeerAddr>>,
     headers: HeaderMap,
-    body: Bytes,
+    PageForm(form): PageForm<LoginForm>,
 ) -> Response {
     if !session::same_origin(&headers) {
         return error_page(
@@ -370,8 +380,7 @@ async fn login(
             "Refused: the login form must be posted from the console's own page.",
         );
     }
-    let form = session::parse_form(&body);
-    let key = session::field(&form, "key").unwrap_or_default().trim();
+    let key = form.key.trim();
     if key.is_empty() {
         return login_form(StatusCode::UNAUTHORIZED, Some("Enter an operator key."));
     }
@@ -425,9 +434,9 @@ async fn logout(
     State(state): State<ConsoleState>,
     Extension(session): Extension<Session>,
     headers: HeaderMap,
-    body: Bytes,
+    PageForm(form): PageForm<CsrfForm>,
 ) -> Response {
-    if let Err(refused) = checked_form(&session, &body) {
+    if let Err(refused) = check_csrf(&session, form.csrf.as_deref()) {
         return *refused;
     }
     state.sessions.remove(&headers);

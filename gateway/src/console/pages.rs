@@ -2,21 +2,22 @@
 
 use std::time::{Duration, SystemTime};
 
-use axum::extract::{Path, RawQuery, State};
+use axum::extract::{Path, State};
 use axum::response::{IntoResponse, Response};
 use axum::Extension;
-use bytes::Bytes;
 use http::StatusCode;
+use serde::Deserialize;
 use serde_json::json;
 use tower_chat::{ConversationId, Cost, Message, ToolArguments};
 use tower_chat_persistence::{CallRecord, ConversationQuery};
 
 use super::html::{url_encode, Html};
 use super::media::{content_parts, MessageAt};
-use super::session::{field, Session};
+use super::session::Session;
 use super::{
-    checked_form, error_page, html_response, page_end, page_start, see_other, ConsoleState, Nav,
+    check_csrf, error_page, html_response, page_end, page_start, see_other, ConsoleState, Nav,
 };
+use crate::extract::{PageForm, PageQuery};
 use crate::operator::{self, Listed, Operator};
 
 /// Conversations per page of the list.
@@ -75,10 +76,31 @@ pub(crate) fn dollars(cost: Cost) -> String {
     }
 }
 
-/// A value of a raw query string (`name=value&…`), decoded.
-pub(crate) fn query_value(query: Option<&str>, name: &str) -> Option<String> {
-    let pairs = super::session::parse_form(query?.as_bytes());
-    field(&pairs, name).map(str::to_owned)
+/// The inbox's query after a decision: what was decided (`done`) on which approval (`id`).
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct DecidedParams {
+    done: Option<String>,
+    id: Option<String>,
+}
+
+/// The decision form: the CSRF token, `decision` = `approve` | `deny`, an optional reason.
+#[derive(Debug, Deserialize)]
+pub(crate) struct DecisionForm {
+    csrf: Option<String>,
+    decision: Option<String>,
+    reason: Option<String>,
+}
+
+/// A list's page number (`page`, from 0).
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct PageNumber {
+    page: Option<u32>,
+}
+
+/// A conversation's id (`id`).
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct ConversationParams {
+    id: Option<String>,
 }
 
 /// JSON shown to a person: pretty, as text (escaped by the builder like anything else).
@@ -226,7 +248,7 @@ fn approvals_table(page: &mut Html, listed: &[Listed], csrf: &str, live: bool) {
 pub(crate) async fn inbox(
     State(state): State<ConsoleState>,
     Extension(session): Extension<Session>,
-    RawQuery(query): RawQuery,
+    PageQuery(decided): PageQuery<DecidedParams>,
 ) -> Response {
     let page_of = match operator::pending_page(&state.operators, None, operator::MAX_LIST).await {
         Ok(page) => page,
@@ -238,10 +260,7 @@ pub(crate) async fn inbox(
         }
     };
     let mut page = page_start("Pending approvals", Nav::Inbox, Some(&session));
-    if let (Some(done), Some(id)) = (
-        query_value(query.as_deref(), "done"),
-        query_value(query.as_deref(), "id"),
-    ) {
+    if let (Some(done), Some(id)) = (decided.done, decided.id) {
         let text = format!("{id}: {done}. The client's waiting turn resumes when it resends.");
         page.element("p", &[("class", "notice"), ("id", "decided")], &text);
     }
@@ -290,18 +309,19 @@ pub(crate) async fn decide(
     State(state): State<ConsoleState>,
     Extension(session): Extension<Session>,
     Path(id): Path<String>,
-    body: Bytes,
+    PageForm(form): PageForm<DecisionForm>,
 ) -> Response {
-    let form = match checked_form(&session, &body) {
-        Ok(form) => form,
-        Err(refused) => return *refused,
-    };
-    let approved = match field(&form, "decision") {
+    if let Err(refused) = check_csrf(&session, form.csrf.as_deref()) {
+        return *refused;
+    }
+    let approved = match form.decision.as_deref() {
         Some("approve") => true,
         Some("deny") => false,
         _ => return error_page(StatusCode::BAD_REQUEST, "Choose Approve or Deny."),
     };
-    let reason = field(&form, "reason")
+    let reason = form
+        .reason
+        .as_deref()
         .map(str::trim)
         .filter(|r| !r.is_empty())
         .map(str::to_owned);
@@ -320,15 +340,12 @@ pub(crate) async fn decide(
 pub(crate) async fn conversations(
     State(state): State<ConsoleState>,
     Extension(session): Extension<Session>,
-    RawQuery(query): RawQuery,
+    PageQuery(params): PageQuery<PageNumber>,
 ) -> Response {
     let Some(records) = &state.records else {
         return error_page(StatusCode::NOT_FOUND, "This gateway keeps no call records.");
     };
-    let number: u32 = query_value(query.as_deref(), "page")
-        .and_then(|p| p.parse().ok())
-        .unwrap_or(0)
-        .min(100_000);
+    let number = params.page.unwrap_or(0).min(100_000);
     let listed = match records
         .list_conversations(
             &ConversationQuery::new()
@@ -620,9 +637,9 @@ fn turn_heading(page: &mut Html, turn: &[CallRecord]) {
 pub(crate) async fn timeline(
     State(state): State<ConsoleState>,
     Extension(session): Extension<Session>,
-    RawQuery(query): RawQuery,
+    PageQuery(params): PageQuery<ConversationParams>,
 ) -> Response {
-    let Some(id) = query_value(query.as_deref(), "id") else {
+    let Some(id) = params.id else {
         return error_page(StatusCode::BAD_REQUEST, "Which conversation? (?id=…)");
     };
     let Some(records) = &state.records else {
@@ -774,9 +791,5 @@ mod tests {
         assert_eq!(span(Duration::from_secs(3 * 3600 + 120)), "3 h 2 min");
         assert_eq!(millis(Duration::from_micros(2500)), "2.5 ms");
         assert_eq!(dollars(Cost::from_nanos(18_000)), "$0.000018");
-        assert_eq!(
-            query_value(Some("id=alice%2Fc1&x=1"), "id").as_deref(),
-            Some("alice/c1")
-        );
     }
 }

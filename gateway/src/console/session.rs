@@ -203,50 +203,6 @@ pub(crate) fn csrf_matches(session: &Session, submitted: Option<&str>) -> bool {
         && bool::from(submitted.as_bytes().ct_eq(session.csrf.as_bytes()))
 }
 
-/// An `application/x-www-form-urlencoded` body as name/value pairs (`+` is a space, `%XX` a byte; bytes that
-/// do not form UTF-8 are replaced).
-pub(crate) fn parse_form(body: &[u8]) -> Vec<(String, String)> {
-    body.split(|b| *b == b'&')
-        .filter(|pair| !pair.is_empty())
-        .map(|pair| {
-            let mut halves = pair.splitn(2, |b| *b == b'=');
-            let name = decode(halves.next().unwrap_or_default());
-            let value = decode(halves.next().unwrap_or_default());
-            (name, value)
-        })
-        .collect()
-}
-
-/// The first value of `name` in a parsed form.
-pub(crate) fn field<'a>(form: &'a [(String, String)], name: &str) -> Option<&'a str> {
-    form.iter()
-        .find(|(n, _)| n == name)
-        .map(|(_, v)| v.as_str())
-}
-
-fn decode(text: &[u8]) -> String {
-    let mut out = Vec::with_capacity(text.len());
-    let mut i = 0;
-    while i < text.len() {
-        match text[i] {
-            b'+' => out.push(b' '),
-            b'%' if i + 2 < text.len() => {
-                let hex = std::str::from_utf8(&text[i + 1..i + 3]).ok();
-                match hex.and_then(|h| u8::from_str_radix(h, 16).ok()) {
-                    Some(byte) => {
-                        out.push(byte);
-                        i += 2;
-                    }
-                    None => out.push(b'%'),
-                }
-            }
-            byte => out.push(byte),
-        }
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -357,15 +313,5 @@ mod tests {
             &session,
             Some(std::str::from_utf8(&wrong).unwrap())
         ));
-    }
-
-    #[test]
-    fn forms_are_decoded() {
-        let form = parse_form(b"csrf=ab&reason=looks+fine%21+%3Cok%3E&empty=&bad=%zz%4");
-        assert_eq!(field(&form, "csrf"), Some("ab"));
-        assert_eq!(field(&form, "reason"), Some("looks fine! <ok>"));
-        assert_eq!(field(&form, "empty"), Some(""));
-        assert_eq!(field(&form, "bad"), Some("%zz%4"));
-        assert_eq!(field(&form, "missing"), None);
     }
 }

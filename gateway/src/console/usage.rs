@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::time::{Duration, SystemTime};
 
-use axum::extract::{RawQuery, State};
+use axum::extract::State;
 use axum::response::Response;
 use axum::Extension;
 use http::StatusCode;
@@ -12,9 +12,17 @@ use tower_chat::Cost;
 use tower_chat_persistence::{CallQuery, CallSummary};
 
 use super::html::{Fragment, Html};
-use super::pages::{dollars, millis, query_value, utc};
+use super::pages::{dollars, millis, utc};
 use super::session::Session;
 use super::{error_page, html_response, page_end, page_start, ConsoleState, Nav};
+use crate::extract::PageQuery;
+
+/// The usage page's query: the time `range` and what the series are `by` (`model` or `caller`).
+#[derive(Debug, Default, serde::Deserialize)]
+pub(crate) struct UsageParams {
+    range: Option<String>,
+    by: Option<String>,
+}
 
 /// How long a rendered usage page is reused (its plots' resolution is a minute or more anyway).
 pub(crate) const CACHE_FOR: Duration = Duration::from_secs(5);
@@ -424,17 +432,16 @@ fn bucket_percentile(group: &Group, p: f64) -> Vec<Option<f64>> {
 pub(crate) async fn page(
     State(state): State<ConsoleState>,
     Extension(session): Extension<Session>,
-    RawQuery(query): RawQuery,
+    PageQuery(params): PageQuery<UsageParams>,
 ) -> Response {
     let Some(records) = &state.records else {
         return error_page(StatusCode::NOT_FOUND, "This gateway keeps no call records.");
     };
-    let range_name = query_value(query.as_deref(), "range");
     let range = RANGES
         .into_iter()
-        .find(|r| Some(r.name) == range_name.as_deref())
+        .find(|r| Some(r.name) == params.range.as_deref())
         .unwrap_or(RANGES[1]);
-    let by = match query_value(query.as_deref(), "by").as_deref() {
+    let by = match params.by.as_deref() {
         Some("caller") => By::Caller,
         _ => By::Model,
     };
