@@ -63,6 +63,16 @@ impl ApiError {
         )
     }
 
+    /// 500: the gateway itself failed (a bug, not the request nor an upstream).
+    pub fn internal(message: impl Into<String>) -> Self {
+        ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "server_error",
+            "internal_error",
+            message.into(),
+        )
+    }
+
     /// 401: the gateway key is missing or wrong.
     pub fn unauthorized(message: impl Into<String>) -> Self {
         ApiError::new(

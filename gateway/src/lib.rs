@@ -31,6 +31,7 @@
 #![deny(missing_docs)]
 #![warn(missing_debug_implementations, unreachable_pub)]
 
+mod access;
 pub mod api_guard;
 mod auth;
 pub mod client_addr;

@@ -292,6 +292,7 @@ pub(crate) async fn authenticate_operator(
     match state.keys.identify(key) {
         Some(name) => {
             state.login_limit.succeeded(source, Instant::now());
+            crate::access::record_caller(&format!("operator:{}", name.as_str()));
             request
                 .extensions_mut()
                 .insert(Operator::named(name.as_str()));

@@ -590,7 +590,7 @@ impl Gateway {
                 guard,
                 crate::api_guard::guard,
             ));
-        Router::new()
+        let router = Router::new()
             .merge(api)
             .merge(operator)
             .merge(console)
@@ -607,8 +607,8 @@ impl Gateway {
             .method_not_allowed_fallback(method_not_allowed)
             .layer(DefaultBodyLimit::max(
                 self.state.limits.body_allowance(self.state.body_limit),
-            ))
-            .with_state(state)
+            ));
+        crate::access::around(router.with_state(state))
     }
 
     /// `GET /metrics` alone (with its key check, when `--metrics-key-env` is set): what `--metrics-listen`
@@ -810,6 +810,7 @@ async fn authenticate(
     if let Some(keys) = &state.keys {
         match keys.check(request.headers()) {
             Ok(caller) => {
+                crate::access::record_caller(caller.as_str());
                 request.extensions_mut().insert(caller);
             }
             Err(error) => return refusal(request.uri().path(), error),
