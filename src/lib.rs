@@ -36,6 +36,8 @@
 pub mod anthropic;
 mod approval;
 pub mod azure;
+#[cfg(feature = "bedrock")]
+pub mod bedrock;
 mod boxed;
 mod content;
 mod context;
