@@ -313,7 +313,7 @@ mod tests {
             frames.extend(decode_all(&mut framing, &body[cut..]));
             assert!(framing.finish().is_none());
             let frames: Vec<Message> = frames.into_iter().map(Result::unwrap).collect();
-            let expected: Vec<Message> = whole.iter().map(|f| f.clone().unwrap()).collect();
+            let expected: Vec<Message> = whole.iter().map(|f| f.as_ref().unwrap().clone()).collect();
             assert_eq!(frames, expected, "cut at {cut}");
         }
     }

@@ -52,7 +52,7 @@ fn signing_error(error: impl Into<crate::error::BoxError>) -> ChatError {
         .refused_before_sending()
 }
 
-/// Sign `request` (whose body is `body`) as of `time`.
+/// Sign `request` (whose body is `body`) for Bedrock as of `time`.
 pub(crate) fn sign_request(
     request: &mut http::Request<Full<Bytes>>,
     body: &[u8],
@@ -60,11 +60,22 @@ pub(crate) fn sign_request(
     region: &str,
     time: SystemTime,
 ) -> Result<(), ChatError> {
+    sign_for_service(request, body, credentials, region, SERVICE, time)
+}
+
+fn sign_for_service(
+    request: &mut http::Request<Full<Bytes>>,
+    body: &[u8],
+    credentials: &AwsCredentials,
+    region: &str,
+    service: &str,
+    time: SystemTime,
+) -> Result<(), ChatError> {
     let identity = Identity::from(credentials.inner.clone());
     let params = v4::SigningParams::builder()
         .identity(&identity)
         .region(region)
-        .name(SERVICE)
+        .name(service)
         .time(time)
         .settings(SigningSettings::default())
         .build()
@@ -91,6 +102,27 @@ pub(crate) fn sign_request(
 mod tests {
     use super::*;
     use std::time::{Duration, UNIX_EPOCH};
+
+    /// AWS's SigV4 test suite, `post-vanilla`: the documented signature of a bare POST.
+    #[test]
+    fn the_documented_post_vanilla_signature_is_reproduced() {
+        let credentials = AwsCredentials::new(
+            "AKIDEXAMPLE",
+            "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY",
+            None,
+        );
+        let mut request = http::Request::post("https://example.amazonaws.com/")
+            .body(Full::new(Bytes::new()))
+            .unwrap();
+        let time = UNIX_EPOCH + Duration::from_secs(1_440_938_160); // 20150830T123600Z
+        sign_for_service(&mut request, b"", &credentials, "us-east-1", "service", time).unwrap();
+        assert_eq!(
+            request.headers()["authorization"],
+            "AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/20150830/us-east-1/service/aws4_request, \
+             SignedHeaders=host;x-amz-date, \
+             Signature=5da7c1a2acd57cee7505fc6676e4e544621c30862966e37dddb68e92efbe5d6b"
+        );
+    }
 
     #[test]
     fn the_signature_covers_region_service_path_and_body() {

@@ -338,7 +338,10 @@ fn blocks(content: &Content) -> Result<Vec<Block<'_>>, ChatError> {
             }
             Part::File(file) => {
                 let (media_type, source) = source(&file.source, "a document")?;
-                let media_type = media_type.or(file.media_type.as_deref());
+                let media_type = match &file.source {
+                    MediaSource::Url { .. } => file.media_type.as_deref().or(media_type),
+                    _ => media_type.or(file.media_type.as_deref()),
+                };
                 out.push(Block::Document {
                     format: document_format(media_type)?,
                     name: document_name(file.name.as_deref(), index),
@@ -368,7 +371,7 @@ fn source<'a>(
     match media {
         MediaSource::Data(blob) => Ok((Some(blob.media_type()), Source::Bytes(blob.base64()))),
         MediaSource::Url { url } if url.starts_with("s3://") => {
-            Ok((None, Source::S3Location { uri: url }))
+            Ok((media_type_of_key(url), Source::S3Location { uri: url }))
         }
         MediaSource::Url { url } => match DataUrl::parse(url) {
             Ok(data) => Ok((Some(data.media_type), Source::Bytes(data.base64))),
@@ -382,6 +385,27 @@ fn source<'a>(
             format_args!("{what} by file id"),
         )),
     }
+}
+
+/// The media type an S3 object's extension tells, for the formats Converse takes.
+fn media_type_of_key(key: &str) -> Option<&'static str> {
+    let extension = key.rsplit_once('.')?.1.to_ascii_lowercase();
+    Some(match extension.as_str() {
+        "png" => "image/png",
+        "jpg" | "jpeg" => "image/jpeg",
+        "gif" => "image/gif",
+        "webp" => "image/webp",
+        "pdf" => "application/pdf",
+        "csv" => "text/csv",
+        "doc" => "application/msword",
+        "docx" => "application/vnd.openxmlformats-officedocument.wordprocessingml.document",
+        "xls" => "application/vnd.ms-excel",
+        "xlsx" => "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet",
+        "html" | "htm" => "text/html",
+        "txt" => "text/plain",
+        "md" => "text/markdown",
+        _ => return None,
+    })
 }
 
 fn image_format(media_type: Option<&str>) -> Result<&'static str, ChatError> {

@@ -26,6 +26,7 @@ use http::{HeaderMap, HeaderValue, Method, Uri};
 use http_body_util::Full;
 
 pub(crate) use provider::sealed::{ProviderWire, RequestSigner};
+#[cfg(feature = "bedrock")]
 pub(crate) use provider::SignFuture;
 pub use provider::Provider;
 pub use token::{AccessToken, TokenFuture, TokenProvider};
@@ -323,6 +324,7 @@ impl<P: Provider> ChatLeafBuilder<P> {
     }
 
     /// The base URL configured so far.
+    #[cfg(feature = "bedrock")]
     pub(crate) fn configured_base_url(&self) -> &str {
         &self.settings.base_url
     }
