@@ -6,8 +6,9 @@
 //! encodes the request with the provider's wire format, posts it through the shared [`HttpTransport`], and
 //! streams the answer. [`OpenAiChat`](crate::openai::OpenAiChat),
 //! [`ResponsesChat`](crate::responses::ResponsesChat), [`AnthropicChat`](crate::anthropic::AnthropicChat),
-//! [`AzureOpenAiChat`](crate::azure::AzureOpenAiChat) and [`GeminiChat`](crate::gemini::GeminiChat) are this leaf
-//! with each provider.
+//! [`AzureOpenAiChat`](crate::azure::AzureOpenAiChat), [`GeminiChat`](crate::gemini::GeminiChat) and, with the
+//! `bedrock` feature, `BedrockChat` (signing each request instead of sending a key) are this leaf with each
+//! provider.
 
 mod provider;
 mod token;
