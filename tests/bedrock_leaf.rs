@@ -59,7 +59,11 @@ fn top_song() -> ToolSpec {
 }
 
 async fn call(leaf: &BedrockChat, request: ChatRequest) -> Result<ChatResponse, ChatError> {
-    leaf.clone().oneshot(request).await?.collect_response().await
+    leaf.clone()
+        .oneshot(request)
+        .await?
+        .collect_response()
+        .await
 }
 
 /// A scripted server answering the walkthrough: a `top_song` call, then the answer.
@@ -125,9 +129,12 @@ async fn a_two_round_tool_conversation_is_signed_and_mapped_streamed_and_whole()
             "top_song",
             r#"{"song": "Elemental Hotel", "artist": "8 Storey Hike"}"#,
         ));
-        let second = call(&leaf, ChatRequest::new(history).tool(top_song()).stream(stream))
-            .await
-            .unwrap();
+        let second = call(
+            &leaf,
+            ChatRequest::new(history).tool(top_song()).stream(stream),
+        )
+        .await
+        .unwrap();
         assert_eq!(
             second.text(),
             "The most popular song on WZPZ is Elemental Hotel by 8 Storey Hike."
@@ -139,7 +146,11 @@ async fn a_two_round_tool_conversation_is_signed_and_mapped_streamed_and_whole()
         assert_eq!(second.usage.cache_write_input_tokens, Some(0));
 
         let sent = provider.requests();
-        let method = if stream { "converse-stream" } else { "converse" };
+        let method = if stream {
+            "converse-stream"
+        } else {
+            "converse"
+        };
         assert_eq!(
             sent[0].path,
             format!("/v1/model/anthropic.claude-3-haiku-20240307-v1%3A0/{method}")
@@ -171,17 +182,25 @@ async fn a_two_round_tool_conversation_is_signed_and_mapped_streamed_and_whole()
             (auth.region.as_str(), auth.service.as_str()),
             ("us-east-1", "bedrock")
         );
-        assert!(auth.signed_headers.contains(&"x-amz-security-token".to_owned()));
-        assert_eq!(sent[1].headers["x-amz-security-token"], "FwoGZXIvYXdzEXAMPLETOKEN");
+        assert!(auth
+            .signed_headers
+            .contains(&"x-amz-security-token".to_owned()));
+        assert_eq!(
+            sent[1].headers["x-amz-security-token"],
+            "FwoGZXIvYXdzEXAMPLETOKEN"
+        );
     }
 }
 
 #[tokio::test]
 async fn a_signature_by_other_credentials_or_over_another_body_is_caught() {
     let provider = ScriptedProvider::start(|_, _| Reply::bedrock_text("ok")).await;
-    call(&leaf(&provider), ChatRequest::new(vec![Message::user("hi")]))
-        .await
-        .unwrap();
+    call(
+        &leaf(&provider),
+        ChatRequest::new(vec![Message::user("hi")]),
+    )
+    .await
+    .unwrap();
     let mut sent = provider.requests().remove(0);
     check_bedrock_signature(&sent, &credentials()).unwrap();
     let other = AwsCredentials::new("AKIDEXAMPLE", "another-secret", None);
@@ -198,18 +217,25 @@ async fn the_documented_converse_responses_decode() {
         fixture("converse_tool_use.json"),
         fixture("converse_final_answer.json"),
     ];
-    let provider = ScriptedProvider::start(move |_, index| Reply::json(200, answers[index].clone())).await;
+    let provider =
+        ScriptedProvider::start(move |_, index| Reply::json(200, answers[index].clone())).await;
     let leaf = leaf(&provider);
-    let tool_use = call(&leaf, ChatRequest::new(vec![Message::user("WZPZ?")]).stream(false))
-        .await
-        .unwrap();
+    let tool_use = call(
+        &leaf,
+        ChatRequest::new(vec![Message::user("WZPZ?")]).stream(false),
+    )
+    .await
+    .unwrap();
     let calls = &tool_use.last_assistant().unwrap().tool_calls;
     assert_eq!(calls[0].name, "top_song");
     assert_eq!(calls[0].arguments.json(), Some(&json!({"sign": "WZPZ"})));
     assert_eq!(tool_use.usage.total_tokens(), 431);
-    let answer = call(&leaf, ChatRequest::new(vec![Message::user("WZPZ?")]).stream(false))
-        .await
-        .unwrap();
+    let answer = call(
+        &leaf,
+        ChatRequest::new(vec![Message::user("WZPZ?")]).stream(false),
+    )
+    .await
+    .unwrap();
     assert!(answer.text().starts_with("The most popular song on WZPZ"));
     assert_eq!(answer.usage.cached_input_tokens, Some(320));
 }
@@ -358,6 +384,9 @@ async fn images_and_documents_travel_as_converse_blocks() {
     assert_eq!(provider.requests().len(), 1);
 }
 
+/// Whether an error kind is the expected one.
+type KindCheck = fn(&ErrorKind) -> bool;
+
 fn detail(error: &ChatError) -> &BedrockError {
     std::error::Error::source(error)
         .and_then(|source| source.downcast_ref::<BedrockError>())
@@ -366,7 +395,7 @@ fn detail(error: &ChatError) -> &BedrockError {
 
 #[tokio::test]
 async fn http_errors_are_typed_with_the_exception_name() {
-    let cases: [(u16, &str, Value, fn(&ErrorKind) -> bool, bool); 4] = [
+    let cases: [(u16, &str, Value, KindCheck, bool); 4] = [
         (
             429,
             "ThrottlingException",
@@ -399,12 +428,18 @@ async fn http_errors_are_typed_with_the_exception_name() {
     for (status, error_type, body, kind, retryable) in cases {
         let reply = Reply::json(status, body.clone()).header("x-amzn-errortype", error_type);
         let provider = ScriptedProvider::start(move |_, _| reply.clone()).await;
-        let error = call(&leaf(&provider), ChatRequest::new(vec![Message::user("hi")]))
-            .await
-            .unwrap_err();
+        let error = call(
+            &leaf(&provider),
+            ChatRequest::new(vec![Message::user("hi")]),
+        )
+        .await
+        .unwrap_err();
         assert!(kind(error.kind()), "{status}: {error:?}");
         assert_eq!(error.is_retryable(), retryable, "{status}");
-        assert_eq!(detail(&error).error_type(), error_type.split(':').next().unwrap());
+        assert_eq!(
+            detail(&error).error_type(),
+            error_type.split(':').next().unwrap()
+        );
         let message = body.get("message").or_else(|| body.get("Message")).unwrap();
         assert_eq!(error.message(), message.as_str().unwrap());
         assert!(!error.message().contains("wJalrXUtnFEMI"));
@@ -413,12 +448,32 @@ async fn http_errors_are_typed_with_the_exception_name() {
 
 #[tokio::test]
 async fn mid_stream_exceptions_are_typed_and_retryable_where_aws_says_so() {
-    let cases: [(&str, fn(&ErrorKind) -> bool, bool); 5] = [
-        ("throttlingException", |k| matches!(k, ErrorKind::RateLimited { .. }), true),
-        ("modelStreamErrorException", |k| k == &ErrorKind::Upstream, true),
-        ("internalServerException", |k| k == &ErrorKind::Upstream, true),
-        ("serviceUnavailableException", |k| k == &ErrorKind::Upstream, true),
-        ("validationException", |k| k == &ErrorKind::InvalidRequest, false),
+    let cases: [(&str, KindCheck, bool); 5] = [
+        (
+            "throttlingException",
+            |k| matches!(k, ErrorKind::RateLimited { .. }),
+            true,
+        ),
+        (
+            "modelStreamErrorException",
+            |k| k == &ErrorKind::Upstream,
+            true,
+        ),
+        (
+            "internalServerException",
+            |k| k == &ErrorKind::Upstream,
+            true,
+        ),
+        (
+            "serviceUnavailableException",
+            |k| k == &ErrorKind::Upstream,
+            true,
+        ),
+        (
+            "validationException",
+            |k| k == &ErrorKind::InvalidRequest,
+            false,
+        ),
     ];
     for (exception, kind, retryable) in cases {
         let provider = ScriptedProvider::start(move |_, _| {
@@ -448,7 +503,10 @@ async fn mid_stream_exceptions_are_typed_and_retryable_where_aws_says_so() {
 
 #[tokio::test]
 async fn a_corrupt_or_truncated_frame_is_a_protocol_error() {
-    let mut corrupt = bedrock_event("contentBlockDelta", r#"{"contentBlockIndex":0,"delta":{"text":"Hi"}}"#);
+    let mut corrupt = bedrock_event(
+        "contentBlockDelta",
+        r#"{"contentBlockIndex":0,"delta":{"text":"Hi"}}"#,
+    );
     let last = corrupt.len() - 1;
     corrupt[last] ^= 0xff;
     let truncated = bedrock_event("messageStop", r#"{"stopReason":"end_turn"}"#);
@@ -456,9 +514,12 @@ async fn a_corrupt_or_truncated_frame_is_a_protocol_error() {
         let reply = Reply::bedrock_stream(&[("messageStart", json!({"role": "assistant"}))])
             .then(ReplyPart::Bytes(Bytes::from(body)));
         let provider = ScriptedProvider::start(move |_, _| reply.clone()).await;
-        let error = call(&leaf(&provider), ChatRequest::new(vec![Message::user("hi")]))
-            .await
-            .unwrap_err();
+        let error = call(
+            &leaf(&provider),
+            ChatRequest::new(vec![Message::user("hi")]),
+        )
+        .await
+        .unwrap_err();
         assert_eq!(error.kind(), &ErrorKind::Protocol, "{error:?}");
     }
 }
@@ -569,7 +630,10 @@ impl CredentialsProvider for Rotating {
         let n = self.calls.fetch_add(1, Ordering::SeqCst);
         Box::pin(async move {
             if n == 0 {
-                Err(ChatError::new(ErrorKind::Authentication, "the vault said no"))
+                Err(ChatError::new(
+                    ErrorKind::Authentication,
+                    "the vault said no",
+                ))
             } else {
                 Ok(credentials())
             }
@@ -636,7 +700,9 @@ async fn a_history_from_another_provider_drops_its_reasoning() {
         }),
         Message::user("again"),
     ];
-    call(&leaf(&provider), ChatRequest::new(history)).await.unwrap();
+    call(&leaf(&provider), ChatRequest::new(history))
+        .await
+        .unwrap();
     assert_eq!(
         provider.requests()[0].body["messages"][1]["content"],
         json!([{"text": "hello"}])

@@ -232,7 +232,10 @@ mod tests {
         assert_eq!(full.access_key_id(), "AKIDEXAMPLE");
         assert!(full.has_session_token());
         let shown = format!("{full:?}");
-        assert!(!shown.contains("wJalrXUtnFEMI") && !shown.contains("token\""), "{shown}");
+        assert!(
+            !shown.contains("wJalrXUtnFEMI") && !shown.contains("token\""),
+            "{shown}"
+        );
         let half = AwsCredentials::from_vars(vars(&[("AWS_ACCESS_KEY_ID", "AKID")])).unwrap_err();
         assert_eq!(half.kind(), &ErrorKind::Authentication);
         assert!(half.message().contains("AWS_SECRET_ACCESS_KEY"));

@@ -151,7 +151,11 @@ pub(crate) fn finish_reason(reason: &str, extra: Option<&RawValue>) -> FinishRea
         "max_tokens" => FinishReason::Length,
         "stop_sequence" => extra
             .and_then(|raw| serde_json::from_str::<Value>(raw.get()).ok())
-            .and_then(|v| v.get("stop_sequence").and_then(Value::as_str).map(str::to_owned))
+            .and_then(|v| {
+                v.get("stop_sequence")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned)
+            })
             .map_or(FinishReason::Stop, FinishReason::StopSequence),
         "guardrail_intervened" | "content_filtered" => FinishReason::ContentFilter,
         other => FinishReason::Other(other.to_owned()),
@@ -228,9 +232,8 @@ impl std::fmt::Debug for BedrockDecoder {
 }
 
 fn parse<'a, T: Deserialize<'a>>(payload: &'a [u8], event: &str) -> Result<T, ChatError> {
-    serde_json::from_slice(payload).map_err(|e| {
-        ChatError::protocol(format_args!("a malformed {event} event ({e})"), payload)
-    })
+    serde_json::from_slice(payload)
+        .map_err(|e| ChatError::protocol(format_args!("a malformed {event} event ({e})"), payload))
 }
 
 impl BedrockDecoder {
@@ -265,7 +268,11 @@ impl BedrockDecoder {
         ));
     }
 
-    fn on_delta(&mut self, delta: BlockDelta, out: &mut VecDeque<ChatEvent>) -> Result<(), ChatError> {
+    fn on_delta(
+        &mut self,
+        delta: BlockDelta,
+        out: &mut VecDeque<ChatEvent>,
+    ) -> Result<(), ChatError> {
         let at = delta.content_block_index;
         let delta = delta.delta;
         if let Some(text) = delta.text {
@@ -350,7 +357,8 @@ impl BedrockDecoder {
                 signature,
                 redacted,
             } => {
-                if let Some(continuation) = continuation(signature.as_deref(), redacted.as_deref()) {
+                if let Some(continuation) = continuation(signature.as_deref(), redacted.as_deref())
+                {
                     out.push_back(ChatEvent::ReasoningEnd { continuation });
                 }
             }
@@ -496,9 +504,14 @@ pub(crate) fn decode_whole(body: &[u8]) -> Result<Vec<ChatEvent>, ChatError> {
                 out.push(ChatEvent::text(text));
             }
         } else if let Some(tool) = block.get("toolUse") {
-            let id = tool.get("toolUseId").and_then(Value::as_str).unwrap_or_default();
+            let id = tool
+                .get("toolUseId")
+                .and_then(Value::as_str)
+                .unwrap_or_default();
             let name = tool.get("name").and_then(Value::as_str).unwrap_or_default();
-            let arguments = tool.get("input").map_or_else(|| "{}".to_owned(), Value::to_string);
+            let arguments = tool
+                .get("input")
+                .map_or_else(|| "{}".to_owned(), Value::to_string);
             out.push(ChatEvent::ToolCallStart {
                 index: calls,
                 id: id.to_owned(),
@@ -522,7 +535,9 @@ pub(crate) fn decode_whole(body: &[u8]) -> Result<Vec<ChatEvent>, ChatError> {
             {
                 out.push(ChatEvent::ReasoningDelta { text: t.to_owned() });
             }
-            let signature = text.and_then(|t| t.get("signature")).and_then(Value::as_str);
+            let signature = text
+                .and_then(|t| t.get("signature"))
+                .and_then(Value::as_str);
             let redacted = reasoning.get("redactedContent").and_then(Value::as_str);
             if let Some(continuation) = continuation(signature, redacted) {
                 out.push(ChatEvent::ReasoningEnd { continuation });

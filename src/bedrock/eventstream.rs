@@ -125,8 +125,12 @@ impl Framing for EventStreamFraming {
         self.failed = true;
         let have = std::mem::take(&mut self.partial).len();
         let what = match self.expected {
-            Some(total) => format!("the body ended inside an event-stream frame ({have} of {total} bytes)"),
-            None => format!("the body ended inside an event-stream prelude ({have} of {PRELUDE} bytes)"),
+            Some(total) => {
+                format!("the body ended inside an event-stream frame ({have} of {total} bytes)")
+            }
+            None => {
+                format!("the body ended inside an event-stream prelude ({have} of {PRELUDE} bytes)")
+            }
         };
         Some(Err(ChatError::new(crate::ErrorKind::Protocol, what)))
     }
@@ -152,7 +156,9 @@ fn frame_length(prelude: &[u8]) -> Result<usize, ChatError> {
     }
     if !(MIN_FRAME..=MAX_FRAME).contains(&total) || headers > total - MIN_FRAME {
         return Err(ChatError::protocol(
-            format_args!("an event-stream prelude of {total} bytes with {headers} bytes of headers"),
+            format_args!(
+                "an event-stream prelude of {total} bytes with {headers} bytes of headers"
+            ),
             &prelude[..PRELUDE],
         ));
     }
@@ -301,7 +307,10 @@ mod tests {
     #[test]
     fn frames_decode_whole_and_split_at_every_byte() {
         let mut body = event("messageStart", r#"{"role":"assistant"}"#);
-        body.extend(event("contentBlockDelta", r#"{"contentBlockIndex":0,"delta":{"text":"Hi"}}"#));
+        body.extend(event(
+            "contentBlockDelta",
+            r#"{"contentBlockIndex":0,"delta":{"text":"Hi"}}"#,
+        ));
         let whole = decode_all(&mut EventStreamFraming::default(), &body);
         assert_eq!(whole.len(), 2);
         let first = whole[0].as_ref().unwrap();
@@ -313,7 +322,8 @@ mod tests {
             frames.extend(decode_all(&mut framing, &body[cut..]));
             assert!(framing.finish().is_none());
             let frames: Vec<Message> = frames.into_iter().map(Result::unwrap).collect();
-            let expected: Vec<Message> = whole.iter().map(|f| f.as_ref().unwrap().clone()).collect();
+            let expected: Vec<Message> =
+                whole.iter().map(|f| f.as_ref().unwrap().clone()).collect();
             assert_eq!(frames, expected, "cut at {cut}");
         }
     }
@@ -343,7 +353,11 @@ mod tests {
             assert!(decode_all(&mut framing, &frame[..cut]).is_empty());
             let error = framing.finish().unwrap().unwrap_err();
             assert_eq!(error.kind(), &ErrorKind::Protocol);
-            assert!(error.message().contains("ended inside"), "{}", error.message());
+            assert!(
+                error.message().contains("ended inside"),
+                "{}",
+                error.message()
+            );
         }
     }
 

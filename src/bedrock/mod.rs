@@ -291,7 +291,8 @@ impl ChatLeafBuilder<Bedrock> {
 }
 
 fn is_regional_url(url: &str) -> bool {
-    url.starts_with("https://bedrock-runtime.") && url.trim_end_matches('/').ends_with(".amazonaws.com")
+    url.starts_with("https://bedrock-runtime.")
+        && url.trim_end_matches('/').ends_with(".amazonaws.com")
 }
 
 #[cfg(test)]
@@ -316,7 +317,11 @@ mod tests {
         );
         let url = |request: &ChatRequest| {
             Bedrock::default()
-                .call_url(leaf.endpoint(), request, Some("anthropic.claude-3-haiku-20240307-v1:0"))
+                .call_url(
+                    leaf.endpoint(),
+                    request,
+                    Some("anthropic.claude-3-haiku-20240307-v1:0"),
+                )
                 .unwrap()
                 .unwrap()
                 .to_string()
@@ -328,7 +333,9 @@ mod tests {
         );
         let profile = ChatRequest::new(vec![Message::user("hi")])
             .stream(false)
-            .model("arn:aws:bedrock:eu-west-3:123456789012:inference-profile/eu.amazon.nova-lite-v1:0");
+            .model(
+                "arn:aws:bedrock:eu-west-3:123456789012:inference-profile/eu.amazon.nova-lite-v1:0",
+            );
         assert_eq!(
             url(&profile),
             "https://bedrock-runtime.eu-west-3.amazonaws.com/model/arn%3Aaws%3Abedrock%3Aeu-west-3%3A123456789012%3Ainference-profile%2Feu.amazon.nova-lite-v1%3A0/converse"
@@ -353,17 +360,28 @@ mod tests {
         unset.provider.signer.region = None;
         let error = unset.build().unwrap_err();
         assert_eq!(error.kind(), &ErrorKind::InvalidRequest);
-        assert!(error.message().contains("AWS_REGION"), "{}", error.message());
+        assert!(
+            error.message().contains("AWS_REGION"),
+            "{}",
+            error.message()
+        );
     }
 
     #[test]
     fn credentials_never_show_in_debug_output() {
         let leaf = BedrockChat::builder()
             .region("us-east-1")
-            .credentials(AwsCredentials::new("AKIDSHOWN", "wJalrXUtnFEMIhidden", Some("tokenhidden".into())))
+            .credentials(AwsCredentials::new(
+                "AKIDSHOWN",
+                "wJalrXUtnFEMIhidden",
+                Some("tokenhidden".into()),
+            ))
             .build()
             .unwrap();
         let shown = format!("{leaf:?}");
-        assert!(!shown.contains("wJalrXUtnFEMIhidden") && !shown.contains("tokenhidden"), "{shown}");
+        assert!(
+            !shown.contains("wJalrXUtnFEMIhidden") && !shown.contains("tokenhidden"),
+            "{shown}"
+        );
     }
 }

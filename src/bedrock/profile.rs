@@ -265,7 +265,10 @@ mod tests {
             profile: Some("nope".into()),
             ..profile.clone()
         };
-        assert_eq!(missing.load().unwrap_err().kind(), &ErrorKind::Authentication);
+        assert_eq!(
+            missing.load().unwrap_err().kind(),
+            &ErrorKind::Authentication
+        );
         let assumed = ProfileCredentials {
             profile: Some("assumed".into()),
             ..profile

@@ -115,7 +115,15 @@ mod tests {
             .body(Full::new(Bytes::new()))
             .unwrap();
         let time = UNIX_EPOCH + Duration::from_secs(1_440_938_160); // 20150830T123600Z
-        sign_for_service(&mut request, b"", &credentials, "us-east-1", "service", time).unwrap();
+        sign_for_service(
+            &mut request,
+            b"",
+            &credentials,
+            "us-east-1",
+            "service",
+            time,
+        )
+        .unwrap();
         assert_eq!(
             request.headers()["authorization"],
             "AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/20150830/us-east-1/service/aws4_request, \
@@ -142,7 +150,10 @@ mod tests {
             sign_request(&mut request, body, &credentials, "us-east-1", time).unwrap();
             request
         };
-        let request = signed("/model/anthropic.claude-3-haiku-20240307-v1%3A0/converse", b"{}");
+        let request = signed(
+            "/model/anthropic.claude-3-haiku-20240307-v1%3A0/converse",
+            b"{}",
+        );
         let authorization = request.headers()["authorization"].to_str().unwrap();
         assert!(
             authorization.starts_with(
@@ -150,16 +161,28 @@ mod tests {
             ),
             "{authorization}"
         );
-        assert!(authorization.contains("x-amz-security-token"), "{authorization}");
+        assert!(
+            authorization.contains("x-amz-security-token"),
+            "{authorization}"
+        );
         assert_eq!(request.headers()["x-amz-date"], "20231114T221320Z");
         assert_eq!(request.headers()["x-amz-security-token"], "session");
         assert!(!authorization.contains("wJalrXUtnFEMI"));
         let signature = |request: &http::Request<Full<Bytes>>| {
-            let auth = request.headers()["authorization"].to_str().unwrap().to_owned();
+            let auth = request.headers()["authorization"]
+                .to_str()
+                .unwrap()
+                .to_owned();
             auth.rsplit("Signature=").next().unwrap().to_owned()
         };
-        let other_body = signed("/model/anthropic.claude-3-haiku-20240307-v1%3A0/converse", b"{ }");
-        let other_path = signed("/model/anthropic.claude-3-haiku-20240307-v1%3A0/converse-stream", b"{}");
+        let other_body = signed(
+            "/model/anthropic.claude-3-haiku-20240307-v1%3A0/converse",
+            b"{ }",
+        );
+        let other_path = signed(
+            "/model/anthropic.claude-3-haiku-20240307-v1%3A0/converse-stream",
+            b"{}",
+        );
         assert_ne!(signature(&request), signature(&other_body));
         assert_ne!(signature(&request), signature(&other_path));
         assert_eq!(signature(&request).len(), 64);

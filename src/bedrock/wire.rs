@@ -200,9 +200,8 @@ pub(crate) fn encode(request: &ChatRequest, tools: &ToolsJson) -> Result<Vec<u8>
             }
             Message::User { content } => ("user", blocks(content)?),
             Message::Assistant(assistant) => {
-                let mut content = Vec::with_capacity(
-                    assistant.reasoning.len() + 1 + assistant.tool_calls.len(),
-                );
+                let mut content =
+                    Vec::with_capacity(assistant.reasoning.len() + 1 + assistant.tool_calls.len());
                 for part in &assistant.reasoning {
                     match &part.continuation {
                         Some(Continuation::Other { provider, value }) if provider == BEDROCK => {
@@ -269,7 +268,9 @@ static EMPTY_OBJECT_INPUT: std::sync::OnceLock<Value> = std::sync::OnceLock::new
 /// A kept reasoning block: `{"signature": …}` beside its text, or `{"redactedContent": …}`.
 fn reasoning_block<'a>(text: &'a str, value: &'a Value) -> Option<Block<'a>> {
     if let Some(redacted) = value.get("redactedContent").and_then(Value::as_str) {
-        return Some(Block::ReasoningContent(Reasoning::RedactedContent(redacted)));
+        return Some(Block::ReasoningContent(Reasoning::RedactedContent(
+            redacted,
+        )));
     }
     let signature = value.get("signature").and_then(Value::as_str);
     Some(Block::ReasoningContent(Reasoning::ReasoningText {
@@ -551,7 +552,11 @@ mod tests {
                 ],
                 tool_calls: vec![ToolCall::new("tu_1", "weather", json!({"city": "Oslo"}))],
             }),
-            Message::Tool(ToolMessage::success("tu_1", "weather", r#"{"celsius": 12}"#)),
+            Message::Tool(ToolMessage::success(
+                "tu_1",
+                "weather",
+                r#"{"celsius": 12}"#,
+            )),
             Message::Tool(ToolMessage::error("tu_2", "weather", "service down")),
             Message::user("thanks"),
         ]);

@@ -27,9 +27,9 @@ use http::{HeaderMap, HeaderValue, Method, Uri};
 use http_body_util::Full;
 
 pub(crate) use provider::sealed::{ProviderWire, RequestSigner};
+pub use provider::Provider;
 #[cfg(feature = "bedrock")]
 pub(crate) use provider::SignFuture;
-pub use provider::Provider;
 pub use token::{AccessToken, TokenFuture, TokenProvider};
 use token::{TokenCache, DEFAULT_REFRESH_MARGIN};
 
@@ -187,9 +187,11 @@ impl LeafConfig {
         };
         let secret = credential.as_ref().map(|(secret, _)| *secret);
         let body = Bytes::from(body);
+        // Only a signing provider keeps a handle on the body: cloning `Bytes` made from a `Vec` allocates.
+        let signed = signer.map(|signer| (signer, body.clone()));
         let mut http_request =
-            self.post_json(body.clone(), url, streaming, P::STREAM_ACCEPT, credential)?;
-        if let Some(signer) = signer {
+            self.post_json(body, url, streaming, P::STREAM_ACCEPT, credential)?;
+        if let Some((signer, body)) = signed {
             signer.sign(&mut http_request, &body).await?;
         }
         let cancel = request.cancellation().cloned();

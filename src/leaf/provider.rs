@@ -117,7 +117,10 @@ pub(crate) mod sealed {
 
         /// A typed detail of an error response (its headers and body), attached as the error's source (Azure's
         /// content filter categories, Bedrock's `x-amzn-errortype`); `None` by default.
-        fn error_detail(_headers: &http::HeaderMap, _body: &[u8]) -> Option<crate::error::BoxError> {
+        fn error_detail(
+            _headers: &http::HeaderMap,
+            _body: &[u8],
+        ) -> Option<crate::error::BoxError> {
             None
         }
 

@@ -111,7 +111,12 @@ impl Reply {
 
     /// The same stream with an exception frame after its first `events_before` frames, as Bedrock fails
     /// mid-stream.
-    pub fn bedrock_failing(self, events_before: usize, exception_type: &str, message: &str) -> Self {
+    pub fn bedrock_failing(
+        self,
+        events_before: usize,
+        exception_type: &str,
+        message: &str,
+    ) -> Self {
         let mut parts: Vec<Part> = self.parts.into_iter().take(events_before).collect();
         parts.push(Part::Bytes(Bytes::from(bedrock_exception(
             exception_type,
@@ -290,15 +295,15 @@ pub fn check_bedrock_signature(
         .query
         .as_deref()
         .map_or_else(String::new, |q| format!("?{q}"));
-    let mut resigned = http::Request::post(format!(
-        "http://{}{}{query}",
-        header("host")?,
-        request.path
-    ))
-    .body(Full::new(request.raw_body.clone()))
-    .map_err(|e| e.to_string())?;
+    let mut resigned =
+        http::Request::post(format!("http://{}{}{query}", header("host")?, request.path))
+            .body(Full::new(request.raw_body.clone()))
+            .map_err(|e| e.to_string())?;
     for name in &auth.signed_headers {
-        if matches!(name.as_str(), "host" | "x-amz-date" | "x-amz-security-token") {
+        if matches!(
+            name.as_str(),
+            "host" | "x-amz-date" | "x-amz-security-token"
+        ) {
             continue;
         }
         let value = request
@@ -318,10 +323,14 @@ pub fn check_bedrock_signature(
         time,
     )
     .map_err(|e| e.to_string())?;
-    let expected = resigned.headers()["authorization"].to_str().unwrap_or_default();
+    let expected = resigned.headers()["authorization"]
+        .to_str()
+        .unwrap_or_default();
     let got = header("authorization")?;
     if expected != got {
-        return Err(format!("signature mismatch: expected {expected:?}, got {got:?}"));
+        return Err(format!(
+            "signature mismatch: expected {expected:?}, got {got:?}"
+        ));
     }
     Ok(())
 }
@@ -333,7 +342,9 @@ fn parse_amz_date(text: &str) -> Result<SystemTime, String> {
         return Err(malformed());
     }
     let number = |range: std::ops::Range<usize>| -> Result<i64, String> {
-        text.get(range).and_then(|s| s.parse().ok()).ok_or_else(malformed)
+        text.get(range)
+            .and_then(|s| s.parse().ok())
+            .ok_or_else(malformed)
     };
     let (year, month, day) = (number(0..4)?, number(4..6)?, number(6..8)?);
     let seconds = number(9..11)? * 3600 + number(11..13)? * 60 + number(13..15)?;

@@ -56,8 +56,11 @@ pub trait WireDecoder: Send + Unpin + 'static {
     type Framing: Framing;
 
     /// Map one event, pushing zero or more chat events.
-    fn on_event(&mut self, event: FrameOf<Self>, out: &mut VecDeque<ChatEvent>)
-        -> Result<(), ChatError>;
+    fn on_event(
+        &mut self,
+        event: FrameOf<Self>,
+        out: &mut VecDeque<ChatEvent>,
+    ) -> Result<(), ChatError>;
     /// The body ended: push what is still owed, or fail if the provider stopped before finishing.
     fn on_end(&mut self, out: &mut VecDeque<ChatEvent>) -> Result<(), ChatError>;
     /// Whether the provider's end marker was seen (later bytes are read and ignored, so the connection can be

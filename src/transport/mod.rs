@@ -18,9 +18,9 @@ mod secret;
 mod status;
 mod tools;
 
-pub(crate) use body::{EventDecoder, WireDecoder};
 #[cfg(feature = "bedrock")]
 pub(crate) use body::Framing;
+pub(crate) use body::{EventDecoder, WireDecoder};
 pub use client::{HttpTransport, Timeouts};
 pub use connect::StaleConnections;
 pub(crate) use request::{cannot_serialize, endpoint, merge_extra, parse_headers, resolve_model};
