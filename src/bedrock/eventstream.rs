@@ -257,6 +257,7 @@ fn read_headers<'a>(mut bytes: &'a [u8], headers: &mut Headers<'a>) -> Result<()
 }
 
 /// A frame with these string headers and payload (what the scripted server and the tests send).
+#[cfg(any(test, feature = "test-server"))]
 pub(crate) fn encode_frame(headers: &[(&str, &str)], payload: &[u8]) -> Vec<u8> {
     let mut header_bytes = Vec::new();
     for (name, value) in headers {
