@@ -1,5 +1,5 @@
-//! The SSE decoders + event mappings (Chat Completions, Responses, Messages), and one leaf round trip over
-//! loopback against a raw hyper client doing the same request and parse.
+//! The stream decoders + event mappings (Chat Completions, Responses, Messages, Gemini, Bedrock's event-stream
+//! frames), and one leaf round trip over loopback against a raw hyper client doing the same request and parse.
 //!
 //! `cargo bench --bench leaf`
 
@@ -130,6 +130,63 @@ fn gemini_body(words: usize) -> (Vec<u8>, usize) {
     (body.into_bytes(), events.len())
 }
 
+/// The same answer in Bedrock's ConverseStream (AWS event-stream frames): `words` text deltas, one `toolUse` in
+/// 20 input fragments, `messageStop`, then `metadata` with usage. Each payload carries the `p` padding field
+/// ConverseStream adds to its events.
+fn bedrock_body(words: usize) -> (Vec<u8>, usize) {
+    const PADDING: &str = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJ";
+    let mut events = vec![("messageStart", json!({"role": "assistant", "p": PADDING}))];
+    for i in 0..words {
+        events.push((
+            "contentBlockDelta",
+            json!({"contentBlockIndex": 0, "delta": {"text": format!("word{i} ")}, "p": PADDING}),
+        ));
+    }
+    events.push((
+        "contentBlockStop",
+        json!({"contentBlockIndex": 0, "p": PADDING}),
+    ));
+    events.push((
+        "contentBlockStart",
+        json!({"contentBlockIndex": 1, "start": {"toolUse": {"toolUseId": "tooluse_kZJMlvQmRJ6eAyJE5GIl7Q",
+            "name": "lookup"}}, "p": PADDING}),
+    ));
+    for i in 0..20 {
+        let fragment = if i == 0 {
+            "{\"q\":\"".to_owned()
+        } else if i == 19 {
+            "\"}".to_owned()
+        } else {
+            format!("part{i}")
+        };
+        events.push((
+            "contentBlockDelta",
+            json!({"contentBlockIndex": 1, "delta": {"toolUse": {"input": fragment}}, "p": PADDING}),
+        ));
+    }
+    events.push((
+        "contentBlockStop",
+        json!({"contentBlockIndex": 1, "p": PADDING}),
+    ));
+    events.push((
+        "messageStop",
+        json!({"stopReason": "tool_use", "p": PADDING}),
+    ));
+    events.push((
+        "metadata",
+        json!({"usage": {"inputTokens": 100, "outputTokens": 50, "totalTokens": 150},
+            "metrics": {"latencyMs": 1066}, "p": PADDING}),
+    ));
+    let mut body = Vec::new();
+    for (event_type, payload) in &events {
+        body.extend(tower_chat::test_server::bedrock_event(
+            event_type,
+            &payload.to_string(),
+        ));
+    }
+    (body, events.len())
+}
+
 /// The same answer in the Responses API's stream, as OpenAI sends it (`sequence_number`, item ids, `logprobs`
 /// and `obfuscation` on every delta): `words` text deltas, one function call in 20 argument deltas, the
 /// items' `done` events, usage in `response.completed`.
@@ -210,6 +267,7 @@ fn decode(c: &mut Criterion) {
         ("responses", responses_body(500)),
         ("anthropic", anthropic_body(500)),
         ("gemini", gemini_body(500)),
+        ("bedrock", bedrock_body(500)),
     ] {
         let mut group = c.benchmark_group(format!("{provider}_sse_decode"));
         group.throughput(Throughput::Bytes(body.len() as u64));
@@ -244,6 +302,12 @@ fn decode_body(provider: &str, body: &[u8]) {
         "gemini" => drain_decoder(
             body,
             tower_chat::gemini::StreamDecoder::new(),
+            |d| d.next_event(),
+            |d, c| d.feed(c),
+        ),
+        "bedrock" => drain_decoder(
+            body,
+            tower_chat::bedrock::StreamDecoder::new(),
             |d| d.next_event(),
             |d, c| d.feed(c),
         ),
@@ -372,7 +436,7 @@ fn drain_decoder<D>(
 }
 
 /// `LEAF_COUNT_VARIANT=raw_hyper_value|raw_hyper_typed|raw_hyper_same_fields|openai_leaf LEAF_COUNT_CALLS=N` runs
-/// N round trips of one variant and exits (`openai_decode|responses_decode|anthropic_decode|gemini_decode`: N decodes of the
+/// N round trips of one variant and exits (`openai_decode|responses_decode|anthropic_decode|gemini_decode|bedrock_decode`: N decodes of the
 /// 500-word body, no HTTP), for instruction counting under `valgrind --tool=callgrind` (repeatable where wall
 /// time on a shared machine is not).
 fn count_variant(variant: &str) {
@@ -386,6 +450,7 @@ fn count_variant(variant: &str) {
             "openai" => openai_body(500),
             "responses" => responses_body(500),
             "gemini" => gemini_body(500),
+            "bedrock" => bedrock_body(500),
             _ => anthropic_body(500),
         };
         for _ in 0..calls {

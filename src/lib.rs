@@ -3,8 +3,10 @@
 //! LLM chat calls as [`tower`](https://docs.rs/tower) services. A chat call is a
 //! `Service<ChatRequest, Response = ChatStream, Error = ChatError>` whose response is a stream of
 //! [`ChatEvent`]s; every cross-cutting concern (the tool loop, approvals, persistence, telemetry) is a `Layer`
-//! over such a service, and the stack ends in an HTTP leaf service ([`openai::OpenAiChat`],
-//! [`responses::ResponsesChat`], [`anthropic::AnthropicChat`]).
+//! over such a service, and the stack ends in an HTTP leaf service: [`openai::OpenAiChat`] (Chat Completions and
+//! every server that speaks it), [`responses::ResponsesChat`] (OpenAI Responses), [`anthropic::AnthropicChat`]
+//! (Messages), [`azure::AzureOpenAiChat`] (Azure OpenAI), [`gemini::GeminiChat`] (Gemini API and Vertex AI) and,
+//! with the `bedrock` feature, `bedrock::BedrockChat` (Amazon Bedrock's Converse, SigV4-signed).
 //!
 //! ```no_run
 //! use tower::ServiceExt;
@@ -36,6 +38,8 @@
 pub mod anthropic;
 mod approval;
 pub mod azure;
+#[cfg(feature = "bedrock")]
+pub mod bedrock;
 mod boxed;
 mod content;
 mod context;

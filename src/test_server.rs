@@ -30,10 +30,17 @@ use serde_json::{json, Value};
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 
+#[cfg(feature = "bedrock")]
+mod bedrock;
 mod folded;
 mod gemini;
 mod responses;
 
+#[cfg(feature = "bedrock")]
+pub use bedrock::{
+    bedrock_event, bedrock_exception, check_bedrock_signature, parse_sigv4_authorization,
+    SigV4Authorization,
+};
 pub use responses::ScriptedReasoning;
 
 /// The URL in `var` (`DATABASE_URL`, `REDIS_URL`) of a local service a test needs, or `None` after printing a
@@ -66,6 +73,8 @@ pub struct RecordedRequest {
     pub headers: HeaderMap,
     /// The body parsed as JSON (`Null` if it was not JSON).
     pub body: Value,
+    /// The body as received (what a signature covers).
+    pub raw_body: Bytes,
     /// The HTTP version the client spoke.
     pub version: http::Version,
 }
@@ -385,6 +394,7 @@ async fn serve(
         query: parts.uri.query().map(str::to_owned),
         headers: parts.headers,
         body: serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+        raw_body: bytes,
         version: parts.version,
     };
     let index = {
@@ -394,9 +404,10 @@ async fn serve(
     };
     let mut reply = handler(&record, index);
     if let Some(whole) = reply.whole.take() {
-        // Gemini asks to stream by its URL's method, the others by a body field.
+        // Gemini and Bedrock ask to stream by their URL's method, the others by a body field.
         let streaming = record.body.get("stream").and_then(Value::as_bool) == Some(true)
-            || record.path.ends_with(":streamGenerateContent");
+            || record.path.ends_with(":streamGenerateContent")
+            || record.path.ends_with("/converse-stream");
         if !streaming {
             // The JSON reply's own content type, then the script's other headers and its delay.
             let mut json = Reply::json(200, whole);

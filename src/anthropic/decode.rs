@@ -364,6 +364,8 @@ impl std::fmt::Debug for MessageDecoder {
 }
 
 impl WireDecoder for MessageDecoder {
+    type Framing = crate::sse::SseDecoder;
+
     fn on_event(
         &mut self,
         event: SseEvent,

@@ -78,6 +78,8 @@ impl AzureDecoder {
 }
 
 impl WireDecoder for AzureDecoder {
+    type Framing = crate::sse::SseDecoder;
+
     fn on_event(
         &mut self,
         event: SseEvent,

@@ -126,7 +126,7 @@ impl ProviderWire for AzureOpenAi {
         OpenAi::error_message(body)
     }
 
-    fn error_detail(body: &[u8]) -> Option<BoxError> {
+    fn error_detail(_headers: &http::HeaderMap, body: &[u8]) -> Option<BoxError> {
         ContentFiltered::from_error_body(body).map(|detail| Box::new(detail) as BoxError)
     }
 

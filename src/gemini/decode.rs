@@ -279,6 +279,8 @@ impl GeminiDecoder {
 }
 
 impl WireDecoder for GeminiDecoder {
+    type Framing = crate::sse::SseDecoder;
+
     fn on_event(
         &mut self,
         event: SseEvent,

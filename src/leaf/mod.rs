@@ -6,8 +6,9 @@
 //! encodes the request with the provider's wire format, posts it through the shared [`HttpTransport`], and
 //! streams the answer. [`OpenAiChat`](crate::openai::OpenAiChat),
 //! [`ResponsesChat`](crate::responses::ResponsesChat), [`AnthropicChat`](crate::anthropic::AnthropicChat),
-//! [`AzureOpenAiChat`](crate::azure::AzureOpenAiChat) and [`GeminiChat`](crate::gemini::GeminiChat) are this leaf
-//! with each provider.
+//! [`AzureOpenAiChat`](crate::azure::AzureOpenAiChat), [`GeminiChat`](crate::gemini::GeminiChat) and, with the
+//! `bedrock` feature, `BedrockChat` (signing each request instead of sending a key) are this leaf with each
+//! provider.
 
 mod provider;
 mod token;
@@ -25,8 +26,10 @@ use http::header::{HeaderName, ACCEPT, AUTHORIZATION, CONTENT_TYPE, USER_AGENT};
 use http::{HeaderMap, HeaderValue, Method, Uri};
 use http_body_util::Full;
 
-pub(crate) use provider::sealed::ProviderWire;
+pub(crate) use provider::sealed::{ProviderWire, RequestSigner};
 pub use provider::Provider;
+#[cfg(feature = "bedrock")]
+pub(crate) use provider::SignFuture;
 pub use token::{AccessToken, TokenFuture, TokenProvider};
 use token::{TokenCache, DEFAULT_REFRESH_MARGIN};
 
@@ -119,6 +122,7 @@ impl<P: Provider> tower_service::Service<ChatRequest> for ChatLeaf<P> {
                     url,
                     &request,
                     shared.provider.auth_header(),
+                    shared.provider.request_signer(),
                 )
                 .await
         })
@@ -170,6 +174,7 @@ impl LeafConfig {
         url: Option<Uri>,
         request: &ChatRequest,
         auth: (HeaderName, &str),
+        signer: Option<&dyn RequestSigner>,
     ) -> Result<ChatStream, ChatError> {
         let streaming = request.options.stream;
         let token = match &self.token {
@@ -181,7 +186,14 @@ impl LeafConfig {
             None => self.api_key.as_ref().map(|key| (key, auth)),
         };
         let secret = credential.as_ref().map(|(secret, _)| *secret);
-        let http_request = self.post_json(body, url, streaming, credential)?;
+        let body = Bytes::from(body);
+        // Only a signing provider keeps a handle on the body: cloning `Bytes` made from a `Vec` allocates.
+        let signed = signer.map(|signer| (signer, body.clone()));
+        let mut http_request =
+            self.post_json(body, url, streaming, P::STREAM_ACCEPT, credential)?;
+        if let Some((signer, body)) = signed {
+            signer.sign(&mut http_request, &body).await?;
+        }
         let cancel = request.cancellation().cloned();
         transport
             .execute::<P>(http_request, streaming, secret, cancel)
@@ -191,18 +203,19 @@ impl LeafConfig {
     /// A JSON `POST` to `url` or the endpoint; `credential` is the secret, the header it goes in and its prefix.
     fn post_json(
         &self,
-        body: Vec<u8>,
+        body: Bytes,
         url: Option<Uri>,
         streaming: bool,
+        stream_accept: &'static str,
         credential: Option<(&Secret, (HeaderName, &str))>,
     ) -> Result<http::Request<Full<Bytes>>, ChatError> {
-        let mut request = http::Request::new(Full::new(Bytes::from(body)));
+        let mut request = http::Request::new(Full::new(body));
         *request.method_mut() = Method::POST;
         *request.uri_mut() = url.unwrap_or_else(|| self.endpoint.clone());
         let headers = request.headers_mut();
         headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
         let accept = if streaming {
-            "text/event-stream"
+            stream_accept
         } else {
             "application/json"
         };
@@ -297,9 +310,10 @@ pub struct ChatLeafBuilder<P> {
 
 impl<P: Provider + Default> Default for ChatLeafBuilder<P> {
     fn default() -> Self {
+        let provider = P::default();
         ChatLeafBuilder {
-            settings: LeafSettings::new(P::DEFAULT_BASE_URL, P::DEFAULT_PROVIDER_NAME),
-            provider: P::default(),
+            settings: LeafSettings::new(&provider.default_base_url(), P::DEFAULT_PROVIDER_NAME),
+            provider,
         }
     }
 }
@@ -310,6 +324,12 @@ impl<P: Provider> ChatLeafBuilder<P> {
     pub fn base_url(mut self, url: impl Into<String>) -> Self {
         self.settings.base_url = url.into();
         self
+    }
+
+    /// The base URL configured so far.
+    #[cfg(feature = "bedrock")]
+    pub(crate) fn configured_base_url(&self) -> &str {
+        &self.settings.base_url
     }
 
     /// The API key. An empty key sends no key header. It never appears in `Debug` output or error messages.
@@ -387,6 +407,7 @@ impl<P: Provider> ChatLeafBuilder<P> {
 
     /// Build the leaf; the base URL and headers are validated here.
     pub fn build(self) -> Result<ChatLeaf<P>, ChatError> {
+        self.provider.validate()?;
         let fixed_headers = self.provider.fixed_headers()?;
         let supports_streaming_usage = self.provider.supports_streaming_usage();
         let path = self.provider.endpoint_path();

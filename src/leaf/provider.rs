@@ -1,9 +1,13 @@
 //! The part of a leaf that differs between providers.
 
 use std::borrow::Cow;
+use std::future::Future;
+use std::pin::Pin;
 
+use bytes::Bytes;
 use http::header::HeaderName;
 use http::Uri;
+use http_body_util::Full;
 
 use crate::error::ChatError;
 use crate::event::ChatEvent;
@@ -17,12 +21,27 @@ use crate::transport::WireDecoder;
 /// Implemented by [`OpenAi`](crate::openai::OpenAi) (Chat Completions, and every server that speaks it),
 /// [`OpenAiResponses`](crate::responses::OpenAiResponses) (the Responses API),
 /// [`Anthropic`](crate::anthropic::Anthropic) (the Messages API), [`AzureOpenAi`](crate::azure::AzureOpenAi)
-/// (Chat Completions on Azure) and [`Gemini`](crate::gemini::Gemini) (`generateContent`, Gemini API and Vertex AI). The trait is sealed: its methods work on the
-/// crate's internal decoding machinery, which is not a public API.
+/// (Chat Completions on Azure), [`Gemini`](crate::gemini::Gemini) (`generateContent`, Gemini API and Vertex AI)
+/// and, with the `bedrock` feature, `Bedrock` (Converse, SigV4-signed). The trait is sealed: its methods work on
+/// the crate's internal decoding machinery, which is not a public API.
 pub trait Provider: sealed::ProviderWire + std::fmt::Debug + Send + Sync + 'static {}
+
+/// The future of [`RequestSigner::sign`](sealed::RequestSigner::sign).
+pub(crate) type SignFuture<'a> = Pin<Box<dyn Future<Output = Result<(), ChatError>> + Send + 'a>>;
 
 pub(crate) mod sealed {
     use super::*;
+
+    /// Signs each request after it is built, for providers whose credential is a signature over the request
+    /// (Bedrock's SigV4) rather than a key in a header.
+    pub trait RequestSigner: Send + Sync {
+        /// Add the signature's headers to `request`, whose body is `body`.
+        fn sign<'a>(
+            &'a self,
+            request: &'a mut http::Request<Full<Bytes>>,
+            body: &'a [u8],
+        ) -> SignFuture<'a>;
+    }
 
     /// What a [`Provider`](super::Provider) supplies to the generic leaf (sealed: not nameable outside the crate).
     pub trait ProviderWire {
@@ -36,6 +55,25 @@ pub(crate) mod sealed {
         const DEFAULT_PROVIDER_NAME: &'static str;
         /// The endpoint's path below the base URL.
         const PATH: &'static str;
+        /// The `Accept` header of a streaming request.
+        const STREAM_ACCEPT: &'static str = "text/event-stream";
+
+        /// The base URL a builder starts with (default [`DEFAULT_BASE_URL`](Self::DEFAULT_BASE_URL); Bedrock's
+        /// depends on the region).
+        fn default_base_url(&self) -> Cow<'static, str> {
+            Cow::Borrowed(Self::DEFAULT_BASE_URL)
+        }
+
+        /// Checks the provider's own settings when the leaf is built (Bedrock needs a region).
+        fn validate(&self) -> Result<(), ChatError> {
+            Ok(())
+        }
+
+        /// The signer of every request, for providers that sign requests instead of sending a key (`None`, the
+        /// default: the key goes in [`auth_header`](Self::auth_header)).
+        fn request_signer(&self) -> Option<&dyn RequestSigner> {
+            None
+        }
 
         /// The endpoint's path (and query) below the base URL, fixed when the leaf is built (default
         /// [`PATH`](Self::PATH); Azure adds its `?api-version=`).
@@ -77,9 +115,12 @@ pub(crate) mod sealed {
         /// The provider's message in an error response body.
         fn error_message(body: &[u8]) -> Option<String>;
 
-        /// A typed detail of an error response body, attached as the error's source (Azure's content filter
-        /// categories); `None` by default.
-        fn error_detail(_body: &[u8]) -> Option<crate::error::BoxError> {
+        /// A typed detail of an error response (its headers and body), attached as the error's source (Azure's
+        /// content filter categories, Bedrock's `x-amzn-errortype`); `None` by default.
+        fn error_detail(
+            _headers: &http::HeaderMap,
+            _body: &[u8],
+        ) -> Option<crate::error::BoxError> {
             None
         }
 

@@ -483,6 +483,8 @@ impl std::fmt::Debug for ResponseDecoder {
 }
 
 impl WireDecoder for ResponseDecoder {
+    type Framing = crate::sse::SseDecoder;
+
     fn on_event(
         &mut self,
         event: SseEvent,

@@ -1,5 +1,6 @@
-//! Response bodies turned into chat events: the provider's event mapping ([`WireDecoder`]) over SSE decoding,
-//! fed bytes ([`EventDecoder`]), and the streaming body with its idle deadline ([`SseChatStream`]).
+//! Response bodies turned into chat events: the provider's event mapping ([`WireDecoder`]) over its body's
+//! framing ([`Framing`]: SSE for most providers, AWS event-stream frames for Bedrock), fed bytes
+//! ([`EventDecoder`]), and the streaming body with its idle deadline ([`SseChatStream`]).
 
 use std::collections::VecDeque;
 use std::future::Future as _;
@@ -20,11 +21,46 @@ use crate::event::ChatEvent;
 use crate::sse::{SseDecoder, SseEvent};
 use crate::stream::ChatStream;
 
-/// Maps one provider's SSE events to chat events.
+/// How a streamed body is cut into events: SSE for most providers ([`SseDecoder`]), binary frames for Bedrock.
+pub trait Framing: Default + Send + Unpin + 'static {
+    /// One event of the body, as the provider's [`WireDecoder`] reads it.
+    type Frame;
+
+    /// Decode from the front of `input` until one event completes and return it, leaving `input` just past it;
+    /// `None` once `input` is used up (an unfinished event is kept for the next call).
+    fn decode_next(&mut self, input: &mut &[u8]) -> Option<Self::Frame>;
+
+    /// The body ended: an event still owed (SSE's last event without its blank line, or a framing error for a
+    /// body cut inside a frame).
+    fn finish(&mut self) -> Option<Self::Frame>;
+}
+
+impl Framing for SseDecoder {
+    type Frame = SseEvent;
+
+    fn decode_next(&mut self, input: &mut &[u8]) -> Option<SseEvent> {
+        SseDecoder::decode_next(self, input)
+    }
+
+    fn finish(&mut self) -> Option<SseEvent> {
+        SseDecoder::finish(self)
+    }
+}
+
+/// The event type of a decoder's framing.
+pub(crate) type FrameOf<D> = <<D as WireDecoder>::Framing as Framing>::Frame;
+
+/// Maps one provider's streamed events to chat events.
 pub trait WireDecoder: Send + Unpin + 'static {
-    /// Map one SSE event, pushing zero or more chat events.
-    fn on_event(&mut self, event: SseEvent, out: &mut VecDeque<ChatEvent>)
-        -> Result<(), ChatError>;
+    /// How the body is cut into events.
+    type Framing: Framing;
+
+    /// Map one event, pushing zero or more chat events.
+    fn on_event(
+        &mut self,
+        event: FrameOf<Self>,
+        out: &mut VecDeque<ChatEvent>,
+    ) -> Result<(), ChatError>;
     /// The body ended: push what is still owed, or fail if the provider stopped before finishing.
     fn on_end(&mut self, out: &mut VecDeque<ChatEvent>) -> Result<(), ChatError>;
     /// Whether the provider's end marker was seen (later bytes are read and ignored, so the connection can be
@@ -32,13 +68,13 @@ pub trait WireDecoder: Send + Unpin + 'static {
     fn is_done(&self) -> bool;
 }
 
-/// SSE decoding plus one provider's event mapping, fed bytes and drained of results; shared by the body stream
+/// The body's framing plus one provider's event mapping, fed bytes and drained of results; shared by the body stream
 /// and the public byte-level decoders.
 ///
 /// Decoding is pulled: a fed chunk is kept as it is and decoded one SSE event at a time as results are asked for,
 /// so only one event's strings are alive at a time instead of a whole chunk's (a chunk often holds a hundred).
-pub(crate) struct EventDecoder<D> {
-    sse: SseDecoder,
+pub(crate) struct EventDecoder<D: WireDecoder> {
+    framing: D::Framing,
     wire: D,
     /// Bytes fed but not decoded yet.
     pending: Bytes,
@@ -53,7 +89,7 @@ pub(crate) struct EventDecoder<D> {
 impl<D: WireDecoder> EventDecoder<D> {
     pub(crate) fn new(wire: D) -> Self {
         EventDecoder {
-            sse: SseDecoder::new(),
+            framing: D::Framing::default(),
             wire,
             pending: Bytes::new(),
             ready: VecDeque::new(),
@@ -85,10 +121,10 @@ impl<D: WireDecoder> EventDecoder<D> {
         self.push(Bytes::copy_from_slice(data));
     }
 
-    /// Decode one SSE event from the pending bytes, mapping it to chat events; `false` when no event completed.
+    /// Decode one event from the pending bytes, mapping it to chat events; `false` when no event completed.
     fn decode_one(&mut self) -> bool {
         let mut input = &self.pending[..];
-        let event = self.sse.decode_next(&mut input);
+        let event = self.framing.decode_next(&mut input);
         let used = self.pending.len() - input.len();
         self.pending.advance(used);
         let Some(event) = event else {
@@ -122,7 +158,7 @@ impl<D: WireDecoder> EventDecoder<D> {
             self.fail(error);
             return;
         }
-        if let Some(event) = self.sse.finish() {
+        if let Some(event) = self.framing.finish() {
             if let Err(error) = self.wire.on_event(event, &mut self.ready) {
                 self.fail(error);
             }
@@ -156,8 +192,9 @@ impl<D: WireDecoder> EventDecoder<D> {
     }
 }
 
-/// A streaming body decoded as SSE and mapped to chat events, with an idle deadline between chunks.
-pub(crate) struct SseChatStream<D> {
+/// A streaming body cut into events by its framing and mapped to chat events, with an idle deadline between
+/// chunks.
+pub(crate) struct SseChatStream<D: WireDecoder> {
     body: Option<Incoming>,
     decoder: EventDecoder<D>,
     idle: Option<Duration>,

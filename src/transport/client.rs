@@ -138,7 +138,7 @@ impl HttpTransport {
         request: http::Request<Full<Bytes>>,
         secret: Option<&Secret>,
         provider_message: fn(&[u8]) -> Option<String>,
-        provider_detail: fn(&[u8]) -> Option<crate::error::BoxError>,
+        provider_detail: fn(&http::HeaderMap, &[u8]) -> Option<crate::error::BoxError>,
     ) -> Result<http::Response<Incoming>, ChatError> {
         let response = with_timeout(
             self.timeouts.first_byte,

@@ -18,6 +18,8 @@ mod secret;
 mod status;
 mod tools;
 
+#[cfg(feature = "bedrock")]
+pub(crate) use body::Framing;
 pub(crate) use body::{EventDecoder, WireDecoder};
 pub use client::{HttpTransport, Timeouts};
 pub use connect::StaleConnections;

@@ -22,10 +22,11 @@ pub(super) async fn error_from_response(
     idle: Option<Duration>,
     secret: Option<&Secret>,
     provider_message: fn(&[u8]) -> Option<String>,
-    provider_detail: fn(&[u8]) -> Option<crate::error::BoxError>,
+    provider_detail: fn(&HeaderMap, &[u8]) -> Option<crate::error::BoxError>,
 ) -> ChatError {
     let status = response.status();
     let retry_after = retry_after(response.headers());
+    let headers = response.headers().clone();
     let body = with_timeout(
         idle,
         TimeoutPhase::Idle,
@@ -50,7 +51,7 @@ pub(super) async fn error_from_response(
         None => message,
     };
     let error = ChatError::new(status_kind(status, retry_after), message).with_status(status);
-    match provider_detail(&body) {
+    match provider_detail(&headers, &body) {
         Some(detail) => error.with_source(detail),
         None => error,
     }
@@ -96,6 +97,8 @@ fn status_kind(status: StatusCode, retry_after: Option<Duration>) -> ErrorKind {
         401 | 403 => ErrorKind::Authentication,
         429 => ErrorKind::RateLimited { retry_after },
         408 => ErrorKind::Timeout(TimeoutPhase::FirstByte),
+        // Failed dependency: the provider's model failed behind it (Bedrock's ModelErrorException).
+        424 => ErrorKind::Upstream,
         400..=499 => ErrorKind::InvalidRequest,
         _ => ErrorKind::Upstream,
     }

@@ -387,6 +387,8 @@ impl std::fmt::Debug for ChunkDecoder {
 }
 
 impl WireDecoder for ChunkDecoder {
+    type Framing = crate::sse::SseDecoder;
+
     fn on_event(
         &mut self,
         event: SseEvent,
