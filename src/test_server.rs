@@ -66,6 +66,8 @@ pub struct RecordedRequest {
     pub headers: HeaderMap,
     /// The body parsed as JSON (`Null` if it was not JSON).
     pub body: Value,
+    /// The body as received (a form, a signed payload: what is not JSON).
+    pub raw_body: Bytes,
     /// The HTTP version the client spoke.
     pub version: http::Version,
 }
@@ -385,6 +387,7 @@ async fn serve(
         query: parts.uri.query().map(str::to_owned),
         headers: parts.headers,
         body: serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+        raw_body: bytes,
         version: parts.version,
     };
     let index = {
