@@ -13,7 +13,8 @@
 //! family as [`FinishReason::ContentFilter`](crate::FinishReason::ContentFilter), `RECITATION` as
 //! [`FinishReason::Recitation`](crate::FinishReason::Recitation), `MALFORMED_FUNCTION_CALL` as
 //! [`FinishReason::MalformedFunctionCall`](crate::FinishReason::MalformedFunctionCall)); a blocked prompt
-//! (`promptFeedback.blockReason`) as an error whose source is a [`PromptBlocked`].
+//! (`promptFeedback.blockReason`) as an error whose source is a [`PromptBlocked`]. With the `gcp-adc` feature,
+//! `ServiceAccount` supplies Vertex AI's bearer tokens from a service-account key.
 //!
 //! ```
 //! use tower::ServiceExt;

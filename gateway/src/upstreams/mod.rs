@@ -884,7 +884,7 @@ deployments = [
         }
     }
 
-    /// The README's example of the other kinds parses and builds (its credentials set).
+    /// The READMEs' examples of the other kinds parse and build (their credentials set).
     #[test]
     fn the_documented_kinds_example_is_valid() {
         let dir = std::env::temp_dir().join(format!("tower-chat-kinds-doc-{}", std::process::id()));
@@ -900,37 +900,49 @@ deployments = [
             .to_string(),
         )
         .unwrap();
-        for variable in ["OPENAI_API_KEY", "GEMINI_API_KEY"] {
+        for variable in ["OPENAI_API_KEY", "GEMINI_API_KEY", "AZURE_OPENAI_API_KEY"] {
             if std::env::var_os(variable).is_none() {
                 std::env::set_var(variable, "documented-example-key");
             }
         }
         std::env::set_var("GOOGLE_APPLICATION_CREDENTIALS", &account);
-        let readme = include_str!("../../README.md");
-        let start = readme
-            .find("  [[upstreams.models]]\n  name = \"gpt-4o\"")
-            .unwrap();
-        let end = start + readme[start..].find("```").unwrap();
-        let text = readme[start..end]
-            .lines()
-            .map(|l| l.strip_prefix("  ").unwrap_or(l))
-            .collect::<Vec<_>>()
-            .join("\n")
-            .replace("/run/secrets/azure-openai-key", &key.display().to_string());
-        let file =
-            ConfigFile::parse(&text, "example.toml").unwrap_or_else(|e| panic!("{e}\n{text}"));
-        let mut config = crate::Config::new("http://127.0.0.1:9/v1");
-        config.file = file;
-        let router = super::build(&config, &crate::PrometheusMetrics::new())
-            .unwrap()
-            .unwrap();
-        let kinds: Vec<Vec<super::ProviderName>> = router
-            .catalog()
-            .iter()
-            .map(|m| m.providers.clone())
-            .collect();
         use super::ProviderName::*;
-        assert_eq!(kinds, [vec![OpenAi, Azure], vec![Gemini, Vertex]]);
+        let examples = [
+            // (document, the block's first line, the kinds of its models' targets)
+            (
+                include_str!("../../README.md"),
+                "  [[upstreams.models]]\n  name = \"gpt-4o\"",
+                vec![vec![OpenAi, Azure], vec![Gemini, Vertex]],
+            ),
+            (
+                include_str!("../../../README.md"),
+                "[[upstreams.models]]\nname = \"gpt-4o\"",
+                vec![vec![OpenAi, Azure], vec![Vertex]],
+            ),
+        ];
+        for (doc, first, expected) in examples {
+            let start = doc.find(first).unwrap();
+            let end = start + doc[start..].find("```").unwrap();
+            let text = doc[start..end]
+                .lines()
+                .map(|l| l.strip_prefix("  ").unwrap_or(l))
+                .collect::<Vec<_>>()
+                .join("\n")
+                .replace("/run/secrets/azure-openai-key", &key.display().to_string());
+            let file =
+                ConfigFile::parse(&text, "example.toml").unwrap_or_else(|e| panic!("{e}\n{text}"));
+            let mut config = crate::Config::new("http://127.0.0.1:9/v1");
+            config.file = file;
+            let router = super::build(&config, &crate::PrometheusMetrics::new())
+                .unwrap_or_else(|e| panic!("{e}\n{text}"))
+                .unwrap();
+            let kinds: Vec<Vec<super::ProviderName>> = router
+                .catalog()
+                .iter()
+                .map(|m| m.providers.clone())
+                .collect();
+            assert_eq!(kinds, expected);
+        }
         std::fs::remove_dir_all(dir).unwrap();
     }
 
