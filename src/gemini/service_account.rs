@@ -1,23 +1,45 @@
 //! Vertex AI's bearer tokens from a Google service account (feature `gcp-adc`): the service-account JSON of
 //! Application Default Credentials (the file `GOOGLE_APPLICATION_CREDENTIALS` names, or one given by path), a
-//! JWT signed RS256 with its private key, exchanged at its `token_uri` for an access token. The leaf's
-//! [`TokenCache`](crate::leaf) keeps the token until shortly before it expires.
+//! JWT signed RS256 with its private key, exchanged at its `token_uri` for an access token. The leaf keeps the token
+//! until shortly before it expires (see [`TokenProvider`]).
 //!
-//! Written here rather than taken from `gcp_auth`: that crate brings its own HTTPS client (with its own root
-//! store and no way to reach a plain-`http` token endpoint, so it cannot be tested over loopback), `chrono`,
-//! `url`, `thiserror`, `home` and `rustls-pemfile`, and a token cache beside the leaf's. What is needed is one
-//! signature ([`ring`], already in the tree through rustls), one PEM decode (rustls' `pki_types`) and one form
-//! POST over the leaf's own [`HttpTransport`].
+//! Written here rather than taken from `gcp_auth`: version 0.12.7 would add 41 crates to the core's tree
+//! (`chrono`, `url` with `idna` and the ICU tables, `thiserror`, `rustls-native-certs`, …) and a client and
+//! token cache of its own beside the leaf's. What is needed is one signature ([`ring`], already in the tree
+//! through rustls), one PEM decode (rustls' `pki_types`) and one form POST over the leaf's own
+//! [`HttpTransport`].
 //!
-//! ```no_run
+//! In production, `ServiceAccount::from_env()?` reads the file `GOOGLE_APPLICATION_CREDENTIALS` names and
+//! `.vertex(project, location)` points the leaf at Vertex AI; here scripted servers stand in for Google's token
+//! endpoint and for Vertex AI:
+//!
+//! ```
+//! use tower::ServiceExt;
 //! use tower_chat::gemini::{GeminiChat, ServiceAccount};
+//! use tower_chat::test_server::{Reply, ScriptedProvider};
+//! use tower_chat::{ChatRequest, ChatStreamExt, Message};
 //!
-//! # fn main() -> Result<(), tower_chat::ChatError> {
+//! # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), tower_chat::ChatError> {
+//! let google = ScriptedProvider::start(|_, _| {
+//!     Reply::json(200, serde_json::json!({"access_token": "ya29.scripted", "expires_in": 3599}))
+//! })
+//! .await;
+//! let vertex = ScriptedProvider::start(|_, _| Reply::gemini_text("Hello from Vertex AI")).await;
+//! # let private_key = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/service_account_test_key.pem")).unwrap();
+//! let key_file = serde_json::json!({
+//!     "type": "service_account",
+//!     "client_email": "caller@my-project.iam.gserviceaccount.com",
+//!     "private_key": private_key,
+//!     "token_uri": format!("http://{}/token", google.addr()),
+//! });
 //! let leaf = GeminiChat::builder()
-//!     .vertex("my-project", "us-central1")
+//!     .base_url(format!("http://{}/v1/projects/my-project/locations/us-central1/publishers/google", vertex.addr()))
 //!     .model("gemini-2.5-flash")
-//!     .token_provider(ServiceAccount::from_env()?) // GOOGLE_APPLICATION_CREDENTIALS
+//!     .token_provider(ServiceAccount::from_json(key_file.to_string().as_bytes())?)
 //!     .build()?;
+//! let reply = leaf.oneshot(ChatRequest::new(vec![Message::user("Hi")])).await?.collect_response().await?;
+//! assert_eq!(reply.text(), "Hello from Vertex AI");
+//! assert_eq!(vertex.requests()[0].headers["authorization"], "Bearer ya29.scripted");
 //! # Ok(()) }
 //! ```
 
