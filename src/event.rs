@@ -177,6 +177,12 @@ pub enum FinishReason {
     ToolCalls,
     /// The provider filtered the output.
     ContentFilter,
+    /// The provider stopped the answer because it recited source material too closely (Gemini's `RECITATION`):
+    /// the text so far may be cut mid-sentence.
+    Recitation,
+    /// The model tried to call a tool but produced a call its provider could not parse (Gemini's
+    /// `MALFORMED_FUNCTION_CALL`): no call was made; asking again, or with a simpler schema, usually helps.
+    MalformedFunctionCall,
     /// Tool calls wait for approval decisions.
     AwaitingApproval,
     /// The tool loop reached its round or call limit.
@@ -194,6 +200,8 @@ impl FinishReason {
             FinishReason::Length => "length",
             FinishReason::ToolCalls => "tool_calls",
             FinishReason::ContentFilter => "content_filter",
+            FinishReason::Recitation => "recitation",
+            FinishReason::MalformedFunctionCall => "malformed_function_call",
             FinishReason::AwaitingApproval => "awaiting_approval",
             FinishReason::MaxRounds => "max_rounds",
             FinishReason::Other(other) => other,

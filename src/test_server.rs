@@ -73,7 +73,7 @@ pub struct RecordedRequest {
     pub headers: HeaderMap,
     /// The body parsed as JSON (`Null` if it was not JSON).
     pub body: Value,
-    /// The body as received (what a signature covers).
+    /// The body as received (a form, a signed payload: what is not JSON).
     pub raw_body: Bytes,
     /// The HTTP version the client spoke.
     pub version: http::Version,

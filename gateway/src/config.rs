@@ -550,9 +550,11 @@ usage: tower-chat-gateway [options]
   --max-polls-per-key N    GET /v1/approvals/{id}?wait= long-polls waiting at once per gateway key;
                            more get 429 + Retry-After (default 16)
   --config PATH            TOML configuration file (see the README); refused at start if invalid.
-                           [upstreams]: models -> fallback targets (provider, model, base_url,
+                           [upstreams]: models -> fallback targets (provider = openai,
+                           openai-responses, anthropic, azure, gemini or vertex; model, base_url,
                            key_env, deployments with weights), [upstreams.retry], [upstreams.breaker],
-                           [upstreams.timeouts]; each target or deployment names its key_env, or
+                           [upstreams.timeouts]; each target or deployment names its credential
+                           (key_env, key_file, token_env, credentials_file, credentials_env), or
                            says no_key = true. On SIGHUP the file is read again and a valid
                            [upstreams] replaces the running one (requests in flight finish on the old);
                            an invalid file is logged and the running configuration kept

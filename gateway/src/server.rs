@@ -20,6 +20,8 @@ use tokio::net::TcpListener;
 use tower::util::{BoxCloneSyncService, Either};
 use tower::{Layer, ServiceExt};
 use tower_chat::anthropic::AnthropicChat;
+use tower_chat::azure::AzureOpenAiChat;
+use tower_chat::gemini::GeminiChat;
 use tower_chat::openai::OpenAiChat;
 use tower_chat::responses::ResponsesChat;
 use tower_chat::transport::Timeouts;
@@ -61,8 +63,8 @@ const FINAL_WORDS: Duration = Duration::from_secs(1);
 /// The chat stack behind the endpoint, type-erased.
 pub type ChatStack = BoxCloneSyncService<ChatRequest, ChatStream, ChatError>;
 
-/// The upstream leaf: OpenAI-compatible or Anthropic, chosen by `--provider` (or the OpenAI Responses API, for
-/// an `[upstreams]` target with `provider = "openai-responses"`).
+/// The upstream leaf: OpenAI-compatible or Anthropic, chosen by `--provider`, or any kind an `[upstreams]`
+/// target names ([`crate::upstreams::ProviderName`]).
 #[derive(Clone, Debug)]
 pub enum Upstream {
     /// `--provider openai`.
@@ -71,6 +73,23 @@ pub enum Upstream {
     Responses(ResponsesChat),
     /// `--provider anthropic`.
     Anthropic(AnthropicChat),
+    /// An `[upstreams]` target with `provider = "azure"`.
+    Azure(AzureOpenAiChat),
+    /// An `[upstreams]` target with `provider = "gemini"` or `"vertex"` (one wire format).
+    Gemini(GeminiChat),
+}
+
+/// `$body` with `$leaf` bound to whichever leaf `$upstream` holds: one line per kind of leaf, here only.
+macro_rules! each_leaf {
+    ($upstream:expr, $leaf:ident => $body:expr) => {
+        match $upstream {
+            Upstream::OpenAi($leaf) => $body,
+            Upstream::Responses($leaf) => $body,
+            Upstream::Anthropic($leaf) => $body,
+            Upstream::Azure($leaf) => $body,
+            Upstream::Gemini($leaf) => $body,
+        }
+    };
 }
 
 impl Upstream {
@@ -118,11 +137,7 @@ impl Upstream {
 impl Upstream {
     /// The leaf's count of pooled connections found closed before a request was written to them.
     pub fn stale_connections(&self) -> tower_chat::transport::StaleConnections {
-        match self {
-            Upstream::OpenAi(leaf) => leaf.transport().stale_connections().clone(),
-            Upstream::Responses(leaf) => leaf.transport().stale_connections().clone(),
-            Upstream::Anthropic(leaf) => leaf.transport().stale_connections().clone(),
-        }
+        each_leaf!(self, leaf => leaf.transport().stale_connections().clone())
     }
 }
 
@@ -132,29 +147,17 @@ impl tower::Service<ChatRequest> for Upstream {
     type Future = Pin<Box<dyn Future<Output = Result<ChatStream, ChatError>> + Send>>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), ChatError>> {
-        match self {
-            Upstream::OpenAi(leaf) => leaf.poll_ready(cx),
-            Upstream::Responses(leaf) => leaf.poll_ready(cx),
-            Upstream::Anthropic(leaf) => leaf.poll_ready(cx),
-        }
+        each_leaf!(self, leaf => leaf.poll_ready(cx))
     }
 
     fn call(&mut self, request: ChatRequest) -> Self::Future {
-        match self {
-            Upstream::OpenAi(leaf) => leaf.call(request),
-            Upstream::Responses(leaf) => leaf.call(request),
-            Upstream::Anthropic(leaf) => leaf.call(request),
-        }
+        each_leaf!(self, leaf => leaf.call(request))
     }
 }
 
 impl ModelInfo for Upstream {
     fn model_metadata(&self) -> ModelMetadata {
-        match self {
-            Upstream::OpenAi(leaf) => leaf.model_metadata(),
-            Upstream::Responses(leaf) => leaf.model_metadata(),
-            Upstream::Anthropic(leaf) => leaf.model_metadata(),
-        }
+        each_leaf!(self, leaf => leaf.model_metadata())
     }
 }
 

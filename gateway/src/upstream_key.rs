@@ -3,11 +3,13 @@
 //! blaming the client) on every request.
 //!
 //! An upstream either names the environment variable holding its key (`--upstream-key-env VAR`, `key_env = "VAR"`
-//! in `[upstreams]`) or says that it takes none (`--no-upstream-key`, `no_key = true`: a local vLLM or Ollama).
-//! A named variable must be a valid name (`[A-Za-z_][A-Za-z0-9_]*`), be set, hold a non-empty key, and the key
-//! must fit in an HTTP header (no line breaks or other control characters).
+//! in `[upstreams]`), names a file holding it (`key_file = "PATH"` in `[upstreams]`, its final line break
+//! dropped), or says that it takes none (`--no-upstream-key`, `no_key = true`: a local vLLM or Ollama). A named
+//! variable must be a valid name (`[A-Za-z_][A-Za-z0-9_]*`), be set, hold a non-empty key; a named file must be
+//! readable and not empty; and the key must fit in an HTTP header (no line breaks or other control characters).
 
 use std::fmt;
+use std::path::Path;
 
 use http::HeaderValue;
 use tower_chat::{ChatError, ErrorKind};
@@ -17,6 +19,8 @@ use tower_chat::{ChatError, ErrorKind};
 pub enum KeySource<'a> {
     /// The key is read from this environment variable.
     Env(&'a str),
+    /// The key is read from this file.
+    File(&'a Path),
     /// The upstream takes no key (configured explicitly).
     None,
 }
@@ -24,12 +28,15 @@ pub enum KeySource<'a> {
 impl KeySource<'_> {
     /// The key, read and checked; `None` for a keyless upstream. `upstream` names the upstream in the error.
     pub fn read(self, upstream: &str) -> Result<Option<String>, UpstreamKeyError> {
-        let KeySource::Env(variable) = self else {
-            return Ok(None);
+        let variable = match self {
+            KeySource::Env(variable) => variable,
+            KeySource::File(path) => return read_file(path, upstream).map(Some),
+            KeySource::None => return Ok(None),
         };
         let error = |problem| UpstreamKeyError {
             upstream: upstream.to_owned(),
             variable: variable.to_owned(),
+            from_file: false,
             problem,
         };
         if !is_variable_name(variable) {
@@ -53,6 +60,29 @@ impl KeySource<'_> {
     }
 }
 
+/// The key in the file at `path`: its content without the final line break editors and `echo` add.
+fn read_file(path: &Path, upstream: &str) -> Result<String, UpstreamKeyError> {
+    let error = |problem| UpstreamKeyError {
+        upstream: upstream.to_owned(),
+        variable: path.display().to_string(),
+        from_file: true,
+        problem,
+    };
+    let content = std::fs::read(path).map_err(|_| error(KeyProblem::Unreadable))?;
+    let key = String::from_utf8(content).map_err(|_| error(KeyProblem::NotAHeaderValue))?;
+    let key = key
+        .strip_suffix("\r\n")
+        .or_else(|| key.strip_suffix('\n'))
+        .unwrap_or(&key);
+    if key.is_empty() {
+        return Err(error(KeyProblem::Empty));
+    }
+    if HeaderValue::from_str(key).is_err() || key.trim() != key {
+        return Err(error(KeyProblem::NotAHeaderValue));
+    }
+    Ok(key.to_owned())
+}
+
 /// Whether `name` is a portable environment variable name.
 fn is_variable_name(name: &str) -> bool {
     let mut chars = name.chars();
@@ -70,7 +100,9 @@ pub enum KeyProblem {
     InvalidName,
     /// The variable is not set.
     Unset,
-    /// The variable is set but empty.
+    /// The file cannot be read (missing, not a file, no permission).
+    Unreadable,
+    /// The variable or file is empty.
     Empty,
     /// The key holds a line break, another control character, surrounding whitespace or non-UTF-8 bytes: it
     /// cannot be sent in a header.
@@ -81,7 +113,9 @@ pub enum KeyProblem {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct UpstreamKeyError {
     upstream: String,
+    /// The variable's name, or the file's path.
     variable: String,
+    from_file: bool,
     problem: KeyProblem,
 }
 
@@ -91,7 +125,7 @@ impl UpstreamKeyError {
         &self.upstream
     }
 
-    /// The environment variable.
+    /// The environment variable (or the file's path, for a key read from a file).
     pub fn variable(&self) -> &str {
         &self.variable
     }
@@ -107,6 +141,20 @@ impl fmt::Display for UpstreamKeyError {
         let UpstreamKeyError {
             upstream, variable, ..
         } = self;
+        if self.from_file {
+            let problem = match self.problem {
+                KeyProblem::Empty => "is empty",
+                KeyProblem::NotAHeaderValue => {
+                    "holds a key that cannot be sent in an HTTP header (a line break inside it, another control \
+                     character, surrounding whitespace or non-UTF-8 bytes)"
+                }
+                _ => "cannot be read",
+            };
+            return write!(
+                f,
+                "upstream {upstream}: the key file `{variable}` {problem}"
+            );
+        }
         match self.problem {
             KeyProblem::InvalidName => write!(
                 f,
@@ -120,6 +168,10 @@ impl fmt::Display for UpstreamKeyError {
             KeyProblem::Empty => write!(
                 f,
                 "upstream {upstream}: the environment variable `{variable}` holding its key is empty"
+            )?,
+            KeyProblem::Unreadable => write!(
+                f,
+                "upstream {upstream}: the environment variable `{variable}` cannot be read"
             )?,
             KeyProblem::NotAHeaderValue => write!(
                 f,
@@ -181,6 +233,43 @@ mod tests {
             Some("sk-good_1")
         );
         assert_eq!(KeySource::None.read("http://127.0.0.1:1/v1"), Ok(None));
+    }
+
+    #[test]
+    fn a_key_file_is_read_without_its_final_line_break_and_checked_like_a_variable() {
+        let dir = std::env::temp_dir().join(format!("tower-chat-key-files-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = |name: &str, content: &[u8]| {
+            let path = dir.join(name);
+            std::fs::write(&path, content).unwrap();
+            path
+        };
+        let read = |path: &Path| KeySource::File(path).read("`gemini/flash` (https://g.example)");
+        assert_eq!(
+            read(&file("good", b"g-key\n")).unwrap().as_deref(),
+            Some("g-key")
+        );
+        assert_eq!(
+            read(&file("crlf", b"g-key\r\n")).unwrap().as_deref(),
+            Some("g-key")
+        );
+        let problem = |path: &Path| read(path).unwrap_err().problem();
+        assert_eq!(problem(&file("empty", b"\n")), KeyProblem::Empty);
+        assert_eq!(
+            problem(&file("two-lines", b"g-key\nX: 1\n")),
+            KeyProblem::NotAHeaderValue
+        );
+        assert_eq!(
+            problem(&file("latin1", b"g-\xe9")),
+            KeyProblem::NotAHeaderValue
+        );
+        assert_eq!(problem(&dir.join("missing")), KeyProblem::Unreadable);
+        let error = read(&file("secret", b"g-secret\nmore")).unwrap_err();
+        let message = error.to_string();
+        assert!(message.contains("the key file"), "{message}");
+        assert!(message.contains("`gemini/flash`"), "{message}");
+        assert!(!message.contains("g-secret"), "{message}");
+        std::fs::remove_dir_all(dir).unwrap();
     }
 
     #[test]

@@ -113,8 +113,8 @@ impl From<WireUsage> for Usage {
 }
 
 /// A `finishReason` as a finish: `STOP` after function calls is a tool-calls finish; the safety family a
-/// content-filter finish; `RECITATION`, `MALFORMED_FUNCTION_CALL` and the rest keep their names
-/// ([`super::RECITATION`], [`super::MALFORMED_FUNCTION_CALL`]).
+/// content-filter finish; `RECITATION` and `MALFORMED_FUNCTION_CALL` their own finishes; the rest keep their
+/// names, lower-cased.
 pub(crate) fn finish_reason(reason: &str, had_calls: bool) -> FinishReason {
     match reason {
         "STOP" if had_calls => FinishReason::ToolCalls,
@@ -123,6 +123,8 @@ pub(crate) fn finish_reason(reason: &str, had_calls: bool) -> FinishReason {
         "SAFETY" | "PROHIBITED_CONTENT" | "BLOCKLIST" | "SPII" | "IMAGE_SAFETY" => {
             FinishReason::ContentFilter
         }
+        "RECITATION" => FinishReason::Recitation,
+        "MALFORMED_FUNCTION_CALL" => FinishReason::MalformedFunctionCall,
         other => FinishReason::Other(other.to_ascii_lowercase()),
     }
 }

@@ -139,10 +139,14 @@ fn finish_reasons_are_typed() {
         Some(&ChatEvent::finish(FinishReason::ContentFilter))
     );
     for (wire, reason) in [
-        ("RECITATION", FinishReason::Other(super::RECITATION.into())),
+        ("RECITATION", FinishReason::Recitation),
         (
             "MALFORMED_FUNCTION_CALL",
-            FinishReason::Other(super::MALFORMED_FUNCTION_CALL.into()),
+            FinishReason::MalformedFunctionCall,
+        ),
+        (
+            "UNEXPECTED_TOOL_CALL",
+            FinishReason::Other("unexpected_tool_call".into()),
         ),
         ("MAX_TOKENS", FinishReason::Length),
         ("PROHIBITED_CONTENT", FinishReason::ContentFilter),

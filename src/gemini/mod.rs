@@ -10,9 +10,11 @@
 //! tool results as `functionResponse`; each part's `thoughtSignature`, kept in the assistant message and sent
 //! back on the same part (Gemini refuses a function-calling continuation without it); thought summaries as
 //! reasoning; `usageMetadata` (prompt, candidates, thoughts, cached tokens); `finishReason` (`SAFETY` and its
-//! family as [`FinishReason::ContentFilter`](crate::FinishReason::ContentFilter), [`RECITATION`] and
-//! [`MALFORMED_FUNCTION_CALL`] by name in [`FinishReason::Other`](crate::FinishReason::Other)); a blocked prompt
-//! (`promptFeedback.blockReason`) as an error whose source is a [`PromptBlocked`].
+//! family as [`FinishReason::ContentFilter`](crate::FinishReason::ContentFilter), `RECITATION` as
+//! [`FinishReason::Recitation`](crate::FinishReason::Recitation), `MALFORMED_FUNCTION_CALL` as
+//! [`FinishReason::MalformedFunctionCall`](crate::FinishReason::MalformedFunctionCall)); a blocked prompt
+//! (`promptFeedback.blockReason`) as an error whose source is a [`PromptBlocked`]. With the `gcp-adc` feature,
+//! `ServiceAccount` supplies Vertex AI's bearer tokens from a service-account key.
 //!
 //! ```
 //! use tower::ServiceExt;
@@ -44,6 +46,8 @@ mod decode;
 #[cfg(test)]
 mod decode_tests;
 mod schema;
+#[cfg(feature = "gcp-adc")]
+mod service_account;
 mod signature;
 mod wire;
 
@@ -54,6 +58,8 @@ use http::Uri;
 
 pub use blocked::{PromptBlocked, SafetyRating};
 pub use schema::{to_gemini_schema, SchemaError};
+#[cfg(feature = "gcp-adc")]
+pub use service_account::{ServiceAccount, CLOUD_PLATFORM_SCOPE, CREDENTIALS_ENV};
 
 use crate::error::{ChatError, ErrorKind};
 use crate::event::ChatEvent;
@@ -81,14 +87,6 @@ pub type GeminiChatBuilder = ChatLeafBuilder<Gemini>;
 /// assert_eq!(decoder.next_event().unwrap().unwrap(), ChatEvent::finish(FinishReason::Stop));
 /// ```
 pub type StreamDecoder = crate::leaf::StreamDecoder<Gemini>;
-
-/// The name [`FinishReason::Other`](crate::FinishReason::Other) carries when Gemini stopped because the answer
-/// recited training data (`RECITATION`).
-pub const RECITATION: &str = "recitation";
-
-/// The name [`FinishReason::Other`](crate::FinishReason::Other) carries when the model produced a function call
-/// Gemini could not parse (`MALFORMED_FUNCTION_CALL`).
-pub const MALFORMED_FUNCTION_CALL: &str = "malformed_function_call";
 
 /// Google's `generateContent` wire format (the Gemini API or Vertex AI).
 #[derive(Clone, Debug, Default)]

@@ -525,8 +525,9 @@ fn assistant_blocks(blocks: Vec<InBlock>, i: usize) -> Result<Message, ApiError>
     Ok(Message::Assistant(message))
 }
 
-/// Anthropic's `stop_reason`. Reasons it has no word for (a pause for approval, the tool loop's limit) are
-/// `end_turn`, with the gateway's own reason in the `tower_chat` field. A stop-sequence hit is `stop_sequence`
+/// Anthropic's `stop_reason`. Reasons it has no word for (a pause for approval, the tool loop's limit, a
+/// malformed tool call, which made no call) are `end_turn`, and a recitation stop is `refusal` (the provider's
+/// policy ended the answer), each with the gateway's own reason in the `tower_chat` field. A stop-sequence hit is `stop_sequence`
 /// when the upstream named the sequence (Anthropic does); an OpenAI-compatible upstream reports it as a plain
 /// stop, so it is `end_turn` there.
 fn stop_reason(reason: &FinishReason) -> &'static str {
@@ -534,7 +535,7 @@ fn stop_reason(reason: &FinishReason) -> &'static str {
         FinishReason::StopSequence(_) => "stop_sequence",
         FinishReason::Length => "max_tokens",
         FinishReason::ToolCalls => "tool_use",
-        FinishReason::ContentFilter => "refusal",
+        FinishReason::ContentFilter | FinishReason::Recitation => "refusal",
         _ => "end_turn",
     }
 }

@@ -327,13 +327,16 @@ fn response_format(value: Value) -> Result<ResponseFormat, ApiError> {
     }
 }
 
-/// OpenAI's spelling of a finish reason. Reasons OpenAI has no word for become `stop`: the answer is over and
-/// the gateway says why in the `tower_chat` field.
+/// OpenAI's spelling of a finish reason. Reasons OpenAI has no word for become the nearest one it has, and the
+/// gateway says the real reason in the `tower_chat` field: a recitation stop is `content_filter` (the provider's
+/// policy cut the answer, as OpenAI clients already handle); a malformed tool call is `stop` (no call was made,
+/// and `tool_calls` with no calls would send a client's tool loop looking for ones that are not there); a pause
+/// for approval and the tool loop's limit are `stop`.
 fn finish_reason(reason: &FinishReason) -> &'static str {
     match reason {
         FinishReason::Length => "length",
         FinishReason::ToolCalls => "tool_calls",
-        FinishReason::ContentFilter => "content_filter",
+        FinishReason::ContentFilter | FinishReason::Recitation => "content_filter",
         _ => "stop",
     }
 }

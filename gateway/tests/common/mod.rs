@@ -1,6 +1,8 @@
 //! An in-process gateway on 127.0.0.1:0 in front of a scripted upstream, and a plain HTTP client.
 #![allow(dead_code)]
 
+pub mod kinds;
+
 use std::net::SocketAddr;
 use std::time::Duration;
 

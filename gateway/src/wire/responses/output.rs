@@ -28,7 +28,10 @@ fn usage(usage: &Usage) -> Value {
 fn status(reason: &FinishReason) -> (&'static str, Value) {
     match reason {
         FinishReason::Length => ("incomplete", json!({"reason": "max_output_tokens"})),
-        FinishReason::ContentFilter => ("incomplete", json!({"reason": "content_filter"})),
+        // A recitation stop cut the answer by the provider's policy: Responses' own word for that.
+        FinishReason::ContentFilter | FinishReason::Recitation => {
+            ("incomplete", json!({"reason": "content_filter"}))
+        }
         _ => ("completed", Value::Null),
     }
 }
@@ -37,9 +40,11 @@ fn status(reason: &FinishReason) -> (&'static str, Value) {
 /// `status` and the output items need no field.
 fn said(reason: &FinishReason) -> &str {
     match reason {
-        FinishReason::AwaitingApproval | FinishReason::MaxRounds | FinishReason::Other(_) => {
-            "completed"
-        }
+        FinishReason::AwaitingApproval
+        | FinishReason::MaxRounds
+        | FinishReason::MalformedFunctionCall
+        | FinishReason::Other(_) => "completed",
+        FinishReason::Recitation => "content_filter",
         other => other.as_str(),
     }
 }

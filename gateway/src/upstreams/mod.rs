@@ -61,14 +61,19 @@
 //! no_key = true               # Ollama takes no key: said explicitly
 //! ```
 //!
+//! Targets of six kinds mix in one model's fallback order: `openai`, `openai-responses`, `anthropic`, `azure`,
+//! `gemini` and `vertex`, each with its own fields and credentials ([`ProviderName`] lists them).
+//!
 //! Every target (every deployment of a balanced one) names the variable holding its key (`key_env`) or says it
-//! takes none (`no_key = true`); one without either is refused where the file is read. A named variable that is
+//! takes none (`no_key = true`), or another credential its kind takes (`key_file`, `token_env`,
+//! `credentials_file`, `credentials_env`); one without any is refused where the file is read. A named variable that is
 //! unset, empty, not a valid name, or holds a key a header cannot carry refuses the start (or the reload), naming
 //! the target and the variable ([`crate::upstream_key`]).
 
 use std::collections::{BTreeMap, HashSet};
 use std::fmt;
 use std::future::Future;
+use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::{Arc, RwLock};
 use std::task::{Context, Poll};
@@ -77,9 +82,6 @@ use std::time::Duration;
 use serde::{Deserialize, Deserializer};
 use tower::retry::budget::TpsBudget;
 use tower::Layer;
-use tower_chat::anthropic::AnthropicChat;
-use tower_chat::openai::OpenAiChat;
-use tower_chat::responses::ResponsesChat;
 use tower_chat::transport::{StaleConnections, Timeouts};
 use tower_chat::{
     BoxChatService, ChatError, ChatRequest, ChatStream, ErrorKind, ModelInfo, ModelMetadata,
@@ -89,9 +91,13 @@ use tower_chat_resilience::{
     Target,
 };
 
+mod kinds;
+
+pub use kinds::ProviderName;
+use kinds::{describe_credential, display_url, Credential};
+
 use crate::config::Config;
 use crate::metrics::PrometheusMetrics;
-use crate::server::Upstream;
 use crate::upstream_key::KeySource;
 
 /// The `[upstreams]` table.
@@ -126,45 +132,41 @@ pub struct ModelSection {
     pub sticky: bool,
 }
 
-/// The wire format a target speaks.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum ProviderName {
-    /// OpenAI Chat Completions (OpenAI, vLLM, Ollama, …).
-    OpenAi,
-    /// The OpenAI Responses API (`openai-responses`): reasoning models continue tool rounds from their
-    /// reasoning items, which this leaf carries.
-    #[serde(rename = "openai-responses")]
-    OpenAiResponses,
-    /// Anthropic Messages.
-    Anthropic,
-}
-
-impl ProviderName {
-    fn default_base_url(self) -> &'static str {
-        match self {
-            ProviderName::OpenAi | ProviderName::OpenAiResponses => "https://api.openai.com/v1",
-            ProviderName::Anthropic => "https://api.anthropic.com/v1",
-        }
-    }
-}
-
 /// One fallback target: a provider and model, at one endpoint or balanced over several deployments.
 #[derive(Clone, Debug, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TargetSection {
     /// The name in errors and metrics (default `provider/model`).
     pub name: Option<String>,
-    /// `openai`, `openai-responses` or `anthropic`.
+    /// `openai`, `openai-responses`, `anthropic`, `azure`, `gemini` or `vertex` ([`ProviderName`]).
     pub provider: ProviderName,
     /// The provider's model id.
     pub model: String,
-    /// The base URL (default: the provider's public API). Not with `deployments`.
+    /// The base URL (default: the provider's public API); an `azure` target's resource endpoint; a `vertex`
+    /// target's API host (default: its location's). Not with `deployments`.
     pub base_url: Option<String>,
-    /// The environment variable holding the key. Not with `deployments`, nor with `no_key`.
+    /// `azure`: call this deployment at its URL, with `api_version`; without it, the `/openai/v1` URL.
+    pub azure_deployment: Option<String>,
+    /// `azure`: the `api-version` query (default `2024-10-21` with `azure_deployment`; none otherwise).
+    pub api_version: Option<String>,
+    /// `vertex`: the Google Cloud project.
+    pub project: Option<String>,
+    /// `vertex`: the location (`us-central1`, `europe-west4`, `global`, …).
+    pub location: Option<String>,
+    /// The environment variable holding the key. Exactly one credential field (this, `key_file`,
+    /// `token_env`, `credentials_file`, `credentials_env` or `no_key`) per target; none with `deployments`.
     pub key_env: Option<String>,
-    /// The target takes no key (a local server): no key header is sent. Not with `deployments`, nor with
-    /// `key_env`.
+    /// The file holding the key (its final line break dropped).
+    pub key_file: Option<PathBuf>,
+    /// `azure`, `vertex`: the environment variable holding a bearer token (Entra ID, a Google access token),
+    /// sent as `Authorization: Bearer`.
+    pub token_env: Option<String>,
+    /// `vertex`: a service-account key file; its tokens are fetched and renewed before they expire.
+    pub credentials_file: Option<PathBuf>,
+    /// `vertex`: the environment variable naming a service-account key file (Application Default
+    /// Credentials read `GOOGLE_APPLICATION_CREDENTIALS`).
+    pub credentials_env: Option<String>,
+    /// The target takes no key (a local server): no key header is sent.
     #[serde(default)]
     pub no_key: bool,
     /// Balance this target over these deployments instead.
@@ -175,14 +177,9 @@ pub struct TargetSection {
 impl TargetSection {
     /// The target's name.
     pub fn display_name(&self) -> String {
-        self.name.clone().unwrap_or_else(|| {
-            let provider = match self.provider {
-                ProviderName::OpenAi => "openai",
-                ProviderName::OpenAiResponses => "openai-responses",
-                ProviderName::Anthropic => "anthropic",
-            };
-            format!("{provider}/{}", self.model)
-        })
+        self.name
+            .clone()
+            .unwrap_or_else(|| format!("{}/{}", self.provider, self.model))
     }
 }
 
@@ -316,12 +313,10 @@ fn targets<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Vec<TargetSecti
                 "two targets are named `{name}`: give one a `name`"
             )));
         }
-        if !target.deployments.is_empty()
-            && (target.base_url.is_some() || target.key_env.is_some() || target.no_key)
-        {
+        if !target.deployments.is_empty() && target.base_url.is_some() {
             return Err(D::Error::custom(format!(
-                "target `{name}`: `base_url`, `key_env` and `no_key` go in each deployment when `deployments` \
-                 is given"
+                "target `{name}`: `base_url` and the credential go in each deployment when `deployments` is \
+                 given"
             )));
         }
         let urls = target
@@ -331,10 +326,8 @@ fn targets<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Vec<TargetSecti
         for url in urls {
             check_url(url).map_err(|e| D::Error::custom(format!("target `{name}`: {e}")))?;
         }
-        if target.deployments.is_empty() {
-            check_key(target.key_env.as_deref(), target.no_key)
-                .map_err(|e| D::Error::custom(format!("target `{name}`: {e}")))?;
-        }
+        kinds::check_target(target)
+            .map_err(|e| D::Error::custom(format!("target `{name}`: {e}")))?;
         for (i, deployment) in target.deployments.iter().enumerate() {
             check_key(deployment.key_env.as_deref(), deployment.no_key).map_err(|e| {
                 D::Error::custom(format!("target `{name}`, deployment {}: {e}", i + 1))
@@ -384,8 +377,10 @@ pub struct CatalogEntry {
     pub name: String,
     /// Target names, in fallback order.
     pub targets: Vec<String>,
-    /// The first target's provider.
+    /// The first target's provider, as its leaf names it (`openai`, `azure`, `vertex_ai`, …).
     pub owned_by: String,
+    /// Each target's kind, in fallback order.
+    pub providers: Vec<ProviderName>,
 }
 
 /// The gateway's leaf when `[upstreams]` names models: the client's `model` picks a stack of retry, fallback
@@ -542,9 +537,8 @@ impl tower::Service<ChatRequest> for ModelRouter {
 /// What the gateway serves, for its start-up line: each `[upstreams]` model with its targets in fallback order
 /// (name, URL, where the key comes from), or the single `--upstream` when the table names no model. Never a key.
 pub fn describe(config: &Config) -> String {
-    let key = |key_env: Option<&str>, no_key: bool| match key_source(key_env, no_key) {
-        KeySource::Env(variable) => format!("key from {variable}"),
-        KeySource::None => "no key".to_owned(),
+    let key = |key_env: Option<&str>, no_key: bool| {
+        describe_credential(Credential::Key(key_source(key_env, no_key)))
     };
     let models = &config.file.upstreams.models;
     if models.is_empty() {
@@ -552,10 +546,7 @@ pub fn describe(config: &Config) -> String {
             crate::Provider::OpenAi => "openai",
             crate::Provider::Anthropic => "anthropic",
         };
-        let key = match config.key_source() {
-            KeySource::Env(variable) => format!("key from {variable}"),
-            KeySource::None => "no key".to_owned(),
-        };
+        let key = describe_credential(Credential::Key(config.key_source()));
         return format!("{provider} {} ({key})", config.upstream);
     }
     let model = |model: &ModelSection| {
@@ -565,13 +556,10 @@ pub fn describe(config: &Config) -> String {
             .map(|target| {
                 let name = target.display_name();
                 if target.deployments.is_empty() {
-                    let url = target
-                        .base_url
-                        .as_deref()
-                        .unwrap_or(target.provider.default_base_url());
+                    let url = display_url(target, target.base_url.as_deref());
                     format!(
                         "{name} {url} ({})",
-                        key(target.key_env.as_deref(), target.no_key)
+                        describe_credential(target.credential())
                     )
                 } else {
                     let deployments: Vec<String> = target
@@ -647,11 +635,11 @@ fn build_table(
                 .observer(metrics.observer(&model.name))
                 .name(name.clone());
             let built = if target.deployments.is_empty() {
-                let leaf = leaf(
+                let leaf = kinds::leaf(
                     target,
                     &name,
                     target.base_url.as_deref(),
-                    key_source(target.key_env.as_deref(), target.no_key),
+                    target.credential(),
                     timeouts,
                 )?;
                 stale.push((name.clone(), leaf.stale_connections()));
@@ -666,11 +654,14 @@ fn build_table(
                         .name
                         .clone()
                         .unwrap_or_else(|| format!("{name}#{}", i + 1));
-                    let leaf = leaf(
+                    let leaf = kinds::leaf(
                         target,
                         &name,
                         Some(&deployment.base_url),
-                        key_source(deployment.key_env.as_deref(), deployment.no_key),
+                        Credential::Key(key_source(
+                            deployment.key_env.as_deref(),
+                            deployment.no_key,
+                        )),
                         timeouts,
                     )?;
                     stale.push((name.clone(), leaf.stale_connections()));
@@ -689,6 +680,7 @@ fn build_table(
             name: model.name.clone(),
             targets: targets.iter().map(|t| t.name().to_owned()).collect(),
             owned_by: targets[0].metadata().provider.to_string(),
+            providers: model.targets.iter().map(|t| t.provider).collect(),
         });
         let fallback = Fallback::new(targets).observer(metrics.observer(&model.name));
         let stack = retry
@@ -712,50 +704,6 @@ fn key_source(key_env: Option<&str>, no_key: bool) -> KeySource<'_> {
         Some(variable) if !no_key => KeySource::Env(variable),
         _ => KeySource::None,
     }
-}
-
-/// One leaf: `name` (the target's or deployment's) names it in a refused key's message, with its URL.
-fn leaf(
-    target: &TargetSection,
-    name: &str,
-    base_url: Option<&str>,
-    key: KeySource<'_>,
-    timeouts: Timeouts,
-) -> Result<Upstream, ChatError> {
-    let base_url = base_url.unwrap_or(target.provider.default_base_url());
-    let key = key.read(&format!("`{name}` ({base_url})"))?;
-    Ok(match target.provider {
-        ProviderName::OpenAi => {
-            let mut builder = OpenAiChat::builder()
-                .base_url(base_url)
-                .model(&target.model)
-                .timeouts(timeouts);
-            if let Some(key) = key {
-                builder = builder.api_key(key);
-            }
-            Upstream::OpenAi(builder.build()?)
-        }
-        ProviderName::OpenAiResponses => {
-            let mut builder = ResponsesChat::builder()
-                .base_url(base_url)
-                .model(&target.model)
-                .timeouts(timeouts);
-            if let Some(key) = key {
-                builder = builder.api_key(key);
-            }
-            Upstream::Responses(builder.build()?)
-        }
-        ProviderName::Anthropic => {
-            let mut builder = AnthropicChat::builder()
-                .base_url(base_url)
-                .model(&target.model)
-                .timeouts(timeouts);
-            if let Some(key) = key {
-                builder = builder.api_key(key);
-            }
-            Upstream::Anthropic(builder.build()?)
-        }
-    })
 }
 
 fn invalid(message: String) -> ChatError {
@@ -840,6 +788,8 @@ pub(crate) fn models_route<S: Clone + Send + Sync + 'static>(
                             "object": "model",
                             "created": 0,
                             "owned_by": m.owned_by,
+                            "provider": m.providers[0],
+                            "providers": m.providers,
                             "targets": m.targets,
                         })
                     })
@@ -910,7 +860,7 @@ deployments = [
                 std::env::set_var(variable, "sk-documented-example");
             }
         }
-        for doc in [include_str!("../README.md"), include_str!("upstreams.rs")] {
+        for doc in [include_str!("../../README.md"), include_str!("mod.rs")] {
             let start = doc.find("[upstreams.retry]").unwrap();
             let end = start + doc[start..].find("```").unwrap();
             let text: String = doc[start..end]
@@ -932,6 +882,68 @@ deployments = [
                 .unwrap();
             assert_eq!(router.catalog().len(), 3);
         }
+    }
+
+    /// The READMEs' examples of the other kinds parse and build (their credentials set).
+    #[test]
+    fn the_documented_kinds_example_is_valid() {
+        let dir = std::env::temp_dir().join(format!("tower-chat-kinds-doc-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let key = dir.join("azure-key");
+        std::fs::write(&key, "azure-documented-key\n").unwrap();
+        let account = dir.join("sa.json");
+        std::fs::write(
+            &account,
+            serde_json::json!({"type": "service_account", "client_email": "doc@p.iam.gserviceaccount.com",
+                "private_key": include_str!("../../../tests/data/service_account_test_key.pem"),
+                "token_uri": "https://oauth2.googleapis.com/token"})
+            .to_string(),
+        )
+        .unwrap();
+        for variable in ["OPENAI_API_KEY", "GEMINI_API_KEY", "AZURE_OPENAI_API_KEY"] {
+            if std::env::var_os(variable).is_none() {
+                std::env::set_var(variable, "documented-example-key");
+            }
+        }
+        std::env::set_var("GOOGLE_APPLICATION_CREDENTIALS", &account);
+        use super::ProviderName::*;
+        let examples = [
+            // (document, the block's first line, the kinds of its models' targets)
+            (
+                include_str!("../../README.md"),
+                "  [[upstreams.models]]\n  name = \"gpt-4o\"",
+                vec![vec![OpenAi, Azure], vec![Gemini, Vertex]],
+            ),
+            (
+                include_str!("../../../README.md"),
+                "[[upstreams.models]]\nname = \"gpt-4o\"",
+                vec![vec![OpenAi, Azure], vec![Vertex]],
+            ),
+        ];
+        for (doc, first, expected) in examples {
+            let start = doc.find(first).unwrap();
+            let end = start + doc[start..].find("```").unwrap();
+            let text = doc[start..end]
+                .lines()
+                .map(|l| l.strip_prefix("  ").unwrap_or(l))
+                .collect::<Vec<_>>()
+                .join("\n")
+                .replace("/run/secrets/azure-openai-key", &key.display().to_string());
+            let file =
+                ConfigFile::parse(&text, "example.toml").unwrap_or_else(|e| panic!("{e}\n{text}"));
+            let mut config = crate::Config::new("http://127.0.0.1:9/v1");
+            config.file = file;
+            let router = super::build(&config, &crate::PrometheusMetrics::new())
+                .unwrap_or_else(|e| panic!("{e}\n{text}"))
+                .unwrap();
+            let kinds: Vec<Vec<super::ProviderName>> = router
+                .catalog()
+                .iter()
+                .map(|m| m.providers.clone())
+                .collect();
+            assert_eq!(kinds, expected);
+        }
+        std::fs::remove_dir_all(dir).unwrap();
     }
 
     fn refused(text: &str) -> (Option<usize>, String) {
@@ -1008,6 +1020,158 @@ deployments = [
             "{model}no_key = true\ndeployments = [{{ base_url = \"http://127.0.0.1:9/v1\", no_key = true }}]\n"
         ));
         assert!(message.contains("go in each deployment"), "{message}");
+    }
+
+    /// One target of `provider` with these fields.
+    fn target(provider: &str, fields: &str) -> String {
+        format!(
+            "[[upstreams.models]]\nname = \"a\"\n\n[[upstreams.models.targets]]\nprovider = \"{provider}\"\n\
+             model = \"m\"\n{fields}\n"
+        )
+    }
+
+    #[test]
+    fn every_kind_parses_with_its_own_fields_and_credentials() {
+        for (provider, fields) in [
+            ("azure", "base_url = \"https://r.openai.azure.com\"\nazure_deployment = \"d\"\napi_version = \"2024-10-21\"\nkey_env = \"K\""),
+            ("azure", "base_url = \"https://r.openai.azure.com\"\ntoken_env = \"AZURE_TOKEN\""),
+            ("gemini", "key_file = \"/run/secrets/gemini\""),
+            ("vertex", "project = \"p\"\nlocation = \"global\"\ncredentials_file = \"/sa.json\""),
+            ("vertex", "project = \"p\"\nlocation = \"us-central1\"\ncredentials_env = \"GOOGLE_APPLICATION_CREDENTIALS\""),
+            ("vertex", "project = \"p\"\nlocation = \"us-central1\"\ntoken_env = \"VERTEX_TOKEN\""),
+            ("openai", "key_file = \"key.txt\""),
+        ] {
+            let text = target(provider, fields);
+            ConfigFile::parse(&text, "g.toml").unwrap_or_else(|e| panic!("{e}\n{text}"));
+        }
+    }
+
+    #[test]
+    fn a_kind_missing_its_fields_or_given_anothers_is_refused_with_the_reason() {
+        let cases = [
+            (
+                "vertex",
+                "credentials_file = \"/sa.json\"",
+                "needs its Google Cloud `project` and `location`",
+            ),
+            (
+                "vertex",
+                "project = \"p\"\ncredentials_file = \"/sa.json\"",
+                "`project` and `location`",
+            ),
+            (
+                "vertex",
+                "project = \"p/x\"\nlocation = \"l\"\nno_key = true",
+                "must be letters, digits",
+            ),
+            (
+                "vertex",
+                "project = \"p\"\nlocation = \"l\"",
+                "credentials_file",
+            ),
+            (
+                "vertex",
+                "project = \"p\"\nlocation = \"l\"\nkey_env = \"K\"",
+                "`key_env` is not a credential of `vertex`",
+            ),
+            (
+                "azure",
+                "key_env = \"K\"",
+                "resource's endpoint as `base_url`",
+            ),
+            (
+                "gemini",
+                "token_env = \"T\"",
+                "`token_env` is not a credential of `gemini`",
+            ),
+            (
+                "openai",
+                "project = \"p\"\nno_key = true",
+                "`project` is for `provider = \"vertex\"` targets",
+            ),
+            (
+                "gemini",
+                "api_version = \"v\"\nno_key = true",
+                "`api_version` is for `provider = \"azure\"`",
+            ),
+            (
+                "openai",
+                "key_env = \"K\"\nkey_file = \"k\"",
+                "`key_env` and `key_file` exclude each other",
+            ),
+            (
+                "azure",
+                "base_url = \"https://r.openai.azure.com\"\nkey_env = \"K\"\ntoken_env = \"T\"",
+                "exclude each other",
+            ),
+        ];
+        for (provider, fields, expected) in cases {
+            let (line, message) = refused(&target(provider, fields));
+            assert_eq!(line, Some(4), "{provider} {fields}: {message}");
+            assert!(message.contains(expected), "{provider} {fields}: {message}");
+            assert!(
+                message.contains(&format!("target `{provider}/m`")),
+                "{message}"
+            );
+        }
+        let (_, message) = refused(&target("bedrock-next", "no_key = true"));
+        assert!(message.contains("bedrock-next"), "{message}");
+    }
+
+    #[test]
+    fn the_summary_names_where_each_credential_is_read_never_the_credential() {
+        let mut config = crate::Config::new("http://127.0.0.1:9/v1");
+        let text = format!(
+            "{}\n{}\n{}",
+            target("vertex", "project = \"p\"\nlocation = \"europe-west4\"\ncredentials_file = \"/etc/sa.json\""),
+            "[[upstreams.models.targets]]\nprovider = \"azure\"\nmodel = \"gpt-4o\"\nbase_url = \"https://r.openai.azure.com\"\ntoken_env = \"AZURE_TOKEN\"\n",
+            "[[upstreams.models.targets]]\nprovider = \"gemini\"\nmodel = \"flash\"\nkey_file = \"/run/gemini.key\"\n",
+        );
+        config.file = ConfigFile::parse(&text, "g.toml").unwrap();
+        assert_eq!(
+            super::describe(&config),
+            "a: vertex/m https://europe-west4-aiplatform.googleapis.com/v1/projects/p/locations/europe-west4/\
+             publishers/google (service account /etc/sa.json) then azure/gpt-4o https://r.openai.azure.com \
+             (bearer token from AZURE_TOKEN) then gemini/flash https://generativelanguage.googleapis.com/v1beta \
+             (key from file /run/gemini.key)"
+        );
+    }
+
+    #[test]
+    fn a_bearer_token_from_the_environment_never_shows_in_debug_output() {
+        std::env::set_var("TOWER_CHAT_UPSTREAMS_TEST_AZURE_TOKEN", "eyJ-secret-token");
+        let mut config = crate::Config::new("http://127.0.0.1:9/v1");
+        config.file = ConfigFile::parse(
+            &target(
+                "azure",
+                "base_url = \"http://127.0.0.1:9\"\ntoken_env = \"TOWER_CHAT_UPSTREAMS_TEST_AZURE_TOKEN\"",
+            ),
+            "g.toml",
+        )
+        .unwrap();
+        let router = super::build(&config, &crate::PrometheusMetrics::new())
+            .unwrap()
+            .unwrap();
+        let table = router.current();
+        let debug = format!("{router:?} {:?}", table.models.values().collect::<Vec<_>>());
+        assert!(!debug.contains("eyJ-secret-token"), "{debug}");
+        assert!(!super::describe(&config).contains("eyJ-secret-token"));
+    }
+
+    #[test]
+    fn an_unusable_service_account_file_refuses_the_build_naming_the_target() {
+        let mut config = crate::Config::new("http://127.0.0.1:9/v1");
+        config.file = ConfigFile::parse(
+            &target(
+                "vertex",
+                "project = \"p\"\nlocation = \"l\"\ncredentials_file = \"/nonexistent/sa.json\"",
+            ),
+            "g.toml",
+        )
+        .unwrap();
+        let error = super::build(&config, &crate::PrometheusMetrics::new()).unwrap_err();
+        assert!(error.message().contains("`vertex/m`"), "{error}");
+        assert!(error.message().contains("/nonexistent/sa.json"), "{error}");
     }
 
     #[test]
