@@ -51,9 +51,12 @@ pub mod partial;
 mod service;
 mod stream;
 
+/// The schema derive, for answer types (`#[derive(JsonSchema)]`).
+pub use schemars;
+
 pub use answer::AnswerSchema;
 pub use error::StructuredError;
-pub use ext::{Partial, StructuredExt};
+pub use ext::{Partial, PartialStream, StructuredExt};
 pub use layer::StructuredOutputLayer;
 pub use partial::{PartialJson, PartialJsonError};
 pub use service::StructuredOutput;
