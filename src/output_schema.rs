@@ -451,7 +451,7 @@ fn make_nullable(schema: &mut Value) {
 fn append_description(fields: &mut Map<String, Value>, text: &str) {
     match fields.get_mut("description") {
         Some(Value::String(description)) if !description.is_empty() => {
-            description.push_str("\n");
+            description.push('\n');
             description.push_str(text);
         }
         _ => {

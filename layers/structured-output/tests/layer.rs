@@ -102,7 +102,7 @@ async fn a_broken_answer_is_repaired_with_its_violations_in_a_call_of_its_own() 
             "{delivery:?}: {events:?}"
         );
         assert_eq!(events.last(), Some(&ChatEvent::finish(FinishReason::Stop)));
-        let requests = seen.lock().unwrap();
+        let requests = seen.lock().unwrap().clone();
         assert_eq!(requests.len(), 2, "{delivery:?}");
         let repair = &requests[1].messages;
         assert_eq!(repair.len(), 3);
