@@ -7,8 +7,9 @@
 //! value being extended is per token and per chunk, bounded by the nesting depth).
 //!
 //! Written here because no crate gives that: `serde_json` reads complete values only (its `StreamDeserializer`
-//! reads a sequence of them), and the partial-JSON readers (`jiter`'s partial mode, `partial-json`-style "repair
-//! and parse" helpers) take the whole prefix again at every chunk, which is quadratic in the answer's length over a
+//! reads a sequence of them), and the partial-JSON readers (`jiter`'s `partial_mode`, `tool-parser`'s
+//! `PartialJson::parse_value(&self, input)`, `partial-json`-style "repair and parse" helpers) are stateless: they
+//! take the whole prefix again at every chunk, which is quadratic in the answer's length over a
 //! stream (the `partial` benchmark measures both).
 //!
 //! ```
