@@ -77,6 +77,13 @@ pub enum ChatEvent {
         /// events cheap).
         request: Box<ApprovalRequest>,
     },
+    /// The answer text streamed since the response began (or since the previous `AnswerRejected`) broke the
+    /// requested response schema; a structured-output layer asks for it again, and its text is to be discarded
+    /// (a collected response keeps only the text after this event).
+    AnswerRejected {
+        /// What was wrong, one line per violation (`/city: expected string, found integer 7`).
+        violations: Vec<String>,
+    },
     /// Tokens used, as an increment: consumers sum every `Usage` event of a stream.
     Usage {
         /// The tokens.
@@ -112,6 +119,7 @@ impl ChatEvent {
             ChatEvent::ToolCallEnd { .. } => "tool_call_end",
             ChatEvent::ToolResult { .. } => "tool_result",
             ChatEvent::ApprovalRequest { .. } => "approval_request",
+            ChatEvent::AnswerRejected { .. } => "answer_rejected",
             ChatEvent::Usage { .. } => "usage",
             ChatEvent::Finish { .. } => "finish",
         }

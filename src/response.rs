@@ -97,6 +97,7 @@ impl ResponseBuilder {
                 .response
                 .approval_requests
                 .push(ApprovalRequest::clone(request)),
+            ChatEvent::AnswerRejected { .. } => self.current.content.clear(),
             ChatEvent::Usage { usage } => self.response.usage.add(usage),
             ChatEvent::Finish { reason } => self.response.finish_reason = Some(reason.clone()),
         }
@@ -132,6 +133,7 @@ impl ResponseBuilder {
             ChatEvent::ApprovalRequest { request } => {
                 self.response.approval_requests.push(*request);
             }
+            ChatEvent::AnswerRejected { .. } => self.current.content.clear(),
             ChatEvent::Usage { usage } => self.response.usage.add(&usage),
             ChatEvent::Finish { reason } => self.response.finish_reason = Some(reason),
         }

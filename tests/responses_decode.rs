@@ -120,6 +120,23 @@ fn raw_reasoning_text_streams_as_reasoning_and_its_item_still_ends_it() {
     );
 }
 
+#[test]
+fn a_refusal_ends_as_content_filter() {
+    let event = |data: &str| format!("data: {data}\n\n");
+    let body = [
+        event(r#"{"type":"response.output_item.added","output_index":0,"item":{"type":"message","id":"msg_x","content":[]}}"#),
+        event(r#"{"type":"response.refusal.delta","output_index":0,"content_index":0,"delta":"I can't help with that."}"#),
+        event(r#"{"type":"response.completed","response":{"status":"completed"}}"#),
+    ]
+    .concat();
+    let events = decode(body.as_bytes(), &[]);
+    assert!(events.contains(&Ok(ChatEvent::text("I can't help with that."))));
+    assert_eq!(
+        events.last(),
+        Some(&Ok(ChatEvent::finish(FinishReason::ContentFilter)))
+    );
+}
+
 proptest! {
     #[test]
     fn every_chunking_yields_the_same_events(

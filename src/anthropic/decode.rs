@@ -8,6 +8,7 @@ use serde_json::Value;
 
 use crate::error::{ChatError, ErrorKind};
 use crate::event::{ChatEvent, FinishReason, Usage};
+use crate::forced_answer::ForcedAnswerEvents;
 use crate::message::ToolCall;
 use crate::reasoning::Continuation;
 use crate::sse::SseEvent;
@@ -185,9 +186,28 @@ pub struct MessageDecoder {
     /// Which stop sequence ended the message, when `stop_reason` is `stop_sequence`.
     stop_sequence: Option<String>,
     done: bool,
+    /// Calls of the forced answer tool (a JSON answer on models before structured outputs) become text.
+    answers: ForcedAnswerEvents,
 }
 
 impl MessageDecoder {
+    /// Runs the events from `start` on through the forced-answer mapping, in place.
+    fn answers_as_text(&mut self, out: &mut VecDeque<ChatEvent>, start: usize) {
+        let mut i = start;
+        while i < out.len() {
+            let event = std::mem::replace(&mut out[i], ChatEvent::finish(FinishReason::Stop));
+            match self.answers.map(event) {
+                Some(mapped) => {
+                    out[i] = mapped;
+                    i += 1;
+                }
+                None => {
+                    out.remove(i);
+                }
+            }
+        }
+    }
+
     fn block(&mut self, index: usize) -> Result<&mut BlockState, ChatError> {
         self.blocks.get_mut(&index).ok_or_else(|| {
             ChatError::new(
@@ -384,7 +404,10 @@ impl WireDecoder for MessageDecoder {
         let parsed = parsed.map_err(|e| {
             ChatError::protocol(format_args!("malformed event ({e})"), event.data.as_bytes())
         })?;
-        self.on_stream_event(parsed, out)
+        let start = out.len();
+        self.on_stream_event(parsed, out)?;
+        self.answers_as_text(out, start);
+        Ok(())
     }
 
     fn on_end(&mut self, _out: &mut VecDeque<ChatEvent>) -> Result<(), ChatError> {
@@ -486,6 +509,7 @@ pub(crate) fn decode_message(body: &[u8]) -> Result<Vec<ChatEvent>, ChatError> {
     decoder.stop_reason = message.stop_reason;
     decoder.stop_sequence = message.stop_sequence;
     decoder.finish(&mut out);
+    decoder.answers_as_text(&mut out, 0);
     Ok(out.into())
 }
 
@@ -644,6 +668,48 @@ mod tests {
             }
         );
         assert_eq!(events[n - 1], ChatEvent::finish(FinishReason::ToolCalls));
+    }
+
+    #[test]
+    fn a_forced_answer_call_comes_back_as_text_streamed_and_whole() {
+        let stream = [
+            event("message_start", json!({"type":"message_start","message":{"id":"msg_1","model":"claude-3-opus","usage":{"input_tokens":5,"output_tokens":0}}})),
+            event("content_block_start", json!({"type":"content_block_start","index":0,"content_block":{"type":"tool_use","id":"toolu_1","name":"structured_answer","input":{}}})),
+            event("content_block_delta", json!({"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":"{\"name\":"}})),
+            event("content_block_delta", json!({"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":"\"Oslo\"}"}})),
+            event("content_block_stop", json!({"type":"content_block_stop","index":0})),
+            event("message_delta", json!({"type":"message_delta","delta":{"stop_reason":"tool_use","stop_sequence":null},"usage":{"output_tokens":9}})),
+            event("message_stop", json!({"type":"message_stop"})),
+        ]
+        .concat();
+        let streamed: Vec<ChatEvent> = decode_stream(&stream)
+            .into_iter()
+            .map(Result::unwrap)
+            .collect();
+        let text: String = streamed
+            .iter()
+            .filter_map(|e| match e {
+                ChatEvent::TextDelta { text } => Some(text.as_str()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(text, r#"{"name":"Oslo"}"#);
+        assert!(!streamed.iter().any(|e| e.kind().starts_with("tool_call")));
+        assert_eq!(
+            streamed.last(),
+            Some(&ChatEvent::finish(FinishReason::Stop))
+        );
+
+        let whole = decode_message(
+            json!({"id":"msg_1","model":"claude-3-opus","content":[{"type":"tool_use","id":"toolu_1",
+                   "name":"structured_answer","input":{"name":"Oslo"}}],"stop_reason":"tool_use",
+                   "usage":{"input_tokens":5,"output_tokens":9}})
+            .to_string()
+            .as_bytes(),
+        )
+        .unwrap();
+        assert!(whole.contains(&ChatEvent::text(r#"{"name":"Oslo"}"#)));
+        assert_eq!(whole.last(), Some(&ChatEvent::finish(FinishReason::Stop)));
     }
 
     #[test]

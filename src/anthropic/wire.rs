@@ -1,14 +1,18 @@
 //! The Messages API request body.
 
+use std::sync::Arc;
+
 use serde::Serialize;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use crate::content::{CacheHint, Content, DataUrl, MediaSource, Part};
 use crate::error::{ChatError, ErrorKind};
+use crate::forced_answer::force_answer_tool;
 use crate::message::{Message, ToolArguments};
+use crate::output_schema::{normalise, NormalisedSchema, SchemaDialect};
 use crate::reasoning::Continuation;
-use crate::request::{ChatRequest, ResponseFormat, ToolChoice, ToolSpec};
+use crate::request::{ChatOptions, ChatRequest, ResponseFormat, ToolChoice, ToolSpec};
 use crate::transport::{cannot_serialize, merge_extra, resolve_model, ToolsJson};
 
 #[derive(Serialize)]
@@ -28,7 +32,59 @@ struct Body<'a> {
     top_p: Option<f32>,
     #[serde(skip_serializing_if = "<[_]>::is_empty")]
     stop_sequences: &'a [String],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    output_config: Option<OutputConfig<'a>>,
     stream: bool,
+}
+
+/// `output_config`: structured outputs (`format`), on the models that have them.
+#[derive(Serialize)]
+struct OutputConfig<'a> {
+    format: OutputFormat<'a>,
+}
+
+#[derive(Serialize)]
+struct OutputFormat<'a> {
+    r#type: &'static str,
+    schema: &'a Value,
+}
+
+/// How a JSON answer is asked of the model.
+enum JsonAnswer {
+    /// No JSON asked for.
+    Free,
+    /// Structured outputs: `output_config.format` with the schema rewritten for it.
+    OutputFormat(Arc<NormalisedSchema>),
+    /// A forced tool call whose input is the answer (models before structured outputs, and "any object").
+    ForcedTool,
+}
+
+/// Model families released before structured outputs (`output_config.format`): they get a forced tool instead.
+const WITHOUT_OUTPUT_FORMAT: [&str; 7] = [
+    "claude-2",
+    "claude-instant",
+    "claude-3",
+    "claude-sonnet-4-0",
+    "claude-sonnet-4-2025",
+    "claude-opus-4-0",
+    "claude-opus-4-2025",
+];
+
+fn json_answer(format: Option<&ResponseFormat>, model: &str) -> JsonAnswer {
+    match format {
+        None | Some(ResponseFormat::Text) => JsonAnswer::Free,
+        Some(ResponseFormat::JsonObject) => JsonAnswer::ForcedTool,
+        Some(ResponseFormat::JsonSchema { .. })
+            if WITHOUT_OUTPUT_FORMAT
+                .iter()
+                .any(|old| model.starts_with(old)) =>
+        {
+            JsonAnswer::ForcedTool
+        }
+        Some(ResponseFormat::JsonSchema { schema, .. }) => {
+            JsonAnswer::OutputFormat(normalise(schema, SchemaDialect::Anthropic))
+        }
+    }
 }
 
 #[derive(Serialize)]
@@ -164,20 +220,33 @@ pub(crate) fn encode(
     request: &ChatRequest,
     opts: &EncodeOptions<'_>,
 ) -> Result<Vec<u8>, ChatError> {
-    let options = &request.options;
-    let model = resolve_model(options, opts.default_model)?;
+    let model = resolve_model(&request.options, opts.default_model)?;
+    let answer = json_answer(request.options.response_format.as_ref(), model);
+    let forced: ChatOptions;
+    let options: &ChatOptions = match (&answer, &request.options.response_format) {
+        (JsonAnswer::ForcedTool, Some(ResponseFormat::JsonSchema { name, schema, .. })) => {
+            let mut with_tool = (*request.options).clone();
+            let schema = normalise(schema, SchemaDialect::Anthropic);
+            force_answer_tool(&mut with_tool, name, &schema.schema)?;
+            forced = with_tool;
+            &forced
+        }
+        (JsonAnswer::ForcedTool, _) => {
+            let mut with_tool = (*request.options).clone();
+            force_answer_tool(
+                &mut with_tool,
+                "json_object",
+                &serde_json::json!({"type": "object"}),
+            )?;
+            forced = with_tool;
+            &forced
+        }
+        _ => &request.options,
+    };
     let tools = opts
         .tools
         .get(&options.tools, wire_tool)
         .map_err(cannot_serialize)?;
-    if let Some(ResponseFormat::JsonObject | ResponseFormat::JsonSchema { .. }) =
-        &options.response_format
-    {
-        return Err(ChatError::new(
-            ErrorKind::InvalidRequest,
-            "the Anthropic Messages API has no response_format; describe the JSON in the prompt or use a tool",
-        ));
-    }
     let system = system(&request.messages)?;
     let mut messages: Vec<WireMessage<'_>> = Vec::with_capacity(request.messages.len());
     for message in &request.messages {
@@ -260,6 +329,15 @@ pub(crate) fn encode(
         temperature: options.temperature,
         top_p: options.top_p,
         stop_sequences: &options.stop,
+        output_config: match &answer {
+            JsonAnswer::OutputFormat(schema) => Some(OutputConfig {
+                format: OutputFormat {
+                    r#type: "json_schema",
+                    schema: &schema.schema,
+                },
+            }),
+            _ => None,
+        },
         stream: options.stream,
     };
     let serialized = if options.extra.is_empty() {
@@ -479,18 +557,69 @@ mod tests {
         assert_eq!(body["stop_sequences"], json!(["END"]));
     }
 
-    #[test]
-    fn json_response_formats_are_refused_clearly() {
-        let mut request = ChatRequest::new(vec![Message::user("hi")]).model("claude");
-        request.options.response_format = Some(ResponseFormat::JsonObject);
+    fn encode_json(model: &str, format: ResponseFormat) -> Result<Value, ChatError> {
+        let mut request = ChatRequest::new(vec![Message::user("hi")]).model(model);
+        request.options.response_format = Some(format);
         let opts = EncodeOptions {
             default_model: None,
             default_max_tokens: 1024,
             tools: &ToolsJson::default(),
         };
+        encode(&request, &opts).map(|body| serde_json::from_slice(&body).unwrap())
+    }
+
+    fn city_schema() -> ResponseFormat {
+        ResponseFormat::JsonSchema {
+            name: "city".into(),
+            schema: json!({"type": "object", "properties": {"name": {"type": "string", "maxLength": 40}},
+                           "required": ["name"]}),
+            strict: Some(true),
+        }
+    }
+
+    #[test]
+    fn a_schema_goes_in_output_config_closed_and_with_bounds_in_the_description() {
+        let body = encode_json("claude-sonnet-4-5", city_schema()).unwrap();
         assert_eq!(
-            encode(&request, &opts).unwrap_err().kind(),
-            &ErrorKind::InvalidRequest
+            body["output_config"],
+            json!({"format": {"type": "json_schema", "schema": {"type": "object",
+                "properties": {"name": {"type": "string", "description": "maxLength: 40"}},
+                "required": ["name"], "additionalProperties": false}}})
         );
+        assert!(body.get("tools").is_none());
+    }
+
+    #[test]
+    fn older_models_and_any_object_get_a_forced_answer_tool() {
+        let body = encode_json("claude-3-5-haiku-latest", city_schema()).unwrap();
+        assert!(body.get("output_config").is_none());
+        assert_eq!(body["tools"][0]["name"], "structured_answer");
+        assert_eq!(
+            body["tools"][0]["input_schema"]["additionalProperties"],
+            false
+        );
+        assert_eq!(
+            body["tool_choice"],
+            json!({"type": "tool", "name": "structured_answer"})
+        );
+
+        let body = encode_json("claude-sonnet-4-5", ResponseFormat::JsonObject).unwrap();
+        assert_eq!(body["tools"][0]["input_schema"], json!({"type": "object"}));
+    }
+
+    #[test]
+    fn a_forced_answer_beside_tools_of_its_own_is_refused() {
+        let mut request = ChatRequest::new(vec![Message::user("hi")])
+            .model("claude-3-opus")
+            .tool(ToolSpec::new("add", "adds", json!({"type": "object"})));
+        request.options.response_format = Some(city_schema());
+        let opts = EncodeOptions {
+            default_model: None,
+            default_max_tokens: 1024,
+            tools: &ToolsJson::default(),
+        };
+        let err = encode(&request, &opts).unwrap_err();
+        assert_eq!(err.kind(), &ErrorKind::InvalidRequest);
+        assert!(err.to_string().contains("forced tool"), "{err}");
     }
 }

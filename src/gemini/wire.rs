@@ -13,7 +13,11 @@ use super::signature::{self, GEMINI};
 use crate::content::{Content, DataUrl, MediaSource, Part};
 use crate::error::{ChatError, ErrorKind};
 use crate::message::{Message, ToolArguments, ToolMessage};
+use crate::output_schema::{cached, normalise, SchemaDialect};
 use crate::request::{ChatRequest, ResponseFormat, ToolChoice, ToolSpec};
+
+/// The cache slot of [`to_gemini_schema`]'s results (beside the [`SchemaDialect`]s).
+const GEMINI_OPENAPI: u8 = 200;
 use crate::transport::{cannot_serialize, merge_extra, ToolsJson};
 
 /// The provider name in errors about content this format cannot carry.
@@ -366,11 +370,17 @@ fn generation_config(request: &ChatRequest) -> Result<Map<String, Value>, ChatEr
             config.insert("responseMimeType".into(), json!("application/json"));
         }
         Some(ResponseFormat::JsonSchema { schema, .. }) => {
-            let schema = to_gemini_schema(schema).map_err(|e| {
-                ChatError::unsupported(PROVIDER, format_args!("the response schema {e}"))
-            })?;
             config.insert("responseMimeType".into(), json!("application/json"));
-            config.insert("responseSchema".into(), schema);
+            // `responseSchema` (the OpenAPI subset every Gemini model takes) when the schema fits it; otherwise
+            // (recursion, `allOf`, …) `responseJsonSchema`, which takes JSON Schema itself. Both computed once
+            // per schema.
+            match &*cached(schema, GEMINI_OPENAPI, || to_gemini_schema(schema)) {
+                Ok(converted) => config.insert("responseSchema".into(), converted.clone()),
+                Err(_) => config.insert(
+                    "responseJsonSchema".into(),
+                    normalise(schema, SchemaDialect::GeminiJson).schema.clone(),
+                ),
+            };
         }
     }
     Ok(config)

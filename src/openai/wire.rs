@@ -7,6 +7,7 @@ use serde_json::Value;
 use crate::content::{Content, ImageDetail, MediaSource, Part};
 use crate::error::ChatError;
 use crate::message::{Message, ToolCall};
+use crate::output_schema::{normalise, SchemaDialect};
 use crate::request::{ChatRequest, ResponseFormat, ToolChoice, ToolSpec};
 use crate::transport::{cannot_serialize, merge_extra, resolve_model, ToolsJson};
 
@@ -366,6 +367,8 @@ fn tool_choice(choice: &ToolChoice) -> Value {
     }
 }
 
+/// `response_format`; with `strict: true` the schema is rewritten for strict mode
+/// ([`SchemaDialect::OpenAiStrict`], computed once per schema).
 fn response_format(format: &ResponseFormat) -> Value {
     match format {
         ResponseFormat::Text => serde_json::json!({"type": "text"}),
@@ -375,9 +378,19 @@ fn response_format(format: &ResponseFormat) -> Value {
             schema,
             strict,
         } => {
-            let mut inner = serde_json::json!({"name": name, "schema": schema});
-            if let Some(strict) = strict {
-                inner["strict"] = Value::Bool(*strict);
+            let mut inner = serde_json::json!({"name": name});
+            match strict {
+                Some(true) => {
+                    inner["schema"] = normalise(schema, SchemaDialect::OpenAiStrict)
+                        .schema
+                        .clone();
+                    inner["strict"] = Value::Bool(true);
+                }
+                Some(false) => {
+                    inner["schema"] = schema.clone();
+                    inner["strict"] = Value::Bool(false);
+                }
+                None => inner["schema"] = schema.clone(),
             }
             serde_json::json!({"type": "json_schema", "json_schema": inner})
         }

@@ -221,6 +221,8 @@ pub struct ResponseDecoder {
     items: BTreeMap<usize, ItemState>,
     calls: usize,
     done: bool,
+    /// The model sent refusal text: a completed response ends as a refusal (`content_filter`), not an answer.
+    refused: bool,
 }
 
 impl ResponseDecoder {
@@ -240,7 +242,9 @@ impl ResponseDecoder {
             StreamEvent::ItemDone { output_index, item } => {
                 self.on_item_done(output_index, item, out)
             }
-            StreamEvent::TextDelta { delta } | StreamEvent::RefusalDelta { delta } => {
+            StreamEvent::TextDelta { delta } => push_text(delta, out),
+            StreamEvent::RefusalDelta { delta } => {
+                self.refused |= !delta.is_empty();
                 push_text(delta, out)
             }
             StreamEvent::ArgumentsDelta {
@@ -453,6 +457,7 @@ impl ResponseDecoder {
                 None => FinishReason::Other("incomplete".to_owned()),
             },
             _ if self.calls > 0 => FinishReason::ToolCalls,
+            Some("completed") | None if self.refused => FinishReason::ContentFilter,
             Some("completed") | None => FinishReason::Stop,
             // `in_progress`, `queued`, `cancelled`: a whole answer of a response that did not finish.
             Some(other) => FinishReason::Other(other.to_owned()),
@@ -546,7 +551,10 @@ pub(crate) fn decode_response(body: &[u8]) -> Result<Vec<ChatEvent>, ChatError> 
                 for part in content {
                     match part {
                         MessageContent::OutputText { text } => push_text(text, &mut out),
-                        MessageContent::Refusal { refusal } => push_text(refusal, &mut out),
+                        MessageContent::Refusal { refusal } => {
+                            decoder.refused |= !refusal.is_empty();
+                            push_text(refusal, &mut out)
+                        }
                         MessageContent::Other => {}
                     }
                 }

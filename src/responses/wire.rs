@@ -13,6 +13,7 @@ use serde_json::{Map, Value};
 use crate::content::{Content, DataUrl, MediaSource, Part};
 use crate::error::ChatError;
 use crate::message::{AssistantMessage, Message, ToolCall};
+use crate::output_schema::{normalise, SchemaDialect};
 use crate::reasoning::Continuation;
 use crate::request::{ChatRequest, ResponseFormat, ToolChoice, ToolSpec};
 use crate::transport::{cannot_serialize, resolve_model, ToolsJson};
@@ -374,8 +375,14 @@ fn text_format(format: &ResponseFormat) -> Value {
             schema,
             strict,
         } => {
-            let mut format =
-                serde_json::json!({"type": "json_schema", "name": name, "schema": schema});
+            let mut format = serde_json::json!({"type": "json_schema", "name": name});
+            // Strict mode takes the rewritten schema (computed once per schema).
+            format["schema"] = match strict {
+                Some(true) => normalise(schema, SchemaDialect::OpenAiStrict)
+                    .schema
+                    .clone(),
+                _ => schema.clone(),
+            };
             if let Some(strict) = strict {
                 format["strict"] = Value::Bool(*strict);
             }

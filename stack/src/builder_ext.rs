@@ -96,6 +96,14 @@ pub trait ServiceBuilderExt<L>: sealed::Sealed<L> + Sized {
         self,
         layer: tower_chat_mcp::McpLayer,
     ) -> ServiceBuilder<Stack<tower_chat_mcp::McpLayer, L>>;
+
+    /// Validate JSON answers against the request's schema and ask again with the violations (twice at most),
+    /// each repair a model call of its own (so a persistence layer below records each).
+    #[cfg(feature = "structured")]
+    fn structured_output(
+        self,
+        layer: tower_chat_structured_output::StructuredOutputLayer,
+    ) -> ServiceBuilder<Stack<tower_chat_structured_output::StructuredOutputLayer, L>>;
 }
 
 mod sealed {
@@ -177,6 +185,14 @@ impl<L> ServiceBuilderExt<L> for ServiceBuilder<L> {
         self,
         layer: tower_chat_mcp::McpLayer,
     ) -> ServiceBuilder<Stack<tower_chat_mcp::McpLayer, L>> {
+        self.layer(layer)
+    }
+
+    #[cfg(feature = "structured")]
+    fn structured_output(
+        self,
+        layer: tower_chat_structured_output::StructuredOutputLayer,
+    ) -> ServiceBuilder<Stack<tower_chat_structured_output::StructuredOutputLayer, L>> {
         self.layer(layer)
     }
 }

@@ -42,6 +42,11 @@ pub use tower_chat_limits as limits;
 #[cfg(feature = "mcp")]
 pub use tower_chat_mcp as mcp;
 
+/// Typed answers: `StructuredExt::structured::<T>`, `StructuredOutputLayer`, partial objects while streaming
+/// (feature `structured`).
+#[cfg(feature = "structured")]
+pub use tower_chat_structured_output as structured;
+
 /// The repository README's stack (its first screen), compiled as a doctest here: it is written against this
 /// crate, which the core crate cannot depend on.
 #[cfg(doctest)]

@@ -31,5 +31,7 @@ pub use tower_chat_persistence::SqliteStore;
 pub use tower_chat_persistence::{PersistenceLayer, Store};
 #[cfg(feature = "resilience")]
 pub use tower_chat_resilience::{FallbackLayer, RetryLayer};
+#[cfg(feature = "structured")]
+pub use tower_chat_structured_output::{Partial, StructuredExt, StructuredOutputLayer};
 #[cfg(feature = "tracing")]
 pub use tower_chat_tracing::TracingLayer;

@@ -209,6 +209,9 @@ pub struct ChunkDecoder {
     pub(super) finish: Option<FinishReason>,
     pub(super) usage: Option<Usage>,
     pub(super) done: bool,
+    /// The model sent a `refusal` text: the response ends as a refusal (`content_filter`, as Anthropic's
+    /// `refusal` stop does), not as an answer, whatever its `finish_reason` says.
+    pub(super) refused: bool,
 }
 
 impl ChunkDecoder {
@@ -267,6 +270,7 @@ impl ChunkDecoder {
             push_text(text, out, |text| ChatEvent::TextDelta { text });
         }
         if let Some(text) = refusal {
+            self.refused |= !text.0.is_empty();
             push_text(text, out, |text| ChatEvent::TextDelta { text });
         }
         if let Some(fragments) = delta.tool_calls {
@@ -375,6 +379,10 @@ impl ChunkDecoder {
             .finish
             .take()
             .unwrap_or_else(|| finish_reason("stop", had_calls));
+        let reason = match reason {
+            FinishReason::Stop if self.refused => FinishReason::ContentFilter,
+            other => other,
+        };
         out.push_back(ChatEvent::Finish { reason });
         self.done = true;
     }
@@ -618,6 +626,27 @@ mod tests {
                 Ok(ChatEvent::text("c")),
                 Ok(ChatEvent::text("no")),
             ]
+        );
+    }
+
+    #[test]
+    fn a_refusal_ends_as_content_filter_streamed_and_whole() {
+        let text = sse(&[
+            json!({"choices":[{"index":0,"delta":{"refusal":"I can't help with that."}}]}),
+            json!({"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}),
+        ]);
+        let events = decode_stream(&[text.as_bytes()]);
+        assert!(events.contains(&Ok(ChatEvent::text("I can't help with that."))));
+        assert_eq!(
+            events.last(),
+            Some(&Ok(ChatEvent::finish(FinishReason::ContentFilter)))
+        );
+        let plain = sse(&[
+            json!({"choices":[{"index":0,"delta":{"content":"ok","refusal":null},"finish_reason":"stop"}]}),
+        ]);
+        assert_eq!(
+            decode_stream(&[plain.as_bytes()]).last(),
+            Some(&Ok(ChatEvent::finish(FinishReason::Stop)))
         );
     }
 

@@ -132,6 +132,18 @@ mod tests {
     use serde_json::json;
 
     #[test]
+    fn a_whole_refusal_ends_as_content_filter() {
+        let body = json!({"id":"x","model":"m","choices":[{"index":0,"message":{"role":"assistant","content":null,
+            "refusal":"I can't help with that."},"finish_reason":"stop"}]});
+        let events = decode_completion(body.to_string().as_bytes()).unwrap();
+        assert!(events.contains(&ChatEvent::text("I can't help with that.")));
+        assert_eq!(
+            events.last(),
+            Some(&ChatEvent::finish(FinishReason::ContentFilter))
+        );
+    }
+
+    #[test]
     fn a_whole_completion_gives_the_same_events_as_its_stream() {
         let body = json!({"id":"x","model":"m","choices":[{"index":0,"message":{"role":"assistant","content":null,
             "tool_calls":[{"id":"c1","type":"function","function":{"name":"add","arguments":"{\"a\":1}"}}]},

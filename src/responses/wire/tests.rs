@@ -221,8 +221,20 @@ fn response_formats_go_in_text_format() {
         strict: Some(true),
     });
     let body = encode_with(&request).unwrap();
+    // Strict: the schema in strict mode's shape (every object closed, every property listed as required).
     assert_eq!(
         body["text"],
-        json!({"format": {"type": "json_schema", "name": "out", "schema": {"type": "object"}, "strict": true}})
+        json!({"format": {"type": "json_schema", "name": "out", "strict": true,
+            "schema": {"type": "object", "properties": {}, "required": [], "additionalProperties": false}}})
+    );
+    request.options.response_format = Some(ResponseFormat::JsonSchema {
+        name: "out".into(),
+        schema: json!({"type": "object"}),
+        strict: None,
+    });
+    let body = encode_with(&request).unwrap();
+    assert_eq!(
+        body["text"],
+        json!({"format": {"type": "json_schema", "name": "out", "schema": {"type": "object"}}})
     );
 }

@@ -1,0 +1,216 @@
+//! [`StructuredExt`]: typed answers from any chat service, whole or growing.
+
+use std::future::Future;
+use std::pin::Pin;
+
+use futures_core::Stream;
+use futures_util::StreamExt;
+use schemars::JsonSchema;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+use tower_chat::{ChatError, ChatEvent, ChatRequest, ChatStream, ChatStreamExt};
+use tower_layer::Layer;
+use tower_service::Service;
+
+use crate::answer::AnswerSchema;
+use crate::error::StructuredError;
+use crate::layer::StructuredOutputLayer;
+use crate::partial::PartialJson;
+
+/// One step of a streamed structured answer.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Partial<T> {
+    /// The answer so far: properties appear as their values start, strings grow, numbers and literals appear
+    /// once complete. Not validated yet.
+    Growing(Value),
+    /// The answer so far broke the schema and is asked for again: what came before is void.
+    Restarted {
+        /// What was wrong with it.
+        violations: Vec<String>,
+    },
+    /// The final answer, validated and read into `T`. Always the last item.
+    Complete(T),
+}
+
+/// A streamed structured answer.
+pub type PartialStream<T> = Pin<Box<dyn Stream<Item = Result<Partial<T>, StructuredError>> + Send>>;
+
+/// Typed answers from any chat service (implemented for every `Service<ChatRequest>` that is `Clone + Send`).
+///
+/// Each method wraps the service in a [`StructuredOutputLayer`] (two repairs) for the call, so the answer is
+/// validated against the schema and repaired before it is read. The schema goes to the provider as a strict
+/// `response_format`, which each leaf rewrites into its provider's dialect.
+pub trait StructuredExt: Sized {
+    /// The answer to `request` as a `T`, with the schema `schemars` derives for `T`.
+    fn structured<T>(
+        &self,
+        request: ChatRequest,
+    ) -> impl Future<Output = Result<T, StructuredError>> + Send
+    where
+        T: JsonSchema + DeserializeOwned + Send + 'static;
+
+    /// The answer to `request` as JSON matching `schema` (a schema known only at run time).
+    fn structured_value(
+        &self,
+        request: ChatRequest,
+        schema: AnswerSchema,
+    ) -> impl Future<Output = Result<Value, StructuredError>> + Send;
+
+    /// The answer to `request` as it streams: [`Partial::Growing`] after each text chunk, then
+    /// [`Partial::Complete`] with the validated `T` (or an error as the last item).
+    fn structured_stream<T>(&self, request: ChatRequest) -> PartialStream<T>
+    where
+        T: JsonSchema + DeserializeOwned + Send + 'static;
+}
+
+impl<S> StructuredExt for S
+where
+    S: Service<ChatRequest, Response = ChatStream, Error = ChatError>
+        + Clone
+        + Send
+        + Sync
+        + 'static,
+    S::Future: Send + 'static,
+{
+    fn structured<T>(
+        &self,
+        request: ChatRequest,
+    ) -> impl Future<Output = Result<T, StructuredError>> + Send
+    where
+        T: JsonSchema + DeserializeOwned + Send + 'static,
+    {
+        let schema = AnswerSchema::of::<T>();
+        let service = self.clone();
+        async move {
+            let value = service.structured_value(request, schema?).await?;
+            read_as(value)
+        }
+    }
+
+    fn structured_value(
+        &self,
+        request: ChatRequest,
+        schema: AnswerSchema,
+    ) -> impl Future<Output = Result<Value, StructuredError>> + Send {
+        let service = self.clone();
+        async move {
+            let stream = start(service, request, &schema).await?;
+            let response = stream.collect_response().await?;
+            // The layer checked it: this only reads it again (a violation here means the layer was bypassed).
+            schema
+                .check(response.text())
+                .map_err(|violations| StructuredError::Invalid {
+                    raw: response.text().to_owned(),
+                    violations,
+                    attempts: 1,
+                })
+        }
+    }
+
+    fn structured_stream<T>(&self, request: ChatRequest) -> PartialStream<T>
+    where
+        T: JsonSchema + DeserializeOwned + Send + 'static,
+    {
+        let service = self.clone();
+        Box::pin(
+            futures_util::stream::once(async move {
+                let schema = AnswerSchema::of::<T>()?;
+                let stream = start(service, request, &schema).await?;
+                Ok::<_, StructuredError>(partials::<T>(stream, schema))
+            })
+            .flat_map(|started| match started {
+                Ok(partials) => partials,
+                Err(error) => Box::pin(futures_util::stream::iter([Err(error)])),
+            }),
+        )
+    }
+}
+
+/// The first call through a structured-output layer.
+async fn start<S>(
+    service: S,
+    mut request: ChatRequest,
+    schema: &AnswerSchema,
+) -> Result<ChatStream, StructuredError>
+where
+    S: Service<ChatRequest, Response = ChatStream, Error = ChatError> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+{
+    request.options.response_format = Some(schema.response_format());
+    let mut checked = StructuredOutputLayer::new().layer(service);
+    std::future::poll_fn(|cx| checked.poll_ready(cx)).await?;
+    Ok(checked.call(request).await?)
+}
+
+fn read_as<T: DeserializeOwned>(value: Value) -> Result<T, StructuredError> {
+    T::deserialize(&value).map_err(|e| StructuredError::Type {
+        raw: value.to_string(),
+        message: e.to_string(),
+    })
+}
+
+/// Partial values from a checked answer's events.
+fn partials<T>(events: ChatStream, schema: AnswerSchema) -> PartialStream<T>
+where
+    T: DeserializeOwned + Send + 'static,
+{
+    struct Reading {
+        events: ChatStream,
+        parser: PartialJson,
+        /// Whether the text so far still reads as JSON (a model that wraps it in a code fence does not; its
+        /// final answer is still read, it only shows no partial values).
+        readable: bool,
+        text: String,
+        schema: AnswerSchema,
+        done: bool,
+    }
+    let reading = Reading {
+        events,
+        parser: PartialJson::new(),
+        readable: true,
+        text: String::new(),
+        schema,
+        done: false,
+    };
+    Box::pin(futures_util::stream::unfold(reading, |mut r| async move {
+        if r.done {
+            return None;
+        }
+        loop {
+            let item = match r.events.next().await {
+                Some(Ok(ChatEvent::TextDelta { text })) => {
+                    r.text.push_str(&text);
+                    r.readable = r.readable && r.parser.push(&text).is_ok();
+                    match (r.readable, r.parser.value()) {
+                        (true, Some(value)) => Ok(Partial::Growing(value.clone())),
+                        _ => continue,
+                    }
+                }
+                Some(Ok(ChatEvent::AnswerRejected { violations })) => {
+                    r.parser = PartialJson::new();
+                    r.readable = true;
+                    r.text.clear();
+                    Ok(Partial::Restarted { violations })
+                }
+                Some(Ok(ChatEvent::Finish { .. })) => {
+                    r.done = true;
+                    match r.schema.check(&r.text) {
+                        Ok(value) => read_as(value).map(Partial::Complete),
+                        Err(violations) => Err(StructuredError::Invalid {
+                            raw: std::mem::take(&mut r.text),
+                            violations,
+                            attempts: 1,
+                        }),
+                    }
+                }
+                Some(Ok(_)) => continue,
+                Some(Err(error)) => {
+                    r.done = true;
+                    Err(StructuredError::from(error))
+                }
+                None => return None,
+            };
+            return Some((item, r));
+        }
+    }))
+}

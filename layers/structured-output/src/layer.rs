@@ -1,0 +1,51 @@
+//! [`StructuredOutputLayer`]: configuration of the answer check.
+
+use tower_layer::Layer;
+
+use crate::service::StructuredOutput;
+
+/// Validates JSON answers against the request's `response_format` and asks again when they do not match (see
+/// the crate docs). Requests that ask for free text pass through untouched.
+///
+/// ```
+/// use tower::ServiceBuilder;
+/// use tower_chat_structured_output::StructuredOutputLayer;
+/// # let leaf = tower::service_fn(|_req: tower_chat::ChatRequest| async {
+/// #     Ok::<tower_chat::ChatStream, tower_chat::ChatError>(Box::pin(futures_util::stream::empty()))
+/// # });
+/// // The default: two repairs after the first answer.
+/// let _checked = ServiceBuilder::new().layer(StructuredOutputLayer::new()).service(leaf.clone());
+/// // No repair: the first answer that breaks the schema is an error.
+/// let _strict = ServiceBuilder::new().layer(StructuredOutputLayer::new().repairs(0)).service(leaf);
+/// ```
+#[derive(Clone, Copy, Debug)]
+pub struct StructuredOutputLayer {
+    pub(crate) repairs: usize,
+}
+
+impl StructuredOutputLayer {
+    /// A layer that repairs an answer at most twice.
+    pub fn new() -> Self {
+        StructuredOutputLayer { repairs: 2 }
+    }
+
+    /// How many times an answer that breaks the schema is asked for again (each a model call of its own).
+    pub fn repairs(mut self, repairs: usize) -> Self {
+        self.repairs = repairs;
+        self
+    }
+}
+
+impl Default for StructuredOutputLayer {
+    fn default() -> Self {
+        StructuredOutputLayer::new()
+    }
+}
+
+impl<S> Layer<S> for StructuredOutputLayer {
+    type Service = StructuredOutput<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        StructuredOutput::new(inner, *self)
+    }
+}
