@@ -136,6 +136,11 @@ pub struct Usage {
     /// Reasoning tokens, where reported.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reasoning_tokens: Option<u64>,
+    /// These tokens were spent by an earlier call whose answer a response cache replayed: nothing reached the
+    /// provider now, so nothing is owed ([`crate::ModelPrice::cost`] is zero, budgets charge nothing), and the
+    /// counts say what the replay saved. A sum ([`Usage::add`]) is marked when every increment in it was.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub from_response_cache: bool,
 }
 
 impl Usage {
@@ -151,6 +156,12 @@ impl Usage {
                 *a = Some(a.unwrap_or(0) + b);
             }
         }
+        // An empty sum takes the increment's origin; after that, one fresh increment makes the sum fresh.
+        self.from_response_cache = if *self == Usage::default() {
+            other.from_response_cache
+        } else {
+            self.from_response_cache && other.from_response_cache
+        };
         self.input_tokens += other.input_tokens;
         self.output_tokens += other.output_tokens;
         add_opt(&mut self.cached_input_tokens, other.cached_input_tokens);
@@ -215,6 +226,7 @@ mod tests {
     fn usage_increments_add_up() {
         let mut total = Usage::default();
         total.add(&Usage {
+            from_response_cache: false,
             input_tokens: 10,
             output_tokens: 2,
             cached_input_tokens: Some(4),
@@ -222,6 +234,7 @@ mod tests {
             cache_write_input_tokens: Some(6),
         });
         total.add(&Usage {
+            from_response_cache: false,
             input_tokens: 5,
             output_tokens: 1,
             cached_input_tokens: None,
