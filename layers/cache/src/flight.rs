@@ -67,9 +67,11 @@ impl Flights {
         }
     }
 
-    /// How many flights are in progress.
-    pub(crate) fn len(&self) -> usize {
-        lock(&self.map).len()
+    /// How many flights are in progress, and how many callers read them.
+    pub(crate) fn load(&self) -> (usize, usize) {
+        let map = lock(&self.map);
+        let callers = map.values().map(|f| f.version.receiver_count()).sum();
+        (map.len(), callers)
     }
 }
 

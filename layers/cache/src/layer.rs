@@ -91,7 +91,7 @@ impl CacheLayer {
 
     /// What the cache did so far (shared by every clone of the layer and every service built from it).
     pub fn stats(&self) -> CacheStatsSnapshot {
-        self.runtime.stats.snapshot(self.runtime.flights.len())
+        self.runtime.stats.snapshot(self.runtime.flights.load())
     }
 
     /// How long answers of `model` are kept.
@@ -189,7 +189,7 @@ impl CacheStats {
         counter.fetch_add(1, Ordering::Relaxed);
     }
 
-    fn snapshot(&self, in_flight: usize) -> CacheStatsSnapshot {
+    fn snapshot(&self, (in_flight, callers_in_flight): (usize, usize)) -> CacheStatsSnapshot {
         let read = |c: &AtomicU64| c.load(Ordering::Relaxed);
         CacheStatsSnapshot {
             hits: read(&self.hits),
@@ -199,6 +199,7 @@ impl CacheStats {
             stored: read(&self.stored),
             store_errors: read(&self.store_errors),
             in_flight: in_flight as u64,
+            callers_in_flight: callers_in_flight as u64,
         }
     }
 }
@@ -220,4 +221,6 @@ pub struct CacheStatsSnapshot {
     pub store_errors: u64,
     /// Upstream calls in flight now.
     pub in_flight: u64,
+    /// Callers reading those calls now (the first caller of each and those that joined it).
+    pub callers_in_flight: u64,
 }
