@@ -289,3 +289,161 @@ impl KeyHasher {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+    use tower_chat::{
+        CacheHint, ConversationId, ImageDetail, ImagePart, ResponseFormat, ToolCall, ToolChoice,
+        ToolSpec,
+    };
+
+    /// A request with every field set, so that each change below is a change of a set value.
+    fn full() -> ChatRequest {
+        let image = Part::from(ImagePart {
+            source: MediaSource::Data(tower_chat::Blob::new(vec![1u8, 2, 3], "image/png")),
+            detail: Some(ImageDetail::Low),
+            cache: None,
+        });
+        let mut request = ChatRequest::new(vec![
+            Message::system("Be brief."),
+            Message::user(Content::from_parts(vec![Part::text("What is this?"), image])),
+            Message::Assistant(AssistantMessage {
+                content: "Let me look.".into(),
+                reasoning: vec![],
+                tool_calls: vec![ToolCall::new("c1", "look", json!({"at": "it"}))],
+            }),
+            Message::tool_result("c1", "look", "a square"),
+        ])
+        .model("gpt-4o-mini")
+        .tool(ToolSpec::new("look", "Looks", json!({"type": "object"})))
+        .with_extension(CallerIdentity::new("alice"));
+        let options = &mut *request.options;
+        options.tool_choice = Some(ToolChoice::Auto);
+        options.parallel_tool_calls = Some(true);
+        options.temperature = Some(0.5);
+        options.top_p = Some(0.9);
+        options.max_output_tokens = Some(100);
+        options.stop = vec!["END".into()];
+        options.response_format = Some(ResponseFormat::JsonObject);
+        options.extra = json!({"seed": 7, "user": "u-1", "metadata": {"a": 1}, "store": true})
+            .as_object()
+            .unwrap()
+            .clone();
+        request
+    }
+
+    fn key(request: &ChatRequest) -> CacheKey {
+        CacheKey::of(request, Some("default-model"), &CacheScope::Caller)
+    }
+
+    #[test]
+    fn every_field_is_in_the_key_or_left_out_on_purpose() {
+        type Change = fn(&mut ChatRequest);
+        let shaping: Vec<(&str, Change)> = vec![
+            ("model", |r| r.options.model = Some("gpt-4o".into())),
+            ("model unset: the default one", |r| r.options.model = None),
+            ("a message's text", |r| r.messages[0] = Message::system("Be long.")),
+            ("a message's role", |r| r.messages[0] = Message::user("Be brief.")),
+            ("one message fewer", |r| {
+                r.messages.pop();
+            }),
+            ("an image's bytes", |r| {
+                r.messages[1] = Message::user(Content::from_parts(vec![
+                    Part::text("What is this?"),
+                    Part::image(vec![1u8, 2, 4], "image/png"),
+                ]))
+            }),
+            ("an image's detail", |r| {
+                r.messages[1] = Message::user(Content::from_parts(vec![
+                    Part::text("What is this?"),
+                    Part::image(vec![1u8, 2, 3], "image/png"),
+                ]))
+            }),
+            ("a tool call's arguments", |r| {
+                r.messages[2] = Message::Assistant(AssistantMessage {
+                    content: "Let me look.".into(),
+                    reasoning: vec![],
+                    tool_calls: vec![ToolCall::new("c1", "look", json!({"at": "that"}))],
+                })
+            }),
+            ("a tool result's error flag", |r| {
+                r.messages[3] = Message::Tool(ToolMessage::error("c1", "look", "a square"))
+            }),
+            ("tools", |r| r.options.tools.clear()),
+            ("a tool's schema", |r| {
+                r.options.tools[0].parameters = json!({"type": "object", "required": ["at"]})
+            }),
+            ("tool choice", |r| r.options.tool_choice = Some(ToolChoice::Required)),
+            ("parallel tool calls", |r| r.options.parallel_tool_calls = Some(false)),
+            ("temperature", |r| r.options.temperature = Some(0.7)),
+            ("top_p", |r| r.options.top_p = None),
+            ("max output tokens", |r| r.options.max_output_tokens = Some(101)),
+            ("stop sequences", |r| r.options.stop.push("STOP".into())),
+            ("response format", |r| r.options.response_format = Some(ResponseFormat::Text)),
+            ("a provider field", |r| {
+                r.options.extra.insert("seed".into(), json!(8));
+            }),
+            ("the caller", |r| {
+                r.extensions.insert(CallerIdentity::new("bob"));
+            }),
+        ];
+        let not_shaping: Vec<(&str, Change)> = vec![
+            ("the stream flag", |r| r.options.stream = !r.options.stream),
+            ("a conversation id", |r| {
+                r.extensions.insert(ConversationId::new("conv-9"));
+            }),
+            ("a cancellation token", |r| {
+                r.extensions.insert(tower_chat::CancellationToken::new());
+            }),
+            ("the caller's metadata fields", |r| {
+                for name in EXTRA_FIELDS_NOT_IN_KEY {
+                    r.options.extra.insert(name.into(), json!("other"));
+                }
+            }),
+            ("a prompt-cache hint on a tool", |r| {
+                r.options.tools[0].cache = Some(CacheHint::default())
+            }),
+            ("a prompt-cache hint on a part", |r| {
+                if let Message::System { content } = &mut r.messages[0] {
+                    *content.parts_mut()[0].cache_slot().unwrap() = Some(CacheHint::default());
+                }
+            }),
+        ];
+        let base = key(&full());
+        assert_eq!(base, key(&full()), "the key is stable");
+        for (what, change) in shaping {
+            let mut request = full();
+            change(&mut request);
+            assert_ne!(key(&request), base, "{what} must be in the key");
+        }
+        for (what, change) in not_shaping {
+            let mut request = full();
+            change(&mut request);
+            assert_eq!(key(&request), base, "{what} must not be in the key");
+        }
+    }
+
+    #[test]
+    fn a_shared_scope_ignores_the_caller_and_the_caller_scope_does_not() {
+        let mut bob = full();
+        bob.extensions.insert(CallerIdentity::new("bob"));
+        let shared = |r: &ChatRequest| CacheKey::of(r, None, &CacheScope::Shared);
+        assert_eq!(shared(&full()), shared(&bob));
+        assert_ne!(shared(&full()), key(&full()));
+        let anonymous = ChatRequest::new(vec![Message::user("Hi")]);
+        assert_ne!(
+            key(&anonymous),
+            key(&anonymous.clone().with_extension(CallerIdentity::new(""))),
+            "no caller is not the caller named \"\""
+        );
+    }
+
+    #[test]
+    fn the_key_prints_as_64_hex_digits() {
+        let hex = key(&full()).to_hex();
+        assert_eq!(hex.len(), 64);
+        assert!(hex.bytes().all(|b| b.is_ascii_hexdigit()));
+    }
+}

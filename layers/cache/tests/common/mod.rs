@@ -4,7 +4,6 @@
 use std::sync::Arc;
 
 use tower::Layer;
-pub use tower_chat::test_server::{scripted_stream, Delivery};
 use tower_chat::{
     BoxChatService, CallerIdentity, ChatEvent, ChatRequest, FinishReason, Message, ModelMetadata,
 };
