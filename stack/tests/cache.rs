@@ -37,7 +37,10 @@ async fn a_hit_is_recorded_as_a_cached_call_at_zero_cost_and_marked_on_its_span(
         .service(leaf);
 
     let mut records = Vec::new();
-    for (turn, expected) in [CacheStatus::Miss, CacheStatus::Hit].into_iter().enumerate() {
+    for (turn, expected) in [CacheStatus::Miss, CacheStatus::Hit]
+        .into_iter()
+        .enumerate()
+    {
         let conversation = ConversationId::new(format!("conv-{turn}"));
         let outcome = CacheOutcome::new();
         let request = ChatRequest::new(vec![Message::user("Capital of France?")])
@@ -54,7 +57,10 @@ async fn a_hit_is_recorded_as_a_cached_call_at_zero_cost_and_marked_on_its_span(
             .unwrap();
         assert_eq!(answer.text(), "Paris.");
         assert_eq!(outcome.get(), Some(expected));
-        until("the answer is stored", || async { cache.stats().stored == 1 }).await;
+        until("the answer is stored", || async {
+            cache.stats().stored == 1
+        })
+        .await;
         let calls = store.conversation_calls(&conversation).await.unwrap();
         assert_eq!(calls.len(), 1);
         records.push(calls[0].clone());
@@ -69,8 +75,15 @@ async fn a_hit_is_recorded_as_a_cached_call_at_zero_cost_and_marked_on_its_span(
     // The replay's usage is the original call's, what the hit saved.
     assert_eq!(hit.usage().total_tokens(), miss.usage().total_tokens());
 
-    let chat_spans: Vec<_> = spans.spans().into_iter().filter(|s| s.name == "chat").collect();
+    let chat_spans: Vec<_> = spans
+        .spans()
+        .into_iter()
+        .filter(|s| s.name == "chat")
+        .collect();
     assert_eq!(chat_spans.len(), 2);
     assert_eq!(chat_spans[0].field("tower_chat.response_cache"), None);
-    assert_eq!(chat_spans[1].field("tower_chat.response_cache"), Some("hit"));
+    assert_eq!(
+        chat_spans[1].field("tower_chat.response_cache"),
+        Some("hit")
+    );
 }

@@ -194,7 +194,12 @@ mod tests {
         ];
         let answer = CachedAnswer::storable(events.clone()).unwrap();
         let merged = whole(answer.events().iter().cloned().map(replayed));
-        assert_eq!(merged[0], ChatEvent::ReasoningDelta { text: "think".into() });
+        assert_eq!(
+            merged[0],
+            ChatEvent::ReasoningDelta {
+                text: "think".into()
+            }
+        );
         assert_eq!(merged[1], ChatEvent::text("Hello"));
         assert_eq!(
             merged[4],
@@ -225,9 +230,13 @@ mod tests {
     #[test]
     fn json_round_trips_and_rejects_what_is_not_an_answer() {
         let answer =
-            CachedAnswer::storable(vec![ChatEvent::text("Hi"), finish(FinishReason::Stop)]).unwrap();
+            CachedAnswer::storable(vec![ChatEvent::text("Hi"), finish(FinishReason::Stop)])
+                .unwrap();
         assert_eq!(CachedAnswer::from_json(&answer.to_json()), Some(answer));
         assert_eq!(CachedAnswer::from_json(b"not json"), None);
-        assert_eq!(CachedAnswer::from_json(b"[{\"type\":\"text_delta\",\"text\":\"x\"}]"), None);
+        assert_eq!(
+            CachedAnswer::from_json(b"[{\"type\":\"text_delta\",\"text\":\"x\"}]"),
+            None
+        );
     }
 }

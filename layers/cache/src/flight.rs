@@ -124,7 +124,12 @@ impl Flight {
     }
 
     /// The error that ended the flight: the upstream's own for the first caller to ask, a copy for the others.
-    fn error(&self, kind: &ErrorKind, message: &str, status: Option<http::StatusCode>) -> ChatError {
+    fn error(
+        &self,
+        kind: &ErrorKind,
+        message: &str,
+        status: Option<http::StatusCode>,
+    ) -> ChatError {
         lock(&self.failure).take().unwrap_or_else(|| {
             let copy = ChatError::new(kind.clone(), message);
             match status {
@@ -264,40 +269,43 @@ pub(crate) fn follow(
         done: false,
     };
     if streamed {
-        Box::pin(futures_util::stream::unfold(reader, move |mut r| async move {
-            loop {
-                if r.done {
-                    return None;
-                }
-                {
-                    let progress = lock(&r.flight.progress);
-                    if let Some(event) = progress.events.get(r.next) {
-                        r.next += 1;
-                        let event = mark(event.clone());
-                        drop(progress);
-                        return Some((Ok(event), r));
+        Box::pin(futures_util::stream::unfold(
+            reader,
+            move |mut r| async move {
+                loop {
+                    if r.done {
+                        return None;
                     }
-                    if let Some(end) = progress.end.clone() {
-                        drop(progress);
+                    {
+                        let progress = lock(&r.flight.progress);
+                        if let Some(event) = progress.events.get(r.next) {
+                            r.next += 1;
+                            let event = mark(event.clone());
+                            drop(progress);
+                            return Some((Ok(event), r));
+                        }
+                        if let Some(end) = progress.end.clone() {
+                            drop(progress);
+                            r.done = true;
+                            return match end {
+                                End::Complete => None,
+                                End::Failed {
+                                    kind,
+                                    message,
+                                    status,
+                                    ..
+                                } => Some((Err(r.flight.error(&kind, &message, status)), r)),
+                                End::Abandoned => Some((Err(ChatError::cancelled()), r)),
+                            };
+                        }
+                    }
+                    if r.receiver.changed().await.is_err() {
                         r.done = true;
-                        return match end {
-                            End::Complete => None,
-                            End::Failed {
-                                kind,
-                                message,
-                                status,
-                                ..
-                            } => Some((Err(r.flight.error(&kind, &message, status)), r)),
-                            End::Abandoned => Some((Err(ChatError::cancelled()), r)),
-                        };
+                        return Some((Err(ChatError::cancelled()), r));
                     }
                 }
-                if r.receiver.changed().await.is_err() {
-                    r.done = true;
-                    return Some((Err(ChatError::cancelled()), r));
-                }
-            }
-        }))
+            },
+        ))
     } else {
         Box::pin(
             futures_util::stream::once(async move {
@@ -307,7 +315,8 @@ pub(crate) fn follow(
                         let progress = lock(&r.flight.progress);
                         match progress.end.clone() {
                             Some(End::Complete) => {
-                                let events: Vec<_> = whole(progress.events.iter().cloned().map(mark));
+                                let events: Vec<_> =
+                                    whole(progress.events.iter().cloned().map(mark));
                                 return events.into_iter().map(Ok).collect::<Vec<_>>();
                             }
                             Some(End::Failed {
@@ -335,5 +344,7 @@ pub(crate) fn follow(
 
 /// The mutex's value, also after a panic elsewhere (the data is a plain list; a panic cannot leave it torn).
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }

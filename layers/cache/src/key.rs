@@ -70,7 +70,11 @@ impl CacheKey {
         match scope {
             CacheScope::Caller => {
                 h.tag(1);
-                h.opt_str(extensions.get::<CallerIdentity>().map(CallerIdentity::as_str));
+                h.opt_str(
+                    extensions
+                        .get::<CallerIdentity>()
+                        .map(CallerIdentity::as_str),
+                );
             }
             CacheScope::Shared => h.tag(2),
         }
@@ -308,7 +312,10 @@ mod tests {
         });
         let mut request = ChatRequest::new(vec![
             Message::system("Be brief."),
-            Message::user(Content::from_parts(vec![Part::text("What is this?"), image])),
+            Message::user(Content::from_parts(vec![
+                Part::text("What is this?"),
+                image,
+            ])),
             Message::Assistant(AssistantMessage {
                 content: "Let me look.".into(),
                 reasoning: vec![],
@@ -344,8 +351,12 @@ mod tests {
         let shaping: Vec<(&str, Change)> = vec![
             ("model", |r| r.options.model = Some("gpt-4o".into())),
             ("model unset: the default one", |r| r.options.model = None),
-            ("a message's text", |r| r.messages[0] = Message::system("Be long.")),
-            ("a message's role", |r| r.messages[0] = Message::user("Be brief.")),
+            ("a message's text", |r| {
+                r.messages[0] = Message::system("Be long.")
+            }),
+            ("a message's role", |r| {
+                r.messages[0] = Message::user("Be brief.")
+            }),
             ("one message fewer", |r| {
                 r.messages.pop();
             }),
@@ -375,13 +386,21 @@ mod tests {
             ("a tool's schema", |r| {
                 r.options.tools[0].parameters = json!({"type": "object", "required": ["at"]})
             }),
-            ("tool choice", |r| r.options.tool_choice = Some(ToolChoice::Required)),
-            ("parallel tool calls", |r| r.options.parallel_tool_calls = Some(false)),
+            ("tool choice", |r| {
+                r.options.tool_choice = Some(ToolChoice::Required)
+            }),
+            ("parallel tool calls", |r| {
+                r.options.parallel_tool_calls = Some(false)
+            }),
             ("temperature", |r| r.options.temperature = Some(0.7)),
             ("top_p", |r| r.options.top_p = None),
-            ("max output tokens", |r| r.options.max_output_tokens = Some(101)),
+            ("max output tokens", |r| {
+                r.options.max_output_tokens = Some(101)
+            }),
             ("stop sequences", |r| r.options.stop.push("STOP".into())),
-            ("response format", |r| r.options.response_format = Some(ResponseFormat::Text)),
+            ("response format", |r| {
+                r.options.response_format = Some(ResponseFormat::Text)
+            }),
             ("a provider field", |r| {
                 r.options.extra.insert("seed".into(), json!(8));
             }),

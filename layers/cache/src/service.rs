@@ -8,6 +8,7 @@ use tower_chat::{
     cancellable, CancellationToken, ChatError, ChatRequest, ChatStream, ModelInfo, ModelMetadata,
 };
 use tower_service::Service;
+use tracing::Instrument;
 
 use crate::control::{CacheControl, CacheOutcome, CacheStatus};
 use crate::flight::{drive, follow, wait_start, Role, Start};
@@ -160,7 +161,9 @@ where
                 upstream.extensions.remove::<CancellationToken>();
             }
             let call = inner.call(upstream);
-            tokio::spawn(drive(call, flight.clone(), layer, key, ttl));
+            // In the leader's span, so that what the layers below trace sits under the call that started it.
+            let driving = drive(call, flight.clone(), layer, key, ttl);
+            tokio::spawn(driving.instrument(tracing::Span::current()));
             match wait_start(&flight, &mut receiver, None).await {
                 Start::Failed(error) => Err(error),
                 Start::Started | Start::GiveUp => {

@@ -26,7 +26,10 @@ use tower_chat_cache::{
 };
 
 /// Call `service` with `request`, returning the cache's status and everything the stream yielded.
-async fn call<S>(service: &S, request: ChatRequest) -> (CacheStatus, Vec<ChatEvent>, Option<ChatError>)
+async fn call<S>(
+    service: &S,
+    request: ChatRequest,
+) -> (CacheStatus, Vec<ChatEvent>, Option<ChatError>)
 where
     S: Service<ChatRequest, Response = ChatStream, Error = ChatError> + Clone,
 {
@@ -59,7 +62,11 @@ async fn a_hit_replays_the_answer_in_the_shape_each_request_asks() {
             let (status, events, error) = call(&cache, first).await;
             assert_eq!((status, error.is_none()), (CacheStatus::Miss, true));
             if first_streamed {
-                assert_eq!(events, rich_answer(), "the caller who paid sees the model's own events");
+                assert_eq!(
+                    events,
+                    rich_answer(),
+                    "the caller who paid sees the model's own events"
+                );
             } else {
                 assert_eq!(text(&events), "Hello!");
             }
@@ -76,7 +83,10 @@ async fn a_hit_replays_the_answer_in_the_shape_each_request_asks() {
             assert_eq!(
                 whole
                     .iter()
-                    .filter(|e| matches!(e, ChatEvent::TextDelta { .. } | ChatEvent::ReasoningDelta { .. }))
+                    .filter(|e| matches!(
+                        e,
+                        ChatEvent::TextDelta { .. } | ChatEvent::ReasoningDelta { .. }
+                    ))
                     .count(),
                 2,
                 "{whole:?}"
@@ -95,7 +105,9 @@ async fn a_hit_replays_the_answer_in_the_shape_each_request_asks() {
 
 /// A model whose n-th call gets the n-th script (a service error, or the items of its stream).
 fn answering(scripts: Vec<Result<Items, ErrorKind>>, calls: Arc<AtomicUsize>) -> BoxChatService {
-    let scripts = Arc::new(std::sync::Mutex::new(std::collections::VecDeque::from(scripts)));
+    let scripts = Arc::new(std::sync::Mutex::new(std::collections::VecDeque::from(
+        scripts,
+    )));
     let service = tower::service_fn(move |_req: ChatRequest| {
         calls.fetch_add(1, Ordering::SeqCst);
         let script = scripts.lock().unwrap().pop_front().expect("scripted");
@@ -140,7 +152,12 @@ fn script(case: &str) -> Result<Items, ErrorKind> {
 
 #[tokio::test]
 async fn failed_cancelled_refused_and_filtered_answers_are_never_stored() {
-    for name in ["failed", "filtered or refused", "refused upstream", "cancelled"] {
+    for name in [
+        "failed",
+        "filtered or refused",
+        "refused upstream",
+        "cancelled",
+    ] {
         let calls = counter();
         let layer = CacheLayer::new();
         let cache = layer.layer(answering(vec![script(name), script(name)], calls.clone()));
@@ -148,10 +165,17 @@ async fn failed_cancelled_refused_and_filtered_answers_are_never_stored() {
             let token = CancellationToken::new();
             let request = ask("alice", "Hi").with_extension(token.clone());
             let outcome = CacheOutcome::new();
-            match cache.clone().oneshot(request.with_extension(outcome.clone())).await {
+            match cache
+                .clone()
+                .oneshot(request.with_extension(outcome.clone()))
+                .await
+            {
                 Ok(mut stream) => {
                     let first = stream.next().await;
-                    assert!(matches!(first, Some(Ok(ChatEvent::TextDelta { .. }))), "{name}");
+                    assert!(
+                        matches!(first, Some(Ok(ChatEvent::TextDelta { .. }))),
+                        "{name}"
+                    );
                     if name == "cancelled" {
                         token.cancel();
                     }
@@ -162,11 +186,22 @@ async fn failed_cancelled_refused_and_filtered_answers_are_never_stored() {
                 }
                 Err(error) => assert_eq!(error.message(), "refused upstream", "{name}"),
             }
-            assert_eq!(outcome.get(), Some(CacheStatus::Miss), "{name} round {round}");
+            assert_eq!(
+                outcome.get(),
+                Some(CacheStatus::Miss),
+                "{name} round {round}"
+            );
             // The flight is over before the next identical call (a cancelled one once its task saw everyone leave).
-            until("the call in flight ends", || async { layer.stats().in_flight == 0 }).await;
+            until("the call in flight ends", || async {
+                layer.stats().in_flight == 0
+            })
+            .await;
         }
-        assert_eq!(count(&calls), 2, "{name}: the second call reached the model");
+        assert_eq!(
+            count(&calls),
+            2,
+            "{name}: the second call reached the model"
+        );
         assert_eq!(layer.stats().stored, 0, "{name}");
     }
 }
@@ -205,7 +240,10 @@ async fn a_hundred_identical_calls_reach_the_provider_once() {
             tokio::spawn(async move { cache.oneshot(request).await?.collect_response().await })
         })
         .collect();
-    until("99 calls join the first", || async { layer.stats().callers_in_flight == 100 }).await;
+    until("99 calls join the first", || async {
+        layer.stats().callers_in_flight == 100
+    })
+    .await;
     open.send_replace(true);
     for call in calls {
         let response = within("a call", call).await.unwrap().unwrap();
@@ -214,9 +252,15 @@ async fn a_hundred_identical_calls_reach_the_provider_once() {
     assert_eq!(provider.requests().len(), 1, "one upstream call");
     let stats = layer.stats();
     assert_eq!((stats.misses, stats.joined, stats.hits), (1, 99, 0));
-    until("the answer is stored", || async { layer.stats().stored == 1 }).await;
+    until("the answer is stored", || async {
+        layer.stats().stored == 1
+    })
+    .await;
     let (status, events, _) = call(&cache, ask("alice", "Hi")).await;
-    assert_eq!((status, text(&events).as_str()), (CacheStatus::Hit, "Hello from upstream"));
+    assert_eq!(
+        (status, text(&events).as_str()),
+        (CacheStatus::Hit, "Hello from upstream")
+    );
     assert_eq!(provider.requests().len(), 1);
 }
 
@@ -254,7 +298,10 @@ async fn the_first_callers_cancellation_does_not_fail_the_callers_that_joined() 
         let joining = cache.clone();
         let follower =
             tokio::spawn(async move { call(&joining, ask("alice", "Hi").stream(true)).await });
-        until("the second call joins", || async { layer.stats().joined == 1 }).await;
+        until("the second call joins", || async {
+            layer.stats().joined == 1
+        })
+        .await;
 
         token.cancel();
         let cancelled: Vec<_> = leading.by_ref().collect().await;
@@ -269,7 +316,10 @@ async fn the_first_callers_cancellation_does_not_fail_the_callers_that_joined() 
         assert_eq!(status, CacheStatus::Joined);
         assert!(error.is_none(), "{error:?}");
         assert_eq!(events, marked(&answer("Hello!")));
-        until("the answer is stored", || async { layer.stats().stored == 1 }).await;
+        until("the answer is stored", || async {
+            layer.stats().stored == 1
+        })
+        .await;
         assert_eq!(call(&cache, ask("alice", "Hi")).await.0, CacheStatus::Hit);
         assert_eq!(model.calls(), 1);
     }
@@ -298,7 +348,10 @@ async fn a_caller_that_joined_a_stuck_call_calls_the_model_itself() {
         ModelMetadata::new("openai").model(MODEL),
     ));
     let stuck = tokio::spawn(cache.clone().oneshot(ask("alice", "Hi")));
-    until("the first call is in flight", || async { count(&calls) == 1 }).await;
+    until("the first call is in flight", || async {
+        count(&calls) == 1
+    })
+    .await;
 
     let (status, events, error) = call(&cache, ask("alice", "Hi")).await;
     assert_eq!((status, error.is_none()), (CacheStatus::Miss, true));
@@ -334,8 +387,9 @@ impl BrokenStore {
         if self.hangs {
             Box::pin(std::future::pending())
         } else {
-            let failed: Pin<Box<dyn Future<Output = _> + Send>> =
-                Box::pin(std::future::ready(Err(CacheStoreError::new("disk on fire"))));
+            let failed: Pin<Box<dyn Future<Output = _> + Send>> = Box::pin(std::future::ready(
+                Err(CacheStoreError::new("disk on fire")),
+            ));
             failed
         }
     }
@@ -350,9 +404,16 @@ async fn a_store_that_fails_or_hangs_is_a_miss() {
         let (cache, model) = cached_answer(&layer, Delivery::OneByOne, answer("Hello!"));
         for _ in 0..2 {
             let (status, events, error) = call(&cache, ask("alice", "Hi")).await;
-            assert_eq!((status, error.is_none()), (CacheStatus::Miss, true), "{hangs}");
+            assert_eq!(
+                (status, error.is_none()),
+                (CacheStatus::Miss, true),
+                "{hangs}"
+            );
             assert_eq!(text(&events), "Hello!");
-            until("the call in flight ends", || async { layer.stats().in_flight == 0 }).await;
+            until("the call in flight ends", || async {
+                layer.stats().in_flight == 0
+            })
+            .await;
         }
         assert_eq!(model.calls(), 2);
         // Two reads and two writes, each failed or timed out.
@@ -373,7 +434,10 @@ async fn no_store_bypasses_and_no_cache_refreshes() {
 
     let bypass = ask("alice", "Hi").with_extension(CacheControl::NoStore);
     let (status, events, _) = call(&cache, bypass).await;
-    assert_eq!((status, status.header_value()), (CacheStatus::Bypass, "bypass"));
+    assert_eq!(
+        (status, status.header_value()),
+        (CacheStatus::Bypass, "bypass")
+    );
     assert_eq!(events, answer("Hello!"), "the model's own usage, unmarked");
     assert_eq!(model.calls(), 2);
 
@@ -393,25 +457,39 @@ async fn a_zero_time_to_live_turns_caching_off_for_that_model() {
     let layer = CacheLayer::new().model_ttl("o3", Duration::ZERO);
     let (cache, model) = cached_answer(&layer, Delivery::OneByOne, answer("Hello!"));
     for _ in 0..2 {
-        assert_eq!(call(&cache, ask("alice", "Hi").model("o3")).await.0, CacheStatus::Bypass);
+        assert_eq!(
+            call(&cache, ask("alice", "Hi").model("o3")).await.0,
+            CacheStatus::Bypass
+        );
     }
     assert_eq!(model.calls(), 2);
     // The default model keeps the default time to live.
     assert_eq!(call(&cache, ask("alice", "Hi")).await.0, CacheStatus::Miss);
     until("stored", || async { layer.stats().stored == 1 }).await;
-    assert_eq!(call(&cache, ask("alice", "Hi").model(MODEL)).await.0, CacheStatus::Hit, "the default model named");
+    assert_eq!(
+        call(&cache, ask("alice", "Hi").model(MODEL)).await.0,
+        CacheStatus::Hit,
+        "the default model named"
+    );
 }
 
 #[tokio::test]
 async fn callers_never_share_answers_unless_the_scope_is_shared() {
-    for (scope, bob) in [(CacheScope::Caller, CacheStatus::Miss), (CacheScope::Shared, CacheStatus::Hit)] {
+    for (scope, bob) in [
+        (CacheScope::Caller, CacheStatus::Miss),
+        (CacheScope::Shared, CacheStatus::Hit),
+    ] {
         let layer = CacheLayer::new().scope(scope.clone());
         let (cache, _) = cached_answer(&layer, Delivery::OneByOne, answer("Hello!"));
         assert_eq!(call(&cache, ask("alice", "Hi")).await.0, CacheStatus::Miss);
         until("stored", || async { layer.stats().stored == 1 }).await;
         assert_eq!(call(&cache, ask("bob", "Hi")).await.0, bob, "{scope:?}");
         assert_eq!(call(&cache, ask("alice", "Hi")).await.0, CacheStatus::Hit);
-        assert_eq!(call(&cache, user("Hi")).await.0, bob, "anonymous, {scope:?}");
+        assert_eq!(
+            call(&cache, user("Hi")).await.0,
+            bob,
+            "anonymous, {scope:?}"
+        );
     }
 }
 
@@ -453,7 +531,11 @@ async fn inside_the_tool_loop_hits_replay_model_calls_and_the_tools_still_run() 
             assert_eq!(response.usage.from_response_cache, turn == 1, "{shape:?}");
             until("both rounds stored", || async { layer.stats().stored == 2 }).await;
         }
-        assert_eq!(model.calls(), 2, "{shape:?}: the second turn's rounds were both hits");
+        assert_eq!(
+            model.calls(),
+            2,
+            "{shape:?}: the second turn's rounds were both hits"
+        );
         assert_eq!(layer.stats().hits, 2);
     }
 }
@@ -471,12 +553,23 @@ async fn a_budget_outside_the_cache_is_charged_nothing_for_a_hit() {
     let chat = limits.layer(cache);
     let used = |kind| {
         let limits = limits.clone();
-        async move { limits.usage("alice").await.unwrap().counter(kind).unwrap().used }
+        async move {
+            limits
+                .usage("alice")
+                .await
+                .unwrap()
+                .counter(kind)
+                .unwrap()
+                .used
+        }
     };
 
     assert_eq!(call(&chat, ask("alice", "Hi")).await.0, CacheStatus::Miss);
     until("stored", || async { layer.stats().stored == 1 }).await;
-    let charged = (used(CounterKind::InputTokens).await, used(CounterKind::OutputTokens).await);
+    let charged = (
+        used(CounterKind::InputTokens).await,
+        used(CounterKind::OutputTokens).await,
+    );
     assert_eq!(charged, (20, 3));
 
     let (status, events, _) = call(&chat, ask("alice", "Hi")).await;
@@ -490,6 +583,9 @@ async fn a_budget_outside_the_cache_is_charged_nothing_for_a_hit() {
             ..Usage::default()
         }]
     );
-    let after = (used(CounterKind::InputTokens).await, used(CounterKind::OutputTokens).await);
+    let after = (
+        used(CounterKind::InputTokens).await,
+        used(CounterKind::OutputTokens).await,
+    );
     assert_eq!(after, charged, "the replay charged no tokens");
 }

@@ -6,9 +6,11 @@ mod common;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use common::*;
-use tower_chat::ChatStreamExt;
 use tower::ServiceExt;
-use tower_chat_cache::{CacheKey, CacheLayer, CacheOutcome, CacheScope, CacheStatus, RedisCacheStore};
+use tower_chat::ChatStreamExt;
+use tower_chat_cache::{
+    CacheKey, CacheLayer, CacheOutcome, CacheScope, CacheStatus, RedisCacheStore,
+};
 
 /// A key prefix of this test's own, so that tests running at once never share entries.
 fn prefix(test: &str) -> String {
@@ -57,13 +59,19 @@ async fn two_replicas_share_answers_kept_compressed_with_their_time_to_live() {
     let (first, model_one) = cached_answer(&one, Delivery::OneByOne, answer(&long));
     let (second, model_two) = cached_answer(&two, Delivery::OneByOne, answer(&long));
 
-    assert_eq!(status_of(&first, ask("alice", "Hi")).await.0, CacheStatus::Miss);
+    assert_eq!(
+        status_of(&first, ask("alice", "Hi")).await.0,
+        CacheStatus::Miss
+    );
     until("stored", || async { one.stats().stored == 1 }).await;
     let (status, text) = status_of(&second, ask("alice", "Hi").stream(false)).await;
     assert_eq!((status, text.as_str()), (CacheStatus::Hit, long.as_str()));
     assert_eq!((model_one.calls(), model_two.calls()), (1, 0));
     // Another caller of the other replica does not see it.
-    assert_eq!(status_of(&second, ask("bob", "Hi")).await.0, CacheStatus::Miss);
+    assert_eq!(
+        status_of(&second, ask("bob", "Hi")).await.0,
+        CacheStatus::Miss
+    );
 
     // The entry: LZ4 of the answer's JSON, expiring within the model's time to live.
     let client = redis::Client::open(url.as_str()).unwrap();
@@ -76,7 +84,12 @@ async fn two_replicas_share_answers_kept_compressed_with_their_time_to_live() {
         .await
         .unwrap();
     let json = lz4_flex::block::decompress_size_prepended(&bytes).unwrap();
-    assert!(bytes.len() * 4 < json.len(), "{} compressed from {}", bytes.len(), json.len());
+    assert!(
+        bytes.len() * 4 < json.len(),
+        "{} compressed from {}",
+        bytes.len(),
+        json.len()
+    );
     let events: serde_json::Value = serde_json::from_slice(&json).unwrap();
     assert_eq!(events.as_array().unwrap().last().unwrap()["type"], "finish");
     let ttl: i64 = redis::cmd("PTTL")
@@ -122,7 +135,10 @@ async fn a_redis_that_refuses_connections_is_a_miss_not_an_error() {
     for _ in 0..2 {
         let (status, text) = status_of(&cache, ask("alice", "Hi")).await;
         assert_eq!((status, text.as_str()), (CacheStatus::Miss, "Hello!"));
-        until("the call in flight ends", || async { layer.stats().in_flight == 0 }).await;
+        until("the call in flight ends", || async {
+            layer.stats().in_flight == 0
+        })
+        .await;
     }
     assert_eq!(model.calls(), 2);
     assert_eq!(layer.stats().store_errors, 4, "two reads, two writes");

@@ -22,7 +22,12 @@ struct Entry {
 struct PerEntryTtl;
 
 impl Expiry<CacheKey, Entry> for PerEntryTtl {
-    fn expire_after_create(&self, _key: &CacheKey, entry: &Entry, _now: Instant) -> Option<Duration> {
+    fn expire_after_create(
+        &self,
+        _key: &CacheKey,
+        entry: &Entry,
+        _now: Instant,
+    ) -> Option<Duration> {
         Some(entry.ttl)
     }
 }
@@ -92,7 +97,14 @@ impl CacheStore for MemoryCacheStore {
         let bytes = answer.to_json().len() as u64;
         if bytes <= self.max_bytes / 4 {
             let weight = u32::try_from(bytes).unwrap_or(u32::MAX);
-            self.cache.insert(key, Entry { answer, ttl, weight });
+            self.cache.insert(
+                key,
+                Entry {
+                    answer,
+                    ttl,
+                    weight,
+                },
+            );
         }
         Box::pin(std::future::ready(Ok(())))
     }

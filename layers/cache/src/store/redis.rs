@@ -65,8 +65,9 @@ impl RedisCacheStoreBuilder {
     /// # Panics
     /// Outside a Tokio runtime.
     pub fn build(self) -> Result<RedisCacheStore, CacheStoreError> {
-        let client = redis::Client::open(self.url.as_str())
-            .map_err(|e| CacheStoreError::with_source(format!("bad Redis URL {:?}", self.url), e))?;
+        let client = redis::Client::open(self.url.as_str()).map_err(|e| {
+            CacheStoreError::with_source(format!("bad Redis URL {:?}", self.url), e)
+        })?;
         let config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(self.timeout))
             .set_response_timeout(Some(self.timeout))
@@ -113,8 +114,13 @@ async fn timed<T>(
 ) -> Result<T, CacheStoreError> {
     match tokio::time::timeout(timeout, operation).await {
         Ok(Ok(value)) => Ok(value),
-        Ok(Err(error)) => Err(CacheStoreError::with_source(format!("Redis {what} failed"), error)),
-        Err(_) => Err(CacheStoreError::new(format!("Redis {what} timed out after {timeout:?}"))),
+        Ok(Err(error)) => Err(CacheStoreError::with_source(
+            format!("Redis {what} failed"),
+            error,
+        )),
+        Err(_) => Err(CacheStoreError::new(format!(
+            "Redis {what} timed out after {timeout:?}"
+        ))),
     }
 }
 
@@ -147,8 +153,8 @@ impl CacheStore for RedisCacheStore {
             let mut connection = self.connection.clone();
             let bytes = lz4_flex::block::compress_prepend_size(&answer.to_json());
             let millis = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1);
-            let options = redis::SetOptions::default()
-                .with_expiration(redis::SetExpiry::PX(millis));
+            let options =
+                redis::SetOptions::default().with_expiration(redis::SetExpiry::PX(millis));
             timed(
                 "SET",
                 self.timeout,
