@@ -249,6 +249,35 @@ mod tests {
     }
 
     #[test]
+    fn a_sum_is_from_the_response_cache_only_when_every_increment_was() {
+        let replayed = Usage {
+            input_tokens: 3,
+            from_response_cache: true,
+            ..Usage::default()
+        };
+        let fresh = Usage {
+            input_tokens: 2,
+            ..Usage::default()
+        };
+        let mut all_replayed = Usage::default();
+        all_replayed.add(&replayed);
+        all_replayed.add(&replayed);
+        assert!(all_replayed.from_response_cache);
+        assert_eq!(all_replayed.input_tokens, 6);
+        for order in [[replayed, fresh], [fresh, replayed]] {
+            let mut mixed = Usage::default();
+            order.iter().for_each(|u| mixed.add(u));
+            assert!(!mixed.from_response_cache, "{order:?}");
+        }
+        // Serialised only when set, so provider usage reads as it always did.
+        assert!(!serde_json::to_string(&fresh)
+            .unwrap()
+            .contains("from_response_cache"));
+        let text = serde_json::to_string(&replayed).unwrap();
+        assert_eq!(serde_json::from_str::<Usage>(&text).unwrap(), replayed);
+    }
+
+    #[test]
     fn events_serialize_with_a_type_tag() {
         let text = serde_json::to_string(&ChatEvent::finish(FinishReason::MaxRounds)).unwrap();
         assert_eq!(text, r#"{"type":"finish","reason":"max_rounds"}"#);

@@ -246,6 +246,15 @@ mod tests {
     }
 
     #[test]
+    fn usage_a_response_cache_replayed_costs_nothing() {
+        let price = ModelPrice::per_million_usd(0.15, 0.6);
+        let mut replayed = usage(1_000, 1_000, None, None);
+        assert!(price.cost(&replayed) > Cost::ZERO);
+        replayed.from_response_cache = true;
+        assert_eq!(price.cost(&replayed), Cost::ZERO);
+    }
+
+    #[test]
     fn absurd_prices_and_token_counts_saturate_instead_of_overflowing() {
         let max = ModelPrice {
             input: u64::MAX,
