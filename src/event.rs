@@ -144,6 +144,11 @@ pub struct Usage {
     /// Reasoning tokens, where reported.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reasoning_tokens: Option<u64>,
+    /// These tokens were spent by an earlier call whose answer a response cache replayed: nothing reached the
+    /// provider now, so nothing is owed ([`crate::ModelPrice::cost`] is zero, budgets charge nothing), and the
+    /// counts say what the replay saved. A sum ([`Usage::add`]) is marked when every increment in it was.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub from_response_cache: bool,
 }
 
 impl Usage {
@@ -159,6 +164,12 @@ impl Usage {
                 *a = Some(a.unwrap_or(0) + b);
             }
         }
+        // An empty sum takes the increment's origin; after that, one fresh increment makes the sum fresh.
+        self.from_response_cache = if *self == Usage::default() {
+            other.from_response_cache
+        } else {
+            self.from_response_cache && other.from_response_cache
+        };
         self.input_tokens += other.input_tokens;
         self.output_tokens += other.output_tokens;
         add_opt(&mut self.cached_input_tokens, other.cached_input_tokens);
@@ -231,6 +242,7 @@ mod tests {
     fn usage_increments_add_up() {
         let mut total = Usage::default();
         total.add(&Usage {
+            from_response_cache: false,
             input_tokens: 10,
             output_tokens: 2,
             cached_input_tokens: Some(4),
@@ -238,6 +250,7 @@ mod tests {
             cache_write_input_tokens: Some(6),
         });
         total.add(&Usage {
+            from_response_cache: false,
             input_tokens: 5,
             output_tokens: 1,
             cached_input_tokens: None,
@@ -249,6 +262,35 @@ mod tests {
         assert_eq!(total.cached_input_tokens, Some(4));
         assert_eq!(total.reasoning_tokens, Some(3));
         assert_eq!(total.cache_write_input_tokens, Some(6));
+    }
+
+    #[test]
+    fn a_sum_is_from_the_response_cache_only_when_every_increment_was() {
+        let replayed = Usage {
+            input_tokens: 3,
+            from_response_cache: true,
+            ..Usage::default()
+        };
+        let fresh = Usage {
+            input_tokens: 2,
+            ..Usage::default()
+        };
+        let mut all_replayed = Usage::default();
+        all_replayed.add(&replayed);
+        all_replayed.add(&replayed);
+        assert!(all_replayed.from_response_cache);
+        assert_eq!(all_replayed.input_tokens, 6);
+        for order in [[replayed, fresh], [fresh, replayed]] {
+            let mut mixed = Usage::default();
+            order.iter().for_each(|u| mixed.add(u));
+            assert!(!mixed.from_response_cache, "{order:?}");
+        }
+        // Serialised only when set, so provider usage reads as it always did.
+        assert!(!serde_json::to_string(&fresh)
+            .unwrap()
+            .contains("from_response_cache"));
+        let text = serde_json::to_string(&replayed).unwrap();
+        assert_eq!(serde_json::from_str::<Usage>(&text).unwrap(), replayed);
     }
 
     #[test]

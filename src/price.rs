@@ -128,8 +128,12 @@ impl ModelPrice {
         self
     }
 
-    /// What `usage` costs at this price, rounded up to the next nano-dollar.
+    /// What `usage` costs at this price, rounded up to the next nano-dollar: nothing for usage a response cache
+    /// replayed ([`Usage::from_response_cache`]), which no provider was paid for.
     pub fn cost(&self, usage: &Usage) -> Cost {
+        if usage.from_response_cache {
+            return Cost(0);
+        }
         let cached = usage
             .cached_input_tokens
             .unwrap_or(0)
@@ -232,12 +236,22 @@ mod tests {
 
     fn usage(input: u64, output: u64, cached: Option<u64>, reasoning: Option<u64>) -> Usage {
         Usage {
+            from_response_cache: false,
             input_tokens: input,
             output_tokens: output,
             cached_input_tokens: cached,
             reasoning_tokens: reasoning,
             cache_write_input_tokens: None,
         }
+    }
+
+    #[test]
+    fn usage_a_response_cache_replayed_costs_nothing() {
+        let price = ModelPrice::per_million_usd(0.15, 0.6);
+        let mut replayed = usage(1_000, 1_000, None, None);
+        assert!(price.cost(&replayed) > Cost::ZERO);
+        replayed.from_response_cache = true;
+        assert_eq!(price.cost(&replayed), Cost::ZERO);
     }
 
     #[test]

@@ -219,6 +219,7 @@ async fn a_reasoning_stream_gives_its_summary_and_what_continues_it() {
     assert_eq!(
         response.usage,
         Usage {
+            from_response_cache: false,
             input_tokens: 2048,
             output_tokens: 340,
             cached_input_tokens: Some(1920),

@@ -659,6 +659,7 @@ mod tests {
             events[n - 2],
             ChatEvent::Usage {
                 usage: Usage {
+                    from_response_cache: false,
                     input_tokens: 30,
                     output_tokens: 40,
                     cached_input_tokens: Some(5),

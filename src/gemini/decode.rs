@@ -102,6 +102,7 @@ struct WireUsage {
 impl From<WireUsage> for Usage {
     fn from(wire: WireUsage) -> Self {
         Usage {
+            from_response_cache: false,
             input_tokens: wire.prompt_token_count + wire.tool_use_prompt_token_count,
             // Gemini counts thoughts apart from the candidates; both are generated tokens.
             output_tokens: wire.candidates_token_count + wire.thoughts_token_count.unwrap_or(0),

@@ -48,6 +48,7 @@ fn thoughts_text_signature_and_usage_map_to_events() {
             },
             ChatEvent::Usage {
                 usage: Usage {
+                    from_response_cache: false,
                     input_tokens: 9,
                     output_tokens: 14 + 406,
                     cached_input_tokens: Some(4),

@@ -187,6 +187,7 @@ impl From<WireUsage> for Usage {
     fn from(wire: WireUsage) -> Self {
         let input = wire.input_tokens_details;
         Usage {
+            from_response_cache: false,
             // Like Chat Completions, and unlike Anthropic, `input_tokens` already counts the cached ones.
             input_tokens: wire.input_tokens,
             output_tokens: wire.output_tokens,

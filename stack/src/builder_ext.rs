@@ -104,6 +104,15 @@ pub trait ServiceBuilderExt<L>: sealed::Sealed<L> + Sized {
         self,
         layer: tower_chat_structured_output::StructuredOutputLayer,
     ) -> ServiceBuilder<Stack<tower_chat_structured_output::StructuredOutputLayer, L>>;
+
+    /// Answer repeated calls from a cache: inside the tool loop it caches model calls (the tools still run),
+    /// outside it whole turns. Put it inside persistence, tracing and limits so that hits are recorded, traced
+    /// and charged nothing.
+    #[cfg(feature = "cache")]
+    fn response_cache(
+        self,
+        layer: tower_chat_cache::CacheLayer,
+    ) -> ServiceBuilder<Stack<tower_chat_cache::CacheLayer, L>>;
 }
 
 mod sealed {
@@ -193,6 +202,14 @@ impl<L> ServiceBuilderExt<L> for ServiceBuilder<L> {
         self,
         layer: tower_chat_structured_output::StructuredOutputLayer,
     ) -> ServiceBuilder<Stack<tower_chat_structured_output::StructuredOutputLayer, L>> {
+        self.layer(layer)
+    }
+
+    #[cfg(feature = "cache")]
+    fn response_cache(
+        self,
+        layer: tower_chat_cache::CacheLayer,
+    ) -> ServiceBuilder<Stack<tower_chat_cache::CacheLayer, L>> {
         self.layer(layer)
     }
 }

@@ -38,6 +38,11 @@ pub use tower_chat_resilience as resilience;
 #[cfg(feature = "limits")]
 pub use tower_chat_limits as limits;
 
+/// A response cache: answers replayed per caller, identical calls in flight coalesced (feature `cache`; shared
+/// across replicas through Redis with `cache-redis`).
+#[cfg(feature = "cache")]
+pub use tower_chat_cache as cache;
+
 /// MCP servers as tool sources (feature `mcp`).
 #[cfg(feature = "mcp")]
 pub use tower_chat_mcp as mcp;

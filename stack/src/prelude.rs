@@ -15,6 +15,8 @@ pub use crate::ServiceBuilderExt;
 
 #[cfg(feature = "approval")]
 pub use tower_chat_approval::{ApprovalLayer, Verdict};
+#[cfg(feature = "cache")]
+pub use tower_chat_cache::{CacheControl, CacheLayer, CacheOutcome, CacheStatus};
 #[cfg(feature = "tools")]
 pub use tower_chat_function_invocation::{
     tool_fn, tool_json, CompiledTool, FnTool, FunctionInvocationLayer, IntoTool, ToolError,

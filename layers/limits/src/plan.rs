@@ -430,6 +430,7 @@ mod tests {
                         (None, Some(5)),
                     ] {
                         let usage = Usage {
+                            from_response_cache: false,
                             input_tokens: input,
                             output_tokens: output,
                             cached_input_tokens: cached,

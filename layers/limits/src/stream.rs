@@ -82,7 +82,12 @@ impl Stream for LimitedStream {
         match item {
             Some(Ok(event)) => match event {
                 ChatEvent::Usage { usage } => {
-                    lease.usage.get_or_insert_with(Usage::default).add(usage)
+                    let charged = lease.usage.get_or_insert_with(Usage::default);
+                    // A response cache's replay was paid for by the call that produced it: the usage is known
+                    // (no estimate is charged) and owes nothing.
+                    if !usage.from_response_cache {
+                        charged.add(usage);
+                    }
                 }
                 ChatEvent::TextDelta { text } | ChatEvent::ReasoningDelta { text } => {
                     lease.output_chars += text.len() as u64

@@ -257,6 +257,13 @@ impl CallRecord {
         self.response.usage
     }
 
+    /// Whether a response cache answered the call: every usage report was a replay
+    /// ([`Usage::from_response_cache`]), so no provider was called, the latency is the replay's, and the cost is
+    /// zero (the tokens are those the original call spent, which the replay saved).
+    pub fn from_response_cache(&self) -> bool {
+        self.response.usage.from_response_cache
+    }
+
     /// The assistant text of the response (possibly partial).
     pub fn text(&self) -> &str {
         self.response.text()

@@ -133,6 +133,7 @@ macro_rules! chat_span {
             error.message = Empty,
             http.response.status_code = Empty,
             tower_chat.outcome = Empty,
+            tower_chat.response_cache = Empty,
         )
     };
 }
@@ -333,6 +334,10 @@ impl<M: Metrics> CallState<M> {
             }
             if let Some(written) = usage.cache_write_input_tokens {
                 span.record("gen_ai.usage.cache_creation.input_tokens", written);
+            }
+            // Every token of the call was replayed by a response cache: no provider was called for it.
+            if usage.from_response_cache {
+                span.record("tower_chat.response_cache", display("hit"));
             }
         }
         if let Some(error_type) = error_type {

@@ -47,7 +47,8 @@
 //! [`tower_chat::ConversationId`]), `server.address`, `server.port`, `gen_ai.response.id`, `gen_ai.response.model`,
 //! `gen_ai.response.finish_reasons` (e.g. `["stop"]`), `gen_ai.response.time_to_first_chunk` (seconds),
 //! `gen_ai.usage.input_tokens`, `gen_ai.usage.output_tokens`, `gen_ai.usage.cache_read.input_tokens`,
-//! `gen_ai.usage.cache_creation.input_tokens` (sums of the stream's usage increments), `error.type`, `otel.status_code = "ERROR"` and `http.response.status_code` on
+//! `gen_ai.usage.cache_creation.input_tokens` (sums of the stream's usage increments), `tower_chat.response_cache`
+//! (`hit` when every usage increment was replayed by a response cache), `error.type`, `otel.status_code = "ERROR"` and `http.response.status_code` on
 //! failure. A failure also emits an `ERROR` event `chat call failed` in the span.
 //!
 //! The provider, default model and endpoint come from the inner service's [`tower_chat::ModelInfo`], read once

@@ -133,6 +133,7 @@ async fn cached_tokens_and_the_output_type_are_recorded() {
     let leaf = service_fn(|_req: ChatRequest| async {
         let cached = ChatEvent::Usage {
             usage: tower_chat::Usage {
+                from_response_cache: false,
                 input_tokens: 100,
                 output_tokens: 5,
                 cached_input_tokens: Some(64),

@@ -172,6 +172,7 @@ mod tests {
                 },
                 ChatEvent::Usage {
                     usage: Usage {
+                        from_response_cache: false,
                         input_tokens: 3,
                         output_tokens: 2,
                         cached_input_tokens: Some(1),

@@ -48,6 +48,7 @@ struct CompletionDetails {
 impl From<WireUsage> for Usage {
     fn from(wire: WireUsage) -> Self {
         Usage {
+            from_response_cache: false,
             input_tokens: wire.prompt_tokens,
             output_tokens: wire.completion_tokens,
             cached_input_tokens: wire.prompt_tokens_details.and_then(|d| d.cached_tokens),

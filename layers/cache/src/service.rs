@@ -1,0 +1,175 @@
+//! [`Cached`], the service the layer builds.
+
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use futures_util::future::BoxFuture;
+use tower_chat::{
+    cancellable, CancellationToken, ChatError, ChatRequest, ChatStream, ModelInfo, ModelMetadata,
+};
+use tower_service::Service;
+use tracing::Instrument;
+
+use crate::control::{CacheControl, CacheOutcome, CacheStatus};
+use crate::flight::{drive, follow, wait_start, Role, Start};
+use crate::key::CacheKey;
+use crate::layer::CacheLayer;
+
+/// Answers a call from the cache, from an identical call in flight, or from the inner service; built by
+/// [`CacheLayer`].
+#[derive(Clone, Debug)]
+pub struct Cached<S> {
+    inner: S,
+    layer: CacheLayer,
+    /// The model a request that names none is sent to: the inner service's, read when the layer wrapped it.
+    default_model: Option<Arc<str>>,
+}
+
+impl<S> Cached<S> {
+    /// Wrap `inner`, which reports no default model: requests that name no model are keyed under none. (The
+    /// layer reads the default model from an inner service that implements [`ModelInfo`].)
+    pub fn new(inner: S, layer: CacheLayer) -> Self {
+        Cached::with_default_model(inner, layer, None)
+    }
+
+    /// Wrap `inner`, keying requests that name no model under `default_model`.
+    pub fn with_default_model(
+        inner: S,
+        layer: CacheLayer,
+        default_model: Option<Arc<str>>,
+    ) -> Self {
+        Cached {
+            inner,
+            layer,
+            default_model,
+        }
+    }
+
+    tower_chat::define_inner_service_accessors!();
+
+    /// The layer (statistics, configuration).
+    pub fn layer(&self) -> &CacheLayer {
+        &self.layer
+    }
+}
+
+impl<S: ModelInfo> ModelInfo for Cached<S> {
+    fn model_metadata(&self) -> ModelMetadata {
+        self.inner.model_metadata()
+    }
+}
+
+impl<S> Service<ChatRequest> for Cached<S>
+where
+    S: Service<ChatRequest, Response = ChatStream, Error = ChatError> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+{
+    type Response = ChatStream;
+    type Error = ChatError;
+    type Future = BoxFuture<'static, Result<ChatStream, ChatError>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: ChatRequest) -> Self::Future {
+        // The service that was polled ready goes with this call; `self` keeps a fresh clone (axum's
+        // clone-and-swap), which is polled ready before its own call.
+        let fresh = self.inner.clone();
+        let inner = std::mem::replace(&mut self.inner, fresh);
+        let layer = self.layer.clone();
+        let model = request
+            .options
+            .model
+            .as_deref()
+            .map(Arc::from)
+            .or_else(|| self.default_model.clone());
+        Box::pin(respond(inner, layer, model, request))
+    }
+}
+
+/// Tell the caller (and the statistics) how the call is served.
+fn settle(layer: &CacheLayer, request: &ChatRequest, status: CacheStatus) {
+    layer.runtime.stats.count(status);
+    if let Some(outcome) = request.extensions.get::<CacheOutcome>() {
+        outcome.set(status);
+    }
+    tracing::debug!(cache = status.as_str(), "response cache");
+}
+
+/// `stream`, ended with a cancellation error when the caller's token is cancelled.
+fn for_caller(stream: ChatStream, token: Option<CancellationToken>) -> ChatStream {
+    match token {
+        Some(token) => cancellable(stream, token),
+        None => stream,
+    }
+}
+
+async fn respond<S>(
+    mut inner: S,
+    layer: CacheLayer,
+    model: Option<Arc<str>>,
+    request: ChatRequest,
+) -> Result<ChatStream, ChatError>
+where
+    S: Service<ChatRequest, Response = ChatStream, Error = ChatError> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+{
+    let control = request.extensions.get::<CacheControl>().copied();
+    let ttl = layer.ttl_of(model.as_deref());
+    if control == Some(CacheControl::NoStore) || ttl.is_zero() {
+        settle(&layer, &request, CacheStatus::Bypass);
+        return inner.call(request).await;
+    }
+
+    let key = CacheKey::of(&request, model.as_deref(), &layer.scope);
+    let streamed = request.options.stream;
+    let token = request.cancellation().cloned();
+    if control != Some(CacheControl::NoCache) {
+        if let Some(answer) = layer.read(key).await {
+            settle(&layer, &request, CacheStatus::Hit);
+            return Ok(for_caller(answer.replay(streamed), token));
+        }
+    }
+
+    match layer.runtime.flights.enter(key) {
+        Role::Follow(flight, mut receiver) => {
+            match wait_start(&flight, &mut receiver, Some(layer.follow_timeout)).await {
+                Start::Started => {
+                    settle(&layer, &request, CacheStatus::Joined);
+                    Ok(for_caller(follow(flight, receiver, streamed, true), token))
+                }
+                Start::Failed(error) => {
+                    settle(&layer, &request, CacheStatus::Joined);
+                    Err(error)
+                }
+                Start::GiveUp => {
+                    drop(receiver);
+                    // The call this one joined is stuck or gone: call the model directly (not stored: the call
+                    // in flight, if it completes, stores its own answer).
+                    settle(&layer, &request, CacheStatus::Miss);
+                    inner.call(request).await
+                }
+            }
+        }
+        Role::Lead(flight, mut receiver) => {
+            settle(&layer, &request, CacheStatus::Miss);
+            // The upstream call belongs to everyone who joins it: the leader's cancellation token stays with the
+            // leader's own stream (below), and the call stops early only when every caller has left.
+            let mut upstream = request;
+            if token.is_some() {
+                upstream.extensions.remove::<CancellationToken>();
+            }
+            let call = inner.call(upstream);
+            // In the leader's span, so that what the layers below trace sits under the call that started it.
+            let driving = drive(call, flight.clone(), layer, key, ttl);
+            tokio::spawn(driving.instrument(tracing::Span::current()));
+            match wait_start(&flight, &mut receiver, None).await {
+                Start::Failed(error) => Err(error),
+                Start::Started | Start::GiveUp => {
+                    Ok(for_caller(follow(flight, receiver, streamed, false), token))
+                }
+            }
+        }
+    }
+}
