@@ -21,7 +21,7 @@ use crate::scan::{Finder, Found};
 
 pub(crate) const EMAIL: &str =
     r"[A-Za-z0-9._%+\-]{1,64}@[A-Za-z0-9\-]{1,63}(?:\.[A-Za-z0-9\-]{1,63}){0,2}\.[A-Za-z]{2,24}";
-pub(crate) const PHONE: &str = r"(?:\+[1-9][0-9 .\-()]{6,24}[0-9]|(?-u:\b)(?:\([2-9][0-9]{2}\) ?|[2-9][0-9]{2}[ .\-])[0-9]{3}[ .\-][0-9]{4})(?-u:\b)";
+pub(crate) const PHONE: &str = r"(?:\+[1-9][0-9 .\-()]{6,24}[0-9]|(?:\([2-9][0-9]{2}\) ?|(?-u:\b)[2-9][0-9]{2}[ .\-])[0-9]{3}[ .\-][0-9]{4})(?-u:\b)";
 pub(crate) const CARD: &str = r"(?-u:\b)[0-9](?:[ \-]?[0-9]){12,18}(?-u:\b)";
 pub(crate) const IBAN: &str = r"(?-u:\b)[A-Z]{2}[0-9]{2}(?: ?[A-Z0-9]){11,30}(?-u:\b)";
 pub(crate) const API_KEY: &str = r"(?-u:\b)(?:sk-ant-[A-Za-z0-9_\-]{20,200}|sk-[A-Za-z0-9_\-]{20,200}|(?:AKIA|ASIA)[0-9A-Z]{16}|gh[pousr]_[A-Za-z0-9]{36,255}|github_pat_[A-Za-z0-9_]{22,255}|xox[abposr]-[A-Za-z0-9\-]{10,200}|AIza[0-9A-Za-z_\-]{35})(?-u:\b)";

@@ -16,7 +16,7 @@
 //!     Reply::json(200, serde_json::json!({"results": [{"flagged": true, "categories": {"violence": true, "hate": false}}]}))
 //! })
 //! .await;
-//! let moderation = Moderation::new(&format!("{}/v1", server.base_url()))?.api_key("test-key");
+//! let moderation = Moderation::new(&server.base_url())?.api_key("test-key");
 //! let findings = moderation.check("a violent text".into(), GuardrailStage::Output).await?;
 //! assert_eq!(findings[0].detail.as_deref(), Some("violence"));
 //! # Ok(()) }
