@@ -42,6 +42,10 @@ pub use tower_chat_limits as limits;
 #[cfg(feature = "mcp")]
 pub use tower_chat_mcp as mcp;
 
+/// Content policies: secrets, personal data, patterns, moderation; block, redact or flag (feature `guardrail`).
+#[cfg(feature = "guardrail")]
+pub use tower_chat_guardrail as guardrail;
+
 /// The repository README's stack (its first screen), compiled as a doctest here: it is written against this
 /// crate, which the core crate cannot depend on.
 #[cfg(doctest)]

@@ -224,11 +224,14 @@ pub(crate) fn redact_findings(text: &str, check: &str, findings: &[Finding]) -> 
 }
 
 /// Record verdicts: into the call's audit, and as `tracing` events (inside the caller's span, so a telemetry
-/// layer outside sees them on its span).
+/// layer outside sees them on its span). The `monotonic_counter.` field makes each event a counter increment for
+/// a metrics bridge that follows that convention (`tracing-opentelemetry`'s `MetricsLayer`), with the event's
+/// other fields as attributes.
 pub(crate) fn record(audit: Option<&GuardrailAudit>, verdicts: &[GuardrailVerdict]) {
     for verdict in verdicts {
         tracing::info!(
             target: "tower_chat_guardrail",
+            monotonic_counter.tower_chat.guardrail.verdicts = 1u64,
             check = %verdict.check,
             action = verdict.action.as_str(),
             stage = verdict.stage.as_str(),

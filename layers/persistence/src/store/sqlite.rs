@@ -984,7 +984,6 @@ mod tests {
             request_len: 0,
             options_id: "o".into(),
             usage_estimated: false,
-            guardrail: Vec::new(),
             omitted_messages: None,
             omitted_bytes: None,
         };
