@@ -18,15 +18,20 @@ use criterion::{criterion_group, BenchmarkId, Criterion, Throughput};
 use tower_chat_guardrail::bench_support::OutputScanner;
 use tower_chat_guardrail::Check;
 
-/// A typical answer: prose with numbers, an email and a phone number, in word-sized deltas as providers stream.
-const PARAGRAPH: &str = "The quarterly report shows revenue of 4.2 million, up 12% from last year. \
+/// A typical answer: prose with numbers, an email and a phone number.
+const PARAGRAPH: &str =
+    "The quarterly report shows revenue of 4.2 million, up 12% from last year. \
 Contact the finance team at finance-team@example.com or call +1 415 555 0100 for details. \
 Operating costs rose by 3% while the headcount stayed at 214 people across 6 offices. \
 The board will review the plan on 14 March; questions go to the usual channel. ";
 
 fn checks(variant: &str) -> Vec<Check> {
     let deny = || Check::deny_list("topics", ["project zeus", "red team", "layoffs"]).unwrap();
-    let pattern = || Check::pattern("ticket", r"TCK-[0-9]{4,8}").unwrap().redact();
+    let pattern = || {
+        Check::pattern("ticket", r"TCK-[0-9]{4,8}")
+            .unwrap()
+            .redact()
+    };
     match variant {
         "none" => Vec::new(),
         "secrets" => vec![Check::secrets()],
@@ -55,23 +60,38 @@ const VARIANTS: [&str; 7] = [
     "policy",
 ];
 
-/// `bytes` of answer text in word-sized deltas.
+/// The paragraph as a model streams it: a token per delta, the space before a word in its delta (` report`), so
+/// a delta usually ends inside a word.
+fn tokens() -> impl Iterator<Item = &'static str> + Clone {
+    let starts: Vec<usize> = std::iter::once(0)
+        .chain(PARAGRAPH.match_indices(' ').map(|(at, _)| at))
+        .chain(std::iter::once(PARAGRAPH.len()))
+        .collect();
+    let pieces: Vec<&'static str> = starts
+        .windows(2)
+        .map(|w| &PARAGRAPH[w[0]..w[1]])
+        .filter(|piece| !piece.is_empty())
+        .collect();
+    pieces.into_iter()
+}
+
+/// `bytes` of answer text in token-sized deltas.
 fn deltas(bytes: usize) -> Vec<&'static str> {
-    PARAGRAPH
-        .split_inclusive(' ')
+    tokens()
         .cycle()
-        .scan(0, |total, word| {
+        .scan(0, |total, token| {
             (*total < bytes).then(|| {
-                *total += word.len();
-                word
+                *total += token.len();
+                token
             })
         })
         .collect()
 }
 
-/// Scan `deltas` as one answer; the bytes let through (so nothing is optimised away).
-fn scan(variant: &str, deltas: &[&str]) -> usize {
-    let mut scanner = OutputScanner::new(checks(variant));
+/// Scan `deltas` as one answer with `checks` (built once: compiling the patterns is a cost of building the layer,
+/// not of a call); the bytes let through (so nothing is optimised away).
+fn scan(checks: &[Check], deltas: &[&str]) -> usize {
+    let mut scanner = OutputScanner::new(checks.to_vec());
     let mut out = 0;
     for delta in deltas {
         out += scanner.push(black_box(delta)).0;
@@ -84,7 +104,8 @@ fn per_delta(c: &mut Criterion) {
     let mut group = c.benchmark_group("guardrail_per_delta");
     group.throughput(Throughput::Elements(text.len() as u64));
     for variant in VARIANTS {
-        group.bench_function(variant, |b| b.iter(|| scan(variant, &text)));
+        let checks = checks(variant);
+        group.bench_function(variant, |b| b.iter(|| scan(&checks, &text)));
     }
     group.finish();
 }
@@ -92,11 +113,12 @@ fn per_delta(c: &mut Criterion) {
 fn linear(c: &mut Criterion) {
     let mut group = c.benchmark_group("guardrail_answer_size");
     group.sample_size(10);
+    let checks = checks("policy");
     for bytes in [10_000, 100_000, 1_000_000] {
         let text = deltas(bytes);
         group.throughput(Throughput::Bytes(bytes as u64));
         group.bench_with_input(BenchmarkId::new("policy", bytes), &text, |b, text| {
-            b.iter(|| scan("policy", text))
+            b.iter(|| scan(&checks, text))
         });
     }
     group.finish();
@@ -140,10 +162,10 @@ fn main() {
             Err(_) => {
                 let count: usize = std::env::var("GUARDRAIL_DELTAS")
                     .map_or(1000, |n| n.parse().expect("GUARDRAIL_DELTAS"));
-                PARAGRAPH.split_inclusive(' ').cycle().take(count).collect()
+                tokens().cycle().take(count).collect()
             }
         };
-        black_box(scan(&variant, &text));
+        black_box(scan(&checks(&variant), &text));
         return;
     }
     benches();

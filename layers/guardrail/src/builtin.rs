@@ -72,9 +72,7 @@ fn key_kind(key: &str) -> &'static str {
 /// A phone number has 8 to 15 digits (E.164), or is a North American number written with separators (10).
 fn phone(candidate: &str) -> Option<usize> {
     let digits = candidate.bytes().filter(u8::is_ascii_digit).count();
-    (8..=15)
-        .contains(&digits)
-        .then_some(candidate.len())
+    (8..=15).contains(&digits).then_some(candidate.len())
 }
 
 /// The Luhn check of a card number's digits.
@@ -204,7 +202,8 @@ mod tests {
 
     #[test]
     fn secrets_are_named_by_their_format() {
-        let text = "keys: sk-ant-api03-abcdefghijklmnopqrstuvwxyz sk-proj-ABCDEFGHIJKLMNOPQRSTUV123 \
+        let text =
+            "keys: sk-ant-api03-abcdefghijklmnopqrstuvwxyz sk-proj-ABCDEFGHIJKLMNOPQRSTUV123 \
                     AKIAIOSFODNN7EXAMPLE ghp_abcdefghijklmnopqrstuvwxyz0123456789 \
                     xoxb-1234567890-abcdefghij AIzaSyA-abcdefghijklmnopqrstuvwxyz12345 \
                     -----BEGIN RSA PRIVATE KEY----- and a task-management-system-for-everyone";

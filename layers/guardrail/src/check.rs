@@ -140,7 +140,11 @@ impl Check {
 
     /// API keys and private keys (`secrets`): blocked everywhere by default.
     pub fn secrets() -> Self {
-        Check::scan("secrets", builtin::secrets("secrets"), GuardrailAction::Block)
+        Check::scan(
+            "secrets",
+            builtin::secrets("secrets"),
+            GuardrailAction::Block,
+        )
     }
 
     /// Emails, phone numbers, payment card numbers and IBANs (`personal_data`): redacted everywhere by default
@@ -158,7 +162,11 @@ impl Check {
     /// back at most that many bytes.
     pub fn pattern(name: &str, pattern: &str) -> Result<Self, ChatError> {
         let finder = RegexFinder::new(name, pattern, Kind::Fixed(""))?;
-        Ok(Check::scan(name, vec![Arc::new(finder)], GuardrailAction::Block))
+        Ok(Check::scan(
+            name,
+            vec![Arc::new(finder)],
+            GuardrailAction::Block,
+        ))
     }
 
     /// Words and phrases, matched case-insensitively as whole words.
@@ -169,10 +177,15 @@ impl Check {
     {
         let pattern = deny_list_pattern(words);
         let finder = RegexFinder::new(name, &pattern, Kind::Fixed(""))?;
-        Ok(Check::scan(name, vec![Arc::new(finder)], GuardrailAction::Block))
+        Ok(Check::scan(
+            name,
+            vec![Arc::new(finder)],
+            GuardrailAction::Block,
+        ))
     }
 
-    /// An answer longer than `max_bytes` bytes of text (`output_length`, on the output only). Blocking cuts the
+    /// An answer longer than `max_bytes` bytes of text (`output_length`, on the output only; counted per text
+    /// segment, so each model round behind a tool loop has the limit to itself). Blocking cuts the
     /// answer at the limit (at a character boundary) and ends it with a `content_filter` finish; redacting does
     /// the same (what lies past the limit cannot be shown); flagging lets it through.
     pub fn output_length(max_bytes: usize) -> Self {

@@ -120,8 +120,11 @@ impl Moderation {
         let request = request
             .body(Full::new(Bytes::from(body.to_string())))
             .map_err(|e| {
-                ChatError::new(ErrorKind::InvalidRequest, "the moderation request is malformed")
-                    .with_source(e)
+                ChatError::new(
+                    ErrorKind::InvalidRequest,
+                    "the moderation request is malformed",
+                )
+                .with_source(e)
             })?;
         let exchange = async {
             let response = self.transport.send_unchecked(request).await?;
@@ -141,7 +144,10 @@ impl Moderation {
             .map_err(|_| {
                 ChatError::new(
                     ErrorKind::Timeout(TimeoutPhase::Total),
-                    format!("the moderation service did not answer within {:?}", self.timeout),
+                    format!(
+                        "the moderation service did not answer within {:?}",
+                        self.timeout
+                    ),
                 )
             })??;
         if !status.is_success() {
@@ -150,25 +156,29 @@ impl Moderation {
                 429 => ErrorKind::RateLimited { retry_after: None },
                 _ => ErrorKind::Upstream,
             };
-            return Err(ChatError::new(
-                kind,
-                format!("the moderation service answered {status}"),
-            )
-            .with_status(status));
+            return Err(
+                ChatError::new(kind, format!("the moderation service answered {status}"))
+                    .with_status(status),
+            );
         }
-        let answer: Answer = serde_json::from_slice(&body)
-            .map_err(|_| ChatError::protocol("a moderation answer that is not the format", &body))?;
+        let answer: Answer = serde_json::from_slice(&body).map_err(|_| {
+            ChatError::protocol("a moderation answer that is not the format", &body)
+        })?;
         let mut findings = Vec::new();
         for result in answer.results.iter().filter(|r| r.flagged) {
             let before = findings.len();
             let mut categories: Vec<&String> = result
                 .categories
                 .iter()
-                .filter(|(_, &on)| on)
+                .filter(|(_, on)| on.as_bool() == Some(true))
                 .map(|(name, _)| name)
                 .collect();
             categories.sort();
-            findings.extend(categories.into_iter().map(|name| Finding::whole(name.as_str())));
+            findings.extend(
+                categories
+                    .into_iter()
+                    .map(|name| Finding::whole(name.as_str())),
+            );
             if findings.len() == before {
                 findings.push(Finding::whole("flagged"));
             }
@@ -185,8 +195,9 @@ struct Answer {
 #[derive(Deserialize)]
 struct ModerationResult {
     flagged: bool,
+    /// Category names to whether they were flagged (some services send `null` for a category they skip).
     #[serde(default)]
-    categories: std::collections::HashMap<String, bool>,
+    categories: serde_json::Map<String, serde_json::Value>,
 }
 
 impl TextCheck for Moderation {

@@ -63,7 +63,9 @@ impl RegexFinder {
             ))
         })?;
         if hir.properties().minimum_len() == Some(0) {
-            return Err(invalid(format!("the pattern {pattern:?} matches empty text")));
+            return Err(invalid(format!(
+                "the pattern {pattern:?} matches empty text"
+            )));
         }
         let regex = Regex::new(pattern)
             .map_err(|e| invalid(format!("the pattern does not compile: {e}")))?;
@@ -184,8 +186,12 @@ mod tests {
         assert_eq!(finder.max_len(), 5);
         assert!(finder.may_contain(b'7') && finder.may_contain(b'a'));
         assert!(!finder.may_contain(b' ') && !finder.may_contain(b'c'));
-        let words = RegexFinder::new("t", &deny_list_pattern(["Zeus", "red team"]), Kind::Fixed(""))
-            .unwrap();
+        let words = RegexFinder::new(
+            "t",
+            &deny_list_pattern(["Zeus", "red team"]),
+            Kind::Fixed(""),
+        )
+        .unwrap();
         assert!(words.may_contain(b'z') && words.may_contain(b' '));
     }
 

@@ -185,7 +185,9 @@ pub(crate) async fn judge(
                     judged.block = Some(first);
                     return Ok(judged);
                 }
-                GuardrailAction::Redact => current = Some(redact_findings(&given, &rule.name, &findings)),
+                GuardrailAction::Redact => {
+                    current = Some(redact_findings(&given, &rule.name, &findings))
+                }
                 GuardrailAction::Flag => {}
             }
         }
@@ -196,12 +198,8 @@ pub(crate) async fn judge(
 
 /// `text` with each finding's span (or all of it) replaced by `[REDACTED:<detail or check>]`.
 pub(crate) fn redact_findings(text: &str, check: &str, findings: &[Finding]) -> String {
-    let label = |finding: &Finding| {
-        format!(
-            "[REDACTED:{}]",
-            finding.detail.as_deref().unwrap_or(check)
-        )
-    };
+    let label =
+        |finding: &Finding| format!("[REDACTED:{}]", finding.detail.as_deref().unwrap_or(check));
     if let Some(whole) = findings.iter().find(|f| f.span.is_none()) {
         return label(whole);
     }
@@ -231,7 +229,6 @@ pub(crate) fn record(audit: Option<&GuardrailAudit>, verdicts: &[GuardrailVerdic
     for verdict in verdicts {
         tracing::info!(
             target: "tower_chat_guardrail",
-            monotonic_counter.tower_chat.guardrail.verdicts = 1u64,
             check = %verdict.check,
             action = verdict.action.as_str(),
             stage = verdict.stage.as_str(),
@@ -239,6 +236,7 @@ pub(crate) fn record(audit: Option<&GuardrailAudit>, verdicts: &[GuardrailVerdic
             span.start = verdict.span.map(|s| s.start),
             span.end = verdict.span.map(|s| s.end),
             detail = verdict.detail.as_deref(),
+            "monotonic_counter.tower_chat.guardrail.verdicts" = 1u64,
             "guardrail verdict"
         );
         if let Some(audit) = audit {

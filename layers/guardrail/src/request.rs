@@ -5,9 +5,7 @@
 //! long conversation does not pay one external call per old message on every turn. Assistant messages are the
 //! model's own output, judged when they streamed out.
 
-use tower_chat::{
-    ChatError, ChatRequest, GuardrailAudit, GuardrailStage, Message, Part,
-};
+use tower_chat::{ChatError, ChatRequest, GuardrailAudit, GuardrailStage, Message, Part};
 
 use crate::policy::{blocked, judge, record, Policy};
 
@@ -29,9 +27,11 @@ pub(crate) async fn check_request(
     let mut changes: Vec<(usize, usize, String)> = Vec::new();
     for (index, message) in request.messages.iter().enumerate() {
         let (stage, content, location) = match message {
-            Message::System { content } | Message::User { content } => {
-                (GuardrailStage::Request, content, format!("messages[{index}]"))
-            }
+            Message::System { content } | Message::User { content } => (
+                GuardrailStage::Request,
+                content,
+                format!("messages[{index}]"),
+            ),
             Message::Tool(tool) => (
                 GuardrailStage::ToolResult,
                 &tool.content,

@@ -184,12 +184,7 @@ impl StreamScanner {
                 }
             }
         }
-        let decided = self
-            .finders
-            .iter()
-            .map(|f| f.decided)
-            .min()
-            .unwrap_or(end);
+        let decided = self.finders.iter().map(|f| f.decided).min().unwrap_or(end);
         let step = self.release(decided);
         self.trim();
         step

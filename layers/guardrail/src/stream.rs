@@ -49,7 +49,11 @@ pub(crate) struct OutputGuard {
 }
 
 impl OutputGuard {
-    pub(crate) fn new(inner: ChatStream, policy: Arc<Policy>, audit: Option<GuardrailAudit>) -> Self {
+    pub(crate) fn new(
+        inner: ChatStream,
+        policy: Arc<Policy>,
+        audit: Option<GuardrailAudit>,
+    ) -> Self {
         OutputGuard {
             scanner: StreamScanner::new(policy.output.scan.clone()),
             inner: Some(inner),
@@ -102,7 +106,11 @@ impl OutputGuard {
                     self.end_segment().await;
                     let location = format!("tool_result:{}", result.call_id);
                     if self
-                        .judge_parts(GuardrailStage::ToolResult, &location, result.content.parts_mut())
+                        .judge_parts(
+                            GuardrailStage::ToolResult,
+                            &location,
+                            result.content.parts_mut(),
+                        )
                         .await
                     {
                         self.out.push_back(Ok(ChatEvent::ToolResult { result }));
@@ -245,7 +253,10 @@ impl OutputGuard {
                     let mut passed = true;
                     for (pointer, text) in strings {
                         let location = format!("{location}{pointer}");
-                        match self.judge_text(GuardrailStage::ToolCall, &location, &text).await {
+                        match self
+                            .judge_text(GuardrailStage::ToolCall, &location, &text)
+                            .await
+                        {
                             Some(Some(redacted)) => {
                                 if let Some(slot) = value.pointer_mut(&pointer) {
                                     *slot = serde_json::Value::String(redacted);
@@ -262,7 +273,10 @@ impl OutputGuard {
                 }
                 ToolArguments::Invalid { raw, .. } => {
                     let text = std::mem::take(raw);
-                    match self.judge_text(GuardrailStage::ToolCall, &location, &text).await {
+                    match self
+                        .judge_text(GuardrailStage::ToolCall, &location, &text)
+                        .await
+                    {
                         Some(redacted) => {
                             *raw = redacted.unwrap_or(text);
                             true
@@ -280,11 +294,17 @@ impl OutputGuard {
                 arguments: call.arguments.to_wire_string(),
             }));
         }
-        self.out.push_back(Ok(ChatEvent::ToolCallEnd { index, call }));
+        self.out
+            .push_back(Ok(ChatEvent::ToolCallEnd { index, call }));
     }
 
     /// Judge the text parts of a tool result in place; `false` when a check blocked (the answer ended).
-    async fn judge_parts(&mut self, stage: GuardrailStage, location: &str, parts: &mut [Part]) -> bool {
+    async fn judge_parts(
+        &mut self,
+        stage: GuardrailStage,
+        location: &str,
+        parts: &mut [Part],
+    ) -> bool {
         if self.policy.stage(stage).is_empty() {
             return true;
         }

@@ -15,8 +15,16 @@ fn policy() -> GuardrailLayer {
     GuardrailLayer::new()
         .check(Check::secrets())
         .check(Check::personal_data())
-        .check(Check::deny_list("topics", ["project zeus", "red team"]).unwrap().flag())
-        .check(Check::pattern("ticket", r"TCK-[0-9]{4,8}").unwrap().redact())
+        .check(
+            Check::deny_list("topics", ["project zeus", "red team"])
+                .unwrap()
+                .flag(),
+        )
+        .check(
+            Check::pattern("ticket", r"TCK-[0-9]{4,8}")
+                .unwrap()
+                .redact(),
+        )
 }
 
 /// The answer of a model that streams `chunks`, as the layer delivers it: text, finish, verdicts.
@@ -25,8 +33,11 @@ async fn deliver(
     chunks: Vec<String>,
 ) -> (String, Option<FinishReason>, Vec<GuardrailVerdict>) {
     let model = service_fn(move |_request: ChatRequest| {
-        let mut events: Vec<Result<ChatEvent, ChatError>> =
-            chunks.iter().cloned().map(|c| Ok(ChatEvent::text(c))).collect();
+        let mut events: Vec<Result<ChatEvent, ChatError>> = chunks
+            .iter()
+            .cloned()
+            .map(|c| Ok(ChatEvent::text(c)))
+            .collect();
         events.push(Ok(ChatEvent::finish(FinishReason::Stop)));
         async move { Ok::<ChatStream, ChatError>(Box::pin(stream::iter(events))) }
     });
@@ -40,7 +51,11 @@ async fn deliver(
         .collect_response()
         .await
         .unwrap();
-    (response.text().to_owned(), response.finish_reason, audit.verdicts())
+    (
+        response.text().to_owned(),
+        response.finish_reason,
+        audit.verdicts(),
+    )
 }
 
 /// Cut `text` at these byte offsets (moved back to character boundaries).
@@ -143,7 +158,13 @@ fn a_match_split_across_chunks_is_caught_and_never_delivered() {
         .iter()
         .map(|v| {
             let span = v.span.unwrap();
-            (v.check.as_str(), v.action.as_str(), v.detail.as_deref(), span.start, span.end)
+            (
+                v.check.as_str(),
+                v.action.as_str(),
+                v.detail.as_deref(),
+                span.start,
+                span.end,
+            )
         })
         .collect();
     assert_eq!(

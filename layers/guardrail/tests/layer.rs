@@ -125,7 +125,11 @@ async fn answers_are_redacted_and_blocked_streamed_or_whole() {
             "streaming: {streaming}"
         );
         assert_eq!(answer.finish_reason, Some(FinishReason::ContentFilter));
-        let kinds: Vec<_> = audit.verdicts().into_iter().map(|v| v.detail.unwrap()).collect();
+        let kinds: Vec<_> = audit
+            .verdicts()
+            .into_iter()
+            .map(|v| v.detail.unwrap())
+            .collect();
         assert_eq!(kinds, ["phone", "email", "github_token"]);
     }
 }
@@ -240,8 +244,15 @@ async fn moderation_blocks_flagged_requests_and_answers_and_fails_closed_on_time
     })
     .await;
     let model = ScriptedProvider::start(|request, _i| {
-        let asked = request.body["messages"][0]["content"].as_str().unwrap_or_default().to_owned();
-        Reply::openai_text(if asked == "story" { "an attack at dawn" } else { "fine" })
+        let asked = request.body["messages"][0]["content"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        Reply::openai_text(if asked == "story" {
+            "an attack at dawn"
+        } else {
+            "fine"
+        })
     })
     .await;
     let service = Moderation::new(&moderation.base_url())
@@ -291,7 +302,10 @@ async fn a_custom_check_flags_without_changing_the_text() {
             async move {
                 Ok::<_, ChatError>(match text.find("budget") {
                     Some(at) => vec![Finding {
-                        span: Some(tower_chat::TextSpan { start: at, end: at + 6 }),
+                        span: Some(tower_chat::TextSpan {
+                            start: at,
+                            end: at + 6,
+                        }),
                         detail: Some("finance".into()),
                     }],
                     None => vec![],
@@ -300,7 +314,8 @@ async fn a_custom_check_flags_without_changing_the_text() {
         })
         .flag(),
     );
-    let provider = ScriptedProvider::start(|_r, _i| Reply::openai_text("The budget is fine.")).await;
+    let provider =
+        ScriptedProvider::start(|_r, _i| Reply::openai_text("The budget is fine.")).await;
     let (answer, audit) = ask(&layer, &provider, vec![Message::user("budget?")], true).await;
     assert_eq!(answer.unwrap().text(), "The budget is fine.");
     assert_eq!(calls.load(Ordering::SeqCst), 2);
@@ -318,8 +333,15 @@ async fn structured_answers_are_held_until_they_match_the_schema() {
         .unwrap(),
     );
     let provider = ScriptedProvider::start(|request, _i| {
-        let asked = request.body["messages"][0]["content"].as_str().unwrap_or_default().to_owned();
-        Reply::openai_text(if asked == "good" { r#"{"city": "Oslo"}"# } else { r#"{"city": 7}"# })
+        let asked = request.body["messages"][0]["content"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        Reply::openai_text(if asked == "good" {
+            r#"{"city": "Oslo"}"#
+        } else {
+            r#"{"city": 7}"#
+        })
     })
     .await;
     let (good, _) = ask(&layer, &provider, vec![Message::user("good")], true).await;
@@ -336,7 +358,8 @@ async fn structured_answers_are_held_until_they_match_the_schema() {
 
 #[tokio::test]
 async fn a_long_answer_is_cut_at_the_limit() {
-    let provider = ScriptedProvider::start(|_r, _i| Reply::openai_text("one two three four five")).await;
+    let provider =
+        ScriptedProvider::start(|_r, _i| Reply::openai_text("one two three four five")).await;
     for (check, text, finish) in [
         (
             Check::output_length(9),

@@ -46,7 +46,12 @@ async fn verdicts_are_recorded_with_the_call_without_the_text_they_found(db: &Te
             .unwrap();
         assert_eq!(answer.text(), "Mail [REDACTED:email] today.");
 
-        let record = db.store.conversation_calls(&conversation).await.unwrap().remove(0);
+        let record = db
+            .store
+            .conversation_calls(&conversation)
+            .await
+            .unwrap()
+            .remove(0);
         assert_eq!(record.outcome, CallOutcome::Completed, "{shape:?}");
         assert_eq!(record.text(), "Mail [REDACTED:email] today.");
         assert_eq!(
@@ -56,7 +61,15 @@ async fn verdicts_are_recorded_with_the_call_without_the_text_they_found(db: &Te
         let found: Vec<_> = record
             .guardrail
             .iter()
-            .map(|v| (v.stage, v.action, v.location.as_str(), v.span, v.detail.as_deref()))
+            .map(|v| {
+                (
+                    v.stage,
+                    v.action,
+                    v.location.as_str(),
+                    v.span,
+                    v.detail.as_deref(),
+                )
+            })
             .collect();
         assert_eq!(
             found,
@@ -80,7 +93,10 @@ async fn verdicts_are_recorded_with_the_call_without_the_text_they_found(db: &Te
         );
         assert_eq!(outer.verdicts(), record.guardrail);
         let stored = serde_json::to_string(&record).unwrap();
-        assert!(!stored.contains("ann@example.net") && !stored.contains("ops@corp"), "{stored}");
+        assert!(
+            !stored.contains("ann@example.net") && !stored.contains("ops@corp"),
+            "{stored}"
+        );
     }
 }
 
@@ -101,12 +117,22 @@ async fn a_blocked_request_is_recorded_without_its_text(db: &TestDb) {
         }
     );
     layer.flush().await.unwrap();
-    let record = db.store.conversation_calls(&conversation).await.unwrap().remove(0);
-    assert!(matches!(record.outcome, CallOutcome::Failed { ref error } if error.kind == "policy_blocked"));
+    let record = db
+        .store
+        .conversation_calls(&conversation)
+        .await
+        .unwrap()
+        .remove(0);
+    assert!(
+        matches!(record.outcome, CallOutcome::Failed { ref error } if error.kind == "policy_blocked")
+    );
     assert!(record.request.messages.is_empty());
     assert_eq!(record.request.omitted.map(|o| o.messages), Some(1));
     assert_eq!(record.guardrail.len(), 1);
-    assert_eq!(record.guardrail[0].detail.as_deref(), Some("aws_access_key"));
+    assert_eq!(
+        record.guardrail[0].detail.as_deref(),
+        Some("aws_access_key")
+    );
     assert_eq!(record.finish_reason(), None::<&FinishReason>);
     assert!(!serde_json::to_string(&record).unwrap().contains("AKIA"));
 }

@@ -374,7 +374,10 @@ mod row {
                 output_tokens: i64::try_from(usage.output_tokens).unwrap_or(i64::MAX),
                 response: json(
                     "response",
-                    serde_json::to_string(&super::ResponseColumn::of(&record.response, &record.guardrail)),
+                    serde_json::to_string(&super::ResponseColumn::of(
+                        &record.response,
+                        &record.guardrail,
+                    )),
                 )?,
                 cost_nanos: record
                     .cost
