@@ -95,7 +95,7 @@ pub(crate) fn luhn(candidate: &str) -> Option<usize> {
             (_, doubled) => doubled,
         })
         .sum();
-    (sum % 10 == 0).then_some(candidate.len())
+    sum.is_multiple_of(10).then_some(candidate.len())
 }
 
 /// The longest prefix of `candidate` that is an IBAN by ISO 13616's mod-97 check (15 to 34 letters and digits;
