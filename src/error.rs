@@ -66,6 +66,12 @@ pub enum ErrorKind {
     Approval,
     /// A store (persistence, approvals) failed.
     Store,
+    /// A content policy refused the request (a guardrail check whose action is to block): the same content is
+    /// refused again. Names the check.
+    PolicyBlocked {
+        /// The name of the check that blocked, as the policy names it (`secrets`, `personal_data`, …).
+        check: String,
+    },
     /// Anything else.
     Other,
 }
@@ -86,6 +92,7 @@ impl ErrorKind {
             ErrorKind::Tool => "tool",
             ErrorKind::Approval => "approval",
             ErrorKind::Store => "store",
+            ErrorKind::PolicyBlocked { .. } => "policy_blocked",
             ErrorKind::Other => "other",
         }
     }

@@ -31,7 +31,7 @@
 //!   item, after which the stream ends. A stream never ends silently without a [`ChatEvent::Finish`] unless
 //!   an `Err` item said why.
 //! - Context travels in [`ChatRequest::extensions`]: [`ConversationId`], [`CallerIdentity`],
-//!   [`CancellationToken`], [`ApprovalDecisions`].
+//!   [`CancellationToken`], [`ApprovalDecisions`], [`GuardrailAudit`].
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 #![warn(missing_debug_implementations, unreachable_pub)]
@@ -47,6 +47,7 @@ mod error;
 mod event;
 pub mod forced_answer;
 pub mod gemini;
+mod guardrail;
 pub mod leaf;
 mod macros;
 mod message;
@@ -74,6 +75,7 @@ pub use content::{
 pub use context::{CallerIdentity, ConversationId, EstimatedUsage};
 pub use error::{BoxError, ChatError, ErrorKind, TimeoutPhase};
 pub use event::{ChatEvent, FinishReason, Usage};
+pub use guardrail::{GuardrailAction, GuardrailAudit, GuardrailStage, GuardrailVerdict, TextSpan};
 pub use message::{AssistantMessage, Message, ToolArguments, ToolCall, ToolMessage};
 pub use metadata::{known_context_window, ModelInfo, ModelMetadata};
 pub use price::{Cost, ModelPrice, PriceTable};

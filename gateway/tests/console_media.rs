@@ -111,6 +111,7 @@ async fn record_with(gw: &Harness, conversation: &str, parts: Vec<Part>) -> Call
         outcome: CallOutcome::Completed,
         cost: None,
         usage_estimated: false,
+        guardrail: Vec::new(),
     };
     store.write_calls(&[record]).await.unwrap();
     call_id

@@ -113,6 +113,15 @@ pub trait ServiceBuilderExt<L>: sealed::Sealed<L> + Sized {
         self,
         layer: tower_chat_cache::CacheLayer,
     ) -> ServiceBuilder<Stack<tower_chat_cache::CacheLayer, L>>;
+
+    /// Check requests, tool calls and answers against a content policy. Place it inside
+    /// [`persist`](Self::persist) and [`chat_tracing`](Self::chat_tracing), so they record what the provider was
+    /// sent and what the client received, with the verdicts.
+    #[cfg(feature = "guardrail")]
+    fn guardrails(
+        self,
+        layer: tower_chat_guardrail::GuardrailLayer,
+    ) -> ServiceBuilder<Stack<tower_chat_guardrail::GuardrailLayer, L>>;
 }
 
 mod sealed {
@@ -210,6 +219,14 @@ impl<L> ServiceBuilderExt<L> for ServiceBuilder<L> {
         self,
         layer: tower_chat_cache::CacheLayer,
     ) -> ServiceBuilder<Stack<tower_chat_cache::CacheLayer, L>> {
+        self.layer(layer)
+    }
+
+    #[cfg(feature = "guardrail")]
+    fn guardrails(
+        self,
+        layer: tower_chat_guardrail::GuardrailLayer,
+    ) -> ServiceBuilder<Stack<tower_chat_guardrail::GuardrailLayer, L>> {
         self.layer(layer)
     }
 }

@@ -51,6 +51,9 @@ pub use tower_chat_mcp as mcp;
 /// (feature `structured`).
 #[cfg(feature = "structured")]
 pub use tower_chat_structured_output as structured;
+/// Content policies: secrets, personal data, patterns, moderation; block, redact or flag (feature `guardrail`).
+#[cfg(feature = "guardrail")]
+pub use tower_chat_guardrail as guardrail;
 
 /// The repository README's stack (its first screen), compiled as a doctest here: it is written against this
 /// crate, which the core crate cannot depend on.

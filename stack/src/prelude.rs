@@ -21,6 +21,8 @@ pub use tower_chat_cache::{CacheControl, CacheLayer, CacheOutcome, CacheStatus};
 pub use tower_chat_function_invocation::{
     tool_fn, tool_json, CompiledTool, FnTool, FunctionInvocationLayer, IntoTool, ToolError,
 };
+#[cfg(feature = "guardrail")]
+pub use tower_chat_guardrail::{Check, GuardrailLayer};
 #[cfg(feature = "limits")]
 pub use tower_chat_limits::LimitsLayer;
 #[cfg(feature = "mcp")]

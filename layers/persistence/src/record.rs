@@ -244,6 +244,12 @@ pub struct CallRecord {
     /// which the record carries so that recorded spend and the limits' counters agree.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub usage_estimated: bool,
+    /// What a content policy inside the layer decided about the call ([`tower_chat::GuardrailAudit`]): each
+    /// check's verdict with the byte offsets of its span, never the matched text. When a check redacted the
+    /// request, [`CallRecord::request`] holds the messages as they were sent, not as the caller gave them.
+    /// Stored in the `response` column's JSON (key `guardrail`), so no column was added.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub guardrail: Vec<tower_chat::GuardrailVerdict>,
 }
 
 impl CallRecord {

@@ -9,7 +9,7 @@ use std::time::SystemTime;
 use pin_project_lite::pin_project;
 use tower_chat::{
     ChatError, ChatOptions, ChatRequest, ChatStream, ConversationId, ErrorKind, EstimatedUsage,
-    ModelInfo, ModelMetadata, PriceTable, ResponseBuilder, Shared, Usage,
+    GuardrailAudit, ModelInfo, ModelMetadata, PriceTable, ResponseBuilder, Shared, Usage,
 };
 use tower_service::Service;
 
@@ -97,6 +97,12 @@ where
         // What an inner layer charged when it had to estimate the usage (the limits layer), for the record.
         let estimate = EstimatedUsage::new();
         request.extensions.insert(estimate.clone());
+        // What a content policy inside decides, for the record (passed on to an audit from outside too).
+        let audit = match request.extensions.get::<GuardrailAudit>() {
+            Some(outer) => GuardrailAudit::nested(outer.clone()),
+            None => GuardrailAudit::new(),
+        };
+        request.extensions.insert(audit.clone());
         let draft = Draft {
             call_id,
             conversation_id,
@@ -111,6 +117,7 @@ where
                 omitted: None,
             },
             estimate,
+            audit,
         };
         if self.layer.in_flight {
             self.layer.recorder.submit(draft.in_flight());
@@ -138,6 +145,8 @@ pub(crate) struct Draft {
     request: RecordedRequest,
     /// Set by an inner layer that charged the call an estimate (read when the record is built).
     estimate: EstimatedUsage,
+    /// Filled by a guardrail layer inside (read when the record is built).
+    audit: GuardrailAudit,
 }
 
 impl Draft {
@@ -158,6 +167,7 @@ impl Draft {
             outcome: CallOutcome::InFlight,
             cost: None,
             usage_estimated: false,
+            guardrail: Vec::new(),
         }
     }
 
@@ -176,12 +186,18 @@ impl Draft {
     }
 
     pub(crate) fn finish(
-        self,
+        mut self,
         builder: ResponseBuilder,
         first_token_at: Option<SystemTime>,
         outcome: CallOutcome,
     ) -> CallRecord {
         let mut response = builder.finish();
+        // A policy inside redacted the request: what was sent is what is kept.
+        if self.request.omitted.is_none() {
+            if let Some(sent) = self.audit.sent_messages() {
+                self.request.messages = sent;
+            }
+        }
         // No usage reported, and an inner layer charged an estimate: the record carries what was charged.
         let estimated = match self.estimate.get() {
             Some(estimate) if response.usage == Usage::default() => {
@@ -217,6 +233,7 @@ impl Draft {
             response,
             outcome,
             usage_estimated: estimated,
+            guardrail: self.audit.verdicts(),
         }
     }
 }

@@ -568,6 +568,7 @@ mod tests {
             outcome: CallOutcome::Completed,
             cost: None,
             usage_estimated: false,
+            guardrail: Vec::new(),
         }
     }
 

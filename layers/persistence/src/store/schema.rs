@@ -374,7 +374,10 @@ mod row {
                 output_tokens: i64::try_from(usage.output_tokens).unwrap_or(i64::MAX),
                 response: json(
                     "response",
-                    serde_json::to_string(&super::ResponseColumn::of(&record.response)),
+                    serde_json::to_string(&super::ResponseColumn::of(
+                        &record.response,
+                        &record.guardrail,
+                    )),
                 )?,
                 cost_nanos: record
                     .cost
@@ -491,8 +494,9 @@ impl StoredColumns {
     ) -> Result<crate::record::CallRecord, super::StoreError> {
         use super::{decode_json, StoreError};
         use crate::record::{from_micros, CallId, CallOutcome, CallRecord, RecordedRequest};
-        let mut response: tower_chat::ChatResponse =
-            decode_json::<ResponseColumnOwned>("response", response)?.into();
+        let mut column = decode_json::<ResponseColumnOwned>("response", response)?;
+        let guardrail = std::mem::take(&mut column.guardrail);
+        let mut response: tower_chat::ChatResponse = column.into();
         let messages = match self.request_len {
             // Written before message-level storage: the history is inline.
             None => decode_json("request messages", request_messages)?,
@@ -537,6 +541,7 @@ impl StoredColumns {
                 .cost_nanos
                 .map(|n| tower_chat::Cost::from_nanos(u64::try_from(n).unwrap_or(0))),
             usage_estimated: self.usage_estimated,
+            guardrail,
         })
     }
 }
@@ -669,7 +674,8 @@ pub(crate) fn spend_from_row(values: [i64; 6]) -> crate::record::Spend {
 }
 
 /// The `response` column: a [`tower_chat::ChatResponse`] without its messages, which are nodes of the history
-/// (serialised like `ChatResponse`, so rows written before, which hold the messages too, read the same way).
+/// (serialised like `ChatResponse`, so rows written before, which hold the messages too, read the same way), and
+/// the call's guardrail verdicts (`guardrail`, left out when there are none).
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 #[derive(serde::Serialize)]
 pub(crate) struct ResponseColumn<'a> {
@@ -681,17 +687,23 @@ pub(crate) struct ResponseColumn<'a> {
     response_id: &'a Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     model: &'a Option<String>,
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    guardrail: &'a [tower_chat::GuardrailVerdict],
 }
 
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 impl<'a> ResponseColumn<'a> {
-    pub(crate) fn of(response: &'a tower_chat::ChatResponse) -> Self {
+    pub(crate) fn of(
+        response: &'a tower_chat::ChatResponse,
+        guardrail: &'a [tower_chat::GuardrailVerdict],
+    ) -> Self {
         ResponseColumn {
             usage: &response.usage,
             finish_reason: &response.finish_reason,
             approval_requests: &response.approval_requests,
             response_id: &response.response_id,
             model: &response.model,
+            guardrail,
         }
     }
 }
@@ -710,6 +722,8 @@ pub(crate) struct ResponseColumnOwned {
     response_id: Option<String>,
     #[serde(default)]
     model: Option<String>,
+    #[serde(default)]
+    guardrail: Vec<tower_chat::GuardrailVerdict>,
 }
 
 #[cfg(any(feature = "sqlite", feature = "postgres"))]

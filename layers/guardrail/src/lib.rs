@@ -1,0 +1,134 @@
+//! # tower-chat-guardrail
+//!
+//! A [`GuardrailLayer`] holds a content policy — a list of [`Check`]s — and applies it to every call: to the
+//! request before the model is called (system, user and tool-result text), to each tool call's arguments, to tool
+//! results a tool loop inside produced, and to the model's answer as it streams.
+//!
+//! Each check has an action ([`GuardrailAction`]):
+//! - **block**: a request is refused with an [`ErrorKind::PolicyBlocked`](tower_chat::ErrorKind::PolicyBlocked)
+//!   error naming the check (refused before sending: a recorder keeps no copy of it); an answer ends with the
+//!   text before the match, a notice ([`GuardrailLayer::block_message`]) and a
+//!   [`FinishReason::ContentFilter`](tower_chat::FinishReason::ContentFilter) finish — the matched text is never
+//!   sent, and the inner stream is dropped;
+//! - **redact**: the match is replaced by `[REDACTED:<kind>]` (`[REDACTED:email]`) in the request before it
+//!   leaves and in the answer's deltas before they reach the client;
+//! - **flag**: the text goes through; the verdict is recorded.
+//!
+//! ```
+//! use tower::{Layer, ServiceExt};
+//! use tower_chat::openai::OpenAiChat;
+//! use tower_chat::test_server::{Reply, ScriptedProvider};
+//! use tower_chat::{ChatRequest, ChatStreamExt, ErrorKind, FinishReason, GuardrailAudit, Message};
+//! use tower_chat_guardrail::{Check, GuardrailLayer};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! // A scripted model over loopback HTTP that leaks an email and then a key.
+//! let provider = ScriptedProvider::start(|_request, _index| {
+//!     Reply::openai_text("Write to ops@example.com, the key is sk-proj-ABCDEFGHIJKLMNOPQRSTUV123 ok").rechunked(7)
+//! })
+//! .await;
+//! let leaf = OpenAiChat::builder().base_url(provider.base_url()).api_key("test").model("gpt-4o-mini").build()?;
+//!
+//! // The default actions: secrets blocked, personal data redacted.
+//! let guarded = GuardrailLayer::new().check(Check::secrets()).check(Check::personal_data()).layer(leaf);
+//!
+//! let audit = GuardrailAudit::new();
+//! let request = ChatRequest::new(vec![Message::user("Where do I send the report?")]).with_extension(audit.clone());
+//! let answer = guarded.clone().oneshot(request).await?.collect_response().await?;
+//! assert!(answer.text().starts_with("Write to [REDACTED:email], the key is \n\n[The rest of this answer"));
+//! assert_eq!(answer.finish_reason, Some(FinishReason::ContentFilter));
+//! let verdicts = audit.verdicts();
+//! assert_eq!((verdicts[1].check.as_str(), verdicts[1].detail.as_deref()), ("secrets", Some("openai_key")));
+//!
+//! // A request that carries a key is refused before it leaves.
+//! let leak = ChatRequest::new(vec![Message::user("use AKIAIOSFODNN7EXAMPLE")]);
+//! let refused = guarded.oneshot(leak).await.err().unwrap();
+//! assert_eq!(refused.kind(), &ErrorKind::PolicyBlocked { check: "secrets".into() });
+//! assert_eq!(provider.requests().len(), 1);
+//! # Ok(()) }
+//! ```
+//!
+//! ## Streams: what is held back
+//! Pattern checks (secrets, personal data, your patterns and deny-lists, the output length) run on the stream
+//! piece by piece and hold back only text a match could still be completing: at most the pattern's longest match,
+//! and only the trailing run of bytes a match may contain — for prose, the last partial word (the table of each
+//! built-in's bound is in `builtin.rs`'s docs and the crate README). A match split across chunks is caught, and any
+//! chunking of a text gives the same verdicts and the same redacted text as the whole text at once
+//! (`tests/chunking.rs` checks it with proptest). Whole-text checks ([`TextCheck`]: moderation, a JSON Schema,
+//! your own `async fn`) hold the answer's text until it is complete.
+//!
+//! ## Audit
+//! Every verdict ([`GuardrailVerdict`]: check, action, stage, location, byte offsets of the span, the kind of
+//! thing found — never the matched text) goes to the request's [`GuardrailAudit`], which the persistence layer
+//! stores with the call's record, and is emitted as a `tracing` event (target `tower_chat_guardrail`) in the
+//! current span. When a request was redacted the audit also holds the messages as sent, which the persistence
+//! layer records instead of the caller's.
+//!
+//! ## Placement
+//! Put the layer inside the recorders (persistence, telemetry), so they record what the client received and
+//! what the provider was sent, and outside the tool loop to see each tool call and result as events (inside
+//! it, tool results arrive as tool messages of the next round's request, which are checked too).
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]
+#![warn(missing_debug_implementations, unreachable_pub)]
+
+mod builtin;
+mod check;
+mod layer;
+mod moderation;
+mod pattern;
+mod policy;
+mod request;
+mod scan;
+#[cfg(feature = "schema")]
+mod schema;
+mod service;
+mod stream;
+
+pub use check::{Check, CheckFn, CheckFuture, Finding, TextCheck};
+pub use layer::GuardrailLayer;
+pub use moderation::Moderation;
+#[cfg(feature = "schema")]
+pub use schema::JsonSchemaCheck;
+pub use service::{Guardrail, ResponseFuture};
+pub use tower_chat::{GuardrailAction, GuardrailAudit, GuardrailStage, GuardrailVerdict, TextSpan};
+
+#[doc(hidden)]
+pub mod bench_support {
+    //! The scanner on its own, for the benches: a policy's output checks run over a text in pieces.
+    use std::sync::Arc;
+
+    use crate::check::Check;
+    use crate::policy::Policy;
+    use crate::scan::StreamScanner;
+
+    /// A scanner of a policy's output checks.
+    #[derive(Debug)]
+    pub struct OutputScanner(StreamScanner);
+
+    impl OutputScanner {
+        /// A scanner for these checks' output stage.
+        pub fn new(checks: Vec<Check>) -> Self {
+            let policy = Policy::new(checks, Arc::from(""));
+            OutputScanner(StreamScanner::new(policy.output.scan.clone()))
+        }
+
+        /// Scan the next piece; the bytes let through and the hits decided.
+        pub fn push(&mut self, piece: &str) -> (usize, usize) {
+            let step = self.0.push(piece);
+            (step.text.len(), step.hits.len())
+        }
+
+        /// The end of the text.
+        pub fn finish(&mut self) -> (usize, usize) {
+            let step = self.0.finish();
+            (step.text.len(), step.hits.len())
+        }
+
+        /// Bytes received and not let through yet.
+        pub fn held(&self) -> usize {
+            self.0.held()
+        }
+    }
+}

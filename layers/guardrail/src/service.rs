@@ -1,0 +1,89 @@
+//! [`Guardrail`]: the service that judges a request before its inner service sees it, and wraps the answer.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use tower_chat::{ChatError, ChatRequest, ChatStream, GuardrailAudit, ModelInfo, ModelMetadata};
+use tower_service::Service;
+
+use crate::layer::GuardrailLayer;
+use crate::policy::Policy;
+use crate::request::check_request;
+use crate::stream::OutputGuard;
+
+/// A chat service under a content policy (built by [`GuardrailLayer`]).
+#[derive(Clone, Debug)]
+pub struct Guardrail<S> {
+    inner: S,
+    policy: Arc<Policy>,
+}
+
+impl<S> Guardrail<S> {
+    /// Wrap `inner` with the layer's policy.
+    pub fn new(inner: S, layer: GuardrailLayer) -> Self {
+        Guardrail {
+            inner,
+            policy: layer.policy,
+        }
+    }
+
+    /// The inner service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// The inner service, mutably.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// The inner service, taken.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+}
+
+impl<S: ModelInfo> ModelInfo for Guardrail<S> {
+    fn model_metadata(&self) -> ModelMetadata {
+        self.inner.model_metadata()
+    }
+}
+
+/// The future of [`Guardrail::call`]: the request's checks, then the inner call.
+pub type ResponseFuture = Pin<Box<dyn Future<Output = Result<ChatStream, ChatError>> + Send>>;
+
+impl<S> Service<ChatRequest> for Guardrail<S>
+where
+    S: Service<ChatRequest, Response = ChatStream, Error = ChatError> + Clone + Send + 'static,
+    S::Future: Send,
+{
+    type Response = ChatStream;
+    type Error = ChatError;
+    type Future = ResponseFuture;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: ChatRequest) -> Self::Future {
+        // The service that was polled ready goes with the call; a clone stays for the next one.
+        let clone = self.inner.clone();
+        let mut inner = std::mem::replace(&mut self.inner, clone);
+        let policy = self.policy.clone();
+        Box::pin(async move {
+            let request = check_request(&policy, request).await?;
+            let audit = request.extensions.get::<GuardrailAudit>().cloned();
+            let stream = inner.call(request).await?;
+            let policy_watches_output = !policy.output.is_empty()
+                || !policy.tool_call.is_empty()
+                || !policy.tool_result.is_empty();
+            Ok(if policy_watches_output {
+                OutputGuard::new(stream, policy, audit).into_stream()
+            } else {
+                stream
+            })
+        })
+    }
+}
