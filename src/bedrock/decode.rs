@@ -138,6 +138,7 @@ impl From<WireUsage> for Usage {
             cached_input_tokens: wire.cache_read_input_tokens,
             cache_write_input_tokens: wire.cache_write_input_tokens,
             reasoning_tokens: None,
+            from_response_cache: false,
         }
     }
 }

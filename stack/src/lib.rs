@@ -47,13 +47,13 @@ pub use tower_chat_cache as cache;
 #[cfg(feature = "mcp")]
 pub use tower_chat_mcp as mcp;
 
+/// Content policies: secrets, personal data, patterns, moderation; block, redact or flag (feature `guardrail`).
+#[cfg(feature = "guardrail")]
+pub use tower_chat_guardrail as guardrail;
 /// Typed answers: `StructuredExt::structured::<T>`, `StructuredOutputLayer`, partial objects while streaming
 /// (feature `structured`).
 #[cfg(feature = "structured")]
 pub use tower_chat_structured_output as structured;
-/// Content policies: secrets, personal data, patterns, moderation; block, redact or flag (feature `guardrail`).
-#[cfg(feature = "guardrail")]
-pub use tower_chat_guardrail as guardrail;
 
 /// The repository README's stack (its first screen), compiled as a doctest here: it is written against this
 /// crate, which the core crate cannot depend on.
