@@ -551,11 +551,11 @@ usage: tower-chat-gateway [options]
                            more get 429 + Retry-After (default 16)
   --config PATH            TOML configuration file (see the README); refused at start if invalid.
                            [upstreams]: models -> fallback targets (provider = openai,
-                           openai-responses, anthropic, azure, gemini or vertex; model, base_url,
-                           key_env, deployments with weights), [upstreams.retry], [upstreams.breaker],
-                           [upstreams.timeouts]; each target or deployment names its credential
-                           (key_env, key_file, token_env, credentials_file, credentials_env), or
-                           says no_key = true. On SIGHUP the file is read again and a valid
+                           openai-responses, anthropic, azure, gemini, vertex or bedrock; model,
+                           base_url, region, key_env, deployments with weights), [upstreams.retry],
+                           [upstreams.breaker], [upstreams.timeouts]; each target or deployment names
+                           its credential (key_env, key_file, token_env, credentials_file,
+                           credentials_env, aws_env, aws_profile), or says no_key = true. On SIGHUP the file is read again and a valid
                            [upstreams] replaces the running one (requests in flight finish on the old);
                            an invalid file is logged and the running configuration kept
   --metrics-listen ADDR    serve GET /metrics on this address only (default: on --listen)

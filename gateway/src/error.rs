@@ -197,6 +197,12 @@ impl ApiError {
                 "invalid_request_error",
                 "invalid_request",
             ),
+            // A guardrail refused the request: the client's content, as a provider's content filter would say.
+            ErrorKind::PolicyBlocked { .. } => (
+                StatusCode::BAD_REQUEST,
+                "invalid_request_error",
+                "content_filter",
+            ),
             // Content the upstream cannot take (an audio part for the Messages API): the client can change it.
             ErrorKind::Unsupported => (
                 StatusCode::BAD_REQUEST,
@@ -358,11 +364,24 @@ mod tests {
             (ErrorKind::Connection, 502),
             (ErrorKind::Authentication, 502),
             (ErrorKind::Timeout(TimeoutPhase::FirstByte), 504),
+            (
+                ErrorKind::PolicyBlocked {
+                    check: "secrets".into(),
+                },
+                400,
+            ),
         ];
         for (kind, status) in cases {
             let error = ApiError::from_chat(&ChatError::new(kind.clone(), "x"));
             assert_eq!(error.status.as_u16(), status, "{kind:?}");
         }
+        let blocked = ApiError::from_chat(&ChatError::new(
+            ErrorKind::PolicyBlocked {
+                check: "secrets".into(),
+            },
+            "x",
+        ));
+        assert_eq!(blocked.code, "content_filter");
     }
 
     #[test]

@@ -21,6 +21,7 @@ use tower::util::{BoxCloneSyncService, Either};
 use tower::{Layer, ServiceExt};
 use tower_chat::anthropic::AnthropicChat;
 use tower_chat::azure::AzureOpenAiChat;
+use tower_chat::bedrock::BedrockChat;
 use tower_chat::gemini::GeminiChat;
 use tower_chat::openai::OpenAiChat;
 use tower_chat::responses::ResponsesChat;
@@ -77,6 +78,8 @@ pub enum Upstream {
     Azure(AzureOpenAiChat),
     /// An `[upstreams]` target with `provider = "gemini"` or `"vertex"` (one wire format).
     Gemini(GeminiChat),
+    /// An `[upstreams]` target with `provider = "bedrock"`.
+    Bedrock(BedrockChat),
 }
 
 /// `$body` with `$leaf` bound to whichever leaf `$upstream` holds: one line per kind of leaf, here only.
@@ -88,6 +91,7 @@ macro_rules! each_leaf {
             Upstream::Anthropic($leaf) => $body,
             Upstream::Azure($leaf) => $body,
             Upstream::Gemini($leaf) => $body,
+            Upstream::Bedrock($leaf) => $body,
         }
     };
 }

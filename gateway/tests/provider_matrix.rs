@@ -1,5 +1,5 @@
 //! Every inbound wire format (Chat Completions, Anthropic Messages, OpenAI Responses) against every upstream
-//! kind (`openai`, `openai-responses`, `anthropic`, `azure`, `gemini`, `vertex`), streamed and not, with the
+//! kind (`openai`, `openai-responses`, `anthropic`, `azure`, `gemini`, `vertex`, `bedrock`), streamed and not, with the
 //! format's official SDK on the client side: the model calls a tool, the client runs it and sends the result
 //! back, the model answers with it. Each answer's text and usage must be the upstream's, every model call must
 //! leave exactly one record, and every upstream must have been called at its own URL with its own credential.
@@ -16,8 +16,8 @@ use tower_chat_gateway::config_file::ConfigFile;
 use tower_chat_persistence::{CallOutcome, SqliteStore, Store};
 
 use common::kinds::{
-    call_path, carries, credential_header, scripted_usage, text_reply, weather_call, KindUpstreams,
-    KINDS,
+    call_path, carries, check_credential, scripted_usage, streamed, text_reply, weather_call,
+    KindUpstreams, KINDS,
 };
 use common::Harness;
 
@@ -89,27 +89,19 @@ async fn every_inbound_format_runs_a_tool_conversation_over_every_upstream_kind(
     for upstream in &upstreams.kinds {
         let sent = upstream.server.requests();
         assert_eq!(sent.len(), 12, "{}: {sent:#?}", upstream.kind);
-        let (header, value) = credential_header(upstream.kind);
         for request in &sent {
-            let streamed =
-                request.query.as_deref() == Some("alt=sse") || request.body["stream"] == true;
             assert_eq!(
                 request.path,
-                call_path(upstream.kind, streamed),
+                call_path(upstream.kind, streamed(request)),
                 "{}",
                 upstream.kind
             );
-            if upstream.kind == "openai-responses" {
-                assert!(request.headers.get("authorization").is_none());
-            } else {
-                assert_eq!(request.headers[header], value.as_str(), "{}", upstream.kind);
+            if let Err(wrong) = check_credential(upstream.kind, request) {
+                panic!("{}: {wrong}", upstream.kind);
             }
         }
-        let streamed = sent
-            .iter()
-            .filter(|r| r.query.as_deref() == Some("alt=sse") || r.body["stream"] == true)
-            .count();
-        assert_eq!(streamed, 6, "{}: half the calls stream", upstream.kind);
+        let streams = sent.iter().filter(|r| streamed(r)).count();
+        assert_eq!(streams, 6, "{}: half the calls stream", upstream.kind);
     }
     assert_eq!(
         upstreams.tokens.requests().len(),

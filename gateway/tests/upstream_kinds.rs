@@ -46,6 +46,7 @@ async fn the_model_list_names_every_model_with_its_providers() {
         ("azure", "azure"),
         ("gemini", "gemini"),
         ("vertex", "vertex_ai"),
+        ("bedrock", "bedrock"),
     ]
     .iter()
     .map(|(kind, owner)| {
@@ -82,6 +83,7 @@ async fn a_retryable_failure_falls_back_to_a_target_of_another_kind() {
         (429, "gemini"),
         (500, "vertex"),
         (529, "anthropic"),
+        (502, "bedrock"),
     ] {
         let first = ScriptedProvider::start(move |_, _| {
             Reply::json(failure, json!({"error": {"message": "scripted failure"}}))

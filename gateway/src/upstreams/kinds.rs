@@ -9,6 +9,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 use tower_chat::anthropic::AnthropicChat;
 use tower_chat::azure::AzureOpenAiChat;
+use tower_chat::bedrock::{BedrockChat, EnvironmentCredentials, ProfileCredentials};
 use tower_chat::gemini::{GeminiChat, ServiceAccount};
 use tower_chat::leaf::{AccessToken, TokenFuture, TokenProvider};
 use tower_chat::openai::OpenAiChat;
@@ -30,6 +31,7 @@ use crate::upstream_key::KeySource;
 /// | `azure` | Chat Completions on Azure | `base_url` (the resource endpoint, required), `azure_deployment` + `api_version`, or neither: `/openai/v1` | `key_env`, `key_file` (`api-key` header), `token_env` (Entra ID bearer), `no_key` |
 /// | `gemini` | `generateContent` | `base_url` | `key_env`, `key_file` (`x-goog-api-key`), `no_key` |
 /// | `vertex` | `generateContent` on Vertex AI | `project`, `location` (required), `base_url` (the API host) | `credentials_file`, `credentials_env` (a service-account key), `token_env` (an OAuth access token), `no_key` |
+/// | `bedrock` | Converse / ConverseStream, SigV4-signed | `region` (required), `base_url` (default: the region's `bedrock-runtime` host) | `aws_env` (the standard AWS variables), `aws_profile` (the shared AWS files), `key_env`, `key_file` (a Bedrock API key, as a bearer token) |
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ProviderName {
@@ -48,6 +50,8 @@ pub enum ProviderName {
     Gemini,
     /// Gemini models on Vertex AI, in a project and location, with OAuth bearer tokens.
     Vertex,
+    /// Amazon Bedrock's Converse API in a region, requests signed with SigV4.
+    Bedrock,
 }
 
 impl ProviderName {
@@ -60,6 +64,7 @@ impl ProviderName {
             ProviderName::Azure => "azure",
             ProviderName::Gemini => "gemini",
             ProviderName::Vertex => "vertex",
+            ProviderName::Bedrock => "bedrock",
         }
     }
 
@@ -72,7 +77,7 @@ impl ProviderName {
             }
             ProviderName::Anthropic => Some("https://api.anthropic.com/v1"),
             ProviderName::Gemini => Some("https://generativelanguage.googleapis.com/v1beta"),
-            ProviderName::Azure | ProviderName::Vertex => None,
+            ProviderName::Azure | ProviderName::Vertex | ProviderName::Bedrock => None,
         }
     }
 
@@ -86,6 +91,7 @@ impl ProviderName {
             | ProviderName::Gemini => &[KeyEnv, KeyFile, NoKey],
             ProviderName::Azure => &[KeyEnv, KeyFile, TokenEnv, NoKey],
             ProviderName::Vertex => &[CredentialsFile, CredentialsEnv, TokenEnv, NoKey],
+            ProviderName::Bedrock => &[AwsEnv, AwsProfile, KeyEnv, KeyFile],
         }
     }
 }
@@ -104,6 +110,8 @@ enum CredentialField {
     TokenEnv,
     CredentialsFile,
     CredentialsEnv,
+    AwsEnv,
+    AwsProfile,
     NoKey,
 }
 
@@ -117,6 +125,8 @@ impl CredentialField {
             CredentialField::CredentialsEnv => {
                 "`credentials_env = \"GOOGLE_APPLICATION_CREDENTIALS\"`"
             }
+            CredentialField::AwsEnv => "`aws_env = true`",
+            CredentialField::AwsProfile => "`aws_profile = \"default\"`",
             CredentialField::NoKey => "`no_key = true`",
         }
     }
@@ -128,6 +138,8 @@ impl CredentialField {
             CredentialField::TokenEnv => "token_env",
             CredentialField::CredentialsFile => "credentials_file",
             CredentialField::CredentialsEnv => "credentials_env",
+            CredentialField::AwsEnv => "aws_env",
+            CredentialField::AwsProfile => "aws_profile",
             CredentialField::NoKey => "no_key",
         }
     }
@@ -144,6 +156,10 @@ pub(super) enum Credential<'a> {
     ServiceAccountFile(&'a Path),
     /// A service-account key file named by this environment variable (Application Default Credentials).
     ServiceAccountEnv(&'a str),
+    /// AWS credentials in the standard environment variables.
+    AwsEnv,
+    /// AWS credentials of this profile of the shared AWS files.
+    AwsProfile(&'a str),
 }
 
 impl TargetSection {
@@ -161,6 +177,8 @@ impl TargetSection {
                 self.credentials_env.is_some(),
                 CredentialField::CredentialsEnv,
             ),
+            (self.aws_env, CredentialField::AwsEnv),
+            (self.aws_profile.is_some(), CredentialField::AwsProfile),
             (self.no_key, CredentialField::NoKey),
         ];
         for (set, field) in fields {
@@ -173,7 +191,11 @@ impl TargetSection {
 
     /// The target's own credential (a balanced target's are in its deployments).
     pub(super) fn credential(&self) -> Credential<'_> {
-        if let Some(variable) = &self.token_env {
+        if self.aws_env {
+            Credential::AwsEnv
+        } else if let Some(profile) = &self.aws_profile {
+            Credential::AwsProfile(profile)
+        } else if let Some(variable) = &self.token_env {
             Credential::TokenEnv(variable)
         } else if let Some(path) = &self.credentials_file {
             Credential::ServiceAccountFile(path)
@@ -211,7 +233,9 @@ pub(super) fn check_target(target: &TargetSection) -> Result<(), String> {
     )?;
     only(target.project.is_some(), "project", ProviderName::Vertex)?;
     only(target.location.is_some(), "location", ProviderName::Vertex)?;
+    only(target.region.is_some(), "region", ProviderName::Bedrock)?;
     for (value, field) in [
+        (&target.region, "region"),
         (&target.azure_deployment, "azure_deployment"),
         (&target.api_version, "api_version"),
         (&target.project, "project"),
@@ -234,6 +258,21 @@ pub(super) fn check_target(target: &TargetSection) -> Result<(), String> {
                 return Err(
                     "a `vertex` target is not balanced over `deployments`: give it its \
                             `project` and `location`"
+                        .into(),
+                );
+            }
+        }
+        ProviderName::Bedrock => {
+            if target.region.is_none() {
+                return Err(
+                    "a `bedrock` target needs the AWS `region` its requests are signed for (e.g. \
+                     `region = \"us-east-1\"`)"
+                        .into(),
+                );
+            }
+            if !target.deployments.is_empty() {
+                return Err(
+                    "a `bedrock` target is not balanced over `deployments`: give it its `region`"
                         .into(),
                 );
             }
@@ -312,6 +351,8 @@ pub(super) fn describe_credential(credential: Credential<'_>) -> String {
         Credential::TokenEnv(variable) => format!("bearer token from {variable}"),
         Credential::ServiceAccountFile(path) => format!("service account {}", path.display()),
         Credential::ServiceAccountEnv(variable) => format!("service account from {variable}"),
+        Credential::AwsEnv => "AWS credentials from AWS_ACCESS_KEY_ID".to_owned(),
+        Credential::AwsProfile(profile) => format!("AWS profile {profile}"),
     }
 }
 
@@ -320,6 +361,10 @@ pub(super) fn describe_credential(credential: Credential<'_>) -> String {
 pub(super) fn display_url(target: &TargetSection, base_url: Option<&str>) -> String {
     match (target.provider, base_url) {
         (ProviderName::Vertex, _) => vertex_base(target, base_url),
+        (ProviderName::Bedrock, None) => format!(
+            "https://bedrock-runtime.{}.amazonaws.com",
+            target.region.as_deref().unwrap_or_default()
+        ),
         (_, Some(url)) => url.to_owned(),
         (kind, None) => kind.default_base_url().unwrap_or_default().to_owned(),
     }
@@ -380,6 +425,8 @@ pub(super) fn leaf(
                 .unwrap_or_default();
             (None, Some(service_account(&upstream, Path::new(&path))?))
         }
+        // Bedrock signs with these itself (below).
+        Credential::AwsEnv | Credential::AwsProfile(_) => (None, None),
     };
     macro_rules! configured {
         ($builder:expr) => {{
@@ -426,6 +473,21 @@ pub(super) fn leaf(
         ProviderName::Vertex => Upstream::Gemini(configured!(GeminiChat::builder()
             .base_url(vertex_base(target, base_url))
             .provider_name("vertex_ai"))),
+        ProviderName::Bedrock => {
+            let mut builder = BedrockChat::builder()
+                .base_url(url.as_str())
+                .region(target.region.as_deref().unwrap_or_default());
+            match credential {
+                Credential::AwsEnv => {
+                    builder = builder.credentials_provider(EnvironmentCredentials)
+                }
+                Credential::AwsProfile(profile) => {
+                    builder = builder.credentials_provider(ProfileCredentials::named(profile))
+                }
+                _ => {}
+            }
+            Upstream::Bedrock(configured!(builder))
+        }
     })
 }
 

@@ -61,12 +61,12 @@
 //! no_key = true               # Ollama takes no key: said explicitly
 //! ```
 //!
-//! Targets of six kinds mix in one model's fallback order: `openai`, `openai-responses`, `anthropic`, `azure`,
-//! `gemini` and `vertex`, each with its own fields and credentials ([`ProviderName`] lists them).
+//! Targets of seven kinds mix in one model's fallback order: `openai`, `openai-responses`, `anthropic`, `azure`,
+//! `gemini`, `vertex` and `bedrock`, each with its own fields and credentials ([`ProviderName`] lists them).
 //!
 //! Every target (every deployment of a balanced one) names the variable holding its key (`key_env`) or says it
 //! takes none (`no_key = true`), or another credential its kind takes (`key_file`, `token_env`,
-//! `credentials_file`, `credentials_env`); one without any is refused where the file is read. A named variable that is
+//! `credentials_file`, `credentials_env`, `aws_env`, `aws_profile`); one without any is refused where the file is read. A named variable that is
 //! unset, empty, not a valid name, or holds a key a header cannot carry refuses the start (or the reload), naming
 //! the target and the variable ([`crate::upstream_key`]).
 
@@ -153,6 +153,16 @@ pub struct TargetSection {
     pub project: Option<String>,
     /// `vertex`: the location (`us-central1`, `europe-west4`, `global`, …).
     pub location: Option<String>,
+    /// `bedrock`: the AWS region requests are signed for (`us-east-1`, …); the endpoint is the region's
+    /// `bedrock-runtime` host unless `base_url` names another (a VPC endpoint, a proxy).
+    pub region: Option<String>,
+    /// `bedrock`: sign with the standard AWS variables (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`,
+    /// `AWS_SESSION_TOKEN`), read when a request is first signed.
+    #[serde(default)]
+    pub aws_env: bool,
+    /// `bedrock`: sign with this profile of the shared AWS files (`~/.aws/credentials`, `~/.aws/config`, or
+    /// where `AWS_SHARED_CREDENTIALS_FILE` / `AWS_CONFIG_FILE` point).
+    pub aws_profile: Option<String>,
     /// The environment variable holding the key. Exactly one credential field (this, `key_file`,
     /// `token_env`, `credentials_file`, `credentials_env` or `no_key`) per target; none with `deployments`.
     pub key_env: Option<String>,
@@ -912,7 +922,11 @@ deployments = [
             (
                 include_str!("../../README.md"),
                 "  [[upstreams.models]]\n  name = \"gpt-4o\"",
-                vec![vec![OpenAi, Azure], vec![Gemini, Vertex]],
+                vec![
+                    vec![OpenAi, Azure],
+                    vec![Gemini, Vertex],
+                    vec![Anthropic, Bedrock],
+                ],
             ),
             (
                 include_str!("../../../README.md"),
@@ -1040,6 +1054,9 @@ deployments = [
             ("vertex", "project = \"p\"\nlocation = \"us-central1\"\ncredentials_env = \"GOOGLE_APPLICATION_CREDENTIALS\""),
             ("vertex", "project = \"p\"\nlocation = \"us-central1\"\ntoken_env = \"VERTEX_TOKEN\""),
             ("openai", "key_file = \"key.txt\""),
+            ("bedrock", "region = \"us-east-1\"\naws_env = true"),
+            ("bedrock", "region = \"eu-central-1\"\naws_profile = \"prod\""),
+            ("bedrock", "region = \"us-west-2\"\nkey_env = \"AWS_BEARER_TOKEN_BEDROCK\""),
         ] {
             let text = target(provider, fields);
             ConfigFile::parse(&text, "g.toml").unwrap_or_else(|e| panic!("{e}\n{text}"));
@@ -1078,6 +1095,27 @@ deployments = [
                 "azure",
                 "key_env = \"K\"",
                 "resource's endpoint as `base_url`",
+            ),
+            ("bedrock", "aws_env = true", "needs the AWS `region`"),
+            (
+                "bedrock",
+                "region = \"us-east-1\"\naws_env = true\naws_profile = \"p\"",
+                "`aws_env` and `aws_profile` exclude each other",
+            ),
+            (
+                "bedrock",
+                "region = \"us-east-1\"\nno_key = true",
+                "`no_key` is not a credential of `bedrock`",
+            ),
+            (
+                "openai",
+                "region = \"us-east-1\"\nno_key = true",
+                "`region` is for `provider = \"bedrock\"` targets",
+            ),
+            (
+                "gemini",
+                "aws_env = true",
+                "`aws_env` is not a credential of `gemini`",
             ),
             (
                 "gemini",

@@ -1,6 +1,7 @@
 //! A scripted upstream of every kind `[upstreams]` can name, each behind a model of its own (`m-<kind>`), with
 //! the credential each kind takes: a key variable (`openai`, `azure`), a key file (`anthropic`, `gemini`), none
-//! (`openai-responses`), a service-account key whose tokens come from a scripted token endpoint (`vertex`).
+//! (`openai-responses`), a service-account key whose tokens come from a scripted token endpoint (`vertex`), AWS
+//! credentials in the standard variables, every request SigV4-signed and checked (`bedrock`).
 
 use std::path::Path;
 
@@ -8,13 +9,14 @@ use serde_json::{json, Value};
 use tower_chat::test_server::{RecordedRequest, Reply, ScriptedProvider};
 
 /// Every kind, in the order the tests report them.
-pub const KINDS: [&str; 6] = [
+pub const KINDS: [&str; 7] = [
     "openai",
     "openai-responses",
     "anthropic",
     "azure",
     "gemini",
     "vertex",
+    "bedrock",
 ];
 
 /// The key the `openai` and `azure` upstreams expect (from the variables [`KEY_ENV`] names).
@@ -23,6 +25,15 @@ pub const KEY: &str = "sk-kinds-key";
 pub const KEY_ENV: &str = "TOWER_CHAT_GATEWAY_KINDS_KEY";
 /// The access token the scripted token endpoint hands the `vertex` target's service account.
 pub const VERTEX_TOKEN: &str = "ya29.kinds-token";
+
+/// The AWS credentials the `bedrock` target signs with (from the standard variables) and its upstream checks.
+pub const AWS_ACCESS_KEY_ID: &str = "AKIAKINDSTEST";
+const AWS_SECRET_ACCESS_KEY: &str = "kinds/secret/key";
+
+/// The credentials behind [`AWS_ACCESS_KEY_ID`].
+pub fn aws_credentials() -> tower_chat::bedrock::AwsCredentials {
+    tower_chat::bedrock::AwsCredentials::new(AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, None)
+}
 
 /// A key generated for tests only (the core's fixture).
 const SERVICE_ACCOUNT_KEY: &str = include_str!("../../../tests/data/service_account_test_key.pem");
@@ -53,6 +64,9 @@ impl KindUpstreams {
     /// A server per kind, answering with `handler(kind)`.
     pub async fn start(handler: impl Fn(&'static str) -> Handler) -> KindUpstreams {
         std::env::set_var(KEY_ENV, KEY);
+        std::env::set_var("AWS_ACCESS_KEY_ID", AWS_ACCESS_KEY_ID);
+        std::env::set_var("AWS_SECRET_ACCESS_KEY", AWS_SECRET_ACCESS_KEY);
+        std::env::remove_var("AWS_SESSION_TOKEN");
         let tokens = ScriptedProvider::start(|_, _| {
             Reply::json(
                 200,
@@ -124,6 +138,10 @@ impl KindUpstreams {
                  location = \"europe-west4\"\ncredentials_file = {}",
                 path("service-account.json")
             ),
+            "bedrock" => format!(
+                "model = \"anthropic.claude-3-haiku-20240307-v1:0\"\nbase_url = \"{base}\"\n\
+                 region = \"eu-central-1\"\naws_env = true"
+            ),
             other => panic!("no such kind {other}"),
         };
         format!("[[upstreams.models.targets]]\nprovider = \"{kind}\"\n{fields}\n")
@@ -170,6 +188,8 @@ pub fn call_path(kind: &str, stream: bool) -> String {
     match kind {
         "openai" => "/v1/chat/completions".into(),
         "openai-responses" => "/v1/responses".into(),
+        "bedrock" if stream => "/v1/model/anthropic.claude-3-haiku-20240307-v1%3A0/converse-stream".into(),
+        "bedrock" => "/v1/model/anthropic.claude-3-haiku-20240307-v1%3A0/converse".into(),
         "anthropic" => "/v1/messages".into(),
         "azure" => "/openai/deployments/gpt-4o-prod/chat/completions".into(),
         "gemini" => format!("/v1/models/gemini-2.5-flash:{gemini_method}"),
@@ -188,6 +208,7 @@ pub fn text_reply(kind: &str, text: &str) -> Reply {
         "openai-responses" => Reply::responses_text(text),
         "anthropic" => tower_chat_testkit::replies::anthropic_text("claude-scripted", text),
         "gemini" | "vertex" => Reply::gemini_text(text),
+        "bedrock" => Reply::bedrock_text(text),
         other => panic!("no such kind {other}"),
     }
 }
@@ -218,6 +239,9 @@ pub fn weather_call(kind: &str) -> Reply {
         "gemini" | "vertex" => {
             Reply::gemini_function_calls(&[("get_weather", json!({"city": "Oslo"}))], None)
         }
+        "bedrock" => {
+            Reply::bedrock_tool_use(&[("tooluse_w", "get_weather", json!({"city": "Oslo"}))])
+        }
         other => panic!("no such kind {other}"),
     }
 }
@@ -231,7 +255,34 @@ pub fn scripted_usage(kind: &str) -> [(u64, u64); 2] {
         "anthropic" => [(20, 9), (10, 5)],
         // Gemini's 40 thought tokens are output beside its 8 candidate tokens.
         "gemini" | "vertex" => [(30, 48), (12, 5)],
+        "bedrock" => [(30, 8), (12, 5)],
         other => panic!("no such kind {other}"),
+    }
+}
+
+/// Whether the gateway asked `request`'s upstream for a stream (each wire format says so its own way).
+pub fn streamed(request: &RecordedRequest) -> bool {
+    request.query.as_deref() == Some("alt=sse")
+        || request.body["stream"] == true
+        || request.path.ends_with("/converse-stream")
+}
+
+/// Whether `request` carries `kind`'s credential: the key or token in its header, or for `bedrock` a SigV4
+/// signature that signing the request again with [`aws_credentials`] reproduces.
+pub fn check_credential(kind: &str, request: &RecordedRequest) -> Result<(), String> {
+    match kind {
+        "openai-responses" => match request.headers.get("authorization") {
+            None => Ok(()),
+            Some(sent) => Err(format!("a keyless target sent {sent:?}")),
+        },
+        "bedrock" => tower_chat::test_server::check_bedrock_signature(request, &aws_credentials()),
+        _ => {
+            let (header, value) = credential_header(kind);
+            match request.headers.get(header) {
+                Some(sent) if sent == value.as_str() => Ok(()),
+                other => Err(format!("{header}: {other:?}")),
+            }
+        }
     }
 }
 
