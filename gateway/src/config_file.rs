@@ -33,6 +33,8 @@ pub struct ConfigFile {
     /// `[[mcp]]`: MCP servers whose tools the tool loop offers (see [`crate::mcp`]).
     #[serde(default)]
     pub mcp: Vec<crate::mcp::McpServerEntry>,
+    /// `[cache]`: a response cache, off without the table ([`crate::cache`]).
+    pub cache: Option<crate::cache::CacheSection>,
 }
 
 impl ConfigFile {

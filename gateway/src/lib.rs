@@ -34,6 +34,7 @@
 mod access;
 pub mod api_guard;
 mod auth;
+pub mod cache;
 pub mod client_addr;
 pub mod config;
 pub mod config_file;

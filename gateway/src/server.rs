@@ -219,6 +219,17 @@ where
     S::Future: Send + 'static,
 {
     let metadata = upstream.model_metadata();
+    let cache = config
+        .file
+        .cache
+        .as_ref()
+        .map(crate::cache::CacheSection::layer)
+        .transpose()
+        .map_err(|e| ChatError::new(tower_chat::ErrorKind::InvalidRequest, e.to_string()))?;
+    // Around each model call: inside the limits (a hit is charged nothing) and persistence (a hit is recorded).
+    let upstream = tower::ServiceBuilder::new()
+        .option_layer(cache)
+        .service(upstream);
     // Optional layers are `Either`s, not a box each: one box for the whole stack, so a request clones (and the
     // tool loop re-calls) plain structs instead of allocating a box per layer and a boxed future per call.
     let upstream = match limits {
@@ -343,6 +354,8 @@ struct AppState {
     console: bool,
     /// `[[mcp]]`: the MCP tools the loop offers, whose names client tools must not take.
     mcp: Option<GatewayMcp>,
+    /// `[cache]` is on: requests carry their `Cache-Control` and answers their `x-cache`.
+    caching: bool,
     /// `--allowed-hosts`, when given (else the default of [`AllowedHosts::default_for`]).
     allowed_hosts: Option<AllowedHosts>,
     /// The address the gateway listens on: `--listen`, then the listener's own once [`Gateway::serve`] has it.
@@ -501,6 +514,7 @@ impl Gateway {
                 in_flight: Arc::new(InFlight::new(&config.connections)),
                 console: config.console,
                 mcp: None,
+                caching: config.file.cache.is_some(),
                 allowed_hosts: config.allowed_hosts.clone(),
                 listen: config.listen,
                 drain_over: tower_chat::CancellationToken::new(),
@@ -1075,6 +1089,9 @@ async fn handle<F: WireFormat>(
             .extensions
             .insert(crate::rounds::RoundIds::new(id.as_str()));
     }
+    let cache_outcome = state
+        .caching
+        .then(|| crate::cache::control(&headers, &mut request));
     let turn = Turn {
         model: parsed.model,
         client_tools,
@@ -1092,7 +1109,11 @@ async fn handle<F: WireFormat>(
         .map_err(|e| ApiError::from_chat(&e))?;
     if !parsed.stream {
         let body = respond::complete(stream, turn, encoder).await?;
-        return Ok(json_bytes_response(StatusCode::OK, body));
+        let mut response = json_bytes_response(StatusCode::OK, body);
+        if let Some(outcome) = &cache_outcome {
+            crate::cache::outcome_header(outcome, response.headers_mut());
+        }
+        return Ok(response);
     }
     // Wait for the first event before committing to 200, so a failure before any output (a resumed call's
     // first model call, say) is still an HTTP error with its status.
@@ -1121,5 +1142,8 @@ async fn handle<F: WireFormat>(
     );
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
     headers.insert("x-accel-buffering", HeaderValue::from_static("no"));
+    if let Some(outcome) = &cache_outcome {
+        crate::cache::outcome_header(outcome, headers);
+    }
     Ok(response)
 }

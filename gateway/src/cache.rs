@@ -1,0 +1,188 @@
+//! The response cache: the `[cache]` table of the configuration file and the [`CacheLayer`] built from it, the
+//! `Cache-Control` request header read into the layer's per-request control, and the `x-cache` response header.
+//!
+//! Off unless the file has a `[cache]` table. The layer sits inside the tool loop, around each model call (tools
+//! still run on a hit; a hit is recorded as a call marked cached, at zero cost, and limits charge it nothing).
+//!
+//! ```
+//! use tower_chat_gateway::config_file::ConfigFile;
+//!
+//! let file = ConfigFile::parse(r#"
+//! [cache]
+//! store = "memory"          # or "redis", shared by every replica (`redis_url_env` names the URL's variable)
+//! ttl_seconds = 3600
+//! max_bytes = 67108864      # the memory store's bound
+//! scope = "caller"          # or "shared": identical prompts of different callers share one answer
+//!
+//! [cache.models]            # per model, seconds; 0 = never cached
+//! "gpt-4o" = 600
+//! "o3" = 0
+//! "#, "gateway.toml").unwrap();
+//! assert!(file.cache.is_some());
+//! ```
+//!
+//! Per request, `Cache-Control: no-store` bypasses the cache (nothing read, nothing stored) and `no-cache`
+//! refreshes it (the model is asked, its answer stored); each answer says `x-cache: hit`, `miss` or `bypass`.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use http::{HeaderMap, HeaderValue};
+use serde::Deserialize;
+use tower_chat::ChatRequest;
+use tower_chat_cache::{
+    CacheControl, CacheLayer, CacheOutcome, CacheScope, MemoryCacheStore, RedisCacheStore,
+};
+
+use crate::GatewayError;
+
+/// The `[cache]` table.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CacheSection {
+    /// `"memory"` (default: this process) or `"redis"` (shared by replicas).
+    #[serde(default)]
+    pub store: CacheStoreKind,
+    /// For `store = "redis"`: the environment variable holding the Redis URL (default `REDIS_URL`).
+    pub redis_url_env: Option<String>,
+    /// How long an answer is kept, in seconds (default 3600).
+    pub ttl_seconds: Option<u64>,
+    /// The memory store's bound, in bytes of stored answers (default 64 MiB).
+    pub max_bytes: Option<u64>,
+    /// `"caller"` (default: one caller's answers are never another's) or `"shared"`.
+    #[serde(default)]
+    pub scope: CacheScopeName,
+    /// Per model: how long its answers are kept, in seconds; 0 = never cached.
+    #[serde(default)]
+    pub models: BTreeMap<String, u64>,
+}
+
+/// Where cached answers live.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CacheStoreKind {
+    /// In this process, bounded by bytes.
+    #[default]
+    Memory,
+    /// In Redis, shared by every replica.
+    Redis,
+}
+
+/// Whose answers a request may receive.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CacheScopeName {
+    /// Its own caller's only.
+    #[default]
+    Caller,
+    /// Any caller's.
+    Shared,
+}
+
+/// The default bound of the memory store.
+const DEFAULT_MAX_BYTES: u64 = 64 << 20;
+
+impl CacheSection {
+    /// The layer this table describes. A Redis URL variable that is unset, or a URL that is not Redis, refuses
+    /// the start (a cache meant to be shared never silently runs per process).
+    pub fn layer(&self) -> Result<CacheLayer, GatewayError> {
+        let mut layer = CacheLayer::new().scope(match self.scope {
+            CacheScopeName::Caller => CacheScope::Caller,
+            CacheScopeName::Shared => CacheScope::Shared,
+        });
+        if let Some(seconds) = self.ttl_seconds {
+            layer = layer.ttl(Duration::from_secs(seconds));
+        }
+        for (model, seconds) in &self.models {
+            layer = layer.model_ttl(model, Duration::from_secs(*seconds));
+        }
+        Ok(match self.store {
+            CacheStoreKind::Memory => layer.store(MemoryCacheStore::new(
+                self.max_bytes.unwrap_or(DEFAULT_MAX_BYTES),
+            )),
+            CacheStoreKind::Redis => {
+                let variable = self.redis_url_env.as_deref().unwrap_or("REDIS_URL");
+                let url = std::env::var(variable)
+                    .ok()
+                    .filter(|u| !u.trim().is_empty());
+                let Some(url) = url else {
+                    return Err(GatewayError::Config(format!(
+                        "[cache] store = \"redis\": the variable {variable} holding the Redis URL is unset or \
+                         empty"
+                    )));
+                };
+                let store = RedisCacheStore::new(url.trim()).map_err(|e| {
+                    GatewayError::Config(format!("[cache] store = \"redis\" ({variable}): {e}"))
+                })?;
+                layer.store(store)
+            }
+        })
+    }
+}
+
+/// What a request asks of the cache (`Cache-Control: no-store` / `no-cache`), put in its extensions, and the
+/// slot its outcome is written to, for the `x-cache` header.
+pub(crate) fn control(headers: &HeaderMap, request: &mut ChatRequest) -> CacheOutcome {
+    let directives = headers
+        .get_all(http::header::CACHE_CONTROL)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(|d| d.trim().to_ascii_lowercase());
+    let mut control = None;
+    for directive in directives {
+        match directive.as_str() {
+            "no-store" => control = Some(CacheControl::NoStore),
+            "no-cache" if control.is_none() => control = Some(CacheControl::NoCache),
+            _ => {}
+        }
+    }
+    if let Some(control) = control {
+        request.extensions.insert(control);
+    }
+    let outcome = CacheOutcome::new();
+    request.extensions.insert(outcome.clone());
+    outcome
+}
+
+/// `x-cache: hit|miss|bypass`, once the first model call has said which.
+pub(crate) fn outcome_header(outcome: &CacheOutcome, headers: &mut HeaderMap) {
+    if let Some(status) = outcome.get() {
+        headers.insert("x-cache", HeaderValue::from_static(status.header_value()));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tower_chat::Message;
+
+    fn asked(value: &str) -> Option<CacheControl> {
+        let mut headers = HeaderMap::new();
+        headers.insert(http::header::CACHE_CONTROL, value.parse().unwrap());
+        let mut request = ChatRequest::new(vec![Message::user("hi")]);
+        control(&headers, &mut request);
+        request.extensions.get::<CacheControl>().copied()
+    }
+
+    #[test]
+    fn cache_control_directives_are_read() {
+        assert_eq!(asked("no-store"), Some(CacheControl::NoStore));
+        assert_eq!(asked("No-Cache"), Some(CacheControl::NoCache));
+        assert_eq!(asked("no-cache, no-store"), Some(CacheControl::NoStore));
+        assert_eq!(asked("max-age=0"), None);
+    }
+
+    #[test]
+    fn a_redis_cache_without_its_url_refuses_the_start() {
+        let section: CacheSection = toml::from_str(
+            "store = \"redis\"\nredis_url_env = \"TOWER_CHAT_GATEWAY_TEST_CACHE_URL_UNSET\"\n",
+        )
+        .unwrap();
+        let error = section.layer().unwrap_err().to_string();
+        assert!(
+            error.contains("TOWER_CHAT_GATEWAY_TEST_CACHE_URL_UNSET"),
+            "{error}"
+        );
+    }
+}
