@@ -20,17 +20,6 @@ async fn gateway(cache: Option<&str>) -> Harness {
     .await
 }
 
-fn answer_text(answer: &common::Answer, stream: bool) -> String {
-    if stream {
-        answer.streamed_text()
-    } else {
-        answer.json()["choices"][0]["message"]["content"]
-            .as_str()
-            .unwrap()
-            .to_owned()
-    }
-}
-
 fn x_cache(answer: &common::Answer) -> Option<&str> {
     answer.headers.get("x-cache").map(|v| v.to_str().unwrap())
 }
@@ -41,12 +30,12 @@ async fn an_identical_request_is_answered_from_the_cache_in_either_shape() {
     let first = gw.chat(&request(false, "What is 2 + 2?")).await;
     assert_eq!(first.status, 200, "{}", first.body);
     assert_eq!(x_cache(&first), Some("miss"));
-    assert_eq!(answer_text(&first, false), "answer 0");
+    assert_eq!(first.chat_text(false), "answer 0");
     for stream in [true, false] {
         let again = gw.chat(&request(stream, "What is 2 + 2?")).await;
         assert_eq!(again.status, 200, "{}", again.body);
         assert_eq!(x_cache(&again), Some("hit"), "stream={stream}");
-        assert_eq!(answer_text(&again, stream), "answer 0", "stream={stream}");
+        assert_eq!(again.chat_text(stream), "answer 0", "stream={stream}");
     }
     assert_eq!(gw.provider.requests().len(), 1, "one upstream call");
 
@@ -62,7 +51,7 @@ async fn an_identical_request_is_answered_from_the_cache_in_either_shape() {
         )
         .await;
     assert_eq!(x_cache(&bypass), Some("bypass"));
-    assert_eq!(answer_text(&bypass, false), "answer 2");
+    assert_eq!(bypass.chat_text(false), "answer 2");
     let refreshed = gw
         .post_json(
             "/v1/chat/completions",
@@ -70,14 +59,10 @@ async fn an_identical_request_is_answered_from_the_cache_in_either_shape() {
             &[("cache-control", "no-cache")],
         )
         .await;
-    assert_eq!(answer_text(&refreshed, false), "answer 3");
+    assert_eq!(refreshed.chat_text(false), "answer 3");
     let after = gw.chat(&request(false, "What is 2 + 2?")).await;
     assert_eq!(x_cache(&after), Some("hit"));
-    assert_eq!(
-        answer_text(&after, false),
-        "answer 3",
-        "the refreshed answer"
-    );
+    assert_eq!(after.chat_text(false), "answer 3", "the refreshed answer");
     assert_eq!(gw.provider.requests().len(), 4);
 
     // Every answer is recorded; the hits as cached.
@@ -120,7 +105,7 @@ async fn a_redis_cache_is_shared_by_two_gateways() {
     assert_eq!(x_cache(&first), Some("miss"), "{}", first.body);
     let second = b.chat(&request(false, &question)).await;
     assert_eq!(x_cache(&second), Some("hit"), "{}", second.body);
-    assert_eq!(answer_text(&second, false), "answer 0");
+    assert_eq!(second.chat_text(false), "answer 0");
     assert_eq!(
         b.provider.requests().len(),
         0,

@@ -151,14 +151,7 @@ async fn ask(gw: &Harness, caller: &str, stream: bool, tool: &str, arguments: Va
 
 fn text(answer: &Answer, stream: bool) -> String {
     assert_eq!(answer.status, 200, "{}", answer.body);
-    if stream {
-        answer.streamed_text()
-    } else {
-        answer.json()["choices"][0]["message"]["content"]
-            .as_str()
-            .unwrap()
-            .to_owned()
-    }
+    answer.chat_text(stream)
 }
 
 /// The tool names the upstream's `n`th request offered.

@@ -100,14 +100,7 @@ async fn a_retryable_failure_falls_back_to_a_target_of_another_kind() {
                 "{failure} then {second}: {}",
                 answer.body
             );
-            let text = if stream {
-                answer.streamed_text()
-            } else {
-                answer.json()["choices"][0]["message"]["content"]
-                    .as_str()
-                    .unwrap()
-                    .to_owned()
-            };
+            let text = answer.chat_text(stream);
             assert_eq!(
                 text,
                 format!("answered by {second}"),

@@ -45,14 +45,7 @@ no_key = true
         body["model"] = json!("reasoner");
         let answer = harness.chat(&body).await;
         assert_eq!(answer.status, 200, "{}", answer.body);
-        let text = if stream {
-            answer.streamed_text()
-        } else {
-            answer.json()["choices"][0]["message"]["content"]
-                .as_str()
-                .unwrap()
-                .to_owned()
-        };
+        let text = answer.chat_text(stream);
         assert_eq!(text, "Answered over Responses", "stream={stream}");
     }
     let sent = responses.requests();

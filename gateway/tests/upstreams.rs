@@ -116,14 +116,7 @@ async fn configured_models_are_listed_routed_and_fall_back() {
     for stream in [false, true, false] {
         let answer = up.harness.chat(&chat("smart", stream)).await;
         assert_eq!(answer.status, 200, "{}", answer.body);
-        let text = if stream {
-            answer.streamed_text()
-        } else {
-            answer.json()["choices"][0]["message"]["content"]
-                .as_str()
-                .unwrap()
-                .to_owned()
-        };
+        let text = answer.chat_text(stream);
         assert_eq!(text, "Claude here");
     }
     // The dead primary was called until its breaker opened (2 failures), then skipped.

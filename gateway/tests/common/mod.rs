@@ -161,6 +161,18 @@ impl Answer {
             .collect()
     }
 
+    /// The text of a Chat Completions answer, streamed or whole.
+    pub fn chat_text(&self, stream: bool) -> String {
+        if stream {
+            self.streamed_text()
+        } else {
+            self.json()["choices"][0]["message"]["content"]
+                .as_str()
+                .unwrap_or_else(|| panic!("no text: {}", self.body))
+                .to_owned()
+        }
+    }
+
     /// The text of a streamed answer.
     pub fn streamed_text(&self) -> String {
         self.chunks()
