@@ -58,9 +58,12 @@ mod respond;
 mod rounds;
 mod sandbox;
 mod server;
+pub mod stack;
+pub mod stores;
 mod summary;
 pub mod telemetry;
 pub mod tools;
+mod turn;
 pub mod upstream_key;
 pub mod upstreams;
 mod warn_limit;
@@ -74,7 +77,9 @@ pub use config::{CliError, Command, Config, Provider, USAGE};
 pub use error::{ApiError, DEFAULT_RETRY_AFTER, MAX_ERROR_MESSAGE};
 pub use metrics::PrometheusMetrics;
 pub use pending::PendingStore;
-pub use server::{stack, stack_with, stores, ChatStack, Gateway, Stores, Upstream};
+pub use server::Gateway;
+pub use stack::{stack, ChatStack, StackOptions, Upstream};
+pub use stores::{stores, Stores};
 pub use wire::{ApprovalAnswer, ApprovalNotice};
 
 /// Why the gateway could not start or stopped with an error.
