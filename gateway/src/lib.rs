@@ -35,6 +35,7 @@ mod access;
 pub mod api_guard;
 mod auth;
 pub mod cache;
+pub mod cli;
 pub mod client_addr;
 pub mod config;
 pub mod config_file;
@@ -73,7 +74,7 @@ use std::fmt;
 use std::process::ExitCode;
 
 pub use auth::ApiKeys;
-pub use config::{CliError, Command, Config, Provider, USAGE};
+pub use config::{CliError, Command, Config, Provider};
 pub use error::{ApiError, DEFAULT_RETRY_AFTER, MAX_ERROR_MESSAGE};
 pub use metrics::PrometheusMetrics;
 pub use pending::PendingStore;
@@ -246,12 +247,12 @@ pub async fn shutdown_signal() {
 pub fn main_with_args<I, S>(args: I) -> ExitCode
 where
     I: IntoIterator<Item = S>,
-    S: Into<String>,
+    S: Into<std::ffi::OsString> + Clone,
 {
     let config = match Config::parse(args) {
         Ok(Command::Run(config)) => config,
-        Ok(Command::Help) => {
-            print!("{USAGE}");
+        Ok(Command::Help(text)) => {
+            print!("{text}");
             return ExitCode::SUCCESS;
         }
         Err(error) => {

@@ -232,7 +232,7 @@ pub(crate) async fn handle<F: WireFormat>(
     let mut conversation = None;
     let mut whole_history_given = false;
     if let Some(id) = &parsed.previous_response_id {
-        let (history, stored) = previous_response(&state, caller.as_ref(), id).await?;
+        let (history, stored) = previous_response(state, caller.as_ref(), id).await?;
         // The request's own instructions first, then the stored conversation, then the new input.
         let instructions = request
             .messages
@@ -265,7 +265,7 @@ pub(crate) async fn handle<F: WireFormat>(
     if !approvals.is_empty() {
         let resumption = match state.pending.resume(caller.as_ref(), &approvals) {
             Ok(resumption) => resumption,
-            Err(error) => recorded_resumption(&state, caller.as_ref(), &approvals)
+            Err(error) => recorded_resumption(state, caller.as_ref(), &approvals)
                 .await?
                 .ok_or(error)?,
         };
