@@ -406,4 +406,19 @@ mod tests {
             assert!(arg.get_help_heading().is_some(), "{id} has no group");
         }
     }
+
+    /// The README's `[gateway]` example parses, and says what it seems to.
+    #[test]
+    fn the_documented_example_is_valid() {
+        let readme = include_str!("../README.md");
+        let start = readme.find("[gateway]\nlisten").unwrap();
+        let end = start + readme[start..].find("```").unwrap();
+        let file = crate::config_file::ConfigFile::parse(&readme[start..end], "README.md")
+            .unwrap_or_else(|e| panic!("{e}"));
+        let config = crate::Config::from_flags(file.gateway.clone(), file).unwrap();
+        assert_eq!(config.listen.to_string(), "0.0.0.0:8080");
+        assert_eq!(config.max_rounds, 5);
+        assert_eq!(config.upstream_timeout, Duration::from_secs(60));
+        assert_eq!(config.files, Some(PathBuf::from("./sandbox")));
+    }
 }
