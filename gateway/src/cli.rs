@@ -64,10 +64,10 @@ OTEL_RESOURCE_ATTRIBUTES, OTEL_{TRACES,METRICS}_EXPORTER=none, OTEL_METRIC_EXPOR
 )]
 #[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
 pub struct Flags {
-    /// TOML configuration file (see the README): [gateway] holds these options; [upstreams] models ->
-    /// fallback targets, retry, breakers, timeouts; [limits] rate limits and budgets per key; [[mcp]] MCP
-    /// servers; [cache] a response cache. Refused at start if invalid. On SIGHUP the file is read again and a
-    /// valid [upstreams] replaces the running one (requests in flight finish on the old); an invalid file is
+    /// TOML configuration file (see the README): `[gateway]` holds these options; `[upstreams]` models ->
+    /// fallback targets, retry, breakers, timeouts; `[limits]` rate limits and budgets per key; `[[mcp]]` MCP
+    /// servers; `[cache]` a response cache. Refused at start if invalid. On SIGHUP the file is read again and a
+    /// valid `[upstreams]` replaces the running one (requests in flight finish on the old); an invalid file is
     /// logged and the running configuration kept.
     #[arg(long, env = "TOWER_CHAT_CONFIG", value_name = "PATH", help_heading = SERVING)]
     #[serde(skip)]
@@ -77,19 +77,19 @@ pub struct Flags {
     pub listen: Option<SocketAddr>,
     /// Offline: an in-process scripted upstream answers every model (no key, no network); ask it to add two
     /// numbers to see a tool round. Not with --upstream, --provider, --upstream-key-env, --no-upstream-key or
-    /// [upstreams].
+    /// `[upstreams]`.
     #[arg(long, env = "TOWER_CHAT_DEMO", help_heading = SERVING)]
     pub demo: bool,
     /// Host values the API answers, comma-separated NAME or NAME:PORT (a NAME alone: any port), or `*` for
     /// any; others get 403 host_not_allowed, as do browsers' cross-site requests. Default without
-    /// --api-keys-file: the listen address and localhost, 127.0.0.1, [::1] at its port; with it: any.
+    /// --api-keys-file: the listen address and localhost, 127.0.0.1, `[::1]` at its port; with it: any.
     #[arg(long, env = "TOWER_CHAT_ALLOWED_HOSTS", value_name = "LIST", help_heading = SERVING)]
     pub allowed_hosts: Option<String>,
     /// Drain time for in-flight requests on SIGTERM / Ctrl-C (default 30).
     #[arg(long, env = "TOWER_CHAT_SHUTDOWN_TIMEOUT", value_name = "SECS", help_heading = SERVING)]
     pub shutdown_timeout: Option<Seconds>,
 
-    /// Provider base URL, e.g. https://api.openai.com/v1 or http://127.0.0.1:9000/v1 (default: the
+    /// Provider base URL, e.g. `https://api.openai.com/v1` or `http://127.0.0.1:9000/v1` (default: the
     /// provider's public API).
     #[arg(long, env = "TOWER_CHAT_UPSTREAM", value_name = "URL", help_heading = UPSTREAMS)]
     pub upstream: Option<String>,

@@ -1,6 +1,6 @@
 //! What the gateway is configured with, as plain data: [`Config`], built from the options ([`crate::cli`]: the
 //! command line, the environment and the `--config` file's `[gateway]` table) and the rest of the file
-//! ([`ConfigFile`]). Knows nothing of the server: the stack ([`crate::stack`]) and the router read it.
+//! ([`ConfigFile`]). Knows nothing of the server: the stack ([`mod@crate::stack`]) and the router read it.
 
 use std::fmt;
 use std::net::SocketAddr;

@@ -1,5 +1,5 @@
 //! The axum application: routes, their middleware, serving with graceful shutdown. The stack it calls is built
-//! in [`crate::stack`], the stores it opens in [`crate::stores`], each request's turn handled in [`crate::turn`].
+//! in [`mod@crate::stack`], the stores it opens in [`mod@crate::stores`], each request's turn handled in [`crate::turn`].
 
 use std::future::Future;
 use std::sync::Arc;
