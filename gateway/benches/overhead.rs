@@ -52,15 +52,23 @@ fn bench(c: &mut Criterion) {
             .build()
             .unwrap();
         let upstream = tower_chat_gateway::Upstream::OpenAi(leaf.clone());
-        let bare_stack = tower_chat_gateway::stack(&config, upstream.clone(), None, None).unwrap();
+        let bare_stack = tower_chat_gateway::stack(
+            &config,
+            upstream.clone(),
+            tower_chat_gateway::StackOptions::default(),
+        )
+        .unwrap();
         // The same stack the gateway runs, persistence included (a second store file).
         config.db = files.path().join("bench-stack.db");
         let stores = tower_chat_gateway::stores(&config).await.unwrap();
         let stack = tower_chat_gateway::stack(
             &config,
             upstream,
-            Some(&stores.persistence),
-            Some(&stores.approvals),
+            tower_chat_gateway::StackOptions {
+                persistence: Some(&stores.persistence),
+                approvals: Some(&stores.approvals),
+                ..Default::default()
+            },
         )
         .unwrap();
         (provider, addr, leaf, bare_stack, stack)

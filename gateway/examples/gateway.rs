@@ -10,5 +10,5 @@
 //! [`tower_chat_gateway::main_with_args`].
 
 fn main() -> std::process::ExitCode {
-    tower_chat_gateway::main_with_args(std::env::args().skip(1))
+    tower_chat_gateway::main_with_args(std::env::args_os().skip(1))
 }

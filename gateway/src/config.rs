@@ -1,4 +1,6 @@
-//! The command line: `--listen`, `--upstream`, `--provider`, … parsed into a [`Config`].
+//! What the gateway is configured with, as plain data: [`Config`], built from the options ([`crate::cli`]: the
+//! command line, the environment and the `--config` file's `[gateway]` table) and the rest of the file
+//! ([`ConfigFile`]). Knows nothing of the server: the stack ([`mod@crate::stack`]) and the router read it.
 
 use std::fmt;
 use std::net::SocketAddr;
@@ -6,17 +8,22 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::api_guard::AllowedHosts;
+use crate::cli::Flags;
 use crate::client_addr::TrustedProxies;
 use crate::config_file::{ConfigFile, ConfigFileError};
 use crate::connection::ConnectionLimits;
 use crate::request_limits::RequestLimits;
 
 /// Which wire format the upstream provider speaks.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Deserialize)]
 pub enum Provider {
     /// OpenAI Chat Completions (OpenAI, vLLM, Ollama, DeepSeek, …).
+    #[value(name = "openai")]
+    #[serde(rename = "openai")]
     OpenAi,
     /// Anthropic Messages.
+    #[value(name = "anthropic")]
+    #[serde(rename = "anthropic")]
     Anthropic,
 }
 
@@ -37,7 +44,7 @@ impl Provider {
     }
 }
 
-/// Everything the gateway is configured with. Build one with [`Config::parse`] or by hand
+/// Everything the gateway is configured with. Build one with [`Config::parse`] (the command line) or by hand
 /// ([`Config::new`] gives the command line's defaults).
 #[derive(Clone, Debug)]
 pub struct Config {
@@ -194,141 +201,111 @@ impl Config {
         }
     }
 
-    /// Parse command-line arguments (without the program name).
+    /// Parse command-line arguments (without the program name), read `--config` and put the flags and their
+    /// environment variables over the file's `[gateway]` table, then the defaults under both.
     pub fn parse<I, S>(args: I) -> Result<Command, CliError>
     where
         I: IntoIterator<Item = S>,
-        S: Into<String>,
+        S: Into<std::ffi::OsString> + Clone,
     {
+        use clap::{CommandFactory as _, FromArgMatches as _};
+        let program = std::iter::once(std::ffi::OsString::from("tower-chat-gateway"));
+        let parsed = Flags::command()
+            .try_get_matches_from(program.chain(args.into_iter().map(Into::into)))
+            .and_then(|matches| Ok((Flags::from_arg_matches(&matches)?, matches)));
+        let (flags, matches) = match parsed {
+            Ok(parsed) => parsed,
+            Err(e) => {
+                return match e.kind() {
+                    clap::error::ErrorKind::DisplayHelp
+                    | clap::error::ErrorKind::DisplayVersion => {
+                        Ok(Command::Help(e.render().to_string()))
+                    }
+                    _ => Err(CliError::Usage(e.render().to_string())),
+                }
+            }
+        };
+        let file = match &flags.config {
+            Some(path) => ConfigFile::load(path).map_err(CliError::File)?,
+            None => ConfigFile::default(),
+        };
+        let config_path = flags.config.clone();
+        let flags = flags.over(file.gateway.clone(), |id| Flags::given_in(&matches, id));
+        let mut config = Config::from_flags(flags, file)?;
+        config.config_path = config_path;
+        Ok(Command::Run(Box::new(config)))
+    }
+
+    /// The configuration `flags` (already merged over the file's `[gateway]`) describe, with the rest of
+    /// `file`; the defaults of [`Config::new`] where neither says. Checks what no single option can: pairs
+    /// that exclude or need each other.
+    pub fn from_flags(flags: Flags, file: ConfigFile) -> Result<Config, CliError> {
+        let provider_given = flags.provider.is_some();
         let mut config = Config::new("");
-        config.record_content = crate::telemetry::content_capture_from_env();
-        let mut upstream = None;
-        let mut provider_given = false;
-        let (mut proxy_header, mut proxies) = (None::<String>, None::<String>);
-        let mut args = args.into_iter().map(Into::into);
-        while let Some(arg) = args.next() {
-            if arg == "-h" || arg == "--help" {
-                return Ok(Command::Help);
-            }
-            let (name, inline) = match arg.split_once('=') {
-                Some((name, value)) if name.starts_with("--") => {
-                    (name.to_owned(), Some(value.to_owned()))
-                }
-                _ => (arg.clone(), None),
-            };
-            if !name.starts_with("--") {
-                return Err(CliError::Unexpected(arg));
-            }
-            if matches!(
-                name.as_str(),
-                "--record-content" | "--no-console" | "--no-upstream-key" | "--demo"
-            ) {
-                if let Some(value) = inline {
-                    return Err(invalid(&name, &value, "no value (it is a switch)"));
-                }
-                match name.as_str() {
-                    "--record-content" => config.record_content = true,
-                    "--no-upstream-key" => config.no_upstream_key = true,
-                    "--demo" => config.demo = true,
-                    _ => config.console = false,
-                }
-                continue;
-            }
-            let mut value = || match inline.clone() {
-                Some(v) => Ok(v),
-                None => args
-                    .next()
-                    .ok_or_else(|| CliError::MissingValue(name.clone())),
-            };
-            match name.as_str() {
-                "--listen" => {
-                    let v = value()?;
-                    config.listen = v
-                        .parse()
-                        .map_err(|_| invalid(&name, &v, "an address like 127.0.0.1:8080"))?;
-                }
-                "--metrics-listen" => {
-                    let v = value()?;
-                    config.metrics_listen = Some(
-                        v.parse()
-                            .map_err(|_| invalid(&name, &v, "an address like 127.0.0.1:9090"))?,
-                    );
-                }
-                "--metrics-key-env" => config.metrics_key_env = Some(value()?),
-                "--upstream" => upstream = Some(value()?),
-                "--provider" => {
-                    let v = value()?;
-                    provider_given = true;
-                    config.provider = match v.as_str() {
-                        "openai" => Provider::OpenAi,
-                        "anthropic" => Provider::Anthropic,
-                        _ => return Err(invalid(&name, &v, "`openai` or `anthropic`")),
-                    };
-                }
-                "--upstream-key-env" => config.upstream_key_env = Some(value()?),
-                "--db" => config.db = PathBuf::from(value()?),
-                "--database-url" => config.database_url = Some(value()?),
-                "--files" => config.files = Some(PathBuf::from(value()?)),
-                "--api-keys-file" => config.api_keys_file = Some(PathBuf::from(value()?)),
-                "--operator-keys-file" => config.operator_keys_file = Some(PathBuf::from(value()?)),
-                "--allowed-hosts" => {
-                    let v = value()?;
-                    config.allowed_hosts = Some(AllowedHosts::parse(&v).map_err(|_| {
-                        invalid(
-                            &name,
-                            &v,
-                            "a comma list of NAME or NAME:PORT (IPv6 in brackets), or `*` for any host",
-                        )
-                    })?);
-                }
-                "--trusted-proxy-header" => proxy_header = Some(value()?),
-                "--trusted-proxies" => proxies = Some(value()?),
-                "--max-rounds" => {
-                    let v = value()?;
-                    config.max_rounds = v
-                        .parse()
-                        .ok()
-                        .filter(|n| *n > 0)
-                        .ok_or_else(|| invalid(&name, &v, "a positive integer"))?;
-                }
-                "--body-limit" => {
-                    let v = value()?;
-                    config.body_limit = v
-                        .parse()
-                        .ok()
-                        .filter(|n| *n > 0)
-                        .ok_or_else(|| invalid(&name, &v, "a positive number of bytes"))?;
-                }
-                "--max-messages" => config.limits.max_messages = count(&name, value()?)?,
-                "--max-tools" => config.limits.max_tools = count(&name, value()?)?,
-                "--max-schema-bytes" => config.limits.max_schema_bytes = count(&name, value()?)?,
-                "--max-approvals" => config.limits.max_approvals = count(&name, value()?)?,
-                "--max-id-bytes" => config.limits.max_id_bytes = count(&name, value()?)?,
-                "--max-media-part-bytes" => {
-                    config.limits.max_media_part_bytes = count(&name, value()?)?
-                }
-                "--max-media-bytes" => config.limits.max_media_bytes = count(&name, value()?)?,
-                "--header-timeout" => config.connections.header_timeout = seconds(&name, value()?)?,
-                "--body-timeout" => config.connections.body_timeout = seconds(&name, value()?)?,
-                "--idle-timeout" => config.connections.idle_timeout = seconds(&name, value()?)?,
-                "--write-timeout" => config.connections.write_timeout = seconds(&name, value()?)?,
-                "--max-connections" => config.connections.max_connections = count(&name, value()?)?,
-                "--max-in-flight" => config.connections.max_in_flight = count(&name, value()?)?,
-                "--max-in-flight-per-key" => {
-                    config.connections.max_in_flight_per_key = count(&name, value()?)?
-                }
-                "--shutdown-timeout" => config.shutdown_timeout = seconds(&name, value()?)?,
-                "--upstream-timeout" => config.upstream_timeout = seconds(&name, value()?)?,
-                "--approval-ttl" => config.approval_ttl = seconds(&name, value()?)?,
-                "--max-polls-per-key" => config.max_polls_per_key = count(&name, value()?)?,
-                "--config" => {
-                    let path = PathBuf::from(value()?);
-                    config.file = ConfigFile::load(&path).map_err(CliError::File)?;
-                    config.config_path = Some(path);
-                }
-                _ => return Err(CliError::Unknown(name)),
-            }
-        }
+        let defaults = config.clone();
+        let count =
+            |value: Option<crate::cli::Count>, default: usize| value.map_or(default, |n| n.get());
+        let seconds = |value: Option<crate::cli::Seconds>, default: Duration| {
+            value.map_or(default, |s| s.get())
+        };
+        config.listen = flags.listen.unwrap_or(defaults.listen);
+        config.provider = flags.provider.unwrap_or(defaults.provider);
+        config.upstream = flags
+            .upstream
+            .clone()
+            .unwrap_or_else(|| config.provider.default_upstream().to_owned());
+        config.upstream_key_env = flags.upstream_key_env.clone();
+        config.no_upstream_key = flags.no_upstream_key;
+        config.db = flags.db.unwrap_or(defaults.db);
+        config.database_url = flags.database_url;
+        config.files = flags.files;
+        config.demo = flags.demo;
+        config.api_keys_file = flags.api_keys_file;
+        config.operator_keys_file = flags.operator_keys_file;
+        config.console = !flags.no_console;
+        config.allowed_hosts = flags
+            .allowed_hosts
+            .as_deref()
+            .map(|v| {
+                AllowedHosts::parse(v).map_err(|_| {
+                    invalid(
+                        "--allowed-hosts",
+                        v,
+                        "a comma list of NAME or NAME:PORT (IPv6 in brackets), or `*` for any host",
+                    )
+                })
+            })
+            .transpose()?;
+        config.max_rounds = count(flags.max_rounds, defaults.max_rounds);
+        config.body_limit = count(flags.body_limit, defaults.body_limit);
+        config.shutdown_timeout = seconds(flags.shutdown_timeout, defaults.shutdown_timeout);
+        config.upstream_timeout = seconds(flags.upstream_timeout, defaults.upstream_timeout);
+        config.approval_ttl = seconds(flags.approval_ttl, defaults.approval_ttl);
+        config.max_polls_per_key = count(flags.max_polls_per_key, defaults.max_polls_per_key);
+        let limits = &mut config.limits;
+        limits.max_messages = count(flags.max_messages, limits.max_messages);
+        limits.max_tools = count(flags.max_tools, limits.max_tools);
+        limits.max_schema_bytes = count(flags.max_schema_bytes, limits.max_schema_bytes);
+        limits.max_approvals = count(flags.max_approvals, limits.max_approvals);
+        limits.max_id_bytes = count(flags.max_id_bytes, limits.max_id_bytes);
+        limits.max_media_part_bytes =
+            count(flags.max_media_part_bytes, limits.max_media_part_bytes);
+        limits.max_media_bytes = count(flags.max_media_bytes, limits.max_media_bytes);
+        let connections = &mut config.connections;
+        connections.header_timeout = seconds(flags.header_timeout, connections.header_timeout);
+        connections.body_timeout = seconds(flags.body_timeout, connections.body_timeout);
+        connections.idle_timeout = seconds(flags.idle_timeout, connections.idle_timeout);
+        connections.write_timeout = seconds(flags.write_timeout, connections.write_timeout);
+        connections.max_connections = count(flags.max_connections, connections.max_connections);
+        connections.max_in_flight = count(flags.max_in_flight, connections.max_in_flight);
+        connections.max_in_flight_per_key = count(
+            flags.max_in_flight_per_key,
+            connections.max_in_flight_per_key,
+        );
+        config.record_content =
+            flags.record_content || crate::telemetry::content_capture_from_env();
+        config.metrics_listen = flags.metrics_listen;
+        config.metrics_key_env = flags.metrics_key_env;
         if config.no_upstream_key && config.upstream_key_env.is_some() {
             return Err(CliError::Conflict(
                 "--no-upstream-key",
@@ -336,7 +313,7 @@ impl Config {
             ));
         }
         if config.demo {
-            let conflict = if upstream.is_some() {
+            let conflict = if flags.upstream.is_some() {
                 Some("--upstream")
             } else if provider_given {
                 Some("--provider")
@@ -344,7 +321,7 @@ impl Config {
                 Some("--upstream-key-env")
             } else if config.no_upstream_key {
                 Some("--no-upstream-key")
-            } else if !config.file.upstreams.models.is_empty() {
+            } else if !file.upstreams.models.is_empty() {
                 Some("[upstreams] in --config")
             } else {
                 None
@@ -353,8 +330,7 @@ impl Config {
                 return Err(CliError::Conflict("--demo", other));
             }
         }
-        config.upstream = upstream.unwrap_or_else(|| config.provider.default_upstream().to_owned());
-        config.trusted_proxies = match (proxy_header, proxies) {
+        config.trusted_proxies = match (flags.trusted_proxy_header, flags.trusted_proxies) {
             (None, None) => None,
             (Some(header), Some(list)) => {
                 Some(TrustedProxies::new(&header, &list).map_err(|e| {
@@ -379,25 +355,15 @@ impl Config {
                     "--trusted-proxy-header (the header those proxies set, e.g. x-forwarded-for)",
             }),
         };
-        Ok(Command::Run(Box::new(config)))
+        config.file = file;
+        Ok(config)
     }
-}
 
-fn count(name: &str, value: String) -> Result<usize, CliError> {
-    value
-        .parse()
-        .ok()
-        .filter(|n| *n > 0)
-        .ok_or_else(|| invalid(name, &value, "a positive integer"))
-}
-
-fn seconds(name: &str, value: String) -> Result<Duration, CliError> {
-    value
-        .parse::<f64>()
-        .ok()
-        .filter(|s| s.is_finite() && *s > 0.0)
-        .map(Duration::from_secs_f64)
-        .ok_or_else(|| invalid(name, &value, "a positive number of seconds"))
+    /// The `--help` text.
+    pub fn help() -> String {
+        use clap::CommandFactory as _;
+        Flags::command().render_long_help().to_string()
+    }
 }
 
 fn invalid(name: &str, value: &str, expected: &'static str) -> CliError {
@@ -413,17 +379,16 @@ fn invalid(name: &str, value: &str, expected: &'static str) -> CliError {
 pub enum Command {
     /// Run the gateway.
     Run(Box<Config>),
-    /// Print [`USAGE`].
-    Help,
+    /// Print this text (`--help`, `--version`) and stop.
+    Help(String),
 }
 
-/// A command line that could not be parsed.
+/// A command line that could not be parsed, or options that cannot be used together. Every one is a usage
+/// error: the program exits with code 2.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum CliError {
-    /// An option nobody knows.
-    Unknown(String),
-    /// An option without its value.
-    MissingValue(String),
+    /// What clap refused (an unknown option, a missing or malformed value, a stray argument), as clap words it.
+    Usage(String),
     /// A value of the wrong shape.
     Invalid {
         /// The option.
@@ -433,8 +398,6 @@ pub enum CliError {
         /// What was expected.
         expected: &'static str,
     },
-    /// A positional argument (the gateway takes none).
-    Unexpected(String),
     /// The `--config` file could not be read or is invalid.
     File(ConfigFileError),
     /// An option given without the one it works with.
@@ -461,8 +424,10 @@ pub enum CliError {
 impl fmt::Display for CliError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            CliError::Unknown(name) => write!(f, "unknown option `{name}` (see --help)"),
-            CliError::MissingValue(name) => write!(f, "option `{name}` needs a value"),
+            // clap's own rendering starts with `error: `, which the program prints in front of every error.
+            CliError::Usage(message) => {
+                write!(f, "{}", message.trim_end().trim_start_matches("error: "))
+            }
             CliError::Invalid {
                 option,
                 value,
@@ -471,7 +436,6 @@ impl fmt::Display for CliError {
                 f,
                 "invalid value `{value}` for `{option}`: expected {expected}"
             ),
-            CliError::Unexpected(arg) => write!(f, "unexpected argument `{arg}` (see --help)"),
             CliError::File(e) => write!(f, "{e}"),
             CliError::Requires { option, needs } => {
                 write!(f, "option `{option}` needs {needs}")
@@ -488,91 +452,6 @@ impl fmt::Display for CliError {
 
 impl std::error::Error for CliError {}
 
-/// The `--help` text.
-pub const USAGE: &str = "\
-tower-chat gateway: an OpenAI-compatible endpoint (POST /v1/chat/completions) running the tower-chat stack
-
-usage: tower-chat-gateway [options]
-       (from a checkout: cargo run --release --example gateway -- [options])
-
-  --listen ADDR            address to listen on (default 127.0.0.1:8080)
-  --demo                   offline: an in-process scripted upstream answers every model (no key,
-                           no network); ask it to add two numbers to see a tool round
-  --upstream URL           provider base URL, e.g. https://api.openai.com/v1 or http://127.0.0.1:9000/v1
-  --provider NAME          openai | anthropic (default openai)
-  --upstream-key-env VAR   environment variable holding the upstream key
-                           (default OPENAI_API_KEY, or ANTHROPIC_API_KEY); refused at start if
-                           unset, empty, or not a key a header can carry
-  --no-upstream-key        the upstream takes no key (local vLLM, Ollama): no auth header is sent
-  --db PATH                SQLite file of the persistence layer (default gateway.db)
-  --database-url URL       PostgreSQL instead of SQLite
-  --files DIR              enables read_file / write_file, confined to DIR (default: no file tools);
-                           a missing DIR is created at start
-  --api-keys-file PATH     clients must send `Authorization: Bearer <key>` with a key listed in PATH
-  --operator-keys-file PATH  operators' keys (same format, none shared with client keys): they decide
-                           pending approvals with POST /v1/approvals/{id}/decision; while set, only
-                           operators may approve (clients may still deny); clients wait with
-                           GET /v1/approvals/{id}?wait=SECS and resend the conversation to resume;
-                           operators also log in to the web console at /console with their key
-  --no-console             do not serve the operator console (/console)
-  --trusted-proxy-header NAME  with --trusted-proxies: the header (x-forwarded-for, forwarded,
-                           x-real-ip, ...) that gives the client address; the failed-login limit of
-                           the operator API and console counts that address instead of the proxy's
-  --trusted-proxies LIST   the proxies whose header is believed: comma-separated addresses and
-                           ranges (127.0.0.1,10.0.0.0/8); from any other peer the header is ignored
-  --allowed-hosts LIST     Host values the API answers, comma-separated NAME or NAME:PORT (a NAME
-                           alone: any port), or `*` for any; others get 403 host_not_allowed, as do
-                           browsers' cross-site requests (Sec-Fetch-Site: cross-site, or an Origin
-                           not in the list). Default without --api-keys-file: the listen address and
-                           localhost, 127.0.0.1, [::1] at its port; with --api-keys-file: any
-  --max-rounds N           tool-loop limit (default 10)
-  --body-limit BYTES       larger request bodies get 413, not counting base64 media (default 4194304)
-  --max-messages N         messages (and tool calls) in one request (default 1024)
-  --max-tools N            client tools in one request (default 128)
-  --max-schema-bytes N     client tools' names, descriptions and schemas together (default 262144)
-  --max-approvals N        approval decisions in one request (default 64)
-  --max-id-bytes N         longest tool call id, tool name or approval id (default 256)
-  --max-media-part-bytes N one image, audio clip or file, decoded (default 20971520)
-  --max-media-bytes N      all media parts of one request, decoded (default 33554432)
-  --header-timeout SECS    from a request's first byte to its complete head (default 10)
-  --body-timeout SECS      from a request's head to the end of its body, else 408 (default 30)
-  --idle-timeout SECS      a connection with no request in flight and no response being written is
-                           closed after this (default 60)
-  --write-timeout SECS     a response the client stops reading is dropped, and its connection closed,
-                           once no byte of it could be written for this long (default 30)
-  --max-connections N      open connections; more get 503 and are closed (default 16384, lowered to
-                           what the open-files limit allows)
-  --max-in-flight N        requests in flight, streams included; more get 503 + Retry-After (default 4096)
-  --max-in-flight-per-key N  requests in flight per gateway key; more get 429 + Retry-After (default 256)
-  --shutdown-timeout SECS  drain time for in-flight requests on SIGTERM / Ctrl-C (default 30)
-  --upstream-timeout SECS  upstream first-byte and idle timeout (default 120)
-  --approval-ttl SECS      how long a paused write_file waits for approval (default 3600)
-  --max-polls-per-key N    GET /v1/approvals/{id}?wait= long-polls waiting at once per gateway key;
-                           more get 429 + Retry-After (default 16)
-  --config PATH            TOML configuration file (see the README); refused at start if invalid.
-                           [upstreams]: models -> fallback targets (provider = openai,
-                           openai-responses, anthropic, azure, gemini, vertex or bedrock; model,
-                           base_url, region, key_env, deployments with weights), [upstreams.retry],
-                           [upstreams.breaker], [upstreams.timeouts]; each target or deployment names
-                           its credential (key_env, key_file, token_env, credentials_file,
-                           credentials_env, aws_env, aws_profile), or says no_key = true. On SIGHUP the file is read again and a valid
-                           [upstreams] replaces the running one (requests in flight finish on the old);
-                           an invalid file is logged and the running configuration kept
-  --metrics-listen ADDR    serve GET /metrics on this address only (default: on --listen)
-  --metrics-key-env VAR    GET /metrics requires `Authorization: Bearer <key>`, the key read from VAR
-                           (refused at start when VAR is unset or empty; default: no key)
-  --record-content         telemetry spans carry message contents, tool arguments and results
-                           (also OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true); off by default
-
-Log level: RUST_LOG (default info).
-
-OpenTelemetry (off unless an endpoint is set): OTEL_EXPORTER_OTLP_ENDPOINT=http://collector:4318 exports
-the `chat {model}` spans (with their `execute_tool` children) and the GenAI metrics over OTLP/HTTP
-(protobuf), flushed at shutdown. Also read: OTEL_EXPORTER_OTLP_{TRACES,METRICS}_ENDPOINT,
-OTEL_EXPORTER_OTLP_HEADERS, OTEL_EXPORTER_OTLP_TIMEOUT, OTEL_SERVICE_NAME (default tower-chat-gateway),
-OTEL_RESOURCE_ATTRIBUTES, OTEL_{TRACES,METRICS}_EXPORTER=none, OTEL_METRIC_EXPORT_INTERVAL.
-";
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -580,7 +459,7 @@ mod tests {
     fn run(args: &[&str]) -> Result<Config, CliError> {
         match Config::parse(args.iter().copied())? {
             Command::Run(config) => Ok(*config),
-            Command::Help => panic!("help"),
+            Command::Help(text) => panic!("help: {text}"),
         }
     }
 
@@ -694,22 +573,22 @@ mod tests {
 
     #[test]
     fn bad_command_lines_are_typed_errors() {
-        assert_eq!(
-            run(&["--nope"]).unwrap_err(),
-            CliError::Unknown("--nope".into())
-        );
-        assert_eq!(
-            run(&["--listen"]).unwrap_err(),
-            CliError::MissingValue("--listen".into())
-        );
-        assert!(matches!(
-            run(&["--provider", "cohere"]).unwrap_err(),
-            CliError::Invalid { .. }
-        ));
-        assert!(matches!(
-            run(&["--max-rounds", "0"]).unwrap_err(),
-            CliError::Invalid { .. }
-        ));
+        for (args, needle) in [
+            (&["--nope"][..], "--nope"),
+            (&["--listen"][..], "--listen"),
+            (&["--listen", "nowhere"][..], "--listen"),
+            (&["--provider", "cohere"][..], "openai"),
+            (&["--max-rounds", "0"][..], "positive integer"),
+            (&["--shutdown-timeout=-1"][..], "positive number of seconds"),
+            (&["stray"][..], "stray"),
+        ] {
+            match run(args).unwrap_err() {
+                CliError::Usage(message) => {
+                    assert!(message.contains(needle), "{args:?}: {message}")
+                }
+                other => panic!("{args:?}: {other:?}"),
+            }
+        }
         assert!(matches!(
             run(&["--allowed-hosts", "http://gw.example.com"]).unwrap_err(),
             CliError::Invalid { option, .. } if option == "--allowed-hosts"
@@ -738,11 +617,9 @@ mod tests {
             run(&["--trusted-proxy-header=x forwarded", "--trusted-proxies=10.0.0.1"]).unwrap_err(),
             CliError::Invalid { option, .. } if option == "--trusted-proxy-header"
         ));
-        assert_eq!(
-            run(&["stray"]).unwrap_err(),
-            CliError::Unexpected("stray".into())
+        assert!(
+            matches!(Config::parse(["--help"]), Ok(Command::Help(text)) if text.contains("--listen"))
         );
-        assert!(matches!(Config::parse(["--help"]), Ok(Command::Help)));
     }
 
     #[test]
@@ -761,7 +638,7 @@ mod tests {
         );
         assert!(matches!(
             run(&["--no-upstream-key=yes"]).unwrap_err(),
-            CliError::Invalid { .. }
+            CliError::Usage(_)
         ));
     }
 
@@ -773,7 +650,7 @@ mod tests {
         assert!(!run(&["--no-console"]).unwrap().console);
         assert!(matches!(
             run(&["--record-content=yes"]).unwrap_err(),
-            CliError::Invalid { .. }
+            CliError::Usage(_)
         ));
     }
 
@@ -793,5 +670,54 @@ mod tests {
             "{err}"
         );
         assert!(err.to_string().contains("bad.toml"), "{err}");
+    }
+
+    #[test]
+    fn the_file_gives_options_and_a_flag_overrides_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("gateway.toml");
+        std::fs::write(
+            &path,
+            "[gateway]\nlisten = \"127.0.0.1:9100\"\nmax-rounds = 4\nno-console = true\n\
+             trusted-proxy-header = \"x-forwarded-for\"\n",
+        )
+        .unwrap();
+        let path = path.to_str().unwrap();
+        let from_file = run(&["--config", path, "--trusted-proxies=10.0.0.1"]).unwrap();
+        assert_eq!(from_file.listen.port(), 9100);
+        assert_eq!(from_file.max_rounds, 4);
+        assert!(!from_file.console);
+        assert!(
+            from_file.trusted_proxies.is_some(),
+            "a pair may come half from the file"
+        );
+        let overridden = run(&[
+            "--config",
+            path,
+            "--listen",
+            "127.0.0.1:9200",
+            "--max-rounds=6",
+        ])
+        .unwrap_err();
+        assert!(
+            matches!(&overridden, CliError::Requires { option, .. } if option == "--trusted-proxy-header"),
+            "{overridden:?}"
+        );
+        let overridden = run(&[
+            "--config",
+            path,
+            "--listen",
+            "127.0.0.1:9200",
+            "--max-rounds=6",
+            "--trusted-proxies=10.0.0.1",
+        ])
+        .unwrap();
+        assert_eq!(overridden.listen.port(), 9200);
+        assert_eq!(overridden.max_rounds, 6);
+        assert!(!overridden.console, "what no flag says stays the file's");
+        assert_eq!(
+            overridden.config_path.as_deref(),
+            Some(std::path::Path::new(path))
+        );
     }
 }

@@ -1,7 +1,7 @@
 //! `--config gateway.toml`: the gateway's configuration file.
 //!
-//! The command-line flags cover the single-upstream case; the file holds what flags cannot express well
-//! (several upstreams, per-key limits, MCP servers, …). Each concern owns one top-level table of the file and one
+//! `[gateway]` holds the command line's options (a flag overrides its key there); the other tables hold what
+//! flags cannot express well (several upstreams, per-key limits, MCP servers, …). Each concern owns one top-level table of the file and one
 //! field of [`ConfigFile`]; unknown tables and keys are refused, so a typo never passes silently. A file that does
 //! not parse is refused at start with its path, the line and column, and the reason.
 //!
@@ -24,6 +24,10 @@ use serde::Deserialize;
 #[derive(Clone, Debug, Default, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ConfigFile {
+    /// `[gateway]`: the command line's options under their flags' names (`max-rounds = 5`); a flag or its
+    /// environment variable overrides them ([`crate::cli`]).
+    #[serde(default)]
+    pub gateway: crate::cli::Flags,
     /// `[upstreams]`: models, their fallback targets, retry, breakers, timeouts ([`crate::upstreams`]).
     #[serde(default)]
     pub upstreams: crate::upstreams::UpstreamsSection,

@@ -35,6 +35,7 @@ mod access;
 pub mod api_guard;
 mod auth;
 pub mod cache;
+pub mod cli;
 pub mod client_addr;
 pub mod config;
 pub mod config_file;
@@ -58,9 +59,12 @@ mod respond;
 mod rounds;
 mod sandbox;
 mod server;
+pub mod stack;
+pub mod stores;
 mod summary;
 pub mod telemetry;
 pub mod tools;
+mod turn;
 pub mod upstream_key;
 pub mod upstreams;
 mod warn_limit;
@@ -70,11 +74,13 @@ use std::fmt;
 use std::process::ExitCode;
 
 pub use auth::ApiKeys;
-pub use config::{CliError, Command, Config, Provider, USAGE};
+pub use config::{CliError, Command, Config, Provider};
 pub use error::{ApiError, DEFAULT_RETRY_AFTER, MAX_ERROR_MESSAGE};
 pub use metrics::PrometheusMetrics;
 pub use pending::PendingStore;
-pub use server::{stack, stack_with, stores, ChatStack, Gateway, Stores, Upstream};
+pub use server::Gateway;
+pub use stack::{stack, ChatStack, StackOptions, Upstream};
+pub use stores::{stores, Stores};
 pub use wire::{ApprovalAnswer, ApprovalNotice};
 
 /// Why the gateway could not start or stopped with an error.
@@ -241,12 +247,12 @@ pub async fn shutdown_signal() {
 pub fn main_with_args<I, S>(args: I) -> ExitCode
 where
     I: IntoIterator<Item = S>,
-    S: Into<String>,
+    S: Into<std::ffi::OsString> + Clone,
 {
     let config = match Config::parse(args) {
         Ok(Command::Run(config)) => config,
-        Ok(Command::Help) => {
-            print!("{USAGE}");
+        Ok(Command::Help(text)) => {
+            print!("{text}");
             return ExitCode::SUCCESS;
         }
         Err(error) => {

@@ -9,5 +9,5 @@
 //! the binary and the example cannot drift apart. See `gateway/README.md` for every option.
 
 fn main() -> std::process::ExitCode {
-    tower_chat_gateway::main_with_args(std::env::args().skip(1))
+    tower_chat_gateway::main_with_args(std::env::args_os().skip(1))
 }

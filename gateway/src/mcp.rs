@@ -32,12 +32,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Deserialize;
-use tower::util::BoxCloneSyncService;
 use tower::ServiceBuilder;
 use tower_chat::{CallerIdentity, ChatRequest};
 use tower_chat_mcp::{Approval, McpAllowList, McpLayer, McpServerConfig, McpTools, ServerPolicy};
-
-use crate::server::ChatStack;
 
 /// One `[[mcp]]` entry.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
@@ -206,19 +203,27 @@ impl GatewayMcp {
             .then_some(server)
     }
 
-    /// Offer the MCP tools to the tool loop `service`, limited per caller.
-    pub(crate) fn wrap(&self, service: ChatStack) -> ChatStack {
+    /// Offer the MCP tools to the tool loop `service`, limited per caller. No box: the stack's one box holds it.
+    pub(crate) fn wrap<S>(
+        &self,
+        service: S,
+    ) -> impl tower::Service<ChatRequest, Response = S::Response, Error = S::Error, Future = S::Future>
+           + Clone
+           + Send
+           + Sync
+           + 'static
+    where
+        S: tower::Service<ChatRequest> + Clone + Send + Sync + 'static,
+    {
         let access = self.clone();
-        BoxCloneSyncService::new(
-            ServiceBuilder::new()
-                .map_request(move |mut request: ChatRequest| {
-                    let allowed = access.allow_list(request.caller());
-                    request.extensions.insert(allowed);
-                    request
-                })
-                .layer(McpLayer::new(self.tools.clone()))
-                .service(service),
-        )
+        ServiceBuilder::new()
+            .map_request(move |mut request: ChatRequest| {
+                let allowed = access.allow_list(request.caller());
+                request.extensions.insert(allowed);
+                request
+            })
+            .layer(McpLayer::new(self.tools.clone()))
+            .service(service)
     }
 }
 

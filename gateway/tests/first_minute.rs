@@ -19,8 +19,14 @@ struct Program {
 
 impl Program {
     fn start(args: &[&std::ffi::OsStr]) -> Self {
+        Self::start_with(args, &[])
+    }
+
+    /// [`Program::start`] with these environment variables set.
+    fn start_with(args: &[&std::ffi::OsStr], env: &[(&str, &std::ffi::OsStr)]) -> Self {
         let mut child = Command::new(env!("CARGO_BIN_EXE_tower-chat-gateway"))
             .args(args)
+            .envs(env.iter().copied())
             .env("RUST_LOG", "info")
             // Colours must be off because stdout is a pipe, not because the environment asks.
             .env_remove("NO_COLOR")
@@ -245,6 +251,81 @@ fn an_unusable_command_line_is_a_cli_error_with_exit_code_2() {
         "--db".as_ref(),
         db.as_os_str(),
     ]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("OPENAI_API_KEY"), "{stderr}");
+}
+
+#[test]
+fn a_bad_flag_is_a_usage_error_that_names_the_flag_it_meant() {
+    let (code, stderr) = refused(&["--lisen".as_ref(), "127.0.0.1:0".as_ref()]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.starts_with("error: "), "{stderr}");
+    assert!(stderr.contains("'--lisen'"), "{stderr}");
+    assert!(stderr.contains("'--listen'"), "a suggestion: {stderr}");
+    assert!(!stderr.contains("invalid_request"), "{stderr}");
+    let (code, stderr) = refused(&["--max-rounds".as_ref(), "zero".as_ref()]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("--max-rounds"), "{stderr}");
+    assert!(stderr.contains("positive integer"), "{stderr}");
+    let (code, stderr) = refused(&["--help".as_ref()]);
+    assert_eq!(code, Some(0), "{stderr}");
+}
+
+/// The store line of the start-up block of a demo gateway started with `args` and `env`.
+fn store_line(args: &[&std::ffi::OsStr], env: &[(&str, &std::ffi::OsStr)]) -> String {
+    let mut program = Program::start_with(args, env);
+    let line = program.wait_for("store ");
+    program.stop();
+    line
+}
+
+#[test]
+fn the_file_gives_an_option_its_variable_overrides_it_and_a_flag_overrides_both() {
+    let dir = tempfile::tempdir().unwrap();
+    let [in_file, in_env, in_flag] =
+        ["file.db", "env.db", "flag.db"].map(|name| dir.path().join(name));
+    let config = dir.path().join("gateway.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[gateway]\ndemo = true\nlisten = \"127.0.0.1:0\"\ndb = {:?}\n",
+            in_file.display().to_string()
+        ),
+    )
+    .unwrap();
+    let args = ["--config".as_ref(), config.as_os_str()];
+    let line = store_line(&args, &[]);
+    assert!(
+        line.ends_with(&format!("SQLite {}", in_file.display())),
+        "{line}"
+    );
+    let env = [("TOWER_CHAT_DB", in_env.as_os_str())];
+    let line = store_line(&args, &env);
+    assert!(
+        line.ends_with(&format!("SQLite {}", in_env.display())),
+        "{line}"
+    );
+    let line = store_line(
+        &[args[0], args[1], "--db".as_ref(), in_flag.as_os_str()],
+        &env,
+    );
+    assert!(
+        line.ends_with(&format!("SQLite {}", in_flag.display())),
+        "{line}"
+    );
+    // A switch's variable says `false` over the file's `true`: without --demo there is no upstream key.
+    let (code, stderr) = {
+        let output = Command::new(env!("CARGO_BIN_EXE_tower-chat-gateway"))
+            .args(args)
+            .env("TOWER_CHAT_DEMO", "false")
+            .env_remove("OPENAI_API_KEY")
+            .output()
+            .expect("run the gateway program");
+        (
+            output.status.code(),
+            String::from_utf8_lossy(&output.stderr).into_owned(),
+        )
+    };
     assert_eq!(code, Some(2), "{stderr}");
     assert!(stderr.contains("OPENAI_API_KEY"), "{stderr}");
 }

@@ -182,8 +182,11 @@ async fn gateway_process() {
     let stack = tower_chat_gateway::stack(
         &config,
         Upstream::OpenAi(leaf),
-        Some(&stores.persistence),
-        Some(&stores.approvals),
+        tower_chat_gateway::StackOptions {
+            persistence: Some(&stores.persistence),
+            approvals: Some(&stores.approvals),
+            ..Default::default()
+        },
     )
     .expect("stack");
     let gateway = Gateway::with_stack(&config, stack).expect("gateway");

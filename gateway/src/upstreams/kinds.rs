@@ -18,7 +18,7 @@ use tower_chat::transport::{Secret, Timeouts};
 use tower_chat::{ChatError, ErrorKind};
 
 use super::TargetSection;
-use crate::server::Upstream;
+use crate::stack::Upstream;
 use crate::upstream_key::KeySource;
 
 /// The provider a target speaks to, and what each kind takes:

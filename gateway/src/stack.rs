@@ -1,0 +1,234 @@
+//! Stack assembly: the upstream leaf ([`Upstream`]) and the layers around it ([`stack`]), type-erased into one
+//! [`ChatStack`]. Holds no HTTP: the router ([`crate::Gateway`]) calls the stack, this module only builds it from
+//! the configuration ([`Config`]) and the optional layers of [`StackOptions`].
+//!
+//! ```no_run
+//! use tower_chat_gateway::{stack, Config, StackOptions, Upstream};
+//!
+//! # async fn build() -> Result<(), Box<dyn std::error::Error>> {
+//! let config = Config::new("http://127.0.0.1:9000/v1");
+//! let stores = tower_chat_gateway::stores(&config).await?;
+//! let stack = stack(
+//!     &config,
+//!     Upstream::from_config(&config)?,
+//!     StackOptions {
+//!         persistence: Some(&stores.persistence),
+//!         approvals: Some(&stores.approvals),
+//!         ..StackOptions::default()
+//!     },
+//! )?;
+//! # drop(stack); Ok(()) }
+//! ```
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use tower::util::BoxCloneSyncService;
+use tower::ServiceBuilder;
+use tower_chat::anthropic::AnthropicChat;
+use tower_chat::azure::AzureOpenAiChat;
+use tower_chat::bedrock::BedrockChat;
+use tower_chat::gemini::GeminiChat;
+use tower_chat::openai::OpenAiChat;
+use tower_chat::responses::ResponsesChat;
+use tower_chat::transport::Timeouts;
+use tower_chat::{ChatError, ChatRequest, ChatStream, ModelInfo, ModelMetadata};
+use tower_chat_approval::ApprovalLayer;
+use tower_chat_function_invocation::FunctionInvocationLayer;
+use tower_chat_limits::LimitsLayer;
+use tower_chat_persistence::PersistenceLayer;
+use tower_chat_tracing::TracingLayer;
+
+use crate::config::{Config, Provider};
+use crate::mcp::GatewayMcp;
+use crate::metrics::PrometheusMetrics;
+use crate::tools::server_tools;
+
+/// The chat stack behind the endpoint, type-erased.
+pub type ChatStack = BoxCloneSyncService<ChatRequest, ChatStream, ChatError>;
+
+/// The upstream leaf: OpenAI-compatible or Anthropic, chosen by `--provider`, or any kind an `[upstreams]`
+/// target names ([`crate::upstreams::ProviderName`]).
+#[derive(Clone, Debug)]
+pub enum Upstream {
+    /// `--provider openai`.
+    OpenAi(OpenAiChat),
+    /// An `[upstreams]` target with `provider = "openai-responses"`.
+    Responses(ResponsesChat),
+    /// `--provider anthropic`.
+    Anthropic(AnthropicChat),
+    /// An `[upstreams]` target with `provider = "azure"`.
+    Azure(AzureOpenAiChat),
+    /// An `[upstreams]` target with `provider = "gemini"` or `"vertex"` (one wire format).
+    Gemini(GeminiChat),
+    /// An `[upstreams]` target with `provider = "bedrock"`.
+    Bedrock(BedrockChat),
+}
+
+/// `$body` with `$leaf` bound to whichever leaf `$upstream` holds: one line per kind of leaf, here only.
+macro_rules! each_leaf {
+    ($upstream:expr, $leaf:ident => $body:expr) => {
+        match $upstream {
+            Upstream::OpenAi($leaf) => $body,
+            Upstream::Responses($leaf) => $body,
+            Upstream::Anthropic($leaf) => $body,
+            Upstream::Azure($leaf) => $body,
+            Upstream::Gemini($leaf) => $body,
+            Upstream::Bedrock($leaf) => $body,
+        }
+    };
+}
+
+impl Upstream {
+    /// Build the leaf `config` names; the key comes from the configured environment variable, which must hold
+    /// a usable key unless `--no-upstream-key` says the upstream takes none ([`crate::upstream_key`]).
+    pub fn from_config(config: &Config) -> Result<Self, ChatError> {
+        if config.no_upstream_key && config.upstream_key_env.is_some() {
+            return Err(ChatError::new(
+                tower_chat::ErrorKind::InvalidRequest,
+                format!(
+                    "upstream {}: --no-upstream-key and --upstream-key-env exclude each other",
+                    config.upstream
+                ),
+            ));
+        }
+        let key = config.key_source().read(&config.upstream)?;
+        let timeouts = Timeouts {
+            first_byte: Some(config.upstream_timeout),
+            idle: Some(config.upstream_timeout),
+            ..Timeouts::default()
+        };
+        Ok(match config.provider {
+            Provider::OpenAi => {
+                let mut builder = OpenAiChat::builder()
+                    .base_url(&config.upstream)
+                    .timeouts(timeouts);
+                if let Some(key) = key {
+                    builder = builder.api_key(key);
+                }
+                Upstream::OpenAi(builder.build()?)
+            }
+            Provider::Anthropic => {
+                let mut builder = AnthropicChat::builder()
+                    .base_url(&config.upstream)
+                    .timeouts(timeouts);
+                if let Some(key) = key {
+                    builder = builder.api_key(key);
+                }
+                Upstream::Anthropic(builder.build()?)
+            }
+        })
+    }
+}
+
+impl Upstream {
+    /// The leaf's count of pooled connections found closed before a request was written to them.
+    pub fn stale_connections(&self) -> tower_chat::transport::StaleConnections {
+        each_leaf!(self, leaf => leaf.transport().stale_connections().clone())
+    }
+}
+
+impl tower::Service<ChatRequest> for Upstream {
+    type Response = ChatStream;
+    type Error = ChatError;
+    type Future = Pin<Box<dyn Future<Output = Result<ChatStream, ChatError>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), ChatError>> {
+        each_leaf!(self, leaf => leaf.poll_ready(cx))
+    }
+
+    fn call(&mut self, request: ChatRequest) -> Self::Future {
+        each_leaf!(self, leaf => leaf.call(request))
+    }
+}
+
+impl ModelInfo for Upstream {
+    fn model_metadata(&self) -> ModelMetadata {
+        each_leaf!(self, leaf => leaf.model_metadata())
+    }
+}
+
+/// The optional layers of [`stack`]; each `None` leaves its layer out. `StackOptions::default()` is the bare
+/// stack: tracing into a fresh registry and the tool loop.
+#[derive(Clone, Debug, Default)]
+pub struct StackOptions<'a> {
+    /// Records every model round trip (one record per round, inside the tool loop).
+    pub persistence: Option<&'a PersistenceLayer>,
+    /// Verified, single-use approval ids for `write_file` and approval-gated MCP tools; without it the loop's
+    /// own approval protocol still gates `write_file`.
+    pub approvals: Option<&'a ApprovalLayer>,
+    /// Where the tracing layer records every call (what `GET /metrics` shows).
+    pub metrics: PrometheusMetrics,
+    /// `[limits]` of the configuration file: every model round checked before it is sent and settled with its
+    /// own usage.
+    pub limits: Option<&'a LimitsLayer>,
+    /// The tools of started MCP servers, offered to the tool loop per caller ([`crate::mcp`]).
+    pub mcp: Option<&'a GatewayMcp>,
+}
+
+/// The stack the gateway runs, outermost first: tracing (one span per client request, tool spans inside, every
+/// call recorded into `options.metrics`), approvals, the MCP tools, the tool loop with the server-side tools,
+/// persistence (one record per model round trip: the loop's every call to `upstream` is recorded with its own
+/// usage, timestamps, model and outcome), limits, the response cache (`[cache]`), `upstream`.
+///
+/// One box for the whole stack: the optional layers are `Either`s ([`ServiceBuilder::option_layer`]), so a
+/// request clones (and the tool loop re-calls) plain structs instead of allocating a box per layer and a boxed
+/// future per call.
+pub fn stack<S>(
+    config: &Config,
+    upstream: S,
+    options: StackOptions<'_>,
+) -> Result<ChatStack, ChatError>
+where
+    S: tower::Service<ChatRequest, Response = ChatStream, Error = ChatError>
+        + ModelInfo
+        + Clone
+        + Send
+        + Sync
+        + 'static,
+    S::Future: Send + 'static,
+{
+    let metadata = upstream.model_metadata();
+    let cache = config
+        .file
+        .cache
+        .as_ref()
+        .map(crate::cache::CacheSection::layer)
+        .transpose()
+        .map_err(|e| ChatError::new(tower_chat::ErrorKind::InvalidRequest, e.to_string()))?;
+    // Inside the loop, one record per model round trip; outside the limits layer, so a round the limits refuse
+    // is recorded as failed.
+    let persistence = options.persistence.map(|persistence| {
+        ServiceBuilder::new()
+            .map_request(crate::rounds::name_round)
+            .layer(persistence.clone())
+    });
+    let rounds = ServiceBuilder::new()
+        .option_layer(persistence)
+        .option_layer(options.limits.cloned())
+        // Around each model call: inside the limits (a hit is charged nothing) and persistence (a hit is
+        // recorded).
+        .option_layer(cache)
+        .service(upstream);
+    let tool_loop = FunctionInvocationLayer::new()
+        .tools(server_tools(config.files.as_deref())?)?
+        .max_rounds(config.max_rounds);
+    let mcp = options
+        .mcp
+        .cloned()
+        .map(|mcp| tower::layer::layer_fn(move |service| mcp.wrap(service)));
+    let service = ServiceBuilder::new()
+        .layer(
+            TracingLayer::new()
+                .metadata(metadata)
+                .record_content(config.record_content)
+                // `None` (no OTLP export) costs nothing per call.
+                .metrics((options.metrics, config.otel_metrics.clone())),
+        )
+        .option_layer(options.approvals.cloned())
+        .option_layer(mcp)
+        .layer(tool_loop)
+        .service(rounds);
+    Ok(BoxCloneSyncService::new(service))
+}

@@ -1,0 +1,371 @@
+//! Turn handling: what happens between a parsed request and the stack's call. An approval resume (the paused
+//! turn's hidden messages spliced back, from this process's [`PendingStore`] or, after a restart or in another
+//! replica, from the approval store and the call records), `previous_response_id` (the stored conversation
+//! spliced in), the operators' decisions on a resend, the conversation id of the turn, the cache's
+//! `Cache-Control`, and the answer's encoding. [`Turns`] holds what a turn needs; the router owns one.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use axum::body::{Body, Bytes};
+use axum::extract::rejection::BytesRejection;
+use axum::response::Response;
+use futures_util::StreamExt;
+use http::{header, HeaderMap, HeaderValue, StatusCode};
+use tower::ServiceExt;
+use tower_chat::{CallerIdentity, ChatError, ConversationId, Message};
+use tower_chat_approval::ApprovalStore;
+use tower_chat_persistence::Store;
+
+use crate::error::{json_bytes_response, ApiError};
+use crate::mcp::GatewayMcp;
+use crate::operator::OperatorState;
+use crate::pending::{PendingStore, Resumption};
+use crate::request_limits::RequestLimits;
+use crate::respond::{self, Turn};
+use crate::stack::ChatStack;
+use crate::tools::SERVER_TOOLS;
+use crate::wire::{self, ParseContext, WireFormat};
+
+/// What a turn needs, shared by every request.
+#[derive(Clone)]
+pub(crate) struct Turns {
+    /// The chat stack every turn is sent through.
+    pub(crate) stack: ChatStack,
+    /// Paused turns this process holds, by approval id.
+    pub(crate) pending: Arc<PendingStore>,
+    /// Where an approval layer keeps pending approvals, and the call records: together they let a resume find
+    /// its conversation after a restart, or in another replica.
+    pub(crate) approval_store: Option<Arc<dyn ApprovalStore>>,
+    pub(crate) records: Option<Arc<dyn Store>>,
+    /// `--body-limit`.
+    pub(crate) body_limit: usize,
+    /// What the wire formats' parsers need to know about the gateway.
+    pub(crate) parse: ParseContext,
+    pub(crate) limits: Arc<RequestLimits>,
+    /// `--operator-keys-file`: operator decisions on pending approvals ([`crate::operator`]).
+    pub(crate) operators: Option<OperatorState>,
+    /// `[[mcp]]`: the MCP tools the loop offers, whose names client tools must not take.
+    pub(crate) mcp: Option<GatewayMcp>,
+    /// `[cache]` is on: requests carry their `Cache-Control` and answers their `x-cache`.
+    pub(crate) caching: bool,
+    /// Cancelled when the drain time after a shutdown signal is over: requests still in flight end with a
+    /// `shutting_down` error (a stream with its format's error event) before their connections close.
+    pub(crate) drain_over: tower_chat::CancellationToken,
+}
+
+/// A paused turn this process does not hold (it paused before a restart, or in another replica): the approval
+/// layer's pending record names the conversation, and the call records hold the paused turn's whole history.
+/// The approval layer then verifies the decisions as always (caller, conversation, single use, arguments).
+///
+/// `Ok(None)` when nothing is pending for `caller` under the first id (the caller gets the same error as for an
+/// unknown id, so ids cannot be probed); `approval_turn_unavailable` when the approval is pending for this caller
+/// but the paused turn cannot be rebuilt here (no call records of it): the approval stays pending, undecided.
+async fn recorded_resumption(
+    state: &Turns,
+    caller: Option<&CallerIdentity>,
+    answers: &[wire::ApprovalAnswer],
+) -> Result<Option<Resumption>, ApiError> {
+    let (Some(approvals), Some(first)) = (state.approval_store.as_ref(), answers.first()) else {
+        return Ok(None);
+    };
+    let pending = match approvals.get_pending(&first.id).await {
+        Ok(Some(pending)) if pending.caller.as_ref() == caller => pending,
+        _ => return Ok(None),
+    };
+    let unavailable = |why: &str| {
+        ApiError {
+            status: StatusCode::CONFLICT,
+            ..ApiError::invalid_request(
+                "approval_turn_unavailable",
+                format!(
+                    "approval `{}` is pending, but its paused turn was held by another gateway process and {why}; \
+                     the approval stays pending: resend to the process that paused it, or deny it",
+                    first.id
+                ),
+            )
+        }
+    };
+    let Some(records) = state.records.as_ref() else {
+        return Err(unavailable("this gateway keeps no call records"));
+    };
+    let history = match records.load_conversation(&pending.conversation_id).await {
+        Ok(history) if !history.is_empty() => history,
+        Ok(_) => {
+            return Err(unavailable(
+                "the call records hold none of its conversation",
+            ))
+        }
+        Err(_) => return Err(unavailable("reading the call records failed")),
+    };
+    let decisions = answers
+        .iter()
+        .map(|a| tower_chat::ApprovalDecision {
+            approval_id: a.id.clone(),
+            approved: a.approved,
+            reason: a.reason.clone(),
+        })
+        .collect();
+    Ok(Some(Resumption {
+        hidden: history,
+        whole_history: true,
+        conversation: pending.conversation_id,
+        decisions: tower_chat::ApprovalDecisions(decisions),
+    }))
+}
+
+/// The stored conversation a `previous_response_id` names, without its system messages (a request's own
+/// instructions replace them), and the conversation it belongs to. Unknown ids, another caller's, responses
+/// stored with `store: false` and failed turns are one error, so ids cannot be probed.
+async fn previous_response(
+    state: &Turns,
+    caller: Option<&CallerIdentity>,
+    id: &str,
+) -> Result<(Vec<Message>, ConversationId), ApiError> {
+    let not_found = || {
+        ApiError::not_found_error(
+            "previous_response_not_found",
+            format!("previous response `{id}` not found"),
+        )
+    };
+    let Some(records) = state.records.as_ref() else {
+        return Err(ApiError::invalid_request(
+            "previous_response_unavailable",
+            "`previous_response_id` needs the gateway's persistence store",
+        ));
+    };
+    // The request's last model round: the conversation as that response left it.
+    let record = crate::rounds::last_round(records.as_ref(), id)
+        .await
+        .map_err(|e| {
+            ApiError::from_chat(&ChatError::new(
+                tower_chat::ErrorKind::Store,
+                format!("reading the previous response failed: {e}"),
+            ))
+        })?
+        .ok_or_else(not_found)?;
+    if record.caller.as_ref() != caller
+        || record.outcome != tower_chat_persistence::CallOutcome::Completed
+    {
+        return Err(not_found());
+    }
+    let history = record
+        .history()
+        .into_iter()
+        .filter(|m| !matches!(m, Message::System { .. }))
+        .collect();
+    Ok((history, record.conversation_id))
+}
+
+/// One client turn in format `F`: the body checked against the request limits, the conversation rebuilt
+/// (`previous_response_id`, a paused turn's hidden messages on an approval resume, the operators' decisions),
+/// the conversation id settled (header, stored, resumed or a new one), the stack called, and the answer encoded,
+/// streaming or not.
+pub(crate) async fn handle<F: WireFormat>(
+    state: &Turns,
+    caller: Option<CallerIdentity>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let body = body.map_err(|rejection| {
+        if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            ApiError {
+                message: format!(
+                    "the request body is larger than the gateway's limit of {} bytes of text \
+                     (--body-limit) and {} bytes of media (--max-media-bytes)",
+                    state.body_limit, state.limits.max_media_bytes
+                ),
+                ..ApiError::too_large(state.body_limit)
+            }
+        } else {
+            ApiError::invalid_request("invalid_body", rejection.body_text())
+        }
+    })?;
+    let (parsed, encoder) = F::parse(&body, &state.parse)?;
+    // Before anything is looked up, spliced or stored: the request's size in things, not bytes.
+    state.limits.check(&parsed.request)?;
+    state
+        .limits
+        .check_text_bytes(&parsed.request, body.len(), state.body_limit)?;
+    state
+        .limits
+        .check_approvals(parsed.approvals.iter().map(|a| a.id.as_str()))?;
+    let header_conversation = state.limits.conversation(
+        caller.as_ref(),
+        headers.get("x-conversation-id").map(|v| v.as_bytes()),
+    )?;
+    let mut request = parsed.request;
+    let client_tools: HashSet<String> = request
+        .options
+        .tools
+        .iter()
+        .map(|t| t.name.clone())
+        .collect();
+    if let Some(clash) = client_tools
+        .iter()
+        .find(|name| SERVER_TOOLS.contains(&name.as_str()))
+    {
+        return Err(ApiError::invalid_request(
+            "tool_name_reserved",
+            format!("the tool name `{clash}` is reserved for the gateway's own tool"),
+        ));
+    }
+    if let Some(mcp) = &state.mcp {
+        // The loop would run the MCP tool and the client would be handed the same call.
+        if let Some((clash, server)) = client_tools
+            .iter()
+            .find_map(|name| Some((name, mcp.offered(caller.as_ref(), name)?)))
+        {
+            return Err(ApiError::invalid_request(
+                "tool_name_reserved",
+                format!(
+                    "the tool name `{clash}` is taken by the gateway's MCP tool of server `{server}`; \
+                     give the client tool another name"
+                ),
+            ));
+        }
+    }
+    state
+        .pending
+        .splice_handoffs(caller.as_ref(), &mut request.messages);
+    let mut hidden = Vec::new();
+    let mut conversation = None;
+    let mut whole_history_given = false;
+    if let Some(id) = &parsed.previous_response_id {
+        let (history, stored) = previous_response(state, caller.as_ref(), id).await?;
+        // The request's own instructions first, then the stored conversation, then the new input.
+        let instructions = request
+            .messages
+            .iter()
+            .take_while(|m| matches!(m, Message::System { .. }))
+            .count();
+        request.messages.splice(instructions..instructions, history);
+        wire::name_tool_results(&mut request.messages);
+        conversation = Some(stored);
+        whole_history_given = true;
+    }
+    let mut approvals = parsed.approvals;
+    let mut approver = None;
+    if let (true, Some(operators)) = (approvals.is_empty(), &state.operators) {
+        // A resend of a paused turn without decisions: the operators' decisions, when all are made.
+        let ids = crate::operator::notice_ids(&request.messages);
+        if !ids.is_empty() {
+            match crate::operator::pick_decisions(operators, caller.as_ref(), &ids).await {
+                Some(picked) => {
+                    approvals = picked.answers;
+                    approver = Some(picked.approver);
+                }
+                None if crate::operator::any_pending(operators, caller.as_ref(), &ids).await => {
+                    return Err(crate::operator::still_pending(&ids));
+                }
+                None => {}
+            }
+        }
+    }
+    if !approvals.is_empty() {
+        let resumption = match state.pending.resume(caller.as_ref(), &approvals) {
+            Ok(resumption) => resumption,
+            Err(error) => recorded_resumption(state, caller.as_ref(), &approvals)
+                .await?
+                .ok_or(error)?,
+        };
+        // The client's copy of the paused answer (the approval notice) is replaced by what the loop really had.
+        if matches!(request.messages.last(), Some(Message::Assistant(a)) if a.tool_calls.is_empty())
+        {
+            request.messages.pop();
+        }
+        if whole_history_given {
+            // A stored response's history already holds the paused turn, hidden messages included.
+        } else if resumption.whole_history {
+            hidden = match resumption.hidden.strip_prefix(request.messages.as_slice()) {
+                Some(rest) => rest.to_vec(),
+                None => Vec::new(),
+            };
+            request.messages = resumption.hidden.into();
+        } else {
+            request.messages.extend(resumption.hidden.iter().cloned());
+            hidden = resumption.hidden;
+        }
+        conversation = Some(resumption.conversation);
+        request.extensions.insert(resumption.decisions);
+        if let Some(approver) = approver {
+            // The approval layer checks its approver rule against, and audits, the operator.
+            request
+                .extensions
+                .insert(tower_chat_approval::ApproverIdentity::new(approver));
+        }
+    }
+    if let Some(caller) = &caller {
+        request.extensions.insert(caller.clone());
+    }
+    // One id per turn even without the header, so a paused turn resumes in the conversation it paused in
+    // (records and approvals are bound to it).
+    let conversation = header_conversation
+        .or(conversation)
+        .unwrap_or_else(|| ConversationId::new(format!("conv_{}", uuid::Uuid::now_v7().simple())));
+    request.extensions.insert(conversation.clone());
+    if let Some(id) = &parsed.record_id {
+        // The request's rounds are stored under the id the client was given (the first round) and ids derived
+        // from it, so a later `previous_response_id` finds the last one.
+        request
+            .extensions
+            .insert(crate::rounds::RoundIds::new(id.as_str()));
+    }
+    let cache_outcome = state
+        .caching
+        .then(|| crate::cache::control(&headers, &mut request));
+    let turn = Turn {
+        model: parsed.model,
+        client_tools,
+        caller,
+        conversation,
+        hidden,
+        pending: state.pending.clone(),
+        operators_decide: state.operators.is_some(),
+    };
+    let mut stream = state
+        .stack
+        .clone()
+        .oneshot(request)
+        .await
+        .map_err(|e| ApiError::from_chat(&e))?;
+    if !parsed.stream {
+        let body = respond::complete(stream, turn, encoder).await?;
+        let mut response = json_bytes_response(StatusCode::OK, body);
+        if let Some(outcome) = &cache_outcome {
+            crate::cache::outcome_header(outcome, response.headers_mut());
+        }
+        return Ok(response);
+    }
+    // Wait for the first event before committing to 200, so a failure before any output (a resumed call's
+    // first model call, say) is still an HTTP error with its status.
+    let first = match stream.next().await {
+        Some(Ok(event)) => event,
+        Some(Err(error)) => return Err(ApiError::from_chat(&error)),
+        None => {
+            return Err(ApiError::from_chat(&ChatError::new(
+                tower_chat::ErrorKind::Protocol,
+                "the response ended before any event",
+            )))
+        }
+    };
+    let body = Body::from_stream(respond::stream(
+        stream,
+        first,
+        turn,
+        encoder,
+        state.drain_over.clone(),
+    ));
+    let mut response = Response::new(body);
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    headers.insert("x-accel-buffering", HeaderValue::from_static("no"));
+    if let Some(outcome) = &cache_outcome {
+        crate::cache::outcome_header(outcome, headers);
+    }
+    Ok(response)
+}
