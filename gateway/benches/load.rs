@@ -34,6 +34,10 @@
 //! `LOAD_COUNT_PROVIDER=anthropic` puts the gateway in front of an Anthropic upstream (plain requests only),
 //! which gets the image as a Messages `image` block. The cost per MiB is the difference of the gateway's
 //! per-request costs at two sizes, divided by the MiB between them.
+//!
+//! Response cache: `LOAD_CACHE=1` turns on the gateway's in-process cache (`[cache]`). The requests are
+//! identical, so the warm-up request is the one miss and every counted (or wrk) request is a hit answered
+//! without the upstream; the same run without it is the miss beside it.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -47,6 +51,7 @@ use hyper::{Request, Response};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use serde_json::json;
 use tower_chat::Blob;
+use tower_chat_gateway::config_file::ConfigFile;
 use tower_chat_gateway::{Config, Gateway, Provider};
 
 const MODEL: &str = "gpt-4o-mini";
@@ -306,6 +311,10 @@ fn main() {
     }
     config.db = dir.path().join("gateway.db");
     config.shutdown_timeout = Duration::from_secs(1);
+    // `LOAD_CACHE=1`: the response cache in process; every request after the first identical one is a hit.
+    if std::env::var("LOAD_CACHE").is_ok_and(|c| c == "1") {
+        config.file = ConfigFile::parse("[cache]\nttl_seconds = 3600\n", "load.toml").expect("[cache]");
+    }
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let (gateway_addr, served) = gateway_runtime.block_on(async {
         let gateway = Gateway::new(&config).await.expect("gateway");

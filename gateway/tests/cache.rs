@@ -1,9 +1,12 @@
 //! The response cache at the gateway (`[cache]`): an identical request is answered from the cache, streamed or
 //! not whichever way the first was asked, with `x-cache: hit` and without calling the upstream; the hit is
 //! recorded as a call marked cached; `Cache-Control: no-store` bypasses the cache and `no-cache` refreshes it;
-//! without `[cache]` nothing is cached and no `x-cache` is sent.
+//! without `[cache]` nothing is cached and no `x-cache` is sent; identical requests in flight together reach the
+//! upstream once.
 
 mod common;
+
+use std::time::Duration;
 
 use tower_chat::test_server::Reply;
 use tower_chat_gateway::config_file::ConfigFile;
@@ -77,6 +80,29 @@ async fn an_identical_request_is_answered_from_the_cache_in_either_shape() {
         cached += usize::from(record.from_response_cache());
     }
     assert_eq!(cached, 3, "the three hits");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hundred_identical_concurrent_requests_reach_the_upstream_once() {
+    let file = ConfigFile::parse("[cache]\nttl_seconds = 600\n", "gateway.toml").unwrap();
+    // The upstream takes its time, so every request arrives while the first is still in flight.
+    let gw = Harness::start(
+        |_, index| {
+            Reply::openai_text(&format!("answer {index}")).delayed(Duration::from_millis(400))
+        },
+        |config| config.file = file,
+    )
+    .await;
+    let body = request(true, "What is 2 + 2?");
+    let answers = futures_util::future::join_all((0..100).map(|_| gw.chat(&body))).await;
+    let mut misses = 0;
+    for answer in &answers {
+        assert_eq!(answer.status, 200, "{}", answer.body);
+        assert_eq!(answer.chat_text(true), "answer 0");
+        misses += usize::from(x_cache(answer) == Some("miss"));
+    }
+    assert_eq!(misses, 1, "one request called the model, 99 followed it");
+    assert_eq!(gw.provider.requests().len(), 1, "one upstream call");
 }
 
 #[tokio::test]

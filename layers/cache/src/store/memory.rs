@@ -109,3 +109,82 @@ impl CacheStore for MemoryCacheStore {
         Box::pin(std::future::ready(Ok(())))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use tower_chat::{ChatEvent, ChatRequest, FinishReason, Message};
+
+    use super::*;
+    use crate::key::CacheScope;
+
+    fn key(question: &str) -> CacheKey {
+        let request = ChatRequest::new(vec![Message::user(question)]);
+        CacheKey::of(&request, Some("model"), &CacheScope::Shared)
+    }
+
+    fn answer(text: &str) -> CachedAnswer {
+        CachedAnswer::storable(vec![ChatEvent::text(text), ChatEvent::finish(FinishReason::Stop)])
+            .expect("a complete answer")
+    }
+
+    #[tokio::test]
+    async fn an_answer_is_gone_once_its_time_to_live_has_passed() {
+        let store = MemoryCacheStore::default();
+        store
+            .put(key("short"), answer("soon gone"), Duration::from_millis(50))
+            .await
+            .unwrap();
+        store
+            .put(key("long"), answer("still here"), Duration::from_secs(600))
+            .await
+            .unwrap();
+        assert_eq!(
+            store.get(key("short")).await.unwrap(),
+            Some(answer("soon gone"))
+        );
+        // moka checks expiry against its own clock on every read: past the deadline the entry is not returned,
+        // whether or not its housekeeping has run.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert_eq!(store.get(key("short")).await.unwrap(), None, "expired");
+        assert_eq!(
+            store.get(key("long")).await.unwrap(),
+            Some(answer("still here")),
+            "an entry with a longer time to live is unaffected"
+        );
+    }
+
+    #[tokio::test]
+    async fn the_store_holds_no_more_than_its_bound_in_bytes() {
+        let one = answer(&"x".repeat(1_000)).to_json().len() as u64;
+        let store = MemoryCacheStore::new(20 * one);
+        for index in 0..200 {
+            store
+                .put(
+                    key(&format!("question {index}")),
+                    answer(&"x".repeat(1_000)),
+                    Duration::from_secs(600),
+                )
+                .await
+                .unwrap();
+        }
+        assert!(
+            store.weighed_bytes() <= 20 * one,
+            "{} bytes held against a bound of {}",
+            store.weighed_bytes(),
+            20 * one
+        );
+        assert!(store.entries() > 0, "the bound evicts, it does not empty");
+    }
+
+    #[tokio::test]
+    async fn an_answer_larger_than_a_quarter_of_the_bound_is_not_kept() {
+        let large = answer(&"x".repeat(4_000));
+        let store = MemoryCacheStore::new(large.to_json().len() as u64 * 3);
+        store
+            .put(key("large"), large, Duration::from_secs(600))
+            .await
+            .unwrap();
+        assert_eq!(store.get(key("large")).await.unwrap(), None);
+        assert_eq!(store.entries(), 0);
+    }
+}
