@@ -1,6 +1,7 @@
 //! Every console page in headless Chromium at a desktop width (1,400 px) and a phone's (400 px): no page
 //! scrolls sideways, every action (approve, deny, log out) is on screen, and `axe-core` finds no serious or
-//! critical accessibility violation. Needs Chromium, chromedriver and `npm ci --prefix gateway/tests/axe`;
+//! critical accessibility violation. The inbox says when it last heard from the gateway and when it cannot reach
+//! it, and a decision that cannot reach the gateway is shown as failed and stays in its form. Needs Chromium, chromedriver and `npm ci --prefix gateway/tests/axe`;
 //! without them it skips with a message, unless `CI` is set (then it fails).
 
 mod common;
@@ -8,7 +9,7 @@ mod common;
 use std::path::Path;
 use std::time::Duration;
 
-use common::webdriver::{axe_core, Driver};
+use common::webdriver::{axe_core, Driver, ELEMENT_KEY};
 use common::{post, write_file_then_answer, Harness};
 use serde_json::json;
 use tower_chat::test_server::RecordedRequest;
@@ -143,4 +144,77 @@ async fn every_page_fits_a_desktop_and_passes_axe() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_page_fits_a_phone_and_passes_axe() {
     every_page_at(400).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_inbox_says_when_the_gateway_is_unreachable_and_keeps_a_failed_decision() {
+    let Some(browser) = Driver::start("liveness").await else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let mut gw = gateway(dir.path()).await;
+    pause_a_call(&gw, "plan-2").await;
+    let base = format!("http://{}", gw.addr);
+    log_in(&browser, &base).await;
+    let liveness = browser
+        .find("#liveness[data-state=live]", Duration::from_secs(5))
+        .await;
+    assert!(browser.text(&liveness).await.starts_with("Updated "));
+
+    gw.shutdown();
+    gw.server.take().unwrap().await.unwrap().unwrap();
+    let down = browser
+        .find("#liveness[data-state=unreachable]", Duration::from_secs(10))
+        .await;
+    assert!(
+        browser.text(&down).await.contains("Gateway unreachable"),
+        "{}",
+        browser.text(&down).await
+    );
+    browser.screenshot("unreachable").await;
+
+    // Deciding now fails visibly, and the operator's reason is still in the form.
+    let reason = browser
+        .find(
+            "#approvals tr[data-id] input[name=reason]",
+            Duration::from_secs(5),
+        )
+        .await;
+    browser.type_into(&reason, "looks fine").await;
+    let approve = browser
+        .find(
+            "#approvals tr[data-id] button.approve",
+            Duration::from_secs(5),
+        )
+        .await;
+    browser.click(&approve).await;
+    let failed = browser
+        .find("#decision-error:not(.hidden)", Duration::from_secs(10))
+        .await;
+    assert!(
+        browser
+            .text(&failed)
+            .await
+            .contains("did not reach the gateway"),
+        "{}",
+        browser.text(&failed).await
+    );
+    assert!(
+        browser.url().await.ends_with("/console"),
+        "{}",
+        browser.url().await
+    );
+    let reason = browser
+        .find(
+            "#approvals tr[data-id] input[name=reason]",
+            Duration::from_secs(1),
+        )
+        .await;
+    let kept = browser
+        .execute(
+            "return arguments[0].value;",
+            vec![json!({ELEMENT_KEY: reason})],
+        )
+        .await;
+    assert_eq!(kept, "looks fine");
 }

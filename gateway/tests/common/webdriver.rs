@@ -23,7 +23,9 @@ pub struct Driver {
     _profile: tempfile::TempDir,
 }
 
-const ELEMENT: &str = "element-6066-11e4-a52e-4f735466cecf";
+/// The key of a WebDriver element reference (to pass an element as a script argument).
+pub const ELEMENT_KEY: &str = "element-6066-11e4-a52e-4f735466cecf";
+const ELEMENT: &str = ELEMENT_KEY;
 
 impl Driver {
     /// Chromium and chromedriver, or `None` (with a message; a failure when `CI` is set).
