@@ -313,7 +313,8 @@ fn main() {
     config.shutdown_timeout = Duration::from_secs(1);
     // `LOAD_CACHE=1`: the response cache in process; every request after the first identical one is a hit.
     if std::env::var("LOAD_CACHE").is_ok_and(|c| c == "1") {
-        config.file = ConfigFile::parse("[cache]\nttl_seconds = 3600\n", "load.toml").expect("[cache]");
+        config.file =
+            ConfigFile::parse("[cache]\nttl_seconds = 3600\n", "load.toml").expect("[cache]");
     }
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let (gateway_addr, served) = gateway_runtime.block_on(async {

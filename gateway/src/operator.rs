@@ -216,6 +216,8 @@ pub(crate) struct OperatorState {
     pub(crate) proxies: Option<Arc<crate::client_addr::TrustedProxies>>,
     /// Long-polls waiting, per caller (`--max-polls-per-key`).
     pub(crate) polls: Arc<crate::connection::PerKey<Option<CallerIdentity>>>,
+    /// Logged-in console sessions (in the gateway's database when it has one).
+    pub(crate) sessions: crate::console::SessionStore,
 }
 
 impl OperatorState {

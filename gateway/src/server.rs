@@ -143,6 +143,7 @@ impl Gateway {
         gateway.state.turns.approval_store = Some(stores.approval_store.clone());
         if let Some(operators) = &mut gateway.state.turns.operators {
             operators.approval_store = Some(stores.approval_store.clone());
+            operators.sessions = stores.sessions.clone();
         }
         gateway.state.turns.records = Some(stores.persistence.store().clone());
         gateway.stores = Some(stores);
@@ -177,6 +178,7 @@ impl Gateway {
             clients: keys_for_operators.clone(),
             proxies: config.trusted_proxies.clone().map(Arc::new),
             polls: Arc::new(connection::PerKey::new(config.max_polls_per_key)),
+            sessions: crate::console::SessionStore::default(),
         });
         Gateway {
             state: AppState {

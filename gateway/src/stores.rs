@@ -23,6 +23,8 @@ pub struct Stores {
     pub approvals: ApprovalLayer,
     /// The approval store, for looking up a pending approval's conversation.
     pub approval_store: Arc<dyn ApprovalStore>,
+    /// Console sessions, in the same database.
+    pub(crate) sessions: crate::console::SessionStore,
 }
 
 impl std::fmt::Debug for Stores {
@@ -42,7 +44,9 @@ pub async fn stores(config: &Config) -> Result<Stores, GatewayError> {
     let approval_error =
         |what: String| move |e: ChatError| GatewayError::Config(format!("{what}: {e}"));
     // One database for both: the call records and the approval crate's tables.
-    let (store, approval_store): (Arc<dyn Store>, Arc<dyn ApprovalStore>) =
+    let session_error =
+        |what: String| move |e: StoreError| GatewayError::Config(format!("{what}: {e}"));
+    let (store, approval_store, sessions): (Arc<dyn Store>, Arc<dyn ApprovalStore>, _) =
         match &config.database_url {
             Some(url) => {
                 let store = PostgresStore::connect(url.clone())
@@ -51,7 +55,10 @@ pub async fn stores(config: &Config) -> Result<Stores, GatewayError> {
                 let approvals = PostgresApprovalStore::new(store.clone())
                     .await
                     .map_err(approval_error("--database-url".into()))?;
-                (Arc::new(store), Arc::new(approvals))
+                let sessions = crate::console::SessionStore::postgres(store.clone())
+                    .await
+                    .map_err(session_error("--database-url".into()))?;
+                (Arc::new(store), Arc::new(approvals), sessions)
             }
             None => {
                 let store = SqliteStore::open(&config.db)
@@ -60,7 +67,10 @@ pub async fn stores(config: &Config) -> Result<Stores, GatewayError> {
                 let approvals = SqliteApprovalStore::new(store.clone())
                     .await
                     .map_err(approval_error(format!("--db {}", config.db.display())))?;
-                (Arc::new(store), Arc::new(approvals))
+                let sessions = crate::console::SessionStore::sqlite(store.clone())
+                    .await
+                    .map_err(session_error(format!("--db {}", config.db.display())))?;
+                (Arc::new(store), Arc::new(approvals), sessions)
             }
         };
     Ok(Stores {
@@ -76,5 +86,6 @@ pub async fn stores(config: &Config) -> Result<Stores, GatewayError> {
             }
         },
         approval_store,
+        sessions,
     })
 }

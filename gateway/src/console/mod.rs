@@ -28,6 +28,7 @@ pub(crate) mod html;
 mod media;
 mod pages;
 pub(crate) mod session;
+mod session_store;
 mod usage;
 
 use std::sync::Arc;
@@ -47,7 +48,8 @@ use crate::connection::PeerAddr;
 use crate::extract::PageForm;
 use crate::operator::OperatorState;
 use html::Html;
-use session::{Session, Sessions};
+use session::Session;
+pub(crate) use session_store::SessionStore;
 
 /// The policy every console response carries: scripts, styles, images and fetches from the console's own origin
 /// only, no inline code, forms post only to it, no framing, no `<base>`.
@@ -62,7 +64,7 @@ const JS: &str = include_str!("assets/console.js");
 pub(crate) struct ConsoleState {
     pub(crate) operators: OperatorState,
     pub(crate) records: Option<Arc<dyn Store>>,
-    pub(crate) sessions: Arc<Sessions>,
+    pub(crate) sessions: SessionStore,
     /// Rendered usage pages by query, for [`usage::CACHE_FOR`]: operators refreshing the page do not each
     /// re-read and re-aggregate every call of the range.
     pub(crate) usage_cache: Arc<std::sync::Mutex<usage::Cache>>,
@@ -74,9 +76,9 @@ pub(crate) fn router<S: Clone + Send + Sync + 'static>(
     records: Option<Arc<dyn Store>>,
 ) -> Router<S> {
     let state = ConsoleState {
+        sessions: operators.sessions.clone(),
         operators,
         records,
-        sessions: Arc::new(Sessions::default()),
         usage_cache: Arc::default(),
     };
     let pages = Router::new()
@@ -165,7 +167,11 @@ async fn require_session(
     if !writes && !session::readable(headers) {
         return error_page(StatusCode::FORBIDDEN, "Refused: cross-site read.");
     }
-    let Some(session) = state.sessions.find(headers) else {
+    let found = match state.sessions.find(headers).await {
+        Ok(found) => found,
+        Err(e) => return session_store_failed(&e),
+    };
+    let Some(session) = found else {
         if request.uri().path().starts_with("/console/api/") {
             return crate::error::json_response(
                 StatusCode::UNAUTHORIZED,
@@ -317,6 +323,15 @@ pub(crate) fn page_end(mut page: Html) -> Html {
 }
 
 /// A page saying what went wrong (escaped like everything else).
+/// The database holding sessions failed: nobody is let in or out on a guess.
+fn session_store_failed(error: &tower_chat_persistence::StoreError) -> Response {
+    tracing::error!(error = %error, "console: the session store failed");
+    error_page(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "The console's session store is unavailable; try again shortly.",
+    )
+}
+
 pub(crate) fn error_page(status: StatusCode, message: &str) -> Response {
     let mut page = page_start("Error", Nav::None, None);
     page.element("p", &[("class", "error")], message);
@@ -325,8 +340,10 @@ pub(crate) fn error_page(status: StatusCode, message: &str) -> Response {
 }
 
 async fn login_page(State(state): State<ConsoleState>, headers: HeaderMap) -> Response {
-    if state.sessions.find(&headers).is_some() {
-        return see_other("/console");
+    match state.sessions.find(&headers).await {
+        Ok(Some(_)) => return see_other("/console"),
+        Ok(None) => {}
+        Err(e) => return session_store_failed(&e),
     }
     login_form(StatusCode::OK, None)
 }
@@ -420,7 +437,10 @@ async fn login(
         );
     };
     limit.succeeded(source, Instant::now());
-    let id = state.sessions.create(operator.as_str());
+    let id = match state.sessions.create(operator.as_str()).await {
+        Ok(id) => id,
+        Err(e) => return session_store_failed(&e),
+    };
     tracing::info!(operator = operator.as_str(), "console: operator logged in");
     let mut response = see_other("/console");
     response
@@ -439,7 +459,9 @@ async fn logout(
     if let Err(refused) = check_csrf(&session, form.csrf.as_deref()) {
         return *refused;
     }
-    state.sessions.remove(&headers);
+    if let Err(e) = state.sessions.remove(&headers).await {
+        return session_store_failed(&e);
+    }
     let mut response = see_other("/console/login");
     response
         .headers_mut()

@@ -1,8 +1,8 @@
 //! Console sessions: operator-key login, the session cookie, CSRF tokens and same-origin checks.
 //!
 //! - A session id and its CSRF token are 256 random bits each (two UUIDv4s' random bits from the operating
-//!   system's generator, hex). Only the SHA-256 digest of the session id is kept, so a memory dump of the
-//!   gateway does not hold usable cookies.
+//!   system's generator, hex). Only the SHA-256 digest of the session id is kept (in the database, see
+//!   [`super::session_store`]), so a dump of the gateway's memory or database holds no usable cookie.
 //! - The cookie is `HttpOnly; SameSite=Strict; Path=/`, and `Secure` with the `__Host-` name prefix unless the
 //!   request's `Host` is a loopback address (plain `http://127.0.0.1` has no TLS to offer; everywhere else
 //!   the console is expected behind TLS, and a browser refuses a `Secure` cookie over plain HTTP).
@@ -10,9 +10,7 @@
 //!   (`Sec-Fetch-Site: same-origin`, or an `Origin` whose host is the request's `Host`) and, once logged in,
 //!   carry the session's CSRF token (a hidden form field, compared in constant time).
 
-use std::collections::HashMap;
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use http::{header, HeaderMap, HeaderValue};
 use sha2::{Digest, Sha256};
@@ -22,31 +20,14 @@ use subtle::ConstantTimeEq;
 pub(crate) const IDLE_TIMEOUT: Duration = Duration::from_secs(60 * 60);
 /// …and never longer than this after login.
 pub(crate) const MAX_AGE: Duration = Duration::from_secs(12 * 60 * 60);
-/// The most sessions kept; past it the oldest are dropped.
-const MAX_SESSIONS: usize = 4096;
 
 /// A logged-in operator.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Session {
     /// The operator key's name (`carol` of `carol:<key>`).
     pub(crate) operator: String,
     /// The token every form of this session carries.
     pub(crate) csrf: String,
-    created: Instant,
-    last_seen: Instant,
-}
-
-impl Session {
-    fn expired(&self, now: Instant) -> bool {
-        now.duration_since(self.last_seen) > IDLE_TIMEOUT
-            || now.duration_since(self.created) > MAX_AGE
-    }
-}
-
-/// The logged-in sessions, by the digest of their id.
-#[derive(Debug, Default)]
-pub(crate) struct Sessions {
-    map: Mutex<HashMap<[u8; 32], Session>>,
 }
 
 /// 256 random bits as 64 hex digits.
@@ -57,62 +38,16 @@ pub(crate) fn random_token() -> String {
         .chain_update(a.as_bytes())
         .chain_update(b.as_bytes())
         .finalize();
-    digest.iter().map(|b| format!("{b:02x}")).collect()
+    hex(&digest)
 }
 
-fn digest(id: &str) -> [u8; 32] {
-    Sha256::digest(id.as_bytes()).into()
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-impl Sessions {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<[u8; 32], Session>> {
-        self.map.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Log `operator` in: returns the new session's id (the cookie's value).
-    pub(crate) fn create(&self, operator: &str) -> String {
-        let id = random_token();
-        let now = Instant::now();
-        let mut map = self.lock();
-        map.retain(|_, s| !s.expired(now));
-        if map.len() >= MAX_SESSIONS {
-            if let Some(oldest) = map.iter().min_by_key(|(_, s)| s.last_seen).map(|(k, _)| *k) {
-                map.remove(&oldest);
-            }
-        }
-        map.insert(
-            digest(&id),
-            Session {
-                operator: operator.to_owned(),
-                csrf: random_token(),
-                created: now,
-                last_seen: now,
-            },
-        );
-        id
-    }
-
-    /// The session the request's cookie names, refreshed; `None` when there is none or it expired.
-    pub(crate) fn find(&self, headers: &HeaderMap) -> Option<Session> {
-        let id = cookie(headers)?;
-        let key = digest(id);
-        let now = Instant::now();
-        let mut map = self.lock();
-        let session = map.get_mut(&key)?;
-        if session.expired(now) {
-            map.remove(&key);
-            return None;
-        }
-        session.last_seen = now;
-        Some(session.clone())
-    }
-
-    /// Log out the session the request's cookie names.
-    pub(crate) fn remove(&self, headers: &HeaderMap) {
-        if let Some(id) = cookie(headers) {
-            self.lock().remove(&digest(id));
-        }
-    }
+/// What the stores keep of a session id: its SHA-256, in hex.
+pub(crate) fn digest(id: &str) -> String {
+    hex(&Sha256::digest(id.as_bytes()))
 }
 
 /// The cookie's names: with `Secure` the `__Host-` prefix binds it to this host, path `/`, no `Domain`.
@@ -120,7 +55,7 @@ const SECURE_NAME: &str = "__Host-tc_console";
 const PLAIN_NAME: &str = "tc_console";
 
 /// The session id the request's `Cookie` headers carry (either name).
-fn cookie(headers: &HeaderMap) -> Option<&str> {
+pub(crate) fn cookie(headers: &HeaderMap) -> Option<&str> {
     headers
         .get_all(header::COOKIE)
         .iter()
@@ -216,26 +151,6 @@ mod tests {
     }
 
     #[test]
-    fn sessions_are_found_by_cookie_and_removed_on_logout() {
-        let sessions = Sessions::default();
-        let id = sessions.create("carol");
-        assert_eq!(id.len(), 64);
-        let cookie = format!("other=1; tc_console={id}");
-        let request = headers(&[("cookie", &cookie)]);
-        let session = sessions.find(&request).unwrap();
-        assert_eq!(session.operator, "carol");
-        assert_eq!(session.csrf.len(), 64);
-        assert_ne!(session.csrf, id);
-        assert!(sessions
-            .find(&headers(&[("cookie", "tc_console=00")]))
-            .is_none());
-        let forged = format!("tc_console={}", "0".repeat(64));
-        assert!(sessions.find(&headers(&[("cookie", &forged)])).is_none());
-        sessions.remove(&request);
-        assert!(sessions.find(&request).is_none());
-    }
-
-    #[test]
     fn cookies_are_http_only_strict_and_secure_off_loopback() {
         let local = set_cookie(&headers(&[("host", "127.0.0.1:8080")]), Some("ab"));
         assert_eq!(
@@ -299,10 +214,11 @@ mod tests {
 
     #[test]
     fn csrf_tokens_must_match_exactly() {
-        let sessions = Sessions::default();
-        let id = sessions.create("carol");
-        let cookie = format!("tc_console={id}");
-        let session = sessions.find(&headers(&[("cookie", &cookie)])).unwrap();
+        let session = Session {
+            operator: "carol".into(),
+            csrf: random_token(),
+        };
+        assert_eq!(session.csrf.len(), 64);
         assert!(csrf_matches(&session, Some(&session.csrf.clone())));
         assert!(!csrf_matches(&session, None));
         assert!(!csrf_matches(&session, Some("")));
@@ -313,5 +229,17 @@ mod tests {
             &session,
             Some(std::str::from_utf8(&wrong).unwrap())
         ));
+    }
+
+    #[test]
+    fn the_session_id_is_read_from_either_cookie_name() {
+        let id = random_token();
+        let plain = format!("other=1; tc_console={id}");
+        assert_eq!(cookie(&headers(&[("cookie", &plain)])), Some(id.as_str()));
+        let secure = format!("__Host-tc_console={id}; other=1");
+        assert_eq!(cookie(&headers(&[("cookie", &secure)])), Some(id.as_str()));
+        assert_eq!(cookie(&HeaderMap::new()), None);
+        assert_ne!(digest(&id), id, "only the digest is kept");
+        assert_eq!(digest(&id).len(), 64);
     }
 }

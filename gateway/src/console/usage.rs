@@ -272,7 +272,11 @@ fn line_chart(
         .iter()
         .map(|s| s.values.iter().flatten().count())
         .sum();
-    page.open("figure", &[("class", "chart"), ("id", id)]);
+    // Focusable: on a phone the chart scrolls inside its frame, and a keyboard must be able to scroll it.
+    page.open(
+        "figure",
+        &[("class", "chart"), ("id", id), ("tabindex", "0")],
+    );
     page.element("figcaption", &[], title);
     let view_box = format!("0 0 {WIDTH} {HEIGHT}");
     let (points_text, series_text) = (points.to_string(), series.len().to_string());

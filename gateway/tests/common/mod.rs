@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 pub mod kinds;
+pub mod webdriver;
 
 use std::net::SocketAddr;
 use std::time::Duration;

@@ -1,6 +1,8 @@
-// tower-chat console: keeps the approvals inbox current without a reload. The only script of the console,
-// served from the binary; the Content-Security-Policy forbids inline code. Values are put into the page with
-// textContent and DOM properties only, never parsed as HTML.
+// tower-chat console: keeps the approvals inbox current without a reload, says when it last heard from the
+// gateway (and when it cannot reach it), and sends decisions without leaving the page, so one that fails to
+// reach the gateway is shown as failed and stays in its form. The only script of the console, served from the
+// binary; the Content-Security-Policy forbids inline code. Values are put into the page with textContent and
+// DOM properties only, never as HTML.
 "use strict";
 
 (function () {
@@ -12,6 +14,66 @@
   const body = table.tBodies[0];
   const empty = document.getElementById("no-approvals");
   const more = document.getElementById("more-approvals");
+
+  // "updated N s ago", or that the gateway cannot be reached, above the inbox.
+  const liveness = document.createElement("p");
+  liveness.id = "liveness";
+  liveness.className = "liveness";
+  liveness.setAttribute("role", "status");
+  table.before(liveness);
+  let heard = Date.now();
+  let reachable = true;
+
+  function showLiveness() {
+    const ago = span((Date.now() - heard) / 1000);
+    liveness.classList.toggle("error", !reachable);
+    liveness.dataset.state = reachable ? "live" : "unreachable";
+    liveness.textContent = reachable
+      ? "Updated " + ago + " ago."
+      : "Gateway unreachable: the list below is from " + ago + " ago and may be stale. Retrying…";
+    table.classList.toggle("stale", !reachable);
+  }
+
+  // A decision is sent with fetch: on success the page moves to the gateway's answer (the inbox with its
+  // notice); on a network failure or a server error the form stays as it was, with the error beside it.
+  const failure = document.createElement("p");
+  failure.id = "decision-error";
+  failure.className = "error hidden";
+  failure.setAttribute("role", "alert");
+  liveness.after(failure);
+
+  table.addEventListener("submit", async (event) => {
+    const form = event.target;
+    if (!form.classList.contains("decide")) return;
+    event.preventDefault();
+    const data = new URLSearchParams(new FormData(form, event.submitter));
+    const buttons = form.querySelectorAll("button");
+    buttons.forEach((b) => (b.disabled = true));
+    try {
+      const response = await fetch(form.action, {
+        method: "POST",
+        credentials: "same-origin",
+        headers: { "content-type": "application/x-www-form-urlencoded" },
+        body: data,
+      });
+      if (response.ok) {
+        window.location.assign(response.url);
+        return;
+      }
+      const page = new DOMParser().parseFromString(await response.text(), "text/html");
+      const said = page.querySelector(".error");
+      fail((said ? said.textContent : "") + " (HTTP " + response.status + ")");
+    } catch (e) {
+      fail("The decision did not reach the gateway (it cannot be reached). Nothing was decided; try again.");
+    } finally {
+      buttons.forEach((b) => (b.disabled = false));
+    }
+  });
+
+  function fail(message) {
+    failure.textContent = message;
+    failure.classList.remove("hidden");
+  }
 
   function span(seconds) {
     const s = Math.max(0, Math.floor(seconds));
@@ -127,11 +189,20 @@
         window.location.assign("/console/login");
         return;
       }
-      if (response.ok) update(await response.json());
+      if (response.ok) {
+        update(await response.json());
+        heard = Date.now();
+        reachable = true;
+      } else {
+        reachable = false;
+      }
     } catch (e) {
-      // The gateway restarting or the network hiccuping: the next tick tries again.
+      // The gateway restarting or the network down: said on the page; the next tick tries again.
+      reachable = false;
     }
+    showLiveness();
   }
 
+  showLiveness();
   window.setInterval(refresh, 1000);
 })();

@@ -123,8 +123,11 @@ mod tests {
     }
 
     fn answer(text: &str) -> CachedAnswer {
-        CachedAnswer::storable(vec![ChatEvent::text(text), ChatEvent::finish(FinishReason::Stop)])
-            .expect("a complete answer")
+        CachedAnswer::storable(vec![
+            ChatEvent::text(text),
+            ChatEvent::finish(FinishReason::Stop),
+        ])
+        .expect("a complete answer")
     }
 
     #[tokio::test]

@@ -1,0 +1,138 @@
+//! Console sessions live in the gateway's database: a login survives a restart of the gateway, a second gateway
+//! on the same database (SQLite file or PostgreSQL) honours it, and a logout on one ends it on all.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use common::{send, Harness};
+use tower_chat::test_server::Reply;
+
+const OPS_KEY: &str = "sk-ops-carol-0123456789";
+const FORM: (&str, &str) = ("content-type", "application/x-www-form-urlencoded");
+const SAME: (&str, &str) = ("sec-fetch-site", "same-origin");
+
+/// A gateway with operator carol on the SQLite file `db`, or on PostgreSQL when `database_url` is given.
+async fn gateway(keys: &Path, db: PathBuf, database_url: Option<String>) -> Harness {
+    let operators = keys.join("operators");
+    std::fs::write(&operators, format!("carol:{OPS_KEY}\n")).unwrap();
+    Harness::start(
+        |_, _| Reply::openai_text("ok"),
+        move |c| {
+            c.operator_keys_file = Some(operators);
+            c.db = db;
+            c.database_url = database_url;
+        },
+    )
+    .await
+}
+
+/// Log in over HTTP: the session cookie (`name=value`).
+async fn login(gw: &Harness) -> String {
+    let answer = send(
+        "POST",
+        &gw.url("/console/login"),
+        &[FORM, SAME],
+        &format!("key={OPS_KEY}"),
+    )
+    .await;
+    assert_eq!(answer.status, 303, "{}", answer.body);
+    answer.headers["set-cookie"]
+        .to_str()
+        .unwrap()
+        .split(';')
+        .next()
+        .unwrap()
+        .to_owned()
+}
+
+/// Whether `cookie` opens the inbox (a page, not the redirect to the login form).
+async fn opens_the_console(gw: &Harness, cookie: &str) -> bool {
+    let answer = send("GET", &gw.url("/console"), &[("cookie", cookie)], "").await;
+    match answer.status.as_u16() {
+        200 => true,
+        303 => false,
+        status => panic!("unexpected {status}: {}", answer.body),
+    }
+}
+
+/// The CSRF token of the inbox page, for the logout form.
+async fn csrf(gw: &Harness, cookie: &str) -> String {
+    let page = send("GET", &gw.url("/console"), &[("cookie", cookie)], "").await;
+    let tag = page
+        .body
+        .split('<')
+        .find(|tag| tag.starts_with("input") && tag.contains("name=\"csrf\""))
+        .expect("a csrf field");
+    let value = &tag[tag.find("value=\"").expect("a value") + 7..];
+    value[..value.find('"').unwrap()].to_owned()
+}
+
+async fn logout(gw: &Harness, cookie: &str) {
+    let token = csrf(gw, cookie).await;
+    let out = send(
+        "POST",
+        &gw.url("/console/logout"),
+        &[FORM, SAME, ("cookie", cookie)],
+        &format!("csrf={token}"),
+    )
+    .await;
+    assert_eq!(out.status, 303, "{}", out.body);
+}
+
+#[tokio::test]
+async fn a_login_survives_a_restart_of_the_gateway() {
+    let keys = tempfile::tempdir().unwrap();
+    let db = keys.path().join("gateway.db");
+    let mut first = gateway(keys.path(), db.clone(), None).await;
+    let cookie = login(&first).await;
+    assert!(opens_the_console(&first, &cookie).await);
+    first.shutdown();
+    first.server.take().unwrap().await.unwrap().unwrap();
+
+    let restarted = gateway(keys.path(), db, None).await;
+    assert!(
+        opens_the_console(&restarted, &cookie).await,
+        "the operator is still logged in after the restart"
+    );
+    logout(&restarted, &cookie).await;
+    assert!(!opens_the_console(&restarted, &cookie).await);
+}
+
+#[tokio::test]
+async fn two_gateways_on_one_sqlite_file_share_a_login_and_its_logout() {
+    let keys = tempfile::tempdir().unwrap();
+    let db = keys.path().join("gateway.db");
+    let (a, b) = (
+        gateway(keys.path(), db.clone(), None).await,
+        gateway(keys.path(), db, None).await,
+    );
+    shared_login_and_logout(&a, &b).await;
+}
+
+#[tokio::test]
+async fn two_gateways_on_one_postgresql_database_share_a_login_and_its_logout() {
+    let Some(url) = tower_chat_testkit::database_url() else {
+        return;
+    };
+    let keys = tempfile::tempdir().unwrap();
+    let db = keys.path().join("unused.db");
+    let (a, b) = (
+        gateway(keys.path(), db.clone(), Some(url.clone())).await,
+        gateway(keys.path(), db, Some(url)).await,
+    );
+    shared_login_and_logout(&a, &b).await;
+}
+
+async fn shared_login_and_logout(a: &Harness, b: &Harness) {
+    let cookie = login(a).await;
+    assert!(
+        opens_the_console(b, &cookie).await,
+        "the other replica knows the session"
+    );
+    logout(b, &cookie).await;
+    assert!(
+        !opens_the_console(a, &cookie).await,
+        "a logout on one replica ends the session on all"
+    );
+}
