@@ -13,7 +13,7 @@
 //! | `/console/media?call=…&message=…&part=…` | the bytes of one part of a recorded call's history: raster images inline (the timeline's thumbnails), anything else as an attachment ([`media`]) |
 //! | `/console/usage?range=1h\|24h\|7d&by=model\|caller` | requests, tokens and latency percentiles over time, by model or caller (server-rendered SVG) |
 //!
-//! Safe by construction: every value is written through one escaping builder ([`html`]); state changes are
+//! Safe by construction: every page is a compile-time [`maud`] template, which escapes every value it splices; state changes are
 //! POSTs that must come from the console's own origin and carry the session's CSRF token; the session cookie
 //! is `HttpOnly`, `SameSite=Strict` and `Secure` off loopback ([`session`]); every response carries a strict
 //! `Content-Security-Policy` (no inline script or style: the stylesheet and the one script are files embedded in
@@ -24,10 +24,11 @@
 //! audit log. Failed logins are limited per key and client address and in all ([`crate::login_limit`]; behind a
 //! reverse proxy the client address is the one `--trusted-proxy-header` reports, [`crate::client_addr`]).
 
-pub(crate) mod html;
+mod format;
 mod media;
 mod pages;
 pub(crate) mod session;
+mod timeline;
 mod usage;
 
 use std::sync::Arc;
@@ -46,7 +47,7 @@ use tower_chat_persistence::Store;
 use crate::connection::PeerAddr;
 use crate::extract::PageForm;
 use crate::operator::OperatorState;
-use html::Html;
+use maud::{html, Markup, DOCTYPE};
 use session::{Session, Sessions};
 
 /// The policy every console response carries: scripts, styles, images and fetches from the console's own origin
@@ -84,7 +85,7 @@ pub(crate) fn router<S: Clone + Send + Sync + 'static>(
         .route("/console/api/approvals", get(pages::approvals_json))
         .route("/console/approvals/{id}/decision", post(pages::decide))
         .route("/console/conversations", get(pages::conversations))
-        .route("/console/conversation", get(pages::timeline))
+        .route("/console/conversation", get(timeline::timeline))
         .route("/console/media", get(media::media))
         .route("/console/usage", get(usage::page))
         .route("/console/logout", post(logout))
@@ -234,8 +235,8 @@ pub(crate) fn see_other(location: &str) -> Response {
 }
 
 /// A whole HTML response.
-pub(crate) fn html_response(status: StatusCode, page: Html) -> Response {
-    let mut response = (status, page.finish()).into_response();
+pub(crate) fn html_response(status: StatusCode, page: Markup) -> Response {
+    let mut response = (status, page.into_string()).into_response();
     response.headers_mut().insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("text/html; charset=utf-8"),
@@ -252,76 +253,58 @@ pub(crate) enum Nav {
     None,
 }
 
-/// The page's head and navigation; `session` is `None` on the login page.
-pub(crate) fn page_start(title: &str, nav: Nav, session: Option<&Session>) -> Html {
-    let mut page = Html::new();
-    page.markup("<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">");
-    page.markup("<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">");
-    page.open("title", &[]);
-    page.text(title);
-    page.text(" · tower-chat console");
-    page.close("title");
-    if let Some(session) = session {
-        page.void(
-            "meta",
-            &[("name", "csrf-token"), ("content", &session.csrf)],
-        );
-    }
-    page.markup("<link rel=\"stylesheet\" href=\"/console/assets/console.css\">");
-    page.markup("<script src=\"/console/assets/console.js\" defer></script>");
-    page.markup("</head><body><header><span class=\"brand\">tower-chat console</span>");
-    if let Some(session) = session {
-        page.open("nav", &[]);
-        for (entry, href, label) in [
-            (Nav::Inbox, "/console", "Approvals"),
-            (
-                Nav::Conversations,
-                "/console/conversations",
-                "Conversations",
-            ),
-            (Nav::Usage, "/console/usage", "Usage"),
-        ] {
-            let class = if entry == nav { "current" } else { "" };
-            page.element("a", &[("href", href), ("class", class)], label);
+/// A whole page: head, navigation (when logged in: `session` is `None` on the login and error pages), the
+/// title as the heading, then `main`.
+pub(crate) fn layout(title: &str, nav: Nav, session: Option<&Session>, main: Markup) -> Markup {
+    html! {
+        (DOCTYPE)
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                meta name="viewport" content="width=device-width, initial-scale=1";
+                title { (title) " · tower-chat console" }
+                @if let Some(session) = session {
+                    meta name="csrf-token" content=(session.csrf);
+                }
+                link rel="stylesheet" href="/console/assets/console.css";
+                script src="/console/assets/console.js" defer {}
+            }
+            body {
+                header {
+                    span class="brand" { "tower-chat console" }
+                    @if let Some(session) = session {
+                        nav {
+                            @for (entry, href, label) in [
+                                (Nav::Inbox, "/console", "Approvals"),
+                                (Nav::Conversations, "/console/conversations", "Conversations"),
+                                (Nav::Usage, "/console/usage", "Usage"),
+                            ] {
+                                a href=(href) class=[(entry == nav).then_some("current")] { (label) }
+                            }
+                        }
+                        form method="post" action="/console/logout" class="logout" {
+                            input type="hidden" name="csrf" value=(session.csrf);
+                            span class="operator" { (session.operator) }
+                            button type="submit" { "Log out" }
+                        }
+                    }
+                }
+                main {
+                    h1 { (title) }
+                    (main)
+                }
+            }
         }
-        page.close("nav");
-        page.open(
-            "form",
-            &[
-                ("method", "post"),
-                ("action", "/console/logout"),
-                ("class", "logout"),
-            ],
-        );
-        page.void(
-            "input",
-            &[
-                ("type", "hidden"),
-                ("name", "csrf"),
-                ("value", &session.csrf),
-            ],
-        );
-        page.element("span", &[("class", "operator")], &session.operator);
-        page.element("button", &[("type", "submit")], "Log out");
-        page.close("form");
     }
-    page.markup("</header><main>");
-    page.element("h1", &[], title);
-    page
-}
-
-/// Close what [`page_start`] opened.
-pub(crate) fn page_end(mut page: Html) -> Html {
-    page.markup("</main></body></html>");
-    page
 }
 
 /// A page saying what went wrong (escaped like everything else).
 pub(crate) fn error_page(status: StatusCode, message: &str) -> Response {
-    let mut page = page_start("Error", Nav::None, None);
-    page.element("p", &[("class", "error")], message);
-    page.element("a", &[("href", "/console")], "Back to the console");
-    html_response(status, page_end(page))
+    let main = html! {
+        p class="error" { (message) }
+        a href="/console" { "Back to the console" }
+    };
+    html_response(status, layout("Error", Nav::None, None, main))
 }
 
 async fn login_page(State(state): State<ConsoleState>, headers: HeaderMap) -> Response {
@@ -332,37 +315,18 @@ async fn login_page(State(state): State<ConsoleState>, headers: HeaderMap) -> Re
 }
 
 fn login_form(status: StatusCode, problem: Option<&str>) -> Response {
-    let mut page = page_start("Log in", Nav::None, None);
-    if let Some(problem) = problem {
-        page.element("p", &[("class", "error"), ("id", "login-error")], problem);
-    }
-    page.open(
-        "form",
-        &[
-            ("method", "post"),
-            ("action", "/console/login"),
-            ("class", "login"),
-        ],
-    );
-    page.element("label", &[("for", "key")], "Operator key");
-    page.void(
-        "input",
-        &[
-            ("type", "password"),
-            ("name", "key"),
-            ("id", "key"),
-            ("autocomplete", "current-password"),
-            ("required", "required"),
-        ],
-    );
-    page.element("button", &[("type", "submit"), ("id", "login")], "Log in");
-    page.close("form");
-    page.element(
-        "p",
-        &[("class", "hint")],
-        "A key of the gateway's --operator-keys-file. Client keys do not open the console.",
-    );
-    html_response(status, page_end(page))
+    let main = html! {
+        @if let Some(problem) = problem {
+            p class="error" id="login-error" { (problem) }
+        }
+        form method="post" action="/console/login" class="login" {
+            label for="key" { "Operator key" }
+            input type="password" name="key" id="key" autocomplete="current-password" required;
+            button type="submit" id="login" { "Log in" }
+        }
+        p class="hint" { "A key of the gateway's --operator-keys-file. Client keys do not open the console." }
+    };
+    html_response(status, layout("Log in", Nav::None, None, main))
 }
 
 /// `POST /console/login`: an operator key opens a session. Failed logins are limited by key, client address and
@@ -445,4 +409,55 @@ async fn logout(
         .headers_mut()
         .insert(header::SET_COOKIE, session::set_cookie(&headers, None));
     response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Strings an attacker controls (tool arguments, messages, conversation ids, an operator's name) come out
+    /// inert wherever a template splices them: no tag, no attribute break-out, no entity trickery survives.
+    #[test]
+    fn hostile_strings_are_inert_in_text_and_attributes() {
+        let hostile = [
+            "<script>alert(1)</script>",
+            "\"><img src=x onerror=alert(1)>",
+            "'><svg onload=alert(1)>",
+            "&lt;script&gt; already escaped",
+            "</textarea><script>x</script>",
+            "a\u{0}b\u{202e}c <!-- --> ]]>",
+        ];
+        for text in hostile {
+            let session = Session::for_test(text);
+            let page = layout(
+                text,
+                Nav::Inbox,
+                Some(&session),
+                html! { div title=(text) data-x=(text) { (text) } },
+            )
+            .into_string();
+            assert!(!page.contains(text), "{page}");
+            let div = &page[page.find("<div ").unwrap()..];
+            let head = &div[..div.find('>').unwrap()];
+            let inner = &div[head.len() + 1..div.find("</div>").unwrap()];
+            assert!(!inner.contains(['<', '>', '"']), "{div}");
+            // The only quotes are the ones delimiting the two attribute values; one tag opens.
+            assert_eq!(head.matches('"').count(), 4, "{head}");
+            assert_eq!(head.matches('<').count(), 1, "{head}");
+            assert_eq!(unescape(inner), text, "escaping loses nothing");
+            assert_eq!(
+                page.matches("<script").count(),
+                1,
+                "the one script file only"
+            );
+        }
+    }
+
+    fn unescape(text: &str) -> String {
+        text.replace("&lt;", "<")
+            .replace("&gt;", ">")
+            .replace("&quot;", "\"")
+            .replace("&#39;", "'")
+            .replace("&amp;", "&")
+    }
 }

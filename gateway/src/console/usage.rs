@@ -11,10 +11,11 @@ use http::StatusCode;
 use tower_chat::Cost;
 use tower_chat_persistence::{CallQuery, CallSummary};
 
-use super::html::{Fragment, Html};
-use super::pages::{dollars, millis, utc};
+use maud::{html, Markup};
+
+use super::format::{dollars, millis, utc};
 use super::session::Session;
-use super::{error_page, html_response, page_end, page_start, ConsoleState, Nav};
+use super::{error_page, html_response, layout, ConsoleState, Nav};
 use crate::extract::PageQuery;
 
 /// The usage page's query: the time `range` and what the series are `by` (`model` or `caller`).
@@ -28,7 +29,7 @@ pub(crate) struct UsageParams {
 pub(crate) const CACHE_FOR: Duration = Duration::from_secs(5);
 
 /// Rendered usage pages: (range, by) → when rendered, the page's `<main>` content.
-pub(crate) type Cache = HashMap<(&'static str, &'static str), (std::time::Instant, Fragment)>;
+pub(crate) type Cache = HashMap<(&'static str, &'static str), (std::time::Instant, Markup)>;
 
 /// The most calls one page reads (the latest of the range).
 const MAX_CALLS: u32 = 50_000;
@@ -251,15 +252,15 @@ fn axis_number(value: f64) -> String {
 }
 
 /// An SVG line chart with its legend; points carry a `<title>` with their value. `data-points` counts the
-/// points drawn (what the browser test checks).
+/// points drawn (what the browser test checks). SVG shapes are written with a closing tag: inside HTML, a
+/// foreign element's start tag without one would swallow its siblings.
 fn line_chart(
-    page: &mut Html,
     id: &'static str,
     title: &str,
     unit: &str,
     usage: &Usage,
     series: &[Series<'_>],
-) {
+) -> Markup {
     let buckets = usage.range.buckets;
     let max = series
         .iter()
@@ -272,128 +273,83 @@ fn line_chart(
         .iter()
         .map(|s| s.values.iter().flatten().count())
         .sum();
-    page.open("figure", &[("class", "chart"), ("id", id)]);
-    page.element("figcaption", &[], title);
-    let view_box = format!("0 0 {WIDTH} {HEIGHT}");
-    let (points_text, series_text) = (points.to_string(), series.len().to_string());
-    page.open(
-        "svg",
-        &[
-            ("xmlns", "http://www.w3.org/2000/svg"),
-            ("viewBox", &view_box),
-            ("role", "img"),
-            ("aria-label", title),
-            ("data-points", &points_text),
-            ("data-series", &series_text),
-        ],
-    );
-    // Grid and y labels.
-    for step in 0..=4 {
-        let value = top * f64::from(step) / 4.0;
-        let at = format!("{:.1}", y(value));
-        page.void(
-            "line",
-            &[
-                ("class", "grid"),
-                ("x1", &LEFT.to_string()),
-                ("x2", &(WIDTH - RIGHT).to_string()),
-                ("y1", &at),
-                ("y2", &at),
-            ],
-        );
-        let label_y = format!("{:.1}", y(value) + 4.0);
-        page.element(
-            "text",
-            &[
-                ("class", "axis"),
-                ("x", &(LEFT - 6.0).to_string()),
-                ("y", &label_y),
-                ("text-anchor", "end"),
-            ],
-            &axis_number(value),
-        );
-    }
-    page.element(
-        "text",
-        &[("class", "axis unit"), ("x", "4"), ("y", "12")],
-        unit,
-    );
-    // Time labels: five, evenly spread.
-    for tick in 0..5 {
-        let i = tick * (buckets - 1) / 4;
-        let time = usage.start + usage.range.bucket * i as u32;
-        let label = utc(time);
-        let label = if usage.range.bucket >= Duration::from_secs(3600) {
-            &label[5..16]
+    let time_label = |i: usize| {
+        let label = utc(usage.start + usage.range.bucket * i as u32);
+        if usage.range.bucket >= Duration::from_secs(3600) {
+            label[5..16].to_owned()
         } else {
-            &label[11..16]
-        };
-        page.element(
-            "text",
-            &[
-                ("class", "axis"),
-                ("x", &format!("{:.1}", x(i))),
-                ("y", &(HEIGHT - 8.0).to_string()),
-                ("text-anchor", "middle"),
-            ],
-            label,
-        );
-    }
-    for (n, s) in series.iter().enumerate() {
-        let class = SERIES_CLASSES[n % SERIES_CLASSES.len()];
-        // One polyline per run of buckets with data.
-        let mut run = String::new();
-        let flush = |run: &mut String, page: &mut Html| {
-            if !run.is_empty() {
-                page.void(
-                    "polyline",
-                    &[("class", class.0), ("points", run.trim_end())],
-                );
-                run.clear();
+            label[11..16].to_owned()
+        }
+    };
+    html! {
+        figure class="chart" id=(id) {
+            figcaption { (title) }
+            svg xmlns="http://www.w3.org/2000/svg" viewBox=(format!("0 0 {WIDTH} {HEIGHT}")) role="img"
+                aria-label=(title) data-points=(points) data-series=(series.len()) {
+                // Grid and y labels.
+                @for step in 0..=4 {
+                    @let value = top * f64::from(step) / 4.0;
+                    @let at = format!("{:.1}", y(value));
+                    line class="grid" x1=(LEFT) x2=(WIDTH - RIGHT) y1=(at) y2=(at) {}
+                    text class="axis" x=(LEFT - 6.0) y=(format!("{:.1}", y(value) + 4.0)) text-anchor="end" {
+                        (axis_number(value))
+                    }
+                }
+                text class="axis unit" x="4" y="12" { (unit) }
+                // Time labels: five, evenly spread.
+                @for tick in 0..5 {
+                    @let i = tick * (buckets - 1) / 4;
+                    text class="axis" x=(format!("{:.1}", x(i))) y=(HEIGHT - 8.0) text-anchor="middle" {
+                        (time_label(i))
+                    }
+                }
+                @for (n, s) in series.iter().enumerate() {
+                    @let class = SERIES_CLASSES[n % SERIES_CLASSES.len()];
+                    // One polyline per run of buckets with data.
+                    @for run in runs(&s.values, &x, &y) {
+                        polyline class=(class.0) points=(run) {}
+                    }
+                    @for (i, value) in s.values.iter().enumerate() {
+                        @if let Some(v) = value {
+                            circle class=(class.1) cx=(format!("{:.1}", x(i))) cy=(format!("{:.1}", y(*v))) r="2.5" {
+                                title {
+                                    (s.name) ": " (axis_number(*v)) " " (unit) " at "
+                                    (utc(usage.start + usage.range.bucket * i as u32)) " UTC"
+                                }
+                            }
+                        }
+                    }
+                }
             }
-        };
-        for (i, value) in s.values.iter().enumerate() {
-            match value {
-                Some(v) => run.push_str(&format!("{:.1},{:.1} ", x(i), y(*v))),
-                None => flush(&mut run, page),
+            ul class="legend" {
+                @for (n, s) in series.iter().enumerate() {
+                    li { span class=(SERIES_CLASSES[n % SERIES_CLASSES.len()].2) {} (s.name) }
+                }
             }
         }
-        flush(&mut run, page);
-        for (i, value) in s.values.iter().enumerate() {
-            let Some(v) = value else { continue };
-            let (cx, cy) = (format!("{:.1}", x(i)), format!("{:.1}", y(*v)));
-            page.open(
-                "circle",
-                &[("class", class.1), ("cx", &cx), ("cy", &cy), ("r", "2.5")],
-            );
-            let time = usage.start + usage.range.bucket * i as u32;
-            page.element(
-                "title",
-                &[],
-                &format!(
-                    "{}: {} {unit} at {} UTC",
-                    s.name,
-                    axis_number(*v),
-                    utc(time)
-                ),
-            );
-            page.close("circle");
+    }
+}
+
+/// The `points` of each run of buckets that have a value.
+fn runs(values: &[Option<f64>], x: &impl Fn(usize) -> f64, y: &impl Fn(f64) -> f64) -> Vec<String> {
+    let mut runs = Vec::new();
+    let mut run = String::new();
+    for (i, value) in values.iter().enumerate() {
+        match value {
+            Some(v) => {
+                if !run.is_empty() {
+                    run.push(' ');
+                }
+                run.push_str(&format!("{:.1},{:.1}", x(i), y(*v)));
+            }
+            None if !run.is_empty() => runs.push(std::mem::take(&mut run)),
+            None => {}
         }
     }
-    page.close("svg");
-    page.open("ul", &[("class", "legend")]);
-    for (n, s) in series.iter().enumerate() {
-        page.open("li", &[]);
-        page.element(
-            "span",
-            &[("class", SERIES_CLASSES[n % SERIES_CLASSES.len()].2)],
-            "",
-        );
-        page.text(s.name);
-        page.close("li");
+    if !run.is_empty() {
+        runs.push(run);
     }
-    page.close("ul");
-    page.close("figure");
+    runs
 }
 
 /// Per series: line class, point class, legend swatch class (colours live in console.css).
@@ -457,7 +413,7 @@ pub(crate) async fn page(
         Some(body) => body,
         None => {
             let body = match render(records.as_ref(), range, by).await {
-                Ok(page) => page.into_fragment(),
+                Ok(body) => body,
                 Err(refused) => return *refused,
             };
             let mut cache = state.usage_cache.lock().unwrap_or_else(|e| e.into_inner());
@@ -465,9 +421,10 @@ pub(crate) async fn page(
             body
         }
     };
-    let mut page = page_start("Usage", Nav::Usage, Some(&session));
-    page.fragment(&body);
-    html_response(StatusCode::OK, page_end(page))
+    html_response(
+        StatusCode::OK,
+        layout("Usage", Nav::Usage, Some(&session), body),
+    )
 }
 
 /// The usage page's content for `range` and `by`.
@@ -475,7 +432,7 @@ async fn render(
     records: &dyn tower_chat_persistence::Store,
     range: Range,
     by: By,
-) -> Result<Html, Box<Response>> {
+) -> Result<Markup, Box<Response>> {
     let now = SystemTime::now();
     let span = range.bucket * range.buckets as u32;
     // Buckets end at the next whole bucket after now.
@@ -497,58 +454,9 @@ async fn render(
         }
     };
     let usage = bucket_calls(&calls, start, range, by);
-    let mut page = Html::new();
-    page.open("p", &[("class", "choices")]);
-    for r in RANGES {
-        let href = format!("/console/usage?range={}&by={}", r.name, by.name());
-        let class = if r == range { "current" } else { "" };
-        page.element("a", &[("href", &href), ("class", class)], r.name);
-    }
-    page.markup(" · ");
-    for b in [By::Model, By::Caller] {
-        let href = format!("/console/usage?range={}&by={}", range.name, b.name());
-        let class = if b == by { "current" } else { "" };
-        page.element(
-            "a",
-            &[("href", &href), ("class", class)],
-            &format!("by {}", b.name()),
-        );
-    }
-    page.close("p");
-    page.element(
-        "p",
-        &[("class", "summary"), ("id", "usage-summary")],
-        &format!(
-            "{} calls from {} to {} UTC{}",
-            usage.all.total_requests,
-            utc(start),
-            utc(end),
-            if calls.len() as u32 >= MAX_CALLS {
-                " (the latest 50,000)"
-            } else {
-                ""
-            }
-        ),
-    );
     let by_name = by.name();
     let requests = per_group(&usage.groups, |g| counts(&g.requests));
-    line_chart(
-        &mut page,
-        "requests",
-        &format!("Requests by {by_name}"),
-        "requests",
-        &usage,
-        &requests,
-    );
     let tokens = per_group(&usage.groups, |g| counts(&g.tokens));
-    line_chart(
-        &mut page,
-        "tokens",
-        &format!("Tokens (input + output) by {by_name}"),
-        "tokens",
-        &usage,
-        &tokens,
-    );
     let percentiles = [
         Series {
             name: "p50",
@@ -563,78 +471,74 @@ async fn render(
             values: bucket_percentile(&usage.all, 99.0),
         },
     ];
-    line_chart(
-        &mut page,
-        "latency",
-        "Latency percentiles, all calls",
-        "ms",
-        &usage,
-        &percentiles,
-    );
     let p99 = per_group(&usage.groups, |g| bucket_percentile(g, 99.0));
-    line_chart(
-        &mut page,
-        "latency-by",
-        &format!("p99 latency by {by_name}"),
-        "ms",
-        &usage,
-        &p99,
-    );
-    page.element("h2", &[], &format!("Totals by {by_name}"));
-    page.open("table", &[("id", "usage-totals"), ("class", "totals")]);
-    page.open("thead", &[]);
-    page.open("tr", &[]);
-    for heading in [
-        by_name,
-        "requests",
-        "not completed",
-        "input tokens",
-        "output tokens",
-        "cost",
-        "p50",
-        "p90",
-        "p99",
-        "p50 first token",
-    ] {
-        page.element("th", &[], heading);
-    }
-    page.close("tr");
-    page.close("thead");
-    page.open("tbody", &[]);
-    for g in usage.groups.iter().chain(std::iter::once(&usage.all)) {
-        page.open("tr", &[]);
-        page.element("td", &[], &g.name);
-        let ms = |v: Option<f64>| {
-            v.map_or_else(
-                || "—".to_owned(),
-                |v| millis(Duration::from_secs_f64(v / 1000.0)),
-            )
-        };
-        let cost = if g.unpriced == g.total_requests {
-            "—".to_owned()
-        } else if g.unpriced > 0 {
-            format!("{} + {} unpriced", dollars(g.cost), g.unpriced)
-        } else {
-            dollars(g.cost)
-        };
-        for cell in [
-            g.total_requests.to_string(),
-            g.errors.to_string(),
-            g.input_tokens.to_string(),
-            g.output_tokens.to_string(),
-            cost,
-            ms(percentile(&g.all_latencies, 50.0)),
-            ms(percentile(&g.all_latencies, 90.0)),
-            ms(percentile(&g.all_latencies, 99.0)),
-            ms(percentile(&g.ttft, 50.0)),
-        ] {
-            page.element("td", &[("class", "number")], &cell);
+    let ms = |v: Option<f64>| {
+        v.map_or_else(
+            || "—".to_owned(),
+            |v| millis(Duration::from_secs_f64(v / 1000.0)),
+        )
+    };
+    Ok(html! {
+        p class="choices" {
+            @for r in RANGES {
+                a href=(format!("/console/usage?range={}&by={}", r.name, by_name)) class=[(r == range).then_some("current")] {
+                    (r.name)
+                }
+            }
+            " · "
+            @for b in [By::Model, By::Caller] {
+                a href=(format!("/console/usage?range={}&by={}", range.name, b.name())) class=[(b == by).then_some("current")] {
+                    "by " (b.name())
+                }
+            }
         }
-        page.close("tr");
-    }
-    page.close("tbody");
-    page.close("table");
-    Ok(page)
+        p class="summary" id="usage-summary" {
+            (usage.all.total_requests) " calls from " (utc(start)) " to " (utc(end)) " UTC"
+            @if calls.len() as u32 >= MAX_CALLS { " (the latest 50,000)" }
+        }
+        (line_chart("requests", &format!("Requests by {by_name}"), "requests", &usage, &requests))
+        (line_chart("tokens", &format!("Tokens (input + output) by {by_name}"), "tokens", &usage, &tokens))
+        (line_chart("latency", "Latency percentiles, all calls", "ms", &usage, &percentiles))
+        (line_chart("latency-by", &format!("p99 latency by {by_name}"), "ms", &usage, &p99))
+        h2 { "Totals by " (by_name) }
+        table id="usage-totals" class="totals" {
+            thead {
+                tr {
+                    @for heading in [by_name, "requests", "not completed", "input tokens", "output tokens", "cost",
+                        "p50", "p90", "p99", "p50 first token"] {
+                        th { (heading) }
+                    }
+                }
+            }
+            tbody {
+                @for g in usage.groups.iter().chain(std::iter::once(&usage.all)) {
+                    @let cost = if g.unpriced == g.total_requests {
+                        "—".to_owned()
+                    } else if g.unpriced > 0 {
+                        format!("{} + {} unpriced", dollars(g.cost), g.unpriced)
+                    } else {
+                        dollars(g.cost)
+                    };
+                    tr {
+                        td { (g.name) }
+                        @for cell in [
+                            g.total_requests.to_string(),
+                            g.errors.to_string(),
+                            g.input_tokens.to_string(),
+                            g.output_tokens.to_string(),
+                            cost,
+                            ms(percentile(&g.all_latencies, 50.0)),
+                            ms(percentile(&g.all_latencies, 90.0)),
+                            ms(percentile(&g.all_latencies, 99.0)),
+                            ms(percentile(&g.ttft, 50.0)),
+                        ] {
+                            td class="number" { (cell) }
+                        }
+                    }
+                }
+            }
+        }
+    })
 }
 
 #[cfg(test)]
@@ -689,7 +593,6 @@ mod tests {
         );
         assert_eq!(usage.all.tokens[1], 30.0);
         assert_eq!(percentile(&usage.all.latencies[1], 99.0), Some(300.0));
-        let mut page = Html::new();
         let series: Vec<Series<'_>> = usage
             .groups
             .iter()
@@ -698,10 +601,7 @@ mod tests {
                 values: counts(&g.requests),
             })
             .collect();
-        line_chart(
-            &mut page, "requests", "Requests", "requests", &usage, &series,
-        );
-        let svg = page.finish();
+        let svg = line_chart("requests", "Requests", "requests", &usage, &series).into_string();
         assert!(svg.contains("data-points=\"120\""), "60 buckets × 2 series");
         assert_eq!(svg.matches("<circle").count(), 120);
         assert!(
@@ -712,9 +612,7 @@ mod tests {
             name: "p99",
             values: bucket_percentile(&usage.all, 99.0),
         }];
-        let mut page = Html::new();
-        line_chart(&mut page, "latency", "Latency", "ms", &usage, &p99);
-        let svg = page.finish();
+        let svg = line_chart("latency", "Latency", "ms", &usage, &p99).into_string();
         assert!(
             svg.contains("data-points=\"2\""),
             "only buckets with calls: {svg}"
