@@ -12,7 +12,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use common::{post, send, send_from, write_file_then_answer, Answer, Harness};
+use common::{console_login, post, send, send_from, write_file_then_answer, Answer, Harness};
 use http_body_util::Full;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
@@ -59,23 +59,6 @@ fn csrf_of(page: &str) -> String {
 
 const FORM: (&str, &str) = ("content-type", "application/x-www-form-urlencoded");
 const SAME: (&str, &str) = ("sec-fetch-site", "same-origin");
-
-/// Log in over HTTP; the session cookie (`name=value`).
-async fn http_login(gw: &Harness) -> String {
-    let answer = send(
-        "POST",
-        &gw.url("/console/login"),
-        &[FORM, SAME],
-        &format!("key={OPS_KEY}"),
-    )
-    .await;
-    assert_eq!(answer.status, 303, "{}", answer.body);
-    header(&answer, "set-cookie")
-        .split(';')
-        .next()
-        .unwrap()
-        .to_owned()
-}
 
 #[tokio::test]
 async fn the_console_is_closed_without_a_session_and_refuses_forged_requests() {
@@ -169,7 +152,7 @@ async fn the_console_is_closed_without_a_session_and_refuses_forged_requests() {
     );
 
     // Logged in: pages carry the CSRF token, no inline script or style.
-    let cookie = http_login(&gw).await;
+    let cookie = console_login(&gw, OPS_KEY).await;
     let inbox = send("GET", &gw.url("/console"), &[("cookie", &cookie)], "").await;
     assert_eq!(inbox.status, 200, "{}", inbox.body);
     let csrf = csrf_of(&inbox.body);
@@ -333,7 +316,7 @@ async fn the_console_of_one_gateway_lists_and_decides_what_another_paused() {
         .unwrap()
         .to_owned();
 
-    let cookie = http_login(&b).await;
+    let cookie = console_login(&b, OPS_KEY).await;
     let inbox = send("GET", &b.url("/console"), &[("cookie", &cookie)], "").await;
     assert_eq!(inbox.status, 200, "{}", inbox.body);
     assert!(
@@ -1002,7 +985,7 @@ async fn console_overhead() {
         move |c| c.operator_keys_file = Some(operators),
     )
     .await;
-    let cookie = http_login(&gw).await;
+    let cookie = console_login(&gw, OPS_KEY).await;
     let chat = gw.url("/v1/chat/completions");
     let body =
         json!({"model": "test-model", "messages": [{"role": "user", "content": "hi"}]}).to_string();

@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{post, request, send, three_add_calls, tool_result, Harness};
+use common::{console_login, post, request, send, three_add_calls, tool_result, Harness};
 use serde_json::json;
 use tower_chat::test_server::{RecordedRequest, Reply};
 
@@ -103,24 +103,7 @@ async fn the_timeline_shows_every_model_call_of_a_turn_with_the_tool_results_bet
     let second = post(&chat, resume.to_string(), &write_headers).await;
     assert_eq!(second.status, 200, "{}", second.body);
 
-    let login = send(
-        "POST",
-        &gw.url("/console/login"),
-        &[
-            ("content-type", "application/x-www-form-urlencoded"),
-            ("sec-fetch-site", "same-origin"),
-        ],
-        &format!("key={OPS_KEY}"),
-    )
-    .await;
-    assert_eq!(login.status, 303, "{}", login.body);
-    let cookie = login.headers["set-cookie"]
-        .to_str()
-        .unwrap()
-        .split(';')
-        .next()
-        .unwrap()
-        .to_owned();
+    let cookie = console_login(&gw, OPS_KEY).await;
     let get = |path: &str| {
         let (url, cookie) = (gw.url(path), cookie.clone());
         async move {
@@ -209,4 +192,92 @@ async fn the_timeline_shows_every_model_call_of_a_turn_with_the_tool_results_bet
     ] {
         assert!(row.contains(cell), "`{cell}` not in {row}");
     }
+}
+
+/// One tool round per turn: `add` when the last message is the user's, then the answer once its result is in.
+fn one_tool_round(req: &RecordedRequest, _index: usize) -> Reply {
+    let messages = req.body["messages"].as_array().unwrap();
+    if messages.last().unwrap()["role"] == "tool" {
+        return Reply::openai_text("The sum is 5");
+    }
+    let id = format!("call_{}", messages.len());
+    Reply::openai_tool_calls(&[(id.as_str(), "add", r#"{"a": 2, "b": 3}"#)])
+}
+
+/// A client that resends its history every turn, as clients do: its own messages and the answers, never the
+/// tool rounds the gateway ran in between. The timeline still shows each message once, in order, each turn's
+/// tool round where it happened, and stays small.
+#[tokio::test]
+async fn a_long_conversation_shows_each_message_once_however_the_client_resends_it() {
+    const TURNS: usize = 40;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("operators"), format!("carol:{OPS_KEY}\n")).unwrap();
+    let operators = dir.path().join("operators");
+    let gw = Harness::start(one_tool_round, move |c| {
+        c.operator_keys_file = Some(operators);
+    })
+    .await;
+    let chat = gw.url("/v1/chat/completions");
+    let mut history = Vec::new();
+    for turn in 0..TURNS {
+        history.push(json!({"role": "user", "content": format!("question {turn:02}")}));
+        let mut body = request(false, "");
+        body["messages"] = json!(history);
+        let answer = post(&chat, body.to_string(), &[("x-conversation-id", "long")]).await;
+        assert_eq!(answer.status, 200, "{}", answer.body);
+        let text = answer.json()["choices"][0]["message"]["content"].clone();
+        assert_eq!(text, "The sum is 5");
+        history.push(json!({"role": "assistant", "content": text}));
+    }
+
+    let cookie = console_login(&gw, OPS_KEY).await;
+    let page = send(
+        "GET",
+        &gw.url("/console/conversation?id=long"),
+        &[("cookie", &cookie)],
+        "",
+    )
+    .await;
+    assert_eq!(page.status, 200, "{}", page.body);
+    let page = page.body;
+    eprintln!(
+        "a {TURNS}-turn conversation's timeline: {} bytes",
+        page.len()
+    );
+    let mut at = 0;
+    for turn in 0..TURNS {
+        let question = format!(">question {turn:02}</pre>");
+        assert_eq!(page.matches(&question).count(), 1, "{question}:\n{page}");
+        // The question, its call, the tool round, the call that answered: in that order, after the last turn.
+        let order = [
+            question,
+            format!(
+                "<div class=\"tool-call\" data-call-id=\"call_{}\"",
+                2 * turn + 1
+            ),
+            format!(
+                "<div class=\"message tool\" data-call-id=\"call_{}\"",
+                2 * turn + 1
+            ),
+            "The sum is 5</pre>".to_owned(),
+        ];
+        for needle in order {
+            let found = page[at..]
+                .find(&needle)
+                .unwrap_or_else(|| panic!("`{needle}` not after byte {at}:\n{page}"));
+            at += found + needle.len();
+        }
+    }
+    assert_eq!(page.matches("<section class=\"call\"").count(), 2 * TURNS);
+    assert_eq!(page.matches("<h3 class=\"turn\"").count(), TURNS);
+    assert_eq!(
+        page.matches("The sum is 5</pre>").count(),
+        TURNS,
+        "each answer once"
+    );
+    assert!(
+        page.len() <= 100 * 1024,
+        "{} bytes for {TURNS} turns",
+        page.len()
+    );
 }

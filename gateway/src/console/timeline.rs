@@ -1,5 +1,12 @@
 //! One conversation's timeline: its messages, every recorded model call with its facts, the tool calls and
 //! results between them, and the approvals beside the calls they decided.
+//!
+//! Each message appears once, where it entered the conversation. Clients resend their history every turn, but
+//! not the tool rounds the gateway ran for them, so a call's request is rarely a plain continuation of the
+//! previous call's history: the timeline keeps the conversation it has shown and, for each call, picks up its
+//! request where it follows that conversation, skipping only tool rounds the client left out ([`Shown`]). What
+//! is left of the request (the new user message, the last round's tool results) is shown before the call; a
+//! client that edited an earlier message branches the conversation there, and the edit is shown as new.
 
 use axum::extract::State;
 use axum::response::Response;
@@ -70,15 +77,71 @@ fn message(message: &Message, at: MessageAt<'_>, decided: &Decided<'_>) -> Marku
     }
 }
 
+/// Whether a request's message is one the timeline shows already: the same role and what the page shows of
+/// it. A resent answer is the same message even when the client dropped what it does not echo (reasoning,
+/// provider ids).
+fn same_message(shown: &Message, sent: &Message) -> bool {
+    match (shown, sent) {
+        (Message::Assistant(a), Message::Assistant(b)) => {
+            a.content == b.content
+                && a.tool_calls.len() == b.tool_calls.len()
+                && a.tool_calls
+                    .iter()
+                    .zip(&b.tool_calls)
+                    .all(|(x, y)| x.id == y.id)
+        }
+        _ => shown == sent,
+    }
+}
+
+/// The messages of a conversation a client may leave out when it resends its history: the tool rounds the
+/// gateway ran for it (results and the calls that asked for them).
+fn server_side(message: &Message) -> bool {
+    match message {
+        Message::Tool(_) => true,
+        Message::Assistant(a) => !a.tool_calls.is_empty(),
+        _ => false,
+    }
+}
+
+/// The conversation as the timeline has shown it so far, and where each call's request picks it up.
+#[derive(Debug, Default)]
+struct Shown<'a> {
+    messages: Vec<&'a Message>,
+}
+
+impl<'a> Shown<'a> {
+    /// How many of `request`'s messages were shown already: its longest prefix that follows the shown
+    /// conversation, skipping only the tool rounds the client left out. Keeps the shown conversation up to
+    /// where that prefix ends (a client that edited an earlier message branches there).
+    fn pick_up(&mut self, request: &[Message]) -> usize {
+        let mut at = 0;
+        let mut matched = 0;
+        'request: for sent in request {
+            for (offset, shown) in self.messages[at..].iter().enumerate() {
+                if same_message(shown, sent) {
+                    at += offset + 1;
+                    matched += 1;
+                    continue 'request;
+                }
+                if !server_side(shown) {
+                    break;
+                }
+            }
+            break;
+        }
+        self.messages.truncate(at);
+        matched
+    }
+}
+
 /// One model call: what it was sent that the timeline has not shown yet (the user's message, the results of the
 /// tools the loop ran after the previous round), then the call with its facts and what it answered.
-fn call_section(call: &CallRecord, shown: &mut Vec<Message>, decided: &Decided<'_>) -> Markup {
+fn call_section<'a>(call: &'a CallRecord, shown: &mut Shown<'a>, decided: &Decided<'_>) -> Markup {
     let request = call.request.messages.as_slice();
-    let first_new = if request.starts_with(shown) {
-        shown.len()
-    } else {
-        0
-    };
+    let first_new = shown.pick_up(request);
+    shown.messages.extend(&request[first_new..]);
+    shown.messages.extend(call.response.messages.iter());
     let at = |index| MessageAt {
         call: call.call_id.as_str(),
         index,
@@ -119,7 +182,7 @@ fn call_section(call: &CallRecord, shown: &mut Vec<Message>, decided: &Decided<'
                 .map_or_else(|| "—".into(), |f| format!("{f:?}")),
         ),
     ];
-    let markup = html! {
+    html! {
         @for (index, m) in request.iter().enumerate().skip(first_new) {
             (message(m, at(index), decided))
         }
@@ -145,9 +208,7 @@ fn call_section(call: &CallRecord, shown: &mut Vec<Message>, decided: &Decided<'
                 }
             }
         }
-    };
-    *shown = call.history();
-    markup
+    }
 }
 
 /// The calls grouped by turn: a turn begins with a first round (round index 0); a resumed turn's rounds (a
@@ -268,7 +329,7 @@ pub(crate) async fn timeline(
             decided.entry(call.id.as_str()).or_default().push(record);
         }
     }
-    let mut shown = Vec::new();
+    let mut shown = Shown::default();
     let main = html! {
         p class="conversation-id" id="conversation-id" { (id) }
         @if calls.is_empty() && audit.is_empty() && pending.is_empty() {
@@ -300,4 +361,59 @@ pub(crate) async fn timeline(
         StatusCode::OK,
         layout("Conversation", Nav::Conversations, Some(&session), main),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tower_chat::{AssistantMessage, ToolCall};
+
+    fn user(text: &str) -> Message {
+        Message::user(text)
+    }
+
+    fn answer(text: &str) -> Message {
+        Message::assistant(text)
+    }
+
+    fn round(id: &str) -> [Message; 2] {
+        [
+            Message::Assistant(AssistantMessage {
+                tool_calls: vec![ToolCall::new(id, "add", serde_json::json!({}))],
+                ..AssistantMessage::default()
+            }),
+            Message::tool_result(id, "add", "5"),
+        ]
+    }
+
+    #[test]
+    fn a_resent_history_is_picked_up_past_the_tool_rounds_it_left_out() {
+        let [call, result] = round("c1");
+        let first = [user("q0"), call, result, answer("a0")];
+        let mut shown = Shown::default();
+        assert_eq!(shown.pick_up(&first[..1]), 0, "nothing shown yet");
+        shown.messages.extend(&first);
+        // The client resends its question and the answer, without the round, then asks again.
+        let resent = [user("q0"), answer("a0"), user("q1")];
+        assert_eq!(shown.pick_up(&resent), 2);
+        assert_eq!(shown.messages.len(), 4, "the round stays shown");
+    }
+
+    #[test]
+    fn an_edited_message_branches_the_conversation_there() {
+        let mut shown = Shown::default();
+        let first = [user("q0"), answer("a0"), user("q1"), answer("a1")];
+        shown.messages.extend(&first);
+        let edited = [user("q0"), answer("a0"), user("q1, edited")];
+        assert_eq!(shown.pick_up(&edited), 2);
+        assert_eq!(
+            shown.messages.len(),
+            2,
+            "the shown conversation ends before the edit"
+        );
+        // A user message is never skipped to match a later one.
+        let mut shown = Shown::default();
+        shown.messages.extend(&first);
+        assert_eq!(shown.pick_up(&[user("q0"), user("q1")]), 1);
+    }
 }
