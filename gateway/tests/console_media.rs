@@ -22,8 +22,6 @@ use tower_chat_persistence::{
 use tower_chat_testkit::{base64, PDF, PNG};
 
 const OPS_KEY: &str = "sk-ops-carol-0123456789";
-const FORM: (&str, &str) = ("content-type", "application/x-www-form-urlencoded");
-const SAME: (&str, &str) = ("sec-fetch-site", "same-origin");
 const HOSTILE_NAME: &str = "<script>alert(1)</script>.html";
 const SVG: &[u8] = b"<svg xmlns=\"http://www.w3.org/2000/svg\" onload=\"alert(2)\"></svg>";
 
