@@ -1,12 +1,12 @@
-//! What the templates do not give: values written the way people read them (times, spans, latencies,
-//! dollars) and URL encoding for the links the pages build.
+//! What the templates do not give: values written the way people read them (times, spans, latencies, dollars,
+//! counts with their noun, finish reasons) and URL encoding for the links the pages build.
 //!
 //! Everything here returns plain text; the templates ([`maud`]) escape it where it lands.
 
 use std::fmt::Write as _;
 use std::time::{Duration, SystemTime};
 
-use tower_chat::Cost;
+use tower_chat::{Cost, FinishReason};
 
 /// `YYYY-MM-DD HH:MM:SS` UTC.
 pub(crate) fn utc(time: SystemTime) -> String {
@@ -61,6 +61,27 @@ pub(crate) fn dollars(cost: Cost) -> String {
     }
 }
 
+/// `1 call`, `3 calls`, `0 calls`: the count and its noun, singular only for one.
+pub(crate) fn count(n: u64, singular: &str, plural: &str) -> String {
+    format!("{n} {}", if n == 1 { singular } else { plural })
+}
+
+/// A finish reason as a person reads it ("tool calls", "content filter"), not its Rust name.
+pub(crate) fn finish_label(reason: &FinishReason) -> String {
+    match reason {
+        FinishReason::Stop => "stop".into(),
+        FinishReason::StopSequence(sequence) => format!("stop sequence {sequence:?}"),
+        FinishReason::Length => "length".into(),
+        FinishReason::ToolCalls => "tool calls".into(),
+        FinishReason::ContentFilter => "content filter".into(),
+        FinishReason::Recitation => "recitation".into(),
+        FinishReason::MalformedFunctionCall => "malformed tool call".into(),
+        FinishReason::AwaitingApproval => "awaiting approval".into(),
+        FinishReason::MaxRounds => "tool round limit".into(),
+        FinishReason::Other(other) => format!("other ({other})"),
+    }
+}
+
 /// Percent-encode `text` for a URL query value or path segment (unreserved characters kept).
 pub(crate) fn url_encode(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
@@ -91,6 +112,20 @@ mod tests {
         assert_eq!(span(Duration::from_secs(3 * 3600 + 120)), "3 h 2 min");
         assert_eq!(millis(Duration::from_micros(2500)), "2.5 ms");
         assert_eq!(dollars(Cost::from_nanos(18_000)), "$0.000018");
+    }
+
+    #[test]
+    fn counts_agree_with_their_number_and_reasons_read_as_words() {
+        assert_eq!(count(1, "call", "calls"), "1 call");
+        assert_eq!(count(0, "call", "calls"), "0 calls");
+        assert_eq!(count(40, "model call", "model calls"), "40 model calls");
+        assert_eq!(finish_label(&FinishReason::ToolCalls), "tool calls");
+        assert_eq!(finish_label(&FinishReason::ContentFilter), "content filter");
+        assert_eq!(finish_label(&FinishReason::Length), "length");
+        assert_eq!(
+            finish_label(&FinishReason::Other("SAFETY".into())),
+            "other (SAFETY)"
+        );
     }
 
     #[test]

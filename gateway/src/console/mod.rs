@@ -11,7 +11,11 @@
 //! | `/console/conversations` | conversations, most recent first: caller, last activity, calls, tokens, cost |
 //! | `/console/conversation?id=…` | one conversation's timeline: messages, every recorded call (model, latency, time to first token, usage, outcome, tool calls and results), approvals and their audit |
 //! | `/console/media?call=…&message=…&part=…` | the bytes of one part of a recorded call's history: raster images inline (the timeline's thumbnails), anything else as an attachment ([`media`]) |
-//! | `/console/usage?range=1h\|24h\|7d&by=model\|caller` | requests, tokens and latency percentiles over time, by model or caller (server-rendered SVG) |
+//! | `/console/usage?range=1h\|24h\|7d&by=model\|caller` | model calls, tokens and latency percentiles over time, by model or caller (server-rendered SVG); the response cache's hit rate and the spend it saved |
+//! | `/console/favicon.svg` | the console's icon, linked from every page (cached for a year) |
+//!
+//! Any other path under `/console` answers a `404` page inside the console; a refused decision (`409`: decided
+//! already) and a bad query (`400`: an unknown `?range=`) are HTML pages too, never the API's JSON.
 //!
 //! Safe by construction: every page is a compile-time [`maud`] template, which escapes every value it splices; state changes are
 //! POSTs that must come from the console's own origin and carry the session's CSRF token; the session cookie
@@ -57,6 +61,7 @@ pub(crate) const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; script-src
 
 const CSS: &str = include_str!("assets/console.css");
 const JS: &str = include_str!("assets/console.js");
+const FAVICON: &str = include_str!("assets/favicon.svg");
 
 /// What the console's handlers read.
 #[derive(Clone)]
@@ -89,6 +94,7 @@ pub(crate) fn router<S: Clone + Send + Sync + 'static>(
         .route("/console/media", get(media::media))
         .route("/console/usage", get(usage::page))
         .route("/console/logout", post(logout))
+        .route("/console/{*rest}", axum::routing::any(not_found))
         .route_layer(middleware::from_fn_with_state(
             state.clone(),
             require_session,
@@ -97,6 +103,7 @@ pub(crate) fn router<S: Clone + Send + Sync + 'static>(
         .route("/console/login", get(login_page).post(login))
         .route("/console/assets/console.css", get(css))
         .route("/console/assets/console.js", get(js))
+        .route("/console/favicon.svg", get(favicon))
         .route("/console/", get(|| async { see_other("/console") }))
         .merge(pages)
         .layer(middleware::from_fn(security_headers))
@@ -178,8 +185,14 @@ async fn require_session(
         }
         return see_other("/console/login");
     };
-    request.extensions_mut().insert(session);
-    next.run(request).await
+    request.extensions_mut().insert(session.clone());
+    let mut response = next.run(request).await;
+    if let Some(ErrorMessage(message)) = response.extensions_mut().remove::<ErrorMessage>() {
+        let framed = error_layout(response.status(), &message, Some(&session)).into_string();
+        response.headers_mut().remove(header::CONTENT_LENGTH);
+        *response.body_mut() = Body::from(framed);
+    }
+    response
 }
 
 /// A form posted with a session carries the session's CSRF token (`csrf`); the refusal when it does not.
@@ -207,22 +220,43 @@ struct LoginForm {
 }
 
 async fn css() -> Response {
-    asset(CSS, "text/css; charset=utf-8")
+    asset(CSS, "text/css; charset=utf-8", "private, max-age=300")
 }
 
 async fn js() -> Response {
-    asset(JS, "text/javascript; charset=utf-8")
+    asset(JS, "text/javascript; charset=utf-8", "private, max-age=300")
 }
 
-fn asset(body: &'static str, content_type: &'static str) -> Response {
+/// The icon never changes within a release, and browsers ask for it on every page: cached for a year.
+async fn favicon() -> Response {
+    asset(
+        FAVICON,
+        "image/svg+xml",
+        "public, max-age=31536000, immutable",
+    )
+}
+
+fn asset(body: &'static str, content_type: &'static str, cache: &'static str) -> Response {
     let mut response = Response::new(Body::from(body));
     let headers = response.headers_mut();
     headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
-    headers.insert(
-        header::CACHE_CONTROL,
-        HeaderValue::from_static("private, max-age=300"),
-    );
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static(cache));
     response
+}
+
+/// Any other path under `/console`: a 404 page inside the console (the inspection API's paths answer JSON).
+async fn not_found(request: Request) -> Response {
+    let path = request.uri().path();
+    if path.starts_with("/console/api/") {
+        return crate::error::json_response(
+            StatusCode::NOT_FOUND,
+            &serde_json::json!({"error": format!("no console API at {path}")}),
+        );
+    }
+    error_page(
+        StatusCode::NOT_FOUND,
+        &format!("There is no console page at {path}."),
+    )
 }
 
 /// `303 See Other` to `location` (a path of the console).
@@ -266,6 +300,7 @@ pub(crate) fn layout(title: &str, nav: Nav, session: Option<&Session>, main: Mar
                 @if let Some(session) = session {
                     meta name="csrf-token" content=(session.csrf);
                 }
+                link rel="icon" type="image/svg+xml" href="/console/favicon.svg";
                 link rel="stylesheet" href="/console/assets/console.css";
                 script src="/console/assets/console.js" defer {}
             }
@@ -298,13 +333,28 @@ pub(crate) fn layout(title: &str, nav: Nav, session: Option<&Session>, main: Mar
     }
 }
 
-/// A page saying what went wrong (escaped like everything else).
-pub(crate) fn error_page(status: StatusCode, message: &str) -> Response {
+/// What went wrong, kept on an error page's response so that [`require_session`] can frame it with the
+/// operator's navigation.
+#[derive(Clone, Debug)]
+struct ErrorMessage(String);
+
+fn error_layout(status: StatusCode, message: &str, session: Option<&Session>) -> Markup {
+    let title = status.canonical_reason().unwrap_or("Error");
     let main = html! {
-        p class="error" { (message) }
+        p class="error" id="error" data-status=(status.as_u16()) { (message) }
         a href="/console" { "Back to the console" }
     };
-    html_response(status, layout("Error", Nav::None, None, main))
+    layout(title, Nav::None, session, main)
+}
+
+/// A page saying what went wrong (escaped like everything else). Behind a session it is shown inside the
+/// console's frame, navigation included.
+pub(crate) fn error_page(status: StatusCode, message: &str) -> Response {
+    let mut response = html_response(status, error_layout(status, message, None));
+    response
+        .extensions_mut()
+        .insert(ErrorMessage(message.to_owned()));
+    response
 }
 
 async fn login_page(State(state): State<ConsoleState>, headers: HeaderMap) -> Response {

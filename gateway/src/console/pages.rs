@@ -236,7 +236,7 @@ pub(crate) async fn conversations(
         table id="conversations" class="conversations" {
             thead {
                 tr {
-                    th { "Conversation" } th { "Caller" } th { "Last activity" } th { "Calls" }
+                    th { "Conversation" } th { "Caller" } th { "Last activity" } th { "Model calls" }
                     th { "Input tokens" } th { "Output tokens" } th { "Cost" }
                 }
             }

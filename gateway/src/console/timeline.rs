@@ -17,7 +17,7 @@ use serde::Deserialize;
 use tower_chat::{ConversationId, Cost, Message};
 use tower_chat_persistence::CallRecord;
 
-use super::format::{dollars, millis, utc};
+use super::format::{count, dollars, finish_label, millis, utc};
 use super::media::{content_parts, MessageAt};
 use super::pages::{approvals_table, arguments_text};
 use super::session::Session;
@@ -179,7 +179,7 @@ fn call_section<'a>(call: &'a CallRecord, shown: &mut Shown<'a>, decided: &Decid
         (
             "finish",
             call.finish_reason()
-                .map_or_else(|| "—".into(), |f| format!("{f:?}")),
+                .map_or_else(|| "—".into(), finish_label),
         ),
     ];
     html! {
@@ -240,7 +240,7 @@ fn turn_heading(turn: &[CallRecord]) -> Markup {
     );
     html! {
         h3 class="turn" {
-            "Turn at " (utc(first.started_at)) " · " (calls) " model call" @if calls != 1 { "s" }
+            "Turn at " (utc(first.started_at)) " · " (count(calls as u64, "model call", "model calls"))
             " · " (took) " · " (input) " input and " (output) " output tokens"
         }
     }
@@ -336,7 +336,7 @@ pub(crate) async fn timeline(
             p class="empty" { "Nothing recorded for this conversation." }
         }
         p class="summary" {
-            "Caller " (caller) " · " (calls.len()) " calls · " (input) " input and " (output) " output tokens · "
+            "Caller " (caller) " · " (count(calls.len() as u64, "model call", "model calls")) " · " (input) " input and " (output) " output tokens · "
             (cost)
         }
         @if !pending.is_empty() {

@@ -1,4 +1,4 @@
-//! The usage page: requests, tokens and latency percentiles over time, by model or by caller, drawn as SVG on
+//! The usage page: model calls, tokens and latency percentiles over time, by model or by caller, drawn as SVG on
 //! the server (no charting library, no script).
 
 use std::collections::HashMap;
@@ -13,7 +13,7 @@ use tower_chat_persistence::{CallQuery, CallSummary};
 
 use maud::{html, Markup};
 
-use super::format::{dollars, millis, utc};
+use super::format::{count, dollars, millis, utc};
 use super::session::Session;
 use super::{error_page, html_response, layout, ConsoleState, Nav};
 use crate::extract::PageQuery;
@@ -393,13 +393,27 @@ pub(crate) async fn page(
     let Some(records) = &state.records else {
         return error_page(StatusCode::NOT_FOUND, "This gateway keeps no call records.");
     };
-    let range = RANGES
-        .into_iter()
-        .find(|r| Some(r.name) == params.range.as_deref())
-        .unwrap_or(RANGES[1]);
+    let range = match params.range.as_deref() {
+        None => RANGES[1],
+        Some(name) => match RANGES.into_iter().find(|r| r.name == name) {
+            Some(range) => range,
+            None => {
+                return error_page(
+                    StatusCode::BAD_REQUEST,
+                    &format!("Unknown range `{name}`: choose 1h, 24h or 7d (?range=24h)."),
+                )
+            }
+        },
+    };
     let by = match params.by.as_deref() {
+        None | Some("model") => By::Model,
         Some("caller") => By::Caller,
-        _ => By::Model,
+        Some(other) => {
+            return error_page(
+                StatusCode::BAD_REQUEST,
+                &format!("Unknown split `{other}`: choose model or caller (?by=model)."),
+            )
+        }
     };
     let key = (range.name, by.name());
     let cached = {
@@ -493,18 +507,18 @@ async fn render(
             }
         }
         p class="summary" id="usage-summary" {
-            (usage.all.total_requests) " calls from " (utc(start)) " to " (utc(end)) " UTC"
+            (count(usage.all.total_requests, "model call", "model calls")) " from " (utc(start)) " to " (utc(end)) " UTC"
             @if calls.len() as u32 >= MAX_CALLS { " (the latest 50,000)" }
         }
-        (line_chart("requests", &format!("Requests by {by_name}"), "requests", &usage, &requests))
+        (line_chart("requests", &format!("Model calls by {by_name}"), "model calls", &usage, &requests))
         (line_chart("tokens", &format!("Tokens (input + output) by {by_name}"), "tokens", &usage, &tokens))
-        (line_chart("latency", "Latency percentiles, all calls", "ms", &usage, &percentiles))
+        (line_chart("latency", "Latency percentiles, all model calls", "ms", &usage, &percentiles))
         (line_chart("latency-by", &format!("p99 latency by {by_name}"), "ms", &usage, &p99))
         h2 { "Totals by " (by_name) }
         table id="usage-totals" class="totals" {
             thead {
                 tr {
-                    @for heading in [by_name, "requests", "not completed", "input tokens", "output tokens", "cost",
+                    @for heading in [by_name, "model calls", "not completed", "input tokens", "output tokens", "cost",
                         "p50", "p90", "p99", "p50 first token"] {
                         th { (heading) }
                     }
