@@ -216,6 +216,8 @@ pub(crate) struct OperatorState {
     pub(crate) proxies: Option<Arc<crate::client_addr::TrustedProxies>>,
     /// Long-polls waiting, per caller (`--max-polls-per-key`).
     pub(crate) polls: Arc<crate::connection::PerKey<Option<CallerIdentity>>>,
+    /// `[limits.prices]`: what the console's usage page prices the response cache's savings at.
+    pub(crate) prices: Arc<tower_chat::PriceTable>,
 }
 
 impl OperatorState {

@@ -496,6 +496,7 @@ impl Gateway {
             clients: keys_for_operators.clone(),
             proxies: config.trusted_proxies.clone().map(Arc::new),
             polls: Arc::new(connection::PerKey::new(config.max_polls_per_key)),
+            prices: Arc::new(config.file.limits.price_table()),
         });
         Gateway {
             state: AppState {

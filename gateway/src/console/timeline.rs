@@ -14,7 +14,7 @@ use axum::Extension;
 use http::StatusCode;
 use maud::{html, Markup};
 use serde::Deserialize;
-use tower_chat::{ConversationId, Cost, Message};
+use tower_chat::{ConversationId, Cost, GuardrailVerdict, Message};
 use tower_chat_persistence::CallRecord;
 
 use super::format::{count, dollars, finish_label, millis, utc};
@@ -146,13 +146,26 @@ fn call_section<'a>(call: &'a CallRecord, shown: &mut Shown<'a>, decided: &Decid
         call: call.call_id.as_str(),
         index,
     };
-    let latency = call
-        .ended_at
-        .duration_since(call.started_at)
-        .unwrap_or_default();
+    // A replay from the response cache called no upstream: it has no upstream latency and cost nothing.
+    let cached = call.from_response_cache();
+    let latency = if cached {
+        "— (answered from the response cache)".to_owned()
+    } else {
+        millis(
+            call.ended_at
+                .duration_since(call.started_at)
+                .unwrap_or_default(),
+        )
+    };
     let ttft = call
         .first_token_at
+        .filter(|_| !cached)
         .map(|t| millis(t.duration_since(call.started_at).unwrap_or_default()));
+    let cost = if cached {
+        format!("{} (cached)", dollars(Cost::ZERO))
+    } else {
+        call.cost.map_or_else(|| "—".into(), dollars)
+    };
     let usage = call.usage();
     let outcome = match call.outcome.error() {
         Some(error) => format!(
@@ -163,18 +176,22 @@ fn call_section<'a>(call: &'a CallRecord, shown: &mut Shown<'a>, decided: &Decid
         ),
         None => call.outcome.as_str().to_owned(),
     };
-    let facts: [(&'static str, String); 10] = [
+    let facts: [(&'static str, String); 11] = [
         (
             "model call",
             format!("round {} of the turn", call.round_index + 1),
         ),
         ("started", utc(call.started_at)),
         ("model", call.model.clone().unwrap_or_else(|| "—".into())),
-        ("latency", millis(latency)),
+        (
+            "answered by",
+            if cached { "response cache" } else { "upstream" }.to_owned(),
+        ),
+        ("latency", latency),
         ("time to first token", ttft.unwrap_or_else(|| "—".into())),
         ("input tokens", usage.input_tokens.to_string()),
         ("output tokens", usage.output_tokens.to_string()),
-        ("cost", call.cost.map_or_else(|| "—".into(), dollars)),
+        ("cost", cost),
         ("outcome", outcome),
         (
             "finish",
@@ -186,12 +203,15 @@ fn call_section<'a>(call: &'a CallRecord, shown: &mut Shown<'a>, decided: &Decid
         @for (index, m) in request.iter().enumerate().skip(first_new) {
             (message(m, at(index), decided))
         }
-        section class="call" data-call-id=(call.call_id.as_str()) data-round=(call.round_index) {
+        section class="call" data-call-id=(call.call_id.as_str()) data-round=(call.round_index) data-cached=[cached.then_some("true")] {
             dl class="call-facts" {
                 @for (name, value) in &facts {
                     dt { (name) }
                     dd class="fact" { (value) }
                 }
+            }
+            @if !call.guardrail.is_empty() {
+                (verdicts(&call.guardrail))
             }
             @for (index, m) in call.response.messages.iter().enumerate() {
                 (message(m, at(request.len() + index), decided))
@@ -205,6 +225,27 @@ fn call_section<'a>(call: &'a CallRecord, shown: &mut Shown<'a>, decided: &Decid
                         p class="reason" { (reason) }
                     }
                     code class="approval-id" { (approval.id) }
+                }
+            }
+        }
+    }
+}
+
+/// A call's guardrail verdicts: which check did what, where, and at which bytes of that text. What a check
+/// matched is never shown (the verdicts do not carry it: that is the point of redacting it).
+fn verdicts(verdicts: &[GuardrailVerdict]) -> Markup {
+    html! {
+        ul class="guardrail" {
+            @for v in verdicts {
+                li class="verdict" data-check=(v.check) data-action=(v.action.as_str()) {
+                    "guardrail " code { (v.check) } ": " (v.action.as_str()) " at " (v.stage.as_str()) ", "
+                    (v.location)
+                    @if let Some(span) = &v.span {
+                        ", bytes " (span.start) "–" (span.end)
+                    }
+                    @if let Some(detail) = &v.detail {
+                        " (" (detail) ")"
+                    }
                 }
             }
         }

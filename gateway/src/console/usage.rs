@@ -8,7 +8,7 @@ use axum::extract::State;
 use axum::response::Response;
 use axum::Extension;
 use http::StatusCode;
-use tower_chat::Cost;
+use tower_chat::{Cost, PriceTable};
 use tower_chat_persistence::{CallQuery, CallSummary};
 
 use maud::{html, Markup};
@@ -115,6 +115,11 @@ struct Group {
     cost: Cost,
     unpriced: u64,
     errors: u64,
+    /// Calls the response cache answered, what they would have cost at the model's price, and how many of
+    /// them have no price.
+    cached: u64,
+    saved: Cost,
+    saved_unpriced: u64,
 }
 
 impl Group {
@@ -128,7 +133,7 @@ impl Group {
         }
     }
 
-    fn add(&mut self, bucket: usize, call: &CallSummary) {
+    fn add(&mut self, bucket: usize, call: &CallSummary, prices: &PriceTable) {
         let latency = call.latency().as_secs_f64() * 1000.0;
         self.requests[bucket] += 1.0;
         self.tokens[bucket] += (call.input_tokens + call.output_tokens) as f64;
@@ -147,6 +152,44 @@ impl Group {
         if call.outcome.as_str() != "completed" {
             self.errors += 1;
         }
+        if call.from_response_cache {
+            self.cached += 1;
+            // The replay's tokens are the ones the original call was paid for: priced as if sent again.
+            let usage = tower_chat::Usage {
+                input_tokens: call.input_tokens,
+                output_tokens: call.output_tokens,
+                ..tower_chat::Usage::default()
+            };
+            match call.model.as_deref().and_then(|m| prices.price(m)) {
+                Some(price) => self.saved += price.cost(&usage),
+                None => self.saved_unpriced += 1,
+            }
+        }
+    }
+
+    /// `3 of 10 (30 %)`.
+    fn hit_rate(&self) -> String {
+        if self.total_requests == 0 {
+            return "—".to_owned();
+        }
+        let percent = self.cached as f64 * 100.0 / self.total_requests as f64;
+        format!(
+            "{} of {} ({percent:.0} %)",
+            self.cached, self.total_requests
+        )
+    }
+
+    /// What the cached calls would have cost; `—` when none of them has a price.
+    fn saved_text(&self) -> String {
+        if self.cached == 0 {
+            dollars(Cost::ZERO)
+        } else if self.saved_unpriced == self.cached {
+            "—".to_owned()
+        } else if self.saved_unpriced > 0 {
+            format!("{} + {} unpriced", dollars(self.saved), self.saved_unpriced)
+        } else {
+            dollars(self.saved)
+        }
     }
 }
 
@@ -159,7 +202,13 @@ struct Usage {
     all: Group,
 }
 
-fn bucket_calls(calls: &[CallSummary], start: SystemTime, range: Range, by: By) -> Usage {
+fn bucket_calls(
+    calls: &[CallSummary],
+    start: SystemTime,
+    range: Range,
+    by: By,
+    prices: &PriceTable,
+) -> Usage {
     let mut counts: HashMap<String, u64> = HashMap::new();
     for call in calls {
         *counts.entry(by.key(call)).or_default() += 1;
@@ -196,8 +245,8 @@ fn bucket_calls(calls: &[CallSummary], start: SystemTime, range: Range, by: By) 
             .iter()
             .position(|k| *k == key)
             .unwrap_or(groups.len() - 1);
-        groups[at].add(bucket, call);
-        all.add(bucket, call);
+        groups[at].add(bucket, call, prices);
+        all.add(bucket, call, prices);
     }
     for group in groups.iter_mut().chain(std::iter::once(&mut all)) {
         group.all_latencies.sort_by(f64::total_cmp);
@@ -426,7 +475,7 @@ pub(crate) async fn page(
     let body = match cached {
         Some(body) => body,
         None => {
-            let body = match render(records.as_ref(), range, by).await {
+            let body = match render(records.as_ref(), &state.operators.prices, range, by).await {
                 Ok(body) => body,
                 Err(refused) => return *refused,
             };
@@ -444,6 +493,7 @@ pub(crate) async fn page(
 /// The usage page's content for `range` and `by`.
 async fn render(
     records: &dyn tower_chat_persistence::Store,
+    prices: &PriceTable,
     range: Range,
     by: By,
 ) -> Result<Markup, Box<Response>> {
@@ -467,7 +517,7 @@ async fn render(
             )))
         }
     };
-    let usage = bucket_calls(&calls, start, range, by);
+    let usage = bucket_calls(&calls, start, range, by, prices);
     let by_name = by.name();
     let requests = per_group(&usage.groups, |g| counts(&g.requests));
     let tokens = per_group(&usage.groups, |g| counts(&g.tokens));
@@ -510,6 +560,10 @@ async fn render(
             (count(usage.all.total_requests, "model call", "model calls")) " from " (utc(start)) " to " (utc(end)) " UTC"
             @if calls.len() as u32 >= MAX_CALLS { " (the latest 50,000)" }
         }
+        p class="summary" id="cache-summary" {
+            "Response cache: " (usage.all.hit_rate()) " model calls answered from the cache, saving "
+            (usage.all.saved_text()) " (their tokens at the model's price)"
+        }
         (line_chart("requests", &format!("Model calls by {by_name}"), "model calls", &usage, &requests))
         (line_chart("tokens", &format!("Tokens (input + output) by {by_name}"), "tokens", &usage, &tokens))
         (line_chart("latency", "Latency percentiles, all model calls", "ms", &usage, &percentiles))
@@ -519,7 +573,7 @@ async fn render(
             thead {
                 tr {
                     @for heading in [by_name, "model calls", "not completed", "input tokens", "output tokens", "cost",
-                        "p50", "p90", "p99", "p50 first token"] {
+                        "p50", "p90", "p99", "p50 first token", "cache hits", "saved by the cache"] {
                         th { (heading) }
                     }
                 }
@@ -545,6 +599,8 @@ async fn render(
                             ms(percentile(&g.all_latencies, 90.0)),
                             ms(percentile(&g.all_latencies, 99.0)),
                             ms(percentile(&g.ttft, 50.0)),
+                            g.cached.to_string(),
+                            g.saved_text(),
                         ] {
                             td class="number" { (cell) }
                         }
@@ -573,6 +629,7 @@ mod tests {
             input_tokens: 10,
             output_tokens: 5,
             cost: None,
+            from_response_cache: false,
         }
     }
 
@@ -596,7 +653,7 @@ mod tests {
             call(start + Duration::from_secs(70), "<b>", 200),
             call(start - Duration::from_secs(5), "a", 1),
         ];
-        let usage = bucket_calls(&calls, start, range, By::Model);
+        let usage = bucket_calls(&calls, start, range, By::Model, &PriceTable::new());
         assert_eq!(usage.groups.len(), 2);
         assert_eq!(usage.groups[0].name, "a");
         assert_eq!(usage.groups[0].requests[..3], [1.0, 1.0, 0.0]);
