@@ -28,6 +28,7 @@
 //! audit log. Failed logins are limited per key and client address and in all ([`crate::login_limit`]; behind a
 //! reverse proxy the client address is the one `--trusted-proxy-header` reports, [`crate::client_addr`]).
 
+mod chart;
 mod format;
 mod media;
 mod pages;

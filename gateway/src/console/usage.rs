@@ -13,6 +13,7 @@ use tower_chat_persistence::{CallQuery, CallSummary};
 
 use maud::{html, Markup};
 
+use super::chart::{line_chart, Series, TimeAxis};
 use super::format::{count, dollars, millis, utc};
 use super::session::Session;
 use super::{error_page, html_response, layout, ConsoleState, Nav};
@@ -193,6 +194,16 @@ impl Group {
     }
 }
 
+impl Usage {
+    fn axis(&self) -> TimeAxis {
+        TimeAxis {
+            start: self.start,
+            bucket: self.range.bucket,
+            buckets: self.range.buckets,
+        }
+    }
+}
+
 /// The calls of a range, bucketed: one group per series (the busiest, then "other") and one for all.
 #[derive(Debug)]
 struct Usage {
@@ -262,154 +273,6 @@ fn bucket_calls(
         all,
     }
 }
-
-/// A series of a line chart: a name and one value per bucket (`None`: no data, the line breaks).
-struct Series<'a> {
-    name: &'a str,
-    values: Vec<Option<f64>>,
-}
-
-/// Chart geometry.
-const WIDTH: f64 = 760.0;
-const HEIGHT: f64 = 240.0;
-const LEFT: f64 = 64.0;
-const RIGHT: f64 = 12.0;
-const TOP: f64 = 22.0;
-const BOTTOM: f64 = 28.0;
-
-/// A round upper bound for the y axis (1, 2 or 5 × 10ⁿ).
-fn nice_max(max: f64) -> f64 {
-    if max <= 0.0 || !max.is_finite() {
-        return 1.0;
-    }
-    let magnitude = 10f64.powf(max.log10().floor());
-    [1.0, 2.0, 5.0, 10.0]
-        .into_iter()
-        .map(|m| m * magnitude)
-        .find(|v| *v >= max)
-        .unwrap_or(10.0 * magnitude)
-}
-
-fn axis_number(value: f64) -> String {
-    if value >= 10_000.0 {
-        format!("{:.0}k", value / 1000.0)
-    } else if value >= 10.0 || value == 0.0 {
-        format!("{value:.0}")
-    } else {
-        format!("{value:.1}")
-    }
-}
-
-/// An SVG line chart with its legend; points carry a `<title>` with their value. `data-points` counts the
-/// points drawn (what the browser test checks). SVG shapes are written with a closing tag: inside HTML, a
-/// foreign element's start tag without one would swallow its siblings.
-fn line_chart(
-    id: &'static str,
-    title: &str,
-    unit: &str,
-    usage: &Usage,
-    series: &[Series<'_>],
-) -> Markup {
-    let buckets = usage.range.buckets;
-    let max = series
-        .iter()
-        .flat_map(|s| s.values.iter().flatten())
-        .fold(0.0f64, |a, b| a.max(*b));
-    let top = nice_max(max);
-    let x = |i: usize| LEFT + (WIDTH - LEFT - RIGHT) * (i as f64 + 0.5) / buckets as f64;
-    let y = |v: f64| TOP + (HEIGHT - TOP - BOTTOM) * (1.0 - v / top);
-    let points: usize = series
-        .iter()
-        .map(|s| s.values.iter().flatten().count())
-        .sum();
-    let time_label = |i: usize| {
-        let label = utc(usage.start + usage.range.bucket * i as u32);
-        if usage.range.bucket >= Duration::from_secs(3600) {
-            label[5..16].to_owned()
-        } else {
-            label[11..16].to_owned()
-        }
-    };
-    html! {
-        figure class="chart" id=(id) {
-            figcaption { (title) }
-            svg xmlns="http://www.w3.org/2000/svg" viewBox=(format!("0 0 {WIDTH} {HEIGHT}")) role="img"
-                aria-label=(title) data-points=(points) data-series=(series.len()) {
-                // Grid and y labels.
-                @for step in 0..=4 {
-                    @let value = top * f64::from(step) / 4.0;
-                    @let at = format!("{:.1}", y(value));
-                    line class="grid" x1=(LEFT) x2=(WIDTH - RIGHT) y1=(at) y2=(at) {}
-                    text class="axis" x=(LEFT - 6.0) y=(format!("{:.1}", y(value) + 4.0)) text-anchor="end" {
-                        (axis_number(value))
-                    }
-                }
-                text class="axis unit" x="4" y="12" { (unit) }
-                // Time labels: five, evenly spread.
-                @for tick in 0..5 {
-                    @let i = tick * (buckets - 1) / 4;
-                    text class="axis" x=(format!("{:.1}", x(i))) y=(HEIGHT - 8.0) text-anchor="middle" {
-                        (time_label(i))
-                    }
-                }
-                @for (n, s) in series.iter().enumerate() {
-                    @let class = SERIES_CLASSES[n % SERIES_CLASSES.len()];
-                    // One polyline per run of buckets with data.
-                    @for run in runs(&s.values, &x, &y) {
-                        polyline class=(class.0) points=(run) {}
-                    }
-                    @for (i, value) in s.values.iter().enumerate() {
-                        @if let Some(v) = value {
-                            circle class=(class.1) cx=(format!("{:.1}", x(i))) cy=(format!("{:.1}", y(*v))) r="2.5" {
-                                title {
-                                    (s.name) ": " (axis_number(*v)) " " (unit) " at "
-                                    (utc(usage.start + usage.range.bucket * i as u32)) " UTC"
-                                }
-                            }
-                        }
-                    }
-                }
-            }
-            ul class="legend" {
-                @for (n, s) in series.iter().enumerate() {
-                    li { span class=(SERIES_CLASSES[n % SERIES_CLASSES.len()].2) {} (s.name) }
-                }
-            }
-        }
-    }
-}
-
-/// The `points` of each run of buckets that have a value.
-fn runs(values: &[Option<f64>], x: &impl Fn(usize) -> f64, y: &impl Fn(f64) -> f64) -> Vec<String> {
-    let mut runs = Vec::new();
-    let mut run = String::new();
-    for (i, value) in values.iter().enumerate() {
-        match value {
-            Some(v) => {
-                if !run.is_empty() {
-                    run.push(' ');
-                }
-                run.push_str(&format!("{:.1},{:.1}", x(i), y(*v)));
-            }
-            None if !run.is_empty() => runs.push(std::mem::take(&mut run)),
-            None => {}
-        }
-    }
-    if !run.is_empty() {
-        runs.push(run);
-    }
-    runs
-}
-
-/// Per series: line class, point class, legend swatch class (colours live in console.css).
-const SERIES_CLASSES: [(&str, &str, &str); 6] = [
-    ("line s0", "point s0", "swatch s0"),
-    ("line s1", "point s1", "swatch s1"),
-    ("line s2", "point s2", "swatch s2"),
-    ("line s3", "point s3", "swatch s3"),
-    ("line s4", "point s4", "swatch s4"),
-    ("line s5", "point s5", "swatch s5"),
-];
 
 /// One series per group (model or caller), its values picked by `values`.
 fn per_group<'a>(
@@ -564,10 +427,10 @@ async fn render(
             "Response cache: " (usage.all.hit_rate()) " model calls answered from the cache, saving "
             (usage.all.saved_text()) " (their tokens at the model's price)"
         }
-        (line_chart("requests", &format!("Model calls by {by_name}"), "model calls", &usage, &requests))
-        (line_chart("tokens", &format!("Tokens (input + output) by {by_name}"), "tokens", &usage, &tokens))
-        (line_chart("latency", "Latency percentiles, all model calls", "ms", &usage, &percentiles))
-        (line_chart("latency-by", &format!("p99 latency by {by_name}"), "ms", &usage, &p99))
+        (line_chart("requests", &format!("Model calls by {by_name}"), "model calls", &usage.axis(), &requests))
+        (line_chart("tokens", &format!("Tokens (input + output) by {by_name}"), "tokens", &usage.axis(), &tokens))
+        (line_chart("latency", "Latency percentiles, all model calls", "ms", &usage.axis(), &percentiles))
+        (line_chart("latency-by", &format!("p99 latency by {by_name}"), "ms", &usage.axis(), &p99))
         h2 { "Totals by " (by_name) }
         table id="usage-totals" class="totals" {
             thead {
@@ -613,6 +476,7 @@ async fn render(
 
 #[cfg(test)]
 mod tests {
+    use super::super::chart::nice_max;
     use super::*;
     use tower_chat_persistence::{CallId, CallOutcome};
 
@@ -672,7 +536,8 @@ mod tests {
                 values: counts(&g.requests),
             })
             .collect();
-        let svg = line_chart("requests", "Requests", "requests", &usage, &series).into_string();
+        let svg =
+            line_chart("requests", "Requests", "requests", &usage.axis(), &series).into_string();
         assert!(svg.contains("data-points=\"120\""), "60 buckets × 2 series");
         assert_eq!(svg.matches("<circle").count(), 120);
         assert!(
@@ -683,7 +548,7 @@ mod tests {
             name: "p99",
             values: bucket_percentile(&usage.all, 99.0),
         }];
-        let svg = line_chart("latency", "Latency", "ms", &usage, &p99).into_string();
+        let svg = line_chart("latency", "Latency", "ms", &usage.axis(), &p99).into_string();
         assert!(
             svg.contains("data-points=\"2\""),
             "only buckets with calls: {svg}"
