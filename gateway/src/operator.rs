@@ -218,6 +218,8 @@ pub(crate) struct OperatorState {
     pub(crate) polls: Arc<crate::connection::PerKey<Option<CallerIdentity>>>,
     /// Logged-in console sessions (in the gateway's database when it has one).
     pub(crate) sessions: crate::console::SessionStore,
+    /// `[limits.prices]`: what the console's usage page prices the response cache's savings at.
+    pub(crate) prices: Arc<tower_chat::PriceTable>,
 }
 
 impl OperatorState {

@@ -179,6 +179,7 @@ impl Gateway {
             proxies: config.trusted_proxies.clone().map(Arc::new),
             polls: Arc::new(connection::PerKey::new(config.max_polls_per_key)),
             sessions: crate::console::SessionStore::default(),
+            prices: Arc::new(config.file.limits.price_table()),
         });
         Gateway {
             state: AppState {

@@ -12,7 +12,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use common::webdriver::Driver;
-use common::{post, send, send_from, write_file_then_answer, Answer, Harness};
+use common::{console_login, post, send, send_from, write_file_then_answer, Answer, Harness};
 use serde_json::{json, Value};
 use tower_chat::test_server::{RecordedRequest, Reply};
 
@@ -56,23 +56,6 @@ fn csrf_of(page: &str) -> String {
 
 const FORM: (&str, &str) = ("content-type", "application/x-www-form-urlencoded");
 const SAME: (&str, &str) = ("sec-fetch-site", "same-origin");
-
-/// Log in over HTTP; the session cookie (`name=value`).
-async fn http_login(gw: &Harness) -> String {
-    let answer = send(
-        "POST",
-        &gw.url("/console/login"),
-        &[FORM, SAME],
-        &format!("key={OPS_KEY}"),
-    )
-    .await;
-    assert_eq!(answer.status, 303, "{}", answer.body);
-    header(&answer, "set-cookie")
-        .split(';')
-        .next()
-        .unwrap()
-        .to_owned()
-}
 
 #[tokio::test]
 async fn the_console_is_closed_without_a_session_and_refuses_forged_requests() {
@@ -166,7 +149,7 @@ async fn the_console_is_closed_without_a_session_and_refuses_forged_requests() {
     );
 
     // Logged in: pages carry the CSRF token, no inline script or style.
-    let cookie = http_login(&gw).await;
+    let cookie = console_login(&gw, OPS_KEY).await;
     let inbox = send("GET", &gw.url("/console"), &[("cookie", &cookie)], "").await;
     assert_eq!(inbox.status, 200, "{}", inbox.body);
     let csrf = csrf_of(&inbox.body);
@@ -330,7 +313,7 @@ async fn the_console_of_one_gateway_lists_and_decides_what_another_paused() {
         .unwrap()
         .to_owned();
 
-    let cookie = http_login(&b).await;
+    let cookie = console_login(&b, OPS_KEY).await;
     let inbox = send("GET", &b.url("/console"), &[("cookie", &cookie)], "").await;
     assert_eq!(inbox.status, 200, "{}", inbox.body);
     assert!(
@@ -738,7 +721,7 @@ async fn console_overhead() {
         move |c| c.operator_keys_file = Some(operators),
     )
     .await;
-    let cookie = http_login(&gw).await;
+    let cookie = console_login(&gw, OPS_KEY).await;
     let chat = gw.url("/v1/chat/completions");
     let body =
         json!({"model": "test-model", "messages": [{"role": "user", "content": "hi"}]}).to_string();
@@ -838,4 +821,87 @@ async fn console_overhead() {
             );
         }
     }
+}
+
+/// Wrong paths, refused decisions and bad queries answer HTML pages inside the console's frame (navigation
+/// and icon included), never the API's JSON; values read as words and counts agree with their number.
+#[tokio::test]
+async fn errors_are_console_pages_and_labels_read_as_words() {
+    let dir = tempfile::tempdir().unwrap();
+    let gw = gateway_on(dir.path(), None).await;
+    let headers = [ALICE, ("x-conversation-id", "labels")];
+    let body =
+        json!({"model": "test-model", "messages": [{"role": "user", "content": "write it"}]});
+    let paused = post(&gw.url("/v1/chat/completions"), body.to_string(), &headers).await;
+    assert_eq!(paused.status, 200, "{}", paused.body);
+    let id = paused.json()["tower_chat"]["approval_requests"][0]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let cookie = console_login(&gw, OPS_KEY).await;
+    let get = |path: &str| {
+        let (url, cookie) = (gw.url(path), cookie.clone());
+        async move { send("GET", &url, &[("cookie", &cookie)], "").await }
+    };
+    let csrf = csrf_of(&get("/console").await.body);
+    let (url, form) = (
+        gw.url(&format!("/console/approvals/{id}/decision")),
+        format!("csrf={csrf}&decision=deny"),
+    );
+    let with_cookie = [FORM, SAME, ("cookie", cookie.as_str())];
+    let decide = || send("POST", &url, &with_cookie, &form);
+    assert_eq!(decide().await.status, 303);
+    let again = decide().await;
+    let pages = [
+        (
+            get("/console/nope").await,
+            404,
+            "There is no console page at /console/nope.",
+        ),
+        (
+            get("/console/usage?range=2d").await,
+            400,
+            "Unknown range `2d`: choose 1h, 24h or 7d",
+        ),
+        (
+            get("/console/usage?by=tool").await,
+            400,
+            "Unknown split `tool`",
+        ),
+        (again, 409, &id),
+    ];
+    for (page, status, says) in pages {
+        assert_eq!(page.status, status, "{}", page.body);
+        assert!(header(&page, "content-type").starts_with("text/html"));
+        assert!(page.body.contains(says), "`{says}` not in {}", page.body);
+        assert!(
+            page.body.contains("<nav>"),
+            "inside the frame: {}",
+            page.body
+        );
+        assert!(page
+            .body
+            .contains("<link rel=\"icon\" type=\"image/svg+xml\" href=\"/console/favicon.svg\">"));
+    }
+    let api = get("/console/api/nope").await;
+    assert_eq!(api.status, 404);
+    assert!(api.json()["error"].is_string(), "{}", api.body);
+    // The icon: an image, cached for a long time, served without a session.
+    let icon = send("GET", &gw.url("/console/favicon.svg"), &[], "").await;
+    assert_eq!(icon.status, 200);
+    assert_eq!(header(&icon, "content-type"), "image/svg+xml");
+    assert!(header(&icon, "cache-control").contains("max-age=31536000"));
+    assert!(icon.body.starts_with("<svg"));
+    // One paused call: "1 model call", and its finish as words.
+    let timeline = get("/console/conversation?id=alice%2Flabels").await.body;
+    assert!(timeline.contains("1 model call ·"), "{timeline}");
+    assert!(!timeline.contains("1 model calls"), "{timeline}");
+    assert!(
+        timeline.contains("<dd class=\"fact\">awaiting approval</dd>")
+            || timeline.contains("<dd class=\"fact\">tool calls</dd>"),
+        "{timeline}"
+    );
+    let usage = get("/console/usage?range=1h").await.body;
+    assert!(usage.contains("1 model call from"), "{usage}");
+    assert!(usage.contains("Model calls by model"), "{usage}");
 }

@@ -8,7 +8,7 @@ mod common;
 use std::time::SystemTime;
 
 use bytes::Bytes;
-use common::{send, Answer, Harness};
+use common::{console_login, send, Answer, Harness};
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
@@ -22,8 +22,6 @@ use tower_chat_persistence::{
 use tower_chat_testkit::{base64, PDF, PNG};
 
 const OPS_KEY: &str = "sk-ops-carol-0123456789";
-const FORM: (&str, &str) = ("content-type", "application/x-www-form-urlencoded");
-const SAME: (&str, &str) = ("sec-fetch-site", "same-origin");
 const HOSTILE_NAME: &str = "<script>alert(1)</script>.html";
 const SVG: &[u8] = b"<svg xmlns=\"http://www.w3.org/2000/svg\" onload=\"alert(2)\"></svg>";
 
@@ -38,25 +36,6 @@ async fn gateway() -> (Harness, tempfile::TempDir) {
     )
     .await;
     (gw, dir)
-}
-
-/// Log in over HTTP; the session cookie (`name=value`).
-async fn login(gw: &Harness) -> String {
-    let answer = send(
-        "POST",
-        &gw.url("/console/login"),
-        &[FORM, SAME],
-        &format!("key={OPS_KEY}"),
-    )
-    .await;
-    assert_eq!(answer.status, 303, "{}", answer.body);
-    answer.headers["set-cookie"]
-        .to_str()
-        .unwrap()
-        .split(';')
-        .next()
-        .unwrap()
-        .to_owned()
 }
 
 /// A GET whose body is bytes (media is not text).
@@ -157,7 +136,7 @@ async fn stored_images_are_thumbnails_and_nothing_else_is_ever_inline() {
     assert_eq!(header(&headers, "location"), "/console/login");
     assert!(!body.windows(PNG.len()).any(|w| w == PNG));
 
-    let cookie = login(&gw).await;
+    let cookie = console_login(&gw, OPS_KEY).await;
     let with_session = [("cookie", cookie.as_str())];
     let page: Answer = send(
         "GET",
@@ -293,7 +272,7 @@ async fn an_image_sent_through_the_gateway_is_a_thumbnail_with_its_bytes() {
         .unwrap();
     assert_eq!(blobs, 1, "the image's bytes are a row of the blob table");
 
-    let cookie = login(&gw).await;
+    let cookie = console_login(&gw, OPS_KEY).await;
     let with_session = [("cookie", cookie.as_str())];
     let page = send(
         "GET",

@@ -5,7 +5,7 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
-use common::{send, Harness};
+use common::{console_login, send, Harness};
 use tower_chat::test_server::Reply;
 
 const OPS_KEY: &str = "sk-ops-carol-0123456789";
@@ -27,23 +27,8 @@ async fn gateway(keys: &Path, db: PathBuf, database_url: Option<String>) -> Harn
     .await
 }
 
-/// Log in over HTTP: the session cookie (`name=value`).
 async fn login(gw: &Harness) -> String {
-    let answer = send(
-        "POST",
-        &gw.url("/console/login"),
-        &[FORM, SAME],
-        &format!("key={OPS_KEY}"),
-    )
-    .await;
-    assert_eq!(answer.status, 303, "{}", answer.body);
-    answer.headers["set-cookie"]
-        .to_str()
-        .unwrap()
-        .split(';')
-        .next()
-        .unwrap()
-        .to_owned()
+    console_login(gw, OPS_KEY).await
 }
 
 /// Whether `cookie` opens the inbox (a page, not the redirect to the login form).

@@ -1,12 +1,21 @@
 //! The console's conversation timeline over HTTP: every model call of a turn is its own entry (model, latency,
 //! time to first token, usage, cost, outcome), with the tool calls and the results the loop ran between them,
-//! and the approval decisions beside the calls they decided.
+//! and the approval decisions beside the calls they decided; a call the response cache answered reads as cached,
+//! guardrail verdicts sit with their call, and the usage page counts the cache's hits and what they saved.
 
 mod common;
 
-use common::{post, request, send, three_add_calls, tool_result, Harness};
+use std::time::SystemTime;
+
+use common::{console_login, post, request, send, three_add_calls, tool_result, Harness};
 use serde_json::json;
 use tower_chat::test_server::{RecordedRequest, Reply};
+use tower_chat::{
+    ChatOptions, ChatResponse, ConversationId, GuardrailAction, GuardrailStage, GuardrailVerdict,
+    Message, Shared, TextSpan,
+};
+use tower_chat_gateway::config_file::ConfigFile;
+use tower_chat_persistence::{CallId, CallOutcome, CallRecord, SqliteStore, Store};
 
 const OPS_KEY: &str = "sk-ops-carol-0123456789";
 const ALICE: (&str, &str) = ("authorization", "Bearer sk-alice");
@@ -103,24 +112,7 @@ async fn the_timeline_shows_every_model_call_of_a_turn_with_the_tool_results_bet
     let second = post(&chat, resume.to_string(), &write_headers).await;
     assert_eq!(second.status, 200, "{}", second.body);
 
-    let login = send(
-        "POST",
-        &gw.url("/console/login"),
-        &[
-            ("content-type", "application/x-www-form-urlencoded"),
-            ("sec-fetch-site", "same-origin"),
-        ],
-        &format!("key={OPS_KEY}"),
-    )
-    .await;
-    assert_eq!(login.status, 303, "{}", login.body);
-    let cookie = login.headers["set-cookie"]
-        .to_str()
-        .unwrap()
-        .split(';')
-        .next()
-        .unwrap()
-        .to_owned();
+    let cookie = console_login(&gw, OPS_KEY).await;
     let get = |path: &str| {
         let (url, cookie) = (gw.url(path), cookie.clone());
         async move {
@@ -209,4 +201,236 @@ async fn the_timeline_shows_every_model_call_of_a_turn_with_the_tool_results_bet
     ] {
         assert!(row.contains(cell), "`{cell}` not in {row}");
     }
+}
+
+/// One tool round per turn: `add` when the last message is the user's, then the answer once its result is in.
+fn one_tool_round(req: &RecordedRequest, _index: usize) -> Reply {
+    let messages = req.body["messages"].as_array().unwrap();
+    if messages.last().unwrap()["role"] == "tool" {
+        return Reply::openai_text("The sum is 5");
+    }
+    let id = format!("call_{}", messages.len());
+    Reply::openai_tool_calls(&[(id.as_str(), "add", r#"{"a": 2, "b": 3}"#)])
+}
+
+/// A client that resends its history every turn, as clients do: its own messages and the answers, never the
+/// tool rounds the gateway ran in between. The timeline still shows each message once, in order, each turn's
+/// tool round where it happened, and stays small.
+#[tokio::test]
+async fn a_long_conversation_shows_each_message_once_however_the_client_resends_it() {
+    const TURNS: usize = 40;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("operators"), format!("carol:{OPS_KEY}\n")).unwrap();
+    let operators = dir.path().join("operators");
+    let gw = Harness::start(one_tool_round, move |c| {
+        c.operator_keys_file = Some(operators);
+    })
+    .await;
+    let chat = gw.url("/v1/chat/completions");
+    let mut history = Vec::new();
+    for turn in 0..TURNS {
+        history.push(json!({"role": "user", "content": format!("question {turn:02}")}));
+        let mut body = request(false, "");
+        body["messages"] = json!(history);
+        let answer = post(&chat, body.to_string(), &[("x-conversation-id", "long")]).await;
+        assert_eq!(answer.status, 200, "{}", answer.body);
+        let text = answer.json()["choices"][0]["message"]["content"].clone();
+        assert_eq!(text, "The sum is 5");
+        history.push(json!({"role": "assistant", "content": text}));
+    }
+
+    let cookie = console_login(&gw, OPS_KEY).await;
+    let page = send(
+        "GET",
+        &gw.url("/console/conversation?id=long"),
+        &[("cookie", &cookie)],
+        "",
+    )
+    .await;
+    assert_eq!(page.status, 200, "{}", page.body);
+    let page = page.body;
+    eprintln!(
+        "a {TURNS}-turn conversation's timeline: {} bytes",
+        page.len()
+    );
+    let mut at = 0;
+    for turn in 0..TURNS {
+        let question = format!(">question {turn:02}</pre>");
+        assert_eq!(page.matches(&question).count(), 1, "{question}:\n{page}");
+        // The question, its call, the tool round, the call that answered: in that order, after the last turn.
+        let order = [
+            question,
+            format!(
+                "<div class=\"tool-call\" data-call-id=\"call_{}\"",
+                2 * turn + 1
+            ),
+            format!(
+                "<div class=\"message tool\" data-call-id=\"call_{}\"",
+                2 * turn + 1
+            ),
+            "The sum is 5</pre>".to_owned(),
+        ];
+        for needle in order {
+            let found = page[at..]
+                .find(&needle)
+                .unwrap_or_else(|| panic!("`{needle}` not after byte {at}:\n{page}"));
+            at += found + needle.len();
+        }
+    }
+    assert_eq!(page.matches("<section class=\"call\"").count(), 2 * TURNS);
+    assert_eq!(page.matches("<h3 class=\"turn\"").count(), TURNS);
+    assert_eq!(
+        page.matches("The sum is 5</pre>").count(),
+        TURNS,
+        "each answer once"
+    );
+    assert!(
+        page.len() <= 100 * 1024,
+        "{} bytes for {TURNS} turns",
+        page.len()
+    );
+}
+
+/// A call the response cache answered is shown as cached (no upstream latency, no cost); the usage page counts
+/// it as a hit and prices what it saved at the model's price. A call's guardrail verdicts are listed with it:
+/// check, action, where and at which bytes, never the text they matched.
+#[tokio::test]
+async fn cached_calls_and_guardrail_verdicts_are_shown_and_the_cache_savings_counted() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("operators"), format!("carol:{OPS_KEY}\n")).unwrap();
+    let operators = dir.path().join("operators");
+    let gw = Harness::start(
+        |_, _| Reply::openai_text("cached answer"),
+        move |c| {
+            c.file = ConfigFile::parse("[cache]\nttl_seconds = 600\n", "gateway.toml").unwrap();
+            c.operator_keys_file = Some(operators);
+            c.file.limits.prices.insert(
+                "scripted-model".into(),
+                tower_chat_gateway::limits::PriceEntry {
+                    input: 1.0,
+                    output: 2.0,
+                    ..Default::default()
+                },
+            );
+        },
+    )
+    .await;
+    let chat = gw.url("/v1/chat/completions");
+    for expected in ["miss", "hit"] {
+        let answer = post(
+            &chat,
+            request(false, "2+2?").to_string(),
+            &[("x-conversation-id", "cached")],
+        )
+        .await;
+        assert_eq!(answer.status, 200, "{}", answer.body);
+        assert_eq!(answer.headers["x-cache"], expected);
+    }
+    assert_eq!(gw.provider.requests().len(), 1);
+    // A call a guardrail redacted (written to the gateway's own database, as the guardrail layer records it).
+    let store = SqliteStore::open(gw.files.path().join("gateway.db"))
+        .await
+        .unwrap();
+    let secret = "sk-live-0123456789abcdef";
+    let redacted = CallRecord {
+        call_id: CallId::generate(),
+        conversation_id: ConversationId::new("guarded"),
+        caller: None,
+        round_index: 0,
+        started_at: SystemTime::now(),
+        first_token_at: None,
+        ended_at: SystemTime::now(),
+        provider: None,
+        model: Some("scripted-model".into()),
+        request: tower_chat_persistence::RecordedRequest {
+            messages: Shared::new(vec![Message::user("my key is [redacted]")]),
+            options: Shared::new(ChatOptions::default()),
+            omitted: None,
+        },
+        response: ChatResponse {
+            messages: vec![Message::assistant("noted")],
+            ..ChatResponse::default()
+        },
+        outcome: CallOutcome::Completed,
+        cost: None,
+        usage_estimated: false,
+        guardrail: vec![GuardrailVerdict {
+            check: "secrets".into(),
+            action: GuardrailAction::Redact,
+            stage: GuardrailStage::Request,
+            location: "messages[0]".into(),
+            span: Some(TextSpan {
+                start: 10,
+                end: 10 + secret.len(),
+            }),
+            detail: Some("openai_key".into()),
+        }],
+    };
+    store.write_calls(&[redacted]).await.unwrap();
+
+    let cookie = console_login(&gw, OPS_KEY).await;
+    let get = |path: &str| {
+        let (url, cookie) = (gw.url(path), cookie.clone());
+        async move {
+            let page = send("GET", &url, &[("cookie", &cookie)], "").await;
+            assert_eq!(page.status, 200, "{}", page.body);
+            page.body
+        }
+    };
+    let page = get("/console/conversation?id=cached").await;
+    let sections: Vec<&str> = page
+        .split("<section class=\"call\"")
+        .skip(1)
+        .map(|s| s.split("</section>").next().unwrap())
+        .collect();
+    assert_eq!(sections.len(), 2, "{page}");
+    let (first, replay) = (facts(sections[0]), facts(sections[1]));
+    assert!(!sections[0].contains("data-cached"), "{}", sections[0]);
+    assert_eq!(fact(&first, "answered by"), "upstream");
+    assert_eq!(
+        fact(&first, "cost"),
+        "$0.000022",
+        "12 input and 5 output tokens"
+    );
+    assert!(
+        sections[1].contains("data-cached=\"true\""),
+        "{}",
+        sections[1]
+    );
+    assert_eq!(fact(&replay, "answered by"), "response cache");
+    assert_eq!(
+        fact(&replay, "latency"),
+        "— (answered from the response cache)"
+    );
+    assert_eq!(fact(&replay, "time to first token"), "—");
+    assert_eq!(fact(&replay, "cost"), "$0.000000 (cached)");
+    assert_eq!(page.matches(">2+2?</pre>").count(), 1, "{page}");
+
+    let page = get("/console/conversation?id=guarded").await;
+    let verdict = page
+        .split("<li class=\"verdict\"")
+        .nth(1)
+        .and_then(|v| v.split("</li>").next())
+        .unwrap_or_else(|| panic!("no verdict:\n{page}"));
+    assert!(
+        verdict.contains("data-check=\"secrets\" data-action=\"redact\""),
+        "{verdict}"
+    );
+    assert!(
+        verdict.contains("redact at request, messages[0], bytes 10–34 (openai_key)"),
+        "{verdict}"
+    );
+    assert!(!page.contains(secret), "the matched text is never shown");
+
+    let usage = get("/console/usage?range=1h").await;
+    let summary = usage
+        .split("<p class=\"summary\" id=\"cache-summary\">")
+        .nth(1)
+        .and_then(|s| s.split("</p>").next())
+        .unwrap_or_else(|| panic!("no cache summary:\n{usage}"));
+    assert_eq!(
+        summary,
+        "Response cache: 1 of 3 (33 %) model calls answered from the cache, saving $0.000022 (their tokens \
+         at the model's price)"
+    );
 }

@@ -19,7 +19,9 @@ use http::{header, HeaderValue, StatusCode};
 use tower_chat::{Blob, Content, MediaSource, Message, Part};
 use tower_chat_persistence::CallId;
 
-use super::html::{url_encode, Html};
+use maud::{html, Markup};
+
+use super::format::url_encode;
 use super::{error_page, ConsoleState};
 use crate::extract::PageQuery;
 
@@ -75,56 +77,52 @@ fn file_name(part: &Part) -> Option<&str> {
 }
 
 /// Text parts as text; images as thumbnails; other media by kind, media type, size and name.
-pub(crate) fn content_parts(page: &mut Html, content: &Content, at: MessageAt<'_>) {
+pub(crate) fn content_parts(content: &Content, at: MessageAt<'_>) -> Markup {
     if let Some(text) = content.as_text() {
-        page.element("pre", &[("class", "content")], text);
-        return;
+        return html! { pre class="content" { (text) } };
     }
-    for (index, part) in content.parts().iter().enumerate() {
-        if let Part::Text(text) = part {
-            page.element("pre", &[("class", "content")], &text.text);
-            continue;
+    html! {
+        @for (index, part) in content.parts().iter().enumerate() {
+            @if let Part::Text(text) = part {
+                pre class="content" { (text.text) }
+            } @else {
+                (media_part(part, index, at))
+            }
         }
-        let mut label = format!(
-            "{} ({}",
-            part.kind(),
-            part.media_type().unwrap_or("unknown type")
-        );
-        if part.media_bytes() > 0 {
-            label.push_str(&format!(", {} bytes", part.media_bytes()));
+    }
+}
+
+/// One binary part: a thumbnail and a link when its bytes are stored, its label alone when they are not.
+fn media_part(part: &Part, index: usize, at: MessageAt<'_>) -> Markup {
+    let mut label = format!(
+        "{} ({}",
+        part.kind(),
+        part.media_type().unwrap_or("unknown type")
+    );
+    if part.media_bytes() > 0 {
+        label.push_str(&format!(", {} bytes", part.media_bytes()));
+    }
+    if let Some(name) = file_name(part) {
+        label.push_str(&format!(", {name}"));
+    }
+    label.push(')');
+    let Some(blob) = blob_of(part).filter(|b| !b.is_empty()) else {
+        return html! { p class="media" data-kind=(part.kind()) { (label) } };
+    };
+    let href = format!(
+        "/console/media?call={}&message={}&part={index}",
+        url_encode(at.call),
+        at.index
+    );
+    let inline = is_raster_image(blob.media_type()) && blob.len() <= INLINE_IMAGE_BYTES;
+    html! {
+        p class="media" data-kind=(part.kind()) {
+            @if inline {
+                img class="thumbnail" src=(href) alt=(label) loading="lazy";
+                " "
+            }
+            a class="media-link" href=(href) { (label) }
         }
-        if let Some(name) = file_name(part) {
-            label.push_str(&format!(", {name}"));
-        }
-        label.push(')');
-        let Some(blob) = blob_of(part).filter(|b| !b.is_empty()) else {
-            page.element(
-                "p",
-                &[("class", "media"), ("data-kind", part.kind())],
-                &label,
-            );
-            continue;
-        };
-        let href = format!(
-            "/console/media?call={}&message={}&part={index}",
-            url_encode(at.call),
-            at.index
-        );
-        page.open("p", &[("class", "media"), ("data-kind", part.kind())]);
-        if is_raster_image(blob.media_type()) && blob.len() <= INLINE_IMAGE_BYTES {
-            page.void(
-                "img",
-                &[
-                    ("class", "thumbnail"),
-                    ("src", &href),
-                    ("alt", &label),
-                    ("loading", "lazy"),
-                ],
-            );
-            page.text(" ");
-        }
-        page.element("a", &[("class", "media-link"), ("href", &href)], &label);
-        page.close("p");
     }
 }
 

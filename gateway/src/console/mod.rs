@@ -11,9 +11,13 @@
 //! | `/console/conversations` | conversations, most recent first: caller, last activity, calls, tokens, cost |
 //! | `/console/conversation?id=…` | one conversation's timeline: messages, every recorded call (model, latency, time to first token, usage, outcome, tool calls and results), approvals and their audit |
 //! | `/console/media?call=…&message=…&part=…` | the bytes of one part of a recorded call's history: raster images inline (the timeline's thumbnails), anything else as an attachment ([`media`]) |
-//! | `/console/usage?range=1h\|24h\|7d&by=model\|caller` | requests, tokens and latency percentiles over time, by model or caller (server-rendered SVG) |
+//! | `/console/usage?range=1h\|24h\|7d&by=model\|caller` | model calls, tokens and latency percentiles over time, by model or caller (server-rendered SVG); the response cache's hit rate and the spend it saved |
+//! | `/console/favicon.svg` | the console's icon, linked from every page (cached for a year) |
 //!
-//! Safe by construction: every value is written through one escaping builder ([`html`]); state changes are
+//! Any other path under `/console` answers a `404` page inside the console; a refused decision (`409`: decided
+//! already) and a bad query (`400`: an unknown `?range=`) are HTML pages too, never the API's JSON.
+//!
+//! Safe by construction: every page is a compile-time [`maud`] template, which escapes every value it splices; state changes are
 //! POSTs that must come from the console's own origin and carry the session's CSRF token; the session cookie
 //! is `HttpOnly`, `SameSite=Strict` and `Secure` off loopback ([`session`]); every response carries a strict
 //! `Content-Security-Policy` (no inline script or style: the stylesheet and the one script are files embedded in
@@ -24,11 +28,13 @@
 //! audit log. Failed logins are limited per key and client address and in all ([`crate::login_limit`]; behind a
 //! reverse proxy the client address is the one `--trusted-proxy-header` reports, [`crate::client_addr`]).
 
-pub(crate) mod html;
+mod chart;
+mod format;
 mod media;
 mod pages;
 pub(crate) mod session;
 mod session_store;
+mod timeline;
 mod usage;
 
 use std::sync::Arc;
@@ -47,7 +53,7 @@ use tower_chat_persistence::Store;
 use crate::connection::PeerAddr;
 use crate::extract::PageForm;
 use crate::operator::OperatorState;
-use html::Html;
+use maud::{html, Markup, DOCTYPE};
 use session::Session;
 pub(crate) use session_store::SessionStore;
 
@@ -58,6 +64,7 @@ pub(crate) const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; script-src
 
 const CSS: &str = include_str!("assets/console.css");
 const JS: &str = include_str!("assets/console.js");
+const FAVICON: &str = include_str!("assets/favicon.svg");
 
 /// What the console's handlers read.
 #[derive(Clone)]
@@ -86,10 +93,11 @@ pub(crate) fn router<S: Clone + Send + Sync + 'static>(
         .route("/console/api/approvals", get(pages::approvals_json))
         .route("/console/approvals/{id}/decision", post(pages::decide))
         .route("/console/conversations", get(pages::conversations))
-        .route("/console/conversation", get(pages::timeline))
+        .route("/console/conversation", get(timeline::timeline))
         .route("/console/media", get(media::media))
         .route("/console/usage", get(usage::page))
         .route("/console/logout", post(logout))
+        .route("/console/{*rest}", axum::routing::any(not_found))
         .route_layer(middleware::from_fn_with_state(
             state.clone(),
             require_session,
@@ -98,6 +106,7 @@ pub(crate) fn router<S: Clone + Send + Sync + 'static>(
         .route("/console/login", get(login_page).post(login))
         .route("/console/assets/console.css", get(css))
         .route("/console/assets/console.js", get(js))
+        .route("/console/favicon.svg", get(favicon))
         .route("/console/", get(|| async { see_other("/console") }))
         .merge(pages)
         .layer(middleware::from_fn(security_headers))
@@ -183,8 +192,14 @@ async fn require_session(
         }
         return see_other("/console/login");
     };
-    request.extensions_mut().insert(session);
-    next.run(request).await
+    request.extensions_mut().insert(session.clone());
+    let mut response = next.run(request).await;
+    if let Some(ErrorMessage(message)) = response.extensions_mut().remove::<ErrorMessage>() {
+        let framed = error_layout(response.status(), &message, Some(&session)).into_string();
+        response.headers_mut().remove(header::CONTENT_LENGTH);
+        *response.body_mut() = Body::from(framed);
+    }
+    response
 }
 
 /// A form posted with a session carries the session's CSRF token (`csrf`); the refusal when it does not.
@@ -212,22 +227,43 @@ struct LoginForm {
 }
 
 async fn css() -> Response {
-    asset(CSS, "text/css; charset=utf-8")
+    asset(CSS, "text/css; charset=utf-8", "private, max-age=300")
 }
 
 async fn js() -> Response {
-    asset(JS, "text/javascript; charset=utf-8")
+    asset(JS, "text/javascript; charset=utf-8", "private, max-age=300")
 }
 
-fn asset(body: &'static str, content_type: &'static str) -> Response {
+/// The icon never changes within a release, and browsers ask for it on every page: cached for a year.
+async fn favicon() -> Response {
+    asset(
+        FAVICON,
+        "image/svg+xml",
+        "public, max-age=31536000, immutable",
+    )
+}
+
+fn asset(body: &'static str, content_type: &'static str, cache: &'static str) -> Response {
     let mut response = Response::new(Body::from(body));
     let headers = response.headers_mut();
     headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
-    headers.insert(
-        header::CACHE_CONTROL,
-        HeaderValue::from_static("private, max-age=300"),
-    );
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static(cache));
     response
+}
+
+/// Any other path under `/console`: a 404 page inside the console (the inspection API's paths answer JSON).
+async fn not_found(request: Request) -> Response {
+    let path = request.uri().path();
+    if path.starts_with("/console/api/") {
+        return crate::error::json_response(
+            StatusCode::NOT_FOUND,
+            &serde_json::json!({"error": format!("no console API at {path}")}),
+        );
+    }
+    error_page(
+        StatusCode::NOT_FOUND,
+        &format!("There is no console page at {path}."),
+    )
 }
 
 /// `303 See Other` to `location` (a path of the console).
@@ -240,8 +276,8 @@ pub(crate) fn see_other(location: &str) -> Response {
 }
 
 /// A whole HTML response.
-pub(crate) fn html_response(status: StatusCode, page: Html) -> Response {
-    let mut response = (status, page.finish()).into_response();
+pub(crate) fn html_response(status: StatusCode, page: Markup) -> Response {
+    let mut response = (status, page.into_string()).into_response();
     response.headers_mut().insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("text/html; charset=utf-8"),
@@ -258,71 +294,66 @@ pub(crate) enum Nav {
     None,
 }
 
-/// The page's head and navigation; `session` is `None` on the login page.
-pub(crate) fn page_start(title: &str, nav: Nav, session: Option<&Session>) -> Html {
-    let mut page = Html::new();
-    page.markup("<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">");
-    page.markup("<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">");
-    page.open("title", &[]);
-    page.text(title);
-    page.text(" · tower-chat console");
-    page.close("title");
-    if let Some(session) = session {
-        page.void(
-            "meta",
-            &[("name", "csrf-token"), ("content", &session.csrf)],
-        );
-    }
-    page.markup("<link rel=\"stylesheet\" href=\"/console/assets/console.css\">");
-    page.markup("<script src=\"/console/assets/console.js\" defer></script>");
-    page.markup("</head><body><header><span class=\"brand\">tower-chat console</span>");
-    if let Some(session) = session {
-        page.open("nav", &[]);
-        for (entry, href, label) in [
-            (Nav::Inbox, "/console", "Approvals"),
-            (
-                Nav::Conversations,
-                "/console/conversations",
-                "Conversations",
-            ),
-            (Nav::Usage, "/console/usage", "Usage"),
-        ] {
-            let class = if entry == nav { "current" } else { "" };
-            page.element("a", &[("href", href), ("class", class)], label);
+/// A whole page: head, navigation (when logged in: `session` is `None` on the login and error pages), the
+/// title as the heading, then `main`.
+pub(crate) fn layout(title: &str, nav: Nav, session: Option<&Session>, main: Markup) -> Markup {
+    html! {
+        (DOCTYPE)
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                meta name="viewport" content="width=device-width, initial-scale=1";
+                title { (title) " · tower-chat console" }
+                @if let Some(session) = session {
+                    meta name="csrf-token" content=(session.csrf);
+                }
+                link rel="icon" type="image/svg+xml" href="/console/favicon.svg";
+                link rel="stylesheet" href="/console/assets/console.css";
+                script src="/console/assets/console.js" defer {}
+            }
+            body {
+                header {
+                    span class="brand" { "tower-chat console" }
+                    @if let Some(session) = session {
+                        nav {
+                            @for (entry, href, label) in [
+                                (Nav::Inbox, "/console", "Approvals"),
+                                (Nav::Conversations, "/console/conversations", "Conversations"),
+                                (Nav::Usage, "/console/usage", "Usage"),
+                            ] {
+                                a href=(href) class=[(entry == nav).then_some("current")] { (label) }
+                            }
+                        }
+                        form method="post" action="/console/logout" class="logout" {
+                            input type="hidden" name="csrf" value=(session.csrf);
+                            span class="operator" { (session.operator) }
+                            button type="submit" { "Log out" }
+                        }
+                    }
+                }
+                main {
+                    h1 { (title) }
+                    (main)
+                }
+            }
         }
-        page.close("nav");
-        page.open(
-            "form",
-            &[
-                ("method", "post"),
-                ("action", "/console/logout"),
-                ("class", "logout"),
-            ],
-        );
-        page.void(
-            "input",
-            &[
-                ("type", "hidden"),
-                ("name", "csrf"),
-                ("value", &session.csrf),
-            ],
-        );
-        page.element("span", &[("class", "operator")], &session.operator);
-        page.element("button", &[("type", "submit")], "Log out");
-        page.close("form");
     }
-    page.markup("</header><main>");
-    page.element("h1", &[], title);
-    page
 }
 
-/// Close what [`page_start`] opened.
-pub(crate) fn page_end(mut page: Html) -> Html {
-    page.markup("</main></body></html>");
-    page
+/// What went wrong, kept on an error page's response so that [`require_session`] can frame it with the
+/// operator's navigation.
+#[derive(Clone, Debug)]
+struct ErrorMessage(String);
+
+fn error_layout(status: StatusCode, message: &str, session: Option<&Session>) -> Markup {
+    let title = status.canonical_reason().unwrap_or("Error");
+    let main = html! {
+        p class="error" id="error" data-status=(status.as_u16()) { (message) }
+        a href="/console" { "Back to the console" }
+    };
+    layout(title, Nav::None, session, main)
 }
 
-/// A page saying what went wrong (escaped like everything else).
 /// The database holding sessions failed: nobody is let in or out on a guess.
 fn session_store_failed(error: &tower_chat_persistence::StoreError) -> Response {
     tracing::error!(error = %error, "console: the session store failed");
@@ -332,11 +363,14 @@ fn session_store_failed(error: &tower_chat_persistence::StoreError) -> Response 
     )
 }
 
+/// A page saying what went wrong (escaped like everything else). Behind a session it is shown inside the
+/// console's frame, navigation included.
 pub(crate) fn error_page(status: StatusCode, message: &str) -> Response {
-    let mut page = page_start("Error", Nav::None, None);
-    page.element("p", &[("class", "error")], message);
-    page.element("a", &[("href", "/console")], "Back to the console");
-    html_response(status, page_end(page))
+    let mut response = html_response(status, error_layout(status, message, None));
+    response
+        .extensions_mut()
+        .insert(ErrorMessage(message.to_owned()));
+    response
 }
 
 async fn login_page(State(state): State<ConsoleState>, headers: HeaderMap) -> Response {
@@ -349,37 +383,18 @@ async fn login_page(State(state): State<ConsoleState>, headers: HeaderMap) -> Re
 }
 
 fn login_form(status: StatusCode, problem: Option<&str>) -> Response {
-    let mut page = page_start("Log in", Nav::None, None);
-    if let Some(problem) = problem {
-        page.element("p", &[("class", "error"), ("id", "login-error")], problem);
-    }
-    page.open(
-        "form",
-        &[
-            ("method", "post"),
-            ("action", "/console/login"),
-            ("class", "login"),
-        ],
-    );
-    page.element("label", &[("for", "key")], "Operator key");
-    page.void(
-        "input",
-        &[
-            ("type", "password"),
-            ("name", "key"),
-            ("id", "key"),
-            ("autocomplete", "current-password"),
-            ("required", "required"),
-        ],
-    );
-    page.element("button", &[("type", "submit"), ("id", "login")], "Log in");
-    page.close("form");
-    page.element(
-        "p",
-        &[("class", "hint")],
-        "A key of the gateway's --operator-keys-file. Client keys do not open the console.",
-    );
-    html_response(status, page_end(page))
+    let main = html! {
+        @if let Some(problem) = problem {
+            p class="error" id="login-error" { (problem) }
+        }
+        form method="post" action="/console/login" class="login" {
+            label for="key" { "Operator key" }
+            input type="password" name="key" id="key" autocomplete="current-password" required;
+            button type="submit" id="login" { "Log in" }
+        }
+        p class="hint" { "A key of the gateway's --operator-keys-file. Client keys do not open the console." }
+    };
+    html_response(status, layout("Log in", Nav::None, None, main))
 }
 
 /// `POST /console/login`: an operator key opens a session. Failed logins are limited by key, client address and
@@ -467,4 +482,55 @@ async fn logout(
         .headers_mut()
         .insert(header::SET_COOKIE, session::set_cookie(&headers, None));
     response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Strings an attacker controls (tool arguments, messages, conversation ids, an operator's name) come out
+    /// inert wherever a template splices them: no tag, no attribute break-out, no entity trickery survives.
+    #[test]
+    fn hostile_strings_are_inert_in_text_and_attributes() {
+        let hostile = [
+            "<script>alert(1)</script>",
+            "\"><img src=x onerror=alert(1)>",
+            "'><svg onload=alert(1)>",
+            "&lt;script&gt; already escaped",
+            "</textarea><script>x</script>",
+            "a\u{0}b\u{202e}c <!-- --> ]]>",
+        ];
+        for text in hostile {
+            let session = Session::for_test(text);
+            let page = layout(
+                text,
+                Nav::Inbox,
+                Some(&session),
+                html! { div title=(text) data-x=(text) { (text) } },
+            )
+            .into_string();
+            assert!(!page.contains(text), "{page}");
+            let div = &page[page.find("<div ").unwrap()..];
+            let head = &div[..div.find('>').unwrap()];
+            let inner = &div[head.len() + 1..div.find("</div>").unwrap()];
+            assert!(!inner.contains(['<', '>', '"']), "{div}");
+            // The only quotes are the ones delimiting the two attribute values; one tag opens.
+            assert_eq!(head.matches('"').count(), 4, "{head}");
+            assert_eq!(head.matches('<').count(), 1, "{head}");
+            assert_eq!(unescape(inner), text, "escaping loses nothing");
+            assert_eq!(
+                page.matches("<script").count(),
+                1,
+                "the one script file only"
+            );
+        }
+    }
+
+    fn unescape(text: &str) -> String {
+        text.replace("&lt;", "<")
+            .replace("&gt;", ">")
+            .replace("&quot;", "\"")
+            .replace("&#39;", "'")
+            .replace("&amp;", "&")
+    }
 }

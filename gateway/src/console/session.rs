@@ -30,6 +30,17 @@ pub(crate) struct Session {
     pub(crate) csrf: String,
 }
 
+impl Session {
+    /// A session of `operator` whose CSRF token is `operator` too (templates under test splice both).
+    #[cfg(test)]
+    pub(crate) fn for_test(operator: &str) -> Self {
+        Session {
+            operator: operator.to_owned(),
+            csrf: operator.to_owned(),
+        }
+    }
+}
+
 /// 256 random bits as 64 hex digits.
 pub(crate) fn random_token() -> String {
     let (a, b) = (uuid::Uuid::new_v4(), uuid::Uuid::new_v4());

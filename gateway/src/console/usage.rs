@@ -1,4 +1,4 @@
-//! The usage page: requests, tokens and latency percentiles over time, by model or by caller, drawn as SVG on
+//! The usage page: model calls, tokens and latency percentiles over time, by model or by caller, drawn as SVG on
 //! the server (no charting library, no script).
 
 use std::collections::HashMap;
@@ -8,13 +8,15 @@ use axum::extract::State;
 use axum::response::Response;
 use axum::Extension;
 use http::StatusCode;
-use tower_chat::Cost;
+use tower_chat::{Cost, PriceTable};
 use tower_chat_persistence::{CallQuery, CallSummary};
 
-use super::html::{Fragment, Html};
-use super::pages::{dollars, millis, utc};
+use maud::{html, Markup};
+
+use super::chart::{line_chart, Series, TimeAxis};
+use super::format::{count, dollars, millis, utc};
 use super::session::Session;
-use super::{error_page, html_response, page_end, page_start, ConsoleState, Nav};
+use super::{error_page, html_response, layout, ConsoleState, Nav};
 use crate::extract::PageQuery;
 
 /// The usage page's query: the time `range` and what the series are `by` (`model` or `caller`).
@@ -28,7 +30,7 @@ pub(crate) struct UsageParams {
 pub(crate) const CACHE_FOR: Duration = Duration::from_secs(5);
 
 /// Rendered usage pages: (range, by) → when rendered, the page's `<main>` content.
-pub(crate) type Cache = HashMap<(&'static str, &'static str), (std::time::Instant, Fragment)>;
+pub(crate) type Cache = HashMap<(&'static str, &'static str), (std::time::Instant, Markup)>;
 
 /// The most calls one page reads (the latest of the range).
 const MAX_CALLS: u32 = 50_000;
@@ -114,6 +116,11 @@ struct Group {
     cost: Cost,
     unpriced: u64,
     errors: u64,
+    /// Calls the response cache answered, what they would have cost at the model's price, and how many of
+    /// them have no price.
+    cached: u64,
+    saved: Cost,
+    saved_unpriced: u64,
 }
 
 impl Group {
@@ -127,7 +134,7 @@ impl Group {
         }
     }
 
-    fn add(&mut self, bucket: usize, call: &CallSummary) {
+    fn add(&mut self, bucket: usize, call: &CallSummary, prices: &PriceTable) {
         let latency = call.latency().as_secs_f64() * 1000.0;
         self.requests[bucket] += 1.0;
         self.tokens[bucket] += (call.input_tokens + call.output_tokens) as f64;
@@ -146,6 +153,54 @@ impl Group {
         if call.outcome.as_str() != "completed" {
             self.errors += 1;
         }
+        if call.from_response_cache {
+            self.cached += 1;
+            // The replay's tokens are the ones the original call was paid for: priced as if sent again.
+            let usage = tower_chat::Usage {
+                input_tokens: call.input_tokens,
+                output_tokens: call.output_tokens,
+                ..tower_chat::Usage::default()
+            };
+            match call.model.as_deref().and_then(|m| prices.price(m)) {
+                Some(price) => self.saved += price.cost(&usage),
+                None => self.saved_unpriced += 1,
+            }
+        }
+    }
+
+    /// `3 of 10 (30 %)`.
+    fn hit_rate(&self) -> String {
+        if self.total_requests == 0 {
+            return "—".to_owned();
+        }
+        let percent = self.cached as f64 * 100.0 / self.total_requests as f64;
+        format!(
+            "{} of {} ({percent:.0} %)",
+            self.cached, self.total_requests
+        )
+    }
+
+    /// What the cached calls would have cost; `—` when none of them has a price.
+    fn saved_text(&self) -> String {
+        if self.cached == 0 {
+            dollars(Cost::ZERO)
+        } else if self.saved_unpriced == self.cached {
+            "—".to_owned()
+        } else if self.saved_unpriced > 0 {
+            format!("{} + {} unpriced", dollars(self.saved), self.saved_unpriced)
+        } else {
+            dollars(self.saved)
+        }
+    }
+}
+
+impl Usage {
+    fn axis(&self) -> TimeAxis {
+        TimeAxis {
+            start: self.start,
+            bucket: self.range.bucket,
+            buckets: self.range.buckets,
+        }
     }
 }
 
@@ -158,7 +213,13 @@ struct Usage {
     all: Group,
 }
 
-fn bucket_calls(calls: &[CallSummary], start: SystemTime, range: Range, by: By) -> Usage {
+fn bucket_calls(
+    calls: &[CallSummary],
+    start: SystemTime,
+    range: Range,
+    by: By,
+    prices: &PriceTable,
+) -> Usage {
     let mut counts: HashMap<String, u64> = HashMap::new();
     for call in calls {
         *counts.entry(by.key(call)).or_default() += 1;
@@ -195,8 +256,8 @@ fn bucket_calls(calls: &[CallSummary], start: SystemTime, range: Range, by: By) 
             .iter()
             .position(|k| *k == key)
             .unwrap_or(groups.len() - 1);
-        groups[at].add(bucket, call);
-        all.add(bucket, call);
+        groups[at].add(bucket, call, prices);
+        all.add(bucket, call, prices);
     }
     for group in groups.iter_mut().chain(std::iter::once(&mut all)) {
         group.all_latencies.sort_by(f64::total_cmp);
@@ -212,203 +273,6 @@ fn bucket_calls(calls: &[CallSummary], start: SystemTime, range: Range, by: By) 
         all,
     }
 }
-
-/// A series of a line chart: a name and one value per bucket (`None`: no data, the line breaks).
-struct Series<'a> {
-    name: &'a str,
-    values: Vec<Option<f64>>,
-}
-
-/// Chart geometry.
-const WIDTH: f64 = 760.0;
-const HEIGHT: f64 = 240.0;
-const LEFT: f64 = 64.0;
-const RIGHT: f64 = 12.0;
-const TOP: f64 = 22.0;
-const BOTTOM: f64 = 28.0;
-
-/// A round upper bound for the y axis (1, 2 or 5 × 10ⁿ).
-fn nice_max(max: f64) -> f64 {
-    if max <= 0.0 || !max.is_finite() {
-        return 1.0;
-    }
-    let magnitude = 10f64.powf(max.log10().floor());
-    [1.0, 2.0, 5.0, 10.0]
-        .into_iter()
-        .map(|m| m * magnitude)
-        .find(|v| *v >= max)
-        .unwrap_or(10.0 * magnitude)
-}
-
-fn axis_number(value: f64) -> String {
-    if value >= 10_000.0 {
-        format!("{:.0}k", value / 1000.0)
-    } else if value >= 10.0 || value == 0.0 {
-        format!("{value:.0}")
-    } else {
-        format!("{value:.1}")
-    }
-}
-
-/// An SVG line chart with its legend; points carry a `<title>` with their value. `data-points` counts the
-/// points drawn (what the browser test checks).
-fn line_chart(
-    page: &mut Html,
-    id: &'static str,
-    title: &str,
-    unit: &str,
-    usage: &Usage,
-    series: &[Series<'_>],
-) {
-    let buckets = usage.range.buckets;
-    let max = series
-        .iter()
-        .flat_map(|s| s.values.iter().flatten())
-        .fold(0.0f64, |a, b| a.max(*b));
-    let top = nice_max(max);
-    let x = |i: usize| LEFT + (WIDTH - LEFT - RIGHT) * (i as f64 + 0.5) / buckets as f64;
-    let y = |v: f64| TOP + (HEIGHT - TOP - BOTTOM) * (1.0 - v / top);
-    let points: usize = series
-        .iter()
-        .map(|s| s.values.iter().flatten().count())
-        .sum();
-    // Focusable: on a phone the chart scrolls inside its frame, and a keyboard must be able to scroll it.
-    page.open(
-        "figure",
-        &[("class", "chart"), ("id", id), ("tabindex", "0")],
-    );
-    page.element("figcaption", &[], title);
-    let view_box = format!("0 0 {WIDTH} {HEIGHT}");
-    let (points_text, series_text) = (points.to_string(), series.len().to_string());
-    page.open(
-        "svg",
-        &[
-            ("xmlns", "http://www.w3.org/2000/svg"),
-            ("viewBox", &view_box),
-            ("role", "img"),
-            ("aria-label", title),
-            ("data-points", &points_text),
-            ("data-series", &series_text),
-        ],
-    );
-    // Grid and y labels.
-    for step in 0..=4 {
-        let value = top * f64::from(step) / 4.0;
-        let at = format!("{:.1}", y(value));
-        page.void(
-            "line",
-            &[
-                ("class", "grid"),
-                ("x1", &LEFT.to_string()),
-                ("x2", &(WIDTH - RIGHT).to_string()),
-                ("y1", &at),
-                ("y2", &at),
-            ],
-        );
-        let label_y = format!("{:.1}", y(value) + 4.0);
-        page.element(
-            "text",
-            &[
-                ("class", "axis"),
-                ("x", &(LEFT - 6.0).to_string()),
-                ("y", &label_y),
-                ("text-anchor", "end"),
-            ],
-            &axis_number(value),
-        );
-    }
-    page.element(
-        "text",
-        &[("class", "axis unit"), ("x", "4"), ("y", "12")],
-        unit,
-    );
-    // Time labels: five, evenly spread.
-    for tick in 0..5 {
-        let i = tick * (buckets - 1) / 4;
-        let time = usage.start + usage.range.bucket * i as u32;
-        let label = utc(time);
-        let label = if usage.range.bucket >= Duration::from_secs(3600) {
-            &label[5..16]
-        } else {
-            &label[11..16]
-        };
-        page.element(
-            "text",
-            &[
-                ("class", "axis"),
-                ("x", &format!("{:.1}", x(i))),
-                ("y", &(HEIGHT - 8.0).to_string()),
-                ("text-anchor", "middle"),
-            ],
-            label,
-        );
-    }
-    for (n, s) in series.iter().enumerate() {
-        let class = SERIES_CLASSES[n % SERIES_CLASSES.len()];
-        // One polyline per run of buckets with data.
-        let mut run = String::new();
-        let flush = |run: &mut String, page: &mut Html| {
-            if !run.is_empty() {
-                page.void(
-                    "polyline",
-                    &[("class", class.0), ("points", run.trim_end())],
-                );
-                run.clear();
-            }
-        };
-        for (i, value) in s.values.iter().enumerate() {
-            match value {
-                Some(v) => run.push_str(&format!("{:.1},{:.1} ", x(i), y(*v))),
-                None => flush(&mut run, page),
-            }
-        }
-        flush(&mut run, page);
-        for (i, value) in s.values.iter().enumerate() {
-            let Some(v) = value else { continue };
-            let (cx, cy) = (format!("{:.1}", x(i)), format!("{:.1}", y(*v)));
-            page.open(
-                "circle",
-                &[("class", class.1), ("cx", &cx), ("cy", &cy), ("r", "2.5")],
-            );
-            let time = usage.start + usage.range.bucket * i as u32;
-            page.element(
-                "title",
-                &[],
-                &format!(
-                    "{}: {} {unit} at {} UTC",
-                    s.name,
-                    axis_number(*v),
-                    utc(time)
-                ),
-            );
-            page.close("circle");
-        }
-    }
-    page.close("svg");
-    page.open("ul", &[("class", "legend")]);
-    for (n, s) in series.iter().enumerate() {
-        page.open("li", &[]);
-        page.element(
-            "span",
-            &[("class", SERIES_CLASSES[n % SERIES_CLASSES.len()].2)],
-            "",
-        );
-        page.text(s.name);
-        page.close("li");
-    }
-    page.close("ul");
-    page.close("figure");
-}
-
-/// Per series: line class, point class, legend swatch class (colours live in console.css).
-const SERIES_CLASSES: [(&str, &str, &str); 6] = [
-    ("line s0", "point s0", "swatch s0"),
-    ("line s1", "point s1", "swatch s1"),
-    ("line s2", "point s2", "swatch s2"),
-    ("line s3", "point s3", "swatch s3"),
-    ("line s4", "point s4", "swatch s4"),
-    ("line s5", "point s5", "swatch s5"),
-];
 
 /// One series per group (model or caller), its values picked by `values`.
 fn per_group<'a>(
@@ -441,13 +305,27 @@ pub(crate) async fn page(
     let Some(records) = &state.records else {
         return error_page(StatusCode::NOT_FOUND, "This gateway keeps no call records.");
     };
-    let range = RANGES
-        .into_iter()
-        .find(|r| Some(r.name) == params.range.as_deref())
-        .unwrap_or(RANGES[1]);
+    let range = match params.range.as_deref() {
+        None => RANGES[1],
+        Some(name) => match RANGES.into_iter().find(|r| r.name == name) {
+            Some(range) => range,
+            None => {
+                return error_page(
+                    StatusCode::BAD_REQUEST,
+                    &format!("Unknown range `{name}`: choose 1h, 24h or 7d (?range=24h)."),
+                )
+            }
+        },
+    };
     let by = match params.by.as_deref() {
+        None | Some("model") => By::Model,
         Some("caller") => By::Caller,
-        _ => By::Model,
+        Some(other) => {
+            return error_page(
+                StatusCode::BAD_REQUEST,
+                &format!("Unknown split `{other}`: choose model or caller (?by=model)."),
+            )
+        }
     };
     let key = (range.name, by.name());
     let cached = {
@@ -460,8 +338,8 @@ pub(crate) async fn page(
     let body = match cached {
         Some(body) => body,
         None => {
-            let body = match render(records.as_ref(), range, by).await {
-                Ok(page) => page.into_fragment(),
+            let body = match render(records.as_ref(), &state.operators.prices, range, by).await {
+                Ok(body) => body,
                 Err(refused) => return *refused,
             };
             let mut cache = state.usage_cache.lock().unwrap_or_else(|e| e.into_inner());
@@ -469,17 +347,19 @@ pub(crate) async fn page(
             body
         }
     };
-    let mut page = page_start("Usage", Nav::Usage, Some(&session));
-    page.fragment(&body);
-    html_response(StatusCode::OK, page_end(page))
+    html_response(
+        StatusCode::OK,
+        layout("Usage", Nav::Usage, Some(&session), body),
+    )
 }
 
 /// The usage page's content for `range` and `by`.
 async fn render(
     records: &dyn tower_chat_persistence::Store,
+    prices: &PriceTable,
     range: Range,
     by: By,
-) -> Result<Html, Box<Response>> {
+) -> Result<Markup, Box<Response>> {
     let now = SystemTime::now();
     let span = range.bucket * range.buckets as u32;
     // Buckets end at the next whole bucket after now.
@@ -500,59 +380,10 @@ async fn render(
             )))
         }
     };
-    let usage = bucket_calls(&calls, start, range, by);
-    let mut page = Html::new();
-    page.open("p", &[("class", "choices")]);
-    for r in RANGES {
-        let href = format!("/console/usage?range={}&by={}", r.name, by.name());
-        let class = if r == range { "current" } else { "" };
-        page.element("a", &[("href", &href), ("class", class)], r.name);
-    }
-    page.markup(" · ");
-    for b in [By::Model, By::Caller] {
-        let href = format!("/console/usage?range={}&by={}", range.name, b.name());
-        let class = if b == by { "current" } else { "" };
-        page.element(
-            "a",
-            &[("href", &href), ("class", class)],
-            &format!("by {}", b.name()),
-        );
-    }
-    page.close("p");
-    page.element(
-        "p",
-        &[("class", "summary"), ("id", "usage-summary")],
-        &format!(
-            "{} calls from {} to {} UTC{}",
-            usage.all.total_requests,
-            utc(start),
-            utc(end),
-            if calls.len() as u32 >= MAX_CALLS {
-                " (the latest 50,000)"
-            } else {
-                ""
-            }
-        ),
-    );
+    let usage = bucket_calls(&calls, start, range, by, prices);
     let by_name = by.name();
     let requests = per_group(&usage.groups, |g| counts(&g.requests));
-    line_chart(
-        &mut page,
-        "requests",
-        &format!("Requests by {by_name}"),
-        "requests",
-        &usage,
-        &requests,
-    );
     let tokens = per_group(&usage.groups, |g| counts(&g.tokens));
-    line_chart(
-        &mut page,
-        "tokens",
-        &format!("Tokens (input + output) by {by_name}"),
-        "tokens",
-        &usage,
-        &tokens,
-    );
     let percentiles = [
         Series {
             name: "p50",
@@ -567,82 +398,85 @@ async fn render(
             values: bucket_percentile(&usage.all, 99.0),
         },
     ];
-    line_chart(
-        &mut page,
-        "latency",
-        "Latency percentiles, all calls",
-        "ms",
-        &usage,
-        &percentiles,
-    );
     let p99 = per_group(&usage.groups, |g| bucket_percentile(g, 99.0));
-    line_chart(
-        &mut page,
-        "latency-by",
-        &format!("p99 latency by {by_name}"),
-        "ms",
-        &usage,
-        &p99,
-    );
-    page.element("h2", &[], &format!("Totals by {by_name}"));
-    page.open("table", &[("id", "usage-totals"), ("class", "totals")]);
-    page.open("thead", &[]);
-    page.open("tr", &[]);
-    for heading in [
-        by_name,
-        "requests",
-        "not completed",
-        "input tokens",
-        "output tokens",
-        "cost",
-        "p50",
-        "p90",
-        "p99",
-        "p50 first token",
-    ] {
-        page.element("th", &[], heading);
-    }
-    page.close("tr");
-    page.close("thead");
-    page.open("tbody", &[]);
-    for g in usage.groups.iter().chain(std::iter::once(&usage.all)) {
-        page.open("tr", &[]);
-        page.element("td", &[], &g.name);
-        let ms = |v: Option<f64>| {
-            v.map_or_else(
-                || "—".to_owned(),
-                |v| millis(Duration::from_secs_f64(v / 1000.0)),
-            )
-        };
-        let cost = if g.unpriced == g.total_requests {
-            "—".to_owned()
-        } else if g.unpriced > 0 {
-            format!("{} + {} unpriced", dollars(g.cost), g.unpriced)
-        } else {
-            dollars(g.cost)
-        };
-        for cell in [
-            g.total_requests.to_string(),
-            g.errors.to_string(),
-            g.input_tokens.to_string(),
-            g.output_tokens.to_string(),
-            cost,
-            ms(percentile(&g.all_latencies, 50.0)),
-            ms(percentile(&g.all_latencies, 90.0)),
-            ms(percentile(&g.all_latencies, 99.0)),
-            ms(percentile(&g.ttft, 50.0)),
-        ] {
-            page.element("td", &[("class", "number")], &cell);
+    let ms = |v: Option<f64>| {
+        v.map_or_else(
+            || "—".to_owned(),
+            |v| millis(Duration::from_secs_f64(v / 1000.0)),
+        )
+    };
+    Ok(html! {
+        p class="choices" {
+            @for r in RANGES {
+                a href=(format!("/console/usage?range={}&by={}", r.name, by_name)) class=[(r == range).then_some("current")] {
+                    (r.name)
+                }
+            }
+            " · "
+            @for b in [By::Model, By::Caller] {
+                a href=(format!("/console/usage?range={}&by={}", range.name, b.name())) class=[(b == by).then_some("current")] {
+                    "by " (b.name())
+                }
+            }
         }
-        page.close("tr");
-    }
-    page.close("tbody");
-    page.close("table");
-    Ok(page)
+        p class="summary" id="usage-summary" {
+            (count(usage.all.total_requests, "model call", "model calls")) " from " (utc(start)) " to " (utc(end)) " UTC"
+            @if calls.len() as u32 >= MAX_CALLS { " (the latest 50,000)" }
+        }
+        p class="summary" id="cache-summary" {
+            "Response cache: " (usage.all.hit_rate()) " model calls answered from the cache, saving "
+            (usage.all.saved_text()) " (their tokens at the model's price)"
+        }
+        (line_chart("requests", &format!("Model calls by {by_name}"), "model calls", &usage.axis(), &requests))
+        (line_chart("tokens", &format!("Tokens (input + output) by {by_name}"), "tokens", &usage.axis(), &tokens))
+        (line_chart("latency", "Latency percentiles, all model calls", "ms", &usage.axis(), &percentiles))
+        (line_chart("latency-by", &format!("p99 latency by {by_name}"), "ms", &usage.axis(), &p99))
+        h2 { "Totals by " (by_name) }
+        table id="usage-totals" class="totals" {
+            thead {
+                tr {
+                    @for heading in [by_name, "model calls", "not completed", "input tokens", "output tokens", "cost",
+                        "p50", "p90", "p99", "p50 first token", "cache hits", "saved by the cache"] {
+                        th { (heading) }
+                    }
+                }
+            }
+            tbody {
+                @for g in usage.groups.iter().chain(std::iter::once(&usage.all)) {
+                    @let cost = if g.unpriced == g.total_requests {
+                        "—".to_owned()
+                    } else if g.unpriced > 0 {
+                        format!("{} + {} unpriced", dollars(g.cost), g.unpriced)
+                    } else {
+                        dollars(g.cost)
+                    };
+                    tr {
+                        td { (g.name) }
+                        @for cell in [
+                            g.total_requests.to_string(),
+                            g.errors.to_string(),
+                            g.input_tokens.to_string(),
+                            g.output_tokens.to_string(),
+                            cost,
+                            ms(percentile(&g.all_latencies, 50.0)),
+                            ms(percentile(&g.all_latencies, 90.0)),
+                            ms(percentile(&g.all_latencies, 99.0)),
+                            ms(percentile(&g.ttft, 50.0)),
+                            g.cached.to_string(),
+                            g.saved_text(),
+                        ] {
+                            td class="number" { (cell) }
+                        }
+                    }
+                }
+            }
+        }
+    })
 }
 
 #[cfg(test)]
 mod tests {
+    use super::super::chart::nice_max;
     use super::*;
     use tower_chat_persistence::{CallId, CallOutcome};
 
@@ -659,6 +493,7 @@ mod tests {
             input_tokens: 10,
             output_tokens: 5,
             cost: None,
+            from_response_cache: false,
         }
     }
 
@@ -682,7 +517,7 @@ mod tests {
             call(start + Duration::from_secs(70), "<b>", 200),
             call(start - Duration::from_secs(5), "a", 1),
         ];
-        let usage = bucket_calls(&calls, start, range, By::Model);
+        let usage = bucket_calls(&calls, start, range, By::Model, &PriceTable::new());
         assert_eq!(usage.groups.len(), 2);
         assert_eq!(usage.groups[0].name, "a");
         assert_eq!(usage.groups[0].requests[..3], [1.0, 1.0, 0.0]);
@@ -693,7 +528,6 @@ mod tests {
         );
         assert_eq!(usage.all.tokens[1], 30.0);
         assert_eq!(percentile(&usage.all.latencies[1], 99.0), Some(300.0));
-        let mut page = Html::new();
         let series: Vec<Series<'_>> = usage
             .groups
             .iter()
@@ -702,10 +536,8 @@ mod tests {
                 values: counts(&g.requests),
             })
             .collect();
-        line_chart(
-            &mut page, "requests", "Requests", "requests", &usage, &series,
-        );
-        let svg = page.finish();
+        let svg =
+            line_chart("requests", "Requests", "requests", &usage.axis(), &series).into_string();
         assert!(svg.contains("data-points=\"120\""), "60 buckets × 2 series");
         assert_eq!(svg.matches("<circle").count(), 120);
         assert!(
@@ -716,9 +548,7 @@ mod tests {
             name: "p99",
             values: bucket_percentile(&usage.all, 99.0),
         }];
-        let mut page = Html::new();
-        line_chart(&mut page, "latency", "Latency", "ms", &usage, &p99);
-        let svg = page.finish();
+        let svg = line_chart("latency", "Latency", "ms", &usage.axis(), &p99).into_string();
         assert!(
             svg.contains("data-points=\"2\""),
             "only buckets with calls: {svg}"

@@ -272,6 +272,28 @@ pub async fn read(response: http::Response<hyper::body::Incoming>) -> Answer {
     }
 }
 
+/// Log in to the console with an operator key, as its login form does: the session cookie (`name=value`).
+pub async fn console_login(gw: &Harness, key: &str) -> String {
+    let answer = send(
+        "POST",
+        &gw.url("/console/login"),
+        &[
+            ("content-type", "application/x-www-form-urlencoded"),
+            ("sec-fetch-site", "same-origin"),
+        ],
+        &format!("key={key}"),
+    )
+    .await;
+    assert_eq!(answer.status, 303, "{}", answer.body);
+    answer.headers["set-cookie"]
+        .to_str()
+        .unwrap()
+        .split(';')
+        .next()
+        .unwrap()
+        .to_owned()
+}
+
 /// A minimal request body.
 pub fn request(stream: bool, user: &str) -> Value {
     let mut body = json!({

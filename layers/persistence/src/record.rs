@@ -674,6 +674,9 @@ pub struct CallSummary {
     pub output_tokens: u64,
     /// Its cost, when priced.
     pub cost: Option<Cost>,
+    /// Whether a response cache answered it ([`CallRecord::from_response_cache`]): its tokens are those the
+    /// replay saved, its cost zero.
+    pub from_response_cache: bool,
 }
 
 impl CallSummary {

@@ -35,7 +35,50 @@ both_stores!(
     records_carry_their_cost_and_spend_sums_per_caller_and_conversation,
     refusals_before_sending_are_recorded_small_whatever_the_request_held,
     an_estimate_charged_inside_is_recorded_marked_estimated,
+    call_summaries_say_which_calls_the_response_cache_answered,
 );
+
+/// A replayed answer's record is marked in its usage; call summaries read that mark without decoding the
+/// messages (what a usage page counts cache hits and their savings with).
+async fn call_summaries_say_which_calls_the_response_cache_answered(db: &TestDb) {
+    let layer = db.layer();
+    let chat = layer.layer(scripted(|_| {
+        scripted_stream(Delivery::AllAtOnce, answer("cached or not"))
+    }));
+    let conv = conversation();
+    chat.oneshot(request(&conv, "hi"))
+        .await
+        .unwrap()
+        .collect_response()
+        .await
+        .unwrap();
+    layer.flush().await.unwrap();
+    // A caller of its own: PostgreSQL keeps the records of earlier runs.
+    let caller = CallerIdentity::new(format!("cache-{}", CallId::generate().as_str()));
+    let mut fresh = only_call(db, &conv).await;
+    fresh.caller = Some(caller.clone());
+    let mut replayed = fresh.clone();
+    replayed.call_id = CallId::generate();
+    replayed.started_at += Duration::from_millis(1);
+    replayed.response.usage.from_response_cache = true;
+    fresh.call_id = CallId::generate();
+    db.store.write_calls(&[fresh, replayed]).await.unwrap();
+    let calls = db
+        .store
+        .call_summaries(&CallQuery {
+            caller: Some(caller),
+            ..CallQuery::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        calls
+            .iter()
+            .map(|c| c.from_response_cache)
+            .collect::<Vec<_>>(),
+        [false, true]
+    );
+}
 
 fn request(conversation: &ConversationId, text: &str) -> ChatRequest {
     ChatRequest::new(vec![Message::system("be brief"), Message::user(text)])

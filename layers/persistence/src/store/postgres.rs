@@ -676,7 +676,10 @@ impl Store for PostgresStore {
             let limit = i64::from(query.effective_limit());
             let client = self.client().await?;
             let statement = client
-                .prepare_cached(&call_summaries_sql(["$1", "$2", "$3", "$4"]))
+                .prepare_cached(&call_summaries_sql(
+                    ["$1", "$2", "$3", "$4"],
+                    "COALESCE((response -> 'usage' ->> 'from_response_cache')::boolean, false)",
+                ))
                 .await
                 .map_err(pg_error("cannot list calls"))?;
             let rows = client
@@ -701,6 +704,7 @@ impl Store for PostgresStore {
                         input_tokens: row.try_get(10)?,
                         output_tokens: row.try_get(11)?,
                         cost_nanos: row.try_get(12)?,
+                        from_response_cache: row.try_get(13)?,
                     })
                 })
                 .collect::<Result<Vec<_>, tokio_postgres::Error>>()

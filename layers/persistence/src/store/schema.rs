@@ -595,13 +595,15 @@ pub(crate) fn conversation_from_row(
 }
 
 /// The latest calls in a time range, scalar columns only, newest first (callers reverse them); placeholders
-/// for caller, since, until and the limit.
+/// for caller, since, until and the limit, and the dialect's expression for whether the response cache
+/// answered the call (a flag inside the `response` JSON, read without decoding the rest).
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
-pub(crate) fn call_summaries_sql(p: [&str; 4]) -> String {
+pub(crate) fn call_summaries_sql(p: [&str; 4], from_response_cache: &str) -> String {
     let [caller, since, until, limit] = p;
     format!(
         "SELECT call_id, conversation_id, caller, started_at, first_token_at, ended_at, model, status, \
-         error_kind, error_message, input_tokens, output_tokens, cost_nanos FROM chat_calls \
+         error_kind, error_message, input_tokens, output_tokens, cost_nanos, {from_response_cache} \
+         FROM chat_calls \
          WHERE (CAST({caller} AS TEXT) IS NULL OR caller = {caller}) \
          AND (CAST({since} AS BIGINT) IS NULL OR started_at >= {since}) \
          AND (CAST({until} AS BIGINT) IS NULL OR started_at < {until}) \
@@ -626,6 +628,7 @@ pub(crate) struct SummaryColumns {
     pub(crate) input_tokens: i64,
     pub(crate) output_tokens: i64,
     pub(crate) cost_nanos: Option<i64>,
+    pub(crate) from_response_cache: bool,
 }
 
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
@@ -654,6 +657,7 @@ impl SummaryColumns {
             cost: self
                 .cost_nanos
                 .map(|c| tower_chat::Cost::from_nanos(count(c))),
+            from_response_cache: self.from_response_cache,
         })
     }
 }

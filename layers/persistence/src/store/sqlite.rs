@@ -918,25 +918,29 @@ impl Store for SqliteStore {
         Box::pin(async move {
             let rows = self
                 .read("cannot list calls", move |conn| {
-                    conn.prepare_cached(&call_summaries_sql(["?1", "?2", "?3", "?4"]))?
-                        .query_map(params![caller, since, until, limit], |row| {
-                            Ok(SummaryColumns {
-                                call_id: row.get(0)?,
-                                conversation_id: row.get(1)?,
-                                caller: row.get(2)?,
-                                started_at: row.get(3)?,
-                                first_token_at: row.get(4)?,
-                                ended_at: row.get(5)?,
-                                model: row.get(6)?,
-                                status: row.get(7)?,
-                                error_kind: row.get(8)?,
-                                error_message: row.get(9)?,
-                                input_tokens: row.get(10)?,
-                                output_tokens: row.get(11)?,
-                                cost_nanos: row.get(12)?,
-                            })
-                        })?
-                        .collect::<rusqlite::Result<Vec<_>>>()
+                    conn.prepare_cached(&call_summaries_sql(
+                        ["?1", "?2", "?3", "?4"],
+                        "COALESCE(json_extract(response, '$.usage.from_response_cache'), 0) = 1",
+                    ))?
+                    .query_map(params![caller, since, until, limit], |row| {
+                        Ok(SummaryColumns {
+                            call_id: row.get(0)?,
+                            conversation_id: row.get(1)?,
+                            caller: row.get(2)?,
+                            started_at: row.get(3)?,
+                            first_token_at: row.get(4)?,
+                            ended_at: row.get(5)?,
+                            model: row.get(6)?,
+                            status: row.get(7)?,
+                            error_kind: row.get(8)?,
+                            error_message: row.get(9)?,
+                            input_tokens: row.get(10)?,
+                            output_tokens: row.get(11)?,
+                            cost_nanos: row.get(12)?,
+                            from_response_cache: row.get(13)?,
+                        })
+                    })?
+                    .collect::<rusqlite::Result<Vec<_>>>()
                 })
                 .await?;
             rows.into_iter()

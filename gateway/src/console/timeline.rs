@@ -1,0 +1,460 @@
+//! One conversation's timeline: its messages, every recorded model call with its facts, the tool calls and
+//! results between them, and the approvals beside the calls they decided.
+//!
+//! Each message appears once, where it entered the conversation. Clients resend their history every turn, but
+//! not the tool rounds the gateway ran for them, so a call's request is rarely a plain continuation of the
+//! previous call's history: the timeline keeps the conversation it has shown and, for each call, picks up its
+//! request where it follows that conversation, skipping only tool rounds the client left out ([`Shown`]). What
+//! is left of the request (the new user message, the last round's tool results) is shown before the call; a
+//! client that edited an earlier message branches the conversation there, and the edit is shown as new.
+
+use axum::extract::State;
+use axum::response::Response;
+use axum::Extension;
+use http::StatusCode;
+use maud::{html, Markup};
+use serde::Deserialize;
+use tower_chat::{ConversationId, Cost, GuardrailVerdict, Message};
+use tower_chat_persistence::CallRecord;
+
+use super::format::{count, dollars, finish_label, millis, utc};
+use super::media::{content_parts, MessageAt};
+use super::pages::{approvals_table, arguments_text};
+use super::session::Session;
+use super::{error_page, html_response, layout, ConsoleState, Nav};
+use crate::extract::PageQuery;
+use crate::operator::{self, Listed};
+
+/// A conversation's id (`id`).
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct ConversationParams {
+    id: Option<String>,
+}
+
+/// Approval decisions by the id of the tool call they decided on (the audit log's, for the timeline).
+type Decided<'a> = std::collections::HashMap<&'a str, Vec<&'a tower_chat_approval::AuditRecord>>;
+
+fn message(message: &Message, at: MessageAt<'_>, decided: &Decided<'_>) -> Markup {
+    match message {
+        Message::System { content } => html! {
+            div class="message system" { span class="role" { "system" } (content_parts(content, at)) }
+        },
+        Message::User { content } => html! {
+            div class="message user" { span class="role" { "user" } (content_parts(content, at)) }
+        },
+        Message::Assistant(a) => html! {
+            div class="message assistant" {
+                span class="role" { "assistant" }
+                @if let Some(reasoning) = a.reasoning_text() {
+                    pre class="reasoning" { (reasoning) }
+                }
+                @if !a.content.is_empty() {
+                    pre class="content" { (a.content) }
+                }
+                @for call in &a.tool_calls {
+                    div class="tool-call" data-call-id=(call.id) {
+                        span class="label" { "tool call" }
+                        code class="tool" { (call.name) }
+                        pre class="arguments" { (arguments_text(&call.arguments)) }
+                        // The approval layer sits outside the rounds: its decisions on this call, from the audit log.
+                        @for record in decided.get(call.id.as_str()).into_iter().flatten() {
+                            p class="call-approval" data-approval-id=(record.approval_id) data-outcome=(record.outcome.as_str()) {
+                                "approval " (record.approval_id) ": " (record.outcome.as_str()) " by "
+                                (record.approver.as_deref().unwrap_or("—"))
+                            }
+                        }
+                    }
+                }
+            }
+        },
+        Message::Tool(t) => html! {
+            div class=(if t.is_error { "message tool error" } else { "message tool" }) data-call-id=(t.call_id) {
+                span class="role" { "tool result" }
+                code class="tool" { (t.name) }
+                (content_parts(&t.content, at))
+            }
+        },
+    }
+}
+
+/// Whether a request's message is one the timeline shows already: the same role and what the page shows of
+/// it. A resent answer is the same message even when the client dropped what it does not echo (reasoning,
+/// provider ids).
+fn same_message(shown: &Message, sent: &Message) -> bool {
+    match (shown, sent) {
+        (Message::Assistant(a), Message::Assistant(b)) => {
+            a.content == b.content
+                && a.tool_calls.len() == b.tool_calls.len()
+                && a.tool_calls
+                    .iter()
+                    .zip(&b.tool_calls)
+                    .all(|(x, y)| x.id == y.id)
+        }
+        _ => shown == sent,
+    }
+}
+
+/// The messages of a conversation a client may leave out when it resends its history: the tool rounds the
+/// gateway ran for it (results and the calls that asked for them).
+fn server_side(message: &Message) -> bool {
+    match message {
+        Message::Tool(_) => true,
+        Message::Assistant(a) => !a.tool_calls.is_empty(),
+        _ => false,
+    }
+}
+
+/// The conversation as the timeline has shown it so far, and where each call's request picks it up.
+#[derive(Debug, Default)]
+struct Shown<'a> {
+    messages: Vec<&'a Message>,
+}
+
+impl<'a> Shown<'a> {
+    /// How many of `request`'s messages were shown already: its longest prefix that follows the shown
+    /// conversation, skipping only the tool rounds the client left out. Keeps the shown conversation up to
+    /// where that prefix ends (a client that edited an earlier message branches there).
+    fn pick_up(&mut self, request: &[Message]) -> usize {
+        let mut at = 0;
+        let mut matched = 0;
+        'request: for sent in request {
+            for (offset, shown) in self.messages[at..].iter().enumerate() {
+                if same_message(shown, sent) {
+                    at += offset + 1;
+                    matched += 1;
+                    continue 'request;
+                }
+                if !server_side(shown) {
+                    break;
+                }
+            }
+            break;
+        }
+        self.messages.truncate(at);
+        matched
+    }
+}
+
+/// One model call: what it was sent that the timeline has not shown yet (the user's message, the results of the
+/// tools the loop ran after the previous round), then the call with its facts and what it answered.
+fn call_section<'a>(call: &'a CallRecord, shown: &mut Shown<'a>, decided: &Decided<'_>) -> Markup {
+    let request = call.request.messages.as_slice();
+    let first_new = shown.pick_up(request);
+    shown.messages.extend(&request[first_new..]);
+    shown.messages.extend(call.response.messages.iter());
+    let at = |index| MessageAt {
+        call: call.call_id.as_str(),
+        index,
+    };
+    // A replay from the response cache called no upstream: it has no upstream latency and cost nothing.
+    let cached = call.from_response_cache();
+    let latency = if cached {
+        "— (answered from the response cache)".to_owned()
+    } else {
+        millis(
+            call.ended_at
+                .duration_since(call.started_at)
+                .unwrap_or_default(),
+        )
+    };
+    let ttft = call
+        .first_token_at
+        .filter(|_| !cached)
+        .map(|t| millis(t.duration_since(call.started_at).unwrap_or_default()));
+    let cost = if cached {
+        format!("{} (cached)", dollars(Cost::ZERO))
+    } else {
+        call.cost.map_or_else(|| "—".into(), dollars)
+    };
+    let usage = call.usage();
+    let outcome = match call.outcome.error() {
+        Some(error) => format!(
+            "{} ({}: {})",
+            call.outcome.as_str(),
+            error.kind,
+            error.message
+        ),
+        None => call.outcome.as_str().to_owned(),
+    };
+    let facts: [(&'static str, String); 11] = [
+        (
+            "model call",
+            format!("round {} of the turn", call.round_index + 1),
+        ),
+        ("started", utc(call.started_at)),
+        ("model", call.model.clone().unwrap_or_else(|| "—".into())),
+        (
+            "answered by",
+            if cached { "response cache" } else { "upstream" }.to_owned(),
+        ),
+        ("latency", latency),
+        ("time to first token", ttft.unwrap_or_else(|| "—".into())),
+        ("input tokens", usage.input_tokens.to_string()),
+        ("output tokens", usage.output_tokens.to_string()),
+        ("cost", cost),
+        ("outcome", outcome),
+        (
+            "finish",
+            call.finish_reason()
+                .map_or_else(|| "—".into(), finish_label),
+        ),
+    ];
+    html! {
+        @for (index, m) in request.iter().enumerate().skip(first_new) {
+            (message(m, at(index), decided))
+        }
+        section class="call" data-call-id=(call.call_id.as_str()) data-round=(call.round_index) data-cached=[cached.then_some("true")] {
+            dl class="call-facts" {
+                @for (name, value) in &facts {
+                    dt { (name) }
+                    dd class="fact" { (value) }
+                }
+            }
+            @if !call.guardrail.is_empty() {
+                (verdicts(&call.guardrail))
+            }
+            @for (index, m) in call.response.messages.iter().enumerate() {
+                (message(m, at(request.len() + index), decided))
+            }
+            @for approval in &call.response.approval_requests {
+                div class="approval-request" data-approval-id=(approval.id) {
+                    span class="label" { "approval requested" }
+                    code class="tool" { (approval.call.name) }
+                    pre class="arguments" { (arguments_text(&approval.call.arguments)) }
+                    @if let Some(reason) = &approval.reason {
+                        p class="reason" { (reason) }
+                    }
+                    code class="approval-id" { (approval.id) }
+                }
+            }
+        }
+    }
+}
+
+/// A call's guardrail verdicts: which check did what, where, and at which bytes of that text. What a check
+/// matched is never shown (the verdicts do not carry it: that is the point of redacting it).
+fn verdicts(verdicts: &[GuardrailVerdict]) -> Markup {
+    html! {
+        ul class="guardrail" {
+            @for v in verdicts {
+                li class="verdict" data-check=(v.check) data-action=(v.action.as_str()) {
+                    "guardrail " code { (v.check) } ": " (v.action.as_str()) " at " (v.stage.as_str()) ", "
+                    (v.location)
+                    @if let Some(span) = &v.span {
+                        ", bytes " (span.start) "–" (span.end)
+                    }
+                    @if let Some(detail) = &v.detail {
+                        " (" (detail) ")"
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The calls grouped by turn: a turn begins with a first round (round index 0); a resumed turn's rounds (a
+/// paused turn continued after its approval) stay in the turn they continue.
+fn turns(calls: &[CallRecord]) -> impl Iterator<Item = &[CallRecord]> {
+    let mut rest = calls;
+    std::iter::from_fn(move || {
+        let (_, later) = rest.split_first()?;
+        let len = 1 + later.iter().take_while(|c| c.round_index > 0).count();
+        let (turn, after) = rest.split_at(len);
+        rest = after;
+        Some(turn)
+    })
+}
+
+/// A turn's heading: how many model calls it made, their summed latency and tokens.
+fn turn_heading(turn: &[CallRecord]) -> Markup {
+    let (Some(first), Some(last)) = (turn.first(), turn.last()) else {
+        return html! {};
+    };
+    let (input, output) = turn.iter().fold((0, 0), |(i, o), c| {
+        (i + c.usage().input_tokens, o + c.usage().output_tokens)
+    });
+    let calls = turn.len();
+    let took = millis(
+        last.ended_at
+            .duration_since(first.started_at)
+            .unwrap_or_default(),
+    );
+    html! {
+        h3 class="turn" {
+            "Turn at " (utc(first.started_at)) " · " (count(calls as u64, "model call", "model calls"))
+            " · " (took) " · " (input) " input and " (output) " output tokens"
+        }
+    }
+}
+
+/// The audit log's table: every decision taken in the conversation.
+fn audit_table(audit: &[tower_chat_approval::AuditRecord]) -> Markup {
+    html! {
+        table id="audit" class="audit" {
+            thead {
+                tr {
+                    th { "Decided" } th { "Approval" } th { "Tool" } th { "Arguments" } th { "Outcome" }
+                    th { "Approver" } th { "Caller" } th { "Reason" }
+                }
+            }
+            tbody {
+                @for record in audit {
+                    tr data-approval-id=(record.approval_id) data-outcome=(record.outcome.as_str()) {
+                        td { (utc(record.decided_at)) }
+                        td { (record.approval_id) }
+                        td { (record.call.as_ref().map_or("—", |c| c.name.as_str())) }
+                        td { pre { (record.call.as_ref().map(|c| arguments_text(&c.arguments)).unwrap_or_default()) } }
+                        td class="outcome" { (record.outcome.as_str()) }
+                        td class="approver" { (record.approver.as_deref().unwrap_or("—")) }
+                        td { (record.caller.as_ref().map_or("—", |c| c.as_str())) }
+                        td class="reason" { (record.reason.as_deref().unwrap_or("—")) }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// `GET /console/conversation?id=…`: one conversation's timeline.
+pub(crate) async fn timeline(
+    State(state): State<ConsoleState>,
+    Extension(session): Extension<Session>,
+    PageQuery(params): PageQuery<ConversationParams>,
+) -> Response {
+    let Some(id) = params.id else {
+        return error_page(StatusCode::BAD_REQUEST, "Which conversation? (?id=…)");
+    };
+    let Some(records) = &state.records else {
+        return error_page(StatusCode::NOT_FOUND, "This gateway keeps no call records.");
+    };
+    let conversation = ConversationId::new(id.clone());
+    let calls = match records.conversation_calls(&conversation).await {
+        Ok(calls) => calls,
+        Err(e) => {
+            return error_page(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                &format!("Reading the store failed: {e}"),
+            )
+        }
+    };
+    let audit = match &state.operators.approval_store {
+        Some(store) => store.audit_log(&conversation).await.unwrap_or_default(),
+        None => Vec::new(),
+    };
+    let pending: Vec<Listed> =
+        match operator::pending_in_conversation(&state.operators, &conversation).await {
+            Ok(pending) => pending,
+            Err(e) => {
+                return error_page(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    &format!("Reading the approval store failed: {}", e.message),
+                )
+            }
+        };
+    let (input, output): (u64, u64) = calls.iter().fold((0, 0), |(i, o), c| {
+        (i + c.usage().input_tokens, o + c.usage().output_tokens)
+    });
+    let priced: Vec<Cost> = calls.iter().filter_map(|c| c.cost).collect();
+    let cost = if priced.is_empty() {
+        "cost unknown (no price for the model)".to_owned()
+    } else {
+        dollars(priced.into_iter().fold(Cost::ZERO, |a, b| a + b))
+    };
+    let caller = calls
+        .iter()
+        .find_map(|c| c.caller.as_ref())
+        .map_or("(no key)", |c| c.as_str());
+    let mut decided = Decided::new();
+    for record in &audit {
+        if let Some(call) = &record.call {
+            decided.entry(call.id.as_str()).or_default().push(record);
+        }
+    }
+    let mut shown = Shown::default();
+    let main = html! {
+        p class="conversation-id" id="conversation-id" { (id) }
+        @if calls.is_empty() && audit.is_empty() && pending.is_empty() {
+            p class="empty" { "Nothing recorded for this conversation." }
+        }
+        p class="summary" {
+            "Caller " (caller) " · " (count(calls.len() as u64, "model call", "model calls")) " · " (input) " input and " (output) " output tokens · "
+            (cost)
+        }
+        @if !pending.is_empty() {
+            h2 { "Waiting for a decision" }
+            (approvals_table(&pending, &session.csrf, false))
+        }
+        h2 { "Timeline" }
+        @for turn in turns(&calls) {
+            (turn_heading(turn))
+            @for call in turn {
+                (call_section(call, &mut shown, &decided))
+            }
+        }
+        h2 { "Approvals and audit" }
+        @if audit.is_empty() {
+            p class="empty" { "No decision recorded." }
+        } @else {
+            (audit_table(&audit))
+        }
+    };
+    html_response(
+        StatusCode::OK,
+        layout("Conversation", Nav::Conversations, Some(&session), main),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tower_chat::{AssistantMessage, ToolCall};
+
+    fn user(text: &str) -> Message {
+        Message::user(text)
+    }
+
+    fn answer(text: &str) -> Message {
+        Message::assistant(text)
+    }
+
+    fn round(id: &str) -> [Message; 2] {
+        [
+            Message::Assistant(AssistantMessage {
+                tool_calls: vec![ToolCall::new(id, "add", serde_json::json!({}))],
+                ..AssistantMessage::default()
+            }),
+            Message::tool_result(id, "add", "5"),
+        ]
+    }
+
+    #[test]
+    fn a_resent_history_is_picked_up_past_the_tool_rounds_it_left_out() {
+        let [call, result] = round("c1");
+        let first = [user("q0"), call, result, answer("a0")];
+        let mut shown = Shown::default();
+        assert_eq!(shown.pick_up(&first[..1]), 0, "nothing shown yet");
+        shown.messages.extend(&first);
+        // The client resends its question and the answer, without the round, then asks again.
+        let resent = [user("q0"), answer("a0"), user("q1")];
+        assert_eq!(shown.pick_up(&resent), 2);
+        assert_eq!(shown.messages.len(), 4, "the round stays shown");
+    }
+
+    #[test]
+    fn an_edited_message_branches_the_conversation_there() {
+        let mut shown = Shown::default();
+        let first = [user("q0"), answer("a0"), user("q1"), answer("a1")];
+        shown.messages.extend(&first);
+        let edited = [user("q0"), answer("a0"), user("q1, edited")];
+        assert_eq!(shown.pick_up(&edited), 2);
+        assert_eq!(
+            shown.messages.len(),
+            2,
+            "the shown conversation ends before the edit"
+        );
+        // A user message is never skipped to match a later one.
+        let mut shown = Shown::default();
+        shown.messages.extend(&first);
+        assert_eq!(shown.pick_up(&[user("q0"), user("q1")]), 1);
+    }
+}
