@@ -258,6 +258,20 @@ where
         Some(approvals) => Either::Left(approvals.layer(service)),
         None => Either::Right(service),
     };
+    // Content policies (`[guardrail]`): outside the tool loop, so tool calls and results are checked as events;
+    // inside tracing, which records what the client was sent.
+    let guardrails = match &config.file.guardrail {
+        Some(section) => Some(crate::guardrail::GuardrailsLayer::new(
+            section.compile().map_err(|e| {
+                ChatError::new(tower_chat::ErrorKind::InvalidRequest, e.to_string())
+            })?,
+            metrics.clone(),
+        )),
+        None => None,
+    };
+    let service = tower::ServiceBuilder::new()
+        .option_layer(guardrails)
+        .service(service);
     Ok(BoxCloneSyncService::new(
         TracingLayer::new()
             .metadata(metadata)
@@ -1076,6 +1090,7 @@ async fn handle<F: WireFormat>(
     if let Some(caller) = &caller {
         request.extensions.insert(caller.clone());
     }
+    request.extensions.insert(F::ROUTE);
     // One id per turn even without the header, so a paused turn resumes in the conversation it paused in
     // (records and approvals are bound to it).
     let conversation = header_conversation
