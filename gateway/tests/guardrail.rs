@@ -409,7 +409,7 @@ async fn a_bad_policy_refuses_the_start_naming_it() {
     config.file = file;
     let error = Gateway::new(&config).await.unwrap_err().to_string();
     assert!(
-        error.contains("[[guardrail.policy]] #1 (`support`), check #1 (pattern)"),
+        error.contains("[[guardrail.policy]] #1 (\"support\"), check #1 (pattern)"),
         "{error}"
     );
 }

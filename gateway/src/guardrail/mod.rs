@@ -258,7 +258,7 @@ impl GuardrailSection {
             .enumerate()
             .map(|(i, entry)| {
                 let at = match &entry.name {
-                    Some(name) => format!("[[guardrail.policy]] #{} (`{name}`)", i + 1),
+                    Some(name) => format!("[[guardrail.policy]] #{} (\"{name}\")", i + 1),
                     None => format!("[[guardrail.policy]] #{}", i + 1),
                 };
                 entry.compile(&at)

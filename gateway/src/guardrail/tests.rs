@@ -133,7 +133,7 @@ fn bad_entries_refuse_the_start_naming_policy_and_check() {
     for (check, wanted) in cases {
         let error = refused(&format!("{head}{check}"));
         assert!(
-            error.starts_with("[[guardrail.policy]] #1 (`p`)") && error.contains(wanted),
+            error.starts_with("[[guardrail.policy]] #1 (\"p\")") && error.contains(wanted),
             "{check:?}: {error}"
         );
     }
@@ -161,4 +161,31 @@ fn unknown_kinds_and_keys_are_refused_with_their_line() {
     let error =
         ConfigFile::parse("[[guardrail.policy]]\ncaller = [\"a\"]\n", "g.toml").unwrap_err();
     assert_eq!(error.line(), Some(2), "{error}");
+}
+
+/// The README's example parses and compiles (its moderation key variable set).
+#[test]
+fn the_readme_example_is_valid() {
+    if std::env::var_os("OPENAI_API_KEY").is_none() {
+        std::env::set_var("OPENAI_API_KEY", "sk-documented-example");
+    }
+    let readme = include_str!("../../README.md");
+    let start = readme
+        .find("[[guardrail.policy]]\nname = \"support\"")
+        .unwrap();
+    let end = start + readme[start..].find("```").unwrap();
+    let policies = section(&readme[start..end]).compile().unwrap();
+    assert_eq!(policies.len(), 2);
+    assert_eq!(
+        policies.check_names(),
+        vec![
+            "json_schema",
+            "moderation",
+            "output_length",
+            "personal_data",
+            "secrets",
+            "ticket",
+            "topics"
+        ]
+    );
 }
