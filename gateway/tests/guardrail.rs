@@ -1,8 +1,8 @@
 //! Content policies at the gateway (`[guardrail]`), over real HTTP in front of the scripted upstream: the policy
-//! a request gets by caller, route and model (first match wins); a blocked request as each format's 400 error; a
-//! blocked answer ended as each format ends a filtered answer, streamed and whole, with redactions in the text
-//! the client reads; every verdict in `/metrics`; a bad policy refusing the start; the official `openai` client
-//! reading `content_filter`.
+//! a request gets by caller, route and model (first match wins); a blocked request as each format's 400 error, a
+//! redacted one sent on with the label; a blocked answer ended as each format ends a filtered answer, streamed
+//! and whole, with redactions in the text the client reads; every verdict in `/metrics`; a bad policy refusing
+//! the start; the official `openai` client reading `content_filter`.
 
 mod common;
 
@@ -236,7 +236,8 @@ kind = "personal_data"
 "#;
 
 #[tokio::test]
-async fn a_blocked_request_is_a_400_content_filter_in_each_formats_error_shape() {
+async fn a_blocked_request_is_a_400_content_filter_in_each_formats_error_shape_and_a_redacted_one_goes_on(
+) {
     let gw = gateway(SECRETS_AND_PERSONAL_DATA).await;
     for format in FORMATS {
         for stream in [false, true] {
@@ -263,6 +264,26 @@ async fn a_blocked_request_is_a_400_content_filter_in_each_formats_error_shape()
         "nothing was sent upstream"
     );
     assert_eq!(counted(&gw, "secrets", "block", "request").await, 6);
+
+    // Redacted, the request goes on: the upstream reads the label, never the address.
+    for format in FORMATS {
+        let answer = ask(
+            &gw,
+            format,
+            "sk-bob",
+            "m",
+            "mail jane@example.com today",
+            false,
+        )
+        .await;
+        assert_eq!(answer.status, 200, "{format:?}: {}", answer.body);
+    }
+    for request in gw.provider.requests() {
+        let sent = request.body["messages"].to_string();
+        assert!(sent.contains("mail [REDACTED:email] today"), "{sent}");
+        assert!(!sent.contains("jane@"), "{sent}");
+    }
+    assert_eq!(counted(&gw, "personal_data", "redact", "request").await, 3);
 }
 
 #[tokio::test]
