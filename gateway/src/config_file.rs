@@ -39,6 +39,9 @@ pub struct ConfigFile {
     pub mcp: Vec<crate::mcp::McpServerEntry>,
     /// `[cache]`: a response cache, off without the table ([`crate::cache`]).
     pub cache: Option<crate::cache::CacheSection>,
+    /// `[guardrail]`: content policies per caller, route and model, off without the table
+    /// ([`crate::guardrail`]).
+    pub guardrail: Option<crate::guardrail::GuardrailSection>,
 }
 
 impl ConfigFile {

@@ -47,6 +47,7 @@ mod extract;
 #[cfg(fuzzing)]
 #[doc(hidden)]
 pub mod fuzzing;
+pub mod guardrail;
 mod idle_memory;
 pub mod limits;
 mod login_limit;

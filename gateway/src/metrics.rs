@@ -17,6 +17,7 @@
 //! | `tower_chat_breaker_transitions_total` | counter | `model`, `target`, `state` |
 //! | `tower_chat_breaker_state` | gauge (1 for the current state) | `model`, `target`, `state` |
 //! | `tower_chat_upstream_stale_connections_total` | counter | `target` (`upstream` without `[upstreams]`) |
+//! | `tower_chat_guardrail_verdicts_total` | counter | `check`, `action` (`block`, `redact`, `flag`), `stage` (`request`, `tool_call`, `tool_result`, `output`) |
 //!
 //! `model` is the model the client asked for, when it may be a label value, else `other`:
 //!
@@ -24,6 +25,8 @@
 //!   client cannot add a series at all;
 //! - with a single `--upstream`, any model may be asked for, so a name is a label value only while it is at most
 //!   [`MAX_LABEL_BYTES`] of `[A-Za-z0-9._:/@+-]` and fewer than [`MAX_SERIES`] names are in use.
+//!
+//! `check` is a check name of the `[guardrail]` policies (fixed at start-up), else `other`.
 //!
 //! A scrape is therefore bounded however many or however long the names clients send (the bound is measured
 //! by the `a_scrape_is_bounded_whatever_the_model_names` test and stated in BENCHMARKS.md).
@@ -150,6 +153,13 @@ struct BreakerLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct VerdictLabels {
+    check: Label,
+    action: &'static str,
+    stage: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct TargetLabels {
     target: Label,
 }
@@ -237,6 +247,7 @@ struct Series {
     budget_exhausted: Family<ModelLabels, Counter>,
     fallbacks: Family<FallbackLabels, Counter>,
     transitions: Family<BreakerLabels, Counter>,
+    verdicts: Family<VerdictLabels, Counter>,
 }
 
 impl Series {
@@ -251,6 +262,7 @@ impl Series {
             budget_exhausted: Family::default(),
             fallbacks: Family::default(),
             transitions: Family::default(),
+            verdicts: Family::default(),
         }
     }
 
@@ -302,6 +314,11 @@ impl Series {
             "tower_chat_breaker_transitions",
             "Circuit breaker state changes",
             series.transitions,
+        );
+        registry.register(
+            "tower_chat_guardrail_verdicts",
+            "Content policy verdicts by check, action and stage",
+            series.verdicts,
         );
     }
 }
@@ -365,6 +382,8 @@ impl Collector for Sampled {
 
 struct Inner {
     policy: Mutex<ModelLabelPolicy>,
+    /// The guardrail check names that may be label values (the configured policies'), and `other`.
+    guardrail_checks: Mutex<(HashSet<Label>, Label)>,
     series: Series,
     sampled: Arc<Sampled>,
     registry: Registry,
@@ -379,6 +398,7 @@ impl Default for Inner {
         registry.register_collector(Box::new(sampled.clone()));
         Inner {
             policy: Mutex::default(),
+            guardrail_checks: Mutex::new((HashSet::new(), Label::new(OTHER))),
             series,
             sampled,
             registry,
@@ -458,6 +478,36 @@ impl PrometheusMetrics {
     /// An empty registry.
     pub fn new() -> Self {
         PrometheusMetrics::default()
+    }
+
+    /// The guardrail check names the verdict counter's `check` label may take (others count as `other`).
+    pub fn admit_guardrail_checks(&self, names: impl IntoIterator<Item = String>) {
+        let mut admitted = lock(&self.inner.guardrail_checks);
+        admitted
+            .0
+            .extend(names.into_iter().map(|name| Label::new(&name)));
+    }
+
+    /// Count one content policy verdict.
+    pub fn guardrail_verdict(
+        &self,
+        check: &str,
+        action: tower_chat::GuardrailAction,
+        stage: tower_chat::GuardrailStage,
+    ) {
+        let check = {
+            let admitted = lock(&self.inner.guardrail_checks);
+            admitted.0.get(check).unwrap_or(&admitted.1).clone()
+        };
+        self.inner
+            .series
+            .verdicts
+            .get_or_create(&VerdictLabels {
+                check,
+                action: action.as_str(),
+                stage: stage.as_str(),
+            })
+            .inc();
     }
 
     /// An observer for the resilience layers of one model.

@@ -168,7 +168,7 @@ pub struct StackOptions<'a> {
 }
 
 /// The stack the gateway runs, outermost first: tracing (one span per client request, tool spans inside, every
-/// call recorded into `options.metrics`), approvals, the MCP tools, the tool loop with the server-side tools,
+/// call recorded into `options.metrics`), the content policies (`[guardrail]`), approvals, the MCP tools, the tool loop with the server-side tools,
 /// persistence (one record per model round trip: the loop's every call to `upstream` is recorded with its own
 /// usage, timestamps, model and outcome), limits, the response cache (`[cache]`), `upstream`.
 ///
@@ -218,6 +218,17 @@ where
         .mcp
         .cloned()
         .map(|mcp| tower::layer::layer_fn(move |service| mcp.wrap(service)));
+    // Content policies (`[guardrail]`): outside the tool loop, so tool calls and results are checked as events;
+    // inside tracing, which records what the client was sent.
+    let guardrails = match &config.file.guardrail {
+        Some(section) => Some(crate::guardrail::GuardrailsLayer::new(
+            section.compile().map_err(|e| {
+                ChatError::new(tower_chat::ErrorKind::InvalidRequest, e.to_string())
+            })?,
+            options.metrics.clone(),
+        )),
+        None => None,
+    };
     let service = ServiceBuilder::new()
         .layer(
             TracingLayer::new()
@@ -226,6 +237,7 @@ where
                 // `None` (no OTLP export) costs nothing per call.
                 .metrics((options.metrics, config.otel_metrics.clone())),
         )
+        .option_layer(guardrails)
         .option_layer(options.approvals.cloned())
         .option_layer(mcp)
         .layer(tool_loop)

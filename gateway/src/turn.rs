@@ -298,6 +298,7 @@ pub(crate) async fn handle<F: WireFormat>(
     if let Some(caller) = &caller {
         request.extensions.insert(caller.clone());
     }
+    request.extensions.insert(F::ROUTE);
     // One id per turn even without the header, so a paused turn resumes in the conversation it paused in
     // (records and approvals are bound to it).
     let conversation = header_conversation

@@ -26,7 +26,7 @@ use super::parts::{
 };
 use super::{
     arguments_value, from_body, name_tool_results, schema, sse_event, Encoder, Ending, Folded,
-    Inbound, ParseContext, TowerChatRequest, Visible, WireFormat,
+    Inbound, InboundRoute, ParseContext, TowerChatRequest, Visible, WireFormat,
 };
 use crate::config::Provider;
 use crate::error::{anthropic_body, anthropic_response, ApiError};
@@ -36,6 +36,7 @@ use crate::error::{anthropic_body, anthropic_response, ApiError};
 pub(crate) struct AnthropicMessages;
 
 impl WireFormat for AnthropicMessages {
+    const ROUTE: InboundRoute = InboundRoute::Messages;
     type Encoder = MessageEncoder;
 
     fn parse(body: &[u8], context: &ParseContext) -> Result<(Inbound, MessageEncoder), ApiError> {

@@ -13,8 +13,8 @@ use tower_chat::{
 
 use super::{
     arguments_text, begin_sse_data, end_sse, from_body, schema, sse_data, write_json,
-    ApprovalNotice, CallNames, Encoder, Ending, Folded, Inbound, ParseContext, TowerChatRequest,
-    Visible, WireFormat,
+    ApprovalNotice, CallNames, Encoder, Ending, Folded, Inbound, InboundRoute, ParseContext,
+    TowerChatRequest, Visible, WireFormat,
 };
 use crate::error::ApiError;
 
@@ -23,6 +23,7 @@ use crate::error::ApiError;
 pub(crate) struct ChatCompletions;
 
 impl WireFormat for ChatCompletions {
+    const ROUTE: InboundRoute = InboundRoute::ChatCompletions;
     type Encoder = ChunkEncoder;
 
     fn parse(body: &[u8], context: &ParseContext) -> Result<(Inbound, ChunkEncoder), ApiError> {

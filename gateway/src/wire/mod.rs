@@ -73,8 +73,34 @@ pub(crate) struct ParseContext {
     pub(crate) limits: RequestLimits,
 }
 
+/// The inbound format a request came in, in its extensions: content policies apply per route.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum InboundRoute {
+    /// `POST /v1/chat/completions`.
+    ChatCompletions,
+    /// `POST /v1/messages`.
+    Messages,
+    /// `POST /v1/responses`.
+    Responses,
+}
+
+impl InboundRoute {
+    /// A route by its format's name (`chat_completions`, `messages`, `responses`) or its path.
+    pub(crate) fn parse(name: &str) -> Option<Self> {
+        match name {
+            "chat_completions" | "/v1/chat/completions" => Some(InboundRoute::ChatCompletions),
+            "messages" | "/v1/messages" => Some(InboundRoute::Messages),
+            "responses" | "/v1/responses" => Some(InboundRoute::Responses),
+            _ => None,
+        }
+    }
+}
+
 /// One wire format: its parser, its encoder, its error shape.
 pub(crate) trait WireFormat: Send + Sync + 'static {
+    /// The route this format is served on.
+    const ROUTE: InboundRoute;
+
     /// Turns visible events into this format's answer.
     type Encoder: Encoder;
 

@@ -21,7 +21,8 @@ use serde_json::{json, Map, Value};
 use tower_chat::{ChatRequest, Message, ResponseFormat, ToolChoice, ToolSpec};
 
 use super::{
-    from_body, name_tool_results, schema, Inbound, ParseContext, TowerChatRequest, WireFormat,
+    from_body, name_tool_results, schema, Inbound, InboundRoute, ParseContext, TowerChatRequest,
+    WireFormat,
 };
 use crate::config::Provider;
 use crate::error::ApiError;
@@ -37,6 +38,7 @@ mod reasoning;
 pub(crate) struct Responses;
 
 impl WireFormat for Responses {
+    const ROUTE: InboundRoute = InboundRoute::Responses;
     type Encoder = ResponseEncoder;
 
     fn parse(body: &[u8], context: &ParseContext) -> Result<(Inbound, ResponseEncoder), ApiError> {

@@ -96,16 +96,67 @@ pub use tower_chat::{GuardrailAction, GuardrailAudit, GuardrailStage, GuardrailV
 
 #[doc(hidden)]
 pub mod bench_support {
-    //! The scanner on its own, for the benches: a policy's output checks run over a text in pieces.
+    //! The scanner on its own, for the benches and the fuzz target: a policy's output checks run over a text in
+    //! pieces.
     use std::sync::Arc;
+
+    use tower_chat::GuardrailAction;
 
     use crate::check::Check;
     use crate::policy::Policy;
-    use crate::scan::StreamScanner;
+    use crate::scan::{Step, StreamScanner};
 
     /// A scanner of a policy's output checks.
     #[derive(Debug)]
     pub struct OutputScanner(StreamScanner);
+
+    /// One decided hit: the check's name, its action, the span in bytes of the whole text, the kind found.
+    #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+    pub struct ScannedHit {
+        /// The check's name.
+        pub check: String,
+        /// `block`, `redact` or `flag`.
+        pub action: &'static str,
+        /// The span's first byte.
+        pub start: usize,
+        /// One past the span's last byte.
+        pub end: usize,
+        /// The kind found (`email`), or "".
+        pub kind: &'static str,
+    }
+
+    /// What a step let through.
+    #[derive(Clone, Debug, Default, PartialEq, Eq)]
+    pub struct Scanned {
+        /// The text let through, redacted.
+        pub text: String,
+        /// The hits decided.
+        pub hits: Vec<ScannedHit>,
+        /// The blocking hit, when one ended the text.
+        pub block: Option<ScannedHit>,
+    }
+
+    fn hit(hit: &crate::scan::Hit) -> ScannedHit {
+        ScannedHit {
+            check: hit.name.to_string(),
+            action: match hit.action {
+                GuardrailAction::Block => "block",
+                GuardrailAction::Redact => "redact",
+                GuardrailAction::Flag => "flag",
+            },
+            start: hit.span.start,
+            end: hit.span.end,
+            kind: hit.kind,
+        }
+    }
+
+    fn scanned(step: Step) -> Scanned {
+        Scanned {
+            text: step.text,
+            hits: step.hits.iter().map(hit).collect(),
+            block: step.block.as_ref().map(hit),
+        }
+    }
 
     impl OutputScanner {
         /// A scanner for these checks' output stage.
@@ -126,9 +177,25 @@ pub mod bench_support {
             (step.text.len(), step.hits.len())
         }
 
+        /// Scan the next piece; what it let through.
+        pub fn push_scanned(&mut self, piece: &str) -> Scanned {
+            scanned(self.0.push(piece))
+        }
+
+        /// The end of the text; what the rest let through.
+        pub fn finish_scanned(&mut self) -> Scanned {
+            scanned(self.0.finish())
+        }
+
         /// Bytes received and not let through yet.
         pub fn held(&self) -> usize {
             self.0.held()
         }
+    }
+
+    /// These checks' output stage over a whole text at once.
+    pub fn scan_whole(checks: Vec<Check>, text: &str) -> Scanned {
+        let policy = Policy::new(checks, Arc::from(""));
+        scanned(StreamScanner::scan_whole(policy.output.scan.clone(), text))
     }
 }

@@ -1,0 +1,507 @@
+//! Content policies: the `[guardrail]` table of the configuration file, and the service that applies the policy
+//! each request falls under — chosen by its caller (API key), its route (inbound wire format) and its model.
+//!
+//! Off unless the file has `[[guardrail.policy]]` entries. Every policy is compiled once at start-up (patterns,
+//! schemas, moderation clients); a request only picks one. **The first policy whose `callers`, `routes` and
+//! `models` all match the request applies** (an absent list matches anything; a request that matches no policy
+//! goes through unchecked), so list narrow policies before broad ones and end with a catch-all when every request
+//! must be checked.
+//!
+//! ```
+//! use tower_chat_gateway::config_file::ConfigFile;
+//!
+//! let file = ConfigFile::parse(r#"
+//! [[guardrail.policy]]
+//! name = "support"                         # names the policy in start-up errors
+//! callers = ["support-bot"]                # API key names (absent: any caller)
+//! routes = ["chat_completions", "/v1/messages"]  # a format or its path (absent: any route)
+//! models = ["gpt-4o-mini"]                 # as the client names it (absent: any model)
+//! block_message = "[withheld: {check}]"    # ends a blocked answer (optional)
+//!
+//! [[guardrail.policy.check]]
+//! kind = "secrets"                         # block by default
+//!
+//! [[guardrail.policy.check]]
+//! kind = "personal_data"                   # redact by default
+//! stages = ["output"]                      # request, tool_call, tool_result, output
+//!
+//! [[guardrail.policy.check]]
+//! kind = "deny_list"
+//! name = "topics"
+//! words = ["project zeus"]
+//! action = "flag"                          # block, redact or flag
+//!
+//! [[guardrail.policy]]                     # everyone else
+//! [[guardrail.policy.check]]
+//! kind = "pattern"
+//! name = "ticket"
+//! pattern = "TCK-[0-9]{4,8}"               # bounded: `{1,64}`, not `+`
+//! action = "redact"
+//!
+//! [[guardrail.policy.check]]
+//! kind = "output_length"
+//! max_bytes = 16000
+//! "#, "gateway.toml").unwrap();
+//! let policies = file.guardrail.unwrap().compile().unwrap();
+//! assert_eq!(policies.len(), 2);
+//! ```
+//!
+//! The other kinds: `kind = "moderation"` (an OpenAI-format moderation service: `endpoint` is its base URL,
+//! `api_key_env` the variable holding its key, `model`, `timeout_seconds`, default 5) and `kind = "json_schema"`
+//! (`schema`: the JSON Schema as JSON text; answers must match it).
+//!
+//! What a client sees: a blocked request is a 400 with code `content_filter` in its format's error shape; a
+//! blocked answer ends with the text before the match, the block message and the format's filtered finish
+//! (Chat Completions `finish_reason: "content_filter"`, Messages `stop_reason: "refusal"`, Responses `status:
+//! "incomplete"` with `incomplete_details.reason: "content_filter"`); a redaction shows as `[REDACTED:<kind>]`
+//! in the text. Every verdict counts in `tower_chat_guardrail_verdicts_total` (see [`crate::metrics`]).
+
+mod select;
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use serde::Deserialize;
+use tower_chat::GuardrailStage;
+use tower_chat_guardrail::{Check, GuardrailLayer, Moderation};
+
+use crate::wire::InboundRoute;
+use crate::GatewayError;
+
+pub use select::{Guardrails, GuardrailsLayer};
+
+/// The `[guardrail]` table: policies, first match wins.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GuardrailSection {
+    /// `[[guardrail.policy]]`, in the order they are tried.
+    #[serde(default)]
+    pub policy: Vec<PolicyEntry>,
+}
+
+/// One `[[guardrail.policy]]`: whom it applies to and its checks.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PolicyEntry {
+    /// Names the policy in start-up errors.
+    pub name: Option<String>,
+    /// Caller names (the API keys file's `name:` or `key-…` identities); absent: any caller.
+    pub callers: Option<Vec<String>>,
+    /// `chat_completions`, `messages`, `responses` or their paths (`/v1/chat/completions`, …); absent: any.
+    pub routes: Option<Vec<String>>,
+    /// Model names as clients send them; absent: any model.
+    pub models: Option<Vec<String>>,
+    /// The text that ends a blocked answer; `{check}` is replaced by the check's name.
+    pub block_message: Option<String>,
+    /// `[[guardrail.policy.check]]`, in order (the first listed wins a tie).
+    #[serde(default)]
+    pub check: Vec<CheckEntry>,
+}
+
+/// One `[[guardrail.policy.check]]`. Which fields apply depends on `kind`; a field another kind uses is refused.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CheckEntry {
+    /// What it looks for.
+    pub kind: CheckKind,
+    /// The name verdicts, errors and metrics carry (default: the kind; `pattern` and `deny_list` need one).
+    pub name: Option<String>,
+    /// What to do on a finding (default: the kind's own).
+    pub action: Option<ActionName>,
+    /// Where to look (default: the kind's own).
+    pub stages: Option<Vec<StageName>>,
+    /// `pattern`: the regular expression.
+    pub pattern: Option<String>,
+    /// `deny_list`: the words and phrases.
+    pub words: Option<Vec<String>>,
+    /// `output_length`: the most bytes of answer text.
+    pub max_bytes: Option<usize>,
+    /// `json_schema`: the schema, as JSON text.
+    pub schema: Option<String>,
+    /// `moderation`: the service's base URL (`https://api.openai.com/v1`).
+    pub endpoint: Option<String>,
+    /// `moderation`: the environment variable holding the service's key.
+    pub api_key_env: Option<String>,
+    /// `moderation`: the moderation model.
+    pub model: Option<String>,
+    /// `moderation`: the deadline of one call, in seconds (default 5).
+    pub timeout_seconds: Option<f64>,
+}
+
+/// The built-in checks a policy can list.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CheckKind {
+    /// API keys and private keys.
+    Secrets,
+    /// Emails, phone numbers, payment cards, IBANs.
+    PersonalData,
+    /// A bounded regular expression.
+    Pattern,
+    /// Words and phrases, whole words, any case.
+    DenyList,
+    /// Answers longer than `max_bytes`.
+    OutputLength,
+    /// Answers that do not match a JSON Schema.
+    JsonSchema,
+    /// An OpenAI-format moderation service.
+    Moderation,
+}
+
+/// A check's action.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ActionName {
+    /// Refuse the request, end the answer.
+    Block,
+    /// Replace what was found by `[REDACTED:<kind>]`.
+    Redact,
+    /// Record only.
+    Flag,
+}
+
+/// Where a check looks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StageName {
+    /// The request's text before it is sent.
+    Request,
+    /// Tool calls' arguments.
+    ToolCall,
+    /// Tool results.
+    ToolResult,
+    /// The answer.
+    Output,
+}
+
+impl From<StageName> for GuardrailStage {
+    fn from(stage: StageName) -> Self {
+        match stage {
+            StageName::Request => GuardrailStage::Request,
+            StageName::ToolCall => GuardrailStage::ToolCall,
+            StageName::ToolResult => GuardrailStage::ToolResult,
+            StageName::Output => GuardrailStage::Output,
+        }
+    }
+}
+
+/// A compiled policy and whom it applies to.
+#[derive(Clone, Debug)]
+pub(crate) struct Selector {
+    callers: Option<HashSet<String>>,
+    routes: Option<Vec<InboundRoute>>,
+    models: Option<HashSet<String>>,
+    pub(crate) layer: GuardrailLayer,
+}
+
+impl Selector {
+    pub(crate) fn matches(
+        &self,
+        caller: Option<&str>,
+        route: Option<InboundRoute>,
+        model: Option<&str>,
+    ) -> bool {
+        let caller_ok = self
+            .callers
+            .as_ref()
+            .is_none_or(|callers| caller.is_some_and(|c| callers.contains(c)));
+        let route_ok = self
+            .routes
+            .as_ref()
+            .is_none_or(|routes| route.is_some_and(|r| routes.contains(&r)));
+        let model_ok = self
+            .models
+            .as_ref()
+            .is_none_or(|models| model.is_some_and(|m| models.contains(m)));
+        caller_ok && route_ok && model_ok
+    }
+}
+
+/// Every policy of the table, compiled, in order.
+#[derive(Clone, Debug)]
+pub struct Policies {
+    pub(crate) selectors: Vec<Selector>,
+}
+
+impl Policies {
+    /// How many policies there are.
+    pub fn len(&self) -> usize {
+        self.selectors.len()
+    }
+
+    /// Whether there are none (nothing is checked).
+    pub fn is_empty(&self) -> bool {
+        self.selectors.is_empty()
+    }
+
+    /// The names of every check of every policy: the values the verdict counter's `check` label may take.
+    pub fn check_names(&self) -> Vec<String> {
+        let mut names: Vec<String> = self
+            .selectors
+            .iter()
+            .flat_map(|s| s.layer.policy_checks().iter().map(|c| c.name().to_owned()))
+            .collect();
+        names.sort();
+        names.dedup();
+        names
+    }
+}
+
+impl GuardrailSection {
+    /// Compile every policy. A bad entry (a pattern that does not compile or is unbounded, a missing parameter,
+    /// a field of another kind, an unknown route, an unset key variable) refuses the start, naming the policy
+    /// and check.
+    pub fn compile(&self) -> Result<Policies, GatewayError> {
+        let selectors = self
+            .policy
+            .iter()
+            .enumerate()
+            .map(|(i, entry)| {
+                let at = match &entry.name {
+                    Some(name) => format!("[[guardrail.policy]] #{} (\"{name}\")", i + 1),
+                    None => format!("[[guardrail.policy]] #{}", i + 1),
+                };
+                entry.compile(&at)
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(Policies { selectors })
+    }
+}
+
+fn config_error(at: &str, message: impl std::fmt::Display) -> GatewayError {
+    GatewayError::Config(format!("{at}: {message}"))
+}
+
+/// A list that, when given, must not be empty (an empty list would match nothing, which is never meant).
+fn non_empty<'a>(
+    at: &str,
+    key: &str,
+    list: &'a Option<Vec<String>>,
+) -> Result<Option<&'a [String]>, GatewayError> {
+    match list {
+        Some(items) if items.is_empty() || items.iter().any(|i| i.trim().is_empty()) => {
+            Err(config_error(
+                at,
+                format!("`{key}` lists nothing or an empty name; leave it out to match any"),
+            ))
+        }
+        Some(items) => Ok(Some(items)),
+        None => Ok(None),
+    }
+}
+
+impl PolicyEntry {
+    fn compile(&self, at: &str) -> Result<Selector, GatewayError> {
+        let callers = non_empty(at, "callers", &self.callers)?.map(|c| c.iter().cloned().collect());
+        let models = non_empty(at, "models", &self.models)?.map(|m| m.iter().cloned().collect());
+        let routes = non_empty(at, "routes", &self.routes)?
+            .map(|routes| {
+                routes
+                    .iter()
+                    .map(|r| {
+                        InboundRoute::parse(r).ok_or_else(|| {
+                            config_error(
+                                at,
+                                format!(
+                                    "`routes`: unknown route `{r}` (chat_completions, messages, responses, or \
+                                     /v1/chat/completions, /v1/messages, /v1/responses)"
+                                ),
+                            )
+                        })
+                    })
+                    .collect::<Result<Vec<_>, _>>()
+            })
+            .transpose()?;
+        if self.check.is_empty() {
+            return Err(config_error(
+                at,
+                "the policy lists no [[guardrail.policy.check]]",
+            ));
+        }
+        let mut layer = GuardrailLayer::new();
+        if let Some(message) = &self.block_message {
+            layer = layer.block_message(message);
+        }
+        for (j, check) in self.check.iter().enumerate() {
+            let at = format!("{at}, check #{} ({})", j + 1, check.kind.as_str());
+            layer = layer.check(check.compile(&at)?);
+        }
+        Ok(Selector {
+            callers,
+            routes,
+            models,
+            layer,
+        })
+    }
+}
+
+impl CheckKind {
+    fn as_str(self) -> &'static str {
+        match self {
+            CheckKind::Secrets => "secrets",
+            CheckKind::PersonalData => "personal_data",
+            CheckKind::Pattern => "pattern",
+            CheckKind::DenyList => "deny_list",
+            CheckKind::OutputLength => "output_length",
+            CheckKind::JsonSchema => "json_schema",
+            CheckKind::Moderation => "moderation",
+        }
+    }
+
+    /// The parameters this kind takes (besides `kind`, `name`, `action`, `stages`).
+    fn parameters(self) -> &'static [&'static str] {
+        match self {
+            CheckKind::Secrets | CheckKind::PersonalData => &[],
+            CheckKind::Pattern => &["pattern"],
+            CheckKind::DenyList => &["words"],
+            CheckKind::OutputLength => &["max_bytes"],
+            CheckKind::JsonSchema => &["schema"],
+            CheckKind::Moderation => &["endpoint", "api_key_env", "model", "timeout_seconds"],
+        }
+    }
+}
+
+impl CheckEntry {
+    /// The parameters given, by key.
+    fn given(&self) -> Vec<&'static str> {
+        [
+            ("pattern", self.pattern.is_some()),
+            ("words", self.words.is_some()),
+            ("max_bytes", self.max_bytes.is_some()),
+            ("schema", self.schema.is_some()),
+            ("endpoint", self.endpoint.is_some()),
+            ("api_key_env", self.api_key_env.is_some()),
+            ("model", self.model.is_some()),
+            ("timeout_seconds", self.timeout_seconds.is_some()),
+        ]
+        .into_iter()
+        .filter_map(|(key, given)| given.then_some(key))
+        .collect()
+    }
+
+    fn compile(&self, at: &str) -> Result<Check, GatewayError> {
+        let kind = self.kind;
+        if let Some(stray) = self
+            .given()
+            .into_iter()
+            .find(|key| !kind.parameters().contains(key))
+        {
+            return Err(config_error(
+                at,
+                format!("`{stray}` is not a parameter of kind `{}`", kind.as_str()),
+            ));
+        }
+        let missing = |key: &str| config_error(at, format!("`{key}` is required"));
+        let invalid = |e: tower_chat::ChatError| config_error(at, e.message());
+        let name = match &self.name {
+            Some(name) if !plain_name(name) => {
+                return Err(config_error(
+                    at,
+                    format!("`name = \"{name}\"`: 1 to 64 characters of a-z A-Z 0-9 _ - ."),
+                ))
+            }
+            Some(name) => name.as_str(),
+            None if matches!(kind, CheckKind::Pattern | CheckKind::DenyList) => {
+                return Err(missing("name"))
+            }
+            None => kind.as_str(),
+        };
+        let mut check = match kind {
+            CheckKind::Secrets => Check::secrets(),
+            CheckKind::PersonalData => Check::personal_data(),
+            CheckKind::Pattern => {
+                let pattern = self.pattern.as_deref().ok_or_else(|| missing("pattern"))?;
+                Check::pattern(name, pattern).map_err(invalid)?
+            }
+            CheckKind::DenyList => {
+                let words = self.words.as_ref().ok_or_else(|| missing("words"))?;
+                if words.is_empty() || words.iter().any(|w| w.trim().is_empty()) {
+                    return Err(config_error(at, "`words` lists nothing or an empty word"));
+                }
+                Check::deny_list(name, words).map_err(invalid)?
+            }
+            CheckKind::OutputLength => {
+                Check::output_length(self.max_bytes.ok_or_else(|| missing("max_bytes"))?)
+            }
+            CheckKind::JsonSchema => {
+                let text = self.schema.as_deref().ok_or_else(|| missing("schema"))?;
+                let schema: serde_json::Value = serde_json::from_str(text)
+                    .map_err(|e| config_error(at, format!("`schema` is not JSON: {e}")))?;
+                Check::json_schema(&schema).map_err(invalid)?
+            }
+            CheckKind::Moderation => Check::moderation(self.moderation(at)?),
+        };
+        check = check.named(name);
+        check = match self.action {
+            Some(ActionName::Block) => check.block(),
+            Some(ActionName::Redact) => {
+                if kind == CheckKind::OutputLength {
+                    return Err(config_error(
+                        at,
+                        "`action = \"redact\"`: a length cannot be redacted, only cut (block) or flagged",
+                    ));
+                }
+                check.redact()
+            }
+            Some(ActionName::Flag) => check.flag(),
+            None => check,
+        };
+        if let Some(stages) = &self.stages {
+            if stages.is_empty() {
+                return Err(config_error(
+                    at,
+                    "`stages` lists nothing; leave it out for the kind's own",
+                ));
+            }
+            let stages: Vec<GuardrailStage> = stages.iter().map(|&s| s.into()).collect();
+            check = check.on(&stages);
+        }
+        Ok(check)
+    }
+
+    fn moderation(&self, at: &str) -> Result<Moderation, GatewayError> {
+        let endpoint = self
+            .endpoint
+            .as_deref()
+            .ok_or_else(|| config_error(at, "`endpoint` is required"))?;
+        let mut service =
+            Moderation::new(endpoint).map_err(|e| config_error(at, format!("`endpoint`: {e}")))?;
+        if let Some(variable) = &self.api_key_env {
+            let key = std::env::var(variable)
+                .ok()
+                .filter(|k| !k.trim().is_empty())
+                .ok_or_else(|| {
+                    config_error(
+                        at,
+                        format!("`api_key_env`: the variable {variable} is unset or empty"),
+                    )
+                })?;
+            service = service.api_key(key.trim());
+        }
+        if let Some(model) = &self.model {
+            service = service.model(model);
+        }
+        if let Some(seconds) = self.timeout_seconds {
+            let timeout = Duration::try_from_secs_f64(seconds)
+                .ok()
+                .filter(|t| !t.is_zero())
+                .ok_or_else(|| {
+                    config_error(at, "`timeout_seconds` must be a positive number of seconds")
+                })?;
+            service = service.timeout(timeout);
+        }
+        Ok(service)
+    }
+}
+
+/// Check names become metric label values and appear in errors: short and plain.
+fn plain_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 64
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"_-.".contains(&b))
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,173 @@
+//! [`Guardrails`]: the service that applies to each request the first policy matching its caller, route and
+//! model, and counts the verdicts into the gateway's metrics.
+//!
+//! The policies were compiled once ([`super::Policies`]); per request the service only compares names and wraps
+//! the inner service it polled ready in the chosen policy's `Guardrail` (two `Arc` clones, no compilation).
+//! Verdicts are read from a `GuardrailAudit` of its own in the request (nested into one a front end put there,
+//! which still receives them) and counted when the answer finishes, fails or is dropped, so a verdict is in
+//! `/metrics` before the client reads the end of the answer it decided.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use futures_util::Stream;
+use tower::{Layer, Service};
+use tower_chat::{CallerIdentity, ChatError, ChatEvent, ChatRequest, ChatStream, GuardrailAudit};
+use tower_chat_guardrail::Guardrail;
+
+use super::Policies;
+use crate::metrics::PrometheusMetrics;
+use crate::wire::InboundRoute;
+
+/// Builds [`Guardrails`] around a service.
+#[derive(Clone, Debug)]
+pub struct GuardrailsLayer {
+    policies: Arc<Policies>,
+    metrics: PrometheusMetrics,
+}
+
+impl GuardrailsLayer {
+    /// The compiled `policies`, their verdicts counted into `metrics` (whose `check` label admits their checks'
+    /// names).
+    pub fn new(policies: Policies, metrics: PrometheusMetrics) -> Self {
+        metrics.admit_guardrail_checks(policies.check_names());
+        GuardrailsLayer {
+            policies: Arc::new(policies),
+            metrics,
+        }
+    }
+}
+
+impl<S> Layer<S> for GuardrailsLayer {
+    type Service = Guardrails<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        Guardrails {
+            inner,
+            policies: self.policies.clone(),
+            metrics: self.metrics.clone(),
+        }
+    }
+}
+
+/// A chat service under the policy each request falls under (see the [module docs](super)).
+#[derive(Clone, Debug)]
+pub struct Guardrails<S> {
+    inner: S,
+    policies: Arc<Policies>,
+    metrics: PrometheusMetrics,
+}
+
+type BoxFuture = Pin<Box<dyn Future<Output = Result<ChatStream, ChatError>> + Send>>;
+
+impl<S> Service<ChatRequest> for Guardrails<S>
+where
+    S: Service<ChatRequest, Response = ChatStream, Error = ChatError> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+{
+    type Response = ChatStream;
+    type Error = ChatError;
+    type Future = BoxFuture;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), ChatError>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut request: ChatRequest) -> Self::Future {
+        let chosen = {
+            let caller = request
+                .extensions
+                .get::<CallerIdentity>()
+                .map(CallerIdentity::as_str);
+            let route = request.extensions.get::<InboundRoute>().copied();
+            let model = request.options.model.as_deref();
+            self.policies
+                .selectors
+                .iter()
+                .find(|s| s.matches(caller, route, model))
+                .map(|s| s.layer.clone())
+        };
+        let Some(layer) = chosen else {
+            return Box::pin(self.inner.call(request));
+        };
+        let audit = match request.extensions.get::<GuardrailAudit>() {
+            Some(outer) => GuardrailAudit::nested(outer.clone()),
+            None => GuardrailAudit::new(),
+        };
+        request.extensions.insert(audit.clone());
+        // The service polled ready goes into the guardrail, which calls it at once (its own readiness is the
+        // inner service's); a clone stays for the next request.
+        let clone = self.inner.clone();
+        let mut guarded = Guardrail::new(std::mem::replace(&mut self.inner, clone), layer);
+        let call = guarded.call(request);
+        let mut tally = Tally {
+            audit,
+            counted: 0,
+            metrics: self.metrics.clone(),
+        };
+        Box::pin(async move {
+            match call.await {
+                Ok(stream) => Ok(Box::pin(Counted {
+                    inner: stream,
+                    tally,
+                }) as ChatStream),
+                Err(error) => {
+                    tally.catch_up();
+                    Err(error)
+                }
+            }
+        })
+    }
+}
+
+/// The verdicts of one request not counted yet.
+struct Tally {
+    audit: GuardrailAudit,
+    counted: usize,
+    metrics: PrometheusMetrics,
+}
+
+impl Tally {
+    fn catch_up(&mut self) {
+        let verdicts = self.audit.verdicts();
+        for verdict in verdicts.iter().skip(self.counted) {
+            self.metrics
+                .guardrail_verdict(&verdict.check, verdict.action, verdict.stage);
+        }
+        self.counted = verdicts.len();
+    }
+}
+
+impl Drop for Tally {
+    /// An answer the client dropped halfway still counts what was decided.
+    fn drop(&mut self) {
+        self.catch_up();
+    }
+}
+
+/// The guarded answer, counting verdicts at each finish, at an error and at its end.
+struct Counted {
+    inner: ChatStream,
+    tally: Tally,
+}
+
+impl Stream for Counted {
+    type Item = Result<ChatEvent, ChatError>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let item = std::task::ready!(self.inner.as_mut().poll_next(cx));
+        if matches!(
+            &item,
+            None | Some(Err(_)) | Some(Ok(ChatEvent::Finish { .. }))
+        ) {
+            self.tally.catch_up();
+        }
+        Poll::Ready(item)
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        self.inner.size_hint()
+    }
+}
