@@ -56,7 +56,9 @@ mod pending;
 pub mod request_limits;
 mod respond;
 mod rounds;
+mod routes;
 mod sandbox;
+mod serve;
 mod server;
 mod summary;
 pub mod telemetry;
@@ -64,6 +66,7 @@ pub mod tools;
 pub mod upstream_key;
 pub mod upstreams;
 mod warn_limit;
+mod watchdog;
 mod wire;
 
 use std::fmt;
