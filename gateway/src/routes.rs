@@ -1,18 +1,22 @@
 //! The routes and the middleware between them: which path goes to which handler, behind which checks
 //! (host and origin guard, authentication, in-flight caps), and the edge middleware around them all
-//! ([`crate::access`]).
+//! ([`crate::access`]). The console and the JSON lists (`/v1/models`, `/v1/usage`, `/v1/approvals`) are
+//! compressed (gzip, when the client accepts it); the chat endpoints are not: their answers are streams or
+//! small, and an event stream must reach the client event by event.
 
 use std::sync::Arc;
 
 use axum::body::Body;
-use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::extract::{Request, State};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Extension, Router};
 use http::StatusCode;
 use tower_chat::CallerIdentity;
+use tower_http::compression::CompressionLayer;
 
+use crate::access::EdgeLimits;
 use crate::api_guard::{AllowedHosts, ApiGuard};
 use crate::connection::GuardedBody;
 use crate::error::{json_response, ApiError};
@@ -23,7 +27,8 @@ use crate::wire::{
 };
 
 impl Gateway {
-    /// The axum application.
+    /// The axum application: the routes, their checks and the access log. [`serve`](Self::serve) adds the rest
+    /// of the edge middleware around it ([`crate::access`]: request ids, body limit and timeout).
     pub fn router(&self) -> Router {
         // Shared, not cloned per request: axum clones the state for every extractor and middleware that asks
         // for it, and a clone of the stack is a clone of every layer in it.
@@ -40,10 +45,11 @@ impl Gateway {
                 state.clone(),
                 limit_in_flight,
             ))
-            .merge(crate::upstreams::models_route(
-                self.observability.router.clone(),
-            ))
-            .route("/v1/usage", get(usage));
+            .merge(
+                crate::upstreams::models_route(self.observability.router.clone())
+                    .layer(CompressionLayer::new()),
+            )
+            .route("/v1/usage", get(usage).layer(CompressionLayer::new()));
         // Outside authentication: a rebound page or another site's request is refused whatever it carries.
         let guard = Arc::new(ApiGuard::new(
             self.state.allowed_hosts.clone().unwrap_or_else(|| {
@@ -54,7 +60,8 @@ impl Gateway {
         let mut console = Router::new();
         if let Some(operators) = &self.state.operators {
             if self.state.console {
-                console = crate::console::router(operators.clone(), self.state.records.clone());
+                console = crate::console::router(operators.clone(), self.state.records.clone())
+                    .layer(CompressionLayer::new());
             }
             // The client's long-poll shares the client routes' authentication; decisions take operator keys.
             api = api.route(
@@ -62,7 +69,10 @@ impl Gateway {
                 get(crate::operator::poll).with_state(operators.clone()),
             );
             operator = Router::new()
-                .route("/v1/approvals", get(crate::operator::list))
+                .route(
+                    "/v1/approvals",
+                    get(crate::operator::list).layer(CompressionLayer::new()),
+                )
                 .route("/v1/approvals/{id}/decision", post(crate::operator::decide))
                 .route_layer(middleware::from_fn_with_state(
                     operators.clone(),
@@ -96,11 +106,37 @@ impl Gateway {
                 )
             })
             .fallback(not_found)
-            .method_not_allowed_fallback(method_not_allowed)
-            .layer(DefaultBodyLimit::max(
-                self.state.limits.body_allowance(self.state.body_limit),
-            ));
-        crate::access::around(router.with_state(state))
+            .method_not_allowed_fallback(method_not_allowed);
+        crate::access::per_route(router.with_state(state))
+    }
+
+    /// What [`serve`](Self::serve) answers with: [`router`](Self::router) inside the edge middleware
+    /// ([`crate::access`]).
+    pub(crate) fn app<B>(
+        &self,
+        body_timeout: std::time::Duration,
+    ) -> impl tower::Service<
+        Request<B>,
+        Response = Response,
+        Error = std::convert::Infallible,
+        Future = impl std::future::Future<Output = Result<Response, std::convert::Infallible>>
+                     + Send
+                     + 'static,
+    > + Clone
+           + Send
+           + Sync
+           + 'static
+    where
+        B: http_body::Body<Data = bytes::Bytes> + Send + 'static,
+        B::Error: Into<axum::BoxError>,
+    {
+        crate::access::around(
+            self.router(),
+            EdgeLimits {
+                body_limit: self.state.limits.body_allowance(self.state.body_limit),
+                body_timeout,
+            },
+        )
     }
 
     /// `GET /metrics` alone (with its key check, when `--metrics-key-env` is set): what `--metrics-listen`

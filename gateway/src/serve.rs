@@ -3,8 +3,8 @@
 //! Each accepted connection is served by hyper-util's [`auto::Builder`]: HTTP/1.1, or HTTP/2 when the client
 //! opens with the HTTP/2 preface (h2c with prior knowledge; TLS and ALPN are a proxy's business). hyper-util's
 //! [`GracefulShutdown`] asks every connection to close after its current responses once the shutdown signal
-//! comes, and tells when all have. Request bodies have tower-http's `RequestBodyTimeoutLayer` (`--body-timeout`)
-//! around the whole router.
+//! comes, and tells when all have. Each request goes to [`Gateway::app`]: the router inside the edge middleware
+//! ([`crate::access`]), where the body limit and timeout are tower layers.
 //!
 //! Own code here is only the connection cap, at accept: over `--max-connections` a connection is answered
 //! `503` with `Retry-After` and closed before anything is read from it (no library counts connections before
@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Body;
-use axum::Router;
+use axum::response::Response;
 use http::Request;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
@@ -25,8 +25,7 @@ use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::{GracefulShutdown, Watcher};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
-use tower::{Layer, ServiceExt};
-use tower_http::timeout::{RequestBodyTimeout, RequestBodyTimeoutLayer};
+use tower::{Service, ServiceExt};
 
 use crate::connection::{ConnectionLimits, GuardedBody, PeerAddr};
 use crate::server::Gateway;
@@ -42,8 +41,22 @@ const OVERLOADED: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\nretry-after: 1\r
 connection: close\r\ncontent-length: 117\r\n\r\n{\"error\":{\"message\":\"too many open connections; retry later\",\
 \"type\":\"server_error\",\"code\":\"overloaded\",\"param\":null}}";
 
-/// The service every connection calls: the router with the request body timeout around it.
-type App = RequestBodyTimeout<Router>;
+/// The service every connection calls: the router inside the edge middleware ([`Gateway::app`]).
+pub(crate) trait App:
+    Service<Request<Incoming>, Response = Response, Error = Infallible, Future: Send + 'static>
+    + Clone
+    + Send
+    + 'static
+{
+}
+
+impl<A> App for A where
+    A: Service<Request<Incoming>, Response = Response, Error = Infallible, Future: Send + 'static>
+        + Clone
+        + Send
+        + 'static
+{
+}
 
 impl Gateway {
     /// Serve on `listener` until `shutdown` resolves; then stop accepting, let in-flight requests finish for at
@@ -69,7 +82,8 @@ impl Gateway {
             crate::idle_memory::Schedule::default(),
             crate::idle_memory::release_free_memory,
         ));
-        let server = serve(listener, self.router(), self.connections.clone(), signal);
+        let app = self.app(self.connections.body_timeout);
+        let server = serve(listener, app, self.connections.clone(), signal);
         tokio::pin!(server);
         let drain = self.shutdown_timeout;
         let deadline = async move {
@@ -105,19 +119,20 @@ impl Gateway {
     }
 }
 
-/// Accept connections on `listener` and serve `router` on each until `shutdown` resolves; then stop accepting,
+/// Accept connections on `listener` and serve `app` on each until `shutdown` resolves; then stop accepting,
 /// ask every connection to close after its current response, and return once all have closed.
-pub(crate) async fn serve(
+pub(crate) async fn serve<A>(
     listener: TcpListener,
-    router: Router,
+    app: A,
     limits: ConnectionLimits,
     shutdown: impl Future<Output = ()>,
-) {
+) where
+    A: App,
+{
     let max = limits
         .max_connections
         .clamp(1, Semaphore::MAX_PERMITS.min(u32::MAX as usize));
     let slots = Arc::new(Semaphore::new(max));
-    let app = RequestBodyTimeoutLayer::new(limits.body_timeout).layer(router);
     let builder = Arc::new(builder(&limits));
     let limits = Arc::new(limits);
     let graceful = GracefulShutdown::new();
@@ -197,9 +212,9 @@ fn builder(limits: &ConnectionLimits) -> auto::Builder<TokioExecutor> {
 }
 
 /// One accepted connection and what serving it needs.
-struct Connection {
+struct Connection<A> {
     peer: std::net::SocketAddr,
-    app: App,
+    app: A,
     builder: Arc<auto::Builder<TokioExecutor>>,
     limits: Arc<ConnectionLimits>,
     watcher: Watcher,
@@ -207,7 +222,7 @@ struct Connection {
     _slot: OwnedSemaphorePermit,
 }
 
-impl Connection {
+impl<A: App> Connection<A> {
     async fn serve(self, tcp: TcpStream) {
         let Connection {
             peer,
