@@ -91,13 +91,16 @@ async fn console_pages_are_gzipped_and_event_streams_never_are() {
     assert!(text.contains("[DONE]"), "{text}");
 }
 
+/// Method, URL, headers, body, and the status the gateway refuses it with.
+type ErrorCase<'a> = (&'a str, String, Vec<(&'a str, &'a str)>, String, u16);
+
 #[tokio::test]
 async fn every_json_error_names_its_request_id() {
     let (_dir, gw) = gateway().await;
     let auth = ("authorization", "Bearer sk-alice");
     let json = ("content-type", "application/json");
     let chat = request(false, "hi").to_string();
-    let cases: Vec<(&str, String, Vec<(&str, &str)>, String, u16)> = vec![
+    let cases: Vec<ErrorCase> = vec![
         ("GET", gw.url("/nowhere"), vec![], String::new(), 404),
         (
             "GET",
