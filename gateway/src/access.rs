@@ -1,23 +1,38 @@
-//! The standard HTTP middleware around every route, from `tower-http`:
+//! The standard HTTP middleware, from `tower-http` (and axum's body limit):
 //!
 //! - `SetSensitiveRequestHeadersLayer`: `authorization`, `proxy-authorization`, `x-api-key` and `cookie` are
 //!   marked sensitive, so no layer that prints headers prints them;
 //! - `SetRequestIdLayer` + `PropagateRequestIdLayer`: every request has an `x-request-id` (the client's, or a
-//!   new UUID) and every response carries it back;
+//!   new UUID) and every response carries it back; every JSON error body carries it too, as `request_id`
+//!   ([`crate::error::with_request_id`]);
+//! - `DefaultBodyLimit` (`--body-limit`) and `RequestBodyTimeoutLayer` (`--body-timeout`: a body that goes that
+//!   long without a byte fails, answered `408`);
 //! - `TraceLayer`: one access-log line per request at `INFO` when its response starts (method, route, status,
 //!   latency, request id and the caller's id once authentication has named it; never a key), inside a span that
 //!   OpenTelemetry export turns into the request's server span;
 //! - `CatchPanicLayer`: a handler that panics answers 500 in the API's error shape, and the gateway lives on.
+//!
+//! All but the last two wrap the router as a whole ([`around`]): `Router::layer` wraps every route in one more
+//! boxed service, which axum clones for every request. The access line names the matched route, known only
+//! after routing, so tracing (with the panic catcher inside it) is the one layer around each route
+//! ([`per_route`]).
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::time::Duration;
 
 use axum::body::Body;
-use axum::extract::MatchedPath;
+use axum::extract::{DefaultBodyLimit, MatchedPath};
 use axum::response::{IntoResponse, Response};
 use axum::Router;
+use bytes::Bytes;
 use http::header::{AUTHORIZATION, COOKIE, PROXY_AUTHORIZATION};
 use http::{HeaderName, Request};
+use tower::{Service, ServiceBuilder};
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
 use tower_http::sensitive_headers::SetSensitiveRequestHeadersLayer;
+use tower_http::timeout::RequestBodyTimeoutLayer;
 use tower_http::trace::{DefaultOnResponse, TraceLayer};
 use tower_http::LatencyUnit;
 use tracing::{Level, Span};
@@ -25,32 +40,72 @@ use tracing::{Level, Span};
 use crate::error::ApiError;
 
 /// The request id header, as clients and load balancers name it.
-const X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+pub(crate) const X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
-/// `router` with the standard middleware around each of its routes.
-pub(crate) fn around(router: Router) -> Router {
-    router
-        .layer(CatchPanicLayer::custom(panicked))
-        .layer(PropagateRequestIdLayer::new(X_REQUEST_ID))
-        .layer(
-            TraceLayer::new_for_http()
-                .make_span_with(request_span)
-                .on_request(())
-                .on_response(
-                    DefaultOnResponse::new()
-                        .level(Level::INFO)
-                        .latency_unit(LatencyUnit::Micros),
-                )
-                // A failed response is already logged by its status; a body that fails midway by the stream.
-                .on_failure(()),
-        )
-        .layer(SetRequestIdLayer::new(X_REQUEST_ID, MakeRequestUuid))
+/// What the edge middleware needs to know.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct EdgeLimits {
+    /// The largest request body read, in bytes.
+    pub(crate) body_limit: usize,
+    /// How long a request body may go without a byte.
+    pub(crate) body_timeout: Duration,
+}
+
+/// `router` with the middleware that needs the matched route around each of its routes: the access line and,
+/// inside it, the panic catcher (so a panic's `500` is logged like any answer).
+pub(crate) fn per_route(router: Router) -> Router {
+    // One `Router::layer` call for both: each call is one more boxed service per route, cloned per request.
+    router.layer(
+        ServiceBuilder::new()
+            .layer(
+                TraceLayer::new_for_http()
+                    .make_span_with(request_span)
+                    .on_request(())
+                    .on_response(
+                        DefaultOnResponse::new()
+                            .level(Level::INFO)
+                            .latency_unit(LatencyUnit::Micros),
+                    )
+                    // A failed response is already logged by its status; a body that fails midway by the stream.
+                    .on_failure(()),
+            )
+            .layer(CatchPanicLayer::custom(panicked)),
+    )
+}
+
+/// `app` (a router from [`per_route`]) with the rest of the standard middleware around it as a whole.
+pub(crate) fn around<B>(
+    app: Router,
+    limits: EdgeLimits,
+) -> impl Service<
+    Request<B>,
+    Response = Response,
+    Error = Infallible,
+    Future = impl Future<Output = Result<Response, Infallible>> + Send + 'static,
+> + Clone
+       + Send
+       + Sync
+       + 'static
+where
+    B: http_body::Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<axum::BoxError>,
+{
+    ServiceBuilder::new()
         .layer(SetSensitiveRequestHeadersLayer::new([
             AUTHORIZATION,
             PROXY_AUTHORIZATION,
             COOKIE,
             HeaderName::from_static("x-api-key"),
         ]))
+        .layer(SetRequestIdLayer::new(X_REQUEST_ID, MakeRequestUuid))
+        // Outside the propagation: the response carries the id by then.
+        .layer(axum::middleware::map_response(
+            crate::error::with_request_id,
+        ))
+        .layer(PropagateRequestIdLayer::new(X_REQUEST_ID))
+        .layer(DefaultBodyLimit::max(limits.body_limit))
+        .layer(RequestBodyTimeoutLayer::new(limits.body_timeout))
+        .service(app)
 }
 
 /// The span of one request: what the access-log line carries. `caller` is filled by authentication
@@ -117,25 +172,37 @@ mod tests {
         }
     }
 
-    fn app() -> Router {
+    fn app() -> impl Service<
+        Request<Body>,
+        Response = Response,
+        Error = Infallible,
+        Future = impl Future<Output = Result<Response, Infallible>> + Send,
+    > + Clone {
+        let limits = EdgeLimits {
+            body_limit: 1024,
+            body_timeout: Duration::from_secs(30),
+        };
         around(
-            Router::new()
-                .route(
-                    "/v1/things/{id}",
-                    get(|| async {
-                        record_caller("alice");
-                        "ok"
-                    }),
-                )
-                .route(
-                    "/v1/broken",
-                    get(|| async {
-                        if true {
-                            panic!("a bug in a handler");
-                        }
-                        "never"
-                    }),
-                ),
+            per_route(
+                Router::new()
+                    .route(
+                        "/v1/things/{id}",
+                        get(|| async {
+                            record_caller("alice");
+                            "ok"
+                        }),
+                    )
+                    .route(
+                        "/v1/broken",
+                        get(|| async {
+                            if true {
+                                panic!("a bug in a handler");
+                            }
+                            "never"
+                        }),
+                    ),
+            ),
+            limits,
         )
     }
 
@@ -212,7 +279,11 @@ mod tests {
         assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
         let body: serde_json::Value = serde_json::from_str(&body).unwrap();
         assert_eq!(body["error"]["code"], "internal_error", "{body}");
-        assert!(response.headers().contains_key("x-request-id"));
+        assert_eq!(
+            body["request_id"],
+            response.headers()["x-request-id"].to_str().unwrap(),
+            "{body}"
+        );
         let (after, _) = call("/v1/things/2", &[]).await;
         assert_eq!(after.status(), StatusCode::OK);
     }

@@ -1,5 +1,6 @@
 //! OpenAI-style errors: `{"error": {"message", "type", "code"}}` with a fitting HTTP status, mapped from
-//! [`tower_chat::ErrorKind`].
+//! [`tower_chat::ErrorKind`]. Every error answer also carries its request's `x-request-id` as `request_id`
+//! ([`with_request_id`]).
 
 use std::time::Duration;
 
@@ -334,6 +335,51 @@ pub(crate) fn json_bytes_response(status: StatusCode, body: Vec<u8>) -> Response
         HeaderValue::from_static("application/json"),
     );
     response
+}
+
+/// The largest error body [`with_request_id`] rewrites (error messages are cut at [`MAX_ERROR_MESSAGE`]).
+const MAX_ERROR_BODY: u64 = 64 * 1024;
+
+/// `response` with its request's `x-request-id` (already on the response) in its body as `request_id`, when it
+/// is a JSON error: every error the gateway answers, whoever wrote it (a handler, a guard, authentication, a
+/// rejection, the fallback), names the id a client quotes and the logs and call records carry. Answers that
+/// are not errors, not JSON, or of unknown length pass untouched; so does a stream's error event, which comes
+/// after a `200`.
+pub(crate) async fn with_request_id(response: Response) -> Response {
+    use http_body::Body as _;
+    let status = response.status();
+    let json = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .is_some_and(|t| t.as_bytes().starts_with(b"application/json"));
+    let small = response
+        .body()
+        .size_hint()
+        .exact()
+        .is_some_and(|n| n <= MAX_ERROR_BODY);
+    let id = match response.headers().get(crate::access::X_REQUEST_ID) {
+        Some(id) if json && small && (status.is_client_error() || status.is_server_error()) => {
+            match id.to_str() {
+                Ok(id) => id.to_owned(),
+                Err(_) => return response,
+            }
+        }
+        _ => return response,
+    };
+    let (mut parts, body) = response.into_parts();
+    // Whole in memory already (the exact size is known and small): this cannot wait or fail midway.
+    let bytes = match axum::body::to_bytes(body, MAX_ERROR_BODY as usize).await {
+        Ok(bytes) => bytes,
+        Err(_) => return Response::from_parts(parts, axum::body::Body::empty()),
+    };
+    let mut value = match serde_json::from_slice::<Value>(&bytes) {
+        Ok(Value::Object(object)) => object,
+        _ => return Response::from_parts(parts, axum::body::Body::from(bytes)),
+    };
+    value.insert("request_id".to_owned(), Value::String(id));
+    parts.headers.remove(header::CONTENT_LENGTH);
+    let body = serde_json::to_vec(&value).expect("a JSON object serialises");
+    Response::from_parts(parts, axum::body::Body::from(body))
 }
 
 impl IntoResponse for ApiError {

@@ -58,7 +58,9 @@ mod pending;
 pub mod request_limits;
 mod respond;
 mod rounds;
+mod routes;
 mod sandbox;
+mod serve;
 mod server;
 pub mod stack;
 pub mod stores;
@@ -69,6 +71,7 @@ mod turn;
 pub mod upstream_key;
 pub mod upstreams;
 mod warn_limit;
+mod watchdog;
 mod wire;
 
 use std::fmt;

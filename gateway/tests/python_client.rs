@@ -1,6 +1,6 @@
 //! The official Python clients against the gateway, so every wire format is checked by a parser nobody here
-//! wrote: `openai` for Chat Completions (`tests/openai_client.py`) and Responses
-//! (`tests/openai_responses_client.py`), `anthropic` for Messages (`tests/anthropic_client.py`). Each test skips
+//! wrote: `openai` for Chat Completions (`tests/openai_client.py`, and over HTTP/2 `tests/openai_http2_client.py`)
+//! and Responses (`tests/openai_responses_client.py`), `anthropic` for Messages (`tests/anthropic_client.py`). Each test skips
 //! with a visible message when `python3` or its package is missing (`pip install openai anthropic`).
 
 mod common;
@@ -96,6 +96,27 @@ async fn the_official_openai_python_client_works_against_v1_responses() {
             "ok function call round trip",
             "ok previous_response_id",
             "ok errors",
+        ],
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_official_openai_python_client_streams_over_http2() {
+    let test = "the_official_openai_python_client_streams_over_http2";
+    // HTTP/2 in the Python client needs `h2` (`pip install 'httpx[http2]'`).
+    if common::python_keys(test, "h2").is_none() {
+        return;
+    }
+    run_client(
+        test,
+        "openai",
+        "openai_http2_client.py",
+        Harness::base_url,
+        &[
+            "ok non-streaming text",
+            "ok streaming text",
+            "ok every answer over HTTP/2",
         ],
     )
     .await;

@@ -255,6 +255,32 @@ fn built(method: &str, url: &str, headers: &[(&str, &str)], body: &str) -> Reque
         .unwrap()
 }
 
+/// One HTTP/2 connection to `addr` with prior knowledge (h2c: no upgrade, no TLS); every clone of the sender
+/// opens its streams on it.
+pub async fn http2(addr: SocketAddr) -> hyper::client::conn::http2::SendRequest<Full<Bytes>> {
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let (sender, connection) = hyper::client::conn::http2::handshake(
+        TokioExecutor::new(),
+        hyper_util::rt::TokioIo::new(tcp),
+    )
+    .await
+    .expect("HTTP/2 handshake");
+    tokio::spawn(connection);
+    sender
+}
+
+/// A request for an HTTP/2 stream to the gateway at `addr` (the URI carries the `:authority` the host check
+/// reads).
+pub fn http2_request(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> Request<Full<Bytes>> {
+    built(method, &format!("http://{addr}{path}"), headers, body)
+}
+
 /// Read an answer whose head has arrived: its status, headers and whole body.
 pub async fn read(response: http::Response<hyper::body::Incoming>) -> Answer {
     let status = response.status();

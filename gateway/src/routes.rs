@@ -1,0 +1,221 @@
+//! The routes and the middleware between them: which path goes to which handler, behind which checks
+//! (host and origin guard, authentication, in-flight caps), and the edge middleware around them all
+//! ([`crate::access`]). The console and the JSON lists (`/v1/models`, `/v1/usage`, `/v1/approvals`) are
+//! compressed (gzip, when the client accepts it); the chat endpoints are not: their answers are streams or
+//! small, and an event stream must reach the client event by event.
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Extension, Router};
+use http::StatusCode;
+use tower_chat::CallerIdentity;
+use tower_http::compression::CompressionLayer;
+
+use crate::access::EdgeLimits;
+use crate::api_guard::{AllowedHosts, ApiGuard};
+use crate::connection::GuardedBody;
+use crate::error::{json_response, ApiError};
+use crate::server::{endpoint, AppState, Gateway};
+use crate::wire::{
+    anthropic_messages::AnthropicMessages, chat_completions::ChatCompletions, responses::Responses,
+    WireFormat,
+};
+
+impl Gateway {
+    /// The axum application: the routes, their checks and the access log. [`serve`](Self::serve) adds the rest
+    /// of the edge middleware around it ([`crate::access`]: request ids, body limit and timeout).
+    pub fn router(&self) -> Router {
+        // Shared, not cloned per request: axum clones the state for every extractor and middleware that asks
+        // for it, and a clone of the stack is a clone of every layer in it.
+        let state = Arc::new(self.state.clone());
+        let (limits, records) = (self.limits.clone(), self.state.turns.records.clone());
+        let usage = move |caller: Option<Extension<CallerIdentity>>| {
+            crate::limits::usage(limits, records, caller.map(|Extension(c)| c))
+        };
+        let mut api = Router::new()
+            .route("/v1/chat/completions", post(endpoint::<ChatCompletions>))
+            .route("/v1/messages", post(endpoint::<AnthropicMessages>))
+            .route("/v1/responses", post(endpoint::<Responses>))
+            .route_layer(middleware::from_fn_with_state(
+                state.clone(),
+                limit_in_flight,
+            ))
+            .merge(
+                crate::upstreams::models_route(self.observability.router.clone())
+                    .layer(CompressionLayer::new()),
+            )
+            .route("/v1/usage", get(usage).layer(CompressionLayer::new()));
+        // Outside authentication: a rebound page or another site's request is refused whatever it carries.
+        let guard = Arc::new(ApiGuard::new(
+            self.state.allowed_hosts.clone().unwrap_or_else(|| {
+                AllowedHosts::default_for(self.state.listen, self.state.keys.is_some())
+            }),
+        ));
+        let mut operator = Router::new();
+        let mut console = Router::new();
+        if let Some(operators) = &self.state.turns.operators {
+            if self.state.console {
+                console =
+                    crate::console::router(operators.clone(), self.state.turns.records.clone())
+                        .layer(CompressionLayer::new());
+            }
+            // The client's long-poll shares the client routes' authentication; decisions take operator keys.
+            api = api.route(
+                "/v1/approvals/{id}",
+                get(crate::operator::poll).with_state(operators.clone()),
+            );
+            operator = Router::new()
+                .route(
+                    "/v1/approvals",
+                    get(crate::operator::list).layer(CompressionLayer::new()),
+                )
+                .route("/v1/approvals/{id}/decision", post(crate::operator::decide))
+                .route_layer(middleware::from_fn_with_state(
+                    operators.clone(),
+                    crate::operator::authenticate_operator,
+                ))
+                .route_layer(middleware::from_fn_with_state(
+                    guard.clone(),
+                    crate::api_guard::guard,
+                ))
+                .with_state(operators.clone());
+        } else if self.state.console {
+            console = crate::console::not_configured_router();
+        }
+        let api = api
+            .route_layer(middleware::from_fn_with_state(state.clone(), authenticate))
+            .route_layer(middleware::from_fn_with_state(
+                guard,
+                crate::api_guard::guard,
+            ));
+        let router = Router::new()
+            .merge(api)
+            .merge(operator)
+            .merge(console)
+            .route("/healthz", get(healthz))
+            .merge(if self.observability.metrics_elsewhere {
+                Router::new()
+            } else {
+                crate::metrics::metrics_route(
+                    self.observability.metrics.clone(),
+                    self.observability.metrics_key.clone(),
+                )
+            })
+            .fallback(not_found)
+            .method_not_allowed_fallback(method_not_allowed);
+        crate::access::per_route(router.with_state(state))
+    }
+
+    /// What [`serve`](Self::serve) answers with: [`router`](Self::router) inside the edge middleware
+    /// ([`crate::access`]).
+    pub(crate) fn app<B>(
+        &self,
+        body_timeout: std::time::Duration,
+    ) -> impl tower::Service<
+        Request<B>,
+        Response = Response,
+        Error = std::convert::Infallible,
+        Future = impl std::future::Future<Output = Result<Response, std::convert::Infallible>>
+                     + Send
+                     + 'static,
+    > + Clone
+           + Send
+           + Sync
+           + 'static
+    where
+        B: http_body::Body<Data = bytes::Bytes> + Send + 'static,
+        B::Error: Into<axum::BoxError>,
+    {
+        crate::access::around(
+            self.router(),
+            EdgeLimits {
+                body_limit: self
+                    .state
+                    .turns
+                    .limits
+                    .body_allowance(self.state.turns.body_limit),
+                body_timeout,
+            },
+        )
+    }
+
+    /// `GET /metrics` alone (with its key check, when `--metrics-key-env` is set): what `--metrics-listen`
+    /// serves. [`router`](Self::router) includes it unless `--metrics-listen` is set.
+    pub fn metrics_router(&self) -> Router {
+        crate::metrics::metrics_route(
+            self.observability.metrics.clone(),
+            self.observability.metrics_key.clone(),
+        )
+    }
+}
+
+async fn method_not_allowed(request: Request) -> Response {
+    let error = ApiError {
+        status: StatusCode::METHOD_NOT_ALLOWED,
+        ..ApiError::invalid_request(
+            "method_not_allowed",
+            format!(
+                "{} is not allowed on {}",
+                request.method(),
+                request.uri().path()
+            ),
+        )
+    };
+    error.into_response()
+}
+
+async fn healthz() -> Response {
+    json_response(StatusCode::OK, &serde_json::json!({"status": "ok"}))
+}
+
+async fn not_found(request: Request) -> Response {
+    ApiError::not_found(request.uri().path()).into_response()
+}
+
+async fn authenticate(
+    State(state): State<Arc<AppState>>,
+    mut request: Request,
+    next: Next,
+) -> Response {
+    if let Some(keys) = &state.keys {
+        match keys.check(request.headers()) {
+            Ok(caller) => {
+                crate::access::record_caller(caller.as_str());
+                request.extensions_mut().insert(caller);
+            }
+            Err(error) => return refusal(request.uri().path(), error),
+        }
+    }
+    next.run(request).await
+}
+
+/// A refusal by a middleware, in the shape the route's clients parse.
+pub(crate) fn refusal(path: &str, error: ApiError) -> Response {
+    if path == "/v1/messages" {
+        AnthropicMessages::error_response(error)
+    } else {
+        error.into_response()
+    }
+}
+
+/// The in-flight limits, after authentication (the per-key limit needs the caller). The slots are held until
+/// the response body has been sent, a stream's whole life.
+async fn limit_in_flight(
+    State(state): State<Arc<AppState>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let caller = request.extensions().get::<CallerIdentity>().cloned();
+    let permit = match state.in_flight.admit(caller.as_ref()) {
+        Ok(permit) => permit,
+        Err(error) => return refusal(request.uri().path(), error),
+    };
+    next.run(request)
+        .await
+        .map(|body| Body::new(GuardedBody::new(body, permit)))
+}

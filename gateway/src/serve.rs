@@ -1,0 +1,271 @@
+//! Serving: the accept loop, HTTP/1.1 and HTTP/2 on one listener, and graceful shutdown.
+//!
+//! Each accepted connection is served by hyper-util's [`auto::Builder`]: HTTP/1.1, or HTTP/2 when the client
+//! opens with the HTTP/2 preface (h2c with prior knowledge; TLS and ALPN are a proxy's business). hyper-util's
+//! [`GracefulShutdown`] asks every connection to close after its current responses once the shutdown signal
+//! comes, and tells when all have. Each request goes to [`Gateway::app`]: the router inside the edge middleware
+//! ([`crate::access`]), where the body limit and timeout are tower layers.
+//!
+//! Own code here is only the connection cap, at accept: over `--max-connections` a connection is answered
+//! `503` with `Retry-After` and closed before anything is read from it (no library counts connections before
+//! they are served, and once hyper serves one it has already read its head). The deadlines per connection
+//! (idle, slow head, stalled reader) are [`crate::watchdog`]'s.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::response::Response;
+use http::Request;
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use hyper_util::server::graceful::{GracefulShutdown, Watcher};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tower::{Service, ServiceExt};
+
+use crate::connection::{ConnectionLimits, GuardedBody, PeerAddr};
+use crate::server::Gateway;
+use crate::warn_limit::WarnLimit;
+use crate::watchdog::{self, Activity, WatchedIo};
+
+/// How long the requests still in flight when the drain time is over get to write their `shutting_down` error
+/// (their connections close after it); a client that does not read it loses it.
+const FINAL_WORDS: Duration = Duration::from_secs(1);
+
+/// The answer to a connection over `max_connections`, written without reading the request.
+const OVERLOADED: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\nretry-after: 1\r\ncontent-type: application/json\r\n\
+connection: close\r\ncontent-length: 117\r\n\r\n{\"error\":{\"message\":\"too many open connections; retry later\",\
+\"type\":\"server_error\",\"code\":\"overloaded\",\"param\":null}}";
+
+/// The service every connection calls: the router inside the edge middleware ([`Gateway::app`]).
+pub(crate) trait App:
+    Service<Request<Incoming>, Response = Response, Error = Infallible, Future: Send + 'static>
+    + Clone
+    + Send
+    + 'static
+{
+}
+
+impl<A> App for A where
+    A: Service<Request<Incoming>, Response = Response, Error = Infallible, Future: Send + 'static>
+        + Clone
+        + Send
+        + 'static
+{
+}
+
+impl Gateway {
+    /// Serve on `listener` until `shutdown` resolves; then stop accepting, let in-flight requests finish for at
+    /// most the configured shutdown timeout, and return. Requests still in flight then end with a
+    /// `shutting_down` error in their client's format (a `503`, or a stream's error event), given up to a second
+    /// to be written.
+    pub async fn serve(
+        mut self,
+        listener: TcpListener,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> std::io::Result<()> {
+        // The port really bound (`--listen` may say 0): the default allowed hosts name it.
+        self.state.listen = listener.local_addr()?;
+        let (signalled_tx, signalled_rx) = tokio::sync::oneshot::channel::<()>();
+        let signal = async move {
+            shutdown.await;
+            tracing::info!("shutting down: no new connections, draining in-flight requests");
+            let _ = signalled_tx.send(());
+        };
+        // Memory a load freed goes back to the operating system once the gateway is idle again.
+        let release = tokio::spawn(crate::idle_memory::release_when_idle(
+            self.state.in_flight.idle_tracker(),
+            crate::idle_memory::Schedule::default(),
+            crate::idle_memory::release_free_memory,
+        ));
+        let app = self.app(self.connections.body_timeout);
+        let server = serve(listener, app, self.connections.clone(), signal);
+        tokio::pin!(server);
+        let drain = self.shutdown_timeout;
+        let deadline = async move {
+            if signalled_rx.await.is_err() {
+                std::future::pending::<()>().await;
+            }
+            tokio::time::sleep(drain).await;
+        };
+        tokio::select! {
+            () = &mut server => {},
+            () = deadline => {
+                tracing::warn!(?drain, "drain time over: ending the requests still in flight");
+                self.state.turns.drain_over.cancel();
+                if tokio::time::timeout(FINAL_WORDS, &mut server).await.is_err() {
+                    tracing::warn!("dropping the connections still open");
+                }
+            }
+        }
+        release.abort();
+        drop(self.state);
+        if let Some(limits) = &self.limits {
+            // Settlements of the calls that just ended may still be on their way to the store.
+            limits.settled().await;
+        }
+        if let Some(persistence) = self.stores.as_ref().map(|s| &s.persistence) {
+            // Records of the calls that just ended may still sit in the writer's buffer.
+            match persistence.flush().await {
+                Ok(()) => tracing::info!("persistence flushed"),
+                Err(error) => tracing::error!(%error, "flushing persistence failed"),
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Accept connections on `listener` and serve `app` on each until `shutdown` resolves; then stop accepting,
+/// ask every connection to close after its current response, and return once all have closed.
+pub(crate) async fn serve<A>(
+    listener: TcpListener,
+    app: A,
+    limits: ConnectionLimits,
+    shutdown: impl Future<Output = ()>,
+) where
+    A: App,
+{
+    let max = limits
+        .max_connections
+        .clamp(1, Semaphore::MAX_PERMITS.min(u32::MAX as usize));
+    let slots = Arc::new(Semaphore::new(max));
+    let builder = Arc::new(builder(&limits));
+    let limits = Arc::new(limits);
+    let graceful = GracefulShutdown::new();
+    static ACCEPT_FAILED: WarnLimit = WarnLimit::new(Duration::from_secs(1), 1);
+    static SHED: WarnLimit = WarnLimit::new(Duration::from_secs(1), 1);
+    tokio::pin!(shutdown);
+    loop {
+        let tcp = tokio::select! {
+            biased;
+            () = &mut shutdown => break,
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => accepted,
+                Err(error) => {
+                    if let Some(suppressed) = ACCEPT_FAILED.admit(std::time::Instant::now()) {
+                        tracing::warn!(%error, suppressed, "accept failed");
+                    }
+                    // Out of file descriptors (or similar): accepting again at once would spin.
+                    tokio::select! {
+                        () = &mut shutdown => break,
+                        () = tokio::time::sleep(Duration::from_millis(20)) => continue,
+                    }
+                }
+            },
+        };
+        // SSE chunks are small writes; without TCP_NODELAY, Nagle's algorithm and delayed ACKs hold each one
+        // back for tens of milliseconds.
+        let (tcp, peer) = tcp;
+        if let Err(error) = tcp.set_nodelay(true) {
+            tracing::debug!(%error, "could not set TCP_NODELAY");
+        }
+        match slots.clone().try_acquire_owned() {
+            Ok(slot) => {
+                let connection = Connection {
+                    peer,
+                    app: app.clone(),
+                    builder: builder.clone(),
+                    limits: limits.clone(),
+                    watcher: graceful.watcher(),
+                    _slot: slot,
+                };
+                tokio::spawn(connection.serve(tcp));
+            }
+            Err(_) => {
+                if let Some(suppressed) = SHED.admit(std::time::Instant::now()) {
+                    tracing::warn!(
+                        max,
+                        suppressed,
+                        "connection limit reached: shedding connections"
+                    );
+                }
+                // Best effort, never waiting: a fresh socket's send buffer takes these bytes at once.
+                let _ = tcp.try_write(OVERLOADED);
+            }
+        }
+    }
+    drop(listener);
+    // Every connection is asked to close after its current responses; an idle or half-open one closes at once
+    // or at its watchdog deadline.
+    graceful.shutdown().await;
+}
+
+/// HTTP/1.1 and HTTP/2 with the gateway's settings.
+fn builder(limits: &ConnectionLimits) -> auto::Builder<TokioExecutor> {
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    // hyper's own head timer starts when it waits for a head, idle time included: a backstop behind the
+    // watchdog, which tells idle and header time apart. (It waits for a head only once the last response has
+    // been written, so it does not cut a slow reader.)
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.idle_timeout + limits.header_timeout);
+    // hyper's HTTP/2 defaults bound a connection's streams (200 at once) and refuse a flood of streams the
+    // client opens and resets at once (CVE-2023-44487) with GOAWAY; no keep-alive pings, which would keep an
+    // idle connection busy past the idle timeout.
+    builder.http2().timer(TokioTimer::new());
+    builder
+}
+
+/// One accepted connection and what serving it needs.
+struct Connection<A> {
+    peer: std::net::SocketAddr,
+    app: A,
+    builder: Arc<auto::Builder<TokioExecutor>>,
+    limits: Arc<ConnectionLimits>,
+    watcher: Watcher,
+    /// A place under `--max-connections`, held until the connection has closed.
+    _slot: OwnedSemaphorePermit,
+}
+
+impl<A: App> Connection<A> {
+    async fn serve(self, tcp: TcpStream) {
+        let Connection {
+            peer,
+            app,
+            builder,
+            limits,
+            watcher,
+            _slot,
+        } = self;
+        let activity = Arc::new(Activity::new());
+        let io = TokioIo::new(WatchedIo::new(tcp, activity.clone()));
+        let service = {
+            let activity = activity.clone();
+            hyper::service::service_fn(move |mut request: Request<Incoming>| {
+                let guard = activity.begin();
+                request.extensions_mut().insert(PeerAddr(peer));
+                let app = app.clone();
+                async move {
+                    let response = app.oneshot(request).await.unwrap_or_else(|e| match e {});
+                    Ok::<_, Infallible>(
+                        response.map(|body| Body::new(GuardedBody::new(body, guard))),
+                    )
+                }
+            })
+        };
+        let connection = watcher.watch(builder.serve_connection(io, service));
+        watchdog::watch(connection, &activity, &limits, peer).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_overload_answer_is_well_formed() {
+        let text = std::str::from_utf8(OVERLOADED).unwrap();
+        let (head, body) = text.split_once("\r\n\r\n").unwrap();
+        assert!(
+            head.contains(&format!("content-length: {}", body.len())),
+            "{head}"
+        );
+        let body: serde_json::Value = serde_json::from_str(body).unwrap();
+        assert_eq!(body["error"]["code"], "overloaded");
+    }
+}
