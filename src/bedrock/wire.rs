@@ -1,7 +1,7 @@
 //! The Converse / ConverseStream request body: `system` blocks, `messages` of `user` and `assistant` turns with
 //! `text`, `image`, `document`, `toolUse`, `toolResult` and `reasoningContent` blocks, a `cachePoint` after each
-//! part, tool or system text that carries a cache hint, `toolConfig` and `inferenceConfig`; a JSON answer (`response_format`) as a forced tool call whose input
-//! is the answer, decoded back into text.
+//! part, tool or system text that carries a cache hint, `toolConfig` and `inferenceConfig`; a JSON answer
+//! (`response_format`) as a forced tool call whose input is the answer, decoded back into text.
 
 use std::sync::Arc;
 
