@@ -717,14 +717,19 @@ async fn a_json_answer_comes_back_as_text_from_the_forced_tool_streamed_and_whol
     .await;
     let leaf = leaf(&provider);
     for stream in [true, false] {
-        let mut request = ChatRequest::new(vec![Message::user("capital of Norway?")]).stream(stream);
+        let mut request =
+            ChatRequest::new(vec![Message::user("capital of Norway?")]).stream(stream);
         request.options.response_format = Some(tower_chat::ResponseFormat::JsonSchema {
             name: "place".into(),
             schema: json!({"type": "object", "properties": {"city": {"type": "string"}}}),
             strict: None,
         });
         let response = call(&leaf, request).await.unwrap();
-        assert_eq!(response.finish_reason, Some(FinishReason::Stop), "stream={stream}");
+        assert_eq!(
+            response.finish_reason,
+            Some(FinishReason::Stop),
+            "stream={stream}"
+        );
         let answer = response.last_assistant().unwrap();
         assert!(answer.tool_calls.is_empty(), "stream={stream}");
         let text: Value = serde_json::from_str(&answer.content.to_string()).unwrap();

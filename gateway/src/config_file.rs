@@ -35,6 +35,8 @@ pub struct ConfigFile {
     pub mcp: Vec<crate::mcp::McpServerEntry>,
     /// `[cache]`: a response cache, off without the table ([`crate::cache`]).
     pub cache: Option<crate::cache::CacheSection>,
+    /// `[structured]`: JSON answers validated and repaired, off without the table ([`crate::structured`]).
+    pub structured: Option<crate::structured::StructuredSection>,
 }
 
 impl ConfigFile {

@@ -58,6 +58,7 @@ mod respond;
 mod rounds;
 mod sandbox;
 mod server;
+pub mod structured;
 mod summary;
 pub mod telemetry;
 pub mod tools;

@@ -246,6 +246,11 @@ where
         ),
         None => Either::Right(upstream),
     };
+    // Outside persistence and limits: a repair is a model call recorded and charged like any other.
+    let structured = config.file.structured.as_ref().map(|s| s.layer());
+    let rounds = tower::ServiceBuilder::new()
+        .option_layer(structured)
+        .service(rounds);
     let service = FunctionInvocationLayer::new()
         .tools(server_tools(config.files.as_deref())?)?
         .max_rounds(config.max_rounds)

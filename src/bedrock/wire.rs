@@ -720,8 +720,14 @@ mod tests {
         let body = encoded(&request);
         let config = &body["toolConfig"];
         assert_eq!(config["tools"][0]["toolSpec"]["name"], "structured_answer");
-        assert_eq!(config["tools"][0]["toolSpec"]["inputSchema"]["json"], schema);
-        assert_eq!(config["toolChoice"], json!({"tool": {"name": "structured_answer"}}));
+        assert_eq!(
+            config["tools"][0]["toolSpec"]["inputSchema"]["json"],
+            schema
+        );
+        assert_eq!(
+            config["toolChoice"],
+            json!({"tool": {"name": "structured_answer"}})
+        );
         let mut object = ChatRequest::new(vec![Message::user("hi")]);
         object.options.response_format = Some(ResponseFormat::JsonObject);
         let body = encoded(&object);
@@ -729,8 +735,15 @@ mod tests {
             body["toolConfig"]["tools"][0]["toolSpec"]["inputSchema"]["json"],
             json!({"type": "object"})
         );
-        // The model could not call tools of the request's own beside the forced one.
+        // Beside the request's own tools: some call is required, and forcing one of them is refused.
         request.options.tools = vec![ToolSpec::new("lookup", "", json!({"type": "object"}))].into();
+        let body = encoded(&request);
+        assert_eq!(body["toolConfig"]["toolChoice"], json!({"any": {}}));
+        assert_eq!(
+            body["toolConfig"]["tools"][1]["toolSpec"]["name"],
+            "structured_answer"
+        );
+        request.options.tool_choice = Some(ToolChoice::Tool("lookup".into()));
         let error = encode(&request, &ToolsJson::default()).unwrap_err();
         assert_eq!(error.kind(), &ErrorKind::InvalidRequest);
     }
