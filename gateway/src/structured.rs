@@ -236,6 +236,30 @@ mod tests {
         assert!(error.to_string().contains("validated"), "{error}");
     }
 
+    /// The README's example parses.
+    #[test]
+    fn the_documented_example_is_valid() {
+        let readme = include_str!("../README.md");
+        let start = readme.find("[structured]\nvalidate").unwrap();
+        let end = start + readme[start..].find("```").unwrap();
+        let file = crate::config_file::ConfigFile::parse(&readme[start..end], "README.md").unwrap();
+        let section = file.structured.unwrap();
+        assert_eq!(
+            section.policy("gpt-4o"),
+            Policy {
+                validate: true,
+                repairs: 0
+            }
+        );
+        assert_eq!(
+            section.policy("fast"),
+            Policy {
+                validate: false,
+                repairs: 2
+            }
+        );
+    }
+
     #[test]
     fn an_empty_table_validates_with_two_repairs() {
         let section: StructuredSection = toml::from_str("").unwrap();

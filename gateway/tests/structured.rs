@@ -403,3 +403,64 @@ async fn an_answer_that_never_matches_is_a_typed_error_in_the_clients_format() {
         }
     }
 }
+
+/// The official SDKs' parse helpers (`chat.completions.parse`, `responses.parse`, Anthropic's `messages.parse`)
+/// read a Pydantic model out of the gateway's answer over an OpenAI and an Anthropic upstream
+/// (`tests/structured_client.py`; skips visibly without `python3` and `openai`, fails so with `CI` set).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_official_sdks_parse_helpers_read_typed_answers_over_openai_and_anthropic() {
+    let test = "the_official_sdks_parse_helpers_read_typed_answers_over_openai_and_anthropic";
+    let Some(keys) = common::python_keys(test, "openai") else {
+        return;
+    };
+    let answer = oslo().to_string();
+    let upstreams = KindUpstreams::start(move |kind| {
+        let answer = answer.clone();
+        Box::new(move |request, _| json_reply(kind, request, &answer))
+    })
+    .await;
+    let file = ConfigFile::parse(&upstreams.toml(), "gateway.toml").unwrap();
+    let keys_path = keys.path().to_owned();
+    let gw = Harness::start(
+        |_, _| Reply::json(500, json!({"error": "the --upstream is unused"})),
+        move |config| {
+            config.file = file;
+            config.api_keys_file = Some(keys_path);
+        },
+    )
+    .await;
+    let models = ["m-openai", "m-anthropic"];
+    let mut args = vec![gw.base_url(), common::PYTHON_KEY.to_owned()];
+    args.extend(models.iter().map(|m| m.to_string()));
+    let checks: Vec<String> = models
+        .iter()
+        .flat_map(|m| {
+            [
+                format!("ok chat.completions.parse {m}"),
+                format!("ok responses.parse {m}"),
+            ]
+        })
+        .collect();
+    let checks: Vec<&str> = checks.iter().map(String::as_str).collect();
+    common::run_python("structured_client.py", &args, &checks).await;
+    // What the SDKs sent arrived as each upstream's own structured-output parameter.
+    let openai = upstreams.get("openai").server.requests();
+    assert!(openai.len() >= 2, "{openai:?}");
+    assert_eq!(
+        openai[0].body["response_format"]["json_schema"]["name"],
+        "Place"
+    );
+    assert_eq!(
+        openai[0].body["response_format"]["json_schema"]["strict"],
+        true
+    );
+    assert_eq!(
+        openai[1].body["response_format"]["json_schema"]["name"],
+        "Place"
+    );
+    let anthropic = upstreams.get("anthropic").server.requests();
+    assert!(anthropic.len() >= 2, "{anthropic:?}");
+    for request in &anthropic {
+        check_asked_for_json("anthropic", request);
+    }
+}
