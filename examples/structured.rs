@@ -72,7 +72,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut answer = leaf.structured_stream::<City>(request);
     while let Some(step) = answer.next().await {
         match step? {
-            Partial::Growing(value) => println!("… {value}"),
+            Partial::Growing { value, .. } => println!("… {value}"),
             Partial::Restarted { violations } => {
                 println!("✗ asked again: {}", violations.join("; "))
             }

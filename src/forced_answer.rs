@@ -36,28 +36,49 @@ use crate::event::{ChatEvent, FinishReason};
 use crate::request::{ChatOptions, ToolChoice, ToolSpec};
 
 /// The name of the tool whose input is the answer. Reserved: a request that offers its own tool of this name
-/// together with a forced answer is refused.
+/// together with a JSON answer is refused.
 pub const FORCED_ANSWER_TOOL: &str = "structured_answer";
 
-/// Offer [`FORCED_ANSWER_TOOL`] with `schema` as its parameters and require it (`name` is the schema's name,
-/// for the tool's description). Refused when the request offers tools of its own: the model could not call them.
+/// Offer [`FORCED_ANSWER_TOOL`] with `schema` as its parameters (`name` is the schema's name, for the tool's
+/// description). Alone, it is required; beside the request's own tools, some tool call is required (the model
+/// may call the others first, as a tool loop then runs them, and answers through this one). Refused when the
+/// request forces one of its own tools (it could never answer) or already offers a tool of this name.
 pub fn force_answer_tool(
     options: &mut ChatOptions,
     name: &str,
     schema: &Value,
 ) -> Result<(), ChatError> {
-    if !options.tools.is_empty() {
+    if options
+        .tools
+        .iter()
+        .any(|tool| tool.name == FORCED_ANSWER_TOOL)
+    {
         return Err(ChatError::new(
             ErrorKind::InvalidRequest,
-            "a JSON schema answer is asked for as a forced tool call here, so the request cannot offer other tools",
+            format!("the tool name `{FORCED_ANSWER_TOOL}` is reserved for a JSON schema answer"),
         ));
     }
+    let choice = match &options.tool_choice {
+        Some(ToolChoice::Tool(forced)) => {
+            return Err(ChatError::new(
+                ErrorKind::InvalidRequest,
+                format!(
+                    "a JSON schema answer is asked for as a tool call here, so the request cannot force its own \
+                     tool `{forced}`"
+                ),
+            ))
+        }
+        // The request's tools may not be called: the answer is the only call left.
+        Some(ToolChoice::None) => ToolChoice::Tool(FORCED_ANSWER_TOOL.to_owned()),
+        _ if options.tools.is_empty() => ToolChoice::Tool(FORCED_ANSWER_TOOL.to_owned()),
+        _ => ToolChoice::Required,
+    };
     options.tools.push(ToolSpec::new(
         FORCED_ANSWER_TOOL,
         format!("Give the answer (`{name}`) as this tool's input."),
         schema.clone(),
     ));
-    options.tool_choice = Some(ToolChoice::Tool(FORCED_ANSWER_TOOL.to_owned()));
+    options.tool_choice = Some(choice);
     Ok(())
 }
 

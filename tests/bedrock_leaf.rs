@@ -708,3 +708,36 @@ async fn a_history_from_another_provider_drops_its_reasoning() {
         json!([{"text": "hello"}])
     );
 }
+
+#[tokio::test]
+async fn a_json_answer_comes_back_as_text_from_the_forced_tool_streamed_and_whole() {
+    let provider = ScriptedProvider::start(|_, _| {
+        Reply::bedrock_tool_use(&[("tooluse_a", "structured_answer", json!({"city": "Oslo"}))])
+    })
+    .await;
+    let leaf = leaf(&provider);
+    for stream in [true, false] {
+        let mut request =
+            ChatRequest::new(vec![Message::user("capital of Norway?")]).stream(stream);
+        request.options.response_format = Some(tower_chat::ResponseFormat::JsonSchema {
+            name: "place".into(),
+            schema: json!({"type": "object", "properties": {"city": {"type": "string"}}}),
+            strict: None,
+        });
+        let response = call(&leaf, request).await.unwrap();
+        assert_eq!(
+            response.finish_reason,
+            Some(FinishReason::Stop),
+            "stream={stream}"
+        );
+        let answer = response.last_assistant().unwrap();
+        assert!(answer.tool_calls.is_empty(), "stream={stream}");
+        let text: Value = serde_json::from_str(&answer.content.to_string()).unwrap();
+        assert_eq!(text, json!({"city": "Oslo"}), "stream={stream}");
+    }
+    let sent = provider.requests();
+    assert_eq!(
+        sent[0].body["toolConfig"]["toolChoice"],
+        json!({"tool": {"name": "structured_answer"}})
+    );
+}

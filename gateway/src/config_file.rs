@@ -42,6 +42,8 @@ pub struct ConfigFile {
     /// `[guardrail]`: content policies per caller, route and model, off without the table
     /// ([`crate::guardrail`]).
     pub guardrail: Option<crate::guardrail::GuardrailSection>,
+    /// `[structured]`: JSON answers validated and repaired, off without the table ([`crate::structured`]).
+    pub structured: Option<crate::structured::StructuredSection>,
 }
 
 impl ConfigFile {

@@ -8,6 +8,7 @@ use axum::response::{IntoResponse, Response};
 use http::{header, HeaderValue, StatusCode};
 use serde_json::{json, Value};
 use tower_chat::{ChatError, ErrorKind};
+use tower_chat_structured_output::StructuredError;
 
 /// The longest error message the gateway sends.
 pub const MAX_ERROR_MESSAGE: usize = 4096;
@@ -193,6 +194,19 @@ impl ApiError {
     pub fn from_chat(error: &ChatError) -> Self {
         let message = error.to_string();
         let (status, kind, code) = match error.kind() {
+            // The model's answer broke the requested schema after every repair (`[structured]`).
+            ErrorKind::Protocol
+                if matches!(
+                    StructuredError::from_chat(error),
+                    Some(StructuredError::Invalid { .. })
+                ) =>
+            {
+                (
+                    StatusCode::BAD_GATEWAY,
+                    "upstream_error",
+                    "answer_schema_mismatch",
+                )
+            }
             ErrorKind::InvalidRequest => (
                 StatusCode::BAD_REQUEST,
                 "invalid_request_error",

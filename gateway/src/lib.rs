@@ -64,6 +64,7 @@ mod serve;
 mod server;
 pub mod stack;
 pub mod stores;
+pub mod structured;
 mod summary;
 pub mod telemetry;
 pub mod tools;

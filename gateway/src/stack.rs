@@ -169,7 +169,7 @@ pub struct StackOptions<'a> {
 
 /// The stack the gateway runs, outermost first: tracing (one span per client request, tool spans inside, every
 /// call recorded into `options.metrics`), the content policies (`[guardrail]`), approvals, the MCP tools, the tool loop with the server-side tools,
-/// persistence (one record per model round trip: the loop's every call to `upstream` is recorded with its own
+/// structured-output validation and repair (`[structured]`), persistence (one record per model round trip: the loop's every call to `upstream` is recorded with its own
 /// usage, timestamps, model and outcome), limits, the response cache (`[cache]`), `upstream`.
 ///
 /// One box for the whole stack: the optional layers are `Either`s ([`ServiceBuilder::option_layer`]), so a
@@ -204,7 +204,10 @@ where
             .map_request(crate::rounds::name_round)
             .layer(persistence.clone())
     });
+    // Outside persistence and limits: a repair is a model call recorded and charged like any other.
+    let structured = config.file.structured.as_ref().map(|s| s.layer());
     let rounds = ServiceBuilder::new()
+        .option_layer(structured)
         .option_layer(persistence)
         .option_layer(options.limits.cloned())
         // Around each model call: inside the limits (a hit is charged nothing) and persistence (a hit is

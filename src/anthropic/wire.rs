@@ -608,18 +608,24 @@ mod tests {
     }
 
     #[test]
-    fn a_forced_answer_beside_tools_of_its_own_is_refused() {
+    fn a_forced_answer_beside_tools_of_its_own_requires_some_call_and_refuses_a_forced_one() {
         let mut request = ChatRequest::new(vec![Message::user("hi")])
             .model("claude-3-opus")
             .tool(ToolSpec::new("add", "adds", json!({"type": "object"})));
         request.options.response_format = Some(city_schema());
+        let tools = ToolsJson::default();
         let opts = EncodeOptions {
             default_model: None,
             default_max_tokens: 1024,
-            tools: &ToolsJson::default(),
+            tools: &tools,
         };
+        let body: Value = serde_json::from_slice(&encode(&request, &opts).unwrap()).unwrap();
+        assert_eq!(body["tools"][0]["name"], "add");
+        assert_eq!(body["tools"][1]["name"], "structured_answer");
+        assert_eq!(body["tool_choice"], json!({"type": "any"}));
+        request.options.tool_choice = Some(ToolChoice::Tool("add".into()));
         let err = encode(&request, &opts).unwrap_err();
         assert_eq!(err.kind(), &ErrorKind::InvalidRequest);
-        assert!(err.to_string().contains("forced tool"), "{err}");
+        assert!(err.to_string().contains("`add`"), "{err}");
     }
 }

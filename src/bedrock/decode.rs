@@ -18,6 +18,7 @@ use super::eventstream::{EventStreamFraming, Frame, MessageKind};
 use super::BEDROCK;
 use crate::error::{ChatError, ErrorKind, TimeoutPhase};
 use crate::event::{ChatEvent, FinishReason, Usage};
+use crate::forced_answer::ForcedAnswerEvents;
 use crate::message::ToolCall;
 use crate::reasoning::Continuation;
 use crate::transport::WireDecoder;
@@ -224,6 +225,8 @@ pub struct BedrockDecoder {
     calls: usize,
     finish: Option<FinishReason>,
     done: bool,
+    /// Calls of the forced answer tool (how a JSON answer is asked of Converse) become text.
+    answers: ForcedAnswerEvents,
 }
 
 impl std::fmt::Debug for BedrockDecoder {
@@ -238,6 +241,15 @@ fn parse<'a, T: Deserialize<'a>>(payload: &'a [u8], event: &str) -> Result<T, Ch
 }
 
 impl BedrockDecoder {
+    /// Runs the events from `start` on through the forced-answer mapping, in place.
+    fn answers_as_text(&mut self, out: &mut VecDeque<ChatEvent>, start: usize) {
+        let mapped: Vec<ChatEvent> = out
+            .drain(start..)
+            .filter_map(|event| self.answers.map(event))
+            .collect();
+        out.extend(mapped);
+    }
+
     fn block(&mut self, index: usize) -> Option<&mut Block> {
         self.blocks
             .iter_mut()
@@ -443,7 +455,10 @@ impl WireDecoder for BedrockDecoder {
         let message = frame?;
         match &message.kind {
             MessageKind::Event(event_type) => {
-                self.on_converse_event(event_type, &message.payload, out)
+                let start = out.len();
+                self.on_converse_event(event_type, &message.payload, out)?;
+                self.answers_as_text(out, start);
+                Ok(())
             }
             MessageKind::Exception(error_type) => Err(exception(
                 error_type,
@@ -459,7 +474,9 @@ impl WireDecoder for BedrockDecoder {
 
     fn on_end(&mut self, out: &mut VecDeque<ChatEvent>) -> Result<(), ChatError> {
         if self.finish.is_some() {
+            let start = out.len();
             self.end(None, out);
+            self.answers_as_text(out, start);
             return Ok(());
         }
         Err(ChatError::ended_before("finishing the response"))
@@ -556,5 +573,9 @@ pub(crate) fn decode_whole(body: &[u8]) -> Result<Vec<ChatEvent>, ChatError> {
             response.additional_model_response_fields,
         ),
     });
-    Ok(out)
+    let mut answers = ForcedAnswerEvents::default();
+    Ok(out
+        .into_iter()
+        .filter_map(|event| answers.map(event))
+        .collect())
 }

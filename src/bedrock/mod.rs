@@ -24,7 +24,8 @@
 //! [`RateLimited`](crate::ErrorKind::RateLimited), `modelStreamErrorException`, `internalServerException` and
 //! `serviceUnavailableException` are [`Upstream`](crate::ErrorKind::Upstream) (both retryable, so the
 //! resilience layer retries them), a validation failure is a bad request and access denied an authentication
-//! failure. Not mapped: a JSON response format (refused before sending), audio, media by `https:` URL or file id,
+//! failure. A JSON response format is asked for as a forced answer tool ([`crate::forced_answer`]), its call
+//! returned as text. Not mapped: audio, media by `https:` URL or file id,
 //! and [`ToolChoice::None`](crate::ToolChoice::None), which Converse does not have (the tools are sent without a
 //! choice). The `metadata` event's latency is logged at `debug` level.
 //!

@@ -1,6 +1,7 @@
 //! The Converse / ConverseStream request body: `system` blocks, `messages` of `user` and `assistant` turns with
 //! `text`, `image`, `document`, `toolUse`, `toolResult` and `reasoningContent` blocks, a `cachePoint` after each
-//! part, tool or system text that carries a cache hint, `toolConfig` and `inferenceConfig`.
+//! part, tool or system text that carries a cache hint, `toolConfig` and `inferenceConfig`; a JSON answer
+//! (`response_format`) as a forced tool call whose input is the answer, decoded back into text.
 
 use std::sync::Arc;
 
@@ -11,6 +12,7 @@ use serde_json::{json, Map, Value};
 use super::BEDROCK;
 use crate::content::{CacheHint, Content, DataUrl, MediaSource, Part};
 use crate::error::{ChatError, ErrorKind};
+use crate::forced_answer::force_answer_tool;
 use crate::message::{Message, ToolArguments, ToolMessage};
 use crate::reasoning::Continuation;
 use crate::request::{ChatRequest, ResponseFormat, ToolChoice, ToolSpec};
@@ -178,18 +180,28 @@ fn tool_choice(choice: Option<&ToolChoice>) -> Option<Value> {
     }
 }
 
+/// A JSON answer asked for: Converse has no response-schema parameter that every model takes, so the request is
+/// re-encoded with a forced tool whose input is the answer (the decoder turns its calls back into text).
+fn forced_answer(request: &ChatRequest) -> Result<Option<ChatRequest>, ChatError> {
+    let (name, schema) = match &request.options.response_format {
+        None | Some(ResponseFormat::Text) => return Ok(None),
+        Some(ResponseFormat::JsonObject) => ("json_object", json!({"type": "object"})),
+        Some(ResponseFormat::JsonSchema { name, schema, .. }) => (name.as_str(), schema.clone()),
+    };
+    let mut options = (*request.options).clone();
+    force_answer_tool(&mut options, name, &schema)?;
+    options.response_format = None;
+    let mut forced = request.clone();
+    forced.options = options.into();
+    Ok(Some(forced))
+}
+
 /// Serialize a request to the JSON body of `converse` / `converse-stream` (the model is in the URL).
 pub(crate) fn encode(request: &ChatRequest, tools: &ToolsJson) -> Result<Vec<u8>, ChatError> {
-    let options = &request.options;
-    if let Some(ResponseFormat::JsonObject | ResponseFormat::JsonSchema { .. }) =
-        &options.response_format
-    {
-        return Err(ChatError::unsupported(
-            PROVIDER,
-            "a JSON response format (describe the JSON in the prompt or use a tool)",
-        )
-        .refused_before_sending());
+    if let Some(forced) = forced_answer(request)? {
+        return encode(&forced, tools);
     }
+    let options = &request.options;
     let mut system = Vec::new();
     let mut messages: Vec<Turn<'_>> = Vec::with_capacity(request.messages.len());
     for message in request.messages.iter() {
@@ -689,15 +701,50 @@ mod tests {
         let error = encode(&web_image, &ToolsJson::default()).unwrap_err();
         assert_eq!(error.kind(), &ErrorKind::Unsupported);
         assert!(error.message().contains("by URL"), "{}", error.message());
-        let mut json = ChatRequest::new(vec![Message::user("hi")]);
-        json.options.response_format = Some(ResponseFormat::JsonObject);
-        let error = encode(&json, &ToolsJson::default()).unwrap_err();
-        assert_eq!(error.kind(), &ErrorKind::Unsupported);
-        assert!(error.is_refused_before_sending());
         let bmp = ChatRequest::new(vec![Message::User {
             content: Content::from(vec![Part::image(&b"BM"[..], "image/bmp")]),
         }]);
         let error = encode(&bmp, &ToolsJson::default()).unwrap_err();
         assert!(error.message().contains("image/bmp"), "{}", error.message());
+    }
+
+    #[test]
+    fn a_json_answer_is_asked_for_as_a_forced_tool_call() {
+        let schema = json!({"type": "object", "properties": {"city": {"type": "string"}}});
+        let mut request = ChatRequest::new(vec![Message::user("capital of Norway?")]);
+        request.options.response_format = Some(ResponseFormat::JsonSchema {
+            name: "place".into(),
+            schema: schema.clone(),
+            strict: Some(true),
+        });
+        let body = encoded(&request);
+        let config = &body["toolConfig"];
+        assert_eq!(config["tools"][0]["toolSpec"]["name"], "structured_answer");
+        assert_eq!(
+            config["tools"][0]["toolSpec"]["inputSchema"]["json"],
+            schema
+        );
+        assert_eq!(
+            config["toolChoice"],
+            json!({"tool": {"name": "structured_answer"}})
+        );
+        let mut object = ChatRequest::new(vec![Message::user("hi")]);
+        object.options.response_format = Some(ResponseFormat::JsonObject);
+        let body = encoded(&object);
+        assert_eq!(
+            body["toolConfig"]["tools"][0]["toolSpec"]["inputSchema"]["json"],
+            json!({"type": "object"})
+        );
+        // Beside the request's own tools: some call is required, and forcing one of them is refused.
+        request.options.tools = vec![ToolSpec::new("lookup", "", json!({"type": "object"}))].into();
+        let body = encoded(&request);
+        assert_eq!(body["toolConfig"]["toolChoice"], json!({"any": {}}));
+        assert_eq!(
+            body["toolConfig"]["tools"][1]["toolSpec"]["name"],
+            "structured_answer"
+        );
+        request.options.tool_choice = Some(ToolChoice::Tool("lookup".into()));
+        let error = encode(&request, &ToolsJson::default()).unwrap_err();
+        assert_eq!(error.kind(), &ErrorKind::InvalidRequest);
     }
 }

@@ -1,6 +1,7 @@
 //! `POST /v1/messages`: Anthropic Messages. The request (`system`, `messages` with text, image, document,
 //! `tool_use`, `tool_result`, `thinking` and `redacted_thinking` blocks, `cache_control`, custom `tools`,
-//! `tool_choice`, `max_tokens`, `stop_sequences`, `temperature`, `top_p`, `top_k`, `thinking`, `metadata`)
+//! `tool_choice`, `max_tokens`, `stop_sequences`, `temperature`, `top_p`, `top_k`, `thinking`, `metadata`,
+//! `output_config.format` or its earlier name `output_format`)
 //! parsed into a [`ChatRequest`]; the answer as a `message` object with content blocks, or the SSE event sequence
 //! `message_start`, `ping`, `content_block_start` / `content_block_delta` (`text_delta`, `thinking_delta`,
 //! `signature_delta`, `input_json_delta`) /
@@ -17,7 +18,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use tower_chat::{
     AssistantMessage, ChatRequest, Content, Continuation, FinishReason, Message, Part,
-    ReasoningPart, ToolArguments, ToolCall, ToolChoice, ToolMessage, ToolSpec, Usage,
+    ReasoningPart, ResponseFormat, ToolArguments, ToolCall, ToolChoice, ToolMessage, ToolSpec,
+    Usage,
 };
 
 use super::parts::{
@@ -80,9 +82,54 @@ struct MessagesRequest {
     thinking: Option<Thinking>,
     #[serde(default)]
     metadata: Option<Metadata>,
+    /// Structured outputs: `{"format": {"type": "json_schema", "schema": …}}`.
+    #[serde(default)]
+    output_config: Option<OutputConfig>,
+    /// The earlier (beta) spelling of `output_config.format`, which Anthropic's SDKs still send.
+    #[serde(default)]
+    output_format: Option<OutputFormat>,
     /// The gateway's own extension (approval decisions).
     #[serde(default)]
     tower_chat: Option<TowerChatRequest>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct OutputConfig {
+    #[serde(default)]
+    format: Option<OutputFormat>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
+enum OutputFormat {
+    JsonSchema { schema: Value },
+}
+
+/// The answer's JSON schema as a response format. Anthropic decodes against the schema (strict), so other
+/// upstreams are asked for strict mode too.
+fn output_format(
+    config: Option<OutputConfig>,
+    beta: Option<OutputFormat>,
+) -> Result<Option<ResponseFormat>, ApiError> {
+    let format = match (config.and_then(|c| c.format), beta) {
+        (Some(_), Some(_)) => return Err(schema(
+            "give either `output_config.format` or `output_format` (its earlier name), not both",
+        )),
+        (Some(format), None) | (None, Some(format)) => format,
+        (None, None) => return Ok(None),
+    };
+    let OutputFormat::JsonSchema { schema: answer } = format;
+    if !answer.is_object() {
+        return Err(schema(
+            "`output_config.format.schema` must be a JSON Schema object",
+        ));
+    }
+    Ok(Some(ResponseFormat::JsonSchema {
+        name: "answer".into(),
+        schema: answer,
+        strict: Some(true),
+    }))
 }
 
 #[derive(Debug, Deserialize)]
@@ -328,6 +375,7 @@ fn into_inbound(body: MessagesRequest, context: &ParseContext) -> Result<Inbound
     options.stop = body.stop_sequences.unwrap_or_default();
     options.temperature = body.temperature;
     options.top_p = body.top_p;
+    options.response_format = output_format(body.output_config, body.output_format)?;
     for (i, tool) in body.tools.unwrap_or_default().into_iter().enumerate() {
         if let Some(kind) = tool.kind.as_deref().filter(|k| *k != "custom") {
             return Err(schema(format!(
@@ -847,6 +895,57 @@ impl MessageEncoder {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn structured_output_parameters_become_a_strict_response_format() {
+        let schema = json!({"type": "object", "properties": {"city": {"type": "string"}}});
+        let base =
+            json!({"model": "m", "max_tokens": 9, "messages": [{"role": "user", "content": "hi"}]});
+        let with = |field: &str, value: Value| {
+            let mut body = base.clone();
+            body[field] = value;
+            parse(body, Provider::OpenAi)
+        };
+        let format = json!({"type": "json_schema", "schema": schema});
+        for (field, value) in [
+            ("output_config", json!({"format": format})),
+            ("output_format", format.clone()),
+        ] {
+            let inbound = with(field, value).unwrap();
+            assert_eq!(
+                inbound.request.options.response_format,
+                Some(ResponseFormat::JsonSchema {
+                    name: "answer".into(),
+                    schema: schema.clone(),
+                    strict: Some(true)
+                }),
+                "{field}"
+            );
+        }
+        let mut both = base.clone();
+        both["output_config"] = json!({"format": format});
+        both["output_format"] = format.clone();
+        assert!(parse(both, Provider::OpenAi)
+            .unwrap_err()
+            .message
+            .contains("not both"));
+        let text = with("output_format", json!({"type": "text"})).unwrap_err();
+        assert_eq!(text.status, 400);
+        let no_schema = with(
+            "output_config",
+            json!({"format": {"type": "json_schema", "schema": 7}}),
+        );
+        assert!(no_schema
+            .unwrap_err()
+            .message
+            .contains("JSON Schema object"));
+        assert!(with("output_config", json!({}))
+            .unwrap()
+            .request
+            .options
+            .response_format
+            .is_none());
+    }
 
     fn parse(value: Value, upstream: Provider) -> Result<Inbound, ApiError> {
         let context = ParseContext {

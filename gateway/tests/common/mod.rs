@@ -174,6 +174,49 @@ impl Answer {
         }
     }
 
+    /// The text of an Anthropic Messages answer, streamed (its `text_delta`s) or whole (its text blocks).
+    pub fn messages_text(&self, stream: bool) -> String {
+        if stream {
+            self.named_events()
+                .iter()
+                .filter(|(name, _)| name == "content_block_delta")
+                .filter_map(|(_, e)| e["delta"]["text"].as_str().map(str::to_owned))
+                .collect()
+        } else {
+            let body = self.json();
+            body["content"]
+                .as_array()
+                .unwrap_or_else(|| panic!("no content: {body}"))
+                .iter()
+                .filter(|b| b["type"] == "text")
+                .filter_map(|b| b["text"].as_str().map(str::to_owned))
+                .collect()
+        }
+    }
+
+    /// The text of a Responses answer, streamed (its `response.output_text.delta`s) or whole (`output_text`
+    /// parts of its message items).
+    pub fn responses_text(&self, stream: bool) -> String {
+        if stream {
+            self.named_events()
+                .iter()
+                .filter(|(name, _)| name == "response.output_text.delta")
+                .filter_map(|(_, e)| e["delta"].as_str().map(str::to_owned))
+                .collect()
+        } else {
+            let body = self.json();
+            body["output"]
+                .as_array()
+                .unwrap_or_else(|| panic!("no output: {body}"))
+                .iter()
+                .filter(|item| item["type"] == "message")
+                .flat_map(|item| item["content"].as_array().cloned().unwrap_or_default())
+                .filter(|part| part["type"] == "output_text")
+                .filter_map(|part| part["text"].as_str().map(str::to_owned))
+                .collect()
+        }
+    }
+
     /// The text of a streamed answer.
     pub fn streamed_text(&self) -> String {
         self.chunks()

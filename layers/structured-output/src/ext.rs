@@ -18,11 +18,33 @@ use crate::layer::StructuredOutputLayer;
 use crate::partial::PartialJson;
 
 /// One step of a streamed structured answer.
+///
+/// ```
+/// # use serde::Deserialize;
+/// # use serde_json::json;
+/// # use tower_chat_structured_output::Partial;
+/// #[derive(Debug, Deserialize, PartialEq)]
+/// struct City {
+///     name: String,
+///     #[serde(default)]
+///     population: Option<u64>,
+/// }
+/// // `{"name": "Os` has arrived: the value so far, and already a `City`, since its only required field is there.
+/// let step: Partial<City> = Partial::growing(json!({"name": "Os"}));
+/// assert_eq!(step.typed(), Some(&City { name: "Os".into(), population: None }));
+/// // `{"popul` has not named `name` yet: a value, but no `City`.
+/// assert_eq!(Partial::<City>::growing(json!({})).typed(), None);
+/// ```
 #[derive(Clone, Debug, PartialEq)]
 pub enum Partial<T> {
     /// The answer so far: properties appear as their values start, strings grow, numbers and literals appear
     /// once complete. Not validated yet.
-    Growing(Value),
+    Growing {
+        /// The JSON so far.
+        value: Value,
+        /// The JSON so far read into `T`, when it reads (every required field present, each of its type).
+        typed: Option<T>,
+    },
     /// The answer so far broke the schema and is asked for again: what came before is void.
     Restarted {
         /// What was wrong with it.
@@ -30,6 +52,33 @@ pub enum Partial<T> {
     },
     /// The final answer, validated and read into `T`. Always the last item.
     Complete(T),
+}
+
+impl<T: DeserializeOwned> Partial<T> {
+    /// A [`Partial::Growing`] step for `value`, read into `T` when it reads.
+    pub fn growing(value: Value) -> Self {
+        let typed = T::deserialize(&value).ok();
+        Partial::Growing { value, typed }
+    }
+}
+
+impl<T> Partial<T> {
+    /// The JSON so far ([`Partial::Growing`]), if this step has one.
+    pub fn value(&self) -> Option<&Value> {
+        match self {
+            Partial::Growing { value, .. } => Some(value),
+            _ => None,
+        }
+    }
+
+    /// The answer as a `T`: the final one, or the partial one when it already reads.
+    pub fn typed(&self) -> Option<&T> {
+        match self {
+            Partial::Growing { typed, .. } => typed.as_ref(),
+            Partial::Complete(answer) => Some(answer),
+            Partial::Restarted { .. } => None,
+        }
+    }
 }
 
 /// A streamed structured answer.
@@ -56,7 +105,8 @@ pub trait StructuredExt: Sized {
         schema: AnswerSchema,
     ) -> impl Future<Output = Result<Value, StructuredError>> + Send;
 
-    /// The answer to `request` as it streams: [`Partial::Growing`] after each text chunk, then
+    /// The answer to `request` as it streams: [`Partial::Growing`] after each text chunk (the JSON so far, and a
+    /// `T` once it reads as one), then
     /// [`Partial::Complete`] with the validated `T` (or an error as the last item).
     fn structured_stream<T>(&self, request: ChatRequest) -> PartialStream<T>
     where
@@ -182,7 +232,7 @@ where
                     r.text.push_str(&text);
                     r.readable = r.readable && r.parser.push(&text).is_ok();
                     match (r.readable, r.parser.value()) {
-                        (true, Some(value)) => Ok(Partial::Growing(value.clone())),
+                        (true, Some(value)) => Ok(Partial::growing(value.clone())),
                         _ => continue,
                     }
                 }
