@@ -17,6 +17,9 @@
 //! [cache.models]            # per model, seconds; 0 = never cached
 //! "gpt-4o" = 600
 //! "o3" = 0
+//!
+//! [cache.routes]            # per inbound route (chat_completions, messages, responses), seconds; over the model's
+//! responses = 0
 //! "#, "gateway.toml").unwrap();
 //! assert!(file.cache.is_some());
 //! ```
@@ -31,9 +34,10 @@ use http::{HeaderMap, HeaderValue};
 use serde::Deserialize;
 use tower_chat::ChatRequest;
 use tower_chat_cache::{
-    CacheControl, CacheLayer, CacheOutcome, CacheScope, MemoryCacheStore, RedisCacheStore,
+    CacheControl, CacheLayer, CacheOutcome, CacheScope, CacheTtl, MemoryCacheStore, RedisCacheStore,
 };
 
+use crate::wire::InboundRoute;
 use crate::GatewayError;
 
 /// The `[cache]` table.
@@ -55,6 +59,10 @@ pub struct CacheSection {
     /// Per model: how long its answers are kept, in seconds; 0 = never cached.
     #[serde(default)]
     pub models: BTreeMap<String, u64>,
+    /// Per inbound route (`chat_completions`, `messages`, `responses`, or its path): how long answers to it
+    /// are kept, in seconds, in place of the model's; 0 = never cached.
+    #[serde(default)]
+    pub routes: BTreeMap<String, u64>,
 }
 
 /// Where cached answers live.
@@ -83,9 +91,10 @@ pub enum CacheScopeName {
 const DEFAULT_MAX_BYTES: u64 = 64 << 20;
 
 impl CacheSection {
-    /// The layer this table describes. A Redis URL variable that is unset, or a URL that is not Redis, refuses
-    /// the start (a cache meant to be shared never silently runs per process).
+    /// The layer this table describes. An unknown route in `[cache.routes]`, a Redis URL variable that is unset,
+    /// or a URL that is not Redis, refuses the start (a cache meant to be shared never silently runs per process).
     pub fn layer(&self) -> Result<CacheLayer, GatewayError> {
+        RouteTtls::of(self)?;
         let mut layer = CacheLayer::new().scope(match self.scope {
             CacheScopeName::Caller => CacheScope::Caller,
             CacheScopeName::Shared => CacheScope::Shared,
@@ -120,9 +129,48 @@ impl CacheSection {
     }
 }
 
-/// What a request asks of the cache (`Cache-Control: no-store` / `no-cache`), put in its extensions, and the
-/// slot its outcome is written to, for the `x-cache` header.
-pub(crate) fn control(headers: &HeaderMap, request: &mut ChatRequest) -> CacheOutcome {
+/// `[cache.routes]` read: the time to live of each route that has one.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct RouteTtls(Vec<(InboundRoute, Duration)>);
+
+impl RouteTtls {
+    /// The routes of `section`; an unknown route name refuses the start.
+    pub(crate) fn of(section: &CacheSection) -> Result<Self, GatewayError> {
+        section
+            .routes
+            .iter()
+            .map(|(name, seconds)| {
+                InboundRoute::parse(name)
+                    .map(|route| (route, Duration::from_secs(*seconds)))
+                    .ok_or_else(|| {
+                        GatewayError::Config(format!(
+                            "[cache.routes] \"{name}\": not a route (chat_completions, messages, responses)"
+                        ))
+                    })
+            })
+            .collect::<Result<_, _>>()
+            .map(RouteTtls)
+    }
+
+    fn get(&self, route: InboundRoute) -> Option<Duration> {
+        self.0
+            .iter()
+            .find(|(r, _)| *r == route)
+            .map(|(_, ttl)| *ttl)
+    }
+}
+
+/// What a request asks of the cache (`Cache-Control: no-store` / `no-cache`, and its route's time to live),
+/// put in its extensions, and the slot its outcome is written to, for the `x-cache` header.
+pub(crate) fn control(
+    headers: &HeaderMap,
+    route: InboundRoute,
+    routes: &RouteTtls,
+    request: &mut ChatRequest,
+) -> CacheOutcome {
+    if let Some(ttl) = routes.get(route) {
+        request.extensions.insert(CacheTtl(ttl));
+    }
     let directives = headers
         .get_all(http::header::CACHE_CONTROL)
         .iter()
@@ -161,8 +209,37 @@ mod tests {
         let mut headers = HeaderMap::new();
         headers.insert(http::header::CACHE_CONTROL, value.parse().unwrap());
         let mut request = ChatRequest::new(vec![Message::user("hi")]);
-        control(&headers, &mut request);
+        control(
+            &headers,
+            InboundRoute::ChatCompletions,
+            &RouteTtls::default(),
+            &mut request,
+        );
         request.extensions.get::<CacheControl>().copied()
+    }
+
+    #[test]
+    fn a_routes_time_to_live_goes_with_its_requests_and_unknown_routes_refuse_the_start() {
+        let section: CacheSection =
+            toml::from_str("[routes]\nresponses = 0\n\"/v1/messages\" = 60\n").unwrap();
+        let routes = RouteTtls::of(&section).unwrap();
+        let ttl_of = |route| {
+            let mut request = ChatRequest::new(vec![Message::user("hi")]);
+            control(&HeaderMap::new(), route, &routes, &mut request);
+            request.extensions.get::<CacheTtl>().copied()
+        };
+        assert_eq!(
+            ttl_of(InboundRoute::Responses),
+            Some(CacheTtl(Duration::ZERO))
+        );
+        assert_eq!(
+            ttl_of(InboundRoute::Messages),
+            Some(CacheTtl(Duration::from_secs(60)))
+        );
+        assert_eq!(ttl_of(InboundRoute::ChatCompletions), None, "the model's");
+        let bad: CacheSection = toml::from_str("[routes]\nembeddings = 5\n").unwrap();
+        let error = RouteTtls::of(&bad).unwrap_err().to_string();
+        assert!(error.contains("embeddings"), "{error}");
     }
 
     #[test]

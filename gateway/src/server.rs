@@ -187,7 +187,10 @@ impl Gateway {
                     },
                     limits: Arc::new(config.limits),
                     mcp: None,
-                    caching: config.file.cache.is_some(),
+                    // `[cache.routes]` was checked when the stack's cache layer was built.
+                    caching: config.file.cache.as_ref().map(|section| {
+                        Arc::new(crate::cache::RouteTtls::of(section).unwrap_or_default())
+                    }),
                     drain_over: tower_chat::CancellationToken::new(),
                 },
                 keys,

@@ -47,8 +47,9 @@ pub(crate) struct Turns {
     pub(crate) operators: Option<OperatorState>,
     /// `[[mcp]]`: the MCP tools the loop offers, whose names client tools must not take.
     pub(crate) mcp: Option<GatewayMcp>,
-    /// `[cache]` is on: requests carry their `Cache-Control` and answers their `x-cache`.
-    pub(crate) caching: bool,
+    /// `[cache]` is on: requests carry their `Cache-Control` (and their route's time to live, `[cache.routes]`)
+    /// and answers their `x-cache`.
+    pub(crate) caching: Option<Arc<crate::cache::RouteTtls>>,
     /// Cancelled when the drain time after a shutdown signal is over: requests still in flight end with a
     /// `shutting_down` error (a stream with its format's error event) before their connections close.
     pub(crate) drain_over: tower_chat::CancellationToken,
@@ -314,7 +315,8 @@ pub(crate) async fn handle<F: WireFormat>(
     }
     let cache_outcome = state
         .caching
-        .then(|| crate::cache::control(&headers, &mut request));
+        .as_ref()
+        .map(|routes| crate::cache::control(&headers, F::ROUTE, routes, &mut request));
     let turn = Turn {
         model: parsed.model,
         client_tools,

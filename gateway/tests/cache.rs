@@ -8,6 +8,7 @@ mod common;
 
 use std::time::Duration;
 
+use serde_json::json;
 use tower_chat::test_server::Reply;
 use tower_chat_gateway::config_file::ConfigFile;
 use tower_chat_persistence::{CallQuery, SqliteStore, Store};
@@ -103,6 +104,33 @@ async fn a_hundred_identical_concurrent_requests_reach_the_upstream_once() {
     }
     assert_eq!(misses, 1, "one request called the model, 99 followed it");
     assert_eq!(gw.provider.requests().len(), 1, "one upstream call");
+}
+
+#[tokio::test]
+async fn a_routes_time_to_live_overrides_the_default() {
+    let gw = gateway(Some(
+        "[cache]\nttl_seconds = 600\n\n[cache.routes]\nresponses = 0\n",
+    ))
+    .await;
+    let responses = json!({"model": "test-model", "input": "What is 2 + 2?"});
+    for _ in 0..2 {
+        let answer = gw.post_json("/v1/responses", &responses, &[]).await;
+        assert_eq!(answer.status, 200, "{}", answer.body);
+        assert_eq!(
+            x_cache(&answer),
+            Some("bypass"),
+            "never cached on this route"
+        );
+    }
+    for expected in ["miss", "hit"] {
+        let answer = gw.chat(&request(false, "What is 2 + 2?")).await;
+        assert_eq!(
+            x_cache(&answer),
+            Some(expected),
+            "the default on the others"
+        );
+    }
+    assert_eq!(gw.provider.requests().len(), 3);
 }
 
 #[tokio::test]

@@ -20,6 +20,20 @@ pub enum CacheControl {
     NoStore,
 }
 
+/// How long this request's answer is kept, in place of the layer's time to live for its model: what a gateway
+/// sets per route. Zero bypasses the cache for the request, as a zero model TTL does.
+///
+/// ```
+/// use std::time::Duration;
+/// use tower_chat::{ChatRequest, Message};
+/// use tower_chat_cache::CacheTtl;
+///
+/// let short = ChatRequest::new(vec![Message::user("Hi")]).with_extension(CacheTtl(Duration::from_secs(60)));
+/// assert_eq!(short.extensions.get::<CacheTtl>(), Some(&CacheTtl(Duration::from_secs(60))));
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CacheTtl(pub std::time::Duration);
+
 /// How the cache served one call.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum CacheStatus {

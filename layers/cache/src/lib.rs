@@ -100,7 +100,7 @@ mod service;
 pub mod store;
 
 pub use answer::CachedAnswer;
-pub use control::{CacheControl, CacheOutcome, CacheStatus};
+pub use control::{CacheControl, CacheOutcome, CacheStatus, CacheTtl};
 pub use key::{CacheKey, CacheScope, EXTRA_FIELDS_NOT_IN_KEY};
 pub use layer::{CacheLayer, CacheStatsSnapshot};
 pub use service::Cached;

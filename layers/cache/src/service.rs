@@ -10,7 +10,7 @@ use tower_chat::{
 use tower_service::Service;
 use tracing::Instrument;
 
-use crate::control::{CacheControl, CacheOutcome, CacheStatus};
+use crate::control::{CacheControl, CacheOutcome, CacheStatus, CacheTtl};
 use crate::flight::{drive, follow, wait_start, Role, Start};
 use crate::key::CacheKey;
 use crate::layer::CacheLayer;
@@ -116,7 +116,10 @@ where
     S::Future: Send + 'static,
 {
     let control = request.extensions.get::<CacheControl>().copied();
-    let ttl = layer.ttl_of(model.as_deref());
+    let ttl = request
+        .extensions
+        .get::<CacheTtl>()
+        .map_or_else(|| layer.ttl_of(model.as_deref()), |ttl| ttl.0);
     if control == Some(CacheControl::NoStore) || ttl.is_zero() {
         settle(&layer, &request, CacheStatus::Bypass);
         return inner.call(request).await;

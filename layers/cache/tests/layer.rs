@@ -22,7 +22,7 @@ use tower_chat::{
 };
 use tower_chat_cache::{
     CacheControl, CacheKey, CacheLayer, CacheOutcome, CacheScope, CacheStatus, CacheStore,
-    CacheStoreError, CachedAnswer,
+    CacheStoreError, CacheTtl, CachedAnswer,
 };
 
 /// Call `service` with `request`, returning the cache's status and everything the stream yielded.
@@ -471,6 +471,28 @@ async fn a_zero_time_to_live_turns_caching_off_for_that_model() {
         CacheStatus::Hit,
         "the default model named"
     );
+}
+
+#[tokio::test]
+async fn a_requests_own_time_to_live_overrides_its_models() {
+    let layer = CacheLayer::new().model_ttl("o3", Duration::ZERO);
+    let (cache, model) = cached_answer(&layer, Delivery::OneByOne, answer("Hello!"));
+    // A request's zero bypasses a model that is cached…
+    for _ in 0..2 {
+        let request = ask("alice", "Hi").with_extension(CacheTtl(Duration::ZERO));
+        assert_eq!(call(&cache, request).await.0, CacheStatus::Bypass);
+    }
+    assert_eq!(model.calls(), 2);
+    // …and a request's own time to live caches a model that is not.
+    let keep = || {
+        ask("alice", "Hi")
+            .model("o3")
+            .with_extension(CacheTtl(Duration::from_secs(60)))
+    };
+    assert_eq!(call(&cache, keep()).await.0, CacheStatus::Miss);
+    until("stored", || async { layer.stats().stored == 1 }).await;
+    assert_eq!(call(&cache, keep()).await.0, CacheStatus::Hit);
+    assert_eq!(model.calls(), 3);
 }
 
 #[tokio::test]
