@@ -32,7 +32,6 @@ use tower::{Service, ServiceBuilder};
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
 use tower_http::sensitive_headers::SetSensitiveRequestHeadersLayer;
-use tower_http::timeout::RequestBodyTimeoutLayer;
 use tower_http::trace::{DefaultOnResponse, TraceLayer};
 use tower_http::LatencyUnit;
 use tracing::{Level, Span};
@@ -90,6 +89,7 @@ where
     B: http_body::Body<Data = Bytes> + Send + 'static,
     B::Error: Into<axum::BoxError>,
 {
+    let body_timeout = limits.body_timeout;
     ServiceBuilder::new()
         .layer(SetSensitiveRequestHeadersLayer::new([
             AUTHORIZATION,
@@ -104,7 +104,8 @@ where
         ))
         .layer(PropagateRequestIdLayer::new(X_REQUEST_ID))
         .layer(DefaultBodyLimit::max(limits.body_limit))
-        .layer(RequestBodyTimeoutLayer::new(limits.body_timeout))
+        // One deadline over the whole body ([`crate::body_deadline`]: tower-http's restarts at every frame).
+        .map_request(move |request| crate::body_deadline::with_deadline(request, body_timeout))
         .service(app)
 }
 

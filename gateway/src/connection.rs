@@ -96,9 +96,8 @@ pub fn raise_open_files_limit() -> Option<u64> {
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct PeerAddr(pub(crate) std::net::SocketAddr);
 
-/// A request body that did not arrive within `--body-timeout` (tower-http's
-/// [`RequestBodyTimeoutLayer`](tower_http::timeout::RequestBodyTimeoutLayer) fails it with its
-/// [`TimeoutError`](tower_http::timeout::TimeoutError)).
+/// A request body that did not arrive within `--body-timeout` ([`crate::body_deadline`] fails it with
+/// [`BodyDeadlineExceeded`](crate::body_deadline::BodyDeadlineExceeded)).
 #[derive(Debug)]
 pub(crate) struct BodyTimeout;
 
@@ -110,7 +109,7 @@ impl BodyTimeout {
     pub(crate) fn caused(error: &(dyn std::error::Error + 'static)) -> bool {
         let mut next = Some(error);
         while let Some(error) = next {
-            if error.is::<tower_http::timeout::TimeoutError>() {
+            if error.is::<crate::body_deadline::BodyDeadlineExceeded>() {
                 return true;
             }
             next = error.source();

@@ -34,6 +34,7 @@
 mod access;
 pub mod api_guard;
 mod auth;
+mod body_deadline;
 pub mod cache;
 pub mod cli;
 pub mod client_addr;

@@ -508,3 +508,39 @@ async fn a_client_that_stops_reading_loses_its_stream_and_its_slot_after_the_wri
     let rest = String::from_utf8_lossy(&rest);
     assert!(!rest.contains("[DONE]"), "the stream was not cut");
 }
+
+#[tokio::test]
+async fn a_body_that_drips_past_its_deadline_is_408_however_short_its_gaps() {
+    let gw = gateway(|c| c.connections.body_timeout = Duration::from_millis(600)).await;
+    let mut socket = TcpStream::connect(gw.addr).await.unwrap();
+    socket
+        .write_all(
+            format!(
+                "POST /v1/chat/completions HTTP/1.1\r\nHost: {}\r\ncontent-type: application/json\r\n\
+                 content-length: 100\r\n\r\n{{",
+                gw.addr
+            )
+            .as_bytes(),
+        )
+        .await
+        .unwrap();
+    // A byte every 150 ms: no gap comes near the timeout, but the body never ends in time.
+    let (mut reader, mut writer) = socket.into_split();
+    let drip = tokio::spawn(async move {
+        for _ in 0..60 {
+            tokio::time::sleep(Duration::from_millis(150)).await;
+            if writer.write_all(b" ").await.is_err() {
+                return;
+            }
+        }
+    });
+    let mut answer = Vec::new();
+    tokio::time::timeout(Duration::from_secs(8), reader.read_to_end(&mut answer))
+        .await
+        .expect("the gateway let a dripping body run past its deadline")
+        .unwrap();
+    drip.abort();
+    let answer = String::from_utf8(answer).unwrap();
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(gw.provider.requests().is_empty());
+}
