@@ -11,6 +11,11 @@
 //!                       judged whole) ──► out, then the event (a tool call or result judged first)
 //! ```
 //!
+//! Reasoning is model output too: with scanned output checks (patterns, deny-lists, personal data, secrets), a
+//! reasoning block's deltas are held until the block ends and scanned whole (location `reasoning`). A block stops the answer as for text; a redaction sends the block's
+//! redacted text without its `ReasoningEnd`, since the provider's signature or encrypted item no longer matches
+//! the text (the next turn goes without that block rather than with one its provider would refuse).
+//!
 //! Text offsets in verdicts count bytes of the model's answer text over the whole stream (every text delta,
 //! before redaction). With whole-text checks on the output, a segment's text is held until the segment ends.
 //! While tool calls are checked, their argument fragments are held back and sent as one fragment (redacted)
@@ -21,7 +26,7 @@ use std::sync::Arc;
 
 use futures_util::StreamExt;
 use tower_chat::{
-    ChatError, ChatEvent, ChatStream, FinishReason, GuardrailAudit, GuardrailStage,
+    ChatError, ChatEvent, ChatStream, Continuation, FinishReason, GuardrailAudit, GuardrailStage,
     GuardrailVerdict, Part, ToolArguments, ToolCall,
 };
 
@@ -43,6 +48,8 @@ pub(crate) struct OutputGuard {
     segment_sent: bool,
     /// Decided text held for the whole-text checks (only when the output has some).
     held: String,
+    /// The current reasoning block's text, held until the block ends (only when the output has checks).
+    reasoning: String,
     out: VecDeque<Result<ChatEvent, ChatError>>,
     /// The answer ended (a block, an error, the inner stream's end): nothing more is read.
     done: bool,
@@ -63,6 +70,7 @@ impl OutputGuard {
             segment_len: 0,
             segment_sent: false,
             held: String::new(),
+            reasoning: String::new(),
             out: VecDeque::new(),
             done: false,
         }
@@ -84,7 +92,20 @@ impl OutputGuard {
                 return None;
             }
             let inner = self.inner.as_mut()?;
-            match inner.next().await {
+            let event = inner.next().await;
+            let checks_reasoning = !self.policy.output.scan.is_empty();
+            match &event {
+                Some(Ok(ChatEvent::ReasoningDelta { .. } | ChatEvent::ReasoningEnd { .. }))
+                    if checks_reasoning => {}
+                _ => self.end_reasoning(None).await,
+            }
+            match event {
+                Some(Ok(ChatEvent::ReasoningDelta { text })) if checks_reasoning => {
+                    self.reasoning.push_str(&text);
+                }
+                Some(Ok(ChatEvent::ReasoningEnd { continuation })) if checks_reasoning => {
+                    self.end_reasoning(Some(continuation)).await;
+                }
                 None => {
                     self.end_segment().await;
                     self.stop();
@@ -121,6 +142,39 @@ impl OutputGuard {
                     if !self.done {
                         self.out.push_back(Ok(event));
                     }
+                }
+            }
+        }
+    }
+
+    /// The reasoning block ended (with its provider's continuation, when it came): judge it whole and send it on.
+    async fn end_reasoning(&mut self, continuation: Option<Continuation>) {
+        if self.done {
+            return;
+        }
+        let text = std::mem::take(&mut self.reasoning);
+        let judged = if text.is_empty() {
+            Some(None)
+        } else {
+            // The scanned checks only: whole-text ones (a length, an answer's schema, moderation) are about the
+            // answer, not the reasoning before it.
+            self.judge_with(GuardrailStage::Output, "reasoning", &text, false)
+                .await
+        };
+        match judged {
+            // Blocked or failed: the answer has ended.
+            None => {}
+            Some(Some(redacted)) => {
+                self.out
+                    .push_back(Ok(ChatEvent::ReasoningDelta { text: redacted }));
+            }
+            Some(None) => {
+                if !text.is_empty() {
+                    self.out.push_back(Ok(ChatEvent::ReasoningDelta { text }));
+                }
+                if let Some(continuation) = continuation {
+                    self.out
+                        .push_back(Ok(ChatEvent::ReasoningEnd { continuation }));
                 }
             }
         }
@@ -327,8 +381,19 @@ impl OutputGuard {
         location: &str,
         text: &str,
     ) -> Option<Option<String>> {
+        self.judge_with(stage, location, text, true).await
+    }
+
+    /// [`OutputGuard::judge_text`], with the stage's whole-text checks too when `whole`.
+    async fn judge_with(
+        &mut self,
+        stage: GuardrailStage,
+        location: &str,
+        text: &str,
+        whole: bool,
+    ) -> Option<Option<String>> {
         let policy = self.policy.clone();
-        match judge(policy.stage(stage), stage, location, text, true).await {
+        match judge(policy.stage(stage), stage, location, text, whole).await {
             Ok(judged) => {
                 record(self.audit.as_ref(), &judged.verdicts);
                 if let Some(block) = judged.block {

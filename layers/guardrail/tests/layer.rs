@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures_util::stream;
+use futures_util::{stream, StreamExt};
 use serde_json::json;
 use tower::{service_fn, Layer, ServiceExt};
 use tower_chat::openai::OpenAiChat;
@@ -175,7 +175,6 @@ async fn tool_call_arguments_are_judged_before_the_call_goes_out() {
     assert_eq!(verdict.location, "tool_call:c1/to");
 }
 
-use futures_util::StreamExt;
 
 #[tokio::test]
 async fn tool_results_are_judged_as_events_and_as_messages_of_the_next_request() {
@@ -375,4 +374,98 @@ async fn a_long_answer_is_cut_at_the_limit() {
         assert_eq!(answer.finish_reason, Some(finish));
         assert_eq!(audit.verdicts()[0].span.map(|s| s.start), Some(9));
     }
+}
+
+/// A service answering with `events` (no provider: reasoning is scripted as events).
+fn answering(
+    events: Vec<ChatEvent>,
+) -> impl Fn(ChatRequest) -> std::future::Ready<Result<ChatStream, ChatError>> + Clone {
+    move |_request| {
+        let events: Vec<Result<ChatEvent, ChatError>> =
+            events.clone().into_iter().map(Ok).collect();
+        std::future::ready(Ok(Box::pin(stream::iter(events)) as ChatStream))
+    }
+}
+
+fn reasoning_then_text(reasoning: &[&str]) -> Vec<ChatEvent> {
+    let mut events: Vec<ChatEvent> = reasoning
+        .iter()
+        .map(|text| ChatEvent::ReasoningDelta {
+            text: (*text).to_owned(),
+        })
+        .collect();
+    events.push(ChatEvent::ReasoningEnd {
+        continuation: tower_chat::Continuation::AnthropicThinking {
+            signature: "sig".into(),
+        },
+    });
+    events.push(ChatEvent::text("Done."));
+    events.push(ChatEvent::finish(FinishReason::Stop));
+    events
+}
+
+async fn guarded(
+    layer: &GuardrailLayer,
+    events: Vec<ChatEvent>,
+) -> (Vec<ChatEvent>, GuardrailAudit) {
+    let audit = GuardrailAudit::new();
+    let request = ChatRequest::new(vec![Message::user("go")])
+        .stream(true)
+        .with_extension(audit.clone());
+    let stream = layer
+        .layer(service_fn(answering(events)))
+        .oneshot(request)
+        .await
+        .unwrap();
+    let events = stream.map(|e| e.unwrap()).collect::<Vec<_>>().await;
+    (events, audit)
+}
+
+#[tokio::test]
+async fn reasoning_is_scanned_whole_redacted_without_its_signature_or_blocked() {
+    // An address split across deltas is redacted; the signature no longer matches, so the block ends without it.
+    let redact = GuardrailLayer::new().check(Check::personal_data().redact());
+    let (events, audit) = guarded(
+        &redact,
+        reasoning_then_text(&["Mail bob@exa", "mple.com the plan"]),
+    )
+    .await;
+    let reasoning: String = events
+        .iter()
+        .filter_map(|e| match e {
+            ChatEvent::ReasoningDelta { text } => Some(text.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert!(!reasoning.contains("bob@example.com"), "{reasoning}");
+    assert!(
+        reasoning.starts_with("Mail ") && reasoning.ends_with(" the plan"),
+        "{reasoning}"
+    );
+    assert!(
+        !events
+            .iter()
+            .any(|e| matches!(e, ChatEvent::ReasoningEnd { .. })),
+        "{events:?}"
+    );
+    assert!(audit.verdicts().iter().any(|v| v.location == "reasoning"));
+
+    // Clean reasoning keeps its signature.
+    let (events, _) = guarded(&redact, reasoning_then_text(&["Think ", "it through"])).await;
+    assert!(events
+        .iter()
+        .any(|e| matches!(e, ChatEvent::ReasoningEnd { .. })));
+
+    // A secret in reasoning blocks the answer: nothing of it goes out.
+    let block = GuardrailLayer::new().check(Check::secrets().block());
+    let key = "sk-proj-abcdefghijklmnopqrstuvwxyz0123456789ABCD";
+    let (events, _) = guarded(&block, reasoning_then_text(&["Use ", key])).await;
+    let everything = format!("{events:?}");
+    assert!(!everything.contains(key), "{everything}");
+    assert!(matches!(
+        events.last(),
+        Some(ChatEvent::Finish {
+            reason: FinishReason::ContentFilter
+        })
+    ));
 }
