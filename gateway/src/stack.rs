@@ -205,7 +205,13 @@ where
             .layer(persistence.clone())
     });
     // Outside persistence and limits: a repair is a model call recorded and charged like any other.
-    let structured = config.file.structured.as_ref().map(|s| s.layer());
+    let structured = config
+        .file
+        .structured
+        .as_ref()
+        .map(crate::structured::StructuredSection::layer)
+        .transpose()
+        .map_err(|e| ChatError::new(tower_chat::ErrorKind::InvalidRequest, e.to_string()))?;
     let rounds = ServiceBuilder::new()
         .option_layer(structured)
         .option_layer(persistence)

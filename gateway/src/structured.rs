@@ -19,6 +19,9 @@
 //! [structured.models]       # per model (the name clients send), each key optional
 //! "gpt-4o" = { repairs = 0 }
 //! "fast" = { validate = false }
+//!
+//! [structured.routes]       # per inbound route (chat_completions, messages, responses), over the model's
+//! responses = { repairs = 1 }
 //! "#, "gateway.toml").unwrap();
 //! let structured = file.structured.unwrap();
 //! assert_eq!(structured.policy("gpt-4o").repairs, 0);
@@ -43,6 +46,9 @@ use tower::Service;
 use tower_chat::{ChatError, ChatEvent, ChatRequest, ChatStream, ResponseFormat};
 use tower_chat_structured_output::{StructuredOutput, StructuredOutputLayer};
 
+use crate::wire::InboundRoute;
+use crate::GatewayError;
+
 /// The `[structured]` table.
 #[derive(Clone, Debug, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -56,9 +62,13 @@ pub struct StructuredSection {
     /// Per model (the name clients send): its own `validate` and `repairs`, each defaulting to the table's.
     #[serde(default)]
     pub models: BTreeMap<String, StructuredModel>,
+    /// Per inbound route (`chat_completions`, `messages`, `responses`, or its path): its own `validate` and
+    /// `repairs`, each over the model's entry, then the table's.
+    #[serde(default)]
+    pub routes: BTreeMap<String, StructuredModel>,
 }
 
-/// One model's entry under `[structured.models]`.
+/// One model's entry under `[structured.models]` (or one route's under `[structured.routes]`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct StructuredModel {
@@ -95,18 +105,52 @@ impl StructuredSection {
         }
     }
 
-    /// The layer this table describes.
-    pub fn layer(&self) -> CheckedAnswersLayer {
-        CheckedAnswersLayer {
-            section: Arc::new(self.clone()),
+    /// The policy for requests naming `model` on `route`: the route's entry, then the model's, then the table.
+    pub(crate) fn policy_on(
+        &self,
+        model: &str,
+        route: Option<InboundRoute>,
+        routes: &Routes,
+    ) -> Policy {
+        let of_model = self.policy(model);
+        let entry = route
+            .and_then(|route| routes.iter().find(|(r, _)| *r == route))
+            .map(|(_, entry)| *entry)
+            .unwrap_or_default();
+        Policy {
+            validate: entry.validate.unwrap_or(of_model.validate),
+            repairs: entry.repairs.unwrap_or(of_model.repairs),
         }
     }
+
+    /// The layer this table describes; an unknown route in `[structured.routes]` refuses the start.
+    pub fn layer(&self) -> Result<CheckedAnswersLayer, GatewayError> {
+        let routes = self
+            .routes
+            .iter()
+            .map(|(name, entry)| {
+                InboundRoute::parse(name).map(|route| (route, *entry)).ok_or_else(|| {
+                    GatewayError::Config(format!(
+                        "[structured.routes] \"{name}\": not a route (chat_completions, messages, responses)"
+                    ))
+                })
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(CheckedAnswersLayer {
+            section: Arc::new(self.clone()),
+            routes: Arc::new(routes),
+        })
+    }
 }
+
+/// `[structured.routes]` read.
+type Routes = Vec<(InboundRoute, StructuredModel)>;
 
 /// Validates and repairs JSON answers as a [`StructuredSection`] says (see the [module docs](self)).
 #[derive(Clone, Debug)]
 pub struct CheckedAnswersLayer {
     section: Arc<StructuredSection>,
+    routes: Arc<Routes>,
 }
 
 impl<S> tower::Layer<S> for CheckedAnswersLayer {
@@ -116,6 +160,7 @@ impl<S> tower::Layer<S> for CheckedAnswersLayer {
         CheckedAnswers {
             inner,
             section: self.section.clone(),
+            routes: self.routes.clone(),
         }
     }
 }
@@ -125,6 +170,7 @@ impl<S> tower::Layer<S> for CheckedAnswersLayer {
 pub struct CheckedAnswers<S> {
     inner: S,
     section: Arc<StructuredSection>,
+    routes: Arc<Routes>,
 }
 
 type CallFuture = Pin<Box<dyn Future<Output = Result<ChatStream, ChatError>> + Send>>;
@@ -147,9 +193,11 @@ where
             request.options.response_format,
             Some(ResponseFormat::JsonObject | ResponseFormat::JsonSchema { .. })
         );
-        let policy = self
-            .section
-            .policy(request.options.model.as_deref().unwrap_or_default());
+        let policy = self.section.policy_on(
+            request.options.model.as_deref().unwrap_or_default(),
+            request.extensions.get::<InboundRoute>().copied(),
+            &self.routes,
+        );
         // The ready service makes the call; its clone waits for the next poll_ready.
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);
@@ -258,6 +306,28 @@ mod tests {
                 repairs: 2
             }
         );
+    }
+
+    #[test]
+    fn a_routes_entry_goes_over_the_models_and_unknown_routes_refuse_the_start() {
+        let section: StructuredSection = toml::from_str(
+            "repairs = 2\n[models]\nfast = { validate = false }\n[routes]\nresponses = { validate = true, repairs = 0 }\n",
+        )
+        .unwrap();
+        let layer = section.layer().unwrap();
+        let on = |model, route| section.policy_on(model, route, &layer.routes);
+        assert_eq!(
+            on("fast", Some(InboundRoute::Responses)),
+            Policy {
+                validate: true,
+                repairs: 0
+            }
+        );
+        assert!(!on("fast", Some(InboundRoute::ChatCompletions)).validate);
+        assert_eq!(on("other", None).repairs, 2);
+        let bad: StructuredSection = toml::from_str("[routes]\nembeddings = {}\n").unwrap();
+        let error = bad.layer().unwrap_err().to_string();
+        assert!(error.contains("embeddings"), "{error}");
     }
 
     #[test]

@@ -306,7 +306,8 @@ async fn a_json_answer_with_a_forced_tool_of_the_clients_own_is_a_400_where_the_
 /// `[structured]` with validation on, Gemini's answers not checked.
 fn validating(upstreams: &KindUpstreams, repairs: usize) -> String {
     format!(
-        "{}\n[structured]\nrepairs = {repairs}\n\n[structured.models]\n\"m-gemini\" = {{ validate = false }}\n",
+        "{}\n[structured]\nrepairs = {repairs}\n\n[structured.models]\n\"m-gemini\" = {{ validate = false }}\n\n\
+         [structured.routes]\nresponses = {{ validate = true }}\n",
         upstreams.toml()
     )
 }
@@ -370,6 +371,20 @@ async fn an_answer_that_breaks_its_schema_is_repaired_and_only_the_repair_reache
     assert_eq!(answer.status, 200, "{}", answer.body);
     assert!(answer.chat_text(false).contains("about 700k"));
     assert_eq!(gemini.requests().len(), 1);
+    // …but validated on the one route whose entry says so.
+    let answer = gw
+        .post_json(
+            Inbound::Responses.path(),
+            &Inbound::Responses.body("m-gemini", false, &place_schema()),
+            &[],
+        )
+        .await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    assert_eq!(
+        serde_json::from_str::<Value>(&Inbound::Responses.text(&answer, false)).ok(),
+        Some(oslo())
+    );
+    assert_eq!(gemini.requests().len(), 3, "the answer and its repair");
 }
 
 #[tokio::test]

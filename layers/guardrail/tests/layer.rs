@@ -175,7 +175,6 @@ async fn tool_call_arguments_are_judged_before_the_call_goes_out() {
     assert_eq!(verdict.location, "tool_call:c1/to");
 }
 
-
 #[tokio::test]
 async fn tool_results_are_judged_as_events_and_as_messages_of_the_next_request() {
     // As events, from a tool loop inside the layer.
