@@ -113,21 +113,9 @@ async fn the_timeline_shows_every_model_call_of_a_turn_with_the_tool_results_bet
     assert_eq!(second.status, 200, "{}", second.body);
 
     let cookie = console_login(&gw, OPS_KEY).await;
-    let get = |path: &str| {
-        let (url, cookie) = (gw.url(path), cookie.clone());
-        async move {
-            let page = send("GET", &url, &[("cookie", &cookie)], "").await;
-            assert_eq!(page.status, 200, "{}", page.body);
-            page.body
-        }
-    };
 
-    let page = get("/console/conversation?id=alice%2Fsums").await;
-    let sections: Vec<&str> = page
-        .split("<section class=\"call\"")
-        .skip(1)
-        .map(|s| s.split("</section>").next().unwrap())
-        .collect();
+    let page = console_page(&gw, &cookie, "/console/conversation?id=alice%2Fsums").await;
+    let sections = call_sections(&page);
     assert_eq!(sections.len(), 3, "one entry per model call:\n{page}");
     let expected = [
         ("20", "9", "$0.000038"),
@@ -175,7 +163,7 @@ async fn the_timeline_shows_every_model_call_of_a_turn_with_the_tool_results_bet
     assert!(page.contains("3 model calls"), "{page}");
 
     // The paused and the resumed call are one turn; the decision sits with the call it decided.
-    let page = get("/console/conversation?id=alice%2Fwrites").await;
+    let page = console_page(&gw, &cookie, "/console/conversation?id=alice%2Fwrites").await;
     assert_eq!(page.matches("<section class=\"call\"").count(), 2, "{page}");
     assert_eq!(page.matches("<h3 class=\"turn\"").count(), 1, "{page}");
     let decision = format!(
@@ -188,7 +176,7 @@ async fn the_timeline_shows_every_model_call_of_a_turn_with_the_tool_results_bet
     );
 
     // The list counts model calls and sums their tokens and cost.
-    let list = get("/console/conversations").await;
+    let list = console_page(&gw, &cookie, "/console/conversations").await;
     let row = list
         .split("<tr>")
         .find(|row| row.contains("alice/sums"))
@@ -369,20 +357,8 @@ async fn cached_calls_and_guardrail_verdicts_are_shown_and_the_cache_savings_cou
     store.write_calls(&[redacted]).await.unwrap();
 
     let cookie = console_login(&gw, OPS_KEY).await;
-    let get = |path: &str| {
-        let (url, cookie) = (gw.url(path), cookie.clone());
-        async move {
-            let page = send("GET", &url, &[("cookie", &cookie)], "").await;
-            assert_eq!(page.status, 200, "{}", page.body);
-            page.body
-        }
-    };
-    let page = get("/console/conversation?id=cached").await;
-    let sections: Vec<&str> = page
-        .split("<section class=\"call\"")
-        .skip(1)
-        .map(|s| s.split("</section>").next().unwrap())
-        .collect();
+    let page = console_page(&gw, &cookie, "/console/conversation?id=cached").await;
+    let sections = call_sections(&page);
     assert_eq!(sections.len(), 2, "{page}");
     let (first, replay) = (facts(sections[0]), facts(sections[1]));
     assert!(!sections[0].contains("data-cached"), "{}", sections[0]);
@@ -406,7 +382,7 @@ async fn cached_calls_and_guardrail_verdicts_are_shown_and_the_cache_savings_cou
     assert_eq!(fact(&replay, "cost"), "$0.000000 (cached)");
     assert_eq!(page.matches(">2+2?</pre>").count(), 1, "{page}");
 
-    let page = get("/console/conversation?id=guarded").await;
+    let page = console_page(&gw, &cookie, "/console/conversation?id=guarded").await;
     let verdict = page
         .split("<li class=\"verdict\"")
         .nth(1)
@@ -422,7 +398,7 @@ async fn cached_calls_and_guardrail_verdicts_are_shown_and_the_cache_savings_cou
     );
     assert!(!page.contains(secret), "the matched text is never shown");
 
-    let usage = get("/console/usage?range=1h").await;
+    let usage = console_page(&gw, &cookie, "/console/usage?range=1h").await;
     let summary = usage
         .split("<p class=\"summary\" id=\"cache-summary\">")
         .nth(1)
@@ -433,4 +409,19 @@ async fn cached_calls_and_guardrail_verdicts_are_shown_and_the_cache_savings_cou
         "Response cache: 1 of 3 (33 %) model calls answered from the cache, saving $0.000022 (their tokens \
          at the model's price)"
     );
+}
+
+/// A console page's HTML, fetched with the session `cookie`; it must answer 200.
+async fn console_page(gw: &Harness, cookie: &str, path: &str) -> String {
+    let page = send("GET", &gw.url(path), &[("cookie", cookie)], "").await;
+    assert_eq!(page.status, 200, "{}", page.body);
+    page.body
+}
+
+/// The `<section class="call">` blocks of a timeline page, one per model call.
+fn call_sections(page: &str) -> Vec<&str> {
+    page.split("<section class=\"call\"")
+        .skip(1)
+        .map(|s| s.split("</section>").next().unwrap())
+        .collect()
 }
