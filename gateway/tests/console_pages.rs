@@ -95,6 +95,14 @@ async fn every_page_at(width: u32) {
     browser.find("#key", Duration::from_secs(5)).await;
     found.extend(problems(&browser, &axe, "login").await);
     log_in(&browser, &base).await;
+    assert_eq!(
+        browser
+            .find_all("#approvals tr[data-id] td[data-label]")
+            .await
+            .len(),
+        8,
+        "each field of an approval names itself (the label a phone's card shows)"
+    );
     browser.screenshot("inbox").await;
     found.extend(problems(&browser, &axe, "inbox").await);
 

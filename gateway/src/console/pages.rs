@@ -71,14 +71,14 @@ fn approval_row(listed: &Listed, csrf: &str) -> Markup {
     let age = now().duration_since(p.paused_at).unwrap_or_default();
     html! {
         tr data-id=(id) data-status=(listed.status) {
-            td class="tool" { (p.notice.tool) }
-            td class="arguments" { pre { (pretty(&p.notice.arguments)) } }
-            td class="reason" { (p.notice.reason.as_deref().unwrap_or("—")) }
-            td class="caller" { (p.caller.as_ref().map_or("(no key)", |c| c.as_str())) }
-            td { (conversation_link(p.conversation.as_str())) }
-            td class="age" { (span(age)) }
-            td class="expires" { (span(p.expires_in)) }
-            td class="status" { (listed.status) }
+            td class="tool" data-label="Tool" { (p.notice.tool) }
+            td class="arguments" data-label="Arguments" { pre { (pretty(&p.notice.arguments)) } }
+            td class="reason" data-label="Policy's reason" { (p.notice.reason.as_deref().unwrap_or("—")) }
+            td class="caller" data-label="Caller" { (p.caller.as_ref().map_or("(no key)", |c| c.as_str())) }
+            td data-label="Conversation" { (conversation_link(p.conversation.as_str())) }
+            td class="age" data-label="Age" { (span(age)) }
+            td class="expires" data-label="Expires in" { (span(p.expires_in)) }
+            td class="status" data-label="Status" { (listed.status) }
             td class="actions" {
                 @if listed.status == "pending" {
                     form method="post" action=(format!("/console/approvals/{}/decision", url_encode(id))) class="decide" {
@@ -104,7 +104,7 @@ pub(crate) fn approvals_table(listed: &[Listed], csrf: &str, live: bool) -> Mark
         table id=[live.then_some("approvals")] class=(if listed.is_empty() { "approvals hidden" } else { "approvals" }) {
             thead {
                 tr {
-                    th { "Tool" } th { "Arguments" } th { "Reason" } th { "Caller" } th { "Conversation" }
+                    th { "Tool" } th { "Arguments" } th { "Policy's reason" } th { "Caller" } th { "Conversation" }
                     th { "Age" } th { "Expires in" } th { "Status" } th { "Decision" }
                 }
             }

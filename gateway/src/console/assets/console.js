@@ -83,9 +83,10 @@
     return Math.floor(s / 86400) + " d " + Math.floor((s % 86400) / 3600) + " h";
   }
 
-  function cell(row, className, text) {
+  function cell(row, className, text, label) {
     const td = document.createElement("td");
     if (className) td.className = className;
+    if (label) td.dataset.label = label;
     if (text !== undefined) td.textContent = text;
     row.appendChild(td);
     return td;
@@ -105,20 +106,20 @@
   function build(a) {
     const row = document.createElement("tr");
     row.dataset.id = a.id;
-    cell(row, "tool", a.tool);
+    cell(row, "tool", a.tool, "Tool");
     const pre = document.createElement("pre");
     pre.textContent = JSON.stringify(a.arguments, null, 2);
-    cell(row, "arguments").appendChild(pre);
-    cell(row, "reason", a.reason || "\u2014");
-    cell(row, "caller", a.caller || "(no key)");
+    cell(row, "arguments", undefined, "Arguments").appendChild(pre);
+    cell(row, "reason", a.reason || "\u2014", "Policy's reason");
+    cell(row, "caller", a.caller || "(no key)", "Caller");
     const link = document.createElement("a");
     link.className = "conversation";
     link.href = "/console/conversation?id=" + encodeURIComponent(a.conversation);
     link.textContent = a.conversation;
-    cell(row, "").appendChild(link);
-    cell(row, "age");
-    cell(row, "expires");
-    cell(row, "status");
+    cell(row, "", undefined, "Conversation").appendChild(link);
+    cell(row, "age", undefined, "Age");
+    cell(row, "expires", undefined, "Expires in");
+    cell(row, "status", undefined, "Status");
     cell(row, "actions");
     return row;
   }
