@@ -11,7 +11,7 @@ use std::time::Duration;
 use serde_json::json;
 use tower_chat::test_server::Reply;
 use tower_chat_gateway::config_file::ConfigFile;
-use tower_chat_persistence::{CallQuery, SqliteStore, Store};
+use tower_chat_persistence::{CallQuery, Store};
 
 use common::{request, Harness};
 
@@ -70,9 +70,7 @@ async fn an_identical_request_is_answered_from_the_cache_in_either_shape() {
     assert_eq!(gw.provider.requests().len(), 4);
 
     // Every answer is recorded; the hits as cached.
-    let store = SqliteStore::open(gw.files.path().join("gateway.db"))
-        .await
-        .unwrap();
+    let store = gw.records().await;
     let calls = store.call_summaries(&CallQuery::default()).await.unwrap();
     assert_eq!(calls.len(), 7, "{calls:#?}");
     let mut cached = 0;

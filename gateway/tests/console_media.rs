@@ -17,7 +17,7 @@ use serde_json::json;
 use tower_chat::test_server::Reply;
 use tower_chat::{ChatOptions, ChatResponse, ConversationId, Message, Part, Shared};
 use tower_chat_persistence::{
-    CallId, CallOutcome, CallRecord, ConversationQuery, RecordedRequest, SqliteStore, Store,
+    CallId, CallOutcome, CallRecord, ConversationQuery, RecordedRequest, Store,
 };
 use tower_chat_testkit::{base64, PDF, PNG};
 
@@ -64,9 +64,7 @@ fn header<'a>(headers: &'a http::HeaderMap, name: &str) -> &'a str {
 
 /// A completed call whose user message holds `parts`, written to the gateway's own database.
 async fn record_with(gw: &Harness, conversation: &str, parts: Vec<Part>) -> CallId {
-    let store = SqliteStore::open(gw.files.path().join("gateway.db"))
-        .await
-        .unwrap();
+    let store = gw.records().await;
     let call_id = CallId::generate();
     let record = CallRecord {
         call_id: call_id.clone(),
@@ -250,9 +248,7 @@ async fn an_image_sent_through_the_gateway_is_a_thumbnail_with_its_bytes() {
         }))
         .await;
     assert_eq!(answer.status, 200, "{}", answer.body);
-    let store = SqliteStore::open(gw.files.path().join("gateway.db"))
-        .await
-        .unwrap();
+    let store = gw.records().await;
     let listed = store
         .list_conversations(&ConversationQuery::default())
         .await

@@ -243,9 +243,7 @@ async fn an_upstream_error_echoing_the_key_in_any_form_reaches_neither_client_no
     );
     gw.shutdown();
     gw.server.take().unwrap().await.unwrap().unwrap();
-    let store = tower_chat_persistence::SqliteStore::open(gw.files.path().join("gateway.db"))
-        .await
-        .unwrap();
+    let store = gw.records().await;
     for stream in [false, true] {
         let calls = tower_chat_persistence::Store::conversation_calls(
             &store,

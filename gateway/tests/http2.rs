@@ -9,7 +9,7 @@ use common::{http2, http2_request, request, Answer, Harness};
 use serde_json::json;
 use tower_chat::test_server::{Part, RecordedRequest, Reply};
 use tower_chat::ConversationId;
-use tower_chat_persistence::{CallOutcome, SqliteStore, Store};
+use tower_chat_persistence::{CallOutcome, Store};
 
 /// An upstream whose stream starts and then hangs: each request stays in flight until the client leaves.
 fn hanging(_: &RecordedRequest, _: usize) -> Reply {
@@ -148,9 +148,7 @@ async fn a_stream_cancelled_midway_is_recorded_as_cancelled() {
     assert!(sender.ready().await.is_ok(), "the connection is still open");
     gw.shutdown();
     gw.server.take().unwrap().await.unwrap().unwrap();
-    let store = SqliteStore::open(gw.files.path().join("gateway.db"))
-        .await
-        .unwrap();
+    let store = gw.records().await;
     let calls = store
         .conversation_calls(&ConversationId::new("conv-h2-cancel"))
         .await

@@ -22,7 +22,7 @@ use tower_chat::test_server::{RecordedRequest, Reply};
 use tower_chat::{ConversationId, Message};
 use tower_chat_gateway::mcp::McpServerEntry;
 use tower_chat_mcp::test_server::{serve_stdio, DemoServer};
-use tower_chat_persistence::{SqliteStore, Store};
+use tower_chat_persistence::Store;
 
 /// Set in the child's environment: serve MCP instead of testing.
 const SERVE: &str = "TOWER_CHAT_GATEWAY_TEST_MCP_SERVE";
@@ -192,9 +192,7 @@ async fn an_mcp_tool_result_goes_back_to_the_model_and_the_client_gets_the_answe
         // The persistence layer recorded the MCP tool's result with the turn (shutdown flushes the writer).
         gw.shutdown();
         gw.server.take().unwrap().await.unwrap().unwrap();
-        let store = SqliteStore::open(gw.files.path().join("gateway.db"))
-            .await
-            .unwrap();
+        let store = gw.records().await;
         let history = store
             .load_conversation(&ConversationId::new("alice/conv-mcp"))
             .await

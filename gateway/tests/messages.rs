@@ -472,9 +472,7 @@ async fn every_surface_records_into_one_conversation_view() {
     for answer in &answers {
         assert_eq!(answer.status, 200, "{}", answer.body);
     }
-    let store = tower_chat_persistence::SqliteStore::open(gw.files.path().join("gateway.db"))
-        .await
-        .unwrap();
+    let store = gw.records().await;
     use tower_chat_persistence::Store;
     let conversation = tower_chat::ConversationId::new("conv-shared");
     let calls = store.conversation_calls(&conversation).await.unwrap();

@@ -85,9 +85,7 @@ async fn an_operator_approves_the_client_learns_it_and_resumes_and_the_audit_nam
     let gw = gateway(dir.path()).await;
     let id = operator_approves(&gw, "c1").await;
     // The audit log: the approval crate's table in the gateway's SQLite file.
-    let db = tower_chat_persistence::SqliteStore::open(gw.files.path().join("gateway.db"))
-        .await
-        .unwrap();
+    let db = gw.records().await;
     let audit = SqliteApprovalStore::new(db)
         .await
         .unwrap()

@@ -6,7 +6,7 @@ mod common;
 use common::{post, request, three_add_calls, tool_result, Harness};
 use tower_chat::test_server::Reply;
 use tower_chat::{ConversationId, Message};
-use tower_chat_persistence::{CallOutcome, CallRecord, SqliteStore, Store};
+use tower_chat_persistence::{CallOutcome, CallRecord, Store};
 use tower_chat_testkit::until;
 
 /// `test-model` at $1 / $2 per million input / output tokens.
@@ -99,9 +99,7 @@ async fn every_model_call_of_a_turn_is_its_own_record_with_its_usage_and_timesta
     gw.shutdown();
     gw.server.take().unwrap().await.unwrap().unwrap();
 
-    let store = SqliteStore::open(gw.files.path().join("gateway.db"))
-        .await
-        .unwrap();
+    let store = gw.records().await;
     for stream in [false, true] {
         // With gateway keys a conversation id is scoped to its caller.
         let conversation = ConversationId::new(format!("recorder/conv-gateway-{stream}"));
@@ -150,9 +148,7 @@ async fn a_client_hanging_up_mid_stream_is_recorded_as_cancelled_with_the_partia
     gw.shutdown();
     gw.server.take().unwrap().await.unwrap().unwrap();
 
-    let store = SqliteStore::open(gw.files.path().join("gateway.db"))
-        .await
-        .unwrap();
+    let store = gw.records().await;
     let calls = store
         .conversation_calls(&ConversationId::new("conv-hangup"))
         .await
@@ -312,9 +308,7 @@ async fn stream_then_hang_up(gw: &Harness, conversation: &str, user: &str, seen:
 /// The bytes of the gateway's SQLite database once its write-ahead log is checkpointed into the file (the log's
 /// size depends on when SQLite last checkpointed): the file and whatever is left beside it.
 async fn database_bytes(gw: &Harness) -> u64 {
-    let store = SqliteStore::open(gw.files.path().join("gateway.db"))
-        .await
-        .unwrap();
+    let store = gw.records().await;
     store
         .run("checkpoint", |conn| {
             conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
@@ -413,9 +407,7 @@ async fn refused_requests_are_recorded_small_and_those_refused_before_the_stack_
         growth < REFUSALS * 8192,
         "{REFUSALS} refusals grew the database by {growth} bytes"
     );
-    let store = SqliteStore::open(gw.files.path().join("gateway.db"))
-        .await
-        .unwrap();
+    let store = gw.records().await;
     let calls = store
         .call_summaries(&tower_chat_persistence::CallQuery::default())
         .await
@@ -521,9 +513,7 @@ async fn a_cancelled_stream_is_recorded_with_the_estimate_the_limits_charged() {
     gw.shutdown();
     gw.server.take().unwrap().await.unwrap().unwrap();
 
-    let store = SqliteStore::open(gw.files.path().join("gateway.db"))
-        .await
-        .unwrap();
+    let store = gw.records().await;
     let calls = store
         .conversation_calls(&ConversationId::new("conv-estimated"))
         .await

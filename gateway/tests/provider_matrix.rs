@@ -13,7 +13,7 @@ mod common;
 use serde_json::json;
 use tower_chat::ConversationId;
 use tower_chat_gateway::config_file::ConfigFile;
-use tower_chat_persistence::{CallOutcome, SqliteStore, Store};
+use tower_chat_persistence::{CallOutcome, Store};
 
 use common::kinds::{
     call_path, carries, check_credential, scripted_usage, streamed, text_reply, weather_call,
@@ -111,9 +111,7 @@ async fn every_inbound_format_runs_a_tool_conversation_over_every_upstream_kind(
 
     gw.shutdown();
     gw.server.take().unwrap().await.unwrap().unwrap();
-    let store = SqliteStore::open(gw.files.path().join("gateway.db"))
-        .await
-        .unwrap();
+    let store = gw.records().await;
     for format in FORMATS {
         for kind in KINDS {
             for stream in ["False", "True"] {

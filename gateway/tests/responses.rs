@@ -8,7 +8,7 @@ use common::{wire_upstream, Answer, Harness};
 use serde_json::{json, Value};
 use tower_chat::test_server::{RecordedRequest, Reply};
 use tower_chat::ConversationId;
-use tower_chat_persistence::{SqliteStore, Store};
+use tower_chat_persistence::Store;
 
 /// The shared wire-format upstream; `write` writes this file's own file.
 fn upstream() -> impl Fn(&RecordedRequest, usize) -> Reply + Send + Sync + 'static {
@@ -213,9 +213,7 @@ async fn previous_response_id_is_scoped_to_the_caller_and_store_false_keeps_noth
     let answer = gw.post_json("/v1/responses", &other, &alice).await;
     assert_eq!(answer.status, 404, "{}", answer.body);
     // One conversation in the store: both turns of the chain, recorded under the ids the client holds.
-    let store = SqliteStore::open(gw.files.path().join("gateway.db"))
-        .await
-        .unwrap();
+    let store = gw.records().await;
     let second_call = tower_chat_persistence::CallId::new(second_id);
     let record = store
         .call(&second_call)

@@ -15,7 +15,7 @@ use tower_chat::{
     Message, Shared, TextSpan,
 };
 use tower_chat_gateway::config_file::ConfigFile;
-use tower_chat_persistence::{CallId, CallOutcome, CallRecord, SqliteStore, Store};
+use tower_chat_persistence::{CallId, CallOutcome, CallRecord, Store};
 
 const OPS_KEY: &str = "sk-ops-carol-0123456789";
 const ALICE: (&str, &str) = ("authorization", "Bearer sk-alice");
@@ -316,9 +316,7 @@ async fn cached_calls_and_guardrail_verdicts_are_shown_and_the_cache_savings_cou
     }
     assert_eq!(gw.provider.requests().len(), 1);
     // A call a guardrail redacted (written to the gateway's own database, as the guardrail layer records it).
-    let store = SqliteStore::open(gw.files.path().join("gateway.db"))
-        .await
-        .unwrap();
+    let store = gw.records().await;
     let secret = "sk-live-0123456789abcdef";
     let redacted = CallRecord {
         call_id: CallId::generate(),

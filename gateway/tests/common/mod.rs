@@ -62,6 +62,13 @@ impl Harness {
         }
     }
 
+    /// The gateway's call records: its SQLite file (`--db`), opened beside it.
+    pub async fn records(&self) -> tower_chat_persistence::SqliteStore {
+        tower_chat_persistence::SqliteStore::open(self.files.path().join("gateway.db"))
+            .await
+            .unwrap()
+    }
+
     /// The files root (`--files`).
     pub fn root(&self) -> std::path::PathBuf {
         self.files.path().join("root")
