@@ -3,6 +3,7 @@
 //!
 //! ```text
 //! cargo bench -p tower-chat-gateway --bench load            # needs wrk on PATH (Debian: apt-get install wrk)
+//! LOAD_CLIENT=h2load cargo bench -p tower-chat-gateway --bench load   # HTTP/1.1 and HTTP/2 (Debian: nghttp2-client)
 //! LOAD_SECONDS=20 LOAD_CONNECTIONS="1 64" cargo bench -p tower-chat-gateway --bench load
 //! ```
 //!
@@ -34,6 +35,12 @@
 //! `LOAD_COUNT_PROVIDER=anthropic` puts the gateway in front of an Anthropic upstream (plain requests only),
 //! which gets the image as a Messages `image` block. The cost per MiB is the difference of the gateway's
 //! per-request costs at two sizes, divided by the MiB between them.
+//!
+//! HTTP/2: `LOAD_COUNT_HTTP2=1` sends the counted requests to the gateway as streams of one HTTP/2 connection
+//! (h2c, prior knowledge) instead of HTTP/1.1 requests; the upstream hop stays HTTP/1.1, so its slope is the
+//! same direct slope. `LOAD_CLIENT=h2load` replaces `wrk` with `h2load` (Debian: nghttp2-client) and drives the
+//! gateway over HTTP/1.1 (`--h1`) and over HTTP/2 (one stream at a time per connection) in one run, beside the
+//! upstream over HTTP/1.1; `h2load` gives the mean and the slowest request, not percentiles.
 //!
 //! Response cache: `LOAD_CACHE=1` turns on the gateway's in-process cache (`[cache]`). The requests are
 //! identical, so the warm-up request is the one miss and every counted (or wrk) request is a hit answered
@@ -270,8 +277,14 @@ fn main() {
     let count: Option<usize> = std::env::var("LOAD_COUNT_REQUESTS")
         .ok()
         .and_then(|n| n.parse().ok());
-    if count.is_none() && Command::new("wrk").arg("--version").output().is_err() {
-        println!("skip: the gateway load bench needs wrk on PATH (Debian: apt-get install wrk)");
+    let use_h2load = std::env::var("LOAD_CLIENT").is_ok_and(|c| c == "h2load");
+    let (client, package) = if use_h2load {
+        ("h2load", "nghttp2-client")
+    } else {
+        ("wrk", "wrk")
+    };
+    if count.is_none() && Command::new(client).arg("--version").output().is_err() {
+        println!("skip: the gateway load bench needs {client} on PATH (Debian: apt-get install {package})");
         return;
     }
     let seconds: u64 = std::env::var("LOAD_SECONDS")
@@ -352,8 +365,14 @@ fn main() {
         };
         let body = Bytes::from(body);
         let images = image_bytes.map(ImageRequests::new);
+        let http2 = std::env::var("LOAD_COUNT_HTTP2").is_ok_and(|h| h == "1");
+        assert!(
+            to_gateway || !http2,
+            "the upstream speaks HTTP/1.1 only: LOAD_COUNT_HTTP2 counts the gateway"
+        );
         client_runtime.block_on(send_one_after_another(
             addr,
+            http2,
             path,
             |index| match &images {
                 Some(images) => images.body(index),
@@ -367,6 +386,8 @@ fn main() {
             image_bytes.map_or(String::new(), |n| format!(" {n}-byte image")),
             if to_gateway { "gateway" } else { "upstream" }
         );
+    } else if use_h2load {
+        run_h2load(&direct, &through, dir.path(), seconds, &concurrencies);
     } else {
         run_wrk(&direct, &through, dir.path(), seconds, &concurrencies);
     }
@@ -378,28 +399,65 @@ fn main() {
     upstream_runtime.shutdown_timeout(Duration::from_secs(1));
 }
 
+/// One client connection, HTTP/1.1 or HTTP/2 (prior knowledge).
+enum Connection {
+    Http1(hyper::client::conn::http1::SendRequest<Full<Bytes>>),
+    Http2(hyper::client::conn::http2::SendRequest<Full<Bytes>>),
+}
+
+impl Connection {
+    async fn open(addr: SocketAddr, http2: bool) -> Self {
+        let socket = tokio::net::TcpStream::connect(addr).await.unwrap();
+        socket.set_nodelay(true).unwrap();
+        let io = TokioIo::new(socket);
+        if http2 {
+            let (sender, connection) =
+                hyper::client::conn::http2::handshake(TokioExecutor::new(), io)
+                    .await
+                    .unwrap();
+            tokio::spawn(connection);
+            Connection::Http2(sender)
+        } else {
+            let (sender, connection) = hyper::client::conn::http1::handshake(io).await.unwrap();
+            tokio::spawn(connection);
+            Connection::Http1(sender)
+        }
+    }
+
+    async fn send(&mut self, request: Request<Full<Bytes>>) -> Response<Incoming> {
+        match self {
+            Connection::Http1(sender) => {
+                sender.ready().await.unwrap();
+                sender.send_request(request).await.unwrap()
+            }
+            Connection::Http2(sender) => {
+                sender.ready().await.unwrap();
+                sender.send_request(request).await.unwrap()
+            }
+        }
+    }
+}
+
 /// `requests` chat requests (`body(index)`), each sent after the previous answer was read whole, on one
-/// HTTP/1.1 connection.
+/// HTTP/1.1 connection or as streams of one HTTP/2 connection.
 async fn send_one_after_another(
     addr: SocketAddr,
+    http2: bool,
     path: &str,
     mut body: impl FnMut(usize) -> Bytes,
     requests: usize,
 ) {
-    let socket = tokio::net::TcpStream::connect(addr).await.unwrap();
-    socket.set_nodelay(true).unwrap();
-    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(socket))
-        .await
-        .unwrap();
-    tokio::spawn(connection);
+    let mut connection = Connection::open(addr, http2).await;
     for index in 0..requests {
-        sender.ready().await.unwrap();
-        let request = Request::post(path)
-            .header("host", addr.to_string())
-            .header("content-type", "application/json")
-            .body(Full::new(body(index)))
-            .unwrap();
-        let response = sender.send_request(request).await.unwrap();
+        let mut request = Request::post(path).header("content-type", "application/json");
+        // HTTP/2 carries the authority in the URI; HTTP/1.1 in `host`.
+        request = if http2 {
+            request.uri(format!("http://{addr}{path}"))
+        } else {
+            request.header("host", addr.to_string())
+        };
+        let request = request.body(Full::new(body(index))).unwrap();
+        let response = connection.send(request).await;
         assert_eq!(response.status(), 200);
         let answer = response.into_body().collect().await.unwrap().to_bytes();
         assert!(
@@ -440,6 +498,92 @@ fn run_wrk(
                 d.rps,
                 g.rps,
                 100.0 * g.rps / d.rps
+            );
+        }
+    }
+}
+
+/// Requests per second, mean and slowest request (ms), from `h2load`.
+#[derive(Clone, Copy)]
+struct H2loadFigures {
+    rps: f64,
+    mean: f64,
+    max: f64,
+}
+
+fn h2load(
+    url: &str,
+    body_file: &str,
+    connections: usize,
+    seconds: u64,
+    http1: bool,
+) -> H2loadFigures {
+    let mut command = Command::new("h2load");
+    command
+        .args(["-t1", "-m1", "-H", "content-type: application/json"])
+        .arg(format!("-c{connections}"))
+        .arg(format!("-D{seconds}"))
+        .args(["--warm-up-time", "1", "-d", body_file]);
+    if http1 {
+        command.arg("--h1");
+    }
+    let output = command.arg(url).output().expect("h2load runs");
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "h2load failed: {text}");
+    let mut figures = H2loadFigures {
+        rps: f64::NAN,
+        mean: f64::NAN,
+        max: f64::NAN,
+    };
+    for line in text.lines() {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        match fields.as_slice() {
+            ["finished", "in", _, rps, "req/s,", ..] => {
+                figures.rps = rps.parse().unwrap_or(f64::NAN)
+            }
+            ["status", "codes:", _, "2xx,", _, "3xx,", client, "4xx,", server, "5xx"] => assert!(
+                *client == "0" && *server == "0",
+                "some answers were not 2xx: {text}"
+            ),
+            ["time", "for", "request:", _min, max, mean, ..] => {
+                figures.max = milliseconds(max);
+                figures.mean = milliseconds(mean);
+            }
+            _ => {}
+        }
+    }
+    figures
+}
+
+fn run_h2load(
+    direct: &str,
+    through: &str,
+    dir: &std::path::Path,
+    seconds: u64,
+    concurrencies: &[usize],
+) {
+    println!(
+        "h2load -t1 -m1, {seconds} s each after 1 s of warm-up, 127.0.0.1; upstream over HTTP/1.1: {ANSWER_WORDS}-word answer (23 SSE chunks streamed)"
+    );
+    println!();
+    println!("| load | direct HTTP/1.1 req/s, mean / max ms | gateway HTTP/1.1 | gateway HTTP/2 | HTTP/2 / HTTP/1.1 req/s |");
+    println!("| --- | --- | --- | --- | ---: |");
+    for &connections in concurrencies {
+        for stream in [false, true] {
+            let body = dir.join(if stream { "stream.json" } else { "plain.json" });
+            std::fs::write(&body, request_body(stream)).unwrap();
+            let body = body.to_string_lossy().into_owned();
+            let d = h2load(direct, &body, connections, seconds, true);
+            let h1 = h2load(through, &body, connections, seconds, true);
+            let h2 = h2load(through, &body, connections, seconds, false);
+            let cell = |f: H2loadFigures| format!("{:.0}, {:.3} / {:.2}", f.rps, f.mean, f.max);
+            println!(
+                "| c={connections}, {} | {} | {} | {} | {:.2} |",
+                if stream { "streamed" } else { "non-streamed" },
+                cell(d),
+                cell(h1),
+                cell(h2),
+                h2.rps / h1.rps
             );
         }
     }
