@@ -18,6 +18,8 @@ use tower_chat::{
     ToolArguments,
 };
 
+use tower_chat_approval::ApprovalContext;
+
 use crate::error::ApiError;
 use crate::wire::{ApprovalAnswer, ApprovalNotice};
 
@@ -32,6 +34,8 @@ struct Paused {
     calls: Vec<(String, String)>,
     /// What the client was shown (and what an operator listing shows).
     notices: Vec<ApprovalNotice>,
+    /// What led to each call, beside its notice (same order).
+    contexts: Vec<ApprovalContext>,
     paused_at: std::time::SystemTime,
     expires: Instant,
 }
@@ -44,6 +48,8 @@ pub(crate) struct PausedApproval {
     pub(crate) conversation: ConversationId,
     pub(crate) paused_at: std::time::SystemTime,
     pub(crate) expires_in: Duration,
+    /// What led to the call, for the operator deciding it.
+    pub(crate) context: ApprovalContext,
 }
 
 struct Handoff {
@@ -102,6 +108,7 @@ impl PendingStore {
         requests: &[ApprovalRequest],
     ) -> Vec<ApprovalNotice> {
         let mut notices = Vec::with_capacity(requests.len());
+        let mut contexts = Vec::with_capacity(requests.len());
         let mut calls = Vec::with_capacity(requests.len());
         for request in requests {
             let (id, forward) = if request.id == request.call.id {
@@ -111,6 +118,18 @@ impl PendingStore {
                 (request.id.clone(), request.id.clone())
             };
             calls.push((id.clone(), forward));
+            contexts.push(ApprovalContext {
+                // The client's own messages are not kept here, only the turn's hidden ones.
+                user_message: None,
+                model_text: hidden.iter().find_map(|message| match message {
+                    Message::Assistant(a)
+                        if a.tool_calls.iter().any(|c| c.id == request.call.id) =>
+                    {
+                        ApprovalContext::kept(&a.content)
+                    }
+                    _ => None,
+                }),
+            });
             notices.push(ApprovalNotice {
                 id,
                 tool: request.call.name.clone(),
@@ -127,6 +146,7 @@ impl PendingStore {
             hidden,
             calls,
             notices: notices.clone(),
+            contexts,
             paused_at: std::time::SystemTime::now(),
             expires: Instant::now() + self.ttl,
         });
@@ -156,9 +176,10 @@ impl PendingStore {
             .iter()
             .filter(|(_, r)| r.expires > now)
             .filter_map(|(id, r)| {
-                let notice = r.notices.iter().find(|n| n.id == *id)?;
+                let at = r.notices.iter().position(|n| n.id == *id)?;
                 Some(PausedApproval {
-                    notice: notice.clone(),
+                    notice: r.notices[at].clone(),
+                    context: r.contexts.get(at).cloned().unwrap_or_default(),
                     caller: r.caller.clone(),
                     conversation: r.conversation.clone(),
                     paused_at: r.paused_at,

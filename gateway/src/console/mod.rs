@@ -28,6 +28,7 @@
 //! audit log. Failed logins are limited per key and client address and in all ([`crate::login_limit`]; behind a
 //! reverse proxy the client address is the one `--trusted-proxy-header` reports, [`crate::client_addr`]).
 
+mod card;
 mod chart;
 mod format;
 mod media;
@@ -180,7 +181,7 @@ async fn require_session(
         Ok(found) => found,
         Err(e) => return session_store_failed(&e),
     };
-    let Some(session) = found else {
+    let Some(mut session) = found else {
         if request.uri().path().starts_with("/console/api/") {
             return crate::error::json_response(
                 StatusCode::UNAUTHORIZED,
@@ -192,6 +193,10 @@ async fn require_session(
         }
         return see_other("/console/login");
     };
+    let path = request.uri().path();
+    if !writes && !path.starts_with("/console/api/") && path != "/console/media" {
+        session.waiting = waiting(&state.operators).await;
+    }
     request.extensions_mut().insert(session.clone());
     let mut response = next.run(request).await;
     if let Some(ErrorMessage(message)) = response.extensions_mut().remove::<ErrorMessage>() {
@@ -200,6 +205,18 @@ async fn require_session(
         *response.body_mut() = Body::from(framed);
     }
     response
+}
+
+/// The calls waiting for a decision, as the navigation counts them (`None` when the store cannot be read: the
+/// page still renders, without a count).
+async fn waiting(operators: &OperatorState) -> Option<session::Waiting> {
+    let page = crate::operator::pending_page(operators, None, crate::operator::MAX_LIST)
+        .await
+        .ok()?;
+    Some(session::Waiting {
+        count: page.listed.iter().filter(|l| l.status == "pending").count(),
+        more: page.next.is_some(),
+    })
 }
 
 /// A form posted with a session carries the session's CSRF token (`csrf`); the refusal when it does not.
@@ -303,7 +320,13 @@ pub(crate) fn layout(title: &str, nav: Nav, session: Option<&Session>, main: Mar
             head {
                 meta charset="utf-8";
                 meta name="viewport" content="width=device-width, initial-scale=1";
-                title { (title) " · tower-chat console" }
+                // The inbox's tab says how many calls wait, like a mail client's.
+                title {
+                    @if let (Nav::Inbox, Some(waiting)) = (nav, session.and_then(|s| s.waiting)) {
+                        "(" (waiting) ") "
+                    }
+                    (title) " · tower-chat console"
+                }
                 @if let Some(session) = session {
                     meta name="csrf-token" content=(session.csrf);
                 }
@@ -321,7 +344,12 @@ pub(crate) fn layout(title: &str, nav: Nav, session: Option<&Session>, main: Mar
                                 (Nav::Conversations, "/console/conversations", "Conversations"),
                                 (Nav::Usage, "/console/usage", "Usage"),
                             ] {
-                                a href=(href) class=[(entry == nav).then_some("current")] { (label) }
+                                a href=(href) class=[(entry == nav).then_some("current")] {
+                                    (label)
+                                    @if let (Nav::Inbox, Some(waiting)) = (entry, session.waiting) {
+                                        " " span class="count" id="nav-pending-count" { "(" (waiting) ")" }
+                                    }
+                                }
                             }
                         }
                         form method="post" action="/console/logout" class="logout" {
