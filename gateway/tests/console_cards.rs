@@ -31,8 +31,22 @@ async fn gateway(dir: &Path, database_url: Option<String>) -> Harness {
     .await
 }
 
-/// Alice asks for a write with `arguments` in `conversation`; the call pauses. Its approval id.
-async fn pause_write(gw: &Harness, conversation: &str, arguments: serde_json::Value) -> String {
+/// A write of alice's waiting for approval.
+struct Paused {
+    id: String,
+    conversation: String,
+    /// The conversation as alice resends it once an operator decided: ending with the approval notice.
+    resend: serde_json::Value,
+}
+
+/// Alice asks for a write with `arguments` in `conversation`; the call pauses.
+async fn pause_write(gw: &Harness, name: &str, arguments: serde_json::Value) -> Paused {
+    // Unique per run: a PostgreSQL database outlives the test.
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    let conversation = &format!("{name}-{nanos}");
     let headers = [ALICE, ("x-conversation-id", conversation)];
     let body = json!({"model": "test-model", "messages": [
         {"role": "user", "content": format!("Please write it.\n{WRITE_ARGUMENTS} {arguments}")}
@@ -41,10 +55,32 @@ async fn pause_write(gw: &Harness, conversation: &str, arguments: serde_json::Va
     assert_eq!(answer.status, 200, "{}", answer.body);
     let answer = answer.json();
     assert_eq!(answer["tower_chat"]["finish_reason"], "awaiting_approval");
-    answer["tower_chat"]["approval_requests"][0]["id"]
-        .as_str()
+    let mut resend = body;
+    resend["messages"]
+        .as_array_mut()
         .unwrap()
-        .to_owned()
+        .push(json!({"role": "assistant", "content": answer["choices"][0]["message"]["content"]}));
+    Paused {
+        id: answer["tower_chat"]["approval_requests"][0]["id"]
+            .as_str()
+            .unwrap()
+            .to_owned(),
+        conversation: conversation.to_owned(),
+        resend,
+    }
+}
+
+/// Carol denies `id` from the console, as its form posts without a script: where the console sends her.
+async fn deny(gw: &Harness, cookie: &str, csrf: &str, id: &str) -> String {
+    let decided = send(
+        "POST",
+        &gw.url(&format!("/console/approvals/{id}/decision")),
+        &[FORM, SAME, ("cookie", cookie)],
+        &format!("csrf={csrf}&decision=deny&reason=not+now"),
+    )
+    .await;
+    assert_eq!(decided.status, 303, "{}", decided.body);
+    decided.headers["location"].to_str().unwrap().to_owned()
 }
 
 /// The `<tr>` of approval `id` in `page`.
@@ -141,7 +177,7 @@ async fn cards_on(database_url: Option<String>) {
     );
 
     // Context: the user's request and the model's text before the call, real newlines.
-    let card = row(page, &changes);
+    let card = row(page, &changes.id);
     assert!(
         card.contains("User's request") && card.contains("Please write it.\nARGUMENTS:"),
         "{card}"
@@ -174,11 +210,11 @@ async fn cards_on(database_url: Option<String>) {
         "{card}"
     );
 
-    let card = row(page, &creates);
+    let card = row(page, &creates.id);
     assert!(card.contains("data-state=\"creates\""), "{card}");
     assert!(card.contains("Creates a new file"), "{card}");
 
-    let card = row(page, &outside);
+    let card = row(page, &outside.id);
     assert!(card.contains("data-state=\"refused\""), "{card}");
     assert!(card.contains("Nothing was read"), "{card}");
     assert!(
@@ -186,7 +222,7 @@ async fn cards_on(database_url: Option<String>) {
         "a path outside the root is never read"
     );
 
-    let card = row(page, &large);
+    let card = row(page, &large.id);
     assert!(card.contains("data-state=\"too-large\""), "{card}");
     assert!(card.contains("diff too large"), "{card}");
     assert!(card.contains("409600 bytes"), "{card}");
@@ -204,7 +240,7 @@ async fn cards_on(database_url: Option<String>) {
         .as_array()
         .unwrap()
         .iter()
-        .find(|a| a["id"] == changes.as_str())
+        .find(|a| a["id"] == changes.id.as_str())
         .unwrap()
         .clone();
     assert_eq!(
@@ -218,15 +254,7 @@ async fn cards_on(database_url: Option<String>) {
         let at = page.find(marker).unwrap() + marker.len();
         page[at..at + 64].to_owned()
     };
-    let decided = send(
-        "POST",
-        &gw.url(&format!("/console/approvals/{changes}/decision")),
-        &[FORM, SAME, ("cookie", &cookie)],
-        &format!("csrf={csrf}&decision=deny&reason=not+now"),
-    )
-    .await;
-    assert_eq!(decided.status, 303, "{}", decided.body);
-    let location = decided.headers["location"].to_str().unwrap().to_owned();
+    let location = deny(&gw, &cookie, &csrf, &changes.id).await;
     let after = send("GET", &gw.url(&location), &[("cookie", &cookie)], "").await;
     let page = &after.body;
     let banner = &page[page.find("id=\"decided\"").expect(page)..];
@@ -241,20 +269,23 @@ async fn cards_on(database_url: Option<String>) {
         "{banner}"
     );
     assert!(
-        banner.contains("href=\"/console/conversation?id=alice%2Fchanges\""),
+        banner.contains(&format!(
+            "href=\"/console/conversation?id=alice%2F{}\"",
+            changes.conversation
+        )),
         "{banner}"
     );
     // The denied call waits for its client in its own section, not under Pending; the count follows.
     assert!(
-        !table(page, "approvals").contains(&changes),
+        !table(page, "approvals").contains(&changes.id),
         "not pending any more"
     );
     assert!(
-        table(page, "decided-approvals").contains(&format!("data-id=\"{changes}\"")),
+        table(page, "decided-approvals").contains(&format!("data-id=\"{}\"", changes.id)),
         "{page}"
     );
     assert!(
-        row(page, &changes).contains("waiting for the client to resume"),
+        row(page, &changes.id).contains("waiting for the client to resume"),
         "{page}"
     );
     assert_eq!(count(page, "pending-count"), waiting - 1, "{page}");
@@ -279,6 +310,32 @@ async fn cards_on(database_url: Option<String>) {
         )),
         "{}",
         conversations.body
+    );
+
+    // Every call denied, each client resumes and its approval is gone (a shared database keeps nothing behind).
+    for paused in [&creates, &outside, &large] {
+        deny(&gw, &cookie, &csrf, &paused.id).await;
+    }
+    for paused in [&changes, &creates, &outside, &large] {
+        let headers = [ALICE, ("x-conversation-id", paused.conversation.as_str())];
+        let resumed = post(
+            &gw.url("/v1/chat/completions"),
+            paused.resend.to_string(),
+            &headers,
+        )
+        .await;
+        assert_eq!(resumed.status, 200, "{}", resumed.body);
+    }
+    let page = send("GET", &gw.url("/console"), &[("cookie", &cookie)], "")
+        .await
+        .body;
+    for paused in [&changes, &creates, &outside, &large] {
+        assert!(!page.contains(&paused.id), "{page}");
+    }
+    assert!(!gw.root().join("notes/new.txt").exists());
+    assert_eq!(
+        std::fs::read_to_string(gw.files.path().join("secret.txt")).unwrap(),
+        SECRET
     );
 }
 
