@@ -72,6 +72,8 @@ pub struct ApprovalStream {
     /// The answer text of the current model round so far (cut at [`ApprovalContext::MAX_BYTES`]): what the
     /// model said before a call that needs approval.
     round_text: String,
+    /// A tool result came: the next thing the model says starts a new round.
+    round_over: bool,
     done: bool,
 }
 
@@ -83,6 +85,7 @@ impl ApprovalStream {
             binding,
             recording: None,
             round_text: String::new(),
+            round_over: false,
             done: false,
         }
     }
@@ -130,23 +133,32 @@ impl ApprovalStream {
 }
 
 impl ApprovalStream {
-    /// Follow the current round's answer text: a tool result ends a round (the next answer starts afresh), a
-    /// rejected answer is discarded.
+    /// Follow the current round's answer text. Tool results end a round, but the results of a round's other
+    /// calls may come before its approval requests: the text is dropped only when the model's next round says
+    /// something. A rejected answer is discarded at once.
     fn note_text(&mut self, event: &ChatEvent) {
+        match event {
+            ChatEvent::TextDelta { .. }
+            | ChatEvent::ToolCallStart { .. }
+            | ChatEvent::ToolCallEnd { .. }
+                if self.round_over =>
+            {
+                self.round_text.clear();
+                self.round_over = false;
+            }
+            _ => {}
+        }
         match event {
             ChatEvent::TextDelta { text } => {
                 let room = ApprovalContext::MAX_BYTES.saturating_sub(self.round_text.len());
-                if room > 0 {
-                    let mut end = text.len().min(room);
-                    while !text.is_char_boundary(end) {
-                        end -= 1;
-                    }
-                    self.round_text.push_str(&text[..end]);
+                let mut end = text.len().min(room);
+                while !text.is_char_boundary(end) {
+                    end -= 1;
                 }
+                self.round_text.push_str(&text[..end]);
             }
-            ChatEvent::ToolResult { .. } | ChatEvent::AnswerRejected { .. } => {
-                self.round_text.clear()
-            }
+            ChatEvent::ToolResult { .. } => self.round_over = true,
+            ChatEvent::AnswerRejected { .. } => self.round_text.clear(),
             _ => {}
         }
     }

@@ -33,7 +33,10 @@ fn pending(id: &str, expires_at: SystemTime) -> PendingApproval {
         // Kept with the approval, multi-line and non-ASCII; the model's text is absent on some.
         context: ApprovalContext {
             user_message: Some(format!("Write {id}\nplease ✓")),
-            model_text: (id.len() % 2 == 0).then(|| "I will write the file now.".to_owned()),
+            model_text: id
+                .len()
+                .is_multiple_of(2)
+                .then(|| "I will write the file now.".to_owned()),
         },
     }
 }
