@@ -100,12 +100,15 @@ impl PendingStore {
     /// Keep a paused turn; returns what the client is shown. Requests that carry the bare call id (the tool
     /// loop's own protocol) get a fresh random id here, translated back on resume; requests whose id an approval
     /// layer already issued keep it, and decisions are passed on under it for that layer to verify.
+    /// `user_message` (the request's last) is kept beside each call for the operators' listing, with the model's
+    /// text of the answer that made the call.
     pub fn pause(
         &self,
         caller: Option<CallerIdentity>,
         conversation: ConversationId,
         hidden: Vec<Message>,
         requests: &[ApprovalRequest],
+        user_message: Option<&str>,
     ) -> Vec<ApprovalNotice> {
         let mut notices = Vec::with_capacity(requests.len());
         let mut contexts = Vec::with_capacity(requests.len());
@@ -119,8 +122,7 @@ impl PendingStore {
             };
             calls.push((id.clone(), forward));
             contexts.push(ApprovalContext {
-                // The client's own messages are not kept here, only the turn's hidden ones.
-                user_message: None,
+                user_message: user_message.map(str::to_owned),
                 model_text: hidden.iter().find_map(|message| match message {
                     Message::Assistant(a)
                         if a.tool_calls.iter().any(|c| c.id == request.call.id) =>
@@ -352,6 +354,7 @@ mod tests {
             ConversationId::new("conv"),
             hidden.clone(),
             &[request("c1")],
+            None,
         );
         assert!(notices[0].id.starts_with("apr_") && notices[0].id.len() > 30);
         let bob = CallerIdentity::new("bob");
@@ -374,7 +377,7 @@ mod tests {
         let store = PendingStore::new(Duration::from_secs(60));
         let mut issued = request("c1");
         issued.id = "apr_from_the_layer".into();
-        let notices = store.pause(None, ConversationId::new("conv"), vec![], &[issued]);
+        let notices = store.pause(None, ConversationId::new("conv"), vec![], &[issued], None);
         assert_eq!(notices[0].id, "apr_from_the_layer");
         let resumed = store
             .resume(None, &[answer("apr_from_the_layer", false)])
@@ -384,9 +387,46 @@ mod tests {
     }
 
     #[test]
+    fn the_listing_keeps_the_request_and_the_models_text_before_each_call() {
+        let store = PendingStore::new(Duration::from_secs(60));
+        let answer = Message::Assistant(AssistantMessage {
+            content: "Writing it now.".into(),
+            tool_calls: vec![ToolCall::new("c1", "write_file", json!({}))],
+            ..AssistantMessage::default()
+        });
+        store.pause(
+            None,
+            ConversationId::new("conv"),
+            vec![answer],
+            &[request("c1"), request("c2")],
+            Some("write a"),
+        );
+        let listed = store.list();
+        assert_eq!(listed.len(), 2);
+        let by_text: Vec<Option<&str>> = listed
+            .iter()
+            .map(|l| l.context.model_text.as_deref())
+            .collect();
+        assert!(by_text.contains(&Some("Writing it now.")), "{by_text:?}");
+        assert!(
+            by_text.contains(&None),
+            "c2 was not in that answer: {by_text:?}"
+        );
+        assert!(listed
+            .iter()
+            .all(|l| l.context.user_message.as_deref() == Some("write a")));
+    }
+
+    #[test]
     fn expired_approvals_are_refused() {
         let store = PendingStore::new(Duration::from_millis(1));
-        let notices = store.pause(None, ConversationId::new("conv"), vec![], &[request("c1")]);
+        let notices = store.pause(
+            None,
+            ConversationId::new("conv"),
+            vec![],
+            &[request("c1")],
+            None,
+        );
         std::thread::sleep(Duration::from_millis(5));
         assert!(store
             .resume(None, &[answer(&notices[0].id, false)])
