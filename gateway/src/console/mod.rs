@@ -7,12 +7,14 @@
 //! | path | what |
 //! |---|---|
 //! | `/console/login` | log in with an operator key (the only page served without a session, with the assets); failed logins are limited, `429` + `Retry-After` |
-//! | `/console` | the approvals inbox: pending calls (tool, arguments, reason, caller, conversation, age, expiry), approve or deny with a reason; `console.js` keeps it current from `/console/api/approvals` |
+//! | `/console` | the approvals inbox ([`card`]): pending calls (the user's request and the model's text before the call, arguments as sized fields, for `write_file` a diff against the file, reason, caller, conversation, age, expiry), approve or deny with a reason; decided calls whose client has not resumed in their own section; a banner after a decision; `console.js` keeps it current from `/console/api/approvals` |
 //! | `/console/conversations` | conversations, most recent first: caller, last activity, calls, tokens, cost |
 //! | `/console/conversation?id=…` | one conversation's timeline: messages, every recorded call (model, latency, time to first token, usage, outcome, tool calls and results), approvals and their audit |
 //! | `/console/media?call=…&message=…&part=…` | the bytes of one part of a recorded call's history: raster images inline (the timeline's thumbnails), anything else as an attachment ([`media`]) |
 //! | `/console/usage?range=1h\|24h\|7d&by=model\|caller` | model calls, tokens and latency percentiles over time, by model or caller (server-rendered SVG); the response cache's hit rate and the spend it saved |
 //! | `/console/favicon.svg` | the console's icon, linked from every page (cached for a year) |
+//!
+//! Every page's navigation counts the calls waiting for a decision (the inbox's title too).
 //!
 //! Any other path under `/console` answers a `404` page inside the console; a refused decision (`409`: decided
 //! already) and a bad query (`400`: an unknown `?range=`) are HTML pages too, never the API's JSON.
