@@ -220,6 +220,9 @@ pub(crate) struct OperatorState {
     pub(crate) sessions: crate::console::SessionStore,
     /// `[limits.prices]`: what the console's usage page prices the response cache's savings at.
     pub(crate) prices: Arc<tower_chat::PriceTable>,
+    /// The sandbox `write_file` writes through (`--files`): the console reads what a pending write would
+    /// replace through it.
+    pub(crate) files: Option<Arc<crate::tools::Sandbox>>,
 }
 
 impl OperatorState {
@@ -469,35 +472,39 @@ pub(crate) async fn pending_page(
     });
     let listed = page
         .into_iter()
-        .map(|p| {
-            let status = match &p.decision {
-                Some(d) => status(d.approved),
-                None => state
-                    .decisions
-                    .get(&p.approval_id, p.caller.as_ref())
-                    .map_or("pending", |d| status(d.approved)),
-            };
-            Listed {
-                status,
-                paused: crate::pending::PausedApproval {
-                    notice: ApprovalNotice {
-                        tool: p.call.name.clone(),
-                        arguments: match &p.call.arguments {
-                            ToolArguments::Json(value) => value.clone(),
-                            ToolArguments::Invalid { raw, .. } => raw.clone().into(),
-                        },
-                        reason: p.reason,
-                        id: p.approval_id,
-                    },
-                    caller: p.caller,
-                    conversation: p.conversation_id,
-                    paused_at: p.created_at,
-                    expires_in: p.expires_at.duration_since(now).unwrap_or_default(),
-                },
-            }
-        })
+        .map(|p| stored_listed(state, p, now))
         .collect();
     Ok(ListedPage { listed, next })
+}
+
+/// A pending approval of the store as operators see it at `now`: decided in the store, or by this process.
+fn stored_listed(state: &OperatorState, p: PendingApproval, now: SystemTime) -> Listed {
+    let status = match &p.decision {
+        Some(d) => status(d.approved),
+        None => state
+            .decisions
+            .get(&p.approval_id, p.caller.as_ref())
+            .map_or("pending", |d| status(d.approved)),
+    };
+    Listed {
+        status,
+        paused: crate::pending::PausedApproval {
+            notice: ApprovalNotice {
+                tool: p.call.name.clone(),
+                arguments: match &p.call.arguments {
+                    ToolArguments::Json(value) => value.clone(),
+                    ToolArguments::Invalid { raw, .. } => raw.clone().into(),
+                },
+                reason: p.reason,
+                id: p.approval_id,
+            },
+            caller: p.caller,
+            conversation: p.conversation_id,
+            paused_at: p.created_at,
+            expires_in: p.expires_at.duration_since(now).unwrap_or_default(),
+            context: p.context,
+        },
+    }
 }
 
 /// The pages read at most for one conversation's pending approvals ([`pending_in_conversation`]): 10 × 200 waiting
@@ -526,6 +533,18 @@ pub(crate) async fn pending_in_conversation(
         }
     }
     Ok(found)
+}
+
+/// The approval `id` as listed, when it is pending (decided or not) and unexpired: from the approval store when
+/// the gateway has one, else this process's paused turns.
+pub(crate) async fn find_listed(state: &OperatorState, id: &str) -> Option<Listed> {
+    if state.approval_store.is_some() {
+        let p = stored_pending(state, id).await?;
+        return Some(stored_listed(state, p, SystemTime::now()));
+    }
+    pending_list(state)
+        .into_iter()
+        .find(|l| l.paused.notice.id == id)
 }
 
 /// The turns paused in this process (unexpired), oldest first, with this process's decisions.
@@ -557,6 +576,10 @@ pub(crate) fn listed_json(listed: &Listed) -> serde_json::Value {
         "paused_at": unix(p.paused_at),
         "expires_in": p.expires_in.as_secs(),
         "status": listed.status,
+        "context": {
+            "user_message": p.context.user_message,
+            "model_text": p.context.model_text,
+        },
     })
 }
 

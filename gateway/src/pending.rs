@@ -18,6 +18,8 @@ use tower_chat::{
     ToolArguments,
 };
 
+use tower_chat_approval::ApprovalContext;
+
 use crate::error::ApiError;
 use crate::wire::{ApprovalAnswer, ApprovalNotice};
 
@@ -32,6 +34,8 @@ struct Paused {
     calls: Vec<(String, String)>,
     /// What the client was shown (and what an operator listing shows).
     notices: Vec<ApprovalNotice>,
+    /// What led to each call, beside its notice (same order).
+    contexts: Vec<ApprovalContext>,
     paused_at: std::time::SystemTime,
     expires: Instant,
 }
@@ -44,6 +48,8 @@ pub(crate) struct PausedApproval {
     pub(crate) conversation: ConversationId,
     pub(crate) paused_at: std::time::SystemTime,
     pub(crate) expires_in: Duration,
+    /// What led to the call, for the operator deciding it.
+    pub(crate) context: ApprovalContext,
 }
 
 struct Handoff {
@@ -94,14 +100,18 @@ impl PendingStore {
     /// Keep a paused turn; returns what the client is shown. Requests that carry the bare call id (the tool
     /// loop's own protocol) get a fresh random id here, translated back on resume; requests whose id an approval
     /// layer already issued keep it, and decisions are passed on under it for that layer to verify.
+    /// `user_message` (the request's last) is kept beside each call for the operators' listing, with the model's
+    /// text of the answer that made the call.
     pub fn pause(
         &self,
         caller: Option<CallerIdentity>,
         conversation: ConversationId,
         hidden: Vec<Message>,
         requests: &[ApprovalRequest],
+        user_message: Option<&str>,
     ) -> Vec<ApprovalNotice> {
         let mut notices = Vec::with_capacity(requests.len());
+        let mut contexts = Vec::with_capacity(requests.len());
         let mut calls = Vec::with_capacity(requests.len());
         for request in requests {
             let (id, forward) = if request.id == request.call.id {
@@ -111,6 +121,17 @@ impl PendingStore {
                 (request.id.clone(), request.id.clone())
             };
             calls.push((id.clone(), forward));
+            contexts.push(ApprovalContext {
+                user_message: user_message.map(str::to_owned),
+                model_text: hidden.iter().find_map(|message| match message {
+                    Message::Assistant(a)
+                        if a.tool_calls.iter().any(|c| c.id == request.call.id) =>
+                    {
+                        ApprovalContext::kept(&a.content)
+                    }
+                    _ => None,
+                }),
+            });
             notices.push(ApprovalNotice {
                 id,
                 tool: request.call.name.clone(),
@@ -127,6 +148,7 @@ impl PendingStore {
             hidden,
             calls,
             notices: notices.clone(),
+            contexts,
             paused_at: std::time::SystemTime::now(),
             expires: Instant::now() + self.ttl,
         });
@@ -156,9 +178,10 @@ impl PendingStore {
             .iter()
             .filter(|(_, r)| r.expires > now)
             .filter_map(|(id, r)| {
-                let notice = r.notices.iter().find(|n| n.id == *id)?;
+                let at = r.notices.iter().position(|n| n.id == *id)?;
                 Some(PausedApproval {
-                    notice: notice.clone(),
+                    notice: r.notices[at].clone(),
+                    context: r.contexts.get(at).cloned().unwrap_or_default(),
                     caller: r.caller.clone(),
                     conversation: r.conversation.clone(),
                     paused_at: r.paused_at,
@@ -331,6 +354,7 @@ mod tests {
             ConversationId::new("conv"),
             hidden.clone(),
             &[request("c1")],
+            None,
         );
         assert!(notices[0].id.starts_with("apr_") && notices[0].id.len() > 30);
         let bob = CallerIdentity::new("bob");
@@ -353,7 +377,7 @@ mod tests {
         let store = PendingStore::new(Duration::from_secs(60));
         let mut issued = request("c1");
         issued.id = "apr_from_the_layer".into();
-        let notices = store.pause(None, ConversationId::new("conv"), vec![], &[issued]);
+        let notices = store.pause(None, ConversationId::new("conv"), vec![], &[issued], None);
         assert_eq!(notices[0].id, "apr_from_the_layer");
         let resumed = store
             .resume(None, &[answer("apr_from_the_layer", false)])
@@ -363,9 +387,46 @@ mod tests {
     }
 
     #[test]
+    fn the_listing_keeps_the_request_and_the_models_text_before_each_call() {
+        let store = PendingStore::new(Duration::from_secs(60));
+        let answer = Message::Assistant(AssistantMessage {
+            content: "Writing it now.".into(),
+            tool_calls: vec![ToolCall::new("c1", "write_file", json!({}))],
+            ..AssistantMessage::default()
+        });
+        store.pause(
+            None,
+            ConversationId::new("conv"),
+            vec![answer],
+            &[request("c1"), request("c2")],
+            Some("write a"),
+        );
+        let listed = store.list();
+        assert_eq!(listed.len(), 2);
+        let by_text: Vec<Option<&str>> = listed
+            .iter()
+            .map(|l| l.context.model_text.as_deref())
+            .collect();
+        assert!(by_text.contains(&Some("Writing it now.")), "{by_text:?}");
+        assert!(
+            by_text.contains(&None),
+            "c2 was not in that answer: {by_text:?}"
+        );
+        assert!(listed
+            .iter()
+            .all(|l| l.context.user_message.as_deref() == Some("write a")));
+    }
+
+    #[test]
     fn expired_approvals_are_refused() {
         let store = PendingStore::new(Duration::from_millis(1));
-        let notices = store.pause(None, ConversationId::new("conv"), vec![], &[request("c1")]);
+        let notices = store.pause(
+            None,
+            ConversationId::new("conv"),
+            vec![],
+            &[request("c1")],
+            None,
+        );
         std::thread::sleep(Duration::from_millis(5));
         assert!(store
             .resume(None, &[answer(&notices[0].id, false)])

@@ -30,6 +30,8 @@ pub(crate) struct Turn {
     pub(crate) conversation: ConversationId,
     /// Hidden messages this turn continues from (a resumed pause).
     pub(crate) hidden: Vec<Message>,
+    /// The text of the request's last user message: what an operator reads beside a paused call.
+    pub(crate) user_message: Option<String>,
     pub(crate) pending: Arc<PendingStore>,
     /// Operators decide pending approvals (`--operator-keys-file`): the notice tells the client to wait.
     pub(crate) operators_decide: bool,
@@ -156,6 +158,7 @@ impl Translator {
                 self.turn.conversation.clone(),
                 hidden,
                 &self.approvals,
+                self.turn.user_message.as_deref(),
             );
         } else if reason == FinishReason::ToolCalls && !self.folded.client_calls.is_empty() {
             let ids: Vec<String> = self

@@ -65,6 +65,17 @@ impl Sandbox {
             .map_err(|_| busy(path))?
     }
 
+    /// What `path` holds now, as `write_file` would replace it, read at most `limit` bytes (the console shows an
+    /// approver what a write changes). Resolved exactly as the tools resolve it: a path they refuse is refused
+    /// here (the error), and nothing outside the root is opened.
+    pub async fn existing(&self, path: &str, limit: u64) -> Result<Existing, ToolError> {
+        let root = self.root.try_clone().map_err(|_| busy(path))?;
+        let owned = path.to_owned();
+        tokio::task::spawn_blocking(move || existing_blocking(&root, &owned, limit))
+            .await
+            .map_err(|_| busy(path))?
+    }
+
     /// `write_file`: missing directories on the way are created (each one through the handle of its parent);
     /// the content goes to a temporary file renamed over the target.
     pub async fn write(&self, path: &str, content: &str) -> Result<String, ToolError> {
@@ -74,6 +85,19 @@ impl Sandbox {
             .await
             .map_err(|_| busy(path))?
     }
+}
+
+/// What a path inside the root holds now ([`Sandbox::existing`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Existing {
+    /// Nothing: a write creates the file (and any missing directories on the way).
+    Absent,
+    /// A regular file of UTF-8 text.
+    Text(String),
+    /// A regular file larger than the limit asked for (its size in bytes), not read.
+    TooLarge(u64),
+    /// A regular file that is not UTF-8 text.
+    NotText,
 }
 
 /// The one answer for every path that is not allowed, whatever the reason (outside, absolute, `..` leaving
@@ -150,6 +174,28 @@ fn read_blocking(root: &OwnedFd, path: &str) -> Result<String, ToolError> {
     };
     String::from_utf8(bytes)
         .map_err(|_| ToolError::new(format!("cannot read `{}`: not UTF-8 text", shorten(path))))
+}
+
+fn existing_blocking(root: &OwnedFd, path: &str, limit: u64) -> Result<Existing, ToolError> {
+    syntax(path)?;
+    let fd = match open_for_reading(root, path) {
+        Ok(fd) => fd,
+        Err(rustix::io::Errno::NOENT) => return Ok(Existing::Absent),
+        Err(_) => return Err(refused(path)),
+    };
+    let stat = rustix::fs::fstat(&fd).map_err(|_| refused(path))?;
+    if FileType::from_raw_mode(stat.st_mode) != FileType::RegularFile || stat.st_nlink != 1 {
+        return Err(refused(path));
+    }
+    let size = stat.st_size as u64;
+    if size > limit {
+        return Ok(Existing::TooLarge(size));
+    }
+    match read_at_most(std::fs::File::from(fd), size as usize, limit) {
+        Ok(Some(bytes)) => Ok(String::from_utf8(bytes).map_or(Existing::NotText, Existing::Text)),
+        Ok(None) => Ok(Existing::TooLarge(size.max(limit + 1))),
+        Err(e) => Err(io_error(path, &e, "read")),
+    }
 }
 
 /// Everything `reader` holds if that is at most `limit` bytes, `None` if it holds more. Reads one byte past the
@@ -358,6 +404,45 @@ mod tests {
         );
         assert!(!missing.message().contains("/tmp"));
         assert!(sandbox.read("").await.is_err());
+    }
+
+    #[tokio::test]
+    async fn what_a_write_would_replace_is_read_through_the_same_refusals() {
+        let (dir, sandbox) = setup();
+        let root = dir.path().join("root");
+        symlink(dir.path().join("outside/secret.txt"), root.join("link")).unwrap();
+        std::fs::hard_link(dir.path().join("outside/secret.txt"), root.join("hard")).unwrap();
+        std::fs::write(root.join("binary"), [0xff, 0xfe, 0x00]).unwrap();
+        let limit = 1024;
+        assert_eq!(
+            sandbox.existing("sub/a.txt", limit).await.unwrap(),
+            Existing::Text("inside".into())
+        );
+        for new in ["sub/new.txt", "fresh/dir/new.txt"] {
+            assert_eq!(
+                sandbox.existing(new, limit).await.unwrap(),
+                Existing::Absent
+            );
+        }
+        assert_eq!(
+            sandbox.existing("sub/a.txt", 3).await.unwrap(),
+            Existing::TooLarge(6)
+        );
+        assert_eq!(
+            sandbox.existing("binary", limit).await.unwrap(),
+            Existing::NotText
+        );
+        for path in [
+            "../outside/secret.txt",
+            "../outside/missing",
+            "/etc/passwd",
+            "link",
+            "hard",
+            "sub",
+        ] {
+            let error = sandbox.existing(path, limit).await.unwrap_err();
+            assert!(is_refusal(&error), "{path:?}: {}", error.message());
+        }
     }
 
     #[tokio::test]

@@ -106,7 +106,14 @@ impl Gateway {
             .await
             .map_err(GatewayError::Config)?;
         let models = router.clone();
+        let files = config
+            .files
+            .as_deref()
+            .map(crate::tools::open_sandbox)
+            .transpose()
+            .map_err(GatewayError::Chat)?;
         let options = StackOptions {
+            files: files.as_ref(),
             persistence: Some(&stores.persistence),
             approvals: Some(&stores.approvals),
             metrics: metrics.clone(),
@@ -135,6 +142,7 @@ impl Gateway {
         if let Some(operators) = &mut gateway.state.turns.operators {
             operators.approval_store = Some(stores.approval_store.clone());
             operators.sessions = stores.sessions.clone();
+            operators.files = files;
         }
         gateway.state.turns.records = Some(stores.persistence.store().clone());
         gateway.stores = Some(stores);
@@ -171,6 +179,7 @@ impl Gateway {
             polls: Arc::new(connection::PerKey::new(config.max_polls_per_key)),
             sessions: crate::console::SessionStore::default(),
             prices: Arc::new(config.file.limits.price_table()),
+            files: None,
         });
         Gateway {
             state: AppState {

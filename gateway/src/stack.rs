@@ -22,6 +22,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use tower::util::BoxCloneSyncService;
@@ -43,7 +44,7 @@ use tower_chat_tracing::TracingLayer;
 use crate::config::{Config, Provider};
 use crate::mcp::GatewayMcp;
 use crate::metrics::PrometheusMetrics;
-use crate::tools::server_tools;
+use crate::tools::{server_tools, server_tools_in, Sandbox};
 
 /// The chat stack behind the endpoint, type-erased.
 pub type ChatStack = BoxCloneSyncService<ChatRequest, ChatStream, ChatError>;
@@ -165,6 +166,9 @@ pub struct StackOptions<'a> {
     pub limits: Option<&'a LimitsLayer>,
     /// The tools of started MCP servers, offered to the tool loop per caller ([`crate::mcp`]).
     pub mcp: Option<&'a GatewayMcp>,
+    /// The sandbox of `config.files`, when the caller opened it already (so that the console previews writes
+    /// through the one the tools use); `None` opens it here.
+    pub files: Option<&'a Arc<Sandbox>>,
 }
 
 /// The stack the gateway runs, outermost first: tracing (one span per client request, tool spans inside, every
@@ -221,7 +225,10 @@ where
         .option_layer(cache)
         .service(upstream);
     let tool_loop = FunctionInvocationLayer::new()
-        .tools(server_tools(config.files.as_deref())?)?
+        .tools(match options.files {
+            Some(sandbox) => server_tools_in(Some(sandbox.clone()))?,
+            None => server_tools(config.files.as_deref())?,
+        })?
         .max_rounds(config.max_rounds);
     let mcp = options
         .mcp

@@ -11,12 +11,27 @@ use tower_chat_function_invocation::{tool_json, CompiledTool, ToolContext, ToolE
 /// Names of the server-side tools: their calls never reach the client.
 pub const SERVER_TOOLS: [&str; 3] = ["add", "read_file", "write_file"];
 
-pub use crate::sandbox::{Sandbox, MAX_READ_BYTES};
+pub use crate::sandbox::{Existing, Sandbox, MAX_READ_BYTES};
 
 /// The server-side tools: `add` always, `read_file` and `write_file` only when a files root is given
 /// (`--files DIR`, which must exist). Without one the file tools do not exist at all: a gateway started in a
 /// folder holding its keys file or a `.env` must not serve them.
 pub fn server_tools(root: Option<&Path>) -> Result<Vec<CompiledTool>, ChatError> {
+    server_tools_in(root.map(open_sandbox).transpose()?)
+}
+
+/// The sandbox of `--files DIR`, opened once: the file tools and the console's preview of a write share it.
+pub fn open_sandbox(root: &Path) -> Result<Arc<Sandbox>, ChatError> {
+    Sandbox::new(root).map(Arc::new).map_err(|e| {
+        ChatError::new(
+            tower_chat::ErrorKind::InvalidRequest,
+            format!("--files {}: {e}", root.display()),
+        )
+    })
+}
+
+/// [`server_tools`] with the file tools confined to `sandbox` (none without one).
+pub fn server_tools_in(sandbox: Option<Arc<Sandbox>>) -> Result<Vec<CompiledTool>, ChatError> {
     let add = tool_json(
         "add",
         "Adds two numbers and returns the sum.",
@@ -29,15 +44,9 @@ pub fn server_tools(root: Option<&Path>) -> Result<Vec<CompiledTool>, ChatError>
         |args: Value, _ctx: ToolContext| async move { add(&args["a"], &args["b"]) },
     )
     .compile()?;
-    let Some(root) = root else {
+    let Some(sandbox) = sandbox else {
         return Ok(vec![add]);
     };
-    let sandbox = Arc::new(Sandbox::new(root).map_err(|e| {
-        ChatError::new(
-            tower_chat::ErrorKind::InvalidRequest,
-            format!("--files {}: {e}", root.display()),
-        )
-    })?);
     let reader = sandbox.clone();
     let read_file = tool_json(
         "read_file",

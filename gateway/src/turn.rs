@@ -317,7 +317,18 @@ pub(crate) async fn handle<F: WireFormat>(
         .caching
         .as_ref()
         .map(|routes| crate::cache::control(&headers, F::ROUTE, routes, &mut request));
+    let user_message = request
+        .messages
+        .iter()
+        .rev()
+        .find_map(|message| match message {
+            Message::User { content } => {
+                tower_chat_approval::ApprovalContext::kept(&content.joined_text())
+            }
+            _ => None,
+        });
     let turn = Turn {
+        user_message,
         model: parsed.model,
         client_tools,
         caller,

@@ -547,8 +547,17 @@ async fn in_chromium(database_url: Option<String>, label: &str) {
                 .await,
         )
         .await;
+    // The banner names the tool, its target and the conversation (linked).
     let decided = browser.find("#decided", Duration::from_secs(10)).await;
-    assert!(browser.text(&decided).await.contains(&approval_id));
+    let banner = browser.text(&decided).await;
+    assert!(
+        banner.starts_with("Approved write_file on out/console.txt in conversation alice/"),
+        "{banner}"
+    );
+    assert!(banner.contains(&conversation), "{banner}");
+    browser
+        .find("#decided a.conversation", Duration::from_secs(1))
+        .await;
 
     // The client's turn completes.
     let done = tokio::time::timeout(Duration::from_secs(60), client)

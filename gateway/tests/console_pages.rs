@@ -1,6 +1,8 @@
 //! Every console page in headless Chromium at a desktop width (1,400 px) and a phone's (400 px): no page
 //! scrolls sideways, every action (approve, deny, log out) is on screen, and `axe-core` finds no serious or
-//! critical accessibility violation. The inbox says when it last heard from the gateway and when it cannot reach
+//! critical accessibility violation. The inbox's cards show the user's request, the model's text, the arguments
+//! as fields and what a write changes; a decision made in the page comes back as a banner and moves its call to
+//! the decided section, and the pending count in the title and the navigation follows the live refresh. The inbox says when it last heard from the gateway and when it cannot reach
 //! it, and a decision that cannot reach the gateway is shown as failed and stays in its form. Needs Chromium, chromedriver and `npm ci --prefix gateway/tests/axe`;
 //! without them it skips with a message, unless `CI` is set (then it fails).
 
@@ -10,35 +12,30 @@ use std::path::Path;
 use std::time::Duration;
 
 use common::webdriver::{axe_core, Driver, ELEMENT_KEY};
-use common::{post, write_file_then_answer, Harness};
+use common::{post, write_as_asked, Harness, WRITE_ARGUMENTS};
 use serde_json::json;
-use tower_chat::test_server::RecordedRequest;
 
 const OPS_KEY: &str = "sk-ops-carol-0123456789";
 const ALICE: (&str, &str) = ("authorization", "Bearer sk-alice");
-
-fn write_then_answer(req: &RecordedRequest, _index: usize) -> tower_chat::test_server::Reply {
-    let arguments =
-        json!({"path": "notes/plan.txt", "content": "line one\nline two\n"}).to_string();
-    write_file_then_answer(req, &arguments)
-}
 
 async fn gateway(dir: &Path) -> Harness {
     std::fs::write(dir.join("clients"), "alice:sk-alice\n").unwrap();
     std::fs::write(dir.join("operators"), format!("carol:{OPS_KEY}\n")).unwrap();
     let (clients, operators) = (dir.join("clients"), dir.join("operators"));
-    Harness::start(write_then_answer, move |c| {
+    Harness::start(write_as_asked, move |c| {
         c.api_keys_file = Some(clients);
         c.operator_keys_file = Some(operators);
     })
     .await
 }
 
-/// A call of alice's paused for approval, so the inbox, the conversations and a timeline have content.
-async fn pause_a_call(gw: &Harness, conversation: &str) {
+/// A call of alice's paused for approval, so the inbox, the conversations and a timeline have content: a write
+/// of `content` to `path`.
+async fn pause_a_call(gw: &Harness, conversation: &str, path: &str, content: &str) {
     let headers = [ALICE, ("x-conversation-id", conversation)];
+    let arguments = json!({"path": path, "content": content});
     let body = json!({"model": "test-model", "messages": [
-        {"role": "user", "content": "Write the plan to notes/plan.txt please"}
+        {"role": "user", "content": format!("Write the plan to {path} please.\n{WRITE_ARGUMENTS} {arguments}")}
     ]});
     let answer = post(&gw.url("/v1/chat/completions"), body.to_string(), &headers).await;
     assert_eq!(answer.status, 200, "{}", answer.body);
@@ -87,7 +84,19 @@ async fn every_page_at(width: u32) {
     };
     let dir = tempfile::tempdir().unwrap();
     let gw = gateway(dir.path()).await;
-    pause_a_call(&gw, "plan-1").await;
+    std::fs::create_dir_all(gw.root().join("notes")).unwrap();
+    let plan: String = (1..=40)
+        .map(|i| format!("step {i}: do the thing\n"))
+        .collect();
+    std::fs::write(gw.root().join("notes/plan.txt"), &plan).unwrap();
+    let revised = plan.replace(
+        "step 7: do the thing",
+        &format!("step 7: {}", "revised ".repeat(30)),
+    );
+    pause_a_call(&gw, "plan-1", "notes/plan.txt", &revised).await;
+    let long_name = format!("notes/{}.txt", "a-long-file-name-".repeat(8));
+    pause_a_call(&gw, "plan-2", &long_name, &"word ".repeat(200)).await;
+    pause_a_call(&gw, "plan-3", "../outside.txt", "nope").await;
     let base = format!("http://{}", gw.addr);
 
     let mut found = Vec::new();
@@ -95,16 +104,102 @@ async fn every_page_at(width: u32) {
     browser.find("#key", Duration::from_secs(5)).await;
     found.extend(problems(&browser, &axe, "login").await);
     log_in(&browser, &base).await;
+    let rows = browser.find_all("#approvals tr[data-id]").await;
+    assert_eq!(rows.len(), 3);
     assert_eq!(
         browser
             .find_all("#approvals tr[data-id] td[data-label]")
             .await
             .len(),
-        8,
+        3 * 9,
         "each field of an approval names itself (the label a phone's card shows)"
     );
+    assert!(browser
+        .execute("return document.title;", vec![])
+        .await
+        .as_str()
+        .unwrap()
+        .starts_with("(3) Approvals"));
+    for (selector, says) in [
+        (".said.user", "Write the plan to notes/plan.txt please."),
+        (".said.model", "I will write the file as you asked."),
+        (
+            ".write-preview[data-state=changes] del",
+            "- step 7: do the thing",
+        ),
+        (".write-preview[data-state=creates]", "Creates a new file"),
+        (".write-preview[data-state=refused]", "Nothing was read"),
+        (
+            "#approvals tr[data-id]:nth-child(2) .field[data-name=content] summary",
+            "Show all (1000 chars · 1000 bytes)",
+        ),
+        ("dl.fields .field[data-name=content] .size", "chars"),
+    ] {
+        let element = browser.find(selector, Duration::from_secs(5)).await;
+        let text = browser.text(&element).await;
+        assert!(text.contains(says), "{selector}: {text}");
+    }
     browser.screenshot("inbox").await;
     found.extend(problems(&browser, &axe, "inbox").await);
+
+    // Deny the new file's write in the page: the banner names it, and it waits for its client in its own section.
+    let deny = browser
+        .find(
+            "#approvals tr[data-id]:nth-child(2) button.deny",
+            Duration::from_secs(5),
+        )
+        .await;
+    browser.click(&deny).await;
+    let banner = browser.find("#decided", Duration::from_secs(10)).await;
+    let said = browser.text(&banner).await;
+    assert!(
+        said.starts_with(&format!(
+            "Denied write_file on {long_name} in conversation alice/plan-2"
+        )),
+        "{said}"
+    );
+    browser
+        .find(
+            "#decided-approvals tr[data-id][data-status=denied]",
+            Duration::from_secs(5),
+        )
+        .await;
+    assert_eq!(browser.find_all("#approvals tr[data-id]").await.len(), 2);
+    assert!(browser
+        .execute("return document.title;", vec![])
+        .await
+        .as_str()
+        .unwrap()
+        .starts_with("(2) Approvals"));
+    browser.screenshot("inbox-decided").await;
+    found.extend(problems(&browser, &axe, "inbox after a decision").await);
+
+    // A call paused while the page is open appears without a reload, and the counts follow.
+    pause_a_call(&gw, "plan-4", "notes/later.txt", "later").await;
+    browser.find("#pending-count", Duration::from_secs(1)).await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let title = browser.execute("return document.title;", vec![]).await;
+        let nav = browser
+            .text(
+                &browser
+                    .find("#nav-pending-count", Duration::from_secs(1))
+                    .await,
+            )
+            .await;
+        if title.as_str().unwrap().starts_with("(3) Approvals") && nav == "(3)" {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{title} / {nav}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(browser.find_all("#approvals tr[data-id]").await.len(), 3);
+    browser
+        .find(
+            ".write-preview[data-state=creates] code",
+            Duration::from_secs(1),
+        )
+        .await;
 
     browser.go(&format!("{base}/console/conversations")).await;
     let link = browser
@@ -161,7 +256,7 @@ async fn the_inbox_says_when_the_gateway_is_unreachable_and_keeps_a_failed_decis
     };
     let dir = tempfile::tempdir().unwrap();
     let mut gw = gateway(dir.path()).await;
-    pause_a_call(&gw, "plan-2").await;
+    pause_a_call(&gw, "plan-2", "notes/plan.txt", "line one\nline two\n").await;
     let base = format!("http://{}", gw.addr);
     log_in(&browser, &base).await;
     let liveness = browser

@@ -7,12 +7,14 @@
 //! | path | what |
 //! |---|---|
 //! | `/console/login` | log in with an operator key (the only page served without a session, with the assets); failed logins are limited, `429` + `Retry-After` |
-//! | `/console` | the approvals inbox: pending calls (tool, arguments, reason, caller, conversation, age, expiry), approve or deny with a reason; `console.js` keeps it current from `/console/api/approvals` |
+//! | `/console` | the approvals inbox ([`card`]): pending calls (the user's request and the model's text before the call, arguments as sized fields, for `write_file` a diff against the file, reason, caller, conversation, age, expiry), approve or deny with a reason; decided calls whose client has not resumed in their own section; a banner after a decision; `console.js` keeps it current from `/console/api/approvals` |
 //! | `/console/conversations` | conversations, most recent first: caller, last activity, calls, tokens, cost |
 //! | `/console/conversation?id=…` | one conversation's timeline: messages, every recorded call (model, latency, time to first token, usage, outcome, tool calls and results), approvals and their audit |
 //! | `/console/media?call=…&message=…&part=…` | the bytes of one part of a recorded call's history: raster images inline (the timeline's thumbnails), anything else as an attachment ([`media`]) |
 //! | `/console/usage?range=1h\|24h\|7d&by=model\|caller` | model calls, tokens and latency percentiles over time, by model or caller (server-rendered SVG); the response cache's hit rate and the spend it saved |
 //! | `/console/favicon.svg` | the console's icon, linked from every page (cached for a year) |
+//!
+//! Every page's navigation counts the calls waiting for a decision (the inbox's title too).
 //!
 //! Any other path under `/console` answers a `404` page inside the console; a refused decision (`409`: decided
 //! already) and a bad query (`400`: an unknown `?range=`) are HTML pages too, never the API's JSON.
@@ -28,6 +30,7 @@
 //! audit log. Failed logins are limited per key and client address and in all ([`crate::login_limit`]; behind a
 //! reverse proxy the client address is the one `--trusted-proxy-header` reports, [`crate::client_addr`]).
 
+mod card;
 mod chart;
 mod format;
 mod media;
@@ -180,7 +183,7 @@ async fn require_session(
         Ok(found) => found,
         Err(e) => return session_store_failed(&e),
     };
-    let Some(session) = found else {
+    let Some(mut session) = found else {
         if request.uri().path().starts_with("/console/api/") {
             return crate::error::json_response(
                 StatusCode::UNAUTHORIZED,
@@ -192,6 +195,10 @@ async fn require_session(
         }
         return see_other("/console/login");
     };
+    let path = request.uri().path();
+    if !writes && !path.starts_with("/console/api/") && path != "/console/media" {
+        session.waiting = waiting(&state.operators).await;
+    }
     request.extensions_mut().insert(session.clone());
     let mut response = next.run(request).await;
     if let Some(ErrorMessage(message)) = response.extensions_mut().remove::<ErrorMessage>() {
@@ -200,6 +207,18 @@ async fn require_session(
         *response.body_mut() = Body::from(framed);
     }
     response
+}
+
+/// The calls waiting for a decision, as the navigation counts them (`None` when the store cannot be read: the
+/// page still renders, without a count).
+async fn waiting(operators: &OperatorState) -> Option<session::Waiting> {
+    let page = crate::operator::pending_page(operators, None, crate::operator::MAX_LIST)
+        .await
+        .ok()?;
+    Some(session::Waiting {
+        count: page.listed.iter().filter(|l| l.status == "pending").count(),
+        more: page.next.is_some(),
+    })
 }
 
 /// A form posted with a session carries the session's CSRF token (`csrf`); the refusal when it does not.
@@ -303,7 +322,13 @@ pub(crate) fn layout(title: &str, nav: Nav, session: Option<&Session>, main: Mar
             head {
                 meta charset="utf-8";
                 meta name="viewport" content="width=device-width, initial-scale=1";
-                title { (title) " · tower-chat console" }
+                // The inbox's tab says how many calls wait, like a mail client's.
+                title {
+                    @if let (Nav::Inbox, Some(waiting)) = (nav, session.and_then(|s| s.waiting)) {
+                        "(" (waiting) ") "
+                    }
+                    (title) " · tower-chat console"
+                }
                 @if let Some(session) = session {
                     meta name="csrf-token" content=(session.csrf);
                 }
@@ -321,7 +346,12 @@ pub(crate) fn layout(title: &str, nav: Nav, session: Option<&Session>, main: Mar
                                 (Nav::Conversations, "/console/conversations", "Conversations"),
                                 (Nav::Usage, "/console/usage", "Usage"),
                             ] {
-                                a href=(href) class=[(entry == nav).then_some("current")] { (label) }
+                                a href=(href) class=[(entry == nav).then_some("current")] {
+                                    (label)
+                                    @if let (Nav::Inbox, Some(waiting)) = (entry, session.waiting) {
+                                        " " span class="count" id="nav-pending-count" { "(" (waiting) ")" }
+                                    }
+                                }
                             }
                         }
                         form method="post" action="/console/logout" class="logout" {

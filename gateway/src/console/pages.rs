@@ -12,6 +12,7 @@ use serde_json::json;
 use tower_chat::ToolArguments;
 use tower_chat_persistence::ConversationQuery;
 
+use super::card;
 use super::format::{dollars, span, url_encode, utc};
 use super::session::Session;
 use super::{check_csrf, error_page, html_response, layout, see_other, ConsoleState, Nav};
@@ -21,11 +22,43 @@ use crate::operator::{self, Listed, Operator};
 /// Conversations per page of the list.
 const PAGE_SIZE: u32 = 50;
 
-/// The inbox's query after a decision: what was decided (`done`) on which approval (`id`).
+/// The inbox's query after a decision: what was decided (`done`: `approved` | `denied`) on which approval
+/// (`id`), its tool, target and conversation. Shown as text only (escaped), never trusted for anything else.
 #[derive(Debug, Default, Deserialize)]
 pub(crate) struct DecidedParams {
     done: Option<String>,
     id: Option<String>,
+    tool: Option<String>,
+    target: Option<String>,
+    conversation: Option<String>,
+}
+
+impl DecidedParams {
+    /// "Approved `write_file` on `notes/plan.txt` in conversation plan-1.", when the query names a decision.
+    fn banner(&self) -> Option<Markup> {
+        let verb = match self.done.as_deref()? {
+            "approved" => "Approved",
+            "denied" => "Denied",
+            _ => return None,
+        };
+        let id = self.id.as_deref()?;
+        Some(html! {
+            p class="notice" id="decided" role="status" data-decision=(self.done.as_deref().unwrap_or_default()) {
+                (verb) " "
+                @match &self.tool {
+                    Some(tool) => code class="decided-tool" { (tool) },
+                    None => { "approval " code { (id) } },
+                }
+                @if let Some(target) = &self.target {
+                    " on " code class="decided-target" { (target) }
+                }
+                @if let Some(conversation) = &self.conversation {
+                    " in conversation " (conversation_link(conversation))
+                }
+                ". The client's waiting turn resumes when it resends."
+            }
+        })
+    }
 }
 
 /// The decision form: the CSRF token, `decision` = `approve` | `deny`, an optional reason.
@@ -54,7 +87,8 @@ pub(crate) fn arguments_text(arguments: &ToolArguments) -> String {
     }
 }
 
-fn conversation_link(conversation: &str) -> Markup {
+/// A link to a conversation's timeline.
+pub(crate) fn conversation_link(conversation: &str) -> Markup {
     let href = format!("/console/conversation?id={}", url_encode(conversation));
     html! { a href=(href) class="conversation" { (conversation) } }
 }
@@ -64,58 +98,8 @@ pub(crate) fn now() -> SystemTime {
     SystemTime::now()
 }
 
-/// One row of the inbox; `console.js` builds the same rows from `/console/api/approvals`.
-fn approval_row(listed: &Listed, csrf: &str) -> Markup {
-    let p = &listed.paused;
-    let id = p.notice.id.as_str();
-    let age = now().duration_since(p.paused_at).unwrap_or_default();
-    html! {
-        tr data-id=(id) data-status=(listed.status) {
-            td class="tool" data-label="Tool" { (p.notice.tool) }
-            td class="arguments" data-label="Arguments" { pre { (pretty(&p.notice.arguments)) } }
-            td class="reason" data-label="Policy's reason" { (p.notice.reason.as_deref().unwrap_or("—")) }
-            td class="caller" data-label="Caller" { (p.caller.as_ref().map_or("(no key)", |c| c.as_str())) }
-            td data-label="Conversation" { (conversation_link(p.conversation.as_str())) }
-            td class="age" data-label="Age" { (span(age)) }
-            td class="expires" data-label="Expires in" { (span(p.expires_in)) }
-            td class="status" data-label="Status" { (listed.status) }
-            td class="actions" {
-                @if listed.status == "pending" {
-                    form method="post" action=(format!("/console/approvals/{}/decision", url_encode(id))) class="decide" {
-                        input type="hidden" name="csrf" value=(csrf);
-                        input type="text" name="reason" placeholder="reason" maxlength="4096" aria-label="reason";
-                        button type="submit" name="decision" value="approve" class="approve" { "Approve" }
-                        button type="submit" name="decision" value="deny" class="deny" { "Deny" }
-                    }
-                } @else {
-                    span class="waiting" { "waiting for the client to resume" }
-                }
-            }
-        }
-    }
-}
-
-/// The approvals table; `live` marks the inbox's (the one `console.js` keeps current, found by its ids).
-pub(crate) fn approvals_table(listed: &[Listed], csrf: &str, live: bool) -> Markup {
-    html! {
-        p id=[live.then_some("no-approvals")] class=(if listed.is_empty() { "empty" } else { "empty hidden" }) {
-            "Nothing waits for a decision."
-        }
-        table id=[live.then_some("approvals")] class=(if listed.is_empty() { "approvals hidden" } else { "approvals" }) {
-            thead {
-                tr {
-                    th { "Tool" } th { "Arguments" } th { "Policy's reason" } th { "Caller" } th { "Conversation" }
-                    th { "Age" } th { "Expires in" } th { "Status" } th { "Decision" }
-                }
-            }
-            tbody {
-                @for entry in listed { (approval_row(entry, csrf)) }
-            }
-        }
-    }
-}
-
-/// `GET /console`: the approvals inbox.
+/// `GET /console`: the approvals inbox: the calls waiting for a decision, then the decided calls whose client
+/// has not resumed yet; after a decision, a banner naming it.
 pub(crate) async fn inbox(
     State(state): State<ConsoleState>,
     Extension(session): Extension<Session>,
@@ -136,21 +120,45 @@ pub(crate) async fn inbox(
     } else {
         "Calls paused in this gateway process wait here for an operator. The list refreshes by itself."
     };
+    let (waiting, answered): (Vec<Listed>, Vec<Listed>) = page_of
+        .listed
+        .into_iter()
+        .partition(|l| l.status == "pending");
+    let files = state.operators.files.as_deref();
+    let waiting_cards = card::cards(files, &waiting).await;
+    let answered_cards = card::cards(files, &answered).await;
     let main = html! {
-        @if let (Some(done), Some(id)) = (&decided.done, &decided.id) {
-            p class="notice" id="decided" {
-                (id) ": " (done) ". The client's waiting turn resumes when it resends."
-            }
+        @if let Some(banner) = decided.banner() {
+            (banner)
         }
         p class="hint" { (hint) }
         p id="more-approvals" class=(if page_of.next.is_some() { "hint" } else { "hint hidden" }) {
             "Showing the oldest " (operator::MAX_LIST) " pending approvals; more wait behind them."
         }
-        (approvals_table(&page_of.listed, &session.csrf, true))
+        section aria-labelledby="pending-heading" {
+            h2 id="pending-heading" { "Pending (" span id="pending-count" { (waiting.len()) } ")" }
+            (card::approvals_table(&waiting_cards, &session.csrf, card::TableIds {
+                table: Some("approvals"),
+                empty: Some("no-approvals"),
+                empty_text: "Nothing waits for a decision.",
+            }))
+        }
+        section aria-labelledby="decided-heading" {
+            h2 id="decided-heading" { "Decided, waiting for the client (" span id="decided-count" { (answered.len()) } ")" }
+            p class="hint" {
+                "Decided calls stay here until their client resends the conversation and the gateway resumes the \
+                 turn (or until they expire)."
+            }
+            (card::approvals_table(&answered_cards, &session.csrf, card::TableIds {
+                table: Some("decided-approvals"),
+                empty: Some("no-decided"),
+                empty_text: "No decided call waits for its client.",
+            }))
+        }
     };
     html_response(
         StatusCode::OK,
-        layout("Pending approvals", Nav::Inbox, Some(&session), main),
+        layout("Approvals", Nav::Inbox, Some(&session), main),
     )
 }
 
@@ -169,7 +177,8 @@ pub(crate) async fn approvals_json(State(state): State<ConsoleState>) -> Respons
     }
 }
 
-/// `POST /console/approvals/{id}/decision` (form: `csrf`, `decision` = `approve` | `deny`, `reason`).
+/// `POST /console/approvals/{id}/decision` (form: `csrf`, `decision` = `approve` | `deny`, `reason`). Answers
+/// with the inbox, whose banner names the tool, its target and the conversation decided on.
 pub(crate) async fn decide(
     State(state): State<ConsoleState>,
     Extension(session): Extension<Session>,
@@ -190,13 +199,29 @@ pub(crate) async fn decide(
         .map(str::trim)
         .filter(|r| !r.is_empty())
         .map(str::to_owned);
+    // Read before deciding: once decided, the client may resume and take the approval at any moment.
+    let named = operator::find_listed(&state.operators, &id).await;
     let operator = Operator::named(&session.operator);
     match operator::record_decision(&state.operators, &operator, &id, approved, reason).await {
-        Ok(()) => see_other(&format!(
-            "/console?done={}&id={}",
-            if approved { "approved" } else { "denied" },
-            url_encode(&id)
-        )),
+        Ok(()) => {
+            let mut location = format!(
+                "/console?done={}&id={}",
+                if approved { "approved" } else { "denied" },
+                url_encode(&id)
+            );
+            if let Some(listed) = named {
+                let notice = &listed.paused.notice;
+                location.push_str(&format!(
+                    "&tool={}&conversation={}",
+                    url_encode(&notice.tool),
+                    url_encode(listed.paused.conversation.as_str())
+                ));
+                if let Some(target) = card::target(&notice.arguments) {
+                    location.push_str(&format!("&target={}", url_encode(&target)));
+                }
+            }
+            see_other(&location)
+        }
         Err(error) => error_page(error.status, &error.message),
     }
 }

@@ -28,6 +28,22 @@ pub(crate) struct Session {
     pub(crate) operator: String,
     /// The token every form of this session carries.
     pub(crate) csrf: String,
+    /// How many calls wait for a decision, counted when the page was asked for (what the navigation shows);
+    /// `None` where it was not counted.
+    pub(crate) waiting: Option<Waiting>,
+}
+
+/// The calls waiting for a decision among the oldest listed page: `count`, and whether more wait behind it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Waiting {
+    pub(crate) count: usize,
+    pub(crate) more: bool,
+}
+
+impl std::fmt::Display for Waiting {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}{}", self.count, if self.more { "+" } else { "" })
+    }
 }
 
 impl Session {
@@ -37,6 +53,7 @@ impl Session {
         Session {
             operator: operator.to_owned(),
             csrf: operator.to_owned(),
+            waiting: None,
         }
     }
 }
@@ -228,6 +245,7 @@ mod tests {
         let session = Session {
             operator: "carol".into(),
             csrf: random_token(),
+            waiting: None,
         };
         assert_eq!(session.csrf.len(), 64);
         assert!(csrf_matches(&session, Some(&session.csrf.clone())));

@@ -79,6 +79,7 @@ impl Row {
         Session {
             operator: self.operator,
             csrf: self.csrf,
+            waiting: None,
         }
     }
 }

@@ -17,9 +17,10 @@ use serde::Deserialize;
 use tower_chat::{ConversationId, Cost, GuardrailVerdict, Message};
 use tower_chat_persistence::CallRecord;
 
+use super::card;
 use super::format::{count, dollars, finish_label, millis, utc};
 use super::media::{content_parts, MessageAt};
-use super::pages::{approvals_table, arguments_text};
+use super::pages::arguments_text;
 use super::session::Session;
 use super::{error_page, html_response, layout, ConsoleState, Nav};
 use crate::extract::PageQuery;
@@ -370,6 +371,7 @@ pub(crate) async fn timeline(
             decided.entry(call.id.as_str()).or_default().push(record);
         }
     }
+    let pending_cards = card::cards(state.operators.files.as_deref(), &pending).await;
     let mut shown = Shown::default();
     let main = html! {
         p class="conversation-id" id="conversation-id" { (id) }
@@ -382,7 +384,11 @@ pub(crate) async fn timeline(
         }
         @if !pending.is_empty() {
             h2 { "Waiting for a decision" }
-            (approvals_table(&pending, &session.csrf, false))
+            (card::approvals_table(&pending_cards, &session.csrf, card::TableIds {
+                table: None,
+                empty: None,
+                empty_text: "Nothing waits for a decision.",
+            }))
         }
         h2 { "Timeline" }
         @for turn in turns(&calls) {

@@ -399,6 +399,44 @@ pub fn write_file_then_answer(req: &RecordedRequest, arguments: &str) -> Reply {
     }
 }
 
+/// An OpenAI-style streaming answer that says `text`, then calls `name` with `arguments` (call id `id`).
+pub fn text_then_tool_call(text: &str, id: &str, name: &str, arguments: &str) -> Reply {
+    Reply::openai_stream(&[
+        json!({"id": "chatcmpl-scripted", "model": "scripted-model",
+            "choices": [{"index": 0, "delta": {"role": "assistant", "content": text}}]}),
+        json!({"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "id": id, "type": "function",
+            "function": {"name": name, "arguments": arguments}}]}}]}),
+        json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]}),
+        json!({"choices": [], "usage": {"prompt_tokens": 20, "completion_tokens": 9, "total_tokens": 29}}),
+    ])
+}
+
+/// The marker after which a user's message carries the `write_file` arguments [`write_as_asked`] calls with.
+pub const WRITE_ARGUMENTS: &str = "ARGUMENTS:";
+
+/// A turn that writes what the user asked for: the model says what it will do, then calls `write_file` with the
+/// arguments after [`WRITE_ARGUMENTS`] in the first user message (call `call_write`); then `Result: <result>`.
+pub fn write_as_asked(req: &RecordedRequest, _index: usize) -> Reply {
+    let messages = req.body["messages"].as_array().unwrap();
+    if let Some(result) = tool_result(messages, "call_write") {
+        return Reply::openai_text(&format!("Result: {result}"));
+    }
+    let asked = messages
+        .iter()
+        .find(|m| m["role"] == "user")
+        .and_then(|m| m["content"].as_str())
+        .unwrap_or_default();
+    let arguments = asked
+        .split_once(WRITE_ARGUMENTS)
+        .map_or("{}", |(_, arguments)| arguments.trim());
+    text_then_tool_call(
+        "I will write the file as you asked.\nHere is the call:",
+        "call_write",
+        "write_file",
+        arguments,
+    )
+}
+
 /// A turn of three model calls: `add(2, 3)`, then `add(5, 4)` with the first result, then the answer.
 pub fn three_add_calls(req: &RecordedRequest, _index: usize) -> Reply {
     let messages = req.body["messages"].as_array().unwrap();

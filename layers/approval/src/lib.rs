@@ -154,8 +154,8 @@ pub use layer::ApprovalLayer;
 pub use placement::ApprovalMisplaced;
 pub use policy::{ApproverIdentity, ApproverInput, PolicyInput, Verdict};
 pub use record::{
-    AuditOutcome, AuditRecord, DecideOutcome, InvalidCursor, PendingApproval, PendingCursor,
-    PendingDecision, UnknownOutcome, MAX_PENDING_PAGE,
+    ApprovalContext, AuditOutcome, AuditRecord, DecideOutcome, InvalidCursor, PendingApproval,
+    PendingCursor, PendingDecision, UnknownOutcome, MAX_PENDING_PAGE,
 };
 pub use service::{Approval, ResponseFuture};
 pub use store::{ApprovalStore, MemoryApprovalStore, StoreFuture};

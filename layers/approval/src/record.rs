@@ -33,6 +33,39 @@ pub struct PendingApproval {
     /// waiting for the paused turn's client to resume with it; `None` while undecided.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub decision: Option<PendingDecision>,
+    /// What the approver reads beside the call: the user's request and the model's text before it.
+    #[serde(default)]
+    pub context: ApprovalContext,
+}
+
+/// What led to a call, kept with its pending approval so that an approver can judge it without the
+/// conversation at hand: the last user message of the request and the model's text in the same answer before
+/// the call. Each is at most [`ApprovalContext::MAX_BYTES`] (longer text is cut at a character boundary).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ApprovalContext {
+    /// The text of the request's last user message, when it had one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user_message: Option<String>,
+    /// The answer text the model streamed before the call, when it streamed any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model_text: Option<String>,
+}
+
+impl ApprovalContext {
+    /// The most bytes kept of each text: enough to judge a call, a bound on what one approval row holds.
+    pub const MAX_BYTES: usize = 64 * 1024;
+
+    /// `text` cut to [`Self::MAX_BYTES`] at a character boundary; `None` when it is blank.
+    pub fn kept(text: &str) -> Option<String> {
+        if text.trim().is_empty() {
+            return None;
+        }
+        let mut end = text.len().min(Self::MAX_BYTES);
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        Some(text[..end].to_owned())
+    }
 }
 
 /// A decision an approver made on a pending approval before any request carried it: an operator decides in a
@@ -281,5 +314,20 @@ mod tests {
             );
         }
         assert!("refused_bogus".parse::<AuditOutcome>().is_err());
+    }
+
+    #[test]
+    fn context_text_is_cut_at_a_character_boundary_and_blank_text_is_none() {
+        assert_eq!(ApprovalContext::kept("  \n "), None);
+        assert_eq!(ApprovalContext::kept("hi").as_deref(), Some("hi"));
+        let long = "é".repeat(ApprovalContext::MAX_BYTES);
+        let kept = ApprovalContext::kept(&long).unwrap();
+        assert_eq!(kept.len(), ApprovalContext::MAX_BYTES);
+        assert!(kept.chars().all(|c| c == 'é'));
+        let odd = format!("a{long}");
+        assert_eq!(
+            ApprovalContext::kept(&odd).unwrap().len(),
+            ApprovalContext::MAX_BYTES - 1
+        );
     }
 }

@@ -10,13 +10,13 @@ use futures_core::Stream;
 use futures_util::future::{BoxFuture, FutureExt};
 use tower_chat::{
     ApprovalRequest, CallerIdentity, ChatError, ChatEvent, ChatRequest, ChatStream, ConversationId,
-    ErrorKind,
+    ErrorKind, Message,
 };
 use tower_chat_function_invocation::ToolLoopPresence;
 
 use crate::layer::Shared;
 use crate::placement::ApprovalMisplaced;
-use crate::record::PendingApproval;
+use crate::record::{ApprovalContext, PendingApproval};
 
 /// Who an approval issued for a request is bound to.
 #[derive(Clone, Debug)]
@@ -25,6 +25,8 @@ pub(crate) struct Binding {
     pub(crate) caller: Option<CallerIdentity>,
     /// Marked by the tool loop under the layer when it takes the request.
     pub(crate) presence: Option<ToolLoopPresence>,
+    /// The text of the request's last user message, kept with each approval for the approver.
+    pub(crate) user_message: Option<String>,
 }
 
 impl Binding {
@@ -33,6 +35,14 @@ impl Binding {
             conversation: request.conversation_id().cloned(),
             caller: request.caller().cloned(),
             presence: request.extensions.get::<ToolLoopPresence>().cloned(),
+            user_message: request
+                .messages
+                .iter()
+                .rev()
+                .find_map(|message| match message {
+                    Message::User { content } => ApprovalContext::kept(&content.joined_text()),
+                    _ => None,
+                }),
         }
     }
 }
@@ -59,6 +69,11 @@ pub struct ApprovalStream {
     shared: Arc<Shared>,
     binding: Binding,
     recording: Option<BoxFuture<'static, Result<PendingApproval, ChatError>>>,
+    /// The answer text of the current model round so far (cut at [`ApprovalContext::MAX_BYTES`]): what the
+    /// model said before a call that needs approval.
+    round_text: String,
+    /// A tool result came: the next thing the model says starts a new round.
+    round_over: bool,
     done: bool,
 }
 
@@ -69,6 +84,8 @@ impl ApprovalStream {
             shared,
             binding,
             recording: None,
+            round_text: String::new(),
+            round_over: false,
             done: false,
         }
     }
@@ -97,6 +114,10 @@ impl ApprovalStream {
             created_at,
             expires_at: created_at + self.shared.ttl,
             decision: None,
+            context: ApprovalContext {
+                user_message: self.binding.user_message.clone(),
+                model_text: ApprovalContext::kept(&self.round_text),
+            },
         };
         let store = self.shared.store.clone();
         Box::pin(async move {
@@ -108,6 +129,38 @@ impl ApprovalStream {
             );
             Ok(pending)
         })
+    }
+}
+
+impl ApprovalStream {
+    /// Follow the current round's answer text. Tool results end a round, but the results of a round's other
+    /// calls may come before its approval requests: the text is dropped only when the model's next round says
+    /// something. A rejected answer is discarded at once.
+    fn note_text(&mut self, event: &ChatEvent) {
+        match event {
+            ChatEvent::TextDelta { .. }
+            | ChatEvent::ToolCallStart { .. }
+            | ChatEvent::ToolCallEnd { .. }
+                if self.round_over =>
+            {
+                self.round_text.clear();
+                self.round_over = false;
+            }
+            _ => {}
+        }
+        match event {
+            ChatEvent::TextDelta { text } => {
+                let room = ApprovalContext::MAX_BYTES.saturating_sub(self.round_text.len());
+                let mut end = text.len().min(room);
+                while !text.is_char_boundary(end) {
+                    end -= 1;
+                }
+                self.round_text.push_str(&text[..end]);
+            }
+            ChatEvent::ToolResult { .. } => self.round_over = true,
+            ChatEvent::AnswerRejected { .. } => self.round_text.clear(),
+            _ => {}
+        }
     }
 }
 
@@ -168,7 +221,10 @@ impl Stream for ApprovalStream {
                     self.done = true;
                     return Poll::Ready(None);
                 }
-                Some(Ok(event)) => return Poll::Ready(Some(Ok(event))),
+                Some(Ok(event)) => {
+                    self.note_text(&event);
+                    return Poll::Ready(Some(Ok(event)));
+                }
             }
         }
     }

@@ -49,6 +49,13 @@ async fn a_gated_call_pauses_with_a_stored_unguessable_id_while_the_rest_of_the_
         assert_eq!(pending.caller.as_ref().map(|c| c.as_str()), Some(CALLER));
         assert_eq!(pending.call, approval.call);
         assert!(pending.expires_at > pending.created_at);
+        // Kept for the approver: the user's request, and what the model said in the round before the call
+        // (the round's other call ran first).
+        assert_eq!(pending.context.user_message.as_deref(), Some("clean up"));
+        assert_eq!(
+            pending.context.model_text.as_deref(),
+            Some("Working on it.")
+        );
         assert!(matches!(history.last(), Some(Message::Tool(t)) if t.call_id == "c2"));
     }
 }

@@ -1,6 +1,6 @@
 //! The approval crate's SQL tables, on SQLite and (with `DATABASE_URL`) PostgreSQL: single-use takes, also under
 //! concurrency, expiry purges, the audit log in order; pending approvals listed a bounded page at a time with
-//! decisions recorded once; and a database created while the persistence crate still
+//! decisions recorded once and the call's context kept with them; and a database created while the persistence crate still
 //! owned these tables is used in place.
 
 use std::sync::Arc;
@@ -9,9 +9,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use serde_json::json;
 use tower_chat::{CallerIdentity, ConversationId, ToolCall};
 use tower_chat_approval::{
-    ApprovalStore, AuditOutcome, AuditRecord, DecideOutcome, MemoryApprovalStore, PendingApproval,
-    PendingCursor, PendingDecision, PostgresApprovalStore, RefusalKind, SqliteApprovalStore,
-    MAX_PENDING_PAGE,
+    ApprovalContext, ApprovalStore, AuditOutcome, AuditRecord, DecideOutcome, MemoryApprovalStore,
+    PendingApproval, PendingCursor, PendingDecision, PostgresApprovalStore, RefusalKind,
+    SqliteApprovalStore, MAX_PENDING_PAGE,
 };
 use tower_chat_persistence::{Migration, PostgresStore, SqliteStore};
 
@@ -30,6 +30,14 @@ fn pending(id: &str, expires_at: SystemTime) -> PendingApproval {
         created_at: now(),
         expires_at,
         decision: None,
+        // Kept with the approval, multi-line and non-ASCII; the model's text is absent on some.
+        context: ApprovalContext {
+            user_message: Some(format!("Write {id}\nplease ✓")),
+            model_text: id
+                .len()
+                .is_multiple_of(2)
+                .then(|| "I will write the file now.".to_owned()),
+        },
     }
 }
 
@@ -355,9 +363,9 @@ async fn a_database_from_before_the_move_is_used_in_place() {
     let store = SqliteApprovalStore::new(SqliteStore::open(&path).await.unwrap())
         .await
         .unwrap();
-    assert_eq!(
-        store.take_pending("ap-old").await.unwrap(),
-        Some(pending("ap-old", now() + Duration::from_secs(600)))
-    );
+    // A row from before the context columns existed reads back without context.
+    let mut old = pending("ap-old", now() + Duration::from_secs(600));
+    old.context = ApprovalContext::default();
+    assert_eq!(store.take_pending("ap-old").await.unwrap(), Some(old));
     takes_are_single_use_and_decisions_are_audited(Arc::new(store)).await;
 }

@@ -1,26 +1,31 @@
-// tower-chat console: keeps the approvals inbox current without a reload, says when it last heard from the
-// gateway (and when it cannot reach it), and sends decisions without leaving the page, so one that fails to
-// reach the gateway is shown as failed and stays in its form. The only script of the console, served from the
-// binary; the Content-Security-Policy forbids inline code. Values are put into the page with textContent and
-// DOM properties only, never as HTML.
+// tower-chat console: keeps the approvals inbox current without a reload (the pending and the decided calls,
+// their counts in the headings, the navigation and the tab's title), says when it last heard from the gateway
+// (and when it cannot reach it), and sends decisions without leaving the page, so one that fails to reach the
+// gateway is shown as failed and stays in its form. The only script of the console, served from the binary; the
+// Content-Security-Policy forbids inline code. Values are put into the page with textContent and DOM
+// properties; rows are never built from strings: new rows are the server's own (escaped) rows, taken from the
+// inbox page parsed as an inert document (DOMParser runs no script) and moved in as nodes.
 "use strict";
 
 (function () {
   const table = document.getElementById("approvals");
-  if (!table) {
+  const decidedTable = document.getElementById("decided-approvals");
+  if (!table || !decidedTable) {
     return;
   }
-  const csrf = document.querySelector('meta[name="csrf-token"]').getAttribute("content");
-  const body = table.tBodies[0];
-  const empty = document.getElementById("no-approvals");
   const more = document.getElementById("more-approvals");
+  const sections = [
+    { table: table, empty: document.getElementById("no-approvals"), count: document.getElementById("pending-count") },
+    { table: decidedTable, empty: document.getElementById("no-decided"), count: document.getElementById("decided-count") },
+  ];
+  const baseTitle = document.title.replace(/^\(\d+\+?\) /, "");
 
   // "updated N s ago", or that the gateway cannot be reached, above the inbox.
   const liveness = document.createElement("p");
   liveness.id = "liveness";
   liveness.className = "liveness";
   liveness.setAttribute("role", "status");
-  table.before(liveness);
+  table.closest("section").before(liveness);
   let heard = Date.now();
   let reachable = true;
 
@@ -31,18 +36,19 @@
     liveness.textContent = reachable
       ? "Updated " + ago + " ago."
       : "Gateway unreachable: the list below is from " + ago + " ago and may be stale. Retrying…";
-    table.classList.toggle("stale", !reachable);
+    for (const s of sections) s.table.classList.toggle("stale", !reachable);
   }
 
   // A decision is sent with fetch: on success the page moves to the gateway's answer (the inbox with its
-  // notice); on a network failure or a server error the form stays as it was, with the error beside it.
+  // banner naming the decision); on a network failure or a server error the form stays as it was, with the
+  // error beside it.
   const failure = document.createElement("p");
   failure.id = "decision-error";
   failure.className = "error hidden";
   failure.setAttribute("role", "alert");
   liveness.after(failure);
 
-  table.addEventListener("submit", async (event) => {
+  document.addEventListener("submit", async (event) => {
     const form = event.target;
     if (!form.classList.contains("decide")) return;
     event.preventDefault();
@@ -83,104 +89,79 @@
     return Math.floor(s / 86400) + " d " + Math.floor((s % 86400) / 3600) + " h";
   }
 
-  function cell(row, className, text, label) {
-    const td = document.createElement("td");
-    if (className) td.className = className;
-    if (label) td.dataset.label = label;
-    if (text !== undefined) td.textContent = text;
-    row.appendChild(td);
-    return td;
+  // Which approvals the page shows, in which state: "id:status" of every row, pending table first.
+  function shown() {
+    return sections
+      .map((s) => Array.from(s.table.tBodies[0].rows, (r) => r.dataset.id + ":" + r.dataset.status).join(","))
+      .join("|");
   }
 
-  function button(value, className, label) {
-    const b = document.createElement("button");
-    b.type = "submit";
-    b.name = "decision";
-    b.value = value;
-    b.className = className;
-    b.textContent = label;
-    return b;
+  function listed(list) {
+    const pending = list.data.filter((a) => a.status === "pending");
+    const decided = list.data.filter((a) => a.status !== "pending");
+    return [pending, decided].map((l) => l.map((a) => a.id + ":" + a.status).join(",")).join("|");
   }
 
-  // The same row the server renders (pages.rs, approval_row).
-  function build(a) {
-    const row = document.createElement("tr");
-    row.dataset.id = a.id;
-    cell(row, "tool", a.tool, "Tool");
-    const pre = document.createElement("pre");
-    pre.textContent = JSON.stringify(a.arguments, null, 2);
-    cell(row, "arguments", undefined, "Arguments").appendChild(pre);
-    cell(row, "reason", a.reason || "\u2014", "Policy's reason");
-    cell(row, "caller", a.caller || "(no key)", "Caller");
-    const link = document.createElement("a");
-    link.className = "conversation";
-    link.href = "/console/conversation?id=" + encodeURIComponent(a.conversation);
-    link.textContent = a.conversation;
-    cell(row, "", undefined, "Conversation").appendChild(link);
-    cell(row, "age", undefined, "Age");
-    cell(row, "expires", undefined, "Expires in");
-    cell(row, "status", undefined, "Status");
-    cell(row, "actions");
-    return row;
-  }
-
-  function actions(row, a) {
-    const td = row.querySelector("td.actions");
-    if (row.dataset.status === a.status) return;
-    row.dataset.status = a.status;
-    td.replaceChildren();
-    if (a.status !== "pending") {
-      const waiting = document.createElement("span");
-      waiting.className = "waiting";
-      waiting.textContent = "waiting for the client to resume";
-      td.appendChild(waiting);
-      return;
-    }
-    const form = document.createElement("form");
-    form.method = "post";
-    form.action = "/console/approvals/" + encodeURIComponent(a.id) + "/decision";
-    form.className = "decide";
-    const token = document.createElement("input");
-    token.type = "hidden";
-    token.name = "csrf";
-    token.value = csrf;
-    const reason = document.createElement("input");
-    reason.type = "text";
-    reason.name = "reason";
-    reason.placeholder = "reason";
-    reason.maxLength = 4096;
-    reason.setAttribute("aria-label", "reason");
-    form.append(token, reason, button("approve", "approve", "Approve"), button("deny", "deny", "Deny"));
-    td.appendChild(form);
-  }
-
-  function update(list) {
-    const seen = new Set();
-    const rows = new Map();
-    for (const row of Array.from(body.rows)) rows.set(row.dataset.id, row);
-    for (const a of list.data) {
-      seen.add(a.id);
-      let row = rows.get(a.id);
-      if (!row) {
-        row = build(a);
-        body.appendChild(row);
+  // The rows changed: take both tables' rows from the inbox as the server renders it now. A reason typed into a
+  // form that stays is kept.
+  async function replaceRows() {
+    const response = await fetch("/console", { credentials: "same-origin", headers: { accept: "text/html" } });
+    if (!response.ok) throw new Error("HTTP " + response.status);
+    const page = new DOMParser().parseFromString(await response.text(), "text/html");
+    for (const s of sections) {
+      const fresh = page.getElementById(s.table.id);
+      if (!fresh) throw new Error("the inbox page has no #" + s.table.id);
+      const typed = new Map();
+      for (const input of s.table.querySelectorAll("tr[data-id] input[name=reason]")) {
+        if (input.value) typed.set(input.closest("tr").dataset.id, input.value);
       }
-      row.querySelector("td.age").textContent = span(list.now - a.paused_at);
-      row.querySelector("td.expires").textContent = span(a.expires_in);
-      row.querySelector("td.status").textContent = a.status;
-      actions(row, a);
+      const body = document.importNode(fresh.tBodies[0], true);
+      for (const [id, value] of typed) {
+        const row = Array.from(body.rows).find((r) => r.dataset.id === id);
+        const input = row && row.querySelector("input[name=reason]");
+        if (input) input.value = value;
+      }
+      s.table.tBodies[0].replaceWith(body);
     }
-    for (const [id, row] of rows) {
-      if (!seen.has(id)) row.remove();
+  }
+
+  function counts(list) {
+    const waiting = list.data.filter((a) => a.status === "pending").length;
+    const label = waiting + (list.has_more ? "+" : "");
+    sections[0].count.textContent = label;
+    sections[1].count.textContent = String(list.data.length - waiting);
+    const nav = document.getElementById("nav-pending-count");
+    if (nav) nav.textContent = "(" + label + ")";
+    document.title = "(" + label + ") " + baseTitle;
+  }
+
+  async function update(list) {
+    if (listed(list) !== shown()) {
+      await replaceRows();
     }
-    const none = list.data.length === 0;
-    table.classList.toggle("hidden", none);
-    empty.classList.toggle("hidden", !none);
+    const byId = new Map(list.data.map((a) => [a.id, a]));
+    for (const s of sections) {
+      for (const row of Array.from(s.table.tBodies[0].rows)) {
+        const a = byId.get(row.dataset.id);
+        if (!a) continue;
+        row.querySelector("td.age").textContent = span(list.now - a.paused_at);
+        row.querySelector("td.expires").textContent = span(a.expires_in);
+      }
+      const none = s.table.tBodies[0].rows.length === 0;
+      s.table.classList.toggle("hidden", none);
+      s.empty.classList.toggle("hidden", !none);
+    }
+    counts(list);
     if (more) more.classList.toggle("hidden", !list.has_more);
     document.body.dataset.inboxUpdated = String(list.now);
   }
 
+  let refreshing = false;
+
   async function refresh() {
+    // A slow answer is not asked for again before it arrives.
+    if (refreshing) return;
+    refreshing = true;
     try {
       const response = await fetch("/console/api/approvals", {
         credentials: "same-origin",
@@ -191,7 +172,7 @@
         return;
       }
       if (response.ok) {
-        update(await response.json());
+        await update(await response.json());
         heard = Date.now();
         reachable = true;
       } else {
@@ -200,6 +181,8 @@
     } catch (e) {
       // The gateway restarting or the network down: said on the page; the next tick tries again.
       reachable = false;
+    } finally {
+      refreshing = false;
     }
     showLiveness();
   }

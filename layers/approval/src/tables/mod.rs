@@ -32,6 +32,17 @@ const MIGRATION_ID: &str = "tower-chat-approval/0001_tables";
 /// that pages through unexpired approvals in expiry order (one range from now on, whatever expired before).
 const DECISIONS_MIGRATION_ID: &str = "tower-chat-approval/0002_decisions";
 
+/// The third migration: what an approver reads beside the call ([`crate::ApprovalContext`]).
+const CONTEXT_MIGRATION_ID: &str = "tower-chat-approval/0003_context";
+
+/// The third migration in a dialect (`if_not_exists` as in [`decisions_sql`]).
+fn context_sql(if_not_exists: &str) -> String {
+    format!(
+        "ALTER TABLE chat_pending_approvals ADD COLUMN {if_not_exists}context_user TEXT;\n\
+         ALTER TABLE chat_pending_approvals ADD COLUMN {if_not_exists}context_text TEXT;"
+    )
+}
+
 /// The second migration in a dialect: `if_not_exists` is PostgreSQL's `IF NOT EXISTS` for `ADD COLUMN` (SQLite
 /// has none; the migration runner runs it once per database anyway).
 fn decisions_sql(boolean: &str, if_not_exists: &str) -> String {
@@ -80,7 +91,7 @@ CREATE INDEX IF NOT EXISTS chat_approval_audit_by_conversation ON chat_approval_
 
 const PENDING_COLUMNS: &str =
     "approval_id, conversation_id, caller, call, reason, created_at, expires_at, \
-     decided_approved, decided_reason, decided_by, decided_at";
+     decided_approved, decided_reason, decided_by, decided_at, context_user, context_text";
 
 /// The condition and order of a page of unexpired pending approvals; parameters: now, the cursor's expiry and id
 /// (the smallest values when the listing starts), the page size.
@@ -157,6 +168,8 @@ struct PendingRow {
     decided_reason: Option<String>,
     decided_by: Option<String>,
     decided_at: Option<i64>,
+    context_user: Option<String>,
+    context_text: Option<String>,
 }
 
 impl PendingRow {
@@ -173,6 +186,8 @@ impl PendingRow {
             decided_reason: pending.decision.as_ref().and_then(|d| d.reason.clone()),
             decided_by: pending.decision.as_ref().map(|d| d.approver.clone()),
             decided_at: pending.decision.as_ref().map(|d| to_micros(d.decided_at)),
+            context_user: pending.context.user_message.clone(),
+            context_text: pending.context.model_text.clone(),
         })
     }
 
@@ -196,6 +211,10 @@ impl PendingRow {
             created_at: from_micros(self.created_at),
             expires_at: from_micros(self.expires_at),
             decision,
+            context: crate::record::ApprovalContext {
+                user_message: self.context_user,
+                model_text: self.context_text,
+            },
         })
     }
 }

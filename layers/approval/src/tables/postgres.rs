@@ -8,9 +8,9 @@ use tower_chat_persistence::store::postgres::tokio_postgres::{self, types::ToSql
 use tower_chat_persistence::{Migration, PostgresStore};
 
 use super::{
-    decide_sql, decided_sql, decisions_sql, list_pending_tail, not_recorded, store_error,
-    tables_sql, AuditRow, PendingRow, AUDIT_COLUMNS, DECISIONS_MIGRATION_ID, MIGRATION_ID,
-    PENDING_COLUMNS,
+    context_sql, decide_sql, decided_sql, decisions_sql, list_pending_tail, not_recorded,
+    store_error, tables_sql, AuditRow, PendingRow, AUDIT_COLUMNS, CONTEXT_MIGRATION_ID,
+    DECISIONS_MIGRATION_ID, MIGRATION_ID, PENDING_COLUMNS,
 };
 use crate::record::{AuditRecord, DecideOutcome, PendingApproval, PendingCursor, PendingDecision};
 use crate::store::{ApprovalStore, StoreFuture};
@@ -39,13 +39,14 @@ impl PostgresApprovalStore {
 }
 
 /// The tables in PostgreSQL's dialect (JSON as JSONB), then the decision columns.
-pub(crate) fn migrations() -> [Migration; 2] {
+pub(crate) fn migrations() -> [Migration; 3] {
     [
         Migration::new(MIGRATION_ID, tables_sql("JSONB", "BIGSERIAL PRIMARY KEY")),
         Migration::new(
             DECISIONS_MIGRATION_ID,
             decisions_sql("BOOLEAN", "IF NOT EXISTS "),
         ),
+        Migration::new(CONTEXT_MIGRATION_ID, context_sql("IF NOT EXISTS ")),
     ]
 }
 
@@ -75,7 +76,7 @@ fn failed(what: &'static str) -> impl Fn(tokio_postgres::Error) -> ChatError {
 /// JSONB columns are read as text, so both dialects decode the same strings.
 const PENDING_SELECT: &str =
     "approval_id, conversation_id, caller, call::text, reason, created_at, expires_at, \
-     decided_approved, decided_reason, decided_by, decided_at";
+     decided_approved, decided_reason, decided_by, decided_at, context_user, context_text";
 
 const AUDIT_SELECT: &str =
     "approval_id, conversation_id, caller, approver, call::text, outcome, reason, decided_at";
@@ -93,6 +94,8 @@ fn pending_row(row: &Row) -> Result<PendingRow, tokio_postgres::Error> {
         decided_reason: row.try_get(8)?,
         decided_by: row.try_get(9)?,
         decided_at: row.try_get(10)?,
+        context_user: row.try_get(11)?,
+        context_text: row.try_get(12)?,
     })
 }
 
@@ -142,7 +145,7 @@ impl ApprovalStore for PostgresApprovalStore {
             let row = PendingRow::encode(pending)?;
             let sql = format!(
                 "INSERT INTO chat_pending_approvals ({PENDING_COLUMNS}) \
-                 VALUES ($1, $2, $3, $4::text::jsonb, $5, $6, $7, $8, $9, $10, $11)"
+                 VALUES ($1, $2, $3, $4::text::jsonb, $5, $6, $7, $8, $9, $10, $11, $12, $13)"
             );
             self.execute(
                 "cannot insert a pending approval",
@@ -159,6 +162,8 @@ impl ApprovalStore for PostgresApprovalStore {
                     &row.decided_reason,
                     &row.decided_by,
                     &row.decided_at,
+                    &row.context_user,
+                    &row.context_text,
                 ],
             )
             .await?;

@@ -8,8 +8,9 @@ use tower_chat_persistence::store::sqlite::rusqlite::{self, params, OptionalExte
 use tower_chat_persistence::{Migration, SqliteStore};
 
 use super::{
-    decide_sql, decided_sql, decisions_sql, list_pending_tail, not_recorded, tables_sql, AuditRow,
-    PendingRow, AUDIT_COLUMNS, DECISIONS_MIGRATION_ID, MIGRATION_ID, PENDING_COLUMNS,
+    context_sql, decide_sql, decided_sql, decisions_sql, list_pending_tail, not_recorded,
+    tables_sql, AuditRow, PendingRow, AUDIT_COLUMNS, CONTEXT_MIGRATION_ID, DECISIONS_MIGRATION_ID,
+    MIGRATION_ID, PENDING_COLUMNS,
 };
 use crate::record::{AuditRecord, DecideOutcome, PendingApproval, PendingCursor, PendingDecision};
 use crate::store::{ApprovalStore, StoreFuture};
@@ -51,13 +52,14 @@ impl SqliteApprovalStore {
 }
 
 /// The tables in SQLite's dialect (JSON as TEXT), then the decision columns.
-pub(crate) fn migrations() -> [Migration; 2] {
+pub(crate) fn migrations() -> [Migration; 3] {
     [
         Migration::new(
             MIGRATION_ID,
             tables_sql("TEXT", "INTEGER PRIMARY KEY AUTOINCREMENT"),
         ),
         Migration::new(DECISIONS_MIGRATION_ID, decisions_sql("BOOLEAN", "")),
+        Migration::new(CONTEXT_MIGRATION_ID, context_sql("")),
     ]
 }
 
@@ -82,6 +84,8 @@ fn pending_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<PendingRow> {
         decided_reason: row.get(8)?,
         decided_by: row.get(9)?,
         decided_at: row.get(10)?,
+        context_user: row.get(11)?,
+        context_text: row.get(12)?,
     })
 }
 
@@ -126,7 +130,7 @@ impl ApprovalStore for SqliteApprovalStore {
                     conn.execute(
                         &format!(
                             "INSERT INTO chat_pending_approvals ({PENDING_COLUMNS}) \
-                             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)"
+                             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)"
                         ),
                         params![
                             row.approval_id,
@@ -139,7 +143,9 @@ impl ApprovalStore for SqliteApprovalStore {
                             row.decided_approved,
                             row.decided_reason,
                             row.decided_by,
-                            row.decided_at
+                            row.decided_at,
+                            row.context_user,
+                            row.context_text
                         ],
                     )
                     .map(drop)
