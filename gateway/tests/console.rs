@@ -12,7 +12,9 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use common::webdriver::Driver;
-use common::{console_login, post, send, send_from, write_file_then_answer, Answer, Harness};
+use common::{
+    console_login, post, send, send_from, usage, write_file_then_answer, Answer, Harness,
+};
 use serde_json::{json, Value};
 use tower_chat::test_server::{RecordedRequest, Reply};
 
@@ -636,7 +638,7 @@ async fn in_chromium(database_url: Option<String>, label: &str) {
         browser
             .go(&format!("{base}/console/usage?range=1h&by={by}"))
             .await;
-        for chart in ["requests", "tokens", "latency", "latency-by"] {
+        for chart in ["calls", "errors", "error-rate", "tokens", "cost", "latency"] {
             let svg = browser
                 .find(&format!("#{chart} svg"), Duration::from_secs(5))
                 .await;
@@ -657,7 +659,11 @@ async fn in_chromium(database_url: Option<String>, label: &str) {
                 .is_empty());
         }
         let totals = browser
-            .text(&browser.find("#usage-totals", Duration::from_secs(1)).await)
+            .text(
+                &browser
+                    .find(&format!("#usage-by-{by}"), Duration::from_secs(1))
+                    .await,
+            )
             .await;
         assert!(
             totals.contains(if by == "model" {
@@ -904,4 +910,149 @@ async fn errors_are_console_pages_and_labels_read_as_words() {
     let usage = get("/console/usage?range=1h").await.body;
     assert!(usage.contains("1 model call from"), "{usage}");
     assert!(usage.contains("Model calls by model"), "{usage}");
+}
+
+/// The usage page over seeded calls (errors, a latency outlier, two models and callers): every chart, the
+/// breakdown per model and per caller with their numbers, the latency axis clipped with the outlier marked, and
+/// time ticks on round times; "model calls", never "requests".
+#[tokio::test]
+async fn the_usage_page_charts_and_breaks_down_calls_errors_cost_and_an_outlier() {
+    let dir = tempfile::tempdir().unwrap();
+    let gw = gateway_on(dir.path(), None).await;
+    let headers = [ALICE, ("x-conversation-id", "usage")];
+    let body =
+        json!({"model": "test-model", "messages": [{"role": "user", "content": "write it"}]});
+    let paused = post(&gw.url("/v1/chat/completions"), body.to_string(), &headers).await;
+    assert_eq!(paused.status, 200, "{}", paused.body);
+    usage::seed(&gw).await;
+    let cookie = console_login(&gw, OPS_KEY).await;
+    let page = send(
+        "GET",
+        &gw.url("/console/usage?range=1h&by=model"),
+        &[("cookie", &cookie)],
+        "",
+    )
+    .await;
+    assert_eq!(page.status, 200, "{}", page.body);
+    let html = page.body;
+    // The gateway's own call and the thirteen seeded ones.
+    assert!(html.contains("14 model calls from"), "{html}");
+    for chart in ["calls", "errors", "error-rate", "tokens", "cost", "latency"] {
+        assert!(
+            html.contains(&format!("<figure class=\"chart\" id=\"{chart}\">")),
+            "no {chart} chart"
+        );
+    }
+    for title in [
+        "Model calls by model",
+        "Model calls and errors (failed or interrupted)",
+        "Error rate (errors ÷ model calls)",
+        "Tokens (input + output) by model",
+        "Cost by model",
+        "Latency percentiles (p50, p90, p99)",
+    ] {
+        assert!(html.contains(title), "`{title}` missing");
+    }
+    assert!(
+        !html.to_lowercase().contains("request"),
+        "counts are model calls: {html}"
+    );
+    let row = |table: &str, name: &str, label: &str, cells: &[(&str, &str)]| {
+        let at = html.find(&format!("id=\"{table}\"")).expect(table);
+        let start = at
+            + html[at..]
+                .find(&format!("data-label=\"{label}\">{name}</th>"))
+                .unwrap_or_else(|| panic!("{name} in {table}"));
+        let end = start + html[start..].find("</tr>").unwrap();
+        let row = &html[start..end];
+        for (heading, value) in cells {
+            assert!(
+                row.contains(&format!("data-label=\"{heading}\">{value}</td>")),
+                "{table} {name}: {heading} is not {value}: {row}"
+            );
+        }
+    };
+    row(
+        "usage-by-model",
+        "model-a",
+        "model",
+        &[
+            ("model calls", "11"),
+            ("errors", "0"),
+            ("error rate", "0.0 %"),
+            ("input tokens", "110"),
+            ("output tokens", "44"),
+            ("cost", "$0.000011"),
+            ("p50", "150 ms"),
+            ("p90", "190 ms"),
+            ("p99", "60000 ms"),
+            ("p50 first token", "75 ms"),
+        ],
+    );
+    row(
+        "usage-by-model",
+        "model-b",
+        "model",
+        &[
+            ("model calls", "2"),
+            ("errors", "2"),
+            ("error rate", "100.0 %"),
+            ("cost", "—"),
+            ("p50", "400 ms"),
+            ("p90", "500 ms"),
+        ],
+    );
+    row(
+        "usage-by-caller",
+        "bob",
+        "caller",
+        &[
+            ("model calls", "2"),
+            ("errors", "2"),
+            ("error rate", "100.0 %"),
+        ],
+    );
+    row(
+        "usage-by-caller",
+        "alice",
+        "caller",
+        &[("model calls", "12"), ("errors", "0")],
+    );
+    row(
+        "usage-by-model",
+        "all",
+        "model",
+        &[
+            ("model calls", "14"),
+            ("errors", "2"),
+            ("error rate", "14.3 %"),
+        ],
+    );
+
+    // Latency: the typical p90 of all calls is 500 ms, so the axis stops at 2 s and the 60 s p99 is marked.
+    let latency = &html[html.find("id=\"latency\"").unwrap()..];
+    let latency = &latency[..latency.find("</figure>").unwrap()];
+    assert!(latency.contains("data-clipped=\"1\""), "{latency}");
+    assert!(latency.contains(">▲ 60 s</text>"), "{latency}");
+    assert!(latency.contains("Axis clipped at 2 s"), "{latency}");
+    assert!(latency.contains("class=\"band b0\"") && latency.contains("class=\"band b1\""));
+    // Errors and their rate per minute, and the cost, in the charts' tables.
+    let rate = &html[html.find("id=\"error-rate\"").unwrap()..];
+    assert!(rate[..rate.find("</figure>").unwrap()].contains(">100 %</td>"));
+    let cost = &html[html.find("id=\"cost\"").unwrap()..];
+    assert!(cost[..cost.find("</figure>").unwrap()].contains(">$0.000011</td>"));
+    // Time ticks: on the hour's round ten minutes (a phone's set on quarters).
+    let ticks: Vec<&str> = html
+        .match_indices("class=\"axis tick")
+        .map(|(at, _)| {
+            let label = &html[at..];
+            let label = &label[label.find('>').unwrap() + 1..];
+            &label[..label.find('<').unwrap()]
+        })
+        .collect();
+    assert!(!ticks.is_empty());
+    for tick in &ticks {
+        let minutes: u32 = tick[3..5].parse().unwrap_or_else(|_| panic!("{tick}"));
+        assert!(minutes % 5 == 0, "{tick} is not a round time: {ticks:?}");
+    }
 }

@@ -528,9 +528,16 @@ mod tests {
         assert!(svg.contains("data-points=\"3\""), "{svg}");
         assert!(svg.contains("data-clipped=\"1\""), "{svg}");
         assert!(svg.contains(">▲ 30 s</text>"), "{svg}");
-        assert!(svg.contains(">1 s</text>"), "the axis tops at the bound: {svg}");
+        assert!(
+            svg.contains(">1 s</text>"),
+            "the axis tops at the bound: {svg}"
+        );
         assert!(svg.contains("Axis clipped at 1 s"), "{svg}");
-        assert_eq!(svg.matches("<polyline").count(), 2, "the gap breaks the line");
+        assert_eq!(
+            svg.matches("<polyline").count(),
+            2,
+            "the gap breaks the line"
+        );
         // The clipped point sits on the top line: y = TOP.
         assert!(svg.contains(&format!("cy=\"{TOP:.1}\" r=\"4\"")), "{svg}");
     }

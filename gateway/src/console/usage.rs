@@ -17,8 +17,8 @@ use maud::{html, Markup};
 
 use super::chart::{chart, clip_bound, Chart, Series, TimeAxis, Unit};
 use super::format::{count, utc};
-use super::usage_breakdown::{caller_name, model_name, table, SavingsBy};
 use super::session::Session;
+use super::usage_breakdown::{caller_name, model_name, table, SavingsBy};
 use super::{error_page, html_response, layout, ConsoleState, Nav};
 use crate::extract::PageQuery;
 
@@ -165,7 +165,12 @@ struct Aggregates {
 }
 
 impl Aggregates {
-    async fn read(store: &dyn Store, period: UsageQuery, range: Range, by: By) -> Result<Self, StoreError> {
+    async fn read(
+        store: &dyn Store,
+        period: UsageQuery,
+        range: Range,
+        by: By,
+    ) -> Result<Self, StoreError> {
         let bucketed = period.clone().per_bucket(range.bucket);
         Ok(Aggregates {
             per_bucket: store.usage(&bucketed).await?,
@@ -205,7 +210,11 @@ fn group_series(
     let mut names: Vec<(String, u64)> = totals.iter().map(|r| (by.group(r), r.calls)).collect();
     names.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
     let kept: Vec<String> = if names.len() > MAX_SERIES {
-        names.iter().take(MAX_SERIES - 1).map(|(n, _)| n.clone()).collect()
+        names
+            .iter()
+            .take(MAX_SERIES - 1)
+            .map(|(n, _)| n.clone())
+            .collect()
     } else {
         names.into_iter().map(|(n, _)| n).collect()
     };
@@ -287,9 +296,13 @@ fn content(
         By::Model => &data.per_model,
         By::Caller => &data.per_caller,
     };
-    let calls_by = group_series(&data.per_bucket_and_group, totals, by, buckets, |r| r.calls as f64);
+    let calls_by = group_series(&data.per_bucket_and_group, totals, by, buckets, |r| {
+        r.calls as f64
+    });
     let tokens_by = group_series(&data.per_bucket_and_group, totals, by, buckets, tokens);
-    let cost_by = group_series(&data.per_bucket_and_group, totals, by, buckets, |r| r.cost.as_usd());
+    let cost_by = group_series(&data.per_bucket_and_group, totals, by, buckets, |r| {
+        r.cost.as_usd()
+    });
     let zero_filled = |v: Vec<Option<f64>>| v.into_iter().map(|v| Some(v.unwrap_or(0.0))).collect();
     let calls = zero_filled(per_bucket(&all_buckets, buckets, |r| r.calls as f64));
     let errors = zero_filled(per_bucket(&all_buckets, buckets, |r| r.failed_calls as f64));
@@ -330,8 +343,14 @@ fn content(
             unit: Unit::Count("model calls"),
             axis,
             series: vec![
-                Series { name: "model calls", values: calls },
-                Series { name: "errors", values: errors },
+                Series {
+                    name: "model calls",
+                    values: calls,
+                },
+                Series {
+                    name: "errors",
+                    values: errors,
+                },
             ],
             bands: false,
             clip: None,
@@ -341,7 +360,10 @@ fn content(
             title: "Error rate (errors ÷ model calls)".to_owned(),
             unit: Unit::Percent,
             axis,
-            series: vec![Series { name: "error rate", values: rate }],
+            series: vec![Series {
+                name: "error rate",
+                values: rate,
+            }],
             bands: false,
             clip: None,
         },
@@ -369,9 +391,18 @@ fn content(
             unit: Unit::Millis,
             axis,
             series: vec![
-                Series { name: "p50", values: p50 },
-                Series { name: "p90", values: p90 },
-                Series { name: "p99", values: p99 },
+                Series {
+                    name: "p50",
+                    values: p50,
+                },
+                Series {
+                    name: "p90",
+                    values: p90,
+                },
+                Series {
+                    name: "p99",
+                    values: p99,
+                },
             ],
             bands: true,
             clip,
@@ -438,7 +469,10 @@ mod tests {
         for (n, model) in ["a", "b", "c", "d", "e", "f", "g"].into_iter().enumerate() {
             let calls = 10 - n as u64;
             rows.push(row(n as u64 % 3, model, calls));
-            totals.push(UsageAggregate { bucket: None, ..row(0, model, calls) });
+            totals.push(UsageAggregate {
+                bucket: None,
+                ..row(0, model, calls)
+            });
         }
         let series = group_series(&rows, &totals, By::Model, 4, |r| r.calls as f64);
         let names: Vec<&str> = series.iter().map(|(n, _)| n.as_str()).collect();
