@@ -437,6 +437,17 @@ fn content(
     }
 }
 
+/// Named per-bucket values as chart series.
+fn as_series(series: &[(String, Vec<Option<f64>>)]) -> Vec<Series<'_>> {
+    series
+        .iter()
+        .map(|(name, values)| Series {
+            name,
+            values: values.clone(),
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -484,15 +495,4 @@ mod tests {
         assert_eq!(tokens[3], None, "a bucket without calls has no value");
         assert_eq!(tokens[0], Some(15.0 * (10 + 7 + 4) as f64));
     }
-}
-
-/// Named per-bucket values as chart series.
-fn as_series(series: &[(String, Vec<Option<f64>>)]) -> Vec<Series<'_>> {
-    series
-        .iter()
-        .map(|(name, values)| Series {
-            name,
-            values: values.clone(),
-        })
-        .collect()
 }

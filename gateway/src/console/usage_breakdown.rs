@@ -137,7 +137,14 @@ pub(super) fn table(
 ) -> Markup {
     let mut sorted: Vec<&UsageAggregate> = rows.iter().collect();
     sorted.sort_by(|a, b| b.calls.cmp(&a.calls).then_with(|| name(a).cmp(&name(b))));
-    let ms = |d: Duration| millis(d);
+    // Seconds past one: a 60 s outlier reads as such, not as 60000 ms.
+    let ms = |d: Duration| {
+        if d >= Duration::from_secs(1) {
+            format!("{:.2} s", d.as_secs_f64())
+        } else {
+            millis(d)
+        }
+    };
     let line = |row: &UsageAggregate, label: String, saved: Savings| {
         let cells = [
             row.calls.to_string(),
