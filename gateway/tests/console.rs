@@ -12,9 +12,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use common::webdriver::Driver;
-use common::{
-    console_login, post, send, send_from, usage, write_file_then_answer, Answer, Harness,
-};
+use common::{console_login, post, send, send_from, write_file_then_answer, Answer, Harness};
 use serde_json::{json, Value};
 use tower_chat::test_server::{RecordedRequest, Reply};
 
