@@ -144,21 +144,48 @@ async fn the_usage_page_charts_and_breaks_down_calls_errors_cost_and_an_outlier(
     assert!(rate[..rate.find("</figure>").unwrap()].contains(">100 %</td>"));
     let cost = &html[html.find("id=\"cost\"").unwrap()..];
     assert!(cost[..cost.find("</figure>").unwrap()].contains(">$0.000011</td>"));
-    // Time ticks: on the hour's round ten minutes (a phone's set on quarters).
-    let ticks: Vec<&str> = html
-        .match_indices("class=\"axis tick")
+    // Time ticks: the hour's on round ten minutes (a phone's on quarters), midnight as its date.
+    for tick in tick_labels(&html) {
+        if let Some((_, minutes)) = tick.split_once(':') {
+            let minutes: u32 = minutes.parse().unwrap();
+            assert!(minutes.is_multiple_of(5), "{tick} is not a round time");
+        }
+    }
+    // A day: every three hours (six on a phone); a week: one date a day.
+    for (range, round) in [("24h", 3), ("7d", 24)] {
+        let page = send(
+            "GET",
+            &gw.url(&format!("/console/usage?range={range}&by=caller")),
+            &[("cookie", &cookie)],
+            "",
+        )
+        .await;
+        assert_eq!(page.status, 200, "{}", page.body);
+        assert!(page.body.contains("14 model calls from"), "{range}");
+        let ticks = tick_labels(&page.body);
+        assert!(ticks.len() >= 6, "{range}: {ticks:?}");
+        for tick in &ticks {
+            match tick.split_once(':') {
+                Some((hours, minutes)) => {
+                    assert_eq!(minutes, "00", "{range}: {tick}");
+                    assert!(
+                        hours.parse::<u32>().unwrap().is_multiple_of(round),
+                        "{range}: {tick}"
+                    );
+                }
+                None => assert!(tick.split_once(' ').is_some(), "{range}: {tick} is a date"),
+            }
+        }
+    }
+}
+
+/// The time labels of every chart on a page.
+fn tick_labels(html: &str) -> Vec<String> {
+    html.match_indices("class=\"axis tick")
         .map(|(at, _)| {
             let label = &html[at..];
             let label = &label[label.find('>').unwrap() + 1..];
-            &label[..label.find('<').unwrap()]
+            label[..label.find('<').unwrap()].to_owned()
         })
-        .collect();
-    assert!(!ticks.is_empty());
-    for tick in &ticks {
-        let minutes: u32 = tick[3..5].parse().unwrap_or_else(|_| panic!("{tick}"));
-        assert!(
-            minutes.is_multiple_of(5),
-            "{tick} is not a round time: {ticks:?}"
-        );
-    }
+        .collect()
 }
