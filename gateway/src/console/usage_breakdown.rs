@@ -171,7 +171,10 @@ pub(super) fn table(
             }
         }
     };
+    // Thirteen columns do not fit a narrow desktop window: the table scrolls inside its frame, never the page
+    // (a phone shows it as cards); the frame is focusable so a keyboard can scroll it.
     html! {
+        div class="table-frame" tabindex="0" role="region" aria-label=(format!("Usage by {heading}")) {
         table id=(id) class="totals" {
             thead {
                 tr {
@@ -189,6 +192,7 @@ pub(super) fn table(
                     (line(all, "all".to_owned(), all_savings))
                 }
             }
+        }
         }
     }
 }
