@@ -645,7 +645,7 @@ async fn in_chromium(database_url: Option<String>, label: &str) {
         browser
             .go(&format!("{base}/console/usage?range=1h&by={by}"))
             .await;
-        for chart in ["requests", "tokens", "latency", "latency-by"] {
+        for chart in ["calls", "errors", "error-rate", "tokens", "cost", "latency"] {
             let svg = browser
                 .find(&format!("#{chart} svg"), Duration::from_secs(5))
                 .await;
@@ -666,7 +666,11 @@ async fn in_chromium(database_url: Option<String>, label: &str) {
                 .is_empty());
         }
         let totals = browser
-            .text(&browser.find("#usage-totals", Duration::from_secs(1)).await)
+            .text(
+                &browser
+                    .find(&format!("#usage-by-{by}"), Duration::from_secs(1))
+                    .await,
+            )
             .await;
         assert!(
             totals.contains(if by == "model" {

@@ -2,7 +2,9 @@
 //! scrolls sideways, every action (approve, deny, log out) is on screen, and `axe-core` finds no serious or
 //! critical accessibility violation. The inbox's cards show the user's request, the model's text, the arguments
 //! as fields and what a write changes; a decision made in the page comes back as a banner and moves its call to
-//! the decided section, and the pending count in the title and the navigation follows the live refresh. The inbox says when it last heard from the gateway and when it cannot reach
+//! the decided section, and the pending count in the title and the navigation follows the live refresh. The usage
+//! page's charts fill their frame with text of 11 px or more and time labels that neither overlap nor stick out.
+//! The inbox says when it last heard from the gateway and when it cannot reach
 //! it, and a decision that cannot reach the gateway is shown as failed and stays in its form. Needs Chromium, chromedriver and `npm ci --prefix gateway/tests/axe`;
 //! without them it skips with a message, unless `CI` is set (then it fails).
 
@@ -12,7 +14,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use common::webdriver::{axe_core, Driver, ELEMENT_KEY};
-use common::{post, write_as_asked, Harness, WRITE_ARGUMENTS};
+use common::{post, usage, write_as_asked, Harness, WRITE_ARGUMENTS};
 use serde_json::json;
 
 const OPS_KEY: &str = "sk-ops-carol-0123456789";
@@ -75,6 +77,35 @@ async fn problems(browser: &Driver, axe: &str, page: &str) -> Vec<String> {
     found
 }
 
+/// What makes the usage page's charts hard to read: a chart narrower than its frame, text rendered under
+/// 11 px, time labels that overlap or stick out of the chart, more time labels than a phone's set.
+const CHART_PROBLEMS: &str = r#"
+const problems = [];
+for (const figure of document.querySelectorAll('figure.chart')) {
+  const svg = figure.querySelector('svg');
+  const style = getComputedStyle(figure);
+  const frame = figure.clientWidth - parseFloat(style.paddingLeft) - parseFloat(style.paddingRight);
+  const box = svg.getBoundingClientRect();
+  if (Math.abs(box.width - frame) > 1) problems.push(`${figure.id}: ${box.width} px wide in a ${frame} px frame`);
+  const ticks = [];
+  for (const text of svg.querySelectorAll('text')) {
+    if (getComputedStyle(text).display === 'none' || text.getClientRects().length === 0) continue;
+    const size = parseFloat(getComputedStyle(text).fontSize) * text.getScreenCTM().a;
+    if (size < 11) problems.push(`${figure.id}: "${text.textContent}" at ${size.toFixed(1)} px`);
+    if (text.classList.contains('tick')) ticks.push([text.textContent, text.getBoundingClientRect()]);
+  }
+  ticks.sort((a, b) => a[1].left - b[1].left);
+  for (let i = 1; i < ticks.length; i++) {
+    if (ticks[i][1].left < ticks[i - 1][1].right + 4) problems.push(`${figure.id}: ${ticks[i - 1][0]} and ${ticks[i][0]} overlap`);
+  }
+  for (const [label, r] of ticks) {
+    if (r.left < box.left - 0.5 || r.right > box.right + 0.5) problems.push(`${figure.id}: ${label} sticks out`);
+  }
+  if (ticks.length === 0 || (window.innerWidth <= 700 && ticks.length > 4)) problems.push(`${figure.id}: ${ticks.length} time labels`);
+}
+return problems;
+"#;
+
 async fn every_page_at(width: u32) {
     let Some(axe) = axe_core() else {
         return;
@@ -97,6 +128,7 @@ async fn every_page_at(width: u32) {
     let long_name = format!("notes/{}.txt", "a-long-file-name-".repeat(8));
     pause_a_call(&gw, "plan-2", &long_name, &"word ".repeat(200)).await;
     pause_a_call(&gw, "plan-3", "../outside.txt", "nope").await;
+    usage::seed(&gw).await;
     let base = format!("http://{}", gw.addr);
 
     let mut found = Vec::new();
@@ -218,9 +250,37 @@ async fn every_page_at(width: u32) {
         browser
             .go(&format!("{base}/console/usage?range=1h&by={by}"))
             .await;
-        browser.find("#usage-totals", Duration::from_secs(5)).await;
+        browser
+            .find(&format!("#usage-by-{by}"), Duration::from_secs(5))
+            .await;
         browser.screenshot(&format!("usage-by-{by}")).await;
         found.extend(problems(&browser, &axe, &format!("usage by {by}")).await);
+        let charts = browser.execute(CHART_PROBLEMS, vec![]).await;
+        found.extend(
+            charts
+                .as_array()
+                .expect("a list of problems")
+                .iter()
+                .map(|p| format!("usage by {by}: {}", p.as_str().unwrap_or_default())),
+        );
+        assert_eq!(
+            browser.find_all("figure.chart").await.len(),
+            6,
+            "calls, errors, error rate, tokens, cost, latency"
+        );
+        browser
+            .execute(
+                "document.getElementById('latency').scrollIntoView();",
+                vec![],
+            )
+            .await;
+        browser.screenshot(&format!("usage-latency-by-{by}")).await;
+        let marked = browser.find_all("#latency svg circle.clipped").await;
+        assert_eq!(
+            marked.len(),
+            1,
+            "the 60 s outlier is marked above the clipped axis"
+        );
     }
 
     assert!(found.is_empty(), "at {width} px:\n{}", found.join("\n"));

@@ -11,7 +11,7 @@
 //! | `/console/conversations` | conversations, most recent first: caller, last activity, calls, tokens, cost |
 //! | `/console/conversation?id=…` | one conversation's timeline: messages, every recorded call (model, latency, time to first token, usage, outcome, tool calls and results), approvals and their audit |
 //! | `/console/media?call=…&message=…&part=…` | the bytes of one part of a recorded call's history: raster images inline (the timeline's thumbnails), anything else as an attachment ([`media`]) |
-//! | `/console/usage?range=1h\|24h\|7d&by=model\|caller` | model calls, tokens and latency percentiles over time, by model or caller (server-rendered SVG); the response cache's hit rate and the spend it saved |
+//! | `/console/usage?range=1h\|24h\|7d&by=model\|caller` | model calls, errors and their rate, tokens, cost and latency percentile bands over time, by model or caller (server-rendered SVG); breakdown tables per model and per caller; the response cache's hit rate and the spend it saved |
 //! | `/console/favicon.svg` | the console's icon, linked from every page (cached for a year) |
 //!
 //! Every page's navigation counts the calls waiting for a decision (the inbox's title too).
@@ -39,6 +39,7 @@ pub(crate) mod session;
 mod session_store;
 mod timeline;
 mod usage;
+mod usage_breakdown;
 
 use std::sync::Arc;
 use std::time::Instant;

@@ -1,5 +1,7 @@
-//! The usage page: model calls, tokens and latency percentiles over time, by model or by caller, drawn as SVG on
-//! the server (no charting library, no script).
+//! The usage page: model calls, errors and their rate, tokens, cost and latency percentiles over time, by model
+//! or by caller, drawn as SVG on the server (no charting library, no script), and breakdown tables per model and
+//! per caller. Every number is summed by the store ([`tower_chat_persistence::Store::usage`]), not by reading
+//! each call.
 
 use std::collections::HashMap;
 use std::time::{Duration, SystemTime};
@@ -8,14 +10,15 @@ use axum::extract::State;
 use axum::response::Response;
 use axum::Extension;
 use http::StatusCode;
-use tower_chat::{Cost, PriceTable};
-use tower_chat_persistence::{CallQuery, CallSummary};
+use tower_chat::PriceTable;
+use tower_chat_persistence::{Store, StoreError, UsageAggregate, UsageQuery};
 
 use maud::{html, Markup};
 
-use super::chart::{line_chart, Series, TimeAxis};
-use super::format::{count, dollars, millis, utc};
+use super::chart::{chart, clip_bound, Chart, Series, TimeAxis, Unit};
+use super::format::{count, utc};
 use super::session::Session;
+use super::usage_breakdown::{caller_name, model_name, table, SavingsBy};
 use super::{error_page, html_response, layout, ConsoleState, Nav};
 use crate::extract::PageQuery;
 
@@ -32,9 +35,7 @@ pub(crate) const CACHE_FOR: Duration = Duration::from_secs(5);
 /// Rendered usage pages: (range, by) → when rendered, the page's `<main>` content.
 pub(crate) type Cache = HashMap<(&'static str, &'static str), (std::time::Instant, Markup)>;
 
-/// The most calls one page reads (the latest of the range).
-const MAX_CALLS: u32 = 50_000;
-/// Series drawn per chart; the rest are summed as "other".
+/// Series drawn per chart; the rest are summed as "(other)".
 const MAX_SERIES: usize = 6;
 
 /// A time range and how it is cut into buckets.
@@ -71,16 +72,19 @@ enum By {
 }
 
 impl By {
-    fn key(self, call: &CallSummary) -> String {
+    /// The query's grouping for this split.
+    fn split(self, query: UsageQuery) -> UsageQuery {
         match self {
-            By::Model => call
-                .model
-                .clone()
-                .unwrap_or_else(|| "(unknown model)".into()),
-            By::Caller => call
-                .caller
-                .as_ref()
-                .map_or_else(|| "(no key)".into(), |c| c.as_str().to_owned()),
+            By::Model => query.by_model(),
+            By::Caller => query.by_caller(),
+        }
+    }
+
+    /// A row's group name for this split.
+    fn group(self, row: &UsageAggregate) -> String {
+        match self {
+            By::Model => model_name(row),
+            By::Caller => caller_name(row),
         }
     }
 
@@ -90,210 +94,6 @@ impl By {
             By::Caller => "caller",
         }
     }
-}
-
-/// Nearest-rank percentile of sorted values.
-fn percentile(sorted: &[f64], p: f64) -> Option<f64> {
-    if sorted.is_empty() {
-        return None;
-    }
-    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
-    Some(sorted[rank.clamp(1, sorted.len()) - 1])
-}
-
-/// One group's (a model's or a caller's) numbers.
-#[derive(Debug, Default)]
-struct Group {
-    name: String,
-    requests: Vec<f64>,
-    tokens: Vec<f64>,
-    latencies: Vec<Vec<f64>>,
-    all_latencies: Vec<f64>,
-    ttft: Vec<f64>,
-    total_requests: u64,
-    input_tokens: u64,
-    output_tokens: u64,
-    cost: Cost,
-    unpriced: u64,
-    errors: u64,
-    /// Calls the response cache answered, what they would have cost at the model's price, and how many of
-    /// them have no price.
-    cached: u64,
-    saved: Cost,
-    saved_unpriced: u64,
-}
-
-impl Group {
-    fn new(name: String, buckets: usize) -> Self {
-        Group {
-            name,
-            requests: vec![0.0; buckets],
-            tokens: vec![0.0; buckets],
-            latencies: vec![Vec::new(); buckets],
-            ..Group::default()
-        }
-    }
-
-    fn add(&mut self, bucket: usize, call: &CallSummary, prices: &PriceTable) {
-        let latency = call.latency().as_secs_f64() * 1000.0;
-        self.requests[bucket] += 1.0;
-        self.tokens[bucket] += (call.input_tokens + call.output_tokens) as f64;
-        self.latencies[bucket].push(latency);
-        self.all_latencies.push(latency);
-        if let Some(t) = call.time_to_first_token() {
-            self.ttft.push(t.as_secs_f64() * 1000.0);
-        }
-        self.total_requests += 1;
-        self.input_tokens += call.input_tokens;
-        self.output_tokens += call.output_tokens;
-        match call.cost {
-            Some(cost) => self.cost += cost,
-            None => self.unpriced += 1,
-        }
-        if call.outcome.as_str() != "completed" {
-            self.errors += 1;
-        }
-        if call.from_response_cache {
-            self.cached += 1;
-            // The replay's tokens are the ones the original call was paid for: priced as if sent again.
-            let usage = tower_chat::Usage {
-                input_tokens: call.input_tokens,
-                output_tokens: call.output_tokens,
-                ..tower_chat::Usage::default()
-            };
-            match call.model.as_deref().and_then(|m| prices.price(m)) {
-                Some(price) => self.saved += price.cost(&usage),
-                None => self.saved_unpriced += 1,
-            }
-        }
-    }
-
-    /// `3 of 10 (30 %)`.
-    fn hit_rate(&self) -> String {
-        if self.total_requests == 0 {
-            return "—".to_owned();
-        }
-        let percent = self.cached as f64 * 100.0 / self.total_requests as f64;
-        format!(
-            "{} of {} ({percent:.0} %)",
-            self.cached, self.total_requests
-        )
-    }
-
-    /// What the cached calls would have cost; `—` when none of them has a price.
-    fn saved_text(&self) -> String {
-        if self.cached == 0 {
-            dollars(Cost::ZERO)
-        } else if self.saved_unpriced == self.cached {
-            "—".to_owned()
-        } else if self.saved_unpriced > 0 {
-            format!("{} + {} unpriced", dollars(self.saved), self.saved_unpriced)
-        } else {
-            dollars(self.saved)
-        }
-    }
-}
-
-impl Usage {
-    fn axis(&self) -> TimeAxis {
-        TimeAxis {
-            start: self.start,
-            bucket: self.range.bucket,
-            buckets: self.range.buckets,
-        }
-    }
-}
-
-/// The calls of a range, bucketed: one group per series (the busiest, then "other") and one for all.
-#[derive(Debug)]
-struct Usage {
-    start: SystemTime,
-    range: Range,
-    groups: Vec<Group>,
-    all: Group,
-}
-
-fn bucket_calls(
-    calls: &[CallSummary],
-    start: SystemTime,
-    range: Range,
-    by: By,
-    prices: &PriceTable,
-) -> Usage {
-    let mut counts: HashMap<String, u64> = HashMap::new();
-    for call in calls {
-        *counts.entry(by.key(call)).or_default() += 1;
-    }
-    let mut names: Vec<(String, u64)> = counts.into_iter().collect();
-    names.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
-    let kept: Vec<String> = if names.len() > MAX_SERIES {
-        names
-            .iter()
-            .take(MAX_SERIES - 1)
-            .map(|(n, _)| n.clone())
-            .collect()
-    } else {
-        names.iter().map(|(n, _)| n.clone()).collect()
-    };
-    let mut groups: Vec<Group> = kept
-        .iter()
-        .map(|n| Group::new(n.clone(), range.buckets))
-        .collect();
-    if names.len() > MAX_SERIES {
-        groups.push(Group::new("(other)".into(), range.buckets));
-    }
-    let mut all = Group::new("all".into(), range.buckets);
-    for call in calls {
-        let Ok(offset) = call.started_at.duration_since(start) else {
-            continue;
-        };
-        let bucket = (offset.as_secs_f64() / range.bucket.as_secs_f64()) as usize;
-        if bucket >= range.buckets {
-            continue;
-        }
-        let key = by.key(call);
-        let at = kept
-            .iter()
-            .position(|k| *k == key)
-            .unwrap_or(groups.len() - 1);
-        groups[at].add(bucket, call, prices);
-        all.add(bucket, call, prices);
-    }
-    for group in groups.iter_mut().chain(std::iter::once(&mut all)) {
-        group.all_latencies.sort_by(f64::total_cmp);
-        group.ttft.sort_by(f64::total_cmp);
-        for bucket in &mut group.latencies {
-            bucket.sort_by(f64::total_cmp);
-        }
-    }
-    Usage {
-        start,
-        range,
-        groups,
-        all,
-    }
-}
-
-/// One series per group (model or caller), its values picked by `values`.
-fn per_group<'a>(
-    groups: &'a [Group],
-    values: impl Fn(&Group) -> Vec<Option<f64>>,
-) -> Vec<Series<'a>> {
-    groups
-        .iter()
-        .map(|g| Series {
-            name: &g.name,
-            values: values(g),
-        })
-        .collect()
-}
-
-fn counts(values: &[f64]) -> Vec<Option<f64>> {
-    values.iter().map(|v| Some(*v)).collect()
-}
-
-fn bucket_percentile(group: &Group, p: f64) -> Vec<Option<f64>> {
-    group.latencies.iter().map(|b| percentile(b, p)).collect()
 }
 
 /// `GET /console/usage?range=1h|24h|7d&by=model|caller`.
@@ -353,9 +153,106 @@ pub(crate) async fn page(
     )
 }
 
+/// The store's aggregates for one page: per bucket (in all and per group of the split), per model, per caller,
+/// in all, and per model and caller (for what the cache saved).
+struct Aggregates {
+    per_bucket: Vec<UsageAggregate>,
+    per_bucket_and_group: Vec<UsageAggregate>,
+    per_model: Vec<UsageAggregate>,
+    per_caller: Vec<UsageAggregate>,
+    all: Option<UsageAggregate>,
+    per_model_and_caller: Vec<UsageAggregate>,
+}
+
+impl Aggregates {
+    async fn read(
+        store: &dyn Store,
+        period: UsageQuery,
+        range: Range,
+        by: By,
+    ) -> Result<Self, StoreError> {
+        let bucketed = period.clone().per_bucket(range.bucket);
+        Ok(Aggregates {
+            per_bucket: store.usage(&bucketed).await?,
+            per_bucket_and_group: store.usage(&by.split(bucketed)).await?,
+            per_model: store.usage(&period.clone().by_model()).await?,
+            per_caller: store.usage(&period.clone().by_caller()).await?,
+            all: store.usage(&period).await?.into_iter().next(),
+            per_model_and_caller: store.usage(&period.by_model().by_caller()).await?,
+        })
+    }
+}
+
+/// One value per bucket from per-bucket rows (`None` for a bucket without calls).
+fn per_bucket(
+    rows: &[&UsageAggregate],
+    buckets: usize,
+    value: impl Fn(&UsageAggregate) -> f64,
+) -> Vec<Option<f64>> {
+    let mut values = vec![None; buckets];
+    for row in rows {
+        if let Some(slot) = row.bucket.and_then(|b| values.get_mut(b as usize)) {
+            *slot = Some(slot.unwrap_or(0.0) + value(row));
+        }
+    }
+    values
+}
+
+/// The series of a per-group chart: the busiest groups (by `totals`), the rest summed as "(other)"; a bucket
+/// without calls counts zero.
+fn group_series(
+    rows: &[UsageAggregate],
+    totals: &[UsageAggregate],
+    by: By,
+    buckets: usize,
+    value: impl Fn(&UsageAggregate) -> f64,
+) -> Vec<(String, Vec<Option<f64>>)> {
+    let mut names: Vec<(String, u64)> = totals.iter().map(|r| (by.group(r), r.calls)).collect();
+    names.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    let kept: Vec<String> = if names.len() > MAX_SERIES {
+        names
+            .iter()
+            .take(MAX_SERIES - 1)
+            .map(|(n, _)| n.clone())
+            .collect()
+    } else {
+        names.into_iter().map(|(n, _)| n).collect()
+    };
+    let mut series: Vec<(String, Vec<&UsageAggregate>)> =
+        kept.iter().map(|n| (n.clone(), Vec::new())).collect();
+    let mut other = Vec::new();
+    for row in rows {
+        match kept.iter().position(|k| *k == by.group(row)) {
+            Some(at) => series[at].1.push(row),
+            None => other.push(row),
+        }
+    }
+    if !other.is_empty() {
+        series.push(("(other)".to_owned(), other));
+    }
+    series
+        .into_iter()
+        .map(|(name, rows)| {
+            let values = per_bucket(&rows, buckets, &value)
+                .into_iter()
+                .map(|v| Some(v.unwrap_or(0.0)))
+                .collect();
+            (name, values)
+        })
+        .collect()
+}
+
+fn tokens(row: &UsageAggregate) -> f64 {
+    (row.input_tokens + row.output_tokens) as f64
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
 /// The usage page's content for `range` and `by`.
 async fn render(
-    records: &dyn tower_chat_persistence::Store,
+    records: &dyn Store,
     prices: &PriceTable,
     range: Range,
     by: By,
@@ -368,44 +265,150 @@ async fn render(
     let end =
         SystemTime::UNIX_EPOCH + Duration::from_secs((now_secs / bucket_secs + 1) * bucket_secs);
     let start = end - span;
-    let calls = match records
-        .call_summaries(&CallQuery::between(start, end).limit(MAX_CALLS))
+    let data = Aggregates::read(records, UsageQuery::between(start, end), range, by)
         .await
-    {
-        Ok(calls) => calls,
-        Err(e) => {
-            return Err(Box::new(error_page(
+        .map_err(|e| {
+            Box::new(error_page(
                 StatusCode::INTERNAL_SERVER_ERROR,
                 &format!("Reading the store failed: {e}"),
-            )))
-        }
-    };
-    let usage = bucket_calls(&calls, start, range, by, prices);
+            ))
+        })?;
+    Ok(content(&data, prices, start, end, range, by))
+}
+
+fn content(
+    data: &Aggregates,
+    prices: &PriceTable,
+    start: SystemTime,
+    end: SystemTime,
+    range: Range,
+    by: By,
+) -> Markup {
     let by_name = by.name();
-    let requests = per_group(&usage.groups, |g| counts(&g.requests));
-    let tokens = per_group(&usage.groups, |g| counts(&g.tokens));
-    let percentiles = [
-        Series {
-            name: "p50",
-            values: bucket_percentile(&usage.all, 50.0),
-        },
-        Series {
-            name: "p90",
-            values: bucket_percentile(&usage.all, 90.0),
-        },
-        Series {
-            name: "p99",
-            values: bucket_percentile(&usage.all, 99.0),
-        },
-    ];
-    let p99 = per_group(&usage.groups, |g| bucket_percentile(g, 99.0));
-    let ms = |v: Option<f64>| {
-        v.map_or_else(
-            || "—".to_owned(),
-            |v| millis(Duration::from_secs_f64(v / 1000.0)),
+    let axis = TimeAxis {
+        start,
+        bucket: range.bucket,
+        buckets: range.buckets,
+    };
+    let buckets = range.buckets;
+    let all_buckets: Vec<&UsageAggregate> = data.per_bucket.iter().collect();
+    let totals = match by {
+        By::Model => &data.per_model,
+        By::Caller => &data.per_caller,
+    };
+    let calls_by = group_series(&data.per_bucket_and_group, totals, by, buckets, |r| {
+        r.calls as f64
+    });
+    let tokens_by = group_series(&data.per_bucket_and_group, totals, by, buckets, tokens);
+    let cost_by = group_series(&data.per_bucket_and_group, totals, by, buckets, |r| {
+        r.cost.as_usd()
+    });
+    let zero_filled = |v: Vec<Option<f64>>| v.into_iter().map(|v| Some(v.unwrap_or(0.0))).collect();
+    let calls = zero_filled(per_bucket(&all_buckets, buckets, |r| r.calls as f64));
+    let errors = zero_filled(per_bucket(&all_buckets, buckets, |r| r.failed_calls as f64));
+    let rate = per_bucket(&all_buckets, buckets, |r| r.error_rate() * 100.0);
+    let p50 = per_bucket(&all_buckets, buckets, |r| ms(r.latency.p50));
+    let p90 = per_bucket(&all_buckets, buckets, |r| ms(r.latency.p90));
+    let p99 = per_bucket(&all_buckets, buckets, |r| ms(r.latency.p99));
+    let slowest = p99.iter().flatten().fold(0.0f64, |a, b| a.max(*b));
+    let clip = data
+        .all
+        .as_ref()
+        .and_then(|all| clip_bound(ms(all.latency.p90), slowest));
+    let savings = SavingsBy::of(&data.per_model_and_caller, prices);
+    let total_calls = data.all.as_ref().map_or(0, |a| a.calls);
+    let hit_rate = if total_calls == 0 {
+        "—".to_owned()
+    } else {
+        format!(
+            "{} of {} ({:.0} %)",
+            savings.all.cached,
+            total_calls,
+            savings.all.cached as f64 * 100.0 / total_calls as f64
         )
     };
-    Ok(html! {
+    let charts = [
+        Chart {
+            id: "calls",
+            title: format!("Model calls by {by_name}"),
+            unit: Unit::Count("model calls"),
+            axis,
+            series: as_series(&calls_by),
+            bands: false,
+            clip: None,
+        },
+        Chart {
+            id: "errors",
+            title: "Model calls and errors (failed or interrupted), all model calls".to_owned(),
+            unit: Unit::Count("model calls"),
+            axis,
+            series: vec![
+                Series {
+                    name: "model calls",
+                    values: calls,
+                },
+                Series {
+                    name: "errors",
+                    values: errors,
+                },
+            ],
+            bands: false,
+            clip: None,
+        },
+        Chart {
+            id: "error-rate",
+            title: "Error rate (errors ÷ model calls)".to_owned(),
+            unit: Unit::Percent,
+            axis,
+            series: vec![Series {
+                name: "error rate",
+                values: rate,
+            }],
+            bands: false,
+            clip: None,
+        },
+        Chart {
+            id: "tokens",
+            title: format!("Tokens (input + output) by {by_name}"),
+            unit: Unit::Count("tokens"),
+            axis,
+            series: as_series(&tokens_by),
+            bands: false,
+            clip: None,
+        },
+        Chart {
+            id: "cost",
+            title: format!("Cost by {by_name} (priced model calls)"),
+            unit: Unit::Dollars,
+            axis,
+            series: as_series(&cost_by),
+            bands: false,
+            clip: None,
+        },
+        Chart {
+            id: "latency",
+            title: "Latency percentiles (p50, p90, p99), all model calls".to_owned(),
+            unit: Unit::Millis,
+            axis,
+            series: vec![
+                Series {
+                    name: "p50",
+                    values: p50,
+                },
+                Series {
+                    name: "p90",
+                    values: p90,
+                },
+                Series {
+                    name: "p99",
+                    values: p99,
+                },
+            ],
+            bands: true,
+            clip,
+        },
+    ];
+    html! {
         p class="choices" {
             @for r in RANGES {
                 a href=(format!("/console/usage?range={}&by={}", r.name, by_name)) class=[(r == range).then_some("current")] {
@@ -420,141 +423,76 @@ async fn render(
             }
         }
         p class="summary" id="usage-summary" {
-            (count(usage.all.total_requests, "model call", "model calls")) " from " (utc(start)) " to " (utc(end)) " UTC"
-            @if calls.len() as u32 >= MAX_CALLS { " (the latest 50,000)" }
+            (count(total_calls, "model call", "model calls")) " from " (utc(start)) " to " (utc(end)) " UTC"
         }
         p class="summary" id="cache-summary" {
-            "Response cache: " (usage.all.hit_rate()) " model calls answered from the cache, saving "
-            (usage.all.saved_text()) " (their tokens at the model's price)"
+            "Response cache: " (hit_rate) " model calls answered from the cache, saving "
+            (savings.all.text()) " (their tokens at the model's price)"
         }
-        (line_chart("requests", &format!("Model calls by {by_name}"), "model calls", &usage.axis(), &requests))
-        (line_chart("tokens", &format!("Tokens (input + output) by {by_name}"), "tokens", &usage.axis(), &tokens))
-        (line_chart("latency", "Latency percentiles, all model calls", "ms", &usage.axis(), &percentiles))
-        (line_chart("latency-by", &format!("p99 latency by {by_name}"), "ms", &usage.axis(), &p99))
-        h2 { "Totals by " (by_name) }
-        table id="usage-totals" class="totals" {
-            thead {
-                tr {
-                    @for heading in [by_name, "model calls", "not completed", "input tokens", "output tokens", "cost",
-                        "p50", "p90", "p99", "p50 first token", "cache hits", "saved by the cache"] {
-                        th { (heading) }
-                    }
-                }
-            }
-            tbody {
-                @for g in usage.groups.iter().chain(std::iter::once(&usage.all)) {
-                    @let cost = if g.unpriced == g.total_requests {
-                        "—".to_owned()
-                    } else if g.unpriced > 0 {
-                        format!("{} + {} unpriced", dollars(g.cost), g.unpriced)
-                    } else {
-                        dollars(g.cost)
-                    };
-                    tr {
-                        td { (g.name) }
-                        @for cell in [
-                            g.total_requests.to_string(),
-                            g.errors.to_string(),
-                            g.input_tokens.to_string(),
-                            g.output_tokens.to_string(),
-                            cost,
-                            ms(percentile(&g.all_latencies, 50.0)),
-                            ms(percentile(&g.all_latencies, 90.0)),
-                            ms(percentile(&g.all_latencies, 99.0)),
-                            ms(percentile(&g.ttft, 50.0)),
-                            g.cached.to_string(),
-                            g.saved_text(),
-                        ] {
-                            td class="number" { (cell) }
-                        }
-                    }
-                }
-            }
-        }
-    })
+        @for c in &charts { (chart(c)) }
+        h2 { "By model" }
+        (table("usage-by-model", "model", &data.per_model, data.all.as_ref(), model_name, &savings.model, savings.all))
+        h2 { "By caller" }
+        (table("usage-by-caller", "caller", &data.per_caller, data.all.as_ref(), caller_name, &savings.caller, savings.all))
+    }
+}
+
+/// Named per-bucket values as chart series.
+fn as_series(series: &[(String, Vec<Option<f64>>)]) -> Vec<Series<'_>> {
+    series
+        .iter()
+        .map(|(name, values)| Series {
+            name,
+            values: values.clone(),
+        })
+        .collect()
 }
 
 #[cfg(test)]
 mod tests {
-    use super::super::chart::nice_max;
     use super::*;
-    use tower_chat_persistence::{CallId, CallOutcome};
+    use tower_chat_persistence::LatencyPercentiles;
 
-    fn call(at: SystemTime, model: &str, latency_ms: u64) -> CallSummary {
-        CallSummary {
-            call_id: CallId::generate(),
-            conversation_id: "c".into(),
-            caller: None,
-            started_at: at,
-            first_token_at: Some(at + Duration::from_millis(1)),
-            ended_at: at + Duration::from_millis(latency_ms),
+    fn row(bucket: u64, model: &str, calls: u64) -> UsageAggregate {
+        UsageAggregate {
+            bucket: Some(bucket),
             model: Some(model.into()),
-            outcome: CallOutcome::Completed,
-            input_tokens: 10,
-            output_tokens: 5,
-            cost: None,
-            from_response_cache: false,
+            caller: None,
+            calls,
+            failed_calls: 0,
+            cancelled_calls: 0,
+            input_tokens: 10 * calls,
+            output_tokens: 5 * calls,
+            cost: tower_chat::Cost::ZERO,
+            unpriced_calls: calls,
+            cached_calls: 0,
+            cached_input_tokens: 0,
+            cached_output_tokens: 0,
+            latency: LatencyPercentiles::default(),
+            time_to_first_token_p50: None,
         }
     }
 
     #[test]
-    fn percentiles_are_nearest_rank() {
-        let values: Vec<f64> = (1..=100).map(f64::from).collect();
-        assert_eq!(percentile(&values, 50.0), Some(50.0));
-        assert_eq!(percentile(&values, 99.0), Some(99.0));
-        assert_eq!(percentile(&values, 100.0), Some(100.0));
-        assert_eq!(percentile(&[7.0], 1.0), Some(7.0));
-        assert_eq!(percentile(&[], 50.0), None);
-    }
-
-    #[test]
-    fn calls_land_in_their_bucket_and_series_and_the_chart_draws_them() {
-        let start = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
-        let range = RANGES[0];
-        let calls = vec![
-            call(start + Duration::from_secs(5), "a", 100),
-            call(start + Duration::from_secs(65), "a", 300),
-            call(start + Duration::from_secs(70), "<b>", 200),
-            call(start - Duration::from_secs(5), "a", 1),
-        ];
-        let usage = bucket_calls(&calls, start, range, By::Model, &PriceTable::new());
-        assert_eq!(usage.groups.len(), 2);
-        assert_eq!(usage.groups[0].name, "a");
-        assert_eq!(usage.groups[0].requests[..3], [1.0, 1.0, 0.0]);
-        assert_eq!(usage.groups[1].requests[1], 1.0);
-        assert_eq!(
-            usage.all.total_requests, 3,
-            "the call before the range is left out"
-        );
-        assert_eq!(usage.all.tokens[1], 30.0);
-        assert_eq!(percentile(&usage.all.latencies[1], 99.0), Some(300.0));
-        let series: Vec<Series<'_>> = usage
-            .groups
-            .iter()
-            .map(|g| Series {
-                name: &g.name,
-                values: counts(&g.requests),
-            })
-            .collect();
-        let svg =
-            line_chart("requests", "Requests", "requests", &usage.axis(), &series).into_string();
-        assert!(svg.contains("data-points=\"120\""), "60 buckets × 2 series");
-        assert_eq!(svg.matches("<circle").count(), 120);
-        assert!(
-            svg.contains("&lt;b&gt;") && !svg.contains("<b>"),
-            "series names are escaped"
-        );
-        let p99 = [Series {
-            name: "p99",
-            values: bucket_percentile(&usage.all, 99.0),
-        }];
-        let svg = line_chart("latency", "Latency", "ms", &usage.axis(), &p99).into_string();
-        assert!(
-            svg.contains("data-points=\"2\""),
-            "only buckets with calls: {svg}"
-        );
-        assert_eq!(nice_max(0.0), 1.0);
-        assert_eq!(nice_max(3.2), 5.0);
-        assert_eq!(nice_max(120.0), 200.0);
+    fn the_busiest_groups_get_a_series_and_the_rest_sum_as_other() {
+        let mut rows = Vec::new();
+        let mut totals = Vec::new();
+        for (n, model) in ["a", "b", "c", "d", "e", "f", "g"].into_iter().enumerate() {
+            let calls = 10 - n as u64;
+            rows.push(row(n as u64 % 3, model, calls));
+            totals.push(UsageAggregate {
+                bucket: None,
+                ..row(0, model, calls)
+            });
+        }
+        let series = group_series(&rows, &totals, By::Model, 4, |r| r.calls as f64);
+        let names: Vec<&str> = series.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, ["a", "b", "c", "d", "e", "(other)"]);
+        assert_eq!(series[0].1, [Some(10.0), Some(0.0), Some(0.0), Some(0.0)]);
+        // f (5 calls, bucket 2) and g (4 calls, bucket 0) are "(other)".
+        assert_eq!(series[5].1, [Some(4.0), Some(0.0), Some(5.0), Some(0.0)]);
+        let tokens = per_bucket(&rows.iter().collect::<Vec<_>>(), 4, tokens);
+        assert_eq!(tokens[3], None, "a bucket without calls has no value");
+        assert_eq!(tokens[0], Some(15.0 * (10 + 7 + 4) as f64));
     }
 }

@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 pub mod kinds;
+pub mod usage;
 pub mod webdriver;
 
 use std::net::SocketAddr;

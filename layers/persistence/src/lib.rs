@@ -100,6 +100,7 @@ mod recorder;
 mod service;
 pub mod store;
 mod stream;
+mod usage;
 
 pub use layer::PersistenceLayer;
 pub use record::{
@@ -115,6 +116,7 @@ pub use store::postgres::{PostgresStore, PostgresStoreBuilder};
 pub use store::sqlite::{Durability, SqliteStore, SqliteStoreBuilder};
 pub use store::{Migration, Store, StoreError};
 pub use stream::RecordingStream;
+pub use usage::{LatencyPercentiles, UsageAggregate, UsageQuery};
 
 /// The README's examples, compiled as doctests so every snippet a reader copies builds (`cargo test --doc`).
 #[cfg(doctest)]

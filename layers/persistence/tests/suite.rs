@@ -36,7 +36,198 @@ both_stores!(
     refusals_before_sending_are_recorded_small_whatever_the_request_held,
     an_estimate_charged_inside_is_recorded_marked_estimated,
     call_summaries_say_which_calls_the_response_cache_answered,
+    usage_sums_calls_errors_tokens_cost_and_latency_percentiles_per_bucket_model_and_caller,
 );
+
+/// Usage aggregates: per time bucket, model and caller, summed in the database, with nearest-rank latency
+/// percentiles that one slow call moves only at p99; failed and interrupted calls count as errors, cancelled
+/// ones do not, in-flight ones are left out.
+async fn usage_sums_calls_errors_tokens_cost_and_latency_percentiles_per_bucket_model_and_caller(
+    db: &TestDb,
+) {
+    use tower_chat::Cost;
+    use tower_chat_persistence::{RecordedError, UsageQuery};
+    let layer = db.layer();
+    let chat = layer.layer(scripted(|_| {
+        scripted_stream(Delivery::AllAtOnce, answer("counted"))
+    }));
+    let conv = conversation();
+    chat.oneshot(request(&conv, "hi"))
+        .await
+        .unwrap()
+        .collect_response()
+        .await
+        .unwrap();
+    layer.flush().await.unwrap();
+    let template = only_call(db, &conv).await;
+    // Callers of their own: PostgreSQL keeps the records of earlier runs.
+    let run = common::uuid_simple();
+    let (alice, bob) = (format!("alice-{run}"), format!("bob-{run}"));
+    let since = std::time::SystemTime::UNIX_EPOCH + Duration::from_secs(1_900_000_000);
+    let minute = Duration::from_secs(60);
+    let error = RecordedError {
+        kind: "upstream".into(),
+        message: "503".into(),
+    };
+    // (caller, model, seconds after `since`, latency ms, outcome, cost nano-$, cached)
+    let mut rows = Vec::new();
+    for i in 0..20u64 {
+        // Bucket 0: twenty of alice's calls on model-a, 100..=290 ms, the last one a 30 s outlier.
+        let latency = if i == 19 { 30_000 } else { 100 + 10 * i };
+        rows.push((
+            &alice,
+            "model-a",
+            i,
+            latency,
+            CallOutcome::Completed,
+            Some(1_000),
+            i < 2,
+        ));
+    }
+    let failed = CallOutcome::Failed {
+        error: error.clone(),
+    };
+    let interrupted = CallOutcome::Interrupted { error: None };
+    rows.push((&bob, "model-b", 70, 400, failed, None, false));
+    rows.push((&bob, "model-b", 80, 500, interrupted, None, false));
+    rows.push((
+        &bob,
+        "model-b",
+        90,
+        600,
+        CallOutcome::Cancelled,
+        Some(5_000),
+        false,
+    ));
+    rows.push((
+        &bob,
+        "model-a",
+        100,
+        700,
+        CallOutcome::Completed,
+        Some(2_000),
+        false,
+    ));
+    rows.push((&bob, "model-a", 110, 1, CallOutcome::InFlight, None, false));
+    // Outside the period: left out.
+    rows.push((
+        &bob,
+        "model-a",
+        3 * 60,
+        100,
+        CallOutcome::Completed,
+        Some(9),
+        false,
+    ));
+    let records: Vec<CallRecord> = rows
+        .into_iter()
+        .map(|(caller, model, at, latency, outcome, cost, cached)| {
+            let mut record = template.clone();
+            record.call_id = CallId::generate();
+            record.caller = Some(CallerIdentity::new(caller.as_str()));
+            record.model = Some(model.into());
+            record.started_at = since + Duration::from_secs(at);
+            record.first_token_at = Some(record.started_at + Duration::from_millis(latency / 2));
+            record.ended_at = record.started_at + Duration::from_millis(latency);
+            record.outcome = outcome;
+            record.cost = cost.map(Cost::from_nanos);
+            record.response.usage.input_tokens = 10;
+            record.response.usage.output_tokens = 4;
+            record.response.usage.from_response_cache = cached;
+            record
+        })
+        .collect();
+    db.store.write_calls(&records).await.unwrap();
+    let period = |caller: &str| UsageQuery::between(since, since + 2 * minute).caller(caller);
+    let ms = Duration::from_millis;
+
+    let alice_total = db.store.usage(&period(&alice)).await.unwrap();
+    assert_eq!(alice_total.len(), 1, "{alice_total:?}");
+    let total = &alice_total[0];
+    assert_eq!(
+        (total.bucket, total.model.as_deref(), &total.caller),
+        (None, None, &None)
+    );
+    assert_eq!(
+        (
+            total.calls,
+            total.failed_calls,
+            total.input_tokens,
+            total.output_tokens
+        ),
+        (20, 0, 200, 80)
+    );
+    assert_eq!(
+        (total.cost, total.unpriced_calls),
+        (Cost::from_nanos(20_000), 0)
+    );
+    assert_eq!(
+        (
+            total.cached_calls,
+            total.cached_input_tokens,
+            total.cached_output_tokens
+        ),
+        (2, 20, 8)
+    );
+    // Nearest rank over 100, 110, …, 280 and 30,000: p50 is the 10th, p90 the 18th, p99 the outlier.
+    assert_eq!(total.latency.p50, ms(190));
+    assert_eq!(total.latency.p90, ms(270));
+    assert_eq!(total.latency.p99, ms(30_000));
+    assert_eq!(total.time_to_first_token_p50, Some(ms(95)));
+
+    let bob_by_model = db
+        .store
+        .usage(&period(&bob).per_bucket(minute).by_model().by_caller())
+        .await
+        .unwrap();
+    let keys: Vec<_> = bob_by_model
+        .iter()
+        .map(|a| {
+            (
+                a.bucket,
+                a.model.as_deref(),
+                a.caller.as_ref().map(|c| c.as_str()),
+            )
+        })
+        .collect();
+    assert_eq!(
+        keys,
+        [
+            (Some(1), Some("model-a"), Some(bob.as_str())),
+            (Some(1), Some("model-b"), Some(bob.as_str())),
+        ],
+        "the in-flight call and the one after the period are left out"
+    );
+    let b = &bob_by_model[1];
+    assert_eq!((b.calls, b.failed_calls, b.cancelled_calls), (3, 2, 1));
+    assert!((b.error_rate() - 2.0 / 3.0).abs() < 1e-9);
+    assert_eq!((b.cost, b.unpriced_calls), (Cost::from_nanos(5_000), 2));
+    assert_eq!((b.latency.p50, b.latency.p99), (ms(500), ms(600)));
+    assert_eq!(bob_by_model[0].latency.p50, ms(700));
+
+    let bob_per_bucket = db
+        .store
+        .usage(&period(&bob).per_bucket(minute))
+        .await
+        .unwrap();
+    assert_eq!(bob_per_bucket.len(), 1);
+    assert_eq!(
+        (
+            bob_per_bucket[0].bucket,
+            bob_per_bucket[0].calls,
+            bob_per_bucket[0].failed_calls
+        ),
+        (Some(1), 4, 2)
+    );
+    assert_eq!(
+        db.store
+            .usage(&period(&alice).per_bucket(Duration::ZERO))
+            .await
+            .unwrap_err()
+            .message(),
+        "a usage bucket must be between 1 µs and 292271 years long, not 0ns"
+    );
+}
 
 /// A replayed answer's record is marked in its usage; call summaries read that mark without decoding the
 /// messages (what a usage page counts cache hits and their savings with).

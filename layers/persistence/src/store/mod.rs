@@ -9,6 +9,7 @@ use crate::record::{
     CallId, CallOutcome, CallQuery, CallRecord, CallSummary, ConversationQuery,
     ConversationSummary, Spend, SpendQuery,
 };
+use crate::usage::{UsageAggregate, UsageQuery};
 
 #[cfg(feature = "postgres")]
 pub mod postgres;
@@ -93,6 +94,17 @@ pub trait Store: fmt::Debug + Send + Sync + 'static {
     ) -> BoxFuture<'a, Result<Vec<CallSummary>, StoreError>> {
         let _ = query;
         Box::pin(async { Err(StoreError::new("this store cannot list call summaries")) })
+    }
+
+    /// The final calls of a period summed per group of `query` (time bucket, model, caller), with latency
+    /// percentiles, ordered by bucket, model, caller. The SQLite and PostgreSQL stores aggregate in the
+    /// database; other stores answer with an error unless they implement it.
+    fn usage<'a>(
+        &'a self,
+        query: &'a UsageQuery,
+    ) -> BoxFuture<'a, Result<Vec<UsageAggregate>, StoreError>> {
+        let _ = query;
+        Box::pin(async { Err(StoreError::new("this store cannot aggregate usage")) })
     }
 
     /// The latest completed call of a conversation (the one [`Store::load_conversation`] continues from).
@@ -182,6 +194,13 @@ impl<S: Store + ?Sized> Store for std::sync::Arc<S> {
         query: &'a CallQuery,
     ) -> BoxFuture<'a, Result<Vec<CallSummary>, StoreError>> {
         (**self).call_summaries(query)
+    }
+
+    fn usage<'a>(
+        &'a self,
+        query: &'a UsageQuery,
+    ) -> BoxFuture<'a, Result<Vec<UsageAggregate>, StoreError>> {
+        (**self).usage(query)
     }
 
     fn load_conversation<'a>(

@@ -24,6 +24,7 @@ use crate::record::{
     to_micros, CallId, CallQuery, CallRecord, CallSummary, ConversationQuery, ConversationSummary,
     Spend, SpendQuery,
 };
+use crate::usage::{usage_sql, UsageAggregate, UsageQuery, UsageRow};
 
 pub use deadpool_postgres;
 pub use tokio_postgres;
@@ -713,6 +714,60 @@ impl Store for PostgresStore {
                 .into_iter()
                 .map(SummaryColumns::into_summary)
                 .collect()
+        })
+    }
+
+    fn usage<'a>(
+        &'a self,
+        query: &'a UsageQuery,
+    ) -> BoxFuture<'a, Result<Vec<UsageAggregate>, StoreError>> {
+        Box::pin(async move {
+            let bucket = query.bucket_micros()?;
+            let caller = query.caller.as_ref().map(|c| c.as_str());
+            let (since, until) = (to_micros(query.since), to_micros(query.until));
+            let client = self.client().await?;
+            let statement = client
+                .prepare_cached(&usage_sql(
+                    ["$1", "$2", "$3", "$4", "$5", "$6"],
+                    "COALESCE((response -> 'usage' ->> 'from_response_cache')::boolean, false)",
+                ))
+                .await
+                .map_err(pg_error("cannot aggregate usage"))?;
+            let rows = client
+                .query(
+                    &statement,
+                    &[
+                        &since,
+                        &until,
+                        &bucket,
+                        &caller,
+                        &query.by_model,
+                        &query.by_caller,
+                    ],
+                )
+                .await
+                .map_err(pg_error("cannot aggregate usage"))?;
+            rows.iter()
+                .map(|row| {
+                    let mut sums = [0i64; 10];
+                    for (i, sum) in sums.iter_mut().enumerate() {
+                        *sum = row.try_get(3 + i)?;
+                    }
+                    let mut percentiles = [None; 4];
+                    for (i, p) in percentiles.iter_mut().enumerate() {
+                        *p = row.try_get(13 + i)?;
+                    }
+                    Ok(UsageRow {
+                        bucket: row.try_get(0)?,
+                        model: row.try_get(1)?,
+                        caller: row.try_get(2)?,
+                        sums,
+                        percentiles,
+                    }
+                    .into_aggregate())
+                })
+                .collect::<Result<Vec<_>, tokio_postgres::Error>>()
+                .map_err(pg_error("a usage aggregate does not decode"))
         })
     }
 }

@@ -37,6 +37,7 @@ use crate::record::{
     to_micros, CallId, CallQuery, CallRecord, CallSummary, ConversationQuery, ConversationSummary,
     Spend, SpendQuery,
 };
+use crate::usage::{usage_sql, UsageAggregate, UsageQuery, UsageRow};
 
 pub use rusqlite;
 
@@ -947,6 +948,49 @@ impl Store for SqliteStore {
                 .rev()
                 .map(SummaryColumns::into_summary)
                 .collect()
+        })
+    }
+
+    fn usage<'a>(
+        &'a self,
+        query: &'a UsageQuery,
+    ) -> BoxFuture<'a, Result<Vec<UsageAggregate>, StoreError>> {
+        let bucket = query.bucket_micros();
+        let caller = query.caller.as_ref().map(|c| c.as_str().to_owned());
+        let (since, until) = (to_micros(query.since), to_micros(query.until));
+        let (by_model, by_caller) = (query.by_model, query.by_caller);
+        Box::pin(async move {
+            let bucket = bucket?;
+            let rows = self
+                .read("cannot aggregate usage", move |conn| {
+                    conn.prepare_cached(&usage_sql(
+                        ["?1", "?2", "?3", "?4", "?5", "?6"],
+                        "COALESCE(json_extract(response, '$.usage.from_response_cache'), 0) = 1",
+                    ))?
+                    .query_map(
+                        params![since, until, bucket, caller, by_model, by_caller],
+                        |row| {
+                            let mut sums = [0i64; 10];
+                            for (i, sum) in sums.iter_mut().enumerate() {
+                                *sum = row.get(3 + i)?;
+                            }
+                            let mut percentiles = [None; 4];
+                            for (i, p) in percentiles.iter_mut().enumerate() {
+                                *p = row.get(13 + i)?;
+                            }
+                            Ok(UsageRow {
+                                bucket: row.get(0)?,
+                                model: row.get(1)?,
+                                caller: row.get(2)?,
+                                sums,
+                                percentiles,
+                            })
+                        },
+                    )?
+                    .collect::<rusqlite::Result<Vec<_>>>()
+                })
+                .await?;
+            Ok(rows.into_iter().map(UsageRow::into_aggregate).collect())
         })
     }
 }
