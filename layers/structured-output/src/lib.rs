@@ -46,6 +46,7 @@
 mod answer;
 mod error;
 mod ext;
+mod growing;
 mod layer;
 pub mod partial;
 mod service;
@@ -57,6 +58,7 @@ pub use schemars;
 pub use answer::AnswerSchema;
 pub use error::StructuredError;
 pub use ext::{Partial, PartialStream, StructuredExt};
+pub use growing::{PartialAnswers, EVERY_DELTA_BELOW, GROWTH_DIVISOR};
 pub use layer::StructuredOutputLayer;
 pub use partial::{PartialJson, PartialJsonError};
 pub use service::StructuredOutput;
