@@ -15,7 +15,7 @@ use crate::reasoning::Continuation;
 /// [`ChatEvent::Usage`], and one [`ChatEvent::Finish`] last. Tool loops add [`ChatEvent::ToolResult`] and
 /// [`ChatEvent::ApprovalRequest`] between rounds. A structured-output layer adds [`ChatEvent::AnswerRejected`]
 /// before each repair and, when asked to, [`ChatEvent::PartialAnswer`] after text deltas that made a JSON answer
-/// grow (the last one, just before the `Finish`, is the validated answer).
+/// grow (the last one before the `Finish` is the validated answer).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 #[non_exhaustive]
