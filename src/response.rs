@@ -315,6 +315,9 @@ mod tests {
         }
         let (borrowed, owned) = (borrowed.finish(), owned.finish());
         assert_eq!(owned, borrowed);
-        assert_eq!(owned.messages, vec![Message::assistant(r#"{"name": "Oslo"}"#)]);
+        assert_eq!(
+            owned.messages,
+            vec![Message::assistant(r#"{"name": "Oslo"}"#)]
+        );
     }
 }

@@ -452,15 +452,24 @@ mod tests {
             };
             let (sse_plain, whole_plain) = run(plain.clone()).await;
             let (sse, whole) = run(growing.clone()).await;
-            assert!(!shows_a_value(&sse) && !shows_a_value(&whole), "{format}: {sse}\n{whole}");
+            assert!(
+                !shows_a_value(&sse) && !shows_a_value(&whole),
+                "{format}: {sse}\n{whole}"
+            );
             // The same events, one per text delta, as without the values.
             assert_eq!(
                 sse.matches("\n\n").count(),
                 sse_plain.matches("\n\n").count(),
                 "{format}: {sse}"
             );
-            assert_eq!(whole.matches("709000").count(), whole_plain.matches("709000").count());
-            assert!(whole.contains(r#"\"population\": 709000}"#), "{format}: {whole}");
+            assert_eq!(
+                whole.matches("709000").count(),
+                whole_plain.matches("709000").count()
+            );
+            assert!(
+                whole.contains(r#"\"population\": 709000}"#),
+                "{format}: {whole}"
+            );
         }
     }
 }

@@ -97,10 +97,11 @@ mod tests {
     #[test]
     fn small_answers_send_every_delta_that_changes_the_value() {
         let mut answer = AnswerSoFar::default();
-        let sent: Vec<Option<Value>> = [r#"{"name""#, r#": "Os"#, "lo", r#"", "pop": 7"#, "09", "}"]
-            .iter()
-            .map(|delta| answer.push(delta))
-            .collect();
+        let sent: Vec<Option<Value>> =
+            [r#"{"name""#, r#": "Os"#, "lo", r#"", "pop": 7"#, "09", "}"]
+                .iter()
+                .map(|delta| answer.push(delta))
+                .collect();
         assert_eq!(
             sent,
             [

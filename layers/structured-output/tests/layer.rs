@@ -143,7 +143,10 @@ async fn partial_answers_grow_restart_after_a_repair_and_end_with_the_validated_
         let (inner, _) = scripted(
             vec![
                 (r#"{"name": 7}"#, FinishReason::Stop),
-                (r#"{"name": "Oslo", "population": 709000}"#, FinishReason::Stop),
+                (
+                    r#"{"name": "Oslo", "population": 709000}"#,
+                    FinishReason::Stop,
+                ),
             ],
             delivery,
         );
@@ -161,14 +164,23 @@ async fn partial_answers_grow_restart_after_a_repair_and_end_with_the_validated_
         common::assert_grows_to(&events, &answer);
         let attempts = common::attempts(&events);
         assert_eq!(attempts.len(), 2, "{delivery:?}: {events:?}");
-        assert_eq!(attempts[0].last(), Some(&json!({"name": 7})), "{delivery:?}");
+        assert_eq!(
+            attempts[0].last(),
+            Some(&json!({"name": 7})),
+            "{delivery:?}"
+        );
         match delivery {
             // Values after each 3-byte delta that changed them: the string grows, the number comes whole.
             Delivery::Streamed => {
                 assert_eq!(attempts[1][0], json!({}));
                 assert!(attempts[1].contains(&json!({"name": "Os"})), "{attempts:?}");
-                assert!(attempts[1].contains(&json!({"name": "Oslo"})), "{attempts:?}");
-                assert!(!attempts[1].iter().any(|v| v == &json!({"name": "Oslo", "population": 709})));
+                assert!(
+                    attempts[1].contains(&json!({"name": "Oslo"})),
+                    "{attempts:?}"
+                );
+                assert!(!attempts[1]
+                    .iter()
+                    .any(|v| v == &json!({"name": "Oslo", "population": 709})));
                 // Never the same value twice in a row.
                 assert!(attempts[1].windows(2).all(|pair| pair[0] != pair[1]));
             }

@@ -4,11 +4,11 @@
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{json, Value};
+use tower::{Layer, ServiceExt};
 use tower_chat::anthropic::AnthropicChat;
 use tower_chat::gemini::GeminiChat;
 use tower_chat::openai::OpenAiChat;
 use tower_chat::test_server::{Reply, ScriptedProvider};
-use tower::{Layer, ServiceExt};
 use tower_chat::{ChatEvent, ChatRequest, Message};
 use tower_chat_structured_output::{
     AnswerSchema, Partial, StructuredError, StructuredExt, StructuredOutputLayer,
@@ -120,10 +120,15 @@ async fn partial_answers_stream_over_http_and_restart_after_a_repair() {
     common::assert_grows_to(&events, &answer);
     let attempts = common::attempts(&events);
     assert_eq!(attempts.len(), 2, "{events:?}");
-    assert_eq!(attempts[0].last(), Some(&json!({"name": "Oslo", "kind": "Town"})));
+    assert_eq!(
+        attempts[0].last(),
+        Some(&json!({"name": "Oslo", "kind": "Town"}))
+    );
     // A word per delta: the nested part appears before its fields are all there.
     assert!(attempts[1].len() > 10, "{attempts:?}");
-    assert!(attempts[1].iter().any(|v| v["parts"][0] == json!({"name": "Frogner"})));
+    assert!(attempts[1]
+        .iter()
+        .any(|v| v["parts"][0] == json!({"name": "Frogner"})));
 
     // The helper reads the same events into `Place`s.
     let steps: Vec<Partial<Place>> = chat

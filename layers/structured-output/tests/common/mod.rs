@@ -31,7 +31,10 @@ pub fn attempts(events: &[ChatEvent]) -> Vec<Vec<Value>> {
                         reason: FinishReason::Stop
                     })
                 );
-                assert!(after_text || before_finish, "out of place at {at}: {events:?}");
+                assert!(
+                    after_text || before_finish,
+                    "out of place at {at}: {events:?}"
+                );
                 attempts.last_mut().unwrap().push(value.clone());
             }
             ChatEvent::AnswerRejected { .. } => attempts.push(Vec::new()),
@@ -49,7 +52,10 @@ pub fn assert_grows_to(events: &[ChatEvent], answer: &Value) {
             assert!(grows(&pair[0], &pair[1]), "{} then {}", pair[0], pair[1]);
         }
     }
-    assert!(matches!(events.last(), Some(ChatEvent::Finish { .. })), "{events:?}");
+    assert!(
+        matches!(events.last(), Some(ChatEvent::Finish { .. })),
+        "{events:?}"
+    );
     let last = events.iter().rev().find_map(|event| match event {
         ChatEvent::PartialAnswer { value } => Some(value),
         _ => None,
