@@ -185,9 +185,9 @@ async fn partial_answers_grow_restart_after_a_repair_and_end_with_the_validated_
                 assert!(attempts[1].windows(2).all(|pair| pair[0] != pair[1]));
             }
             // One delta, complete: its value is the answer, not sent again before the finish.
-            Delivery::Whole => assert_eq!(attempts[1], [answer.clone()]),
+            Delivery::Whole => assert_eq!(attempts[1], std::slice::from_ref(&answer)),
         }
-        // The text and the collected response are what they are without the values.
+        // The text is what it is without the values.
         let text: String = events
             .iter()
             .filter_map(|e| match e {
