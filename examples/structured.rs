@@ -1,4 +1,5 @@
-//! A typed answer, streamed: the object printed as it grows, then the final value read into a Rust type.
+//! A typed answer, streamed: the object printed as it grows, then the final value read into a Rust type; then the
+//! same answer as the stack's own events (`ChatEvent::PartialAnswer`), as a consumer of the stream sees it.
 //!
 //! `cargo run --example structured` (from the repository root)
 //!
@@ -11,10 +12,11 @@ use futures_util::StreamExt;
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::json;
+use tower::{Layer, ServiceExt};
 use tower_chat::openai::OpenAiChat;
 use tower_chat::test_server::{RecordedRequest, Reply, ScriptedProvider};
-use tower_chat::{ChatRequest, Message};
-use tower_chat_structured_output::{Partial, StructuredExt};
+use tower_chat::{ChatEvent, ChatRequest, Message};
+use tower_chat_structured_output::{AnswerSchema, Partial, StructuredExt, StructuredOutputLayer};
 
 /// A city, as the model describes it.
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -79,14 +81,35 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             Partial::Complete(city) => println!("\n{city:#?}"),
         }
     }
+
+    // Without the helper: the layer adds the JSON so far to the stream's own events.
+    let mut request = ChatRequest::new(vec![Message::user(
+        "Describe Oslo: its country, population and two landmarks.",
+    )]);
+    request.options.response_format = Some(AnswerSchema::of::<City>()?.response_format());
+    let checked = StructuredOutputLayer::new()
+        .partial_answers(true)
+        .layer(leaf);
+    let mut events = checked.oneshot(request.stream(true)).await?;
+    println!();
+    while let Some(event) = events.next().await {
+        match event? {
+            ChatEvent::PartialAnswer { value } => println!("event: {value}"),
+            ChatEvent::AnswerRejected { violations } => {
+                println!("event: rejected ({})", violations.join("; "))
+            }
+            ChatEvent::Finish { reason } => println!("event: finish ({reason})"),
+            _ => {}
+        }
+    }
     Ok(())
 }
 
-/// The scripted provider: a first answer whose landmark kind is not one of the enum's, then a valid one, each
-/// streamed in small chunks.
+/// The scripted provider, for each of the two runs: a first answer whose landmark kind is not one of the enum's,
+/// then a valid one, each streamed in small chunks.
 fn scripted_model(_request: &RecordedRequest, index: usize) -> Reply {
     let answer = match index {
-        0 => json!({"name": "Oslo", "country": "Norway", "population": 709037,
+        even if even % 2 == 0 => json!({"name": "Oslo", "country": "Norway", "population": 709037,
                     "landmarks": [{"name": "Opera House", "kind": "Theatre"}]}),
         _ => json!({"name": "Oslo", "country": "Norway", "population": 709037,
                     "landmarks": [{"name": "Opera House", "kind": "Building"},

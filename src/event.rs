@@ -13,7 +13,9 @@ use crate::reasoning::Continuation;
 /// A model response streams as: an optional [`ChatEvent::ResponseMetadata`], text / reasoning deltas and tool-call
 /// fragments in the provider's order, a [`ChatEvent::ToolCallEnd`] per complete call, at most one
 /// [`ChatEvent::Usage`], and one [`ChatEvent::Finish`] last. Tool loops add [`ChatEvent::ToolResult`] and
-/// [`ChatEvent::ApprovalRequest`] between rounds.
+/// [`ChatEvent::ApprovalRequest`] between rounds. A structured-output layer adds [`ChatEvent::AnswerRejected`]
+/// before each repair and, when asked to, [`ChatEvent::PartialAnswer`] after text deltas that made a JSON answer
+/// grow (the last one before the `Finish` is the validated answer).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 #[non_exhaustive]
@@ -84,6 +86,16 @@ pub enum ChatEvent {
         /// What was wrong, one line per violation (`/city: expected string, found integer 7`).
         violations: Vec<String>,
     },
+    /// The JSON answer parsed so far, after a text delta that changed it: properties appear as their values
+    /// start, strings grow, numbers and literals appear once complete. Emitted by a structured-output layer
+    /// only when asked to; it repeats what the text deltas already said, so consumers that read the text (a
+    /// collected response, a record, a wire format) ignore it. Not validated until the last one before
+    /// [`ChatEvent::Finish`], which is the validated answer; after [`ChatEvent::AnswerRejected`] the values start
+    /// again from the new attempt's text.
+    PartialAnswer {
+        /// The answer so far.
+        value: serde_json::Value,
+    },
     /// Tokens used, as an increment: consumers sum every `Usage` event of a stream.
     Usage {
         /// The tokens.
@@ -120,6 +132,7 @@ impl ChatEvent {
             ChatEvent::ToolResult { .. } => "tool_result",
             ChatEvent::ApprovalRequest { .. } => "approval_request",
             ChatEvent::AnswerRejected { .. } => "answer_rejected",
+            ChatEvent::PartialAnswer { .. } => "partial_answer",
             ChatEvent::Usage { .. } => "usage",
             ChatEvent::Finish { .. } => "finish",
         }
@@ -299,5 +312,11 @@ mod tests {
         assert_eq!(text, r#"{"type":"finish","reason":"max_rounds"}"#);
         let back: ChatEvent = serde_json::from_str(&text).unwrap();
         assert_eq!(back, ChatEvent::finish(FinishReason::MaxRounds));
+        let partial = ChatEvent::PartialAnswer {
+            value: serde_json::json!({"name": "Os"}),
+        };
+        let text = serde_json::to_string(&partial).unwrap();
+        assert_eq!(text, r#"{"type":"partial_answer","value":{"name":"Os"}}"#);
+        assert_eq!(serde_json::from_str::<ChatEvent>(&text).unwrap(), partial);
     }
 }

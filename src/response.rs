@@ -98,6 +98,8 @@ impl ResponseBuilder {
                 .approval_requests
                 .push(ApprovalRequest::clone(request)),
             ChatEvent::AnswerRejected { .. } => self.current.content.clear(),
+            // The text deltas carry the answer; a partial value of it adds nothing to keep.
+            ChatEvent::PartialAnswer { .. } => {}
             ChatEvent::Usage { usage } => self.response.usage.add(usage),
             ChatEvent::Finish { reason } => self.response.finish_reason = Some(reason.clone()),
         }
@@ -134,6 +136,7 @@ impl ResponseBuilder {
                 self.response.approval_requests.push(*request);
             }
             ChatEvent::AnswerRejected { .. } => self.current.content.clear(),
+            ChatEvent::PartialAnswer { .. } => {}
             ChatEvent::Usage { usage } => self.response.usage.add(&usage),
             ChatEvent::Finish { reason } => self.response.finish_reason = Some(reason),
         }
@@ -281,6 +284,40 @@ mod tests {
                 reasoning: vec![crate::ReasoningPart::text("2 and 3")],
                 tool_calls: vec![call],
             })
+        );
+    }
+
+    #[test]
+    fn partial_answers_add_nothing_to_the_text_and_a_rejection_voids_the_attempt() {
+        let events = [
+            ChatEvent::text(r#"{"name": 7"#),
+            ChatEvent::PartialAnswer {
+                value: json!({"name": 7}),
+            },
+            ChatEvent::AnswerRejected {
+                violations: vec!["/name: expected string, found integer 7".into()],
+            },
+            ChatEvent::text(r#"{"name": "Os"#),
+            ChatEvent::PartialAnswer {
+                value: json!({"name": "Os"}),
+            },
+            ChatEvent::text(r#"lo"}"#),
+            ChatEvent::PartialAnswer {
+                value: json!({"name": "Oslo"}),
+            },
+            ChatEvent::finish(FinishReason::Stop),
+        ];
+        let mut borrowed = ResponseBuilder::new();
+        let mut owned = ResponseBuilder::new();
+        for event in events {
+            borrowed.push(&event);
+            owned.push_owned(event);
+        }
+        let (borrowed, owned) = (borrowed.finish(), owned.finish());
+        assert_eq!(owned, borrowed);
+        assert_eq!(
+            owned.messages,
+            vec![Message::assistant(r#"{"name": "Oslo"}"#)]
         );
     }
 }

@@ -333,3 +333,146 @@ pub(crate) fn stream<E: Encoder>(
 
 /// The most bytes of ready events gathered into one body frame.
 const FRAME_LIMIT: usize = 16 * 1024;
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use serde_json::{json, Value};
+    use tower::{Layer, ServiceExt};
+    use tower_chat::{ChatRequest, ResponseFormat};
+    use tower_chat_structured_output::StructuredOutputLayer;
+
+    use super::*;
+    use crate::config::Provider;
+    use crate::request_limits::RequestLimits;
+    use crate::wire::anthropic_messages::AnthropicMessages;
+    use crate::wire::chat_completions::ChatCompletions;
+    use crate::wire::responses::Responses;
+    use crate::wire::{ParseContext, WireFormat};
+
+    const ANSWER: &str = r#"{"city": "Oslo", "population": 709000}"#;
+
+    /// The events of a checked JSON answer in 4-byte deltas, with or without the answer parsed so far.
+    async fn answer_events(partial_answers: bool) -> Vec<ChatEvent> {
+        let leaf = tower::service_fn(|_request: ChatRequest| async {
+            let mut events: Vec<Result<ChatEvent, ChatError>> = ANSWER
+                .as_bytes()
+                .chunks(4)
+                .map(|delta| Ok(ChatEvent::text(std::str::from_utf8(delta).unwrap())))
+                .collect();
+            events.push(Ok(ChatEvent::finish(FinishReason::Stop)));
+            Ok::<ChatStream, ChatError>(Box::pin(futures_util::stream::iter(events)))
+        });
+        let mut request = ChatRequest::new(vec![Message::user("?")]);
+        request.options.response_format = Some(ResponseFormat::JsonObject);
+        StructuredOutputLayer::new()
+            .partial_answers(partial_answers)
+            .layer(leaf)
+            .oneshot(request)
+            .await
+            .unwrap()
+            .map(Result::unwrap)
+            .collect()
+            .await
+    }
+
+    fn turn() -> Turn {
+        Turn {
+            model: "m".into(),
+            client_tools: HashSet::new(),
+            caller: None,
+            conversation: ConversationId::new("conv"),
+            hidden: Vec::new(),
+            pending: Arc::new(PendingStore::new(Duration::from_secs(60))),
+            operators_decide: false,
+        }
+    }
+
+    fn encoder<F: WireFormat>(body: &Value) -> F::Encoder {
+        let context = ParseContext {
+            upstream: Provider::OpenAi,
+            limits: RequestLimits::DEFAULT,
+        };
+        F::parse(body.to_string().as_bytes(), &context).unwrap().1
+    }
+
+    /// `events` as `F`'s SSE body and as its whole answer.
+    async fn answered<F: WireFormat>(body: &Value, events: Vec<ChatEvent>) -> (String, String) {
+        let mut rest = events.clone().into_iter();
+        let first = rest.next().unwrap();
+        let rest: ChatStream = Box::pin(futures_util::stream::iter(rest.map(Ok)));
+        let frames: Vec<Bytes> = stream(
+            rest,
+            first,
+            turn(),
+            encoder::<F>(body),
+            CancellationToken::new(),
+        )
+        .map(Result::unwrap)
+        .collect()
+        .await;
+        let events: ChatStream = Box::pin(futures_util::stream::iter(events.into_iter().map(Ok)));
+        let whole = complete(events, turn(), encoder::<F>(body)).await.unwrap();
+        (
+            String::from_utf8(frames.concat()).unwrap(),
+            String::from_utf8(whole).unwrap(),
+        )
+    }
+
+    /// Whether `body` shows a value of the answer as JSON of its own (not as the answer's text, which is escaped).
+    fn shows_a_value(body: &str) -> bool {
+        body.contains("partial_answer") || body.contains(r#"{"city":"#)
+    }
+
+    #[tokio::test]
+    async fn partial_answers_reach_no_wire_format() {
+        let (plain, growing) = (answer_events(false).await, answer_events(true).await);
+        let partials = growing
+            .iter()
+            .filter(|e| matches!(e, ChatEvent::PartialAnswer { .. }))
+            .count();
+        assert!(partials > 3, "{growing:?}");
+        let user = json!([{"role": "user", "content": "?"}]);
+        let bodies = [
+            json!({"model": "m", "stream": true, "messages": user}),
+            json!({"model": "m", "stream": true, "max_tokens": 8, "messages": user}),
+            json!({"model": "m", "stream": true, "input": "?"}),
+        ];
+        for (format, body) in ["chat_completions", "messages", "responses"]
+            .into_iter()
+            .zip(bodies)
+        {
+            let run = |events: Vec<ChatEvent>| {
+                let body = body.clone();
+                async move {
+                    match format {
+                        "chat_completions" => answered::<ChatCompletions>(&body, events).await,
+                        "messages" => answered::<AnthropicMessages>(&body, events).await,
+                        _ => answered::<Responses>(&body, events).await,
+                    }
+                }
+            };
+            let (sse_plain, whole_plain) = run(plain.clone()).await;
+            let (sse, whole) = run(growing.clone()).await;
+            assert!(
+                !shows_a_value(&sse) && !shows_a_value(&whole),
+                "{format}: {sse}\n{whole}"
+            );
+            // The same events, one per text delta, as without the values.
+            assert_eq!(
+                sse.matches("\n\n").count(),
+                sse_plain.matches("\n\n").count(),
+                "{format}: {sse}"
+            );
+            assert_eq!(
+                whole.matches("709000").count(),
+                whole_plain.matches("709000").count()
+            );
+            assert!(
+                whole.contains(r#"\"population\": 709000}"#),
+                "{format}: {whole}"
+            );
+        }
+    }
+}

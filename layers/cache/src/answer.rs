@@ -74,12 +74,21 @@ pub(crate) fn replayed(event: ChatEvent) -> ChatEvent {
 }
 
 /// Events merged as a non-streaming provider call delivers them: consecutive text (and reasoning) deltas joined,
-/// each tool call's argument fragments joined into the first one, within each model response.
+/// each tool call's argument fragments joined into the first one, within each model response; of the answer's
+/// partial values only the last before the next other event (the whole answer, as one delta would have given).
 pub(crate) fn whole(events: impl IntoIterator<Item = ChatEvent>) -> Vec<ChatEvent> {
     let mut out: Vec<ChatEvent> = Vec::new();
     // Where each tool call's first argument fragment is in `out`, for the current model response.
     let mut fragments: HashMap<usize, usize> = HashMap::new();
+    let mut partial: Option<ChatEvent> = None;
     for event in events {
+        if let ChatEvent::PartialAnswer { .. } = event {
+            partial = Some(event);
+            continue;
+        }
+        if !matches!(event, ChatEvent::TextDelta { .. }) {
+            out.extend(partial.take());
+        }
         match event {
             ChatEvent::TextDelta { text } => {
                 if let Some(ChatEvent::TextDelta { text: joined }) = out.last_mut() {
@@ -121,6 +130,7 @@ pub(crate) fn whole(events: impl IntoIterator<Item = ChatEvent>) -> Vec<ChatEven
             }
         }
     }
+    out.extend(partial);
     out
 }
 
@@ -225,6 +235,27 @@ mod tests {
             ChatEvent::Usage { usage } => !usage.from_response_cache,
             _ => true,
         }));
+    }
+
+    #[test]
+    fn merged_events_keep_the_last_partial_answer_after_the_joined_text() {
+        let partial = |value| ChatEvent::PartialAnswer { value };
+        let events = vec![
+            ChatEvent::text(r#"{"a": "#),
+            ChatEvent::text(r#""x"#),
+            partial(serde_json::json!({"a": "x"})),
+            ChatEvent::text(r#"y"}"#),
+            partial(serde_json::json!({"a": "xy"})),
+            finish(FinishReason::Stop),
+        ];
+        assert_eq!(
+            whole(events),
+            [
+                ChatEvent::text(r#"{"a": "xy"}"#),
+                partial(serde_json::json!({"a": "xy"})),
+                finish(FinishReason::Stop),
+            ]
+        );
     }
 
     #[test]

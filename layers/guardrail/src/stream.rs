@@ -118,6 +118,9 @@ impl OutputGuard {
                     self.stop();
                 }
                 Some(Ok(ChatEvent::TextDelta { text })) => self.on_text(&text),
+                // A value of the answer so far repeats text this guard may still redact, hold back or block:
+                // passing it on would show what the guard withholds, so with output checks it stops here.
+                Some(Ok(ChatEvent::PartialAnswer { .. })) if !self.policy.output.is_empty() => {}
                 Some(Ok(ChatEvent::ToolCallDelta { .. })) if !self.policy.tool_call.is_empty() => {}
                 Some(Ok(ChatEvent::ToolCallEnd { index, call })) => {
                     self.end_segment().await;

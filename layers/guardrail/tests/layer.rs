@@ -468,3 +468,44 @@ async fn reasoning_is_scanned_whole_redacted_without_its_signature_or_blocked() 
         })
     ));
 }
+
+#[tokio::test]
+async fn partial_answers_do_not_pass_output_checks_unredacted() {
+    let inner = service_fn(|_request: ChatRequest| async {
+        let events = vec![
+            Ok(ChatEvent::text(r#"{"mail": "ops@corp"#)),
+            Ok(ChatEvent::PartialAnswer {
+                value: json!({"mail": "ops@corp"}),
+            }),
+            Ok(ChatEvent::text(r#".example"}"#)),
+            Ok(ChatEvent::PartialAnswer {
+                value: json!({"mail": "ops@corp.example"}),
+            }),
+            Ok(ChatEvent::finish(FinishReason::Stop)),
+        ];
+        Ok::<ChatStream, ChatError>(Box::pin(stream::iter(events)))
+    });
+    let events: Vec<ChatEvent> = GuardrailLayer::new()
+        .check(Check::personal_data())
+        .layer(inner)
+        .oneshot(ChatRequest::new(vec![Message::user("?")]))
+        .await
+        .unwrap()
+        .map(Result::unwrap)
+        .collect()
+        .await;
+    assert!(
+        !events
+            .iter()
+            .any(|e| matches!(e, ChatEvent::PartialAnswer { .. })),
+        "{events:?}"
+    );
+    let text: String = events
+        .iter()
+        .filter_map(|e| match e {
+            ChatEvent::TextDelta { text } => Some(text.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(text, r#"{"mail": "[REDACTED:email]"}"#);
+}

@@ -5,25 +5,33 @@
 //! ```sh
 //! cargo bench -p tower-chat-structured-output --bench structured            # criterion, wall clock
 //! cargo bench -p tower-chat-structured-output --bench structured --no-run   # prints the binary's path
-//! STRUCTURED_COST=normalise|normalise_cached|validate|partial|reparse SIZE=1k|100k|1m N=<count> \
+//! STRUCTURED_COST=normalise|normalise_cached|validate|partial|cloned|reparse|events|helper|plain SIZE=1k|100k|1m N=<count> \
 //!     valgrind --tool=callgrind --callgrind-out-file=/dev/null <binary>
 //! ```
 //!
 //! The schema is `schemars`' for `Place` below (optional fields, an enum, a nested struct, a recursive list
 //! through `$defs`); the answer to validate is one `Place` with two parts (~300 bytes). The streamed answers are
 //! `Place`s with ever more parts, serialised to about `SIZE` bytes, cut into 32-byte chunks (the order of a
-//! model's text deltas). With `STRUCTURED_COST` set the binary does the work `N` times and exits, for
+//! model's text deltas). The same answers also stream through a `StructuredOutputLayer` over an in-process
+//! service: `plain` without partial answers (text deltas, one check at the end), `events` with
+//! `ChatEvent::PartialAnswer` events (the per-chunk cost of sending the answer so far), `helper` read by
+//! `structured_stream` into typed `Partial`s. With `STRUCTURED_COST` set the binary does the work `N` times and exits, for
 //! instruction counts (subtract the `N = 0` run for start-up).
 
 use std::hint::black_box;
 
 use criterion::{criterion_group, BenchmarkId, Criterion};
+use futures_util::StreamExt;
 use schemars::JsonSchema;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
+use tower::{Layer, ServiceExt};
 use tower_chat::output_schema::{normalise, rewrite, SchemaDialect};
-use tower_chat_structured_output::{AnswerSchema, PartialJson};
+use tower_chat::{ChatError, ChatEvent, ChatRequest, ChatStream, FinishReason, Message};
+use tower_chat_structured_output::{
+    AnswerSchema, Partial, PartialJson, StructuredExt, StructuredOutputLayer,
+};
 
-#[derive(Serialize, JsonSchema)]
+#[derive(Serialize, Deserialize, JsonSchema)]
 struct Place {
     name: String,
     kind: Kind,
@@ -33,13 +41,13 @@ struct Place {
     parts: Vec<Place>,
 }
 
-#[derive(Serialize, JsonSchema)]
+#[derive(Serialize, Deserialize, JsonSchema)]
 enum Kind {
     City,
     District,
 }
 
-#[derive(Serialize, JsonSchema)]
+#[derive(Serialize, Deserialize, JsonSchema)]
 struct Location {
     lat: f64,
     lon: f64,
@@ -107,6 +115,21 @@ fn incremental(chunks: &[&str]) -> usize {
     seen
 }
 
+/// A value sent after every chunk: the parser kept, the value copied each time (the quadratic cost the layer's
+/// spacing of `PartialAnswer` events avoids).
+fn cloned_every_chunk(chunks: &[&str]) -> usize {
+    let mut parser = PartialJson::new();
+    let mut seen = 0;
+    for chunk in chunks {
+        parser.push(chunk).unwrap();
+        seen += parser
+            .value()
+            .cloned()
+            .map_or(0, |v| v.as_object().map_or(0, |o| o.len()));
+    }
+    seen
+}
+
 /// The peer: after every chunk, the whole prefix read again from the start.
 fn reparse(text: &str, chunks: &[&str]) -> usize {
     let mut end = 0;
@@ -120,6 +143,47 @@ fn reparse(text: &str, chunks: &[&str]) -> usize {
             .map_or(0, |v| v.as_object().map_or(0, |o| o.len()));
     }
     seen
+}
+
+/// A service that streams `chunks` as text deltas, all ready at once (no I/O in the figures).
+fn leaf(
+    chunks: Vec<String>,
+) -> impl tower::Service<ChatRequest, Response = ChatStream, Error = ChatError, Future = impl Send>
+       + Clone
+       + Send
+       + Sync
+       + 'static {
+    tower::service_fn(move |_request: ChatRequest| {
+        let mut events: Vec<Result<ChatEvent, ChatError>> = chunks
+            .iter()
+            .map(|c| Ok(ChatEvent::text(c.as_str())))
+            .collect();
+        events.push(Ok(ChatEvent::finish(FinishReason::Stop)));
+        async move { Ok::<ChatStream, ChatError>(Box::pin(futures_util::stream::iter(events))) }
+    })
+}
+
+/// The answer through the layer, with or without partial answers: how many events it streamed.
+async fn through_layer(chunks: &[String], partial_answers: bool) -> usize {
+    let mut request = ChatRequest::new(vec![Message::user("Describe Oslo.")]);
+    request.options.response_format = Some(AnswerSchema::of::<Place>().unwrap().response_format());
+    StructuredOutputLayer::new()
+        .partial_answers(partial_answers)
+        .layer(leaf(chunks.to_vec()))
+        .oneshot(request)
+        .await
+        .unwrap()
+        .count()
+        .await
+}
+
+/// The answer read by the helper: how many steps it gave.
+async fn through_helper(chunks: &[String]) -> usize {
+    leaf(chunks.to_vec())
+        .structured_stream::<Place>(ChatRequest::new(vec![Message::user("Describe Oslo.")]))
+        .map(|step| matches!(step, Ok(Partial::Growing { .. })) as usize)
+        .fold(0, |n, growing| async move { n + growing })
+        .await
 }
 
 fn size(name: &str) -> usize {
@@ -141,6 +205,10 @@ fn count_mode(mode: &str) {
     let pieces = chunks(&text);
     let small = serde_json::to_string(&place(2)).unwrap();
     let checker = AnswerSchema::new("Place", schema.clone()).unwrap();
+    let owned: Vec<String> = pieces.iter().map(|p| p.to_string()).collect();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
     let mut total = 0usize;
     for _ in 0..n {
         total += match mode {
@@ -154,7 +222,11 @@ fn count_mode(mode: &str) {
                 .check(black_box(&small))
                 .map_or(0, |v| v.as_object().unwrap().len()),
             "partial" => incremental(black_box(&pieces)),
+            "cloned" => cloned_every_chunk(black_box(&pieces)),
             "reparse" => reparse(black_box(&text), black_box(&pieces)),
+            "plain" => runtime.block_on(through_layer(black_box(&owned), false)),
+            "events" => runtime.block_on(through_layer(black_box(&owned), true)),
+            "helper" => runtime.block_on(through_helper(black_box(&owned))),
             other => panic!("STRUCTURED_COST={other}"),
         };
     }
@@ -192,6 +264,27 @@ fn benches(c: &mut Criterion) {
                 b.iter(|| reparse(&text, pieces))
             });
         }
+    }
+    group.finish();
+
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let mut group = c.benchmark_group("answer_events");
+    group.sample_size(10);
+    for name in ["1k", "100k", "1m"] {
+        let text = answer(size(name));
+        let pieces: Vec<String> = chunks(&text).iter().map(|p| p.to_string()).collect();
+        group.throughput(criterion::Throughput::Bytes(text.len() as u64));
+        group.bench_with_input(BenchmarkId::new("plain", name), &pieces, |b, pieces| {
+            b.iter(|| runtime.block_on(through_layer(pieces, false)))
+        });
+        group.bench_with_input(BenchmarkId::new("events", name), &pieces, |b, pieces| {
+            b.iter(|| runtime.block_on(through_layer(pieces, true)))
+        });
+        group.bench_with_input(BenchmarkId::new("helper", name), &pieces, |b, pieces| {
+            b.iter(|| runtime.block_on(through_helper(pieces)))
+        });
     }
     group.finish();
 }

@@ -15,7 +15,6 @@ use tower_service::Service;
 use crate::answer::AnswerSchema;
 use crate::error::StructuredError;
 use crate::layer::StructuredOutputLayer;
-use crate::partial::PartialJson;
 
 /// One step of a streamed structured answer.
 ///
@@ -105,9 +104,11 @@ pub trait StructuredExt: Sized {
         schema: AnswerSchema,
     ) -> impl Future<Output = Result<Value, StructuredError>> + Send;
 
-    /// The answer to `request` as it streams: [`Partial::Growing`] after each text chunk (the JSON so far, and a
-    /// `T` once it reads as one), then
-    /// [`Partial::Complete`] with the validated `T` (or an error as the last item).
+    /// The answer to `request` as it streams: [`Partial::Growing`] after each text chunk that changed the JSON
+    /// so far (the value, and a `T` once it reads as one; on answers past a kilobyte, once it has grown by an
+    /// eighth, see [`crate::PartialAnswers`]), [`Partial::Restarted`] when a repair starts it again, then
+    /// [`Partial::Complete`] with the validated `T` (or an error as the last item). The steps are the layer's
+    /// `ChatEvent::PartialAnswer` events, read into `T`.
     fn structured_stream<T>(&self, request: ChatRequest) -> PartialStream<T>
     where
         T: JsonSchema + DeserializeOwned + Send + 'static;
@@ -144,7 +145,7 @@ where
     ) -> impl Future<Output = Result<Value, StructuredError>> + Send {
         let service = self.clone();
         async move {
-            let stream = start(service, request, &schema).await?;
+            let stream = start(service, request, &schema, false).await?;
             let response = stream.collect_response().await?;
             // The layer checked it: this only reads it again (a violation here means the layer was bypassed).
             schema
@@ -165,8 +166,8 @@ where
         Box::pin(
             futures_util::stream::once(async move {
                 let schema = AnswerSchema::of::<T>()?;
-                let stream = start(service, request, &schema).await?;
-                Ok::<_, StructuredError>(partials::<T>(stream, schema))
+                let stream = start(service, request, &schema, true).await?;
+                Ok::<_, StructuredError>(partials::<T>(stream))
             })
             .flat_map(|started| match started {
                 Ok(partials) => partials,
@@ -176,18 +177,21 @@ where
     }
 }
 
-/// The first call through a structured-output layer.
+/// The first call through a structured-output layer (sending the answer as it grows, if `partial_answers`).
 async fn start<S>(
     service: S,
     mut request: ChatRequest,
     schema: &AnswerSchema,
+    partial_answers: bool,
 ) -> Result<ChatStream, StructuredError>
 where
     S: Service<ChatRequest, Response = ChatStream, Error = ChatError> + Clone + Send + 'static,
     S::Future: Send + 'static,
 {
     request.options.response_format = Some(schema.response_format());
-    let mut checked = StructuredOutputLayer::new().layer(service);
+    let mut checked = StructuredOutputLayer::new()
+        .partial_answers(partial_answers)
+        .layer(service);
     std::future::poll_fn(|cx| checked.poll_ready(cx)).await?;
     Ok(checked.call(request).await?)
 }
@@ -199,27 +203,21 @@ fn read_as<T: DeserializeOwned>(value: Value) -> Result<T, StructuredError> {
     })
 }
 
-/// Partial values from a checked answer's events.
-fn partials<T>(events: ChatStream, schema: AnswerSchema) -> PartialStream<T>
+/// Partial values from a checked answer's events: its `PartialAnswer`s read into `T`, the last one (the validated
+/// answer) completing it at `Finish`.
+fn partials<T>(events: ChatStream) -> PartialStream<T>
 where
     T: DeserializeOwned + Send + 'static,
 {
     struct Reading {
         events: ChatStream,
-        parser: PartialJson,
-        /// Whether the text so far still reads as JSON (a model that wraps it in a code fence does not; its
-        /// final answer is still read, it only shows no partial values).
-        readable: bool,
-        text: String,
-        schema: AnswerSchema,
+        /// The latest value of this attempt: at `Finish`, the validated answer.
+        latest: Option<Value>,
         done: bool,
     }
     let reading = Reading {
         events,
-        parser: PartialJson::new(),
-        readable: true,
-        text: String::new(),
-        schema,
+        latest: None,
         done: false,
     };
     Box::pin(futures_util::stream::unfold(reading, |mut r| async move {
@@ -228,27 +226,26 @@ where
         }
         loop {
             let item = match r.events.next().await {
-                Some(Ok(ChatEvent::TextDelta { text })) => {
-                    r.text.push_str(&text);
-                    r.readable = r.readable && r.parser.push(&text).is_ok();
-                    match (r.readable, r.parser.value()) {
-                        (true, Some(value)) => Ok(Partial::growing(value.clone())),
-                        _ => continue,
-                    }
+                Some(Ok(ChatEvent::PartialAnswer { value })) => {
+                    // Kept for `Finish`: one more copy per value sent, which the layer already bounds.
+                    r.latest = Some(value.clone());
+                    Ok(Partial::growing(value))
                 }
                 Some(Ok(ChatEvent::AnswerRejected { violations })) => {
-                    r.parser = PartialJson::new();
-                    r.readable = true;
-                    r.text.clear();
+                    r.latest = None;
                     Ok(Partial::Restarted { violations })
                 }
-                Some(Ok(ChatEvent::Finish { .. })) => {
+                Some(Ok(ChatEvent::Finish { reason })) => {
                     r.done = true;
-                    match r.schema.check(&r.text) {
-                        Ok(value) => read_as(value).map(Partial::Complete),
-                        Err(violations) => Err(StructuredError::Invalid {
-                            raw: std::mem::take(&mut r.text),
-                            violations,
+                    match r.latest.take() {
+                        Some(value) => read_as(value).map(Partial::Complete),
+                        // The layer sends the validated answer before a `Finish` that ends one, so this was
+                        // no answer (a tool round).
+                        None => Err(StructuredError::Invalid {
+                            raw: String::new(),
+                            violations: vec![format!(
+                                "the response ended ({reason}) without an answer"
+                            )],
                             attempts: 1,
                         }),
                     }

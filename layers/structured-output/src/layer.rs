@@ -16,22 +16,38 @@ use crate::service::StructuredOutput;
 /// // The default: two repairs after the first answer.
 /// let _checked = ServiceBuilder::new().layer(StructuredOutputLayer::new()).service(leaf.clone());
 /// // No repair: the first answer that breaks the schema is an error.
-/// let _strict = ServiceBuilder::new().layer(StructuredOutputLayer::new().repairs(0)).service(leaf);
+/// let _strict = ServiceBuilder::new().layer(StructuredOutputLayer::new().repairs(0)).service(leaf.clone());
+/// // The answer parsed so far as `ChatEvent::PartialAnswer` events while it streams.
+/// let _growing = ServiceBuilder::new().layer(StructuredOutputLayer::new().partial_answers(true)).service(leaf);
 /// ```
 #[derive(Clone, Copy, Debug)]
 pub struct StructuredOutputLayer {
     pub(crate) repairs: usize,
+    pub(crate) partial_answers: bool,
 }
 
 impl StructuredOutputLayer {
     /// A layer that repairs an answer at most twice.
     pub fn new() -> Self {
-        StructuredOutputLayer { repairs: 2 }
+        StructuredOutputLayer {
+            repairs: 2,
+            partial_answers: false,
+        }
     }
 
     /// How many times an answer that breaks the schema is asked for again (each a model call of its own).
     pub fn repairs(mut self, repairs: usize) -> Self {
         self.repairs = repairs;
+        self
+    }
+
+    /// Whether checked answers also stream as [`tower_chat::ChatEvent::PartialAnswer`] events: the JSON parsed
+    /// so far after each text delta that changed it (on large answers, once it has grown by an eighth; see
+    /// [`crate::PartialAnswers`]), the validated answer last, and values starting again after each
+    /// `AnswerRejected`. Off by default: the stream is then the text deltas alone, and no parsing is done while
+    /// it streams. One request can ask for them with the [`crate::PartialAnswers`] extension.
+    pub fn partial_answers(mut self, on: bool) -> Self {
+        self.partial_answers = on;
         self
     }
 }

@@ -38,6 +38,13 @@
 //! ```
 //!
 //! A runtime schema works the same way through [`StructuredExt::structured_value`] and an [`AnswerSchema`].
+//!
+//! Any consumer of a checked stream (a gateway, a user's own service above the layer) can see the answer grow
+//! without the helper: with [`StructuredOutputLayer::partial_answers`] (or the [`PartialAnswers`] request
+//! extension) the layer adds a `ChatEvent::PartialAnswer` with the JSON so far after each text delta that changed
+//! it, read once by one [`PartialJson`] per attempt and spaced so that copying the values stays linear in the
+//! answer (see [`PartialAnswers`]); values start again after each `AnswerRejected`, and the last one before
+//! `Finish` is the validated answer. [`StructuredExt::structured_stream`] reads these events.
 //! Refusals (a content filter, a safety stop) are [`StructuredError::Refused`], not a parse failure.
 
 #![deny(missing_docs)]
@@ -46,6 +53,7 @@
 mod answer;
 mod error;
 mod ext;
+mod growing;
 mod layer;
 pub mod partial;
 mod service;
@@ -57,6 +65,7 @@ pub use schemars;
 pub use answer::AnswerSchema;
 pub use error::StructuredError;
 pub use ext::{Partial, PartialStream, StructuredExt};
+pub use growing::{PartialAnswers, EVERY_DELTA_BELOW, GROWTH_DIVISOR};
 pub use layer::StructuredOutputLayer;
 pub use partial::{PartialJson, PartialJsonError};
 pub use service::StructuredOutput;

@@ -19,10 +19,16 @@
 //! let mut parser = PartialJson::new();
 //! parser.push(r#"{"city": "Os"#).unwrap();
 //! assert_eq!(parser.value(), Some(&json!({"city": "Os"})));
+//! let changes = parser.changes();
 //! parser.push(r#"lo", "population": 7"#).unwrap();
+//! assert!(parser.changes() > changes);
 //! // The number may go on (`709 000`): it appears when it ends.
 //! assert_eq!(parser.value(), Some(&json!({"city": "Oslo"})));
-//! parser.push(r#"09000, "tags": ["capital""#).unwrap();
+//! // Digits of the same number, not yet ended: the value did not change.
+//! let changes = parser.changes();
+//! parser.push("09").unwrap();
+//! assert_eq!(parser.changes(), changes);
+//! parser.push(r#"000, "tags": ["capital""#).unwrap();
 //! assert_eq!(parser.value(), Some(&json!({"city": "Oslo", "population": 709000, "tags": ["capital"]})));
 //! parser.push("]}").unwrap();
 //! assert!(parser.is_complete());
@@ -109,6 +115,8 @@ pub struct PartialJson {
     offset: usize,
     /// The error that spent the parser.
     failed: Option<PartialJsonError>,
+    /// How many times the value changed (see [`PartialJson::changes`]).
+    changes: u64,
 }
 
 impl Default for PartialJson {
@@ -130,6 +138,7 @@ impl PartialJson {
             high_surrogate: None,
             offset: 0,
             failed: None,
+            changes: 0,
         }
     }
 
@@ -141,6 +150,13 @@ impl PartialJson {
     /// The value so far, taken out of the parser.
     pub fn into_value(self) -> Option<Value> {
         self.root
+    }
+
+    /// How many times the value changed so far: a value put in place, or string text appended (once per chunk
+    /// and string). A chunk that left this count as it was (whitespace, a key, the digits of a number not yet
+    /// ended) left the value as it was, so a reader can skip it.
+    pub fn changes(&self) -> u64 {
+        self.changes
     }
 
     /// Whether the top value is complete.
@@ -391,12 +407,14 @@ impl PartialJson {
         }
         if let Some(Value::String(s)) = current(&mut self.root, &self.frames) {
             s.push_str(&self.pending);
+            self.changes += 1;
         }
         self.pending.clear();
     }
 
     /// Puts a new value where the next value goes: the root, the open array's end, or the open object's key.
     fn insert(&mut self, value: Value) {
+        self.changes += 1;
         let Some(frame) = self.frames.last() else {
             self.root = Some(value);
             return;

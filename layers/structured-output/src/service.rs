@@ -8,6 +8,7 @@ use tower_chat::{ChatError, ChatRequest, ChatStream, ResponseFormat};
 use tower_service::Service;
 
 use crate::answer::AnswerSchema;
+use crate::growing::PartialAnswers;
 use crate::layer::StructuredOutputLayer;
 use crate::stream::{AnswerStream, Check};
 
@@ -77,6 +78,8 @@ where
             }
             Some(Ok(check)) => check,
         };
+        let partial_answers =
+            self.layer.partial_answers || request.extensions.get::<PartialAnswers>().is_some();
         let request = request.with_extension(AnswerChecked);
         // The ready service makes the first call; the clone left in its place waits for the next poll_ready.
         let clone = self.inner.clone();
@@ -85,7 +88,8 @@ where
         let repairs = self.layer.repairs;
         Box::pin(async move {
             let stream = first.await?;
-            Ok(Box::pin(AnswerStream::new(inner, request, check, repairs, stream)) as ChatStream)
+            let answer = AnswerStream::new(inner, request, check, repairs, stream);
+            Ok(Box::pin(answer.with_partial_answers(partial_answers)) as ChatStream)
         })
     }
 }

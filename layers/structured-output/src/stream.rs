@@ -10,6 +10,7 @@ use tower_chat::{ChatError, ChatEvent, ChatRequest, ChatStream, FinishReason, Me
 
 use crate::answer::{parse, AnswerSchema};
 use crate::error::StructuredError;
+use crate::growing::AnswerSoFar;
 
 /// What an answer must be.
 #[derive(Clone, Debug)]
@@ -21,12 +22,12 @@ pub(crate) enum Check {
 }
 
 impl Check {
-    /// `text` checked: `Ok` or what is wrong with it.
-    fn violations(&self, text: &str) -> Result<(), Vec<String>> {
+    /// `text` checked: the answer or what is wrong with it.
+    fn violations(&self, text: &str) -> Result<serde_json::Value, Vec<String>> {
         match self {
-            Check::Schema(schema) => schema.check(text).map(drop),
+            Check::Schema(schema) => schema.check(text),
             Check::Object => match parse(text)? {
-                serde_json::Value::Object(_) => Ok(()),
+                object @ serde_json::Value::Object(_) => Ok(object),
                 other => Err(vec![format!("/: expected an object, found {other}")]),
             },
         }
@@ -57,8 +58,11 @@ pub(crate) struct AnswerStream<S> {
     attempts: usize,
     /// The current attempt's answer text.
     text: String,
-    /// Events decided but not yet yielded (a rejection or an error after the check).
+    /// Events decided but not yet yielded (a partial answer after its delta, a rejection or an error after the
+    /// check).
     queue: VecDeque<Result<ChatEvent, ChatError>>,
+    /// The current attempt's answer as it grows, when partial answers were asked for.
+    growing: Option<AnswerSoFar>,
     state: State,
 }
 
@@ -85,8 +89,15 @@ where
             attempts: 1,
             text: String::new(),
             queue: VecDeque::new(),
+            growing: None,
             state: State::Streaming(first),
         }
+    }
+
+    /// Also stream the answer parsed so far as `PartialAnswer` events (see [`crate::PartialAnswers`]).
+    pub(crate) fn with_partial_answers(mut self, on: bool) -> Self {
+        self.growing = on.then(AnswerSoFar::default);
+        self
     }
 
     /// The response ended with `reason`: pass it on, ask again, or fail.
@@ -105,7 +116,10 @@ where
             return;
         }
         let mut violations = match self.check.violations(&self.text) {
-            Ok(()) => {
+            Ok(answer) => {
+                if let Some(value) = self.growing.as_ref().and_then(|g| g.last(answer)) {
+                    self.queue.push_back(Ok(ChatEvent::PartialAnswer { value }));
+                }
                 self.queue.push_back(Ok(ChatEvent::finish(reason)));
                 self.state = State::Done;
                 return;
@@ -131,6 +145,10 @@ where
         self.queue
             .push_back(Ok(ChatEvent::AnswerRejected { violations }));
         self.text.clear();
+        // The next attempt's values start from nothing.
+        if let Some(growing) = &mut self.growing {
+            *growing = AnswerSoFar::default();
+        }
         let mut inner = (*self.inner).clone();
         self.state = State::Calling(Box::pin(async move {
             std::future::poll_fn(|cx| inner.poll_ready(cx)).await?;
@@ -198,6 +216,9 @@ where
                 State::Streaming(stream) => match ready!(stream.as_mut().poll_next(cx)) {
                     Some(Ok(ChatEvent::TextDelta { text })) => {
                         this.text.push_str(&text);
+                        if let Some(value) = this.growing.as_mut().and_then(|g| g.push(&text)) {
+                            this.queue.push_back(Ok(ChatEvent::PartialAnswer { value }));
+                        }
                         return Poll::Ready(Some(Ok(ChatEvent::TextDelta { text })));
                     }
                     Some(Ok(ChatEvent::Finish { reason })) => this.settle(reason),

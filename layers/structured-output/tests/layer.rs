@@ -12,8 +12,10 @@ use tower_chat::{
     ResponseFormat,
 };
 use tower_chat_structured_output::{
-    AnswerSchema, Partial, StructuredError, StructuredExt, StructuredOutputLayer,
+    AnswerSchema, Partial, PartialAnswers, StructuredError, StructuredExt, StructuredOutputLayer,
 };
+
+mod common;
 
 /// How the scripted service delivers an answer.
 #[derive(Clone, Copy, Debug)]
@@ -133,6 +135,129 @@ async fn a_broken_answer_is_repaired_with_its_violations_in_a_call_of_its_own() 
             .unwrap();
         assert_eq!(response.text(), r#"{"name": "Oslo"}"#);
     }
+}
+
+#[tokio::test]
+async fn partial_answers_grow_restart_after_a_repair_and_end_with_the_validated_answer() {
+    for delivery in DELIVERIES {
+        let (inner, _) = scripted(
+            vec![
+                (r#"{"name": 7}"#, FinishReason::Stop),
+                (
+                    r#"{"name": "Oslo", "population": 709000}"#,
+                    FinishReason::Stop,
+                ),
+            ],
+            delivery,
+        );
+        let chat = StructuredOutputLayer::new()
+            .partial_answers(true)
+            .layer(inner);
+        let events: Vec<ChatEvent> = chat
+            .oneshot(city_request())
+            .await
+            .unwrap()
+            .map(Result::unwrap)
+            .collect()
+            .await;
+        let answer = json!({"name": "Oslo", "population": 709000});
+        common::assert_grows_to(&events, &answer);
+        let attempts = common::attempts(&events);
+        assert_eq!(attempts.len(), 2, "{delivery:?}: {events:?}");
+        assert_eq!(
+            attempts[0].last(),
+            Some(&json!({"name": 7})),
+            "{delivery:?}"
+        );
+        match delivery {
+            // Values after each 3-byte delta that changed them: the string grows, the number comes whole.
+            Delivery::Streamed => {
+                assert_eq!(attempts[1][0], json!({}));
+                assert!(attempts[1].contains(&json!({"name": "Os"})), "{attempts:?}");
+                assert!(
+                    attempts[1].contains(&json!({"name": "Oslo"})),
+                    "{attempts:?}"
+                );
+                assert!(!attempts[1]
+                    .iter()
+                    .any(|v| v == &json!({"name": "Oslo", "population": 709})));
+                // Never the same value twice in a row.
+                assert!(attempts[1].windows(2).all(|pair| pair[0] != pair[1]));
+            }
+            // One delta, complete: its value is the answer, not sent again before the finish.
+            Delivery::Whole => assert_eq!(attempts[1], std::slice::from_ref(&answer)),
+        }
+        // The text is what it is without the values.
+        let text: String = events
+            .iter()
+            .filter_map(|e| match e {
+                ChatEvent::TextDelta { text } => Some(text.as_str()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(text, r#"{"name": 7}{"name": "Oslo", "population": 709000}"#);
+    }
+}
+
+#[tokio::test]
+async fn partial_answers_are_off_by_default_and_one_request_can_ask_for_them() {
+    for delivery in DELIVERIES {
+        let answers = vec![(r#"{"name": "Oslo"}"#, FinishReason::Stop)];
+        let run = |layer: StructuredOutputLayer, request: ChatRequest| {
+            let (inner, _) = scripted(answers.clone(), delivery);
+            async move {
+                layer
+                    .layer(inner)
+                    .oneshot(request)
+                    .await
+                    .unwrap()
+                    .map(Result::unwrap)
+                    .collect::<Vec<ChatEvent>>()
+                    .await
+            }
+        };
+        let plain = run(StructuredOutputLayer::new(), city_request()).await;
+        assert!(
+            !plain
+                .iter()
+                .any(|e| matches!(e, ChatEvent::PartialAnswer { .. })),
+            "{delivery:?}: {plain:?}"
+        );
+        let asked = run(
+            StructuredOutputLayer::new(),
+            city_request().with_extension(PartialAnswers),
+        )
+        .await;
+        common::assert_grows_to(&asked, &json!({"name": "Oslo"}));
+        // Free text is not an answer to read, whatever was asked.
+        let free = run(
+            StructuredOutputLayer::new().partial_answers(true),
+            ChatRequest::new(vec![Message::user("?")]),
+        )
+        .await;
+        assert!(!free
+            .iter()
+            .any(|e| matches!(e, ChatEvent::PartialAnswer { .. })));
+    }
+}
+
+#[tokio::test]
+async fn a_fenced_answer_shows_only_its_validated_value() {
+    let (inner, _) = scripted(
+        vec![("```json\n{\"name\": \"Oslo\"}\n```", FinishReason::Stop)],
+        Delivery::Streamed,
+    );
+    let events: Vec<ChatEvent> = StructuredOutputLayer::new()
+        .partial_answers(true)
+        .layer(inner)
+        .oneshot(city_request())
+        .await
+        .unwrap()
+        .map(Result::unwrap)
+        .collect()
+        .await;
+    common::assert_grows_to(&events, &json!({"name": "Oslo"}));
+    assert_eq!(common::attempts(&events), [[json!({"name": "Oslo"})]]);
 }
 
 #[tokio::test]

@@ -4,12 +4,17 @@
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{json, Value};
+use tower::{Layer, ServiceExt};
 use tower_chat::anthropic::AnthropicChat;
 use tower_chat::gemini::GeminiChat;
 use tower_chat::openai::OpenAiChat;
 use tower_chat::test_server::{Reply, ScriptedProvider};
-use tower_chat::{ChatRequest, Message};
-use tower_chat_structured_output::{StructuredError, StructuredExt};
+use tower_chat::{ChatEvent, ChatRequest, Message};
+use tower_chat_structured_output::{
+    AnswerSchema, Partial, StructuredError, StructuredExt, StructuredOutputLayer,
+};
+
+mod common;
 
 /// A place with optional details, an enum, a nested struct and a recursive list of itself (through `$defs`).
 #[derive(Debug, Deserialize, JsonSchema, PartialEq)]
@@ -83,6 +88,57 @@ fn sorted(names: &Value) -> Vec<&str> {
         .collect();
     names.sort();
     names
+}
+
+#[tokio::test]
+async fn partial_answers_stream_over_http_and_restart_after_a_repair() {
+    use futures_util::StreamExt;
+    // Each of the two runs below: a broken answer, then the repaired one.
+    let provider = ScriptedProvider::start(|_, index| match index {
+        0 | 2 => Reply::openai_text(r#"{"name": "Oslo", "kind": "Town"}"#),
+        _ => Reply::openai_text(OSLO),
+    })
+    .await;
+    let chat = OpenAiChat::builder()
+        .base_url(provider.base_url())
+        .api_key("k")
+        .model("gpt-4o-mini")
+        .build()
+        .unwrap();
+    let mut request = question().stream(true);
+    request.options.response_format = Some(AnswerSchema::of::<Place>().unwrap().response_format());
+    let events: Vec<ChatEvent> = StructuredOutputLayer::new()
+        .partial_answers(true)
+        .layer(chat.clone())
+        .oneshot(request)
+        .await
+        .unwrap()
+        .map(Result::unwrap)
+        .collect()
+        .await;
+    let answer: Value = serde_json::from_str(OSLO).unwrap();
+    common::assert_grows_to(&events, &answer);
+    let attempts = common::attempts(&events);
+    assert_eq!(attempts.len(), 2, "{events:?}");
+    assert_eq!(
+        attempts[0].last(),
+        Some(&json!({"name": "Oslo", "kind": "Town"}))
+    );
+    // A word per delta: the nested part appears before its fields are all there.
+    assert!(attempts[1].len() > 10, "{attempts:?}");
+    assert!(attempts[1]
+        .iter()
+        .any(|v| v["parts"][0] == json!({"name": "Frogner"})));
+
+    // The helper reads the same events into `Place`s.
+    let steps: Vec<Partial<Place>> = chat
+        .structured_stream::<Place>(question().stream(true))
+        .map(Result::unwrap)
+        .collect()
+        .await;
+    assert!(steps.iter().any(|s| matches!(s, Partial::Restarted { .. })));
+    assert_eq!(steps.last(), Some(&Partial::Complete(oslo())));
+    assert_eq!(provider.requests().len(), 4);
 }
 
 #[tokio::test]
