@@ -19,7 +19,9 @@ use super::schema::{
     select_sql, spend_from_row, spend_sql, Row, StoredColumns, StoredRecord, SummaryColumns,
     CONVERSATION_COLUMNS, EMPTY_MESSAGES, EMPTY_OPTIONS, EMPTY_TEXT, MIGRATIONS_TABLE, SELECT_KEY,
 };
+use super::call_log::{call_log_page, call_log_sql, Dialect, Param};
 use super::{Migration, Store, StoreError};
+use crate::call_log::{CallLogPage, CallLogQuery};
 use crate::record::{
     to_micros, CallId, CallQuery, CallRecord, CallSummary, ConversationQuery, ConversationSummary,
     Spend, SpendQuery,
@@ -135,6 +137,7 @@ impl PostgresStoreBuilder {
             encoder: Default::default(),
         };
         store.migrate(&self.migrations).await?;
+        store.index_earlier_calls().await?;
         let key = store.node_key().await?;
         store.encoder = std::sync::Arc::new(Encoder::new(key));
         Ok(store)
@@ -285,6 +288,68 @@ impl PostgresStore {
         Ok(())
     }
 
+    /// Give the rows written before the call log their first message and index their text, a batch at a
+    /// time. A row whose record does not decode gets an empty first message (and no text), so it is not
+    /// retried at every connect; the decoding error is logged. Replicas connecting together may index the same
+    /// rows: each writes the same values.
+    async fn index_earlier_calls(&self) -> Result<(), StoreError> {
+        let failed = || pg_error("cannot index the calls recorded before the call log");
+        let mut indexed = 0usize;
+        loop {
+            let ids: Vec<String> = self
+                .client()
+                .await?
+                .query(
+                    "SELECT call_id FROM chat_calls WHERE first_message IS NULL ORDER BY call_id LIMIT 100",
+                    &[],
+                )
+                .await
+                .map_err(failed())?
+                .iter()
+                .map(|row| row.try_get(0))
+                .collect::<Result<_, _>>()
+                .map_err(failed())?;
+            if ids.is_empty() {
+                break;
+            }
+            for call_id in ids {
+                let record = self
+                    .query_records("WHERE call_id = $1", &[&call_id])
+                    .await
+                    .and_then(|records| {
+                        records
+                            .into_iter()
+                            .next()
+                            .ok_or_else(|| StoreError::new("the row is gone"))
+                    });
+                let (first, text) = match record {
+                    Ok(record) => (
+                        crate::call_log::first_message(&record),
+                        crate::call_log::searchable_text(&record),
+                    ),
+                    Err(error) => {
+                        tracing::warn!(%call_id, %error, "a stored call does not decode; the call log cannot search it");
+                        (String::new(), String::new())
+                    }
+                };
+                self.client()
+                    .await?
+                    .execute(
+                        "UPDATE chat_calls SET first_message = $2, search = to_tsvector('simple', $3::text) \
+                         WHERE call_id = $1",
+                        &[&call_id, &first, &text],
+                    )
+                    .await
+                    .map_err(failed())?;
+                indexed += 1;
+            }
+        }
+        if indexed > 0 {
+            tracing::info!(calls = indexed, "indexed the calls recorded before the call log");
+        }
+        Ok(())
+    }
+
     async fn query_records(
         &self,
         filter: &str,
@@ -405,9 +470,10 @@ impl PostgresStore {
 const UPSERT: &str = "INSERT INTO chat_calls (call_id, conversation_id, caller, round_index, started_at, \
     first_token_at, ended_at, provider, model, status, error_kind, error_message, finish_reason, input_tokens, \
     output_tokens, response_text, request_messages, request_options, response, cost_nanos, history_head, \
-    request_len, options_id, usage_estimated, omitted_messages, omitted_bytes) \
+    request_len, options_id, usage_estimated, omitted_messages, omitted_bytes, first_message, search) \
     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, \
-    $17::text::jsonb, $18::text::jsonb, $19::text::jsonb, $20, $21, $22, $23, $24, $25, $26) \
+    $17::text::jsonb, $18::text::jsonb, $19::text::jsonb, $20, $21, $22, $23, $24, $25, $26, $27, \
+    CASE WHEN $27::text IS NULL THEN NULL ELSE to_tsvector('simple', $28::text) END) \
     ON CONFLICT (call_id) DO UPDATE SET conversation_id = excluded.conversation_id, caller = excluded.caller, \
     round_index = excluded.round_index, started_at = excluded.started_at, first_token_at = excluded.first_token_at, \
     ended_at = excluded.ended_at, provider = excluded.provider, model = excluded.model, status = excluded.status, \
@@ -418,7 +484,7 @@ const UPSERT: &str = "INSERT INTO chat_calls (call_id, conversation_id, caller, 
     response = excluded.response, cost_nanos = excluded.cost_nanos, history_head = excluded.history_head, \
     request_len = excluded.request_len, options_id = excluded.options_id, \
     usage_estimated = excluded.usage_estimated, omitted_messages = excluded.omitted_messages, \
-    omitted_bytes = excluded.omitted_bytes \
+    omitted_bytes = excluded.omitted_bytes, first_message = excluded.first_message, search = excluded.search \
     WHERE chat_calls.status = 'in_flight'";
 
 const INSERT_NODE: &str = "INSERT INTO chat_messages (id, parent_id, position, message) \
@@ -497,7 +563,7 @@ impl Store for PostgresStore {
             // Issued together, the inserts are pipelined on the one connection: one round trip per batch, not
             // per record.
             try_join_all(rows.iter().map(|r| {
-                let params: [&(dyn ToSql + Sync); 26] = [
+                let params: [&(dyn ToSql + Sync); 28] = [
                     &r.call_id,
                     &r.conversation_id,
                     &r.caller,
@@ -524,6 +590,8 @@ impl Store for PostgresStore {
                     &r.usage_estimated,
                     &r.omitted_messages,
                     &r.omitted_bytes,
+                    &r.first_message,
+                    &r.search_text,
                 ];
                 let tx = &tx;
                 let insert = &insert;
@@ -689,24 +757,7 @@ impl Store for PostgresStore {
             let columns = rows
                 .iter()
                 .rev()
-                .map(|row| {
-                    Ok(SummaryColumns {
-                        call_id: row.try_get(0)?,
-                        conversation_id: row.try_get(1)?,
-                        caller: row.try_get(2)?,
-                        started_at: row.try_get(3)?,
-                        first_token_at: row.try_get(4)?,
-                        ended_at: row.try_get(5)?,
-                        model: row.try_get(6)?,
-                        status: row.try_get(7)?,
-                        error_kind: row.try_get(8)?,
-                        error_message: row.try_get(9)?,
-                        input_tokens: row.try_get(10)?,
-                        output_tokens: row.try_get(11)?,
-                        cost_nanos: row.try_get(12)?,
-                        from_response_cache: row.try_get(13)?,
-                    })
-                })
+                .map(summary_columns)
                 .collect::<Result<Vec<_>, tokio_postgres::Error>>()
                 .map_err(pg_error("a call summary does not decode"))?;
             columns
@@ -715,6 +766,71 @@ impl Store for PostgresStore {
                 .collect()
         })
     }
+
+    fn call_log<'a>(
+        &'a self,
+        query: &'a CallLogQuery,
+    ) -> BoxFuture<'a, Result<CallLogPage, StoreError>> {
+        Box::pin(async move {
+            let sql = call_log_sql(query, &POSTGRES_DIALECT);
+            let params: Vec<Box<dyn ToSql + Sync + Send>> = sql
+                .params
+                .iter()
+                .map(|p| -> Box<dyn ToSql + Sync + Send> {
+                    match p {
+                        Param::Text(text) => Box::new(text.clone()),
+                        Param::Int(int) => Box::new(*int),
+                    }
+                })
+                .collect();
+            let params: Vec<&(dyn ToSql + Sync)> = params
+                .iter()
+                .map(|p| &**p as &(dyn ToSql + Sync))
+                .collect();
+            let client = self.client().await?;
+            let statement = client
+                .prepare_cached(&sql.sql)
+                .await
+                .map_err(pg_error("cannot list the call log"))?;
+            let rows = client
+                .query(&statement, &params)
+                .await
+                .map_err(pg_error("cannot list the call log"))?
+                .iter()
+                .map(|row| Ok((summary_columns(row)?, row.try_get(14)?)))
+                .collect::<Result<Vec<_>, tokio_postgres::Error>>()
+                .map_err(pg_error("a call log row does not decode"))?;
+            call_log_page(&sql, rows)
+        })
+    }
+}
+
+/// The call log's query in PostgreSQL: `$n` placeholders (typed, as PostgreSQL cannot always infer them),
+/// the `tsvector` column for the words.
+const POSTGRES_DIALECT: Dialect = Dialect {
+    placeholder: |n| format!("${n}"),
+    text_match: |words| format!("search @@ plainto_tsquery('simple', {words}::text)"),
+    words: CallLogQuery::tsquery_words,
+    from_response_cache: "COALESCE((response -> 'usage' ->> 'from_response_cache')::boolean, false)",
+};
+
+fn summary_columns(row: &tokio_postgres::Row) -> Result<SummaryColumns, tokio_postgres::Error> {
+    Ok(SummaryColumns {
+        call_id: row.try_get(0)?,
+        conversation_id: row.try_get(1)?,
+        caller: row.try_get(2)?,
+        started_at: row.try_get(3)?,
+        first_token_at: row.try_get(4)?,
+        ended_at: row.try_get(5)?,
+        model: row.try_get(6)?,
+        status: row.try_get(7)?,
+        error_kind: row.try_get(8)?,
+        error_message: row.try_get(9)?,
+        input_tokens: row.try_get(10)?,
+        output_tokens: row.try_get(11)?,
+        cost_nanos: row.try_get(12)?,
+        from_response_cache: row.try_get(13)?,
+    })
 }
 
 #[cfg(test)]

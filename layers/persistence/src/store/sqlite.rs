@@ -32,7 +32,9 @@ use super::schema::{
     spend_from_row, spend_sql, sqlite_migrations, Row, StoredColumns, StoredRecord, SummaryColumns,
     CONVERSATION_COLUMNS, MIGRATIONS_TABLE, SELECT_KEY,
 };
+use super::call_log::{call_log_page, call_log_sql, Dialect, Param, UNINDEXED_SQL};
 use super::{Migration, Store, StoreError};
+use crate::call_log::{CallLogPage, CallLogQuery};
 use crate::record::{
     to_micros, CallId, CallQuery, CallRecord, CallSummary, ConversationQuery, ConversationSummary,
     Spend, SpendQuery,
@@ -235,7 +237,53 @@ fn open_connection(options: &SqliteStoreBuilder) -> Result<(Connection, NodeKey)
         })
         .map_err(context("cannot read the node key"))?;
     commit_legacy_journal(&conn, &options.path)?;
+    index_earlier_calls(&conn)
+        .map_err(context("cannot index the calls recorded before the call log"))?;
     Ok((conn, key))
+}
+
+/// Give the rows written before the call log their first message and index their text, a batch per
+/// transaction. A row whose record does not decode gets an empty first message (and no text), so it is not
+/// retried at every open; the decoding error is logged.
+fn index_earlier_calls(conn: &Connection) -> rusqlite::Result<()> {
+    let mut indexed = 0usize;
+    loop {
+        let raws = conn
+            .prepare(&select(UNINDEXED_SQL))?
+            .query_map([], read_raw)?
+            .collect::<rusqlite::Result<Vec<_>>>()?;
+        if raws.is_empty() {
+            break;
+        }
+        let tx = conn.unchecked_transaction()?;
+        for raw in raws {
+            let call_id = raw.columns.call_id.clone();
+            let record = with_histories(&tx, vec![raw])
+                .map_err(|e| StoreError::with_source("cannot read its history", e))
+                .and_then(|mut raws| raws.pop().expect("one record").into_record());
+            let (first, text) = match record {
+                Ok(record) => (
+                    crate::call_log::first_message(&record),
+                    crate::call_log::searchable_text(&record),
+                ),
+                Err(error) => {
+                    tracing::warn!(%call_id, %error, "a stored call does not decode; the call log cannot search it");
+                    (String::new(), String::new())
+                }
+            };
+            tx.execute(
+                "UPDATE chat_calls SET first_message = ?2 WHERE call_id = ?1",
+                params![call_id, first],
+            )?;
+            tx.execute(INDEX_TEXT, params![call_id, text])?;
+            indexed += 1;
+        }
+        tx.commit()?;
+    }
+    if indexed > 0 {
+        tracing::info!(calls = indexed, "indexed the calls recorded before the call log");
+    }
+    Ok(())
 }
 
 /// Commit the records a record journal of an earlier build left beside the database, then remove its files.
@@ -420,9 +468,9 @@ impl SqliteStore {
 const UPSERT: &str = "INSERT INTO chat_calls (call_id, conversation_id, caller, round_index, started_at, \
     first_token_at, ended_at, provider, model, status, error_kind, error_message, finish_reason, input_tokens, \
     output_tokens, response_text, request_messages, request_options, response, cost_nanos, history_head, \
-    request_len, options_id, usage_estimated, omitted_messages, omitted_bytes) \
+    request_len, options_id, usage_estimated, omitted_messages, omitted_bytes, first_message) \
     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, '', '[]', '{}', ?16, ?17, ?18, \
-    ?19, ?20, ?21, ?22, ?23) \
+    ?19, ?20, ?21, ?22, ?23, ?24) \
     ON CONFLICT (call_id) DO UPDATE SET conversation_id = excluded.conversation_id, caller = excluded.caller, \
     round_index = excluded.round_index, started_at = excluded.started_at, first_token_at = excluded.first_token_at, \
     ended_at = excluded.ended_at, provider = excluded.provider, model = excluded.model, status = excluded.status, \
@@ -433,8 +481,12 @@ const UPSERT: &str = "INSERT INTO chat_calls (call_id, conversation_id, caller, 
     response = excluded.response, cost_nanos = excluded.cost_nanos, history_head = excluded.history_head, \
     request_len = excluded.request_len, options_id = excluded.options_id, \
     usage_estimated = excluded.usage_estimated, omitted_messages = excluded.omitted_messages, \
-    omitted_bytes = excluded.omitted_bytes \
+    omitted_bytes = excluded.omitted_bytes, first_message = excluded.first_message \
     WHERE chat_calls.status = 'in_flight'";
+
+/// Indexes a call's text under its row (replacing the entry of its in-flight record).
+const INDEX_TEXT: &str = "INSERT OR REPLACE INTO chat_calls_search (rowid, body) \
+    SELECT rowid, ?2 FROM chat_calls WHERE call_id = ?1";
 
 const INSERT_NODE: &str = "INSERT INTO chat_messages (id, parent_id, position, message) \
     VALUES (?1, ?2, ?3, ?4) ON CONFLICT (id) DO NOTHING";
@@ -553,6 +605,7 @@ struct WriteStatements<'c> {
     options: rusqlite::Statement<'c>,
     blob: rusqlite::Statement<'c>,
     upsert: rusqlite::Statement<'c>,
+    index_text: rusqlite::Statement<'c>,
 }
 
 impl<'c> WriteStatements<'c> {
@@ -566,6 +619,7 @@ impl<'c> WriteStatements<'c> {
             options: conn.prepare(INSERT_OPTIONS)?,
             blob: conn.prepare(INSERT_BLOB)?,
             upsert: conn.prepare(UPSERT)?,
+            index_text: conn.prepare(INDEX_TEXT)?,
         })
     }
 
@@ -594,7 +648,7 @@ impl<'c> WriteStatements<'c> {
         if let Some(o) = &encoded.options {
             self.options.execute(params![&*o.id, o.json])?;
         }
-        self.upsert.execute(params![
+        let written = self.upsert.execute(params![
             r.call_id,
             r.conversation_id,
             r.caller,
@@ -618,7 +672,12 @@ impl<'c> WriteStatements<'c> {
             r.usage_estimated,
             r.omitted_messages,
             r.omitted_bytes,
+            r.first_message,
         ])?;
+        // Unchanged when a final record was already stored: its index entry stays.
+        if written > 0 && r.first_message.is_some() {
+            self.index_text.execute(params![r.call_id, r.search_text])?;
+        }
         Ok(())
     }
 }
@@ -922,24 +981,7 @@ impl Store for SqliteStore {
                         ["?1", "?2", "?3", "?4"],
                         "COALESCE(json_extract(response, '$.usage.from_response_cache'), 0) = 1",
                     ))?
-                    .query_map(params![caller, since, until, limit], |row| {
-                        Ok(SummaryColumns {
-                            call_id: row.get(0)?,
-                            conversation_id: row.get(1)?,
-                            caller: row.get(2)?,
-                            started_at: row.get(3)?,
-                            first_token_at: row.get(4)?,
-                            ended_at: row.get(5)?,
-                            model: row.get(6)?,
-                            status: row.get(7)?,
-                            error_kind: row.get(8)?,
-                            error_message: row.get(9)?,
-                            input_tokens: row.get(10)?,
-                            output_tokens: row.get(11)?,
-                            cost_nanos: row.get(12)?,
-                            from_response_cache: row.get(13)?,
-                        })
-                    })?
+                    .query_map(params![caller, since, until, limit], summary_columns)?
                     .collect::<rusqlite::Result<Vec<_>>>()
                 })
                 .await?;
@@ -949,6 +991,71 @@ impl Store for SqliteStore {
                 .collect()
         })
     }
+
+    fn call_log<'a>(
+        &'a self,
+        query: &'a CallLogQuery,
+    ) -> BoxFuture<'a, Result<CallLogPage, StoreError>> {
+        self.call_log_page(query)
+    }
+}
+
+/// The call log's query in SQLite: numbered placeholders, FTS5 for the words.
+const SQLITE_DIALECT: Dialect = Dialect {
+    placeholder: |n| format!("?{n}"),
+    text_match: |words| {
+        format!(
+            "chat_calls.rowid IN (SELECT rowid FROM chat_calls_search WHERE chat_calls_search MATCH {words})"
+        )
+    },
+    words: CallLogQuery::fts5_words,
+    from_response_cache: "COALESCE(json_extract(response, '$.usage.from_response_cache'), 0) = 1",
+};
+
+impl SqliteStore {
+    fn call_log_page<'a>(
+        &'a self,
+        query: &'a CallLogQuery,
+    ) -> BoxFuture<'a, Result<CallLogPage, StoreError>> {
+        let sql = call_log_sql(query, &SQLITE_DIALECT);
+        Box::pin(async move {
+            let (sql, rows) = self
+                .read("cannot list the call log", move |conn| {
+                    let params = sql.params.iter().map(|p| match p {
+                        Param::Text(text) => rusqlite::types::Value::Text(text.clone()),
+                        Param::Int(int) => rusqlite::types::Value::Integer(*int),
+                    });
+                    let rows = conn
+                        .prepare_cached(&sql.sql)?
+                        .query_map(rusqlite::params_from_iter(params), |row| {
+                            Ok((summary_columns(row)?, row.get(14)?))
+                        })?
+                        .collect::<rusqlite::Result<Vec<_>>>()?;
+                    Ok((sql, rows))
+                })
+                .await?;
+            call_log_page(&sql, rows)
+        })
+    }
+}
+
+fn summary_columns(row: &rusqlite::Row<'_>) -> rusqlite::Result<SummaryColumns> {
+    Ok(SummaryColumns {
+        call_id: row.get(0)?,
+        conversation_id: row.get(1)?,
+        caller: row.get(2)?,
+        started_at: row.get(3)?,
+        first_token_at: row.get(4)?,
+        ended_at: row.get(5)?,
+        model: row.get(6)?,
+        status: row.get(7)?,
+        error_kind: row.get(8)?,
+        error_message: row.get(9)?,
+        input_tokens: row.get(10)?,
+        output_tokens: row.get(11)?,
+        cost_nanos: row.get(12)?,
+        from_response_cache: row.get(13)?,
+    })
 }
 
 #[cfg(test)]
@@ -990,6 +1097,8 @@ mod tests {
             usage_estimated: false,
             omitted_messages: None,
             omitted_bytes: None,
+            first_message: Some(String::new()),
+            search_text: String::new(),
         };
         let encoded = Encoded {
             head: None,
