@@ -271,10 +271,7 @@ pub(crate) fn searchable_text(record: &CallRecord) -> String {
         .rposition(|m| matches!(m, Message::Assistant(_)))
         .map_or(0, |last_answer| last_answer + 1);
     let mut text = String::new();
-    for message in request[new_input..]
-        .iter()
-        .chain(&record.response.messages)
-    {
+    for message in request[new_input..].iter().chain(&record.response.messages) {
         let part = match message {
             Message::System { content } | Message::User { content } => content.joined_text(),
             Message::Tool(tool) => tool.content.joined_text(),
@@ -316,7 +313,10 @@ mod tests {
             query.fts5_words().as_deref(),
             Some("\"NEAR\" \"oslo\" \"OR\" \"weather\"")
         );
-        assert_eq!(query.tsquery_words().as_deref(), Some("NEAR oslo OR weather"));
+        assert_eq!(
+            query.tsquery_words().as_deref(),
+            Some("NEAR oslo OR weather")
+        );
         let punctuation = CallLogQuery {
             search: Some(" -- ".into()),
             ..CallLogQuery::default()

@@ -103,8 +103,8 @@ pub mod store;
 mod stream;
 
 pub use call_log::{
-    CallLogCursor, CallLogEntry, CallLogPage, CallLogPosition, CallLogQuery, CallStatus, InvalidCursor,
-    UnknownCallStatus, FIRST_MESSAGE_CHARS,
+    CallLogCursor, CallLogEntry, CallLogPage, CallLogPosition, CallLogQuery, CallStatus,
+    InvalidCursor, UnknownCallStatus, FIRST_MESSAGE_CHARS,
 };
 pub use layer::PersistenceLayer;
 pub use record::{

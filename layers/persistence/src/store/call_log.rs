@@ -69,21 +69,38 @@ pub(crate) fn call_log_sql(query: &CallLogQuery, dialect: &Dialect) -> CallLogSq
     };
     let mut conditions = Vec::new();
     if let Some(caller) = &query.caller {
-        conditions.push(format!("caller = {}", bind(Param::Text(caller.as_str().into()))));
+        conditions.push(format!(
+            "caller = {}",
+            bind(Param::Text(caller.as_str().into()))
+        ));
     }
     if let Some(model) = &query.model {
         conditions.push(format!("model = {}", bind(Param::Text(model.clone()))));
     }
     if let Some(status) = query.status {
-        conditions.push(format!("status = {}", bind(Param::Text(status.as_str().into()))));
+        conditions.push(format!(
+            "status = {}",
+            bind(Param::Text(status.as_str().into()))
+        ));
     }
     if let Some(since) = query.since {
-        conditions.push(format!("started_at >= {}", bind(Param::Int(to_micros(since)))));
+        conditions.push(format!(
+            "started_at >= {}",
+            bind(Param::Int(to_micros(since)))
+        ));
     }
     if let Some(until) = query.until {
-        conditions.push(format!("started_at < {}", bind(Param::Int(to_micros(until)))));
+        conditions.push(format!(
+            "started_at < {}",
+            bind(Param::Int(to_micros(until)))
+        ));
     }
-    if let Some(search) = query.search.as_deref().map(str::trim).filter(|s| !s.is_empty()) {
+    if let Some(search) = query
+        .search
+        .as_deref()
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+    {
         let id = bind(Param::Text(search.to_owned()));
         let mut any = vec![format!("call_id = {id}"), format!("conversation_id = {id}")];
         if let Some(words) = (dialect.words)(query) {

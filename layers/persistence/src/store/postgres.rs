@@ -13,13 +13,13 @@ use tokio_postgres::types::ToSql;
 use tokio_postgres::NoTls;
 use tower_chat::ConversationId;
 
+use super::call_log::{call_log_page, call_log_sql, Dialect, Param};
 use super::chain::{history_sql, Encoder, NodeKey};
 use super::schema::{
     abandon_sql, call_summaries_sql, conversation_from_row, insert_key_sql, postgres_migrations,
     select_sql, spend_from_row, spend_sql, Row, StoredColumns, StoredRecord, SummaryColumns,
     CONVERSATION_COLUMNS, EMPTY_MESSAGES, EMPTY_OPTIONS, EMPTY_TEXT, MIGRATIONS_TABLE, SELECT_KEY,
 };
-use super::call_log::{call_log_page, call_log_sql, Dialect, Param};
 use super::{Migration, Store, StoreError};
 use crate::call_log::{CallLogPage, CallLogQuery};
 use crate::record::{
@@ -345,7 +345,10 @@ impl PostgresStore {
             }
         }
         if indexed > 0 {
-            tracing::info!(calls = indexed, "indexed the calls recorded before the call log");
+            tracing::info!(
+                calls = indexed,
+                "indexed the calls recorded before the call log"
+            );
         }
         Ok(())
     }
@@ -783,10 +786,8 @@ impl Store for PostgresStore {
                     }
                 })
                 .collect();
-            let params: Vec<&(dyn ToSql + Sync)> = params
-                .iter()
-                .map(|p| &**p as &(dyn ToSql + Sync))
-                .collect();
+            let params: Vec<&(dyn ToSql + Sync)> =
+                params.iter().map(|p| &**p as &(dyn ToSql + Sync)).collect();
             let client = self.client().await?;
             let statement = client
                 .prepare_cached(&sql.sql)
@@ -811,7 +812,8 @@ const POSTGRES_DIALECT: Dialect = Dialect {
     placeholder: |n| format!("${n}"),
     text_match: |words| format!("search @@ plainto_tsquery('simple', {words}::text)"),
     words: CallLogQuery::tsquery_words,
-    from_response_cache: "COALESCE((response -> 'usage' ->> 'from_response_cache')::boolean, false)",
+    from_response_cache:
+        "COALESCE((response -> 'usage' ->> 'from_response_cache')::boolean, false)",
 };
 
 fn summary_columns(row: &tokio_postgres::Row) -> Result<SummaryColumns, tokio_postgres::Error> {

@@ -25,6 +25,7 @@ use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 use tokio::sync::oneshot;
 use tower_chat::{ConversationId, Message};
 
+use super::call_log::{call_log_page, call_log_sql, Dialect, Param, UNINDEXED_SQL};
 use super::chain::{history_sql, Encoded, Encoder, NodeKey};
 use super::legacy_journal::LegacyJournal;
 use super::schema::{
@@ -32,7 +33,6 @@ use super::schema::{
     spend_from_row, spend_sql, sqlite_migrations, Row, StoredColumns, StoredRecord, SummaryColumns,
     CONVERSATION_COLUMNS, MIGRATIONS_TABLE, SELECT_KEY,
 };
-use super::call_log::{call_log_page, call_log_sql, Dialect, Param, UNINDEXED_SQL};
 use super::{Migration, Store, StoreError};
 use crate::call_log::{CallLogPage, CallLogQuery};
 use crate::record::{
@@ -237,8 +237,9 @@ fn open_connection(options: &SqliteStoreBuilder) -> Result<(Connection, NodeKey)
         })
         .map_err(context("cannot read the node key"))?;
     commit_legacy_journal(&conn, &options.path)?;
-    index_earlier_calls(&conn)
-        .map_err(context("cannot index the calls recorded before the call log"))?;
+    index_earlier_calls(&conn).map_err(context(
+        "cannot index the calls recorded before the call log",
+    ))?;
     Ok((conn, key))
 }
 
@@ -281,7 +282,10 @@ fn index_earlier_calls(conn: &Connection) -> rusqlite::Result<()> {
         tx.commit()?;
     }
     if indexed > 0 {
-        tracing::info!(calls = indexed, "indexed the calls recorded before the call log");
+        tracing::info!(
+            calls = indexed,
+            "indexed the calls recorded before the call log"
+        );
     }
     Ok(())
 }
