@@ -63,10 +63,18 @@ impl CallLogParams {
             .transpose()
             .map_err(|e| e.to_string())?;
         let since = text(&self.since)
-            .map(|t| parse_utc(&t).ok_or(format!("`since` is not a time: {t:?} (use YYYY-MM-DDTHH:MM, UTC)")))
+            .map(|t| {
+                parse_utc(&t).ok_or(format!(
+                    "`since` is not a time: {t:?} (use YYYY-MM-DDTHH:MM, UTC)"
+                ))
+            })
             .transpose()?;
         let until = text(&self.until)
-            .map(|t| parse_utc(&t).ok_or(format!("`until` is not a time: {t:?} (use YYYY-MM-DDTHH:MM, UTC)")))
+            .map(|t| {
+                parse_utc(&t).ok_or(format!(
+                    "`until` is not a time: {t:?} (use YYYY-MM-DDTHH:MM, UTC)"
+                ))
+            })
             .transpose()?;
         if let (Some(since), Some(until)) = (since, until) {
             if since >= until {
@@ -78,7 +86,10 @@ impl CallLogParams {
                 .map(|c| CallLogCursor::decode(&c).map_err(|e| format!("`{name}`: {e}")))
                 .transpose()
         };
-        let position = match (cursor("before", &self.before)?, cursor("after", &self.after)?) {
+        let position = match (
+            cursor("before", &self.before)?,
+            cursor("after", &self.after)?,
+        ) {
             (Some(_), Some(_)) => return Err("Give `before` or `after`, not both.".into()),
             (Some(before), None) => CallLogPosition::Before(before),
             (None, Some(after)) => CallLogPosition::After(after),
@@ -430,8 +441,17 @@ mod tests {
     fn times_read_as_utc_and_bad_ones_are_refused() {
         let at = parse_utc("2024-02-29T13:05").unwrap();
         assert_eq!(utc(at), "2024-02-29 13:05:00");
-        assert_eq!(utc(parse_utc("1970-01-01 00:00:59").unwrap()), "1970-01-01 00:00:59");
-        for bad in ["2023-02-29T10:00", "2024-13-01T00:00", "2024-01-01", "yesterday", "2024-01-01T24:00"] {
+        assert_eq!(
+            utc(parse_utc("1970-01-01 00:00:59").unwrap()),
+            "1970-01-01 00:00:59"
+        );
+        for bad in [
+            "2023-02-29T10:00",
+            "2024-13-01T00:00",
+            "2024-01-01",
+            "yesterday",
+            "2024-01-01T24:00",
+        ] {
             assert_eq!(parse_utc(bad), None, "{bad}");
         }
     }
@@ -445,14 +465,25 @@ mod tests {
             before: before.into(),
             ..CallLogParams::default()
         };
-        assert!(params("error", "", "", "").query().unwrap_err().contains("unknown call status"));
-        assert!(params("", "soon", "", "").query().unwrap_err().contains("since"));
+        assert!(params("error", "", "", "")
+            .query()
+            .unwrap_err()
+            .contains("unknown call status"));
+        assert!(params("", "soon", "", "")
+            .query()
+            .unwrap_err()
+            .contains("since"));
         assert!(params("", "2024-01-02T00:00", "2024-01-01T00:00", "")
             .query()
             .unwrap_err()
             .contains("before `until`"));
-        assert!(params("", "", "", "nonsense").query().unwrap_err().contains("cursor"));
-        let fine = params("failed", "2024-01-01T00:00", "", "").query().unwrap();
+        assert!(params("", "", "", "nonsense")
+            .query()
+            .unwrap_err()
+            .contains("cursor"));
+        let fine = params("failed", "2024-01-01T00:00", "", "")
+            .query()
+            .unwrap();
         assert_eq!(fine.status, Some(CallStatus::Failed));
     }
 }
