@@ -137,7 +137,7 @@ async fn the_call_log_filters_searches_pages_and_serves_new_calls_to_its_poll() 
         all[2]
     )));
     assert!(page.body.contains("data-poll=\"/console/api/calls\""));
-    let timeline = get(&format!("/console/conversation?id=alice%2Ffjords")).await;
+    let timeline = get("/console/conversation?id=alice%2Ffjords").await;
     assert!(
         timeline.body.contains(&format!("id=\"call-{}\"", all[2])),
         "{}",
@@ -239,7 +239,6 @@ async fn the_call_log_filters_searches_pages_and_serves_new_calls_to_its_poll() 
 
     // The poll: nothing newer yet, then the call made since, with the page's filters applied.
     let poll = |query: String| {
-        let get = get.clone();
         async move {
             let answer = get(&format!("/console/api/calls?{query}")).await;
             assert_eq!(answer.status, 200, "{}", answer.body);
