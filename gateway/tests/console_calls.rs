@@ -238,12 +238,10 @@ async fn the_call_log_filters_searches_pages_and_serves_new_calls_to_its_poll() 
     }
 
     // The poll: nothing newer yet, then the call made since, with the page's filters applied.
-    let poll = |query: String| {
-        async move {
-            let answer = get(&format!("/console/api/calls?{query}")).await;
-            assert_eq!(answer.status, 200, "{}", answer.body);
-            answer.json()
-        }
+    let poll = |query: String| async move {
+        let answer = get(&format!("/console/api/calls?{query}")).await;
+        assert_eq!(answer.status, 200, "{}", answer.body);
+        answer.json()
     };
     let latest = poll(String::new()).await;
     let newest = latest["newest"].as_str().unwrap().to_owned();

@@ -261,8 +261,17 @@ pub(crate) fn first_message(record: &CallRecord) -> String {
     preview.chars().take(FIRST_MESSAGE_CHARS).collect()
 }
 
+/// The most text one call adds to the full-text index: a long answer is searchable by its first 32 KiB, and the
+/// index stays a fraction of the stored messages.
+pub const MAX_INDEXED_BYTES: usize = 32 * 1024;
+
+/// Longer runs without whitespace (base64, hashes, minified code) are left out of the index: nobody searches for
+/// them by word, and each would cost the index its whole length (PostgreSQL drops words past 2 KiB anyway).
+pub const MAX_INDEXED_WORD_CHARS: usize = 64;
+
 /// The text a record adds to the full-text index: the messages the call sent after the history's last answer
-/// (the new turn: system and user messages, tool results) and the messages it produced. Earlier messages are
+/// (the new turn: system and user messages, tool results) and the messages it produced, whitespace-separated
+/// words of at most [`MAX_INDEXED_WORD_CHARS`] characters, up to [`MAX_INDEXED_BYTES`]. Earlier messages are
 /// indexed with the call that added them, so each text is indexed once per conversation, not once per round.
 pub(crate) fn searchable_text(record: &CallRecord) -> String {
     let request = &record.request.messages;
@@ -277,11 +286,17 @@ pub(crate) fn searchable_text(record: &CallRecord) -> String {
             Message::Tool(tool) => tool.content.joined_text(),
             Message::Assistant(answer) => std::borrow::Cow::Borrowed(answer.content.as_str()),
         };
-        if !part.is_empty() {
-            if !text.is_empty() {
-                text.push('\n');
+        for word in part.split_whitespace() {
+            if word.chars().count() > MAX_INDEXED_WORD_CHARS {
+                continue;
             }
-            text.push_str(&part);
+            if text.len() + 1 + word.len() > MAX_INDEXED_BYTES {
+                return text;
+            }
+            if !text.is_empty() {
+                text.push(' ');
+            }
+            text.push_str(word);
         }
     }
     text
@@ -322,6 +337,31 @@ mod tests {
             ..CallLogQuery::default()
         };
         assert_eq!(punctuation.fts5_words(), None);
+    }
+
+    #[test]
+    fn the_indexed_text_leaves_out_overlong_words_and_stops_at_its_budget() {
+        let mut record: CallRecord = serde_json::from_value(serde_json::json!({
+            "call_id": "c", "conversation_id": "v", "round_index": 0,
+            "started_at": {"secs_since_epoch": 0, "nanos_since_epoch": 0},
+            "ended_at": {"secs_since_epoch": 0, "nanos_since_epoch": 0},
+            "request": {"messages": [], "options": {}},
+            "response": {"messages": [], "usage": {"input_tokens": 0, "output_tokens": 0}},
+            "outcome": {"status": "completed"}
+        }))
+        .unwrap();
+        let blob = "A".repeat(MAX_INDEXED_WORD_CHARS + 1);
+        record.request.messages =
+            tower_chat::Shared::new(vec![Message::user(format!("find   the {blob} fjord"))]);
+        assert_eq!(searchable_text(&record), "find the fjord");
+        record.response.messages = vec![Message::assistant("word ".repeat(MAX_INDEXED_BYTES))];
+        let long = searchable_text(&record);
+        assert!(
+            long.len() <= MAX_INDEXED_BYTES && long.len() > MAX_INDEXED_BYTES - 8,
+            "{}",
+            long.len()
+        );
+        assert!(long.starts_with("find the fjord word word"));
     }
 
     #[test]

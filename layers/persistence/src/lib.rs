@@ -104,7 +104,8 @@ mod stream;
 
 pub use call_log::{
     CallLogCursor, CallLogEntry, CallLogPage, CallLogPosition, CallLogQuery, CallStatus,
-    InvalidCursor, UnknownCallStatus, FIRST_MESSAGE_CHARS,
+    InvalidCursor, UnknownCallStatus, FIRST_MESSAGE_CHARS, MAX_INDEXED_BYTES,
+    MAX_INDEXED_WORD_CHARS,
 };
 pub use layer::PersistenceLayer;
 pub use record::{
