@@ -7,9 +7,13 @@ use std::str::FromStr;
 use std::time::SystemTime;
 
 use serde::{Deserialize, Serialize};
-use tower_chat::{CallerIdentity, Message};
+use tower_chat::CallerIdentity;
 
-use crate::record::{from_micros, to_micros, CallRecord, CallSummary};
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+use crate::record::CallRecord;
+use crate::record::{from_micros, to_micros, CallSummary};
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+use tower_chat::Message;
 
 /// How many characters of a call's first message the log keeps.
 pub const FIRST_MESSAGE_CHARS: usize = 200;
@@ -196,6 +200,7 @@ impl CallLogQuery {
 
     /// The search's words as a query for SQLite FTS5: each word quoted (so no word is read as an operator), all
     /// required; `None` when the search has no word.
+    #[cfg(feature = "sqlite")]
     pub(crate) fn fts5_words(&self) -> Option<String> {
         let words: Vec<String> = search_words(self.search.as_deref()?)
             .map(|word| format!("\"{}\"", word.replace('"', "\"\"")))
@@ -204,6 +209,7 @@ impl CallLogQuery {
     }
 
     /// The search's words for PostgreSQL's `plainto_tsquery` (every word required); `None` without a word.
+    #[cfg(feature = "postgres")]
     pub(crate) fn tsquery_words(&self) -> Option<String> {
         let words: Vec<&str> = search_words(self.search.as_deref()?).collect();
         (!words.is_empty()).then(|| words.join(" "))
@@ -211,6 +217,7 @@ impl CallLogQuery {
 }
 
 /// The words of a search: runs of letters and digits, as both full-text indexes split text.
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
 fn search_words(search: &str) -> impl Iterator<Item = &str> {
     search
         .split(|c: char| !c.is_alphanumeric())
@@ -238,6 +245,7 @@ pub struct CallLogPage {
 }
 
 /// A record's first user message, as the log shows it.
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub(crate) fn first_message(record: &CallRecord) -> String {
     let text = record
         .request
@@ -273,6 +281,7 @@ pub const MAX_INDEXED_WORD_CHARS: usize = 64;
 /// (the new turn: system and user messages, tool results) and the messages it produced, whitespace-separated
 /// words of at most [`MAX_INDEXED_WORD_CHARS`] characters, up to [`MAX_INDEXED_BYTES`]. Earlier messages are
 /// indexed with the call that added them, so each text is indexed once per conversation, not once per round.
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub(crate) fn searchable_text(record: &CallRecord) -> String {
     let request = &record.request.messages;
     let new_input = request
@@ -319,6 +328,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg(all(feature = "sqlite", feature = "postgres"))]
     fn search_words_are_quoted_for_fts5_so_operators_stay_words() {
         let query = CallLogQuery {
             search: Some("NEAR(\"oslo\" OR -weather) ".into()),
@@ -340,6 +350,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg(any(feature = "sqlite", feature = "postgres"))]
     fn the_indexed_text_leaves_out_overlong_words_and_stops_at_its_budget() {
         let mut record: CallRecord = serde_json::from_value(serde_json::json!({
             "call_id": "c", "conversation_id": "v", "round_index": 0,

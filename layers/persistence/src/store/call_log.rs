@@ -28,6 +28,7 @@ CREATE INDEX IF NOT EXISTS chat_calls_unindexed ON chat_calls (call_id) WHERE fi
 
 /// The rows written before the call log (no first message yet), a batch at a time: the stores index them when
 /// they open, decoding each record as a read would.
+#[cfg(feature = "sqlite")]
 pub(crate) const UNINDEXED_SQL: &str = "WHERE first_message IS NULL ORDER BY call_id LIMIT 100";
 
 /// A bound value of the log's query.
