@@ -233,6 +233,8 @@ async fn every_page_at(width: u32) {
         )
         .await;
 
+    found.extend(call_log_at(&browser, &axe, &gw, &base).await);
+
     browser.go(&format!("{base}/console/conversations")).await;
     let link = browser
         .find("#conversations a.conversation", Duration::from_secs(5))
@@ -297,6 +299,89 @@ async fn every_page_at(width: u32) {
         caught.iter().any(|v| v.starts_with("image-alt")),
         "{caught:?}"
     );
+}
+
+/// The call log: filtered through its form (a phone reaches every field and button), then a call made while it
+/// is open appears on top without a reload; checked for fit and accessibility with the new row in place.
+async fn call_log_at(browser: &Driver, axe: &str, gw: &Harness, base: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    browser
+        .go(&format!("{base}/console/calls?status=failed"))
+        .await;
+    browser
+        .find("#no-calls:not(.hidden)", Duration::from_secs(5))
+        .await;
+    found.extend(problems(browser, axe, "call log, filtered to nothing").await);
+    // The form: choose "any" outcome again, search the paused call's words, apply.
+    browser
+        .execute(
+            "document.querySelector('#call-filters select[name=status]').value = '';",
+            vec![],
+        )
+        .await;
+    let search = browser
+        .find("#call-filters input[name=q]", Duration::from_secs(5))
+        .await;
+    browser.type_into(&search, "plan notes").await;
+    browser
+        .click(
+            &browser
+                .find("#call-filters button[type=submit]", Duration::from_secs(5))
+                .await,
+        )
+        .await;
+    browser
+        .find("#calls tbody tr[data-call-id]", Duration::from_secs(5))
+        .await;
+    assert!(
+        browser.url().await.contains("q=plan+notes"),
+        "{}",
+        browser.url().await
+    );
+
+    browser.go(&format!("{base}/console/calls")).await;
+    let before = browser
+        .find_all("#calls tbody tr[data-call-id]")
+        .await
+        .len();
+    assert!(before >= 1, "the paused call is listed");
+    assert_eq!(
+        browser
+            .find_all("#calls tbody tr[data-call-id] td[data-label]")
+            .await
+            .len(),
+        9 * before,
+        "each cell names itself (the label a phone's card shows)"
+    );
+    // A mark on the page's window: it survives only if the page is not reloaded.
+    browser
+        .execute("window.stillTheSamePage = true;", vec![])
+        .await;
+    pause_a_call(gw, "plan-live").await;
+    let arrived = browser
+        .find(
+            "#calls tbody tr[data-call-id]:first-child a[href*='plan-live']",
+            Duration::from_secs(10),
+        )
+        .await;
+    assert!(browser.text(&arrived).await.len() >= 19, "the call's time");
+    assert_eq!(
+        browser
+            .find_all("#calls tbody tr[data-call-id]")
+            .await
+            .len(),
+        before + 1
+    );
+    assert_eq!(
+        browser
+            .execute("return window.stillTheSamePage === true;", vec![])
+            .await,
+        true,
+        "the new call came without a reload"
+    );
+    browser.screenshot("calls").await;
+    found.extend(problems(browser, axe, "call log").await);
+    found
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

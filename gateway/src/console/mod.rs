@@ -8,6 +8,7 @@
 //! |---|---|
 //! | `/console/login` | log in with an operator key (the only page served without a session, with the assets); failed logins are limited, `429` + `Retry-After` |
 //! | `/console` | the approvals inbox ([`card`]): pending calls (the user's request and the model's text before the call, arguments as sized fields, for `write_file` a diff against the file, reason, caller, conversation, age, expiry), approve or deny with a reason; decided calls whose client has not resumed in their own section; a banner after a decision; `console.js` keeps it current from `/console/api/approvals` |
+//! | `/console/calls?q=&caller=&model=&status=&since=&until=&before=` | the call log ([`calls`]): every recorded call, newest first (time, caller, model, outcome, first message, tokens, cost, latency, time to first token), filtered, searched by id or message words, paged by cursor; `console.js` adds new calls from `/console/api/calls?after=…` |
 //! | `/console/conversations` | conversations, most recent first: caller, last activity, calls, tokens, cost |
 //! | `/console/conversation?id=…` | one conversation's timeline: messages, every recorded call (model, latency, time to first token, usage, outcome, tool calls and results), approvals and their audit |
 //! | `/console/media?call=…&message=…&part=…` | the bytes of one part of a recorded call's history: raster images inline (the timeline's thumbnails), anything else as an attachment ([`media`]) |
@@ -31,6 +32,7 @@
 //! reverse proxy the client address is the one `--trusted-proxy-header` reports, [`crate::client_addr`]).
 
 mod card;
+mod calls;
 mod chart;
 mod format;
 mod media;
@@ -96,6 +98,8 @@ pub(crate) fn router<S: Clone + Send + Sync + 'static>(
         .route("/console", get(pages::inbox))
         .route("/console/api/approvals", get(pages::approvals_json))
         .route("/console/approvals/{id}/decision", post(pages::decide))
+        .route("/console/calls", get(calls::page))
+        .route("/console/api/calls", get(calls::newer_json))
         .route("/console/conversations", get(pages::conversations))
         .route("/console/conversation", get(timeline::timeline))
         .route("/console/media", get(media::media))
@@ -309,6 +313,7 @@ pub(crate) fn html_response(status: StatusCode, page: Markup) -> Response {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Nav {
     Inbox,
+    Calls,
     Conversations,
     Usage,
     None,
@@ -344,6 +349,7 @@ pub(crate) fn layout(title: &str, nav: Nav, session: Option<&Session>, main: Mar
                         nav {
                             @for (entry, href, label) in [
                                 (Nav::Inbox, "/console", "Approvals"),
+                                (Nav::Calls, "/console/calls", "Calls"),
                                 (Nav::Conversations, "/console/conversations", "Conversations"),
                                 (Nav::Usage, "/console/usage", "Usage"),
                             ] {

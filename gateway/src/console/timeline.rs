@@ -204,7 +204,7 @@ fn call_section<'a>(call: &'a CallRecord, shown: &mut Shown<'a>, decided: &Decid
         @for (index, m) in request.iter().enumerate().skip(first_new) {
             (message(m, at(index), decided))
         }
-        section class="call" data-call-id=(call.call_id.as_str()) data-round=(call.round_index) data-cached=[cached.then_some("true")] {
+        section class="call" id=(format!("call-{}", call.call_id.as_str())) data-call-id=(call.call_id.as_str()) data-round=(call.round_index) data-cached=[cached.then_some("true")] {
             dl class="call-facts" {
                 @for (name, value) in &facts {
                     dt { (name) }

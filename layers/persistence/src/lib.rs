@@ -94,6 +94,7 @@
 // Without a database feature only the trait and the layer remain; the column helpers go unused.
 #![cfg_attr(not(any(feature = "sqlite", feature = "postgres")), allow(dead_code))]
 
+mod call_log;
 mod layer;
 mod record;
 mod recorder;
@@ -102,6 +103,11 @@ pub mod store;
 mod stream;
 mod usage;
 
+pub use call_log::{
+    CallLogCursor, CallLogEntry, CallLogPage, CallLogPosition, CallLogQuery, CallStatus,
+    InvalidCursor, UnknownCallStatus, FIRST_MESSAGE_CHARS, MAX_INDEXED_BYTES,
+    MAX_INDEXED_WORD_CHARS,
+};
 pub use layer::PersistenceLayer;
 pub use record::{
     is_secret_name, redact_options, CallId, CallOutcome, CallQuery, CallRecord, CallSummary,

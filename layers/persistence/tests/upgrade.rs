@@ -11,7 +11,7 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 
 use tower_chat::{AssistantMessage, CallerIdentity, ConversationId, Message};
-use tower_chat_persistence::{CallId, CallOutcome, SqliteStore, Store};
+use tower_chat_persistence::{CallId, CallLogQuery, CallOutcome, SqliteStore, Store};
 
 const FIXTURE: &[u8] = include_bytes!("data/journal-upgrade.bin");
 
@@ -97,6 +97,20 @@ async fn the_records_of_a_journal_left_behind_reach_the_tables_once_and_the_jour
     );
     assert!(store.call(&CallId::new("call-a1")).await.unwrap().is_some());
     assert_eq!(chat_calls(&store).await, 3);
+    // The journal's records are in the call log's full-text index, with their first message.
+    let italy = store
+        .call_log(&CallLogQuery {
+            search: Some("italy rome".into()),
+            ..CallLogQuery::default()
+        })
+        .await
+        .unwrap();
+    let found: Vec<(&str, &str)> = italy
+        .entries
+        .iter()
+        .map(|e| (e.summary.call_id.as_str(), e.first_message.as_str()))
+        .collect();
+    assert_eq!(found, [("call-a2", "What is the capital of France?")]);
 
     // Opening again finds no journal and changes nothing.
     drop(store);

@@ -1,10 +1,11 @@
-// tower-chat console: keeps the approvals inbox current without a reload (the pending and the decided calls,
-// their counts in the headings, the navigation and the tab's title), says when it last heard from the gateway
-// (and when it cannot reach it), and sends decisions without leaving the page, so one that fails to reach the
-// gateway is shown as failed and stays in its form. The only script of the console, served from the binary; the
-// Content-Security-Policy forbids inline code. Values are put into the page with textContent and DOM
-// properties; rows are never built from strings: new rows are the server's own (escaped) rows, taken from the
-// inbox page parsed as an inert document (DOMParser runs no script) and moved in as nodes.
+// tower-chat console: keeps the approvals inbox (the pending and the decided calls, their counts in the
+// headings, the navigation and the tab's title) and the call log's newest page current without a reload, says
+// when it last heard from the gateway (and when it cannot reach it), and sends decisions without leaving the
+// page, so one that fails to reach the gateway is shown as failed and stays in its form. The only script of the
+// console, served from the binary; the Content-Security-Policy forbids inline code. Values are put into the page
+// with textContent and DOM properties; inbox rows are never built from strings: new rows are the server's own
+// (escaped) rows, taken from the inbox page parsed as an inert document (DOMParser runs no script) and moved in
+// as nodes.
 "use strict";
 
 (function () {
@@ -189,4 +190,97 @@
 
   showLiveness();
   window.setInterval(refresh, 1000);
+})();
+
+// The call log's newest page: calls recorded since the newest row (with the page's filters) are put on top,
+// built like the server's rows (calls.rs, Row::markup) from the text the gateway formatted.
+(function () {
+  const table = document.getElementById("calls");
+  if (!table || !table.dataset.poll) {
+    return;
+  }
+  const body = table.tBodies[0];
+  const empty = document.getElementById("no-calls");
+  const announce = document.createElement("p");
+  announce.id = "calls-live";
+  announce.className = "liveness";
+  announce.setAttribute("role", "status");
+  announce.dataset.state = "live";
+  announce.textContent = "New calls appear at the top.";
+  table.before(announce);
+  let busy = false;
+
+  function cell(row, className, label, text) {
+    const td = document.createElement("td");
+    td.className = className;
+    td.dataset.label = label;
+    if (text !== undefined) td.textContent = text;
+    row.appendChild(td);
+    return td;
+  }
+
+  function build(c) {
+    const row = document.createElement("tr");
+    row.dataset.callId = c.call_id;
+    row.dataset.status = c.status;
+    if (c.is_error) row.className = "failed";
+    const link = document.createElement("a");
+    link.href = c.timeline;
+    link.textContent = c.time;
+    cell(row, "time", "Time").appendChild(link);
+    cell(row, "caller", "Caller", c.caller);
+    cell(row, "model", "Model", c.model);
+    const outcome = cell(row, "outcome", "Outcome");
+    if (c.is_error) {
+      const strong = document.createElement("strong");
+      strong.className = "outcome-error";
+      strong.textContent = c.outcome;
+      outcome.appendChild(strong);
+    } else {
+      outcome.textContent = c.outcome;
+    }
+    cell(row, "first-message", "First message", c.first_message);
+    cell(row, "number", "Tokens", c.tokens);
+    cell(row, "number", "Cost", c.cost);
+    cell(row, "number", "Latency", c.latency);
+    cell(row, "number", "Time to first token", c.ttft);
+    return row;
+  }
+
+  async function poll() {
+    if (busy) return;
+    busy = true;
+    try {
+      const url = new URL(table.dataset.poll, window.location.href);
+      if (table.dataset.newest) url.searchParams.set("after", table.dataset.newest);
+      const response = await fetch(url, { credentials: "same-origin", headers: { accept: "application/json" } });
+      if (response.status === 401) {
+        window.location.assign("/console/login");
+        return;
+      }
+      if (!response.ok) throw new Error("HTTP " + response.status);
+      const page = await response.json();
+      // Newest first: inserted in reverse, each on top.
+      for (const c of page.data.slice().reverse()) {
+        if (body.querySelector('tr[data-call-id="' + CSS.escape(c.call_id) + '"]')) continue;
+        body.insertBefore(build(c), body.firstChild);
+      }
+      if (page.newest) table.dataset.newest = page.newest;
+      if (page.data.length > 0) {
+        table.classList.remove("hidden");
+        empty.classList.add("hidden");
+        announce.textContent = page.data.length + (page.data.length === 1 ? " new call" : " new calls") + " added at the top.";
+      }
+      announce.dataset.state = "live";
+      announce.classList.remove("error");
+    } catch (e) {
+      announce.dataset.state = "unreachable";
+      announce.classList.add("error");
+      announce.textContent = "Gateway unreachable: new calls will appear once it answers again.";
+    } finally {
+      busy = false;
+    }
+  }
+
+  window.setInterval(poll, 2000);
 })();

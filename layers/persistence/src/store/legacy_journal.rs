@@ -216,6 +216,9 @@ fn decode_record(input: &mut Input<'_>) -> Option<(Row, Encoded)> {
         usage_estimated: false,
         omitted_messages: None,
         omitted_bytes: None,
+        // The journal has no decoded record: the open indexes these rows once they are in the table.
+        first_message: None,
+        search_text: String::new(),
     };
     let count = input.u32()? as usize;
     let mut nodes = Vec::with_capacity(count.min(input.0.len()));

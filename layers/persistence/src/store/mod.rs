@@ -5,6 +5,7 @@ use std::fmt;
 use futures_util::future::BoxFuture;
 use tower_chat::{ChatError, ConversationId, ErrorKind, Message};
 
+use crate::call_log::{CallLogPage, CallLogQuery};
 use crate::record::{
     CallId, CallOutcome, CallQuery, CallRecord, CallSummary, ConversationQuery,
     ConversationSummary, Spend, SpendQuery,
@@ -18,6 +19,8 @@ pub mod sqlite;
 
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod blobs;
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+mod call_log;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod chain;
 #[cfg(feature = "sqlite")]
@@ -105,6 +108,17 @@ pub trait Store: fmt::Debug + Send + Sync + 'static {
     ) -> BoxFuture<'a, Result<Vec<UsageAggregate>, StoreError>> {
         let _ = query;
         Box::pin(async { Err(StoreError::new("this store cannot aggregate usage")) })
+    }
+
+    /// A page of the call log: the calls that match `query`'s filters and search, newest first, from its
+    /// position. The SQLite and PostgreSQL stores search through their full-text index (FTS5, `tsvector`);
+    /// other stores answer with an error unless they implement it.
+    fn call_log<'a>(
+        &'a self,
+        query: &'a CallLogQuery,
+    ) -> BoxFuture<'a, Result<CallLogPage, StoreError>> {
+        let _ = query;
+        Box::pin(async { Err(StoreError::new("this store cannot list the call log")) })
     }
 
     /// The latest completed call of a conversation (the one [`Store::load_conversation`] continues from).
@@ -201,6 +215,13 @@ impl<S: Store + ?Sized> Store for std::sync::Arc<S> {
         query: &'a UsageQuery,
     ) -> BoxFuture<'a, Result<Vec<UsageAggregate>, StoreError>> {
         (**self).usage(query)
+    }
+
+    fn call_log<'a>(
+        &'a self,
+        query: &'a CallLogQuery,
+    ) -> BoxFuture<'a, Result<CallLogPage, StoreError>> {
+        (**self).call_log(query)
     }
 
     fn load_conversation<'a>(

@@ -20,6 +20,9 @@ use super::schema::{
     CONVERSATION_COLUMNS, EMPTY_MESSAGES, EMPTY_OPTIONS, EMPTY_TEXT, MIGRATIONS_TABLE, SELECT_KEY,
 };
 use super::{Migration, Store, StoreError};
+use crate::call_log::{CallLogPage, CallLogQuery};
+
+mod call_log;
 use crate::record::{
     to_micros, CallId, CallQuery, CallRecord, CallSummary, ConversationQuery, ConversationSummary,
     Spend, SpendQuery,
@@ -136,6 +139,7 @@ impl PostgresStoreBuilder {
             encoder: Default::default(),
         };
         store.migrate(&self.migrations).await?;
+        store.index_earlier_calls().await?;
         let key = store.node_key().await?;
         store.encoder = std::sync::Arc::new(Encoder::new(key));
         Ok(store)
@@ -406,9 +410,10 @@ impl PostgresStore {
 const UPSERT: &str = "INSERT INTO chat_calls (call_id, conversation_id, caller, round_index, started_at, \
     first_token_at, ended_at, provider, model, status, error_kind, error_message, finish_reason, input_tokens, \
     output_tokens, response_text, request_messages, request_options, response, cost_nanos, history_head, \
-    request_len, options_id, usage_estimated, omitted_messages, omitted_bytes) \
+    request_len, options_id, usage_estimated, omitted_messages, omitted_bytes, first_message, search) \
     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, \
-    $17::text::jsonb, $18::text::jsonb, $19::text::jsonb, $20, $21, $22, $23, $24, $25, $26) \
+    $17::text::jsonb, $18::text::jsonb, $19::text::jsonb, $20, $21, $22, $23, $24, $25, $26, $27, \
+    CASE WHEN $27::text IS NULL THEN NULL ELSE to_tsvector('simple', $28::text) END) \
     ON CONFLICT (call_id) DO UPDATE SET conversation_id = excluded.conversation_id, caller = excluded.caller, \
     round_index = excluded.round_index, started_at = excluded.started_at, first_token_at = excluded.first_token_at, \
     ended_at = excluded.ended_at, provider = excluded.provider, model = excluded.model, status = excluded.status, \
@@ -419,7 +424,7 @@ const UPSERT: &str = "INSERT INTO chat_calls (call_id, conversation_id, caller, 
     response = excluded.response, cost_nanos = excluded.cost_nanos, history_head = excluded.history_head, \
     request_len = excluded.request_len, options_id = excluded.options_id, \
     usage_estimated = excluded.usage_estimated, omitted_messages = excluded.omitted_messages, \
-    omitted_bytes = excluded.omitted_bytes \
+    omitted_bytes = excluded.omitted_bytes, first_message = excluded.first_message, search = excluded.search \
     WHERE chat_calls.status = 'in_flight'";
 
 const INSERT_NODE: &str = "INSERT INTO chat_messages (id, parent_id, position, message) \
@@ -498,7 +503,7 @@ impl Store for PostgresStore {
             // Issued together, the inserts are pipelined on the one connection: one round trip per batch, not
             // per record.
             try_join_all(rows.iter().map(|r| {
-                let params: [&(dyn ToSql + Sync); 26] = [
+                let params: [&(dyn ToSql + Sync); 28] = [
                     &r.call_id,
                     &r.conversation_id,
                     &r.caller,
@@ -525,6 +530,8 @@ impl Store for PostgresStore {
                     &r.usage_estimated,
                     &r.omitted_messages,
                     &r.omitted_bytes,
+                    &r.first_message,
+                    &r.search_text,
                 ];
                 let tx = &tx;
                 let insert = &insert;
@@ -690,24 +697,7 @@ impl Store for PostgresStore {
             let columns = rows
                 .iter()
                 .rev()
-                .map(|row| {
-                    Ok(SummaryColumns {
-                        call_id: row.try_get(0)?,
-                        conversation_id: row.try_get(1)?,
-                        caller: row.try_get(2)?,
-                        started_at: row.try_get(3)?,
-                        first_token_at: row.try_get(4)?,
-                        ended_at: row.try_get(5)?,
-                        model: row.try_get(6)?,
-                        status: row.try_get(7)?,
-                        error_kind: row.try_get(8)?,
-                        error_message: row.try_get(9)?,
-                        input_tokens: row.try_get(10)?,
-                        output_tokens: row.try_get(11)?,
-                        cost_nanos: row.try_get(12)?,
-                        from_response_cache: row.try_get(13)?,
-                    })
-                })
+                .map(summary_columns)
                 .collect::<Result<Vec<_>, tokio_postgres::Error>>()
                 .map_err(pg_error("a call summary does not decode"))?;
             columns
@@ -770,6 +760,31 @@ impl Store for PostgresStore {
                 .map_err(pg_error("a usage aggregate does not decode"))
         })
     }
+    fn call_log<'a>(
+        &'a self,
+        query: &'a CallLogQuery,
+    ) -> BoxFuture<'a, Result<CallLogPage, StoreError>> {
+        self.call_log_page(query)
+    }
+}
+
+fn summary_columns(row: &tokio_postgres::Row) -> Result<SummaryColumns, tokio_postgres::Error> {
+    Ok(SummaryColumns {
+        call_id: row.try_get(0)?,
+        conversation_id: row.try_get(1)?,
+        caller: row.try_get(2)?,
+        started_at: row.try_get(3)?,
+        first_token_at: row.try_get(4)?,
+        ended_at: row.try_get(5)?,
+        model: row.try_get(6)?,
+        status: row.try_get(7)?,
+        error_kind: row.try_get(8)?,
+        error_message: row.try_get(9)?,
+        input_tokens: row.try_get(10)?,
+        output_tokens: row.try_get(11)?,
+        cost_nanos: row.try_get(12)?,
+        from_response_cache: row.try_get(13)?,
+    })
 }
 
 #[cfg(test)]

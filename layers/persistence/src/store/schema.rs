@@ -71,6 +71,10 @@ pub(crate) fn sqlite_migrations() -> Vec<Migration> {
             estimates_and_omitted_sql(""),
         ),
         Migration::new("tower-chat-persistence/0009_blobs", blobs_sql("BLOB")),
+        Migration::new(
+            "tower-chat-persistence/0010_call_log",
+            super::call_log::SQLITE_CALL_LOG_SQL,
+        ),
     ]
 }
 
@@ -139,6 +143,10 @@ pub(crate) fn postgres_migrations() -> Vec<Migration> {
             estimates_and_omitted_sql(" IF NOT EXISTS"),
         ),
         Migration::new("tower-chat-persistence/0009_blobs", blobs_sql("BYTEA")),
+        Migration::new(
+            "tower-chat-persistence/0010_call_log",
+            super::call_log::POSTGRES_CALL_LOG_SQL,
+        ),
     ]
 }
 
@@ -304,6 +312,12 @@ pub(crate) struct Row {
     pub(crate) usage_estimated: bool,
     pub(crate) omitted_messages: Option<i64>,
     pub(crate) omitted_bytes: Option<i64>,
+    /// The call's first user message, as the call log shows it; `None` for a row rebuilt without its record
+    /// (from a legacy journal): the store indexes such rows when it opens.
+    pub(crate) first_message: Option<String>,
+    /// The text the call adds to the full-text index (not stored as such: SQLite indexes it in
+    /// `chat_calls_search`, PostgreSQL keeps its `tsvector`).
+    pub(crate) search_text: String,
 }
 
 /// What `request_messages` and `request_options` hold in rows written since message-level storage (the
@@ -394,6 +408,8 @@ mod row {
                     .request
                     .omitted
                     .map(|o| i64::try_from(o.bytes).unwrap_or(i64::MAX)),
+                first_message: Some(crate::call_log::first_message(record)),
+                search_text: crate::call_log::searchable_text(record),
             })
         }
     }

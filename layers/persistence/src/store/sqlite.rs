@@ -33,11 +33,15 @@ use super::schema::{
     CONVERSATION_COLUMNS, MIGRATIONS_TABLE, SELECT_KEY,
 };
 use super::{Migration, Store, StoreError};
+use crate::call_log::{CallLogPage, CallLogQuery};
+
+mod call_log;
 use crate::record::{
     to_micros, CallId, CallQuery, CallRecord, CallSummary, ConversationQuery, ConversationSummary,
     Spend, SpendQuery,
 };
 use crate::usage::{usage_sql, UsageAggregate, UsageQuery, UsageRow};
+use call_log::index_earlier_calls;
 
 pub use rusqlite;
 
@@ -236,6 +240,9 @@ fn open_connection(options: &SqliteStoreBuilder) -> Result<(Connection, NodeKey)
         })
         .map_err(context("cannot read the node key"))?;
     commit_legacy_journal(&conn, &options.path)?;
+    index_earlier_calls(&conn).map_err(context(
+        "cannot index the calls recorded before the call log",
+    ))?;
     Ok((conn, key))
 }
 
@@ -421,9 +428,9 @@ impl SqliteStore {
 const UPSERT: &str = "INSERT INTO chat_calls (call_id, conversation_id, caller, round_index, started_at, \
     first_token_at, ended_at, provider, model, status, error_kind, error_message, finish_reason, input_tokens, \
     output_tokens, response_text, request_messages, request_options, response, cost_nanos, history_head, \
-    request_len, options_id, usage_estimated, omitted_messages, omitted_bytes) \
+    request_len, options_id, usage_estimated, omitted_messages, omitted_bytes, first_message) \
     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, '', '[]', '{}', ?16, ?17, ?18, \
-    ?19, ?20, ?21, ?22, ?23) \
+    ?19, ?20, ?21, ?22, ?23, ?24) \
     ON CONFLICT (call_id) DO UPDATE SET conversation_id = excluded.conversation_id, caller = excluded.caller, \
     round_index = excluded.round_index, started_at = excluded.started_at, first_token_at = excluded.first_token_at, \
     ended_at = excluded.ended_at, provider = excluded.provider, model = excluded.model, status = excluded.status, \
@@ -434,8 +441,12 @@ const UPSERT: &str = "INSERT INTO chat_calls (call_id, conversation_id, caller, 
     response = excluded.response, cost_nanos = excluded.cost_nanos, history_head = excluded.history_head, \
     request_len = excluded.request_len, options_id = excluded.options_id, \
     usage_estimated = excluded.usage_estimated, omitted_messages = excluded.omitted_messages, \
-    omitted_bytes = excluded.omitted_bytes \
+    omitted_bytes = excluded.omitted_bytes, first_message = excluded.first_message \
     WHERE chat_calls.status = 'in_flight'";
+
+/// Indexes a call's text under its row (replacing the entry of its in-flight record).
+const INDEX_TEXT: &str = "INSERT OR REPLACE INTO chat_calls_search (rowid, body) \
+    SELECT rowid, ?2 FROM chat_calls WHERE call_id = ?1";
 
 const INSERT_NODE: &str = "INSERT INTO chat_messages (id, parent_id, position, message) \
     VALUES (?1, ?2, ?3, ?4) ON CONFLICT (id) DO NOTHING";
@@ -554,6 +565,7 @@ struct WriteStatements<'c> {
     options: rusqlite::Statement<'c>,
     blob: rusqlite::Statement<'c>,
     upsert: rusqlite::Statement<'c>,
+    index_text: rusqlite::Statement<'c>,
 }
 
 impl<'c> WriteStatements<'c> {
@@ -567,6 +579,7 @@ impl<'c> WriteStatements<'c> {
             options: conn.prepare(INSERT_OPTIONS)?,
             blob: conn.prepare(INSERT_BLOB)?,
             upsert: conn.prepare(UPSERT)?,
+            index_text: conn.prepare(INDEX_TEXT)?,
         })
     }
 
@@ -595,7 +608,7 @@ impl<'c> WriteStatements<'c> {
         if let Some(o) = &encoded.options {
             self.options.execute(params![&*o.id, o.json])?;
         }
-        self.upsert.execute(params![
+        let written = self.upsert.execute(params![
             r.call_id,
             r.conversation_id,
             r.caller,
@@ -619,7 +632,12 @@ impl<'c> WriteStatements<'c> {
             r.usage_estimated,
             r.omitted_messages,
             r.omitted_bytes,
+            r.first_message,
         ])?;
+        // Unchanged when a final record was already stored: its index entry stays.
+        if written > 0 && r.first_message.is_some() {
+            self.index_text.execute(params![r.call_id, r.search_text])?;
+        }
         Ok(())
     }
 }
@@ -923,24 +941,7 @@ impl Store for SqliteStore {
                         ["?1", "?2", "?3", "?4"],
                         "COALESCE(json_extract(response, '$.usage.from_response_cache'), 0) = 1",
                     ))?
-                    .query_map(params![caller, since, until, limit], |row| {
-                        Ok(SummaryColumns {
-                            call_id: row.get(0)?,
-                            conversation_id: row.get(1)?,
-                            caller: row.get(2)?,
-                            started_at: row.get(3)?,
-                            first_token_at: row.get(4)?,
-                            ended_at: row.get(5)?,
-                            model: row.get(6)?,
-                            status: row.get(7)?,
-                            error_kind: row.get(8)?,
-                            error_message: row.get(9)?,
-                            input_tokens: row.get(10)?,
-                            output_tokens: row.get(11)?,
-                            cost_nanos: row.get(12)?,
-                            from_response_cache: row.get(13)?,
-                        })
-                    })?
+                    .query_map(params![caller, since, until, limit], summary_columns)?
                     .collect::<rusqlite::Result<Vec<_>>>()
                 })
                 .await?;
@@ -993,6 +994,31 @@ impl Store for SqliteStore {
             Ok(rows.into_iter().map(UsageRow::into_aggregate).collect())
         })
     }
+    fn call_log<'a>(
+        &'a self,
+        query: &'a CallLogQuery,
+    ) -> BoxFuture<'a, Result<CallLogPage, StoreError>> {
+        self.call_log_page(query)
+    }
+}
+
+fn summary_columns(row: &rusqlite::Row<'_>) -> rusqlite::Result<SummaryColumns> {
+    Ok(SummaryColumns {
+        call_id: row.get(0)?,
+        conversation_id: row.get(1)?,
+        caller: row.get(2)?,
+        started_at: row.get(3)?,
+        first_token_at: row.get(4)?,
+        ended_at: row.get(5)?,
+        model: row.get(6)?,
+        status: row.get(7)?,
+        error_kind: row.get(8)?,
+        error_message: row.get(9)?,
+        input_tokens: row.get(10)?,
+        output_tokens: row.get(11)?,
+        cost_nanos: row.get(12)?,
+        from_response_cache: row.get(13)?,
+    })
 }
 
 #[cfg(test)]
@@ -1034,6 +1060,8 @@ mod tests {
             usage_estimated: false,
             omitted_messages: None,
             omitted_bytes: None,
+            first_message: Some(String::new()),
+            search_text: String::new(),
         };
         let encoded = Encoded {
             head: None,

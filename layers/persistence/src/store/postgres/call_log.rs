@@ -1,0 +1,123 @@
+//! The PostgreSQL side of the call log: its query (the `tsvector` column for message words) and, on connect,
+//! the indexing of calls recorded before the log existed.
+
+use futures_util::future::BoxFuture;
+use tokio_postgres::types::ToSql;
+
+use super::{pg_error, summary_columns, PostgresStore};
+use crate::call_log::{CallLogPage, CallLogQuery};
+use crate::store::call_log::{call_log_page, call_log_sql, Dialect, Param};
+use crate::store::StoreError;
+
+impl PostgresStore {
+    /// Give the rows written before the call log their first message and index their text, a batch at a
+    /// time. A row whose record does not decode gets an empty first message (and no text), so it is not
+    /// retried at every connect; the decoding error is logged. Replicas connecting together may index the same
+    /// rows: each writes the same values.
+    pub(super) async fn index_earlier_calls(&self) -> Result<(), StoreError> {
+        let failed = || pg_error("cannot index the calls recorded before the call log");
+        let mut indexed = 0usize;
+        loop {
+            let ids: Vec<String> = self
+                .client()
+                .await?
+                .query(
+                    "SELECT call_id FROM chat_calls WHERE first_message IS NULL ORDER BY call_id LIMIT 100",
+                    &[],
+                )
+                .await
+                .map_err(failed())?
+                .iter()
+                .map(|row| row.try_get(0))
+                .collect::<Result<_, _>>()
+                .map_err(failed())?;
+            if ids.is_empty() {
+                break;
+            }
+            for call_id in ids {
+                let record = self
+                    .query_records("WHERE call_id = $1", &[&call_id])
+                    .await
+                    .and_then(|records| {
+                        records
+                            .into_iter()
+                            .next()
+                            .ok_or_else(|| StoreError::new("the row is gone"))
+                    });
+                let (first, text) = match record {
+                    Ok(record) => (
+                        crate::call_log::first_message(&record),
+                        crate::call_log::searchable_text(&record),
+                    ),
+                    Err(error) => {
+                        tracing::warn!(%call_id, %error, "a stored call does not decode; the call log cannot search it");
+                        (String::new(), String::new())
+                    }
+                };
+                self.client()
+                    .await?
+                    .execute(
+                        "UPDATE chat_calls SET first_message = $2, search = to_tsvector('simple', $3::text) \
+                         WHERE call_id = $1",
+                        &[&call_id, &first, &text],
+                    )
+                    .await
+                    .map_err(failed())?;
+                indexed += 1;
+            }
+        }
+        if indexed > 0 {
+            tracing::info!(
+                calls = indexed,
+                "indexed the calls recorded before the call log"
+            );
+        }
+        Ok(())
+    }
+
+    /// [`crate::Store::call_log`].
+    pub(super) fn call_log_page<'a>(
+        &'a self,
+        query: &'a CallLogQuery,
+    ) -> BoxFuture<'a, Result<CallLogPage, StoreError>> {
+        Box::pin(async move {
+            let sql = call_log_sql(query, &POSTGRES_DIALECT);
+            let params: Vec<Box<dyn ToSql + Sync + Send>> = sql
+                .params
+                .iter()
+                .map(|p| -> Box<dyn ToSql + Sync + Send> {
+                    match p {
+                        Param::Text(text) => Box::new(text.clone()),
+                        Param::Int(int) => Box::new(*int),
+                    }
+                })
+                .collect();
+            let params: Vec<&(dyn ToSql + Sync)> =
+                params.iter().map(|p| &**p as &(dyn ToSql + Sync)).collect();
+            let client = self.client().await?;
+            let statement = client
+                .prepare_cached(&sql.sql)
+                .await
+                .map_err(pg_error("cannot list the call log"))?;
+            let rows = client
+                .query(&statement, &params)
+                .await
+                .map_err(pg_error("cannot list the call log"))?
+                .iter()
+                .map(|row| Ok((summary_columns(row)?, row.try_get(14)?)))
+                .collect::<Result<Vec<_>, tokio_postgres::Error>>()
+                .map_err(pg_error("a call log row does not decode"))?;
+            call_log_page(&sql, rows)
+        })
+    }
+}
+
+/// The call log's query in PostgreSQL: `$n` placeholders (typed, as PostgreSQL cannot always infer them),
+/// the `tsvector` column for the words.
+const POSTGRES_DIALECT: Dialect = Dialect {
+    placeholder: |n| format!("${n}"),
+    text_match: |words| format!("search @@ plainto_tsquery('simple', {words}::text)"),
+    words: CallLogQuery::tsquery_words,
+    from_response_cache:
+        "COALESCE((response -> 'usage' ->> 'from_response_cache')::boolean, false)",
+};

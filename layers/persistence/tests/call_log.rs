@@ -1,0 +1,430 @@
+//! The call log on both stores (PostgreSQL through `DATABASE_URL`; skipped with a message when unset, a failure
+//! under CI): filters, search by id and by message words through the full-text index, keyset paging that
+//! inserts do not shift, and the index built on upgrade for calls recorded before it existed.
+
+#[macro_use]
+mod common;
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use common::{answer, scripted, Backend, TestDb};
+use tower::{Layer, ServiceExt};
+use tower_chat::{
+    CallerIdentity, ChatRequest, ChatStreamExt, ConversationId, Message, Shared, ToolMessage,
+};
+use tower_chat_persistence::{
+    CallId, CallLogCursor, CallLogPage, CallLogPosition, CallLogQuery, CallOutcome, CallRecord,
+    CallStatus, PostgresStore, RecordedError, SqliteStore, Store,
+};
+use tower_chat_testkit::{database_url, scripted_stream, Delivery};
+
+both_stores!(
+    filters_select_calls_by_caller_model_status_and_time,
+    search_finds_calls_by_id_and_by_the_words_of_their_messages,
+    cursor_pages_neither_repeat_nor_skip_calls_when_new_ones_arrive,
+    calls_recorded_before_the_call_log_are_indexed_on_open,
+);
+
+/// The log's time origin: every call starts `n` seconds after it.
+fn at(seconds: u64) -> SystemTime {
+    UNIX_EPOCH + Duration::from_secs(1_700_000_000 + seconds)
+}
+
+/// One real record, written through the layer, to shape the test's calls from.
+async fn template(db: &TestDb) -> CallRecord {
+    let layer = db.layer();
+    let chat = layer.layer(scripted(|_| {
+        scripted_stream(Delivery::AllAtOnce, answer("template"))
+    }));
+    let conversation = ConversationId::new("template");
+    chat.oneshot(
+        ChatRequest::new(vec![Message::user("template")]).with_extension(conversation.clone()),
+    )
+    .await
+    .unwrap()
+    .collect_response()
+    .await
+    .unwrap();
+    layer.flush().await.unwrap();
+    db.store
+        .conversation_calls(&conversation)
+        .await
+        .unwrap()
+        .pop()
+        .unwrap()
+}
+
+/// A call shaped from `template`: its id, conversation, caller, model, start (seconds after [`at`]'s origin),
+/// the messages it sent and the answer it got.
+struct Call<'a> {
+    id: &'a str,
+    conversation: &'a str,
+    caller: &'a str,
+    model: &'a str,
+    start: u64,
+    sent: Vec<Message>,
+    answer: &'a str,
+    outcome: CallOutcome,
+}
+
+impl Call<'_> {
+    fn record(self, template: &CallRecord) -> CallRecord {
+        let mut record = template.clone();
+        record.call_id = CallId::new(self.id);
+        record.conversation_id = ConversationId::new(self.conversation);
+        record.caller = Some(CallerIdentity::new(self.caller));
+        record.model = Some(self.model.into());
+        record.started_at = at(self.start);
+        record.first_token_at = Some(at(self.start) + Duration::from_millis(120));
+        record.ended_at = at(self.start) + Duration::from_millis(900);
+        record.request.messages = Shared::new(self.sent);
+        record.response.messages = if self.answer.is_empty() {
+            Vec::new()
+        } else {
+            vec![Message::assistant(self.answer)]
+        };
+        record.outcome = self.outcome;
+        record
+    }
+}
+
+fn call<'a>(id: &'a str, caller: &'a str, model: &'a str, start: u64) -> Call<'a> {
+    Call {
+        id,
+        conversation: id,
+        caller,
+        model,
+        start,
+        sent: vec![Message::user(format!("question {id}"))],
+        answer: "an answer",
+        outcome: CallOutcome::Completed,
+    }
+}
+
+fn ids(page: &CallLogPage) -> Vec<&str> {
+    page.entries
+        .iter()
+        .map(|e| e.summary.call_id.as_str())
+        .collect()
+}
+
+async fn log(db: &TestDb, query: CallLogQuery) -> CallLogPage {
+    db.store.call_log(&query).await.unwrap()
+}
+
+async fn filters_select_calls_by_caller_model_status_and_time(db: &TestDb) {
+    let template = template(db).await;
+    let failed = CallOutcome::Failed {
+        error: RecordedError {
+            kind: "upstream".into(),
+            message: "overloaded".into(),
+        },
+    };
+    let calls = [
+        call("a1", "alice", "gpt-small", 10),
+        Call {
+            outcome: failed,
+            answer: "",
+            ..call("a2", "alice", "gpt-large", 20)
+        },
+        call("b1", "bob", "gpt-small", 30),
+        Call {
+            outcome: CallOutcome::Cancelled,
+            ..call("b2", "bob", "gpt-large", 40)
+        },
+        call("c1", "carol", "gpt-small", 50),
+    ];
+    let records: Vec<CallRecord> = calls.into_iter().map(|c| c.record(&template)).collect();
+    db.store.write_calls(&records).await.unwrap();
+    // Only this test's calls: the template's call started now, after them all.
+    let base = CallLogQuery {
+        until: Some(at(1_000)),
+        ..CallLogQuery::default()
+    };
+    let page = log(db, base.clone()).await;
+    assert_eq!(ids(&page), ["c1", "b2", "b1", "a2", "a1"]);
+    assert_eq!(page.older, None);
+    let first = &page.entries[4];
+    assert_eq!(first.first_message, "question a1");
+    assert_eq!(first.summary.model.as_deref(), Some("gpt-small"));
+    assert_eq!(
+        first.summary.time_to_first_token(),
+        Some(Duration::from_millis(120))
+    );
+    assert_eq!(first.summary.latency(), Duration::from_millis(900));
+    let by_caller = CallLogQuery {
+        caller: Some(CallerIdentity::new("bob")),
+        ..base.clone()
+    };
+    assert_eq!(ids(&log(db, by_caller).await), ["b2", "b1"]);
+    let by_model = CallLogQuery {
+        model: Some("gpt-large".into()),
+        ..base.clone()
+    };
+    assert_eq!(ids(&log(db, by_model).await), ["b2", "a2"]);
+    let failures = log(
+        db,
+        CallLogQuery {
+            status: Some(CallStatus::Failed),
+            ..base.clone()
+        },
+    )
+    .await;
+    assert_eq!(ids(&failures), ["a2"]);
+    assert_eq!(
+        failures.entries[0].summary.outcome.error().unwrap().message,
+        "overloaded"
+    );
+    let cancelled = CallLogQuery {
+        status: Some(CallStatus::Cancelled),
+        ..base.clone()
+    };
+    assert_eq!(ids(&log(db, cancelled).await), ["b2"]);
+    let window = CallLogQuery {
+        since: Some(at(20)),
+        until: Some(at(40)),
+        ..CallLogQuery::default()
+    };
+    assert_eq!(ids(&log(db, window).await), ["b1", "a2"]);
+    let combined = CallLogQuery {
+        caller: Some(CallerIdentity::new("alice")),
+        model: Some("gpt-small".into()),
+        status: Some(CallStatus::Completed),
+        ..base.clone()
+    };
+    assert_eq!(ids(&log(db, combined).await), ["a1"]);
+    let nobody = CallLogQuery {
+        caller: Some(CallerIdentity::new("mallory")),
+        ..base
+    };
+    assert!(log(db, nobody).await.entries.is_empty());
+}
+
+async fn search_finds_calls_by_id_and_by_the_words_of_their_messages(db: &TestDb) {
+    let template = template(db).await;
+    let first_round = vec![
+        Message::system("You are a travel guide."),
+        Message::user("Which fjord should I visit in Norway?"),
+    ];
+    let mut second_round = first_round.clone();
+    second_round.push(Message::assistant("The Geirangerfjord is the classic."));
+    second_round.push(Message::user("And where can I eat salmon there?"));
+    let mut tool_round = second_round.clone();
+    tool_round.push(Message::assistant("Let me look it up."));
+    tool_round.push(Message::Tool(ToolMessage::success(
+        "t1",
+        "restaurants",
+        "Brasserie Sjøhuset serves salmon",
+    )));
+    let records = [
+        Call {
+            conversation: "trip",
+            sent: first_round,
+            answer: "The Geirangerfjord is the classic.",
+            ..call("trip-1", "alice", "m", 10)
+        },
+        Call {
+            conversation: "trip",
+            sent: second_round,
+            answer: "Try the harbour.",
+            ..call("trip-2", "alice", "m", 20)
+        },
+        Call {
+            conversation: "trip",
+            sent: tool_round,
+            answer: "Sjøhuset, by the water.",
+            ..call("trip-3", "alice", "m", 30)
+        },
+        Call {
+            sent: vec![Message::user("Summarise the quarterly report")],
+            answer: "Revenue grew; salmon exports too.",
+            ..call("report-1", "bob", "m", 40)
+        },
+    ]
+    .map(|c| c.record(&template));
+    db.store.write_calls(&records).await.unwrap();
+    let search = |text: &str| CallLogQuery {
+        search: Some(text.into()),
+        ..CallLogQuery::default()
+    };
+    // An exact call id, or a conversation id (every call of it).
+    assert_eq!(ids(&log(db, search("trip-2")).await), ["trip-2"]);
+    assert_eq!(
+        ids(&log(db, search(" trip ")).await),
+        ["trip-3", "trip-2", "trip-1"]
+    );
+    // Words of a message: indexed with the call that sent or produced it, case-insensitively.
+    assert_eq!(ids(&log(db, search("FJORD")).await), ["trip-1"]);
+    assert_eq!(ids(&log(db, search("Geirangerfjord")).await), ["trip-1"]);
+    assert_eq!(ids(&log(db, search("harbour")).await), ["trip-2"]);
+    assert_eq!(
+        ids(&log(db, search("salmon")).await),
+        ["report-1", "trip-3", "trip-2"]
+    );
+    // Every word must match, in any order; a tool's result is searchable; non-ASCII words match as written.
+    assert_eq!(ids(&log(db, search("salmon brasserie")).await), ["trip-3"]);
+    assert_eq!(ids(&log(db, search("Sjøhuset")).await), ["trip-3"]);
+    assert_eq!(ids(&log(db, search("report revenue")).await), ["report-1"]);
+    // Query syntax is read as words, never as operators or an error.
+    assert_eq!(
+        ids(&log(db, search("\"salmon\" AND NOT report*")).await),
+        Vec::<&str>::new()
+    );
+    assert_eq!(ids(&log(db, search("salmon -")).await).len(), 3);
+    assert!(log(db, search("--")).await.entries.is_empty());
+    assert!(log(db, search("kangaroo")).await.entries.is_empty());
+    // Search narrows the other filters, and the first message is the conversation's first user message.
+    let bob = log(
+        db,
+        CallLogQuery {
+            caller: Some(CallerIdentity::new("bob")),
+            ..search("salmon")
+        },
+    )
+    .await;
+    assert_eq!(ids(&bob), ["report-1"]);
+    let third = log(db, search("trip-3")).await;
+    assert_eq!(
+        third.entries[0].first_message,
+        "Which fjord should I visit in Norway?"
+    );
+    // An in-flight record replaced by the final one leaves one entry, found by the final answer's words.
+    let mut in_flight = Call {
+        sent: vec![Message::user("Is the ferry running?")],
+        answer: "",
+        outcome: CallOutcome::InFlight,
+        ..call("ferry", "carol", "m", 50)
+    }
+    .record(&template);
+    db.store.write_calls(&[in_flight.clone()]).await.unwrap();
+    assert_eq!(ids(&log(db, search("ferry running")).await), ["ferry"]);
+    in_flight.outcome = CallOutcome::Completed;
+    in_flight.response.messages = vec![Message::assistant("Every hour from the quay.")];
+    db.store.write_calls(&[in_flight]).await.unwrap();
+    assert_eq!(ids(&log(db, search("quay")).await), ["ferry"]);
+    assert_eq!(ids(&log(db, search("ferry running")).await), ["ferry"]);
+}
+
+async fn cursor_pages_neither_repeat_nor_skip_calls_when_new_ones_arrive(db: &TestDb) {
+    let template = template(db).await;
+    // Two calls share a start: the id orders them.
+    let starts = [10, 20, 30, 30, 40, 50, 60];
+    let records: Vec<CallRecord> = starts
+        .iter()
+        .enumerate()
+        .map(|(i, &start)| call(&format!("p{i}"), "alice", "m", start).record(&template))
+        .collect();
+    db.store.write_calls(&records).await.unwrap();
+    let page = |position: CallLogPosition| CallLogQuery {
+        caller: Some(CallerIdentity::new("alice")),
+        until: Some(at(1_000)),
+        position,
+        limit: Some(3),
+        ..CallLogQuery::default()
+    };
+    let first = log(db, page(CallLogPosition::Latest)).await;
+    assert_eq!(ids(&first), ["p6", "p5", "p4"]);
+    let newest_shown = CallLogCursor::of(&first.entries[0].summary);
+    // Calls arriving between two pages: newer ones do not shift the older pages.
+    let newer: Vec<CallRecord> = [("n0", 70), ("n1", 80)]
+        .iter()
+        .map(|&(id, start)| call(id, "alice", "m", start).record(&template))
+        .collect();
+    db.store.write_calls(&newer).await.unwrap();
+    let cursor = CallLogCursor::decode(&first.older.clone().unwrap().encode()).unwrap();
+    let second = log(db, page(CallLogPosition::Before(cursor))).await;
+    assert_eq!(ids(&second), ["p3", "p2", "p1"]);
+    let third = log(
+        db,
+        page(CallLogPosition::Before(second.older.clone().unwrap())),
+    )
+    .await;
+    assert_eq!(ids(&third), ["p0"]);
+    assert_eq!(third.older, None);
+    // What arrived after the newest call shown, newest first.
+    let arrived = log(db, page(CallLogPosition::After(newest_shown.clone()))).await;
+    assert_eq!(ids(&arrived), ["n1", "n0"]);
+    assert_eq!(arrived.older, None);
+    // More arrivals than a page: the oldest of them come first, so the next poll continues without a gap.
+    let burst: Vec<CallRecord> = (0..4)
+        .map(|i| call(&format!("q{i}"), "alice", "m", 90 + i).record(&template))
+        .collect();
+    db.store.write_calls(&burst).await.unwrap();
+    let newest = CallLogCursor::of(&arrived.entries[0].summary);
+    let poll = log(db, page(CallLogPosition::After(newest))).await;
+    assert_eq!(ids(&poll), ["q2", "q1", "q0"]);
+    let next = CallLogCursor::of(&poll.entries[0].summary);
+    assert_eq!(
+        ids(&log(db, page(CallLogPosition::After(next))).await),
+        ["q3"]
+    );
+}
+
+/// A database whose calls were recorded before the call log: the log's migration and its index are undone,
+/// then the store opens it again, as a build with the log opens a database an older build wrote.
+async fn calls_recorded_before_the_call_log_are_indexed_on_open(db: &TestDb) {
+    let template = template(db).await;
+    let records = [
+        Call {
+            sent: vec![Message::user("How tall is Galdhøpiggen?")],
+            answer: "2,469 metres.",
+            ..call("old-1", "alice", "m", 10)
+        },
+        call("old-2", "bob", "m", 20),
+    ]
+    .map(|c| c.record(&template));
+    db.store.write_calls(&records).await.unwrap();
+    let reopened: Box<dyn Store> = match &db.backend {
+        Backend::Sqlite(store) => {
+            store
+                .run("undo the call log", |conn| {
+                    conn.execute_batch(
+                        "DROP TABLE chat_calls_search; DROP INDEX chat_calls_unindexed; \
+                         DROP INDEX chat_calls_by_start; ALTER TABLE chat_calls DROP COLUMN first_message; \
+                         DELETE FROM tower_chat_migrations WHERE id = 'tower-chat-persistence/0010_call_log';",
+                    )
+                })
+                .await
+                .unwrap();
+            Box::new(SqliteStore::open(store.path()).await.unwrap())
+        }
+        Backend::Postgres(store) => {
+            store
+                .client()
+                .await
+                .unwrap()
+                .batch_execute(
+                    "DROP INDEX chat_calls_search; DROP INDEX chat_calls_unindexed; DROP INDEX chat_calls_by_start; \
+                     ALTER TABLE chat_calls DROP COLUMN first_message, DROP COLUMN search; \
+                     DELETE FROM tower_chat_migrations WHERE id = 'tower-chat-persistence/0010_call_log';",
+                )
+                .await
+                .unwrap();
+            Box::new(
+                PostgresStore::builder(database_url().unwrap())
+                    .schema(store.schema().unwrap())
+                    .connect()
+                    .await
+                    .unwrap(),
+            )
+        }
+    };
+    let found = reopened
+        .call_log(&CallLogQuery {
+            search: Some("galdhøpiggen metres".into()),
+            ..CallLogQuery::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(ids(&found), ["old-1"]);
+    assert_eq!(found.entries[0].first_message, "How tall is Galdhøpiggen?");
+    let all = reopened
+        .call_log(&CallLogQuery {
+            until: Some(at(1_000)),
+            ..CallLogQuery::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(ids(&all), ["old-2", "old-1"]);
+    assert_eq!(all.entries[0].first_message, "question old-2");
+}
