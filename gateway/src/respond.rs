@@ -386,6 +386,7 @@ mod tests {
             hidden: Vec::new(),
             pending: Arc::new(PendingStore::new(Duration::from_secs(60))),
             operators_decide: false,
+            user_message: None,
         }
     }
 

@@ -357,7 +357,7 @@ async fn call_log_at(browser: &Driver, axe: &str, gw: &Harness, base: &str) -> V
     browser
         .execute("window.stillTheSamePage = true;", vec![])
         .await;
-    pause_a_call(gw, "plan-live").await;
+    pause_a_call(gw, "plan-live", "notes/live.txt", "live").await;
     let arrived = browser
         .find(
             "#calls tbody tr[data-call-id]:first-child a[href*='plan-live']",
