@@ -37,7 +37,7 @@ use tower_chat_cache::{
     CacheControl, CacheLayer, CacheOutcome, CacheScope, CacheTtl, MemoryCacheStore, RedisCacheStore,
 };
 
-use crate::wire::InboundRoute;
+use tower_chat_wire::format::InboundRoute;
 use crate::GatewayError;
 
 /// The `[cache]` table.

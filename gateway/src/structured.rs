@@ -46,7 +46,7 @@ use tower::Service;
 use tower_chat::{ChatError, ChatEvent, ChatRequest, ChatStream, ResponseFormat};
 use tower_chat_structured_output::{StructuredOutput, StructuredOutputLayer};
 
-use crate::wire::InboundRoute;
+use tower_chat_wire::format::InboundRoute;
 use crate::GatewayError;
 
 /// The `[structured]` table.

@@ -65,7 +65,7 @@ use serde::Deserialize;
 use tower_chat::GuardrailStage;
 use tower_chat_guardrail::{Check, GuardrailLayer, Moderation};
 
-use crate::wire::InboundRoute;
+use tower_chat_wire::format::InboundRoute;
 use crate::GatewayError;
 
 pub use select::{Guardrails, GuardrailsLayer};

@@ -11,7 +11,7 @@ use tower_chat::{
     ProviderPart, TextPart,
 };
 
-use super::schema;
+use crate::format::schema;
 use crate::error::ApiError;
 
 /// A `data:` URL or an `https:` URL as a media source: a data URL is decoded into bytes.
