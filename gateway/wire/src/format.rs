@@ -431,6 +431,7 @@ impl CallNames {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::{anthropic_messages, chat_completions, responses};
     use serde_json::json;
 
     /// Each format's body of `calls` tool calls and as many results (answering other ids).
