@@ -71,7 +71,8 @@ async fn require_token(State(token): State<String>, mut request: Request, next: 
         .and_then(|value| value.to_str().ok())
         .and_then(|value| value.strip_prefix("Bearer "));
     if presented != Some(token.as_str()) {
-        let body = json!({"error": {"message": "this app wants its bearer token", "type": "app_auth"}});
+        let body =
+            json!({"error": {"message": "this app wants its bearer token", "type": "app_auth"}});
         return (
             StatusCode::UNAUTHORIZED,
             [

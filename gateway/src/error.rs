@@ -125,7 +125,10 @@ mod tests {
         }
         .into_chat();
         let error = from_chat(&invalid);
-        assert_eq!((error.status, error.code), (StatusCode::BAD_GATEWAY, "answer_schema_mismatch"));
+        assert_eq!(
+            (error.status, error.code),
+            (StatusCode::BAD_GATEWAY, "answer_schema_mismatch")
+        );
         let plain = from_chat(&ChatError::new(ErrorKind::Protocol, "x"));
         assert_eq!(plain.code, "upstream_protocol_error");
     }

@@ -6,11 +6,11 @@ use tower_chat::ChatRequest;
 
 use crate::error::ApiError;
 use crate::request_limits::RequestLimits;
+use crate::ApprovalAnswer;
 use tower_chat_wire::anthropic_messages::AnthropicMessages;
 use tower_chat_wire::chat_completions::ChatCompletions;
-use tower_chat_wire::responses::Responses;
 use tower_chat_wire::format::{ParseContext, TowerChatRequest, UpstreamFormat, WireFormat};
-use crate::ApprovalAnswer;
+use tower_chat_wire::responses::Responses;
 
 /// The wire formats, in the order [`parse_request`] picks them by `format % 3`.
 pub const FORMATS: [&str; 3] = ["chat_completions", "anthropic_messages", "responses"];

@@ -850,12 +850,14 @@ mod tests {
         ]);
         let mut messages = vec![Message::user("hi"), Message::assistant(notice)];
         assert_eq!(notice_ids(&messages), ["apr_0123abcd", "apr_4567ef"]);
-        let operators = tower_chat_wire::format::operator_approval_text(&[tower_chat_wire::format::ApprovalNotice {
-            id: "apr_89".into(),
-            tool: "write_file".into(),
-            arguments: json!({}),
-            reason: None,
-        }]);
+        let operators = tower_chat_wire::format::operator_approval_text(&[
+            tower_chat_wire::format::ApprovalNotice {
+                id: "apr_89".into(),
+                tool: "write_file".into(),
+                arguments: json!({}),
+                reason: None,
+            },
+        ]);
         assert!(operators.contains("An operator decides"), "{operators}");
         assert_eq!(notice_ids(&[Message::assistant(operators)]), ["apr_89"]);
         messages.push(Message::user("never mind"));

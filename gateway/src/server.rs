@@ -30,8 +30,8 @@ use crate::stores::{stores, Stores};
 use crate::tools::SERVER_TOOLS;
 use crate::turn::{handle, Turns};
 use crate::warn_limit::WarnLimit;
-use tower_chat_wire::format::{ParseContext, WireFormat};
 use crate::GatewayError;
+use tower_chat_wire::format::{ParseContext, WireFormat};
 
 #[derive(Clone)]
 pub(crate) struct AppState {

@@ -22,16 +22,16 @@ use tower_chat::{
     Usage,
 };
 
-use crate::parts::{
-    anthropic_document, anthropic_image, anthropic_text, cache_hint, joined_if_text,
-    InCacheControl, InSource,
-};
+use crate::error::{anthropic_body, anthropic_response, ApiError};
+use crate::format::UpstreamFormat;
 use crate::format::{
     arguments_value, from_body, name_tool_results, schema, sse_event, Encoder, Ending, Folded,
     Inbound, InboundRoute, ParseContext, TowerChatRequest, Visible, WireFormat,
 };
-use crate::format::UpstreamFormat;
-use crate::error::{anthropic_body, anthropic_response, ApiError};
+use crate::parts::{
+    anthropic_document, anthropic_image, anthropic_text, cache_hint, joined_if_text,
+    InCacheControl, InSource,
+};
 
 /// The Anthropic Messages format (see the [module docs](self)).
 #[derive(Debug)]

@@ -11,12 +11,12 @@ use tower_chat::{
     ToolArguments, ToolCall, ToolChoice, ToolMessage, ToolSpec, Usage,
 };
 
+use crate::error::ApiError;
 use crate::format::{
     arguments_text, begin_sse_data, end_sse, from_body, schema, sse_data, write_json,
     ApprovalNotice, CallNames, Encoder, Ending, Folded, Inbound, InboundRoute, ParseContext,
     TowerChatRequest, Visible, WireFormat,
 };
-use crate::error::ApiError;
 
 /// The Chat Completions format (see the [module docs](self)).
 #[derive(Debug)]

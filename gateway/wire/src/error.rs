@@ -45,7 +45,12 @@ pub struct ApiError {
 
 impl ApiError {
     /// An error of any status; `kind` is OpenAI's `type`, `code` the stable machine-readable code.
-    pub fn new(status: StatusCode, kind: &'static str, code: &'static str, message: String) -> Self {
+    pub fn new(
+        status: StatusCode,
+        kind: &'static str,
+        code: &'static str,
+        message: String,
+    ) -> Self {
         ApiError {
             status,
             kind,

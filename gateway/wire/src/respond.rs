@@ -14,8 +14,8 @@ use bytes::Bytes;
 use futures_util::{FutureExt, StreamExt};
 use tokio_util::sync::WaitForCancellationFutureOwned;
 use tower_chat::{
-    ApprovalRequest, CancellationToken, ChatError, ChatEvent, ChatStream, ErrorKind,
-    FinishReason, Message, ResponseBuilder, ToolCall,
+    ApprovalRequest, CancellationToken, ChatError, ChatEvent, ChatStream, ErrorKind, FinishReason,
+    Message, ResponseBuilder, ToolCall,
 };
 
 use crate::error::ApiError;

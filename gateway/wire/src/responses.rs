@@ -20,12 +20,12 @@ use serde::Deserialize;
 use serde_json::{json, Map, Value};
 use tower_chat::{ChatRequest, Message, ResponseFormat, ToolChoice, ToolSpec};
 
+use crate::error::ApiError;
+use crate::format::UpstreamFormat;
 use crate::format::{
     from_body, name_tool_results, schema, Inbound, InboundRoute, ParseContext, TowerChatRequest,
     WireFormat,
 };
-use crate::format::UpstreamFormat;
-use crate::error::ApiError;
 use input::{input_messages, raw_counts, str_field};
 pub use output::ResponseEncoder;
 

@@ -215,7 +215,14 @@ where
         .oneshot(request)
         .await
         .map_err(|e| ApiError::from_chat(&e))?;
-    answer(stream, inbound.stream, turn, encoder, CancellationToken::new()).await
+    answer(
+        stream,
+        inbound.stream,
+        turn,
+        encoder,
+        CancellationToken::new(),
+    )
+    .await
 }
 
 /// The names of the tools a request declares: the client's own, whose calls it is shown.

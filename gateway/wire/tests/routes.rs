@@ -27,7 +27,10 @@ fn answering(text: &'static str) -> (Chat, Model) {
 /// The app: its own `GET /health` and state, the wire routes beside it, served on a loopback port.
 async fn serve(routes: axum::Router<&'static str>) -> String {
     let app = axum::Router::new()
-        .route("/health", get(|state: axum::extract::State<&'static str>| async move { *state }))
+        .route(
+            "/health",
+            get(|state: axum::extract::State<&'static str>| async move { *state }),
+        )
         .merge(routes)
         .with_state("healthy");
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -118,19 +121,35 @@ async fn every_format_answers_whole_and_streamed_beside_the_apps_own_route() {
     let [chat, messages, responses] = requests(false);
     let whole = post(&format!("{base}{}", chat.0), &chat.1).await;
     assert_eq!(whole.status, 200, "{}", whole.body);
-    assert_eq!(whole.json()["choices"][0]["message"]["content"], "hello there");
+    assert_eq!(
+        whole.json()["choices"][0]["message"]["content"],
+        "hello there"
+    );
     assert_eq!(whole.json()["usage"]["prompt_tokens"], 20);
     let whole = post(&format!("{base}{}", messages.0), &messages.1).await;
-    assert_eq!(whole.json()["content"][0]["text"], "hello there", "{}", whole.body);
+    assert_eq!(
+        whole.json()["content"][0]["text"],
+        "hello there",
+        "{}",
+        whole.body
+    );
     assert_eq!(whole.json()["stop_reason"], "end_turn");
     let whole = post(&format!("{base}{}", responses.0), &responses.1).await;
-    assert_eq!(whole.json()["output"][0]["content"][0]["text"], "hello there", "{}", whole.body);
+    assert_eq!(
+        whole.json()["output"][0]["content"][0]["text"],
+        "hello there",
+        "{}",
+        whole.body
+    );
     assert_eq!(whole.json()["status"], "completed");
 
     for (path, body) in requests(true) {
         let streamed = post(&format!("{base}{path}"), &body).await;
         assert_eq!(streamed.status, 200, "{path}: {}", streamed.body);
-        assert_eq!(streamed.headers["content-type"], "text/event-stream", "{path}");
+        assert_eq!(
+            streamed.headers["content-type"], "text/event-stream",
+            "{path}"
+        );
         let text: String = streamed
             .data()
             .iter()
@@ -245,8 +264,15 @@ async fn the_services_errors_keep_the_gateways_statuses_in_each_shape() {
     assert_eq!(failed.json()["error"]["code"], "upstream_failed");
     let (chat, _) = service(|| vec![Err(ChatError::new(ErrorKind::InvalidRequest, "bad"))]);
     let base = serve(WireRouter::new(chat).all()).await;
-    let refused = post(&format!("{base}/v1/chat/completions"), &requests(false)[0].1).await;
-    assert_eq!((refused.status, refused.json()["error"]["code"].clone()), (400, json!("invalid_request")));
+    let refused = post(
+        &format!("{base}/v1/chat/completions"),
+        &requests(false)[0].1,
+    )
+    .await;
+    assert_eq!(
+        (refused.status, refused.json()["error"]["code"].clone()),
+        (400, json!("invalid_request"))
+    );
 }
 
 #[tokio::test]
@@ -262,7 +288,11 @@ async fn a_stream_that_fails_after_it_started_ends_with_the_formats_error_event(
     let streamed = post(&format!("{base}{}", chat.0), &chat.1).await;
     assert_eq!(streamed.status, 200);
     let last: Value = serde_json::from_str(streamed.data().last().unwrap()).unwrap();
-    assert_eq!(last["error"]["code"], "upstream_unreachable", "{}", streamed.body);
+    assert_eq!(
+        last["error"]["code"], "upstream_unreachable",
+        "{}",
+        streamed.body
+    );
     let streamed = post(&format!("{base}{}", messages.0), &messages.1).await;
     assert!(streamed.body.contains("event: error"), "{}", streamed.body);
 }
@@ -326,8 +356,16 @@ async fn the_apps_caller_and_the_conversation_header_reach_the_service() {
         request.extensions.get::<ConversationId>().unwrap().as_str(),
         "alice/trip-1"
     );
-    let bad = send(&url, requests(false)[0].1.to_string(), &[("x-conversation-id", "a b")]).await;
-    assert_eq!((bad.status, bad.json()["error"]["code"].clone()), (400, json!("limit_exceeded")));
+    let bad = send(
+        &url,
+        requests(false)[0].1.to_string(),
+        &[("x-conversation-id", "a b")],
+    )
+    .await;
+    assert_eq!(
+        (bad.status, bad.json()["error"]["code"].clone()),
+        (400, json!("limit_exceeded"))
+    );
 }
 
 #[tokio::test]
@@ -340,7 +378,10 @@ async fn what_needs_a_store_is_refused_with_a_typed_error() {
                 "tower_chat": {"approvals": [{"id": "apr_1", "approved": true}]}}),
     )
     .await;
-    assert_eq!((resume.status, resume.json()["error"]["code"].clone()), (400, json!("approvals_unavailable")));
+    assert_eq!(
+        (resume.status, resume.json()["error"]["code"].clone()),
+        (400, json!("approvals_unavailable"))
+    );
     let previous = post(
         &format!("{base}/v1/responses"),
         &json!({"model": "m", "input": "more", "previous_response_id": "resp_1"}),
@@ -367,7 +408,10 @@ async fn limits_and_the_body_limit_are_the_embedders_to_set() {
     let two = json!({"model": "m", "messages": [
         {"role": "user", "content": "a"}, {"role": "user", "content": "b"}]});
     let refused = post(&format!("{base}/v1/chat/completions"), &two).await;
-    assert_eq!((refused.status, refused.json()["error"]["code"].clone()), (400, json!("limit_exceeded")));
+    assert_eq!(
+        (refused.status, refused.json()["error"]["code"].clone()),
+        (400, json!("limit_exceeded"))
+    );
     let long = json!({"model": "m", "max_tokens": 8,
         "messages": [{"role": "user", "content": "x".repeat(4096)}]});
     let refused = post(&format!("{base}/v1/messages"), &long).await;
@@ -377,7 +421,11 @@ async fn limits_and_the_body_limit_are_the_embedders_to_set() {
     // The finish reason of a turn the service paused reaches the client, without a notice to resume it by.
     let (chat, _) = service(|| vec![Ok(ChatEvent::finish(FinishReason::AwaitingApproval))]);
     let base = serve(WireRouter::new(chat).chat_completions()).await;
-    let paused = post(&format!("{base}/v1/chat/completions"), &requests(false)[0].1).await;
+    let paused = post(
+        &format!("{base}/v1/chat/completions"),
+        &requests(false)[0].1,
+    )
+    .await;
     assert_eq!(
         paused.json()["tower_chat"]["finish_reason"],
         "awaiting_approval",

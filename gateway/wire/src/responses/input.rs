@@ -6,8 +6,8 @@ use tower_chat::{AssistantMessage, Message, Part, ToolArguments, ToolCall, ToolM
 
 use super::reasoning::input_reasoning;
 use crate::error::ApiError;
-use crate::parts::responses_content;
 use crate::format::schema;
+use crate::parts::responses_content;
 
 pub(super) fn str_field<'a>(item: &'a Value, field: &str, at: &str) -> Result<&'a str, ApiError> {
     item.get(field)
@@ -158,11 +158,11 @@ mod tests {
     use serde_json::json;
     use tower_chat::{Continuation, ImageDetail, MediaSource};
 
-    use crate::responses::Responses;
     use super::*;
     use crate::format::UpstreamFormat;
-    use crate::limits::RequestLimits;
     use crate::format::{Inbound, ParseContext, WireFormat};
+    use crate::limits::RequestLimits;
+    use crate::responses::Responses;
 
     const PNG: &str = "iVBORw0KGgo=";
     const PDF: &str = "JVBERi0xLjQK";

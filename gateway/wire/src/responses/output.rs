@@ -8,11 +8,11 @@ use tower_chat::{Continuation, FinishReason, Usage};
 
 use crate::error::ApiError;
 
+use super::reasoning;
 use crate::format::{
     arguments_text, begin_sse_event, end_sse, sse_event, write_json, Encoder, Ending, Folded,
     Visible,
 };
-use super::reasoning;
 /// The Responses usage object.
 fn usage(usage: &Usage) -> Value {
     json!({

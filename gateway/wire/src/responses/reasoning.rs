@@ -152,8 +152,8 @@ pub(crate) fn output_item(id: &str, text: &str, encrypted_content: Option<String
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::responses::ResponseEncoder;
     use crate::format::{Encoder, Ending, Folded, Visible};
+    use crate::responses::ResponseEncoder;
 
     fn thinking(text: &str, signature: &str) -> ReasoningPart {
         ReasoningPart {
