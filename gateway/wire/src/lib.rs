@@ -30,13 +30,13 @@
 //! no server of its own: the app that nests the routes serves them), serde/serde_json, futures, http, bytes and
 //! tower (and uuid for answer ids) — no SQLite, PostgreSQL, Redis, MCP or OTLP. The gateway (`tower-chat-gateway`) is these formats plus
 //! its stores, console and configuration: it handles turns itself (approvals, stored responses, server-side
-//! tools) with the same parsers and encoders ([`format`], [`respond`], [`router::answer`]).
+//! tools) with the same parsers and encoders ([`format`](mod@format), [`respond`], [`router::answer`]).
 //!
 //! | module | |
 //! | --- | --- |
 //! | [`router`] | [`WireRouter`]: the routes over a chat service; the steps each route takes |
 //! | [`chat_completions`], [`anthropic_messages`], [`responses`] | one format each: its parser and encoder |
-//! | [`format`] | what every format is made of ([`WireFormat`](format::WireFormat), [`Encoder`](format::Encoder)) |
+//! | [`format`](mod@format) | what every format is made of ([`WireFormat`](format::WireFormat), [`Encoder`](format::Encoder)) |
 //! | [`respond`] | the stack's events folded into what the client sees, as one answer or SSE |
 //! | [`error`] | [`ApiError`]: errors with their status, in each format's shape |
 //! | [`limits`] | [`RequestLimits`]: what one request may hold |

@@ -11,7 +11,7 @@
 //! `response.completed` (or `response.incomplete`), or `error`.
 //!
 //! Content parts are read by `parts.rs`, as the other formats' are; how reasoning from any upstream survives a
-//! round trip through a Responses client is in [`reasoning`].
+//! round trip through a Responses client is in `responses/reasoning.rs`.
 //!
 //! A response's id names its call record (unless `store: false`), so `previous_response_id` continues the
 //! stored conversation; the lookup is in `server.rs`, scoped to the caller.
