@@ -37,8 +37,8 @@ use tower_chat_cache::{
     CacheControl, CacheLayer, CacheOutcome, CacheScope, CacheTtl, MemoryCacheStore, RedisCacheStore,
 };
 
-use crate::wire::InboundRoute;
 use crate::GatewayError;
+use tower_chat_wire::format::InboundRoute;
 
 /// The `[cache]` table.
 #[derive(Clone, Debug, PartialEq, Deserialize)]

@@ -27,6 +27,15 @@ pub enum Provider {
     Anthropic,
 }
 
+impl From<Provider> for tower_chat_wire::UpstreamFormat {
+    fn from(provider: Provider) -> Self {
+        match provider {
+            Provider::OpenAi => tower_chat_wire::UpstreamFormat::OpenAi,
+            Provider::Anthropic => tower_chat_wire::UpstreamFormat::Anthropic,
+        }
+    }
+}
+
 impl Provider {
     /// The environment variable holding the upstream key when `--upstream-key-env` is not given.
     pub fn default_key_env(self) -> &'static str {

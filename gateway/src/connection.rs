@@ -268,7 +268,7 @@ impl InFlight {
                 None => {
                     return Err(ApiError {
                         retry_after: Some(Duration::from_secs(1)),
-                        ..ApiError::too_many_in_flight(self.per_key.limit())
+                        ..crate::error::too_many_in_flight(self.per_key.limit())
                     })
                 }
             },

@@ -1,16 +1,16 @@
-//! Entry points for the cargo-fuzz targets in `fuzz/`: the crate-private request parsers, reachable from
-//! outside only in a build with `--cfg fuzzing` (which cargo-fuzz sets), so the public API does not grow.
+//! Entry points for the cargo-fuzz targets in `fuzz/`: the request parsers of every route (the wire formats'
+//! own, in `tower-chat-wire`) with the gateway's limits, in a build with `--cfg fuzzing` (which cargo-fuzz
+//! sets).
 
 use tower_chat::ChatRequest;
 
-use crate::config::Provider;
 use crate::error::ApiError;
 use crate::request_limits::RequestLimits;
-use crate::wire::anthropic_messages::AnthropicMessages;
-use crate::wire::chat_completions::ChatCompletions;
-use crate::wire::responses::Responses;
-use crate::wire::{ParseContext, TowerChatRequest, WireFormat};
 use crate::ApprovalAnswer;
+use tower_chat_wire::anthropic_messages::AnthropicMessages;
+use tower_chat_wire::chat_completions::ChatCompletions;
+use tower_chat_wire::format::{ParseContext, TowerChatRequest, UpstreamFormat, WireFormat};
+use tower_chat_wire::responses::Responses;
 
 /// The wire formats, in the order [`parse_request`] picks them by `format % 3`.
 pub const FORMATS: [&str; 3] = ["chat_completions", "anthropic_messages", "responses"];
@@ -22,9 +22,9 @@ pub fn parse_request(
 ) -> Result<(ChatRequest, Vec<ApprovalAnswer>), ApiError> {
     let context = ParseContext {
         upstream: if format & 0x80 == 0 {
-            Provider::OpenAi
+            UpstreamFormat::OpenAi
         } else {
-            Provider::Anthropic
+            UpstreamFormat::Anthropic
         },
         limits: RequestLimits::DEFAULT,
     };

@@ -6,7 +6,8 @@
 //! (`add`, `read_file`, `write_file` with approval through the approval layer) run by the tool loop, every call
 //! recorded by the persistence layer (SQLite or PostgreSQL), telemetry through the tracing layer, `GET /healthz`,
 //! gateway keys, each format's own error shape and graceful shutdown. Official OpenAI and Anthropic client
-//! libraries work against it unmodified. One module per format under `wire/`, over a shared core.
+//! libraries work against it unmodified. The formats themselves (parsers, encoders, error shapes) are the
+//! `tower-chat-wire` crate, which an axum app of its own can nest without the rest of the gateway.
 //!
 //! From the repository root: `cargo run --release --example gateway -- --demo` (offline, a scripted model, no
 //! key: [`demo`]) or `-- --upstream http://127.0.0.1:9000/v1`.
@@ -57,7 +58,6 @@ pub mod metrics;
 pub mod operator;
 mod pending;
 pub mod request_limits;
-mod respond;
 mod rounds;
 mod routes;
 mod sandbox;
@@ -74,7 +74,6 @@ pub mod upstream_key;
 pub mod upstreams;
 mod warn_limit;
 mod watchdog;
-mod wire;
 
 use std::fmt;
 use std::process::ExitCode;
@@ -87,7 +86,7 @@ pub use pending::PendingStore;
 pub use server::Gateway;
 pub use stack::{stack, ChatStack, StackOptions, Upstream};
 pub use stores::{stores, Stores};
-pub use wire::{ApprovalAnswer, ApprovalNotice};
+pub use tower_chat_wire::{ApprovalAnswer, ApprovalNotice};
 
 /// Why the gateway could not start or stopped with an error.
 #[derive(Debug)]

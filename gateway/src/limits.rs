@@ -42,7 +42,7 @@ use tower_chat_limits::{
 };
 use tower_chat_persistence::{SpendQuery, Store};
 
-use crate::error::{json_response, ApiError};
+use crate::error::json_response;
 use crate::GatewayError;
 
 /// The `[limits]` table: where counters live, the default limits, per-key and per-model limits, and prices.
@@ -287,7 +287,7 @@ pub(crate) async fn usage(
                     .collect();
                 body["limits"] = Value::Array(scopes);
             }
-            Err(error) => return ApiError::from_chat(&error).into_response(),
+            Err(error) => return crate::error::from_chat(&error).into_response(),
         }
     }
     if let Some(records) = records {

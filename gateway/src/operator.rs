@@ -48,7 +48,7 @@ use tower_chat_approval::{DecideOutcome, PendingApproval, PendingCursor, Pending
 
 use crate::error::{json_response, ApiError};
 use crate::extract::{ApiJson, ApiQuery, Expected};
-use crate::wire::{ApprovalAnswer, ApprovalNotice};
+use tower_chat_wire::format::{ApprovalAnswer, ApprovalNotice};
 
 /// The prefix of an operator's approver identity (`operator:NAME`). Client identities cannot carry it: key
 /// names have no `:`.
@@ -465,7 +465,7 @@ pub(crate) async fn pending_page(
     let mut page = store
         .list_pending(now, after, limit + 1)
         .await
-        .map_err(|e| ApiError::from_chat(&e))?;
+        .map_err(|e| crate::error::from_chat(&e))?;
     let next = (page.len() > limit).then(|| {
         page.truncate(limit);
         PendingCursor::after(&page[limit - 1])
@@ -718,7 +718,7 @@ pub(crate) async fn record_decision(
             match store
                 .decide_pending(id, &decision)
                 .await
-                .map_err(|e| ApiError::from_chat(&e))?
+                .map_err(|e| crate::error::from_chat(&e))?
             {
                 DecideOutcome::Recorded => state.decisions.notify(),
                 DecideOutcome::AlreadyDecided => return Err(already()),
@@ -771,7 +771,7 @@ pub(crate) async fn poll(
     } else {
         match state.polls.admit(&caller) {
             Some(permit) => Some(permit),
-            None => return ApiError::too_many_polls(state.polls.limit()).into_response(),
+            None => return crate::error::too_many_polls(state.polls.limit()).into_response(),
         }
     };
     let deadline = tokio::time::Instant::now() + wait;
@@ -857,14 +857,14 @@ mod tests {
 
     #[test]
     fn notice_ids_are_read_from_a_trailing_notice_only() {
-        let notice = crate::wire::approval_text(&[
-            crate::wire::ApprovalNotice {
+        let notice = tower_chat_wire::format::approval_text(&[
+            tower_chat_wire::format::ApprovalNotice {
                 id: "apr_0123abcd".into(),
                 tool: "write_file".into(),
                 arguments: json!({"path": "a"}),
                 reason: None,
             },
-            crate::wire::ApprovalNotice {
+            tower_chat_wire::format::ApprovalNotice {
                 id: "apr_4567ef".into(),
                 tool: "write_file".into(),
                 arguments: json!({"path": "b"}),
@@ -873,12 +873,14 @@ mod tests {
         ]);
         let mut messages = vec![Message::user("hi"), Message::assistant(notice)];
         assert_eq!(notice_ids(&messages), ["apr_0123abcd", "apr_4567ef"]);
-        let operators = crate::wire::operator_approval_text(&[crate::wire::ApprovalNotice {
-            id: "apr_89".into(),
-            tool: "write_file".into(),
-            arguments: json!({}),
-            reason: None,
-        }]);
+        let operators = tower_chat_wire::format::operator_approval_text(&[
+            tower_chat_wire::format::ApprovalNotice {
+                id: "apr_89".into(),
+                tool: "write_file".into(),
+                arguments: json!({}),
+                reason: None,
+            },
+        ]);
         assert!(operators.contains("An operator decides"), "{operators}");
         assert_eq!(notice_ids(&[Message::assistant(operators)]), ["apr_89"]);
         messages.push(Message::user("never mind"));

@@ -21,7 +21,7 @@ use tower_chat::{
 use tower_chat_approval::ApprovalContext;
 
 use crate::error::ApiError;
-use crate::wire::{ApprovalAnswer, ApprovalNotice};
+use tower_chat_wire::format::{ApprovalAnswer, ApprovalNotice};
 
 /// The most records kept; past it the oldest are dropped (a bound on what unauthenticated traffic can pin).
 const MAX_RECORDS: usize = 10_000;

@@ -21,9 +21,9 @@ use crate::api_guard::{AllowedHosts, ApiGuard};
 use crate::connection::GuardedBody;
 use crate::error::{json_response, ApiError};
 use crate::server::{endpoint, AppState, Gateway};
-use crate::wire::{
-    anthropic_messages::AnthropicMessages, chat_completions::ChatCompletions, responses::Responses,
-    WireFormat,
+use tower_chat_wire::{
+    anthropic_messages::AnthropicMessages, chat_completions::ChatCompletions, format::WireFormat,
+    responses::Responses,
 };
 
 impl Gateway {
@@ -174,7 +174,7 @@ async fn healthz() -> Response {
 }
 
 async fn not_found(request: Request) -> Response {
-    ApiError::not_found(request.uri().path()).into_response()
+    crate::error::unknown_route(request.uri().path()).into_response()
 }
 
 async fn authenticate(

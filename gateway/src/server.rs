@@ -30,8 +30,8 @@ use crate::stores::{stores, Stores};
 use crate::tools::SERVER_TOOLS;
 use crate::turn::{handle, Turns};
 use crate::warn_limit::WarnLimit;
-use crate::wire::{ParseContext, WireFormat};
 use crate::GatewayError;
+use tower_chat_wire::format::{ParseContext, WireFormat};
 
 #[derive(Clone)]
 pub(crate) struct AppState {
@@ -191,7 +191,7 @@ impl Gateway {
                     records: None,
                     body_limit: config.body_limit,
                     parse: ParseContext {
-                        upstream: config.provider,
+                        upstream: config.provider.into(),
                         limits: config.limits,
                     },
                     limits: Arc::new(config.limits),

@@ -46,8 +46,8 @@ use tower::Service;
 use tower_chat::{ChatError, ChatEvent, ChatRequest, ChatStream, ResponseFormat};
 use tower_chat_structured_output::{StructuredOutput, StructuredOutputLayer};
 
-use crate::wire::InboundRoute;
 use crate::GatewayError;
+use tower_chat_wire::format::InboundRoute;
 
 /// The `[structured]` table.
 #[derive(Clone, Debug, PartialEq, Deserialize)]

@@ -7,25 +7,27 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use axum::body::{Body, Bytes};
+use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::response::Response;
-use futures_util::StreamExt;
-use http::{header, HeaderMap, HeaderValue, StatusCode};
+use http::{HeaderMap, StatusCode};
 use tower::ServiceExt;
-use tower_chat::{CallerIdentity, ChatError, ConversationId, Message};
+use tower_chat::{
+    ApprovalRequest, CallerIdentity, ChatError, ConversationId, FinishReason, Message, ToolCall,
+};
 use tower_chat_approval::ApprovalStore;
 use tower_chat_persistence::Store;
 
-use crate::error::{json_bytes_response, ApiError};
+use crate::error::ApiError;
 use crate::mcp::GatewayMcp;
 use crate::operator::OperatorState;
 use crate::pending::{PendingStore, Resumption};
 use crate::request_limits::RequestLimits;
-use crate::respond::{self, Turn};
 use crate::stack::ChatStack;
 use crate::tools::SERVER_TOOLS;
-use crate::wire::{self, ParseContext, WireFormat};
+use tower_chat_wire::format::{self, ApprovalNotice, ParseContext, WireFormat};
+use tower_chat_wire::respond::{Turn, TurnKeeper};
+use tower_chat_wire::router::{answer, check_inbound, client_tools, read_body};
 
 /// What a turn needs, shared by every request.
 #[derive(Clone)]
@@ -65,7 +67,7 @@ pub(crate) struct Turns {
 async fn recorded_resumption(
     state: &Turns,
     caller: Option<&CallerIdentity>,
-    answers: &[wire::ApprovalAnswer],
+    answers: &[format::ApprovalAnswer],
 ) -> Result<Option<Resumption>, ApiError> {
     let (Some(approvals), Some(first)) = (state.approval_store.as_ref(), answers.first()) else {
         return Ok(None);
@@ -139,7 +141,7 @@ async fn previous_response(
     let record = crate::rounds::last_round(records.as_ref(), id)
         .await
         .map_err(|e| {
-            ApiError::from_chat(&ChatError::new(
+            crate::error::from_chat(&ChatError::new(
                 tower_chat::ErrorKind::Store,
                 format!("reading the previous response failed: {e}"),
             ))
@@ -168,40 +170,16 @@ pub(crate) async fn handle<F: WireFormat>(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    let body = body.map_err(|rejection| {
-        if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
-            ApiError {
-                message: format!(
-                    "the request body is larger than the gateway's limit of {} bytes of text \
-                     (--body-limit) and {} bytes of media (--max-media-bytes)",
-                    state.body_limit, state.limits.max_media_bytes
-                ),
-                ..ApiError::too_large(state.body_limit)
-            }
-        } else {
-            ApiError::invalid_request("invalid_body", rejection.body_text())
-        }
-    })?;
+    let body = read_body(body, state.body_limit, &state.limits)?;
     let (parsed, encoder) = F::parse(&body, &state.parse)?;
     // Before anything is looked up, spliced or stored: the request's size in things, not bytes.
-    state.limits.check(&parsed.request)?;
-    state
-        .limits
-        .check_text_bytes(&parsed.request, body.len(), state.body_limit)?;
-    state
-        .limits
-        .check_approvals(parsed.approvals.iter().map(|a| a.id.as_str()))?;
+    check_inbound(&parsed, body.len(), state.body_limit, &state.limits)?;
     let header_conversation = state.limits.conversation(
         caller.as_ref(),
         headers.get("x-conversation-id").map(|v| v.as_bytes()),
     )?;
     let mut request = parsed.request;
-    let client_tools: HashSet<String> = request
-        .options
-        .tools
-        .iter()
-        .map(|t| t.name.clone())
-        .collect();
+    let client_tools: HashSet<String> = client_tools(&request);
     if let Some(clash) = client_tools
         .iter()
         .find(|name| SERVER_TOOLS.contains(&name.as_str()))
@@ -241,7 +219,7 @@ pub(crate) async fn handle<F: WireFormat>(
             .take_while(|m| matches!(m, Message::System { .. }))
             .count();
         request.messages.splice(instructions..instructions, history);
-        wire::name_tool_results(&mut request.messages);
+        format::name_tool_results(&mut request.messages);
         conversation = Some(stored);
         whole_history_given = true;
     }
@@ -328,58 +306,82 @@ pub(crate) async fn handle<F: WireFormat>(
             _ => None,
         });
     let turn = Turn {
-        user_message,
         model: parsed.model,
         client_tools,
-        caller,
-        conversation,
-        hidden,
-        pending: state.pending.clone(),
-        operators_decide: state.operators.is_some(),
+        keeper: Kept {
+            user_message,
+            caller,
+            conversation,
+            hidden,
+            pending: state.pending.clone(),
+            operators_decide: state.operators.is_some(),
+        },
     };
-    let mut stream = state
+    let stream = state
         .stack
         .clone()
         .oneshot(request)
         .await
-        .map_err(|e| ApiError::from_chat(&e))?;
-    if !parsed.stream {
-        let body = respond::complete(stream, turn, encoder).await?;
-        let mut response = json_bytes_response(StatusCode::OK, body);
-        if let Some(outcome) = &cache_outcome {
-            crate::cache::outcome_header(outcome, response.headers_mut());
-        }
-        return Ok(response);
-    }
-    // Wait for the first event before committing to 200, so a failure before any output (a resumed call's
-    // first model call, say) is still an HTTP error with its status.
-    let first = match stream.next().await {
-        Some(Ok(event)) => event,
-        Some(Err(error)) => return Err(ApiError::from_chat(&error)),
-        None => {
-            return Err(ApiError::from_chat(&ChatError::new(
-                tower_chat::ErrorKind::Protocol,
-                "the response ended before any event",
-            )))
-        }
-    };
-    let body = Body::from_stream(respond::stream(
+        .map_err(|e| crate::error::from_chat(&e))?;
+    let mut response = answer(
         stream,
-        first,
+        parsed.stream,
         turn,
         encoder,
         state.drain_over.clone(),
-    ));
-    let mut response = Response::new(body);
-    let headers = response.headers_mut();
-    headers.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/event-stream"),
-    );
-    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-    headers.insert("x-accel-buffering", HeaderValue::from_static("no"));
+    )
+    .await?;
     if let Some(outcome) = &cache_outcome {
-        crate::cache::outcome_header(outcome, headers);
+        crate::cache::outcome_header(outcome, response.headers_mut());
     }
     Ok(response)
+}
+
+/// What the gateway keeps of a turn when it ends: a turn paused for approval (its hidden messages, under the
+/// approval ids its notices name) and a hand-back of the client's own calls, both in the [`PendingStore`].
+struct Kept {
+    caller: Option<CallerIdentity>,
+    conversation: ConversationId,
+    /// Hidden messages this turn continues from (a resumed pause).
+    hidden: Vec<Message>,
+    /// The text of the request's last user message: what an operator reads beside a paused call.
+    user_message: Option<String>,
+    pending: Arc<PendingStore>,
+    /// Operators decide pending approvals (`--operator-keys-file`): the notice tells the client to wait.
+    operators_decide: bool,
+}
+
+impl TurnKeeper for Kept {
+    fn end(
+        &mut self,
+        reason: &FinishReason,
+        messages: Vec<Message>,
+        approvals: &[ApprovalRequest],
+        client_calls: &[ToolCall],
+    ) -> Vec<ApprovalNotice> {
+        let mut hidden = std::mem::take(&mut self.hidden);
+        hidden.extend(messages);
+        if *reason == FinishReason::AwaitingApproval && !approvals.is_empty() {
+            return self.pending.pause(
+                self.caller.clone(),
+                self.conversation.clone(),
+                hidden,
+                approvals,
+                self.user_message.as_deref(),
+            );
+        }
+        if *reason == FinishReason::ToolCalls && !client_calls.is_empty() {
+            let ids: Vec<String> = client_calls.iter().map(|c| c.id.clone()).collect();
+            self.pending.hand_back(self.caller.clone(), &ids, hidden);
+        }
+        Vec::new()
+    }
+
+    fn operators_decide(&self) -> bool {
+        self.operators_decide
+    }
+
+    fn error(&self, error: &ChatError) -> ApiError {
+        crate::error::from_chat(error)
+    }
 }

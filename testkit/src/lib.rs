@@ -3,6 +3,7 @@
 //! - [`model`](mod@model): scripted in-process models that record what they were sent, in either delivery shape.
 //! - [`events`]: running a request through a service and reading its events.
 //! - [`replies`]: provider replies for [`ScriptedProvider`](tower_chat::test_server::ScriptedProvider).
+//! - [`python`]: running the official Python clients against a server, skipping visibly without them.
 //! - `spans` (feature `spans`): a tracing layer that records spans and events.
 //!
 //! Everything is re-exported at the root: a test file says `use tower_chat_testkit::*;`.
@@ -17,6 +18,7 @@ use std::time::Duration;
 pub mod events;
 pub mod media;
 pub mod model;
+pub mod python;
 pub mod replies;
 #[cfg(feature = "spans")]
 pub mod spans;
@@ -24,6 +26,7 @@ pub mod spans;
 pub use events::*;
 pub use media::{base64, PDF, PNG};
 pub use model::*;
+pub use python::*;
 pub use replies::*;
 #[cfg(feature = "spans")]
 pub use spans::*;

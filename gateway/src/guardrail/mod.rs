@@ -65,8 +65,8 @@ use serde::Deserialize;
 use tower_chat::GuardrailStage;
 use tower_chat_guardrail::{Check, GuardrailLayer, Moderation};
 
-use crate::wire::InboundRoute;
 use crate::GatewayError;
+use tower_chat_wire::format::InboundRoute;
 
 pub use select::{Guardrails, GuardrailsLayer};
 

@@ -19,7 +19,7 @@ use tower_chat_guardrail::Guardrail;
 
 use super::Policies;
 use crate::metrics::PrometheusMetrics;
-use crate::wire::InboundRoute;
+use tower_chat_wire::format::InboundRoute;
 
 /// Builds [`Guardrails`] around a service.
 #[derive(Clone, Debug)]

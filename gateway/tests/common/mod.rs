@@ -498,19 +498,7 @@ pub const PYTHON_KEY: &str = "sk-python";
 /// A key file holding [`PYTHON_KEY`], when `python3` has `package`; otherwise a visible skip (`None`), which
 /// fails the test when `CI` is set.
 pub fn python_keys(test: &str, package: &str) -> Option<tempfile::NamedTempFile> {
-    let installed = std::process::Command::new("python3")
-        .args(["-c", &format!("import {package}")])
-        .output()
-        .is_ok_and(|output| output.status.success());
-    if !installed {
-        let reason =
-            format!("the `{package}` Python package is not installed (pip install {package})");
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "{test}: {reason}, and CI is set"
-        );
-        eprintln!("SKIPPED {test}: {reason}");
-        println!("SKIPPED {test}: {reason}");
+    if !tower_chat_testkit::python_package(test, package) {
         return None;
     }
     let keys = tempfile::NamedTempFile::new().unwrap();
@@ -521,23 +509,5 @@ pub fn python_keys(test: &str, package: &str) -> Option<tempfile::NamedTempFile>
 /// Run `tests/<script>` with `args`; assert it exited 0 and printed every check.
 pub async fn run_python(script: &str, args: &[String], checks: &[&str]) {
     let script = format!("{}/tests/{script}", env!("CARGO_MANIFEST_DIR"));
-    let args = args.to_vec();
-    let output = tokio::task::spawn_blocking(move || {
-        std::process::Command::new("python3")
-            .arg(&script)
-            .args(&args)
-            .output()
-            .expect("run python3")
-    })
-    .await
-    .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(
-        output.status.success(),
-        "python client failed\nstdout:\n{stdout}\nstderr:\n{stderr}"
-    );
-    for check in checks {
-        assert!(stdout.contains(check), "missing `{check}` in:\n{stdout}");
-    }
+    tower_chat_testkit::run_python(script, args, checks).await;
 }

@@ -19,7 +19,7 @@ use serde_json::{json, Value};
 use tower_chat::{Blob, Continuation, ReasoningPart};
 
 use crate::error::ApiError;
-use crate::wire::schema;
+use crate::format::schema;
 
 /// What every sealed part starts with: the format's name, then its version.
 const SEALED_FORMAT: &str = "tower-chat.reasoning.";
@@ -152,8 +152,8 @@ pub(crate) fn output_item(id: &str, text: &str, encrypted_content: Option<String
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::wire::responses::ResponseEncoder;
-    use crate::wire::{Encoder, Ending, Folded, Visible};
+    use crate::format::{Encoder, Ending, Folded, Visible};
+    use crate::responses::ResponseEncoder;
 
     fn thinking(text: &str, signature: &str) -> ReasoningPart {
         ReasoningPart {

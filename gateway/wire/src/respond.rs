@@ -1,46 +1,83 @@
-//! Turning the stack's event stream into what the client asked for, in any wire format: the shared
-//! [`Translator`] decides what the client may see (server-side tool calls and their results are hidden; the
-//! client's own calls are shown, renumbered from 0 per round) and what the gateway must keep (a paused turn, a
-//! hand-back), and a format's [`Encoder`] writes it — one whole answer, or SSE events.
+//! Turning the stack's event stream into what the client asked for, in any wire format: a shared translator
+//! decides what the client may see (server-side tool calls and their results are hidden; the client's own calls
+//! are shown, renumbered from 0 per round), hands what a server must keep (a paused turn, a hand-back) to the
+//! turn's [`TurnKeeper`], and a format's [`Encoder`] writes it — one whole answer ([`complete`]), or SSE events
+//! ([`stream`]).
 //!
-//! A pause for approval becomes a notice in the text plus the `tower_chat` fields (see the README).
+//! A pause for approval becomes a notice in the text plus the `tower_chat` fields, when the keeper issued
+//! notices for it.
 
 use std::collections::{HashMap, HashSet};
 use std::pin::Pin;
-use std::sync::Arc;
 
 use bytes::Bytes;
 use futures_util::{FutureExt, StreamExt};
 use tokio_util::sync::WaitForCancellationFutureOwned;
 use tower_chat::{
-    ApprovalRequest, CallerIdentity, CancellationToken, ChatError, ChatEvent, ChatStream,
-    ConversationId, ErrorKind, FinishReason, Message, ResponseBuilder,
+    ApprovalRequest, CancellationToken, ChatError, ChatEvent, ChatStream, ErrorKind, FinishReason,
+    Message, ResponseBuilder, ToolCall,
 };
 
 use crate::error::ApiError;
-use crate::pending::PendingStore;
-use crate::wire::{Encoder, Ending, Folded, Visible};
+use crate::format::{ApprovalNotice, Encoder, Ending, Folded, Visible};
+
+/// What a server keeps of a turn when it ends, and how it words a chat error: the gateway pauses a turn for
+/// approval and keeps a hand-back of client calls here; a server that keeps nothing uses [`KeepNothing`].
+pub trait TurnKeeper: Send + 'static {
+    /// The turn ended with `reason`. `messages` is everything the stack did this turn (the assistant's rounds
+    /// and tool results, hidden ones included), `approvals` the approvals it asked for, `client_calls` the
+    /// client's own calls of the last round. Returns the notices of pending approvals the client is shown.
+    fn end(
+        &mut self,
+        reason: &FinishReason,
+        messages: Vec<Message>,
+        approvals: &[ApprovalRequest],
+        client_calls: &[ToolCall],
+    ) -> Vec<ApprovalNotice>;
+
+    /// Operators decide pending approvals, not the client: the notice tells the client to wait.
+    fn operators_decide(&self) -> bool {
+        false
+    }
+
+    /// A chat error as the client is answered.
+    fn error(&self, error: &ChatError) -> ApiError {
+        ApiError::from_chat(error)
+    }
+}
+
+/// A [`TurnKeeper`] that keeps nothing: a paused turn shows its finish reason (`awaiting_approval`) and no
+/// notice, and client calls are answered by the client resending the whole conversation.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct KeepNothing;
+
+impl TurnKeeper for KeepNothing {
+    fn end(
+        &mut self,
+        _: &FinishReason,
+        _: Vec<Message>,
+        _: &[ApprovalRequest],
+        _: &[ToolCall],
+    ) -> Vec<ApprovalNotice> {
+        Vec::new()
+    }
+}
 
 /// Everything a response needs besides the events.
-pub(crate) struct Turn {
-    pub(crate) model: String,
+#[derive(Debug)]
+pub struct Turn<K> {
+    /// The `model` the client asked for (shown until the upstream names the one that answered).
+    pub model: String,
     /// Names of the tools the client declared: only their calls are shown.
-    pub(crate) client_tools: HashSet<String>,
-    pub(crate) caller: Option<CallerIdentity>,
-    pub(crate) conversation: ConversationId,
-    /// Hidden messages this turn continues from (a resumed pause).
-    pub(crate) hidden: Vec<Message>,
-    /// The text of the request's last user message: what an operator reads beside a paused call.
-    pub(crate) user_message: Option<String>,
-    pub(crate) pending: Arc<PendingStore>,
-    /// Operators decide pending approvals (`--operator-keys-file`): the notice tells the client to wait.
-    pub(crate) operators_decide: bool,
+    pub client_tools: HashSet<String>,
+    /// What the server keeps when the turn ends.
+    pub keeper: K,
 }
 
 /// Folds events: what the client sees (into [`Folded`]), and (in a builder) everything the stack did, for
 /// pauses and hand-backs.
-struct Translator {
-    turn: Turn,
+struct Translator<K> {
+    turn: Turn<K>,
     folded: Folded,
     /// Round-local call index → client-visible index, for the client's own calls.
     visible: HashMap<usize, usize>,
@@ -48,8 +85,8 @@ struct Translator {
     builder: ResponseBuilder,
 }
 
-impl Translator {
-    fn new(turn: Turn) -> Self {
+impl<K: TurnKeeper> Translator<K> {
+    fn new(turn: Turn<K>) -> Self {
         Translator {
             folded: Folded {
                 model: turn.model.clone(),
@@ -146,43 +183,27 @@ impl Translator {
         }
     }
 
-    /// The turn ended with `reason`: keep what a later request needs to continue it.
+    /// The turn ended with `reason`: the keeper keeps what a later request needs to continue it.
     fn end(&mut self, reason: FinishReason) -> Ending {
-        let mut hidden = std::mem::take(&mut self.turn.hidden);
         let response = std::mem::take(&mut self.builder).finish();
-        hidden.extend(response.messages);
-        let mut notices = Vec::new();
-        if reason == FinishReason::AwaitingApproval && !self.approvals.is_empty() {
-            notices = self.turn.pending.pause(
-                self.turn.caller.clone(),
-                self.turn.conversation.clone(),
-                hidden,
-                &self.approvals,
-                self.turn.user_message.as_deref(),
-            );
-        } else if reason == FinishReason::ToolCalls && !self.folded.client_calls.is_empty() {
-            let ids: Vec<String> = self
-                .folded
-                .client_calls
-                .iter()
-                .map(|c| c.id.clone())
-                .collect();
-            self.turn
-                .pending
-                .hand_back(self.turn.caller.clone(), &ids, hidden);
-        }
+        let notices = self.turn.keeper.end(
+            &reason,
+            response.messages,
+            &self.approvals,
+            &self.folded.client_calls,
+        );
         Ending {
             reason,
             notices,
-            operators_decide: self.turn.operators_decide,
+            operators_decide: self.turn.keeper.operators_decide(),
         }
     }
 }
 
 /// The whole response as one JSON object, in `encoder`'s format.
-pub(crate) async fn complete<E: Encoder>(
+pub async fn complete<E: Encoder, K: TurnKeeper>(
     stream: ChatStream,
-    turn: Turn,
+    turn: Turn<K>,
     mut encoder: E,
 ) -> Result<Vec<u8>, ApiError> {
     let mut translator = Translator::new(turn);
@@ -190,7 +211,7 @@ pub(crate) async fn complete<E: Encoder>(
     let mut finish = None;
     let mut ignored = Vec::new();
     while let Some(item) = stream.next().await {
-        let event = item.map_err(|e| ApiError::from_chat(&e))?;
+        let event = item.map_err(|e| translator.turn.keeper.error(&e))?;
         translator.event(&event, &mut ignored);
         ignored.clear();
         if let ChatEvent::Finish { reason } = event {
@@ -198,7 +219,7 @@ pub(crate) async fn complete<E: Encoder>(
         }
     }
     let Some(reason) = finish else {
-        return Err(ApiError::from_chat(&incomplete()));
+        return Err(translator.turn.keeper.error(&incomplete()));
     };
     let ending = translator.end(reason);
     Ok(encoder.whole(std::mem::take(&mut translator.folded), &ending))
@@ -211,9 +232,9 @@ fn incomplete() -> ChatError {
     )
 }
 
-struct SseState<E> {
+struct SseState<E, K> {
     stream: ChatStream,
-    translator: Translator,
+    translator: Translator<K>,
     encoder: E,
     first: Option<ChatEvent>,
     /// Resolves when the gateway's drain time is over: the stream ends with an error event.
@@ -222,7 +243,7 @@ struct SseState<E> {
     done: bool,
 }
 
-impl<E: Encoder> SseState<E> {
+impl<E: Encoder, K: TurnKeeper> SseState<E, K> {
     fn open(&mut self, out: &mut Vec<u8>) {
         if !self.opened {
             self.opened = true;
@@ -234,12 +255,12 @@ impl<E: Encoder> SseState<E> {
 /// The response as SSE events in `encoder`'s format. `first` is the stream's first event, already taken (so
 /// that an error before anything was sent could still become an HTTP status). The stream opens when the first
 /// visible event arrives (so the opening event names the model that answered), and ends after the format's
-/// closing events or its error event. When `cut` is cancelled (the gateway's drain time ran out) while the stream
+/// closing events or its error event. When `cut` is cancelled (a server's drain time ran out) while the stream
 /// waits for its next event, it ends with the format's error event, code `shutting_down`.
-pub(crate) fn stream<E: Encoder>(
+pub fn stream<E: Encoder, K: TurnKeeper>(
     stream: ChatStream,
     first: ChatEvent,
-    turn: Turn,
+    turn: Turn<K>,
     encoder: E,
     cut: CancellationToken,
 ) -> impl futures_util::Stream<Item = Result<Bytes, std::convert::Infallible>> + Send {
@@ -311,15 +332,15 @@ pub(crate) fn stream<E: Encoder>(
                 Some(Err(error)) => {
                     tracing::warn!(error = %error, "chat stream failed after the response started");
                     state.open(&mut out);
-                    state.encoder.error(&ApiError::from_chat(&error), &mut out);
+                    let error = state.translator.turn.keeper.error(&error);
+                    state.encoder.error(&error, &mut out);
                     state.done = true;
                     return Some((Ok(Bytes::from(out)), state));
                 }
                 None => {
                     state.open(&mut out);
-                    state
-                        .encoder
-                        .error(&ApiError::from_chat(&incomplete()), &mut out);
+                    let error = state.translator.turn.keeper.error(&incomplete());
+                    state.encoder.error(&error, &mut out);
                     state.done = true;
                     return Some((Ok(Bytes::from(out)), state));
                 }
@@ -336,20 +357,17 @@ const FRAME_LIMIT: usize = 16 * 1024;
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
-
     use serde_json::{json, Value};
     use tower::{Layer, ServiceExt};
     use tower_chat::{ChatRequest, ResponseFormat};
     use tower_chat_structured_output::StructuredOutputLayer;
 
     use super::*;
-    use crate::config::Provider;
-    use crate::request_limits::RequestLimits;
-    use crate::wire::anthropic_messages::AnthropicMessages;
-    use crate::wire::chat_completions::ChatCompletions;
-    use crate::wire::responses::Responses;
-    use crate::wire::{ParseContext, WireFormat};
+    use crate::anthropic_messages::AnthropicMessages;
+    use crate::chat_completions::ChatCompletions;
+    use crate::format::{ParseContext, WireFormat};
+    use crate::responses::Responses;
+    use crate::{RequestLimits, UpstreamFormat};
 
     const ANSWER: &str = r#"{"city": "Oslo", "population": 709000}"#;
 
@@ -377,22 +395,17 @@ mod tests {
             .await
     }
 
-    fn turn() -> Turn {
+    fn turn() -> Turn<KeepNothing> {
         Turn {
             model: "m".into(),
             client_tools: HashSet::new(),
-            caller: None,
-            conversation: ConversationId::new("conv"),
-            hidden: Vec::new(),
-            pending: Arc::new(PendingStore::new(Duration::from_secs(60))),
-            operators_decide: false,
-            user_message: None,
+            keeper: KeepNothing,
         }
     }
 
     fn encoder<F: WireFormat>(body: &Value) -> F::Encoder {
         let context = ParseContext {
-            upstream: Provider::OpenAi,
+            upstream: UpstreamFormat::OpenAi,
             limits: RequestLimits::DEFAULT,
         };
         F::parse(body.to_string().as_bytes(), &context).unwrap().1

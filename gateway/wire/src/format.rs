@@ -1,23 +1,18 @@
-//! The wire formats the gateway serves, one module each, over one shared core.
+//! The building blocks every format is made of, for a server that handles turns itself (the gateway: approvals,
+//! stored conversations, server-side tools) and calls the formats' own parsers and encoders.
 //!
 //! Every format does two things, and only those: [`WireFormat::parse`] turns a request body into an [`Inbound`]
-//! (a [`ChatRequest`] plus what the gateway needs to know about the turn) and an [`Encoder`]; the encoder turns
+//! (a [`ChatRequest`] plus what a server needs to know about the turn) and an [`Encoder`]; the encoder turns
 //! what the client may see of the stack's events ([`Visible`], folded by the shared translator in
-//! `respond.rs`) into that format's SSE events or whole answer. Everything else — server-side tools, the
-//! approval resume protocol, hand-backs of client tool calls, persistence, previous-response lookup, usage
-//! summed over the turn — is shared (`server.rs`, `respond.rs`, `pending.rs`), so a fourth format is one new
-//! module and one route, and touches none of the others.
+//! [`crate::respond`]) into that format's SSE events or whole answer. Everything else — which tool calls the
+//! client sees, usage summed over the turn, the error event of a stream that fails — is shared, so a fourth
+//! format is one new module and one route, and touches none of the others.
 //!
-//! | module | route |
+//! | format | route |
 //! | --- | --- |
-//! | [`chat_completions`] | `POST /v1/chat/completions` (OpenAI Chat Completions) |
-//! | [`anthropic_messages`] | `POST /v1/messages` (Anthropic Messages) |
-//! | [`responses`] | `POST /v1/responses` (OpenAI Responses, function-calling subset) |
-
-pub(crate) mod anthropic_messages;
-pub(crate) mod chat_completions;
-mod parts;
-pub(crate) mod responses;
+//! | [`ChatCompletions`](crate::chat_completions::ChatCompletions) | `POST /v1/chat/completions` (OpenAI Chat Completions) |
+//! | [`AnthropicMessages`](crate::anthropic_messages::AnthropicMessages) | `POST /v1/messages` (Anthropic Messages) |
+//! | [`Responses`](crate::responses::Responses) | `POST /v1/responses` (OpenAI Responses, function-calling subset) |
 
 use std::collections::HashMap;
 
@@ -26,30 +21,30 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tower_chat::{ChatRequest, FinishReason, Message, ToolArguments, ToolCall, Usage};
 
-use crate::config::Provider;
 use crate::error::ApiError;
-use crate::request_limits::RequestLimits;
+use crate::limits::RequestLimits;
 
 /// What a format's parser learned from a request body, besides the format-specific answer shape.
 #[derive(Debug)]
-pub(crate) struct Inbound {
+pub struct Inbound {
     /// The stack's request (model passed through unchanged; the upstream streams when the client does).
-    pub(crate) request: ChatRequest,
+    pub request: ChatRequest,
     /// The `model` field as sent.
-    pub(crate) model: String,
+    pub model: String,
     /// Whether the client wants SSE.
-    pub(crate) stream: bool,
+    pub stream: bool,
     /// Approval decisions (`"tower_chat": {"approvals": [...]}`), when the request resumes a paused turn.
-    pub(crate) approvals: Vec<ApprovalAnswer>,
+    pub approvals: Vec<ApprovalAnswer>,
     /// A stored response whose conversation this request continues (Responses' `previous_response_id`).
-    pub(crate) previous_response_id: Option<String>,
+    pub previous_response_id: Option<String>,
     /// The id the turn's call record is stored under, so a later `previous_response_id` finds it; `None`
     /// stores nothing retrievable (the record keeps a random id of its own).
-    pub(crate) record_id: Option<String>,
+    pub record_id: Option<String>,
 }
 
 impl Inbound {
-    pub(crate) fn new(mut request: ChatRequest, model: String, stream: bool) -> Self {
+    /// A parsed request: `stream` also sets the stack request's own `stream` option.
+    pub fn new(mut request: ChatRequest, model: String, stream: bool) -> Self {
         // A non-streaming client's calls go upstream unstreamed: one JSON answer to parse instead of a chunk
         // per token through every layer, and what such a client asked of the gateway.
         request.options.stream = stream;
@@ -64,18 +59,31 @@ impl Inbound {
     }
 }
 
-/// What a parser may need to know about the gateway: options some formats carry that only one upstream
+/// What a parser may need to know about the server: options some formats carry that only one upstream
 /// understands (`thinking`, `top_k`) are forwarded to that upstream and dropped for the other; the counts a
 /// body may carry, checked on the raw body before any item is converted.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct ParseContext {
-    pub(crate) upstream: Provider,
-    pub(crate) limits: RequestLimits,
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ParseContext {
+    /// The API the stack's upstream speaks.
+    pub upstream: UpstreamFormat,
+    /// The per-request limits.
+    pub limits: RequestLimits,
+}
+
+/// The API a stack's upstream speaks: options only it understands (Anthropic's `thinking` and `top_k`) are
+/// forwarded to it and dropped for the other.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum UpstreamFormat {
+    /// OpenAI Chat Completions or Responses (OpenAI, vLLM, Ollama, DeepSeek, …), the default.
+    #[default]
+    OpenAi,
+    /// Anthropic Messages.
+    Anthropic,
 }
 
 /// The inbound format a request came in, in its extensions: content policies apply per route.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub(crate) enum InboundRoute {
+pub enum InboundRoute {
     /// `POST /v1/chat/completions`.
     ChatCompletions,
     /// `POST /v1/messages`.
@@ -86,7 +94,7 @@ pub(crate) enum InboundRoute {
 
 impl InboundRoute {
     /// A route by its format's name (`chat_completions`, `messages`, `responses`) or its path.
-    pub(crate) fn parse(name: &str) -> Option<Self> {
+    pub fn parse(name: &str) -> Option<Self> {
         match name {
             "chat_completions" | "/v1/chat/completions" => Some(InboundRoute::ChatCompletions),
             "messages" | "/v1/messages" => Some(InboundRoute::Messages),
@@ -97,7 +105,7 @@ impl InboundRoute {
 }
 
 /// One wire format: its parser, its encoder, its error shape.
-pub(crate) trait WireFormat: Send + Sync + 'static {
+pub trait WireFormat: Send + Sync + 'static {
     /// The route this format is served on.
     const ROUTE: InboundRoute;
 
@@ -116,7 +124,7 @@ pub(crate) trait WireFormat: Send + Sync + 'static {
 /// What the client may see of one stack event: text, reasoning, and the calls of its own tools (renumbered
 /// from 0 per model round; server-side calls are never shown).
 #[derive(Debug)]
-pub(crate) enum Visible {
+pub enum Visible {
     /// Answer text.
     Text(String),
     /// Reasoning text.
@@ -125,29 +133,43 @@ pub(crate) enum Visible {
     ReasoningEnd(tower_chat::Continuation),
     /// A client tool call starts (arguments follow as [`Visible::CallArguments`]).
     CallStart {
+        /// The call's index among the client's calls of this round.
         index: usize,
+        /// The call's id.
         id: String,
+        /// The tool's name.
         name: String,
     },
     /// A fragment of a client call's argument text.
-    CallArguments { index: usize, delta: String },
+    CallArguments {
+        /// The call's index among the client's calls of this round.
+        index: usize,
+        /// The next piece of the argument text.
+        delta: String,
+    },
     /// A client call is complete.
-    CallEnd { index: usize, call: ToolCall },
+    CallEnd {
+        /// The call's index among the client's calls of this round.
+        index: usize,
+        /// The whole call.
+        call: ToolCall,
+    },
 }
 
 /// How the turn ended, as the shared translator saw it.
 #[derive(Debug)]
-pub(crate) struct Ending {
-    pub(crate) reason: FinishReason,
+pub struct Ending {
+    /// The stack's finish reason.
+    pub reason: FinishReason,
     /// Pending approvals, when the turn paused.
-    pub(crate) notices: Vec<ApprovalNotice>,
-    /// Operators decide them (`--operator-keys-file`), not the client.
-    pub(crate) operators_decide: bool,
+    pub notices: Vec<ApprovalNotice>,
+    /// Operators decide them (the gateway's `--operator-keys-file`), not the client.
+    pub operators_decide: bool,
 }
 
 impl Ending {
     /// The plain-text notice standard clients show for pending approvals ("" when none).
-    pub(crate) fn notice_text(&self) -> String {
+    pub fn notice_text(&self) -> String {
         if self.operators_decide {
             operator_approval_text(&self.notices)
         } else {
@@ -157,7 +179,7 @@ impl Ending {
 
     /// The gateway's `tower_chat` field when the format's own finish reason cannot say why the turn ended
     /// (`awaiting_approval`, `max_rounds`, …): `None` for plain endings.
-    pub(crate) fn tower_chat_field(&self, said: &str) -> Option<Value> {
+    pub fn tower_chat_field(&self, said: &str) -> Option<Value> {
         let native = self.reason.as_str();
         if native == said && self.notices.is_empty() {
             return None;
@@ -172,26 +194,28 @@ impl Ending {
 
 /// Everything the client saw over the turn, for whole (non-streaming) answers and closing events.
 #[derive(Debug, Default)]
-pub(crate) struct Folded {
+pub struct Folded {
     /// The model that answered (the upstream's word, else the request's).
-    pub(crate) model: String,
-    pub(crate) content: String,
-    pub(crate) reasoning: String,
+    pub model: String,
+    /// The answer text.
+    pub content: String,
+    /// The reasoning text.
+    pub reasoning: String,
     /// The turn's complete reasoning blocks with their continuations (Anthropic signatures), in order; reasoning
     /// text after the last of them is only in `reasoning`.
-    pub(crate) reasoning_parts: Vec<tower_chat::ReasoningPart>,
+    pub reasoning_parts: Vec<tower_chat::ReasoningPart>,
     /// How much of `reasoning` the parts cover.
-    pub(crate) reasoning_covered: usize,
+    pub reasoning_covered: usize,
     /// The client's own tool calls of the last round.
-    pub(crate) client_calls: Vec<ToolCall>,
+    pub client_calls: Vec<ToolCall>,
     /// Summed over every model call of the turn.
-    pub(crate) usage: Usage,
+    pub usage: Usage,
 }
 
 /// A format's answer builder. The shared stream driver calls [`open`](Encoder::open) once before the first
 /// bytes, [`visible`](Encoder::visible) per visible event, then exactly one of [`close`](Encoder::close) or
 /// [`error`](Encoder::error); a non-streaming answer is [`whole`](Encoder::whole) alone.
-pub(crate) trait Encoder: Send + 'static {
+pub trait Encoder: Send + 'static {
     /// The SSE events that open a stream.
     fn open(&mut self, folded: &Folded, out: &mut Vec<u8>);
     /// One visible event as SSE.
@@ -294,10 +318,10 @@ pub(crate) fn schema(message: impl Into<String>) -> ApiError {
 /// `"tower_chat": {"approvals": [...]}` in a request, in every format.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub(crate) struct TowerChatRequest {
+pub struct TowerChatRequest {
     /// Decisions on pending approvals.
     #[serde(default)]
-    pub(crate) approvals: Vec<ApprovalAnswer>,
+    pub approvals: Vec<ApprovalAnswer>,
 }
 
 /// One decision: `{"id": "apr_…", "approved": true, "reason": "…"}`.
@@ -328,7 +352,7 @@ pub struct ApprovalNotice {
 }
 
 /// The plain-text lines standard clients show for pending approvals: each starts with a blank line.
-pub(crate) fn approval_text(notices: &[ApprovalNotice]) -> String {
+pub fn approval_text(notices: &[ApprovalNotice]) -> String {
     let mut text = String::new();
     for notice in notices {
         text.push_str(&format!(
@@ -343,7 +367,7 @@ pub(crate) fn approval_text(notices: &[ApprovalNotice]) -> String {
 
 /// The notice when operators decide (`--operator-keys-file`): the client waits, then resends as it is. The
 /// `Approval id: apr_…` phrase is what the resend is recognised by (`crate::operator::notice_ids`).
-pub(crate) fn operator_approval_text(notices: &[ApprovalNotice]) -> String {
+pub fn operator_approval_text(notices: &[ApprovalNotice]) -> String {
     let mut text = String::new();
     for notice in notices {
         text.push_str(&format!(
@@ -373,7 +397,7 @@ pub(crate) fn arguments_value(call: &ToolCall) -> Value {
 /// the assistant messages before it: the whole history, a stored one included. The latest call with the id
 /// wins. Linear in the messages: a body of N calls and N results that match none of them is N map look-ups,
 /// not N² comparisons.
-pub(crate) fn name_tool_results(messages: &mut [Message]) {
+pub fn name_tool_results(messages: &mut [Message]) {
     let mut names = CallNames::default();
     for message in messages.iter_mut() {
         match message {
@@ -407,6 +431,7 @@ impl CallNames {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::{anthropic_messages, chat_completions, responses};
     use serde_json::json;
 
     /// Each format's body of `calls` tool calls and as many results (answering other ids).
@@ -448,7 +473,7 @@ mod tests {
 
     fn parse(format: &str, body: &Value, limits: RequestLimits) -> Result<Inbound, ApiError> {
         let context = ParseContext {
-            upstream: Provider::OpenAi,
+            upstream: UpstreamFormat::OpenAi,
             limits,
         };
         let body = body.to_string();

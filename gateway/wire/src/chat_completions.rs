@@ -11,16 +11,16 @@ use tower_chat::{
     ToolArguments, ToolCall, ToolChoice, ToolMessage, ToolSpec, Usage,
 };
 
-use super::{
+use crate::error::ApiError;
+use crate::format::{
     arguments_text, begin_sse_data, end_sse, from_body, schema, sse_data, write_json,
     ApprovalNotice, CallNames, Encoder, Ending, Folded, Inbound, InboundRoute, ParseContext,
     TowerChatRequest, Visible, WireFormat,
 };
-use crate::error::ApiError;
 
 /// The Chat Completions format (see the [module docs](self)).
 #[derive(Debug)]
-pub(crate) struct ChatCompletions;
+pub struct ChatCompletions;
 
 impl WireFormat for ChatCompletions {
     const ROUTE: InboundRoute = InboundRoute::ChatCompletions;
@@ -125,14 +125,14 @@ enum WireMessage {
     },
 }
 
-/// A message's `content`: a string or a list of parts ([`super::parts::chat_completions_content`]).
+/// A message's `content`: a string or a list of parts ([`crate::parts::chat_completions_content`]).
 #[derive(Debug, Deserialize)]
 #[serde(transparent)]
 struct WireContent(Value);
 
 impl WireContent {
     fn into_content(self, at: &str) -> Result<Content, ApiError> {
-        super::parts::chat_completions_content(self.0, at)
+        crate::parts::chat_completions_content(self.0, at)
     }
 
     /// The text of an assistant message: a string or text parts (a `refusal` part is the refusal's text).
@@ -391,7 +391,7 @@ fn tool_call(call: &ToolCall) -> Value {
 
 /// Builds `chat.completion` / `chat.completion.chunk` objects.
 #[derive(Debug)]
-pub(crate) struct ChunkEncoder {
+pub struct ChunkEncoder {
     id: String,
     created: u64,
     include_usage: bool,
@@ -754,8 +754,8 @@ mod tests {
     }
 
     const CONTEXT: ParseContext = ParseContext {
-        upstream: crate::config::Provider::OpenAi,
-        limits: crate::request_limits::RequestLimits::DEFAULT,
+        upstream: crate::format::UpstreamFormat::OpenAi,
+        limits: crate::limits::RequestLimits::DEFAULT,
     };
 
     fn parse(value: Value) -> Result<Inbound, ApiError> {

@@ -6,8 +6,8 @@ use tower_chat::{AssistantMessage, Message, Part, ToolArguments, ToolCall, ToolM
 
 use super::reasoning::input_reasoning;
 use crate::error::ApiError;
-use crate::wire::parts::responses_content;
-use crate::wire::schema;
+use crate::format::schema;
+use crate::parts::responses_content;
 
 pub(super) fn str_field<'a>(item: &'a Value, field: &str, at: &str) -> Result<&'a str, ApiError> {
     item.get(field)
@@ -158,18 +158,18 @@ mod tests {
     use serde_json::json;
     use tower_chat::{Continuation, ImageDetail, MediaSource};
 
-    use super::super::Responses;
     use super::*;
-    use crate::config::Provider;
-    use crate::request_limits::RequestLimits;
-    use crate::wire::{Inbound, ParseContext, WireFormat};
+    use crate::format::UpstreamFormat;
+    use crate::format::{Inbound, ParseContext, WireFormat};
+    use crate::limits::RequestLimits;
+    use crate::responses::Responses;
 
     const PNG: &str = "iVBORw0KGgo=";
     const PDF: &str = "JVBERi0xLjQK";
 
     fn parse(input: Value) -> Result<Inbound, ApiError> {
         let context = ParseContext {
-            upstream: Provider::Anthropic,
+            upstream: UpstreamFormat::Anthropic,
             limits: RequestLimits::DEFAULT,
         };
         let body = json!({"model": "m", "input": input}).to_string();

@@ -8,11 +8,11 @@ use tower_chat::{Continuation, FinishReason, Usage};
 
 use crate::error::ApiError;
 
-use super::super::{
+use super::reasoning;
+use crate::format::{
     arguments_text, begin_sse_event, end_sse, sse_event, write_json, Encoder, Ending, Folded,
     Visible,
 };
-use super::reasoning;
 /// The Responses usage object.
 fn usage(usage: &Usage) -> Value {
     json!({
@@ -172,7 +172,7 @@ struct OpenCall {
 }
 
 /// Builds `response` objects and the Responses SSE events.
-pub(crate) struct ResponseEncoder {
+pub struct ResponseEncoder {
     id: String,
     created_at: u64,
     /// The request's settings, echoed in every `response` object.

@@ -11,7 +11,7 @@
 //! `response.completed` (or `response.incomplete`), or `error`.
 //!
 //! Content parts are read by `parts.rs`, as the other formats' are; how reasoning from any upstream survives a
-//! round trip through a Responses client is in [`reasoning`].
+//! round trip through a Responses client is in `responses/reasoning.rs`.
 //!
 //! A response's id names its call record (unless `store: false`), so `previous_response_id` continues the
 //! stored conversation; the lookup is in `server.rs`, scoped to the caller.
@@ -20,14 +20,14 @@ use serde::Deserialize;
 use serde_json::{json, Map, Value};
 use tower_chat::{ChatRequest, Message, ResponseFormat, ToolChoice, ToolSpec};
 
-use super::{
+use crate::error::ApiError;
+use crate::format::UpstreamFormat;
+use crate::format::{
     from_body, name_tool_results, schema, Inbound, InboundRoute, ParseContext, TowerChatRequest,
     WireFormat,
 };
-use crate::config::Provider;
-use crate::error::ApiError;
 use input::{input_messages, raw_counts, str_field};
-pub(crate) use output::ResponseEncoder;
+pub use output::ResponseEncoder;
 
 mod input;
 mod output;
@@ -35,7 +35,7 @@ mod reasoning;
 
 /// The Responses format (see the [module docs](self)).
 #[derive(Debug)]
-pub(crate) struct Responses;
+pub struct Responses;
 
 impl WireFormat for Responses {
     const ROUTE: InboundRoute = InboundRoute::Responses;
@@ -256,7 +256,7 @@ fn into_inbound(
     if let Some(format) = body.text.as_ref().and_then(|t| t.format.as_ref()) {
         options.response_format = text_format(format)?;
     }
-    if context.upstream == Provider::OpenAi {
+    if context.upstream == UpstreamFormat::OpenAi {
         if let Some(effort) = body.reasoning.as_ref().and_then(|r| r.effort.clone()) {
             options
                 .extra
@@ -308,8 +308,8 @@ mod tests {
 
     fn parse(value: Value) -> Result<Inbound, ApiError> {
         let context = ParseContext {
-            upstream: Provider::OpenAi,
-            limits: crate::request_limits::RequestLimits::DEFAULT,
+            upstream: UpstreamFormat::OpenAi,
+            limits: crate::limits::RequestLimits::DEFAULT,
         };
         Responses::parse(value.to_string().as_bytes(), &context).map(|(inbound, _)| inbound)
     }

@@ -22,20 +22,20 @@ use tower_chat::{
     Usage,
 };
 
-use super::parts::{
-    anthropic_document, anthropic_image, anthropic_text, cache_hint, joined_if_text,
-    InCacheControl, InSource,
-};
-use super::{
+use crate::error::{anthropic_body, anthropic_response, ApiError};
+use crate::format::UpstreamFormat;
+use crate::format::{
     arguments_value, from_body, name_tool_results, schema, sse_event, Encoder, Ending, Folded,
     Inbound, InboundRoute, ParseContext, TowerChatRequest, Visible, WireFormat,
 };
-use crate::config::Provider;
-use crate::error::{anthropic_body, anthropic_response, ApiError};
+use crate::parts::{
+    anthropic_document, anthropic_image, anthropic_text, cache_hint, joined_if_text,
+    InCacheControl, InSource,
+};
 
 /// The Anthropic Messages format (see the [module docs](self)).
 #[derive(Debug)]
-pub(crate) struct AnthropicMessages;
+pub struct AnthropicMessages;
 
 impl WireFormat for AnthropicMessages {
     const ROUTE: InboundRoute = InboundRoute::Messages;
@@ -409,7 +409,7 @@ fn into_inbound(body: MessagesRequest, context: &ParseContext) -> Result<Inbound
         }
     }
     match context.upstream {
-        Provider::Anthropic => {
+        UpstreamFormat::Anthropic => {
             if let Some(thinking) = &body.thinking {
                 options.extra.insert(
                     "thinking".into(),
@@ -430,7 +430,7 @@ fn into_inbound(body: MessagesRequest, context: &ParseContext) -> Result<Inbound
                     .insert("metadata".into(), json!({"user_id": user}));
             }
         }
-        Provider::OpenAi => {
+        UpstreamFormat::OpenAi => {
             if let Some(user) = body.metadata.and_then(|m| m.user_id) {
                 options.extra.insert("user".into(), user.into());
             }
@@ -644,7 +644,7 @@ impl Block {
 
 /// Builds `message` objects and the Messages SSE event sequence.
 #[derive(Debug)]
-pub(crate) struct MessageEncoder {
+pub struct MessageEncoder {
     id: String,
     /// The content block open now; at most one at a time, as Anthropic streams them.
     open: Option<Block>,
@@ -904,7 +904,7 @@ mod tests {
         let with = |field: &str, value: Value| {
             let mut body = base.clone();
             body[field] = value;
-            parse(body, Provider::OpenAi)
+            parse(body, UpstreamFormat::OpenAi)
         };
         let format = json!({"type": "json_schema", "schema": schema});
         for (field, value) in [
@@ -925,7 +925,7 @@ mod tests {
         let mut both = base.clone();
         both["output_config"] = json!({"format": format});
         both["output_format"] = format.clone();
-        assert!(parse(both, Provider::OpenAi)
+        assert!(parse(both, UpstreamFormat::OpenAi)
             .unwrap_err()
             .message
             .contains("not both"));
@@ -947,10 +947,10 @@ mod tests {
             .is_none());
     }
 
-    fn parse(value: Value, upstream: Provider) -> Result<Inbound, ApiError> {
+    fn parse(value: Value, upstream: UpstreamFormat) -> Result<Inbound, ApiError> {
         let context = ParseContext {
             upstream,
-            limits: crate::request_limits::RequestLimits::DEFAULT,
+            limits: crate::limits::RequestLimits::DEFAULT,
         };
         AnthropicMessages::parse(value.to_string().as_bytes(), &context).map(|(inbound, _)| inbound)
     }
@@ -981,7 +981,7 @@ mod tests {
             "stream": true,
             "tower_chat": {"approvals": [{"id": "apr_1", "approved": true}]}
         });
-        let inbound = parse(body.clone(), Provider::Anthropic).unwrap();
+        let inbound = parse(body.clone(), UpstreamFormat::Anthropic).unwrap();
         assert!(inbound.stream);
         assert_eq!(inbound.approvals[0].id, "apr_1");
         let request = &inbound.request;
@@ -1015,7 +1015,7 @@ mod tests {
         assert_eq!(options.extra["top_k"], 5);
         assert_eq!(options.extra["metadata"]["user_id"], "u1");
         // An OpenAI-compatible upstream gets only what it understands.
-        let inbound = parse(body, Provider::OpenAi).unwrap();
+        let inbound = parse(body, UpstreamFormat::OpenAi).unwrap();
         let extra = &inbound.request.options.extra;
         assert_eq!(extra.get("user"), Some(&json!("u1")));
         assert!(!extra.contains_key("thinking") && !extra.contains_key("top_k"));
@@ -1023,7 +1023,7 @@ mod tests {
 
     #[test]
     fn schema_errors_say_what_and_where() {
-        let message = |body: Value| parse(body, Provider::OpenAi).unwrap_err().message;
+        let message = |body: Value| parse(body, UpstreamFormat::OpenAi).unwrap_err().message;
         let missing =
             message(json!({"model": "m", "messages": [{"role": "user", "content": "x"}]}));
         assert!(missing.contains("max_tokens"), "{missing}");

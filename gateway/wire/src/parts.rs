@@ -11,8 +11,8 @@ use tower_chat::{
     ProviderPart, TextPart,
 };
 
-use super::schema;
 use crate::error::ApiError;
+use crate::format::schema;
 
 /// A `data:` URL or an `https:` URL as a media source: a data URL is decoded into bytes.
 fn url_source(url: String, at: &str) -> Result<MediaSource, ApiError> {

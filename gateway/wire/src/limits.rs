@@ -1,0 +1,457 @@
+//! What one request may hold, checked on the format-independent [`ChatRequest`] after the wire conversion, so
+//! every inbound surface gets the same limits: messages, tool calls, client tools, the bytes of their schemas,
+//! id lengths, approval decisions. The body limit (`--body-limit`) bounds the bytes; these bound the *count*
+//! of things a body of that size could otherwise carry (40,000 tools in 3 MB) and what each costs downstream
+//! (audit rows and error text per approval decision, stored conversation ids).
+//!
+//! Each breach is a 400 `limit_exceeded` naming the limit and the gateway's command-line flag that sets it
+//! (`--max-messages`, …); an embedder sets the same fields on [`RequestLimits`].
+//!
+//! ```
+//! use tower_chat::{ChatRequest, Message};
+//! use tower_chat_wire::limits::RequestLimits;
+//!
+//! let limits = RequestLimits { max_messages: 2, ..RequestLimits::default() };
+//! let small = ChatRequest::new(vec![Message::user("hi")]);
+//! assert!(limits.check(&small).is_ok());
+//! let long = ChatRequest::new(vec![Message::user("a"), Message::user("b"), Message::user("c")]);
+//! let error = limits.check(&long).unwrap_err();
+//! assert_eq!((error.status.as_u16(), error.code), (400, "limit_exceeded"));
+//! ```
+
+use std::collections::HashSet;
+use std::io;
+
+use tower_chat::{CallerIdentity, ChatRequest, ConversationId, Message};
+
+use crate::error::ApiError;
+
+/// The per-request limits. [`Default`] gives the command line's defaults.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RequestLimits {
+    /// `--max-messages N`: messages in one request, and tool calls across its assistant messages
+    /// (default 1024).
+    pub max_messages: usize,
+    /// `--max-tools N`: client tools in one request (default 128, OpenAI's own limit).
+    pub max_tools: usize,
+    /// `--max-schema-bytes N`: the client tools' names, descriptions and parameter schemas together, as
+    /// compact JSON (default 262144).
+    pub max_schema_bytes: usize,
+    /// `--max-approvals N`: approval decisions in one request (default 64).
+    pub max_approvals: usize,
+    /// `--max-id-bytes N`: a tool call id, tool name or approval id (default 256).
+    pub max_id_bytes: usize,
+    /// The longest `x-conversation-id` (128 bytes of visible ASCII).
+    pub max_conversation_id_bytes: usize,
+    /// `--max-media-part-bytes N`: the decoded bytes of one image, audio clip or file (default 20 MiB, OpenAI's
+    /// per-image limit).
+    pub max_media_part_bytes: usize,
+    /// `--max-media-bytes N`: the decoded bytes of every media part of one request together (default 32 MiB,
+    /// Anthropic's request limit). Media does not count against `--body-limit`, which caps the rest of the body.
+    pub max_media_bytes: usize,
+}
+
+impl RequestLimits {
+    /// The command line's defaults, as a constant.
+    pub const DEFAULT: RequestLimits = RequestLimits {
+        max_messages: 1024,
+        max_tools: 128,
+        max_schema_bytes: 256 * 1024,
+        max_approvals: 64,
+        max_id_bytes: 256,
+        max_conversation_id_bytes: 128,
+        max_media_part_bytes: 20 * 1024 * 1024,
+        max_media_bytes: 32 * 1024 * 1024,
+    };
+}
+
+impl Default for RequestLimits {
+    fn default() -> Self {
+        RequestLimits::DEFAULT
+    }
+}
+
+fn exceeded(message: String) -> ApiError {
+    ApiError::invalid_request("limit_exceeded", message)
+}
+
+fn too_much_media(message: String) -> ApiError {
+    ApiError {
+        message,
+        ..ApiError::too_large(0)
+    }
+}
+
+impl RequestLimits {
+    /// Check the counts a wire format's parser reads off the raw body before it converts a single item:
+    /// `messages` and `calls` are at most what the conversion would produce, so a body refused here would have
+    /// been refused after it, only later and after work proportional to its size.
+    pub fn check_counts(&self, messages: usize, calls: usize) -> Result<(), ApiError> {
+        if messages > self.max_messages {
+            return Err(exceeded(format!(
+                "the request has {messages} messages; the limit is {} (--max-messages)",
+                self.max_messages
+            )));
+        }
+        if calls > self.max_messages {
+            return Err(exceeded(format!(
+                "the request has {calls} tool calls; the limit is {} (--max-messages)",
+                self.max_messages
+            )));
+        }
+        Ok(())
+    }
+
+    /// The most bytes a body may have: the text cap plus the media cap in base64 (4 characters per 3 bytes) with
+    /// room for the parts' framing.
+    pub fn body_allowance(&self, body_limit: usize) -> usize {
+        body_limit
+            .saturating_add(self.max_media_bytes.div_ceil(3).saturating_mul(4))
+            .saturating_add(64 * 1024)
+    }
+
+    /// Check media parts: each within `max_media_part_bytes`, all within `max_media_bytes`.
+    fn check_media(&self, request: &ChatRequest) -> Result<(), ApiError> {
+        let mut total = 0usize;
+        for (i, message) in request.messages.iter().enumerate() {
+            let content = match message {
+                Message::System { content } | Message::User { content } => content,
+                Message::Tool(tool) => &tool.content,
+                Message::Assistant(_) => continue,
+            };
+            if content.as_text().is_some() {
+                continue;
+            }
+            for (j, part) in content.parts().iter().enumerate() {
+                let bytes = part.media_bytes();
+                if bytes > self.max_media_part_bytes {
+                    return Err(too_much_media(format!(
+                        "messages[{i}] part {j} ({}, {bytes} bytes) exceeds {} bytes (--max-media-part-bytes)",
+                        part.media_type().unwrap_or(part.kind()),
+                        self.max_media_part_bytes
+                    )));
+                }
+                total = total.saturating_add(bytes);
+            }
+        }
+        if total > self.max_media_bytes {
+            return Err(too_much_media(format!(
+                "the request's media parts hold {total} bytes; the limit is {} (--max-media-bytes)",
+                self.max_media_bytes
+            )));
+        }
+        Ok(())
+    }
+
+    /// The body without its media, against `--body-limit`: `body_len` less the base64 text of the media parts.
+    pub fn check_text_bytes(
+        &self,
+        request: &ChatRequest,
+        body_len: usize,
+        body_limit: usize,
+    ) -> Result<(), ApiError> {
+        if body_len <= body_limit {
+            return Ok(());
+        }
+        let media: usize = request
+            .messages
+            .iter()
+            .filter_map(|message| match message {
+                Message::System { content } | Message::User { content } => Some(content),
+                Message::Tool(tool) => Some(&tool.content),
+                Message::Assistant(_) => None,
+            })
+            .flat_map(|content| content.parts())
+            .map(|part| part.media_bytes().div_ceil(3) * 4)
+            .sum();
+        if body_len.saturating_sub(media) > body_limit {
+            return Err(ApiError::too_large(body_limit));
+        }
+        Ok(())
+    }
+
+    /// Check a converted request: counts first (cheap), then lengths, then schema bytes.
+    pub fn check(&self, request: &ChatRequest) -> Result<(), ApiError> {
+        let calls = request
+            .messages
+            .iter()
+            .map(|message| match message {
+                Message::Assistant(assistant) => assistant.tool_calls.len(),
+                _ => 0,
+            })
+            .sum();
+        self.check_counts(request.messages.len(), calls)?;
+        let tools = &request.options.tools;
+        if tools.len() > self.max_tools {
+            return Err(exceeded(format!(
+                "the request has {} tools; the limit is {} (--max-tools)",
+                tools.len(),
+                self.max_tools
+            )));
+        }
+        self.check_media(request)?;
+        for (i, message) in request.messages.iter().enumerate() {
+            match message {
+                Message::Assistant(assistant) => {
+                    for call in &assistant.tool_calls {
+                        self.id(|| format!("messages[{i}] tool call id"), &call.id)?;
+                        self.id(|| format!("messages[{i}] tool call name"), &call.name)?;
+                    }
+                }
+                Message::Tool(tool) => {
+                    self.id(|| format!("messages[{i}] tool_call_id"), &tool.call_id)?
+                }
+                _ => {}
+            }
+        }
+        let mut bytes = 0usize;
+        for (i, tool) in tools.iter().enumerate() {
+            self.id(|| format!("tools[{i}] name"), &tool.name)?;
+            bytes = bytes
+                .saturating_add(tool.name.len())
+                .saturating_add(tool.description.len())
+                .saturating_add(json_len(&tool.parameters));
+            if bytes > self.max_schema_bytes {
+                return Err(exceeded(format!(
+                    "the tools' names, descriptions and schemas exceed {} bytes (--max-schema-bytes)",
+                    self.max_schema_bytes
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Check the approval decisions of a request before any is looked up: at most `max_approvals`, each id at
+    /// most `max_id_bytes`, no id twice. One error for the whole request, naming at most one id.
+    pub fn check_approvals<'a>(
+        &self,
+        ids: impl ExactSizeIterator<Item = &'a str>,
+    ) -> Result<(), ApiError> {
+        if ids.len() > self.max_approvals {
+            return Err(exceeded(format!(
+                "the request carries {} approval decisions; the limit is {} (--max-approvals)",
+                ids.len(),
+                self.max_approvals
+            )));
+        }
+        let mut seen = HashSet::with_capacity(ids.len());
+        for id in ids {
+            self.id(|| "an approval id".to_owned(), id)?;
+            if !seen.insert(id) {
+                return Err(ApiError::invalid_request(
+                    "invalid_approval",
+                    format!("the approval id `{id}` is decided twice; send one decision per id"),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The conversation a request belongs to: the client's `x-conversation-id` (1 to 128 bytes of visible
+    /// ASCII; an empty header counts as none), scoped to the caller. With gateway keys the stored id is `<caller>/<id>` (caller ids contain no
+    /// `/`), so another caller sending the same header lands in a conversation of its own: it can neither
+    /// read, extend nor disturb the first caller's.
+    pub fn conversation(
+        &self,
+        caller: Option<&CallerIdentity>,
+        header: Option<&[u8]>,
+    ) -> Result<Option<ConversationId>, ApiError> {
+        let Some(raw) = header.filter(|raw| !raw.is_empty()) else {
+            return Ok(None);
+        };
+        if raw.len() > self.max_conversation_id_bytes || !raw.iter().all(|b| b.is_ascii_graphic()) {
+            return Err(exceeded(format!(
+                "`x-conversation-id` must be 1 to {} bytes of visible ASCII",
+                self.max_conversation_id_bytes
+            )));
+        }
+        let id = String::from_utf8_lossy(raw);
+        Ok(Some(ConversationId::new(match caller {
+            Some(caller) => format!("{}/{id}", caller.as_str()),
+            None => id.into_owned(),
+        })))
+    }
+
+    /// `what` names the id only when it is refused: checking a thousand ids allocates nothing.
+    fn id(&self, what: impl FnOnce() -> String, id: &str) -> Result<(), ApiError> {
+        if id.len() > self.max_id_bytes {
+            return Err(exceeded(format!(
+                "{} is {} bytes long; the limit is {} (--max-id-bytes)",
+                what(),
+                id.len(),
+                self.max_id_bytes
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// The length of `value` as compact JSON, counted without building the string.
+fn json_len(value: &serde_json::Value) -> usize {
+    struct Count(usize);
+    impl io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    let _ = serde_json::to_writer(&mut count, value);
+    count.0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+    use tower_chat::{AssistantMessage, ToolCall, ToolMessage, ToolSpec};
+
+    fn limits() -> RequestLimits {
+        RequestLimits {
+            max_messages: 3,
+            max_tools: 2,
+            max_schema_bytes: 100,
+            max_approvals: 2,
+            max_id_bytes: 8,
+            max_conversation_id_bytes: 10,
+            ..RequestLimits::DEFAULT
+        }
+    }
+
+    fn assert_limit(result: Result<(), ApiError>, needle: &str) {
+        let error = result.unwrap_err();
+        assert_eq!(error.status.as_u16(), 400);
+        assert_eq!(error.code, "limit_exceeded", "{}", error.message);
+        assert!(error.message.contains(needle), "{}", error.message);
+    }
+
+    fn with_tools(n: usize, schema: serde_json::Value) -> ChatRequest {
+        let mut request = ChatRequest::new(vec![Message::user("hi")]);
+        for i in 0..n {
+            request
+                .options
+                .tools
+                .push(ToolSpec::new(format!("t{i}"), "", schema.clone()));
+        }
+        request
+    }
+
+    /// Each limit passes at its value and fails one above it.
+    #[test]
+    fn every_limit_is_exact() {
+        let l = limits();
+        assert!(l
+            .check(&ChatRequest::new(vec![Message::user("a"); 3]))
+            .is_ok());
+        assert_limit(
+            l.check(&ChatRequest::new(vec![Message::user("a"); 4])),
+            "--max-messages",
+        );
+        assert!(l.check(&with_tools(2, json!({}))).is_ok());
+        assert_limit(l.check(&with_tools(3, json!({}))), "--max-tools");
+        // Two tools of `t0`/`t1` (2 bytes) + schema: 2 + 48 = 50 bytes each.
+        let schema = |n: usize| json!({"d": "x".repeat(n)});
+        assert_eq!(json_len(&schema(40)), 48);
+        assert!(l.check(&with_tools(2, schema(40))).is_ok());
+        assert_limit(l.check(&with_tools(2, schema(41))), "--max-schema-bytes");
+
+        let call = |id: &str| {
+            Message::Assistant(AssistantMessage {
+                tool_calls: vec![ToolCall::new(id, "f", json!({}))],
+                ..AssistantMessage::default()
+            })
+        };
+        assert!(l.check(&ChatRequest::new(vec![call("12345678")])).is_ok());
+        assert_limit(
+            l.check(&ChatRequest::new(vec![call("123456789")])),
+            "--max-id-bytes",
+        );
+        let answer = Message::Tool(ToolMessage::success("123456789", "f", "x"));
+        assert_limit(l.check(&ChatRequest::new(vec![answer])), "tool_call_id");
+        assert_limit(
+            l.check(&with_tools(0, json!({})).tap_tool("123456789")),
+            "tools[0] name",
+        );
+        let many_calls = Message::Assistant(AssistantMessage {
+            tool_calls: (0..4)
+                .map(|i| ToolCall::new(format!("c{i}"), "f", json!({})))
+                .collect(),
+            ..AssistantMessage::default()
+        });
+        assert_limit(l.check(&ChatRequest::new(vec![many_calls])), "tool calls");
+        // Exactly the limit of tool calls (3) passes.
+        let most_calls = Message::Assistant(AssistantMessage {
+            tool_calls: (0..3)
+                .map(|i| ToolCall::new(format!("c{i}"), "f", json!({})))
+                .collect(),
+            ..AssistantMessage::default()
+        });
+        assert!(l.check(&ChatRequest::new(vec![most_calls])).is_ok());
+    }
+
+    trait TapTool {
+        fn tap_tool(self, name: &str) -> Self;
+    }
+    impl TapTool for ChatRequest {
+        fn tap_tool(mut self, name: &str) -> Self {
+            self.options.tools.push(ToolSpec::new(name, "", json!({})));
+            self
+        }
+    }
+
+    #[test]
+    fn approvals_are_capped_deduplicated_and_short() {
+        let l = limits();
+        assert!(l.check_approvals(["a", "b"].into_iter()).is_ok());
+        assert_limit(
+            l.check_approvals(["a", "b", "c"].into_iter()),
+            "--max-approvals",
+        );
+        assert_limit(
+            l.check_approvals(["123456789"].into_iter()),
+            "--max-id-bytes",
+        );
+        assert!(l.check_approvals(["12345678"].into_iter()).is_ok());
+        let twice = l.check_approvals(["a", "a"].into_iter()).unwrap_err();
+        assert_eq!(twice.code, "invalid_approval");
+        assert!(twice.message.contains("twice"), "{}", twice.message);
+        // 50,000 copies of one id: one short error.
+        let many = RequestLimits::default();
+        let ids = vec!["apr_x"; 50_000];
+        let error = many.check_approvals(ids.iter().copied()).unwrap_err();
+        assert!(error.message.len() < 200, "{}", error.message);
+    }
+
+    #[test]
+    fn conversation_ids_are_checked_and_scoped_to_the_caller() {
+        let l = limits();
+        let alice = CallerIdentity::new("alice");
+        let bob = CallerIdentity::new("bob");
+        assert_eq!(l.conversation(Some(&alice), None).unwrap(), None);
+        let a = l
+            .conversation(Some(&alice), Some(b"conv-1"))
+            .unwrap()
+            .unwrap();
+        let b = l
+            .conversation(Some(&bob), Some(b"conv-1"))
+            .unwrap()
+            .unwrap();
+        assert_ne!(a, b);
+        assert_eq!(a.as_str(), "alice/conv-1");
+        assert_eq!(
+            l.conversation(None, Some(b"conv-1"))
+                .unwrap()
+                .unwrap()
+                .as_str(),
+            "conv-1"
+        );
+        assert!(l.conversation(None, Some(b"0123456789")).is_ok());
+        assert_eq!(l.conversation(Some(&alice), Some(b"")).unwrap(), None);
+        for bad in [&b"01234567890"[..], b"a b", b"a\x01", "é".as_bytes()] {
+            assert!(l.conversation(Some(&alice), Some(bad)).is_err(), "{bad:?}");
+        }
+    }
+}
