@@ -285,6 +285,16 @@ async fn every_page_at(width: u32) {
         );
     }
 
+    // The console's own error pages: a range it does not know (400) and a page that does not exist (404).
+    for (path, status) in [
+        ("/console/usage?range=2w", "usage?range=2w (400)"),
+        ("/console/no-such-page", "a missing page (404)"),
+    ] {
+        browser.go(&format!("{base}{path}")).await;
+        browser.find("main", Duration::from_secs(5)).await;
+        found.extend(problems(&browser, &axe, status).await);
+    }
+
     assert!(found.is_empty(), "at {width} px:\n{}", found.join("\n"));
 
     // The check can fail: an image without a text alternative is reported.
@@ -306,7 +316,7 @@ async fn every_page_at(width: u32) {
 async fn call_log_at(browser: &Driver, axe: &str, gw: &Harness, base: &str) -> Vec<String> {
     let mut found = Vec::new();
     browser
-        .go(&format!("{base}/console/calls?status=failed"))
+        .go(&format!("{base}/console/calls?status=cancelled"))
         .await;
     browser
         .find("#no-calls:not(.hidden)", Duration::from_secs(5))
@@ -387,6 +397,11 @@ async fn call_log_at(browser: &Driver, axe: &str, gw: &Harness, base: &str) -> V
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_page_fits_a_desktop_and_passes_axe() {
     every_page_at(1400).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_page_fits_a_narrow_window_and_passes_axe() {
+    every_page_at(800).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

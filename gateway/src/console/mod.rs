@@ -31,8 +31,8 @@
 //! audit log. Failed logins are limited per key and client address and in all ([`crate::login_limit`]; behind a
 //! reverse proxy the client address is the one `--trusted-proxy-header` reports, [`crate::client_addr`]).
 
-mod card;
 mod calls;
+mod card;
 mod chart;
 mod format;
 mod media;
