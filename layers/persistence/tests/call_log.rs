@@ -7,16 +7,13 @@ mod common;
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use common::{answer, scripted, Backend, TestDb};
-use tower::{Layer, ServiceExt};
-use tower_chat::{
-    CallerIdentity, ChatRequest, ChatStreamExt, ConversationId, Message, Shared, ToolMessage,
-};
+use common::{Backend, TestDb};
+use tower_chat::{CallerIdentity, ConversationId, Message, Shared, ToolMessage};
 use tower_chat_persistence::{
     CallId, CallLogCursor, CallLogPage, CallLogPosition, CallLogQuery, CallOutcome, CallRecord,
     CallStatus, PostgresStore, RecordedError, SqliteStore, Store,
 };
-use tower_chat_testkit::{database_url, scripted_stream, Delivery};
+use tower_chat_testkit::database_url;
 
 both_stores!(
     filters_select_calls_by_caller_model_status_and_time,
@@ -28,30 +25,6 @@ both_stores!(
 /// The log's time origin: every call starts `n` seconds after it.
 fn at(seconds: u64) -> SystemTime {
     UNIX_EPOCH + Duration::from_secs(1_700_000_000 + seconds)
-}
-
-/// One real record, written through the layer, to shape the test's calls from.
-async fn template(db: &TestDb) -> CallRecord {
-    let layer = db.layer();
-    let chat = layer.layer(scripted(|_| {
-        scripted_stream(Delivery::AllAtOnce, answer("template"))
-    }));
-    let conversation = ConversationId::new("template");
-    chat.oneshot(
-        ChatRequest::new(vec![Message::user("template")]).with_extension(conversation.clone()),
-    )
-    .await
-    .unwrap()
-    .collect_response()
-    .await
-    .unwrap();
-    layer.flush().await.unwrap();
-    db.store
-        .conversation_calls(&conversation)
-        .await
-        .unwrap()
-        .pop()
-        .unwrap()
 }
 
 /// A call shaped from `template`: its id, conversation, caller, model, start (seconds after [`at`]'s origin),
@@ -113,7 +86,7 @@ async fn log(db: &TestDb, query: CallLogQuery) -> CallLogPage {
 }
 
 async fn filters_select_calls_by_caller_model_status_and_time(db: &TestDb) {
-    let template = template(db).await;
+    let template = db.recorded_call("template").await;
     let failed = CallOutcome::Failed {
         error: RecordedError {
             kind: "upstream".into(),
@@ -201,7 +174,7 @@ async fn filters_select_calls_by_caller_model_status_and_time(db: &TestDb) {
 }
 
 async fn search_finds_calls_by_id_and_by_the_words_of_their_messages(db: &TestDb) {
-    let template = template(db).await;
+    let template = db.recorded_call("template").await;
     let first_round = vec![
         Message::system("You are a travel guide."),
         Message::user("Which fjord should I visit in Norway?"),
@@ -306,7 +279,7 @@ async fn search_finds_calls_by_id_and_by_the_words_of_their_messages(db: &TestDb
 }
 
 async fn cursor_pages_neither_repeat_nor_skip_calls_when_new_ones_arrive(db: &TestDb) {
-    let template = template(db).await;
+    let template = db.recorded_call("template").await;
     // Two calls share a start: the id orders them.
     let starts = [10, 20, 30, 30, 40, 50, 60];
     let records: Vec<CallRecord> = starts
@@ -363,7 +336,7 @@ async fn cursor_pages_neither_repeat_nor_skip_calls_when_new_ones_arrive(db: &Te
 /// A database whose calls were recorded before the call log: the log's migration and its index are undone,
 /// then the store opens it again, as a build with the log opens a database an older build wrote.
 async fn calls_recorded_before_the_call_log_are_indexed_on_open(db: &TestDb) {
-    let template = template(db).await;
+    let template = db.recorded_call("template").await;
     let records = [
         Call {
             sent: vec![Message::user("How tall is Galdhøpiggen?")],

@@ -47,19 +47,7 @@ async fn usage_sums_calls_errors_tokens_cost_and_latency_percentiles_per_bucket_
 ) {
     use tower_chat::Cost;
     use tower_chat_persistence::{RecordedError, UsageQuery};
-    let layer = db.layer();
-    let chat = layer.layer(scripted(|_| {
-        scripted_stream(Delivery::AllAtOnce, answer("counted"))
-    }));
-    let conv = conversation();
-    chat.oneshot(request(&conv, "hi"))
-        .await
-        .unwrap()
-        .collect_response()
-        .await
-        .unwrap();
-    layer.flush().await.unwrap();
-    let template = only_call(db, &conv).await;
+    let template = db.recorded_call("counted").await;
     // Callers of their own: PostgreSQL keeps the records of earlier runs.
     let run = common::uuid_simple();
     let (alice, bob) = (format!("alice-{run}"), format!("bob-{run}"));

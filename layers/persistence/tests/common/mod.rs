@@ -4,12 +4,13 @@
 
 use std::sync::Arc;
 
+use tower::{Layer, ServiceExt};
 use tower_chat::{
-    BoxChatService, ChatError, ChatEvent, ChatRequest, ChatStream, FinishReason, ModelMetadata,
-    Usage,
+    BoxChatService, ChatError, ChatEvent, ChatRequest, ChatStream, ChatStreamExt, ConversationId,
+    FinishReason, Message, ModelMetadata, Usage,
 };
-use tower_chat_persistence::{PersistenceLayer, PostgresStore, SqliteStore, Store};
-use tower_chat_testkit::{database_url, streaming_model, Items};
+use tower_chat_persistence::{CallRecord, PersistenceLayer, PostgresStore, SqliteStore, Store};
+use tower_chat_testkit::{database_url, scripted_stream, streaming_model, Delivery, Items};
 
 /// One test module per store: `sqlite::name` on a fresh file, `postgres::name` on `DATABASE_URL` (skipped with a
 /// visible message when unset, a failure under CI), each running `name(&db)` and cleaning up after it.
@@ -123,6 +124,32 @@ impl TestDb {
 
     pub fn layer(&self) -> PersistenceLayer {
         PersistenceLayer::shared(self.store.clone())
+    }
+
+    /// One real record, written through the layer in a conversation of its own (the user says `text`, the
+    /// answer repeats it), for a test to shape records of its own from.
+    pub async fn recorded_call(&self, text: &str) -> CallRecord {
+        let layer = self.layer();
+        let answer_text = text.to_owned();
+        let chat = layer.layer(scripted(move |_| {
+            scripted_stream(Delivery::AllAtOnce, answer(&answer_text))
+        }));
+        let conversation = ConversationId::new(format!("template-{}", uuid_simple()));
+        chat.oneshot(
+            ChatRequest::new(vec![Message::user(text)]).with_extension(conversation.clone()),
+        )
+        .await
+        .unwrap()
+        .collect_response()
+        .await
+        .unwrap();
+        layer.flush().await.unwrap();
+        self.store
+            .conversation_calls(&conversation)
+            .await
+            .unwrap()
+            .pop()
+            .unwrap()
     }
 
     /// Make the database refuse every new record (a trigger in SQLite, an always-false check in PostgreSQL).
