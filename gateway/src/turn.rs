@@ -284,6 +284,9 @@ pub(crate) async fn handle<F: WireFormat>(
         .or(conversation)
         .unwrap_or_else(|| ConversationId::new(format!("conv_{}", uuid::Uuid::now_v7().simple())));
     request.extensions.insert(conversation.clone());
+    if let Some(id) = recorded_request_id(&headers) {
+        request.extensions.insert(id);
+    }
     if let Some(id) = &parsed.record_id {
         // The request's rounds are stored under the id the client was given (the first round) and ids derived
         // from it, so a later `previous_response_id` finds the last one.
@@ -335,6 +338,17 @@ pub(crate) async fn handle<F: WireFormat>(
         crate::cache::outcome_header(outcome, response.headers_mut());
     }
     Ok(response)
+}
+
+/// The longest `x-request-id` a call record keeps: the edge passes a client's id through as it came, and a record
+/// is no place for kilobytes of header.
+const REQUEST_ID_LIMIT: usize = 200;
+
+/// The request's `x-request-id` (the client's, or the one the edge generated), for the records of the turn's
+/// calls, so an access-log line or an error body leads to them; `None` past [`REQUEST_ID_LIMIT`] bytes.
+fn recorded_request_id(headers: &HeaderMap) -> Option<tower_chat_persistence::RequestId> {
+    let id = headers.get(&crate::access::X_REQUEST_ID)?.to_str().ok()?;
+    (id.len() <= REQUEST_ID_LIMIT).then(|| tower_chat_persistence::RequestId::new(id))
 }
 
 /// What the gateway keeps of a turn when it ends: a turn paused for approval (its hidden messages, under the

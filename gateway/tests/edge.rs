@@ -1,5 +1,5 @@
 //! The edge middleware seen from a client: gzip on the console and the JSON lists, never on an event stream;
-//! the request's `x-request-id` in every JSON error body.
+//! the request's `x-request-id` in every JSON error body and on the record of every call it made.
 
 mod common;
 
@@ -10,6 +10,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use serde_json::Value;
 use tower_chat::test_server::Reply;
+use tower_chat_persistence::Store;
 
 const OPS_KEY: &str = "ops-key-edge";
 
@@ -165,4 +166,45 @@ async fn every_json_error_names_its_request_id() {
             );
         }
     }
+}
+
+#[tokio::test]
+async fn each_call_record_names_the_request_it_served() {
+    let (_dir, gw) = gateway().await;
+    let url = gw.url("/v1/chat/completions");
+    let body = request(false, "hi").to_string();
+    let auth = ("authorization", "Bearer sk-alice");
+    let json = ("content-type", "application/json");
+    let chat = |headers: Vec<(&'static str, String)>| {
+        let (url, body) = (url.clone(), body.clone());
+        async move {
+            let mut all = vec![auth, json];
+            all.extend(headers.iter().map(|(name, value)| (*name, value.as_str())));
+            let answer = send("POST", &url, &all, &body).await;
+            assert_eq!(answer.status, 200, "{}", answer.body);
+            answer.headers["x-request-id"].to_str().unwrap().to_owned()
+        }
+    };
+    // The client's own id, passed through; then one the edge generates.
+    chat(vec![("x-request-id", "req-from-client-7".into())]).await;
+    let generated = chat(Vec::new()).await;
+    // An id too long to keep is passed back but not recorded.
+    let long = "r".repeat(201);
+    assert_eq!(chat(vec![("x-request-id", long.clone())]).await, long);
+
+    let store = gw.records().await;
+    let mut recorded = Vec::new();
+    for summary in store
+        .call_summaries(&tower_chat_persistence::CallQuery::default())
+        .await
+        .unwrap()
+    {
+        let call = store.call(&summary.call_id).await.unwrap().unwrap();
+        recorded.push(call.request_id.map(|id| id.as_str().to_owned()));
+    }
+    recorded.sort();
+    assert_eq!(
+        recorded,
+        vec![None, Some(generated), Some("req-from-client-7".to_owned())]
+    );
 }

@@ -85,7 +85,11 @@ async fn the_timeline_shows_every_model_call_of_a_turn_with_the_tool_results_bet
     let answer = post(
         &chat,
         request(true, "2+3, +4?").to_string(),
-        &[ALICE, ("x-conversation-id", "sums")],
+        &[
+            ALICE,
+            ("x-conversation-id", "sums"),
+            ("x-request-id", "req-sums-1"),
+        ],
     )
     .await;
     assert_eq!(answer.status, 200, "{}", answer.body);
@@ -133,6 +137,8 @@ async fn the_timeline_shows_every_model_call_of_a_turn_with_the_tool_results_bet
             format!("round {} of the turn", round + 1)
         );
         assert_eq!(fact(&facts, "model"), "scripted-model");
+        // Every model call of the turn names the HTTP request it served.
+        assert_eq!(fact(&facts, "request id"), "req-sums-1");
         assert_eq!(fact(&facts, "input tokens"), input);
         assert_eq!(fact(&facts, "output tokens"), output);
         assert_eq!(fact(&facts, "cost"), cost);
@@ -322,6 +328,7 @@ async fn cached_calls_and_guardrail_verdicts_are_shown_and_the_cache_savings_cou
         call_id: CallId::generate(),
         conversation_id: ConversationId::new("guarded"),
         caller: None,
+        request_id: None,
         round_index: 0,
         started_at: SystemTime::now(),
         first_token_at: None,

@@ -177,12 +177,18 @@ fn call_section<'a>(call: &'a CallRecord, shown: &mut Shown<'a>, decided: &Decid
         ),
         None => call.outcome.as_str().to_owned(),
     };
-    let facts: [(&'static str, String); 11] = [
+    let facts: [(&'static str, String); 12] = [
         (
             "model call",
             format!("round {} of the turn", call.round_index + 1),
         ),
         ("started", utc(call.started_at)),
+        (
+            "request id",
+            call.request_id
+                .as_ref()
+                .map_or_else(|| "—".into(), |id| id.as_str().to_owned()),
+        ),
         ("model", call.model.clone().unwrap_or_else(|| "—".into())),
         (
             "answered by",

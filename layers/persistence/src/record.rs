@@ -42,6 +42,25 @@ impl CallId {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RequestedCallId(pub CallId);
 
+/// The id of the HTTP request a call was made for (a gateway's `x-request-id`): put one into a request's
+/// extensions and the layer records it with the call, so the record of a call can be found from an access-log
+/// line or an error body that names the request. Every call of a tool loop's turn carries the turn's request id.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct RequestId(String);
+
+impl RequestId {
+    /// Wrap a request's id.
+    pub fn new(value: impl Into<String>) -> Self {
+        RequestId(value.into())
+    }
+
+    /// The id as text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
 impl fmt::Display for CallId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.0)
@@ -213,6 +232,10 @@ pub struct CallRecord {
     pub conversation_id: ConversationId,
     /// Who called, from the request context.
     pub caller: Option<CallerIdentity>,
+    /// The id of the HTTP request the call was made for, from the request's extensions ([`RequestId`]).
+    /// Stored in the `response` column's JSON (key `request_id`), so no column was added.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_id: Option<RequestId>,
     /// The model round within the current turn: how many assistant messages follow the last user message of the
     /// request (0 for the first model call of a turn; a tool loop's later rounds count up).
     pub round_index: u32,

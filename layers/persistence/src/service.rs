@@ -16,7 +16,7 @@ use tower_service::Service;
 use crate::layer::PersistenceLayer;
 use crate::record::{
     round_index, stored_options, CallId, CallOutcome, CallRecord, RecordedError, RecordedRequest,
-    RequestSize, RequestedCallId,
+    RequestId, RequestSize, RequestedCallId,
 };
 use crate::recorder::Recorder;
 use crate::stream::RecordingStream;
@@ -107,6 +107,7 @@ where
             call_id,
             conversation_id,
             caller: request.caller().cloned(),
+            request_id: request.extensions.get::<RequestId>().cloned(),
             round_index: round_index(&request.messages),
             started_at,
             provider: self.provider.clone(),
@@ -138,6 +139,7 @@ pub(crate) struct Draft {
     call_id: CallId,
     conversation_id: ConversationId,
     caller: Option<tower_chat::CallerIdentity>,
+    request_id: Option<RequestId>,
     round_index: u32,
     started_at: SystemTime,
     provider: Option<Arc<str>>,
@@ -156,6 +158,7 @@ impl Draft {
             call_id: self.call_id.clone(),
             conversation_id: self.conversation_id.clone(),
             caller: self.caller.clone(),
+            request_id: self.request_id.clone(),
             round_index: self.round_index,
             started_at: self.started_at,
             first_token_at: None,
@@ -224,6 +227,7 @@ impl Draft {
             call_id: self.call_id,
             conversation_id: self.conversation_id,
             caller: self.caller,
+            request_id: self.request_id,
             round_index: self.round_index,
             started_at: self.started_at,
             first_token_at,

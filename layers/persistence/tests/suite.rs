@@ -37,7 +37,47 @@ both_stores!(
     an_estimate_charged_inside_is_recorded_marked_estimated,
     call_summaries_say_which_calls_the_response_cache_answered,
     usage_sums_calls_errors_tokens_cost_and_latency_percentiles_per_bucket_model_and_caller,
+    a_calls_request_id_is_recorded_with_it_in_flight_and_at_its_end,
 );
+
+/// The id of the HTTP request a call served, given as an extension, is on its in-flight record and its final
+/// one, and read back as written; a call without one records none.
+async fn a_calls_request_id_is_recorded_with_it_in_flight_and_at_its_end(db: &TestDb) {
+    use tower_chat_persistence::RequestId;
+    let layer = db.layer().record_in_flight(true);
+    let chat = layer.layer(scripted(|_| {
+        hanging(vec![Ok(ChatEvent::text("Hel")), Ok(ChatEvent::text("lo"))])
+    }));
+    let conv = conversation();
+    let id = RequestId::new(format!("req-{}", common::uuid_simple()));
+    let mut stream = chat
+        .clone()
+        .oneshot(request(&conv, "hi").with_extension(id.clone()))
+        .await
+        .unwrap();
+    stream.next().await.unwrap().unwrap();
+    layer.flush().await.unwrap();
+    assert_eq!(only_call(db, &conv).await.request_id.as_ref(), Some(&id));
+    drop(stream);
+    layer.flush().await.unwrap();
+    let last = only_call(db, &conv).await;
+    assert_eq!(last.outcome, CallOutcome::Cancelled);
+    assert_eq!(last.request_id, Some(id));
+
+    let without = conversation();
+    let plain = layer.layer(scripted(|_| {
+        scripted_stream(Delivery::AllAtOnce, answer("no id"))
+    }));
+    plain
+        .oneshot(request(&without, "hi"))
+        .await
+        .unwrap()
+        .collect_response()
+        .await
+        .unwrap();
+    layer.flush().await.unwrap();
+    assert_eq!(only_call(db, &without).await.request_id, None);
+}
 
 /// Usage aggregates: per time bucket, model and caller, summed in the database, with nearest-rank latency
 /// percentiles that one slow call moves only at p99; failed and interrupted calls count as errors, cancelled

@@ -550,6 +550,7 @@ mod tests {
             call_id: CallId::generate(),
             conversation_id: ConversationId::new(conversation),
             caller: caller.map(CallerIdentity::new),
+            request_id: None,
             round_index: 0,
             started_at: std::time::UNIX_EPOCH,
             first_token_at: None,

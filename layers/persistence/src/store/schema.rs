@@ -391,6 +391,7 @@ mod row {
                     serde_json::to_string(&super::ResponseColumn::of(
                         &record.response,
                         &record.guardrail,
+                        record.request_id.as_ref(),
                     )),
                 )?,
                 cost_nanos: record
@@ -512,6 +513,7 @@ impl StoredColumns {
         use crate::record::{from_micros, CallId, CallOutcome, CallRecord, RecordedRequest};
         let mut column = decode_json::<ResponseColumnOwned>("response", response)?;
         let guardrail = std::mem::take(&mut column.guardrail);
+        let request_id = column.request_id.take().map(crate::record::RequestId::new);
         let mut response: tower_chat::ChatResponse = column.into();
         let messages = match self.request_len {
             // Written before message-level storage: the history is inline.
@@ -535,6 +537,7 @@ impl StoredColumns {
             call_id: CallId::new(self.call_id),
             conversation_id: self.conversation_id.into(),
             caller: self.caller.map(Into::into),
+            request_id,
             started_at: from_micros(self.started_at),
             first_token_at: self.first_token_at.map(from_micros),
             ended_at: from_micros(self.ended_at),
@@ -695,7 +698,8 @@ pub(crate) fn spend_from_row(values: [i64; 6]) -> crate::record::Spend {
 
 /// The `response` column: a [`tower_chat::ChatResponse`] without its messages, which are nodes of the history
 /// (serialised like `ChatResponse`, so rows written before, which hold the messages too, read the same way), and
-/// the call's guardrail verdicts (`guardrail`, left out when there are none).
+/// the call's guardrail verdicts (`guardrail`, left out when there are none) and the id of the HTTP request it
+/// was made for (`request_id`, left out when there is none).
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 #[derive(serde::Serialize)]
 pub(crate) struct ResponseColumn<'a> {
@@ -709,6 +713,8 @@ pub(crate) struct ResponseColumn<'a> {
     model: &'a Option<String>,
     #[serde(skip_serializing_if = "<[_]>::is_empty")]
     guardrail: &'a [tower_chat::GuardrailVerdict],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    request_id: Option<&'a crate::record::RequestId>,
 }
 
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
@@ -716,6 +722,7 @@ impl<'a> ResponseColumn<'a> {
     pub(crate) fn of(
         response: &'a tower_chat::ChatResponse,
         guardrail: &'a [tower_chat::GuardrailVerdict],
+        request_id: Option<&'a crate::record::RequestId>,
     ) -> Self {
         ResponseColumn {
             usage: &response.usage,
@@ -724,6 +731,7 @@ impl<'a> ResponseColumn<'a> {
             response_id: &response.response_id,
             model: &response.model,
             guardrail,
+            request_id,
         }
     }
 }
@@ -744,6 +752,8 @@ pub(crate) struct ResponseColumnOwned {
     model: Option<String>,
     #[serde(default)]
     guardrail: Vec<tower_chat::GuardrailVerdict>,
+    #[serde(default)]
+    request_id: Option<String>,
 }
 
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
