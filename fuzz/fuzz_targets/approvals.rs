@@ -36,6 +36,7 @@ fuzz_target!(|data: &[u8]| {
         ConversationId::new("conv"),
         vec![Message::user("x")],
         &[request],
+        None,
     );
     match store.resume(None, &answers) {
         Ok(resumed) => {

@@ -401,3 +401,33 @@ async fn calls_recorded_before_the_call_log_are_indexed_on_open(db: &TestDb) {
     assert_eq!(ids(&all), ["old-2", "old-1"]);
     assert_eq!(all.entries[0].first_message, "question old-2");
 }
+
+/// SQLite indexes committed calls' words in batches off the write path: a call written while nothing reads is
+/// in the index, as another connection to the file sees it, once the writer has been idle a moment.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_indexes_written_calls_when_the_writer_is_idle() {
+    let db = TestDb::sqlite().await;
+    let template = db.recorded_call("template").await;
+    let record = Call {
+        sent: vec![Message::user("Which glacier feeds Jostedalen?")],
+        answer: "Nigardsbreen.",
+        ..call("glacier-1", "alice", "m", 10)
+    }
+    .record(&template);
+    db.store.write_calls(&[record]).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let Backend::Sqlite(store) = &db.backend else {
+        unreachable!("a SQLite test database")
+    };
+    // Another store on the same file has nothing of its own to index: it reads what the first one wrote.
+    let other = SqliteStore::open(store.path()).await.unwrap();
+    let page = other
+        .call_log(&CallLogQuery {
+            search: Some("Nigardsbreen".into()),
+            ..CallLogQuery::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(ids(&page), ["glacier-1"]);
+    db.cleanup().await;
+}

@@ -394,7 +394,11 @@ impl SqliteStore {
 
     /// Run a read on the connection thread, after every operation submitted before it (so it sees every record
     /// acknowledged before it was asked for).
-    async fn read_on_thread<F, T>(&self, what: &'static str, f: F) -> Result<T, StoreError>
+    pub(super) async fn read_on_thread<F, T>(
+        &self,
+        what: &'static str,
+        f: F,
+    ) -> Result<T, StoreError>
     where
         F: FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
         T: Send + 'static,
@@ -566,6 +570,8 @@ struct WriteStatements<'c> {
     blob: rusqlite::Statement<'c>,
     upsert: rusqlite::Statement<'c>,
     index_text: rusqlite::Statement<'c>,
+    /// Calls committed whose text is not in the full-text index yet: (call id, text), in write order.
+    unindexed: Vec<(String, String)>,
 }
 
 impl<'c> WriteStatements<'c> {
@@ -580,12 +586,50 @@ impl<'c> WriteStatements<'c> {
             blob: conn.prepare(INSERT_BLOB)?,
             upsert: conn.prepare(UPSERT)?,
             index_text: conn.prepare(INDEX_TEXT)?,
+            unindexed: Vec::new(),
         })
+    }
+
+    /// Put the text of the calls committed since the last time into the full-text index, in one transaction.
+    /// FTS5 writes a new index segment (and merges older ones) at every commit that touched it: ~120 k
+    /// instructions, more than the rest of a record's write, so a commit per record would pay it per record.
+    fn index_committed(&mut self) {
+        if self.unindexed.is_empty() {
+            return;
+        }
+        let result = (|| {
+            self.begin.execute([])?;
+            let rollback = RollbackUnlessCommitted(self.conn);
+            for (call_id, text) in &self.unindexed {
+                self.index_text.execute(params![call_id, text])?;
+            }
+            self.commit.execute([])?;
+            drop(rollback);
+            Ok::<_, rusqlite::Error>(())
+        })();
+        if let Err(error) = result {
+            // The calls stay listed and findable by id; only their words are not searchable.
+            tracing::warn!(calls = self.unindexed.len(), %error, "cannot index the text of recorded calls");
+        }
+        self.unindexed.clear();
     }
 
     /// Write `batches` in one transaction: committed when this returns `Ok`, rolled back otherwise (an error,
     /// or a panic unwinding through the connection thread).
     fn write<'r>(&mut self, batches: impl IntoIterator<Item = &'r Rows>) -> rusqlite::Result<()> {
+        let indexed_before = self.unindexed.len();
+        let result = self.write_all(batches);
+        if result.is_err() {
+            // Rolled back: nothing of it to index.
+            self.unindexed.truncate(indexed_before);
+        }
+        result
+    }
+
+    fn write_all<'r>(
+        &mut self,
+        batches: impl IntoIterator<Item = &'r Rows>,
+    ) -> rusqlite::Result<()> {
         self.begin.execute([])?;
         let rollback = RollbackUnlessCommitted(self.conn);
         for row in batches.into_iter().flatten() {
@@ -636,7 +680,8 @@ impl<'c> WriteStatements<'c> {
         ])?;
         // Unchanged when a final record was already stored: its index entry stays.
         if written > 0 && r.first_message.is_some() {
-            self.index_text.execute(params![r.call_id, r.search_text])?;
+            self.unindexed
+                .push((r.call_id.clone(), r.search_text.clone()));
         }
         Ok(())
     }
@@ -657,14 +702,32 @@ impl Drop for RollbackUnlessCommitted<'_> {
 /// Serve `first` and every record write and read queued behind it with the same prepared statements; return
 /// the first other job (which needs `&mut Connection`, so the statements are finalized first), or `None` when
 /// every sender is gone.
+///
+/// The text of committed calls goes into the full-text index in batches ([`WriteStatements::index_committed`]):
+/// before any read (so a search sees every call written before it), once [`INDEX_BATCH`] calls wait, when no
+/// job has come for [`INDEX_DELAY`], and before the connection is handed to another job. A crash loses the
+/// index entries of the calls still waiting (at most that many, or that long): they stay listed and findable
+/// by id, but not by their words.
 fn serve_writes(conn: &Connection, receiver: &mpsc::Receiver<Job>, first: Job) -> Option<Job> {
     let mut statements: Option<WriteStatements<'_>> = None;
     let mut next = Some(first);
     let mut group = Vec::new();
     loop {
+        let waiting = statements.as_ref().map_or(0, |s| s.unindexed.len());
         let job = match next.take() {
             Some(job) => job,
-            None => receiver.recv().ok()?,
+            None if waiting == 0 => receiver.recv().ok()?,
+            None => match receiver.recv_timeout(INDEX_DELAY) {
+                Ok(job) => job,
+                Err(mpsc::RecvTimeoutError::Timeout) => {
+                    index_committed(&mut statements);
+                    continue;
+                }
+                Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    index_committed(&mut statements);
+                    return None;
+                }
+            },
         };
         match job {
             Job::Write(write) => {
@@ -681,17 +744,36 @@ fn serve_writes(conn: &Connection, receiver: &mpsc::Receiver<Job>, first: Job) -
                     }
                 }
                 commit_group(conn, &mut statements, &mut group);
+                if statements.as_ref().map_or(0, |s| s.unindexed.len()) >= INDEX_BATCH {
+                    index_committed(&mut statements);
+                }
             }
             Job::Read(job) => {
+                index_committed(&mut statements);
                 // As for `with_connection` closures: a panicking read fails its caller, not the store.
                 if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job(conn))).is_err() {
                     tracing::error!("a SQLite store read panicked; the store continues");
                 }
             }
-            other => return Some(other),
+            other => {
+                index_committed(&mut statements);
+                return Some(other);
+            }
         }
     }
 }
+
+fn index_committed(statements: &mut Option<WriteStatements<'_>>) {
+    if let Some(statements) = statements.as_mut() {
+        statements.index_committed();
+    }
+}
+
+/// How many committed calls wait for the full-text index at most.
+const INDEX_BATCH: usize = 256;
+
+/// How long committed calls wait for the full-text index at most while no other job comes.
+const INDEX_DELAY: Duration = Duration::from_millis(250);
 
 /// Commit the batches of `group` in one transaction and acknowledge each; if that fails, commit each batch in
 /// a transaction of its own, so one batch the tables refuse does not fail the others.

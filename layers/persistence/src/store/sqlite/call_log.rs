@@ -74,6 +74,12 @@ impl SqliteStore {
     ) -> futures_util::future::BoxFuture<'a, Result<CallLogPage, StoreError>> {
         let sql = call_log_sql(query, &SQLITE_DIALECT);
         Box::pin(async move {
+            if query.search.is_some() {
+                // The writer indexes committed calls in batches, before any job of its own: one (empty) job
+                // puts every call written before this search into the index it reads.
+                self.read_on_thread("cannot index the calls written so far", |_| Ok(()))
+                    .await?;
+            }
             let (sql, rows) = self
                 .read("cannot list the call log", move |conn| {
                     let params = sql.params.iter().map(|p| match p {
