@@ -452,6 +452,12 @@ const UPSERT: &str = "INSERT INTO chat_calls (call_id, conversation_id, caller, 
 const INDEX_TEXT: &str = "INSERT OR REPLACE INTO chat_calls_search (rowid, body) \
     SELECT rowid, ?2 FROM chat_calls WHERE call_id = ?1";
 
+/// Indexes the text of many calls, given as a JSON array of `[call id, text]`, in one statement: FTS5 writes
+/// its pending entries out at every statement's savepoint, so one statement a call would pay that per call.
+const INDEX_TEXTS: &str = "INSERT OR REPLACE INTO chat_calls_search (rowid, body) \
+    SELECT chat_calls.rowid, pending.value ->> 1 FROM json_each(?1) AS pending \
+    JOIN chat_calls ON chat_calls.call_id = pending.value ->> 0";
+
 const INSERT_NODE: &str = "INSERT INTO chat_messages (id, parent_id, position, message) \
     VALUES (?1, ?2, ?3, ?4) ON CONFLICT (id) DO NOTHING";
 
@@ -569,7 +575,7 @@ struct WriteStatements<'c> {
     options: rusqlite::Statement<'c>,
     blob: rusqlite::Statement<'c>,
     upsert: rusqlite::Statement<'c>,
-    index_text: rusqlite::Statement<'c>,
+    index_texts: rusqlite::Statement<'c>,
     /// Calls committed whose text is not in the full-text index yet: (call id, text), in write order.
     unindexed: Vec<(String, String)>,
 }
@@ -585,28 +591,20 @@ impl<'c> WriteStatements<'c> {
             options: conn.prepare(INSERT_OPTIONS)?,
             blob: conn.prepare(INSERT_BLOB)?,
             upsert: conn.prepare(UPSERT)?,
-            index_text: conn.prepare(INDEX_TEXT)?,
+            index_texts: conn.prepare(INDEX_TEXTS)?,
             unindexed: Vec::new(),
         })
     }
 
-    /// Put the text of the calls committed since the last time into the full-text index, in one transaction.
-    /// FTS5 writes a new index segment (and merges older ones) at every commit that touched it: ~120 k
-    /// instructions, more than the rest of a record's write, so a commit per record would pay it per record.
+    /// Put the text of the calls committed since the last time into the full-text index, in one statement.
+    /// FTS5 writes a new index segment (and merges older ones) at every statement that touched it: ~120 k
+    /// instructions, more than the rest of a record's write, so a statement per record would pay it per record.
     fn index_committed(&mut self) {
         if self.unindexed.is_empty() {
             return;
         }
-        let result = (|| {
-            self.begin.execute([])?;
-            let rollback = RollbackUnlessCommitted(self.conn);
-            for (call_id, text) in &self.unindexed {
-                self.index_text.execute(params![call_id, text])?;
-            }
-            self.commit.execute([])?;
-            drop(rollback);
-            Ok::<_, rusqlite::Error>(())
-        })();
+        let pending = serde_json::to_string(&self.unindexed).expect("strings serialise");
+        let result = self.index_texts.execute(params![pending]);
         if let Err(error) = result {
             // The calls stay listed and findable by id; only their words are not searchable.
             tracing::warn!(calls = self.unindexed.len(), %error, "cannot index the text of recorded calls");
