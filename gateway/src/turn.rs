@@ -13,7 +13,8 @@ use axum::response::Response;
 use http::{HeaderMap, StatusCode};
 use tower::ServiceExt;
 use tower_chat::{
-    ApprovalRequest, CallerIdentity, ChatError, ConversationId, FinishReason, Message, ToolCall,
+    ApprovalRequest, CallerIdentity, ChatError, ConversationId, FinishReason, Message, Shared,
+    ToolCall,
 };
 use tower_chat_approval::ApprovalStore;
 use tower_chat_persistence::Store;
@@ -298,21 +299,13 @@ pub(crate) async fn handle<F: WireFormat>(
         .caching
         .as_ref()
         .map(|routes| crate::cache::control(&headers, F::ROUTE, routes, &mut request));
-    let user_message = request
-        .messages
-        .iter()
-        .rev()
-        .find_map(|message| match message {
-            Message::User { content } => {
-                tower_chat_approval::ApprovalContext::kept(&content.joined_text())
-            }
-            _ => None,
-        });
+    // Kept by reference: the user's text is read out only if the turn pauses for an operator.
+    let sent = request.messages.clone();
     let turn = Turn {
         model: parsed.model,
         client_tools,
         keeper: Kept {
-            user_message,
+            sent,
             caller,
             conversation,
             hidden,
@@ -351,6 +344,16 @@ fn recorded_request_id(headers: &HeaderMap) -> Option<tower_chat_persistence::Re
     (id.len() <= REQUEST_ID_LIMIT).then(|| tower_chat_persistence::RequestId::new(id))
 }
 
+/// The text of the last user message of `messages` that has any, as an approval's context keeps it.
+fn last_user_text(messages: &[Message]) -> Option<String> {
+    messages.iter().rev().find_map(|message| match message {
+        Message::User { content } => {
+            tower_chat_approval::ApprovalContext::kept(&content.joined_text())
+        }
+        _ => None,
+    })
+}
+
 /// What the gateway keeps of a turn when it ends: a turn paused for approval (its hidden messages, under the
 /// approval ids its notices name) and a hand-back of the client's own calls, both in the [`PendingStore`].
 struct Kept {
@@ -358,8 +361,8 @@ struct Kept {
     conversation: ConversationId,
     /// Hidden messages this turn continues from (a resumed pause).
     hidden: Vec<Message>,
-    /// The text of the request's last user message: what an operator reads beside a paused call.
-    user_message: Option<String>,
+    /// The request's messages: its last user message is what an operator reads beside a paused call.
+    sent: Shared<Vec<Message>>,
     pending: Arc<PendingStore>,
     /// Operators decide pending approvals (`--operator-keys-file`): the notice tells the client to wait.
     operators_decide: bool,
@@ -381,7 +384,7 @@ impl TurnKeeper for Kept {
                 self.conversation.clone(),
                 hidden,
                 approvals,
-                self.user_message.as_deref(),
+                last_user_text(&self.sent).as_deref(),
             );
         }
         if *reason == FinishReason::ToolCalls && !client_calls.is_empty() {
