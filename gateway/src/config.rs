@@ -12,7 +12,7 @@ use crate::cli::Flags;
 use crate::client_addr::TrustedProxies;
 use crate::config_file::{ConfigFile, ConfigFileError};
 use crate::connection::ConnectionLimits;
-use crate::request_limits::RequestLimits;
+use crate::request_limits::{RequestLimits, SettingNames};
 
 /// Which wire format the upstream provider speaks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Deserialize)]
@@ -158,7 +158,11 @@ impl Config {
             upstream_timeout: Duration::from_secs(120),
             approval_ttl: Duration::from_secs(3600),
             max_polls_per_key: 16,
-            limits: RequestLimits::default(),
+            // A client over a limit is told the flag that raises it.
+            limits: RequestLimits {
+                setting_names: SettingNames::Flags,
+                ..RequestLimits::default()
+            },
             connections: ConnectionLimits::default(),
             file: ConfigFile::default(),
             config_path: None,
@@ -575,6 +579,7 @@ mod tests {
                 max_id_bytes: 9,
                 max_media_part_bytes: 10,
                 max_media_bytes: 11,
+                setting_names: SettingNames::Flags,
                 ..RequestLimits::default()
             }
         );

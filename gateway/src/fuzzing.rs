@@ -27,6 +27,7 @@ pub fn parse_request(
             UpstreamFormat::Anthropic
         },
         limits: RequestLimits::DEFAULT,
+        stores_responses: true,
     };
     let inbound = match format % 3 {
         0 => ChatCompletions::parse(body, &context).map(|(inbound, _)| inbound),

@@ -1,5 +1,6 @@
 //! What one request may hold: the wire formats' [`RequestLimits`], which the gateway's command line sets
-//! (`--max-messages`, `--max-tools`, …) and checks on every inbound route.
+//! (`--max-messages`, `--max-tools`, …) and checks on every inbound route; its errors name those flags
+//! ([`SettingNames::Flags`]).
 //!
 //! ```
 //! use tower_chat::{ChatRequest, Message};
@@ -10,4 +11,4 @@
 //! assert_eq!(limits.check(&long).unwrap_err().code, "limit_exceeded");
 //! ```
 
-pub use tower_chat_wire::limits::RequestLimits;
+pub use tower_chat_wire::limits::{RequestLimits, SettingNames};

@@ -193,6 +193,7 @@ impl Gateway {
                     parse: ParseContext {
                         upstream: config.provider.into(),
                         limits: config.limits,
+                        stores_responses: true,
                     },
                     limits: Arc::new(config.limits),
                     mcp: None,

@@ -951,6 +951,7 @@ mod tests {
         let context = ParseContext {
             upstream,
             limits: crate::limits::RequestLimits::DEFAULT,
+            stores_responses: false,
         };
         AnthropicMessages::parse(value.to_string().as_bytes(), &context).map(|(inbound, _)| inbound)
     }

@@ -756,6 +756,7 @@ mod tests {
     const CONTEXT: ParseContext = ParseContext {
         upstream: crate::format::UpstreamFormat::OpenAi,
         limits: crate::limits::RequestLimits::DEFAULT,
+        stores_responses: false,
     };
 
     fn parse(value: Value) -> Result<Inbound, ApiError> {

@@ -116,7 +116,7 @@ impl ApiError {
             StatusCode::PAYLOAD_TOO_LARGE,
             "invalid_request_error",
             "request_too_large",
-            format!("the request body is larger than the gateway's limit of {limit} bytes"),
+            format!("the request body is larger than the server's limit of {limit} bytes"),
         )
     }
 
@@ -150,7 +150,8 @@ impl ApiError {
                 StatusCode::SERVICE_UNAVAILABLE,
                 "server_error",
                 "shutting_down",
-                "the gateway is shutting down and could not finish this response; retry the request".into(),
+                "the server is shutting down and could not finish this response; retry the request"
+                    .into(),
             )
         }
     }

@@ -68,6 +68,10 @@ pub struct ParseContext {
     pub upstream: UpstreamFormat,
     /// The per-request limits.
     pub limits: RequestLimits,
+    /// Whether the server keeps Responses answers for a later `previous_response_id` (the gateway does;
+    /// [`WireRouter`](crate::WireRouter) keeps nothing). Without it an answer says `"store": false` whatever
+    /// the request asked, and names no record.
+    pub stores_responses: bool,
 }
 
 /// The API a stack's upstream speaks: options only it understands (Anthropic's `thinking` and `top_k`) are
@@ -475,6 +479,7 @@ mod tests {
         let context = ParseContext {
             upstream: UpstreamFormat::OpenAi,
             limits,
+            stores_responses: false,
         };
         let body = body.to_string();
         match format {
@@ -503,7 +508,7 @@ mod tests {
             let error = parse(format, &body, strict).unwrap_err();
             assert_eq!(error.code, "limit_exceeded", "{format}: {}", error.message);
             assert!(
-                error.message.contains("--max-messages"),
+                error.message.contains("(max_messages)"),
                 "{format}: {}",
                 error.message
             );

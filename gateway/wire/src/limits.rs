@@ -1,11 +1,12 @@
 //! What one request may hold, checked on the format-independent [`ChatRequest`] after the wire conversion, so
 //! every inbound surface gets the same limits: messages, tool calls, client tools, the bytes of their schemas,
-//! id lengths, approval decisions. The body limit (`--body-limit`) bounds the bytes; these bound the *count*
+//! id lengths, approval decisions. The body limit bounds the bytes; these bound the *count*
 //! of things a body of that size could otherwise carry (40,000 tools in 3 MB) and what each costs downstream
 //! (audit rows and error text per approval decision, stored conversation ids).
 //!
-//! Each breach is a 400 `limit_exceeded` naming the limit and the gateway's command-line flag that sets it
-//! (`--max-messages`, …); an embedder sets the same fields on [`RequestLimits`].
+//! Each breach is a 400 `limit_exceeded` naming the limit and the setting that raises it: the field of
+//! [`RequestLimits`] (`max_messages`, …), or the gateway's command-line flag (`--max-messages`, …) with
+//! [`SettingNames::Flags`].
 //!
 //! ```
 //! use tower_chat::{ChatRequest, Message};
@@ -20,39 +21,79 @@
 //! ```
 
 use std::collections::HashSet;
+use std::fmt;
 use std::io;
 
 use tower_chat::{CallerIdentity, ChatRequest, ConversationId, Message};
 
 use crate::error::ApiError;
 
-/// The per-request limits. [`Default`] gives the command line's defaults.
+/// The per-request limits. [`Default`] gives the gateway's defaults, errors naming these fields.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RequestLimits {
-    /// `--max-messages N`: messages in one request, and tool calls across its assistant messages
-    /// (default 1024).
+    /// Messages in one request, and tool calls across its assistant messages (default 1024; the gateway's
+    /// `--max-messages`).
     pub max_messages: usize,
-    /// `--max-tools N`: client tools in one request (default 128, OpenAI's own limit).
+    /// Client tools in one request (default 128, OpenAI's own limit; `--max-tools`).
     pub max_tools: usize,
-    /// `--max-schema-bytes N`: the client tools' names, descriptions and parameter schemas together, as
-    /// compact JSON (default 262144).
+    /// The client tools' names, descriptions and parameter schemas together, as compact JSON (default 262144;
+    /// `--max-schema-bytes`).
     pub max_schema_bytes: usize,
-    /// `--max-approvals N`: approval decisions in one request (default 64).
+    /// Approval decisions in one request (default 64; `--max-approvals`).
     pub max_approvals: usize,
-    /// `--max-id-bytes N`: a tool call id, tool name or approval id (default 256).
+    /// The longest tool call id, tool name or approval id (default 256; `--max-id-bytes`).
     pub max_id_bytes: usize,
     /// The longest `x-conversation-id` (128 bytes of visible ASCII).
     pub max_conversation_id_bytes: usize,
-    /// `--max-media-part-bytes N`: the decoded bytes of one image, audio clip or file (default 20 MiB, OpenAI's
-    /// per-image limit).
+    /// The decoded bytes of one image, audio clip or file (default 20 MiB, OpenAI's per-image limit;
+    /// `--max-media-part-bytes`).
     pub max_media_part_bytes: usize,
-    /// `--max-media-bytes N`: the decoded bytes of every media part of one request together (default 32 MiB,
-    /// Anthropic's request limit). Media does not count against `--body-limit`, which caps the rest of the body.
+    /// The decoded bytes of every media part of one request together (default 32 MiB, Anthropic's request
+    /// limit; `--max-media-bytes`). Media does not count against the body limit, which caps the rest of the
+    /// body.
     pub max_media_bytes: usize,
+    /// How an error over a limit names the setting that raises it (default: the fields of this struct).
+    pub setting_names: SettingNames,
+}
+
+/// How an error over a limit names the setting that raises it, so whoever reads the error knows what to change.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum SettingNames {
+    /// The fields of [`RequestLimits`] (`max_messages`), and `body_limit` for the body limit: what an app
+    /// embedding the routes sets.
+    #[default]
+    Fields,
+    /// The gateway's command-line flags (`--max-messages`, `--body-limit`).
+    Flags,
+}
+
+/// A setting's name as [`SettingNames`] spells it, written without allocating.
+#[derive(Clone, Copy, Debug)]
+pub struct Setting {
+    field: &'static str,
+    names: SettingNames,
+}
+
+impl fmt::Display for Setting {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.names {
+            SettingNames::Fields => f.write_str(self.field),
+            SettingNames::Flags => {
+                f.write_str("--")?;
+                for (i, word) in self.field.split('_').enumerate() {
+                    if i > 0 {
+                        f.write_str("-")?;
+                    }
+                    f.write_str(word)?;
+                }
+                Ok(())
+            }
+        }
+    }
 }
 
 impl RequestLimits {
-    /// The command line's defaults, as a constant.
+    /// The gateway's defaults, as a constant.
     pub const DEFAULT: RequestLimits = RequestLimits {
         max_messages: 1024,
         max_tools: 128,
@@ -62,7 +103,16 @@ impl RequestLimits {
         max_conversation_id_bytes: 128,
         max_media_part_bytes: 20 * 1024 * 1024,
         max_media_bytes: 32 * 1024 * 1024,
+        setting_names: SettingNames::Fields,
     };
+
+    /// The setting `field` (a field of this struct, or `body_limit`) as these limits name it in errors.
+    pub fn setting(&self, field: &'static str) -> Setting {
+        Setting {
+            field,
+            names: self.setting_names,
+        }
+    }
 }
 
 impl Default for RequestLimits {
@@ -89,14 +139,16 @@ impl RequestLimits {
     pub fn check_counts(&self, messages: usize, calls: usize) -> Result<(), ApiError> {
         if messages > self.max_messages {
             return Err(exceeded(format!(
-                "the request has {messages} messages; the limit is {} (--max-messages)",
-                self.max_messages
+                "the request has {messages} messages; the limit is {} ({})",
+                self.max_messages,
+                self.setting("max_messages")
             )));
         }
         if calls > self.max_messages {
             return Err(exceeded(format!(
-                "the request has {calls} tool calls; the limit is {} (--max-messages)",
-                self.max_messages
+                "the request has {calls} tool calls; the limit is {} ({})",
+                self.max_messages,
+                self.setting("max_messages")
             )));
         }
         Ok(())
@@ -126,9 +178,10 @@ impl RequestLimits {
                 let bytes = part.media_bytes();
                 if bytes > self.max_media_part_bytes {
                     return Err(too_much_media(format!(
-                        "messages[{i}] part {j} ({}, {bytes} bytes) exceeds {} bytes (--max-media-part-bytes)",
+                        "messages[{i}] part {j} ({}, {bytes} bytes) exceeds {} bytes ({})",
                         part.media_type().unwrap_or(part.kind()),
-                        self.max_media_part_bytes
+                        self.max_media_part_bytes,
+                        self.setting("max_media_part_bytes")
                     )));
                 }
                 total = total.saturating_add(bytes);
@@ -136,14 +189,15 @@ impl RequestLimits {
         }
         if total > self.max_media_bytes {
             return Err(too_much_media(format!(
-                "the request's media parts hold {total} bytes; the limit is {} (--max-media-bytes)",
-                self.max_media_bytes
+                "the request's media parts hold {total} bytes; the limit is {} ({})",
+                self.max_media_bytes,
+                self.setting("max_media_bytes")
             )));
         }
         Ok(())
     }
 
-    /// The body without its media, against `--body-limit`: `body_len` less the base64 text of the media parts.
+    /// The body without its media, against the body limit: `body_len` less the base64 text of the media parts.
     pub fn check_text_bytes(
         &self,
         request: &ChatRequest,
@@ -164,8 +218,15 @@ impl RequestLimits {
             .flat_map(|content| content.parts())
             .map(|part| part.media_bytes().div_ceil(3) * 4)
             .sum();
-        if body_len.saturating_sub(media) > body_limit {
-            return Err(ApiError::too_large(body_limit));
+        let text = body_len.saturating_sub(media);
+        if text > body_limit {
+            return Err(ApiError {
+                message: format!(
+                    "the request body holds {text} bytes besides its media; the limit is {body_limit} ({})",
+                    self.setting("body_limit")
+                ),
+                ..ApiError::too_large(body_limit)
+            });
         }
         Ok(())
     }
@@ -184,9 +245,10 @@ impl RequestLimits {
         let tools = &request.options.tools;
         if tools.len() > self.max_tools {
             return Err(exceeded(format!(
-                "the request has {} tools; the limit is {} (--max-tools)",
+                "the request has {} tools; the limit is {} ({})",
                 tools.len(),
-                self.max_tools
+                self.max_tools,
+                self.setting("max_tools")
             )));
         }
         self.check_media(request)?;
@@ -213,8 +275,9 @@ impl RequestLimits {
                 .saturating_add(json_len(&tool.parameters));
             if bytes > self.max_schema_bytes {
                 return Err(exceeded(format!(
-                    "the tools' names, descriptions and schemas exceed {} bytes (--max-schema-bytes)",
-                    self.max_schema_bytes
+                    "the tools' names, descriptions and schemas exceed {} bytes ({})",
+                    self.max_schema_bytes,
+                    self.setting("max_schema_bytes")
                 )));
             }
         }
@@ -229,9 +292,10 @@ impl RequestLimits {
     ) -> Result<(), ApiError> {
         if ids.len() > self.max_approvals {
             return Err(exceeded(format!(
-                "the request carries {} approval decisions; the limit is {} (--max-approvals)",
+                "the request carries {} approval decisions; the limit is {} ({})",
                 ids.len(),
-                self.max_approvals
+                self.max_approvals,
+                self.setting("max_approvals")
             )));
         }
         let mut seen = HashSet::with_capacity(ids.len());
@@ -276,10 +340,11 @@ impl RequestLimits {
     fn id(&self, what: impl FnOnce() -> String, id: &str) -> Result<(), ApiError> {
         if id.len() > self.max_id_bytes {
             return Err(exceeded(format!(
-                "{} is {} bytes long; the limit is {} (--max-id-bytes)",
+                "{} is {} bytes long; the limit is {} ({})",
                 what(),
                 id.len(),
-                self.max_id_bytes
+                self.max_id_bytes,
+                self.setting("max_id_bytes")
             )));
         }
         Ok(())
@@ -317,8 +382,38 @@ mod tests {
             max_approvals: 2,
             max_id_bytes: 8,
             max_conversation_id_bytes: 10,
+            setting_names: SettingNames::Flags,
             ..RequestLimits::DEFAULT
         }
+    }
+
+    #[test]
+    fn a_limit_error_names_the_field_by_default_and_the_flag_when_asked() {
+        let two = |setting_names| RequestLimits {
+            max_messages: 2,
+            max_media_part_bytes: 1,
+            setting_names,
+            ..RequestLimits::DEFAULT
+        };
+        let long = ChatRequest::new(vec![Message::user("a"); 3]);
+        let error = two(SettingNames::Fields).check(&long).unwrap_err();
+        assert!(
+            error.message.ends_with("the limit is 2 (max_messages)"),
+            "{}",
+            error.message
+        );
+        let error = two(SettingNames::Flags).check(&long).unwrap_err();
+        assert!(
+            error.message.ends_with("the limit is 2 (--max-messages)"),
+            "{}",
+            error.message
+        );
+        assert_eq!(
+            two(SettingNames::Flags)
+                .setting("max_media_part_bytes")
+                .to_string(),
+            "--max-media-part-bytes"
+        );
     }
 
     fn assert_limit(result: Result<(), ApiError>, needle: &str) {

@@ -407,6 +407,7 @@ mod tests {
         let context = ParseContext {
             upstream: UpstreamFormat::OpenAi,
             limits: RequestLimits::DEFAULT,
+            stores_responses: false,
         };
         F::parse(body.to_string().as_bytes(), &context).unwrap().1
     }

@@ -277,7 +277,8 @@ fn into_inbound(
             }
         }
     }
-    let store = body.store.unwrap_or(true);
+    // OpenAI stores by default; a server that keeps nothing says so rather than promise a later lookup.
+    let store = context.stores_responses && body.store.unwrap_or(true);
     let id = format!("resp_{}", uuid::Uuid::new_v4().simple());
     let echo = json!({
         "instructions": body.instructions,
@@ -310,6 +311,7 @@ mod tests {
         let context = ParseContext {
             upstream: UpstreamFormat::OpenAi,
             limits: crate::limits::RequestLimits::DEFAULT,
+            stores_responses: true,
         };
         Responses::parse(value.to_string().as_bytes(), &context).map(|(inbound, _)| inbound)
     }

@@ -26,7 +26,7 @@ use crate::limits::RequestLimits;
 use crate::respond::{self, KeepNothing, Turn, TurnKeeper};
 use crate::responses::Responses;
 
-/// The gateway's default `--body-limit`: the bytes of a request body besides its media (4 MiB).
+/// The default body limit (the gateway's `--body-limit`): the bytes of a request body besides its media (4 MiB).
 pub const DEFAULT_BODY_LIMIT: usize = 4 * 1024 * 1024;
 
 /// The wire formats' routes over one chat service `S`, to merge into an axum app beside its own routes and
@@ -110,7 +110,8 @@ where
         self.route::<AnthropicMessages, T>("/v1/messages")
     }
 
-    /// `POST /v1/responses`: OpenAI Responses (without stored responses: a `previous_response_id` is a 400).
+    /// `POST /v1/responses`: OpenAI Responses, without stored responses: every answer says `"store": false`
+    /// and a `previous_response_id` is a 400.
     pub fn responses<T: Clone + Send + Sync + 'static>(&self) -> Router<T> {
         self.route::<Responses, T>("/v1/responses")
     }
@@ -246,9 +247,12 @@ pub fn read_body(
         if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
             ApiError {
                 message: format!(
-                    "the request body is larger than the gateway's limit of {} bytes of text \
-                     (--body-limit) and {} bytes of media (--max-media-bytes)",
-                    body_limit, limits.max_media_bytes
+                    "the request body is larger than the server's limit of {} bytes of text ({}) and {} \
+                     bytes of media ({})",
+                    body_limit,
+                    limits.setting("body_limit"),
+                    limits.max_media_bytes,
+                    limits.setting("max_media_bytes")
                 ),
                 ..ApiError::too_large(body_limit)
             }

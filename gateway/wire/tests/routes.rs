@@ -142,6 +142,8 @@ async fn every_format_answers_whole_and_streamed_beside_the_apps_own_route() {
         whole.body
     );
     assert_eq!(whole.json()["status"], "completed");
+    // Nothing is kept for a later `previous_response_id`, and the answer says so.
+    assert_eq!(whole.json()["store"], false, "{}", whole.body);
 
     for (path, body) in requests(true) {
         let streamed = post(&format!("{base}{path}"), &body).await;
@@ -412,11 +414,25 @@ async fn limits_and_the_body_limit_are_the_embedders_to_set() {
         (refused.status, refused.json()["error"]["code"].clone()),
         (400, json!("limit_exceeded"))
     );
+    // The error names the setting the embedder controls, not a gateway flag.
+    let message = refused.json()["error"]["message"].clone();
+    assert!(
+        message.as_str().unwrap().ends_with("(max_messages)"),
+        "{message}"
+    );
     let long = json!({"model": "m", "max_tokens": 8,
         "messages": [{"role": "user", "content": "x".repeat(4096)}]});
     let refused = post(&format!("{base}/v1/messages"), &long).await;
     assert_eq!(refused.status, 413, "{}", refused.body);
     assert_eq!(refused.json()["error"]["type"], "request_too_large");
+    let message = refused.json()["error"]["message"].clone();
+    assert!(
+        message
+            .as_str()
+            .unwrap()
+            .ends_with("the limit is 2048 (body_limit)"),
+        "{message}"
+    );
     assert_eq!(sent.calls(), 0);
     // The finish reason of a turn the service paused reaches the client, without a notice to resume it by.
     let (chat, _) = service(|| vec![Ok(ChatEvent::finish(FinishReason::AwaitingApproval))]);

@@ -171,6 +171,7 @@ mod tests {
         let context = ParseContext {
             upstream: UpstreamFormat::Anthropic,
             limits: RequestLimits::DEFAULT,
+            stores_responses: true,
         };
         let body = json!({"model": "m", "input": input}).to_string();
         Responses::parse(body.as_bytes(), &context).map(|(inbound, _)| inbound)

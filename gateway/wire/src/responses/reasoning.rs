@@ -46,7 +46,7 @@ pub(crate) fn unseal(encrypted_content: &str, at: &str) -> Result<Option<Reasoni
     };
     let invalid = |why: &str| {
         schema(format!(
-            "{at}: `encrypted_content` is not reasoning this gateway issued ({why}); send reasoning items back \
+            "{at}: `encrypted_content` is not reasoning this server issued ({why}); send reasoning items back \
              unchanged"
         ))
     };
