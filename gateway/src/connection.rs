@@ -4,8 +4,8 @@
 //!
 //! Where each limit is enforced:
 //!
-//! - `max_connections`: at accept ([`crate::serve`]): over it a connection is answered `503` and closed before
-//!   anything is read;
+//! - `max_connections`: at accept ([`crate::serve`]): over it a connection is answered `503` in the protocol it
+//!   opens with and closed, without being served;
 //! - `idle_timeout`, `header_timeout`, `write_timeout`: the connection's watchdog ([`crate::watchdog`]);
 //! - `body_timeout`: tower-http's `RequestBodyTimeoutLayer` around the router ([`crate::serve`]);
 //! - `max_in_flight`, `max_in_flight_per_key`: [`InFlight`], after authentication. Own code, because the slot
