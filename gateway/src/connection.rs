@@ -4,8 +4,8 @@
 //!
 //! Where each limit is enforced:
 //!
-//! - `max_connections`: at accept ([`crate::serve`]): over it a connection is answered `503` and closed before
-//!   anything is read;
+//! - `max_connections`: at accept ([`crate::serve`]): over it a connection is answered `503` in the protocol it
+//!   opens with and closed, without being served;
 //! - `idle_timeout`, `header_timeout`, `write_timeout`: the connection's watchdog ([`crate::watchdog`]);
 //! - `body_timeout`: tower-http's `RequestBodyTimeoutLayer` around the router ([`crate::serve`]);
 //! - `max_in_flight`, `max_in_flight_per_key`: [`InFlight`], after authentication. Own code, because the slot
@@ -51,8 +51,8 @@ pub struct ConnectionLimits {
     /// `--idle-timeout SECS`: how long a connection may stay open with no request in flight, no response being
     /// written and no byte of a new request received (default 60).
     pub idle_timeout: Duration,
-    /// `--write-timeout SECS`: how long a response may wait to write its next byte because the client is not
-    /// reading; past it the connection is closed (default 30).
+    /// `--write-timeout SECS`: how long a response may wait to write its next byte (over HTTP/2: its next
+    /// 16 KiB piece) because the client is not reading; past it the connection is closed (default 30).
     pub write_timeout: Duration,
     /// `--max-connections N`: open connections; more are answered `503` and closed (default 16384; lowered at
     /// start to what the open-files limit allows).
@@ -118,11 +118,39 @@ impl BodyTimeout {
     }
 }
 
+/// The largest data frame a response body hands an HTTP/2 connection at once: a larger one goes in pieces, so
+/// that how long a piece waits to be followed tells how fast its client reads (hyper asks for the next frame only
+/// once the last one fits the client's window). HTTP/2's default largest frame: the pieces add no frames on the
+/// wire.
+pub(crate) const HAND_OVER_PIECE: usize = 16 * 1024;
+
+/// What a response body's guard hears of how the connection takes the body: over HTTP/2 a body that handed a
+/// frame over and is not asked for the next one is blocked on its client ([`crate::watchdog`]).
+pub(crate) trait BodyGuard: Unpin {
+    /// Whether hand-overs are counted: large data frames are then handed over in pieces of at most
+    /// [`HAND_OVER_PIECE`] bytes.
+    fn counts_hand_overs(&self) -> bool {
+        false
+    }
+
+    /// The body handed the connection a frame.
+    fn handed_over(&mut self) {}
+
+    /// The connection asked the body for its next frame.
+    fn asked(&mut self) {}
+}
+
+impl BodyGuard for () {}
+
+impl BodyGuard for InFlightPermit {}
+
 /// A response body that keeps something (a request guard, an in-flight permit) alive until it has been sent
-/// or dropped.
+/// or dropped, and tells it when frames are asked for and handed over.
 pub(crate) struct GuardedBody<G> {
     inner: Body,
     guard: Option<G>,
+    /// What is left of a data frame handed over in pieces.
+    rest: Bytes,
 }
 
 impl<G> GuardedBody<G> {
@@ -130,11 +158,12 @@ impl<G> GuardedBody<G> {
         GuardedBody {
             inner,
             guard: Some(guard),
+            rest: Bytes::new(),
         }
     }
 }
 
-impl<G: Unpin> HttpBody for GuardedBody<G> {
+impl<G: BodyGuard> HttpBody for GuardedBody<G> {
     type Data = Bytes;
     type Error = axum::Error;
 
@@ -142,20 +171,53 @@ impl<G: Unpin> HttpBody for GuardedBody<G> {
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
-        let polled = Pin::new(&mut self.inner).poll_frame(cx);
-        if matches!(polled, Poll::Ready(None) | Poll::Ready(Some(Err(_)))) {
-            // The end: release now, the connection may never poll or drop this body promptly.
-            self.guard.take();
+        let this = &mut *self;
+        // Released at the end (with nothing left in pieces): what remains is the inner body's business.
+        let Some(guard) = &mut this.guard else {
+            return Pin::new(&mut this.inner).poll_frame(cx);
+        };
+        guard.asked();
+        if !this.rest.is_empty() {
+            let piece = this.rest.split_to(this.rest.len().min(HAND_OVER_PIECE));
+            guard.handed_over();
+            return Poll::Ready(Some(Ok(Frame::data(piece))));
         }
-        polled
+        match Pin::new(&mut this.inner).poll_frame(cx) {
+            Poll::Ready(Some(Ok(mut frame))) => {
+                if guard.counts_hand_overs() {
+                    if let Some(data) = frame.data_mut().filter(|d| d.len() > HAND_OVER_PIECE) {
+                        this.rest = data.split_off(HAND_OVER_PIECE);
+                    }
+                }
+                guard.handed_over();
+                Poll::Ready(Some(Ok(frame)))
+            }
+            // The end: release now, the connection may never poll or drop this body promptly.
+            end @ Poll::Ready(None | Some(Err(_))) => {
+                this.guard.take();
+                end
+            }
+            // Waiting on its own source, not on the client.
+            Poll::Pending => Poll::Pending,
+        }
     }
 
     fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
+        self.rest.is_empty() && self.inner.is_end_stream()
     }
 
     fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
+        let inner = self.inner.size_hint();
+        if self.rest.is_empty() {
+            return inner;
+        }
+        let rest = self.rest.len() as u64;
+        let mut hint = SizeHint::new();
+        hint.set_lower(inner.lower() + rest);
+        if let Some(upper) = inner.upper() {
+            hint.set_upper(upper + rest);
+        }
+        hint
     }
 }
 
@@ -328,6 +390,77 @@ mod tests {
         assert_eq!(response.size_hint().exact(), Some(4));
         assert!(!response.is_end_stream());
         assert!(GuardedBody::new(Body::empty(), ()).is_end_stream());
+    }
+
+    /// A guard counting hand-overs and asks, as a connection's watchdog does over HTTP/2.
+    #[derive(Default)]
+    struct Counting {
+        handed: usize,
+        asked: usize,
+    }
+
+    impl BodyGuard for Counting {
+        fn counts_hand_overs(&self) -> bool {
+            true
+        }
+
+        fn handed_over(&mut self) {
+            self.handed += 1;
+        }
+
+        fn asked(&mut self) {
+            self.asked += 1;
+        }
+    }
+
+    /// Over HTTP/2 a large frame is handed over in pieces, each a hand-over of its own; the body's length and
+    /// end stay right while pieces are left; a body waiting on its source hands nothing over.
+    #[tokio::test]
+    async fn large_frames_are_handed_over_in_pieces_each_counted() {
+        use http_body_util::BodyExt;
+
+        let whole = Bytes::from(vec![7u8; 2 * HAND_OVER_PIECE + 100]);
+        let mut body = GuardedBody::new(Body::from(whole.clone()), Counting::default());
+        let mut pieces = Vec::new();
+        while let Some(frame) = body.frame().await {
+            let data = frame.unwrap().into_data().unwrap();
+            pieces.push(data.len());
+            let left = (whole.len() - pieces.iter().sum::<usize>()) as u64;
+            assert_eq!(body.size_hint().exact(), Some(left), "after {pieces:?}");
+            assert_eq!(body.is_end_stream(), left == 0);
+            if left == 0 {
+                break;
+            }
+        }
+        assert_eq!(pieces, [HAND_OVER_PIECE, HAND_OVER_PIECE, 100]);
+        let guard = body.guard.as_ref().unwrap();
+        assert_eq!((guard.handed, guard.asked), (3, 3));
+
+        // Without counting (HTTP/1), a frame goes whole.
+        let mut body = GuardedBody::new(Body::from(whole.clone()), ());
+        assert_eq!(
+            body.frame().await.unwrap().unwrap().into_data().unwrap(),
+            whole
+        );
+
+        // A body still waiting for its source has been asked and has handed nothing over.
+        struct Waiting;
+        impl HttpBody for Waiting {
+            type Data = Bytes;
+            type Error = std::convert::Infallible;
+            fn poll_frame(
+                self: Pin<&mut Self>,
+                _: &mut Context<'_>,
+            ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+                Poll::Pending
+            }
+        }
+        let mut body = GuardedBody::new(Body::new(Waiting), Counting::default());
+        let waker = futures_util::task::noop_waker();
+        let mut cx = Context::from_waker(&waker);
+        assert!(Pin::new(&mut body).poll_frame(&mut cx).is_pending());
+        let guard = body.guard.as_ref().unwrap();
+        assert_eq!((guard.handed, guard.asked), (0, 1));
     }
 
     /// The memory release watches the requests this gateway admits: once they are over and a quiet second

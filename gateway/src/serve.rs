@@ -7,9 +7,13 @@
 //! ([`crate::access`]), where the body limit and timeout are tower layers.
 //!
 //! Own code here is only the connection cap, at accept: over `--max-connections` a connection is answered
-//! `503` with `Retry-After` and closed before anything is read from it (no library counts connections before
-//! they are served, and once hyper serves one it has already read its head). The deadlines per connection
-//! (idle, slow head, stalled reader) are [`crate::watchdog`]'s.
+//! `503` with `Retry-After` and closed (no library counts connections before they are served). The answer
+//! speaks the client's protocol: its first bytes are peeked, and a client that opened with the HTTP/2 preface
+//! gets a real HTTP/2 `503` from hyper's HTTP/2 server (its first stream answered, then `GOAWAY`), any other
+//! client (or one that sent nothing within half a second) the HTTP/1.1 answer. Refusing must stay cheap under a
+//! flood: refusals take no place under `--max-connections`, at most [`REFUSALS_AT_ONCE`] are answered at once
+//! (past that a connection over the cap is closed at once, unanswered), and each is given [`REFUSAL_DEADLINE`]
+//! in all. The deadlines per connection (idle, slow head, stalled reader) are [`crate::watchdog`]'s.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -23,23 +27,50 @@ use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::{GracefulShutdown, Watcher};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tower::{Service, ServiceExt};
 
 use crate::connection::{ConnectionLimits, GuardedBody, PeerAddr};
 use crate::server::Gateway;
 use crate::warn_limit::WarnLimit;
-use crate::watchdog::{self, Activity, WatchedIo};
+use crate::watchdog::{self, Activity, WatchedIo, HTTP2_PREFACE};
 
 /// How long the requests still in flight when the drain time is over get to write their `shutting_down` error
 /// (their connections close after it); a client that does not read it loses it.
 const FINAL_WORDS: Duration = Duration::from_secs(1);
 
-/// The answer to a connection over `max_connections`, written without reading the request.
-const OVERLOADED: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\nretry-after: 1\r\ncontent-type: application/json\r\n\
-connection: close\r\ncontent-length: 117\r\n\r\n{\"error\":{\"message\":\"too many open connections; retry later\",\
-\"type\":\"server_error\",\"code\":\"overloaded\",\"param\":null}}";
+/// The body of the answer to a connection over `max_connections`, in both protocols.
+macro_rules! overloaded_json {
+    () => {
+        "{\"error\":{\"message\":\"too many open connections; retry later\",\"type\":\"server_error\",\
+         \"code\":\"overloaded\",\"param\":null}}"
+    };
+}
+
+/// The answer to an HTTP/1 connection over `max_connections`, written without reading the request.
+const OVERLOADED: &[u8] = concat!(
+    "HTTP/1.1 503 Service Unavailable\r\nretry-after: 1\r\ncontent-type: application/json\r\n\
+     connection: close\r\ncontent-length: 117\r\n\r\n",
+    overloaded_json!()
+)
+.as_bytes();
+
+/// Connections over `max_connections` being answered at once; past this they are closed unanswered, so a
+/// flood of connections costs a bounded number of tasks and sockets beyond the cap.
+const REFUSALS_AT_ONCE: usize = 64;
+
+/// How long answering a connection over `max_connections` may take in all, from accept to close.
+const REFUSAL_DEADLINE: Duration = Duration::from_secs(2);
+
+/// How long a refusal waits for the client's first bytes to tell HTTP/2 from HTTP/1. An HTTP/2 client sends its
+/// preface as soon as it is connected; a client silent this long gets the HTTP/1 answer.
+const FIRST_BYTES_WAIT: Duration = Duration::from_millis(500);
+
+/// What a refused HTTP/1 client may still send while it reads the answer: read and dropped, so the close is an
+/// orderly one after the answer rather than a reset (which unread bytes would cause) that could destroy it.
+const REFUSAL_DRAIN: usize = 64 * 1024;
 
 /// The service every connection calls: the router inside the edge middleware ([`Gateway::app`]).
 pub(crate) trait App:
@@ -133,6 +164,7 @@ pub(crate) async fn serve<A>(
         .max_connections
         .clamp(1, Semaphore::MAX_PERMITS.min(u32::MAX as usize));
     let slots = Arc::new(Semaphore::new(max));
+    let refusals = Arc::new(Semaphore::new(REFUSALS_AT_ONCE));
     let builder = Arc::new(builder(&limits));
     let limits = Arc::new(limits);
     let graceful = GracefulShutdown::new();
@@ -183,8 +215,13 @@ pub(crate) async fn serve<A>(
                         "connection limit reached: shedding connections"
                     );
                 }
-                // Best effort, never waiting: a fresh socket's send buffer takes these bytes at once.
-                let _ = tcp.try_write(OVERLOADED);
+                // Past the refusals already being answered the socket is dropped, closed unanswered.
+                if let Ok(refusing) = refusals.clone().try_acquire_owned() {
+                    tokio::spawn(async move {
+                        let _ = tokio::time::timeout(REFUSAL_DEADLINE, refuse(tcp)).await;
+                        drop(refusing);
+                    });
+                }
             }
         }
     }
@@ -253,6 +290,97 @@ impl<A: App> Connection<A> {
     }
 }
 
+/// Answer a connection over `max_connections` with `503` in the protocol it speaks, and close it.
+async fn refuse(tcp: TcpStream) {
+    if speaks_http2(&tcp).await {
+        refuse_http2(tcp).await;
+    } else {
+        refuse_http1(tcp).await;
+    }
+}
+
+/// Whether the client opened with the HTTP/2 preface, from its first bytes left unread for the server that
+/// answers. `false` for anything else, for a client that closed, and for one silent for [`FIRST_BYTES_WAIT`].
+async fn speaks_http2(tcp: &TcpStream) -> bool {
+    let mut first = [0u8; HTTP2_PREFACE.len()];
+    let waited = tokio::time::sleep(FIRST_BYTES_WAIT);
+    tokio::pin!(waited);
+    loop {
+        let n = tokio::select! {
+            peeked = tcp.peek(&mut first) => match peeked {
+                Ok(0) | Err(_) => return false,
+                Ok(n) => n,
+            },
+            () = &mut waited => return false,
+        };
+        if watchdog::opens_http2(&first[..n]) {
+            return true;
+        }
+        if !HTTP2_PREFACE.starts_with(&first[..n]) {
+            return false;
+        }
+        // One or two bytes of the preface so far: peeking again at once would find the same ones.
+        tokio::select! {
+            () = tokio::time::sleep(Duration::from_millis(10)) => {}
+            () = &mut waited => return false,
+        }
+    }
+}
+
+/// hyper's HTTP/2 server answers the client's streams with `503`; after the first answer it says `GOAWAY`, and
+/// the connection closes once the streams already opened are answered.
+async fn refuse_http2(tcp: TcpStream) {
+    let answered = Arc::new(Notify::new());
+    let service = {
+        let answered = answered.clone();
+        hyper::service::service_fn(move |_: Request<Incoming>| {
+            answered.notify_one();
+            std::future::ready(Ok::<_, Infallible>(overloaded_response()))
+        })
+    };
+    let mut builder = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
+    // A client may open a few streams before it sees the GOAWAY; each costs an answer, never more.
+    builder.timer(TokioTimer::new()).max_concurrent_streams(8);
+    let connection = builder.serve_connection(TokioIo::new(tcp), service);
+    tokio::pin!(connection);
+    tokio::select! {
+        _ = connection.as_mut() => return,
+        () = answered.notified() => {}
+    }
+    connection.as_mut().graceful_shutdown();
+    let _ = connection.await;
+}
+
+/// The HTTP/2 form of [`OVERLOADED`].
+fn overloaded_response() -> Response {
+    let mut response = Response::new(Body::from(overloaded_json!()));
+    *response.status_mut() = http::StatusCode::SERVICE_UNAVAILABLE;
+    let headers = response.headers_mut();
+    headers.insert(
+        http::header::RETRY_AFTER,
+        http::HeaderValue::from_static("1"),
+    );
+    headers.insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("application/json"),
+    );
+    response
+}
+
+async fn refuse_http1(mut tcp: TcpStream) {
+    if tcp.write_all(OVERLOADED).await.is_err() || tcp.shutdown().await.is_err() {
+        return;
+    }
+    let mut drained = 0;
+    let mut sink = [0u8; 4096];
+    while drained < REFUSAL_DRAIN {
+        match tcp.read(&mut sink).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => drained += n,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -267,5 +395,21 @@ mod tests {
         );
         let body: serde_json::Value = serde_json::from_str(body).unwrap();
         assert_eq!(body["error"]["code"], "overloaded");
+        assert_eq!(
+            body,
+            serde_json::from_str::<serde_json::Value>(overloaded_json!()).unwrap()
+        );
+    }
+
+    #[test]
+    fn the_first_bytes_tell_http2_from_http1() {
+        assert!(watchdog::opens_http2(HTTP2_PREFACE));
+        assert!(watchdog::opens_http2(
+            b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\0\0"
+        ));
+        assert!(watchdog::opens_http2(b"PRI"));
+        assert!(!watchdog::opens_http2(b"PR"), "too few to tell");
+        assert!(!watchdog::opens_http2(b"POST / HTTP/1.1\r\n"));
+        assert!(!watchdog::opens_http2(b"PRI * HTTP/1.1\r\n"));
     }
 }

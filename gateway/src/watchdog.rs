@@ -12,15 +12,37 @@
 //!   written) to the first byte of the next request, then `header_timeout` to the complete head;
 //! - a response blocked writing (the client's receive window and the socket's send buffer are full):
 //!   `write_timeout` from the first refused write; a slow reader that keeps reading is never cut;
+//! - over HTTP/2, a response blocked on the client's flow-control window: `write_timeout` (at most half as
+//!   long again) from the moment its body handed over a frame (or a 16 KiB piece) it was not asked to follow;
 //! - a request in flight otherwise: none (the body timeout and the upstream timeout are tower layers).
 //!
 //! Over HTTP/2 (recognised by its connection preface) frames arrive while no request is in flight (pings,
 //! settings, window updates), so bytes do not start the header clock and writes do not refresh the idle clock:
 //! a connection without an open stream closes `idle_timeout` after its last stream ended.
+//!
+//! A client that stops reading over HTTP/2 closes its flow-control window long before the socket fills: hyper
+//! then waits for window and stops asking the response body for frames, nothing is written, and no write is
+//! ever refused. So every response body reports to its [`RequestGuard`] when it hands a frame over and when it
+//! is asked for the next one ([`crate::connection::BodyGuard`]); a body waiting on its own upstream has been
+//! asked and is not counted. hyper asks for the next frame once the last one fits the client's window, so a
+//! frame's wait is how long the client takes to read it: large frames are handed over in pieces of at most
+//! 16 KiB ([`crate::connection::HAND_OVER_PIECE`]), and a response counts as blocked when not one piece of it
+//! could go out in `write_timeout` (a reader slower than 16 KiB per `write_timeout` is cut; one that keeps
+//! reading faster is not). Time is kept coarsely, so the cost per frame is two uncontended atomic additions
+//! and no clock: the watchdog opens a new epoch every half `write_timeout`, a hand-over is counted in the
+//! epoch it happened in until the body is asked again, and a count left three epochs back (at least two whole
+//! epochs, `write_timeout`, ago) closes the connection, as a refused write does over HTTP/1 (hyper does not
+//! poll the body, so the body cannot end the stream itself).
+//!
+//! HTTP/1 keeps the refused write as its only signal: there the socket is the flow control, a refused write
+//! says exactly that the client stopped reading, and it also catches an answer handed over whole whose bytes
+//! are still going out (no hand-over is pending then). Its bodies skip the counting (one branch a frame) and
+//! its watchdog never wakes to open epochs.
 
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -34,13 +56,63 @@ use crate::connection::ConnectionLimits;
 use crate::warn_limit::WarnLimit;
 
 /// The first bytes of every HTTP/2 connection (RFC 9113, section 3.4).
-const HTTP2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+pub(crate) const HTTP2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
-/// What a connection's watchdog knows: requests in flight, bytes received and written.
+/// Whether the first bytes a client sent open an HTTP/2 connection: three bytes tell (`PRI` starts no HTTP/1
+/// method), the rest must match as far as they go.
+pub(crate) fn opens_http2(first: &[u8]) -> bool {
+    first.len() >= 3 && HTTP2_PREFACE.starts_with(&first[..first.len().min(HTTP2_PREFACE.len())])
+}
+
+/// What a connection's watchdog knows: requests in flight, bytes received and written, and over HTTP/2 the
+/// responses waiting for their client to want more.
 #[derive(Debug)]
 pub(crate) struct Activity {
     state: Mutex<ActivityState>,
     changed: Notify,
+    handed_over: HandOvers,
+}
+
+/// Epochs in one `write_timeout`; a stalled response is cut between one and `STALE / EPOCHS_PER_TIMEOUT`
+/// write timeouts after its last hand-over.
+const EPOCHS_PER_TIMEOUT: usize = 2;
+
+/// How many epochs back a hand-over still pending closes the connection: at least `EPOCHS_PER_TIMEOUT` whole
+/// epochs have passed since it.
+const STALE: usize = EPOCHS_PER_TIMEOUT + 1;
+
+/// Slots counting hand-overs by epoch: the epochs not yet stale, and the stale one being checked.
+const EPOCHS: usize = STALE + 1;
+
+/// Over HTTP/2: responses whose body handed the connection a frame and has not been asked for the next one,
+/// counted by the epoch they did it in. The watchdog alone opens epochs; bodies only read the current one.
+#[derive(Debug, Default)]
+struct HandOvers {
+    epoch: AtomicUsize,
+    pending: [AtomicUsize; EPOCHS],
+}
+
+impl HandOvers {
+    /// A body handed a frame over: count it in the current epoch, whose slot the body keeps to uncount it.
+    fn handed(&self) -> usize {
+        let slot = self.epoch.load(Relaxed) % EPOCHS;
+        self.pending[slot].fetch_add(1, Relaxed);
+        slot
+    }
+
+    /// The body that counted a hand-over in `slot` was asked for its next frame, or is gone.
+    fn asked(&self, slot: usize) {
+        self.pending[slot].fetch_sub(1, Relaxed);
+    }
+
+    /// Open the next epoch; whether a hand-over from `STALE` epochs back is still pending. Its slot is the one
+    /// the following epoch counts in: when this returns `false` it is empty, so a slot never holds two epochs.
+    fn advance(&self) -> bool {
+        let next = self.epoch.load(Relaxed).wrapping_add(1);
+        self.epoch.store(next, Relaxed);
+        let stale = next.wrapping_sub(STALE) % EPOCHS;
+        self.pending[stale].load(Relaxed) > 0
+    }
 }
 
 #[derive(Debug)]
@@ -87,6 +159,7 @@ impl Activity {
                 write_blocked_since: None,
             }),
             changed: Notify::new(),
+            handed_over: HandOvers::default(),
         }
     }
 
@@ -132,9 +205,14 @@ impl Activity {
         }
     }
 
-    /// The connection speaks HTTP/2.
+    /// The connection speaks HTTP/2: the watchdog starts opening epochs.
     fn multiplexed(&self) {
         self.lock().multiplexed = true;
+        self.changed.notify_one();
+    }
+
+    fn is_multiplexed(&self) -> bool {
+        self.lock().multiplexed
     }
 
     /// A request arrived; it counts as in flight until the guard is dropped.
@@ -142,7 +220,11 @@ impl Activity {
         let mut state = self.lock();
         state.in_flight += 1;
         state.head_started = None;
-        RequestGuard(self.clone())
+        RequestGuard {
+            activity: self.clone(),
+            multiplexed: state.multiplexed,
+            handed: None,
+        }
     }
 
     /// When the connection must be closed if nothing changes; `None` while a request is in flight and its
@@ -164,17 +246,43 @@ impl Activity {
 
 /// Held while a request is in flight (until its response body has been sent or dropped).
 #[derive(Debug)]
-pub(crate) struct RequestGuard(Arc<Activity>);
+pub(crate) struct RequestGuard {
+    activity: Arc<Activity>,
+    /// An HTTP/2 stream: hand-overs are counted.
+    multiplexed: bool,
+    /// The epoch slot of a frame handed over whose successor has not been asked for.
+    handed: Option<usize>,
+}
+
+impl crate::connection::BodyGuard for RequestGuard {
+    fn counts_hand_overs(&self) -> bool {
+        self.multiplexed
+    }
+
+    fn handed_over(&mut self) {
+        if self.multiplexed {
+            self.handed = Some(self.activity.handed_over.handed());
+        }
+    }
+
+    fn asked(&mut self) {
+        if let Some(slot) = self.handed.take() {
+            self.activity.handed_over.asked(slot);
+        }
+    }
+}
 
 impl Drop for RequestGuard {
     fn drop(&mut self) {
-        let mut state = self.0.lock();
+        // A body handing over its last frame is not asked again: it is dropped.
+        crate::connection::BodyGuard::asked(self);
+        let mut state = self.activity.lock();
         state.in_flight -= 1;
         if state.in_flight == 0 {
             state.idle_since = Instant::now();
         }
         drop(state);
-        self.0.changed.notify_one();
+        self.activity.changed.notify_one();
     }
 }
 
@@ -189,8 +297,13 @@ pub(crate) async fn watch<F, E>(
     E: std::fmt::Display,
 {
     tokio::pin!(connection);
+    let epoch = epoch_length(limits.write_timeout);
+    let mut next_epoch = Instant::now() + epoch;
     loop {
-        let deadline = activity.deadline(limits);
+        let mut deadline = activity.deadline(limits).map(Deadline::at);
+        if activity.is_multiplexed() {
+            deadline = Some(deadline.map_or(next_epoch, |at| at.min(next_epoch)));
+        }
         tokio::select! {
             result = connection.as_mut() => {
                 if let Err(error) = result {
@@ -199,26 +312,46 @@ pub(crate) async fn watch<F, E>(
                 return;
             }
             () = activity.changed.notified() => {}
-            () = sleep_until(deadline.map(Deadline::at)) => match activity.deadline(limits) {
-                Some(Deadline::Write(at)) if at <= Instant::now() => {
-                    static STALLED: WarnLimit = WarnLimit::new(Duration::from_secs(1), 10);
-                    if let Some(suppressed) = STALLED.admit(std::time::Instant::now()) {
-                        tracing::warn!(
-                            %peer,
-                            write_timeout = ?limits.write_timeout,
-                            suppressed,
-                            "closing a connection whose client stopped reading its response"
-                        );
+            () = sleep_until(deadline) => {
+                let now = Instant::now();
+                if next_epoch <= now && activity.is_multiplexed() {
+                    next_epoch = now + epoch;
+                    if activity.handed_over.advance() {
+                        stopped_reading(peer, limits);
+                        return;
                     }
-                    return;
                 }
-                Some(deadline) if deadline.at() <= Instant::now() => {
-                    tracing::debug!("closing a connection idle or half-open past its timeout");
-                    return;
+                match activity.deadline(limits) {
+                    Some(Deadline::Write(at)) if at <= now => {
+                        stopped_reading(peer, limits);
+                        return;
+                    }
+                    Some(deadline) if deadline.at() <= now => {
+                        tracing::debug!("closing a connection idle or half-open past its timeout");
+                        return;
+                    }
+                    _ => {}
                 }
-                _ => {}
-            },
+            }
         }
+    }
+}
+
+/// How often the watchdog of an HTTP/2 connection opens an epoch ([`HandOvers`]); never zero, so a tiny
+/// `--write-timeout` cannot make it spin.
+fn epoch_length(write_timeout: Duration) -> Duration {
+    (write_timeout / EPOCHS_PER_TIMEOUT as u32).max(Duration::from_millis(1))
+}
+
+fn stopped_reading(peer: std::net::SocketAddr, limits: &ConnectionLimits) {
+    static STALLED: WarnLimit = WarnLimit::new(Duration::from_secs(1), 10);
+    if let Some(suppressed) = STALLED.admit(std::time::Instant::now()) {
+        tracing::warn!(
+            %peer,
+            write_timeout = ?limits.write_timeout,
+            suppressed,
+            "closing a connection whose client stopped reading its response"
+        );
     }
 }
 
@@ -257,10 +390,7 @@ impl AsyncRead for WatchedIo {
         let result = Pin::new(&mut self.inner).poll_read(cx, buf);
         let fresh = &buf.filled()[before..];
         if !fresh.is_empty() {
-            if std::mem::take(&mut self.first_read)
-                && fresh.len() >= 3
-                && HTTP2_PREFACE.starts_with(&fresh[..fresh.len().min(HTTP2_PREFACE.len())])
-            {
+            if std::mem::take(&mut self.first_read) && opens_http2(fresh) {
                 self.activity.multiplexed();
             }
             self.activity.received();
@@ -446,6 +576,67 @@ mod tests {
             Some(Deadline::Write(Instant::now() + limits.write_timeout)),
             "a failed write is no progress"
         );
+    }
+
+    /// A hand-over still pending when the third epoch after its own opens (two whole epochs, one write timeout,
+    /// have passed) is stale; one followed by an ask in time never is, however many epochs a stream lasts.
+    #[test]
+    fn a_hand_over_is_stale_two_whole_epochs_on_and_not_before() {
+        let hand_overs = HandOvers::default();
+        // A stream that is asked again within every epoch, for many epochs (slots are reused many times).
+        for _ in 0..40 {
+            let slot = hand_overs.handed();
+            assert!(!hand_overs.advance());
+            hand_overs.asked(slot);
+        }
+        let slot = hand_overs.handed();
+        assert!(!hand_overs.advance(), "less than one whole epoch");
+        assert!(!hand_overs.advance(), "one whole epoch");
+        assert!(hand_overs.advance(), "two whole epochs");
+        hand_overs.asked(slot);
+        assert!(!hand_overs.advance());
+        // Two streams: one asked again, one not.
+        let waiting = hand_overs.handed();
+        let reading = hand_overs.handed();
+        assert!(!hand_overs.advance());
+        hand_overs.asked(reading);
+        let reading = hand_overs.handed();
+        assert!(!hand_overs.advance());
+        hand_overs.asked(reading);
+        assert!(hand_overs.advance(), "the stream not asked again");
+        hand_overs.asked(waiting);
+    }
+
+    /// Over HTTP/2 the request guard counts hand-overs until the body is asked again or dropped; over HTTP/1 it
+    /// counts nothing.
+    #[test]
+    fn request_guards_count_hand_overs_over_http2_only() {
+        use crate::connection::BodyGuard;
+
+        let activity = Arc::new(Activity::new());
+        let pending = |activity: &Activity| -> usize {
+            activity
+                .handed_over
+                .pending
+                .iter()
+                .map(|n| n.load(Relaxed))
+                .sum()
+        };
+        let mut http1 = activity.begin();
+        assert!(!http1.counts_hand_overs());
+        http1.handed_over();
+        assert_eq!(pending(&activity), 0);
+        drop(http1);
+        activity.multiplexed();
+        let mut stream = activity.begin();
+        assert!(stream.counts_hand_overs());
+        stream.handed_over();
+        assert_eq!(pending(&activity), 1);
+        stream.asked();
+        assert_eq!(pending(&activity), 0);
+        stream.handed_over();
+        drop(stream);
+        assert_eq!(pending(&activity), 0, "a body dropped after its last frame");
     }
 
     /// Over HTTP/2 frames come and go with no request in flight (pings, settings): they neither start the header

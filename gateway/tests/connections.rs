@@ -1,5 +1,6 @@
 //! Connection limits: 10,000 idle and half-open connections neither stop a good client nor outlive their
-//! timeouts nor delay shutdown; the connection cap sheds with 503; bodies time out with 408; the in-flight caps
+//! timeouts nor delay shutdown; the connection cap sheds with 503 in the client's protocol (HTTP/1.1 or HTTP/2),
+//! and refusing a flood costs a bounded number of brief refusals; bodies time out with 408; the in-flight caps
 //! answer 503 / 429 with `Retry-After` at once.
 //!
 //! The 10,000 client sockets live in a child process (this test binary re-run as the ignored
@@ -268,6 +269,155 @@ async fn over_the_connection_cap_new_connections_get_503() {
         tokio::task::yield_now().await;
     };
     assert_eq!(healthy.status, 200);
+}
+
+/// Fill a gateway's `max_connections` places with idle connections, returned to be held; once a request on the
+/// first is answered, every later one has been accepted too.
+async fn fill(addr: std::net::SocketAddr, max_connections: usize) -> Vec<TcpStream> {
+    let mut held = Vec::new();
+    for _ in 0..max_connections {
+        held.push(TcpStream::connect(addr).await.unwrap());
+    }
+    held[0]
+        .write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let mut buf = vec![0u8; 1024];
+    let n = held[0].read(&mut buf).await.unwrap();
+    assert!(buf[..n].starts_with(b"HTTP/1.1 200"));
+    held
+}
+
+/// An HTTP/2 client (prior knowledge) over the cap: the answer to its request, and its connection's end.
+async fn http2_over_the_cap(
+    addr: std::net::SocketAddr,
+) -> (
+    common::Answer,
+    tokio::task::JoinHandle<Result<(), hyper::Error>>,
+) {
+    let tcp = TcpStream::connect(addr).await.unwrap();
+    let (mut sender, connection) = hyper::client::conn::http2::handshake(
+        hyper_util::rt::TokioExecutor::new(),
+        hyper_util::rt::TokioIo::new(tcp),
+    )
+    .await
+    .expect("HTTP/2 handshake");
+    let connection = tokio::spawn(connection);
+    let response = sender
+        .send_request(common::http2_request(
+            addr,
+            "POST",
+            "/v1/chat/completions",
+            &[("content-type", "application/json")],
+            &request(false, "hi").to_string(),
+        ))
+        .await
+        .expect("an HTTP/2 answer");
+    assert_eq!(response.version(), http::Version::HTTP_2);
+    (common::read(response).await, connection)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_the_connection_cap_an_http2_client_gets_an_http2_503_and_goaway() {
+    // The held connections must not idle out while the test runs.
+    let gw = gateway(|c| {
+        c.connections.max_connections = 2;
+        c.connections.idle_timeout = Duration::from_secs(600);
+    })
+    .await;
+    let _held = fill(gw.addr, 2).await;
+    let (answer, connection) = http2_over_the_cap(gw.addr).await;
+    assert_eq!(answer.status, 503, "{}", answer.body);
+    assert_eq!(answer.headers["retry-after"], "1");
+    assert_eq!(
+        answer.json()["error"]["code"],
+        "overloaded",
+        "{}",
+        answer.body
+    );
+    assert_eq!(
+        answer.json()["error"]["type"],
+        "server_error",
+        "{}",
+        answer.body
+    );
+    // The gateway says GOAWAY after the answer and closes the connection.
+    within("the refused connection closing", connection)
+        .await
+        .unwrap()
+        .expect("an orderly close");
+    assert!(
+        gw.provider.requests().is_empty(),
+        "a refused request reaches no upstream"
+    );
+}
+
+/// A flood of connections over the cap that never send a byte: a bounded number is answered (each within a
+/// short deadline), the rest closed at once; none stays open, and once the refusals are over an HTTP/2 client
+/// over the cap is answered again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refusals_over_the_connection_cap_are_bounded_in_number_and_time() {
+    const FLOOD: usize = 200;
+    // The held connection must not idle out while the test runs: only the refusals' end may let a client in.
+    let gw = gateway(|c| {
+        c.connections.max_connections = 1;
+        c.connections.idle_timeout = Duration::from_secs(600);
+    })
+    .await;
+    let _held = fill(gw.addr, 1).await;
+    let mut flood = Vec::with_capacity(FLOOD);
+    for _ in 0..FLOOD {
+        flood.push(TcpStream::connect(gw.addr).await.unwrap());
+    }
+    // Every one is closed by the gateway, answered or not; the client keeps its socket open, so only the
+    // gateway's deadline ends an answered refusal.
+    let outcomes = flood.into_iter().map(|mut socket| async move {
+        let mut answer = Vec::new();
+        let closed = within(
+            "a refused connection closing",
+            socket.read_to_end(&mut answer),
+        )
+        .await;
+        let answered = !answer.is_empty();
+        if answered {
+            let answer = String::from_utf8(answer).unwrap();
+            assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
+            assert!(
+                closed.is_ok(),
+                "an answered refusal ends orderly: {closed:?}"
+            );
+        }
+        (answered, socket)
+    });
+    let outcomes = futures_util::future::join_all(outcomes).await;
+    let answered = outcomes.iter().filter(|(answered, _)| *answered).count();
+    assert!(answered > 0, "no refusal was answered");
+    assert!(
+        answered < FLOOD,
+        "all {FLOOD} refusals were answered at once: their number is not bounded"
+    );
+    // The silent refusals still open hold their places until their deadline; then an HTTP/2 client over the
+    // cap is answered.
+    let answer = within("a refusal answered after the flood", async {
+        loop {
+            let tcp = TcpStream::connect(gw.addr).await.unwrap();
+            let handshake = hyper::client::conn::http2::handshake(
+                hyper_util::rt::TokioExecutor::new(),
+                hyper_util::rt::TokioIo::new(tcp),
+            );
+            if let Ok((mut sender, connection)) = handshake.await {
+                tokio::spawn(connection);
+                let request = common::http2_request(gw.addr, "GET", "/healthz", &[], "");
+                if let Ok(response) = sender.send_request(request).await {
+                    break common::read(response).await;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+    assert_eq!(answer.status, 503, "{}", answer.body);
+    drop(outcomes);
 }
 
 #[tokio::test]

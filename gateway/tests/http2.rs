@@ -1,5 +1,6 @@
 //! The gateway over HTTP/2 with prior knowledge (h2c), from hyper's HTTP/2 client: many streams on one
-//! connection, a flood of streams opened and reset, a stream cancelled midway (recorded as cancelled).
+//! connection, a flood of streams opened and reset, a stream cancelled midway (recorded as cancelled), a
+//! client that stops reading a stream (cut after the write timeout) beside one that reads slowly (never cut).
 
 mod common;
 
@@ -10,6 +11,10 @@ use serde_json::json;
 use tower_chat::test_server::{Part, RecordedRequest, Reply};
 use tower_chat::ConversationId;
 use tower_chat_persistence::{CallOutcome, Store};
+use tower_chat_testkit::within;
+
+/// The stream flow-control window the reading tests' client grants: far less than their answers.
+const SMALL_WINDOW: u32 = 16 * 1024;
 
 /// An upstream whose stream starts and then hangs: each request stays in flight until the client leaves.
 fn hanging(_: &RecordedRequest, _: usize) -> Reply {
@@ -156,4 +161,144 @@ async fn a_stream_cancelled_midway_is_recorded_as_cancelled() {
     assert_eq!(calls.len(), 1);
     assert_eq!(calls[0].outcome, CallOutcome::Cancelled);
     assert_eq!(calls[0].response.text(), "partial");
+}
+
+/// An upstream whose first answer streams `deltas` deltas of `size` bytes; later requests get a short answer.
+fn streaming(deltas: usize, size: usize) -> impl Fn(&RecordedRequest, usize) -> Reply {
+    move |_, index| {
+        if index > 0 {
+            return Reply::openai_text("small");
+        }
+        let delta = "x".repeat(size);
+        let mut chunks = vec![
+            json!({"id": "c", "object": "chat.completion.chunk", "model": "m",
+            "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]}),
+        ];
+        for _ in 0..deltas {
+            chunks.push(json!({"choices": [{"index": 0, "delta": {"content": delta}}]}));
+        }
+        chunks.push(json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}));
+        Reply::openai_stream(&chunks)
+    }
+}
+
+/// An HTTP/2 connection whose client grants each stream [`SMALL_WINDOW`] and more only as its body is read;
+/// the handle ends when the connection does.
+async fn small_window_http2(
+    addr: std::net::SocketAddr,
+) -> (
+    hyper::client::conn::http2::SendRequest<http_body_util::Full<bytes::Bytes>>,
+    tokio::task::JoinHandle<Result<(), hyper::Error>>,
+) {
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let mut builder =
+        hyper::client::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new());
+    builder
+        .initial_stream_window_size(SMALL_WINDOW)
+        .initial_connection_window_size(SMALL_WINDOW);
+    let (sender, connection) = builder
+        .handshake(hyper_util::rt::TokioIo::new(tcp))
+        .await
+        .expect("HTTP/2 handshake");
+    (sender, tokio::spawn(connection))
+}
+
+/// A client that reads a stream's head and then nothing: its window closes, the gateway can write no more, and
+/// after the write timeout the connection is closed, the call recorded as cancelled, the in-flight slot given
+/// back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_stops_reading_an_http2_stream_loses_it_and_its_slot_after_the_write_timeout()
+{
+    // A megabyte: far more than the client's window, the gateway's buffers and hyper's.
+    let mut gw = Harness::start(streaming(256, 4096), |c| {
+        c.connections.write_timeout = Duration::from_secs(1);
+        c.connections.max_in_flight = 1;
+    })
+    .await;
+    let (mut sender, connection) = small_window_http2(gw.addr).await;
+    let response = sender
+        .send_request(chat_request(
+            gw.addr,
+            true,
+            &[("x-conversation-id", "conv-h2-stalled")],
+        ))
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    // The body is held and never read.
+    let unread = response;
+    let ended = within("the gateway closing the stalled connection", connection).await;
+    assert!(ended.is_ok(), "the client's connection task panicked");
+    drop(unread);
+    // The one in-flight slot comes back (once the stream has noticed the closed connection).
+    let freed = within("the stalled stream giving its slot back", async {
+        loop {
+            let answer = gw.chat(&request(false, "hi")).await;
+            if answer.status != 503 {
+                break answer;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    assert_eq!(freed.status, 200, "{}", freed.body);
+    gw.shutdown();
+    gw.server.take().unwrap().await.unwrap().unwrap();
+    let calls = gw
+        .records()
+        .await
+        .conversation_calls(&ConversationId::new("conv-h2-stalled"))
+        .await
+        .unwrap();
+    assert_eq!(calls.len(), 1);
+    assert_eq!(calls[0].outcome, CallOutcome::Cancelled);
+}
+
+/// A client that reads a stream slowly, pausing after every frame for as long as its bytes take at 64 KiB/s,
+/// for several write timeouts in all, gets it whole: each window update it sends lets the gateway write on.
+/// Its events take longer than the write timeout to read: the gateway hands them over in pieces, each read in
+/// time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_http2_reader_is_never_cut() {
+    use http_body_util::BodyExt;
+
+    const WRITE_TIMEOUT: Duration = Duration::from_secs(1);
+    const BYTES_PER_SECOND: f64 = 64.0 * 1024.0;
+    const DELTA: usize = 96 * 1024;
+    const DELTAS: usize = 3;
+    let gw = Harness::start(streaming(DELTAS, DELTA), |c| {
+        c.connections.write_timeout = WRITE_TIMEOUT
+    })
+    .await;
+    let (mut sender, _connection) = small_window_http2(gw.addr).await;
+    let response = sender
+        .send_request(chat_request(gw.addr, true, &[]))
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let mut body = response.into_body();
+    let mut text = Vec::new();
+    while let Some(frame) = within("the next frame", body.frame()).await {
+        let frame = frame.expect("the stream was cut");
+        if let Ok(data) = frame.into_data() {
+            text.extend_from_slice(&data);
+            // What a slow reader does between reads.
+            tokio::time::sleep(Duration::from_secs_f64(
+                data.len() as f64 / BYTES_PER_SECOND,
+            ))
+            .await;
+        }
+    }
+    assert!(
+        Duration::from_secs_f64(text.len() as f64 / BYTES_PER_SECOND) > 2 * WRITE_TIMEOUT,
+        "{} bytes: not slow for long enough to test anything",
+        text.len()
+    );
+    let text = String::from_utf8(text).unwrap();
+    assert!(
+        text.trim_end().ends_with("data: [DONE]"),
+        "{}",
+        &text[text.len().saturating_sub(200)..]
+    );
+    assert_eq!(text.matches(&"x".repeat(DELTA)).count(), DELTAS);
 }
