@@ -36,6 +36,8 @@
 //! which gets the image as a Messages `image` block. The cost per MiB is the difference of the gateway's
 //! per-request costs at two sizes, divided by the MiB between them.
 //!
+//! The gateway, its client and its upstream allocate with jemalloc, the gateway binary's allocator.
+//!
 //! HTTP/2: `LOAD_COUNT_HTTP2=1` sends the counted requests to the gateway as streams of one HTTP/2 connection
 //! (h2c, prior knowledge) instead of HTTP/1.1 requests; the upstream hop stays HTTP/1.1, so its slope is the
 //! same direct slope. `LOAD_CLIENT=h2load` replaces `wrk` with `h2load` (Debian: nghttp2-client) and drives the
@@ -60,6 +62,11 @@ use serde_json::json;
 use tower_chat::Blob;
 use tower_chat_gateway::config_file::ConfigFile;
 use tower_chat_gateway::{Config, Gateway, Provider};
+
+/// The gateway binary's allocator (`src/main.rs`), so the counts are the installed gateway's.
+#[cfg(not(target_env = "msvc"))]
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 const MODEL: &str = "gpt-4o-mini";
 const ANSWER_WORDS: usize = 20;

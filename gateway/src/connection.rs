@@ -38,7 +38,6 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tower_chat::CallerIdentity;
 
 use crate::error::ApiError;
-use crate::idle_memory::{Busy, IdleTracker};
 
 /// Connection and concurrency limits. [`Default`] gives the command line's defaults.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -283,8 +282,6 @@ impl<K: std::hash::Hash + Eq> Drop for KeyPermit<K> {
 pub(crate) struct InFlight {
     all: Arc<Semaphore>,
     per_key: PerKey<CallerIdentity>,
-    /// Counts the admitted requests for [`crate::idle_memory`].
-    idle: Arc<IdleTracker>,
 }
 
 /// Releases a request's in-flight slots when dropped.
@@ -292,7 +289,6 @@ pub(crate) struct InFlight {
 pub(crate) struct InFlightPermit {
     _all: OwnedSemaphorePermit,
     _caller: Option<KeyPermit<CallerIdentity>>,
-    _busy: Busy,
 }
 
 impl InFlight {
@@ -302,13 +298,7 @@ impl InFlight {
                 limits.max_in_flight.clamp(1, Semaphore::MAX_PERMITS),
             )),
             per_key: PerKey::new(limits.max_in_flight_per_key),
-            idle: Arc::default(),
         }
-    }
-
-    /// The count of admitted requests that [`crate::idle_memory::release_when_idle`] watches.
-    pub(crate) fn idle_tracker(&self) -> Arc<IdleTracker> {
-        self.idle.clone()
     }
 
     /// Admit a request, or refuse it at once: `503` when the gateway is full, `429` when the caller is.
@@ -339,7 +329,6 @@ impl InFlight {
         Ok(InFlightPermit {
             _all: all,
             _caller: caller,
-            _busy: self.idle.begin(),
         })
     }
 }
@@ -461,31 +450,5 @@ mod tests {
         assert!(Pin::new(&mut body).poll_frame(&mut cx).is_pending());
         let guard = body.guard.as_ref().unwrap();
         assert_eq!((guard.handed, guard.asked), (0, 1));
-    }
-
-    /// The memory release watches the requests this gateway admits: once they are over and a quiet second
-    /// has passed, memory goes back.
-    #[tokio::test(start_paused = true)]
-    async fn the_memory_release_sees_the_requests_admitted() {
-        use std::sync::atomic::{AtomicUsize, Ordering};
-        let in_flight = InFlight::new(&ConnectionLimits::default());
-        let releases = Arc::new(AtomicUsize::new(0));
-        let counted = releases.clone();
-        let watcher = tokio::spawn(crate::idle_memory::release_when_idle(
-            in_flight.idle_tracker(),
-            crate::idle_memory::Schedule::default(),
-            move || {
-                counted.fetch_add(1, Ordering::SeqCst);
-                std::future::ready(())
-            },
-        ));
-        drop(in_flight.admit(None).unwrap());
-        tokio::time::sleep(Duration::from_secs(5)).await;
-        assert_eq!(
-            releases.load(Ordering::SeqCst),
-            1,
-            "one release after the request"
-        );
-        watcher.abort();
     }
 }

@@ -27,8 +27,7 @@
 //! ```
 //!
 //! The README (`gateway/README.md`) documents the command line, the approval protocol and curl examples.
-// One `unsafe` call, isolated and justified: `malloc_trim` in `idle_memory` (glibc only).
-#![deny(unsafe_code)]
+#![forbid(unsafe_code)]
 #![deny(missing_docs)]
 #![warn(missing_debug_implementations, unreachable_pub)]
 
@@ -50,7 +49,6 @@ mod extract;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod guardrail;
-mod idle_memory;
 pub mod limits;
 mod login_limit;
 pub mod mcp;

@@ -107,12 +107,6 @@ impl Gateway {
             tracing::info!("shutting down: no new connections, draining in-flight requests");
             let _ = signalled_tx.send(());
         };
-        // Memory a load freed goes back to the operating system once the gateway is idle again.
-        let release = tokio::spawn(crate::idle_memory::release_when_idle(
-            self.state.in_flight.idle_tracker(),
-            crate::idle_memory::Schedule::default(),
-            crate::idle_memory::release_free_memory,
-        ));
         let app = self.app(self.connections.body_timeout);
         let server = serve(listener, app, self.connections.clone(), signal);
         tokio::pin!(server);
@@ -133,7 +127,6 @@ impl Gateway {
                 }
             }
         }
-        release.abort();
         drop(self.state);
         if let Some(limits) = &self.limits {
             // Settlements of the calls that just ended may still be on their way to the store.

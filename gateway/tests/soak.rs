@@ -12,9 +12,8 @@
 //! (counted in the SQLite file after the gateway stopped), peak RSS above idle is at most 64 KiB per open
 //! stream, and RSS is back within 25% of its idle value once the load is over.
 //!
-//! The allocator is the one the installed gateway uses: the system's (glibc's malloc here). It keeps what a load
-//! freed until `malloc_trim`; the gateway calls that itself once no request has been in flight for a second
-//! (`gateway/src/idle_memory.rs`), and this test checks that it does.
+//! The allocator is the one the installed gateway uses (`src/main.rs`): jemalloc with background threads, which
+//! give freed pages back to the system on their own timer.
 //!
 //! The gateway speaks HTTP/2 to the upstream (h2c, prior knowledge, as vLLM offers it): one upstream
 //! connection for all streams. Over HTTP/1.1 each stream needs an upstream connection of its own, so the
@@ -24,6 +23,8 @@
 //! loop); only the leaf differs from what `Gateway::new` builds, by its HTTP/2 switch.
 //!
 //! `SOAK_STREAMS=N` runs with another count. Traffic goes to 127.0.0.1 only.
+
+#![cfg(not(target_env = "msvc"))]
 
 use std::convert::Infallible;
 use std::io::{BufRead, BufReader, Write};
@@ -48,6 +49,10 @@ use tower_chat::transport::Timeouts;
 use tower_chat_gateway::{Gateway, Upstream};
 use tower_chat_persistence::{SpendQuery, SqliteStore, Store};
 
+/// The gateway binary's allocator, so the child process measures what the installed gateway does.
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 const STREAMS: usize = 10_000;
 /// Requests completed before the idle RSS is taken, so lazily built state (pools, statement caches, the
 /// runtime's buffers) counts as idle rather than as load.
@@ -62,9 +67,8 @@ const ANSWER: &str = "soak-answer words done";
 /// Bounds so that a regression fails instead of hanging.
 const RAMP_LIMIT: Duration = Duration::from_secs(900);
 const DRAIN_LIMIT: Duration = Duration::from_secs(300);
-/// The gateway gives free memory back 1 s after its last request ended, and again 100 s and 200 s after that
-/// (its pooled upstream connection, with the state of the 10,000 streams it carried, closes 90–180 s after its
-/// last stream: `pool_idle_timeout` of the leaf's client).
+/// jemalloc gives freed pages back within seconds; the pooled upstream connection, with the state of the 10,000
+/// streams it carried, closes 90–180 s after its last stream (`pool_idle_timeout` of the leaf's client).
 const SETTLE_LIMIT: Duration = Duration::from_secs(240);
 
 /// `SOAK_UPSTREAM_HTTP1=1`: HTTP/1.1 to the upstream, one connection per stream.
@@ -95,36 +99,20 @@ fn raise_fd_limit(wanted: u64) -> u64 {
     getrlimit(Resource::Nofile).current.unwrap_or(1024)
 }
 
-/// glibc's own figures (`mallinfo2`, all arenas), in bytes: what the program holds (`uordblks`), free chunks
-/// the allocator keeps (`fordblks`; their whole pages stop counting in RSS once trimmed), the arenas' size
-/// (`arena`) and the mmapped large blocks (`hblkhd`).
-#[cfg(all(target_os = "linux", target_env = "gnu"))]
+/// jemalloc's own figures, in bytes: what the program holds (`allocated`), the pages of the slabs holding it
+/// (`active`; the difference is free space in slabs still partly used), the allocator's bookkeeping
+/// (`metadata`) and the pages it maps (`resident`).
 fn malloc_stats() -> [u64; 4] {
-    #[repr(C)]
-    struct Mallinfo2 {
-        arena: usize,
-        ordblks: usize,
-        smblks: usize,
-        hblks: usize,
-        hblkhd: usize,
-        usmblks: usize,
-        fsmblks: usize,
-        uordblks: usize,
-        fordblks: usize,
-        keepcost: usize,
-    }
-    extern "C" {
-        fn mallinfo2() -> Mallinfo2;
-    }
-    // SAFETY: `mallinfo2` (glibc ≥ 2.33) takes nothing and returns a struct of ten `size_t` by value, laid out as
-    // above; it locks each arena while reading it.
-    let info = unsafe { mallinfo2() };
-    [info.uordblks, info.fordblks, info.arena, info.hblkhd].map(|v| v as u64)
-}
-
-#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
-fn malloc_stats() -> [u64; 4] {
-    [0; 4]
+    use tikv_jemalloc_ctl::{epoch, stats};
+    // The figures are cached: a new epoch refreshes them.
+    epoch::advance().expect("jemalloc epoch");
+    [
+        stats::allocated::read(),
+        stats::active::read(),
+        stats::metadata::read(),
+        stats::resident::read(),
+    ]
+    .map(|v| v.expect("jemalloc stats") as u64)
 }
 
 /// `VmRSS` and `VmHWM` (peak) of a process, in bytes.
@@ -201,8 +189,8 @@ async fn gateway_process() {
             let mut line = String::new();
             while std::io::stdin().read_line(&mut line).unwrap_or(0) > 0 {
                 if line.trim() == "STATS" {
-                    let [in_use, free, arena, mmapped] = malloc_stats();
-                    println!("STATS {in_use} {free} {arena} {mmapped}");
+                    let [allocated, active, metadata, resident] = malloc_stats();
+                    println!("STATS {allocated} {active} {metadata} {resident}");
                     std::io::stdout().flush().unwrap();
                 }
                 line.clear();
@@ -412,7 +400,7 @@ async fn ten_thousand_streams_hold_their_memory_budget_and_lose_nothing() {
             .expect("gateway exited");
         let v: Vec<u64> = line[6..].split(' ').map(|x| x.parse().unwrap()).collect();
         format!(
-            "malloc in use {:.1} MiB, free {:.1} MiB (arenas {:.1} MiB, mmapped {:.1} MiB)",
+            "allocated {:.1} MiB, active {:.1} MiB, metadata {:.1} MiB, resident {:.1} MiB",
             mib(v[0]),
             mib(v[1]),
             mib(v[2]),
