@@ -5,7 +5,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use tower_chat_gateway::fuzzing::parse_request;
-use tower_chat_gateway::request_limits::RequestLimits;
+use tower_chat_gateway::request_limits::{RequestLimits, SettingNames};
 
 fuzz_target!(|data: &[u8]| {
     let Some((&format, body)) = data.split_first() else {
@@ -20,6 +20,7 @@ fuzz_target!(|data: &[u8]| {
         max_conversation_id_bytes: 16,
         max_media_part_bytes: 4096,
         max_media_bytes: 8192,
+        setting_names: SettingNames::Flags,
     };
     match parse_request(format, body) {
         Ok((request, approvals)) => {
