@@ -67,8 +67,10 @@ const ANSWER: &str = "soak-answer words done";
 /// Bounds so that a regression fails instead of hanging.
 const RAMP_LIMIT: Duration = Duration::from_secs(900);
 const DRAIN_LIMIT: Duration = Duration::from_secs(300);
-/// jemalloc gives freed pages back within seconds; the pooled upstream connection, with the state of the 10,000
-/// streams it carried, closes 90–180 s after its last stream (`pool_idle_timeout` of the leaf's client).
+/// jemalloc gives freed pages back within seconds; the store forgets the conversations it cached for its next
+/// writes 60–120 s after the last record (`RELEASE_CACHES_AFTER`); the pooled upstream connection, with the
+/// state of the 10,000 streams it carried, closes 90–180 s after its last stream (`pool_idle_timeout` of the
+/// leaf's client).
 const SETTLE_LIMIT: Duration = Duration::from_secs(240);
 
 /// `SOAK_UPSTREAM_HTTP1=1`: HTTP/1.1 to the upstream, one connection per stream.

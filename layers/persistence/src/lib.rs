@@ -58,7 +58,8 @@
 //! record refers to the last node of its history and stores only what it produced (usage, finish reason,
 //! timestamps, outcome, …). A client that resends its whole history (a stateless Chat Completions client, with
 //! or without a conversation id) maps onto the nodes already stored, so storage grows linearly with a
-//! conversation. The store remembers recently written chains, so only new messages are serialised.
+//! conversation. The store remembers recently written chains, so only new messages are serialised; after a
+//! minute without records ([`RELEASE_CACHES_AFTER`]) it forgets them, handing the memory back.
 //!
 //! Binary parts (images, audio, files as bytes) are stored once, by the SHA-256 of their bytes, in their own
 //! table (raw bytes, in the transaction of the messages that refer to them); a message's JSON keeps a reference
@@ -114,7 +115,7 @@ pub use record::{
     ConversationQuery, ConversationSummary, RecordedError, RecordedRequest, RequestId, RequestSize,
     RequestedCallId, Spend, SpendQuery, REDACTED,
 };
-pub use recorder::{FailurePolicy, PersistenceStats};
+pub use recorder::{FailurePolicy, PersistenceStats, RELEASE_CACHES_AFTER};
 pub use service::{Persistence, ResponseFuture};
 #[cfg(feature = "postgres")]
 pub use store::postgres::{PostgresStore, PostgresStoreBuilder};

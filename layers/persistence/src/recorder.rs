@@ -5,6 +5,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
 use tower_chat::{ChatError, ErrorKind};
@@ -272,6 +273,12 @@ impl Recorder {
     }
 }
 
+/// How long the writer waits without a record before it asks the store to release its caches
+/// ([`Store::release_caches`]): the release comes between one and two of these after the last record. A
+/// conversation's turns usually follow within a minute; after a longer pause its next record costs what it
+/// costs after a restart (its history serialised and hashed once).
+pub const RELEASE_CACHES_AFTER: Duration = Duration::from_secs(60);
+
 async fn run_writer(
     store: Arc<dyn Store>,
     mut receiver: mpsc::Receiver<Job>,
@@ -281,8 +288,32 @@ async fn run_writer(
     let mut jobs = Vec::with_capacity(max_batch);
     let mut records = Vec::with_capacity(max_batch);
     let mut acks = Vec::with_capacity(max_batch);
+    // One timer for the writer's life, not one per wait: a record marks the current period busy, and a
+    // period that passes with none releases the caches once.
+    let mut quiet = tokio::time::interval_at(
+        tokio::time::Instant::now() + RELEASE_CACHES_AFTER,
+        RELEASE_CACHES_AFTER,
+    );
+    quiet.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let (mut busy, mut released) = (false, true);
     // Ends when every Recorder clone is gone and the buffer is drained.
-    while receiver.recv_many(&mut jobs, max_batch).await > 0 {
+    loop {
+        let received = tokio::select! {
+            biased;
+            received = receiver.recv_many(&mut jobs, max_batch) => received,
+            _ = quiet.tick() => {
+                if !busy && !released {
+                    store.release_caches();
+                    released = true;
+                }
+                busy = false;
+                continue;
+            }
+        };
+        if received == 0 {
+            break;
+        }
+        (busy, released) = (true, false);
         for job in jobs.drain(..) {
             match job {
                 Job::Record(record, ack) => {

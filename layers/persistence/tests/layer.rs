@@ -476,3 +476,87 @@ fn the_layer_is_built_outside_a_runtime_and_writes_inside_one() {
     });
     assert_eq!(layer.stats().recorded, 1);
 }
+
+/// A store that keeps records in memory and counts cache releases. No I/O, so on a paused clock every timer
+/// fires exactly when due.
+#[derive(Debug, Default)]
+struct ReleaseCountingStore {
+    records: std::sync::Mutex<Vec<CallRecord>>,
+    releases: AtomicUsize,
+}
+
+impl Store for ReleaseCountingStore {
+    fn write_calls<'a>(
+        &'a self,
+        records: &'a [CallRecord],
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        self.records.lock().unwrap().extend_from_slice(records);
+        Box::pin(async { Ok(()) })
+    }
+    fn call<'a>(&'a self, id: &'a CallId) -> BoxFuture<'a, Result<Option<CallRecord>, StoreError>> {
+        let found = self
+            .records
+            .lock()
+            .unwrap()
+            .iter()
+            .find(|r| r.call_id == *id)
+            .cloned();
+        Box::pin(async { Ok(found) })
+    }
+    fn conversation_calls<'a>(
+        &'a self,
+        id: &'a ConversationId,
+    ) -> BoxFuture<'a, Result<Vec<CallRecord>, StoreError>> {
+        let records = self.records.lock().unwrap();
+        let calls: Vec<_> = records
+            .iter()
+            .filter(|r| r.conversation_id == *id)
+            .cloned()
+            .collect();
+        Box::pin(async { Ok(calls) })
+    }
+    fn list_conversations<'a>(
+        &'a self,
+        _: &'a ConversationQuery,
+    ) -> BoxFuture<'a, Result<Vec<ConversationSummary>, StoreError>> {
+        Box::pin(async { Ok(Vec::new()) })
+    }
+    fn release_caches(&self) {
+        self.releases.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_writer_releases_the_stores_caches_once_per_quiet_period() {
+    use tower_chat_persistence::RELEASE_CACHES_AFTER as QUIET;
+    let store = Arc::new(ReleaseCountingStore::default());
+    let chat = PersistenceLayer::new(store.clone()).layer(scripted(|_| {
+        scripted_stream(Delivery::AllAtOnce, answer("Hello"))
+    }));
+    let call = |name: &'static str| {
+        let chat = chat.clone();
+        async move {
+            let stream = chat.oneshot(req(name)).await.unwrap();
+            stream.collect_response().await.unwrap();
+        }
+    };
+    let releases = || store.releases.load(Ordering::SeqCst);
+
+    // The writer starts with the first record; its quiet periods end at QUIET, 2 × QUIET, …
+    call("a").await;
+    tokio::time::sleep(QUIET / 2).await;
+    call("b").await;
+    tokio::time::sleep(QUIET).await;
+    assert_eq!(releases(), 0, "released in a period with records");
+    tokio::time::sleep(QUIET).await;
+    assert_eq!(releases(), 1, "not released after a quiet period");
+    tokio::time::sleep(QUIET * 5).await;
+    assert_eq!(releases(), 1, "released again with no record since");
+    // A record makes the caches worth releasing again, once its period and a quiet one have passed.
+    call("c").await;
+    tokio::time::sleep(QUIET).await;
+    assert_eq!(releases(), 1);
+    tokio::time::sleep(QUIET).await;
+    assert_eq!(releases(), 2);
+    assert_eq!(store.records.lock().unwrap().len(), 3);
+}

@@ -150,6 +150,28 @@ async fn storage_grows_linearly_with_and_without_a_conversation_id() {
 }
 
 #[tokio::test]
+async fn a_store_that_released_its_caches_continues_without_storing_messages_twice() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::open(dir.path().join("chat.db")).await.unwrap();
+    let conversation = ConversationId::new("released");
+    let mut history = Vec::new();
+    converse(&store, 10, Some(&conversation), &mut history).await;
+    // Listing opens the read-only connection, which the release closes.
+    let list = tower_chat_persistence::ConversationQuery::new();
+    assert_eq!(store.list_conversations(&list).await.unwrap().len(), 1);
+    store.release_caches();
+    converse(&store, 10, Some(&conversation), &mut history).await;
+    store.release_caches();
+    assert_eq!(count(&store, "chat_messages").await, 40);
+    assert_eq!(count(&store, "chat_calls").await, 20);
+    assert_eq!(
+        store.load_conversation(&conversation).await.unwrap(),
+        history
+    );
+    assert_eq!(store.list_conversations(&list).await.unwrap()[0].calls, 20);
+}
+
+#[tokio::test]
 async fn a_database_from_before_message_level_storage_reads_as_before_and_continues() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("old.db");

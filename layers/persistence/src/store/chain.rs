@@ -386,6 +386,17 @@ impl Encoder {
         Ok((out, pending))
     }
 
+    /// Forget every cached chain, option set and blob hash, handing their memory back. Correctness never
+    /// depends on the cache: the next record of a forgotten conversation serialises and hashes its history once,
+    /// as after a restart. Called when writes have stopped for a while, so that the memory a burst of
+    /// conversations left in the cache (and the allocator pages those entries pin) does not stay forever.
+    pub(crate) fn forget(&self) {
+        let cache = std::mem::take(&mut *self.cache.lock().unwrap_or_else(|e| e.into_inner()));
+        let blobs = std::mem::take(&mut *self.blobs.lock().unwrap_or_else(|e| e.into_inner()));
+        // Dropped after the locks are released: freeing 40,000 messages must not hold up a concurrent encode.
+        drop((cache, blobs));
+    }
+
     /// The batch was committed: its chains and options may be reused.
     pub(crate) fn committed(&self, pending: Pending) {
         if !pending.blobs.is_empty() {
@@ -608,6 +619,34 @@ mod tests {
             batch.iter().map(|e| e.nodes.len()).collect::<Vec<_>>(),
             [2, 2, 0]
         );
+    }
+
+    #[test]
+    fn a_forgotten_cache_writes_the_history_again_under_the_same_ids() {
+        let encoder = Encoder::default();
+        let first = record("c", None, vec![Message::user("hi")], "hello");
+        write(&encoder, &first);
+        let next = record(
+            "c",
+            None,
+            vec![
+                Message::user("hi"),
+                Message::assistant("hello"),
+                Message::user("more"),
+            ],
+            "ok",
+        );
+        let warm = encoder.encode(std::slice::from_ref(&next)).unwrap().0;
+        assert_eq!(warm[0].nodes.len(), 2, "the cache knew the first turn");
+        assert!(warm[0].options.is_none(), "the cache knew the options");
+
+        encoder.forget();
+        let cold = write(&encoder, &next);
+        assert_eq!(cold.nodes.len(), 4, "every message is serialised again");
+        assert!(cold.options.is_some());
+        assert_eq!(cold.head, warm[0].head, "content addresses do not change");
+        // What the cold write committed is cached again.
+        assert_eq!(write(&encoder, &next).nodes.len(), 0);
     }
 
     #[test]

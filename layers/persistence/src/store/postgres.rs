@@ -547,6 +547,10 @@ impl Store for PostgresStore {
         })
     }
 
+    fn release_caches(&self) {
+        self.encoder.forget();
+    }
+
     fn call<'a>(
         &'a self,
         call_id: &'a CallId,

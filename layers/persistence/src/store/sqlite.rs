@@ -852,6 +852,21 @@ impl Store for SqliteStore {
         })
     }
 
+    /// Besides the encoder's chains: SQLite's page caches (up to 2 MiB a connection, filled by a burst of writes)
+    /// on the connection thread, and the read-only connection, reopened on the next read. A read running now
+    /// keeps its connection.
+    fn release_caches(&self) {
+        self.encoder.forget();
+        let _ = self.jobs.send(Job::Read(Box::new(|conn| {
+            if let Err(error) = conn.execute_batch("PRAGMA shrink_memory") {
+                tracing::debug!("SQLite could not shrink its memory: {error}");
+            }
+        })));
+        if let Ok(mut reader) = self.reader.try_lock() {
+            reader.take();
+        }
+    }
+
     fn call<'a>(
         &'a self,
         call_id: &'a CallId,
