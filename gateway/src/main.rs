@@ -9,9 +9,10 @@
 //! the binary and the example cannot drift apart. See `gateway/README.md` for every option.
 
 /// jemalloc, with its background threads: pages a load freed go back to the system on jemalloc's decay timer,
-/// with no call from the gateway. glibc's allocator keeps most of them after a burst of streams (its arenas stay
-/// pinned by the few allocations that outlive the burst), even with `malloc_trim` (BENCHMARKS.md, "Connections,
-/// memory, soak"). Not on MSVC, which jemalloc does not support.
+/// with no call from the gateway; its thread caches are capped when it is built (`.cargo/config.toml`). glibc's
+/// allocator keeps most of the pages after a burst of streams (its arenas stay pinned by the few allocations that
+/// outlive the burst), even with `malloc_trim` (BENCHMARKS.md, "Connections, memory, soak"). Not on MSVC, which
+/// jemalloc does not support.
 #[cfg(not(target_env = "msvc"))]
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;

@@ -13,7 +13,7 @@
 //! stream, and RSS is back within 25% of its idle value once the load is over.
 //!
 //! The allocator is the one the installed gateway uses (`src/main.rs`): jemalloc with background threads, which
-//! give freed pages back to the system on their own timer.
+//! give freed pages back to the system on their own timer, and the thread-cache cap of `.cargo/config.toml`.
 //!
 //! The gateway speaks HTTP/2 to the upstream (h2c, prior knowledge, as vLLM offers it): one upstream
 //! connection for all streams. Over HTTP/1.1 each stream needs an upstream connection of its own, so the
