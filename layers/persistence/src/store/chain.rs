@@ -584,6 +584,20 @@ mod tests {
         }
     }
 
+    /// The turn after `record("c", None, [user "hi"], "hello")`.
+    fn second_turn() -> CallRecord {
+        record(
+            "c",
+            None,
+            vec![
+                Message::user("hi"),
+                Message::assistant("hello"),
+                Message::user("more"),
+            ],
+            "ok",
+        )
+    }
+
     /// Encode one record and commit it.
     fn write(encoder: &Encoder, record: &CallRecord) -> Encoded {
         let (mut encoded, pending) = encoder.encode(std::slice::from_ref(record)).unwrap();
@@ -601,16 +615,7 @@ mod tests {
         assert_eq!(write(&encoder, &first).nodes.len(), 2);
         assert_eq!(write(&encoder, &first).nodes.len(), 0);
         // Within one batch, a later record reuses an earlier one's nodes.
-        let next = record(
-            "c",
-            None,
-            vec![
-                Message::user("hi"),
-                Message::assistant("hello"),
-                Message::user("more"),
-            ],
-            "ok",
-        );
+        let next = second_turn();
         let other = record("d", None, vec![Message::user("new")], "x");
         let (batch, _) = encoder
             .encode(&[other.clone(), next.clone(), next])
@@ -626,16 +631,7 @@ mod tests {
         let encoder = Encoder::default();
         let first = record("c", None, vec![Message::user("hi")], "hello");
         write(&encoder, &first);
-        let next = record(
-            "c",
-            None,
-            vec![
-                Message::user("hi"),
-                Message::assistant("hello"),
-                Message::user("more"),
-            ],
-            "ok",
-        );
+        let next = second_turn();
         let warm = encoder.encode(std::slice::from_ref(&next)).unwrap().0;
         assert_eq!(warm[0].nodes.len(), 2, "the cache knew the first turn");
         assert!(warm[0].options.is_none(), "the cache knew the options");

@@ -137,9 +137,10 @@ pub trait Store: fmt::Debug + Send + Sync + 'static {
 
     /// Writes have stopped for a while (the layer's writer calls this after
     /// [`RELEASE_CACHES_AFTER`](crate::RELEASE_CACHES_AFTER) without a record): drop what is kept in memory only
-    /// to make the next writes cheaper, so that a burst of traffic does not hold memory for good. The SQLite and PostgreSQL stores forget the conversation chains, option sets
-    /// and blob hashes they wrote recently (the next record of a forgotten conversation serialises and hashes
-    /// its history once, as after a restart). Nothing a read returns depends on it. The default does nothing.
+    /// to make the next writes cheaper, so that a burst of traffic does not hold memory for good. The SQLite and
+    /// PostgreSQL stores forget the conversation chains, option sets and blob hashes they wrote recently (the
+    /// next record of a forgotten conversation serialises and hashes its history once, as after a restart).
+    /// Nothing a read returns depends on it. The default does nothing.
     fn release_caches(&self) {}
 
     /// A conversation's messages in order, ready to continue it: the request and response messages of its
