@@ -120,7 +120,7 @@ pub use service::{Persistence, ResponseFuture};
 #[cfg(feature = "postgres")]
 pub use store::postgres::{PostgresStore, PostgresStoreBuilder};
 #[cfg(feature = "sqlite")]
-pub use store::sqlite::{Durability, SqliteStore, SqliteStoreBuilder};
+pub use store::sqlite::{Checkpoint, Durability, SqliteStore, SqliteStoreBuilder};
 pub use store::{Migration, Store, StoreError};
 pub use stream::RecordingStream;
 pub use usage::{LatencyPercentiles, UsageAggregate, UsageQuery};

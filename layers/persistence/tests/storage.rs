@@ -364,38 +364,85 @@ async fn a_record_is_visible_to_another_connection_when_finish_arrives() {
     assert_eq!(together, [1; 16]);
 }
 
-/// Checkpoints are SQLite's own: the commit that takes the write-ahead log past `wal_autocheckpoint` pages
-/// (SQLite's default, 1000) copies the log into the database file, and the next transaction starts the log
-/// over. Under writes that never pause the log stays bounded: ~1,200 records of ~5 pages each would make a log
-/// of ~6,000 pages that never starts over.
+/// Pages in the write-ahead log file beside `path` (a frame is a page plus its 24-byte header).
+fn log_pages(path: &std::path::Path) -> u64 {
+    std::fs::metadata(path.with_extension("db-wal")).map_or(0, |m| m.len()) / (4096 + 24)
+}
+
+/// Pages in the database file itself (what checkpoints have copied there).
+fn file_pages(path: &std::path::Path) -> u64 {
+    std::fs::metadata(path).unwrap().len() / 4096
+}
+
+/// No commit checkpoints: with the checkpoint thread held off, ~1,200 records of ~5 pages each stay in the
+/// write-ahead log and nothing reaches the database file. SQLite's default would have copied the log at the
+/// commit that took it past 1,000 pages, making that batch (and a fail-closed call) wait for two syncs.
 #[tokio::test]
-async fn sqlite_checkpoints_the_log_and_keeps_it_bounded() {
+async fn a_commit_never_checkpoints_the_log() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("w.db");
-    let store = SqliteStore::open(&path).await.unwrap();
+    let store = SqliteStore::builder(&path)
+        .checkpoint_interval(std::time::Duration::from_secs(3600))
+        .open()
+        .await
+        .unwrap();
     let automatic: i64 = store
         .run("autocheckpoint", |conn| {
             conn.query_row("PRAGMA wal_autocheckpoint", [], |row| row.get(0))
         })
         .await
         .unwrap();
-    assert_eq!(automatic, 1000);
-    let file_pages = || std::fs::metadata(&path).unwrap().len() / 4096;
-    let before = file_pages();
+    assert_eq!(automatic, 0);
+    let before = file_pages(&path);
     for _ in 0..40 {
         converse(&store, 30, None, &mut Vec::new()).await;
     }
     assert_eq!(count(&store, "chat_calls").await, 1200);
+    assert_eq!(file_pages(&path), before, "a commit copied the log");
     assert!(
-        file_pages() > before,
-        "nothing copied the log into the database file ({before} pages)"
+        log_pages(&path) > 1100,
+        "the log holds {} pages",
+        log_pages(&path)
     );
-    let frame = 4096 + 24;
-    let log_pages = std::fs::metadata(path.with_extension("db-wal"))
-        .unwrap()
-        .len()
-        / frame;
-    assert!(log_pages <= 1100, "the log grew to {log_pages} pages");
+    let checkpoint = store.checkpoint().await.unwrap();
+    assert_eq!(checkpoint.checkpointed_frames, checkpoint.log_frames);
+    assert!(file_pages(&path) > before, "the checkpoint copied nothing");
+}
+
+/// Under writes that never pause, the checkpoint thread keeps the log bounded: each checkpoint copies the whole
+/// log, the next commit starts it over, and the file is cut back to `journal_size_limit`.
+#[tokio::test]
+async fn the_checkpoint_thread_keeps_the_log_bounded() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("w.db");
+    let store = SqliteStore::builder(&path)
+        .checkpoint_interval(std::time::Duration::from_secs(3600))
+        .open()
+        .await
+        .unwrap();
+    for _ in 0..40 {
+        converse(&store, 30, None, &mut Vec::new()).await;
+        store.checkpoint().await.unwrap();
+    }
+    assert_eq!(count(&store, "chat_calls").await, 1200);
+    let pages = log_pages(&path);
+    assert!(pages <= 1100, "the log grew to {pages} pages");
+
+    // On its schedule too, with no one asking.
+    let scheduled = SqliteStore::builder(dir.path().join("s.db"))
+        .checkpoint_interval(std::time::Duration::from_millis(10))
+        .open()
+        .await
+        .unwrap();
+    let path = dir.path().join("s.db");
+    let before = file_pages(&path);
+    converse(&scheduled, 30, None, &mut Vec::new()).await;
+    let mut waited = 0;
+    while file_pages(&path) == before {
+        assert!(waited < 1000, "no scheduled checkpoint in 10 s");
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        waited += 1;
+    }
 }
 
 /// A call record stores only what the call produced, once: the answer's text is its message node's, not also a

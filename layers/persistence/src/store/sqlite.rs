@@ -10,8 +10,8 @@
 //! Record writes use group commit: the thread commits every batch waiting for it in one transaction, and the
 //! batches that arrive while that transaction runs wait for the next one. A batch is acknowledged once its
 //! transaction committed, so a record is visible to every connection by the time its call's `Finish` is
-//! delivered. Checkpoints are SQLite's own: the commit that takes the write-ahead log past
-//! `wal_autocheckpoint` pages (1000, SQLite's default) copies it into the database file.
+//! delivered. No commit checkpoints: a thread of its own copies the write-ahead log into the database file on a
+//! schedule (`checkpoint.rs`), so a record batch never waits for a checkpoint's syncs.
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -36,12 +36,15 @@ use super::{Migration, Store, StoreError};
 use crate::call_log::{CallLogPage, CallLogQuery};
 
 mod call_log;
+mod checkpoint;
 use crate::record::{
     to_micros, CallId, CallQuery, CallRecord, CallSummary, ConversationQuery, ConversationSummary,
     Spend, SpendQuery,
 };
 use crate::usage::{usage_sql, UsageAggregate, UsageQuery, UsageRow};
 use call_log::index_earlier_calls;
+pub use checkpoint::Checkpoint;
+use checkpoint::{Checkpointer, WAL_KEPT_BYTES};
 
 pub use rusqlite;
 
@@ -75,6 +78,7 @@ pub struct SqliteStore {
     /// opened on first use: in WAL mode it reads a snapshot without holding up the connection thread, so a
     /// dashboard scanning many calls does not delay the layer's record writes (and the calls waiting on them).
     reader: Arc<std::sync::Mutex<Option<Connection>>>,
+    checkpointer: Checkpointer,
 }
 
 impl fmt::Debug for SqliteStore {
@@ -108,6 +112,7 @@ pub struct SqliteStoreBuilder {
     migrations: Vec<Migration>,
     busy_timeout: Duration,
     durability: Durability,
+    checkpoint_interval: Duration,
 }
 
 impl SqliteStoreBuilder {
@@ -123,6 +128,13 @@ impl SqliteStoreBuilder {
         self
     }
 
+    /// How often the checkpoint thread copies the write-ahead log into the database file (default 500 ms). The log
+    /// holds what was written in between, so a longer interval means a larger log; commits never wait for it.
+    pub fn checkpoint_interval(mut self, interval: Duration) -> Self {
+        self.checkpoint_interval = interval;
+        self
+    }
+
     /// How long a write waits for another process's write lock before failing (default 5 s).
     pub fn busy_timeout(mut self, timeout: Duration) -> Self {
         self.busy_timeout = timeout;
@@ -135,6 +147,7 @@ impl SqliteStoreBuilder {
         let (jobs, receiver) = mpsc::channel::<Job>();
         let (opened_tx, opened_rx) = oneshot::channel();
         let path = self.path.clone();
+        let (busy_timeout, checkpoint_interval) = (self.busy_timeout, self.checkpoint_interval);
         std::thread::Builder::new()
             .name("tower-chat-sqlite".into())
             .spawn(move || {
@@ -174,11 +187,13 @@ impl SqliteStoreBuilder {
         let key = opened_rx
             .await
             .map_err(|_| StoreError::new("the SQLite thread stopped while opening"))??;
+        let checkpointer = Checkpointer::start(&path, busy_timeout, checkpoint_interval)?;
         Ok(SqliteStore {
             jobs,
             path: Arc::new(path),
             encoder: Arc::new(Encoder::new(key)),
             reader: Arc::default(),
+            checkpointer,
         })
     }
 }
@@ -207,8 +222,10 @@ fn open_connection(options: &SqliteStoreBuilder) -> Result<(Connection, NodeKey)
         Durability::Process => "NORMAL",
         Durability::PowerLoss => "FULL",
     };
+    // Commits never checkpoint: the checkpoint thread does (`checkpoint.rs`).
     conn.execute_batch(&format!(
-        "PRAGMA synchronous = {synchronous}; PRAGMA foreign_keys = ON;"
+        "PRAGMA synchronous = {synchronous}; PRAGMA foreign_keys = ON; PRAGMA wal_autocheckpoint = 0; \
+         PRAGMA journal_size_limit = {WAL_KEPT_BYTES};"
     ))
     .map_err(context("cannot set pragmas"))?;
     conn.execute(MIGRATIONS_TABLE, [])
@@ -306,12 +323,20 @@ impl SqliteStore {
             migrations: Vec::new(),
             busy_timeout: Duration::from_secs(5),
             durability: Durability::default(),
+            checkpoint_interval: Duration::from_millis(500),
         }
     }
 
     /// The database file.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// Copy the write-ahead log into the database file now, on the checkpoint thread (which otherwise does it
+    /// every [`SqliteStoreBuilder::checkpoint_interval`]): before copying the file elsewhere, say. Record writes
+    /// go on meanwhile.
+    pub async fn checkpoint(&self) -> Result<Checkpoint, StoreError> {
+        self.checkpointer.checkpoint().await
     }
 
     /// Mark calls still [`crate::CallOutcome::InFlight`] that started before `started_before` as
