@@ -32,6 +32,7 @@ use crate::parts::{
     anthropic_document, anthropic_image, anthropic_text, cache_hint, joined_if_text,
     InCacheControl, InSource,
 };
+use crate::sealed_reasoning::{seal, unseal};
 
 /// The Anthropic Messages format (see the [module docs](self)).
 #[derive(Debug)]
@@ -551,15 +552,23 @@ fn assistant_blocks(blocks: Vec<InBlock>, i: usize) -> Result<Message, ApiError>
                 arguments: ToolArguments::Json(input),
             }),
             // Kept with its signature: an Anthropic upstream continues from it unchanged, any other drops it.
+            // Another upstream's reasoning comes back sealed in the signature (`sealed_reasoning.rs`).
             InBlock::Thinking {
                 thinking,
                 signature,
-            } => message.reasoning.push(ReasoningPart {
-                text: thinking,
-                continuation: signature
-                    .filter(|signature| !signature.is_empty())
-                    .map(|signature| Continuation::AnthropicThinking { signature }),
-            }),
+            } => {
+                let at = format!("messages[{i}].content[{j}]");
+                let part = match signature.as_deref().map(|s| unseal(s, &at, "signature")) {
+                    Some(unsealed) => unsealed?,
+                    None => None,
+                };
+                message.reasoning.push(part.unwrap_or_else(|| ReasoningPart {
+                    text: thinking,
+                    continuation: signature
+                        .filter(|signature| !signature.is_empty())
+                        .map(|signature| Continuation::AnthropicThinking { signature }),
+                }))
+            }
             InBlock::RedactedThinking { data } => message.reasoning.push(ReasoningPart {
                 text: String::new(),
                 continuation: Some(Continuation::AnthropicRedacted { data }),
@@ -745,7 +754,7 @@ impl Encoder for MessageEncoder {
         sse_event("ping", &json!({"type": "ping"}), out);
     }
 
-    fn visible(&mut self, _folded: &Folded, event: Visible, out: &mut Vec<u8>) {
+    fn visible(&mut self, folded: &Folded, event: Visible, out: &mut Vec<u8>) {
         match event {
             Visible::Text(text) => self.text(&text, out),
             Visible::Reasoning(text) => {
@@ -786,7 +795,30 @@ impl Encoder for MessageEncoder {
                 );
                 self.stop_open(out);
             }
-            Visible::ReasoningEnd(_) => {}
+            // Another upstream's reasoning (Bedrock, Gemini, OpenAI): its thinking block ends with the part sealed
+            // as its signature, so the client's next round brings the upstream's own continuation back.
+            Visible::ReasoningEnd(_) => {
+                let Some(part) = folded.reasoning_parts.last() else {
+                    return;
+                };
+                let index = match self.open {
+                    Some(Block::Thinking(index)) => index,
+                    _ => self.start(
+                        Block::Thinking,
+                        json!({"type": "thinking", "thinking": "", "signature": ""}),
+                        out,
+                    ),
+                };
+                let signature = seal(part);
+                block_delta(
+                    index,
+                    DeltaBody::Signature {
+                        signature: &signature,
+                    },
+                    out,
+                );
+                self.stop_open(out);
+            }
             Visible::CallStart { index, id, name } => {
                 let block = self.start(
                     Block::ToolUse,
@@ -854,7 +886,10 @@ impl MessageEncoder {
                 Some(Continuation::AnthropicRedacted { data }) => {
                     content.push(json!({"type": "redacted_thinking", "data": data}))
                 }
-                _ => {}
+                Some(_) => content.push(
+                    json!({"type": "thinking", "thinking": part.text, "signature": seal(part)}),
+                ),
+                None => {}
             }
         }
         let unsigned = &folded.reasoning[folded.reasoning_covered..];

@@ -4,60 +4,18 @@
 //! A Responses client can only return reasoning as a `reasoning` item, whose continuation is its opaque
 //! `encrypted_content`. Reasoning from an OpenAI upstream keeps OpenAI's own item id and `encrypted_content`,
 //! passed through unchanged both ways. Reasoning from another upstream (Anthropic's `thinking` with its
-//! signature, `redacted_thinking`) has no such form, so the gateway issues one: a *sealed* reasoning part,
-//! `tower-chat.reasoning.v1:` followed by the base64 of the part's JSON (its text and its [`Continuation`]).
-//! The text travels with the signature because Anthropic checks one against the other. Clients treat the value
-//! as opaque, as they do OpenAI's; the gateway restores the part from it when the item comes back, so a tool
-//! round over an Anthropic upstream with extended thinking sends the thinking block back byte for byte, even
-//! to another replica.
-//!
-//! Nothing in a sealed part is secret or signed by the gateway: it holds what the client was shown plus the
-//! upstream's own signature, which the upstream verifies.
+//! signature, `redacted_thinking`, Bedrock's and Gemini's signatures) has no such form, so it goes out
+//! [sealed](crate::sealed_reasoning) in `encrypted_content`, and the gateway restores the part when the item
+//! comes back, so a tool round over an Anthropic upstream with extended thinking sends the thinking block back
+//! byte for byte, even to another replica.
 
 use serde::Deserialize;
 use serde_json::{json, Value};
-use tower_chat::{Blob, Continuation, ReasoningPart};
+use tower_chat::{Continuation, ReasoningPart};
 
 use crate::error::ApiError;
 use crate::format::schema;
-
-/// What every sealed part starts with: the format's name, then its version.
-const SEALED_FORMAT: &str = "tower-chat.reasoning.";
-/// The version this gateway writes and reads.
-const SEALED_VERSION: &str = "v1:";
-
-/// A reasoning part as `encrypted_content`: see the [module docs](self).
-pub(crate) fn seal(part: &ReasoningPart) -> String {
-    let json = serde_json::to_vec(part).expect("a reasoning part serialises");
-    let blob = Blob::new(json, "application/json");
-    let mut sealed =
-        String::with_capacity(SEALED_FORMAT.len() + SEALED_VERSION.len() + blob.len() * 4 / 3 + 4);
-    sealed.push_str(SEALED_FORMAT);
-    sealed.push_str(SEALED_VERSION);
-    sealed.push_str(blob.base64());
-    sealed
-}
-
-/// The reasoning part sealed in `encrypted_content`, or `None` when the value is not one the gateway issued
-/// (OpenAI's own). A value in the gateway's format that does not decode is a 400 at `at`.
-pub(crate) fn unseal(encrypted_content: &str, at: &str) -> Result<Option<ReasoningPart>, ApiError> {
-    let Some(versioned) = encrypted_content.strip_prefix(SEALED_FORMAT) else {
-        return Ok(None);
-    };
-    let invalid = |why: &str| {
-        schema(format!(
-            "{at}: `encrypted_content` is not reasoning this server issued ({why}); send reasoning items back \
-             unchanged"
-        ))
-    };
-    let encoded = versioned
-        .strip_prefix(SEALED_VERSION)
-        .ok_or_else(|| invalid("an unknown version"))?;
-    let blob = Blob::from_base64(encoded, "application/json").map_err(|_| invalid("not base64"))?;
-    let part: ReasoningPart =
-        serde_json::from_slice(blob.bytes()).map_err(|_| invalid("not a reasoning part"))?;
-    Ok(Some(part))
-}
+use crate::sealed_reasoning::{seal, unseal};
 
 /// A `reasoning` input item (`id`, `summary`, `content`, `encrypted_content`) as a reasoning part: the part the
 /// gateway sealed into it, else OpenAI's item with its id, summaries and `encrypted_content` unchanged.
@@ -80,7 +38,7 @@ pub(crate) fn input_reasoning(item: Value, at: &str) -> Result<ReasoningPart, Ap
     if let Some(part) = item
         .encrypted_content
         .as_deref()
-        .map(|sealed| unseal(sealed, at))
+        .map(|sealed| unseal(sealed, at, "encrypted_content"))
         .transpose()?
         .flatten()
     {
@@ -184,7 +142,10 @@ mod tests {
             }),
         };
         let (_, sealed) = shown(&redacted, Some("rs_streamed"), true);
-        assert_eq!(unseal(&sealed.unwrap(), "x").unwrap(), Some(redacted));
+        assert_eq!(
+            unseal(&sealed.unwrap(), "x", "encrypted_content").unwrap(),
+            Some(redacted)
+        );
     }
 
     #[test]
@@ -220,7 +181,10 @@ mod tests {
         // Streamed under the gateway's id before the continuation came: sealed, so the id survives the trip.
         let (id, sealed) = shown(&part, Some("rs_gateway"), true);
         assert_eq!(id, "rs_gateway");
-        assert_eq!(unseal(&sealed.unwrap(), "x").unwrap(), Some(part));
+        assert_eq!(
+            unseal(&sealed.unwrap(), "x", "encrypted_content").unwrap(),
+            Some(part)
+        );
     }
 
     #[test]
@@ -288,7 +252,10 @@ mod tests {
         assert_eq!(types, ["reasoning", "reasoning", "message"]);
         assert_eq!(output[0]["summary"][0]["text"], "Let me see.");
         let sealed = output[0]["encrypted_content"].as_str().unwrap();
-        assert_eq!(unseal(sealed, "x").unwrap().as_ref(), Some(&part));
+        assert_eq!(
+            unseal(sealed, "x", "encrypted_content").unwrap().as_ref(),
+            Some(&part)
+        );
         // Text after the last signed block: shown, with nothing to continue from.
         assert_eq!(output[1]["summary"][0]["text"], "and more");
         assert!(output[1].get("encrypted_content").is_none());
@@ -338,7 +305,7 @@ mod tests {
         assert_eq!(events[4].1["text"], "Let me see.");
         let sealed = done["item"]["encrypted_content"].as_str().unwrap();
         assert_eq!(
-            unseal(sealed, "x").unwrap(),
+            unseal(sealed, "x", "encrypted_content").unwrap(),
             Some(thinking("Let me see.", "sig"))
         );
         assert_eq!(
