@@ -42,6 +42,7 @@ pub mod config;
 pub mod config_file;
 pub mod connection;
 mod console;
+mod count_tokens;
 pub mod demo;
 mod error;
 mod extract;

@@ -22,8 +22,8 @@ use crate::connection::GuardedBody;
 use crate::error::{json_response, ApiError};
 use crate::server::{endpoint, AppState, Gateway};
 use tower_chat_wire::{
-    anthropic_messages::AnthropicMessages, chat_completions::ChatCompletions, format::WireFormat,
-    responses::Responses,
+    anthropic_messages::AnthropicMessages, chat_completions::ChatCompletions,
+    count_tokens::CountsTokens, format::WireFormat, responses::Responses,
 };
 
 impl Gateway {
@@ -49,7 +49,16 @@ impl Gateway {
                 crate::upstreams::models_route(self.observability.router.clone())
                     .layer(CompressionLayer::new()),
             )
-            .route("/v1/usage", get(usage).layer(CompressionLayer::new()));
+            .route("/v1/usage", get(usage).layer(CompressionLayer::new()))
+            // Counting runs nothing: it takes no in-flight slot.
+            .route(
+                AnthropicMessages::COUNT_ROUTE,
+                post(crate::count_tokens::count::<AnthropicMessages>),
+            )
+            .route(
+                Responses::COUNT_ROUTE,
+                post(crate::count_tokens::count::<Responses>),
+            );
         // Outside authentication: a rebound page or another site's request is refused whatever it carries.
         let guard = Arc::new(ApiGuard::new(
             self.state.allowed_hosts.clone().unwrap_or_else(|| {
@@ -196,7 +205,7 @@ async fn authenticate(
 
 /// A refusal by a middleware, in the shape the route's clients parse.
 pub(crate) fn refusal(path: &str, error: ApiError) -> Response {
-    if path == "/v1/messages" {
+    if path == "/v1/messages" || path == AnthropicMessages::COUNT_ROUTE {
         AnthropicMessages::error_response(error)
     } else {
         error.into_response()

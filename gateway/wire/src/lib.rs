@@ -40,12 +40,14 @@
 //! | [`respond`] | the stack's events folded into what the client sees, as one answer or SSE |
 //! | [`error`] | [`ApiError`]: errors with their status, in each format's shape |
 //! | [`limits`] | [`RequestLimits`]: what one request may hold |
+//! | [`count_tokens`] | counting a request's input tokens without running it |
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 #![warn(missing_debug_implementations, unreachable_pub)]
 
 pub mod anthropic_messages;
 pub mod chat_completions;
+pub mod count_tokens;
 pub mod error;
 pub mod format;
 pub mod limits;

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use serde::Serialize;
 use tokio::sync::Notify;
 use tower_chat::{
-    ChatError, ChatRequest, Cost, ErrorKind, EstimatedUsage, Message, ModelInfo, PriceTable, Usage,
+    ChatError, ChatRequest, Cost, ErrorKind, EstimatedUsage, ModelInfo, PriceTable, Usage,
 };
 use tower_layer::Layer;
 
@@ -329,7 +329,7 @@ impl Shared {
             )
             .refused_before_sending());
         }
-        let input_tokens = estimate_prompt_tokens(&request.messages, request, self.chars_per_token);
+        let input_tokens = crate::estimate::estimate_input_tokens(request, self.chars_per_token);
         let output_tokens = u64::from(
             request
                 .options
@@ -544,53 +544,4 @@ impl Drop for Lease {
     fn drop(&mut self) {
         self.settle(true);
     }
-}
-
-/// Tokens of a prompt, estimated from its characters (messages, tool calls and results, tool specs).
-fn estimate_prompt_tokens(
-    messages: &[Message],
-    request: &ChatRequest,
-    chars_per_token: u32,
-) -> u64 {
-    /// Per message: role and framing tokens.
-    const MESSAGE_OVERHEAD: u64 = 4;
-    /// Per tool call or tool spec: its id, its arguments or schema, framing.
-    const TOOL_OVERHEAD_CHARS: u64 = 128;
-    let mut chars: u64 = 0;
-    let mut media: u64 = 0;
-    let text_chars = |content: &tower_chat::Content| match content.as_text() {
-        Some(text) => text.len() as u64,
-        None => content
-            .parts()
-            .iter()
-            .map(|part| match part {
-                tower_chat::Part::Text(text) => text.text.len() as u64,
-                _ => 0,
-            })
-            .sum(),
-    };
-    for message in messages {
-        chars += match message {
-            Message::System { content } | Message::User { content } => {
-                media += crate::media::media_tokens(content, chars_per_token);
-                text_chars(content)
-            }
-            Message::Assistant(a) => {
-                a.content.len() as u64
-                    + a.reasoning.iter().map(|r| r.text.len() as u64).sum::<u64>()
-                    + a.tool_calls
-                        .iter()
-                        .map(|c| c.name.len() as u64 + TOOL_OVERHEAD_CHARS)
-                        .sum::<u64>()
-            }
-            Message::Tool(t) => {
-                media += crate::media::media_tokens(&t.content, chars_per_token);
-                text_chars(&t.content) + t.name.len() as u64
-            }
-        };
-    }
-    for tool in &request.options.tools {
-        chars += (tool.name.len() + tool.description.len()) as u64 + TOOL_OVERHEAD_CHARS;
-    }
-    chars.div_ceil(u64::from(chars_per_token)) + media + MESSAGE_OVERHEAD * messages.len() as u64
 }

@@ -92,6 +92,7 @@
 #![warn(missing_debug_implementations, unreachable_pub)]
 
 mod clock;
+mod estimate;
 mod layer;
 mod limits;
 mod media;
@@ -102,6 +103,7 @@ mod stream;
 mod window;
 
 pub use clock::{Clock, ManualClock, SystemClock};
+pub use estimate::estimate_input_tokens;
 pub use layer::{LimitStats, LimitsLayer, ScopeUsage, StoreFailure, UsageReport};
 pub use limits::{CounterKind, LimitPolicy, Limits, Scope, ScopeKey, WindowLimit, ANONYMOUS};
 pub use service::{Limited, ResponseFuture};

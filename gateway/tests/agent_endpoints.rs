@@ -1,0 +1,163 @@
+//! The endpoints coding agents call besides their turns: Anthropic's `POST /v1/messages/count_tokens` and
+//! OpenAI's `POST /v1/responses/input_tokens` answer an estimate, marked as one, without reaching the upstream;
+//! `GET /v1/models` answers in the shape of the caller's API.
+
+mod common;
+
+use serde_json::{json, Value};
+use tower_chat::test_server::Reply;
+use tower_chat_gateway::config_file::ConfigFile;
+
+use common::{send, Harness};
+
+async fn gateway() -> Harness {
+    Harness::start(
+        |_, _| {
+            Reply::json(
+                500,
+                json!({"error": "counting must not reach the upstream"}),
+            )
+        },
+        |_| {},
+    )
+    .await
+}
+
+/// A count request as Claude Code sends one: a system prompt, a tool, no `max_tokens`.
+fn messages_count_body(text: &str) -> Value {
+    json!({
+        "model": "claude-sonnet-4-5",
+        "system": [{"type": "text", "text": "You are a coding agent."}],
+        "tools": [{"name": "Read", "description": "Reads a file.",
+                   "input_schema": {"type": "object", "properties": {"file_path": {"type": "string"}},
+                                    "required": ["file_path"]}}],
+        "messages": [{"role": "user", "content": text}],
+    })
+}
+
+#[tokio::test]
+async fn messages_count_tokens_answers_an_estimate_that_grows_with_the_prompt() {
+    let gw = gateway().await;
+    let count = |text: String| {
+        let gw = &gw;
+        async move {
+            let answer = gw
+                .post_json(
+                    "/v1/messages/count_tokens",
+                    &messages_count_body(&text),
+                    &[("anthropic-version", "2023-06-01")],
+                )
+                .await;
+            assert_eq!(answer.status, 200, "{}", answer.body);
+            let body = answer.json();
+            assert_eq!(body["estimated"], true, "{body}");
+            body["input_tokens"].as_u64().unwrap()
+        }
+    };
+    let short = count("Read src/main.rs".into()).await;
+    let long = count("word ".repeat(4_000)).await;
+    assert!(short > 0 && short < 200, "{short}");
+    // 20,000 more characters at four a token.
+    assert!(
+        (4_900..5_100).contains(&(long - short)),
+        "{short} then {long}"
+    );
+    assert!(gw.provider.requests().is_empty());
+}
+
+#[tokio::test]
+async fn a_count_request_the_turn_would_refuse_is_refused_in_the_formats_shape() {
+    let gw = gateway().await;
+    let answer = gw
+        .post_json(
+            "/v1/messages/count_tokens",
+            &json!({"model": "m", "messages": [{"role": "robot", "content": "hi"}]}),
+            &[],
+        )
+        .await;
+    assert_eq!(answer.status, 400, "{}", answer.body);
+    assert_eq!(answer.json()["type"], "error", "{}", answer.body);
+    let answer = gw
+        .post_json("/v1/responses/input_tokens", &json!({"model": 7}), &[])
+        .await;
+    assert_eq!(answer.status, 400, "{}", answer.body);
+    assert!(
+        answer.json()["error"]["message"].is_string(),
+        "{}",
+        answer.body
+    );
+}
+
+#[tokio::test]
+async fn responses_input_tokens_answers_the_responses_shape() {
+    let gw = gateway().await;
+    let answer = gw
+        .post_json(
+            "/v1/responses/input_tokens",
+            &json!({"model": "gpt-5", "instructions": "Be brief.",
+                    "input": [{"role": "user", "content": "Count me, please."}]}),
+            &[],
+        )
+        .await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    let body = answer.json();
+    assert_eq!(body["object"], "response.input_tokens", "{body}");
+    assert_eq!(body["estimated"], true, "{body}");
+    assert!(body["input_tokens"].as_u64().unwrap() > 0, "{body}");
+    assert!(gw.provider.requests().is_empty());
+}
+
+#[tokio::test]
+async fn the_model_list_takes_the_shape_of_the_callers_api() {
+    let toml = r#"
+[[upstreams.models]]
+name = "claude-sonnet-4-5"
+[[upstreams.models.targets]]
+provider = "anthropic"
+model = "claude-sonnet-4-5"
+base_url = "http://127.0.0.1:9"
+no_key = true
+
+[[upstreams.models]]
+name = "gpt-5"
+[[upstreams.models.targets]]
+provider = "openai"
+model = "gpt-5"
+base_url = "http://127.0.0.1:9/v1"
+no_key = true
+"#;
+    let file = ConfigFile::parse(toml, "gateway.toml").unwrap();
+    let gw = Harness::start(
+        |_, _| Reply::json(500, json!({})),
+        |config| config.file = file,
+    )
+    .await;
+    let anthropic = send(
+        "GET",
+        &gw.url("/v1/models"),
+        &[("anthropic-version", "2023-06-01")],
+        "",
+    )
+    .await
+    .json();
+    let ids: Vec<&str> = anthropic["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| {
+            assert_eq!(m["type"], "model", "{m}");
+            assert!(
+                m["display_name"].is_string() && m["created_at"].is_string(),
+                "{m}"
+            );
+            m["id"].as_str().unwrap()
+        })
+        .collect();
+    assert_eq!(ids, ["claude-sonnet-4-5", "gpt-5"]);
+    assert_eq!(anthropic["has_more"], false);
+    assert_eq!(anthropic["first_id"], "claude-sonnet-4-5");
+    assert_eq!(anthropic["last_id"], "gpt-5");
+    let openai = send("GET", &gw.url("/v1/models"), &[], "").await.json();
+    assert_eq!(openai["object"], "list");
+    assert_eq!(openai["data"][1]["object"], "model");
+}
