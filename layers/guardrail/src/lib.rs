@@ -75,6 +75,9 @@
 
 mod builtin;
 mod check;
+mod content;
+mod invisible;
+mod json;
 mod layer;
 mod moderation;
 mod pattern;
@@ -103,8 +106,8 @@ pub mod bench_support {
     use tower_chat::GuardrailAction;
 
     use crate::check::Check;
-    use crate::policy::Policy;
-    use crate::scan::{Step, StreamScanner};
+    use crate::policy::{Policy, DEFAULT_MAX_CANDIDATES};
+    use crate::scan::{Budget, Step, StreamScanner};
 
     /// A scanner of a policy's output checks.
     #[derive(Debug)]
@@ -159,10 +162,13 @@ pub mod bench_support {
     }
 
     impl OutputScanner {
-        /// A scanner for these checks' output stage.
+        /// A scanner for these checks' output stage (no work budget).
         pub fn new(checks: Vec<Check>) -> Self {
-            let policy = Policy::new(checks, Arc::from(""));
-            OutputScanner(StreamScanner::new(policy.output.scan.clone()))
+            let policy = Policy::new(checks, Arc::from(""), usize::MAX);
+            OutputScanner(StreamScanner::new(
+                policy.output.scan.clone(),
+                Budget::default(),
+            ))
         }
 
         /// Scan the next piece; the bytes let through and the hits decided.
@@ -193,9 +199,25 @@ pub mod bench_support {
         }
     }
 
-    /// These checks' output stage over a whole text at once.
+    /// These checks' output stage over a whole text at once (no work budget).
     pub fn scan_whole(checks: Vec<Check>, text: &str) -> Scanned {
-        let policy = Policy::new(checks, Arc::from(""));
-        scanned(StreamScanner::scan_whole(policy.output.scan.clone(), text))
+        scan_budgeted(checks, text, usize::MAX).0
     }
+
+    /// These checks' output stage over a whole text at once, each check examining at most `max_candidates`
+    /// candidate matches (`usize::MAX`: no bound; the layer's default is [`DEFAULT`]); what it let through and
+    /// the candidates examined.
+    pub fn scan_budgeted(
+        checks: Vec<Check>,
+        text: &str,
+        max_candidates: usize,
+    ) -> (Scanned, usize) {
+        let policy = Policy::new(checks, Arc::from(""), max_candidates);
+        let mut budget = Budget::new(max_candidates);
+        let step = StreamScanner::scan_whole(policy.output.scan.clone(), text, &mut budget);
+        (scanned(step), budget.spent())
+    }
+
+    /// The layer's default work budget per check (see `GuardrailLayer::max_candidates`).
+    pub const DEFAULT: usize = DEFAULT_MAX_CANDIDATES;
 }
