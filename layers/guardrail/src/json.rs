@@ -2,16 +2,19 @@
 //! in place: tool-call arguments (a key can carry an address as well as a value), tool schemas, provider
 //! options, content parts kept as their provider's JSON.
 
+use std::collections::HashMap;
+
 use serde_json::Value;
 use tower_chat::{ChatError, GuardrailStage, GuardrailVerdict};
 
 use crate::policy::{judge, StagePolicy};
 use crate::scan::Budget;
 
-/// One text of a JSON value: a string, or an object key (its pointer names the member).
+/// One text of a JSON value: a string, or an object key (its pointer names the member; `member` is its
+/// position in its object).
 struct JsonText {
     pointer: String,
-    key: bool,
+    key: Option<usize>,
     text: String,
 }
 
@@ -23,7 +26,7 @@ fn collect(value: &Value, pointer: String, out: &mut Vec<JsonText>) {
     match value {
         Value::String(text) => out.push(JsonText {
             pointer,
-            key: false,
+            key: None,
             text: text.clone(),
         }),
         Value::Array(items) => {
@@ -32,11 +35,11 @@ fn collect(value: &Value, pointer: String, out: &mut Vec<JsonText>) {
             }
         }
         Value::Object(map) => {
-            for (key, item) in map {
+            for (position, (key, item)) in map.iter().enumerate() {
                 let member = format!("{pointer}/{}", escape(key));
                 out.push(JsonText {
                     pointer: member.clone(),
-                    key: true,
+                    key: Some(position),
                     text: key.clone(),
                 });
                 collect(item, member, out);
@@ -72,9 +75,15 @@ pub(crate) async fn judge_json(
     let mut texts = Vec::new();
     collect(value, String::new(), &mut texts);
     let mut changes: Vec<(JsonText, String)> = Vec::new();
+    // Members whose key a check objected to: locations name them by position, never by the key (a verdict,
+    // an error message or a log line must not carry what was found).
+    let mut hidden: HashMap<String, usize> = HashMap::new();
     for text in texts {
-        let at = format!("{location}{}", text.pointer);
+        let at = format!("{location}{}", shown(&text, &hidden));
         let verdict = judge(policy, stage, &at, &text.text, whole, budget).await?;
+        if let (Some(position), false) = (text.key, verdict.verdicts.is_empty()) {
+            hidden.insert(text.pointer.clone(), position);
+        }
         judged.verdicts.extend(verdict.verdicts);
         if verdict.block.is_some() {
             judged.block = verdict.block;
@@ -90,9 +99,9 @@ pub(crate) async fn judge_json(
     let mut value = value.clone();
     // Strings first, by pointers that still hold; then keys, deepest first, so a renamed member does not move
     // a pointer still to be used.
-    changes.sort_by_key(|(text, _)| (text.key, std::cmp::Reverse(text.pointer.len())));
+    changes.sort_by_key(|(text, _)| (text.key.is_some(), std::cmp::Reverse(text.pointer.len())));
     for (text, redacted) in changes {
-        if !text.key {
+        if text.key.is_none() {
             if let Some(slot) = value.pointer_mut(&text.pointer) {
                 *slot = Value::String(redacted);
             }
@@ -110,4 +119,26 @@ pub(crate) async fn judge_json(
     }
     judged.redacted = Some(value);
     Ok(judged)
+}
+
+/// The pointer of `text` as locations show it: a key as `<key N>` (its position) — always for the key itself,
+/// and in the paths below it once a check objected to it.
+fn shown(text: &JsonText, hidden: &HashMap<String, usize>) -> String {
+    let mut real = String::new();
+    let mut out = String::new();
+    let segments: Vec<&str> = text.pointer.split('/').skip(1).collect();
+    for (i, segment) in segments.iter().enumerate() {
+        real.push('/');
+        real.push_str(segment);
+        let last = i + 1 == segments.len();
+        match (hidden.get(&real), text.key) {
+            (Some(position), _) => out.push_str(&format!("/<key {position}>")),
+            (None, Some(position)) if last => out.push_str(&format!("/<key {position}>")),
+            _ => {
+                out.push('/');
+                out.push_str(segment);
+            }
+        }
+    }
+    out
 }
