@@ -264,3 +264,35 @@ async fn personal_data_in_assistant_history_is_redacted_before_it_leaves() {
     assert_eq!(arguments, r#"{"to":"[REDACTED:email]"}"#);
     assert!(!Value::Array(sent).to_string().contains("jane@"));
 }
+
+#[tokio::test]
+async fn a_body_of_near_misses_past_max_candidates_is_a_400_naming_the_setting() {
+    let file = ConfigFile::parse(
+        "[[guardrail.policy]]\nmax_candidates = 200\n[[guardrail.policy.check]]\nkind = \"personal_data\"\n",
+        "gateway.toml",
+    )
+    .unwrap();
+    let gw = Harness::start(
+        |_request, _index| Reply::openai_text("ok"),
+        |config| config.file = file,
+    )
+    .await;
+    let body = |words: usize| json!({"model": "m", "messages": [{"role": "user", "content": "AB12 ".repeat(words)}]});
+    let answer = gw
+        .post_json("/v1/chat/completions", &body(1_000), &[])
+        .await;
+    assert_eq!(answer.status, 400, "{}", answer.body);
+    let error = &answer.json()["error"];
+    assert_eq!(error["code"], "content_filter");
+    assert!(
+        error["message"]
+            .as_str()
+            .unwrap()
+            .contains("max_candidates"),
+        "{error}"
+    );
+    assert!(gw.provider.requests().is_empty());
+
+    let answer = gw.post_json("/v1/chat/completions", &body(100), &[]).await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+}

@@ -1,8 +1,10 @@
 //! # tower-chat-guardrail
 //!
 //! A [`GuardrailLayer`] holds a content policy — a list of [`Check`]s — and applies it to every call: to the
-//! request before the model is called (system, user and tool-result text), to each tool call's arguments, to tool
-//! results a tool loop inside produced, and to the model's answer as it streams.
+//! request before the model is called (every text it carries: messages of every role, documents, URLs, tools,
+//! options; see the crate README, "What is read"), to each tool call's arguments, to tool results a tool loop
+//! inside produced, and to the model's answer as it streams. Each check's work per request is bounded
+//! ([`GuardrailLayer::max_candidates`]).
 //!
 //! Each check has an action ([`GuardrailAction`]):
 //! - **block**: a request is refused with an [`ErrorKind::PolicyBlocked`](tower_chat::ErrorKind::PolicyBlocked)

@@ -118,7 +118,9 @@ impl Finder for RegexFinder {
             // Each candidate costs a validation of up to `max_len` bytes; a text made of near-misses (IBAN-shaped
             // words that fail mod-97) has one every few bytes, so they are counted against the budget.
             if *allowance == 0 {
-                return Err(Exhausted);
+                return Err(Exhausted {
+                    at: candidate.start(),
+                });
             }
             *allowance -= 1;
             let len = match self.validate {

@@ -29,9 +29,12 @@ pub(crate) struct Found {
     pub(crate) kind: &'static str,
 }
 
-/// A search stopped because it examined as many candidates as it was allowed.
+/// A search stopped because it examined as many candidates as it was allowed: `at` is the start (in the
+/// haystack) of the first candidate it did not examine; the text before it holds no match of the finder.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Exhausted;
+pub(crate) struct Exhausted {
+    pub(crate) at: usize,
+}
 
 /// A search for matches of bounded length over a bounded set of bytes (see the module docs).
 pub(crate) trait Finder: Send + Sync + fmt::Debug {
@@ -290,9 +293,9 @@ impl StreamScanner {
                         };
                     }
                     Ok(_) => state.decided = hold_from,
-                    Err(Exhausted) => {
+                    Err(Exhausted { at }) => {
                         // Out of budget: what this finder did not examine does not go on, whatever the action.
-                        let at = start + from;
+                        let at = start + at;
                         self.hits.push(Hit {
                             rule: state.rule,
                             name: rule.name.clone(),
@@ -444,4 +447,41 @@ fn hold_start(buf: &str, finder: &dyn Finder) -> usize {
 
 fn next_char_len(buf: &str, at: usize) -> usize {
     buf[at..].chars().next().map_or(1, char::len_utf8)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::check::Check;
+    use crate::policy::Policy;
+
+    fn personal_data() -> Arc<[ScanRule]> {
+        Policy::new(vec![Check::personal_data()], Arc::from(""), 0)
+            .request
+            .scan
+            .clone()
+    }
+
+    #[test]
+    fn the_candidates_examined_stop_at_the_budget_and_the_text_is_cut_where_the_search_stood() {
+        // Every `AB12` starts an IBAN candidate that fails mod-97.
+        let text = "AB12 ".repeat(2_000);
+        let mut budget = Budget::new(500);
+        let step = StreamScanner::scan_whole(personal_data(), &text, &mut budget);
+        assert_eq!(budget.spent(), 500, "one rule, every candidate counted");
+        let block = step.block.expect("blocked past the budget");
+        assert_eq!(
+            (block.kind, block.action),
+            (OVER_BUDGET, GuardrailAction::Block)
+        );
+        // Cut at the first candidate not examined: 500 words of five bytes were.
+        assert_eq!(block.span.start, 500 * 5);
+        assert_eq!(step.text, text[..block.span.start]);
+
+        // Within the budget the same shape passes whole, and the count is what it examined.
+        let mut budget = Budget::new(usize::MAX);
+        let step = StreamScanner::scan_whole(personal_data(), &text[..500], &mut budget);
+        assert!(step.block.is_none());
+        assert!(budget.spent() <= 100, "{}", budget.spent());
+    }
 }

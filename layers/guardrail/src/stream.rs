@@ -17,7 +17,8 @@
 //! the text (the next turn goes without that block rather than with one its provider would refuse).
 //!
 //! Text offsets in verdicts count bytes of the model's answer text over the whole stream (every text delta,
-//! before redaction). With whole-text checks on the output, a segment's text is held until the segment ends.
+//! before redaction, zero-width characters removed). Each new text segment (the next round behind a tool loop)
+//! is scanned from the last bytes of the one before, so a match split by a tool call is still found. With whole-text checks on the output, a segment's text is held until the segment ends.
 //! While tool calls are checked, their argument fragments are held back and sent as one fragment (redacted)
 //! right before the complete call.
 
