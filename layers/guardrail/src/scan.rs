@@ -162,6 +162,8 @@ pub(crate) struct StreamScanner {
     /// end in it are not reported again; those that run on past it are.
     carried: usize,
     budget: Budget,
+    /// Where a check ran out of its budget: the text is cut there, so no finder searches past it.
+    stop_at: Option<usize>,
 }
 
 /// Look-behind kept before the undecided text: one UTF-8 character is all `\b` looks at.
@@ -201,6 +203,7 @@ impl StreamScanner {
             blocked: false,
             carried: carried.len(),
             budget,
+            stop_at: None,
         }
     }
 
@@ -247,7 +250,8 @@ impl StreamScanner {
                 end
             } else {
                 self.buf_base + hold_start(&self.buf, &*state.finder)
-            };
+            }
+            .min(self.stop_at.unwrap_or(usize::MAX));
             // A finder that counts each segment on its own (a length) sees the text from the segment's start.
             let (skip, origin) = if state.finder.spans_segments() {
                 (0, 0)
@@ -304,7 +308,8 @@ impl StreamScanner {
                             kind: OVER_BUDGET,
                         });
                         state.exhausted = true;
-                        state.decided = hold_from;
+                        state.decided = hold_from.min(at);
+                        self.stop_at = Some(self.stop_at.map_or(at, |stop| stop.min(at)));
                     }
                 }
             }
@@ -321,11 +326,14 @@ impl StreamScanner {
             .sort_by_key(|hit| (hit.span.start, hit.rule, hit.span.end));
         // The earliest block is decided once every finder knows its matches up to its start (a match of a check
         // listed earlier could still start at the same offset until then).
+        // A cut for an exhausted budget is decided once every finder reached it (none searches past it).
         let block = self
             .hits
             .iter()
             .find(|hit| hit.action == GuardrailAction::Block)
-            .filter(|hit| hit.span.start < decided)
+            .filter(|hit| {
+                hit.span.start < decided || (hit.kind == OVER_BUDGET && hit.span.start <= decided)
+            })
             .cloned();
         let mut to = match &block {
             Some(hit) => hit.span.start,
