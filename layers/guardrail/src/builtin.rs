@@ -179,7 +179,8 @@ mod tests {
         let mut found = Vec::new();
         for finder in finders {
             let mut from = 0;
-            while let Ok(Some(hit)) = finder.find(text, from, 0, &mut usize::MAX) {
+            let mut allowance = usize::MAX;
+            while let Ok(Some(hit)) = finder.find(text, from, 0, &mut allowance) {
                 found.push((hit.kind, text[hit.start..hit.end].to_owned()));
                 from = hit.end;
             }
