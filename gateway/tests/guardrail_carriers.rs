@@ -14,13 +14,7 @@ use common::Harness;
 /// An AWS access key id: the `secrets` check blocks it.
 const KEY: &str = "AKIAIOSFODNN7EXAMPLE";
 
-const POLICY: &str = r#"
-[[guardrail.policy]]
-[[guardrail.policy.check]]
-kind = "secrets"
-[[guardrail.policy.check]]
-kind = "personal_data"
-"#;
+const POLICY: &str = common::GUARDRAIL_SECRETS_AND_PERSONAL_DATA;
 
 async fn gateway() -> Harness {
     let file = ConfigFile::parse(POLICY, "gateway.toml").unwrap();

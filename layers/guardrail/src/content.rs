@@ -98,89 +98,74 @@ pub(crate) async fn judge_parts(
         }
         let at = format!("{location}.content[{index}]");
         let part = &parts[index];
-        let (outcome, rebuild): (Judged, Box<dyn FnOnce(String) -> Part + Send>) = match part {
-            Part::File(file) => match &file.source {
-                MediaSource::Data(blob) if is_text(blob.media_type()) => {
-                    let Ok(text) = std::str::from_utf8(blob.bytes()) else {
-                        index += 1;
-                        continue;
-                    };
-                    let outcome = judge(policy, stage, &at, text, whole, budget).await?;
-                    let (file, media_type) = (file.clone(), blob.media_type().to_owned());
-                    let rebuild = Box::new(move |text: String| {
-                        Part::from(FilePart {
-                            source: MediaSource::Data(Blob::new(text.into_bytes(), media_type)),
-                            ..*file
-                        })
-                    });
-                    (outcome, rebuild)
-                }
-                MediaSource::Url { url } => {
-                    let outcome = judge(policy, stage, &at, url, false, budget).await?;
-                    let file = file.clone();
-                    let rebuild = Box::new(move |url: String| {
-                        Part::from(FilePart {
-                            source: MediaSource::Url { url },
-                            ..*file
-                        })
-                    });
-                    (outcome, rebuild)
-                }
-                _ => {
-                    index += 1;
-                    continue;
-                }
-            },
-            Part::Image(image) => match &image.source {
-                MediaSource::Url { url } => {
-                    let outcome = judge(policy, stage, &at, url, false, budget).await?;
-                    let image = image.clone();
-                    let rebuild = Box::new(move |url: String| {
-                        Part::from(ImagePart {
-                            source: MediaSource::Url { url },
-                            ..*image
-                        })
-                    });
-                    (outcome, rebuild)
-                }
-                _ => {
-                    index += 1;
-                    continue;
-                }
-            },
-            Part::Provider(raw) => {
-                let outcome = judge_json(policy, stage, &at, &raw.value, false, budget).await?;
-                judged.verdicts.extend(outcome.verdicts);
-                if outcome.block.is_some() {
-                    judged.block = outcome.block;
-                    return Ok(judged);
-                }
-                if let Some(value) = outcome.redacted {
-                    judged.changed.push((
-                        index,
-                        Part::from(ProviderPart {
-                            provider: raw.provider.clone(),
-                            value,
-                        }),
-                    ));
-                }
-                index += 1;
-                continue;
+        index += 1;
+        if let Part::Provider(raw) = part {
+            let outcome = judge_json(policy, stage, &at, &raw.value, false, budget).await?;
+            judged.verdicts.extend(outcome.verdicts);
+            if outcome.block.is_some() {
+                judged.block = outcome.block;
+                return Ok(judged);
             }
-            _ => {
-                index += 1;
-                continue;
+            if let Some(value) = outcome.redacted {
+                let provider = raw.provider.clone();
+                judged
+                    .changed
+                    .push((index - 1, Part::from(ProviderPart { provider, value })));
             }
+            continue;
+        }
+        let Some((text, document)) = readable(part) else {
+            continue;
         };
+        let outcome = judge(policy, stage, &at, text, whole && document, budget).await?;
         judged.verdicts.extend(outcome.verdicts);
         if outcome.block.is_some() {
             judged.block = outcome.block;
             return Ok(judged);
         }
         if let Some(redacted) = outcome.redacted {
-            judged.changed.push((index, rebuild(redacted)));
+            judged.changed.push((index - 1, with_text(part, redacted)));
         }
-        index += 1;
     }
     Ok(judged)
+}
+
+/// The text a media part carries for the checks: a text document's bytes (`true`: the whole-text checks read it
+/// too), or an image's or file's URL (`false`).
+fn readable(part: &Part) -> Option<(&str, bool)> {
+    let source = match part {
+        Part::File(file) => &file.source,
+        Part::Image(image) => &image.source,
+        _ => return None,
+    };
+    match source {
+        MediaSource::Url { url } => Some((url, false)),
+        MediaSource::Data(blob) if matches!(part, Part::File(_)) && is_text(blob.media_type()) => {
+            std::str::from_utf8(blob.bytes())
+                .ok()
+                .map(|text| (text, true))
+        }
+        _ => None,
+    }
+}
+
+/// `part` with the text [`readable`] gave replaced by `text`.
+fn with_text(part: &Part, text: String) -> Part {
+    let source = |source: &MediaSource| match source {
+        MediaSource::Data(blob) => {
+            MediaSource::Data(Blob::new(text.into_bytes(), blob.media_type()))
+        }
+        _ => MediaSource::Url { url: text },
+    };
+    match part {
+        Part::File(file) => Part::from(FilePart {
+            source: source(&file.source),
+            ..(**file).clone()
+        }),
+        Part::Image(image) => Part::from(ImagePart {
+            source: source(&image.source),
+            ..(**image).clone()
+        }),
+        other => other.clone(),
+    }
 }

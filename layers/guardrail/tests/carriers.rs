@@ -11,18 +11,10 @@ use tower_chat::{
 };
 use tower_chat_guardrail::{Check, GuardrailLayer};
 
-const KEY: &str = "sk-proj-ABCDEFGHIJKLMNOPQRSTUV123";
+mod common;
+use common::answering;
 
-/// A service answering every request with `events`, recording nothing.
-fn answering(
-    events: Vec<ChatEvent>,
-) -> impl Fn(ChatRequest) -> std::future::Ready<Result<ChatStream, ChatError>> + Clone {
-    move |_request| {
-        let events: Vec<Result<ChatEvent, ChatError>> =
-            events.clone().into_iter().map(Ok).collect();
-        std::future::ready(Ok(Box::pin(stream::iter(events)) as ChatStream))
-    }
-}
+const KEY: &str = "sk-proj-ABCDEFGHIJKLMNOPQRSTUV123";
 
 async fn answer(layer: &GuardrailLayer, events: Vec<ChatEvent>) -> (Vec<ChatEvent>, String) {
     let stream = layer
@@ -58,6 +50,20 @@ async fn sent(layer: &GuardrailLayer, messages: Vec<Message>) -> Result<Vec<Mess
     stream.collect_response().await?;
     let messages = seen.lock().unwrap().clone();
     Ok(messages)
+}
+
+/// The request's error, asserting that `check` blocked it (the messages sent are not shown: they can be long).
+fn assert_blocked_by(sent: Result<Vec<Message>, ChatError>, check: &str) -> ChatError {
+    let Err(error) = sent else {
+        panic!("not refused by `{check}`");
+    };
+    assert_eq!(
+        error.kind(),
+        &ErrorKind::PolicyBlocked {
+            check: check.into()
+        }
+    );
+    error
 }
 
 #[tokio::test]
@@ -118,15 +124,8 @@ async fn a_key_hidden_by_zero_width_characters_is_caught_in_answers_and_requests
     assert!(!text.contains("IJKLMNOP"), "{text:?}");
     assert!(events.contains(&ChatEvent::finish(FinishReason::ContentFilter)));
 
-    let refused = sent(&layer, vec![Message::user(format!("use {hidden}"))])
-        .await
-        .unwrap_err();
-    assert_eq!(
-        refused.kind(),
-        &ErrorKind::PolicyBlocked {
-            check: "secrets".into()
-        }
-    );
+    let refused = sent(&layer, vec![Message::user(format!("use {hidden}"))]).await;
+    assert_blocked_by(refused, "secrets");
 }
 
 #[tokio::test]
@@ -137,14 +136,8 @@ async fn a_key_split_over_adjacent_text_parts_is_refused() {
         &layer,
         vec![Message::user(vec![Part::text(head), Part::text(tail)])],
     )
-    .await
-    .unwrap_err();
-    assert_eq!(
-        refused.kind(),
-        &ErrorKind::PolicyBlocked {
-            check: "secrets".into()
-        }
-    );
+    .await;
+    assert_blocked_by(refused, "secrets");
 }
 
 #[tokio::test]
@@ -212,15 +205,8 @@ fn iban_shaped(bytes: usize) -> String {
 #[tokio::test]
 async fn a_body_past_the_checks_work_budget_is_refused_naming_the_budget() {
     let layer = GuardrailLayer::new().check(Check::personal_data());
-    let Err(refused) = sent(&layer, vec![Message::user(iban_shaped(600_000))]).await else {
-        panic!("not refused past the budget");
-    };
-    assert_eq!(
-        refused.kind(),
-        &ErrorKind::PolicyBlocked {
-            check: "personal_data".into()
-        }
-    );
+    let refused = sent(&layer, vec![Message::user(iban_shaped(600_000))]).await;
+    let refused = assert_blocked_by(refused, "personal_data");
     assert!(
         refused.message().contains("max_candidates"),
         "{}",
