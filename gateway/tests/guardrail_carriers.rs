@@ -165,6 +165,15 @@ fn carriers() -> Vec<(&'static str, &'static str, Value)> {
             ),
         ),
         (
+            "messages key split over two system blocks",
+            "/v1/messages",
+            messages(
+                json!("hi"),
+                json!({"system": [{"type": "text", "text": "use AKIAIOSFO"},
+                    {"type": "text", "text": "DNN7EXAMPLE"}]}),
+            ),
+        ),
+        (
             "messages tool description",
             "/v1/messages",
             messages(

@@ -1,7 +1,8 @@
 //! Judging a request before it leaves: every text it carries.
 //!
-//! - every message's content, whatever its role: each run of adjacent text parts as one text, text documents,
-//!   image and file URLs, provider parts' JSON (see [`crate::content`]);
+//! - every message's content, whatever its role: each run of adjacent text parts as one text (consecutive
+//!   system messages as one content), text documents, image and file URLs, provider parts' JSON (see
+//!   [`crate::content`]);
 //! - the assistant messages of the history: their text and reasoning (stage `request`) and their tool calls'
 //!   arguments, every string and key (stage `tool_call`, as when the call streamed out);
 //! - tool messages (stage `tool_result`);
@@ -214,6 +215,44 @@ impl Judging<'_> {
         Ok(())
     }
 
+    /// Consecutive system messages (one per Anthropic `system` block) read as one content, so a match split
+    /// between two blocks is found.
+    async fn systems(
+        &mut self,
+        run: std::ops::Range<usize>,
+        messages: &[Message],
+        new: bool,
+    ) -> Result<(), ChatError> {
+        let mut parts = Vec::new();
+        let mut places = Vec::new();
+        for index in run.clone() {
+            if let Message::System { content } = &messages[index] {
+                for (part, value) in content.parts().iter().enumerate() {
+                    parts.push(value.clone());
+                    places.push((index, part));
+                }
+            }
+        }
+        let stage = GuardrailStage::Request;
+        let location = format!("messages[{}]", run.start);
+        let budget = self.budgets.stage(stage);
+        let judged = judge_parts(
+            self.policy.stage(stage),
+            stage,
+            &location,
+            &parts,
+            new,
+            budget,
+        )
+        .await?;
+        self.take(&judged.verdicts, judged.block)?;
+        for (at, new) in judged.changed {
+            let (message, part) = places[at];
+            self.edits.push(Edit::Part { message, part, new });
+        }
+        Ok(())
+    }
+
     /// The tools offered, the stop sequences, the response format and the provider options.
     async fn options(&mut self, request: &ChatRequest) -> Result<(), ChatError> {
         let stage = GuardrailStage::Request;
@@ -273,8 +312,23 @@ pub(crate) async fn check_request(
         budgets: Budgets::new(policy),
         edits: Vec::new(),
     };
-    for (index, message) in request.messages.iter().enumerate() {
-        judging.message(index, message, index >= new_from).await?;
+    let messages = &request.messages;
+    let mut index = 0;
+    while index < messages.len() {
+        let systems = messages[index..]
+            .iter()
+            .take_while(|m| matches!(m, Message::System { .. }))
+            .count();
+        if systems > 1 {
+            let run = index..index + systems;
+            judging.systems(run, messages, index >= new_from).await?;
+            index += systems;
+            continue;
+        }
+        judging
+            .message(index, &messages[index], index >= new_from)
+            .await?;
+        index += 1;
     }
     judging.options(&request).await?;
     if judging.edits.is_empty() {
