@@ -227,13 +227,7 @@ async fn counted(gw: &Harness, check: &str, action: &str, stage: &str) -> u64 {
         .map_or(0, |value| value.trim().parse().unwrap())
 }
 
-const SECRETS_AND_PERSONAL_DATA: &str = r#"
-[[guardrail.policy]]
-[[guardrail.policy.check]]
-kind = "secrets"
-[[guardrail.policy.check]]
-kind = "personal_data"
-"#;
+const SECRETS_AND_PERSONAL_DATA: &str = common::GUARDRAIL_SECRETS_AND_PERSONAL_DATA;
 
 #[tokio::test]
 async fn a_blocked_request_is_a_400_content_filter_in_each_formats_error_shape_and_a_redacted_one_goes_on(

@@ -17,6 +17,7 @@
 //! routes = ["chat_completions", "/v1/messages"]  # a format or its path (absent: any route)
 //! models = ["gpt-4o-mini"]                 # as the client names it (absent: any model)
 //! block_message = "[withheld: {check}]"    # ends a blocked answer (optional)
+//! max_candidates = 100000                  # work bound per check and request (optional)
 //!
 //! [[guardrail.policy.check]]
 //! kind = "secrets"                         # block by default
@@ -93,6 +94,9 @@ pub struct PolicyEntry {
     pub models: Option<Vec<String>>,
     /// The text that ends a blocked answer; `{check}` is replaced by the check's name.
     pub block_message: Option<String>,
+    /// How many candidate matches each pattern check may examine per request (and per answer); past it the
+    /// request is refused (`content_filter`, naming `max_candidates`) or the answer ends. Default 100,000.
+    pub max_candidates: Option<usize>,
     /// `[[guardrail.policy.check]]`, in order (the first listed wins a tie).
     #[serde(default)]
     pub check: Vec<CheckEntry>,
@@ -321,6 +325,14 @@ impl PolicyEntry {
         let mut layer = GuardrailLayer::new();
         if let Some(message) = &self.block_message {
             layer = layer.block_message(message);
+        }
+        match self.max_candidates {
+            Some(0) => return Err(config_error(
+                at,
+                "`max_candidates` must be at least 1 (it bounds the work of each pattern check)",
+            )),
+            Some(max) => layer = layer.max_candidates(max),
+            None => {}
         }
         for (j, check) in self.check.iter().enumerate() {
             let at = format!("{at}, check #{} ({})", j + 1, check.kind.as_str());

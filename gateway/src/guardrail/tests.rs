@@ -137,6 +137,13 @@ fn bad_entries_refuse_the_start_naming_policy_and_check() {
             "{check:?}: {error}"
         );
     }
+    let error = refused(
+        "[[guardrail.policy]]\nmax_candidates = 0\n[[guardrail.policy.check]]\nkind = \"secrets\"\n",
+    );
+    assert!(
+        error.contains("`max_candidates` must be at least 1"),
+        "{error}"
+    );
     let error = refused("[[guardrail.policy]]\nroutes = [\"/v1/chat\"]\n[[guardrail.policy.check]]\nkind = \"secrets\"\n");
     assert!(error.contains("unknown route `/v1/chat`"), "{error}");
     let error = refused(

@@ -19,6 +19,15 @@ use tokio::sync::oneshot;
 use tower_chat::test_server::{Part, RecordedRequest, Reply, ScriptedProvider};
 use tower_chat_gateway::{Config, Gateway};
 
+/// A `[guardrail]` policy for every request: keys blocked, personal data redacted.
+pub const GUARDRAIL_SECRETS_AND_PERSONAL_DATA: &str = r#"
+[[guardrail.policy]]
+[[guardrail.policy.check]]
+kind = "secrets"
+[[guardrail.policy.check]]
+kind = "personal_data"
+"#;
+
 pub struct Harness {
     pub provider: ScriptedProvider,
     pub addr: SocketAddr,

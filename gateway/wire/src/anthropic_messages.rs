@@ -29,8 +29,7 @@ use crate::format::{
     Inbound, InboundRoute, ParseContext, TowerChatRequest, Visible, WireFormat,
 };
 use crate::parts::{
-    anthropic_document, anthropic_image, anthropic_text, cache_hint, joined_if_text,
-    InCacheControl, InSource,
+    anthropic_document, anthropic_image, anthropic_text, cache_hint, InCacheControl, InSource,
 };
 use crate::sealed_reasoning::{seal, unseal};
 
@@ -446,9 +445,11 @@ fn into_inbound(body: MessagesRequest, context: &ParseContext) -> Result<Inbound
 /// the order given.
 fn user_blocks(blocks: Vec<InBlock>, i: usize, out: &mut Vec<Message>) -> Result<(), ApiError> {
     let mut parts: Vec<Part> = Vec::new();
+    // Text blocks stay separate parts, as the client sent them: an Anthropic upstream gets them back as blocks,
+    // and a content policy reads adjacent parts as one text (a key split over two blocks is still a key).
     let flush = |parts: &mut Vec<Part>, out: &mut Vec<Message>| {
         if !parts.is_empty() {
-            out.push(Message::user(joined_if_text(std::mem::take(parts), "\n\n")));
+            out.push(Message::user(Content::from_parts(std::mem::take(parts))));
         }
     };
     for (j, block) in blocks.into_iter().enumerate() {

@@ -11,11 +11,18 @@
 //! ```
 //! Variants: `none` (deltas copied, no check), `secrets`, `personal_data`, `deny_list`, `pattern`,
 //! `output_length`, `policy` (all five).
+//!
+//! A body of near misses — `AB12 ` repeated, every word an IBAN candidate that fails mod-97, the costliest text
+//! for `personal_data` — scanned whole at two sizes, with the layer's default work budget and without one:
+//! ```sh
+//! GUARDRAIL_NEAR_MISSES=400000|3800000 [GUARDRAIL_BUDGET=none|<n>] <binary> --bench    # CPU, candidates
+//! GUARDRAIL_NEAR_MISSES=400000 valgrind --tool=callgrind --callgrind-out-file=/dev/null <binary> --bench
+//! ```
 
 use std::hint::black_box;
 
 use criterion::{criterion_group, BenchmarkId, Criterion, Throughput};
-use tower_chat_guardrail::bench_support::OutputScanner;
+use tower_chat_guardrail::bench_support::{self, OutputScanner};
 use tower_chat_guardrail::Check;
 
 /// A typical answer: prose with numbers, an email and a phone number.
@@ -149,9 +156,42 @@ fn holdback_table() {
     }
 }
 
+/// `personal_data` over `bytes` of near misses, whole, under `budget` candidates: the candidates examined, where
+/// the text was cut (if it was) and the CPU time of the scan, printed as a table row.
+fn near_misses(bytes: usize, budget: usize) {
+    let text = "AB12 ".repeat(bytes / 5);
+    let start = std::time::Instant::now();
+    let (scanned, examined) =
+        bench_support::scan_budgeted(vec![Check::personal_data()], black_box(&text), budget);
+    let elapsed = start.elapsed();
+    let cut = scanned.block.map_or("whole text".to_owned(), |block| {
+        format!("cut at byte {}", block.start)
+    });
+    let shown_budget = if budget == usize::MAX {
+        "none".to_owned()
+    } else {
+        budget.to_string()
+    };
+    println!(
+        "| {} | {shown_budget} | {examined} | {cut} | {:.1} ms | {:.1} ns |",
+        text.len(),
+        elapsed.as_secs_f64() * 1e3,
+        elapsed.as_secs_f64() * 1e9 / text.len() as f64
+    );
+}
+
 criterion_group!(benches, per_delta, linear);
 
 fn main() {
+    if let Ok(bytes) = std::env::var("GUARDRAIL_NEAR_MISSES") {
+        let budget = match std::env::var("GUARDRAIL_BUDGET").as_deref() {
+            Ok("none") => usize::MAX,
+            Ok(n) => n.parse().expect("GUARDRAIL_BUDGET"),
+            Err(_) => bench_support::DEFAULT,
+        };
+        near_misses(bytes.parse().expect("GUARDRAIL_NEAR_MISSES"), budget);
+        return;
+    }
     if std::env::var_os("GUARDRAIL_HOLDBACK").is_some() {
         holdback_table();
         return;

@@ -17,7 +17,7 @@
 use std::sync::Arc;
 
 use crate::pattern::{Kind, RegexFinder};
-use crate::scan::{Finder, Found};
+use crate::scan::{Exhausted, Finder, Found};
 
 pub(crate) const EMAIL: &str =
     r"[A-Za-z0-9._%+\-]{1,64}@[A-Za-z0-9\-]{1,63}(?:\.[A-Za-z0-9\-]{1,63}){0,2}\.[A-Za-z]{2,24}";
@@ -75,21 +75,20 @@ fn phone(candidate: &str) -> Option<usize> {
     (8..=15).contains(&digits).then_some(candidate.len())
 }
 
-/// The Luhn check of a card number's digits.
+/// The Luhn check of a card number's digits: two passes over the candidate, no allocation (a body of card-shaped
+/// numbers examines one candidate per number).
 pub(crate) fn luhn(candidate: &str) -> Option<usize> {
-    let digits: Vec<u32> = candidate
-        .bytes()
-        .filter(u8::is_ascii_digit)
-        .map(|b| u32::from(b - b'0'))
-        .collect();
-    if !(13..=19).contains(&digits.len()) {
+    let count = candidate.bytes().filter(u8::is_ascii_digit).count();
+    if !(13..=19).contains(&count) {
         return None;
     }
-    let sum: u32 = digits
-        .iter()
+    let sum: u32 = candidate
+        .bytes()
         .rev()
+        .filter(u8::is_ascii_digit)
+        .map(|b| u32::from(b - b'0'))
         .enumerate()
-        .map(|(i, &d)| match (i % 2, d * 2) {
+        .map(|(i, d)| match (i % 2, d * 2) {
             (0, _) => d,
             (_, doubled) if doubled > 9 => doubled - 9,
             (_, doubled) => doubled,
@@ -100,38 +99,32 @@ pub(crate) fn luhn(candidate: &str) -> Option<usize> {
 
 /// The longest prefix of `candidate` that is an IBAN by ISO 13616's mod-97 check (15 to 34 letters and digits;
 /// a match may run into a following upper-case word, which the check cuts off again).
+///
+/// One pass: the check moves the first four characters to the end, so the remainder of a prefix is the running
+/// remainder of its characters after the fourth, shifted by the four's digit count and plus their remainder —
+/// each prefix costs one step, not a pass of its own.
 pub(crate) fn iban(candidate: &str) -> Option<usize> {
-    let mut ends: Vec<usize> = Vec::new();
-    let mut count = 0;
+    // The first four characters: their remainder and 10^(their digit count), both mod 97.
+    let (mut head, mut shift, mut count) = (0u32, 1u32, 0usize);
+    let (mut rest, mut longest) = (0u32, None);
     for (at, c) in candidate.char_indices() {
-        if c != ' ' {
-            count += 1;
-            if (15..=34).contains(&count) {
-                ends.push(at + c.len_utf8());
-            }
+        if c == ' ' {
+            continue;
+        }
+        let value = c.to_digit(36)?;
+        let scale = if value < 10 { 10 } else { 100 };
+        count += 1;
+        if count <= 4 {
+            head = (head * scale + value) % 97;
+            shift = shift * scale % 97;
+            continue;
+        }
+        rest = (rest * scale + value) % 97;
+        if (15..=34).contains(&count) && (rest * shift + head) % 97 == 1 {
+            longest = Some(at + c.len_utf8());
         }
     }
-    ends.into_iter()
-        .rev()
-        .find(|&end| mod97(&candidate[..end]) == Some(1))
-}
-
-/// The IBAN remainder: the first four characters moved to the end, letters as 10..35, modulo 97.
-fn mod97(iban: &str) -> Option<u32> {
-    let chars: Vec<char> = iban.chars().filter(|c| *c != ' ').collect();
-    if chars.len() < 5 {
-        return None;
-    }
-    let mut remainder = 0u32;
-    for c in chars[4..].iter().chain(&chars[..4]) {
-        let value = c.to_digit(36)?;
-        remainder = if value < 10 {
-            (remainder * 10 + value) % 97
-        } else {
-            (remainder * 100 + value) % 97
-        };
-    }
-    Some(remainder)
+    longest
 }
 
 /// The first character past a limit of bytes of the whole text.
@@ -149,20 +142,32 @@ impl Finder for LengthFinder {
         true
     }
 
-    fn find(&self, haystack: &str, from: usize, base: usize) -> Option<Found> {
-        let mut start = self.max_bytes.checked_sub(base)?;
+    fn find(
+        &self,
+        haystack: &str,
+        from: usize,
+        base: usize,
+        _allowance: &mut usize,
+    ) -> Result<Option<Found>, Exhausted> {
+        let Some(mut start) = self.max_bytes.checked_sub(base) else {
+            return Ok(None);
+        };
         while start < haystack.len() && !haystack.is_char_boundary(start) {
             start += 1;
         }
         if start < from || start >= haystack.len() {
-            return None;
+            return Ok(None);
         }
-        let len = haystack[start..].chars().next()?.len_utf8();
-        Some(Found {
+        let len = haystack[start..].chars().next().map_or(1, char::len_utf8);
+        Ok(Some(Found {
             start,
             end: start + len,
             kind: "length",
-        })
+        }))
+    }
+
+    fn spans_segments(&self) -> bool {
+        false
     }
 }
 
@@ -174,7 +179,8 @@ mod tests {
         let mut found = Vec::new();
         for finder in finders {
             let mut from = 0;
-            while let Some(hit) = finder.find(text, from, 0) {
+            let mut allowance = usize::MAX;
+            while let Ok(Some(hit)) = finder.find(text, from, 0, &mut allowance) {
                 found.push((hit.kind, text[hit.start..hit.end].to_owned()));
                 from = hit.end;
             }
@@ -229,7 +235,7 @@ mod tests {
     fn check_digits_are_computed_as_the_standards_say() {
         assert_eq!(luhn("4242424242424242"), Some(16));
         assert_eq!(luhn("4242424242424241"), None);
-        assert_eq!(mod97("DE89370400440532013000"), Some(1));
+        assert_eq!(iban("DE89370400440532013000"), Some(22));
         assert_eq!(iban("DE89 3704 0044 0532 0130 00"), Some(27));
         assert_eq!(iban("DE89 3704 0044 0532 0130 01"), None);
     }

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use tower_layer::Layer;
 
 use crate::check::Check;
-use crate::policy::{Policy, DEFAULT_BLOCK_MESSAGE};
+use crate::policy::{Policy, DEFAULT_BLOCK_MESSAGE, DEFAULT_MAX_CANDIDATES};
 use crate::service::Guardrail;
 
 /// Checks requests, tool calls, tool results and answers against a policy of [`Check`]s (see the
@@ -25,7 +25,11 @@ impl GuardrailLayer {
     /// A layer with no checks yet: it lets everything through until checks are added.
     pub fn new() -> Self {
         GuardrailLayer {
-            policy: Arc::new(Policy::new(Vec::new(), DEFAULT_BLOCK_MESSAGE.into())),
+            policy: Arc::new(Policy::new(
+                Vec::new(),
+                DEFAULT_BLOCK_MESSAGE.into(),
+                DEFAULT_MAX_CANDIDATES,
+            )),
         }
     }
 
@@ -33,8 +37,16 @@ impl GuardrailLayer {
     pub fn check(self, check: Check) -> Self {
         let mut checks = self.policy.checks.clone();
         checks.push(check);
+        self.rebuilt(
+            checks,
+            self.policy.block_message.clone(),
+            self.policy.max_candidates,
+        )
+    }
+
+    fn rebuilt(&self, checks: Vec<Check>, block_message: Arc<str>, max_candidates: usize) -> Self {
         GuardrailLayer {
-            policy: Arc::new(Policy::new(checks, self.policy.block_message.clone())),
+            policy: Arc::new(Policy::new(checks, block_message, max_candidates)),
         }
     }
 
@@ -47,9 +59,25 @@ impl GuardrailLayer {
     /// blocking check's name. Default: `[The rest of this answer was withheld by the content policy (check
     /// `{check}`).]`.
     pub fn block_message(self, message: &str) -> Self {
-        GuardrailLayer {
-            policy: Arc::new(Policy::new(self.policy.checks.clone(), message.into())),
-        }
+        self.rebuilt(
+            self.policy.checks.clone(),
+            message.into(),
+            self.policy.max_candidates,
+        )
+    }
+
+    /// How many candidate matches (a pattern's match that a validator then examines: an IBAN shape for mod-97,
+    /// a card number for Luhn, any match of a plain pattern) each pattern check may examine per stage of one
+    /// request, or of one answer. Past it the check blocks whatever its action — a request is refused with a
+    /// [`PolicyBlocked`](tower_chat::ErrorKind::PolicyBlocked) error naming `max_candidates`, an answer ends
+    /// where the check's search stood — so a body built of near-misses costs a bounded amount of work and is
+    /// never let through unexamined. Default: 100,000.
+    pub fn max_candidates(self, max_candidates: usize) -> Self {
+        self.rebuilt(
+            self.policy.checks.clone(),
+            self.policy.block_message.clone(),
+            max_candidates,
+        )
     }
 
     /// The checks, in order.

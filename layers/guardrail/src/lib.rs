@@ -1,8 +1,10 @@
 //! # tower-chat-guardrail
 //!
 //! A [`GuardrailLayer`] holds a content policy — a list of [`Check`]s — and applies it to every call: to the
-//! request before the model is called (system, user and tool-result text), to each tool call's arguments, to tool
-//! results a tool loop inside produced, and to the model's answer as it streams.
+//! request before the model is called (every text it carries: messages of every role, documents, URLs, tools,
+//! options; see the crate README, "What is read"), to each tool call's arguments, to tool results a tool loop
+//! inside produced, and to the model's answer as it streams. Each check's work per request is bounded
+//! ([`GuardrailLayer::max_candidates`]).
 //!
 //! Each check has an action ([`GuardrailAction`]):
 //! - **block**: a request is refused with an [`ErrorKind::PolicyBlocked`](tower_chat::ErrorKind::PolicyBlocked)
@@ -75,6 +77,9 @@
 
 mod builtin;
 mod check;
+mod content;
+mod invisible;
+mod json;
 mod layer;
 mod moderation;
 mod pattern;
@@ -103,8 +108,8 @@ pub mod bench_support {
     use tower_chat::GuardrailAction;
 
     use crate::check::Check;
-    use crate::policy::Policy;
-    use crate::scan::{Step, StreamScanner};
+    use crate::policy::{Policy, DEFAULT_MAX_CANDIDATES};
+    use crate::scan::{Budget, Step, StreamScanner};
 
     /// A scanner of a policy's output checks.
     #[derive(Debug)]
@@ -159,10 +164,13 @@ pub mod bench_support {
     }
 
     impl OutputScanner {
-        /// A scanner for these checks' output stage.
+        /// A scanner for these checks' output stage (no work budget).
         pub fn new(checks: Vec<Check>) -> Self {
-            let policy = Policy::new(checks, Arc::from(""));
-            OutputScanner(StreamScanner::new(policy.output.scan.clone()))
+            let policy = Policy::new(checks, Arc::from(""), usize::MAX);
+            OutputScanner(StreamScanner::new(
+                policy.output.scan.clone(),
+                Budget::default(),
+            ))
         }
 
         /// Scan the next piece; the bytes let through and the hits decided.
@@ -193,9 +201,25 @@ pub mod bench_support {
         }
     }
 
-    /// These checks' output stage over a whole text at once.
+    /// These checks' output stage over a whole text at once (no work budget).
     pub fn scan_whole(checks: Vec<Check>, text: &str) -> Scanned {
-        let policy = Policy::new(checks, Arc::from(""));
-        scanned(StreamScanner::scan_whole(policy.output.scan.clone(), text))
+        scan_budgeted(checks, text, usize::MAX).0
     }
+
+    /// These checks' output stage over a whole text at once, each check examining at most `max_candidates`
+    /// candidate matches (`usize::MAX`: no bound; the layer's default is [`DEFAULT`]); what it let through and
+    /// the candidates examined.
+    pub fn scan_budgeted(
+        checks: Vec<Check>,
+        text: &str,
+        max_candidates: usize,
+    ) -> (Scanned, usize) {
+        let policy = Policy::new(checks, Arc::from(""), max_candidates);
+        let mut budget = Budget::new(max_candidates);
+        let step = StreamScanner::scan_whole(policy.output.scan.clone(), text, &mut budget);
+        (scanned(step), budget.spent())
+    }
+
+    /// The layer's default work budget per check (see `GuardrailLayer::max_candidates`).
+    pub const DEFAULT: usize = DEFAULT_MAX_CANDIDATES;
 }

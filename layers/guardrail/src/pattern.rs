@@ -11,7 +11,7 @@ use regex::Regex;
 use regex_syntax::hir::{Class, Hir, HirKind};
 use tower_chat::{ChatError, ErrorKind};
 
-use crate::scan::{Finder, Found};
+use crate::scan::{Exhausted, Finder, Found};
 
 /// Which candidates a finder keeps: the length of the valid prefix of a candidate, if any (Luhn, mod-97).
 pub(crate) type Validate = fn(&str) -> Option<usize>;
@@ -104,9 +104,25 @@ impl Finder for RegexFinder {
         self.bytes[usize::from(byte)]
     }
 
-    fn find(&self, haystack: &str, mut from: usize, _base: usize) -> Option<Found> {
+    fn find(
+        &self,
+        haystack: &str,
+        mut from: usize,
+        _base: usize,
+        allowance: &mut usize,
+    ) -> Result<Option<Found>, Exhausted> {
         while from <= haystack.len() {
-            let candidate = self.regex.find_at(haystack, from)?;
+            let Some(candidate) = self.regex.find_at(haystack, from) else {
+                return Ok(None);
+            };
+            // Each candidate costs a validation of up to `max_len` bytes; a text made of near-misses (IBAN-shaped
+            // words that fail mod-97) has one every few bytes, so they are counted against the budget.
+            if *allowance == 0 {
+                return Err(Exhausted {
+                    at: candidate.start(),
+                });
+            }
+            *allowance -= 1;
             let len = match self.validate {
                 None => Some(candidate.len()),
                 Some(validate) => validate(candidate.as_str()),
@@ -118,16 +134,18 @@ impl Finder for RegexFinder {
                     Kind::Fixed(kind) => kind,
                     Kind::Classify(classify) => classify(text),
                 };
-                return Some(Found {
+                return Ok(Some(Found {
                     start: candidate.start(),
                     end,
                     kind,
-                });
+                }));
             }
-            let next = haystack[candidate.start()..].chars().next()?;
+            let Some(next) = haystack[candidate.start()..].chars().next() else {
+                return Ok(None);
+            };
             from = candidate.start() + next.len_utf8();
         }
-        None
+        Ok(None)
     }
 }
 

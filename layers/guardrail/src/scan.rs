@@ -29,6 +29,13 @@ pub(crate) struct Found {
     pub(crate) kind: &'static str,
 }
 
+/// A search stopped because it examined as many candidates as it was allowed: `at` is the start (in the
+/// haystack) of the first candidate it did not examine; the text before it holds no match of the finder.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Exhausted {
+    pub(crate) at: usize,
+}
+
 /// A search for matches of bounded length over a bounded set of bytes (see the module docs).
 pub(crate) trait Finder: Send + Sync + fmt::Debug {
     /// The most bytes a match spans.
@@ -36,8 +43,66 @@ pub(crate) trait Finder: Send + Sync + fmt::Debug {
     /// Whether a match may contain `byte`.
     fn may_contain(&self, byte: u8) -> bool;
     /// The leftmost match starting at or after `from` in `haystack`, whose first byte is at offset `base` of the
-    /// whole text. Text before `from` is context (look-behind of `\b`), never part of a match.
-    fn find(&self, haystack: &str, from: usize, base: usize) -> Option<Found>;
+    /// whole text. Text before `from` is context (look-behind of `\b`), never part of a match. Each candidate
+    /// examined (a pattern match a validator then looks at) takes one from `allowance`; with none left before a
+    /// match is found, the search stops with [`Exhausted`].
+    fn find(
+        &self,
+        haystack: &str,
+        from: usize,
+        base: usize,
+        allowance: &mut usize,
+    ) -> Result<Option<Found>, Exhausted>;
+    /// Whether a match may start in one text segment and end in the next (answer text on both sides of a tool
+    /// call). A length counts each segment on its own.
+    fn spans_segments(&self) -> bool {
+        true
+    }
+}
+
+/// The verdict detail of a check that ran out of its work budget ([`Budget`]).
+pub(crate) const OVER_BUDGET: &str = "max_candidates";
+
+/// How many candidate matches each rule of a stage may examine over one request (every text it carries) or one
+/// answer (every segment, tool call and result). Past it the rule blocks where its search stood: a text the
+/// check could not finish examining does not go on (failing closed), and the work per request stays bounded
+/// whatever the text — each candidate costs at most its pattern's longest match to validate.
+#[derive(Clone, Debug)]
+pub(crate) struct Budget {
+    limit: usize,
+    spent: Vec<usize>,
+}
+
+impl Default for Budget {
+    fn default() -> Self {
+        Budget::new(usize::MAX)
+    }
+}
+
+impl Budget {
+    pub(crate) fn new(limit: usize) -> Self {
+        Budget {
+            limit,
+            spent: Vec::new(),
+        }
+    }
+
+    fn left(&self, rule: usize) -> usize {
+        self.limit
+            .saturating_sub(self.spent.get(rule).copied().unwrap_or(0))
+    }
+
+    fn spend(&mut self, rule: usize, count: usize) {
+        if self.spent.len() <= rule {
+            self.spent.resize(rule + 1, 0);
+        }
+        self.spent[rule] += count;
+    }
+
+    /// Candidates examined so far, over every rule.
+    pub(crate) fn spent(&self) -> usize {
+        self.spent.iter().sum()
+    }
 }
 
 /// One check's finders with its name and action, as the scanner runs them.
@@ -76,6 +141,8 @@ struct FinderState {
     finder: Arc<dyn Finder>,
     /// Every match starting before this offset (of the whole text) is known.
     decided: usize,
+    /// The rule's budget ran out: this finder searches no more.
+    exhausted: bool,
 }
 
 /// A scanner over one text delivered in pieces.
@@ -91,13 +158,25 @@ pub(crate) struct StreamScanner {
     hits: Vec<Hit>,
     /// A block was decided: nothing more goes on.
     blocked: bool,
+    /// The text at the start of `buf` that an earlier segment already judged and let through: matches that
+    /// end in it are not reported again; those that run on past it are.
+    carried: usize,
+    budget: Budget,
+    /// Where a check ran out of its budget: the text is cut there, so no finder searches past it.
+    stop_at: Option<usize>,
 }
 
 /// Look-behind kept before the undecided text: one UTF-8 character is all `\b` looks at.
 const CONTEXT: usize = 4;
 
 impl StreamScanner {
-    pub(crate) fn new(rules: Arc<[ScanRule]>) -> Self {
+    pub(crate) fn new(rules: Arc<[ScanRule]>, budget: Budget) -> Self {
+        StreamScanner::continuing(rules, "", budget)
+    }
+
+    /// A scanner of a new segment that goes on from `carried`, the end of the previous one (already let
+    /// through), so a match split between the two is found; the offsets of its hits count from `carried`'s start.
+    pub(crate) fn continuing(rules: Arc<[ScanRule]>, carried: &str, budget: Budget) -> Self {
         let finders = rules
             .iter()
             .enumerate()
@@ -105,19 +184,32 @@ impl StreamScanner {
                 r.finders.iter().map(move |finder| FinderState {
                     rule,
                     finder: finder.clone(),
-                    decided: 0,
+                    decided: if finder.spans_segments() {
+                        0
+                    } else {
+                        carried.len()
+                    },
+                    exhausted: false,
                 })
             })
             .collect();
         StreamScanner {
             rules,
             finders,
-            buf: String::new(),
+            buf: carried.to_owned(),
             buf_base: 0,
-            emitted: 0,
+            emitted: carried.len(),
             hits: Vec::new(),
             blocked: false,
+            carried: carried.len(),
+            budget,
+            stop_at: None,
         }
+    }
+
+    /// The budget, with what this scanner spent, for the next scanner of the same request or answer.
+    pub(crate) fn take_budget(&mut self) -> Budget {
+        std::mem::take(&mut self.budget)
     }
 
     /// Bytes received but not let through yet.
@@ -142,11 +234,13 @@ impl StreamScanner {
         self.advance(true)
     }
 
-    /// Scan a whole text at once.
-    pub(crate) fn scan_whole(rules: Arc<[ScanRule]>, text: &str) -> Step {
-        let mut scanner = StreamScanner::new(rules);
+    /// Scan a whole text at once, spending from `budget`.
+    pub(crate) fn scan_whole(rules: Arc<[ScanRule]>, text: &str, budget: &mut Budget) -> Step {
+        let mut scanner = StreamScanner::new(rules, std::mem::take(budget));
         scanner.buf.push_str(text);
-        scanner.advance(true)
+        let step = scanner.advance(true);
+        *budget = scanner.take_budget();
+        step
     }
 
     fn advance(&mut self, last: bool) -> Step {
@@ -156,31 +250,67 @@ impl StreamScanner {
                 end
             } else {
                 self.buf_base + hold_start(&self.buf, &*state.finder)
+            }
+            .min(self.stop_at.unwrap_or(usize::MAX));
+            // A finder that counts each segment on its own (a length) sees the text from the segment's start.
+            let (skip, origin) = if state.finder.spans_segments() {
+                (0, 0)
+            } else {
+                (self.carried.saturating_sub(self.buf_base), self.carried)
             };
+            let haystack = &self.buf[skip..];
+            let start = self.buf_base + skip;
             while state.decided < hold_from {
-                let from = state.decided - self.buf_base;
-                match state.finder.find(&self.buf, from, self.buf_base) {
-                    Some(found) if self.buf_base + found.start < hold_from => {
-                        let rule = &self.rules[state.rule];
+                if state.exhausted {
+                    state.decided = hold_from;
+                    break;
+                }
+                let from = state.decided - start;
+                let mut allowance = self.budget.left(state.rule);
+                let before = allowance;
+                let found = state
+                    .finder
+                    .find(haystack, from, start - origin, &mut allowance);
+                self.budget.spend(state.rule, before - allowance);
+                let rule = &self.rules[state.rule];
+                match found {
+                    Ok(Some(found)) if start + found.start < hold_from => {
                         let span = TextSpan {
-                            start: self.buf_base + found.start,
-                            end: self.buf_base + found.end,
+                            start: start + found.start,
+                            end: start + found.end,
                         };
-                        self.hits.push(Hit {
-                            rule: state.rule,
-                            name: rule.name.clone(),
-                            action: rule.action,
-                            span,
-                            kind: found.kind,
-                        });
+                        // A match that ends in the carried text was reported with the segment before.
+                        if span.end > self.carried {
+                            self.hits.push(Hit {
+                                rule: state.rule,
+                                name: rule.name.clone(),
+                                action: rule.action,
+                                span,
+                                kind: found.kind,
+                            });
+                        }
                         // Matches do not overlap within one finder; an empty match moves one character on.
                         state.decided = if found.end > found.start {
                             span.end
                         } else {
-                            span.start + next_char_len(&self.buf, found.start)
+                            span.start + next_char_len(haystack, found.start)
                         };
                     }
-                    _ => state.decided = hold_from,
+                    Ok(_) => state.decided = hold_from,
+                    Err(Exhausted { at }) => {
+                        // Out of budget: what this finder did not examine does not go on, whatever the action.
+                        let at = start + at;
+                        self.hits.push(Hit {
+                            rule: state.rule,
+                            name: rule.name.clone(),
+                            action: GuardrailAction::Block,
+                            span: TextSpan { start: at, end: at },
+                            kind: OVER_BUDGET,
+                        });
+                        state.exhausted = true;
+                        state.decided = hold_from.min(at);
+                        self.stop_at = Some(self.stop_at.map_or(at, |stop| stop.min(at)));
+                    }
                 }
             }
         }
@@ -196,11 +326,14 @@ impl StreamScanner {
             .sort_by_key(|hit| (hit.span.start, hit.rule, hit.span.end));
         // The earliest block is decided once every finder knows its matches up to its start (a match of a check
         // listed earlier could still start at the same offset until then).
+        // A cut for an exhausted budget is decided once every finder reached it (none searches past it).
         let block = self
             .hits
             .iter()
             .find(|hit| hit.action == GuardrailAction::Block)
-            .filter(|hit| hit.span.start < decided)
+            .filter(|hit| {
+                hit.span.start < decided || (hit.kind == OVER_BUDGET && hit.span.start <= decided)
+            })
             .cloned();
         let mut to = match &block {
             Some(hit) => hit.span.start,
@@ -297,7 +430,7 @@ impl StreamScanner {
 }
 
 /// What a redaction writes: the kind of thing found, else the check's name.
-fn label(hit: &Hit) -> &str {
+pub(crate) fn label(hit: &Hit) -> &str {
     if hit.kind.is_empty() {
         &hit.name
     } else {
@@ -322,4 +455,41 @@ fn hold_start(buf: &str, finder: &dyn Finder) -> usize {
 
 fn next_char_len(buf: &str, at: usize) -> usize {
     buf[at..].chars().next().map_or(1, char::len_utf8)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::check::Check;
+    use crate::policy::Policy;
+
+    fn personal_data() -> Arc<[ScanRule]> {
+        Policy::new(vec![Check::personal_data()], Arc::from(""), 0)
+            .request
+            .scan
+            .clone()
+    }
+
+    #[test]
+    fn the_candidates_examined_stop_at_the_budget_and_the_text_is_cut_where_the_search_stood() {
+        // Every `AB12` starts an IBAN candidate that fails mod-97.
+        let text = "AB12 ".repeat(2_000);
+        let mut budget = Budget::new(500);
+        let step = StreamScanner::scan_whole(personal_data(), &text, &mut budget);
+        assert_eq!(budget.spent(), 500, "one rule, every candidate counted");
+        let block = step.block.expect("blocked past the budget");
+        assert_eq!(
+            (block.kind, block.action),
+            (OVER_BUDGET, GuardrailAction::Block)
+        );
+        // Cut at the first candidate not examined: 500 words of five bytes were.
+        assert_eq!(block.span.start, 500 * 5);
+        assert_eq!(step.text, text[..block.span.start]);
+
+        // Within the budget the same shape passes whole, and the count is what it examined.
+        let mut budget = Budget::new(usize::MAX);
+        let step = StreamScanner::scan_whole(personal_data(), &text[..500], &mut budget);
+        assert!(step.block.is_none());
+        assert!(budget.spent() <= 100, "{}", budget.spent());
+    }
 }

@@ -17,7 +17,8 @@
 //! the text (the next turn goes without that block rather than with one its provider would refuse).
 //!
 //! Text offsets in verdicts count bytes of the model's answer text over the whole stream (every text delta,
-//! before redaction). With whole-text checks on the output, a segment's text is held until the segment ends.
+//! before redaction, zero-width characters removed). Each new text segment (the next round behind a tool loop)
+//! is scanned from the last bytes of the one before, so a match split by a tool call is still found. With whole-text checks on the output, a segment's text is held until the segment ends.
 //! While tool calls are checked, their argument fragments are held back and sent as one fragment (redacted)
 //! right before the complete call.
 
@@ -27,11 +28,14 @@ use std::sync::Arc;
 use futures_util::StreamExt;
 use tower_chat::{
     ChatError, ChatEvent, ChatStream, Continuation, FinishReason, GuardrailAudit, GuardrailStage,
-    GuardrailVerdict, Part, ToolArguments, ToolCall,
+    GuardrailVerdict, ToolArguments, ToolCall,
 };
 
-use crate::policy::{judge, record, redact_findings, verdict_of_hit, Policy};
-use crate::scan::{Step, StreamScanner};
+use crate::content::judge_parts;
+use crate::invisible::strip;
+use crate::json::judge_json;
+use crate::policy::{blocked, judge, record, redact_findings, verdict_of_hit, Budgets, Policy};
+use crate::scan::{Step, StreamScanner, OVER_BUDGET};
 
 /// The state of a guarded answer.
 pub(crate) struct OutputGuard {
@@ -46,6 +50,13 @@ pub(crate) struct OutputGuard {
     segment_len: usize,
     /// Whether any text of the current segment went out.
     segment_sent: bool,
+    /// The last bytes of the answer's text so far (up to the longest match of an output check): the next
+    /// segment's scanner starts from them, so a match split by a tool call between two rounds is found.
+    tail: String,
+    /// Bytes of `tail` the current segment's scanner started from.
+    carried: usize,
+    /// The work budgets of this answer.
+    budgets: Budgets,
     /// Decided text held for the whole-text checks (only when the output has some).
     held: String,
     /// The current reasoning block's text, held until the block ends (only when the output has checks).
@@ -61,14 +72,21 @@ impl OutputGuard {
         policy: Arc<Policy>,
         audit: Option<GuardrailAudit>,
     ) -> Self {
+        let mut budgets = Budgets::new(&policy);
         OutputGuard {
-            scanner: StreamScanner::new(policy.output.scan.clone()),
+            scanner: StreamScanner::new(
+                policy.output.scan.clone(),
+                std::mem::take(&mut budgets.output),
+            ),
             inner: Some(inner),
             policy,
             audit,
             segment_base: 0,
             segment_len: 0,
             segment_sent: false,
+            tail: String::new(),
+            carried: 0,
+            budgets,
             held: String::new(),
             reasoning: String::new(),
             out: VecDeque::new(),
@@ -130,11 +148,7 @@ impl OutputGuard {
                     self.end_segment().await;
                     let location = format!("tool_result:{}", result.call_id);
                     if self
-                        .judge_parts(
-                            GuardrailStage::ToolResult,
-                            &location,
-                            result.content.parts_mut(),
-                        )
+                        .judge_content(GuardrailStage::ToolResult, &location, &mut result.content)
                         .await
                     {
                         self.out.push_back(Ok(ChatEvent::ToolResult { result }));
@@ -193,9 +207,41 @@ impl OutputGuard {
         if self.done {
             return;
         }
+        // Invisible characters would split a match; with output checks the answer goes on without them.
+        let text = if self.policy.output.scan.is_empty() {
+            std::borrow::Cow::Borrowed(text)
+        } else {
+            strip(text)
+        };
         self.segment_len += text.len();
-        let step = self.scanner.push(text);
+        self.keep_tail(&text);
+        let step = self.scanner.push(&text);
         self.take_step(step);
+    }
+
+    /// Keep the last bytes of the text for the next segment: as many as the longest match of an output check.
+    fn keep_tail(&mut self, text: &str) {
+        let longest = self
+            .policy
+            .output
+            .scan
+            .iter()
+            .flat_map(|rule| rule.finders.iter())
+            .filter(|finder| finder.spans_segments())
+            .map(|finder| finder.max_len())
+            .max()
+            .unwrap_or(0);
+        if longest == 0 {
+            return;
+        }
+        self.tail.push_str(text);
+        if self.tail.len() > longest {
+            let mut cut = self.tail.len() - longest;
+            while !self.tail.is_char_boundary(cut) {
+                cut += 1;
+            }
+            self.tail.drain(..cut);
+        }
     }
 
     /// Send on what the scanner decided (or hold it for the whole-text checks); end the answer on a block.
@@ -203,7 +249,16 @@ impl OutputGuard {
         let verdicts: Vec<GuardrailVerdict> = step
             .hits
             .iter()
-            .map(|hit| verdict_of_hit(hit, GuardrailStage::Output, "output", self.segment_base))
+            .map(|hit| {
+                // Offsets count from the carried text, which ends where this segment begins.
+                let mut verdict =
+                    verdict_of_hit(hit, GuardrailStage::Output, "output", self.segment_base);
+                if let Some(span) = &mut verdict.span {
+                    span.start = span.start.saturating_sub(self.carried);
+                    span.end = span.end.saturating_sub(self.carried);
+                }
+                verdict
+            })
             .collect();
         record(self.audit.as_ref(), &verdicts);
         if self.policy.output.whole.is_empty() {
@@ -216,7 +271,7 @@ impl OutputGuard {
             }
         }
         if let Some(block) = step.block {
-            self.end_blocked(&block.name);
+            self.end_blocked(&block.name, block.kind);
         }
     }
 
@@ -227,8 +282,24 @@ impl OutputGuard {
         }
     }
 
-    /// End the answer for a block: the notice as text, then a `content_filter` finish.
-    fn end_blocked(&mut self, check: &str) {
+    /// End the answer for a block: the notice as text, then a `content_filter` finish. A check out of its work
+    /// budget (`detail` [`OVER_BUDGET`]) logs why, since the notice reads like any other block.
+    fn end_blocked(&mut self, check: &str, detail: &str) {
+        if detail == OVER_BUDGET {
+            let verdict = tower_chat::GuardrailVerdict {
+                check: check.to_owned(),
+                action: tower_chat::GuardrailAction::Block,
+                stage: GuardrailStage::Output,
+                location: "output".into(),
+                span: None,
+                detail: Some(OVER_BUDGET.into()),
+            };
+            tracing::warn!(
+                target: "tower_chat_guardrail",
+                error = %blocked(&verdict, self.policy.max_candidates),
+                "answer ended: a check ran out of its work budget"
+            );
+        }
         let notice = self.policy.block_notice(check);
         let text = if self.segment_sent {
             format!("\n\n{notice}")
@@ -278,7 +349,7 @@ impl OutputGuard {
                 record(self.audit.as_ref(), &verdicts);
                 match rule.action {
                     tower_chat::GuardrailAction::Block => {
-                        self.end_blocked(&rule.name);
+                        self.end_blocked(&rule.name, "");
                         return;
                     }
                     tower_chat::GuardrailAction::Redact => {
@@ -292,7 +363,10 @@ impl OutputGuard {
         self.segment_base += self.segment_len;
         self.segment_len = 0;
         self.segment_sent = false;
-        self.scanner = StreamScanner::new(self.policy.output.scan.clone());
+        let budget = self.scanner.take_budget();
+        self.carried = self.tail.len();
+        self.scanner =
+            StreamScanner::continuing(self.policy.output.scan.clone(), &self.tail, budget);
     }
 
     /// Judge a complete tool call's arguments (each string of its JSON, or its raw text when it is not JSON).
@@ -305,28 +379,36 @@ impl OutputGuard {
             let location = format!("tool_call:{}", call.id);
             let passed = match &mut call.arguments {
                 ToolArguments::Json(value) => {
-                    let mut strings = Vec::new();
-                    collect_strings(value, String::new(), &mut strings);
-                    let mut passed = true;
-                    for (pointer, text) in strings {
-                        let location = format!("{location}{pointer}");
-                        match self
-                            .judge_text(GuardrailStage::ToolCall, &location, &text)
-                            .await
-                        {
-                            Some(Some(redacted)) => {
-                                if let Some(slot) = value.pointer_mut(&pointer) {
-                                    *slot = serde_json::Value::String(redacted);
+                    let policy = self.policy.clone();
+                    let judged = judge_json(
+                        &policy.tool_call,
+                        GuardrailStage::ToolCall,
+                        &location,
+                        value,
+                        true,
+                        self.budgets.stage(GuardrailStage::ToolCall),
+                    )
+                    .await;
+                    match judged {
+                        Ok(judged) => {
+                            record(self.audit.as_ref(), &judged.verdicts);
+                            if let Some(block) = judged.block {
+                                let detail = block.detail.as_deref().unwrap_or("");
+                                self.end_blocked(&block.check, detail);
+                                false
+                            } else {
+                                if let Some(redacted) = judged.redacted {
+                                    *value = redacted;
                                 }
-                            }
-                            Some(None) => {}
-                            None => {
-                                passed = false;
-                                break;
+                                true
                             }
                         }
+                        Err(error) => {
+                            self.out.push_back(Err(error));
+                            self.stop();
+                            false
+                        }
                     }
-                    passed
                 }
                 ToolArguments::Invalid { raw, .. } => {
                     let text = std::mem::take(raw);
@@ -355,25 +437,43 @@ impl OutputGuard {
             .push_back(Ok(ChatEvent::ToolCallEnd { index, call }));
     }
 
-    /// Judge the text parts of a tool result in place; `false` when a check blocked (the answer ended).
-    async fn judge_parts(
+    /// Judge a tool result's content in place; `false` when a check blocked or failed (the answer ended).
+    async fn judge_content(
         &mut self,
         stage: GuardrailStage,
         location: &str,
-        parts: &mut [Part],
+        content: &mut tower_chat::Content,
     ) -> bool {
-        if self.policy.stage(stage).is_empty() {
-            return true;
-        }
-        for part in parts {
-            let Part::Text(text) = part else { continue };
-            match self.judge_text(stage, location, &text.text).await {
-                Some(Some(redacted)) => text.text = redacted,
-                Some(None) => {}
-                None => return false,
+        let policy = self.policy.clone();
+        let judged = judge_parts(
+            policy.stage(stage),
+            stage,
+            location,
+            content.parts(),
+            true,
+            self.budgets.stage(stage),
+        )
+        .await;
+        match judged {
+            Ok(judged) => {
+                record(self.audit.as_ref(), &judged.verdicts);
+                if let Some(block) = judged.block {
+                    self.end_blocked(&block.check, block.detail.as_deref().unwrap_or(""));
+                    return false;
+                }
+                for (index, part) in judged.changed {
+                    if let Some(slot) = content.parts_mut().get_mut(index) {
+                        *slot = part;
+                    }
+                }
+                true
+            }
+            Err(error) => {
+                self.out.push_back(Err(error));
+                self.stop();
+                false
             }
         }
-        true
     }
 
     /// Judge one whole text: `Some(redacted text if changed)`, or `None` when a check blocked or failed (the answer
@@ -396,11 +496,12 @@ impl OutputGuard {
         whole: bool,
     ) -> Option<Option<String>> {
         let policy = self.policy.clone();
-        match judge(policy.stage(stage), stage, location, text, whole).await {
+        let budget = self.budgets.stage(stage);
+        match judge(policy.stage(stage), stage, location, text, whole, budget).await {
             Ok(judged) => {
                 record(self.audit.as_ref(), &judged.verdicts);
                 if let Some(block) = judged.block {
-                    self.end_blocked(&block.check);
+                    self.end_blocked(&block.check, block.detail.as_deref().unwrap_or(""));
                     return None;
                 }
                 Some(judged.redacted)
@@ -411,24 +512,5 @@ impl OutputGuard {
                 None
             }
         }
-    }
-}
-
-/// Every string of a JSON value with its JSON pointer.
-fn collect_strings(value: &serde_json::Value, pointer: String, out: &mut Vec<(String, String)>) {
-    match value {
-        serde_json::Value::String(text) => out.push((pointer, text.clone())),
-        serde_json::Value::Array(items) => {
-            for (i, item) in items.iter().enumerate() {
-                collect_strings(item, format!("{pointer}/{i}"), out);
-            }
-        }
-        serde_json::Value::Object(map) => {
-            for (key, item) in map {
-                let key = key.replace('~', "~0").replace('/', "~1");
-                collect_strings(item, format!("{pointer}/{key}"), out);
-            }
-        }
-        _ => {}
     }
 }

@@ -17,6 +17,9 @@ use tower_chat::{
 };
 use tower_chat_guardrail::{Check, Finding, GuardrailLayer, Moderation};
 
+mod common;
+use common::answering;
+
 fn leaf(provider: &ScriptedProvider) -> OpenAiChat {
     OpenAiChat::builder()
         .base_url(provider.base_url())
@@ -372,17 +375,6 @@ async fn a_long_answer_is_cut_at_the_limit() {
         assert_eq!(answer.text(), text);
         assert_eq!(answer.finish_reason, Some(finish));
         assert_eq!(audit.verdicts()[0].span.map(|s| s.start), Some(9));
-    }
-}
-
-/// A service answering with `events` (no provider: reasoning is scripted as events).
-fn answering(
-    events: Vec<ChatEvent>,
-) -> impl Fn(ChatRequest) -> std::future::Ready<Result<ChatStream, ChatError>> + Clone {
-    move |_request| {
-        let events: Vec<Result<ChatEvent, ChatError>> =
-            events.clone().into_iter().map(Ok).collect();
-        std::future::ready(Ok(Box::pin(stream::iter(events)) as ChatStream))
     }
 }
 
