@@ -177,8 +177,18 @@ pub(crate) async fn handle<F: WireFormat>(
     let (parsed, encoder) = F::parse(&body, &state.parse)?;
     // Before anything is looked up, spliced or stored: the request's size in things, not bytes.
     check_inbound(&parsed, body.len(), state.body_limit, &state.limits)?;
+    // The request is parsed (its media decoded, their base64 moved out of the parsed JSON, not copied): the
+    // body's bytes are not needed any more, and a stream may hold its request for minutes.
+    drop(body);
     // Before anything is looked up or consumed (an approval is single-use): a refusal here changes nothing.
-    let media = state.media.admit(media_bytes(&parsed.request.messages))?;
+    let media = state.media.admit(
+        parsed
+            .request
+            .messages
+            .iter()
+            .map(Message::media_bytes)
+            .sum(),
+    )?;
     let header_conversation = state.limits.conversation(
         caller.as_ref(),
         headers.get("x-conversation-id").map(|v| v.as_bytes()),
@@ -340,19 +350,6 @@ pub(crate) async fn handle<F: WireFormat>(
         response
             .map(|body| axum::body::Body::new(crate::connection::GuardedBody::new(body, media))),
     )
-}
-
-/// The decoded bytes of the media parts of `messages`.
-fn media_bytes(messages: &[Message]) -> usize {
-    messages
-        .iter()
-        .filter_map(|message| match message {
-            Message::System { content } | Message::User { content } => Some(content),
-            Message::Tool(tool) => Some(&tool.content),
-            Message::Assistant(_) => None,
-        })
-        .map(|content| content.media_bytes())
-        .sum()
 }
 
 /// The longest `x-request-id` a call record keeps: the edge passes a client's id through as it came, and a record
