@@ -179,6 +179,15 @@ fn reasoning_half_a_tool_call_then_text() -> Reply {
     .then(Part::Hang)
 }
 
+/// A client streams an answer in `conversation`, hangs up after its text, and the gateway shuts down (flushing
+/// its record writer).
+async fn hang_up_after_the_text(gw: &mut Harness, conversation: &str) {
+    stream_then_hang_up(gw, conversation, "hi", "answer").await;
+    gw.provider.hangups(1).await;
+    gw.shutdown();
+    gw.server.take().unwrap().await.unwrap().unwrap();
+}
+
 /// The record [`reasoning_half_a_tool_call_then_text`] leaves when the client hangs up after the text: cancelled,
 /// with the text, the reasoning and the tool call's name and argument text so far.
 fn assert_cancelled_with_everything_streamed(calls: &[CallRecord]) {
@@ -207,10 +216,7 @@ fn assert_cancelled_with_everything_streamed(calls: &[CallRecord]) {
 #[tokio::test]
 async fn a_hang_up_keeps_the_reasoning_text_and_tool_call_fragments_streamed_so_far() {
     let mut gw = Harness::start(|_, _| reasoning_half_a_tool_call_then_text(), |_| {}).await;
-    stream_then_hang_up(&gw, "conv-fragments", "hi", "answer").await;
-    gw.provider.hangups(1).await;
-    gw.shutdown();
-    gw.server.take().unwrap().await.unwrap().unwrap();
+    hang_up_after_the_text(&mut gw, "conv-fragments").await;
 
     let store = gw.records().await;
     let calls = store
@@ -235,10 +241,7 @@ async fn with_database_url_a_hang_up_keeps_the_fragments_streamed_so_far() {
     .await;
     // Unique per run: the database outlives the test.
     let conversation = format!("conv-pg-hangup-{}", uuid::Uuid::new_v4().simple());
-    stream_then_hang_up(&gw, &conversation, "hi", "answer").await;
-    gw.provider.hangups(1).await;
-    gw.shutdown();
-    gw.server.take().unwrap().await.unwrap().unwrap();
+    hang_up_after_the_text(&mut gw, &conversation).await;
 
     let store = PostgresStore::connect(url).await.unwrap();
     let calls = store
