@@ -591,10 +591,7 @@ impl Blob {
     /// Decode base64 text (standard alphabet, padded or not), keeping the text as the blob's base64 form when
     /// it is already canonical, so it is not encoded again.
     pub fn from_base64(text: &str, media_type: impl Into<String>) -> Result<Self, InvalidMedia> {
-        let bytes = base64::engine::general_purpose::STANDARD
-            .decode(text)
-            .or_else(|_| base64::engine::general_purpose::STANDARD_NO_PAD.decode(text))
-            .map_err(|error| InvalidMedia(format!("invalid base64 data: {error}")))?;
+        let bytes = decode_base64(text)?;
         let blob = Blob::new(bytes, media_type);
         if text.len() == base64::encoded_len(blob.len(), true).unwrap_or(0) {
             let _ = blob.base64.set(text.to_owned());
@@ -606,6 +603,41 @@ impl Blob {
     pub fn from_data_url(url: &str) -> Result<Self, InvalidMedia> {
         let data = DataUrl::parse(url)?;
         Blob::from_base64(data.base64, data.media_type)
+    }
+
+    /// As [`from_data_url`](Self::from_data_url), taking the URL: when its base64 is canonical, the URL's own
+    /// buffer becomes the blob's base64 form (its `data:` prefix cut off in place), so a request's media is not
+    /// held twice as base64 (once in the parsed request, once beside the bytes).
+    pub fn from_data_url_string(url: String) -> Result<Self, InvalidMedia> {
+        let data = DataUrl::parse(&url)?;
+        let prefix = url.len() - data.base64.len();
+        let bytes = decode_base64(data.base64)?;
+        let blob = Blob::new(bytes, data.media_type);
+        if data.base64.len() == base64::encoded_len(blob.len(), true).unwrap_or(0) {
+            let mut text = url;
+            text.drain(..prefix);
+            let _ = blob.base64.set(text);
+        }
+        Ok(blob)
+    }
+
+    /// As [`from_base64`](Self::from_base64), taking the text: canonical text becomes the blob's base64 form as
+    /// it is, without a copy.
+    pub fn from_base64_string(
+        text: String,
+        media_type: impl Into<String>,
+    ) -> Result<Self, InvalidMedia> {
+        let blob = Blob::new(decode_base64(&text)?, media_type);
+        if text.len() == base64::encoded_len(blob.len(), true).unwrap_or(0) {
+            let _ = blob.base64.set(text);
+        }
+        Ok(blob)
+    }
+
+    /// The bytes as a `data:` URL for an upstream's JSON, written there straight from the shared base64 form:
+    /// no `String` of the whole URL is made (see [`MediaUrl`]).
+    pub fn data_url(&self) -> MediaUrl<'_> {
+        MediaUrl::Data(self)
     }
 
     /// The bytes.
@@ -643,6 +675,48 @@ impl Blob {
         url.push_str(";base64,");
         url.push_str(base64);
         url
+    }
+}
+
+/// Standard base64, padded or not.
+fn decode_base64(text: &str) -> Result<Vec<u8>, InvalidMedia> {
+    base64::engine::general_purpose::STANDARD
+        .decode(text)
+        .or_else(|_| base64::engine::general_purpose::STANDARD_NO_PAD.decode(text))
+        .map_err(|error| InvalidMedia(format!("invalid base64 data: {error}")))
+}
+
+/// A media URL as an upstream's JSON carries it: a URL as it is, or a blob as a `data:` URL. Serialised (or
+/// displayed) piece by piece, the blob's base64 straight from its shared form: a multi-megabyte image costs no
+/// `String` of its URL on top of the request body it is written into.
+#[derive(Clone, Copy, Debug)]
+pub enum MediaUrl<'a> {
+    /// A URL, as it is.
+    Url(&'a str),
+    /// A blob, as `data:<media type>;base64,<data>`.
+    Data(&'a Blob),
+}
+
+impl fmt::Display for MediaUrl<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            MediaUrl::Url(url) => f.write_str(url),
+            MediaUrl::Data(blob) => {
+                f.write_str("data:")?;
+                f.write_str(blob.media_type())?;
+                f.write_str(";base64,")?;
+                f.write_str(blob.base64())
+            }
+        }
+    }
+}
+
+impl Serialize for MediaUrl<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self {
+            MediaUrl::Url(url) => serializer.serialize_str(url),
+            MediaUrl::Data(_) => serializer.collect_str(self),
+        }
     }
 }
 
@@ -741,6 +815,29 @@ mod tests {
         );
         assert!(std::mem::size_of::<Part>() <= std::mem::size_of::<TextPart>() + 8);
         assert!(std::mem::size_of::<Content>() <= std::mem::size_of::<Part>() + 8);
+    }
+
+    #[test]
+    fn a_taken_data_url_becomes_the_blobs_base64_and_is_written_back_without_a_url_string() {
+        let url = "data:image/png;base64,iVBORw==".to_owned();
+        let start = url.as_ptr();
+        let blob = Blob::from_data_url_string(url).unwrap();
+        assert_eq!(blob.bytes().as_ref(), [0x89, b'P', b'N', b'G']);
+        assert_eq!(blob.base64(), "iVBORw==");
+        assert_eq!(
+            blob.base64().as_ptr(),
+            start,
+            "the URL's own buffer, not a copy"
+        );
+        assert_eq!(
+            serde_json::to_string(&blob.data_url()).unwrap(),
+            r#""data:image/png;base64,iVBORw==""#
+        );
+        assert_eq!(blob.data_url().to_string(), blob.to_data_url());
+        // Unpadded text decodes too; the base64 form is then made canonical on first use.
+        let blob = Blob::from_base64_string("iVBORw".to_owned(), "image/png").unwrap();
+        assert_eq!(blob.base64(), "iVBORw==");
+        assert!(Blob::from_data_url_string("data:image/png;base64,***".into()).is_err());
     }
 
     #[test]

@@ -70,7 +70,7 @@ pub use approval::{ApprovalDecision, ApprovalDecisions, ApprovalRequest};
 pub use boxed::BoxChatService;
 pub use content::{
     AudioPart, Blob, CacheHint, Content, DataUrl, FilePart, ImageDetail, ImagePart, InvalidMedia,
-    MediaSource, Part, ProviderPart, TextPart,
+    MediaSource, MediaUrl, Part, ProviderPart, TextPart,
 };
 pub use context::{CallerIdentity, ConversationId, EstimatedUsage};
 pub use error::{BoxError, ChatError, ErrorKind, TimeoutPhase};

@@ -60,6 +60,15 @@ impl Message {
     ) -> Self {
         Message::Tool(ToolMessage::success(call_id, name, content))
     }
+
+    /// Bytes of binary data the message's parts hold (images, audio, files; an assistant message holds none).
+    pub fn media_bytes(&self) -> usize {
+        match self {
+            Message::System { content } | Message::User { content } => content.media_bytes(),
+            Message::Tool(tool) => tool.content.media_bytes(),
+            Message::Assistant(_) => 0,
+        }
+    }
 }
 
 /// What the model answered in one round.

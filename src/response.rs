@@ -4,7 +4,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::approval::ApprovalRequest;
 use crate::event::{ChatEvent, FinishReason, Usage};
-use crate::message::{AssistantMessage, Message};
+use crate::message::{AssistantMessage, Message, ToolCall};
 use crate::reasoning::ReasoningPart;
 
 /// Everything a chat call produced, ready to extend a conversation's history with
@@ -59,6 +59,17 @@ pub struct ResponseBuilder {
     current: AssistantMessage,
     /// Reasoning text streamed since the last complete reasoning part.
     reasoning: String,
+    /// Tool calls whose start arrived and whose end has not yet (none once a stream is complete).
+    open_calls: Vec<OpenCall>,
+}
+
+/// A tool call still streaming: what its start and argument fragments said so far.
+#[derive(Clone, Debug)]
+struct OpenCall {
+    index: usize,
+    id: String,
+    name: String,
+    arguments: String,
 }
 
 impl ResponseBuilder {
@@ -87,8 +98,12 @@ impl ResponseBuilder {
                     continuation: Some(continuation.clone()),
                 });
             }
-            ChatEvent::ToolCallStart { .. } | ChatEvent::ToolCallDelta { .. } => {}
-            ChatEvent::ToolCallEnd { call, .. } => self.current.tool_calls.push(call.clone()),
+            ChatEvent::ToolCallStart { index, id, name } => self.open(*index, id, name),
+            ChatEvent::ToolCallDelta { index, arguments } => self.extend_open(*index, arguments),
+            ChatEvent::ToolCallEnd { index, call } => {
+                self.close(*index);
+                self.current.tool_calls.push(call.clone());
+            }
             ChatEvent::ToolResult { result } => {
                 self.flush_assistant();
                 self.response.messages.push(Message::Tool(result.clone()));
@@ -126,8 +141,12 @@ impl ResponseBuilder {
                     continuation: Some(continuation),
                 });
             }
-            ChatEvent::ToolCallStart { .. } | ChatEvent::ToolCallDelta { .. } => {}
-            ChatEvent::ToolCallEnd { call, .. } => self.current.tool_calls.push(call),
+            ChatEvent::ToolCallStart { index, id, name } => self.open(index, &id, &name),
+            ChatEvent::ToolCallDelta { index, arguments } => self.extend_open(index, &arguments),
+            ChatEvent::ToolCallEnd { index, call } => {
+                self.close(index);
+                self.current.tool_calls.push(call);
+            }
             ChatEvent::ToolResult { result } => {
                 self.flush_assistant();
                 self.response.messages.push(Message::Tool(result));
@@ -151,6 +170,41 @@ impl ResponseBuilder {
     pub fn finish(mut self) -> ChatResponse {
         self.flush_assistant();
         self.response
+    }
+
+    /// The response so far, with the tool calls that were still streaming when it stopped: each as a call with
+    /// the argument text received (usually [`crate::ToolArguments::Invalid`], the JSON being cut). For a record of
+    /// a stream that was dropped or failed midway; a complete stream has no such calls, and
+    /// [`finish`](Self::finish), which a tool loop's caller uses, never invents one.
+    pub fn finish_with_open_calls(mut self) -> ChatResponse {
+        for open in std::mem::take(&mut self.open_calls) {
+            self.current.tool_calls.push(ToolCall::from_raw_arguments(
+                open.id,
+                open.name,
+                open.arguments,
+            ));
+        }
+        self.finish()
+    }
+
+    fn open(&mut self, index: usize, id: &str, name: &str) {
+        self.close(index);
+        self.open_calls.push(OpenCall {
+            index,
+            id: id.to_owned(),
+            name: name.to_owned(),
+            arguments: String::new(),
+        });
+    }
+
+    fn extend_open(&mut self, index: usize, arguments: &str) {
+        if let Some(open) = self.open_calls.iter_mut().find(|c| c.index == index) {
+            open.arguments.push_str(arguments);
+        }
+    }
+
+    fn close(&mut self, index: usize) {
+        self.open_calls.retain(|c| c.index != index);
     }
 
     fn flush_assistant(&mut self) {
@@ -177,8 +231,60 @@ fn append(to: &mut String, text: String) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::message::{ToolCall, ToolMessage};
+    use crate::message::ToolMessage;
     use serde_json::json;
+
+    #[test]
+    fn a_call_cut_midway_is_kept_only_when_asked_for_open_calls() {
+        let events = [
+            ChatEvent::text("Let me look."),
+            ChatEvent::ToolCallStart {
+                index: 0,
+                id: "done".into(),
+                name: "add".into(),
+            },
+            ChatEvent::ToolCallEnd {
+                index: 0,
+                call: ToolCall::new("done", "add", json!({"a": 1})),
+            },
+            ChatEvent::ToolCallStart {
+                index: 1,
+                id: "cut".into(),
+                name: "lookup".into(),
+            },
+            ChatEvent::ToolCallDelta {
+                index: 1,
+                arguments: "{\"city\": ".into(),
+            },
+            ChatEvent::ToolCallDelta {
+                index: 1,
+                arguments: "\"Par".into(),
+            },
+        ];
+        for owned in [false, true] {
+            let mut builder = ResponseBuilder::new();
+            for event in &events {
+                if owned {
+                    builder.push_owned(event.clone());
+                } else {
+                    builder.push(event);
+                }
+            }
+            let calls =
+                |response: ChatResponse| response.last_assistant().unwrap().tool_calls.clone();
+            assert_eq!(calls(builder.clone().finish()).len(), 1, "owned: {owned}");
+            let kept = calls(builder.finish_with_open_calls());
+            assert_eq!(kept.len(), 2, "owned: {owned}");
+            assert_eq!(
+                (kept[1].id.as_str(), kept[1].name.as_str()),
+                ("cut", "lookup")
+            );
+            assert_eq!(
+                kept[1].arguments,
+                crate::ToolArguments::parse("{\"city\": \"Par".to_owned())
+            );
+        }
+    }
 
     /// A tool round and the answer after it, as a loop streams them.
     fn tool_round(call: &ToolCall) -> Vec<ChatEvent> {

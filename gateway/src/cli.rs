@@ -200,6 +200,10 @@ pub struct Flags {
     /// Requests in flight per gateway key; more get 429 + Retry-After (default 256).
     #[arg(long, env = "TOWER_CHAT_MAX_IN_FLIGHT_PER_KEY", value_name = "N", help_heading = CONNECTIONS)]
     pub max_in_flight_per_key: Option<Count>,
+    /// Media bytes (decoded images, audio, files) of all requests in flight together; a request that would
+    /// pass it gets 503 + Retry-After (default 268435456).
+    #[arg(long, env = "TOWER_CHAT_MAX_MEDIA_IN_FLIGHT", value_name = "BYTES", help_heading = CONNECTIONS)]
+    pub max_media_in_flight: Option<Count>,
 
     /// Serve GET /metrics on this address only (default: on --listen).
     #[arg(long, env = "TOWER_CHAT_METRICS_LISTEN", value_name = "ADDR", help_heading = TELEMETRY)]
@@ -237,7 +241,7 @@ impl Flags {
                 trusted_proxy_header, trusted_proxies, operator_keys_file, db, database_url, body_limit,
                 max_messages, max_tools, max_schema_bytes, max_approvals, max_id_bytes, max_media_part_bytes,
                 max_media_bytes, header_timeout, body_timeout, idle_timeout, write_timeout, max_connections,
-                max_in_flight, max_in_flight_per_key, metrics_listen, metrics_key_env;
+                max_in_flight, max_in_flight_per_key, max_media_in_flight, metrics_listen, metrics_key_env;
             switches: demo, no_upstream_key, no_console, record_content)
     }
 

@@ -315,6 +315,8 @@ impl Config {
             flags.max_in_flight_per_key,
             connections.max_in_flight_per_key,
         );
+        connections.max_media_in_flight =
+            count(flags.max_media_in_flight, connections.max_media_in_flight);
         config.record_content =
             flags.record_content || crate::telemetry::content_capture_from_env();
         config.metrics_listen = flags.metrics_listen;
@@ -528,6 +530,7 @@ mod tests {
             "--max-connections=4",
             "--max-in-flight=5",
             "--max-in-flight-per-key=6",
+            "--max-media-in-flight=12",
             "--metrics-listen=127.0.0.1:9090",
             "--metrics-key-env",
             "METRICS_KEY",
@@ -567,6 +570,7 @@ mod tests {
                 max_connections: 4,
                 max_in_flight: 5,
                 max_in_flight_per_key: 6,
+                max_media_in_flight: 12,
             }
         );
         assert_eq!(

@@ -8,6 +8,8 @@
 //!   opens with and closed, without being served;
 //! - `idle_timeout`, `header_timeout`, `write_timeout`: the connection's watchdog ([`crate::watchdog`]);
 //! - `body_timeout`: tower-http's `RequestBodyTimeoutLayer` around the router ([`crate::serve`]);
+//! - `max_media_in_flight`: [`MediaInFlight`], once a request is parsed (its media's decoded size is known only
+//!   then), held like the in-flight slot until its response's last byte;
 //! - `max_in_flight`, `max_in_flight_per_key`: [`InFlight`], after authentication. Own code, because the slot
 //!   must be held for a response's whole life, a stream's body included: tower's `ConcurrencyLimit` gives its
 //!   permit back when the response head is ready, and nothing in tower counts per caller.
@@ -62,6 +64,10 @@ pub struct ConnectionLimits {
     /// `--max-in-flight-per-key N`: requests in flight per caller (gateway key); more get `429` with
     /// `Retry-After` (default 256).
     pub max_in_flight_per_key: usize,
+    /// `--max-media-in-flight BYTES`: the decoded media (images, audio, files) of all requests in flight
+    /// together; a request that would pass it gets `503` with `Retry-After` (default 256 MiB). A request's media
+    /// is held from its parsing to its response's last byte, in its body and decoded: this bounds that memory.
+    pub max_media_in_flight: usize,
 }
 
 impl Default for ConnectionLimits {
@@ -74,6 +80,7 @@ impl Default for ConnectionLimits {
             max_connections: 16_384,
             max_in_flight: 4096,
             max_in_flight_per_key: 256,
+            max_media_in_flight: 256 << 20,
         }
     }
 }
@@ -142,6 +149,8 @@ pub(crate) trait BodyGuard: Unpin {
 impl BodyGuard for () {}
 
 impl BodyGuard for InFlightPermit {}
+
+impl BodyGuard for MediaPermit {}
 
 /// A response body that keeps something (a request guard, an in-flight permit) alive until it has been sent
 /// or dropped, and tells it when frames are asked for and handed over.
@@ -330,6 +339,55 @@ impl InFlight {
             _all: all,
             _caller: caller,
         })
+    }
+}
+
+/// The media bytes of all requests in flight, capped (`--max-media-in-flight`): a semaphore with a permit per
+/// byte. A request is admitted or refused at once, never queued: a queue would hold the very bodies the cap is
+/// there to bound.
+#[derive(Debug)]
+pub(crate) struct MediaInFlight {
+    bytes: Arc<Semaphore>,
+    limit: usize,
+}
+
+/// A request's share of [`MediaInFlight`], given back when dropped.
+#[derive(Debug)]
+pub(crate) struct MediaPermit {
+    _bytes: Option<OwnedSemaphorePermit>,
+}
+
+impl MediaInFlight {
+    pub(crate) fn new(limits: &ConnectionLimits) -> Self {
+        let limit = limits
+            .max_media_in_flight
+            .clamp(1, Semaphore::MAX_PERMITS.min(u32::MAX as usize));
+        MediaInFlight {
+            bytes: Arc::new(Semaphore::new(limit)),
+            limit,
+        }
+    }
+
+    /// Admit a request carrying `bytes` of media, or refuse it (`503` + `Retry-After`). A request with more
+    /// media than the whole cap takes all of it: it runs when nothing else with media is in flight.
+    pub(crate) fn admit(&self, bytes: usize) -> Result<MediaPermit, ApiError> {
+        if bytes == 0 {
+            return Ok(MediaPermit { _bytes: None });
+        }
+        let wanted = u32::try_from(bytes.min(self.limit)).unwrap_or(u32::MAX);
+        match self.bytes.clone().try_acquire_many_owned(wanted) {
+            Ok(permit) => Ok(MediaPermit {
+                _bytes: Some(permit),
+            }),
+            Err(_) => Err(ApiError {
+                retry_after: Some(Duration::from_secs(1)),
+                ..ApiError::overloaded(format!(
+                    "the gateway holds its limit of media in flight (--max-media-in-flight, {} bytes) and this \
+                     request carries {bytes} bytes of media; retry later",
+                    self.limit
+                ))
+            }),
+        }
     }
 }
 

@@ -196,6 +196,7 @@ impl Gateway {
                         stores_responses: true,
                     },
                     limits: Arc::new(config.limits),
+                    media: Arc::new(crate::connection::MediaInFlight::new(&config.connections)),
                     mcp: None,
                     // `[cache.routes]` was checked when the stack's cache layer was built.
                     caching: config.file.cache.as_ref().map(|section| {

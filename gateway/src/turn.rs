@@ -46,6 +46,8 @@ pub(crate) struct Turns {
     /// What the wire formats' parsers need to know about the gateway.
     pub(crate) parse: ParseContext,
     pub(crate) limits: Arc<RequestLimits>,
+    /// `--max-media-in-flight`: the media of all turns in flight, capped.
+    pub(crate) media: Arc<crate::connection::MediaInFlight>,
     /// `--operator-keys-file`: operator decisions on pending approvals ([`crate::operator`]).
     pub(crate) operators: Option<OperatorState>,
     /// `[[mcp]]`: the MCP tools the loop offers, whose names client tools must not take.
@@ -175,6 +177,18 @@ pub(crate) async fn handle<F: WireFormat>(
     let (parsed, encoder) = F::parse(&body, &state.parse)?;
     // Before anything is looked up, spliced or stored: the request's size in things, not bytes.
     check_inbound(&parsed, body.len(), state.body_limit, &state.limits)?;
+    // The request is parsed (its media decoded, their base64 moved out of the parsed JSON, not copied): the
+    // body's bytes are not needed any more, and a stream may hold its request for minutes.
+    drop(body);
+    // Before anything is looked up or consumed (an approval is single-use): a refusal here changes nothing.
+    let media = state.media.admit(
+        parsed
+            .request
+            .messages
+            .iter()
+            .map(Message::media_bytes)
+            .sum(),
+    )?;
     let header_conversation = state.limits.conversation(
         caller.as_ref(),
         headers.get("x-conversation-id").map(|v| v.as_bytes()),
@@ -330,7 +344,12 @@ pub(crate) async fn handle<F: WireFormat>(
     if let Some(outcome) = &cache_outcome {
         crate::cache::outcome_header(outcome, response.headers_mut());
     }
-    Ok(response)
+    // Held until the answer's last byte: a stream keeps its request's media alive (the call record, a tool
+    // loop's later rounds) as long as it runs.
+    Ok(
+        response
+            .map(|body| axum::body::Body::new(crate::connection::GuardedBody::new(body, media))),
+    )
 }
 
 /// The longest `x-request-id` a call record keeps: the edge passes a client's id through as it came, and a record

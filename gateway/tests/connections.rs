@@ -16,7 +16,7 @@ use common::{get, request, Harness};
 use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-use tower_chat::test_server::{Part, Reply};
+use tower_chat::test_server::Reply;
 use tower_chat_gateway::connection::raise_open_files_limit;
 use tower_chat_testkit::{within, BOUND};
 
@@ -435,34 +435,9 @@ async fn a_body_that_does_not_arrive_in_time_is_408_and_the_connection_closed() 
     assert!(gw.provider.requests().is_empty());
 }
 
-/// An upstream whose stream starts and then hangs: each request stays in flight until the client leaves.
-fn hanging(_: &tower_chat::test_server::RecordedRequest, _: usize) -> Reply {
-    let first = json!({"id": "c", "object": "chat.completion.chunk", "model": "m",
-        "choices": [{"index": 0, "delta": {"role": "assistant", "content": "partial"}}]});
-    Reply::sse_chunks([format!("data: {first}\n\n")]).then(Part::Hang)
-}
-
 /// Open a streaming request and return once its head arrived (the request is then in flight).
 async fn open_stream(addr: std::net::SocketAddr, key: Option<&str>) -> (TcpStream, String) {
-    let body = request(true, "hi").to_string();
-    let auth = key
-        .map(|k| format!("authorization: Bearer {k}\r\n"))
-        .unwrap_or_default();
-    let mut socket = TcpStream::connect(addr).await.unwrap();
-    socket
-        .write_all(
-            format!(
-                "POST /v1/chat/completions HTTP/1.1\r\nHost: {addr}\r\n{auth}content-type: application/json\r\n\
-                 content-length: {}\r\n\r\n{body}",
-                body.len()
-            )
-            .as_bytes(),
-        )
-        .await
-        .unwrap();
-    let mut buf = vec![0u8; 4096];
-    let n = socket.read(&mut buf).await.unwrap();
-    (socket, String::from_utf8_lossy(&buf[..n]).into_owned())
+    common::open_request(addr, key, "/v1/chat/completions", &request(true, "hi")).await
 }
 
 #[tokio::test]
@@ -470,7 +445,7 @@ async fn over_the_in_flight_caps_requests_are_shed_at_once() {
     let keys = tempfile::NamedTempFile::new().unwrap();
     std::fs::write(keys.path(), "a:sk-a\nb:sk-b\n").unwrap();
     let path = keys.path().to_owned();
-    let gw = Harness::start(hanging, move |c| {
+    let gw = Harness::start(common::hanging, move |c| {
         c.api_keys_file = Some(path);
         c.connections.max_in_flight = 3;
         c.connections.max_in_flight_per_key = 2;

@@ -398,3 +398,71 @@ async fn responses_media_is_capped_like_every_format() {
     );
     assert!(gw.provider.requests().is_empty());
 }
+
+/// The decoded media of all requests in flight are capped together: a request that would pass the cap is shed
+/// at once with a 503 and `Retry-After`, in its own wire format; a request without media, or one arriving once a
+/// stream has ended and given its media back, goes through.
+#[tokio::test]
+async fn over_the_media_in_flight_cap_a_request_is_shed_with_a_503_in_its_own_format() {
+    let gw = Harness::start(common::hanging, |c| {
+        c.connections.max_media_in_flight = 600 * 1024;
+    })
+    .await;
+    let png = {
+        let mut png = PNG.to_vec();
+        png.resize(250 * 1024, 0);
+        base64(&png)
+    };
+    let chat = json!({"model": "gpt-test", "stream": true, "messages": [{"role": "user", "content": [
+        {"type": "text", "text": "What is this?"},
+        {"type": "image_url", "image_url": {"url": format!("data:image/png;base64,{png}")}},
+    ]}]});
+    let messages = json!({"model": "claude-test", "max_tokens": 64, "stream": true, "messages": [
+        {"role": "user", "content": [
+            {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": png}},
+        ]},
+    ]});
+    let open = |path: &'static str, body: &serde_json::Value| {
+        let body = body.clone();
+        let addr = gw.addr;
+        async move { common::open_request(addr, None, path, &body).await }
+    };
+    // Two streams of 250 KiB each: 500 KiB of the 600 KiB in flight.
+    let (first, head) = open("/v1/chat/completions", &chat).await;
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    let (_second, head) = open("/v1/chat/completions", &chat).await;
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    // A third would pass the cap.
+    let (_, refused) = open("/v1/chat/completions", &chat).await;
+    assert!(refused.starts_with("HTTP/1.1 503"), "{refused}");
+    assert!(refused.contains("retry-after: 1"), "{refused}");
+    assert!(
+        refused.contains("overloaded") && refused.contains("--max-media-in-flight"),
+        "{refused}"
+    );
+    let (_, refused) = open("/v1/messages", &messages).await;
+    assert!(refused.starts_with("HTTP/1.1 503"), "{refused}");
+    assert!(refused.contains("retry-after: 1"), "{refused}");
+    assert!(
+        refused.contains(r#""type":"error""#) && refused.contains("--max-media-in-flight"),
+        "Anthropic's error shape: {refused}"
+    );
+    assert_eq!(
+        gw.provider.requests().len(),
+        2,
+        "nothing refused went upstream"
+    );
+    // Requests without media take none of the cap.
+    let (_plain, head) = open("/v1/chat/completions", &common::request(true, "hi")).await;
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    // A stream that ends gives its media back.
+    drop(first);
+    let head = loop {
+        let (socket, head) = open("/v1/messages", &messages).await;
+        if !head.starts_with("HTTP/1.1 503") {
+            break (socket, head).1;
+        }
+        tokio::task::yield_now().await;
+    };
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+}

@@ -52,6 +52,10 @@ unsafe impl GlobalAlloc for Counting {
 #[global_allocator]
 static ALLOCATOR: Counting = Counting;
 
+/// Held by each test for its whole run: the counters are the process's, so two tests measuring at once would
+/// count each other's bytes.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 const CONCURRENT: usize = 4;
 const BODY_LIMIT: usize = 4 * 1024 * 1024;
 /// Bytes allocated at the peak per byte of request body in flight: the body, its parsed form, the upstream
@@ -60,14 +64,14 @@ const BODY_LIMIT: usize = 4 * 1024 * 1024;
 /// variation.
 const BYTES_PER_BODY_BYTE: usize = 8;
 
-/// Run `CONCURRENT` copies of `body` at once; the peak bytes allocated above what was allocated before, and the
+/// Run `concurrent` copies of `body` at once; the peak bytes allocated above what was allocated before, and the
 /// statuses.
-async fn peak_of(gw: &Harness, body: &Value) -> (usize, Vec<u16>) {
+async fn peak_of(gw: &Harness, body: &Value, concurrent: usize) -> (usize, Vec<u16>) {
     let text = body.to_string();
     let url = gw.url("/v1/chat/completions");
     let baseline = CURRENT.load(Ordering::Relaxed);
     PEAK.store(baseline, Ordering::Relaxed);
-    let requests = (0..CONCURRENT).map(|_| {
+    let requests = (0..concurrent).map(|_| {
         let (url, text) = (url.clone(), text.clone());
         tokio::spawn(async move { post(&url, text, &[]).await.status.as_u16() })
     });
@@ -111,21 +115,23 @@ fn forty_thousand_tools() -> Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_maximum_size_requests_stay_within_the_documented_bound() {
+    let _alone = ONE_AT_A_TIME.lock().await;
     let gw = Harness::start(|_, _| Reply::openai_text("ok"), |_| {}).await;
     // Warm up (connection pools, SQLite statement caches) so the baseline holds them.
     let (_, statuses) = peak_of(
         &gw,
         &json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]}),
+        CONCURRENT,
     )
     .await;
     assert!(statuses.iter().all(|s| *s == 200), "{statuses:?}");
 
     let bound = CONCURRENT * BODY_LIMIT * BYTES_PER_BODY_BYTE;
-    let (accepted, statuses) = peak_of(&gw, &largest_accepted()).await;
+    let (accepted, statuses) = peak_of(&gw, &largest_accepted(), CONCURRENT).await;
     assert!(statuses.iter().all(|s| *s == 200), "{statuses:?}");
     let tools = forty_thousand_tools();
     assert!(tools.to_string().len() < BODY_LIMIT);
-    let (refused, statuses) = peak_of(&gw, &tools).await;
+    let (refused, statuses) = peak_of(&gw, &tools, CONCURRENT).await;
     eprintln!(
         "{CONCURRENT} concurrent requests: largest accepted peak {} MiB, 40,000 tools (refused) peak {} MiB, \
          bound {} MiB",
@@ -136,4 +142,65 @@ async fn concurrent_maximum_size_requests_stay_within_the_documented_bound() {
     assert!(statuses.iter().all(|s| *s == 400), "{statuses:?}");
     assert!(accepted <= bound, "{accepted} bytes > {bound}");
     assert!(refused <= bound, "{refused} bytes > {bound}");
+}
+
+/// Decoded bytes of the image each media request carries (its base64 in the body is 4/3 of that).
+const IMAGE: usize = 6 << 20;
+/// Bytes allocated at the peak of one media request per byte of its body, in quarters (5.5), the scripted
+/// upstream's two copies (the raw body and its parsed JSON, both kept for the test to read) included. Measured
+/// 4.86 on 2026-12-07, 6.86 while the gateway kept the body for the whole call, copied each base64 text out of
+/// the parsed JSON, built each `data:` URL as a string and grew the upstream body by doubling (see BENCHMARKS.md,
+/// "Media memory"); the bound leaves headroom for allocator variation.
+const MEDIA_QUARTERS_PER_BODY_BYTE: usize = 22;
+
+/// A chat request carrying one image of `bytes` bytes as a base64 `data:` URL.
+fn with_image(bytes: usize) -> Value {
+    let mut png = tower_chat_testkit::PNG.to_vec();
+    png.resize(bytes, 7);
+    let url = format!("data:image/png;base64,{}", tower_chat_testkit::base64(&png));
+    json!({"model": "m", "messages": [{"role": "user", "content": [
+        {"type": "text", "text": "What is this?"},
+        {"type": "image_url", "image_url": {"url": url}},
+    ]}]})
+}
+
+/// What a request carrying media costs while it is in flight, per byte of its body: the body, the image decoded,
+/// its base64 for the upstream, the upstream request, the call record. One request at a time: concurrent
+/// requests' peaks overlap by chance, one request's peak is the same every run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_media_request_in_flight_stays_within_the_documented_bound() {
+    let _alone = ONE_AT_A_TIME.lock().await;
+    let gw = Harness::start(|_, _| Reply::openai_text("ok"), |_| {}).await;
+    let (_, statuses) = peak_of(&gw, &with_image(1024), 1).await;
+    assert!(statuses.iter().all(|s| *s == 200), "{statuses:?}");
+
+    let body = with_image(IMAGE);
+    let body_bytes = body.to_string().len();
+    let mut peaks = Vec::new();
+    for _ in 0..3 {
+        let (peak, statuses) = peak_of(&gw, &body, 1).await;
+        assert_eq!(statuses, [200]);
+        peaks.push(peak);
+    }
+    let peak = peaks.iter().copied().max().unwrap_or_default();
+    // What the scripted upstream keeps of each request: its raw body and its parsed JSON.
+    let upstream = gw
+        .provider
+        .requests()
+        .last()
+        .map_or(0, |r| 2 * r.raw_body.len());
+    eprintln!(
+        "a request of a {:.1} MiB body ({} MiB image): peaks {:?} KiB, {:.2} bytes a body byte at most; without \
+         the {} KiB the scripted upstream keeps of it, {:.2}",
+        body_bytes as f64 / (1 << 20) as f64,
+        IMAGE >> 20,
+        peaks.iter().map(|p| p >> 10).collect::<Vec<_>>(),
+        peak as f64 / body_bytes as f64,
+        upstream >> 10,
+        peak.saturating_sub(upstream) as f64 / body_bytes as f64
+    );
+    assert!(
+        peak * 4 <= body_bytes * MEDIA_QUARTERS_PER_BODY_BYTE,
+        "{peak} bytes > {MEDIA_QUARTERS_PER_BODY_BYTE} / 4 x {body_bytes}"
+    );
 }

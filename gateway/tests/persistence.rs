@@ -163,6 +163,94 @@ async fn a_client_hanging_up_mid_stream_is_recorded_as_cancelled_with_the_partia
     assert_eq!(calls[0].response.text(), "partial");
 }
 
+/// What the hang-up tests' upstream streams before it stops answering: reasoning, the start of a tool call
+/// with half its arguments, then text in two chunks (the text last, so that a client that has seen it knows
+/// every earlier event went through the gateway).
+fn reasoning_half_a_tool_call_then_text() -> Reply {
+    use tower_chat::test_server::Part;
+
+    Reply::sse_chunks([
+        "data: {\"choices\":[{\"index\":0,\"delta\":{\"reasoning_content\":\"weighing it\"}}]}\n\n",
+        "data: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"id\":\"call_half\",\
+         \"type\":\"function\",\"function\":{\"name\":\"lookup\",\"arguments\":\"{\\\"city\\\": \\\"Par\"}}]}}]}\n\n",
+        "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"partial \"}}]}\n\n",
+        "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"answer\"}}]}\n\n",
+    ])
+    .then(Part::Hang)
+}
+
+/// A client streams an answer in `conversation`, hangs up after its text, and the gateway shuts down (flushing
+/// its record writer).
+async fn hang_up_after_the_text(gw: &mut Harness, conversation: &str) {
+    stream_then_hang_up(gw, conversation, "hi", "answer").await;
+    gw.provider.hangups(1).await;
+    gw.shutdown();
+    gw.server.take().unwrap().await.unwrap().unwrap();
+}
+
+/// The record [`reasoning_half_a_tool_call_then_text`] leaves when the client hangs up after the text: cancelled,
+/// with the text, the reasoning and the tool call's name and argument text so far.
+fn assert_cancelled_with_everything_streamed(calls: &[CallRecord]) {
+    assert_eq!(calls.len(), 1, "{calls:#?}");
+    let record = &calls[0];
+    assert_eq!(record.outcome, CallOutcome::Cancelled, "{record:#?}");
+    let answer = record
+        .response
+        .last_assistant()
+        .unwrap_or_else(|| panic!("no partial output in {record:#?}"));
+    assert_eq!(answer.content, "partial answer");
+    assert_eq!(answer.reasoning.len(), 1, "{answer:#?}");
+    assert_eq!(answer.reasoning[0].text, "weighing it");
+    assert_eq!(answer.tool_calls.len(), 1, "{answer:#?}");
+    let call = &answer.tool_calls[0];
+    assert_eq!(
+        (call.id.as_str(), call.name.as_str()),
+        ("call_half", "lookup")
+    );
+    assert_eq!(
+        call.arguments,
+        tower_chat::ToolArguments::parse("{\"city\": \"Par".to_owned())
+    );
+}
+
+#[tokio::test]
+async fn a_hang_up_keeps_the_reasoning_text_and_tool_call_fragments_streamed_so_far() {
+    let mut gw = Harness::start(|_, _| reasoning_half_a_tool_call_then_text(), |_| {}).await;
+    hang_up_after_the_text(&mut gw, "conv-fragments").await;
+
+    let store = gw.records().await;
+    let calls = store
+        .conversation_calls(&ConversationId::new("conv-fragments"))
+        .await
+        .unwrap();
+    assert_cancelled_with_everything_streamed(&calls);
+}
+
+#[tokio::test]
+async fn with_database_url_a_hang_up_keeps_the_fragments_streamed_so_far() {
+    use tower_chat_persistence::PostgresStore;
+
+    let Some(url) = tower_chat::test_server::service_url("DATABASE_URL") else {
+        return;
+    };
+    let database_url = url.clone();
+    let mut gw = Harness::start(
+        |_, _| reasoning_half_a_tool_call_then_text(),
+        move |c| c.database_url = Some(database_url),
+    )
+    .await;
+    // Unique per run: the database outlives the test.
+    let conversation = format!("conv-pg-hangup-{}", uuid::Uuid::new_v4().simple());
+    hang_up_after_the_text(&mut gw, &conversation).await;
+
+    let store = PostgresStore::connect(url).await.unwrap();
+    let calls = store
+        .conversation_calls(&ConversationId::new(conversation))
+        .await
+        .unwrap();
+    assert_cancelled_with_everything_streamed(&calls);
+}
+
 #[tokio::test]
 async fn with_database_url_calls_and_approvals_go_to_postgresql() {
     use tower_chat_persistence::PostgresStore;

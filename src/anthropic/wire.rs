@@ -341,7 +341,7 @@ pub(crate) fn encode(
         stream: options.stream,
     };
     let serialized = if options.extra.is_empty() {
-        serde_json::to_vec(&body)
+        crate::transport::to_body(&body, &request.messages)
     } else {
         merge_extra(&body, &options.extra)
     };

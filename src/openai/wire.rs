@@ -4,7 +4,7 @@ use serde::Serialize;
 use serde_json::value::RawValue;
 use serde_json::Value;
 
-use crate::content::{Content, ImageDetail, MediaSource, Part};
+use crate::content::{Content, ImageDetail, MediaSource, MediaUrl, Part};
 use crate::error::ChatError;
 use crate::message::{Message, ToolCall};
 use crate::output_schema::{normalise, SchemaDialect};
@@ -93,7 +93,7 @@ enum WirePart<'a> {
 
 #[derive(Serialize)]
 struct WireImageUrl<'a> {
-    url: std::borrow::Cow<'a, str>,
+    url: MediaUrl<'a>,
     #[serde(skip_serializing_if = "Option::is_none")]
     detail: Option<&'static str>,
 }
@@ -109,7 +109,7 @@ struct WireFile<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     file_id: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    file_data: Option<String>,
+    file_data: Option<MediaUrl<'a>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     filename: Option<&'a str>,
 }
@@ -195,7 +195,7 @@ pub(crate) fn encode(
         response_format: options.response_format.as_ref().map(response_format),
     };
     let serialized = if options.extra.is_empty() {
-        serde_json::to_vec(&body)
+        crate::transport::to_body(&body, &request.messages)
     } else {
         merge_extra(&body, &options.extra)
     };
@@ -285,8 +285,8 @@ fn wire_part(part: &Part) -> Result<WirePart<'_>, ChatError> {
         Part::Image(image) => WirePart::ImageUrl {
             image_url: WireImageUrl {
                 url: match &image.source {
-                    MediaSource::Url { url } => url.as_str().into(),
-                    MediaSource::Data(blob) => blob.to_data_url().into(),
+                    MediaSource::Url { url } => MediaUrl::Url(url),
+                    MediaSource::Data(blob) => blob.data_url(),
                     MediaSource::FileId { .. } => {
                         return Err(ChatError::unsupported(PROVIDER, "an image by file id"))
                     }
@@ -308,7 +308,7 @@ fn wire_part(part: &Part) -> Result<WirePart<'_>, ChatError> {
             file: match &file.source {
                 MediaSource::Data(blob) => WireFile {
                     file_id: None,
-                    file_data: Some(blob.to_data_url()),
+                    file_data: Some(blob.data_url()),
                     filename: file.name.as_deref(),
                 },
                 MediaSource::FileId { id } => WireFile {

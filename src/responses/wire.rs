@@ -4,13 +4,11 @@
 //! `reasoning` items (the ones this API produced, exactly as received), its text as a `message` item and its tool
 //! calls as `function_call` items, and each tool result as a `function_call_output` item.
 
-use std::borrow::Cow;
-
 use serde::Serialize;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
-use crate::content::{Content, DataUrl, MediaSource, Part};
+use crate::content::{Content, DataUrl, MediaSource, MediaUrl, Part};
 use crate::error::ChatError;
 use crate::message::{AssistantMessage, Message, ToolCall};
 use crate::output_schema::{normalise, SchemaDialect};
@@ -89,7 +87,7 @@ enum WirePart<'a> {
     },
     InputImage {
         #[serde(skip_serializing_if = "Option::is_none")]
-        image_url: Option<Cow<'a, str>>,
+        image_url: Option<MediaUrl<'a>>,
         #[serde(skip_serializing_if = "Option::is_none")]
         file_id: Option<&'a str>,
         /// Required by the API; `auto` unless the part names one.
@@ -97,7 +95,7 @@ enum WirePart<'a> {
     },
     InputFile {
         #[serde(skip_serializing_if = "Option::is_none")]
-        file_data: Option<Cow<'a, str>>,
+        file_data: Option<MediaUrl<'a>>,
         #[serde(skip_serializing_if = "Option::is_none")]
         file_id: Option<&'a str>,
         #[serde(skip_serializing_if = "Option::is_none")]
@@ -166,7 +164,7 @@ pub(crate) fn encode(
             .map(|format| serde_json::json!({ "format": text_format(format) })),
     };
     let serialized = if options.extra.is_empty() {
-        serde_json::to_vec(&body)
+        crate::transport::to_body(&body, &request.messages)
     } else {
         merge_extra(&body, &options.extra)
     };
@@ -284,8 +282,8 @@ fn wire_part(part: &Part) -> Result<WirePart<'_>, ChatError> {
         Part::Text(text) => WirePart::InputText { text: &text.text },
         Part::Image(image) => {
             let (image_url, file_id) = match &image.source {
-                MediaSource::Url { url } => (Some(Cow::Borrowed(url.as_str())), None),
-                MediaSource::Data(blob) => (Some(Cow::Owned(blob.to_data_url())), None),
+                MediaSource::Url { url } => (Some(MediaUrl::Url(url)), None),
+                MediaSource::Data(blob) => (Some(blob.data_url()), None),
                 MediaSource::FileId { id } => (None, Some(id.as_str())),
             };
             WirePart::InputImage {
@@ -298,7 +296,7 @@ fn wire_part(part: &Part) -> Result<WirePart<'_>, ChatError> {
             let filename = file.name.as_deref();
             match &file.source {
                 MediaSource::Data(blob) => WirePart::InputFile {
-                    file_data: Some(Cow::Owned(blob.to_data_url())),
+                    file_data: Some(blob.data_url()),
                     file_id: None,
                     file_url: None,
                     filename,
@@ -311,7 +309,7 @@ fn wire_part(part: &Part) -> Result<WirePart<'_>, ChatError> {
                 },
                 // A data: URL is the file's bytes, not a place to fetch them from.
                 MediaSource::Url { url } if DataUrl::parse(url).is_ok() => WirePart::InputFile {
-                    file_data: Some(Cow::Borrowed(url)),
+                    file_data: Some(MediaUrl::Url(url)),
                     file_id: None,
                     file_url: None,
                     filename,

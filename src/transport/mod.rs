@@ -23,7 +23,9 @@ pub(crate) use body::Framing;
 pub(crate) use body::{EventDecoder, WireDecoder};
 pub use client::{HttpTransport, Timeouts};
 pub use connect::StaleConnections;
-pub(crate) use request::{cannot_serialize, endpoint, merge_extra, parse_headers, resolve_model};
+pub(crate) use request::{
+    cannot_serialize, endpoint, merge_extra, parse_headers, resolve_model, to_body,
+};
 pub use secret::Secret;
 pub(crate) use tools::ToolsJson;
 

@@ -69,6 +69,21 @@ pub(crate) fn cannot_serialize(error: serde_json::Error) -> crate::ChatError {
     .with_source(error)
 }
 
+/// `body` as JSON, into a buffer sized for the media of `messages` up front: a request carrying megabytes of
+/// base64 would otherwise grow its buffer by doubling, to up to twice its size.
+pub(crate) fn to_body(
+    body: &impl serde::Serialize,
+    messages: &[crate::Message],
+) -> Result<Vec<u8>, serde_json::Error> {
+    let media: usize = messages
+        .iter()
+        .map(|message| message.media_bytes().div_ceil(3) * 4)
+        .sum();
+    let mut out = Vec::with_capacity(media + 4096);
+    serde_json::to_writer(&mut out, body)?;
+    Ok(out)
+}
+
 /// Provider-specific fields win over ours, without duplicate keys in the body.
 pub(crate) fn merge_extra(
     body: &impl serde::Serialize,

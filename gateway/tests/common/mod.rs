@@ -520,3 +520,37 @@ pub async fn run_python(script: &str, args: &[String], checks: &[&str]) {
     let script = format!("{}/tests/{script}", env!("CARGO_MANIFEST_DIR"));
     tower_chat_testkit::run_python(script, args, checks).await;
 }
+
+/// An upstream whose stream starts and then hangs: each request stays in flight until the client leaves.
+pub fn hanging(_: &RecordedRequest, _: usize) -> Reply {
+    let first = json!({"id": "c", "object": "chat.completion.chunk", "model": "m",
+        "choices": [{"index": 0, "delta": {"role": "assistant", "content": "partial"}}]});
+    Reply::sse_chunks([format!("data: {first}\n\n")]).then(Part::Hang)
+}
+
+/// Send `body` to `path` on a connection of its own (with `key` as its bearer key) and return once the answer's
+/// first bytes arrived, with them: a streaming request is then in flight until the socket is dropped.
+pub async fn open_request(
+    addr: SocketAddr,
+    key: Option<&str>,
+    path: &str,
+    body: &Value,
+) -> (tokio::net::TcpStream, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let body = body.to_string();
+    let auth = key
+        .map(|k| format!("authorization: Bearer {k}\r\n"))
+        .unwrap_or_default();
+    let mut socket = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let head = format!(
+        "POST {path} HTTP/1.1\r\nHost: {addr}\r\n{auth}content-type: application/json\r\n\
+         content-length: {}\r\n\r\n",
+        body.len()
+    );
+    socket.write_all(head.as_bytes()).await.unwrap();
+    socket.write_all(body.as_bytes()).await.unwrap();
+    let mut buf = vec![0u8; 4096];
+    let n = socket.read(&mut buf).await.unwrap();
+    (socket, String::from_utf8_lossy(&buf[..n]).into_owned())
+}

@@ -17,7 +17,7 @@ use crate::format::schema;
 /// A `data:` URL or an `https:` URL as a media source: a data URL is decoded into bytes.
 fn url_source(url: String, at: &str) -> Result<MediaSource, ApiError> {
     if url.starts_with("data:") {
-        let blob = Blob::from_data_url(&url).map_err(|e| schema(format!("{at}: {e}")))?;
+        let blob = Blob::from_data_url_string(url).map_err(|e| schema(format!("{at}: {e}")))?;
         return Ok(MediaSource::Data(blob));
     }
     if !(url.starts_with("https://") || url.starts_with("http://")) {
@@ -28,12 +28,13 @@ fn url_source(url: String, at: &str) -> Result<MediaSource, ApiError> {
     Ok(MediaSource::Url { url })
 }
 
-fn base64_blob(data: &str, media_type: String, at: &str) -> Result<Blob, ApiError> {
-    Blob::from_base64(data, media_type).map_err(|e| schema(format!("{at}: {e}")))
+/// The text is taken: canonical base64 becomes the blob's base64 form without a copy.
+fn base64_blob(data: String, media_type: String, at: &str) -> Result<Blob, ApiError> {
+    Blob::from_base64_string(data, media_type).map_err(|e| schema(format!("{at}: {e}")))
 }
 
 /// OpenAI's `input_audio` (`data` in base64, `format` `wav` or `mp3`), in Chat Completions and Responses alike.
-fn input_audio_part(data: &str, format: &str, at: &str) -> Result<Part, ApiError> {
+fn input_audio_part(data: String, format: &str, at: &str) -> Result<Part, ApiError> {
     let media_type = match format {
         "mp3" => "audio/mpeg".to_owned(),
         other => format!("audio/{other}"),
@@ -95,7 +96,7 @@ pub(crate) fn chat_completions_part(value: Value, at: &str) -> Result<Part, ApiE
             cache: None,
         }),
         Wire::InputAudio { input_audio } => {
-            input_audio_part(&input_audio.data, &input_audio.format, at)?
+            input_audio_part(input_audio.data, &input_audio.format, at)?
         }
         Wire::File { file } => {
             let source = match (file.file_data, file.file_id) {
@@ -205,7 +206,7 @@ impl InSource {
     fn into_source(self, at: &str) -> Result<MediaSource, ApiError> {
         Ok(match self {
             InSource::Base64 { media_type, data } => {
-                MediaSource::Data(base64_blob(&data, media_type, at)?)
+                MediaSource::Data(base64_blob(data, media_type, at)?)
             }
             InSource::Url { url } => MediaSource::Url { url },
             InSource::Text { media_type, data } => {
@@ -422,7 +423,7 @@ pub(crate) fn responses_part(value: Value, at: &str) -> Result<Part, ApiError> {
                              type (.pdf, .txt, ...), or a data: URL"
                         ))
                     })?;
-                    let blob = base64_blob(&data, media_type.to_owned(), at)?;
+                    let blob = base64_blob(data, media_type.to_owned(), at)?;
                     (MediaSource::Data(blob), None)
                 }
                 (None, Some(url), None) => {
@@ -449,7 +450,7 @@ pub(crate) fn responses_part(value: Value, at: &str) -> Result<Part, ApiError> {
             })
         }
         Wire::InputAudio { input_audio } => {
-            input_audio_part(&input_audio.data, &input_audio.format, at)?
+            input_audio_part(input_audio.data, &input_audio.format, at)?
         }
     })
 }

@@ -194,7 +194,8 @@ impl Draft {
         first_token_at: Option<SystemTime>,
         outcome: CallOutcome,
     ) -> CallRecord {
-        let mut response = builder.finish();
+        // A stream cut midway keeps the tool calls it was still streaming, with their argument text so far.
+        let mut response = builder.finish_with_open_calls();
         // A policy inside redacted the request: what was sent is what is kept.
         if self.request.omitted.is_none() {
             if let Some(sent) = self.audit.sent_messages() {

@@ -15,6 +15,7 @@
 //! before blobs existed (base64 inside their JSON) read as they always did.
 
 use std::collections::{HashMap, HashSet, VecDeque};
+use std::hash::Hasher;
 
 use bytes::Bytes;
 use serde_json::Value;
@@ -143,6 +144,45 @@ impl RecentBlobs {
         }
         self.known.insert(hash.clone());
         self.order.push_back(hash);
+    }
+}
+
+/// Feed a message to `hasher`: its JSON with every blob's bytes in place of their base64 (never made), so two
+/// messages feed the same input exactly when they are equal. What the chain cache keeps instead of the message.
+pub(crate) fn digest_message(
+    message: &Message,
+    hasher: &mut impl Hasher,
+) -> Result<(), StoreError> {
+    let digest_error = |e| StoreError::with_source("cannot digest a message", e);
+    if !has_blobs(message) {
+        return serde_json::to_writer(HashWriter(hasher), message).map_err(digest_error);
+    }
+    // As `encode_message` does: a copy with empty blobs (their bytes are shared, not copied) is serialised.
+    let mut hollow = message.clone();
+    if let Some(content) = content_mut(&mut hollow) {
+        for part in content.parts_mut() {
+            let Some(blob) = blob_of_mut(part).filter(|b| !b.is_empty()) else {
+                continue;
+            };
+            hasher.write(&(blob.len() as u64).to_le_bytes());
+            hasher.write(blob.bytes());
+            *blob = Blob::new(Bytes::new(), blob.media_type());
+        }
+    }
+    serde_json::to_writer(HashWriter(hasher), &hollow).map_err(digest_error)
+}
+
+/// An `io::Write` that feeds a hasher.
+struct HashWriter<'a, H>(&'a mut H);
+
+impl<H: Hasher> std::io::Write for HashWriter<'_, H> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.write(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
     }
 }
 

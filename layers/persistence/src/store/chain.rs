@@ -11,22 +11,24 @@
 //! A record stores the id of the last node of its history (request messages followed by response messages)
 //! and how many of those messages it sent; reading walks the chain back from there.
 //!
-//! Computing ids needs each message's JSON, so the encoder keeps the chains it wrote recently in memory
-//! ([`ChainCache`]): a record whose messages start with a cached chain (found by conversation id, or, for
-//! stateless clients, by the chain's length and last message) reuses those ids after comparing the messages
-//! (a comparison, no serialisation); only the messages past the shared prefix are serialised, hashed and
-//! written. On a cold cache (after a restart) every message is serialised and hashed once, and the database
-//! ignores the nodes it already has (`ON CONFLICT DO NOTHING`).
+//! Computing ids needs each message's JSON with its blobs' hashes, so the encoder keeps the chains it wrote
+//! recently in memory ([`ChainCache`]), as digests only: per message a keyed 128-bit SipHash of its JSON with
+//! each blob's bytes in place of their base64 (no allocation, no SHA-256), never the message itself, so a
+//! conversation's images are not held after its request. A record whose message digests start with a cached
+//! chain's (found by conversation id, or, for stateless clients, by the chain's length and last message) reuses
+//! those ids; only the messages past the shared prefix are encoded (blobs hashed with SHA-256) and written. On a
+//! cold cache (after a restart) every message is encoded once, and the database ignores the nodes it already has
+//! (`ON CONFLICT DO NOTHING`).
 
 use std::collections::HashMap;
-use std::hash::{Hash, Hasher};
+use std::hash::Hasher;
 use std::sync::{Arc, Mutex};
 
 use siphasher::sip128::{Hasher128, SipHasher24};
 use tower_chat::{ChatOptions, Message, Shared};
 
 use crate::record::CallRecord;
-use crate::store::blobs::{encode_message, NewBlob, RecentBlobs};
+use crate::store::blobs::{digest_message, encode_message, NewBlob, RecentBlobs};
 use crate::store::StoreError;
 
 /// A node id: 32 lowercase hex digits.
@@ -120,22 +122,14 @@ fn options_id(key: NodeKey, json: &str) -> NodeId {
     hex(&hash.finish128().as_bytes())
 }
 
-/// A 64-bit in-memory fingerprint of one message (never stored: it only indexes the cache, and a match is
-/// confirmed by comparing messages). Hashes the role and the texts and ids, not the whole structure.
-fn fingerprint(message: &Message) -> u64 {
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    match message {
-        Message::System { content } => (0u8, content.joined_text(), content.size()).hash(&mut h),
-        Message::User { content } => (1u8, content.joined_text(), content.size()).hash(&mut h),
-        Message::Assistant(a) => {
-            (2u8, &a.content).hash(&mut h);
-            for call in &a.tool_calls {
-                call.id.hash(&mut h);
-            }
-        }
-        Message::Tool(t) => (3u8, &t.call_id, t.content.joined_text()).hash(&mut h),
-    }
-    h.finish()
+/// An in-memory digest of one message (never stored: it stands for the message in the cache). Keyed with the
+/// database's key, so nobody can craft two messages with the same digest.
+type Digest = u128;
+
+fn digest(key: NodeKey, message: &Message) -> Result<Digest, StoreError> {
+    let mut hash = key.hasher();
+    digest_message(message, &mut hash)?;
+    Ok(hash.finish128().as_u128())
 }
 
 /// The node ids of a history, last first, as a persistent list: a chain that extends another shares its
@@ -172,65 +166,56 @@ fn prefix(head: &Arc<Ids>, len: usize) -> Option<Arc<Ids>> {
     Some(at.clone())
 }
 
-/// A history the encoder wrote: the request's messages (shared with the request, not copied), the response's,
-/// and the node ids.
+/// A history the encoder wrote: one digest per message (request then response) and the node ids.
 #[derive(Debug)]
 struct Chain {
     scope: Option<String>,
-    request: Shared<Vec<Message>>,
-    response: Vec<Message>,
+    request_len: usize,
+    digests: Vec<Digest>,
     ids: Arc<Ids>,
 }
 
 impl Chain {
+    /// What one node of [`Ids`] costs: the node, its `Arc`'s counts and the id's 32 hex digits with theirs.
+    const ID_BYTES: usize = std::mem::size_of::<Ids>() + 16 + 32 + 16;
+
     fn len(&self) -> usize {
         self.ids.len
     }
 
-    fn message(&self, i: usize) -> &Message {
-        match self.request.get(i) {
-            Some(m) => m,
-            None => &self.response[i - self.request.len()],
-        }
+    /// How many leading messages of a history with these digests this chain shares.
+    fn common_prefix(&self, digests: &[Digest]) -> usize {
+        self.digests
+            .iter()
+            .zip(digests)
+            .take_while(|(ours, theirs)| ours == theirs)
+            .count()
     }
 
-    /// How many leading messages of `request ++ response` this chain shares.
-    fn common_prefix(&self, request: &Shared<Vec<Message>>, response: &[Message]) -> usize {
-        let total = request.len() + response.len();
-        let limit = self.len().min(total);
-        let mut i = 0;
-        if Shared::ptr_eq(&self.request, request) {
-            // The same request (a retried batch, an in-flight record and its final one): no comparison.
-            i = self.request.len().min(limit);
-        }
-        while i < limit {
-            let theirs = match request.get(i) {
-                Some(m) => m,
-                None => &response[i - request.len()],
-            };
-            if self.message(i) != theirs {
-                break;
-            }
-            i += 1;
-        }
-        i
+    /// The bytes this chain keeps, counting every id as its own (an upper bound: a chain shares its
+    /// predecessor's) and its index entries.
+    fn retained_bytes(&self, conversation: &str) -> usize {
+        std::mem::size_of::<Chain>()
+            + self.digests.capacity() * std::mem::size_of::<Digest>()
+            + self.len() * Self::ID_BYTES
+            + 3 * (self.scope.as_ref().map_or(0, String::len) + std::mem::size_of::<TailKey>() + 16)
+            + conversation.len()
     }
 }
 
-type TailKey = (Option<String>, usize, u64);
+type TailKey = (Option<String>, usize, Digest);
 
 #[derive(Debug, Default)]
 struct Generation {
     by_conversation: HashMap<String, Arc<Chain>>,
     by_tail: HashMap<TailKey, Arc<Chain>>,
-    messages: usize,
+    bytes: usize,
 }
 
 /// The chains written recently, in two generations: lookups search both, and when the current one holds more
-/// than [`ChainCache::CAPACITY`] messages it becomes the previous one (the older is dropped). Memory is
-/// bounded by about twice the capacity in messages (each chain counts its whole length, although it shares the
-/// message vector of the request that carried it, and its ids with the chain it extends): 40,000 messages of
-/// ~200 bytes are ~8 MB at most.
+/// than [`ChainCache::BYTES`] it becomes the previous one (the older is dropped). Memory is bounded by about
+/// twice that: a chain keeps ~100 bytes a message (its digest and id), whatever the message holds, media
+/// included (each chain counts its whole length, although it shares its ids with the chain it extends).
 #[derive(Debug, Default)]
 pub(crate) struct ChainCache {
     current: Generation,
@@ -239,7 +224,8 @@ pub(crate) struct ChainCache {
 }
 
 impl ChainCache {
-    const CAPACITY: usize = 20_000;
+    /// The most bytes a generation holds before it is retired (~40,000 messages).
+    const BYTES: usize = 4 << 20;
     /// How many distinct option sets (tools offered included) are remembered.
     const OPTIONS: usize = 16;
     /// How far back from a request's end a stateless client's previous history may end.
@@ -261,19 +247,20 @@ impl ChainCache {
             .cloned()
     }
 
-    /// The cached chain sharing the longest prefix with `request ++ response`, and that prefix's length.
+    /// The cached chain sharing the longest prefix with a history (`digests`, of which the first `request_len`
+    /// are the request's), and that prefix's length.
     fn best_prefix(
         &self,
         conversation: &str,
         scope: Option<&str>,
-        request: &Shared<Vec<Message>>,
-        response: &[Message],
+        digests: &[Digest],
+        request_len: usize,
     ) -> Option<(Arc<Chain>, usize)> {
         let mut best: Option<(Arc<Chain>, usize)> = None;
         if let Some(chain) = self.by_conversation(conversation) {
             if chain.scope.as_deref() == scope {
-                let shared = chain.common_prefix(request, response);
-                if shared >= request.len() {
+                let shared = chain.common_prefix(digests);
+                if shared >= request_len {
                     return Some((chain, shared));
                 }
                 best = Some((chain, shared));
@@ -281,18 +268,14 @@ impl ChainCache {
         }
         // A stateless client: its request starts with a history written before, which ends a few messages
         // before the request's end (the new user message, or tool results).
-        let n = request.len();
+        let n = request_len;
         for len in (n.saturating_sub(Self::TAIL_PROBES).max(1)..=n).rev() {
             if best.as_ref().is_some_and(|(_, shared)| *shared >= len) {
                 break;
             }
-            let key = (
-                scope.map(str::to_owned),
-                len,
-                fingerprint(&request[len - 1]),
-            );
+            let key = (scope.map(str::to_owned), len, digests[len - 1]);
             if let Some(chain) = self.by_tail(&key) {
-                let shared = chain.common_prefix(request, response);
+                let shared = chain.common_prefix(digests);
                 if best.as_ref().is_none_or(|(_, b)| shared > *b) {
                     best = Some((chain, shared));
                 }
@@ -301,23 +284,25 @@ impl ChainCache {
         best.filter(|(_, shared)| *shared > 0)
     }
 
+    /// Bytes the cached chains hold.
+    #[cfg(test)]
+    fn retained_bytes(&self) -> usize {
+        self.current.bytes + self.previous.bytes
+    }
+
     fn remember(&mut self, conversation: &str, chain: Arc<Chain>) {
-        if self.current.messages > Self::CAPACITY {
+        if self.current.bytes > Self::BYTES {
             self.previous = std::mem::take(&mut self.current);
         }
         // Indexed by where the history ends, and by where its request ends: a client may resend the
         // request's messages and an answer that differs from the recorded one (a dropped reasoning text).
-        for len in [chain.request.len(), chain.len()] {
+        for len in [chain.request_len, chain.len()] {
             if len > 0 {
-                let key = (
-                    chain.scope.clone(),
-                    len,
-                    fingerprint(chain.message(len - 1)),
-                );
+                let key = (chain.scope.clone(), len, chain.digests[len - 1]);
                 self.current.by_tail.insert(key, chain.clone());
             }
         }
-        self.current.messages += chain.len();
+        self.current.bytes += chain.retained_bytes(conversation);
         self.current
             .by_conversation
             .insert(conversation.to_owned(), chain);
@@ -393,8 +378,17 @@ impl Encoder {
     pub(crate) fn forget(&self) {
         let cache = std::mem::take(&mut *self.cache.lock().unwrap_or_else(|e| e.into_inner()));
         let blobs = std::mem::take(&mut *self.blobs.lock().unwrap_or_else(|e| e.into_inner()));
-        // Dropped after the locks are released: freeing 40,000 messages must not hold up a concurrent encode.
+        // Dropped after the locks are released: freeing a cache of chains must not hold up a concurrent encode.
         drop((cache, blobs));
+    }
+
+    /// Bytes the cached chains hold (a test's view of the bound).
+    #[cfg(test)]
+    pub(crate) fn cached_bytes(&self) -> usize {
+        self.cache
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retained_bytes()
     }
 
     /// The batch was committed: its chains and options may be reused.
@@ -449,11 +443,16 @@ fn encode_one(
         }
     };
 
-    let mut known = cache.best_prefix(conversation, scope, request, response);
+    let digests = request
+        .iter()
+        .chain(response)
+        .map(|message| digest(key, message))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut known = cache.best_prefix(conversation, scope, &digests, request.len());
     // A chain written earlier in this batch (an in-flight record and its final one, a tool loop's rounds).
     for (c, chain) in pending.chains.iter().rev() {
         if c == conversation && chain.scope.as_deref() == scope {
-            let shared = chain.common_prefix(request, response);
+            let shared = chain.common_prefix(&digests);
             if known.as_ref().is_none_or(|(_, b)| shared > *b) {
                 known = Some((chain.clone(), shared));
             }
@@ -500,8 +499,8 @@ fn encode_one(
             conversation.to_owned(),
             Arc::new(Chain {
                 scope: scope.map(str::to_owned),
-                request: request.clone(),
-                response: response.to_vec(),
+                request_len: request.len(),
+                digests,
                 ids,
             }),
         ));
@@ -719,6 +718,63 @@ mod tests {
         );
         assert_eq!(edited.nodes.len(), 3);
         assert_eq!(edited.nodes[0].parent.as_ref(), Some(&alice.nodes[0].id));
+    }
+
+    #[test]
+    fn conversations_with_large_media_leave_the_cache_within_its_byte_bound() {
+        let encoder = Encoder::default();
+        for n in 0..40u32 {
+            // Distinct bytes each: 2 MiB of image per conversation, 80 MiB written in all.
+            let mut image = vec![0u8; 2 << 20];
+            image[..4].copy_from_slice(&n.to_le_bytes());
+            let question = Message::user(vec![
+                tower_chat::Part::text("what is this?"),
+                tower_chat::Part::image(image, "image/png"),
+            ]);
+            let encoded = write(
+                &encoder,
+                &record(&format!("c{n}"), None, vec![question], "a chart"),
+            );
+            assert_eq!(encoded.blobs.len(), 1, "the image is stored");
+            assert!(
+                encoder.cached_bytes() <= 2 * ChainCache::BYTES,
+                "after {} conversations the cache holds {} bytes",
+                n + 1,
+                encoder.cached_bytes()
+            );
+        }
+        // Media are not what the cache keeps: forty chains of two messages are a few kilobytes.
+        assert!(
+            encoder.cached_bytes() < 64 << 10,
+            "{}",
+            encoder.cached_bytes()
+        );
+        // The cache still knows each chain: a resend adds only its new messages.
+        let resent = write(
+            &encoder,
+            &record(
+                "c39",
+                None,
+                vec![
+                    Message::user(vec![
+                        tower_chat::Part::text("what is this?"),
+                        tower_chat::Part::image(
+                            {
+                                let mut image = vec![0u8; 2 << 20];
+                                image[..4].copy_from_slice(&39u32.to_le_bytes());
+                                image
+                            },
+                            "image/png",
+                        ),
+                    ]),
+                    Message::assistant("a chart"),
+                    Message::user("and the axis?"),
+                ],
+                "time",
+            ),
+        );
+        assert_eq!(resent.nodes.len(), 2);
+        assert!(resent.blobs.is_empty(), "the image was written before");
     }
 
     #[test]
