@@ -46,12 +46,20 @@ enum StreamEvent {
     Unknown,
 }
 
+/// The message of `message_start`, and a whole (non-streamed) message: a stream's start usually has no content
+/// and no `stop_reason` yet, but one may carry the complete message and go straight on to `message_stop`.
 #[derive(Deserialize)]
 struct MessageInfo {
     #[serde(default)]
     id: Option<String>,
     #[serde(default)]
     model: Option<String>,
+    #[serde(default)]
+    content: Vec<ContentBlock>,
+    #[serde(default)]
+    stop_reason: Option<String>,
+    #[serde(default)]
+    stop_sequence: Option<String>,
     #[serde(default)]
     usage: Option<WireUsage>,
 }
@@ -246,6 +254,22 @@ impl MessageDecoder {
                 if let Some(usage) = message.usage {
                     self.apply_usage(usage);
                 }
+                for (index, block) in message.content.into_iter().enumerate() {
+                    self.on_stream_event(
+                        StreamEvent::ContentBlockStart {
+                            index,
+                            content_block: block,
+                        },
+                        out,
+                    )?;
+                    self.on_stream_event(StreamEvent::ContentBlockStop { index }, out)?;
+                }
+                if let Some(reason) = message.stop_reason {
+                    self.stop_reason = Some(reason);
+                }
+                if let Some(sequence) = message.stop_sequence {
+                    self.stop_sequence = Some(sequence);
+                }
             }
             StreamEvent::ContentBlockStart {
                 index,
@@ -281,11 +305,22 @@ impl MessageDecoder {
                             id: id.clone(),
                             name: name.clone(),
                         });
+                        // A call made by the provider's code execution (programmatic tool calling) comes whole in
+                        // its start block, with no `input_json_delta` after it: a streaming client reads the
+                        // arguments only from deltas, so the whole input is the call's one delta.
+                        let mut json = String::new();
+                        if input.as_object().is_some_and(|fields| !fields.is_empty()) {
+                            json = input.to_string();
+                            out.push_back(ChatEvent::ToolCallDelta {
+                                index: call_index,
+                                arguments: json.clone(),
+                            });
+                        }
                         BlockState::Tool {
                             call_index,
                             id,
                             name,
-                            json: String::new(),
+                            json,
                             start_input: input,
                         }
                     }
@@ -370,7 +405,6 @@ impl MessageDecoder {
         let reason = stop_reason(
             self.stop_reason.as_deref().unwrap_or("end_turn"),
             self.stop_sequence.take(),
-            self.calls > 0,
         );
         out.push_back(ChatEvent::Finish { reason });
         self.done = true;
@@ -419,10 +453,11 @@ impl WireDecoder for MessageDecoder {
     }
 }
 
-fn stop_reason(reason: &str, sequence: Option<String>, had_calls: bool) -> FinishReason {
+/// The provider's own reason, whatever calls the message holds: a turn that ended (`end_turn`) with `tool_use`
+/// blocks holds calls the provider's code execution already made, which the client must not run again.
+fn stop_reason(reason: &str, sequence: Option<String>) -> FinishReason {
     match reason {
         "tool_use" => FinishReason::ToolCalls,
-        "end_turn" | "stop_sequence" if had_calls => FinishReason::ToolCalls,
         "stop_sequence" => sequence.map_or(FinishReason::Stop, FinishReason::StopSequence),
         "end_turn" => FinishReason::Stop,
         "max_tokens" | "model_context_window_exceeded" => FinishReason::Length,
@@ -459,22 +494,6 @@ pub(crate) fn provider_message(body: &[u8]) -> Option<String> {
         .or_else(|| error.as_str().map(str::to_owned))
 }
 
-#[derive(Deserialize)]
-struct WholeMessage {
-    #[serde(default)]
-    id: Option<String>,
-    #[serde(default)]
-    model: Option<String>,
-    #[serde(default)]
-    content: Vec<ContentBlock>,
-    #[serde(default)]
-    stop_reason: Option<String>,
-    #[serde(default)]
-    stop_sequence: Option<String>,
-    #[serde(default)]
-    usage: Option<WireUsage>,
-}
-
 /// Map a whole message body to the same events its stream would give.
 pub(crate) fn decode_message(body: &[u8]) -> Result<Vec<ChatEvent>, ChatError> {
     let value: Value = serde_json::from_slice(body)
@@ -482,32 +501,11 @@ pub(crate) fn decode_message(body: &[u8]) -> Result<Vec<ChatEvent>, ChatError> {
     if value.get("type").and_then(Value::as_str) == Some("error") {
         return Err(error_from(value.get("error").unwrap_or(&Value::Null)));
     }
-    let message: WholeMessage = serde_json::from_value(value)
+    let message: MessageInfo = serde_json::from_value(value)
         .map_err(|e| ChatError::protocol(format_args!("malformed message ({e})"), body))?;
     let mut decoder = MessageDecoder::default();
     let mut out = VecDeque::new();
-    decoder.on_stream_event(
-        StreamEvent::MessageStart {
-            message: MessageInfo {
-                id: message.id,
-                model: message.model,
-                usage: message.usage,
-            },
-        },
-        &mut out,
-    )?;
-    for (index, block) in message.content.into_iter().enumerate() {
-        decoder.on_stream_event(
-            StreamEvent::ContentBlockStart {
-                index,
-                content_block: block,
-            },
-            &mut out,
-        )?;
-        decoder.on_stream_event(StreamEvent::ContentBlockStop { index }, &mut out)?;
-    }
-    decoder.stop_reason = message.stop_reason;
-    decoder.stop_sequence = message.stop_sequence;
+    decoder.on_stream_event(StreamEvent::MessageStart { message }, &mut out)?;
     decoder.finish(&mut out);
     decoder.answers_as_text(&mut out, 0);
     Ok(out.into())

@@ -336,3 +336,97 @@ fn error_bodies_give_their_message() {
         &ErrorKind::InvalidRequest
     );
 }
+
+/// The arguments a stream's deltas carry for each call, joined.
+fn streamed_arguments(events: &[Result<ChatEvent, String>]) -> Vec<String> {
+    let mut arguments: Vec<String> = Vec::new();
+    for event in events.iter().flatten() {
+        match event {
+            ChatEvent::ToolCallStart { .. } => arguments.push(String::new()),
+            ChatEvent::ToolCallDelta {
+                index,
+                arguments: delta,
+            } => arguments[*index].push_str(delta),
+            _ => {}
+        }
+    }
+    arguments
+}
+
+/// Programmatic tool calling: a call its code made arrives whole in `content_block_start`, with no
+/// `input_json_delta` after it.
+#[test]
+fn tool_input_sent_whole_in_the_start_block_is_streamed_as_its_arguments() {
+    let text = [
+        event("message_start", json!({"type":"message_start","message":{"id":"msg_1","type":"message","role":"assistant","model":"claude-sonnet-4-5","content":[],"stop_reason":null,"usage":{"input_tokens":9,"output_tokens":1}}})),
+        event("content_block_start", json!({"type":"content_block_start","index":0,"content_block":{"type":"tool_use","id":"toolu_1","name":"query_sales","input":{"region":"West"},"caller":{"type":"code_execution_20250825","tool_id":"srvtoolu_1"}}})),
+        event("content_block_stop", json!({"type":"content_block_stop","index":0})),
+        event("message_delta", json!({"type":"message_delta","delta":{"stop_reason":"tool_use","stop_sequence":null},"usage":{"output_tokens":20}})),
+        event("message_stop", json!({"type":"message_stop"})),
+    ]
+    .concat();
+    let events = decode_stream(&text);
+    assert_eq!(
+        streamed_arguments(&events),
+        [r#"{"region":"West"}"#],
+        "{events:?}"
+    );
+    assert!(events.contains(&Ok(ChatEvent::ToolCallEnd {
+        index: 0,
+        call: ToolCall::new("toolu_1", "query_sales", json!({"region": "West"}))
+    })));
+    // The usual empty start input followed by deltas still streams the deltas alone.
+    assert_eq!(
+        streamed_arguments(&decode_stream(&tool_stream())),
+        [r#"{"city": "Oslo"}"#, ""]
+    );
+}
+
+/// A `message_start` whose message is already complete: its content and `stop_reason`, then `message_stop`.
+#[test]
+fn a_message_start_carrying_the_whole_message_gives_its_content_and_stop_reason() {
+    let text = [
+        event("message_start", json!({"type":"message_start","message":{"id":"msg_1","type":"message","role":"assistant","model":"claude-sonnet-4-5",
+            "content":[{"type":"text","text":"Checking"},{"type":"tool_use","id":"toolu_1","name":"weather","input":{"city":"Oslo"}}],
+            "stop_reason":"tool_use","stop_sequence":null,"usage":{"input_tokens":25,"output_tokens":40}}})),
+        event("message_stop", json!({"type":"message_stop"})),
+    ]
+    .concat();
+    let events: Vec<ChatEvent> = decode_stream(&text)
+        .into_iter()
+        .map(Result::unwrap)
+        .collect();
+    assert!(events.contains(&ChatEvent::text("Checking")), "{events:?}");
+    assert!(events.contains(&ChatEvent::ToolCallEnd {
+        index: 0,
+        call: ToolCall::new("toolu_1", "weather", json!({"city": "Oslo"}))
+    }));
+    assert_eq!(
+        events.last(),
+        Some(&ChatEvent::finish(FinishReason::ToolCalls))
+    );
+    let body = json!({"id":"msg_1","model":"claude-sonnet-4-5",
+        "content":[{"type":"text","text":"Checking"},{"type":"tool_use","id":"toolu_1","name":"weather","input":{"city":"Oslo"}}],
+        "stop_reason":"tool_use","usage":{"input_tokens":25,"output_tokens":40}});
+    assert_eq!(decode_message(body.to_string().as_bytes()).unwrap(), events);
+}
+
+/// Calls the provider's own code execution made (their `caller` is the code execution tool) sit in a message
+/// that ended its turn: the provider's `end_turn` is the finish, not a request for the client to run them.
+#[test]
+fn an_end_turn_with_calls_the_provider_ran_itself_stays_a_stop() {
+    let body = json!({"id":"msg_1","model":"claude-sonnet-4-5",
+        "content":[{"type":"server_tool_use","id":"srvtoolu_1","name":"code_execution","input":{"code":"print(1)"}},
+                   {"type":"tool_use","id":"toolu_1","name":"query_sales","input":{"region":"West"},
+                    "caller":{"type":"code_execution_20250825","tool_id":"srvtoolu_1"}},
+                   {"type":"text","text":"West sold most."}],
+        "stop_reason":"end_turn","usage":{"input_tokens":25,"output_tokens":40}});
+    let whole = decode_message(body.to_string().as_bytes()).unwrap();
+    assert_eq!(whole.last(), Some(&ChatEvent::finish(FinishReason::Stop)));
+    let streamed =
+        tool_stream().replace(r#""stop_reason":"tool_use""#, r#""stop_reason":"end_turn""#);
+    assert_eq!(
+        decode_stream(&streamed).last(),
+        Some(&Ok(ChatEvent::finish(FinishReason::Stop)))
+    );
+}
