@@ -154,8 +154,8 @@ enum MessageContent {
     Other,
 }
 
-#[derive(Deserialize)]
 /// A `summary_text` or `reasoning_text` part of a reasoning item.
+#[derive(Deserialize)]
 struct TextPart {
     #[serde(default)]
     text: String,
