@@ -7,6 +7,7 @@ use serde::de::IgnoredAny;
 use serde::Deserialize;
 use serde_json::Value;
 
+use super::parts::{push_parts, Content, ContentPart};
 use super::{finish_reason, stream_error, WireUsage};
 use crate::error::{ChatError, ErrorKind};
 use crate::event::{ChatEvent, FinishReason, Usage};
@@ -57,7 +58,7 @@ impl Metadata for IgnoredAny {
 /// (`Option<Cow<str>>` would not do: serde borrows a `Cow` only when it is the field's whole type.)
 #[derive(Deserialize)]
 #[serde(transparent)]
-pub(super) struct Text<'a>(#[serde(borrow)] Cow<'a, str>);
+pub(super) struct Text<'a>(#[serde(borrow)] pub(super) Cow<'a, str>);
 
 impl Text<'_> {
     fn into_string(self) -> String {
@@ -130,6 +131,8 @@ pub(super) struct RareDelta<'a> {
     /// vLLM, OpenRouter, Ollama.
     pub(super) reasoning: Option<Text<'a>>,
     pub(super) refusal: Option<Text<'a>>,
+    /// `content` sent as a list of parts (Mistral's reasoning models).
+    pub(super) content_parts: Option<Vec<ContentPart>>,
 }
 
 impl<'a> Delta<'a> {
@@ -156,7 +159,11 @@ impl<'de: 'a, 'a> Deserialize<'de> for Delta<'a> {
                 let mut delta = Delta::default();
                 while let Some(key) = map.next_key::<Text<'de>>()? {
                     match &*key.0 {
-                        "content" => delta.content = map.next_value()?,
+                        "content" => match map.next_value()? {
+                            Some(Content::Text(text)) => delta.content = Some(text),
+                            Some(Content::Parts(parts)) => delta.rare().content_parts = Some(parts),
+                            None => {}
+                        },
                         "tool_calls" => delta.tool_calls = map.next_value()?,
                         "reasoning_content" => delta.rare().reasoning_content = map.next_value()?,
                         "reasoning" => delta.rare().reasoning = map.next_value()?,
@@ -252,12 +259,15 @@ impl ChunkDecoder {
         // Plain `if let`s, not iterators over the optional parts: every chunk has a delta, and dropping a
         // `Flatten` over options costs more than the checks themselves.
         let mut refusal = None;
+        let mut parts = None;
         if let Some(rare) = delta.rare {
             let RareDelta {
                 reasoning_content,
                 reasoning,
                 refusal: rare_refusal,
+                content_parts,
             } = *rare;
+            parts = content_parts;
             if let Some(text) = reasoning_content {
                 push_text(text, out, |text| ChatEvent::ReasoningDelta { text });
             }
@@ -268,6 +278,9 @@ impl ChunkDecoder {
         }
         if let Some(text) = delta.content {
             push_text(text, out, |text| ChatEvent::TextDelta { text });
+        }
+        if let Some(parts) = parts {
+            push_parts(parts, out);
         }
         if let Some(text) = refusal {
             self.refused |= !text.0.is_empty();
