@@ -45,6 +45,7 @@ mod blocked;
 mod decode;
 #[cfg(test)]
 mod decode_tests;
+mod partial_args;
 mod schema;
 #[cfg(feature = "gcp-adc")]
 mod service_account;
