@@ -167,6 +167,32 @@ pub(crate) fn provider_message(body: &[u8]) -> Option<String> {
         .map(str::to_owned)
 }
 
+/// The wait a 429 body asks for: the `retryDelay` of its `google.rpc.RetryInfo` detail (`"37s"`, `"1.5s"`), in
+/// `{"error": {"details": [...]}}` or Vertex's `[{"error": ...}]`.
+pub(crate) fn retry_delay(body: &[u8]) -> Option<std::time::Duration> {
+    let value: Value = serde_json::from_slice(body).ok()?;
+    let error = match &value {
+        Value::Array(items) => items.first()?.get("error")?,
+        other => other.get("error")?,
+    };
+    let delay = error
+        .get("details")?
+        .as_array()?
+        .iter()
+        .find(|detail| {
+            detail
+                .get("@type")
+                .and_then(Value::as_str)
+                .is_some_and(|kind| kind.ends_with("RetryInfo"))
+        })?
+        .get("retryDelay")?
+        .as_str()?;
+    let seconds: f64 = delay.strip_suffix('s')?.parse().ok()?;
+    // A protobuf Duration is at most about 10,000 years; anything past a day is no wait a client should keep.
+    (seconds.is_finite() && (0.0..=86_400.0).contains(&seconds))
+        .then(|| std::time::Duration::from_secs_f64(seconds))
+}
+
 /// Maps a Gemini SSE stream to chat events.
 #[derive(Default)]
 pub struct GeminiDecoder {

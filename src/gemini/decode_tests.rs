@@ -268,3 +268,26 @@ fn function_call_arguments_streamed_in_partial_args_are_assembled_into_one_call(
         Some(&Ok(ChatEvent::finish(FinishReason::ToolCalls)))
     );
 }
+
+#[test]
+fn a_retry_info_delay_is_read_from_either_error_body_shape_within_a_day() {
+    use super::decode::retry_delay;
+    use std::time::Duration;
+    let body = |delay: &str| {
+        json!({"error": {"code": 429, "status": "RESOURCE_EXHAUSTED", "details": [
+            {"@type": "type.googleapis.com/google.rpc.Help"},
+            {"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": delay}]}})
+    };
+    let bytes = |value: serde_json::Value| value.to_string().into_bytes();
+    assert_eq!(
+        retry_delay(&bytes(body("37s"))),
+        Some(Duration::from_secs(37))
+    );
+    assert_eq!(
+        retry_delay(&bytes(json!([body("1.5s")]))),
+        Some(Duration::from_millis(1500))
+    );
+    assert_eq!(retry_delay(&bytes(body("999999s"))), None);
+    assert_eq!(retry_delay(&bytes(body("soon"))), None);
+    assert_eq!(retry_delay(b"not json"), None);
+}

@@ -151,6 +151,10 @@ impl ProviderWire for Gemini {
         decode::provider_message(body)
     }
 
+    fn error_retry_after(body: &[u8]) -> Option<std::time::Duration> {
+        decode::retry_delay(body)
+    }
+
     fn decode_whole(body: &[u8]) -> Result<Vec<ChatEvent>, ChatError> {
         decode::decode_whole(body)
     }
