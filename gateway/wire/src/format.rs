@@ -158,7 +158,14 @@ pub enum Visible {
         /// The whole call.
         call: ToolCall,
     },
+    /// The text that follows is a later tool round's: a format with blocks or items starts a new one, a format
+    /// with one text joins it after [`ROUND_BREAK`].
+    RoundBreak,
 }
+
+/// What joins the text of successive tool rounds where a format has only one text (Chat Completions' `content`):
+/// a blank line, so `Adding both.` and `3 and 30 make 33.` do not run together.
+pub const ROUND_BREAK: &str = "\n\n";
 
 /// How the turn ended, as the shared translator saw it.
 #[derive(Debug)]
@@ -201,8 +208,11 @@ impl Ending {
 pub struct Folded {
     /// The model that answered (the upstream's word, else the request's).
     pub model: String,
-    /// The answer text.
+    /// The answer text: every round's, joined by [`ROUND_BREAK`].
     pub content: String,
+    /// Where each [`ROUND_BREAK`] begins in `content` (one per later round with text), for formats that keep
+    /// each round's text apart ([`Folded::text_pieces`]).
+    pub round_breaks: Vec<usize>,
     /// The reasoning text.
     pub reasoning: String,
     /// The turn's complete reasoning blocks with their continuations (Anthropic signatures), in order; reasoning
@@ -214,6 +224,24 @@ pub struct Folded {
     pub client_calls: Vec<ToolCall>,
     /// Summed over every model call of the turn.
     pub usage: Usage,
+}
+
+impl Folded {
+    /// `text` (the content, perhaps with a notice after it) cut at `breaks` into each round's text, without the
+    /// [`ROUND_BREAK`]s; a break past the end of `text` is ignored.
+    pub fn text_pieces<'a>(text: &'a str, breaks: &[usize]) -> Vec<&'a str> {
+        let mut pieces = Vec::with_capacity(breaks.len() + 1);
+        let mut start = 0;
+        for &at in breaks {
+            let Some(piece) = text.get(start..at) else {
+                break;
+            };
+            pieces.push(piece);
+            start = at + ROUND_BREAK.len();
+        }
+        pieces.push(text.get(start..).unwrap_or_default());
+        pieces
+    }
 }
 
 /// A format's answer builder. The shared stream driver calls [`open`](Encoder::open) once before the first
