@@ -1,5 +1,5 @@
 //! What an upstream says reaches the client as the upstream said it: a rate limit's real wait, whatever form the
-//! upstream gives it in.
+//! upstream gives it in; each tool round's text, apart.
 
 mod common;
 
