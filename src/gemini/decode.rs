@@ -316,14 +316,7 @@ impl GeminiDecoder {
             let arguments = call
                 .args
                 .map_or_else(|| "{}".to_owned(), |raw| raw.get().to_owned());
-            out.push_back(ChatEvent::ToolCallDelta {
-                index,
-                arguments: arguments.clone(),
-            });
-            out.push_back(ChatEvent::ToolCallEnd {
-                index,
-                call: ToolCall::from_raw_arguments(id, name, arguments),
-            });
+            end_call(index, id, name, arguments, out);
             return Ok(());
         }
         if let Some(text) = part.text.filter(|t| !t.0.is_empty()) {
@@ -353,15 +346,7 @@ impl GeminiDecoder {
         else {
             return;
         };
-        let arguments = args.to_string();
-        out.push_back(ChatEvent::ToolCallDelta {
-            index,
-            arguments: arguments.clone(),
-        });
-        out.push_back(ChatEvent::ToolCallEnd {
-            index,
-            call: ToolCall::from_raw_arguments(id, name, arguments),
-        });
+        end_call(index, id, name, args.to_string(), out);
     }
 
     fn finish(&mut self, out: &mut VecDeque<ChatEvent>) {
@@ -378,6 +363,24 @@ impl GeminiDecoder {
         out.push_back(ChatEvent::Finish { reason });
         self.done = true;
     }
+}
+
+/// A call's complete arguments as its one delta, then its end.
+fn end_call(
+    index: usize,
+    id: String,
+    name: String,
+    arguments: String,
+    out: &mut VecDeque<ChatEvent>,
+) {
+    out.push_back(ChatEvent::ToolCallDelta {
+        index,
+        arguments: arguments.clone(),
+    });
+    out.push_back(ChatEvent::ToolCallEnd {
+        index,
+        call: ToolCall::from_raw_arguments(id, name, arguments),
+    });
 }
 
 impl WireDecoder for GeminiDecoder {
