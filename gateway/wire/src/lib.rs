@@ -53,6 +53,7 @@ mod parts;
 pub mod respond;
 pub mod responses;
 pub mod router;
+mod sse;
 
 pub use error::ApiError;
 pub use format::{ApprovalAnswer, ApprovalNotice, InboundRoute, UpstreamFormat};
