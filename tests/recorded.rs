@@ -51,43 +51,24 @@ async fn read_directly(fixture: &Value) -> ChatResponse {
     let server = ScriptedProvider::start(move |_, _| reply.clone()).await;
     let request = ChatRequest::new(vec![Message::user("recorded")]).stream(stream);
     let base = server.base_url();
+    // Each leaf is its own type, built the same way.
+    macro_rules! read_with {
+        ($leaf:ty) => {
+            <$leaf>::builder()
+                .base_url(&base)
+                .api_key("recorded")
+                .model("recorded")
+                .build()
+                .unwrap()
+                .oneshot(request)
+                .await
+        };
+    }
     let events = match fixture["provider"].as_str().unwrap() {
-        "anthropic" => {
-            let leaf = tower_chat::anthropic::AnthropicChat::builder()
-                .base_url(&base)
-                .api_key("recorded")
-                .model("recorded")
-                .build()
-                .unwrap();
-            leaf.oneshot(request).await
-        }
-        "openai" => {
-            let leaf = tower_chat::openai::OpenAiChat::builder()
-                .base_url(&base)
-                .api_key("recorded")
-                .model("recorded")
-                .build()
-                .unwrap();
-            leaf.oneshot(request).await
-        }
-        "gemini" => {
-            let leaf = tower_chat::gemini::GeminiChat::builder()
-                .base_url(&base)
-                .api_key("recorded")
-                .model("recorded")
-                .build()
-                .unwrap();
-            leaf.oneshot(request).await
-        }
-        "responses" => {
-            let leaf = tower_chat::responses::ResponsesChat::builder()
-                .base_url(&base)
-                .api_key("recorded")
-                .model("recorded")
-                .build()
-                .unwrap();
-            leaf.oneshot(request).await
-        }
+        "anthropic" => read_with!(tower_chat::anthropic::AnthropicChat),
+        "openai" => read_with!(tower_chat::openai::OpenAiChat),
+        "gemini" => read_with!(tower_chat::gemini::GeminiChat),
+        "responses" => read_with!(tower_chat::responses::ResponsesChat),
         other => panic!("no leaf for provider `{other}`"),
     };
     events
