@@ -741,3 +741,43 @@ async fn a_json_answer_comes_back_as_text_from_the_forced_tool_streamed_and_whol
         json!({"tool": {"name": "structured_answer"}})
     );
 }
+
+/// ConverseStream's events in another order the service documents: `metadata` (usage) before `messageStop`.
+#[test]
+fn metadata_before_message_stop_gives_the_same_answer() {
+    let events = |metadata_first: bool| {
+        let usage = (
+            "metadata",
+            json!({"usage": {"inputTokens": 45, "outputTokens": 62, "totalTokens": 107}}),
+        );
+        let stop = ("messageStop", json!({"stopReason": "tool_use"}));
+        let mut events = vec![
+            ("messageStart", json!({"role": "assistant"})),
+            (
+                "contentBlockStart",
+                json!({"contentBlockIndex": 0, "start": {"toolUse": {"toolUseId": "t1", "name": "top_song"}}}),
+            ),
+            (
+                "contentBlockDelta",
+                json!({"contentBlockIndex": 0, "delta": {"toolUse": {"input": "{\"sign\":\"WZPZ\"}"}}}),
+            ),
+            ("contentBlockStop", json!({"contentBlockIndex": 0})),
+        ];
+        if metadata_first {
+            events.extend([usage, stop]);
+        } else {
+            events.extend([stop, usage]);
+        }
+        let body: Vec<u8> = events
+            .iter()
+            .flat_map(|(kind, payload)| bedrock_event(kind, &payload.to_string()))
+            .collect();
+        decode_cut(&body, &[])
+    };
+    let usual = events(false);
+    assert_eq!(
+        usual.last(),
+        Some(&Ok(ChatEvent::finish(FinishReason::ToolCalls)))
+    );
+    assert_eq!(events(true), usual);
+}

@@ -557,3 +557,33 @@ async fn a_stream_cut_before_completion_is_a_connection_error() {
         .unwrap_err();
     assert_eq!(err.kind(), &ErrorKind::Connection);
 }
+
+/// A reasoning item whose text is its `content` (`reasoning_text` parts, as open-weight models behind
+/// Responses servers send it) with an empty summary, announced only complete: the text is the reasoning.
+#[tokio::test]
+async fn reasoning_text_in_an_item_s_content_is_the_reasoning_streamed_and_whole() {
+    for stream in [true, false] {
+        let reasoning = json!({"type": "reasoning", "id": "rs_1", "summary": [],
+            "content": [{"type": "reasoning_text", "text": "3 plus 30 "}, {"type": "reasoning_text", "text": "is 33."}]});
+        let events = vec![
+            json!({"type": "response.created", "response": {"id": "resp_r", "model": "gpt-oss-120b",
+                "status": "in_progress", "output": []}}),
+            json!({"type": "response.output_item.done", "output_index": 0, "item": reasoning}),
+            json!({"type": "response.output_item.added", "output_index": 1, "item": {"type": "message",
+                "id": "msg_r", "role": "assistant", "content": []}}),
+            json!({"type": "response.output_text.delta", "item_id": "msg_r", "output_index": 1,
+                "content_index": 0, "delta": "33"}),
+            json!({"type": "response.output_item.done", "output_index": 1, "item": {"type": "message",
+                "id": "msg_r", "role": "assistant", "content": [{"type": "output_text", "text": "33"}]}}),
+            json!({"type": "response.completed", "response": {"id": "resp_r", "status": "completed"}}),
+        ];
+        let response = finish_reason_of(events, stream).await.unwrap();
+        let assistant = response.last_assistant().unwrap();
+        assert_eq!(
+            assistant.reasoning_text().as_deref(),
+            Some("3 plus 30 is 33."),
+            "stream={stream}"
+        );
+        assert_eq!(response.text(), "33");
+    }
+}

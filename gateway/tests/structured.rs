@@ -175,10 +175,10 @@ fn check_asked_for_json(kind: &str, request: &RecordedRequest) {
             );
         }
         "bedrock" => {
-            // Beside the gateway's own tools, some call is required; the answer is one of them.
+            // Forced by name beside the gateway's own tools: with `any` a model may call one and not answer.
             assert_eq!(
                 body["toolConfig"]["toolChoice"],
-                json!({"any": {}}),
+                json!({"tool": {"name": "structured_answer"}}),
                 "{body}"
             );
             let tool = answer_tool(request).unwrap_or_else(|| panic!("no answer tool: {body}"));
@@ -259,7 +259,11 @@ async fn json_object_reaches_each_kind_in_its_shape() {
                     assert_eq!(tool["input_schema"], json!({"type": "object"}));
                 }
                 "bedrock" => {
-                    assert_eq!(body["toolConfig"]["toolChoice"], json!({"any": {}}));
+                    // Forced by name beside the gateway's tools: with `any` a model may call one and not answer.
+                    assert_eq!(
+                        body["toolConfig"]["toolChoice"],
+                        json!({"tool": {"name": "structured_answer"}})
+                    );
                     assert!(answer_tool(sent.last().unwrap()).is_some());
                 }
                 _ => unreachable!(),

@@ -21,6 +21,8 @@
 //! ```
 
 mod decode;
+#[cfg(test)]
+mod decode_tests;
 mod wire;
 
 use std::sync::Arc;

@@ -3,8 +3,8 @@
 //! Text and reasoning stream as deltas; a `toolUse` block starts with its id and name and streams its `input` as
 //! JSON fragments, joined and parsed once at its `contentBlockStop`; a reasoning block's `signature` or
 //! `redactedContent` ends it as a [`Continuation::Other`] of provider `bedrock`, which the request encoder sends
-//! back. `messageStop` carries the stop reason and `metadata` the usage, after it: the usage and the finish are
-//! sent at `metadata`, or at the body's end when it never came. Exception frames are typed errors
+//! back. `messageStop` carries the stop reason and `metadata` the usage, usually after it: the usage and the finish
+//! are sent at whichever of the two comes last, or at the body's end when `metadata` never came. Exception frames are typed errors
 //! ([`exception`]).
 
 use std::collections::VecDeque;
@@ -224,6 +224,9 @@ pub struct BedrockDecoder {
     blocks: Vec<(usize, Block)>,
     calls: usize,
     finish: Option<FinishReason>,
+    /// The usage of a `metadata` event that came before `messageStop` (the service may send them in either
+    /// order), itself optional: the answer ends at `messageStop`, with it.
+    early_usage: Option<Option<WireUsage>>,
     done: bool,
     /// Calls of the forced answer tool (how a JSON answer is asked of Converse) become text.
     answers: ForcedAnswerEvents,
@@ -414,6 +417,9 @@ impl BedrockDecoder {
                     &stop.stop_reason,
                     stop.additional_model_response_fields,
                 ));
+                if let Some(usage) = self.early_usage.take() {
+                    self.end(usage, out);
+                }
             }
             "metadata" => {
                 let metadata: Metadata = parse(payload, event_type)?;
@@ -421,10 +427,9 @@ impl BedrockDecoder {
                     tracing::debug!(latency_ms = latency, "Bedrock reported the call's latency");
                 }
                 if self.finish.is_none() {
-                    return Err(ChatError::new(
-                        ErrorKind::Protocol,
-                        "a metadata event before messageStop",
-                    ));
+                    // Before `messageStop`: the answer is not over yet.
+                    self.early_usage = Some(metadata.usage);
+                    return Ok(());
                 }
                 self.end(metadata.usage, out);
             }
@@ -475,7 +480,8 @@ impl WireDecoder for BedrockDecoder {
     fn on_end(&mut self, out: &mut VecDeque<ChatEvent>) -> Result<(), ChatError> {
         if self.finish.is_some() {
             let start = out.len();
-            self.end(None, out);
+            let usage = self.early_usage.take().flatten();
+            self.end(usage, out);
             self.answers_as_text(out, start);
             return Ok(());
         }

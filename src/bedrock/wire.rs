@@ -12,7 +12,7 @@ use serde_json::{json, Map, Value};
 use super::BEDROCK;
 use crate::content::{CacheHint, Content, DataUrl, MediaSource, Part};
 use crate::error::{ChatError, ErrorKind};
-use crate::forced_answer::force_answer_tool;
+use crate::forced_answer::{force_answer_tool, FORCED_ANSWER_TOOL};
 use crate::message::{Message, ToolArguments, ToolMessage};
 use crate::reasoning::Continuation;
 use crate::request::{ChatRequest, ResponseFormat, ToolChoice, ToolSpec};
@@ -181,7 +181,9 @@ fn tool_choice(choice: Option<&ToolChoice>) -> Option<Value> {
 }
 
 /// A JSON answer asked for: Converse has no response-schema parameter that every model takes, so the request is
-/// re-encoded with a forced tool whose input is the answer (the decoder turns its calls back into text).
+/// re-encoded with a forced tool whose input is the answer (the decoder turns its calls back into text). The
+/// answer tool is forced by name even beside the request's own tools: with `any`, models on Converse call one of
+/// the others and never answer.
 fn forced_answer(request: &ChatRequest) -> Result<Option<ChatRequest>, ChatError> {
     let (name, schema) = match &request.options.response_format {
         None | Some(ResponseFormat::Text) => return Ok(None),
@@ -190,6 +192,7 @@ fn forced_answer(request: &ChatRequest) -> Result<Option<ChatRequest>, ChatError
     };
     let mut options = (*request.options).clone();
     force_answer_tool(&mut options, name, &schema)?;
+    options.tool_choice = Some(ToolChoice::Tool(FORCED_ANSWER_TOOL.to_owned()));
     options.response_format = None;
     let mut forced = request.clone();
     forced.options = options.into();
@@ -735,14 +738,21 @@ mod tests {
             body["toolConfig"]["tools"][0]["toolSpec"]["inputSchema"]["json"],
             json!({"type": "object"})
         );
-        // Beside the request's own tools: some call is required, and forcing one of them is refused.
+        // Beside the request's own tools the answer tool is still the one forced (with `any`, a model may call
+        // another tool and never answer), and forcing one of the request's own is refused.
         request.options.tools = vec![ToolSpec::new("lookup", "", json!({"type": "object"}))].into();
-        let body = encoded(&request);
-        assert_eq!(body["toolConfig"]["toolChoice"], json!({"any": {}}));
-        assert_eq!(
-            body["toolConfig"]["tools"][1]["toolSpec"]["name"],
-            "structured_answer"
-        );
+        for choice in [None, Some(ToolChoice::Auto), Some(ToolChoice::Required)] {
+            request.options.tool_choice = choice;
+            let body = encoded(&request);
+            assert_eq!(
+                body["toolConfig"]["toolChoice"],
+                json!({"tool": {"name": "structured_answer"}})
+            );
+            assert_eq!(
+                body["toolConfig"]["tools"][1]["toolSpec"]["name"],
+                "structured_answer"
+            );
+        }
         request.options.tool_choice = Some(ToolChoice::Tool("lookup".into()));
         let error = encode(&request, &ToolsJson::default()).unwrap_err();
         assert_eq!(error.kind(), &ErrorKind::InvalidRequest);

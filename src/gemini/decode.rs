@@ -1,8 +1,9 @@
 //! `GenerateContentResponse`s — one per SSE event of `streamGenerateContent?alt=sse`, or one whole body of
 //! `generateContent` — mapped to chat events.
 //!
-//! Text and thought parts stream as deltas; a `functionCall` arrives whole (never in fragments), several per turn,
-//! and becomes a start, one delta and an end; a part's `thoughtSignature` becomes a reasoning continuation;
+//! Text and thought parts stream as deltas; a `functionCall` arrives whole, several per turn, and becomes a start,
+//! one delta and an end (Gemini 3 may stream its arguments in `partialArgs` pieces: they are assembled, and the
+//! call ends with them as its delta); a part's `thoughtSignature` becomes a reasoning continuation;
 //! `usageMetadata` (cumulative on every chunk) is reported once, before the finish; `promptFeedback.blockReason`
 //! is a typed error ([`PromptBlocked`]). Gemini's stream has no end marker: the body's end after a
 //! `finishReason` ends the response.
@@ -15,6 +16,7 @@ use serde_json::value::RawValue;
 use serde_json::Value;
 
 use super::blocked::PromptBlocked;
+use super::partial_args::{PartialArg, PartialCall};
 use super::signature;
 use crate::error::{ChatError, ErrorKind};
 use crate::event::{ChatEvent, FinishReason, Usage};
@@ -74,14 +76,21 @@ struct WirePart<'a> {
     function_call: Option<FunctionCall<'a>>,
 }
 
+/// A call, whole; or, with its arguments streamed, one piece of it ([`partial_args`](super::partial_args)): the
+/// first names it, the later ones carry `partialArgs` and no name.
 #[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
 struct FunctionCall<'a> {
     #[serde(default, borrow)]
     id: Option<Text<'a>>,
-    #[serde(borrow)]
-    name: Text<'a>,
+    #[serde(default, borrow)]
+    name: Option<Text<'a>>,
     #[serde(default, borrow)]
     args: Option<&'a RawValue>,
+    #[serde(default)]
+    partial_args: Vec<PartialArg>,
+    #[serde(default)]
+    will_continue: bool,
 }
 
 #[derive(Deserialize, Default, Clone, Copy)]
@@ -158,12 +167,40 @@ pub(crate) fn provider_message(body: &[u8]) -> Option<String> {
         .map(str::to_owned)
 }
 
+/// The wait a 429 body asks for: the `retryDelay` of its `google.rpc.RetryInfo` detail (`"37s"`, `"1.5s"`), in
+/// `{"error": {"details": [...]}}` or Vertex's `[{"error": ...}]`.
+pub(crate) fn retry_delay(body: &[u8]) -> Option<std::time::Duration> {
+    let value: Value = serde_json::from_slice(body).ok()?;
+    let error = match &value {
+        Value::Array(items) => items.first()?.get("error")?,
+        other => other.get("error")?,
+    };
+    let delay = error
+        .get("details")?
+        .as_array()?
+        .iter()
+        .find(|detail| {
+            detail
+                .get("@type")
+                .and_then(Value::as_str)
+                .is_some_and(|kind| kind.ends_with("RetryInfo"))
+        })?
+        .get("retryDelay")?
+        .as_str()?;
+    let seconds: f64 = delay.strip_suffix('s')?.parse().ok()?;
+    // A protobuf Duration is at most about 10,000 years; anything past a day is no wait a client should keep.
+    (seconds.is_finite() && (0.0..=86_400.0).contains(&seconds))
+        .then(|| std::time::Duration::from_secs_f64(seconds))
+}
+
 /// Maps a Gemini SSE stream to chat events.
 #[derive(Default)]
 pub struct GeminiDecoder {
     metadata_sent: bool,
     response_id: Option<String>,
     calls: usize,
+    /// A call whose arguments are still streaming in pieces.
+    partial: Option<PartialCall>,
     finish: Option<FinishReason>,
     usage: Option<WireUsage>,
     done: bool,
@@ -209,7 +246,7 @@ impl GeminiDecoder {
         };
         if let Some(content) = candidate.content {
             for part in content.parts {
-                self.on_part(part, out);
+                self.on_part(part, out)?;
             }
         }
         if let Some(reason) = candidate.finish_reason {
@@ -218,8 +255,28 @@ impl GeminiDecoder {
         Ok(())
     }
 
-    fn on_part(&mut self, part: WirePart<'_>, out: &mut VecDeque<ChatEvent>) {
+    fn on_part(
+        &mut self,
+        part: WirePart<'_>,
+        out: &mut VecDeque<ChatEvent>,
+    ) -> Result<(), ChatError> {
         if let Some(call) = part.function_call {
+            let Some(name) = call.name.filter(|name| !name.0.is_empty()) else {
+                // A later piece of a call whose arguments stream.
+                let Some(partial) = self.partial.as_mut() else {
+                    return Err(ChatError::new(
+                        ErrorKind::Protocol,
+                        "a functionCall without a name, and no call streaming its arguments",
+                    ));
+                };
+                partial.apply(call.partial_args)?;
+                if !call.will_continue {
+                    self.end_partial(out);
+                }
+                return Ok(());
+            };
+            // A new call ends one still streaming.
+            self.end_partial(out);
             let index = self.calls;
             self.calls += 1;
             let id = match (call.id, &self.response_id) {
@@ -232,24 +289,35 @@ impl GeminiDecoder {
                     continuation: signature::on_call(&signature.0, &id),
                 });
             }
-            let name = call.name.0.into_owned();
-            let arguments = call
-                .args
-                .map_or_else(|| "{}".to_owned(), |raw| raw.get().to_owned());
+            let name = name.0.into_owned();
             out.push_back(ChatEvent::ToolCallStart {
                 index,
                 id: id.clone(),
                 name: name.clone(),
             });
-            out.push_back(ChatEvent::ToolCallDelta {
-                index,
-                arguments: arguments.clone(),
-            });
-            out.push_back(ChatEvent::ToolCallEnd {
-                index,
-                call: ToolCall::from_raw_arguments(id, name, arguments),
-            });
-            return;
+            if call.will_continue || !call.partial_args.is_empty() {
+                let args = match call.args {
+                    Some(raw) => serde_json::from_str(raw.get()).unwrap_or_default(),
+                    None => Value::Object(Default::default()),
+                };
+                let mut partial = PartialCall {
+                    index,
+                    id,
+                    name,
+                    args,
+                };
+                partial.apply(call.partial_args)?;
+                self.partial = Some(partial);
+                if !call.will_continue {
+                    self.end_partial(out);
+                }
+                return Ok(());
+            }
+            let arguments = call
+                .args
+                .map_or_else(|| "{}".to_owned(), |raw| raw.get().to_owned());
+            end_call(index, id, name, arguments, out);
+            return Ok(());
         }
         if let Some(text) = part.text.filter(|t| !t.0.is_empty()) {
             let text = text.0.into_owned();
@@ -264,9 +332,25 @@ impl GeminiDecoder {
                 continuation: signature::on_text(&signature.0),
             });
         }
+        Ok(())
+    }
+
+    /// The call streaming its arguments, if any, is complete: its assembled arguments are its one delta.
+    fn end_partial(&mut self, out: &mut VecDeque<ChatEvent>) {
+        let Some(PartialCall {
+            index,
+            id,
+            name,
+            args,
+        }) = self.partial.take()
+        else {
+            return;
+        };
+        end_call(index, id, name, args.to_string(), out);
     }
 
     fn finish(&mut self, out: &mut VecDeque<ChatEvent>) {
+        self.end_partial(out);
         if let Some(usage) = self.usage.take() {
             out.push_back(ChatEvent::Usage {
                 usage: usage.into(),
@@ -279,6 +363,24 @@ impl GeminiDecoder {
         out.push_back(ChatEvent::Finish { reason });
         self.done = true;
     }
+}
+
+/// A call's complete arguments as its one delta, then its end.
+fn end_call(
+    index: usize,
+    id: String,
+    name: String,
+    arguments: String,
+    out: &mut VecDeque<ChatEvent>,
+) {
+    out.push_back(ChatEvent::ToolCallDelta {
+        index,
+        arguments: arguments.clone(),
+    });
+    out.push_back(ChatEvent::ToolCallEnd {
+        index,
+        call: ToolCall::from_raw_arguments(id, name, arguments),
+    });
 }
 
 impl WireDecoder for GeminiDecoder {

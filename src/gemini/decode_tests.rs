@@ -211,3 +211,83 @@ proptest::proptest! {
         proptest::prop_assert_eq!(events, whole);
     }
 }
+
+/// Gemini 3 with `streamFunctionCallArguments`: the call's name first, then its arguments in `partialArgs` pieces
+/// (a string may come in several, each but the last `willContinue`), then an empty `functionCall` ending it.
+#[test]
+fn function_call_arguments_streamed_in_partial_args_are_assembled_into_one_call() {
+    let chunk = |call: serde_json::Value, finish: Option<&str>| {
+        let mut candidate =
+            json!({"content":{"role":"model","parts":[{"functionCall": call}]},"index":0});
+        if let Some(finish) = finish {
+            candidate["finishReason"] = json!(finish);
+        }
+        format!(
+            "data: {}\n\n",
+            json!({"candidates":[candidate],"modelVersion":"gemini-3-pro-preview","responseId":"r3"})
+        )
+    };
+    let text = [
+        chunk(json!({"name":"get_weather","willContinue":true}), None),
+        chunk(json!({"partialArgs":[{"jsonPath":"$.location","stringValue":"Bos","willContinue":true}],"willContinue":true}), None),
+        chunk(json!({"partialArgs":[{"jsonPath":"$.location","stringValue":"ton, MA"}],"willContinue":true}), None),
+        chunk(json!({"partialArgs":[{"jsonPath":"$.days","numberValue":3},{"jsonPath":"$.units[0]","stringValue":"celsius"},
+            {"jsonPath":"$.alerts","boolValue":true}],"willContinue":true}), None),
+        chunk(json!({}), Some("STOP")),
+    ]
+    .concat();
+    let events = decode_stream(&text);
+    assert!(events.iter().all(Result::is_ok), "{events:?}");
+    let expected = json!({"location":"Boston, MA","days":3,"units":["celsius"],"alerts":true});
+    let ends: Vec<&ChatEvent> = events
+        .iter()
+        .flatten()
+        .filter(|e| matches!(e, ChatEvent::ToolCallEnd { .. }))
+        .collect();
+    assert_eq!(
+        ends,
+        [&ChatEvent::ToolCallEnd {
+            index: 0,
+            call: ToolCall::new("r3-0", "get_weather", expected.clone())
+        }]
+    );
+    let streamed: String = events
+        .iter()
+        .flatten()
+        .filter_map(|e| match e {
+            ChatEvent::ToolCallDelta { arguments, .. } => Some(arguments.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        serde_json::from_str::<serde_json::Value>(&streamed).unwrap(),
+        expected
+    );
+    assert_eq!(
+        events.last(),
+        Some(&Ok(ChatEvent::finish(FinishReason::ToolCalls)))
+    );
+}
+
+#[test]
+fn a_retry_info_delay_is_read_from_either_error_body_shape_within_a_day() {
+    use super::decode::retry_delay;
+    use std::time::Duration;
+    let body = |delay: &str| {
+        json!({"error": {"code": 429, "status": "RESOURCE_EXHAUSTED", "details": [
+            {"@type": "type.googleapis.com/google.rpc.Help"},
+            {"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": delay}]}})
+    };
+    let bytes = |value: serde_json::Value| value.to_string().into_bytes();
+    assert_eq!(
+        retry_delay(&bytes(body("37s"))),
+        Some(Duration::from_secs(37))
+    );
+    assert_eq!(
+        retry_delay(&bytes(json!([body("1.5s")]))),
+        Some(Duration::from_millis(1500))
+    );
+    assert_eq!(retry_delay(&bytes(body("999999s"))), None);
+    assert_eq!(retry_delay(&bytes(body("soon"))), None);
+    assert_eq!(retry_delay(b"not json"), None);
+}

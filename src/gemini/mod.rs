@@ -45,6 +45,7 @@ mod blocked;
 mod decode;
 #[cfg(test)]
 mod decode_tests;
+mod partial_args;
 mod schema;
 #[cfg(feature = "gcp-adc")]
 mod service_account;
@@ -148,6 +149,10 @@ impl ProviderWire for Gemini {
 
     fn error_message(body: &[u8]) -> Option<String> {
         decode::provider_message(body)
+    }
+
+    fn error_retry_after(body: &[u8]) -> Option<std::time::Duration> {
+        decode::retry_delay(body)
     }
 
     fn decode_whole(body: &[u8]) -> Result<Vec<ChatEvent>, ChatError> {

@@ -124,6 +124,12 @@ pub(crate) mod sealed {
             None
         }
 
+        /// The wait an error response's body asks for before a retry, where its headers name none (Gemini's
+        /// `RetryInfo` detail); `None` by default.
+        fn error_retry_after(_body: &[u8]) -> Option<std::time::Duration> {
+            None
+        }
+
         /// A whole (non-streaming) response body as chat events.
         fn decode_whole(body: &[u8]) -> Result<Vec<ChatEvent>, ChatError>;
     }

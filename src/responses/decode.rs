@@ -129,7 +129,10 @@ enum OutputItem {
     Reasoning {
         id: String,
         #[serde(default)]
-        summary: Vec<SummaryText>,
+        summary: Vec<TextPart>,
+        /// The raw reasoning (`reasoning_text` parts), from servers that show it.
+        #[serde(default)]
+        content: Vec<TextPart>,
         #[serde(default)]
         encrypted_content: Option<String>,
     },
@@ -151,8 +154,9 @@ enum MessageContent {
     Other,
 }
 
+/// A `summary_text` or `reasoning_text` part of a reasoning item.
 #[derive(Deserialize)]
-struct SummaryText {
+struct TextPart {
     #[serde(default)]
     text: String,
 }
@@ -406,6 +410,7 @@ impl ResponseDecoder {
             OutputItem::Reasoning {
                 id,
                 summary,
+                content,
                 encrypted_content,
             } => {
                 let streamed = matches!(
@@ -415,10 +420,15 @@ impl ResponseDecoder {
                     })
                 );
                 let summary: Vec<String> = summary.into_iter().map(|part| part.text).collect();
-                if !streamed && summary.iter().any(|text| !text.is_empty()) {
-                    out.push_back(ChatEvent::ReasoningDelta {
-                        text: summary.join("\n\n"),
-                    });
+                // The raw text stands for the item, as its streamed deltas do; the summary where there is none.
+                let raw: String = content.into_iter().map(|part| part.text).collect();
+                let text = if raw.is_empty() {
+                    summary.join("\n\n")
+                } else {
+                    raw
+                };
+                if !streamed && !text.is_empty() {
+                    out.push_back(ChatEvent::ReasoningDelta { text });
                 }
                 out.push_back(ChatEvent::ReasoningEnd {
                     continuation: Continuation::OpenAiReasoning {

@@ -17,7 +17,7 @@ use hyper_util::rt::{TokioExecutor, TokioTimer};
 use super::body::SseChatStream;
 use super::connect::{StaleConnections, WatchedConnector};
 use super::secret::Secret;
-use super::status::{body_error, client_error, error_from_response};
+use super::status::{body_error, client_error, error_from_response, ErrorReaders};
 use crate::error::{ChatError, ErrorKind, TimeoutPhase};
 use crate::leaf::ProviderWire;
 use crate::stream::ChatStream;
@@ -131,14 +131,13 @@ impl HttpTransport {
         Poll::Ready(Ok(()))
     }
 
-    /// Send a request and wait for a success status. Any other status becomes a typed error carrying the
-    /// provider's message (read by `provider_message` from at most 64 KiB of the body), with `secret` redacted.
+    /// Send a request and wait for a success status. Any other status becomes a typed error read by `readers`
+    /// (from at most 64 KiB of the body), with `secret` redacted.
     async fn send(
         &self,
         request: http::Request<Full<Bytes>>,
         secret: Option<&Secret>,
-        provider_message: fn(&[u8]) -> Option<String>,
-        provider_detail: fn(&http::HeaderMap, &[u8]) -> Option<crate::error::BoxError>,
+        readers: ErrorReaders,
     ) -> Result<http::Response<Incoming>, ChatError> {
         let response = with_timeout(
             self.timeouts.first_byte,
@@ -150,14 +149,7 @@ impl HttpTransport {
         if response.status().is_success() {
             return Ok(response);
         }
-        Err(error_from_response(
-            response,
-            self.timeouts.idle,
-            secret,
-            provider_message,
-            provider_detail,
-        )
-        .await)
+        Err(error_from_response(response, self.timeouts.idle, secret, readers).await)
     }
 
     /// Send a request as it is and return its response whatever the status, with only the connect timeout
@@ -204,7 +196,12 @@ impl HttpTransport {
         secret: Option<&Secret>,
         cancel: Option<crate::CancellationToken>,
     ) -> Result<ChatStream, ChatError> {
-        let send = self.send(request, secret, P::error_message, P::error_detail);
+        let readers = ErrorReaders {
+            message: P::error_message,
+            detail: P::error_detail,
+            retry_after: P::error_retry_after,
+        };
+        let send = self.send(request, secret, readers);
         let response = match &cancel {
             Some(token) => tokio::select! {
                 biased;

@@ -14,18 +14,28 @@ use crate::error::{ChatError, ErrorKind, TimeoutPhase};
 /// The most bytes of an error response body read to find the provider's message.
 const ERROR_BODY_LIMIT: usize = 64 * 1024;
 
-/// A failure status as a typed error carrying the provider's message (read by `provider_message` from at most
-/// 64 KiB of the body within the `idle` deadline), with `secret` redacted, and the provider's typed detail (from
-/// `provider_detail`) as its source.
+/// How a provider's error response is read (its [`ProviderWire`](crate::leaf::ProviderWire) functions).
+#[derive(Clone, Copy)]
+pub(super) struct ErrorReaders {
+    /// The provider's message in the body.
+    pub(super) message: fn(&[u8]) -> Option<String>,
+    /// The provider's typed detail, from the headers and the body.
+    pub(super) detail: fn(&HeaderMap, &[u8]) -> Option<crate::error::BoxError>,
+    /// The wait the body asks for, where the headers name none (Gemini's `RetryInfo`).
+    pub(super) retry_after: fn(&[u8]) -> Option<Duration>,
+}
+
+/// A failure status as a typed error carrying the provider's message (read from at most 64 KiB of the body
+/// within the `idle` deadline), with `secret` redacted, the provider's typed detail as its source, and the wait
+/// the headers (or else the body) ask for.
 pub(super) async fn error_from_response(
     response: http::Response<Incoming>,
     idle: Option<Duration>,
     secret: Option<&Secret>,
-    provider_message: fn(&[u8]) -> Option<String>,
-    provider_detail: fn(&HeaderMap, &[u8]) -> Option<crate::error::BoxError>,
+    readers: ErrorReaders,
 ) -> ChatError {
     let status = response.status();
-    let retry_after = retry_after(response.headers());
+    let header_wait = retry_after(response.headers());
     let headers = response.headers().clone();
     let body = with_timeout(
         idle,
@@ -37,7 +47,8 @@ pub(super) async fn error_from_response(
     .and_then(|r| r.ok())
     .map(|c| c.to_bytes())
     .unwrap_or_default();
-    let message = provider_message(&body).unwrap_or_else(|| {
+    let retry_after = header_wait.or_else(|| (readers.retry_after)(&body));
+    let message = (readers.message)(&body).unwrap_or_else(|| {
         let text = String::from_utf8_lossy(&body[..body.len().min(512)]).into_owned();
         // JSON without a message we know of says nothing more than the status does.
         if text.trim().is_empty() || serde_json::from_slice::<serde_json::Value>(&body).is_ok() {
@@ -51,7 +62,7 @@ pub(super) async fn error_from_response(
         None => message,
     };
     let error = ChatError::new(status_kind(status, retry_after), message).with_status(status);
-    match provider_detail(&headers, &body) {
+    match (readers.detail)(&headers, &body) {
         Some(detail) => error.with_source(detail),
         None => error,
     }

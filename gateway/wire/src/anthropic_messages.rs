@@ -834,6 +834,12 @@ impl Encoder for MessageEncoder {
                     block_delta(block, DeltaBody::InputJson { partial_json }, out);
                 }
             }
+            // A later round's text is a text block of its own.
+            Visible::RoundBreak => {
+                if matches!(self.open, Some(Block::Text(_))) {
+                    self.stop_open(out);
+                }
+            }
             Visible::CallEnd { index, .. } => {
                 if let Some(block) = self.call_blocks.remove(&index) {
                     if self.open == Some(Block::ToolUse(block)) {
@@ -904,8 +910,10 @@ impl MessageEncoder {
         } else {
             &notice
         });
-        if !text.is_empty() {
-            content.push(json!({"type": "text", "text": text}));
+        for piece in Folded::text_pieces(&text, &folded.round_breaks) {
+            if !piece.is_empty() {
+                content.push(json!({"type": "text", "text": piece}));
+            }
         }
         for call in &folded.client_calls {
             content.push(json!({"type": "tool_use", "id": call.id, "name": call.name,

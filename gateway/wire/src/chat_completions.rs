@@ -15,7 +15,7 @@ use crate::error::ApiError;
 use crate::format::{
     arguments_text, begin_sse_data, end_sse, from_body, schema, sse_data, write_json,
     ApprovalNotice, CallNames, Encoder, Ending, Folded, Inbound, InboundRoute, ParseContext,
-    TowerChatRequest, Visible, WireFormat,
+    TowerChatRequest, Visible, WireFormat, ROUND_BREAK,
 };
 
 /// The Chat Completions format (see the [module docs](self)).
@@ -570,6 +570,13 @@ impl Encoder for ChunkEncoder {
                 }],
             },
             Visible::CallEnd { .. } => return,
+            // One `content` for the whole turn: the rounds' texts are joined as `folded.content` joins them.
+            Visible::RoundBreak => {
+                self.wrote_content = true;
+                Delta::Content {
+                    content: ROUND_BREAK,
+                }
+            }
         };
         self.write_chunk(folded, delta, None, None, out);
     }

@@ -158,7 +158,14 @@ pub enum Visible {
         /// The whole call.
         call: ToolCall,
     },
+    /// The text that follows is a later tool round's: a format with blocks or items starts a new one, a format
+    /// with one text joins it after [`ROUND_BREAK`].
+    RoundBreak,
 }
+
+/// What joins the text of successive tool rounds where a format has only one text (Chat Completions' `content`):
+/// a blank line, so `Adding both.` and `3 and 30 make 33.` do not run together.
+pub const ROUND_BREAK: &str = "\n\n";
 
 /// How the turn ended, as the shared translator saw it.
 #[derive(Debug)]
@@ -201,8 +208,11 @@ impl Ending {
 pub struct Folded {
     /// The model that answered (the upstream's word, else the request's).
     pub model: String,
-    /// The answer text.
+    /// The answer text: every round's, joined by [`ROUND_BREAK`].
     pub content: String,
+    /// Where each [`ROUND_BREAK`] begins in `content` (one per later round with text), for formats that keep
+    /// each round's text apart ([`Folded::text_pieces`]).
+    pub round_breaks: Vec<usize>,
     /// The reasoning text.
     pub reasoning: String,
     /// The turn's complete reasoning blocks with their continuations (Anthropic signatures), in order; reasoning
@@ -214,6 +224,24 @@ pub struct Folded {
     pub client_calls: Vec<ToolCall>,
     /// Summed over every model call of the turn.
     pub usage: Usage,
+}
+
+impl Folded {
+    /// `text` (the content, perhaps with a notice after it) cut at `breaks` into each round's text, without the
+    /// [`ROUND_BREAK`]s; a break past the end of `text` is ignored.
+    pub fn text_pieces<'a>(text: &'a str, breaks: &[usize]) -> Vec<&'a str> {
+        let mut pieces = Vec::with_capacity(breaks.len() + 1);
+        let mut start = 0;
+        for &at in breaks {
+            let Some(piece) = text.get(start..at) else {
+                break;
+            };
+            pieces.push(piece);
+            start = at + ROUND_BREAK.len();
+        }
+        pieces.push(text.get(start..).unwrap_or_default());
+        pieces
+    }
 }
 
 /// A format's answer builder. The shared stream driver calls [`open`](Encoder::open) once before the first
@@ -232,43 +260,9 @@ pub trait Encoder: Send + 'static {
     fn whole(&mut self, folded: Folded, ending: &Ending) -> Vec<u8>;
 }
 
-/// `data: {json}\n\n`, the JSON written straight into `out` (no intermediate `String`).
-pub(crate) fn sse_data<T: Serialize + ?Sized>(value: &T, out: &mut Vec<u8>) {
-    begin_sse_data(out);
-    write_json(value, out);
-    end_sse(out);
-}
-
-/// `data: `: the start of an event whose payload the caller writes (encoders that keep an event's fixed head
-/// escaped once start it with this), ended by [`end_sse`].
-pub(crate) fn begin_sse_data(out: &mut Vec<u8>) {
-    out.extend_from_slice(b"data: ");
-}
-
-/// `event: {name}\ndata: `: as [`begin_sse_data`], for a named event.
-pub(crate) fn begin_sse_event(name: &str, out: &mut Vec<u8>) {
-    out.extend_from_slice(b"event: ");
-    out.extend_from_slice(name.as_bytes());
-    out.extend_from_slice(b"\n");
-    begin_sse_data(out);
-}
-
-/// The blank line that ends an event.
-pub(crate) fn end_sse(out: &mut Vec<u8>) {
-    out.extend_from_slice(b"\n\n");
-}
-
-/// `value` as JSON, appended to `out`.
-pub(crate) fn write_json<T: Serialize + ?Sized>(value: &T, out: &mut Vec<u8>) {
-    serde_json::to_writer(out, value).expect("serialising into a Vec cannot fail");
-}
-
-/// `event: {name}\ndata: {json}\n\n` (Anthropic's and the Responses API's framing).
-pub(crate) fn sse_event<T: Serialize + ?Sized>(name: &str, value: &T, out: &mut Vec<u8>) {
-    begin_sse_event(name, out);
-    write_json(value, out);
-    end_sse(out);
-}
+pub(crate) use crate::sse::{
+    begin_sse_data, begin_sse_event, end_sse, sse_data, sse_event, write_json,
+};
 
 /// Deserialize `body` into `T` with paths in the error (`messages[0].content`): malformed JSON is
 /// `invalid_json`, a schema violation `invalid_request_schema`, trailing data after the object `invalid_json`.

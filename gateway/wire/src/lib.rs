@@ -56,6 +56,7 @@ pub mod respond;
 pub mod responses;
 pub mod router;
 mod sealed_reasoning;
+mod sse;
 
 pub use error::ApiError;
 pub use format::{ApprovalAnswer, ApprovalNotice, InboundRoute, UpstreamFormat};

@@ -19,7 +19,7 @@ use tower_chat::{
 };
 
 use crate::error::ApiError;
-use crate::format::{ApprovalNotice, Encoder, Ending, Folded, Visible};
+use crate::format::{ApprovalNotice, Encoder, Ending, Folded, Visible, ROUND_BREAK};
 
 /// What a server keeps of a turn when it ends, and how it words a chat error: the gateway pauses a turn for
 /// approval and keeps a hand-back of client calls here; a server that keeps nothing uses [`KeepNothing`].
@@ -83,6 +83,8 @@ struct Translator<K> {
     visible: HashMap<usize, usize>,
     approvals: Vec<ApprovalRequest>,
     builder: ResponseBuilder,
+    /// A tool round ended since the last text: the next text is a later round's.
+    round_over: bool,
 }
 
 impl<K: TurnKeeper> Translator<K> {
@@ -96,6 +98,7 @@ impl<K: TurnKeeper> Translator<K> {
             visible: HashMap::new(),
             approvals: Vec::new(),
             builder: ResponseBuilder::new(),
+            round_over: false,
         }
     }
 
@@ -111,6 +114,12 @@ impl<K: TurnKeeper> Translator<K> {
         match event {
             ChatEvent::ResponseMetadata { model: Some(m), .. } => self.folded.model = m.clone(),
             ChatEvent::TextDelta { text } if !text.is_empty() => {
+                if std::mem::take(&mut self.round_over) && !self.folded.content.is_empty() {
+                    let folded = &mut self.folded;
+                    folded.round_breaks.push(folded.content.len());
+                    folded.content.push_str(ROUND_BREAK);
+                    out.push(Visible::RoundBreak);
+                }
                 self.folded.content.push_str(text);
                 out.push(Visible::Text(text.clone()));
             }
@@ -174,6 +183,7 @@ impl<K: TurnKeeper> Translator<K> {
             ChatEvent::ToolResult { .. } => {
                 // Results come between rounds; the next round numbers its calls from 0 again.
                 self.visible.clear();
+                self.round_over = true;
             }
             ChatEvent::ApprovalRequest { request } => {
                 self.approvals.push(ApprovalRequest::clone(request))

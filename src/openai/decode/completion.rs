@@ -7,18 +7,20 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::chunk::{ChunkDecoder, Delta, DeltaFunction, DeltaToolCall, RareDelta, Text};
+use super::parts::Content;
 use super::{finish_reason, stream_error, WireUsage};
 use crate::error::ChatError;
 use crate::event::{ChatEvent, Usage};
 
 #[derive(Deserialize)]
-struct Completion {
+struct Completion<'a> {
     #[serde(default)]
     id: Option<String>,
     #[serde(default)]
     model: Option<String>,
     #[serde(default)]
-    choices: Vec<CompletionChoice>,
+    #[serde(borrow)]
+    choices: Vec<CompletionChoice<'a>>,
     #[serde(default)]
     usage: Option<WireUsage>,
     #[serde(default)]
@@ -26,18 +28,20 @@ struct Completion {
 }
 
 #[derive(Deserialize)]
-struct CompletionChoice {
+struct CompletionChoice<'a> {
     #[serde(default)]
     index: u32,
-    message: CompletionMessage,
+    #[serde(borrow)]
+    message: CompletionMessage<'a>,
     #[serde(default)]
     finish_reason: Option<String>,
 }
 
 #[derive(Deserialize)]
-struct CompletionMessage {
-    #[serde(default)]
-    content: Option<String>,
+struct CompletionMessage<'a> {
+    /// A string, or a list of parts (Mistral's reasoning models).
+    #[serde(default, borrow)]
+    content: Option<Content<'a>>,
     #[serde(default)]
     reasoning_content: Option<String>,
     #[serde(default)]
@@ -81,18 +85,24 @@ pub(crate) fn decode_completion(body: &[u8]) -> Result<Vec<ChatEvent>, ChatError
         });
     }
     let message = choice.message;
+    let (content, content_parts) = match message.content {
+        Some(Content::Text(text)) => (Some(text), None),
+        Some(Content::Parts(parts)) => (None, Some(parts)),
+        None => (None, None),
+    };
     let mut decoder = ChunkDecoder {
         metadata_sent: true,
         ..ChunkDecoder::default()
     };
     decoder.on_delta(
         Delta {
-            content: message.content.map(Text::from),
+            content,
             tool_calls: None,
             rare: Some(Box::new(RareDelta {
                 reasoning_content: message.reasoning_content.map(Text::from),
                 reasoning: message.reasoning.map(Text::from),
                 refusal: message.refusal.map(Text::from),
+                content_parts,
             })),
         },
         &mut out,

@@ -11,6 +11,7 @@
 
 mod chunk;
 mod completion;
+mod parts;
 
 use serde::Deserialize;
 use serde_json::Value;

@@ -393,6 +393,8 @@ impl Encoder for ResponseEncoder {
     fn visible(&mut self, _folded: &Folded, event: Visible, out: &mut Vec<u8>) {
         match event {
             Visible::Text(text) => self.text(&text, out),
+            // A later round's text is a message item of its own.
+            Visible::RoundBreak => self.close_message(out),
             Visible::Reasoning(text) => self.reasoning_text(&text, out),
             Visible::ReasoningEnd(continuation) => self.close_reasoning(Some(continuation), out),
             Visible::CallStart { index, id, name } => {
@@ -508,9 +510,11 @@ impl ResponseEncoder {
         } else {
             &notice
         });
-        if !text.is_empty() {
-            let id = format!("msg_{}", uuid::Uuid::new_v4().simple());
-            output.push(message_item(&id, &text, "completed"));
+        for piece in Folded::text_pieces(&text, &folded.round_breaks) {
+            if !piece.is_empty() {
+                let id = format!("msg_{}", uuid::Uuid::new_v4().simple());
+                output.push(message_item(&id, piece, "completed"));
+            }
         }
         for call in &folded.client_calls {
             let id = format!("fc_{}", uuid::Uuid::new_v4().simple());
