@@ -35,6 +35,7 @@ use tower_chat::test_server::{Reply, ScriptedProvider};
 use tower_chat_gateway::config_file::ConfigFile;
 use tower_chat_gateway::request_limits::RequestLimits;
 use tower_chat_gateway::{Config, Gateway};
+use tower_chat_testkit::{ref_chain, ref_dag, ref_laughs};
 
 /// Requests per measured case (after one warm-up request); the least CPU of them is reported.
 const REPEATS: u32 = 5;
@@ -102,13 +103,22 @@ struct Measured {
     status: u16,
 }
 
-async fn start(limits: RequestLimits) -> (ScriptedProvider, String, tempfile::TempDir) {
-    let provider = ScriptedProvider::start(|_, _| Reply::openai_text("never asked")).await;
+/// A gateway in this process within `limits`, with `file` as its configuration file, whose upstream answers
+/// `answer`.
+async fn start(
+    limits: RequestLimits,
+    file: Option<ConfigFile>,
+    answer: String,
+) -> (ScriptedProvider, String, tempfile::TempDir) {
+    let provider = ScriptedProvider::start(move |_, _| Reply::openai_text(&answer)).await;
     let dir = tempfile::tempdir().unwrap();
     let mut config = Config::new(provider.base_url());
     config.no_upstream_key = true;
     config.db = dir.path().join("adversarial.db");
     config.limits = limits;
+    if let Some(file) = file {
+        config.file = file;
+    }
     let gateway = Gateway::new(&config).await.unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -116,7 +126,14 @@ async fn start(limits: RequestLimits) -> (ScriptedProvider, String, tempfile::Te
     (provider, format!("http://{addr}"), dir)
 }
 
-async fn measure(base: &str, path: &str, body: Bytes) -> Measured {
+/// The least CPU of [`REPEATS`] requests of `body` to `path` (after a warm-up), and the status; `check` reads
+/// each answer.
+async fn least_cpu(
+    base: &str,
+    path: &str,
+    body: &Bytes,
+    check: impl Fn(u16, &str),
+) -> (Duration, u16) {
     let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
     let send = || async {
         let request = http::Request::post(format!("{base}{path}"))
@@ -126,10 +143,9 @@ async fn measure(base: &str, path: &str, body: Bytes) -> Measured {
         let response = client.request(request).await.unwrap();
         let status = response.status().as_u16();
         let answer = response.into_body().collect().await.unwrap().to_bytes();
-        assert!(
-            String::from_utf8_lossy(&answer).contains("limit_exceeded"),
-            "{path}: expected a limit_exceeded refusal, got {status} {}",
-            String::from_utf8_lossy(&answer[..answer.len().min(300)])
+        check(
+            status,
+            &String::from_utf8_lossy(&answer[..answer.len().min(300)]),
         );
         status
     };
@@ -141,9 +157,20 @@ async fn measure(base: &str, path: &str, body: Bytes) -> Measured {
         status = send().await;
         least = least.min(start.elapsed());
     }
+    (least, status)
+}
+
+async fn measure(base: &str, path: &str, body: Bytes) -> Measured {
+    let (cpu, status) = least_cpu(base, path, &body, |status, answer| {
+        assert!(
+            answer.contains("limit_exceeded"),
+            "{path}: expected a limit_exceeded refusal, got {status} {answer}"
+        );
+    })
+    .await;
     Measured {
         bytes: body.len(),
-        cpu: least,
+        cpu,
         status,
     }
 }
@@ -162,40 +189,13 @@ fn wide_schema(n: usize) -> (Value, String) {
 
 /// The bombs, by name: each breaks a schema limit.
 fn bombs() -> Vec<(&'static str, Value)> {
-    let chain = {
-        let mut defs = serde_json::Map::new();
-        for i in 0..1500 {
-            defs.insert(
-                format!("a{i}"),
-                json!({"$ref": format!("#/$defs/a{}", i + 1)}),
-            );
-        }
-        defs.insert("a1500".into(), json!({"type": "object"}));
-        json!({"$defs": defs, "$ref": "#/$defs/a0"})
-    };
-    let levels = |applicator: &str, depth: usize, fanout: usize, properties: bool| {
-        let mut defs = serde_json::Map::new();
-        defs.insert("l0".into(), json!({"type": "object"}));
-        for level in 1..=depth {
-            let below = json!({"$ref": format!("#/$defs/l{}", level - 1)});
-            let schema = if properties {
-                let named: serde_json::Map<String, Value> = (0..fanout)
-                    .map(|i| (format!("p{i}"), below.clone()))
-                    .collect();
-                json!({"type": "object", "properties": named})
-            } else {
-                json!({applicator: vec![below; fanout]})
-            };
-            defs.insert(format!("l{level}"), schema);
-        }
-        json!({"$defs": defs, "$ref": format!("#/$defs/l{depth}")})
-    };
+    let object = || json!({"type": "object"});
     vec![
-        ("ref chain 1500", chain),
-        ("allOf x2 depth 27", levels("allOf", 27, 2, false)),
-        ("anyOf x2 depth 22", levels("anyOf", 22, 2, false)),
-        ("laughs x4 depth 10", levels("", 10, 4, true)),
-        ("laughs x4 depth 14", levels("", 14, 4, true)),
+        ("ref chain 1500", ref_chain(1500, object())),
+        ("allOf x2 depth 27", ref_dag("allOf", 27, 2, object())),
+        ("anyOf x2 depth 22", ref_dag("anyOf", 22, 2, object())),
+        ("laughs x4 depth 10", ref_laughs(10, 4)),
+        ("laughs x4 depth 14", ref_laughs(14, 4)),
     ]
 }
 
@@ -211,45 +211,15 @@ fn answer_body(schema: &Value) -> Bytes {
 
 /// A gateway with `[structured]` on whose upstream answers `answer`.
 async fn start_structured(answer: String) -> (ScriptedProvider, String, tempfile::TempDir) {
-    let provider = ScriptedProvider::start(move |_, _| Reply::openai_text(&answer)).await;
-    let dir = tempfile::tempdir().unwrap();
-    let mut config = Config::new(provider.base_url());
-    config.no_upstream_key = true;
-    config.db = dir.path().join("schemas.db");
-    config.file = ConfigFile::parse("[structured]\n", "gateway.toml").unwrap();
-    let gateway = Gateway::new(&config).await.unwrap();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(gateway.serve(listener, std::future::pending()));
-    (provider, format!("http://{addr}"), dir)
+    let file = ConfigFile::parse("[structured]\n", "gateway.toml").unwrap();
+    start(RequestLimits::default(), Some(file), answer).await
 }
 
-/// The least CPU of [`REPEATS`] requests (after a warm-up), each answered with `expected`.
+/// The least CPU of [`REPEATS`] answer requests, each answered with `expected`.
 async fn measure_status(base: &str, body: Bytes, expected: u16) -> Duration {
-    let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
-    let send = || async {
-        let request = http::Request::post(format!("{base}/v1/chat/completions"))
-            .header("content-type", "application/json")
-            .body(Full::new(body.clone()))
-            .unwrap();
-        let response = client.request(request).await.unwrap();
-        let status = response.status().as_u16();
-        let answer = response.into_body().collect().await.unwrap().to_bytes();
-        assert_eq!(
-            status,
-            expected,
-            "{}",
-            String::from_utf8_lossy(&answer[..answer.len().min(300)])
-        );
-    };
-    send().await;
-    let mut least = Duration::MAX;
-    for _ in 0..REPEATS {
-        let start = ProcessTime::now();
-        send().await;
-        least = least.min(start.elapsed());
-    }
-    least
+    let path = "/v1/chat/completions";
+    let check = |status, answer: &str| assert_eq!(status, expected, "{answer}");
+    least_cpu(base, path, &body, check).await.0
 }
 
 /// The schema cases; `true` when a guard failed.
@@ -320,7 +290,7 @@ fn main() {
         "route", "limits", "bytes", "status", "CPU ms", "ns/byte"
     );
     for (label, limits) in [("counted", counted), ("converted", converted)] {
-        let (_provider, base, _dir) = runtime.block_on(start(limits));
+        let (_provider, base, _dir) = runtime.block_on(start(limits, None, "never asked".into()));
         for path in ["/v1/chat/completions", "/v1/messages", "/v1/responses"] {
             let per_byte: Vec<f64> = [400_000, 3_200_000]
                 .into_iter()

@@ -5,55 +5,12 @@
 
 mod common;
 
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 use tower_chat_gateway::config_file::ConfigFile;
+use tower_chat_testkit::{ref_chain, ref_dag, ref_laughs};
 
 use common::kinds::{text_reply, KindUpstreams};
 use common::{get, Harness};
-
-/// `{"$ref": "#/$defs/a0"}` where `a0` refers to `a1`, … and `a<n-1>` is an object: `n` references in a row.
-fn ref_chain(n: usize) -> Value {
-    let mut defs = Map::new();
-    for i in 0..n {
-        let next = if i + 1 == n {
-            json!({"type": "object"})
-        } else {
-            json!({"$ref": format!("#/$defs/a{}", i + 1)})
-        };
-        defs.insert(format!("a{i}"), next);
-    }
-    json!({"$defs": defs, "$ref": "#/$defs/a0"})
-}
-
-/// Levels `l1..=l<depth>`, each an `applicator` (`allOf`, `anyOf`) of `fanout` references to the level below.
-fn ref_dag(applicator: &str, depth: usize, fanout: usize) -> Value {
-    let mut defs = Map::new();
-    defs.insert("l0".into(), json!({"type": "object"}));
-    for level in 1..=depth {
-        let below = json!({"$ref": format!("#/$defs/l{}", level - 1)});
-        defs.insert(
-            format!("l{level}"),
-            json!({applicator: vec![below; fanout]}),
-        );
-    }
-    json!({"$defs": defs, "$ref": format!("#/$defs/l{depth}")})
-}
-
-/// Gemini's billion laughs: each level an object of four properties referring to the level below.
-fn laughs(depth: usize) -> Value {
-    let mut defs = Map::new();
-    defs.insert("d0".into(), json!({"type": "string"}));
-    for level in 1..=depth {
-        let below = json!({"$ref": format!("#/$defs/d{}", level - 1)});
-        defs.insert(
-            format!("d{level}"),
-            json!({"type": "object", "properties": {
-                "a": below, "b": below, "c": below, "d": below}}),
-        );
-    }
-    json!({"type": "object", "$defs": defs,
-        "properties": {"x": {"$ref": format!("#/$defs/d{depth}")}}})
-}
 
 /// The three inbound formats, each asking for an answer matching `schema` its own way.
 fn answer_requests(model: &str, schema: &Value) -> [(&'static str, Value); 3] {
@@ -129,12 +86,12 @@ async fn assert_refused(
 #[tokio::test]
 async fn an_answer_schema_whose_ref_chain_is_deeper_than_the_limit_is_a_400_naming_max_depth() {
     let (upstreams, gw) = gateway().await;
-    let chain = ref_chain(1500);
+    let chain = ref_chain(1500, json!({"type": "object"}));
     for (path, body) in answer_requests("m-openai", &chain) {
         assert_refused(&gw, &upstreams, path, &body, "max_depth").await;
     }
     // A chain within the limit still reaches the upstream.
-    let short = ref_chain(10);
+    let short = ref_chain(10, json!({"type": "object"}));
     let (path, body) = &answer_requests("m-openai", &short)[0];
     let answer = gw.post_json(path, body, &[]).await;
     assert_eq!(answer.status, 200, "{}", answer.body);
@@ -143,7 +100,10 @@ async fn an_answer_schema_whose_ref_chain_is_deeper_than_the_limit_is_a_400_nami
 #[tokio::test]
 async fn an_answer_schema_whose_references_double_per_level_is_a_400_naming_max_expanded_nodes() {
     let (upstreams, gw) = gateway().await;
-    for schema in [ref_dag("allOf", 27, 2), ref_dag("anyOf", 22, 2)] {
+    for schema in [
+        ref_dag("allOf", 27, 2, json!({"type": "object"})),
+        ref_dag("anyOf", 22, 2, json!({"type": "object"})),
+    ] {
         for (path, body) in answer_requests("m-anthropic", &schema) {
             assert_refused(&gw, &upstreams, path, &body, "max_expanded_nodes").await;
         }
@@ -154,7 +114,7 @@ async fn an_answer_schema_whose_references_double_per_level_is_a_400_naming_max_
 async fn a_ref_billion_laughs_bound_for_gemini_is_a_400_naming_max_expanded_nodes() {
     let (upstreams, gw) = gateway().await;
     for depth in [10, 14] {
-        let schema = laughs(depth);
+        let schema = ref_laughs(depth, 4);
         for model in ["m-gemini", "m-vertex"] {
             let tool = json!({"model": model, "messages": [{"role": "user", "content": "hi"}],
                 "tools": [{"type": "function", "function": {"name": "f", "parameters": schema}}]});
@@ -173,7 +133,7 @@ async fn a_ref_billion_laughs_bound_for_gemini_is_a_400_naming_max_expanded_node
     }
     // The same shape two levels deep is an ordinary schema: it reaches Gemini inlined.
     let tool = json!({"model": "m-gemini", "messages": [{"role": "user", "content": "hi"}],
-        "tools": [{"type": "function", "function": {"name": "f", "parameters": laughs(2)}}]});
+        "tools": [{"type": "function", "function": {"name": "f", "parameters": ref_laughs(2, 4)}}]});
     let answer = gw.post_json("/v1/chat/completions", &tool, &[]).await;
     assert_eq!(answer.status, 200, "{}", answer.body);
     let sent = upstreams.get("gemini").server.requests();

@@ -2,35 +2,21 @@
 //! raised limits, validated in work linear in the schema (counted, not timed) and stack bounded by the walk's
 //! depth cap.
 
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 use tower_chat::schema_limits::SchemaLimit;
+use tower_chat_testkit::{ref_chain, ref_dag};
 
 use super::validate::{Walk, MAX_CHECK_DEPTH};
 use super::*;
 
 /// `n` references in a row, ending in a string.
 fn chain(n: usize) -> Value {
-    let mut defs = Map::new();
-    for i in 0..n {
-        let next = if i + 1 == n {
-            json!({"type": "string"})
-        } else {
-            json!({"$ref": format!("#/$defs/a{}", i + 1)})
-        };
-        defs.insert(format!("a{i}"), next);
-    }
-    json!({"$defs": defs, "$ref": "#/$defs/a0"})
+    ref_chain(n, json!({"type": "string"}))
 }
 
 /// Levels of `applicator` holding two references to the level below; the bottom is `bottom`.
 fn dag(applicator: &str, depth: usize, bottom: Value) -> Value {
-    let mut defs = Map::new();
-    defs.insert("l0".into(), bottom);
-    for level in 1..=depth {
-        let below = json!({"$ref": format!("#/$defs/l{}", level - 1)});
-        defs.insert(format!("l{level}"), json!({applicator: [below, below]}));
-    }
-    json!({"$defs": defs, "$ref": format!("#/$defs/l{depth}")})
+    ref_dag(applicator, depth, 2, bottom)
 }
 
 /// Limits no schema here reaches: what the validator does on its own.
