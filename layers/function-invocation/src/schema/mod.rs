@@ -127,7 +127,7 @@
 //!
 //! let deep = json!({"$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"$ref": "#/$defs/c"}, "c": {}},
 //!                   "$ref": "#/$defs/a"});
-//! let limits = SchemaLimits { max_depth: 4, ..SchemaLimits::default() };
+//! let limits = SchemaLimits { max_depth: 3, ..SchemaLimits::default() };
 //! let error = Schema::compile_with(&deep, &limits).unwrap_err();
 //! assert_eq!(error.limit().map(|l| l.limit()), Some(SchemaLimit::Depth));
 //! assert!(Schema::compile(&deep).is_ok());
