@@ -59,6 +59,7 @@ mod reasoning;
 mod request;
 mod response;
 pub mod responses;
+pub mod schema_limits;
 pub mod sse;
 mod stream;
 #[cfg(feature = "test-server")]

@@ -12,7 +12,7 @@ use tower_chat::leaf::{AccessToken, TokenFuture, TokenProvider};
 use tower_chat::test_server::{Reply, ScriptedProvider};
 use tower_chat::{
     AssistantMessage, ChatRequest, ChatStreamExt, ErrorKind, FilePart, FinishReason, MediaSource,
-    Message, Part, ToolCall, ToolChoice, ToolSpec,
+    Message, Part, ResponseFormat, ToolCall, ToolChoice, ToolSpec,
 };
 
 fn fixture(name: &str) -> Value {
@@ -153,6 +153,36 @@ async fn a_schema_gemini_cannot_express_is_refused_before_sending() {
     assert_eq!(err.kind(), &ErrorKind::Unsupported);
     assert!(err.message().contains("\"pick\""), "{err}");
     assert!(err.message().contains("/properties/n/allOf"), "{err}");
+    assert!(provider.requests().is_empty());
+}
+
+#[tokio::test]
+async fn an_answer_schema_over_the_schema_limits_is_refused_before_sending() {
+    // Four `$ref`s per level, ten levels: inlined (`responseSchema`) it is millions of values.
+    let mut defs = serde_json::Map::new();
+    defs.insert("d0".into(), json!({"type": "string"}));
+    for level in 1..=10 {
+        let below = json!({"$ref": format!("#/$defs/d{}", level - 1)});
+        defs.insert(
+            format!("d{level}"),
+            json!({"type": "object", "properties": {"a": below, "b": below, "c": below, "d": below}}),
+        );
+    }
+    let schema = json!({"$defs": defs, "$ref": "#/$defs/d10"});
+    let provider = ScriptedProvider::start(|_, _| Reply::gemini_text("never")).await;
+    let mut request = ChatRequest::new(vec![Message::user("hi")]);
+    request.options.response_format = Some(ResponseFormat::JsonSchema {
+        name: "answer".into(),
+        schema,
+        strict: Some(true),
+    });
+    let err = leaf(&provider)
+        .oneshot(request)
+        .await
+        .err()
+        .expect("refused");
+    assert_eq!(err.kind(), &ErrorKind::InvalidRequest);
+    assert!(err.message().ends_with("(max_expanded_nodes)"), "{err}");
     assert!(provider.requests().is_empty());
 }
 

@@ -4,6 +4,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
+use tower_chat::schema_limits::SchemaLimits;
 use tower_chat_gateway::fuzzing::parse_request;
 use tower_chat_gateway::request_limits::{RequestLimits, SettingNames};
 
@@ -20,6 +21,12 @@ fuzz_target!(|data: &[u8]| {
         max_conversation_id_bytes: 16,
         max_media_part_bytes: 4096,
         max_media_bytes: 8192,
+        schema: SchemaLimits {
+            max_depth: 16,
+            max_nodes: 256,
+            max_ref_expansions: 64,
+            max_expanded_nodes: 1024,
+        },
         setting_names: SettingNames::Flags,
     };
     match parse_request(format, body) {

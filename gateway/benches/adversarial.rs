@@ -10,6 +10,15 @@
 //! Guard: for every shape the large body's CPU per byte is at most 3× the small body's (linear parsing); a
 //! quadratic step makes it about 8× (the size ratio). The run exits non-zero when the guard fails.
 //!
+//! Then client JSON Schemas, with `[structured]` on (the answer is validated against the schema as sent):
+//!
+//! - `accepted`: an answer schema of N properties, each a `$ref` to one shared definition, at two sizes 8×
+//!   apart, the larger near the largest the default schema limits accept; the upstream answers with a value
+//!   for every property, which is validated. Guard as above: CPU per byte of the large one at most 3× the small.
+//! - `refused`: the bombs (a chain of 1,500 `$ref`s, `allOf` levels of two `$ref`s 27 deep, `anyOf` 22 deep,
+//!   four `$ref`s per level 10 and 14 deep), each a 400 `limit_exceeded`. Guard: CPU per byte at most 3× the
+//!   small accepted schema's, so no refusal does the work the bomb asks for.
+//!
 //! ```text
 //! cargo bench -p tower-chat-gateway --bench adversarial
 //! ```
@@ -23,8 +32,10 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use serde_json::{json, Value};
 use tower_chat::test_server::{Reply, ScriptedProvider};
+use tower_chat_gateway::config_file::ConfigFile;
 use tower_chat_gateway::request_limits::RequestLimits;
 use tower_chat_gateway::{Config, Gateway};
+use tower_chat_testkit::{ref_chain, ref_dag, ref_laughs};
 
 /// Requests per measured case (after one warm-up request); the least CPU of them is reported.
 const REPEATS: u32 = 5;
@@ -92,13 +103,22 @@ struct Measured {
     status: u16,
 }
 
-async fn start(limits: RequestLimits) -> (ScriptedProvider, String, tempfile::TempDir) {
-    let provider = ScriptedProvider::start(|_, _| Reply::openai_text("never asked")).await;
+/// A gateway in this process within `limits`, with `file` as its configuration file, whose upstream answers
+/// `answer`.
+async fn start(
+    limits: RequestLimits,
+    file: Option<ConfigFile>,
+    answer: String,
+) -> (ScriptedProvider, String, tempfile::TempDir) {
+    let provider = ScriptedProvider::start(move |_, _| Reply::openai_text(&answer)).await;
     let dir = tempfile::tempdir().unwrap();
     let mut config = Config::new(provider.base_url());
     config.no_upstream_key = true;
     config.db = dir.path().join("adversarial.db");
     config.limits = limits;
+    if let Some(file) = file {
+        config.file = file;
+    }
     let gateway = Gateway::new(&config).await.unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -106,7 +126,14 @@ async fn start(limits: RequestLimits) -> (ScriptedProvider, String, tempfile::Te
     (provider, format!("http://{addr}"), dir)
 }
 
-async fn measure(base: &str, path: &str, body: Bytes) -> Measured {
+/// The least CPU of [`REPEATS`] requests of `body` to `path` (after a warm-up), and the status; `check` reads
+/// each answer.
+async fn least_cpu(
+    base: &str,
+    path: &str,
+    body: &Bytes,
+    check: impl Fn(u16, &str),
+) -> (Duration, u16) {
     let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
     let send = || async {
         let request = http::Request::post(format!("{base}{path}"))
@@ -116,10 +143,9 @@ async fn measure(base: &str, path: &str, body: Bytes) -> Measured {
         let response = client.request(request).await.unwrap();
         let status = response.status().as_u16();
         let answer = response.into_body().collect().await.unwrap().to_bytes();
-        assert!(
-            String::from_utf8_lossy(&answer).contains("limit_exceeded"),
-            "{path}: expected a limit_exceeded refusal, got {status} {}",
-            String::from_utf8_lossy(&answer[..answer.len().min(300)])
+        check(
+            status,
+            &String::from_utf8_lossy(&answer[..answer.len().min(300)]),
         );
         status
     };
@@ -131,11 +157,119 @@ async fn measure(base: &str, path: &str, body: Bytes) -> Measured {
         status = send().await;
         least = least.min(start.elapsed());
     }
+    (least, status)
+}
+
+async fn measure(base: &str, path: &str, body: Bytes) -> Measured {
+    let (cpu, status) = least_cpu(base, path, &body, |status, answer| {
+        assert!(
+            answer.contains("limit_exceeded"),
+            "{path}: expected a limit_exceeded refusal, got {status} {answer}"
+        );
+    })
+    .await;
     Measured {
         bytes: body.len(),
-        cpu: least,
+        cpu,
         status,
     }
+}
+
+/// An answer schema of `n` properties, each a `$ref` to one definition, and an answer matching it.
+fn wide_schema(n: usize) -> (Value, String) {
+    let properties: serde_json::Map<String, Value> = (0..n)
+        .map(|i| (format!("p{i}"), json!({"$ref": "#/$defs/item"})))
+        .collect();
+    let schema = json!({"type": "object", "properties": properties,
+        "$defs": {"item": {"type": "object", "properties": {"x": {"type": "integer"}}, "required": ["x"]}}});
+    let answer: serde_json::Map<String, Value> =
+        (0..n).map(|i| (format!("p{i}"), json!({"x": i}))).collect();
+    (schema, Value::Object(answer).to_string())
+}
+
+/// The bombs, by name: each breaks a schema limit.
+fn bombs() -> Vec<(&'static str, Value)> {
+    let object = || json!({"type": "object"});
+    vec![
+        ("ref chain 1500", ref_chain(1500, object())),
+        ("allOf x2 depth 27", ref_dag("allOf", 27, 2, object())),
+        ("anyOf x2 depth 22", ref_dag("anyOf", 22, 2, object())),
+        ("laughs x4 depth 10", ref_laughs(10, 4)),
+        ("laughs x4 depth 14", ref_laughs(14, 4)),
+    ]
+}
+
+/// A Chat Completions body asking for an answer matching `schema`.
+fn answer_body(schema: &Value) -> Bytes {
+    Bytes::from(
+        json!({"model": "m", "messages": [{"role": "user", "content": "hi"}],
+            "response_format": {"type": "json_schema",
+                "json_schema": {"name": "answer", "schema": schema, "strict": true}}})
+        .to_string(),
+    )
+}
+
+/// A gateway with `[structured]` on whose upstream answers `answer`.
+async fn start_structured(answer: String) -> (ScriptedProvider, String, tempfile::TempDir) {
+    let file = ConfigFile::parse("[structured]\n", "gateway.toml").unwrap();
+    start(RequestLimits::default(), Some(file), answer).await
+}
+
+/// The least CPU of [`REPEATS`] answer requests, each answered with `expected`.
+async fn measure_status(base: &str, body: Bytes, expected: u16) -> Duration {
+    let path = "/v1/chat/completions";
+    let check = |status, answer: &str| assert_eq!(status, expected, "{answer}");
+    least_cpu(base, path, &body, check).await.0
+}
+
+/// The schema cases; `true` when a guard failed.
+fn schemas(runtime: &tokio::runtime::Runtime) -> bool {
+    let mut failed = false;
+    println!(
+        "\n{:<22} {:<10} {:>10} {:>7} {:>10} {:>9}",
+        "schema", "", "bytes", "status", "CPU ms", "ns/byte"
+    );
+    let row = |name: &str, label: &str, bytes: usize, status: u16, cpu: Duration| {
+        let per_byte = cpu.as_nanos() as f64 / bytes as f64;
+        println!(
+            "{name:<22} {label:<10} {bytes:>10} {status:>7} {:>10.2} {per_byte:>9.2}",
+            cpu.as_secs_f64() * 1e3
+        );
+        per_byte
+    };
+    let mut accepted = Vec::new();
+    for n in [1_000, 8_000] {
+        let (schema, answer) = wide_schema(n);
+        let (_provider, base, _dir) = runtime.block_on(start_structured(answer));
+        let body = answer_body(&schema);
+        let cpu = runtime.block_on(measure_status(&base, body.clone(), 200));
+        accepted.push(row(
+            &format!("{n} $ref properties"),
+            "accepted",
+            body.len(),
+            200,
+            cpu,
+        ));
+    }
+    let ratio = accepted[1] / accepted[0];
+    if ratio > LINEAR_GUARD {
+        println!("  FAIL: CPU per byte grew {ratio:.2}x with the schema (limit {LINEAR_GUARD}x)");
+        failed = true;
+    }
+    let (_provider, base, _dir) = runtime.block_on(start_structured("{}".into()));
+    for (name, schema) in bombs() {
+        let body = answer_body(&schema);
+        let cpu = runtime.block_on(measure_status(&base, body.clone(), 400));
+        let per_byte = row(name, "refused", body.len(), 400, cpu);
+        if per_byte > LINEAR_GUARD * accepted[0] {
+            println!(
+                "  FAIL: the refusal costs {:.2}x the accepted schema's CPU per byte (limit {LINEAR_GUARD}x)",
+                per_byte / accepted[0]
+            );
+            failed = true;
+        }
+    }
+    failed
 }
 
 fn main() {
@@ -156,7 +290,7 @@ fn main() {
         "route", "limits", "bytes", "status", "CPU ms", "ns/byte"
     );
     for (label, limits) in [("counted", counted), ("converted", converted)] {
-        let (_provider, base, _dir) = runtime.block_on(start(limits));
+        let (_provider, base, _dir) = runtime.block_on(start(limits, None, "never asked".into()));
         for path in ["/v1/chat/completions", "/v1/messages", "/v1/responses"] {
             let per_byte: Vec<f64> = [400_000, 3_200_000]
                 .into_iter()
@@ -183,6 +317,7 @@ fn main() {
             }
         }
     }
+    failed |= schemas(&runtime);
     if failed {
         std::process::exit(1);
     }

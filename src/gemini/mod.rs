@@ -58,7 +58,7 @@ use http::header::HeaderName;
 use http::Uri;
 
 pub use blocked::{PromptBlocked, SafetyRating};
-pub use schema::{to_gemini_schema, SchemaError};
+pub use schema::{to_gemini_schema, to_gemini_schema_within, SchemaError};
 #[cfg(feature = "gcp-adc")]
 pub use service_account::{ServiceAccount, CLOUD_PLATFORM_SCOPE, CREDENTIALS_ENV};
 

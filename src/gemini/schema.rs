@@ -3,10 +3,17 @@
 //! local `$ref`s are inlined; annotations Gemini does not know are dropped. What cannot be expressed (`allOf`,
 //! `not`, conditionals, `patternProperties`, a recursive `$ref`, …) is refused with a [`SchemaError`] naming the
 //! keyword and where it is, before any request is sent.
+//!
+//! Inlining is where a small schema can become a huge one (four `$ref`s per level, ten levels: a million
+//! copies), so the schema is first measured against [`SchemaLimits`] and refused when its expansion is over
+//! [`SchemaLimits::max_expanded_nodes`] or another limit; the conversion itself also stops at that many values
+//! and at the first `$ref` back into a schema it is inlining.
 
 use std::fmt;
 
 use serde_json::{Map, Value};
+
+use crate::schema_limits::{SchemaLimit, SchemaLimitError, SchemaLimits};
 
 /// A tool schema Gemini's schema subset cannot express.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -61,9 +68,6 @@ const DROPPED: [&str; 9] = [
     "definitions",
 ];
 
-/// How deep `$ref`s may nest before the schema counts as recursive.
-const MAX_REF_DEPTH: usize = 16;
-
 /// `schema` in Gemini's schema subset.
 ///
 /// ```
@@ -80,19 +84,53 @@ const MAX_REF_DEPTH: usize = 16;
 /// assert!(err.to_string().contains("allOf"));
 /// ```
 pub fn to_gemini_schema(schema: &Value) -> Result<Value, SchemaError> {
-    Converter { root: schema }.convert(schema, "", 0)
+    to_gemini_schema_within(schema, &SchemaLimits::DEFAULT)
+}
+
+/// [`to_gemini_schema`] within `limits`: a schema over them is refused (at `/`) before anything is inlined.
+pub fn to_gemini_schema_within(
+    schema: &Value,
+    limits: &SchemaLimits,
+) -> Result<Value, SchemaError> {
+    let over = |error: SchemaLimitError| SchemaError {
+        path: String::new(),
+        reason: error.to_string(),
+    };
+    limits.check(schema).map_err(over)?;
+    Converter {
+        root: schema,
+        inlining: vec![schema],
+        budget: limits.max_expanded_nodes,
+        limits,
+    }
+    .convert(schema, "")
 }
 
 struct Converter<'a> {
     root: &'a Value,
+    /// The `$ref` targets being inlined around the current schema (the root first): a `$ref` to one of them is
+    /// recursion, which Gemini's schemas cannot express.
+    inlining: Vec<&'a Value>,
+    /// Schemas the conversion may still produce.
+    budget: usize,
+    limits: &'a SchemaLimits,
 }
 
-impl Converter<'_> {
-    fn convert(&self, schema: &Value, path: &str, depth: usize) -> Result<Value, SchemaError> {
+impl<'a> Converter<'a> {
+    fn convert(&mut self, schema: &'a Value, path: &str) -> Result<Value, SchemaError> {
         let fail = |reason: String| SchemaError {
             path: path.to_owned(),
             reason,
         };
+        if self.budget == 0 {
+            let over = SchemaLimitError::new(
+                SchemaLimit::ExpandedNodes,
+                self.limits.max_expanded_nodes as u64 + 1,
+                self.limits.max_expanded_nodes,
+            );
+            return Err(fail(over.to_string()));
+        }
+        self.budget -= 1;
         let fields = match schema {
             Value::Object(fields) => fields,
             // `true` (anything): Gemini has no "any" type; an empty schema is the closest it takes.
@@ -100,17 +138,21 @@ impl Converter<'_> {
             other => return Err(fail(format!("{other} is not a schema Gemini can take"))),
         };
         if let Some(reference) = fields.get("$ref") {
-            if depth >= MAX_REF_DEPTH {
+            let root = self.root;
+            let target = reference
+                .as_str()
+                .and_then(|r| r.strip_prefix('#'))
+                .and_then(|pointer| root.pointer(pointer))
+                .ok_or_else(|| fail(format!("$ref {reference} is not a local reference")))?;
+            if self.inlining.iter().any(|open| std::ptr::eq(*open, target)) {
                 return Err(fail(
                     "a recursive $ref (Gemini schemas cannot refer to themselves)".into(),
                 ));
             }
-            let target = reference
-                .as_str()
-                .and_then(|r| r.strip_prefix('#'))
-                .and_then(|pointer| self.root.pointer(pointer))
-                .ok_or_else(|| fail(format!("$ref {reference} is not a local reference")))?;
-            return self.convert(target, path, depth + 1);
+            self.inlining.push(target);
+            let converted = self.convert(target, path);
+            self.inlining.pop();
+            return converted;
         }
         let mut out = Map::new();
         for (key, value) in fields {
@@ -138,13 +180,13 @@ impl Converter<'_> {
                     for (name, property) in properties {
                         converted.insert(
                             name.clone(),
-                            self.convert(property, &format!("{here}/{name}"), depth)?,
+                            self.convert(property, &format!("{here}/{name}"))?,
                         );
                     }
                     out.insert("properties".into(), Value::Object(converted));
                 }
                 "items" => {
-                    out.insert("items".into(), self.convert(value, &here, depth)?);
+                    out.insert("items".into(), self.convert(value, &here)?);
                 }
                 "anyOf" | "oneOf" => {
                     let options = value
@@ -152,7 +194,7 @@ impl Converter<'_> {
                         .ok_or_else(|| fail(format!("{key} is not an array")))?
                         .iter()
                         .enumerate()
-                        .map(|(i, option)| self.convert(option, &format!("{here}/{i}"), depth))
+                        .map(|(i, option)| self.convert(option, &format!("{here}/{i}")))
                         .collect::<Result<_, _>>()?;
                     out.insert("anyOf".into(), Value::Array(options));
                 }
@@ -273,5 +315,60 @@ mod tests {
         let err = to_gemini_schema(&recursive).unwrap_err();
         assert!(err.reason.contains("recursive"), "{err}");
         assert!(err.path.starts_with("/properties/next"), "{err}");
+    }
+
+    /// Each level an object of `fanout` properties referring to the level below.
+    fn laughs(depth: usize, fanout: usize) -> Value {
+        let mut defs = Map::new();
+        defs.insert("d0".into(), json!({"type": "string"}));
+        for level in 1..=depth {
+            let below = json!({"$ref": format!("#/$defs/d{}", level - 1)});
+            let properties: Map<String, Value> = (0..fanout)
+                .map(|i| (format!("p{i}"), below.clone()))
+                .collect();
+            defs.insert(
+                format!("d{level}"),
+                json!({"type": "object", "properties": properties}),
+            );
+        }
+        json!({"$defs": defs, "$ref": format!("#/$defs/d{depth}")})
+    }
+
+    #[test]
+    fn a_ref_billion_laughs_is_refused_before_anything_is_inlined_naming_the_limit() {
+        for depth in [10, 14] {
+            let err = to_gemini_schema(&laughs(depth, 4)).unwrap_err();
+            assert_eq!(err.path, "", "{err}");
+            assert!(err.reason.ends_with("(max_expanded_nodes)"), "{err}");
+        }
+        // Within the limits it inlines; with a tighter limit the same schema is refused.
+        let small = laughs(3, 4);
+        let inlined = to_gemini_schema(&small).unwrap();
+        assert_eq!(
+            inlined["properties"]["p3"]["properties"]["p0"]["properties"]["p1"],
+            json!({"type": "string"})
+        );
+        let tight = SchemaLimits {
+            max_expanded_nodes: 50,
+            ..SchemaLimits::default()
+        };
+        let err = to_gemini_schema_within(&small, &tight).unwrap_err();
+        assert!(
+            err.reason.ends_with("the limit is 50 (max_expanded_nodes)"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn mutual_recursion_fanning_out_is_refused_at_the_first_ref_back() {
+        // `a` and `b` refer to each other four times each: inlining until some depth would be 4^depth copies.
+        let defs = |other: &str| {
+            let to = json!({"$ref": format!("#/$defs/{other}")});
+            json!({"type": "object", "properties": {"w": to, "x": to, "y": to, "z": to}})
+        };
+        let schema = json!({"$defs": {"a": defs("b"), "b": defs("a")}, "$ref": "#/$defs/a"});
+        let err = to_gemini_schema(&schema).unwrap_err();
+        assert!(err.reason.contains("recursive"), "{err}");
+        assert_eq!(err.path, "/properties/w/properties/w");
     }
 }

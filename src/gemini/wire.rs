@@ -15,6 +15,7 @@ use crate::error::{ChatError, ErrorKind};
 use crate::message::{Message, ToolArguments, ToolMessage};
 use crate::output_schema::{cached, normalise, SchemaDialect};
 use crate::request::{ChatRequest, ResponseFormat, ToolChoice, ToolSpec};
+use crate::schema_limits::SchemaLimits;
 
 /// The cache slot of [`to_gemini_schema`]'s results (beside the [`SchemaDialect`]s).
 const GEMINI_OPENAPI: u8 = 200;
@@ -373,7 +374,8 @@ fn generation_config(request: &ChatRequest) -> Result<Map<String, Value>, ChatEr
             config.insert("responseMimeType".into(), json!("application/json"));
             // `responseSchema` (the OpenAPI subset every Gemini model takes) when the schema fits it; otherwise
             // (recursion, `allOf`, …) `responseJsonSchema`, which takes JSON Schema itself. Both computed once
-            // per schema.
+            // per schema. A schema over the limits is refused, not sent on in the other shape.
+            SchemaLimits::DEFAULT.check(schema)?;
             match &*cached(schema, GEMINI_OPENAPI, || to_gemini_schema(schema)) {
                 Ok(converted) => config.insert("responseSchema".into(), converted.clone()),
                 Err(_) => config.insert(

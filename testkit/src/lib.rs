@@ -4,6 +4,7 @@
 //! - [`events`]: running a request through a service and reading its events.
 //! - [`replies`]: provider replies for [`ScriptedProvider`](tower_chat::test_server::ScriptedProvider).
 //! - [`python`]: running the official Python clients against a server, skipping visibly without them.
+//! - [`schemas`]: JSON Schemas built to cost more than their size (`$ref` chains, DAGs, billion laughs).
 //! - `spans` (feature `spans`): a tracing layer that records spans and events.
 //!
 //! Everything is re-exported at the root: a test file says `use tower_chat_testkit::*;`.
@@ -20,6 +21,7 @@ pub mod media;
 pub mod model;
 pub mod python;
 pub mod replies;
+pub mod schemas;
 #[cfg(feature = "spans")]
 pub mod spans;
 
@@ -28,6 +30,7 @@ pub use media::{base64, PDF, PNG};
 pub use model::*;
 pub use python::*;
 pub use replies::*;
+pub use schemas::*;
 #[cfg(feature = "spans")]
 pub use spans::*;
 

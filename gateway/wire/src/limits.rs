@@ -1,6 +1,8 @@
 //! What one request may hold, checked on the format-independent [`ChatRequest`] after the wire conversion, so
 //! every inbound surface gets the same limits: messages, tool calls, client tools, the bytes of their schemas,
-//! id lengths, approval decisions. The body limit bounds the bytes; these bound the *count*
+//! the shape of every schema a client sends (tool parameters and the answer schema, within [`SchemaLimits`]:
+//! depth, values, `$ref`s followed and expanded size, measured in linear time before anything compiles or
+//! inlines them), id lengths, approval decisions. The body limit bounds the bytes; these bound the *count*
 //! of things a body of that size could otherwise carry (40,000 tools in 3 MB) and what each costs downstream
 //! (audit rows and error text per approval decision, stored conversation ids).
 //!
@@ -24,7 +26,8 @@ use std::collections::HashSet;
 use std::fmt;
 use std::io;
 
-use tower_chat::{CallerIdentity, ChatRequest, ConversationId, Message};
+use tower_chat::schema_limits::SchemaLimits;
+use tower_chat::{CallerIdentity, ChatRequest, ConversationId, Message, ResponseFormat};
 
 use crate::error::ApiError;
 
@@ -52,6 +55,9 @@ pub struct RequestLimits {
     /// limit; `--max-media-bytes`). Media does not count against the body limit, which caps the rest of the
     /// body.
     pub max_media_bytes: usize,
+    /// The shape of each client schema (tool parameters, the answer schema): [`SchemaLimits::DEFAULT`]. An
+    /// error names the field of [`SchemaLimits`] (`max_depth`, `max_expanded_nodes`, …).
+    pub schema: SchemaLimits,
     /// How an error over a limit names the setting that raises it (default: the fields of this struct).
     pub setting_names: SettingNames,
 }
@@ -103,6 +109,7 @@ impl RequestLimits {
         max_conversation_id_bytes: 128,
         max_media_part_bytes: 20 * 1024 * 1024,
         max_media_bytes: 32 * 1024 * 1024,
+        schema: SchemaLimits::DEFAULT,
         setting_names: SettingNames::Fields,
     };
 
@@ -280,6 +287,24 @@ impl RequestLimits {
                     self.setting("max_schema_bytes")
                 )));
             }
+        }
+        self.check_schemas(request)
+    }
+
+    /// Every schema the client sent within [`RequestLimits::schema`]; each is walked once, without recursion.
+    pub fn check_schemas(&self, request: &ChatRequest) -> Result<(), ApiError> {
+        for (i, tool) in request.options.tools.iter().enumerate() {
+            self.schema.check(&tool.parameters).map_err(|error| {
+                exceeded(format!(
+                    "the parameters of tools[{i}] (`{}`) are refused: {error}",
+                    tool.name
+                ))
+            })?;
+        }
+        if let Some(ResponseFormat::JsonSchema { schema, .. }) = &request.options.response_format {
+            self.schema
+                .check(schema)
+                .map_err(|error| exceeded(format!("the answer schema is refused: {error}")))?;
         }
         Ok(())
     }
@@ -485,6 +510,35 @@ mod tests {
             ..AssistantMessage::default()
         });
         assert!(l.check(&ChatRequest::new(vec![most_calls])).is_ok());
+    }
+
+    #[test]
+    fn a_schema_over_the_schema_limits_is_refused_naming_the_limit() {
+        use tower_chat::schema_limits::SchemaLimits;
+        let l = RequestLimits {
+            schema: SchemaLimits {
+                max_depth: 3,
+                ..SchemaLimits::DEFAULT
+            },
+            ..limits()
+        };
+        let chain = json!({"$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"$ref": "#/$defs/c"}, "c": {}},
+            "$ref": "#/$defs/a"});
+        assert_limit(l.check(&with_tools(1, chain.clone())), "tools[0] (`t0`)");
+        assert_limit(l.check(&with_tools(1, chain.clone())), "(max_depth)");
+        let mut answer = ChatRequest::new(vec![Message::user("hi")]);
+        answer.options.response_format = Some(ResponseFormat::JsonSchema {
+            name: "a".into(),
+            schema: chain,
+            strict: None,
+        });
+        assert_limit(l.check(&answer), "the answer schema is refused");
+        assert!(l
+            .check(&with_tools(
+                1,
+                json!({"$ref": "#/$defs/c", "$defs": {"c": {}}})
+            ))
+            .is_ok());
     }
 
     trait TapTool {

@@ -21,6 +21,10 @@ pub(crate) type NodeId = usize;
 pub(crate) struct Tree {
     pub(crate) nodes: Vec<Node>,
     pub(crate) root: NodeId,
+    /// Per node: whether two or more in-place applicators (`$ref`, `allOf`, …) lead to it, so that one value
+    /// can meet it more than once (levels of `allOf: [{$ref}, {$ref}]`); its results are remembered per value
+    /// while validating, which keeps a DAG of references linear instead of exponential.
+    pub(crate) shared: Vec<bool>,
 }
 
 /// One (sub)schema.
@@ -172,7 +176,8 @@ fn dialect_of(root: &Value) -> Dialect {
     }
 }
 
-/// Compile `root` into a [`Tree`].
+/// Compile `root` into a [`Tree`] (its size already checked against the limits, so that the recursion here,
+/// one level per level of nesting as written, is bounded).
 pub(crate) fn compile(root: &Value) -> Result<Tree, SchemaError> {
     let dialect = dialect_of(root);
     let mut compiler = Compiler {
@@ -186,13 +191,20 @@ pub(crate) fn compile(root: &Value) -> Result<Tree, SchemaError> {
         targets: HashMap::new(),
         nodes: Vec::new(),
         in_place: Vec::new(),
+        queued: Vec::new(),
     };
     let root_node = compiler.reserve(String::new());
     compiler.fill(root_node, root, &mut String::new())?;
+    compiler.drain(0)?;
     compiler.reject_cycles()?;
+    let mut applied = vec![0u8; compiler.nodes.len()];
+    for &target in compiler.in_place.iter().flatten() {
+        applied[target] = applied[target].saturating_add(1);
+    }
     Ok(Tree {
         nodes: compiler.nodes,
         root: root_node,
+        shared: applied.into_iter().map(|n| n > 1).collect(),
     })
 }
 
@@ -209,6 +221,9 @@ struct Compiler<'s> {
     /// For each node, the nodes that apply to the same instance (no descent into a property or item): a cycle
     /// through these edges would never terminate, so it is a schema error.
     in_place: Vec<Vec<NodeId>>,
+    /// `$ref` targets reserved but not compiled yet: compiled by [`compile`]'s loop rather than where they are
+    /// referred to, so that a chain of references does not recurse once per link.
+    queued: Vec<(NodeId, &'s Value, String)>,
 }
 
 /// The pointer as the error shows it: `#` plus the pointer.
@@ -221,6 +236,7 @@ fn error(pointer: &str, keyword: &str, reason: impl Into<String>) -> SchemaError
         keyword: keyword.to_owned(),
         pointer: at(pointer),
         reason: reason.into(),
+        limit: None,
     }
 }
 
@@ -288,6 +304,7 @@ impl<'s> Compiler<'s> {
                         "a schema must be an object or a boolean, found {}",
                         kind(other)
                     ),
+                    limit: None,
                 })
             }
         };
@@ -770,18 +787,34 @@ impl<'s> Compiler<'s> {
             return Ok(None);
         };
         let id = self.reserve(target_pointer.clone());
-        let mut target_path = target_pointer;
-        self.fill(id, target, &mut target_path)?;
+        self.queued.push((id, target, target_pointer));
         Ok(Some(id))
     }
 
+    /// Compile the `$ref` targets queued after the first `from`, and the targets they queue, in a loop.
+    fn drain(&mut self, from: usize) -> Result<(), SchemaError> {
+        while self.queued.len() > from {
+            let Some((id, target, mut pointer)) = self.queued.pop() else {
+                break;
+            };
+            self.fill(id, target, &mut pointer)?;
+        }
+        Ok(())
+    }
+
     /// Compile every schema under `$defs` and `definitions`, referenced or not, so that a malformed one is an
-    /// error now rather than never; `$ref`s to them reuse these nodes.
+    /// error now rather than never (and before the keywords beside them, so errors come in document order);
+    /// `$ref`s to them reuse these nodes. Only what they queue is compiled here, so this recurses where `$defs`
+    /// nest, and through `$ref`s only as deep as the schema limits allow.
     fn definitions(
         &mut self,
         map: &'s Map<String, Value>,
         pointer: &str,
     ) -> Result<(), SchemaError> {
+        if !map.contains_key("$defs") && !map.contains_key("definitions") {
+            return Ok(());
+        }
+        let queued_before = self.queued.len();
         for keyword in ["$defs", "definitions"] {
             let Some(definitions) = map.get(keyword) else {
                 continue;
@@ -793,7 +826,7 @@ impl<'s> Compiler<'s> {
                 self.target(target_pointer)?;
             }
         }
-        Ok(())
+        self.drain(queued_before)
     }
 
     /// A cycle of in-place applicators (`$ref` → `$ref` → …, `allOf: [{$ref: "#"}]` at the root) would recurse

@@ -11,6 +11,7 @@
 use std::collections::HashMap;
 
 use serde_json::Value;
+pub(crate) use tower_chat::schema_limits::percent_decode;
 
 /// The anchors and embedded resources of a document.
 #[derive(Debug, Default)]
@@ -117,27 +118,6 @@ pub(crate) fn push_segment(pointer: &mut String, key: &str) {
             c => pointer.push(c),
         }
     }
-}
-
-/// Undo `%XX` escapes of a URI fragment (`#/$defs/a%20b`); `None` when an escape is malformed.
-pub(crate) fn percent_decode(text: &str) -> Option<String> {
-    if !text.contains('%') {
-        return Some(text.to_owned());
-    }
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' {
-            let hex = text.get(i + 1..i + 3)?;
-            out.push(u8::from_str_radix(hex, 16).ok()?);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).ok()
 }
 
 /// The value at a JSON pointer (`/a/0/b~1c`) inside `root`.

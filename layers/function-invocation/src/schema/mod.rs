@@ -111,6 +111,28 @@
 //! Validating costs the same in both (a valid call 1.1–8.5 k instructions). The differential test
 //! (`tests/schema_differential.rs`) keeps the two in agreement on the vocabulary implemented here.
 
+//! ## Limits
+//! Before anything is compiled, a schema is measured against [`SchemaLimits`] (the defaults with
+//! [`Schema::compile`], yours with [`Schema::compile_with`]): how deep it nests and how many values it holds,
+//! as written and with its `$ref`s followed. A schema over a limit is a [`SchemaError`] whose
+//! [`limit`](SchemaError::limit) says which, so a 52 KB chain of 1,500 `$ref`s or 2 KB of `allOf` levels that
+//! expand 2^27 times costs a linear scan, not a stack or a minute of CPU. Compiling then recurses only as deep as
+//! the schema nests as written (`$ref` targets are compiled from a queue), and validating remembers the result
+//! of each subschema shared by in-place applicators per value, so it stays linear in the schema's size.
+//!
+//! ```
+//! use serde_json::json;
+//! use tower_chat::schema_limits::{SchemaLimit, SchemaLimits};
+//! use tower_chat_function_invocation::schema::Schema;
+//!
+//! let deep = json!({"$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"$ref": "#/$defs/c"}, "c": {}},
+//!                   "$ref": "#/$defs/a"});
+//! let limits = SchemaLimits { max_depth: 3, ..SchemaLimits::default() };
+//! let error = Schema::compile_with(&deep, &limits).unwrap_err();
+//! assert_eq!(error.limit().map(|l| l.limit()), Some(SchemaLimit::Depth));
+//! assert!(Schema::compile(&deep).is_ok());
+//! ```
+
 //! ## Errors
 //! A malformed or unsupported schema is a [`SchemaError`] from [`Schema::compile`]: a keyword of the wrong type,
 //! a regular expression `regex-lite` does not accept, a `$ref` that points nowhere, to another document, or
@@ -130,20 +152,32 @@ mod value;
 use std::fmt;
 
 use serde_json::Value;
+pub use tower_chat::schema_limits::{SchemaLimitError, SchemaLimits};
 
 use self::compile::Tree;
 use self::validate::Walk;
 
 /// A compiled JSON Schema. Cheap to share behind an `Arc`; validation allocates nothing when the value is
-/// valid.
+/// valid, unless in-place applicators share a subschema (whose results are then remembered per value).
 #[derive(Debug)]
 pub struct Schema {
     tree: Tree,
 }
 
 impl Schema {
-    /// Compile a schema document (an object or a boolean).
+    /// Compile a schema document (an object or a boolean) within the default [`SchemaLimits`].
     pub fn compile(schema: &Value) -> Result<Schema, SchemaError> {
+        Schema::compile_with(schema, &SchemaLimits::DEFAULT)
+    }
+
+    /// Compile a schema document within `limits`: a schema over them is refused before any keyword is read.
+    pub fn compile_with(schema: &Value, limits: &SchemaLimits) -> Result<Schema, SchemaError> {
+        limits.check(schema).map_err(|limit| SchemaError {
+            keyword: String::new(),
+            pointer: "#".to_owned(),
+            reason: limit.to_string(),
+            limit: Some(limit),
+        })?;
         compile::compile(schema).map(|tree| Schema { tree })
     }
 
@@ -170,9 +204,15 @@ pub struct SchemaError {
     keyword: String,
     pointer: String,
     reason: String,
+    limit: Option<SchemaLimitError>,
 }
 
 impl SchemaError {
+    /// The limit the schema is over, when it was refused for its size rather than for a keyword.
+    pub fn limit(&self) -> Option<&SchemaLimitError> {
+        self.limit.as_ref()
+    }
+
     /// The offending keyword (`minimum`, `$ref`, …); empty when the schema itself has the wrong type.
     pub fn keyword(&self) -> &str {
         &self.keyword
@@ -232,5 +272,7 @@ impl fmt::Display for Violation {
     }
 }
 
+#[cfg(test)]
+mod hostile_tests;
 #[cfg(test)]
 mod tests;

@@ -1,13 +1,23 @@
 //! Walking an instance through the compiled tree. One walk serves both questions: "is it valid?" (quiet: stops
 //! at the first failure, builds no paths or messages) and "what is wrong?" (collecting: every violation, each
 //! with the instance path where it was found).
+//!
+//! Two things keep a hostile schema from costing more than its size. A subschema that in-place applicators
+//! reach from two places ([`Tree::shared`]) has its result remembered per value, so levels of
+//! `allOf: [{$ref}, {$ref}]` are checked once per level, not 2^levels times; the walks of one validation (the
+//! quiet checks inside `anyOf`, the forks that explain a failed `anyOf`) share what was remembered. And the walk
+//! recurses at most [`MAX_CHECK_DEPTH`] schemas deep, so no value and schema together can exhaust a thread's
+//! stack: a deeper walk is a violation saying so.
 
+use std::collections::HashMap;
 use std::fmt::Write;
 
 use serde_json::Value;
 
 use super::compile::{Bound, Check, Node, NodeId, Tree, Types};
-use super::value::{compare_numbers, cut, is_integer, is_multiple_of, json_equal, show, type_name};
+use super::value::{
+    compare_numbers, cut, cut_at, is_integer, is_multiple_of, json_equal, show, type_name,
+};
 use super::Violation;
 
 /// A step of the instance path.
@@ -17,11 +27,43 @@ enum Segment<'v> {
     Index(usize),
 }
 
+/// How many schemas deep one walk may recurse (each `$ref`, applicator, property or item is one). The deepest
+/// legitimate walk is a value nested as deep as `serde_json` parses (128) through a few schemas per level; the
+/// stack this takes stays far below the smallest thread stack a server gives its workers.
+pub(crate) const MAX_CHECK_DEPTH: usize = 1024;
+
+/// The longest reason given for one alternative of a failed `anyOf`/`oneOf`.
+const SHOWN_REASON_CHARS: usize = 240;
+
+/// What one validation remembers of the shared subschemas, keyed by (node, address of the value).
+#[derive(Default)]
+struct Memo {
+    seen: HashMap<(NodeId, usize), Seen>,
+    /// Walks handed out so far: each collecting walk has its own number.
+    walks: u32,
+    /// Schemas checked against a value so far, by every walk sharing this memory (what the tests bound).
+    checks: u64,
+}
+
+/// One shared subschema checked against one value.
+struct Seen {
+    valid: bool,
+    /// Its first violation, once a collecting walk checked it.
+    first: Option<Violation>,
+    /// The collecting walk whose violations already say what is wrong here (0: none).
+    reported_by: u32,
+}
+
 /// The state of one walk.
 pub(crate) struct Walk<'v> {
     collect: bool,
     path: Vec<Segment<'v>>,
     found: Vec<Violation>,
+    /// This walk's number, when it collects.
+    id: u32,
+    /// How many schemas deep the walk is.
+    depth: usize,
+    memo: Memo,
 }
 
 impl<'v> Walk<'v> {
@@ -31,24 +73,54 @@ impl<'v> Walk<'v> {
             collect: false,
             path: Vec::new(),
             found: Vec::new(),
+            id: 0,
+            depth: 0,
+            memo: Memo::default(),
         }
     }
 
     /// A walk that records every violation.
     pub(crate) fn collecting() -> Self {
+        let mut walk = Walk::quiet();
+        walk.collect = true;
+        walk.memo.walks = 1;
+        walk.id = 1;
+        walk
+    }
+
+    /// A walk starting at the same place as this one, sharing what it remembers (give it back with
+    /// [`Walk::rejoin`]): a collecting one with a number of its own, or a quiet one.
+    fn branch(&mut self, collect: bool) -> Self {
+        let mut memo = std::mem::take(&mut self.memo);
+        let id = if collect {
+            memo.walks += 1;
+            memo.walks
+        } else {
+            0
+        };
         Walk {
-            collect: true,
-            ..Walk::quiet()
+            collect,
+            path: if collect {
+                self.path.clone()
+            } else {
+                Vec::new()
+            },
+            found: Vec::new(),
+            id,
+            depth: self.depth,
+            memo,
         }
     }
 
-    /// A collecting walk starting at the same place as this one.
-    fn fork(&self) -> Self {
-        Walk {
-            collect: true,
-            path: self.path.clone(),
-            found: Vec::new(),
-        }
+    /// Take back what a branch remembered.
+    fn rejoin(&mut self, branch: Walk<'_>) {
+        self.memo = branch.memo;
+    }
+
+    /// How many schemas this walk and its branches checked a value against.
+    #[cfg(test)]
+    pub(crate) fn checks(&self) -> u64 {
+        self.memo.checks
     }
 
     pub(crate) fn into_violations(self) -> Vec<Violation> {
@@ -119,6 +191,55 @@ macro_rules! settle {
 impl Tree {
     /// Whether `value` satisfies node `id`, recording violations when the walk collects.
     pub(crate) fn check<'v>(&self, id: NodeId, value: &'v Value, walk: &mut Walk<'v>) -> bool {
+        if walk.depth >= MAX_CHECK_DEPTH {
+            return walk.fail(|| {
+                format!(
+                    "checking this value goes more than {MAX_CHECK_DEPTH} schemas deep, which is not supported"
+                )
+            });
+        }
+        walk.depth += 1;
+        walk.memo.checks += 1;
+        let ok = if self.shared[id] {
+            self.check_remembered(id, value, walk)
+        } else {
+            self.check_node(id, value, walk)
+        };
+        walk.depth -= 1;
+        ok
+    }
+
+    /// [`Tree::check_node`] of a shared node, once per value and kind of walk: a quiet walk needs the answer, a
+    /// collecting one the violations, and a collecting walk that already reported them does not repeat them.
+    fn check_remembered<'v>(&self, id: NodeId, value: &'v Value, walk: &mut Walk<'v>) -> bool {
+        let key = (id, std::ptr::from_ref(value) as usize);
+        if let Some(seen) = walk.memo.seen.get_mut(&key) {
+            if seen.valid || !walk.collect {
+                return seen.valid;
+            }
+            if seen.reported_by == walk.id {
+                return false;
+            }
+            if let Some(first) = &seen.first {
+                // Said in full by another walk: this one gets the first violation, enough to say what is wrong.
+                let first = first.clone();
+                seen.reported_by = walk.id;
+                walk.found.push(first);
+                return false;
+            }
+        }
+        let before = walk.found.len();
+        let valid = self.check_node(id, value, walk);
+        let seen = Seen {
+            valid,
+            first: walk.found.get(before).cloned(),
+            reported_by: if walk.collect { walk.id } else { 0 },
+        };
+        walk.memo.seen.insert(key, seen);
+        valid
+    }
+
+    fn check_node<'v>(&self, id: NodeId, value: &'v Value, walk: &mut Walk<'v>) -> bool {
         match &self.nodes[id] {
             Node::Any | Node::Pending => true,
             Node::Nothing => walk.fail(|| "no value is allowed here".to_owned()),
@@ -146,8 +267,16 @@ impl Tree {
         ok
     }
 
-    fn is_valid(&self, id: NodeId, value: &Value) -> bool {
-        self.check(id, value, &mut Walk::quiet())
+    /// Whether `value` satisfies `id`, without recording anything: in a quiet walk, the walk itself; in a
+    /// collecting one, a quiet branch sharing its memory.
+    fn is_valid<'v>(&self, id: NodeId, value: &'v Value, walk: &mut Walk<'v>) -> bool {
+        if !walk.collect {
+            return self.check(id, value, walk);
+        }
+        let mut quiet = walk.branch(false);
+        let ok = self.check(id, value, &mut quiet);
+        walk.rejoin(quiet);
+        ok
     }
 
     fn keyword<'v>(&self, check: &Check, value: &'v Value, walk: &mut Walk<'v>) -> bool {
@@ -198,7 +327,7 @@ impl Tree {
                 valid
             }
             Check::AnyOf(any) => {
-                if any.iter().any(|id| self.is_valid(*id, value)) {
+                if any.iter().any(|id| self.is_valid(*id, value, walk)) {
                     return true;
                 }
                 self.none_matched("anyOf", any, value, walk)
@@ -207,7 +336,7 @@ impl Tree {
                 let matching: Vec<usize> = one
                     .iter()
                     .enumerate()
-                    .filter(|(_, id)| self.is_valid(**id, value))
+                    .filter(|(_, id)| self.is_valid(**id, value, walk))
                     .map(|(index, _)| index)
                     .collect();
                 match matching.len() {
@@ -224,7 +353,7 @@ impl Tree {
                 }
             }
             Check::Not(id) => {
-                if self.is_valid(*id, value) {
+                if self.is_valid(*id, value, walk) {
                     walk.fail(|| {
                         format!(
                             "{} matches the schema in `not`, which it must not",
@@ -240,7 +369,7 @@ impl Tree {
                 then,
                 otherwise,
             } => {
-                let branch = if self.is_valid(*condition, value) {
+                let branch = if self.is_valid(*condition, value, walk) {
                     then
                 } else {
                     otherwise
@@ -277,17 +406,19 @@ impl Tree {
         let here = walk.pointer();
         let mut reasons = Vec::with_capacity(alternatives.len());
         for (index, id) in alternatives.iter().enumerate() {
-            let mut fork = walk.fork();
+            let mut fork = walk.branch(true);
             self.check(*id, value, &mut fork);
-            if let Some(first) = fork.found.first() {
-                if first.instance_path == here {
-                    reasons.push(format!("{index}: {}", first.message));
+            let first = fork.found.first().cloned();
+            walk.rejoin(fork);
+            if let Some(first) = first {
+                // Cut, because an alternative's reason holds the reasons of the alternatives inside it: uncut,
+                // levels of `anyOf` would double the message per level.
+                let reason = if first.instance_path == here {
+                    format!("{index}: {}", first.message)
                 } else {
-                    reasons.push(format!(
-                        "{index}: at {}: {}",
-                        first.instance_path, first.message
-                    ));
-                }
+                    format!("{index}: at {}: {}", first.instance_path, first.message)
+                };
+                reasons.push(cut_at(reason, SHOWN_REASON_CHARS));
             }
         }
         walk.fail(|| {
@@ -365,12 +496,18 @@ impl Tree {
             Check::PropertyNames(id) => {
                 let mut valid = true;
                 for key in map.keys() {
+                    // The name is a value of its own, built here: what a walk remembers is keyed by the address
+                    // of values in the instance, so each name gets walks (and a memory) of its own.
                     let name = Value::String(key.clone());
-                    if self.is_valid(*id, &name) {
+                    let depth = walk.depth;
+                    let mut quiet = Walk::quiet();
+                    quiet.depth = depth;
+                    if self.check(*id, &name, &mut quiet) {
                         continue;
                     }
                     let ok = walk.fail(|| {
                         let mut fork = Walk::collecting();
+                        fork.depth = depth;
                         self.check(*id, &name, &mut fork);
                         let reason = fork
                             .found
@@ -464,7 +601,7 @@ impl Tree {
             Check::Contains { schema, min, max } => {
                 let matching = items
                     .iter()
-                    .filter(|item| self.is_valid(*schema, item))
+                    .filter(|item| self.is_valid(*schema, item, walk))
                     .count() as u64;
                 if matching < *min {
                     walk.fail(|| {

@@ -116,8 +116,13 @@ pub(crate) fn show(value: &Value) -> String {
 }
 
 /// `text` cut at [`SHOWN_VALUE_CHARS`] characters, with `…` where it was cut.
-pub(crate) fn cut(mut text: String) -> String {
-    if let Some((at, _)) = text.char_indices().nth(SHOWN_VALUE_CHARS) {
+pub(crate) fn cut(text: String) -> String {
+    cut_at(text, SHOWN_VALUE_CHARS)
+}
+
+/// `text` cut at `chars` characters, with `…` where it was cut.
+pub(crate) fn cut_at(mut text: String, chars: usize) -> String {
+    if let Some((at, _)) = text.char_indices().nth(chars) {
         text.truncate(at);
         text.push('…');
     }
