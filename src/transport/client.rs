@@ -16,7 +16,7 @@ use hyper_util::rt::{TokioExecutor, TokioTimer};
 
 use super::body::SseChatStream;
 use super::connect::{StaleConnections, WatchedConnector};
-use super::secret::Secret;
+use super::sent::SentCredentials;
 use super::status::{body_error, client_error, error_from_response};
 use crate::error::{ChatError, ErrorKind, TimeoutPhase};
 use crate::leaf::ProviderWire;
@@ -132,14 +132,16 @@ impl HttpTransport {
     }
 
     /// Send a request and wait for a success status. Any other status becomes a typed error carrying the
-    /// provider's message (read by `provider_message` from at most 64 KiB of the body), with `secret` redacted.
+    /// provider's message (read by `provider_message` from at most 64 KiB of the body), with every credential
+    /// the request carried redacted.
     async fn send(
         &self,
         request: http::Request<Full<Bytes>>,
-        secret: Option<&Secret>,
         provider_message: fn(&[u8]) -> Option<String>,
         provider_detail: fn(&http::HeaderMap, &[u8]) -> Option<crate::error::BoxError>,
     ) -> Result<http::Response<Incoming>, ChatError> {
+        // Taken from the request as it goes out: signing and configured headers add credentials of their own.
+        let sent = SentCredentials::of(request.headers());
         let response = with_timeout(
             self.timeouts.first_byte,
             TimeoutPhase::FirstByte,
@@ -153,7 +155,7 @@ impl HttpTransport {
         Err(error_from_response(
             response,
             self.timeouts.idle,
-            secret,
+            &sent,
             provider_message,
             provider_detail,
         )
@@ -201,10 +203,9 @@ impl HttpTransport {
         &self,
         request: http::Request<Full<Bytes>>,
         streaming: bool,
-        secret: Option<&Secret>,
         cancel: Option<crate::CancellationToken>,
     ) -> Result<ChatStream, ChatError> {
-        let send = self.send(request, secret, P::error_message, P::error_detail);
+        let send = self.send(request, P::error_message, P::error_detail);
         let response = match &cancel {
             Some(token) => tokio::select! {
                 biased;
