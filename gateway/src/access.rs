@@ -310,18 +310,7 @@ mod tests {
             assert!(access[0].contains(part), "{part} missing: {logged}");
         }
         assert!(!logged.contains("sk-secret-key"), "{logged}");
-    }
-
-    #[tokio::test(flavor = "current_thread")]
-    async fn an_over_long_request_id_is_neither_echoed_nor_logged() {
-        let lines = Lines::default();
-        let writer = lines.clone();
-        let subscriber = tracing_subscriber::fmt()
-            .with_writer(move || writer.clone())
-            .with_ansi(false)
-            .with_max_level(Level::INFO)
-            .finish();
-        let _default = tracing::subscriber::set_default(subscriber);
+        // An id too long to echo is replaced before the access line reads it.
         let long = "L".repeat(60_000);
         let (response, _) = call("/v1/things/1", &[("x-request-id", &long)]).await;
         let echoed = response.headers()["x-request-id"].to_str().unwrap();
