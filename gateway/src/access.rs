@@ -2,9 +2,13 @@
 //!
 //! - `SetSensitiveRequestHeadersLayer`: `authorization`, `proxy-authorization`, `x-api-key` and `cookie` are
 //!   marked sensitive, so no layer that prints headers prints them;
+//! - a request with more than one `Host` line is answered `400 duplicate_host` (RFC 9112 §3.2: which of them
+//!   names the host is anyone's guess, and the host checks must not pick one the routing does not);
 //! - `SetRequestIdLayer` + `PropagateRequestIdLayer`: every request has an `x-request-id` (the client's, or a
 //!   new UUID) and every response carries it back; every JSON error body carries it too, as `request_id`
-//!   ([`crate::error::with_request_id`]);
+//!   ([`crate::error::with_request_id`]). A client's id is taken only as 1 to [`MAX_REQUEST_ID`] bytes of
+//!   visible ASCII: an empty, longer or unprintable one is replaced by a new UUID, so that what is echoed in
+//!   the header, the body and the access line stays small and printable;
 //! - `DefaultBodyLimit` (`--body-limit`) and `RequestBodyTimeoutLayer` (`--body-timeout`: a body that goes that
 //!   long without a byte fails, answered `408`);
 //! - `TraceLayer`: one access-log line per request at `INFO` when its response starts (method, route, status,
@@ -26,8 +30,9 @@ use axum::extract::{DefaultBodyLimit, MatchedPath};
 use axum::response::{IntoResponse, Response};
 use axum::Router;
 use bytes::Bytes;
+use http::header::HOST;
 use http::header::{AUTHORIZATION, COOKIE, PROXY_AUTHORIZATION};
-use http::{HeaderName, Request};
+use http::{HeaderName, HeaderValue, Request, StatusCode};
 use tower::{Service, ServiceBuilder};
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
@@ -40,6 +45,46 @@ use crate::error::ApiError;
 
 /// The request id header, as clients and load balancers name it.
 pub(crate) const X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+
+/// The longest client `x-request-id` taken as it is (what a call record keeps, too); a longer one is replaced.
+pub(crate) const MAX_REQUEST_ID: usize = 200;
+
+/// Whether a client's `x-request-id` may be echoed: 1 to [`MAX_REQUEST_ID`] bytes of visible ASCII.
+fn usable_request_id(id: &HeaderValue) -> bool {
+    let id = id.as_bytes();
+    !id.is_empty() && id.len() <= MAX_REQUEST_ID && id.iter().all(u8::is_ascii_graphic)
+}
+
+/// The request without a client `x-request-id` that may not be echoed, so that one is generated in its place.
+fn without_unusable_request_id<B>(mut request: Request<B>) -> Request<B> {
+    let headers = request.headers_mut();
+    if headers
+        .get_all(&X_REQUEST_ID)
+        .iter()
+        .any(|id| !usable_request_id(id))
+    {
+        headers.remove(&X_REQUEST_ID);
+    }
+    request
+}
+
+/// `400 duplicate_host` for a request with more than one `Host` line (RFC 9112 §3.2), before any route.
+async fn one_host(request: Request<Body>, next: axum::middleware::Next) -> Response {
+    let hosts = request.headers().get_all(HOST).iter().count();
+    if hosts > 1 {
+        let error = ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "invalid_request_error",
+            "duplicate_host",
+            format!(
+                "the request has {hosts} Host header lines; a request names its host in exactly one \
+                 (RFC 9112 section 3.2)"
+            ),
+        );
+        return crate::routes::refusal(request.uri().path(), error);
+    }
+    next.run(request).await
+}
 
 /// What the edge middleware needs to know.
 #[derive(Clone, Copy, Debug)]
@@ -97,6 +142,7 @@ where
             COOKIE,
             HeaderName::from_static("x-api-key"),
         ]))
+        .map_request(without_unusable_request_id)
         .layer(SetRequestIdLayer::new(X_REQUEST_ID, MakeRequestUuid))
         // Outside the propagation: the response carries the id by then.
         .layer(axum::middleware::map_response(
@@ -106,6 +152,7 @@ where
         .layer(DefaultBodyLimit::max(limits.body_limit))
         // One deadline over the whole body ([`crate::body_deadline`]: tower-http's restarts at every frame).
         .map_request(move |request| crate::body_deadline::with_deadline(request, body_timeout))
+        .layer(axum::middleware::from_fn(one_host))
         .service(app)
 }
 
@@ -263,6 +310,14 @@ mod tests {
             assert!(access[0].contains(part), "{part} missing: {logged}");
         }
         assert!(!logged.contains("sk-secret-key"), "{logged}");
+        // An id too long to echo is replaced before the access line reads it.
+        let long = "L".repeat(60_000);
+        let (response, _) = call("/v1/things/1", &[("x-request-id", &long)]).await;
+        let echoed = response.headers()["x-request-id"].to_str().unwrap();
+        assert_eq!(echoed.len(), 36, "a UUID in its place: {echoed}");
+        let logged = String::from_utf8(lines.0.lock().unwrap().clone()).unwrap();
+        assert!(logged.contains(echoed), "{logged}");
+        assert!(!logged.contains("LLLL"), "{logged}");
     }
 
     #[tokio::test]

@@ -118,14 +118,37 @@ impl ApiKeys {
 
     /// The caller `token` belongs to. Every digest is compared, without stopping at a match.
     pub(crate) fn identify(&self, token: &str) -> Option<CallerIdentity> {
+        self.identify_key(token).map(|(caller, _)| caller)
+    }
+
+    /// The caller `token` belongs to, and the key's [`fingerprint`](Self::fingerprints) (what a console session
+    /// is bound to).
+    pub(crate) fn identify_key(&self, token: &str) -> Option<(CallerIdentity, String)> {
         let presented = digest(token);
         let mut found = None;
         for (digest, caller) in &self.keys {
             if bool::from(digest.ct_eq(&presented)) {
-                found = Some(caller.clone());
+                found = Some((caller.clone(), fingerprint(digest)));
             }
         }
         found
+    }
+
+    /// The fingerprints of the keys: what a record may keep to say which key did something (a console session
+    /// ends when its key leaves the file), derived from the key's digest under a label of its own, so neither
+    /// the key nor its plain SHA-256 is stored.
+    pub(crate) fn fingerprints(&self) -> Vec<String> {
+        self.keys
+            .iter()
+            .map(|(digest, _)| fingerprint(digest))
+            .collect()
+    }
+
+    /// Whether `fingerprint` is one of these keys' (a rotated or removed key's is not).
+    pub(crate) fn holds_fingerprint(&self, fingerprint: &str) -> bool {
+        self.fingerprints()
+            .iter()
+            .any(|mine| bool::from(mine.as_bytes().ct_eq(fingerprint.as_bytes())))
     }
 }
 
@@ -158,6 +181,15 @@ pub(crate) fn digest(key: &str) -> [u8; 32] {
     Sha256::digest(key.as_bytes()).into()
 }
 
+/// A key's fingerprint: 32 hex digits of the SHA-256 of a label and the key's digest.
+fn fingerprint(digest: &[u8; 32]) -> String {
+    let bound = Sha256::new()
+        .chain_update(b"tower-chat key fingerprint\0")
+        .chain_update(digest)
+        .finalize();
+    bound[..16].iter().map(|b| format!("{b:02x}")).collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -166,6 +198,24 @@ mod tests {
         let mut headers = HeaderMap::new();
         headers.insert(http::header::AUTHORIZATION, value.parse().unwrap());
         headers
+    }
+
+    #[test]
+    fn a_key_is_fingerprinted_without_its_plain_digest_and_a_new_key_on_the_name_differs() {
+        let before = ApiKeys::parse("carol:sk-old-key\ndave:sk-dave").unwrap();
+        let after = ApiKeys::parse("carol:sk-new-key\ndave:sk-dave").unwrap();
+        let (caller, old) = before.identify_key("sk-old-key").unwrap();
+        assert_eq!(caller.as_str(), "carol");
+        assert_eq!(old.len(), 32);
+        let plain: String = digest("sk-old-key")
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        assert!(!plain.contains(&old), "not the key's plain SHA-256");
+        assert!(before.holds_fingerprint(&old));
+        assert!(!after.holds_fingerprint(&old), "rotated");
+        let (_, dave) = before.identify_key("sk-dave").unwrap();
+        assert!(after.holds_fingerprint(&dave));
     }
 
     #[test]

@@ -143,6 +143,20 @@ impl Gateway {
             operators.approval_store = Some(stores.approval_store.clone());
             operators.sessions = stores.sessions.clone();
             operators.files = files;
+            // A key gone from the file (removed or rotated) takes its console sessions with it.
+            let ended = operators
+                .sessions
+                .end_unbound(operators.keys.fingerprints())
+                .await
+                .map_err(|e| {
+                    GatewayError::Config(format!("console sessions of removed operator keys: {e}"))
+                })?;
+            if ended > 0 {
+                tracing::info!(
+                    ended,
+                    "console sessions of operator keys no longer in --operator-keys-file ended"
+                );
+            }
         }
         gateway.state.turns.records = Some(stores.persistence.store().clone());
         gateway.stores = Some(stores);

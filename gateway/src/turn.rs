@@ -352,15 +352,13 @@ pub(crate) async fn handle<F: WireFormat>(
     )
 }
 
-/// The longest `x-request-id` a call record keeps: the edge passes a client's id through as it came, and a record
-/// is no place for kilobytes of header.
-const REQUEST_ID_LIMIT: usize = 200;
-
 /// The request's `x-request-id` (the client's, or the one the edge generated), for the records of the turn's
-/// calls, so an access-log line or an error body leads to them; `None` past [`REQUEST_ID_LIMIT`] bytes.
+/// calls, so an access-log line or an error body leads to them; `None` past
+/// [`MAX_REQUEST_ID`](crate::access::MAX_REQUEST_ID) bytes (the edge replaces a longer one; a gateway served
+/// without the edge may still pass one).
 fn recorded_request_id(headers: &HeaderMap) -> Option<tower_chat_persistence::RequestId> {
     let id = headers.get(&crate::access::X_REQUEST_ID)?.to_str().ok()?;
-    (id.len() <= REQUEST_ID_LIMIT).then(|| tower_chat_persistence::RequestId::new(id))
+    (id.len() <= crate::access::MAX_REQUEST_ID).then(|| tower_chat_persistence::RequestId::new(id))
 }
 
 /// The text of the last user message of `messages` that has any, as an approval's context keeps it.

@@ -121,3 +121,103 @@ async fn shared_login_and_logout(a: &Harness, b: &Harness) {
         "a logout on one replica ends the session on all"
     );
 }
+
+const DAVE_KEY: &str = "sk-ops-dave-9876543210";
+
+/// A gateway with client alice and the operators `operators` (lines of the keys file) on the SQLite file `db`;
+/// its upstream asks to write a file, so each of alice's turns pauses for an operator.
+async fn gateway_with_operators(dir: &Path, db: PathBuf, operators: &str) -> Harness {
+    std::fs::write(dir.join("clients"), "alice:sk-alice\n").unwrap();
+    std::fs::write(dir.join("operators"), operators).unwrap();
+    let (clients, operators) = (dir.join("clients"), dir.join("operators"));
+    Harness::start(
+        |req, _| {
+            common::write_file_then_answer(req, r#"{"path": "out/bound.txt", "content": "x"}"#)
+        },
+        move |c| {
+            c.api_keys_file = Some(clients);
+            c.operator_keys_file = Some(operators);
+            c.db = db;
+        },
+    )
+    .await
+}
+
+/// Alice's turn, paused: the id of the approval it waits on.
+async fn paused_call(gw: &Harness, conversation: &str) -> String {
+    let answer = common::post(
+        &gw.url("/v1/chat/completions"),
+        common::request(false, "write it").to_string(),
+        &[
+            ("authorization", "Bearer sk-alice"),
+            ("x-conversation-id", conversation),
+        ],
+    )
+    .await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    answer.json()["tower_chat"]["approval_requests"][0]["id"]
+        .as_str()
+        .expect("an approval id")
+        .to_owned()
+}
+
+/// Approve `id` with `cookie` and the form token `csrf`: the status of the answer.
+async fn approve(gw: &Harness, cookie: &str, csrf: &str, id: &str) -> u16 {
+    send(
+        "POST",
+        &gw.url(&format!("/console/approvals/{id}/decision")),
+        &[FORM, SAME, ("cookie", cookie)],
+        &format!("csrf={csrf}&decision=approve&reason=ok"),
+    )
+    .await
+    .status
+    .as_u16()
+}
+
+async fn restart(mut gw: Harness) {
+    gw.shutdown();
+    gw.server.take().unwrap().await.unwrap().unwrap();
+}
+
+/// Carol logs in, then the gateway restarts with her line gone from the keys file (and again with her name on a
+/// new key): her old cookie opens nothing and cannot approve; Dave, whose key stayed, is still logged in.
+#[tokio::test]
+async fn a_session_ends_when_its_operator_key_leaves_the_keys_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("gateway.db");
+    let both = format!("carol:{OPS_KEY}\ndave:{DAVE_KEY}\n");
+    for after in [
+        format!("dave:{DAVE_KEY}\n"),
+        format!("carol:sk-ops-carol-rotated-555\ndave:{DAVE_KEY}\n"),
+    ] {
+        let first = gateway_with_operators(dir.path(), db.clone(), &both).await;
+        let carol = console_login(&first, OPS_KEY).await;
+        let dave = console_login(&first, DAVE_KEY).await;
+        let carol_csrf = csrf(&first, &carol).await;
+        assert!(opens_the_console(&first, &carol).await);
+        restart(first).await;
+
+        let restarted = gateway_with_operators(dir.path(), db.clone(), &after).await;
+        let id = paused_call(&restarted, "bound").await;
+        assert!(
+            !opens_the_console(&restarted, &carol).await,
+            "carol's key is gone: {after}"
+        );
+        assert_eq!(
+            approve(&restarted, &carol, &carol_csrf, &id).await,
+            403,
+            "an ended session cannot approve"
+        );
+        assert!(
+            opens_the_console(&restarted, &dave).await,
+            "dave's key stayed"
+        );
+        let dave_csrf = csrf(&restarted, &dave).await;
+        assert_eq!(
+            approve(&restarted, &dave, &dave_csrf, &id).await,
+            303,
+            "the call still waited for a decision"
+        );
+        restart(restarted).await;
+    }
+}

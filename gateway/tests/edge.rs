@@ -188,9 +188,10 @@ async fn each_call_record_names_the_request_it_served() {
     // The client's own id, passed through; then one the edge generates.
     chat(vec![("x-request-id", "req-from-client-7".into())]).await;
     let generated = chat(Vec::new()).await;
-    // An id too long to keep is passed back but not recorded.
+    // An id too long to echo is replaced by a generated one, which is recorded.
     let long = "r".repeat(201);
-    assert_eq!(chat(vec![("x-request-id", long.clone())]).await, long);
+    let replaced = chat(vec![("x-request-id", long.clone())]).await;
+    assert_ne!(replaced, long);
 
     let store = gw.records().await;
     let mut recorded = Vec::new();
@@ -203,8 +204,118 @@ async fn each_call_record_names_the_request_it_served() {
         recorded.push(call.request_id.map(|id| id.as_str().to_owned()));
     }
     recorded.sort();
+    assert_eq!(recorded, {
+        let mut expected = vec![
+            Some(generated),
+            Some(replaced),
+            Some("req-from-client-7".to_owned()),
+        ];
+        expected.sort();
+        expected
+    });
+}
+
+/// The id the gateway answered with, in its header and in the JSON error body (a request without a key is a
+/// 401), after sending `id` as `x-request-id`.
+async fn answered_id(gw: &Harness, id: &[u8]) -> String {
+    let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
+    let request = http::Request::post(gw.url("/v1/chat/completions"))
+        .header("content-type", "application/json")
+        .header("x-request-id", http::HeaderValue::from_bytes(id).unwrap())
+        .body(Full::new(Bytes::from(request(false, "hi").to_string())))
+        .unwrap();
+    let answer = common::read(client.request(request).await.unwrap()).await;
+    assert_eq!(answer.status, 401, "{}", answer.body);
+    let sent = answer.headers["x-request-id"].to_str().unwrap().to_owned();
     assert_eq!(
-        recorded,
-        vec![None, Some(generated), Some("req-from-client-7".to_owned())]
+        answer.json()["request_id"],
+        sent.as_str(),
+        "{}",
+        answer.body
     );
+    sent
+}
+
+/// An `x-request-id` the gateway would echo in a header, a body and a log line is at most 200 bytes of visible
+/// ASCII; a longer, empty or unprintable one is replaced by a generated UUID.
+#[tokio::test]
+async fn an_over_long_empty_or_unprintable_request_id_is_replaced_by_a_generated_one() {
+    let (_dir, gw) = gateway().await;
+    let kept = "k".repeat(200);
+    assert_eq!(answered_id(&gw, kept.as_bytes()).await, kept);
+    assert_eq!(answered_id(&gw, b"req-edge-8").await, "req-edge-8");
+    let huge = vec![b'r'; 60_000];
+    for replaced in [
+        &huge[..],
+        &huge[..201],
+        b"",
+        b"req\tid",
+        b"req id",
+        b"req-\xe9t\xe9",
+    ] {
+        let answered = answered_id(&gw, replaced).await;
+        assert_eq!(answered.len(), 36, "a UUID: {answered}");
+        assert!(uuid_like(&answered), "{answered}");
+    }
+}
+
+fn uuid_like(id: &str) -> bool {
+    id.len() == 36
+        && id.bytes().enumerate().all(|(i, b)| {
+            matches!(i, 8 | 13 | 18 | 23) == (b == b'-') && (b == b'-' || b.is_ascii_hexdigit())
+        })
+}
+
+/// Send `head` (a request head, blank line included) over a fresh HTTP/1.1 connection and read the answer
+/// until the gateway closes it or the status line and headers are in.
+async fn raw_http1(gw: &Harness, head: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut tcp = tokio::net::TcpStream::connect(gw.addr).await.unwrap();
+    tcp.write_all(head.as_bytes()).await.unwrap();
+    let mut answer = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        let n = tcp.read(&mut buf).await.unwrap();
+        answer.extend_from_slice(&buf[..n]);
+        let text = String::from_utf8_lossy(&answer);
+        let whole = text.split_once("\r\n\r\n").is_some_and(|(head, body)| {
+            head.lines()
+                .find_map(|l| l.strip_prefix("content-length: "))
+                .and_then(|n| n.trim().parse::<usize>().ok())
+                .is_some_and(|n| body.len() >= n)
+        });
+        if n == 0 || whole {
+            return text.into_owned();
+        }
+    }
+}
+
+/// RFC 9112 §3.2: a request with more than one `Host` line is answered 400, whichever route it names.
+#[tokio::test]
+async fn a_request_with_two_host_lines_is_a_400() {
+    let (_dir, gw) = gateway().await;
+    let own = gw.addr.to_string();
+    let one = raw_http1(
+        &gw,
+        &format!("GET /healthz HTTP/1.1\r\nHost: {own}\r\nConnection: close\r\n\r\n"),
+    )
+    .await;
+    assert!(one.starts_with("HTTP/1.1 200"), "{one}");
+    for (path, hosts) in [
+        ("/healthz", [own.as_str(), "evil.example"]),
+        ("/v1/chat/completions", [own.as_str(), own.as_str()]),
+        ("/console/login", ["evil.example", own.as_str()]),
+    ] {
+        let answer = raw_http1(
+            &gw,
+            &format!(
+                "GET {path} HTTP/1.1\r\nHost: {}\r\nHost: {}\r\nConnection: close\r\n\r\n",
+                hosts[0], hosts[1]
+            ),
+        )
+        .await;
+        assert!(answer.starts_with("HTTP/1.1 400"), "{path}: {answer}");
+        assert!(answer.contains("duplicate_host"), "{path}: {answer}");
+        assert!(answer.contains("Host"), "{path}: {answer}");
+    }
 }

@@ -259,3 +259,91 @@ async fn an_upstream_error_echoing_the_key_in_any_form_reaches_neither_client_no
         assert_eq!(leaks(&stored), Vec::<&str>::new(), "{stored}");
     }
 }
+
+/// A Bedrock target signing with temporary credentials from the standard variables, in front of an upstream
+/// that echoes every request header in its 403: the session token, the access key id and the signature reach
+/// neither the client's answer nor the call's record.
+#[tokio::test]
+async fn a_bedrock_error_echoing_the_signed_headers_reaches_neither_client_nor_record() {
+    const KEY_ID: &str = "ASIAERRORSECHOTEST01";
+    const TOKEN: &str = "IQoJb3JpZ2luX2VjEH8aCXVzLWVhc3QtMSJHMEUCIQD+echoed/session+token==";
+    std::env::set_var("AWS_ACCESS_KEY_ID", KEY_ID);
+    std::env::set_var("AWS_SECRET_ACCESS_KEY", "errors/echo/secret/key");
+    std::env::set_var("AWS_SESSION_TOKEN", TOKEN);
+    let upstream = tower_chat::test_server::ScriptedProvider::start(|req, _| {
+        let mut echoed: Vec<String> = req
+            .headers
+            .iter()
+            .map(|(name, value)| format!("{name}: {}", value.to_str().unwrap_or("?")))
+            .collect();
+        echoed.sort();
+        Reply::json(
+            403,
+            json!({"__type": "UnrecognizedClientException",
+                "message": format!("The security token included in the request is invalid. You sent {}",
+                    echoed.join("; "))}),
+        )
+        .header("x-amzn-errortype", "UnrecognizedClientException:http://internal.amazon.com/coral/")
+    })
+    .await;
+    let toml = format!(
+        "[upstreams.retry]\nmax_attempts = 1\n\n[[upstreams.models]]\nname = \"claude\"\n\n\
+         [[upstreams.models.targets]]\nprovider = \"bedrock\"\nmodel = \"anthropic.claude-3-haiku-20240307-v1:0\"\n\
+         base_url = \"{}\"\nregion = \"eu-central-1\"\naws_env = true\n",
+        upstream.base_url()
+    );
+    let file = tower_chat_gateway::config_file::ConfigFile::parse(&toml, "gateway.toml").unwrap();
+    let mut gw = Harness::start(|_, _| Reply::openai_text("unused"), |c| c.file = file).await;
+    let mut answers = Vec::new();
+    for stream in [false, true] {
+        let mut body = request(stream, "hi");
+        body["model"] = json!("claude");
+        let answer = post(
+            &gw.url("/v1/chat/completions"),
+            body.to_string(),
+            &[("x-conversation-id", &format!("conv-bedrock-echo-{stream}"))],
+        )
+        .await;
+        assert!(
+            answer.status.is_client_error() || answer.status.is_server_error(),
+            "{}",
+            answer.body
+        );
+        assert!(answer.body.contains("[redacted]"), "{}", answer.body);
+        answers.push(answer.body);
+    }
+    let sent = &upstream.requests()[0].headers;
+    assert_eq!(sent["x-amz-security-token"], TOKEN, "the token was sent");
+    let authorization = sent["authorization"].to_str().unwrap().to_owned();
+    let signature = authorization
+        .rsplit("Signature=")
+        .next()
+        .unwrap()
+        .to_owned();
+    assert_eq!(signature.len(), 64, "{authorization}");
+    let leaks = |text: &str| -> Vec<String> {
+        [TOKEN, KEY_ID, signature.as_str(), authorization.as_str()]
+            .iter()
+            .filter(|secret| text.contains(*secret))
+            .map(|secret| secret.to_string())
+            .collect()
+    };
+    for answer in &answers {
+        assert_eq!(leaks(answer), Vec::<String>::new(), "{answer}");
+    }
+    gw.shutdown();
+    gw.server.take().unwrap().await.unwrap().unwrap();
+    let store = gw.records().await;
+    for stream in [false, true] {
+        let calls = tower_chat_persistence::Store::conversation_calls(
+            &store,
+            &tower_chat::ConversationId::new(format!("conv-bedrock-echo-{stream}")),
+        )
+        .await
+        .unwrap();
+        assert_eq!(calls.len(), 1);
+        let stored = serde_json::to_string(&calls[0]).unwrap();
+        assert!(stored.contains("[redacted]"), "{stored}");
+        assert_eq!(leaks(&stored), Vec::<String>::new(), "{stored}");
+    }
+}

@@ -184,12 +184,35 @@ impl ServiceAccount {
     /// The service account in the file `GOOGLE_APPLICATION_CREDENTIALS` names (Application Default
     /// Credentials).
     pub fn from_env() -> Result<Self, ChatError> {
-        match std::env::var_os(CREDENTIALS_ENV) {
-            Some(path) if !path.is_empty() => Self::from_file(path),
-            _ => Err(credentials_error(format!(
-                "{CREDENTIALS_ENV} is not set: it names the service-account key file"
-            ))),
+        Self::from_env_var(CREDENTIALS_ENV)
+    }
+
+    /// The service account in the file the environment variable `name` names. The variable's value is never
+    /// repeated in an error: set by mistake to the key file's content, it is the private key itself. A value
+    /// holding JSON is refused as such (the variable names a file, as `GOOGLE_APPLICATION_CREDENTIALS` does).
+    pub fn from_env_var(name: &str) -> Result<Self, ChatError> {
+        let path = match std::env::var_os(name) {
+            Some(path) if !path.is_empty() => path,
+            _ => {
+                return Err(credentials_error(format!(
+                    "{name} is not set: it names the service-account key file"
+                )))
+            }
+        };
+        if path.to_string_lossy().trim_start().starts_with('{') {
+            return Err(credentials_error(format!(
+                "{name} holds JSON, expected the path of the service-account key file: write the key to a file \
+                 and set {name} to that file's path (the value is not shown: it holds the private key)"
+            )));
         }
+        let json = std::fs::read(&path).map_err(|e| {
+            // The io error's own text names no path.
+            credentials_error(format!(
+                "the service-account key file {name} names cannot be read: {e}"
+            ))
+            .with_source(e)
+        })?;
+        Self::from_json(&json)
     }
 
     /// Ask for this OAuth scope instead of [`CLOUD_PLATFORM_SCOPE`].

@@ -185,7 +185,6 @@ impl LeafConfig {
             Some(token) => Some((token, (AUTHORIZATION, "Bearer "))),
             None => self.api_key.as_ref().map(|key| (key, auth)),
         };
-        let secret = credential.as_ref().map(|(secret, _)| *secret);
         let body = Bytes::from(body);
         // Only a signing provider keeps a handle on the body: cloning `Bytes` made from a `Vec` allocates.
         let signed = signer.map(|signer| (signer, body.clone()));
@@ -196,7 +195,7 @@ impl LeafConfig {
         }
         let cancel = request.cancellation().cloned();
         transport
-            .execute::<P>(http_request, streaming, secret, cancel)
+            .execute::<P>(http_request, streaming, cancel)
             .await
     }
 

@@ -16,7 +16,7 @@ use hyper_util::rt::{TokioExecutor, TokioTimer};
 
 use super::body::SseChatStream;
 use super::connect::{StaleConnections, WatchedConnector};
-use super::secret::Secret;
+use super::sent::SentCredentials;
 use super::status::{body_error, client_error, error_from_response, ErrorReaders};
 use crate::error::{ChatError, ErrorKind, TimeoutPhase};
 use crate::leaf::ProviderWire;
@@ -132,13 +132,14 @@ impl HttpTransport {
     }
 
     /// Send a request and wait for a success status. Any other status becomes a typed error read by `readers`
-    /// (from at most 64 KiB of the body), with `secret` redacted.
+    /// (from at most 64 KiB of the body), with every credential the request carried redacted.
     async fn send(
         &self,
         request: http::Request<Full<Bytes>>,
-        secret: Option<&Secret>,
         readers: ErrorReaders,
     ) -> Result<http::Response<Incoming>, ChatError> {
+        // Taken from the request as it goes out: signing and configured headers add credentials of their own.
+        let sent = SentCredentials::of(request.headers());
         let response = with_timeout(
             self.timeouts.first_byte,
             TimeoutPhase::FirstByte,
@@ -149,7 +150,7 @@ impl HttpTransport {
         if response.status().is_success() {
             return Ok(response);
         }
-        Err(error_from_response(response, self.timeouts.idle, secret, readers).await)
+        Err(error_from_response(response, self.timeouts.idle, &sent, readers).await)
     }
 
     /// Send a request as it is and return its response whatever the status, with only the connect timeout
@@ -193,7 +194,6 @@ impl HttpTransport {
         &self,
         request: http::Request<Full<Bytes>>,
         streaming: bool,
-        secret: Option<&Secret>,
         cancel: Option<crate::CancellationToken>,
     ) -> Result<ChatStream, ChatError> {
         let readers = ErrorReaders {
@@ -201,7 +201,7 @@ impl HttpTransport {
             detail: P::error_detail,
             retry_after: P::error_retry_after,
         };
-        let send = self.send(request, secret, readers);
+        let send = self.send(request, readers);
         let response = match &cancel {
             Some(token) => tokio::select! {
                 biased;

@@ -5,6 +5,7 @@
 //! - `connect`: TCP connections that see a close by the upstream before a request is written to them, so that
 //!   hyper-util sends the request on another connection instead of failing it ([`StaleConnections`]);
 //! - `secret`: API keys that never show in `Debug` output or error messages ([`Secret`]);
+//! - `sent`: every credential a request carries, whatever the provider, redacted from the answer's errors;
 //! - `status`: HTTP statuses, client and body failures mapped to typed [`ChatError`](crate::ChatError)s;
 //! - `body`: response bodies decoded as SSE and mapped to chat events by a provider's decoder;
 //! - `request`: build-time checks of the endpoint and headers, and encoding helpers the wire formats share;
@@ -15,6 +16,7 @@ mod client;
 mod connect;
 mod request;
 mod secret;
+mod sent;
 mod status;
 mod tools;
 

@@ -8,7 +8,7 @@ use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 
 use super::client::with_timeout;
-use super::secret::Secret;
+use super::sent::{Redactor, SentCredentials};
 use crate::error::{ChatError, ErrorKind, TimeoutPhase};
 
 /// The most bytes of an error response body read to find the provider's message.
@@ -26,12 +26,12 @@ pub(super) struct ErrorReaders {
 }
 
 /// A failure status as a typed error carrying the provider's message (read from at most 64 KiB of the body
-/// within the `idle` deadline), with `secret` redacted, the provider's typed detail as its source, and the wait
-/// the headers (or else the body) ask for.
+/// within the `idle` deadline), with every credential the request carried (`sent`) redacted, the provider's
+/// typed detail (read from the redacted body) as its source, and the wait the headers (or else the body) ask for.
 pub(super) async fn error_from_response(
     response: http::Response<Incoming>,
     idle: Option<Duration>,
-    secret: Option<&Secret>,
+    sent: &SentCredentials,
     readers: ErrorReaders,
 ) -> ChatError {
     let status = response.status();
@@ -47,6 +47,8 @@ pub(super) async fn error_from_response(
     .and_then(|r| r.ok())
     .map(|c| c.to_bytes())
     .unwrap_or_default();
+    let redactor = sent.redactor();
+    let body = redacted_body(body, &redactor);
     let retry_after = header_wait.or_else(|| (readers.retry_after)(&body));
     let message = (readers.message)(&body).unwrap_or_else(|| {
         let text = String::from_utf8_lossy(&body[..body.len().min(512)]).into_owned();
@@ -57,15 +59,34 @@ pub(super) async fn error_from_response(
             text
         }
     });
-    let message = match secret {
-        Some(secret) => secret.redact(message),
-        None => message,
-    };
+    let message = redactor.redact(message);
     let error = ChatError::new(status_kind(status, retry_after), message).with_status(status);
     match (readers.detail)(&headers, &body) {
         Some(detail) => error.with_source(detail),
         None => error,
     }
+}
+
+/// An error body with every credential in it redacted, before anything reads it: a JSON body string by string
+/// (a credential may be written with JSON escapes, which parsing undoes), any other as text.
+fn redacted_body(body: bytes::Bytes, sent: &Redactor) -> bytes::Bytes {
+    fn strings(value: &mut serde_json::Value, sent: &Redactor) {
+        match value {
+            serde_json::Value::String(text) => *text = sent.redact(std::mem::take(text)),
+            serde_json::Value::Array(items) => items.iter_mut().for_each(|v| strings(v, sent)),
+            serde_json::Value::Object(map) => map.values_mut().for_each(|v| strings(v, sent)),
+            _ => {}
+        }
+    }
+    if sent.is_empty() || body.is_empty() {
+        return body;
+    }
+    if let Ok(mut value) = serde_json::from_slice::<serde_json::Value>(&body) {
+        strings(&mut value, sent);
+        return serde_json::to_vec(&value).map_or(body, bytes::Bytes::from);
+    }
+    let text = String::from_utf8_lossy(&body).into_owned();
+    bytes::Bytes::from(sent.redact(text))
 }
 
 pub(super) fn client_error(error: hyper_util::client::legacy::Error) -> ChatError {

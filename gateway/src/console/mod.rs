@@ -83,6 +83,32 @@ pub(crate) struct ConsoleState {
     pub(crate) usage_cache: Arc<std::sync::Mutex<usage::Cache>>,
 }
 
+impl ConsoleState {
+    /// The live session the request's cookie names: found, not expired, and logged in with a key the operator
+    /// keys file still holds (a session of a removed or rotated key is ended here, on every replica).
+    async fn session(
+        &self,
+        headers: &HeaderMap,
+    ) -> Result<Option<Session>, tower_chat_persistence::StoreError> {
+        let Some(session) = self.sessions.find(headers).await? else {
+            return Ok(None);
+        };
+        if self
+            .operators
+            .keys
+            .holds_fingerprint(&session.key_fingerprint)
+        {
+            return Ok(Some(session));
+        }
+        tracing::info!(
+            operator = session.operator,
+            "console: session ended, its operator key is no longer configured"
+        );
+        self.sessions.remove(headers).await?;
+        Ok(None)
+    }
+}
+
 /// The `/console` routes.
 pub(crate) fn router<S: Clone + Send + Sync + 'static>(
     operators: OperatorState,
@@ -184,7 +210,7 @@ async fn require_session(
     if !writes && !session::readable(headers) {
         return error_page(StatusCode::FORBIDDEN, "Refused: cross-site read.");
     }
-    let found = match state.sessions.find(headers).await {
+    let found = match state.session(headers).await {
         Ok(found) => found,
         Err(e) => return session_store_failed(&e),
     };
@@ -411,7 +437,7 @@ pub(crate) fn error_page(status: StatusCode, message: &str) -> Response {
 }
 
 async fn login_page(State(state): State<ConsoleState>, headers: HeaderMap) -> Response {
-    match state.sessions.find(&headers).await {
+    match state.session(&headers).await {
         Ok(Some(_)) => return see_other("/console"),
         Ok(None) => {}
         Err(e) => return session_store_failed(&e),
@@ -480,7 +506,7 @@ async fn login(
             .insert(header::RETRY_AFTER, HeaderValue::from(seconds));
         return response;
     }
-    let Some(operator) = state.operators.keys.identify(key) else {
+    let Some((operator, key_fingerprint)) = state.operators.keys.identify_key(key) else {
         limit.failed(source, fingerprint, Instant::now());
         tracing::warn!("console: login refused (not an operator key)");
         return login_form(
@@ -489,7 +515,11 @@ async fn login(
         );
     };
     limit.succeeded(source, Instant::now());
-    let id = match state.sessions.create(operator.as_str()).await {
+    let id = match state
+        .sessions
+        .create(operator.as_str(), &key_fingerprint)
+        .await
+    {
         Ok(id) => id,
         Err(e) => return session_store_failed(&e),
     };

@@ -26,6 +26,8 @@ pub(crate) const MAX_AGE: Duration = Duration::from_secs(12 * 60 * 60);
 pub(crate) struct Session {
     /// The operator key's name (`carol` of `carol:<key>`).
     pub(crate) operator: String,
+    /// The fingerprint of the key that logged in: the session ends when the key leaves the keys file.
+    pub(crate) key_fingerprint: String,
     /// The token every form of this session carries.
     pub(crate) csrf: String,
     /// How many calls wait for a decision, counted when the page was asked for (what the navigation shows);
@@ -52,6 +54,7 @@ impl Session {
     pub(crate) fn for_test(operator: &str) -> Self {
         Session {
             operator: operator.to_owned(),
+            key_fingerprint: String::new(),
             csrf: operator.to_owned(),
             waiting: None,
         }
@@ -244,6 +247,7 @@ mod tests {
     fn csrf_tokens_must_match_exactly() {
         let session = Session {
             operator: "carol".into(),
+            key_fingerprint: String::new(),
             csrf: random_token(),
             waiting: None,
         };

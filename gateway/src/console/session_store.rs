@@ -3,8 +3,11 @@
 //! a restart, works on every replica sharing the database, and a logout ends it everywhere. A gateway built
 //! without stores ([`crate::Gateway::with_stack`]) keeps them in memory.
 //!
-//! A row holds the SHA-256 of the session id (never the id itself), the operator's name, the CSRF token and two
-//! times in milliseconds since the Unix epoch. A session expires [`IDLE_TIMEOUT`] after its last request and
+//! A row holds the SHA-256 of the session id (never the id itself), the operator's name, the fingerprint of the
+//! operator key that logged in ([`crate::auth::ApiKeys::fingerprint`]: never the key), the CSRF token and two
+//! times in milliseconds since the Unix epoch. A session lives only as long as its key is in
+//! `--operator-keys-file`: the gateway deletes the sessions of keys no longer there when it starts
+//! ([`SessionStore::end_unbound`]), and the console refuses one whose key it does not hold. A session expires [`IDLE_TIMEOUT`] after its last request and
 //! [`MAX_AGE`] after login; its last-seen time is written at most once a minute, so browsing the console does
 //! not write on every page. Expired rows are deleted at each login, and past [`MAX_SESSIONS`] the least recently
 //! seen go.
@@ -33,6 +36,19 @@ const TABLE_SQL: &str = "CREATE TABLE IF NOT EXISTS tower_chat_console_sessions 
     last_seen_ms BIGINT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS tower_chat_console_sessions_seen ON tower_chat_console_sessions (last_seen_ms)";
+
+/// Sessions are bound to the key that logged in. Those from before have no key to check: they end (their
+/// operators log in again).
+const BOUND_MIGRATION_ID: &str = "tower-chat-gateway/0002_console_sessions_bound_to_key";
+const BOUND_SQL: &str = "DELETE FROM tower_chat_console_sessions;
+ALTER TABLE tower_chat_console_sessions ADD COLUMN key_fingerprint TEXT NOT NULL DEFAULT ''";
+
+fn migrations() -> [Migration; 2] {
+    [
+        Migration::new(MIGRATION_ID, TABLE_SQL),
+        Migration::new(BOUND_MIGRATION_ID, BOUND_SQL),
+    ]
+}
 
 /// Where sessions live. Cloning is cheap; clones share the sessions.
 #[derive(Clone)]
@@ -65,6 +81,7 @@ impl Default for SessionStore {
 #[derive(Clone, Debug)]
 pub(crate) struct Row {
     operator: String,
+    key_fingerprint: String,
     csrf: String,
     created_ms: i64,
     last_seen_ms: i64,
@@ -78,6 +95,7 @@ impl Row {
     fn into_session(self) -> Session {
         Session {
             operator: self.operator,
+            key_fingerprint: self.key_fingerprint,
             csrf: self.csrf,
             waiting: None,
         }
@@ -97,24 +115,28 @@ fn now_ms() -> i64 {
 impl SessionStore {
     /// Sessions in `db`'s file, creating the table if it is missing.
     pub(crate) async fn sqlite(db: SqliteStore) -> Result<Self, StoreError> {
-        db.apply_migrations(&[Migration::new(MIGRATION_ID, TABLE_SQL)])
-            .await?;
+        db.apply_migrations(&migrations()).await?;
         Ok(SessionStore::Sqlite(db))
     }
 
     /// Sessions in `db`'s database, creating the table if it is missing.
     pub(crate) async fn postgres(db: PostgresStore) -> Result<Self, StoreError> {
-        db.apply_migrations(&[Migration::new(MIGRATION_ID, TABLE_SQL)])
-            .await?;
+        db.apply_migrations(&migrations()).await?;
         Ok(SessionStore::Postgres(db))
     }
 
-    /// Log `operator` in: returns the new session's id (the cookie's value).
-    pub(crate) async fn create(&self, operator: &str) -> Result<String, StoreError> {
+    /// Log `operator` in with the key whose fingerprint is `key_fingerprint`: returns the new session's id (the
+    /// cookie's value).
+    pub(crate) async fn create(
+        &self,
+        operator: &str,
+        key_fingerprint: &str,
+    ) -> Result<String, StoreError> {
         let id = random_token();
         let now = now_ms();
         let row = Row {
             operator: operator.to_owned(),
+            key_fingerprint: key_fingerprint.to_owned(),
             csrf: random_token(),
             created_ms: now,
             last_seen_ms: now,
@@ -147,8 +169,16 @@ impl SessionStore {
                     )?;
                     tx.execute(
                         "INSERT INTO tower_chat_console_sessions \
-                         (id_digest, operator, csrf, created_ms, last_seen_ms) VALUES (?1, ?2, ?3, ?4, ?5)",
-                        params![key, row.operator, row.csrf, row.created_ms, row.last_seen_ms],
+                         (id_digest, operator, csrf, created_ms, last_seen_ms, key_fingerprint) \
+                         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                        params![
+                            key,
+                            row.operator,
+                            row.csrf,
+                            row.created_ms,
+                            row.last_seen_ms,
+                            row.key_fingerprint
+                        ],
                     )?;
                     tx.execute(
                         "DELETE FROM tower_chat_console_sessions WHERE id_digest IN \
@@ -171,8 +201,16 @@ impl SessionStore {
                 .map_err(pg("login"))?;
                 tx.execute(
                     "INSERT INTO tower_chat_console_sessions \
-                     (id_digest, operator, csrf, created_ms, last_seen_ms) VALUES ($1, $2, $3, $4, $5)",
-                    &[&key, &row.operator, &row.csrf, &row.created_ms, &row.last_seen_ms],
+                     (id_digest, operator, csrf, created_ms, last_seen_ms, key_fingerprint) \
+                     VALUES ($1, $2, $3, $4, $5, $6)",
+                    &[
+                        &key,
+                        &row.operator,
+                        &row.csrf,
+                        &row.created_ms,
+                        &row.last_seen_ms,
+                        &row.key_fingerprint,
+                    ],
                 )
                 .await
                 .map_err(pg("login"))?;
@@ -203,7 +241,7 @@ impl SessionStore {
                 let key = key.clone();
                 db.run("console session lookup", move |conn| {
                     conn.query_row(
-                        "SELECT operator, csrf, created_ms, last_seen_ms \
+                        "SELECT operator, csrf, created_ms, last_seen_ms, key_fingerprint \
                          FROM tower_chat_console_sessions WHERE id_digest = ?1",
                         params![key],
                         |row| {
@@ -212,6 +250,7 @@ impl SessionStore {
                                 csrf: row.get(1)?,
                                 created_ms: row.get(2)?,
                                 last_seen_ms: row.get(3)?,
+                                key_fingerprint: row.get(4)?,
                             })
                         },
                     )
@@ -223,7 +262,7 @@ impl SessionStore {
                 .client()
                 .await?
                 .query_opt(
-                    "SELECT operator, csrf, created_ms, last_seen_ms \
+                    "SELECT operator, csrf, created_ms, last_seen_ms, key_fingerprint \
                      FROM tower_chat_console_sessions WHERE id_digest = $1",
                     &[&key],
                 )
@@ -234,6 +273,7 @@ impl SessionStore {
                     csrf: row.get(1),
                     created_ms: row.get(2),
                     last_seen_ms: row.get(3),
+                    key_fingerprint: row.get(4),
                 }),
         };
         let Some(row) = row else {
@@ -254,6 +294,44 @@ impl SessionStore {
         match cookie(headers) {
             Some(id) => self.delete(digest(id)).await,
             None => Ok(()),
+        }
+    }
+
+    /// End every session whose key is not among `live` (the fingerprints of the operator keys now configured):
+    /// an operator removed from the keys file, or a key rotated, is logged out everywhere. Returns how many
+    /// ended.
+    pub(crate) async fn end_unbound(&self, live: Vec<String>) -> Result<usize, StoreError> {
+        match self {
+            SessionStore::Memory(map) => {
+                let mut map = lock(map);
+                let before = map.len();
+                map.retain(|_, row| live.contains(&row.key_fingerprint));
+                Ok(before - map.len())
+            }
+            SessionStore::Sqlite(db) => {
+                db.run("console sessions of removed keys", move |conn| {
+                    let marks = vec!["?"; live.len()].join(", ");
+                    conn.execute(
+                        &format!(
+                            "DELETE FROM tower_chat_console_sessions WHERE key_fingerprint NOT IN ({marks})"
+                        ),
+                        tower_chat_persistence::store::sqlite::rusqlite::params_from_iter(&live),
+                    )
+                })
+                .await
+            }
+            SessionStore::Postgres(db) => {
+                let ended = db
+                    .client()
+                    .await?
+                    .execute(
+                        "DELETE FROM tower_chat_console_sessions WHERE key_fingerprint <> ALL($1)",
+                        &[&live],
+                    )
+                    .await
+                    .map_err(pg("end of removed keys' sessions"))?;
+                Ok(usize::try_from(ended).unwrap_or(usize::MAX))
+            }
         }
     }
 
@@ -314,92 +392,6 @@ impl SessionStore {
         }
         Ok(())
     }
-
-    /// How many sessions are stored (expired ones included until the next login clears them).
-    #[cfg(test)]
-    async fn len(&self) -> usize {
-        match self {
-            SessionStore::Memory(map) => lock(map).len(),
-            SessionStore::Sqlite(db) => db
-                .run("count", |conn| {
-                    conn.query_row(
-                        "SELECT COUNT(*) FROM tower_chat_console_sessions",
-                        [],
-                        |r| r.get::<_, i64>(0),
-                    )
-                })
-                .await
-                .unwrap() as usize,
-            SessionStore::Postgres(_) => {
-                unreachable!("only counted in the SQLite and memory tests")
-            }
-        }
-    }
-
-    /// Store `n` sessions last seen at `seen_ms`, in one go (tests of the bound without `n` logins).
-    #[cfg(test)]
-    async fn fill(&self, n: usize, seen_ms: i64) {
-        let rows: Vec<(String, Row)> = (0..n)
-            .map(|_| {
-                let row = Row {
-                    operator: "filler".into(),
-                    csrf: random_token(),
-                    created_ms: seen_ms,
-                    last_seen_ms: seen_ms,
-                };
-                (digest(&random_token()), row)
-            })
-            .collect();
-        match self {
-            SessionStore::Memory(map) => lock(map).extend(rows),
-            SessionStore::Sqlite(db) => db
-                .run("fill", move |conn| {
-                    let tx = conn.transaction()?;
-                    for (key, row) in rows {
-                        tx.execute(
-                            "INSERT INTO tower_chat_console_sessions VALUES (?1, ?2, ?3, ?4, ?5)",
-                            params![
-                                key,
-                                row.operator,
-                                row.csrf,
-                                row.created_ms,
-                                row.last_seen_ms
-                            ],
-                        )?;
-                    }
-                    tx.commit()
-                })
-                .await
-                .unwrap(),
-            SessionStore::Postgres(_) => unreachable!("only filled in the SQLite and memory tests"),
-        }
-    }
-
-    /// Age the session `id` by `by` (tests of expiry without waiting).
-    #[cfg(test)]
-    async fn age(&self, id: &str, by: Duration) {
-        let (key, by) = (digest(id), millis(by));
-        match self {
-            SessionStore::Memory(map) => {
-                let mut map = lock(map);
-                let row = map.get_mut(&key).unwrap();
-                row.created_ms -= by;
-                row.last_seen_ms -= by;
-            }
-            SessionStore::Sqlite(db) => {
-                db.run("age", move |conn| {
-                    conn.execute(
-                        "UPDATE tower_chat_console_sessions \
-                         SET created_ms = created_ms - ?1, last_seen_ms = last_seen_ms - ?1 WHERE id_digest = ?2",
-                        params![by, key],
-                    )
-                })
-                .await
-                .unwrap();
-            }
-            SessionStore::Postgres(_) => unreachable!("not aged in tests"),
-        }
-    }
 }
 
 fn lock(map: &Mutex<HashMap<String, Row>>) -> std::sync::MutexGuard<'_, HashMap<String, Row>> {
@@ -411,150 +403,4 @@ fn pg(what: &'static str) -> impl Fn(tokio_postgres::Error) -> StoreError {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn with_cookie(id: &str) -> HeaderMap {
-        let mut headers = HeaderMap::new();
-        headers.insert(
-            http::header::COOKIE,
-            format!("other=1; tc_console={id}").parse().unwrap(),
-        );
-        headers
-    }
-
-    async fn sqlite(dir: &tempfile::TempDir) -> SessionStore {
-        let db = SqliteStore::open(dir.path().join("gateway.db"))
-            .await
-            .unwrap();
-        SessionStore::sqlite(db).await.unwrap()
-    }
-
-    async fn found_removed_and_expired(store: SessionStore) {
-        let id = store.create("carol").await.unwrap();
-        assert_eq!(id.len(), 64);
-        let session = store.find(&with_cookie(&id)).await.unwrap().unwrap();
-        assert_eq!(session.operator, "carol");
-        assert_eq!(session.csrf.len(), 64);
-        assert_ne!(session.csrf, id);
-        assert_eq!(store.find(&with_cookie("00")).await.unwrap(), None);
-        assert_eq!(store.find(&HeaderMap::new()).await.unwrap(), None);
-        let forged = "0".repeat(64);
-        assert_eq!(store.find(&with_cookie(&forged)).await.unwrap(), None);
-        store.remove(&with_cookie(&id)).await.unwrap();
-        assert_eq!(
-            store.find(&with_cookie(&id)).await.unwrap(),
-            None,
-            "logged out"
-        );
-
-        let idle = store.create("carol").await.unwrap();
-        store
-            .age(&idle, IDLE_TIMEOUT + Duration::from_secs(1))
-            .await;
-        let fresh = store.create("dave").await.unwrap();
-        assert_eq!(store.len().await, 1, "a login deletes expired sessions");
-        assert_eq!(
-            store.find(&with_cookie(&idle)).await.unwrap(),
-            None,
-            "idle too long"
-        );
-        // Kept alive by use, a session still ends MAX_AGE after login.
-        store.age(&fresh, MAX_AGE - Duration::from_secs(30)).await;
-        store.touch(digest(&fresh), now_ms()).await.unwrap();
-        assert!(store.find(&with_cookie(&fresh)).await.unwrap().is_some());
-        store.age(&fresh, Duration::from_secs(60)).await;
-        store.touch(digest(&fresh), now_ms()).await.unwrap();
-        assert_eq!(
-            store.find(&with_cookie(&fresh)).await.unwrap(),
-            None,
-            "past the maximum age"
-        );
-    }
-
-    #[tokio::test]
-    async fn in_memory_sessions_are_found_removed_and_expire() {
-        found_removed_and_expired(SessionStore::default()).await;
-    }
-
-    #[tokio::test]
-    async fn sqlite_sessions_are_found_removed_and_expire() {
-        let dir = tempfile::tempdir().unwrap();
-        found_removed_and_expired(sqlite(&dir).await).await;
-    }
-
-    #[tokio::test]
-    async fn a_session_outlives_the_process_and_is_shared_by_a_second_store_on_the_file() {
-        let dir = tempfile::tempdir().unwrap();
-        let first = sqlite(&dir).await;
-        let id = first.create("carol").await.unwrap();
-        drop(first);
-        let reopened = sqlite(&dir).await;
-        let session = reopened.find(&with_cookie(&id)).await.unwrap().unwrap();
-        assert_eq!(session.operator, "carol");
-        let stored: String = match &reopened {
-            SessionStore::Sqlite(db) => db
-                .run("read", |conn| {
-                    conn.query_row(
-                        "SELECT id_digest FROM tower_chat_console_sessions",
-                        [],
-                        |row| row.get(0),
-                    )
-                })
-                .await
-                .unwrap(),
-            _ => unreachable!(),
-        };
-        assert_ne!(stored, id, "the database holds the digest, not the cookie");
-        reopened.remove(&with_cookie(&id)).await.unwrap();
-        assert_eq!(
-            sqlite(&dir).await.find(&with_cookie(&id)).await.unwrap(),
-            None
-        );
-    }
-
-    #[tokio::test]
-    async fn the_least_recently_seen_go_past_the_bound() {
-        let dir = tempfile::tempdir().unwrap();
-        for store in [SessionStore::default(), sqlite(&dir).await] {
-            least_recently_seen_go(store).await;
-        }
-    }
-
-    async fn least_recently_seen_go(store: SessionStore) {
-        let first = store.create("carol").await.unwrap();
-        store.age(&first, Duration::from_secs(10)).await;
-        store
-            .fill(MAX_SESSIONS - 1, now_ms() - millis(Duration::from_secs(5)))
-            .await;
-        assert_eq!(store.len().await, MAX_SESSIONS);
-        let newest = store.create("carol").await.unwrap();
-        assert_eq!(store.len().await, MAX_SESSIONS);
-        assert_eq!(
-            store.find(&with_cookie(&first)).await.unwrap(),
-            None,
-            "the least recently seen"
-        );
-        assert!(store.find(&with_cookie(&newest)).await.unwrap().is_some());
-    }
-
-    #[tokio::test]
-    async fn postgresql_sessions_are_shared_and_logout_ends_them_everywhere() {
-        let Some(url) = tower_chat_testkit::database_url() else {
-            return;
-        };
-        let a = SessionStore::postgres(PostgresStore::connect(url.clone()).await.unwrap())
-            .await
-            .unwrap();
-        let b = SessionStore::postgres(PostgresStore::connect(url).await.unwrap())
-            .await
-            .unwrap();
-        let id = a.create("carol").await.unwrap();
-        assert_eq!(
-            b.find(&with_cookie(&id)).await.unwrap().unwrap().operator,
-            "carol"
-        );
-        b.remove(&with_cookie(&id)).await.unwrap();
-        assert_eq!(a.find(&with_cookie(&id)).await.unwrap(), None);
-    }
-}
+mod tests;

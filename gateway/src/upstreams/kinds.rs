@@ -9,7 +9,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 use tower_chat::anthropic::AnthropicChat;
 use tower_chat::azure::AzureOpenAiChat;
-use tower_chat::bedrock::{BedrockChat, EnvironmentCredentials, ProfileCredentials};
+use tower_chat::bedrock::{AwsCredentials, BedrockChat, ProfileCredentials};
 use tower_chat::gemini::{GeminiChat, ServiceAccount};
 use tower_chat::leaf::{AccessToken, TokenFuture, TokenProvider};
 use tower_chat::openai::OpenAiChat;
@@ -419,11 +419,10 @@ pub(super) fn leaf(
         }
         Credential::ServiceAccountFile(path) => (None, Some(service_account(&upstream, path)?)),
         Credential::ServiceAccountEnv(variable) => {
-            // The variable holds the key file's path, checked like a key variable (set, non-empty).
-            let path = KeySource::Env(variable)
-                .read(&upstream)?
-                .unwrap_or_default();
-            (None, Some(service_account(&upstream, Path::new(&path))?))
+            // The variable names the key file; its value is never printed (it may hold the key itself).
+            let account = ServiceAccount::from_env_var(variable)
+                .map_err(|e| refused(&upstream, &format!("credentials_env = \"{variable}\""), e))?;
+            (None, Some(TokenSource::ServiceAccount(account)))
         }
         // Bedrock signs with these itself (below).
         Credential::AwsEnv | Credential::AwsProfile(_) => (None, None),
@@ -477,18 +476,37 @@ pub(super) fn leaf(
             let mut builder = BedrockChat::builder()
                 .base_url(url.as_str())
                 .region(target.region.as_deref().unwrap_or_default());
+            // Read now, so that credentials that cannot sign refuse the start instead of failing every call.
             match credential {
                 Credential::AwsEnv => {
-                    builder = builder.credentials_provider(EnvironmentCredentials)
+                    let credentials = AwsCredentials::from_env()
+                        .map_err(|e| refused(&upstream, "aws_env = true", e))?;
+                    builder = builder.credentials(credentials)
                 }
                 Credential::AwsProfile(profile) => {
-                    builder = builder.credentials_provider(ProfileCredentials::named(profile))
+                    let credentials = ProfileCredentials::named(profile).load().map_err(|e| {
+                        refused(&upstream, &format!("aws_profile = {profile:?}"), e)
+                    })?;
+                    builder = builder.credentials(credentials)
                 }
                 _ => {}
             }
             Upstream::Bedrock(configured!(builder))
         }
     })
+}
+
+/// A target's credential `key` (as the file spells it) that cannot be used: the table, the target, the key and
+/// what is wrong (the credential's own message, which never holds its value).
+fn refused(upstream: &str, key: &str, error: ChatError) -> ChatError {
+    ChatError::new(
+        ErrorKind::InvalidRequest,
+        format!(
+            "[upstreams] target {upstream}: `{key}`: {}",
+            error.message()
+        ),
+    )
+    .with_source(error)
 }
 
 /// A target's bearer tokens.

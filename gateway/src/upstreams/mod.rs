@@ -939,7 +939,14 @@ deployments = [
             .to_string(),
         )
         .unwrap();
-        for variable in ["OPENAI_API_KEY", "GEMINI_API_KEY", "AZURE_OPENAI_API_KEY"] {
+        // The Bedrock target's credentials are read at start.
+        for variable in [
+            "OPENAI_API_KEY",
+            "GEMINI_API_KEY",
+            "AZURE_OPENAI_API_KEY",
+            "AWS_ACCESS_KEY_ID",
+            "AWS_SECRET_ACCESS_KEY",
+        ] {
             if std::env::var_os(variable).is_none() {
                 std::env::set_var(variable, "documented-example-key");
             }
