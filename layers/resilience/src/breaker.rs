@@ -302,8 +302,7 @@ impl Breaker {
 
     /// The outcome of a call [`admit`](Self::admit)ted with `probe`; `None`: dropped before it said anything.
     pub(crate) fn settle(&self, probe: bool, outcome: Option<Result<(), &ChatError>>) {
-        let rate_limited =
-            matches!(outcome, Some(Err(error)) if matches!(error.kind(), ErrorKind::RateLimited { .. }));
+        let rate_limited = matches!(outcome, Some(Err(error)) if matches!(error.kind(), ErrorKind::RateLimited { .. }));
         let failed = match outcome {
             None => {
                 // The call was dropped before it said anything: free the probe slot, count nothing.

@@ -173,7 +173,10 @@ async fn a_circuit_opened_by_rate_limits_refuses_with_the_rest_of_its_cool_down(
             .layer(openai(&provider, "gpt-4o"));
         for _ in 0..2 {
             let error = chat.clone().oneshot(request(stream)).await.err().unwrap();
-            assert!(matches!(error.kind(), ErrorKind::RateLimited { .. }), "{error}");
+            assert!(
+                matches!(error.kind(), ErrorKind::RateLimited { .. }),
+                "{error}"
+            );
         }
         assert_eq!(chat.handle().state(), BreakerState::Open);
         tokio::time::advance(Duration::from_secs(10)).await;
