@@ -157,3 +157,31 @@ async fn each_tool_round_s_text_stays_apart() {
         }
     }
 }
+
+/// A Responses upstream that keeps cutting its streams with a rate-limit `error` event: every answer is the rate
+/// limit it is (429), also once the rate limits have opened the target's circuit, never a 502.
+#[tokio::test]
+async fn a_responses_stream_cut_by_rate_limits_stays_a_rate_limit_once_the_circuit_opens() {
+    let upstreams = KindUpstreams::start(|_| {
+        Box::new(|_, _| {
+            Reply::sse_chunks([concat!(
+                "event: response.created\n",
+                "data: {\"type\":\"response.created\",\"response\":{\"id\":\"resp_1\",\"status\":\"in_progress\",\"output\":[]}}\n\n",
+                "event: error\n",
+                "data: {\"type\":\"error\",\"code\":\"rate_limit_exceeded\",",
+                "\"message\":\"Rate limit reached for gpt-5-mini on tokens per min.\",\"param\":null}\n\n",
+            )])
+        })
+    })
+    .await;
+    let gw = gateway(&upstreams).await;
+    let model = upstreams.get("openai-responses").model();
+    for attempt in 0..8 {
+        let answer = gw.chat(&chat(&model, true)).await;
+        assert_eq!(answer.status, 429, "attempt {attempt}: {}", answer.body);
+        assert!(
+            answer.headers.contains_key("retry-after"),
+            "attempt {attempt}"
+        );
+    }
+}

@@ -42,7 +42,9 @@ impl BreakerState {
 }
 
 /// The source of the error a call gets when a circuit is open: `error.source()` downcasts to it, or use
-/// [`is_circuit_open`]. The error itself is an [`ErrorKind::Upstream`] (retryable, and a fallback moves on).
+/// [`is_circuit_open`]. The error itself is an [`ErrorKind::Upstream`] (retryable, and a fallback moves on), or,
+/// when rate limits opened the circuit, an [`ErrorKind::RateLimited`] whose `retry_after` is the rest of the
+/// cool-down: the target is not broken, it asked to be left alone, and a client should hear that.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CircuitOpen {
     target: String,
@@ -170,6 +172,8 @@ struct Inner {
     phase: Phase,
     consecutive: u32,
     window: Option<Window>,
+    /// The failure that last opened the circuit was the target's rate limit.
+    opened_by_rate_limit: bool,
 }
 
 /// One target's breaker, shared by every clone of its service.
@@ -196,6 +200,7 @@ impl Breaker {
                 phase: Phase::Closed,
                 consecutive: 0,
                 window,
+                opened_by_rate_limit: false,
             }),
         })
     }
@@ -241,9 +246,10 @@ impl Breaker {
             return Ok(false);
         }
         let mut inner = self.lock();
+        let now = self.config.clock.now();
         let (probe, transition) = match inner.phase {
             Phase::Closed => (false, None),
-            Phase::Open { until } if self.config.clock.now() >= until => {
+            Phase::Open { until } if now >= until => {
                 inner.phase = Phase::HalfOpen { probing: true };
                 (true, Some(BreakerState::HalfOpen))
             }
@@ -251,9 +257,15 @@ impl Breaker {
                 inner.phase = Phase::HalfOpen { probing: true };
                 (true, None)
             }
-            Phase::Open { .. } | Phase::HalfOpen { probing: true } => {
+            Phase::Open { until } => {
+                let rate_limited = inner.opened_by_rate_limit;
                 drop(inner);
-                return Err(self.open_error());
+                return Err(self.open_error(rate_limited.then(|| until - now)));
+            }
+            Phase::HalfOpen { probing: true } => {
+                let rate_limited = inner.opened_by_rate_limit;
+                drop(inner);
+                return Err(self.open_error(rate_limited.then_some(Duration::ZERO)));
             }
         };
         drop(inner);
@@ -261,21 +273,36 @@ impl Breaker {
         Ok(probe)
     }
 
-    fn open_error(&self) -> ChatError {
-        ChatError::new(
-            ErrorKind::Upstream,
-            format!(
-                "`{}` is failing: its circuit is open, so it was not called",
-                self.name
+    /// The error of a call the open circuit refused; `rate_limited`: rate limits opened it, and this is how much of
+    /// the cool-down is left (zero while a probe is out).
+    fn open_error(&self, rate_limited: Option<Duration>) -> ChatError {
+        let error = match rate_limited {
+            Some(left) => ChatError::new(
+                ErrorKind::RateLimited {
+                    // A whole second at least: `Retry-After` counts in seconds, and 0 would invite a retry at once.
+                    retry_after: Some(left.max(Duration::from_secs(1))),
+                },
+                format!(
+                    "`{}` is rate limited: its circuit is open until the cool-down is over, so it was not called",
+                    self.name
+                ),
             ),
-        )
-        .with_source(CircuitOpen {
+            None => ChatError::new(
+                ErrorKind::Upstream,
+                format!(
+                    "`{}` is failing: its circuit is open, so it was not called",
+                    self.name
+                ),
+            ),
+        };
+        error.with_source(CircuitOpen {
             target: self.name.clone(),
         })
     }
 
     /// The outcome of a call [`admit`](Self::admit)ted with `probe`; `None`: dropped before it said anything.
     pub(crate) fn settle(&self, probe: bool, outcome: Option<Result<(), &ChatError>>) {
+        let rate_limited = matches!(outcome, Some(Err(error)) if matches!(error.kind(), ErrorKind::RateLimited { .. }));
         let failed = match outcome {
             None => {
                 // The call was dropped before it said anything: free the probe slot, count nothing.
@@ -311,6 +338,7 @@ impl Breaker {
                 inner.phase = Phase::Open {
                     until: now() + self.config.open_for,
                 };
+                inner.opened_by_rate_limit = rate_limited;
                 Some(BreakerState::Open)
             }
             (Phase::Closed, _, _) => {
@@ -330,6 +358,7 @@ impl Breaker {
                     inner.phase = Phase::Open {
                         until: now() + self.config.open_for,
                     };
+                    inner.opened_by_rate_limit = rate_limited;
                     Some(BreakerState::Open)
                 } else {
                     None

@@ -160,6 +160,53 @@ async fn failures_outside_the_window_are_forgotten() {
     assert_eq!(chat.handle().state(), BreakerState::Closed);
 }
 
+/// A target that keeps answering 429 is not broken, it asked to be left alone: once its rate limits open the
+/// circuit, a call the circuit refuses is a rate limit too, waiting out the rest of the cool-down, so a client hears
+/// what the upstream said (not a 502). A circuit opened by server errors still refuses as an upstream failure.
+#[tokio::test(start_paused = true)]
+async fn a_circuit_opened_by_rate_limits_refuses_with_the_rest_of_its_cool_down() {
+    for stream in [true, false] {
+        let provider = scripted(vec![status(429)]).await;
+        let chat = CircuitBreakerLayer::new()
+            .consecutive_failures(2)
+            .open_for(Duration::from_secs(30))
+            .layer(openai(&provider, "gpt-4o"));
+        for _ in 0..2 {
+            let error = chat.clone().oneshot(request(stream)).await.err().unwrap();
+            assert!(
+                matches!(error.kind(), ErrorKind::RateLimited { .. }),
+                "{error}"
+            );
+        }
+        assert_eq!(chat.handle().state(), BreakerState::Open);
+        tokio::time::advance(Duration::from_secs(10)).await;
+        let refused = chat.clone().oneshot(request(stream)).await.err().unwrap();
+        assert!(is_circuit_open(&refused), "{refused}");
+        let ErrorKind::RateLimited {
+            retry_after: Some(wait),
+        } = refused.kind()
+        else {
+            panic!("a circuit opened by rate limits refused with {refused:?}");
+        };
+        assert!(
+            (Duration::from_secs(1)..=Duration::from_secs(20)).contains(wait),
+            "{wait:?}"
+        );
+        assert_eq!(provider.requests().len(), 2);
+    }
+    // The same circuit opened by a server error after rate limits: the error that opened it decides.
+    let provider = scripted(vec![status(429), status(500)]).await;
+    let chat = CircuitBreakerLayer::new()
+        .consecutive_failures(2)
+        .layer(openai(&provider, "gpt-4o"));
+    for _ in 0..2 {
+        chat.clone().oneshot(request(true)).await.err().unwrap();
+    }
+    let refused = chat.clone().oneshot(request(true)).await.err().unwrap();
+    assert!(is_circuit_open(&refused));
+    assert_eq!(refused.kind(), &ErrorKind::Upstream);
+}
+
 #[tokio::test(start_paused = true)]
 async fn refused_requests_do_not_count_against_the_target() {
     let provider = scripted(vec![status(400)]).await;
