@@ -1,6 +1,8 @@
 //! Recorded provider responses, one file each in `tests/data/recorded/`, read by their provider's leaf and
 //! compared field by field with the reading the file expects: the answer text, the reasoning, each tool call's
-//! name and arguments, the finish reason and the usage. A new recording is one more file:
+//! name and arguments, the finish reason and the usage. The gateway's `tests/recorded.rs` reads every file again
+//! through the gateway on each inbound format (Chat Completions, Messages, Responses) against the same
+//! expectations. A new recording is one more file:
 //!
 //! ```json
 //! {"provider": "anthropic" | "openai" | "gemini" | "responses",
