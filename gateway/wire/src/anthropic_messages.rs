@@ -675,6 +675,25 @@ impl MessageEncoder {
         }
     }
 
+    /// The open thinking block's index, opening one if another block (or none) is open.
+    fn thinking_block(&mut self, out: &mut Vec<u8>) -> usize {
+        match self.open {
+            Some(Block::Thinking(index)) => index,
+            _ => self.start(
+                Block::Thinking,
+                json!({"type": "thinking", "thinking": "", "signature": ""}),
+                out,
+            ),
+        }
+    }
+
+    /// End the thinking block with its `signature` (opened here when its reasoning had no text).
+    fn end_thinking(&mut self, signature: &str, out: &mut Vec<u8>) {
+        let index = self.thinking_block(out);
+        block_delta(index, DeltaBody::Signature { signature }, out);
+        self.stop_open(out);
+    }
+
     fn stop_open(&mut self, out: &mut Vec<u8>) {
         if let Some(block) = self.open.take() {
             sse_event(
@@ -759,34 +778,12 @@ impl Encoder for MessageEncoder {
         match event {
             Visible::Text(text) => self.text(&text, out),
             Visible::Reasoning(text) => {
-                let index = match self.open {
-                    Some(Block::Thinking(index)) => index,
-                    _ => self.start(
-                        Block::Thinking,
-                        json!({"type": "thinking", "thinking": "", "signature": ""}),
-                        out,
-                    ),
-                };
+                let index = self.thinking_block(out);
                 block_delta(index, DeltaBody::Thinking { thinking: &text }, out);
             }
             // The client sends these blocks back on its next turn; Anthropic checks them unchanged.
             Visible::ReasoningEnd(Continuation::AnthropicThinking { signature }) => {
-                let index = match self.open {
-                    Some(Block::Thinking(index)) => index,
-                    _ => self.start(
-                        Block::Thinking,
-                        json!({"type": "thinking", "thinking": "", "signature": ""}),
-                        out,
-                    ),
-                };
-                block_delta(
-                    index,
-                    DeltaBody::Signature {
-                        signature: &signature,
-                    },
-                    out,
-                );
-                self.stop_open(out);
+                self.end_thinking(&signature, out)
             }
             Visible::ReasoningEnd(Continuation::AnthropicRedacted { data }) => {
                 self.start(
@@ -799,26 +796,9 @@ impl Encoder for MessageEncoder {
             // Another upstream's reasoning (Bedrock, Gemini, OpenAI): its thinking block ends with the part sealed
             // as its signature, so the client's next round brings the upstream's own continuation back.
             Visible::ReasoningEnd(_) => {
-                let Some(part) = folded.reasoning_parts.last() else {
-                    return;
-                };
-                let index = match self.open {
-                    Some(Block::Thinking(index)) => index,
-                    _ => self.start(
-                        Block::Thinking,
-                        json!({"type": "thinking", "thinking": "", "signature": ""}),
-                        out,
-                    ),
-                };
-                let signature = seal(part);
-                block_delta(
-                    index,
-                    DeltaBody::Signature {
-                        signature: &signature,
-                    },
-                    out,
-                );
-                self.stop_open(out);
+                if let Some(part) = folded.reasoning_parts.last() {
+                    self.end_thinking(&seal(part), out);
+                }
             }
             Visible::CallStart { index, id, name } => {
                 let block = self.start(
