@@ -31,48 +31,48 @@
 #![deny(missing_docs)]
 #![warn(missing_debug_implementations, unreachable_pub)]
 
-mod access;
-pub mod api_guard;
-mod auth;
-mod body_deadline;
-pub mod cache;
-pub mod cli;
-pub mod client_addr;
+pub mod api;
 pub mod config;
-pub mod config_file;
-pub mod connection;
-mod console;
-mod count_tokens;
-pub mod demo;
+pub mod edge;
 mod error;
-mod extract;
 #[cfg(fuzzing)]
 #[doc(hidden)]
 pub mod fuzzing;
-pub mod guardrail;
-pub mod limits;
-mod login_limit;
-pub mod mcp;
-pub mod metrics;
+mod gateway;
 pub mod operator;
-mod pending;
-pub mod request_limits;
-mod rounds;
-mod routes;
-mod sandbox;
-mod serve;
-mod server;
 pub mod stack;
-pub mod stores;
-pub mod structured;
-mod summary;
+mod startup_summary;
 pub mod telemetry;
-pub mod tools;
 mod turn;
-pub mod upstream_key;
-pub mod upstreams;
-mod warn_limit;
-mod watchdog;
+
+// The module paths from before the folders, kept for users of the crate.
+pub use api::request_size as request_limits;
+pub use config::{cli, file as config_file};
+pub use edge::{browser_guard as api_guard, client_addr, in_flight as connection};
+pub use stack::{
+    cache, demo, guardrail, mcp, rate_limits as limits, stores, structured, tools, upstream_key, upstreams,
+};
+pub use telemetry::metrics;
+
+// Crate-internal paths from before the folders.
+#[allow(unused_imports)]
+use api::{count_tokens, extract, routes};
+#[allow(unused_imports)]
+use edge::{
+    auth, body_deadline, connection_deadlines as watchdog, middleware as access, serve,
+};
+#[allow(unused_imports)]
+use gateway as server;
+#[allow(unused_imports)]
+use operator::{console, login_throttle as login_limit};
+#[allow(unused_imports)]
+use stack::tools::sandbox;
+#[allow(unused_imports)]
+use startup_summary as summary;
+#[allow(unused_imports)]
+use telemetry::warning_throttle as warn_limit;
+#[allow(unused_imports)]
+use turn::{pending, rounds};
 
 use std::fmt;
 use std::process::ExitCode;

@@ -4,6 +4,9 @@
 //! spliced in), the operators' decisions on a resend, the conversation id of the turn, the cache's
 //! `Cache-Control`, and the answer's encoding. [`Turns`] holds what a turn needs; the router owns one.
 
+pub(crate) mod pending;
+pub(crate) mod rounds;
+
 use std::collections::HashSet;
 use std::sync::Arc;
 

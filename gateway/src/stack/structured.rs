@@ -287,7 +287,7 @@ mod tests {
     /// The README's example parses.
     #[test]
     fn the_documented_example_is_valid() {
-        let readme = include_str!("../README.md");
+        let readme = include_str!("../../README.md");
         let start = readme.find("[structured]\nvalidate").unwrap();
         let end = start + readme[start..].find("```").unwrap();
         let file = crate::config_file::ConfigFile::parse(&readme[start..end], "README.md").unwrap();

@@ -1,6 +1,8 @@
 //! The gateway's server-side tools: `add`, `read_file` and `write_file` (the latter needs approval), the file
 //! tools confined to one root directory.
 
+pub(crate) mod sandbox;
+
 use std::path::Path;
 use std::sync::Arc;
 

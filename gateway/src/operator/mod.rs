@@ -32,6 +32,9 @@
 //! third; a restart loses nothing. A gateway without a store (built around a stack of its own) keeps decisions
 //! in its memory, for the turns paused in it.
 
+pub(crate) mod console;
+pub(crate) mod login_throttle;
+
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};

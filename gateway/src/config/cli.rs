@@ -414,7 +414,7 @@ mod tests {
     /// The README's `[gateway]` example parses, and says what it seems to.
     #[test]
     fn the_documented_example_is_valid() {
-        let readme = include_str!("../README.md");
+        let readme = include_str!("../../README.md");
         let start = readme.find("[gateway]\nlisten").unwrap();
         let end = start + readme[start..].find("```").unwrap();
         let file = crate::config_file::ConfigFile::parse(&readme[start..end], "README.md")

@@ -20,6 +20,17 @@
 //! # drop(stack); Ok(()) }
 //! ```
 
+pub mod cache;
+pub mod demo;
+pub mod guardrail;
+pub mod mcp;
+pub mod rate_limits;
+pub mod stores;
+pub mod structured;
+pub mod tools;
+pub mod upstream_key;
+pub mod upstreams;
+
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;

@@ -899,7 +899,7 @@ deployments = [
                 std::env::set_var(variable, "sk-documented-example");
             }
         }
-        for doc in [include_str!("../../README.md"), include_str!("mod.rs")] {
+        for doc in [include_str!("../../../README.md"), include_str!("mod.rs")] {
             let start = doc.find("[upstreams.retry]").unwrap();
             let end = start + doc[start..].find("```").unwrap();
             let text: String = doc[start..end]
@@ -934,7 +934,7 @@ deployments = [
         std::fs::write(
             &account,
             serde_json::json!({"type": "service_account", "client_email": "doc@p.iam.gserviceaccount.com",
-                "private_key": include_str!("../../../tests/data/service_account_test_key.pem"),
+                "private_key": include_str!("../../../../tests/data/service_account_test_key.pem"),
                 "token_uri": "https://oauth2.googleapis.com/token"})
             .to_string(),
         )
@@ -956,7 +956,7 @@ deployments = [
         let examples = [
             // (document, the block's first line, the kinds of its models' targets)
             (
-                include_str!("../../README.md"),
+                include_str!("../../../README.md"),
                 "  [[upstreams.models]]\n  name = \"gpt-4o\"",
                 vec![
                     vec![OpenAi, Azure],
@@ -965,7 +965,7 @@ deployments = [
                 ],
             ),
             (
-                include_str!("../../../README.md"),
+                include_str!("../../../../README.md"),
                 "[[upstreams.models]]\nname = \"gpt-4o\"",
                 vec![vec![OpenAi, Azure], vec![Vertex]],
             ),

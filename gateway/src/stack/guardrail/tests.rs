@@ -176,7 +176,7 @@ fn the_readme_example_is_valid() {
     if std::env::var_os("OPENAI_API_KEY").is_none() {
         std::env::set_var("OPENAI_API_KEY", "sk-documented-example");
     }
-    let readme = include_str!("../../README.md");
+    let readme = include_str!("../../../README.md");
     let start = readme
         .find("[[guardrail.policy]]\nname = \"support\"")
         .unwrap();
