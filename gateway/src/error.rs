@@ -87,7 +87,7 @@ pub(crate) async fn with_request_id(response: Response) -> Response {
         .size_hint()
         .exact()
         .is_some_and(|n| n <= MAX_ERROR_BODY);
-    let id = match response.headers().get(crate::access::X_REQUEST_ID) {
+    let id = match response.headers().get(crate::edge::middleware::X_REQUEST_ID) {
         Some(id) if json && small && (status.is_client_error() || status.is_server_error()) => {
             match id.to_str() {
                 Ok(id) => id.to_owned(),

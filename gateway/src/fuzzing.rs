@@ -5,7 +5,7 @@
 use tower_chat::ChatRequest;
 
 use crate::error::ApiError;
-use crate::request_limits::RequestLimits;
+use crate::api::request_size::RequestLimits;
 use crate::ApprovalAnswer;
 use tower_chat_wire::anthropic_messages::AnthropicMessages;
 use tower_chat_wire::chat_completions::ChatCompletions;

@@ -1,6 +1,6 @@
 //! The gateway assembled from its configuration: its state, keys and the chat endpoint. Routes and their
-//! middleware are in [`mod@crate::routes`], serving in [`mod@crate::serve`]; the stack it calls is built in
-//! [`mod@crate::stack`], the stores it opens in [`mod@crate::stores`], each request's turn handled in
+//! middleware are in [`mod@crate::api::routes`], serving in [`mod@crate::edge::serve`]; the stack it calls is built in
+//! [`mod@crate::stack`], the stores it opens in [`mod@crate::stack::stores`], each request's turn handled in
 //! [`crate::turn`].
 
 use std::sync::Arc;
@@ -16,20 +16,20 @@ use tower_chat::CallerIdentity;
 use tower_chat_limits::LimitsLayer;
 use tower_chat_persistence::PersistenceLayer;
 
-use crate::api_guard::AllowedHosts;
-use crate::auth::ApiKeys;
+use crate::edge::browser_guard::AllowedHosts;
+use crate::edge::auth::ApiKeys;
 use crate::config::Config;
-use crate::connection::{self, BodyTimeout, ConnectionLimits, InFlight};
+use crate::edge::in_flight::{self, BodyTimeout, ConnectionLimits, InFlight};
 use crate::error::ApiError;
-use crate::mcp::GatewayMcp;
-use crate::metrics::PrometheusMetrics;
+use crate::stack::mcp::GatewayMcp;
+use crate::telemetry::metrics::PrometheusMetrics;
 use crate::operator::{Decisions, OperatorState};
-use crate::pending::PendingStore;
+use crate::turn::pending::PendingStore;
 use crate::stack::{stack, ChatStack, StackOptions, Upstream};
-use crate::stores::{stores, Stores};
-use crate::tools::SERVER_TOOLS;
+use crate::stack::stores::{stores, Stores};
+use crate::stack::tools::SERVER_TOOLS;
 use crate::turn::{handle, Turns};
-use crate::warn_limit::WarnLimit;
+use crate::telemetry::warning_throttle::WarnLimit;
 use crate::GatewayError;
 use tower_chat_wire::format::{ParseContext, WireFormat};
 
@@ -39,7 +39,7 @@ pub(crate) struct AppState {
     pub(crate) turns: Turns,
     pub(crate) keys: Option<Arc<ApiKeys>>,
     pub(crate) in_flight: Arc<InFlight>,
-    /// Serve the operator console ([`crate::console`]) when operators are configured.
+    /// Serve the operator console ([`crate::operator::console`]) when operators are configured.
     pub(crate) console: bool,
     /// `--allowed-hosts`, when given (else the default of [`AllowedHosts::default_for`]).
     pub(crate) allowed_hosts: Option<AllowedHosts>,
@@ -52,23 +52,23 @@ pub(crate) struct AppState {
 pub(crate) struct Observability {
     pub(crate) metrics: PrometheusMetrics,
     /// `--metrics-key-env`: the key `/metrics` requires.
-    pub(crate) metrics_key: Option<crate::metrics::MetricsKey>,
+    pub(crate) metrics_key: Option<crate::telemetry::metrics::MetricsKey>,
     /// `--metrics-listen`: `/metrics` is served on another listener, not the main one.
     pub(crate) metrics_elsewhere: bool,
     /// `[upstreams]`' models (read per request: a reload changes them).
-    pub(crate) router: Option<crate::upstreams::ModelRouter>,
+    pub(crate) router: Option<crate::stack::upstreams::ModelRouter>,
 }
 
 /// A configured gateway, ready to serve.
 pub struct Gateway {
     pub(crate) state: AppState,
-    /// `/metrics` and `/v1/models` (see [`crate::metrics`], [`crate::upstreams`]).
+    /// `/metrics` and `/v1/models` (see [`crate::telemetry::metrics`], [`crate::stack::upstreams`]).
     pub(crate) observability: Observability,
     pub(crate) shutdown_timeout: Duration,
     pub(crate) connections: ConnectionLimits,
     pub(crate) stores: Option<Stores>,
     pub(crate) limits: Option<LimitsLayer>,
-    pub(crate) reloader: Option<crate::upstreams::Reloader>,
+    pub(crate) reloader: Option<crate::stack::upstreams::Reloader>,
 }
 
 impl std::fmt::Debug for Gateway {
@@ -89,7 +89,7 @@ impl Gateway {
         let metrics_key = load_metrics_key(config)?;
         let metrics = PrometheusMetrics::new();
         // `[upstreams]` in the config file (models, fallbacks, retries, breakers), else the single --upstream.
-        let router = crate::upstreams::build(config, &metrics).map_err(GatewayError::Chat)?;
+        let router = crate::stack::upstreams::build(config, &metrics).map_err(GatewayError::Chat)?;
         let upstream = match router {
             Some(_) => None,
             None => Some(Upstream::from_config(config).map_err(GatewayError::Chat)?),
@@ -109,7 +109,7 @@ impl Gateway {
         let files = config
             .files
             .as_deref()
-            .map(crate::tools::open_sandbox)
+            .map(crate::stack::tools::open_sandbox)
             .transpose()
             .map_err(GatewayError::Chat)?;
         let options = StackOptions {
@@ -130,7 +130,7 @@ impl Gateway {
         gateway.observability.metrics_key = metrics_key;
         gateway.reloader = models
             .as_ref()
-            .map(|router| crate::upstreams::Reloader::new(router.clone(), config, metrics.clone()));
+            .map(|router| crate::stack::upstreams::Reloader::new(router.clone(), config, metrics.clone()));
         gateway.observability = Observability {
             metrics,
             router: models,
@@ -190,8 +190,8 @@ impl Gateway {
             login_limit: Arc::default(),
             clients: keys_for_operators.clone(),
             proxies: config.trusted_proxies.clone().map(Arc::new),
-            polls: Arc::new(connection::PerKey::new(config.max_polls_per_key)),
-            sessions: crate::console::SessionStore::default(),
+            polls: Arc::new(in_flight::PerKey::new(config.max_polls_per_key)),
+            sessions: crate::operator::console::SessionStore::default(),
             prices: Arc::new(config.file.limits.price_table()),
             files: None,
         });
@@ -210,11 +210,11 @@ impl Gateway {
                         stores_responses: true,
                     },
                     limits: Arc::new(config.limits),
-                    media: Arc::new(crate::connection::MediaInFlight::new(&config.connections)),
+                    media: Arc::new(crate::edge::in_flight::MediaInFlight::new(&config.connections)),
                     mcp: None,
                     // `[cache.routes]` was checked when the stack's cache layer was built.
                     caching: config.file.cache.as_ref().map(|section| {
-                        Arc::new(crate::cache::RouteTtls::of(section).unwrap_or_default())
+                        Arc::new(crate::stack::cache::RouteTtls::of(section).unwrap_or_default())
                     }),
                     drain_over: tower_chat::CancellationToken::new(),
                 },
@@ -248,7 +248,7 @@ impl Gateway {
 
     /// What reloads `[upstreams]` from `--config` while the gateway serves (`None` when the gateway runs without
     /// `[upstreams]` models: the single-upstream stack has nothing to swap).
-    pub fn reloader(&self) -> Option<crate::upstreams::Reloader> {
+    pub fn reloader(&self) -> Option<crate::stack::upstreams::Reloader> {
         self.reloader.clone()
     }
 
@@ -281,11 +281,11 @@ fn load_operator_keys(
 }
 
 /// `--metrics-key-env`: the key `/metrics` requires, read once at start.
-fn load_metrics_key(config: &Config) -> Result<Option<crate::metrics::MetricsKey>, GatewayError> {
+fn load_metrics_key(config: &Config) -> Result<Option<crate::telemetry::metrics::MetricsKey>, GatewayError> {
     config
         .metrics_key_env
         .as_deref()
-        .map(|var| crate::metrics::MetricsKey::from_env(var).map_err(GatewayError::Config))
+        .map(|var| crate::telemetry::metrics::MetricsKey::from_env(var).map_err(GatewayError::Config))
         .transpose()
 }
 
@@ -306,7 +306,7 @@ pub(crate) async fn endpoint<F: WireFormat>(
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
     if matches!(&body, Err(rejection) if BodyTimeout::caused(rejection)) {
-        return connection::body_timeout_response();
+        return in_flight::body_timeout_response();
     }
     let drain_over = state.turns.drain_over.clone();
     let handled = tokio::select! {

@@ -54,37 +54,17 @@ pub use stack::{
 };
 pub use telemetry::metrics;
 
-// Crate-internal paths from before the folders.
-#[allow(unused_imports)]
-use api::{count_tokens, extract, routes};
-#[allow(unused_imports)]
-use edge::{
-    auth, body_deadline, connection_deadlines as watchdog, middleware as access, serve,
-};
-#[allow(unused_imports)]
-use gateway as server;
-#[allow(unused_imports)]
-use operator::{console, login_throttle as login_limit};
-#[allow(unused_imports)]
-use stack::tools::sandbox;
-#[allow(unused_imports)]
-use startup_summary as summary;
-#[allow(unused_imports)]
-use telemetry::warning_throttle as warn_limit;
-#[allow(unused_imports)]
-use turn::{pending, rounds};
-
 use std::fmt;
 use std::process::ExitCode;
 
-pub use auth::ApiKeys;
+pub use edge::auth::ApiKeys;
 pub use config::{CliError, Command, Config, Provider};
 pub use error::{ApiError, DEFAULT_RETRY_AFTER, MAX_ERROR_MESSAGE};
-pub use metrics::PrometheusMetrics;
-pub use pending::PendingStore;
-pub use server::Gateway;
+pub use telemetry::metrics::PrometheusMetrics;
+pub use turn::pending::PendingStore;
+pub use gateway::Gateway;
 pub use stack::{stack, ChatStack, StackOptions, Upstream};
-pub use stores::{stores, Stores};
+pub use stack::stores::{stores, Stores};
 pub use tower_chat_wire::{ApprovalAnswer, ApprovalNotice};
 
 /// Why the gateway could not start or stopped with an error.
@@ -136,7 +116,7 @@ async fn run_with(
 ) -> Result<(), GatewayError> {
     // Connections are file descriptors: use what the hard limit allows, and keep some for the database,
     // upstream connections and files.
-    if let Some(open_files) = connection::raise_open_files_limit() {
+    if let Some(open_files) = edge::in_flight::raise_open_files_limit() {
         let usable = usize::try_from(open_files.saturating_sub(256))
             .unwrap_or(usize::MAX)
             .max(1);
@@ -152,7 +132,7 @@ async fn run_with(
     }
     // Kept alive until the server stops: the scripted upstream `--demo` sends every model to.
     let demo = if config.demo {
-        let demo = demo::DemoUpstream::start().await;
+        let demo = stack::demo::DemoUpstream::start().await;
         config.upstream = demo.base_url();
         config.provider = Provider::OpenAi;
         config.no_upstream_key = true;
@@ -167,7 +147,7 @@ async fn run_with(
     let addr = listener.local_addr().map_err(GatewayError::Io)?;
     tracing::info!(
         "{}",
-        summary::describe(&config, addr, created_files.as_deref())
+        startup_summary::describe(&config, addr, created_files.as_deref())
     );
     if let Some(metrics_addr) = config.metrics_listen {
         let metrics = tokio::net::TcpListener::bind(metrics_addr)
@@ -207,7 +187,7 @@ async fn run_with(
 /// default "terminate".
 #[cfg(unix)]
 pub fn reload_on_sighup(
-    reloader: upstreams::Reloader,
+    reloader: stack::upstreams::Reloader,
 ) -> std::io::Result<impl std::future::Future<Output = ()> + Send + 'static> {
     let mut hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())?;
     Ok(async move {

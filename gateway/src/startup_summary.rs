@@ -18,7 +18,7 @@ pub(crate) fn describe(config: &Config, addr: SocketAddr, created_files: Option<
         )
     } else {
         // The configured `[upstreams]` models and targets, else the single `--upstream`.
-        crate::upstreams::describe(config)
+        crate::stack::upstreams::describe(config)
     };
     let mut block = format!("gateway listening on http://{addr} · upstream: {upstream}");
     let mut line = |name: &str, value: String| {

@@ -68,7 +68,7 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for PageQuery<T> {
             .await
             .map(|axum::extract::Query(value)| PageQuery(value))
             .map_err(|rejection| {
-                crate::console::error_page(
+                crate::operator::console::error_page(
                     StatusCode::BAD_REQUEST,
                     &format!(
                         "This address's query is not one the console reads: {}",
@@ -91,7 +91,7 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for PageForm<T> {
             .await
             .map(|axum::extract::Form(value)| PageForm(value))
             .map_err(|rejection| {
-                crate::console::error_page(
+                crate::operator::console::error_page(
                     rejection.status(),
                     &format!("The form could not be read: {}", rejection.body_text()),
                 )

@@ -1,6 +1,6 @@
 //! The routes and the middleware between them: which path goes to which handler, behind which checks
 //! (host and origin guard, authentication, in-flight caps), and the edge middleware around them all
-//! ([`crate::access`]). The console and the JSON lists (`/v1/models`, `/v1/usage`, `/v1/approvals`) are
+//! ([`crate::edge::middleware`]). The console and the JSON lists (`/v1/models`, `/v1/usage`, `/v1/approvals`) are
 //! compressed (gzip, when the client accepts it); the chat endpoints are not: their answers are streams or
 //! small, and an event stream must reach the client event by event.
 
@@ -16,11 +16,11 @@ use http::StatusCode;
 use tower_chat::CallerIdentity;
 use tower_http::compression::CompressionLayer;
 
-use crate::access::EdgeLimits;
-use crate::api_guard::{AllowedHosts, ApiGuard};
-use crate::connection::GuardedBody;
+use crate::edge::middleware::EdgeLimits;
+use crate::edge::browser_guard::{AllowedHosts, ApiGuard};
+use crate::edge::in_flight::GuardedBody;
 use crate::error::{json_response, ApiError};
-use crate::server::{endpoint, AppState, Gateway};
+use crate::gateway::{endpoint, AppState, Gateway};
 use tower_chat_wire::{
     anthropic_messages::AnthropicMessages, chat_completions::ChatCompletions,
     count_tokens::CountsTokens, format::WireFormat, responses::Responses,
@@ -28,14 +28,14 @@ use tower_chat_wire::{
 
 impl Gateway {
     /// The axum application: the routes, their checks and the access log. [`serve`](Self::serve) adds the rest
-    /// of the edge middleware around it ([`crate::access`]: request ids, body limit and timeout).
+    /// of the edge middleware around it ([`crate::edge::middleware`]: request ids, body limit and timeout).
     pub fn router(&self) -> Router {
         // Shared, not cloned per request: axum clones the state for every extractor and middleware that asks
         // for it, and a clone of the stack is a clone of every layer in it.
         let state = Arc::new(self.state.clone());
         let (limits, records) = (self.limits.clone(), self.state.turns.records.clone());
         let usage = move |caller: Option<Extension<CallerIdentity>>| {
-            crate::limits::usage(limits, records, caller.map(|Extension(c)| c))
+            crate::stack::rate_limits::usage(limits, records, caller.map(|Extension(c)| c))
         };
         let mut api = Router::new()
             .route("/v1/chat/completions", post(endpoint::<ChatCompletions>))
@@ -46,18 +46,18 @@ impl Gateway {
                 limit_in_flight,
             ))
             .merge(
-                crate::upstreams::models_route(self.observability.router.clone())
+                crate::stack::upstreams::models_route(self.observability.router.clone())
                     .layer(CompressionLayer::new()),
             )
             .route("/v1/usage", get(usage).layer(CompressionLayer::new()))
             // Counting runs nothing: it takes no in-flight slot.
             .route(
                 AnthropicMessages::COUNT_ROUTE,
-                post(crate::count_tokens::count::<AnthropicMessages>),
+                post(crate::api::count_tokens::count::<AnthropicMessages>),
             )
             .route(
                 Responses::COUNT_ROUTE,
-                post(crate::count_tokens::count::<Responses>),
+                post(crate::api::count_tokens::count::<Responses>),
             );
         // Outside authentication: a rebound page or another site's request is refused whatever it carries.
         let guard = Arc::new(ApiGuard::new(
@@ -70,7 +70,7 @@ impl Gateway {
         if let Some(operators) = &self.state.turns.operators {
             if self.state.console {
                 console =
-                    crate::console::router(operators.clone(), self.state.turns.records.clone())
+                    crate::operator::console::router(operators.clone(), self.state.turns.records.clone())
                         .layer(CompressionLayer::new());
             }
             // The client's long-poll shares the client routes' authentication; decisions take operator keys.
@@ -90,17 +90,17 @@ impl Gateway {
                 ))
                 .route_layer(middleware::from_fn_with_state(
                     guard.clone(),
-                    crate::api_guard::guard,
+                    crate::edge::browser_guard::guard,
                 ))
                 .with_state(operators.clone());
         } else if self.state.console {
-            console = crate::console::not_configured_router();
+            console = crate::operator::console::not_configured_router();
         }
         let api = api
             .route_layer(middleware::from_fn_with_state(state.clone(), authenticate))
             .route_layer(middleware::from_fn_with_state(
                 guard,
-                crate::api_guard::guard,
+                crate::edge::browser_guard::guard,
             ));
         let router = Router::new()
             .merge(api)
@@ -110,18 +110,18 @@ impl Gateway {
             .merge(if self.observability.metrics_elsewhere {
                 Router::new()
             } else {
-                crate::metrics::metrics_route(
+                crate::telemetry::metrics::metrics_route(
                     self.observability.metrics.clone(),
                     self.observability.metrics_key.clone(),
                 )
             })
             .fallback(not_found)
             .method_not_allowed_fallback(method_not_allowed);
-        crate::access::per_route(router.with_state(state))
+        crate::edge::middleware::per_route(router.with_state(state))
     }
 
     /// What [`serve`](Self::serve) answers with: [`router`](Self::router) inside the edge middleware
-    /// ([`crate::access`]).
+    /// ([`crate::edge::middleware`]).
     pub(crate) fn app<B>(
         &self,
         body_timeout: std::time::Duration,
@@ -140,7 +140,7 @@ impl Gateway {
         B: http_body::Body<Data = bytes::Bytes> + Send + 'static,
         B::Error: Into<axum::BoxError>,
     {
-        crate::access::around(
+        crate::edge::middleware::around(
             self.router(),
             EdgeLimits {
                 body_limit: self
@@ -156,7 +156,7 @@ impl Gateway {
     /// `GET /metrics` alone (with its key check, when `--metrics-key-env` is set): what `--metrics-listen`
     /// serves. [`router`](Self::router) includes it unless `--metrics-listen` is set.
     pub fn metrics_router(&self) -> Router {
-        crate::metrics::metrics_route(
+        crate::telemetry::metrics::metrics_route(
             self.observability.metrics.clone(),
             self.observability.metrics_key.clone(),
         )
@@ -194,7 +194,7 @@ async fn authenticate(
     if let Some(keys) = &state.keys {
         match keys.check(request.headers()) {
             Ok(caller) => {
-                crate::access::record_caller(caller.as_str());
+                crate::edge::middleware::record_caller(caller.as_str());
                 request.extensions_mut().insert(caller);
             }
             Err(error) => return refusal(request.uri().path(), error),

@@ -345,7 +345,7 @@ mod tests {
     }
 
     fn file(text: &str) -> Flags {
-        crate::config_file::ConfigFile::parse(text, "g.toml")
+        crate::config::file::ConfigFile::parse(text, "g.toml")
             .unwrap()
             .gateway
     }
@@ -387,7 +387,7 @@ mod tests {
             ("[gateway]\nmax_rounds = 3\n", "unknown field"),
             ("[gateway]\nconfig = \"other.toml\"\n", "unknown field"),
         ] {
-            let err = crate::config_file::ConfigFile::parse(text, "g.toml").unwrap_err();
+            let err = crate::config::file::ConfigFile::parse(text, "g.toml").unwrap_err();
             assert_eq!(err.line(), Some(2), "{text}: {err}");
             assert!(err.message().contains(needle), "{text}: {err}");
         }
@@ -417,7 +417,7 @@ mod tests {
         let readme = include_str!("../../README.md");
         let start = readme.find("[gateway]\nlisten").unwrap();
         let end = start + readme[start..].find("```").unwrap();
-        let file = crate::config_file::ConfigFile::parse(&readme[start..end], "README.md")
+        let file = crate::config::file::ConfigFile::parse(&readme[start..end], "README.md")
             .unwrap_or_else(|e| panic!("{e}"));
         let config = crate::Config::from_flags(file.gateway.clone(), file).unwrap();
         assert_eq!(config.listen.to_string(), "0.0.0.0:8080");

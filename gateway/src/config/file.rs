@@ -25,25 +25,25 @@ use serde::Deserialize;
 #[serde(deny_unknown_fields)]
 pub struct ConfigFile {
     /// `[gateway]`: the command line's options under their flags' names (`max-rounds = 5`); a flag or its
-    /// environment variable overrides them ([`crate::cli`]).
+    /// environment variable overrides them ([`crate::config::cli`]).
     #[serde(default)]
-    pub gateway: crate::cli::Flags,
-    /// `[upstreams]`: models, their fallback targets, retry, breakers, timeouts ([`crate::upstreams`]).
+    pub gateway: crate::config::cli::Flags,
+    /// `[upstreams]`: models, their fallback targets, retry, breakers, timeouts ([`crate::stack::upstreams`]).
     #[serde(default)]
-    pub upstreams: crate::upstreams::UpstreamsSection,
-    /// `[limits]`: rate limits and budgets per key, prices ([`crate::limits::LimitsSection`]).
+    pub upstreams: crate::stack::upstreams::UpstreamsSection,
+    /// `[limits]`: rate limits and budgets per key, prices ([`crate::stack::rate_limits::LimitsSection`]).
     #[serde(default)]
-    pub limits: crate::limits::LimitsSection,
-    /// `[[mcp]]`: MCP servers whose tools the tool loop offers (see [`crate::mcp`]).
+    pub limits: crate::stack::rate_limits::LimitsSection,
+    /// `[[mcp]]`: MCP servers whose tools the tool loop offers (see [`crate::stack::mcp`]).
     #[serde(default)]
-    pub mcp: Vec<crate::mcp::McpServerEntry>,
-    /// `[cache]`: a response cache, off without the table ([`crate::cache`]).
-    pub cache: Option<crate::cache::CacheSection>,
+    pub mcp: Vec<crate::stack::mcp::McpServerEntry>,
+    /// `[cache]`: a response cache, off without the table ([`crate::stack::cache`]).
+    pub cache: Option<crate::stack::cache::CacheSection>,
     /// `[guardrail]`: content policies per caller, route and model, off without the table
-    /// ([`crate::guardrail`]).
-    pub guardrail: Option<crate::guardrail::GuardrailSection>,
-    /// `[structured]`: JSON answers validated and repaired, off without the table ([`crate::structured`]).
-    pub structured: Option<crate::structured::StructuredSection>,
+    /// ([`crate::stack::guardrail`]).
+    pub guardrail: Option<crate::stack::guardrail::GuardrailSection>,
+    /// `[structured]`: JSON answers validated and repaired, off without the table ([`crate::stack::structured`]).
+    pub structured: Option<crate::stack::structured::StructuredSection>,
 }
 
 impl ConfigFile {

@@ -1,4 +1,4 @@
-//! What the gateway is configured with, as plain data: [`Config`], built from the options ([`crate::cli`]: the
+//! What the gateway is configured with, as plain data: [`Config`], built from the options ([`crate::config::cli`]: the
 //! command line, the environment and the `--config` file's `[gateway]` table) and the rest of the file
 //! ([`ConfigFile`]). Knows nothing of the server: the stack ([`mod@crate::stack`]) and the router read it.
 
@@ -7,12 +7,12 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::api_guard::AllowedHosts;
-use crate::cli::Flags;
-use crate::client_addr::TrustedProxies;
-use crate::config_file::{ConfigFile, ConfigFileError};
-use crate::connection::ConnectionLimits;
-use crate::request_limits::{RequestLimits, SettingNames};
+use crate::edge::browser_guard::AllowedHosts;
+use crate::config::cli::Flags;
+use crate::edge::client_addr::TrustedProxies;
+use crate::config::file::{ConfigFile, ConfigFileError};
+use crate::edge::in_flight::ConnectionLimits;
+use crate::api::request_size::{RequestLimits, SettingNames};
 
 /// Which wire format the upstream provider speaks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Deserialize)]
@@ -65,7 +65,7 @@ pub struct Config {
     pub provider: Provider,
     /// `--upstream-key-env VAR`: where the upstream key is read from; `None` uses the provider's default
     /// variable. The variable must be set to a key that fits in a header, else the gateway refuses to start
-    /// ([`crate::upstream_key`]).
+    /// ([`crate::stack::upstream_key`]).
     pub upstream_key_env: Option<String>,
     /// `--no-upstream-key`: the upstream takes no key (a local vLLM or Ollama); no auth header is sent. Not
     /// with `--upstream-key-env`.
@@ -77,7 +77,7 @@ pub struct Config {
     /// `--files DIR`: root of the `read_file` / `write_file` tools. `None` (the default): no file tools at all.
     /// The program creates a missing folder at start ([`Config::prepare_files`]).
     pub files: Option<PathBuf>,
-    /// `--demo`: no provider is called; an in-process scripted upstream ([`crate::demo`]) answers every model,
+    /// `--demo`: no provider is called; an in-process scripted upstream ([`crate::stack::demo`]) answers every model,
     /// so the gateway works with no key and no network. Not with `--upstream`, `--provider`,
     /// `--upstream-key-env`, `--no-upstream-key` or `[upstreams]`.
     pub demo: bool,
@@ -94,7 +94,7 @@ pub struct Config {
     /// with client keys any host.
     pub allowed_hosts: Option<AllowedHosts>,
     /// `--trusted-proxy-header NAME` with `--trusted-proxies LIST`: behind these reverse proxies the failed-login
-    /// limit counts the client address the header reports, not the proxy's (see [`crate::client_addr`]).
+    /// limit counts the client address the header reports, not the proxy's (see [`crate::edge::client_addr`]).
     pub trusted_proxies: Option<TrustedProxies>,
     /// `--max-rounds N`: the tool loop's round limit (default 10).
     pub max_rounds: usize,
@@ -181,11 +181,11 @@ impl Config {
     }
 
     /// Where the single `--upstream`'s key comes from: nowhere with `--no-upstream-key`, else [`Config::key_env`].
-    pub fn key_source(&self) -> crate::upstream_key::KeySource<'_> {
+    pub fn key_source(&self) -> crate::stack::upstream_key::KeySource<'_> {
         if self.no_upstream_key {
-            crate::upstream_key::KeySource::None
+            crate::stack::upstream_key::KeySource::None
         } else {
-            crate::upstream_key::KeySource::Env(self.key_env())
+            crate::stack::upstream_key::KeySource::Env(self.key_env())
         }
     }
 
@@ -257,8 +257,8 @@ impl Config {
         let mut config = Config::new("");
         let defaults = config.clone();
         let count =
-            |value: Option<crate::cli::Count>, default: usize| value.map_or(default, |n| n.get());
-        let seconds = |value: Option<crate::cli::Seconds>, default: Duration| {
+            |value: Option<crate::config::cli::Count>, default: usize| value.map_or(default, |n| n.get());
+        let seconds = |value: Option<crate::config::cli::Seconds>, default: Duration| {
             value.map_or(default, |s| s.get())
         };
         config.listen = flags.listen.unwrap_or(defaults.listen);
@@ -646,10 +646,10 @@ mod tests {
         assert!(!config.no_upstream_key);
         assert_eq!(
             config.key_source(),
-            crate::upstream_key::KeySource::Env("OPENAI_API_KEY")
+            crate::stack::upstream_key::KeySource::Env("OPENAI_API_KEY")
         );
         let keyless = run(&["--no-upstream-key"]).unwrap();
-        assert_eq!(keyless.key_source(), crate::upstream_key::KeySource::None);
+        assert_eq!(keyless.key_source(), crate::stack::upstream_key::KeySource::None);
         assert_eq!(
             run(&["--no-upstream-key", "--upstream-key-env", "K"]).unwrap_err(),
             CliError::Conflict("--no-upstream-key", "--upstream-key-env")

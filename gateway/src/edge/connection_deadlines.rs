@@ -23,10 +23,10 @@
 //! A client that stops reading over HTTP/2 closes its flow-control window long before the socket fills: hyper
 //! then waits for window and stops asking the response body for frames, nothing is written, and no write is
 //! ever refused. So every response body reports to its [`RequestGuard`] when it hands a frame over and when it
-//! is asked for the next one ([`crate::connection::BodyGuard`]); a body waiting on its own upstream has been
+//! is asked for the next one ([`crate::edge::in_flight::BodyGuard`]); a body waiting on its own upstream has been
 //! asked and is not counted. hyper asks for the next frame once the last one fits the client's window, so a
 //! frame's wait is how long the client takes to read it: large frames are handed over in pieces of at most
-//! 16 KiB ([`crate::connection::HAND_OVER_PIECE`]), and a response counts as blocked when not one piece of it
+//! 16 KiB ([`crate::edge::in_flight::HAND_OVER_PIECE`]), and a response counts as blocked when not one piece of it
 //! could go out in `write_timeout` (a reader slower than 16 KiB per `write_timeout` is cut; one that keeps
 //! reading faster is not). Time is kept coarsely, so the cost per frame is two uncontended atomic additions
 //! and no clock: the watchdog opens a new epoch every half `write_timeout`, a hand-over is counted in the
@@ -52,8 +52,8 @@ use tokio::net::TcpStream;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use crate::connection::ConnectionLimits;
-use crate::warn_limit::WarnLimit;
+use crate::edge::in_flight::ConnectionLimits;
+use crate::telemetry::warning_throttle::WarnLimit;
 
 /// The first bytes of every HTTP/2 connection (RFC 9113, section 3.4).
 pub(crate) const HTTP2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
@@ -254,7 +254,7 @@ pub(crate) struct RequestGuard {
     handed: Option<usize>,
 }
 
-impl crate::connection::BodyGuard for RequestGuard {
+impl crate::edge::in_flight::BodyGuard for RequestGuard {
     fn counts_hand_overs(&self) -> bool {
         self.multiplexed
     }
@@ -275,7 +275,7 @@ impl crate::connection::BodyGuard for RequestGuard {
 impl Drop for RequestGuard {
     fn drop(&mut self) {
         // A body handing over its last frame is not asked again: it is dropped.
-        crate::connection::BodyGuard::asked(self);
+        crate::edge::in_flight::BodyGuard::asked(self);
         let mut state = self.activity.lock();
         state.in_flight -= 1;
         if state.in_flight == 0 {
@@ -611,7 +611,7 @@ mod tests {
     /// counts nothing.
     #[test]
     fn request_guards_count_hand_overs_over_http2_only() {
-        use crate::connection::BodyGuard;
+        use crate::edge::in_flight::BodyGuard;
 
         let activity = Arc::new(Activity::new());
         let pending = |activity: &Activity| -> usize {

@@ -4,10 +4,10 @@
 //!
 //! Where each limit is enforced:
 //!
-//! - `max_connections`: at accept ([`crate::serve`]): over it a connection is answered `503` in the protocol it
+//! - `max_connections`: at accept ([`crate::edge::serve`]): over it a connection is answered `503` in the protocol it
 //!   opens with and closed, without being served;
-//! - `idle_timeout`, `header_timeout`, `write_timeout`: the connection's watchdog ([`crate::watchdog`]);
-//! - `body_timeout`: tower-http's `RequestBodyTimeoutLayer` around the router ([`crate::serve`]);
+//! - `idle_timeout`, `header_timeout`, `write_timeout`: the connection's watchdog ([`crate::edge::connection_deadlines`]);
+//! - `body_timeout`: tower-http's `RequestBodyTimeoutLayer` around the router ([`crate::edge::serve`]);
 //! - `max_media_in_flight`: [`MediaInFlight`], once a request is parsed (its media's decoded size is known only
 //!   then), held like the in-flight slot until its response's last byte;
 //! - `max_in_flight`, `max_in_flight_per_key`: [`InFlight`], after authentication. Own code, because the slot
@@ -102,8 +102,8 @@ pub fn raise_open_files_limit() -> Option<u64> {
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct PeerAddr(pub(crate) std::net::SocketAddr);
 
-/// A request body that did not arrive within `--body-timeout` ([`crate::body_deadline`] fails it with
-/// [`BodyDeadlineExceeded`](crate::body_deadline::BodyDeadlineExceeded)).
+/// A request body that did not arrive within `--body-timeout` ([`crate::edge::body_deadline`] fails it with
+/// [`BodyDeadlineExceeded`](crate::edge::body_deadline::BodyDeadlineExceeded)).
 #[derive(Debug)]
 pub(crate) struct BodyTimeout;
 
@@ -115,7 +115,7 @@ impl BodyTimeout {
     pub(crate) fn caused(error: &(dyn std::error::Error + 'static)) -> bool {
         let mut next = Some(error);
         while let Some(error) = next {
-            if error.is::<crate::body_deadline::BodyDeadlineExceeded>() {
+            if error.is::<crate::edge::body_deadline::BodyDeadlineExceeded>() {
                 return true;
             }
             next = error.source();
@@ -131,7 +131,7 @@ impl BodyTimeout {
 pub(crate) const HAND_OVER_PIECE: usize = 16 * 1024;
 
 /// What a response body's guard hears of how the connection takes the body: over HTTP/2 a body that handed a
-/// frame over and is not asked for the next one is blocked on its client ([`crate::watchdog`]).
+/// frame over and is not asked for the next one is blocked on its client ([`crate::edge::connection_deadlines`]).
 pub(crate) trait BodyGuard: Unpin {
     /// Whether hand-overs are counted: large data frames are then handed over in pieces of at most
     /// [`HAND_OVER_PIECE`] bytes.

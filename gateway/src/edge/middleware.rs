@@ -81,7 +81,7 @@ async fn one_host(request: Request<Body>, next: axum::middleware::Next) -> Respo
                  (RFC 9112 section 3.2)"
             ),
         );
-        return crate::routes::refusal(request.uri().path(), error);
+        return crate::api::routes::refusal(request.uri().path(), error);
     }
     next.run(request).await
 }
@@ -150,8 +150,8 @@ where
         ))
         .layer(PropagateRequestIdLayer::new(X_REQUEST_ID))
         .layer(DefaultBodyLimit::max(limits.body_limit))
-        // One deadline over the whole body ([`crate::body_deadline`]: tower-http's restarts at every frame).
-        .map_request(move |request| crate::body_deadline::with_deadline(request, body_timeout))
+        // One deadline over the whole body ([`crate::edge::body_deadline`]: tower-http's restarts at every frame).
+        .map_request(move |request| crate::edge::body_deadline::with_deadline(request, body_timeout))
         .layer(axum::middleware::from_fn(one_host))
         .service(app)
 }

@@ -4,7 +4,7 @@
 //! opens with the HTTP/2 preface (h2c with prior knowledge; TLS and ALPN are a proxy's business). hyper-util's
 //! [`GracefulShutdown`] asks every connection to close after its current responses once the shutdown signal
 //! comes, and tells when all have. Each request goes to [`Gateway::app`]: the router inside the edge middleware
-//! ([`crate::access`]), where the body limit and timeout are tower layers.
+//! ([`crate::edge::middleware`]), where the body limit and timeout are tower layers.
 //!
 //! Own code here is only the connection cap, at accept: over `--max-connections` a connection is answered
 //! `503` with `Retry-After` and closed (no library counts connections before they are served). The answer
@@ -13,7 +13,7 @@
 //! client (or one that sent nothing within half a second) the HTTP/1.1 answer. Refusing must stay cheap under a
 //! flood: refusals take no place under `--max-connections`, at most [`REFUSALS_AT_ONCE`] are answered at once
 //! (past that a connection over the cap is closed at once, unanswered), and each is given [`REFUSAL_DEADLINE`]
-//! in all. The deadlines per connection (idle, slow head, stalled reader) are [`crate::watchdog`]'s.
+//! in all. The deadlines per connection (idle, slow head, stalled reader) are [`crate::edge::connection_deadlines`]'s.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -32,10 +32,10 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tower::{Service, ServiceExt};
 
-use crate::connection::{ConnectionLimits, GuardedBody, PeerAddr};
-use crate::server::Gateway;
-use crate::warn_limit::WarnLimit;
-use crate::watchdog::{self, Activity, WatchedIo, HTTP2_PREFACE};
+use crate::edge::in_flight::{ConnectionLimits, GuardedBody, PeerAddr};
+use crate::gateway::Gateway;
+use crate::telemetry::warning_throttle::WarnLimit;
+use crate::edge::connection_deadlines::{self, Activity, WatchedIo, HTTP2_PREFACE};
 
 /// How long the requests still in flight when the drain time is over get to write their `shutting_down` error
 /// (their connections close after it); a client that does not read it loses it.
@@ -279,7 +279,7 @@ impl<A: App> Connection<A> {
             })
         };
         let connection = watcher.watch(builder.serve_connection(io, service));
-        watchdog::watch(connection, &activity, &limits, peer).await;
+        connection_deadlines::watch(connection, &activity, &limits, peer).await;
     }
 }
 
@@ -306,7 +306,7 @@ async fn speaks_http2(tcp: &TcpStream) -> bool {
             },
             () = &mut waited => return false,
         };
-        if watchdog::opens_http2(&first[..n]) {
+        if connection_deadlines::opens_http2(&first[..n]) {
             return true;
         }
         if !HTTP2_PREFACE.starts_with(&first[..n]) {
@@ -396,13 +396,13 @@ mod tests {
 
     #[test]
     fn the_first_bytes_tell_http2_from_http1() {
-        assert!(watchdog::opens_http2(HTTP2_PREFACE));
-        assert!(watchdog::opens_http2(
+        assert!(connection_deadlines::opens_http2(HTTP2_PREFACE));
+        assert!(connection_deadlines::opens_http2(
             b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\0\0"
         ));
-        assert!(watchdog::opens_http2(b"PRI"));
-        assert!(!watchdog::opens_http2(b"PR"), "too few to tell");
-        assert!(!watchdog::opens_http2(b"POST / HTTP/1.1\r\n"));
-        assert!(!watchdog::opens_http2(b"PRI * HTTP/1.1\r\n"));
+        assert!(connection_deadlines::opens_http2(b"PRI"));
+        assert!(!connection_deadlines::opens_http2(b"PR"), "too few to tell");
+        assert!(!connection_deadlines::opens_http2(b"POST / HTTP/1.1\r\n"));
+        assert!(!connection_deadlines::opens_http2(b"PRI * HTTP/1.1\r\n"));
     }
 }

@@ -4,7 +4,7 @@
 //!
 //! A failure is counted by the key presented, as a keyed fingerprint ([`LoginLimiter::fingerprint`]: a digest
 //! under a secret drawn at start, never the key), and by the client address (IPv6 by its /64, the block one
-//! subscriber usually holds; behind a reverse proxy the address it reports, see [`crate::client_addr`]). It
+//! subscriber usually holds; behind a reverse proxy the address it reports, see [`crate::edge::client_addr`]). It
 //! drains up to three token buckets:
 //!
 //! - **the key's, at this address**: the same wrong key sent again and again (a stale key in a script, a
@@ -54,7 +54,7 @@ pub(crate) const MAX_KEYS: usize = 10_000;
 /// The most addresses remembered as recently successful.
 pub(crate) const MAX_TRUSTED: usize = 1024;
 /// How long a successful login exempts its address from the global bucket (a console session's longest life).
-const TRUSTED_FOR: Duration = crate::console::session::MAX_AGE;
+const TRUSTED_FOR: Duration = crate::operator::console::session::MAX_AGE;
 
 /// Where a login comes from, as the limiter counts it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -50,7 +50,7 @@ use tower_chat::{CallerIdentity, ConversationId, Message, ToolArguments};
 use tower_chat_approval::{DecideOutcome, PendingApproval, PendingCursor, PendingDecision};
 
 use crate::error::{json_response, ApiError};
-use crate::extract::{ApiJson, ApiQuery, Expected};
+use crate::api::extract::{ApiJson, ApiQuery, Expected};
 use tower_chat_wire::format::{ApprovalAnswer, ApprovalNotice};
 
 /// The prefix of an operator's approver identity (`operator:NAME`). Client identities cannot carry it: key
@@ -206,26 +206,26 @@ pub(crate) fn notice_ids(messages: &[Message]) -> Vec<String> {
 /// What the operator routes need from the gateway.
 #[derive(Clone)]
 pub(crate) struct OperatorState {
-    pub(crate) keys: Arc<crate::auth::ApiKeys>,
+    pub(crate) keys: Arc<crate::edge::auth::ApiKeys>,
     pub(crate) decisions: Arc<Decisions>,
-    pub(crate) pending: Arc<crate::pending::PendingStore>,
+    pub(crate) pending: Arc<crate::turn::pending::PendingStore>,
     pub(crate) approval_store: Option<Arc<dyn tower_chat_approval::ApprovalStore>>,
     /// Failed operator-key checks (API and console login), by key and client address and in all.
-    pub(crate) login_limit: Arc<crate::login_limit::LoginLimiter>,
+    pub(crate) login_limit: Arc<crate::operator::login_throttle::LoginLimiter>,
     /// The client keys (`--api-keys-file`): one presented on an operator route is refused without counting as a
     /// failed operator login (it guesses nothing).
-    pub(crate) clients: Option<Arc<crate::auth::ApiKeys>>,
+    pub(crate) clients: Option<Arc<crate::edge::auth::ApiKeys>>,
     /// `--trusted-proxy-header` / `--trusted-proxies`: the client address behind a reverse proxy.
-    pub(crate) proxies: Option<Arc<crate::client_addr::TrustedProxies>>,
+    pub(crate) proxies: Option<Arc<crate::edge::client_addr::TrustedProxies>>,
     /// Long-polls waiting, per caller (`--max-polls-per-key`).
-    pub(crate) polls: Arc<crate::connection::PerKey<Option<CallerIdentity>>>,
+    pub(crate) polls: Arc<crate::edge::in_flight::PerKey<Option<CallerIdentity>>>,
     /// Logged-in console sessions (in the gateway's database when it has one).
-    pub(crate) sessions: crate::console::SessionStore,
+    pub(crate) sessions: crate::operator::console::SessionStore,
     /// `[limits.prices]`: what the console's usage page prices the response cache's savings at.
     pub(crate) prices: Arc<tower_chat::PriceTable>,
     /// The sandbox `write_file` writes through (`--files`): the console reads what a pending write would
     /// replace through it.
-    pub(crate) files: Option<Arc<crate::tools::Sandbox>>,
+    pub(crate) files: Option<Arc<crate::stack::tools::Sandbox>>,
 }
 
 impl OperatorState {
@@ -233,10 +233,10 @@ impl OperatorState {
     /// a trusted proxy reports.
     pub(crate) fn source(
         &self,
-        peer: Option<&crate::connection::PeerAddr>,
+        peer: Option<&crate::edge::in_flight::PeerAddr>,
         headers: &http::HeaderMap,
-    ) -> crate::login_limit::Source {
-        crate::login_limit::Source::of(crate::client_addr::client_ip(
+    ) -> crate::operator::login_throttle::Source {
+        crate::operator::login_throttle::Source::of(crate::edge::client_addr::client_ip(
             self.proxies.as_deref(),
             peer.map(|p| p.0.ip()),
             headers,
@@ -263,7 +263,7 @@ impl Operator {
 }
 
 /// Operator routes accept operator keys only. Failed checks count against the same limit as console logins, by
-/// key and client address ([`crate::login_limit`]); over it the request gets `429` with `Retry-After` before its
+/// key and client address ([`crate::operator::login_throttle`]); over it the request gets `429` with `Retry-After` before its
 /// key is looked at. A request without a key, or with a client key, is refused (401) without counting: it
 /// guesses nothing.
 pub(crate) async fn authenticate_operator(
@@ -271,7 +271,7 @@ pub(crate) async fn authenticate_operator(
     mut request: Request,
     next: Next,
 ) -> Response {
-    let key = match crate::auth::presented_key(request.headers()) {
+    let key = match crate::edge::auth::presented_key(request.headers()) {
         Ok(key) => key,
         Err(error) => return error.into_response(),
     };
@@ -302,7 +302,7 @@ pub(crate) async fn authenticate_operator(
     match state.keys.identify(key) {
         Some(name) => {
             state.login_limit.succeeded(source, Instant::now());
-            crate::access::record_caller(&format!("operator:{}", name.as_str()));
+            crate::edge::middleware::record_caller(&format!("operator:{}", name.as_str()));
             request
                 .extensions_mut()
                 .insert(Operator::named(name.as_str()));
@@ -407,7 +407,7 @@ pub(crate) fn unix(time: SystemTime) -> u64 {
 /// client has not resumed yet).
 #[derive(Clone, Debug)]
 pub(crate) struct Listed {
-    pub(crate) paused: crate::pending::PausedApproval,
+    pub(crate) paused: crate::turn::pending::PausedApproval,
     /// `pending`, `approved` or `denied`.
     pub(crate) status: &'static str,
 }
@@ -491,7 +491,7 @@ fn stored_listed(state: &OperatorState, p: PendingApproval, now: SystemTime) -> 
     };
     Listed {
         status,
-        paused: crate::pending::PausedApproval {
+        paused: crate::turn::pending::PausedApproval {
             notice: ApprovalNotice {
                 tool: p.call.name.clone(),
                 arguments: match &p.call.arguments {

@@ -230,7 +230,7 @@ impl GatewayMcp {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config_file::ConfigFile;
+    use crate::config::file::ConfigFile;
 
     const FILE: &str = r#"
 [[mcp]]

@@ -53,15 +53,15 @@ use tower_chat_persistence::PersistenceLayer;
 use tower_chat_tracing::TracingLayer;
 
 use crate::config::{Config, Provider};
-use crate::mcp::GatewayMcp;
-use crate::metrics::PrometheusMetrics;
-use crate::tools::{server_tools, server_tools_in, Sandbox};
+use crate::stack::mcp::GatewayMcp;
+use crate::telemetry::metrics::PrometheusMetrics;
+use crate::stack::tools::{server_tools, server_tools_in, Sandbox};
 
 /// The chat stack behind the endpoint, type-erased.
 pub type ChatStack = BoxCloneSyncService<ChatRequest, ChatStream, ChatError>;
 
 /// The upstream leaf: OpenAI-compatible or Anthropic, chosen by `--provider`, or any kind an `[upstreams]`
-/// target names ([`crate::upstreams::ProviderName`]).
+/// target names ([`crate::stack::upstreams::ProviderName`]).
 #[derive(Clone, Debug)]
 pub enum Upstream {
     /// `--provider openai`.
@@ -94,7 +94,7 @@ macro_rules! each_leaf {
 
 impl Upstream {
     /// Build the leaf `config` names; the key comes from the configured environment variable, which must hold
-    /// a usable key unless `--no-upstream-key` says the upstream takes none ([`crate::upstream_key`]).
+    /// a usable key unless `--no-upstream-key` says the upstream takes none ([`crate::stack::upstream_key`]).
     pub fn from_config(config: &Config) -> Result<Self, ChatError> {
         if config.no_upstream_key && config.upstream_key_env.is_some() {
             return Err(ChatError::new(
@@ -175,7 +175,7 @@ pub struct StackOptions<'a> {
     /// `[limits]` of the configuration file: every model round checked before it is sent and settled with its
     /// own usage.
     pub limits: Option<&'a LimitsLayer>,
-    /// The tools of started MCP servers, offered to the tool loop per caller ([`crate::mcp`]).
+    /// The tools of started MCP servers, offered to the tool loop per caller ([`crate::stack::mcp`]).
     pub mcp: Option<&'a GatewayMcp>,
     /// The sandbox of `config.files`, when the caller opened it already (so that the console previews writes
     /// through the one the tools use); `None` opens it here.
@@ -209,14 +209,14 @@ where
         .file
         .cache
         .as_ref()
-        .map(crate::cache::CacheSection::layer)
+        .map(crate::stack::cache::CacheSection::layer)
         .transpose()
         .map_err(|e| ChatError::new(tower_chat::ErrorKind::InvalidRequest, e.to_string()))?;
     // Inside the loop, one record per model round trip; outside the limits layer, so a round the limits refuse
     // is recorded as failed.
     let persistence = options.persistence.map(|persistence| {
         ServiceBuilder::new()
-            .map_request(crate::rounds::name_round)
+            .map_request(crate::turn::rounds::name_round)
             .layer(persistence.clone())
     });
     // Outside persistence and limits: a repair is a model call recorded and charged like any other.
@@ -224,7 +224,7 @@ where
         .file
         .structured
         .as_ref()
-        .map(crate::structured::StructuredSection::layer)
+        .map(crate::stack::structured::StructuredSection::layer)
         .transpose()
         .map_err(|e| ChatError::new(tower_chat::ErrorKind::InvalidRequest, e.to_string()))?;
     let rounds = ServiceBuilder::new()
@@ -248,7 +248,7 @@ where
     // Content policies (`[guardrail]`): outside the tool loop, so tool calls and results are checked as events;
     // inside tracing, which records what the client was sent.
     let guardrails = match &config.file.guardrail {
-        Some(section) => Some(crate::guardrail::GuardrailsLayer::new(
+        Some(section) => Some(crate::stack::guardrail::GuardrailsLayer::new(
             section.compile().map_err(|e| {
                 ChatError::new(tower_chat::ErrorKind::InvalidRequest, e.to_string())
             })?,

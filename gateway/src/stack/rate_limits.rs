@@ -336,7 +336,7 @@ fn counter_json(counter: &tower_chat_limits::CounterUsage) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config_file::ConfigFile;
+    use crate::config::file::ConfigFile;
 
     #[test]
     fn an_empty_table_runs_no_layer_and_unknown_keys_are_refused() {

@@ -24,7 +24,7 @@ pub struct Stores {
     /// The approval store, for looking up a pending approval's conversation.
     pub approval_store: Arc<dyn ApprovalStore>,
     /// Console sessions, in the same database.
-    pub(crate) sessions: crate::console::SessionStore,
+    pub(crate) sessions: crate::operator::console::SessionStore,
 }
 
 impl std::fmt::Debug for Stores {
@@ -55,7 +55,7 @@ pub async fn stores(config: &Config) -> Result<Stores, GatewayError> {
                 let approvals = PostgresApprovalStore::new(store.clone())
                     .await
                     .map_err(approval_error("--database-url".into()))?;
-                let sessions = crate::console::SessionStore::postgres(store.clone())
+                let sessions = crate::operator::console::SessionStore::postgres(store.clone())
                     .await
                     .map_err(session_error("--database-url".into()))?;
                 (Arc::new(store), Arc::new(approvals), sessions)
@@ -67,7 +67,7 @@ pub async fn stores(config: &Config) -> Result<Stores, GatewayError> {
                 let approvals = SqliteApprovalStore::new(store.clone())
                     .await
                     .map_err(approval_error(format!("--db {}", config.db.display())))?;
-                let sessions = crate::console::SessionStore::sqlite(store.clone())
+                let sessions = crate::operator::console::SessionStore::sqlite(store.clone())
                     .await
                     .map_err(session_error(format!("--db {}", config.db.display())))?;
                 (Arc::new(store), Arc::new(approvals), sessions)

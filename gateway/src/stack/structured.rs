@@ -290,7 +290,7 @@ mod tests {
         let readme = include_str!("../../README.md");
         let start = readme.find("[structured]\nvalidate").unwrap();
         let end = start + readme[start..].find("```").unwrap();
-        let file = crate::config_file::ConfigFile::parse(&readme[start..end], "README.md").unwrap();
+        let file = crate::config::file::ConfigFile::parse(&readme[start..end], "README.md").unwrap();
         let section = file.structured.unwrap();
         assert_eq!(
             section.policy("gpt-4o"),

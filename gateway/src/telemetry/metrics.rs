@@ -621,7 +621,7 @@ impl MetricsKey {
     /// A key given directly.
     pub fn new(key: &str) -> Self {
         MetricsKey {
-            digest: crate::auth::digest(key),
+            digest: crate::edge::auth::digest(key),
         }
     }
 
@@ -634,7 +634,7 @@ impl MetricsKey {
                 v.strip_prefix("Bearer ")
                     .or_else(|| v.strip_prefix("bearer "))
             });
-        token.is_some_and(|token| bool::from(crate::auth::digest(token.trim()).ct_eq(&self.digest)))
+        token.is_some_and(|token| bool::from(crate::edge::auth::digest(token.trim()).ct_eq(&self.digest)))
     }
 }
 

@@ -23,12 +23,12 @@ use tower_chat_approval::ApprovalStore;
 use tower_chat_persistence::Store;
 
 use crate::error::ApiError;
-use crate::mcp::GatewayMcp;
+use crate::stack::mcp::GatewayMcp;
 use crate::operator::OperatorState;
-use crate::pending::{PendingStore, Resumption};
-use crate::request_limits::RequestLimits;
+use crate::turn::pending::{PendingStore, Resumption};
+use crate::api::request_size::RequestLimits;
 use crate::stack::ChatStack;
-use crate::tools::SERVER_TOOLS;
+use crate::stack::tools::SERVER_TOOLS;
 use tower_chat_wire::format::{self, ApprovalNotice, ParseContext, WireFormat};
 use tower_chat_wire::respond::{Turn, TurnKeeper};
 use tower_chat_wire::router::{answer, check_inbound, client_tools, read_body};
@@ -50,14 +50,14 @@ pub(crate) struct Turns {
     pub(crate) parse: ParseContext,
     pub(crate) limits: Arc<RequestLimits>,
     /// `--max-media-in-flight`: the media of all turns in flight, capped.
-    pub(crate) media: Arc<crate::connection::MediaInFlight>,
+    pub(crate) media: Arc<crate::edge::in_flight::MediaInFlight>,
     /// `--operator-keys-file`: operator decisions on pending approvals ([`crate::operator`]).
     pub(crate) operators: Option<OperatorState>,
     /// `[[mcp]]`: the MCP tools the loop offers, whose names client tools must not take.
     pub(crate) mcp: Option<GatewayMcp>,
     /// `[cache]` is on: requests carry their `Cache-Control` (and their route's time to live, `[cache.routes]`)
     /// and answers their `x-cache`.
-    pub(crate) caching: Option<Arc<crate::cache::RouteTtls>>,
+    pub(crate) caching: Option<Arc<crate::stack::cache::RouteTtls>>,
     /// Cancelled when the drain time after a shutdown signal is over: requests still in flight end with a
     /// `shutting_down` error (a stream with its format's error event) before their connections close.
     pub(crate) drain_over: tower_chat::CancellationToken,
@@ -144,7 +144,7 @@ async fn previous_response(
         ));
     };
     // The request's last model round: the conversation as that response left it.
-    let record = crate::rounds::last_round(records.as_ref(), id)
+    let record = crate::turn::rounds::last_round(records.as_ref(), id)
         .await
         .map_err(|e| {
             crate::error::from_chat(&ChatError::new(
@@ -310,12 +310,12 @@ pub(crate) async fn handle<F: WireFormat>(
         // from it, so a later `previous_response_id` finds the last one.
         request
             .extensions
-            .insert(crate::rounds::RoundIds::new(id.as_str()));
+            .insert(crate::turn::rounds::RoundIds::new(id.as_str()));
     }
     let cache_outcome = state
         .caching
         .as_ref()
-        .map(|routes| crate::cache::control(&headers, F::ROUTE, routes, &mut request));
+        .map(|routes| crate::stack::cache::control(&headers, F::ROUTE, routes, &mut request));
     // Kept by reference: the user's text is read out only if the turn pauses for an operator.
     let sent = request.messages.clone();
     let turn = Turn {
@@ -345,23 +345,23 @@ pub(crate) async fn handle<F: WireFormat>(
     )
     .await?;
     if let Some(outcome) = &cache_outcome {
-        crate::cache::outcome_header(outcome, response.headers_mut());
+        crate::stack::cache::outcome_header(outcome, response.headers_mut());
     }
     // Held until the answer's last byte: a stream keeps its request's media alive (the call record, a tool
     // loop's later rounds) as long as it runs.
     Ok(
         response
-            .map(|body| axum::body::Body::new(crate::connection::GuardedBody::new(body, media))),
+            .map(|body| axum::body::Body::new(crate::edge::in_flight::GuardedBody::new(body, media))),
     )
 }
 
 /// The request's `x-request-id` (the client's, or the one the edge generated), for the records of the turn's
 /// calls, so an access-log line or an error body leads to them; `None` past
-/// [`MAX_REQUEST_ID`](crate::access::MAX_REQUEST_ID) bytes (the edge replaces a longer one; a gateway served
+/// [`MAX_REQUEST_ID`](crate::edge::middleware::MAX_REQUEST_ID) bytes (the edge replaces a longer one; a gateway served
 /// without the edge may still pass one).
 fn recorded_request_id(headers: &HeaderMap) -> Option<tower_chat_persistence::RequestId> {
-    let id = headers.get(&crate::access::X_REQUEST_ID)?.to_str().ok()?;
-    (id.len() <= crate::access::MAX_REQUEST_ID).then(|| tower_chat_persistence::RequestId::new(id))
+    let id = headers.get(&crate::edge::middleware::X_REQUEST_ID)?.to_str().ok()?;
+    (id.len() <= crate::edge::middleware::MAX_REQUEST_ID).then(|| tower_chat_persistence::RequestId::new(id))
 }
 
 /// The text of the last user message of `messages` that has any, as an approval's context keeps it.

@@ -22,7 +22,7 @@ use tower_chat_persistence::{
 use super::format::{dollars, millis, url_encode, utc};
 use super::session::Session;
 use super::{error_page, html_response, layout, ConsoleState, Nav};
-use crate::extract::PageQuery;
+use crate::api::extract::PageQuery;
 
 /// Calls per page.
 const PAGE_SIZE: u32 = 50;

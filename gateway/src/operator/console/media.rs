@@ -23,7 +23,7 @@ use maud::{html, Markup};
 
 use super::format::url_encode;
 use super::{error_page, ConsoleState};
-use crate::extract::PageQuery;
+use crate::api::extract::PageQuery;
 
 /// Images larger than this are linked, not shown inline: a timeline of many large images would weigh hundreds
 /// of megabytes.

@@ -28,8 +28,8 @@
 //!
 //! It reads what the gateway already keeps: the pending approvals of every process on the database (the approval
 //! layer's store), the call records ([`tower_chat_persistence::Store`]: SQLite or PostgreSQL) and the approval
-//! audit log. Failed logins are limited per key and client address and in all ([`crate::login_limit`]; behind a
-//! reverse proxy the client address is the one `--trusted-proxy-header` reports, [`crate::client_addr`]).
+//! audit log. Failed logins are limited per key and client address and in all ([`crate::operator::login_throttle`]; behind a
+//! reverse proxy the client address is the one `--trusted-proxy-header` reports, [`crate::edge::client_addr`]).
 
 mod calls;
 mod card;
@@ -56,8 +56,8 @@ use http::{header, HeaderMap, HeaderValue, StatusCode};
 use serde::Deserialize;
 use tower_chat_persistence::Store;
 
-use crate::connection::PeerAddr;
-use crate::extract::PageForm;
+use crate::edge::in_flight::PeerAddr;
+use crate::api::extract::PageForm;
 use crate::operator::OperatorState;
 use maud::{html, Markup, DOCTYPE};
 use session::Session;
@@ -461,7 +461,7 @@ fn login_form(status: StatusCode, problem: Option<&str>) -> Response {
 }
 
 /// `POST /console/login`: an operator key opens a session. Failed logins are limited by key, client address and
-/// in all ([`crate::login_limit`], shared with the operator API); a login over the limit is refused before its
+/// in all ([`crate::operator::login_throttle`], shared with the operator API); a login over the limit is refused before its
 /// key is looked at. An empty key or a client key is refused without counting: it guesses nothing.
 async fn login(
     State(state): State<ConsoleState>,

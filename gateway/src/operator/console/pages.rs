@@ -16,7 +16,7 @@ use super::card;
 use super::format::{dollars, span, url_encode, utc};
 use super::session::Session;
 use super::{check_csrf, error_page, html_response, layout, see_other, ConsoleState, Nav};
-use crate::extract::{PageForm, PageQuery};
+use crate::api::extract::{PageForm, PageQuery};
 use crate::operator::{self, Listed, Operator};
 
 /// Conversations per page of the list.

@@ -4,7 +4,7 @@
 //! without stores ([`crate::Gateway::with_stack`]) keeps them in memory.
 //!
 //! A row holds the SHA-256 of the session id (never the id itself), the operator's name, the fingerprint of the
-//! operator key that logged in ([`crate::auth::ApiKeys::fingerprint`]: never the key), the CSRF token and two
+//! operator key that logged in ([`crate::edge::auth::ApiKeys::fingerprint`]: never the key), the CSRF token and two
 //! times in milliseconds since the Unix epoch. A session lives only as long as its key is in
 //! `--operator-keys-file`: the gateway deletes the sessions of keys no longer there when it starts
 //! ([`SessionStore::end_unbound`]), and the console refuses one whose key it does not hold. A session expires [`IDLE_TIMEOUT`] after its last request and

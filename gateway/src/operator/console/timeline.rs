@@ -23,7 +23,7 @@ use super::media::{content_parts, MessageAt};
 use super::pages::arguments_text;
 use super::session::Session;
 use super::{error_page, html_response, layout, ConsoleState, Nav};
-use crate::extract::PageQuery;
+use crate::api::extract::PageQuery;
 use crate::operator::{self, Listed};
 
 /// A conversation's id (`id`).

@@ -20,7 +20,7 @@ use super::format::{count, utc};
 use super::session::Session;
 use super::usage_breakdown::{caller_name, model_name, table, SavingsBy};
 use super::{error_page, html_response, layout, ConsoleState, Nav};
-use crate::extract::PageQuery;
+use crate::api::extract::PageQuery;
 
 /// The usage page's query: the time `range` and what the series are `by` (`model` or `caller`).
 #[derive(Debug, Default, serde::Deserialize)]

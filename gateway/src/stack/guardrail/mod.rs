@@ -55,7 +55,7 @@
 //! blocked answer ends with the text before the match, the block message and the format's filtered finish
 //! (Chat Completions `finish_reason: "content_filter"`, Messages `stop_reason: "refusal"`, Responses `status:
 //! "incomplete"` with `incomplete_details.reason: "content_filter"`); a redaction shows as `[REDACTED:<kind>]`
-//! in the text. Every verdict counts in `tower_chat_guardrail_verdicts_total` (see [`crate::metrics`]).
+//! in the text. Every verdict counts in `tower_chat_guardrail_verdicts_total` (see [`crate::telemetry::metrics`]).
 
 mod select;
 

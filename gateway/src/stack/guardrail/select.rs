@@ -18,7 +18,7 @@ use tower_chat::{CallerIdentity, ChatError, ChatEvent, ChatRequest, ChatStream, 
 use tower_chat_guardrail::Guardrail;
 
 use super::Policies;
-use crate::metrics::PrometheusMetrics;
+use crate::telemetry::metrics::PrometheusMetrics;
 use tower_chat_wire::format::InboundRoute;
 
 /// Builds [`Guardrails`] around a service.

@@ -1,7 +1,7 @@
 //! The `[guardrail]` table: what compiles, what refuses the start, which policy a request gets.
 
 use super::*;
-use crate::config_file::ConfigFile;
+use crate::config::file::ConfigFile;
 
 fn section(toml: &str) -> GuardrailSection {
     ConfigFile::parse(toml, "gateway.toml")

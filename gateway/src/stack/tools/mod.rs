@@ -13,7 +13,7 @@ use tower_chat_function_invocation::{tool_json, CompiledTool, ToolContext, ToolE
 /// Names of the server-side tools: their calls never reach the client.
 pub const SERVER_TOOLS: [&str; 3] = ["add", "read_file", "write_file"];
 
-pub use crate::sandbox::{Existing, Sandbox, MAX_READ_BYTES};
+pub use crate::stack::tools::sandbox::{Existing, Sandbox, MAX_READ_BYTES};
 
 /// The server-side tools: `add` always, `read_file` and `write_file` only when a files root is given
 /// (`--files DIR`, which must exist). Without one the file tools do not exist at all: a gateway started in a

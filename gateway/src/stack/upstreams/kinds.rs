@@ -19,7 +19,7 @@ use tower_chat::{ChatError, ErrorKind};
 
 use super::TargetSection;
 use crate::stack::Upstream;
-use crate::upstream_key::KeySource;
+use crate::stack::upstream_key::KeySource;
 
 /// The provider a target speaks to, and what each kind takes:
 ///

@@ -68,7 +68,7 @@
 //! takes none (`no_key = true`), or another credential its kind takes (`key_file`, `token_env`,
 //! `credentials_file`, `credentials_env`, `aws_env`, `aws_profile`); one without any is refused where the file is read. A named variable that is
 //! unset, empty, not a valid name, or holds a key a header cannot carry refuses the start (or the reload), naming
-//! the target and the variable ([`crate::upstream_key`]).
+//! the target and the variable ([`crate::stack::upstream_key`]).
 
 use std::collections::{BTreeMap, HashSet};
 use std::fmt;
@@ -97,8 +97,8 @@ pub use kinds::ProviderName;
 use kinds::{describe_credential, display_url, Credential};
 
 use crate::config::Config;
-use crate::metrics::PrometheusMetrics;
-use crate::upstream_key::KeySource;
+use crate::telemetry::metrics::PrometheusMetrics;
+use crate::stack::upstream_key::KeySource;
 
 /// The `[upstreams]` table.
 #[derive(Clone, Debug, Default, PartialEq, Deserialize)]
@@ -485,7 +485,7 @@ impl Reloader {
             self.config.config_path.as_deref().ok_or_else(|| {
                 crate::GatewayError::Config("no --config file to read again".into())
             })?;
-        let file = crate::config_file::ConfigFile::load(path)
+        let file = crate::config::file::ConfigFile::load(path)
             .map_err(|e| crate::GatewayError::Config(e.to_string()))?;
         if file.limits != self.config.file.limits || file.mcp != self.config.file.mcp {
             tracing::warn!(
@@ -844,7 +844,7 @@ fn anthropic_model_list(catalog: &[CatalogEntry]) -> serde_json::Value {
 
 #[cfg(test)]
 mod tests {
-    use crate::config_file::ConfigFile;
+    use crate::config::file::ConfigFile;
 
     const GOOD: &str = r#"
 [upstreams.retry]
@@ -1270,7 +1270,7 @@ deployments = [
         ] {
             let error = build(variable).unwrap_err();
             let source = std::error::Error::source(&error)
-                .and_then(|s| s.downcast_ref::<crate::upstream_key::UpstreamKeyError>())
+                .and_then(|s| s.downcast_ref::<crate::stack::upstream_key::UpstreamKeyError>())
                 .unwrap_or_else(|| panic!("{variable:?}: {error}"));
             assert_eq!(source.variable(), variable);
             assert_eq!(
