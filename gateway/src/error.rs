@@ -2,14 +2,30 @@
 //! gateway's own mapping of a structured-output failure, its own refusals (unknown routes, per-key caps), and
 //! every error answer's `x-request-id` as `request_id` ([`with_request_id`]).
 
-use axum::response::Response;
-use http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use http::{header, HeaderName, StatusCode};
 use serde_json::Value;
 use tower_chat::{ChatError, ErrorKind};
 use tower_chat_structured_output::StructuredError;
 
 pub(crate) use tower_chat_wire::error::json_response;
 pub use tower_chat_wire::error::{ApiError, DEFAULT_RETRY_AFTER, MAX_ERROR_MESSAGE};
+use tower_chat_wire::{anthropic_messages::AnthropicMessages, count_tokens::CountsTokens, format::WireFormat};
+
+/// The request id header, as clients and load balancers name it.
+pub(crate) const X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+
+/// The longest client `x-request-id` taken as it is (what a call record keeps, too); a longer one is replaced.
+pub(crate) const MAX_REQUEST_ID: usize = 200;
+
+/// A refusal by a middleware, in the shape the route's clients parse.
+pub(crate) fn refusal(path: &str, error: ApiError) -> Response {
+    if path == "/v1/messages" || path == AnthropicMessages::COUNT_ROUTE {
+        AnthropicMessages::error_response(error)
+    } else {
+        error.into_response()
+    }
+}
 
 /// The error of a chat call as the gateway answers it: [`ApiError::from_chat`], except that an answer that broke
 /// the requested schema after every repair (`[structured]`) is a 502 `answer_schema_mismatch`.
@@ -87,7 +103,7 @@ pub(crate) async fn with_request_id(response: Response) -> Response {
         .size_hint()
         .exact()
         .is_some_and(|n| n <= MAX_ERROR_BODY);
-    let id = match response.headers().get(crate::edge::middleware::X_REQUEST_ID) {
+    let id = match response.headers().get(X_REQUEST_ID) {
         Some(id) if json && small && (status.is_client_error() || status.is_server_error()) => {
             match id.to_str() {
                 Ok(id) => id.to_owned(),

@@ -19,11 +19,11 @@ use tower_http::compression::CompressionLayer;
 use crate::edge::middleware::EdgeLimits;
 use crate::edge::browser_guard::{AllowedHosts, ApiGuard};
 use crate::edge::in_flight::GuardedBody;
-use crate::error::{json_response, ApiError};
+use crate::error::{json_response, refusal, ApiError};
 use crate::gateway::{endpoint, AppState, Gateway};
 use tower_chat_wire::{
     anthropic_messages::AnthropicMessages, chat_completions::ChatCompletions,
-    count_tokens::CountsTokens, format::WireFormat, responses::Responses,
+    count_tokens::CountsTokens, responses::Responses,
 };
 
 impl Gateway {
@@ -201,15 +201,6 @@ async fn authenticate(
         }
     }
     next.run(request).await
-}
-
-/// A refusal by a middleware, in the shape the route's clients parse.
-pub(crate) fn refusal(path: &str, error: ApiError) -> Response {
-    if path == "/v1/messages" || path == AnthropicMessages::COUNT_ROUTE {
-        AnthropicMessages::error_response(error)
-    } else {
-        error.into_response()
-    }
 }
 
 /// The in-flight limits, after authentication (the per-key limit needs the caller). The slots are held until

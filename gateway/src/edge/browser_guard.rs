@@ -377,7 +377,7 @@ pub(crate) async fn guard(
     next: Next,
 ) -> Response {
     if let Err(error) = guard.check(request.method(), request.uri(), request.headers()) {
-        return crate::api::routes::refusal(request.uri().path(), error);
+        return crate::error::refusal(request.uri().path(), error);
     }
     next.run(request).await
 }

@@ -43,11 +43,7 @@ use tracing::{Level, Span};
 
 use crate::error::ApiError;
 
-/// The request id header, as clients and load balancers name it.
-pub(crate) const X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
-
-/// The longest client `x-request-id` taken as it is (what a call record keeps, too); a longer one is replaced.
-pub(crate) const MAX_REQUEST_ID: usize = 200;
+pub(crate) use crate::error::{MAX_REQUEST_ID, X_REQUEST_ID};
 
 /// Whether a client's `x-request-id` may be echoed: 1 to [`MAX_REQUEST_ID`] bytes of visible ASCII.
 fn usable_request_id(id: &HeaderValue) -> bool {
@@ -81,7 +77,7 @@ async fn one_host(request: Request<Body>, next: axum::middleware::Next) -> Respo
                  (RFC 9112 section 3.2)"
             ),
         );
-        return crate::api::routes::refusal(request.uri().path(), error);
+        return crate::error::refusal(request.uri().path(), error);
     }
     next.run(request).await
 }

@@ -357,11 +357,11 @@ pub(crate) async fn handle<F: WireFormat>(
 
 /// The request's `x-request-id` (the client's, or the one the edge generated), for the records of the turn's
 /// calls, so an access-log line or an error body leads to them; `None` past
-/// [`MAX_REQUEST_ID`](crate::edge::middleware::MAX_REQUEST_ID) bytes (the edge replaces a longer one; a gateway served
+/// [`MAX_REQUEST_ID`](crate::error::MAX_REQUEST_ID) bytes (the edge replaces a longer one; a gateway served
 /// without the edge may still pass one).
 fn recorded_request_id(headers: &HeaderMap) -> Option<tower_chat_persistence::RequestId> {
-    let id = headers.get(&crate::edge::middleware::X_REQUEST_ID)?.to_str().ok()?;
-    (id.len() <= crate::edge::middleware::MAX_REQUEST_ID).then(|| tower_chat_persistence::RequestId::new(id))
+    let id = headers.get(&crate::error::X_REQUEST_ID)?.to_str().ok()?;
+    (id.len() <= crate::error::MAX_REQUEST_ID).then(|| tower_chat_persistence::RequestId::new(id))
 }
 
 /// The text of the last user message of `messages` that has any, as an approval's context keeps it.
