@@ -1,11 +1,9 @@
-//! axum's `Query`, `Form` and `Json` extractors with the gateway's own rejections: the API answers a bad query
-//! string or body with its JSON error ([`ApiError`], code `invalid_query` / `invalid_body`), the console with an
-//! HTML error page. The types are axum's; only the shape of the refusal is ours.
+//! axum's `Query` and `Json` extractors with the API's own rejections: a bad query string or body is answered
+//! with its JSON error ([`ApiError`], code `invalid_query` / `invalid_body`). The types are axum's; only the shape
+//! of the refusal is ours. The console's own (an HTML error page) are in `operator::console::extract`.
 
 use axum::extract::{FromRequest, FromRequestParts, Request};
-use axum::response::{IntoResponse, Response};
 use http::request::Parts;
-use http::StatusCode;
 use serde::de::DeserializeOwned;
 
 use crate::error::ApiError;
@@ -53,49 +51,5 @@ impl<T: DeserializeOwned + Expected, S: Send + Sync> FromRequest<S> for ApiJson<
                 )
             }),
         }
-    }
-}
-
-/// A query string for a console page; a bad one is the console's error page.
-#[derive(Debug, Clone, Copy, Default)]
-pub(crate) struct PageQuery<T>(pub T);
-
-impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for PageQuery<T> {
-    type Rejection = Response;
-
-    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Response> {
-        axum::extract::Query::<T>::from_request_parts(parts, state)
-            .await
-            .map(|axum::extract::Query(value)| PageQuery(value))
-            .map_err(|rejection| {
-                crate::operator::console::error_page(
-                    StatusCode::BAD_REQUEST,
-                    &format!(
-                        "This address's query is not one the console reads: {}",
-                        rejection.body_text()
-                    ),
-                )
-            })
-    }
-}
-
-/// A form posted to the console; a bad one is the console's error page.
-#[derive(Debug, Clone, Copy, Default)]
-pub(crate) struct PageForm<T>(pub T);
-
-impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for PageForm<T> {
-    type Rejection = Response;
-
-    async fn from_request(request: Request, state: &S) -> Result<Self, Response> {
-        axum::extract::Form::<T>::from_request(request, state)
-            .await
-            .map(|axum::extract::Form(value)| PageForm(value))
-            .map_err(|rejection| {
-                crate::operator::console::error_page(
-                    rejection.status(),
-                    &format!("The form could not be read: {}", rejection.body_text()),
-                )
-                .into_response()
-            })
     }
 }

@@ -21,8 +21,9 @@ use tower_chat_persistence::{
 
 use super::format::{dollars, millis, url_encode, utc};
 use super::session::Session;
-use super::{error_page, html_response, layout, ConsoleState, Nav};
-use crate::api::extract::PageQuery;
+use super::extract::PageQuery;
+use super::layout::{error_page, html_response, layout, Nav};
+use super::state::ConsoleState;
 
 /// Calls per page.
 const PAGE_SIZE: u32 = 50;

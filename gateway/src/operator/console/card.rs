@@ -2,14 +2,26 @@
 //! before it), each argument as a labelled field (strings as text with their size), and for `write_file` what
 //! the write would change, read through the sandbox the tool writes through.
 
+use std::time::SystemTime;
+
 use maud::{html, Markup};
 use serde_json::Value;
 use similar::{ChangeTag, TextDiff};
 
 use super::format::{span, url_encode};
-use super::pages::{conversation_link, now};
 use crate::operator::Listed;
-use crate::tools::{Existing, Sandbox};
+use crate::stack::tools::{Existing, Sandbox};
+
+/// A link to a conversation's timeline.
+pub(crate) fn conversation_link(conversation: &str) -> Markup {
+    let href = format!("/console/conversation?id={}", url_encode(conversation));
+    html! { a href=(href) class="conversation" { (conversation) } }
+}
+
+/// The wall clock (ages and "… ago").
+pub(crate) fn now() -> SystemTime {
+    SystemTime::now()
+}
 
 /// The tool whose calls get a preview of the file they would write.
 pub(crate) const WRITE_FILE: &str = "write_file";

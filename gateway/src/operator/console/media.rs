@@ -22,8 +22,9 @@ use tower_chat_persistence::CallId;
 use maud::{html, Markup};
 
 use super::format::url_encode;
-use super::{error_page, ConsoleState};
-use crate::api::extract::PageQuery;
+use super::extract::PageQuery;
+use super::layout::error_page;
+use super::state::ConsoleState;
 
 /// Images larger than this are linked, not shown inline: a timeline of many large images would weigh hundreds
 /// of megabytes.

@@ -34,11 +34,14 @@
 mod calls;
 mod card;
 mod chart;
+mod extract;
 mod format;
+mod layout;
 mod media;
 mod pages;
 pub(crate) mod session;
 mod session_store;
+mod state;
 mod timeline;
 mod usage;
 mod usage_breakdown;
@@ -57,11 +60,15 @@ use serde::Deserialize;
 use tower_chat_persistence::Store;
 
 use crate::edge::in_flight::PeerAddr;
-use crate::api::extract::PageForm;
 use crate::operator::OperatorState;
-use maud::{html, Markup, DOCTYPE};
+use extract::PageForm;
+use layout::{
+    check_csrf, error_layout, error_page, html_response, layout, see_other, ErrorMessage, Nav,
+};
+use maud::html;
 use session::Session;
 pub(crate) use session_store::SessionStore;
+pub(crate) use state::ConsoleState;
 
 /// The policy every console response carries: scripts, styles, images and fetches from the console's own origin
 /// only, no inline code, forms post only to it, no framing, no `<base>`.
@@ -71,43 +78,6 @@ pub(crate) const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; script-src
 const CSS: &str = include_str!("assets/console.css");
 const JS: &str = include_str!("assets/console.js");
 const FAVICON: &str = include_str!("assets/favicon.svg");
-
-/// What the console's handlers read.
-#[derive(Clone)]
-pub(crate) struct ConsoleState {
-    pub(crate) operators: OperatorState,
-    pub(crate) records: Option<Arc<dyn Store>>,
-    pub(crate) sessions: SessionStore,
-    /// Rendered usage pages by query, for [`usage::CACHE_FOR`]: operators refreshing the page do not each
-    /// re-read and re-aggregate every call of the range.
-    pub(crate) usage_cache: Arc<std::sync::Mutex<usage::Cache>>,
-}
-
-impl ConsoleState {
-    /// The live session the request's cookie names: found, not expired, and logged in with a key the operator
-    /// keys file still holds (a session of a removed or rotated key is ended here, on every replica).
-    async fn session(
-        &self,
-        headers: &HeaderMap,
-    ) -> Result<Option<Session>, tower_chat_persistence::StoreError> {
-        let Some(session) = self.sessions.find(headers).await? else {
-            return Ok(None);
-        };
-        if self
-            .operators
-            .keys
-            .holds_fingerprint(&session.key_fingerprint)
-        {
-            return Ok(Some(session));
-        }
-        tracing::info!(
-            operator = session.operator,
-            "console: session ended, its operator key is no longer configured"
-        );
-        self.sessions.remove(headers).await?;
-        Ok(None)
-    }
-}
 
 /// The `/console` routes.
 pub(crate) fn router<S: Clone + Send + Sync + 'static>(
@@ -252,17 +222,6 @@ async fn waiting(operators: &OperatorState) -> Option<session::Waiting> {
     })
 }
 
-/// A form posted with a session carries the session's CSRF token (`csrf`); the refusal when it does not.
-pub(crate) fn check_csrf(session: &Session, submitted: Option<&str>) -> Result<(), Box<Response>> {
-    if !session::csrf_matches(session, submitted) {
-        return Err(Box::new(error_page(
-            StatusCode::FORBIDDEN,
-            "Refused: the form's CSRF token is missing or wrong. Reload the page and try again.",
-        )));
-    }
-    Ok(())
-}
-
 /// A form with nothing but its CSRF token (logging out).
 #[derive(Debug, Deserialize)]
 struct CsrfForm {
@@ -316,107 +275,6 @@ async fn not_found(request: Request) -> Response {
     )
 }
 
-/// `303 See Other` to `location` (a path of the console).
-pub(crate) fn see_other(location: &str) -> Response {
-    let mut response = StatusCode::SEE_OTHER.into_response();
-    if let Ok(value) = HeaderValue::from_str(location) {
-        response.headers_mut().insert(header::LOCATION, value);
-    }
-    response
-}
-
-/// A whole HTML response.
-pub(crate) fn html_response(status: StatusCode, page: Markup) -> Response {
-    let mut response = (status, page.into_string()).into_response();
-    response.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/html; charset=utf-8"),
-    );
-    response
-}
-
-/// Which navigation entry is current.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Nav {
-    Inbox,
-    Calls,
-    Conversations,
-    Usage,
-    None,
-}
-
-/// A whole page: head, navigation (when logged in: `session` is `None` on the login and error pages), the
-/// title as the heading, then `main`.
-pub(crate) fn layout(title: &str, nav: Nav, session: Option<&Session>, main: Markup) -> Markup {
-    html! {
-        (DOCTYPE)
-        html lang="en" {
-            head {
-                meta charset="utf-8";
-                meta name="viewport" content="width=device-width, initial-scale=1";
-                // The inbox's tab says how many calls wait, like a mail client's.
-                title {
-                    @if let (Nav::Inbox, Some(waiting)) = (nav, session.and_then(|s| s.waiting)) {
-                        "(" (waiting) ") "
-                    }
-                    (title) " · tower-chat console"
-                }
-                @if let Some(session) = session {
-                    meta name="csrf-token" content=(session.csrf);
-                }
-                link rel="icon" type="image/svg+xml" href="/console/favicon.svg";
-                link rel="stylesheet" href="/console/assets/console.css";
-                script src="/console/assets/console.js" defer {}
-            }
-            body {
-                header {
-                    span class="brand" { "tower-chat console" }
-                    @if let Some(session) = session {
-                        nav {
-                            @for (entry, href, label) in [
-                                (Nav::Inbox, "/console", "Approvals"),
-                                (Nav::Calls, "/console/calls", "Calls"),
-                                (Nav::Conversations, "/console/conversations", "Conversations"),
-                                (Nav::Usage, "/console/usage", "Usage"),
-                            ] {
-                                a href=(href) class=[(entry == nav).then_some("current")] {
-                                    (label)
-                                    @if let (Nav::Inbox, Some(waiting)) = (entry, session.waiting) {
-                                        " " span class="count" id="nav-pending-count" { "(" (waiting) ")" }
-                                    }
-                                }
-                            }
-                        }
-                        form method="post" action="/console/logout" class="logout" {
-                            input type="hidden" name="csrf" value=(session.csrf);
-                            span class="operator" { (session.operator) }
-                            button type="submit" { "Log out" }
-                        }
-                    }
-                }
-                main {
-                    h1 { (title) }
-                    (main)
-                }
-            }
-        }
-    }
-}
-
-/// What went wrong, kept on an error page's response so that [`require_session`] can frame it with the
-/// operator's navigation.
-#[derive(Clone, Debug)]
-struct ErrorMessage(String);
-
-fn error_layout(status: StatusCode, message: &str, session: Option<&Session>) -> Markup {
-    let title = status.canonical_reason().unwrap_or("Error");
-    let main = html! {
-        p class="error" id="error" data-status=(status.as_u16()) { (message) }
-        a href="/console" { "Back to the console" }
-    };
-    layout(title, Nav::None, session, main)
-}
-
 /// The database holding sessions failed: nobody is let in or out on a guess.
 fn session_store_failed(error: &tower_chat_persistence::StoreError) -> Response {
     tracing::error!(error = %error, "console: the session store failed");
@@ -424,16 +282,6 @@ fn session_store_failed(error: &tower_chat_persistence::StoreError) -> Response 
         StatusCode::SERVICE_UNAVAILABLE,
         "The console's session store is unavailable; try again shortly.",
     )
-}
-
-/// A page saying what went wrong (escaped like everything else). Behind a session it is shown inside the
-/// console's frame, navigation included.
-pub(crate) fn error_page(status: StatusCode, message: &str) -> Response {
-    let mut response = html_response(status, error_layout(status, message, None));
-    response
-        .extensions_mut()
-        .insert(ErrorMessage(message.to_owned()));
-    response
 }
 
 async fn login_page(State(state): State<ConsoleState>, headers: HeaderMap) -> Response {

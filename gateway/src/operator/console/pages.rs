@@ -1,6 +1,5 @@
 //! The approvals inbox and the conversations list; a conversation's timeline is [`super::timeline`].
 
-use std::time::SystemTime;
 
 use axum::extract::{Path, State};
 use axum::response::{IntoResponse, Response};
@@ -12,11 +11,12 @@ use serde_json::json;
 use tower_chat::ToolArguments;
 use tower_chat_persistence::ConversationQuery;
 
-use super::card;
+use super::card::{self, conversation_link, now};
 use super::format::{dollars, span, url_encode, utc};
 use super::session::Session;
-use super::{check_csrf, error_page, html_response, layout, see_other, ConsoleState, Nav};
-use crate::api::extract::{PageForm, PageQuery};
+use super::extract::{PageForm, PageQuery};
+use super::layout::{check_csrf, error_page, html_response, layout, see_other, Nav};
+use super::state::ConsoleState;
 use crate::operator::{self, Listed, Operator};
 
 /// Conversations per page of the list.
@@ -85,17 +85,6 @@ pub(crate) fn arguments_text(arguments: &ToolArguments) -> String {
         ToolArguments::Json(value) => pretty(value),
         ToolArguments::Invalid { raw, .. } => raw.clone(),
     }
-}
-
-/// A link to a conversation's timeline.
-pub(crate) fn conversation_link(conversation: &str) -> Markup {
-    let href = format!("/console/conversation?id={}", url_encode(conversation));
-    html! { a href=(href) class="conversation" { (conversation) } }
-}
-
-/// The wall clock (ages and "… ago").
-pub(crate) fn now() -> SystemTime {
-    SystemTime::now()
 }
 
 /// `GET /console`: the approvals inbox: the calls waiting for a decision, then the decided calls whose client

@@ -22,8 +22,9 @@ use super::format::{count, dollars, finish_label, millis, utc};
 use super::media::{content_parts, MessageAt};
 use super::pages::arguments_text;
 use super::session::Session;
-use super::{error_page, html_response, layout, ConsoleState, Nav};
-use crate::api::extract::PageQuery;
+use super::extract::PageQuery;
+use super::layout::{error_page, html_response, layout, Nav};
+use super::state::ConsoleState;
 use crate::operator::{self, Listed};
 
 /// A conversation's id (`id`).

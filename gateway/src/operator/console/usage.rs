@@ -3,7 +3,6 @@
 //! per caller. Every number is summed by the store ([`tower_chat_persistence::Store::usage`]), not by reading
 //! each call.
 
-use std::collections::HashMap;
 use std::time::{Duration, SystemTime};
 
 use axum::extract::State;
@@ -19,8 +18,9 @@ use super::chart::{chart, clip_bound, Chart, Series, TimeAxis, Unit};
 use super::format::{count, utc};
 use super::session::Session;
 use super::usage_breakdown::{caller_name, model_name, table, SavingsBy};
-use super::{error_page, html_response, layout, ConsoleState, Nav};
-use crate::api::extract::PageQuery;
+use super::extract::PageQuery;
+use super::layout::{error_page, html_response, layout, Nav};
+use super::state::ConsoleState;
 
 /// The usage page's query: the time `range` and what the series are `by` (`model` or `caller`).
 #[derive(Debug, Default, serde::Deserialize)]
@@ -31,9 +31,6 @@ pub(crate) struct UsageParams {
 
 /// How long a rendered usage page is reused (its plots' resolution is a minute or more anyway).
 pub(crate) const CACHE_FOR: Duration = Duration::from_secs(5);
-
-/// Rendered usage pages: (range, by) → when rendered, the page's `<main>` content.
-pub(crate) type Cache = HashMap<(&'static str, &'static str), (std::time::Instant, Markup)>;
 
 /// Series drawn per chart; the rest are summed as "(other)".
 const MAX_SERIES: usize = 6;
