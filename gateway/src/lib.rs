@@ -41,6 +41,7 @@ pub mod fuzzing;
 mod gateway;
 pub mod operator;
 pub mod stack;
+mod startup_error;
 mod startup_summary;
 pub mod telemetry;
 mod turn;
@@ -54,7 +55,6 @@ pub use stack::{
 };
 pub use telemetry::metrics;
 
-use std::fmt;
 use std::process::ExitCode;
 
 pub use edge::auth::ApiKeys;
@@ -63,45 +63,10 @@ pub use error::{ApiError, DEFAULT_RETRY_AFTER, MAX_ERROR_MESSAGE};
 pub use telemetry::metrics::PrometheusMetrics;
 pub use turn::pending::PendingStore;
 pub use gateway::Gateway;
+pub use startup_error::GatewayError;
 pub use stack::{stack, ChatStack, StackOptions, Upstream};
 pub use stack::stores::{stores, Stores};
 pub use tower_chat_wire::{ApprovalAnswer, ApprovalNotice};
-
-/// Why the gateway could not start or stopped with an error.
-#[derive(Debug)]
-pub enum GatewayError {
-    /// The command line.
-    Cli(CliError),
-    /// A configuration value that parsed but cannot be used (an unreadable keys file, …).
-    Config(String),
-    /// Building the stack failed (a bad upstream URL, a missing files directory, …).
-    Chat(tower_chat::ChatError),
-    /// Binding or serving failed.
-    Io(std::io::Error),
-}
-
-impl fmt::Display for GatewayError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            GatewayError::Cli(e) => write!(f, "{e}"),
-            GatewayError::Config(e) => write!(f, "{e}"),
-            // A start-up error, not an HTTP answer: the message without the error kind.
-            GatewayError::Chat(e) => write!(f, "{}", e.message()),
-            GatewayError::Io(e) => write!(f, "{e}"),
-        }
-    }
-}
-
-impl std::error::Error for GatewayError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            GatewayError::Cli(e) => Some(e),
-            GatewayError::Chat(e) => Some(e),
-            GatewayError::Io(e) => Some(e),
-            GatewayError::Config(_) => None,
-        }
-    }
-}
 
 /// Build and serve the gateway `config` describes until SIGTERM or Ctrl-C.
 pub async fn run(config: Config) -> Result<(), GatewayError> {

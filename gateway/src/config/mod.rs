@@ -3,6 +3,8 @@
 
 pub mod cli;
 pub mod file;
+mod provider;
 mod settings;
 
+pub use provider::Provider;
 pub use settings::*;

@@ -13,45 +13,7 @@ use crate::edge::client_addr::TrustedProxies;
 use crate::config::file::{ConfigFile, ConfigFileError};
 use crate::edge::in_flight::ConnectionLimits;
 use crate::api::request_size::{RequestLimits, SettingNames};
-
-/// Which wire format the upstream provider speaks.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Deserialize)]
-pub enum Provider {
-    /// OpenAI Chat Completions (OpenAI, vLLM, Ollama, DeepSeek, …).
-    #[value(name = "openai")]
-    #[serde(rename = "openai")]
-    OpenAi,
-    /// Anthropic Messages.
-    #[value(name = "anthropic")]
-    #[serde(rename = "anthropic")]
-    Anthropic,
-}
-
-impl From<Provider> for tower_chat_wire::UpstreamFormat {
-    fn from(provider: Provider) -> Self {
-        match provider {
-            Provider::OpenAi => tower_chat_wire::UpstreamFormat::OpenAi,
-            Provider::Anthropic => tower_chat_wire::UpstreamFormat::Anthropic,
-        }
-    }
-}
-
-impl Provider {
-    /// The environment variable holding the upstream key when `--upstream-key-env` is not given.
-    pub fn default_key_env(self) -> &'static str {
-        match self {
-            Provider::OpenAi => "OPENAI_API_KEY",
-            Provider::Anthropic => "ANTHROPIC_API_KEY",
-        }
-    }
-
-    fn default_upstream(self) -> &'static str {
-        match self {
-            Provider::OpenAi => "https://api.openai.com/v1",
-            Provider::Anthropic => "https://api.anthropic.com/v1",
-        }
-    }
-}
+use super::provider::Provider;
 
 /// Everything the gateway is configured with. Build one with [`Config::parse`] (the command line) or by hand
 /// ([`Config::new`] gives the command line's defaults).
@@ -318,7 +280,7 @@ impl Config {
         connections.max_media_in_flight =
             count(flags.max_media_in_flight, connections.max_media_in_flight);
         config.record_content =
-            flags.record_content || crate::telemetry::content_capture_from_env();
+            flags.record_content || content_capture_from_env();
         config.metrics_listen = flags.metrics_listen;
         config.metrics_key_env = flags.metrics_key_env;
         if config.no_upstream_key && config.upstream_key_env.is_some() {
@@ -466,6 +428,13 @@ impl fmt::Display for CliError {
 }
 
 impl std::error::Error for CliError {}
+
+/// `OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true` (the OpenTelemetry GenAI instrumentations'
+/// switch): record message contents as `--record-content` does.
+pub(crate) fn content_capture_from_env() -> bool {
+    std::env::var("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT")
+        .is_ok_and(|v| v.trim().eq_ignore_ascii_case("true"))
+}
 
 #[cfg(test)]
 mod tests {
@@ -662,7 +631,7 @@ mod tests {
 
     #[test]
     fn record_content_is_a_switch() {
-        assert!(!run(&[]).unwrap().record_content || crate::telemetry::content_capture_from_env());
+        assert!(!run(&[]).unwrap().record_content || content_capture_from_env());
         assert!(run(&["--record-content"]).unwrap().record_content);
         assert!(run(&[]).unwrap().console);
         assert!(!run(&["--no-console"]).unwrap().console);

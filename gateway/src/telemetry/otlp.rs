@@ -102,10 +102,3 @@ fn colours_wanted() -> bool {
     use std::io::IsTerminal as _;
     std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
 }
-
-/// `OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true` (the OpenTelemetry GenAI instrumentations'
-/// switch): record message contents as `--record-content` does.
-pub(crate) fn content_capture_from_env() -> bool {
-    std::env::var("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT")
-        .is_ok_and(|v| v.trim().eq_ignore_ascii_case("true"))
-}
