@@ -27,23 +27,23 @@ pub struct ConfigFile {
     /// `[gateway]`: the command line's options under their flags' names (`max-rounds = 5`); a flag or its
     /// environment variable overrides them ([`crate::config::cli`]).
     #[serde(default)]
-    pub gateway: crate::config::cli::Flags,
+    pub gateway: super::cli::Flags,
     /// `[upstreams]`: models, their fallback targets, retry, breakers, timeouts ([`crate::stack::upstreams`]).
     #[serde(default)]
     pub upstreams: crate::stack::upstreams::UpstreamsSection,
-    /// `[limits]`: rate limits and budgets per key, prices ([`crate::stack::rate_limits::LimitsSection`]).
+    /// `[limits]`: rate limits and budgets per key, prices ([`crate::stack::rate_limits`]).
     #[serde(default)]
-    pub limits: crate::stack::rate_limits::LimitsSection,
+    pub limits: super::limits::LimitsSection,
     /// `[[mcp]]`: MCP servers whose tools the tool loop offers (see [`crate::stack::mcp`]).
     #[serde(default)]
-    pub mcp: Vec<crate::stack::mcp::McpServerEntry>,
+    pub mcp: Vec<super::mcp::McpServerEntry>,
     /// `[cache]`: a response cache, off without the table ([`crate::stack::cache`]).
-    pub cache: Option<crate::stack::cache::CacheSection>,
+    pub cache: Option<super::cache::CacheSection>,
     /// `[guardrail]`: content policies per caller, route and model, off without the table
     /// ([`crate::stack::guardrail`]).
-    pub guardrail: Option<crate::stack::guardrail::GuardrailSection>,
+    pub guardrail: Option<super::guardrail::GuardrailSection>,
     /// `[structured]`: JSON answers validated and repaired, off without the table ([`crate::stack::structured`]).
-    pub structured: Option<crate::stack::structured::StructuredSection>,
+    pub structured: Option<super::structured::StructuredSection>,
 }
 
 impl ConfigFile {

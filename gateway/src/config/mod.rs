@@ -1,10 +1,16 @@
-//! The gateway's configuration: the options ([`cli`]: the command line, the environment and the `[gateway]`
-//! table), the configuration file ([`file`]) and what they are merged into ([`Config`]).
+//! The gateway's configuration, as plain data: the options ([`cli`]: the command line, the environment and the
+//! `[gateway]` table), the configuration file ([`file`]) with one module per table, and what they are merged
+//! into ([`Config`]). The runtime modules take a table and build their part of the gateway from it.
 
+pub mod cache;
 pub mod cli;
 pub mod file;
+pub mod guardrail;
+pub mod limits;
+pub mod mcp;
 mod provider;
 mod settings;
+pub mod structured;
 
 pub use provider::Provider;
 pub use settings::*;

@@ -27,11 +27,9 @@
 //! Per request, `Cache-Control: no-store` bypasses the cache (nothing read, nothing stored) and `no-cache`
 //! refreshes it (the model is asked, its answer stored); each answer says `x-cache: hit`, `miss` or `bypass`.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use http::{HeaderMap, HeaderValue};
-use serde::Deserialize;
 use tower_chat::ChatRequest;
 use tower_chat_cache::{
     CacheControl, CacheLayer, CacheOutcome, CacheScope, CacheTtl, MemoryCacheStore, RedisCacheStore,
@@ -39,53 +37,7 @@ use tower_chat_cache::{
 
 use crate::GatewayError;
 use tower_chat_wire::format::InboundRoute;
-
-/// The `[cache]` table.
-#[derive(Clone, Debug, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct CacheSection {
-    /// `"memory"` (default: this process) or `"redis"` (shared by replicas).
-    #[serde(default)]
-    pub store: CacheStoreKind,
-    /// For `store = "redis"`: the environment variable holding the Redis URL (default `REDIS_URL`).
-    pub redis_url_env: Option<String>,
-    /// How long an answer is kept, in seconds (default 3600).
-    pub ttl_seconds: Option<u64>,
-    /// The memory store's bound, in bytes of stored answers (default 64 MiB).
-    pub max_bytes: Option<u64>,
-    /// `"caller"` (default: one caller's answers are never another's) or `"shared"`.
-    #[serde(default)]
-    pub scope: CacheScopeName,
-    /// Per model: how long its answers are kept, in seconds; 0 = never cached.
-    #[serde(default)]
-    pub models: BTreeMap<String, u64>,
-    /// Per inbound route (`chat_completions`, `messages`, `responses`, or its path): how long answers to it
-    /// are kept, in seconds, in place of the model's; 0 = never cached.
-    #[serde(default)]
-    pub routes: BTreeMap<String, u64>,
-}
-
-/// Where cached answers live.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum CacheStoreKind {
-    /// In this process, bounded by bytes.
-    #[default]
-    Memory,
-    /// In Redis, shared by every replica.
-    Redis,
-}
-
-/// Whose answers a request may receive.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum CacheScopeName {
-    /// Its own caller's only.
-    #[default]
-    Caller,
-    /// Any caller's.
-    Shared,
-}
+pub use crate::config::cache::{CacheScopeName, CacheSection, CacheStoreKind};
 
 /// The default bound of the memory store.
 const DEFAULT_MAX_BYTES: u64 = 64 << 20;

@@ -28,13 +28,11 @@
 //! assert!(file.limits.is_enabled());
 //! ```
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::response::{IntoResponse, Response};
 use http::StatusCode;
-use serde::Deserialize;
 use serde_json::{json, Value};
 use tower_chat::{CallerIdentity, Cost, ModelPrice, PriceTable};
 use tower_chat_limits::{
@@ -44,80 +42,7 @@ use tower_chat_persistence::{SpendQuery, Store};
 
 use crate::error::json_response;
 use crate::GatewayError;
-
-/// The `[limits]` table: where counters live, the default limits, per-key and per-model limits, and prices.
-/// Without any limit set, no limits layer runs.
-#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct LimitsSection {
-    /// `"memory"` (default: this process only) or `"redis"` (shared by every replica using `redis_url`).
-    #[serde(default)]
-    pub store: StoreKind,
-    /// The Redis server, for `store = "redis"` (default `redis://127.0.0.1:6379`).
-    pub redis_url: Option<String>,
-    /// The prefix of the Redis keys (default `tower-chat:limits:`).
-    pub redis_prefix: Option<String>,
-    /// `"fail_closed"` (default: a store failure refuses calls with 500 `store_failed`) or `"fail_open"`
-    /// (admitted unchecked, logged and counted).
-    #[serde(default)]
-    pub on_store_error: OnStoreError,
-    /// Output tokens reserved for a request without `max_tokens` (default 4096).
-    pub default_max_output_tokens: Option<u32>,
-    /// Limits of every key without an entry in `keys`.
-    #[serde(default)]
-    pub default: LimitsEntry,
-    /// Limits per caller id (the `name` of a `name:key` line of the API keys file), instead of the default.
-    #[serde(default)]
-    pub keys: BTreeMap<String, LimitsEntry>,
-    /// Limits on every caller's use of one model, on top of the caller's own.
-    #[serde(default)]
-    pub models: BTreeMap<String, LimitsEntry>,
-    /// Prices per model id (or id prefix), in dollars per million tokens.
-    #[serde(default)]
-    pub prices: BTreeMap<String, PriceEntry>,
-}
-
-/// Where the counters live.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum StoreKind {
-    /// In this process.
-    #[default]
-    Memory,
-    /// In Redis.
-    Redis,
-}
-
-/// What a store failure does.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum OnStoreError {
-    /// Refuse the call.
-    #[default]
-    FailClosed,
-    /// Admit it unchecked.
-    FailOpen,
-}
-
-/// One set of limits; every field is optional.
-#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct LimitsEntry {
-    /// Calls per minute.
-    pub requests_per_minute: Option<u64>,
-    /// Calls per UTC day (instead of `requests_per_minute`, which wins when both are set).
-    pub requests_per_day: Option<u64>,
-    /// Input tokens per minute.
-    pub input_tokens_per_minute: Option<u64>,
-    /// Output tokens per minute.
-    pub output_tokens_per_minute: Option<u64>,
-    /// Dollars per UTC day.
-    pub cost_per_day_usd: Option<f64>,
-    /// Dollars per UTC calendar month.
-    pub cost_per_month_usd: Option<f64>,
-    /// Calls in progress at once.
-    pub concurrent: Option<u64>,
-}
+pub use crate::config::limits::{LimitsEntry, LimitsSection, OnStoreError, PriceEntry, StoreKind};
 
 impl LimitsEntry {
     /// The layer's limits.
@@ -141,22 +66,6 @@ impl LimitsEntry {
     fn is_empty(&self) -> bool {
         self.limits() == Limits::none()
     }
-}
-
-/// A model's price, in dollars per million tokens.
-#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct PriceEntry {
-    /// Input tokens.
-    pub input: f64,
-    /// Output tokens.
-    pub output: f64,
-    /// Cached input tokens (default: the input price).
-    pub cached_input: Option<f64>,
-    /// Input tokens written to the provider's prompt cache (default: the input price).
-    pub cache_write_input: Option<f64>,
-    /// Reasoning tokens (default: the output price).
-    pub reasoning: Option<f64>,
 }
 
 impl PriceEntry {

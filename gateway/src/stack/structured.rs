@@ -34,49 +34,20 @@
 //! matches (a streaming client receives it in one piece at the end), so a client never sees text that is then
 //! withdrawn.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 
 use futures_util::Stream;
-use serde::Deserialize;
 use tower::Service;
 use tower_chat::{ChatError, ChatEvent, ChatRequest, ChatStream, ResponseFormat};
 use tower_chat_structured_output::{StructuredOutput, StructuredOutputLayer};
 
 use crate::GatewayError;
 use tower_chat_wire::format::InboundRoute;
-
-/// The `[structured]` table.
-#[derive(Clone, Debug, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct StructuredSection {
-    /// Whether JSON answers are validated (default `true`).
-    #[serde(default = "validate_by_default")]
-    pub validate: bool,
-    /// How many times an answer that breaks its schema is asked for again (default 2).
-    #[serde(default = "default_repairs")]
-    pub repairs: usize,
-    /// Per model (the name clients send): its own `validate` and `repairs`, each defaulting to the table's.
-    #[serde(default)]
-    pub models: BTreeMap<String, StructuredModel>,
-    /// Per inbound route (`chat_completions`, `messages`, `responses`, or its path): its own `validate` and
-    /// `repairs`, each over the model's entry, then the table's.
-    #[serde(default)]
-    pub routes: BTreeMap<String, StructuredModel>,
-}
-
-/// One model's entry under `[structured.models]` (or one route's under `[structured.routes]`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct StructuredModel {
-    /// Overrides the table's `validate`.
-    pub validate: Option<bool>,
-    /// Overrides the table's `repairs`.
-    pub repairs: Option<usize>,
-}
+pub use crate::config::structured::{StructuredModel, StructuredSection};
 
 /// What the layer does with one model's JSON answers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -85,14 +56,6 @@ pub struct Policy {
     pub validate: bool,
     /// How many repairs an answer gets.
     pub repairs: usize,
-}
-
-fn validate_by_default() -> bool {
-    true
-}
-
-fn default_repairs() -> usize {
-    2
 }
 
 impl StructuredSection {
