@@ -59,7 +59,6 @@
 
 mod select;
 
-use std::collections::HashSet;
 use std::time::Duration;
 
 use tower_chat::GuardrailStage;
@@ -68,7 +67,8 @@ use tower_chat_guardrail::{Check, GuardrailLayer, Moderation};
 use crate::GatewayError;
 use tower_chat_wire::format::InboundRoute;
 
-pub use select::{Guardrails, GuardrailsLayer};
+pub use select::{Guardrails, GuardrailsLayer, Policies};
+use select::Selector;
 pub use crate::config::guardrail::{
     ActionName, CheckEntry, CheckKind, GuardrailSection, PolicyEntry, StageName,
 };
@@ -81,68 +81,6 @@ impl From<StageName> for GuardrailStage {
             StageName::ToolResult => GuardrailStage::ToolResult,
             StageName::Output => GuardrailStage::Output,
         }
-    }
-}
-
-/// A compiled policy and whom it applies to.
-#[derive(Clone, Debug)]
-pub(crate) struct Selector {
-    callers: Option<HashSet<String>>,
-    routes: Option<Vec<InboundRoute>>,
-    models: Option<HashSet<String>>,
-    pub(crate) layer: GuardrailLayer,
-}
-
-impl Selector {
-    pub(crate) fn matches(
-        &self,
-        caller: Option<&str>,
-        route: Option<InboundRoute>,
-        model: Option<&str>,
-    ) -> bool {
-        let caller_ok = self
-            .callers
-            .as_ref()
-            .is_none_or(|callers| caller.is_some_and(|c| callers.contains(c)));
-        let route_ok = self
-            .routes
-            .as_ref()
-            .is_none_or(|routes| route.is_some_and(|r| routes.contains(&r)));
-        let model_ok = self
-            .models
-            .as_ref()
-            .is_none_or(|models| model.is_some_and(|m| models.contains(m)));
-        caller_ok && route_ok && model_ok
-    }
-}
-
-/// Every policy of the table, compiled, in order.
-#[derive(Clone, Debug)]
-pub struct Policies {
-    pub(crate) selectors: Vec<Selector>,
-}
-
-impl Policies {
-    /// How many policies there are.
-    pub fn len(&self) -> usize {
-        self.selectors.len()
-    }
-
-    /// Whether there are none (nothing is checked).
-    pub fn is_empty(&self) -> bool {
-        self.selectors.is_empty()
-    }
-
-    /// The names of every check of every policy: the values the verdict counter's `check` label may take.
-    pub fn check_names(&self) -> Vec<String> {
-        let mut names: Vec<String> = self
-            .selectors
-            .iter()
-            .flat_map(|s| s.layer.policy_checks().iter().map(|c| c.name().to_owned()))
-            .collect();
-        names.sort();
-        names.dedup();
-        names
     }
 }
 

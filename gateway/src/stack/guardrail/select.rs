@@ -1,12 +1,13 @@
-//! [`Guardrails`]: the service that applies to each request the first policy matching its caller, route and
-//! model, and counts the verdicts into the gateway's metrics.
+//! The compiled policies ([`Policies`]) and [`Guardrails`]: the service that applies to each request the first
+//! policy matching its caller, route and model, and counts the verdicts into the gateway's metrics.
 //!
-//! The policies were compiled once ([`super::Policies`]); per request the service only compares names and wraps
+//! The policies were compiled once ([`Policies`]); per request the service only compares names and wraps
 //! the inner service it polled ready in the chosen policy's `Guardrail` (two `Arc` clones, no compilation).
 //! Verdicts are read from a `GuardrailAudit` of its own in the request (nested into one a front end put there,
 //! which still receives them) and counted when the answer finishes, fails or is dropped, so a verdict is in
 //! `/metrics` before the client reads the end of the answer it decided.
 
+use std::collections::HashSet;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -15,11 +16,72 @@ use std::task::{Context, Poll};
 use futures_util::Stream;
 use tower::{Layer, Service};
 use tower_chat::{CallerIdentity, ChatError, ChatEvent, ChatRequest, ChatStream, GuardrailAudit};
-use tower_chat_guardrail::Guardrail;
+use tower_chat_guardrail::{Guardrail, GuardrailLayer};
 
-use super::Policies;
 use crate::telemetry::metrics::PrometheusMetrics;
 use tower_chat_wire::format::InboundRoute;
+
+/// A compiled policy and whom it applies to.
+#[derive(Clone, Debug)]
+pub(crate) struct Selector {
+    pub(super) callers: Option<HashSet<String>>,
+    pub(super) routes: Option<Vec<InboundRoute>>,
+    pub(super) models: Option<HashSet<String>>,
+    pub(crate) layer: GuardrailLayer,
+}
+
+impl Selector {
+    pub(crate) fn matches(
+        &self,
+        caller: Option<&str>,
+        route: Option<InboundRoute>,
+        model: Option<&str>,
+    ) -> bool {
+        let caller_ok = self
+            .callers
+            .as_ref()
+            .is_none_or(|callers| caller.is_some_and(|c| callers.contains(c)));
+        let route_ok = self
+            .routes
+            .as_ref()
+            .is_none_or(|routes| route.is_some_and(|r| routes.contains(&r)));
+        let model_ok = self
+            .models
+            .as_ref()
+            .is_none_or(|models| model.is_some_and(|m| models.contains(m)));
+        caller_ok && route_ok && model_ok
+    }
+}
+
+/// Every policy of the table, compiled, in order.
+#[derive(Clone, Debug)]
+pub struct Policies {
+    pub(crate) selectors: Vec<Selector>,
+}
+
+impl Policies {
+    /// How many policies there are.
+    pub fn len(&self) -> usize {
+        self.selectors.len()
+    }
+
+    /// Whether there are none (nothing is checked).
+    pub fn is_empty(&self) -> bool {
+        self.selectors.is_empty()
+    }
+
+    /// The names of every check of every policy: the values the verdict counter's `check` label may take.
+    pub fn check_names(&self) -> Vec<String> {
+        let mut names: Vec<String> = self
+            .selectors
+            .iter()
+            .flat_map(|s| s.layer.policy_checks().iter().map(|c| c.name().to_owned()))
+            .collect();
+        names.sort();
+        names.dedup();
+        names
+    }
+}
 
 /// Builds [`Guardrails`] around a service.
 #[derive(Clone, Debug)]
