@@ -30,7 +30,7 @@ pub struct ConfigFile {
     pub gateway: super::cli::Flags,
     /// `[upstreams]`: models, their fallback targets, retry, breakers, timeouts ([`crate::stack::upstreams`]).
     #[serde(default)]
-    pub upstreams: crate::stack::upstreams::UpstreamsSection,
+    pub upstreams: super::upstreams::UpstreamsSection,
     /// `[limits]`: rate limits and budgets per key, prices ([`crate::stack::rate_limits`]).
     #[serde(default)]
     pub limits: super::limits::LimitsSection,

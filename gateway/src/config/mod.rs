@@ -11,6 +11,7 @@ pub mod mcp;
 mod provider;
 mod settings;
 pub mod structured;
+pub mod upstreams;
 
 pub use provider::Provider;
 pub use settings::*;

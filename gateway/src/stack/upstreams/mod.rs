@@ -70,16 +70,14 @@
 //! unset, empty, not a valid name, or holds a key a header cannot carry refuses the start (or the reload), naming
 //! the target and the variable ([`crate::stack::upstream_key`]).
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 use std::fmt;
 use std::future::Future;
-use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::{Arc, RwLock};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use serde::{Deserialize, Deserializer};
 use tower::retry::budget::TpsBudget;
 use tower::Layer;
 use tower_chat::transport::{StaleConnections, Timeouts};
@@ -91,282 +89,16 @@ use tower_chat_resilience::{
     Target,
 };
 
-mod kinds;
+mod leaf;
 
-pub use kinds::ProviderName;
-use kinds::{describe_credential, display_url, Credential};
+pub use crate::config::upstreams::{
+    BreakerSection, DeploymentSection, ModelSection, ProviderName, RetrySection, TargetSection, TimeoutsSection,
+    UpstreamsSection,
+};
+use crate::config::upstreams::kinds::{describe_credential, display_url, key_source, Credential};
 
 use crate::config::Config;
 use crate::telemetry::metrics::PrometheusMetrics;
-use crate::stack::upstream_key::KeySource;
-
-/// The `[upstreams]` table.
-#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct UpstreamsSection {
-    /// `[[upstreams.models]]`: the models clients may name. None: the single `--upstream`.
-    #[serde(default, deserialize_with = "models")]
-    pub models: Vec<ModelSection>,
-    /// `[upstreams.retry]`.
-    #[serde(default)]
-    pub retry: RetrySection,
-    /// `[upstreams.breaker]`: one breaker per target (per deployment when balanced).
-    #[serde(default)]
-    pub breaker: BreakerSection,
-    /// `[upstreams.timeouts]`: every leaf's deadlines.
-    #[serde(default)]
-    pub timeouts: TimeoutsSection,
-}
-
-/// One model clients may name.
-#[derive(Clone, Debug, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ModelSection {
-    /// The name clients send as `model`.
-    pub name: String,
-    /// The targets, in fallback order.
-    #[serde(deserialize_with = "targets")]
-    pub targets: Vec<TargetSection>,
-    /// Keep each conversation on one deployment of a balanced target (default false).
-    #[serde(default)]
-    pub sticky: bool,
-}
-
-/// One fallback target: a provider and model, at one endpoint or balanced over several deployments.
-#[derive(Clone, Debug, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct TargetSection {
-    /// The name in errors and metrics (default `provider/model`).
-    pub name: Option<String>,
-    /// `openai`, `openai-responses`, `anthropic`, `azure`, `gemini` or `vertex` ([`ProviderName`]).
-    pub provider: ProviderName,
-    /// The provider's model id.
-    pub model: String,
-    /// The base URL (default: the provider's public API); an `azure` target's resource endpoint; a `vertex`
-    /// target's API host (default: its location's). Not with `deployments`.
-    pub base_url: Option<String>,
-    /// `azure`: call this deployment at its URL, with `api_version`; without it, the `/openai/v1` URL.
-    pub azure_deployment: Option<String>,
-    /// `azure`: the `api-version` query (default `2024-10-21` with `azure_deployment`; none otherwise).
-    pub api_version: Option<String>,
-    /// `vertex`: the Google Cloud project.
-    pub project: Option<String>,
-    /// `vertex`: the location (`us-central1`, `europe-west4`, `global`, …).
-    pub location: Option<String>,
-    /// `bedrock`: the AWS region requests are signed for (`us-east-1`, …); the endpoint is the region's
-    /// `bedrock-runtime` host unless `base_url` names another (a VPC endpoint, a proxy).
-    pub region: Option<String>,
-    /// `bedrock`: sign with the standard AWS variables (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`,
-    /// `AWS_SESSION_TOKEN`), read when a request is first signed.
-    #[serde(default)]
-    pub aws_env: bool,
-    /// `bedrock`: sign with this profile of the shared AWS files (`~/.aws/credentials`, `~/.aws/config`, or
-    /// where `AWS_SHARED_CREDENTIALS_FILE` / `AWS_CONFIG_FILE` point).
-    pub aws_profile: Option<String>,
-    /// The environment variable holding the key. Exactly one credential field (this, `key_file`,
-    /// `token_env`, `credentials_file`, `credentials_env` or `no_key`) per target; none with `deployments`.
-    pub key_env: Option<String>,
-    /// The file holding the key (its final line break dropped).
-    pub key_file: Option<PathBuf>,
-    /// `azure`, `vertex`: the environment variable holding a bearer token (Entra ID, a Google access token),
-    /// sent as `Authorization: Bearer`.
-    pub token_env: Option<String>,
-    /// `vertex`: a service-account key file; its tokens are fetched and renewed before they expire.
-    pub credentials_file: Option<PathBuf>,
-    /// `vertex`: the environment variable naming a service-account key file (Application Default
-    /// Credentials read `GOOGLE_APPLICATION_CREDENTIALS`).
-    pub credentials_env: Option<String>,
-    /// The target takes no key (a local server): no key header is sent.
-    #[serde(default)]
-    pub no_key: bool,
-    /// Balance this target over these deployments instead.
-    #[serde(default)]
-    pub deployments: Vec<DeploymentSection>,
-}
-
-impl TargetSection {
-    /// The target's name.
-    pub fn display_name(&self) -> String {
-        self.name
-            .clone()
-            .unwrap_or_else(|| format!("{}/{}", self.provider, self.model))
-    }
-}
-
-/// One deployment of a balanced target.
-#[derive(Clone, Debug, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct DeploymentSection {
-    /// The name in metrics (default: the base URL's host and the position).
-    pub name: Option<String>,
-    /// The base URL.
-    pub base_url: String,
-    /// The environment variable holding this deployment's key. Not with `no_key`.
-    pub key_env: Option<String>,
-    /// The deployment takes no key. Not with `key_env`.
-    #[serde(default)]
-    pub no_key: bool,
-    /// Relative capacity (default 1, at least 1).
-    #[serde(default = "one")]
-    pub weight: u32,
-}
-
-fn one() -> u32 {
-    1
-}
-
-/// `[upstreams.retry]`.
-#[derive(Clone, Debug, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct RetrySection {
-    /// Calls per model call, the first included (1: no retries).
-    pub max_attempts: u32,
-    /// Backoff ceiling after the first failure, in milliseconds.
-    pub base_backoff_ms: u64,
-    /// The largest backoff ceiling, in milliseconds.
-    pub max_backoff_ms: u64,
-    /// The longest `Retry-After` waited for, in seconds.
-    pub retry_after_cap_secs: f64,
-    /// The whole call's deadline until its first content event, in seconds (none by default).
-    pub deadline_secs: Option<f64>,
-    /// Retries allowed as a percentage of calls (0–1000), over a 10 s window, shared by every request.
-    pub budget_percent: f32,
-    /// Retries always allowed per second, whatever the percentage.
-    pub budget_min_per_sec: u32,
-}
-
-impl Default for RetrySection {
-    fn default() -> Self {
-        RetrySection {
-            max_attempts: 3,
-            base_backoff_ms: 500,
-            max_backoff_ms: 30_000,
-            retry_after_cap_secs: 60.0,
-            deadline_secs: None,
-            budget_percent: 20.0,
-            budget_min_per_sec: 10,
-        }
-    }
-}
-
-/// `[upstreams.breaker]`.
-#[derive(Clone, Debug, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct BreakerSection {
-    /// Failures in a row that open a target's circuit.
-    pub consecutive_failures: u32,
-    /// How long an open circuit refuses calls before a probe, in seconds.
-    pub open_for_secs: f64,
-    /// Also open at this share of failed calls (0–1) in the window.
-    pub failure_ratio: Option<f64>,
-    /// The fewest calls in the window before the ratio counts.
-    pub min_calls: u32,
-    /// The ratio's sliding window, in seconds.
-    pub window_secs: f64,
-}
-
-impl Default for BreakerSection {
-    fn default() -> Self {
-        BreakerSection {
-            consecutive_failures: 5,
-            open_for_secs: 30.0,
-            failure_ratio: None,
-            min_calls: 20,
-            window_secs: 60.0,
-        }
-    }
-}
-
-/// `[upstreams.timeouts]`, in seconds.
-#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct TimeoutsSection {
-    /// Connection setup (default 10).
-    pub connect_secs: Option<f64>,
-    /// Until the response headers (default `--upstream-timeout`).
-    pub first_byte_secs: Option<f64>,
-    /// Between two chunks (default `--upstream-timeout`).
-    pub idle_secs: Option<f64>,
-}
-
-/// Validation inside deserialization, so that the TOML parser reports the offending table's line.
-fn models<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Vec<ModelSection>, D::Error> {
-    let models = Vec::<ModelSection>::deserialize(deserializer)?;
-    let mut seen = HashSet::new();
-    for model in &models {
-        if model.name.trim().is_empty() {
-            return Err(serde::de::Error::custom(
-                "a model's `name` must not be empty",
-            ));
-        }
-        if !seen.insert(model.name.as_str()) {
-            return Err(serde::de::Error::custom(format!(
-                "the model `{}` is configured twice",
-                model.name
-            )));
-        }
-    }
-    Ok(models)
-}
-
-fn targets<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Vec<TargetSection>, D::Error> {
-    use serde::de::Error;
-    let targets = Vec::<TargetSection>::deserialize(deserializer)?;
-    if targets.is_empty() {
-        return Err(D::Error::custom("a model needs at least one target"));
-    }
-    let mut seen = HashSet::new();
-    for target in &targets {
-        let name = target.display_name();
-        if !seen.insert(name.clone()) {
-            return Err(D::Error::custom(format!(
-                "two targets are named `{name}`: give one a `name`"
-            )));
-        }
-        if !target.deployments.is_empty() && target.base_url.is_some() {
-            return Err(D::Error::custom(format!(
-                "target `{name}`: `base_url` and the credential go in each deployment when `deployments` is \
-                 given"
-            )));
-        }
-        let urls = target
-            .base_url
-            .iter()
-            .chain(target.deployments.iter().map(|d| &d.base_url));
-        for url in urls {
-            check_url(url).map_err(|e| D::Error::custom(format!("target `{name}`: {e}")))?;
-        }
-        kinds::check_target(target)
-            .map_err(|e| D::Error::custom(format!("target `{name}`: {e}")))?;
-        for (i, deployment) in target.deployments.iter().enumerate() {
-            check_key(deployment.key_env.as_deref(), deployment.no_key).map_err(|e| {
-                D::Error::custom(format!("target `{name}`, deployment {}: {e}", i + 1))
-            })?;
-        }
-    }
-    Ok(targets)
-}
-
-/// A target or deployment says where its key comes from: exactly one of `key_env` and `no_key = true`.
-fn check_key(key_env: Option<&str>, no_key: bool) -> Result<(), &'static str> {
-    match (key_env, no_key) {
-        (Some(_), false) | (None, true) => Ok(()),
-        (Some(_), true) => Err("`key_env` and `no_key = true` exclude each other"),
-        (None, false) => Err(
-            "name the environment variable holding its key (`key_env = \"VAR\"`), or say that it takes none \
-             (`no_key = true`)",
-        ),
-    }
-}
-
-fn check_url(url: &str) -> Result<(), String> {
-    match url.parse::<http::Uri>() {
-        Ok(uri) if matches!(uri.scheme_str(), Some("http" | "https")) && uri.host().is_some() => {
-            Ok(())
-        }
-        _ => Err(format!("`{url}` is not an http(s) URL")),
-    }
-}
 
 fn seconds(value: f64, what: &str) -> Result<Duration, ChatError> {
     Duration::try_from_secs_f64(value)
@@ -645,7 +377,7 @@ fn build_table(
                 .observer(metrics.observer(&model.name))
                 .name(name.clone());
             let built = if target.deployments.is_empty() {
-                let leaf = kinds::leaf(
+                let leaf = leaf::leaf(
                     target,
                     &name,
                     target.base_url.as_deref(),
@@ -664,7 +396,7 @@ fn build_table(
                         .name
                         .clone()
                         .unwrap_or_else(|| format!("{name}#{}", i + 1));
-                    let leaf = kinds::leaf(
+                    let leaf = leaf::leaf(
                         target,
                         &name,
                         Some(&deployment.base_url),
@@ -706,14 +438,6 @@ fn build_table(
         stale,
         metadata: metadata.expect("at least one model"),
     }))
-}
-
-/// Where a target's or deployment's key comes from (the file's check made sure it says one of the two).
-fn key_source(key_env: Option<&str>, no_key: bool) -> KeySource<'_> {
-    match key_env {
-        Some(variable) if !no_key => KeySource::Env(variable),
-        _ => KeySource::None,
-    }
 }
 
 fn invalid(message: String) -> ChatError {

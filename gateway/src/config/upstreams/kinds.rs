@@ -4,22 +4,94 @@
 //! variable or file ([`describe_credential`]), `Debug` output redacts what was read.
 
 use std::fmt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
-use tower_chat::anthropic::AnthropicChat;
-use tower_chat::azure::AzureOpenAiChat;
-use tower_chat::bedrock::{AwsCredentials, BedrockChat, ProfileCredentials};
-use tower_chat::gemini::{GeminiChat, ServiceAccount};
-use tower_chat::leaf::{AccessToken, TokenFuture, TokenProvider};
-use tower_chat::openai::OpenAiChat;
-use tower_chat::responses::ResponsesChat;
-use tower_chat::transport::{Secret, Timeouts};
-use tower_chat::{ChatError, ErrorKind};
 
-use super::TargetSection;
-use crate::stack::Upstream;
 use crate::stack::upstream_key::KeySource;
+
+/// One fallback target: a provider and model, at one endpoint or balanced over several deployments.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TargetSection {
+    /// The name in errors and metrics (default `provider/model`).
+    pub name: Option<String>,
+    /// `openai`, `openai-responses`, `anthropic`, `azure`, `gemini` or `vertex` ([`ProviderName`]).
+    pub provider: ProviderName,
+    /// The provider's model id.
+    pub model: String,
+    /// The base URL (default: the provider's public API); an `azure` target's resource endpoint; a `vertex`
+    /// target's API host (default: its location's). Not with `deployments`.
+    pub base_url: Option<String>,
+    /// `azure`: call this deployment at its URL, with `api_version`; without it, the `/openai/v1` URL.
+    pub azure_deployment: Option<String>,
+    /// `azure`: the `api-version` query (default `2024-10-21` with `azure_deployment`; none otherwise).
+    pub api_version: Option<String>,
+    /// `vertex`: the Google Cloud project.
+    pub project: Option<String>,
+    /// `vertex`: the location (`us-central1`, `europe-west4`, `global`, …).
+    pub location: Option<String>,
+    /// `bedrock`: the AWS region requests are signed for (`us-east-1`, …); the endpoint is the region's
+    /// `bedrock-runtime` host unless `base_url` names another (a VPC endpoint, a proxy).
+    pub region: Option<String>,
+    /// `bedrock`: sign with the standard AWS variables (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`,
+    /// `AWS_SESSION_TOKEN`), read when a request is first signed.
+    #[serde(default)]
+    pub aws_env: bool,
+    /// `bedrock`: sign with this profile of the shared AWS files (`~/.aws/credentials`, `~/.aws/config`, or
+    /// where `AWS_SHARED_CREDENTIALS_FILE` / `AWS_CONFIG_FILE` point).
+    pub aws_profile: Option<String>,
+    /// The environment variable holding the key. Exactly one credential field (this, `key_file`,
+    /// `token_env`, `credentials_file`, `credentials_env` or `no_key`) per target; none with `deployments`.
+    pub key_env: Option<String>,
+    /// The file holding the key (its final line break dropped).
+    pub key_file: Option<PathBuf>,
+    /// `azure`, `vertex`: the environment variable holding a bearer token (Entra ID, a Google access token),
+    /// sent as `Authorization: Bearer`.
+    pub token_env: Option<String>,
+    /// `vertex`: a service-account key file; its tokens are fetched and renewed before they expire.
+    pub credentials_file: Option<PathBuf>,
+    /// `vertex`: the environment variable naming a service-account key file (Application Default
+    /// Credentials read `GOOGLE_APPLICATION_CREDENTIALS`).
+    pub credentials_env: Option<String>,
+    /// The target takes no key (a local server): no key header is sent.
+    #[serde(default)]
+    pub no_key: bool,
+    /// Balance this target over these deployments instead.
+    #[serde(default)]
+    pub deployments: Vec<DeploymentSection>,
+}
+
+impl TargetSection {
+    /// The target's name.
+    pub fn display_name(&self) -> String {
+        self.name
+            .clone()
+            .unwrap_or_else(|| format!("{}/{}", self.provider, self.model))
+    }
+}
+
+/// One deployment of a balanced target.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeploymentSection {
+    /// The name in metrics (default: the base URL's host and the position).
+    pub name: Option<String>,
+    /// The base URL.
+    pub base_url: String,
+    /// The environment variable holding this deployment's key. Not with `no_key`.
+    pub key_env: Option<String>,
+    /// The deployment takes no key. Not with `key_env`.
+    #[serde(default)]
+    pub no_key: bool,
+    /// Relative capacity (default 1, at least 1).
+    #[serde(default = "one")]
+    pub weight: u32,
+}
+
+fn one() -> u32 {
+    1
+}
 
 /// The provider a target speaks to, and what each kind takes:
 ///
@@ -70,7 +142,7 @@ impl ProviderName {
 
     /// The public API, where the kind has one without further fields (an Azure resource has its own host; a
     /// Vertex AI host is derived from the location).
-    pub(super) fn default_base_url(self) -> Option<&'static str> {
+    pub(crate) fn default_base_url(self) -> Option<&'static str> {
         match self {
             ProviderName::OpenAi | ProviderName::OpenAiResponses => {
                 Some("https://api.openai.com/v1")
@@ -147,7 +219,7 @@ impl CredentialField {
 
 /// Where a target's credential comes from, once the file's checks have passed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Credential<'a> {
+pub(crate) enum Credential<'a> {
     /// A static key (sent in the kind's key header).
     Key(KeySource<'a>),
     /// A bearer token in this environment variable, sent as it is.
@@ -190,7 +262,7 @@ impl TargetSection {
     }
 
     /// The target's own credential (a balanced target's are in its deployments).
-    pub(super) fn credential(&self) -> Credential<'_> {
+    pub(crate) fn credential(&self) -> Credential<'_> {
         if self.aws_env {
             Credential::AwsEnv
         } else if let Some(profile) = &self.aws_profile {
@@ -204,13 +276,13 @@ impl TargetSection {
         } else if let Some(path) = &self.key_file {
             Credential::Key(KeySource::File(path))
         } else {
-            Credential::Key(super::key_source(self.key_env.as_deref(), self.no_key))
+            Credential::Key(key_source(self.key_env.as_deref(), self.no_key))
         }
     }
 }
 
 /// The checks of one target's kind-specific fields and credential, made where the file is read.
-pub(super) fn check_target(target: &TargetSection) -> Result<(), String> {
+pub(crate) fn check_target(target: &TargetSection) -> Result<(), String> {
     let kind = target.provider;
     let only = |set: bool, field: &str, owner: ProviderName| {
         if set && kind != owner {
@@ -343,7 +415,7 @@ fn check_path_segment(value: &str, field: &str) -> Result<(), String> {
 }
 
 /// How the start-up summary names a credential: where it is read from, never what it is.
-pub(super) fn describe_credential(credential: Credential<'_>) -> String {
+pub(crate) fn describe_credential(credential: Credential<'_>) -> String {
     match credential {
         Credential::Key(KeySource::Env(variable)) => format!("key from {variable}"),
         Credential::Key(KeySource::File(path)) => format!("key from file {}", path.display()),
@@ -358,7 +430,7 @@ pub(super) fn describe_credential(credential: Credential<'_>) -> String {
 
 /// The URL the summary shows for a target: its configured or default base URL, the Vertex AI host derived from
 /// its location.
-pub(super) fn display_url(target: &TargetSection, base_url: Option<&str>) -> String {
+pub(crate) fn display_url(target: &TargetSection, base_url: Option<&str>) -> String {
     match (target.provider, base_url) {
         (ProviderName::Vertex, _) => vertex_base(target, base_url),
         (ProviderName::Bedrock, None) => format!(
@@ -371,7 +443,7 @@ pub(super) fn display_url(target: &TargetSection, base_url: Option<&str>) -> Str
 }
 
 /// `{host}/v1/projects/{project}/locations/{location}/publishers/google`; the host defaults to the location's.
-fn vertex_base(target: &TargetSection, host: Option<&str>) -> String {
+pub(crate) fn vertex_base(target: &TargetSection, host: Option<&str>) -> String {
     let project = target.project.as_deref().unwrap_or_default();
     let location = target.location.as_deref().unwrap_or_default();
     let host = match host {
@@ -382,147 +454,10 @@ fn vertex_base(target: &TargetSection, host: Option<&str>) -> String {
     format!("{host}/v1/projects/{project}/locations/{location}/publishers/google")
 }
 
-/// A bearer token read once from the environment at start (an Entra ID or Google access token an operator
-/// refreshes by restarting or reloading). Its `Debug` output never shows the token.
-struct StaticToken(Secret);
-
-impl fmt::Debug for StaticToken {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("StaticToken([redacted])")
+/// Where a target's or deployment's key comes from (the file's check made sure it says one of the two).
+pub(crate) fn key_source(key_env: Option<&str>, no_key: bool) -> KeySource<'_> {
+    match key_env {
+        Some(variable) if !no_key => KeySource::Env(variable),
+        _ => KeySource::None,
     }
-}
-
-impl TokenProvider for StaticToken {
-    fn fetch_token(&self) -> TokenFuture<'_> {
-        let token = AccessToken::new(self.0.expose(), None);
-        Box::pin(std::future::ready(Ok(token)))
-    }
-}
-
-/// One leaf: `name` (the target's or deployment's) and its URL name it in a refused credential's message.
-pub(super) fn leaf(
-    target: &TargetSection,
-    name: &str,
-    base_url: Option<&str>,
-    credential: Credential<'_>,
-    timeouts: Timeouts,
-) -> Result<Upstream, ChatError> {
-    let url = display_url(target, base_url);
-    let upstream = format!("`{name}` ({url})");
-    let (key, token) = match credential {
-        Credential::Key(source) => (source.read(&upstream)?, None),
-        Credential::TokenEnv(variable) => {
-            let token = KeySource::Env(variable)
-                .read(&upstream)?
-                .unwrap_or_default();
-            (None, Some(TokenSource::Static(token)))
-        }
-        Credential::ServiceAccountFile(path) => (None, Some(service_account(&upstream, path)?)),
-        Credential::ServiceAccountEnv(variable) => {
-            // The variable names the key file; its value is never printed (it may hold the key itself).
-            let account = ServiceAccount::from_env_var(variable)
-                .map_err(|e| refused(&upstream, &format!("credentials_env = \"{variable}\""), e))?;
-            (None, Some(TokenSource::ServiceAccount(account)))
-        }
-        // Bedrock signs with these itself (below).
-        Credential::AwsEnv | Credential::AwsProfile(_) => (None, None),
-    };
-    macro_rules! configured {
-        ($builder:expr) => {{
-            let mut builder = $builder.timeouts(timeouts).model(&target.model);
-            if let Some(key) = key {
-                builder = builder.api_key(key);
-            }
-            match token {
-                Some(TokenSource::Static(token)) => {
-                    builder = builder.token_provider(StaticToken(Secret::new(token)))
-                }
-                Some(TokenSource::ServiceAccount(account)) => {
-                    builder = builder.token_provider(account)
-                }
-                None => {}
-            }
-            builder.build()?
-        }};
-    }
-    let base = |kind: ProviderName| base_url.or(kind.default_base_url()).unwrap_or_default();
-    Ok(match target.provider {
-        ProviderName::OpenAi => Upstream::OpenAi(configured!(
-            OpenAiChat::builder().base_url(base(ProviderName::OpenAi))
-        )),
-        ProviderName::OpenAiResponses => Upstream::Responses(configured!(
-            ResponsesChat::builder().base_url(base(ProviderName::OpenAiResponses))
-        )),
-        ProviderName::Anthropic => Upstream::Anthropic(configured!(
-            AnthropicChat::builder().base_url(base(ProviderName::Anthropic))
-        )),
-        ProviderName::Azure => {
-            let mut builder = AzureOpenAiChat::builder().endpoint(base(ProviderName::Azure));
-            if let Some(deployment) = &target.azure_deployment {
-                builder = builder.deployment(deployment);
-            }
-            if let Some(version) = &target.api_version {
-                builder = builder.api_version(version);
-            }
-            Upstream::Azure(configured!(builder))
-        }
-        ProviderName::Gemini => Upstream::Gemini(configured!(
-            GeminiChat::builder().base_url(base(ProviderName::Gemini))
-        )),
-        ProviderName::Vertex => Upstream::Gemini(configured!(GeminiChat::builder()
-            .base_url(vertex_base(target, base_url))
-            .provider_name("vertex_ai"))),
-        ProviderName::Bedrock => {
-            let mut builder = BedrockChat::builder()
-                .base_url(url.as_str())
-                .region(target.region.as_deref().unwrap_or_default());
-            // Read now, so that credentials that cannot sign refuse the start instead of failing every call.
-            match credential {
-                Credential::AwsEnv => {
-                    let credentials = AwsCredentials::from_env()
-                        .map_err(|e| refused(&upstream, "aws_env = true", e))?;
-                    builder = builder.credentials(credentials)
-                }
-                Credential::AwsProfile(profile) => {
-                    let credentials = ProfileCredentials::named(profile).load().map_err(|e| {
-                        refused(&upstream, &format!("aws_profile = {profile:?}"), e)
-                    })?;
-                    builder = builder.credentials(credentials)
-                }
-                _ => {}
-            }
-            Upstream::Bedrock(configured!(builder))
-        }
-    })
-}
-
-/// A target's credential `key` (as the file spells it) that cannot be used: the table, the target, the key and
-/// what is wrong (the credential's own message, which never holds its value).
-fn refused(upstream: &str, key: &str, error: ChatError) -> ChatError {
-    ChatError::new(
-        ErrorKind::InvalidRequest,
-        format!(
-            "[upstreams] target {upstream}: `{key}`: {}",
-            error.message()
-        ),
-    )
-    .with_source(error)
-}
-
-/// A target's bearer tokens.
-enum TokenSource {
-    Static(String),
-    ServiceAccount(ServiceAccount),
-}
-
-fn service_account(upstream: &str, path: &Path) -> Result<TokenSource, ChatError> {
-    ServiceAccount::from_file(path)
-        .map(TokenSource::ServiceAccount)
-        .map_err(|error| {
-            ChatError::new(
-                ErrorKind::InvalidRequest,
-                format!("upstream {upstream}: {}", error.message()),
-            )
-            .with_source(error)
-        })
 }

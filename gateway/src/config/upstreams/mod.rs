@@ -1,0 +1,196 @@
+//! `[upstreams]`: the models clients may name, each served by ordered fallback targets, with the retry policy,
+//! the circuit breakers and the timeouts (built by `stack::upstreams`). Each target is checked where the file is
+//! read, so an error names the table's line.
+
+use std::collections::HashSet;
+
+use serde::{Deserialize, Deserializer};
+
+pub(crate) mod kinds;
+
+pub use kinds::{DeploymentSection, ProviderName, TargetSection};
+
+/// The `[upstreams]` table.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UpstreamsSection {
+    /// `[[upstreams.models]]`: the models clients may name. None: the single `--upstream`.
+    #[serde(default, deserialize_with = "models")]
+    pub models: Vec<ModelSection>,
+    /// `[upstreams.retry]`.
+    #[serde(default)]
+    pub retry: RetrySection,
+    /// `[upstreams.breaker]`: one breaker per target (per deployment when balanced).
+    #[serde(default)]
+    pub breaker: BreakerSection,
+    /// `[upstreams.timeouts]`: every leaf's deadlines.
+    #[serde(default)]
+    pub timeouts: TimeoutsSection,
+}
+
+/// One model clients may name.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelSection {
+    /// The name clients send as `model`.
+    pub name: String,
+    /// The targets, in fallback order.
+    #[serde(deserialize_with = "targets")]
+    pub targets: Vec<TargetSection>,
+    /// Keep each conversation on one deployment of a balanced target (default false).
+    #[serde(default)]
+    pub sticky: bool,
+}
+
+/// `[upstreams.retry]`.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RetrySection {
+    /// Calls per model call, the first included (1: no retries).
+    pub max_attempts: u32,
+    /// Backoff ceiling after the first failure, in milliseconds.
+    pub base_backoff_ms: u64,
+    /// The largest backoff ceiling, in milliseconds.
+    pub max_backoff_ms: u64,
+    /// The longest `Retry-After` waited for, in seconds.
+    pub retry_after_cap_secs: f64,
+    /// The whole call's deadline until its first content event, in seconds (none by default).
+    pub deadline_secs: Option<f64>,
+    /// Retries allowed as a percentage of calls (0–1000), over a 10 s window, shared by every request.
+    pub budget_percent: f32,
+    /// Retries always allowed per second, whatever the percentage.
+    pub budget_min_per_sec: u32,
+}
+
+impl Default for RetrySection {
+    fn default() -> Self {
+        RetrySection {
+            max_attempts: 3,
+            base_backoff_ms: 500,
+            max_backoff_ms: 30_000,
+            retry_after_cap_secs: 60.0,
+            deadline_secs: None,
+            budget_percent: 20.0,
+            budget_min_per_sec: 10,
+        }
+    }
+}
+
+/// `[upstreams.breaker]`.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct BreakerSection {
+    /// Failures in a row that open a target's circuit.
+    pub consecutive_failures: u32,
+    /// How long an open circuit refuses calls before a probe, in seconds.
+    pub open_for_secs: f64,
+    /// Also open at this share of failed calls (0–1) in the window.
+    pub failure_ratio: Option<f64>,
+    /// The fewest calls in the window before the ratio counts.
+    pub min_calls: u32,
+    /// The ratio's sliding window, in seconds.
+    pub window_secs: f64,
+}
+
+impl Default for BreakerSection {
+    fn default() -> Self {
+        BreakerSection {
+            consecutive_failures: 5,
+            open_for_secs: 30.0,
+            failure_ratio: None,
+            min_calls: 20,
+            window_secs: 60.0,
+        }
+    }
+}
+
+/// `[upstreams.timeouts]`, in seconds.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TimeoutsSection {
+    /// Connection setup (default 10).
+    pub connect_secs: Option<f64>,
+    /// Until the response headers (default `--upstream-timeout`).
+    pub first_byte_secs: Option<f64>,
+    /// Between two chunks (default `--upstream-timeout`).
+    pub idle_secs: Option<f64>,
+}
+
+/// Validation inside deserialization, so that the TOML parser reports the offending table's line.
+fn models<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Vec<ModelSection>, D::Error> {
+    let models = Vec::<ModelSection>::deserialize(deserializer)?;
+    let mut seen = HashSet::new();
+    for model in &models {
+        if model.name.trim().is_empty() {
+            return Err(serde::de::Error::custom(
+                "a model's `name` must not be empty",
+            ));
+        }
+        if !seen.insert(model.name.as_str()) {
+            return Err(serde::de::Error::custom(format!(
+                "the model `{}` is configured twice",
+                model.name
+            )));
+        }
+    }
+    Ok(models)
+}
+
+fn targets<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Vec<TargetSection>, D::Error> {
+    use serde::de::Error;
+    let targets = Vec::<TargetSection>::deserialize(deserializer)?;
+    if targets.is_empty() {
+        return Err(D::Error::custom("a model needs at least one target"));
+    }
+    let mut seen = HashSet::new();
+    for target in &targets {
+        let name = target.display_name();
+        if !seen.insert(name.clone()) {
+            return Err(D::Error::custom(format!(
+                "two targets are named `{name}`: give one a `name`"
+            )));
+        }
+        if !target.deployments.is_empty() && target.base_url.is_some() {
+            return Err(D::Error::custom(format!(
+                "target `{name}`: `base_url` and the credential go in each deployment when `deployments` is \
+                 given"
+            )));
+        }
+        let urls = target
+            .base_url
+            .iter()
+            .chain(target.deployments.iter().map(|d| &d.base_url));
+        for url in urls {
+            check_url(url).map_err(|e| D::Error::custom(format!("target `{name}`: {e}")))?;
+        }
+        kinds::check_target(target)
+            .map_err(|e| D::Error::custom(format!("target `{name}`: {e}")))?;
+        for (i, deployment) in target.deployments.iter().enumerate() {
+            check_key(deployment.key_env.as_deref(), deployment.no_key).map_err(|e| {
+                D::Error::custom(format!("target `{name}`, deployment {}: {e}", i + 1))
+            })?;
+        }
+    }
+    Ok(targets)
+}
+
+/// A target or deployment says where its key comes from: exactly one of `key_env` and `no_key = true`.
+fn check_key(key_env: Option<&str>, no_key: bool) -> Result<(), &'static str> {
+    match (key_env, no_key) {
+        (Some(_), false) | (None, true) => Ok(()),
+        (Some(_), true) => Err("`key_env` and `no_key = true` exclude each other"),
+        (None, false) => Err(
+            "name the environment variable holding its key (`key_env = \"VAR\"`), or say that it takes none \
+             (`no_key = true`)",
+        ),
+    }
+}
+
+fn check_url(url: &str) -> Result<(), String> {
+    match url.parse::<http::Uri>() {
+        Ok(uri) if matches!(uri.scheme_str(), Some("http" | "https")) && uri.host().is_some() => {
+            Ok(())
+        }
+        _ => Err(format!("`{url}` is not an http(s) URL")),
+    }
+}
