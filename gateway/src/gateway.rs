@@ -1,26 +1,25 @@
-//! The gateway assembled from its configuration: its state, keys and the chat endpoint. Routes and their
-//! middleware are in [`mod@crate::api::routes`], serving in [`mod@crate::edge::serve`]; the stack it calls is built in
-//! [`mod@crate::stack`], the stores it opens in [`mod@crate::stack::stores`], each request's turn handled in
-//! [`crate::turn`].
+//! [`Gateway`] and all its methods: assembled from its configuration, its router and serving. The routes and
+//! their middleware are in [`mod@crate::api::routes`], the accept loop in [`mod@crate::edge::serve`]; the stack
+//! it calls is built in [`mod@crate::stack`], the stores it opens in [`mod@crate::stack::stores`], each
+//! request's turn handled in [`crate::turn`].
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
-use axum::extract::State;
+use std::future::Future;
+
 use axum::response::Response;
-use axum::Extension;
-use http::HeaderMap;
-use tower_chat::CallerIdentity;
+use axum::Router;
+use http::Request;
+use tokio::net::TcpListener;
 use tower_chat_limits::LimitsLayer;
 use tower_chat_persistence::PersistenceLayer;
 
-use crate::edge::browser_guard::AllowedHosts;
+use crate::api::state::{AppState, Observability};
+use crate::edge::middleware::EdgeLimits;
 use crate::edge::auth::ApiKeys;
 use crate::config::Config;
-use crate::edge::in_flight::{self, BodyTimeout, ConnectionLimits, InFlight};
-use crate::error::ApiError;
+use crate::edge::in_flight::{self, ConnectionLimits, InFlight};
 use crate::stack::mcp::GatewayMcp;
 use crate::telemetry::metrics::PrometheusMetrics;
 use crate::operator::{Decisions, OperatorState};
@@ -28,36 +27,9 @@ use crate::turn::pending::PendingStore;
 use crate::stack::{stack, ChatStack, StackOptions, Upstream};
 use crate::stack::stores::{stores, Stores};
 use crate::stack::tools::SERVER_TOOLS;
-use crate::turn::{handle, Turns};
-use crate::telemetry::warning_throttle::WarnLimit;
+use crate::turn::Turns;
 use crate::GatewayError;
-use tower_chat_wire::format::{ParseContext, WireFormat};
-
-#[derive(Clone)]
-pub(crate) struct AppState {
-    /// What every turn needs ([`crate::turn`]).
-    pub(crate) turns: Turns,
-    pub(crate) keys: Option<Arc<ApiKeys>>,
-    pub(crate) in_flight: Arc<InFlight>,
-    /// Serve the operator console ([`crate::operator::console`]) when operators are configured.
-    pub(crate) console: bool,
-    /// `--allowed-hosts`, when given (else the default of [`AllowedHosts::default_for`]).
-    pub(crate) allowed_hosts: Option<AllowedHosts>,
-    /// The address the gateway listens on: `--listen`, then the listener's own once [`Gateway::serve`] has it.
-    pub(crate) listen: std::net::SocketAddr,
-}
-
-/// What `/metrics` and `/v1/models` read.
-#[derive(Clone, Default)]
-pub(crate) struct Observability {
-    pub(crate) metrics: PrometheusMetrics,
-    /// `--metrics-key-env`: the key `/metrics` requires.
-    pub(crate) metrics_key: Option<crate::telemetry::metrics::MetricsKey>,
-    /// `--metrics-listen`: `/metrics` is served on another listener, not the main one.
-    pub(crate) metrics_elsewhere: bool,
-    /// `[upstreams]`' models (read per request: a reload changes them).
-    pub(crate) router: Option<crate::stack::upstreams::ModelRouter>,
-}
+use tower_chat_wire::format::ParseContext;
 
 /// A configured gateway, ready to serve.
 pub struct Gateway {
@@ -256,6 +228,106 @@ impl Gateway {
     pub fn limits(&self) -> Option<&LimitsLayer> {
         self.limits.as_ref()
     }
+
+    /// The axum application: the routes, their checks and the access log. [`serve`](Self::serve) adds the rest
+    /// of the edge middleware around it ([`crate::edge::middleware`]: request ids, body limit and timeout).
+    pub fn router(&self) -> Router {
+        crate::api::routes::router(&self.state, &self.observability, self.limits.clone())
+    }
+
+    /// What [`serve`](Self::serve) answers with: [`router`](Self::router) inside the edge middleware
+    /// ([`crate::edge::middleware`]).
+    pub(crate) fn app<B>(
+        &self,
+        body_timeout: std::time::Duration,
+    ) -> impl tower::Service<
+        Request<B>,
+        Response = Response,
+        Error = std::convert::Infallible,
+        Future = impl std::future::Future<Output = Result<Response, std::convert::Infallible>>
+                     + Send
+                     + 'static,
+    > + Clone
+           + Send
+           + Sync
+           + 'static
+    where
+        B: http_body::Body<Data = bytes::Bytes> + Send + 'static,
+        B::Error: Into<axum::BoxError>,
+    {
+        crate::edge::middleware::around(
+            self.router(),
+            EdgeLimits {
+                body_limit: self
+                    .state
+                    .turns
+                    .limits
+                    .body_allowance(self.state.turns.body_limit),
+                body_timeout,
+            },
+        )
+    }
+
+    /// `GET /metrics` alone (with its key check, when `--metrics-key-env` is set): what `--metrics-listen`
+    /// serves. [`router`](Self::router) includes it unless `--metrics-listen` is set.
+    pub fn metrics_router(&self) -> Router {
+        crate::telemetry::metrics::metrics_route(
+            self.observability.metrics.clone(),
+            self.observability.metrics_key.clone(),
+        )
+    }
+
+    /// Serve on `listener` until `shutdown` resolves; then stop accepting, let in-flight requests finish for at
+    /// most the configured shutdown timeout, and return. Requests still in flight then end with a
+    /// `shutting_down` error in their client's format (a `503`, or a stream's error event), given up to a second
+    /// to be written.
+    pub async fn serve(
+        mut self,
+        listener: TcpListener,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> std::io::Result<()> {
+        // The port really bound (`--listen` may say 0): the default allowed hosts name it.
+        self.state.listen = listener.local_addr()?;
+        let (signalled_tx, signalled_rx) = tokio::sync::oneshot::channel::<()>();
+        let signal = async move {
+            shutdown.await;
+            tracing::info!("shutting down: no new connections, draining in-flight requests");
+            let _ = signalled_tx.send(());
+        };
+        let app = self.app(self.connections.body_timeout);
+        let server = crate::edge::serve::serve(listener, app, self.connections.clone(), signal);
+        tokio::pin!(server);
+        let drain = self.shutdown_timeout;
+        let deadline = async move {
+            if signalled_rx.await.is_err() {
+                std::future::pending::<()>().await;
+            }
+            tokio::time::sleep(drain).await;
+        };
+        tokio::select! {
+            () = &mut server => {},
+            () = deadline => {
+                tracing::warn!(?drain, "drain time over: ending the requests still in flight");
+                self.state.turns.drain_over.cancel();
+                if tokio::time::timeout(crate::edge::serve::FINAL_WORDS, &mut server).await.is_err() {
+                    tracing::warn!("dropping the connections still open");
+                }
+            }
+        }
+        drop(self.state);
+        if let Some(limits) = &self.limits {
+            // Settlements of the calls that just ended may still be on their way to the store.
+            limits.settled().await;
+        }
+        if let Some(persistence) = self.stores.as_ref().map(|s| &s.persistence) {
+            // Records of the calls that just ended may still sit in the writer's buffer.
+            match persistence.flush().await {
+                Ok(()) => tracing::info!("persistence flushed"),
+                Err(error) => tracing::error!(%error, "flushing persistence failed"),
+            }
+        }
+        Ok(())
+    }
 }
 
 /// `--operator-keys-file`, refused when a key is also a client key (an operator key must not chat, and a client
@@ -298,32 +370,3 @@ fn load_keys(config: &Config) -> Result<Option<Arc<ApiKeys>>, GatewayError> {
     }
 }
 
-/// One route per wire format; everything but parsing and encoding is shared.
-pub(crate) async fn endpoint<F: WireFormat>(
-    State(state): State<Arc<AppState>>,
-    caller: Option<Extension<CallerIdentity>>,
-    headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
-) -> Response {
-    if matches!(&body, Err(rejection) if BodyTimeout::caused(rejection)) {
-        return in_flight::body_timeout_response();
-    }
-    let drain_over = state.turns.drain_over.clone();
-    let handled = tokio::select! {
-        biased;
-        handled = handle::<F>(&state.turns, caller.map(|Extension(c)| c), headers, body) => handled,
-        () = drain_over.cancelled() => Err(ApiError::shutting_down()),
-    };
-    match handled {
-        Ok(response) => response,
-        Err(error) => {
-            if error.status.is_server_error() {
-                static FAILED: WarnLimit = WarnLimit::new(Duration::from_secs(1), 10);
-                if let Some(suppressed) = FAILED.admit(std::time::Instant::now()) {
-                    tracing::warn!(status = %error.status, message = %error.message, suppressed, "request failed");
-                }
-            }
-            F::error_response(error)
-        }
-    }
-}

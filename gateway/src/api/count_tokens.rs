@@ -13,7 +13,7 @@ use http::StatusCode;
 use tower_chat_wire::count_tokens::{counted_request, CountsTokens, TokenCount};
 use tower_chat_wire::router::read_body;
 
-use crate::gateway::AppState;
+use crate::api::state::AppState;
 
 /// The characters a token is estimated at, as the limits layer reserves by default.
 const CHARS_PER_TOKEN: u32 = 4;

@@ -14,153 +14,113 @@ use axum::routing::{get, post};
 use axum::{Extension, Router};
 use http::StatusCode;
 use tower_chat::CallerIdentity;
+use tower_chat_limits::LimitsLayer;
 use tower_http::compression::CompressionLayer;
 
-use crate::edge::middleware::EdgeLimits;
 use crate::edge::browser_guard::{AllowedHosts, ApiGuard};
 use crate::edge::in_flight::GuardedBody;
 use crate::error::{json_response, refusal, ApiError};
-use crate::gateway::{endpoint, AppState, Gateway};
+use crate::api::chat::endpoint;
+use crate::api::state::{AppState, Observability};
 use tower_chat_wire::{
     anthropic_messages::AnthropicMessages, chat_completions::ChatCompletions,
     count_tokens::CountsTokens, responses::Responses,
 };
-
-impl Gateway {
-    /// The axum application: the routes, their checks and the access log. [`serve`](Self::serve) adds the rest
-    /// of the edge middleware around it ([`crate::edge::middleware`]: request ids, body limit and timeout).
-    pub fn router(&self) -> Router {
-        // Shared, not cloned per request: axum clones the state for every extractor and middleware that asks
-        // for it, and a clone of the stack is a clone of every layer in it.
-        let state = Arc::new(self.state.clone());
-        let (limits, records) = (self.limits.clone(), self.state.turns.records.clone());
-        let usage = move |caller: Option<Extension<CallerIdentity>>| {
-            crate::stack::rate_limits::usage(limits, records, caller.map(|Extension(c)| c))
-        };
-        let mut api = Router::new()
-            .route("/v1/chat/completions", post(endpoint::<ChatCompletions>))
-            .route("/v1/messages", post(endpoint::<AnthropicMessages>))
-            .route("/v1/responses", post(endpoint::<Responses>))
-            .route_layer(middleware::from_fn_with_state(
-                state.clone(),
-                limit_in_flight,
-            ))
-            .merge(
-                crate::stack::upstreams::models_route(self.observability.router.clone())
-                    .layer(CompressionLayer::new()),
-            )
-            .route("/v1/usage", get(usage).layer(CompressionLayer::new()))
-            // Counting runs nothing: it takes no in-flight slot.
-            .route(
-                AnthropicMessages::COUNT_ROUTE,
-                post(crate::api::count_tokens::count::<AnthropicMessages>),
-            )
-            .route(
-                Responses::COUNT_ROUTE,
-                post(crate::api::count_tokens::count::<Responses>),
-            );
-        // Outside authentication: a rebound page or another site's request is refused whatever it carries.
-        let guard = Arc::new(ApiGuard::new(
-            self.state.allowed_hosts.clone().unwrap_or_else(|| {
-                AllowedHosts::default_for(self.state.listen, self.state.keys.is_some())
-            }),
-        ));
-        let mut operator = Router::new();
-        let mut console = Router::new();
-        if let Some(operators) = &self.state.turns.operators {
-            if self.state.console {
-                console =
-                    crate::operator::console::router(operators.clone(), self.state.turns.records.clone())
-                        .layer(CompressionLayer::new());
-            }
-            // The client's long-poll shares the client routes' authentication; decisions take operator keys.
-            api = api.route(
-                "/v1/approvals/{id}",
-                get(crate::operator::poll).with_state(operators.clone()),
-            );
-            operator = Router::new()
-                .route(
-                    "/v1/approvals",
-                    get(crate::operator::list).layer(CompressionLayer::new()),
-                )
-                .route("/v1/approvals/{id}/decision", post(crate::operator::decide))
-                .route_layer(middleware::from_fn_with_state(
-                    operators.clone(),
-                    crate::operator::authenticate_operator,
-                ))
-                .route_layer(middleware::from_fn_with_state(
-                    guard.clone(),
-                    crate::edge::browser_guard::guard,
-                ))
-                .with_state(operators.clone());
-        } else if self.state.console {
-            console = crate::operator::console::not_configured_router();
+/// The axum application: the routes, their checks and the access log. [`Gateway::serve`](crate::Gateway::serve) adds the rest
+/// of the edge middleware around it ([`crate::edge::middleware`]: request ids, body limit and timeout).
+pub(crate) fn router(
+    state: &AppState,
+    observability: &Observability,
+    limits: Option<LimitsLayer>,
+) -> Router {
+    // Shared, not cloned per request: axum clones the state for every extractor and middleware that asks
+    // for it, and a clone of the stack is a clone of every layer in it.
+    let state = Arc::new(state.clone());
+    let records = state.turns.records.clone();
+    let usage = move |caller: Option<Extension<CallerIdentity>>| {
+        crate::stack::rate_limits::usage(limits, records, caller.map(|Extension(c)| c))
+    };
+    let mut api = Router::new()
+        .route("/v1/chat/completions", post(endpoint::<ChatCompletions>))
+        .route("/v1/messages", post(endpoint::<AnthropicMessages>))
+        .route("/v1/responses", post(endpoint::<Responses>))
+        .route_layer(middleware::from_fn_with_state(
+            state.clone(),
+            limit_in_flight,
+        ))
+        .merge(
+            crate::stack::upstreams::models_route(observability.router.clone())
+                .layer(CompressionLayer::new()),
+        )
+        .route("/v1/usage", get(usage).layer(CompressionLayer::new()))
+        // Counting runs nothing: it takes no in-flight slot.
+        .route(
+            AnthropicMessages::COUNT_ROUTE,
+            post(crate::api::count_tokens::count::<AnthropicMessages>),
+        )
+        .route(
+            Responses::COUNT_ROUTE,
+            post(crate::api::count_tokens::count::<Responses>),
+        );
+    // Outside authentication: a rebound page or another site's request is refused whatever it carries.
+    let guard = Arc::new(ApiGuard::new(
+        state.allowed_hosts.clone().unwrap_or_else(|| {
+            AllowedHosts::default_for(state.listen, state.keys.is_some())
+        }),
+    ));
+    let mut operator = Router::new();
+    let mut console = Router::new();
+    if let Some(operators) = &state.turns.operators {
+        if state.console {
+            console =
+                crate::operator::console::router(operators.clone(), state.turns.records.clone())
+                    .layer(CompressionLayer::new());
         }
-        let api = api
-            .route_layer(middleware::from_fn_with_state(state.clone(), authenticate))
+        // The client's long-poll shares the client routes' authentication; decisions take operator keys.
+        api = api.route(
+            "/v1/approvals/{id}",
+            get(crate::operator::poll).with_state(operators.clone()),
+        );
+        operator = Router::new()
+            .route(
+                "/v1/approvals",
+                get(crate::operator::list).layer(CompressionLayer::new()),
+            )
+            .route("/v1/approvals/{id}/decision", post(crate::operator::decide))
             .route_layer(middleware::from_fn_with_state(
-                guard,
+                operators.clone(),
+                crate::operator::authenticate_operator,
+            ))
+            .route_layer(middleware::from_fn_with_state(
+                guard.clone(),
                 crate::edge::browser_guard::guard,
-            ));
-        let router = Router::new()
-            .merge(api)
-            .merge(operator)
-            .merge(console)
-            .route("/healthz", get(healthz))
-            .merge(if self.observability.metrics_elsewhere {
-                Router::new()
-            } else {
-                crate::telemetry::metrics::metrics_route(
-                    self.observability.metrics.clone(),
-                    self.observability.metrics_key.clone(),
-                )
-            })
-            .fallback(not_found)
-            .method_not_allowed_fallback(method_not_allowed);
-        crate::edge::middleware::per_route(router.with_state(state))
+            ))
+            .with_state(operators.clone());
+    } else if state.console {
+        console = crate::operator::console::not_configured_router();
     }
-
-    /// What [`serve`](Self::serve) answers with: [`router`](Self::router) inside the edge middleware
-    /// ([`crate::edge::middleware`]).
-    pub(crate) fn app<B>(
-        &self,
-        body_timeout: std::time::Duration,
-    ) -> impl tower::Service<
-        Request<B>,
-        Response = Response,
-        Error = std::convert::Infallible,
-        Future = impl std::future::Future<Output = Result<Response, std::convert::Infallible>>
-                     + Send
-                     + 'static,
-    > + Clone
-           + Send
-           + Sync
-           + 'static
-    where
-        B: http_body::Body<Data = bytes::Bytes> + Send + 'static,
-        B::Error: Into<axum::BoxError>,
-    {
-        crate::edge::middleware::around(
-            self.router(),
-            EdgeLimits {
-                body_limit: self
-                    .state
-                    .turns
-                    .limits
-                    .body_allowance(self.state.turns.body_limit),
-                body_timeout,
-            },
-        )
-    }
-
-    /// `GET /metrics` alone (with its key check, when `--metrics-key-env` is set): what `--metrics-listen`
-    /// serves. [`router`](Self::router) includes it unless `--metrics-listen` is set.
-    pub fn metrics_router(&self) -> Router {
-        crate::telemetry::metrics::metrics_route(
-            self.observability.metrics.clone(),
-            self.observability.metrics_key.clone(),
-        )
-    }
+    let api = api
+        .route_layer(middleware::from_fn_with_state(state.clone(), authenticate))
+        .route_layer(middleware::from_fn_with_state(
+            guard,
+            crate::edge::browser_guard::guard,
+        ));
+    let router = Router::new()
+        .merge(api)
+        .merge(operator)
+        .merge(console)
+        .route("/healthz", get(healthz))
+        .merge(if observability.metrics_elsewhere {
+            Router::new()
+        } else {
+            crate::telemetry::metrics::metrics_route(
+                observability.metrics.clone(),
+                observability.metrics_key.clone(),
+            )
+        })
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed);
+    crate::edge::middleware::per_route(router.with_state(state))
 }
 
 async fn method_not_allowed(request: Request) -> Response {

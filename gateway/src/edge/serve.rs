@@ -33,13 +33,12 @@ use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tower::{Service, ServiceExt};
 
 use crate::edge::in_flight::{ConnectionLimits, GuardedBody, PeerAddr};
-use crate::gateway::Gateway;
 use crate::telemetry::warning_throttle::WarnLimit;
 use crate::edge::connection_deadlines::{self, Activity, WatchedIo, HTTP2_PREFACE};
 
 /// How long the requests still in flight when the drain time is over get to write their `shutting_down` error
 /// (their connections close after it); a client that does not read it loses it.
-const FINAL_WORDS: Duration = Duration::from_secs(1);
+pub(crate) const FINAL_WORDS: Duration = Duration::from_secs(1);
 
 /// The body of the answer to a connection over `max_connections`, in both protocols.
 macro_rules! overloaded_json {
@@ -87,60 +86,6 @@ impl<A> App for A where
         + Send
         + 'static
 {
-}
-
-impl Gateway {
-    /// Serve on `listener` until `shutdown` resolves; then stop accepting, let in-flight requests finish for at
-    /// most the configured shutdown timeout, and return. Requests still in flight then end with a
-    /// `shutting_down` error in their client's format (a `503`, or a stream's error event), given up to a second
-    /// to be written.
-    pub async fn serve(
-        mut self,
-        listener: TcpListener,
-        shutdown: impl Future<Output = ()> + Send + 'static,
-    ) -> std::io::Result<()> {
-        // The port really bound (`--listen` may say 0): the default allowed hosts name it.
-        self.state.listen = listener.local_addr()?;
-        let (signalled_tx, signalled_rx) = tokio::sync::oneshot::channel::<()>();
-        let signal = async move {
-            shutdown.await;
-            tracing::info!("shutting down: no new connections, draining in-flight requests");
-            let _ = signalled_tx.send(());
-        };
-        let app = self.app(self.connections.body_timeout);
-        let server = serve(listener, app, self.connections.clone(), signal);
-        tokio::pin!(server);
-        let drain = self.shutdown_timeout;
-        let deadline = async move {
-            if signalled_rx.await.is_err() {
-                std::future::pending::<()>().await;
-            }
-            tokio::time::sleep(drain).await;
-        };
-        tokio::select! {
-            () = &mut server => {},
-            () = deadline => {
-                tracing::warn!(?drain, "drain time over: ending the requests still in flight");
-                self.state.turns.drain_over.cancel();
-                if tokio::time::timeout(FINAL_WORDS, &mut server).await.is_err() {
-                    tracing::warn!("dropping the connections still open");
-                }
-            }
-        }
-        drop(self.state);
-        if let Some(limits) = &self.limits {
-            // Settlements of the calls that just ended may still be on their way to the store.
-            limits.settled().await;
-        }
-        if let Some(persistence) = self.stores.as_ref().map(|s| &s.persistence) {
-            // Records of the calls that just ended may still sit in the writer's buffer.
-            match persistence.flush().await {
-                Ok(()) => tracing::info!("persistence flushed"),
-                Err(error) => tracing::error!(%error, "flushing persistence failed"),
-            }
-        }
-        Ok(())
-    }
 }
 
 /// Accept connections on `listener` and serve `app` on each until `shutdown` resolves; then stop accepting,
