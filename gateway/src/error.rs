@@ -10,7 +10,9 @@ use tower_chat_structured_output::StructuredError;
 
 pub(crate) use tower_chat_wire::error::json_response;
 pub use tower_chat_wire::error::{ApiError, DEFAULT_RETRY_AFTER, MAX_ERROR_MESSAGE};
-use tower_chat_wire::{anthropic_messages::AnthropicMessages, count_tokens::CountsTokens, format::WireFormat};
+use tower_chat_wire::{
+    anthropic_messages::AnthropicMessages, count_tokens::CountsTokens, format::WireFormat,
+};
 
 /// The request id header, as clients and load balancers name it.
 pub(crate) const X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");

@@ -4,8 +4,8 @@
 
 use tower_chat::ChatRequest;
 
-use crate::error::ApiError;
 use crate::api::request_size::RequestLimits;
+use crate::error::ApiError;
 use crate::ApprovalAnswer;
 use tower_chat_wire::anthropic_messages::AnthropicMessages;
 use tower_chat_wire::chat_completions::ChatCompletions;

@@ -16,17 +16,17 @@ use tower_chat_limits::LimitsLayer;
 use tower_chat_persistence::PersistenceLayer;
 
 use crate::api::state::{AppState, Observability};
-use crate::edge::middleware::EdgeLimits;
-use crate::edge::auth::ApiKeys;
 use crate::config::Config;
+use crate::edge::auth::ApiKeys;
 use crate::edge::in_flight::{self, ConnectionLimits, InFlight};
-use crate::stack::mcp::GatewayMcp;
-use crate::telemetry::metrics::PrometheusMetrics;
+use crate::edge::middleware::EdgeLimits;
 use crate::operator::{Decisions, OperatorState};
-use crate::turn::pending::PendingStore;
-use crate::stack::{stack, ChatStack, StackOptions, Upstream};
+use crate::stack::mcp::GatewayMcp;
 use crate::stack::stores::{stores, Stores};
 use crate::stack::tools::SERVER_TOOLS;
+use crate::stack::{stack, ChatStack, StackOptions, Upstream};
+use crate::telemetry::metrics::PrometheusMetrics;
+use crate::turn::pending::PendingStore;
 use crate::turn::Turns;
 use crate::GatewayError;
 use tower_chat_wire::format::ParseContext;
@@ -61,7 +61,8 @@ impl Gateway {
         let metrics_key = load_metrics_key(config)?;
         let metrics = PrometheusMetrics::new();
         // `[upstreams]` in the config file (models, fallbacks, retries, breakers), else the single --upstream.
-        let router = crate::stack::upstreams::build(config, &metrics).map_err(GatewayError::Chat)?;
+        let router =
+            crate::stack::upstreams::build(config, &metrics).map_err(GatewayError::Chat)?;
         let upstream = match router {
             Some(_) => None,
             None => Some(Upstream::from_config(config).map_err(GatewayError::Chat)?),
@@ -100,9 +101,9 @@ impl Gateway {
         .map_err(GatewayError::Chat)?;
         let mut gateway = Gateway::assemble(config, stack, keys, operators);
         gateway.observability.metrics_key = metrics_key;
-        gateway.reloader = models
-            .as_ref()
-            .map(|router| crate::stack::upstreams::Reloader::new(router.clone(), config, metrics.clone()));
+        gateway.reloader = models.as_ref().map(|router| {
+            crate::stack::upstreams::Reloader::new(router.clone(), config, metrics.clone())
+        });
         gateway.observability = Observability {
             metrics,
             router: models,
@@ -182,7 +183,9 @@ impl Gateway {
                         stores_responses: true,
                     },
                     limits: Arc::new(config.limits),
-                    media: Arc::new(crate::edge::in_flight::MediaInFlight::new(&config.connections)),
+                    media: Arc::new(crate::edge::in_flight::MediaInFlight::new(
+                        &config.connections,
+                    )),
                     mcp: None,
                     // `[cache.routes]` was checked when the stack's cache layer was built.
                     caching: config.file.cache.as_ref().map(|section| {
@@ -353,11 +356,15 @@ fn load_operator_keys(
 }
 
 /// `--metrics-key-env`: the key `/metrics` requires, read once at start.
-fn load_metrics_key(config: &Config) -> Result<Option<crate::telemetry::metrics::MetricsKey>, GatewayError> {
+fn load_metrics_key(
+    config: &Config,
+) -> Result<Option<crate::telemetry::metrics::MetricsKey>, GatewayError> {
     config
         .metrics_key_env
         .as_deref()
-        .map(|var| crate::telemetry::metrics::MetricsKey::from_env(var).map_err(GatewayError::Config))
+        .map(|var| {
+            crate::telemetry::metrics::MetricsKey::from_env(var).map_err(GatewayError::Config)
+        })
         .transpose()
 }
 
@@ -369,4 +376,3 @@ fn load_keys(config: &Config) -> Result<Option<Arc<ApiKeys>>, GatewayError> {
         None => Ok(None),
     }
 }
-

@@ -51,22 +51,23 @@ pub use api::request_size as request_limits;
 pub use config::{cli, file as config_file};
 pub use edge::{browser_guard as api_guard, client_addr, in_flight as connection};
 pub use stack::{
-    cache, demo, guardrail, mcp, rate_limits as limits, stores, structured, tools, upstream_key, upstreams,
+    cache, demo, guardrail, mcp, rate_limits as limits, stores, structured, tools, upstream_key,
+    upstreams,
 };
 pub use telemetry::metrics;
 
 use std::process::ExitCode;
 
-pub use edge::auth::ApiKeys;
 pub use config::{CliError, Command, Config, Provider};
+pub use edge::auth::ApiKeys;
 pub use error::{ApiError, DEFAULT_RETRY_AFTER, MAX_ERROR_MESSAGE};
-pub use telemetry::metrics::PrometheusMetrics;
-pub use turn::pending::PendingStore;
 pub use gateway::Gateway;
-pub use startup_error::GatewayError;
-pub use stack::{stack, ChatStack, StackOptions, Upstream};
 pub use stack::stores::{stores, Stores};
+pub use stack::{stack, ChatStack, StackOptions, Upstream};
+pub use startup_error::GatewayError;
+pub use telemetry::metrics::PrometheusMetrics;
 pub use tower_chat_wire::{ApprovalAnswer, ApprovalNotice};
+pub use turn::pending::PendingStore;
 
 /// Build and serve the gateway `config` describes until SIGTERM or Ctrl-C.
 pub async fn run(config: Config) -> Result<(), GatewayError> {

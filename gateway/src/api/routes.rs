@@ -17,11 +17,11 @@ use tower_chat::CallerIdentity;
 use tower_chat_limits::LimitsLayer;
 use tower_http::compression::CompressionLayer;
 
+use crate::api::chat::endpoint;
+use crate::api::state::{AppState, Observability};
 use crate::edge::browser_guard::{AllowedHosts, ApiGuard};
 use crate::edge::in_flight::GuardedBody;
 use crate::error::{json_response, refusal, ApiError};
-use crate::api::chat::endpoint;
-use crate::api::state::{AppState, Observability};
 use tower_chat_wire::{
     anthropic_messages::AnthropicMessages, chat_completions::ChatCompletions,
     count_tokens::CountsTokens, responses::Responses,
@@ -63,11 +63,9 @@ pub(crate) fn router(
             post(crate::api::count_tokens::count::<Responses>),
         );
     // Outside authentication: a rebound page or another site's request is refused whatever it carries.
-    let guard = Arc::new(ApiGuard::new(
-        state.allowed_hosts.clone().unwrap_or_else(|| {
-            AllowedHosts::default_for(state.listen, state.keys.is_some())
-        }),
-    ));
+    let guard = Arc::new(ApiGuard::new(state.allowed_hosts.clone().unwrap_or_else(
+        || AllowedHosts::default_for(state.listen, state.keys.is_some()),
+    )));
     let mut operator = Router::new();
     let mut console = Router::new();
     if let Some(operators) = &state.turns.operators {

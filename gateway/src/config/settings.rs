@@ -7,13 +7,13 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::edge::browser_guard::AllowedHosts;
-use crate::config::cli::Flags;
-use crate::edge::client_addr::TrustedProxies;
-use crate::config::file::{ConfigFile, ConfigFileError};
-use crate::edge::in_flight::ConnectionLimits;
-use crate::api::request_size::{RequestLimits, SettingNames};
 use super::provider::Provider;
+use crate::api::request_size::{RequestLimits, SettingNames};
+use crate::config::cli::Flags;
+use crate::config::file::{ConfigFile, ConfigFileError};
+use crate::edge::browser_guard::AllowedHosts;
+use crate::edge::client_addr::TrustedProxies;
+use crate::edge::in_flight::ConnectionLimits;
 
 /// Everything the gateway is configured with. Build one with [`Config::parse`] (the command line) or by hand
 /// ([`Config::new`] gives the command line's defaults).
@@ -218,8 +218,9 @@ impl Config {
         let provider_given = flags.provider.is_some();
         let mut config = Config::new("");
         let defaults = config.clone();
-        let count =
-            |value: Option<crate::config::cli::Count>, default: usize| value.map_or(default, |n| n.get());
+        let count = |value: Option<crate::config::cli::Count>, default: usize| {
+            value.map_or(default, |n| n.get())
+        };
         let seconds = |value: Option<crate::config::cli::Seconds>, default: Duration| {
             value.map_or(default, |s| s.get())
         };
@@ -279,8 +280,7 @@ impl Config {
         );
         connections.max_media_in_flight =
             count(flags.max_media_in_flight, connections.max_media_in_flight);
-        config.record_content =
-            flags.record_content || content_capture_from_env();
+        config.record_content = flags.record_content || content_capture_from_env();
         config.metrics_listen = flags.metrics_listen;
         config.metrics_key_env = flags.metrics_key_env;
         if config.no_upstream_key && config.upstream_key_env.is_some() {
@@ -618,7 +618,10 @@ mod tests {
             crate::stack::upstream_key::KeySource::Env("OPENAI_API_KEY")
         );
         let keyless = run(&["--no-upstream-key"]).unwrap();
-        assert_eq!(keyless.key_source(), crate::stack::upstream_key::KeySource::None);
+        assert_eq!(
+            keyless.key_source(),
+            crate::stack::upstream_key::KeySource::None
+        );
         assert_eq!(
             run(&["--no-upstream-key", "--upstream-key-env", "K"]).unwrap_err(),
             CliError::Conflict("--no-upstream-key", "--upstream-key-env")

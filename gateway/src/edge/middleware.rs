@@ -147,7 +147,9 @@ where
         .layer(PropagateRequestIdLayer::new(X_REQUEST_ID))
         .layer(DefaultBodyLimit::max(limits.body_limit))
         // One deadline over the whole body ([`crate::edge::body_deadline`]: tower-http's restarts at every frame).
-        .map_request(move |request| crate::edge::body_deadline::with_deadline(request, body_timeout))
+        .map_request(move |request| {
+            crate::edge::body_deadline::with_deadline(request, body_timeout)
+        })
         .layer(axum::middleware::from_fn(one_host))
         .service(app)
 }

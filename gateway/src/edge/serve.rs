@@ -32,9 +32,9 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tower::{Service, ServiceExt};
 
+use crate::edge::connection_deadlines::{self, Activity, WatchedIo, HTTP2_PREFACE};
 use crate::edge::in_flight::{ConnectionLimits, GuardedBody, PeerAddr};
 use crate::telemetry::warning_throttle::WarnLimit;
-use crate::edge::connection_deadlines::{self, Activity, WatchedIo, HTTP2_PREFACE};
 
 /// How long the requests still in flight when the drain time is over get to write their `shutting_down` error
 /// (their connections close after it); a client that does not read it loses it.

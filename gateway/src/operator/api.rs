@@ -13,8 +13,8 @@ use serde_json::json;
 use tower_chat::CallerIdentity;
 use tower_chat_approval::{DecideOutcome, PendingCursor, PendingDecision};
 
-use crate::error::{json_response, ApiError};
 use crate::api::extract::{ApiJson, ApiQuery, Expected};
+use crate::error::{json_response, ApiError};
 
 use super::decisions::*;
 use super::listing::*;

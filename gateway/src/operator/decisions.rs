@@ -16,7 +16,6 @@ use tower_chat_approval::{PendingApproval, PendingDecision};
 use crate::error::ApiError;
 use tower_chat_wire::format::ApprovalAnswer;
 
-
 /// The prefix of an operator's approver identity (`operator:NAME`). Client identities cannot carry it: key
 /// names have no `:`.
 pub const OPERATOR_PREFIX: &str = "operator:";
@@ -286,7 +285,10 @@ pub(crate) async fn authenticate_operator(
 ///
 /// With a store, the store alone says: a turn this process paused may have been resumed through another
 /// process since, which took the approval from the store but could not clear this process's memory.
-pub(super) async fn pending_caller(state: &OperatorState, id: &str) -> Option<Option<CallerIdentity>> {
+pub(super) async fn pending_caller(
+    state: &OperatorState,
+    id: &str,
+) -> Option<Option<CallerIdentity>> {
     if state.approval_store.is_some() {
         return stored_pending(state, id).await.map(|p| p.caller);
     }

@@ -39,6 +39,6 @@ mod listing;
 pub(crate) mod login_throttle;
 
 pub(crate) use api::*;
-pub use decisions::{MAX_WAIT, OPERATOR_PREFIX};
 pub(crate) use decisions::*;
+pub use decisions::{MAX_WAIT, OPERATOR_PREFIX};
 pub(crate) use listing::*;

@@ -35,9 +35,9 @@ use tower_chat_cache::{
     CacheControl, CacheLayer, CacheOutcome, CacheScope, CacheTtl, MemoryCacheStore, RedisCacheStore,
 };
 
+pub use crate::config::cache::{CacheScopeName, CacheSection, CacheStoreKind};
 use crate::GatewayError;
 use tower_chat_wire::format::InboundRoute;
-pub use crate::config::cache::{CacheScopeName, CacheSection, CacheStoreKind};
 
 /// The default bound of the memory store.
 const DEFAULT_MAX_BYTES: u64 = 64 << 20;

@@ -29,10 +29,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+pub use crate::config::mcp::McpServerEntry;
 use tower::ServiceBuilder;
 use tower_chat::{CallerIdentity, ChatRequest};
 use tower_chat_mcp::{Approval, McpAllowList, McpLayer, McpServerConfig, McpTools, ServerPolicy};
-pub use crate::config::mcp::McpServerEntry;
 
 impl McpServerEntry {
     /// The server configuration this entry describes, or why it cannot be used.

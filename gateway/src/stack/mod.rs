@@ -54,8 +54,8 @@ use tower_chat_tracing::TracingLayer;
 
 use crate::config::{Config, Provider};
 use crate::stack::mcp::GatewayMcp;
-use crate::telemetry::metrics::PrometheusMetrics;
 use crate::stack::tools::{server_tools, server_tools_in, Sandbox};
+use crate::telemetry::metrics::PrometheusMetrics;
 
 /// The chat stack behind the endpoint, type-erased.
 pub type ChatStack = BoxCloneSyncService<ChatRequest, ChatStream, ChatError>;

@@ -40,9 +40,9 @@ use tower_chat_limits::{
 };
 use tower_chat_persistence::{SpendQuery, Store};
 
+pub use crate::config::limits::{LimitsEntry, LimitsSection, OnStoreError, PriceEntry, StoreKind};
 use crate::error::json_response;
 use crate::GatewayError;
-pub use crate::config::limits::{LimitsEntry, LimitsSection, OnStoreError, PriceEntry, StoreKind};
 
 impl LimitsEntry {
     /// The layer's limits.

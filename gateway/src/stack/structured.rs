@@ -45,9 +45,9 @@ use tower::Service;
 use tower_chat::{ChatError, ChatEvent, ChatRequest, ChatStream, ResponseFormat};
 use tower_chat_structured_output::{StructuredOutput, StructuredOutputLayer};
 
+pub use crate::config::structured::{StructuredModel, StructuredSection};
 use crate::GatewayError;
 use tower_chat_wire::format::InboundRoute;
-pub use crate::config::structured::{StructuredModel, StructuredSection};
 
 /// What the layer does with one model's JSON answers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -253,7 +253,8 @@ mod tests {
         let readme = include_str!("../../README.md");
         let start = readme.find("[structured]\nvalidate").unwrap();
         let end = start + readme[start..].find("```").unwrap();
-        let file = crate::config::file::ConfigFile::parse(&readme[start..end], "README.md").unwrap();
+        let file =
+            crate::config::file::ConfigFile::parse(&readme[start..end], "README.md").unwrap();
         let section = file.structured.unwrap();
         assert_eq!(
             section.policy("gpt-4o"),

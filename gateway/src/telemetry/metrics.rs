@@ -634,7 +634,9 @@ impl MetricsKey {
                 v.strip_prefix("Bearer ")
                     .or_else(|| v.strip_prefix("bearer "))
             });
-        token.is_some_and(|token| bool::from(crate::edge::auth::digest(token.trim()).ct_eq(&self.digest)))
+        token.is_some_and(|token| {
+            bool::from(crate::edge::auth::digest(token.trim()).ct_eq(&self.digest))
+        })
     }
 }
 

@@ -22,13 +22,13 @@ use tower_chat::{
 use tower_chat_approval::ApprovalStore;
 use tower_chat_persistence::Store;
 
-use crate::error::ApiError;
-use crate::stack::mcp::GatewayMcp;
-use crate::operator::OperatorState;
-use crate::turn::pending::{PendingStore, Resumption};
 use crate::api::request_size::RequestLimits;
-use crate::stack::ChatStack;
+use crate::error::ApiError;
+use crate::operator::OperatorState;
+use crate::stack::mcp::GatewayMcp;
 use crate::stack::tools::SERVER_TOOLS;
+use crate::stack::ChatStack;
+use crate::turn::pending::{PendingStore, Resumption};
 use tower_chat_wire::format::{self, ApprovalNotice, ParseContext, WireFormat};
 use tower_chat_wire::respond::{Turn, TurnKeeper};
 use tower_chat_wire::router::{answer, check_inbound, client_tools, read_body};
@@ -349,10 +349,8 @@ pub(crate) async fn handle<F: WireFormat>(
     }
     // Held until the answer's last byte: a stream keeps its request's media alive (the call record, a tool
     // loop's later rounds) as long as it runs.
-    Ok(
-        response
-            .map(|body| axum::body::Body::new(crate::edge::in_flight::GuardedBody::new(body, media))),
-    )
+    Ok(response
+        .map(|body| axum::body::Body::new(crate::edge::in_flight::GuardedBody::new(body, media))))
 }
 
 /// The request's `x-request-id` (the client's, or the one the edge generated), for the records of the turn's

@@ -19,10 +19,10 @@ use tower_chat_persistence::{
     CallLogCursor, CallLogEntry, CallLogPosition, CallLogQuery, CallStatus,
 };
 
-use super::format::{dollars, millis, url_encode, utc};
-use super::session::Session;
 use super::extract::PageQuery;
+use super::format::{dollars, millis, url_encode, utc};
 use super::layout::{error_page, html_response, layout, Nav};
+use super::session::Session;
 use super::state::ConsoleState;
 
 /// Calls per page.

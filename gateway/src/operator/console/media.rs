@@ -21,8 +21,8 @@ use tower_chat_persistence::CallId;
 
 use maud::{html, Markup};
 
-use super::format::url_encode;
 use super::extract::PageQuery;
+use super::format::url_encode;
 use super::layout::error_page;
 use super::state::ConsoleState;
 

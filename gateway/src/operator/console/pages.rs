@@ -1,6 +1,5 @@
 //! The approvals inbox and the conversations list; a conversation's timeline is [`super::timeline`].
 
-
 use axum::extract::{Path, State};
 use axum::response::{IntoResponse, Response};
 use axum::Extension;
@@ -12,10 +11,10 @@ use tower_chat::ToolArguments;
 use tower_chat_persistence::ConversationQuery;
 
 use super::card::{self, conversation_link, now};
-use super::format::{dollars, span, url_encode, utc};
-use super::session::Session;
 use super::extract::{PageForm, PageQuery};
+use super::format::{dollars, span, url_encode, utc};
 use super::layout::{check_csrf, error_page, html_response, layout, see_other, Nav};
+use super::session::Session;
 use super::state::ConsoleState;
 use crate::operator::{self, Listed, Operator};
 

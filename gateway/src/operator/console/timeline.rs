@@ -18,12 +18,12 @@ use tower_chat::{ConversationId, Cost, GuardrailVerdict, Message};
 use tower_chat_persistence::CallRecord;
 
 use super::card;
+use super::extract::PageQuery;
 use super::format::{count, dollars, finish_label, millis, utc};
+use super::layout::{error_page, html_response, layout, Nav};
 use super::media::{content_parts, MessageAt};
 use super::pages::arguments_text;
 use super::session::Session;
-use super::extract::PageQuery;
-use super::layout::{error_page, html_response, layout, Nav};
 use super::state::ConsoleState;
 use crate::operator::{self, Listed};
 

@@ -15,12 +15,12 @@ use tower_chat_persistence::{Store, StoreError, UsageAggregate, UsageQuery};
 use maud::{html, Markup};
 
 use super::chart::{chart, clip_bound, Chart, Series, TimeAxis, Unit};
-use super::format::{count, utc};
-use super::session::Session;
-use super::usage_breakdown::{caller_name, model_name, table, SavingsBy};
 use super::extract::PageQuery;
+use super::format::{count, utc};
 use super::layout::{error_page, html_response, layout, Nav};
+use super::session::Session;
 use super::state::ConsoleState;
+use super::usage_breakdown::{caller_name, model_name, table, SavingsBy};
 
 /// The usage page's query: the time `range` and what the series are `by` (`model` or `caller`).
 #[derive(Debug, Default, serde::Deserialize)]

@@ -67,11 +67,11 @@ use tower_chat_guardrail::{Check, GuardrailLayer, Moderation};
 use crate::GatewayError;
 use tower_chat_wire::format::InboundRoute;
 
-pub use select::{Guardrails, GuardrailsLayer, Policies};
-use select::Selector;
 pub use crate::config::guardrail::{
     ActionName, CheckEntry, CheckKind, GuardrailSection, PolicyEntry, StageName,
 };
+use select::Selector;
+pub use select::{Guardrails, GuardrailsLayer, Policies};
 
 impl From<StageName> for GuardrailStage {
     fn from(stage: StageName) -> Self {

@@ -91,11 +91,11 @@ use tower_chat_resilience::{
 
 mod leaf;
 
-pub use crate::config::upstreams::{
-    BreakerSection, DeploymentSection, ModelSection, ProviderName, RetrySection, TargetSection, TimeoutsSection,
-    UpstreamsSection,
-};
 use crate::config::upstreams::kinds::{describe_credential, display_url, key_source, Credential};
+pub use crate::config::upstreams::{
+    BreakerSection, DeploymentSection, ModelSection, ProviderName, RetrySection, TargetSection,
+    TimeoutsSection, UpstreamsSection,
+};
 
 use crate::config::Config;
 use crate::telemetry::metrics::PrometheusMetrics;
