@@ -1,4 +1,4 @@
-//! The client address the failed-login limit (the `login_limit` module) counts by: the TCP peer's, or — behind
+//! The client address the failed-login limit (`operator::login_throttle`) counts by: the TCP peer's, or — behind
 //! a reverse proxy named with `--trusted-proxies` — the address the proxy reports in `--trusted-proxy-header`.
 //!
 //! The header is read only when the TCP peer is one of the trusted proxies: a client that connects directly and

@@ -18,7 +18,7 @@
 //! resumes the turn with the operator as the approver (`ApproverIdentity("operator:NAME")`), so the approval
 //! layer's audit log names the operator. A resend before every id is decided gets `409 approval_pending`.
 //!
-//! Failed operator-key checks share the console's failed-login limit (`login_limit.rs`), counted by the key
+//! Failed operator-key checks share the console's failed-login limit (`login_throttle.rs`), counted by the key
 //! presented and the client address (behind a reverse proxy, the one `--trusted-proxy-header` reports): over
 //! it, `429 too_many_failed_logins` with `Retry-After`, before the key is looked at. A request without a key,
 //! or with a client key, is answered 401 without counting.
