@@ -274,7 +274,7 @@ impl Gateway {
     /// `GET /metrics` alone (with its key check, when `--metrics-key-env` is set): what `--metrics-listen`
     /// serves. [`router`](Self::router) includes it unless `--metrics-listen` is set.
     pub fn metrics_router(&self) -> Router {
-        crate::telemetry::metrics::metrics_route(
+        crate::api::metrics::metrics_route(
             self.observability.metrics.clone(),
             self.observability.metrics_key.clone(),
         )

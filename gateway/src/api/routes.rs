@@ -38,7 +38,7 @@ pub(crate) fn router(
     let state = Arc::new(state.clone());
     let records = state.turns.records.clone();
     let usage = move |caller: Option<Extension<CallerIdentity>>| {
-        crate::stack::rate_limits::usage(limits, records, caller.map(|Extension(c)| c))
+        crate::api::usage::usage(limits, records, caller.map(|Extension(c)| c))
     };
     let mut api = Router::new()
         .route("/v1/chat/completions", post(endpoint::<ChatCompletions>))
@@ -49,7 +49,7 @@ pub(crate) fn router(
             limit_in_flight,
         ))
         .merge(
-            crate::stack::upstreams::models_route(observability.router.clone())
+            crate::api::models::models_route(observability.router.clone())
                 .layer(CompressionLayer::new()),
         )
         .route("/v1/usage", get(usage).layer(CompressionLayer::new()))
@@ -111,7 +111,7 @@ pub(crate) fn router(
         .merge(if observability.metrics_elsewhere {
             Router::new()
         } else {
-            crate::telemetry::metrics::metrics_route(
+            crate::api::metrics::metrics_route(
                 observability.metrics.clone(),
                 observability.metrics_key.clone(),
             )

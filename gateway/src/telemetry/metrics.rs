@@ -39,7 +39,6 @@
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use axum::response::IntoResponse;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{
     DescriptorEncoder, EncodeLabelSet, EncodeLabelValue, EncodeMetric, LabelValueEncoder,
@@ -67,9 +66,6 @@ const OTHER: &str = "other";
 const BUCKETS: [f64; 14] = [
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0,
 ];
-
-/// The `Content-Type` of a scrape.
-const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 /// A label value, escaped as the text format wants it when encoded (`prometheus-client` writes label values
 /// as given). Shared by every series that carries it.
@@ -625,7 +621,7 @@ impl MetricsKey {
         }
     }
 
-    fn admits(&self, headers: &http::HeaderMap) -> bool {
+    pub(crate) fn admits(&self, headers: &http::HeaderMap) -> bool {
         use subtle::ConstantTimeEq;
         let token = headers
             .get(http::header::AUTHORIZATION)
@@ -638,43 +634,6 @@ impl MetricsKey {
             bool::from(crate::edge::auth::digest(token.trim()).ct_eq(&self.digest))
         })
     }
-}
-
-/// `GET /metrics`, open, or for callers presenting `key`.
-pub(crate) fn metrics_route<S: Clone + Send + Sync + 'static>(
-    metrics: PrometheusMetrics,
-    key: Option<MetricsKey>,
-) -> axum::Router<S> {
-    axum::Router::new().route(
-        "/metrics",
-        axum::routing::get(move |headers: http::HeaderMap| {
-            let admitted = key.as_ref().is_none_or(|key| key.admits(&headers));
-            let body = admitted.then(|| metrics.render());
-            async move {
-                match body {
-                    Some(body) => (
-                        [(
-                            http::header::CONTENT_TYPE,
-                            OPENMETRICS,
-                        )],
-                        body,
-                    )
-                        .into_response(),
-                    None => {
-                        let mut response = crate::error::ApiError::unauthorized(
-                            "/metrics needs `Authorization: Bearer <key>` with the key of --metrics-key-env",
-                        )
-                        .into_response();
-                        response.headers_mut().insert(
-                            http::header::WWW_AUTHENTICATE,
-                            http::HeaderValue::from_static("Bearer"),
-                        );
-                        response
-                    }
-                }
-            }
-        }),
-    )
 }
 
 #[cfg(test)]
