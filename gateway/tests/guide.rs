@@ -99,10 +99,9 @@ fn every_toml_block_is_a_configuration_the_gateway_loads() {
                 continue;
             }
             checked += 1;
-            let origin = format!("{} (the block at line {})", shown(&path), block.line);
-            if let Err(error) = ConfigFile::parse(&block.text, &origin) {
+            if let Err(error) = ConfigFile::parse(&block.text, &shown(&path)) {
                 let line = error.line().map_or(block.line, |l| block.line + l);
-                failures.push(format!("{}:{line}: {error}", shown(&path)));
+                failures.push(format!("{}:{line}: {}", shown(&path), error.message()));
             }
         }
     }
@@ -224,5 +223,8 @@ fn every_guide_page_is_in_the_summary() {
         .map(|p| p.strip_prefix(&src).unwrap().display().to_string())
         .filter(|page| !listed.contains(page))
         .collect();
-    assert!(missing.is_empty(), "pages not in docs/src/SUMMARY.md: {missing:?}");
+    assert!(
+        missing.is_empty(),
+        "pages not in docs/src/SUMMARY.md: {missing:?}"
+    );
 }
