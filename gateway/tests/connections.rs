@@ -113,26 +113,27 @@ async fn holder_process() {
 }
 
 struct Holder {
-    child: std::process::Child,
+    child: tower_chat_testkit::ProcessGroup,
     lines: std::io::Lines<BufReader<std::process::ChildStdout>>,
 }
 
 impl Holder {
     /// Start the child and wait until its sockets are open.
     fn start(addr: std::net::SocketAddr, count: usize) -> Holder {
-        let mut child = Command::new(std::env::current_exe().unwrap())
-            .args([
-                "--exact",
-                "holder_process",
-                "--ignored",
-                "--nocapture",
-                "--quiet",
-            ])
-            .env("HOLDER_ADDR", addr.to_string())
-            .env("HOLDER_COUNT", count.to_string())
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
+        let mut child = tower_chat_testkit::ProcessGroup::spawn(
+            Command::new(std::env::current_exe().unwrap())
+                .args([
+                    "--exact",
+                    "holder_process",
+                    "--ignored",
+                    "--nocapture",
+                    "--quiet",
+                ])
+                .env("HOLDER_ADDR", addr.to_string())
+                .env("HOLDER_COUNT", count.to_string())
+                .stdout(Stdio::piped()),
+        )
+        .unwrap();
         let stdout = child.stdout.take();
         let mut holder = Holder {
             child,

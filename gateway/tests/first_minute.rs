@@ -6,13 +6,13 @@
 mod common;
 
 use std::io::BufRead as _;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
 /// The gateway program, started with `args`, its log lines (stdout, a pipe) read on a thread.
 struct Program {
-    child: Child,
+    child: tower_chat_testkit::ProcessGroup,
     lines: mpsc::Receiver<String>,
     seen: Vec<String>,
 }
@@ -24,17 +24,18 @@ impl Program {
 
     /// [`Program::start`] with these environment variables set.
     fn start_with(args: &[&std::ffi::OsStr], env: &[(&str, &std::ffi::OsStr)]) -> Self {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_tower-chat-gateway"))
-            .args(args)
-            .envs(env.iter().copied())
-            .env("RUST_LOG", "info")
-            // Colours must be off because stdout is a pipe, not because the environment asks.
-            .env_remove("NO_COLOR")
-            .env_remove("OPENAI_API_KEY")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start the gateway program");
+        let mut child = tower_chat_testkit::ProcessGroup::spawn(
+            Command::new(env!("CARGO_BIN_EXE_tower-chat-gateway"))
+                .args(args)
+                .envs(env.iter().copied())
+                .env("RUST_LOG", "info")
+                // Colours must be off because stdout is a pipe, not because the environment asks.
+                .env_remove("NO_COLOR")
+                .env_remove("OPENAI_API_KEY")
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped()),
+        )
+        .expect("start the gateway program");
         let stdout = child.stdout.take().unwrap();
         let (send, lines) = mpsc::channel();
         std::thread::spawn(move || {
@@ -191,11 +192,12 @@ async fn a_demo_gateway_answers_the_official_clients_with_no_key() {
 
 /// Run the program to its end; its exit code and stderr.
 fn refused(args: &[&std::ffi::OsStr]) -> (Option<i32>, String) {
-    let output = Command::new(env!("CARGO_BIN_EXE_tower-chat-gateway"))
-        .args(args)
-        .env_remove("OPENAI_API_KEY")
-        .output()
-        .expect("run the gateway program");
+    let output = tower_chat_testkit::ProcessGroup::output(
+        Command::new(env!("CARGO_BIN_EXE_tower-chat-gateway"))
+            .args(args)
+            .env_remove("OPENAI_API_KEY"),
+    )
+    .expect("run the gateway program");
     (
         output.status.code(),
         String::from_utf8_lossy(&output.stderr).into_owned(),
@@ -315,12 +317,13 @@ fn the_file_gives_an_option_its_variable_overrides_it_and_a_flag_overrides_both(
     );
     // A switch's variable says `false` over the file's `true`: without --demo there is no upstream key.
     let (code, stderr) = {
-        let output = Command::new(env!("CARGO_BIN_EXE_tower-chat-gateway"))
-            .args(args)
-            .env("TOWER_CHAT_DEMO", "false")
-            .env_remove("OPENAI_API_KEY")
-            .output()
-            .expect("run the gateway program");
+        let output = tower_chat_testkit::ProcessGroup::output(
+            Command::new(env!("CARGO_BIN_EXE_tower-chat-gateway"))
+                .args(args)
+                .env("TOWER_CHAT_DEMO", "false")
+                .env_remove("OPENAI_API_KEY"),
+        )
+        .expect("run the gateway program");
         (
             output.status.code(),
             String::from_utf8_lossy(&output.stderr).into_owned(),

@@ -5,7 +5,7 @@
 mod common;
 
 use std::net::SocketAddr;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
@@ -207,7 +207,7 @@ async fn calls_in_progress_are_capped_across_both_gateways() {
 
 /// A gateway started as its own process (the `tower-chat-gateway` binary), killed when dropped.
 struct GatewayProcess {
-    child: Child,
+    child: tower_chat_testkit::ProcessGroup,
     addr: SocketAddr,
     dir: tempfile::TempDir,
 }
@@ -227,21 +227,22 @@ impl GatewayProcess {
             .local_addr()
             .unwrap();
         let log = std::fs::File::create(path("gateway.log")).unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_tower-chat-gateway"))
-            .arg("--listen")
-            .arg(addr.to_string())
-            .args(["--upstream", upstream, "--no-upstream-key"])
-            .arg("--db")
-            .arg(path("gateway.db"))
-            .arg("--api-keys-file")
-            .arg(path("keys"))
-            .arg("--config")
-            .arg(path("gateway.toml"))
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::from(log.try_clone().unwrap()))
-            .stderr(Stdio::from(log))
-            .spawn()
-            .expect("the tower-chat-gateway binary starts");
+        let child = tower_chat_testkit::ProcessGroup::spawn(
+            Command::new(env!("CARGO_BIN_EXE_tower-chat-gateway"))
+                .arg("--listen")
+                .arg(addr.to_string())
+                .args(["--upstream", upstream, "--no-upstream-key"])
+                .arg("--db")
+                .arg(path("gateway.db"))
+                .arg("--api-keys-file")
+                .arg(path("keys"))
+                .arg("--config")
+                .arg(path("gateway.toml"))
+                .env("RUST_LOG", "warn")
+                .stdout(Stdio::from(log.try_clone().unwrap()))
+                .stderr(Stdio::from(log)),
+        )
+        .expect("the tower-chat-gateway binary starts");
         let mut process = GatewayProcess { child, addr, dir };
         process.ready().await;
         process

@@ -123,7 +123,8 @@ async fn run_gateway(record_content: bool) -> (Shared, ScriptedProvider) {
     if record_content {
         command.arg("--record-content");
     }
-    let mut child = command.spawn().expect("the gateway binary starts");
+    let mut child =
+        tower_chat_testkit::ProcessGroup::spawn(&mut command).expect("the gateway binary starts");
     let log = || std::fs::read_to_string(&log_path).unwrap_or_default();
 
     // Ready when /healthz answers (the process's exit fails the test at once).

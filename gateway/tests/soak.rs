@@ -367,21 +367,22 @@ async fn ten_thousand_streams_hold_their_memory_budget_and_lose_nothing() {
     let received = Arc::new(AtomicUsize::new(0));
     let upstream_addr = upstream(held, received.clone()).await;
 
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "gateway_process",
-            "--ignored",
-            "--nocapture",
-            "--quiet",
-        ])
-        .env("SOAK_UPSTREAM", format!("http://{upstream_addr}/v1"))
-        .env("SOAK_DB", &db)
-        .env("SOAK_STREAMS", n.to_string())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = tower_chat_testkit::ProcessGroup::spawn(
+        Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "gateway_process",
+                "--ignored",
+                "--nocapture",
+                "--quiet",
+            ])
+            .env("SOAK_UPSTREAM", format!("http://{upstream_addr}/v1"))
+            .env("SOAK_DB", &db)
+            .env("SOAK_STREAMS", n.to_string())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped()),
+    )
+    .unwrap();
     let pid = child.id();
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     let addr: SocketAddr = loop {

@@ -728,14 +728,15 @@ async fn an_upstream_key_that_cannot_work_refuses_the_start_naming_upstream_and_
     let output = tokio::task::spawn_blocking({
         let (db, upstream) = (dir.path().join("process.db"), provider.base_url());
         move || {
-            std::process::Command::new(env!("CARGO_BIN_EXE_tower-chat-gateway"))
-                .args(["--listen", "127.0.0.1:0", "--upstream", &upstream])
-                .args(["--upstream-key-env", "TOWER_CHAT_KEYS_TEST_CRLF", "--db"])
-                .arg(db)
-                .env("TOWER_CHAT_KEYS_TEST_CRLF", "sk-secret\r\n")
-                .env("RUST_LOG", "info")
-                .output()
-                .unwrap()
+            tower_chat_testkit::ProcessGroup::output(
+                std::process::Command::new(env!("CARGO_BIN_EXE_tower-chat-gateway"))
+                    .args(["--listen", "127.0.0.1:0", "--upstream", &upstream])
+                    .args(["--upstream-key-env", "TOWER_CHAT_KEYS_TEST_CRLF", "--db"])
+                    .arg(db)
+                    .env("TOWER_CHAT_KEYS_TEST_CRLF", "sk-secret\r\n")
+                    .env("RUST_LOG", "info"),
+            )
+            .unwrap()
         }
     })
     .await
@@ -763,17 +764,18 @@ async fn the_start_up_line_names_the_configured_upstreams() {
     let db = dir.path().join("gateway.db");
     let line = tokio::task::spawn_blocking(move || {
         use std::io::BufRead;
-        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_tower-chat-gateway"))
-            .args(["--listen", "127.0.0.1:0", "--config"])
-            .arg(&path)
-            .arg("--db")
-            .arg(&db)
-            .env("RUST_LOG", "info")
-            .env("NO_COLOR", "1")
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::inherit())
-            .spawn()
-            .unwrap();
+        let mut child = tower_chat_testkit::ProcessGroup::spawn(
+            std::process::Command::new(env!("CARGO_BIN_EXE_tower-chat-gateway"))
+                .args(["--listen", "127.0.0.1:0", "--config"])
+                .arg(&path)
+                .arg("--db")
+                .arg(&db)
+                .env("RUST_LOG", "info")
+                .env("NO_COLOR", "1")
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::inherit()),
+        )
+        .unwrap();
         // Read until the line is logged (or the program ends: the line is then missing).
         let lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
         let line = lines

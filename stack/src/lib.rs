@@ -60,3 +60,23 @@ pub use tower_chat_structured_output as structured;
 #[cfg(doctest)]
 #[doc = include_str!("../../README.md")]
 pub struct RootReadmeDoctests;
+
+/// The guide's pages written against this crate (`docs/src`), compiled as doctests so every snippet a reader
+/// copies builds. Snippets that cannot compile here say why and are marked `ignore`.
+#[cfg(doctest)]
+pub mod guide {
+    #[doc = include_str!("../../docs/src/library/stack.md")]
+    pub struct Stack;
+    #[doc = include_str!("../../docs/src/library/core.md")]
+    pub struct Core;
+    #[doc = include_str!("../../docs/src/library/structured-output.md")]
+    pub struct StructuredOutput;
+    #[doc = include_str!("../../docs/src/library/media.md")]
+    pub struct Media;
+    #[doc = include_str!("../../docs/src/library/guardrails.md")]
+    pub struct Guardrails;
+    #[doc = include_str!("../../docs/src/library/embedding.md")]
+    pub struct Embedding;
+    #[doc = include_str!("../../docs/src/library/cache.md")]
+    pub struct Cache;
+}

@@ -4,6 +4,7 @@
 //! - [`events`]: running a request through a service and reading its events.
 //! - [`replies`]: provider replies for [`ScriptedProvider`](tower_chat::test_server::ScriptedProvider).
 //! - [`python`]: running the official Python clients against a server, skipping visibly without them.
+//! - [`process`]: a child process leading its own process group, the whole group killed on drop.
 //! - [`schemas`]: JSON Schemas built to cost more than their size (`$ref` chains, DAGs, billion laughs).
 //! - `spans` (feature `spans`): a tracing layer that records spans and events.
 //!
@@ -19,6 +20,7 @@ use std::time::Duration;
 pub mod events;
 pub mod media;
 pub mod model;
+pub mod process;
 pub mod python;
 pub mod replies;
 pub mod schemas;
@@ -28,6 +30,7 @@ pub mod spans;
 pub use events::*;
 pub use media::{base64, PDF, PNG};
 pub use model::*;
+pub use process::ProcessGroup;
 pub use python::*;
 pub use replies::*;
 pub use schemas::*;

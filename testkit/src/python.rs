@@ -6,10 +6,10 @@ use std::path::PathBuf;
 /// Whether `python3` can import `package`. When it cannot, the test `test` is skipped visibly (a `SKIPPED` line
 /// on stdout and stderr), and fails instead when `CI` is set, so nothing silently skips there.
 pub fn python_package(test: &str, package: &str) -> bool {
-    let installed = std::process::Command::new("python3")
-        .args(["-c", &format!("import {package}")])
-        .output()
-        .is_ok_and(|output| output.status.success());
+    let installed = crate::process::ProcessGroup::output(
+        std::process::Command::new("python3").args(["-c", &format!("import {package}")]),
+    )
+    .is_ok_and(|output| output.status.success());
     if !installed {
         let reason =
             format!("the `{package}` Python package is not installed (pip install {package})");
@@ -28,11 +28,12 @@ pub async fn run_python(script: impl Into<PathBuf>, args: &[String], checks: &[&
     let script = script.into();
     let args = args.to_vec();
     let output = tokio::task::spawn_blocking(move || {
-        std::process::Command::new("python3")
-            .arg(&script)
-            .args(&args)
-            .output()
-            .expect("run python3")
+        crate::process::ProcessGroup::output(
+            std::process::Command::new("python3")
+                .arg(&script)
+                .args(&args),
+        )
+        .expect("run python3")
     })
     .await
     .unwrap();

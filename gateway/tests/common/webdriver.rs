@@ -15,7 +15,9 @@ use super::send;
 
 /// A Chromium session driven through chromedriver.
 pub struct Driver {
-    process: std::process::Child,
+    /// chromedriver, leading the group Chromium and its helpers join: dropping the driver ends them all, also
+    /// when the test fails.
+    _process: tower_chat_testkit::ProcessGroup,
     base: String,
     /// The WebDriver session id.
     pub session: String,
@@ -49,12 +51,13 @@ impl Driver {
             .local_addr()
             .unwrap()
             .port();
-        let process = std::process::Command::new(chromedriver)
-            .arg(format!("--port={port}"))
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .expect("chromedriver starts");
+        let process = tower_chat_testkit::ProcessGroup::spawn(
+            std::process::Command::new(chromedriver)
+                .arg(format!("--port={port}"))
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null()),
+        )
+        .expect("chromedriver starts");
         let base = format!("http://127.0.0.1:{port}");
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
@@ -96,7 +99,7 @@ impl Driver {
             "goog:chromeOptions": options,
         }}});
         let mut driver = Driver {
-            process,
+            _process: process,
             base,
             session: String::new(),
             shots: Path::new(env!("CARGO_TARGET_TMPDIR")).join("console-screenshots"),
@@ -334,14 +337,6 @@ pub fn axe_core() -> Option<String> {
             println!("{message}");
             None
         }
-    }
-}
-
-impl Drop for Driver {
-    fn drop(&mut self) {
-        // The browser goes with its driver.
-        let _ = self.process.kill();
-        let _ = self.process.wait();
     }
 }
 

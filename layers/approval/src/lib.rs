@@ -165,7 +165,8 @@ pub use tables::PostgresApprovalStore;
 #[cfg(feature = "sqlite")]
 pub use tables::SqliteApprovalStore;
 
-/// The README's examples, compiled as doctests so every snippet a reader copies builds (`cargo test --doc`).
+/// The guide's page on this crate (`docs/src/library/approvals.md`), compiled as doctests so every snippet a reader copies
+/// builds (`cargo test --doc`).
 #[cfg(doctest)]
-#[doc = include_str!("../README.md")]
-pub struct ReadmeDoctests;
+#[doc = include_str!("../../../docs/src/library/approvals.md")]
+pub struct GuideDoctests;

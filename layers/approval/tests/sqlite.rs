@@ -50,15 +50,17 @@ async fn a_pause_resumes_after_a_process_restart() {
     }
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("approvals.db");
-    let status = std::process::Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "a_pause_resumes_after_a_process_restart",
-            "--nocapture",
-        ])
-        .env(CHILD_DB, &path)
-        .status()
-        .expect("spawn the first process");
+    let status = tower_chat_testkit::ProcessGroup::spawn(
+        std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "a_pause_resumes_after_a_process_restart",
+                "--nocapture",
+            ])
+            .env(CHILD_DB, &path),
+    )
+    .and_then(|mut child| child.wait())
+    .expect("spawn the first process");
     assert!(status.success(), "the first process failed: {status}");
     let handoff: Value =
         serde_json::from_str(&std::fs::read_to_string(format!("{}.json", path.display())).unwrap())

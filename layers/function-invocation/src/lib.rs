@@ -130,7 +130,8 @@ pub use toolset::{RequestTools, ToolResolver, ToolSet};
 /// Re-exported so typed tools can derive `JsonSchema` without a direct dependency.
 pub use schemars;
 
-/// The README's examples, compiled as doctests so every snippet a reader copies builds (`cargo test --doc`).
+/// The guide's page on this crate (`docs/src/library/tool-loop.md`), compiled as doctests so every snippet a reader copies
+/// builds (`cargo test --doc`).
 #[cfg(doctest)]
-#[doc = include_str!("../README.md")]
-pub struct ReadmeDoctests;
+#[doc = include_str!("../../../docs/src/library/tool-loop.md")]
+pub struct GuideDoctests;

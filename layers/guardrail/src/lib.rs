@@ -2,7 +2,7 @@
 //!
 //! A [`GuardrailLayer`] holds a content policy — a list of [`Check`]s — and applies it to every call: to the
 //! request before the model is called (every text it carries: messages of every role, documents, URLs, tools,
-//! options; see the crate README, "What is read"), to each tool call's arguments, to tool results a tool loop
+//! options; see the guide, `docs/src/library/guardrails.md`, "What is read"), to each tool call's arguments, to tool results a tool loop
 //! inside produced, and to the model's answer as it streams. Each check's work per request is bounded
 //! ([`GuardrailLayer::max_candidates`]).
 //!
@@ -55,7 +55,7 @@
 //! Pattern checks (secrets, personal data, your patterns and deny-lists, the output length) run on the stream
 //! piece by piece and hold back only text a match could still be completing: at most the pattern's longest match,
 //! and only the trailing run of bytes a match may contain — for prose, the last partial word (the table of each
-//! built-in's bound is in `builtin.rs`'s docs and the crate README). A match split across chunks is caught, and any
+//! built-in's bound is in `builtin.rs`'s docs and the guide, `docs/src/library/guardrails.md`). A match split across chunks is caught, and any
 //! chunking of a text gives the same verdicts and the same redacted text as the whole text at once
 //! (`tests/chunking.rs` checks it with proptest). Whole-text checks ([`TextCheck`]: moderation, a JSON Schema,
 //! your own `async fn`) hold the answer's text until it is complete.

@@ -116,7 +116,8 @@ pub use store::{RedisStore, RedisStoreBuilder};
 pub use stream::LimitedStream;
 pub use window::Window;
 
-/// The README's examples, compiled as doctests so every snippet a reader copies builds (`cargo test --doc`).
+/// The guide's page on this crate (`docs/src/library/limits.md`), compiled as doctests so every snippet a reader copies
+/// builds (`cargo test --doc`).
 #[cfg(doctest)]
-#[doc = include_str!("../README.md")]
-pub struct ReadmeDoctests;
+#[doc = include_str!("../../../docs/src/library/limits.md")]
+pub struct GuideDoctests;

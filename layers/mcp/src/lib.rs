@@ -105,7 +105,8 @@ pub use server::McpServerStatus;
 /// The MCP SDK, re-exported.
 pub use rmcp;
 
-/// The README's examples, compiled as doctests so every snippet a reader copies builds (`cargo test --doc`).
+/// The guide's page on this crate (`docs/src/library/mcp.md`), compiled as doctests so every snippet a reader copies
+/// builds (`cargo test --doc`).
 #[cfg(doctest)]
-#[doc = include_str!("../README.md")]
-pub struct ReadmeDoctests;
+#[doc = include_str!("../../../docs/src/library/mcp.md")]
+pub struct GuideDoctests;

@@ -51,7 +51,7 @@
 //!
 //! [`PersistenceLayer::flush`] waits until every record handed over so far is written; call it before shutting
 //! the runtime down. What a committed record survives (a killed process; a power loss only with
-//! [`Durability::PowerLoss`]) is in the README's "Durability" section.
+//! [`Durability::PowerLoss`]) is in the guide's storage page (`docs/src/storage.md`, "Durability").
 //!
 //! ## How records are stored
 //! Message-level: each message of a conversation is stored once, as a content-addressed node of its chain, and a
@@ -125,7 +125,8 @@ pub use store::{Migration, Store, StoreError};
 pub use stream::RecordingStream;
 pub use usage::{LatencyPercentiles, UsageAggregate, UsageQuery};
 
-/// The README's examples, compiled as doctests so every snippet a reader copies builds (`cargo test --doc`).
+/// The guide's page on this crate (`docs/src/storage.md`), compiled as doctests so every snippet a reader copies
+/// builds (`cargo test --doc`).
 #[cfg(doctest)]
-#[doc = include_str!("../README.md")]
-pub struct ReadmeDoctests;
+#[doc = include_str!("../../../docs/src/storage.md")]
+pub struct GuideDoctests;

@@ -119,13 +119,14 @@ async fn open(target: &Target) -> (Arc<dyn Store>, Option<PostgresStore>) {
 
 fn kill_three_times(test_name: &str, env: (&str, &str), target: impl Fn() -> Target) {
     for round in 0..3 {
-        let mut child = Command::new(std::env::current_exe().unwrap())
-            .args(["--exact", test_name, "--nocapture", "--test-threads=1"])
-            .env(env.0, env.1)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
+        let mut child = tower_chat_testkit::ProcessGroup::spawn(
+            Command::new(std::env::current_exe().unwrap())
+                .args(["--exact", test_name, "--nocapture", "--test-threads=1"])
+                .env(env.0, env.1)
+                .stdout(Stdio::piped())
+                .stderr(Stdio::null()),
+        )
+        .unwrap();
         let mut stdout = BufReader::new(child.stdout.take().unwrap()).lines();
         // libtest prints "test <name> ... " without a newline before the child's own output.
         let mut wait_for = |signal: &str| {

@@ -106,7 +106,8 @@ pub use observe::{Observer, ResilienceEvent};
 pub use policy::{is_transient, Backoff, Jitter};
 pub use retry::{ResponseFuture as RetryFuture, Retry, RetryLayer, RetryScope};
 
-/// The README's examples, compiled as doctests so every snippet a reader copies builds (`cargo test --doc`).
+/// The guide's page on this crate (`docs/src/library/resilience.md`), compiled as doctests so every snippet a reader copies
+/// builds (`cargo test --doc`).
 #[cfg(doctest)]
-#[doc = include_str!("../README.md")]
-pub struct ReadmeDoctests;
+#[doc = include_str!("../../../docs/src/library/resilience.md")]
+pub struct GuideDoctests;

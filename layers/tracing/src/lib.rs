@@ -112,7 +112,8 @@ pub use metrics::{CallRecord, Metrics, NoMetrics, Outcome};
 pub use otel::{OpenTelemetryMetrics, OPERATION_DURATION, TIME_TO_FIRST_CHUNK, TOKEN_USAGE};
 pub use service::{ResponseFuture, Tracing};
 
-/// The README's examples, compiled as doctests so every snippet a reader copies builds (`cargo test --doc`).
+/// The guide's page on this crate (`docs/src/library/tracing.md`), compiled as doctests so every snippet a reader copies
+/// builds (`cargo test --doc`).
 #[cfg(doctest)]
-#[doc = include_str!("../README.md")]
-pub struct ReadmeDoctests;
+#[doc = include_str!("../../../docs/src/library/tracing.md")]
+pub struct GuideDoctests;
