@@ -26,7 +26,7 @@
 //! # Ok(()) }
 //! ```
 //!
-//! The README (`gateway/README.md`) documents the command line, the approval protocol and curl examples.
+//! The guide (`docs/src/gateway/`) documents the command line, the approval protocol and curl examples.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 #![warn(missing_debug_implementations, unreachable_pub)]

@@ -6,7 +6,7 @@
 //! ```
 //!
 //! Everything happens in [`tower_chat_gateway::main_with_args`], which `examples/gateway.rs` calls as well, so
-//! the binary and the example cannot drift apart. See `gateway/README.md` for every option.
+//! the binary and the example cannot drift apart. See `docs/src/gateway/running.md` for every option.
 
 /// jemalloc, with its background threads: pages a load freed go back to the system on jemalloc's decay timer,
 /// with no call from the gateway; its thread caches are capped when it is built (`.cargo/config.toml`). glibc's
