@@ -262,3 +262,50 @@ async fn gemini_recitation_and_malformed_call_finishes_reach_every_inbound_forma
         }
     }
 }
+
+/// Claude Code's tools (Messages format) as it sends them, from the core's fixture.
+fn claude_code_tools() -> Value {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../tests/data/claude_code_tools.json"
+    );
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+#[tokio::test]
+async fn claude_code_tools_reach_gemini_as_json_schema_or_lowered_to_the_openapi_subset() {
+    let upstreams =
+        KindUpstreams::start(|kind| Box::new(move |_, _| text_reply(kind, "Read it"))).await;
+    // The same Gemini server behind a second model whose target takes only the OpenAPI subset.
+    let toml = format!(
+        "{}[[upstreams.models]]\nname = \"m-gemini-openapi\"\n\n{}schema_form = \"openapi\"\n",
+        upstreams.toml(),
+        upstreams.target("gemini")
+    );
+    let gw = gateway(&toml).await;
+    let tools = claude_code_tools();
+    for model in ["m-gemini", "m-gemini-openapi"] {
+        let body = json!({"model": model, "max_tokens": 1024, "tools": tools,
+            "messages": [{"role": "user", "content": "Read a.txt"}]});
+        let answer = gw.post_json("/v1/messages", &body, &[]).await;
+        assert_eq!(answer.status, 200, "{model}: {}", answer.body);
+        assert_eq!(answer.json()["content"][0]["text"], "Read it", "{model}");
+        let sent = upstreams.get("gemini").server.requests();
+        let declared = sent.last().unwrap().body["tools"][0]["functionDeclarations"]
+            .as_array()
+            .and_then(|all| all.iter().find(|d| d["name"] == "Read").cloned())
+            .expect("Read reaches Gemini");
+        let limit = if model == "m-gemini" {
+            assert!(declared["parametersJsonSchema"].get("$schema").is_none());
+            &declared["parametersJsonSchema"]["properties"]["limit"]
+        } else {
+            &declared["parameters"]["properties"]["limit"]
+        };
+        let expected = if model == "m-gemini" {
+            json!({"type": "integer", "exclusiveMinimum": 0, "description": "The number of lines to read"})
+        } else {
+            json!({"type": "integer", "minimum": 1, "description": "The number of lines to read"})
+        };
+        assert_eq!(limit, &expected, "{model}: {declared}");
+    }
+}

@@ -95,8 +95,10 @@ fn type_lists_and_a_single_all_of_are_rewritten() {
         json!({"anyOf": [{"type": "string"}, {"type": "integer"}], "nullable": true})
     );
     assert_eq!(
-        to_gemini_schema(&json!({"description": "n", "allOf": [{"type": "integer", "minimum": 1}]}))
-            .unwrap(),
+        to_gemini_schema(
+            &json!({"description": "n", "allOf": [{"type": "integer", "minimum": 1}]})
+        )
+        .unwrap(),
         json!({"description": "n", "type": "integer", "minimum": 1})
     );
 }

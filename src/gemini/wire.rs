@@ -166,12 +166,12 @@ fn tools_json(
     let declarations = cache
         .get(&request.options.tools, |tool| WireTool(tool, form))
         .map_err(|e| {
-        ChatError::new(
-            ErrorKind::Unsupported,
-            format!("{PROVIDER} cannot take {e}"),
-        )
-        .refused_before_sending()
-    })?;
+            ChatError::new(
+                ErrorKind::Unsupported,
+                format!("{PROVIDER} cannot take {e}"),
+            )
+            .refused_before_sending()
+        })?;
     let Some(declarations) = declarations else {
         return Ok(None);
     };

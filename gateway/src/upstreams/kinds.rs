@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use tower_chat::anthropic::AnthropicChat;
 use tower_chat::azure::AzureOpenAiChat;
 use tower_chat::bedrock::{AwsCredentials, BedrockChat, ProfileCredentials};
-use tower_chat::gemini::{GeminiChat, ServiceAccount};
+use tower_chat::gemini::{GeminiChat, SchemaForm, ServiceAccount};
 use tower_chat::leaf::{AccessToken, TokenFuture, TokenProvider};
 use tower_chat::openai::OpenAiChat;
 use tower_chat::responses::ResponsesChat;
@@ -234,6 +234,14 @@ pub(super) fn check_target(target: &TargetSection) -> Result<(), String> {
     only(target.project.is_some(), "project", ProviderName::Vertex)?;
     only(target.location.is_some(), "location", ProviderName::Vertex)?;
     only(target.region.is_some(), "region", ProviderName::Bedrock)?;
+    if let Some(form) = &target.schema_form {
+        if !matches!(kind, ProviderName::Gemini | ProviderName::Vertex) {
+            return Err(format!(
+                "`schema_form` is for `gemini` and `vertex` targets, not `{kind}`"
+            ));
+        }
+        form.parse::<SchemaForm>()?;
+    }
     for (value, field) in [
         (&target.region, "region"),
         (&target.azure_deployment, "azure_deployment"),
@@ -466,12 +474,13 @@ pub(super) fn leaf(
             }
             Upstream::Azure(configured!(builder))
         }
-        ProviderName::Gemini => Upstream::Gemini(configured!(
-            GeminiChat::builder().base_url(base(ProviderName::Gemini))
-        )),
+        ProviderName::Gemini => Upstream::Gemini(configured!(GeminiChat::builder()
+            .base_url(base(ProviderName::Gemini))
+            .schema_form(schema_form(target)?))),
         ProviderName::Vertex => Upstream::Gemini(configured!(GeminiChat::builder()
             .base_url(vertex_base(target, base_url))
-            .provider_name("vertex_ai"))),
+            .provider_name("vertex_ai")
+            .schema_form(schema_form(target)?))),
         ProviderName::Bedrock => {
             let mut builder = BedrockChat::builder()
                 .base_url(url.as_str())
@@ -494,6 +503,17 @@ pub(super) fn leaf(
             Upstream::Bedrock(configured!(builder))
         }
     })
+}
+
+/// A Gemini target's `schema_form` (checked with the table, see `check_target`).
+fn schema_form(target: &TargetSection) -> Result<SchemaForm, ChatError> {
+    target
+        .schema_form
+        .as_deref()
+        .map_or(Ok(SchemaForm::default()), |form| {
+            form.parse()
+                .map_err(|e: String| ChatError::new(ErrorKind::InvalidRequest, e))
+        })
 }
 
 /// A target's credential `key` (as the file spells it) that cannot be used: the table, the target, the key and

@@ -153,6 +153,10 @@ pub struct TargetSection {
     pub project: Option<String>,
     /// `vertex`: the location (`us-central1`, `europe-west4`, `global`, …).
     pub location: Option<String>,
+    /// `gemini`, `vertex`: how tool and answer schemas are sent: `json-schema` (the default:
+    /// `parametersJsonSchema`, `responseJsonSchema`) or `openapi` (the OpenAPI subset of `parameters` and
+    /// `responseSchema`, for models that do not take JSON Schema).
+    pub schema_form: Option<String>,
     /// `bedrock`: the AWS region requests are signed for (`us-east-1`, …); the endpoint is the region's
     /// `bedrock-runtime` host unless `base_url` names another (a VPC endpoint, a proxy).
     pub region: Option<String>,
