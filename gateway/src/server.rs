@@ -27,7 +27,7 @@ use crate::operator::{Decisions, OperatorState};
 use crate::pending::PendingStore;
 use crate::stack::{stack, ChatStack, StackOptions, Upstream};
 use crate::stores::{stores, Stores};
-use crate::tools::SERVER_TOOLS;
+use crate::tools::{server_tool_names, SERVER_TOOLS};
 use crate::turn::{handle, Turns};
 use crate::warn_limit::WarnLimit;
 use crate::GatewayError;
@@ -102,7 +102,7 @@ impl Gateway {
         }
         let limits = config.file.limits.layer()?;
         let stores = stores(config).await?;
-        let mcp = GatewayMcp::start(&config.file.mcp, &SERVER_TOOLS)
+        let mcp = GatewayMcp::start(&config.file.mcp, &server_tool_names(config))
             .await
             .map_err(GatewayError::Config)?;
         let models = router.clone();
@@ -163,8 +163,8 @@ impl Gateway {
         Ok(gateway)
     }
 
-    /// A gateway around a stack of your own (its server-side tools are whatever the stack runs; the names in
-    /// [`SERVER_TOOLS`] are never shown to clients).
+    /// A gateway around a stack of your own (its server-side tools are whatever the stack runs; client tools
+    /// may not take the names of those the config turns on, a subset of [`SERVER_TOOLS`]).
     pub fn with_stack(config: &Config, stack: ChatStack) -> Result<Self, GatewayError> {
         let keys = load_keys(config)?;
         let operators = load_operator_keys(config, keys.as_deref())?;
@@ -211,6 +211,7 @@ impl Gateway {
                     },
                     limits: Arc::new(config.limits),
                     media: Arc::new(crate::connection::MediaInFlight::new(&config.connections)),
+                    server_tools: server_tool_names(config),
                     mcp: None,
                     // `[cache.routes]` was checked when the stack's cache layer was built.
                     caching: config.file.cache.as_ref().map(|section| {

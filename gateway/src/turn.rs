@@ -25,7 +25,6 @@ use crate::operator::OperatorState;
 use crate::pending::{PendingStore, Resumption};
 use crate::request_limits::RequestLimits;
 use crate::stack::ChatStack;
-use crate::tools::SERVER_TOOLS;
 use tower_chat_wire::format::{self, ApprovalNotice, ParseContext, WireFormat};
 use tower_chat_wire::respond::{Turn, TurnKeeper};
 use tower_chat_wire::router::{answer, check_inbound, client_tools, read_body};
@@ -50,6 +49,9 @@ pub(crate) struct Turns {
     pub(crate) media: Arc<crate::connection::MediaInFlight>,
     /// `--operator-keys-file`: operator decisions on pending approvals ([`crate::operator`]).
     pub(crate) operators: Option<OperatorState>,
+    /// The names of the server-side tools the gateway offers (none unless configured): client tools must not
+    /// take them.
+    pub(crate) server_tools: Vec<&'static str>,
     /// `[[mcp]]`: the MCP tools the loop offers, whose names client tools must not take.
     pub(crate) mcp: Option<GatewayMcp>,
     /// `[cache]` is on: requests carry their `Cache-Control` (and their route's time to live, `[cache.routes]`)
@@ -197,7 +199,7 @@ pub(crate) async fn handle<F: WireFormat>(
     let client_tools: HashSet<String> = client_tools(&request);
     if let Some(clash) = client_tools
         .iter()
-        .find(|name| SERVER_TOOLS.contains(&name.as_str()))
+        .find(|name| state.server_tools.contains(&name.as_str()))
     {
         return Err(ApiError::invalid_request(
             "tool_name_reserved",

@@ -309,3 +309,21 @@ async fn claude_code_tools_reach_gemini_as_json_schema_or_lowered_to_the_openapi
         assert_eq!(limit, &expected, "{model}: {declared}");
     }
 }
+
+#[tokio::test]
+async fn a_request_without_max_tokens_reaches_claude_with_the_models_own_output_maximum() {
+    let upstreams = KindUpstreams::start(|kind| Box::new(move |_, _| text_reply(kind, "hi"))).await;
+    let gw = gateway(&upstreams.toml()).await;
+    for model in ["m-anthropic", "m-bedrock"] {
+        // The Responses API has no required output limit: the caller gave none.
+        let body = json!({"model": model, "input": "hi"});
+        let answer = gw.post_json("/v1/responses", &body, &[]).await;
+        assert_eq!(answer.status, 200, "{model}: {}", answer.body);
+    }
+    let anthropic = upstreams.get("anthropic").server.requests();
+    // claude-sonnet-4-5: 64,000 (Anthropic's models overview).
+    assert_eq!(anthropic[0].body["max_tokens"], 64_000);
+    let bedrock = upstreams.get("bedrock").server.requests();
+    // anthropic.claude-3-haiku-20240307-v1:0: 4,096.
+    assert_eq!(bedrock[0].body["inferenceConfig"]["maxTokens"], 4_096);
+}
