@@ -27,7 +27,7 @@ use crate::operator::{Decisions, OperatorState};
 use crate::pending::PendingStore;
 use crate::stack::{stack, ChatStack, StackOptions, Upstream};
 use crate::stores::{stores, Stores};
-use crate::tools::{server_tool_names, SERVER_TOOLS};
+use crate::tools::server_tool_names;
 use crate::turn::{handle, Turns};
 use crate::warn_limit::WarnLimit;
 use crate::GatewayError;
@@ -164,7 +164,8 @@ impl Gateway {
     }
 
     /// A gateway around a stack of your own (its server-side tools are whatever the stack runs; client tools
-    /// may not take the names of those the config turns on, a subset of [`SERVER_TOOLS`]).
+    /// may not take the names of those the config turns on, a subset of
+    /// [`SERVER_TOOLS`](crate::tools::SERVER_TOOLS)).
     pub fn with_stack(config: &Config, stack: ChatStack) -> Result<Self, GatewayError> {
         let keys = load_keys(config)?;
         let operators = load_operator_keys(config, keys.as_deref())?;
