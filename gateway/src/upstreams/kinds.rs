@@ -437,7 +437,11 @@ pub(super) fn leaf(
     };
     macro_rules! configured {
         ($builder:expr) => {{
-            let mut builder = $builder.timeouts(timeouts).model(&target.model);
+            let mut builder = $builder.timeouts(timeouts);
+            // `*`: the model the client named (a pattern's match) goes to the provider as it is.
+            if target.model != "*" {
+                builder = builder.model(&target.model);
+            }
             if let Some(key) = key {
                 builder = builder.api_key(key);
             }

@@ -61,6 +61,10 @@
 //! no_key = true               # Ollama takes no key: said explicitly
 //! ```
 //!
+//! A model's `name` may be a pattern (`claude-*`) and `aliases` adds names and patterns; a client's name reaches
+//! the model it names exactly, else the longest matching pattern ([`routes`]); a target's `model = "*"` passes
+//! the client's name on.
+//!
 //! Targets of seven kinds mix in one model's fallback order: `openai`, `openai-responses`, `anthropic`, `azure`,
 //! `gemini`, `vertex` and `bedrock`, each with its own fields and credentials ([`ProviderName`] lists them).
 //!
@@ -92,6 +96,7 @@ use tower_chat_resilience::{
 };
 
 mod kinds;
+mod routes;
 
 pub use kinds::ProviderName;
 use kinds::{describe_credential, display_url, Credential};
@@ -122,8 +127,12 @@ pub struct UpstreamsSection {
 #[derive(Clone, Debug, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ModelSection {
-    /// The name clients send as `model`.
+    /// The name clients send as `model`, or a pattern of them (`claude-*`: `*` is any run of characters).
     pub name: String,
+    /// More names and patterns that reach this model (`["sonnet", "claude-sonnet-*"]`). A client's name reaches
+    /// the model it names exactly, else the one with the longest matching pattern.
+    #[serde(default)]
+    pub aliases: Vec<String>,
     /// The targets, in fallback order.
     #[serde(deserialize_with = "targets")]
     pub targets: Vec<TargetSection>,
@@ -140,7 +149,8 @@ pub struct TargetSection {
     pub name: Option<String>,
     /// `openai`, `openai-responses`, `anthropic`, `azure`, `gemini` or `vertex` ([`ProviderName`]).
     pub provider: ProviderName,
-    /// The provider's model id.
+    /// The provider's model id; `*`: the name the client sent, as it is (behind a pattern, `claude-*`, each
+    /// client's own model reaches the provider).
     pub model: String,
     /// The base URL (default: the provider's public API); an `azure` target's resource endpoint; a `vertex`
     /// target's API host (default: its location's). Not with `deployments`.
@@ -310,6 +320,23 @@ fn models<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Vec<ModelSection
             )));
         }
     }
+    // Aliases after every name: an alias may not take another model's name either.
+    for model in &models {
+        for alias in &model.aliases {
+            if alias.trim().is_empty() {
+                return Err(serde::de::Error::custom(format!(
+                    "model `{}`: an alias must not be empty",
+                    model.name
+                )));
+            }
+            if !seen.insert(alias.as_str()) {
+                return Err(serde::de::Error::custom(format!(
+                    "model `{}`: `{alias}` already reaches a model",
+                    model.name
+                )));
+            }
+        }
+    }
     Ok(models)
 }
 
@@ -413,6 +440,8 @@ pub struct ModelRouter {
 /// One configuration's models.
 struct RouterTable {
     models: BTreeMap<String, BoxChatService>,
+    /// What each client name reaches: names, aliases, patterns.
+    routes: routes::Routes,
     catalog: Arc<Vec<CatalogEntry>>,
     /// The breakers of every target, for `/metrics`.
     breakers: Vec<(String, BreakerHandle)>,
@@ -525,17 +554,33 @@ impl tower::Service<ChatRequest> for ModelRouter {
     fn call(&mut self, request: ChatRequest) -> Self::Future {
         let table = self.current();
         let name = request.options.model.as_deref().unwrap_or_default();
-        match table.models.get(name) {
+        match table
+            .routes
+            .resolve(name)
+            .and_then(|model| table.models.get(model))
+        {
             Some(service) => {
                 let service = service.clone();
                 Box::pin(tower::ServiceExt::oneshot(service, request))
             }
             None => {
-                let known: Vec<&str> = table.catalog.iter().map(|m| m.name.as_str()).collect();
+                let known: Vec<&str> = table
+                    .catalog
+                    .iter()
+                    .map(|m| m.name.as_str())
+                    .filter(|name| !name.contains('*'))
+                    .chain(table.routes.aliases())
+                    .collect();
+                let patterns: Vec<&str> = table.routes.patterns().collect();
+                let patterns = if patterns.is_empty() {
+                    String::new()
+                } else {
+                    format!("; patterns: {}", patterns.join(", "))
+                };
                 let error = ChatError::new(
                     ErrorKind::InvalidRequest,
                     format!(
-                        "the model `{name}` is not configured here; configured models: {}",
+                        "the model `{name}` is not configured here; configured models: {}{patterns}",
                         known.join(", ")
                     ),
                 )
@@ -705,6 +750,12 @@ fn build_table(
     }
     Ok(Some(RouterTable {
         models,
+        routes: routes::Routes::new(
+            section
+                .models
+                .iter()
+                .map(|m| (m.name.as_str(), m.aliases.as_slice())),
+        ),
         catalog: Arc::new(catalog),
         breakers,
         stale,
