@@ -46,8 +46,11 @@ impl Gateway {
                 limit_in_flight,
             ))
             .merge(
-                crate::upstreams::models_route(self.observability.router.clone())
-                    .layer(CompressionLayer::new()),
+                crate::upstreams::models_route(
+                    self.observability.router.clone(),
+                    self.observability.upstream.clone(),
+                )
+                .layer(CompressionLayer::new()),
             )
             .route("/v1/usage", get(usage).layer(CompressionLayer::new()))
             // Counting runs nothing: it takes no in-flight slot.

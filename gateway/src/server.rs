@@ -57,6 +57,8 @@ pub(crate) struct Observability {
     pub(crate) metrics_elsewhere: bool,
     /// `[upstreams]`' models (read per request: a reload changes them).
     pub(crate) router: Option<crate::upstreams::ModelRouter>,
+    /// The single `--upstream` (without `[upstreams]`): `/v1/models` lists its own models.
+    pub(crate) upstream: Option<Upstream>,
 }
 
 /// A configured gateway, ready to serve.
@@ -106,6 +108,7 @@ impl Gateway {
             .await
             .map_err(GatewayError::Config)?;
         let models = router.clone();
+        let single = upstream.clone();
         let files = config
             .files
             .as_deref()
@@ -131,9 +134,13 @@ impl Gateway {
         gateway.reloader = models
             .as_ref()
             .map(|router| crate::upstreams::Reloader::new(router.clone(), config, metrics.clone()));
+        if let Some(Upstream::Anthropic(leaf)) = &single {
+            gateway.state.turns.anthropic_counter = Some(leaf.clone());
+        }
         gateway.observability = Observability {
             metrics,
             router: models,
+            upstream: single,
             ..gateway.observability
         };
         gateway.limits = limits;
@@ -213,6 +220,7 @@ impl Gateway {
                     limits: Arc::new(config.limits),
                     media: Arc::new(crate::connection::MediaInFlight::new(&config.connections)),
                     server_tools: server_tool_names(config),
+                    anthropic_counter: None,
                     mcp: None,
                     // `[cache.routes]` was checked when the stack's cache layer was built.
                     caching: config.file.cache.as_ref().map(|section| {

@@ -49,6 +49,8 @@ pub(crate) struct Turns {
     pub(crate) media: Arc<crate::connection::MediaInFlight>,
     /// `--operator-keys-file`: operator decisions on pending approvals ([`crate::operator`]).
     pub(crate) operators: Option<OperatorState>,
+    /// The single `--upstream` when it is Anthropic's API: `POST /v1/messages/count_tokens` asks it.
+    pub(crate) anthropic_counter: Option<tower_chat::anthropic::AnthropicChat>,
     /// The names of the server-side tools the gateway offers (none unless configured): client tools must not
     /// take them.
     pub(crate) server_tools: Vec<&'static str>,

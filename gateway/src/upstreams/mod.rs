@@ -62,7 +62,7 @@
 //! ```
 //!
 //! A model's `name` may be a pattern (`claude-*`) and `aliases` adds names and patterns; a client's name reaches
-//! the model it names exactly, else the longest matching pattern ([`routes`]); a target's `model = "*"` passes
+//! the model it names exactly, else the longest matching pattern (`routes.rs`); a target's `model = "*"` passes
 //! the client's name on.
 //!
 //! Targets of seven kinds mix in one model's fallback order: `openai`, `openai-responses`, `anthropic`, `azure`,
@@ -834,19 +834,25 @@ fn breaker_layer(breaker: &BreakerSection) -> Result<CircuitBreakerLayer, ChatEr
     Ok(layer)
 }
 
-/// `GET /v1/models`: the configured models (none with a single `--upstream`, which passes any model name
-/// through), in the shape of the caller's API: Anthropic's list (`type: model`, `display_name`, `created_at`,
-/// `has_more`, `first_id`, `last_id`) to a caller that sends `anthropic-version`, as Anthropic's SDKs and Claude
-/// Code do, OpenAI's otherwise.
+/// `GET /v1/models`: the configured models, or with a single `--upstream` (which passes any model name through)
+/// the upstream's own list, asked of it with the gateway's key, in the shape of the caller's API: Anthropic's
+/// list (`type: model`, `display_name`, `created_at`, `has_more`, `first_id`, `last_id`) to a caller that sends
+/// `anthropic-version`, as Anthropic's SDKs and Claude Code do, OpenAI's otherwise.
 pub(crate) fn models_route<S: Clone + Send + Sync + 'static>(
     router: Option<ModelRouter>,
+    single: Option<crate::Upstream>,
 ) -> axum::Router<S> {
     axum::Router::new().route(
         "/v1/models",
         axum::routing::get(move |headers: http::HeaderMap| {
             // Read per request: a reload changes the list.
             let catalog = router.as_ref().map(|r| r.catalog()).unwrap_or_default();
+            let single = single.clone();
             async move {
+                let catalog = match (catalog.is_empty(), single) {
+                    (true, Some(upstream)) => Arc::new(upstream_models(&upstream).await),
+                    _ => catalog,
+                };
                 let body = if headers.contains_key("anthropic-version") {
                     anthropic_model_list(&catalog)
                 } else {
@@ -856,6 +862,45 @@ pub(crate) fn models_route<S: Clone + Send + Sync + 'static>(
             }
         }),
     )
+}
+
+/// The single upstream's own models (`GET {upstream}/models`), or none when it cannot say (logged).
+async fn upstream_models(upstream: &crate::Upstream) -> Vec<CatalogEntry> {
+    let (answer, provider) = match upstream {
+        crate::Upstream::OpenAi(leaf) => (
+            leaf.fetch(http::Method::GET, "models", None).await,
+            ProviderName::OpenAi,
+        ),
+        // Anthropic pages its list (20 a page by default); 1000 is its largest page.
+        crate::Upstream::Anthropic(leaf) => (
+            leaf.fetch(http::Method::GET, "models?limit=1000", None)
+                .await,
+            ProviderName::Anthropic,
+        ),
+        _ => return Vec::new(),
+    };
+    let listed = answer.map_err(|e| e.to_string()).and_then(|body| {
+        serde_json::from_slice::<serde_json::Value>(&body).map_err(|e| e.to_string())
+    });
+    let list = match listed {
+        Ok(list) => list,
+        Err(error) => {
+            tracing::warn!(%error, "GET /v1/models: the upstream's model list could not be read");
+            return Vec::new();
+        }
+    };
+    list["data"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|model| model["id"].as_str())
+        .map(|id| CatalogEntry {
+            name: id.to_owned(),
+            targets: Vec::new(),
+            owned_by: provider.to_string(),
+            providers: vec![provider],
+        })
+        .collect()
 }
 
 fn openai_model_list(catalog: &[CatalogEntry]) -> serde_json::Value {
