@@ -1,6 +1,7 @@
 //! `POST /v1/messages/count_tokens` and `POST /v1/responses/input_tokens`: a request's input tokens, without
 //! running it (see [`tower_chat_wire::count_tokens`]). The body is read, parsed and checked as a turn's. With a
-//! single Anthropic `--upstream`, a Messages count is the upstream's own (the body sent on as it came, to its
+//! single Anthropic `--upstream`, or an `[upstreams]` model whose first target is Anthropic's API, a Messages
+//! count is that upstream's own (the body sent on as it came, with the target's model, to its
 //! `messages/count_tokens`) and says `"estimated": false`; otherwise, or when the upstream fails to answer, it is
 //! the limits layer's estimate ([`tower_chat_limits::estimate_input_tokens`], four characters a token) and says
 //! `"estimated": true`. Nothing is recorded.
@@ -35,11 +36,17 @@ pub(crate) async fn count<F: CountsTokens>(
         Ok(counted) => counted,
         Err(error) => return F::error_response(error),
     };
-    let upstream = match &turns.anthropic_counter {
-        Some(leaf) if F::COUNT_ROUTE == AnthropicMessages::COUNT_ROUTE => {
-            upstream_count(leaf, &body).await
+    let counter = match (&turns.anthropic_counter, &turns.router) {
+        _ if F::COUNT_ROUTE != AnthropicMessages::COUNT_ROUTE => None,
+        (Some(leaf), _) => Some((leaf.clone(), None)),
+        (None, Some(router)) => {
+            router.anthropic_counter(request.options.model.as_deref().unwrap_or_default())
         }
-        _ => None,
+        (None, None) => None,
+    };
+    let upstream = match counter {
+        Some((leaf, model)) => upstream_count(&leaf, &body, model.as_deref()).await,
+        None => None,
     };
     let count = upstream.unwrap_or_else(|| TokenCount {
         input_tokens: tower_chat_limits::estimate_input_tokens(&request, CHARS_PER_TOKEN),
@@ -48,10 +55,24 @@ pub(crate) async fn count<F: CountsTokens>(
     crate::error::json_response(StatusCode::OK, &F::count_answer(count))
 }
 
-/// The Anthropic upstream's own count of a Messages count body (`None`, logged, when it cannot give one).
-async fn upstream_count(leaf: &AnthropicChat, body: &Bytes) -> Option<TokenCount> {
+/// The Anthropic upstream's own count of a Messages count body, asked for `model` instead of the client's when
+/// given (`None`, logged, when it cannot give one).
+async fn upstream_count(
+    leaf: &AnthropicChat,
+    body: &Bytes,
+    model: Option<&str>,
+) -> Option<TokenCount> {
+    let body = match model {
+        // A routed model: the target's own id, the rest of the body as it came.
+        Some(model) => {
+            let mut value: serde_json::Map<String, Value> = serde_json::from_slice(body).ok()?;
+            value.insert("model".into(), Value::from(model));
+            serde_json::to_vec(&value).ok()?
+        }
+        None => body.to_vec(),
+    };
     let answer = leaf
-        .fetch(Method::POST, "messages/count_tokens", Some(body.to_vec()))
+        .fetch(Method::POST, "messages/count_tokens", Some(body))
         .await
         .map_err(|e| e.to_string())
         .and_then(|answer| {

@@ -137,6 +137,7 @@ impl Gateway {
         if let Some(Upstream::Anthropic(leaf)) = &single {
             gateway.state.turns.anthropic_counter = Some(leaf.clone());
         }
+        gateway.state.turns.router = models.clone();
         gateway.observability = Observability {
             metrics,
             router: models,
@@ -221,6 +222,7 @@ impl Gateway {
                     media: Arc::new(crate::connection::MediaInFlight::new(&config.connections)),
                     server_tools: server_tool_names(config),
                     anthropic_counter: None,
+                    router: None,
                     mcp: None,
                     // `[cache.routes]` was checked when the stack's cache layer was built.
                     caching: config.file.cache.as_ref().map(|section| {

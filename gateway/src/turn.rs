@@ -51,6 +51,8 @@ pub(crate) struct Turns {
     pub(crate) operators: Option<OperatorState>,
     /// The single `--upstream` when it is Anthropic's API: `POST /v1/messages/count_tokens` asks it.
     pub(crate) anthropic_counter: Option<tower_chat::anthropic::AnthropicChat>,
+    /// `[upstreams]`: a count for a model whose first target is Anthropic's API asks that target.
+    pub(crate) router: Option<crate::upstreams::ModelRouter>,
     /// The names of the server-side tools the gateway offers (none unless configured): client tools must not
     /// take them.
     pub(crate) server_tools: Vec<&'static str>,

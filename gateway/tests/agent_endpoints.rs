@@ -252,3 +252,32 @@ async fn a_single_upstream_lists_its_own_models_in_the_callers_shape() {
     assert_eq!(listed["data"][0]["type"], "model", "{listed}");
     assert_eq!(listed["first_id"], "claude-sonnet-4-5", "{listed}");
 }
+
+#[tokio::test]
+async fn a_routed_model_whose_first_target_is_anthropic_counts_with_that_target() {
+    let gw = Harness::start(
+        |_, _| Reply::json(200, json!({"input_tokens": 77})),
+        |config| {
+            let toml = format!(
+                "[[upstreams.models]]\nname = \"claude-*\"\n\n[[upstreams.models.targets]]\n\
+                 provider = \"anthropic\"\nmodel = \"claude-sonnet-4-5\"\nbase_url = \"{}\"\nno_key = true\n",
+                config.upstream
+            );
+            config.file = ConfigFile::parse(&toml, "gateway.toml").unwrap();
+        },
+    )
+    .await;
+    let mut body = messages_count_body("Read src/main.rs");
+    body["model"] = json!("claude-opus-4-1-20250805");
+    let answer = gw.post_json("/v1/messages/count_tokens", &body, &[]).await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    assert_eq!(
+        answer.json(),
+        json!({"input_tokens": 77, "estimated": false})
+    );
+    let sent = &gw.provider.requests()[0];
+    assert_eq!(sent.path, "/v1/messages/count_tokens");
+    // The target's own model; the rest as the client sent it.
+    body["model"] = json!("claude-sonnet-4-5");
+    assert_eq!(sent.body, body);
+}

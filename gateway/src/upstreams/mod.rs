@@ -442,6 +442,9 @@ struct RouterTable {
     models: BTreeMap<String, BoxChatService>,
     /// What each client name reaches: names, aliases, patterns.
     routes: routes::Routes,
+    /// The models whose first target is Anthropic's API: its leaf, and the model it is called with (`None`:
+    /// the client's), for `POST /v1/messages/count_tokens`.
+    counters: BTreeMap<String, (tower_chat::anthropic::AnthropicChat, Option<String>)>,
     catalog: Arc<Vec<CatalogEntry>>,
     /// The breakers of every target, for `/metrics`.
     breakers: Vec<(String, BreakerHandle)>,
@@ -462,6 +465,17 @@ impl ModelRouter {
     fn current(&self) -> Arc<RouterTable> {
         // The lock is held for a pointer copy; a panic under it cannot leave a half-written table.
         self.table.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// The Anthropic leaf that first answers the client's model `requested`, and the model id to ask it for
+    /// (`None`: `requested` itself), when the model's first target is Anthropic's API.
+    pub(crate) fn anthropic_counter(
+        &self,
+        requested: &str,
+    ) -> Option<(tower_chat::anthropic::AnthropicChat, Option<String>)> {
+        let table = self.current();
+        let model = table.routes.resolve(requested)?;
+        table.counters.get(model).cloned()
     }
 
     /// The configured models, in file order.
@@ -685,6 +699,7 @@ fn build_table(
     let mut metadata = None;
     let mut breakers = Vec::new();
     let mut stale = Vec::new();
+    let mut counters = BTreeMap::new();
     for model in &section.models {
         let mut targets = Vec::new();
         for target in &model.targets {
@@ -702,6 +717,10 @@ fn build_table(
                     timeouts,
                 )?;
                 stale.push((name.clone(), leaf.stale_connections()));
+                if let (true, crate::Upstream::Anthropic(anthropic)) = (targets.is_empty(), &leaf) {
+                    let fixed = (target.model != "*").then(|| target.model.clone());
+                    counters.insert(model.name.clone(), (anthropic.clone(), fixed));
+                }
                 // The fallback drives the target's breaker itself (no stream wrapper per call).
                 let target = Target::new(name, leaf).breaker(&breaker);
                 breakers.extend(target.breaker_handle().map(|h| (model.name.clone(), h)));
@@ -750,6 +769,7 @@ fn build_table(
     }
     Ok(Some(RouterTable {
         models,
+        counters,
         routes: routes::Routes::new(
             section
                 .models
