@@ -53,6 +53,7 @@ mod macros;
 mod message;
 mod metadata;
 pub mod openai;
+pub mod output_limits;
 pub mod output_schema;
 mod price;
 mod reasoning;

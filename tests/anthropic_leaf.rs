@@ -91,7 +91,8 @@ async fn streams_a_tool_use_round_and_sends_messages_api_requests() {
     assert_eq!(sent.headers["anthropic-version"], "2023-06-01");
     assert!(sent.headers.get("authorization").is_none());
     assert_eq!(sent.body["system"], "You are terse.");
-    assert_eq!(sent.body["max_tokens"], 4096);
+    // No `max_output_tokens`: the model's own maximum (Sonnet 4.5's), not an arbitrary cap.
+    assert_eq!(sent.body["max_tokens"], 64_000);
     assert_eq!(sent.body["stream"], true);
     assert_eq!(
         sent.body["messages"][2]["content"][0]["type"],
@@ -160,4 +161,61 @@ async fn overloaded_and_error_events_are_typed() {
         .await
         .unwrap_err();
     assert_eq!(err.kind(), &ErrorKind::Upstream);
+}
+
+#[tokio::test]
+async fn without_max_tokens_each_model_gets_its_own_output_maximum() {
+    let provider = ScriptedProvider::start(|_, _| {
+        Reply::json(
+            200,
+            json!({"id": "msg_1", "type": "message", "role": "assistant", "model": "m",
+            "content": [{"type": "text", "text": "ok"}], "stop_reason": "end_turn",
+            "usage": {"input_tokens": 1, "output_tokens": 1}}),
+        )
+    })
+    .await;
+    let ask = |model: &str| {
+        ChatRequest::new(vec![Message::user("hi")])
+            .model(model)
+            .stream(false)
+    };
+    let leaf = leaf(&provider);
+    for model in [
+        "claude-opus-4-1-20250805",
+        "claude-3-5-haiku-latest",
+        "a-proxy-model",
+    ] {
+        let reply = leaf.clone().oneshot(ask(model)).await.unwrap();
+        reply.collect_response().await.unwrap();
+    }
+    let mut explicit = ask("claude-opus-4-1");
+    explicit.options.max_output_tokens = Some(300);
+    let reply = leaf.clone().oneshot(explicit).await.unwrap();
+    reply.collect_response().await.unwrap();
+    let configured = AnthropicChat::builder()
+        .base_url(provider.base_url())
+        .model("claude-opus-4-1")
+        .default_max_tokens(2_000)
+        .build()
+        .unwrap();
+    let reply = configured
+        .oneshot(ChatRequest::new(vec![Message::user("hi")]).stream(false))
+        .await
+        .unwrap();
+    reply.collect_response().await.unwrap();
+    let sent: Vec<Value> = provider
+        .requests()
+        .iter()
+        .map(|r| r.body["max_tokens"].clone())
+        .collect();
+    assert_eq!(
+        sent,
+        [
+            json!(32_000),
+            json!(8_192),
+            json!(8_192),
+            json!(300),
+            json!(2_000)
+        ]
+    );
 }

@@ -781,3 +781,24 @@ fn metadata_before_message_stop_gives_the_same_answer() {
     );
     assert_eq!(events(true), usual);
 }
+
+#[tokio::test]
+async fn a_claude_model_without_max_tokens_gets_its_own_output_maximum() {
+    let provider = ScriptedProvider::start(|_, _| Reply::bedrock_text("ok")).await;
+    let leaf = leaf(&provider);
+    call(&leaf, ChatRequest::new(vec![Message::user("hi")]))
+        .await
+        .unwrap();
+    let sonnet = ChatRequest::new(vec![Message::user("hi")])
+        .model("us.anthropic.claude-sonnet-4-5-20250929-v1:0");
+    call(&leaf, sonnet).await.unwrap();
+    // Another family's model keeps its own default: nothing is sent.
+    let nova = ChatRequest::new(vec![Message::user("hi")]).model("amazon.nova-pro-v1:0");
+    call(&leaf, nova).await.unwrap();
+    let sent: Vec<Value> = provider
+        .requests()
+        .iter()
+        .map(|r| r.body["inferenceConfig"]["maxTokens"].clone())
+        .collect();
+    assert_eq!(sent, [json!(4_096), json!(64_000), Value::Null]);
+}

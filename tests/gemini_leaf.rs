@@ -7,7 +7,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use serde_json::{json, Value};
 use tower::ServiceExt;
-use tower_chat::gemini::{GeminiChat, PromptBlocked};
+use tower_chat::gemini::{GeminiChat, PromptBlocked, SchemaForm};
 use tower_chat::leaf::{AccessToken, TokenFuture, TokenProvider};
 use tower_chat::test_server::{Reply, ScriptedProvider};
 use tower_chat::{
@@ -22,12 +22,79 @@ fn fixture(name: &str) -> Value {
 }
 
 fn leaf(provider: &ScriptedProvider) -> GeminiChat {
+    leaf_sending(provider, SchemaForm::JsonSchema)
+}
+
+fn leaf_sending(provider: &ScriptedProvider, form: SchemaForm) -> GeminiChat {
     GeminiChat::builder()
         .base_url(provider.base_url())
         .api_key("gemini-key-0123456789")
         .model("gemini-2.5-flash")
+        .schema_form(form)
         .build()
         .unwrap()
+}
+
+/// Claude Code's tools as it sends them (Messages format), with their schemas as written.
+fn claude_code_tools() -> Vec<ToolSpec> {
+    let tools = fixture("claude_code_tools.json");
+    tools
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|tool| {
+            ToolSpec::new(
+                tool["name"].as_str().unwrap(),
+                tool["description"].as_str().unwrap(),
+                tool["input_schema"].clone(),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn tool_schemas_go_as_json_schema_without_their_dialect() {
+    let provider = ScriptedProvider::start(|_, _| Reply::gemini_text("Done")).await;
+    let tools = claude_code_tools();
+    let mut request = ChatRequest::new(vec![Message::user("Read a.txt")]).stream(false);
+    request.options.tools = tools.clone().into();
+    let reply = leaf(&provider).oneshot(request).await.unwrap();
+    assert_eq!(reply.collect_response().await.unwrap().text(), "Done");
+    let declarations = &provider.requests()[0].body["tools"][0]["functionDeclarations"];
+    for (declared, tool) in declarations.as_array().unwrap().iter().zip(&tools) {
+        assert!(declared.get("parameters").is_none(), "{declared}");
+        let mut expected = tool.parameters.clone();
+        expected.as_object_mut().unwrap().remove("$schema");
+        assert_eq!(declared["parametersJsonSchema"], expected);
+    }
+    assert_eq!(
+        declarations[0]["parametersJsonSchema"]["properties"]["limit"],
+        json!({"type": "integer", "exclusiveMinimum": 0, "description": "The number of lines to read"})
+    );
+}
+
+#[tokio::test]
+async fn the_openapi_subset_lowers_what_it_cannot_express() {
+    let provider = ScriptedProvider::start(|_, _| Reply::gemini_text("Done")).await;
+    let mut request = ChatRequest::new(vec![Message::user("Read a.txt")]).stream(false);
+    request.options.tools = claude_code_tools().into();
+    let leaf = leaf_sending(&provider, SchemaForm::OpenApiSubset);
+    let reply = leaf.oneshot(request).await.unwrap();
+    assert_eq!(reply.collect_response().await.unwrap().text(), "Done");
+    let declarations = &provider.requests()[0].body["tools"][0]["functionDeclarations"];
+    assert!(declarations[0].get("parametersJsonSchema").is_none());
+    assert_eq!(
+        declarations[0]["parameters"],
+        json!({"type": "object", "properties": {
+            "file_path": {"type": "string", "description": "The absolute path to the file to read"},
+            "offset": {"type": "number", "description": "The line number to start reading from"},
+            "limit": {"type": "integer", "minimum": 1, "description": "The number of lines to read"}},
+            "required": ["file_path"]})
+    );
+    assert_eq!(
+        declarations[1]["parameters"]["properties"],
+        json!({"prompt": {"type": "string"}, "env": {"type": "object"}, "metadata": {"type": "object"}})
+    );
 }
 
 #[tokio::test]
@@ -74,7 +141,7 @@ async fn a_conversation_with_media_tools_and_options_is_encoded_as_gemini_expect
     request.options.temperature = Some(0.5);
     request.options.max_output_tokens = Some(256);
     request.options.stop = vec!["END".into()];
-    let reply = leaf(&provider)
+    let reply = leaf_sending(&provider, SchemaForm::OpenApiSubset)
         .oneshot(request)
         .await
         .unwrap()
@@ -138,14 +205,14 @@ async fn a_conversation_with_media_tools_and_options_is_encoded_as_gemini_expect
 }
 
 #[tokio::test]
-async fn a_schema_gemini_cannot_express_is_refused_before_sending() {
+async fn a_schema_the_openapi_subset_cannot_express_is_refused_before_sending() {
     let provider = ScriptedProvider::start(|_, _| Reply::gemini_text("never")).await;
     let request = ChatRequest::new(vec![Message::user("hi")]).tool(ToolSpec::new(
         "pick",
         "",
-        json!({"type": "object", "properties": {"n": {"allOf": [{"type": "integer"}]}}}),
+        json!({"type": "object", "properties": {"n": {"allOf": [{"type": "integer"}, {"not": {"const": 3}}]}}}),
     ));
-    let err = leaf(&provider)
+    let err = leaf_sending(&provider, SchemaForm::OpenApiSubset)
         .oneshot(request)
         .await
         .err()

@@ -45,6 +45,12 @@ pub(crate) fn from_chat(error: &ChatError) -> ApiError {
             ..ApiError::from_chat(error)
         };
     }
+    // A model no `[upstreams]` name, alias or pattern reaches: a 404, as the providers answer an unknown model.
+    if matches!(error.kind(), ErrorKind::InvalidRequest)
+        && error.status() == Some(StatusCode::NOT_FOUND)
+    {
+        return ApiError::not_found_error("model_not_found", error.message());
+    }
     ApiError::from_chat(error)
 }
 

@@ -23,7 +23,7 @@ use crate::edge::middleware::EdgeLimits;
 use crate::operator::{Decisions, OperatorState};
 use crate::stack::mcp::GatewayMcp;
 use crate::stack::stores::{stores, Stores};
-use crate::stack::tools::SERVER_TOOLS;
+use crate::stack::tools::server_tool_names;
 use crate::stack::{stack, ChatStack, StackOptions, Upstream};
 use crate::telemetry::metrics::PrometheusMetrics;
 use crate::turn::pending::PendingStore;
@@ -75,10 +75,11 @@ impl Gateway {
         }
         let limits = config.file.limits.layer()?;
         let stores = stores(config).await?;
-        let mcp = GatewayMcp::start(&config.file.mcp, &SERVER_TOOLS)
+        let mcp = GatewayMcp::start(&config.file.mcp, &server_tool_names(config))
             .await
             .map_err(GatewayError::Config)?;
         let models = router.clone();
+        let single = upstream.clone();
         let files = config
             .files
             .as_deref()
@@ -104,9 +105,14 @@ impl Gateway {
         gateway.reloader = models.as_ref().map(|router| {
             crate::stack::upstreams::Reloader::new(router.clone(), config, metrics.clone())
         });
+        if let Some(Upstream::Anthropic(leaf)) = &single {
+            gateway.state.turns.anthropic_counter = Some(leaf.clone());
+        }
+        gateway.state.turns.router = models.clone();
         gateway.observability = Observability {
             metrics,
             router: models,
+            upstream: single,
             ..gateway.observability
         };
         gateway.limits = limits;
@@ -136,8 +142,9 @@ impl Gateway {
         Ok(gateway)
     }
 
-    /// A gateway around a stack of your own (its server-side tools are whatever the stack runs; the names in
-    /// [`SERVER_TOOLS`] are never shown to clients).
+    /// A gateway around a stack of your own (its server-side tools are whatever the stack runs; client tools
+    /// may not take the names of those the config turns on, a subset of
+    /// [`SERVER_TOOLS`](crate::stack::tools::SERVER_TOOLS)).
     pub fn with_stack(config: &Config, stack: ChatStack) -> Result<Self, GatewayError> {
         let keys = load_keys(config)?;
         let operators = load_operator_keys(config, keys.as_deref())?;
@@ -186,6 +193,9 @@ impl Gateway {
                     media: Arc::new(crate::edge::in_flight::MediaInFlight::new(
                         &config.connections,
                     )),
+                    server_tools: server_tool_names(config),
+                    anthropic_counter: None,
+                    router: None,
                     mcp: None,
                     // `[cache.routes]` was checked when the stack's cache layer was built.
                     caching: config.file.cache.as_ref().map(|section| {

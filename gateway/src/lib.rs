@@ -2,8 +2,8 @@
 //!
 //! An HTTP gateway (axum) running the whole tower-chat stack behind three wire formats — OpenAI Chat Completions
 //! (`POST /v1/chat/completions`), Anthropic Messages (`POST /v1/messages`) and OpenAI Responses
-//! (`POST /v1/responses`, with `previous_response_id` from the store), each streaming and not: server-side tools
-//! (`add`, `read_file`, `write_file` with approval through the approval layer) run by the tool loop, every call
+//! (`POST /v1/responses`, with `previous_response_id` from the store), each streaming and not: opt-in server-side
+//! tools (`add`, `read_file`, `write_file` with approval through the approval layer) run by the tool loop, every call
 //! recorded by the persistence layer (SQLite or PostgreSQL), telemetry through the tracing layer, `GET /healthz`,
 //! gateway keys, each format's own error shape and graceful shutdown. Official OpenAI and Anthropic client
 //! libraries work against it unmodified. The formats themselves (parsers, encoders, error shapes) are the

@@ -50,9 +50,7 @@ pub(crate) fn describe(config: &Config, addr: SocketAddr, created_files: Option<
                 root.display()
             ),
             (Some(root), None) => format!("{} (read_file, write_file)", root.display()),
-            (None, _) => {
-                "none: only the `add` tool (--files DIR for read_file, write_file)".to_owned()
-            }
+            (None, _) => "none (--files DIR for read_file, write_file)".to_owned(),
         },
     );
     line(

@@ -124,6 +124,33 @@ async fn without_files_there_are_no_file_tools() {
     assert_eq!(tools, vec!["add".to_owned()]);
 }
 
+/// With no server-side tool configured, the model sees exactly the client's tools, and the names the gateway's
+/// own tools would take are the client's to use.
+#[tokio::test]
+async fn without_server_tools_the_model_sees_exactly_the_clients_tools() {
+    let gw = Harness::start(
+        |_, _| Reply::openai_text("done"),
+        |config| {
+            config.files = None;
+            config.add_tool = false;
+        },
+    )
+    .await;
+    let function = |name: &str| json!({"type": "function", "function": {"name": name, "parameters": {"type": "object"}}});
+    let mut body = request(false, "hi");
+    body["tools"] = json!([function("add"), function("read_file"), function("grep")]);
+    let answer = gw.chat(&body).await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    let sent = gw.provider.requests();
+    let offered: Vec<&str> = sent[0].body["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["function"]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(offered, ["add", "read_file", "grep"]);
+}
+
 #[tokio::test]
 async fn a_missing_file_is_an_error_result_without_the_servers_paths() {
     let result = read_through_gateway("nope.txt", |_| {}).await;

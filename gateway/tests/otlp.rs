@@ -102,6 +102,8 @@ async fn run_gateway(record_content: bool) -> (Shared, ScriptedProvider) {
         .arg("--listen")
         .arg(addr.to_string())
         .args(["--upstream", &provider.base_url(), "--no-upstream-key"])
+        // The turn runs the gateway's own `add` tool, which is opt-in.
+        .arg("--add-tool")
         .arg("--db")
         .arg(dir.path().join("gateway.db"))
         .env("RUST_LOG", "warn")

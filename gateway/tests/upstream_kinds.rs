@@ -262,3 +262,68 @@ async fn gemini_recitation_and_malformed_call_finishes_reach_every_inbound_forma
         }
     }
 }
+
+/// Claude Code's tools (Messages format) as it sends them, from the core's fixture.
+fn claude_code_tools() -> Value {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../tests/data/claude_code_tools.json"
+    );
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+#[tokio::test]
+async fn claude_code_tools_reach_gemini_as_json_schema_or_lowered_to_the_openapi_subset() {
+    let upstreams =
+        KindUpstreams::start(|kind| Box::new(move |_, _| text_reply(kind, "Read it"))).await;
+    // The same Gemini server behind a second model whose target takes only the OpenAPI subset.
+    let toml = format!(
+        "{}[[upstreams.models]]\nname = \"m-gemini-openapi\"\n\n{}schema_form = \"openapi\"\n",
+        upstreams.toml(),
+        upstreams.target("gemini")
+    );
+    let gw = gateway(&toml).await;
+    let tools = claude_code_tools();
+    for model in ["m-gemini", "m-gemini-openapi"] {
+        let body = json!({"model": model, "max_tokens": 1024, "tools": tools,
+            "messages": [{"role": "user", "content": "Read a.txt"}]});
+        let answer = gw.post_json("/v1/messages", &body, &[]).await;
+        assert_eq!(answer.status, 200, "{model}: {}", answer.body);
+        assert_eq!(answer.json()["content"][0]["text"], "Read it", "{model}");
+        let sent = upstreams.get("gemini").server.requests();
+        let declared = sent.last().unwrap().body["tools"][0]["functionDeclarations"]
+            .as_array()
+            .and_then(|all| all.iter().find(|d| d["name"] == "Read").cloned())
+            .expect("Read reaches Gemini");
+        let limit = if model == "m-gemini" {
+            assert!(declared["parametersJsonSchema"].get("$schema").is_none());
+            &declared["parametersJsonSchema"]["properties"]["limit"]
+        } else {
+            &declared["parameters"]["properties"]["limit"]
+        };
+        let expected = if model == "m-gemini" {
+            json!({"type": "integer", "exclusiveMinimum": 0, "description": "The number of lines to read"})
+        } else {
+            json!({"type": "integer", "minimum": 1, "description": "The number of lines to read"})
+        };
+        assert_eq!(limit, &expected, "{model}: {declared}");
+    }
+}
+
+#[tokio::test]
+async fn a_request_without_max_tokens_reaches_claude_with_the_models_own_output_maximum() {
+    let upstreams = KindUpstreams::start(|kind| Box::new(move |_, _| text_reply(kind, "hi"))).await;
+    let gw = gateway(&upstreams.toml()).await;
+    for model in ["m-anthropic", "m-bedrock"] {
+        // The Responses API has no required output limit: the caller gave none.
+        let body = json!({"model": model, "input": "hi"});
+        let answer = gw.post_json("/v1/responses", &body, &[]).await;
+        assert_eq!(answer.status, 200, "{model}: {}", answer.body);
+    }
+    let anthropic = upstreams.get("anthropic").server.requests();
+    // claude-sonnet-4-5: 64,000 (Anthropic's models overview).
+    assert_eq!(anthropic[0].body["max_tokens"], 64_000);
+    let bedrock = upstreams.get("bedrock").server.requests();
+    // anthropic.claude-3-haiku-20240307-v1:0: 4,096.
+    assert_eq!(bedrock[0].body["inferenceConfig"]["maxTokens"], 4_096);
+}

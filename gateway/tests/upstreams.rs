@@ -130,7 +130,7 @@ async fn configured_models_are_listed_routed_and_fall_back() {
     assert_eq!(up.flaky.requests().len(), 2);
 
     let unknown = up.harness.chat(&chat("gpt-5", false)).await;
-    assert_eq!(unknown.status, 400, "{}", unknown.body);
+    assert_eq!(unknown.status, 404, "{}", unknown.body);
     assert!(unknown.body.contains("not configured"), "{}", unknown.body);
     assert!(unknown.body.contains("smart, fast"), "{}", unknown.body);
 }
@@ -203,7 +203,7 @@ async fn metrics_are_scraped_and_parsed() {
         assert_eq!(answer.status, 200, "{}", answer.body);
     }
     assert_eq!(up.harness.chat(&chat("fast", true)).await.status, 200);
-    assert_eq!(up.harness.chat(&chat("nope", false)).await.status, 400);
+    assert_eq!(up.harness.chat(&chat("nope", false)).await.status, 404);
 
     let scrape = get(&up.harness.url("/metrics")).await;
     assert_eq!(scrape.status, 200);

@@ -56,7 +56,8 @@ pub type StreamDecoder = crate::leaf::StreamDecoder<Anthropic>;
 #[derive(Clone, Debug)]
 pub struct Anthropic {
     api_version: String,
-    default_max_tokens: u32,
+    /// `None`: the model's own maximum ([`crate::output_limits`]).
+    default_max_tokens: Option<u32>,
     /// Shared by the provider's clones (the leaf's clones): one list offered to every call is serialised once.
     tools: Arc<ToolsJson>,
 }
@@ -65,7 +66,7 @@ impl Default for Anthropic {
     fn default() -> Self {
         Anthropic {
             api_version: DEFAULT_API_VERSION.to_owned(),
-            default_max_tokens: 4096,
+            default_max_tokens: None,
             tools: Arc::default(),
         }
     }
@@ -129,9 +130,10 @@ impl ChatLeafBuilder<Anthropic> {
         self
     }
 
-    /// `max_tokens` for requests that set no `max_output_tokens` (the API requires one; default 4096).
+    /// `max_tokens` for requests that set no `max_output_tokens` (the API requires one; default: the model's
+    /// own output maximum, [`output_limits::max_output_tokens`](crate::output_limits::max_output_tokens)).
     pub fn default_max_tokens(mut self, tokens: u32) -> Self {
-        self.provider.default_max_tokens = tokens;
+        self.provider.default_max_tokens = Some(tokens);
         self
     }
 }

@@ -208,7 +208,8 @@ const PROVIDER: &str = "the Anthropic Messages API";
 
 pub(crate) struct EncodeOptions<'a> {
     pub(crate) default_model: Option<&'a str>,
-    pub(crate) default_max_tokens: u32,
+    /// `None`: the model's own maximum.
+    pub(crate) default_max_tokens: Option<u32>,
     /// The provider's cache of the last tools list's JSON.
     pub(crate) tools: &'a ToolsJson,
 }
@@ -321,7 +322,10 @@ pub(crate) fn encode(
     }
     let body = Body {
         model,
-        max_tokens: options.max_output_tokens.unwrap_or(opts.default_max_tokens),
+        max_tokens: options
+            .max_output_tokens
+            .or(opts.default_max_tokens)
+            .unwrap_or_else(|| crate::output_limits::max_output_tokens(model)),
         system,
         messages,
         tools: tools.as_deref(),
@@ -530,7 +534,7 @@ mod tests {
         };
         let opts = EncodeOptions {
             default_model: Some("claude-sonnet-4-5"),
-            default_max_tokens: 1024,
+            default_max_tokens: Some(1024),
             tools: &ToolsJson::default(),
         };
         let body: Value = serde_json::from_slice(&encode(&request, &opts).unwrap()).unwrap();
@@ -562,7 +566,7 @@ mod tests {
         request.options.response_format = Some(format);
         let opts = EncodeOptions {
             default_model: None,
-            default_max_tokens: 1024,
+            default_max_tokens: Some(1024),
             tools: &ToolsJson::default(),
         };
         encode(&request, &opts).map(|body| serde_json::from_slice(&body).unwrap())
@@ -616,7 +620,7 @@ mod tests {
         let tools = ToolsJson::default();
         let opts = EncodeOptions {
             default_model: None,
-            default_max_tokens: 1024,
+            default_max_tokens: Some(1024),
             tools: &tools,
         };
         let body: Value = serde_json::from_slice(&encode(&request, &opts).unwrap()).unwrap();

@@ -236,9 +236,9 @@ impl ProviderWire for Bedrock {
     fn encode(
         &self,
         request: &ChatRequest,
-        _default_model: Option<&str>,
+        default_model: Option<&str>,
     ) -> Result<Vec<u8>, ChatError> {
-        wire::encode(request, &self.tools)
+        wire::encode(request, &self.tools, default_model)
     }
 
     fn error_message(body: &[u8]) -> Option<String> {

@@ -200,9 +200,13 @@ fn forced_answer(request: &ChatRequest) -> Result<Option<ChatRequest>, ChatError
 }
 
 /// Serialize a request to the JSON body of `converse` / `converse-stream` (the model is in the URL).
-pub(crate) fn encode(request: &ChatRequest, tools: &ToolsJson) -> Result<Vec<u8>, ChatError> {
+pub(crate) fn encode(
+    request: &ChatRequest,
+    tools: &ToolsJson,
+    default_model: Option<&str>,
+) -> Result<Vec<u8>, ChatError> {
     if let Some(forced) = forced_answer(request)? {
-        return encode(&forced, tools);
+        return encode(&forced, tools, default_model);
     }
     let options = &request.options;
     let mut system = Vec::new();
@@ -264,7 +268,7 @@ pub(crate) fn encode(request: &ChatRequest, tools: &ToolsJson) -> Result<Vec<u8>
     let body = Body {
         messages,
         system,
-        inference_config: inference_config(request),
+        inference_config: inference_config(request, default_model),
         tool_config: tools.as_deref().map(|tools| ToolConfig {
             tools,
             tool_choice: tool_choice(options.tool_choice.as_ref()),
@@ -294,10 +298,15 @@ fn reasoning_block<'a>(text: &'a str, value: &'a Value) -> Option<Block<'a>> {
     }))
 }
 
-fn inference_config(request: &ChatRequest) -> Map<String, Value> {
+fn inference_config(request: &ChatRequest, default_model: Option<&str>) -> Map<String, Value> {
     let options = &request.options;
     let mut config = Map::new();
-    if let Some(max) = options.max_output_tokens {
+    // Claude models on Converse stop at a low default without one: their own maximum, as on Anthropic's API.
+    let max = options.max_output_tokens.or_else(|| {
+        let model = options.model.as_deref().or(default_model)?;
+        crate::output_limits::known_max_output_tokens(model)
+    });
+    if let Some(max) = max {
         config.insert("maxTokens".into(), json!(max));
     }
     if let Some(t) = options.temperature {
@@ -533,7 +542,7 @@ mod tests {
     use crate::request::ChatOptions;
 
     fn encoded(request: &ChatRequest) -> Value {
-        serde_json::from_slice(&encode(request, &ToolsJson::default()).unwrap()).unwrap()
+        serde_json::from_slice(&encode(request, &ToolsJson::default(), None).unwrap()).unwrap()
     }
 
     #[test]
@@ -701,13 +710,13 @@ mod tests {
                 cache: None,
             })]),
         }]);
-        let error = encode(&web_image, &ToolsJson::default()).unwrap_err();
+        let error = encode(&web_image, &ToolsJson::default(), None).unwrap_err();
         assert_eq!(error.kind(), &ErrorKind::Unsupported);
         assert!(error.message().contains("by URL"), "{}", error.message());
         let bmp = ChatRequest::new(vec![Message::User {
             content: Content::from(vec![Part::image(&b"BM"[..], "image/bmp")]),
         }]);
-        let error = encode(&bmp, &ToolsJson::default()).unwrap_err();
+        let error = encode(&bmp, &ToolsJson::default(), None).unwrap_err();
         assert!(error.message().contains("image/bmp"), "{}", error.message());
     }
 
@@ -754,7 +763,7 @@ mod tests {
             );
         }
         request.options.tool_choice = Some(ToolChoice::Tool("lookup".into()));
-        let error = encode(&request, &ToolsJson::default()).unwrap_err();
+        let error = encode(&request, &ToolsJson::default(), None).unwrap_err();
         assert_eq!(error.kind(), &ErrorKind::InvalidRequest);
     }
 }

@@ -4,9 +4,9 @@
 //! bearer token from a [`TokenProvider`](crate::leaf::TokenProvider)).
 //!
 //! Mapped: system messages as `systemInstruction`; user images, audio and files as `inlineData` (bytes, `data:`
-//! URLs) or `fileData` (URLs, uploaded files); tools as `functionDeclarations` with their JSON Schemas converted
-//! to Gemini's subset ([`to_gemini_schema`]; what it cannot express is refused before sending, with the tool and
-//! the place named); tool choice as `toolConfig`; function calls, which Gemini sends whole and several per turn;
+//! URLs) or `fileData` (URLs, uploaded files); tools as `functionDeclarations` with their JSON Schemas as
+//! `parametersJsonSchema` and answer schemas as `responseJsonSchema` (or, for models that do not take JSON
+//! Schema, lowered to Gemini's OpenAPI subset: [`SchemaForm`]); tool choice as `toolConfig`; function calls, which Gemini sends whole and several per turn;
 //! tool results as `functionResponse`; each part's `thoughtSignature`, kept in the assistant message and sent
 //! back on the same part (Gemini refuses a function-calling continuation without it); thought summaries as
 //! reasoning; `usageMetadata` (prompt, candidates, thoughts, cached tokens); `finishReason` (`SAFETY` and its
@@ -94,6 +94,44 @@ pub type StreamDecoder = crate::leaf::StreamDecoder<Gemini>;
 pub struct Gemini {
     /// Shared by the provider's clones: one list offered to every call is converted and serialised once.
     tools: Arc<ToolsJson>,
+    schemas: SchemaForm,
+}
+
+/// How a [`GeminiChat`] sends tool parameter and answer schemas.
+///
+/// Gemini takes JSON Schema itself in `FunctionDeclaration.parametersJsonSchema` and
+/// `GenerationConfig.responseJsonSchema`, on the Gemini API (`v1beta`) and on Vertex AI (`v1`), for every
+/// actively supported model (Google's structured-output announcement of November 2025; Gemini 2.5 and later).
+/// Older models and some proxies take only the OpenAPI 3.0 subset of `parameters` / `responseSchema`: for them,
+/// [`OpenApiSubset`](SchemaForm::OpenApiSubset) lowers each schema with [`to_gemini_schema`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SchemaForm {
+    /// JSON Schema as written (the default): tools as `parametersJsonSchema` (without `$schema`, which Gemini
+    /// refuses), answers as `responseJsonSchema` (keywords Gemini does not document moved into `description`,
+    /// see [`output_schema`](crate::output_schema)). Schemas over
+    /// [`SchemaLimits::DEFAULT`](crate::schema_limits::SchemaLimits) are refused before sending.
+    #[default]
+    JsonSchema,
+    /// The OpenAPI subset: tools as `parameters`, answers as `responseSchema`, each lowered by
+    /// [`to_gemini_schema`]; a schema that cannot be lowered is refused before sending, naming the tool and the
+    /// place (an answer schema goes as `responseJsonSchema` instead).
+    OpenApiSubset,
+}
+
+impl std::str::FromStr for SchemaForm {
+    type Err = String;
+
+    /// `json-schema` or `openapi` (as a configuration file spells them).
+    fn from_str(name: &str) -> Result<Self, Self::Err> {
+        match name {
+            "json-schema" => Ok(SchemaForm::JsonSchema),
+            "openapi" => Ok(SchemaForm::OpenApiSubset),
+            other => Err(format!(
+                "`{other}` is not a Gemini schema form (`json-schema` or `openapi`)"
+            )),
+        }
+    }
 }
 
 impl Provider for Gemini {}
@@ -144,7 +182,7 @@ impl ProviderWire for Gemini {
         request: &ChatRequest,
         _default_model: Option<&str>,
     ) -> Result<Vec<u8>, ChatError> {
-        wire::encode(request, &self.tools)
+        wire::encode(request, &self.tools, self.schemas)
     }
 
     fn error_message(body: &[u8]) -> Option<String> {
@@ -161,6 +199,12 @@ impl ProviderWire for Gemini {
 }
 
 impl ChatLeafBuilder<Gemini> {
+    /// How tool parameter and answer schemas are sent (default [`SchemaForm::JsonSchema`]).
+    pub fn schema_form(mut self, form: SchemaForm) -> Self {
+        self.provider.schemas = form;
+        self
+    }
+
     /// Call Gemini models on Vertex AI in `project` at `location` (`us-central1`, `europe-west4`, `global`, …):
     /// the base URL becomes `https://{location}-aiplatform.googleapis.com/v1/projects/{project}/locations/
     /// {location}/publishers/google` (`aiplatform.googleapis.com` for `global`) and the provider name

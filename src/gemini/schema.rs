@@ -1,8 +1,16 @@
-//! JSON Schemas of tool parameters converted to the subset Gemini's `functionDeclarations` take (an OpenAPI 3.0
-//! schema object): `type` lists with `null` become `nullable`, `const` a one-value `enum`, `oneOf` an `anyOf`,
-//! local `$ref`s are inlined; annotations Gemini does not know are dropped. What cannot be expressed (`allOf`,
-//! `not`, conditionals, `patternProperties`, a recursive `$ref`, …) is refused with a [`SchemaError`] naming the
-//! keyword and where it is, before any request is sent.
+//! JSON Schemas lowered to the OpenAPI 3.0 subset of Gemini's `parameters` and `responseSchema`: the fallback
+//! for models that do not take JSON Schema itself ([`SchemaForm::OpenApiSubset`](super::SchemaForm)).
+//!
+//! Rewritten: `type` lists with `null` become `nullable` (several other types an `anyOf` of each), `const` a
+//! one-value `enum`, `oneOf` an `anyOf`, an `allOf` of one schema that schema, local `$ref`s are inlined.
+//! Lowered: an exclusive bound becomes the inclusive one (`exclusiveMinimum: 0` on an integer is `minimum: 1`; on
+//! a number `minimum: 0`, a little wider). Dropped: annotations Gemini does not know, and assertions it has no
+//! place for, which only narrow what an object or array may hold (`additionalProperties` of any value,
+//! `propertyNames`, `patternProperties`, `uniqueItems`, `multipleOf`, …): the schema Gemini sees is then wider
+//! than the one written, and whoever runs the tool still checks the arguments against the original. Refused,
+//! with a [`SchemaError`] naming the keyword and where it is, before any request is sent: what would change
+//! which shapes are valid if dropped (`allOf` of several schemas, `not`, `if`/`then`/`else`,
+//! `dependentSchemas`), a recursive or non-local `$ref`, an `enum` of non-strings.
 //!
 //! Inlining is where a small schema can become a huge one (four `$ref`s per level, ten levels: a million
 //! copies), so the schema is first measured against [`SchemaLimits`] and refused when its expansion is over
@@ -11,7 +19,7 @@
 
 use std::fmt;
 
-use serde_json::{Map, Value};
+use serde_json::{json, Map, Number, Value};
 
 use crate::schema_limits::{SchemaLimit, SchemaLimitError, SchemaLimits};
 
@@ -55,17 +63,36 @@ const KEPT: [&str; 14] = [
     "maximum",
 ];
 
-/// Annotations (or restrictions the tool loop validates anyway) with no place in Gemini's schema: dropped.
-const DROPPED: [&str; 9] = [
+/// Annotations, and assertions that only narrow what an object, array or string may hold, with no place in
+/// Gemini's schema: dropped (whoever runs the tool validates the arguments against the original schema).
+const DROPPED: [&str; 27] = [
     "$schema",
     "$id",
+    "$anchor",
+    "$dynamicAnchor",
     "$comment",
+    "$vocabulary",
     "examples",
     "deprecated",
     "readOnly",
     "writeOnly",
     "$defs",
     "definitions",
+    "additionalProperties",
+    "propertyNames",
+    "patternProperties",
+    "unevaluatedProperties",
+    "dependentRequired",
+    "uniqueItems",
+    "additionalItems",
+    "unevaluatedItems",
+    "contains",
+    "minContains",
+    "maxContains",
+    "multipleOf",
+    "contentEncoding",
+    "contentMediaType",
+    "contentSchema",
 ];
 
 /// `schema` in Gemini's schema subset.
@@ -74,14 +101,16 @@ const DROPPED: [&str; 9] = [
 /// use serde_json::json;
 /// use tower_chat::gemini::to_gemini_schema;
 ///
-/// let schema = json!({"type": "object", "properties": {"unit": {"type": ["string", "null"], "const": "C"}},
-///                     "additionalProperties": false});
+/// let schema = json!({"type": "object", "properties": {"unit": {"type": ["string", "null"], "const": "C"},
+///                                                       "limit": {"type": "integer", "exclusiveMinimum": 0}},
+///                     "additionalProperties": {}, "propertyNames": {"maxLength": 8}});
 /// assert_eq!(
 ///     to_gemini_schema(&schema).unwrap(),
-///     json!({"type": "object", "properties": {"unit": {"type": "string", "nullable": true, "enum": ["C"]}}})
+///     json!({"type": "object", "properties": {"unit": {"type": "string", "nullable": true, "enum": ["C"]},
+///                                             "limit": {"type": "integer", "minimum": 1}}})
 /// );
-/// let err = to_gemini_schema(&json!({"allOf": [{"type": "string"}]})).unwrap_err();
-/// assert!(err.to_string().contains("allOf"));
+/// let err = to_gemini_schema(&json!({"not": {"type": "string"}})).unwrap_err();
+/// assert_eq!(err.to_string(), "at /not: the keyword not cannot be lowered to Gemini's schema subset");
 /// ```
 pub fn to_gemini_schema(schema: &Value) -> Result<Value, SchemaError> {
     to_gemini_schema_within(schema, &SchemaLimits::DEFAULT)
@@ -198,13 +227,30 @@ impl<'a> Converter<'a> {
                         .collect::<Result<_, _>>()?;
                     out.insert("anyOf".into(), Value::Array(options));
                 }
+                "allOf" => {
+                    // One schema is that schema; several would have to be merged, which is not always possible.
+                    let [only] = value.as_array().map(Vec::as_slice).unwrap_or_default() else {
+                        return Err(SchemaError {
+                            path: here,
+                            reason: "allOf of several schemas cannot be lowered to Gemini's schema subset"
+                                .into(),
+                        });
+                    };
+                    let Value::Object(merged) = self.convert(only, &format!("{here}/0"))? else {
+                        unreachable!("a converted schema is an object")
+                    };
+                    for (k, v) in merged {
+                        out.entry(k).or_insert(v);
+                    }
+                }
                 "required" | "propertyOrdering" => {
                     out.insert(key.clone(), value.clone());
                 }
                 "default" => {
                     out.insert(key.clone(), value.clone());
                 }
-                "additionalProperties" if value == &Value::Bool(false) => {}
+                // Lowered below, once `type` and `minimum`/`maximum` are known.
+                "exclusiveMinimum" | "exclusiveMaximum" => {}
                 k if KEPT.contains(&k) => {
                     out.insert(key.clone(), value.clone());
                 }
@@ -212,11 +258,14 @@ impl<'a> Converter<'a> {
                 other => {
                     return Err(SchemaError {
                         path: here,
-                        reason: format!("the keyword {other} cannot be expressed"),
+                        reason: format!(
+                            "the keyword {other} cannot be lowered to Gemini's schema subset"
+                        ),
                     })
                 }
             }
         }
+        lower_exclusive_bounds(fields, &mut out);
         Ok(Value::Object(out))
     }
 
@@ -236,23 +285,76 @@ impl<'a> Converter<'a> {
                 out.insert("type".into(), Value::String(name.clone()));
             }
             Value::Array(names) => {
-                let mut named = names.iter().filter(|n| n.as_str() != Some("null"));
-                let first = named.next();
-                if named.next().is_some() {
-                    return Err(fail(format!(
-                        "a type list of several types ({value}); use anyOf"
-                    )));
+                let named: Vec<&Value> = names
+                    .iter()
+                    .filter(|n| n.as_str() != Some("null"))
+                    .collect();
+                if named.iter().any(|n| !n.is_string()) {
+                    return Err(fail(format!("type {value} is not a list of type names")));
                 }
-                if let Some(first) = first {
-                    out.insert("type".into(), first.clone());
+                match named.as_slice() {
+                    [] => {}
+                    [only] => {
+                        out.insert("type".into(), (*only).clone());
+                    }
+                    several => {
+                        let options = several.iter().map(|name| json!({ "type": name })).collect();
+                        out.insert("anyOf".into(), Value::Array(options));
+                    }
                 }
-                if names.len() > usize::from(first.is_some()) {
+                if names.len() > named.len() {
                     out.insert("nullable".into(), Value::Bool(true));
                 }
             }
             other => return Err(fail(format!("type {other} is not a type name"))),
         }
         Ok(())
+    }
+}
+
+/// `exclusiveMinimum` / `exclusiveMaximum` (a number, or draft 4's `true` beside `minimum` / `maximum`) as the
+/// inclusive bound Gemini takes: the next integer inside on an integer, the same value on a number (a bound
+/// the model may then reach, which validation of the arguments still refuses).
+fn lower_exclusive_bounds(fields: &Map<String, Value>, out: &mut Map<String, Value>) {
+    let integer = match fields.get("type") {
+        Some(Value::String(name)) => name == "integer",
+        Some(Value::Array(names)) => {
+            names.iter().any(|n| n == "integer") && !names.iter().any(|n| n == "number")
+        }
+        _ => false,
+    };
+    for (exclusive, inclusive, step) in [
+        ("exclusiveMinimum", "minimum", 1.0),
+        ("exclusiveMaximum", "maximum", -1.0),
+    ] {
+        let bound = match fields.get(exclusive) {
+            Some(Value::Number(n)) => n.as_f64(),
+            Some(Value::Bool(true)) => fields.get(inclusive).and_then(Value::as_f64),
+            _ => None,
+        };
+        let Some(bound) = bound else {
+            continue;
+        };
+        let lowered = match (integer, step > 0.0) {
+            (false, _) => bound,
+            (true, true) => bound.floor() + 1.0,
+            (true, false) => bound.ceil() - 1.0,
+        };
+        // Beside an inclusive bound of its own, the tighter of the two.
+        let tighter = match out.get(inclusive).and_then(Value::as_f64) {
+            Some(other) if (other - lowered) * step > 0.0 => other,
+            _ => lowered,
+        };
+        out.insert(inclusive.into(), number(tighter));
+    }
+}
+
+/// A whole number as an integer (`1`, not `1.0`).
+fn number(value: f64) -> Value {
+    if value.fract() == 0.0 && value.abs() < 9.0e15 {
+        Value::from(value as i64)
+    } else {
+        Number::from_f64(value).map_or(Value::Null, Value::Number)
     }
 }
 
@@ -268,107 +370,5 @@ fn enum_value(value: &Value, path: &str) -> Result<Value, SchemaError> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::json;
-
-    #[test]
-    fn local_refs_are_inlined_and_one_of_becomes_any_of() {
-        let schema = json!({
-            "$schema": "https://json-schema.org/draft/2020-12/schema",
-            "type": "object",
-            "$defs": {"point": {"type": "object", "properties": {"x": {"type": "number"}}, "required": ["x"]}},
-            "properties": {
-                "at": {"$ref": "#/$defs/point"},
-                "tag": {"oneOf": [{"type": "string"}, {"type": "integer"}]}
-            }
-        });
-        assert_eq!(
-            to_gemini_schema(&schema).unwrap(),
-            json!({"type": "object", "properties": {
-                "at": {"type": "object", "properties": {"x": {"type": "number"}}, "required": ["x"]},
-                "tag": {"anyOf": [{"type": "string"}, {"type": "integer"}]}
-            }})
-        );
-    }
-
-    #[test]
-    fn what_cannot_be_expressed_is_named_with_its_place() {
-        let cases = [
-            (
-                json!({"type": "object", "properties": {"a": {"not": {"type": "string"}}}}),
-                "/properties/a/not",
-            ),
-            (
-                json!({"type": "object", "patternProperties": {"^x": {}}}),
-                "/patternProperties",
-            ),
-            (json!({"type": ["string", "integer"]}), "/type"),
-            (json!({"enum": [1, 2]}), "/enum"),
-            (json!({"$ref": "https://example.com/s.json"}), ""),
-        ];
-        for (schema, path) in cases {
-            let err = to_gemini_schema(&schema).unwrap_err();
-            assert_eq!(err.path, path, "{schema}: {err}");
-        }
-        let recursive = json!({"type": "object", "properties": {"next": {"$ref": "#"}}});
-        let err = to_gemini_schema(&recursive).unwrap_err();
-        assert!(err.reason.contains("recursive"), "{err}");
-        assert!(err.path.starts_with("/properties/next"), "{err}");
-    }
-
-    /// Each level an object of `fanout` properties referring to the level below.
-    fn laughs(depth: usize, fanout: usize) -> Value {
-        let mut defs = Map::new();
-        defs.insert("d0".into(), json!({"type": "string"}));
-        for level in 1..=depth {
-            let below = json!({"$ref": format!("#/$defs/d{}", level - 1)});
-            let properties: Map<String, Value> = (0..fanout)
-                .map(|i| (format!("p{i}"), below.clone()))
-                .collect();
-            defs.insert(
-                format!("d{level}"),
-                json!({"type": "object", "properties": properties}),
-            );
-        }
-        json!({"$defs": defs, "$ref": format!("#/$defs/d{depth}")})
-    }
-
-    #[test]
-    fn a_ref_billion_laughs_is_refused_before_anything_is_inlined_naming_the_limit() {
-        for depth in [10, 14] {
-            let err = to_gemini_schema(&laughs(depth, 4)).unwrap_err();
-            assert_eq!(err.path, "", "{err}");
-            assert!(err.reason.ends_with("(max_expanded_nodes)"), "{err}");
-        }
-        // Within the limits it inlines; with a tighter limit the same schema is refused.
-        let small = laughs(3, 4);
-        let inlined = to_gemini_schema(&small).unwrap();
-        assert_eq!(
-            inlined["properties"]["p3"]["properties"]["p0"]["properties"]["p1"],
-            json!({"type": "string"})
-        );
-        let tight = SchemaLimits {
-            max_expanded_nodes: 50,
-            ..SchemaLimits::default()
-        };
-        let err = to_gemini_schema_within(&small, &tight).unwrap_err();
-        assert!(
-            err.reason.ends_with("the limit is 50 (max_expanded_nodes)"),
-            "{err}"
-        );
-    }
-
-    #[test]
-    fn mutual_recursion_fanning_out_is_refused_at_the_first_ref_back() {
-        // `a` and `b` refer to each other four times each: inlining until some depth would be 4^depth copies.
-        let defs = |other: &str| {
-            let to = json!({"$ref": format!("#/$defs/{other}")});
-            json!({"type": "object", "properties": {"w": to, "x": to, "y": to, "z": to}})
-        };
-        let schema = json!({"$defs": {"a": defs("b"), "b": defs("a")}, "$ref": "#/$defs/a"});
-        let err = to_gemini_schema(&schema).unwrap_err();
-        assert!(err.reason.contains("recursive"), "{err}");
-        assert_eq!(err.path, "/properties/w/properties/w");
-    }
-}
+#[path = "schema_tests.rs"]
+mod tests;

@@ -1,5 +1,5 @@
 //! The `generateContent` request body: the system instruction, `contents` with `user` and `model` turns,
-//! `functionDeclarations` with their schemas converted ([`super::schema`]), `toolConfig` and
+//! `functionDeclarations` with their schemas in the configured [`SchemaForm`], `toolConfig` and
 //! `generationConfig`; function calls go back with their `thoughtSignature`.
 
 use std::sync::Arc;
@@ -10,6 +10,7 @@ use serde_json::{json, Map, Value};
 
 use super::schema::to_gemini_schema;
 use super::signature::{self, GEMINI};
+use super::SchemaForm;
 use crate::content::{Content, DataUrl, MediaSource, Part};
 use crate::error::{ChatError, ErrorKind};
 use crate::message::{Message, ToolArguments, ToolMessage};
@@ -94,21 +95,27 @@ impl<'a> From<PartData<'a>> for WirePart<'a> {
 
 /// A tool in `functionDeclarations`.
 #[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
 struct Declaration<'a> {
     name: &'a str,
     #[serde(skip_serializing_if = "str::is_empty")]
     description: &'a str,
     #[serde(skip_serializing_if = "Option::is_none")]
     parameters: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    parameters_json_schema: Option<Value>,
 }
 
-/// Serialises a tool, converting its schema; a schema Gemini cannot take fails the serialisation, and the
+/// Serialises a tool with its schema in `form`; a schema Gemini cannot take fails the serialisation, and the
 /// message says which tool and where (see `encode`).
-struct WireTool<'a>(&'a ToolSpec);
+struct WireTool<'a>(&'a ToolSpec, SchemaForm);
 
 impl Serialize for WireTool<'_> {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let tool = self.0;
+        let WireTool(tool, form) = *self;
+        let refused = |e: &dyn std::fmt::Display| {
+            serde::ser::Error::custom(format!("the schema of tool {:?} {e}", tool.name))
+        };
         // A tool without parameters: Gemini refuses an object schema without properties.
         let empty = tool.parameters.is_null()
             || (tool
@@ -116,19 +123,37 @@ impl Serialize for WireTool<'_> {
                 .get("properties")
                 .is_none_or(|p| p.as_object().is_some_and(Map::is_empty))
                 && tool.parameters.get("type").and_then(Value::as_str) == Some("object"));
-        let parameters = if empty {
-            None
-        } else {
-            Some(to_gemini_schema(&tool.parameters).map_err(|e| {
-                serde::ser::Error::custom(format!("the schema of tool {:?} {e}", tool.name))
-            })?)
-        };
+        let (mut parameters, mut parameters_json_schema) = (None, None);
+        if !empty && form == SchemaForm::OpenApiSubset {
+            parameters = Some(to_gemini_schema(&tool.parameters).map_err(|e| refused(&e))?);
+        } else if !empty {
+            SchemaLimits::DEFAULT
+                .check(&tool.parameters)
+                .map_err(|e| refused(&format_args!("at /: {e}")))?;
+            parameters_json_schema = Some(without_dialect(&tool.parameters));
+        }
         Declaration {
             name: &tool.name,
             description: &tool.description,
             parameters,
+            parameters_json_schema,
         }
         .serialize(serializer)
+    }
+}
+
+/// A JSON Schema as `parametersJsonSchema` takes it: without the root's `$schema`, which Gemini refuses
+/// ("Unknown name \"$schema\""); everything else as written.
+fn without_dialect(schema: &Value) -> Value {
+    match schema {
+        Value::Object(fields) if fields.contains_key("$schema") => Value::Object(
+            fields
+                .iter()
+                .filter(|(key, _)| *key != "$schema")
+                .map(|(key, value)| (key.clone(), value.clone()))
+                .collect(),
+        ),
+        other => other.clone(),
     }
 }
 
@@ -136,14 +161,17 @@ impl Serialize for WireTool<'_> {
 fn tools_json(
     request: &ChatRequest,
     cache: &ToolsJson,
+    form: SchemaForm,
 ) -> Result<Option<Arc<RawValue>>, ChatError> {
-    let declarations = cache.get(&request.options.tools, WireTool).map_err(|e| {
-        ChatError::new(
-            ErrorKind::Unsupported,
-            format!("{PROVIDER} cannot take {e}"),
-        )
-        .refused_before_sending()
-    })?;
+    let declarations = cache
+        .get(&request.options.tools, |tool| WireTool(tool, form))
+        .map_err(|e| {
+            ChatError::new(
+                ErrorKind::Unsupported,
+                format!("{PROVIDER} cannot take {e}"),
+            )
+            .refused_before_sending()
+        })?;
     let Some(declarations) = declarations else {
         return Ok(None);
     };
@@ -154,9 +182,13 @@ fn tools_json(
 }
 
 /// Serialize a request to the JSON body of `generateContent` / `streamGenerateContent`.
-pub(crate) fn encode(request: &ChatRequest, tools: &ToolsJson) -> Result<Vec<u8>, ChatError> {
+pub(crate) fn encode(
+    request: &ChatRequest,
+    tools: &ToolsJson,
+    form: SchemaForm,
+) -> Result<Vec<u8>, ChatError> {
     let options = &request.options;
-    let tools = tools_json(request, tools)?;
+    let tools = tools_json(request, tools, form)?;
     let mut system = Vec::new();
     let mut contents: Vec<Turn<'_>> = Vec::with_capacity(request.messages.len());
     for message in request.messages.iter() {
@@ -189,7 +221,7 @@ pub(crate) fn encode(request: &ChatRequest, tools: &ToolsJson) -> Result<Vec<u8>
         }),
         tools: tools.as_deref(),
         tool_config: tool_config(options.tool_choice.as_ref()),
-        generation_config: generation_config(request)?,
+        generation_config: generation_config(request, form)?,
     };
     merge_extra(&body, &options.extra).map_err(cannot_serialize)
 }
@@ -350,7 +382,10 @@ fn tool_config(choice: Option<&ToolChoice>) -> Option<Value> {
     Some(json!({ "functionCallingConfig": config }))
 }
 
-fn generation_config(request: &ChatRequest) -> Result<Map<String, Value>, ChatError> {
+fn generation_config(
+    request: &ChatRequest,
+    form: SchemaForm,
+) -> Result<Map<String, Value>, ChatError> {
     let options = &request.options;
     let mut config = Map::new();
     if let Some(t) = options.temperature {
@@ -372,13 +407,23 @@ fn generation_config(request: &ChatRequest) -> Result<Map<String, Value>, ChatEr
         }
         Some(ResponseFormat::JsonSchema { schema, .. }) => {
             config.insert("responseMimeType".into(), json!("application/json"));
-            // `responseSchema` (the OpenAPI subset every Gemini model takes) when the schema fits it; otherwise
-            // (recursion, `allOf`, …) `responseJsonSchema`, which takes JSON Schema itself. Both computed once
-            // per schema. A schema over the limits is refused, not sent on in the other shape.
+            // `responseJsonSchema` (JSON Schema itself); in the subset form `responseSchema` when the schema
+            // can be lowered to it, `responseJsonSchema` otherwise (recursion, `not`, …). Each computed once per
+            // schema. A schema over the limits is refused, not sent on in the other shape.
             SchemaLimits::DEFAULT.check(schema)?;
-            match &*cached(schema, GEMINI_OPENAPI, || to_gemini_schema(schema)) {
-                Ok(converted) => config.insert("responseSchema".into(), converted.clone()),
-                Err(_) => config.insert(
+            let lowered = match form {
+                SchemaForm::OpenApiSubset => {
+                    cached(schema, GEMINI_OPENAPI, || to_gemini_schema(schema))
+                        .as_ref()
+                        .as_ref()
+                        .ok()
+                        .cloned()
+                }
+                _ => None,
+            };
+            match lowered {
+                Some(converted) => config.insert("responseSchema".into(), converted),
+                None => config.insert(
                     "responseJsonSchema".into(),
                     normalise(schema, SchemaDialect::GeminiJson).schema.clone(),
                 ),

@@ -129,6 +129,40 @@ impl<P: Provider> tower_service::Service<ChatRequest> for ChatLeaf<P> {
     }
 }
 
+impl<P: Provider> ChatLeaf<P> {
+    /// `method` to `path` below the base URL (`messages/count_tokens`, `models`), with the leaf's credential and
+    /// headers and `body` as JSON, answered with the whole response body: the provider's endpoints beside the
+    /// chat call. A failure status is the typed error a chat call would get.
+    pub async fn fetch(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<Vec<u8>>,
+    ) -> Result<Bytes, ChatError> {
+        let shared = &*self.shared;
+        let config = &shared.leaf;
+        let url = endpoint(&config.base_url, path)?;
+        let token = match &config.token {
+            Some(cache) => Some(cache.token().await?),
+            None => None,
+        };
+        let credential = match &token {
+            Some(token) => Some((token, (AUTHORIZATION, "Bearer "))),
+            None => config
+                .api_key
+                .as_ref()
+                .map(|key| (key, shared.provider.auth_header())),
+        };
+        let body = Bytes::from(body.unwrap_or_default());
+        let mut request = config.post_json(body.clone(), Some(url), false, "", credential)?;
+        *request.method_mut() = method;
+        if let Some(signer) = shared.provider.request_signer() {
+            signer.sign(&mut request, &body).await?;
+        }
+        shared.transport.fetch::<P>(request).await
+    }
+}
+
 impl<P: Provider> ModelInfo for ChatLeaf<P> {
     fn model_metadata(&self) -> ModelMetadata {
         self.shared.leaf.metadata.clone()
@@ -156,6 +190,8 @@ struct LeafSettings {
 /// What a built leaf keeps (besides its transport).
 struct LeafConfig {
     endpoint: Uri,
+    /// The base URL, for the provider's endpoints beside the chat call.
+    base_url: String,
     api_key: Option<Secret>,
     /// Bearer tokens from a [`TokenProvider`], instead of the key.
     token: Option<TokenCache>,
@@ -286,6 +322,7 @@ impl LeafSettings {
         };
         let config = LeafConfig {
             endpoint,
+            base_url: self.base_url,
             api_key: self.api_key,
             token: self
                 .token_provider

@@ -153,6 +153,21 @@ impl HttpTransport {
         Err(error_from_response(response, self.timeouts.idle, &sent, readers).await)
     }
 
+    /// Send a request, wait for a success status (any other is the typed error a chat call would get, read by
+    /// `P`'s readers) and read its whole body: a provider's endpoints beside the chat call.
+    pub(crate) async fn fetch<P: ProviderWire>(
+        &self,
+        request: http::Request<Full<Bytes>>,
+    ) -> Result<Bytes, ChatError> {
+        let readers = ErrorReaders {
+            message: P::error_message,
+            detail: P::error_detail,
+            retry_after: P::error_retry_after,
+        };
+        let response = self.send(request, readers).await?;
+        self.read_body(response.into_body()).await
+    }
+
     /// Send a request as it is and return its response whatever the status, with only the connect timeout
     /// applied: for callers that read statuses and bodies themselves (the OTLP exporter of `tower-chat-tracing`).
     pub async fn send_unchecked(

@@ -1,20 +1,31 @@
-//! `GET /v1/models`: the models `[upstreams]` configures, in the caller's API's shape.
+//! `GET /v1/models`: the models `[upstreams]` configures (or a single upstream's own), in the caller's API's
+//! shape.
 
+use std::sync::Arc;
+
+use crate::config::upstreams::ProviderName;
 use crate::stack::upstreams::{CatalogEntry, ModelRouter};
+use crate::stack::Upstream;
 
-/// `GET /v1/models`: the configured models (none with a single `--upstream`, which passes any model name
-/// through), in the shape of the caller's API: Anthropic's list (`type: model`, `display_name`, `created_at`,
-/// `has_more`, `first_id`, `last_id`) to a caller that sends `anthropic-version`, as Anthropic's SDKs and Claude
-/// Code do, OpenAI's otherwise.
+/// `GET /v1/models`: the configured models, or with a single `--upstream` (which passes any model name through)
+/// the upstream's own list, asked of it with the gateway's key, in the shape of the caller's API: Anthropic's
+/// list (`type: model`, `display_name`, `created_at`, `has_more`, `first_id`, `last_id`) to a caller that sends
+/// `anthropic-version`, as Anthropic's SDKs and Claude Code do, OpenAI's otherwise.
 pub(crate) fn models_route<S: Clone + Send + Sync + 'static>(
     router: Option<ModelRouter>,
+    single: Option<Upstream>,
 ) -> axum::Router<S> {
     axum::Router::new().route(
         "/v1/models",
         axum::routing::get(move |headers: http::HeaderMap| {
             // Read per request: a reload changes the list.
             let catalog = router.as_ref().map(|r| r.catalog()).unwrap_or_default();
+            let single = single.clone();
             async move {
+                let catalog = match (catalog.is_empty(), single) {
+                    (true, Some(upstream)) => Arc::new(upstream_models(&upstream).await),
+                    _ => catalog,
+                };
                 let body = if headers.contains_key("anthropic-version") {
                     anthropic_model_list(&catalog)
                 } else {
@@ -24,6 +35,45 @@ pub(crate) fn models_route<S: Clone + Send + Sync + 'static>(
             }
         }),
     )
+}
+
+/// The single upstream's own models (`GET {upstream}/models`), or none when it cannot say (logged).
+async fn upstream_models(upstream: &Upstream) -> Vec<CatalogEntry> {
+    let (answer, provider) = match upstream {
+        Upstream::OpenAi(leaf) => (
+            leaf.fetch(http::Method::GET, "models", None).await,
+            ProviderName::OpenAi,
+        ),
+        // Anthropic pages its list (20 a page by default); 1000 is its largest page.
+        Upstream::Anthropic(leaf) => (
+            leaf.fetch(http::Method::GET, "models?limit=1000", None)
+                .await,
+            ProviderName::Anthropic,
+        ),
+        _ => return Vec::new(),
+    };
+    let listed = answer.map_err(|e| e.to_string()).and_then(|body| {
+        serde_json::from_slice::<serde_json::Value>(&body).map_err(|e| e.to_string())
+    });
+    let list = match listed {
+        Ok(list) => list,
+        Err(error) => {
+            tracing::warn!(%error, "GET /v1/models: the upstream's model list could not be read");
+            return Vec::new();
+        }
+    };
+    list["data"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|model| model["id"].as_str())
+        .map(|id| CatalogEntry {
+            name: id.to_owned(),
+            targets: Vec::new(),
+            owned_by: provider.to_string(),
+            providers: vec![provider],
+        })
+        .collect()
 }
 
 fn openai_model_list(catalog: &[CatalogEntry]) -> serde_json::Value {

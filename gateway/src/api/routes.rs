@@ -49,8 +49,11 @@ pub(crate) fn router(
             limit_in_flight,
         ))
         .merge(
-            crate::api::models::models_route(observability.router.clone())
-                .layer(CompressionLayer::new()),
+            crate::api::models::models_route(
+                observability.router.clone(),
+                observability.upstream.clone(),
+            )
+            .layer(CompressionLayer::new()),
         )
         .route("/v1/usage", get(usage).layer(CompressionLayer::new()))
         // Counting runs nothing: it takes no in-flight slot.

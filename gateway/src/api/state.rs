@@ -33,4 +33,6 @@ pub(crate) struct Observability {
     pub(crate) metrics_elsewhere: bool,
     /// `[upstreams]`' models (read per request: a reload changes them).
     pub(crate) router: Option<crate::stack::upstreams::ModelRouter>,
+    /// The single `--upstream` (without `[upstreams]`): `/v1/models` lists its own models.
+    pub(crate) upstream: Option<crate::stack::Upstream>,
 }

@@ -107,6 +107,10 @@ pub struct Flags {
     #[arg(long, env = "TOWER_CHAT_UPSTREAM_TIMEOUT", value_name = "SECS", help_heading = UPSTREAMS)]
     pub upstream_timeout: Option<Seconds>,
 
+    /// Offers the gateway's own `add` tool to every model call (on with --demo; default: no server-side tool,
+    /// the model sees exactly the client's tools).
+    #[arg(long, env = "TOWER_CHAT_ADD_TOOL", help_heading = TOOLS)]
+    pub add_tool: bool,
     /// Enables read_file / write_file, confined to DIR (default: no file tools); a missing DIR is created at
     /// start.
     #[arg(long, env = "TOWER_CHAT_FILES", value_name = "DIR", help_heading = TOOLS)]
@@ -242,7 +246,7 @@ impl Flags {
                 max_messages, max_tools, max_schema_bytes, max_approvals, max_id_bytes, max_media_part_bytes,
                 max_media_bytes, header_timeout, body_timeout, idle_timeout, write_timeout, max_connections,
                 max_in_flight, max_in_flight_per_key, max_media_in_flight, metrics_listen, metrics_key_env;
-            switches: demo, no_upstream_key, no_console, record_content)
+            switches: demo, add_tool, no_upstream_key, no_console, record_content)
     }
 
     /// Whether the argument `id` of `matches` came from the command line or the environment (not a default).

@@ -43,6 +43,9 @@ pub struct Config {
     /// so the gateway works with no key and no network. Not with `--upstream`, `--provider`,
     /// `--upstream-key-env`, `--no-upstream-key` or `[upstreams]`.
     pub demo: bool,
+    /// `--add-tool` (on with `--demo`): offer the gateway's own `add` tool. Off by default: the model sees
+    /// exactly the client's tools.
+    pub add_tool: bool,
     /// `--api-keys-file PATH`: when set, clients must send one of the listed keys as a bearer token.
     pub api_keys_file: Option<PathBuf>,
     /// `--operator-keys-file PATH`: keys (same format, none shared with `--api-keys-file`) of the operators who
@@ -109,6 +112,7 @@ impl Config {
             database_url: None,
             files: None,
             demo: false,
+            add_tool: false,
             api_keys_file: None,
             operator_keys_file: None,
             console: true,
@@ -236,6 +240,7 @@ impl Config {
         config.database_url = flags.database_url;
         config.files = flags.files;
         config.demo = flags.demo;
+        config.add_tool = flags.add_tool || flags.demo;
         config.api_keys_file = flags.api_keys_file;
         config.operator_keys_file = flags.operator_keys_file;
         config.console = !flags.no_console;

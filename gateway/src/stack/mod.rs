@@ -237,8 +237,8 @@ where
         .service(upstream);
     let tool_loop = FunctionInvocationLayer::new()
         .tools(match options.files {
-            Some(sandbox) => server_tools_in(Some(sandbox.clone()))?,
-            None => server_tools(config.files.as_deref())?,
+            Some(sandbox) => server_tools_in(Some(sandbox.clone()), config.add_tool)?,
+            None => server_tools(config.files.as_deref(), config.add_tool)?,
         })?
         .max_rounds(config.max_rounds);
     let mcp = options

@@ -26,7 +26,6 @@ use crate::api::request_size::RequestLimits;
 use crate::error::ApiError;
 use crate::operator::OperatorState;
 use crate::stack::mcp::GatewayMcp;
-use crate::stack::tools::SERVER_TOOLS;
 use crate::stack::ChatStack;
 use crate::turn::pending::{PendingStore, Resumption};
 use tower_chat_wire::format::{self, ApprovalNotice, ParseContext, WireFormat};
@@ -53,6 +52,13 @@ pub(crate) struct Turns {
     pub(crate) media: Arc<crate::edge::in_flight::MediaInFlight>,
     /// `--operator-keys-file`: operator decisions on pending approvals ([`crate::operator`]).
     pub(crate) operators: Option<OperatorState>,
+    /// The single `--upstream` when it is Anthropic's API: `POST /v1/messages/count_tokens` asks it.
+    pub(crate) anthropic_counter: Option<tower_chat::anthropic::AnthropicChat>,
+    /// `[upstreams]`: a count for a model whose first target is Anthropic's API asks that target.
+    pub(crate) router: Option<crate::stack::upstreams::ModelRouter>,
+    /// The names of the server-side tools the gateway offers (none unless configured): client tools must not
+    /// take them.
+    pub(crate) server_tools: Vec<&'static str>,
     /// `[[mcp]]`: the MCP tools the loop offers, whose names client tools must not take.
     pub(crate) mcp: Option<GatewayMcp>,
     /// `[cache]` is on: requests carry their `Cache-Control` (and their route's time to live, `[cache.routes]`)
@@ -200,7 +206,7 @@ pub(crate) async fn handle<F: WireFormat>(
     let client_tools: HashSet<String> = client_tools(&request);
     if let Some(clash) = client_tools
         .iter()
-        .find(|name| SERVER_TOOLS.contains(&name.as_str()))
+        .find(|name| state.server_tools.contains(&name.as_str()))
     {
         return Err(ApiError::invalid_request(
             "tool_name_reserved",

@@ -49,6 +49,8 @@ impl Harness {
         std::fs::create_dir_all(files.path().join("root")).unwrap();
         let mut config = Config::new(provider.base_url());
         config.files = Some(files.path().join("root"));
+        // The server-side tools are opt-in; these tests run the tool loop with the gateway's own `add`.
+        config.add_tool = true;
         // The scripted upstream takes no key (a test that sends one names its variable in `tweak`).
         config.no_upstream_key = true;
         config.db = files.path().join("gateway.db");

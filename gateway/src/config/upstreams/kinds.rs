@@ -18,7 +18,8 @@ pub struct TargetSection {
     pub name: Option<String>,
     /// `openai`, `openai-responses`, `anthropic`, `azure`, `gemini` or `vertex` ([`ProviderName`]).
     pub provider: ProviderName,
-    /// The provider's model id.
+    /// The provider's model id; `*`: the name the client sent, as it is (behind a pattern, `claude-*`, each
+    /// client's own model reaches the provider).
     pub model: String,
     /// The base URL (default: the provider's public API); an `azure` target's resource endpoint; a `vertex`
     /// target's API host (default: its location's). Not with `deployments`.
@@ -31,6 +32,10 @@ pub struct TargetSection {
     pub project: Option<String>,
     /// `vertex`: the location (`us-central1`, `europe-west4`, `global`, …).
     pub location: Option<String>,
+    /// `gemini`, `vertex`: how tool and answer schemas are sent: `json-schema` (the default:
+    /// `parametersJsonSchema`, `responseJsonSchema`) or `openapi` (the OpenAPI subset of `parameters` and
+    /// `responseSchema`, for models that do not take JSON Schema).
+    pub schema_form: Option<String>,
     /// `bedrock`: the AWS region requests are signed for (`us-east-1`, …); the endpoint is the region's
     /// `bedrock-runtime` host unless `base_url` names another (a VPC endpoint, a proxy).
     pub region: Option<String>,
@@ -306,6 +311,14 @@ pub(crate) fn check_target(target: &TargetSection) -> Result<(), String> {
     only(target.project.is_some(), "project", ProviderName::Vertex)?;
     only(target.location.is_some(), "location", ProviderName::Vertex)?;
     only(target.region.is_some(), "region", ProviderName::Bedrock)?;
+    if let Some(form) = &target.schema_form {
+        if !matches!(kind, ProviderName::Gemini | ProviderName::Vertex) {
+            return Err(format!(
+                "`schema_form` is for `gemini` and `vertex` targets, not `{kind}`"
+            ));
+        }
+        form.parse::<tower_chat::gemini::SchemaForm>()?;
+    }
     for (value, field) in [
         (&target.region, "region"),
         (&target.azure_deployment, "azure_deployment"),

@@ -32,8 +32,12 @@ pub struct UpstreamsSection {
 #[derive(Clone, Debug, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ModelSection {
-    /// The name clients send as `model`.
+    /// The name clients send as `model`, or a pattern of them (`claude-*`: `*` is any run of characters).
     pub name: String,
+    /// More names and patterns that reach this model (`["sonnet", "claude-sonnet-*"]`). A client's name reaches
+    /// the model it names exactly, else the one with the longest matching pattern.
+    #[serde(default)]
+    pub aliases: Vec<String>,
     /// The targets, in fallback order.
     #[serde(deserialize_with = "targets")]
     pub targets: Vec<TargetSection>,
@@ -131,6 +135,23 @@ fn models<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Vec<ModelSection
                 "the model `{}` is configured twice",
                 model.name
             )));
+        }
+    }
+    // Aliases after every name: an alias may not take another model's name either.
+    for model in &models {
+        for alias in &model.aliases {
+            if alias.trim().is_empty() {
+                return Err(serde::de::Error::custom(format!(
+                    "model `{}`: an alias must not be empty",
+                    model.name
+                )));
+            }
+            if !seen.insert(alias.as_str()) {
+                return Err(serde::de::Error::custom(format!(
+                    "model `{}`: `{alias}` already reaches a model",
+                    model.name
+                )));
+            }
         }
     }
     Ok(models)

@@ -1,5 +1,6 @@
-//! The gateway's server-side tools: `add`, `read_file` and `write_file` (the latter needs approval), the file
-//! tools confined to one root directory.
+//! The gateway's server-side tools, each opt-in: `add` (`--add-tool`, on with `--demo`), `read_file` and
+//! `write_file` (`--files DIR`; the latter needs approval), the file tools confined to one root directory.
+//! With none configured the model sees exactly the client's tools and no tool name is reserved.
 
 pub(crate) mod sandbox;
 
@@ -10,16 +11,29 @@ use serde_json::{json, Number, Value};
 use tower_chat::ChatError;
 use tower_chat_function_invocation::{tool_json, CompiledTool, ToolContext, ToolError};
 
-/// Names of the server-side tools: their calls never reach the client.
+/// Names every server-side tool may take (their calls never reach the client); those a gateway reserves are
+/// the ones it offers ([`server_tool_names`]).
 pub const SERVER_TOOLS: [&str; 3] = ["add", "read_file", "write_file"];
+
+/// The server-side tools `config` turns on, whose names client tools must not take.
+pub fn server_tool_names(config: &crate::Config) -> Vec<&'static str> {
+    let mut names = Vec::new();
+    if config.add_tool {
+        names.push("add");
+    }
+    if config.files.is_some() {
+        names.extend(["read_file", "write_file"]);
+    }
+    names
+}
 
 pub use crate::stack::tools::sandbox::{Existing, Sandbox, MAX_READ_BYTES};
 
-/// The server-side tools: `add` always, `read_file` and `write_file` only when a files root is given
-/// (`--files DIR`, which must exist). Without one the file tools do not exist at all: a gateway started in a
-/// folder holding its keys file or a `.env` must not serve them.
-pub fn server_tools(root: Option<&Path>) -> Result<Vec<CompiledTool>, ChatError> {
-    server_tools_in(root.map(open_sandbox).transpose()?)
+/// The server-side tools: `add` when `add` is set, `read_file` and `write_file` only when a files root is
+/// given (`--files DIR`, which must exist). Without one the file tools do not exist at all: a gateway started
+/// in a folder holding its keys file or a `.env` must not serve them.
+pub fn server_tools(root: Option<&Path>, add: bool) -> Result<Vec<CompiledTool>, ChatError> {
+    server_tools_in(root.map(open_sandbox).transpose()?, add)
 }
 
 /// The sandbox of `--files DIR`, opened once: the file tools and the console's preview of a write share it.
@@ -33,8 +47,23 @@ pub fn open_sandbox(root: &Path) -> Result<Arc<Sandbox>, ChatError> {
 }
 
 /// [`server_tools`] with the file tools confined to `sandbox` (none without one).
-pub fn server_tools_in(sandbox: Option<Arc<Sandbox>>) -> Result<Vec<CompiledTool>, ChatError> {
-    let add = tool_json(
+pub fn server_tools_in(
+    sandbox: Option<Arc<Sandbox>>,
+    add: bool,
+) -> Result<Vec<CompiledTool>, ChatError> {
+    let mut tools = Vec::new();
+    if add {
+        tools.push(add_tool()?);
+    }
+    if let Some(sandbox) = sandbox {
+        tools.extend(file_tools(sandbox)?);
+    }
+    Ok(tools)
+}
+
+/// `add`: two numbers in, their sum out (the demo's tool round).
+fn add_tool() -> Result<CompiledTool, ChatError> {
+    tool_json(
         "add",
         "Adds two numbers and returns the sum.",
         json!({
@@ -45,10 +74,11 @@ pub fn server_tools_in(sandbox: Option<Arc<Sandbox>>) -> Result<Vec<CompiledTool
         }),
         |args: Value, _ctx: ToolContext| async move { add(&args["a"], &args["b"]) },
     )
-    .compile()?;
-    let Some(sandbox) = sandbox else {
-        return Ok(vec![add]);
-    };
+    .compile()
+}
+
+/// `read_file` and `write_file` (with approval), confined to `sandbox`.
+fn file_tools(sandbox: Arc<Sandbox>) -> Result<[CompiledTool; 2], ChatError> {
     let reader = sandbox.clone();
     let read_file = tool_json(
         "read_file",
@@ -93,7 +123,7 @@ pub fn server_tools_in(sandbox: Option<Arc<Sandbox>>) -> Result<Vec<CompiledTool
     )
     .with_approval()
     .compile()?;
-    Ok(vec![add, read_file, write_file])
+    Ok([read_file, write_file])
 }
 
 /// The sum as a JSON number: integers stay integers (`2 + 3` is `5`, not `5.0`).

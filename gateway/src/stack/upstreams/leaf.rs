@@ -6,7 +6,7 @@ use std::path::Path;
 use tower_chat::anthropic::AnthropicChat;
 use tower_chat::azure::AzureOpenAiChat;
 use tower_chat::bedrock::{AwsCredentials, BedrockChat, ProfileCredentials};
-use tower_chat::gemini::{GeminiChat, ServiceAccount};
+use tower_chat::gemini::{GeminiChat, SchemaForm, ServiceAccount};
 use tower_chat::leaf::{AccessToken, TokenFuture, TokenProvider};
 use tower_chat::openai::OpenAiChat;
 use tower_chat::responses::ResponsesChat;
@@ -66,7 +66,11 @@ pub(super) fn leaf(
     };
     macro_rules! configured {
         ($builder:expr) => {{
-            let mut builder = $builder.timeouts(timeouts).model(&target.model);
+            let mut builder = $builder.timeouts(timeouts);
+            // `*`: the model the client named (a pattern's match) goes to the provider as it is.
+            if target.model != "*" {
+                builder = builder.model(&target.model);
+            }
             if let Some(key) = key {
                 builder = builder.api_key(key);
             }
@@ -103,12 +107,13 @@ pub(super) fn leaf(
             }
             Upstream::Azure(configured!(builder))
         }
-        ProviderName::Gemini => Upstream::Gemini(configured!(
-            GeminiChat::builder().base_url(base(ProviderName::Gemini))
-        )),
+        ProviderName::Gemini => Upstream::Gemini(configured!(GeminiChat::builder()
+            .base_url(base(ProviderName::Gemini))
+            .schema_form(schema_form(target)?))),
         ProviderName::Vertex => Upstream::Gemini(configured!(GeminiChat::builder()
             .base_url(vertex_base(target, base_url))
-            .provider_name("vertex_ai"))),
+            .provider_name("vertex_ai")
+            .schema_form(schema_form(target)?))),
         ProviderName::Bedrock => {
             let mut builder = BedrockChat::builder()
                 .base_url(url.as_str())
@@ -131,6 +136,17 @@ pub(super) fn leaf(
             Upstream::Bedrock(configured!(builder))
         }
     })
+}
+
+/// A Gemini target's `schema_form` (checked with the table, see `check_target`).
+fn schema_form(target: &TargetSection) -> Result<SchemaForm, ChatError> {
+    target
+        .schema_form
+        .as_deref()
+        .map_or(Ok(SchemaForm::default()), |form| {
+            form.parse()
+                .map_err(|e: String| ChatError::new(ErrorKind::InvalidRequest, e))
+        })
 }
 
 /// A target's credential `key` (as the file spells it) that cannot be used: the table, the target, the key and

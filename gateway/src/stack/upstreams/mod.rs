@@ -61,6 +61,10 @@
 //! no_key = true               # Ollama takes no key: said explicitly
 //! ```
 //!
+//! A model's `name` may be a pattern (`claude-*`) and `aliases` adds names and patterns; a client's name reaches
+//! the model it names exactly, else the longest matching pattern (`routes.rs`); a target's `model = "*"` passes
+//! the client's name on.
+//!
 //! Targets of seven kinds mix in one model's fallback order: `openai`, `openai-responses`, `anthropic`, `azure`,
 //! `gemini`, `vertex` and `bedrock`, each with its own fields and credentials ([`ProviderName`] lists them).
 //!
@@ -90,6 +94,7 @@ use tower_chat_resilience::{
 };
 
 mod leaf;
+mod routes;
 
 use crate::config::upstreams::kinds::{describe_credential, display_url, key_source, Credential};
 pub use crate::config::upstreams::{
@@ -141,6 +146,11 @@ pub struct ModelRouter {
 /// One configuration's models.
 struct RouterTable {
     models: BTreeMap<String, BoxChatService>,
+    /// What each client name reaches: names, aliases, patterns.
+    routes: routes::Routes,
+    /// The models whose first target is Anthropic's API: its leaf, and the model it is called with (`None`:
+    /// the client's), for `POST /v1/messages/count_tokens`.
+    counters: BTreeMap<String, (tower_chat::anthropic::AnthropicChat, Option<String>)>,
     catalog: Arc<Vec<CatalogEntry>>,
     /// The breakers of every target, for `/metrics`.
     breakers: Vec<(String, BreakerHandle)>,
@@ -161,6 +171,17 @@ impl ModelRouter {
     fn current(&self) -> Arc<RouterTable> {
         // The lock is held for a pointer copy; a panic under it cannot leave a half-written table.
         self.table.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// The Anthropic leaf that first answers the client's model `requested`, and the model id to ask it for
+    /// (`None`: `requested` itself), when the model's first target is Anthropic's API.
+    pub(crate) fn anthropic_counter(
+        &self,
+        requested: &str,
+    ) -> Option<(tower_chat::anthropic::AnthropicChat, Option<String>)> {
+        let table = self.current();
+        let model = table.routes.resolve(requested)?;
+        table.counters.get(model).cloned()
     }
 
     /// The configured models, in file order.
@@ -253,17 +274,33 @@ impl tower::Service<ChatRequest> for ModelRouter {
     fn call(&mut self, request: ChatRequest) -> Self::Future {
         let table = self.current();
         let name = request.options.model.as_deref().unwrap_or_default();
-        match table.models.get(name) {
+        match table
+            .routes
+            .resolve(name)
+            .and_then(|model| table.models.get(model))
+        {
             Some(service) => {
                 let service = service.clone();
                 Box::pin(tower::ServiceExt::oneshot(service, request))
             }
             None => {
-                let known: Vec<&str> = table.catalog.iter().map(|m| m.name.as_str()).collect();
+                let known: Vec<&str> = table
+                    .catalog
+                    .iter()
+                    .map(|m| m.name.as_str())
+                    .filter(|name| !name.contains('*'))
+                    .chain(table.routes.aliases())
+                    .collect();
+                let patterns: Vec<&str> = table.routes.patterns().collect();
+                let patterns = if patterns.is_empty() {
+                    String::new()
+                } else {
+                    format!("; patterns: {}", patterns.join(", "))
+                };
                 let error = ChatError::new(
                     ErrorKind::InvalidRequest,
                     format!(
-                        "the model `{name}` is not configured here; configured models: {}",
+                        "the model `{name}` is not configured here; configured models: {}{patterns}",
                         known.join(", ")
                     ),
                 )
@@ -368,6 +405,7 @@ fn build_table(
     let mut metadata = None;
     let mut breakers = Vec::new();
     let mut stale = Vec::new();
+    let mut counters = BTreeMap::new();
     for model in &section.models {
         let mut targets = Vec::new();
         for target in &model.targets {
@@ -385,6 +423,10 @@ fn build_table(
                     timeouts,
                 )?;
                 stale.push((name.clone(), leaf.stale_connections()));
+                if let (true, crate::Upstream::Anthropic(anthropic)) = (targets.is_empty(), &leaf) {
+                    let fixed = (target.model != "*").then(|| target.model.clone());
+                    counters.insert(model.name.clone(), (anthropic.clone(), fixed));
+                }
                 // The fallback drives the target's breaker itself (no stream wrapper per call).
                 let target = Target::new(name, leaf).breaker(&breaker);
                 breakers.extend(target.breaker_handle().map(|h| (model.name.clone(), h)));
@@ -433,6 +475,13 @@ fn build_table(
     }
     Ok(Some(RouterTable {
         models,
+        counters,
+        routes: routes::Routes::new(
+            section
+                .models
+                .iter()
+                .map(|m| (m.name.as_str(), m.aliases.as_slice())),
+        ),
         catalog: Arc::new(catalog),
         breakers,
         stale,
