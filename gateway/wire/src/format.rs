@@ -40,7 +40,14 @@ pub struct Inbound {
     /// The id the turn's call record is stored under, so a later `previous_response_id` finds it; `None`
     /// stores nothing retrievable (the record keeps a random id of its own).
     pub record_id: Option<String>,
+    /// What the parser left out of the request because the core has no place for it (an assistant block of
+    /// an unmodelled type), named as in [`DROPPED_HEADER`].
+    pub dropped: Vec<String>,
 }
+
+/// The response header naming, comma-separated, what of the request did not reach the upstream: fields, blocks
+/// (`content:<type>`) and headers of the client's format that an upstream of another format has no place for.
+pub const DROPPED_HEADER: &str = "x-tower-chat-dropped";
 
 impl Inbound {
     /// A parsed request: `stream` also sets the stack request's own `stream` option.
@@ -55,6 +62,7 @@ impl Inbound {
             approvals: Vec::new(),
             previous_response_id: None,
             record_id: None,
+            dropped: Vec::new(),
         }
     }
 }

@@ -18,7 +18,7 @@
 
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
-use tower_chat::{ChatRequest, Message, ResponseFormat, ToolChoice, ToolSpec};
+use tower_chat::{ApiFormat, Carried, ChatRequest, Message, ResponseFormat, ToolChoice, ToolSpec};
 
 use crate::error::ApiError;
 use crate::format::UpstreamFormat;
@@ -51,10 +51,10 @@ impl WireFormat for Responses {
     }
 }
 
-/// The body of `POST /v1/responses`. Unknown fields are refused (the Responses API has many hosted features
-/// the gateway does not serve; silently dropping one would change the answer unnoticed).
+/// The body of `POST /v1/responses`. Fields the gateway does not model (`prompt_cache_key`, `client_metadata`,
+/// …) are carried for a Responses upstream, verbatim and in order, and left out (and named) for any other
+/// ([`tower_chat::Carried`]).
 #[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
 struct ResponsesRequest {
     model: String,
     #[serde(default)]
@@ -93,6 +93,9 @@ struct ResponsesRequest {
     /// The gateway's own extension (approval decisions).
     #[serde(default)]
     tower_chat: Option<TowerChatRequest>,
+    /// Everything else, in the client's order.
+    #[serde(flatten)]
+    rest: Map<String, Value>,
 }
 
 /// `input`: a string or a list of items. Read by hand rather than as an untagged enum, which would first copy
@@ -293,6 +296,12 @@ fn into_inbound(
         "metadata": body.metadata.unwrap_or_default(),
         "text": {"format": body.text.and_then(|t| t.format).unwrap_or_else(|| json!({"type": "text"}))},
     });
+    if !body.rest.is_empty() {
+        request.options.carried = Some(Carried {
+            format: ApiFormat::Responses,
+            fields: body.rest,
+        });
+    }
     let mut inbound = Inbound::new(request, body.model, body.stream.unwrap_or(false));
     inbound.approvals = body.tower_chat.map(|t| t.approvals).unwrap_or_default();
     inbound.previous_response_id = body.previous_response_id;

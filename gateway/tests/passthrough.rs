@@ -1,0 +1,299 @@
+//! What the gateway does not model still travels: request fields, content blocks, input items and feature
+//! headers reach an upstream of the client's own format verbatim and in the client's order; an upstream of
+//! another format answers without them, and the `x-tower-chat-dropped` header names what was left out. Two
+//! requests that differ only in a carried field are two cache entries.
+
+mod common;
+
+use serde_json::{json, Value};
+use tower_chat::test_server::{RecordedRequest, Reply, ScriptedProvider};
+use tower_chat_gateway::config_file::ConfigFile;
+
+use common::{post, Harness};
+
+const DROPPED: &str = "x-tower-chat-dropped";
+
+/// A Claude Code–shaped request: fields, a block and a header the gateway has no model of.
+fn claude_code_request() -> Value {
+    json!({
+        "model": "claude-test",
+        "max_tokens": 64,
+        "service_tier": "auto",
+        "messages": [{"role": "user", "content": [
+            {"type": "text", "text": "what does the page say?"},
+            {"type": "search_result", "source": "https://example.com", "title": "Example",
+             "content": [{"type": "text", "text": "An example page."}], "citations": {"enabled": true}}
+        ]}],
+        "context_management": {"edits": [{"type": "clear_tool_uses_20250919",
+                                           "trigger": {"value": 30000, "type": "input_tokens"}}]},
+        "stream": true,
+        "container": "container_1"
+    })
+}
+
+fn anthropic_text(text: &str) -> Reply {
+    Reply::anthropic_stream(&[
+        json!({"type":"message_start","message":{"id":"msg_up","model":"claude-x","usage":{"input_tokens":3,"output_tokens":1}}}),
+        json!({"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}),
+        json!({"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":text}}),
+        json!({"type":"content_block_stop","index":0}),
+        json!({"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":2}}),
+        json!({"type":"message_stop"}),
+    ])
+}
+
+/// The names of `body`'s top-level fields that are among `names`, in the body's order.
+fn order_of<'a>(body: &'a Value, names: &[&str]) -> Vec<&'a str> {
+    body.as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .filter(|key| names.contains(key))
+        .collect()
+}
+
+fn dropped(answer: &common::Answer) -> Vec<String> {
+    answer
+        .headers
+        .get(DROPPED)
+        .map(|v| v.to_str().unwrap().split(',').map(str::to_owned).collect())
+        .unwrap_or_default()
+}
+
+#[tokio::test]
+async fn a_messages_request_reaches_an_anthropic_upstream_with_what_the_gateway_does_not_model() {
+    let gw = Harness::start(
+        |_, _| anthropic_text("It says hi."),
+        |config| config.provider = tower_chat_gateway::Provider::Anthropic,
+    )
+    .await;
+    let body = claude_code_request();
+    let answer = post(
+        &gw.url("/v1/messages?beta=true"),
+        body.to_string(),
+        &[
+            ("anthropic-version", "2023-06-01"),
+            (
+                "anthropic-beta",
+                "context-management-2025-06-27,interleaved-thinking-2025-05-14",
+            ),
+        ],
+    )
+    .await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    assert_eq!(answer.messages_text(true), "It says hi.");
+    assert!(
+        answer.headers.get(DROPPED).is_none(),
+        "{:?}",
+        answer.headers
+    );
+
+    let sent: &RecordedRequest = &gw.provider.requests()[0];
+    assert_eq!(sent.path, "/v1/messages");
+    assert_eq!(sent.query.as_deref(), Some("beta=true"));
+    assert_eq!(
+        sent.headers["anthropic-beta"],
+        "context-management-2025-06-27,interleaved-thinking-2025-05-14"
+    );
+    let carried = ["service_tier", "context_management", "container"];
+    assert_eq!(order_of(&sent.body, &carried), carried);
+    for field in carried {
+        assert_eq!(sent.body[field], body[field], "{field}");
+    }
+    // Verbatim down to the order of a nested object's keys.
+    let raw = String::from_utf8_lossy(&sent.raw_body);
+    assert!(
+        raw.contains(r#""trigger":{"value":30000,"type":"input_tokens"}"#),
+        "{raw}"
+    );
+    let content = &sent.body["messages"][0]["content"];
+    assert_eq!(content[0]["text"], "what does the page say?");
+    assert_eq!(content[1], body["messages"][0]["content"][1]);
+}
+
+#[tokio::test]
+async fn the_same_request_to_an_openai_upstream_answers_and_names_what_was_left_out() {
+    let gw = Harness::start(|_, _| Reply::openai_text("It says hi."), |_| {}).await;
+    let answer = post(
+        &gw.url("/v1/messages?beta=true"),
+        claude_code_request().to_string(),
+        &[
+            ("anthropic-version", "2023-06-01"),
+            ("anthropic-beta", "context-management-2025-06-27"),
+        ],
+    )
+    .await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    assert_eq!(answer.messages_text(true), "It says hi.");
+    let mut names = dropped(&answer);
+    names.sort();
+    assert_eq!(
+        names,
+        [
+            "?beta=true",
+            "anthropic-beta",
+            "container",
+            "content:search_result",
+            "context_management",
+            "service_tier",
+        ]
+    );
+    let sent = &gw.provider.requests()[0];
+    for field in ["service_tier", "context_management", "container"] {
+        assert!(sent.body.get(field).is_none(), "{field}: {}", sent.body);
+    }
+    assert!(sent.headers.get("anthropic-beta").is_none());
+    assert_eq!(sent.query, None);
+    let user = gw.upstream_messages(0).pop().unwrap();
+    assert_eq!(user["role"], "user");
+    assert!(
+        user.to_string().contains("what does the page say?"),
+        "{user}"
+    );
+    assert!(!user.to_string().contains("search_result"), "{user}");
+}
+
+#[tokio::test]
+async fn a_codex_shaped_responses_request_reaches_a_responses_upstream_verbatim() {
+    let responses = ScriptedProvider::start(|_, _| Reply::responses_text("Listed.")).await;
+    let text = format!(
+        r#"
+[[upstreams.models]]
+name = "codex-model"
+
+[[upstreams.models.targets]]
+provider = "openai-responses"
+model = "gpt-5-codex"
+base_url = "{base}"
+no_key = true
+"#,
+        base = responses.base_url(),
+    );
+    let file = ConfigFile::parse(&text, "gateway.toml").expect("valid config");
+    let gw = Harness::start(
+        |_, _| Reply::openai_text("the --upstream is unused"),
+        |config| config.file = file,
+    )
+    .await;
+    let web_search = json!({"type": "web_search_call", "id": "ws_1", "status": "completed",
+                            "action": {"type": "search", "query": "rust editions"}});
+    let shell = json!({"type": "local_shell_call", "id": "lsh_1", "call_id": "call_1", "status": "completed",
+                       "action": {"type": "exec", "command": ["ls"], "env": {}}});
+    let body = json!({
+        "model": "codex-model",
+        "instructions": "You are a coding agent.",
+        "input": [
+            {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "list the files"}]},
+            web_search,
+            shell,
+            {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "and now?"}]}
+        ],
+        "prompt_cache_key": "0199-thread",
+        "stream": false,
+        "client_metadata": {"originator": "codex_exec", "turn": 2},
+        "service_tier": "flex"
+    });
+    let answer = gw
+        .post_json(
+            "/v1/responses",
+            &body,
+            &[("openai-beta", "responses=experimental")],
+        )
+        .await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    assert!(
+        answer.headers.get(DROPPED).is_none(),
+        "{:?}",
+        answer.headers
+    );
+    let sent = &responses.requests()[0];
+    assert_eq!(sent.path, "/v1/responses");
+    assert_eq!(sent.headers["openai-beta"], "responses=experimental");
+    let carried = ["prompt_cache_key", "client_metadata", "service_tier"];
+    assert_eq!(order_of(&sent.body, &carried), carried);
+    for field in carried {
+        assert_eq!(sent.body[field], body[field], "{field}");
+    }
+    let input = sent.body["input"].as_array().unwrap();
+    let at = |item: &Value| input.iter().position(|i| i == item);
+    let (search, call) = (at(&web_search).unwrap(), at(&shell).unwrap());
+    assert_eq!(call, search + 1, "{input:?}");
+    assert_eq!(input[search - 1]["role"], "user");
+    assert_eq!(input[call + 1]["role"], "user");
+}
+
+#[tokio::test]
+async fn a_chat_request_reaches_an_openai_compatible_upstream_with_its_unknown_fields_in_order() {
+    let gw = Harness::start(|_, _| Reply::openai_text("ok"), |_| {}).await;
+    let body = json!({
+        "model": "gpt-test",
+        "messages": [{"role": "user", "content": "hi"}],
+        "verbosity": "low",
+        "seed": 7,
+        "logit_bias": {"50256": -100, "1000": 5},
+        "safety_identifier": "user-1"
+    });
+    let answer = gw.chat(&body).await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    assert!(
+        answer.headers.get(DROPPED).is_none(),
+        "{:?}",
+        answer.headers
+    );
+    let sent = &gw.provider.requests()[0];
+    let carried = ["verbosity", "seed", "logit_bias", "safety_identifier"];
+    assert_eq!(order_of(&sent.body, &carried), carried);
+    for field in carried {
+        assert_eq!(sent.body[field], body[field], "{field}");
+    }
+    let raw = String::from_utf8_lossy(&sent.raw_body);
+    assert!(
+        raw.contains(r#""logit_bias":{"50256":-100,"1000":5}"#),
+        "{raw}"
+    );
+}
+
+#[tokio::test]
+async fn requests_that_differ_only_in_a_carried_field_do_not_share_a_cache_entry() {
+    let file = ConfigFile::parse("[cache]\nttl_seconds = 600\n", "gateway.toml").unwrap();
+    let gw = Harness::start(
+        |_, index| anthropic_text(&format!("answer {index}")),
+        |config| {
+            config.file = file;
+            config.provider = tower_chat_gateway::Provider::Anthropic;
+        },
+    )
+    .await;
+    let ask = |keep: u32| {
+        let mut body = claude_code_request();
+        body["context_management"]["edits"][0]["keep"] =
+            json!({"type": "tool_uses", "value": keep});
+        body
+    };
+    let send = |body: Value| {
+        let url = gw.url("/v1/messages");
+        async move {
+            post(
+                &url,
+                body.to_string(),
+                &[("anthropic-version", "2023-06-01")],
+            )
+            .await
+        }
+    };
+    let first = send(ask(3)).await;
+    let again = send(ask(3)).await;
+    let other = send(ask(5)).await;
+    let x_cache = |answer: &common::Answer| answer.headers["x-cache"].to_str().unwrap().to_owned();
+    assert_eq!(
+        [x_cache(&first), x_cache(&again), x_cache(&other)],
+        ["miss", "hit", "miss"]
+    );
+    assert_eq!(other.messages_text(true), "answer 1");
+    let sent = gw.provider.requests();
+    assert_eq!(sent.len(), 2);
+    assert_eq!(
+        sent[1].body["context_management"]["edits"][0]["keep"]["value"],
+        5
+    );
+}
