@@ -297,3 +297,90 @@ async fn requests_that_differ_only_in_a_carried_field_do_not_share_a_cache_entry
         5
     );
 }
+
+/// An Anthropic answer that used a server tool: text, the tool's call (its input streamed), its result, text.
+fn web_search_answer() -> Reply {
+    Reply::anthropic_stream(&[
+        json!({"type":"message_start","message":{"id":"msg_up","model":"claude-x","usage":{"input_tokens":3,"output_tokens":1}}}),
+        json!({"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}),
+        json!({"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Searching."}}),
+        json!({"type":"content_block_stop","index":0}),
+        json!({"type":"content_block_start","index":1,"content_block":{"type":"server_tool_use","id":"srvtoolu_1","name":"web_search","input":{}}}),
+        json!({"type":"content_block_delta","index":1,"delta":{"type":"input_json_delta","partial_json":"{\"query\": "}}),
+        json!({"type":"content_block_delta","index":1,"delta":{"type":"input_json_delta","partial_json":"\"rust\"}"}}),
+        json!({"type":"content_block_stop","index":1}),
+        json!({"type":"content_block_start","index":2,"content_block":{"type":"web_search_tool_result","tool_use_id":"srvtoolu_1",
+               "content":[{"type":"web_search_result","url":"https://rust-lang.org","title":"Rust","encrypted_content":"abc"}]}}),
+        json!({"type":"content_block_stop","index":2}),
+        json!({"type":"content_block_start","index":3,"content_block":{"type":"text","text":""}}),
+        json!({"type":"content_block_delta","index":3,"delta":{"type":"text_delta","text":"Rust 2024."}}),
+        json!({"type":"content_block_stop","index":3}),
+        json!({"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":9}}),
+        json!({"type":"message_stop"}),
+    ])
+}
+
+#[tokio::test]
+async fn answer_blocks_the_gateway_does_not_model_reach_a_messages_client_in_place() {
+    let gw = Harness::start(
+        |_, _| web_search_answer(),
+        |config| config.provider = tower_chat_gateway::Provider::Anthropic,
+    )
+    .await;
+    let call = json!({"type": "server_tool_use", "id": "srvtoolu_1", "name": "web_search",
+                      "input": {"query": "rust"}});
+    let result = json!({"type": "web_search_tool_result", "tool_use_id": "srvtoolu_1",
+        "content": [{"type": "web_search_result", "url": "https://rust-lang.org", "title": "Rust",
+                     "encrypted_content": "abc"}]});
+    let ask = |stream: bool| {
+        json!({"model": "claude-test", "max_tokens": 64, "stream": stream,
+               "messages": [{"role": "user", "content": "search rust"}]})
+    };
+    let headers = [("anthropic-version", "2023-06-01")];
+
+    let whole = gw.post_json("/v1/messages", &ask(false), &headers).await;
+    assert_eq!(whole.status, 200, "{}", whole.body);
+    assert_eq!(
+        whole.json()["content"],
+        json!([{"type": "text", "text": "Searching."}, call, result,
+               {"type": "text", "text": "Rust 2024."}])
+    );
+
+    let streamed = gw.post_json("/v1/messages", &ask(true), &headers).await;
+    let events = streamed.named_events();
+    let blocks: Vec<(&str, &Value)> = events
+        .iter()
+        .filter(|(name, _)| name.starts_with("content_block"))
+        .map(|(name, body)| (name.as_str(), body))
+        .collect();
+    let starts: Vec<&Value> = blocks
+        .iter()
+        .filter(|(name, _)| *name == "content_block_start")
+        .map(|(_, body)| &body["content_block"])
+        .collect();
+    assert_eq!(
+        starts,
+        [
+            &json!({"type": "text", "text": ""}),
+            &call,
+            &result,
+            &json!({"type": "text", "text": ""})
+        ]
+    );
+    // Each block is started, stopped, and numbered in order.
+    let mut open = None;
+    let mut next = 0;
+    for (name, body) in &blocks {
+        let index = body["index"].as_u64().unwrap();
+        match *name {
+            "content_block_start" => {
+                assert_eq!((open, index), (None, next), "{events:?}");
+                open = Some(index);
+                next += 1;
+            }
+            "content_block_stop" => assert_eq!(open.take(), Some(index), "{events:?}"),
+            _ => assert_eq!(open, Some(index), "{events:?}"),
+        }
+    }
+    assert_eq!(streamed.messages_text(true), "Searching.Rust 2024.");
+}

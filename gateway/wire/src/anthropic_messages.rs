@@ -691,12 +691,14 @@ enum Block {
     Text(usize),
     Thinking(usize),
     ToolUse(usize),
+    /// A block of a type no layer models, written whole.
+    Carried(usize),
 }
 
 impl Block {
     fn index(self) -> usize {
         match self {
-            Block::Text(i) | Block::Thinking(i) | Block::ToolUse(i) => i,
+            Block::Text(i) | Block::Thinking(i) | Block::ToolUse(i) | Block::Carried(i) => i,
         }
     }
 }
@@ -869,6 +871,20 @@ impl Encoder for MessageEncoder {
                     self.stop_open(out);
                 }
             }
+            // Written back whole, in its place: a start carrying the complete block, then its stop.
+            Visible::ProviderBlock {
+                format: ApiFormat::Messages,
+                block,
+            } => {
+                self.start(Block::Carried, block, out);
+                self.stop_open(out);
+            }
+            Visible::ProviderBlock { format, .. } => {
+                tracing::debug!(
+                    from = format.as_str(),
+                    "an answer block left out of a Messages answer"
+                );
+            }
             Visible::CallEnd { index, .. } => {
                 if let Some(block) = self.call_blocks.remove(&index) {
                     if self.open == Some(Block::ToolUse(block)) {
@@ -939,11 +955,30 @@ impl MessageEncoder {
         } else {
             &notice
         });
+        // Blocks no layer models go back in their place: between the text before and after them.
+        let mut carried = folded
+            .provider_blocks
+            .into_iter()
+            .filter(|placed| placed.format == ApiFormat::Messages)
+            .peekable();
         for piece in Folded::text_pieces(&text, &folded.round_breaks) {
-            if !piece.is_empty() {
-                content.push(json!({"type": "text", "text": piece}));
+            let mut start = piece.as_ptr() as usize - text.as_ptr() as usize;
+            let mut rest = piece;
+            while let Some(placed) = carried.next_if(|p| p.at <= start + rest.len()) {
+                let (before, after) =
+                    rest.split_at(placed.at.saturating_sub(start).min(rest.len()));
+                if !before.is_empty() {
+                    content.push(json!({"type": "text", "text": before}));
+                }
+                content.push(placed.block);
+                start += before.len();
+                rest = after;
+            }
+            if !rest.is_empty() {
+                content.push(json!({"type": "text", "text": rest}));
             }
         }
+        content.extend(carried.map(|placed| placed.block));
         for call in &folded.client_calls {
             content.push(json!({"type": "tool_use", "id": call.id, "name": call.name,
                                 "input": arguments_value(call)}));

@@ -581,6 +581,14 @@ impl Encoder for ChunkEncoder {
                 }],
             },
             Visible::CallEnd { .. } => return,
+            // Chat Completions has no place for another format's block.
+            Visible::ProviderBlock { format, .. } => {
+                tracing::debug!(
+                    from = format.as_str(),
+                    "an answer block left out of a Chat Completions answer"
+                );
+                return;
+            }
             // One `content` for the whole turn: the rounds' texts are joined as `folded.content` joins them.
             Visible::RoundBreak => {
                 self.wrote_content = true;

@@ -169,6 +169,25 @@ pub enum Visible {
     /// The text that follows is a later tool round's: a format with blocks or items starts a new one, a format
     /// with one text joins it after [`ROUND_BREAK`].
     RoundBreak,
+    /// A whole block of a type no layer models, as the upstream sent it: written back by the format it is in,
+    /// left out (and logged) by the others.
+    ProviderBlock {
+        /// The format the block is written in.
+        format: tower_chat::ApiFormat,
+        /// The block.
+        block: Value,
+    },
+}
+
+/// A block of a type no layer models, and where in the answer it came.
+#[derive(Debug)]
+pub struct PlacedBlock {
+    /// How much of [`Folded::content`] came before it.
+    pub at: usize,
+    /// The format the block is written in.
+    pub format: tower_chat::ApiFormat,
+    /// The block, as the upstream sent it.
+    pub block: Value,
 }
 
 /// What joins the text of successive tool rounds where a format has only one text (Chat Completions' `content`):
@@ -232,6 +251,8 @@ pub struct Folded {
     pub client_calls: Vec<ToolCall>,
     /// Summed over every model call of the turn.
     pub usage: Usage,
+    /// Blocks of types no layer models, in order, each with its place among the text.
+    pub provider_blocks: Vec<PlacedBlock>,
 }
 
 impl Folded {

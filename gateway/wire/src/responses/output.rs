@@ -429,6 +429,12 @@ impl Encoder for ResponseEncoder {
                 call.arguments.push_str(&delta);
                 call.delta_head.emit(&mut self.sequence, &delta, out);
             }
+            Visible::ProviderBlock { format, .. } => {
+                tracing::debug!(
+                    from = format.as_str(),
+                    "an answer block left out of a Responses answer"
+                );
+            }
             Visible::CallEnd { index, call } => {
                 let Some(open) = self.calls.remove(&index) else {
                     return;
