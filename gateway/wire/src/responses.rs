@@ -381,6 +381,22 @@ mod tests {
     }
 
     #[test]
+    fn unmodelled_fields_and_items_are_carried_in_order() {
+        let item = json!({"type": "web_search_call", "id": "ws_1", "status": "completed"});
+        let inbound = parse(json!({"model": "m", "prompt_cache_key": "k", "input": [
+            {"role": "user", "content": "x"}, item], "client_metadata": {"a": 1}}))
+        .unwrap();
+        let carried = inbound.request.options.carried.as_ref().unwrap();
+        assert_eq!(carried.format, ApiFormat::Responses);
+        let names: Vec<&str> = carried.fields.keys().map(String::as_str).collect();
+        assert_eq!(names, ["prompt_cache_key", "client_metadata"]);
+        let Message::User { content } = &inbound.request.messages[1] else {
+            panic!("{:?}", inbound.request.messages);
+        };
+        assert!(matches!(&content.parts()[0], tower_chat::Part::Provider(p) if p.value == item));
+    }
+
+    #[test]
     fn schema_errors_say_what_and_where() {
         let message = |body: Value| parse(body).unwrap_err().message;
         assert!(message(json!({"model": "m"})).contains("input"));
@@ -399,8 +415,6 @@ mod tests {
         let hosted =
             message(json!({"model": "m", "input": "x", "tools": [{"type": "web_search"}]}));
         assert!(hosted.contains("web_search"), "{hosted}");
-        let unknown = message(json!({"model": "m", "input": "x", "background": true}));
-        assert!(unknown.contains("background"), "{unknown}");
         let call =
             message(json!({"model": "m", "input": [{"type": "function_call", "name": "f"}]}));
         assert!(
