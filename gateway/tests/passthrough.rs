@@ -1,13 +1,16 @@
 //! What the gateway does not model still travels: request fields, content blocks, input items and feature
 //! headers reach an upstream of the client's own format verbatim and in the client's order; an upstream of
-//! another format answers without them, and the `x-tower-chat-dropped` header names what was left out. Two
-//! requests that differ only in a carried field are two cache entries.
+//! another format answers without them, and the `x-tower-chat-dropped` header names what was left out. Answer
+//! blocks the gateway does not model reach a client of their format in place. Carried fields are kept in the
+//! call record, and two requests that differ only in one are two cache entries.
 
 mod common;
 
 use serde_json::{json, Value};
 use tower_chat::test_server::{RecordedRequest, Reply, ScriptedProvider};
+use tower_chat::{ApiFormat, ConversationId};
 use tower_chat_gateway::config_file::ConfigFile;
+use tower_chat_persistence::Store;
 
 use common::{post, Harness};
 
@@ -383,4 +386,49 @@ async fn answer_blocks_the_gateway_does_not_model_reach_a_messages_client_in_pla
         }
     }
     assert_eq!(streamed.messages_text(true), "Searching.Rust 2024.");
+}
+
+#[tokio::test]
+async fn carried_fields_are_kept_in_the_call_record_in_order() {
+    let mut gw = Harness::start(
+        |_, _| anthropic_text("It says hi."),
+        |config| config.provider = tower_chat_gateway::Provider::Anthropic,
+    )
+    .await;
+    let answer = post(
+        &gw.url("/v1/messages"),
+        claude_code_request().to_string(),
+        &[
+            ("anthropic-version", "2023-06-01"),
+            ("x-conversation-id", "conv-carried"),
+        ],
+    )
+    .await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    // Shutdown flushes the writer.
+    gw.shutdown();
+    gw.server.take().unwrap().await.unwrap().unwrap();
+
+    let store = gw.records().await;
+    let calls = store
+        .conversation_calls(&ConversationId::new("conv-carried"))
+        .await
+        .unwrap();
+    assert_eq!(calls.len(), 1, "{calls:#?}");
+    let carried = calls[0].request.options.carried.as_ref().expect("carried");
+    assert_eq!(carried.format, ApiFormat::Messages);
+    let body = claude_code_request();
+    let fields: Vec<(&str, &Value)> = carried
+        .fields
+        .iter()
+        .map(|(name, value)| (name.as_str(), value))
+        .collect();
+    assert_eq!(
+        fields,
+        [
+            ("service_tier", &body["service_tier"]),
+            ("context_management", &body["context_management"]),
+            ("container", &body["container"]),
+        ]
+    );
 }
