@@ -156,9 +156,11 @@ async fn the_same_request_to_an_openai_upstream_answers_and_names_what_was_left_
     assert!(!user.to_string().contains("search_result"), "{user}");
 }
 
-#[tokio::test]
-async fn a_codex_shaped_responses_request_reaches_a_responses_upstream_verbatim() {
-    let responses = ScriptedProvider::start(|_, _| Reply::responses_text("Listed.")).await;
+/// A gateway whose model `codex-model` is served by a scripted Responses upstream answering with `handler`.
+async fn responses_gateway(
+    handler: impl Fn(&RecordedRequest, usize) -> Reply + Send + Sync + 'static,
+) -> (ScriptedProvider, Harness) {
+    let responses = ScriptedProvider::start(handler).await;
     let text = format!(
         r#"
 [[upstreams.models]]
@@ -178,6 +180,12 @@ no_key = true
         |config| config.file = file,
     )
     .await;
+    (responses, gw)
+}
+
+#[tokio::test]
+async fn a_codex_shaped_responses_request_reaches_a_responses_upstream_verbatim() {
+    let (responses, gw) = responses_gateway(|_, _| Reply::responses_text("Listed.")).await;
     let web_search = json!({"type": "web_search_call", "id": "ws_1", "status": "completed",
                             "action": {"type": "search", "query": "rust editions"}});
     let shell = json!({"type": "local_shell_call", "id": "lsh_1", "call_id": "call_1", "status": "completed",
@@ -431,4 +439,61 @@ async fn carried_fields_are_kept_in_the_call_record_in_order() {
             ("container", &body["container"]),
         ]
     );
+}
+
+#[tokio::test]
+async fn output_items_the_gateway_does_not_model_reach_a_responses_client_in_place() {
+    let search = json!({"type": "web_search_call", "id": "ws_1", "status": "completed",
+                        "action": {"type": "search", "query": "rust editions"}});
+    let message = json!({"type": "message", "id": "msg_1", "role": "assistant", "status": "completed",
+                         "content": [{"type": "output_text", "text": "Rust 2024.", "annotations": []}]});
+    let events = {
+        let (search, message) = (search.clone(), message.clone());
+        move || {
+            vec![
+                json!({"type": "response.created", "response": {"id": "resp_up", "object": "response",
+                       "model": "gpt-5-codex", "status": "in_progress", "output": []}}),
+                json!({"type": "response.output_item.added", "output_index": 0, "item": search}),
+                json!({"type": "response.output_item.done", "output_index": 0, "item": search}),
+                json!({"type": "response.output_item.added", "output_index": 1, "item": {"type": "message",
+                       "id": "msg_1", "role": "assistant", "status": "in_progress", "content": []}}),
+                json!({"type": "response.output_text.delta", "item_id": "msg_1", "output_index": 1,
+                       "content_index": 0, "delta": "Rust 2024."}),
+                json!({"type": "response.output_item.done", "output_index": 1, "item": message}),
+                json!({"type": "response.completed", "response": {"id": "resp_up", "object": "response",
+                       "model": "gpt-5-codex", "status": "completed", "output": [search, message],
+                       "usage": {"input_tokens": 5, "output_tokens": 4, "total_tokens": 9}}}),
+            ]
+        }
+    };
+    let (_responses, gw) = responses_gateway(move |_, _| Reply::responses_stream(&events())).await;
+    let ask = |stream: bool| json!({"model": "codex-model", "input": "search rust", "stream": stream, "store": false});
+
+    let whole = gw.post_json("/v1/responses", &ask(false), &[]).await;
+    assert_eq!(whole.status, 200, "{}", whole.body);
+    let output = whole.json()["output"].clone();
+    assert_eq!(output[0], search, "{output}");
+    assert_eq!(output[1]["content"][0]["text"], "Rust 2024.", "{output}");
+    assert_eq!(output.as_array().unwrap().len(), 2, "{output}");
+
+    let streamed = gw.post_json("/v1/responses", &ask(true), &[]).await;
+    assert_eq!(streamed.status, 200, "{}", streamed.body);
+    let items: Vec<(String, Value)> = streamed
+        .named_events()
+        .into_iter()
+        .filter(|(name, _)| name.starts_with("response.output_item."))
+        .map(|(name, body)| (name, body["item"].clone()))
+        .collect();
+    assert_eq!(
+        items[0],
+        ("response.output_item.added".to_owned(), search.clone())
+    );
+    assert_eq!(
+        items[1],
+        ("response.output_item.done".to_owned(), search.clone())
+    );
+    assert_eq!(items[2].1["type"], "message", "{items:?}");
+    let completed = streamed.named_events().pop().unwrap().1;
+    assert_eq!(completed["response"]["output"][0], search, "{completed}");
+    assert_eq!(streamed.responses_text(true), "Rust 2024.");
 }

@@ -26,7 +26,7 @@ use crate::error::{anthropic_body, anthropic_response, ApiError};
 use crate::format::UpstreamFormat;
 use crate::format::{
     arguments_value, from_body, name_tool_results, schema, sse_event, Encoder, Ending, Folded,
-    Inbound, InboundRoute, ParseContext, TowerChatRequest, Visible, WireFormat,
+    Inbound, InboundRoute, ParseContext, Piece, TowerChatRequest, Visible, WireFormat,
 };
 use crate::parts::{
     anthropic_document, anthropic_image, anthropic_text, cache_hint, InCacheControl, InSource,
@@ -956,29 +956,15 @@ impl MessageEncoder {
             &notice
         });
         // Blocks no layer models go back in their place: between the text before and after them.
-        let mut carried = folded
-            .provider_blocks
-            .into_iter()
-            .filter(|placed| placed.format == ApiFormat::Messages)
-            .peekable();
-        for piece in Folded::text_pieces(&text, &folded.round_breaks) {
-            let mut start = piece.as_ptr() as usize - text.as_ptr() as usize;
-            let mut rest = piece;
-            while let Some(placed) = carried.next_if(|p| p.at <= start + rest.len()) {
-                let (before, after) =
-                    rest.split_at(placed.at.saturating_sub(start).min(rest.len()));
-                if !before.is_empty() {
-                    content.push(json!({"type": "text", "text": before}));
-                }
-                content.push(placed.block);
-                start += before.len();
-                rest = after;
-            }
-            if !rest.is_empty() {
-                content.push(json!({"type": "text", "text": rest}));
-            }
+        let blocks = folded.provider_blocks;
+        for piece in
+            Folded::pieces_with_blocks(&text, &folded.round_breaks, blocks, ApiFormat::Messages)
+        {
+            content.push(match piece {
+                Piece::Text(text) => json!({"type": "text", "text": text}),
+                Piece::Block(block) => block,
+            });
         }
-        content.extend(carried.map(|placed| placed.block));
         for call in &folded.client_calls {
             content.push(json!({"type": "tool_use", "id": call.id, "name": call.name,
                                 "input": arguments_value(call)}));

@@ -255,7 +255,50 @@ pub struct Folded {
     pub provider_blocks: Vec<PlacedBlock>,
 }
 
+/// A piece of a whole answer: text, or a block no layer models in its place.
+#[derive(Debug, PartialEq)]
+pub enum Piece<'a> {
+    /// A round's text, or the part of it before or after a block.
+    Text(&'a str),
+    /// A block, as the upstream sent it.
+    Block(Value),
+}
+
 impl Folded {
+    /// `text` cut as [`text_pieces`](Self::text_pieces), with the `blocks` in `format` between the text that came
+    /// before and after them (others left out); empty texts are left out.
+    pub fn pieces_with_blocks<'a>(
+        text: &'a str,
+        breaks: &[usize],
+        blocks: Vec<PlacedBlock>,
+        format: tower_chat::ApiFormat,
+    ) -> Vec<Piece<'a>> {
+        let mut blocks = blocks
+            .into_iter()
+            .filter(|placed| placed.format == format)
+            .peekable();
+        let mut pieces = Vec::new();
+        for piece in Folded::text_pieces(text, breaks) {
+            let mut start = piece.as_ptr() as usize - text.as_ptr() as usize;
+            let mut rest = piece;
+            while let Some(placed) = blocks.next_if(|p| p.at <= start + rest.len()) {
+                let (before, after) =
+                    rest.split_at(placed.at.saturating_sub(start).min(rest.len()));
+                if !before.is_empty() {
+                    pieces.push(Piece::Text(before));
+                }
+                pieces.push(Piece::Block(placed.block));
+                start += before.len();
+                rest = after;
+            }
+            if !rest.is_empty() {
+                pieces.push(Piece::Text(rest));
+            }
+        }
+        pieces.extend(blocks.map(|placed| Piece::Block(placed.block)));
+        pieces
+    }
+
     /// `text` (the content, perhaps with a notice after it) cut at `breaks` into each round's text, without the
     /// [`ROUND_BREAK`]s; a break past the end of `text` is ignored.
     pub fn text_pieces<'a>(text: &'a str, breaks: &[usize]) -> Vec<&'a str> {
