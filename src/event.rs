@@ -5,6 +5,7 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 use crate::approval::ApprovalRequest;
+use crate::carried::ApiFormat;
 use crate::message::{ToolCall, ToolMessage};
 use crate::reasoning::Continuation;
 
@@ -96,6 +97,15 @@ pub enum ChatEvent {
         /// The answer so far.
         value: serde_json::Value,
     },
+    /// A whole content block of a type no layer models (Anthropic's `server_tool_use`, `web_search_tool_result`,
+    /// …), as the provider sent it, in its place among the others. A client speaking the provider's format
+    /// gets it back unchanged; other formats, collected responses and records leave it out.
+    ProviderBlock {
+        /// The format the block is written in.
+        format: ApiFormat,
+        /// The block.
+        block: serde_json::Value,
+    },
     /// Tokens used, as an increment: consumers sum every `Usage` event of a stream.
     Usage {
         /// The tokens.
@@ -133,6 +143,7 @@ impl ChatEvent {
             ChatEvent::ApprovalRequest { .. } => "approval_request",
             ChatEvent::AnswerRejected { .. } => "answer_rejected",
             ChatEvent::PartialAnswer { .. } => "partial_answer",
+            ChatEvent::ProviderBlock { .. } => "provider_block",
             ChatEvent::Usage { .. } => "usage",
             ChatEvent::Finish { .. } => "finish",
         }

@@ -41,6 +41,7 @@ pub mod azure;
 #[cfg(feature = "bedrock")]
 pub mod bedrock;
 mod boxed;
+mod carried;
 mod content;
 mod context;
 mod error;
@@ -70,6 +71,7 @@ pub mod transport;
 
 pub use approval::{ApprovalDecision, ApprovalDecisions, ApprovalRequest};
 pub use boxed::BoxChatService;
+pub use carried::{ApiFormat, Carried, DroppedFields, ForwardedHeaders};
 pub use content::{
     AudioPart, Blob, CacheHint, Content, DataUrl, FilePart, ImageDetail, ImagePart, InvalidMedia,
     MediaSource, MediaUrl, Part, ProviderPart, TextPart,

@@ -7,6 +7,7 @@ use std::sync::{Arc, OnceLock};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::{Map, Value};
 
+use crate::carried::Carried;
 use crate::context::{CallerIdentity, ConversationId};
 use crate::message::Message;
 use crate::CancellationToken;
@@ -270,6 +271,10 @@ pub struct ChatOptions {
     /// Provider-specific fields merged into the request body as they are (they win over ours).
     #[serde(skip_serializing_if = "Map::is_empty")]
     pub extra: Map<String, Value>,
+    /// Fields an inbound wire format does not model, kept in the client's order for an upstream that speaks
+    /// the same format (see [`Carried`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub carried: Option<Carried>,
 }
 
 impl Default for ChatOptions {
@@ -286,6 +291,7 @@ impl Default for ChatOptions {
             response_format: None,
             stream: true,
             extra: Map::new(),
+            carried: None,
         }
     }
 }

@@ -115,6 +115,8 @@ impl ResponseBuilder {
             ChatEvent::AnswerRejected { .. } => self.current.content.clear(),
             // The text deltas carry the answer; a partial value of it adds nothing to keep.
             ChatEvent::PartialAnswer { .. } => {}
+            // A block no layer models has no place in a message; a client of its format got it on the wire.
+            ChatEvent::ProviderBlock { .. } => {}
             ChatEvent::Usage { usage } => self.response.usage.add(usage),
             ChatEvent::Finish { reason } => self.response.finish_reason = Some(reason.clone()),
         }
@@ -156,6 +158,8 @@ impl ResponseBuilder {
             }
             ChatEvent::AnswerRejected { .. } => self.current.content.clear(),
             ChatEvent::PartialAnswer { .. } => {}
+            // A block no layer models has no place in a message; a client of its format got it on the wire.
+            ChatEvent::ProviderBlock { .. } => {}
             ChatEvent::Usage { usage } => self.response.usage.add(&usage),
             ChatEvent::Finish { reason } => self.response.finish_reason = Some(reason),
         }

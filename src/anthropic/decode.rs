@@ -22,7 +22,8 @@ enum StreamEvent {
     },
     ContentBlockStart {
         index: usize,
-        content_block: ContentBlock,
+        /// Read by [`read_block`], so a block of a type no layer models is kept as it came.
+        content_block: Value,
     },
     ContentBlockDelta {
         index: usize,
@@ -55,7 +56,7 @@ struct MessageInfo {
     #[serde(default)]
     model: Option<String>,
     #[serde(default)]
-    content: Vec<ContentBlock>,
+    content: Vec<Value>,
     #[serde(default)]
     stop_reason: Option<String>,
     #[serde(default)]
@@ -86,8 +87,26 @@ enum ContentBlock {
         #[serde(default)]
         input: Value,
     },
-    #[serde(other)]
-    Other,
+    /// A block of another type, as sent.
+    #[serde(skip)]
+    Other(Value),
+}
+
+/// A content block by its `type`: one of [`ContentBlock`]'s, or any other kept whole.
+fn read_block(block: Value) -> Result<ContentBlock, ChatError> {
+    let known = matches!(
+        block.get("type").and_then(Value::as_str),
+        Some("text" | "thinking" | "redacted_thinking" | "tool_use")
+    );
+    if !known {
+        return Ok(ContentBlock::Other(block));
+    }
+    serde_json::from_value(block).map_err(|e| {
+        ChatError::new(
+            ErrorKind::Protocol,
+            format!("malformed content block ({e})"),
+        )
+    })
 }
 
 /// `content_block_delta`, the bulk of a stream, read without the `type`-tagged [`StreamEvent`] enum when the SSE
@@ -177,6 +196,12 @@ enum BlockState {
         name: String,
         json: String,
         start_input: Value,
+    },
+    /// A block of a type no layer models, and the `input_json_delta`s of its input so far (a server tool's
+    /// call streams its input as a tool call's does).
+    Carried {
+        block: Value,
+        json: String,
     },
     Other,
 }
@@ -275,7 +300,7 @@ impl MessageDecoder {
                 index,
                 content_block,
             } => {
-                let state = match content_block {
+                let state = match read_block(content_block)? {
                     ContentBlock::Text { text } => {
                         if !text.is_empty() {
                             out.push_back(ChatEvent::TextDelta { text });
@@ -324,7 +349,10 @@ impl MessageDecoder {
                             start_input: input,
                         }
                     }
-                    ContentBlock::Other => BlockState::Other,
+                    ContentBlock::Other(block) => BlockState::Carried {
+                        block,
+                        json: String::new(),
+                    },
                 };
                 self.blocks.insert(index, state);
             }
@@ -351,6 +379,9 @@ impl MessageDecoder {
                         arguments: partial_json,
                     });
                 }
+                (BlockState::Carried { json, .. }, BlockDelta::InputJsonDelta { partial_json }) => {
+                    json.push_str(&partial_json)
+                }
                 // Signatures, citations and deltas of block kinds we do not map.
                 _ => {}
             },
@@ -372,6 +403,18 @@ impl MessageDecoder {
                         out.push_back(ChatEvent::ToolCallEnd {
                             index: call_index,
                             call: ToolCall::from_raw_arguments(id, name, raw),
+                        });
+                    }
+                    Some(BlockState::Carried { mut block, json }) => {
+                        // The streamed input replaces the start block's (empty) one, as the whole message has it.
+                        if let (Ok(input), Some(fields)) =
+                            (serde_json::from_str::<Value>(&json), block.as_object_mut())
+                        {
+                            fields.insert("input".to_owned(), input);
+                        }
+                        out.push_back(ChatEvent::ProviderBlock {
+                            format: crate::ApiFormat::Messages,
+                            block,
                         });
                     }
                     // Thinking without a signature cannot be sent back: it stays plain reasoning text.

@@ -80,6 +80,11 @@ impl ProviderWire for Anthropic {
     const DEFAULT_BASE_URL: &'static str = "https://api.anthropic.com/v1";
     const DEFAULT_PROVIDER_NAME: &'static str = "anthropic";
     const PATH: &'static str = "messages";
+    const API_FORMAT: Option<crate::ApiFormat> = Some(crate::ApiFormat::Messages);
+
+    fn keeps_part(&self, part: &crate::ProviderPart) -> bool {
+        part.provider == "anthropic"
+    }
 
     fn auth_header(&self) -> (HeaderName, &'static str) {
         (HeaderName::from_static("x-api-key"), "")

@@ -98,6 +98,11 @@ impl ProviderWire for AzureOpenAi {
     const DEFAULT_BASE_URL: &'static str = "";
     const DEFAULT_PROVIDER_NAME: &'static str = "azure";
     const PATH: &'static str = "chat/completions";
+    const API_FORMAT: Option<crate::ApiFormat> = Some(crate::ApiFormat::ChatCompletions);
+
+    fn keeps_part(&self, part: &crate::ProviderPart) -> bool {
+        part.provider == "openai"
+    }
 
     fn endpoint_path(&self) -> Cow<'static, str> {
         match &self.api_version {

@@ -183,6 +183,10 @@ impl ProviderWire for Bedrock {
     const DEFAULT_BASE_URL: &'static str = "https://bedrock-runtime.us-east-1.amazonaws.com";
     const DEFAULT_PROVIDER_NAME: &'static str = "bedrock";
     const PATH: &'static str = "model";
+
+    fn keeps_part(&self, part: &crate::ProviderPart) -> bool {
+        part.provider == BEDROCK
+    }
     const STREAM_ACCEPT: &'static str = "application/vnd.amazon.eventstream";
 
     fn default_base_url(&self) -> Cow<'static, str> {

@@ -143,6 +143,10 @@ impl ProviderWire for Gemini {
     const DEFAULT_PROVIDER_NAME: &'static str = "gemini";
     const PATH: &'static str = "models";
 
+    fn keeps_part(&self, part: &crate::ProviderPart) -> bool {
+        part.provider == signature::GEMINI
+    }
+
     fn call_url(
         &self,
         endpoint: &Uri,

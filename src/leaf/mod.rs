@@ -110,7 +110,12 @@ impl<P: Provider> tower_service::Service<ChatRequest> for ChatLeaf<P> {
         Box::pin(async move {
             let shared = &*this.shared;
             let default_model = shared.leaf.default_model.as_deref();
+            let request = crate::carried::for_upstream(request, P::API_FORMAT, |part| {
+                shared.provider.keeps_part(part)
+            });
             let body = shared.provider.encode(&request, default_model)?;
+            let body = crate::carried::merge_carried(body, &request, P::API_FORMAT)
+                .map_err(crate::transport::cannot_serialize)?;
             let url = shared
                 .provider
                 .call_url(&shared.leaf.endpoint, &request, default_model)?;
@@ -224,8 +229,24 @@ impl LeafConfig {
         let body = Bytes::from(body);
         // Only a signing provider keeps a handle on the body: cloning `Bytes` made from a `Vec` allocates.
         let signed = signer.map(|signer| (signer, body.clone()));
+        let forwarded = request
+            .extensions
+            .get::<crate::ForwardedHeaders>()
+            .filter(|f| Some(f.format()) == P::API_FORMAT);
+        let url = match forwarded.and_then(|f| f.query_string()) {
+            Some(query) => Some(with_query(
+                url.unwrap_or_else(|| self.endpoint.clone()),
+                query,
+            )?),
+            None => url,
+        };
         let mut http_request =
             self.post_json(body, url, streaming, P::STREAM_ACCEPT, credential)?;
+        if let Some(forwarded) = forwarded {
+            for (name, value) in forwarded.headers() {
+                http_request.headers_mut().append(name, value.clone());
+            }
+        }
         if let Some((signer, body)) = signed {
             signer.sign(&mut http_request, &body).await?;
         }
@@ -267,6 +288,33 @@ impl LeafConfig {
         }
         Ok(request)
     }
+}
+
+/// `uri` with `query` added to its own.
+fn with_query(uri: Uri, query: &str) -> Result<Uri, ChatError> {
+    let mut parts = uri.into_parts();
+    let path = parts
+        .path_and_query
+        .as_ref()
+        .map_or("/", |p| p.as_str())
+        .to_owned();
+    let joined = if path.contains('?') {
+        format!("{path}&{query}")
+    } else {
+        format!("{path}?{query}")
+    };
+    parts.path_and_query = Some(joined.parse().map_err(|_| {
+        ChatError::new(
+            ErrorKind::InvalidRequest,
+            "a forwarded query is not a valid URL query",
+        )
+    })?);
+    Uri::from_parts(parts).map_err(|_| {
+        ChatError::new(
+            ErrorKind::InvalidRequest,
+            "a forwarded query is not a valid URL query",
+        )
+    })
 }
 
 impl LeafSettings {

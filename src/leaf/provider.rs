@@ -57,6 +57,15 @@ pub(crate) mod sealed {
         const PATH: &'static str;
         /// The `Accept` header of a streaming request.
         const STREAM_ACCEPT: &'static str = "text/event-stream";
+        /// The request format this wire speaks, when a client could speak it too: carried fields and forwarded
+        /// headers in it are sent ([`crate::Carried`]); `None` (Gemini, Bedrock) sends none.
+        const API_FORMAT: Option<crate::ApiFormat> = None;
+
+        /// Whether a part kept for a provider goes in this wire's body (false: it is left out of the call and
+        /// named in the request's [`DroppedFields`](crate::DroppedFields)).
+        fn keeps_part(&self, _part: &crate::ProviderPart) -> bool {
+            false
+        }
 
         /// The base URL a builder starts with (default [`DEFAULT_BASE_URL`](Self::DEFAULT_BASE_URL); Bedrock's
         /// depends on the region).

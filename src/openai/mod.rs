@@ -97,6 +97,11 @@ impl ProviderWire for OpenAi {
     const DEFAULT_BASE_URL: &'static str = "https://api.openai.com/v1";
     const DEFAULT_PROVIDER_NAME: &'static str = "openai";
     const PATH: &'static str = "chat/completions";
+    const API_FORMAT: Option<crate::ApiFormat> = Some(crate::ApiFormat::ChatCompletions);
+
+    fn keeps_part(&self, part: &crate::ProviderPart) -> bool {
+        part.provider == "openai"
+    }
 
     fn auth_header(&self) -> (HeaderName, &'static str) {
         (AUTHORIZATION, "Bearer ")

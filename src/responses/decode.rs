@@ -25,16 +25,11 @@ use crate::transport::WireDecoder;
 enum StreamEvent {
     #[serde(rename = "response.created")]
     Created { response: ResponseInfo },
+    /// The items are read by [`read_item`], so an item of a type no layer models is kept as it came.
     #[serde(rename = "response.output_item.added")]
-    ItemAdded {
-        output_index: usize,
-        item: OutputItem,
-    },
+    ItemAdded { output_index: usize, item: Value },
     #[serde(rename = "response.output_item.done")]
-    ItemDone {
-        output_index: usize,
-        item: OutputItem,
-    },
+    ItemDone { output_index: usize, item: Value },
     #[serde(rename = "response.output_text.delta")]
     TextDelta { delta: String },
     #[serde(rename = "response.refusal.delta")]
@@ -98,7 +93,7 @@ struct ResponseInfo {
     #[serde(default)]
     status: Option<String>,
     #[serde(default)]
-    output: Vec<OutputItem>,
+    output: Vec<Value>,
     #[serde(default)]
     usage: Option<WireUsage>,
     #[serde(default)]
@@ -136,9 +131,23 @@ enum OutputItem {
         #[serde(default)]
         encrypted_content: Option<String>,
     },
-    /// Built-in tools' items (web search, file search, …): not this leaf's to map.
-    #[serde(other)]
-    Other,
+    /// An item of another type (a built-in tool's: web search, file search, …), as sent: a client speaking
+    /// Responses gets it back.
+    #[serde(skip)]
+    Other(Value),
+}
+
+/// An output item by its `type`: one of [`OutputItem`]'s, or any other kept whole.
+fn read_item(item: Value) -> Result<OutputItem, ChatError> {
+    let known = matches!(
+        item.get("type").and_then(Value::as_str),
+        Some("message" | "function_call" | "reasoning")
+    );
+    if !known {
+        return Ok(OutputItem::Other(item));
+    }
+    serde_json::from_value(item)
+        .map_err(|e| ChatError::new(ErrorKind::Protocol, format!("malformed output item ({e})")))
 }
 
 #[derive(Deserialize)]
@@ -242,10 +251,10 @@ impl ResponseDecoder {
                 model: response.model,
             }),
             StreamEvent::ItemAdded { output_index, item } => {
-                self.on_item_added(output_index, item, out)
+                self.on_item_added(output_index, read_item(item)?, out)
             }
             StreamEvent::ItemDone { output_index, item } => {
-                self.on_item_done(output_index, item, out)
+                self.on_item_done(output_index, read_item(item)?, out)
             }
             StreamEvent::TextDelta { delta } => push_text(delta, out),
             StreamEvent::RefusalDelta { delta } => {
@@ -335,7 +344,7 @@ impl ResponseDecoder {
             OutputItem::Reasoning { .. } => ItemState::Reasoning {
                 summary_index: None,
             },
-            OutputItem::Message { .. } | OutputItem::Other => ItemState::Other,
+            OutputItem::Message { .. } | OutputItem::Other(_) => ItemState::Other,
         };
         self.items.insert(index, state);
     }
@@ -438,7 +447,11 @@ impl ResponseDecoder {
                     },
                 });
             }
-            OutputItem::Message { .. } | OutputItem::Other => {}
+            OutputItem::Message { .. } => {}
+            OutputItem::Other(item) => out.push_back(ChatEvent::ProviderBlock {
+                format: crate::ApiFormat::Responses,
+                block: item,
+            }),
         }
     }
 
@@ -557,7 +570,7 @@ pub(crate) fn decode_response(body: &[u8]) -> Result<Vec<ChatEvent>, ChatError> 
     let mut decoder = ResponseDecoder::default();
     let mut response = response;
     for (index, item) in std::mem::take(&mut response.output).into_iter().enumerate() {
-        match item {
+        match read_item(item)? {
             OutputItem::Message { content } => {
                 for part in content {
                     match part {

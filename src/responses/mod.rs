@@ -118,6 +118,19 @@ impl ProviderWire for OpenAiResponses {
     const DEFAULT_BASE_URL: &'static str = "https://api.openai.com/v1";
     const DEFAULT_PROVIDER_NAME: &'static str = "openai";
     const PATH: &'static str = "responses";
+    const API_FORMAT: Option<crate::ApiFormat> = Some(crate::ApiFormat::Responses);
+
+    fn keeps_part(&self, part: &crate::ProviderPart) -> bool {
+        // A whole input item, or a part already in this API's shape (`input_*`): a Chat Completions part would
+        // be refused.
+        part.provider == wire::ITEM_PROVIDER
+            || part.provider == "openai"
+                && part
+                    .value
+                    .get("type")
+                    .and_then(serde_json::Value::as_str)
+                    .is_some_and(|kind| kind.starts_with("input_"))
+    }
 
     fn auth_header(&self) -> (HeaderName, &'static str) {
         (AUTHORIZATION, "Bearer ")

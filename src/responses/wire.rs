@@ -63,7 +63,14 @@ enum Item<'a> {
         call_id: &'a str,
         output: WireContent<'a>,
     },
+    /// An item of a type no layer models, as the client sent it ([`ITEM_PROVIDER`]).
+    #[serde(untagged)]
+    Raw(&'a Value),
 }
+
+/// The [`ProviderPart::provider`](crate::ProviderPart) of a whole Responses input item kept as it came (a user
+/// message holding only it): it goes back into `input` as an item of its own.
+pub(crate) const ITEM_PROVIDER: &str = "openai-responses-item";
 
 #[derive(Serialize)]
 struct Summary<'a> {
@@ -206,10 +213,15 @@ fn input_items(messages: &[Message]) -> Result<Vec<Item<'_>>, ChatError> {
                     content: wire_content(content)?,
                 });
             }
-            Message::User { content } => items.push(Item::Message {
-                role: "user",
-                content: wire_content(content)?,
-            }),
+            Message::User { content } => match content.parts() {
+                [Part::Provider(raw)] if raw.provider == ITEM_PROVIDER => {
+                    items.push(Item::Raw(&raw.value))
+                }
+                _ => items.push(Item::Message {
+                    role: "user",
+                    content: wire_content(content)?,
+                }),
+            },
             Message::Assistant(assistant) => assistant_items(assistant, &mut items),
             Message::Tool(tool) => items.push(Item::FunctionCallOutput {
                 call_id: &tool.call_id,

@@ -145,7 +145,8 @@ pub(super) fn anthropic_message(events: &[Value]) -> Value {
         }
     }
     for (block, input) in blocks.iter_mut().zip(&inputs) {
-        if block["type"] == "tool_use" && !input.is_empty() {
+        // A client tool's call or a server tool's (`server_tool_use`): whichever block streamed its input.
+        if !input.is_empty() {
             block["input"] = serde_json::from_str(input).unwrap_or(Value::Null);
         }
     }

@@ -23,6 +23,7 @@ use crate::turn::handle;
 pub(crate) async fn endpoint<F: WireFormat>(
     State(state): State<Arc<AppState>>,
     caller: Option<Extension<CallerIdentity>>,
+    uri: http::Uri,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
@@ -32,7 +33,7 @@ pub(crate) async fn endpoint<F: WireFormat>(
     let drain_over = state.turns.drain_over.clone();
     let handled = tokio::select! {
         biased;
-        handled = handle::<F>(&state.turns, caller.map(|Extension(c)| c), headers, body) => handled,
+        handled = handle::<F>(&state.turns, caller.map(|Extension(c)| c), headers, uri.query(), body) => handled,
         () = drain_over.cancelled() => Err(ApiError::shutting_down()),
     };
     match handled {

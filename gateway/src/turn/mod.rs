@@ -180,6 +180,7 @@ pub(crate) async fn handle<F: WireFormat>(
     state: &Turns,
     caller: Option<CallerIdentity>,
     headers: HeaderMap,
+    query: Option<&str>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let body = read_body(body, state.body_limit, &state.limits)?;
@@ -302,6 +303,8 @@ pub(crate) async fn handle<F: WireFormat>(
         request.extensions.insert(caller.clone());
     }
     request.extensions.insert(F::ROUTE);
+    let dropped =
+        tower_chat_wire::carry::forward(F::ROUTE, &headers, query, &parsed.dropped, &mut request);
     // One id per turn even without the header, so a paused turn resumes in the conversation it paused in
     // (records and approvals are bound to it).
     let conversation = header_conversation
@@ -353,6 +356,7 @@ pub(crate) async fn handle<F: WireFormat>(
     if let Some(outcome) = &cache_outcome {
         crate::stack::cache::outcome_header(outcome, response.headers_mut());
     }
+    tower_chat_wire::carry::name_dropped(&dropped, &mut response);
     // Held until the answer's last byte: a stream keeps its request's media alive (the call record, a tool
     // loop's later rounds) as long as it runs.
     Ok(response

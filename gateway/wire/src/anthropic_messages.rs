@@ -15,18 +15,18 @@ use std::collections::HashMap;
 
 use axum::response::Response;
 use serde::{Deserialize, Serialize};
-use serde_json::{json, Value};
+use serde_json::{json, Map, Value};
 use tower_chat::{
-    AssistantMessage, ChatRequest, Content, Continuation, FinishReason, Message, Part,
-    ReasoningPart, ResponseFormat, ToolArguments, ToolCall, ToolChoice, ToolMessage, ToolSpec,
-    Usage,
+    ApiFormat, AssistantMessage, Carried, ChatRequest, Content, Continuation, FinishReason,
+    Message, Part, ProviderPart, ReasoningPart, ResponseFormat, ToolArguments, ToolCall,
+    ToolChoice, ToolMessage, ToolSpec, Usage,
 };
 
 use crate::error::{anthropic_body, anthropic_response, ApiError};
 use crate::format::UpstreamFormat;
 use crate::format::{
     arguments_value, from_body, name_tool_results, schema, sse_event, Encoder, Ending, Folded,
-    Inbound, InboundRoute, ParseContext, TowerChatRequest, Visible, WireFormat,
+    Inbound, InboundRoute, ParseContext, Piece, TowerChatRequest, Visible, WireFormat,
 };
 use crate::parts::{
     anthropic_document, anthropic_image, anthropic_text, cache_hint, InCacheControl, InSource,
@@ -53,10 +53,9 @@ impl WireFormat for AnthropicMessages {
     }
 }
 
-/// The body of `POST /v1/messages`. Unknown fields are refused, as Anthropic does: an option the gateway
-/// silently dropped would change the answer without anyone noticing.
+/// The body of `POST /v1/messages`. Fields the gateway does not model are carried for an Anthropic upstream,
+/// verbatim and in order, and left out (and named) for any other ([`tower_chat::Carried`]).
 #[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
 struct MessagesRequest {
     model: String,
     /// Required, as Anthropic requires it.
@@ -91,6 +90,9 @@ struct MessagesRequest {
     /// The gateway's own extension (approval decisions).
     #[serde(default)]
     tower_chat: Option<TowerChatRequest>,
+    /// Everything else, in the client's order.
+    #[serde(flatten)]
+    rest: Map<String, Value>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -173,6 +175,13 @@ fn blocks(content: Value, i: usize) -> Result<Vec<InBlock>, ApiError> {
             .into_iter()
             .enumerate()
             .map(|(j, block)| {
+                if !block
+                    .get("type")
+                    .and_then(Value::as_str)
+                    .is_some_and(|kind| KNOWN_BLOCKS.contains(&kind))
+                {
+                    return Ok(InBlock::Other(block));
+                }
                 serde_json::from_value(block)
                     .map_err(|e| schema(format!("messages[{i}].content[{j}]: {e}")))
             })
@@ -183,10 +192,25 @@ fn blocks(content: Value, i: usize) -> Result<Vec<InBlock>, ApiError> {
     }
 }
 
-/// A content block; other types (`search_result`, server tool blocks, …) are refused by name.
+/// The block types [`InBlock`] models; a block of another type (`search_result`, server tool blocks, …) is
+/// [`InBlock::Other`].
+const KNOWN_BLOCKS: [&str; 7] = [
+    "text",
+    "image",
+    "document",
+    "tool_use",
+    "tool_result",
+    "thinking",
+    "redacted_thinking",
+];
+
+/// A content block.
 #[derive(Debug, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 enum InBlock {
+    /// A block of a type the gateway does not model, as sent: kept for an Anthropic upstream.
+    #[serde(skip)]
+    Other(Value),
     Text {
         text: String,
         #[serde(default)]
@@ -360,11 +384,12 @@ fn into_inbound(body: MessagesRequest, context: &ParseContext) -> Result<Inbound
         }
         _ => {}
     }
+    let mut dropped = Vec::new();
     for (i, message) in body.messages.into_iter().enumerate() {
         let blocks = blocks(message.content, i)?;
         match message.role {
             Role::User => user_blocks(blocks, i, &mut messages)?,
-            Role::Assistant => messages.push(assistant_blocks(blocks, i)?),
+            Role::Assistant => messages.push(assistant_blocks(blocks, i, &mut dropped)?),
         }
     }
     name_tool_results(&mut messages);
@@ -436,8 +461,15 @@ fn into_inbound(body: MessagesRequest, context: &ParseContext) -> Result<Inbound
             }
         }
     }
+    if !body.rest.is_empty() {
+        options.carried = Some(Carried {
+            format: ApiFormat::Messages,
+            fields: body.rest,
+        });
+    }
     let mut inbound = Inbound::new(request, body.model, body.stream.unwrap_or(false));
     inbound.approvals = body.tower_chat.map(|t| t.approvals).unwrap_or_default();
+    inbound.dropped = dropped;
     Ok(inbound)
 }
 
@@ -491,6 +523,10 @@ fn user_blocks(blocks: Vec<InBlock>, i: usize, out: &mut Vec<Message>) -> Result
                     is_error: is_error.unwrap_or(false),
                 }));
             }
+            InBlock::Other(value) => parts.push(Part::from(ProviderPart {
+                provider: "anthropic".into(),
+                value,
+            })),
             InBlock::ToolUse { .. }
             | InBlock::Thinking { .. }
             | InBlock::RedactedThinking { .. } => {
@@ -542,10 +578,23 @@ fn set_cache(content: &mut Content, hint: tower_chat::CacheHint) {
     }
 }
 
-fn assistant_blocks(blocks: Vec<InBlock>, i: usize) -> Result<Message, ApiError> {
+/// An assistant message. A block of a type the gateway does not model (a server tool's `server_tool_use`, its
+/// result) has no place in an assistant message of the core: it is left out and named in `dropped`.
+fn assistant_blocks(
+    blocks: Vec<InBlock>,
+    i: usize,
+    dropped: &mut Vec<String>,
+) -> Result<Message, ApiError> {
     let mut message = AssistantMessage::default();
     for (j, block) in blocks.into_iter().enumerate() {
         match block {
+            InBlock::Other(value) => {
+                let kind = value.get("type").and_then(Value::as_str).unwrap_or("untyped");
+                let name = format!("content:{kind}");
+                if !dropped.contains(&name) {
+                    dropped.push(name);
+                }
+            }
             InBlock::Text { text, .. } => message.content.push_str(&text),
             InBlock::ToolUse { id, name, input } => message.tool_calls.push(ToolCall {
                 id,
@@ -642,12 +691,14 @@ enum Block {
     Text(usize),
     Thinking(usize),
     ToolUse(usize),
+    /// A block of a type no layer models, written whole.
+    Carried(usize),
 }
 
 impl Block {
     fn index(self) -> usize {
         match self {
-            Block::Text(i) | Block::Thinking(i) | Block::ToolUse(i) => i,
+            Block::Text(i) | Block::Thinking(i) | Block::ToolUse(i) | Block::Carried(i) => i,
         }
     }
 }
@@ -820,6 +871,20 @@ impl Encoder for MessageEncoder {
                     self.stop_open(out);
                 }
             }
+            // Written back whole, in its place: a start carrying the complete block, then its stop.
+            Visible::ProviderBlock {
+                format: ApiFormat::Messages,
+                block,
+            } => {
+                self.start(Block::Carried, block, out);
+                self.stop_open(out);
+            }
+            Visible::ProviderBlock { format, .. } => {
+                tracing::debug!(
+                    from = format.as_str(),
+                    "an answer block left out of a Messages answer"
+                );
+            }
             Visible::CallEnd { index, .. } => {
                 if let Some(block) = self.call_blocks.remove(&index) {
                     if self.open == Some(Block::ToolUse(block)) {
@@ -890,10 +955,15 @@ impl MessageEncoder {
         } else {
             &notice
         });
-        for piece in Folded::text_pieces(&text, &folded.round_breaks) {
-            if !piece.is_empty() {
-                content.push(json!({"type": "text", "text": piece}));
-            }
+        // Blocks no layer models go back in their place: between the text before and after them.
+        let blocks = folded.provider_blocks;
+        for piece in
+            Folded::pieces_with_blocks(&text, &folded.round_breaks, blocks, ApiFormat::Messages)
+        {
+            content.push(match piece {
+                Piece::Text(text) => json!({"type": "text", "text": text}),
+                Piece::Block(block) => block,
+            });
         }
         for call in &folded.client_calls {
             content.push(json!({"type": "tool_use", "id": call.id, "name": call.name,
@@ -1047,6 +1117,30 @@ mod tests {
     }
 
     #[test]
+    fn unmodelled_fields_and_blocks_are_carried_in_order() {
+        let body = json!({"model": "m", "max_tokens": 5, "service_tier": "auto",
+            "context_management": {"edits": [{"type": "clear"}]}, "container": null,
+            "messages": [
+                {"role": "user", "content": [
+                    {"type": "text", "text": "x"}, {"type": "search_result", "source": "s"}]},
+                {"role": "assistant", "content": [
+                    {"type": "server_tool_use", "id": "s1", "name": "web_search", "input": {}},
+                    {"type": "text", "text": "y"}]}]});
+        let inbound = parse(body, UpstreamFormat::OpenAi).unwrap();
+        let carried = inbound.request.options.carried.clone().unwrap();
+        assert_eq!(carried.format, ApiFormat::Messages);
+        let names: Vec<&str> = carried.fields.keys().map(String::as_str).collect();
+        assert_eq!(names, ["service_tier", "context_management", "container"]);
+        let Message::User { content } = &inbound.request.messages[0] else {
+            panic!("{:?}", inbound.request.messages[0]);
+        };
+        assert!(
+            matches!(&content.parts()[1], Part::Provider(p) if p.value["type"] == "search_result")
+        );
+        assert_eq!(inbound.dropped, ["content:server_tool_use"]);
+    }
+
+    #[test]
     fn schema_errors_say_what_and_where() {
         let message = |body: Value| parse(body, UpstreamFormat::OpenAi).unwrap_err().message;
         let missing =
@@ -1057,19 +1151,6 @@ mod tests {
             {"type": "image", "source": {}}]}]}),
         );
         assert!(image.contains("messages[0].content[0]"), "{image}");
-        let search = message(
-            json!({"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": [
-            {"type": "text", "text": "x"}, {"type": "search_result", "source": "s"}]}]}),
-        );
-        assert!(
-            search.contains("messages[0].content[1]") && search.contains("search_result"),
-            "{search}"
-        );
-        let unknown = message(
-            json!({"model": "m", "max_tokens": 5, "service_tier": "auto",
-            "messages": [{"role": "user", "content": "x"}]}),
-        );
-        assert!(unknown.contains("service_tier"), "{unknown}");
         let server_tool = message(json!({"model": "m", "max_tokens": 5,
             "tools": [{"type": "web_search_20250305", "name": "web_search"}],
             "messages": [{"role": "user", "content": "x"}]}));

@@ -7,8 +7,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 use tower_chat::{
-    AssistantMessage, ChatRequest, Content, FinishReason, Message, Part, ResponseFormat,
-    ToolArguments, ToolCall, ToolChoice, ToolMessage, ToolSpec, Usage,
+    ApiFormat, AssistantMessage, Carried, ChatRequest, Content, FinishReason, Message, Part,
+    ResponseFormat, ToolArguments, ToolCall, ToolChoice, ToolMessage, ToolSpec, Usage,
 };
 
 use crate::error::ApiError;
@@ -83,7 +83,8 @@ struct CompletionRequest {
     /// The gateway's own extension (approval decisions); standard clients never send it.
     #[serde(default)]
     tower_chat: Option<TowerChatRequest>,
-    /// Anything else (`seed`, `user`, `frequency_penalty`, …) goes upstream unchanged.
+    /// Anything else (`seed`, `user`, `frequency_penalty`, …), in the client's order: carried to a Chat
+    /// Completions upstream unchanged, left out (and named) for another.
     #[serde(flatten)]
     extra: Map<String, Value>,
 }
@@ -281,11 +282,21 @@ fn into_inbound(body: CompletionRequest) -> Result<Inbound, ApiError> {
         Some(Stop::Many(v)) => v,
     };
     options.response_format = body.response_format.map(response_format).transpose()?;
-    options.extra = body
-        .extra
-        .into_iter()
-        .filter(|(_, v)| !v.is_null())
-        .collect();
+    // `reasoning_effort` stays an option every leaf reads (the Responses leaf maps it); the rest is carried for
+    // a Chat Completions upstream only.
+    let mut fields = body.extra;
+    if let Some(effort) = fields
+        .shift_remove("reasoning_effort")
+        .filter(|v| !v.is_null())
+    {
+        options.extra.insert("reasoning_effort".into(), effort);
+    }
+    if !fields.is_empty() {
+        options.carried = Some(Carried {
+            format: ApiFormat::ChatCompletions,
+            fields,
+        });
+    }
     let mut inbound = Inbound::new(request, body.model, body.stream.unwrap_or(false));
     inbound.approvals = body.tower_chat.map(|t| t.approvals).unwrap_or_default();
     Ok(inbound)
@@ -570,6 +581,14 @@ impl Encoder for ChunkEncoder {
                 }],
             },
             Visible::CallEnd { .. } => return,
+            // Chat Completions has no place for another format's block.
+            Visible::ProviderBlock { format, .. } => {
+                tracing::debug!(
+                    from = format.as_str(),
+                    "an answer block left out of a Chat Completions answer"
+                );
+                return;
+            }
             // One `content` for the whole turn: the rounds' texts are joined as `folded.content` joins them.
             Visible::RoundBreak => {
                 self.wrote_content = true;
@@ -812,9 +831,10 @@ mod tests {
         );
         assert_eq!(request.options.max_output_tokens, Some(20));
         assert_eq!(request.options.stop, vec!["END".to_owned()]);
-        assert_eq!(request.options.extra.get("seed"), Some(&json!(7)));
-        assert!(!request.options.extra.contains_key("user"));
-        assert!(!request.options.extra.contains_key("tower_chat"));
+        let carried = request.options.carried.as_ref().unwrap();
+        assert_eq!(carried.format, ApiFormat::ChatCompletions);
+        assert_eq!(carried.fields.get("seed"), Some(&json!(7)));
+        assert!(!carried.fields.contains_key("tower_chat"));
         assert_eq!(parsed.approvals[0].id, "apr_1");
     }
 

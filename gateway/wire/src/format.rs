@@ -40,7 +40,14 @@ pub struct Inbound {
     /// The id the turn's call record is stored under, so a later `previous_response_id` finds it; `None`
     /// stores nothing retrievable (the record keeps a random id of its own).
     pub record_id: Option<String>,
+    /// What the parser left out of the request because the core has no place for it (an assistant block of
+    /// an unmodelled type), named as in [`DROPPED_HEADER`].
+    pub dropped: Vec<String>,
 }
+
+/// The response header naming, comma-separated, what of the request did not reach the upstream: fields, blocks
+/// (`content:<type>`) and headers of the client's format that an upstream of another format has no place for.
+pub const DROPPED_HEADER: &str = "x-tower-chat-dropped";
 
 impl Inbound {
     /// A parsed request: `stream` also sets the stack request's own `stream` option.
@@ -55,6 +62,7 @@ impl Inbound {
             approvals: Vec::new(),
             previous_response_id: None,
             record_id: None,
+            dropped: Vec::new(),
         }
     }
 }
@@ -161,6 +169,25 @@ pub enum Visible {
     /// The text that follows is a later tool round's: a format with blocks or items starts a new one, a format
     /// with one text joins it after [`ROUND_BREAK`].
     RoundBreak,
+    /// A whole block of a type no layer models, as the upstream sent it: written back by the format it is in,
+    /// left out (and logged) by the others.
+    ProviderBlock {
+        /// The format the block is written in.
+        format: tower_chat::ApiFormat,
+        /// The block.
+        block: Value,
+    },
+}
+
+/// A block of a type no layer models, and where in the answer it came.
+#[derive(Debug)]
+pub struct PlacedBlock {
+    /// How much of [`Folded::content`] came before it.
+    pub at: usize,
+    /// The format the block is written in.
+    pub format: tower_chat::ApiFormat,
+    /// The block, as the upstream sent it.
+    pub block: Value,
 }
 
 /// What joins the text of successive tool rounds where a format has only one text (Chat Completions' `content`):
@@ -224,9 +251,54 @@ pub struct Folded {
     pub client_calls: Vec<ToolCall>,
     /// Summed over every model call of the turn.
     pub usage: Usage,
+    /// Blocks of types no layer models, in order, each with its place among the text.
+    pub provider_blocks: Vec<PlacedBlock>,
+}
+
+/// A piece of a whole answer: text, or a block no layer models in its place.
+#[derive(Debug, PartialEq)]
+pub enum Piece<'a> {
+    /// A round's text, or the part of it before or after a block.
+    Text(&'a str),
+    /// A block, as the upstream sent it.
+    Block(Value),
 }
 
 impl Folded {
+    /// `text` cut as [`text_pieces`](Self::text_pieces), with the `blocks` in `format` between the text that came
+    /// before and after them (others left out); empty texts are left out.
+    pub fn pieces_with_blocks<'a>(
+        text: &'a str,
+        breaks: &[usize],
+        blocks: Vec<PlacedBlock>,
+        format: tower_chat::ApiFormat,
+    ) -> Vec<Piece<'a>> {
+        let mut blocks = blocks
+            .into_iter()
+            .filter(|placed| placed.format == format)
+            .peekable();
+        let mut pieces = Vec::new();
+        for piece in Folded::text_pieces(text, breaks) {
+            let mut start = piece.as_ptr() as usize - text.as_ptr() as usize;
+            let mut rest = piece;
+            while let Some(placed) = blocks.next_if(|p| p.at <= start + rest.len()) {
+                let (before, after) =
+                    rest.split_at(placed.at.saturating_sub(start).min(rest.len()));
+                if !before.is_empty() {
+                    pieces.push(Piece::Text(before));
+                }
+                pieces.push(Piece::Block(placed.block));
+                start += before.len();
+                rest = after;
+            }
+            if !rest.is_empty() {
+                pieces.push(Piece::Text(rest));
+            }
+        }
+        pieces.extend(blocks.map(|placed| Piece::Block(placed.block)));
+        pieces
+    }
+
     /// `text` (the content, perhaps with a notice after it) cut at `breaks` into each round's text, without the
     /// [`ROUND_BREAK`]s; a break past the end of `text` is ignored.
     pub fn text_pieces<'a>(text: &'a str, breaks: &[usize]) -> Vec<&'a str> {

@@ -46,6 +46,7 @@
 #![warn(missing_debug_implementations, unreachable_pub)]
 
 pub mod anthropic_messages;
+pub mod carry;
 pub mod chat_completions;
 pub mod count_tokens;
 pub mod error;

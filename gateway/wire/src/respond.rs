@@ -189,6 +189,19 @@ impl<K: TurnKeeper> Translator<K> {
                 self.approvals.push(ApprovalRequest::clone(request))
             }
             ChatEvent::Usage { usage } => self.folded.usage.add(usage),
+            ChatEvent::ProviderBlock { format, block } => {
+                self.folded
+                    .provider_blocks
+                    .push(crate::format::PlacedBlock {
+                        at: self.folded.content.len(),
+                        format: *format,
+                        block: block.clone(),
+                    });
+                out.push(Visible::ProviderBlock {
+                    format: *format,
+                    block: block.clone(),
+                });
+            }
             _ => {}
         }
     }

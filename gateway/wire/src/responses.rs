@@ -18,7 +18,7 @@
 
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
-use tower_chat::{ChatRequest, Message, ResponseFormat, ToolChoice, ToolSpec};
+use tower_chat::{ApiFormat, Carried, ChatRequest, Message, ResponseFormat, ToolChoice, ToolSpec};
 
 use crate::error::ApiError;
 use crate::format::UpstreamFormat;
@@ -51,10 +51,10 @@ impl WireFormat for Responses {
     }
 }
 
-/// The body of `POST /v1/responses`. Unknown fields are refused (the Responses API has many hosted features
-/// the gateway does not serve; silently dropping one would change the answer unnoticed).
+/// The body of `POST /v1/responses`. Fields the gateway does not model (`prompt_cache_key`, `client_metadata`,
+/// …) are carried for a Responses upstream, verbatim and in order, and left out (and named) for any other
+/// ([`tower_chat::Carried`]).
 #[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
 struct ResponsesRequest {
     model: String,
     #[serde(default)]
@@ -93,6 +93,9 @@ struct ResponsesRequest {
     /// The gateway's own extension (approval decisions).
     #[serde(default)]
     tower_chat: Option<TowerChatRequest>,
+    /// Everything else, in the client's order.
+    #[serde(flatten)]
+    rest: Map<String, Value>,
 }
 
 /// `input`: a string or a list of items. Read by hand rather than as an untagged enum, which would first copy
@@ -293,6 +296,12 @@ fn into_inbound(
         "metadata": body.metadata.unwrap_or_default(),
         "text": {"format": body.text.and_then(|t| t.format).unwrap_or_else(|| json!({"type": "text"}))},
     });
+    if !body.rest.is_empty() {
+        request.options.carried = Some(Carried {
+            format: ApiFormat::Responses,
+            fields: body.rest,
+        });
+    }
     let mut inbound = Inbound::new(request, body.model, body.stream.unwrap_or(false));
     inbound.approvals = body.tower_chat.map(|t| t.approvals).unwrap_or_default();
     inbound.previous_response_id = body.previous_response_id;
@@ -372,6 +381,22 @@ mod tests {
     }
 
     #[test]
+    fn unmodelled_fields_and_items_are_carried_in_order() {
+        let item = json!({"type": "web_search_call", "id": "ws_1", "status": "completed"});
+        let inbound = parse(json!({"model": "m", "prompt_cache_key": "k", "input": [
+            {"role": "user", "content": "x"}, item], "client_metadata": {"a": 1}}))
+        .unwrap();
+        let carried = inbound.request.options.carried.as_ref().unwrap();
+        assert_eq!(carried.format, ApiFormat::Responses);
+        let names: Vec<&str> = carried.fields.keys().map(String::as_str).collect();
+        assert_eq!(names, ["prompt_cache_key", "client_metadata"]);
+        let Message::User { content } = &inbound.request.messages[1] else {
+            panic!("{:?}", inbound.request.messages);
+        };
+        assert!(matches!(&content.parts()[0], tower_chat::Part::Provider(p) if p.value == item));
+    }
+
+    #[test]
     fn schema_errors_say_what_and_where() {
         let message = |body: Value| parse(body).unwrap_err().message;
         assert!(message(json!({"model": "m"})).contains("input"));
@@ -390,8 +415,6 @@ mod tests {
         let hosted =
             message(json!({"model": "m", "input": "x", "tools": [{"type": "web_search"}]}));
         assert!(hosted.contains("web_search"), "{hosted}");
-        let unknown = message(json!({"model": "m", "input": "x", "background": true}));
-        assert!(unknown.contains("background"), "{unknown}");
         let call =
             message(json!({"model": "m", "input": [{"type": "function_call", "name": "f"}]}));
         assert!(

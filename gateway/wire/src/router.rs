@@ -149,6 +149,7 @@ struct Shared<S, F> {
 async fn endpoint<F, S>(
     State(shared): State<Arc<Shared<S, F>>>,
     caller: Option<Extension<CallerIdentity>>,
+    uri: http::Uri,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response
@@ -161,7 +162,8 @@ where
         + 'static,
     S::Future: Send + 'static,
 {
-    match turn::<F, S>(&shared, caller.map(|Extension(c)| c), &headers, body).await {
+    let caller = caller.map(|Extension(c)| c);
+    match turn::<F, S>(&shared, caller, &headers, uri.query(), body).await {
         Ok(response) => response,
         Err(error) => F::error_response(error),
     }
@@ -171,6 +173,7 @@ async fn turn<F, S>(
     shared: &Shared<S, F>,
     caller: Option<CallerIdentity>,
     headers: &HeaderMap,
+    query: Option<&str>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError>
 where
@@ -199,6 +202,7 @@ where
     )?;
     let mut request = inbound.request;
     request.extensions.insert(F::ROUTE);
+    let dropped = crate::carry::forward(F::ROUTE, headers, query, &inbound.dropped, &mut request);
     if let Some(caller) = &caller {
         request.extensions.insert(caller.clone());
     }
@@ -216,14 +220,16 @@ where
         .oneshot(request)
         .await
         .map_err(|e| ApiError::from_chat(&e))?;
-    answer(
+    let mut response = answer(
         stream,
         inbound.stream,
         turn,
         encoder,
         CancellationToken::new(),
     )
-    .await
+    .await?;
+    crate::carry::name_dropped(&dropped, &mut response);
+    Ok(response)
 }
 
 /// The names of the tools a request declares: the client's own, whose calls it is shown.

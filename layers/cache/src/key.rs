@@ -39,7 +39,7 @@ impl CacheKey {
     ///
     /// In the key: the scope, the model, the messages (media by their bytes, URLs and file ids as written), the
     /// tools, the tool choice, parallel tool calls, the sampling options, the output limit, stop sequences,
-    /// the response format, and provider-specific fields but those in [`EXTRA_FIELDS_NOT_IN_KEY`]. Not in it:
+    /// the response format, provider-specific fields but those in [`EXTRA_FIELDS_NOT_IN_KEY`], and the fields carried for the upstream ([`ChatOptions::carried`]). Not in it:
     /// the stream flag (a hit is replayed in the shape the request asks), the context in
     /// [`ChatRequest::extensions`] (ids, cancellation) but the caller, and prompt-cache hints (they change what
     /// the provider keeps, not what it answers).
@@ -63,6 +63,7 @@ impl CacheKey {
             // How the answer is delivered, not what it is: a hit is replayed either way.
             stream: _,
             extra,
+            carried,
         } = &**options;
 
         let mut h = KeyHasher(Sha256::new());
@@ -110,6 +111,8 @@ impl CacheKey {
                 h.json(value);
             }
         }
+        // Fields a client sent that no layer models still shape the answer: all of them are in the key.
+        h.opt_json(carried.as_ref());
         CacheKey(h.0.finalize().into())
     }
 

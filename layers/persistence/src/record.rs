@@ -170,8 +170,8 @@ impl CallOutcome {
 
 /// The request side of a record: what was sent to the model. Secrets are never part of it: credentials live in
 /// the leaf service, which the layer never sees, request extensions are not stored (except the conversation id
-/// and caller identity, recorded in their own fields), and provider-specific `extra` options whose names look like
-/// credentials are replaced by `"[redacted]"` (see [`redact_options`]).
+/// and caller identity, recorded in their own fields), and provider-specific `extra` options and carried fields
+/// whose names look like credentials are replaced by `"[redacted]"` (see [`redact_options`]).
 ///
 /// A call refused before it was sent to any provider ([`ChatError::is_refused_before_sending`]: a rate limit, a
 /// budget) is recorded without its request: no messages, options naming only the model, and the request's size
@@ -412,13 +412,22 @@ pub fn is_secret_name(name: &str) -> bool {
 pub fn redact_options(options: &ChatOptions) -> ChatOptions {
     let mut options = options.clone();
     redact_map(&mut options.extra);
+    // Fields carried for the upstream as the client sent them are the client's to name: checked the same way.
+    if let Some(carried) = &mut options.carried {
+        redact_map(&mut carried.fields);
+    }
     options
 }
 
 /// The options to store for a request: its own (shared, not copied) when no `extra` field looks like a
 /// credential, else a redacted copy.
 pub(crate) fn stored_options(options: &Shared<ChatOptions>) -> Shared<ChatOptions> {
-    if map_has_secret(&options.extra) {
+    if map_has_secret(&options.extra)
+        || options
+            .carried
+            .as_ref()
+            .is_some_and(|carried| map_has_secret(&carried.fields))
+    {
         Shared::new(redact_options(options))
     } else {
         options.clone()

@@ -1,13 +1,19 @@
 //! Responses `input` items into messages: `message` items (content as a string or parts), `function_call`,
-//! `function_call_output` (output as a string or parts) and `reasoning` items.
+//! `function_call_output` (output as a string or parts) and `reasoning` items; an item of any other type is
+//! kept whole for a Responses upstream.
 
 use serde_json::Value;
-use tower_chat::{AssistantMessage, Message, Part, ToolArguments, ToolCall, ToolMessage};
+use tower_chat::{
+    AssistantMessage, Content, Message, Part, ProviderPart, ToolArguments, ToolCall, ToolMessage,
+};
 
 use super::reasoning::input_reasoning;
 use crate::error::ApiError;
 use crate::format::schema;
 use crate::parts::responses_content;
+
+/// The provider of a whole input item kept as it came; the core's Responses leaf sends it back as an item.
+pub(crate) const ITEM_PROVIDER: &str = "openai-responses-item";
 
 pub(super) fn str_field<'a>(item: &'a Value, field: &str, at: &str) -> Result<&'a str, ApiError> {
     item.get(field)
@@ -16,8 +22,8 @@ pub(super) fn str_field<'a>(item: &'a Value, field: &str, at: &str) -> Result<&'
 }
 
 /// At least how many messages and tool calls `items` become: each `function_call_output` and each message not
-/// from the assistant is a message, each `function_call` a call (assistant items merge, so they are not
-/// counted).
+/// from the assistant is a message, each item of a type kept whole too, each `function_call` a call (assistant
+/// items merge, so they are not counted).
 pub(super) fn raw_counts(items: &[Value]) -> (usize, usize) {
     let (mut messages, mut calls) = (0, 0);
     for item in items {
@@ -29,7 +35,9 @@ pub(super) fn raw_counts(items: &[Value]) -> (usize, usize) {
             {
                 messages += 1
             }
-            _ => {}
+            Some("message" | "reasoning") | None => {}
+            // Kept whole, each as a message of its own.
+            Some(_) => messages += 1,
         }
     }
     (messages, calls)
@@ -124,11 +132,16 @@ pub(super) fn input_messages(items: Vec<Value>, out: &mut Vec<Message>) -> Resul
                 let part = input_reasoning(item, &at)?;
                 turn.reasoning().reasoning.push(part);
             }
-            other => {
-                return Err(schema(format!(
-                "{at}: input items of type `{other}` are not supported (message, function_call, \
-                     function_call_output, reasoning)"
-            )))
+            // An item of a type no layer models (a tool namespace's item, a hosted tool's call): kept whole, in
+            // its place, for a Responses upstream.
+            _ => {
+                turn.flush(out);
+                out.push(Message::user(Content::from_parts(vec![Part::from(
+                    ProviderPart {
+                        provider: ITEM_PROVIDER.into(),
+                        value: item,
+                    },
+                )])));
             }
         }
     }

@@ -11,7 +11,7 @@ use crate::error::ApiError;
 use super::reasoning;
 use crate::format::{
     arguments_text, begin_sse_event, end_sse, sse_event, write_json, Encoder, Ending, Folded,
-    Visible,
+    Piece, Visible,
 };
 /// The Responses usage object.
 fn usage(usage: &Usage) -> Value {
@@ -429,6 +429,32 @@ impl Encoder for ResponseEncoder {
                 call.arguments.push_str(&delta);
                 call.delta_head.emit(&mut self.sequence, &delta, out);
             }
+            // Written back whole, in its place: an item added and done at once.
+            Visible::ProviderBlock {
+                format: tower_chat::ApiFormat::Responses,
+                block,
+            } => {
+                self.close_message(out);
+                self.close_reasoning(None, out);
+                let output_index = self.items.len() + self.calls.len();
+                self.emit(
+                    json!({"type": "response.output_item.added", "output_index": output_index,
+                           "item": block}),
+                    out,
+                );
+                self.emit(
+                    json!({"type": "response.output_item.done", "output_index": output_index,
+                           "item": block}),
+                    out,
+                );
+                self.items.push(block);
+            }
+            Visible::ProviderBlock { format, .. } => {
+                tracing::debug!(
+                    from = format.as_str(),
+                    "an answer block left out of a Responses answer"
+                );
+            }
             Visible::CallEnd { index, call } => {
                 let Some(open) = self.calls.remove(&index) else {
                     return;
@@ -492,7 +518,7 @@ impl Encoder for ResponseEncoder {
 }
 
 impl ResponseEncoder {
-    pub(super) fn whole_value(&mut self, folded: Folded, ending: &Ending) -> Value {
+    pub(super) fn whole_value(&mut self, mut folded: Folded, ending: &Ending) -> Value {
         let mut output = Vec::new();
         for part in &folded.reasoning_parts {
             let (id, encrypted) = reasoning::shown(part, None, self.include_encrypted);
@@ -510,10 +536,16 @@ impl ResponseEncoder {
         } else {
             &notice
         });
-        for piece in Folded::text_pieces(&text, &folded.round_breaks) {
-            if !piece.is_empty() {
-                let id = format!("msg_{}", uuid::Uuid::new_v4().simple());
-                output.push(message_item(&id, piece, "completed"));
+        let blocks = std::mem::take(&mut folded.provider_blocks);
+        let format = tower_chat::ApiFormat::Responses;
+        for piece in Folded::pieces_with_blocks(&text, &folded.round_breaks, blocks, format) {
+            match piece {
+                Piece::Text(piece) => {
+                    let id = format!("msg_{}", uuid::Uuid::new_v4().simple());
+                    output.push(message_item(&id, piece, "completed"));
+                }
+                // An item no layer models, as the upstream sent it, in its place.
+                Piece::Block(item) => output.push(item),
             }
         }
         for call in &folded.client_calls {
