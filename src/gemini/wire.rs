@@ -380,7 +380,7 @@ fn generation_config(request: &ChatRequest) -> Result<Map<String, Value>, ChatEr
                 Ok(converted) => config.insert("responseSchema".into(), converted.clone()),
                 Err(_) => config.insert(
                     "responseJsonSchema".into(),
-                    normalise(schema, SchemaDialect::GeminiJson).schema.clone(),
+                    normalise(schema, SchemaDialect::GeminiJson)?.schema.clone(),
                 ),
             };
         }
