@@ -98,7 +98,10 @@ pub fn normalise(
 
 /// `schema` rewritten for `dialect`, without the cache (what [`normalise`] computes on a miss), after the same
 /// check against the default [`SchemaLimits`].
-pub fn rewrite(schema: &Value, dialect: SchemaDialect) -> Result<NormalisedSchema, SchemaLimitError> {
+pub fn rewrite(
+    schema: &Value,
+    dialect: SchemaDialect,
+) -> Result<NormalisedSchema, SchemaLimitError> {
     SchemaLimits::DEFAULT.check(schema)?;
     Ok(rewrite_checked(schema, dialect))
 }

@@ -118,7 +118,11 @@ impl Blob {
     /// [`head`](Self::head) read them without holding them all.
     pub fn bytes(&self) -> &Bytes {
         self.forms.bytes.get_or_init(|| {
-            let text = self.forms.base64.get().expect("a blob holds one of its forms");
+            let text = self
+                .forms
+                .base64
+                .get()
+                .expect("a blob holds one of its forms");
             Bytes::from(
                 STANDARD
                     .decode(text)
@@ -195,7 +199,11 @@ impl Blob {
     /// shared by every clone.
     pub fn base64(&self) -> &str {
         self.forms.base64.get_or_init(|| {
-            let bytes = self.forms.bytes.get().expect("a blob holds one of its forms");
+            let bytes = self
+                .forms
+                .bytes
+                .get()
+                .expect("a blob holds one of its forms");
             STANDARD.encode(bytes)
         })
     }
@@ -467,7 +475,9 @@ mod tests {
     #[test]
     fn a_base64_blob_holds_no_bytes_until_they_are_asked_for() {
         // Several pieces and a partial last one, so the pieces' seams are crossed.
-        let bytes: Vec<u8> = (0..3 * PIECE_BYTES + 1000).map(|i| (i * 7 % 251) as u8).collect();
+        let bytes: Vec<u8> = (0..3 * PIECE_BYTES + 1000)
+            .map(|i| (i * 7 % 251) as u8)
+            .collect();
         let url = format!("data:image/png;base64,{}", encode(&bytes));
         let blob = Blob::from_data_url_string(url).unwrap();
         let clone = blob.clone();

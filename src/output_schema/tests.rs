@@ -93,7 +93,9 @@ fn an_optional_enum_and_an_optional_reference_accept_null() {
         "unit": {"type": "string", "enum": ["C", "F"]},
         "place": {"$ref": "#/$defs/Place", "description": "Where."}},
         "$defs": {"Place": {"type": "object", "properties": {"name": {"type": "string"}}}}});
-    let s = rewrite(&schema, SchemaDialect::OpenAiStrict).unwrap().schema;
+    let s = rewrite(&schema, SchemaDialect::OpenAiStrict)
+        .unwrap()
+        .schema;
     assert_eq!(
         s["properties"]["unit"],
         json!({"type": ["string", "null"], "enum": ["C", "F", null]})

@@ -141,5 +141,8 @@ async fn each_leaf_refuses_a_bomb_as_an_invalid_request_before_sending_it() {
             );
         }
     }
-    assert!(provider.requests().is_empty(), "a bomb reached the provider");
+    assert!(
+        provider.requests().is_empty(),
+        "a bomb reached the provider"
+    );
 }

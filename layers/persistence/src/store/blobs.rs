@@ -417,7 +417,10 @@ mod tests {
     #[test]
     fn a_base64_blob_is_stored_and_digested_without_being_decoded() {
         let bytes: Vec<u8> = (0..10_000u32).map(|i| (i % 253) as u8).collect();
-        let url = format!("data:image/png;base64,{}", Blob::new(bytes.clone(), "image/png").base64());
+        let url = format!(
+            "data:image/png;base64,{}",
+            Blob::new(bytes.clone(), "image/png").base64()
+        );
         let blob = Blob::from_data_url_string(url).unwrap();
         let message = Message::user(vec![
             Part::text("look"),
@@ -432,7 +435,11 @@ mod tests {
         let mut digested = std::hash::DefaultHasher::new();
         digest_message(&message, &mut digested).unwrap();
         assert!(!blob.is_decoded(), "the request's blob is left as base64");
-        assert_eq!(blobs[0].bytes.as_ref(), &bytes[..], "the store gets the bytes");
+        assert_eq!(
+            blobs[0].bytes.as_ref(),
+            &bytes[..],
+            "the store gets the bytes"
+        );
         assert_eq!(blobs[0].hash, hash(&bytes));
         // The same message made from bytes digests and reads back alike.
         let same = Message::user(vec![Part::text("look"), Part::image(bytes, "image/png")]);
