@@ -38,17 +38,8 @@ pub(crate) struct NewBlob {
 }
 
 /// The hex SHA-256 of `bytes`.
-#[cfg(test)]
 pub(crate) fn hash(bytes: &[u8]) -> String {
     hex(&Sha256::digest(bytes))
-}
-
-/// The hex SHA-256 of a blob's bytes, fed a piece at a time: a blob that holds only its base64 is not decoded
-/// for it.
-fn blob_hash(blob: &Blob) -> String {
-    let mut hasher = Sha256::new();
-    blob.for_each_chunk(|piece| hasher.update(piece));
-    hex(&hasher.finalize())
 }
 
 fn hex(digest: &[u8]) -> String {
@@ -159,9 +150,8 @@ impl RecentBlobs {
     }
 }
 
-/// Feed a message to `hasher`: its JSON with every blob's bytes in place of their base64 (never made; the bytes
-/// fed in the same pieces whichever form the blob holds), so two messages feed the same input exactly when they
-/// are equal. What the chain cache keeps instead of the message.
+/// Feed a message to `hasher`: its JSON with every blob's canonical base64 fed beside it rather than inside it,
+/// so two messages feed the same input exactly when they are equal. What the chain cache keeps instead of the message.
 pub(crate) fn digest_message(
     message: &Message,
     hasher: &mut impl Hasher,
@@ -177,8 +167,10 @@ pub(crate) fn digest_message(
             let Some(blob) = blob_of_mut(part).filter(|b| !b.is_empty()) else {
                 continue;
             };
+            // Canonical base64 stands for the bytes one to one, and is what every leaf sends: a blob read from
+            // a client's base64 is hashed as it is, not decoded for it.
             hasher.write(&(blob.len() as u64).to_le_bytes());
-            blob.for_each_chunk(|piece| hasher.write(piece));
+            hasher.write(blob.base64().as_bytes());
             *blob = Blob::new(Bytes::new(), blob.media_type());
         }
     }
@@ -219,13 +211,15 @@ pub(crate) fn encode_message(
             let Some(blob) = blob_of_mut(part).filter(|b| !b.is_empty()) else {
                 continue;
             };
-            let hash = blob_hash(blob);
+            // Decoded once for the store alone (hashed, and written unless the database has it): the message's
+            // blob, shared with the request, stays in the form it holds.
+            let bytes = blob.to_bytes();
+            let hash = hash(&bytes);
             if !written(&hash) && !blobs.iter().any(|b| b.hash == hash) {
-                // Decoded for the database alone: the message's blob, shared with the request, stays as it is.
                 blobs.push(NewBlob {
                     hash: hash.clone(),
                     media_type: blob.media_type().to_owned(),
-                    bytes: blob.to_bytes(),
+                    bytes,
                 });
             }
             *blob = Blob::new(Bytes::new(), blob.media_type());
@@ -405,13 +399,11 @@ mod tests {
     }
 
     #[test]
-    fn the_hash_is_the_sha256_of_the_bytes_whichever_form_the_blob_holds() {
-        let abc = "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad";
-        assert_eq!(hash(b"abc"), abc);
-        assert_eq!(blob_hash(&Blob::new(b"abc".to_vec(), "text/plain")), abc);
-        let text = Blob::from_base64("YWJj", "text/plain").unwrap();
-        assert_eq!(blob_hash(&text), abc);
-        assert!(!text.is_decoded());
+    fn the_hash_is_sha256() {
+        assert_eq!(
+            hash(b"abc"),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
     }
 
     #[test]
