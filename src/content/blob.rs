@@ -235,12 +235,14 @@ fn decode_pieces(text: &str, f: &mut impl FnMut(&[u8])) -> Result<usize, Invalid
     while let Some((index, piece)) = pieces.next() {
         let start = index * PIECE_CHARS;
         let result = if pieces.peek().is_some() {
-            // A whole piece before the end holds whole groups and no padding: `=` there ends the text early.
-            match piece.iter().position(|&b| b == b'=') {
-                Some(at) => Err(DecodeSliceError::DecodeError(DecodeError::InvalidByte(
-                    at, b'=',
+            // A whole piece before the end holds whole groups and no padding. Decoding refuses `=` anywhere but
+            // at the end of what it is given, so only the piece's own end needs looking at.
+            match piece.last() {
+                Some(b'=') => Err(DecodeSliceError::DecodeError(DecodeError::InvalidByte(
+                    piece.len() - 1,
+                    b'=',
                 ))),
-                None => STANDARD.decode_slice(piece, &mut buffer),
+                _ => STANDARD.decode_slice(piece, &mut buffer),
             }
         } else {
             STANDARD
