@@ -4,9 +4,9 @@
 //! parts existed; serde writes such a content as a plain JSON string, so stored conversations and their
 //! content hashes do not change for text.
 //!
-//! Binary data ([`Blob`]) is held as [`bytes::Bytes`] and shared between clones; its base64 form, which every
-//! provider's JSON needs, is computed at most once per blob and shared too, so a tool loop's later rounds do not
-//! re-encode an image they resend.
+//! Binary data ([`Blob`]) is held in the form it came in and shared between clones: media from a client's
+//! JSON stay base64 (checked, never decoded unless a reader needs the bytes), bytes given in code are encoded at
+//! most once, so a tool loop's later rounds do not re-encode an image they resend.
 //!
 //! ```
 //! use tower_chat::{CacheHint, Content, Message, Part, TextPart};
@@ -32,14 +32,16 @@
 
 use std::borrow::Cow;
 use std::fmt;
-use std::sync::{Arc, OnceLock};
 
-use base64::Engine as _;
 use bytes::Bytes;
 use serde::de::{self, Deserializer, SeqAccess, Visitor};
-use serde::ser::{SerializeMap, SerializeSeq, Serializer};
+use serde::ser::{SerializeSeq, Serializer};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+
+mod blob;
+
+pub use blob::{Blob, DataUrl, InvalidMedia, MediaUrl};
 
 /// The content of a system, user or tool message: one or more [`Part`]s.
 #[derive(Clone, PartialEq)]
@@ -570,234 +572,6 @@ pub struct ProviderPart {
     pub value: Value,
 }
 
-/// Binary data with its media type; clones share the bytes and their base64 form.
-#[derive(Clone)]
-pub struct Blob {
-    bytes: Bytes,
-    media_type: Arc<str>,
-    base64: Arc<OnceLock<String>>,
-}
-
-impl Blob {
-    /// Bytes of the given media type.
-    pub fn new(bytes: impl Into<Bytes>, media_type: impl Into<String>) -> Self {
-        Blob {
-            bytes: bytes.into(),
-            media_type: Arc::from(media_type.into()),
-            base64: Arc::default(),
-        }
-    }
-
-    /// Decode base64 text (standard alphabet, padded or not), keeping the text as the blob's base64 form when
-    /// it is already canonical, so it is not encoded again.
-    pub fn from_base64(text: &str, media_type: impl Into<String>) -> Result<Self, InvalidMedia> {
-        let bytes = decode_base64(text)?;
-        let blob = Blob::new(bytes, media_type);
-        if text.len() == base64::encoded_len(blob.len(), true).unwrap_or(0) {
-            let _ = blob.base64.set(text.to_owned());
-        }
-        Ok(blob)
-    }
-
-    /// Decode a `data:<media type>;base64,<data>` URL.
-    pub fn from_data_url(url: &str) -> Result<Self, InvalidMedia> {
-        let data = DataUrl::parse(url)?;
-        Blob::from_base64(data.base64, data.media_type)
-    }
-
-    /// As [`from_data_url`](Self::from_data_url), taking the URL: when its base64 is canonical, the URL's own
-    /// buffer becomes the blob's base64 form (its `data:` prefix cut off in place), so a request's media is not
-    /// held twice as base64 (once in the parsed request, once beside the bytes).
-    pub fn from_data_url_string(url: String) -> Result<Self, InvalidMedia> {
-        let data = DataUrl::parse(&url)?;
-        let prefix = url.len() - data.base64.len();
-        let bytes = decode_base64(data.base64)?;
-        let blob = Blob::new(bytes, data.media_type);
-        if data.base64.len() == base64::encoded_len(blob.len(), true).unwrap_or(0) {
-            let mut text = url;
-            text.drain(..prefix);
-            let _ = blob.base64.set(text);
-        }
-        Ok(blob)
-    }
-
-    /// As [`from_base64`](Self::from_base64), taking the text: canonical text becomes the blob's base64 form as
-    /// it is, without a copy.
-    pub fn from_base64_string(
-        text: String,
-        media_type: impl Into<String>,
-    ) -> Result<Self, InvalidMedia> {
-        let blob = Blob::new(decode_base64(&text)?, media_type);
-        if text.len() == base64::encoded_len(blob.len(), true).unwrap_or(0) {
-            let _ = blob.base64.set(text);
-        }
-        Ok(blob)
-    }
-
-    /// The bytes as a `data:` URL for an upstream's JSON, written there straight from the shared base64 form:
-    /// no `String` of the whole URL is made (see [`MediaUrl`]).
-    pub fn data_url(&self) -> MediaUrl<'_> {
-        MediaUrl::Data(self)
-    }
-
-    /// The bytes.
-    pub fn bytes(&self) -> &Bytes {
-        &self.bytes
-    }
-
-    /// The media type.
-    pub fn media_type(&self) -> &str {
-        &self.media_type
-    }
-
-    /// The number of bytes.
-    pub fn len(&self) -> usize {
-        self.bytes.len()
-    }
-
-    /// Whether there are no bytes.
-    pub fn is_empty(&self) -> bool {
-        self.bytes.is_empty()
-    }
-
-    /// The bytes in standard base64, encoded on first use and shared by every clone.
-    pub fn base64(&self) -> &str {
-        self.base64
-            .get_or_init(|| base64::engine::general_purpose::STANDARD.encode(&self.bytes))
-    }
-
-    /// A `data:` URL of the bytes.
-    pub fn to_data_url(&self) -> String {
-        let base64 = self.base64();
-        let mut url = String::with_capacity(base64.len() + self.media_type.len() + 13);
-        url.push_str("data:");
-        url.push_str(&self.media_type);
-        url.push_str(";base64,");
-        url.push_str(base64);
-        url
-    }
-}
-
-/// Standard base64, padded or not.
-fn decode_base64(text: &str) -> Result<Vec<u8>, InvalidMedia> {
-    base64::engine::general_purpose::STANDARD
-        .decode(text)
-        .or_else(|_| base64::engine::general_purpose::STANDARD_NO_PAD.decode(text))
-        .map_err(|error| InvalidMedia(format!("invalid base64 data: {error}")))
-}
-
-/// A media URL as an upstream's JSON carries it: a URL as it is, or a blob as a `data:` URL. Serialised (or
-/// displayed) piece by piece, the blob's base64 straight from its shared form: a multi-megabyte image costs no
-/// `String` of its URL on top of the request body it is written into.
-#[derive(Clone, Copy, Debug)]
-pub enum MediaUrl<'a> {
-    /// A URL, as it is.
-    Url(&'a str),
-    /// A blob, as `data:<media type>;base64,<data>`.
-    Data(&'a Blob),
-}
-
-impl fmt::Display for MediaUrl<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            MediaUrl::Url(url) => f.write_str(url),
-            MediaUrl::Data(blob) => {
-                f.write_str("data:")?;
-                f.write_str(blob.media_type())?;
-                f.write_str(";base64,")?;
-                f.write_str(blob.base64())
-            }
-        }
-    }
-}
-
-impl Serialize for MediaUrl<'_> {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        match self {
-            MediaUrl::Url(url) => serializer.serialize_str(url),
-            MediaUrl::Data(_) => serializer.collect_str(self),
-        }
-    }
-}
-
-impl PartialEq for Blob {
-    fn eq(&self, other: &Self) -> bool {
-        self.media_type == other.media_type && self.bytes == other.bytes
-    }
-}
-
-impl fmt::Debug for Blob {
-    /// The media type and size only: bytes never reach logs.
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Blob({}, {} bytes)", self.media_type, self.bytes.len())
-    }
-}
-
-impl Serialize for Blob {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let mut map = serializer.serialize_map(Some(2))?;
-        map.serialize_entry("media_type", self.media_type())?;
-        map.serialize_entry("data", self.base64())?;
-        map.end()
-    }
-}
-
-impl<'de> Deserialize<'de> for Blob {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        #[derive(Deserialize)]
-        struct Wire<'a> {
-            media_type: String,
-            #[serde(borrow)]
-            data: Cow<'a, str>,
-        }
-        let wire = Wire::deserialize(deserializer)?;
-        Blob::from_base64(&wire.data, wire.media_type).map_err(de::Error::custom)
-    }
-}
-
-/// Media that could not be read: bad base64, a malformed `data:` URL.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct InvalidMedia(pub String);
-
-impl fmt::Display for InvalidMedia {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for InvalidMedia {}
-
-/// The pieces of a base64 `data:` URL, borrowed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct DataUrl<'a> {
-    /// The media type (`image/png`).
-    pub media_type: &'a str,
-    /// The base64 text after the comma.
-    pub base64: &'a str,
-}
-
-impl<'a> DataUrl<'a> {
-    /// Split `data:<media type>[;params];base64,<data>`; other URLs and non-base64 data URLs are refused.
-    pub fn parse(url: &'a str) -> Result<Self, InvalidMedia> {
-        let rest = url
-            .strip_prefix("data:")
-            .ok_or_else(|| InvalidMedia("not a data: URL".into()))?;
-        let (header, base64) = rest
-            .split_once(',')
-            .ok_or_else(|| InvalidMedia("a data: URL without a comma".into()))?;
-        let media_type = header
-            .strip_suffix(";base64")
-            .ok_or_else(|| InvalidMedia("only base64 data: URLs are supported".into()))?;
-        let media_type = media_type.split(';').next().unwrap_or_default();
-        if media_type.is_empty() || !media_type.contains('/') {
-            return Err(InvalidMedia(format!(
-                "a data: URL needs a media type, got {media_type:?}"
-            )));
-        }
-        Ok(DataUrl { media_type, base64 })
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -815,29 +589,6 @@ mod tests {
         );
         assert!(std::mem::size_of::<Part>() <= std::mem::size_of::<TextPart>() + 8);
         assert!(std::mem::size_of::<Content>() <= std::mem::size_of::<Part>() + 8);
-    }
-
-    #[test]
-    fn a_taken_data_url_becomes_the_blobs_base64_and_is_written_back_without_a_url_string() {
-        let url = "data:image/png;base64,iVBORw==".to_owned();
-        let start = url.as_ptr();
-        let blob = Blob::from_data_url_string(url).unwrap();
-        assert_eq!(blob.bytes().as_ref(), [0x89, b'P', b'N', b'G']);
-        assert_eq!(blob.base64(), "iVBORw==");
-        assert_eq!(
-            blob.base64().as_ptr(),
-            start,
-            "the URL's own buffer, not a copy"
-        );
-        assert_eq!(
-            serde_json::to_string(&blob.data_url()).unwrap(),
-            r#""data:image/png;base64,iVBORw==""#
-        );
-        assert_eq!(blob.data_url().to_string(), blob.to_data_url());
-        // Unpadded text decodes too; the base64 form is then made canonical on first use.
-        let blob = Blob::from_base64_string("iVBORw".to_owned(), "image/png").unwrap();
-        assert_eq!(blob.base64(), "iVBORw==");
-        assert!(Blob::from_data_url_string("data:image/png;base64,***".into()).is_err());
     }
 
     #[test]
@@ -885,27 +636,6 @@ mod tests {
             json!([{"type": "text", "text": "long system prompt", "cache": {"ttl": "1h"}}])
         );
         assert_eq!(serde_json::from_value::<Content>(value).unwrap(), content);
-    }
-
-    #[test]
-    fn a_blob_shares_its_base64_between_clones_and_keeps_canonical_input() {
-        let blob = Blob::from_base64("aGVsbG8=", "text/plain").unwrap();
-        assert_eq!(blob.bytes().as_ref(), b"hello");
-        let clone = blob.clone();
-        assert!(std::ptr::eq(blob.base64(), clone.base64()));
-        assert_eq!(clone.to_data_url(), "data:text/plain;base64,aGVsbG8=");
-        assert!(format!("{blob:?}").contains("5 bytes"));
-    }
-
-    #[test]
-    fn data_urls_are_split_and_bad_ones_refused() {
-        let blob = Blob::from_data_url("data:image/png;base64,iVBORw==").unwrap();
-        assert_eq!(blob.media_type(), "image/png");
-        assert_eq!(blob.len(), 4);
-        assert!(Blob::from_data_url("https://example.com/a.png").is_err());
-        assert!(Blob::from_data_url("data:image/png,rawtext").is_err());
-        assert!(Blob::from_data_url("data:;base64,AAAA").is_err());
-        assert!(Blob::from_data_url("data:image/png;base64,@@@").is_err());
     }
 
     #[test]

@@ -21,6 +21,10 @@
 //! Rewriting walks the whole schema; [`normalise`] does it once per distinct schema and dialect and hands out the
 //! cached result behind an [`Arc`] afterwards (keyed by a hash of the schema, checked for equality on a hit).
 //!
+//! A schema is first measured against the default [`SchemaLimits`] ([`rewrite`], and so [`normalise`] on a cache
+//! miss, before anything walks or keeps it): one that nests too deep, or whose `$ref`s expand past the limits, is
+//! a [`SchemaLimitError`] naming the limit, whether or not the caller checked it before.
+//!
 //! ```
 //! use serde_json::json;
 //! use tower_chat::output_schema::{normalise, SchemaDialect};
@@ -28,14 +32,23 @@
 //! let schema = json!({"type": "object", "properties": {
 //!     "age": {"type": "integer"},
 //!     "name": {"type": "string", "minLength": 1}}, "required": ["name"]});
-//! let strict = normalise(&schema, SchemaDialect::OpenAiStrict);
+//! let strict = normalise(&schema, SchemaDialect::OpenAiStrict)?;
 //! assert_eq!(strict.schema, json!({"type": "object", "properties": {
 //!     "age": {"type": ["integer", "null"]},
 //!     "name": {"type": "string", "description": "minLength: 1"}},
 //!     "required": ["age", "name"], "additionalProperties": false}));
 //! assert_eq!(strict.moved, ["/properties/name/minLength"]);
 //! // The second call is a cache hit: the same allocation.
-//! assert!(std::sync::Arc::ptr_eq(&strict, &normalise(&schema, SchemaDialect::OpenAiStrict)));
+//! assert!(std::sync::Arc::ptr_eq(&strict, &normalise(&schema, SchemaDialect::OpenAiStrict)?));
+//!
+//! // Sixty-five `items` deep: past `max_depth`, refused before anything walks it.
+//! let mut deep = json!({"type": "string"});
+//! for _ in 0..65 {
+//!     deep = json!({"type": "array", "items": deep});
+//! }
+//! let error = normalise(&deep, SchemaDialect::Anthropic).unwrap_err();
+//! assert_eq!(error.limit(), tower_chat::schema_limits::SchemaLimit::Depth);
+//! # Ok::<(), tower_chat::schema_limits::SchemaLimitError>(())
 //! ```
 
 use std::collections::HashMap;
@@ -43,6 +56,8 @@ use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use serde_json::{Map, Value};
+
+use crate::schema_limits::{SchemaLimitError, SchemaLimits};
 
 /// Which provider's subset of JSON Schema to rewrite a schema into.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -65,13 +80,35 @@ pub struct NormalisedSchema {
     pub moved: Vec<String>,
 }
 
-/// `schema` rewritten for `dialect`, computed once per distinct schema and shared afterwards.
-pub fn normalise(schema: &Value, dialect: SchemaDialect) -> Arc<NormalisedSchema> {
-    cached(schema, dialect as u8, || rewrite(schema, dialect))
+/// `schema` rewritten for `dialect`, computed once per distinct schema and shared afterwards. A schema over the
+/// default [`SchemaLimits`] is refused on the cache miss, before it is walked, and is not cached: a hit costs a
+/// hash and an equality check, as before.
+pub fn normalise(
+    schema: &Value,
+    dialect: SchemaDialect,
+) -> Result<Arc<NormalisedSchema>, SchemaLimitError> {
+    let rewritten = cached_if(
+        schema,
+        dialect as u8,
+        || rewrite(schema, dialect).map(Arc::new),
+        Result::is_ok,
+    );
+    (*rewritten).clone()
 }
 
-/// `schema` rewritten for `dialect`, without the cache (what [`normalise`] computes on a miss).
-pub fn rewrite(schema: &Value, dialect: SchemaDialect) -> NormalisedSchema {
+/// `schema` rewritten for `dialect`, without the cache (what [`normalise`] computes on a miss), after the same
+/// check against the default [`SchemaLimits`].
+pub fn rewrite(
+    schema: &Value,
+    dialect: SchemaDialect,
+) -> Result<NormalisedSchema, SchemaLimitError> {
+    SchemaLimits::DEFAULT.check(schema)?;
+    Ok(rewrite_checked(schema, dialect))
+}
+
+/// The rewrite of a schema within the limits: the walk recurses as deep as the schema nests as written, which
+/// the check bounds.
+fn rewrite_checked(schema: &Value, dialect: SchemaDialect) -> NormalisedSchema {
     let mut out = schema.clone();
     let mut moved = Vec::new();
     if let Value::Object(root) = &mut out {
@@ -93,10 +130,23 @@ type CacheKey = (u8, u64);
 
 /// The process-wide cache of values computed from a schema: [`normalise`]'s rewrites, and anything else worth
 /// computing once per schema (a compiled validator). `kind` and the type `T` tell the computations apart.
+/// Hashing, comparing and keeping a copy of the schema recurse as deep as it nests as written (at most 128 for
+/// a schema serde_json parsed); `compute` is where to check it against [`SchemaLimits`], as [`normalise`] does.
 pub fn cached<T: Send + Sync + 'static>(
     schema: &Value,
     kind: u8,
     compute: impl FnOnce() -> T,
+) -> Arc<T> {
+    cached_if(schema, kind, compute, |_| true)
+}
+
+/// [`cached`], keeping the value computed on a miss only when `keep` says so (a refusal is not worth a copy of
+/// the schema it refused).
+fn cached_if<T: Send + Sync + 'static>(
+    schema: &Value,
+    kind: u8,
+    compute: impl FnOnce() -> T,
+    keep: impl FnOnce(&T) -> bool,
 ) -> Arc<T> {
     type Entries =
         HashMap<(CacheKey, std::any::TypeId), (Value, Arc<dyn std::any::Any + Send + Sync>)>;
@@ -119,6 +169,9 @@ pub fn cached<T: Send + Sync + 'static>(
     }
     // Computed outside the lock: two threads missing at once both compute, and the last one stays cached.
     let value = Arc::new(compute());
+    if !keep(&*value) {
+        return value;
+    }
     let mut entries = cache
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner());

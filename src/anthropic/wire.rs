@@ -70,8 +70,9 @@ const WITHOUT_OUTPUT_FORMAT: [&str; 7] = [
     "claude-opus-4-2025",
 ];
 
-fn json_answer(format: Option<&ResponseFormat>, model: &str) -> JsonAnswer {
-    match format {
+/// How `format` is asked of `model`; a schema over the default limits is refused.
+fn json_answer(format: Option<&ResponseFormat>, model: &str) -> Result<JsonAnswer, ChatError> {
+    Ok(match format {
         None | Some(ResponseFormat::Text) => JsonAnswer::Free,
         Some(ResponseFormat::JsonObject) => JsonAnswer::ForcedTool,
         Some(ResponseFormat::JsonSchema { .. })
@@ -82,9 +83,9 @@ fn json_answer(format: Option<&ResponseFormat>, model: &str) -> JsonAnswer {
             JsonAnswer::ForcedTool
         }
         Some(ResponseFormat::JsonSchema { schema, .. }) => {
-            JsonAnswer::OutputFormat(normalise(schema, SchemaDialect::Anthropic))
+            JsonAnswer::OutputFormat(normalise(schema, SchemaDialect::Anthropic)?)
         }
-    }
+    })
 }
 
 #[derive(Serialize)]
@@ -222,12 +223,12 @@ pub(crate) fn encode(
     opts: &EncodeOptions<'_>,
 ) -> Result<Vec<u8>, ChatError> {
     let model = resolve_model(&request.options, opts.default_model)?;
-    let answer = json_answer(request.options.response_format.as_ref(), model);
+    let answer = json_answer(request.options.response_format.as_ref(), model)?;
     let forced: ChatOptions;
     let options: &ChatOptions = match (&answer, &request.options.response_format) {
         (JsonAnswer::ForcedTool, Some(ResponseFormat::JsonSchema { name, schema, .. })) => {
             let mut with_tool = (*request.options).clone();
-            let schema = normalise(schema, SchemaDialect::Anthropic);
+            let schema = normalise(schema, SchemaDialect::Anthropic)?;
             force_answer_tool(&mut with_tool, name, &schema.schema)?;
             forced = with_tool;
             &forced

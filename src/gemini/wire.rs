@@ -425,7 +425,7 @@ fn generation_config(
                 Some(converted) => config.insert("responseSchema".into(), converted),
                 None => config.insert(
                     "responseJsonSchema".into(),
-                    normalise(schema, SchemaDialect::GeminiJson).schema.clone(),
+                    normalise(schema, SchemaDialect::GeminiJson)?.schema.clone(),
                 ),
             };
         }

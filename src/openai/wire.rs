@@ -192,7 +192,11 @@ pub(crate) fn encode(
         max_tokens,
         max_completion_tokens,
         stop: &options.stop,
-        response_format: options.response_format.as_ref().map(response_format),
+        response_format: options
+            .response_format
+            .as_ref()
+            .map(response_format)
+            .transpose()?,
     };
     let serialized = if options.extra.is_empty() {
         crate::transport::to_body(&body, &request.messages)
@@ -368,9 +372,9 @@ fn tool_choice(choice: &ToolChoice) -> Value {
 }
 
 /// `response_format`; with `strict: true` the schema is rewritten for strict mode
-/// ([`SchemaDialect::OpenAiStrict`], computed once per schema).
-fn response_format(format: &ResponseFormat) -> Value {
-    match format {
+/// ([`SchemaDialect::OpenAiStrict`], computed once per schema); a schema over the default limits is refused.
+fn response_format(format: &ResponseFormat) -> Result<Value, ChatError> {
+    Ok(match format {
         ResponseFormat::Text => serde_json::json!({"type": "text"}),
         ResponseFormat::JsonObject => serde_json::json!({"type": "json_object"}),
         ResponseFormat::JsonSchema {
@@ -381,7 +385,7 @@ fn response_format(format: &ResponseFormat) -> Value {
             let mut inner = serde_json::json!({"name": name});
             match strict {
                 Some(true) => {
-                    inner["schema"] = normalise(schema, SchemaDialect::OpenAiStrict)
+                    inner["schema"] = normalise(schema, SchemaDialect::OpenAiStrict)?
                         .schema
                         .clone();
                     inner["strict"] = Value::Bool(true);
@@ -394,7 +398,7 @@ fn response_format(format: &ResponseFormat) -> Value {
             }
             serde_json::json!({"type": "json_schema", "json_schema": inner})
         }
-    }
+    })
 }
 
 #[cfg(test)]

@@ -39,7 +39,7 @@ fn sorted(names: &Value) -> Vec<&str> {
 
 #[test]
 fn strict_mode_requires_every_property_and_makes_the_optional_ones_null_unions() {
-    let out = rewrite(&tree(), SchemaDialect::OpenAiStrict);
+    let out = rewrite(&tree(), SchemaDialect::OpenAiStrict).unwrap();
     let s = &out.schema;
     assert!(s.get("$schema").is_none());
     assert_eq!(
@@ -93,7 +93,9 @@ fn an_optional_enum_and_an_optional_reference_accept_null() {
         "unit": {"type": "string", "enum": ["C", "F"]},
         "place": {"$ref": "#/$defs/Place", "description": "Where."}},
         "$defs": {"Place": {"type": "object", "properties": {"name": {"type": "string"}}}}});
-    let s = rewrite(&schema, SchemaDialect::OpenAiStrict).schema;
+    let s = rewrite(&schema, SchemaDialect::OpenAiStrict)
+        .unwrap()
+        .schema;
     assert_eq!(
         s["properties"]["unit"],
         json!({"type": ["string", "null"], "enum": ["C", "F", null]})
@@ -111,7 +113,7 @@ fn an_optional_enum_and_an_optional_reference_accept_null() {
 #[test]
 fn a_map_is_closed_and_reported() {
     let schema = json!({"type": "object", "additionalProperties": {"type": "integer"}});
-    let out = rewrite(&schema, SchemaDialect::OpenAiStrict);
+    let out = rewrite(&schema, SchemaDialect::OpenAiStrict).unwrap();
     assert_eq!(
         out.schema,
         json!({"type": "object", "additionalProperties": false, "properties": {}, "required": [],
@@ -122,7 +124,7 @@ fn a_map_is_closed_and_reported() {
 
 #[test]
 fn anthropic_keeps_optional_properties_and_moves_bounds() {
-    let out = rewrite(&tree(), SchemaDialect::Anthropic);
+    let out = rewrite(&tree(), SchemaDialect::Anthropic).unwrap();
     let s = &out.schema;
     assert_eq!(sorted(&s["required"]), ["children", "label", "size"]);
     assert_eq!(s["additionalProperties"], false);
@@ -135,7 +137,7 @@ fn anthropic_keeps_optional_properties_and_moves_bounds() {
 
 #[test]
 fn gemini_keeps_what_it_documents_and_leaves_objects_open() {
-    let out = rewrite(&tree(), SchemaDialect::GeminiJson);
+    let out = rewrite(&tree(), SchemaDialect::GeminiJson).unwrap();
     let s = &out.schema;
     assert!(s.get("additionalProperties").is_none());
     assert_eq!(sorted(&s["required"]), ["children", "label", "size"]);
@@ -152,14 +154,14 @@ fn gemini_keeps_what_it_documents_and_leaves_objects_open() {
 
 #[test]
 fn the_cache_answers_equal_schemas_with_one_allocation_and_tells_dialects_apart() {
-    let first = normalise(&tree(), SchemaDialect::OpenAiStrict);
-    let again = normalise(&tree(), SchemaDialect::OpenAiStrict);
+    let first = normalise(&tree(), SchemaDialect::OpenAiStrict).unwrap();
+    let again = normalise(&tree(), SchemaDialect::OpenAiStrict).unwrap();
     assert!(Arc::ptr_eq(&first, &again));
-    let anthropic = normalise(&tree(), SchemaDialect::Anthropic);
+    let anthropic = normalise(&tree(), SchemaDialect::Anthropic).unwrap();
     assert_ne!(first.schema, anthropic.schema);
     let mut other = tree();
     other["properties"]["label"]["description"] = json!("Another text.");
-    let changed = normalise(&other, SchemaDialect::OpenAiStrict);
+    let changed = normalise(&other, SchemaDialect::OpenAiStrict).unwrap();
     assert!(!Arc::ptr_eq(&first, &changed));
     assert_eq!(
         changed.schema["properties"]["label"]["description"],

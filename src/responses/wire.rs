@@ -168,7 +168,8 @@ pub(crate) fn encode(
         text: options
             .response_format
             .as_ref()
-            .map(|format| serde_json::json!({ "format": text_format(format) })),
+            .map(|format| text_format(format).map(|format| serde_json::json!({ "format": format })))
+            .transpose()?,
     };
     let serialized = if options.extra.is_empty() {
         crate::transport::to_body(&body, &request.messages)
@@ -375,9 +376,10 @@ fn tool_choice(choice: &ToolChoice) -> Value {
     }
 }
 
-/// `text.format`: this API names the JSON Schema fields beside `type`, not in a nested object.
-fn text_format(format: &ResponseFormat) -> Value {
-    match format {
+/// `text.format`: this API names the JSON Schema fields beside `type`, not in a nested object. A schema over the
+/// default limits is refused.
+fn text_format(format: &ResponseFormat) -> Result<Value, ChatError> {
+    Ok(match format {
         ResponseFormat::Text => serde_json::json!({"type": "text"}),
         ResponseFormat::JsonObject => serde_json::json!({"type": "json_object"}),
         ResponseFormat::JsonSchema {
@@ -388,7 +390,7 @@ fn text_format(format: &ResponseFormat) -> Value {
             let mut format = serde_json::json!({"type": "json_schema", "name": name});
             // Strict mode takes the rewritten schema (computed once per schema).
             format["schema"] = match strict {
-                Some(true) => normalise(schema, SchemaDialect::OpenAiStrict)
+                Some(true) => normalise(schema, SchemaDialect::OpenAiStrict)?
                     .schema
                     .clone(),
                 _ => schema.clone(),
@@ -398,7 +400,7 @@ fn text_format(format: &ResponseFormat) -> Value {
             }
             format
         }
-    }
+    })
 }
 
 #[cfg(test)]

@@ -66,7 +66,8 @@ pub struct ConnectionLimits {
     pub max_in_flight_per_key: usize,
     /// `--max-media-in-flight BYTES`: the decoded media (images, audio, files) of all requests in flight
     /// together; a request that would pass it gets `503` with `Retry-After` (default 256 MiB). A request's media
-    /// is held from its parsing to its response's last byte, in its body and decoded: this bounds that memory.
+    /// is held from its parsing to its response's last byte, as its base64 (counted here by its decoded size):
+    /// this bounds that memory.
     pub max_media_in_flight: usize,
 }
 

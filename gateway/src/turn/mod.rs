@@ -187,7 +187,7 @@ pub(crate) async fn handle<F: WireFormat>(
     let (parsed, encoder) = F::parse(&body, &state.parse)?;
     // Before anything is looked up, spliced or stored: the request's size in things, not bytes.
     check_inbound(&parsed, body.len(), state.body_limit, &state.limits)?;
-    // The request is parsed (its media decoded, their base64 moved out of the parsed JSON, not copied): the
+    // The request is parsed (its media checked, their base64 moved out of the parsed JSON, not copied): the
     // body's bytes are not needed any more, and a stream may hold its request for minutes.
     drop(body);
     // Before anything is looked up or consumed (an approval is single-use): a refusal here changes nothing.

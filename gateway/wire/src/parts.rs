@@ -1,7 +1,8 @@
 //! Content parts as the inbound formats carry them, read into [`tower_chat::Part`]s.
 //!
-//! Base64 media (`data:` URLs, Anthropic `base64` sources, `input_audio` data) is decoded once here into bytes;
-//! the base64 text is kept beside them, so an upstream gets it back without encoding again. URLs are passed on
+//! Base64 media (`data:` URLs, Anthropic `base64` sources, `input_audio` data) is checked here (a malformed one
+//! is a 400) and kept as the base64 text it came in, moved, not copied: an upstream gets that text back, and the
+//! bytes are decoded only where something needs them (a plain-text document, the store's copy). URLs are passed on
 //! to the upstream as they are: the gateway never fetches them.
 
 use serde::Deserialize;
@@ -14,7 +15,7 @@ use tower_chat::{
 use crate::error::ApiError;
 use crate::format::schema;
 
-/// A `data:` URL or an `https:` URL as a media source: a data URL is decoded into bytes.
+/// A `data:` URL or an `https:` URL as a media source: a data URL's base64 is checked and kept.
 fn url_source(url: String, at: &str) -> Result<MediaSource, ApiError> {
     if url.starts_with("data:") {
         let blob = Blob::from_data_url_string(url).map_err(|e| schema(format!("{at}: {e}")))?;

@@ -160,6 +160,13 @@ impl KeyHasher {
         self.bytes(text.as_bytes());
     }
 
+    /// A blob's bytes, as [`bytes`](Self::bytes) feeds them, a piece at a time: a blob that holds only its
+    /// base64 is not decoded for its key.
+    fn blob(&mut self, blob: &tower_chat::Blob) {
+        self.len(blob.len());
+        blob.for_each_chunk(|piece| self.0.update(piece));
+    }
+
     fn opt_str(&mut self, text: Option<&str>) {
         match text {
             Some(text) => {
@@ -254,7 +261,7 @@ impl KeyHasher {
                 Part::Audio(audio) => {
                     self.tag(b'A');
                     self.str(audio.data.media_type());
-                    self.bytes(audio.data.bytes());
+                    self.blob(&audio.data);
                 }
                 Part::File(file) => {
                     self.tag(b'F');
@@ -287,7 +294,7 @@ impl KeyHasher {
             MediaSource::Data(blob) => {
                 self.tag(b'd');
                 self.str(blob.media_type());
-                self.bytes(blob.bytes());
+                self.blob(blob);
             }
             MediaSource::FileId { id } => {
                 self.tag(b'f');
@@ -459,6 +466,36 @@ mod tests {
             key(&anonymous),
             key(&anonymous.clone().with_extension(CallerIdentity::new(""))),
             "no caller is not the caller named \"\""
+        );
+    }
+
+    #[test]
+    fn media_key_by_their_bytes_without_decoding_a_base64_blob() {
+        let bytes: Vec<u8> = (0..10_000u32).map(|i| (i % 251) as u8).collect();
+        let request = |blob: tower_chat::Blob| {
+            ChatRequest::new(vec![Message::user(Content::from_parts(vec![
+                Part::text("What is this?"),
+                Part::from(ImagePart {
+                    source: MediaSource::Data(blob.clone()),
+                    detail: None,
+                    cache: None,
+                }),
+                Part::from(tower_chat::AudioPart { data: blob }),
+            ]))])
+        };
+        let from_bytes = tower_chat::Blob::new(bytes.clone(), "image/png");
+        let text = format!("data:image/png;base64,{}", from_bytes.base64());
+        let from_base64 = tower_chat::Blob::from_data_url_string(text).unwrap();
+        assert_eq!(
+            key(&request(from_base64.clone())),
+            key(&request(from_bytes))
+        );
+        assert!(!from_base64.is_decoded());
+        let mut other = bytes;
+        other[9_999] ^= 1;
+        assert_ne!(
+            key(&request(tower_chat::Blob::new(other, "image/png"))),
+            key(&request(from_base64))
         );
     }
 

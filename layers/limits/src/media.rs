@@ -10,6 +10,10 @@
 
 use tower_chat::{Content, DataUrl, ImageDetail, ImagePart, MediaSource, Part};
 
+/// Bytes read from the start of an image for its size: every format's header, and a JPEG's first metadata
+/// segment (at most 64 KiB) before its frame header.
+const IMAGE_HEAD_BYTES: usize = 64 * 1024;
+
 /// Tokens of an image whose size is unknown (a URL): the most either provider charges for one image.
 pub(crate) const UNKNOWN_IMAGE_TOKENS: u64 = 1_600;
 
@@ -31,7 +35,15 @@ fn image_tokens(image: &ImagePart) -> u64 {
         return 85;
     }
     let size = match &image.source {
-        MediaSource::Data(blob) => imagesize::blob_size(blob.bytes()).ok(),
+        // The header from the start of the bytes; a blob that holds only its base64 is not decoded whole
+        // unless the header runs past that (a JPEG's metadata segments), and then for this read alone.
+        MediaSource::Data(blob) => imagesize::blob_size(&blob.head(IMAGE_HEAD_BYTES))
+            .ok()
+            .or_else(|| {
+                (blob.len() > IMAGE_HEAD_BYTES)
+                    .then(|| imagesize::blob_size(&blob.to_bytes()).ok())
+                    .flatten()
+            }),
         MediaSource::Url { url } => DataUrl::parse(url).ok().and_then(|data| {
             // Enough of the base64 to hold any of the formats' headers.
             let head = &data.base64[..data.base64.len().min(4096) / 4 * 4];
@@ -107,6 +119,25 @@ mod tests {
         let tiny = tower_chat::Blob::new(png(200, 200), "image/png");
         let data_url = Content::from_parts(vec![Part::image_url(tiny.to_data_url())]);
         assert_eq!(media_tokens(&data_url, 4), openai_tiles(200, 200).max(54));
+    }
+
+    #[test]
+    fn an_image_sent_as_base64_is_sized_from_its_header_alone() {
+        let mut bytes = png(1092, 1092);
+        // Past the head read for the size: the rest of a large image stays base64.
+        bytes.resize(3 * IMAGE_HEAD_BYTES, 0);
+        let url = format!(
+            "data:image/png;base64,{}",
+            tower_chat::Blob::new(bytes, "image/png").base64()
+        );
+        let blob = tower_chat::Blob::from_data_url_string(url).unwrap();
+        let content = Content::from_parts(vec![Part::from(ImagePart {
+            source: MediaSource::Data(blob.clone()),
+            detail: None,
+            cache: None,
+        })]);
+        assert_eq!(media_tokens(&content, 4), 1590);
+        assert!(!blob.is_decoded());
     }
 
     #[test]

@@ -213,9 +213,11 @@ fn count_mode(mode: &str) {
     for _ in 0..n {
         total += match mode {
             "normalise" => rewrite(black_box(&schema), SchemaDialect::OpenAiStrict)
+                .unwrap()
                 .moved
                 .len(),
             "normalise_cached" => normalise(black_box(&schema), SchemaDialect::OpenAiStrict)
+                .unwrap()
                 .moved
                 .len(),
             "validate" => checker

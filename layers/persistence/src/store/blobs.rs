@@ -39,8 +39,11 @@ pub(crate) struct NewBlob {
 
 /// The hex SHA-256 of `bytes`.
 pub(crate) fn hash(bytes: &[u8]) -> String {
+    hex(&Sha256::digest(bytes))
+}
+
+fn hex(digest: &[u8]) -> String {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let digest = Sha256::digest(bytes);
     let mut out = String::with_capacity(64);
     for b in digest.iter() {
         out.push(char::from(DIGITS[usize::from(b >> 4)]));
@@ -147,8 +150,8 @@ impl RecentBlobs {
     }
 }
 
-/// Feed a message to `hasher`: its JSON with every blob's bytes in place of their base64 (never made), so two
-/// messages feed the same input exactly when they are equal. What the chain cache keeps instead of the message.
+/// Feed a message to `hasher`: its JSON with every blob's canonical base64 fed beside it rather than inside it,
+/// so two messages feed the same input exactly when they are equal. What the chain cache keeps instead of the message.
 pub(crate) fn digest_message(
     message: &Message,
     hasher: &mut impl Hasher,
@@ -164,8 +167,10 @@ pub(crate) fn digest_message(
             let Some(blob) = blob_of_mut(part).filter(|b| !b.is_empty()) else {
                 continue;
             };
+            // Canonical base64 stands for the bytes one to one, and is what every leaf sends: a blob read from
+            // a client's base64 is hashed as it is, not decoded for it.
             hasher.write(&(blob.len() as u64).to_le_bytes());
-            hasher.write(blob.bytes());
+            hasher.write(blob.base64().as_bytes());
             *blob = Blob::new(Bytes::new(), blob.media_type());
         }
     }
@@ -206,12 +211,15 @@ pub(crate) fn encode_message(
             let Some(blob) = blob_of_mut(part).filter(|b| !b.is_empty()) else {
                 continue;
             };
-            let hash = hash(blob.bytes());
+            // Decoded once for the store alone (hashed, and written unless the database has it): the message's
+            // blob, shared with the request, stays in the form it holds.
+            let bytes = blob.to_bytes();
+            let hash = hash(&bytes);
             if !written(&hash) && !blobs.iter().any(|b| b.hash == hash) {
                 blobs.push(NewBlob {
                     hash: hash.clone(),
                     media_type: blob.media_type().to_owned(),
-                    bytes: blob.bytes().clone(),
+                    bytes,
                 });
             }
             *blob = Blob::new(Bytes::new(), blob.media_type());
@@ -396,5 +404,41 @@ mod tests {
             hash(b"abc"),
             "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
         );
+    }
+
+    #[test]
+    fn a_base64_blob_is_stored_and_digested_without_being_decoded() {
+        let bytes: Vec<u8> = (0..10_000u32).map(|i| (i % 253) as u8).collect();
+        let url = format!(
+            "data:image/png;base64,{}",
+            Blob::new(bytes.clone(), "image/png").base64()
+        );
+        let blob = Blob::from_data_url_string(url).unwrap();
+        let message = Message::user(vec![
+            Part::text("look"),
+            Part::from(ImagePart {
+                source: MediaSource::Data(blob.clone()),
+                detail: None,
+                cache: None,
+            }),
+        ]);
+        let mut blobs = Vec::new();
+        let json = encode_message(&message, |_| false, &mut blobs).unwrap();
+        let mut digested = std::hash::DefaultHasher::new();
+        digest_message(&message, &mut digested).unwrap();
+        assert!(!blob.is_decoded(), "the request's blob is left as base64");
+        assert_eq!(
+            blobs[0].bytes.as_ref(),
+            &bytes[..],
+            "the store gets the bytes"
+        );
+        assert_eq!(blobs[0].hash, hash(&bytes));
+        // The same message made from bytes digests and reads back alike.
+        let same = Message::user(vec![Part::text("look"), Part::image(bytes, "image/png")]);
+        let mut again = std::hash::DefaultHasher::new();
+        digest_message(&same, &mut again).unwrap();
+        assert_eq!(digested.finish(), again.finish());
+        let stored = HashMap::from([(blobs[0].hash.clone(), blobs[0].bytes.clone())]);
+        assert_eq!(decode_message(&json, &stored).unwrap(), message);
     }
 }
