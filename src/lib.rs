@@ -56,6 +56,7 @@ pub mod openai;
 pub mod output_schema;
 mod price;
 mod reasoning;
+mod reasoning_options;
 mod request;
 mod response;
 pub mod responses;
@@ -81,6 +82,7 @@ pub use message::{AssistantMessage, Message, ToolArguments, ToolCall, ToolMessag
 pub use metadata::{known_context_window, ModelInfo, ModelMetadata};
 pub use price::{Cost, ModelPrice, PriceTable};
 pub use reasoning::{Continuation, ReasoningPart};
+pub use reasoning_options::{ReasoningEffort, ReasoningOptions, Thinking};
 pub use request::{ChatOptions, ChatRequest, ResponseFormat, Shared, ToolChoice, ToolSpec};
 pub use response::{ChatResponse, ResponseBuilder};
 pub use stream::{cancellable, ChatService, ChatStream, ChatStreamExt};

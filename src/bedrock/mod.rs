@@ -236,9 +236,10 @@ impl ProviderWire for Bedrock {
     fn encode(
         &self,
         request: &ChatRequest,
-        _default_model: Option<&str>,
+        default_model: Option<&str>,
     ) -> Result<Vec<u8>, ChatError> {
-        wire::encode(request, &self.tools)
+        let model = request.options.model.as_deref().or(default_model);
+        wire::encode(request, &self.tools, model)
     }
 
     fn error_message(body: &[u8]) -> Option<String> {

@@ -31,6 +31,8 @@ struct Body<'a> {
     inference_config: Map<String, Value>,
     #[serde(skip_serializing_if = "Option::is_none")]
     tool_config: Option<ToolConfig<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    additional_model_request_fields: Option<Value>,
 }
 
 #[derive(Serialize)]
@@ -200,9 +202,13 @@ fn forced_answer(request: &ChatRequest) -> Result<Option<ChatRequest>, ChatError
 }
 
 /// Serialize a request to the JSON body of `converse` / `converse-stream` (the model is in the URL).
-pub(crate) fn encode(request: &ChatRequest, tools: &ToolsJson) -> Result<Vec<u8>, ChatError> {
+pub(crate) fn encode(
+    request: &ChatRequest,
+    tools: &ToolsJson,
+    model: Option<&str>,
+) -> Result<Vec<u8>, ChatError> {
     if let Some(forced) = forced_answer(request)? {
-        return encode(&forced, tools);
+        return encode(&forced, tools, model);
     }
     let options = &request.options;
     let mut system = Vec::new();
@@ -269,6 +275,10 @@ pub(crate) fn encode(request: &ChatRequest, tools: &ToolsJson) -> Result<Vec<u8>
             tools,
             tool_choice: tool_choice(options.tool_choice.as_ref()),
         }),
+        additional_model_request_fields: options
+            .reasoning
+            .as_ref()
+            .and_then(|r| model_request_fields(r, model, options.max_output_tokens)),
     };
     let serialized = if options.extra.is_empty() {
         serde_json::to_vec(&body)
@@ -276,6 +286,31 @@ pub(crate) fn encode(request: &ChatRequest, tools: &ToolsJson) -> Result<Vec<u8>
         merge_extra(&body, &options.extra)
     };
     serialized.map_err(cannot_serialize)
+}
+
+/// `additionalModelRequestFields`: an Anthropic model's `thinking`, with the budget given or the effort
+/// level's, kept under the output limit as Anthropic requires (at least its minimum of 1024, else left out).
+/// Other Bedrock models spell reasoning their own way (or have none): left out, with a debug line.
+fn model_request_fields(
+    reasoning: &crate::ReasoningOptions,
+    model: Option<&str>,
+    max_tokens: Option<u32>,
+) -> Option<Value> {
+    if !model.is_some_and(|m| m.contains("anthropic.claude")) {
+        tracing::debug!(
+            model,
+            "reasoning settings left out of a Bedrock request: only Anthropic models take them"
+        );
+        return None;
+    }
+    let budget = match (reasoning.thinking, reasoning.effort) {
+        (Some(crate::Thinking::Adaptive), Some(effort)) => effort.budget_tokens(),
+        _ => reasoning.budget_tokens(),
+    }
+    .filter(|b| *b > 0)?;
+    let budget = max_tokens.map_or(budget, |max| budget.min(max.saturating_sub(1)));
+    (budget >= 1024)
+        .then(|| serde_json::json!({"thinking": {"type": "enabled", "budget_tokens": budget}}))
 }
 
 static EMPTY_OBJECT_INPUT: std::sync::OnceLock<Value> = std::sync::OnceLock::new();
@@ -533,7 +568,7 @@ mod tests {
     use crate::request::ChatOptions;
 
     fn encoded(request: &ChatRequest) -> Value {
-        serde_json::from_slice(&encode(request, &ToolsJson::default()).unwrap()).unwrap()
+        serde_json::from_slice(&encode(request, &ToolsJson::default(), None).unwrap()).unwrap()
     }
 
     #[test]
@@ -701,13 +736,13 @@ mod tests {
                 cache: None,
             })]),
         }]);
-        let error = encode(&web_image, &ToolsJson::default()).unwrap_err();
+        let error = encode(&web_image, &ToolsJson::default(), None).unwrap_err();
         assert_eq!(error.kind(), &ErrorKind::Unsupported);
         assert!(error.message().contains("by URL"), "{}", error.message());
         let bmp = ChatRequest::new(vec![Message::User {
             content: Content::from(vec![Part::image(&b"BM"[..], "image/bmp")]),
         }]);
-        let error = encode(&bmp, &ToolsJson::default()).unwrap_err();
+        let error = encode(&bmp, &ToolsJson::default(), None).unwrap_err();
         assert!(error.message().contains("image/bmp"), "{}", error.message());
     }
 
@@ -754,7 +789,7 @@ mod tests {
             );
         }
         request.options.tool_choice = Some(ToolChoice::Tool("lookup".into()));
-        let error = encode(&request, &ToolsJson::default()).unwrap_err();
+        let error = encode(&request, &ToolsJson::default(), None).unwrap_err();
         assert_eq!(error.kind(), &ErrorKind::InvalidRequest);
     }
 }

@@ -7,13 +7,13 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 use tower_chat::{
-    AssistantMessage, ChatRequest, Content, FinishReason, Message, Part, ResponseFormat,
-    ToolArguments, ToolCall, ToolChoice, ToolMessage, ToolSpec, Usage,
+    AssistantMessage, ChatRequest, Content, FinishReason, Message, Part, ReasoningOptions,
+    ResponseFormat, ToolArguments, ToolCall, ToolChoice, ToolMessage, ToolSpec, Usage,
 };
 
 use crate::error::ApiError;
 use crate::format::{
-    arguments_text, begin_sse_data, end_sse, from_body, schema, sse_data, write_json,
+    arguments_text, begin_sse_data, effort_level, end_sse, from_body, schema, sse_data, write_json,
     ApprovalNotice, CallNames, Encoder, Ending, Folded, Inbound, InboundRoute, ParseContext,
     TowerChatRequest, Visible, WireFormat, ROUND_BREAK,
 };
@@ -80,6 +80,12 @@ struct CompletionRequest {
     response_format: Option<Value>,
     #[serde(default)]
     n: Option<u32>,
+    /// Mapped to each upstream's reasoning setting ([`tower_chat::ReasoningOptions`]).
+    #[serde(default)]
+    reasoning_effort: Option<String>,
+    /// The end user's id: OpenAI's `user`, Anthropic's `metadata.user_id`, left out elsewhere.
+    #[serde(default)]
+    user: Option<String>,
     /// The gateway's own extension (approval decisions); standard clients never send it.
     #[serde(default)]
     tower_chat: Option<TowerChatRequest>,
@@ -281,6 +287,16 @@ fn into_inbound(body: CompletionRequest) -> Result<Inbound, ApiError> {
         Some(Stop::Many(v)) => v,
     };
     options.response_format = body.response_format.map(response_format).transpose()?;
+    options.reasoning = body
+        .reasoning_effort
+        .as_deref()
+        .map(|effort| effort_level(effort, "reasoning_effort"))
+        .transpose()?
+        .map(|effort| ReasoningOptions {
+            effort: Some(effort),
+            ..ReasoningOptions::default()
+        });
+    options.end_user = body.user;
     options.extra = body
         .extra
         .into_iter()
@@ -772,6 +788,20 @@ mod tests {
 
     fn parse_request(body: &[u8]) -> Result<Inbound, ApiError> {
         ChatCompletions::parse(body, &CONTEXT).map(|(inbound, _)| inbound)
+    }
+
+    #[test]
+    fn reasoning_effort_and_user_are_typed_settings() {
+        let parsed = parse(json!({"model": "m", "reasoning_effort": "low", "user": "u",
+            "messages": [{"role": "user", "content": "x"}]}))
+        .unwrap();
+        let options = &parsed.request.options;
+        assert_eq!(
+            options.reasoning.as_ref().and_then(|r| r.effort),
+            Some(tower_chat::ReasoningEffort::Low)
+        );
+        assert_eq!(options.end_user.as_deref(), Some("u"));
+        assert!(options.extra.is_empty(), "{:?}", options.extra);
     }
 
     #[test]

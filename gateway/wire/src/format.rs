@@ -19,7 +19,9 @@ use std::collections::HashMap;
 use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use tower_chat::{ChatRequest, FinishReason, Message, ToolArguments, ToolCall, Usage};
+use tower_chat::{
+    ChatRequest, FinishReason, Message, ReasoningEffort, ToolArguments, ToolCall, Usage,
+};
 
 use crate::error::ApiError;
 use crate::limits::RequestLimits;
@@ -311,6 +313,16 @@ fn trailing_data() -> ApiError {
 /// A 400 for a request that breaks the schema.
 pub(crate) fn schema(message: impl Into<String>) -> ApiError {
     ApiError::invalid_request("invalid_request_schema", message)
+}
+
+/// An effort level in any format's spelling (`none`, `minimal`, `low`, `medium`, `high`, `xhigh`, `max`); any
+/// other is refused naming the field, as each API refuses it.
+pub(crate) fn effort_level(name: &str, field: &str) -> Result<ReasoningEffort, ApiError> {
+    ReasoningEffort::parse(name).ok_or_else(|| {
+        schema(format!(
+            "`{field}` must be one of `none`, `minimal`, `low`, `medium`, `high`, `xhigh`, `max`, not `{name}`"
+        ))
+    })
 }
 
 /// `"tower_chat": {"approvals": [...]}` in a request, in every format.
