@@ -8,8 +8,10 @@
 //! `content_block_stop` per block, `message_delta`, `message_stop`; errors as
 //! `{"type": "error", "error": {"type", "message"}}`.
 //!
-//! Options only Anthropic understands (`thinking`, `top_k`, `metadata`) go to an Anthropic upstream unchanged;
-//! an OpenAI-compatible upstream gets `metadata.user_id` as `user` and neither of the others.
+//! `thinking`, `output_config.effort` and `metadata.user_id` become the request's typed reasoning settings and
+//! end-user id, which every leaf maps to its provider's own field (the gateway README's "Fields across formats"
+//! table); `top_k`, Anthropic's alone, goes to an Anthropic upstream only. A `system` message inside `messages`
+//! is a system message in its place.
 
 use std::collections::HashMap;
 
@@ -25,8 +27,9 @@ use tower_chat::{
 use crate::error::{anthropic_body, anthropic_response, ApiError};
 use crate::format::UpstreamFormat;
 use crate::format::{
-    arguments_value, effort_level, from_body, name_tool_results, schema, sse_event, Encoder,
-    Ending, Folded, Inbound, InboundRoute, ParseContext, TowerChatRequest, Visible, WireFormat,
+    arguments_value, effort_level, from_body, name_tool_results, schema, sse_event, unserved_tool,
+    Encoder, Ending, Folded, Inbound, InboundRoute, ParseContext, TowerChatRequest, Visible,
+    WireFormat,
 };
 use crate::parts::{
     anthropic_document, anthropic_image, anthropic_text, cache_hint, InCacheControl, InSource,
@@ -392,9 +395,7 @@ fn into_inbound(body: MessagesRequest, context: &ParseContext) -> Result<Inbound
     options.response_format = output_format(body.output_config, body.output_format)?;
     for (i, tool) in body.tools.unwrap_or_default().into_iter().enumerate() {
         if let Some(kind) = tool.kind.as_deref().filter(|k| *k != "custom") {
-            return Err(schema(format!(
-                "tools[{i}]: tools of type `{kind}` are not supported (custom tools with `input_schema` only)"
-            )));
+            return Err(unserved_tool(&format!("tools[{i}]"), kind));
         }
         let parameters = tool
             .input_schema

@@ -13,9 +13,9 @@ use tower_chat::{
 
 use crate::error::ApiError;
 use crate::format::{
-    arguments_text, begin_sse_data, effort_level, end_sse, from_body, schema, sse_data, write_json,
-    ApprovalNotice, CallNames, Encoder, Ending, Folded, Inbound, InboundRoute, ParseContext,
-    TowerChatRequest, Visible, WireFormat, ROUND_BREAK,
+    arguments_text, begin_sse_data, effort_level, end_sse, from_body, schema, sse_data,
+    unserved_tool, write_json, ApprovalNotice, CallNames, Encoder, Ending, Folded, Inbound,
+    InboundRoute, ParseContext, TowerChatRequest, Visible, WireFormat, ROUND_BREAK,
 };
 
 /// The Chat Completions format (see the [module docs](self)).
@@ -181,7 +181,9 @@ struct WireFunctionCall {
 #[derive(Debug, Deserialize)]
 struct WireTool {
     r#type: String,
-    function: WireFunction,
+    /// Required of a `function` tool; other types (`custom`) carry their own object instead.
+    #[serde(default)]
+    function: Option<WireFunction>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -261,17 +263,17 @@ fn into_inbound(body: CompletionRequest) -> Result<Inbound, ApiError> {
     let mut request = ChatRequest::new(messages);
     let options = &mut request.options;
     options.model = Some(body.model.clone());
-    for tool in body.tools.unwrap_or_default() {
+    for (i, tool) in body.tools.unwrap_or_default().into_iter().enumerate() {
         if tool.r#type != "function" {
-            return Err(schema(format!(
-                "tools of type `{}` are not supported (function only)",
-                tool.r#type
-            )));
+            return Err(unserved_tool(&format!("tools[{i}]"), &tool.r#type));
         }
+        let function = tool
+            .function
+            .ok_or_else(|| schema(format!("tools[{i}]: `function` is required")))?;
         options.tools.push(ToolSpec::new(
-            tool.function.name,
-            tool.function.description.unwrap_or_default(),
-            tool.function
+            function.name,
+            function.description.unwrap_or_default(),
+            function
                 .parameters
                 .unwrap_or_else(|| json!({"type": "object", "properties": {}})),
         ));

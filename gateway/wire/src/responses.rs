@@ -22,8 +22,8 @@ use tower_chat::{ChatRequest, Message, ReasoningOptions, ResponseFormat, ToolCho
 
 use crate::error::ApiError;
 use crate::format::{
-    effort_level, from_body, name_tool_results, schema, Inbound, InboundRoute, ParseContext,
-    TowerChatRequest, WireFormat,
+    effort_level, from_body, name_tool_results, schema, unserved_tool, Inbound, InboundRoute,
+    ParseContext, TowerChatRequest, WireFormat,
 };
 use input::{input_messages, raw_counts, str_field};
 pub use output::ResponseEncoder;
@@ -155,11 +155,7 @@ fn tool(value: &Value, i: usize) -> Result<ToolSpec, ApiError> {
     let at = format!("tools[{i}]");
     match value.get("type").and_then(Value::as_str) {
         Some("function") => {}
-        Some(other) => {
-            return Err(schema(format!(
-                "{at}: tools of type `{other}` are not supported (function only)"
-            )))
-        }
+        Some(other) => return Err(unserved_tool(&at, other)),
         None => return Err(schema(format!("{at}: `type` is required"))),
     }
     Ok(ToolSpec::new(
