@@ -83,7 +83,9 @@ pub use metadata::{known_context_window, ModelInfo, ModelMetadata};
 pub use price::{Cost, ModelPrice, PriceTable};
 pub use reasoning::{Continuation, ReasoningPart};
 pub use reasoning_options::{ReasoningEffort, ReasoningOptions, Thinking};
-pub use request::{ChatOptions, ChatRequest, ResponseFormat, Shared, ToolChoice, ToolSpec};
+pub use request::{
+    ChatOptions, ChatRequest, ResponseFormat, Shared, SystemMessagesInPlace, ToolChoice, ToolSpec,
+};
 pub use response::{ChatResponse, ResponseBuilder};
 pub use stream::{cancellable, ChatService, ChatStream, ChatStreamExt};
 pub use tokio_util::sync::CancellationToken;

@@ -235,6 +235,12 @@ impl ChatRequest {
     }
 }
 
+/// In a request's extensions: system messages after the first turn stay in their place for a provider whose
+/// API takes them there (Anthropic's `role: "system"` messages, which only some models accept), instead of
+/// joining the leading system prompt. Set by a caller that sent them in that API's own format.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SystemMessagesInPlace;
+
 /// How to call the model.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default)]

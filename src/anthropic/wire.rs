@@ -13,7 +13,9 @@ use crate::message::{Message, ToolArguments};
 use crate::output_schema::{normalise, NormalisedSchema, SchemaDialect};
 use crate::reasoning::Continuation;
 use crate::reasoning_options::{ReasoningEffort, ReasoningOptions, Thinking};
-use crate::request::{ChatOptions, ChatRequest, ResponseFormat, ToolChoice, ToolSpec};
+use crate::request::{
+    ChatOptions, ChatRequest, ResponseFormat, SystemMessagesInPlace, ToolChoice, ToolSpec,
+};
 use crate::transport::{cannot_serialize, merge_extra, resolve_model, ToolsJson};
 
 #[derive(Serialize)]
@@ -260,10 +262,21 @@ pub(crate) fn encode(
         .tools
         .get(&options.tools, wire_tool)
         .map_err(cannot_serialize)?;
-    let system = system(&request.messages)?;
+    // The leading system messages are the `system` field; later ones stay in their place when the caller sent
+    // them so in this API's own format (the models that take them refuse nothing else about them).
+    let leading = match request.extensions.get::<SystemMessagesInPlace>() {
+        Some(_) => request
+            .messages
+            .iter()
+            .take_while(|m| matches!(m, Message::System { .. }))
+            .count(),
+        None => request.messages.len(),
+    };
+    let system = system(&request.messages[..leading])?;
     let mut messages: Vec<WireMessage<'_>> = Vec::with_capacity(request.messages.len());
-    for message in &request.messages {
+    for (i, message) in request.messages.iter().enumerate() {
         let (role, blocks) = match message {
+            Message::System { content } if i >= leading => ("system", blocks(content)?),
             Message::System { .. } => continue,
             Message::User { content } => ("user", blocks(content)?),
             Message::Assistant(a) => {

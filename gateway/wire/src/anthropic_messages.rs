@@ -368,6 +368,7 @@ fn into_inbound(body: MessagesRequest, context: &ParseContext) -> Result<Inbound
         }
         _ => {}
     }
+    let in_place = body.messages.iter().any(|m| matches!(m.role, Role::System));
     for (i, message) in body.messages.into_iter().enumerate() {
         let blocks = blocks(message.content, i)?;
         match message.role {
@@ -378,6 +379,9 @@ fn into_inbound(body: MessagesRequest, context: &ParseContext) -> Result<Inbound
     }
     name_tool_results(&mut messages);
     let mut request = ChatRequest::new(messages);
+    if in_place {
+        request.extensions.insert(tower_chat::SystemMessagesInPlace);
+    }
     let options = &mut request.options;
     options.model = Some(body.model.clone());
     options.max_output_tokens = Some(body.max_tokens);
