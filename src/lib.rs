@@ -58,6 +58,7 @@ pub mod output_limits;
 pub mod output_schema;
 mod price;
 mod reasoning;
+mod reasoning_options;
 mod request;
 mod response;
 pub mod responses;
@@ -84,7 +85,10 @@ pub use message::{AssistantMessage, Message, ToolArguments, ToolCall, ToolMessag
 pub use metadata::{known_context_window, ModelInfo, ModelMetadata};
 pub use price::{Cost, ModelPrice, PriceTable};
 pub use reasoning::{Continuation, ReasoningPart};
-pub use request::{ChatOptions, ChatRequest, ResponseFormat, Shared, ToolChoice, ToolSpec};
+pub use reasoning_options::{ReasoningEffort, ReasoningOptions, Thinking};
+pub use request::{
+    ChatOptions, ChatRequest, ResponseFormat, Shared, SystemMessagesInPlace, ToolChoice, ToolSpec,
+};
 pub use response::{ChatResponse, ResponseBuilder};
 pub use stream::{cancellable, ChatService, ChatStream, ChatStreamExt};
 pub use tokio_util::sync::CancellationToken;

@@ -10,6 +10,7 @@ use serde_json::{Map, Value};
 use crate::carried::Carried;
 use crate::context::{CallerIdentity, ConversationId};
 use crate::message::Message;
+use crate::reasoning_options::ReasoningOptions;
 use crate::CancellationToken;
 
 /// A value shared by the copies of a request until one of them changes it (copy on write).
@@ -235,6 +236,12 @@ impl ChatRequest {
     }
 }
 
+/// In a request's extensions: system messages after the first turn stay in their place for a provider whose
+/// API takes them there (Anthropic's `role: "system"` messages, which only some models accept), instead of
+/// joining the leading system prompt. Set by a caller that sent them in that API's own format.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SystemMessagesInPlace;
+
 /// How to call the model.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
@@ -268,6 +275,13 @@ pub struct ChatOptions {
     pub response_format: Option<ResponseFormat>,
     /// Streaming (`true`) or non-streaming provider call.
     pub stream: bool,
+    /// How much to reason, mapped by each leaf to its provider's setting ([`ReasoningOptions`] has the table).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reasoning: Option<ReasoningOptions>,
+    /// An opaque id of the end user, for the provider's abuse monitoring: OpenAI's `user`, Anthropic's
+    /// `metadata.user_id`; left out for providers without such a field (Gemini, Bedrock).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub end_user: Option<String>,
     /// Provider-specific fields merged into the request body as they are (they win over ours).
     #[serde(skip_serializing_if = "Map::is_empty")]
     pub extra: Map<String, Value>,
@@ -290,6 +304,8 @@ impl Default for ChatOptions {
             stop: Vec::new(),
             response_format: None,
             stream: true,
+            reasoning: None,
+            end_user: None,
             extra: Map::new(),
             carried: None,
         }

@@ -12,7 +12,10 @@ use crate::forced_answer::force_answer_tool;
 use crate::message::{Message, ToolArguments};
 use crate::output_schema::{normalise, NormalisedSchema, SchemaDialect};
 use crate::reasoning::Continuation;
-use crate::request::{ChatOptions, ChatRequest, ResponseFormat, ToolChoice, ToolSpec};
+use crate::reasoning_options::{ReasoningEffort, ReasoningOptions, Thinking};
+use crate::request::{
+    ChatOptions, ChatRequest, ResponseFormat, SystemMessagesInPlace, ToolChoice, ToolSpec,
+};
 use crate::transport::{cannot_serialize, merge_extra, resolve_model, ToolsJson};
 
 #[derive(Serialize)]
@@ -34,13 +37,25 @@ struct Body<'a> {
     stop_sequences: &'a [String],
     #[serde(skip_serializing_if = "Option::is_none")]
     output_config: Option<OutputConfig<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    thinking: Option<Thinking>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    metadata: Option<Metadata<'a>>,
     stream: bool,
 }
 
-/// `output_config`: structured outputs (`format`), on the models that have them.
+/// `output_config`: structured outputs (`format`) and the effort level, on the models that have them.
 #[derive(Serialize)]
 struct OutputConfig<'a> {
-    format: OutputFormat<'a>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    format: Option<OutputFormat<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    effort: Option<&'static str>,
+}
+
+#[derive(Serialize)]
+struct Metadata<'a> {
+    user_id: &'a str,
 }
 
 #[derive(Serialize)]
@@ -249,10 +264,21 @@ pub(crate) fn encode(
         .tools
         .get(&options.tools, wire_tool)
         .map_err(cannot_serialize)?;
-    let system = system(&request.messages)?;
+    // The leading system messages are the `system` field; later ones stay in their place when the caller sent
+    // them so in this API's own format (the models that take them refuse nothing else about them).
+    let leading = match request.extensions.get::<SystemMessagesInPlace>() {
+        Some(_) => request
+            .messages
+            .iter()
+            .take_while(|m| matches!(m, Message::System { .. }))
+            .count(),
+        None => request.messages.len(),
+    };
+    let system = system(&request.messages[..leading])?;
     let mut messages: Vec<WireMessage<'_>> = Vec::with_capacity(request.messages.len());
-    for message in &request.messages {
+    for (i, message) in request.messages.iter().enumerate() {
         let (role, blocks) = match message {
+            Message::System { content } if i >= leading => ("system", blocks(content)?),
             Message::System { .. } => continue,
             Message::User { content } => ("user", blocks(content)?),
             Message::Assistant(a) => {
@@ -334,15 +360,12 @@ pub(crate) fn encode(
         temperature: options.temperature,
         top_p: options.top_p,
         stop_sequences: &options.stop,
-        output_config: match &answer {
-            JsonAnswer::OutputFormat(schema) => Some(OutputConfig {
-                format: OutputFormat {
-                    r#type: "json_schema",
-                    schema: &schema.schema,
-                },
-            }),
-            _ => None,
-        },
+        output_config: output_config(&answer, options.reasoning.as_ref()),
+        thinking: options.reasoning.as_ref().and_then(thinking),
+        metadata: options
+            .end_user
+            .as_deref()
+            .map(|user_id| Metadata { user_id }),
         stream: options.stream,
     };
     let serialized = if options.extra.is_empty() {
@@ -351,6 +374,33 @@ pub(crate) fn encode(
         merge_extra(&body, &options.extra)
     };
     serialized.map_err(cannot_serialize)
+}
+
+/// `output_config`: the answer's schema, and the effort level as given (`thinking` carries a budget of its own).
+fn output_config<'a>(
+    answer: &'a JsonAnswer,
+    reasoning: Option<&ReasoningOptions>,
+) -> Option<OutputConfig<'a>> {
+    let format = match answer {
+        JsonAnswer::OutputFormat(schema) => Some(OutputFormat {
+            r#type: "json_schema",
+            schema: &schema.schema,
+        }),
+        _ => None,
+    };
+    let effort = reasoning
+        .and_then(|r| r.effort)
+        .and_then(ReasoningEffort::anthropic);
+    (format.is_some() || effort.is_some()).then_some(OutputConfig { format, effort })
+}
+
+/// `thinking` as the caller gave it; an effort of `none` alone is thinking disabled.
+fn thinking(reasoning: &ReasoningOptions) -> Option<Thinking> {
+    match (reasoning.thinking, reasoning.effort) {
+        (Some(thinking), _) => Some(thinking),
+        (None, Some(ReasoningEffort::None)) => Some(Thinking::Disabled),
+        (None, _) => None,
+    }
 }
 
 fn wire_tool(tool: &ToolSpec) -> WireTool<'_> {

@@ -242,7 +242,8 @@ impl ProviderWire for Bedrock {
         request: &ChatRequest,
         default_model: Option<&str>,
     ) -> Result<Vec<u8>, ChatError> {
-        wire::encode(request, &self.tools, default_model)
+        let model = request.options.model.as_deref().or(default_model);
+        wire::encode(request, &self.tools, model)
     }
 
     fn error_message(body: &[u8]) -> Option<String> {

@@ -31,6 +31,8 @@ struct Body<'a> {
     inference_config: Map<String, Value>,
     #[serde(skip_serializing_if = "Option::is_none")]
     tool_config: Option<ToolConfig<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    additional_model_request_fields: Option<Value>,
 }
 
 #[derive(Serialize)]
@@ -203,10 +205,10 @@ fn forced_answer(request: &ChatRequest) -> Result<Option<ChatRequest>, ChatError
 pub(crate) fn encode(
     request: &ChatRequest,
     tools: &ToolsJson,
-    default_model: Option<&str>,
+    model: Option<&str>,
 ) -> Result<Vec<u8>, ChatError> {
     if let Some(forced) = forced_answer(request)? {
-        return encode(&forced, tools, default_model);
+        return encode(&forced, tools, model);
     }
     let options = &request.options;
     let mut system = Vec::new();
@@ -268,11 +270,15 @@ pub(crate) fn encode(
     let body = Body {
         messages,
         system,
-        inference_config: inference_config(request, default_model),
+        inference_config: inference_config(request, model),
         tool_config: tools.as_deref().map(|tools| ToolConfig {
             tools,
             tool_choice: tool_choice(options.tool_choice.as_ref()),
         }),
+        additional_model_request_fields: options
+            .reasoning
+            .as_ref()
+            .and_then(|r| model_request_fields(r, model, options.max_output_tokens)),
     };
     let serialized = if options.extra.is_empty() {
         serde_json::to_vec(&body)
@@ -280,6 +286,31 @@ pub(crate) fn encode(
         merge_extra(&body, &options.extra)
     };
     serialized.map_err(cannot_serialize)
+}
+
+/// `additionalModelRequestFields`: an Anthropic model's `thinking`, with the budget given or the effort
+/// level's, kept under the output limit as Anthropic requires (at least its minimum of 1024, else left out).
+/// Other Bedrock models spell reasoning their own way (or have none): left out, with a debug line.
+fn model_request_fields(
+    reasoning: &crate::ReasoningOptions,
+    model: Option<&str>,
+    max_tokens: Option<u32>,
+) -> Option<Value> {
+    if !model.is_some_and(|m| m.contains("anthropic.claude")) {
+        tracing::debug!(
+            model,
+            "reasoning settings left out of a Bedrock request: only Anthropic models take them"
+        );
+        return None;
+    }
+    let budget = match (reasoning.thinking, reasoning.effort) {
+        (Some(crate::Thinking::Adaptive), Some(effort)) => effort.budget_tokens(),
+        _ => reasoning.budget_tokens(),
+    }
+    .filter(|b| *b > 0)?;
+    let budget = max_tokens.map_or(budget, |max| budget.min(max.saturating_sub(1)));
+    (budget >= 1024)
+        .then(|| serde_json::json!({"thinking": {"type": "enabled", "budget_tokens": budget}}))
 }
 
 static EMPTY_OBJECT_INPUT: std::sync::OnceLock<Value> = std::sync::OnceLock::new();

@@ -400,6 +400,9 @@ fn generation_config(
     if !options.stop.is_empty() {
         config.insert("stopSequences".into(), json!(options.stop));
     }
+    if let Some(thinking) = options.reasoning.as_ref().and_then(thinking_config) {
+        config.insert("thinkingConfig".into(), thinking);
+    }
     match &options.response_format {
         None | Some(ResponseFormat::Text) => {}
         Some(ResponseFormat::JsonObject) => {
@@ -431,4 +434,23 @@ fn generation_config(
         }
     }
     Ok(config)
+}
+
+/// `thinkingConfig`: the budget given or the effort level's (`-1`, the model's own choice, for adaptive
+/// thinking; every Gemini 2.5 and 3 model takes a budget). Thinking off is left to the model's default: the Pro
+/// models refuse a budget of 0. Thought summaries are asked for when the caller asked for a summary.
+fn thinking_config(reasoning: &crate::ReasoningOptions) -> Option<Value> {
+    let budget = match (reasoning.thinking, reasoning.effort) {
+        (Some(crate::Thinking::Adaptive), Some(effort)) => effort.budget_tokens().map(i64::from),
+        (Some(crate::Thinking::Adaptive), None) => Some(-1),
+        _ => reasoning.budget_tokens().filter(|b| *b > 0).map(i64::from),
+    };
+    let mut config = Map::new();
+    if let Some(budget) = budget {
+        config.insert("thinkingBudget".into(), json!(budget));
+    }
+    if reasoning.summary.is_some() {
+        config.insert("includeThoughts".into(), json!(true));
+    }
+    (!config.is_empty()).then_some(Value::Object(config))
 }

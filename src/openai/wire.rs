@@ -36,6 +36,10 @@ struct Body<'a> {
     stop: &'a [String],
     #[serde(skip_serializing_if = "Option::is_none")]
     response_format: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reasoning_effort: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    user: Option<&'a str>,
 }
 
 #[derive(Serialize)]
@@ -197,6 +201,13 @@ pub(crate) fn encode(
             .as_ref()
             .map(response_format)
             .transpose()?,
+        // Adaptive thinking asks for the model's own default: no level sent.
+        reasoning_effort: options
+            .reasoning
+            .as_ref()
+            .and_then(|r| r.level())
+            .map(|level| level.openai()),
+        user: options.end_user.as_deref(),
     };
     let serialized = if options.extra.is_empty() {
         crate::transport::to_body(&body, &request.messages)

@@ -13,6 +13,7 @@ use crate::error::ChatError;
 use crate::message::{AssistantMessage, Message, ToolCall};
 use crate::output_schema::{normalise, SchemaDialect};
 use crate::reasoning::Continuation;
+use crate::reasoning_options::ReasoningOptions;
 use crate::request::{ChatRequest, ResponseFormat, ToolChoice, ToolSpec};
 use crate::transport::{cannot_serialize, resolve_model, ToolsJson};
 
@@ -38,6 +39,10 @@ struct Body<'a> {
     max_output_tokens: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     text: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reasoning: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    user: Option<&'a str>,
 }
 
 /// One `input` item.
@@ -170,6 +175,8 @@ pub(crate) fn encode(
             .as_ref()
             .map(|format| text_format(format).map(|format| serde_json::json!({ "format": format })))
             .transpose()?,
+        reasoning: options.reasoning.as_ref().and_then(reasoning),
+        user: options.end_user.as_deref(),
     };
     let serialized = if options.extra.is_empty() {
         crate::transport::to_body(&body, &request.messages)
@@ -177,6 +184,18 @@ pub(crate) fn encode(
         merge_extra(&body, &options.extra)
     };
     serialized.map_err(cannot_serialize)
+}
+
+/// `reasoning`: the level (adaptive thinking sends none: the model's default) and the summary as given.
+fn reasoning(options: &ReasoningOptions) -> Option<Value> {
+    let mut reasoning = Map::new();
+    if let Some(level) = options.level() {
+        reasoning.insert("effort".into(), level.openai().into());
+    }
+    if let Some(summary) = &options.summary {
+        reasoning.insert("summary".into(), summary.as_str().into());
+    }
+    (!reasoning.is_empty()).then_some(Value::Object(reasoning))
 }
 
 /// Provider-specific fields win over ours. `reasoning_effort`, Chat Completions' spelling (what a caller moving

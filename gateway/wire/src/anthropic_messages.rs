@@ -8,8 +8,10 @@
 //! `content_block_stop` per block, `message_delta`, `message_stop`; errors as
 //! `{"type": "error", "error": {"type", "message"}}`.
 //!
-//! Options only Anthropic understands (`thinking`, `top_k`, `metadata`) go to an Anthropic upstream unchanged;
-//! an OpenAI-compatible upstream gets `metadata.user_id` as `user` and neither of the others.
+//! `thinking`, `output_config.effort` and `metadata.user_id` become the request's typed reasoning settings and
+//! end-user id, which every leaf maps to its provider's own field (the gateway README's "Fields across formats"
+//! table); `top_k`, Anthropic's alone, goes to an Anthropic upstream only. A `system` message inside `messages`
+//! is a system message in its place.
 
 use std::collections::HashMap;
 
@@ -18,15 +20,16 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 use tower_chat::{
     ApiFormat, AssistantMessage, Carried, ChatRequest, Content, Continuation, FinishReason,
-    Message, Part, ProviderPart, ReasoningPart, ResponseFormat, ToolArguments, ToolCall,
-    ToolChoice, ToolMessage, ToolSpec, Usage,
+    Message, Part, ProviderPart, ReasoningOptions, ReasoningPart, ResponseFormat, ToolArguments,
+    ToolCall, ToolChoice, ToolMessage, ToolSpec, Usage,
 };
 
 use crate::error::{anthropic_body, anthropic_response, ApiError};
 use crate::format::UpstreamFormat;
 use crate::format::{
-    arguments_value, from_body, name_tool_results, schema, sse_event, Encoder, Ending, Folded,
-    Inbound, InboundRoute, ParseContext, Piece, TowerChatRequest, Visible, WireFormat,
+    arguments_value, effort_level, from_body, name_tool_results, schema, sse_event, unserved_tool,
+    Encoder, Ending, Folded, Inbound, InboundRoute, ParseContext, Piece, TowerChatRequest, Visible,
+    WireFormat,
 };
 use crate::parts::{
     anthropic_document, anthropic_image, anthropic_text, cache_hint, InCacheControl, InSource,
@@ -100,6 +103,8 @@ struct MessagesRequest {
 struct OutputConfig {
     #[serde(default)]
     format: Option<OutputFormat>,
+    #[serde(default)]
+    effort: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -156,6 +161,8 @@ enum TextBlock {
 enum Role {
     User,
     Assistant,
+    /// A mid-conversation system message (Claude Opus 4.8 and later take them after a user turn).
+    System,
 }
 
 #[derive(Debug, Deserialize)]
@@ -318,6 +325,7 @@ enum InToolChoice {
 #[serde(tag = "type", rename_all = "snake_case")]
 enum Thinking {
     Enabled { budget_tokens: u32 },
+    Adaptive {},
     Disabled {},
 }
 
@@ -343,7 +351,7 @@ fn raw_counts(request: &MessagesRequest) -> (usize, usize) {
             messages += 1;
             continue;
         };
-        let mut others = matches!(message.role, Role::Assistant);
+        let mut others = matches!(message.role, Role::Assistant | Role::System);
         for block in blocks {
             match block.get("type").and_then(Value::as_str) {
                 Some("tool_result") => messages += 1,
@@ -385,27 +393,38 @@ fn into_inbound(body: MessagesRequest, context: &ParseContext) -> Result<Inbound
         _ => {}
     }
     let mut dropped = Vec::new();
+    let in_place = body.messages.iter().any(|m| matches!(m.role, Role::System));
     for (i, message) in body.messages.into_iter().enumerate() {
         let blocks = blocks(message.content, i)?;
         match message.role {
             Role::User => user_blocks(blocks, i, &mut messages)?,
             Role::Assistant => messages.push(assistant_blocks(blocks, i, &mut dropped)?),
+            Role::System => messages.push(system_blocks(blocks, i)?),
         }
     }
     name_tool_results(&mut messages);
     let mut request = ChatRequest::new(messages);
+    if in_place {
+        request.extensions.insert(tower_chat::SystemMessagesInPlace);
+    }
     let options = &mut request.options;
     options.model = Some(body.model.clone());
     options.max_output_tokens = Some(body.max_tokens);
     options.stop = body.stop_sequences.unwrap_or_default();
     options.temperature = body.temperature;
     options.top_p = body.top_p;
+    let effort = body
+        .output_config
+        .as_ref()
+        .and_then(|c| c.effort.as_deref())
+        .map(|effort| effort_level(effort, "output_config.effort"))
+        .transpose()?;
+    options.reasoning = reasoning(body.thinking.as_ref(), effort);
+    options.end_user = body.metadata.and_then(|m| m.user_id);
     options.response_format = output_format(body.output_config, body.output_format)?;
     for (i, tool) in body.tools.unwrap_or_default().into_iter().enumerate() {
         if let Some(kind) = tool.kind.as_deref().filter(|k| *k != "custom") {
-            return Err(schema(format!(
-                "tools[{i}]: tools of type `{kind}` are not supported (custom tools with `input_schema` only)"
-            )));
+            return Err(unserved_tool(&format!("tools[{i}]"), kind));
         }
         let parameters = tool
             .input_schema
@@ -433,33 +452,8 @@ fn into_inbound(body: MessagesRequest, context: &ParseContext) -> Result<Inbound
             options.parallel_tool_calls = Some(false);
         }
     }
-    match context.upstream {
-        UpstreamFormat::Anthropic => {
-            if let Some(thinking) = &body.thinking {
-                options.extra.insert(
-                    "thinking".into(),
-                    match thinking {
-                        Thinking::Enabled { budget_tokens } => {
-                            json!({"type": "enabled", "budget_tokens": budget_tokens})
-                        }
-                        Thinking::Disabled {} => json!({"type": "disabled"}),
-                    },
-                );
-            }
-            if let Some(top_k) = body.top_k {
-                options.extra.insert("top_k".into(), top_k.into());
-            }
-            if let Some(user) = body.metadata.as_ref().and_then(|m| m.user_id.clone()) {
-                options
-                    .extra
-                    .insert("metadata".into(), json!({"user_id": user}));
-            }
-        }
-        UpstreamFormat::OpenAi => {
-            if let Some(user) = body.metadata.and_then(|m| m.user_id) {
-                options.extra.insert("user".into(), user.into());
-            }
-        }
+    if let (UpstreamFormat::Anthropic, Some(top_k)) = (context.upstream, body.top_k) {
+        options.extra.insert("top_k".into(), top_k.into());
     }
     if !body.rest.is_empty() {
         options.carried = Some(Carried {
@@ -471,6 +465,43 @@ fn into_inbound(body: MessagesRequest, context: &ParseContext) -> Result<Inbound
     inbound.approvals = body.tower_chat.map(|t| t.approvals).unwrap_or_default();
     inbound.dropped = dropped;
     Ok(inbound)
+}
+
+/// `thinking` and `output_config.effort`, mapped by each upstream ([`ReasoningOptions`] has the table).
+fn reasoning(
+    thinking: Option<&Thinking>,
+    effort: Option<tower_chat::ReasoningEffort>,
+) -> Option<ReasoningOptions> {
+    let thinking = thinking.map(|thinking| match *thinking {
+        Thinking::Enabled { budget_tokens } => tower_chat::Thinking::Enabled { budget_tokens },
+        Thinking::Adaptive {} => tower_chat::Thinking::Adaptive,
+        Thinking::Disabled {} => tower_chat::Thinking::Disabled,
+    });
+    (thinking.is_some() || effort.is_some()).then(|| ReasoningOptions {
+        thinking,
+        effort,
+        ..ReasoningOptions::default()
+    })
+}
+
+/// A mid-conversation system message: text blocks only, as Anthropic takes them.
+fn system_blocks(blocks: Vec<InBlock>, i: usize) -> Result<Message, ApiError> {
+    let mut parts = Vec::with_capacity(blocks.len());
+    for (j, block) in blocks.into_iter().enumerate() {
+        let at = format!("messages[{i}].content[{j}]");
+        match block {
+            InBlock::Text {
+                text,
+                cache_control,
+            } => parts.push(anthropic_text(text, cache_control, &at)?),
+            _ => {
+                return Err(schema(format!(
+                    "{at}: a system message carries text blocks only"
+                )))
+            }
+        }
+    }
+    Ok(Message::system(Content::from_parts(parts)))
 }
 
 /// A user message: its tool results become tool messages, its other blocks one user message of parts, in
@@ -1106,14 +1137,18 @@ mod tests {
         assert_eq!(options.tool_choice, Some(ToolChoice::Required));
         assert_eq!(options.parallel_tool_calls, Some(false));
         assert_eq!(options.stop, vec!["END".to_owned()]);
-        assert_eq!(options.extra["thinking"]["budget_tokens"], 2048);
+        assert_eq!(
+            options.reasoning.as_ref().unwrap().thinking,
+            Some(tower_chat::Thinking::Enabled {
+                budget_tokens: 2048
+            })
+        );
         assert_eq!(options.extra["top_k"], 5);
-        assert_eq!(options.extra["metadata"]["user_id"], "u1");
-        // An OpenAI-compatible upstream gets only what it understands.
+        assert_eq!(options.end_user.as_deref(), Some("u1"));
+        // Each leaf maps the typed settings; only `top_k` is Anthropic's alone.
         let inbound = parse(body, UpstreamFormat::OpenAi).unwrap();
         let extra = &inbound.request.options.extra;
-        assert_eq!(extra.get("user"), Some(&json!("u1")));
-        assert!(!extra.contains_key("thinking") && !extra.contains_key("top_k"));
+        assert!(extra.is_empty(), "{extra:?}");
     }
 
     #[test]

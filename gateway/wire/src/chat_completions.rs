@@ -8,14 +8,15 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 use tower_chat::{
     ApiFormat, AssistantMessage, Carried, ChatRequest, Content, FinishReason, Message, Part,
-    ResponseFormat, ToolArguments, ToolCall, ToolChoice, ToolMessage, ToolSpec, Usage,
+    ReasoningOptions, ResponseFormat, ToolArguments, ToolCall, ToolChoice, ToolMessage, ToolSpec,
+    Usage,
 };
 
 use crate::error::ApiError;
 use crate::format::{
-    arguments_text, begin_sse_data, end_sse, from_body, schema, sse_data, write_json,
-    ApprovalNotice, CallNames, Encoder, Ending, Folded, Inbound, InboundRoute, ParseContext,
-    TowerChatRequest, Visible, WireFormat, ROUND_BREAK,
+    arguments_text, begin_sse_data, effort_level, end_sse, from_body, schema, sse_data,
+    unserved_tool, write_json, ApprovalNotice, CallNames, Encoder, Ending, Folded, Inbound,
+    InboundRoute, ParseContext, TowerChatRequest, Visible, WireFormat, ROUND_BREAK,
 };
 
 /// The Chat Completions format (see the [module docs](self)).
@@ -80,6 +81,12 @@ struct CompletionRequest {
     response_format: Option<Value>,
     #[serde(default)]
     n: Option<u32>,
+    /// Mapped to each upstream's reasoning setting ([`tower_chat::ReasoningOptions`]).
+    #[serde(default)]
+    reasoning_effort: Option<String>,
+    /// The end user's id: OpenAI's `user`, Anthropic's `metadata.user_id`, left out elsewhere.
+    #[serde(default)]
+    user: Option<String>,
     /// The gateway's own extension (approval decisions); standard clients never send it.
     #[serde(default)]
     tower_chat: Option<TowerChatRequest>,
@@ -176,7 +183,9 @@ struct WireFunctionCall {
 #[derive(Debug, Deserialize)]
 struct WireTool {
     r#type: String,
-    function: WireFunction,
+    /// Required of a `function` tool; other types (`custom`) carry their own object instead.
+    #[serde(default)]
+    function: Option<WireFunction>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -256,17 +265,17 @@ fn into_inbound(body: CompletionRequest) -> Result<Inbound, ApiError> {
     let mut request = ChatRequest::new(messages);
     let options = &mut request.options;
     options.model = Some(body.model.clone());
-    for tool in body.tools.unwrap_or_default() {
+    for (i, tool) in body.tools.unwrap_or_default().into_iter().enumerate() {
         if tool.r#type != "function" {
-            return Err(schema(format!(
-                "tools of type `{}` are not supported (function only)",
-                tool.r#type
-            )));
+            return Err(unserved_tool(&format!("tools[{i}]"), &tool.r#type));
         }
+        let function = tool
+            .function
+            .ok_or_else(|| schema(format!("tools[{i}]: `function` is required")))?;
         options.tools.push(ToolSpec::new(
-            tool.function.name,
-            tool.function.description.unwrap_or_default(),
-            tool.function
+            function.name,
+            function.description.unwrap_or_default(),
+            function
                 .parameters
                 .unwrap_or_else(|| json!({"type": "object", "properties": {}})),
         ));
@@ -282,15 +291,18 @@ fn into_inbound(body: CompletionRequest) -> Result<Inbound, ApiError> {
         Some(Stop::Many(v)) => v,
     };
     options.response_format = body.response_format.map(response_format).transpose()?;
-    // `reasoning_effort` stays an option every leaf reads (the Responses leaf maps it); the rest is carried for
-    // a Chat Completions upstream only.
-    let mut fields = body.extra;
-    if let Some(effort) = fields
-        .shift_remove("reasoning_effort")
-        .filter(|v| !v.is_null())
-    {
-        options.extra.insert("reasoning_effort".into(), effort);
-    }
+    options.reasoning = body
+        .reasoning_effort
+        .as_deref()
+        .map(|effort| effort_level(effort, "reasoning_effort"))
+        .transpose()?
+        .map(|effort| ReasoningOptions {
+            effort: Some(effort),
+            ..ReasoningOptions::default()
+        });
+    options.end_user = body.user;
+    // The rest is carried for a Chat Completions upstream only.
+    let fields = body.extra;
     if !fields.is_empty() {
         options.carried = Some(Carried {
             format: ApiFormat::ChatCompletions,
@@ -791,6 +803,20 @@ mod tests {
 
     fn parse_request(body: &[u8]) -> Result<Inbound, ApiError> {
         ChatCompletions::parse(body, &CONTEXT).map(|(inbound, _)| inbound)
+    }
+
+    #[test]
+    fn reasoning_effort_and_user_are_typed_settings() {
+        let parsed = parse(json!({"model": "m", "reasoning_effort": "low", "user": "u",
+            "messages": [{"role": "user", "content": "x"}]}))
+        .unwrap();
+        let options = &parsed.request.options;
+        assert_eq!(
+            options.reasoning.as_ref().and_then(|r| r.effort),
+            Some(tower_chat::ReasoningEffort::Low)
+        );
+        assert_eq!(options.end_user.as_deref(), Some("u"));
+        assert!(options.extra.is_empty(), "{:?}", options.extra);
     }
 
     #[test]

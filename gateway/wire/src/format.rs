@@ -19,7 +19,9 @@ use std::collections::HashMap;
 use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use tower_chat::{ChatRequest, FinishReason, Message, ToolArguments, ToolCall, Usage};
+use tower_chat::{
+    ChatRequest, FinishReason, Message, ReasoningEffort, ToolArguments, ToolCall, Usage,
+};
 
 use crate::error::ApiError;
 use crate::limits::RequestLimits;
@@ -383,6 +385,34 @@ fn trailing_data() -> ApiError {
 /// A 400 for a request that breaks the schema.
 pub(crate) fn schema(message: impl Into<String>) -> ApiError {
     ApiError::invalid_request("invalid_request_schema", message)
+}
+
+/// An effort level in any format's spelling (`none`, `minimal`, `low`, `medium`, `high`, `xhigh`, `max`); any
+/// other is refused naming the field, as each API refuses it.
+pub(crate) fn effort_level(name: &str, field: &str) -> Result<ReasoningEffort, ApiError> {
+    ReasoningEffort::parse(name).ok_or_else(|| {
+        schema(format!(
+            "`{field}` must be one of `none`, `minimal`, `low`, `medium`, `high`, `xhigh`, `max`, not `{name}`"
+        ))
+    })
+}
+
+/// A tool of a type other than the format's own function tool: a tool the provider runs itself (`web_search`,
+/// `tool_search`, Anthropic's `web_search_20250305`, `code_execution_…`) or a freeform `custom` tool. The gateway
+/// gives no upstream such tools, so the request is refused naming the tool rather than answered without it.
+pub(crate) fn unserved_tool(at: &str, kind: &str) -> ApiError {
+    let what = if kind == "custom" {
+        "a freeform `custom` tool".to_owned()
+    } else {
+        format!("`{kind}`, a tool the provider hosts,")
+    };
+    ApiError::invalid_request(
+        "invalid_request_schema",
+        format!(
+            "{at}: {what} cannot be served: no configured upstream is given hosted or freeform tools \
+             through this gateway (function tools only)"
+        ),
+    )
 }
 
 /// `"tower_chat": {"approvals": [...]}` in a request, in every format.

@@ -18,13 +18,15 @@
 
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
-use tower_chat::{ApiFormat, Carried, ChatRequest, Message, ResponseFormat, ToolChoice, ToolSpec};
+use tower_chat::{
+    ApiFormat, Carried, ChatRequest, Message, ReasoningOptions, ResponseFormat, ToolChoice,
+    ToolSpec,
+};
 
 use crate::error::ApiError;
-use crate::format::UpstreamFormat;
 use crate::format::{
-    from_body, name_tool_results, schema, Inbound, InboundRoute, ParseContext, TowerChatRequest,
-    WireFormat,
+    effort_level, from_body, name_tool_results, schema, unserved_tool, Inbound, InboundRoute,
+    ParseContext, TowerChatRequest, WireFormat,
 };
 use input::{input_messages, raw_counts, str_field};
 pub use output::ResponseEncoder;
@@ -151,17 +153,15 @@ struct TextOptions {
 struct Reasoning {
     #[serde(default)]
     effort: Option<String>,
+    #[serde(default)]
+    summary: Option<String>,
 }
 
 fn tool(value: &Value, i: usize) -> Result<ToolSpec, ApiError> {
     let at = format!("tools[{i}]");
     match value.get("type").and_then(Value::as_str) {
         Some("function") => {}
-        Some(other) => {
-            return Err(schema(format!(
-                "{at}: tools of type `{other}` are not supported (function only)"
-            )))
-        }
+        Some(other) => return Err(unserved_tool(&at, other)),
         None => return Err(schema(format!("{at}: `type` is required"))),
     }
     Ok(ToolSpec::new(
@@ -259,16 +259,19 @@ fn into_inbound(
     if let Some(format) = body.text.as_ref().and_then(|t| t.format.as_ref()) {
         options.response_format = text_format(format)?;
     }
-    if context.upstream == UpstreamFormat::OpenAi {
-        if let Some(effort) = body.reasoning.as_ref().and_then(|r| r.effort.clone()) {
-            options
-                .extra
-                .insert("reasoning_effort".into(), effort.into());
-        }
-        if let Some(user) = &body.user {
-            options.extra.insert("user".into(), user.clone().into());
-        }
+    if let Some(reasoning) = &body.reasoning {
+        options.reasoning = Some(ReasoningOptions {
+            effort: reasoning
+                .effort
+                .as_deref()
+                .map(|effort| effort_level(effort, "reasoning.effort"))
+                .transpose()?,
+            summary: reasoning.summary.clone(),
+            ..ReasoningOptions::default()
+        })
+        .filter(|r| *r != ReasoningOptions::default());
     }
+    options.end_user = body.user.clone();
     let mut include_encrypted = false;
     for (i, field) in body.include.iter().flatten().enumerate() {
         match field.as_str() {
@@ -318,7 +321,7 @@ mod tests {
 
     fn parse(value: Value) -> Result<Inbound, ApiError> {
         let context = ParseContext {
-            upstream: UpstreamFormat::OpenAi,
+            upstream: crate::format::UpstreamFormat::OpenAi,
             limits: crate::limits::RequestLimits::DEFAULT,
             stores_responses: true,
         };
@@ -371,7 +374,10 @@ mod tests {
             Some(ToolChoice::Tool("weather".into()))
         );
         assert_eq!(options.max_output_tokens, Some(50));
-        assert_eq!(options.extra["reasoning_effort"], "low");
+        assert_eq!(
+            options.reasoning.as_ref().unwrap().effort,
+            Some(tower_chat::ReasoningEffort::Low)
+        );
         assert!(matches!(
             options.response_format,
             Some(ResponseFormat::JsonSchema { .. })

@@ -39,7 +39,7 @@ impl CacheKey {
     ///
     /// In the key: the scope, the model, the messages (media by their bytes, URLs and file ids as written), the
     /// tools, the tool choice, parallel tool calls, the sampling options, the output limit, stop sequences,
-    /// the response format, provider-specific fields but those in [`EXTRA_FIELDS_NOT_IN_KEY`], and the fields carried for the upstream ([`ChatOptions::carried`]). Not in it:
+    /// the response format, the reasoning settings, provider-specific fields but those in [`EXTRA_FIELDS_NOT_IN_KEY`], and the fields carried for the upstream ([`ChatOptions::carried`]). Not in it:
     /// the stream flag (a hit is replayed in the shape the request asks), the context in
     /// [`ChatRequest::extensions`] (ids, cancellation) but the caller, and prompt-cache hints (they change what
     /// the provider keeps, not what it answers).
@@ -62,6 +62,9 @@ impl CacheKey {
             response_format,
             // How the answer is delivered, not what it is: a hit is replayed either way.
             stream: _,
+            reasoning,
+            // Who asks, for the provider's abuse monitoring, not what is answered (as `user` in `extra`).
+            end_user: _,
             extra,
             carried,
         } = &**options;
@@ -103,6 +106,7 @@ impl CacheKey {
             h.str(sequence);
         }
         h.opt_json(response_format.as_ref());
+        h.opt_json(reasoning.as_ref());
         // A `Map` iterates in key order unless serde_json's `preserve_order` is on; then the same fields in
         // another order give another key: a miss, never a wrong answer.
         for (name, value) in extra {
