@@ -94,8 +94,8 @@ fn every_toml_block_is_a_configuration_the_gateway_loads() {
         let markdown = std::fs::read_to_string(&path).unwrap();
         for block in blocks(&markdown) {
             let mut tags = block.info.split(',').map(str::trim);
-            // `toml,cargo`: a Cargo manifest, not a gateway configuration.
-            if tags.next() != Some("toml") || tags.any(|tag| tag == "cargo") {
+            // `toml,cargo`, `toml,codex`: a Cargo manifest or an agent's configuration, not the gateway's.
+            if tags.next() != Some("toml") || tags.any(|tag| tag == "cargo" || tag == "codex") {
                 continue;
             }
             checked += 1;
