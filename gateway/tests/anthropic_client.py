@@ -98,12 +98,12 @@ try:
         model="claude-test",
         max_tokens=64,
         messages=[{"role": "user", "content": [
-            {"type": "container_upload", "file_id": "file_1"}]}],
+            {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "%%%"}}]}],
     )
     raise AssertionError("expected a 400")
 except anthropic.BadRequestError as error:
     assert error.status_code == 400 and error.body["error"]["type"] == "invalid_request_error", error.body
-    assert "container_upload" in error.message, error.message
+    assert "base64" in error.message, error.message
 try:
     ask("ratelimit")
     raise AssertionError("expected a 429")

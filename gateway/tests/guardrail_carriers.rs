@@ -226,6 +226,21 @@ fn carriers() -> Vec<(&'static str, &'static str, Value)> {
             "/v1/responses",
             responses(json!("hi"), json!({"user": KEY})),
         ),
+        (
+            "messages field the gateway does not model",
+            "/v1/messages",
+            messages(json!("hi"), json!({"context_management": {"note": KEY}})),
+        ),
+        (
+            "responses field the gateway does not model",
+            "/v1/responses",
+            responses(json!("hi"), json!({"client_metadata": {"note": KEY}})),
+        ),
+        (
+            "chat field the gateway does not model",
+            "/v1/chat/completions",
+            chat(hi.clone(), json!({"prompt_cache_key": KEY})),
+        ),
     ]
 }
 

@@ -75,10 +75,11 @@ print("ok previous_response_id")
 
 # Errors: a bad request is a typed exception; a failed stream ends with an `error` event.
 try:
-    client.responses.create(model="test-model", input=[{"type": "input_image", "image_url": "x"}])
+    client.responses.create(model="test-model", input=[{"type": "message", "role": "user", "content": [
+        {"type": "input_image", "image_url": "data:image/png;base64,%%%"}]}])
     raise AssertionError("expected a 400")
 except openai.BadRequestError as error:
-    assert error.status_code == 400 and "input_image" in error.message, error
+    assert error.status_code == 400 and "base64" in error.message, error
 types = [event.type for event in client.responses.create(model="test-model", input="abort", stream=True)]
 assert types[-1] == "error" and "response.completed" not in types, types
 print("ok errors")

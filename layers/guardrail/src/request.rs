@@ -59,6 +59,8 @@ enum Edit {
     },
     ResponseSchema(Value),
     Extra(serde_json::Map<String, Value>),
+    EndUser(String),
+    Carried(serde_json::Map<String, Value>),
 }
 
 /// The verdicts and edits gathered so far; a block ends the request.
@@ -288,6 +290,18 @@ impl Judging<'_> {
                 self.edits.push(Edit::Extra(map));
             }
         }
+        if let Some(user) = &options.end_user {
+            if let Some(text) = self.text(stage, "end_user", user).await? {
+                self.edits.push(Edit::EndUser(text));
+            }
+        }
+        // Fields the wire formats do not model travel to a same-format upstream as the client sent them.
+        if let Some(carried) = options.carried.as_ref().filter(|c| !c.fields.is_empty()) {
+            let fields = Value::Object(carried.fields.clone());
+            if let Some(Value::Object(map)) = self.json(stage, "carried", &fields).await? {
+                self.edits.push(Edit::Carried(map));
+            }
+        }
         Ok(())
     }
 }
@@ -416,5 +430,11 @@ fn apply(request: &mut ChatRequest, edit: Edit) {
             }
         }
         Edit::Extra(map) => request.options.extra = map,
+        Edit::EndUser(text) => request.options.end_user = Some(text),
+        Edit::Carried(map) => {
+            if let Some(carried) = &mut request.options.carried {
+                carried.fields = map;
+            }
+        }
     }
 }
