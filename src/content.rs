@@ -297,6 +297,35 @@ pub enum Part {
 }
 
 impl Part {
+    /// The binary data the part holds itself: an image's, audio's or file's bytes (`None` for a URL, a file id
+    /// or a part without media).
+    pub fn blob(&self) -> Option<&Blob> {
+        let source = match self {
+            Part::Image(image) => &image.source,
+            Part::File(file) => &file.source,
+            Part::Audio(audio) => return Some(&audio.data),
+            _ => return None,
+        };
+        match source {
+            MediaSource::Data(blob) => Some(blob),
+            _ => None,
+        }
+    }
+
+    /// As [`blob`](Self::blob), to change it in place.
+    pub fn blob_mut(&mut self) -> Option<&mut Blob> {
+        let source = match self {
+            Part::Image(image) => &mut image.source,
+            Part::File(file) => &mut file.source,
+            Part::Audio(audio) => return Some(&mut audio.data),
+            _ => return None,
+        };
+        match source {
+            MediaSource::Data(blob) => Some(blob),
+            _ => None,
+        }
+    }
+
     /// A text part.
     pub fn text(text: impl Into<String>) -> Self {
         Part::Text(TextPart {

@@ -16,7 +16,7 @@
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use http::{header, HeaderValue, StatusCode};
-use tower_chat::{Blob, Content, MediaSource, Message, Part};
+use tower_chat::{Content, Message, Part};
 use tower_chat_persistence::CallId;
 
 use maud::{html, Markup};
@@ -52,22 +52,6 @@ fn is_raster_image(media_type: &str) -> bool {
 pub(crate) struct MessageAt<'a> {
     pub(crate) call: &'a str,
     pub(crate) index: usize,
-}
-
-/// The bytes a part holds, where it holds them.
-fn blob_of(part: &Part) -> Option<&Blob> {
-    match part {
-        Part::Image(image) => match &image.source {
-            MediaSource::Data(blob) => Some(blob),
-            _ => None,
-        },
-        Part::Audio(audio) => Some(&audio.data),
-        Part::File(file) => match &file.source {
-            MediaSource::Data(blob) => Some(blob),
-            _ => None,
-        },
-        _ => None,
-    }
 }
 
 fn file_name(part: &Part) -> Option<&str> {
@@ -107,7 +91,7 @@ fn media_part(part: &Part, index: usize, at: MessageAt<'_>) -> Markup {
         label.push_str(&format!(", {name}"));
     }
     label.push(')');
-    let Some(blob) = blob_of(part).filter(|b| !b.is_empty()) else {
+    let Some(blob) = part.blob().filter(|b| !b.is_empty()) else {
         return html! { p class="media" data-kind=(part.kind()) { (label) } };
     };
     let href = format!(
@@ -191,7 +175,7 @@ pub(crate) async fn media(
     let Some(part) = content_of(&message).and_then(|c| c.parts().get(part)) else {
         return not_found();
     };
-    let Some(blob) = blob_of(part) else {
+    let Some(blob) = part.blob() else {
         return not_found();
     };
     let inline = is_raster_image(blob.media_type());

@@ -20,7 +20,7 @@ use std::hash::Hasher;
 use bytes::Bytes;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
-use tower_chat::{Blob, Content, MediaSource, Message, Part};
+use tower_chat::{Blob, Content, Message, Part};
 
 use crate::store::StoreError;
 
@@ -69,37 +69,6 @@ fn content(message: &Message) -> Option<&Content> {
     }
 }
 
-/// The bytes of a part, where it holds them.
-fn blob_of(part: &Part) -> Option<&Blob> {
-    match part {
-        Part::Image(image) => match &image.source {
-            MediaSource::Data(blob) => Some(blob),
-            _ => None,
-        },
-        Part::Audio(audio) => Some(&audio.data),
-        Part::File(file) => match &file.source {
-            MediaSource::Data(blob) => Some(blob),
-            _ => None,
-        },
-        _ => None,
-    }
-}
-
-fn blob_of_mut(part: &mut Part) -> Option<&mut Blob> {
-    match part {
-        Part::Image(image) => match &mut image.source {
-            MediaSource::Data(blob) => Some(blob),
-            _ => None,
-        },
-        Part::Audio(audio) => Some(&mut audio.data),
-        Part::File(file) => match &mut file.source {
-            MediaSource::Data(blob) => Some(blob),
-            _ => None,
-        },
-        _ => None,
-    }
-}
-
 /// The JSON object of a serialised part's bytes (`{"media_type": …, "data": …}`), by the part's kind.
 fn blob_json_mut(part: &mut Value) -> Option<&mut serde_json::Map<String, Value>> {
     let kind = part.get("type")?.as_str()?;
@@ -116,7 +85,7 @@ fn has_blobs(message: &Message) -> bool {
     content(message).is_some_and(|c| {
         c.parts()
             .iter()
-            .any(|p| blob_of(p).is_some_and(|b| !b.is_empty()))
+            .any(|p| p.blob().is_some_and(|b| !b.is_empty()))
     })
 }
 
@@ -164,7 +133,7 @@ pub(crate) fn digest_message(
     let mut hollow = message.clone();
     if let Some(content) = content_mut(&mut hollow) {
         for part in content.parts_mut() {
-            let Some(blob) = blob_of_mut(part).filter(|b| !b.is_empty()) else {
+            let Some(blob) = part.blob_mut().filter(|b| !b.is_empty()) else {
                 continue;
             };
             // Canonical base64 stands for the bytes one to one, and is what every leaf sends: a blob read from
@@ -208,7 +177,7 @@ pub(crate) fn encode_message(
     let mut hashes = Vec::new();
     if let Some(content) = content_mut(&mut hollow) {
         for (index, part) in content.parts_mut().iter_mut().enumerate() {
-            let Some(blob) = blob_of_mut(part).filter(|b| !b.is_empty()) else {
+            let Some(blob) = part.blob_mut().filter(|b| !b.is_empty()) else {
                 continue;
             };
             // Decoded once for the store alone (hashed, and written unless the database has it): the message's
@@ -308,7 +277,7 @@ pub(crate) fn decode_message(
         })?;
         let blob = parts
             .get_mut(index)
-            .and_then(blob_of_mut)
+            .and_then(Part::blob_mut)
             .ok_or_else(|| StoreError::new("a stored blob reference is not on a binary part"))?;
         *blob = Blob::new(bytes.clone(), blob.media_type());
     }
@@ -318,7 +287,7 @@ pub(crate) fn decode_message(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tower_chat::{FilePart, ImageDetail, ImagePart, ProviderPart};
+    use tower_chat::{FilePart, ImageDetail, ImagePart, MediaSource, ProviderPart};
 
     fn parts() -> Message {
         Message::user(vec![
