@@ -1,7 +1,7 @@
 """Drives the gateway's /v1/messages with the official `anthropic` Python package: someone else's parser checks
 our Anthropic wire format.
 
-Run by tests/python_client.rs as `python3 anthropic_client.py BASE_URL API_KEY` (BASE_URL without `/v1`: the
+Run by tests/formats/python_client.rs as `python3 anthropic_client.py BASE_URL API_KEY` (BASE_URL without `/v1`: the
 SDK adds it). The scripted upstream behind the gateway picks its reply from the first user message (see
 python_client.rs). Prints one `ok <check>` line per check; any failure raises, so the exit status is non-zero.
 """

@@ -2,7 +2,7 @@
 redacted): a blocked request is a BadRequestError with code `content_filter`; a blocked answer ends with
 `finish_reason == "content_filter"`, whole and streamed, with the redaction in its text.
 
-Run by tests/guardrail.rs as `python3 guardrail_client.py BASE_URL API_KEY SHOWN NOTICE`: SHOWN is what the
+Run by tests/stack/guardrail.rs as `python3 guardrail_client.py BASE_URL API_KEY SHOWN NOTICE`: SHOWN is what the
 client must read before the notice NOTICE. Prints one `ok <check>` line per check; any failure raises.
 """
 

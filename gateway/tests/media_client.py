@@ -1,6 +1,6 @@
 """Sends an image and a PDF through the gateway with an official client: `openai` against /v1/chat/completions,
 `responses` (the `openai` package's Responses API) against /v1/responses, `anthropic` against /v1/messages. The
-scripted upstream behind the gateway (tests/media.rs) checks that it got both, in its own wire format, and
+scripted upstream behind the gateway (tests/formats/media.rs) checks that it got both, in its own wire format, and
 answers with what it saw; a part the upstream cannot take comes back as a 400 in the client's own error format.
 
 Run as `python3 media_client.py openai|responses|anthropic BASE_URL API_KEY PNG_BASE64 PDF_BASE64

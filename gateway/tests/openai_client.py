@@ -1,6 +1,6 @@
 """Drives the gateway with the official `openai` Python package: someone else's parser checks our wire format.
 
-Run by tests/python_client.rs as `python3 openai_client.py BASE_URL API_KEY`. The scripted upstream behind the
+Run by tests/formats/python_client.rs as `python3 openai_client.py BASE_URL API_KEY`. The scripted upstream behind the
 gateway picks its reply from the last user message (see python_client.rs). Prints one `ok <check>` line per
 check; any failure raises, so the exit status is non-zero.
 """

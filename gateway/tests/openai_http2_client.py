@@ -1,6 +1,6 @@
 """Drives the gateway with the official `openai` Python package over HTTP/2 (h2c with prior knowledge).
 
-Run by tests/python_client.rs as `python3 openai_http2_client.py BASE_URL API_KEY`; needs the `h2` package
+Run by tests/formats/python_client.rs as `python3 openai_http2_client.py BASE_URL API_KEY`; needs the `h2` package
 (`pip install 'httpx[http2]'`). Every response's HTTP version is checked, so a fallback to HTTP/1.1 fails.
 Prints one `ok <check>` line per check; any failure raises, so the exit status is non-zero.
 """

@@ -1,6 +1,6 @@
 """Drives the gateway's /v1/responses with the official `openai` Python package's Responses API.
 
-Run by tests/python_client.rs as `python3 openai_responses_client.py BASE_URL API_KEY`. The scripted upstream
+Run by tests/formats/python_client.rs as `python3 openai_responses_client.py BASE_URL API_KEY`. The scripted upstream
 behind the gateway picks its reply from the first user message (see python_client.rs). Prints one `ok <check>`
 line per check; any failure raises, so the exit status is non-zero.
 """

@@ -1,6 +1,6 @@
 """One inbound wire format of the gateway against every upstream kind, with that format's official SDK.
 
-Run by tests/provider_matrix.rs as `python3 provider_matrix_client.py FORMAT BASE_URL CASES_JSON`, FORMAT one of
+Run by tests/upstreams/provider_matrix.rs as `python3 provider_matrix_client.py FORMAT BASE_URL CASES_JSON`, FORMAT one of
 `chat` (the `openai` package's Chat Completions), `messages` (the `anthropic` package; BASE_URL without `/v1`) or
 `responses` (the `openai` package's Responses). CASES_JSON lists the models to drive, each with the usage its
 upstream reports for the tool round and for the answer: `[{"model": "m-openai", "usage": [[20, 9], [12, 5]]}]`.

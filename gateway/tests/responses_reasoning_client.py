@@ -2,7 +2,7 @@
 
 The first round goes to one gateway, the second (the first round's output items handed back as the SDK returns
 them, with the tool's output) to another, so only the items themselves can carry the upstream's thinking
-signature. tests/responses_reasoning.rs checks what the second upstream received.
+signature. tests/formats/responses_reasoning.rs checks what the second upstream received.
 
 Run as `python3 responses_reasoning_client.py FIRST_BASE_URL SECOND_BASE_URL API_KEY`. Prints one `ok <check>`
 line per check; any failure raises, so the exit status is non-zero.

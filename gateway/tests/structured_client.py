@@ -1,7 +1,7 @@
 """Typed answers through the gateway with the official SDKs' parse helpers: a Pydantic model in, a validated
 instance out, over every model named on the command line (each served by another upstream kind).
 
-Run by tests/structured.rs as `python3 structured_client.py BASE_URL API_KEY MODEL...`. The scripted upstreams
+Run by tests/formats/structured.rs as `python3 structured_client.py BASE_URL API_KEY MODEL...`. The scripted upstreams
 answer every JSON request with Oslo. Prints one `ok <check> <model>` line per check; any failure raises, so the
 exit status is non-zero. The `anthropic` package is optional here (its check is skipped with a visible line).
 """

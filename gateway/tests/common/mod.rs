@@ -556,3 +556,13 @@ pub async fn open_request(
     let n = socket.read(&mut buf).await.unwrap();
     (socket, String::from_utf8_lossy(&buf[..n]).into_owned())
 }
+
+/// The name libtest knows a test of this binary by, for running it alone in a child process with `--exact`:
+/// its path below the binary's root, so `test_path(module_path!(), "holder_process")` in an area's module
+/// `connections` is `connections::holder_process`, and plain `holder_process` in a binary of one file.
+pub fn test_path(module: &str, test: &str) -> String {
+    match module.split_once("::") {
+        Some((_, inner)) => format!("{inner}::{test}"),
+        None => test.to_owned(),
+    }
+}

@@ -1,0 +1,19 @@
+//! What operators see and decide: the console's pages in a real browser, the operator API, approvals, timelines, call records and tenancy.
+//!
+//! One test binary for the whole area: the suite links a few binaries, not one per file.
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod approval;
+mod console;
+mod console_calls;
+mod console_cards;
+mod console_media;
+mod console_pages;
+mod console_sessions;
+mod console_usage;
+mod operator;
+mod persistence;
+mod tenancy;
+mod timeline;

@@ -1,0 +1,14 @@
+//! The stack's optional parts through the gateway: cache, guardrails, limits, the tool sandbox and OTLP export.
+//!
+//! One test binary for the whole area: the suite links a few binaries, not one per file.
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod cache;
+mod guardrail;
+mod guardrail_carriers;
+mod limits;
+#[cfg(feature = "otlp")]
+mod otlp;
+mod sandbox;
