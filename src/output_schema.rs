@@ -52,6 +52,7 @@
 //! ```
 
 use std::collections::HashMap;
+use std::fmt::Write as _;
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -352,7 +353,8 @@ impl Walker<'_> {
             if SCHEMA_MAPS.contains(&key.as_str()) {
                 if let Value::Object(children) = value {
                     for (name, child) in children.iter_mut() {
-                        path.push_str(&format!("/{key}/{}", escape(name)));
+                        push_segment(path, key);
+                        push_segment(path, name);
                         self.walk(child, path);
                         path.truncate(len);
                     }
@@ -360,7 +362,8 @@ impl Walker<'_> {
             } else if SCHEMA_LISTS.contains(&key.as_str()) {
                 if let Value::Array(children) = value {
                     for (i, child) in children.iter_mut().enumerate() {
-                        path.push_str(&format!("/{key}/{i}"));
+                        push_segment(path, key);
+                        let _ = write!(path, "/{i}");
                         self.walk(child, path);
                         path.truncate(len);
                     }
@@ -442,7 +445,9 @@ impl Walker<'_> {
             ) {
                 continue;
             }
-            self.moved.push(format!("{path}/{}", escape(&key)));
+            let mut at = path.to_owned();
+            push_segment(&mut at, &key);
+            self.moved.push(at);
             append_description(fields, &format!("{key}: {value}"));
         }
     }
@@ -514,8 +519,17 @@ fn append_description(fields: &mut Map<String, Value>, text: &str) {
 }
 
 /// A property name as a JSON pointer segment.
-fn escape(name: &str) -> String {
-    name.replace('~', "~0").replace('/', "~1")
+/// Append `/name` to a JSON Pointer, escaped (`~` as `~0`, `/` as `~1`) without allocating: the walk builds a
+/// pointer for every schema it visits, and only the rare name holding either character needs escaping.
+fn push_segment(path: &mut String, name: &str) {
+    path.push('/');
+    for part in name.split_inclusive(['~', '/']) {
+        match part.as_bytes().last() {
+            Some(b'~') => path.extend([&part[..part.len() - 1], "~0"]),
+            Some(b'/') => path.extend([&part[..part.len() - 1], "~1"]),
+            _ => path.push_str(part),
+        }
+    }
 }
 
 #[cfg(test)]

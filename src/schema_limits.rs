@@ -200,6 +200,9 @@ const DEFINITIONS: [&str; 2] = ["$defs", "definitions"];
 /// Reference keywords, followed alike.
 const REFERENCES: [&str; 3] = ["$ref", "$dynamicRef", "$recursiveRef"];
 
+/// Keywords declaring a name a reference may use instead of a pointer.
+const ANCHORS: [&str; 3] = ["$anchor", "$dynamicAnchor", "$id"];
+
 impl SchemaLimits {
     /// Measure `schema` and refuse it when it breaks a limit: first the schema as written (depth and values,
     /// stopping at the first value past a limit), then with its references followed.
@@ -243,14 +246,39 @@ struct Outline {
     depth: u64,
 }
 
+/// Note a reference (`$ref`, `$dynamicRef`, `$recursiveRef`) or a declared anchor (`$anchor`, `$dynamicAnchor`,
+/// `$id`) of the schema numbered `node`; an anchor declared twice names its first schema.
+fn note_keyword<'a>(
+    key: &str,
+    value: &'a Value,
+    node: u32,
+    refs: &mut Vec<(u32, &'a str)>,
+    anchors: &mut HashMap<&'a str, u32>,
+) {
+    let Some(text) = value.as_str() else {
+        return;
+    };
+    if REFERENCES.contains(&key) {
+        refs.push((node, text));
+    } else if ANCHORS.contains(&key) {
+        anchors
+            .entry(text.strip_prefix('#').unwrap_or(text))
+            .or_insert(node);
+    }
+}
+
 impl Outline {
     /// Number the values of `root` breadth-first (no recursion), refusing it once it nests or holds more than
     /// `limits` allow, and resolve its local references.
     fn read(root: &Value, limits: &SchemaLimits) -> Result<Outline, SchemaLimitError> {
-        let mut values: Vec<&Value> = vec![root];
-        let mut children = Vec::new();
+        // Room for a typical tool or answer schema, so the vectors do not grow value by value.
+        let room = 64.min(limits.max_nodes);
+        let mut values: Vec<&Value> = Vec::with_capacity(room);
+        values.push(root);
+        let mut children = Vec::with_capacity(room);
         // Per node: its depth (the root is 1) and whether it lies inside data (`enum`, `const`, …).
-        let mut place: Vec<(u32, bool)> = vec![(1, false)];
+        let mut place: Vec<(u32, bool)> = Vec::with_capacity(room);
+        place.push((1, false));
         let mut refs: Vec<(u32, &str)> = Vec::new();
         let mut anchors: HashMap<&str, u32> = HashMap::new();
         let mut depth = 1;
@@ -270,35 +298,32 @@ impl Outline {
             let mut expanded = u32::MAX;
             match value {
                 Value::Object(map) => {
-                    if !in_data {
-                        for keyword in REFERENCES {
-                            if let Some(text) = map.get(keyword).and_then(Value::as_str) {
-                                refs.push((next as u32, text));
+                    // One pass over the keys: the reference and anchor keywords all start with `$`, and a
+                    // lookup per keyword would hash each of them for every object.
+                    let mut has_definitions = false;
+                    for (key, child) in map {
+                        if !in_data {
+                            if DEFINITIONS.contains(&key.as_str()) {
+                                has_definitions = true;
+                                continue;
                             }
-                        }
-                        let declared = [
-                            map.get("$anchor"),
-                            map.get("$dynamicAnchor"),
-                            map.get("$id"),
-                        ];
-                        for name in declared.into_iter().flatten().filter_map(Value::as_str) {
-                            anchors
-                                .entry(name.strip_prefix('#').unwrap_or(name))
-                                .or_insert(next as u32);
-                        }
-                    }
-                    // Definitions last: they are counted as written but expanded only where referred to.
-                    let definitions = |key: &str| !in_data && DEFINITIONS.contains(&key);
-                    let ordered = map
-                        .iter()
-                        .filter(|(key, _)| !definitions(key))
-                        .chain(map.iter().filter(|(key, _)| definitions(key)));
-                    for (key, child) in ordered {
-                        if definitions(key) {
-                            expanded = expanded.min(values.len() as u32);
+                            if key.starts_with('$') {
+                                note_keyword(key, child, next as u32, &mut refs, &mut anchors);
+                            }
                         }
                         values.push(child);
                         place.push((level + 1, in_data || DATA_KEYWORDS.contains(&key.as_str())));
+                    }
+                    // Definitions last: they are counted as written but expanded only where referred to.
+                    if has_definitions {
+                        expanded = values.len() as u32;
+                        for (_, child) in map
+                            .iter()
+                            .filter(|(key, _)| DEFINITIONS.contains(&key.as_str()))
+                        {
+                            values.push(child);
+                            place.push((level + 1, false));
+                        }
                     }
                 }
                 Value::Array(items) => {

@@ -168,3 +168,22 @@ fn the_cache_answers_equal_schemas_with_one_allocation_and_tells_dialects_apart(
         "Another text.\ndefault: \"leaf\""
     );
 }
+
+#[test]
+fn a_moved_keyword_is_reported_at_a_json_pointer_with_names_escaped() {
+    let schema = json!({
+        "type": "object",
+        "properties": {"a/b~c": {"type": "string", "minLength": 2}, "plain": {"type": "integer"}},
+        "required": ["a/b~c", "plain"],
+        "additionalProperties": false
+    });
+    let rewritten = rewrite(&schema, SchemaDialect::OpenAiStrict).unwrap();
+    assert!(
+        rewritten
+            .moved
+            .iter()
+            .any(|at| at == "/properties/a~1b~0c/minLength"),
+        "{:?}",
+        rewritten.moved
+    );
+}
