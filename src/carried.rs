@@ -4,7 +4,8 @@
 //! A gateway parses a client's body into a [`ChatRequest`]; whatever its typed model has no place for is kept
 //! here instead of refused, because real formats grow fields faster than any model of them. The leaf decides
 //! at the last moment, when the upstream is known: a leaf of the same [`ApiFormat`] sends the carried fields
-//! after its own (the client's order kept; a carried field replaces one of ours of the same name) and the
+//! after its own (the client's order kept; a carried field replaces one of ours of the same name, an object
+//! meets ours key by key) and the
 //! [`ForwardedHeaders`]; a leaf of another format leaves them out, logs each at `debug` and names it in the
 //! request's [`DroppedFields`], so a gateway can tell its client what did not travel.
 //!
@@ -298,7 +299,9 @@ fn for_format(
     Ok(())
 }
 
-/// `body` (a leaf's JSON object) with the carried fields of `request` set in it, when they are in `format`.
+/// `body` (a leaf's JSON object) with the carried fields of `request` set in it, when they are in `format`. A
+/// carried object meets one of ours of the same name key by key (Responses' `text.verbosity` beside the
+/// `text.format` the leaf wrote); any other carried field replaces ours.
 pub(crate) fn merge_carried(
     body: Vec<u8>,
     request: &ChatRequest,
@@ -315,7 +318,16 @@ pub(crate) fn merge_carried(
     let mut value: Value = serde_json::from_slice(&body)?;
     if let Value::Object(fields) = &mut value {
         for (name, field) in &carried.fields {
-            fields.insert(name.clone(), field.clone());
+            match (fields.get_mut(name), field) {
+                (Some(Value::Object(ours)), Value::Object(theirs)) => {
+                    for (key, value) in theirs {
+                        ours.insert(key.clone(), value.clone());
+                    }
+                }
+                _ => {
+                    fields.insert(name.clone(), field.clone());
+                }
+            }
         }
     }
     serde_json::to_vec(&value)

@@ -2,7 +2,9 @@
 //!
 //! The conversation becomes `input` items: system and user messages as `message` items, an assistant turn as its
 //! `reasoning` items (the ones this API produced, exactly as received), its text as a `message` item and its tool
-//! calls as `function_call` items, and each tool result as a `function_call_output` item.
+//! calls as `function_call` items (`custom_tool_call` for a freeform tool's), and each tool result as a
+//! `function_call_output` item (`custom_tool_call_output` for a freeform call's). Freeform tools go as `custom`
+//! tools, hosted tools as the client wrote them.
 
 use serde::Serialize;
 use serde_json::value::RawValue;
