@@ -7,6 +7,7 @@ mod common;
 
 mod agent_endpoints;
 mod chat;
+mod codex_tools;
 mod fields_across_formats;
 mod files;
 mod media;

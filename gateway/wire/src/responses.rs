@@ -1,13 +1,15 @@
 //! `POST /v1/responses`: OpenAI Responses, the function-calling subset. `input` as a string or items
 //! (messages whose content is text or `input_text` / `input_image` / `input_file` / `input_audio` parts,
-//! `function_call`, `function_call_output` with a string or parts, `reasoning`), `instructions`, function
-//! `tools`, `tool_choice`, `max_output_tokens`, `text.format`, `include: ["reasoning.encrypted_content"]`,
+//! `function_call` and `custom_tool_call`, their outputs with a string or parts, `reasoning`), `instructions`,
+//! `tools` (function, freeform `custom`, and hosted types kept as sent: [`tower_chat::ToolKind`]),
+//! `tool_choice`, `max_output_tokens`, `text.format`, `include: ["reasoning.encrypted_content"]`,
 //! `previous_response_id`, `store`; the answer as a `response` object with `reasoning`, `message`
-//! (`output_text`) and `function_call` output items, or the SSE events `response.created`,
+//! (`output_text`), `function_call` and `custom_tool_call` output items, or the SSE events `response.created`,
 //! `response.in_progress`, `response.output_item.added`, `response.reasoning_summary_part.added`,
 //! `response.reasoning_summary_text.delta` / `.done`, `response.reasoning_summary_part.done`,
 //! `response.content_part.added`, `response.output_text.delta` / `.done`, `response.content_part.done`,
-//! `response.function_call_arguments.delta` / `.done`, `response.output_item.done`, then
+//! `response.function_call_arguments.delta` / `.done`, `response.custom_tool_call_input.delta` / `.done`,
+//! `response.output_item.done`, then
 //! `response.completed` (or `response.incomplete`), or `error`.
 //!
 //! Content parts are read by `parts.rs`, as the other formats' are; how reasoning from any upstream survives a
@@ -19,14 +21,14 @@
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 use tower_chat::{
-    ApiFormat, Carried, ChatRequest, Message, ReasoningOptions, ResponseFormat, ToolChoice,
-    ToolSpec,
+    ApiFormat, Carried, ChatRequest, HostedTool, Message, ReasoningOptions, ResponseFormat,
+    ToolChoice, ToolSpec,
 };
 
 use crate::error::ApiError;
 use crate::format::{
-    effort_level, from_body, name_tool_results, schema, unserved_tool, Inbound, InboundRoute,
-    ParseContext, TowerChatRequest, WireFormat,
+    effort_level, from_body, name_tool_results, schema, Inbound, InboundRoute, ParseContext,
+    TowerChatRequest, WireFormat,
 };
 use input::{input_messages, raw_counts, str_field};
 pub use output::ResponseEncoder;
@@ -147,6 +149,9 @@ impl<'de> Deserialize<'de> for Input {
 struct TextOptions {
     #[serde(default)]
     format: Option<Value>,
+    /// `verbosity` and whatever else: carried like unknown top-level fields, merged into the leaf's `text`.
+    #[serde(flatten)]
+    rest: Map<String, Value>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -157,11 +162,32 @@ struct Reasoning {
     summary: Option<String>,
 }
 
+/// A function tool; a freeform (`custom`) tool; any other type is one the provider hosts (`web_search`,
+/// `tool_search`, …) or a group of tools (`namespace`), kept as sent for a Responses upstream.
 fn tool(value: &Value, i: usize) -> Result<ToolSpec, ApiError> {
     let at = format!("tools[{i}]");
     match value.get("type").and_then(Value::as_str) {
         Some("function") => {}
-        Some(other) => return Err(unserved_tool(&at, other)),
+        Some("custom") => {
+            let format = value.get("format").filter(|f| !f.is_null()).cloned();
+            if format.as_ref().is_some_and(|f| !f.is_object()) {
+                return Err(schema(format!("{at}: `format` must be an object")));
+            }
+            return Ok(ToolSpec::custom(
+                str_field(value, "name", &at)?,
+                value
+                    .get("description")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default(),
+                format,
+            ));
+        }
+        Some(_) => {
+            return Ok(ToolSpec::hosted(HostedTool::new(
+                ApiFormat::Responses,
+                value.clone(),
+            )))
+        }
         None => return Err(schema(format!("{at}: `type` is required"))),
     }
     Ok(ToolSpec::new(
@@ -186,12 +212,12 @@ fn tool_choice(value: &Value) -> Result<ToolChoice, ApiError> {
             "required" => Ok(ToolChoice::Required),
             other => Err(schema(format!("unknown `tool_choice` `{other}`"))),
         },
-        Value::Object(_) if value["type"] == "function" => value["name"]
+        Value::Object(_) if value["type"] == "function" || value["type"] == "custom" => value["name"]
             .as_str()
             .map(|name| ToolChoice::Tool(name.to_owned()))
-            .ok_or_else(|| schema("`tool_choice` of type `function` needs `name`")),
+            .ok_or_else(|| schema("`tool_choice` of type `function` or `custom` needs `name`")),
         _ => Err(schema(
-            "`tool_choice` must be `auto`, `none`, `required` or {\"type\": \"function\", \"name\": …}",
+            "`tool_choice` must be `auto`, `none`, `required` or {\"type\": \"function\" or \"custom\", \"name\": …}",
         )),
     }
 }
@@ -286,6 +312,10 @@ fn into_inbound(
     // OpenAI stores by default; a server that keeps nothing says so rather than promise a later lookup.
     let store = context.stores_responses && body.store.unwrap_or(true);
     let id = format!("resp_{}", uuid::Uuid::new_v4().simple());
+    let (text_format, text_rest) = match body.text {
+        Some(text) => (text.format, text.rest),
+        None => (None, Map::new()),
+    };
     let echo = json!({
         "instructions": body.instructions,
         "tools": tools,
@@ -297,12 +327,16 @@ fn into_inbound(
         "previous_response_id": body.previous_response_id,
         "store": store,
         "metadata": body.metadata.unwrap_or_default(),
-        "text": {"format": body.text.and_then(|t| t.format).unwrap_or_else(|| json!({"type": "text"}))},
+        "text": {"format": text_format.unwrap_or_else(|| json!({"type": "text"}))},
     });
-    if !body.rest.is_empty() {
+    let mut carried = body.rest;
+    if !text_rest.is_empty() {
+        carried.insert("text".into(), Value::Object(text_rest));
+    }
+    if !carried.is_empty() {
         request.options.carried = Some(Carried {
             format: ApiFormat::Responses,
-            fields: body.rest,
+            fields: carried,
         });
     }
     let mut inbound = Inbound::new(request, body.model, body.stream.unwrap_or(false));
@@ -311,7 +345,16 @@ fn into_inbound(
     if store {
         inbound.record_id = Some(id.clone());
     }
-    Ok((inbound, ResponseEncoder::new(id, echo, include_encrypted)))
+    let custom_tools = inbound
+        .request
+        .options
+        .tools
+        .iter()
+        .filter(|tool| tool.is_custom())
+        .map(|tool| tool.name.clone())
+        .collect();
+    let encoder = ResponseEncoder::new(id, echo, include_encrypted, custom_tools);
+    Ok((inbound, encoder))
 }
 
 #[cfg(test)]
@@ -403,6 +446,53 @@ mod tests {
     }
 
     #[test]
+    fn freeform_and_hosted_tools_and_custom_calls_are_modelled() {
+        let grammar = json!({"type": "grammar", "syntax": "lark", "definition": "start: /.+/"});
+        let inbound = parse(json!({"model": "m",
+            "input": [
+                {"role": "user", "content": "patch it"},
+                {"type": "custom_tool_call", "call_id": "c1", "name": "apply_patch", "input": "*** Begin"},
+                {"type": "custom_tool_call_output", "call_id": "c1", "output": "done"}
+            ],
+            "tools": [
+                {"type": "custom", "name": "apply_patch", "description": "Edit.", "format": grammar},
+                {"type": "web_search", "external_web_access": false}
+            ],
+            "tool_choice": {"type": "custom", "name": "apply_patch"}}))
+        .unwrap();
+        let request = &inbound.request;
+        let tools = &request.options.tools;
+        assert_eq!(
+            tools[0].kind,
+            tower_chat::ToolKind::Custom {
+                format: Some(grammar)
+            }
+        );
+        assert_eq!(tools[0].description, "Edit.");
+        assert!(
+            matches!(&tools[1].kind, tower_chat::ToolKind::Hosted(h) if h.tool_type() == "web_search"
+                && h.definition["external_web_access"] == false),
+            "{:?}",
+            tools[1]
+        );
+        assert_eq!(
+            request.options.tool_choice,
+            Some(ToolChoice::Tool("apply_patch".into()))
+        );
+        let Message::Assistant(assistant) = &request.messages[1] else {
+            panic!("{:?}", request.messages);
+        };
+        assert_eq!(
+            assistant.tool_calls[0],
+            tower_chat::ToolCall::custom("c1", "apply_patch", "*** Begin")
+        );
+        assert_eq!(
+            request.messages[2],
+            Message::Tool(ToolMessage::success("c1", "apply_patch", "done"))
+        );
+    }
+
+    #[test]
     fn schema_errors_say_what_and_where() {
         let message = |body: Value| parse(body).unwrap_err().message;
         assert!(message(json!({"model": "m"})).contains("input"));
@@ -418,9 +508,12 @@ mod tests {
             include.contains("include[1]") && include.contains("logprobs"),
             "{include}"
         );
-        let hosted =
-            message(json!({"model": "m", "input": "x", "tools": [{"type": "web_search"}]}));
-        assert!(hosted.contains("web_search"), "{hosted}");
+        let format = message(json!({"model": "m", "input": "x",
+            "tools": [{"type": "custom", "name": "apply_patch", "format": "lark"}]}));
+        assert!(
+            format.contains("tools[0]") && format.contains("`format`"),
+            "{format}"
+        );
         let call =
             message(json!({"model": "m", "input": [{"type": "function_call", "name": "f"}]}));
         assert!(
