@@ -1,7 +1,7 @@
 //! What an inbound wire format carries that no layer models: request fields, content parts and feature headers
 //! kept as the client sent them, for an upstream that speaks the same format.
 //!
-//! A gateway parses a client's body into a [`ChatRequest`]; whatever its typed model has no place for is kept
+//! A gateway parses a client's body into a [`ChatRequest`](crate::ChatRequest); whatever its typed model has no place for is kept
 //! here instead of refused, because real formats grow fields faster than any model of them. The leaf decides
 //! at the last moment, when the upstream is known: a leaf of the same [`ApiFormat`] sends the carried fields
 //! after its own (the client's order kept; a carried field replaces one of ours of the same name) and the
@@ -24,10 +24,6 @@ use std::sync::{Arc, Mutex};
 use http::{HeaderName, HeaderValue};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
-
-use crate::content::{Content, Part, ProviderPart};
-use crate::message::Message;
-use crate::request::ChatRequest;
 
 /// A request wire format, as spoken by a client and by an upstream.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -158,106 +154,4 @@ impl DroppedFields {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
             .clone()
     }
-}
-
-/// `request` as a leaf speaking `format` sends it: parts `keeps` refuses are taken out (a user message left
-/// with nothing is removed), and carried fields of another format too; each drop is logged and recorded.
-/// The request is cloned only when something is dropped.
-pub(crate) fn for_upstream(
-    mut request: ChatRequest,
-    format: Option<ApiFormat>,
-    keeps: impl Fn(&ProviderPart) -> bool,
-) -> ChatRequest {
-    let dropped = request.extensions.get::<DroppedFields>().cloned();
-    let note = |name: String| {
-        tracing::debug!(dropped = %name, "left out of the upstream call: another wire format's");
-        if let Some(dropped) = &dropped {
-            dropped.record(name);
-        }
-    };
-    if let Some(carried) = &request.options.carried {
-        if Some(carried.format) != format {
-            for name in carried.fields.keys() {
-                note(name.clone());
-            }
-            request.options.carried = None;
-        }
-    }
-    if let Some(forwarded) = request.extensions.get::<ForwardedHeaders>() {
-        if Some(forwarded.format) != format {
-            for (name, _) in &forwarded.headers {
-                note(name.as_str().to_owned());
-            }
-            if let Some(query) = &forwarded.query {
-                note(format!("?{query}"));
-            }
-        }
-    }
-    let foreign = |part: &Part| matches!(part, Part::Provider(raw) if !keeps(raw));
-    let any_foreign = request.messages.iter().any(|message| match message {
-        Message::User { content } | Message::System { content } => {
-            content.parts().iter().any(foreign)
-        }
-        Message::Tool(tool) => tool.content.parts().iter().any(foreign),
-        _ => false,
-    });
-    if any_foreign {
-        let messages = std::mem::take(&mut *request.messages);
-        let mut kept = Vec::with_capacity(messages.len());
-        for mut message in messages {
-            let user = matches!(message, Message::User { .. });
-            let content = match &mut message {
-                Message::User { content } | Message::System { content } => content,
-                Message::Tool(tool) => &mut tool.content,
-                _ => {
-                    kept.push(message);
-                    continue;
-                }
-            };
-            if content.parts().iter().any(foreign) {
-                for part in content.parts().iter().filter(|p| foreign(p)) {
-                    if let Part::Provider(raw) = part {
-                        let kind = raw.value.get("type").and_then(Value::as_str);
-                        note(format!("content:{}", kind.unwrap_or("untyped")));
-                    }
-                }
-                let parts: Vec<Part> = content
-                    .parts()
-                    .iter()
-                    .filter(|part| !foreign(part))
-                    .cloned()
-                    .collect();
-                if parts.is_empty() && user {
-                    continue;
-                }
-                *content = Content::from_parts(parts);
-            }
-            kept.push(message);
-        }
-        *request.messages = kept;
-    }
-    request
-}
-
-/// `body` (a leaf's JSON object) with the carried fields of `request` set in it, when they are in `format`.
-pub(crate) fn merge_carried(
-    body: Vec<u8>,
-    request: &ChatRequest,
-    format: Option<ApiFormat>,
-) -> Result<Vec<u8>, serde_json::Error> {
-    let Some(carried) = request
-        .options
-        .carried
-        .as_ref()
-        .filter(|c| Some(c.format) == format && !c.fields.is_empty())
-    else {
-        return Ok(body);
-    };
-    let mut value: Value = serde_json::from_slice(&body)?;
-    if let Value::Object(fields) = &mut value {
-        for (name, field) in &carried.fields {
-            fields.insert(name.clone(), field.clone());
-        }
-    }
-    serde_json::to_vec(&value)
 }
