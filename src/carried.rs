@@ -1,7 +1,7 @@
 //! What an inbound wire format carries that no layer models: request fields, content parts and feature headers
 //! kept as the client sent them, for an upstream that speaks the same format.
 //!
-//! A gateway parses a client's body into a [`ChatRequest`]; whatever its typed model has no place for is kept
+//! A gateway parses a client's body into a [`ChatRequest`](crate::ChatRequest); whatever its typed model has no place for is kept
 //! here instead of refused, because real formats grow fields faster than any model of them. The leaf decides
 //! at the last moment, when the upstream is known: a leaf of the same [`ApiFormat`] sends the carried fields
 //! after its own (the client's order kept; a carried field replaces one of ours of the same name, an object
@@ -25,12 +25,6 @@ use std::sync::{Arc, Mutex};
 use http::{HeaderName, HeaderValue};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
-
-use crate::content::{Content, Part, ProviderPart};
-use crate::error::{ChatError, ErrorKind};
-use crate::message::Message;
-use crate::request::{ChatRequest, ToolChoice, ToolSpec};
-use crate::tool_kind::{freeform_description, ToolKind, Unhosted};
 
 /// A request wire format, as spoken by a client and by an upstream.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -161,174 +155,4 @@ impl DroppedFields {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
             .clone()
     }
-}
-
-/// `request` as a leaf speaking `format` sends it: parts `keeps` refuses are taken out (a user message left
-/// with nothing is removed), and carried fields of another format too; each drop is logged and recorded.
-/// Tools are made fit for the format ([`for_format`]). The request is cloned only when something changes.
-pub(crate) fn for_upstream(
-    mut request: ChatRequest,
-    format: Option<ApiFormat>,
-    keeps: impl Fn(&ProviderPart) -> bool,
-) -> Result<ChatRequest, ChatError> {
-    let dropped = request.extensions.get::<DroppedFields>().cloned();
-    let note = |name: String| {
-        tracing::debug!(dropped = %name, "left out of the upstream call: another wire format's");
-        if let Some(dropped) = &dropped {
-            dropped.record(name);
-        }
-    };
-    for_format(&mut request, format, &note)?;
-    if let Some(carried) = &request.options.carried {
-        if Some(carried.format) != format {
-            for name in carried.fields.keys() {
-                note(name.clone());
-            }
-            request.options.carried = None;
-        }
-    }
-    if let Some(forwarded) = request.extensions.get::<ForwardedHeaders>() {
-        if Some(forwarded.format) != format {
-            for (name, _) in &forwarded.headers {
-                note(name.as_str().to_owned());
-            }
-            if let Some(query) = &forwarded.query {
-                note(format!("?{query}"));
-            }
-        }
-    }
-    let foreign = |part: &Part| matches!(part, Part::Provider(raw) if !keeps(raw));
-    let any_foreign = request.messages.iter().any(|message| match message {
-        Message::User { content } | Message::System { content } => {
-            content.parts().iter().any(foreign)
-        }
-        Message::Tool(tool) => tool.content.parts().iter().any(foreign),
-        _ => false,
-    });
-    if any_foreign {
-        let messages = std::mem::take(&mut *request.messages);
-        let mut kept = Vec::with_capacity(messages.len());
-        for mut message in messages {
-            let user = matches!(message, Message::User { .. });
-            let content = match &mut message {
-                Message::User { content } | Message::System { content } => content,
-                Message::Tool(tool) => &mut tool.content,
-                _ => {
-                    kept.push(message);
-                    continue;
-                }
-            };
-            if content.parts().iter().any(foreign) {
-                for part in content.parts().iter().filter(|p| foreign(p)) {
-                    if let Part::Provider(raw) = part {
-                        let kind = raw.value.get("type").and_then(Value::as_str);
-                        note(format!("content:{}", kind.unwrap_or("untyped")));
-                    }
-                }
-                let parts: Vec<Part> = content
-                    .parts()
-                    .iter()
-                    .filter(|part| !foreign(part))
-                    .cloned()
-                    .collect();
-                if parts.is_empty() && user {
-                    continue;
-                }
-                *content = Content::from_parts(parts);
-            }
-            kept.push(message);
-        }
-        *request.messages = kept;
-    }
-    Ok(request)
-}
-
-/// The request's tools as a leaf speaking `format` sends them: a hosted tool of another format is dropped or
-/// refused by its rule ([`HostedTool::elsewhere`]); a freeform tool goes to a provider without freeform tools
-/// as its one-string function, with its grammar in the description. Untouched (not copied) when no tool needs
-/// either.
-fn for_format(
-    request: &mut ChatRequest,
-    format: Option<ApiFormat>,
-    note: &impl Fn(String),
-) -> Result<(), ChatError> {
-    let freeform = format == Some(ApiFormat::Responses);
-    let foreign = |tool: &ToolSpec| match &tool.kind {
-        ToolKind::Function => false,
-        ToolKind::Custom { .. } => !freeform,
-        ToolKind::Hosted(hosted) => Some(hosted.format) != format,
-    };
-    if !request.options.tools.iter().any(foreign) {
-        return Ok(());
-    }
-    let mut kept = Vec::with_capacity(request.options.tools.len());
-    let mut gone = Vec::new();
-    for tool in request.options.tools.iter() {
-        match &tool.kind {
-            ToolKind::Hosted(hosted) if foreign(tool) => match hosted.elsewhere() {
-                Unhosted::Dropped => {
-                    note(format!("tool:{}", hosted.tool_type()));
-                    gone.push(tool.name.clone());
-                }
-                Unhosted::Refused => {
-                    return Err(ChatError::new(
-                        ErrorKind::Unsupported,
-                        format!(
-                        "the hosted tool `{}` cannot be served by this upstream: only {} runs it",
-                        hosted.tool_type(),
-                        hosted.hosted_by()
-                    ),
-                    )
-                    .refused_before_sending())
-                }
-            },
-            ToolKind::Custom { format } if foreign(tool) => {
-                let mut function = tool.clone();
-                function.description = freeform_description(&tool.description, format.as_ref());
-                kept.push(function);
-            }
-            _ => kept.push(tool.clone()),
-        }
-    }
-    let options = &mut *request.options;
-    *options.tools = kept;
-    // A choice of a tool that is no longer offered would be refused by the provider: the model chooses.
-    if matches!(&options.tool_choice, Some(ToolChoice::Tool(name)) if gone.contains(name)) {
-        options.tool_choice = Some(ToolChoice::Auto);
-    }
-    Ok(())
-}
-
-/// `body` (a leaf's JSON object) with the carried fields of `request` set in it, when they are in `format`. A
-/// carried object meets one of ours of the same name key by key (Responses' `text.verbosity` beside the
-/// `text.format` the leaf wrote); any other carried field replaces ours.
-pub(crate) fn merge_carried(
-    body: Vec<u8>,
-    request: &ChatRequest,
-    format: Option<ApiFormat>,
-) -> Result<Vec<u8>, serde_json::Error> {
-    let Some(carried) = request
-        .options
-        .carried
-        .as_ref()
-        .filter(|c| Some(c.format) == format && !c.fields.is_empty())
-    else {
-        return Ok(body);
-    };
-    let mut value: Value = serde_json::from_slice(&body)?;
-    if let Value::Object(fields) = &mut value {
-        for (name, field) in &carried.fields {
-            match (fields.get_mut(name), field) {
-                (Some(Value::Object(ours)), Value::Object(theirs)) => {
-                    for (key, value) in theirs {
-                        ours.insert(key.clone(), value.clone());
-                    }
-                }
-                _ => {
-                    fields.insert(name.clone(), field.clone());
-                }
-            }
-        }
-    }
-    serde_json::to_vec(&value)
 }

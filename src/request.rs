@@ -6,13 +6,13 @@ use std::sync::{Arc, OnceLock};
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::{Map, Value};
+use tokio_util::sync::CancellationToken;
 
 use crate::carried::Carried;
 use crate::context::{CallerIdentity, ConversationId};
 use crate::message::Message;
 use crate::reasoning_options::ReasoningOptions;
 use crate::tool_kind::{HostedTool, ToolKind};
-use crate::CancellationToken;
 
 /// A value shared by the copies of a request until one of them changes it (copy on write).
 ///

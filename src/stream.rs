@@ -49,7 +49,7 @@ impl<S> ChatService for S where
 
 /// End `stream` with an [`ErrorKind::Cancelled`](crate::ErrorKind::Cancelled) error item as soon as `token` is
 /// cancelled (the inner stream is dropped at once, which closes its connection).
-pub fn cancellable(stream: ChatStream, token: crate::CancellationToken) -> ChatStream {
+pub fn cancellable(stream: ChatStream, token: tokio_util::sync::CancellationToken) -> ChatStream {
     Box::pin(Cancellable {
         stream: Some(stream),
         cancelled: Box::pin(token.clone().cancelled_owned()),
@@ -59,7 +59,7 @@ pub fn cancellable(stream: ChatStream, token: crate::CancellationToken) -> ChatS
 
 struct Cancellable {
     stream: Option<ChatStream>,
-    token: crate::CancellationToken,
+    token: tokio_util::sync::CancellationToken,
     cancelled: Pin<Box<tokio_util::sync::WaitForCancellationFutureOwned>>,
 }
 

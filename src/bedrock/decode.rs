@@ -15,7 +15,7 @@ use serde_json::{json, Value};
 
 use super::error::BedrockError;
 use super::eventstream::{EventStreamFraming, Frame, MessageKind};
-use super::BEDROCK;
+use super::wire::BEDROCK;
 use crate::error::{ChatError, ErrorKind, TimeoutPhase};
 use crate::event::{ChatEvent, FinishReason, Usage};
 use crate::forced_answer::ForcedAnswerEvents;

@@ -82,9 +82,7 @@ use crate::event::ChatEvent;
 use crate::leaf::{ChatLeaf, ChatLeafBuilder, Provider, ProviderWire, RequestSigner};
 use crate::request::ChatRequest;
 use crate::transport::{resolve_model, ToolsJson};
-
-/// The provider family of Bedrock's reasoning continuations and parts.
-pub(crate) const BEDROCK: &str = "bedrock";
+use wire::BEDROCK;
 
 /// The Bedrock leaf service: [`ChatLeaf`] speaking [`Bedrock`]'s wire format.
 pub type BedrockChat = ChatLeaf<Bedrock>;

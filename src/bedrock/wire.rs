@@ -9,7 +9,6 @@ use serde::Serialize;
 use serde_json::value::RawValue;
 use serde_json::{json, Map, Value};
 
-use super::BEDROCK;
 use crate::content::{CacheHint, Content, DataUrl, MediaSource, Part};
 use crate::error::{ChatError, ErrorKind};
 use crate::forced_answer::{force_answer_tool, FORCED_ANSWER_TOOL};
@@ -20,6 +19,9 @@ use crate::transport::{cannot_serialize, merge_extra, ToolsJson};
 
 /// The provider name in errors about content this format cannot carry.
 const PROVIDER: &str = "Amazon Bedrock's Converse API";
+
+/// The provider family of Bedrock's reasoning continuations and parts.
+pub(crate) const BEDROCK: &str = "bedrock";
 
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]

@@ -10,6 +10,7 @@
 //! `bedrock` feature, `BedrockChat` (signing each request instead of sending a key) are this leaf with each
 //! provider.
 
+mod foreign;
 mod provider;
 mod token;
 
@@ -111,11 +112,11 @@ impl<P: Provider> tower_service::Service<ChatRequest> for ChatLeaf<P> {
         Box::pin(async move {
             let shared = &*this.shared;
             let default_model = shared.leaf.default_model.as_deref();
-            let request = crate::carried::for_upstream(request, P::API_FORMAT, |part| {
+            let request = foreign::for_upstream(request, P::API_FORMAT, |part| {
                 shared.provider.keeps_part(part)
             })?;
             let body = shared.provider.encode(&request, default_model)?;
-            let body = crate::carried::merge_carried(body, &request, P::API_FORMAT)
+            let body = foreign::merge_carried(body, &request, P::API_FORMAT)
                 .map_err(crate::transport::cannot_serialize)?;
             let url = shared
                 .provider

@@ -16,6 +16,7 @@ use hyper_util::rt::{TokioExecutor, TokioTimer};
 
 use super::body::SseChatStream;
 use super::connect::{StaleConnections, WatchedConnector};
+use super::deadline::with_timeout;
 use super::sent::SentCredentials;
 use super::status::{body_error, client_error, error_from_response, ErrorReaders};
 use crate::error::{ChatError, ErrorKind, TimeoutPhase};
@@ -182,22 +183,6 @@ impl HttpTransport {
         let collected =
             with_timeout(self.timeouts.idle, TimeoutPhase::Idle, body.collect()).await?;
         collected.map(|c| c.to_bytes()).map_err(body_error)
-    }
-}
-
-pub(super) async fn with_timeout<F: std::future::Future>(
-    limit: Option<Duration>,
-    phase: TimeoutPhase,
-    future: F,
-) -> Result<F::Output, ChatError> {
-    match limit {
-        Some(limit) => tokio::time::timeout(limit, future).await.map_err(|_| {
-            ChatError::new(
-                ErrorKind::Timeout(phase),
-                format!("no answer within {limit:?}"),
-            )
-        }),
-        None => Ok(future.await),
     }
 }
 

@@ -14,6 +14,7 @@
 mod body;
 mod client;
 mod connect;
+mod deadline;
 mod request;
 mod secret;
 mod sent;

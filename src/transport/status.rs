@@ -7,7 +7,7 @@ use http::{HeaderMap, StatusCode};
 use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 
-use super::client::with_timeout;
+use super::deadline::with_timeout;
 use super::sent::{Redactor, SentCredentials};
 use crate::error::{ChatError, ErrorKind, TimeoutPhase};
 

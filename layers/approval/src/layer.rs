@@ -3,24 +3,13 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tower_chat_function_invocation::ApprovalPolicy;
 use tower_layer::Layer;
 
 use crate::clock::{Clock, SystemClock};
 use crate::policy::{ApproverInput, ApproverRuleFn, PolicyFn, PolicyInput, Rules, Verdict};
 use crate::service::Approval;
+use crate::shared::Shared;
 use crate::store::{ApprovalStore, MemoryApprovalStore};
-
-/// What every service and stream of one layer shares.
-pub(crate) struct Shared {
-    pub(crate) store: Arc<dyn ApprovalStore>,
-    pub(crate) ttl: Duration,
-    /// Read when an id is issued (its expiry) and when a decision is checked against it.
-    pub(crate) clock: Arc<dyn Clock>,
-    pub(crate) approver_rule: Option<Arc<ApproverRuleFn>>,
-    /// The rules as the tool loop's hook, built once per service so a request only clones an `Arc`.
-    pub(crate) policy: ApprovalPolicy,
-}
 
 /// Human-in-the-loop approval for a tool loop, placed outside a
 /// [`FunctionInvocationLayer`](tower_chat_function_invocation::FunctionInvocationLayer).

@@ -142,6 +142,7 @@ mod placement;
 mod policy;
 mod record;
 mod service;
+mod shared;
 mod store;
 mod stream;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]

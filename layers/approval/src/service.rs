@@ -10,9 +10,9 @@ use tower_chat::{ApprovalDecisions, ChatError, ChatRequest, ChatStream, ModelInf
 use tower_chat_function_invocation::{ApprovalPolicy, InsideToolLoop, ToolLoopPresence};
 use tower_service::Service;
 
-use crate::layer::Shared;
 use crate::placement::ApprovalMisplaced;
 use crate::policy::compose;
+use crate::shared::Shared;
 use crate::stream::{ApprovalStream, Binding};
 use crate::verify;
 

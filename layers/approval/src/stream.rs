@@ -14,9 +14,9 @@ use tower_chat::{
 };
 use tower_chat_function_invocation::ToolLoopPresence;
 
-use crate::layer::Shared;
 use crate::placement::ApprovalMisplaced;
 use crate::record::{ApprovalContext, PendingApproval};
+use crate::shared::Shared;
 
 /// Who an approval issued for a request is bound to.
 #[derive(Clone, Debug)]

@@ -9,9 +9,9 @@ use tower_chat::{
 };
 
 use crate::error::{ApprovalRefused, Refusal, RefusalKind};
-use crate::layer::Shared;
 use crate::policy::{ApproverIdentity, ApproverInput};
 use crate::record::{AuditOutcome, AuditRecord, PendingApproval};
+use crate::shared::Shared;
 use crate::store::ApprovalStore;
 use crate::stream::is_well_formed;
 

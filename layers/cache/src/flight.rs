@@ -22,7 +22,6 @@ use tower_chat::{ChatError, ChatEvent, ChatStream, ErrorKind};
 
 use crate::answer::{replayed, whole, CachedAnswer};
 use crate::key::CacheKey;
-use crate::layer::CacheLayer;
 
 /// The flights in progress, by key.
 #[derive(Debug, Default)]
@@ -60,7 +59,7 @@ impl Flights {
     }
 
     /// Forget `flight`, if it is still the one of `key`.
-    fn leave(&self, key: &CacheKey, flight: &Arc<Flight>) {
+    pub(crate) fn leave(&self, key: &CacheKey, flight: &Arc<Flight>) {
         let mut map = lock(&self.map);
         if map.get(key).is_some_and(|f| Arc::ptr_eq(f, flight)) {
             map.remove(key);
@@ -140,21 +139,17 @@ impl Flight {
     }
 }
 
-/// Drive the upstream call of `flight` to its end, then store a storable answer and forget the flight.
+/// Drive the upstream call of `flight` to its end: the answer to store, when the call completed with a storable
+/// one. The caller stores it, then forgets the flight.
 pub(crate) async fn drive(
     call: impl Future<Output = Result<ChatStream, ChatError>>,
-    flight: Arc<Flight>,
-    layer: CacheLayer,
-    key: CacheKey,
-    ttl: Duration,
-) {
-    if run(call, &flight).await {
+    flight: &Flight,
+) -> Option<CachedAnswer> {
+    if run(call, flight).await {
         let events = lock(&flight.progress).events.clone();
-        if let Some(answer) = CachedAnswer::storable(events) {
-            layer.write(key, answer, ttl).await;
-        }
+        return CachedAnswer::storable(events);
     }
-    layer.runtime.flights.leave(&key, &flight);
+    None
 }
 
 /// Whether the upstream call completed.

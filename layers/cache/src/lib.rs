@@ -92,18 +92,21 @@
 #![warn(missing_debug_implementations, unreachable_pub)]
 
 mod answer;
+mod config;
 mod control;
 mod flight;
 mod key;
 mod layer;
 mod service;
+mod stats;
 pub mod store;
 
 pub use answer::CachedAnswer;
 pub use control::{CacheControl, CacheOutcome, CacheStatus, CacheTtl};
 pub use key::{CacheKey, CacheScope, EXTRA_FIELDS_NOT_IN_KEY};
-pub use layer::{CacheLayer, CacheStatsSnapshot};
+pub use layer::CacheLayer;
 pub use service::Cached;
+pub use stats::CacheStatsSnapshot;
 pub use store::{CacheStore, CacheStoreError, MemoryCacheStore};
 #[cfg(feature = "redis")]
 pub use store::{RedisCacheStore, RedisCacheStoreBuilder};

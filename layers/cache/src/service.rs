@@ -10,46 +10,35 @@ use tower_chat::{
 use tower_service::Service;
 use tracing::Instrument;
 
+use crate::config::Config;
 use crate::control::{CacheControl, CacheOutcome, CacheStatus, CacheTtl};
 use crate::flight::{drive, follow, wait_start, Role, Start};
 use crate::key::CacheKey;
-use crate::layer::CacheLayer;
 
 /// Answers a call from the cache, from an identical call in flight, or from the inner service; built by
-/// [`CacheLayer`].
+/// [`CacheLayer`](crate::CacheLayer).
 #[derive(Clone, Debug)]
 pub struct Cached<S> {
     inner: S,
-    layer: CacheLayer,
+    config: Config,
     /// The model a request that names none is sent to: the inner service's, read when the layer wrapped it.
     default_model: Option<Arc<str>>,
 }
 
 impl<S> Cached<S> {
-    /// Wrap `inner`, which reports no default model: requests that name no model are keyed under none. (The
-    /// layer reads the default model from an inner service that implements [`ModelInfo`].)
-    pub fn new(inner: S, layer: CacheLayer) -> Self {
-        Cached::with_default_model(inner, layer, None)
-    }
-
-    /// Wrap `inner`, keying requests that name no model under `default_model`.
-    pub fn with_default_model(
-        inner: S,
-        layer: CacheLayer,
-        default_model: Option<Arc<str>>,
-    ) -> Self {
+    /// Wrap `inner` with a layer's configuration, keying requests that name no model under `default_model`.
+    pub(crate) fn from_config(inner: S, config: Config, default_model: Option<Arc<str>>) -> Self {
         Cached {
             inner,
-            layer,
+            config,
             default_model,
         }
     }
 
     tower_chat::define_inner_service_accessors!();
 
-    /// The layer (statistics, configuration).
-    pub fn layer(&self) -> &CacheLayer {
-        &self.layer
+    pub(crate) fn config(&self) -> &Config {
+        &self.config
     }
 }
 
@@ -77,20 +66,20 @@ where
         // clone-and-swap), which is polled ready before its own call.
         let fresh = self.inner.clone();
         let inner = std::mem::replace(&mut self.inner, fresh);
-        let layer = self.layer.clone();
+        let config = self.config.clone();
         let model = request
             .options
             .model
             .as_deref()
             .map(Arc::from)
             .or_else(|| self.default_model.clone());
-        Box::pin(respond(inner, layer, model, request))
+        Box::pin(respond(inner, config, model, request))
     }
 }
 
 /// Tell the caller (and the statistics) how the call is served.
-fn settle(layer: &CacheLayer, request: &ChatRequest, status: CacheStatus) {
-    layer.runtime.stats.count(status);
+fn settle(config: &Config, request: &ChatRequest, status: CacheStatus) {
+    config.runtime.stats.count(status);
     if let Some(outcome) = request.extensions.get::<CacheOutcome>() {
         outcome.set(status);
     }
@@ -107,7 +96,7 @@ fn for_caller(stream: ChatStream, token: Option<CancellationToken>) -> ChatStrea
 
 async fn respond<S>(
     mut inner: S,
-    layer: CacheLayer,
+    config: Config,
     model: Option<Arc<str>>,
     request: ChatRequest,
 ) -> Result<ChatStream, ChatError>
@@ -119,44 +108,44 @@ where
     let ttl = request
         .extensions
         .get::<CacheTtl>()
-        .map_or_else(|| layer.ttl_of(model.as_deref()), |ttl| ttl.0);
+        .map_or_else(|| config.ttl_of(model.as_deref()), |ttl| ttl.0);
     if control == Some(CacheControl::NoStore) || ttl.is_zero() {
-        settle(&layer, &request, CacheStatus::Bypass);
+        settle(&config, &request, CacheStatus::Bypass);
         return inner.call(request).await;
     }
 
-    let key = CacheKey::of(&request, model.as_deref(), &layer.scope);
+    let key = CacheKey::of(&request, model.as_deref(), &config.scope);
     let streamed = request.options.stream;
     let token = request.cancellation().cloned();
     if control != Some(CacheControl::NoCache) {
-        if let Some(answer) = layer.read(key).await {
-            settle(&layer, &request, CacheStatus::Hit);
+        if let Some(answer) = config.read(key).await {
+            settle(&config, &request, CacheStatus::Hit);
             return Ok(for_caller(answer.replay(streamed), token));
         }
     }
 
-    match layer.runtime.flights.enter(key) {
+    match config.runtime.flights.enter(key) {
         Role::Follow(flight, mut receiver) => {
-            match wait_start(&flight, &mut receiver, Some(layer.follow_timeout)).await {
+            match wait_start(&flight, &mut receiver, Some(config.follow_timeout)).await {
                 Start::Started => {
-                    settle(&layer, &request, CacheStatus::Joined);
+                    settle(&config, &request, CacheStatus::Joined);
                     Ok(for_caller(follow(flight, receiver, streamed, true), token))
                 }
                 Start::Failed(error) => {
-                    settle(&layer, &request, CacheStatus::Joined);
+                    settle(&config, &request, CacheStatus::Joined);
                     Err(error)
                 }
                 Start::GiveUp => {
                     drop(receiver);
                     // The call this one joined is stuck or gone: call the model directly (not stored: the call
                     // in flight, if it completes, stores its own answer).
-                    settle(&layer, &request, CacheStatus::Miss);
+                    settle(&config, &request, CacheStatus::Miss);
                     inner.call(request).await
                 }
             }
         }
         Role::Lead(flight, mut receiver) => {
-            settle(&layer, &request, CacheStatus::Miss);
+            settle(&config, &request, CacheStatus::Miss);
             // The upstream call belongs to everyone who joins it: the leader's cancellation token stays with the
             // leader's own stream (below), and the call stops early only when every caller has left.
             let mut upstream = request;
@@ -165,7 +154,13 @@ where
             }
             let call = inner.call(upstream);
             // In the leader's span, so that what the layers below trace sits under the call that started it.
-            let driving = drive(call, flight.clone(), layer, key, ttl);
+            let led = flight.clone();
+            let driving = async move {
+                if let Some(answer) = drive(call, &led).await {
+                    config.write(key, answer, ttl).await;
+                }
+                config.runtime.flights.leave(&key, &led);
+            };
             tokio::spawn(driving.instrument(tracing::Span::current()));
             match wait_start(&flight, &mut receiver, None).await {
                 Start::Failed(error) => Err(error),

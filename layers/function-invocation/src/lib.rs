@@ -103,6 +103,7 @@
 #![deny(missing_docs)]
 #![warn(missing_debug_implementations, unreachable_pub)]
 
+mod config;
 mod execute;
 mod into_tool;
 mod layer;

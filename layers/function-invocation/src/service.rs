@@ -8,7 +8,7 @@ use pin_project_lite::pin_project;
 use tower_chat::{ChatError, ChatRequest, ChatStream, ModelInfo, ModelMetadata};
 use tower_service::Service;
 
-use crate::layer::Config;
+use crate::config::Config;
 use crate::stream::{LoopCore, State, ToolLoop};
 use crate::toolset::{RequestTools, Resolved};
 

@@ -29,8 +29,8 @@ use tower_chat::{
 };
 use tower_service::Service;
 
+use crate::config::Config;
 use crate::execute::{self, Execution, Outcome};
-use crate::layer::Config;
 use crate::placement::{InsideToolLoop, ToolLoopPresence};
 use crate::policy::{stricter, ApprovalPolicy, ApprovalVerdict, ToolFailureKind};
 use crate::tool::{CompiledTool, ToolContext};

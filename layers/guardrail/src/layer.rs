@@ -93,3 +93,10 @@ impl<S> Layer<S> for GuardrailLayer {
         Guardrail::new(inner, self.clone())
     }
 }
+
+impl<S> Guardrail<S> {
+    /// Wrap `inner` with the layer's policy.
+    pub fn new(inner: S, layer: GuardrailLayer) -> Self {
+        Guardrail::with_policy(inner, layer.policy)
+    }
+}

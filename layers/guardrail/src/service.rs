@@ -8,12 +8,11 @@ use std::task::{Context, Poll};
 use tower_chat::{ChatError, ChatRequest, ChatStream, GuardrailAudit, ModelInfo, ModelMetadata};
 use tower_service::Service;
 
-use crate::layer::GuardrailLayer;
 use crate::policy::Policy;
 use crate::request::check_request;
 use crate::stream::OutputGuard;
 
-/// A chat service under a content policy (built by [`GuardrailLayer`]).
+/// A chat service under a content policy (built by [`GuardrailLayer`](crate::GuardrailLayer)).
 #[derive(Clone, Debug)]
 pub struct Guardrail<S> {
     inner: S,
@@ -21,12 +20,9 @@ pub struct Guardrail<S> {
 }
 
 impl<S> Guardrail<S> {
-    /// Wrap `inner` with the layer's policy.
-    pub fn new(inner: S, layer: GuardrailLayer) -> Self {
-        Guardrail {
-            inner,
-            policy: layer.policy,
-        }
+    /// Wrap `inner` with a layer's policy.
+    pub(crate) fn with_policy(inner: S, policy: Arc<Policy>) -> Self {
+        Guardrail { inner, policy }
     }
 
     /// The inner service.

@@ -98,15 +98,17 @@ mod limits;
 mod media;
 mod plan;
 mod service;
+mod shared;
 pub mod store;
 mod stream;
 mod window;
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use estimate::estimate_input_tokens;
-pub use layer::{LimitStats, LimitsLayer, ScopeUsage, StoreFailure, UsageReport};
+pub use layer::{LimitsLayer, ScopeUsage, UsageReport};
 pub use limits::{CounterKind, LimitPolicy, Limits, Scope, ScopeKey, WindowLimit, ANONYMOUS};
 pub use service::{Limited, ResponseFuture};
+pub use shared::{LimitStats, StoreFailure};
 pub use store::{
     Admission, CounterUsage, Demand, LimitStore, LimitStoreError, MemoryStore, Rejection,
     StoreReply, Ticket, CONCURRENT_RETRY_AFTER,

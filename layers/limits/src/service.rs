@@ -10,34 +10,30 @@ use pin_project_lite::pin_project;
 use tower_chat::{ChatError, ChatRequest, ChatStream, ModelInfo, ModelMetadata};
 use tower_service::Service;
 
-use crate::layer::{LimitsLayer, Prepared, Shared};
+use crate::shared::Shared;
 use crate::store::{Admission, LimitStoreError, StoreReply};
+use crate::stream::{LimitedStream, Prepared};
 
-/// Checks every call against the limits before calling the inner service; built by [`LimitsLayer`].
+/// Checks every call against the limits before calling the inner service; built by
+/// [`LimitsLayer`](crate::LimitsLayer).
 #[derive(Clone, Debug)]
 pub struct Limited<S> {
     inner: S,
-    layer: LimitsLayer,
+    shared: Arc<Shared>,
     /// The model a request that names none is counted under: the inner service's, read when the layer wrapped it.
     default_model: Option<Arc<str>>,
 }
 
 impl<S> Limited<S> {
-    /// Wrap `inner`, which reports no default model: requests that name no model count under none. (The layer
-    /// reads the default model from an inner service that implements [`ModelInfo`].)
-    pub fn new(inner: S, layer: LimitsLayer) -> Self {
-        Limited::with_default_model(inner, layer, None)
-    }
-
-    /// Wrap `inner`, counting requests that name no model under `default_model`.
-    pub fn with_default_model(
+    /// Wrap `inner` with a layer's shared state, counting requests that name no model under `default_model`.
+    pub(crate) fn from_shared(
         inner: S,
-        layer: LimitsLayer,
+        shared: Arc<Shared>,
         default_model: Option<Arc<str>>,
     ) -> Self {
         Limited {
             inner,
-            layer,
+            shared,
             default_model,
         }
     }
@@ -49,9 +45,8 @@ impl<S> Limited<S> {
 
     tower_chat::define_inner_service_accessors!();
 
-    /// The layer (usage, stats).
-    pub fn layer(&self) -> &LimitsLayer {
-        &self.layer
+    pub(crate) fn shared(&self) -> &Arc<Shared> {
+        &self.shared
     }
 }
 
@@ -74,9 +69,9 @@ where
     }
 
     fn call(&mut self, request: ChatRequest) -> Self::Future {
-        let shared = &self.layer.shared;
+        let shared = &self.shared;
         let mut prepared = match shared.prepare(&request, self.default_model.as_deref()) {
-            Ok(prepared) => prepared,
+            Ok(lease) => LimitedStream::prepared(lease),
             Err(error) => return ResponseFuture::failed(error),
         };
         // The inner service that was polled ready goes with this call (axum's clone-and-swap): a store that
@@ -84,7 +79,7 @@ where
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);
         let state = match shared.store.reserve(prepared.lease().ticket()) {
-            StoreReply::Ready(answer) => match shared.admitted(&mut prepared, answer) {
+            StoreReply::Ready(answer) => match shared.admitted(prepared.lease_mut(), answer) {
                 Ok(checked) => State::Calling {
                     future: inner.call(request),
                     call: checked.then_some(prepared),
@@ -176,7 +171,7 @@ where
                     let (shared, mut prepared, mut inner, request) = *waiting
                         .take()
                         .expect("ResponseFuture polled after completion");
-                    let next = match shared.admitted(&mut prepared, answer) {
+                    let next = match shared.admitted(prepared.lease_mut(), answer) {
                         Ok(checked) => State::Calling {
                             future: inner.call(request),
                             call: checked.then_some(prepared),

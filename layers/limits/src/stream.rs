@@ -8,7 +8,12 @@ use std::task::{Context, Poll};
 use futures_core::Stream;
 use tower_chat::{ChatError, ChatEvent, ChatStream, Usage};
 
-use crate::layer::Lease;
+use crate::shared::Lease;
+
+/// A call checked against the policy, before the store is asked: the response stream it will return, with
+/// its lease inside and no inner stream yet. One allocation carries the call from admission to settlement (the
+/// future moves a pointer, and the stream needs no second box).
+pub(crate) type Prepared = Box<LimitedStream>;
 
 /// The stream a [`crate::Limited`] service returns.
 ///
@@ -35,22 +40,27 @@ impl fmt::Debug for LimitedStream {
 
 impl LimitedStream {
     /// A call's stream before it has an inner stream: the lease travels in it from admission on.
-    pub(crate) fn new(lease: Lease) -> Self {
-        LimitedStream {
-            inner: None,
-            lease,
-            ended: false,
-        }
+    pub(crate) fn prepared(lease: Lease) -> Prepared {
+        // Allocated first and filled in place: built on the stack, the ~150-byte stream would be copied.
+        let boxed = Box::<LimitedStream>::new_uninit();
+        Box::write(
+            boxed,
+            LimitedStream {
+                inner: None,
+                lease,
+                ended: false,
+            },
+        )
     }
 
     pub(crate) fn lease(&self) -> &Lease {
         &self.lease
     }
 
-    /// The store admitted the call.
+    /// The lease, for the store's answer to arm.
     #[inline]
-    pub(crate) fn arm(&mut self) {
-        self.lease.arm();
+    pub(crate) fn lease_mut(&mut self) -> &mut Lease {
+        &mut self.lease
     }
 
     /// The inner service answered: pass its events through from now on.

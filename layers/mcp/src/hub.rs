@@ -12,7 +12,8 @@ use tower_chat_function_invocation::{CompiledTool, ToolSet};
 
 use crate::config::McpServerConfig;
 use crate::rejected::RejectedTool;
-use crate::server::{supervise, McpServerStatus, Server};
+use crate::running::StopOnDrop;
+use crate::server::{supervise, Listings, McpServerStatus, Server};
 use crate::tool::McpTool;
 
 /// The longest tool name providers accept.
@@ -52,27 +53,6 @@ pub(crate) struct HubInner {
     running: Arc<StopOnDrop>,
     /// How many schemas the hub has compiled: each listing's once (see `rebuild`).
     compilations: AtomicUsize,
-}
-
-/// Stops the servers when the last holder goes: the hub and every tool it made hold one.
-///
-/// The tools must keep the servers up, not only the hub: a request carries the tools it was offered in its
-/// extensions, and its stream runs their calls after the service that offered them is gone (`oneshot` drops the
-/// service as soon as it returns the stream). When only the hub held the servers, the tool calls of such a stream
-/// failed with rmcp's "Transport closed", on any runtime flavour and both transports (the former `no_run` doc
-/// example; `tests/lifetime.rs`). No cycle: this guard holds only a token, not the hub.
-pub(crate) struct StopOnDrop(CancellationToken);
-
-impl StopOnDrop {
-    pub(crate) fn is_stopped(&self) -> bool {
-        self.0.is_cancelled()
-    }
-}
-
-impl Drop for StopOnDrop {
-    fn drop(&mut self) {
-        self.0.cancel();
-    }
 }
 
 /// The tools offered now, and per tool where it comes from.
@@ -135,7 +115,7 @@ impl McpTools {
             let (tx, rx) = tokio::sync::oneshot::channel();
             tokio::spawn(supervise(
                 server.clone(),
-                Arc::downgrade(&inner),
+                Arc::<HubInner>::downgrade(&inner),
                 inner.shutdown.clone(),
                 tx,
             ));
@@ -308,6 +288,12 @@ impl HubInner {
         }
         *self.snapshot.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(next);
         self.version.send_modify(|v| *v += 1);
+    }
+}
+
+impl Listings for HubInner {
+    fn rebuild(&self) {
+        HubInner::rebuild(self);
     }
 }
 

@@ -89,6 +89,7 @@ mod hub;
 mod layer;
 mod policy;
 mod rejected;
+mod running;
 mod server;
 mod tool;
 

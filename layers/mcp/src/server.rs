@@ -17,7 +17,6 @@ use tokio::sync::Notify;
 use tower_chat::CancellationToken;
 
 use crate::config::{HttpConfig, McpServerConfig, McpTransport, StdioConfig};
-use crate::hub::HubInner;
 
 /// How many of a child's last stderr lines are kept for error reports.
 const STDERR_TAIL_LINES: usize = 20;
@@ -25,6 +24,12 @@ const STDERR_TAIL_LINES: usize = 20;
 const SSE_RETRIES: usize = 3;
 /// How long to wait for a failed child's stderr to reach its end before reporting without the rest.
 const STDERR_DRAIN: Duration = Duration::from_secs(2);
+
+/// Whom a server's supervisor tells that its listing changed: the hub, which recomputes the offered tools.
+pub(crate) trait Listings: Send + Sync {
+    /// Recompute the offered tools from every server's latest listing.
+    fn rebuild(&self);
+}
 
 /// Where one server stands, as [`McpTools::status`](crate::McpTools::status) reports it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -172,7 +177,7 @@ type Running = RunningService<RoleClient, Handler>;
 /// ended connection wait out the backoff and connect again. `first` hears how the first attempt went.
 pub(crate) async fn supervise(
     server: Arc<Server>,
-    hub: Weak<HubInner>,
+    hub: Weak<dyn Listings>,
     shutdown: CancellationToken,
     first: tokio::sync::oneshot::Sender<()>,
 ) {
@@ -240,7 +245,7 @@ enum Ended {
 /// Serve one connection: refresh the listing on every change notification, until the connection ends.
 async fn follow(
     server: &Arc<Server>,
-    hub: &Weak<HubInner>,
+    hub: &Weak<dyn Listings>,
     running: Running,
     tools_changed: &Notify,
     shutdown: &CancellationToken,
@@ -279,7 +284,7 @@ async fn list_tools(peer: &Peer<RoleClient>) -> Result<Vec<rmcp::model::Tool>, r
 
 fn publish(
     server: &Server,
-    hub: &Weak<HubInner>,
+    hub: &Weak<dyn Listings>,
     peer: Option<Peer<RoleClient>>,
     tools: Vec<rmcp::model::Tool>,
 ) {
@@ -288,7 +293,7 @@ fn publish(
     rebuild(hub);
 }
 
-fn rebuild(hub: &Weak<HubInner>) {
+fn rebuild(hub: &Weak<dyn Listings>) {
     if let Some(hub) = hub.upgrade() {
         hub.rebuild();
     }

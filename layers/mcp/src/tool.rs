@@ -9,7 +9,7 @@ use serde_json::Value;
 use tower_chat::{AudioPart, Blob, FilePart, ImagePart, MediaSource, Part, ToolSpec};
 use tower_chat_function_invocation::{Tool, ToolContext, ToolError, ToolHints, ToolOutput};
 
-use crate::hub::StopOnDrop;
+use crate::running::StopOnDrop;
 use crate::server::Server;
 
 /// One tool of one server, under the name the model sees.

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use tower_chat::{ModelInfo, PriceTable};
 use tower_layer::Layer;
 
+use crate::config::Config;
 use crate::recorder::{FailurePolicy, PersistenceStats, Recorder};
 use crate::service::Persistence;
 use crate::store::{Store, StoreError};
@@ -22,11 +23,7 @@ use crate::store::{Store, StoreError};
 /// reports through [`ModelInfo`]: nothing to repeat here.
 #[derive(Clone, Debug)]
 pub struct PersistenceLayer {
-    pub(crate) recorder: Recorder,
-    pub(crate) in_flight: bool,
-    pub(crate) prices: Option<Arc<PriceTable>>,
-    buffer: usize,
-    max_batch: usize,
+    config: Config,
 }
 
 impl PersistenceLayer {
@@ -39,46 +36,53 @@ impl PersistenceLayer {
     pub fn shared(store: Arc<dyn Store>) -> Self {
         let (buffer, max_batch) = (1024, 128);
         PersistenceLayer {
-            recorder: Recorder::new(store, FailurePolicy::default(), buffer, max_batch),
-            in_flight: false,
-            prices: None,
-            buffer,
-            max_batch,
+            config: Config {
+                recorder: Recorder::new(store, FailurePolicy::default(), buffer, max_batch),
+                in_flight: false,
+                prices: None,
+                buffer,
+                max_batch,
+            },
         }
     }
 
     /// A fresh (not yet started) writer with these settings. Options are set while the stack is built, before
     /// any record exists; layers cloned earlier keep their own writer.
     fn with_writer(mut self, policy: FailurePolicy, buffer: usize, max_batch: usize) -> Self {
-        self.recorder = Recorder::new(self.recorder.store().clone(), policy, buffer, max_batch);
-        self.buffer = buffer;
-        self.max_batch = max_batch;
+        self.config.recorder = Recorder::new(
+            self.config.recorder.store().clone(),
+            policy,
+            buffer,
+            max_batch,
+        );
+        self.config.buffer = buffer;
+        self.config.max_batch = max_batch;
         self
     }
 
     /// Price every record with this table ([`crate::CallRecord::cost`]): the requested model's price, else the
     /// answering model's. Use the same table as the limits layer so budgets and records agree.
     pub fn prices(mut self, prices: PriceTable) -> Self {
-        self.prices = Some(Arc::new(prices));
+        self.config.prices = Some(Arc::new(prices));
         self
     }
 
     /// How many finished records may wait for the writer (default 1024). What happens when it is full depends
     /// on the [`FailurePolicy`].
     pub fn buffer(self, records: usize) -> Self {
-        let (policy, max_batch) = (self.policy(), self.max_batch);
+        let (policy, max_batch) = (self.policy(), self.config.max_batch);
         self.with_writer(policy, records, max_batch)
     }
 
     /// The most records written in one transaction (default 128).
     pub fn max_batch(self, records: usize) -> Self {
-        let (policy, buffer) = (self.policy(), self.buffer);
+        let (policy, buffer) = (self.policy(), self.config.buffer);
         self.with_writer(policy, buffer, records)
     }
 
     /// What a store failure does to calls (default [`FailurePolicy::FailClosed`]).
     pub fn failure_policy(self, policy: FailurePolicy) -> Self {
-        let (buffer, max_batch) = (self.buffer, self.max_batch);
+        let (buffer, max_batch) = (self.config.buffer, self.config.max_batch);
         self.with_writer(policy, buffer, max_batch)
     }
 
@@ -92,30 +96,30 @@ impl PersistenceLayer {
     /// serving when it died (the "process killed mid-stream" case, which otherwise leaves no trace). Costs a
     /// second write per call; the start record is handed over without waiting, like a dropped stream's.
     pub fn record_in_flight(mut self, enabled: bool) -> Self {
-        self.in_flight = enabled;
+        self.config.in_flight = enabled;
         self
     }
 
     /// The store records go to (for the read API).
     pub fn store(&self) -> &Arc<dyn Store> {
-        self.recorder.store()
+        self.config.recorder.store()
     }
 
     /// The failure policy in force.
     pub fn policy(&self) -> FailurePolicy {
-        self.recorder.policy()
+        self.config.recorder.policy()
     }
 
     /// The writer's counters.
     pub fn stats(&self) -> PersistenceStats {
-        self.recorder.stats()
+        self.config.recorder.stats()
     }
 
     /// Wait until every record handed to the writer before this call has been written (visible to every
     /// connection to the database) or has failed. Call it before shutting down: records still in the buffer
     /// when the process ends are lost.
     pub async fn flush(&self) -> Result<(), StoreError> {
-        self.recorder.flush().await
+        self.config.recorder.flush().await
     }
 }
 
@@ -126,6 +130,22 @@ impl<S: ModelInfo> Layer<S> for PersistenceLayer {
 
     fn layer(&self, inner: S) -> Self::Service {
         let provider: Arc<str> = Arc::from(inner.model_metadata().provider.as_ref());
-        Persistence::with_provider(inner, self.clone(), Some(provider))
+        Persistence::from_config(inner, self.config.clone(), Some(provider))
+    }
+}
+
+/// Building a [`Persistence`] by hand, from a layer.
+impl<S> Persistence<S> {
+    /// Wrap `inner`, recording through `layer`'s writer, with no provider name: for an inner service that
+    /// implements no [`ModelInfo`] (`Layer::layer` reads the provider from it otherwise).
+    pub fn new(inner: S, layer: PersistenceLayer) -> Self {
+        Persistence::from_config(inner, layer.config, None)
+    }
+
+    /// The layer this service was built from (store, stats, flush), sharing its writer.
+    pub fn layer(&self) -> PersistenceLayer {
+        PersistenceLayer {
+            config: self.config().clone(),
+        }
     }
 }

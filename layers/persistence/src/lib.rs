@@ -96,6 +96,8 @@
 #![cfg_attr(not(any(feature = "sqlite", feature = "postgres")), allow(dead_code))]
 
 mod call_log;
+mod config;
+mod draft;
 mod layer;
 mod record;
 mod recorder;

@@ -8,52 +8,41 @@ use std::time::SystemTime;
 
 use pin_project_lite::pin_project;
 use tower_chat::{
-    ChatError, ChatOptions, ChatRequest, ChatStream, ConversationId, ErrorKind, EstimatedUsage,
-    GuardrailAudit, ModelInfo, ModelMetadata, PriceTable, ResponseBuilder, Shared, Usage,
+    ChatError, ChatRequest, ChatStream, ConversationId, EstimatedUsage, GuardrailAudit, ModelInfo,
+    ModelMetadata, ResponseBuilder,
 };
 use tower_service::Service;
 
-use crate::layer::PersistenceLayer;
+use crate::config::Config;
+use crate::draft::{outcome_of_error, Draft};
 use crate::record::{
-    round_index, stored_options, CallId, CallOutcome, CallRecord, RecordedError, RecordedRequest,
-    RequestId, RequestSize, RequestedCallId,
+    round_index, stored_options, CallId, CallOutcome, RecordedRequest, RequestId, RequestedCallId,
 };
 use crate::recorder::Recorder;
 use crate::stream::RecordingStream;
 
-/// Records every call to the inner service; built by [`PersistenceLayer`].
+/// Records every call to the inner service; built by [`PersistenceLayer`](crate::PersistenceLayer).
 #[derive(Clone, Debug)]
 pub struct Persistence<S> {
     inner: S,
-    layer: PersistenceLayer,
+    config: Config,
     /// The provider recorded with every call: the inner service's ([`ModelInfo`]) when the layer built this.
     provider: Option<Arc<str>>,
 }
 
 impl<S> Persistence<S> {
-    /// Wrap `inner`, recording through `layer`'s writer, with no provider name: for an inner service that
-    /// implements no [`ModelInfo`] (`Layer::layer` reads the provider from it otherwise).
-    pub fn new(inner: S, layer: PersistenceLayer) -> Self {
-        Persistence::with_provider(inner, layer, None)
-    }
-
-    pub(crate) fn with_provider(
-        inner: S,
-        layer: PersistenceLayer,
-        provider: Option<Arc<str>>,
-    ) -> Self {
+    pub(crate) fn from_config(inner: S, config: Config, provider: Option<Arc<str>>) -> Self {
         Persistence {
             inner,
-            layer,
+            config,
             provider,
         }
     }
 
     tower_chat::define_inner_service_accessors!();
 
-    /// The layer (store, stats, flush).
-    pub fn layer(&self) -> &PersistenceLayer {
-        &self.layer
+    pub(crate) fn config(&self) -> &Config {
+        &self.config
     }
 }
 
@@ -111,7 +100,7 @@ where
             round_index: round_index(&request.messages),
             started_at,
             provider: self.provider.clone(),
-            prices: self.layer.prices.clone(),
+            prices: self.config.prices.clone(),
             request: RecordedRequest {
                 messages: request.messages.clone(),
                 options: stored_options(&request.options),
@@ -120,140 +109,15 @@ where
             estimate,
             audit,
         };
-        if self.layer.in_flight {
-            self.layer.recorder.submit(draft.in_flight());
+        if self.config.in_flight {
+            self.config.recorder.submit(draft.in_flight());
         }
         ResponseFuture {
             inner: self.inner.call(request),
             pending: PendingRecord {
                 draft: Some(draft),
-                recorder: self.layer.recorder.clone(),
+                recorder: self.config.recorder.clone(),
             },
-        }
-    }
-}
-
-/// What is known of a call before its response: everything but the outcome.
-#[derive(Debug)]
-pub(crate) struct Draft {
-    call_id: CallId,
-    conversation_id: ConversationId,
-    caller: Option<tower_chat::CallerIdentity>,
-    request_id: Option<RequestId>,
-    round_index: u32,
-    started_at: SystemTime,
-    provider: Option<Arc<str>>,
-    prices: Option<Arc<PriceTable>>,
-    request: RecordedRequest,
-    /// Set by an inner layer that charged the call an estimate (read when the record is built).
-    estimate: EstimatedUsage,
-    /// Filled by a guardrail layer inside (read when the record is built).
-    audit: GuardrailAudit,
-}
-
-impl Draft {
-    /// The record of the call as it starts.
-    fn in_flight(&self) -> CallRecord {
-        CallRecord {
-            call_id: self.call_id.clone(),
-            conversation_id: self.conversation_id.clone(),
-            caller: self.caller.clone(),
-            request_id: self.request_id.clone(),
-            round_index: self.round_index,
-            started_at: self.started_at,
-            first_token_at: None,
-            ended_at: self.started_at,
-            provider: self.provider.as_deref().map(str::to_owned),
-            model: self.request.options.model.clone(),
-            request: self.request.clone(),
-            response: tower_chat::ChatResponse::default(),
-            outcome: CallOutcome::InFlight,
-            cost: None,
-            usage_estimated: false,
-            guardrail: Vec::new(),
-        }
-    }
-
-    /// The request as recorded for a call refused before it was sent: its size and model, not its messages
-    /// (nor the tools and options, which a request can make as large as its messages).
-    fn omit_request(&mut self) {
-        let messages = std::mem::take(&mut self.request.messages);
-        self.request = RecordedRequest {
-            omitted: Some(RequestSize::of(&messages)),
-            messages: Shared::new(Vec::new()),
-            options: Shared::new(ChatOptions {
-                model: self.request.options.model.clone(),
-                ..ChatOptions::default()
-            }),
-        };
-    }
-
-    pub(crate) fn finish(
-        mut self,
-        builder: ResponseBuilder,
-        first_token_at: Option<SystemTime>,
-        outcome: CallOutcome,
-    ) -> CallRecord {
-        // A stream cut midway keeps the tool calls it was still streaming, with their argument text so far.
-        let mut response = builder.finish_with_open_calls();
-        // A policy inside redacted the request: what was sent is what is kept.
-        if self.request.omitted.is_none() {
-            if let Some(sent) = self.audit.sent_messages() {
-                self.request.messages = sent;
-            }
-        }
-        // No usage reported, and an inner layer charged an estimate: the record carries what was charged.
-        let estimated = match self.estimate.get() {
-            Some(estimate) if response.usage == Usage::default() => {
-                response.usage = estimate;
-                true
-            }
-            _ => false,
-        };
-        let cost = self.prices.as_deref().and_then(|prices| {
-            [
-                self.request.options.model.as_deref(),
-                response.model.as_deref(),
-            ]
-            .into_iter()
-            .flatten()
-            .find_map(|model| prices.cost(model, &response.usage))
-        });
-        CallRecord {
-            cost,
-            model: response
-                .model
-                .clone()
-                .or_else(|| self.request.options.model.clone()),
-            call_id: self.call_id,
-            conversation_id: self.conversation_id,
-            caller: self.caller,
-            request_id: self.request_id,
-            round_index: self.round_index,
-            started_at: self.started_at,
-            first_token_at,
-            ended_at: SystemTime::now(),
-            provider: self.provider.as_deref().map(str::to_owned),
-            request: self.request,
-            response,
-            outcome,
-            usage_estimated: estimated,
-            guardrail: self.audit.verdicts(),
-        }
-    }
-}
-
-/// The outcome of an error that ended a call; `output_began` says whether any event arrived before it.
-pub(crate) fn outcome_of_error(error: &ChatError, output_began: bool) -> CallOutcome {
-    if *error.kind() == ErrorKind::Cancelled {
-        CallOutcome::Cancelled
-    } else if output_began {
-        CallOutcome::Interrupted {
-            error: Some(RecordedError::from(error)),
-        }
-    } else {
-        CallOutcome::Failed {
-            error: RecordedError::from(error),
         }
     }
 }

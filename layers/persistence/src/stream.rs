@@ -8,9 +8,9 @@ use std::time::SystemTime;
 use futures_core::Stream;
 use tower_chat::{ChatError, ChatEvent, ChatStream, ResponseBuilder};
 
+use crate::draft::{outcome_of_error, Draft};
 use crate::record::CallOutcome;
 use crate::recorder::{FailurePolicy, Finalize, Recorder};
-use crate::service::{outcome_of_error, Draft};
 
 enum State {
     /// Events flow; `draft` is taken when the record is handed over.

@@ -13,33 +13,11 @@ use tower_chat::{ChatError, ChatRequest, ChatStream, ErrorKind, ModelInfo, Model
 use tower_layer::Layer;
 use tower_service::Service;
 
+use crate::breaker_state::BreakerState;
 use crate::clock::{Clock, SharedClock};
 use crate::observe::{Observer, ResilienceEvent, SharedObserver};
 use crate::policy::is_transient;
 use crate::watch::{Verdict, WatchedCall};
-
-/// The state of a circuit breaker.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum BreakerState {
-    /// Calls go through.
-    Closed,
-    /// Calls fail at once with a [`CircuitOpen`] error, until the cool-down is over.
-    Open,
-    /// The cool-down is over: one probe call goes through, the others fail at once; the probe's outcome closes or
-    /// reopens the circuit.
-    HalfOpen,
-}
-
-impl BreakerState {
-    /// `closed`, `open` or `half_open`.
-    pub fn as_str(&self) -> &'static str {
-        match self {
-            BreakerState::Closed => "closed",
-            BreakerState::Open => "open",
-            BreakerState::HalfOpen => "half_open",
-        }
-    }
-}
 
 /// The source of the error a call gets when a circuit is open: `error.source()` downcasts to it, or use
 /// [`is_circuit_open`]. The error itself is an [`ErrorKind::Upstream`] (retryable, and a fallback moves on), or,

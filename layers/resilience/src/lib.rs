@@ -83,6 +83,7 @@
 mod balance;
 mod boxed;
 mod breaker;
+mod breaker_state;
 mod clock;
 mod fallback;
 mod first;
@@ -94,9 +95,10 @@ mod watch;
 pub use balance::{Balance, BalanceBuilder, BalanceFuture, Deployment};
 pub use boxed::BoxedChatFuture;
 pub use breaker::{
-    is_circuit_open, BreakerHandle, BreakerState, CircuitBreaker, CircuitBreakerLayer, CircuitOpen,
-    FailureRatio, ResponseFuture as BreakerFuture,
+    is_circuit_open, BreakerHandle, CircuitBreaker, CircuitBreakerLayer, CircuitOpen, FailureRatio,
+    ResponseFuture as BreakerFuture,
 };
+pub use breaker_state::BreakerState;
 pub use clock::{Clock, Sleep, TokioClock};
 pub use fallback::{
     default_fallback_on, AllTargetsFailed, Answer, AnsweredBy, FailedAttempt, Fallback,

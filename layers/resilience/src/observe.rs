@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use tower_chat::ChatError;
 
-use crate::breaker::BreakerState;
+use crate::breaker_state::BreakerState;
 
 /// One thing a resilience layer did.
 #[derive(Debug)]

@@ -2,6 +2,7 @@
 
 use tower_layer::Layer;
 
+use crate::config::Config;
 use crate::service::StructuredOutput;
 
 /// Validates JSON answers against the request's `response_format` and asks again when they do not match (see
@@ -22,22 +23,23 @@ use crate::service::StructuredOutput;
 /// ```
 #[derive(Clone, Copy, Debug)]
 pub struct StructuredOutputLayer {
-    pub(crate) repairs: usize,
-    pub(crate) partial_answers: bool,
+    config: Config,
 }
 
 impl StructuredOutputLayer {
     /// A layer that repairs an answer at most twice.
     pub fn new() -> Self {
         StructuredOutputLayer {
-            repairs: 2,
-            partial_answers: false,
+            config: Config {
+                repairs: 2,
+                partial_answers: false,
+            },
         }
     }
 
     /// How many times an answer that breaks the schema is asked for again (each a model call of its own).
     pub fn repairs(mut self, repairs: usize) -> Self {
-        self.repairs = repairs;
+        self.config.repairs = repairs;
         self
     }
 
@@ -47,7 +49,7 @@ impl StructuredOutputLayer {
     /// `AnswerRejected`. Off by default: the stream is then the text deltas alone, and no parsing is done while
     /// it streams. One request can ask for them with the [`crate::PartialAnswers`] extension.
     pub fn partial_answers(mut self, on: bool) -> Self {
-        self.partial_answers = on;
+        self.config.partial_answers = on;
         self
     }
 }
@@ -62,6 +64,13 @@ impl<S> Layer<S> for StructuredOutputLayer {
     type Service = StructuredOutput<S>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        StructuredOutput::new(inner, *self)
+        StructuredOutput::with_config(inner, self.config)
+    }
+}
+
+impl<S> StructuredOutput<S> {
+    /// `inner` with answers checked as `layer` says.
+    pub fn new(inner: S, layer: StructuredOutputLayer) -> Self {
+        StructuredOutput::with_config(inner, layer.config)
     }
 }

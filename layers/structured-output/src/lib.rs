@@ -51,6 +51,7 @@
 #![forbid(unsafe_code)]
 
 mod answer;
+mod config;
 mod error;
 mod ext;
 mod growing;

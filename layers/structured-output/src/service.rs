@@ -8,8 +8,8 @@ use tower_chat::{ChatError, ChatRequest, ChatStream, ResponseFormat};
 use tower_service::Service;
 
 use crate::answer::AnswerSchema;
+use crate::config::Config;
 use crate::growing::PartialAnswers;
-use crate::layer::StructuredOutputLayer;
 use crate::stream::{AnswerStream, Check};
 
 /// Marks a request whose answer a structured-output service already checks, so that a second one inside it
@@ -17,17 +17,17 @@ use crate::stream::{AnswerStream, Check};
 #[derive(Clone, Copy, Debug)]
 struct AnswerChecked;
 
-/// Checks the answers of `S` (built by [`StructuredOutputLayer`]).
+/// Checks the answers of `S` (built by [`StructuredOutputLayer`](crate::StructuredOutputLayer)).
 #[derive(Clone, Debug)]
 pub struct StructuredOutput<S> {
     inner: S,
-    layer: StructuredOutputLayer,
+    config: Config,
 }
 
 impl<S> StructuredOutput<S> {
-    /// `inner` with answers checked as `layer` says.
-    pub fn new(inner: S, layer: StructuredOutputLayer) -> Self {
-        StructuredOutput { inner, layer }
+    /// `inner` with answers checked as `config` says.
+    pub(crate) fn with_config(inner: S, config: Config) -> Self {
+        StructuredOutput { inner, config }
     }
 
     /// The inner service.
@@ -79,13 +79,13 @@ where
             Some(Ok(check)) => check,
         };
         let partial_answers =
-            self.layer.partial_answers || request.extensions.get::<PartialAnswers>().is_some();
+            self.config.partial_answers || request.extensions.get::<PartialAnswers>().is_some();
         let request = request.with_extension(AnswerChecked);
         // The ready service makes the first call; the clone left in its place waits for the next poll_ready.
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);
         let first = inner.call(request.clone());
-        let repairs = self.layer.repairs;
+        let repairs = self.config.repairs;
         Box::pin(async move {
             let stream = first.await?;
             let answer = AnswerStream::new(inner, request, check, repairs, stream);

@@ -154,3 +154,10 @@ where
         Tracing::from_parts(inner, shared)
     }
 }
+
+impl<S: ModelInfo> Tracing<S> {
+    /// Trace `inner` with the default settings ([`TracingLayer::new`]).
+    pub fn new(inner: S) -> Self {
+        TracingLayer::new().layer(inner)
+    }
+}

@@ -7,26 +7,17 @@ use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 
 use tower_chat::{ChatError, ChatRequest, ChatStream, ModelInfo};
-use tower_layer::Layer;
 use tower_service::Service;
 
 use crate::call::{CallState, Shared};
-use crate::layer::TracingLayer;
 use crate::metrics::{Metrics, NoMetrics};
 use crate::stream::TracedStream;
 
 /// Traces every call of the inner service with a `chat {model}` span, and records its metrics. Built by
-/// [`TracingLayer`]; see the crate docs.
+/// [`TracingLayer`](crate::TracingLayer); see the crate docs.
 pub struct Tracing<S, M = NoMetrics> {
     inner: S,
     shared: Arc<Shared<M>>,
-}
-
-impl<S: ModelInfo> Tracing<S> {
-    /// Trace `inner` with the default settings ([`TracingLayer::new`]).
-    pub fn new(inner: S) -> Self {
-        TracingLayer::new().layer(inner)
-    }
 }
 
 impl<S, M> Tracing<S, M> {

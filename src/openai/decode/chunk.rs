@@ -1,14 +1,14 @@
 //! Streamed `chat.completion.chunk`s: the SSE decoder of the leaf ([`ChunkDecoder`]), and its tests.
 
-use std::borrow::Cow;
 use std::collections::VecDeque;
 
 use serde::de::IgnoredAny;
 use serde::Deserialize;
 use serde_json::Value;
 
+use super::fields::{finish_reason, stream_error, WireUsage};
 use super::parts::{push_parts, Content, ContentPart};
-use super::{finish_reason, stream_error, WireUsage};
+use super::text::Text;
 use crate::error::{ChatError, ErrorKind};
 use crate::event::{ChatEvent, FinishReason, Usage};
 use crate::message::ToolCall;
@@ -50,25 +50,6 @@ impl Metadata for Text<'_> {
 impl Metadata for IgnoredAny {
     fn into_text(self) -> Option<String> {
         None
-    }
-}
-
-/// A JSON string borrowed from the input when it has no escape sequences, owned otherwise.
-///
-/// (`Option<Cow<str>>` would not do: serde borrows a `Cow` only when it is the field's whole type.)
-#[derive(Deserialize)]
-#[serde(transparent)]
-pub(super) struct Text<'a>(#[serde(borrow)] pub(super) Cow<'a, str>);
-
-impl Text<'_> {
-    fn into_string(self) -> String {
-        self.0.into_owned()
-    }
-}
-
-impl From<String> for Text<'_> {
-    fn from(text: String) -> Self {
-        Text(Cow::Owned(text))
     }
 }
 

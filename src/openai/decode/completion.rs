@@ -6,9 +6,10 @@ use std::collections::VecDeque;
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::chunk::{ChunkDecoder, Delta, DeltaFunction, DeltaToolCall, RareDelta, Text};
+use super::chunk::{ChunkDecoder, Delta, DeltaFunction, DeltaToolCall, RareDelta};
+use super::fields::{finish_reason, stream_error, WireUsage};
 use super::parts::Content;
-use super::{finish_reason, stream_error, WireUsage};
+use super::text::Text;
 use crate::error::ChatError;
 use crate::event::{ChatEvent, Usage};
 

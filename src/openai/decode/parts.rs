@@ -6,7 +6,7 @@ use std::collections::VecDeque;
 
 use serde::Deserialize;
 
-use super::chunk::Text;
+use super::text::Text;
 use crate::event::ChatEvent;
 
 /// A message's or a delta's `content`: the usual string, or a list of parts.

@@ -7,7 +7,7 @@ use tower_chat::{ChatError, ConversationId};
 use tower_chat_persistence::store::postgres::tokio_postgres::{self, types::ToSql, Row};
 use tower_chat_persistence::{Migration, PostgresStore};
 
-use super::{
+use super::sql::{
     context_sql, decide_sql, decided_sql, decisions_sql, list_pending_tail, not_recorded,
     store_error, tables_sql, AuditRow, PendingRow, AUDIT_COLUMNS, CONTEXT_MIGRATION_ID,
     DECISIONS_MIGRATION_ID, MIGRATION_ID, PENDING_COLUMNS,
@@ -203,7 +203,7 @@ impl ApprovalStore for PostgresApprovalStore {
     ) -> StoreFuture<'a, Vec<PendingApproval>> {
         Box::pin(async move {
             let what = "cannot list pending approvals";
-            let (created_at, approval_id) = super::cursor_params(after);
+            let (created_at, approval_id) = super::sql::cursor_params(after);
             let client = self.db.client().await?;
             let sql = format!(
                 "SELECT {PENDING_SELECT} FROM chat_pending_approvals {}",
@@ -213,10 +213,10 @@ impl ApprovalStore for PostgresApprovalStore {
                 .query(
                     &sql,
                     &[
-                        &super::to_micros(now),
+                        &super::sql::to_micros(now),
                         &created_at,
                         &approval_id,
-                        &super::page_size(limit),
+                        &super::sql::page_size(limit),
                     ],
                 )
                 .await
@@ -234,7 +234,7 @@ impl ApprovalStore for PostgresApprovalStore {
     ) -> StoreFuture<'a, DecideOutcome> {
         Box::pin(async move {
             let what = "cannot record a decision";
-            let at = super::to_micros(decision.decided_at);
+            let at = super::sql::to_micros(decision.decided_at);
             // One statement: of concurrent decisions, only the one whose UPDATE found the row undecided wins.
             let changed = self
                 .execute(
@@ -269,7 +269,7 @@ impl ApprovalStore for PostgresApprovalStore {
             self.execute(
                 "cannot purge expired approvals",
                 "DELETE FROM chat_pending_approvals WHERE expires_at < $1",
-                &[&super::to_micros(now)],
+                &[&super::sql::to_micros(now)],
             )
             .await
         })

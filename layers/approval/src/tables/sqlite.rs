@@ -7,7 +7,7 @@ use tower_chat::ConversationId;
 use tower_chat_persistence::store::sqlite::rusqlite::{self, params, OptionalExtension};
 use tower_chat_persistence::{Migration, SqliteStore};
 
-use super::{
+use super::sql::{
     context_sql, decide_sql, decided_sql, decisions_sql, list_pending_tail, not_recorded,
     tables_sql, AuditRow, PendingRow, AUDIT_COLUMNS, CONTEXT_MIGRATION_ID, DECISIONS_MIGRATION_ID,
     MIGRATION_ID, PENDING_COLUMNS,
@@ -177,9 +177,9 @@ impl ApprovalStore for SqliteApprovalStore {
         after: Option<&'a PendingCursor>,
         limit: usize,
     ) -> StoreFuture<'a, Vec<PendingApproval>> {
-        let now = super::to_micros(now);
-        let (created_at, approval_id) = super::cursor_params(after);
-        let limit = super::page_size(limit);
+        let now = super::sql::to_micros(now);
+        let (created_at, approval_id) = super::sql::cursor_params(after);
+        let limit = super::sql::page_size(limit);
         Box::pin(async move {
             let rows = self
                 .db
@@ -206,7 +206,7 @@ impl ApprovalStore for SqliteApprovalStore {
         Box::pin(async move {
             self.db
                 .run("cannot record a decision", move |conn| {
-                    let at = super::to_micros(decision.decided_at);
+                    let at = super::sql::to_micros(decision.decided_at);
                     let changed = conn.execute(
                         &decide_sql(|i| format!("?{i}")),
                         params![
@@ -233,7 +233,7 @@ impl ApprovalStore for SqliteApprovalStore {
     }
 
     fn purge_expired(&self, now: SystemTime) -> StoreFuture<'_, u64> {
-        let now = super::to_micros(now);
+        let now = super::sql::to_micros(now);
         Box::pin(async move {
             let deleted = self
                 .db

@@ -146,13 +146,16 @@
 
 mod compile;
 mod document;
+mod error;
 mod validate;
 mod value;
-
-use std::fmt;
+mod violation;
 
 use serde_json::Value;
 pub use tower_chat::schema_limits::{SchemaLimitError, SchemaLimits};
+
+pub use self::error::SchemaError;
+pub use self::violation::Violation;
 
 use self::compile::Tree;
 use self::validate::Walk;
@@ -195,80 +198,6 @@ impl Schema {
         let mut walk = Walk::collecting();
         self.tree.check(self.tree.root, instance, &mut walk);
         Err(walk.into_violations())
-    }
-}
-
-/// A schema that cannot be compiled: which keyword, where, and why.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct SchemaError {
-    keyword: String,
-    pointer: String,
-    reason: String,
-    limit: Option<SchemaLimitError>,
-}
-
-impl SchemaError {
-    /// The limit the schema is over, when it was refused for its size rather than for a keyword.
-    pub fn limit(&self) -> Option<&SchemaLimitError> {
-        self.limit.as_ref()
-    }
-
-    /// The offending keyword (`minimum`, `$ref`, …); empty when the schema itself has the wrong type.
-    pub fn keyword(&self) -> &str {
-        &self.keyword
-    }
-
-    /// Where the schema holding the keyword is, as a URI fragment JSON pointer (`#/properties/city`).
-    pub fn pointer(&self) -> &str {
-        &self.pointer
-    }
-
-    /// What is wrong.
-    pub fn reason(&self) -> &str {
-        &self.reason
-    }
-}
-
-impl fmt::Display for SchemaError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.keyword.is_empty() {
-            write!(f, "{}: {}", self.pointer, self.reason)
-        } else {
-            write!(f, "`{}` at {}: {}", self.keyword, self.pointer, self.reason)
-        }
-    }
-}
-
-impl std::error::Error for SchemaError {}
-
-/// One way a value fails its schema.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Violation {
-    instance_path: String,
-    message: String,
-}
-
-impl Violation {
-    /// Where in the value, as a JSON pointer (`/items/0/city`; empty for the value itself).
-    pub fn instance_path(&self) -> &str {
-        &self.instance_path
-    }
-
-    /// What is wrong there.
-    pub fn message(&self) -> &str {
-        &self.message
-    }
-}
-
-impl fmt::Display for Violation {
-    /// `/city: expected string, found integer 7` (`/` for the value itself).
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let at = if self.instance_path.is_empty() {
-            "/"
-        } else {
-            &self.instance_path
-        };
-        write!(f, "{at}: {}", self.message)
     }
 }
 

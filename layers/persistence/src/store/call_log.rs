@@ -4,28 +4,6 @@
 use crate::call_log::{CallLogPosition, CallLogQuery};
 use crate::record::to_micros;
 
-/// SQLite: each call's first user message (NULL on rows written before: the open fills them in, see
-/// [`UNINDEXED_SQL`]), an FTS5 index of the calls' message text keyed by `chat_calls`' rowid (contentless, so the
-/// text is not stored twice; `contentless_delete` lets a final record replace its in-flight entry), an index
-/// for the log's order, and one finding the rows still to index. Diacritics are kept so that a search matches
-/// what PostgreSQL's `simple` configuration matches.
-#[cfg(feature = "sqlite")]
-pub(crate) const SQLITE_CALL_LOG_SQL: &str = "ALTER TABLE chat_calls ADD COLUMN first_message TEXT;
-CREATE VIRTUAL TABLE chat_calls_search USING fts5(body, content='', contentless_delete=1, \
-    tokenize='unicode61 remove_diacritics 0');
-CREATE INDEX chat_calls_by_start ON chat_calls (started_at, call_id);
-CREATE INDEX chat_calls_unindexed ON chat_calls (call_id) WHERE first_message IS NULL;";
-
-/// PostgreSQL: the same first message column, the message text as a `tsvector` (`simple` configuration: no
-/// stemming or stop words, like FTS5's `unicode61`) with a GIN index, and the same two B-tree indexes.
-#[cfg(feature = "postgres")]
-pub(crate) const POSTGRES_CALL_LOG_SQL: &str =
-    "ALTER TABLE chat_calls ADD COLUMN IF NOT EXISTS first_message TEXT;
-ALTER TABLE chat_calls ADD COLUMN IF NOT EXISTS search tsvector;
-CREATE INDEX IF NOT EXISTS chat_calls_search ON chat_calls USING GIN (search);
-CREATE INDEX IF NOT EXISTS chat_calls_by_start ON chat_calls (started_at, call_id);
-CREATE INDEX IF NOT EXISTS chat_calls_unindexed ON chat_calls (call_id) WHERE first_message IS NULL;";
-
 /// The rows written before the call log (no first message yet), a batch at a time: the stores index them when
 /// they open, decoding each record as a read would.
 #[cfg(feature = "sqlite")]

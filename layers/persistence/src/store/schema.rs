@@ -71,10 +71,7 @@ pub(crate) fn sqlite_migrations() -> Vec<Migration> {
             estimates_and_omitted_sql(""),
         ),
         Migration::new("tower-chat-persistence/0009_blobs", blobs_sql("BLOB")),
-        Migration::new(
-            "tower-chat-persistence/0010_call_log",
-            super::call_log::SQLITE_CALL_LOG_SQL,
-        ),
+        Migration::new("tower-chat-persistence/0010_call_log", SQLITE_CALL_LOG_SQL),
     ]
 }
 
@@ -145,10 +142,32 @@ pub(crate) fn postgres_migrations() -> Vec<Migration> {
         Migration::new("tower-chat-persistence/0009_blobs", blobs_sql("BYTEA")),
         Migration::new(
             "tower-chat-persistence/0010_call_log",
-            super::call_log::POSTGRES_CALL_LOG_SQL,
+            POSTGRES_CALL_LOG_SQL,
         ),
     ]
 }
+
+/// SQLite: each call's first user message (NULL on rows written before: the open fills them in, see
+/// `UNINDEXED_SQL` in `call_log.rs`), an FTS5 index of the calls' message text keyed by `chat_calls`' rowid (contentless, so the
+/// text is not stored twice; `contentless_delete` lets a final record replace its in-flight entry), an index
+/// for the log's order, and one finding the rows still to index. Diacritics are kept so that a search matches
+/// what PostgreSQL's `simple` configuration matches.
+#[cfg(feature = "sqlite")]
+const SQLITE_CALL_LOG_SQL: &str = "ALTER TABLE chat_calls ADD COLUMN first_message TEXT;
+CREATE VIRTUAL TABLE chat_calls_search USING fts5(body, content='', contentless_delete=1, \
+    tokenize='unicode61 remove_diacritics 0');
+CREATE INDEX chat_calls_by_start ON chat_calls (started_at, call_id);
+CREATE INDEX chat_calls_unindexed ON chat_calls (call_id) WHERE first_message IS NULL;";
+
+/// PostgreSQL: the same first message column, the message text as a `tsvector` (`simple` configuration: no
+/// stemming or stop words, like FTS5's `unicode61`) with a GIN index, and the same two B-tree indexes.
+#[cfg(feature = "postgres")]
+const POSTGRES_CALL_LOG_SQL: &str =
+    "ALTER TABLE chat_calls ADD COLUMN IF NOT EXISTS first_message TEXT;
+ALTER TABLE chat_calls ADD COLUMN IF NOT EXISTS search tsvector;
+CREATE INDEX IF NOT EXISTS chat_calls_search ON chat_calls USING GIN (search);
+CREATE INDEX IF NOT EXISTS chat_calls_by_start ON chat_calls (started_at, call_id);
+CREATE INDEX IF NOT EXISTS chat_calls_unindexed ON chat_calls (call_id) WHERE first_message IS NULL;";
 
 /// The bytes of binary parts (images, audio, files), each stored once: keyed by the SHA-256 of the bytes (hex),
 /// raw bytes (`BLOB` / `BYTEA`, not base64) and the media type the first message carrying them gave (see

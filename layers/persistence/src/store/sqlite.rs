@@ -42,7 +42,6 @@ use crate::record::{
     Spend, SpendQuery,
 };
 use crate::usage::{usage_sql, UsageAggregate, UsageQuery, UsageRow};
-use call_log::index_earlier_calls;
 pub use checkpoint::Checkpoint;
 use checkpoint::{Checkpointer, WAL_KEPT_BYTES};
 
@@ -257,7 +256,7 @@ fn open_connection(options: &SqliteStoreBuilder) -> Result<(Connection, NodeKey)
         })
         .map_err(context("cannot read the node key"))?;
     commit_legacy_journal(&conn, &options.path)?;
-    index_earlier_calls(&conn).map_err(context(
+    SqliteStore::index_earlier_calls(&conn).map_err(context(
         "cannot index the calls recorded before the call log",
     ))?;
     Ok((conn, key))

@@ -8,51 +8,53 @@ use crate::call_log::{CallLogPage, CallLogQuery};
 use crate::store::call_log::{call_log_page, call_log_sql, Dialect, Param, UNINDEXED_SQL};
 use crate::store::StoreError;
 
-/// Give the rows written before the call log their first message and index their text, a batch per
-/// transaction. A row whose record does not decode gets an empty first message (and no text), so it is not
-/// retried at every open; the decoding error is logged.
-pub(super) fn index_earlier_calls(conn: &Connection) -> rusqlite::Result<()> {
-    let mut indexed = 0usize;
-    loop {
-        let raws = conn
-            .prepare(&select(UNINDEXED_SQL))?
-            .query_map([], read_raw)?
-            .collect::<rusqlite::Result<Vec<_>>>()?;
-        if raws.is_empty() {
-            break;
+impl SqliteStore {
+    /// Give the rows written before the call log their first message and index their text, a batch per
+    /// transaction. A row whose record does not decode gets an empty first message (and no text), so it is not
+    /// retried at every open; the decoding error is logged.
+    pub(super) fn index_earlier_calls(conn: &Connection) -> rusqlite::Result<()> {
+        let mut indexed = 0usize;
+        loop {
+            let raws = conn
+                .prepare(&select(UNINDEXED_SQL))?
+                .query_map([], read_raw)?
+                .collect::<rusqlite::Result<Vec<_>>>()?;
+            if raws.is_empty() {
+                break;
+            }
+            let tx = conn.unchecked_transaction()?;
+            for raw in raws {
+                let call_id = raw.columns.call_id.clone();
+                let record = with_histories(&tx, vec![raw])
+                    .map_err(|e| StoreError::with_source("cannot read its history", e))
+                    .and_then(|mut raws| raws.pop().expect("one record").into_record());
+                let (first, text) = match record {
+                    Ok(record) => (
+                        crate::call_log::first_message(&record),
+                        crate::call_log::searchable_text(&record),
+                    ),
+                    Err(error) => {
+                        tracing::warn!(%call_id, %error, "a stored call does not decode; the call log cannot search it");
+                        (String::new(), String::new())
+                    }
+                };
+                tx.execute(
+                    "UPDATE chat_calls SET first_message = ?2 WHERE call_id = ?1",
+                    params![call_id, first],
+                )?;
+                tx.execute(INDEX_TEXT, params![call_id, text])?;
+                indexed += 1;
+            }
+            tx.commit()?;
         }
-        let tx = conn.unchecked_transaction()?;
-        for raw in raws {
-            let call_id = raw.columns.call_id.clone();
-            let record = with_histories(&tx, vec![raw])
-                .map_err(|e| StoreError::with_source("cannot read its history", e))
-                .and_then(|mut raws| raws.pop().expect("one record").into_record());
-            let (first, text) = match record {
-                Ok(record) => (
-                    crate::call_log::first_message(&record),
-                    crate::call_log::searchable_text(&record),
-                ),
-                Err(error) => {
-                    tracing::warn!(%call_id, %error, "a stored call does not decode; the call log cannot search it");
-                    (String::new(), String::new())
-                }
-            };
-            tx.execute(
-                "UPDATE chat_calls SET first_message = ?2 WHERE call_id = ?1",
-                params![call_id, first],
-            )?;
-            tx.execute(INDEX_TEXT, params![call_id, text])?;
-            indexed += 1;
+        if indexed > 0 {
+            tracing::info!(
+                calls = indexed,
+                "indexed the calls recorded before the call log"
+            );
         }
-        tx.commit()?;
+        Ok(())
     }
-    if indexed > 0 {
-        tracing::info!(
-            calls = indexed,
-            "indexed the calls recorded before the call log"
-        );
-    }
-    Ok(())
 }
 
 /// The call log's query in SQLite: numbered placeholders, FTS5 for the words.
