@@ -138,7 +138,7 @@ impl Stream for KeptStream {
             match event {
                 ChatEvent::ApprovalRequest { request } => this.held.push(*request),
                 ChatEvent::ToolCallEnd { ref call, .. }
-                    if this.kept.client_tools.iter().any(|name| *name == call.name) =>
+                    if this.kept.client_tools.contains(&call.name) =>
                 {
                     this.client_calls.push(call.id.clone());
                     return Poll::Ready(Some(Ok(event)));
@@ -171,4 +171,126 @@ fn last_user_text(messages: &[Message]) -> Option<String> {
         }
         _ => None,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use futures_util::StreamExt;
+    use serde_json::json;
+    use tower_chat::{AssistantMessage, ToolCall};
+    use tower_chat_wire::format::ApprovalAnswer;
+
+    use super::*;
+    use crate::edge::in_flight::{ConnectionLimits, MediaInFlight};
+
+    fn kept(pending: &Arc<PendingStore>, client_tools: &[&str]) -> Kept {
+        Kept {
+            caller: None,
+            conversation: ConversationId::new("conv"),
+            hidden: Vec::new(),
+            sent: vec![Message::user("write a")].into(),
+            pending: pending.clone(),
+            client_tools: client_tools.iter().map(|t| t.to_string()).collect(),
+            cache: None,
+            _media: MediaInFlight::new(&ConnectionLimits::default())
+                .admit(0)
+                .unwrap(),
+        }
+    }
+
+    async fn through(events: Vec<ChatEvent>, kept: Kept) -> Vec<ChatEvent> {
+        let inner: ChatStream = Box::pin(futures_util::stream::iter(events.into_iter().map(Ok)));
+        KeptStream::new(inner, kept)
+            .map(Result::unwrap)
+            .collect()
+            .await
+    }
+
+    fn call(id: &str, name: &str) -> ChatEvent {
+        ChatEvent::ToolCallEnd {
+            index: 0,
+            call: ToolCall::new(id, name, json!({})),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_pause_goes_out_under_the_ids_the_client_answers_and_is_kept() {
+        let pending = Arc::new(PendingStore::new(Duration::from_secs(60)));
+        let request = ApprovalRequest {
+            id: "call_1".into(),
+            call: ToolCall::new("call_1", "write_file", json!({"path": "a"})),
+            reason: None,
+        };
+        let events = vec![
+            ChatEvent::text("Writing it."),
+            call("call_1", "write_file"),
+            ChatEvent::ApprovalRequest {
+                request: Box::new(request),
+            },
+            ChatEvent::Usage {
+                usage: Default::default(),
+            },
+            ChatEvent::finish(FinishReason::AwaitingApproval),
+        ];
+        let out = through(events, kept(&pending, &[])).await;
+        // Held until the turn ended, then sent just before the finish under the id the store issued.
+        let kinds: Vec<&str> = out.iter().map(ChatEvent::kind).collect();
+        assert_eq!(
+            kinds,
+            [
+                "text_delta",
+                "tool_call_end",
+                "usage",
+                "approval_request",
+                "finish"
+            ]
+        );
+        let ChatEvent::ApprovalRequest { request } = &out[3] else {
+            unreachable!()
+        };
+        assert!(request.id.starts_with("apr_"), "{}", request.id);
+        let answer = ApprovalAnswer {
+            id: request.id.clone(),
+            approved: true,
+            reason: None,
+        };
+        let resumed = pending.resume(None, &[answer]).unwrap();
+        assert_eq!(resumed.conversation.as_str(), "conv");
+        assert!(matches!(
+            &resumed.hidden[0],
+            Message::Assistant(AssistantMessage { content, .. }) if content == "Writing it."
+        ));
+        assert_eq!(resumed.decisions.0[0].approval_id, "call_1");
+    }
+
+    #[tokio::test]
+    async fn client_calls_are_handed_back_and_other_turns_keep_nothing() {
+        let pending = Arc::new(PendingStore::new(Duration::from_secs(60)));
+        let events = vec![
+            call("s1", "add"),
+            call("c1", "weather"),
+            ChatEvent::finish(FinishReason::ToolCalls),
+        ];
+        let out = through(events.clone(), kept(&pending, &["weather"])).await;
+        assert_eq!(out, events);
+        let visible = Message::Assistant(AssistantMessage {
+            tool_calls: vec![ToolCall::new("c1", "weather", json!({}))],
+            ..AssistantMessage::default()
+        });
+        let mut messages = vec![visible.clone()];
+        pending.splice_handoffs(None, &mut messages);
+        assert_ne!(
+            messages,
+            vec![visible.clone()],
+            "the hidden round is spliced in"
+        );
+        // Without a client tool among the calls, nothing is kept.
+        let pending = Arc::new(PendingStore::new(Duration::from_secs(60)));
+        through(events, kept(&pending, &[])).await;
+        let mut messages = vec![visible.clone()];
+        pending.splice_handoffs(None, &mut messages);
+        assert_eq!(messages, vec![visible]);
+    }
 }
