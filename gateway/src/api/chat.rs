@@ -19,7 +19,8 @@ use tower::Layer;
 use tower_chat_wire::{ApprovalNotices, WireRouter};
 
 use crate::edge::in_flight::{self, BodyTimeout};
-use crate::turn::{TurnLayer, Turns};
+use crate::turn::layer::TurnLayer;
+use crate::turn::Turns;
 
 /// The three chat routes over `turns`' stack.
 pub(crate) fn routes<T: Clone + Send + Sync + 'static>(turns: &Turns) -> Router<T> {

@@ -1,5 +1,5 @@
 //! The turn layer: what the gateway adds to a client turn beyond one call through its stack, as the
-//! outermost layer over the stack ([`TurnLayer`], service [`Turn`](service::Turn)). The wire crate's routes
+//! outermost layer over the stack ([`TurnLayer`](layer::TurnLayer), service [`Turn`](service::Turn)). The wire crate's routes
 //! (`tower_chat_wire::WireRouter`, told that the service [keeps turns](tower_chat_wire::WireRouter::keeps_turns))
 //! read the request and hand what it says beyond its messages to this layer in the request's extensions
 //! ([`TurnContext`](tower_chat_wire::extensions::TurnContext): approval decisions, `previous_response_id`, the
@@ -25,7 +25,7 @@
 //! [`Turns`] holds what the routes and this layer need, shared by every request.
 
 mod future;
-mod layer;
+pub(crate) mod layer;
 pub(crate) mod pending;
 mod resume;
 pub(crate) mod rounds;
@@ -48,12 +48,10 @@ use crate::telemetry::warning_throttle::WarnLimit;
 use crate::turn::pending::PendingStore;
 use tower_chat_wire::format::ParseContext;
 
-pub(crate) use layer::TurnLayer;
-
 /// What a turn needs, shared by every request.
 #[derive(Clone)]
 pub(crate) struct Turns {
-    /// The chat stack every turn is sent through, under the turn layer ([`TurnLayer`]).
+    /// The chat stack every turn is sent through, under the turn layer ([`TurnLayer`](layer::TurnLayer)).
     pub(crate) stack: ChatStack,
     /// Paused turns this process holds, by approval id.
     pub(crate) pending: Arc<PendingStore>,
@@ -85,6 +83,27 @@ pub(crate) struct Turns {
     /// Cancelled when the drain time after a shutdown signal is over: requests still in flight end with a
     /// `shutting_down` error (a stream with its format's error event) before their connections close.
     pub(crate) drain_over: tower_chat::CancellationToken,
+}
+
+/// What a turn is resumed from and kept in.
+pub(crate) struct Keeping {
+    /// Paused turns and hand-backs this process holds.
+    pub(crate) pending: Arc<PendingStore>,
+    /// Where an approval layer keeps pending approvals, and the call records: together they let a resume find
+    /// its conversation after a restart, or in another replica; the records also hold stored responses.
+    pub(crate) approval_store: Option<Arc<dyn ApprovalStore>>,
+    pub(crate) records: Option<Arc<dyn Store>>,
+    /// `--max-media-in-flight`: the media of all turns in flight, capped.
+    pub(crate) media: Arc<crate::edge::in_flight::MediaInFlight>,
+    /// Operator decisions on pending approvals (`--operator-keys-file`).
+    pub(crate) operators: Option<OperatorState>,
+    /// The names of the server-side tools the gateway offers: client tools must not take them.
+    pub(crate) server_tools: Vec<&'static str>,
+    /// `[[mcp]]`: the MCP tools the loop offers, whose names client tools must not take.
+    pub(crate) mcp: Option<GatewayMcp>,
+    /// `[cache]` is on: requests carry their `Cache-Control` (and their route's time to live) and answers their
+    /// `x-cache`.
+    pub(crate) caching: Option<Arc<crate::stack::cache::RouteTtls>>,
 }
 
 /// A refusal of the layer's own, as the route answers it.

@@ -10,9 +10,9 @@ use tower_chat_wire::extensions::{ResponseHeaders, TurnContext};
 use tower_chat_wire::format::{self, ApprovalAnswer, InboundRoute};
 
 use crate::error::ApiError;
-use crate::turn::layer::Keeping;
 use crate::turn::pending::Resumption;
 use crate::turn::stream::Kept;
+use crate::turn::Keeping;
 
 /// `request` with its conversation rebuilt and its turn's extensions settled, and what the turn keeps when it
 /// ends. Nothing is looked up or consumed (an approval is single-use) before the media are admitted: a refusal

@@ -4,17 +4,30 @@
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
+use tower::ServiceExt;
 use tower_chat::{ChatError, ChatRequest, ChatStream};
 
 use crate::turn::future::ResponseFuture;
-use crate::turn::layer::Keeping;
 use crate::turn::stream::KeptStream;
+use crate::turn::Keeping;
 
 /// See the [module docs](crate::turn).
-#[derive(Clone)]
+///
+/// The stack is shared, not owned: a route clones this service for every request, and each call clones the
+/// stack once and drives that clone to readiness itself (`oneshot`), after the turn's lookups. Owning it would
+/// clone the whole stack (every layer in it) twice a request, once here and once for the call.
 pub(crate) struct Turn<S> {
-    inner: S,
+    inner: Arc<S>,
     keeping: Arc<Keeping>,
+}
+
+impl<S> Clone for Turn<S> {
+    fn clone(&self) -> Self {
+        Turn {
+            inner: self.inner.clone(),
+            keeping: self.keeping.clone(),
+        }
+    }
 }
 
 impl<S> std::fmt::Debug for Turn<S> {
@@ -25,7 +38,10 @@ impl<S> std::fmt::Debug for Turn<S> {
 
 impl<S> Turn<S> {
     pub(super) fn new(inner: S, keeping: Arc<Keeping>) -> Self {
-        Turn { inner, keeping }
+        Turn {
+            inner: Arc::new(inner),
+            keeping,
+        }
     }
 }
 
@@ -41,21 +57,19 @@ where
     type Error = ChatError;
     type Future = ResponseFuture;
 
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), ChatError>> {
-        self.inner.poll_ready(cx)
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), ChatError>> {
+        // The stack's own readiness is awaited by the call, on the clone it calls.
+        Poll::Ready(Ok(()))
     }
 
     fn call(&mut self, request: ChatRequest) -> ResponseFuture {
-        // The clone that was polled ready goes to the call; this service keeps a fresh one (axum's
-        // `from_fn` does the same): the call first awaits its lookups, and only then calls the stack.
-        let inner = self.inner.clone();
-        let mut inner = std::mem::replace(&mut self.inner, inner);
+        let inner = S::clone(&self.inner);
         let keeping = self.keeping.clone();
         ResponseFuture::new(async move {
             let (request, kept) = crate::turn::resume::prepare(&keeping, request)
                 .await
                 .map_err(super::failed)?;
-            let stream = inner.call(request).await.map_err(super::failed_chat)?;
+            let stream = inner.oneshot(request).await.map_err(super::failed_chat)?;
             Ok(Box::pin(KeptStream::new(stream, kept)) as ChatStream)
         })
     }
