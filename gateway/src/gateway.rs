@@ -1,7 +1,7 @@
 //! [`Gateway`] and all its methods: assembled from its configuration, its router and serving. The routes and
 //! their middleware are in [`mod@crate::api::routes`], the accept loop in [`mod@crate::edge::serve`]; the stack
-//! it calls is built in [`mod@crate::stack`], the stores it opens in [`mod@crate::stack::stores`], each
-//! request's turn handled in [`crate::turn`].
+//! it calls is built in [`mod@crate::stack`], the stores it opens in [`mod@crate::stack::stores`]; the chat
+//! routes ([`mod@crate::api::chat`]) serve that stack under the turn layer ([`crate::turn`]).
 
 use std::sync::Arc;
 use std::time::Duration;

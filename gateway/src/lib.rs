@@ -6,8 +6,9 @@
 //! tools (`add`, `read_file`, `write_file` with approval through the approval layer) run by the tool loop, every call
 //! recorded by the persistence layer (SQLite or PostgreSQL), telemetry through the tracing layer, `GET /healthz`,
 //! gateway keys, each format's own error shape and graceful shutdown. Official OpenAI and Anthropic client
-//! libraries work against it unmodified. The formats themselves (parsers, encoders, error shapes) are the
-//! `tower-chat-wire` crate, which an axum app of its own can nest without the rest of the gateway.
+//! libraries work against it unmodified. The formats themselves (parsers, encoders, error shapes, the routes)
+//! are the `tower-chat-wire` crate, which an axum app of its own can nest without the rest of the gateway; the
+//! gateway serves those same routes over its stack, whose outermost layer keeps and resumes turns.
 //!
 //! From the repository root: `cargo run --release --example gateway -- --demo` (offline, a scripted model, no
 //! key: [`demo`]) or `-- --upstream http://127.0.0.1:9000/v1`.

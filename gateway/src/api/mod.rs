@@ -1,5 +1,5 @@
 //! The HTTP API: the routes (which path goes to which handler, behind which checks), the handlers (the chat
-//! endpoints, token counts, models, usage, metrics; the operator API and the console are under `operator/`) and
+//! endpoints, which are the wire crate's routes over the stack under the turn layer; token counts, models, usage, metrics; the operator API and the console are under `operator/`) and
 //! what they share — the handlers' state, the extractors with the API's own refusals, what one request may hold.
 
 pub(crate) mod chat;

@@ -17,14 +17,12 @@ use tower_chat::CallerIdentity;
 use tower_chat_limits::LimitsLayer;
 use tower_http::compression::CompressionLayer;
 
-use crate::api::chat::endpoint;
 use crate::api::state::{AppState, Observability};
 use crate::edge::browser_guard::{AllowedHosts, ApiGuard};
 use crate::edge::in_flight::GuardedBody;
 use crate::error::{json_response, refusal, ApiError};
 use tower_chat_wire::{
-    anthropic_messages::AnthropicMessages, chat_completions::ChatCompletions,
-    count_tokens::CountsTokens, responses::Responses,
+    anthropic_messages::AnthropicMessages, count_tokens::CountsTokens, responses::Responses,
 };
 /// The axum application: the routes, their checks and the access log. [`Gateway::serve`](crate::Gateway::serve) adds the rest
 /// of the edge middleware around it ([`crate::edge::middleware`]: request ids, body limit and timeout).
@@ -40,10 +38,7 @@ pub(crate) fn router(
     let usage = move |caller: Option<Extension<CallerIdentity>>| {
         crate::api::usage::usage(limits, records, caller.map(|Extension(c)| c))
     };
-    let mut api = Router::new()
-        .route("/v1/chat/completions", post(endpoint::<ChatCompletions>))
-        .route("/v1/messages", post(endpoint::<AnthropicMessages>))
-        .route("/v1/responses", post(endpoint::<Responses>))
+    let mut api = crate::api::chat::routes::<Arc<AppState>>(&state.turns)
         .route_layer(middleware::from_fn_with_state(
             state.clone(),
             limit_in_flight,

@@ -29,7 +29,7 @@
 
 use std::time::Duration;
 
-use http::{HeaderMap, HeaderValue};
+use http::{HeaderMap, HeaderName, HeaderValue};
 use tower_chat::ChatRequest;
 use tower_chat_cache::{
     CacheControl, CacheLayer, CacheOutcome, CacheScope, CacheTtl, MemoryCacheStore, RedisCacheStore,
@@ -37,6 +37,7 @@ use tower_chat_cache::{
 
 pub use crate::config::cache::{CacheScopeName, CacheSection, CacheStoreKind};
 use crate::GatewayError;
+use tower_chat_wire::extensions::ResponseHeaders;
 use tower_chat_wire::format::InboundRoute;
 
 /// The default bound of the memory store.
@@ -145,10 +146,13 @@ pub(crate) fn control(
     outcome
 }
 
-/// `x-cache: hit|miss|bypass`, once the first model call has said which.
-pub(crate) fn outcome_header(outcome: &CacheOutcome, headers: &mut HeaderMap) {
+/// `x-cache: hit|miss|bypass` for the answer's head, once the first model call has said which.
+pub(crate) fn outcome_header(outcome: &CacheOutcome, headers: &ResponseHeaders) {
     if let Some(status) = outcome.get() {
-        headers.insert("x-cache", HeaderValue::from_static(status.header_value()));
+        headers.insert(
+            HeaderName::from_static("x-cache"),
+            HeaderValue::from_static(status.header_value()),
+        );
     }
 }
 

@@ -1,6 +1,8 @@
 //! Stack assembly: the upstream leaf ([`Upstream`]) and the layers around it ([`stack`]), type-erased into one
-//! [`ChatStack`]. Holds no HTTP: the router ([`crate::Gateway`]) calls the stack, this module only builds it from
-//! the configuration ([`Config`]) and the optional layers of [`StackOptions`].
+//! [`ChatStack`]. Holds no HTTP: the chat routes (the wire crate's, in `api/chat.rs`) call the stack under the
+//! turn layer (`turn/`, outermost: it rebuilds a resumed or continued conversation before any layer here sees
+//! the request, and keeps what the answer leaves for a later one); this module only builds the stack from the
+//! configuration ([`Config`]) and the optional layers of [`StackOptions`].
 //!
 //! ```no_run
 //! use tower_chat_gateway::{stack, Config, StackOptions, Upstream};

@@ -158,8 +158,15 @@ impl ApiError {
 
     /// The error of a chat call, with the status for its kind: the client's mistakes (an invalid request, a
     /// guardrail's refusal, content the upstream cannot take) are 400s, the upstream's failures 502 (its 429 a
-    /// 429, its time-outs 504), each 429 and 503 with a `Retry-After`.
+    /// 429, its time-outs 504), each 429 and 503 with a `Retry-After`. A service that answers with an error of
+    /// its own puts the [`ApiError`] as the chat error's source ([`ChatError::with_source`]): it is answered as
+    /// it is.
     pub fn from_chat(error: &ChatError) -> Self {
+        if let Some(own) =
+            std::error::Error::source(error).and_then(|s| s.downcast_ref::<ApiError>())
+        {
+            return own.clone();
+        }
         let message = error.to_string();
         let (status, kind, code) = match error.kind() {
             ErrorKind::InvalidRequest => (
@@ -304,6 +311,29 @@ pub fn json_bytes_response(status: StatusCode, body: Vec<u8>) -> Response {
         HeaderValue::from_static("application/json"),
     );
     response
+}
+
+impl std::fmt::Display for ApiError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} ({}): {}", self.status, self.code, self.message)
+    }
+}
+
+impl std::error::Error for ApiError {}
+
+impl ApiError {
+    /// This error as a chat service returns it: its [`ErrorKind`] for the layers it passes, itself as the
+    /// source, so that [`ApiError::from_chat`] answers with it unchanged.
+    pub fn into_chat(self) -> ChatError {
+        let kind = if self.status.is_client_error() {
+            ErrorKind::InvalidRequest
+        } else {
+            ErrorKind::Other
+        };
+        ChatError::new(kind, self.message.clone())
+            .with_status(self.status)
+            .with_source(self)
+    }
 }
 
 impl IntoResponse for ApiError {

@@ -20,7 +20,8 @@ use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tower_chat::{
-    ChatRequest, FinishReason, Message, ReasoningEffort, ToolArguments, ToolCall, Usage,
+    ApprovalRequest, ChatRequest, FinishReason, Message, ReasoningEffort, ToolArguments, ToolCall,
+    Usage,
 };
 
 use crate::error::ApiError;
@@ -444,6 +445,21 @@ pub struct ApprovalNotice {
     /// Why approval is needed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+}
+
+impl ApprovalNotice {
+    /// The notice of a pending approval, under the request's id.
+    pub fn of(request: &ApprovalRequest) -> Self {
+        ApprovalNotice {
+            id: request.id.clone(),
+            tool: request.call.name.clone(),
+            arguments: match &request.call.arguments {
+                ToolArguments::Json(value) => value.clone(),
+                ToolArguments::Invalid { raw, .. } => raw.clone().into(),
+            },
+            reason: request.reason.clone(),
+        }
+    }
 }
 
 /// The plain-text lines standard clients show for pending approvals: each starts with a blank line.

@@ -28,13 +28,14 @@
 //!
 //! What it compiles: the core (`tower-chat`), axum without its default features (no `json`, `query`, `form`,
 //! no server of its own: the app that nests the routes serves them), serde/serde_json, futures, http, bytes and
-//! tower (and uuid for answer ids) — no SQLite, PostgreSQL, Redis, MCP or OTLP. The gateway (`tower-chat-gateway`) is these formats plus
-//! its stores, console and configuration: it handles turns itself (approvals, stored responses, server-side
-//! tools) with the same parsers and encoders ([`format`](mod@format), [`respond`], [`router::answer`]).
+//! tower (and uuid for answer ids) — no SQLite, PostgreSQL, Redis, MCP or OTLP. The gateway (`tower-chat-gateway`)
+//! serves these same routes ([`WireRouter::keeps_turns`]) over its stack, whose outermost layer resumes paused
+//! turns and stored responses from what the routes put in the request's extensions ([`extensions`]).
 //!
 //! | module | |
 //! | --- | --- |
 //! | [`router`] | [`WireRouter`]: the routes over a chat service; the steps each route takes |
+//! | [`extensions`] | what a route hands the service beside the request, and the service back for the answer's head |
 //! | [`chat_completions`], [`anthropic_messages`], [`responses`] | one format each: its parser and encoder |
 //! | [`format`](mod@format) | what every format is made of ([`WireFormat`](format::WireFormat), [`Encoder`](format::Encoder)) |
 //! | [`respond`] | the stack's events folded into what the client sees, as one answer or SSE |
@@ -50,6 +51,7 @@ pub mod carry;
 pub mod chat_completions;
 pub mod count_tokens;
 pub mod error;
+pub mod extensions;
 pub mod format;
 pub mod limits;
 mod parts;
@@ -62,4 +64,5 @@ mod sse;
 pub use error::ApiError;
 pub use format::{ApprovalAnswer, ApprovalNotice, InboundRoute, UpstreamFormat};
 pub use limits::RequestLimits;
+pub use respond::ApprovalNotices;
 pub use router::{WireRouter, DEFAULT_BODY_LIMIT};

@@ -1,11 +1,11 @@
 //! Turning the stack's event stream into what the client asked for, in any wire format: a shared translator
 //! decides what the client may see (server-side tool calls and their results are hidden; the client's own calls
-//! are shown, renumbered from 0 per round), hands what a server must keep (a paused turn, a hand-back) to the
-//! turn's [`TurnKeeper`], and a format's [`Encoder`] writes it — one whole answer ([`complete`]), or SSE events
-//! ([`stream`]).
+//! are shown, renumbered from 0 per round), and a format's [`Encoder`] writes it — one whole answer
+//! ([`complete`]), or SSE events ([`stream`]).
 //!
-//! A pause for approval becomes a notice in the text plus the `tower_chat` fields, when the keeper issued
-//! notices for it.
+//! A turn that ends `awaiting_approval` names its pending approvals (a notice in the text plus the `tower_chat`
+//! fields) when the server resumes paused turns ([`ApprovalNotices`]): each notice is one of the stream's
+//! [`ChatEvent::ApprovalRequest`]s, under the id the service gave it.
 
 use std::collections::{HashMap, HashSet};
 use std::pin::Pin;
@@ -15,80 +15,48 @@ use futures_util::{FutureExt, StreamExt};
 use tokio_util::sync::WaitForCancellationFutureOwned;
 use tower_chat::{
     ApprovalRequest, CancellationToken, ChatError, ChatEvent, ChatStream, ErrorKind, FinishReason,
-    Message, ResponseBuilder, ToolCall,
 };
 
 use crate::error::ApiError;
 use crate::format::{ApprovalNotice, Encoder, Ending, Folded, Visible, ROUND_BREAK};
 
-/// What a server keeps of a turn when it ends, and how it words a chat error: the gateway pauses a turn for
-/// approval and keeps a hand-back of client calls here; a server that keeps nothing uses [`KeepNothing`].
-pub trait TurnKeeper: Send + 'static {
-    /// The turn ended with `reason`. `messages` is everything the stack did this turn (the assistant's rounds
-    /// and tool results, hidden ones included), `approvals` the approvals it asked for, `client_calls` the
-    /// client's own calls of the last round. Returns the notices of pending approvals the client is shown.
-    fn end(
-        &mut self,
-        reason: &FinishReason,
-        messages: Vec<Message>,
-        approvals: &[ApprovalRequest],
-        client_calls: &[ToolCall],
-    ) -> Vec<ApprovalNotice>;
-
-    /// Operators decide pending approvals, not the client: the notice tells the client to wait.
-    fn operators_decide(&self) -> bool {
-        false
-    }
-
-    /// A chat error as the client is answered.
-    fn error(&self, error: &ChatError) -> ApiError {
-        ApiError::from_chat(error)
-    }
-}
-
-/// A [`TurnKeeper`] that keeps nothing: a paused turn shows its finish reason (`awaiting_approval`) and no
-/// notice, and client calls are answered by the client resending the whole conversation.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct KeepNothing;
-
-impl TurnKeeper for KeepNothing {
-    fn end(
-        &mut self,
-        _: &FinishReason,
-        _: Vec<Message>,
-        _: &[ApprovalRequest],
-        _: &[ToolCall],
-    ) -> Vec<ApprovalNotice> {
-        Vec::new()
-    }
+/// Whether a paused turn's answer names its pending approvals, and who decides them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ApprovalNotices {
+    /// No notice: the answer shows its finish reason (`awaiting_approval`) only, for a server that cannot resume
+    /// a paused turn.
+    #[default]
+    Hidden,
+    /// The client decides: the notice asks it to answer with `tower_chat.approvals`.
+    ClientDecides,
+    /// Operators decide: the notice tells the client to wait for them and resend.
+    OperatorsDecide,
 }
 
 /// Everything a response needs besides the events.
 #[derive(Debug)]
-pub struct Turn<K> {
+pub struct Turn {
     /// The `model` the client asked for (shown until the upstream names the one that answered).
     pub model: String,
     /// Names of the tools the client declared: only their calls are shown.
     pub client_tools: HashSet<String>,
-    /// What the server keeps when the turn ends.
-    pub keeper: K,
+    /// Whether a paused turn's answer names its pending approvals.
+    pub notices: ApprovalNotices,
 }
 
-/// Folds events: what the client sees (into [`Folded`]), and (in a builder) everything the stack did, for
-/// pauses and hand-backs.
-struct Translator<K> {
-    turn: Turn<K>,
+/// Folds events into what the client sees ([`Folded`]).
+struct Translator {
+    turn: Turn,
     folded: Folded,
     /// Round-local call index → client-visible index, for the client's own calls.
     visible: HashMap<usize, usize>,
     approvals: Vec<ApprovalRequest>,
-    builder: ResponseBuilder,
     /// A tool round ended since the last text: the next text is a later round's.
     round_over: bool,
 }
 
-impl<K: TurnKeeper> Translator<K> {
-    fn new(turn: Turn<K>) -> Self {
+impl Translator {
+    fn new(turn: Turn) -> Self {
         Translator {
             folded: Folded {
                 model: turn.model.clone(),
@@ -97,7 +65,6 @@ impl<K: TurnKeeper> Translator<K> {
             turn,
             visible: HashMap::new(),
             approvals: Vec::new(),
-            builder: ResponseBuilder::new(),
             round_over: false,
         }
     }
@@ -110,7 +77,6 @@ impl<K: TurnKeeper> Translator<K> {
     }
 
     fn event(&mut self, event: &ChatEvent, out: &mut Vec<Visible>) {
-        self.builder.push(event);
         match event {
             ChatEvent::ResponseMetadata { model: Some(m), .. } => self.folded.model = m.clone(),
             ChatEvent::TextDelta { text } if !text.is_empty() => {
@@ -185,7 +151,9 @@ impl<K: TurnKeeper> Translator<K> {
                 self.visible.clear();
                 self.round_over = true;
             }
-            ChatEvent::ApprovalRequest { request } => {
+            ChatEvent::ApprovalRequest { request }
+                if self.turn.notices != ApprovalNotices::Hidden =>
+            {
                 self.approvals.push(ApprovalRequest::clone(request))
             }
             ChatEvent::Usage { usage } => self.folded.usage.add(usage),
@@ -206,27 +174,25 @@ impl<K: TurnKeeper> Translator<K> {
         }
     }
 
-    /// The turn ended with `reason`: the keeper keeps what a later request needs to continue it.
+    /// The turn ended with `reason`: a pause names the approvals it waits for.
     fn end(&mut self, reason: FinishReason) -> Ending {
-        let response = std::mem::take(&mut self.builder).finish();
-        let notices = self.turn.keeper.end(
-            &reason,
-            response.messages,
-            &self.approvals,
-            &self.folded.client_calls,
-        );
+        let notices = if reason == FinishReason::AwaitingApproval {
+            self.approvals.iter().map(ApprovalNotice::of).collect()
+        } else {
+            Vec::new()
+        };
         Ending {
             reason,
             notices,
-            operators_decide: self.turn.keeper.operators_decide(),
+            operators_decide: self.turn.notices == ApprovalNotices::OperatorsDecide,
         }
     }
 }
 
 /// The whole response as one JSON object, in `encoder`'s format.
-pub async fn complete<E: Encoder, K: TurnKeeper>(
+pub async fn complete<E: Encoder>(
     stream: ChatStream,
-    turn: Turn<K>,
+    turn: Turn,
     mut encoder: E,
 ) -> Result<Vec<u8>, ApiError> {
     let mut translator = Translator::new(turn);
@@ -234,7 +200,7 @@ pub async fn complete<E: Encoder, K: TurnKeeper>(
     let mut finish = None;
     let mut ignored = Vec::new();
     while let Some(item) = stream.next().await {
-        let event = item.map_err(|e| translator.turn.keeper.error(&e))?;
+        let event = item.map_err(|e| ApiError::from_chat(&e))?;
         translator.event(&event, &mut ignored);
         ignored.clear();
         if let ChatEvent::Finish { reason } = event {
@@ -242,7 +208,7 @@ pub async fn complete<E: Encoder, K: TurnKeeper>(
         }
     }
     let Some(reason) = finish else {
-        return Err(translator.turn.keeper.error(&incomplete()));
+        return Err(ApiError::from_chat(&incomplete()));
     };
     let ending = translator.end(reason);
     Ok(encoder.whole(std::mem::take(&mut translator.folded), &ending))
@@ -255,9 +221,9 @@ fn incomplete() -> ChatError {
     )
 }
 
-struct SseState<E, K> {
+struct SseState<E> {
     stream: ChatStream,
-    translator: Translator<K>,
+    translator: Translator,
     encoder: E,
     first: Option<ChatEvent>,
     /// Resolves when the gateway's drain time is over: the stream ends with an error event.
@@ -266,7 +232,7 @@ struct SseState<E, K> {
     done: bool,
 }
 
-impl<E: Encoder, K: TurnKeeper> SseState<E, K> {
+impl<E: Encoder> SseState<E> {
     fn open(&mut self, out: &mut Vec<u8>) {
         if !self.opened {
             self.opened = true;
@@ -280,10 +246,10 @@ impl<E: Encoder, K: TurnKeeper> SseState<E, K> {
 /// visible event arrives (so the opening event names the model that answered), and ends after the format's
 /// closing events or its error event. When `cut` is cancelled (a server's drain time ran out) while the stream
 /// waits for its next event, it ends with the format's error event, code `shutting_down`.
-pub fn stream<E: Encoder, K: TurnKeeper>(
+pub fn stream<E: Encoder>(
     stream: ChatStream,
     first: ChatEvent,
-    turn: Turn<K>,
+    turn: Turn,
     encoder: E,
     cut: CancellationToken,
 ) -> impl futures_util::Stream<Item = Result<Bytes, std::convert::Infallible>> + Send {
@@ -332,9 +298,6 @@ pub fn stream<E: Encoder, K: TurnKeeper>(
             };
             match item {
                 Some(Ok(ChatEvent::Finish { reason })) => {
-                    state.translator.builder.push(&ChatEvent::Finish {
-                        reason: reason.clone(),
-                    });
                     state.open(&mut out);
                     let ending = state.translator.end(reason);
                     state
@@ -355,14 +318,14 @@ pub fn stream<E: Encoder, K: TurnKeeper>(
                 Some(Err(error)) => {
                     tracing::warn!(error = %error, "chat stream failed after the response started");
                     state.open(&mut out);
-                    let error = state.translator.turn.keeper.error(&error);
+                    let error = ApiError::from_chat(&error);
                     state.encoder.error(&error, &mut out);
                     state.done = true;
                     return Some((Ok(Bytes::from(out)), state));
                 }
                 None => {
                     state.open(&mut out);
-                    let error = state.translator.turn.keeper.error(&incomplete());
+                    let error = ApiError::from_chat(&incomplete());
                     state.encoder.error(&error, &mut out);
                     state.done = true;
                     return Some((Ok(Bytes::from(out)), state));
@@ -382,7 +345,7 @@ const FRAME_LIMIT: usize = 16 * 1024;
 mod tests {
     use serde_json::{json, Value};
     use tower::{Layer, ServiceExt};
-    use tower_chat::{ChatRequest, ResponseFormat};
+    use tower_chat::{ChatRequest, Message, ResponseFormat};
     use tower_chat_structured_output::StructuredOutputLayer;
 
     use super::*;
@@ -418,11 +381,11 @@ mod tests {
             .await
     }
 
-    fn turn() -> Turn<KeepNothing> {
+    fn turn() -> Turn {
         Turn {
             model: "m".into(),
             client_tools: HashSet::new(),
-            keeper: KeepNothing,
+            notices: ApprovalNotices::Hidden,
         }
     }
 

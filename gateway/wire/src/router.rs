@@ -1,5 +1,5 @@
-//! The formats as axum routes over any chat service ([`WireRouter`]), and the steps every route takes
-//! ([`read_body`], [`check_inbound`], [`answer`]) for a server that handles turns with a handler of its own.
+//! The formats as axum routes over any chat service ([`WireRouter`]), and the checks every route makes
+//! ([`read_body`], [`check_inbound`]), for a route of one's own that reads the same bodies (a token count).
 
 use std::collections::HashSet;
 use std::marker::PhantomData;
@@ -21,9 +21,10 @@ use tower_chat::{
 use crate::anthropic_messages::AnthropicMessages;
 use crate::chat_completions::ChatCompletions;
 use crate::error::{json_bytes_response, ApiError};
+use crate::extensions::{ResponseHeaders, TurnContext};
 use crate::format::{Encoder, Inbound, ParseContext, UpstreamFormat, WireFormat};
 use crate::limits::RequestLimits;
-use crate::respond::{self, KeepNothing, Turn, TurnKeeper};
+use crate::respond::{self, ApprovalNotices, Turn};
 use crate::responses::Responses;
 
 /// The default body limit (the gateway's `--body-limit`): the bytes of a request body besides its media (4 MiB).
@@ -38,7 +39,9 @@ pub const DEFAULT_BODY_LIMIT: usize = 4 * 1024 * 1024;
 /// declares has its calls handed back to the client; calls of tools the service runs itself are not shown.
 /// A [`CallerIdentity`] that the app's own middleware put in the request's extensions goes along to the service,
 /// and an `x-conversation-id` header becomes the request's [`ConversationId`](tower_chat::ConversationId)
-/// (scoped to that caller).
+/// (scoped to that caller); [`crate::extensions`] lists what else goes along. By default a paused turn shows
+/// only its finish reason, and approval decisions and `previous_response_id` are refused: a service with a
+/// layer that resumes turns says so with [`keeps_turns`](WireRouter::keeps_turns).
 ///
 /// ```
 /// use tower_chat::{ChatError, ChatRequest, ChatStream};
@@ -59,6 +62,8 @@ pub struct WireRouter<S> {
     service: S,
     parse: ParseContext,
     body_limit: usize,
+    notices: ApprovalNotices,
+    cut: CancellationToken,
 }
 
 impl<S> WireRouter<S>
@@ -77,7 +82,28 @@ where
             service,
             parse: ParseContext::default(),
             body_limit: DEFAULT_BODY_LIMIT,
+            notices: ApprovalNotices::Hidden,
+            cut: CancellationToken::new(),
         }
+    }
+
+    /// The service keeps turns (a layer of its own pauses and resumes them, and stores answers): approval
+    /// decisions, `previous_response_id` and the id a Responses answer is stored under go to it in a
+    /// [`TurnContext`] with the request's headers, a Responses answer says `"store": true` unless the request
+    /// said otherwise, and a paused turn's answer names the approvals it waits for, each under the id of its
+    /// [`ChatEvent::ApprovalRequest`](tower_chat::ChatEvent::ApprovalRequest) (`notices`: who decides them).
+    pub fn keeps_turns(mut self, notices: ApprovalNotices) -> Self {
+        self.parse.stores_responses = true;
+        self.notices = notices;
+        self
+    }
+
+    /// When `cut` is cancelled (a server's drain time is over), a request still waiting for its answer is a
+    /// `503 shutting_down`, and a stream waiting for its next event ends with the format's error event of that
+    /// code.
+    pub fn cut(mut self, cut: CancellationToken) -> Self {
+        self.cut = cut;
+        self
     }
 
     /// The per-request limits (counts, id lengths, media bytes).
@@ -128,6 +154,8 @@ where
             service: self.service.clone(),
             parse: self.parse,
             body_limit: self.body_limit,
+            notices: self.notices,
+            cut: self.cut.clone(),
             format: PhantomData::<F>,
         });
         Router::new()
@@ -143,6 +171,8 @@ struct Shared<S, F> {
     service: S,
     parse: ParseContext,
     body_limit: usize,
+    notices: ApprovalNotices,
+    cut: CancellationToken,
     format: PhantomData<F>,
 }
 
@@ -163,7 +193,12 @@ where
     S::Future: Send + 'static,
 {
     let caller = caller.map(|Extension(c)| c);
-    match turn::<F, S>(&shared, caller, &headers, uri.query(), body).await {
+    let handled = tokio::select! {
+        biased;
+        handled = turn::<F, S>(&shared, caller, headers, uri.query(), body) => handled,
+        () = shared.cut.cancelled() => Err(ApiError::shutting_down()),
+    };
+    match handled {
         Ok(response) => response,
         Err(error) => F::error_response(error),
     }
@@ -172,7 +207,7 @@ where
 async fn turn<F, S>(
     shared: &Shared<S, F>,
     caller: Option<CallerIdentity>,
-    headers: &HeaderMap,
+    headers: HeaderMap,
     query: Option<&str>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError>
@@ -184,13 +219,17 @@ where
     let body = read_body(body, shared.body_limit, limits)?;
     let (inbound, encoder) = F::parse(&body, &shared.parse)?;
     check_inbound(&inbound, body.len(), shared.body_limit, limits)?;
-    if !inbound.approvals.is_empty() {
+    // The request is parsed (its media checked, their base64 moved out of the parsed JSON, not copied): the
+    // body's bytes are not needed any more, and a stream may hold its request for minutes.
+    drop(body);
+    let keeps_turns = shared.parse.stores_responses;
+    if !keeps_turns && !inbound.approvals.is_empty() {
         return Err(ApiError::invalid_request(
             "approvals_unavailable",
             "`tower_chat.approvals` needs a server that keeps paused turns; this one runs no approvals",
         ));
     }
-    if inbound.previous_response_id.is_some() {
+    if !keeps_turns && inbound.previous_response_id.is_some() {
         return Err(ApiError::invalid_request(
             "previous_response_unavailable",
             "`previous_response_id` needs a server that stores responses; this one stores none",
@@ -202,17 +241,27 @@ where
     )?;
     let mut request = inbound.request;
     request.extensions.insert(F::ROUTE);
-    let dropped = crate::carry::forward(F::ROUTE, headers, query, &inbound.dropped, &mut request);
-    if let Some(caller) = &caller {
-        request.extensions.insert(caller.clone());
+    let dropped = crate::carry::forward(F::ROUTE, &headers, query, &inbound.dropped, &mut request);
+    if let Some(caller) = caller {
+        request.extensions.insert(caller);
     }
     if let Some(conversation) = conversation {
         request.extensions.insert(conversation);
     }
+    let added = ResponseHeaders::default();
+    request.extensions.insert(added.clone());
+    if keeps_turns {
+        request.extensions.insert(TurnContext {
+            approvals: inbound.approvals,
+            previous_response_id: inbound.previous_response_id,
+            record_id: inbound.record_id,
+            headers,
+        });
+    }
     let turn = Turn {
         model: inbound.model,
         client_tools: client_tools(&request),
-        keeper: KeepNothing,
+        notices: shared.notices,
     };
     let stream = shared
         .service
@@ -220,20 +269,14 @@ where
         .oneshot(request)
         .await
         .map_err(|e| ApiError::from_chat(&e))?;
-    let mut response = answer(
-        stream,
-        inbound.stream,
-        turn,
-        encoder,
-        CancellationToken::new(),
-    )
-    .await?;
+    let mut response = answer(stream, inbound.stream, turn, encoder, shared.cut.clone()).await?;
+    added.apply(response.headers_mut());
     crate::carry::name_dropped(&dropped, &mut response);
     Ok(response)
 }
 
 /// The names of the tools a request declares: the client's own, whose calls it is shown.
-pub fn client_tools(request: &ChatRequest) -> HashSet<String> {
+fn client_tools(request: &ChatRequest) -> HashSet<String> {
     request
         .options
         .tools
@@ -285,10 +328,10 @@ pub fn check_inbound(
 /// stream waits for its first event before it commits to `200`, so a failure before any output is still an HTTP
 /// error with its status; after that, a failure is the format's error event. `cut` ends a waiting stream with
 /// a `shutting_down` error event (a server's drain time); a token never cancelled never cuts.
-pub async fn answer<E: Encoder, K: TurnKeeper>(
+async fn answer<E: Encoder>(
     mut stream: ChatStream,
     sse: bool,
-    turn: Turn<K>,
+    turn: Turn,
     encoder: E,
     cut: CancellationToken,
 ) -> Result<Response, ApiError> {
@@ -298,9 +341,9 @@ pub async fn answer<E: Encoder, K: TurnKeeper>(
     }
     let first = match stream.next().await {
         Some(Ok(event)) => event,
-        Some(Err(error)) => return Err(turn.keeper.error(&error)),
+        Some(Err(error)) => return Err(ApiError::from_chat(&error)),
         None => {
-            return Err(turn.keeper.error(&ChatError::new(
+            return Err(ApiError::from_chat(&ChatError::new(
                 ErrorKind::Protocol,
                 "the response ended before any event",
             )))

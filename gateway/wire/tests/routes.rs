@@ -1,7 +1,8 @@
 //! The routes of every format over a scripted chat service, served by axum over loopback HTTP beside an app's
 //! own route: each format answers whole and streamed, refuses a malformed body in its own 400 shape, maps the
 //! service's errors to the gateway's statuses, hands the client its own tool calls only, and passes the app's
-//! caller and the conversation header to the service.
+//! caller and the conversation header to the service; a router that keeps turns hands the service the turn's
+//! context and names a pause's approvals, and a cut ends what still waits.
 
 use std::time::Duration;
 
@@ -11,9 +12,13 @@ use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use serde_json::{json, Value};
-use tower_chat::{CallerIdentity, ChatError, ChatEvent, ConversationId, ErrorKind, FinishReason};
+use tower_chat::{
+    ApprovalRequest, CallerIdentity, ChatError, ChatEvent, ConversationId, ErrorKind, FinishReason,
+    ToolCall,
+};
 use tower_chat_testkit::{answer, calls, model, within, Chat, Delivery, Items, Model};
-use tower_chat_wire::{InboundRoute, RequestLimits, WireRouter};
+use tower_chat_wire::extensions::{ResponseHeaders, TurnContext};
+use tower_chat_wire::{ApiError, ApprovalNotices, InboundRoute, RequestLimits, WireRouter};
 
 /// A chat service answering every request with `reply`'s items, and what it was sent.
 fn service(reply: impl Fn() -> Items + Send + Sync + 'static) -> (Chat, Model) {
@@ -448,4 +453,131 @@ async fn limits_and_the_body_limit_are_the_embedders_to_set() {
         "{}",
         paused.body
     );
+}
+
+/// A paused turn of a service that issued `apr_service` for a `write_file` call, and what it was sent; the
+/// service adds `x-added: yes` to the answer's head.
+fn pausing() -> (Chat, Model) {
+    model(Delivery::OneByOne, |request| {
+        if let Some(added) = request.extensions.get::<ResponseHeaders>() {
+            added.insert(
+                http::HeaderName::from_static("x-added"),
+                http::HeaderValue::from_static("yes"),
+            );
+        }
+        let request = ApprovalRequest {
+            id: "apr_service".into(),
+            call: ToolCall::new("call_1", "write_file", json!({"path": "a"})),
+            reason: None,
+        };
+        vec![
+            Ok(ChatEvent::ApprovalRequest {
+                request: Box::new(request),
+            }),
+            Ok(ChatEvent::finish(FinishReason::AwaitingApproval)),
+        ]
+    })
+}
+
+#[tokio::test]
+async fn a_router_that_keeps_turns_hands_the_service_the_turn_and_names_its_pauses() {
+    let (chat, sent) = pausing();
+    let base = serve(
+        WireRouter::new(chat)
+            .keeps_turns(ApprovalNotices::ClientDecides)
+            .all(),
+    )
+    .await;
+    let resume = json!({"model": "m", "messages": [{"role": "user", "content": "go"}],
+        "tower_chat": {"approvals": [{"id": "apr_0", "approved": true}]}});
+    for stream in [false, true] {
+        let mut body = resume.clone();
+        body["stream"] = json!(stream);
+        let paused = send(
+            &format!("{base}/v1/chat/completions"),
+            body.to_string(),
+            &[("x-client", "v")],
+        )
+        .await;
+        assert_eq!(paused.status, 200, "{}", paused.body);
+        assert_eq!(paused.headers["x-added"], "yes");
+        // The notice names the id the service issued, and the text tells the client to answer it.
+        assert!(paused.body.contains("apr_service"), "{}", paused.body);
+        let context = sent.last_request().extensions.get::<TurnContext>().cloned();
+        let context = context.expect("the turn's context goes along");
+        assert_eq!(context.approvals[0].id, "apr_0");
+        assert_eq!(context.headers["x-client"], "v");
+    }
+    let whole = post(&format!("{base}/v1/chat/completions"), &resume).await;
+    assert_eq!(
+        whole.json()["tower_chat"]["approval_requests"][0]["id"],
+        "apr_service",
+        "{}",
+        whole.body
+    );
+    // A stored response is the service's to find; the answer says it is stored, under the id it names.
+    let more = post(
+        &format!("{base}/v1/responses"),
+        &json!({"model": "m", "input": "more", "previous_response_id": "resp_1"}),
+    )
+    .await;
+    assert_eq!(more.json()["store"], true, "{}", more.body);
+    let context = sent.last_request().extensions.get::<TurnContext>().cloned();
+    let context = context.expect("the turn's context goes along");
+    assert_eq!(context.previous_response_id.as_deref(), Some("resp_1"));
+    assert_eq!(
+        context.record_id.as_deref(),
+        more.json()["id"].as_str(),
+        "{}",
+        more.body
+    );
+}
+
+#[tokio::test]
+async fn an_error_the_service_words_itself_is_answered_as_it_is() {
+    let (chat, _) = service(|| {
+        let own = ApiError::new(
+            http::StatusCode::CONFLICT,
+            "invalid_request_error",
+            "turn_taken",
+            "another request resumed this turn".into(),
+        );
+        vec![Err(own.into_chat())]
+    });
+    let base = serve(WireRouter::new(chat).all()).await;
+    for (route, body) in requests(false) {
+        let refused = post(&format!("{base}{route}"), &body).await;
+        assert_eq!(refused.status, 409, "{route}: {}", refused.body);
+        assert!(
+            refused.body.contains("another request resumed this turn"),
+            "{}",
+            refused.body
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_cut_ends_what_still_waits_with_shutting_down() {
+    // One text event, then nothing: a stream still waiting when the server's drain time is over.
+    let chat = tower::service_fn(|_request: tower_chat::ChatRequest| async {
+        let first = futures_util::stream::iter([Ok(ChatEvent::text("partial"))]);
+        Ok::<tower_chat::ChatStream, ChatError>(Box::pin(futures_util::StreamExt::chain(
+            first,
+            futures_util::stream::pending(),
+        )))
+    });
+    let cut = tower_chat::CancellationToken::new();
+    let base = serve(WireRouter::new(chat).cut(cut.clone()).all()).await;
+    cut.cancel();
+    let (route, body) = &requests(false)[0];
+    let whole = post(&format!("{base}{route}"), body).await;
+    assert_eq!(
+        (whole.status, whole.json()["error"]["code"].clone()),
+        (503, json!("shutting_down"))
+    );
+    let (route, body) = &requests(true)[0];
+    let streamed = post(&format!("{base}{route}"), body).await;
+    assert_eq!(streamed.status, 200);
+    assert!(streamed.body.contains("partial"), "{}", streamed.body);
+    assert!(streamed.body.contains("shutting_down"), "{}", streamed.body);
 }
