@@ -4,11 +4,15 @@
 
 pub mod cache;
 pub mod cli;
+pub mod connections;
+pub mod credential;
 pub mod file;
 pub mod guardrail;
+pub mod hosts;
 pub mod limits;
 pub mod mcp;
-mod provider;
+pub mod provider;
+pub mod proxies;
 mod settings;
 pub mod structured;
 pub mod upstreams;

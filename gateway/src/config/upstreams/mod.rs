@@ -1,14 +1,17 @@
 //! `[upstreams]`: the models clients may name, each served by ordered fallback targets, with the retry policy,
 //! the circuit breakers and the timeouts (built by `stack::upstreams`). Each target is checked where the file is
-//! read, so an error names the table's line.
+//! read ([`target`]), so an error names the table's line.
 
 use std::collections::HashSet;
 
 use serde::{Deserialize, Deserializer};
 
-pub(crate) mod kinds;
+pub mod target;
 
-pub use kinds::{DeploymentSection, ProviderName, TargetSection};
+pub use target::{
+    AzureTarget, BedrockTarget, DeploymentSection, Endpoint, GeminiTarget, KeyedTarget,
+    ProviderTarget, TargetSection, VertexTarget,
+};
 
 /// The `[upstreams]` table.
 #[derive(Clone, Debug, Default, PartialEq, Deserialize)]
@@ -171,47 +174,6 @@ fn targets<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Vec<TargetSecti
                 "two targets are named `{name}`: give one a `name`"
             )));
         }
-        if !target.deployments.is_empty() && target.base_url.is_some() {
-            return Err(D::Error::custom(format!(
-                "target `{name}`: `base_url` and the credential go in each deployment when `deployments` is \
-                 given"
-            )));
-        }
-        let urls = target
-            .base_url
-            .iter()
-            .chain(target.deployments.iter().map(|d| &d.base_url));
-        for url in urls {
-            check_url(url).map_err(|e| D::Error::custom(format!("target `{name}`: {e}")))?;
-        }
-        kinds::check_target(target)
-            .map_err(|e| D::Error::custom(format!("target `{name}`: {e}")))?;
-        for (i, deployment) in target.deployments.iter().enumerate() {
-            check_key(deployment.key_env.as_deref(), deployment.no_key).map_err(|e| {
-                D::Error::custom(format!("target `{name}`, deployment {}: {e}", i + 1))
-            })?;
-        }
     }
     Ok(targets)
-}
-
-/// A target or deployment says where its key comes from: exactly one of `key_env` and `no_key = true`.
-fn check_key(key_env: Option<&str>, no_key: bool) -> Result<(), &'static str> {
-    match (key_env, no_key) {
-        (Some(_), false) | (None, true) => Ok(()),
-        (Some(_), true) => Err("`key_env` and `no_key = true` exclude each other"),
-        (None, false) => Err(
-            "name the environment variable holding its key (`key_env = \"VAR\"`), or say that it takes none \
-             (`no_key = true`)",
-        ),
-    }
-}
-
-fn check_url(url: &str) -> Result<(), String> {
-    match url.parse::<http::Uri>() {
-        Ok(uri) if matches!(uri.scheme_str(), Some("http" | "https")) && uri.host().is_some() => {
-            Ok(())
-        }
-        _ => Err(format!("`{url}` is not an http(s) URL")),
-    }
 }
