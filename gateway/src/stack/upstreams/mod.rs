@@ -96,6 +96,7 @@ use tower_chat_resilience::{
 mod leaf;
 mod routes;
 
+use crate::config::upstreams::{positive_seconds, Checked};
 pub use crate::config::upstreams::{
     BreakerSection, DeploymentSection, Endpoint, ModelSection, ProviderTarget, RetrySection,
     TargetSection, TimeoutsSection, UpstreamsSection,
@@ -106,16 +107,10 @@ use crate::stack::Upstream;
 use crate::config::Config;
 use crate::telemetry::metrics::PrometheusMetrics;
 
-fn seconds(value: f64, what: &str) -> Result<Duration, ChatError> {
-    Duration::try_from_secs_f64(value)
-        .ok()
-        .filter(|d| !d.is_zero())
-        .ok_or_else(|| {
-            ChatError::new(
-                ErrorKind::InvalidRequest,
-                format!("[upstreams] {what} must be a positive number of seconds, not {value}"),
-            )
-        })
+/// `[upstreams.{table}] {key}` as a positive duration (checked where the file was read; a section built in code
+/// is checked here).
+fn seconds(value: f64, table: &str, key: &str) -> Result<Duration, ChatError> {
+    positive_seconds(value, table, key).map_err(|e| ChatError::new(ErrorKind::InvalidRequest, e))
 }
 
 /// A model's name and the targets behind it, for `GET /v1/models`.
@@ -401,15 +396,15 @@ fn timeouts(config: &Config) -> Result<Timeouts, ChatError> {
     let section = &config.file.upstreams.timeouts;
     Ok(Timeouts {
         connect: match section.connect_secs {
-            Some(s) => Some(seconds(s, "timeouts.connect_secs")?),
+            Some(s) => Some(seconds(s, "timeouts", "connect_secs")?),
             None => Timeouts::default().connect,
         },
         first_byte: Some(match section.first_byte_secs {
-            Some(s) => seconds(s, "timeouts.first_byte_secs")?,
+            Some(s) => seconds(s, "timeouts", "first_byte_secs")?,
             None => config.upstream_timeout,
         }),
         idle: Some(match section.idle_secs {
-            Some(s) => seconds(s, "timeouts.idle_secs")?,
+            Some(s) => seconds(s, "timeouts", "idle_secs")?,
             None => config.upstream_timeout,
         }),
     })
@@ -537,19 +532,14 @@ fn invalid(message: String) -> ChatError {
     ChatError::new(ErrorKind::InvalidRequest, format!("[upstreams] {message}"))
 }
 
+fn checked(section: &impl Checked) -> Result<(), ChatError> {
+    section
+        .check()
+        .map_err(|e| ChatError::new(ErrorKind::InvalidRequest, e))
+}
+
 fn retry_layer(retry: &RetrySection) -> Result<RetryLayer, ChatError> {
-    if retry.max_attempts == 0 {
-        return Err(invalid("retry.max_attempts must be at least 1".into()));
-    }
-    if !(0.0..=1000.0).contains(&retry.budget_percent) {
-        return Err(invalid(format!(
-            "retry.budget_percent must be between 0 and 1000, not {}",
-            retry.budget_percent
-        )));
-    }
-    if retry.budget_min_per_sec >= i32::MAX as u32 {
-        return Err(invalid("retry.budget_min_per_sec is too large".into()));
-    }
+    checked(retry)?;
     let mut layer = RetryLayer::new()
         .max_attempts(retry.max_attempts)
         .backoff(Backoff {
@@ -557,40 +547,28 @@ fn retry_layer(retry: &RetrySection) -> Result<RetryLayer, ChatError> {
             max: Duration::from_millis(retry.max_backoff_ms.max(retry.base_backoff_ms)),
             jitter: Jitter::Full,
         })
-        .retry_after_cap(
-            Duration::try_from_secs_f64(retry.retry_after_cap_secs)
-                .map_err(|_| invalid("retry.retry_after_cap_secs must be 0 or more".into()))?,
-        )
+        .retry_after_cap(Duration::from_secs_f64(retry.retry_after_cap_secs))
         .budget(TpsBudget::new(
             Duration::from_secs(10),
             retry.budget_min_per_sec,
             retry.budget_percent / 100.0,
         ));
     if let Some(deadline) = retry.deadline_secs {
-        layer = layer.deadline(seconds(deadline, "retry.deadline_secs")?);
+        layer = layer.deadline(seconds(deadline, "retry", "deadline_secs")?);
     }
     Ok(layer)
 }
 
 fn breaker_layer(breaker: &BreakerSection) -> Result<CircuitBreakerLayer, ChatError> {
-    if breaker.consecutive_failures == 0 {
-        return Err(invalid(
-            "breaker.consecutive_failures must be at least 1".into(),
-        ));
-    }
+    checked(breaker)?;
     let mut layer = CircuitBreakerLayer::new()
         .consecutive_failures(breaker.consecutive_failures)
-        .open_for(seconds(breaker.open_for_secs, "breaker.open_for_secs")?);
+        .open_for(seconds(breaker.open_for_secs, "breaker", "open_for_secs")?);
     if let Some(ratio) = breaker.failure_ratio {
-        if !(0.0..=1.0).contains(&ratio) || ratio == 0.0 {
-            return Err(invalid(format!(
-                "breaker.failure_ratio must be in (0, 1], not {ratio}"
-            )));
-        }
         layer = layer.failure_ratio(
             ratio,
             breaker.min_calls,
-            seconds(breaker.window_secs, "breaker.window_secs")?,
+            seconds(breaker.window_secs, "breaker", "window_secs")?,
         );
     }
     Ok(layer)
