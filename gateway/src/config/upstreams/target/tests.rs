@@ -1,4 +1,5 @@
 use super::*;
+use crate::config::credential::Credential;
 use crate::config::credential::CredentialField::*;
 use crate::config::file::ConfigFile;
 
