@@ -52,3 +52,31 @@ fn retry_breaker_and_timeout_values_are_checked_where_the_file_is_read() {
     .unwrap();
     assert_eq!(file.upstreams.retry.max_attempts, 1);
 }
+
+#[test]
+fn invalid_sections_are_refused_with_their_line_and_reason() {
+    let (line, message) = refused(
+        "[[upstreams.models]]\nname = \"a\"\n\n[[upstreams.models.targets]]\nprovider = \"cohere\"\nmodel = \"x\"\n",
+    );
+    assert_eq!(line, Some(5), "{message}");
+    assert!(message.contains("cohere"), "{message}");
+
+    let (line, message) = refused("[[upstreams.models]]\nname = \"a\"\ntargets = []\n");
+    assert_eq!(line, Some(3), "{message}");
+    assert!(message.contains("at least one target"), "{message}");
+
+    let (line, message) = refused(
+        "[[upstreams.models]]\nname = \"a\"\ntargets = [{ provider = \"openai\", model = \"m\", base_url = \"ftp://x\" }]\n",
+    );
+    assert_eq!(line, Some(3), "{message}");
+    assert!(message.contains("not an http(s) URL"), "{message}");
+
+    let (line, message) = refused("[upstreams.retry]\nmax_attempts = 3\nbackof = 1\n");
+    assert_eq!(line, Some(3), "{message}");
+    assert!(message.contains("backof"), "{message}");
+
+    let twice = "[[upstreams.models]]\nname = \"a\"\ntargets = [{ provider = \"openai\", model = \"m\", no_key = true }]\n";
+    let (line, message) = refused(&format!("{twice}{twice}"));
+    assert!(line.is_some(), "{message}");
+    assert!(message.contains("configured twice"), "{message}");
+}

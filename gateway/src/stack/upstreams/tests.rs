@@ -154,39 +154,6 @@ fn the_documented_kinds_example_is_valid() {
     std::fs::remove_dir_all(dir).unwrap();
 }
 
-fn refused(text: &str) -> (Option<usize>, String) {
-    let err = ConfigFile::parse(text, "g.toml").unwrap_err();
-    (err.line(), err.message().to_owned())
-}
-
-#[test]
-fn invalid_sections_are_refused_with_their_line_and_reason() {
-    let (line, message) = refused(
-        "[[upstreams.models]]\nname = \"a\"\n\n[[upstreams.models.targets]]\nprovider = \"cohere\"\nmodel = \"x\"\n",
-    );
-    assert_eq!(line, Some(5), "{message}");
-    assert!(message.contains("cohere"), "{message}");
-
-    let (line, message) = refused("[[upstreams.models]]\nname = \"a\"\ntargets = []\n");
-    assert_eq!(line, Some(3), "{message}");
-    assert!(message.contains("at least one target"), "{message}");
-
-    let (line, message) = refused(
-        "[[upstreams.models]]\nname = \"a\"\ntargets = [{ provider = \"openai\", model = \"m\", base_url = \"ftp://x\" }]\n",
-    );
-    assert_eq!(line, Some(3), "{message}");
-    assert!(message.contains("not an http(s) URL"), "{message}");
-
-    let (line, message) = refused("[upstreams.retry]\nmax_attempts = 3\nbackof = 1\n");
-    assert_eq!(line, Some(3), "{message}");
-    assert!(message.contains("backof"), "{message}");
-
-    let twice = "[[upstreams.models]]\nname = \"a\"\ntargets = [{ provider = \"openai\", model = \"m\", no_key = true }]\n";
-    let (line, message) = refused(&format!("{twice}{twice}"));
-    assert!(line.is_some(), "{message}");
-    assert!(message.contains("configured twice"), "{message}");
-}
-
 #[test]
 fn the_description_names_every_target_and_key_variable_or_the_single_upstream() {
     let mut config = crate::Config::new("http://127.0.0.1:8000/v1");
@@ -210,144 +177,11 @@ fn the_description_names_every_target_and_key_variable_or_the_single_upstream() 
     );
 }
 
-#[test]
-fn a_target_says_where_its_key_comes_from() {
-    let model = "[[upstreams.models]]\nname = \"a\"\n\n[[upstreams.models.targets]]\nprovider = \"openai\"\nmodel = \"m\"\n";
-    let (line, message) = refused(model);
-    assert_eq!(line, Some(4), "{message}");
-    assert!(message.contains("target `openai/m`"), "{message}");
-    assert!(message.contains("no_key = true"), "{message}");
-    let (_, message) = refused(&format!("{model}key_env = \"K\"\nno_key = true\n"));
-    assert!(message.contains("exclude each other"), "{message}");
-    let (_, message) = refused(&format!(
-        "{model}deployments = [{{ base_url = \"http://127.0.0.1:9/v1\", no_key = true }}, \
-         {{ base_url = \"http://127.0.0.1:10/v1\" }}]\n"
-    ));
-    assert!(message.contains("deployment 2"), "{message}");
-    let (_, message) = refused(&format!(
-        "{model}no_key = true\ndeployments = [{{ base_url = \"http://127.0.0.1:9/v1\", no_key = true }}]\n"
-    ));
-    assert!(message.contains("go in each deployment"), "{message}");
-}
-
-/// One target of `provider` with these fields.
 fn target(provider: &str, fields: &str) -> String {
     format!(
         "[[upstreams.models]]\nname = \"a\"\n\n[[upstreams.models.targets]]\nprovider = \"{provider}\"\n\
          model = \"m\"\n{fields}\n"
     )
-}
-
-#[test]
-fn every_kind_parses_with_its_own_fields_and_credentials() {
-    for (provider, fields) in [
-        ("azure", "base_url = \"https://r.openai.azure.com\"\nazure_deployment = \"d\"\napi_version = \"2024-10-21\"\nkey_env = \"K\""),
-        ("azure", "base_url = \"https://r.openai.azure.com\"\ntoken_env = \"AZURE_TOKEN\""),
-        ("gemini", "key_file = \"/run/secrets/gemini\""),
-        ("vertex", "project = \"p\"\nlocation = \"global\"\ncredentials_file = \"/sa.json\""),
-        ("vertex", "project = \"p\"\nlocation = \"us-central1\"\ncredentials_env = \"GOOGLE_APPLICATION_CREDENTIALS\""),
-        ("vertex", "project = \"p\"\nlocation = \"us-central1\"\ntoken_env = \"VERTEX_TOKEN\""),
-        ("openai", "key_file = \"key.txt\""),
-        ("bedrock", "region = \"us-east-1\"\naws_env = true"),
-        ("bedrock", "region = \"eu-central-1\"\naws_profile = \"prod\""),
-        ("bedrock", "region = \"us-west-2\"\nkey_env = \"AWS_BEARER_TOKEN_BEDROCK\""),
-    ] {
-        let text = target(provider, fields);
-        ConfigFile::parse(&text, "g.toml").unwrap_or_else(|e| panic!("{e}\n{text}"));
-    }
-}
-
-#[test]
-fn a_kind_missing_its_fields_or_given_anothers_is_refused_with_the_reason() {
-    let cases = [
-        (
-            "vertex",
-            "credentials_file = \"/sa.json\"",
-            "needs its Google Cloud `project` and `location`",
-        ),
-        (
-            "vertex",
-            "project = \"p\"\ncredentials_file = \"/sa.json\"",
-            "`project` and `location`",
-        ),
-        (
-            "vertex",
-            "project = \"p/x\"\nlocation = \"l\"\nno_key = true",
-            "must be letters, digits",
-        ),
-        (
-            "vertex",
-            "project = \"p\"\nlocation = \"l\"",
-            "credentials_file",
-        ),
-        (
-            "vertex",
-            "project = \"p\"\nlocation = \"l\"\nkey_env = \"K\"",
-            "`key_env` is not a credential of `vertex`",
-        ),
-        (
-            "azure",
-            "key_env = \"K\"",
-            "resource's endpoint as `base_url`",
-        ),
-        ("bedrock", "aws_env = true", "needs the AWS `region`"),
-        (
-            "bedrock",
-            "region = \"us-east-1\"\naws_env = true\naws_profile = \"p\"",
-            "`aws_env` and `aws_profile` exclude each other",
-        ),
-        (
-            "bedrock",
-            "region = \"us-east-1\"\nno_key = true",
-            "`no_key` is not a credential of `bedrock`",
-        ),
-        (
-            "openai",
-            "region = \"us-east-1\"\nno_key = true",
-            "`region` is for `provider = \"bedrock\"` targets",
-        ),
-        (
-            "gemini",
-            "aws_env = true",
-            "`aws_env` is not a credential of `gemini`",
-        ),
-        (
-            "gemini",
-            "token_env = \"T\"",
-            "`token_env` is not a credential of `gemini`",
-        ),
-        (
-            "openai",
-            "project = \"p\"\nno_key = true",
-            "`project` is for `provider = \"vertex\"` targets",
-        ),
-        (
-            "gemini",
-            "api_version = \"v\"\nno_key = true",
-            "`api_version` is for `provider = \"azure\"`",
-        ),
-        (
-            "openai",
-            "key_env = \"K\"\nkey_file = \"k\"",
-            "`key_env` and `key_file` exclude each other",
-        ),
-        (
-            "azure",
-            "base_url = \"https://r.openai.azure.com\"\nkey_env = \"K\"\ntoken_env = \"T\"",
-            "exclude each other",
-        ),
-    ];
-    for (provider, fields, expected) in cases {
-        let (line, message) = refused(&target(provider, fields));
-        assert_eq!(line, Some(4), "{provider} {fields}: {message}");
-        assert!(message.contains(expected), "{provider} {fields}: {message}");
-        assert!(
-            message.contains(&format!("target `{provider}/m`")),
-            "{message}"
-        );
-    }
-    let (_, message) = refused(&target("bedrock-next", "no_key = true"));
-    assert!(message.contains("bedrock-next"), "{message}");
 }
 
 #[test]
