@@ -1,5 +1,5 @@
 //! The gateway's configuration, as plain data: the options ([`cli`]: the command line, the environment and the
-//! `[gateway]` table), the configuration file ([`file`]) with one module per table, and what they are merged
+//! `[gateway]` table), the configuration file ([`file`](mod@file)) with one module per table, and what they are merged
 //! into ([`Config`]). The runtime modules take a table and build their part of the gateway from it.
 
 pub mod cache;

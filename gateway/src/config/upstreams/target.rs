@@ -96,7 +96,7 @@ impl Provider {
     }
 
     /// The settings a target of this kind takes besides `provider`, `name` and `model`, as its variant of
-    /// [`ProviderTarget`](crate::config::upstreams::ProviderTarget) declares them.
+    /// [`ProviderTarget`] declares them.
     pub fn settings(self) -> &'static [&'static str] {
         match self {
             Provider::OpenAi | Provider::OpenAiResponses | Provider::Anthropic => {

@@ -9,7 +9,7 @@ use crate::config::credential::{Credential, CredentialField, GivenCredentials};
 pub enum Endpoint {
     /// One endpoint.
     Single {
-        /// The base URL (`None`: the kind's default, see [`TargetSection::url`]).
+        /// The base URL (`None`: the kind's default, see [`TargetSection::url`](super::TargetSection::url)).
         base_url: Option<String>,
         /// Where its credential comes from.
         credential: Credential,
