@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use crate::config::upstreams::ProviderName;
+use crate::config::Provider;
 use crate::stack::upstreams::{CatalogEntry, ModelRouter};
 use crate::stack::Upstream;
 
@@ -42,13 +42,13 @@ async fn upstream_models(upstream: &Upstream) -> Vec<CatalogEntry> {
     let (answer, provider) = match upstream {
         Upstream::OpenAi(leaf) => (
             leaf.fetch(http::Method::GET, "models", None).await,
-            ProviderName::OpenAi,
+            Provider::OpenAi,
         ),
         // Anthropic pages its list (20 a page by default); 1000 is its largest page.
         Upstream::Anthropic(leaf) => (
             leaf.fetch(http::Method::GET, "models?limit=1000", None)
                 .await,
-            ProviderName::Anthropic,
+            Provider::Anthropic,
         ),
         _ => return Vec::new(),
     };

@@ -93,11 +93,13 @@ pub struct Flags {
     /// provider's public API).
     #[arg(long, env = "TOWER_CHAT_UPSTREAM", value_name = "URL", help_heading = UPSTREAMS)]
     pub upstream: Option<String>,
-    /// The upstream's wire format (default openai).
+    /// The upstream's kind (default openai): openai, openai-responses, anthropic, azure (--upstream is the
+    /// resource endpoint) or gemini; vertex and bedrock need settings only an `[upstreams]` target gives.
     #[arg(long, env = "TOWER_CHAT_PROVIDER", value_name = "NAME", help_heading = UPSTREAMS)]
     pub provider: Option<Provider>,
-    /// Environment variable holding the upstream key (default OPENAI_API_KEY, or ANTHROPIC_API_KEY); refused
-    /// at start if unset, empty, or not a key a header can carry.
+    /// Environment variable holding the upstream key (default: the provider's own, OPENAI_API_KEY,
+    /// ANTHROPIC_API_KEY, AZURE_OPENAI_API_KEY, GEMINI_API_KEY); refused at start if unset, empty, or not a key a
+    /// header can carry.
     #[arg(long, env = "TOWER_CHAT_UPSTREAM_KEY_ENV", value_name = "VAR", help_heading = UPSTREAMS)]
     pub upstream_key_env: Option<String>,
     /// The upstream takes no key (local vLLM, Ollama): no auth header is sent. Not with --upstream-key-env.

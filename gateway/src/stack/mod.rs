@@ -46,7 +46,6 @@ use tower_chat::bedrock::BedrockChat;
 use tower_chat::gemini::GeminiChat;
 use tower_chat::openai::OpenAiChat;
 use tower_chat::responses::ResponsesChat;
-use tower_chat::transport::Timeouts;
 use tower_chat::{ChatError, ChatRequest, ChatStream, ModelInfo, ModelMetadata};
 use tower_chat_approval::ApprovalLayer;
 use tower_chat_function_invocation::FunctionInvocationLayer;
@@ -54,7 +53,7 @@ use tower_chat_limits::LimitsLayer;
 use tower_chat_persistence::PersistenceLayer;
 use tower_chat_tracing::TracingLayer;
 
-use crate::config::{Config, Provider};
+use crate::config::Config;
 use crate::stack::mcp::GatewayMcp;
 use crate::stack::tools::{server_tools, server_tools_in, Sandbox};
 use crate::telemetry::metrics::PrometheusMetrics;
@@ -63,7 +62,7 @@ use crate::telemetry::metrics::PrometheusMetrics;
 pub type ChatStack = BoxCloneSyncService<ChatRequest, ChatStream, ChatError>;
 
 /// The upstream leaf: OpenAI-compatible or Anthropic, chosen by `--provider`, or any kind an `[upstreams]`
-/// target names ([`crate::stack::upstreams::ProviderName`]).
+/// target names ([`crate::config::Provider`]).
 #[derive(Clone, Debug)]
 pub enum Upstream {
     /// `--provider openai`.
@@ -92,48 +91,6 @@ macro_rules! each_leaf {
             Upstream::Bedrock($leaf) => $body,
         }
     };
-}
-
-impl Upstream {
-    /// Build the leaf `config` names; the key comes from the configured environment variable, which must hold
-    /// a usable key unless `--no-upstream-key` says the upstream takes none ([`crate::stack::upstream_key`]).
-    pub fn from_config(config: &Config) -> Result<Self, ChatError> {
-        if config.no_upstream_key && config.upstream_key_env.is_some() {
-            return Err(ChatError::new(
-                tower_chat::ErrorKind::InvalidRequest,
-                format!(
-                    "upstream {}: --no-upstream-key and --upstream-key-env exclude each other",
-                    config.upstream
-                ),
-            ));
-        }
-        let key = config.key_source().read(&config.upstream)?;
-        let timeouts = Timeouts {
-            first_byte: Some(config.upstream_timeout),
-            idle: Some(config.upstream_timeout),
-            ..Timeouts::default()
-        };
-        Ok(match config.provider {
-            Provider::OpenAi => {
-                let mut builder = OpenAiChat::builder()
-                    .base_url(&config.upstream)
-                    .timeouts(timeouts);
-                if let Some(key) = key {
-                    builder = builder.api_key(key);
-                }
-                Upstream::OpenAi(builder.build()?)
-            }
-            Provider::Anthropic => {
-                let mut builder = AnthropicChat::builder()
-                    .base_url(&config.upstream)
-                    .timeouts(timeouts);
-                if let Some(key) = key {
-                    builder = builder.api_key(key);
-                }
-                Upstream::Anthropic(builder.build()?)
-            }
-        })
-    }
 }
 
 impl Upstream {

@@ -14,16 +14,7 @@ use std::path::Path;
 use http::HeaderValue;
 use tower_chat::{ChatError, ErrorKind};
 
-/// How an upstream authenticates.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum KeySource<'a> {
-    /// The key is read from this environment variable.
-    Env(&'a str),
-    /// The key is read from this file.
-    File(&'a Path),
-    /// The upstream takes no key (configured explicitly).
-    None,
-}
+pub use crate::config::credential::KeySource;
 
 impl KeySource<'_> {
     /// The key, read and checked; `None` for a keyless upstream. `upstream` names the upstream in the error.

@@ -2,6 +2,7 @@
 //! `GET /metrics` ([`metrics`]), and the throttle on warnings a client can trigger at will.
 
 pub mod metrics;
+mod metrics_key;
 mod otlp;
 pub(crate) mod warning_throttle;
 

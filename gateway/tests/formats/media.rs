@@ -158,10 +158,7 @@ async fn official_client(
         "anthropic" => gw.url(""),
         _ => gw.base_url(),
     };
-    let upstream_name = match provider {
-        Provider::Anthropic => "anthropic",
-        Provider::OpenAi => "openai",
-    };
+    let upstream_name = provider.as_str();
     let args = [
         client.to_owned(),
         base_url,

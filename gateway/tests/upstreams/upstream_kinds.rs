@@ -327,3 +327,69 @@ async fn a_request_without_max_tokens_reaches_claude_with_the_models_own_output_
     // anthropic.claude-3-haiku-20240307-v1:0: 4,096.
     assert_eq!(bedrock[0].body["inferenceConfig"]["maxTokens"], 4_096);
 }
+
+/// `--provider` with `--upstream` is read as a target of that kind and built by the same code as an
+/// `[upstreams]` target: a kind the file can name and the command line needs no other setting for is served
+/// from the command line alone, with the client's model passed through.
+#[tokio::test]
+async fn the_single_upstream_reaches_each_kind_the_command_line_can_name() {
+    use tower_chat_gateway::Provider;
+    for (provider, kind, model, path) in [
+        (
+            Provider::Gemini,
+            "gemini",
+            "gemini-2.5-flash",
+            "/v1/models/gemini-2.5-flash:generateContent",
+        ),
+        (
+            Provider::OpenAiResponses,
+            "openai-responses",
+            "gpt-5-mini",
+            "/v1/responses",
+        ),
+        (
+            Provider::Anthropic,
+            "anthropic",
+            "claude-sonnet-4-5",
+            "/v1/messages",
+        ),
+    ] {
+        let gw = Harness::start(
+            move |_, _| common::kinds::text_reply(kind, "from the command line"),
+            |config| config.provider = provider,
+        )
+        .await;
+        let answer = gw
+            .chat(&json!({"model": model, "messages": [{"role": "user", "content": "hi"}]}))
+            .await;
+        assert_eq!(answer.status, 200, "{kind}: {}", answer.body);
+        assert_eq!(answer.chat_text(false), "from the command line", "{kind}");
+        let requests = gw.provider.requests();
+        assert_eq!(requests[0].path, path, "{kind}");
+    }
+}
+
+/// A kind whose host and credential come from settings the command line has no flag for is refused at
+/// start, naming what it needs, instead of starting a gateway that cannot call it.
+#[tokio::test]
+async fn a_single_upstream_of_a_kind_that_needs_more_settings_is_refused_at_start() {
+    for (args, needle) in [
+        (&["--provider", "vertex"][..], "`project` and `location`"),
+        (&["--provider", "bedrock"][..], "`region`"),
+        (&["--provider", "azure"][..], "resource's endpoint"),
+        (
+            &["--provider", "gemini", "--upstream", "ftp://x"][..],
+            "not an http(s) URL",
+        ),
+    ] {
+        let error = match tower_chat_gateway::Config::parse(args.iter().copied()) {
+            Err(error) => error,
+            Ok(_) => panic!("{args:?} was accepted"),
+        };
+        assert!(
+            matches!(&error, tower_chat_gateway::CliError::Upstream(_)),
+            "{args:?}: {error:?}"
+        );
+        assert!(error.to_string().contains(needle), "{args:?}: {error}");
+    }
+}

@@ -1,14 +1,18 @@
 //! `[upstreams]`: the models clients may name, each served by ordered fallback targets, with the retry policy,
 //! the circuit breakers and the timeouts (built by `stack::upstreams`). Each target is checked where the file is
-//! read, so an error names the table's line.
+//! read ([`target`]), so an error names the table's line.
 
 use std::collections::HashSet;
+use std::time::Duration;
 
 use serde::{Deserialize, Deserializer};
 
-pub(crate) mod kinds;
+pub mod target;
 
-pub use kinds::{DeploymentSection, ProviderName, TargetSection};
+pub use target::{
+    AzureTarget, BedrockTarget, DeploymentSection, Endpoint, GeminiTarget, KeyedTarget,
+    ProviderTarget, TargetSection, VertexTarget,
+};
 
 /// The `[upstreams]` table.
 #[derive(Clone, Debug, Default, PartialEq, Deserialize)]
@@ -18,13 +22,13 @@ pub struct UpstreamsSection {
     #[serde(default, deserialize_with = "models")]
     pub models: Vec<ModelSection>,
     /// `[upstreams.retry]`.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "checked")]
     pub retry: RetrySection,
     /// `[upstreams.breaker]`: one breaker per target (per deployment when balanced).
-    #[serde(default)]
+    #[serde(default, deserialize_with = "checked")]
     pub breaker: BreakerSection,
     /// `[upstreams.timeouts]`: every leaf's deadlines.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "checked")]
     pub timeouts: TimeoutsSection,
 }
 
@@ -120,6 +124,91 @@ pub struct TimeoutsSection {
     pub idle_secs: Option<f64>,
 }
 
+/// A table whose values are checked where the file is read (the error names the table and key; the TOML
+/// parser adds the table's line), and again by the stack for a section built in code.
+pub trait Checked {
+    /// `Err` names the table, the key and what it must be.
+    fn check(&self) -> Result<(), String>;
+}
+
+fn checked<'de, D: Deserializer<'de>, T: Deserialize<'de> + Checked>(
+    deserializer: D,
+) -> Result<T, D::Error> {
+    let section = T::deserialize(deserializer)?;
+    section.check().map_err(serde::de::Error::custom)?;
+    Ok(section)
+}
+
+/// `value` as a positive duration, or the error naming `table` and `key`.
+pub fn positive_seconds(value: f64, table: &str, key: &str) -> Result<Duration, String> {
+    Duration::try_from_secs_f64(value)
+        .ok()
+        .filter(|d| !d.is_zero())
+        .ok_or_else(|| {
+            format!("[upstreams.{table}] `{key}` must be a positive number of seconds, not {value}")
+        })
+}
+
+impl Checked for RetrySection {
+    fn check(&self) -> Result<(), String> {
+        if self.max_attempts == 0 {
+            return Err("[upstreams.retry] `max_attempts` must be at least 1".into());
+        }
+        if !(0.0..=1000.0).contains(&self.budget_percent) {
+            return Err(format!(
+                "[upstreams.retry] `budget_percent` must be between 0 and 1000, not {}",
+                self.budget_percent
+            ));
+        }
+        if self.budget_min_per_sec >= i32::MAX as u32 {
+            return Err("[upstreams.retry] `budget_min_per_sec` is too large".into());
+        }
+        if Duration::try_from_secs_f64(self.retry_after_cap_secs).is_err() {
+            return Err(format!(
+                "[upstreams.retry] `retry_after_cap_secs` must be 0 or more, not {}",
+                self.retry_after_cap_secs
+            ));
+        }
+        if let Some(deadline) = self.deadline_secs {
+            positive_seconds(deadline, "retry", "deadline_secs")?;
+        }
+        Ok(())
+    }
+}
+
+impl Checked for BreakerSection {
+    fn check(&self) -> Result<(), String> {
+        if self.consecutive_failures == 0 {
+            return Err("[upstreams.breaker] `consecutive_failures` must be at least 1".into());
+        }
+        positive_seconds(self.open_for_secs, "breaker", "open_for_secs")?;
+        if let Some(ratio) = self.failure_ratio {
+            if !(0.0..=1.0).contains(&ratio) || ratio == 0.0 {
+                return Err(format!(
+                    "[upstreams.breaker] `failure_ratio` must be in (0, 1], not {ratio}"
+                ));
+            }
+            positive_seconds(self.window_secs, "breaker", "window_secs")?;
+        }
+        Ok(())
+    }
+}
+
+impl Checked for TimeoutsSection {
+    fn check(&self) -> Result<(), String> {
+        for (value, key) in [
+            (self.connect_secs, "connect_secs"),
+            (self.first_byte_secs, "first_byte_secs"),
+            (self.idle_secs, "idle_secs"),
+        ] {
+            if let Some(value) = value {
+                positive_seconds(value, "timeouts", key)?;
+            }
+        }
+        Ok(())
+    }
+}
+
 /// Validation inside deserialization, so that the TOML parser reports the offending table's line.
 fn models<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Vec<ModelSection>, D::Error> {
     let models = Vec::<ModelSection>::deserialize(deserializer)?;
@@ -171,47 +260,9 @@ fn targets<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Vec<TargetSecti
                 "two targets are named `{name}`: give one a `name`"
             )));
         }
-        if !target.deployments.is_empty() && target.base_url.is_some() {
-            return Err(D::Error::custom(format!(
-                "target `{name}`: `base_url` and the credential go in each deployment when `deployments` is \
-                 given"
-            )));
-        }
-        let urls = target
-            .base_url
-            .iter()
-            .chain(target.deployments.iter().map(|d| &d.base_url));
-        for url in urls {
-            check_url(url).map_err(|e| D::Error::custom(format!("target `{name}`: {e}")))?;
-        }
-        kinds::check_target(target)
-            .map_err(|e| D::Error::custom(format!("target `{name}`: {e}")))?;
-        for (i, deployment) in target.deployments.iter().enumerate() {
-            check_key(deployment.key_env.as_deref(), deployment.no_key).map_err(|e| {
-                D::Error::custom(format!("target `{name}`, deployment {}: {e}", i + 1))
-            })?;
-        }
     }
     Ok(targets)
 }
 
-/// A target or deployment says where its key comes from: exactly one of `key_env` and `no_key = true`.
-fn check_key(key_env: Option<&str>, no_key: bool) -> Result<(), &'static str> {
-    match (key_env, no_key) {
-        (Some(_), false) | (None, true) => Ok(()),
-        (Some(_), true) => Err("`key_env` and `no_key = true` exclude each other"),
-        (None, false) => Err(
-            "name the environment variable holding its key (`key_env = \"VAR\"`), or say that it takes none \
-             (`no_key = true`)",
-        ),
-    }
-}
-
-fn check_url(url: &str) -> Result<(), String> {
-    match url.parse::<http::Uri>() {
-        Ok(uri) if matches!(uri.scheme_str(), Some("http" | "https")) && uri.host().is_some() => {
-            Ok(())
-        }
-        _ => Err(format!("`{url}` is not an http(s) URL")),
-    }
-}
+#[cfg(test)]
+mod tests;

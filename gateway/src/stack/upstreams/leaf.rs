@@ -6,17 +6,15 @@ use std::path::Path;
 use tower_chat::anthropic::AnthropicChat;
 use tower_chat::azure::AzureOpenAiChat;
 use tower_chat::bedrock::{AwsCredentials, BedrockChat, ProfileCredentials};
-use tower_chat::gemini::{GeminiChat, SchemaForm, ServiceAccount};
+use tower_chat::gemini::{GeminiChat, ServiceAccount};
 use tower_chat::leaf::{AccessToken, TokenFuture, TokenProvider};
 use tower_chat::openai::OpenAiChat;
 use tower_chat::responses::ResponsesChat;
 use tower_chat::transport::{Secret, Timeouts};
 use tower_chat::{ChatError, ErrorKind};
 
-use super::TargetSection;
-use crate::config::upstreams::kinds::{display_url, vertex_base, Credential};
-use crate::config::upstreams::ProviderName;
-use crate::stack::upstream_key::KeySource;
+use crate::config::credential::{Credential, KeySource};
+use crate::config::upstreams::{ProviderTarget, TargetSection};
 use crate::stack::Upstream;
 
 /// A bearer token read once from the environment at start (an Entra ID or Google access token an operator
@@ -41,13 +39,15 @@ pub(super) fn leaf(
     target: &TargetSection,
     name: &str,
     base_url: Option<&str>,
-    credential: Credential<'_>,
+    credential: &Credential,
     timeouts: Timeouts,
 ) -> Result<Upstream, ChatError> {
-    let url = display_url(target, base_url);
+    let url = target.url(base_url);
     let upstream = format!("`{name}` ({url})");
     let (key, token) = match credential {
-        Credential::Key(source) => (source.read(&upstream)?, None),
+        Credential::KeyEnv(variable) => (KeySource::Env(variable).read(&upstream)?, None),
+        Credential::KeyFile(path) => (KeySource::File(path).read(&upstream)?, None),
+        Credential::NoKey => (None, None),
         Credential::TokenEnv(variable) => {
             let token = KeySource::Env(variable)
                 .read(&upstream)?
@@ -86,38 +86,37 @@ pub(super) fn leaf(
             builder.build()?
         }};
     }
-    let base = |kind: ProviderName| base_url.or(kind.default_base_url()).unwrap_or_default();
-    Ok(match target.provider {
-        ProviderName::OpenAi => Upstream::OpenAi(configured!(
-            OpenAiChat::builder().base_url(base(ProviderName::OpenAi))
-        )),
-        ProviderName::OpenAiResponses => Upstream::Responses(configured!(
-            ResponsesChat::builder().base_url(base(ProviderName::OpenAiResponses))
-        )),
-        ProviderName::Anthropic => Upstream::Anthropic(configured!(
-            AnthropicChat::builder().base_url(base(ProviderName::Anthropic))
-        )),
-        ProviderName::Azure => {
-            let mut builder = AzureOpenAiChat::builder().endpoint(base(ProviderName::Azure));
-            if let Some(deployment) = &target.azure_deployment {
+    Ok(match &target.provider {
+        ProviderTarget::OpenAi(_) => {
+            Upstream::OpenAi(configured!(OpenAiChat::builder().base_url(&url)))
+        }
+        ProviderTarget::OpenAiResponses(_) => {
+            Upstream::Responses(configured!(ResponsesChat::builder().base_url(&url)))
+        }
+        ProviderTarget::Anthropic(_) => {
+            Upstream::Anthropic(configured!(AnthropicChat::builder().base_url(&url)))
+        }
+        ProviderTarget::Azure(azure) => {
+            let mut builder = AzureOpenAiChat::builder().endpoint(&url);
+            if let Some(deployment) = &azure.deployment {
                 builder = builder.deployment(deployment);
             }
-            if let Some(version) = &target.api_version {
+            if let Some(version) = &azure.api_version {
                 builder = builder.api_version(version);
             }
             Upstream::Azure(configured!(builder))
         }
-        ProviderName::Gemini => Upstream::Gemini(configured!(GeminiChat::builder()
-            .base_url(base(ProviderName::Gemini))
-            .schema_form(schema_form(target)?))),
-        ProviderName::Vertex => Upstream::Gemini(configured!(GeminiChat::builder()
-            .base_url(vertex_base(target, base_url))
+        ProviderTarget::Gemini(gemini) => Upstream::Gemini(configured!(GeminiChat::builder()
+            .base_url(&url)
+            .schema_form(gemini.schema_form))),
+        ProviderTarget::Vertex(vertex) => Upstream::Gemini(configured!(GeminiChat::builder()
+            .base_url(&url)
             .provider_name("vertex_ai")
-            .schema_form(schema_form(target)?))),
-        ProviderName::Bedrock => {
+            .schema_form(vertex.schema_form))),
+        ProviderTarget::Bedrock(bedrock) => {
             let mut builder = BedrockChat::builder()
                 .base_url(url.as_str())
-                .region(target.region.as_deref().unwrap_or_default());
+                .region(&bedrock.region);
             // Read now, so that credentials that cannot sign refuse the start instead of failing every call.
             match credential {
                 Credential::AwsEnv => {
@@ -136,17 +135,6 @@ pub(super) fn leaf(
             Upstream::Bedrock(configured!(builder))
         }
     })
-}
-
-/// A Gemini target's `schema_form` (checked with the table, see `check_target`).
-fn schema_form(target: &TargetSection) -> Result<SchemaForm, ChatError> {
-    target
-        .schema_form
-        .as_deref()
-        .map_or(Ok(SchemaForm::default()), |form| {
-            form.parse()
-                .map_err(|e: String| ChatError::new(ErrorKind::InvalidRequest, e))
-        })
 }
 
 /// A target's credential `key` (as the file spells it) that cannot be used: the table, the target, the key and
