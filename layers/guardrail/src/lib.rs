@@ -88,6 +88,7 @@ mod request;
 mod scan;
 #[cfg(feature = "schema")]
 mod schema;
+mod screen;
 mod service;
 mod stream;
 
