@@ -99,6 +99,7 @@ mod call_log;
 mod layer;
 mod record;
 mod recorder;
+mod screening;
 mod service;
 pub mod store;
 mod stream;

@@ -9,7 +9,8 @@ use std::time::SystemTime;
 use pin_project_lite::pin_project;
 use tower_chat::{
     ChatError, ChatOptions, ChatRequest, ChatStream, ConversationId, ErrorKind, EstimatedUsage,
-    GuardrailAudit, ModelInfo, ModelMetadata, PriceTable, ResponseBuilder, Shared, Usage,
+    GuardedCall, GuardrailAudit, GuardrailVerdict, ModelInfo, ModelMetadata, PriceTable,
+    ResponseBuilder, Shared, Usage,
 };
 use tower_service::Service;
 
@@ -119,6 +120,8 @@ where
             },
             estimate,
             audit,
+            guarded: request.extensions.get::<GuardedCall>().cloned(),
+            screened: Vec::new(),
         };
         if self.layer.in_flight {
             self.layer.recorder.submit(draft.in_flight());
@@ -149,6 +152,10 @@ pub(crate) struct Draft {
     estimate: EstimatedUsage,
     /// Filled by a guardrail layer inside (read when the record is built).
     audit: GuardrailAudit,
+    /// Left by a guardrail layer outside: the request's verdicts, and the screens the answer is kept through.
+    pub(crate) guarded: Option<GuardedCall>,
+    /// The verdicts the screens of a guardrail outside gave the answer.
+    pub(crate) screened: Vec<GuardrailVerdict>,
 }
 
 impl Draft {
@@ -219,6 +226,7 @@ impl Draft {
             .flatten()
             .find_map(|model| prices.cost(model, &response.usage))
         });
+        let guardrail = self.verdicts();
         CallRecord {
             cost,
             model: response
@@ -238,8 +246,21 @@ impl Draft {
             response,
             outcome,
             usage_estimated: estimated,
-            guardrail: self.audit.verdicts(),
+            guardrail,
         }
+    }
+}
+
+impl Draft {
+    /// The call's verdicts: those of a policy inside (as it made them), then those of a policy outside (the
+    /// request's, then the answer's as screened here).
+    fn verdicts(&mut self) -> Vec<GuardrailVerdict> {
+        let mut verdicts = self.audit.verdicts();
+        if let Some(guarded) = &self.guarded {
+            verdicts.extend(guarded.take_request_verdicts());
+        }
+        verdicts.append(&mut self.screened);
+        verdicts
     }
 }
 
