@@ -73,7 +73,8 @@ async fn what_the_policy_withheld_is_stored_searched_and_shown_withheld() {
     std::fs::write(dir.path().join("clients"), "alice:sk-alice\n").unwrap();
     std::fs::write(dir.path().join("operators"), format!("carol:{OPS_KEY}\n")).unwrap();
     let (clients, operators) = (dir.path().join("clients"), dir.path().join("operators"));
-    let file = ConfigFile::parse(common::GUARDRAIL_SECRETS_AND_PERSONAL_DATA, "gateway.toml").unwrap();
+    let file =
+        ConfigFile::parse(common::GUARDRAIL_SECRETS_AND_PERSONAL_DATA, "gateway.toml").unwrap();
     let mut gw = Harness::start(upstream, move |c| {
         c.file = file;
         c.api_keys_file = Some(clients);
@@ -130,9 +131,18 @@ async fn what_the_policy_withheld_is_stored_searched_and_shown_withheld() {
     assert_eq!(log.status, 200);
     let mut statuses: Vec<String> = rows(&log.body).into_iter().map(|(_, s)| s).collect();
     statuses.sort();
-    assert_eq!(statuses, ["blocked", "completed", "refused"], "{}", log.body);
+    assert_eq!(
+        statuses,
+        ["blocked", "completed", "refused"],
+        "{}",
+        log.body
+    );
     assert!(log.body.contains("blocked by guardrail"), "{}", log.body);
-    assert!(log.body.contains("refused by guardrail, not sent"), "{}", log.body);
+    assert!(
+        log.body.contains("refused by guardrail, not sent"),
+        "{}",
+        log.body
+    );
 
     // The key is found by no search; the words around it are.
     for search in [KEY, "AKIAIOSFODNN7EXAMPLE rotates", "zanzibar"] {
@@ -140,8 +150,14 @@ async fn what_the_policy_withheld_is_stored_searched_and_shown_withheld() {
         assert_eq!(page.status, 200, "{}", page.body);
         assert!(rows(&page.body).is_empty(), "{search}: {}", page.body);
     }
-    assert_eq!(rows(&get("/console/calls?q=bucket".into()).await.body).len(), 1);
-    assert_eq!(rows(&get("/console/calls?status=blocked".into()).await.body).len(), 1);
+    assert_eq!(
+        rows(&get("/console/calls?q=bucket".into()).await.body).len(),
+        1
+    );
+    assert_eq!(
+        rows(&get("/console/calls?status=blocked".into()).await.body).len(),
+        1
+    );
 
     // The timelines show the verdicts, by offsets, never the text.
     for (conversation, verdict) in [
@@ -153,12 +169,19 @@ async fn what_the_policy_withheld_is_stored_searched_and_shown_withheld() {
         assert_eq!(page.status, 200, "{conversation}: {}", page.body);
         assert!(page.body.contains(verdict), "{conversation}: {}", page.body);
         assert!(!page.body.contains("AKIA"), "{conversation}: {}", page.body);
-        assert!(!page.body.contains("zanzibar"), "{conversation}: {}", page.body);
+        assert!(
+            !page.body.contains("zanzibar"),
+            "{conversation}: {}",
+            page.body
+        );
     }
 
     drop(store);
     gw.shutdown();
     gw.server.take().unwrap().await.unwrap().unwrap();
     assert_eq!(anywhere_in(gw.files.path(), KEY), Vec::<String>::new());
-    assert_eq!(anywhere_in(gw.files.path(), "zanzibar"), Vec::<String>::new());
+    assert_eq!(
+        anywhere_in(gw.files.path(), "zanzibar"),
+        Vec::<String>::new()
+    );
 }

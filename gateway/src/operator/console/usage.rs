@@ -343,8 +343,8 @@ fn content(
         },
         Chart {
             id: "errors",
-            title: "Model calls, errors (failed or interrupted upstream), refusals (not sent) and answers \
-                    blocked by guardrail, all model calls"
+            title: "Model calls and errors (failed or interrupted), refusals (not sent) and answers blocked \
+                    by guardrail, all model calls"
                 .to_owned(),
             unit: Unit::Count("model calls"),
             axis,
