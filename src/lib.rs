@@ -35,6 +35,7 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 #![warn(missing_debug_implementations, unreachable_pub)]
+mod answer_screen;
 pub mod anthropic;
 mod approval;
 pub mod azure;
@@ -71,6 +72,7 @@ mod tool_kind;
 mod tower_metadata;
 pub mod transport;
 
+pub use answer_screen::{AnswerScreen, GuardedCall, ScreenFactory, Screened};
 pub use approval::{ApprovalDecision, ApprovalDecisions, ApprovalRequest};
 pub use boxed::BoxChatService;
 pub use carried::{ApiFormat, Carried, DroppedFields, ForwardedHeaders};

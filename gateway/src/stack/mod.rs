@@ -207,12 +207,15 @@ where
     // Content policies (`[guardrail]`): outside the tool loop, so tool calls and results are checked as events;
     // inside tracing, which records what the client was sent.
     let guardrails = match &config.file.guardrail {
-        Some(section) => Some(crate::stack::guardrail::GuardrailsLayer::new(
-            section.compile().map_err(|e| {
-                ChatError::new(tower_chat::ErrorKind::InvalidRequest, e.to_string())
-            })?,
-            options.metrics.clone(),
-        )),
+        Some(section) => Some(
+            crate::stack::guardrail::GuardrailsLayer::new(
+                section.compile().map_err(|e| {
+                    ChatError::new(tower_chat::ErrorKind::InvalidRequest, e.to_string())
+                })?,
+                options.metrics.clone(),
+            )
+            .record_refusals(options.persistence.cloned()),
+        ),
         None => None,
     };
     let service = ServiceBuilder::new()

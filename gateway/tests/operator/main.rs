@@ -11,6 +11,7 @@ mod console_calls;
 mod console_cards;
 mod console_media;
 mod console_pages;
+mod console_refusals;
 mod console_sessions;
 mod console_usage;
 mod operator;

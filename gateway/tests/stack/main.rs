@@ -8,6 +8,7 @@ mod common;
 mod cache;
 mod guardrail;
 mod guardrail_carriers;
+mod guardrail_records;
 mod limits;
 #[cfg(feature = "otlp")]
 mod otlp;

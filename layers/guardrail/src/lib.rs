@@ -70,7 +70,10 @@
 //! ## Placement
 //! Put the layer inside the recorders (persistence, telemetry), so they record what the client received and
 //! what the provider was sent, and outside the tool loop to see each tool call and result as events (inside
-//! it, tool results arrive as tool messages of the next round's request, which are checked too).
+//! it, tool results arrive as tool messages of the next round's request, which are checked too). A recorder
+//! inside the layer (a gateway records each round inside its tool loop) is handed a [`tower_chat::GuardedCall`]
+//! with the request: the request's verdicts and screens that apply the pattern checks to the answer's text, so
+//! it keeps the answer as the client saw it, redacted or withheld; whole-text checks are not screened there.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 #![warn(missing_debug_implementations, unreachable_pub)]
@@ -88,6 +91,7 @@ mod request;
 mod scan;
 #[cfg(feature = "schema")]
 mod schema;
+mod screen;
 mod service;
 mod stream;
 

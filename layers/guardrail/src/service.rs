@@ -5,11 +5,14 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use tower_chat::{ChatError, ChatRequest, ChatStream, GuardrailAudit, ModelInfo, ModelMetadata};
+use tower_chat::{
+    ChatError, ChatRequest, ChatStream, GuardedCall, GuardrailAudit, ModelInfo, ModelMetadata,
+};
 use tower_service::Service;
 
 use crate::policy::Policy;
 use crate::request::check_request;
+use crate::screen::PolicyScreen;
 use crate::stream::OutputGuard;
 
 /// A chat service under a content policy (built by [`GuardrailLayer`](crate::GuardrailLayer)).
@@ -69,8 +72,25 @@ where
         let mut inner = std::mem::replace(&mut self.inner, clone);
         let policy = self.policy.clone();
         Box::pin(async move {
-            let request = check_request(&policy, request).await?;
-            let audit = request.extensions.get::<GuardrailAudit>().cloned();
+            let mut request = request;
+            let audit = match request.extensions.get::<GuardrailAudit>() {
+                Some(audit) => audit.clone(),
+                None => {
+                    let audit = GuardrailAudit::new();
+                    request.extensions.insert(audit.clone());
+                    audit
+                }
+            };
+            let before = audit.verdicts().len();
+            let mut request = check_request(&policy, request).await?;
+            // A recorder inside keeps the request's verdicts and what this policy lets through of the answer,
+            // since it sees the answer before the guard below does.
+            let request_verdicts = audit.verdicts().split_off(before);
+            request.extensions.insert(GuardedCall::new(
+                request_verdicts,
+                PolicyScreen::factory(&policy),
+            ));
+            let audit = Some(audit);
             let stream = inner.call(request).await?;
             let policy_watches_output = !policy.output.is_empty()
                 || !policy.tool_call.is_empty()

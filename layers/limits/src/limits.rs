@@ -175,6 +175,30 @@ impl CounterKind {
     }
 }
 
+impl CounterKind {
+    /// `amount` of this counter in its unit, as a person reads it: dollars for a cost (`$0.60`, never the
+    /// nano-dollars counted), tokens, requests or calls in progress otherwise.
+    pub fn amount(self, amount: u64) -> String {
+        match self {
+            CounterKind::Requests => format!("{amount} requests"),
+            CounterKind::InputTokens => format!("{amount} input tokens"),
+            CounterKind::OutputTokens => format!("{amount} output tokens"),
+            CounterKind::CostPerDay | CounterKind::CostPerMonth => dollars(amount),
+            CounterKind::Concurrent => format!("{amount} calls in progress"),
+        }
+    }
+}
+
+/// Nano-dollars as dollars: cents when the amount is whole cents (`$0.60`), else as many decimals as it needs.
+fn dollars(nanos: u64) -> String {
+    let (whole, fraction) = (nanos / 1_000_000_000, nanos % 1_000_000_000);
+    if fraction % 10_000_000 == 0 {
+        return format!("${whole}.{:02}", fraction / 10_000_000);
+    }
+    let digits = format!("{fraction:09}");
+    format!("${whole}.{}", digits.trim_end_matches('0'))
+}
+
 impl fmt::Display for CounterKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())

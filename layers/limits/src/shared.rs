@@ -181,8 +181,10 @@ impl Shared {
             return Err(ChatError::new(
                 ErrorKind::InvalidRequest,
                 format!(
-                    "the call's estimate ({amount} {kind}) exceeds the {kind} limit of caller {caller} ({limit}) \
-                     on its own; lower max_output_tokens or shorten the prompt",
+                    "the call's estimate ({}) exceeds the {kind} limit of caller {caller} ({}) on its own; lower \
+                     max_output_tokens or shorten the prompt",
+                    kind.amount(amount),
+                    kind.amount(limit),
                 ),
             )
             .refused_before_sending());

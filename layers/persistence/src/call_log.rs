@@ -32,19 +32,22 @@ pub enum CallStatus {
     Interrupted,
     /// Started and not yet ended.
     InFlight,
+    /// A content policy withheld the rest of the answer.
+    Blocked,
 }
 
 impl CallStatus {
     /// Every status, in the order a filter lists them.
-    pub const ALL: [CallStatus; 5] = [
+    pub const ALL: [CallStatus; 6] = [
         CallStatus::Completed,
         CallStatus::Failed,
+        CallStatus::Blocked,
         CallStatus::Cancelled,
         CallStatus::Interrupted,
         CallStatus::InFlight,
     ];
 
-    /// The stored name (`completed`, `failed`, `cancelled`, `interrupted`, `in_flight`).
+    /// The stored name (`completed`, `failed`, `blocked`, `cancelled`, `interrupted`, `in_flight`).
     pub fn as_str(self) -> &'static str {
         match self {
             CallStatus::Completed => "completed",
@@ -52,6 +55,7 @@ impl CallStatus {
             CallStatus::Cancelled => "cancelled",
             CallStatus::Interrupted => "interrupted",
             CallStatus::InFlight => "in_flight",
+            CallStatus::Blocked => "blocked",
         }
     }
 }
@@ -70,7 +74,7 @@ impl fmt::Display for UnknownCallStatus {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "unknown call status {:?} (expected one of completed, failed, cancelled, interrupted, in_flight)",
+            "unknown call status {:?} (expected one of completed, failed, blocked, cancelled, interrupted, in_flight)",
             self.0
         )
     }

@@ -4,8 +4,8 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 use tower_chat::{
-    ChatError, ChatOptions, ConversationId, ErrorKind, EstimatedUsage, GuardrailAudit, PriceTable,
-    ResponseBuilder, Shared, Usage,
+    ChatError, ChatOptions, ConversationId, ErrorKind, EstimatedUsage, GuardedCall, GuardrailAudit,
+    GuardrailVerdict, PriceTable, ResponseBuilder, Shared, Usage,
 };
 
 use crate::record::{
@@ -28,6 +28,10 @@ pub(crate) struct Draft {
     pub(crate) estimate: EstimatedUsage,
     /// Filled by a guardrail layer inside (read when the record is built).
     pub(crate) audit: GuardrailAudit,
+    /// Left by a guardrail layer outside: the request's verdicts, and the screens the answer is kept through.
+    pub(crate) guarded: Option<GuardedCall>,
+    /// The verdicts the screens of a guardrail outside gave the answer.
+    pub(crate) screened: Vec<GuardrailVerdict>,
 }
 
 impl Draft {
@@ -98,6 +102,7 @@ impl Draft {
             .flatten()
             .find_map(|model| prices.cost(model, &response.usage))
         });
+        let guardrail = self.verdicts();
         CallRecord {
             cost,
             model: response
@@ -117,8 +122,21 @@ impl Draft {
             response,
             outcome,
             usage_estimated: estimated,
-            guardrail: self.audit.verdicts(),
+            guardrail,
         }
+    }
+}
+
+impl Draft {
+    /// The call's verdicts: those of a policy inside (as it made them), then those of a policy outside (the
+    /// request's, then the answer's as screened here).
+    fn verdicts(&mut self) -> Vec<GuardrailVerdict> {
+        let mut verdicts = self.audit.verdicts();
+        if let Some(guarded) = &self.guarded {
+            verdicts.extend(guarded.take_request_verdicts());
+        }
+        verdicts.append(&mut self.screened);
+        verdicts
     }
 }
 

@@ -2,8 +2,12 @@
 
 use std::sync::Arc;
 
-use tower_chat::{ModelInfo, PriceTable};
+use futures_util::FutureExt;
+use tower_chat::{
+    ChatError, ChatRequest, ChatStream, GuardedCall, GuardrailAudit, ModelInfo, PriceTable,
+};
 use tower_layer::Layer;
+use tower_service::Service;
 
 use crate::config::Config;
 use crate::recorder::{FailurePolicy, PersistenceStats, Recorder};
@@ -115,11 +119,58 @@ impl PersistenceLayer {
         self.config.recorder.stats()
     }
 
+    /// Record a call that a layer outside this one refused before it came here (a content policy that blocked
+    /// the request): recorded as this layer records a call an inner layer refused — failed with `error`, the
+    /// request's size and model kept instead of its messages — with the verdicts of `request`'s
+    /// [`tower_chat::GuardrailAudit`]. `error` should be one refused before sending
+    /// ([`ChatError::is_refused_before_sending`]); another is recorded with the request's messages.
+    pub fn record_refused(&self, mut request: ChatRequest, error: &ChatError) {
+        let verdicts = request
+            .extensions
+            .get::<GuardrailAudit>()
+            .map(GuardrailAudit::verdicts)
+            .unwrap_or_default();
+        request.extensions.insert(GuardedCall::new(verdicts, None));
+        // The inner future is ready at once, so the record is handed to the writer here.
+        // What is recorded of an error is its kind, message and whether it was sent: a copy of those.
+        let mut copy = ChatError::new(error.kind().clone(), error.message());
+        if error.is_refused_before_sending() {
+            copy = copy.refused_before_sending();
+        }
+        let _ = Persistence::new(Refuse(Some(copy)), self.clone())
+            .call(request)
+            .now_or_never();
+    }
+
     /// Wait until every record handed to the writer before this call has been written (visible to every
     /// connection to the database) or has failed. Call it before shutting down: records still in the buffer
     /// when the process ends are lost.
     pub async fn flush(&self) -> Result<(), StoreError> {
         self.config.recorder.flush().await
+    }
+}
+
+/// A service that fails every call with its error: what [`PersistenceLayer::record_refused`] records around.
+struct Refuse(Option<ChatError>);
+
+impl Service<ChatRequest> for Refuse {
+    type Response = ChatStream;
+    type Error = ChatError;
+    type Future = std::future::Ready<Result<ChatStream, ChatError>>;
+
+    fn poll_ready(
+        &mut self,
+        _cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), ChatError>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, _request: ChatRequest) -> Self::Future {
+        let error = self
+            .0
+            .take()
+            .unwrap_or_else(|| ChatError::new(tower_chat::ErrorKind::Cancelled, "refused once"));
+        std::future::ready(Err(error))
     }
 }
 

@@ -101,6 +101,7 @@ mod draft;
 mod layer;
 mod record;
 mod recorder;
+mod screening;
 mod service;
 pub mod store;
 mod stream;

@@ -121,11 +121,15 @@ pub enum CallOutcome {
     /// [`crate::PersistenceLayer::record_in_flight`]); its response is empty and its `ended_at` equals
     /// its `started_at`.
     InFlight,
+    /// A content policy outside the layer withheld the rest of the answer ([`tower_chat::GuardedCall`]): the
+    /// response holds what the client was sent — the text before the match and the policy's notice, with a
+    /// `content_filter` finish — and the record's verdicts name the check that blocked.
+    Blocked,
 }
 
 impl CallOutcome {
     /// The stable name stored in the `status` column: `completed`, `failed`, `cancelled`, `interrupted`,
-    /// `in_flight`.
+    /// `in_flight`, `blocked`.
     pub fn as_str(&self) -> &'static str {
         match self {
             CallOutcome::Completed => "completed",
@@ -133,6 +137,7 @@ impl CallOutcome {
             CallOutcome::Cancelled => "cancelled",
             CallOutcome::Interrupted { .. } => "interrupted",
             CallOutcome::InFlight => "in_flight",
+            CallOutcome::Blocked => "blocked",
         }
     }
 
@@ -141,7 +146,10 @@ impl CallOutcome {
         match self {
             CallOutcome::Failed { error } => Some(error),
             CallOutcome::Interrupted { error } => error.as_ref(),
-            CallOutcome::Completed | CallOutcome::Cancelled | CallOutcome::InFlight => None,
+            CallOutcome::Completed
+            | CallOutcome::Cancelled
+            | CallOutcome::InFlight
+            | CallOutcome::Blocked => None,
         }
     }
 
@@ -160,6 +168,7 @@ impl CallOutcome {
             "cancelled" => CallOutcome::Cancelled,
             "interrupted" => CallOutcome::Interrupted { error },
             "in_flight" => CallOutcome::InFlight,
+            "blocked" => CallOutcome::Blocked,
             "failed" => CallOutcome::Failed {
                 error: error.ok_or("a failed record has no error kind")?,
             },
@@ -709,6 +718,9 @@ pub struct CallSummary {
     /// Whether a response cache answered it ([`CallRecord::from_response_cache`]): its tokens are those the
     /// replay saved, its cost zero.
     pub from_response_cache: bool,
+    /// Whether a layer refused the call before it reached any provider (a limit, a content policy): recorded
+    /// failed, without its request ([`RecordedRequest::omitted`]).
+    pub refused_before_sending: bool,
 }
 
 impl CallSummary {

@@ -8,8 +8,8 @@ use std::time::SystemTime;
 
 use pin_project_lite::pin_project;
 use tower_chat::{
-    ChatError, ChatRequest, ChatStream, ConversationId, EstimatedUsage, GuardrailAudit, ModelInfo,
-    ModelMetadata, ResponseBuilder,
+    ChatError, ChatRequest, ChatStream, ConversationId, EstimatedUsage, GuardedCall,
+    GuardrailAudit, ModelInfo, ModelMetadata, ResponseBuilder,
 };
 use tower_service::Service;
 
@@ -108,6 +108,8 @@ where
             },
             estimate,
             audit,
+            guarded: request.extensions.get::<GuardedCall>().cloned(),
+            screened: Vec::new(),
         };
         if self.config.in_flight {
             self.config.recorder.submit(draft.in_flight());

@@ -11,6 +11,7 @@ use tower_chat::{ChatError, ChatEvent, ChatStream, ResponseBuilder};
 use crate::draft::{outcome_of_error, Draft};
 use crate::record::CallOutcome;
 use crate::recorder::{FailurePolicy, Finalize, Recorder};
+use crate::screening::Screening;
 
 enum State {
     /// Events flow; `draft` is taken when the record is handed over.
@@ -42,6 +43,8 @@ pub struct RecordingStream {
     pending: Option<Result<ChatEvent, ChatError>>,
     recorder: Recorder,
     state: State,
+    /// What a content policy outside lets through of the answer, when one asked (see `screening.rs`).
+    screening: Option<Screening>,
 }
 
 impl fmt::Debug for RecordingStream {
@@ -73,7 +76,9 @@ impl Stream for Ended {
 
 impl RecordingStream {
     pub(crate) fn new(inner: ChatStream, draft: Draft, recorder: Recorder) -> Self {
+        let screening = draft.guarded.as_ref().and_then(Screening::of);
         RecordingStream {
+            screening,
             inner,
             draft: Some(draft),
             builder: ResponseBuilder::new(),
@@ -87,8 +92,14 @@ impl RecordingStream {
         }
     }
 
-    fn take_record(&mut self, outcome: CallOutcome) -> Option<crate::CallRecord> {
-        let draft = self.draft.take()?;
+    fn take_record(&mut self, mut outcome: CallOutcome) -> Option<crate::CallRecord> {
+        let mut draft = self.draft.take()?;
+        if let Some(screening) = &mut self.screening {
+            draft.screened = std::mem::take(&mut screening.verdicts);
+            if screening.withheld {
+                outcome = CallOutcome::Blocked;
+            }
+        }
         let builder = std::mem::take(&mut self.builder);
         Some(draft.finish(builder, self.first_token_at, outcome))
     }
@@ -110,7 +121,18 @@ impl RecordingStream {
         if matches!(event, ChatEvent::Finish { .. }) {
             self.finish_seen = true;
         }
-        self.builder.push(event);
+        match &mut self.screening {
+            Some(screening) => screening.observe(event, &mut self.builder),
+            None => self.builder.push(event),
+        }
+    }
+
+    /// The stream ended or failed: what the screens held back is decided (a dropped stream decides nothing: the
+    /// client saw none of it).
+    fn end_texts(&mut self) {
+        if let Some(screening) = &mut self.screening {
+            screening.end_texts(&mut self.builder);
+        }
     }
 }
 
@@ -154,6 +176,7 @@ impl Stream for RecordingStream {
                     return Poll::Ready(Some(Ok(event)));
                 }
                 Some(Err(error)) => {
+                    this.end_texts();
                     // The call has failed already: the caller gets that error now, and a store failure can
                     // only be logged and counted.
                     let outcome = outcome_of_error(&error, this.output_began);
@@ -164,6 +187,7 @@ impl Stream for RecordingStream {
                     return Poll::Ready(Some(Err(error)));
                 }
                 None => {
+                    this.end_texts();
                     let outcome = if this.finish_seen {
                         CallOutcome::Completed
                     } else {

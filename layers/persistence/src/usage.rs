@@ -101,8 +101,14 @@ pub struct UsageAggregate {
     pub caller: Option<CallerIdentity>,
     /// Calls.
     pub calls: u64,
-    /// Calls that went wrong: they failed, or their upstream broke off (`failed`, `interrupted`).
+    /// Calls that went wrong: they failed, or their upstream broke off (`failed`, `interrupted`). Calls a layer
+    /// refused before sending them are counted apart ([`UsageAggregate::refused_calls`]).
     pub failed_calls: u64,
+    /// Calls a layer refused before they reached any provider (a limit, a content policy): `failed` records
+    /// without their request ([`crate::RecordedRequest::omitted`]); not counted in `failed_calls`.
+    pub refused_calls: u64,
+    /// Answers a content policy cut short (`blocked`): not counted as errors.
+    pub blocked_calls: u64,
     /// Calls the client stopped (`cancelled`): not counted as errors.
     pub cancelled_calls: u64,
     /// Input tokens.
@@ -154,7 +160,10 @@ pub(crate) fn usage_sql(p: [&str; 6], from_response_cache: &str) -> String {
            CASE WHEN {by_model} THEN model END AS group_model, \
            CASE WHEN {by_caller} THEN caller END AS group_caller, \
            ended_at - started_at AS latency, first_token_at - started_at AS ttft, \
-           CASE WHEN status IN ('failed', 'interrupted') THEN 1 ELSE 0 END AS went_wrong, \
+           CASE WHEN status = 'failed' AND omitted_messages IS NOT NULL THEN 1 ELSE 0 END AS refused, \
+           CASE WHEN status IN ('failed', 'interrupted') AND omitted_messages IS NULL THEN 1 ELSE 0 END \
+             AS went_wrong, \
+           CASE WHEN status = 'blocked' THEN 1 ELSE 0 END AS blocked, \
            CASE WHEN status = 'cancelled' THEN 1 ELSE 0 END AS stopped, \
            CASE WHEN {from_response_cache} THEN 1 ELSE 0 END AS replayed, \
            input_tokens, output_tokens, cost_nanos \
@@ -171,6 +180,7 @@ pub(crate) fn usage_sql(p: [&str; 6], from_response_cache: &str) -> String {
            CAST(SUM(input_tokens) AS BIGINT), CAST(SUM(output_tokens) AS BIGINT), \
            CAST(COALESCE(SUM(cost_nanos), 0) AS BIGINT), COUNT(*) - COUNT(cost_nanos), \
            CAST(SUM(replayed) AS BIGINT), \
+           CAST(SUM(refused) AS BIGINT), CAST(SUM(blocked) AS BIGINT), \
            CAST(SUM(CASE WHEN replayed = 1 THEN input_tokens ELSE 0 END) AS BIGINT), \
            CAST(SUM(CASE WHEN replayed = 1 THEN output_tokens ELSE 0 END) AS BIGINT), \
            {}, {}, {}, {} \
@@ -183,13 +193,17 @@ pub(crate) fn usage_sql(p: [&str; 6], from_response_cache: &str) -> String {
     )
 }
 
-/// One row of [`usage_sql`]: the group's keys, then its ten sums, then four percentiles (microseconds).
+/// One row of [`usage_sql`]: the group's keys, then its twelve sums, then four percentiles (microseconds).
+/// How many sums a row of [`usage_sql`] has, after the three group keys; the percentiles follow them.
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+pub(crate) const USAGE_SUMS: usize = 12;
+
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub(crate) struct UsageRow {
     pub(crate) bucket: Option<i64>,
     pub(crate) model: Option<String>,
     pub(crate) caller: Option<String>,
-    pub(crate) sums: [i64; 10],
+    pub(crate) sums: [i64; USAGE_SUMS],
     pub(crate) percentiles: [Option<i64>; 4],
 }
 
@@ -198,7 +212,7 @@ impl UsageRow {
     pub(crate) fn into_aggregate(self) -> UsageAggregate {
         let count = |v: i64| u64::try_from(v).unwrap_or(0);
         let micros = |v: Option<i64>| Duration::from_micros(v.map_or(0, count));
-        let [calls, failed, cancelled, input, output, cost, unpriced, cached, cached_input, cached_output] =
+        let [calls, failed, cancelled, input, output, cost, unpriced, cached, refused, blocked, cached_input, cached_output] =
             self.sums;
         let [p50, p90, p99, ttft] = self.percentiles;
         UsageAggregate {
@@ -207,6 +221,8 @@ impl UsageRow {
             caller: self.caller.map(CallerIdentity::new),
             calls: count(calls),
             failed_calls: count(failed),
+            refused_calls: count(refused),
+            blocked_calls: count(blocked),
             cancelled_calls: count(cancelled),
             input_tokens: count(input),
             output_tokens: count(output),

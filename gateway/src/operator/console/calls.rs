@@ -189,9 +189,8 @@ struct Row {
 impl Row {
     fn of(entry: &CallLogEntry) -> Row {
         let call = &entry.summary;
-        let status = call.outcome.as_str();
-        let error = call.outcome.error();
-        let in_flight = status == CallStatus::InFlight.as_str();
+        let shown = super::outcome::shown(&call.outcome, call.refused_before_sending);
+        let in_flight = shown.status == CallStatus::InFlight.as_str();
         Row {
             call_id: call.call_id.as_str().to_owned(),
             timeline: format!(
@@ -206,12 +205,9 @@ impl Row {
                 .map_or("(no key)", |c| c.as_str())
                 .to_owned(),
             model: call.model.clone().unwrap_or_else(|| "—".into()),
-            status,
-            outcome: match error {
-                Some(error) => format!("Error: {status} ({}: {})", error.kind, error.message),
-                None => status.replace('_', " "),
-            },
-            is_error: error.is_some() || status == CallStatus::Failed.as_str(),
+            status: shown.status,
+            outcome: shown.text,
+            is_error: shown.is_error,
             first_message: if entry.first_message.is_empty() {
                 "—".into()
             } else {

@@ -38,6 +38,7 @@ mod extract;
 mod format;
 mod layout;
 mod media;
+mod outcome;
 mod pages;
 pub(crate) mod session;
 mod session_store;

@@ -169,14 +169,12 @@ fn call_section<'a>(call: &'a CallRecord, shown: &mut Shown<'a>, decided: &Decid
         call.cost.map_or_else(|| "—".into(), dollars)
     };
     let usage = call.usage();
-    let outcome = match call.outcome.error() {
-        Some(error) => format!(
-            "{} ({}: {})",
-            call.outcome.as_str(),
-            error.kind,
-            error.message
-        ),
-        None => call.outcome.as_str().to_owned(),
+    let shown = super::outcome::shown(&call.outcome, call.request.omitted.is_some());
+    // Tokens no provider reported: what a layer charged the call, estimated from its request and the output seen.
+    let estimated = if call.usage_estimated {
+        " (estimated)"
+    } else {
+        ""
     };
     let facts: [(&'static str, String); 12] = [
         (
@@ -193,14 +191,22 @@ fn call_section<'a>(call: &'a CallRecord, shown: &mut Shown<'a>, decided: &Decid
         ("model", call.model.clone().unwrap_or_else(|| "—".into())),
         (
             "answered by",
-            if cached { "response cache" } else { "upstream" }.to_owned(),
+            if cached {
+                "response cache"
+            } else {
+                shown.answered_by
+            }
+            .to_owned(),
         ),
         ("latency", latency),
         ("time to first token", ttft.unwrap_or_else(|| "—".into())),
-        ("input tokens", usage.input_tokens.to_string()),
-        ("output tokens", usage.output_tokens.to_string()),
-        ("cost", cost),
-        ("outcome", outcome),
+        ("input tokens", format!("{}{estimated}", usage.input_tokens)),
+        (
+            "output tokens",
+            format!("{}{estimated}", usage.output_tokens),
+        ),
+        ("cost", format!("{cost}{estimated}")),
+        ("outcome", shown.text),
         (
             "finish",
             call.finish_reason()

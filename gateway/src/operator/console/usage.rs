@@ -303,6 +303,13 @@ fn content(
     let zero_filled = |v: Vec<Option<f64>>| v.into_iter().map(|v| Some(v.unwrap_or(0.0))).collect();
     let calls = zero_filled(per_bucket(&all_buckets, buckets, |r| r.calls as f64));
     let errors = zero_filled(per_bucket(&all_buckets, buckets, |r| r.failed_calls as f64));
+    // Refused before sending (limits, a content policy) and cut short by a policy: not provider errors.
+    let refused = zero_filled(per_bucket(&all_buckets, buckets, |r| {
+        r.refused_calls as f64
+    }));
+    let blocked = zero_filled(per_bucket(&all_buckets, buckets, |r| {
+        r.blocked_calls as f64
+    }));
     let rate = per_bucket(&all_buckets, buckets, |r| r.error_rate() * 100.0);
     let p50 = per_bucket(&all_buckets, buckets, |r| ms(r.latency.p50));
     let p90 = per_bucket(&all_buckets, buckets, |r| ms(r.latency.p90));
@@ -336,7 +343,9 @@ fn content(
         },
         Chart {
             id: "errors",
-            title: "Model calls and errors (failed or interrupted), all model calls".to_owned(),
+            title: "Model calls and errors (failed or interrupted), refusals (not sent) and answers blocked \
+                    by guardrail, all model calls"
+                .to_owned(),
             unit: Unit::Count("model calls"),
             axis,
             series: vec![
@@ -347,6 +356,14 @@ fn content(
                 Series {
                     name: "errors",
                     values: errors,
+                },
+                Series {
+                    name: "refused, not sent",
+                    values: refused,
+                },
+                Series {
+                    name: "blocked by guardrail",
+                    values: blocked,
                 },
             ],
             bands: false,
@@ -457,6 +474,8 @@ mod tests {
             caller: None,
             calls,
             failed_calls: 0,
+            refused_calls: 0,
+            blocked_calls: 0,
             cancelled_calls: 0,
             input_tokens: 10 * calls,
             output_tokens: 5 * calls,

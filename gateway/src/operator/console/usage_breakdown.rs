@@ -108,10 +108,12 @@ fn cost(row: &UsageAggregate) -> String {
     }
 }
 
-const HEADINGS: [&str; 13] = [
+const HEADINGS: [&str; 15] = [
     "model calls",
     "errors",
     "error rate",
+    "refused, not sent",
+    "blocked by guardrail",
     "cancelled",
     "input tokens",
     "output tokens",
@@ -150,6 +152,8 @@ pub(super) fn table(
             row.calls.to_string(),
             row.failed_calls.to_string(),
             error_rate(row),
+            row.refused_calls.to_string(),
+            row.blocked_calls.to_string(),
             row.cancelled_calls.to_string(),
             row.input_tokens.to_string(),
             row.output_tokens.to_string(),
@@ -171,7 +175,7 @@ pub(super) fn table(
             }
         }
     };
-    // Thirteen columns do not fit a narrow desktop window: the table scrolls inside its frame, never the page
+    // Fifteen columns do not fit a narrow desktop window: the table scrolls inside its frame, never the page
     // (a phone shows it as cards); the frame is focusable so a keyboard can scroll it.
     html! {
         div class="table-frame" tabindex="0" role="region" aria-label=(format!("Usage by {heading}")) {

@@ -15,10 +15,14 @@ use std::task::{Context, Poll};
 
 use futures_util::Stream;
 use tower::{Layer, Service};
-use tower_chat::{CallerIdentity, ChatError, ChatEvent, ChatRequest, ChatStream, GuardrailAudit};
+use tower_chat::{
+    CallerIdentity, ChatError, ChatEvent, ChatRequest, ChatStream, ErrorKind, GuardrailAudit,
+};
 use tower_chat_guardrail::{Guardrail, GuardrailLayer};
+use tower_chat_persistence::PersistenceLayer;
 
 use crate::telemetry::metrics::PrometheusMetrics;
+use crate::turn::rounds::name_round;
 use tower_chat_wire::format::InboundRoute;
 
 /// A compiled policy and whom it applies to.
@@ -88,6 +92,7 @@ impl Policies {
 pub struct GuardrailsLayer {
     policies: Arc<Policies>,
     metrics: PrometheusMetrics,
+    refusals: Option<PersistenceLayer>,
 }
 
 impl GuardrailsLayer {
@@ -98,7 +103,15 @@ impl GuardrailsLayer {
         GuardrailsLayer {
             policies: Arc::new(policies),
             metrics,
+            refusals: None,
         }
+    }
+
+    /// Record each request a policy refuses into `persistence` (a refused call with its verdicts, its size
+    /// instead of its text): the records of the calls that went on are made inside, by the layer itself.
+    pub fn record_refusals(mut self, persistence: Option<PersistenceLayer>) -> Self {
+        self.refusals = persistence;
+        self
     }
 }
 
@@ -110,6 +123,7 @@ impl<S> Layer<S> for GuardrailsLayer {
             inner,
             policies: self.policies.clone(),
             metrics: self.metrics.clone(),
+            refusals: self.refusals.clone(),
         }
     }
 }
@@ -120,6 +134,7 @@ pub struct Guardrails<S> {
     inner: S,
     policies: Arc<Policies>,
     metrics: PrometheusMetrics,
+    refusals: Option<PersistenceLayer>,
 }
 
 type BoxFuture = Pin<Box<dyn Future<Output = Result<ChatStream, ChatError>> + Send>>;
@@ -159,6 +174,11 @@ where
             None => GuardrailAudit::new(),
         };
         request.extensions.insert(audit.clone());
+        // Kept to record a refusal: the guardrail refuses before any recorder inside sees the request.
+        let refusal = self
+            .refusals
+            .clone()
+            .map(|persistence| (persistence, request.clone()));
         // The service polled ready goes into the guardrail, which calls it at once (its own readiness is the
         // inner service's); a clone stays for the next request.
         let clone = self.inner.clone();
@@ -177,6 +197,11 @@ where
                 }) as ChatStream),
                 Err(error) => {
                     tally.catch_up();
+                    if let Some((persistence, request)) = refusal {
+                        if matches!(error.kind(), ErrorKind::PolicyBlocked { .. }) {
+                            persistence.record_refused(name_round(request), &error);
+                        }
+                    }
                     Err(error)
                 }
             }

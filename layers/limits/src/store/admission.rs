@@ -1,7 +1,7 @@
 //! Whether a store admitted a call, and why not ([`Rejection`], a rate-limited error).
 
 use std::fmt;
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tower_chat::{ChatError, ErrorKind};
 
@@ -29,6 +29,8 @@ pub struct Rejection {
     /// How long until every full counter's window has ended
     /// ([`CONCURRENT_RETRY_AFTER`](super::CONCURRENT_RETRY_AFTER) when only calls in progress are full).
     pub retry_after: Duration,
+    /// When the full counter's window ends (`None` for calls in progress, which free when other calls end).
+    pub retry_at: Option<SystemTime>,
 }
 
 impl Rejection {
@@ -49,6 +51,9 @@ impl Rejection {
             kind: worst.kind,
             limit: worst.limit,
             retry_after: worst.retry_after(now),
+            retry_at: worst
+                .window
+                .map(|w| UNIX_EPOCH + Duration::from_millis(w.end)),
         }
     }
 }
@@ -59,8 +64,34 @@ impl fmt::Display for Rejection {
         if let Some(model) = &self.scope.model {
             write!(f, " (model {model})")?;
         }
-        write!(f, " is over its {} limit ({})", self.kind, self.limit)?;
-        write!(f, "; retry after {:.3}s", self.retry_after.as_secs_f64())
+        write!(
+            f,
+            " is over its {} limit of {}",
+            self.kind,
+            self.kind.amount(self.limit)
+        )?;
+        let wait = in_words(self.retry_after);
+        match self.retry_at {
+            Some(at) => write!(f, "; retry at {} (in {wait})", httpdate::fmt_http_date(at)),
+            None => write!(f, "; retry in {wait}"),
+        }
+    }
+}
+
+/// A wait as a person reads it: `21 h 34 min`, `3 min 5 s`, `2 s`, rounded up to the second.
+fn in_words(wait: Duration) -> String {
+    let seconds = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
+    let (days, hours, minutes, seconds) = (
+        seconds / 86_400,
+        seconds / 3_600 % 24,
+        seconds / 60 % 60,
+        seconds % 60,
+    );
+    match (days, hours, minutes) {
+        (0, 0, 0) => format!("{seconds} s"),
+        (0, 0, _) => format!("{minutes} min {seconds} s"),
+        (0, _, _) => format!("{hours} h {minutes} min"),
+        _ => format!("{days} d {hours} h"),
     }
 }
 

@@ -20,6 +20,8 @@ pub mod sqlite;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod blobs;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
+mod blocked_status;
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod call_log;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod chain;

@@ -743,13 +743,13 @@ impl Store for PostgresStore {
                 .map_err(pg_error("cannot aggregate usage"))?;
             rows.iter()
                 .map(|row| {
-                    let mut sums = [0i64; 10];
+                    let mut sums = [0i64; crate::usage::USAGE_SUMS];
                     for (i, sum) in sums.iter_mut().enumerate() {
                         *sum = row.try_get(3 + i)?;
                     }
                     let mut percentiles = [None; 4];
                     for (i, p) in percentiles.iter_mut().enumerate() {
-                        *p = row.try_get(13 + i)?;
+                        *p = row.try_get(3 + crate::usage::USAGE_SUMS + i)?;
                     }
                     Ok(UsageRow {
                         bucket: row.try_get(0)?,
@@ -788,6 +788,7 @@ fn summary_columns(row: &tokio_postgres::Row) -> Result<SummaryColumns, tokio_po
         output_tokens: row.try_get(11)?,
         cost_nanos: row.try_get(12)?,
         from_response_cache: row.try_get(13)?,
+        refused_before_sending: row.try_get(14)?,
     })
 }
 

@@ -72,6 +72,10 @@ pub(crate) fn sqlite_migrations() -> Vec<Migration> {
         ),
         Migration::new("tower-chat-persistence/0009_blobs", blobs_sql("BLOB")),
         Migration::new("tower-chat-persistence/0010_call_log", SQLITE_CALL_LOG_SQL),
+        Migration::new(
+            "tower-chat-persistence/0011_blocked_status",
+            super::blocked_status::SQLITE_BLOCKED_STATUS_SQL,
+        ),
     ]
 }
 
@@ -143,6 +147,10 @@ pub(crate) fn postgres_migrations() -> Vec<Migration> {
         Migration::new(
             "tower-chat-persistence/0010_call_log",
             POSTGRES_CALL_LOG_SQL,
+        ),
+        Migration::new(
+            "tower-chat-persistence/0011_blocked_status",
+            super::blocked_status::POSTGRES_BLOCKED_STATUS_SQL,
         ),
     ]
 }
@@ -640,7 +648,8 @@ pub(crate) fn call_summaries_sql(p: [&str; 4], from_response_cache: &str) -> Str
     let [caller, since, until, limit] = p;
     format!(
         "SELECT call_id, conversation_id, caller, started_at, first_token_at, ended_at, model, status, \
-         error_kind, error_message, input_tokens, output_tokens, cost_nanos, {from_response_cache} \
+         error_kind, error_message, input_tokens, output_tokens, cost_nanos, {from_response_cache}, \
+         omitted_messages IS NOT NULL \
          FROM chat_calls \
          WHERE (CAST({caller} AS TEXT) IS NULL OR caller = {caller}) \
          AND (CAST({since} AS BIGINT) IS NULL OR started_at >= {since}) \
@@ -667,6 +676,7 @@ pub(crate) struct SummaryColumns {
     pub(crate) output_tokens: i64,
     pub(crate) cost_nanos: Option<i64>,
     pub(crate) from_response_cache: bool,
+    pub(crate) refused_before_sending: bool,
 }
 
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
@@ -696,6 +706,7 @@ impl SummaryColumns {
                 .cost_nanos
                 .map(|c| tower_chat::Cost::from_nanos(count(c))),
             from_response_cache: self.from_response_cache,
+            refused_before_sending: self.refused_before_sending,
         })
     }
 }

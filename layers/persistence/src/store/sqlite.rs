@@ -1090,13 +1090,13 @@ impl Store for SqliteStore {
                     .query_map(
                         params![since, until, bucket, caller, by_model, by_caller],
                         |row| {
-                            let mut sums = [0i64; 10];
+                            let mut sums = [0i64; crate::usage::USAGE_SUMS];
                             for (i, sum) in sums.iter_mut().enumerate() {
                                 *sum = row.get(3 + i)?;
                             }
                             let mut percentiles = [None; 4];
                             for (i, p) in percentiles.iter_mut().enumerate() {
-                                *p = row.get(13 + i)?;
+                                *p = row.get(3 + crate::usage::USAGE_SUMS + i)?;
                             }
                             Ok(UsageRow {
                                 bucket: row.get(0)?,
@@ -1137,6 +1137,7 @@ fn summary_columns(row: &rusqlite::Row<'_>) -> rusqlite::Result<SummaryColumns> 
         output_tokens: row.get(11)?,
         cost_nanos: row.get(12)?,
         from_response_cache: row.get(13)?,
+        refused_before_sending: row.get(14)?,
     })
 }
 

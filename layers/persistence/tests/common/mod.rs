@@ -237,6 +237,40 @@ impl TestDb {
         }
     }
 
+    /// Whether `needle` is anywhere in what the test's database holds: SQLite's files (database and write-ahead
+    /// log, read as bytes), or every row of the PostgreSQL schema's call and message tables as text. Flush the
+    /// layer first.
+    pub async fn stored_anywhere(&self, needle: &str) -> bool {
+        match &self.backend {
+            Backend::Sqlite(store) => {
+                let dir = store.path().parent().unwrap();
+                std::fs::read_dir(dir).unwrap().any(|entry| {
+                    let bytes = std::fs::read(entry.unwrap().path()).unwrap();
+                    bytes
+                        .windows(needle.len())
+                        .any(|window| window == needle.as_bytes())
+                })
+            }
+            Backend::Postgres(store) => {
+                let schema = store.schema().unwrap();
+                let row = store
+                    .client()
+                    .await
+                    .unwrap()
+                    .query_one(
+                        &format!(
+                            "SELECT (SELECT COUNT(*) FROM {schema}.chat_calls c WHERE c::text LIKE $1) \
+                             + (SELECT COUNT(*) FROM {schema}.chat_messages m WHERE m::text LIKE $1)"
+                        ),
+                        &[&format!("%{needle}%")],
+                    )
+                    .await
+                    .unwrap();
+                row.get::<_, i64>(0) > 0
+            }
+        }
+    }
+
     /// Drop the test's database now (also done on drop, so a failing test cleans up too).
     pub async fn cleanup(self) {
         drop(self);

@@ -1,0 +1,121 @@
+//! What a content policy outside a recorder tells the recorder inside it: [`GuardedCall`], put into the request's
+//! extensions by the guardrail layer for the layers it calls.
+//!
+//! A recorder inside a guardrail layer (a gateway records every model round inside its tool loop, the policy
+//! applies to the whole turn outside it) sees the upstream's answer before the policy does. Told nothing, it
+//! would store what the client never saw: a redacted span in clear, the secret that ended a blocked answer.
+//! The guardrail therefore hands inward, with the request, the verdicts it gave the request and a factory of
+//! [`AnswerScreen`]s; the recorder passes the answer's text through a screen before it keeps any of it, so what
+//! it keeps is what the policy lets through — whichever of the two runs first, and without a copy of the
+//! withheld text ever being held for the record.
+//!
+//! ```
+//! use std::sync::Arc;
+//! use tower_chat::{AnswerScreen, ChatRequest, GuardedCall, Message, Screened};
+//!
+//! /// Withholds everything from the word "secret" on.
+//! #[derive(Debug, Default)]
+//! struct UpToSecret(bool);
+//! impl AnswerScreen for UpToSecret {
+//!     fn push(&mut self, piece: &str) -> Screened {
+//!         if self.0 {
+//!             return Screened::default();
+//!         }
+//!         match piece.find("secret") {
+//!             Some(at) => {
+//!                 self.0 = true;
+//!                 Screened { text: piece[..at].into(), withheld: Some("words".into()), ..Screened::default() }
+//!             }
+//!             None => Screened { text: piece.into(), ..Screened::default() },
+//!         }
+//!     }
+//!     fn finish(&mut self) -> Screened {
+//!         Screened::default()
+//!     }
+//! }
+//!
+//! let guarded = GuardedCall::new(Vec::new(), Some(Arc::new(|| Box::new(UpToSecret::default()) as Box<dyn AnswerScreen>)));
+//! let request = ChatRequest::new(vec![Message::user("hi")]).with_extension(guarded);
+//! // In the recorder:
+//! let mut screen = request.extensions.get::<GuardedCall>().and_then(GuardedCall::screen).unwrap();
+//! let kept = screen.push("the secret is 42");
+//! assert_eq!((kept.text.as_str(), kept.withheld.as_deref()), ("the ", Some("words")));
+//! ```
+
+use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use crate::guardrail::GuardrailVerdict;
+
+/// What a screen let through of the text given so far.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Screened {
+    /// The text decided and let through (redacted where a check redacted), plus the notice that ended the answer
+    /// when one blocked it.
+    pub text: String,
+    /// The verdicts decided, offsets in bytes of the text the screen was given.
+    pub verdicts: Vec<GuardrailVerdict>,
+    /// The check that withheld the rest of the answer, when one did: nothing more is let through.
+    pub withheld: Option<String>,
+}
+
+/// A content policy's view of one answer's text, given in pieces as the answer streams: it may hold back the end
+/// of a piece that a match could still be completing, and lets it through (or not) when more text comes or the
+/// text ends.
+pub trait AnswerScreen: Send + fmt::Debug {
+    /// The next piece of the answer's text.
+    fn push(&mut self, piece: &str) -> Screened;
+    /// The text ended (a tool call, the finish, the stream's end): decide what was held back.
+    fn finish(&mut self) -> Screened;
+}
+
+/// Makes a fresh [`AnswerScreen`] for each text of an answer.
+pub type ScreenFactory = Arc<dyn Fn() -> Box<dyn AnswerScreen> + Send + Sync>;
+
+/// What a content policy decided about a call, for the recorders it calls (see the [module docs](self)).
+/// Cheap to clone: the clones share it.
+#[derive(Clone)]
+pub struct GuardedCall(Arc<GuardedInner>);
+
+struct GuardedInner {
+    request_verdicts: Vec<GuardrailVerdict>,
+    request_verdicts_taken: AtomicBool,
+    screens: Option<ScreenFactory>,
+}
+
+impl fmt::Debug for GuardedCall {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("GuardedCall")
+            .field("request_verdicts", &self.0.request_verdicts)
+            .field("screens", &self.0.screens.is_some())
+            .finish()
+    }
+}
+
+impl GuardedCall {
+    /// The verdicts the request was given, and the screens of the answer (`None`: the policy has no check of the
+    /// answer's text that a recorder can apply).
+    pub fn new(request_verdicts: Vec<GuardrailVerdict>, screens: Option<ScreenFactory>) -> Self {
+        GuardedCall(Arc::new(GuardedInner {
+            request_verdicts,
+            request_verdicts_taken: AtomicBool::new(false),
+            screens,
+        }))
+    }
+
+    /// The request's verdicts, once: the first recorder to ask keeps them with its record (a tool loop's later
+    /// rounds send the same checked request and get none, so a verdict is counted once per call).
+    pub fn take_request_verdicts(&self) -> Vec<GuardrailVerdict> {
+        if self.0.request_verdicts_taken.swap(true, Ordering::AcqRel) {
+            Vec::new()
+        } else {
+            self.0.request_verdicts.clone()
+        }
+    }
+
+    /// A fresh screen for one text of the answer, if the policy checks the answer's text.
+    pub fn screen(&self) -> Option<Box<dyn AnswerScreen>> {
+        self.0.screens.as_ref().map(|make| make())
+    }
+}
