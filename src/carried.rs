@@ -238,26 +238,3 @@ pub(crate) fn for_upstream(
     }
     request
 }
-
-/// `body` (a leaf's JSON object) with the carried fields of `request` set in it, when they are in `format`.
-pub(crate) fn merge_carried(
-    body: Vec<u8>,
-    request: &ChatRequest,
-    format: Option<ApiFormat>,
-) -> Result<Vec<u8>, serde_json::Error> {
-    let Some(carried) = request
-        .options
-        .carried
-        .as_ref()
-        .filter(|c| Some(c.format) == format && !c.fields.is_empty())
-    else {
-        return Ok(body);
-    };
-    let mut value: Value = serde_json::from_slice(&body)?;
-    if let Value::Object(fields) = &mut value {
-        for (name, field) in &carried.fields {
-            fields.insert(name.clone(), field.clone());
-        }
-    }
-    serde_json::to_vec(&value)
-}

@@ -16,7 +16,8 @@ use crate::reasoning_options::{ReasoningEffort, ReasoningOptions, Thinking};
 use crate::request::{
     ChatOptions, ChatRequest, ResponseFormat, SystemMessagesInPlace, ToolChoice, ToolSpec,
 };
-use crate::transport::{cannot_serialize, merge_extra, resolve_model, ToolsJson};
+use crate::transport::{cannot_serialize, extra_fields, merge_extra, resolve_model, ToolsJson};
+use crate::ApiFormat;
 
 #[derive(Serialize)]
 struct Body<'a> {
@@ -368,10 +369,11 @@ pub(crate) fn encode(
             .map(|user_id| Metadata { user_id }),
         stream: options.stream,
     };
-    let serialized = if options.extra.is_empty() {
+    let extra = extra_fields(options, ApiFormat::Messages);
+    let serialized = if extra.is_empty() {
         crate::transport::to_body(&body, &request.messages)
     } else {
-        merge_extra(&body, &options.extra)
+        merge_extra(&body, extra)
     };
     serialized.map_err(cannot_serialize)
 }

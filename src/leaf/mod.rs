@@ -113,9 +113,8 @@ impl<P: Provider> tower_service::Service<ChatRequest> for ChatLeaf<P> {
             let request = crate::carried::for_upstream(request, P::API_FORMAT, |part| {
                 shared.provider.keeps_part(part)
             });
+            // The fields carried for this format are set in the same pass as the provider's own extras.
             let body = shared.provider.encode(&request, default_model)?;
-            let body = crate::carried::merge_carried(body, &request, P::API_FORMAT)
-                .map_err(crate::transport::cannot_serialize)?;
             let url = shared
                 .provider
                 .call_url(&shared.leaf.endpoint, &request, default_model)?;

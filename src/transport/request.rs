@@ -84,10 +84,31 @@ pub(crate) fn to_body(
     Ok(out)
 }
 
-/// Provider-specific fields win over ours, without duplicate keys in the body.
-pub(crate) fn merge_extra(
+/// The fields a body gets beside its typed ones, in the order they are set: the provider-specific `extra`
+/// fields, then the fields carried from a client that spoke `format` (the upstream's own wire format; fields
+/// carried from another format never reach the body). A later field of a name wins.
+pub(crate) fn extra_fields(
+    options: &crate::ChatOptions,
+    format: crate::ApiFormat,
+) -> Vec<(&String, &serde_json::Value)> {
+    let carried = options
+        .carried
+        .as_ref()
+        .filter(|carried| carried.format == format)
+        .map(|carried| &carried.fields);
+    options
+        .extra
+        .iter()
+        .chain(carried.into_iter().flatten())
+        .collect()
+}
+
+/// The body with `extra` set in it, each field winning over a typed field of its name without a duplicate key.
+/// A field the body already has keeps its place; the others follow in their order (what the client sent comes
+/// out as it sent it).
+pub(crate) fn merge_extra<'a>(
     body: &impl serde::Serialize,
-    extra: &serde_json::Map<String, serde_json::Value>,
+    extra: impl IntoIterator<Item = (&'a String, &'a serde_json::Value)>,
 ) -> Result<Vec<u8>, serde_json::Error> {
     let mut value = serde_json::to_value(body)?;
     if let serde_json::Value::Object(fields) = &mut value {
@@ -96,4 +117,61 @@ pub(crate) fn merge_extra(
         }
     }
     serde_json::to_vec(&value)
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::{json, Value};
+
+    use super::{extra_fields, merge_extra};
+    use crate::{ApiFormat, Carried, ChatOptions};
+
+    fn keys(body: &[u8]) -> Vec<String> {
+        let value: Value = serde_json::from_slice(body).unwrap();
+        value.as_object().unwrap().keys().cloned().collect()
+    }
+
+    fn options(format: ApiFormat) -> ChatOptions {
+        let mut options = ChatOptions::default();
+        options.extra.insert("top_k".into(), json!(3));
+        let mut carried = Carried::new(format);
+        for (name, value) in [
+            ("context_management", json!({"edits": []})),
+            ("max_tokens", json!(99)),
+            ("alpha", json!(1)),
+        ] {
+            carried.fields.insert(name.into(), value);
+        }
+        options.carried = Some(carried);
+        options
+    }
+
+    #[test]
+    fn carried_fields_of_the_upstreams_format_are_set_in_the_extras_pass_in_the_clients_order() {
+        let typed = json!({"model": "m", "max_tokens": 1024, "stream": true});
+        let options = options(ApiFormat::Messages);
+        let body = merge_extra(&typed, extra_fields(&options, ApiFormat::Messages)).unwrap();
+        assert_eq!(
+            keys(&body),
+            [
+                "model",
+                "max_tokens",
+                "stream",
+                "top_k",
+                "context_management",
+                "alpha"
+            ],
+            "a typed field keeps its place; the rest follow as the client sent them"
+        );
+        let value: Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(value["max_tokens"], 99, "the carried field wins");
+    }
+
+    #[test]
+    fn fields_carried_from_another_format_never_reach_the_body() {
+        let typed = json!({"model": "m"});
+        let options = options(ApiFormat::ChatCompletions);
+        let body = merge_extra(&typed, extra_fields(&options, ApiFormat::Messages)).unwrap();
+        assert_eq!(keys(&body), ["model", "top_k"]);
+    }
 }
