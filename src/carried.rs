@@ -26,8 +26,10 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::content::{Content, Part, ProviderPart};
+use crate::error::{ChatError, ErrorKind};
 use crate::message::Message;
-use crate::request::ChatRequest;
+use crate::request::{ChatRequest, ToolChoice, ToolSpec};
+use crate::tool_kind::{freeform_description, ToolKind, Unhosted};
 
 /// A request wire format, as spoken by a client and by an upstream.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -162,12 +164,12 @@ impl DroppedFields {
 
 /// `request` as a leaf speaking `format` sends it: parts `keeps` refuses are taken out (a user message left
 /// with nothing is removed), and carried fields of another format too; each drop is logged and recorded.
-/// The request is cloned only when something is dropped.
+/// Tools are made fit for the format ([`for_format`]). The request is cloned only when something changes.
 pub(crate) fn for_upstream(
     mut request: ChatRequest,
     format: Option<ApiFormat>,
     keeps: impl Fn(&ProviderPart) -> bool,
-) -> ChatRequest {
+) -> Result<ChatRequest, ChatError> {
     let dropped = request.extensions.get::<DroppedFields>().cloned();
     let note = |name: String| {
         tracing::debug!(dropped = %name, "left out of the upstream call: another wire format's");
@@ -175,6 +177,7 @@ pub(crate) fn for_upstream(
             dropped.record(name);
         }
     };
+    for_format(&mut request, format, &note)?;
     if let Some(carried) = &request.options.carried {
         if Some(carried.format) != format {
             for name in carried.fields.keys() {
@@ -236,5 +239,61 @@ pub(crate) fn for_upstream(
         }
         *request.messages = kept;
     }
-    request
+    Ok(request)
+}
+
+/// The request's tools as a leaf speaking `format` sends them: a hosted tool of another format is dropped or
+/// refused by its rule ([`HostedTool::elsewhere`]); a freeform tool goes to a provider without freeform tools
+/// as its one-string function, with its grammar in the description. Untouched (not copied) when no tool needs
+/// either.
+fn for_format(
+    request: &mut ChatRequest,
+    format: Option<ApiFormat>,
+    note: &impl Fn(String),
+) -> Result<(), ChatError> {
+    let freeform = format == Some(ApiFormat::Responses);
+    let foreign = |tool: &ToolSpec| match &tool.kind {
+        ToolKind::Function => false,
+        ToolKind::Custom { .. } => !freeform,
+        ToolKind::Hosted(hosted) => Some(hosted.format) != format,
+    };
+    if !request.options.tools.iter().any(foreign) {
+        return Ok(());
+    }
+    let mut kept = Vec::with_capacity(request.options.tools.len());
+    let mut gone = Vec::new();
+    for tool in request.options.tools.iter() {
+        match &tool.kind {
+            ToolKind::Hosted(hosted) if foreign(tool) => match hosted.elsewhere() {
+                Unhosted::Dropped => {
+                    note(format!("tool:{}", hosted.tool_type()));
+                    gone.push(tool.name.clone());
+                }
+                Unhosted::Refused => {
+                    return Err(ChatError::new(
+                        ErrorKind::Unsupported,
+                        format!(
+                        "the hosted tool `{}` cannot be served by this upstream: only {} runs it",
+                        hosted.tool_type(),
+                        hosted.hosted_by()
+                    ),
+                    )
+                    .refused_before_sending())
+                }
+            },
+            ToolKind::Custom { format } if foreign(tool) => {
+                let mut function = tool.clone();
+                function.description = freeform_description(&tool.description, format.as_ref());
+                kept.push(function);
+            }
+            _ => kept.push(tool.clone()),
+        }
+    }
+    let options = &mut *request.options;
+    *options.tools = kept;
+    // A choice of a tool that is no longer offered would be refused by the provider: the model chooses.
+    if matches!(&options.tool_choice, Some(ToolChoice::Tool(name)) if gone.contains(name)) {
+        options.tool_choice = Some(ToolChoice::Auto);
+    }
+    Ok(())
 }

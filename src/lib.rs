@@ -67,6 +67,7 @@ pub mod sse;
 mod stream;
 #[cfg(feature = "test-server")]
 pub mod test_server;
+mod tool_kind;
 mod tower_metadata;
 pub mod transport;
 
@@ -81,7 +82,7 @@ pub use context::{CallerIdentity, ConversationId, EstimatedUsage};
 pub use error::{BoxError, ChatError, ErrorKind, TimeoutPhase};
 pub use event::{ChatEvent, FinishReason, Usage};
 pub use guardrail::{GuardrailAction, GuardrailAudit, GuardrailStage, GuardrailVerdict, TextSpan};
-pub use message::{AssistantMessage, Message, ToolArguments, ToolCall, ToolMessage};
+pub use message::{AssistantMessage, CallKind, Message, ToolArguments, ToolCall, ToolMessage};
 pub use metadata::{known_context_window, ModelInfo, ModelMetadata};
 pub use price::{Cost, ModelPrice, PriceTable};
 pub use reasoning::{Continuation, ReasoningPart};
@@ -92,3 +93,4 @@ pub use request::{
 pub use response::{ChatResponse, ResponseBuilder};
 pub use stream::{cancellable, ChatService, ChatStream, ChatStreamExt};
 pub use tokio_util::sync::CancellationToken;
+pub use tool_kind::{HostedTool, ToolKind, Unhosted};

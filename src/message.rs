@@ -122,8 +122,31 @@ pub struct ToolCall {
     pub id: String,
     /// The tool's name.
     pub name: String,
-    /// The arguments, parsed once when the call was complete.
+    /// The arguments, parsed once when the call was complete. A [`CallKind::Custom`] call's are
+    /// `{"input": "<the model's text>"}`, so every layer reads them as JSON like any other call's.
     pub arguments: ToolArguments,
+    /// A call of a function tool, or of a freeform tool whose input is one string.
+    #[serde(default, skip_serializing_if = "CallKind::is_function")]
+    pub kind: CallKind,
+}
+
+/// What kind of tool a call is for: the kind of the [`ToolSpec`](crate::ToolSpec) it names.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CallKind {
+    /// A function tool: the arguments are a JSON object for its schema.
+    #[default]
+    Function,
+    /// A freeform tool ([`ToolKind::Custom`](crate::ToolKind::Custom)): the model wrote one string, kept as the
+    /// `input` argument. A Responses client sees it as a `custom_tool_call` item.
+    Custom,
+}
+
+impl CallKind {
+    /// Whether this is a function call (the default, left out when serialised).
+    pub fn is_function(&self) -> bool {
+        matches!(self, CallKind::Function)
+    }
 }
 
 impl ToolCall {
@@ -133,6 +156,37 @@ impl ToolCall {
             id: id.into(),
             name: name.into(),
             arguments: ToolArguments::Json(arguments),
+            kind: CallKind::Function,
+        }
+    }
+
+    /// A call of a freeform tool whose input is `input` (kept as the `input` argument).
+    pub fn custom(
+        id: impl Into<String>,
+        name: impl Into<String>,
+        input: impl Into<String>,
+    ) -> Self {
+        ToolCall {
+            id: id.into(),
+            name: name.into(),
+            arguments: ToolArguments::Json(serde_json::json!({ "input": input.into() })),
+            kind: CallKind::Custom,
+        }
+    }
+
+    /// The text a freeform call's input is: its `input` argument, or the whole argument text when the model
+    /// wrote something else (an upstream that took the tool as a function may wrap it otherwise).
+    pub fn custom_input(&self) -> String {
+        match &self.arguments {
+            ToolArguments::Json(Value::Object(fields)) if fields.len() == 1 => {
+                match fields.get("input") {
+                    Some(Value::String(input)) => input.clone(),
+                    _ => self.arguments.to_wire_string(),
+                }
+            }
+            ToolArguments::Json(Value::String(input)) => input.clone(),
+            ToolArguments::Json(other) => other.to_string(),
+            ToolArguments::Invalid { raw, .. } => raw.clone(),
         }
     }
 
@@ -143,6 +197,7 @@ impl ToolCall {
             id,
             name,
             arguments: ToolArguments::parse(raw),
+            kind: CallKind::Function,
         }
     }
 }

@@ -11,6 +11,7 @@ use crate::carried::Carried;
 use crate::context::{CallerIdentity, ConversationId};
 use crate::message::Message;
 use crate::reasoning_options::ReasoningOptions;
+use crate::tool_kind::{HostedTool, ToolKind};
 use crate::CancellationToken;
 
 /// A value shared by the copies of a request until one of them changes it (copy on write).
@@ -330,17 +331,67 @@ pub struct ToolSpec {
     /// cache on their own and ignore it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cache: Option<crate::content::CacheHint>,
+    /// A function tool, a freeform tool, or a tool the provider hosts ([`ToolKind`]).
+    #[serde(default, skip_serializing_if = "ToolKind::is_function")]
+    pub kind: ToolKind,
 }
 
 impl ToolSpec {
-    /// A tool spec.
+    /// A function tool.
     pub fn new(name: impl Into<String>, description: impl Into<String>, parameters: Value) -> Self {
         ToolSpec {
             name: name.into(),
             description: description.into(),
             parameters,
             cache: None,
+            kind: ToolKind::Function,
         }
+    }
+
+    /// A freeform tool: the model writes one string, in `format`'s syntax when the client gave one. Its
+    /// `parameters` are the schema of the function tool a provider without freeform tools gets: an object with
+    /// one required string, `input`.
+    pub fn custom(
+        name: impl Into<String>,
+        description: impl Into<String>,
+        format: Option<Value>,
+    ) -> Self {
+        ToolSpec {
+            kind: ToolKind::Custom { format },
+            ..ToolSpec::new(
+                name,
+                description,
+                serde_json::json!({
+                    "type": "object",
+                    "properties": {"input": {"type": "string", "description": "The tool's whole input."}},
+                    "required": ["input"],
+                    "additionalProperties": false,
+                }),
+            )
+        }
+    }
+
+    /// A tool the provider hosts, named by its definition's `name` (or else its `type`).
+    pub fn hosted(tool: HostedTool) -> Self {
+        let name = tool
+            .definition
+            .get("name")
+            .and_then(Value::as_str)
+            .unwrap_or(tool.tool_type())
+            .to_owned();
+        ToolSpec {
+            kind: ToolKind::Hosted(tool),
+            ..ToolSpec::new(
+                name,
+                "",
+                serde_json::json!({"type": "object", "properties": {}}),
+            )
+        }
+    }
+
+    /// Whether this is a freeform tool.
+    pub fn is_custom(&self) -> bool {
+        matches!(self.kind, ToolKind::Custom { .. })
     }
 }
 

@@ -16,6 +16,7 @@ use crate::reasoning_options::{ReasoningEffort, ReasoningOptions, Thinking};
 use crate::request::{
     ChatOptions, ChatRequest, ResponseFormat, SystemMessagesInPlace, ToolChoice, ToolSpec,
 };
+use crate::tool_kind::ToolKind;
 use crate::transport::{cannot_serialize, extra_fields, merge_extra, resolve_model, ToolsJson};
 use crate::ApiFormat;
 
@@ -211,13 +212,19 @@ fn cache_control(hint: Option<&CacheHint>) -> Option<CacheControl<'_>> {
 }
 
 #[derive(Serialize)]
-struct WireTool<'a> {
-    name: &'a str,
-    #[serde(skip_serializing_if = "str::is_empty")]
-    description: &'a str,
-    input_schema: &'a Value,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    cache_control: Option<CacheControl<'a>>,
+#[serde(untagged)]
+enum WireTool<'a> {
+    Function {
+        name: &'a str,
+        #[serde(skip_serializing_if = "str::is_empty")]
+        description: &'a str,
+        input_schema: &'a Value,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        cache_control: Option<CacheControl<'a>>,
+    },
+    /// A server tool (`web_search_20250305`, …) as the client wrote it: only Messages tools reach this leaf
+    /// (the leaf drops or refuses another format's before encoding).
+    Hosted(&'a Value),
 }
 
 /// The provider name in errors about content this format cannot carry.
@@ -406,11 +413,14 @@ fn thinking(reasoning: &ReasoningOptions) -> Option<Thinking> {
 }
 
 fn wire_tool(tool: &ToolSpec) -> WireTool<'_> {
-    WireTool {
-        name: &tool.name,
-        description: &tool.description,
-        input_schema: &tool.parameters,
-        cache_control: cache_control(tool.cache.as_ref()),
+    match &tool.kind {
+        ToolKind::Hosted(hosted) => WireTool::Hosted(&hosted.definition),
+        _ => WireTool::Function {
+            name: &tool.name,
+            description: &tool.description,
+            input_schema: &tool.parameters,
+            cache_control: cache_control(tool.cache.as_ref()),
+        },
     }
 }
 

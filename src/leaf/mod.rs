@@ -35,6 +35,7 @@ use token::{TokenCache, DEFAULT_REFRESH_MARGIN};
 
 use crate::error::{ChatError, ErrorKind};
 use crate::event::ChatEvent;
+use crate::message::CallKind;
 use crate::metadata::{known_context_window, ModelInfo, ModelMetadata};
 use crate::request::ChatRequest;
 use crate::stream::ChatStream;
@@ -112,13 +113,13 @@ impl<P: Provider> tower_service::Service<ChatRequest> for ChatLeaf<P> {
             let default_model = shared.leaf.default_model.as_deref();
             let request = crate::carried::for_upstream(request, P::API_FORMAT, |part| {
                 shared.provider.keeps_part(part)
-            });
+            })?;
             // The fields carried for this format are set in the same pass as the provider's own extras.
             let body = shared.provider.encode(&request, default_model)?;
             let url = shared
                 .provider
                 .call_url(&shared.leaf.endpoint, &request, default_model)?;
-            shared
+            let stream = shared
                 .leaf
                 .execute::<P>(
                     &shared.transport,
@@ -128,9 +129,36 @@ impl<P: Provider> tower_service::Service<ChatRequest> for ChatLeaf<P> {
                     shared.provider.auth_header(),
                     shared.provider.request_signer(),
                 )
-                .await
+                .await?;
+            Ok(mark_custom_calls(stream, &request))
         })
     }
+}
+
+/// `stream` with each call of one of the request's freeform tools marked [`CallKind::Custom`]: a provider
+/// that took the tool as a function answers with a function call, and the layers above (and a Responses
+/// client) must know it for what it is.
+fn mark_custom_calls(stream: ChatStream, request: &ChatRequest) -> ChatStream {
+    let names: Vec<String> = request
+        .options
+        .tools
+        .iter()
+        .filter(|tool| tool.is_custom())
+        .map(|tool| tool.name.clone())
+        .collect();
+    if names.is_empty() {
+        return stream;
+    }
+    Box::pin(futures_util::StreamExt::map(
+        stream,
+        move |item| match item {
+            Ok(ChatEvent::ToolCallEnd { index, mut call }) if names.contains(&call.name) => {
+                call.kind = CallKind::Custom;
+                Ok(ChatEvent::ToolCallEnd { index, call })
+            }
+            other => other,
+        },
+    ))
 }
 
 impl<P: Provider> ChatLeaf<P> {

@@ -36,6 +36,8 @@ enum StreamEvent {
     RefusalDelta { delta: String },
     #[serde(rename = "response.function_call_arguments.delta")]
     ArgumentsDelta { output_index: usize, delta: String },
+    #[serde(rename = "response.custom_tool_call_input.delta")]
+    CustomInputDelta { output_index: usize, delta: String },
     #[serde(rename = "response.reasoning_summary_text.delta")]
     SummaryDelta {
         output_index: usize,
@@ -121,6 +123,13 @@ enum OutputItem {
         #[serde(default)]
         arguments: String,
     },
+    /// A call of a freeform tool: one string, not JSON.
+    CustomToolCall {
+        call_id: String,
+        name: String,
+        #[serde(default)]
+        input: String,
+    },
     Reasoning {
         id: String,
         #[serde(default)]
@@ -141,7 +150,7 @@ enum OutputItem {
 fn read_item(item: Value) -> Result<OutputItem, ChatError> {
     let known = matches!(
         item.get("type").and_then(Value::as_str),
-        Some("message" | "function_call" | "reasoning")
+        Some("message" | "function_call" | "custom_tool_call" | "reasoning")
     );
     if !known {
         return Ok(OutputItem::Other(item));
@@ -220,6 +229,12 @@ enum ItemState {
         call_index: usize,
         arguments: String,
     },
+    /// A freeform call: its input so far. Its deltas go out as fragments of `{"input": "…"}`, the
+    /// arguments every layer reads a freeform call's input from.
+    Custom {
+        call_index: usize,
+        input: String,
+    },
     Reasoning {
         /// The summary part the last delta belonged to, if any reasoning delta came.
         summary_index: Option<usize>,
@@ -265,6 +280,20 @@ impl ResponseDecoder {
                 output_index,
                 delta,
             } => self.on_arguments(output_index, delta, out)?,
+            StreamEvent::CustomInputDelta {
+                output_index,
+                delta,
+            } => match self.items.get_mut(&output_index) {
+                Some(ItemState::Custom { call_index, input }) => {
+                    push_input(*call_index, input, &delta, out);
+                }
+                _ => {
+                    return Err(never_started(
+                        "a custom tool call input delta",
+                        output_index,
+                    ))
+                }
+            },
             StreamEvent::SummaryDelta {
                 output_index,
                 summary_index,
@@ -341,6 +370,16 @@ impl ResponseDecoder {
                     arguments,
                 }
             }
+            OutputItem::CustomToolCall {
+                call_id,
+                name,
+                input: first,
+            } => {
+                let call_index = self.start_call(&call_id, &name, out);
+                let mut input = String::new();
+                push_input(call_index, &mut input, &first, out);
+                ItemState::Custom { call_index, input }
+            }
             OutputItem::Reasoning { .. } => ItemState::Reasoning {
                 summary_index: None,
             },
@@ -414,6 +453,39 @@ impl ResponseDecoder {
                 out.push_back(ChatEvent::ToolCallEnd {
                     index: call_index,
                     call: ToolCall::from_raw_arguments(call_id, name, arguments),
+                });
+            }
+            OutputItem::CustomToolCall {
+                call_id,
+                name,
+                input: final_input,
+            } => {
+                let (call_index, mut streamed) = match state {
+                    Some(ItemState::Custom { call_index, input }) => (call_index, input),
+                    _ => (self.start_call(&call_id, &name, out), String::new()),
+                };
+                if streamed.is_empty() {
+                    push_input(call_index, &mut streamed, &final_input, out);
+                }
+                // The fragments close the `{"input": "…"}` they opened (or are that object, for no input).
+                let close = if streamed.is_empty() {
+                    "{\"input\":\"\"}"
+                } else {
+                    "\"}"
+                };
+                out.push_back(ChatEvent::ToolCallDelta {
+                    index: call_index,
+                    arguments: close.to_owned(),
+                });
+                // The item's own input is final; the streamed one stands in when a server leaves it out.
+                let input = if final_input.is_empty() {
+                    streamed
+                } else {
+                    final_input
+                };
+                out.push_back(ChatEvent::ToolCallEnd {
+                    index: call_index,
+                    call: ToolCall::custom(call_id, name, input),
                 });
             }
             OutputItem::Reasoning {
@@ -496,6 +568,25 @@ fn push_text(text: String, out: &mut VecDeque<ChatEvent>) {
     if !text.is_empty() {
         out.push_back(ChatEvent::TextDelta { text });
     }
+}
+
+/// A piece of a freeform call's input, as a fragment of the JSON text `{"input": "…"}` (the first piece opens it).
+fn push_input(call_index: usize, input: &mut String, delta: &str, out: &mut VecDeque<ChatEvent>) {
+    if delta.is_empty() {
+        return;
+    }
+    let quoted = serde_json::Value::from(delta).to_string();
+    let escaped = &quoted[1..quoted.len() - 1];
+    let arguments = if input.is_empty() {
+        format!("{{\"input\":\"{escaped}")
+    } else {
+        escaped.to_owned()
+    };
+    input.push_str(delta);
+    out.push_back(ChatEvent::ToolCallDelta {
+        index: call_index,
+        arguments,
+    });
 }
 
 fn never_started(what: &str, index: usize) -> ChatError {

@@ -10,11 +10,12 @@ use serde_json::{Map, Value};
 
 use crate::content::{Content, DataUrl, MediaSource, MediaUrl, Part};
 use crate::error::ChatError;
-use crate::message::{AssistantMessage, Message, ToolCall};
+use crate::message::{AssistantMessage, CallKind, Message, ToolCall};
 use crate::output_schema::{normalise, SchemaDialect};
 use crate::reasoning::Continuation;
 use crate::reasoning_options::ReasoningOptions;
 use crate::request::{ChatRequest, ResponseFormat, ToolChoice, ToolSpec};
+use crate::tool_kind::ToolKind;
 use crate::transport::{cannot_serialize, extra_fields, resolve_model, ToolsJson};
 use crate::ApiFormat;
 
@@ -66,6 +67,16 @@ enum Item<'a> {
         arguments: String,
     },
     FunctionCallOutput {
+        call_id: &'a str,
+        output: WireContent<'a>,
+    },
+    /// A call of a freeform tool: its input is the call's one string.
+    CustomToolCall {
+        call_id: &'a str,
+        name: &'a str,
+        input: String,
+    },
+    CustomToolCallOutput {
         call_id: &'a str,
         output: WireContent<'a>,
     },
@@ -122,16 +133,30 @@ enum WirePart<'a> {
 }
 
 #[derive(Serialize)]
-struct WireTool<'a> {
-    r#type: &'static str,
-    name: &'a str,
-    #[serde(skip_serializing_if = "str::is_empty")]
-    description: &'a str,
-    parameters: &'a Value,
-    /// The Responses API validates strictly unless told otherwise, and strict mode refuses any schema not
-    /// written for it (every property required, `additionalProperties: false`); a [`ToolSpec`] promises no such
-    /// schema.
-    strict: bool,
+#[serde(tag = "type", rename_all = "snake_case")]
+enum WireTool<'a> {
+    Function {
+        name: &'a str,
+        #[serde(skip_serializing_if = "str::is_empty")]
+        description: &'a str,
+        parameters: &'a Value,
+        /// The Responses API validates strictly unless told otherwise, and strict mode refuses any schema not
+        /// written for it (every property required, `additionalProperties: false`); a [`ToolSpec`] promises
+        /// no such schema.
+        strict: bool,
+    },
+    /// A freeform tool: the model writes one string, in `format`'s syntax.
+    Custom {
+        name: &'a str,
+        #[serde(skip_serializing_if = "str::is_empty")]
+        description: &'a str,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        format: Option<&'a Value>,
+    },
+    /// A hosted tool as the client wrote it: only Responses tools reach this leaf (the leaf drops or refuses
+    /// another format's before encoding).
+    #[serde(untagged)]
+    Hosted(&'a Value),
 }
 
 /// The provider name in errors about content this format cannot carry.
@@ -166,7 +191,10 @@ pub(crate) fn encode(
         store: opts.store,
         include: opts.include,
         tools: tools.as_deref(),
-        tool_choice: options.tool_choice.as_ref().map(tool_choice),
+        tool_choice: options
+            .tool_choice
+            .as_ref()
+            .map(|choice| tool_choice(choice, &options.tools)),
         parallel_tool_calls: options.parallel_tool_calls,
         temperature: options.temperature,
         top_p: options.top_p,
@@ -222,6 +250,8 @@ fn merge_extra(body: &Body<'_>, extra: &[(&String, &Value)]) -> serde_json::Resu
 
 fn input_items(messages: &[Message]) -> Result<Vec<Item<'_>>, ChatError> {
     let mut items = Vec::with_capacity(messages.len());
+    // A result answers a freeform call with an item of its own type: the ids of those calls so far.
+    let mut custom_calls: Vec<&str> = Vec::new();
     for message in messages {
         match message {
             Message::System { content } => {
@@ -245,7 +275,22 @@ fn input_items(messages: &[Message]) -> Result<Vec<Item<'_>>, ChatError> {
                     content: wire_content(content)?,
                 }),
             },
-            Message::Assistant(assistant) => assistant_items(assistant, &mut items),
+            Message::Assistant(assistant) => {
+                custom_calls.extend(
+                    assistant
+                        .tool_calls
+                        .iter()
+                        .filter(|call| call.kind == CallKind::Custom)
+                        .map(|call| call.id.as_str()),
+                );
+                assistant_items(assistant, &mut items)
+            }
+            Message::Tool(tool) if custom_calls.contains(&tool.call_id.as_str()) => {
+                items.push(Item::CustomToolCallOutput {
+                    call_id: &tool.call_id,
+                    output: wire_content(&tool.content)?,
+                })
+            }
             Message::Tool(tool) => items.push(Item::FunctionCallOutput {
                 call_id: &tool.call_id,
                 output: wire_content(&tool.content)?,
@@ -292,10 +337,17 @@ fn assistant_items<'a>(assistant: &'a AssistantMessage, items: &mut Vec<Item<'a>
 }
 
 fn function_call(call: &ToolCall) -> Item<'_> {
-    Item::FunctionCall {
-        call_id: &call.id,
-        name: &call.name,
-        arguments: call.arguments.to_wire_string(),
+    match call.kind {
+        CallKind::Custom => Item::CustomToolCall {
+            call_id: &call.id,
+            name: &call.name,
+            input: call.custom_input(),
+        },
+        CallKind::Function => Item::FunctionCall {
+            call_id: &call.id,
+            name: &call.name,
+            arguments: call.arguments.to_wire_string(),
+        },
     }
 }
 
@@ -380,21 +432,34 @@ fn wire_part(part: &Part) -> Result<WirePart<'_>, ChatError> {
 }
 
 fn wire_tool(tool: &ToolSpec) -> WireTool<'_> {
-    WireTool {
-        r#type: "function",
-        name: &tool.name,
-        description: &tool.description,
-        parameters: &tool.parameters,
-        strict: false,
+    match &tool.kind {
+        ToolKind::Function => WireTool::Function {
+            name: &tool.name,
+            description: &tool.description,
+            parameters: &tool.parameters,
+            strict: false,
+        },
+        ToolKind::Custom { format } => WireTool::Custom {
+            name: &tool.name,
+            description: &tool.description,
+            format: format.as_ref(),
+        },
+        ToolKind::Hosted(hosted) => WireTool::Hosted(&hosted.definition),
     }
 }
 
-fn tool_choice(choice: &ToolChoice) -> Value {
+fn tool_choice(choice: &ToolChoice, tools: &[ToolSpec]) -> Value {
     match choice {
         ToolChoice::Auto => Value::from("auto"),
         ToolChoice::None => Value::from("none"),
         ToolChoice::Required => Value::from("required"),
-        ToolChoice::Tool(name) => serde_json::json!({"type": "function", "name": name}),
+        ToolChoice::Tool(name) => {
+            let custom = tools
+                .iter()
+                .any(|tool| tool.is_custom() && tool.name == *name);
+            let kind = if custom { "custom" } else { "function" };
+            serde_json::json!({"type": kind, "name": name})
+        }
     }
 }
 

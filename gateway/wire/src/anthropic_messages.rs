@@ -20,15 +20,15 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 use tower_chat::{
     ApiFormat, AssistantMessage, Carried, ChatRequest, Content, Continuation, FinishReason,
-    Message, Part, ProviderPart, ReasoningOptions, ReasoningPart, ResponseFormat, ToolArguments,
+    HostedTool, Message, Part, ProviderPart, ReasoningOptions, ReasoningPart, ResponseFormat,
     ToolCall, ToolChoice, ToolMessage, ToolSpec, Usage,
 };
 
 use crate::error::{anthropic_body, anthropic_response, ApiError};
 use crate::format::UpstreamFormat;
 use crate::format::{
-    arguments_value, effort_level, from_body, name_tool_results, schema, sse_event, unserved_tool,
-    Encoder, Ending, Folded, Inbound, InboundRoute, ParseContext, Piece, TowerChatRequest, Visible,
+    arguments_value, effort_level, from_body, name_tool_results, schema, sse_event, Encoder,
+    Ending, Folded, Inbound, InboundRoute, ParseContext, Piece, TowerChatRequest, Visible,
     WireFormat,
 };
 use crate::parts::{
@@ -77,7 +77,8 @@ struct MessagesRequest {
     #[serde(default)]
     top_k: Option<u32>,
     #[serde(default)]
-    tools: Option<Vec<InTool>>,
+    /// Client tools (read as [`InTool`]) and server tools (kept as sent).
+    tools: Option<Vec<Value>>,
     #[serde(default)]
     tool_choice: Option<InToolChoice>,
     #[serde(default)]
@@ -296,8 +297,6 @@ struct InTool {
     description: Option<String>,
     #[serde(default)]
     input_schema: Option<Value>,
-    #[serde(default, rename = "type")]
-    kind: Option<String>,
     #[serde(default)]
     cache_control: Option<InCacheControl>,
 }
@@ -423,9 +422,20 @@ fn into_inbound(body: MessagesRequest, context: &ParseContext) -> Result<Inbound
     options.end_user = body.metadata.and_then(|m| m.user_id);
     options.response_format = output_format(body.output_config, body.output_format)?;
     for (i, tool) in body.tools.unwrap_or_default().into_iter().enumerate() {
-        if let Some(kind) = tool.kind.as_deref().filter(|k| *k != "custom") {
-            return Err(unserved_tool(&format!("tools[{i}]"), kind));
+        // A tool of a type other than a client tool's (`custom`) is one the provider runs, or one it defines
+        // (`bash_…`, `text_editor_…`): an Anthropic upstream takes it as it came.
+        if tool
+            .get("type")
+            .and_then(Value::as_str)
+            .is_some_and(|kind| kind != "custom")
+        {
+            options
+                .tools
+                .push(ToolSpec::hosted(HostedTool::new(ApiFormat::Messages, tool)));
+            continue;
         }
+        let tool: InTool = serde_json::from_value(tool)
+            .map_err(|e| schema(format!("invalid request at `tools[{i}]`: {e}")))?;
         let parameters = tool
             .input_schema
             .ok_or_else(|| schema(format!("tools[{i}]: `input_schema` is required")))?;
@@ -627,11 +637,9 @@ fn assistant_blocks(
                 }
             }
             InBlock::Text { text, .. } => message.content.push_str(&text),
-            InBlock::ToolUse { id, name, input } => message.tool_calls.push(ToolCall {
-                id,
-                name,
-                arguments: ToolArguments::Json(input),
-            }),
+            InBlock::ToolUse { id, name, input } => {
+                message.tool_calls.push(ToolCall::new(id, name, input))
+            }
             // Kept with its signature: an Anthropic upstream continues from it unchanged, any other drops it.
             // Another upstream's reasoning comes back sealed in the signature (`sealed_reasoning.rs`).
             InBlock::Thinking {
@@ -1186,10 +1194,22 @@ mod tests {
             {"type": "image", "source": {}}]}]}),
         );
         assert!(image.contains("messages[0].content[0]"), "{image}");
-        let server_tool = message(json!({"model": "m", "max_tokens": 5,
-            "tools": [{"type": "web_search_20250305", "name": "web_search"}],
-            "messages": [{"role": "user", "content": "x"}]}));
-        assert!(server_tool.contains("web_search_20250305"), "{server_tool}");
+        // A server tool is kept as sent, for the upstream to run or its leaf to drop or refuse.
+        let server_tool =
+            json!({"type": "web_search_20250305", "name": "web_search", "max_uses": 2});
+        let inbound = parse(
+            json!({"model": "m", "max_tokens": 5, "tools": [server_tool.clone()],
+                "messages": [{"role": "user", "content": "x"}]}),
+            UpstreamFormat::OpenAi,
+        )
+        .unwrap();
+        let tool = &inbound.request.options.tools[0];
+        assert_eq!(tool.name, "web_search");
+        assert!(
+            matches!(&tool.kind, tower_chat::ToolKind::Hosted(h) if h.definition == server_tool
+                && h.format == ApiFormat::Messages),
+            "{tool:?}"
+        );
         let misplaced = message(
             json!({"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": [
             {"type": "tool_use", "id": "t", "name": "n", "input": {}}]}]}),

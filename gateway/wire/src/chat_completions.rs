@@ -8,8 +8,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 use tower_chat::{
     ApiFormat, AssistantMessage, Carried, ChatRequest, Content, FinishReason, Message, Part,
-    ReasoningOptions, ResponseFormat, ToolArguments, ToolCall, ToolChoice, ToolMessage, ToolSpec,
-    Usage,
+    ReasoningOptions, ResponseFormat, ToolCall, ToolChoice, ToolMessage, ToolSpec, Usage,
 };
 
 use crate::error::ApiError;
@@ -236,11 +235,11 @@ fn into_inbound(body: CompletionRequest) -> Result<Inbound, ApiError> {
                             "{at}: only `function` tool calls are supported"
                         )));
                     }
-                    calls.push(ToolCall {
-                        id: call.id,
-                        name: call.function.name,
-                        arguments: ToolArguments::parse(call.function.arguments),
-                    });
+                    calls.push(ToolCall::from_raw_arguments(
+                        call.id,
+                        call.function.name,
+                        call.function.arguments,
+                    ));
                 }
                 call_names.add(&calls);
                 Message::Assistant(AssistantMessage {

@@ -397,20 +397,15 @@ pub(crate) fn effort_level(name: &str, field: &str) -> Result<ReasoningEffort, A
     })
 }
 
-/// A tool of a type other than the format's own function tool: a tool the provider runs itself (`web_search`,
-/// `tool_search`, Anthropic's `web_search_20250305`, `code_execution_…`) or a freeform `custom` tool. The gateway
-/// gives no upstream such tools, so the request is refused naming the tool rather than answered without it.
+/// A Chat Completions tool of a type other than `function`: this format's requests carry function tools only
+/// (freeform and hosted tools come in the Responses and Messages formats), so the request is refused naming
+/// the tool rather than answered without it.
 pub(crate) fn unserved_tool(at: &str, kind: &str) -> ApiError {
-    let what = if kind == "custom" {
-        "a freeform `custom` tool".to_owned()
-    } else {
-        format!("`{kind}`, a tool the provider hosts,")
-    };
     ApiError::invalid_request(
         "invalid_request_schema",
         format!(
-            "{at}: {what} cannot be served: no configured upstream is given hosted or freeform tools \
-             through this gateway (function tools only)"
+            "{at}: a tool of type `{kind}` cannot be served from a Chat Completions request (function tools \
+             only); send freeform and hosted tools in the Responses (`POST /v1/responses`) or Messages format"
         ),
     )
 }

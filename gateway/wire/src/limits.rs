@@ -27,7 +27,7 @@ use std::fmt;
 use std::io;
 
 use tower_chat::schema_limits::SchemaLimits;
-use tower_chat::{CallerIdentity, ChatRequest, ConversationId, Message, ResponseFormat};
+use tower_chat::{CallerIdentity, ChatRequest, ConversationId, Message, ResponseFormat, ToolKind};
 
 use crate::error::ApiError;
 
@@ -279,7 +279,12 @@ impl RequestLimits {
             bytes = bytes
                 .saturating_add(tool.name.len())
                 .saturating_add(tool.description.len())
-                .saturating_add(json_len(&tool.parameters));
+                .saturating_add(json_len(&tool.parameters))
+                .saturating_add(match &tool.kind {
+                    ToolKind::Function => 0,
+                    ToolKind::Custom { format } => format.as_ref().map_or(0, json_len),
+                    ToolKind::Hosted(hosted) => json_len(&hosted.definition),
+                });
             if bytes > self.max_schema_bytes {
                 return Err(exceeded(format!(
                     "the tools' names, descriptions and schemas exceed {} bytes ({})",

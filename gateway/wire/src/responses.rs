@@ -19,14 +19,14 @@
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 use tower_chat::{
-    ApiFormat, Carried, ChatRequest, Message, ReasoningOptions, ResponseFormat, ToolChoice,
-    ToolSpec,
+    ApiFormat, Carried, ChatRequest, HostedTool, Message, ReasoningOptions, ResponseFormat,
+    ToolChoice, ToolSpec,
 };
 
 use crate::error::ApiError;
 use crate::format::{
-    effort_level, from_body, name_tool_results, schema, unserved_tool, Inbound, InboundRoute,
-    ParseContext, TowerChatRequest, WireFormat,
+    effort_level, from_body, name_tool_results, schema, Inbound, InboundRoute, ParseContext,
+    TowerChatRequest, WireFormat,
 };
 use input::{input_messages, raw_counts, str_field};
 pub use output::ResponseEncoder;
@@ -157,11 +157,32 @@ struct Reasoning {
     summary: Option<String>,
 }
 
+/// A function tool; a freeform (`custom`) tool; any other type is one the provider hosts (`web_search`,
+/// `tool_search`, …) or a group of tools (`namespace`), kept as sent for a Responses upstream.
 fn tool(value: &Value, i: usize) -> Result<ToolSpec, ApiError> {
     let at = format!("tools[{i}]");
     match value.get("type").and_then(Value::as_str) {
         Some("function") => {}
-        Some(other) => return Err(unserved_tool(&at, other)),
+        Some("custom") => {
+            let format = value.get("format").filter(|f| !f.is_null()).cloned();
+            if format.as_ref().is_some_and(|f| !f.is_object()) {
+                return Err(schema(format!("{at}: `format` must be an object")));
+            }
+            return Ok(ToolSpec::custom(
+                str_field(value, "name", &at)?,
+                value
+                    .get("description")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default(),
+                format,
+            ));
+        }
+        Some(_) => {
+            return Ok(ToolSpec::hosted(HostedTool::new(
+                ApiFormat::Responses,
+                value.clone(),
+            )))
+        }
         None => return Err(schema(format!("{at}: `type` is required"))),
     }
     Ok(ToolSpec::new(
@@ -186,12 +207,12 @@ fn tool_choice(value: &Value) -> Result<ToolChoice, ApiError> {
             "required" => Ok(ToolChoice::Required),
             other => Err(schema(format!("unknown `tool_choice` `{other}`"))),
         },
-        Value::Object(_) if value["type"] == "function" => value["name"]
+        Value::Object(_) if value["type"] == "function" || value["type"] == "custom" => value["name"]
             .as_str()
             .map(|name| ToolChoice::Tool(name.to_owned()))
-            .ok_or_else(|| schema("`tool_choice` of type `function` needs `name`")),
+            .ok_or_else(|| schema("`tool_choice` of type `function` or `custom` needs `name`")),
         _ => Err(schema(
-            "`tool_choice` must be `auto`, `none`, `required` or {\"type\": \"function\", \"name\": …}",
+            "`tool_choice` must be `auto`, `none`, `required` or {\"type\": \"function\" or \"custom\", \"name\": …}",
         )),
     }
 }
@@ -311,7 +332,16 @@ fn into_inbound(
     if store {
         inbound.record_id = Some(id.clone());
     }
-    Ok((inbound, ResponseEncoder::new(id, echo, include_encrypted)))
+    let custom_tools = inbound
+        .request
+        .options
+        .tools
+        .iter()
+        .filter(|tool| tool.is_custom())
+        .map(|tool| tool.name.clone())
+        .collect();
+    let encoder = ResponseEncoder::new(id, echo, include_encrypted, custom_tools);
+    Ok((inbound, encoder))
 }
 
 #[cfg(test)]
@@ -403,6 +433,53 @@ mod tests {
     }
 
     #[test]
+    fn freeform_and_hosted_tools_and_custom_calls_are_modelled() {
+        let grammar = json!({"type": "grammar", "syntax": "lark", "definition": "start: /.+/"});
+        let inbound = parse(json!({"model": "m",
+            "input": [
+                {"role": "user", "content": "patch it"},
+                {"type": "custom_tool_call", "call_id": "c1", "name": "apply_patch", "input": "*** Begin"},
+                {"type": "custom_tool_call_output", "call_id": "c1", "output": "done"}
+            ],
+            "tools": [
+                {"type": "custom", "name": "apply_patch", "description": "Edit.", "format": grammar},
+                {"type": "web_search", "external_web_access": false}
+            ],
+            "tool_choice": {"type": "custom", "name": "apply_patch"}}))
+        .unwrap();
+        let request = &inbound.request;
+        let tools = &request.options.tools;
+        assert_eq!(
+            tools[0].kind,
+            tower_chat::ToolKind::Custom {
+                format: Some(grammar)
+            }
+        );
+        assert_eq!(tools[0].description, "Edit.");
+        assert!(
+            matches!(&tools[1].kind, tower_chat::ToolKind::Hosted(h) if h.tool_type() == "web_search"
+                && h.definition["external_web_access"] == false),
+            "{:?}",
+            tools[1]
+        );
+        assert_eq!(
+            request.options.tool_choice,
+            Some(ToolChoice::Tool("apply_patch".into()))
+        );
+        let Message::Assistant(assistant) = &request.messages[1] else {
+            panic!("{:?}", request.messages);
+        };
+        assert_eq!(
+            assistant.tool_calls[0],
+            tower_chat::ToolCall::custom("c1", "apply_patch", "*** Begin")
+        );
+        assert_eq!(
+            request.messages[2],
+            Message::Tool(ToolMessage::success("c1", "apply_patch", "done"))
+        );
+    }
+
+    #[test]
     fn schema_errors_say_what_and_where() {
         let message = |body: Value| parse(body).unwrap_err().message;
         assert!(message(json!({"model": "m"})).contains("input"));
@@ -418,9 +495,12 @@ mod tests {
             include.contains("include[1]") && include.contains("logprobs"),
             "{include}"
         );
-        let hosted =
-            message(json!({"model": "m", "input": "x", "tools": [{"type": "web_search"}]}));
-        assert!(hosted.contains("web_search"), "{hosted}");
+        let format = message(json!({"model": "m", "input": "x",
+            "tools": [{"type": "custom", "name": "apply_patch", "format": "lark"}]}));
+        assert!(
+            format.contains("tools[0]") && format.contains("`format`"),
+            "{format}"
+        );
         let call =
             message(json!({"model": "m", "input": [{"type": "function_call", "name": "f"}]}));
         assert!(

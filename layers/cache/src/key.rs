@@ -95,6 +95,12 @@ impl CacheKey {
             h.str(&tool.name);
             h.str(&tool.description);
             h.json(&tool.parameters);
+            // A freeform tool's grammar and a hosted tool's definition change what the model may do (a function
+            // tool adds nothing, so keys of requests without other kinds stay as they were).
+            if !tool.kind.is_function() {
+                h.tag(b'k');
+                h.json(&tool.kind);
+            }
         }
         h.opt_json(tool_choice.as_ref());
         h.opt(parallel_tool_calls.map(u8::from).map(u64::from));
@@ -230,6 +236,9 @@ impl KeyHasher {
                     self.str(&call.id);
                     self.str(&call.name);
                     self.str(&call.arguments.to_wire_string());
+                    if call.kind == tower_chat::CallKind::Custom {
+                        self.tag(b'c');
+                    }
                 }
             }
             Message::Tool(ToolMessage {

@@ -1,11 +1,9 @@
-//! Responses `input` items into messages: `message` items (content as a string or parts), `function_call`,
-//! `function_call_output` (output as a string or parts) and `reasoning` items; an item of any other type is
-//! kept whole for a Responses upstream.
+//! Responses `input` items into messages: `message` items (content as a string or parts), `function_call`
+//! and `custom_tool_call`, `function_call_output` and `custom_tool_call_output` (output as a string or parts)
+//! and `reasoning` items; an item of any other type is kept whole for a Responses upstream.
 
 use serde_json::Value;
-use tower_chat::{
-    AssistantMessage, Content, Message, Part, ProviderPart, ToolArguments, ToolCall, ToolMessage,
-};
+use tower_chat::{AssistantMessage, Content, Message, Part, ProviderPart, ToolCall, ToolMessage};
 
 use super::reasoning::input_reasoning;
 use crate::error::ApiError;
@@ -28,8 +26,8 @@ pub(super) fn raw_counts(items: &[Value]) -> (usize, usize) {
     let (mut messages, mut calls) = (0, 0);
     for item in items {
         match item.get("type").and_then(Value::as_str) {
-            Some("function_call") => calls += 1,
-            Some("function_call_output") => messages += 1,
+            Some("function_call" | "custom_tool_call") => calls += 1,
+            Some("function_call_output" | "custom_tool_call_output") => messages += 1,
             Some("message") | None
                 if item.get("role").and_then(Value::as_str) != Some("assistant") =>
             {
@@ -104,14 +102,23 @@ pub(super) fn input_messages(items: Vec<Value>, out: &mut Vec<Message>) -> Resul
                 }
             }
             "function_call" => {
-                let call = ToolCall {
-                    id: str_field(&item, "call_id", &at)?.to_owned(),
-                    name: str_field(&item, "name", &at)?.to_owned(),
-                    arguments: ToolArguments::parse(str_field(&item, "arguments", &at)?.to_owned()),
-                };
+                let call = ToolCall::from_raw_arguments(
+                    str_field(&item, "call_id", &at)?.to_owned(),
+                    str_field(&item, "name", &at)?.to_owned(),
+                    str_field(&item, "arguments", &at)?.to_owned(),
+                );
                 turn.answer().tool_calls.push(call);
             }
-            "function_call_output" => {
+            // A freeform tool's call: its input is one string, whatever upstream answers next.
+            "custom_tool_call" => {
+                let call = ToolCall::custom(
+                    str_field(&item, "call_id", &at)?,
+                    str_field(&item, "name", &at)?,
+                    str_field(&item, "input", &at)?,
+                );
+                turn.answer().tool_calls.push(call);
+            }
+            "function_call_output" | "custom_tool_call_output" => {
                 turn.flush(out);
                 let output = match item.get_mut("output").map(Value::take) {
                     Some(output @ (Value::String(_) | Value::Array(_))) => output,

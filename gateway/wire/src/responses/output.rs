@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde_json::{json, Map, Value};
-use tower_chat::{Continuation, FinishReason, Usage};
+use tower_chat::{CallKind, Continuation, FinishReason, ToolCall, Usage};
 
 use crate::error::ApiError;
 
@@ -61,6 +61,11 @@ fn message_item(id: &str, text: &str, status: &str) -> Value {
 fn call_item(id: &str, call_id: &str, name: &str, arguments: &str, status: &str) -> Value {
     json!({"type": "function_call", "id": id, "call_id": call_id, "name": name,
            "arguments": arguments, "status": status})
+}
+
+/// A freeform tool's call: its input is one string (OpenAI's item has no `status`).
+fn custom_call_item(id: &str, call_id: &str, name: &str, input: &str) -> Value {
+    json!({"type": "custom_tool_call", "id": id, "call_id": call_id, "name": name, "input": input})
 }
 
 /// `{"type": kind, "response": response}`, the response moved in (not copied, as `json!` would).
@@ -169,6 +174,9 @@ struct OpenCall {
     name: String,
     arguments: String,
     delta_head: DeltaHead,
+    /// A call of a freeform tool: a `custom_tool_call` item, whose input is written once the call is
+    /// complete (the argument fragments are JSON around it, not the input itself).
+    custom: bool,
 }
 
 /// Builds `response` objects and the Responses SSE events.
@@ -186,6 +194,8 @@ pub struct ResponseEncoder {
     calls: HashMap<usize, OpenCall>,
     /// The request asked for `encrypted_content` on reasoning items (`include`).
     include_encrypted: bool,
+    /// The request's freeform tools: their calls are `custom_tool_call` items.
+    custom_tools: Vec<String>,
 }
 
 impl std::fmt::Debug for ResponseEncoder {
@@ -198,7 +208,12 @@ impl std::fmt::Debug for ResponseEncoder {
 }
 
 impl ResponseEncoder {
-    pub(super) fn new(id: String, echo: Value, include_encrypted: bool) -> Self {
+    pub(super) fn new(
+        id: String,
+        echo: Value,
+        include_encrypted: bool,
+        custom_tools: Vec<String>,
+    ) -> Self {
         ResponseEncoder {
             id,
             created_at: SystemTime::now()
@@ -211,6 +226,7 @@ impl ResponseEncoder {
             reasoning: None,
             calls: HashMap::new(),
             include_encrypted,
+            custom_tools,
         }
     }
 
@@ -400,7 +416,9 @@ impl Encoder for ResponseEncoder {
             Visible::CallStart { index, id, name } => {
                 self.close_message(out);
                 self.close_reasoning(None, out);
-                let item_id = format!("fc_{}", uuid::Uuid::new_v4().simple());
+                let custom = self.custom_tools.contains(&name);
+                let prefix = if custom { "ctc" } else { "fc" };
+                let item_id = format!("{prefix}_{}", uuid::Uuid::new_v4().simple());
                 let output_index = self.items.len() + self.calls.len();
                 let call = OpenCall {
                     delta_head: DeltaHead::new(DeltaOf::Arguments, &item_id, output_index),
@@ -409,8 +427,13 @@ impl Encoder for ResponseEncoder {
                     call_id: id,
                     name,
                     arguments: String::new(),
+                    custom,
                 };
-                let item = call_item(&call.id, &call.call_id, &call.name, "", "in_progress");
+                let item = if custom {
+                    custom_call_item(&call.id, &call.call_id, &call.name, "")
+                } else {
+                    call_item(&call.id, &call.call_id, &call.name, "", "in_progress")
+                };
                 let output_index = call.output_index;
                 self.calls.insert(index, call);
                 self.emit(
@@ -423,7 +446,7 @@ impl Encoder for ResponseEncoder {
                 let Some(call) = self.calls.get_mut(&index) else {
                     return;
                 };
-                if delta.is_empty() {
+                if delta.is_empty() || call.custom {
                     return;
                 }
                 call.arguments.push_str(&delta);
@@ -459,6 +482,9 @@ impl Encoder for ResponseEncoder {
                 let Some(open) = self.calls.remove(&index) else {
                     return;
                 };
+                if open.custom {
+                    return self.end_custom_call(open, &call, out);
+                }
                 // The joined arguments, as parsed once (the deltas may have been whitespace-padded).
                 let arguments = arguments_text(&call);
                 self.emit(
@@ -518,6 +544,35 @@ impl Encoder for ResponseEncoder {
 }
 
 impl ResponseEncoder {
+    /// Whether `call` is of a freeform tool: marked so by the upstream's leaf, or named as one by the request.
+    fn is_custom(&self, call: &ToolCall) -> bool {
+        call.kind == CallKind::Custom || self.custom_tools.contains(&call.name)
+    }
+
+    /// A freeform call is complete: its input as one delta, then `.done` and the item.
+    fn end_custom_call(&mut self, open: OpenCall, call: &ToolCall, out: &mut Vec<u8>) {
+        let input = call.custom_input();
+        let (id, index) = (&open.id, open.output_index);
+        if !input.is_empty() {
+            self.emit(
+                json!({"type": "response.custom_tool_call_input.delta", "item_id": id,
+                       "output_index": index, "delta": input}),
+                out,
+            );
+        }
+        self.emit(
+            json!({"type": "response.custom_tool_call_input.done", "item_id": id,
+                   "output_index": index, "input": input}),
+            out,
+        );
+        let item = custom_call_item(id, &open.call_id, &open.name, &input);
+        self.emit(
+            json!({"type": "response.output_item.done", "output_index": index, "item": item}),
+            out,
+        );
+        self.items.push(item);
+    }
+
     pub(super) fn whole_value(&mut self, mut folded: Folded, ending: &Ending) -> Value {
         let mut output = Vec::new();
         for part in &folded.reasoning_parts {
@@ -549,6 +604,12 @@ impl ResponseEncoder {
             }
         }
         for call in &folded.client_calls {
+            if self.is_custom(call) {
+                let id = format!("ctc_{}", uuid::Uuid::new_v4().simple());
+                let input = call.custom_input();
+                output.push(custom_call_item(&id, &call.id, &call.name, &input));
+                continue;
+            }
             let id = format!("fc_{}", uuid::Uuid::new_v4().simple());
             output.push(call_item(
                 &id,

@@ -221,7 +221,7 @@ mod tests {
     }
 
     fn encoder(include_encrypted: bool) -> ResponseEncoder {
-        ResponseEncoder::new("resp_1".into(), json!({}), include_encrypted)
+        ResponseEncoder::new("resp_1".into(), json!({}), include_encrypted, Vec::new())
     }
 
     fn ending() -> Ending {
