@@ -3,6 +3,7 @@
 //! by the script of the agent whose tools it offers. A request the real API would refuse is refused in the
 //! kind's own error shape and kept as a complaint the test reports.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use serde_json::{json, Value};
@@ -64,6 +65,8 @@ pub struct Model {
     log: Arc<Mutex<Vec<String>>>,
     /// The kinds whose reasoning came back with a tool's result, once per answer that checked it.
     continued: Arc<Mutex<Vec<&'static str>>>,
+    /// Answers given so far: each gets an id of its own, as the real APIs give.
+    answered: Arc<AtomicUsize>,
 }
 
 impl Model {
@@ -101,11 +104,11 @@ impl Model {
     fn answer(&self, kind: &'static str, request: &RecordedRequest) -> Reply {
         let tools = offered(kind, &request.body);
         self.log.lock().unwrap().push(format!(
-            "{kind} {} {} tools={:?} body={:.400}",
+            "{kind} {} {} tools={:?} conversation={}",
             request.method,
             request.path,
             tools.iter().map(|t| &t.name).collect::<Vec<_>>(),
-            request.body.to_string()
+            shape(&request.body)
         ));
         if let Err(wrong) = check(kind, request) {
             self.complaints
@@ -132,7 +135,7 @@ impl Model {
             .find_map(|script| script(kind, &tools, request))
             // Requests of no script (titles, summaries, quota probes) get a short answer.
             .unwrap_or_else(|| Turn::Answer("ok".into()));
-        reply(kind, &turn)
+        reply(kind, &turn, self.answered.fetch_add(1, Ordering::Relaxed))
     }
 }
 
@@ -183,6 +186,60 @@ pub fn offered(kind: &str, body: &Value) -> Vec<Tool> {
             .collect(),
         other => panic!("no such kind {other}"),
     }
+}
+
+/// The conversation of `body` as its turns' roles (or item types) and the kinds of their parts, with the tool
+/// names they carry: enough to see what a refused request looked like.
+fn shape(body: &Value) -> String {
+    let turns = ["messages", "input", "contents"]
+        .iter()
+        .find_map(|key| body[key].as_array())
+        .cloned()
+        .unwrap_or_default();
+    let part = |part: &Value| match part.as_object() {
+        Some(fields) => {
+            let kind = part["type"]
+                .as_str()
+                .map(str::to_owned)
+                .unwrap_or_else(|| fields.keys().cloned().collect::<Vec<_>>().join("+"));
+            let name = ["name", "toolUseId", "tool_use_id", "call_id"]
+                .iter()
+                .chain(&["functionCall", "functionResponse", "toolUse", "toolResult"])
+                .find_map(|key| {
+                    part[key]
+                        .as_str()
+                        .or_else(|| part[key]["name"].as_str())
+                        .or_else(|| part[key]["toolUseId"].as_str())
+                });
+            name.map_or(kind.clone(), |name| format!("{kind}:{name}"))
+        }
+        None => "text".into(),
+    };
+    turns
+        .iter()
+        .map(|turn| {
+            let role = turn["role"]
+                .as_str()
+                .or(turn["type"].as_str())
+                .unwrap_or("?");
+            let parts: Vec<String> = ["content", "parts", "tool_calls"]
+                .iter()
+                .filter_map(|key| turn[key].as_array())
+                .flatten()
+                .map(part)
+                .collect();
+            let own = part(turn);
+            format!(
+                "{role}[{}]",
+                if parts.is_empty() {
+                    own
+                } else {
+                    parts.join(",")
+                }
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// How many tool results `body` carries, in `kind`'s wire format.
@@ -461,9 +518,9 @@ fn refusal(kind: &str, message: &str) -> Reply {
     }
 }
 
-/// `turn` in `kind`'s wire format, streamed or whole as the request asked. A call carries the kind's
-/// reasoning token.
-fn reply(kind: &str, turn: &Turn) -> Reply {
+/// `turn` in `kind`'s wire format, streamed or whole as the request asked, the `n`th answer. A call carries the
+/// kind's reasoning token.
+fn reply(kind: &str, turn: &Turn, n: usize) -> Reply {
     let (name, arguments, freeform) = match turn {
         Turn::Answer(text) => return text_reply(kind, text),
         Turn::Call { name, arguments } => (name.as_str(), arguments.to_string(), false),
@@ -478,10 +535,7 @@ fn reply(kind: &str, turn: &Turn) -> Reply {
             &[("rs_scripted", token, "Calling the tool.")],
             &[("call_scripted", name, &arguments)],
         ),
-        "gemini" => Reply::gemini_function_calls(
-            &[(name, serde_json::from_str(&arguments).unwrap())],
-            Some(token),
-        ),
+        "gemini" => gemini_call(name, &arguments, token, n),
         "bedrock" => Reply::bedrock_tool_use(&[(
             "tooluse_scripted",
             name,
@@ -513,6 +567,20 @@ fn anthropic_call(name: &str, arguments: &str, signature: &str) -> Reply {
             "usage": {"output_tokens": 9}}),
         json!({"type": "message_stop"}),
     ])
+}
+
+/// A Gemini answer calling `name`, signed with `signature`. Gemini gives calls no id; the gateway names them
+/// after the response's `responseId`, unique per answer as Google's are.
+fn gemini_call(name: &str, arguments: &str, signature: &str, n: usize) -> Reply {
+    let args: Value = serde_json::from_str(arguments).unwrap();
+    Reply::gemini_stream(&[json!({
+        "candidates": [{"content": {"role": "model", "parts": [
+            {"functionCall": {"name": name, "args": args}, "thoughtSignature": signature}]},
+            "finishReason": "STOP", "index": 0}],
+        "usageMetadata": {"promptTokenCount": 30, "candidatesTokenCount": 8, "thoughtsTokenCount": 40,
+            "totalTokenCount": 78},
+        "modelVersion": "gemini-scripted", "responseId": format!("scripted-response-{n}"),
+    })])
 }
 
 /// A Responses answer that reasons (an encrypted reasoning item) and then calls the freeform tool `name`.
