@@ -22,9 +22,11 @@ const CODEX_MODEL: &str = "gpt-5.5";
 /// The variable Codex reads the gateway key from (`env_key`).
 const KEY_ENV: &str = "GATEWAY_KEY";
 
+/// Codex's configuration: the gateway as its model provider; update checks and analytics off.
 fn config(base_url: &str) -> String {
     format!(
-        "model = \"{CODEX_MODEL}\"\nmodel_provider = \"gateway\"\n\n\
+        "model = \"{CODEX_MODEL}\"\nmodel_provider = \"gateway\"\n\
+         check_for_update_on_startup = false\n\n[analytics]\nenabled = false\n\n\
          [model_providers.gateway]\nname = \"tower-chat gateway\"\nbase_url = \"{base_url}\"\n\
          env_key = \"{KEY_ENV}\"\nwire_api = \"responses\"\n"
     )
