@@ -4,7 +4,8 @@
 //! A gateway parses a client's body into a [`ChatRequest`]; whatever its typed model has no place for is kept
 //! here instead of refused, because real formats grow fields faster than any model of them. The leaf decides
 //! at the last moment, when the upstream is known: a leaf of the same [`ApiFormat`] sends the carried fields
-//! after its own (the client's order kept; a carried field replaces one of ours of the same name) and the
+//! after its own (the client's order kept; a carried field replaces one of ours of the same name, an object
+//! meets ours key by key) and the
 //! [`ForwardedHeaders`]; a leaf of another format leaves them out, logs each at `debug` and names it in the
 //! request's [`DroppedFields`], so a gateway can tell its client what did not travel.
 //!

@@ -311,6 +311,7 @@ mod tests {
                         "weather".into(),
                         "{\"city\":".into(),
                     ),
+                    ToolCall::custom("c3", "apply_patch", "*** Begin Patch\n*** End Patch\n"),
                 ],
             }),
             Message::Tool(ToolMessage::success("c1", "weather", "12C")),
@@ -320,6 +321,8 @@ mod tests {
         let back: Vec<Message> = serde_json::from_str(&text).unwrap();
         assert_eq!(back, messages);
         assert!(text.contains(r#""role":"user""#), "{text}");
+        // A function call says nothing of its kind (records written before kinds existed read the same).
+        assert_eq!(text.matches(r#""kind":"custom""#).count(), 1, "{text}");
     }
 
     #[test]

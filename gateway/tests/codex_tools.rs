@@ -71,6 +71,7 @@ fn codex_request(model: &str, stream: bool, input: Value) -> Value {
         "stream": stream,
         "include": ["reasoning.encrypted_content"],
         "prompt_cache_key": "0199a7c5-codex-session",
+        "text": {"verbosity": "low"},
         "client_metadata": {"originator": "codex_exec"},
     })
 }
@@ -313,6 +314,7 @@ async fn a_codex_request_reaches_every_kind_and_its_patch_call_comes_back_as_a_c
                 assert_eq!(sent_tools[1], expected[1], "the custom tool as sent: {at}");
                 assert_eq!(sent_tools[2], expected[2], "the hosted tool as sent: {at}");
                 assert_eq!(sent["prompt_cache_key"], "0199a7c5-codex-session", "{at}");
+                assert_eq!(sent["text"], json!({"verbosity": "low"}), "{at}");
                 assert_eq!(dropped, None, "{at}");
             } else {
                 assert_eq!(
@@ -331,10 +333,9 @@ async fn a_codex_request_reaches_every_kind_and_its_patch_call_comes_back_as_a_c
                 assert_eq!(schema["properties"]["input"]["type"], "string", "{at}");
                 assert_eq!(schema["required"], json!(["input"]), "{at}");
                 let dropped = dropped.unwrap_or_default();
-                assert!(
-                    dropped.split(',').any(|name| name == "tool:web_search"),
-                    "{dropped}"
-                );
+                for name in ["tool:web_search", "text", "prompt_cache_key"] {
+                    assert!(dropped.split(',').any(|n| n == name), "{name}: {dropped}");
+                }
             }
             let (call_id, input) = if stream {
                 let (added, deltas, done, item) = streamed_custom_call(&answer);

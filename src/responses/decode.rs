@@ -1,7 +1,8 @@
 //! Responses API answers — the streamed `response.*` events and whole `response` objects — mapped to chat events.
 //!
-//! A response is a list of output items: `message` (text), `function_call` (a tool call) and `reasoning` (a
-//! summary, and the encrypted reasoning to continue from). The stream announces each item
+//! A response is a list of output items: `message` (text), `function_call` (a tool call), `custom_tool_call` (a
+//! freeform tool's call, whose one-string input becomes the `input` argument) and `reasoning` (a summary, and
+//! the encrypted reasoning to continue from). The stream announces each item
 //! (`response.output_item.added`), streams its deltas, and repeats it complete (`response.output_item.done`),
 //! which is where a call's arguments and a reasoning item's `encrypted_content` are final. A whole response is
 //! mapped through the same steps, item by item, so both give the same events.

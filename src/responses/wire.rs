@@ -2,7 +2,9 @@
 //!
 //! The conversation becomes `input` items: system and user messages as `message` items, an assistant turn as its
 //! `reasoning` items (the ones this API produced, exactly as received), its text as a `message` item and its tool
-//! calls as `function_call` items, and each tool result as a `function_call_output` item.
+//! calls as `function_call` items (`custom_tool_call` for a freeform tool's), and each tool result as a
+//! `function_call_output` item (`custom_tool_call_output` for a freeform call's). Freeform tools go as `custom`
+//! tools, hosted tools as the client wrote them.
 
 use serde::Serialize;
 use serde_json::value::RawValue;
@@ -16,7 +18,9 @@ use crate::reasoning::Continuation;
 use crate::reasoning_options::ReasoningOptions;
 use crate::request::{ChatRequest, ResponseFormat, ToolChoice, ToolSpec};
 use crate::tool_kind::ToolKind;
-use crate::transport::{cannot_serialize, extra_fields, resolve_model, ToolsJson};
+use crate::transport::{
+    cannot_serialize, extra_fields, resolve_model, set_field, ExtraField, ToolsJson,
+};
 use crate::ApiFormat;
 
 #[derive(Serialize)]
@@ -230,18 +234,18 @@ fn reasoning(options: &ReasoningOptions) -> Option<Value> {
 
 /// Provider-specific fields win over ours. `reasoning_effort`, Chat Completions' spelling (what a caller moving
 /// from that API sends), becomes this API's `reasoning.effort` unless `reasoning` is set too.
-fn merge_extra(body: &Body<'_>, extra: &[(&String, &Value)]) -> serde_json::Result<Vec<u8>> {
+fn merge_extra(body: &Body<'_>, extra: &[ExtraField<'_>]) -> serde_json::Result<Vec<u8>> {
     let mut value = serde_json::to_value(body)?;
-    let sets_reasoning = extra.iter().any(|(key, _)| *key == "reasoning");
+    let sets_reasoning = extra.iter().any(|field| field.name == "reasoning");
     if let Value::Object(fields) = &mut value {
-        for &(key, extra_value) in extra {
-            if key == "reasoning_effort" && !sets_reasoning {
+        for field in extra {
+            if field.name == "reasoning_effort" && !sets_reasoning {
                 fields.insert(
                     "reasoning".to_owned(),
-                    serde_json::json!({ "effort": extra_value }),
+                    serde_json::json!({ "effort": field.value }),
                 );
             } else {
-                fields.insert(key.clone(), extra_value.clone());
+                set_field(fields, field);
             }
         }
     }

@@ -84,39 +84,85 @@ pub(crate) fn to_body(
     Ok(out)
 }
 
+/// One field a body gets beside its typed ones.
+pub(crate) struct ExtraField<'a> {
+    pub(crate) name: &'a String,
+    pub(crate) value: &'a serde_json::Value,
+    /// Carried from the client: an object meets one of ours of the same name key by key (Responses'
+    /// `text.verbosity` beside the `text.format` the leaf wrote). A provider-specific field replaces ours.
+    pub(crate) carried: bool,
+}
+
 /// The fields a body gets beside its typed ones, in the order they are set: the provider-specific `extra`
 /// fields, then the fields carried from a client that spoke `format` (the upstream's own wire format; fields
 /// carried from another format never reach the body). A later field of a name wins.
 pub(crate) fn extra_fields(
     options: &crate::ChatOptions,
     format: crate::ApiFormat,
-) -> Vec<(&String, &serde_json::Value)> {
+) -> Vec<ExtraField<'_>> {
     let carried = options
         .carried
         .as_ref()
         .filter(|carried| carried.format == format)
         .map(|carried| &carried.fields);
+    let field = |carried: bool| {
+        move |(name, value)| ExtraField {
+            name,
+            value,
+            carried,
+        }
+    };
     options
         .extra
         .iter()
-        .chain(carried.into_iter().flatten())
+        .map(field(false))
+        .chain(carried.into_iter().flatten().map(field(true)))
         .collect()
 }
 
-/// The body with `extra` set in it, each field winning over a typed field of its name without a duplicate key.
-/// A field the body already has keeps its place; the others follow in their order (what the client sent comes
-/// out as it sent it).
+/// Provider-specific `extra` fields, none carried.
+pub(crate) fn provider_fields(
+    extra: &serde_json::Map<String, serde_json::Value>,
+) -> impl Iterator<Item = ExtraField<'_>> {
+    extra.iter().map(|(name, value)| ExtraField {
+        name,
+        value,
+        carried: false,
+    })
+}
+
+/// The body with `extra` set in it, without a duplicate key. A field the body already has keeps its place; the
+/// others follow in their order (what the client sent comes out as it sent it).
 pub(crate) fn merge_extra<'a>(
     body: &impl serde::Serialize,
-    extra: impl IntoIterator<Item = (&'a String, &'a serde_json::Value)>,
+    extra: impl IntoIterator<Item = ExtraField<'a>>,
 ) -> Result<Vec<u8>, serde_json::Error> {
     let mut value = serde_json::to_value(body)?;
     if let serde_json::Value::Object(fields) = &mut value {
-        for (key, extra_value) in extra {
-            fields.insert(key.clone(), extra_value.clone());
+        for field in extra {
+            set_field(fields, &field);
         }
     }
     serde_json::to_vec(&value)
+}
+
+/// Set one extra field in `fields` (see [`ExtraField::carried`]).
+pub(crate) fn set_field(
+    fields: &mut serde_json::Map<String, serde_json::Value>,
+    field: &ExtraField<'_>,
+) {
+    match (fields.get_mut(field.name), field.value) {
+        (Some(serde_json::Value::Object(ours)), serde_json::Value::Object(theirs))
+            if field.carried =>
+        {
+            for (key, value) in theirs {
+                ours.insert(key.clone(), value.clone());
+            }
+        }
+        _ => {
+            fields.insert(field.name.clone(), field.value.clone());
+        }
+    }
 }
 
 #[cfg(test)]
@@ -173,5 +219,30 @@ mod tests {
         let options = options(ApiFormat::ChatCompletions);
         let body = merge_extra(&typed, extra_fields(&options, ApiFormat::Messages)).unwrap();
         assert_eq!(keys(&body), ["model", "top_k"]);
+    }
+
+    #[test]
+    fn a_carried_object_meets_ours_key_by_key_and_a_provider_object_replaces_it() {
+        let typed = json!({"model": "m", "text": {"format": {"type": "text"}}});
+        let mut options = ChatOptions::default();
+        let mut carried = Carried::new(ApiFormat::Responses);
+        carried
+            .fields
+            .insert("text".into(), json!({"verbosity": "low"}));
+        options.carried = Some(carried);
+        let body = merge_extra(&typed, extra_fields(&options, ApiFormat::Responses)).unwrap();
+        let value: Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(
+            value["text"],
+            json!({"format": {"type": "text"}, "verbosity": "low"})
+        );
+
+        let mut options = ChatOptions::default();
+        options
+            .extra
+            .insert("text".into(), json!({"verbosity": "high"}));
+        let body = merge_extra(&typed, extra_fields(&options, ApiFormat::Responses)).unwrap();
+        let value: Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(value["text"], json!({"verbosity": "high"}));
     }
 }

@@ -1,13 +1,15 @@
 //! `POST /v1/responses`: OpenAI Responses, the function-calling subset. `input` as a string or items
 //! (messages whose content is text or `input_text` / `input_image` / `input_file` / `input_audio` parts,
-//! `function_call`, `function_call_output` with a string or parts, `reasoning`), `instructions`, function
-//! `tools`, `tool_choice`, `max_output_tokens`, `text.format`, `include: ["reasoning.encrypted_content"]`,
+//! `function_call` and `custom_tool_call`, their outputs with a string or parts, `reasoning`), `instructions`,
+//! `tools` (function, freeform `custom`, and hosted types kept as sent: [`tower_chat::ToolKind`]),
+//! `tool_choice`, `max_output_tokens`, `text.format`, `include: ["reasoning.encrypted_content"]`,
 //! `previous_response_id`, `store`; the answer as a `response` object with `reasoning`, `message`
-//! (`output_text`) and `function_call` output items, or the SSE events `response.created`,
+//! (`output_text`), `function_call` and `custom_tool_call` output items, or the SSE events `response.created`,
 //! `response.in_progress`, `response.output_item.added`, `response.reasoning_summary_part.added`,
 //! `response.reasoning_summary_text.delta` / `.done`, `response.reasoning_summary_part.done`,
 //! `response.content_part.added`, `response.output_text.delta` / `.done`, `response.content_part.done`,
-//! `response.function_call_arguments.delta` / `.done`, `response.output_item.done`, then
+//! `response.function_call_arguments.delta` / `.done`, `response.custom_tool_call_input.delta` / `.done`,
+//! `response.output_item.done`, then
 //! `response.completed` (or `response.incomplete`), or `error`.
 //!
 //! Content parts are read by `parts.rs`, as the other formats' are; how reasoning from any upstream survives a
@@ -147,6 +149,9 @@ impl<'de> Deserialize<'de> for Input {
 struct TextOptions {
     #[serde(default)]
     format: Option<Value>,
+    /// `verbosity` and whatever else: carried like unknown top-level fields, merged into the leaf's `text`.
+    #[serde(flatten)]
+    rest: Map<String, Value>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -307,6 +312,10 @@ fn into_inbound(
     // OpenAI stores by default; a server that keeps nothing says so rather than promise a later lookup.
     let store = context.stores_responses && body.store.unwrap_or(true);
     let id = format!("resp_{}", uuid::Uuid::new_v4().simple());
+    let (text_format, text_rest) = match body.text {
+        Some(text) => (text.format, text.rest),
+        None => (None, Map::new()),
+    };
     let echo = json!({
         "instructions": body.instructions,
         "tools": tools,
@@ -318,12 +327,16 @@ fn into_inbound(
         "previous_response_id": body.previous_response_id,
         "store": store,
         "metadata": body.metadata.unwrap_or_default(),
-        "text": {"format": body.text.and_then(|t| t.format).unwrap_or_else(|| json!({"type": "text"}))},
+        "text": {"format": text_format.unwrap_or_else(|| json!({"type": "text"}))},
     });
-    if !body.rest.is_empty() {
+    let mut carried = body.rest;
+    if !text_rest.is_empty() {
+        carried.insert("text".into(), Value::Object(text_rest));
+    }
+    if !carried.is_empty() {
         request.options.carried = Some(Carried {
             format: ApiFormat::Responses,
-            fields: body.rest,
+            fields: carried,
         });
     }
     let mut inbound = Inbound::new(request, body.model, body.stream.unwrap_or(false));
