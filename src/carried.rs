@@ -1,13 +1,13 @@
 //! What an inbound wire format carries that no layer models: request fields, content parts and feature headers
 //! kept as the client sent them, for an upstream that speaks the same format.
 //!
-//! A gateway parses a client's body into a [`ChatRequest`](crate::ChatRequest); whatever its typed model has no place for is kept
-//! here instead of refused, because real formats grow fields faster than any model of them. The leaf decides
-//! at the last moment, when the upstream is known: a leaf of the same [`ApiFormat`] sends the carried fields
-//! after its own (the client's order kept; a carried field replaces one of ours of the same name, an object
-//! meets ours key by key) and the
-//! [`ForwardedHeaders`]; a leaf of another format leaves them out, logs each at `debug` and names it in the
-//! request's [`DroppedFields`], so a gateway can tell its client what did not travel.
+//! A gateway parses a client's body into a [`ChatRequest`](crate::ChatRequest); whatever its typed model has no
+//! place for is kept here instead of refused, because real formats grow fields faster than any model of them.
+//! The leaf decides at the last moment, when the upstream is known: a leaf of the same [`ApiFormat`] sends the
+//! carried fields after its own (the client's order kept; a carried field replaces one of ours of the same name,
+//! an object meets ours key by key) and the [`ForwardedHeaders`]; a leaf of another format leaves them out, logs
+//! each at `debug` and names it in the request's [`DroppedFields`], so a gateway can tell its client what did not
+//! travel.
 //!
 //! ```
 //! use serde_json::json;

@@ -17,7 +17,8 @@ use crate::request::{
     ChatOptions, ChatRequest, ResponseFormat, SystemMessagesInPlace, ToolChoice, ToolSpec,
 };
 use crate::tool_kind::ToolKind;
-use crate::transport::{cannot_serialize, merge_extra, resolve_model, ToolsJson};
+use crate::transport::{cannot_serialize, extra_fields, merge_extra, resolve_model, ToolsJson};
+use crate::ApiFormat;
 
 #[derive(Serialize)]
 struct Body<'a> {
@@ -375,10 +376,11 @@ pub(crate) fn encode(
             .map(|user_id| Metadata { user_id }),
         stream: options.stream,
     };
-    let serialized = if options.extra.is_empty() {
+    let extra = extra_fields(options, ApiFormat::Messages);
+    let serialized = if extra.is_empty() {
         crate::transport::to_body(&body, &request.messages)
     } else {
-        merge_extra(&body, &options.extra)
+        merge_extra(&body, extra)
     };
     serialized.map_err(cannot_serialize)
 }

@@ -15,7 +15,7 @@ use crate::forced_answer::{force_answer_tool, FORCED_ANSWER_TOOL};
 use crate::message::{Message, ToolArguments, ToolMessage};
 use crate::reasoning::Continuation;
 use crate::request::{ChatRequest, ResponseFormat, ToolChoice, ToolSpec};
-use crate::transport::{cannot_serialize, merge_extra, ToolsJson};
+use crate::transport::{cannot_serialize, merge_extra, provider_fields, ToolsJson};
 
 /// The provider name in errors about content this format cannot carry.
 const PROVIDER: &str = "Amazon Bedrock's Converse API";
@@ -285,7 +285,7 @@ pub(crate) fn encode(
     let serialized = if options.extra.is_empty() {
         serde_json::to_vec(&body)
     } else {
-        merge_extra(&body, &options.extra)
+        merge_extra(&body, provider_fields(&options.extra))
     };
     serialized.map_err(cannot_serialize)
 }

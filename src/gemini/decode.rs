@@ -199,11 +199,25 @@ pub struct GeminiDecoder {
     metadata_sent: bool,
     response_id: Option<String>,
     calls: usize,
+    /// A random stem for the ids of calls in an answer without a `responseId`, drawn at the first such call.
+    fallback: Option<String>,
     /// A call whose arguments are still streaming in pieces.
     partial: Option<PartialCall>,
     finish: Option<FinishReason>,
     usage: Option<WireUsage>,
     done: bool,
+}
+
+/// The stem of an answer's call ids when Gemini gave it no `responseId`: random, drawn once per answer.
+fn fallback_stem(stem: &mut Option<String>) -> &str {
+    use std::hash::BuildHasher as _;
+    // Each `RandomState` is keyed afresh (randomly seeded per thread, then stepped): no two draws repeat.
+    stem.get_or_insert_with(|| {
+        format!(
+            "{:016x}",
+            std::collections::hash_map::RandomState::new().hash_one(())
+        )
+    })
 }
 
 impl std::fmt::Debug for GeminiDecoder {
@@ -282,7 +296,9 @@ impl GeminiDecoder {
             let id = match (call.id, &self.response_id) {
                 (Some(id), _) if !id.0.is_empty() => id.0.into_owned(),
                 (_, Some(response)) => format!("{response}-{index}"),
-                (_, None) => format!("call_{index}"),
+                // Without a response id, the index alone would repeat on the next turn: clients that keep a
+                // conversation by call id (Codex) would pair a result with the wrong call.
+                (_, None) => format!("call_{}_{index}", fallback_stem(&mut self.fallback)),
             };
             if let Some(signature) = part.thought_signature {
                 out.push_back(ChatEvent::ReasoningEnd {

@@ -291,3 +291,33 @@ fn a_retry_info_delay_is_read_from_either_error_body_shape_within_a_day() {
     assert_eq!(retry_delay(&bytes(body("soon"))), None);
     assert_eq!(retry_delay(b"not json"), None);
 }
+
+/// Two calls in one answer without a `responseId` (as some Gemini deployments answer).
+const CALLS_WITHOUT_RESPONSE_ID: &str = concat!(
+    "data: {\"candidates\":[{\"content\":{\"role\":\"model\",\"parts\":[",
+    "{\"functionCall\":{\"name\":\"exec_command\",\"args\":{\"cmd\":\"ls\"}}},",
+    "{\"functionCall\":{\"name\":\"exec_command\",\"args\":{\"cmd\":\"pwd\"}}}]},",
+    "\"finishReason\":\"STOP\",\"index\":0}]}\r\n\r\n"
+);
+
+fn call_ids(events: &[Result<ChatEvent, String>]) -> Vec<String> {
+    events
+        .iter()
+        .filter_map(|event| match event {
+            Ok(ChatEvent::ToolCallStart { id, .. }) => Some(id.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn calls_of_answers_without_a_response_id_never_share_an_id_across_turns() {
+    let first = call_ids(&decode_stream(CALLS_WITHOUT_RESPONSE_ID));
+    let second = call_ids(&decode_stream(CALLS_WITHOUT_RESPONSE_ID));
+    assert_eq!(first.len(), 2);
+    assert_ne!(first[0], first[1], "{first:?}");
+    assert!(
+        first.iter().all(|id| !second.contains(id)),
+        "a later turn's calls reuse an earlier turn's ids: {first:?} {second:?}"
+    );
+}

@@ -20,7 +20,7 @@ use crate::schema_limits::SchemaLimits;
 
 /// The cache slot of [`to_gemini_schema`]'s results (beside the [`SchemaDialect`]s).
 const GEMINI_OPENAPI: u8 = 200;
-use crate::transport::{cannot_serialize, merge_extra, ToolsJson};
+use crate::transport::{cannot_serialize, merge_extra, provider_fields, ToolsJson};
 
 /// The provider name in errors about content this format cannot carry.
 const PROVIDER: &str = "the Gemini API";
@@ -223,7 +223,7 @@ pub(crate) fn encode(
         tool_config: tool_config(options.tool_choice.as_ref()),
         generation_config: generation_config(request, form)?,
     };
-    merge_extra(&body, &options.extra).map_err(cannot_serialize)
+    merge_extra(&body, provider_fields(&options.extra)).map_err(cannot_serialize)
 }
 
 /// A model turn: its text and function calls, each with the signature it came with.

@@ -146,37 +146,3 @@ fn for_format(
     }
     Ok(())
 }
-
-/// `body` (a leaf's JSON object) with the carried fields of `request` set in it, when they are in `format`. A
-/// carried object meets one of ours of the same name key by key (Responses' `text.verbosity` beside the
-/// `text.format` the leaf wrote); any other carried field replaces ours.
-pub(crate) fn merge_carried(
-    body: Vec<u8>,
-    request: &ChatRequest,
-    format: Option<ApiFormat>,
-) -> Result<Vec<u8>, serde_json::Error> {
-    let Some(carried) = request
-        .options
-        .carried
-        .as_ref()
-        .filter(|c| Some(c.format) == format && !c.fields.is_empty())
-    else {
-        return Ok(body);
-    };
-    let mut value: Value = serde_json::from_slice(&body)?;
-    if let Value::Object(fields) = &mut value {
-        for (name, field) in &carried.fields {
-            match (fields.get_mut(name), field) {
-                (Some(Value::Object(ours)), Value::Object(theirs)) => {
-                    for (key, value) in theirs {
-                        ours.insert(key.clone(), value.clone());
-                    }
-                }
-                _ => {
-                    fields.insert(name.clone(), field.clone());
-                }
-            }
-        }
-    }
-    serde_json::to_vec(&value)
-}

@@ -115,9 +115,8 @@ impl<P: Provider> tower_service::Service<ChatRequest> for ChatLeaf<P> {
             let request = foreign::for_upstream(request, P::API_FORMAT, |part| {
                 shared.provider.keeps_part(part)
             })?;
+            // The fields carried for this format are set in the same pass as the provider's own extras.
             let body = shared.provider.encode(&request, default_model)?;
-            let body = foreign::merge_carried(body, &request, P::API_FORMAT)
-                .map_err(crate::transport::cannot_serialize)?;
             let url = shared
                 .provider
                 .call_url(&shared.leaf.endpoint, &request, default_model)?;

@@ -9,7 +9,8 @@ use crate::error::ChatError;
 use crate::message::{Message, ToolCall};
 use crate::output_schema::{normalise, SchemaDialect};
 use crate::request::{ChatRequest, ResponseFormat, ToolChoice, ToolSpec};
-use crate::transport::{cannot_serialize, merge_extra, resolve_model, ToolsJson};
+use crate::transport::{cannot_serialize, extra_fields, merge_extra, resolve_model, ToolsJson};
+use crate::ApiFormat;
 
 #[derive(Serialize)]
 struct Body<'a> {
@@ -209,10 +210,11 @@ pub(crate) fn encode(
             .map(|level| level.openai()),
         user: options.end_user.as_deref(),
     };
-    let serialized = if options.extra.is_empty() {
+    let extra = extra_fields(options, ApiFormat::ChatCompletions);
+    let serialized = if extra.is_empty() {
         crate::transport::to_body(&body, &request.messages)
     } else {
-        merge_extra(&body, &options.extra)
+        merge_extra(&body, extra)
     };
     serialized.map_err(cannot_serialize)
 }

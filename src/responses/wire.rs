@@ -18,7 +18,10 @@ use crate::reasoning::Continuation;
 use crate::reasoning_options::ReasoningOptions;
 use crate::request::{ChatRequest, ResponseFormat, ToolChoice, ToolSpec};
 use crate::tool_kind::ToolKind;
-use crate::transport::{cannot_serialize, resolve_model, ToolsJson};
+use crate::transport::{
+    cannot_serialize, extra_fields, resolve_model, set_field, ExtraField, ToolsJson,
+};
+use crate::ApiFormat;
 
 #[derive(Serialize)]
 struct Body<'a> {
@@ -208,10 +211,11 @@ pub(crate) fn encode(
         reasoning: options.reasoning.as_ref().and_then(reasoning),
         user: options.end_user.as_deref(),
     };
-    let serialized = if options.extra.is_empty() {
+    let extra = extra_fields(options, ApiFormat::Responses);
+    let serialized = if extra.is_empty() {
         crate::transport::to_body(&body, &request.messages)
     } else {
-        merge_extra(&body, &options.extra)
+        merge_extra(&body, &extra)
     };
     serialized.map_err(cannot_serialize)
 }
@@ -230,17 +234,18 @@ fn reasoning(options: &ReasoningOptions) -> Option<Value> {
 
 /// Provider-specific fields win over ours. `reasoning_effort`, Chat Completions' spelling (what a caller moving
 /// from that API sends), becomes this API's `reasoning.effort` unless `reasoning` is set too.
-fn merge_extra(body: &Body<'_>, extra: &Map<String, Value>) -> serde_json::Result<Vec<u8>> {
+fn merge_extra(body: &Body<'_>, extra: &[ExtraField<'_>]) -> serde_json::Result<Vec<u8>> {
     let mut value = serde_json::to_value(body)?;
+    let sets_reasoning = extra.iter().any(|field| field.name == "reasoning");
     if let Value::Object(fields) = &mut value {
-        for (key, extra_value) in extra {
-            if key == "reasoning_effort" && !extra.contains_key("reasoning") {
+        for field in extra {
+            if field.name == "reasoning_effort" && !sets_reasoning {
                 fields.insert(
                     "reasoning".to_owned(),
-                    serde_json::json!({ "effort": extra_value }),
+                    serde_json::json!({ "effort": field.value }),
                 );
             } else {
-                fields.insert(key.clone(), extra_value.clone());
+                set_field(fields, field);
             }
         }
     }

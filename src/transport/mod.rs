@@ -27,7 +27,8 @@ pub(crate) use body::{EventDecoder, WireDecoder};
 pub use client::{HttpTransport, Timeouts};
 pub use connect::StaleConnections;
 pub(crate) use request::{
-    cannot_serialize, endpoint, merge_extra, parse_headers, resolve_model, to_body,
+    cannot_serialize, endpoint, extra_fields, merge_extra, parse_headers, provider_fields,
+    resolve_model, set_field, to_body, ExtraField,
 };
 pub use secret::Secret;
 pub(crate) use tools::ToolsJson;
