@@ -64,7 +64,7 @@ OTEL_RESOURCE_ATTRIBUTES, OTEL_{TRACES,METRICS}_EXPORTER=none, OTEL_METRIC_EXPOR
 )]
 #[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
 pub struct Flags {
-    /// TOML configuration file (see the README): `[gateway]` holds these options; `[upstreams]` models ->
+    /// TOML configuration file (see the guide's "Running the gateway"): `[gateway]` holds these options; `[upstreams]` models ->
     /// fallback targets, retry, breakers, timeouts; `[limits]` rate limits and budgets per key; `[[mcp]]` MCP
     /// servers; `[cache]` a response cache. Refused at start if invalid. On SIGHUP the file is read again and a
     /// valid `[upstreams]` replaces the running one (requests in flight finish on the old); an invalid file is
@@ -417,13 +417,13 @@ mod tests {
         }
     }
 
-    /// The README's `[gateway]` example parses, and says what it seems to.
+    /// The guide's `[gateway]` example parses, and says what it seems to.
     #[test]
     fn the_documented_example_is_valid() {
-        let readme = include_str!("../../README.md");
-        let start = readme.find("[gateway]\nlisten").unwrap();
-        let end = start + readme[start..].find("```").unwrap();
-        let file = crate::config::file::ConfigFile::parse(&readme[start..end], "README.md")
+        let page = include_str!("../../../docs/src/gateway/running.md");
+        let start = page.find("[gateway]\nlisten").unwrap();
+        let end = start + page[start..].find("```").unwrap();
+        let file = crate::config::file::ConfigFile::parse(&page[start..end], "running.md")
             .unwrap_or_else(|e| panic!("{e}"));
         let config = crate::Config::from_flags(file.gateway.clone(), file).unwrap();
         assert_eq!(config.listen.to_string(), "0.0.0.0:8080");

@@ -247,14 +247,15 @@ mod tests {
         assert!(error.to_string().contains("validated"), "{error}");
     }
 
-    /// The README's example parses.
+    /// The guide's example parses.
     #[test]
     fn the_documented_example_is_valid() {
-        let readme = include_str!("../../README.md");
-        let start = readme.find("[structured]\nvalidate").unwrap();
-        let end = start + readme[start..].find("```").unwrap();
+        let page = include_str!("../../../docs/src/gateway/structured-output.md");
+        let start = page.find("[structured]\nvalidate").unwrap();
+        let end = start + page[start..].find("```").unwrap();
         let file =
-            crate::config::file::ConfigFile::parse(&readme[start..end], "README.md").unwrap();
+            crate::config::file::ConfigFile::parse(&page[start..end], "structured-output.md")
+                .unwrap();
         let section = file.structured.unwrap();
         assert_eq!(
             section.policy("gpt-4o"),

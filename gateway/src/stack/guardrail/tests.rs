@@ -170,18 +170,18 @@ fn unknown_kinds_and_keys_are_refused_with_their_line() {
     assert_eq!(error.line(), Some(2), "{error}");
 }
 
-/// The README's example parses and compiles (its moderation key variable set).
+/// The guide's example parses and compiles (its moderation key variable set).
 #[test]
-fn the_readme_example_is_valid() {
+fn the_documented_example_is_valid() {
     if std::env::var_os("OPENAI_API_KEY").is_none() {
         std::env::set_var("OPENAI_API_KEY", "sk-documented-example");
     }
-    let readme = include_str!("../../../README.md");
-    let start = readme
+    let page = include_str!("../../../../docs/src/gateway/guardrails.md");
+    let start = page
         .find("[[guardrail.policy]]\nname = \"support\"")
         .unwrap();
-    let end = start + readme[start..].find("```").unwrap();
-    let policies = section(&readme[start..end]).compile().unwrap();
+    let end = start + page[start..].find("```").unwrap();
+    let policies = section(&page[start..end]).compile().unwrap();
     assert_eq!(policies.len(), 2);
     assert_eq!(
         policies.check_names(),

@@ -49,7 +49,7 @@ fn a_full_section_parses() {
     assert_eq!(deployments[1].weight, 1);
 }
 
-/// The examples in the README and in this module's docs parse, and build (with their keys set).
+/// The examples in the guide and in this module's docs parse, and build (with their keys set).
 #[test]
 fn the_documented_examples_are_valid() {
     for variable in ["OPENAI_API_KEY", "ANTHROPIC_API_KEY", "EU_KEY", "US_KEY"] {
@@ -57,7 +57,10 @@ fn the_documented_examples_are_valid() {
             std::env::set_var(variable, "sk-documented-example");
         }
     }
-    for doc in [include_str!("../../../README.md"), include_str!("mod.rs")] {
+    for doc in [
+        include_str!("../../../../docs/src/gateway/upstreams.md"),
+        include_str!("mod.rs"),
+    ] {
         let start = doc.find("[upstreams.retry]").unwrap();
         let end = start + doc[start..].find("```").unwrap();
         let text: String = doc[start..end]
@@ -81,7 +84,7 @@ fn the_documented_examples_are_valid() {
     }
 }
 
-/// The READMEs' examples of the other kinds parse and build (their credentials set).
+/// The guide's and the README's examples of the other kinds parse and build (their credentials set).
 #[test]
 fn the_documented_kinds_example_is_valid() {
     let dir = std::env::temp_dir().join(format!("tower-chat-kinds-doc-{}", std::process::id()));
@@ -100,6 +103,7 @@ fn the_documented_kinds_example_is_valid() {
     // The Bedrock target's credentials are read at start.
     for variable in [
         "OPENAI_API_KEY",
+        "ANTHROPIC_API_KEY",
         "GEMINI_API_KEY",
         "AZURE_OPENAI_API_KEY",
         "AWS_ACCESS_KEY_ID",
@@ -114,7 +118,7 @@ fn the_documented_kinds_example_is_valid() {
     let examples = [
         // (document, the block's first line, the kinds of its models' targets)
         (
-            include_str!("../../../README.md"),
+            include_str!("../../../../docs/src/gateway/upstreams.md"),
             "  [[upstreams.models]]\n  name = \"gpt-4o\"",
             vec![
                 vec![OpenAi, Azure],
