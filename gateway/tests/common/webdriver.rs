@@ -179,6 +179,25 @@ impl Driver {
         }
     }
 
+    /// The first element matching `css` whose text holds `needle`, waiting up to `wait` for one: a page over a
+    /// shared database may also list what other tests (or an earlier, failed run) left there.
+    pub async fn find_containing(&self, css: &str, needle: &str, wait: Duration) -> String {
+        let deadline = Instant::now() + wait;
+        loop {
+            for element in self.find_all(css).await {
+                if self.text(&element).await.contains(needle) {
+                    return element;
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no `{css}` holding {needle:?} within {wait:?} on {}",
+                self.url().await
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
     pub async fn text(&self, element: &str) -> String {
         self.cmd("GET", &format!("/element/{element}/text"), None)
             .await

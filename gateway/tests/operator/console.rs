@@ -505,9 +505,14 @@ async fn in_chromium(database_url: Option<String>, label: &str) {
     // A real client request pauses; the open inbox shows it without a reload.
     let client = tokio::spawn(client_turn(gw.url(""), conversation.clone()));
     let row = browser
-        .find("#approvals tbody tr[data-id]", Duration::from_secs(20))
+        .find_containing(
+            "#approvals tbody tr[data-id]",
+            &format!("alice/{conversation}"),
+            Duration::from_secs(20),
+        )
         .await;
     let approval_id = browser.attribute(&row, "data-id").await.unwrap();
+    let this_row = format!("#approvals tbody tr[data-id='{approval_id}']");
     let row_text = browser.text(&row).await;
     assert!(row_text.contains("write_file"), "{row_text}");
     assert!(row_text.contains("alice"), "{row_text}");
@@ -530,7 +535,7 @@ async fn in_chromium(database_url: Option<String>, label: &str) {
     // Approve it with a reason.
     let reason = browser
         .find(
-            "#approvals tbody tr[data-id] input[name=reason]",
+            &format!("{this_row} input[name=reason]"),
             Duration::from_secs(5),
         )
         .await;
@@ -541,7 +546,7 @@ async fn in_chromium(database_url: Option<String>, label: &str) {
         .click(
             &browser
                 .find(
-                    "#approvals tbody tr[data-id] button.approve",
+                    &format!("{this_row} button.approve"),
                     Duration::from_secs(5),
                 )
                 .await,
@@ -572,11 +577,7 @@ async fn in_chromium(database_url: Option<String>, label: &str) {
     );
     // …and its row leaves the inbox by itself.
     let deadline = Instant::now() + Duration::from_secs(10);
-    while !browser
-        .find_all("#approvals tbody tr[data-id]")
-        .await
-        .is_empty()
-    {
+    while !browser.find_all(&this_row).await.is_empty() {
         assert!(
             Instant::now() < deadline,
             "the decided approval stays listed"
@@ -594,7 +595,11 @@ async fn in_chromium(database_url: Option<String>, label: &str) {
         )
         .await;
     let listed = browser
-        .find("#conversations tbody tr", Duration::from_secs(5))
+        .find_containing(
+            "#conversations tbody tr",
+            &conversation,
+            Duration::from_secs(5),
+        )
         .await;
     let listed_text = browser.text(&listed).await;
     assert!(listed_text.contains("alice"), "{listed_text}");
