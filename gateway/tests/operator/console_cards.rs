@@ -227,6 +227,13 @@ async fn cards_on(database_url: Option<String>) {
     let card = row(page, &outside.id);
     assert!(card.contains("data-state=\"refused\""), "{card}");
     assert!(card.contains("Nothing was read"), "{card}");
+    // A refused path offers Deny only; a path the sandbox takes offers both.
+    assert!(!card.contains("value=\"approve\""), "{card}");
+    assert!(card.contains("value=\"deny\""), "{card}");
+    assert!(
+        row(page, &creates.id).contains("value=\"approve\""),
+        "{page}"
+    );
     assert!(
         !page.contains(SECRET),
         "a path outside the root is never read"

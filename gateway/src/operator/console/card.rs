@@ -375,7 +375,12 @@ pub(crate) fn approval_row(card: &Card<'_>, csrf: &str) -> Markup {
                     form method="post" action=(format!("/console/approvals/{}/decision", url_encode(id))) class="decide" {
                         input type="hidden" name="csrf" value=(csrf);
                         input type="text" name="reason" placeholder="reason" maxlength="4096" aria-label="reason";
-                        button type="submit" name="decision" value="approve" class="approve" { "Approve" }
+                        // The sandbox refuses the path: approving would only run a call the tool refuses.
+                        @if let Some(WritePreview::Refused(_)) = &card.write {
+                            span class="refused-path" { "Path refused: deny only" }
+                        } @else {
+                            button type="submit" name="decision" value="approve" class="approve" { "Approve" }
+                        }
                         button type="submit" name="decision" value="deny" class="deny" { "Deny" }
                     }
                 } @else {
