@@ -4,7 +4,7 @@
 use std::time::SystemTime;
 
 use serde_json::json;
-use tower_chat::{ConversationId, ToolArguments};
+use tower_chat::{CallerIdentity, ConversationId, ToolArguments};
 use tower_chat_approval::{PendingApproval, PendingCursor};
 
 use crate::error::ApiError;
@@ -25,6 +25,16 @@ pub(crate) struct Listed {
     pub(crate) paused: crate::turn::pending::PausedApproval,
     /// `pending`, `approved` or `denied`.
     pub(crate) status: &'static str,
+    /// Who decided, when and why, once decided.
+    pub(crate) decision: Option<ListedDecision>,
+}
+
+/// An operator's decision on a listed approval, while its client has not resumed.
+#[derive(Debug, Clone)]
+pub(crate) struct ListedDecision {
+    pub(crate) approver: String,
+    pub(crate) reason: Option<String>,
+    pub(crate) decided_at: SystemTime,
 }
 
 /// The most pending approvals one `GET /v1/approvals` (or console inbox) answer lists.
@@ -95,17 +105,41 @@ pub(crate) async fn pending_page(
     Ok(ListedPage { listed, next })
 }
 
+/// The status of approval `id` and its decision, as this process's operators decided it.
+fn local_decision(
+    state: &OperatorState,
+    id: &str,
+    caller: Option<&CallerIdentity>,
+) -> (&'static str, Option<ListedDecision>) {
+    match state.decisions.get(id, caller) {
+        Some(d) => (
+            status(d.approved),
+            Some(ListedDecision {
+                approver: d.approver,
+                reason: d.reason,
+                decided_at: d.decided_at,
+            }),
+        ),
+        None => ("pending", None),
+    }
+}
+
 /// A pending approval of the store as operators see it at `now`: decided in the store, or by this process.
 fn stored_listed(state: &OperatorState, p: PendingApproval, now: SystemTime) -> Listed {
-    let status = match &p.decision {
-        Some(d) => status(d.approved),
-        None => state
-            .decisions
-            .get(&p.approval_id, p.caller.as_ref())
-            .map_or("pending", |d| status(d.approved)),
+    let (status, decision) = match &p.decision {
+        Some(d) => (
+            status(d.approved),
+            Some(ListedDecision {
+                approver: d.approver.clone(),
+                reason: d.reason.clone(),
+                decided_at: d.decided_at,
+            }),
+        ),
+        None => local_decision(state, &p.approval_id, p.caller.as_ref()),
     };
     Listed {
         status,
+        decision,
         paused: crate::turn::pending::PausedApproval {
             notice: ApprovalNotice {
                 tool: p.call.name.clone(),
@@ -172,11 +206,13 @@ pub(crate) fn pending_list(state: &OperatorState) -> Vec<Listed> {
         .list()
         .into_iter()
         .map(|paused| {
-            let status = state
-                .decisions
-                .get(&paused.notice.id, paused.caller.as_ref())
-                .map_or("pending", |d| status(d.approved));
-            Listed { paused, status }
+            let (status, decision) =
+                local_decision(state, &paused.notice.id, paused.caller.as_ref());
+            Listed {
+                paused,
+                status,
+                decision,
+            }
         })
         .collect()
 }

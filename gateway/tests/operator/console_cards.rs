@@ -210,6 +210,16 @@ async fn cards_on(database_url: Option<String>) {
         "{card}"
     );
 
+    // When it paused and the id a decision names.
+    assert!(card.contains("<span class=\"paused-at\">20"), "{card}");
+    assert!(
+        card.contains(&format!(
+            "<code class=\"approval-id\">{}</code>",
+            changes.id
+        )),
+        "{card}"
+    );
+
     let card = row(page, &creates.id);
     assert!(card.contains("data-state=\"creates\""), "{card}");
     assert!(card.contains("Creates a new file"), "{card}");
@@ -217,6 +227,13 @@ async fn cards_on(database_url: Option<String>) {
     let card = row(page, &outside.id);
     assert!(card.contains("data-state=\"refused\""), "{card}");
     assert!(card.contains("Nothing was read"), "{card}");
+    // A refused path offers Deny only; a path the sandbox takes offers both.
+    assert!(!card.contains("value=\"approve\""), "{card}");
+    assert!(card.contains("value=\"deny\""), "{card}");
+    assert!(
+        row(page, &creates.id).contains("value=\"approve\""),
+        "{page}"
+    );
     assert!(
         !page.contains(SECRET),
         "a path outside the root is never read"
@@ -287,6 +304,13 @@ async fn cards_on(database_url: Option<String>) {
     assert!(
         row(page, &changes.id).contains("waiting for the client to resume"),
         "{page}"
+    );
+    // Who decided, when and why.
+    let card = row(page, &changes.id);
+    assert!(card.contains("by operator:carol at 20"), "{card}");
+    assert!(
+        card.contains("<q class=\"decided-reason\">not now</q>"),
+        "{card}"
     );
     assert_eq!(count(page, "pending-count"), waiting - 1, "{page}");
     assert!(
@@ -386,4 +410,109 @@ async fn the_decision_banner_is_escaped_text() {
     .await
     .body;
     assert!(!page.contains("id=\"decided\""), "{page}");
+}
+
+/// The `<tr>` of the call log whose timeline link names `conversation` (alice's).
+fn call_row<'a>(page: &'a str, conversation: &str) -> &'a str {
+    let link = format!("/console/conversation?id=alice%2F{conversation}#call-");
+    let at = page
+        .find(&link)
+        .unwrap_or_else(|| panic!("no call of {conversation}: {page}"));
+    let start = page[..at].rfind("<tr ").unwrap();
+    let end = page[at..].find("</tr>").unwrap() + at;
+    &page[start..end]
+}
+
+/// The outcome fact of the (one) call on the timeline of alice's `conversation`.
+async fn timeline_outcome(gw: &Harness, cookie: &str, conversation: &str) -> String {
+    let page = send(
+        "GET",
+        &gw.url(&format!("/console/conversation?id=alice%2F{conversation}")),
+        &[("cookie", cookie)],
+        "",
+    )
+    .await
+    .body;
+    let marker = "<dt>outcome</dt><dd class=\"fact\">";
+    let at = page.find(marker).unwrap_or_else(|| panic!("{page}")) + marker.len();
+    page[at..at + page[at..].find("</dd>").unwrap()].to_owned()
+}
+
+/// A call whose turn paused reads "awaiting approval" in the call log and on its timeline while the approval
+/// waits, and the decision (who, why) once an operator took it: never "completed".
+async fn paused_calls_on(database_url: Option<String>) {
+    let dir = tempfile::tempdir().unwrap();
+    let gw = gateway(dir.path(), database_url).await;
+    let paused = pause_write(
+        &gw,
+        "paused-log",
+        json!({"path": "notes/later.txt", "content": "later"}),
+    )
+    .await;
+    let cookie = console_login(&gw, OPS_KEY).await;
+    let calls = send("GET", &gw.url("/console/calls"), &[("cookie", &cookie)], "")
+        .await
+        .body;
+    let call = call_row(&calls, &paused.conversation);
+    assert!(call.contains("data-status=\"awaiting_approval\""), "{call}");
+    assert!(
+        call.contains("<td class=\"outcome\" data-label=\"Outcome\">awaiting approval</td>"),
+        "{call}"
+    );
+    assert_eq!(
+        timeline_outcome(&gw, &cookie, &paused.conversation).await,
+        "awaiting approval"
+    );
+
+    let inbox = send("GET", &gw.url("/console"), &[("cookie", &cookie)], "")
+        .await
+        .body;
+    let csrf = {
+        let marker = "name=\"csrf-token\" content=\"";
+        let at = inbox.find(marker).unwrap() + marker.len();
+        inbox[at..at + 64].to_owned()
+    };
+    deny(&gw, &cookie, &csrf, &paused.id).await;
+    let calls = send("GET", &gw.url("/console/calls"), &[("cookie", &cookie)], "")
+        .await
+        .body;
+    let decided = "paused for approval, denied by operator:carol: not now";
+    let call = call_row(&calls, &paused.conversation);
+    assert!(call.contains("data-status=\"approval_decided\""), "{call}");
+    assert!(call.contains(decided), "{call}");
+    assert_eq!(
+        timeline_outcome(&gw, &cookie, &paused.conversation).await,
+        decided
+    );
+
+    // Once the client resumed, the decision is read from the audit log: the paused call still says it.
+    let headers = [ALICE, ("x-conversation-id", paused.conversation.as_str())];
+    let resumed = post(
+        &gw.url("/v1/chat/completions"),
+        paused.resend.to_string(),
+        &headers,
+    )
+    .await;
+    assert_eq!(resumed.status, 200, "{}", resumed.body);
+    let calls = send("GET", &gw.url("/console/calls"), &[("cookie", &cookie)], "")
+        .await
+        .body;
+    let first = &calls[calls
+        .rfind(&format!("alice%2F{}#call-", paused.conversation))
+        .unwrap()..];
+    let first = &first[..first.find("</tr>").unwrap()];
+    assert!(first.contains(decided), "{calls}");
+}
+
+#[tokio::test]
+async fn a_paused_call_awaits_approval_then_reads_its_decision_on_sqlite() {
+    paused_calls_on(None).await;
+}
+
+#[tokio::test]
+async fn a_paused_call_awaits_approval_then_reads_its_decision_on_postgresql() {
+    let Some(url) = tower_chat::test_server::service_url("DATABASE_URL") else {
+        return;
+    };
+    paused_calls_on(Some(url)).await;
 }

@@ -143,7 +143,7 @@ async fn every_page_at(width: u32) {
             .find_all("#approvals tr[data-id] td[data-label]")
             .await
             .len(),
-        3 * 9,
+        3 * 10,
         "each field of an approval names itself (the label a phone's card shows)"
     );
     assert!(browser

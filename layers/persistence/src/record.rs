@@ -721,6 +721,9 @@ pub struct CallSummary {
     /// Whether a layer refused the call before it reached any provider (a limit, a content policy): recorded
     /// failed, without its request ([`RecordedRequest::omitted`]).
     pub refused_before_sending: bool,
+    /// Whether it ended asking for tool calls ([`FinishReason::ToolCalls`]): a tool loop runs them, or an
+    /// approval layer outside holds the turn there until they are decided.
+    pub asked_for_tools: bool,
 }
 
 impl CallSummary {

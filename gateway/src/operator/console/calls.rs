@@ -4,6 +4,7 @@
 //! index), paged by an opaque cursor. `console.js` polls `/console/api/calls` for calls newer than the newest row
 //! and puts them on top; without the script the page is complete and a reload shows them.
 
+use std::collections::HashMap;
 use std::str::FromStr;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -14,7 +15,7 @@ use http::StatusCode;
 use maud::{html, Markup};
 use serde::Deserialize;
 use serde_json::json;
-use tower_chat::CallerIdentity;
+use tower_chat::{CallerIdentity, ConversationId};
 use tower_chat_persistence::{
     CallLogCursor, CallLogEntry, CallLogPosition, CallLogQuery, CallStatus,
 };
@@ -22,6 +23,7 @@ use tower_chat_persistence::{
 use super::extract::PageQuery;
 use super::format::{dollars, millis, url_encode, utc};
 use super::layout::{error_page, html_response, layout, Nav};
+use super::outcome::{Approval, AskedForTools};
 use super::session::Session;
 use super::state::ConsoleState;
 
@@ -186,10 +188,69 @@ struct Row {
     ttft: String,
 }
 
-impl Row {
-    fn of(entry: &CallLogEntry) -> Row {
+/// Where the approvals stand that held the turns of the page's calls that ended asking for tools, by call id
+/// ([`super::outcome::held`]); the next call of a conversation is looked for on the page only.
+async fn paused_approvals(
+    state: &ConsoleState,
+    entries: &[CallLogEntry],
+) -> HashMap<String, Approval> {
+    let mut found = HashMap::new();
+    let asked: Vec<&CallLogEntry> = entries
+        .iter()
+        .filter(|e| e.summary.asked_for_tools)
+        .collect();
+    if asked.is_empty() {
+        return found;
+    }
+    // One read of what waits (at most a page of it) serves every row.
+    let listed: Vec<crate::operator::Listed> =
+        crate::operator::pending_page(&state.operators, None, crate::operator::MAX_LIST)
+            .await
+            .map(|page| page.listed)
+            .unwrap_or_default();
+    let mut audits: HashMap<&ConversationId, Vec<tower_chat_approval::AuditRecord>> =
+        HashMap::new();
+    for entry in asked {
         let call = &entry.summary;
-        let shown = super::outcome::shown(&call.outcome, call.refused_before_sending);
+        let conversation = &call.conversation_id;
+        if !audits.contains_key(conversation) {
+            let audit = match &state.operators.approval_store {
+                Some(store) => store.audit_log(conversation).await.unwrap_or_default(),
+                None => Vec::new(),
+            };
+            audits.insert(conversation, audit);
+        }
+        let next_started = entries
+            .iter()
+            .map(|e| &e.summary)
+            .filter(|e| &e.conversation_id == conversation && e.started_at > call.started_at)
+            .map(|e| e.started_at)
+            .min();
+        let waiting: Vec<&crate::operator::Listed> = listed
+            .iter()
+            .filter(|l| &l.paused.conversation == conversation)
+            .collect();
+        let audit: Vec<&tower_chat_approval::AuditRecord> =
+            audits.get(conversation).into_iter().flatten().collect();
+        let asked = AskedForTools {
+            started_at: call.started_at,
+            ended_at: call.ended_at,
+            next_started,
+        };
+        if let Some(approval) = super::outcome::held(asked, &waiting, &audit) {
+            found.insert(call.call_id.as_str().to_owned(), approval);
+        }
+    }
+    found
+}
+
+impl Row {
+    fn of(entry: &CallLogEntry, approvals: &HashMap<String, Approval>) -> Row {
+        let call = &entry.summary;
+        let shown = match approvals.get(call.call_id.as_str()) {
+            Some(approval) => super::outcome::paused(approval),
+            None => super::outcome::shown(&call.outcome, call.refused_before_sending),
+        };
         let in_flight = shown.status == CallStatus::InFlight.as_str();
         Row {
             call_id: call.call_id.as_str().to_owned(),
@@ -354,6 +415,7 @@ pub(crate) async fn page(
         .first()
         .map(|e| CallLogCursor::of(&e.summary).encode());
     let filtered = !filters.is_empty();
+    let approvals = paused_approvals(&state, &page.entries).await;
     let main = html! {
         (filter_form(&params))
         p id="no-calls" class=(if page.entries.is_empty() { "empty" } else { "empty hidden" }) {
@@ -368,7 +430,7 @@ pub(crate) async fn page(
                 }
             }
             tbody {
-                @for entry in &page.entries { (Row::of(entry).markup()) }
+                @for entry in &page.entries { (Row::of(entry, &approvals).markup()) }
             }
         }
         p class="pager" {
@@ -419,8 +481,12 @@ pub(crate) async fn newer_json(
                 .first()
                 .map(|e| CallLogCursor::of(&e.summary).encode())
                 .or_else(|| Some(params.after.trim().to_owned()).filter(|a| !a.is_empty()));
-            let data: Vec<serde_json::Value> =
-                page.entries.iter().map(|e| Row::of(e).json()).collect();
+            let approvals = paused_approvals(&state, &page.entries).await;
+            let data: Vec<serde_json::Value> = page
+                .entries
+                .iter()
+                .map(|e| Row::of(e, &approvals).json())
+                .collect();
             crate::error::json_response(StatusCode::OK, &json!({"data": data, "newest": newest}))
         }
         Err(e) => crate::error::json_response(

@@ -8,7 +8,7 @@ use maud::{html, Markup};
 use serde_json::Value;
 use similar::{ChangeTag, TextDiff};
 
-use super::format::{span, url_encode};
+use super::format::{span, url_encode, utc};
 use crate::operator::Listed;
 use crate::stack::tools::{Existing, Sandbox};
 
@@ -352,15 +352,35 @@ pub(crate) fn approval_row(card: &Card<'_>, csrf: &str) -> Markup {
             td class="reason" data-label="Policy's reason" { (p.notice.reason.as_deref().unwrap_or("—")) }
             td class="caller" data-label="Caller" { (p.caller.as_ref().map_or("(no key)", |c| c.as_str())) }
             td data-label="Conversation" { (conversation_link(p.conversation.as_str())) }
+            td class="paused" data-label="Paused at (approval id)" {
+                span class="paused-at" { (utc(p.paused_at)) " UTC" }
+                br;
+                code class="approval-id" { (id) }
+            }
             td class="age" data-label="Age" { (span(age)) }
             td class="expires" data-label="Expires in" { (span(p.expires_in)) }
-            td class="status" data-label="Status" { (listed.status) }
+            td class="status" data-label="Status" {
+                (listed.status)
+                @if let Some(d) = &listed.decision {
+                    p class="decided-by" {
+                        "by " (d.approver) " at " (utc(d.decided_at)) " UTC"
+                        @if let Some(reason) = d.reason.as_deref().filter(|r| !r.trim().is_empty()) {
+                            ": " q class="decided-reason" { (reason) }
+                        }
+                    }
+                }
+            }
             td class="actions" {
                 @if listed.status == "pending" {
                     form method="post" action=(format!("/console/approvals/{}/decision", url_encode(id))) class="decide" {
                         input type="hidden" name="csrf" value=(csrf);
                         input type="text" name="reason" placeholder="reason" maxlength="4096" aria-label="reason";
-                        button type="submit" name="decision" value="approve" class="approve" { "Approve" }
+                        // The sandbox refuses the path: approving would only run a call the tool refuses.
+                        @if let Some(WritePreview::Refused(_)) = &card.write {
+                            span class="refused-path" { "Path refused: deny only" }
+                        } @else {
+                            button type="submit" name="decision" value="approve" class="approve" { "Approve" }
+                        }
                         button type="submit" name="decision" value="deny" class="deny" { "Deny" }
                     }
                 } @else {
@@ -387,7 +407,7 @@ pub(crate) fn approvals_table(cards: &[Card<'_>], csrf: &str, ids: TableIds) -> 
             thead {
                 tr {
                     th { "Tool" } th { "Context" } th { "Arguments" } th { "Policy's reason" } th { "Caller" }
-                    th { "Conversation" } th { "Age" } th { "Expires in" } th { "Status" } th { "Decision" }
+                    th { "Conversation" } th { "Paused at (approval id)" } th { "Age" } th { "Expires in" } th { "Status" } th { "Decision" }
                 }
             }
             tbody {

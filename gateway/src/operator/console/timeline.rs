@@ -14,7 +14,7 @@ use axum::Extension;
 use http::StatusCode;
 use maud::{html, Markup};
 use serde::Deserialize;
-use tower_chat::{ConversationId, Cost, GuardrailVerdict, Message};
+use tower_chat::{ConversationId, Cost, FinishReason, GuardrailVerdict, Message};
 use tower_chat_persistence::CallRecord;
 
 use super::card;
@@ -22,6 +22,7 @@ use super::extract::PageQuery;
 use super::format::{count, dollars, finish_label, millis, utc};
 use super::layout::{error_page, html_response, layout, Nav};
 use super::media::{content_parts, MessageAt};
+use super::outcome::AskedForTools;
 use super::pages::arguments_text;
 use super::session::Session;
 use super::state::ConsoleState;
@@ -35,6 +36,12 @@ pub(crate) struct ConversationParams {
 
 /// Approval decisions by the id of the tool call they decided on (the audit log's, for the timeline).
 type Decided<'a> = std::collections::HashMap<&'a str, Vec<&'a tower_chat_approval::AuditRecord>>;
+
+/// The conversation's approvals: those listed (paused at, status) and the audit's decisions.
+struct Approvals<'a> {
+    listed: Vec<&'a Listed>,
+    audit: Vec<&'a tower_chat_approval::AuditRecord>,
+}
 
 fn message(message: &Message, at: MessageAt<'_>, decided: &Decided<'_>) -> Markup {
     match message {
@@ -139,7 +146,13 @@ impl<'a> Shown<'a> {
 
 /// One model call: what it was sent that the timeline has not shown yet (the user's message, the results of the
 /// tools the loop ran after the previous round), then the call with its facts and what it answered.
-fn call_section<'a>(call: &'a CallRecord, shown: &mut Shown<'a>, decided: &Decided<'_>) -> Markup {
+fn call_section<'a>(
+    call: &'a CallRecord,
+    shown: &mut Shown<'a>,
+    decided: &Decided<'_>,
+    next_started: Option<std::time::SystemTime>,
+    approvals: &Approvals<'_>,
+) -> Markup {
     let request = call.request.messages.as_slice();
     let first_new = shown.pick_up(request);
     shown.messages.extend(&request[first_new..]);
@@ -169,7 +182,18 @@ fn call_section<'a>(call: &'a CallRecord, shown: &mut Shown<'a>, decided: &Decid
         call.cost.map_or_else(|| "—".into(), dollars)
     };
     let usage = call.usage();
-    let shown = super::outcome::shown(&call.outcome, call.request.omitted.is_some());
+    let asked = AskedForTools {
+        started_at: call.started_at,
+        ended_at: call.ended_at,
+        next_started,
+    };
+    let held = (call.finish_reason() == Some(&FinishReason::ToolCalls))
+        .then(|| super::outcome::held(asked, &approvals.listed, &approvals.audit))
+        .flatten();
+    let shown = match held {
+        Some(approval) => super::outcome::paused(&approval),
+        None => super::outcome::shown(&call.outcome, call.request.omitted.is_some()),
+    };
     // Tokens no provider reported: what a layer charged the call, estimated from its request and the output seen.
     let estimated = if call.usage_estimated {
         " (estimated)"
@@ -268,6 +292,15 @@ fn verdicts(verdicts: &[GuardrailVerdict]) -> Markup {
 
 /// The calls grouped by turn: a turn begins with a first round (round index 0); a resumed turn's rounds (a
 /// paused turn continued after its approval) stay in the turn they continue.
+/// When the conversation's next call after `call` started, if one did.
+fn next_start(calls: &[CallRecord], call: &CallRecord) -> Option<std::time::SystemTime> {
+    calls
+        .iter()
+        .map(|c| c.started_at)
+        .filter(|at| *at > call.started_at)
+        .min()
+}
+
 fn turns(calls: &[CallRecord]) -> impl Iterator<Item = &[CallRecord]> {
     let mut rest = calls;
     std::iter::from_fn(move || {
@@ -384,6 +417,10 @@ pub(crate) async fn timeline(
             decided.entry(call.id.as_str()).or_default().push(record);
         }
     }
+    let approvals = Approvals {
+        listed: pending.iter().collect(),
+        audit: audit.iter().collect(),
+    };
     let pending_cards = card::cards(state.operators.files.as_deref(), &pending).await;
     let mut shown = Shown::default();
     let main = html! {
@@ -407,7 +444,7 @@ pub(crate) async fn timeline(
         @for turn in turns(&calls) {
             (turn_heading(turn))
             @for call in turn {
-                (call_section(call, &mut shown, &decided))
+                (call_section(call, &mut shown, &decided, next_start(&calls, call), &approvals))
             }
         }
         h2 { "Approvals and audit" }

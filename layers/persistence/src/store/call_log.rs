@@ -110,7 +110,8 @@ pub(crate) fn call_log_sql(query: &CallLogQuery, dialect: &Dialect) -> CallLogSq
     let sql = format!(
         "SELECT call_id, conversation_id, caller, started_at, first_token_at, ended_at, model, status, \
          error_kind, error_message, input_tokens, output_tokens, cost_nanos, {}, \
-         omitted_messages IS NOT NULL, COALESCE(first_message, '') FROM chat_calls {filter} \
+         omitted_messages IS NOT NULL, COALESCE(finish_reason = 'tool_calls', FALSE), \
+         COALESCE(first_message, '') FROM chat_calls {filter} \
          ORDER BY started_at {order}, call_id {order} LIMIT {fetch}",
         dialect.from_response_cache
     );

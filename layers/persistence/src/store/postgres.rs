@@ -789,6 +789,7 @@ fn summary_columns(row: &tokio_postgres::Row) -> Result<SummaryColumns, tokio_po
         cost_nanos: row.try_get(12)?,
         from_response_cache: row.try_get(13)?,
         refused_before_sending: row.try_get(14)?,
+        asked_for_tools: row.try_get(15)?,
     })
 }
 

@@ -649,7 +649,7 @@ pub(crate) fn call_summaries_sql(p: [&str; 4], from_response_cache: &str) -> Str
     format!(
         "SELECT call_id, conversation_id, caller, started_at, first_token_at, ended_at, model, status, \
          error_kind, error_message, input_tokens, output_tokens, cost_nanos, {from_response_cache}, \
-         omitted_messages IS NOT NULL \
+         omitted_messages IS NOT NULL, COALESCE(finish_reason = 'tool_calls', FALSE) \
          FROM chat_calls \
          WHERE (CAST({caller} AS TEXT) IS NULL OR caller = {caller}) \
          AND (CAST({since} AS BIGINT) IS NULL OR started_at >= {since}) \
@@ -677,6 +677,7 @@ pub(crate) struct SummaryColumns {
     pub(crate) cost_nanos: Option<i64>,
     pub(crate) from_response_cache: bool,
     pub(crate) refused_before_sending: bool,
+    pub(crate) asked_for_tools: bool,
 }
 
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
@@ -707,6 +708,7 @@ impl SummaryColumns {
                 .map(|c| tower_chat::Cost::from_nanos(count(c))),
             from_response_cache: self.from_response_cache,
             refused_before_sending: self.refused_before_sending,
+            asked_for_tools: self.asked_for_tools,
         })
     }
 }

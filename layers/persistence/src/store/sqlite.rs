@@ -1138,6 +1138,7 @@ fn summary_columns(row: &rusqlite::Row<'_>) -> rusqlite::Result<SummaryColumns> 
         cost_nanos: row.get(12)?,
         from_response_cache: row.get(13)?,
         refused_before_sending: row.get(14)?,
+        asked_for_tools: row.get(15)?,
     })
 }
 

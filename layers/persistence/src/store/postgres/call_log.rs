@@ -104,7 +104,7 @@ impl PostgresStore {
                 .await
                 .map_err(pg_error("cannot list the call log"))?
                 .iter()
-                .map(|row| Ok((summary_columns(row)?, row.try_get(15)?)))
+                .map(|row| Ok((summary_columns(row)?, row.try_get(16)?)))
                 .collect::<Result<Vec<_>, tokio_postgres::Error>>()
                 .map_err(pg_error("a call log row does not decode"))?;
             call_log_page(&sql, rows)

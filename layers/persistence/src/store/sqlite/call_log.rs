@@ -91,7 +91,7 @@ impl SqliteStore {
                     let rows = conn
                         .prepare_cached(&sql.sql)?
                         .query_map(rusqlite::params_from_iter(params), |row| {
-                            Ok((summary_columns(row)?, row.get(15)?))
+                            Ok((summary_columns(row)?, row.get(16)?))
                         })?
                         .collect::<rusqlite::Result<Vec<_>>>()?;
                     Ok((sql, rows))
