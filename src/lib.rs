@@ -84,7 +84,9 @@ pub use context::{CallerIdentity, ConversationId, EstimatedUsage};
 pub use error::{BoxError, ChatError, ErrorKind, TimeoutPhase};
 pub use event::{ChatEvent, FinishReason, Usage};
 pub use guardrail::{GuardrailAction, GuardrailAudit, GuardrailStage, GuardrailVerdict, TextSpan};
-pub use message::{AssistantMessage, CallKind, Message, ToolArguments, ToolCall, ToolMessage};
+pub use message::{
+    AssistantMessage, CallKind, Message, PlacedPart, ToolArguments, ToolCall, ToolMessage,
+};
 pub use metadata::{known_context_window, ModelInfo, ModelMetadata};
 pub use price::{Cost, ModelPrice, PriceTable};
 pub use reasoning::{Continuation, ReasoningPart};

@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::content::Content;
+use crate::content::{Content, ProviderPart};
 use crate::reasoning::{deserialize_reasoning, ReasoningPart};
 
 /// One message of a conversation.
@@ -89,12 +89,54 @@ pub struct AssistantMessage {
     /// The tools the model asked to call, in the model's order.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tool_calls: Vec<ToolCall>,
+    /// Blocks of a provider's own format the core does not model (Anthropic's `server_tool_use` and its
+    /// results), each with its place among the modelled content. Only a leaf speaking that provider's format
+    /// sends them; the others leave them out and name them in [`DroppedFields`](crate::DroppedFields).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub provider_parts: Vec<PlacedPart>,
+}
+
+/// A provider part of an assistant message and its place: the reasoning parts and tool calls before it, and
+/// the byte offset into the answer text where it sits (text blocks around it are joined in
+/// [`AssistantMessage::content`], so the offset is what splits them again).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PlacedPart {
+    /// Reasoning parts before the part.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub after_reasoning: usize,
+    /// Byte offset into [`AssistantMessage::content`] (a char boundary) where the part sits.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub text_offset: usize,
+    /// Tool calls before the part.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub after_calls: usize,
+    /// The block as the provider's format writes it.
+    pub part: ProviderPart,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
+}
+
+impl PlacedPart {
+    /// `part` placed after everything `message` holds so far (what a parser reading blocks in order wants).
+    pub fn at_end_of(message: &AssistantMessage, part: ProviderPart) -> Self {
+        PlacedPart {
+            after_reasoning: message.reasoning.len(),
+            text_offset: message.content.len(),
+            after_calls: message.tool_calls.len(),
+            part,
+        }
+    }
 }
 
 impl AssistantMessage {
     /// Whether the message carries nothing at all.
     pub fn is_empty(&self) -> bool {
-        self.content.is_empty() && self.reasoning.is_empty() && self.tool_calls.is_empty()
+        self.content.is_empty()
+            && self.reasoning.is_empty()
+            && self.tool_calls.is_empty()
+            && self.provider_parts.is_empty()
     }
 
     /// The reasoning texts joined (borrowed when there is one part), `None` without reasoning text.
@@ -313,6 +355,7 @@ mod tests {
                     ),
                     ToolCall::custom("c3", "apply_patch", "*** Begin Patch\n*** End Patch\n"),
                 ],
+                provider_parts: Vec::new(),
             }),
             Message::Tool(ToolMessage::success("c1", "weather", "12C")),
             Message::Tool(ToolMessage::error("c2", "weather", "invalid arguments")),
@@ -323,6 +366,44 @@ mod tests {
         assert!(text.contains(r#""role":"user""#), "{text}");
         // A function call says nothing of its kind (records written before kinds existed read the same).
         assert_eq!(text.matches(r#""kind":"custom""#).count(), 1, "{text}");
+    }
+
+    #[test]
+    fn carried_assistant_blocks_round_trip_and_older_records_read_the_same() {
+        let mut assistant = AssistantMessage::default();
+        assistant.content.push_str("Searching. ");
+        let part = |value: Value| ProviderPart {
+            provider: "anthropic".into(),
+            value,
+        };
+        let call =
+            json!({"type": "server_tool_use", "id": "s1", "name": "web_search", "input": {}});
+        assistant
+            .provider_parts
+            .push(PlacedPart::at_end_of(&assistant, part(call)));
+        assistant.content.push_str("Found it.");
+        assistant
+            .tool_calls
+            .push(ToolCall::new("c1", "read", json!({})));
+        let result = json!({"type": "web_search_tool_result", "tool_use_id": "s1", "content": []});
+        assistant
+            .provider_parts
+            .push(PlacedPart::at_end_of(&assistant, part(result)));
+        let message = Message::Assistant(assistant);
+        let text = serde_json::to_string(&message).unwrap();
+        assert_eq!(serde_json::from_str::<Message>(&text).unwrap(), message);
+        let Message::Assistant(back) = serde_json::from_str::<Message>(&text).unwrap() else {
+            unreachable!()
+        };
+        assert_eq!(back.provider_parts[0].text_offset, "Searching. ".len());
+        assert_eq!(back.provider_parts[1].after_calls, 1);
+        // Zero places are left out, as is an empty list: a record without carried blocks is as it was.
+        assert!(!text.contains("after_reasoning"), "{text}");
+        let plain = serde_json::to_string(&Message::assistant("hi")).unwrap();
+        assert_eq!(plain, r#"{"role":"assistant","content":"hi"}"#);
+        let older: Message =
+            serde_json::from_str(r#"{"role":"assistant","content":"hi"}"#).unwrap();
+        assert_eq!(older, Message::assistant("hi"));
     }
 
     #[test]

@@ -393,6 +393,7 @@ mod tests {
                 content: "Let me add. Adding.".into(),
                 reasoning: vec![crate::ReasoningPart::text("2 and 3")],
                 tool_calls: vec![call],
+                provider_parts: Vec::new(),
             })
         );
     }

@@ -697,6 +697,7 @@ async fn a_history_from_another_provider_drops_its_reasoning() {
                 }),
             }],
             tool_calls: Vec::new(),
+            provider_parts: Vec::new(),
         }),
         Message::user("again"),
     ];

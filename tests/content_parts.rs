@@ -433,6 +433,7 @@ async fn openai_leaves_other_providers_reasoning_out() {
                 }),
             }],
             tool_calls: Vec::new(),
+            provider_parts: Vec::new(),
         }),
         Message::user("again"),
     ];

@@ -125,6 +125,7 @@ async fn a_conversation_with_media_tools_and_options_is_encoded_as_gemini_expect
             content: String::new(),
             reasoning: Vec::new(),
             tool_calls: vec![ToolCall::new("c1", "lookup", json!({"q": "cats"}))],
+            provider_parts: Vec::new(),
         }),
         Message::tool_result("c1", "lookup", r#"{"hits": 3}"#),
         Message::user("And now?"),

@@ -4,14 +4,13 @@ use std::sync::Arc;
 
 use serde::Serialize;
 use serde_json::value::RawValue;
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 use crate::content::{CacheHint, Content, DataUrl, MediaSource, Part};
 use crate::error::{ChatError, ErrorKind};
 use crate::forced_answer::force_answer_tool;
-use crate::message::{Message, ToolArguments};
+use crate::message::Message;
 use crate::output_schema::{normalise, NormalisedSchema, SchemaDialect};
-use crate::reasoning::Continuation;
 use crate::reasoning_options::{ReasoningEffort, ReasoningOptions, Thinking};
 use crate::request::{
     ChatOptions, ChatRequest, ResponseFormat, SystemMessagesInPlace, ToolChoice, ToolSpec,
@@ -19,6 +18,8 @@ use crate::request::{
 use crate::tool_kind::ToolKind;
 use crate::transport::{cannot_serialize, extra_fields, merge_extra, resolve_model, ToolsJson};
 use crate::ApiFormat;
+
+mod assistant;
 
 #[derive(Serialize)]
 struct Body<'a> {
@@ -289,48 +290,7 @@ pub(crate) fn encode(
             Message::System { content } if i >= leading => ("system", blocks(content)?),
             Message::System { .. } => continue,
             Message::User { content } => ("user", blocks(content)?),
-            Message::Assistant(a) => {
-                let mut blocks = Vec::with_capacity(1 + a.reasoning.len() + a.tool_calls.len());
-                // Extended thinking continues only from its own blocks, unchanged and first in the turn.
-                for part in &a.reasoning {
-                    match &part.continuation {
-                        Some(Continuation::AnthropicThinking { signature }) => {
-                            blocks.push(Block::Thinking {
-                                thinking: &part.text,
-                                signature,
-                            })
-                        }
-                        Some(Continuation::AnthropicRedacted { data }) => {
-                            blocks.push(Block::RedactedThinking { data })
-                        }
-                        Some(other) => tracing::debug!(
-                            from = other.provider(),
-                            "another provider's reasoning left out of a Messages request"
-                        ),
-                        None => {}
-                    }
-                }
-                if !a.content.is_empty() {
-                    blocks.push(Block::Text {
-                        text: &a.content,
-                        cache_control: None,
-                    });
-                }
-                for call in &a.tool_calls {
-                    // The API takes an object; arguments that were not an object were answered with an error
-                    // result already, so an empty object keeps the history well-formed.
-                    let input = match &call.arguments {
-                        ToolArguments::Json(value @ Value::Object(_)) => value,
-                        _ => EMPTY_INPUT.get_or_init(|| Value::Object(Map::new())),
-                    };
-                    blocks.push(Block::ToolUse {
-                        id: &call.id,
-                        name: &call.name,
-                        input,
-                    });
-                }
-                ("assistant", blocks)
-            }
+            Message::Assistant(a) => ("assistant", assistant::blocks(a)),
             Message::Tool(t) => (
                 "user",
                 vec![Block::ToolResult {

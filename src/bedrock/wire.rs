@@ -608,6 +608,7 @@ mod tests {
                     },
                 ],
                 tool_calls: vec![ToolCall::new("tu_1", "weather", json!({"city": "Oslo"}))],
+                provider_parts: Vec::new(),
             }),
             Message::Tool(ToolMessage::success(
                 "tu_1",

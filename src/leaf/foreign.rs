@@ -11,8 +11,8 @@ use crate::message::Message;
 use crate::request::{ChatRequest, ToolChoice, ToolSpec};
 use crate::tool_kind::{freeform_description, ToolKind, Unhosted};
 
-/// `request` as a leaf speaking `format` sends it: parts `keeps` refuses are taken out (a user message left
-/// with nothing is removed), and carried fields of another format too; each drop is logged and recorded.
+/// `request` as a leaf speaking `format` sends it: parts `keeps` refuses are taken out, of user, system and
+/// tool messages and of assistant turns (a user message or assistant turn left with nothing is removed), and carried fields of another format too; each drop is logged and recorded.
 /// Tools are made fit for the format ([`for_format`]). The request is cloned only when something changes.
 pub(crate) fn for_upstream(
     mut request: ChatRequest,
@@ -51,7 +51,10 @@ pub(crate) fn for_upstream(
             content.parts().iter().any(foreign)
         }
         Message::Tool(tool) => tool.content.parts().iter().any(foreign),
-        _ => false,
+        Message::Assistant(assistant) => assistant
+            .provider_parts
+            .iter()
+            .any(|placed| !keeps(&placed.part)),
     });
     if any_foreign {
         let messages = std::mem::take(&mut *request.messages);
@@ -61,8 +64,19 @@ pub(crate) fn for_upstream(
             let content = match &mut message {
                 Message::User { content } | Message::System { content } => content,
                 Message::Tool(tool) => &mut tool.content,
-                _ => {
-                    kept.push(message);
+                Message::Assistant(assistant) => {
+                    assistant.provider_parts.retain(|placed| {
+                        let keep = keeps(&placed.part);
+                        if !keep {
+                            let kind = placed.part.value.get("type").and_then(Value::as_str);
+                            note(format!("content:{}", kind.unwrap_or("untyped")));
+                        }
+                        keep
+                    });
+                    // A turn that held only such blocks says nothing the upstream can read.
+                    if !assistant.is_empty() {
+                        kept.push(message);
+                    }
                     continue;
                 }
             };

@@ -20,8 +20,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 use tower_chat::{
     ApiFormat, AssistantMessage, Carried, ChatRequest, Content, Continuation, FinishReason,
-    HostedTool, Message, Part, ProviderPart, ReasoningOptions, ReasoningPart, ResponseFormat,
-    ToolCall, ToolChoice, ToolMessage, ToolSpec, Usage,
+    HostedTool, Message, Part, PlacedPart, ProviderPart, ReasoningOptions, ReasoningPart,
+    ResponseFormat, ToolCall, ToolChoice, ToolMessage, ToolSpec, Usage,
 };
 
 use crate::error::{anthropic_body, anthropic_response, ApiError};
@@ -264,8 +264,13 @@ enum InBlock {
 #[serde(untagged)]
 enum ResultContent {
     Text(String),
-    Blocks(Vec<ResultBlock>),
+    /// Read one by one by [`result_blocks`], so a block of a type the gateway does not model is carried.
+    Blocks(Vec<Value>),
 }
+
+/// The block types [`ResultBlock`] models; a block of another type (`search_result`, `tool_reference`, …) is
+/// carried as a provider part.
+const KNOWN_RESULT_BLOCKS: [&str; 3] = ["text", "image", "document"];
 
 /// A block of a `tool_result`'s content.
 #[derive(Debug, Deserialize)]
@@ -391,13 +396,12 @@ fn into_inbound(body: MessagesRequest, context: &ParseContext) -> Result<Inbound
         }
         _ => {}
     }
-    let mut dropped = Vec::new();
     let in_place = body.messages.iter().any(|m| matches!(m.role, Role::System));
     for (i, message) in body.messages.into_iter().enumerate() {
         let blocks = blocks(message.content, i)?;
         match message.role {
             Role::User => user_blocks(blocks, i, &mut messages)?,
-            Role::Assistant => messages.push(assistant_blocks(blocks, i, &mut dropped)?),
+            Role::Assistant => messages.push(assistant_blocks(blocks, i)?),
             Role::System => messages.push(system_blocks(blocks, i)?),
         }
     }
@@ -473,7 +477,6 @@ fn into_inbound(body: MessagesRequest, context: &ParseContext) -> Result<Inbound
     }
     let mut inbound = Inbound::new(request, body.model, body.stream.unwrap_or(false));
     inbound.approvals = body.tower_chat.map(|t| t.approvals).unwrap_or_default();
-    inbound.dropped = dropped;
     Ok(inbound)
 }
 
@@ -581,12 +584,29 @@ fn user_blocks(blocks: Vec<InBlock>, i: usize, out: &mut Vec<Message>) -> Result
     Ok(())
 }
 
-fn result_blocks(blocks: Vec<ResultBlock>, at: &str) -> Result<Content, ApiError> {
+/// A `tool_result`'s blocks as parts, in order: a block of a type the gateway does not model is a provider part
+/// in its place (an Anthropic upstream gets it as it came, another leaf leaves it out and names it).
+fn result_blocks(blocks: Vec<Value>, at: &str) -> Result<Content, ApiError> {
     let parts = blocks
         .into_iter()
         .enumerate()
         .map(|(k, block)| {
             let at = format!("{at}.content[{k}]");
+            if !block.is_object() {
+                return Err(schema(format!("{at}: must be a content block object")));
+            }
+            if !block
+                .get("type")
+                .and_then(Value::as_str)
+                .is_some_and(|kind| KNOWN_RESULT_BLOCKS.contains(&kind))
+            {
+                return Ok(Part::from(ProviderPart {
+                    provider: "anthropic".into(),
+                    value: block,
+                }));
+            }
+            let block: ResultBlock =
+                serde_json::from_value(block).map_err(|e| schema(format!("{at}: {e}")))?;
             match block {
                 ResultBlock::Text {
                     text,
@@ -620,21 +640,19 @@ fn set_cache(content: &mut Content, hint: tower_chat::CacheHint) {
 }
 
 /// An assistant message. A block of a type the gateway does not model (a server tool's `server_tool_use`, its
-/// result) has no place in an assistant message of the core: it is left out and named in `dropped`.
-fn assistant_blocks(
-    blocks: Vec<InBlock>,
-    i: usize,
-    dropped: &mut Vec<String>,
-) -> Result<Message, ApiError> {
+/// result) is kept in its place among the others, for an Anthropic upstream; another leaf leaves it out.
+fn assistant_blocks(blocks: Vec<InBlock>, i: usize) -> Result<Message, ApiError> {
     let mut message = AssistantMessage::default();
     for (j, block) in blocks.into_iter().enumerate() {
         match block {
             InBlock::Other(value) => {
-                let kind = value.get("type").and_then(Value::as_str).unwrap_or("untyped");
-                let name = format!("content:{kind}");
-                if !dropped.contains(&name) {
-                    dropped.push(name);
-                }
+                let part = ProviderPart {
+                    provider: "anthropic".into(),
+                    value,
+                };
+                message
+                    .provider_parts
+                    .push(PlacedPart::at_end_of(&message, part));
             }
             InBlock::Text { text, .. } => message.content.push_str(&text),
             InBlock::ToolUse { id, name, input } => {
@@ -1180,7 +1198,25 @@ mod tests {
         assert!(
             matches!(&content.parts()[1], Part::Provider(p) if p.value["type"] == "search_result")
         );
-        assert_eq!(inbound.dropped, ["content:server_tool_use"]);
+        // The assistant turn keeps its server tool block before the text; the leaf decides whether it goes.
+        assert!(inbound.dropped.is_empty(), "{:?}", inbound.dropped);
+        let Message::Assistant(assistant) = &inbound.request.messages[1] else {
+            panic!("{:?}", inbound.request.messages[1]);
+        };
+        assert_eq!(assistant.content, "y");
+        let [placed] = &assistant.provider_parts[..] else {
+            panic!("{:?}", assistant.provider_parts);
+        };
+        assert_eq!(placed.part.provider, "anthropic");
+        assert_eq!(placed.part.value["type"], "server_tool_use");
+        assert_eq!(
+            (
+                placed.after_reasoning,
+                placed.text_offset,
+                placed.after_calls
+            ),
+            (0, 0, 0)
+        );
     }
 
     #[test]

@@ -246,6 +246,7 @@ fn into_inbound(body: CompletionRequest) -> Result<Inbound, ApiError> {
                     content,
                     reasoning: Vec::new(),
                     tool_calls: calls,
+                    provider_parts: Vec::new(),
                 })
             }
             WireMessage::Tool {

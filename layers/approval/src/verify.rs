@@ -316,6 +316,7 @@ mod tests {
                 .iter()
                 .map(|id| ToolCall::new(*id, "t", json!({})))
                 .collect(),
+            provider_parts: Vec::new(),
         })
     }
 

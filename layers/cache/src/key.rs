@@ -227,6 +227,7 @@ impl KeyHasher {
                 content,
                 reasoning,
                 tool_calls,
+                provider_parts,
             }) => {
                 self.tag(b'a');
                 self.str(content);
@@ -239,6 +240,12 @@ impl KeyHasher {
                     if call.kind == tower_chat::CallKind::Custom {
                         self.tag(b'c');
                     }
+                }
+                // Carried blocks reach an upstream that speaks their format: two histories that differ only in
+                // one are two answers. None (the common case) adds nothing, so keys written before stay valid.
+                if !provider_parts.is_empty() {
+                    self.tag(b'p');
+                    self.json(provider_parts);
                 }
             }
             Message::Tool(ToolMessage {
@@ -343,6 +350,7 @@ mod tests {
                 content: "Let me look.".into(),
                 reasoning: vec![],
                 tool_calls: vec![ToolCall::new("c1", "look", json!({"at": "it"}))],
+                provider_parts: Vec::new(),
             }),
             Message::tool_result("c1", "look", "a square"),
         ])
@@ -400,7 +408,21 @@ mod tests {
                     content: "Let me look.".into(),
                     reasoning: vec![],
                     tool_calls: vec![ToolCall::new("c1", "look", json!({"at": "that"}))],
+                    provider_parts: Vec::new(),
                 })
+            }),
+            ("a carried block in the assistant turn", |r| {
+                if let Message::Assistant(assistant) = &mut r.messages[2] {
+                    assistant.provider_parts.push(tower_chat::PlacedPart {
+                        after_reasoning: 0,
+                        text_offset: 0,
+                        after_calls: 0,
+                        part: tower_chat::ProviderPart {
+                            provider: "anthropic".into(),
+                            value: json!({"type": "server_tool_use", "id": "s1"}),
+                        },
+                    });
+                }
             }),
             ("a tool result's error flag", |r| {
                 r.messages[3] = Message::Tool(ToolMessage::error("c1", "look", "a square"))

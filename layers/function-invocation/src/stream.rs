@@ -256,6 +256,7 @@ impl<S> LoopCore<S> {
                 content,
                 reasoning,
                 tool_calls: calls,
+                provider_parts: Vec::new(),
             }));
         state
     }

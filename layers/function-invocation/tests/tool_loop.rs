@@ -72,6 +72,7 @@ async fn one_tool_round_is_one_continuous_stream() {
                     content: "Let me check. ".into(),
                     reasoning: Vec::new(),
                     tool_calls: vec![call.clone()],
+                    provider_parts: Vec::new(),
                 }),
                 Message::tool_result("c1", "weather", "sunny in Oslo"),
             ],

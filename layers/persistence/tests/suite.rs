@@ -381,6 +381,7 @@ async fn a_completed_call_is_recorded_in_full(db: &TestDb) {
                     content: "It is 12C in Oslo.".into(),
                     reasoning: vec![tower_chat::ReasoningPart::text("thinking")],
                     tool_calls: vec![],
+                    provider_parts: Vec::new(),
                 }),
             ]
         );

@@ -39,6 +39,7 @@ fn assistant(text: &str) -> Message {
         content: text.into(),
         reasoning: vec![tower_chat::ReasoningPart::text("thinking")],
         tool_calls: Vec::new(),
+        provider_parts: Vec::new(),
     })
 }
 

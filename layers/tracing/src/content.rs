@@ -147,6 +147,7 @@ mod tests {
                     ToolCall::new("c1", "weather", json!({"city": "Oslo"})),
                     ToolCall::from_raw_arguments("c2".into(), "weather".into(), "{oops".into()),
                 ],
+                provider_parts: Vec::new(),
             }),
             Message::Tool(ToolMessage::success("c1", "weather", "12C")),
         ];

@@ -52,6 +52,7 @@ fn a_tool_round_encodes_as_input_items_with_its_reasoning_first() {
                 ReasoningPart::text("plain"),
             ],
             tool_calls: vec![ToolCall::new("call_1", "weather", json!({"city": "Oslo"}))],
+            provider_parts: Vec::new(),
         }),
         Message::Tool(ToolMessage::success("call_1", "weather", "12C")),
     ]);
