@@ -6,7 +6,7 @@ use serde::Serialize;
 use serde_json::value::RawValue;
 use serde_json::Value;
 
-use crate::content::{CacheHint, Content, DataUrl, MediaSource, Part};
+use crate::content::{Content, DataUrl, MediaSource, Part};
 use crate::error::{ChatError, ErrorKind};
 use crate::forced_answer::force_answer_tool;
 use crate::message::Message;
@@ -20,6 +20,9 @@ use crate::transport::{cannot_serialize, extra_fields, merge_extra, resolve_mode
 use crate::ApiFormat;
 
 mod assistant;
+mod block;
+
+use block::{cache_control, Block, CacheControl, Source, ToolResultContent};
 
 #[derive(Serialize)]
 struct Body<'a> {
@@ -130,89 +133,6 @@ impl System<'_> {
 }
 
 #[derive(Serialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
-enum Block<'a> {
-    Text {
-        text: &'a str,
-        #[serde(skip_serializing_if = "Option::is_none")]
-        cache_control: Option<CacheControl<'a>>,
-    },
-    Image {
-        source: Source<'a>,
-        #[serde(skip_serializing_if = "Option::is_none")]
-        cache_control: Option<CacheControl<'a>>,
-    },
-    Document {
-        source: Source<'a>,
-        #[serde(skip_serializing_if = "Option::is_none")]
-        title: Option<&'a str>,
-        #[serde(skip_serializing_if = "Option::is_none")]
-        cache_control: Option<CacheControl<'a>>,
-    },
-    Thinking {
-        thinking: &'a str,
-        signature: &'a str,
-    },
-    RedactedThinking {
-        data: &'a str,
-    },
-    ToolUse {
-        id: &'a str,
-        name: &'a str,
-        input: &'a Value,
-    },
-    ToolResult {
-        tool_use_id: &'a str,
-        content: ToolResultContent<'a>,
-        #[serde(skip_serializing_if = "std::ops::Not::not")]
-        is_error: bool,
-    },
-    /// A block an Anthropic-format client sent that no layer understands, as it came.
-    #[serde(untagged)]
-    Raw(&'a Value),
-}
-
-#[derive(Serialize)]
-#[serde(untagged)]
-enum ToolResultContent<'a> {
-    Text(&'a str),
-    Blocks(Vec<Block<'a>>),
-}
-
-#[derive(Serialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
-enum Source<'a> {
-    Base64 {
-        media_type: &'a str,
-        data: &'a str,
-    },
-    Url {
-        url: &'a str,
-    },
-    Text {
-        media_type: &'static str,
-        data: &'a str,
-    },
-    File {
-        file_id: &'a str,
-    },
-}
-
-#[derive(Serialize)]
-struct CacheControl<'a> {
-    r#type: &'static str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    ttl: Option<&'a str>,
-}
-
-fn cache_control(hint: Option<&CacheHint>) -> Option<CacheControl<'_>> {
-    hint.map(|hint| CacheControl {
-        r#type: "ephemeral",
-        ttl: hint.ttl.as_deref(),
-    })
-}
-
-#[derive(Serialize)]
 #[serde(untagged)]
 enum WireTool<'a> {
     Function {
@@ -238,8 +158,6 @@ pub(crate) struct EncodeOptions<'a> {
     /// The provider's cache of the last tools list's JSON.
     pub(crate) tools: &'a ToolsJson,
 }
-
-static EMPTY_INPUT: std::sync::OnceLock<Value> = std::sync::OnceLock::new();
 
 /// Serialize a request to the JSON body of `POST {base}/messages`.
 pub(crate) fn encode(

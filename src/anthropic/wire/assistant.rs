@@ -6,7 +6,7 @@ use std::vec::IntoIter;
 
 use serde_json::{Map, Value};
 
-use super::{Block, EMPTY_INPUT};
+use super::block::{Block, EMPTY_INPUT};
 use crate::message::{AssistantMessage, PlacedPart, ToolArguments};
 use crate::reasoning::Continuation;
 
