@@ -12,7 +12,7 @@ macro_rules! split_invariance_target {
             let drain = |decoder: &mut $decoder, out: &mut Vec<String>| -> bool {
                 while let Some(item) = decoder.next_event() {
                     match item {
-                        Ok(event) => out.push(format!("{event:?}")),
+                        Ok(event) => out.push(blank_drawn_ids(format!("{event:?}"))),
                         Err(error) => {
                             out.push(format!("error {:?}", error.kind()));
                             return false;
@@ -29,6 +29,27 @@ macro_rules! split_invariance_target {
             }
             decoder.finish();
             drain(&mut decoder, &mut out);
+            out
+        }
+
+        /// A call id a decoder draws for an answer that names none (`call_<16 hex digits>_<n>`, so that two
+        /// answers never share ids) differs between two decodings of one body by design: compared blanked.
+        fn blank_drawn_ids(text: String) -> String {
+            let mut out = String::with_capacity(text.len());
+            let mut rest = text.as_str();
+            while let Some(at) = rest.find("call_") {
+                out.push_str(&rest[..at + 5]);
+                rest = &rest[at + 5..];
+                let bytes = rest.as_bytes();
+                if bytes.len() > 16
+                    && bytes[..16].iter().all(u8::is_ascii_hexdigit)
+                    && bytes[16] == b'_'
+                {
+                    out.push_str("<drawn>");
+                    rest = &rest[16..];
+                }
+            }
+            out.push_str(rest);
             out
         }
 
