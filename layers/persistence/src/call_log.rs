@@ -181,8 +181,11 @@ pub struct CallLogQuery {
     pub since: Option<SystemTime>,
     /// Only calls started before this instant.
     pub until: Option<SystemTime>,
-    /// Only calls whose id or conversation id is exactly this, or whose messages contain every word of it
-    /// (full-text, whole words, case-insensitive).
+    /// Only calls found by this text, the way incidents are reported: the call's id, the id of the HTTP request
+    /// it was made for (the `x-request-id` its client received), its conversation's id (as stored, or bare: the
+    /// id a client sent, without the `<caller>/` the gateway qualifies it with), its caller or its model, all
+    /// exactly; or messages holding a word that begins with each word of it (full-text, case-insensitive:
+    /// `zanzib` finds "Zanzibar"). [`check_search`] says whether a text can find anything at all.
     pub search: Option<String>,
     /// Which page.
     pub position: CallLogPosition,
@@ -202,27 +205,88 @@ impl CallLogQuery {
             .clamp(1, Self::MAX_LIMIT)
     }
 
-    /// The search's words as a query for SQLite FTS5: each word quoted (so no word is read as an operator), all
-    /// required; `None` when the search has no word.
+    /// The search's words as a query for SQLite FTS5: each word quoted (so no word is read as an operator) and
+    /// a prefix (`"zanzib"*`), all required; `None` when the search has no word.
     #[cfg(feature = "sqlite")]
     pub(crate) fn fts5_words(&self) -> Option<String> {
         let words: Vec<String> = search_words(self.search.as_deref()?)
-            .map(|word| format!("\"{}\"", word.replace('"', "\"\"")))
+            .map(|word| format!("\"{}\"*", word.replace('"', "\"\"")))
             .collect();
         (!words.is_empty()).then(|| words.join(" "))
     }
 
-    /// The search's words for PostgreSQL's `plainto_tsquery` (every word required); `None` without a word.
+    /// The search's words for PostgreSQL's `to_tsquery`, each a prefix (`zanzib:*`), all required (`&`);
+    /// `None` without a word. The words are letters and digits only, so none reads as an operator.
     #[cfg(feature = "postgres")]
     pub(crate) fn tsquery_words(&self) -> Option<String> {
-        let words: Vec<&str> = search_words(self.search.as_deref()?).collect();
-        (!words.is_empty()).then(|| words.join(" "))
+        let words: Vec<String> = search_words(self.search.as_deref()?)
+            .map(|word| format!("{word}:*"))
+            .collect();
+        (!words.is_empty()).then(|| words.join(" & "))
     }
 }
 
-/// The words of a search: runs of letters and digits, as both full-text indexes split text.
-#[cfg(any(feature = "sqlite", feature = "postgres"))]
-fn search_words(search: &str) -> impl Iterator<Item = &str> {
+/// The longest search text: an id or a handful of words, not a document.
+pub const MAX_SEARCH_CHARS: usize = 256;
+
+/// The most words a search may hold; each is one more prefix lookup in the index.
+pub const MAX_SEARCH_WORDS: usize = 16;
+
+/// Why a search text cannot find anything, so that it is refused instead of answering "no match".
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum MalformedSearch {
+    /// Only punctuation or spaces: no word to look for, and no id holds none.
+    NoWord,
+    /// Longer than [`MAX_SEARCH_CHARS`].
+    TooLong {
+        /// Its length in characters.
+        chars: usize,
+    },
+    /// More than [`MAX_SEARCH_WORDS`] words.
+    TooManyWords {
+        /// How many it holds.
+        words: usize,
+    },
+}
+
+impl fmt::Display for MalformedSearch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            MalformedSearch::NoWord => f.write_str(
+                "the search holds no word or id to look for (only punctuation or spaces)",
+            ),
+            MalformedSearch::TooLong { chars } => write!(
+                f,
+                "the search is {chars} characters long; at most {MAX_SEARCH_CHARS} are read"
+            ),
+            MalformedSearch::TooManyWords { words } => write!(
+                f,
+                "the search has {words} words; at most {MAX_SEARCH_WORDS} are looked for together"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for MalformedSearch {}
+
+/// Whether `search` ([`CallLogQuery::search`]) can find anything: refused when it holds no word (ids hold
+/// words too), is longer than [`MAX_SEARCH_CHARS`] or has more than [`MAX_SEARCH_WORDS`] words.
+pub fn check_search(search: &str) -> Result<(), MalformedSearch> {
+    let search = search.trim();
+    let chars = search.chars().count();
+    if chars > MAX_SEARCH_CHARS {
+        return Err(MalformedSearch::TooLong { chars });
+    }
+    match search_words(search).count() {
+        0 => Err(MalformedSearch::NoWord),
+        words if words > MAX_SEARCH_WORDS => Err(MalformedSearch::TooManyWords { words }),
+        _ => Ok(()),
+    }
+}
+
+/// The words of a search: runs of letters and digits, as both full-text indexes split text. Each finds the
+/// words of the messages that begin with it.
+pub fn search_words(search: &str) -> impl Iterator<Item = &str> {
     search
         .split(|c: char| !c.is_alphanumeric())
         .filter(|word| !word.is_empty())
@@ -340,11 +404,11 @@ mod tests {
         };
         assert_eq!(
             query.fts5_words().as_deref(),
-            Some("\"NEAR\" \"oslo\" \"OR\" \"weather\"")
+            Some("\"NEAR\"* \"oslo\"* \"OR\"* \"weather\"*")
         );
         assert_eq!(
             query.tsquery_words().as_deref(),
-            Some("NEAR oslo OR weather")
+            Some("NEAR:* & oslo:* & OR:* & weather:*")
         );
         let punctuation = CallLogQuery {
             search: Some(" -- ".into()),
@@ -377,6 +441,26 @@ mod tests {
             long.len()
         );
         assert!(long.starts_with("find the fjord word word"));
+    }
+
+    #[test]
+    fn a_search_without_a_word_or_past_its_limits_is_malformed() {
+        assert_eq!(check_search(" -- "), Err(MalformedSearch::NoWord));
+        assert_eq!(check_search("*:&"), Err(MalformedSearch::NoWord));
+        assert_eq!(
+            check_search(&"a".repeat(MAX_SEARCH_CHARS + 1)),
+            Err(MalformedSearch::TooLong {
+                chars: MAX_SEARCH_CHARS + 1
+            })
+        );
+        assert_eq!(
+            check_search(&"w ".repeat(MAX_SEARCH_WORDS + 1)),
+            Err(MalformedSearch::TooManyWords {
+                words: MAX_SEARCH_WORDS + 1
+            })
+        );
+        assert_eq!(check_search("zanzib"), Ok(()));
+        assert_eq!(check_search("alice/conv-1"), Ok(()));
     }
 
     #[test]

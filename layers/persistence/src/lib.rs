@@ -108,9 +108,10 @@ mod stream;
 mod usage;
 
 pub use call_log::{
-    CallLogCursor, CallLogEntry, CallLogPage, CallLogPosition, CallLogQuery, CallStatus,
-    InvalidCursor, UnknownCallStatus, FIRST_MESSAGE_CHARS, MAX_INDEXED_BYTES,
-    MAX_INDEXED_WORD_CHARS,
+    check_search, search_words, CallLogCursor, CallLogEntry, CallLogPage, CallLogPosition,
+    CallLogQuery, CallStatus, InvalidCursor, MalformedSearch, UnknownCallStatus,
+    FIRST_MESSAGE_CHARS, MAX_INDEXED_BYTES, MAX_INDEXED_WORD_CHARS, MAX_SEARCH_CHARS,
+    MAX_SEARCH_WORDS,
 };
 pub use layer::PersistenceLayer;
 pub use record::{

@@ -11,13 +11,14 @@ use common::{Backend, TestDb};
 use tower_chat::{CallerIdentity, ConversationId, Message, Shared, ToolMessage};
 use tower_chat_persistence::{
     CallId, CallLogCursor, CallLogPage, CallLogPosition, CallLogQuery, CallOutcome, CallRecord,
-    CallStatus, PostgresStore, RecordedError, SqliteStore, Store,
+    CallStatus, PostgresStore, RecordedError, RequestId, SqliteStore, Store,
 };
 use tower_chat_testkit::database_url;
 
 both_stores!(
     filters_select_calls_by_caller_model_status_and_time,
     search_finds_calls_by_id_and_by_the_words_of_their_messages,
+    search_finds_calls_the_way_incidents_are_reported,
     cursor_pages_neither_repeat_nor_skip_calls_when_new_ones_arrive,
     calls_recorded_before_the_call_log_are_indexed_on_open,
 );
@@ -276,6 +277,50 @@ async fn search_finds_calls_by_id_and_by_the_words_of_their_messages(db: &TestDb
     db.store.write_calls(&[in_flight]).await.unwrap();
     assert_eq!(ids(&log(db, search("quay")).await), ["ferry"]);
     assert_eq!(ids(&log(db, search("ferry running")).await), ["ferry"]);
+}
+
+/// What an operator is told about an incident: the `x-request-id` a client received, the conversation id it
+/// sent (stored qualified by its caller), the caller, the model, or the start of a word.
+async fn search_finds_calls_the_way_incidents_are_reported(db: &TestDb) {
+    let template = db.recorded_call("template").await;
+    let mut zanzibar = Call {
+        conversation: "dora/holiday",
+        sent: vec![Message::user("Is Zanzibar warm in March?")],
+        answer: "Yes, around thirty degrees.",
+        ..call("incident-1", "dora", "model-z", 10)
+    }
+    .record(&template);
+    zanzibar.request_id = Some(RequestId::new("0193-req-zanzibar"));
+    let other = Call {
+        conversation: "erin/holiday-plans",
+        sent: vec![Message::user("Book a zany hotel")],
+        answer: "Booked.",
+        ..call("incident-2", "erin", "model-y", 20)
+    }
+    .record(&template);
+    db.store.write_calls(&[zanzibar, other]).await.unwrap();
+    let search = |text: &str| CallLogQuery {
+        search: Some(text.into()),
+        ..CallLogQuery::default()
+    };
+    assert_eq!(
+        ids(&log(db, search("0193-req-zanzibar")).await),
+        ["incident-1"]
+    );
+    assert_eq!(ids(&log(db, search("holiday")).await), ["incident-1"]);
+    assert_eq!(ids(&log(db, search("dora/holiday")).await), ["incident-1"]);
+    assert_eq!(ids(&log(db, search("erin")).await), ["incident-2"]);
+    assert_eq!(ids(&log(db, search("model-z")).await), ["incident-1"]);
+    // Word prefixes, case-insensitively; every word of the search must begin a word of the messages.
+    assert_eq!(ids(&log(db, search("zanzib")).await), ["incident-1"]);
+    assert_eq!(
+        ids(&log(db, search("ZAN")).await),
+        ["incident-2", "incident-1"]
+    );
+    assert_eq!(ids(&log(db, search("zan hot")).await), ["incident-2"]);
+    assert_eq!(ids(&log(db, search("thirt marc")).await), ["incident-1"]);
+    // A prefix begins a word: the middle of one finds nothing.
+    assert!(log(db, search("anzibar")).await.entries.is_empty());
 }
 
 async fn cursor_pages_neither_repeat_nor_skip_calls_when_new_ones_arrive(db: &TestDb) {

@@ -37,6 +37,8 @@ pub(crate) struct Dialect {
     pub(crate) words: fn(&CallLogQuery) -> Option<String>,
     /// Whether the response cache answered the call (a flag inside the `response` JSON).
     pub(crate) from_response_cache: &'static str,
+    /// The id of the HTTP request the call was made for (a field of the `response` JSON).
+    pub(crate) request_id: &'static str,
 }
 
 /// The columns of a log row: those of a call summary, then the first message.
@@ -81,7 +83,15 @@ pub(crate) fn call_log_sql(query: &CallLogQuery, dialect: &Dialect) -> CallLogSq
         .filter(|s| !s.is_empty())
     {
         let id = bind(Param::Text(search.to_owned()));
-        let mut any = vec![format!("call_id = {id}"), format!("conversation_id = {id}")];
+        // A client knows its conversation by the id it sent, which the gateway stored as `<caller>/<id>`.
+        let mut any = vec![
+            format!("call_id = {id}"),
+            format!("conversation_id = {id}"),
+            format!("conversation_id = caller || '/' || {id}"),
+            format!("caller = {id}"),
+            format!("model = {id}"),
+            format!("{} = {id}", dialect.request_id),
+        ];
         if let Some(words) = (dialect.words)(query) {
             any.push((dialect.text_match)(&bind(Param::Text(words))));
         }

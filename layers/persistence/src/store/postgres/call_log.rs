@@ -113,11 +113,12 @@ impl PostgresStore {
 }
 
 /// The call log's query in PostgreSQL: `$n` placeholders (typed, as PostgreSQL cannot always infer them),
-/// the `tsvector` column for the words.
+/// the `tsvector` column for the words, each a prefix.
 const POSTGRES_DIALECT: Dialect = Dialect {
     placeholder: |n| format!("${n}"),
-    text_match: |words| format!("search @@ plainto_tsquery('simple', {words}::text)"),
+    text_match: |words| format!("search @@ to_tsquery('simple', {words}::text)"),
     words: CallLogQuery::tsquery_words,
     from_response_cache:
         "COALESCE((response -> 'usage' ->> 'from_response_cache')::boolean, false)",
+    request_id: "response ->> 'request_id'",
 };

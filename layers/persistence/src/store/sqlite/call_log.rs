@@ -67,6 +67,7 @@ const SQLITE_DIALECT: Dialect = Dialect {
     },
     words: CallLogQuery::fts5_words,
     from_response_cache: "COALESCE(json_extract(response, '$.usage.from_response_cache'), 0) = 1",
+    request_id: "json_extract(response, '$.request_id')",
 };
 
 impl SqliteStore {
