@@ -15,7 +15,7 @@ const ALICE: (&str, &str) = ("authorization", "Bearer sk-alice");
 const BOB: (&str, &str) = ("authorization", "Bearer sk-bob");
 
 /// Answers in the model the request named; a request whose last message says "fail" is refused upstream.
-fn answer_in_the_requested_model(req: &RecordedRequest, _index: usize) -> Reply {
+pub(crate) fn answer_in_the_requested_model(req: &RecordedRequest, _index: usize) -> Reply {
     let model = req.body["model"].as_str().unwrap_or("unnamed").to_owned();
     let last = req.body["messages"]
         .as_array()
@@ -65,7 +65,7 @@ async fn chat(
 }
 
 /// The call ids of a page's rows, in order.
-fn rows(page: &str) -> Vec<String> {
+pub(crate) fn rows(page: &str) -> Vec<String> {
     page.split("<tr data-call-id=\"")
         .skip(1)
         .map(|rest| rest[..rest.find('"').unwrap()].to_owned())

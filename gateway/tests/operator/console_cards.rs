@@ -19,7 +19,7 @@ const SAME: (&str, &str) = ("sec-fetch-site", "same-origin");
 /// What sits beside the files root: a write must never show it.
 const SECRET: &str = "TOP-SECRET-BESIDE-THE-ROOT";
 
-async fn gateway(dir: &Path, database_url: Option<String>) -> Harness {
+pub(crate) async fn gateway(dir: &Path, database_url: Option<String>) -> Harness {
     std::fs::write(dir.join("clients"), "alice:sk-alice\n").unwrap();
     std::fs::write(dir.join("operators"), format!("carol:{OPS_KEY}\n")).unwrap();
     let (clients, operators) = (dir.join("clients"), dir.join("operators"));
@@ -32,15 +32,15 @@ async fn gateway(dir: &Path, database_url: Option<String>) -> Harness {
 }
 
 /// A write of alice's waiting for approval.
-struct Paused {
-    id: String,
-    conversation: String,
+pub(crate) struct Paused {
+    pub(crate) id: String,
+    pub(crate) conversation: String,
     /// The conversation as alice resends it once an operator decided: ending with the approval notice.
-    resend: serde_json::Value,
+    pub(crate) resend: serde_json::Value,
 }
 
 /// Alice asks for a write with `arguments` in `conversation`; the call pauses.
-async fn pause_write(gw: &Harness, name: &str, arguments: serde_json::Value) -> Paused {
+pub(crate) async fn pause_write(gw: &Harness, name: &str, arguments: serde_json::Value) -> Paused {
     // Unique per run: a PostgreSQL database outlives the test.
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -413,7 +413,7 @@ async fn the_decision_banner_is_escaped_text() {
 }
 
 /// The `<tr>` of the call log whose timeline link names `conversation` (alice's).
-fn call_row<'a>(page: &'a str, conversation: &str) -> &'a str {
+pub(crate) fn call_row<'a>(page: &'a str, conversation: &str) -> &'a str {
     let link = format!("/console/conversation?id=alice%2F{conversation}#call-");
     let at = page
         .find(&link)

@@ -60,7 +60,7 @@ async fn log_in(browser: &Driver, base: &str) {
 }
 
 /// What is wrong with the page now: sideways scrolling, actions off screen, accessibility violations.
-async fn problems(browser: &Driver, axe: &str, page: &str) -> Vec<String> {
+pub(crate) async fn problems(browser: &Driver, axe: &str, page: &str) -> Vec<String> {
     let mut found = Vec::new();
     if browser.scrolls_sideways().await {
         found.push(format!("{page}: scrolls sideways"));

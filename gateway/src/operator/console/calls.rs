@@ -1,7 +1,9 @@
 //! The call log (`/console/calls`): every recorded call, newest first, with its time, caller, model, outcome
 //! (errors marked in words, not by colour alone), first message, tokens, cost, latency and time to first token;
-//! filtered by caller, model, status and time range, searched by id or message words (the store's full-text
-//! index), paged by an opaque cursor. `console.js` polls `/console/api/calls` for calls newer than the newest row
+//! filtered by caller, model, status and time range, searched the way incidents are reported (a call, request or
+//! conversation id, a caller, a model, or the beginnings of words of the messages through the store's full-text
+//! index: each found call shows a snippet of its matching message and links to it in the timeline, marked),
+//! paged by an opaque cursor. `console.js` polls `/console/api/calls` for calls newer than the newest row
 //! and puts them on top; without the script the page is complete and a reload shows them.
 
 use std::collections::HashMap;
@@ -15,26 +17,31 @@ use http::StatusCode;
 use maud::{html, Markup};
 use serde::Deserialize;
 use serde_json::json;
-use tower_chat::{CallerIdentity, ConversationId};
+use tower_chat::CallerIdentity;
 use tower_chat_persistence::{
-    CallLogCursor, CallLogEntry, CallLogPosition, CallLogQuery, CallStatus,
+    CallLogCursor, CallLogEntry, CallLogPage, CallLogPosition, CallLogQuery, CallStatus,
 };
 
+use super::calls_approvals::{awaiting_approval, paused_approvals};
 use super::extract::PageQuery;
 use super::format::{dollars, millis, url_encode, utc};
+use super::highlight::Hit;
 use super::layout::{error_page, html_response, layout, Nav};
-use super::outcome::{Approval, AskedForTools};
+use super::outcome::Approval;
 use super::session::Session;
 use super::state::ConsoleState;
 
 /// Calls per page.
 const PAGE_SIZE: u32 = 50;
 
+/// The outcome filter's value for the calls whose turn waits for an operator's decision.
+const AWAITING_APPROVAL: &str = "awaiting_approval";
+
 /// The log's query string, as the filter form and the links send it. Every field is optional and an empty one
 /// (an untouched form field) means no filter; a value that does not parse is refused, never ignored.
 #[derive(Debug, Default, Deserialize)]
 pub(crate) struct CallLogParams {
-    /// A call or conversation id, or words of the messages.
+    /// A call, request or conversation id, a caller, a model, or the beginnings of words of the messages.
     #[serde(default)]
     q: String,
     #[serde(default)]
@@ -61,6 +68,24 @@ impl CallLogParams {
     /// The store query these parameters ask for, or what is wrong with them.
     fn query(&self) -> Result<CallLogQuery, String> {
         let text = |value: &str| Some(value.trim().to_owned()).filter(|v| !v.is_empty());
+        if self.awaiting() {
+            if text(&self.q).is_some() {
+                return Err(
+                    "the search and the awaiting-approval filter do not combine; \
+                            give one of them."
+                        .into(),
+                );
+            }
+            return Ok(CallLogQuery {
+                caller: text(&self.caller).map(CallerIdentity::new),
+                model: text(&self.model),
+                ..CallLogQuery::default()
+            });
+        }
+        if let Some(search) = text(&self.q) {
+            tower_chat_persistence::check_search(&search)
+                .map_err(|e| format!("the search {search:?} cannot find anything: {e}."))?;
+        }
         let status = text(&self.status)
             .map(|s| CallStatus::from_str(&s))
             .transpose()
@@ -108,6 +133,12 @@ impl CallLogParams {
             position,
             limit: Some(PAGE_SIZE),
         })
+    }
+
+    /// Whether only the calls whose turn waits for an approval are asked for (`status=awaiting_approval`): no
+    /// stored status, but what the approval store says of each paused turn ([`awaiting_approval`]).
+    fn awaiting(&self) -> bool {
+        self.status.trim() == AWAITING_APPROVAL
     }
 
     /// The filters as a query string (no cursor), for the pager's and the poll's links.
@@ -169,6 +200,32 @@ fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
     era * 146_097 + doe - 719_468
 }
 
+/// Where each found call of a word search matched, by call id ([`super::highlight::hit`]): the calls are read
+/// back, as the index keeps no text to cut a snippet from.
+async fn search_hits(
+    state: &ConsoleState,
+    params: &CallLogParams,
+    entries: &[CallLogEntry],
+) -> HashMap<String, (Hit, Vec<String>)> {
+    let mut hits = HashMap::new();
+    let prefixes = super::highlight::prefixes(&params.q);
+    let Some(records) = state.records.as_ref().filter(|_| !prefixes.is_empty()) else {
+        return hits;
+    };
+    for entry in entries {
+        let Ok(Some(record)) = records.call(&entry.summary.call_id).await else {
+            continue;
+        };
+        if let Some(hit) = super::highlight::hit(&record, &prefixes) {
+            hits.insert(
+                entry.summary.call_id.as_str().to_owned(),
+                (hit, prefixes.clone()),
+            );
+        }
+    }
+    hits
+}
+
 /// One call as the page and the poll show it: the cells' text, computed once here so that the rows the script
 /// adds read exactly like the server's.
 struct Row {
@@ -186,67 +243,34 @@ struct Row {
     cost: String,
     latency: String,
     ttft: String,
-}
-
-/// Where the approvals stand that held the turns of the page's calls that ended asking for tools, by call id
-/// ([`super::outcome::held`]); the next call of a conversation is looked for on the page only.
-async fn paused_approvals(
-    state: &ConsoleState,
-    entries: &[CallLogEntry],
-) -> HashMap<String, Approval> {
-    let mut found = HashMap::new();
-    let asked: Vec<&CallLogEntry> = entries
-        .iter()
-        .filter(|e| e.summary.asked_for_tools)
-        .collect();
-    if asked.is_empty() {
-        return found;
-    }
-    // One read of what waits (at most a page of it) serves every row.
-    let listed: Vec<crate::operator::Listed> =
-        crate::operator::pending_page(&state.operators, None, crate::operator::MAX_LIST)
-            .await
-            .map(|page| page.listed)
-            .unwrap_or_default();
-    let mut audits: HashMap<&ConversationId, Vec<tower_chat_approval::AuditRecord>> =
-        HashMap::new();
-    for entry in asked {
-        let call = &entry.summary;
-        let conversation = &call.conversation_id;
-        if !audits.contains_key(conversation) {
-            let audit = match &state.operators.approval_store {
-                Some(store) => store.audit_log(conversation).await.unwrap_or_default(),
-                None => Vec::new(),
-            };
-            audits.insert(conversation, audit);
-        }
-        let next_started = entries
-            .iter()
-            .map(|e| &e.summary)
-            .filter(|e| &e.conversation_id == conversation && e.started_at > call.started_at)
-            .map(|e| e.started_at)
-            .min();
-        let waiting: Vec<&crate::operator::Listed> = listed
-            .iter()
-            .filter(|l| &l.paused.conversation == conversation)
-            .collect();
-        let audit: Vec<&tower_chat_approval::AuditRecord> =
-            audits.get(conversation).into_iter().flatten().collect();
-        let asked = AskedForTools {
-            started_at: call.started_at,
-            ended_at: call.ended_at,
-            next_started,
-        };
-        if let Some(approval) = super::outcome::held(asked, &waiting, &audit) {
-            found.insert(call.call_id.as_str().to_owned(), approval);
-        }
-    }
-    found
+    /// For a word search: the matching message, marked.
+    snippet: Option<Markup>,
 }
 
 impl Row {
-    fn of(entry: &CallLogEntry, approvals: &HashMap<String, Approval>) -> Row {
+    fn of(
+        entry: &CallLogEntry,
+        approvals: &HashMap<String, Approval>,
+        hits: &HashMap<String, (Hit, Vec<String>)>,
+    ) -> Row {
         let call = &entry.summary;
+        let hit = hits.get(call.call_id.as_str());
+        let timeline = match hit {
+            // The matching message, marked, scrolled to.
+            Some((hit, prefixes)) => {
+                let anchor = url_encode(&format!("m-{}-{}", call.call_id.as_str(), hit.index));
+                format!(
+                    "/console/conversation?id={}&q={}&hit={anchor}#{anchor}",
+                    url_encode(call.conversation_id.as_str()),
+                    url_encode(&prefixes.join(" ")),
+                )
+            }
+            None => format!(
+                "/console/conversation?id={}#call-{}",
+                url_encode(call.conversation_id.as_str()),
+                url_encode(call.call_id.as_str())
+            ),
+        };
         let shown = match approvals.get(call.call_id.as_str()) {
             Some(approval) => super::outcome::paused(approval),
             None => super::outcome::shown(&call.outcome, call.refused_before_sending),
@@ -254,11 +278,7 @@ impl Row {
         let in_flight = shown.status == CallStatus::InFlight.as_str();
         Row {
             call_id: call.call_id.as_str().to_owned(),
-            timeline: format!(
-                "/console/conversation?id={}#call-{}",
-                url_encode(call.conversation_id.as_str()),
-                url_encode(call.call_id.as_str())
-            ),
+            timeline,
             time: utc(call.started_at),
             caller: call
                 .caller
@@ -288,6 +308,7 @@ impl Row {
             ttft: call
                 .time_to_first_token()
                 .map_or_else(|| "—".into(), millis),
+            snippet: hit.map(|(hit, _)| hit.snippet.clone()),
         }
     }
 
@@ -300,7 +321,12 @@ impl Row {
                 td class="outcome" data-label="Outcome" {
                     @if self.is_error { strong class="outcome-error" { (self.outcome) } } @else { (self.outcome) }
                 }
-                td class="first-message" data-label="First message" { (self.first_message) }
+                td class="first-message" data-label="First message" {
+                    (self.first_message)
+                    @if let Some(snippet) = &self.snippet {
+                        p class="snippet" { a href=(self.timeline) { (snippet) } }
+                    }
+                }
                 td class="number" data-label="Tokens" { (self.tokens) }
                 td class="number" data-label="Cost" { (self.cost) }
                 td class="number" data-label="Latency" { (self.latency) }
@@ -333,7 +359,7 @@ fn filter_form(params: &CallLogParams) -> Markup {
     let status = params.status.trim();
     html! {
         form method="get" action="/console/calls" class="filters" id="call-filters" role="search" {
-            label { span { "Search" } input type="search" name="q" value=(params.q) placeholder="call or conversation id, or words"; }
+            label { span { "Search" } input type="search" name="q" value=(params.q) placeholder="id, request id, caller, model or words"; }
             label { span { "Caller" } input type="text" name="caller" value=(params.caller); }
             label { span { "Model" } input type="text" name="model" value=(params.model); }
             label {
@@ -343,6 +369,7 @@ fn filter_form(params: &CallLogParams) -> Markup {
                     @for s in CallStatus::ALL {
                         option value=(s.as_str()) selected[status == s.as_str()] { (s.as_str().replace('_', " ")) }
                     }
+                    option value=(AWAITING_APPROVAL) selected[status == AWAITING_APPROVAL] { "awaiting approval" }
                 }
             }
             label { span { "From (UTC)" } input type="datetime-local" name="since" value=(params.since) step="1"; }
@@ -379,13 +406,25 @@ pub(crate) async fn page(
             )
         }
     };
-    let page = match records.call_log(&query).await {
-        Ok(page) => page,
-        Err(e) => {
-            return error_page(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                &format!("Reading the call log failed: {e}"),
-            )
+    let awaiting = params.awaiting();
+    let page = if awaiting {
+        // What waits is a handful of turns: shown whole, without pages.
+        match awaiting_approval(&state, records.as_ref(), &query, PAGE_SIZE).await {
+            Ok(entries) => CallLogPage {
+                entries,
+                older: None,
+            },
+            Err(problem) => return error_page(StatusCode::INTERNAL_SERVER_ERROR, &problem),
+        }
+    } else {
+        match records.call_log(&query).await {
+            Ok(page) => page,
+            Err(e) => {
+                return error_page(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    &format!("Reading the call log failed: {e}"),
+                )
+            }
         }
     };
     let filters = params.filters();
@@ -402,8 +441,9 @@ pub(crate) async fn page(
             format!("/console/calls?{joined}")
         }
     };
-    // Only the newest page is kept current: new calls belong on top of it, not of an older page.
-    let poll = latest.then(|| {
+    // Only the newest page is kept current: new calls belong on top of it, not of an older page. A call that
+    // starts waiting is not a newer call: the awaiting-approval list is current when loaded.
+    let poll = (latest && !awaiting).then(|| {
         if filters.is_empty() {
             "/console/api/calls".to_owned()
         } else {
@@ -416,6 +456,7 @@ pub(crate) async fn page(
         .map(|e| CallLogCursor::of(&e.summary).encode());
     let filtered = !filters.is_empty();
     let approvals = paused_approvals(&state, &page.entries).await;
+    let hits = search_hits(&state, &params, &page.entries).await;
     let main = html! {
         (filter_form(&params))
         p id="no-calls" class=(if page.entries.is_empty() { "empty" } else { "empty hidden" }) {
@@ -430,7 +471,7 @@ pub(crate) async fn page(
                 }
             }
             tbody {
-                @for entry in &page.entries { (Row::of(entry, &approvals).markup()) }
+                @for entry in &page.entries { (Row::of(entry, &approvals, &hits).markup()) }
             }
         }
         p class="pager" {
@@ -470,6 +511,11 @@ pub(crate) async fn newer_json(
     if !params.before.trim().is_empty() {
         return bad("the poll reads newer calls (`after`), not older ones".into());
     }
+    if params.awaiting() {
+        return bad(
+            "the poll reads newer calls; the calls awaiting approval are listed by the page".into(),
+        );
+    }
     let query = match params.query() {
         Ok(query) => query,
         Err(problem) => return bad(problem),
@@ -485,7 +531,7 @@ pub(crate) async fn newer_json(
             let data: Vec<serde_json::Value> = page
                 .entries
                 .iter()
-                .map(|e| Row::of(e, &approvals).json())
+                .map(|e| Row::of(e, &approvals, &HashMap::new()).json())
                 .collect();
             crate::error::json_response(StatusCode::OK, &json!({"data": data, "newest": newest}))
         }

@@ -8,6 +8,8 @@ use maud::{html, Markup};
 use serde_json::Value;
 use similar::{ChangeTag, TextDiff};
 
+use tower_chat_persistence::{CallLogQuery, Store};
+
 use super::format::{span, url_encode, utc};
 use crate::operator::Listed;
 use crate::stack::tools::{Existing, Sandbox};
@@ -82,10 +84,35 @@ pub(crate) struct Card<'a> {
     pub(crate) listed: &'a Listed,
     /// For `write_file` calls only.
     pub(crate) write: Option<WritePreview>,
+    /// The model whose answer made the call, from the call records.
+    pub(crate) model: Option<String>,
 }
 
-/// The cards of `listed`, previews read through `files` (the sandbox `write_file` writes through).
-pub(crate) async fn cards<'a>(files: Option<&Sandbox>, listed: &'a [Listed]) -> Vec<Card<'a>> {
+/// The model of the call that paused `listed`'s turn: the conversation's latest recorded call that asked for
+/// tools and started before the pause (the approval store keeps no model; the call records do).
+async fn paused_model(records: &dyn Store, listed: &Listed) -> Option<String> {
+    let conversation = &listed.paused.conversation;
+    let query = CallLogQuery {
+        search: Some(conversation.as_str().to_owned()),
+        until: Some(listed.paused.paused_at + std::time::Duration::from_millis(1)),
+        limit: Some(20),
+        ..CallLogQuery::default()
+    };
+    let page = records.call_log(&query).await.ok()?;
+    page.entries
+        .into_iter()
+        .map(|e| e.summary)
+        .find(|c| &c.conversation_id == conversation && c.asked_for_tools)
+        .and_then(|c| c.model)
+}
+
+/// The cards of `listed`, previews read through `files` (the sandbox `write_file` writes through), models read
+/// from `records`.
+pub(crate) async fn cards<'a>(
+    files: Option<&Sandbox>,
+    records: Option<&dyn Store>,
+    listed: &'a [Listed],
+) -> Vec<Card<'a>> {
     let mut cards = Vec::with_capacity(listed.len());
     for entry in listed {
         let notice = &entry.paused.notice;
@@ -94,9 +121,14 @@ pub(crate) async fn cards<'a>(files: Option<&Sandbox>, listed: &'a [Listed]) -> 
         } else {
             None
         };
+        let model = match records {
+            Some(records) => paused_model(records, entry).await,
+            None => None,
+        };
         cards.push(Card {
             listed: entry,
             write,
+            model,
         });
     }
     cards
@@ -341,7 +373,10 @@ pub(crate) fn approval_row(card: &Card<'_>, csrf: &str) -> Markup {
     let age = now().duration_since(p.paused_at).unwrap_or_default();
     html! {
         tr data-id=(id) data-status=(listed.status) {
-            td class="tool" data-label="Tool" { (p.notice.tool) }
+            td class="tool" data-label="Tool (model)" {
+                (p.notice.tool)
+                p class="model" { (card.model.as_deref().unwrap_or("model not recorded")) }
+            }
             td class="context" data-label="Context" { (context(listed)) }
             td class="arguments" data-label="Arguments" {
                 (argument_fields(&p.notice.arguments))
@@ -406,7 +441,7 @@ pub(crate) fn approvals_table(cards: &[Card<'_>], csrf: &str, ids: TableIds) -> 
         table id=[ids.table] class=(if cards.is_empty() { "approvals hidden" } else { "approvals" }) {
             thead {
                 tr {
-                    th { "Tool" } th { "Context" } th { "Arguments" } th { "Policy's reason" } th { "Caller" }
+                    th { "Tool (model)" } th { "Context" } th { "Arguments" } th { "Policy's reason" } th { "Caller" }
                     th { "Conversation" } th { "Paused at (approval id)" } th { "Age" } th { "Expires in" } th { "Status" } th { "Decision" }
                 }
             }

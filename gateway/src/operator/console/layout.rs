@@ -45,9 +45,9 @@ pub(crate) fn layout(title: &str, nav: Nav, session: Option<&Session>, main: Mar
             head {
                 meta charset="utf-8";
                 meta name="viewport" content="width=device-width, initial-scale=1";
-                // The inbox's tab says how many calls wait, like a mail client's.
+                // Every page's tab says how many calls wait, like a mail client's.
                 title {
-                    @if let (Nav::Inbox, Some(waiting)) = (nav, session.and_then(|s| s.waiting)) {
+                    @if let Some(waiting) = session.and_then(|s| s.waiting) {
                         "(" (waiting) ") "
                     }
                     (title) " · tower-chat console"

@@ -23,6 +23,7 @@ use maud::{html, Markup};
 
 use super::extract::PageQuery;
 use super::format::url_encode;
+use super::highlight::marked;
 use super::layout::error_page;
 use super::state::ConsoleState;
 
@@ -54,6 +55,13 @@ pub(crate) struct MessageAt<'a> {
     pub(crate) index: usize,
 }
 
+impl MessageAt<'_> {
+    /// The message's element id on the timeline: `m-<call id>-<index>`.
+    pub(crate) fn anchor(&self) -> String {
+        format!("m-{}-{}", self.call, self.index)
+    }
+}
+
 fn file_name(part: &Part) -> Option<&str> {
     match part {
         Part::File(file) => file.name.as_deref(),
@@ -62,14 +70,14 @@ fn file_name(part: &Part) -> Option<&str> {
 }
 
 /// Text parts as text; images as thumbnails; other media by kind, media type, size and name.
-pub(crate) fn content_parts(content: &Content, at: MessageAt<'_>) -> Markup {
+pub(crate) fn content_parts(content: &Content, at: MessageAt<'_>, marks: &[String]) -> Markup {
     if let Some(text) = content.as_text() {
-        return html! { pre class="content" { (text) } };
+        return html! { pre class="content" { (marked(text, marks)) } };
     }
     html! {
         @for (index, part) in content.parts().iter().enumerate() {
             @if let Part::Text(text) = part {
-                pre class="content" { (text.text) }
+                pre class="content" { (marked(&text.text, marks)) }
             } @else {
                 (media_part(part, index, at))
             }

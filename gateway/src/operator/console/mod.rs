@@ -8,14 +8,16 @@
 //! |---|---|
 //! | `/console/login` | log in with an operator key (the only page served without a session, with the assets); failed logins are limited, `429` + `Retry-After` |
 //! | `/console` | the approvals inbox ([`card`]): pending calls (the user's request and the model's text before the call, arguments as sized fields, for `write_file` a diff against the file, reason, caller, conversation, age, expiry), approve or deny with a reason; decided calls whose client has not resumed in their own section; a banner after a decision; `console.js` keeps it current from `/console/api/approvals` |
-//! | `/console/calls?q=&caller=&model=&status=&since=&until=&before=` | the call log ([`calls`]): every recorded call, newest first (time, caller, model, outcome, first message, tokens, cost, latency, time to first token), filtered, searched by id or message words, paged by cursor; `console.js` adds new calls from `/console/api/calls?after=…` |
+//! | `/console/approvals/{id}/decision` | a decision's URL opened as a page: the approval's card and form, or a 404 page once it is no longer listed |
+//! | `/console/calls?q=&caller=&model=&status=&since=&until=&before=` | the call log ([`calls`]): every recorded call, newest first (time, caller, model, outcome, first message, tokens, cost, latency, time to first token), filtered (`status=awaiting_approval`: the calls whose approval waits), searched by call, request or conversation id (bare or qualified), caller, model or word prefixes (a malformed search is refused; a word search shows each call's matching snippet, linked to the message on the timeline), paged by cursor; `console.js` adds new calls from `/console/api/calls?after=…` |
 //! | `/console/conversations` | conversations, most recent first: caller, last activity, calls, tokens, cost |
-//! | `/console/conversation?id=…` | one conversation's timeline: messages, every recorded call (model, latency, time to first token, usage, outcome, tool calls and results), approvals and their audit |
+//! | `/console/conversation?id=…&q=&hit=` | one conversation's timeline: its turns as `<details>` with a one-line summary (repeated prompts marked; a long conversation opens its last turn and has a turn index), messages, every recorded call (model, latency, time to first token, usage, outcome, tool calls and results), approvals and their audit; `hit` (from a search) marks the found message's `q` words; an unknown id is a 404 page |
 //! | `/console/media?call=…&message=…&part=…` | the bytes of one part of a recorded call's history: raster images inline (the timeline's thumbnails), anything else as an attachment ([`media`]) |
 //! | `/console/usage?range=1h\|24h\|7d&by=model\|caller` | model calls, errors and their rate, tokens, cost and latency percentile bands over time, by model or caller (server-rendered SVG); breakdown tables per model and per caller; the response cache's hit rate and the spend it saved |
 //! | `/console/favicon.svg` | the console's icon, linked from every page (cached for a year) |
 //!
-//! Every page's navigation counts the calls waiting for a decision (the inbox's title too).
+//! Every page's navigation and tab title count the calls waiting for a decision, kept current by `console.js`
+//! (from `/console/api/waiting`, or on the inbox from its own refresh).
 //!
 //! Any other path under `/console` answers a `404` page inside the console; a refused decision (`409`: decided
 //! already) and a bad query (`400`: an unknown `?range=`) are HTML pages too, never the API's JSON.
@@ -32,10 +34,12 @@
 //! reverse proxy the client address is the one `--trusted-proxy-header` reports, [`crate::edge::client_addr`]).
 
 mod calls;
+mod calls_approvals;
 mod card;
 mod chart;
 mod extract;
 mod format;
+mod highlight;
 mod layout;
 mod media;
 mod outcome;
@@ -44,6 +48,7 @@ pub(crate) mod session;
 mod session_store;
 mod state;
 mod timeline;
+mod turns;
 mod usage;
 mod usage_breakdown;
 
@@ -94,7 +99,11 @@ pub(crate) fn router<S: Clone + Send + Sync + 'static>(
     let pages = Router::new()
         .route("/console", get(pages::inbox))
         .route("/console/api/approvals", get(pages::approvals_json))
-        .route("/console/approvals/{id}/decision", post(pages::decide))
+        .route("/console/api/waiting", get(waiting_json))
+        .route(
+            "/console/approvals/{id}/decision",
+            post(pages::decide).get(pages::decision_page),
+        )
         .route("/console/calls", get(calls::page))
         .route("/console/api/calls", get(calls::newer_json))
         .route("/console/conversations", get(pages::conversations))
@@ -221,6 +230,22 @@ async fn waiting(operators: &OperatorState) -> Option<session::Waiting> {
         count: page.listed.iter().filter(|l| l.status == "pending").count(),
         more: page.next.is_some(),
     })
+}
+
+/// `GET /console/api/waiting`: how many calls wait for a decision (`count`, and `more` when more wait behind
+/// the listed page), what every page's navigation and tab title show; `console.js` polls it on every page but
+/// the inbox, which refreshes its whole list.
+async fn waiting_json(State(state): State<ConsoleState>) -> Response {
+    match waiting(&state.operators).await {
+        Some(w) => crate::error::json_response(
+            StatusCode::OK,
+            &serde_json::json!({"count": w.count, "more": w.more}),
+        ),
+        None => crate::error::json_response(
+            StatusCode::SERVICE_UNAVAILABLE,
+            &serde_json::json!({"error": "the pending approvals cannot be read"}),
+        ),
+    }
 }
 
 /// A form with nothing but its CSRF token (logging out).

@@ -113,8 +113,9 @@ pub(crate) async fn inbox(
         .into_iter()
         .partition(|l| l.status == "pending");
     let files = state.operators.files.as_deref();
-    let waiting_cards = card::cards(files, &waiting).await;
-    let answered_cards = card::cards(files, &answered).await;
+    let records = state.records.as_deref();
+    let waiting_cards = card::cards(files, records, &waiting).await;
+    let answered_cards = card::cards(files, records, &answered).await;
     let main = html! {
         @if let Some(banner) = decided.banner() {
             (banner)
@@ -288,5 +289,50 @@ pub(crate) async fn conversations(
     html_response(
         StatusCode::OK,
         layout("Conversations", Nav::Conversations, Some(&session), main),
+    )
+}
+
+/// `GET /console/approvals/{id}/decision`: what a decision's URL shows when opened as a page (a bookmarked or
+/// shared link, a reload after posting): the approval's card with its decision form while it waits or awaits its
+/// client, else a 404 page saying it is not listed. Never the API's `405`.
+pub(crate) async fn decision_page(
+    State(state): State<ConsoleState>,
+    Extension(session): Extension<Session>,
+    Path(id): Path<String>,
+) -> Response {
+    let Some(listed) = operator::find_listed(&state.operators, &id).await else {
+        return error_page(
+            StatusCode::NOT_FOUND,
+            &format!(
+                "No approval {id:?} is listed: it was decided and its client resumed, it expired, or it never \
+                 existed. The conversation's timeline keeps every decision."
+            ),
+        );
+    };
+    let listed = [listed];
+    let cards = card::cards(
+        state.operators.files.as_deref(),
+        state.records.as_deref(),
+        &listed,
+    )
+    .await;
+    let main = html! {
+        p class="hint" {
+            @if listed[0].status == "pending" {
+                "This approval waits for a decision."
+            } @else {
+                "This approval was decided; it waits for its client to resume the turn."
+            }
+            " " a href="/console" { "All approvals" }
+        }
+        (card::approvals_table(&cards, &session.csrf, card::TableIds {
+            table: None,
+            empty: None,
+            empty_text: "Nothing waits for a decision.",
+        }))
+    };
+    html_response(
+        StatusCode::OK,
+        layout("Approval", Nav::Inbox, Some(&session), main),
     )
 }

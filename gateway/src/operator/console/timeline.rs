@@ -1,5 +1,8 @@
 //! One conversation's timeline: its messages, every recorded model call with its facts, the tool calls and
-//! results between them, and the approvals beside the calls they decided.
+//! results between them, and the approvals beside the calls they decided. Each turn is a `<details>` whose
+//! summary is one line (number, time, prompt, calls, latency, tokens; a prompt repeated word for word names the
+//! turn it repeats); a long conversation opens its last turn only and has an index of its turns to jump to.
+//! An id nothing was recorded for is a 404 page.
 //!
 //! Each message appears once, where it entered the conversation. Clients resend their history every turn, but
 //! not the tool rounds the gateway ran for them, so a call's request is rarely a plain continuation of the
@@ -20,18 +23,40 @@ use tower_chat_persistence::CallRecord;
 use super::card;
 use super::extract::PageQuery;
 use super::format::{count, dollars, finish_label, millis, utc};
+use super::highlight::marked;
 use super::layout::{error_page, html_response, layout, Nav};
 use super::media::{content_parts, MessageAt};
 use super::outcome::AskedForTools;
 use super::pages::arguments_text;
 use super::session::Session;
 use super::state::ConsoleState;
+use super::turns::{turn_index, turn_lines, turn_summary, turns, OPEN_TURNS};
 use crate::operator::{self, Listed};
 
-/// A conversation's id (`id`).
+/// A conversation's id (`id`); from a call log search, its words (`q`) and the message it found (`hit`, the
+/// message's element id, which the link's fragment scrolls to), marked on the timeline.
 #[derive(Debug, Default, Deserialize)]
 pub(crate) struct ConversationParams {
     id: Option<String>,
+    #[serde(default)]
+    q: String,
+    hit: Option<String>,
+}
+
+/// The message a call log search found: its anchor, and the words to mark in it.
+struct Found {
+    anchor: Option<String>,
+    prefixes: Vec<String>,
+}
+
+impl Found {
+    /// The words to mark in the message at `at`: the search's, if it is the one found.
+    fn marks(&self, at: MessageAt<'_>) -> &[String] {
+        match &self.anchor {
+            Some(anchor) if *anchor == at.anchor() => &self.prefixes,
+            _ => &[],
+        }
+    }
 }
 
 /// Approval decisions by the id of the tool call they decided on (the audit log's, for the timeline).
@@ -43,22 +68,29 @@ struct Approvals<'a> {
     audit: Vec<&'a tower_chat_approval::AuditRecord>,
 }
 
-fn message(message: &Message, at: MessageAt<'_>, decided: &Decided<'_>) -> Markup {
+/// One message; the message a search found is marked as the hit, its matching words in `<mark>`, its element id
+/// naming the call and its index there (what the search result links to).
+fn message(message: &Message, at: MessageAt<'_>, decided: &Decided<'_>, found: &Found) -> Markup {
+    let marks = found.marks(at);
+    let hit = if marks.is_empty() { "" } else { " hit" };
+    // Only the found message needs an element id (the link's fragment): ids on every message would weigh a long
+    // timeline down.
+    let id = (!marks.is_empty()).then(|| at.anchor());
     match message {
         Message::System { content } => html! {
-            div class="message system" { span class="role" { "system" } (content_parts(content, at)) }
+            div class={ "message system" (hit) } id=[id] { span class="role" { "system" } (content_parts(content, at, marks)) }
         },
         Message::User { content } => html! {
-            div class="message user" { span class="role" { "user" } (content_parts(content, at)) }
+            div class={ "message user" (hit) } id=[id] { span class="role" { "user" } (content_parts(content, at, marks)) }
         },
         Message::Assistant(a) => html! {
-            div class="message assistant" {
+            div class={ "message assistant" (hit) } id=[id] {
                 span class="role" { "assistant" }
                 @if let Some(reasoning) = a.reasoning_text() {
                     pre class="reasoning" { (reasoning) }
                 }
                 @if !a.content.is_empty() {
-                    pre class="content" { (a.content) }
+                    pre class="content" { (marked(&a.content, marks)) }
                 }
                 @for call in &a.tool_calls {
                     div class="tool-call" data-call-id=(call.id) {
@@ -77,10 +109,10 @@ fn message(message: &Message, at: MessageAt<'_>, decided: &Decided<'_>) -> Marku
             }
         },
         Message::Tool(t) => html! {
-            div class=(if t.is_error { "message tool error" } else { "message tool" }) data-call-id=(t.call_id) {
+            div class={ (if t.is_error { "message tool error" } else { "message tool" }) (hit) } data-call-id=(t.call_id) id=[id] {
                 span class="role" { "tool result" }
                 code class="tool" { (t.name) }
-                (content_parts(&t.content, at))
+                (content_parts(&t.content, at, marks))
             }
         },
     }
@@ -152,6 +184,7 @@ fn call_section<'a>(
     decided: &Decided<'_>,
     next_started: Option<std::time::SystemTime>,
     approvals: &Approvals<'_>,
+    found: &Found,
 ) -> Markup {
     let request = call.request.messages.as_slice();
     let first_new = shown.pick_up(request);
@@ -239,7 +272,7 @@ fn call_section<'a>(
     ];
     html! {
         @for (index, m) in request.iter().enumerate().skip(first_new) {
-            (message(m, at(index), decided))
+            (message(m, at(index), decided, found))
         }
         section class="call" id=(format!("call-{}", call.call_id.as_str())) data-call-id=(call.call_id.as_str()) data-round=(call.round_index) data-cached=[cached.then_some("true")] {
             dl class="call-facts" {
@@ -252,7 +285,7 @@ fn call_section<'a>(
                 (verdicts(&call.guardrail))
             }
             @for (index, m) in call.response.messages.iter().enumerate() {
-                (message(m, at(request.len() + index), decided))
+                (message(m, at(request.len() + index), decided, found))
             }
             @for approval in &call.response.approval_requests {
                 div class="approval-request" data-approval-id=(approval.id) {
@@ -290,8 +323,6 @@ fn verdicts(verdicts: &[GuardrailVerdict]) -> Markup {
     }
 }
 
-/// The calls grouped by turn: a turn begins with a first round (round index 0); a resumed turn's rounds (a
-/// paused turn continued after its approval) stay in the turn they continue.
 /// When the conversation's next call after `call` started, if one did.
 fn next_start(calls: &[CallRecord], call: &CallRecord) -> Option<std::time::SystemTime> {
     calls
@@ -299,39 +330,6 @@ fn next_start(calls: &[CallRecord], call: &CallRecord) -> Option<std::time::Syst
         .map(|c| c.started_at)
         .filter(|at| *at > call.started_at)
         .min()
-}
-
-fn turns(calls: &[CallRecord]) -> impl Iterator<Item = &[CallRecord]> {
-    let mut rest = calls;
-    std::iter::from_fn(move || {
-        let (_, later) = rest.split_first()?;
-        let len = 1 + later.iter().take_while(|c| c.round_index > 0).count();
-        let (turn, after) = rest.split_at(len);
-        rest = after;
-        Some(turn)
-    })
-}
-
-/// A turn's heading: how many model calls it made, their summed latency and tokens.
-fn turn_heading(turn: &[CallRecord]) -> Markup {
-    let (Some(first), Some(last)) = (turn.first(), turn.last()) else {
-        return html! {};
-    };
-    let (input, output) = turn.iter().fold((0, 0), |(i, o), c| {
-        (i + c.usage().input_tokens, o + c.usage().output_tokens)
-    });
-    let calls = turn.len();
-    let took = millis(
-        last.ended_at
-            .duration_since(first.started_at)
-            .unwrap_or_default(),
-    );
-    html! {
-        h3 class="turn" {
-            "Turn at " (utc(first.started_at)) " · " (count(calls as u64, "model call", "model calls"))
-            " · " (took) " · " (input) " input and " (output) " output tokens"
-        }
-    }
 }
 
 /// The audit log's table: every decision taken in the conversation.
@@ -347,14 +345,14 @@ fn audit_table(audit: &[tower_chat_approval::AuditRecord]) -> Markup {
             tbody {
                 @for record in audit {
                     tr data-approval-id=(record.approval_id) data-outcome=(record.outcome.as_str()) {
-                        td { (utc(record.decided_at)) }
-                        td { (record.approval_id) }
-                        td { (record.call.as_ref().map_or("—", |c| c.name.as_str())) }
-                        td { pre { (record.call.as_ref().map(|c| arguments_text(&c.arguments)).unwrap_or_default()) } }
-                        td class="outcome" { (record.outcome.as_str()) }
-                        td class="approver" { (record.approver.as_deref().unwrap_or("—")) }
-                        td { (record.caller.as_ref().map_or("—", |c| c.as_str())) }
-                        td class="reason" { (record.reason.as_deref().unwrap_or("—")) }
+                        td data-label="Decided" { (utc(record.decided_at)) }
+                        td class="id" data-label="Approval" { (record.approval_id) }
+                        td data-label="Tool" { (record.call.as_ref().map_or("—", |c| c.name.as_str())) }
+                        td class="arguments" data-label="Arguments" { pre { (record.call.as_ref().map(|c| arguments_text(&c.arguments)).unwrap_or_default()) } }
+                        td class="outcome" data-label="Outcome" { (record.outcome.as_str()) }
+                        td class="approver" data-label="Approver" { (record.approver.as_deref().unwrap_or("—")) }
+                        td data-label="Caller" { (record.caller.as_ref().map_or("—", |c| c.as_str())) }
+                        td class="reason" data-label="Reason" { (record.reason.as_deref().unwrap_or("—")) }
                     }
                 }
             }
@@ -398,6 +396,12 @@ pub(crate) async fn timeline(
                 )
             }
         };
+    if calls.is_empty() && audit.is_empty() && pending.is_empty() {
+        return error_page(
+            StatusCode::NOT_FOUND,
+            &format!("No conversation {id:?} is recorded: no call, approval or decision of it."),
+        );
+    }
     let (input, output): (u64, u64) = calls.iter().fold((0, 0), |(i, o), c| {
         (i + c.usage().input_tokens, o + c.usage().output_tokens)
     });
@@ -421,13 +425,30 @@ pub(crate) async fn timeline(
         listed: pending.iter().collect(),
         audit: audit.iter().collect(),
     };
-    let pending_cards = card::cards(state.operators.files.as_deref(), &pending).await;
+    let pending_cards = card::cards(
+        state.operators.files.as_deref(),
+        state.records.as_deref(),
+        &pending,
+    )
+    .await;
+    let found = Found {
+        anchor: params.hit,
+        prefixes: super::highlight::prefixes(&params.q),
+    };
+    let grouped: Vec<&[CallRecord]> = turns(&calls).collect();
+    let lines = turn_lines(&grouped);
+    let long = grouped.len() > OPEN_TURNS;
+    // The turn holding the message a search found is open, so the link's fragment lands on it.
+    let hit_turn = found.anchor.as_deref().and_then(|anchor| {
+        grouped.iter().position(|turn| {
+            turn.iter()
+                .any(|c| anchor.starts_with(&format!("m-{}-", c.call_id.as_str())))
+        })
+    });
+    let hit_turn = hit_turn.map(|i| i + 1);
     let mut shown = Shown::default();
     let main = html! {
         p class="conversation-id" id="conversation-id" { (id) }
-        @if calls.is_empty() && audit.is_empty() && pending.is_empty() {
-            p class="empty" { "Nothing recorded for this conversation." }
-        }
         p class="summary" {
             "Caller " (caller) " · " (count(calls.len() as u64, "model call", "model calls")) " · " (input) " input and " (output) " output tokens · "
             (cost)
@@ -441,10 +462,16 @@ pub(crate) async fn timeline(
             }))
         }
         h2 { "Timeline" }
-        @for turn in turns(&calls) {
-            (turn_heading(turn))
-            @for call in turn {
-                (call_section(call, &mut shown, &decided, next_start(&calls, call), &approvals))
+        @if long {
+            (turn_index(&lines))
+        }
+        @for (turn, line) in grouped.iter().zip(&lines) {
+            details class="turn" id=(format!("turn-{}", line.number)) data-repeats=[line.repeats]
+                open[!long || line.number == lines.len() || hit_turn == Some(line.number)] {
+                (turn_summary(turn, line))
+                @for call in turn.iter() {
+                    (call_section(call, &mut shown, &decided, next_start(&calls, call), &approvals, &found))
+                }
             }
         }
         h2 { "Approvals and audit" }

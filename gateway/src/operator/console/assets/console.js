@@ -1,5 +1,6 @@
 // tower-chat console: keeps the approvals inbox (the pending and the decided calls, their counts in the
-// headings, the navigation and the tab's title) and the call log's newest page current without a reload, says
+// headings, the navigation and the tab's title), every other page's count of waiting calls (navigation and tab
+// title) and the call log's newest page current without a reload, says
 // when it last heard from the gateway (and when it cannot reach it), and sends decisions without leaving the
 // page, so one that fails to reach the gateway is shown as failed and stays in its form. The only script of the
 // console, served from the binary; the Content-Security-Policy forbids inline code. Values are put into the page
@@ -283,4 +284,60 @@
   }
 
   window.setInterval(poll, 2000);
+})();
+
+// Every page but the inbox (which refreshes its whole list): the navigation's count of the calls waiting for a
+// decision and the tab's title follow what waits, polled from a small JSON answer.
+(function () {
+  const nav = document.getElementById("nav-pending-count");
+  if (!nav || document.getElementById("approvals")) {
+    return;
+  }
+  const baseTitle = document.title.replace(/^\(\d+\+?\) /, "");
+  let busy = false;
+
+  async function poll() {
+    if (busy) return;
+    busy = true;
+    try {
+      const response = await fetch("/console/api/waiting", { credentials: "same-origin", headers: { accept: "application/json" } });
+      if (response.status === 401) {
+        window.location.assign("/console/login");
+        return;
+      }
+      if (!response.ok) return;
+      const waiting = await response.json();
+      const label = waiting.count + (waiting.more ? "+" : "");
+      nav.textContent = "(" + label + ")";
+      document.title = "(" + label + ") " + baseTitle;
+      document.body.dataset.waitingUpdated = String(Date.now());
+    } catch (e) {
+      // The gateway restarting: the next tick asks again.
+    } finally {
+      busy = false;
+    }
+  }
+
+  window.setInterval(poll, 2000);
+})();
+
+// A link to a turn, a call or a message inside a collapsed turn of a timeline (its turn index, the call log's
+// links) opens that turn, so the browser has something to scroll to.
+(function () {
+  function reveal() {
+    if (!window.location.hash) return;
+    let target = null;
+    try {
+      target = document.getElementById(decodeURIComponent(window.location.hash.slice(1)));
+    } catch (e) {
+      return;
+    }
+    const turn = target && target.closest("details.turn");
+    if (turn && !turn.open) {
+      turn.open = true;
+      target.scrollIntoView();
+    }
+  }
+  window.addEventListener("hashchange", reveal);
+  reveal();
 })();
