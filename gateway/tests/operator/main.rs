@@ -13,6 +13,7 @@ mod console_media;
 mod console_pages;
 mod console_refusals;
 mod console_sessions;
+mod console_spend;
 mod console_usage;
 mod operator;
 mod persistence;

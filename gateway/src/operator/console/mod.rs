@@ -13,6 +13,7 @@
 //! | `/console/conversation?id=…` | one conversation's timeline: messages, every recorded call (model, latency, time to first token, usage, outcome, tool calls and results), approvals and their audit |
 //! | `/console/media?call=…&message=…&part=…` | the bytes of one part of a recorded call's history: raster images inline (the timeline's thumbnails), anything else as an attachment ([`media`]) |
 //! | `/console/usage?range=1h\|24h\|7d&by=model\|caller` | model calls, errors and their rate, tokens, cost and latency percentile bands over time, by model or caller (server-rendered SVG); breakdown tables per model and per caller; the response cache's hit rate and the spend it saved |
+//! | `/console/spend?range=today\|7d\|this-week\|last-week\|this-month\|last-month` or `?from=&until=` | cost and tokens per caller × model for the period, from the store's spend rollup ([`spend`]); each caller's budget and its use (the limits layer's counters); `/console/spend.csv` the same table as a CSV attachment |
 //! | `/console/favicon.svg` | the console's icon, linked from every page (cached for a year) |
 //!
 //! Every page's navigation counts the calls waiting for a decision (the inbox's title too).
@@ -42,6 +43,9 @@ mod outcome;
 mod pages;
 pub(crate) mod session;
 mod session_store;
+mod spend;
+mod spend_csv;
+mod spend_range;
 mod state;
 mod timeline;
 mod usage;
@@ -84,11 +88,13 @@ const FAVICON: &str = include_str!("assets/favicon.svg");
 pub(crate) fn router<S: Clone + Send + Sync + 'static>(
     operators: OperatorState,
     records: Option<Arc<dyn Store>>,
+    limits: Option<tower_chat_limits::LimitsLayer>,
 ) -> Router<S> {
     let state = ConsoleState {
         sessions: operators.sessions.clone(),
         operators,
         records,
+        limits,
         usage_cache: Arc::default(),
     };
     let pages = Router::new()
@@ -101,6 +107,8 @@ pub(crate) fn router<S: Clone + Send + Sync + 'static>(
         .route("/console/conversation", get(timeline::timeline))
         .route("/console/media", get(media::media))
         .route("/console/usage", get(usage::page))
+        .route("/console/spend", get(spend::page))
+        .route("/console/spend.csv", get(spend_csv::csv))
         .route("/console/logout", post(logout))
         .route("/console/{*rest}", axum::routing::any(not_found))
         .route_layer(middleware::from_fn_with_state(
