@@ -35,6 +35,7 @@ pub(crate) fn router(
     // for it, and a clone of the stack is a clone of every layer in it.
     let state = Arc::new(state.clone());
     let records = state.turns.records.clone();
+    let console_limits = limits.clone();
     let usage = move |caller: Option<Extension<CallerIdentity>>| {
         crate::api::usage::usage(limits, records, caller.map(|Extension(c)| c))
     };
@@ -68,9 +69,12 @@ pub(crate) fn router(
     let mut console = Router::new();
     if let Some(operators) = &state.turns.operators {
         if state.console {
-            console =
-                crate::operator::console::router(operators.clone(), state.turns.records.clone())
-                    .layer(CompressionLayer::new());
+            console = crate::operator::console::router(
+                operators.clone(),
+                state.turns.records.clone(),
+                console_limits,
+            )
+            .layer(CompressionLayer::new());
         }
         // The client's long-poll shares the client routes' authentication; decisions take operator keys.
         api = api.route(

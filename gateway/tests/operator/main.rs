@@ -15,6 +15,7 @@ mod console_pages;
 mod console_refusals;
 mod console_search;
 mod console_sessions;
+mod console_spend;
 mod console_usage;
 mod console_waiting;
 mod operator;

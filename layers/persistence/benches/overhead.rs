@@ -5,12 +5,13 @@
 //!
 //! Counting mode, for callgrind (instructions per recorded call are the slope between two conversation counts,
 //! divided by the two model calls of each conversation):
-//! `PERSIST_COUNT_VARIANT=bare|null|sqlite PERSIST_COUNT_CONVERSATIONS=N target/release/deps/overhead-<hash>`.
+//! `PERSIST_COUNT_VARIANT=bare|null|sqlite|sqlite_no_rollup PERSIST_COUNT_CONVERSATIONS=N target/release/deps/overhead-<hash>`.
 //! Each conversation is a two-round tool conversation (user → tool call → tool result →
 //! answer) with a system prompt and one tool offered, as a tool loop sends it: two model calls with the same
 //! conversation id, the second resending the first's history. `bare` is the scripted model alone, `null` the
 //! layer over a store that forgets (the layer's own cost), `sqlite` the default layer (fail-closed) over a
-//! SQLite file: every record committed before the call's `Finish` is delivered.
+//! SQLite file: every record committed before the call's `Finish` is delivered; `sqlite_no_rollup` the same
+//! without the triggers keeping the spend rollup (`chat_spend_daily`), for the rollup's share of a record.
 //! `PERSIST_COUNT_CONCURRENCY=K` (default 1) runs K conversations at once: their records reach the writer
 //! together and share transactions (group commit).
 //! `PERSIST_COUNT_LONG=1` counts turns of one long conversation instead (`PERSIST_COUNT_CONVERSATIONS` is then
@@ -357,10 +358,21 @@ fn count(variant: &str) {
                 tool_model(),
                 PersistenceLayer::new(NullStore),
             )),
-            "sqlite" => {
+            "sqlite" | "sqlite_no_rollup" => {
                 let store = SqliteStore::open(dir.path().join("count.db"))
                     .await
                     .unwrap();
+                if variant == "sqlite_no_rollup" {
+                    // The spend rollup's share: the same store without the triggers that keep it.
+                    store
+                        .run("drop the rollup's triggers", |conn| {
+                            conn.execute_batch(
+                                "DROP TRIGGER chat_spend_on_insert; DROP TRIGGER chat_spend_on_final;",
+                            )
+                        })
+                        .await
+                        .unwrap();
+                }
                 BoxCloneService::new(Persistence::new(tool_model(), PersistenceLayer::new(store)))
             }
             other => panic!("unknown PERSIST_COUNT_VARIANT {other}"),

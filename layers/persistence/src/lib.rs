@@ -103,6 +103,7 @@ mod record;
 mod recorder;
 mod screening;
 mod service;
+mod spend;
 pub mod store;
 mod stream;
 mod usage;
@@ -121,6 +122,7 @@ pub use record::{
 };
 pub use recorder::{FailurePolicy, PersistenceStats, RELEASE_CACHES_AFTER};
 pub use service::{Persistence, ResponseFuture};
+pub use spend::{SpendRollupQuery, SpendRow, UtcDay};
 #[cfg(feature = "postgres")]
 pub use store::postgres::{PostgresStore, PostgresStoreBuilder};
 #[cfg(feature = "sqlite")]

@@ -33,6 +33,7 @@ pub(crate) enum Nav {
     Calls,
     Conversations,
     Usage,
+    Spend,
     None,
 }
 
@@ -69,6 +70,7 @@ pub(crate) fn layout(title: &str, nav: Nav, session: Option<&Session>, main: Mar
                                 (Nav::Calls, "/console/calls", "Calls"),
                                 (Nav::Conversations, "/console/conversations", "Conversations"),
                                 (Nav::Usage, "/console/usage", "Usage"),
+                                (Nav::Spend, "/console/spend", "Spend"),
                             ] {
                                 a href=(href) class=[(entry == nav).then_some("current")] {
                                     (label)

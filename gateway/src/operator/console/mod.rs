@@ -14,6 +14,7 @@
 //! | `/console/conversation?id=…&q=&hit=` | one conversation's timeline: its turns as `<details>` with a one-line summary (repeated prompts marked; a long conversation opens its last turn and has a turn index), messages, every recorded call (model, latency, time to first token, usage, outcome, tool calls and results), approvals and their audit; `hit` (from a search) marks the found message's `q` words; an unknown id is a 404 page |
 //! | `/console/media?call=…&message=…&part=…` | the bytes of one part of a recorded call's history: raster images inline (the timeline's thumbnails), anything else as an attachment ([`media`]) |
 //! | `/console/usage?range=1h\|24h\|7d&by=model\|caller` | model calls, errors and their rate, tokens, cost and latency percentile bands over time, by model or caller (server-rendered SVG); breakdown tables per model and per caller; the response cache's hit rate and the spend it saved |
+//! | `/console/spend?range=today\|7d\|this-week\|last-week\|this-month\|last-month` or `?from=&until=` | cost and tokens per caller × model for the period, from the store's spend rollup ([`spend`]); each caller's budget and its use (the limits layer's counters); `/console/spend.csv` the same table as a CSV attachment |
 //! | `/console/favicon.svg` | the console's icon, linked from every page (cached for a year) |
 //!
 //! Every page's navigation and tab title count the calls waiting for a decision, kept current by `console.js`
@@ -46,6 +47,9 @@ mod outcome;
 mod pages;
 pub(crate) mod session;
 mod session_store;
+mod spend;
+mod spend_csv;
+mod spend_range;
 mod state;
 mod timeline;
 mod turns;
@@ -89,11 +93,13 @@ const FAVICON: &str = include_str!("assets/favicon.svg");
 pub(crate) fn router<S: Clone + Send + Sync + 'static>(
     operators: OperatorState,
     records: Option<Arc<dyn Store>>,
+    limits: Option<tower_chat_limits::LimitsLayer>,
 ) -> Router<S> {
     let state = ConsoleState {
         sessions: operators.sessions.clone(),
         operators,
         records,
+        limits,
         usage_cache: Arc::default(),
     };
     let pages = Router::new()
@@ -110,6 +116,8 @@ pub(crate) fn router<S: Clone + Send + Sync + 'static>(
         .route("/console/conversation", get(timeline::timeline))
         .route("/console/media", get(media::media))
         .route("/console/usage", get(usage::page))
+        .route("/console/spend", get(spend::page))
+        .route("/console/spend.csv", get(spend_csv::csv))
         .route("/console/logout", post(logout))
         .route("/console/{*rest}", axum::routing::any(not_found))
         .route_layer(middleware::from_fn_with_state(

@@ -19,6 +19,8 @@ pub(crate) type UsageCache = HashMap<(&'static str, &'static str), (std::time::I
 pub(crate) struct ConsoleState {
     pub(crate) operators: OperatorState,
     pub(crate) records: Option<Arc<dyn Store>>,
+    /// The limits layer, for the spend page's budgets (`None` without `[limits]`).
+    pub(crate) limits: Option<tower_chat_limits::LimitsLayer>,
     pub(crate) sessions: SessionStore,
     /// Rendered usage pages by query, for [`super::usage::CACHE_FOR`]: operators refreshing the page do not each
     /// re-read and re-aggregate every call of the range.

@@ -10,6 +10,7 @@ use crate::record::{
     CallId, CallOutcome, CallQuery, CallRecord, CallSummary, ConversationQuery,
     ConversationSummary, Spend, SpendQuery,
 };
+use crate::spend::{SpendRollupQuery, SpendRow};
 use crate::usage::{UsageAggregate, UsageQuery};
 
 #[cfg(feature = "postgres")]
@@ -28,6 +29,8 @@ mod chain;
 mod error;
 #[cfg(feature = "sqlite")]
 mod legacy_journal;
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+mod rollup;
 mod schema;
 
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
@@ -114,6 +117,18 @@ pub trait Store: fmt::Debug + Send + Sync + 'static {
     ) -> BoxFuture<'a, Result<Vec<UsageAggregate>, StoreError>> {
         let _ = query;
         Box::pin(async { Err(StoreError::new("this store cannot aggregate usage")) })
+    }
+
+    /// Spend from the rollup the store keeps per UTC day, caller, team and model (updated with each record,
+    /// in its transaction), summed per group of `query`, ordered by day, caller, team, model. Costs as much
+    /// for a year of records as for a day's: it never reads the records. The SQLite and PostgreSQL stores
+    /// implement it; other stores answer with an error unless they do.
+    fn spend_rollup<'a>(
+        &'a self,
+        query: &'a SpendRollupQuery,
+    ) -> BoxFuture<'a, Result<Vec<SpendRow>, StoreError>> {
+        let _ = query;
+        Box::pin(async { Err(StoreError::new("this store keeps no spend rollup")) })
     }
 
     /// A page of the call log: the calls that match `query`'s filters and search, newest first, from its
@@ -236,6 +251,13 @@ impl<S: Store + ?Sized> Store for std::sync::Arc<S> {
         query: &'a CallLogQuery,
     ) -> BoxFuture<'a, Result<CallLogPage, StoreError>> {
         (**self).call_log(query)
+    }
+
+    fn spend_rollup<'a>(
+        &'a self,
+        query: &'a SpendRollupQuery,
+    ) -> BoxFuture<'a, Result<Vec<SpendRow>, StoreError>> {
+        (**self).spend_rollup(query)
     }
 
     fn load_conversation<'a>(

@@ -23,6 +23,7 @@ use super::{Migration, Store, StoreError};
 use crate::call_log::{CallLogPage, CallLogQuery};
 
 mod call_log;
+mod spend;
 use crate::record::{
     to_micros, CallId, CallQuery, CallRecord, CallSummary, ConversationQuery, ConversationSummary,
     Spend, SpendQuery,
@@ -436,6 +437,9 @@ const INSERT_OPTIONS: &str = "INSERT INTO chat_options (id, options) VALUES ($1,
 const INSERT_BLOB: &str = "INSERT INTO chat_blobs (hash, media_type, bytes) VALUES ($1, $2, $3) \
     ON CONFLICT (hash) DO NOTHING";
 
+/// Microseconds in a day (the spend rollup's day).
+const DAY_MICROS: i64 = 86_400_000_000;
+
 const SELECT_BLOB: &str = "SELECT bytes FROM chat_blobs WHERE hash = $1";
 
 impl Store for PostgresStore {
@@ -445,11 +449,22 @@ impl Store for PostgresStore {
     ) -> BoxFuture<'a, Result<(), StoreError>> {
         Box::pin(async move {
             let (encoded, pending) = self.encoder.encode(records)?;
-            let rows = records
+            let mut rows = records
                 .iter()
                 .zip(&encoded)
                 .map(|(record, encoded)| Row::from_record(record, encoded))
                 .collect::<Result<Vec<_>, _>>()?;
+            // Each final record locks its spend rollup row (a trigger's upsert) until the commit: written in
+            // the rollup's key order, two replicas' batches take those locks in the same order and cannot
+            // deadlock. Any order is correct: a final record is never replaced, so an in-flight one that comes
+            // after it changes nothing.
+            rows.sort_by(|a, b| {
+                (a.started_at / DAY_MICROS, &a.caller, &a.model).cmp(&(
+                    b.started_at / DAY_MICROS,
+                    &b.caller,
+                    &b.model,
+                ))
+            });
             let mut client = self.client().await?;
             let failed = pg_error("cannot write call records");
             let tx = client.transaction().await.map_err(failed)?;
@@ -769,6 +784,13 @@ impl Store for PostgresStore {
         query: &'a CallLogQuery,
     ) -> BoxFuture<'a, Result<CallLogPage, StoreError>> {
         self.call_log_page(query)
+    }
+
+    fn spend_rollup<'a>(
+        &'a self,
+        query: &'a crate::SpendRollupQuery,
+    ) -> BoxFuture<'a, Result<Vec<crate::SpendRow>, StoreError>> {
+        self.spend_rollup_rows(query)
     }
 }
 

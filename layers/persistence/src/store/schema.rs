@@ -76,6 +76,10 @@ pub(crate) fn sqlite_migrations() -> Vec<Migration> {
             "tower-chat-persistence/0011_blocked_status",
             super::blocked_status::SQLITE_BLOCKED_STATUS_SQL,
         ),
+        Migration::new(
+            "tower-chat-persistence/0012_spend_rollup",
+            super::rollup::sqlite_sql(),
+        ),
     ]
 }
 
@@ -151,6 +155,10 @@ pub(crate) fn postgres_migrations() -> Vec<Migration> {
         Migration::new(
             "tower-chat-persistence/0011_blocked_status",
             super::blocked_status::POSTGRES_BLOCKED_STATUS_SQL,
+        ),
+        Migration::new(
+            "tower-chat-persistence/0012_spend_rollup",
+            super::rollup::postgres_sql(),
         ),
     ]
 }

@@ -37,6 +37,7 @@ use crate::call_log::{CallLogPage, CallLogQuery};
 
 mod call_log;
 mod checkpoint;
+mod spend;
 use crate::record::{
     to_micros, CallId, CallQuery, CallRecord, CallSummary, ConversationQuery, ConversationSummary,
     Spend, SpendQuery,
@@ -1118,6 +1119,13 @@ impl Store for SqliteStore {
         query: &'a CallLogQuery,
     ) -> BoxFuture<'a, Result<CallLogPage, StoreError>> {
         self.call_log_page(query)
+    }
+
+    fn spend_rollup<'a>(
+        &'a self,
+        query: &'a crate::SpendRollupQuery,
+    ) -> BoxFuture<'a, Result<Vec<crate::SpendRow>, StoreError>> {
+        self.spend_rollup_rows(query)
     }
 }
 
