@@ -30,7 +30,7 @@ pub(crate) async fn usage(
                     .map(|scope| {
                         let counters: Vec<Value> =
                             scope.counters.iter().map(counter_json).collect();
-                        json!({"model": scope.model, "counters": counters})
+                        json!({"model": scope.model, "team": scope.team, "counters": counters})
                     })
                     .collect();
                 body["limits"] = Value::Array(scopes);

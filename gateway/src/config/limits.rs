@@ -31,6 +31,9 @@ pub struct LimitsSection {
     /// Limits on every caller's use of one model, on top of the caller's own.
     #[serde(default)]
     pub models: BTreeMap<String, LimitsEntry>,
+    /// Teams: limits shared by every member key (one set of counters for the team), on top of each key's own.
+    #[serde(default)]
+    pub teams: BTreeMap<String, TeamEntry>,
     /// Prices per model id (or id prefix), in dollars per million tokens.
     #[serde(default)]
     pub prices: BTreeMap<String, PriceEntry>,
@@ -76,6 +79,46 @@ pub struct LimitsEntry {
     pub cost_per_month_usd: Option<f64>,
     /// Calls in progress at once.
     pub concurrent: Option<u64>,
+}
+
+/// A team: its members (caller ids, as in `keys`) and the limits they share (the fields of [`LimitsEntry`]).
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TeamEntry {
+    /// The team's members: a key belongs to one team at most (a member need not have a `keys` entry, nor be in
+    /// the API keys file yet: keys issued later join their team by name).
+    #[serde(default)]
+    pub members: Vec<String>,
+    /// Calls per minute, for the whole team.
+    pub requests_per_minute: Option<u64>,
+    /// Calls per UTC day (instead of `requests_per_minute`, which wins when both are set).
+    pub requests_per_day: Option<u64>,
+    /// Input tokens per minute.
+    pub input_tokens_per_minute: Option<u64>,
+    /// Output tokens per minute.
+    pub output_tokens_per_minute: Option<u64>,
+    /// Dollars per UTC day.
+    pub cost_per_day_usd: Option<f64>,
+    /// Dollars per UTC calendar month.
+    pub cost_per_month_usd: Option<f64>,
+    /// Calls in progress at once.
+    pub concurrent: Option<u64>,
+}
+
+impl TeamEntry {
+    /// The team's limits as an entry like any other. (Its own table rather than a flattened entry: serde does
+    /// not refuse an unknown field through `flatten`.)
+    pub fn limits(&self) -> LimitsEntry {
+        LimitsEntry {
+            requests_per_minute: self.requests_per_minute,
+            requests_per_day: self.requests_per_day,
+            input_tokens_per_minute: self.input_tokens_per_minute,
+            output_tokens_per_minute: self.output_tokens_per_minute,
+            cost_per_day_usd: self.cost_per_day_usd,
+            cost_per_month_usd: self.cost_per_month_usd,
+            concurrent: self.concurrent,
+        }
+    }
 }
 
 /// A model's price, in dollars per million tokens.

@@ -20,6 +20,10 @@
 //! [limits.models."gpt-4o"]     # each caller's use of gpt-4o, on top of the caller's own limits
 //! requests_per_minute = 10
 //!
+//! [limits.teams.research]      # one budget shared by its members, on top of each member's own limits
+//! members = ["alice", "bob"]
+//! cost_per_day_usd = 20.0
+//!
 //! [limits.prices."gpt-4o-mini"] # dollars per million tokens
 //! input = 0.15
 //! output = 0.6
@@ -28,12 +32,15 @@
 //! assert!(file.limits.is_enabled());
 //! ```
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use tower_chat::{Cost, ModelPrice, PriceTable};
 use tower_chat_limits::{LimitPolicy, Limits, LimitsLayer, RedisStore, StoreFailure, WindowLimit};
 
-pub use crate::config::limits::{LimitsEntry, LimitsSection, OnStoreError, PriceEntry, StoreKind};
+pub use crate::config::limits::{
+    LimitsEntry, LimitsSection, OnStoreError, PriceEntry, StoreKind, TeamEntry,
+};
 use crate::GatewayError;
 
 impl LimitsEntry {
@@ -83,6 +90,7 @@ impl LimitsSection {
         !self.default.is_empty()
             || self.keys.values().any(|e| !e.is_empty())
             || self.models.values().any(|e| !e.is_empty())
+            || self.teams.values().any(|t| !t.limits().is_empty())
     }
 
     /// The price table.
@@ -94,18 +102,54 @@ impl LimitsSection {
         table
     }
 
+    /// The policy this table describes: the default, per key, per model and per team.
+    ///
+    /// # Errors
+    /// A key listed as a member of two teams.
+    pub fn policy(&self) -> Result<LimitPolicy, GatewayError> {
+        let mut policy = LimitPolicy::new(self.default.limits());
+        for (key, entry) in &self.keys {
+            policy = policy.caller(key.clone(), entry.limits());
+        }
+        for (model, entry) in &self.models {
+            policy = policy.model(model.clone(), entry.limits());
+        }
+        let mut team_of: BTreeMap<&str, &str> = BTreeMap::new();
+        for (team, entry) in &self.teams {
+            policy = policy.team(team.clone(), entry.limits().limits());
+            for member in &entry.members {
+                if let Some(other) = team_of.insert(member, team) {
+                    if other != team {
+                        return Err(GatewayError::Config(format!(
+                            "[limits] key {member} is a member of teams {other} and {team}; a key belongs \
+                             to one team"
+                        )));
+                    }
+                }
+                policy = policy.member(member.clone(), team.clone());
+            }
+        }
+        Ok(policy)
+    }
+
     /// The limits layer this table describes, or `None` when no limit is set.
     ///
     /// # Errors
-    /// A bad Redis URL, or a price or budget that is negative or not a number.
+    /// A bad Redis URL, a price or budget that is negative or not a number, or a key in two teams.
     pub fn layer(&self) -> Result<Option<LimitsLayer>, GatewayError> {
         if !self.is_enabled() {
             return Ok(None);
         }
         let bad = |what: String| GatewayError::Config(format!("[limits] {what}"));
+        let teams: Vec<(String, LimitsEntry)> = self
+            .teams
+            .iter()
+            .map(|(t, e)| (format!("teams.{t}"), e.limits()))
+            .collect();
         let entries = std::iter::once(("default".to_owned(), &self.default))
             .chain(self.keys.iter().map(|(k, e)| (format!("keys.{k}"), e)))
-            .chain(self.models.iter().map(|(m, e)| (format!("models.{m}"), e)));
+            .chain(self.models.iter().map(|(m, e)| (format!("models.{m}"), e)))
+            .chain(teams.iter().map(|(t, e)| (t.clone(), e)));
         for (name, entry) in entries {
             for usd in [entry.cost_per_day_usd, entry.cost_per_month_usd]
                 .into_iter()
@@ -133,13 +177,7 @@ impl LimitsSection {
                 )));
             }
         }
-        let mut policy = LimitPolicy::new(self.default.limits());
-        for (key, entry) in &self.keys {
-            policy = policy.caller(key.clone(), entry.limits());
-        }
-        for (model, entry) in &self.models {
-            policy = policy.model(model.clone(), entry.limits());
-        }
+        let policy = self.policy()?;
         let mut layer = LimitsLayer::new(policy)
             .prices(self.price_table())
             .on_store_error(match self.on_store_error {
@@ -203,5 +241,50 @@ mod tests {
         let bad =
             ConfigFile::parse("[limits.default]\ncost_per_day_usd = -1.0\n", "g.toml").unwrap();
         assert!(bad.limits.layer().is_err());
+    }
+
+    /// The guide's example parses, and its team's members share one budget.
+    #[test]
+    fn the_documented_example_has_a_team() {
+        let page = include_str!("../../../docs/src/gateway/limits.md");
+        let start = page.find("[limits]\nstore").unwrap();
+        let end = start + page[start..].find("```").unwrap();
+        let file = ConfigFile::parse(&page[start..end], "limits.md").unwrap();
+        let policy = file.limits.policy().unwrap();
+        assert_eq!(policy.team_of("alice"), Some("research"));
+        let scopes = policy.scopes("alice", None);
+        let team = scopes.last().unwrap();
+        assert!(team.key.team, "{scopes:?}");
+        assert_eq!(&*team.key.caller, "research");
+        assert_eq!(team.limits.cost_per_day, Some(Cost::from_usd(20.0)));
+        assert_eq!(policy.team_of("bob"), None);
+    }
+
+    #[test]
+    fn a_key_in_two_teams_and_an_unknown_team_field_are_refused() {
+        let two = ConfigFile::parse(
+            "[limits.teams.a]\nmembers = [\"k\"]\ncost_per_day_usd = 1.0\n\
+             [limits.teams.b]\nmembers = [\"k\"]\ncost_per_day_usd = 1.0\n",
+            "g.toml",
+        )
+        .unwrap();
+        let error = two.limits.layer().unwrap_err().to_string();
+        assert!(
+            error.contains("key k is a member of teams a and b"),
+            "{error}"
+        );
+        let error = ConfigFile::parse(
+            "[limits.teams.a]\nmembers = [\"k\"]\ncost_per_dya_usd = 1.0\n",
+            "g.toml",
+        )
+        .unwrap_err();
+        assert!(error.message().contains("cost_per_dya_usd"), "{error}");
+        let negative = ConfigFile::parse(
+            "[limits.teams.a]\nmembers = [\"k\"]\ncost_per_day_usd = -1.0\n",
+            "g.toml",
+        )
+        .unwrap();
+        let error = negative.limits.layer().unwrap_err().to_string();
+        assert!(error.contains("teams.a"), "{error}");
     }
 }

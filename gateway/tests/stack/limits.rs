@@ -20,7 +20,7 @@ use tower_chat::test_server::{Part, Reply, ScriptedProvider};
 use tower_chat_gateway::limits::{LimitsEntry, LimitsSection, PriceEntry, StoreKind};
 use tower_chat_testkit::{redis_url, until};
 
-const KEY: &str = "sk-alice";
+pub(crate) const KEY: &str = "sk-alice";
 
 fn section(url: &str, test: &str, default: LimitsEntry) -> LimitsSection {
     let nanos = SystemTime::now()
@@ -206,16 +206,26 @@ async fn calls_in_progress_are_capped_across_both_gateways() {
 }
 
 /// A gateway started as its own process (the `tower-chat-gateway` binary), killed when dropped.
-struct GatewayProcess {
+pub(crate) struct GatewayProcess {
     child: tower_chat_testkit::ProcessGroup,
-    addr: SocketAddr,
+    pub(crate) addr: SocketAddr,
     dir: tempfile::TempDir,
 }
 
 impl GatewayProcess {
     /// Start the binary in front of `upstream` with the configuration file `config`, and wait until its
     /// `/healthz` answers.
-    async fn start(upstream: &str, config: &str) -> GatewayProcess {
+    pub(crate) async fn start(upstream: &str, config: &str) -> GatewayProcess {
+        GatewayProcess::start_with(upstream, config, None).await
+    }
+
+    /// [`GatewayProcess::start`], recording calls in PostgreSQL at `database_url` (as replicas do) instead of
+    /// a SQLite file of its own.
+    pub(crate) async fn start_with(
+        upstream: &str,
+        config: &str,
+        database_url: Option<&str>,
+    ) -> GatewayProcess {
         let dir = tempfile::tempdir().unwrap();
         let path = |name: &str| dir.path().join(name);
         std::fs::write(path("keys"), format!("alice:{KEY}\n")).unwrap();
@@ -227,13 +237,16 @@ impl GatewayProcess {
             .local_addr()
             .unwrap();
         let log = std::fs::File::create(path("gateway.log")).unwrap();
+        let mut command = Command::new(env!("CARGO_BIN_EXE_tower-chat-gateway"));
+        match database_url {
+            Some(url) => command.args(["--database-url", url]),
+            None => command.arg("--db").arg(path("gateway.db")),
+        };
         let child = tower_chat_testkit::ProcessGroup::spawn(
-            Command::new(env!("CARGO_BIN_EXE_tower-chat-gateway"))
+            command
                 .arg("--listen")
                 .arg(addr.to_string())
                 .args(["--upstream", upstream, "--no-upstream-key"])
-                .arg("--db")
-                .arg(path("gateway.db"))
                 .arg("--api-keys-file")
                 .arg(path("keys"))
                 .arg("--config")
@@ -273,11 +286,11 @@ impl GatewayProcess {
         }
     }
 
-    fn log(&self) -> String {
+    pub(crate) fn log(&self) -> String {
         std::fs::read_to_string(self.dir.path().join("gateway.log")).unwrap_or_default()
     }
 
-    async fn chat(&self) -> Answer {
+    pub(crate) async fn chat(&self) -> Answer {
         post(
             &format!("http://{}/v1/chat/completions", self.addr),
             request(false, "Hello").to_string(),

@@ -8,10 +8,10 @@ use tower_chat::{ChatError, ModelInfo, PriceTable};
 use tower_layer::Layer;
 
 use crate::clock::{Clock, SystemClock};
-use crate::limits::{CounterKind, LimitPolicy};
+use crate::limits::{CounterKind, LimitPolicy, Scope};
 use crate::plan::PlanCache;
 use crate::service::Limited;
-use crate::shared::{Counters, InFlight, LimitStats, Shared, StoreFailure};
+use crate::shared::{Counters, InFlight, LimitStats, Live, Shared, StoreFailure};
 use crate::store::{CounterUsage, LimitStore, MemoryStore};
 
 /// Rate limits and budgets for every call that passes through it.
@@ -29,7 +29,7 @@ impl LimitsLayer {
         LimitsLayer {
             shared: Arc::new(Shared {
                 store: Arc::new(MemoryStore::new()),
-                policy,
+                live: Live::new(policy),
                 prices: PriceTable::new(),
                 clock: Arc::new(SystemClock),
                 default_max_output_tokens: 4096,
@@ -38,7 +38,6 @@ impl LimitsLayer {
                 counters: Counters::default(),
                 settling: InFlight::default(),
                 next_ticket: AtomicU64::new(0),
-                plans: PlanCache::default(),
             }),
         }
     }
@@ -85,9 +84,20 @@ impl LimitsLayer {
         self.configure(|shared| shared.on_store_error = policy)
     }
 
-    /// The policy.
-    pub fn policy(&self) -> &LimitPolicy {
-        &self.shared.policy
+    /// The policy in force.
+    pub fn policy(&self) -> Arc<LimitPolicy> {
+        self.shared.live.load().policy.clone()
+    }
+
+    /// Replace the policy for every call that starts from now on, through this layer, its clones and every
+    /// service built from them. Calls already admitted keep the scopes and limits they were admitted with and
+    /// settle into them; counters carry over (a scope's counters are the store's, found by its key).
+    pub fn set_policy(&self, policy: LimitPolicy) {
+        // A fresh plan cache with the policy: plans built from the old one are never handed out again.
+        self.shared.live.store(Arc::new(Live {
+            policy: Arc::new(policy),
+            plans: PlanCache::default(),
+        }));
     }
 
     /// The price table in force.
@@ -111,28 +121,42 @@ impl LimitsLayer {
         self.shared.settled().await;
     }
 
-    /// `caller`'s counters now: their own scope, then one per model with limits of its own.
+    /// `caller`'s counters now: their own scope, then one per model with limits of its own, then their team's
+    /// when they are a member of a team with limits.
     pub async fn usage(&self, caller: &str) -> Result<UsageReport, ChatError> {
-        let shared = &self.shared;
-        let now = shared.clock.now_millis();
-        let mut scopes = shared.policy.scopes(caller, None);
-        for model in shared.policy.models_for(caller) {
+        let policy = self.policy();
+        let mut scopes = vec![policy.scopes(caller, None).swap_remove(0)];
+        for model in policy.models_for(caller) {
             scopes.extend(
-                shared
-                    .policy
+                policy
                     .scopes(caller, Some(&model))
                     .into_iter()
-                    .skip(1),
+                    .filter(|s| s.key.model.is_some()),
             );
         }
+        scopes.extend(policy.team_of(caller).and_then(|t| policy.team_scope(t)));
+        self.report(caller, scopes).await
+    }
+
+    /// `team`'s counters now (one scope), or `None` when the policy gives the team no limits.
+    pub async fn team_usage(&self, team: &str) -> Result<Option<UsageReport>, ChatError> {
+        match self.policy().team_scope(team) {
+            Some(scope) => Ok(Some(self.report(team, vec![scope]).await?)),
+            None => Ok(None),
+        }
+    }
+
+    async fn report(&self, caller: &str, scopes: Vec<Scope>) -> Result<UsageReport, ChatError> {
+        let now = self.shared.clock.now_millis();
         let mut report = UsageReport {
             caller: caller.to_owned(),
             scopes: Vec::with_capacity(scopes.len()),
         };
         for scope in scopes {
-            let counters = shared.store.usage(&scope, now).wait().await?;
+            let counters = self.shared.store.usage(&scope, now).wait().await?;
             report.scopes.push(ScopeUsage {
                 model: scope.key.model.as_deref().map(str::to_owned),
+                team: scope.key.team.then(|| scope.key.caller.to_string()),
                 counters,
             });
         }
@@ -178,12 +202,12 @@ impl<S> Limited<S> {
     }
 }
 
-/// A caller's counters, as [`LimitsLayer::usage`] reads them.
+/// A caller's counters, as [`LimitsLayer::usage`] reads them (or a team's, from [`LimitsLayer::team_usage`]).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct UsageReport {
-    /// The caller.
+    /// The caller (or the team).
     pub caller: String,
-    /// The caller's own scope first, then one per model with limits of its own.
+    /// The caller's own scope first, then one per model with limits of its own, then its team's.
     pub scopes: Vec<ScopeUsage>,
 }
 
@@ -203,6 +227,8 @@ impl UsageReport {
 pub struct ScopeUsage {
     /// The model, for a per-model scope.
     pub model: Option<String>,
+    /// The team, for a team's scope (shared by its members).
+    pub team: Option<String>,
     /// Every counter the scope's limits define.
     pub counters: Vec<CounterUsage>,
 }

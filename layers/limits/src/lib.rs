@@ -86,7 +86,16 @@
 //! ## Stores and failures
 //! With [`StoreFailure::FailClosed`] (the default) a store failure refuses the call with
 //! [`tower_chat::ErrorKind::Store`]; with [`StoreFailure::FailOpen`] the call is admitted unchecked, logged and
-//! counted in [`LimitStats::admitted_unchecked`].
+//! counted in [`LimitStats::admitted_unchecked`], and charged its real usage when it ends. A call dropped while
+//! the store is deciding is settled as one that sent nothing once the store answers.
+//!
+//! ## Teams and a live policy
+//! [`LimitPolicy::team`] gives a team limits of its own and [`LimitPolicy::member`] puts a caller in it: each
+//! member's call is counted in its own scopes and in the team's (one set of counters for all members, apart
+//! from any caller's of the same name), reserved together (if the team lacks room nothing is charged and the
+//! refusal names the team) and settled together. [`LimitsLayer::set_policy`] replaces the policy for every call
+//! that starts afterwards, on every clone of the layer and every service built from it; calls already admitted
+//! settle into the scopes they were admitted with.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 #![warn(missing_debug_implementations, unreachable_pub)]

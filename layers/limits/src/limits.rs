@@ -205,13 +205,49 @@ impl fmt::Display for CounterKind {
     }
 }
 
-/// Who a set of counters belongs to: a caller, or a caller's use of one model.
+/// Who a set of counters belongs to: a caller, a caller's use of one model, or a team.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct ScopeKey {
-    /// The caller ([`tower_chat::CallerIdentity`]; calls without one share the caller [`ANONYMOUS`]).
+    /// The caller ([`tower_chat::CallerIdentity`]; calls without one share the caller [`ANONYMOUS`]), or the
+    /// team's name when [`ScopeKey::team`] is set.
     pub caller: Arc<str>,
     /// The model, for a per-model scope.
     pub model: Option<Arc<str>>,
+    /// Whether these are a team's counters, shared by its members (a team and a caller of the same name have
+    /// counters of their own each).
+    pub team: bool,
+}
+
+impl ScopeKey {
+    /// One caller's own counters.
+    pub fn caller(caller: impl Into<Arc<str>>) -> Self {
+        ScopeKey {
+            caller: caller.into(),
+            model: None,
+            team: false,
+        }
+    }
+
+    /// A team's counters.
+    pub fn team(team: impl Into<Arc<str>>) -> Self {
+        ScopeKey {
+            caller: team.into(),
+            model: None,
+            team: true,
+        }
+    }
+}
+
+impl fmt::Display for ScopeKey {
+    /// `caller alice`, `caller alice (model gpt-4o)`, `team research`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let whose = if self.team { "team" } else { "caller" };
+        write!(f, "{whose} {}", self.caller)?;
+        if let Some(model) = &self.model {
+            write!(f, " (model {model})")?;
+        }
+        Ok(())
+    }
 }
 
 /// The caller id of calls that carry no [`tower_chat::CallerIdentity`].
@@ -226,8 +262,9 @@ pub struct Scope {
     pub limits: Arc<Limits>,
 }
 
-/// Which limits apply to a call: per caller (an entry for the caller, else the default), and, for models with
-/// an entry, per caller and model as well (every caller gets their own counters of that model's limits).
+/// Which limits apply to a call: per caller (an entry for the caller, else the default), for models with an
+/// entry per caller and model as well (every caller gets their own counters of that model's limits), and, for a
+/// member of a team with limits, the team's (one set of counters shared by every member).
 #[derive(Clone, Debug, Default)]
 pub struct LimitPolicy {
     default: Arc<Limits>,
@@ -236,6 +273,9 @@ pub struct LimitPolicy {
     models: foldhash::HashMap<Arc<str>, Arc<Limits>>,
     /// Caller → model → limits (nested, so a lookup borrows both strings instead of building a key).
     caller_models: foldhash::HashMap<Arc<str>, foldhash::HashMap<Arc<str>, Arc<Limits>>>,
+    teams: foldhash::HashMap<Arc<str>, Arc<Limits>>,
+    /// Caller → team.
+    members: foldhash::HashMap<Arc<str>, Arc<str>>,
 }
 
 impl LimitPolicy {
@@ -276,13 +316,42 @@ impl LimitPolicy {
         self
     }
 
+    /// Limits shared by every member of `team` ([`LimitPolicy::member`]): each member's call is counted in its
+    /// own scopes and in the team's, reserved and settled together.
+    pub fn team(mut self, team: impl Into<String>, limits: Limits) -> Self {
+        self.teams.insert(Arc::from(team.into()), Arc::new(limits));
+        self
+    }
+
+    /// Make `caller` a member of `team` (a caller belongs to one team: a later call moves it). A member of a
+    /// team without [`LimitPolicy::team`] limits is counted in its own scopes only.
+    pub fn member(mut self, caller: impl Into<String>, team: impl Into<String>) -> Self {
+        self.members
+            .insert(Arc::from(caller.into()), Arc::from(team.into()));
+        self
+    }
+
     /// The limits of callers without an entry.
     pub fn default_limits(&self) -> &Limits {
         &self.default
     }
 
+    /// The team `caller` belongs to, if any.
+    pub fn team_of(&self, caller: &str) -> Option<&str> {
+        self.members.get(caller).map(|t| &**t)
+    }
+
+    /// The scope of `team`'s counters, when the team has limits.
+    pub fn team_scope(&self, team: &str) -> Option<Scope> {
+        let (name, limits) = self.teams.get_key_value(team)?;
+        Some(Scope {
+            key: ScopeKey::team(name.clone()),
+            limits: limits.clone(),
+        })
+    }
+
     /// The scopes a call by `caller` to `model` is counted in: the caller's, then the caller-and-model one if
-    /// that model has limits.
+    /// that model has limits, then the caller's team's if it has limits.
     pub fn scopes(&self, caller: &str, model: Option<&str>) -> Vec<Scope> {
         let (caller_key, limits) = match self.callers.get_key_value(caller) {
             Some((key, limits)) => (key.clone(), limits.clone()),
@@ -295,12 +364,12 @@ impl LimitPolicy {
                 .or_else(|| self.models.get_key_value(model))
                 .map(|(m, l)| (m.clone(), l.clone()))
         });
-        let mut scopes = Vec::with_capacity(1 + usize::from(model_limits.is_some()));
+        let team = self.team_of(caller).and_then(|t| self.team_scope(t));
+        let mut scopes = Vec::with_capacity(
+            1 + usize::from(model_limits.is_some()) + usize::from(team.is_some()),
+        );
         scopes.push(Scope {
-            key: ScopeKey {
-                caller: caller_key.clone(),
-                model: None,
-            },
+            key: ScopeKey::caller(caller_key.clone()),
             limits,
         });
         if let Some((model, limits)) = model_limits {
@@ -308,10 +377,12 @@ impl LimitPolicy {
                 key: ScopeKey {
                     caller: caller_key,
                     model: Some(model),
+                    team: false,
                 },
                 limits,
             });
         }
+        scopes.extend(team);
         scopes
     }
 

@@ -7,8 +7,10 @@
 //!                                  │ miss: policy scopes, store.resolve per scope, price
 //! ```
 //!
-//! The policy, the price table and the store do not change after the layer is built, so a plan stays valid as
-//! long as it is kept; windows are not part of it (a call computes its own from its start instant).
+//! The price table and the store do not change after the layer is built; the policy may be replaced
+//! ([`crate::LimitsLayer::set_policy`]), and each policy comes with a cache of its own, so a cached plan is always
+//! the one its policy gives, and a call admitted under the old policy keeps its plan (its `Arc`) until it settles.
+//! Windows are not part of a plan (a call computes its own from its start instant).
 
 use std::any::Any;
 use std::hash::{BuildHasher, Hasher};
@@ -204,9 +206,9 @@ impl CallPlan {
     }
 
     /// The first counter (in scope order, then [`CounterKind::ALL`] order) that `reserved` alone exceeds: its
-    /// kind, its limit and the amount.
+    /// scope, kind, limit and the amount.
     #[inline]
-    pub(crate) fn exceeded_by(&self, reserved: &Demand) -> Option<(CounterKind, u64, u64)> {
+    pub(crate) fn exceeded_by(&self, reserved: &Demand) -> Option<(&Scope, CounterKind, u64, u64)> {
         let amounts = reserved.amounts();
         if amounts.iter().zip(&self.lowest).all(|(a, l)| a <= l) {
             return None;
@@ -215,12 +217,16 @@ impl CallPlan {
     }
 
     #[cold]
-    fn first_exceeded(&self, amounts: &[u64; 6]) -> Option<(CounterKind, u64, u64)> {
-        self.plans
+    fn first_exceeded(&self, amounts: &[u64; 6]) -> Option<(&Scope, CounterKind, u64, u64)> {
+        self.scopes
             .iter()
-            .flat_map(ScopePlan::counters)
-            .find(|c| amounts[c.kind.index()] > c.limit)
-            .map(|c| (c.kind, c.limit, amounts[c.kind.index()]))
+            .zip(&self.plans)
+            .find_map(|(scope, plan)| {
+                plan.counters()
+                    .iter()
+                    .find(|c| amounts[c.kind.index()] > c.limit)
+                    .map(|c| (scope, c.kind, c.limit, amounts[c.kind.index()]))
+            })
     }
 }
 
@@ -391,10 +397,7 @@ mod tests {
 
     fn plan_for(caller: &str) -> CallPlan {
         let scope = Scope {
-            key: ScopeKey {
-                caller: Arc::from(caller),
-                model: None,
-            },
+            key: ScopeKey::caller(Arc::from(caller)),
             limits: Arc::new(Limits::none()),
         };
         CallPlan::new(vec![scope], None, None, |_| None)
@@ -451,10 +454,7 @@ mod tests {
     #[test]
     fn a_plan_keeps_the_price_only_when_a_scope_has_a_cost_budget() {
         let scope = |limits: Limits| Scope {
-            key: ScopeKey {
-                caller: Arc::from("alice"),
-                model: None,
-            },
+            key: ScopeKey::caller(Arc::from("alice")),
             limits: Arc::new(limits),
         };
         let price = Some(ModelPrice::per_million_usd(1.0, 2.0));

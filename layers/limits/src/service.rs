@@ -80,9 +80,9 @@ where
         let mut inner = std::mem::replace(&mut self.inner, clone);
         let state = match shared.store.reserve(prepared.lease().ticket()) {
             StoreReply::Ready(answer) => match shared.admitted(prepared.lease_mut(), answer) {
-                Ok(checked) => State::Calling {
+                Ok(()) => State::Calling {
                     future: inner.call(request),
-                    call: checked.then_some(prepared),
+                    call: Some(prepared),
                 },
                 Err(error) => State::Failed { error: Some(error) },
             },
@@ -106,10 +106,27 @@ pin_project! {
     ///     └─refused / store error└─inner failed ──▶ Done (error; the reservation released)
     /// ```
     ///
-    /// Dropped while `Calling`, the call settles as one that reached the provider with no output seen.
+    /// Dropped while `Calling`, the call settles as one that reached the provider with no output seen. Dropped
+    /// while `Reserving`, the store's answer is still awaited (on the runtime): a reservation the store made is
+    /// settled as a call that sent nothing, so a cancelled admission leaves no charge and no slot behind.
     pub struct ResponseFuture<S: Service<ChatRequest>> {
         #[pin]
         state: State<S>,
+    }
+
+    impl<S: Service<ChatRequest>> PinnedDrop for ResponseFuture<S> {
+        fn drop(this: Pin<&mut Self>) {
+            if let StateProj::Reserving { answer, waiting } = this.project().state.project() {
+                if let Some(waiting) = waiting.take() {
+                    let answer = std::mem::replace(answer, Box::pin(std::future::pending()));
+                    let (shared, mut call, _, _) = *waiting;
+                    shared.abandoned(answer, move || {
+                        call.lease_mut().arm();
+                        call.refused();
+                    });
+                }
+            }
+        }
     }
 }
 
@@ -121,7 +138,7 @@ pin_project! {
             answer: BoxFuture<'static, Result<Admission, LimitStoreError>>,
             waiting: Option<Box<(Arc<Shared>, Prepared, S, ChatRequest)>>,
         },
-        /// Admitted: the inner call runs (no call to settle when admitted unchecked).
+        /// Admitted: the inner call runs.
         Calling {
             #[pin]
             future: S::Future,
@@ -172,9 +189,9 @@ where
                         .take()
                         .expect("ResponseFuture polled after completion");
                     let next = match shared.admitted(prepared.lease_mut(), answer) {
-                        Ok(checked) => State::Calling {
+                        Ok(()) => State::Calling {
                             future: inner.call(request),
-                            call: checked.then_some(prepared),
+                            call: Some(prepared),
                         },
                         Err(error) => State::Failed { error: Some(error) },
                     };

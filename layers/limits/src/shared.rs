@@ -5,6 +5,8 @@ use std::fmt;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
+use arc_swap::ArcSwap;
+use futures_util::future::BoxFuture;
 use serde::Serialize;
 use tokio::sync::Notify;
 use tower_chat::{ChatError, ChatRequest, Cost, ErrorKind, EstimatedUsage, PriceTable, Usage};
@@ -21,8 +23,9 @@ pub enum StoreFailure {
     /// spent).
     #[default]
     FailClosed,
-    /// Admit the call without counting it; the failure is logged and counted in
-    /// [`LimitStats::admitted_unchecked`].
+    /// Admit the call without a reservation; the failure is logged and counted in
+    /// [`LimitStats::admitted_unchecked`]. When the call ends its real usage is still charged (a settlement
+    /// against an empty reservation), so spend made while the store failed counts once it answers again.
     FailOpen,
 }
 
@@ -60,7 +63,9 @@ pub(crate) struct InFlight {
 /// What every service of one [`LimitsLayer`](crate::LimitsLayer) shares: its configuration, counts and plans.
 pub(crate) struct Shared {
     pub(crate) store: Arc<dyn LimitStore>,
-    pub(crate) policy: LimitPolicy,
+    /// The policy in force and its plans, replaced whole by [`crate::LimitsLayer::set_policy`]: a call loads it
+    /// once (no lock), and a call admitted before a swap keeps the plan it was admitted with.
+    pub(crate) live: ArcSwap<Live>,
     pub(crate) prices: PriceTable,
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) default_max_output_tokens: u32,
@@ -69,15 +74,31 @@ pub(crate) struct Shared {
     pub(crate) counters: Counters,
     pub(crate) settling: InFlight,
     pub(crate) next_ticket: AtomicU64,
-    /// Per caller and model: what every call of theirs is counted in, resolved once.
+}
+
+/// A policy and the plans built from it.
+#[derive(Debug, Default)]
+pub(crate) struct Live {
+    pub(crate) policy: Arc<LimitPolicy>,
+    /// Per caller and model: what every call of theirs is counted in under this policy, resolved once.
     pub(crate) plans: PlanCache,
+}
+
+impl Live {
+    /// `policy` with no plan built yet.
+    pub(crate) fn new(policy: LimitPolicy) -> ArcSwap<Live> {
+        ArcSwap::from_pointee(Live {
+            policy: Arc::new(policy),
+            plans: PlanCache::default(),
+        })
+    }
 }
 
 impl fmt::Debug for Shared {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("LimitsLayer")
             .field("store", &self.store)
-            .field("policy", &self.policy)
+            .field("policy", &self.live.load().policy)
             .field("prices", &self.prices)
             .field("clock", &self.clock)
             .field("default_max_output_tokens", &self.default_max_output_tokens)
@@ -93,7 +114,10 @@ impl Clone for Shared {
     fn clone(&self) -> Self {
         Shared {
             store: self.store.clone(),
-            policy: self.policy.clone(),
+            live: ArcSwap::from_pointee(Live {
+                policy: self.live.load().policy.clone(),
+                plans: PlanCache::default(),
+            }),
             prices: self.prices.clone(),
             clock: self.clock.clone(),
             default_max_output_tokens: self.default_max_output_tokens,
@@ -102,7 +126,6 @@ impl Clone for Shared {
             counters: Counters::default(),
             settling: InFlight::default(),
             next_ticket: AtomicU64::new(0),
-            plans: PlanCache::default(),
         }
     }
 }
@@ -142,9 +165,10 @@ impl Shared {
     ) -> Result<Lease, ChatError> {
         let caller = request.caller().map_or(ANONYMOUS, |c| c.as_str());
         let model = request.options.model.as_deref().or(default_model);
-        let plan = self.plans.get(caller, model, || {
+        let live = self.live.load();
+        let plan = live.plans.get(caller, model, || {
             CallPlan::new(
-                self.policy.scopes(caller, model),
+                live.policy.scopes(caller, model),
                 model,
                 model.and_then(|m| self.prices.price(m)).copied(),
                 |scope| self.store.resolve(&scope.key),
@@ -177,13 +201,14 @@ impl Shared {
             output_tokens,
             cost: plan.price.map_or(Cost::ZERO, |p| plan::cost(&p, &estimate)),
         };
-        if let Some((kind, limit, amount)) = plan.exceeded_by(&reserved) {
+        if let Some((scope, kind, limit, amount)) = plan.exceeded_by(&reserved) {
             return Err(ChatError::new(
                 ErrorKind::InvalidRequest,
                 format!(
-                    "the call's estimate ({}) exceeds the {kind} limit of caller {caller} ({}) on its own; lower \
+                    "the call's estimate ({}) exceeds the {kind} limit of {} ({}) on its own; lower \
                      max_output_tokens or shorten the prompt",
                     kind.amount(amount),
+                    scope.key,
                     kind.amount(limit),
                 ),
             )
@@ -199,35 +224,41 @@ impl Shared {
             shared: self.clone(),
             ticket,
             armed: false,
+            prompt_tokens: input_tokens,
             usage: None,
             output_chars: 0,
             estimate: request.extensions.get::<EstimatedUsage>().cloned(),
         })
     }
 
-    /// Apply the store's answer to a prepared call: `Ok(true)` admitted (its lease now settles when the call
-    /// ends), `Ok(false)` admitted unchecked (nothing to settle), or the error to answer.
+    /// Apply the store's answer to a prepared call: `Ok(())` admitted (its lease now settles when the call
+    /// ends; admitted unchecked after a store failure, it then charges what the call used), or the error to
+    /// answer.
     #[inline]
     pub(crate) fn admitted(
         &self,
         lease: &mut Lease,
         answer: Result<Admission, LimitStoreError>,
-    ) -> Result<bool, ChatError> {
+    ) -> Result<(), ChatError> {
         // The usual answer inline; the others (logging, errors) out of line.
         match answer {
             Ok(Admission::Admitted) => {
                 self.counters.admitted.fetch_add(1, Ordering::Relaxed);
                 lease.arm();
-                Ok(true)
+                Ok(())
             }
-            Ok(Admission::Rejected(rejection)) => self.not_admitted(Ok(rejection)),
-            Err(error) => self.not_admitted(Err(error)),
+            Ok(Admission::Rejected(rejection)) => self.not_admitted(lease, Ok(rejection)),
+            Err(error) => self.not_admitted(lease, Err(error)),
         }
     }
 
-    /// A refusal (`Ok`) or a store failure: the error to answer, or `Ok(false)` to admit the call unchecked.
+    /// A refusal (`Ok`) or a store failure: the error to answer, or `Ok(())` to admit the call unchecked.
     #[cold]
-    fn not_admitted(&self, answer: Result<Rejection, LimitStoreError>) -> Result<bool, ChatError> {
+    fn not_admitted(
+        &self,
+        lease: &mut Lease,
+        answer: Result<Rejection, LimitStoreError>,
+    ) -> Result<(), ChatError> {
         match answer {
             Ok(rejection) => {
                 self.counters.rejected.fetch_add(1, Ordering::Relaxed);
@@ -245,11 +276,39 @@ impl Shared {
                             .admitted_unchecked
                             .fetch_add(1, Ordering::Relaxed);
                         tracing::error!(%error, "limits store failed; admitting the call unchecked (fail-open)");
-                        Ok(false)
+                        lease.arm_unchecked();
+                        Ok(())
                     }
                 }
             }
         }
+    }
+
+    /// A call dropped while the store was deciding: await the answer on the runtime and, if the store
+    /// reserved, run `admitted` (which settles the call as one that sent nothing: its request stays counted;
+    /// tokens, cost and the slot are given back).
+    pub(crate) fn abandoned(
+        self: &Arc<Self>,
+        answer: BoxFuture<'static, Result<Admission, LimitStoreError>>,
+        admitted: impl FnOnce() + Send + 'static,
+    ) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            self.settle_failed(&LimitStoreError::new(
+                "no Tokio runtime to settle a cancelled admission on",
+            ));
+            return;
+        };
+        let shared = self.clone();
+        self.settling.count.fetch_add(1, Ordering::SeqCst);
+        runtime.spawn(async move {
+            if let Ok(Admission::Admitted) = answer.await {
+                admitted();
+            }
+            // After the lease's settlement was handed out (a pending one counts itself).
+            if shared.settling.count.fetch_sub(1, Ordering::SeqCst) == 1 {
+                shared.settling.idle.notify_waiters();
+            }
+        });
     }
 
     fn apply_settlement(self: &Arc<Self>, ticket: &Ticket, actual: Demand) {
@@ -291,6 +350,8 @@ pub(crate) struct Lease {
     shared: Arc<Shared>,
     ticket: Ticket,
     armed: bool,
+    /// The prompt's estimated tokens (what a call cancelled before the usage report is charged).
+    prompt_tokens: u64,
     /// The sum of the stream's usage events so far, if any arrived.
     pub(crate) usage: Option<Usage>,
     /// Characters of output seen so far (text, reasoning, tool-call arguments).
@@ -321,6 +382,14 @@ impl Lease {
         self.armed = true;
     }
 
+    /// The store failed and the call goes ahead unchecked (fail-open): it reserved nothing, and when it ends
+    /// its real usage is charged (a settlement against an empty reservation), so spend made while the store
+    /// was failing still counts once it answers again.
+    fn arm_unchecked(&mut self) {
+        self.ticket = self.ticket.with_reserved(Demand::default());
+        self.armed = true;
+    }
+
     /// Replace the reservation by what was seen (once; later calls do nothing). `sent`: whether the provider may
     /// have processed the request (false only when the service call failed).
     #[inline]
@@ -343,7 +412,7 @@ impl Lease {
             Some(usage) => usage,
             None if sent => {
                 let estimate = Usage {
-                    input_tokens: self.ticket.reserved().input_tokens,
+                    input_tokens: self.prompt_tokens,
                     output_tokens: self
                         .output_chars
                         .div_ceil(u64::from(self.shared.chars_per_token)),

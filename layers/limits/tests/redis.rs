@@ -245,3 +245,99 @@ async fn unreachable_redis_fail_open_admits_unchecked_and_counts_it() {
     assert_eq!(limits.stats().admitted_unchecked, 2);
     assert_eq!(limits.stats().admitted, 0);
 }
+
+/// Two replicas, one team budget in Redis: members calling through either replica are held to it together,
+/// the refusal names the team and what it has spent, and a caller named like the team counts apart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_team_budget_in_redis_holds_across_replicas_and_members() {
+    let Some(url) = redis_url() else { return };
+    let prefix = prefix("team");
+    let clock = ManualClock::new(start());
+    // 20 estimates of 100 output tokens at $0.60/M (empty prompts); each call uses 100.
+    let policy = LimitPolicy::new(Limits::none().requests(WindowLimit::per_minute(1_000)))
+        .team(
+            "research",
+            Limits::none().cost_per_day(Cost::from_nanos(20 * 60_000)),
+        )
+        .member("alice", "research")
+        .member("bob", "research");
+    let replica = || {
+        let store = RedisStore::builder(&url).prefix(&prefix).build().unwrap();
+        LimitsLayer::new(policy.clone())
+            .store(store)
+            .clock(clock.clone())
+            .prices(prices())
+            .default_max_output_tokens(100)
+    };
+    let (one, two) = (replica(), replica());
+    let calls = Arc::new(AtomicUsize::new(0));
+    let replicas = [
+        Limited::new(answering(0, 100, calls.clone()), one.clone()),
+        Limited::new(answering(0, 100, calls.clone()), two.clone()),
+    ];
+    let tasks: Vec<_> = (0..200)
+        .map(|i| {
+            let chat = replicas[i % 2].clone();
+            let caller = ["alice", "bob"][i / 2 % 2];
+            tokio::spawn(async move {
+                let request = ChatRequest::new(vec![])
+                    .model(MODEL)
+                    .with_extension(CallerIdentity::new(caller));
+                match chat.oneshot(request).await {
+                    Ok(stream) => {
+                        stream.collect_response().await.unwrap();
+                        None
+                    }
+                    Err(error) => Some(error),
+                }
+            })
+        })
+        .collect();
+    let mut refusals = Vec::new();
+    for task in tasks {
+        refusals.extend(task.await.unwrap());
+    }
+    one.settled().await;
+    two.settled().await;
+    assert_eq!(calls.load(Ordering::SeqCst), 20);
+    assert_eq!(refusals.len(), 180);
+    for error in &refusals {
+        assert!(
+            matches!(error.kind(), ErrorKind::RateLimited { .. }),
+            "{error}"
+        );
+        assert!(
+            error.message().starts_with(
+                "team research is over its cost_per_day limit of $0.0012 ($0.0012 used so far, this call \
+                 needs $0.00006)"
+            ),
+            "{error}"
+        );
+    }
+    let report = one.team_usage("research").await.unwrap().unwrap();
+    assert_eq!(
+        report.counter(CounterKind::CostPerDay).unwrap().used,
+        20 * 60_000
+    );
+    let alice = two.usage("alice").await.unwrap();
+    let bob = two.usage("bob").await.unwrap();
+    let requests =
+        |r: &tower_chat_limits::UsageReport| r.counter(CounterKind::Requests).unwrap().used;
+    assert_eq!(requests(&alice) + requests(&bob), 20);
+    // A caller named like the team has counters of its own in Redis: the team's spend is not theirs.
+    let namesake = Limited::new(answering(0, 100, calls.clone()), one.clone());
+    let request = ChatRequest::new(vec![])
+        .model(MODEL)
+        .with_extension(CallerIdentity::new("research"));
+    namesake
+        .oneshot(request)
+        .await
+        .unwrap()
+        .collect_response()
+        .await
+        .unwrap();
+    one.settled().await;
+    let namesake = one.usage("research").await.unwrap();
+    assert_eq!(namesake.scopes.len(), 1);
+    assert_eq!(namesake.counter(CounterKind::Requests).unwrap().used, 1);
+}

@@ -26,6 +26,10 @@ pub struct Rejection {
     pub kind: CounterKind,
     /// Its limit.
     pub limit: u64,
+    /// What the counter held when the call was refused (the spend so far, for a budget).
+    pub used: u64,
+    /// What the call needed of it (its estimate; one request or call in progress).
+    pub needed: u64,
     /// How long until every full counter's window has ended
     /// ([`CONCURRENT_RETRY_AFTER`](super::CONCURRENT_RETRY_AFTER) when only calls in progress are full).
     pub retry_after: Duration,
@@ -34,22 +38,25 @@ pub struct Rejection {
 }
 
 impl Rejection {
-    /// The rejection for the full counters of `ticket` (`over`, not empty), seen from `now`.
-    pub fn from_counters(ticket: &Ticket, over: &[PlannedCounter], now: u64) -> Rejection {
-        let worst = over
+    /// The rejection for the full counters of `ticket` (`over`, not empty: each with what it held), seen from
+    /// `now`.
+    pub fn from_counters(ticket: &Ticket, over: &[(PlannedCounter, u64)], now: u64) -> Rejection {
+        let (worst, used) = over
             .iter()
-            .max_by_key(|c| c.retry_after(now))
+            .max_by_key(|(c, _)| c.retry_after(now))
             .copied()
             .unwrap_or(over[0]);
-        Rejection::of(ticket, &worst, now)
+        Rejection::of(ticket, &worst, used, now)
     }
 
-    /// The rejection for one full counter of `ticket`, seen from `now`.
-    pub(crate) fn of(ticket: &Ticket, worst: &PlannedCounter, now: u64) -> Rejection {
+    /// The rejection for one full counter of `ticket`, which held `used`, seen from `now`.
+    pub(crate) fn of(ticket: &Ticket, worst: &PlannedCounter, used: u64, now: u64) -> Rejection {
         Rejection {
             scope: ticket.scopes()[worst.scope].key.clone(),
             kind: worst.kind,
             limit: worst.limit,
+            used,
+            needed: worst.amount,
             retry_after: worst.retry_after(now),
             retry_at: worst
                 .window
@@ -60,16 +67,19 @@ impl Rejection {
 
 impl fmt::Display for Rejection {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "caller {}", self.scope.caller)?;
-        if let Some(model) = &self.scope.model {
-            write!(f, " (model {model})")?;
-        }
         write!(
             f,
-            " is over its {} limit of {}",
+            "{} is over its {} limit of {} ({} used so far",
+            self.scope,
             self.kind,
-            self.kind.amount(self.limit)
+            self.kind.amount(self.limit),
+            self.kind.amount(self.used),
         )?;
+        // A request or a call in progress needs one; a token or cost estimate is worth naming.
+        match self.kind {
+            CounterKind::Requests | CounterKind::Concurrent => f.write_str(")")?,
+            kind => write!(f, ", this call needs {})", kind.amount(self.needed))?,
+        }
         let wait = in_words(self.retry_after);
         match self.retry_at {
             Some(at) => write!(f, "; retry at {} (in {wait})", httpdate::fmt_http_date(at)),

@@ -60,7 +60,10 @@ pub trait LimitStore: fmt::Debug + Send + Sync + 'static {
     /// Check every counter of `ticket` and charge its reservation if all have room.
     fn reserve(&self, ticket: &Ticket) -> StoreReply<Admission>;
 
-    /// Replace `ticket`'s reservation by `actual` and release its slot among calls in progress.
+    /// Replace `ticket`'s reservation by `actual` and release its slot among calls in progress. A call admitted
+    /// unchecked after its reservation failed ([`crate::StoreFailure::FailOpen`]) is settled too, with a ticket
+    /// that reserved nothing: a store must then free only a slot that call itself holds (the Redis store
+    /// removes the call's own member, which is there only if the failed reservation was in fact applied).
     fn settle(&self, ticket: &Ticket, actual: &Demand) -> StoreReply<()>;
 
     /// The counters of `scope` as of `now` (milliseconds since the epoch).

@@ -167,10 +167,10 @@ impl State {
 }
 
 /// The full counter whose window ends last (the last one among equals), if any counter of the scopes lacks room.
-fn worst_over(ticket: &Ticket, scopes: &[&Counters]) -> Option<PlannedCounter> {
+fn worst_over(ticket: &Ticket, scopes: &[&Counters]) -> Option<(PlannedCounter, u64)> {
     let at = ticket.at();
     let amounts = ticket.reserved().amounts();
-    let mut worst: Option<(PlannedCounter, Duration)> = None;
+    let mut worst: Option<(PlannedCounter, u64, Duration)> = None;
     for (index, (plan, counters)) in ticket.plan().plans.iter().zip(scopes).enumerate() {
         for c in plan.counters() {
             let amount = amounts[c.kind.index()];
@@ -184,13 +184,13 @@ fn worst_over(ticket: &Ticket, scopes: &[&Counters]) -> Option<PlannedCounter> {
                     amount,
                 };
                 let wait = over.retry_after(at);
-                if worst.is_none_or(|(_, w)| wait >= w) {
-                    worst = Some((over, wait));
+                if worst.is_none_or(|(_, _, w)| wait >= w) {
+                    worst = Some((over, used, wait));
                 }
             }
         }
     }
-    worst.map(|(c, _)| c)
+    worst.map(|(c, used, _)| (c, used))
 }
 
 /// Add a reservation to one scope's counters (a slot whose window does not hold the call starts over in the
@@ -230,7 +230,7 @@ fn charge_lanes(ticket: &Ticket, scopes: &[&Counters]) -> bool {
     let at = ticket.at();
     let amounts = ticket.reserved().amounts();
     let plans = &ticket.plan().plans;
-    let mut next = [[0u64; 6]; 2];
+    let mut next = [[0u64; 6]; 3];
     if scopes.len() > next.len() {
         return false;
     }
@@ -333,11 +333,17 @@ impl MemoryStore {
     fn with_scopes<R>(&self, ticket: &Ticket, f: impl FnOnce(&mut State, &[&Counters]) -> R) -> R {
         let mut state = self.lock();
         let resolved = match ticket.scopes().len() {
-            1 => self.resolved(ticket, 0).map(|a| ([a, a], 1)),
+            1 => self.resolved(ticket, 0).map(|a| ([a, a, a], 1)),
             2 => self
                 .resolved(ticket, 0)
                 .zip(self.resolved(ticket, 1))
-                .map(|(a, b)| ([a, b], 2)),
+                .map(|(a, b)| ([a, b, b], 2)),
+            // A team member's call to a model with limits: the caller's, the caller-and-model and the team's.
+            3 => self
+                .resolved(ticket, 0)
+                .zip(self.resolved(ticket, 1))
+                .zip(self.resolved(ticket, 2))
+                .map(|((a, b), c)| ([a, b, c], 3)),
             _ => None,
         };
         // One call of `f` (so it is inlined): the resolved counters, or those found by key.
@@ -375,8 +381,8 @@ impl LimitStore for MemoryStore {
                 return Admission::Admitted;
             }
             // Check every scope before charging any: all or nothing.
-            if let Some(worst) = worst_over(ticket, scopes) {
-                return Admission::Rejected(Rejection::of(ticket, &worst, ticket.at()));
+            if let Some((worst, used)) = worst_over(ticket, scopes) {
+                return Admission::Rejected(Rejection::of(ticket, &worst, used, ticket.at()));
             }
             let amounts = ticket.reserved().amounts();
             for (plan, counters) in ticket.plan().plans.iter().zip(scopes) {
@@ -459,10 +465,7 @@ mod tests {
 
     fn scope(caller: &str, limits: &Limits) -> Scope {
         Scope {
-            key: ScopeKey {
-                caller: Arc::from(caller),
-                model: None,
-            },
+            key: ScopeKey::caller(Arc::from(caller)),
             limits: Arc::new(limits.clone()),
         }
     }

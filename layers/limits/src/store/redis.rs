@@ -21,8 +21,8 @@ use crate::store::{
 };
 
 /// Checks every counter, then charges all of them or none. `ARGV`: now, the call's member id, then per key:
-/// kind (`w` window counter, `c` calls in progress), amount, limit, ttl (ms). Returns the 1-based indices of
-/// the keys without room (empty: admitted).
+/// kind (`w` window counter, `c` calls in progress), amount, limit, ttl (ms). Returns, per key without room, its
+/// 1-based index and what it holds (empty: admitted).
 const RESERVE: &str = r"
 local now = tonumber(ARGV[1])
 local member = ARGV[2]
@@ -37,7 +37,10 @@ for i, key in ipairs(KEYS) do
   else
     used = tonumber(redis.call('GET', key) or '0')
   end
-  if used + amount > limit then over[#over + 1] = i end
+  if used + amount > limit then
+    over[#over + 1] = i
+    over[#over + 1] = used
+  end
 end
 if #over > 0 then return over end
 for i, key in ipairs(KEYS) do
@@ -197,8 +200,17 @@ impl RedisStore {
     }
 
     /// The start of every key of one scope: the caller and model are length-prefixed so that no two scopes
-    /// share a key.
+    /// share a key; a team's keys start with `team:` where a caller's start with a digit, so a team and a
+    /// caller of the same name never share one.
     fn scope_prefix(&self, scope: &ScopeKey) -> String {
+        if scope.team {
+            return format!(
+                "{}team:{}:{}:",
+                self.prefix,
+                scope.caller.len(),
+                scope.caller
+            );
+        }
         let model = scope.model.as_deref().unwrap_or("");
         format!(
             "{}{}:{}:{}:{}:",
@@ -282,14 +294,17 @@ impl LimitStore for RedisStore {
         let ticket = ticket.clone();
         let timeout = self.timeout;
         StoreReply::Pending(Box::pin(async move {
-            let over: Vec<usize> =
+            let over: Vec<u64> =
                 timed("reserve", timeout, invocation.invoke_async(&mut connection)).await?;
             if over.is_empty() {
                 return Ok(Admission::Admitted);
             }
-            let over: Vec<PlannedCounter> = over
-                .into_iter()
-                .filter_map(|i| counters.get(i.wrapping_sub(1)).copied())
+            let over: Vec<(PlannedCounter, u64)> = over
+                .chunks_exact(2)
+                .filter_map(|pair| {
+                    let index = usize::try_from(pair[0]).ok()?.checked_sub(1)?;
+                    Some((*counters.get(index)?, pair[1]))
+                })
                 .collect();
             if over.is_empty() {
                 return Err(LimitStoreError::new(

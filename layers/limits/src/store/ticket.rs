@@ -47,6 +47,14 @@ impl Ticket {
         }
     }
 
+    /// The same call reserving `reserved` instead.
+    pub(crate) fn with_reserved(&self, reserved: Demand) -> Self {
+        Ticket {
+            reserved,
+            ..self.clone()
+        }
+    }
+
     /// Unique among the tickets of one layer (stores that track calls in progress one by one key them by it).
     pub fn id(&self) -> u64 {
         self.id
