@@ -448,7 +448,7 @@ impl Store for PostgresStore {
             let rows = records
                 .iter()
                 .zip(&encoded)
-                .map(|(record, encoded)| Row::from_record(record, encoded))
+                .map(|(record, encoded)| Row::from_record(record, encoded, true))
                 .collect::<Result<Vec<_>, _>>()?;
             let mut client = self.client().await?;
             let failed = pg_error("cannot write call records");
