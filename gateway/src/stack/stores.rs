@@ -61,7 +61,10 @@ pub async fn stores(config: &Config) -> Result<Stores, GatewayError> {
                 (Arc::new(store), Arc::new(approvals), sessions)
             }
             None => {
-                let store = SqliteStore::open(&config.db)
+                // The console searches the call log: the store keeps its full-text index.
+                let store = SqliteStore::builder(&config.db)
+                    .search_index(true)
+                    .open()
                     .await
                     .map_err(store_error(format!("--db {}", config.db.display())))?;
                 let approvals = SqliteApprovalStore::new(store.clone())

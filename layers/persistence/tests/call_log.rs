@@ -394,17 +394,28 @@ async fn calls_recorded_before_the_call_log_are_indexed_on_open(db: &TestDb) {
     db.store.write_calls(&records).await.unwrap();
     let reopened: Box<dyn Store> = match &db.backend {
         Backend::Sqlite(store) => {
+            // What the index holds of the calls goes too (a search first, so that the index has taken them).
+            db.store.call_log(&words("metres")).await.unwrap();
+            let index_file = format!("{}-search", store.path().display());
             store
-                .run("undo the call log", |conn| {
+                .run("undo the call log", move |conn| {
+                    conn.execute("ATTACH DATABASE ?1 AS old_index", [index_file])?;
                     conn.execute_batch(
-                        "DROP TABLE chat_calls_search; DROP INDEX chat_calls_unindexed; \
+                        "DELETE FROM old_index.chat_calls_search; DETACH DATABASE old_index; \
+                         DROP INDEX chat_calls_unindexed; \
                          DROP INDEX chat_calls_by_start; ALTER TABLE chat_calls DROP COLUMN first_message; \
                          DELETE FROM tower_chat_migrations WHERE id = 'tower-chat-persistence/0010_call_log';",
                     )
                 })
                 .await
                 .unwrap();
-            Box::new(SqliteStore::open(store.path()).await.unwrap())
+            Box::new(
+                SqliteStore::builder(store.path())
+                    .search_index(true)
+                    .open()
+                    .await
+                    .unwrap(),
+            )
         }
         Backend::Postgres(store) => {
             store
@@ -447,10 +458,10 @@ async fn calls_recorded_before_the_call_log_are_indexed_on_open(db: &TestDb) {
     assert_eq!(all.entries[0].first_message, "question old-2");
 }
 
-/// SQLite indexes committed calls' words in batches off the write path: a call written while nothing reads is
-/// in the index, as another connection to the file sees it, once the writer has been idle a moment.
+/// SQLite's index is a file of its own, filled off the write path: once a search through the store that wrote
+/// the calls has found them, another store on the same file finds them too, from the index file alone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sqlite_indexes_written_calls_when_the_writer_is_idle() {
+async fn sqlite_another_store_on_the_file_finds_the_calls_the_first_one_indexed() {
     let db = TestDb::sqlite().await;
     let template = db.recorded_call("template").await;
     let record = Call {
@@ -460,19 +471,84 @@ async fn sqlite_indexes_written_calls_when_the_writer_is_idle() {
     }
     .record(&template);
     db.store.write_calls(&[record]).await.unwrap();
-    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert_eq!(ids(&log(&db, words("Nigardsbreen")).await), ["glacier-1"]);
     let Backend::Sqlite(store) = &db.backend else {
         unreachable!("a SQLite test database")
     };
-    // Another store on the same file has nothing of its own to index: it reads what the first one wrote.
-    let other = SqliteStore::open(store.path()).await.unwrap();
-    let page = other
+    let other = SqliteStore::builder(store.path())
+        .search_index(true)
+        .open()
+        .await
+        .unwrap();
+    let page = other.call_log(&words("Jostedalen")).await.unwrap();
+    assert_eq!(ids(&page), ["glacier-1"]);
+    db.cleanup().await;
+}
+
+/// A store opened without the index (the default) builds none: no index file, and a search is refused with an
+/// error naming the option, while the log still lists the calls. Opened with it later, the store indexes every
+/// call recorded so far, and does so again when the index file is deleted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_a_store_without_the_index_refuses_searches_and_a_new_index_holds_every_recorded_call(
+) {
+    let dir = tempfile::tempdir().unwrap();
+    let database = dir.path().join("plain.db");
+    let index_file = dir.path().join("plain.db-search");
+    let plain = SqliteStore::open(&database).await.unwrap();
+    let template = TestDb::sqlite().await.recorded_call("template").await;
+    let records = [
+        Call {
+            sent: vec![Message::user("Where does the Flåm railway start?")],
+            answer: "At Myrdal.",
+            ..call("rail-1", "alice", "m", 10)
+        },
+        call("rail-2", "bob", "m", 20),
+    ]
+    .map(|c| c.record(&template));
+    plain.write_calls(&records).await.unwrap();
+    let refused = plain.call_log(&words("Myrdal")).await.unwrap_err();
+    assert!(
+        refused.to_string().contains("search_index(true)"),
+        "{refused}"
+    );
+    let listed = plain
         .call_log(&CallLogQuery {
-            search: Some("Nigardsbreen".into()),
+            until: Some(at(1_000)),
             ..CallLogQuery::default()
         })
         .await
         .unwrap();
-    assert_eq!(ids(&page), ["glacier-1"]);
-    db.cleanup().await;
+    assert_eq!(ids(&listed), ["rail-2", "rail-1"]);
+    assert!(
+        !index_file.exists(),
+        "a store without the index made {index_file:?}"
+    );
+    drop(plain);
+
+    for round in ["first open with the index", "index file deleted"] {
+        let indexed = SqliteStore::builder(&database)
+            .search_index(true)
+            .open()
+            .await
+            .unwrap();
+        let found = indexed.call_log(&words("myrdal railway")).await.unwrap();
+        assert_eq!(ids(&found), ["rail-1"], "{round}");
+        assert_eq!(
+            ids(&indexed.call_log(&words("question")).await.unwrap()),
+            ["rail-2"],
+            "{round}"
+        );
+        drop(indexed);
+        for suffix in ["", "-wal", "-shm"] {
+            let _ = std::fs::remove_file(dir.path().join(format!("plain.db-search{suffix}")));
+        }
+    }
+}
+
+/// A search for `text` over every call.
+fn words(text: &str) -> CallLogQuery {
+    CallLogQuery {
+        search: Some(text.into()),
+        ..CallLogQuery::default()
+    }
 }

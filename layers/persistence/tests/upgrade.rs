@@ -56,7 +56,11 @@ async fn chat_calls(store: &SqliteStore) -> i64 {
 async fn the_records_of_a_journal_left_behind_reach_the_tables_once_and_the_journal_is_removed() {
     let dir = tempfile::tempdir().unwrap();
     let database = left_behind(dir.path(), FIXTURE);
-    let store = SqliteStore::open(&database).await.unwrap();
+    let store = SqliteStore::builder(&database)
+        .search_index(true)
+        .open()
+        .await
+        .unwrap();
     for file in journal_files(&database) {
         assert!(!file.exists(), "{} is still there", file.display());
     }

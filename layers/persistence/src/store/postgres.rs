@@ -452,7 +452,7 @@ impl Store for PostgresStore {
             let mut rows = records
                 .iter()
                 .zip(&encoded)
-                .map(|(record, encoded)| Row::from_record(record, encoded))
+                .map(|(record, encoded)| Row::from_record(record, encoded, true))
                 .collect::<Result<Vec<_>, _>>()?;
             // Each final record locks its spend rollup row (a trigger's upsert) until the commit: written in
             // the rollup's key order, two replicas' batches take those locks in the same order and cannot

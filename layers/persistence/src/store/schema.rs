@@ -396,9 +396,11 @@ mod row {
     use crate::store::StoreError;
 
     impl Row {
+        /// `search`: whether the store indexes the call's text (building it costs ~7.5 k instructions a call).
         pub(crate) fn from_record(
             record: &CallRecord,
             encoded: &crate::store::chain::Encoded,
+            search: bool,
         ) -> Result<Row, StoreError> {
             let json = |what: &str, value: Result<String, serde_json::Error>| {
                 value.map_err(|e| StoreError::with_source(format!("cannot encode {what}"), e))
@@ -445,7 +447,10 @@ mod row {
                     .omitted
                     .map(|o| i64::try_from(o.bytes).unwrap_or(i64::MAX)),
                 first_message: Some(crate::call_log::first_message(record)),
-                search_text: crate::call_log::searchable_text(record),
+                search_text: match search {
+                    true => crate::call_log::searchable_text(record),
+                    false => String::new(),
+                },
             })
         }
     }

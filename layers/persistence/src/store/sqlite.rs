@@ -37,6 +37,7 @@ use crate::call_log::{CallLogPage, CallLogQuery};
 
 mod call_log;
 mod checkpoint;
+mod search_index;
 mod spend;
 use crate::record::{
     to_micros, CallId, CallQuery, CallRecord, CallSummary, ConversationQuery, ConversationSummary,
@@ -45,6 +46,7 @@ use crate::record::{
 use crate::usage::{usage_sql, UsageAggregate, UsageQuery, UsageRow};
 pub use checkpoint::Checkpoint;
 use checkpoint::{Checkpointer, WAL_KEPT_BYTES};
+use search_index::SearchIndex;
 
 pub use rusqlite;
 
@@ -79,6 +81,8 @@ pub struct SqliteStore {
     /// dashboard scanning many calls does not delay the layer's record writes (and the calls waiting on them).
     reader: Arc<std::sync::Mutex<Option<Connection>>>,
     checkpointer: Checkpointer,
+    /// The call log's full-text index, when the store was opened with one ([`SqliteStoreBuilder::search_index`]).
+    search: Option<SearchIndex>,
 }
 
 impl fmt::Debug for SqliteStore {
@@ -113,6 +117,7 @@ pub struct SqliteStoreBuilder {
     busy_timeout: Duration,
     durability: Durability,
     checkpoint_interval: Duration,
+    search_index: bool,
 }
 
 impl SqliteStoreBuilder {
@@ -135,6 +140,16 @@ impl SqliteStoreBuilder {
         self
     }
 
+    /// Keep the call log's full-text index, so that [`Store::call_log`] finds calls by the words of their messages
+    /// (default off: a store that is never searched pays nothing for it). The index is a file of its own beside
+    /// the database (`<database>-search`), written by a thread of its own in batches after each commit, never on
+    /// a call's path; a search sees every call recorded before it. A new index file (the first open with the
+    /// index on, or after deleting the file) is filled with the calls already recorded.
+    pub fn search_index(mut self, enabled: bool) -> Self {
+        self.search_index = enabled;
+        self
+    }
+
     /// How long a write waits for another process's write lock before failing (default 5 s).
     pub fn busy_timeout(mut self, timeout: Duration) -> Self {
         self.busy_timeout = timeout;
@@ -148,10 +163,19 @@ impl SqliteStoreBuilder {
         let (opened_tx, opened_rx) = oneshot::channel();
         let path = self.path.clone();
         let (busy_timeout, checkpoint_interval) = (self.busy_timeout, self.checkpoint_interval);
+        let (search, pending) = match self.search_index {
+            true => {
+                let (search, pending) = SearchIndex::channel();
+                (Some(search), Some(pending))
+            }
+            false => (None, None),
+        };
+        let writer_search = search.clone();
         std::thread::Builder::new()
             .name("tower-chat-sqlite".into())
             .spawn(move || {
-                let mut conn = match open_connection(&self) {
+                let search = writer_search;
+                let mut conn = match open_connection(&self, search.as_ref()) {
                     Ok((conn, key)) => {
                         let _ = opened_tx.send(Ok(key));
                         conn
@@ -179,7 +203,9 @@ impl SqliteStoreBuilder {
                                 );
                             }
                         }
-                        writes_or_reads => next = serve_writes(&conn, &receiver, writes_or_reads),
+                        writes_or_reads => {
+                            next = serve_writes(&conn, &receiver, writes_or_reads, search.as_ref())
+                        }
                     }
                 }
             })
@@ -188,17 +214,29 @@ impl SqliteStoreBuilder {
             .await
             .map_err(|_| StoreError::new("the SQLite thread stopped while opening"))??;
         let checkpointer = Checkpointer::start(&path, busy_timeout, checkpoint_interval)?;
+        if let Some(pending) = pending {
+            SearchIndex::start(
+                &path,
+                busy_timeout,
+                pending,
+                SqliteStore::index_recorded_calls,
+            )?;
+        }
         Ok(SqliteStore {
             jobs,
             path: Arc::new(path),
             encoder: Arc::new(Encoder::new(key)),
             reader: Arc::default(),
             checkpointer,
+            search,
         })
     }
 }
 
-fn open_connection(options: &SqliteStoreBuilder) -> Result<(Connection, NodeKey), StoreError> {
+fn open_connection(
+    options: &SqliteStoreBuilder,
+    search: Option<&SearchIndex>,
+) -> Result<(Connection, NodeKey), StoreError> {
     let context = |what: &str| {
         let path = options.path.display().to_string();
         let what = what.to_owned();
@@ -256,20 +294,28 @@ fn open_connection(options: &SqliteStoreBuilder) -> Result<(Connection, NodeKey)
             ))
         })
         .map_err(context("cannot read the node key"))?;
-    commit_legacy_journal(&conn, &options.path)?;
-    SqliteStore::index_earlier_calls(&conn).map_err(context(
+    // The call log's index lives in a file of its own now (`search_index.rs`): the one migration 0010 made in the
+    // database is no longer read or written.
+    conn.execute_batch("DROP TABLE IF EXISTS main.chat_calls_search")
+        .map_err(context("cannot drop the call log's former index"))?;
+    commit_legacy_journal(&conn, &options.path, search)?;
+    SqliteStore::index_earlier_calls(&conn, search).map_err(context(
         "cannot index the calls recorded before the call log",
     ))?;
     Ok((conn, key))
 }
 
 /// Commit the records a record journal of an earlier build left beside the database, then remove its files.
-fn commit_legacy_journal(conn: &Connection, database: &Path) -> Result<(), StoreError> {
+fn commit_legacy_journal(
+    conn: &Connection,
+    database: &Path,
+    search: Option<&SearchIndex>,
+) -> Result<(), StoreError> {
     let Some(journal) = LegacyJournal::open(database)? else {
         return Ok(());
     };
     if !journal.records.is_empty() {
-        WriteStatements::prepare(conn)
+        WriteStatements::prepare(conn, search)
             .and_then(|mut statements| statements.write([&journal.records]))
             .map_err(|e| {
                 StoreError::with_source(
@@ -324,6 +370,7 @@ impl SqliteStore {
             busy_timeout: Duration::from_secs(5),
             durability: Durability::default(),
             checkpoint_interval: Duration::from_millis(500),
+            search_index: false,
         }
     }
 
@@ -399,6 +446,7 @@ impl SqliteStore {
         T: Send + 'static,
     {
         let (reader, path) = (self.reader.clone(), self.path.clone());
+        let search = self.search.is_some();
         tokio::task::spawn_blocking(move || {
             let mut slot = reader.lock().unwrap_or_else(|e| e.into_inner());
             if slot.is_none() {
@@ -408,6 +456,9 @@ impl SqliteStore {
                         | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
                 )?;
                 conn.busy_timeout(Duration::from_secs(5))?;
+                if search {
+                    search_index::attach(&conn, &path)?;
+                }
                 *slot = Some(conn);
             }
             f(slot.as_ref().expect("opened above"))
@@ -472,16 +523,6 @@ const UPSERT: &str = "INSERT INTO chat_calls (call_id, conversation_id, caller, 
     usage_estimated = excluded.usage_estimated, omitted_messages = excluded.omitted_messages, \
     omitted_bytes = excluded.omitted_bytes, first_message = excluded.first_message \
     WHERE chat_calls.status = 'in_flight'";
-
-/// Indexes a call's text under its row (replacing the entry of its in-flight record).
-const INDEX_TEXT: &str = "INSERT OR REPLACE INTO chat_calls_search (rowid, body) \
-    SELECT rowid, ?2 FROM chat_calls WHERE call_id = ?1";
-
-/// Indexes the text of many calls, given as a JSON array of `[call id, text]`, in one statement: FTS5 writes
-/// its pending entries out at every statement's savepoint, so one statement a call would pay that per call.
-const INDEX_TEXTS: &str = "INSERT OR REPLACE INTO chat_calls_search (rowid, body) \
-    SELECT chat_calls.rowid, pending.value ->> 1 FROM json_each(?1) AS pending \
-    JOIN chat_calls ON chat_calls.call_id = pending.value ->> 0";
 
 const INSERT_NODE: &str = "INSERT INTO chat_messages (id, parent_id, position, message) \
     VALUES (?1, ?2, ?3, ?4) ON CONFLICT (id) DO NOTHING";
@@ -600,13 +641,14 @@ struct WriteStatements<'c> {
     options: rusqlite::Statement<'c>,
     blob: rusqlite::Statement<'c>,
     upsert: rusqlite::Statement<'c>,
-    index_texts: rusqlite::Statement<'c>,
-    /// Calls committed whose text is not in the full-text index yet: (call id, text), in write order.
-    unindexed: Vec<(String, String)>,
+    /// Where the text of committed calls goes, if the store keeps a search index.
+    search: Option<&'c SearchIndex>,
+    /// The text of the calls of the transaction being written: (call id, text), in write order.
+    unindexed: search_index::Texts,
 }
 
 impl<'c> WriteStatements<'c> {
-    fn prepare(conn: &'c Connection) -> rusqlite::Result<Self> {
+    fn prepare(conn: &'c Connection, search: Option<&'c SearchIndex>) -> rusqlite::Result<Self> {
         Ok(WriteStatements {
             conn,
             // IMMEDIATE: take the write lock up front, so the busy timeout applies here and not mid-batch.
@@ -616,35 +658,20 @@ impl<'c> WriteStatements<'c> {
             options: conn.prepare(INSERT_OPTIONS)?,
             blob: conn.prepare(INSERT_BLOB)?,
             upsert: conn.prepare(UPSERT)?,
-            index_texts: conn.prepare(INDEX_TEXTS)?,
+            search,
             unindexed: Vec::new(),
         })
     }
 
-    /// Put the text of the calls committed since the last time into the full-text index, in one statement.
-    /// FTS5 writes a new index segment (and merges older ones) at every statement that touched it: ~120 k
-    /// instructions, more than the rest of a record's write, so a statement per record would pay it per record.
-    fn index_committed(&mut self) {
-        if self.unindexed.is_empty() {
-            return;
-        }
-        let pending = serde_json::to_string(&self.unindexed).expect("strings serialise");
-        let result = self.index_texts.execute(params![pending]);
-        if let Err(error) = result {
-            // The calls stay listed and findable by id; only their words are not searchable.
-            tracing::warn!(calls = self.unindexed.len(), %error, "cannot index the text of recorded calls");
-        }
-        self.unindexed.clear();
-    }
-
     /// Write `batches` in one transaction: committed when this returns `Ok`, rolled back otherwise (an error,
     /// or a panic unwinding through the connection thread).
+    /// Once committed, the calls' text goes to the search index (before the batches are acknowledged, so a
+    /// search asked for after a call's `Finish` finds it).
     fn write<'r>(&mut self, batches: impl IntoIterator<Item = &'r Rows>) -> rusqlite::Result<()> {
-        let indexed_before = self.unindexed.len();
+        self.unindexed.clear();
         let result = self.write_all(batches);
-        if result.is_err() {
-            // Rolled back: nothing of it to index.
-            self.unindexed.truncate(indexed_before);
+        if let (Ok(()), Some(search)) = (&result, self.search) {
+            search.index(std::mem::take(&mut self.unindexed));
         }
         result
     }
@@ -702,7 +729,7 @@ impl<'c> WriteStatements<'c> {
             r.first_message,
         ])?;
         // Unchanged when a final record was already stored: its index entry stays.
-        if written > 0 && r.first_message.is_some() {
+        if written > 0 && r.first_message.is_some() && self.search.is_some() {
             self.unindexed
                 .push((r.call_id.clone(), r.search_text.clone()));
         }
@@ -725,32 +752,19 @@ impl Drop for RollbackUnlessCommitted<'_> {
 /// Serve `first` and every record write and read queued behind it with the same prepared statements; return
 /// the first other job (which needs `&mut Connection`, so the statements are finalized first), or `None` when
 /// every sender is gone.
-///
-/// The text of committed calls goes into the full-text index in batches ([`WriteStatements::index_committed`]):
-/// before any read (so a search sees every call written before it), once [`INDEX_BATCH`] calls wait, when no
-/// job has come for [`INDEX_DELAY`], and before the connection is handed to another job. A crash loses the
-/// index entries of the calls still waiting (at most that many, or that long): they stay listed and findable
-/// by id, but not by their words.
-fn serve_writes(conn: &Connection, receiver: &mpsc::Receiver<Job>, first: Job) -> Option<Job> {
+fn serve_writes<'c>(
+    conn: &'c Connection,
+    receiver: &mpsc::Receiver<Job>,
+    first: Job,
+    search: Option<&'c SearchIndex>,
+) -> Option<Job> {
     let mut statements: Option<WriteStatements<'_>> = None;
     let mut next = Some(first);
     let mut group = Vec::new();
     loop {
-        let waiting = statements.as_ref().map_or(0, |s| s.unindexed.len());
         let job = match next.take() {
             Some(job) => job,
-            None if waiting == 0 => receiver.recv().ok()?,
-            None => match receiver.recv_timeout(INDEX_DELAY) {
-                Ok(job) => job,
-                Err(mpsc::RecvTimeoutError::Timeout) => {
-                    index_committed(&mut statements);
-                    continue;
-                }
-                Err(mpsc::RecvTimeoutError::Disconnected) => {
-                    index_committed(&mut statements);
-                    return None;
-                }
-            },
+            None => receiver.recv().ok()?,
         };
         match job {
             Job::Write(write) => {
@@ -766,37 +780,18 @@ fn serve_writes(conn: &Connection, receiver: &mpsc::Receiver<Job>, first: Job) -
                         }
                     }
                 }
-                commit_group(conn, &mut statements, &mut group);
-                if statements.as_ref().map_or(0, |s| s.unindexed.len()) >= INDEX_BATCH {
-                    index_committed(&mut statements);
-                }
+                commit_group(conn, &mut statements, &mut group, search);
             }
             Job::Read(job) => {
-                index_committed(&mut statements);
                 // As for `with_connection` closures: a panicking read fails its caller, not the store.
                 if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job(conn))).is_err() {
                     tracing::error!("a SQLite store read panicked; the store continues");
                 }
             }
-            other => {
-                index_committed(&mut statements);
-                return Some(other);
-            }
+            other => return Some(other),
         }
     }
 }
-
-fn index_committed(statements: &mut Option<WriteStatements<'_>>) {
-    if let Some(statements) = statements.as_mut() {
-        statements.index_committed();
-    }
-}
-
-/// How many committed calls wait for the full-text index at most.
-const INDEX_BATCH: usize = 256;
-
-/// How long committed calls wait for the full-text index at most while no other job comes.
-const INDEX_DELAY: Duration = Duration::from_millis(250);
 
 /// Commit the batches of `group` in one transaction and acknowledge each; if that fails, commit each batch in
 /// a transaction of its own, so one batch the tables refuse does not fail the others.
@@ -804,8 +799,14 @@ fn commit_group<'c>(
     conn: &'c Connection,
     statements: &mut Option<WriteStatements<'c>>,
     group: &mut Vec<WriteJob>,
+    search: Option<&'c SearchIndex>,
 ) {
-    match commit(conn, statements, group.iter().map(|write| &write.rows)) {
+    match commit(
+        conn,
+        statements,
+        group.iter().map(|write| &write.rows),
+        search,
+    ) {
         Ok(()) => {
             for write in group.drain(..) {
                 let _ = write.done.send(Ok(()));
@@ -816,7 +817,7 @@ fn commit_group<'c>(
         }
         Err(_) => {
             for write in group.drain(..) {
-                let alone = commit(conn, statements, std::iter::once(&write.rows));
+                let alone = commit(conn, statements, std::iter::once(&write.rows), search);
                 let _ = write.done.send(alone);
             }
         }
@@ -828,10 +829,11 @@ fn commit<'c, 'r>(
     conn: &'c Connection,
     statements: &mut Option<WriteStatements<'c>>,
     batches: impl IntoIterator<Item = &'r Rows>,
+    search: Option<&'c SearchIndex>,
 ) -> Result<(), StoreError> {
     let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         if statements.is_none() {
-            *statements = Some(WriteStatements::prepare(conn)?);
+            *statements = Some(WriteStatements::prepare(conn, search)?);
         }
         statements.as_mut().expect("prepared above").write(batches)
     }));
@@ -860,10 +862,12 @@ impl Store for SqliteStore {
         Box::pin(async move {
             // Encoded here, on the writer task: only messages the store has not seen are serialised.
             let (encoded, pending) = self.encoder.encode(records)?;
+            // The searchable text only when a search index takes it.
+            let search = self.search.is_some();
             let rows = records
                 .iter()
                 .zip(encoded)
-                .map(|(record, encoded)| Ok((Row::from_record(record, &encoded)?, encoded)))
+                .map(|(record, encoded)| Ok((Row::from_record(record, &encoded, search)?, encoded)))
                 .collect::<Result<Vec<_>, StoreError>>()?;
             let (done, written) = oneshot::channel();
             self.jobs
@@ -1213,7 +1217,8 @@ mod tests {
     #[test]
     fn a_refused_batch_does_not_fail_the_batches_it_was_grouped_with() {
         let dir = tempfile::tempdir().unwrap();
-        let (conn, _key) = open_connection(&SqliteStore::builder(dir.path().join("g.db"))).unwrap();
+        let (conn, _key) =
+            open_connection(&SqliteStore::builder(dir.path().join("g.db")), None).unwrap();
         conn.execute_batch(
             "CREATE TRIGGER refuse BEFORE INSERT ON chat_calls WHEN NEW.conversation_id = 'bad' \
              BEGIN SELECT RAISE(ABORT, 'refused'); END;",
@@ -1223,7 +1228,7 @@ mod tests {
         let (bad, mut bad_outcome) = batch("bad");
         let (last, mut last_outcome) = batch("last");
         let mut group = vec![first, bad, last];
-        commit_group(&conn, &mut None, &mut group);
+        commit_group(&conn, &mut None, &mut group, None);
         assert!(group.is_empty());
         first_outcome.try_recv().unwrap().unwrap();
         last_outcome.try_recv().unwrap().unwrap();

@@ -98,7 +98,11 @@ pub struct TestDb {
 impl TestDb {
     pub async fn sqlite() -> TestDb {
         let dir = tempfile::tempdir().unwrap();
-        let store = SqliteStore::open(dir.path().join("chat.db")).await.unwrap();
+        let store = SqliteStore::builder(dir.path().join("chat.db"))
+            .search_index(true)
+            .open()
+            .await
+            .unwrap();
         TestDb {
             store: Arc::new(store.clone()),
             backend: Backend::Sqlite(store),

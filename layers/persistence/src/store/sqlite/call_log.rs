@@ -1,18 +1,22 @@
-//! The SQLite side of the call log: its query (FTS5 for message words) and, on open, the indexing of calls
-//! recorded before the log existed.
+//! The SQLite side of the call log: its query (FTS5 for message words, in the index file `search_index.rs`
+//! keeps) and, on open, the first messages of calls recorded before the log existed.
 
 use rusqlite::{params, Connection};
 
-use super::{read_raw, select, summary_columns, with_histories, SqliteStore, INDEX_TEXT};
+use super::search_index::{self, SearchIndex};
+use super::{read_raw, select, summary_columns, with_histories, SqliteStore};
 use crate::call_log::{CallLogPage, CallLogQuery};
 use crate::store::call_log::{call_log_page, call_log_sql, Dialect, Param, UNINDEXED_SQL};
 use crate::store::StoreError;
 
 impl SqliteStore {
-    /// Give the rows written before the call log their first message and index their text, a batch per
-    /// transaction. A row whose record does not decode gets an empty first message (and no text), so it is not
-    /// retried at every open; the decoding error is logged.
-    pub(super) fn index_earlier_calls(conn: &Connection) -> rusqlite::Result<()> {
+    /// Give the rows written before the call log their first message, a batch per transaction, and hand their
+    /// text to the search index if the store keeps one. A row whose record does not decode gets an empty first
+    /// message (and no text), so it is not retried at every open; the decoding error is logged.
+    pub(super) fn index_earlier_calls(
+        conn: &Connection,
+        search: Option<&SearchIndex>,
+    ) -> rusqlite::Result<()> {
         let mut indexed = 0usize;
         loop {
             let raws = conn
@@ -23,6 +27,7 @@ impl SqliteStore {
                 break;
             }
             let tx = conn.unchecked_transaction()?;
+            let mut texts = Vec::new();
             for raw in raws {
                 let call_id = raw.columns.call_id.clone();
                 let record = with_histories(&tx, vec![raw])
@@ -42,10 +47,13 @@ impl SqliteStore {
                     "UPDATE chat_calls SET first_message = ?2 WHERE call_id = ?1",
                     params![call_id, first],
                 )?;
-                tx.execute(INDEX_TEXT, params![call_id, text])?;
+                texts.push((call_id, text));
                 indexed += 1;
             }
             tx.commit()?;
+            if let Some(search) = search {
+                search.index(texts);
+            }
         }
         if indexed > 0 {
             tracing::info!(
@@ -57,12 +65,51 @@ impl SqliteStore {
     }
 }
 
+impl SqliteStore {
+    /// Index every call of the database, [`search_index::BATCH`] at a time in `call_id` order, on `conn` (the
+    /// index thread's): how a new index file is filled. A call whose record does not decode is left out (logged).
+    pub(super) fn index_recorded_calls(conn: &Connection) -> rusqlite::Result<()> {
+        let mut after = String::new();
+        let mut indexed = 0usize;
+        loop {
+            let raws = conn
+                .prepare(&select(&format!(
+                    "WHERE call_id > ?1 ORDER BY call_id LIMIT {}",
+                    search_index::BATCH
+                )))?
+                .query_map([&after], read_raw)?
+                .collect::<rusqlite::Result<Vec<_>>>()?;
+            let Some(last) = raws.last() else { break };
+            after = last.columns.call_id.clone();
+            let mut texts = Vec::with_capacity(raws.len());
+            for raw in raws {
+                let call_id = raw.columns.call_id.clone();
+                let record = with_histories(conn, vec![raw])
+                    .map_err(|e| StoreError::with_source("cannot read its history", e))
+                    .and_then(|mut raws| raws.pop().expect("one record").into_record());
+                match record {
+                    Ok(record) => texts.push((call_id, crate::call_log::searchable_text(&record))),
+                    Err(error) => {
+                        tracing::warn!(%call_id, %error, "a stored call does not decode; the call log cannot search it");
+                    }
+                }
+            }
+            indexed += texts.len();
+            search_index::index_now(conn, &texts)?;
+        }
+        if indexed > 0 {
+            tracing::info!(calls = indexed, "indexed the calls already recorded");
+        }
+        Ok(())
+    }
+}
+
 /// The call log's query in SQLite: numbered placeholders, FTS5 for the words.
 const SQLITE_DIALECT: Dialect = Dialect {
     placeholder: |n| format!("?{n}"),
     text_match: |words| {
         format!(
-            "chat_calls.rowid IN (SELECT rowid FROM chat_calls_search WHERE chat_calls_search MATCH {words})"
+            "chat_calls.rowid IN (SELECT rowid FROM search.chat_calls_search WHERE chat_calls_search MATCH {words})"
         )
     },
     words: CallLogQuery::fts5_words,
@@ -78,10 +125,17 @@ impl SqliteStore {
         let sql = call_log_sql(query, &SQLITE_DIALECT);
         Box::pin(async move {
             if query.search.is_some() {
-                // The writer indexes committed calls in batches, before any job of its own: one (empty) job
-                // puts every call written before this search into the index it reads.
-                self.read_on_thread("cannot index the calls written so far", |_| Ok(()))
-                    .await?;
+                // The index thread takes committed calls in batches: a flush puts every call recorded before
+                // this search into the index it reads.
+                match &self.search {
+                    Some(search) => search.flush().await?,
+                    None => {
+                        return Err(StoreError::new(
+                            "this SQLite store keeps no search index: open it with \
+                             `SqliteStoreBuilder::search_index(true)` to search the call log",
+                        ))
+                    }
+                }
             }
             let (sql, rows) = self
                 .read("cannot list the call log", move |conn| {
