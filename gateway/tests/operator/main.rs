@@ -14,6 +14,7 @@ mod console_pages;
 mod console_refusals;
 mod console_sessions;
 mod console_usage;
+mod keys;
 mod operator;
 mod persistence;
 mod tenancy;
