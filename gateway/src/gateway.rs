@@ -138,6 +138,13 @@ impl Gateway {
             }
         }
         gateway.state.turns.records = Some(stores.persistence.store().clone());
+        // Managed keys need a gateway that authenticates clients, and operators to manage them.
+        if let (Some(clients), Some(_)) = (&gateway.state.keys, &gateway.state.turns.operators) {
+            let managed = crate::keys::ManagedKeys::open(stores.keys.clone(), clients.names())
+                .await
+                .map_err(|e| GatewayError::Config(format!("managed keys: {e}")))?;
+            gateway.state.managed = Some(managed);
+        }
         gateway.stores = Some(stores);
         Ok(gateway)
     }
@@ -204,6 +211,7 @@ impl Gateway {
                     drain_over: tower_chat::CancellationToken::new(),
                 },
                 keys,
+                managed: None,
                 in_flight: Arc::new(InFlight::new(&config.connections)),
                 console: config.console,
                 allowed_hosts: config.allowed_hosts.clone(),

@@ -40,6 +40,7 @@ mod error;
 #[doc(hidden)]
 pub mod fuzzing;
 mod gateway;
+pub(crate) mod keys;
 pub mod operator;
 pub mod stack;
 mod startup_error;

@@ -22,9 +22,15 @@ use crate::edge::in_flight::{self, BodyTimeout};
 use crate::turn::layer::TurnLayer;
 use crate::turn::Turns;
 
-/// The three chat routes over `turns`' stack.
-pub(crate) fn routes<T: Clone + Send + Sync + 'static>(turns: &Turns) -> Router<T> {
-    let service = TurnLayer::new(turns).layer(turns.stack.clone());
+/// The three chat routes over `turns`' stack, behind the model allow-lists of `managed` keys.
+pub(crate) fn routes<T: Clone + Send + Sync + 'static>(
+    turns: &Turns,
+    managed: Option<crate::keys::ManagedKeys>,
+) -> Router<T> {
+    let service = crate::keys::gate::ModelGate::new(
+        TurnLayer::new(turns).layer(turns.stack.clone()),
+        managed,
+    );
     WireRouter::new(service)
         .limits(turns.parse.limits)
         .body_limit(turns.body_limit)

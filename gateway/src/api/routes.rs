@@ -36,10 +36,11 @@ pub(crate) fn router(
     let state = Arc::new(state.clone());
     let records = state.turns.records.clone();
     let console_limits = limits.clone();
+    let limits_for_admin = limits.clone();
     let usage = move |caller: Option<Extension<CallerIdentity>>| {
         crate::api::usage::usage(limits, records, caller.map(|Extension(c)| c))
     };
-    let mut api = crate::api::chat::routes::<Arc<AppState>>(&state.turns)
+    let mut api = crate::api::chat::routes::<Arc<AppState>>(&state.turns, state.managed.clone())
         .route_layer(middleware::from_fn_with_state(
             state.clone(),
             limit_in_flight,
@@ -87,6 +88,8 @@ pub(crate) fn router(
                 get(crate::operator::list).layer(CompressionLayer::new()),
             )
             .route("/v1/approvals/{id}/decision", post(crate::operator::decide))
+            .with_state(operators.clone())
+            .merge(admin(state.managed.clone(), limits_for_admin.clone()))
             .route_layer(middleware::from_fn_with_state(
                 operators.clone(),
                 crate::operator::authenticate_operator,
@@ -94,8 +97,7 @@ pub(crate) fn router(
             .route_layer(middleware::from_fn_with_state(
                 guard.clone(),
                 crate::edge::browser_guard::guard,
-            ))
-            .with_state(operators.clone());
+            ));
     } else if state.console {
         console = crate::operator::console::not_configured_router();
     }
@@ -121,6 +123,19 @@ pub(crate) fn router(
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed);
     crate::edge::middleware::per_route(router.with_state(state))
+}
+
+/// The admin API ([`crate::keys::admin`]) when the gateway manages keys; nothing otherwise.
+fn admin<T: Clone + Send + Sync + 'static>(
+    managed: Option<crate::keys::ManagedKeys>,
+    limits: Option<LimitsLayer>,
+) -> Router<T> {
+    match managed {
+        Some(keys) => crate::keys::admin::routes()
+            .layer(CompressionLayer::new())
+            .with_state(crate::keys::admin::AdminState { keys, limits }),
+        None => Router::new(),
+    }
 }
 
 async fn method_not_allowed(request: Request) -> Response {
@@ -152,12 +167,28 @@ async fn authenticate(
     next: Next,
 ) -> Response {
     if let Some(keys) = &state.keys {
-        match keys.check(request.headers()) {
+        let path = request.uri().path();
+        let checked = crate::edge::auth::presented_key(request.headers()).and_then(|token| {
+            match keys.identify(token) {
+                Some(caller) => Ok(caller),
+                // A managed key: the table in memory, never the database.
+                None => state
+                    .managed
+                    .as_ref()
+                    .and_then(|managed| {
+                        managed
+                            .table()
+                            .authenticate(token, path, crate::keys::now_ms())
+                    })
+                    .unwrap_or_else(|| Err(ApiError::unauthorized("invalid API key"))),
+            }
+        });
+        match checked {
             Ok(caller) => {
                 crate::edge::middleware::record_caller(caller.as_str());
                 request.extensions_mut().insert(caller);
             }
-            Err(error) => return refusal(request.uri().path(), error),
+            Err(error) => return refusal(path, error),
         }
     }
     next.run(request).await

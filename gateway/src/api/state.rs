@@ -14,6 +14,8 @@ pub(crate) struct AppState {
     /// What every turn needs ([`crate::turn`]).
     pub(crate) turns: Turns,
     pub(crate) keys: Option<Arc<ApiKeys>>,
+    /// Client keys kept in the database ([`crate::keys`]), beside `keys`: with client keys, operators and a store.
+    pub(crate) managed: Option<crate::keys::ManagedKeys>,
     pub(crate) in_flight: Arc<InFlight>,
     /// Serve the operator console ([`crate::operator::console`]) when operators are configured.
     pub(crate) console: bool,

@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 /// The `[limits]` table: where counters live, the default limits, per-key and per-model limits, and prices.
 /// Without any limit set, no limits layer runs.
@@ -62,7 +62,7 @@ pub enum OnStoreError {
 }
 
 /// One set of limits; every field is optional.
-#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct LimitsEntry {
     /// Calls per minute.

@@ -104,6 +104,14 @@ impl ApiKeys {
         self.find(presented_key(headers)?)
     }
 
+    /// The names of the `name:key` lines (the identities a managed key may not take).
+    pub(crate) fn names(&self) -> std::collections::HashSet<String> {
+        self.keys
+            .iter()
+            .map(|(_, caller)| caller.as_str().to_owned())
+            .collect()
+    }
+
     /// Whether a key is in both sets (operator keys must differ from every client key).
     pub(crate) fn shares_a_key_with(&self, other: &ApiKeys) -> bool {
         self.keys

@@ -223,6 +223,11 @@ impl Operator {
     pub(crate) fn named(name: &str) -> Self {
         Operator(format!("{OPERATOR_PREFIX}{name}"))
     }
+
+    /// The name of the operator's key (what the audit log of managed keys records).
+    pub(crate) fn name(&self) -> &str {
+        self.0.strip_prefix(OPERATOR_PREFIX).unwrap_or(&self.0)
+    }
 }
 
 /// Operator routes accept operator keys only. Failed checks count against the same limit as console logins, by

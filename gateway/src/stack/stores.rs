@@ -25,6 +25,8 @@ pub struct Stores {
     pub approval_store: Arc<dyn ApprovalStore>,
     /// Console sessions, in the same database.
     pub(crate) sessions: crate::operator::console::SessionStore,
+    /// Managed keys and teams, in the same database.
+    pub(crate) keys: crate::keys::KeyStore,
 }
 
 impl std::fmt::Debug for Stores {
@@ -46,7 +48,7 @@ pub async fn stores(config: &Config) -> Result<Stores, GatewayError> {
     // One database for both: the call records and the approval crate's tables.
     let session_error =
         |what: String| move |e: StoreError| GatewayError::Config(format!("{what}: {e}"));
-    let (store, approval_store, sessions): (Arc<dyn Store>, Arc<dyn ApprovalStore>, _) =
+    let (store, approval_store, sessions, keys): (Arc<dyn Store>, Arc<dyn ApprovalStore>, _, _) =
         match &config.database_url {
             Some(url) => {
                 let store = PostgresStore::connect(url.clone())
@@ -58,7 +60,10 @@ pub async fn stores(config: &Config) -> Result<Stores, GatewayError> {
                 let sessions = crate::operator::console::SessionStore::postgres(store.clone())
                     .await
                     .map_err(session_error("--database-url".into()))?;
-                (Arc::new(store), Arc::new(approvals), sessions)
+                let keys = crate::keys::KeyStore::postgres(store.clone(), url.clone())
+                    .await
+                    .map_err(session_error("--database-url".into()))?;
+                (Arc::new(store), Arc::new(approvals), sessions, keys)
             }
             None => {
                 // The console searches the call log: the store keeps its full-text index.
@@ -73,7 +78,10 @@ pub async fn stores(config: &Config) -> Result<Stores, GatewayError> {
                 let sessions = crate::operator::console::SessionStore::sqlite(store.clone())
                     .await
                     .map_err(session_error(format!("--db {}", config.db.display())))?;
-                (Arc::new(store), Arc::new(approvals), sessions)
+                let keys = crate::keys::KeyStore::sqlite(store.clone())
+                    .await
+                    .map_err(session_error(format!("--db {}", config.db.display())))?;
+                (Arc::new(store), Arc::new(approvals), sessions, keys)
             }
         };
     Ok(Stores {
@@ -90,5 +98,6 @@ pub async fn stores(config: &Config) -> Result<Stores, GatewayError> {
         },
         approval_store,
         sessions,
+        keys,
     })
 }

@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 pub mod kinds;
+pub mod process;
 pub mod usage;
 pub mod webdriver;
 

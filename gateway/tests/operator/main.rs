@@ -18,6 +18,7 @@ mod console_sessions;
 mod console_spend;
 mod console_usage;
 mod console_waiting;
+mod keys;
 mod operator;
 mod persistence;
 mod tenancy;
