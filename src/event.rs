@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 use crate::approval::ApprovalRequest;
 use crate::carried::ApiFormat;
 use crate::message::{ToolCall, ToolMessage};
+use crate::provider_extra::ProviderExtra;
 use crate::reasoning::Continuation;
 
 /// One event of a chat response stream.
@@ -106,6 +107,15 @@ pub enum ChatEvent {
         /// The block.
         block: serde_json::Value,
     },
+    /// Something else of the provider's own format the core does not model, in its place: a text block's
+    /// citations, a stream event of an unknown type, unknown fields of an answer. A client speaking the
+    /// provider's format gets it back; other formats, collected responses and records leave it out.
+    ProviderExtra {
+        /// The format it is written in.
+        format: ApiFormat,
+        /// What it is.
+        extra: ProviderExtra,
+    },
     /// Tokens used, as an increment: consumers sum every `Usage` event of a stream.
     Usage {
         /// The tokens.
@@ -144,6 +154,7 @@ impl ChatEvent {
             ChatEvent::AnswerRejected { .. } => "answer_rejected",
             ChatEvent::PartialAnswer { .. } => "partial_answer",
             ChatEvent::ProviderBlock { .. } => "provider_block",
+            ChatEvent::ProviderExtra { .. } => "provider_extra",
             ChatEvent::Usage { .. } => "usage",
             ChatEvent::Finish { .. } => "finish",
         }

@@ -58,6 +58,7 @@ pub mod openai;
 pub mod output_limits;
 pub mod output_schema;
 mod price;
+mod provider_extra;
 mod reasoning;
 mod reasoning_options;
 mod request;
@@ -89,6 +90,7 @@ pub use message::{
 };
 pub use metadata::{known_context_window, ModelInfo, ModelMetadata};
 pub use price::{Cost, ModelPrice, PriceTable};
+pub use provider_extra::ProviderExtra;
 pub use reasoning::{Continuation, ReasoningPart};
 pub use reasoning_options::{ReasoningEffort, ReasoningOptions, Thinking};
 pub use request::{

@@ -116,7 +116,7 @@ impl ResponseBuilder {
             // The text deltas carry the answer; a partial value of it adds nothing to keep.
             ChatEvent::PartialAnswer { .. } => {}
             // A block no layer models has no place in a message; a client of its format got it on the wire.
-            ChatEvent::ProviderBlock { .. } => {}
+            ChatEvent::ProviderBlock { .. } | ChatEvent::ProviderExtra { .. } => {}
             ChatEvent::Usage { usage } => self.response.usage.add(usage),
             ChatEvent::Finish { reason } => self.response.finish_reason = Some(reason.clone()),
         }
@@ -159,7 +159,7 @@ impl ResponseBuilder {
             ChatEvent::AnswerRejected { .. } => self.current.content.clear(),
             ChatEvent::PartialAnswer { .. } => {}
             // A block no layer models has no place in a message; a client of its format got it on the wire.
-            ChatEvent::ProviderBlock { .. } => {}
+            ChatEvent::ProviderBlock { .. } | ChatEvent::ProviderExtra { .. } => {}
             ChatEvent::Usage { usage } => self.response.usage.add(&usage),
             ChatEvent::Finish { reason } => self.response.finish_reason = Some(reason),
         }

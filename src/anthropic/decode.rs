@@ -10,6 +10,7 @@ use crate::error::{ChatError, ErrorKind};
 use crate::event::{ChatEvent, FinishReason, Usage};
 use crate::forced_answer::ForcedAnswerEvents;
 use crate::message::ToolCall;
+use crate::provider_extra::ProviderExtra;
 use crate::reasoning::Continuation;
 use crate::sse::SseEvent;
 use crate::transport::WireDecoder;
@@ -71,6 +72,9 @@ enum ContentBlock {
     Text {
         #[serde(default)]
         text: String,
+        /// Sources of the text (documents, search results), each as sent.
+        #[serde(default)]
+        citations: Option<Vec<Value>>,
     },
     Thinking {
         #[serde(default)]
@@ -123,6 +127,7 @@ enum BlockDelta {
     InputJsonDelta { partial_json: String },
     ThinkingDelta { thinking: String },
     SignatureDelta { signature: String },
+    CitationsDelta { citation: Value },
     Other,
 }
 
@@ -139,6 +144,8 @@ struct WireBlockDelta<'a> {
     thinking: Option<String>,
     #[serde(default)]
     signature: Option<String>,
+    #[serde(default)]
+    citation: Option<Value>,
 }
 
 impl<'de> Deserialize<'de> for BlockDelta {
@@ -157,6 +164,9 @@ impl<'de> Deserialize<'de> for BlockDelta {
             },
             "signature_delta" => BlockDelta::SignatureDelta {
                 signature: wire.signature.ok_or_else(|| missing("signature"))?,
+            },
+            "citations_delta" => BlockDelta::CitationsDelta {
+                citation: wire.citation.ok_or_else(|| missing("citation"))?,
             },
             _ => BlockDelta::Other,
         })
@@ -185,7 +195,10 @@ struct WireUsage {
 
 /// What one content block (by the provider's index) is.
 enum BlockState {
-    Text,
+    /// A text block and its citations so far (in its start block, or one per `citations_delta`).
+    Text {
+        citations: Vec<Value>,
+    },
     /// A thinking block and its signature so far (sent whole in one `signature_delta`, or in the start block).
     Thinking {
         signature: String,
@@ -221,6 +234,9 @@ pub struct MessageDecoder {
     done: bool,
     /// Calls of the forced answer tool (a JSON answer on models before structured outputs) become text.
     answers: ForcedAnswerEvents,
+    /// The last block to stop was a text block that said nothing of its end: a text block after it ends it
+    /// first, so the two stay apart for a client of the format.
+    after_text: bool,
 }
 
 impl MessageDecoder {
@@ -300,12 +316,20 @@ impl MessageDecoder {
                 index,
                 content_block,
             } => {
-                let state = match read_block(content_block)? {
-                    ContentBlock::Text { text } => {
+                let block = read_block(content_block)?;
+                if std::mem::take(&mut self.after_text)
+                    && matches!(block, ContentBlock::Text { .. })
+                {
+                    out.push_back(text_block_end(Vec::new()));
+                }
+                let state = match block {
+                    ContentBlock::Text { text, citations } => {
                         if !text.is_empty() {
                             out.push_back(ChatEvent::TextDelta { text });
                         }
-                        BlockState::Text
+                        BlockState::Text {
+                            citations: citations.unwrap_or_default(),
+                        }
                     }
                     ContentBlock::Thinking {
                         thinking,
@@ -357,8 +381,11 @@ impl MessageDecoder {
                 self.blocks.insert(index, state);
             }
             StreamEvent::ContentBlockDelta { index, delta } => match (self.block(index)?, delta) {
-                (BlockState::Text, BlockDelta::TextDelta { text }) => {
+                (BlockState::Text { .. }, BlockDelta::TextDelta { text }) => {
                     out.push_back(ChatEvent::TextDelta { text })
+                }
+                (BlockState::Text { citations }, BlockDelta::CitationsDelta { citation }) => {
+                    citations.push(citation)
                 }
                 (BlockState::Thinking { .. }, BlockDelta::ThinkingDelta { thinking }) => {
                     out.push_back(ChatEvent::ReasoningDelta { text: thinking })
@@ -382,11 +409,17 @@ impl MessageDecoder {
                 (BlockState::Carried { json, .. }, BlockDelta::InputJsonDelta { partial_json }) => {
                     json.push_str(&partial_json)
                 }
-                // Signatures, citations and deltas of block kinds we do not map.
+                // Deltas of block kinds we do not map.
                 _ => {}
             },
             StreamEvent::ContentBlockStop { index } => {
-                match self.blocks.remove(&index) {
+                let stopped = self.blocks.remove(&index);
+                self.after_text = matches!(&stopped, Some(BlockState::Text { citations }) if citations.is_empty());
+                match stopped {
+                    // A cited block ends with its citations; a client of the format gets them on the block.
+                    Some(BlockState::Text { citations }) if !citations.is_empty() => {
+                        out.push_back(text_block_end(citations))
+                    }
                     Some(BlockState::Tool {
                         call_index,
                         id,
@@ -444,6 +477,7 @@ impl MessageDecoder {
     }
 
     fn finish(&mut self, out: &mut VecDeque<ChatEvent>) {
+        self.after_text = false;
         out.push_back(ChatEvent::Usage { usage: self.usage });
         let reason = stop_reason(
             self.stop_reason.as_deref().unwrap_or("end_turn"),
@@ -482,6 +516,16 @@ impl WireDecoder for MessageDecoder {
             ChatError::protocol(format_args!("malformed event ({e})"), event.data.as_bytes())
         })?;
         let start = out.len();
+        if let StreamEvent::Unknown = parsed {
+            // A kind of event this decoder does not know: a Messages client still gets it, as it came.
+            if let Ok(event) = serde_json::from_str::<Value>(&event.data) {
+                out.push_back(ChatEvent::ProviderExtra {
+                    format: crate::ApiFormat::Messages,
+                    extra: ProviderExtra::Event { event },
+                });
+            }
+            return Ok(());
+        }
         self.on_stream_event(parsed, out)?;
         self.answers_as_text(out, start);
         Ok(())
@@ -493,6 +537,14 @@ impl WireDecoder for MessageDecoder {
 
     fn is_done(&self) -> bool {
         self.done
+    }
+}
+
+/// The end of a text block of the provider's, with its citations.
+fn text_block_end(citations: Vec<Value>) -> ChatEvent {
+    ChatEvent::ProviderExtra {
+        format: crate::ApiFormat::Messages,
+        extra: ProviderExtra::TextBlockEnd { citations },
     }
 }
 

@@ -430,3 +430,60 @@ fn an_end_turn_with_calls_the_provider_ran_itself_stays_a_stop() {
         Some(&Ok(ChatEvent::finish(FinishReason::Stop)))
     );
 }
+
+/// A cited answer: its citations end their text block, a text block right after another ends the first, and an
+/// event of an unknown type is kept; the whole message gives the same events as its stream.
+#[test]
+fn citations_end_their_block_and_unknown_events_are_kept() {
+    let citation = json!({"type": "char_location", "cited_text": "x", "document_index": 0});
+    let notice = json!({"type": "content_policy_notice", "level": "info"});
+    let text = [
+        event("message_start", json!({"type":"message_start","message":{"id":"msg_1","model":"m","content":[],"usage":{"input_tokens":1,"output_tokens":1}}})),
+        event("content_block_start", json!({"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}})),
+        event("content_block_delta", json!({"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"A "}})),
+        event("content_block_stop", json!({"type":"content_block_stop","index":0})),
+        event("content_block_start", json!({"type":"content_block_start","index":1,"content_block":{"type":"text","text":""}})),
+        event("content_block_delta", json!({"type":"content_block_delta","index":1,"delta":{"type":"citations_delta","citation":citation}})),
+        event("content_block_delta", json!({"type":"content_block_delta","index":1,"delta":{"type":"text_delta","text":"cited"}})),
+        event("content_block_stop", json!({"type":"content_block_stop","index":1})),
+        event("content_policy_notice", notice.clone()),
+        event("message_delta", json!({"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":2}})),
+        event("message_stop", json!({"type":"message_stop"})),
+    ]
+    .concat();
+    let end = |citations: Vec<Value>| ChatEvent::ProviderExtra {
+        format: crate::ApiFormat::Messages,
+        extra: crate::ProviderExtra::TextBlockEnd { citations },
+    };
+    let streamed: Vec<ChatEvent> = decode_stream(&text)
+        .into_iter()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(
+        &streamed[1..6],
+        [
+            ChatEvent::text("A "),
+            end(Vec::new()),
+            ChatEvent::text("cited"),
+            end(vec![citation.clone()]),
+            ChatEvent::ProviderExtra {
+                format: crate::ApiFormat::Messages,
+                extra: crate::ProviderExtra::Event { event: notice },
+            },
+        ]
+    );
+    let whole = json!({"id": "msg_1", "model": "m", "stop_reason": "end_turn", "content": [
+        {"type": "text", "text": "A "},
+        {"type": "text", "text": "cited", "citations": [citation.clone()]},
+    ]});
+    let events = decode_message(whole.to_string().as_bytes()).unwrap();
+    assert_eq!(
+        &events[1..5],
+        [
+            ChatEvent::text("A "),
+            end(Vec::new()),
+            ChatEvent::text("cited"),
+            end(vec![citation]),
+        ]
+    );
+}

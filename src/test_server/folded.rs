@@ -12,6 +12,19 @@ pub(super) fn openai_completion(chunks: &[Value]) -> Value {
     let mut calls: Vec<Value> = Vec::new();
     let mut finish = Value::Null;
     let mut usage = None;
+    // Fields of the message and the choice other than those folded above, as the last chunk to send them had
+    // them (a list joined across chunks).
+    let mut message_extra = Map::new();
+    let mut choice_extra = Map::new();
+    let keep = |into: &mut Map<String, Value>, key: &str, value: &Value| match (
+        into.get_mut(key),
+        value,
+    ) {
+        (Some(Value::Array(list)), Value::Array(more)) => list.extend(more.iter().cloned()),
+        _ => {
+            into.insert(key.to_owned(), value.clone());
+        }
+    };
     for chunk in chunks {
         if let Some(u) = chunk.get("usage").filter(|u| !u.is_null()) {
             usage = Some(u.clone());
@@ -23,11 +36,23 @@ pub(super) fn openai_completion(chunks: &[Value]) -> Value {
             if let Some(reason) = choice.get("finish_reason").filter(|r| !r.is_null()) {
                 finish = reason.clone();
             }
+            for (key, value) in choice.as_object().into_iter().flatten() {
+                if !["index", "delta", "finish_reason"].contains(&key.as_str()) && !value.is_null()
+                {
+                    keep(&mut choice_extra, key, value);
+                }
+            }
             let Some(delta) = choice.get("delta") else {
                 continue;
             };
             if let Some(text) = delta.get("content").and_then(Value::as_str) {
                 content.push_str(text);
+            }
+            for (key, value) in delta.as_object().into_iter().flatten() {
+                let folded = ["role", "content", "reasoning_content", "tool_calls"];
+                if !folded.contains(&key.as_str()) && !value.is_null() {
+                    keep(&mut message_extra, key, value);
+                }
             }
             if let Some(text) = delta.get("reasoning_content").and_then(Value::as_str) {
                 reasoning.push_str(text);
@@ -77,12 +102,15 @@ pub(super) fn openai_completion(chunks: &[Value]) -> Value {
     if !calls.is_empty() {
         message.insert("tool_calls".into(), calls.into());
     }
+    message.extend(message_extra);
+    let mut choice = json!({"index": 0, "message": message, "finish_reason": finish});
+    choice.as_object_mut().unwrap().extend(choice_extra);
     let mut completion = json!({
         "id": first("id").unwrap_or_else(|| "chatcmpl-scripted".into()),
         "object": "chat.completion",
         "created": first("created").unwrap_or_else(|| 0.into()),
         "model": first("model").unwrap_or_else(|| "scripted-model".into()),
-        "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+        "choices": [choice],
     });
     if let Some(usage) = usage {
         completion["usage"] = usage;
@@ -127,6 +155,10 @@ pub(super) fn anthropic_message(events: &[Value]) -> Value {
                     Some("text_delta") => append("text", &delta["text"]),
                     Some("thinking_delta") => append("thinking", &delta["thinking"]),
                     Some("signature_delta") => append("signature", &delta["signature"]),
+                    Some("citations_delta") => match block["citations"].as_array_mut() {
+                        Some(citations) => citations.push(delta["citation"].clone()),
+                        None => block["citations"] = json!([delta["citation"]]),
+                    },
                     Some("input_json_delta") => {
                         inputs[index].push_str(delta["partial_json"].as_str().unwrap_or(""))
                     }

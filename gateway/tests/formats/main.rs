@@ -6,6 +6,7 @@
 mod common;
 
 mod agent_endpoints;
+mod answer_extras;
 mod carried_blocks;
 mod chat;
 mod codex_tools;

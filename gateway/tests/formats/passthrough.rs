@@ -309,6 +309,48 @@ async fn requests_that_differ_only_in_a_carried_field_do_not_share_a_cache_entry
     );
 }
 
+#[tokio::test]
+async fn a_cache_hit_names_what_the_call_left_out_as_the_miss_did() {
+    let file = ConfigFile::parse("[cache]\nttl_seconds = 600\n", "gateway.toml").unwrap();
+    let gw = Harness::start(
+        |_, _| Reply::openai_text("It says hi."),
+        |config| config.file = file,
+    )
+    .await;
+    // A body of its own (a nonce in the text): no entry another run left in a shared store answers it.
+    let mut body = claude_code_request();
+    body["messages"][0]["content"][0]["text"] =
+        format!("what does the page say? {}", uuid::Uuid::new_v4()).into();
+    let url = gw.url("/v1/messages");
+    let send = || {
+        post(
+            &url,
+            body.to_string(),
+            &[("anthropic-version", "2023-06-01")],
+        )
+    };
+    let (miss, hit) = (send().await, send().await);
+    for answer in [&miss, &hit] {
+        assert_eq!(answer.status, 200, "{}", answer.body);
+        assert_eq!(answer.messages_text(true), "It says hi.");
+    }
+    assert_eq!(miss.headers["x-cache"], "miss");
+    assert_eq!(hit.headers["x-cache"], "hit");
+    assert_eq!(gw.provider.requests().len(), 1);
+    let mut names = dropped(&miss);
+    names.sort();
+    assert_eq!(
+        names,
+        [
+            "container",
+            "content:search_result",
+            "context_management",
+            "service_tier",
+        ]
+    );
+    assert_eq!(dropped(&hit), dropped(&miss));
+}
+
 /// An Anthropic answer that used a server tool: text, the tool's call (its input streamed), its result, text.
 fn web_search_answer() -> Reply {
     Reply::anthropic_stream(&[

@@ -20,17 +20,16 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 use tower_chat::{
     ApiFormat, AssistantMessage, Carried, ChatRequest, Content, Continuation, FinishReason,
-    HostedTool, Message, Part, PlacedPart, ProviderPart, ReasoningOptions, ReasoningPart,
-    ResponseFormat, ToolCall, ToolChoice, ToolMessage, ToolSpec, Usage,
+    HostedTool, Message, Part, PlacedPart, ProviderExtra, ProviderPart, ReasoningOptions,
+    ReasoningPart, ResponseFormat, ToolCall, ToolChoice, ToolMessage, ToolSpec, Usage,
 };
 
 use crate::error::{anthropic_body, anthropic_response, ApiError};
-use crate::format::UpstreamFormat;
 use crate::format::{
     arguments_value, effort_level, from_body, name_tool_results, schema, sse_event, Encoder,
-    Ending, Folded, Inbound, InboundRoute, ParseContext, Piece, TowerChatRequest, Visible,
-    WireFormat,
+    Ending, Folded, Inbound, InboundRoute, ParseContext, TowerChatRequest, Visible, WireFormat,
 };
+use crate::format::{Piece, UpstreamFormat};
 use crate::parts::{
     anthropic_document, anthropic_image, anthropic_text, cache_hint, InCacheControl, InSource,
 };
@@ -942,6 +941,15 @@ impl Encoder for MessageEncoder {
                     "an answer block left out of a Messages answer"
                 );
             }
+            Visible::ProviderExtra {
+                format: ApiFormat::Messages,
+                extra,
+            } => self.extra(extra, out),
+            Visible::ProviderExtra { format, extra } => tracing::debug!(
+                from = format.as_str(),
+                kind = extra.kind(),
+                "an answer part left out of a Messages answer"
+            ),
             Visible::CallEnd { index, .. } => {
                 if let Some(block) = self.call_blocks.remove(&index) {
                     if self.open == Some(Block::ToolUse(block)) {
@@ -1013,15 +1021,11 @@ impl MessageEncoder {
             &notice
         });
         // Blocks no layer models go back in their place: between the text before and after them.
+        // Cited text blocks keep their citations, apart from the text around them.
         let blocks = folded.provider_blocks;
-        for piece in
-            Folded::pieces_with_blocks(&text, &folded.round_breaks, blocks, ApiFormat::Messages)
-        {
-            content.push(match piece {
-                Piece::Text(text) => json!({"type": "text", "text": text}),
-                Piece::Block(block) => block,
-            });
-        }
+        let pieces =
+            Folded::pieces_with_blocks(&text, &folded.round_breaks, blocks, ApiFormat::Messages);
+        content.extend(content_blocks(&text, pieces, folded.text_block_ends));
         for call in &folded.client_calls {
             content.push(json!({"type": "tool_use", "id": call.id, "name": call.name,
                                 "input": arguments_value(call)}));
@@ -1040,6 +1044,93 @@ impl MessageEncoder {
             body["tower_chat"] = field;
         }
         body
+    }
+}
+
+impl MessageEncoder {
+    /// One [`ProviderExtra`] of a Messages upstream, as SSE: a text block's end stops the open text block after
+    /// its `citations_delta`s (so the text after it opens another); an unknown event goes out as it came, named
+    /// by its `type`.
+    fn extra(&mut self, extra: ProviderExtra, out: &mut Vec<u8>) {
+        match extra {
+            ProviderExtra::TextBlockEnd { citations } => {
+                if !citations.is_empty() {
+                    let index = match self.open {
+                        Some(Block::Text(index)) => index,
+                        _ => self.start(Block::Text, json!({"type": "text", "text": ""}), out),
+                    };
+                    for citation in citations {
+                        sse_event(
+                            "content_block_delta",
+                            &json!({"type": "content_block_delta", "index": index,
+                                    "delta": {"type": "citations_delta", "citation": citation}}),
+                            out,
+                        );
+                    }
+                }
+                if matches!(self.open, Some(Block::Text(_))) {
+                    self.stop_open(out);
+                }
+            }
+            ProviderExtra::Event { event } => match event.get("type").and_then(Value::as_str) {
+                Some(name) if !name.is_empty() && !name.contains(['\n', '\r']) => {
+                    sse_event(name, &event, out)
+                }
+                _ => tracing::debug!("a Messages stream event without a type left out"),
+            },
+            other => tracing::debug!(
+                kind = other.kind(),
+                "an answer part of another format left out of a Messages answer"
+            ),
+        }
+    }
+}
+
+/// The content blocks of a whole answer's `pieces` (text and carried blocks, the text cut from `text`): each text
+/// piece cut again where the upstream ended a text block (`ends`: how much of `text` came before each, the
+/// format, the block's citations), a cited block carrying its `citations`.
+fn content_blocks(
+    text: &str,
+    pieces: Vec<Piece<'_>>,
+    ends: Vec<(usize, ApiFormat, Vec<Value>)>,
+) -> Vec<Value> {
+    let mut ends = ends
+        .into_iter()
+        .filter(|(_, format, _)| *format == ApiFormat::Messages)
+        .map(|(at, _, citations)| (at, citations))
+        .peekable();
+    let mut content = Vec::new();
+    for piece in pieces {
+        let piece = match piece {
+            Piece::Text(piece) => piece,
+            Piece::Block(block) => {
+                content.push(block);
+                continue;
+            }
+        };
+        let start = piece.as_ptr() as usize - text.as_ptr() as usize;
+        let end = start + piece.len();
+        let mut from = start;
+        while let Some((at, citations)) = ends.next_if(|(at, _)| *at <= end) {
+            // An end with no text of this piece before it ends a block already written (or one without text).
+            if at <= from {
+                continue;
+            }
+            content.push(text_block(&text[from..at], citations));
+            from = at;
+        }
+        if from < end {
+            content.push(text_block(&text[from..end], Vec::new()));
+        }
+    }
+    content
+}
+
+fn text_block(text: &str, citations: Vec<Value>) -> Value {
+    if citations.is_empty() {
+        json!({"type": "text", "text": text})
+    } else {
+        json!({"type": "text", "text": text, "citations": citations})
     }
 }
 

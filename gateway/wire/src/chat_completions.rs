@@ -4,14 +4,17 @@
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use serde::ser::{SerializeMap, Serializer};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 use tower_chat::{
     ApiFormat, AssistantMessage, Carried, ChatRequest, Content, FinishReason, Message, Part,
-    ReasoningOptions, ResponseFormat, ToolCall, ToolChoice, ToolMessage, ToolSpec, Usage,
+    ProviderExtra, ReasoningOptions, ResponseFormat, ToolCall, ToolChoice, ToolMessage, ToolSpec,
+    Usage,
 };
 
 use crate::error::ApiError;
+use crate::format::ExtraFields;
 use crate::format::{
     arguments_text, begin_sse_data, effort_level, end_sse, from_body, schema, sse_data,
     unserved_tool, write_json, ApprovalNotice, CallNames, Encoder, Ending, Folded, Inbound,
@@ -601,6 +604,18 @@ impl Encoder for ChunkEncoder {
                 );
                 return;
             }
+            Visible::ProviderExtra {
+                format: ApiFormat::ChatCompletions,
+                extra,
+            } => return self.extra(folded, extra.clone(), out),
+            Visible::ProviderExtra { format, extra } => {
+                tracing::debug!(
+                    from = format.as_str(),
+                    kind = extra.kind(),
+                    "an answer part left out of a Chat Completions answer"
+                );
+                return;
+            }
             // One `content` for the whole turn: the rounds' texts are joined as `folded.content` joins them.
             Visible::RoundBreak => {
                 self.wrote_content = true;
@@ -649,6 +664,7 @@ impl Encoder for ChunkEncoder {
         content.push_str(ending.notice_text().trim_start_matches('\n'));
         let calls: Vec<Value> = folded.client_calls.iter().map(tool_call).collect();
         let finish = finish_reason(&ending.reason);
+        let extra = of(&folded.extra_fields);
         let completion = Completion {
             id: &self.id,
             object: "chat.completion",
@@ -662,9 +678,17 @@ impl Encoder for ChunkEncoder {
                     reasoning_content: (!folded.reasoning.is_empty()).then_some(&folded.reasoning),
                     tool_calls: calls,
                     tower_chat_approvals: &ending.notices,
+                    extra: Extra {
+                        map: extra.map(|e| &e.message),
+                        own: MESSAGE_OWN,
+                    },
                 },
-                logprobs: (),
+                logprobs: extra.and_then(|e| e.choice.get("logprobs")),
                 finish_reason: finish,
+                extra: Extra {
+                    map: extra.map(|e| &e.choice),
+                    own: CHOICE_OWN_WHOLE,
+                },
             }],
             usage: WireUsage::from(&folded.usage),
             tower_chat: ending.tower_chat_field(finish),
@@ -690,9 +714,16 @@ struct Completion<'a> {
 struct CompletionChoice<'a> {
     index: u32,
     message: CompletionMessage<'a>,
-    logprobs: (),
+    /// `null` unless the upstream sent its own.
+    logprobs: Option<&'a Value>,
     finish_reason: &'a str,
+    /// A Chat Completions upstream's own fields of the choice.
+    #[serde(flatten)]
+    extra: Extra<'a>,
 }
+
+/// The choice fields a whole answer writes itself.
+const CHOICE_OWN_WHOLE: &[&str] = &["index", "message", "logprobs", "finish_reason"];
 
 #[derive(Serialize)]
 struct CompletionMessage<'a> {
@@ -705,6 +736,101 @@ struct CompletionMessage<'a> {
     tool_calls: Vec<Value>,
     #[serde(skip_serializing_if = "<[_]>::is_empty")]
     tower_chat_approvals: &'a [ApprovalNotice],
+    /// A Chat Completions upstream's own fields of the message (`annotations`, …).
+    #[serde(flatten)]
+    extra: Extra<'a>,
+}
+
+/// The message fields the encoder writes itself: an upstream's of the same name are not written twice.
+const MESSAGE_OWN: &[&str] = &[
+    "role",
+    "content",
+    "reasoning_content",
+    "tool_calls",
+    "tower_chat_approvals",
+];
+
+/// The choice fields the encoder writes itself.
+const CHOICE_OWN: &[&str] = &["index", "message", "delta", "finish_reason"];
+
+/// Fields of `map` other than `own`, serialised into the object around them (`#[serde(flatten)]`).
+struct Extra<'a> {
+    map: Option<&'a Map<String, Value>>,
+    own: &'static [&'static str],
+}
+
+impl Extra<'_> {
+    fn entries(&self) -> impl Iterator<Item = (&String, &Value)> {
+        let own = self.own;
+        self.map
+            .into_iter()
+            .flatten()
+            .filter(move |(key, _)| !own.contains(&key.as_str()))
+    }
+}
+
+impl Serialize for Extra<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut map = serializer.serialize_map(None)?;
+        for (key, value) in self.entries() {
+            map.serialize_entry(key, value)?;
+        }
+        map.end()
+    }
+}
+
+/// The Chat Completions fields of a whole answer ([`Folded::extra_fields`]), if any.
+fn of(extra_fields: &[(ApiFormat, ExtraFields)]) -> Option<&ExtraFields> {
+    extra_fields
+        .iter()
+        .find(|(format, _)| *format == ApiFormat::ChatCompletions)
+        .map(|(_, fields)| fields)
+}
+
+impl ChunkEncoder {
+    /// A Chat Completions upstream's chunk fields as a chunk of their own: the message's in its `delta`, the
+    /// choice's beside it (its `logprobs` replacing the `null` other chunks carry). Other extras are left out.
+    fn extra(&mut self, folded: &Folded, extra: ProviderExtra, out: &mut Vec<u8>) {
+        let ProviderExtra::Fields { message, choice } = extra else {
+            tracing::debug!(
+                kind = extra.kind(),
+                "an answer part left out of a Chat Completions answer"
+            );
+            return;
+        };
+        if self.head_model.as_deref() != Some(folded.model.as_str()) {
+            self.write_head(&folded.model);
+        }
+        out.extend_from_slice(&self.head);
+        write_json(
+            &Extra {
+                map: Some(&message),
+                own: &["role"],
+            },
+            out,
+        );
+        let choice = Extra {
+            map: Some(&choice),
+            own: CHOICE_OWN,
+        };
+        let mut logprobs = false;
+        for (key, value) in choice.entries() {
+            logprobs |= key == "logprobs";
+            out.push(b',');
+            write_json(key, out);
+            out.push(b':');
+            write_json(value, out);
+        }
+        if !logprobs {
+            out.extend_from_slice(b",\"logprobs\":null");
+        }
+        out.extend_from_slice(b",\"finish_reason\":null}]");
+        if self.include_usage {
+            out.extend_from_slice(b",\"usage\":null");
+        }
+        out.push(b'}');
+        end_sse(out);
+    }
 }
 
 #[cfg(test)]

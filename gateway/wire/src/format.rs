@@ -180,6 +180,14 @@ pub enum Visible {
         /// The block.
         block: Value,
     },
+    /// Something else of the upstream's format no layer models ([`tower_chat::ProviderExtra`]): written back in
+    /// its place by the format it is in, left out (and logged) by the others.
+    ProviderExtra {
+        /// The format it is written in.
+        format: tower_chat::ApiFormat,
+        /// What it is.
+        extra: tower_chat::ProviderExtra,
+    },
 }
 
 /// A block of a type no layer models, and where in the answer it came.
@@ -256,6 +264,35 @@ pub struct Folded {
     pub usage: Usage,
     /// Blocks of types no layer models, in order, each with its place among the text.
     pub provider_blocks: Vec<PlacedBlock>,
+    /// Where the upstream's text blocks ended ([`tower_chat::ProviderExtra::TextBlockEnd`]), in order: how much
+    /// of `content` came before, the format, and the block's citations.
+    pub text_block_ends: Vec<(usize, tower_chat::ApiFormat, Vec<Value>)>,
+    /// Answer fields no layer models ([`tower_chat::ProviderExtra::Fields`]), each format's merged over the
+    /// turn (lists joined, other values replaced by later ones).
+    pub extra_fields: Vec<(tower_chat::ApiFormat, ExtraFields)>,
+}
+
+/// The fields of an answer no layer models, of one format, merged.
+#[derive(Debug, Default)]
+pub struct ExtraFields {
+    /// The message's.
+    pub message: serde_json::Map<String, Value>,
+    /// The choice's.
+    pub choice: serde_json::Map<String, Value>,
+}
+
+impl ExtraFields {
+    /// Merge `more` into `into`: a list joins the list there, any other value replaces what is there.
+    pub fn merge(into: &mut serde_json::Map<String, Value>, more: &serde_json::Map<String, Value>) {
+        for (key, value) in more {
+            match (into.get_mut(key), value) {
+                (Some(Value::Array(list)), Value::Array(more)) => list.extend(more.iter().cloned()),
+                _ => {
+                    into.insert(key.clone(), value.clone());
+                }
+            }
+        }
+    }
 }
 
 /// A piece of a whole answer: text, or a block no layer models in its place.

@@ -15,10 +15,11 @@ use futures_util::{FutureExt, StreamExt};
 use tokio_util::sync::WaitForCancellationFutureOwned;
 use tower_chat::{
     ApprovalRequest, CancellationToken, ChatError, ChatEvent, ChatStream, ErrorKind, FinishReason,
+    ProviderExtra,
 };
 
 use crate::error::ApiError;
-use crate::format::{ApprovalNotice, Encoder, Ending, Folded, Visible, ROUND_BREAK};
+use crate::format::{ApprovalNotice, Encoder, Ending, ExtraFields, Folded, Visible, ROUND_BREAK};
 
 /// Whether a paused turn's answer names its pending approvals, and who decides them.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -168,6 +169,34 @@ impl Translator {
                 out.push(Visible::ProviderBlock {
                     format: *format,
                     block: block.clone(),
+                });
+            }
+            ChatEvent::ProviderExtra { format, extra } => {
+                let folded = &mut self.folded;
+                match extra {
+                    ProviderExtra::TextBlockEnd { citations } => folded.text_block_ends.push((
+                        folded.content.len(),
+                        *format,
+                        citations.clone(),
+                    )),
+                    ProviderExtra::Fields { message, choice } => {
+                        let at = match folded.extra_fields.iter().position(|(f, _)| f == format) {
+                            Some(at) => at,
+                            None => {
+                                folded.extra_fields.push((*format, ExtraFields::default()));
+                                folded.extra_fields.len() - 1
+                            }
+                        };
+                        let fields = &mut folded.extra_fields[at].1;
+                        ExtraFields::merge(&mut fields.message, message);
+                        ExtraFields::merge(&mut fields.choice, choice);
+                    }
+                    // A stream event stands for itself: a whole answer has no place for it.
+                    _ => {}
+                }
+                out.push(Visible::ProviderExtra {
+                    format: *format,
+                    extra: extra.clone(),
                 });
             }
             _ => {}

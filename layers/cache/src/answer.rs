@@ -3,12 +3,23 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use serde::{Deserialize, Serialize};
 use tower_chat::{ChatEvent, ChatStream, FinishReason};
 
-/// A completed answer: the events the model streamed, in order, ending with its finish. Clones share the events.
+/// A completed answer: the events the model streamed, in order, ending with its finish, and what the call left
+/// out of its request ([`DroppedFields`](tower_chat::DroppedFields): a hit names it again, as the call did). Clones share the events.
 #[derive(Clone, Debug, PartialEq)]
 pub struct CachedAnswer {
     events: Arc<[ChatEvent]>,
+    dropped: Arc<[String]>,
+}
+
+/// The stored form of an answer that names what its call left out (one that names nothing is its events alone,
+/// as every entry was before).
+#[derive(Serialize, Deserialize)]
+struct Stored {
+    events: Vec<ChatEvent>,
+    dropped: Vec<String>,
 }
 
 impl CachedAnswer {
@@ -28,7 +39,19 @@ impl CachedAnswer {
             .any(|event| matches!(event, ChatEvent::ApprovalRequest { .. }));
         (finished && !asks_approval).then(|| CachedAnswer {
             events: events.into(),
+            dropped: Arc::new([]),
         })
+    }
+
+    /// The answer, naming what its call left out of the request.
+    pub fn with_dropped(mut self, dropped: Vec<String>) -> Self {
+        self.dropped = dropped.into();
+        self
+    }
+
+    /// What the call left out of its request, in the order it was named.
+    pub fn dropped(&self) -> &[String] {
+        &self.dropped
     }
 
     /// The events, as the model produced them.
@@ -39,12 +62,23 @@ impl CachedAnswer {
     /// The answer as JSON (the form the Redis store keeps, compressed, and the in-process store weighs).
     pub fn to_json(&self) -> Vec<u8> {
         // Events serialise to JSON without failing: their maps have string keys.
-        serde_json::to_vec(&*self.events).unwrap_or_default()
+        if self.dropped.is_empty() {
+            return serde_json::to_vec(&*self.events).unwrap_or_default();
+        }
+        let stored = Stored {
+            events: self.events.to_vec(),
+            dropped: self.dropped.to_vec(),
+        };
+        serde_json::to_vec(&stored).unwrap_or_default()
     }
 
     /// An answer read back from [`CachedAnswer::to_json`]; `None` when the bytes are not one (an entry written by
     /// another version, a damaged one): a miss.
     pub fn from_json(bytes: &[u8]) -> Option<CachedAnswer> {
+        if bytes.first() == Some(&b'{') {
+            let stored: Stored = serde_json::from_slice(bytes).ok()?;
+            return CachedAnswer::storable(stored.events).map(|a| a.with_dropped(stored.dropped));
+        }
         let events: Vec<ChatEvent> = serde_json::from_slice(bytes).ok()?;
         CachedAnswer::storable(events)
     }
@@ -263,7 +297,17 @@ mod tests {
         let answer =
             CachedAnswer::storable(vec![ChatEvent::text("Hi"), finish(FinishReason::Stop)])
                 .unwrap();
-        assert_eq!(CachedAnswer::from_json(&answer.to_json()), Some(answer));
+        assert_eq!(
+            CachedAnswer::from_json(&answer.to_json()),
+            Some(answer.clone())
+        );
+        // An answer that names what its call left out keeps the names; one that names nothing is stored as
+        // its events alone, the form entries written before names existed have.
+        assert!(answer.to_json().starts_with(b"["));
+        let named = answer.with_dropped(vec!["context_management".into(), "content:x".into()]);
+        let back = CachedAnswer::from_json(&named.to_json()).unwrap();
+        assert_eq!(back.dropped(), ["context_management", "content:x"]);
+        assert_eq!(back, named);
         assert_eq!(CachedAnswer::from_json(b"not json"), None);
         assert_eq!(
             CachedAnswer::from_json(b"[{\"type\":\"text_delta\",\"text\":\"x\"}]"),

@@ -5,7 +5,8 @@ use std::task::{Context, Poll};
 
 use futures_util::future::BoxFuture;
 use tower_chat::{
-    cancellable, CancellationToken, ChatError, ChatRequest, ChatStream, ModelInfo, ModelMetadata,
+    cancellable, CancellationToken, ChatError, ChatRequest, ChatStream, DroppedFields, ModelInfo,
+    ModelMetadata,
 };
 use tower_service::Service;
 use tracing::Instrument;
@@ -120,6 +121,13 @@ where
     if control != Some(CacheControl::NoCache) {
         if let Some(answer) = config.read(key).await {
             settle(&config, &request, CacheStatus::Hit);
+            // What the call left out of its request, named again: nothing reached the upstream this time.
+            if let Some(list) = request.extensions.get::<DroppedFields>() {
+                answer
+                    .dropped()
+                    .iter()
+                    .for_each(|name| list.record(name.as_str()));
+            }
             return Ok(for_caller(answer.replay(streamed), token));
         }
     }
@@ -152,12 +160,14 @@ where
             if token.is_some() {
                 upstream.extensions.remove::<CancellationToken>();
             }
+            let dropped = upstream.extensions.get::<DroppedFields>().cloned();
             let call = inner.call(upstream);
             // In the leader's span, so that what the layers below trace sits under the call that started it.
             let led = flight.clone();
             let driving = async move {
                 if let Some(answer) = drive(call, &led).await {
-                    config.write(key, answer, ttl).await;
+                    let names = dropped.map(|list| list.names()).unwrap_or_default();
+                    config.write(key, answer.with_dropped(names), ttl).await;
                 }
                 config.runtime.flights.leave(&key, &led);
             };

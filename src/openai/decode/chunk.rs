@@ -6,6 +6,7 @@ use serde::de::IgnoredAny;
 use serde::Deserialize;
 use serde_json::Value;
 
+use super::extras::{self, Extra};
 use super::fields::{finish_reason, stream_error, WireUsage};
 use super::parts::{push_parts, Content, ContentPart};
 use super::text::Text;
@@ -86,14 +87,49 @@ impl<'de: 'a, 'a> Deserialize<'de> for FirstChoice<'a> {
     }
 }
 
-#[derive(Deserialize)]
 struct ChunkChoice<'a> {
-    #[serde(default)]
     index: u32,
-    #[serde(default, borrow)]
     delta: Option<Delta<'a>>,
-    #[serde(default, borrow)]
     finish_reason: Option<Text<'a>>,
+    /// The choice's other fields, kept for a Chat Completions client.
+    extra: Extra,
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for ChunkChoice<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Fields<'a>(std::marker::PhantomData<ChunkChoice<'a>>);
+
+        impl<'de: 'a, 'a> serde::de::Visitor<'de> for Fields<'a> {
+            type Value = ChunkChoice<'a>;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a choice object")
+            }
+
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<Self::Value, A::Error> {
+                let mut choice = ChunkChoice {
+                    index: 0,
+                    delta: None,
+                    finish_reason: None,
+                    extra: None,
+                };
+                while let Some(key) = map.next_key::<Text<'de>>()? {
+                    match &*key.0 {
+                        "index" => choice.index = map.next_value::<Option<u32>>()?.unwrap_or(0),
+                        "delta" => choice.delta = map.next_value()?,
+                        "finish_reason" => choice.finish_reason = map.next_value()?,
+                        other => extras::keep(other, &mut map, &mut choice.extra)?,
+                    }
+                }
+                Ok(choice)
+            }
+        }
+
+        deserializer.deserialize_map(Fields(std::marker::PhantomData))
+    }
 }
 
 /// A choice's `delta`. Kept small (the rare reasoning and refusal texts boxed) because every chunk moves it a few
@@ -114,6 +150,8 @@ pub(super) struct RareDelta<'a> {
     pub(super) refusal: Option<Text<'a>>,
     /// `content` sent as a list of parts (Mistral's reasoning models).
     pub(super) content_parts: Option<Vec<ContentPart>>,
+    /// Fields no layer models (`annotations`, a provider's extras), kept for a Chat Completions client.
+    pub(super) extra: Extra,
 }
 
 impl<'a> Delta<'a> {
@@ -149,9 +187,10 @@ impl<'de: 'a, 'a> Deserialize<'de> for Delta<'a> {
                         "reasoning_content" => delta.rare().reasoning_content = map.next_value()?,
                         "reasoning" => delta.rare().reasoning = map.next_value()?,
                         "refusal" => delta.rare().refusal = map.next_value()?,
-                        _ => {
+                        "role" => {
                             map.next_value::<IgnoredAny>()?;
                         }
+                        other => extras::keep(other, &mut map, &mut delta.rare().extra)?,
                     }
                 }
                 Ok(delta)
@@ -223,7 +262,9 @@ impl ChunkDecoder {
         }
         if let Some(choice) = chunk.choices.0 {
             if let Some(delta) = choice.delta {
-                self.on_delta(delta, out);
+                self.on_delta(delta, choice.extra, out);
+            } else {
+                extras::push(None, choice.extra, out);
             }
             if let Some(reason) = choice.finish_reason {
                 self.end_calls(out);
@@ -236,19 +277,28 @@ impl ChunkDecoder {
         Ok(())
     }
 
-    pub(super) fn on_delta(&mut self, delta: Delta<'_>, out: &mut VecDeque<ChatEvent>) {
+    /// A choice's `delta` (and the choice's own extra fields).
+    pub(super) fn on_delta(
+        &mut self,
+        delta: Delta<'_>,
+        choice_extra: Extra,
+        out: &mut VecDeque<ChatEvent>,
+    ) {
         // Plain `if let`s, not iterators over the optional parts: every chunk has a delta, and dropping a
         // `Flatten` over options costs more than the checks themselves.
         let mut refusal = None;
         let mut parts = None;
+        let mut extra = None;
         if let Some(rare) = delta.rare {
             let RareDelta {
                 reasoning_content,
                 reasoning,
                 refusal: rare_refusal,
                 content_parts,
+                extra: rare_extra,
             } = *rare;
             parts = content_parts;
+            extra = rare_extra;
             if let Some(text) = reasoning_content {
                 push_text(text, out, |text| ChatEvent::ReasoningDelta { text });
             }
@@ -272,6 +322,7 @@ impl ChunkDecoder {
                 self.on_tool_fragment(fragment, out);
             }
         }
+        extras::push(extra, choice_extra, out);
     }
 
     pub(super) fn on_tool_fragment(

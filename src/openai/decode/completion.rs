@@ -7,6 +7,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::chunk::{ChunkDecoder, Delta, DeltaFunction, DeltaToolCall, RareDelta};
+use super::extras::CompletionExtras;
 use super::fields::{finish_reason, stream_error, WireUsage};
 use super::parts::Content;
 use super::text::Text;
@@ -85,6 +86,10 @@ pub(crate) fn decode_completion(body: &[u8]) -> Result<Vec<ChatEvent>, ChatError
             model: completion.model,
         });
     }
+    // Fields no layer models, for a Chat Completions client: read in a pass of their own.
+    let (message_extra, choice_extra) = serde_json::from_slice::<CompletionExtras>(body)
+        .map(CompletionExtras::of_first)
+        .unwrap_or((None, None));
     let message = choice.message;
     let (content, content_parts) = match message.content {
         Some(Content::Text(text)) => (Some(text), None),
@@ -104,8 +109,10 @@ pub(crate) fn decode_completion(body: &[u8]) -> Result<Vec<ChatEvent>, ChatError
                 reasoning: message.reasoning.map(Text::from),
                 refusal: message.refusal.map(Text::from),
                 content_parts,
+                extra: message_extra,
             })),
         },
+        choice_extra,
         &mut out,
     );
     for (i, call) in message.tool_calls.into_iter().flatten().enumerate() {

@@ -11,6 +11,7 @@
 
 mod chunk;
 mod completion;
+mod extras;
 mod fields;
 mod parts;
 mod text;

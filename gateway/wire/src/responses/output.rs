@@ -478,6 +478,15 @@ impl Encoder for ResponseEncoder {
                     "an answer block left out of a Responses answer"
                 );
             }
+            // A Responses upstream's own events and fields are not carried: the encoder writes every lifecycle
+            // event itself, with its own item numbering.
+            Visible::ProviderExtra { format, extra } => {
+                tracing::debug!(
+                    from = format.as_str(),
+                    kind = extra.kind(),
+                    "an answer part left out of a Responses answer"
+                );
+            }
             Visible::CallEnd { index, call } => {
                 let Some(open) = self.calls.remove(&index) else {
                     return;

@@ -149,6 +149,14 @@ fn escaped_strings_and_escaped_keys_decode_like_plain_ones() {
             }),
             Ok(ChatEvent::ReasoningDelta { text: "ré".into() }),
             Ok(ChatEvent::text("a\n\"b\"")),
+            // A field no layer models is kept for a Chat Completions client; a `null` one is not.
+            Ok(ChatEvent::ProviderExtra {
+                format: crate::ApiFormat::ChatCompletions,
+                extra: crate::ProviderExtra::Fields {
+                    message: json!({"unknown": {"x": [1]}}).as_object().unwrap().clone(),
+                    choice: serde_json::Map::new(),
+                },
+            }),
             Ok(ChatEvent::finish(FinishReason::Stop))
         ]
     );
