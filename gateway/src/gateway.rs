@@ -73,7 +73,14 @@ impl Gateway {
                 upstream.stale_connections(),
             )]);
         }
-        let limits = config.file.limits.layer()?;
+        // Managed keys and teams carry limits of their own: a gateway that can hold them (client keys and
+        // operators to manage them) runs the limits layer even when `[limits]` sets none, so a budget given
+        // through `/admin` applies to the next call.
+        let limits = if keys.is_some() && operators.is_some() {
+            Some(config.file.limits.build_layer()?)
+        } else {
+            config.file.limits.layer()?
+        };
         let stores = stores(config).await?;
         let mcp = GatewayMcp::start(&config.file.mcp, &server_tool_names(config))
             .await
@@ -140,9 +147,23 @@ impl Gateway {
         gateway.state.turns.records = Some(stores.persistence.store().clone());
         // Managed keys need a gateway that authenticates clients, and operators to manage them.
         if let (Some(clients), Some(_)) = (&gateway.state.keys, &gateway.state.turns.operators) {
-            let managed = crate::keys::ManagedKeys::open(stores.keys.clone(), clients.names())
-                .await
-                .map_err(|e| GatewayError::Config(format!("managed keys: {e}")))?;
+            // Each new table of keys and teams hands the limits layer its policy; one that cannot be built
+            // leaves the layer's as it is.
+            let live = gateway.limits.clone().map(|layer| {
+                let section = config.file.limits.clone();
+                crate::keys::OnChange(Box::new(move |table: &crate::keys::table::Table| {
+                    match crate::keys::policy::limit_policy(&section, table) {
+                        Ok(policy) => layer.set_policy(policy),
+                        Err(e) => {
+                            tracing::warn!(error = %e, "managed keys: the limits stay as they were")
+                        }
+                    }
+                }))
+            });
+            let managed =
+                crate::keys::ManagedKeys::open(stores.keys.clone(), clients.names(), live)
+                    .await
+                    .map_err(|e| GatewayError::Config(format!("managed keys: {e}")))?;
             gateway.state.managed = Some(managed);
         }
         gateway.stores = Some(stores);

@@ -27,4 +27,4 @@ pub(crate) mod table;
 
 pub(crate) use record::now_ms;
 pub(crate) use store::KeyStore;
-pub(crate) use table::ManagedKeys;
+pub(crate) use table::{ManagedKeys, OnChange};

@@ -1,49 +1,45 @@
-//! The limits of the keys file's `[limits]` and of the managed keys as one [`LimitPolicy`]: what the limits
-//! layer enforces once it takes a new policy while running.
+//! The limits of the configuration's `[limits]` and of the managed keys and teams as one [`LimitPolicy`]: what the
+//! limits layer takes, live, each time the table of managed keys changes.
 //!
-//! A managed key's own limits apply to its caller; a key without limits of its own takes its team's (the
-//! nearest owner that set some), else `[limits.default]`. `[limits.keys.<name>]` entries keep theirs.
+//! A managed key's own limits apply to its caller (a key without limits of its own takes `[limits.default]`); a
+//! key with a team is a member of it, so its calls also count against the team's limits, which every member
+//! shares. A managed team is named by its name, like a `[limits.teams]` entry: one of each with the same name is
+//! one team, and the managed limits are the ones that apply.
 
 use tower_chat_limits::LimitPolicy;
 
 use super::table::Table;
 use crate::config::limits::{LimitsEntry, LimitsSection};
+use crate::startup_error::GatewayError;
 
-/// The policy of `section` with the managed keys of `table` added.
-#[cfg_attr(
-    not(test),
-    expect(
-        dead_code,
-        reason = "the limits layer takes its policy when it is built; this is the one to hand it"
-    )
-)]
-pub(crate) fn limit_policy(section: &LimitsSection, table: &Table) -> LimitPolicy {
-    let mut policy = LimitPolicy::new(section.default.limits());
-    for (key, entry) in &section.keys {
-        policy = policy.caller(key.clone(), entry.limits());
-    }
-    for (model, entry) in &section.models {
-        policy = policy.model(model.clone(), entry.limits());
+/// The policy of `section` with the managed keys and teams of `table` added.
+///
+/// # Errors
+/// What [`LimitsSection::policy`] refuses (a key in two `[limits.teams]`).
+pub(crate) fn limit_policy(
+    section: &LimitsSection,
+    table: &Table,
+) -> Result<LimitPolicy, GatewayError> {
+    let mut policy = section.policy()?;
+    for (row, doc) in &table.teams {
+        if doc.limits != LimitsEntry::default() {
+            policy = policy.team(row.name.clone(), doc.limits.limits());
+        }
     }
     for key in &table.keys {
-        let own = &key.doc.limits;
-        let team = key.doc.team.as_deref().and_then(|id| {
-            table
-                .teams
-                .iter()
-                .find(|(row, _)| row.id == id)
-                .map(|(_, doc)| &doc.limits)
-        });
-        let entry = if *own != LimitsEntry::default() {
-            own
-        } else if let Some(team) = team.filter(|t| **t != LimitsEntry::default()) {
-            team
-        } else {
-            continue;
-        };
-        policy = policy.caller(key.row.name.clone(), entry.limits());
+        if key.doc.limits != LimitsEntry::default() {
+            policy = policy.caller(key.row.name.clone(), key.doc.limits.limits());
+        }
+        let team = key
+            .doc
+            .team
+            .as_deref()
+            .and_then(|id| table.teams.iter().find(|(row, _)| row.id == id));
+        if let Some((row, _)) = team {
+            policy = policy.member(key.row.name.clone(), row.name.clone());
+        }
     }
-    policy
+    Ok(policy)
 }
 
 #[cfg(test)]
@@ -64,7 +60,7 @@ mod tests {
     }
 
     #[test]
-    fn keys_take_their_own_limits_then_their_teams() {
+    fn keys_take_their_own_limits_and_count_against_their_teams() {
         let per_minute = |n| LimitsEntry {
             requests_per_minute: Some(n),
             ..LimitsEntry::default()
@@ -98,10 +94,16 @@ mod tests {
             default: per_minute(100),
             ..LimitsSection::default()
         };
-        let policy = limit_policy(&section, &table);
+        let policy = limit_policy(&section, &table).unwrap();
         let requests = |caller: &str| policy.scopes(caller, None)[0].limits.requests;
         assert_eq!(requests("own"), Some(WindowLimit::per_minute(1)));
-        assert_eq!(requests("member"), Some(WindowLimit::per_minute(7)));
+        assert_eq!(requests("member"), Some(WindowLimit::per_minute(100)));
         assert_eq!(requests("alone"), Some(WindowLimit::per_minute(100)));
+        // Both members count against the team's limits; a key without a team against none.
+        assert_eq!(policy.team_of("own"), Some("t"));
+        assert_eq!(policy.team_of("member"), Some("t"));
+        assert_eq!(policy.team_of("alone"), None);
+        let team = policy.team_scope("t").unwrap();
+        assert_eq!(team.limits.requests, Some(WindowLimit::per_minute(7)));
     }
 }

@@ -154,6 +154,17 @@ struct Inner {
     /// Serialises reloads, so an older snapshot never replaces a newer one.
     reload: tokio::sync::Mutex<()>,
     file_names: HashSet<String>,
+    on_change: Option<OnChange>,
+}
+
+/// What runs each time the table changes (and once when it is loaded): the gateway hands the limits layer the
+/// policy of the new table.
+pub(crate) struct OnChange(pub(crate) Box<dyn Fn(&Table) + Send + Sync>);
+
+impl std::fmt::Debug for OnChange {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("OnChange")
+    }
 }
 
 impl ManagedKeys {
@@ -162,6 +173,7 @@ impl ManagedKeys {
     pub(crate) async fn open(
         store: KeyStore,
         file_names: HashSet<String>,
+        on_change: Option<OnChange>,
     ) -> Result<ManagedKeys, String> {
         let snapshot = store.load().await.map_err(|e| e.to_string())?;
         let mut both: Vec<&str> = snapshot
@@ -183,12 +195,17 @@ impl ManagedKeys {
                 if both.len() == 1 { "is" } else { "are" },
             ));
         }
+        let table = Table::build(snapshot);
+        if let Some(on_change) = &on_change {
+            (on_change.0)(&table);
+        }
         let keys = ManagedKeys {
             inner: Arc::new(Inner {
-                table: RwLock::new(Arc::new(Table::build(snapshot))),
+                table: RwLock::new(Arc::new(table)),
                 reload: tokio::sync::Mutex::new(()),
                 file_names,
                 store: store.clone(),
+                on_change,
             }),
         };
         tokio::spawn(keep_current(Arc::downgrade(&keys.inner), store));
@@ -252,6 +269,9 @@ impl Inner {
         match self.store.load().await {
             Ok(snapshot) => {
                 let table = Arc::new(Table::build(snapshot));
+                if let Some(on_change) = &self.on_change {
+                    (on_change.0)(&table);
+                }
                 *self.table.write().unwrap_or_else(|e| e.into_inner()) = table;
             }
             Err(e) => {

@@ -140,6 +140,15 @@ impl LimitsSection {
         if !self.is_enabled() {
             return Ok(None);
         }
+        self.build_layer().map(Some)
+    }
+
+    /// The limits layer this table describes, even when it sets no limit (a layer whose policy is replaced
+    /// while running, as managed keys do).
+    ///
+    /// # Errors
+    /// As [`LimitsSection::layer`].
+    pub fn build_layer(&self) -> Result<LimitsLayer, GatewayError> {
         let bad = |what: String| GatewayError::Config(format!("[limits] {what}"));
         let teams: Vec<(String, LimitsEntry)> = self
             .teams
@@ -198,7 +207,7 @@ impl LimitsSection {
             }
             layer = layer.store(store.build().map_err(|e| bad(e.to_string()))?);
         }
-        Ok(Some(layer))
+        Ok(layer)
     }
 }
 

@@ -306,7 +306,7 @@ async fn models_routes_expiry_and_teams_are_enforced_and_kept() {
         &base,
         "POST",
         "/admin/teams",
-        json!({"name": unique("team"), "limits": {"cost_per_day_usd": 5.0}, "metadata": {"cc": "42"}}),
+        json!({"name": unique("team"), "limits": {"requests_per_day": 500}, "metadata": {"cc": "42"}}),
     )
     .await;
     assert_eq!(team.status, 201, "{}", team.body);
@@ -374,7 +374,7 @@ async fn models_routes_expiry_and_teams_are_enforced_and_kept() {
     assert_eq!(call(&base, &secret).await.status, 200);
     let shown = admin(&base, "GET", &format!("/admin/teams/{team_id}"), json!({})).await;
     assert_eq!(shown.json()["keys"][0]["id"], id.as_str());
-    assert_eq!(shown.json()["limits"]["cost_per_day_usd"], 5.0);
+    assert_eq!(shown.json()["limits"]["requests_per_day"], 500);
     let audit = admin(
         &base,
         "GET",
@@ -383,6 +383,82 @@ async fn models_routes_expiry_and_teams_are_enforced_and_kept() {
     )
     .await;
     assert_eq!(audit.json()["data"][0]["action"], "create");
+}
+
+#[tokio::test]
+async fn the_limits_of_managed_keys_and_teams_are_enforced_and_a_change_applies_to_the_next_call() {
+    let dir = tempfile::tempdir().unwrap();
+    // No `[limits]` in the configuration: the limits come from the keys and teams alone.
+    let gw = gateway(dir.path()).await;
+    let base = gw.url("");
+    let team_name = unique("capped");
+    let team = admin(
+        &base,
+        "POST",
+        "/admin/teams",
+        json!({"name": team_name, "limits": {"requests_per_day": 1}}),
+    )
+    .await;
+    assert_eq!(team.status, 201, "{}", team.body);
+    let team_id = team.json()["id"].as_str().unwrap().to_owned();
+    let (_, first) = created(
+        &admin(
+            &base,
+            "POST",
+            "/admin/keys",
+            json!({"name": unique("member-a"), "team": team_id}),
+        )
+        .await,
+    );
+    let (_, second) = created(
+        &admin(
+            &base,
+            "POST",
+            "/admin/keys",
+            json!({"name": unique("member-b"), "team": team_id}),
+        )
+        .await,
+    );
+    // The team's one request a day is shared by its members.
+    assert_eq!(call(&base, &first).await.status, 200);
+    let refused = call(&base, &second).await;
+    assert_eq!(refused.status, 429, "{}", refused.body);
+    assert!(
+        refused.body.contains(&format!("team {team_name}")),
+        "{}",
+        refused.body
+    );
+    // A raised budget applies to the next call, without a restart.
+    let raised = admin(
+        &base,
+        "PATCH",
+        &format!("/admin/teams/{team_id}"),
+        json!({"limits": {"requests_per_day": 3}}),
+    )
+    .await;
+    assert_eq!(raised.status, 200, "{}", raised.body);
+    assert_eq!(call(&base, &second).await.status, 200);
+    // A key's own limit applies beside its team's.
+    let (own_id, own) = created(
+        &admin(
+            &base,
+            "POST",
+            "/admin/keys",
+            json!({"name": unique("own"), "limits": {"requests_per_day": 1}}),
+        )
+        .await,
+    );
+    assert_eq!(call(&base, &own).await.status, 200);
+    assert_eq!(call(&base, &own).await.status, 429);
+    let lifted = admin(
+        &base,
+        "PATCH",
+        &format!("/admin/keys/{own_id}"),
+        json!({"limits": {}}),
+    )
+    .await;
+    assert_eq!(lifted.status, 200, "{}", lifted.body);
+    assert_eq!(call(&base, &own).await.status, 200);
 }
 
 #[tokio::test]
