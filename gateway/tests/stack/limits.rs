@@ -5,8 +5,7 @@
 use crate::common;
 
 use std::net::SocketAddr;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use common::{post, request, Answer, Harness};
@@ -205,11 +204,13 @@ async fn calls_in_progress_are_capped_across_both_gateways() {
     drop(calls);
 }
 
-/// A gateway started as its own process (the `tower-chat-gateway` binary), killed when dropped.
+/// A gateway started as its own process (the `tower-chat-gateway` binary) with the key `alice:KEY`, killed when
+/// dropped.
 pub(crate) struct GatewayProcess {
-    child: tower_chat_testkit::ProcessGroup,
+    process: crate::common::process::GatewayProcess,
     pub(crate) addr: SocketAddr,
-    dir: tempfile::TempDir,
+    // After `process`: the files outlive the process that reads them.
+    _dir: tempfile::TempDir,
 }
 
 impl GatewayProcess {
@@ -227,67 +228,33 @@ impl GatewayProcess {
         database_url: Option<&str>,
     ) -> GatewayProcess {
         let dir = tempfile::tempdir().unwrap();
-        let path = |name: &str| dir.path().join(name);
+        let path = |name: &str| dir.path().join(name).display().to_string();
         std::fs::write(path("keys"), format!("alice:{KEY}\n")).unwrap();
         std::fs::write(path("gateway.toml"), config).unwrap();
-        // A port of its own: bound by the OS, released, handed to the gateway (a process that loses it to
-        // another program exits, and `ready` reports that with its log).
-        let addr = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap();
-        let log = std::fs::File::create(path("gateway.log")).unwrap();
-        let mut command = Command::new(env!("CARGO_BIN_EXE_tower-chat-gateway"));
-        match database_url {
-            Some(url) => command.args(["--database-url", url]),
-            None => command.arg("--db").arg(path("gateway.db")),
+        let mut args: Vec<String> = match database_url {
+            Some(url) => vec!["--database-url".into(), url.into()],
+            None => vec!["--db".into(), path("gateway.db")],
         };
-        let child = tower_chat_testkit::ProcessGroup::spawn(
-            command
-                .arg("--listen")
-                .arg(addr.to_string())
-                .args(["--upstream", upstream, "--no-upstream-key"])
-                .arg("--api-keys-file")
-                .arg(path("keys"))
-                .arg("--config")
-                .arg(path("gateway.toml"))
-                .env("RUST_LOG", "warn")
-                .stdout(Stdio::from(log.try_clone().unwrap()))
-                .stderr(Stdio::from(log)),
-        )
-        .expect("the tower-chat-gateway binary starts");
-        let mut process = GatewayProcess { child, addr, dir };
-        process.ready().await;
-        process
-    }
-
-    /// Poll `/healthz` until it answers 200; fail at once if the process exits, and after a minute.
-    async fn ready(&mut self) {
-        let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                panic!("the gateway exited ({status}): {}", self.log());
-            }
-            let request = Request::get(format!("http://{}/healthz", self.addr))
-                .body(Full::new(Bytes::new()))
-                .unwrap();
-            if let Ok(response) = client.request(request).await {
-                if response.status() == 200 {
-                    return;
-                }
-            }
-            assert!(
-                Instant::now() < deadline,
-                "no /healthz after 60 s: {}",
-                self.log()
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
+        args.extend([
+            "--upstream".into(),
+            upstream.into(),
+            "--no-upstream-key".into(),
+            "--api-keys-file".into(),
+            path("keys"),
+            "--config".into(),
+            path("gateway.toml"),
+        ]);
+        let process =
+            crate::common::process::GatewayProcess::start(dir.path(), "gateway", &args).await;
+        GatewayProcess {
+            addr: process.addr,
+            process,
+            _dir: dir,
         }
     }
 
     pub(crate) fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.path().join("gateway.log")).unwrap_or_default()
+        self.process.log()
     }
 
     pub(crate) async fn chat(&self) -> Answer {
@@ -297,13 +264,6 @@ impl GatewayProcess {
             &[("authorization", &format!("Bearer {KEY}"))],
         )
         .await
-    }
-}
-
-impl Drop for GatewayProcess {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 
