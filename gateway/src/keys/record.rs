@@ -7,6 +7,7 @@ use sha2::{Digest, Sha256};
 
 use crate::config::limits::LimitsEntry;
 use crate::error::ApiError;
+use crate::stack::upstreams::routes::glob;
 
 /// What every generated secret starts with, so a leaked one is recognised (by a secret scanner, by a reader).
 pub(crate) const SECRET_PREFIX: &str = "tcg_";
@@ -184,25 +185,6 @@ pub(crate) fn hex(bytes: &[u8]) -> String {
 /// match any run of characters (`gpt-4o*`, `*-mini`, `/v1/*`).
 pub(crate) fn allowed(patterns: &[String], name: &str) -> bool {
     patterns.is_empty() || patterns.iter().any(|p| glob(p, name))
-}
-
-fn glob(pattern: &str, text: &str) -> bool {
-    let mut parts = pattern.split('*');
-    let first = parts.next().unwrap_or_default();
-    let Some(mut rest) = text.strip_prefix(first) else {
-        return false;
-    };
-    let parts: Vec<&str> = parts.collect();
-    let Some((last, middle)) = parts.split_last() else {
-        return rest.is_empty();
-    };
-    for part in middle {
-        match rest.find(part) {
-            Some(at) => rest = &rest[at + part.len()..],
-            None => return false,
-        }
-    }
-    rest.len() >= last.len() && rest.ends_with(last)
 }
 
 /// A 400 naming the field.

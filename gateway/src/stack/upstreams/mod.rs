@@ -94,7 +94,7 @@ use tower_chat_resilience::{
 };
 
 mod leaf;
-mod routes;
+pub(crate) mod routes;
 
 use crate::config::upstreams::{positive_seconds, Checked};
 pub use crate::config::upstreams::{

@@ -67,7 +67,7 @@ fn literal_len(pattern: &str) -> usize {
 }
 
 /// Whether `text` matches `pattern`, where each `*` stands for any run of characters (none included).
-pub(super) fn glob(pattern: &str, text: &str) -> bool {
+pub(crate) fn glob(pattern: &str, text: &str) -> bool {
     let mut parts = pattern.split('*');
     let first = parts.next().unwrap_or_default();
     let Some(mut rest) = text.strip_prefix(first) else {
