@@ -25,6 +25,16 @@ pub struct Driver {
     _profile: tempfile::TempDir,
 }
 
+/// An element found by its text, with what was read of it before the page could replace it.
+pub struct Read {
+    /// The element reference (it may go stale later on a live page).
+    pub element: String,
+    /// Its text.
+    pub text: String,
+    /// The attribute asked for, if it was and the element has it.
+    pub attribute: Option<String>,
+}
+
 /// The key of a WebDriver element reference (to pass an element as a script argument).
 pub const ELEMENT_KEY: &str = "element-6066-11e4-a52e-4f735466cecf";
 const ELEMENT: &str = ELEMENT_KEY;
@@ -125,14 +135,32 @@ impl Driver {
 
     /// A session command; panics on a WebDriver error.
     pub async fn cmd(&self, method: &str, path: &str, body: Option<Value>) -> Value {
+        match self.try_cmd(method, path, body).await {
+            Ok(value) => value,
+            Err(error) => panic!("{method} {path}: {error}"),
+        }
+    }
+
+    /// A session command on an element, or `None` when the element has gone stale: a live page (the inbox)
+    /// replaces its rows whenever the set it lists changes, which another test on a shared database may cause
+    /// at any moment. Panics on any other WebDriver error.
+    async fn on_element(&self, method: &str, path: &str, body: Option<Value>) -> Option<Value> {
+        match self.try_cmd(method, path, body).await {
+            Ok(value) => Some(value),
+            Err(error) if error["value"]["error"] == "stale element reference" => None,
+            Err(error) => panic!("{method} {path}: {error}"),
+        }
+    }
+
+    async fn try_cmd(&self, method: &str, path: &str, body: Option<Value>) -> Result<Value, Value> {
         let value = self
             .raw(method, &format!("/session/{}{path}", self.session), body)
             .await;
-        assert!(
-            value["value"]["error"].is_null(),
-            "{method} {path}: {value}"
-        );
-        value["value"].clone()
+        if value["value"]["error"].is_null() {
+            Ok(value["value"].clone())
+        } else {
+            Err(value)
+        }
     }
 
     pub async fn go(&self, url: &str) {
@@ -182,12 +210,40 @@ impl Driver {
     /// The first element matching `css` whose text holds `needle`, waiting up to `wait` for one: a page over a
     /// shared database may also list what other tests (or an earlier, failed run) left there.
     pub async fn find_containing(&self, css: &str, needle: &str, wait: Duration) -> String {
+        self.read_containing(css, needle, None, wait).await.element
+    }
+
+    /// The same, with the element's text and the value of `attribute` read while it was still on the page (a
+    /// live page may replace the element right after): elements replaced while they are read are looked for
+    /// again.
+    pub async fn read_containing(
+        &self,
+        css: &str,
+        needle: &str,
+        attribute: Option<&str>,
+        wait: Duration,
+    ) -> Read {
         let deadline = Instant::now() + wait;
         loop {
             for element in self.find_all(css).await {
-                if self.text(&element).await.contains(needle) {
-                    return element;
+                let Some(text) = self.try_text(&element).await else {
+                    continue;
+                };
+                if !text.contains(needle) {
+                    continue;
                 }
+                let value = match attribute {
+                    None => None,
+                    Some(name) => match self.try_attribute(&element, name).await {
+                        Some(value) => value,
+                        None => continue,
+                    },
+                };
+                return Read {
+                    element,
+                    text,
+                    attribute: value,
+                };
             }
             assert!(
                 Instant::now() < deadline,
@@ -206,11 +262,67 @@ impl Driver {
             .to_owned()
     }
 
+    /// The element's text, or `None` when it has gone stale.
+    async fn try_text(&self, element: &str) -> Option<String> {
+        let value = self
+            .on_element("GET", &format!("/element/{element}/text"), None)
+            .await?;
+        Some(value.as_str().unwrap_or("").to_owned())
+    }
+
+    /// The text of the first element matching `css`, waiting up to `wait` for one and reading it again when
+    /// the page replaced it meanwhile.
+    pub async fn text_of(&self, css: &str, wait: Duration) -> String {
+        let deadline = Instant::now() + wait;
+        loop {
+            let element = self.find(css, wait).await;
+            if let Some(text) = self.try_text(&element).await {
+                return text;
+            }
+            assert!(Instant::now() < deadline, "`{css}` kept being replaced");
+        }
+    }
+
     pub async fn attribute(&self, element: &str, name: &str) -> Option<String> {
         self.cmd("GET", &format!("/element/{element}/attribute/{name}"), None)
             .await
             .as_str()
             .map(str::to_owned)
+    }
+
+    /// The attribute's value, or `None` (the outer one) when the element has gone stale.
+    async fn try_attribute(&self, element: &str, name: &str) -> Option<Option<String>> {
+        let value = self
+            .on_element("GET", &format!("/element/{element}/attribute/{name}"), None)
+            .await?;
+        Some(value.as_str().map(str::to_owned))
+    }
+
+    /// Type `text` into the first element matching `css`, finding it again when the page replaced it.
+    pub async fn type_into_css(&self, css: &str, text: &str, wait: Duration) {
+        let body = json!({"text": text});
+        self.on_fresh(css, "value", body, wait).await;
+    }
+
+    /// Click the first element matching `css`, finding it again when the page replaced it.
+    pub async fn click_css(&self, css: &str, wait: Duration) {
+        self.on_fresh(css, "click", json!({}), wait).await;
+    }
+
+    async fn on_fresh(&self, css: &str, command: &str, body: Value, wait: Duration) {
+        let deadline = Instant::now() + wait;
+        loop {
+            let element = self.find(css, wait).await;
+            let path = format!("/element/{element}/{command}");
+            if self
+                .on_element("POST", &path, Some(body.clone()))
+                .await
+                .is_some()
+            {
+                return;
+            }
+            assert!(Instant::now() < deadline, "`{css}` kept being replaced");
+        }
     }
 
     pub async fn type_into(&self, element: &str, text: &str) {

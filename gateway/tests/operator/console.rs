@@ -504,16 +504,19 @@ async fn in_chromium(database_url: Option<String>, label: &str) {
 
     // A real client request pauses; the open inbox shows it without a reload.
     let client = tokio::spawn(client_turn(gw.url(""), conversation.clone()));
+    // Other tests' approvals on a shared database may replace the inbox's rows at any moment: rows are read
+    // and acted on by selector, never by a reference held across a refresh.
     let row = browser
-        .find_containing(
+        .read_containing(
             "#approvals tbody tr[data-id]",
             &format!("alice/{conversation}"),
+            Some("data-id"),
             Duration::from_secs(20),
         )
         .await;
-    let approval_id = browser.attribute(&row, "data-id").await.unwrap();
+    let approval_id = row.attribute.unwrap();
     let this_row = format!("#approvals tbody tr[data-id='{approval_id}']");
-    let row_text = browser.text(&row).await;
+    let row_text = row.text;
     assert!(row_text.contains("write_file"), "{row_text}");
     assert!(row_text.contains("alice"), "{row_text}");
     assert!(
@@ -533,23 +536,17 @@ async fn in_chromium(database_url: Option<String>, label: &str) {
     browser.screenshot("2-inbox-pending").await;
 
     // Approve it with a reason.
-    let reason = browser
-        .find(
+    browser
+        .type_into_css(
             &format!("{this_row} input[name=reason]"),
+            "checked by carol <b>ok</b>",
             Duration::from_secs(5),
         )
         .await;
     browser
-        .type_into(&reason, "checked by carol <b>ok</b>")
-        .await;
-    browser
-        .click(
-            &browser
-                .find(
-                    &format!("{this_row} button.approve"),
-                    Duration::from_secs(5),
-                )
-                .await,
+        .click_css(
+            &format!("{this_row} button.approve"),
+            Duration::from_secs(5),
         )
         .await;
     // The banner names the tool, its target and the conversation (linked).
