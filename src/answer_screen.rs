@@ -9,9 +9,14 @@
 //! it keeps is what the policy lets through — whichever of the two runs first, and without a copy of the
 //! withheld text ever being held for the record.
 //!
+//! Tool calls' arguments and tool results are screened whole ([`CallScreens::tool_call`],
+//! [`CallScreens::tool_result`]): the recorder keeps a call's arguments as the client was sent them, and a
+//! later round's request (which carries the calls and results a tool loop inside added) as the client saw them.
+//!
 //! ```
 //! use std::sync::Arc;
-//! use tower_chat::{AnswerScreen, ChatRequest, GuardedCall, Message, Screened};
+//! use tower_chat::{AnswerScreen, CallScreens, ChatRequest, Content, GuardedCall, Message, Screened};
+//! use tower_chat::{ToolCall, ToolMessage};
 //!
 //! /// Withholds everything from the word "secret" on.
 //! #[derive(Debug, Default)]
@@ -34,11 +39,28 @@
 //!     }
 //! }
 //!
-//! let guarded = GuardedCall::new(Vec::new(), Some(Arc::new(|| Box::new(UpToSecret::default()) as Box<dyn AnswerScreen>)));
+//! #[derive(Debug)]
+//! struct Words;
+//! impl CallScreens for Words {
+//!     fn text(&self) -> Box<dyn AnswerScreen> {
+//!         Box::new(UpToSecret::default())
+//!     }
+//!     fn reasoning(&self) -> Box<dyn AnswerScreen> {
+//!         Box::new(UpToSecret::default())
+//!     }
+//!     fn tool_call(&self, _call: &mut ToolCall) -> Screened {
+//!         Screened::default()
+//!     }
+//!     fn tool_result(&self, _result: &mut ToolMessage) -> Screened {
+//!         Screened::default()
+//!     }
+//! }
+//!
+//! let guarded = GuardedCall::new(Vec::new(), Some(Arc::new(Words)));
 //! let request = ChatRequest::new(vec![Message::user("hi")]).with_extension(guarded);
 //! // In the recorder:
-//! let mut screen = request.extensions.get::<GuardedCall>().and_then(GuardedCall::screen).unwrap();
-//! let kept = screen.push("the secret is 42");
+//! let screens = request.extensions.get::<GuardedCall>().and_then(GuardedCall::screens).unwrap();
+//! let kept = screens.text().push("the secret is 42");
 //! assert_eq!((kept.text.as_str(), kept.withheld.as_deref()), ("the ", Some("words")));
 //! ```
 
@@ -47,6 +69,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use crate::guardrail::GuardrailVerdict;
+use crate::{ToolCall, ToolMessage};
 
 /// What a screen let through of the text given so far.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -70,8 +93,21 @@ pub trait AnswerScreen: Send + fmt::Debug {
     fn finish(&mut self) -> Screened;
 }
 
-/// Makes a fresh [`AnswerScreen`] for each text of an answer.
-pub type ScreenFactory = Arc<dyn Fn() -> Box<dyn AnswerScreen> + Send + Sync>;
+/// What a content policy lets a recorder inside it keep of one call's answer (see the [module docs](self)).
+pub trait CallScreens: Send + Sync + fmt::Debug {
+    /// A screen for the next text of the answer. It goes on from the texts before it in the same call (the
+    /// rounds of a tool loop included), as the policy's own guard does, so a match split between two texts is
+    /// decided the same way for the record as for the client.
+    fn text(&self) -> Box<dyn AnswerScreen>;
+    /// A screen for one reasoning block, judged on its own.
+    fn reasoning(&self) -> Box<dyn AnswerScreen>;
+    /// A complete tool call, its arguments redacted in place as the client is sent them. A block's
+    /// [`Screened::withheld`] names the check and [`Screened::text`] is the notice that ends the answer.
+    fn tool_call(&self, call: &mut ToolCall) -> Screened;
+    /// A tool result, its content redacted in place as the client is sent it; a block as for
+    /// [`CallScreens::tool_call`].
+    fn tool_result(&self, result: &mut ToolMessage) -> Screened;
+}
 
 /// What a content policy decided about a call, for the recorders it calls (see the [module docs](self)).
 /// Cheap to clone: the clones share it.
@@ -81,14 +117,18 @@ pub struct GuardedCall(Arc<GuardedInner>);
 struct GuardedInner {
     request_verdicts: Vec<GuardrailVerdict>,
     request_verdicts_taken: AtomicBool,
-    screens: Option<ScreenFactory>,
+    screens: Option<Arc<dyn CallScreens>>,
+    /// Messages of the request as the policy checked it: those after them were added inside (a tool loop's
+    /// calls and results).
+    checked_messages: Option<usize>,
 }
 
 impl fmt::Debug for GuardedCall {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("GuardedCall")
             .field("request_verdicts", &self.0.request_verdicts)
-            .field("screens", &self.0.screens.is_some())
+            .field("screens", &self.0.screens)
+            .field("checked_messages", &self.0.checked_messages)
             .finish()
     }
 }
@@ -96,12 +136,35 @@ impl fmt::Debug for GuardedCall {
 impl GuardedCall {
     /// The verdicts the request was given, and the screens of the answer (`None`: the policy has no check of the
     /// answer's text that a recorder can apply).
-    pub fn new(request_verdicts: Vec<GuardrailVerdict>, screens: Option<ScreenFactory>) -> Self {
+    pub fn new(
+        request_verdicts: Vec<GuardrailVerdict>,
+        screens: Option<Arc<dyn CallScreens>>,
+    ) -> Self {
         GuardedCall(Arc::new(GuardedInner {
             request_verdicts,
             request_verdicts_taken: AtomicBool::new(false),
             screens,
+            checked_messages: None,
         }))
+    }
+
+    /// The same, saying that the request the policy checked had `count` messages: a recorder passes those
+    /// after them (added inside, by a tool loop) through the screens before it keeps them.
+    pub fn checked_messages(self, count: usize) -> Self {
+        let inner = &self.0;
+        GuardedCall(Arc::new(GuardedInner {
+            request_verdicts: inner.request_verdicts.clone(),
+            request_verdicts_taken: AtomicBool::new(
+                inner.request_verdicts_taken.load(Ordering::Acquire),
+            ),
+            screens: inner.screens.clone(),
+            checked_messages: Some(count),
+        }))
+    }
+
+    /// How many messages the request the policy checked had, when it said.
+    pub fn checked_message_count(&self) -> Option<usize> {
+        self.0.checked_messages
     }
 
     /// The request's verdicts, once: the first recorder to ask keeps them with its record (a tool loop's later
@@ -114,8 +177,8 @@ impl GuardedCall {
         }
     }
 
-    /// A fresh screen for one text of the answer, if the policy checks the answer's text.
-    pub fn screen(&self) -> Option<Box<dyn AnswerScreen>> {
-        self.0.screens.as_ref().map(|make| make())
+    /// The screens of the answer, if the policy has checks a recorder can apply.
+    pub fn screens(&self) -> Option<&Arc<dyn CallScreens>> {
+        self.0.screens.as_ref()
     }
 }

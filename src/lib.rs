@@ -73,7 +73,7 @@ mod tool_kind;
 mod tower_metadata;
 pub mod transport;
 
-pub use answer_screen::{AnswerScreen, GuardedCall, ScreenFactory, Screened};
+pub use answer_screen::{AnswerScreen, CallScreens, GuardedCall, Screened};
 pub use approval::{ApprovalDecision, ApprovalDecisions, ApprovalRequest};
 pub use boxed::BoxChatService;
 pub use carried::{ApiFormat, Carried, DroppedFields, ForwardedHeaders};

@@ -72,8 +72,9 @@
 //! what the provider was sent, and outside the tool loop to see each tool call and result as events (inside
 //! it, tool results arrive as tool messages of the next round's request, which are checked too). A recorder
 //! inside the layer (a gateway records each round inside its tool loop) is handed a [`tower_chat::GuardedCall`]
-//! with the request: the request's verdicts and screens that apply the pattern checks to the answer's text, so
-//! it keeps the answer as the client saw it, redacted or withheld; whole-text checks are not screened there.
+//! with the request: the request's verdicts and screens that apply the pattern checks to the answer's text (a
+//! match split between rounds included), its tool calls and the tool results, so it keeps the answer as the
+//! client saw it, redacted or withheld; whole-text checks are not screened there.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 #![warn(missing_debug_implementations, unreachable_pub)]

@@ -1,55 +1,230 @@
-//! [`PolicyScreen`]: the policy's scanned output checks as an [`AnswerScreen`], handed to the recorders inside the
-//! layer (in a [`tower_chat::GuardedCall`]) so that they keep of an answer what the client was let see.
+//! [`PolicyScreens`]: the policy's scanned checks as [`CallScreens`], handed to the recorders inside the layer
+//! (in a [`tower_chat::GuardedCall`]) so that they keep of an answer what the client was let see.
 //!
-//! It decides as the answer's guard does (`stream.rs`): invisible characters removed, the same scanner holding
-//! back only what a match may still be completing, a block ending the text with the same notice. A recorder
-//! sees each piece before the guard outside it, and hands its text here before keeping it, so a withheld span
-//! is never part of what it keeps. Whole-text checks (moderation, a schema, a check of your own) cannot be
-//! applied here: they need the answer complete and may call a service.
+//! They decide as the answer's guard does (`stream.rs`): invisible characters removed, the same scanner holding
+//! back only what a match may still be completing, each text going on from the last bytes of the texts before
+//! it in the call (so a key split by a tool call, or between two rounds of a tool loop, is found in the record
+//! as it is for the client), a block ending the text with the same notice; tool calls' arguments and tool
+//! results judged whole with the same pattern checks. A recorder sees each piece before the guard outside it,
+//! and hands it here before keeping it, so a withheld span is never part of what it keeps. Whole-text checks
+//! (moderation, a schema, a check of your own) cannot be applied here: they need the answer complete and may
+//! call a service.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
-use tower_chat::{AnswerScreen, GuardrailStage, ScreenFactory, Screened};
+use futures_util::FutureExt;
+use tower_chat::{
+    AnswerScreen, CallScreens, GuardrailStage, Screened, ToolArguments, ToolCall, ToolMessage,
+};
 
+use crate::content::judge_parts;
 use crate::invisible::strip;
-use crate::policy::{verdict_of_hit, Policy};
+use crate::json::judge_json;
+use crate::policy::{judge, verdict_of_hit, Policy, StagePolicy};
 use crate::scan::{Budget, Step, StreamScanner};
+
+/// The screens of one call under a policy.
+#[derive(Debug)]
+pub(crate) struct PolicyScreens {
+    policy: Arc<Policy>,
+    /// The last bytes of the call's answer text so far, shared by its text screens (see
+    /// `OutputGuard::keep_tail`).
+    tail: Arc<Mutex<String>>,
+    /// The longest match of an output check that may span texts: how much of the tail is kept.
+    longest: usize,
+    /// The scanned checks of the tool stages, without the whole-text ones (judging with these never waits).
+    tool_call: StagePolicy,
+    tool_result: StagePolicy,
+}
+
+impl PolicyScreens {
+    /// The screens of one call under `policy`, when it has scanned checks a recorder can apply.
+    pub(crate) fn of(policy: &Arc<Policy>) -> Option<Arc<dyn CallScreens>> {
+        let scanned = |stage: &StagePolicy| StagePolicy {
+            scan: stage.scan.clone(),
+            whole: Vec::new(),
+        };
+        let screens = PolicyScreens {
+            policy: policy.clone(),
+            tail: Arc::default(),
+            longest: policy
+                .output
+                .scan
+                .iter()
+                .flat_map(|rule| rule.finders.iter())
+                .filter(|finder| finder.spans_segments())
+                .map(|finder| finder.max_len())
+                .max()
+                .unwrap_or(0),
+            tool_call: scanned(&policy.tool_call),
+            tool_result: scanned(&policy.tool_result),
+        };
+        if policy.output.scan.is_empty()
+            && screens.tool_call.is_empty()
+            && screens.tool_result.is_empty()
+        {
+            return None;
+        }
+        Some(Arc::new(screens))
+    }
+
+    fn budget(&self) -> Budget {
+        Budget::new(self.policy.max_candidates)
+    }
+
+    /// A block's notice, as the guard ends the answer with it after a tool call or result.
+    fn blocked(&self, verdicts: Vec<tower_chat::GuardrailVerdict>, check: &str) -> Screened {
+        Screened {
+            text: self.policy.block_notice(check),
+            verdicts,
+            withheld: Some(check.to_owned()),
+        }
+    }
+}
+
+impl CallScreens for PolicyScreens {
+    fn text(&self) -> Box<dyn AnswerScreen> {
+        let tail = self.tail.lock().expect("tail lock").clone();
+        Box::new(PolicyScreen {
+            scanner: StreamScanner::continuing(
+                self.policy.output.scan.clone(),
+                &tail,
+                self.budget(),
+            ),
+            carried: tail.len(),
+            tail: (self.longest > 0).then(|| (self.tail.clone(), self.longest)),
+            policy: self.policy.clone(),
+            sent: false,
+            withheld: false,
+        })
+    }
+
+    fn reasoning(&self) -> Box<dyn AnswerScreen> {
+        Box::new(PolicyScreen {
+            scanner: StreamScanner::new(self.policy.output.scan.clone(), self.budget()),
+            carried: 0,
+            tail: None,
+            policy: self.policy.clone(),
+            sent: false,
+            withheld: false,
+        })
+    }
+
+    fn tool_call(&self, call: &mut ToolCall) -> Screened {
+        if self.tool_call.is_empty() {
+            return Screened::default();
+        }
+        let location = format!("tool_call:{}", call.id);
+        let stage = GuardrailStage::ToolCall;
+        let mut budget = self.budget();
+        let judged = match &mut call.arguments {
+            ToolArguments::Json(value) => {
+                judge_json(&self.tool_call, stage, &location, value, false, &mut budget)
+                    .now_or_never()
+                    .and_then(Result::ok)
+                    .map(|judged| {
+                        if let (None, Some(redacted)) = (&judged.block, judged.redacted) {
+                            *value = redacted;
+                        }
+                        (judged.verdicts, judged.block)
+                    })
+            }
+            ToolArguments::Invalid { raw, .. } => {
+                judge(&self.tool_call, stage, &location, raw, false, &mut budget)
+                    .now_or_never()
+                    .and_then(Result::ok)
+                    .map(|judged| {
+                        if let (None, Some(redacted)) = (&judged.block, judged.redacted) {
+                            *raw = redacted;
+                        }
+                        (judged.verdicts, judged.block)
+                    })
+            }
+        };
+        self.decided(judged)
+    }
+
+    fn tool_result(&self, result: &mut ToolMessage) -> Screened {
+        if self.tool_result.is_empty() {
+            return Screened::default();
+        }
+        let location = format!("tool_result:{}", result.call_id);
+        let stage = GuardrailStage::ToolResult;
+        let mut budget = self.budget();
+        let judged = judge_parts(
+            &self.tool_result,
+            stage,
+            &location,
+            result.content.parts(),
+            false,
+            &mut budget,
+        )
+        .now_or_never()
+        .and_then(Result::ok)
+        .map(|judged| {
+            if judged.block.is_none() {
+                for (index, part) in judged.changed {
+                    if let Some(slot) = result.content.parts_mut().get_mut(index) {
+                        *slot = part;
+                    }
+                }
+            }
+            (judged.verdicts, judged.block)
+        });
+        self.decided(judged)
+    }
+}
+
+impl PolicyScreens {
+    /// What judging a tool call or result decided. Pattern checks neither wait nor fail; were one ever to, the
+    /// part is kept out of the record as withheld rather than kept as it came.
+    fn decided(
+        &self,
+        judged: Option<(
+            Vec<tower_chat::GuardrailVerdict>,
+            Option<tower_chat::GuardrailVerdict>,
+        )>,
+    ) -> Screened {
+        match judged {
+            Some((verdicts, None)) => Screened {
+                verdicts,
+                ..Screened::default()
+            },
+            // The block is among the verdicts already.
+            Some((verdicts, Some(block))) => self.blocked(verdicts, &block.check),
+            None => self.blocked(Vec::new(), "guardrail"),
+        }
+    }
+}
 
 /// One text of an answer under the policy's scanned output checks.
 #[derive(Debug)]
-pub(crate) struct PolicyScreen {
+struct PolicyScreen {
     policy: Arc<Policy>,
     scanner: StreamScanner,
+    /// Bytes of the texts before this one its scanner started from: hit offsets count from their start.
+    carried: usize,
+    /// The call's shared tail and how long it is kept, for an answer text (a reasoning block keeps none).
+    tail: Option<(Arc<Mutex<String>>, usize)>,
     /// Whether any text was let through: a block notice after text starts on a new paragraph, as the guard's.
     sent: bool,
     withheld: bool,
 }
 
 impl PolicyScreen {
-    /// The factory of screens for `policy`, when it checks the answer's text with scanned checks.
-    pub(crate) fn factory(policy: &Arc<Policy>) -> Option<ScreenFactory> {
-        if policy.output.scan.is_empty() {
-            return None;
-        }
-        let policy = policy.clone();
-        Some(Arc::new(move || {
-            Box::new(PolicyScreen {
-                scanner: StreamScanner::new(
-                    policy.output.scan.clone(),
-                    Budget::new(policy.max_candidates),
-                ),
-                policy: policy.clone(),
-                sent: false,
-                withheld: false,
-            }) as Box<dyn AnswerScreen>
-        }))
-    }
-
     fn screened(&mut self, step: Step) -> Screened {
+        let carried = self.carried;
         let verdicts = step
             .hits
             .iter()
-            .map(|hit| verdict_of_hit(hit, GuardrailStage::Output, "output", 0))
+            .map(|hit| {
+                let mut verdict = verdict_of_hit(hit, GuardrailStage::Output, "output", 0);
+                if let Some(span) = &mut verdict.span {
+                    span.start = span.start.saturating_sub(carried);
+                    span.end = span.end.saturating_sub(carried);
+                }
+                verdict
+            })
             .collect();
         let mut text = step.text;
         let withheld = step.block.map(|block| {
@@ -68,6 +243,22 @@ impl PolicyScreen {
             withheld,
         }
     }
+
+    /// Keep the last bytes of the call's text for the texts after this one.
+    fn keep_tail(&self, text: &str) {
+        let Some((tail, longest)) = &self.tail else {
+            return;
+        };
+        let mut tail = tail.lock().expect("tail lock");
+        tail.push_str(text);
+        if tail.len() > *longest {
+            let mut cut = tail.len() - longest;
+            while !tail.is_char_boundary(cut) {
+                cut += 1;
+            }
+            tail.drain(..cut);
+        }
+    }
 }
 
 impl AnswerScreen for PolicyScreen {
@@ -75,7 +266,14 @@ impl AnswerScreen for PolicyScreen {
         if self.withheld {
             return Screened::default();
         }
-        let step = self.scanner.push(&strip(piece));
+        // As the guard: invisible characters are removed only when the answer is checked.
+        let piece = if self.policy.output.scan.is_empty() {
+            std::borrow::Cow::Borrowed(piece)
+        } else {
+            strip(piece)
+        };
+        self.keep_tail(&piece);
+        let step = self.scanner.push(&piece);
         self.screened(step)
     }
 
@@ -103,7 +301,7 @@ mod tests {
     }
 
     fn run(pieces: &[&str], finish: bool) -> (String, Vec<String>, Option<String>) {
-        let mut screen = PolicyScreen::factory(&policy()).unwrap()();
+        let mut screen = PolicyScreens::of(&policy()).unwrap().text();
         let mut all = Screened::default();
         let mut steps: Vec<_> = pieces.iter().map(|piece| screen.push(piece)).collect();
         if finish {

@@ -12,7 +12,7 @@ use tower_service::Service;
 
 use crate::policy::Policy;
 use crate::request::check_request;
-use crate::screen::PolicyScreen;
+use crate::screen::PolicyScreens;
 use crate::stream::OutputGuard;
 
 /// A chat service under a content policy (built by [`GuardrailLayer`](crate::GuardrailLayer)).
@@ -86,10 +86,11 @@ where
             // A recorder inside keeps the request's verdicts and what this policy lets through of the answer,
             // since it sees the answer before the guard below does.
             let request_verdicts = audit.verdicts().split_off(before);
-            request.extensions.insert(GuardedCall::new(
-                request_verdicts,
-                PolicyScreen::factory(&policy),
-            ));
+            let checked = request.messages.len();
+            request.extensions.insert(
+                GuardedCall::new(request_verdicts, PolicyScreens::of(&policy))
+                    .checked_messages(checked),
+            );
             let audit = Some(audit);
             let stream = inner.call(request).await?;
             let policy_watches_output = !policy.output.is_empty()

@@ -5,16 +5,25 @@
 //! span is kept redacted, and a blocked answer keeps the text before the match and the policy's notice — the
 //! withheld text is never part of the record, not even of a partial one written when the stream is dropped.
 //! Text the screen still holds back when the stream is dropped is not kept: the client never saw it.
+//!
+//! A tool call is kept as the policy sends it on: its start and argument fragments are not kept (the policy
+//! holds the fragments back while it checks calls, and a call blocked or cut midway must not leave its
+//! arguments behind), the complete call is kept with its arguments redacted, and a blocked call is not kept:
+//! the answer ends with the notice.
+//! The messages a tool loop inside added to a later round's request (the calls, their results, the text and
+//! reasoning before them) are kept as the client saw them too ([`screen_request`]).
+
+use std::sync::Arc;
 
 use tower_chat::{
-    AnswerScreen, ChatEvent, FinishReason, GuardedCall, GuardrailAction, GuardrailVerdict,
-    ResponseBuilder,
+    AnswerScreen, CallScreens, ChatEvent, FinishReason, GuardedCall, GuardrailAction,
+    GuardrailVerdict, Message, ResponseBuilder, Screened,
 };
 
 /// The screens of one recorded answer.
 #[derive(Debug)]
 pub(crate) struct Screening {
-    guarded: GuardedCall,
+    screens: Arc<dyn CallScreens>,
     /// The current text's screen (a new one after each event that ends a text).
     text: Option<Box<dyn AnswerScreen>>,
     /// The current reasoning block's screen.
@@ -30,10 +39,8 @@ pub(crate) struct Screening {
 impl Screening {
     /// The screening a policy outside asked for, if it checks the answer's text.
     pub(crate) fn of(guarded: &GuardedCall) -> Option<Self> {
-        // Asked once up front: a policy without answer checks has no screen to give.
-        guarded.screen()?;
         Some(Screening {
-            guarded: guarded.clone(),
+            screens: guarded.screens()?.clone(),
             text: None,
             reasoning: None,
             reasoning_redacted: false,
@@ -53,16 +60,14 @@ impl Screening {
         }
         match event {
             ChatEvent::TextDelta { text } => {
-                let screen = self
-                    .text
-                    .get_or_insert_with(|| self.guarded.screen().expect("a screening has screens"));
+                let screen = self.text.get_or_insert_with(|| self.screens.text());
                 let screened = screen.push(text);
                 self.keep(screened, "output", builder, false);
             }
             ChatEvent::ReasoningDelta { text } => {
                 let screen = self
                     .reasoning
-                    .get_or_insert_with(|| self.guarded.screen().expect("a screening has screens"));
+                    .get_or_insert_with(|| self.screens.reasoning());
                 let screened = screen.push(text);
                 self.keep(screened, "reasoning", builder, true);
             }
@@ -72,6 +77,35 @@ impl Screening {
                     builder.push(event);
                 }
             }
+            // A call is kept whole when it ends, as the policy let it through.
+            ChatEvent::ToolCallStart { .. } | ChatEvent::ToolCallDelta { .. } => {
+                self.end_texts(builder)
+            }
+            ChatEvent::ToolCallEnd { index, call } => {
+                self.end_texts(builder);
+                if self.withheld {
+                    return;
+                }
+                let mut call = call.clone();
+                let screened = self.screens.tool_call(&mut call);
+                if self.kept_whole(screened, builder) {
+                    builder.push(&ChatEvent::ToolCallEnd {
+                        index: *index,
+                        call,
+                    });
+                }
+            }
+            ChatEvent::ToolResult { result } => {
+                self.end_texts(builder);
+                if self.withheld {
+                    return;
+                }
+                let mut result = result.clone();
+                let screened = self.screens.tool_result(&mut result);
+                if self.kept_whole(screened, builder) {
+                    builder.push(&ChatEvent::ToolResult { result });
+                }
+            }
             _ => {
                 self.end_texts(builder);
                 if !self.withheld {
@@ -79,6 +113,21 @@ impl Screening {
                 }
             }
         }
+    }
+
+    /// Keep what a screen of a whole tool call or result decided; `false` when it blocked (the answer ended with
+    /// its notice, and the call or result is not kept).
+    fn kept_whole(&mut self, screened: Screened, builder: &mut ResponseBuilder) -> bool {
+        self.verdicts.extend(screened.verdicts);
+        if screened.withheld.is_none() {
+            return true;
+        }
+        self.withheld = true;
+        builder.push(&ChatEvent::TextDelta {
+            text: screened.text,
+        });
+        builder.push(&ChatEvent::finish(FinishReason::ContentFilter));
+        false
     }
 
     /// The texts ended (another event, the stream's end or error): what was held back is decided.
@@ -130,4 +179,67 @@ impl Screening {
             builder.push(&ChatEvent::finish(FinishReason::ContentFilter));
         }
     }
+}
+
+/// The request of a later round as the client saw it: the messages a tool loop inside added after the request
+/// the policy checked (the assistant's text, reasoning and calls, the tools' results) passed through the
+/// policy's screens. `None` when nothing changed. The verdicts returned are the tool results' (a call's were
+/// kept with the round that made it, the text's with the round that said it).
+pub(crate) fn screen_request(
+    guarded: &GuardedCall,
+    messages: &[Message],
+) -> Option<(Vec<Message>, Vec<GuardrailVerdict>)> {
+    let screens = guarded.screens()?;
+    let checked = guarded.checked_message_count()?;
+    if messages.len() <= checked {
+        return None;
+    }
+    let mut kept = messages.to_vec();
+    let mut verdicts = Vec::new();
+    let mut changed = false;
+    for message in &mut kept[checked..] {
+        match message {
+            Message::Assistant(assistant) => {
+                let before = assistant.clone();
+                if !assistant.content.is_empty() {
+                    assistant.content = whole_text(screens.reasoning(), &assistant.content);
+                }
+                for part in &mut assistant.reasoning {
+                    if part.text.is_empty() {
+                        continue;
+                    }
+                    let text = whole_text(screens.reasoning(), &part.text);
+                    if text != part.text {
+                        // The policy sent a redacted block on without what its provider needs to continue from it.
+                        part.text = text;
+                        part.continuation = None;
+                    }
+                }
+                for call in &mut assistant.tool_calls {
+                    if screens.tool_call(call).withheld.is_some() {
+                        call.arguments = tower_chat::ToolArguments::Json(serde_json::json!({}));
+                    }
+                }
+                changed |= *assistant != before;
+            }
+            Message::Tool(result) => {
+                let before = result.clone();
+                let screened = screens.tool_result(result);
+                verdicts.extend(screened.verdicts);
+                if let Some(_check) = screened.withheld {
+                    result.content = tower_chat::Content::text(screened.text);
+                }
+                changed |= *result != before;
+            }
+            _ => {}
+        }
+    }
+    (changed || !verdicts.is_empty()).then_some((kept, verdicts))
+}
+
+/// One whole text through `screen`: what it lets through (a block's notice ending it).
+fn whole_text(mut screen: Box<dyn AnswerScreen>, text: &str) -> String {
+    let mut kept = screen.push(text).text;
+    kept.push_str(&screen.finish().text);
+    kept
 }

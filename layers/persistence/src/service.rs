@@ -9,7 +9,7 @@ use std::time::SystemTime;
 use pin_project_lite::pin_project;
 use tower_chat::{
     ChatError, ChatRequest, ChatStream, ConversationId, EstimatedUsage, GuardedCall,
-    GuardrailAudit, ModelInfo, ModelMetadata, ResponseBuilder,
+    GuardrailAudit, ModelInfo, ModelMetadata, ResponseBuilder, Shared,
 };
 use tower_service::Service;
 
@@ -92,6 +92,15 @@ where
             None => GuardrailAudit::new(),
         };
         request.extensions.insert(audit.clone());
+        let guarded = request.extensions.get::<GuardedCall>().cloned();
+        // A later round of a tool loop inside a policy: what the loop added is kept as the client saw it.
+        let (messages, screened) = match guarded
+            .as_ref()
+            .and_then(|guarded| crate::screening::screen_request(guarded, &request.messages))
+        {
+            Some((messages, verdicts)) => (Shared::new(messages), verdicts),
+            None => (request.messages.clone(), Vec::new()),
+        };
         let draft = Draft {
             call_id,
             conversation_id,
@@ -102,14 +111,14 @@ where
             provider: self.provider.clone(),
             prices: self.config.prices.clone(),
             request: RecordedRequest {
-                messages: request.messages.clone(),
+                messages,
                 options: stored_options(&request.options),
                 omitted: None,
             },
             estimate,
             audit,
-            guarded: request.extensions.get::<GuardedCall>().cloned(),
-            screened: Vec::new(),
+            guarded,
+            screened,
         };
         if self.config.in_flight {
             self.config.recorder.submit(draft.in_flight());

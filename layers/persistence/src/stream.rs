@@ -95,7 +95,7 @@ impl RecordingStream {
     fn take_record(&mut self, mut outcome: CallOutcome) -> Option<crate::CallRecord> {
         let mut draft = self.draft.take()?;
         if let Some(screening) = &mut self.screening {
-            draft.screened = std::mem::take(&mut screening.verdicts);
+            draft.screened.append(&mut screening.verdicts);
             if screening.withheld {
                 outcome = CallOutcome::Blocked;
             }
