@@ -1,10 +1,11 @@
 //! The console's managed keys, teams and audit pages. Over HTTP, on SQLite and on PostgreSQL: an operator
 //! creates a team and a key with the pages' forms, the key's secret is shown once (`no-store`) and works for a
-//! chat call, whose spend the key's, the list's and the team's pages show against their budgets; a rotation and
-//! a revocation each take a confirmation first, the old secret works during the grace period, a revoked one is
-//! refused; every change is in the admin API's audit log under the operator's name, and no page but the
-//! one-time answer holds a secret. In Chromium at 1,400 and 400 px: the same steps through the forms, every
-//! page without a serious axe-core violation and without sideways scrolling.
+//! chat call, whose spend the key's, the list's and the team's pages show against their budgets (for a key
+//! without budgets, the list shows the spend its call records hold); a rotation and a revocation each take a
+//! confirmation first, the old secret works during the grace period, a revoked one is refused; every change is
+//! in the admin API's audit log under the operator's name, and no page but the one-time answer holds a secret.
+//! In Chromium at 1,400 and 400 px: the same steps through the forms, every page without a serious axe-core
+//! violation and without sideways scrolling.
 
 use crate::common;
 
@@ -214,6 +215,34 @@ async fn over_http_on(database_url: Option<String>) {
     );
     assert!(listed.contains(&format!(">{team_name}</a>")), "{listed}");
     assert!(listed.contains("data-label=\"models\">test-*<"), "{listed}");
+    // A key without budgets: the list shows what the call records say it spent.
+    if sqlite {
+        let free_name = unique("free");
+        let free = console
+            .form("/console/keys", &[("csrf", &token), ("name", &free_name)])
+            .await;
+        let free_secret = secret_of(&free);
+        assert_eq!(chat(&gw, &free_secret).await.status, 200);
+        let marker = format!(">{free_name}</a>");
+        tower_chat_testkit::until("the key's spend in the list", || {
+            let (console, marker) = (&console, &marker);
+            async move {
+                let list = console.get("/console/keys").await;
+                row(&list.body, marker).contains("data-label=\"today\">$0.600003 (no budget)<")
+            }
+        })
+        .await;
+        let list = console.get("/console/keys").await;
+        let listed = row(&list.body, &marker);
+        assert!(
+            listed.contains("data-label=\"this month\">$0.600003 (no budget)<"),
+            "{listed}"
+        );
+        assert!(
+            listed.contains("data-label=\"requests\">no limit<"),
+            "{listed}"
+        );
+    }
     let team = console.get(&team_page).await;
     let shared = row(&team.body, "data-counter=\"cost_per_day\"");
     assert!(

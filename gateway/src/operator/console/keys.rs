@@ -1,7 +1,8 @@
 //! The keys page (`/console/keys`): every managed key with its team, allowed models and routes, expiry, status
-//! and its spend today and this month against its budgets; a form that creates a key. Creating one answers the
-//! page that shows its secret, once ([`secret_page`]): the secret is in that page's body and nowhere else (not
-//! in a URL, not in the store, not in a log), and the page is answered `Cache-Control: no-store`.
+//! and its spend today and this month against its budgets (without one: what the store's spend rollup holds);
+//! a form that creates a key. Creating one answers the page that shows its secret, once ([`secret_page`]): the
+//! secret is in that page's body and nowhere else (not in a URL, not in the store, not in a log), and the page
+//! is answered `Cache-Control: no-store`.
 
 use axum::extract::State;
 use axum::response::Response;
@@ -78,6 +79,7 @@ pub(crate) async fn page(
     let now = now_ms();
     let mut listed: Vec<_> = table.keys.iter().collect();
     listed.sort_by(|a, b| a.row.name.cmp(&b.row.name));
+    let (today, month) = managed::spent(&state).await;
     let mut rows = Vec::with_capacity(listed.len());
     for key in listed {
         let usage = match ops::key_usage(keys, &key.row.name).await {
@@ -111,9 +113,9 @@ pub(crate) async fn page(
                     @match key.doc.expires_at { Some(at) => (managed::at(at)), None => "never" }
                 }
                 td class="status" data-label="status" { (managed::status(&key.doc, key.row.previous_digest.is_some(), now)) }
-                td class="number" data-label="today" { (budget_cell(usage.as_ref(), CounterKind::CostPerDay)) }
-                td class="number" data-label="this month" { (budget_cell(usage.as_ref(), CounterKind::CostPerMonth)) }
-                td class="number" data-label="requests" { (budget_cell(usage.as_ref(), CounterKind::Requests)) }
+                td class="number" data-label="today" { (budget_cell(usage.as_ref(), CounterKind::CostPerDay, today.get(&key.row.name).copied())) }
+                td class="number" data-label="this month" { (budget_cell(usage.as_ref(), CounterKind::CostPerMonth, month.get(&key.row.name).copied())) }
+                td class="number" data-label="requests" { (budget_cell(usage.as_ref(), CounterKind::Requests, None)) }
             }
         });
     }

@@ -2,6 +2,7 @@
 //! saying the gateway has none), the operator a form acts as, a refused change shown as a page, the counters
 //! of a key or team against its limits, and the numbers and lists the forms take.
 
+use std::collections::HashMap;
 use std::time::{Duration, SystemTime};
 
 use axum::response::Response;
@@ -9,10 +10,12 @@ use http::StatusCode;
 use maud::{html, Markup};
 use tower_chat::Cost;
 use tower_chat_limits::{CounterKind, CounterUsage, UsageReport};
+use tower_chat_persistence::UtcDay;
 
 use super::format::{dollars, utc};
 use super::layout::error_page;
 use super::session::Session;
+use super::spend_range::Period;
 use super::state::ConsoleState;
 use crate::config::limits::LimitsEntry;
 use crate::error::ApiError;
@@ -98,12 +101,46 @@ pub(super) fn used_of(counter: &CounterUsage) -> String {
     )
 }
 
-/// The cell of a list for one budget of a report's own scope: its use against its limit, or `no limit`.
-pub(super) fn budget_cell(report: Option<&UsageReport>, kind: CounterKind) -> String {
-    match report.and_then(|r| r.counter(kind)) {
-        Some(counter) => used_of(counter),
-        None => "no limit".to_owned(),
+/// The cell of a list for one budget of a report's own scope: its use against its limit; without one, the
+/// spend the call records hold (`spent`), or `no limit`.
+pub(super) fn budget_cell(
+    report: Option<&UsageReport>,
+    kind: CounterKind,
+    spent: Option<Cost>,
+) -> String {
+    match (report.and_then(|r| r.counter(kind)), spent) {
+        (Some(counter), _) => used_of(counter),
+        (None, Some(cost)) => format!("{} (no budget)", dollars(cost)),
+        (None, None) => "no limit".to_owned(),
     }
+}
+
+/// What each caller spent today and this month (UTC), from the store's spend rollup; empty without call
+/// records or when they cannot be read (the budgets' counters still show).
+pub(super) async fn spent(state: &ConsoleState) -> (HashMap<String, Cost>, HashMap<String, Cost>) {
+    let Some(store) = state.records.as_deref() else {
+        return Default::default();
+    };
+    let today = UtcDay::of(SystemTime::now());
+    let mut sums = [HashMap::new(), HashMap::new()];
+    for (sum, preset) in sums.iter_mut().zip(["today", "this-month"]) {
+        let Ok(period) = Period::parse(Some(preset), None, None, today) else {
+            continue;
+        };
+        match super::spend::rows(store, period).await {
+            Ok(rows) => {
+                for row in rows {
+                    if let Some(caller) = row.caller {
+                        let total: &mut Cost = sum.entry(caller.as_str().to_owned()).or_default();
+                        *total = Cost::from_nanos(total.as_nanos() + row.cost.as_nanos());
+                    }
+                }
+            }
+            Err(error) => tracing::warn!(%error, "console: cannot read the spend rollup"),
+        }
+    }
+    let [day, month] = sums;
+    (day, month)
 }
 
 /// Every counter of `report` (a key's own scope, per model, its team's; or a team's) against its limit.

@@ -84,9 +84,9 @@ pub(crate) async fn page(
                     }
                 }
                 td data-label="limits" { (limits_list(&doc.limits)) }
-                td class="number" data-label="today" { (budget_cell(usage.as_ref(), CounterKind::CostPerDay)) }
-                td class="number" data-label="this month" { (budget_cell(usage.as_ref(), CounterKind::CostPerMonth)) }
-                td class="number" data-label="requests" { (budget_cell(usage.as_ref(), CounterKind::Requests)) }
+                td class="number" data-label="today" { (budget_cell(usage.as_ref(), CounterKind::CostPerDay, None)) }
+                td class="number" data-label="this month" { (budget_cell(usage.as_ref(), CounterKind::CostPerMonth, None)) }
+                td class="number" data-label="requests" { (budget_cell(usage.as_ref(), CounterKind::Requests, None)) }
             }
         });
     }
