@@ -74,6 +74,7 @@ pub(crate) fn router(
                 operators.clone(),
                 state.turns.records.clone(),
                 console_limits,
+                state.managed.clone(),
             )
             .layer(CompressionLayer::new());
         }

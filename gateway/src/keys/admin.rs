@@ -2,11 +2,7 @@
 //! rotated and revoked, and the audit log of every change. `GET /admin/openapi.json` describes it
 //! (`openapi.json` beside this file).
 //!
-//! Each change runs through [`KeyStore::change`](super::store::KeyStore::change) (one transaction with its
-//! audit entry, naming the operator key that made it) and then reloads this process's table, so the next
-//! request here sees it; other replicas see it on the store's notification.
-
-use std::time::Duration;
+//! The handlers read JSON and answer JSON; what they do is [`super::ops`], which the console's pages run too.
 
 use axum::extract::{Path, State};
 use axum::response::{IntoResponse, Response};
@@ -17,33 +13,18 @@ use http::StatusCode;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Deserializer};
 use serde_json::{json, Map, Value};
-use tower_chat_limits::LimitsLayer;
 
-use super::record::{
-    check_limits, check_metadata, check_name, check_patterns, conflict, hint, invalid, new_secret,
-    now_ms, secret_digest, KeyDoc, Kind, Row, TeamDoc,
-};
-use super::store::{Change, Edit};
-use super::table::ManagedKeys;
+pub(crate) use super::ops::AdminState;
+use super::ops::{self, change, check_key_doc, doc_text, not_found, NewKey, NewTeam};
+use super::record::{check_limits, check_metadata, invalid, now_ms, Kind};
+use super::table::Table;
 use crate::api::extract::ApiQuery;
 use crate::config::limits::LimitsEntry;
 use crate::error::{json_response, ApiError};
 use crate::operator::Operator;
 
-/// The grace period of a rotation without `grace_seconds`.
-pub(crate) const DEFAULT_GRACE: Duration = Duration::from_secs(24 * 3600);
-/// The longest grace period.
-pub(crate) const MAX_GRACE: Duration = Duration::from_secs(7 * 24 * 3600);
 /// The most audit entries one request lists.
 const MAX_AUDIT: i64 = 500;
-
-/// What the handlers read.
-#[derive(Clone, Debug)]
-pub(crate) struct AdminState {
-    pub(crate) keys: ManagedKeys,
-    /// The limits layer, for a key's spend against its budgets.
-    pub(crate) limits: Option<LimitsLayer>,
-}
 
 /// The admin routes (authentication is the caller's to add).
 pub(crate) fn routes() -> Router<AdminState> {
@@ -83,24 +64,6 @@ fn present<'de, D: Deserializer<'de>, T: Deserialize<'de>>(
     Option::<T>::deserialize(d).map(Some)
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct NewKey {
-    name: String,
-    #[serde(default)]
-    team: Option<String>,
-    #[serde(default)]
-    expires_at: Option<i64>,
-    #[serde(default)]
-    models: Vec<String>,
-    #[serde(default)]
-    routes: Vec<String>,
-    #[serde(default)]
-    limits: LimitsEntry,
-    #[serde(default)]
-    metadata: Map<String, Value>,
-}
-
 const NEW_KEY: &str = r#"{"name": "…", "team": "<team id>", "expires_at": <unix seconds>, "models": ["gpt-4o*"], "routes": ["/v1/chat/completions"], "limits": {…}, "metadata": {…}}"#;
 
 #[derive(Deserialize)]
@@ -126,16 +89,6 @@ struct Rotation {
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct NewTeam {
-    name: String,
-    #[serde(default)]
-    limits: LimitsEntry,
-    #[serde(default)]
-    metadata: Map<String, Value>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
 struct TeamUpdate {
     limits: Option<LimitsEntry>,
     metadata: Option<Map<String, Value>>,
@@ -157,46 +110,6 @@ fn answer(result: Result<Value, ApiError>, status: StatusCode) -> Response {
     }
 }
 
-fn not_found(kind: Kind, id: &str) -> ApiError {
-    let code = match kind {
-        Kind::Key => "key_not_found",
-        Kind::Team => "team_not_found",
-    };
-    ApiError::not_found_error(code, format!("no {} `{id}`", kind.noun()))
-}
-
-fn doc_text<T: serde::Serialize>(doc: &T) -> String {
-    serde_json::to_string(doc).expect("a document serialises")
-}
-
-fn check_key_doc(doc: &KeyDoc) -> Result<(), ApiError> {
-    check_patterns("models", &doc.models)?;
-    check_patterns("routes", &doc.routes)?;
-    check_limits(&doc.limits)?;
-    check_metadata(&doc.metadata)
-}
-
-/// Apply `edit` to `kind` `id` for `operator` as `action`, then reload this process's table.
-async fn change(
-    state: &AdminState,
-    operator: &Operator,
-    kind: Kind,
-    id: String,
-    action: &'static str,
-    edit: Edit,
-) -> Result<Row, ApiError> {
-    let change = Change {
-        kind,
-        id,
-        actor: operator.name().to_owned(),
-        action,
-    };
-    let row = state.keys.store().change(change, edit).await?;
-    state.keys.refresh().await;
-    tracing::info!(kind = kind.noun(), id = %row.id, name = %row.name, action, operator = operator.name(), "managed keys changed");
-    Ok(row)
-}
-
 async fn create_key(
     State(state): State<AdminState>,
     Extension(operator): Extension<Operator>,
@@ -204,49 +117,7 @@ async fn create_key(
 ) -> Response {
     let created = async {
         let new: NewKey = body(&bytes, NEW_KEY)?;
-        check_name(&new.name)?;
-        if state.keys.in_file(&new.name) {
-            return Err(conflict(
-                "name_taken",
-                format!("`{}` is a key of --api-keys-file", new.name),
-            ));
-        }
-        let secret = new_secret()?;
-        let now = now_ms();
-        let doc = KeyDoc {
-            team: new.team,
-            expires_at: new.expires_at,
-            models: new.models,
-            routes: new.routes,
-            limits: new.limits,
-            metadata: new.metadata,
-            hint: hint(&secret),
-            created_at: now / 1000,
-            updated_at: now / 1000,
-            revoked_at: None,
-            previous_valid_until: None,
-        };
-        check_key_doc(&doc)?;
-        let id = format!("key_{}", uuid::Uuid::now_v7().simple());
-        let row = Row {
-            id: id.clone(),
-            name: new.name,
-            digest: secret_digest(&secret),
-            previous_digest: None,
-            doc: doc_text(&doc),
-        };
-        let row = change(
-            &state,
-            &operator,
-            Kind::Key,
-            id,
-            "create",
-            Box::new(move |before| match before {
-                None => Ok(row),
-                Some(_) => Err(conflict("id_taken", "a key with this id exists already")),
-            }),
-        )
-        .await?;
+        let (row, secret) = ops::create_key(&state, &operator, new).await?;
         let mut shown = row.public(Kind::Key, now_ms());
         shown["key"] = Value::String(secret);
         Ok::<_, ApiError>(shown)
@@ -266,6 +137,13 @@ async fn list_keys(State(state): State<AdminState>) -> Response {
     json_response(StatusCode::OK, &json!({"object": "list", "data": data}))
 }
 
+/// A usage report as the API shows it (`null` without a limits layer).
+fn usage_value(report: Option<tower_chat_limits::UsageReport>) -> Value {
+    report
+        .and_then(|r| serde_json::to_value(r).ok())
+        .unwrap_or(Value::Null)
+}
+
 /// Key `id` with `usage`: its counters against its limits, as the limits layer reports them (`null` without
 /// a limits layer).
 async fn show_key(State(state): State<AdminState>, Path(id): Path<String>) -> Response {
@@ -275,16 +153,7 @@ async fn show_key(State(state): State<AdminState>, Path(id): Path<String>) -> Re
             .row(Kind::Key, &id)
             .ok_or_else(|| not_found(Kind::Key, &id))?;
         let mut shown = row.public(Kind::Key, now_ms());
-        shown["usage"] = match &state.limits {
-            Some(limits) => {
-                let report = limits
-                    .usage(&row.name)
-                    .await
-                    .map_err(|e| crate::error::from_chat(&e))?;
-                serde_json::to_value(report).unwrap_or(Value::Null)
-            }
-            None => Value::Null,
-        };
+        shown["usage"] = usage_value(ops::key_usage(&state, &row.name).await?);
         Ok::<_, ApiError>(shown)
     };
     answer(shown.await, StatusCode::OK)
@@ -338,8 +207,7 @@ async fn update_key(
     answer(updated.await, StatusCode::OK)
 }
 
-/// A new secret for key `id`; the old one stays valid for `grace_seconds` (default [`DEFAULT_GRACE`], at most
-/// [`MAX_GRACE`]; `0` ends it at once). A rotation during an earlier one's grace ends that grace.
+/// A new secret for key `id` ([`ops::rotate_key`]).
 async fn rotate_key(
     State(state): State<AdminState>,
     Extension(operator): Extension<Operator>,
@@ -348,44 +216,7 @@ async fn rotate_key(
 ) -> Response {
     let rotated = async {
         let rotation: Rotation = body(&bytes, r#"{"grace_seconds": 3600}"#)?;
-        let grace = rotation
-            .grace_seconds
-            .map_or(DEFAULT_GRACE, Duration::from_secs);
-        if grace > MAX_GRACE {
-            return Err(invalid(
-                "invalid_grace",
-                format!(
-                    "`grace_seconds` may be at most {} (seven days)",
-                    MAX_GRACE.as_secs()
-                ),
-            ));
-        }
-        let secret = new_secret()?;
-        let (digest, shown_hint) = (secret_digest(&secret), hint(&secret));
-        let missing = not_found(Kind::Key, &id);
-        let row = change(
-            &state,
-            &operator,
-            Kind::Key,
-            id,
-            "rotate",
-            Box::new(move |before| {
-                let mut row = before.ok_or(missing)?;
-                let mut doc = row.key_doc().map_err(super::record::internal)?;
-                if doc.revoked_at.is_some() {
-                    return Err(conflict("key_revoked", "a revoked key cannot be rotated"));
-                }
-                let now = now_ms();
-                row.previous_digest = Some(std::mem::replace(&mut row.digest, digest));
-                doc.previous_valid_until =
-                    Some(now.saturating_add(i64::try_from(grace.as_millis()).unwrap_or(i64::MAX)));
-                doc.hint = shown_hint;
-                doc.updated_at = now / 1000;
-                row.doc = doc_text(&doc);
-                Ok(row)
-            }),
-        )
-        .await?;
+        let (row, secret) = ops::rotate_key(&state, &operator, id, rotation.grace_seconds).await?;
         let mut shown = row.public(Kind::Key, now_ms());
         shown["key"] = Value::String(secret);
         Ok::<_, ApiError>(shown)
@@ -393,39 +224,16 @@ async fn rotate_key(
     answer(rotated.await, StatusCode::OK)
 }
 
-/// Key `id` refused from now on (its secret and a rotation's previous one), on every replica.
+/// Key `id` refused from now on ([`ops::revoke_key`]).
 async fn revoke_key(
     State(state): State<AdminState>,
     Extension(operator): Extension<Operator>,
     Path(id): Path<String>,
 ) -> Response {
-    let revoked = async {
-        let missing = not_found(Kind::Key, &id);
-        let row = change(
-            &state,
-            &operator,
-            Kind::Key,
-            id,
-            "revoke",
-            Box::new(move |before| {
-                let mut row = before.ok_or(missing)?;
-                let mut doc = row.key_doc().map_err(super::record::internal)?;
-                if doc.revoked_at.is_some() {
-                    return Err(conflict("already_revoked", "this key is revoked already"));
-                }
-                let now = now_ms() / 1000;
-                doc.revoked_at = Some(now);
-                doc.updated_at = now;
-                doc.previous_valid_until = None;
-                row.previous_digest = None;
-                row.doc = doc_text(&doc);
-                Ok(row)
-            }),
-        )
-        .await?;
-        Ok::<_, ApiError>(row.public(Kind::Key, now_ms()))
-    };
-    answer(revoked.await, StatusCode::OK)
+    let revoked = ops::revoke_key(&state, &operator, id)
+        .await
+        .map(|row| row.public(Kind::Key, now_ms()));
+    answer(revoked, StatusCode::OK)
 }
 
 async fn create_team(
@@ -435,76 +243,61 @@ async fn create_team(
 ) -> Response {
     let created = async {
         let new: NewTeam = body(&bytes, r#"{"name": "…", "limits": {…}, "metadata": {…}}"#)?;
-        check_name(&new.name)?;
-        check_limits(&new.limits)?;
-        check_metadata(&new.metadata)?;
-        let now = now_ms() / 1000;
-        let id = format!("team_{}", uuid::Uuid::now_v7().simple());
-        let row = Row {
-            id: id.clone(),
-            name: new.name,
-            digest: String::new(),
-            previous_digest: None,
-            doc: doc_text(&TeamDoc {
-                limits: new.limits,
-                metadata: new.metadata,
-                created_at: now,
-                updated_at: now,
-            }),
-        };
-        let row = change(
-            &state,
-            &operator,
-            Kind::Team,
-            id,
-            "create",
-            Box::new(move |before| match before {
-                None => Ok(row),
-                Some(_) => Err(conflict("id_taken", "a team with this id exists already")),
-            }),
-        )
-        .await?;
+        let row = ops::create_team(&state, &operator, new).await?;
         Ok::<_, ApiError>(row.public(Kind::Team, now_ms()))
     };
     answer(created.await, StatusCode::CREATED)
 }
 
-async fn list_teams(State(state): State<AdminState>) -> Response {
-    let now = now_ms();
-    let table = state.keys.table();
-    let mut data: Vec<Value> = table
-        .teams
+/// Team `row` as listed and shown: its public fields, its member keys (a count, or their ids and names), and
+/// `usage`: its counters against its limits, shared by its members (no scopes when the team has no limits;
+/// `null` without a limits layer).
+async fn team_value(
+    state: &AdminState,
+    table: &Table,
+    row: &super::record::Row,
+    members: bool,
+) -> Result<Value, ApiError> {
+    let mut team = row.public(Kind::Team, now_ms());
+    let keys = table
+        .keys
         .iter()
-        .map(|(row, _)| {
-            let mut team = row.public(Kind::Team, now);
-            team["keys"] = json!(table
-                .keys
-                .iter()
-                .filter(|k| k.doc.team.as_deref() == Some(&row.id))
-                .count());
-            team
-        })
-        .collect();
-    data.sort_by(|a, b| a["name"].as_str().cmp(&b["name"].as_str()));
-    json_response(StatusCode::OK, &json!({"object": "list", "data": data}))
+        .filter(|k| k.doc.team.as_deref() == Some(&row.id));
+    team["keys"] = if members {
+        json!(keys
+            .map(|k| json!({"id": k.row.id, "name": k.row.name}))
+            .collect::<Vec<_>>())
+    } else {
+        json!(keys.count())
+    };
+    team["usage"] = usage_value(ops::team_usage(state, &row.name).await?);
+    Ok(team)
+}
+
+async fn list_teams(State(state): State<AdminState>) -> Response {
+    let listed = async {
+        let table = state.keys.table();
+        let mut data = Vec::with_capacity(table.teams.len());
+        for (row, _) in &table.teams {
+            data.push(team_value(&state, &table, row, false).await?);
+        }
+        data.sort_by(|a, b| a["name"].as_str().cmp(&b["name"].as_str()));
+        Ok::<_, ApiError>(json!({"object": "list", "data": data}))
+    };
+    answer(listed.await, StatusCode::OK)
 }
 
 async fn show_team(State(state): State<AdminState>, Path(id): Path<String>) -> Response {
-    let table = state.keys.table();
-    let shown = match table.teams.iter().find(|(row, _)| row.id == id) {
-        Some((row, _)) => {
-            let mut team = row.public(Kind::Team, now_ms());
-            team["keys"] = json!(table
-                .keys
-                .iter()
-                .filter(|k| k.doc.team.as_deref() == Some(&row.id))
-                .map(|k| json!({"id": k.row.id, "name": k.row.name}))
-                .collect::<Vec<_>>());
-            Ok(team)
-        }
-        None => Err(not_found(Kind::Team, &id)),
+    let shown = async {
+        let table = state.keys.table();
+        let (row, _) = table
+            .teams
+            .iter()
+            .find(|(row, _)| row.id == id)
+            .ok_or_else(|| not_found(Kind::Team, &id))?;
+        team_value(&state, &table, row, true).await
     };
-    answer(shown, StatusCode::OK)
+    answer(shown.await, StatusCode::OK)
 }
 
 async fn update_team(
@@ -557,12 +350,7 @@ async fn audit(
                 format!("`limit` must be a whole number from 1 to {MAX_AUDIT}"),
             ));
         }
-        let entries = state
-            .keys
-            .store()
-            .audit(params.target.unwrap_or_default(), limit)
-            .await
-            .map_err(|e| super::record::internal(e.to_string()))?;
+        let entries = ops::audit(&state, params.target.unwrap_or_default(), limit, 0).await?;
         let data: Vec<Value> = entries
             .into_iter()
             .map(|e| {

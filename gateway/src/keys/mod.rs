@@ -15,11 +15,13 @@
 //!
 //! - [`record`]: the rows and their checks; [`store`]: the tables; [`table`]: the in-memory table that
 //!   authentication reads, kept current by notifications and a periodic check; [`gate`]: the model allow-list
-//!   on the chat routes; [`admin`]: the admin API; [`policy`]: the limits of the keys and teams as a
+//!   on the chat routes; [`ops`]: the changes and reads the admin API and the console's pages both run;
+//!   [`admin`]: the admin API; [`policy`]: the limits of the keys and teams as a
 //!   [`tower_chat_limits::LimitPolicy`].
 
 pub(crate) mod admin;
 pub(crate) mod gate;
+pub(crate) mod ops;
 pub(crate) mod policy;
 pub(crate) mod record;
 pub(crate) mod store;

@@ -138,7 +138,7 @@ const AUDIT_INSERT: &str = "INSERT INTO tower_chat_key_audit \
     (id, at_ms, actor, action, target_kind, target_id, before_doc, after_doc) \
     VALUES ($1, $2, $3, $4, $5, $6, $7, $8)";
 const AUDIT_SELECT: &str = "SELECT id, at_ms, actor, action, target_kind, target_id, before_doc, after_doc \
-    FROM tower_chat_key_audit WHERE ($1 = '' OR target_id = $1) ORDER BY at_ms DESC, id DESC LIMIT $2";
+    FROM tower_chat_key_audit WHERE ($1 = '' OR target_id = $1) ORDER BY at_ms DESC, id DESC LIMIT $2 OFFSET $3";
 const BUMP: &str = "UPDATE tower_chat_keys_version SET version = version + 1 WHERE id = 1";
 const VERSION: &str = "SELECT version FROM tower_chat_keys_version WHERE id = 1";
 
@@ -448,17 +448,19 @@ impl KeyStore {
         }
     }
 
-    /// The latest `limit` audit entries, newest first; of one key or team when `target` is not empty.
+    /// The latest `limit` audit entries after the newest `skip`, newest first; of one key or team when `target`
+    /// is not empty.
     pub(crate) async fn audit(
         &self,
         target: String,
         limit: i64,
+        skip: i64,
     ) -> Result<Vec<AuditEntry>, StoreError> {
         match self {
             KeyStore::Sqlite(db) => {
                 db.run("managed keys audit", move |conn| {
                     conn.prepare(&lite(AUDIT_SELECT))?
-                        .query_map(params![target, limit], |row| {
+                        .query_map(params![target, limit, skip], |row| {
                             Ok(AuditEntry {
                                 id: row.get(0)?,
                                 at_ms: row.get(1)?,
@@ -477,7 +479,7 @@ impl KeyStore {
             KeyStore::Postgres(db, _) => Ok(db
                 .client()
                 .await?
-                .query(AUDIT_SELECT, &[&target, &limit])
+                .query(AUDIT_SELECT, &[&target, &limit, &skip])
                 .await
                 .map_err(pg("audit"))?
                 .iter()

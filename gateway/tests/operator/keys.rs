@@ -438,6 +438,53 @@ async fn the_limits_of_managed_keys_and_teams_are_enforced_and_a_change_applies_
     .await;
     assert_eq!(raised.status, 200, "{}", raised.body);
     assert_eq!(call(&base, &second).await.status, 200);
+    // The team's spend against its limits, shown and listed like a key's: both members' calls in one counter
+    // (the refused call is not counted).
+    let requests_of = |team: &Value| {
+        let scopes = team["usage"]["scopes"].as_array().unwrap().clone();
+        assert_eq!(scopes.len(), 1, "{team}");
+        assert_eq!(scopes[0]["team"], team_name.as_str(), "{team}");
+        let counter = scopes[0]["counters"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["kind"] == "requests")
+            .unwrap_or_else(|| panic!("no requests counter in {team}"))
+            .clone();
+        (
+            counter["used"].as_u64().unwrap(),
+            counter["limit"].as_u64().unwrap(),
+        )
+    };
+    let shown = admin(&base, "GET", &format!("/admin/teams/{team_id}"), json!({})).await;
+    assert_eq!(shown.status, 200, "{}", shown.body);
+    let shown = shown.json();
+    assert_eq!(requests_of(&shown), (2, 3));
+    assert_eq!(shown["usage"]["caller"], team_name.as_str());
+    assert_eq!(shown["keys"].as_array().unwrap().len(), 2, "{shown}");
+    let listed = admin(&base, "GET", "/admin/teams", json!({})).await.json();
+    let mine = listed["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["id"] == team_id.as_str())
+        .unwrap()
+        .clone();
+    assert_eq!(requests_of(&mine), (2, 3));
+    assert_eq!(mine["keys"], 2);
+    // A team without limits has no counters, in the same shape.
+    let free = admin(
+        &base,
+        "POST",
+        "/admin/teams",
+        json!({"name": unique("free")}),
+    )
+    .await;
+    let free_id = free.json()["id"].as_str().unwrap().to_owned();
+    let free = admin(&base, "GET", &format!("/admin/teams/{free_id}"), json!({}))
+        .await
+        .json();
+    assert_eq!(free["usage"]["scopes"], json!([]), "{free}");
     // A key's own limit applies beside its team's.
     let (own_id, own) = created(
         &admin(

@@ -9,6 +9,7 @@ mod approval;
 mod console;
 mod console_calls;
 mod console_cards;
+mod console_keys;
 mod console_long_timeline;
 mod console_media;
 mod console_pages;

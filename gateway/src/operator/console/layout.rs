@@ -34,6 +34,9 @@ pub(crate) enum Nav {
     Conversations,
     Usage,
     Spend,
+    Keys,
+    Teams,
+    Audit,
     None,
 }
 
@@ -71,7 +74,10 @@ pub(crate) fn layout(title: &str, nav: Nav, session: Option<&Session>, main: Mar
                                 (Nav::Conversations, "/console/conversations", "Conversations"),
                                 (Nav::Usage, "/console/usage", "Usage"),
                                 (Nav::Spend, "/console/spend", "Spend"),
-                            ] {
+                                (Nav::Keys, "/console/keys", "Keys"),
+                                (Nav::Teams, "/console/teams", "Teams"),
+                                (Nav::Audit, "/console/audit", "Audit"),
+                            ].into_iter().filter(|(entry, _, _)| session.manages_keys || !matches!(entry, Nav::Keys | Nav::Teams | Nav::Audit)) {
                                 a href=(href) class=[(entry == nav).then_some("current")] {
                                     (label)
                                     @if let (Nav::Inbox, Some(waiting)) = (entry, session.waiting) {

@@ -15,10 +15,18 @@
 //! | `/console/media?call=…&message=…&part=…` | the bytes of one part of a recorded call's history: raster images inline (the timeline's thumbnails), anything else as an attachment ([`media`]) |
 //! | `/console/usage?range=1h\|24h\|7d&by=model\|caller` | model calls, errors and their rate, tokens, cost and latency percentile bands over time, by model or caller (server-rendered SVG); breakdown tables per model and per caller; the response cache's hit rate and the spend it saved |
 //! | `/console/spend?range=today\|7d\|this-week\|last-week\|this-month\|last-month` or `?from=&until=` | cost and tokens per caller × model for the period, from the store's spend rollup ([`spend`]); each caller's budget and its use (the limits layer's counters); `/console/spend.csv` the same table as a CSV attachment |
+//! | `/console/keys` | the managed keys ([`keys`]): name, id, team, allowed models and routes, expiry, status (active, rotating, revoked, expired), spend today and this month against the key's budgets; a form that creates a key, whose answer shows the new secret once (`no-store`, never in a URL or the store) |
+//! | `/console/keys/{id}` | one key ([`key_page`]): its facts, limits and counters; rotate (with a grace period) and revoke, each confirmed on a second page whose form posts `confirm=1`; a rotation shows the new secret once |
+//! | `/console/teams`, `/console/teams/{id}` | the managed teams ([`teams`]): members, limits, spend against the budgets the members share; a form that creates a team |
+//! | `/console/audit?target=&page=` | the audit log of managed keys and teams ([`key_audit`]): who changed what when, the fields before and after, newest first, paged |
 //! | `/console/favicon.svg` | the console's icon, linked from every page (cached for a year) |
 //!
 //! Every page's navigation and tab title count the calls waiting for a decision, kept current by `console.js`
 //! (from `/console/api/waiting`, or on the inbox from its own refresh).
+//!
+//! The key, team and audit pages are served when the gateway manages keys (a database and both keys files);
+//! their changes run [`crate::keys::ops`], the admin API's own code, attributed in the audit log to the operator
+//! logged in.
 //!
 //! Any other path under `/console` answers a `404` page inside the console; a refused decision (`409`: decided
 //! already) and a bad query (`400`: an unknown `?range=`) are HTML pages too, never the API's JSON.
@@ -41,7 +49,11 @@ mod chart;
 mod extract;
 mod format;
 mod highlight;
+mod key_audit;
+mod key_page;
+mod keys;
 mod layout;
+mod managed;
 mod media;
 mod outcome;
 mod pages;
@@ -51,6 +63,7 @@ mod spend;
 mod spend_csv;
 mod spend_range;
 mod state;
+mod teams;
 mod timeline;
 mod turns;
 mod usage;
@@ -94,11 +107,16 @@ pub(crate) fn router<S: Clone + Send + Sync + 'static>(
     operators: OperatorState,
     records: Option<Arc<dyn Store>>,
     limits: Option<tower_chat_limits::LimitsLayer>,
+    managed: Option<crate::keys::ManagedKeys>,
 ) -> Router<S> {
     let state = ConsoleState {
         sessions: operators.sessions.clone(),
         operators,
         records,
+        managed: managed.map(|keys| crate::keys::admin::AdminState {
+            keys,
+            limits: limits.clone(),
+        }),
         limits,
         usage_cache: Arc::default(),
     };
@@ -118,6 +136,13 @@ pub(crate) fn router<S: Clone + Send + Sync + 'static>(
         .route("/console/usage", get(usage::page))
         .route("/console/spend", get(spend::page))
         .route("/console/spend.csv", get(spend_csv::csv))
+        .route("/console/keys", get(keys::page).post(keys::create))
+        .route("/console/keys/{id}", get(key_page::page))
+        .route("/console/keys/{id}/rotate", post(key_page::rotate))
+        .route("/console/keys/{id}/revoke", post(key_page::revoke))
+        .route("/console/teams", get(teams::page).post(teams::create))
+        .route("/console/teams/{id}", get(teams::team))
+        .route("/console/audit", get(key_audit::page))
         .route("/console/logout", post(logout))
         .route("/console/{*rest}", axum::routing::any(not_found))
         .route_layer(middleware::from_fn_with_state(
@@ -218,6 +243,7 @@ async fn require_session(
     if !writes && !path.starts_with("/console/api/") && path != "/console/media" {
         session.waiting = waiting(&state.operators).await;
     }
+    session.manages_keys = state.managed.is_some();
     request.extensions_mut().insert(session.clone());
     let mut response = next.run(request).await;
     if let Some(ErrorMessage(message)) = response.extensions_mut().remove::<ErrorMessage>() {

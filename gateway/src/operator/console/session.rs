@@ -33,6 +33,8 @@ pub(crate) struct Session {
     /// How many calls wait for a decision, counted when the page was asked for (what the navigation shows);
     /// `None` where it was not counted.
     pub(crate) waiting: Option<Waiting>,
+    /// Whether the gateway manages keys (the navigation then links their pages).
+    pub(crate) manages_keys: bool,
 }
 
 /// The calls waiting for a decision among the oldest listed page: `count`, and whether more wait behind it.
@@ -57,6 +59,7 @@ impl Session {
             key_fingerprint: String::new(),
             csrf: operator.to_owned(),
             waiting: None,
+            manages_keys: false,
         }
     }
 }
@@ -250,6 +253,7 @@ mod tests {
             key_fingerprint: String::new(),
             csrf: random_token(),
             waiting: None,
+            manages_keys: false,
         };
         assert_eq!(session.csrf.len(), 64);
         assert!(csrf_matches(&session, Some(&session.csrf.clone())));

@@ -98,6 +98,7 @@ impl Row {
             key_fingerprint: self.key_fingerprint,
             csrf: self.csrf,
             waiting: None,
+            manages_keys: false,
         }
     }
 }

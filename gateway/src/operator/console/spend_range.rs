@@ -125,7 +125,7 @@ pub(crate) fn date(day: UtcDay) -> String {
 }
 
 /// A `YYYY-MM-DD` date that exists.
-fn parse_date(text: &str) -> Result<UtcDay, String> {
+pub(crate) fn parse_date(text: &str) -> Result<UtcDay, String> {
     let bad = || format!("`{text}` is not a date: write it as YYYY-MM-DD (2026-12-01).");
     let mut parts = text.splitn(3, '-');
     let mut field = |len: usize| {

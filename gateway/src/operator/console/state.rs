@@ -21,6 +21,8 @@ pub(crate) struct ConsoleState {
     pub(crate) records: Option<Arc<dyn Store>>,
     /// The limits layer, for the spend page's budgets (`None` without `[limits]`).
     pub(crate) limits: Option<tower_chat_limits::LimitsLayer>,
+    /// The managed keys and teams, for their pages (`None` when the gateway manages no keys).
+    pub(crate) managed: Option<crate::keys::admin::AdminState>,
     pub(crate) sessions: SessionStore,
     /// Rendered usage pages by query, for [`super::usage::CACHE_FOR`]: operators refreshing the page do not each
     /// re-read and re-aggregate every call of the range.
