@@ -138,6 +138,15 @@ impl Table {
             )
         })
     }
+
+    /// The name of the team `caller`'s managed key is in (the name the limits and the spend rollup know it by).
+    pub(crate) fn team_of(&self, caller: &str) -> Option<&str> {
+        let team = self.by_name.get(caller)?.doc.team.as_deref()?;
+        self.teams
+            .iter()
+            .find(|(row, _)| row.id == team)
+            .map(|(row, _)| row.name.as_str())
+    }
 }
 
 /// The managed keys of a gateway: the store, the current table, and the names of the keys file (a managed key
