@@ -1,7 +1,7 @@
 //! Managed keys: issued, rotated and revoked through the admin API (operator keys only), used by the official
 //! `openai` client, refused once revoked or past a rotation's grace, held to their model and route lists, every
 //! change in the audit log, never a secret in the database; on SQLite in one gateway, and on PostgreSQL in
-//! three gateway processes that each refuse a key revoked through another.
+//! three gateway processes that each refuse a key revoked through another, told by `NOTIFY` alone.
 
 use crate::common;
 
@@ -495,8 +495,15 @@ async fn three_gateway_processes_on_postgresql_refuse_a_key_revoked_through_one(
     let provider = ScriptedProvider::start(|_, _| Reply::openai_text("Hello from upstream")).await;
     let dir = tempfile::tempdir().unwrap();
     let (clients, operators) = key_files(dir.path());
+    // The backstop comparing the key store's counter made an hour: within the bound the checks below wait, only
+    // a `NOTIFY` can make another replica see a change (on the default 5 s backstop a revocation would be seen
+    // without one).
+    let config = dir.path().join("gateway.toml");
+    std::fs::write(&config, "[keys]\nrecheck_seconds = 3600\n").unwrap();
     let args = |db: &str| {
         vec![
+            "--config".to_owned(),
+            config.display().to_string(),
             "--upstream".to_owned(),
             provider.base_url(),
             "--no-upstream-key".to_owned(),
