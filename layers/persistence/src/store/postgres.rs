@@ -16,8 +16,8 @@ use tower_chat::ConversationId;
 use super::chain::{history_sql, Encoder, NodeKey};
 use super::rollup::{add_sql, Tally};
 use super::schema::{
-    call_summaries_sql, conversation_from_row, insert_key_sql, postgres_migrations, select_sql,
-    spend_from_row, spend_sql, Row, StoredColumns, StoredRecord, SummaryColumns,
+    abandon_sql, call_summaries_sql, conversation_from_row, insert_key_sql, postgres_migrations,
+    select_sql, spend_from_row, spend_sql, Row, StoredColumns, StoredRecord, SummaryColumns,
     CONVERSATION_COLUMNS, EMPTY_MESSAGES, EMPTY_OPTIONS, EMPTY_TEXT, MIGRATIONS_TABLE, SELECT_KEY,
 };
 use super::{Migration, Store, StoreError};
@@ -215,7 +215,7 @@ impl PostgresStore {
             .client()
             .await?
             .query_one(
-                &super::rollup::postgres_abandon_sql(),
+                &super::rollup::postgres_abandon_sql(&abandon_sql("$1")),
                 &[&to_micros(started_before)],
             )
             .await
@@ -559,7 +559,7 @@ impl Store for PostgresStore {
             let mut tally = Tally::default();
             for (row, written) in rows.iter().zip(written) {
                 if written > 0 && row.status != "in_flight" {
-                    tally.add(row);
+                    tally.add(row.counted());
                 }
             }
             if !tally.is_empty() {

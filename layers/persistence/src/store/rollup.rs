@@ -15,8 +15,6 @@
 
 use std::collections::BTreeMap;
 
-use super::schema::Row;
-
 use crate::spend::{SpendRow, UtcDay};
 
 /// Microseconds in a day: `started_at / DAY_MICROS` is the day (integer division in both dialects).
@@ -132,14 +130,13 @@ pub(crate) fn sqlite_abandon_sql() -> String {
     )
 }
 
-/// PostgreSQL: `abandon_in_flight` in one statement — the calls it closes (in flight, started before `$1`) are
-/// the ones it adds, so two replicas closing the same calls at once count each once (the second one's update
-/// finds them closed). Returns how many it closed.
+/// PostgreSQL: `abandon_in_flight` in one statement, `close` (the update closing the calls) with what it adds —
+/// the calls it closes are the ones it adds, so two replicas closing the same calls at once count each once (the
+/// second one's update finds them closed). Returns how many it closed.
 #[cfg(feature = "postgres")]
-pub(crate) fn postgres_abandon_sql() -> String {
+pub(crate) fn postgres_abandon_sql(close: &str) -> String {
     format!(
-        "WITH closed AS ({} RETURNING *), added AS ({}) SELECT COUNT(*) FROM closed",
-        super::schema::abandon_sql("$1"),
+        "WITH closed AS ({close} RETURNING *), added AS ({}) SELECT COUNT(*) FROM closed",
         abandoned_sql(
             "closed",
             "(response -> 'usage' ->> 'cached_input_tokens')::BIGINT"
@@ -180,17 +177,32 @@ pub(crate) struct Tally<'r> {
     rows: BTreeMap<Keys<'r>, [i64; 8]>,
 }
 
+/// What the rollup needs of a call the transaction made final, borrowed from the row the writer holds.
+#[derive(Debug)]
+pub(crate) struct Counted<'r> {
+    pub(crate) started_at: i64,
+    pub(crate) caller: Option<&'r str>,
+    pub(crate) team: Option<&'r str>,
+    pub(crate) model: Option<&'r str>,
+    pub(crate) status: &'r str,
+    pub(crate) omitted: bool,
+    pub(crate) input_tokens: i64,
+    pub(crate) output_tokens: i64,
+    pub(crate) cached_input_tokens: i64,
+    pub(crate) cost_nanos: Option<i64>,
+}
+
 impl<'r> Tally<'r> {
     /// Count `row`, a call the transaction made final (the caller checks it replaced nothing final).
-    pub(crate) fn add(&mut self, row: &'r Row) {
+    pub(crate) fn add(&mut self, row: Counted<'r>) {
         let failed = row.status == "failed";
-        let refused = failed && row.omitted_messages.is_some();
-        let error = (failed || row.status == "interrupted") && row.omitted_messages.is_none();
+        let refused = failed && row.omitted;
+        let error = (failed || row.status == "interrupted") && !row.omitted;
         let keys = (
             row.started_at / 86_400_000_000,
-            row.caller.as_deref().unwrap_or_default(),
-            row.team.as_deref().unwrap_or_default(),
-            row.model.as_deref().unwrap_or_default(),
+            row.caller.unwrap_or_default(),
+            row.team.unwrap_or_default(),
+            row.model.unwrap_or_default(),
         );
         let add = [
             1,

@@ -404,9 +404,26 @@ pub(crate) fn select_sql(text: &str, filter: &str) -> String {
 mod row {
     use super::Row;
     use crate::record::{to_micros, CallRecord};
+    use crate::store::rollup::Counted;
     use crate::store::StoreError;
 
     impl Row {
+        /// What the call adds to the spend rollup, once its row made it final.
+        pub(crate) fn counted(&self) -> Counted<'_> {
+            Counted {
+                started_at: self.started_at,
+                caller: self.caller.as_deref(),
+                team: self.team.as_deref(),
+                model: self.model.as_deref(),
+                status: self.status,
+                omitted: self.omitted_messages.is_some(),
+                input_tokens: self.input_tokens,
+                output_tokens: self.output_tokens,
+                cached_input_tokens: self.cached_input_tokens,
+                cost_nanos: self.cost_nanos,
+            }
+        }
+
         /// `search`: whether the store indexes the call's text (building it costs ~7.5 k instructions a call).
         pub(crate) fn from_record(
             record: &CallRecord,

@@ -728,7 +728,7 @@ impl<'c> WriteStatements<'c> {
             // Counted when it became final here: inserted final, or replacing its in-flight row (a final row is
             // never replaced, so a record written twice counts once).
             if self.write_record(row)? && row.0.status != "in_flight" {
-                tally.add(&row.0);
+                tally.add(row.0.counted());
             }
         }
         if let Some(rollup) = &mut self.rollup {
