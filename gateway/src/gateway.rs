@@ -149,6 +149,7 @@ impl Gateway {
         if let (Some(clients), Some(_)) = (&gateway.state.keys, &gateway.state.turns.operators) {
             // Each new table of keys and teams hands the limits layer its policy; one that cannot be built
             // leaves the layer's as it is.
+            let recheck = config.file.keys.recheck().map_err(GatewayError::Config)?;
             let live = gateway.limits.clone().map(|layer| {
                 let section = config.file.limits.clone();
                 crate::keys::OnChange(Box::new(move |table: &crate::keys::table::Table| {
@@ -161,7 +162,7 @@ impl Gateway {
                 }))
             });
             let managed =
-                crate::keys::ManagedKeys::open(stores.keys.clone(), clients.names(), live)
+                crate::keys::ManagedKeys::open(stores.keys.clone(), clients.names(), live, recheck)
                     .await
                     .map_err(|e| GatewayError::Config(format!("managed keys: {e}")))?;
             gateway.state.managed = Some(managed);

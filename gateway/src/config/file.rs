@@ -34,6 +34,9 @@ pub struct ConfigFile {
     /// `[limits]`: rate limits and budgets per key, prices ([`crate::stack::rate_limits`]).
     #[serde(default)]
     pub limits: super::limits::LimitsSection,
+    /// `[keys]`: how the managed keys' table is kept current ([`crate::config::keys`]).
+    #[serde(default)]
+    pub keys: super::keys::KeysSection,
     /// `[[mcp]]`: MCP servers whose tools the tool loop offers (see [`crate::stack::mcp`]).
     #[serde(default)]
     pub mcp: Vec<super::mcp::McpServerEntry>,

@@ -9,6 +9,7 @@ pub mod credential;
 pub mod file;
 pub mod guardrail;
 pub mod hosts;
+pub mod keys;
 pub mod limits;
 pub mod mcp;
 pub mod provider;

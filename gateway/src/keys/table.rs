@@ -7,8 +7,9 @@
 //! secret's bytes. Swapping the table leaves the calls admitted under the old one running.
 //!
 //! The table is reloaded after every change made through this process, on every PostgreSQL `NOTIFY` of a change
-//! made elsewhere, and every [`BACKSTOP`] when the counter moved (a notification lost while the listening
-//! connection was down, a change made by another process sharing the SQLite file).
+//! made elsewhere, and every backstop interval (`[keys] recheck_seconds`, default 5 s) when the counter moved (a
+//! notification lost while the listening connection was down, a change made by another process sharing the
+//! SQLite file).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, RwLock, Weak};
@@ -20,9 +21,6 @@ use tower_chat::CallerIdentity;
 use super::record::{allowed, KeyDoc, Kind, Row, TeamDoc};
 use super::store::{KeyStore, Snapshot, CHANNEL};
 use crate::error::ApiError;
-
-/// How often the counter is compared when no notification came.
-pub(crate) const BACKSTOP: Duration = Duration::from_secs(5);
 
 /// A key as authentication sees it.
 #[derive(Clone, Debug)]
@@ -138,6 +136,15 @@ impl Table {
             )
         })
     }
+
+    /// The name of the team `caller`'s managed key is in (the name the limits and the spend rollup know it by).
+    pub(crate) fn team_of(&self, caller: &str) -> Option<&str> {
+        let team = self.by_name.get(caller)?.doc.team.as_deref()?;
+        self.teams
+            .iter()
+            .find(|(row, _)| row.id == team)
+            .map(|(row, _)| row.name.as_str())
+    }
 }
 
 /// The managed keys of a gateway: the store, the current table, and the names of the keys file (a managed key
@@ -174,6 +181,7 @@ impl ManagedKeys {
         store: KeyStore,
         file_names: HashSet<String>,
         on_change: Option<OnChange>,
+        recheck: Duration,
     ) -> Result<ManagedKeys, String> {
         let snapshot = store.load().await.map_err(|e| e.to_string())?;
         let mut both: Vec<&str> = snapshot
@@ -208,7 +216,7 @@ impl ManagedKeys {
                 on_change,
             }),
         };
-        tokio::spawn(keep_current(Arc::downgrade(&keys.inner), store));
+        tokio::spawn(keep_current(Arc::downgrade(&keys.inner), store, recheck));
         Ok(keys)
     }
 
@@ -281,15 +289,15 @@ impl Inner {
     }
 }
 
-/// Reload on notifications (PostgreSQL) and every [`BACKSTOP`], until the keys are dropped.
-async fn keep_current(keys: Weak<Inner>, store: KeyStore) {
-    let mut backstop = tokio::time::interval(BACKSTOP);
+/// Reload on notifications (PostgreSQL) and every `recheck`, until the keys are dropped.
+async fn keep_current(keys: Weak<Inner>, store: KeyStore, recheck: Duration) {
+    let mut backstop = tokio::time::interval(recheck);
     backstop.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut listener: Option<Listener> = None;
     loop {
         if listener.is_none() {
             if let KeyStore::Postgres(_, url) = &store {
-                listener = Listener::connect(url).await;
+                listener = Listener::connect(url, recheck).await;
             }
         }
         let notified = async {
@@ -321,13 +329,13 @@ struct Listener {
 }
 
 impl Listener {
-    async fn connect(url: &str) -> Option<Listener> {
+    async fn connect(url: &str, recheck: Duration) -> Option<Listener> {
         let (client, mut connection) = match tokio_postgres::connect(url, tokio_postgres::NoTls)
             .await
         {
             Ok(pair) => pair,
             Err(e) => {
-                tracing::warn!(error = %e, "managed keys: cannot listen for changes; checking every {BACKSTOP:?}");
+                tracing::warn!(error = %e, "managed keys: cannot listen for changes; checking every {recheck:?}");
                 return None;
             }
         };
@@ -346,7 +354,7 @@ impl Listener {
             }
         });
         if let Err(e) = client.batch_execute(&format!("LISTEN {CHANNEL}")).await {
-            tracing::warn!(error = %e, "managed keys: LISTEN failed; checking every {BACKSTOP:?}");
+            tracing::warn!(error = %e, "managed keys: LISTEN failed; checking every {recheck:?}");
             return None;
         }
         Some(Listener {

@@ -71,6 +71,7 @@ async fn record_with(gw: &Harness, conversation: &str, parts: Vec<Part>) -> Call
         conversation_id: ConversationId::new(conversation),
         caller: None,
         request_id: None,
+        team: None,
         round_index: 0,
         started_at: SystemTime::now(),
         first_token_at: None,

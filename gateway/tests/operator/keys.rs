@@ -1,7 +1,7 @@
 //! Managed keys: issued, rotated and revoked through the admin API (operator keys only), used by the official
 //! `openai` client, refused once revoked or past a rotation's grace, held to their model and route lists, every
 //! change in the audit log, never a secret in the database; on SQLite in one gateway, and on PostgreSQL in
-//! three gateway processes that each refuse a key revoked through another.
+//! three gateway processes that each refuse a key revoked through another, told by `NOTIFY` alone.
 
 use crate::common;
 
@@ -15,7 +15,7 @@ use tower_chat_testkit::until;
 
 const OPS: &str = "sk-ops-carol";
 
-fn unique(label: &str) -> String {
+pub(super) fn unique(label: &str) -> String {
     format!("{label}-{}", uuid::Uuid::new_v4().simple())
 }
 
@@ -30,7 +30,7 @@ fn key_files(dir: &Path) -> (std::path::PathBuf, std::path::PathBuf) {
     (dir.join("clients"), dir.join("operators"))
 }
 
-async fn gateway(dir: &Path) -> Harness {
+pub(super) async fn gateway(dir: &Path) -> Harness {
     let (clients, operators) = key_files(dir);
     Harness::start(
         |_, _| Reply::openai_text("Hello from upstream"),
@@ -43,7 +43,7 @@ async fn gateway(dir: &Path) -> Harness {
 }
 
 /// `method path` on the admin API of the gateway at `base` with the operator key.
-async fn admin(base: &str, method: &str, path: &str, body: Value) -> Answer {
+pub(super) async fn admin(base: &str, method: &str, path: &str, body: Value) -> Answer {
     let auth = bearer(OPS);
     send(
         method,
@@ -74,7 +74,7 @@ async fn call_with(base: &str, key: &str, model: &str, path: &str) -> Answer {
     .await
 }
 
-async fn call(base: &str, key: &str) -> Answer {
+pub(super) async fn call(base: &str, key: &str) -> Answer {
     call_with(base, key, "test-model", "/v1/chat/completions").await
 }
 
@@ -87,7 +87,7 @@ async fn python(base: &str, key: &str, expect: &str) {
     .await;
 }
 
-fn created(answer: &Answer) -> (String, String) {
+pub(super) fn created(answer: &Answer) -> (String, String) {
     assert_eq!(answer.status, 201, "{}", answer.body);
     let body = answer.json();
     let secret = body["key"].as_str().unwrap().to_owned();
@@ -542,8 +542,15 @@ async fn three_gateway_processes_on_postgresql_refuse_a_key_revoked_through_one(
     let provider = ScriptedProvider::start(|_, _| Reply::openai_text("Hello from upstream")).await;
     let dir = tempfile::tempdir().unwrap();
     let (clients, operators) = key_files(dir.path());
+    // The backstop comparing the key store's counter made an hour: within the bound the checks below wait, only
+    // a `NOTIFY` can make another replica see a change (on the default 5 s backstop a revocation would be seen
+    // without one).
+    let config = dir.path().join("gateway.toml");
+    std::fs::write(&config, "[keys]\nrecheck_seconds = 3600\n").unwrap();
     let args = |db: &str| {
         vec![
+            "--config".to_owned(),
+            config.display().to_string(),
             "--upstream".to_owned(),
             provider.base_url(),
             "--no-upstream-key".to_owned(),

@@ -329,6 +329,7 @@ async fn cached_calls_and_guardrail_verdicts_are_shown_and_the_cache_savings_cou
         conversation_id: ConversationId::new("guarded"),
         caller: None,
         request_id: None,
+        team: None,
         round_index: 0,
         started_at: SystemTime::now(),
         first_token_at: None,

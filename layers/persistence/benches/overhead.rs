@@ -11,7 +11,7 @@
 //! conversation id, the second resending the first's history. `bare` is the scripted model alone, `null` the
 //! layer over a store that forgets (the layer's own cost), `sqlite` the default layer (fail-closed) over a
 //! SQLite file: every record committed before the call's `Finish` is delivered; `sqlite_no_rollup` the same
-//! without the triggers keeping the spend rollup (`chat_spend_daily`), for the rollup's share of a record.
+//! with the writer not keeping the spend rollup (`chat_spend_daily`), for the rollup's share of a record.
 //! `PERSIST_COUNT_CONCURRENCY=K` (default 1) runs K conversations at once: their records reach the writer
 //! together and share transactions (group commit).
 //! `PERSIST_COUNT_LONG=1` counts turns of one long conversation instead (`PERSIST_COUNT_CONVERSATIONS` is then
@@ -359,20 +359,12 @@ fn count(variant: &str) {
                 PersistenceLayer::new(NullStore),
             )),
             "sqlite" | "sqlite_no_rollup" => {
-                let store = SqliteStore::open(dir.path().join("count.db"))
+                // `sqlite_no_rollup`: the spend rollup's share, the same store with the writer not keeping it.
+                let store = SqliteStore::builder(dir.path().join("count.db"))
+                    .spend_rollup(variant == "sqlite")
+                    .open()
                     .await
                     .unwrap();
-                if variant == "sqlite_no_rollup" {
-                    // The spend rollup's share: the same store without the triggers that keep it.
-                    store
-                        .run("drop the rollup's triggers", |conn| {
-                            conn.execute_batch(
-                                "DROP TRIGGER chat_spend_on_insert; DROP TRIGGER chat_spend_on_final;",
-                            )
-                        })
-                        .await
-                        .unwrap();
-                }
                 BoxCloneService::new(Persistence::new(tool_model(), PersistenceLayer::new(store)))
             }
             other => panic!("unknown PERSIST_COUNT_VARIANT {other}"),

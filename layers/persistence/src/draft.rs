@@ -9,7 +9,8 @@ use tower_chat::{
 };
 
 use crate::record::{
-    CallId, CallOutcome, CallRecord, RecordedError, RecordedRequest, RequestId, RequestSize,
+    CallId, CallOutcome, CallRecord, CallerTeam, RecordedError, RecordedRequest, RequestId,
+    RequestSize,
 };
 
 /// What is known of a call before its response: everything but the outcome.
@@ -19,6 +20,7 @@ pub(crate) struct Draft {
     pub(crate) conversation_id: ConversationId,
     pub(crate) caller: Option<tower_chat::CallerIdentity>,
     pub(crate) request_id: Option<RequestId>,
+    pub(crate) team: Option<CallerTeam>,
     pub(crate) round_index: u32,
     pub(crate) started_at: SystemTime,
     pub(crate) provider: Option<Arc<str>>,
@@ -42,6 +44,7 @@ impl Draft {
             conversation_id: self.conversation_id.clone(),
             caller: self.caller.clone(),
             request_id: self.request_id.clone(),
+            team: self.team.clone(),
             round_index: self.round_index,
             started_at: self.started_at,
             first_token_at: None,
@@ -113,6 +116,7 @@ impl Draft {
             conversation_id: self.conversation_id,
             caller: self.caller,
             request_id: self.request_id,
+            team: self.team,
             round_index: self.round_index,
             started_at: self.started_at,
             first_token_at,

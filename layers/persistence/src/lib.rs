@@ -117,8 +117,8 @@ pub use call_log::{
 pub use layer::PersistenceLayer;
 pub use record::{
     is_secret_name, redact_options, CallId, CallOutcome, CallQuery, CallRecord, CallSummary,
-    ConversationQuery, ConversationSummary, RecordedError, RecordedRequest, RequestId, RequestSize,
-    RequestedCallId, Spend, SpendQuery, REDACTED,
+    CallerTeam, ConversationQuery, ConversationSummary, RecordedError, RecordedRequest, RequestId,
+    RequestSize, RequestedCallId, Spend, SpendQuery, REDACTED,
 };
 pub use recorder::{FailurePolicy, PersistenceStats, RELEASE_CACHES_AFTER};
 pub use service::{Persistence, ResponseFuture};

@@ -61,6 +61,25 @@ impl RequestId {
     }
 }
 
+/// The team a call's caller belongs to (a gateway's managed key in a team): put one into a request's extensions
+/// and the layer records it with the call, and the spend rollup sums the team's spend
+/// ([`crate::SpendRollupQuery::by_team`]). Without one a call has no team.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct CallerTeam(String);
+
+impl CallerTeam {
+    /// Wrap a team's name.
+    pub fn new(value: impl Into<String>) -> Self {
+        CallerTeam(value.into())
+    }
+
+    /// The team's name.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
 impl fmt::Display for CallId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.0)
@@ -245,6 +264,9 @@ pub struct CallRecord {
     /// Stored in the `response` column's JSON (key `request_id`), so no column was added.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub request_id: Option<RequestId>,
+    /// The caller's team, from the request's extensions ([`CallerTeam`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub team: Option<CallerTeam>,
     /// The model round within the current turn: how many assistant messages follow the last user message of the
     /// request (0 for the first model call of a turn; a tool loop's later rounds count up).
     pub round_index: u32,

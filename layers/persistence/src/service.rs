@@ -106,6 +106,10 @@ where
             conversation_id,
             caller: request.caller().cloned(),
             request_id: request.extensions.get::<RequestId>().cloned(),
+            team: request
+                .extensions
+                .get::<crate::record::CallerTeam>()
+                .cloned(),
             round_index: round_index(&request.messages),
             started_at,
             provider: self.provider.clone(),

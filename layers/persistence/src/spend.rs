@@ -52,6 +52,8 @@ pub struct SpendRollupQuery {
     pub until: UtcDay,
     /// Only this caller's spend.
     pub caller: Option<CallerIdentity>,
+    /// Only this team's spend (calls recorded with this [`crate::CallerTeam`]).
+    pub team: Option<String>,
     /// One group per day.
     pub by_day: bool,
     /// One group per caller.
@@ -69,6 +71,7 @@ impl SpendRollupQuery {
             from,
             until,
             caller: None,
+            team: None,
             by_day: false,
             by_caller: false,
             by_team: false,
@@ -79,6 +82,12 @@ impl SpendRollupQuery {
     /// Only `caller`'s calls.
     pub fn caller(mut self, caller: impl Into<CallerIdentity>) -> Self {
         self.caller = Some(caller.into());
+        self
+    }
+
+    /// Only the calls of `team`'s members.
+    pub fn team(mut self, team: impl Into<String>) -> Self {
+        self.team = Some(team.into());
         self
     }
 

@@ -1,7 +1,7 @@
-//! The spend rollup (`chat_spend_daily`), in SQLite and PostgreSQL: after a mixed workload — callers, models and
-//! days, every outcome, refusals, in-flight records replaced or abandoned, cached and unpriced calls — it equals
-//! the same sums taken over the call records, group by group; the migration fills it from records already
-//! stored.
+//! The spend rollup (`chat_spend_daily`), in SQLite and PostgreSQL: after a mixed workload — callers, teams,
+//! models and days, every outcome, refusals, in-flight records replaced or abandoned, cached and unpriced calls,
+//! two store handles writing at once — it equals the same sums taken over the call records, group by group; the
+//! migration fills it from records already stored.
 
 #[macro_use]
 mod common;
@@ -12,14 +12,19 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use common::{Backend, TestDb};
 use tower_chat::{CallerIdentity, Cost};
 use tower_chat_persistence::{
-    CallId, CallOutcome, CallRecord, PostgresStore, RecordedError, RequestSize, SpendRollupQuery,
-    SpendRow, SqliteStore, Store, UtcDay,
+    CallId, CallOutcome, CallRecord, CallerTeam, PostgresStore, RecordedError, RequestSize,
+    SpendRollupQuery, SpendRow, SqliteStore, Store, UtcDay,
 };
 
 both_stores!(
     the_rollup_equals_the_records_summed_per_day_caller_and_model,
     the_migration_fills_the_rollup_from_the_records_stored_before,
+    two_store_handles_writing_at_once_count_every_call_once,
+    the_rollup_sums_and_filters_by_team,
 );
+
+/// A rollup group's keys: day, caller, team, model (`""` for none).
+type Key = (i64, String, String, String);
 
 /// 2026-11-30 (a Monday), 00:00 UTC, in days since 1970-01-01.
 const MONDAY: i64 = 20_787;
@@ -29,7 +34,7 @@ fn at(day: i64, seconds: u64) -> SystemTime {
 }
 
 /// A varied workload shaped from one real record: `n` calls over four days, two callers (and calls with none),
-/// three models (and calls naming none), every outcome.
+/// alice's in one of two teams or none, three models (and calls naming none), every outcome.
 fn workload(template: &CallRecord, prefix: &str, n: usize) -> Vec<CallRecord> {
     let callers = [
         Some(format!("{prefix}-alice")),
@@ -42,6 +47,11 @@ fn workload(template: &CallRecord, prefix: &str, n: usize) -> Vec<CallRecord> {
             let mut r = template.clone();
             r.call_id = CallId::new(format!("{prefix}-call-{i}"));
             r.caller = callers[i % 3].clone().map(CallerIdentity::new);
+            r.team = match (i % 3, i % 5) {
+                (0, 0 | 1) => Some(CallerTeam::new(format!("{prefix}-red"))),
+                (0, 2) => Some(CallerTeam::new(format!("{prefix}-blue"))),
+                _ => None,
+            };
             r.model = models[i % 4].map(str::to_owned);
             // Last second of a day and first of the next: the day boundary is UTC midnight.
             let day = MONDAY + (i % 4) as i64;
@@ -82,23 +92,26 @@ fn workload(template: &CallRecord, prefix: &str, n: usize) -> Vec<CallRecord> {
         .collect()
 }
 
-/// The records' sums per (day, caller, model), computed here from what was written.
-fn expected(records: &[CallRecord]) -> BTreeMap<(i64, String, String), SpendRow> {
-    let mut groups: BTreeMap<(i64, String, String), SpendRow> = BTreeMap::new();
+/// The records' sums per (day, caller, team, model), computed here from what was written.
+fn expected(records: &[CallRecord]) -> BTreeMap<Key, SpendRow> {
+    let mut groups: BTreeMap<Key, SpendRow> = BTreeMap::new();
     for r in records {
         if r.outcome == CallOutcome::InFlight {
             continue;
         }
         let day = UtcDay::of(r.started_at);
         let caller = r.caller.as_ref().map(|c| c.as_str().to_owned());
+        let team = r.team.as_ref().map(|t| t.as_str().to_owned());
         let key = (
             day.days_since_epoch(),
             caller.clone().unwrap_or_default(),
+            team.clone().unwrap_or_default(),
             r.model.clone().unwrap_or_default(),
         );
         let row = groups.entry(key).or_insert_with(|| SpendRow {
             day: Some(day),
             caller: caller.map(CallerIdentity::new),
+            team,
             model: r.model.clone(),
             ..SpendRow::default()
         });
@@ -122,30 +135,60 @@ fn expected(records: &[CallRecord]) -> BTreeMap<(i64, String, String), SpendRow>
     groups
 }
 
-/// The rollup's rows of `prefix`'s callers, and of calls without a caller, per (day, caller, model).
-async fn rollup(db: &TestDb) -> BTreeMap<(i64, String, String), SpendRow> {
+/// The rollup's rows per (day, caller, team, model).
+async fn rollup(db: &TestDb) -> BTreeMap<Key, SpendRow> {
+    rollup_of(&*db.store).await
+}
+
+async fn rollup_of(store: &dyn Store) -> BTreeMap<Key, SpendRow> {
     let query = SpendRollupQuery::days(
         UtcDay::from_days_since_epoch(MONDAY),
         UtcDay::from_days_since_epoch(MONDAY + 7),
     )
     .by_day()
     .by_caller()
+    .by_team()
     .by_model();
-    db.store
+    store
         .spend_rollup(&query)
         .await
         .unwrap()
         .into_iter()
-        .map(|row| {
-            let key = (
-                row.day.unwrap().days_since_epoch(),
-                row.caller
-                    .as_ref()
-                    .map(|c| c.as_str().to_owned())
-                    .unwrap_or_default(),
-                row.model.clone().unwrap_or_default(),
-            );
-            (key, row)
+        .map(|row| (key_of(&row), row))
+        .collect()
+}
+
+fn key_of(row: &SpendRow) -> Key {
+    (
+        row.day.unwrap().days_since_epoch(),
+        row.caller
+            .as_ref()
+            .map(|c| c.as_str().to_owned())
+            .unwrap_or_default(),
+        row.team.clone().unwrap_or_default(),
+        row.model.clone().unwrap_or_default(),
+    )
+}
+
+/// The rollup's sums in the order [`sql_aggregate`] takes them.
+fn sums(rollup: BTreeMap<Key, SpendRow>) -> BTreeMap<Key, [i64; 8]> {
+    rollup
+        .into_iter()
+        .map(|(k, r)| {
+            (
+                k,
+                [
+                    r.calls,
+                    r.refused_calls,
+                    r.error_calls,
+                    r.input_tokens,
+                    r.output_tokens,
+                    r.cached_input_tokens,
+                    r.cost.as_nanos(),
+                    r.unpriced_calls,
+                ]
+                .map(|v| v as i64),
+            )
         })
         .collect()
 }
@@ -249,49 +292,35 @@ async fn the_rollup_equals_the_records_summed_per_day_caller_and_model(db: &Test
     );
 
     // The same sums taken by the database over `chat_calls` (the records as stored, not as written here).
-    let over_records = sql_aggregate(db).await;
-    let from_rollup: BTreeMap<_, _> = rollup(db)
-        .await
-        .into_iter()
-        .map(|(k, r)| {
-            (
-                k,
-                [
-                    r.calls,
-                    r.refused_calls,
-                    r.error_calls,
-                    r.input_tokens,
-                    r.output_tokens,
-                    r.cost.as_nanos(),
-                    r.unpriced_calls,
-                ]
-                .map(|v| v as i64),
-            )
-        })
-        .collect();
-    assert_eq!(from_rollup, over_records);
+    assert_eq!(sums(rollup(db).await), sql_aggregate(db).await);
 }
 
-/// `chat_calls` summed per (day, caller, model) by the database.
-async fn sql_aggregate(db: &TestDb) -> BTreeMap<(i64, String, String), [i64; 7]> {
-    const SQL: &str = "SELECT started_at / 86400000000, COALESCE(caller, ''), COALESCE(model, ''), \
-        COUNT(*), \
+/// `chat_calls` summed per (day, caller, team, model) by the database, the cached tokens read from the
+/// `response` column.
+async fn sql_aggregate(db: &TestDb) -> BTreeMap<Key, [i64; 8]> {
+    const SQL: &str = "SELECT started_at / 86400000000, COALESCE(caller, ''), COALESCE(team, ''), \
+        COALESCE(model, ''), COUNT(*), \
         CAST(SUM(CASE WHEN status = 'failed' AND omitted_messages IS NOT NULL THEN 1 ELSE 0 END) AS BIGINT), \
         CAST(SUM(CASE WHEN status IN ('failed', 'interrupted') AND omitted_messages IS NULL THEN 1 ELSE 0 END) AS BIGINT), \
         CAST(SUM(input_tokens) AS BIGINT), CAST(SUM(output_tokens) AS BIGINT), \
+        CAST(COALESCE(SUM({cached}), 0) AS BIGINT), \
         CAST(COALESCE(SUM(cost_nanos), 0) AS BIGINT), COUNT(*) - COUNT(cost_nanos) \
         FROM chat_calls WHERE status <> 'in_flight' AND started_at >= 1795996800000000 AND started_at < 1796601600000000 \
-        GROUP BY 1, 2, 3";
-    let rows: Vec<(i64, String, String, [i64; 7])> = match &db.backend {
+        GROUP BY 1, 2, 3, 4";
+    let rows: Vec<(i64, String, String, String, [i64; 8])> = match &db.backend {
         Backend::Sqlite(store) => store
             .run("aggregate", |conn| {
-                let mut statement = conn.prepare(SQL)?;
+                let sql = SQL.replace(
+                    "{cached}",
+                    "json_extract(response, '$.usage.cached_input_tokens')",
+                );
+                let mut statement = conn.prepare(&sql)?;
                 let rows = statement.query_map([], |row| {
-                    let mut sums = [0i64; 7];
+                    let mut sums = [0i64; 8];
                     for (i, s) in sums.iter_mut().enumerate() {
-                        *s = row.get(3 + i)?;
+                        *s = row.get(4 + i)?;
                     }
-                    Ok((row.get(0)?, row.get(1)?, row.get(2)?, sums))
+                    Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?, sums))
                 })?;
                 rows.collect()
             })
@@ -301,39 +330,47 @@ async fn sql_aggregate(db: &TestDb) -> BTreeMap<(i64, String, String), [i64; 7]>
             .client()
             .await
             .unwrap()
-            .query(SQL, &[])
+            .query(
+                &SQL.replace(
+                    "{cached}",
+                    "(response -> 'usage' ->> 'cached_input_tokens')::BIGINT",
+                ),
+                &[],
+            )
             .await
             .unwrap()
             .iter()
             .map(|row| {
-                let mut sums = [0i64; 7];
+                let mut sums = [0i64; 8];
                 for (i, s) in sums.iter_mut().enumerate() {
-                    *s = row.get(3 + i);
+                    *s = row.get(4 + i);
                 }
-                (row.get(0), row.get(1), row.get(2), sums)
+                (row.get(0), row.get(1), row.get(2), row.get(3), sums)
             })
             .collect(),
     };
     rows.into_iter()
-        .map(|(d, c, m, s)| ((d, c, m), s))
+        .map(|(d, c, t, m, s)| ((d, c, t, m), s))
         .collect()
 }
 
 async fn the_migration_fills_the_rollup_from_the_records_stored_before(db: &TestDb) {
     let template = db.recorded_call("template").await;
     let prefix = format!("m{}", common::uuid_simple());
-    let records = workload(&template, &prefix, 40);
+    let mut records = workload(&template, &prefix, 40);
+    for r in &mut records {
+        r.team = None;
+    }
     db.store.write_calls(&records).await.unwrap();
-    // Back to the schema before the rollup: its triggers, table and migration marker gone, the rollup empty.
-    const UNDO: &str =
-        "DROP TRIGGER chat_spend_on_insert{on}; DROP TRIGGER chat_spend_on_final{on}; \
-        DROP TABLE chat_spend_daily; \
-        DELETE FROM tower_chat_migrations WHERE id = 'tower-chat-persistence/0012_spend_rollup';";
+    // Back to the schema before the rollup: its table, the calls' team and the two migrations' markers gone.
+    // The records were written with no team (the table before the rollup had none).
+    const UNDO: &str = "DROP TABLE chat_spend_daily; ALTER TABLE chat_calls DROP COLUMN team; \
+        DELETE FROM tower_chat_migrations WHERE id IN ('tower-chat-persistence/0012_spend_rollup', \
+        'tower-chat-persistence/0013_rollup_kept_by_the_writer');";
     let reopened: Box<dyn Store> = match &db.backend {
         Backend::Sqlite(store) => {
-            let sql = UNDO.replace("{on}", "");
             store
-                .run("undo", move |conn| conn.execute_batch(&sql))
+                .run("undo", move |conn| conn.execute_batch(UNDO))
                 .await
                 .unwrap();
             Box::new(SqliteStore::open(store.path()).await.unwrap())
@@ -343,7 +380,7 @@ async fn the_migration_fills_the_rollup_from_the_records_stored_before(db: &Test
                 .client()
                 .await
                 .unwrap()
-                .batch_execute(&UNDO.replace("{on}", " ON chat_calls"))
+                .batch_execute(UNDO)
                 .await
                 .unwrap();
             Box::new(
@@ -355,53 +392,127 @@ async fn the_migration_fills_the_rollup_from_the_records_stored_before(db: &Test
             )
         }
     };
-    let query = SpendRollupQuery::days(
-        UtcDay::from_days_since_epoch(MONDAY),
-        UtcDay::from_days_since_epoch(MONDAY + 7),
-    )
-    .by_day()
-    .by_caller()
-    .by_model();
-    let got: BTreeMap<_, _> = reopened
-        .spend_rollup(&query)
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|row| {
-            let key = (
-                row.day.unwrap().days_since_epoch(),
-                row.caller
-                    .as_ref()
-                    .map(|c| c.as_str().to_owned())
-                    .unwrap_or_default(),
-                row.model.clone().unwrap_or_default(),
-            );
-            (key, row)
-        })
-        .collect();
-    assert_eq!(got, expected(&records));
-    // And keeps it from then on.
+    assert_eq!(rollup_of(&*reopened).await, expected(&records));
+    // And keeps it from then on, the calls' teams too.
     let mut more = records[1].clone();
     more.call_id = CallId::new(format!("{prefix}-after"));
+    more.team = Some(CallerTeam::new(format!("{prefix}-red")));
     reopened.write_calls(&[more.clone()]).await.unwrap();
     let mut all = records;
     all.push(more);
-    let after: BTreeMap<_, _> = reopened
-        .spend_rollup(&query)
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|row| {
-            let key = (
-                row.day.unwrap().days_since_epoch(),
-                row.caller
-                    .as_ref()
-                    .map(|c| c.as_str().to_owned())
-                    .unwrap_or_default(),
-                row.model.clone().unwrap_or_default(),
-            );
-            (key, row)
+    assert_eq!(rollup_of(&*reopened).await, expected(&all));
+}
+
+/// Another handle on the test's database: a second process's store, or a second replica's.
+async fn second_handle(db: &TestDb) -> Box<dyn Store> {
+    match &db.backend {
+        Backend::Sqlite(store) => Box::new(SqliteStore::open(store.path()).await.unwrap()),
+        Backend::Postgres(store) => Box::new(
+            PostgresStore::builder(tower_chat_testkit::database_url().unwrap())
+                .schema(store.schema().unwrap())
+                .connect()
+                .await
+                .unwrap(),
+        ),
+    }
+}
+
+async fn two_store_handles_writing_at_once_count_every_call_once(db: &TestDb) {
+    let template = db.recorded_call("template").await;
+    let prefix = format!("c{}", common::uuid_simple());
+    let records = workload(&template, &prefix, 120);
+    let other = second_handle(db).await;
+    // Both handles write every record, in batches of different sizes and orders, many batches at once: each
+    // call's rows meet in both handles' transactions (the same rollup rows, and a final record that the other
+    // handle may already have stored), and every call must be counted once.
+    let mut in_flight: Vec<CallRecord> = records
+        .iter()
+        .step_by(4)
+        .map(|r| {
+            let mut started = r.clone();
+            started.outcome = CallOutcome::InFlight;
+            started.response.usage = Default::default();
+            started.cost = None;
+            started
         })
         .collect();
-    assert_eq!(after, expected(&all));
+    db.store.write_calls(&in_flight).await.unwrap();
+    in_flight.reverse();
+    let reversed: Vec<CallRecord> = records.iter().rev().cloned().collect();
+    let first = futures_util::future::join_all(records.chunks(7).map(|b| db.store.write_calls(b)));
+    let second = futures_util::future::join_all(
+        reversed
+            .chunks(5)
+            .chain(in_flight.chunks(3))
+            .map(|b| other.write_calls(b)),
+    );
+    let (first, second) = tokio::join!(first, second);
+    for outcome in first.into_iter().chain(second) {
+        outcome.unwrap();
+    }
+    let want = expected(&records);
+    assert_eq!(
+        rollup(db).await,
+        want,
+        "the rollup differs from the records"
+    );
+    assert_eq!(rollup_of(&*other).await, want);
+    assert_eq!(sums(rollup(db).await), sql_aggregate(db).await);
+}
+
+async fn the_rollup_sums_and_filters_by_team(db: &TestDb) {
+    let template = db.recorded_call("template").await;
+    let prefix = format!("t{}", common::uuid_simple());
+    let records = workload(&template, &prefix, 60);
+    db.store.write_calls(&records).await.unwrap();
+    let week = SpendRollupQuery::days(
+        UtcDay::from_days_since_epoch(MONDAY),
+        UtcDay::from_days_since_epoch(MONDAY + 7),
+    );
+    let team_total = |team: &str| {
+        let of_team: Vec<_> = records
+            .iter()
+            .filter(|r| r.team.as_ref().map(|t| t.as_str()) == Some(team))
+            .collect();
+        assert!(!of_team.is_empty());
+        (
+            of_team.len() as u64,
+            of_team
+                .iter()
+                .map(|r| r.cost.map_or(0, |c| c.as_nanos()))
+                .sum::<u64>(),
+        )
+    };
+    let (red, blue) = (format!("{prefix}-red"), format!("{prefix}-blue"));
+    // Grouped by team: one row per team, and one for the calls without one.
+    let by_team = db
+        .store
+        .spend_rollup(&week.clone().by_team())
+        .await
+        .unwrap();
+    let of = |team: Option<&str>| {
+        by_team
+            .iter()
+            .find(|row| row.team.as_deref() == team)
+            .map(|row| (row.calls, row.cost.as_nanos()))
+    };
+    assert_eq!(of(Some(&red)), Some(team_total(&red)));
+    assert_eq!(of(Some(&blue)), Some(team_total(&blue)));
+    let without = records.iter().filter(|r| r.team.is_none()).count() as u64;
+    assert_eq!(of(None).map(|(calls, _)| calls), Some(without));
+    // Filtered to one team: its calls only, however else grouped.
+    let red_only = db
+        .store
+        .spend_rollup(&week.clone().team(red.as_str()).by_caller())
+        .await
+        .unwrap();
+    assert_eq!(red_only.len(), 1, "{red_only:?}");
+    assert_eq!(
+        red_only[0].caller.as_ref().map(|c| c.as_str().to_owned()),
+        Some(format!("{prefix}-alice"))
+    );
+    assert_eq!(
+        (red_only[0].calls, red_only[0].cost.as_nanos()),
+        team_total(&red)
+    );
 }

@@ -561,6 +561,7 @@ mod tests {
             conversation_id: ConversationId::new(conversation),
             caller: caller.map(CallerIdentity::new),
             request_id: None,
+            team: None,
             round_index: 0,
             started_at: std::time::UNIX_EPOCH,
             first_token_at: None,

@@ -196,6 +196,7 @@ fn decode_record(input: &mut Input<'_>) -> Option<(Row, Encoded)> {
         call_id: input.string()?,
         conversation_id: input.string()?,
         caller: input.opt_string()?,
+        team: None,
         round_index: input.i64()?,
         started_at: input.i64()?,
         first_token_at: input.opt_i64()?,
@@ -208,6 +209,7 @@ fn decode_record(input: &mut Input<'_>) -> Option<(Row, Encoded)> {
         finish_reason: input.opt_string()?,
         input_tokens: input.i64()?,
         output_tokens: input.i64()?,
+        cached_input_tokens: 0,
         response: input.string()?,
         cost_nanos: input.opt_i64()?,
         history_head: input.opt_string()?,
@@ -220,6 +222,11 @@ fn decode_record(input: &mut Input<'_>) -> Option<(Row, Encoded)> {
         first_message: None,
         search_text: String::new(),
     };
+    // For the spend rollup: the journal has it only inside the response column.
+    row.cached_input_tokens = serde_json::from_str::<serde_json::Value>(&row.response)
+        .ok()
+        .and_then(|r| r["usage"]["cached_input_tokens"].as_i64())
+        .unwrap_or(0);
     let count = input.u32()? as usize;
     let mut nodes = Vec::with_capacity(count.min(input.0.len()));
     for _ in 0..count {

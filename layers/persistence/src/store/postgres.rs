@@ -14,6 +14,7 @@ use tokio_postgres::NoTls;
 use tower_chat::ConversationId;
 
 use super::chain::{history_sql, Encoder, NodeKey};
+use super::rollup::{add_sql, Tally};
 use super::schema::{
     abandon_sql, call_summaries_sql, conversation_from_row, insert_key_sql, postgres_migrations,
     select_sql, spend_from_row, spend_sql, Row, StoredColumns, StoredRecord, SummaryColumns,
@@ -210,11 +211,17 @@ impl PostgresStore {
     /// a cutoff older than any call can run (e.g. now minus the longest call timeout): a replica cannot tell its
     /// peers' live calls from a dead process's. Returns how many.
     pub async fn abandon_in_flight(&self, started_before: SystemTime) -> Result<u64, StoreError> {
-        self.client()
+        let closed: i64 = self
+            .client()
             .await?
-            .execute(&abandon_sql("$1"), &[&to_micros(started_before)])
+            .query_one(
+                &super::rollup::postgres_abandon_sql(&abandon_sql("$1")),
+                &[&to_micros(started_before)],
+            )
             .await
-            .map_err(pg_error("cannot close abandoned in-flight records"))
+            .map_err(pg_error("cannot close abandoned in-flight records"))?
+            .get(0);
+        Ok(closed as u64)
     }
 
     /// Apply other crates' migrations to an open store (each once per database, in order, in its own
@@ -344,10 +351,11 @@ impl PostgresStore {
                         usage_estimated: row.try_get(15)?,
                         omitted_messages: row.try_get(16)?,
                         omitted_bytes: row.try_get(17)?,
+                        team: row.try_get(18)?,
                     },
-                    request_messages: row.try_get(18)?,
-                    request_options: row.try_get(19)?,
-                    response: row.try_get(20)?,
+                    request_messages: row.try_get(19)?,
+                    request_options: row.try_get(20)?,
+                    response: row.try_get(21)?,
                     history: Vec::new(),
                     blobs: Default::default(),
                 })
@@ -411,10 +419,10 @@ impl PostgresStore {
 const UPSERT: &str = "INSERT INTO chat_calls (call_id, conversation_id, caller, round_index, started_at, \
     first_token_at, ended_at, provider, model, status, error_kind, error_message, finish_reason, input_tokens, \
     output_tokens, response_text, request_messages, request_options, response, cost_nanos, history_head, \
-    request_len, options_id, usage_estimated, omitted_messages, omitted_bytes, first_message, search) \
+    request_len, options_id, usage_estimated, omitted_messages, omitted_bytes, first_message, search, team) \
     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, \
     $17::text::jsonb, $18::text::jsonb, $19::text::jsonb, $20, $21, $22, $23, $24, $25, $26, $27, \
-    CASE WHEN $27::text IS NULL THEN NULL ELSE to_tsvector('simple', $28::text) END) \
+    CASE WHEN $27::text IS NULL THEN NULL ELSE to_tsvector('simple', $28::text) END, $29) \
     ON CONFLICT (call_id) DO UPDATE SET conversation_id = excluded.conversation_id, caller = excluded.caller, \
     round_index = excluded.round_index, started_at = excluded.started_at, first_token_at = excluded.first_token_at, \
     ended_at = excluded.ended_at, provider = excluded.provider, model = excluded.model, status = excluded.status, \
@@ -425,8 +433,8 @@ const UPSERT: &str = "INSERT INTO chat_calls (call_id, conversation_id, caller, 
     response = excluded.response, cost_nanos = excluded.cost_nanos, history_head = excluded.history_head, \
     request_len = excluded.request_len, options_id = excluded.options_id, \
     usage_estimated = excluded.usage_estimated, omitted_messages = excluded.omitted_messages, \
-    omitted_bytes = excluded.omitted_bytes, first_message = excluded.first_message, search = excluded.search \
-    WHERE chat_calls.status = 'in_flight'";
+    omitted_bytes = excluded.omitted_bytes, first_message = excluded.first_message, search = excluded.search, \
+    team = excluded.team WHERE chat_calls.status = 'in_flight'";
 
 const INSERT_NODE: &str = "INSERT INTO chat_messages (id, parent_id, position, message) \
     VALUES ($1, $2, $3, $4::text::jsonb) ON CONFLICT (id) DO NOTHING";
@@ -436,9 +444,6 @@ const INSERT_OPTIONS: &str = "INSERT INTO chat_options (id, options) VALUES ($1,
 
 const INSERT_BLOB: &str = "INSERT INTO chat_blobs (hash, media_type, bytes) VALUES ($1, $2, $3) \
     ON CONFLICT (hash) DO NOTHING";
-
-/// Microseconds in a day (the spend rollup's day).
-const DAY_MICROS: i64 = 86_400_000_000;
 
 const SELECT_BLOB: &str = "SELECT bytes FROM chat_blobs WHERE hash = $1";
 
@@ -454,17 +459,11 @@ impl Store for PostgresStore {
                 .zip(&encoded)
                 .map(|(record, encoded)| Row::from_record(record, encoded, true))
                 .collect::<Result<Vec<_>, _>>()?;
-            // Each final record locks its spend rollup row (a trigger's upsert) until the commit: written in
-            // the rollup's key order, two replicas' batches take those locks in the same order and cannot
-            // deadlock. Any order is correct: a final record is never replaced, so an in-flight one that comes
-            // after it changes nothing.
-            rows.sort_by(|a, b| {
-                (a.started_at / DAY_MICROS, &a.caller, &a.model).cmp(&(
-                    b.started_at / DAY_MICROS,
-                    &b.caller,
-                    &b.model,
-                ))
-            });
+            // Each row locks its call until the commit: written in call id order, two replicas' batches holding
+            // some of the same calls take those locks in the same order and cannot deadlock (the rollup's rows
+            // come after, in their own order: see `Tally`). The sort is stable, so a call's in-flight record
+            // stays before its final one; any order would be correct, as a final record is never replaced.
+            rows.sort_by(|a, b| a.call_id.cmp(&b.call_id));
             let mut client = self.client().await?;
             let failed = pg_error("cannot write call records");
             let tx = client.transaction().await.map_err(failed)?;
@@ -517,8 +516,8 @@ impl Store for PostgresStore {
             .map_err(pg_error("cannot write request options"))?;
             // Issued together, the inserts are pipelined on the one connection: one round trip per batch, not
             // per record.
-            try_join_all(rows.iter().map(|r| {
-                let params: [&(dyn ToSql + Sync); 28] = [
+            let written = try_join_all(rows.iter().map(|r| {
+                let params: [&(dyn ToSql + Sync); 29] = [
                     &r.call_id,
                     &r.conversation_id,
                     &r.caller,
@@ -547,6 +546,7 @@ impl Store for PostgresStore {
                     &r.omitted_bytes,
                     &r.first_message,
                     &r.search_text,
+                    &r.team,
                 ];
                 let tx = &tx;
                 let insert = &insert;
@@ -554,6 +554,36 @@ impl Store for PostgresStore {
             }))
             .await
             .map_err(pg_error("cannot write call records"))?;
+            // Counted when it became final here: inserted final, or replacing its in-flight row (a final row is
+            // never replaced, so a record written twice, or by two replicas, counts once).
+            let mut tally = Tally::default();
+            for (row, written) in rows.iter().zip(written) {
+                if written > 0 && row.status != "in_flight" {
+                    tally.add(row.counted());
+                }
+            }
+            if !tally.is_empty() {
+                let add = tx
+                    .prepare_cached(&add_sql([
+                        "$1", "$2", "$3", "$4", "$5", "$6", "$7", "$8", "$9", "$10", "$11", "$12",
+                    ]))
+                    .await
+                    .map_err(pg_error("cannot add to the spend rollup"))?;
+                // Pipelined too, in the tally's key order (see `Tally`).
+                try_join_all(tally.rows().map(|((day, caller, team, model), sums)| {
+                    let (tx, add) = (&tx, &add);
+                    let [calls, refused, errors, input, output, cached, cost, unpriced] = sums;
+                    async move {
+                        let params: [&(dyn ToSql + Sync); 12] = [
+                            day, caller, team, model, calls, refused, errors, input, output,
+                            cached, cost, unpriced,
+                        ];
+                        tx.execute(add, &params).await
+                    }
+                }))
+                .await
+                .map_err(pg_error("cannot add to the spend rollup"))?;
+            }
             tx.commit()
                 .await
                 .map_err(pg_error("cannot commit call records"))?;

@@ -1,11 +1,19 @@
-//! Migration 0012: `chat_spend_daily`, the spend rollup — one row per UTC day × caller × team × model with the
-//! calls, refusals, errors, tokens and cost of the final calls recorded for it — kept by triggers on
-//! `chat_calls`, so it changes in the transaction of the record it counts, whatever statement wrote it (the
-//! writer's upsert, a final record replacing its in-flight one, `abandon_in_flight`). The records stay the
-//! source of truth: the migration fills the rollup from those already stored, and a test checks the two agree.
+//! `chat_spend_daily`, the spend rollup: one row per UTC day × caller × team × model with the calls, refusals,
+//! errors, tokens and cost of the final calls recorded for it. The records stay the source of truth: migration
+//! 0012 made the table and filled it from the records already stored, and a test checks the two agree.
+//!
+//! Migration 0012 kept it with triggers on `chat_calls`; migration 0013 drops them (the rows stay) and adds the
+//! calls' `team` column. Since then the record writers keep it, in the transaction of the records they commit:
+//! a [`Tally`] sums the calls of the transaction that turned final (inserted final, or an in-flight row
+//! replaced) per rollup row, from the values the writer already holds, and each of its rows is one upsert —
+//! a group of records of one caller, team, model and day costs one, where a trigger ran one per record and read
+//! the cached tokens back out of the `response` JSON. `abandon_in_flight` adds the calls it closes in its own
+//! statement before closing them.
 //!
 //! Absent keys are stored as `''` (a primary key column cannot be NULL in PostgreSQL, and SQLite's unique
-//! index would let NULLs repeat) and read back as `None`. `team` is `''` until a key store names callers' teams.
+//! index would let NULLs repeat) and read back as `None`.
+
+use std::collections::BTreeMap;
 
 use crate::spend::{SpendRow, UtcDay};
 
@@ -38,14 +46,17 @@ const COLUMNS: &str = "day, caller, team, model, calls, refused_calls, error_cal
     output_tokens, cached_input_tokens, cost_nanos, unpriced_calls";
 
 /// What one call row adds to its rollup row, in [`COLUMNS`] order after the four keys: `row` prefixes the
-/// call's columns (`NEW.` in a trigger), `cached` is the dialect's read of the cached input tokens from the
+/// call's columns (`NEW.` in a trigger), `status` is the status it counts with (`{row}status`, or the one
+/// `abandon_in_flight` gives it), `cached` is the dialect's read of the cached input tokens from the
 /// `response` JSON.
-fn increments(row: &str, cached: &str) -> [String; 8] {
+fn increments(row: &str, status: &str, cached: &str) -> [String; 8] {
     [
         "1".to_owned(),
-        format!("CASE WHEN {row}status = 'failed' AND {row}omitted_messages IS NOT NULL THEN 1 ELSE 0 END"),
         format!(
-            "CASE WHEN {row}status IN ('failed', 'interrupted') AND {row}omitted_messages IS NULL \
+            "CASE WHEN {status} = 'failed' AND {row}omitted_messages IS NOT NULL THEN 1 ELSE 0 END"
+        ),
+        format!(
+            "CASE WHEN {status} IN ('failed', 'interrupted') AND {row}omitted_messages IS NULL \
              THEN 1 ELSE 0 END"
         ),
         format!("{row}input_tokens"),
@@ -56,39 +67,168 @@ fn increments(row: &str, cached: &str) -> [String; 8] {
     ]
 }
 
-fn keys(row: &str) -> String {
+/// The four keys of a call row; `team` is the dialect's team (`''` before migration 0013 added the column).
+fn keys(row: &str, team: &str) -> String {
     format!(
-        "{row}started_at / {DAY_MICROS}, COALESCE({row}caller, ''), '', COALESCE({row}model, '')"
+        "{row}started_at / {DAY_MICROS}, COALESCE({row}caller, ''), {team}, COALESCE({row}model, '')"
     )
 }
 
-/// The upsert adding one call (`NEW`) to its rollup row.
-fn add_call_sql(cached: &str) -> String {
-    let values = increments("NEW.", cached).join(", ");
-    format!(
-        "INSERT INTO chat_spend_daily ({COLUMNS}) VALUES ({}, {values}) \
-         ON CONFLICT (day, caller, team, model) DO UPDATE SET calls = chat_spend_daily.calls + excluded.calls, \
+/// Adds the inserted row's sums to those of the row already there.
+const ADD_ON_CONFLICT: &str =
+    "ON CONFLICT (day, caller, team, model) DO UPDATE SET calls = chat_spend_daily.calls + excluded.calls, \
          refused_calls = chat_spend_daily.refused_calls + excluded.refused_calls, \
          error_calls = chat_spend_daily.error_calls + excluded.error_calls, \
          input_tokens = chat_spend_daily.input_tokens + excluded.input_tokens, \
          output_tokens = chat_spend_daily.output_tokens + excluded.output_tokens, \
          cached_input_tokens = chat_spend_daily.cached_input_tokens + excluded.cached_input_tokens, \
          cost_nanos = chat_spend_daily.cost_nanos + excluded.cost_nanos, \
-         unpriced_calls = chat_spend_daily.unpriced_calls + excluded.unpriced_calls",
-        keys("NEW.")
+         unpriced_calls = chat_spend_daily.unpriced_calls + excluded.unpriced_calls";
+
+/// The upsert adding one call (`NEW`) to its rollup row.
+fn add_call_sql(cached: &str) -> String {
+    let values = increments("NEW.", "NEW.status", cached).join(", ");
+    format!(
+        "INSERT INTO chat_spend_daily ({COLUMNS}) VALUES ({}, {values}) {ADD_ON_CONFLICT}",
+        keys("NEW.", "''")
     )
 }
 
 /// The rollup of the calls already stored (final ones: in-flight rows are counted when they end).
 fn backfill_sql(cached: &str) -> String {
-    let sums = increments("", cached)
+    let sums = increments("", "status", cached)
         .map(|e| format!("CAST(SUM({e}) AS BIGINT)"))
         .join(", ");
     format!(
         "INSERT INTO chat_spend_daily ({COLUMNS}) SELECT {}, {sums} FROM chat_calls \
          WHERE status <> 'in_flight' GROUP BY 1, 2, 3, 4;",
-        keys("")
+        keys("", "''")
     )
+}
+
+/// The sums of the calls `abandon_in_flight` closes, from `source` (rows of `chat_calls`) each as the
+/// `interrupted` call it becomes; `cached` reads the cached input tokens from the `response` JSON (no writer
+/// holds these rows' values any more).
+fn abandoned_sql(source: &str, cached: &str) -> String {
+    let sums = increments("", "'interrupted'", cached)
+        .map(|e| format!("CAST(SUM({e}) AS BIGINT)"))
+        .join(", ");
+    format!(
+        "INSERT INTO chat_spend_daily ({COLUMNS}) SELECT {}, {sums} FROM {source} \
+         GROUP BY 1, 2, 3, 4 ORDER BY 1, 2, 3, 4 {ADD_ON_CONFLICT}",
+        keys("", "COALESCE(team, '')")
+    )
+}
+
+/// SQLite: what `abandon_in_flight` adds to the rollup, run before it closes the in-flight calls that started
+/// before `?1`, in the same transaction.
+#[cfg(feature = "sqlite")]
+pub(crate) fn sqlite_abandon_sql() -> String {
+    abandoned_sql(
+        "chat_calls WHERE status = 'in_flight' AND started_at < ?1",
+        "json_extract(response, '$.usage.cached_input_tokens')",
+    )
+}
+
+/// PostgreSQL: `abandon_in_flight` in one statement, `close` (the update closing the calls) with what it adds —
+/// the calls it closes are the ones it adds, so two replicas closing the same calls at once count each once (the
+/// second one's update finds them closed). Returns how many it closed.
+#[cfg(feature = "postgres")]
+pub(crate) fn postgres_abandon_sql(close: &str) -> String {
+    format!(
+        "WITH closed AS ({close} RETURNING *), added AS ({}) SELECT COUNT(*) FROM closed",
+        abandoned_sql(
+            "closed",
+            "(response -> 'usage' ->> 'cached_input_tokens')::BIGINT"
+        )
+    )
+}
+
+/// The upsert a writer runs per row of its [`Tally`]: the dialect's twelve placeholders, in [`COLUMNS`] order.
+pub(crate) fn add_sql(p: [&str; 12]) -> String {
+    format!(
+        "INSERT INTO chat_spend_daily ({COLUMNS}) VALUES ({}) {ADD_ON_CONFLICT}",
+        p.join(", ")
+    )
+}
+
+/// Migration 0013 in SQLite: the triggers go (the writer keeps the rollup), the calls get their team.
+#[cfg(feature = "sqlite")]
+pub(crate) const SQLITE_WRITER_KEEPS_SQL: &str = "DROP TRIGGER IF EXISTS chat_spend_on_insert;
+DROP TRIGGER IF EXISTS chat_spend_on_final;
+ALTER TABLE chat_calls ADD COLUMN team TEXT;";
+
+/// Migration 0013 in PostgreSQL: the triggers and their function go, the calls get their team.
+#[cfg(feature = "postgres")]
+pub(crate) const POSTGRES_WRITER_KEEPS_SQL: &str =
+    "DROP TRIGGER IF EXISTS chat_spend_on_insert ON chat_calls;
+DROP TRIGGER IF EXISTS chat_spend_on_final ON chat_calls;
+DROP FUNCTION IF EXISTS chat_spend_daily_add();
+ALTER TABLE chat_calls ADD COLUMN IF NOT EXISTS team TEXT;";
+
+/// A rollup row's keys: day, caller, team, model (`''` for an absent one), borrowed from the rows written.
+pub(crate) type Keys<'r> = (i64, &'r str, &'r str, &'r str);
+
+/// The sums a transaction adds to the rollup, per rollup row, in key order: writers upsert them in that order,
+/// so two transactions adding to the same rows (two replicas on one PostgreSQL) lock them in the same order and
+/// cannot deadlock.
+#[derive(Debug, Default)]
+pub(crate) struct Tally<'r> {
+    rows: BTreeMap<Keys<'r>, [i64; 8]>,
+}
+
+/// What the rollup needs of a call the transaction made final, borrowed from the row the writer holds.
+#[derive(Debug)]
+pub(crate) struct Counted<'r> {
+    pub(crate) started_at: i64,
+    pub(crate) caller: Option<&'r str>,
+    pub(crate) team: Option<&'r str>,
+    pub(crate) model: Option<&'r str>,
+    pub(crate) status: &'r str,
+    pub(crate) omitted: bool,
+    pub(crate) input_tokens: i64,
+    pub(crate) output_tokens: i64,
+    pub(crate) cached_input_tokens: i64,
+    pub(crate) cost_nanos: Option<i64>,
+}
+
+impl<'r> Tally<'r> {
+    /// Count `row`, a call the transaction made final (the caller checks it replaced nothing final).
+    pub(crate) fn add(&mut self, row: Counted<'r>) {
+        let failed = row.status == "failed";
+        let refused = failed && row.omitted;
+        let error = (failed || row.status == "interrupted") && !row.omitted;
+        let keys = (
+            row.started_at / 86_400_000_000,
+            row.caller.unwrap_or_default(),
+            row.team.unwrap_or_default(),
+            row.model.unwrap_or_default(),
+        );
+        let add = [
+            1,
+            i64::from(refused),
+            i64::from(error),
+            row.input_tokens,
+            row.output_tokens,
+            row.cached_input_tokens,
+            row.cost_nanos.unwrap_or(0),
+            i64::from(row.cost_nanos.is_none()),
+        ];
+        let sums = self.rows.entry(keys).or_default();
+        for (sum, add) in sums.iter_mut().zip(add) {
+            *sum = sum.saturating_add(add);
+        }
+    }
+
+    /// The rows to upsert, in key order.
+    pub(crate) fn rows(&self) -> impl Iterator<Item = (&Keys<'r>, &[i64; 8])> {
+        self.rows.iter()
+    }
+
+    /// Whether the transaction made no call final.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.rows.is_empty()
+    }
 }
 
 /// When a call counts: inserted final, or its in-flight row turned final (by its final record, or abandoned).
@@ -136,10 +276,10 @@ CREATE TRIGGER chat_spend_on_final {ON_FINAL} FOR EACH ROW WHEN ({FINAL_WHEN}) \
     )
 }
 
-/// [`crate::Store::spend_rollup`]'s query, with the dialect's placeholders for from, until, caller, and the
-/// four grouping flags (booleans).
-pub(crate) fn query_sql(p: [&str; 7]) -> String {
-    let [from, until, caller, by_day, by_caller, by_team, by_model] = p;
+/// [`crate::Store::spend_rollup`]'s query, with the dialect's placeholders for from, until, caller, the
+/// four grouping flags (booleans) and team.
+pub(crate) fn query_sql(p: [&str; 8]) -> String {
+    let [from, until, caller, by_day, by_caller, by_team, by_model, team] = p;
     format!(
         "SELECT CASE WHEN {by_day} THEN day END, CASE WHEN {by_caller} THEN caller END, \
          CASE WHEN {by_team} THEN team END, CASE WHEN {by_model} THEN model END, \
@@ -149,6 +289,7 @@ pub(crate) fn query_sql(p: [&str; 7]) -> String {
          CAST(SUM(unpriced_calls) AS BIGINT) \
          FROM chat_spend_daily WHERE day >= {from} AND day < {until} \
          AND (CAST({caller} AS TEXT) IS NULL OR caller = {caller}) \
+         AND (CAST({team} AS TEXT) IS NULL OR team = {team}) \
          GROUP BY 1, 2, 3, 4 ORDER BY 1, 2, 3, 4"
     )
 }

@@ -80,6 +80,10 @@ pub(crate) fn sqlite_migrations() -> Vec<Migration> {
             "tower-chat-persistence/0012_spend_rollup",
             super::rollup::sqlite_sql(),
         ),
+        Migration::new(
+            "tower-chat-persistence/0013_rollup_kept_by_the_writer",
+            super::rollup::SQLITE_WRITER_KEEPS_SQL,
+        ),
     ]
 }
 
@@ -159,6 +163,10 @@ pub(crate) fn postgres_migrations() -> Vec<Migration> {
         Migration::new(
             "tower-chat-persistence/0012_spend_rollup",
             super::rollup::postgres_sql(),
+        ),
+        Migration::new(
+            "tower-chat-persistence/0013_rollup_kept_by_the_writer",
+            super::rollup::POSTGRES_WRITER_KEEPS_SQL,
         ),
     ]
 }
@@ -327,6 +335,7 @@ pub(crate) struct Row {
     pub(crate) call_id: String,
     pub(crate) conversation_id: String,
     pub(crate) caller: Option<String>,
+    pub(crate) team: Option<String>,
     pub(crate) round_index: i64,
     pub(crate) started_at: i64,
     pub(crate) first_token_at: Option<i64>,
@@ -339,6 +348,8 @@ pub(crate) struct Row {
     pub(crate) finish_reason: Option<String>,
     pub(crate) input_tokens: i64,
     pub(crate) output_tokens: i64,
+    /// Not a column of its own (it is inside `response`): what the call adds to the spend rollup.
+    pub(crate) cached_input_tokens: i64,
     pub(crate) response: String,
     pub(crate) cost_nanos: Option<i64>,
     pub(crate) history_head: Option<String>,
@@ -373,7 +384,7 @@ pub(crate) const EMPTY_TEXT: &str = "";
 pub(crate) const SELECT_COLUMNS: &str =
     "call_id, conversation_id, caller, round_index, started_at, \
     first_token_at, ended_at, provider, model, status, error_kind, error_message, cost_nanos, \
-    history_head, request_len, usage_estimated, omitted_messages, omitted_bytes";
+    history_head, request_len, usage_estimated, omitted_messages, omitted_bytes, team";
 
 /// The query reading records: `chat_calls` joined with its options; `text` wraps a JSON column to read it as
 /// text (`{}::text` in PostgreSQL).
@@ -393,9 +404,26 @@ pub(crate) fn select_sql(text: &str, filter: &str) -> String {
 mod row {
     use super::Row;
     use crate::record::{to_micros, CallRecord};
+    use crate::store::rollup::Counted;
     use crate::store::StoreError;
 
     impl Row {
+        /// What the call adds to the spend rollup, once its row made it final.
+        pub(crate) fn counted(&self) -> Counted<'_> {
+            Counted {
+                started_at: self.started_at,
+                caller: self.caller.as_deref(),
+                team: self.team.as_deref(),
+                model: self.model.as_deref(),
+                status: self.status,
+                omitted: self.omitted_messages.is_some(),
+                input_tokens: self.input_tokens,
+                output_tokens: self.output_tokens,
+                cached_input_tokens: self.cached_input_tokens,
+                cost_nanos: self.cost_nanos,
+            }
+        }
+
         /// `search`: whether the store indexes the call's text (building it costs ~7.5 k instructions a call).
         pub(crate) fn from_record(
             record: &CallRecord,
@@ -411,6 +439,7 @@ mod row {
                 call_id: record.call_id.as_str().to_owned(),
                 conversation_id: record.conversation_id.as_str().to_owned(),
                 caller: record.caller.as_ref().map(|c| c.as_str().to_owned()),
+                team: record.team.as_ref().map(|t| t.as_str().to_owned()),
                 round_index: i64::from(record.round_index),
                 started_at: to_micros(record.started_at),
                 first_token_at: record.first_token_at.map(to_micros),
@@ -423,6 +452,9 @@ mod row {
                 finish_reason: record.finish_reason().map(|r| r.as_str().to_owned()),
                 input_tokens: i64::try_from(usage.input_tokens).unwrap_or(i64::MAX),
                 output_tokens: i64::try_from(usage.output_tokens).unwrap_or(i64::MAX),
+                cached_input_tokens: usage
+                    .cached_input_tokens
+                    .map_or(0, |t| i64::try_from(t).unwrap_or(i64::MAX)),
                 response: json(
                     "response",
                     serde_json::to_string(&super::ResponseColumn::of(
@@ -478,6 +510,7 @@ pub(crate) struct StoredColumns {
     pub(crate) usage_estimated: bool,
     pub(crate) omitted_messages: Option<i64>,
     pub(crate) omitted_bytes: Option<i64>,
+    pub(crate) team: Option<String>,
 }
 
 /// A record's stored text columns, and its history when it is kept as message nodes.
@@ -578,6 +611,7 @@ impl StoredColumns {
             conversation_id: self.conversation_id.into(),
             caller: self.caller.map(Into::into),
             request_id,
+            team: self.team.map(crate::record::CallerTeam::new),
             started_at: from_micros(self.started_at),
             first_token_at: self.first_token_at.map(from_micros),
             ended_at: from_micros(self.ended_at),

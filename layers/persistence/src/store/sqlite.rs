@@ -27,6 +27,7 @@ use tower_chat::{ConversationId, Message};
 
 use super::chain::{history_sql, Encoded, Encoder, NodeKey};
 use super::legacy_journal::LegacyJournal;
+use super::rollup::{self, add_sql, Tally};
 use super::schema::{
     abandon_sql, call_summaries_sql, conversation_from_row, insert_key_sql, select_sql,
     spend_from_row, spend_sql, sqlite_migrations, Row, StoredColumns, StoredRecord, SummaryColumns,
@@ -118,6 +119,7 @@ pub struct SqliteStoreBuilder {
     durability: Durability,
     checkpoint_interval: Duration,
     search_index: bool,
+    spend_rollup: bool,
 }
 
 impl SqliteStoreBuilder {
@@ -150,6 +152,15 @@ impl SqliteStoreBuilder {
         self
     }
 
+    /// Keep the spend rollup that [`Store::spend_rollup`] reads (default on): each record transaction adds its
+    /// calls to it. Off, this store's writes leave it as it is, so its sums miss the calls this store records:
+    /// for a store whose spend is never read from the rollup (an archive; a benchmark's baseline, measuring the
+    /// rollup's share of a record's write).
+    pub fn spend_rollup(mut self, enabled: bool) -> Self {
+        self.spend_rollup = enabled;
+        self
+    }
+
     /// How long a write waits for another process's write lock before failing (default 5 s).
     pub fn busy_timeout(mut self, timeout: Duration) -> Self {
         self.busy_timeout = timeout;
@@ -175,6 +186,7 @@ impl SqliteStoreBuilder {
             .name("tower-chat-sqlite".into())
             .spawn(move || {
                 let search = writer_search;
+                let spend_rollup = self.spend_rollup;
                 let mut conn = match open_connection(&self, search.as_ref()) {
                     Ok((conn, key)) => {
                         let _ = opened_tx.send(Ok(key));
@@ -204,7 +216,15 @@ impl SqliteStoreBuilder {
                             }
                         }
                         writes_or_reads => {
-                            next = serve_writes(&conn, &receiver, writes_or_reads, search.as_ref())
+                            next = serve_writes(
+                                &conn,
+                                &receiver,
+                                writes_or_reads,
+                                WriteOptions {
+                                    search: search.as_ref(),
+                                    spend_rollup,
+                                },
+                            )
                         }
                     }
                 }
@@ -298,7 +318,14 @@ fn open_connection(
     // database is no longer read or written.
     conn.execute_batch("DROP TABLE IF EXISTS main.chat_calls_search")
         .map_err(context("cannot drop the call log's former index"))?;
-    commit_legacy_journal(&conn, &options.path, search)?;
+    commit_legacy_journal(
+        &conn,
+        &options.path,
+        WriteOptions {
+            search,
+            spend_rollup: options.spend_rollup,
+        },
+    )?;
     SqliteStore::index_earlier_calls(&conn, search).map_err(context(
         "cannot index the calls recorded before the call log",
     ))?;
@@ -309,13 +336,13 @@ fn open_connection(
 fn commit_legacy_journal(
     conn: &Connection,
     database: &Path,
-    search: Option<&SearchIndex>,
+    options: WriteOptions<'_>,
 ) -> Result<(), StoreError> {
     let Some(journal) = LegacyJournal::open(database)? else {
         return Ok(());
     };
     if !journal.records.is_empty() {
-        WriteStatements::prepare(conn, search)
+        WriteStatements::prepare(conn, options)
             .and_then(|mut statements| statements.write([&journal.records]))
             .map_err(|e| {
                 StoreError::with_source(
@@ -371,6 +398,7 @@ impl SqliteStore {
             durability: Durability::default(),
             checkpoint_interval: Duration::from_millis(500),
             search_index: false,
+            spend_rollup: true,
         }
     }
 
@@ -393,7 +421,11 @@ impl SqliteStore {
         let cutoff = to_micros(started_before);
         let updated = self
             .run("cannot close abandoned in-flight records", move |conn| {
-                conn.execute(&abandon_sql("?1"), [cutoff])
+                let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+                tx.execute(&rollup::sqlite_abandon_sql(), [cutoff])?;
+                let closed = tx.execute(&abandon_sql("?1"), [cutoff])?;
+                tx.commit()?;
+                Ok(closed)
             })
             .await?;
         Ok(updated as u64)
@@ -508,9 +540,9 @@ impl SqliteStore {
 const UPSERT: &str = "INSERT INTO chat_calls (call_id, conversation_id, caller, round_index, started_at, \
     first_token_at, ended_at, provider, model, status, error_kind, error_message, finish_reason, input_tokens, \
     output_tokens, response_text, request_messages, request_options, response, cost_nanos, history_head, \
-    request_len, options_id, usage_estimated, omitted_messages, omitted_bytes, first_message) \
+    request_len, options_id, usage_estimated, omitted_messages, omitted_bytes, first_message, team) \
     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, '', '[]', '{}', ?16, ?17, ?18, \
-    ?19, ?20, ?21, ?22, ?23, ?24) \
+    ?19, ?20, ?21, ?22, ?23, ?24, ?25) \
     ON CONFLICT (call_id) DO UPDATE SET conversation_id = excluded.conversation_id, caller = excluded.caller, \
     round_index = excluded.round_index, started_at = excluded.started_at, first_token_at = excluded.first_token_at, \
     ended_at = excluded.ended_at, provider = excluded.provider, model = excluded.model, status = excluded.status, \
@@ -521,7 +553,7 @@ const UPSERT: &str = "INSERT INTO chat_calls (call_id, conversation_id, caller, 
     response = excluded.response, cost_nanos = excluded.cost_nanos, history_head = excluded.history_head, \
     request_len = excluded.request_len, options_id = excluded.options_id, \
     usage_estimated = excluded.usage_estimated, omitted_messages = excluded.omitted_messages, \
-    omitted_bytes = excluded.omitted_bytes, first_message = excluded.first_message \
+    omitted_bytes = excluded.omitted_bytes, first_message = excluded.first_message, team = excluded.team \
     WHERE chat_calls.status = 'in_flight'";
 
 const INSERT_NODE: &str = "INSERT INTO chat_messages (id, parent_id, position, message) \
@@ -551,10 +583,11 @@ fn read_raw(row: &rusqlite::Row<'_>) -> rusqlite::Result<StoredRecord> {
             usage_estimated: row.get(15)?,
             omitted_messages: row.get(16)?,
             omitted_bytes: row.get(17)?,
+            team: row.get(18)?,
         },
-        request_messages: row.get(18)?,
-        request_options: row.get(19)?,
-        response: row.get(20)?,
+        request_messages: row.get(19)?,
+        request_options: row.get(20)?,
+        response: row.get(21)?,
         history: Vec::new(),
         blobs: Default::default(),
     })
@@ -641,6 +674,8 @@ struct WriteStatements<'c> {
     options: rusqlite::Statement<'c>,
     blob: rusqlite::Statement<'c>,
     upsert: rusqlite::Statement<'c>,
+    /// Adds a [`Tally`] row to the spend rollup (`None`: the store does not keep it).
+    rollup: Option<rusqlite::Statement<'c>>,
     /// Where the text of committed calls goes, if the store keeps a search index.
     search: Option<&'c SearchIndex>,
     /// The text of the calls of the transaction being written: (call id, text), in write order.
@@ -648,7 +683,7 @@ struct WriteStatements<'c> {
 }
 
 impl<'c> WriteStatements<'c> {
-    fn prepare(conn: &'c Connection, search: Option<&'c SearchIndex>) -> rusqlite::Result<Self> {
+    fn prepare(conn: &'c Connection, options: WriteOptions<'c>) -> rusqlite::Result<Self> {
         Ok(WriteStatements {
             conn,
             // IMMEDIATE: take the write lock up front, so the busy timeout applies here and not mid-batch.
@@ -658,7 +693,13 @@ impl<'c> WriteStatements<'c> {
             options: conn.prepare(INSERT_OPTIONS)?,
             blob: conn.prepare(INSERT_BLOB)?,
             upsert: conn.prepare(UPSERT)?,
-            search,
+            rollup: match options.spend_rollup {
+                true => Some(conn.prepare(&add_sql([
+                    "?1", "?2", "?3", "?4", "?5", "?6", "?7", "?8", "?9", "?10", "?11", "?12",
+                ]))?),
+                false => None,
+            },
+            search: options.search,
             unindexed: Vec::new(),
         })
     }
@@ -682,15 +723,30 @@ impl<'c> WriteStatements<'c> {
     ) -> rusqlite::Result<()> {
         self.begin.execute([])?;
         let rollback = RollbackUnlessCommitted(self.conn);
+        let mut tally = Tally::default();
         for row in batches.into_iter().flatten() {
-            self.write_record(row)?;
+            // Counted when it became final here: inserted final, or replacing its in-flight row (a final row is
+            // never replaced, so a record written twice counts once).
+            if self.write_record(row)? && row.0.status != "in_flight" {
+                tally.add(row.0.counted());
+            }
+        }
+        if let Some(rollup) = &mut self.rollup {
+            for ((day, caller, team, model), sums) in tally.rows() {
+                let [calls, refused, errors, input, output, cached, cost, unpriced] = *sums;
+                rollup.execute(params![
+                    day, caller, team, model, calls, refused, errors, input, output, cached, cost,
+                    unpriced
+                ])?;
+            }
         }
         self.commit.execute([])?;
         drop(rollback);
         Ok(())
     }
 
-    fn write_record(&mut self, (r, encoded): &(Row, Encoded)) -> rusqlite::Result<()> {
+    /// Whether the call's row was written (not when a final one was there already).
+    fn write_record(&mut self, (r, encoded): &(Row, Encoded)) -> rusqlite::Result<bool> {
         for b in &encoded.blobs {
             self.blob
                 .execute(params![b.hash, b.media_type, &b.bytes[..]])?;
@@ -727,14 +783,23 @@ impl<'c> WriteStatements<'c> {
             r.omitted_messages,
             r.omitted_bytes,
             r.first_message,
+            r.team,
         ])?;
         // Unchanged when a final record was already stored: its index entry stays.
         if written > 0 && r.first_message.is_some() && self.search.is_some() {
             self.unindexed
                 .push((r.call_id.clone(), r.search_text.clone()));
         }
-        Ok(())
+        Ok(written > 0)
     }
+}
+
+/// How the connection thread writes records: to the search index too, if the store keeps one; to the spend
+/// rollup too, unless the store was opened without it.
+#[derive(Clone, Copy)]
+struct WriteOptions<'c> {
+    search: Option<&'c SearchIndex>,
+    spend_rollup: bool,
 }
 
 /// Rolls back the connection's open transaction when dropped, if there still is one (a failed `COMMIT` or an
@@ -756,7 +821,7 @@ fn serve_writes<'c>(
     conn: &'c Connection,
     receiver: &mpsc::Receiver<Job>,
     first: Job,
-    search: Option<&'c SearchIndex>,
+    options: WriteOptions<'c>,
 ) -> Option<Job> {
     let mut statements: Option<WriteStatements<'_>> = None;
     let mut next = Some(first);
@@ -780,7 +845,7 @@ fn serve_writes<'c>(
                         }
                     }
                 }
-                commit_group(conn, &mut statements, &mut group, search);
+                commit_group(conn, &mut statements, &mut group, options);
             }
             Job::Read(job) => {
                 // As for `with_connection` closures: a panicking read fails its caller, not the store.
@@ -799,13 +864,13 @@ fn commit_group<'c>(
     conn: &'c Connection,
     statements: &mut Option<WriteStatements<'c>>,
     group: &mut Vec<WriteJob>,
-    search: Option<&'c SearchIndex>,
+    options: WriteOptions<'c>,
 ) {
     match commit(
         conn,
         statements,
         group.iter().map(|write| &write.rows),
-        search,
+        options,
     ) {
         Ok(()) => {
             for write in group.drain(..) {
@@ -817,7 +882,7 @@ fn commit_group<'c>(
         }
         Err(_) => {
             for write in group.drain(..) {
-                let alone = commit(conn, statements, std::iter::once(&write.rows), search);
+                let alone = commit(conn, statements, std::iter::once(&write.rows), options);
                 let _ = write.done.send(alone);
             }
         }
@@ -829,11 +894,11 @@ fn commit<'c, 'r>(
     conn: &'c Connection,
     statements: &mut Option<WriteStatements<'c>>,
     batches: impl IntoIterator<Item = &'r Rows>,
-    search: Option<&'c SearchIndex>,
+    options: WriteOptions<'c>,
 ) -> Result<(), StoreError> {
     let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         if statements.is_none() {
-            *statements = Some(WriteStatements::prepare(conn, search)?);
+            *statements = Some(WriteStatements::prepare(conn, options)?);
         }
         statements.as_mut().expect("prepared above").write(batches)
     }));
@@ -1160,7 +1225,7 @@ mod tests {
 
     use super::super::chain::{Encoded, NewOptions};
     use super::super::schema::{Row, EMPTY_MESSAGES, EMPTY_OPTIONS, EMPTY_TEXT};
-    use super::{commit_group, open_connection, SqliteStore, WriteJob, UPSERT};
+    use super::{commit_group, open_connection, SqliteStore, WriteJob, WriteOptions, UPSERT};
 
     /// A batch of one completed record of `conversation`, without messages.
     fn batch(
@@ -1173,6 +1238,7 @@ mod tests {
             call_id: format!("call-{conversation}"),
             conversation_id: conversation.into(),
             caller: None,
+            team: None,
             round_index: 0,
             started_at: 1,
             first_token_at: None,
@@ -1185,6 +1251,7 @@ mod tests {
             finish_reason: None,
             input_tokens: 0,
             output_tokens: 0,
+            cached_input_tokens: 0,
             response: "{}".into(),
             cost_nanos: None,
             history_head: None,
@@ -1228,7 +1295,11 @@ mod tests {
         let (bad, mut bad_outcome) = batch("bad");
         let (last, mut last_outcome) = batch("last");
         let mut group = vec![first, bad, last];
-        commit_group(&conn, &mut None, &mut group, None);
+        let options = WriteOptions {
+            search: None,
+            spend_rollup: true,
+        };
+        commit_group(&conn, &mut None, &mut group, options);
         assert!(group.is_empty());
         first_outcome.try_recv().unwrap().unwrap();
         last_outcome.try_recv().unwrap().unwrap();

@@ -16,7 +16,7 @@ impl PostgresStore {
             let failed = || pg_error("cannot sum the spend rollup");
             let client = self.client().await?;
             let statement = client
-                .prepare_cached(&query_sql(["$1", "$2", "$3", "$4", "$5", "$6", "$7"]))
+                .prepare_cached(&query_sql(["$1", "$2", "$3", "$4", "$5", "$6", "$7", "$8"]))
                 .await
                 .map_err(failed())?;
             let rows = client
@@ -30,6 +30,7 @@ impl PostgresStore {
                         &query.by_caller,
                         &query.by_team,
                         &query.by_model,
+                        &query.team.as_deref(),
                     ],
                 )
                 .await

@@ -16,8 +16,8 @@ impl SqliteStore {
         let q = query.clone();
         Box::pin(async move {
             self.read_on_thread("cannot sum the spend rollup", move |conn| {
-                let mut statement =
-                    conn.prepare_cached(&query_sql(["?1", "?2", "?3", "?4", "?5", "?6", "?7"]))?;
+                let mut statement = conn
+                    .prepare_cached(&query_sql(["?1", "?2", "?3", "?4", "?5", "?6", "?7", "?8"]))?;
                 let rows = statement.query_map(
                     params![
                         q.from.days_since_epoch(),
@@ -27,6 +27,7 @@ impl SqliteStore {
                         q.by_caller,
                         q.by_team,
                         q.by_model,
+                        q.team.as_deref(),
                     ],
                     |row| {
                         let mut sums = [0i64; 8];
