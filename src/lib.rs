@@ -70,6 +70,7 @@ mod stream;
 #[cfg(feature = "test-server")]
 pub mod test_server;
 mod tool_kind;
+mod tool_namespace;
 mod tower_metadata;
 pub mod transport;
 
@@ -100,3 +101,4 @@ pub use response::{ChatResponse, ResponseBuilder};
 pub use stream::{cancellable, ChatService, ChatStream, ChatStreamExt};
 pub use tokio_util::sync::CancellationToken;
 pub use tool_kind::{HostedTool, ToolKind, Unhosted};
+pub use tool_namespace::{namespaced_tool_name, namespaced_tools};

@@ -91,8 +91,9 @@ impl HostedTool {
             .unwrap_or_default()
     }
 
-    /// What an upstream of another format does with it. Dropped: OpenAI's `web_search*` and `tool_search`
-    /// and its `namespace` groups (tools deferred for a tool search), Anthropic's `web_search_*`, `web_fetch_*`
+    /// What an upstream of another format does with it (a Responses `namespace` group is not dropped but
+    /// flattened into its tools by the leaf). Dropped: OpenAI's `web_search*` and `tool_search` and its
+    /// `namespace` groups, Anthropic's `web_search_*`, `web_fetch_*`
     /// and `tool_search_tool_*`. Every other type is refused.
     pub fn elsewhere(&self) -> Unhosted {
         let kind = self.tool_type();

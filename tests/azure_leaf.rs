@@ -1,15 +1,20 @@
-//! The Azure OpenAI leaf over loopback: both URL forms, `api-key` and bearer authentication, and Azure's content
-//! filter (a refused prompt, a cut completion, streamed or whole) as typed errors carrying the categories.
+//! The Azure OpenAI leaf over loopback: both URL forms, `api-key` and bearer authentication, `reasoning_effort`
+//! only at api-versions that take it, and Azure's content filter (a refused prompt, a cut completion, streamed or
+//! whole) as typed errors carrying the categories.
 //! Fixtures in `tests/data/azure_*` follow Azure's documented responses.
 
 use std::time::Duration;
 
 use futures_util::StreamExt;
+use serde_json::{json, Value};
 use tower::ServiceExt;
 use tower_chat::azure::{AzureOpenAiChat, ContentFiltered, FilterStage};
 use tower_chat::leaf::{AccessToken, TokenFuture, TokenProvider};
 use tower_chat::test_server::{Reply, ScriptedProvider};
-use tower_chat::{ChatError, ChatEvent, ChatRequest, ChatStreamExt, ErrorKind, Message, Usage};
+use tower_chat::{
+    ChatError, ChatEvent, ChatRequest, ChatStreamExt, DroppedFields, ErrorKind, Message,
+    ReasoningEffort, ReasoningOptions, Usage,
+};
 
 fn fixture(name: &str) -> String {
     std::fs::read_to_string(format!("{}/tests/data/{name}", env!("CARGO_MANIFEST_DIR")))
@@ -253,4 +258,76 @@ async fn a_cut_whole_completion_is_the_filters_error() {
 fn a_leaf_without_an_endpoint_is_refused_at_build_time() {
     let err = AzureOpenAiChat::builder().api_key("k").build().unwrap_err();
     assert_eq!(err.kind(), &ErrorKind::InvalidRequest);
+}
+
+/// `reasoning_effort` reaches a deployment only at an api-version that takes it: an older one refuses the whole
+/// call over the unknown field, so the leaf leaves it out there and names the drop.
+#[tokio::test]
+async fn reasoning_effort_is_sent_only_to_api_versions_that_take_it() {
+    for (version, sent) in [
+        (None, false),
+        (Some("2024-10-21"), false),
+        (Some("2024-12-01-preview"), true),
+        (Some("2025-04-01-preview"), true),
+    ] {
+        let provider = ScriptedProvider::start(|_, _| Reply::openai_text("Done.")).await;
+        let mut builder = AzureOpenAiChat::builder()
+            .endpoint(format!("http://{}", provider.addr()))
+            .deployment("o4-mini-prod")
+            .api_key("azure-key-0123456789");
+        if let Some(version) = version {
+            builder = builder.api_version(version);
+        }
+        let leaf = builder.build().unwrap();
+        let mut request = request(false);
+        request.options.reasoning = Some(ReasoningOptions {
+            effort: Some(ReasoningEffort::High),
+            ..ReasoningOptions::default()
+        });
+        let dropped = DroppedFields::new();
+        request.extensions.insert(dropped.clone());
+        let reply = leaf
+            .oneshot(request)
+            .await
+            .unwrap()
+            .collect_response()
+            .await
+            .unwrap();
+        assert_eq!(reply.text(), "Done.");
+        let body = &provider.requests()[0].body;
+        let expected = if sent { json!("high") } else { Value::Null };
+        assert_eq!(body["reasoning_effort"], expected, "{version:?}");
+        let names = if sent {
+            vec![]
+        } else {
+            vec!["reasoning_effort".to_owned()]
+        };
+        assert_eq!(dropped.names(), names, "{version:?}");
+    }
+}
+
+/// The version-less `/openai/v1` form always takes `reasoning_effort`.
+#[tokio::test]
+async fn the_v1_form_sends_reasoning_effort() {
+    let provider = ScriptedProvider::start(|_, _| Reply::openai_text("Done.")).await;
+    let leaf = AzureOpenAiChat::builder()
+        .endpoint(format!("http://{}", provider.addr()))
+        .model("o4-mini")
+        .api_key("azure-key-0123456789")
+        .build()
+        .unwrap();
+    let mut request = request(false);
+    request.options.reasoning = Some(ReasoningOptions {
+        effort: Some(ReasoningEffort::Low),
+        ..ReasoningOptions::default()
+    });
+    leaf.oneshot(request)
+        .await
+        .unwrap()
+        .collect_response()
+        .await
+        .unwrap();
+    let sent = &provider.requests()[0];
+    assert_eq!(sent.path, "/openai/v1/chat/completions");
+    assert_eq!(sent.body["reasoning_effort"], "low");
 }

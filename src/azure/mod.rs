@@ -42,6 +42,7 @@ use http::header::HeaderName;
 
 pub use content_filter::{ContentFiltered, FilterCategory, FilterStage};
 
+use crate::carried::DroppedFields;
 use crate::error::{BoxError, ChatError};
 use crate::event::ChatEvent;
 use crate::leaf::{ChatLeaf, ChatLeafBuilder, Provider, ProviderWire};
@@ -91,6 +92,21 @@ impl Default for AzureOpenAi {
 
 impl Provider for AzureOpenAi {}
 
+/// The first dated api-version whose Chat Completions take `reasoning_effort`.
+const FIRST_REASONING_EFFORT_VERSION: &str = "2024-12-01-preview";
+
+impl AzureOpenAi {
+    /// Whether the api-version called takes `reasoning_effort`: the version-less `/openai/v1` form and its
+    /// `preview`/`latest` do, and dated versions from [`FIRST_REASONING_EFFORT_VERSION`] on (dated versions,
+    /// `YYYY-MM-DD[-preview]`, order as strings).
+    fn takes_reasoning_effort(&self) -> bool {
+        match self.api_version.as_deref() {
+            None | Some("preview" | "latest") => true,
+            Some(version) => version >= FIRST_REASONING_EFFORT_VERSION,
+        }
+    }
+}
+
 impl ProviderWire for AzureOpenAi {
     type Decoder = decode::AzureDecoder;
     const LEAF_NAME: &'static str = "AzureOpenAiChat";
@@ -124,7 +140,22 @@ impl ProviderWire for AzureOpenAi {
         request: &ChatRequest,
         default_model: Option<&str>,
     ) -> Result<Vec<u8>, ChatError> {
-        self.openai.encode(request, default_model)
+        let effort = request.options.reasoning.as_ref().and_then(|r| r.level());
+        if effort.is_none() || self.takes_reasoning_effort() {
+            return self.openai.encode(request, default_model);
+        }
+        // An api-version that predates `reasoning_effort` refuses the whole call over it ("Unrecognized request
+        // argument supplied"): the deployment's own default effort answers instead, and the drop is named.
+        tracing::debug!(
+            api_version = self.api_version.as_deref(),
+            "reasoning_effort left out of an Azure call: its api-version does not take it"
+        );
+        if let Some(dropped) = request.extensions.get::<DroppedFields>() {
+            dropped.record("reasoning_effort");
+        }
+        let mut request = request.clone();
+        request.options.reasoning = None;
+        self.openai.encode(&request, default_model)
     }
 
     fn error_message(body: &[u8]) -> Option<String> {

@@ -10,6 +10,7 @@ use crate::error::{ChatError, ErrorKind};
 use crate::message::Message;
 use crate::request::{ChatRequest, ToolChoice, ToolSpec};
 use crate::tool_kind::{freeform_description, ToolKind, Unhosted};
+use crate::tool_namespace::flatten;
 
 /// `request` as a leaf speaking `format` sends it: parts `keeps` refuses are taken out, of user, system and
 /// tool messages and of assistant turns (a user message or assistant turn left with nothing is removed), and carried fields of another format too; each drop is logged and recorded.
@@ -105,8 +106,9 @@ pub(crate) fn for_upstream(
     Ok(request)
 }
 
-/// The request's tools as a leaf speaking `format` sends them: a hosted tool of another format is dropped or
-/// refused by its rule ([`HostedTool::elsewhere`]); a freeform tool goes to a provider without freeform tools
+/// The request's tools as a leaf speaking `format` sends them: a Responses tool namespace becomes its tools,
+/// each named by [`namespaced_tool_name`](crate::namespaced_tool_name); another hosted tool of another format
+/// is dropped or refused by its rule ([`HostedTool::elsewhere`]); a freeform tool goes to a provider without freeform tools
 /// as its one-string function, with its grammar in the description. Untouched (not copied) when no tool needs
 /// either.
 fn for_format(
@@ -127,6 +129,9 @@ fn for_format(
     let mut gone = Vec::new();
     for tool in request.options.tools.iter() {
         match &tool.kind {
+            ToolKind::Hosted(hosted) if foreign(tool) && flatten(hosted).is_some() => {
+                kept.extend(flatten(hosted).into_iter().flatten());
+            }
             ToolKind::Hosted(hosted) if foreign(tool) => match hosted.elsewhere() {
                 Unhosted::Dropped => {
                     note(format!("tool:{}", hosted.tool_type()));

@@ -121,6 +121,10 @@ enum OutputItem {
     FunctionCall {
         call_id: String,
         name: String,
+        /// The tool namespace of the called tool: the call is named as the namespace's tools are at providers
+        /// without namespaces ([`namespaced_tool_name`](crate::namespaced_tool_name)).
+        #[serde(default)]
+        namespace: Option<String>,
         #[serde(default)]
         arguments: String,
     },
@@ -357,8 +361,10 @@ impl ResponseDecoder {
             OutputItem::FunctionCall {
                 call_id,
                 name,
+                namespace,
                 arguments,
             } => {
+                let name = joined(namespace.as_deref(), name);
                 let call_index = self.start_call(&call_id, &name, out);
                 if !arguments.is_empty() {
                     out.push_back(ChatEvent::ToolCallDelta {
@@ -432,8 +438,10 @@ impl ResponseDecoder {
             OutputItem::FunctionCall {
                 call_id,
                 name,
+                namespace,
                 arguments: final_arguments,
             } => {
+                let name = joined(namespace.as_deref(), name);
                 let (call_index, streamed) = match state {
                     Some(ItemState::Call {
                         call_index,
@@ -680,4 +688,12 @@ pub(crate) fn decode_response(body: &[u8]) -> Result<Vec<ChatEvent>, ChatError> 
     }
     decoder.finish(response, &mut out)?;
     Ok(out.into())
+}
+
+/// A call's name in the request's terms: a namespaced call under its namespace's joined name.
+fn joined(namespace: Option<&str>, name: String) -> String {
+    match namespace {
+        Some(namespace) => crate::namespaced_tool_name(namespace, &name),
+        None => name,
+    }
 }

@@ -68,6 +68,9 @@ enum Item<'a> {
     FunctionCall {
         call_id: &'a str,
         name: &'a str,
+        /// The tool namespace the called tool belongs to.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        namespace: Option<&'a str>,
         arguments: String,
     },
     FunctionCallOutput {
@@ -188,9 +191,25 @@ pub(crate) fn encode(
         .tools
         .get(&options.tools, wire_tool)
         .map_err(cannot_serialize)?;
+    let namespaced = crate::namespaced_tools(&options.tools);
+    let mut input = input_items(&request.messages)?;
+    if !namespaced.is_empty() {
+        // A namespace's call goes back as it came: its namespace and its name in it.
+        for item in &mut input {
+            if let Item::FunctionCall {
+                name, namespace, ..
+            } = item
+            {
+                if let Some((_, group, inner)) = namespaced.iter().find(|(flat, ..)| flat == name) {
+                    *name = inner;
+                    *namespace = Some(group);
+                }
+            }
+        }
+    }
     let body = Body {
         model,
-        input: input_items(&request.messages)?,
+        input,
         stream: options.stream,
         store: opts.store,
         include: opts.include,
@@ -350,6 +369,7 @@ fn function_call(call: &ToolCall) -> Item<'_> {
         CallKind::Function => Item::FunctionCall {
             call_id: &call.id,
             name: &call.name,
+            namespace: None,
             arguments: call.arguments.to_wire_string(),
         },
     }

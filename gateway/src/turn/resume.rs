@@ -32,11 +32,17 @@ pub(super) async fn prepare(
     let caller = request.extensions.get::<CallerIdentity>().cloned();
     // The client's `x-conversation-id`, which the route read: it wins over a stored or resumed one.
     let header_conversation = request.extensions.get::<ConversationId>().cloned();
+    // A tool namespace's tools are called by their joined names: the client's too.
     let client_tools: Vec<String> = request
         .options
         .tools
         .iter()
         .map(|t| t.name.clone())
+        .chain(
+            tower_chat::namespaced_tools(&request.options.tools)
+                .into_iter()
+                .map(|(joined, ..)| joined),
+        )
         .collect();
     if let Some(clash) = client_tools
         .iter()

@@ -187,7 +187,9 @@ async fn claude_code_thinking_and_effort_map_onto_each_providers_reasoning_setti
                 assert_eq!(sent["thinking"], json!({"type": "adaptive"}), "{at}");
                 assert_eq!(sent["output_config"], json!({"effort": "high"}), "{at}");
             }
-            "openai" | "azure" => assert_eq!(sent["reasoning_effort"], "high", "{at}"),
+            "openai" => assert_eq!(sent["reasoning_effort"], "high", "{at}"),
+            // The target's api-version (2024-10-21) predates `reasoning_effort`: left out, not refused.
+            "azure" => assert!(sent.get("reasoning_effort").is_none(), "{at}"),
             "openai-responses" => assert_eq!(sent["reasoning"], json!({"effort": "high"}), "{at}"),
             "gemini" | "vertex" => assert_eq!(
                 sent["generationConfig"]["thinkingConfig"],
@@ -202,6 +204,27 @@ async fn claude_code_thinking_and_effort_map_onto_each_providers_reasoning_setti
             other => panic!("{other}"),
         }
     }
+    let mut to_azure = body.clone();
+    to_azure["model"] = json!(upstreams.get("azure").model());
+    let answer = gw
+        .post_json(
+            "/v1/messages",
+            &to_azure,
+            &[("anthropic-version", "2023-06-01")],
+        )
+        .await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    let dropped = answer
+        .headers
+        .get("x-tower-chat-dropped")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default();
+    assert!(
+        dropped
+            .split(',')
+            .any(|name| name.trim() == "reasoning_effort"),
+        "the drop is named: {dropped:?}"
+    );
 }
 
 #[tokio::test]

@@ -9,6 +9,7 @@ mod agent_endpoints;
 mod answer_extras;
 mod carried_blocks;
 mod chat;
+mod codex_namespaces;
 mod codex_tools;
 mod fields_across_formats;
 mod files;

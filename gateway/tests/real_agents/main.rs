@@ -1,5 +1,5 @@
 //! The coding agents people run, unmodified, against the gateway in front of each upstream kind (Anthropic,
-//! OpenAI Chat, OpenAI Responses, Gemini, Bedrock): Claude Code reads a file with its own `Read` tool, Codex
+//! OpenAI Chat, OpenAI Responses, Azure OpenAI, Gemini, Gemini on Vertex AI, Bedrock): Claude Code reads a file with its own `Read` tool, Codex
 //! runs a command with its shell tool and applies a patch with `apply_patch`, the OpenAI Agents SDK calls a
 //! function tool. Each upstream is a scripted server on loopback that checks what the real API checks
 //! (`upstream.rs`) and scripts the model's turns; each agent must finish with exit code 0 and the expected text.

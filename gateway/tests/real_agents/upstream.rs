@@ -9,25 +9,42 @@ use std::sync::{Arc, Mutex};
 use serde_json::{json, Value};
 use tower_chat::test_server::{RecordedRequest, Reply};
 
-use crate::common::kinds::{carries, check_credential, text_reply, Handler};
+use crate::common::kinds::{call_path, carries, check_credential, streamed, text_reply, Handler};
+
+mod fields;
 
 /// The kinds the agents are run against.
-pub const KINDS: [&str; 5] = [
+pub const KINDS: [&str; 7] = [
     "anthropic",
     "openai",
     "openai-responses",
+    "azure",
     "gemini",
+    "vertex",
     "bedrock",
 ];
 
 /// What a kind's model sends with a tool call and expects back with the tool's result: the thinking block's
-/// signature (Anthropic), the encrypted reasoning item (Responses), the thought signature (Gemini).
+/// signature (Anthropic), the encrypted reasoning item (Responses), the thought signature (Gemini, Vertex), the
+/// `reasoningContent` block's signature (Bedrock, extended thinking of a Claude model).
 pub fn reasoning_token(kind: &str) -> Option<&'static str> {
     match kind {
         "anthropic" => Some("sig-anthropic-thinking-ZXhhbXBsZQ"),
         "openai-responses" => Some("enc-responses-reasoning-ZXhhbXBsZQ"),
         "gemini" => Some("sig-gemini-thought-ZXhhbXBsZQ"),
+        "vertex" => Some("sig-vertex-thought-ZXhhbXBsZQ"),
+        "bedrock" => Some("sig-bedrock-reasoning-ZXhhbXBsZQ"),
         _ => None,
+    }
+}
+
+/// The wire format `kind` speaks: Azure speaks OpenAI Chat's, Vertex AI Gemini's (their paths, credentials and
+/// accepted fields differ, and are checked apart).
+pub fn wire(kind: &str) -> &str {
+    match kind {
+        "azure" => "openai",
+        "vertex" => "gemini",
+        other => other,
     }
 }
 
@@ -119,7 +136,7 @@ impl Model {
         }
         if let (true, Some(token)) = (answers_a_call(kind, &request.body), reasoning_token(kind)) {
             // The reasoning that led to a call must come back with the call's result.
-            if !carries(request, token) {
+            if !carries(request, token) || !bedrock_reasoning_verbatim(kind, &request.body, token) {
                 let wrong = format!("the tool result came back without the reasoning ({token})");
                 self.complaints
                     .lock()
@@ -147,7 +164,7 @@ pub fn offered(kind: &str, body: &Value) -> Vec<Tool> {
         freeform: false,
         parameters: parameters.clone(),
     };
-    match kind {
+    match wire(kind) {
         "anthropic" => list(&body["tools"])
             .iter()
             .map(|t| function(&t["name"], &t["input_schema"]))
@@ -244,7 +261,7 @@ fn shape(body: &Value) -> String {
 
 /// How many tool results `body` carries, in `kind`'s wire format.
 pub fn results(kind: &str, body: &Value) -> usize {
-    let needle = match kind {
+    let needle = match wire(kind) {
         "anthropic" => "\"type\":\"tool_result\"",
         "openai" => "\"tool_call_id\"",
         "openai-responses" => "_call_output\"",
@@ -261,126 +278,12 @@ fn answers_a_call(kind: &str, body: &Value) -> bool {
     let has = |message: Option<Value>, needle: &str| {
         message.is_some_and(|m| m.to_string().contains(needle))
     };
-    match kind {
+    match wire(kind) {
         "anthropic" => has(last("messages"), "\"tool_result\""),
         "openai" => has(last("messages"), "\"tool_call_id\""),
         "openai-responses" => has(last("input"), "_call_output\""),
         "gemini" => has(last("contents"), "\"functionResponse\""),
         "bedrock" => has(last("messages"), "\"toolResult\""),
-        other => panic!("no such kind {other}"),
-    }
-}
-
-/// The top-level fields each real API takes (any other is refused as unknown, as the real APIs do).
-fn known_fields(kind: &str) -> &'static [&'static str] {
-    match kind {
-        "anthropic" => &[
-            "model",
-            "messages",
-            "max_tokens",
-            "system",
-            "metadata",
-            "stop_sequences",
-            "stream",
-            "temperature",
-            "top_p",
-            "top_k",
-            "tools",
-            "tool_choice",
-            "thinking",
-            "service_tier",
-            "container",
-            "mcp_servers",
-            "context_management",
-            "output_config",
-            "output_format",
-        ],
-        "openai" => &[
-            "model",
-            "messages",
-            "stream",
-            "stream_options",
-            "tools",
-            "tool_choice",
-            "parallel_tool_calls",
-            "temperature",
-            "top_p",
-            "max_tokens",
-            "max_completion_tokens",
-            "n",
-            "stop",
-            "user",
-            "safety_identifier",
-            "prompt_cache_key",
-            "reasoning_effort",
-            "response_format",
-            "seed",
-            "metadata",
-            "store",
-            "logprobs",
-            "top_logprobs",
-            "frequency_penalty",
-            "presence_penalty",
-            "service_tier",
-            "verbosity",
-            "modalities",
-            "audio",
-            "prediction",
-            "logit_bias",
-            "web_search_options",
-        ],
-        "openai-responses" => &[
-            "model",
-            "input",
-            "instructions",
-            "tools",
-            "tool_choice",
-            "parallel_tool_calls",
-            "stream",
-            "store",
-            "include",
-            "reasoning",
-            "text",
-            "max_output_tokens",
-            "temperature",
-            "top_p",
-            "metadata",
-            "previous_response_id",
-            "prompt_cache_key",
-            "safety_identifier",
-            "user",
-            "service_tier",
-            "truncation",
-            "background",
-            "prompt",
-            "max_tool_calls",
-            "top_logprobs",
-            "conversation",
-            "stream_options",
-            "client_metadata",
-        ],
-        "gemini" => &[
-            "contents",
-            "tools",
-            "toolConfig",
-            "safetySettings",
-            "systemInstruction",
-            "generationConfig",
-            "cachedContent",
-            "labels",
-        ],
-        "bedrock" => &[
-            "messages",
-            "system",
-            "inferenceConfig",
-            "toolConfig",
-            "additionalModelRequestFields",
-            "additionalModelResponseFieldPaths",
-            "guardrailConfig",
-            "promptVariables",
-            "requestMetadata",
-            "performanceConfig",
-        ],
         other => panic!("no such kind {other}"),
     }
 }
@@ -397,17 +300,18 @@ fn check(kind: &str, request: &RecordedRequest) -> Result<(), String> {
         return Err(format!("host {host:?} is not this loopback server"));
     }
     check_credential(kind, request)?;
+    check_path(kind, request)?;
     let body = request
         .body
         .as_object()
         .ok_or("the body is not a JSON object")?;
     if let Some(unknown) = body
         .keys()
-        .find(|k| !known_fields(kind).contains(&k.as_str()))
+        .find(|k| !fields::known_fields(kind).contains(&k.as_str()))
     {
         return Err(format!("unknown field {unknown:?}"));
     }
-    let required: &[&str] = match kind {
+    let required: &[&str] = match wire(kind) {
         "anthropic" => &["model", "messages", "max_tokens"],
         "openai" => &["model", "messages"],
         "openai-responses" => &["model", "input"],
@@ -422,6 +326,28 @@ fn check(kind: &str, request: &RecordedRequest) -> Result<(), String> {
         return Err("missing anthropic-version header".into());
     }
     check_pairing(kind, &request.body)
+}
+
+/// The method and path `kind`'s API is called at (a wrong one is a 404 there): the model's own path, Gemini's
+/// and Vertex's method after the colon, and for Azure the deployment path with an `api-version` query.
+fn check_path(kind: &str, request: &RecordedRequest) -> Result<(), String> {
+    let expected = call_path(kind, streamed(request));
+    if request.method != "POST" || request.path != expected {
+        return Err(format!(
+            "{} {} is not POST {expected}",
+            request.method, request.path
+        ));
+    }
+    let query = request.query.as_deref().unwrap_or_default();
+    let has = |name: &str| query.split('&').any(|p| p.split('=').next() == Some(name));
+    if kind == "azure" && !has("api-version") {
+        return Err(format!("no api-version in the query {query:?}"));
+    }
+    // The key goes in its header (or the token in `authorization`), never into a URL that logs keep.
+    if wire(kind) == "gemini" && !matches!(query, "" | "alt=sse") {
+        return Err(format!("unexpected query {query:?}"));
+    }
+    Ok(())
 }
 
 /// Every tool result answers a call made before it, as each API requires.
@@ -439,7 +365,7 @@ fn check_pairing(kind: &str, body: &Value) -> Result<(), String> {
             _ => Ok(()),
         }
     };
-    match kind {
+    match wire(kind) {
         "anthropic" | "bedrock" => {
             let (call, result, id, result_id) = if kind == "anthropic" {
                 ("tool_use", "tool_result", "id", "tool_use_id")
@@ -499,7 +425,7 @@ fn check_pairing(kind: &str, body: &Value) -> Result<(), String> {
 
 /// A 400 in `kind`'s error shape.
 fn refusal(kind: &str, message: &str) -> Reply {
-    match kind {
+    match wire(kind) {
         "anthropic" => Reply::json(
             400,
             json!({"type": "error", "error": {"type": "invalid_request_error", "message": message}}),
@@ -527,7 +453,7 @@ fn reply(kind: &str, turn: &Turn, n: usize) -> Reply {
         Turn::Freeform { name, input } => (name.as_str(), input.clone(), true),
     };
     let token = reasoning_token(kind).unwrap_or_default();
-    match kind {
+    match wire(kind) {
         "anthropic" => anthropic_call(name, &arguments, token),
         "openai" => Reply::openai_tool_calls(&[("call_scripted", name, &arguments)]),
         "openai-responses" if freeform => responses_freeform_call(name, &arguments, token),
@@ -536,13 +462,73 @@ fn reply(kind: &str, turn: &Turn, n: usize) -> Reply {
             &[("call_scripted", name, &arguments)],
         ),
         "gemini" => gemini_call(name, &arguments, token, n),
-        "bedrock" => Reply::bedrock_tool_use(&[(
-            "tooluse_scripted",
-            name,
-            serde_json::from_str(&arguments).unwrap(),
-        )]),
+        "bedrock" => bedrock_call(name, &arguments, token),
         other => panic!("no such kind {other}"),
     }
+}
+
+/// What the scripted Claude on Bedrock thinks before each call.
+const BEDROCK_THOUGHT: &str = "The tool answers this.";
+
+/// A Bedrock answer that reasons (a signed `reasoningContent` block, as a Claude model with extended thinking
+/// streams it) and then calls `name`.
+fn bedrock_call(name: &str, arguments: &str, signature: &str) -> Reply {
+    let middle = (0..=arguments.len() / 2)
+        .rev()
+        .find(|at| arguments.is_char_boundary(*at))
+        .unwrap_or(0);
+    let (head, tail) = arguments.split_at(middle);
+    let (thought_head, thought_tail) = BEDROCK_THOUGHT.split_at(8);
+    let reasoning = |delta: Value| {
+        (
+            "contentBlockDelta",
+            json!({"contentBlockIndex": 0, "delta": {"reasoningContent": delta}}),
+        )
+    };
+    let input = |fragment: &str| {
+        (
+            "contentBlockDelta",
+            json!({"contentBlockIndex": 1, "delta": {"toolUse": {"input": fragment}}}),
+        )
+    };
+    Reply::bedrock_stream(&[
+        ("messageStart", json!({"role": "assistant"})),
+        reasoning(json!({"text": thought_head})),
+        reasoning(json!({"text": thought_tail})),
+        reasoning(json!({"signature": signature})),
+        ("contentBlockStop", json!({"contentBlockIndex": 0})),
+        (
+            "contentBlockStart",
+            json!({"contentBlockIndex": 1,
+                "start": {"toolUse": {"toolUseId": "tooluse_scripted", "name": name}}}),
+        ),
+        input(head),
+        input(tail),
+        ("contentBlockStop", json!({"contentBlockIndex": 1})),
+        ("messageStop", json!({"stopReason": "tool_use"})),
+        (
+            "metadata",
+            json!({"usage": {"inputTokens": 30, "outputTokens": 8, "totalTokens": 38},
+                "metrics": {"latencyMs": 80}}),
+        ),
+    ])
+}
+
+/// For Bedrock, whether each assistant turn that calls a tool opens with the reasoning block exactly as it was
+/// streamed, its text and signature unaltered (Bedrock refuses a thinking turn whose signature does not verify
+/// its text); other kinds' tokens are checked by [`carries`] alone.
+fn bedrock_reasoning_verbatim(kind: &str, body: &Value, signature: &str) -> bool {
+    if kind != "bedrock" {
+        return true;
+    }
+    let expected = json!({"reasoningContent": {"reasoningText": {"text": BEDROCK_THOUGHT,
+        "signature": signature}}});
+    body["messages"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|m| m["role"] == "assistant" && m.to_string().contains("\"toolUse\""))
+        .all(|m| m["content"][0] == expected)
 }
 
 /// An Anthropic answer that thinks (a signed thinking block) and then calls `name`.

@@ -163,7 +163,8 @@ struct Reasoning {
 }
 
 /// A function tool; a freeform (`custom`) tool; any other type is one the provider hosts (`web_search`,
-/// `tool_search`, …) or a group of tools (`namespace`), kept as sent for a Responses upstream.
+/// `tool_search`, …) or a group of tools (`namespace`), kept as sent for a Responses upstream (a leaf of
+/// another format offers a namespace's function tools under their joined names).
 fn tool(value: &Value, i: usize) -> Result<ToolSpec, ApiError> {
     let at = format!("tools[{i}]");
     match value.get("type").and_then(Value::as_str) {
@@ -353,7 +354,8 @@ fn into_inbound(
         .filter(|tool| tool.is_custom())
         .map(|tool| tool.name.clone())
         .collect();
-    let encoder = ResponseEncoder::new(id, echo, include_encrypted, custom_tools);
+    let namespaced = tower_chat::namespaced_tools(&inbound.request.options.tools);
+    let encoder = ResponseEncoder::new(id, echo, include_encrypted, custom_tools, namespaced);
     Ok((inbound, encoder))
 }
 

@@ -275,13 +275,19 @@ where
     Ok(response)
 }
 
-/// The names of the tools a request declares: the client's own, whose calls it is shown.
+/// The names of the tools a request declares: the client's own, whose calls it is shown (a tool namespace's
+/// tools by their joined names, as upstreams call them).
 fn client_tools(request: &ChatRequest) -> HashSet<String> {
     request
         .options
         .tools
         .iter()
         .map(|t| t.name.clone())
+        .chain(
+            tower_chat::namespaced_tools(&request.options.tools)
+                .into_iter()
+                .map(|(joined, ..)| joined),
+        )
         .collect()
 }
 

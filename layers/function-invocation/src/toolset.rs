@@ -187,6 +187,10 @@ impl Resolved {
         let mut client = HashSet::new();
         for spec in Shared::into_inner(declared) {
             if executable.get(&spec.name).is_none() && client.insert(spec.name.clone()) {
+                // A tool namespace's tools are called by their joined names: the client's too.
+                for (joined, ..) in tower_chat::namespaced_tools(std::slice::from_ref(&spec)) {
+                    client.insert(joined);
+                }
                 specs.push(spec);
             }
         }

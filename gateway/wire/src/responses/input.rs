@@ -102,9 +102,15 @@ pub(super) fn input_messages(items: Vec<Value>, out: &mut Vec<Message>) -> Resul
                 }
             }
             "function_call" => {
+                let name = str_field(&item, "name", &at)?;
+                // A namespace's tool is called under its joined name, as every upstream is offered it.
+                let name = match item.get("namespace").and_then(Value::as_str) {
+                    Some(namespace) => tower_chat::namespaced_tool_name(namespace, name),
+                    None => name.to_owned(),
+                };
                 let call = ToolCall::from_raw_arguments(
                     str_field(&item, "call_id", &at)?.to_owned(),
-                    str_field(&item, "name", &at)?.to_owned(),
+                    name,
                     str_field(&item, "arguments", &at)?.to_owned(),
                 );
                 turn.answer().tool_calls.push(call);

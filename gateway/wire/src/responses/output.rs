@@ -196,6 +196,8 @@ pub struct ResponseEncoder {
     include_encrypted: bool,
     /// The request's freeform tools: their calls are `custom_tool_call` items.
     custom_tools: Vec<String>,
+    /// The request's namespaced tools (`(joined name, namespace, name)`): their calls go back namespaced.
+    namespaced: Vec<(String, String, String)>,
 }
 
 impl std::fmt::Debug for ResponseEncoder {
@@ -213,6 +215,7 @@ impl ResponseEncoder {
         echo: Value,
         include_encrypted: bool,
         custom_tools: Vec<String>,
+        namespaced: Vec<(String, String, String)>,
     ) -> Self {
         ResponseEncoder {
             id,
@@ -227,7 +230,22 @@ impl ResponseEncoder {
             calls: HashMap::new(),
             include_encrypted,
             custom_tools,
+            namespaced,
         }
+    }
+
+    /// A `function_call` item of a namespace's tool, named as the client offered it: its `namespace` and its
+    /// name in it.
+    fn namespaced(&self, mut item: Value) -> Value {
+        let found = self
+            .namespaced
+            .iter()
+            .find(|(joined, ..)| item["name"].as_str() == Some(joined.as_str()));
+        if let Some((_, namespace, name)) = found {
+            item["name"] = name.as_str().into();
+            item["namespace"] = namespace.as_str().into();
+        }
+        item
     }
 
     fn emit(&mut self, mut event: Value, out: &mut Vec<u8>) {
@@ -432,7 +450,13 @@ impl Encoder for ResponseEncoder {
                 let item = if custom {
                     custom_call_item(&call.id, &call.call_id, &call.name, "")
                 } else {
-                    call_item(&call.id, &call.call_id, &call.name, "", "in_progress")
+                    self.namespaced(call_item(
+                        &call.id,
+                        &call.call_id,
+                        &call.name,
+                        "",
+                        "in_progress",
+                    ))
                 };
                 let output_index = call.output_index;
                 self.calls.insert(index, call);
@@ -502,7 +526,13 @@ impl Encoder for ResponseEncoder {
                            "arguments": arguments}),
                     out,
                 );
-                let item = call_item(&open.id, &open.call_id, &open.name, &arguments, "completed");
+                let item = self.namespaced(call_item(
+                    &open.id,
+                    &open.call_id,
+                    &open.name,
+                    &arguments,
+                    "completed",
+                ));
                 self.emit(
                     json!({"type": "response.output_item.done", "output_index": open.output_index,
                            "item": item}),
@@ -620,13 +650,13 @@ impl ResponseEncoder {
                 continue;
             }
             let id = format!("fc_{}", uuid::Uuid::new_v4().simple());
-            output.push(call_item(
+            output.push(self.namespaced(call_item(
                 &id,
                 &call.id,
                 &call.name,
                 &arguments_text(call),
                 "completed",
-            ));
+            )));
         }
         let (status, incomplete) = status(&ending.reason);
         let mut response = self.response(&folded, status, output, usage(&folded.usage));

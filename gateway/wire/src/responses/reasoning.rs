@@ -221,7 +221,13 @@ mod tests {
     }
 
     fn encoder(include_encrypted: bool) -> ResponseEncoder {
-        ResponseEncoder::new("resp_1".into(), json!({}), include_encrypted, Vec::new())
+        ResponseEncoder::new(
+            "resp_1".into(),
+            json!({}),
+            include_encrypted,
+            Vec::new(),
+            Vec::new(),
+        )
     }
 
     fn ending() -> Ending {
