@@ -38,6 +38,7 @@ mod calls;
 mod calls_approvals;
 mod card;
 mod chart;
+mod chart_scale;
 mod extract;
 mod format;
 mod highlight;
