@@ -3,7 +3,8 @@
 //! critical accessibility violation. The inbox's cards show the user's request, the model's text, the arguments
 //! as fields and what a write changes; a decision made in the page comes back as a banner and moves its call to
 //! the decided section, and the pending count in the title and the navigation follows the live refresh. The usage
-//! page's charts fill their frame with text of 11 px or more and time labels that neither overlap nor stick out.
+//! page's charts fill their frame with text of 11 px or more, time and y-axis labels that neither overlap nor stick
+//! out, and every point inside its plot; one slow call among fast ones turns the latency axis logarithmic.
 //! The inbox says when it last heard from the gateway and when it cannot reach
 //! it, and a decision that cannot reach the gateway is shown as failed and stays in its form. Needs Chromium, chromedriver and `npm ci --prefix gateway/tests/axe`;
 //! without them it skips with a message, unless `CI` is set (then it fails).
@@ -440,6 +441,56 @@ async fn every_page_fits_a_narrow_window_and_passes_axe() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_page_fits_a_phone_and_passes_axe() {
     every_page_at(400).await;
+}
+
+/// One 30 s call among twenty of 200 ms: the latency chart turns logarithmic, draws every point inside its plot
+/// and keeps its y-axis labels apart and inside the chart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_slow_call_among_fast_ones_gives_a_logarithmic_latency_chart_with_every_point_in_its_plot(
+) {
+    let Some(browser) = Driver::start_sized("latency-log", 1400, 900).await else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let gw = gateway(dir.path()).await;
+    pause_a_call(&gw, "plan-1", "notes/plan.txt", "plan").await;
+    let mut latencies = vec![200; 20];
+    latencies.push(30_000);
+    usage::seed_latencies(&gw, &latencies).await;
+    let base = format!("http://{}", gw.addr);
+    log_in(&browser, &base).await;
+    browser.go(&format!("{base}/console/usage?range=1h")).await;
+    browser
+        .find("#latency[data-scale=log]", Duration::from_secs(5))
+        .await;
+    browser
+        .execute(
+            "document.getElementById('latency').scrollIntoView();",
+            vec![],
+        )
+        .await;
+    browser.screenshot("usage-latency-log").await;
+    let charts = browser.execute(CHART_PROBLEMS, vec![]).await;
+    assert_eq!(charts, json!([]), "chart problems");
+    let drawn = browser.find_all("#latency svg circle").await.len();
+    // p50, p90 and p99 of the seeded minute and of the paused call's.
+    assert_eq!(drawn, 6);
+    let labels = browser
+        .execute(
+            "return [...document.querySelectorAll('#latency text.y-label')].map((t) => t.textContent);",
+            vec![],
+        )
+        .await;
+    let labels: Vec<&str> = labels
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l.as_str().unwrap())
+        .collect();
+    assert!(
+        labels.ends_with(&["100 ms", "1 s", "10 s", "100 s"]),
+        "{labels:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
