@@ -1,6 +1,7 @@
 //! Calls for the usage page to show, written straight into the gateway's call records: a minute of eleven
 //! `model-a` calls (alice's; 100–190 ms and one 60 s outlier; 10 input and 4 output tokens and 1,000 nano-$
-//! each) and a minute of two `model-b` calls that failed (bob's; 400 and 500 ms; unpriced).
+//! each) and a minute of two `model-b` calls that failed (bob's; 400 and 500 ms; unpriced); or, for a given set
+//! of latencies, one completed `model-a` call of alice's per latency.
 
 use std::time::{Duration, SystemTime};
 
@@ -13,6 +14,65 @@ use super::Harness;
 /// gateway must have recorded at least one call. The two minutes are 10 and 3 minutes before now, whole
 /// minutes, so each lands in one bucket of the last hour.
 pub async fn seed(gw: &Harness) {
+    let error = RecordedError {
+        kind: "upstream".into(),
+        message: "503 from the provider".into(),
+    };
+    let mut calls = Vec::new();
+    for i in 0..11u64 {
+        let latency = if i == 10 { 60_000 } else { 100 + 10 * i };
+        calls.push((
+            "alice",
+            "model-a",
+            (10, i),
+            latency,
+            CallOutcome::Completed,
+            Some(1_000),
+        ));
+    }
+    for (i, latency) in [400, 500].into_iter().enumerate() {
+        let failed = CallOutcome::Failed {
+            error: error.clone(),
+        };
+        calls.push(("bob", "model-b", (3, i as u64), latency, failed, None));
+    }
+    write(gw, calls).await;
+}
+
+/// Write one completed call of alice's per latency (in milliseconds), a second apart from 10 minutes before now;
+/// the gateway must have recorded a call to copy, as for [`seed`].
+pub async fn seed_latencies(gw: &Harness, latencies: &[u64]) {
+    let calls = latencies
+        .iter()
+        .enumerate()
+        .map(|(i, latency)| {
+            let at = (10 - i as u64 / 60, i as u64 % 60);
+            (
+                "alice",
+                "model-a",
+                at,
+                *latency,
+                CallOutcome::Completed,
+                Some(1_000),
+            )
+        })
+        .collect();
+    write(gw, calls).await;
+}
+
+/// A seeded call: caller, model, (minutes before now's minute, second within it), latency in ms, outcome, cost
+/// in nano-dollars.
+type Seeded = (
+    &'static str,
+    &'static str,
+    (u64, u64),
+    u64,
+    CallOutcome,
+    Option<u64>,
+);
+
+/// Write `calls` as copies of the gateway's last recorded call.
+async fn write(gw: &Harness, calls: Vec<Seeded>) {
     let store = gw.records().await;
     let now = SystemTime::now();
     let recent = store
@@ -36,28 +96,6 @@ pub async fn seed(gw: &Harness) {
     let at = |minutes_ago: u64, seconds: u64| {
         SystemTime::UNIX_EPOCH + Duration::from_secs(minute - minutes_ago * 60 + seconds)
     };
-    let error = RecordedError {
-        kind: "upstream".into(),
-        message: "503 from the provider".into(),
-    };
-    let mut calls = Vec::new();
-    for i in 0..11u64 {
-        let latency = if i == 10 { 60_000 } else { 100 + 10 * i };
-        calls.push((
-            "alice",
-            "model-a",
-            at(10, i),
-            latency,
-            CallOutcome::Completed,
-            Some(1_000),
-        ));
-    }
-    for (i, latency) in [400, 500].into_iter().enumerate() {
-        let failed = CallOutcome::Failed {
-            error: error.clone(),
-        };
-        calls.push(("bob", "model-b", at(3, i as u64), latency, failed, None));
-    }
     let records: Vec<_> = calls
         .into_iter()
         .map(|(caller, model, started, latency, outcome, cost)| {
@@ -65,6 +103,7 @@ pub async fn seed(gw: &Harness) {
             record.call_id = CallId::generate();
             record.caller = Some(CallerIdentity::new(caller));
             record.model = Some(model.into());
+            let started = at(started.0, started.1);
             record.started_at = started;
             record.first_token_at = Some(started + Duration::from_millis(latency / 2));
             record.ended_at = started + Duration::from_millis(latency);

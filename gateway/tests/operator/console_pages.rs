@@ -3,7 +3,8 @@
 //! critical accessibility violation. The inbox's cards show the user's request, the model's text, the arguments
 //! as fields and what a write changes; a decision made in the page comes back as a banner and moves its call to
 //! the decided section, and the pending count in the title and the navigation follows the live refresh. The usage
-//! page's charts fill their frame with text of 11 px or more and time labels that neither overlap nor stick out.
+//! page's charts fill their frame with text of 11 px or more, time and y-axis labels that neither overlap nor stick
+//! out, and every point inside its plot; one slow call among fast ones turns the latency axis logarithmic.
 //! The inbox says when it last heard from the gateway and when it cannot reach
 //! it, and a decision that cannot reach the gateway is shown as failed and stays in its form. Needs Chromium, chromedriver and `npm ci --prefix gateway/tests/axe`;
 //! without them it skips with a message, unless `CI` is set (then it fails).
@@ -78,7 +79,9 @@ pub(crate) async fn problems(browser: &Driver, axe: &str, page: &str) -> Vec<Str
 }
 
 /// What makes the usage page's charts hard to read: a chart narrower than its frame, text rendered under
-/// 11 px, time labels that overlap or stick out of the chart, more time labels than a phone's set.
+/// 11 px, time labels that overlap or stick out of the chart, more time labels than a phone's set, y-axis labels
+/// that overlap each other or stick out of the chart, a point drawn outside the plot (above its top grid line or
+/// below its bottom one).
 const CHART_PROBLEMS: &str = r#"
 const problems = [];
 for (const figure of document.querySelectorAll('figure.chart')) {
@@ -93,6 +96,24 @@ for (const figure of document.querySelectorAll('figure.chart')) {
     const size = parseFloat(getComputedStyle(text).fontSize) * text.getScreenCTM().a;
     if (size < 11) problems.push(`${figure.id}: "${text.textContent}" at ${size.toFixed(1)} px`);
     if (text.classList.contains('tick')) ticks.push([text.textContent, text.getBoundingClientRect()]);
+  }
+  const yLabels = [...svg.querySelectorAll('text.y-label')].map((t) => [t.textContent, t.getBoundingClientRect()]);
+  if (yLabels.length < 2) problems.push(`${figure.id}: ${yLabels.length} y-axis labels`);
+  yLabels.sort((a, b) => b[1].top - a[1].top);
+  for (let i = 1; i < yLabels.length; i++) {
+    if (yLabels[i][1].bottom > yLabels[i - 1][1].top) problems.push(`${figure.id}: ${yLabels[i - 1][0]} and ${yLabels[i][0]} overlap`);
+  }
+  for (const [label, r] of yLabels) {
+    if (r.left < box.left - 0.5 || r.right > box.right + 0.5 || r.top < box.top - 0.5 || r.bottom > box.bottom + 0.5) {
+      problems.push(`${figure.id}: y-axis label ${label} sticks out`);
+    }
+  }
+  const grid = [...svg.querySelectorAll('line.grid')].map((l) => l.getBoundingClientRect().top);
+  const [plotTop, plotBottom] = [Math.min(...grid), Math.max(...grid)];
+  for (const point of svg.querySelectorAll('circle')) {
+    const r = point.getBoundingClientRect();
+    const middle = (r.top + r.bottom) / 2;
+    if (middle < plotTop - 1 || middle > plotBottom + 1) problems.push(`${figure.id}: a point at ${middle.toFixed(1)} outside the plot ${plotTop.toFixed(1)}–${plotBottom.toFixed(1)}`);
   }
   ticks.sort((a, b) => a[1].left - b[1].left);
   for (let i = 1; i < ticks.length; i++) {
@@ -277,11 +298,24 @@ async fn every_page_at(width: u32) {
             )
             .await;
         browser.screenshot(&format!("usage-latency-by-{by}")).await;
-        let marked = browser.find_all("#latency svg circle.clipped").await;
+        // One 60 s call among calls of 100–500 ms: a logarithmic axis, every point inside the plot (checked
+        // with the other charts above), none on a line above it.
         assert_eq!(
-            marked.len(),
+            browser.find_all("#latency[data-scale=log]").await.len(),
             1,
-            "the 60 s outlier is marked above the clipped axis"
+            "the 60 s outlier turns the latency axis logarithmic"
+        );
+        assert_eq!(
+            browser.find_all("#latency svg circle").await.len(),
+            browser
+                .execute(
+                    "return Number(document.querySelector('#latency svg').dataset.points);",
+                    vec![],
+                )
+                .await
+                .as_u64()
+                .unwrap() as usize,
+            "every point is drawn"
         );
     }
 
@@ -407,6 +441,56 @@ async fn every_page_fits_a_narrow_window_and_passes_axe() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_page_fits_a_phone_and_passes_axe() {
     every_page_at(400).await;
+}
+
+/// One 30 s call among twenty of 200 ms: the latency chart turns logarithmic, draws every point inside its plot
+/// and keeps its y-axis labels apart and inside the chart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_slow_call_among_fast_ones_gives_a_logarithmic_latency_chart_with_every_point_in_its_plot(
+) {
+    let Some(browser) = Driver::start_sized("latency-log", 1400, 900).await else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let gw = gateway(dir.path()).await;
+    pause_a_call(&gw, "plan-1", "notes/plan.txt", "plan").await;
+    let mut latencies = vec![200; 20];
+    latencies.push(30_000);
+    usage::seed_latencies(&gw, &latencies).await;
+    let base = format!("http://{}", gw.addr);
+    log_in(&browser, &base).await;
+    browser.go(&format!("{base}/console/usage?range=1h")).await;
+    browser
+        .find("#latency[data-scale=log]", Duration::from_secs(5))
+        .await;
+    browser
+        .execute(
+            "document.getElementById('latency').scrollIntoView();",
+            vec![],
+        )
+        .await;
+    browser.screenshot("usage-latency-log").await;
+    let charts = browser.execute(CHART_PROBLEMS, vec![]).await;
+    assert_eq!(charts, json!([]), "chart problems");
+    let drawn = browser.find_all("#latency svg circle").await.len();
+    // p50, p90 and p99 of the seeded minute and of the paused call's.
+    assert_eq!(drawn, 6);
+    let labels = browser
+        .execute(
+            "return [...document.querySelectorAll('#latency text.y-label')].map((t) => t.textContent);",
+            vec![],
+        )
+        .await;
+    let labels: Vec<&str> = labels
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l.as_str().unwrap())
+        .collect();
+    assert!(
+        labels.ends_with(&["100 ms", "1 s", "10 s", "100 s"]),
+        "{labels:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

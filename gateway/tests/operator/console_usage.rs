@@ -1,6 +1,6 @@
 //! The console's usage page over plain HTTP, on calls seeded into the gateway's records (`common::usage`):
-//! every chart and both breakdown tables carry the seeded numbers, the latency axis is clipped with the outlier
-//! marked, time ticks fall on round times. The same page in Chromium at desktop and phone widths is checked
+//! every chart and both breakdown tables carry the seeded numbers, the latency axis turns logarithmic for the
+//! outlier, time ticks fall on round times. The same page in Chromium at desktop and phone widths is checked
 //! in `console_pages.rs`.
 
 use crate::common;
@@ -12,7 +12,7 @@ use tower_chat::test_server::Reply;
 const OPS_KEY: &str = "sk-ops-carol-0123456789";
 
 /// The usage page over seeded calls (errors, a latency outlier, two models and callers): every chart, the
-/// breakdown per model and per caller with their numbers, the latency axis clipped with the outlier marked, and
+/// breakdown per model and per caller with their numbers, the latency axis logarithmic for the outlier, and
 /// time ticks on round times; "model calls", never "requests".
 #[tokio::test]
 async fn the_usage_page_charts_and_breaks_down_calls_errors_cost_and_an_outlier() {
@@ -42,7 +42,9 @@ async fn the_usage_page_charts_and_breaks_down_calls_errors_cost_and_an_outlier(
     assert!(html.contains("14 model calls from"), "{html}");
     for chart in ["calls", "errors", "error-rate", "tokens", "cost", "latency"] {
         assert!(
-            html.contains(&format!("<figure class=\"chart\" id=\"{chart}\">")),
+            html.contains(&format!(
+                "<figure class=\"chart\" id=\"{chart}\" data-scale=\""
+            )),
             "no {chart} chart"
         );
     }
@@ -132,12 +134,41 @@ async fn the_usage_page_charts_and_breaks_down_calls_errors_cost_and_an_outlier(
         ],
     );
 
-    // Latency: the typical p90 of all calls is 500 ms, so the axis stops at 2 s and the 60 s p99 is marked.
+    // Latency: the typical p90 of all calls is 500 ms and the slowest p99 60 s, so the axis is logarithmic,
+    // in decades from 100 ms to 100 s, and nothing is clipped.
     let latency = &html[html.find("id=\"latency\"").unwrap()..];
     let latency = &latency[..latency.find("</figure>").unwrap()];
-    assert!(latency.contains("data-clipped=\"1\""), "{latency}");
-    assert!(latency.contains(">▲ 60 s</text>"), "{latency}");
-    assert!(latency.contains("Axis clipped at 2 s"), "{latency}");
+    assert!(latency.contains("data-scale=\"log\""), "{latency}");
+    assert!(
+        latency.contains("(logarithmic scale)</figcaption>"),
+        "{latency}"
+    );
+    assert!(
+        latency.contains("the largest value (60 s) is more than 10 × the typical p90 (500 ms)"),
+        "{latency}"
+    );
+    // The floor is the decade under the fastest bucket's p50 (the gateway's own call: a few milliseconds).
+    let y_labels: Vec<&str> = latency
+        .split("class=\"axis y-label\"")
+        .skip(1)
+        .map(|rest| {
+            let text = &rest[rest.find('>').unwrap() + 1..];
+            &text[..text.find('<').unwrap()]
+        })
+        .collect();
+    assert!(
+        y_labels.ends_with(&["100 ms", "1 s", "10 s", "100 s"]),
+        "{y_labels:?}"
+    );
+    assert!(
+        y_labels
+            .iter()
+            .all(|l| ["1 ", "10 ", "100 ", "0.1 ", "0.01 "]
+                .iter()
+                .any(|d| l.starts_with(d))),
+        "decades only: {y_labels:?}"
+    );
+    assert!(!latency.contains("clip"), "{latency}");
     assert!(latency.contains("class=\"band b0\"") && latency.contains("class=\"band b1\""));
     // Errors and their rate per minute, and the cost, in the charts' tables.
     let rate = &html[html.find("id=\"error-rate\"").unwrap()..];

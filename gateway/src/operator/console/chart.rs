@@ -4,14 +4,15 @@
 //! A chart fills its container's width at any size without scaling its text: the outer SVG has no `viewBox`, so
 //! text is drawn at the stylesheet's pixel size; positions along the time axis are percentages of the width,
 //! and lines and bands live in an inner SVG stretched over the plot (`preserveAspectRatio="none"`, strokes that
-//! do not scale). Time ticks fall on round times; a narrow screen shows a sparser set (CSS classes). An axis
-//! can be clipped at a bound so one outlier does not flatten the rest: points above it are drawn on the bound,
-//! marked and labelled with their value. Each chart carries its numbers as a table too.
+//! do not scale). Time ticks fall on round times; a narrow screen shows a sparser set (CSS classes). The y axis
+//! shows every value at its place ([`super::chart_scale`]): logarithmic, and said so, when one outlier would
+//! flatten the rest. Each chart carries its numbers as a table too.
 
 use std::time::{Duration, SystemTime};
 
 use maud::{html, Markup};
 
+use super::chart_scale::{Scale, YAxis, LOG_FACTOR};
 use super::format::utc;
 
 /// The time axis of a chart: `buckets` buckets of `bucket` from `start`.
@@ -87,7 +88,8 @@ impl Unit {
 }
 
 /// A chart: its id (the figure's), caption, unit, time axis and series. `bands` fills between consecutive
-/// series (for percentiles, lowest first); `clip` caps the y axis, marking the points above it.
+/// series (for percentiles, lowest first); `typical` is the data's typical value (a latency's p90) when a value
+/// far above it should turn the y axis logarithmic.
 pub(super) struct Chart<'a> {
     pub(super) id: &'static str,
     pub(super) title: String,
@@ -95,7 +97,7 @@ pub(super) struct Chart<'a> {
     pub(super) axis: TimeAxis,
     pub(super) series: Vec<Series<'a>>,
     pub(super) bands: bool,
-    pub(super) clip: Option<f64>,
+    pub(super) typical: Option<f64>,
 }
 
 /// Chart geometry, in pixels (height) and percent of the width (horizontal margin).
@@ -126,33 +128,6 @@ const TICK_STEPS: [u64; 13] = [
 /// The most time ticks on a wide chart, and on a narrow one (a phone: at most 700 px).
 pub(super) const WIDE_TICKS: usize = 8;
 pub(super) const NARROW_TICKS: usize = 4;
-
-/// A round upper bound for the y axis (1, 2 or 5 × 10ⁿ).
-pub(super) fn nice_max(max: f64) -> f64 {
-    if max <= 0.0 || !max.is_finite() {
-        return 1.0;
-    }
-    let magnitude = 10f64.powf(max.log10().floor());
-    [1.0, 2.0, 5.0, 10.0]
-        .into_iter()
-        .map(|m| m * magnitude)
-        .find(|v| *v >= max * (1.0 - 1e-12))
-        .unwrap_or(10.0 * magnitude)
-}
-
-/// The multiple of the typical latency (p90 of every call of the range) above which a latency axis is
-/// clipped: far enough to show a slow tail, near enough that one stuck call does not flatten it.
-pub(super) const CLIP_FACTOR: f64 = 3.0;
-
-/// The bound a latency axis is clipped at, or `None` when every value fits under it: a round number at least
-/// [`CLIP_FACTOR`] times `typical`.
-pub(super) fn clip_bound(typical: f64, largest: f64) -> Option<f64> {
-    if typical <= 0.0 || !typical.is_finite() {
-        return None;
-    }
-    let bound = nice_max(typical * CLIP_FACTOR);
-    (largest > bound).then_some(bound)
-}
 
 /// `0.0012`, `45`, `1.5k`, `2.3M`: at most three significant digits, no trailing zeros.
 pub(super) fn short_number(value: f64) -> String {
@@ -246,42 +221,40 @@ fn bucket_label(axis: &TimeAxis, i: usize) -> String {
     }
 }
 
-/// The chart as a figure: caption, SVG, legend, a note on clipping, and its numbers as a table. `data-points`
-/// counts the points drawn, `data-clipped` those above the clipped axis (what the tests check). SVG shapes are
+/// The chart as a figure: caption, SVG, legend, a note on a logarithmic scale, and its numbers as a table.
+/// `data-points` counts the points drawn and the figure's `data-scale` names the y axis's scale (what the tests
+/// check). Y-axis labels sit just above their grid line, inside the SVG: the top tick's label needs `TOP`. SVG shapes are
 /// written with a closing tag: inside HTML, a foreign element's start tag without one would swallow its
 /// siblings.
 pub(super) fn chart(chart: &Chart<'_>) -> Markup {
     let axis = &chart.axis;
-    let largest = chart
-        .series
-        .iter()
-        .flat_map(|s| s.values.iter().flatten())
-        .fold(0.0f64, |a, b| a.max(*b));
-    let top = chart.clip.unwrap_or_else(|| nice_max(largest));
-    let y = |v: f64| PLOT * (1.0 - v.min(top) / top);
+    let values = chart.series.iter().flat_map(|s| s.values.iter().flatten());
+    let y_axis = YAxis::fit(values.clone().copied(), chart.typical, PLOT);
+    let y = |v: f64| y_axis.y(v);
+    let largest = values.fold(0.0f64, |a, b| a.max(*b));
     let points: usize = chart
         .series
         .iter()
         .map(|s| s.values.iter().flatten().count())
         .sum();
-    let clipped: usize = chart
-        .series
-        .iter()
-        .map(|s| s.values.iter().flatten().filter(|v| **v > top).count())
-        .sum();
     let unit = chart.unit;
+    let log = y_axis.scale == Scale::Log;
+    let title = if log {
+        format!("{} (logarithmic scale)", chart.title)
+    } else {
+        chart.title.clone()
+    };
     html! {
-        figure class="chart" id=(chart.id) {
-            figcaption { (chart.title) }
+        figure class="chart" id=(chart.id) data-scale=(y_axis.scale.name()) {
+            figcaption { (title) }
             svg xmlns="http://www.w3.org/2000/svg" width="100%" height=(HEIGHT) role="img"
-                aria-label=(format!("{} (the table below the chart has the numbers)", chart.title))
-                data-points=(points) data-clipped=(clipped) data-series=(chart.series.len()) {
-                @for step in 0..=4 {
-                    @let value = top * f64::from(step) / 4.0;
-                    @let at = format!("{:.1}", TOP + y(value));
+                aria-label=(format!("{title} (the table below the chart has the numbers)"))
+                data-points=(points) data-series=(chart.series.len()) {
+                @for value in &y_axis.ticks {
+                    @let at = format!("{:.1}", TOP + y(*value));
                     line class="grid" x1="0" x2="100%" y1=(at) y2=(at) {}
-                    text class="axis" x="2" y=(format!("{:.1}", TOP + y(value) - 3.0)) {
-                        (unit.axis_label(value))
+                    text class="axis y-label" x="2" y=(format!("{:.1}", TOP + y(*value) - 3.0)) {
+                        (unit.axis_label(*value))
                     }
                 }
                 @for tick in ticks(axis) {
@@ -313,16 +286,9 @@ pub(super) fn chart(chart: &Chart<'_>) -> Markup {
                 @for (n, s) in chart.series.iter().enumerate() {
                     @for (i, value) in s.values.iter().enumerate() {
                         @if let Some(v) = value {
-                            @let over = *v > top;
-                            circle class=(if over { "point clipped" } else { SERIES_CLASSES[n % SERIES_CLASSES.len()].1 })
-                                cx=(pct(axis.x(i))) cy=(format!("{:.1}", TOP + y(*v))) r=(if over { "4" } else { "2.5" }) {
+                            circle class=(SERIES_CLASSES[n % SERIES_CLASSES.len()].1)
+                                cx=(pct(axis.x(i))) cy=(format!("{:.1}", TOP + y(*v))) r="2.5" {
                                 title { (s.name) ": " (unit.format(*v)) " at " (utc(axis.bucket_start(i))) " UTC" }
-                            }
-                            @if over {
-                                text class="clipped-label" x=(pct(axis.x(i))) y=(format!("{:.1}", TOP - 6.0))
-                                    text-anchor=(if axis.x(i) > 90.0 { "end" } else { "middle" }) {
-                                    "▲ " (unit.format(*v))
-                                }
                             }
                         }
                     }
@@ -333,11 +299,11 @@ pub(super) fn chart(chart: &Chart<'_>) -> Markup {
                     li { span class=(SERIES_CLASSES[n % SERIES_CLASSES.len()].2) {} (s.name) }
                 }
             }
-            @if clipped > 0 {
-                p class="note clip-note" {
-                    "Axis clipped at " (unit.format(top)) " (" (CLIP_FACTOR) " × the typical p90, rounded up): "
-                    (clipped) @if clipped == 1 { " point is" } @else { " points are" }
-                    " above it, drawn on the top line as ▲ with their value."
+            @if log {
+                p class="note scale-note" {
+                    "Logarithmic scale: the largest value (" (unit.format(largest)) ") is more than " (LOG_FACTOR)
+                    " × the typical p90 (" (unit.format(chart.typical.unwrap_or_default())) "). "
+                    "Equal steps up the axis multiply the value; a value of zero is drawn on the bottom line."
                 }
             }
             (numbers(chart))
@@ -499,47 +465,94 @@ mod tests {
         }
     }
 
-    #[test]
-    fn an_outlier_clips_the_axis_and_is_marked_with_its_value() {
-        assert_eq!(nice_max(0.0), 1.0);
-        assert_eq!(nice_max(3.2), 5.0);
-        assert_eq!(nice_max(120.0), 200.0);
-        assert_eq!(nice_max(500.0), 500.0);
-        // Typical p90 270 ms: the axis stops at 1 s, so a 30 s call is clipped; without it nothing is.
-        assert_eq!(clip_bound(270.0, 30_000.0), Some(1000.0));
-        assert_eq!(clip_bound(270.0, 700.0), None);
-        assert_eq!(clip_bound(0.0, 30_000.0), None);
-
-        let axis = axis("12:00", 60, 4);
-        let p99 = Series {
-            name: "p99",
-            values: vec![Some(200.0), None, Some(30_000.0), Some(250.0)],
-        };
-        let svg = chart(&Chart {
+    fn latency_chart(values: Vec<Option<f64>>, typical: f64) -> String {
+        chart(&Chart {
             id: "latency",
             title: "Latency".into(),
             unit: Unit::Millis,
-            axis,
-            series: vec![p99],
+            axis: axis("12:00", 60, values.len()),
+            series: vec![Series {
+                name: "p99",
+                values,
+            }],
             bands: false,
-            clip: clip_bound(270.0, 30_000.0),
+            typical: Some(typical),
         })
-        .into_string();
+        .into_string()
+    }
+
+    /// Every `cy="…"` (the points' heights) and the y-axis labels of a chart's markup.
+    fn heights_and_labels(svg: &str) -> (Vec<f64>, Vec<&str>) {
+        let heights = svg
+            .split("cy=\"")
+            .skip(1)
+            .map(|rest| rest[..rest.find('"').unwrap()].parse().unwrap())
+            .collect();
+        let labels = svg
+            .split("class=\"axis y-label\"")
+            .skip(1)
+            .map(|rest| {
+                let text = &rest[rest.find('>').unwrap() + 1..];
+                &text[..text.find('<').unwrap()]
+            })
+            .collect();
+        (heights, labels)
+    }
+
+    #[test]
+    fn an_outlier_turns_the_axis_logarithmic_and_every_point_stays_in_the_plot() {
+        // 200 ms calls and one of 30 s, typical p90 270 ms: decades from 100 ms to 100 s, nothing clipped.
+        let svg = latency_chart(vec![Some(200.0), None, Some(30_000.0), Some(250.0)], 270.0);
+        assert!(svg.contains("data-scale=\"log\""), "{svg}");
         assert!(svg.contains("data-points=\"3\""), "{svg}");
-        assert!(svg.contains("data-clipped=\"1\""), "{svg}");
-        assert!(svg.contains(">▲ 30 s</text>"), "{svg}");
         assert!(
-            svg.contains(">1 s</text>"),
-            "the axis tops at the bound: {svg}"
+            svg.contains("Latency (logarithmic scale)</figcaption>"),
+            "{svg}"
         );
-        assert!(svg.contains("Axis clipped at 1 s"), "{svg}");
+        assert!(
+            svg.contains("Logarithmic scale: the largest value (30 s)"),
+            "{svg}"
+        );
+        assert!(!svg.contains("clip"), "{svg}");
+        let (heights, labels) = heights_and_labels(&svg);
+        assert_eq!(labels, ["100 ms", "1 s", "10 s", "100 s"]);
+        assert_eq!(heights.len(), 3);
+        assert!(
+            heights.iter().all(|y| (TOP..=TOP + PLOT).contains(y)),
+            "{heights:?}"
+        );
+        // The 30 s point is at its place: between the 10 s and 100 s lines, not on the top one.
+        let decade = PLOT / 3.0;
+        let expected = TOP + PLOT - decade * (30_000f64.log10() - 2.0);
+        assert!((heights[1] - expected).abs() < 0.06, "{heights:?}");
+        assert!(heights[1] > TOP && heights[1] < TOP + decade);
         assert_eq!(
             svg.matches("<polyline").count(),
             2,
             "the gap breaks the line"
         );
-        // The clipped point sits on the top line: y = TOP.
-        assert!(svg.contains(&format!("cy=\"{TOP:.1}\" r=\"4\"")), "{svg}");
+
+        // Without the outlier the axis is linear from zero to a round top, every point inside it.
+        let svg = latency_chart(vec![Some(200.0), Some(700.0), Some(0.0)], 270.0);
+        assert!(svg.contains("data-scale=\"linear\""), "{svg}");
+        assert!(!svg.contains("logarithmic"), "{svg}");
+        let (heights, labels) = heights_and_labels(&svg);
+        assert_eq!(labels, ["0 ms", "250 ms", "500 ms", "750 ms", "1 s"]);
+        let expected = [TOP + PLOT * 0.8, TOP + PLOT * 0.3, TOP + PLOT];
+        assert_eq!(heights.len(), 3);
+        assert!(
+            heights
+                .iter()
+                .zip(expected)
+                .all(|(y, e)| (y - e).abs() < 0.06),
+            "{heights:?}"
+        );
+
+        // A zero on a log axis is drawn on the bottom line (the axis floor).
+        let svg = latency_chart(vec![Some(0.0), Some(150.0), Some(60_000.0)], 150.0);
+        let (heights, _) = heights_and_labels(&svg);
+        assert_eq!(heights[0], TOP + PLOT);
+        assert!(heights.iter().all(|y| (TOP..=TOP + PLOT).contains(y)));
     }
 
     #[test]

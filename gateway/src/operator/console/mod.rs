@@ -46,6 +46,7 @@ mod calls;
 mod calls_approvals;
 mod card;
 mod chart;
+mod chart_scale;
 mod extract;
 mod format;
 mod highlight;

@@ -14,7 +14,7 @@ use tower_chat_persistence::{Store, StoreError, UsageAggregate, UsageQuery};
 
 use maud::{html, Markup};
 
-use super::chart::{chart, clip_bound, Chart, Series, TimeAxis, Unit};
+use super::chart::{chart, Chart, Series, TimeAxis, Unit};
 use super::extract::PageQuery;
 use super::format::{count, utc};
 use super::layout::{error_page, html_response, layout, Nav};
@@ -314,11 +314,8 @@ fn content(
     let p50 = per_bucket(&all_buckets, buckets, |r| ms(r.latency.p50));
     let p90 = per_bucket(&all_buckets, buckets, |r| ms(r.latency.p90));
     let p99 = per_bucket(&all_buckets, buckets, |r| ms(r.latency.p99));
-    let slowest = p99.iter().flatten().fold(0.0f64, |a, b| a.max(*b));
-    let clip = data
-        .all
-        .as_ref()
-        .and_then(|all| clip_bound(ms(all.latency.p90), slowest));
+    // Far above the typical latency, one slow call turns the latency axis logarithmic.
+    let typical = data.all.as_ref().map(|all| ms(all.latency.p90));
     let savings = SavingsBy::of(&data.per_model_and_caller, prices);
     let total_calls = data.all.as_ref().map_or(0, |a| a.calls);
     let hit_rate = if total_calls == 0 {
@@ -339,7 +336,7 @@ fn content(
             axis,
             series: as_series(&calls_by),
             bands: false,
-            clip: None,
+            typical: None,
         },
         Chart {
             id: "errors",
@@ -367,7 +364,7 @@ fn content(
                 },
             ],
             bands: false,
-            clip: None,
+            typical: None,
         },
         Chart {
             id: "error-rate",
@@ -379,7 +376,7 @@ fn content(
                 values: rate,
             }],
             bands: false,
-            clip: None,
+            typical: None,
         },
         Chart {
             id: "tokens",
@@ -388,7 +385,7 @@ fn content(
             axis,
             series: as_series(&tokens_by),
             bands: false,
-            clip: None,
+            typical: None,
         },
         Chart {
             id: "cost",
@@ -397,7 +394,7 @@ fn content(
             axis,
             series: as_series(&cost_by),
             bands: false,
-            clip: None,
+            typical: None,
         },
         Chart {
             id: "latency",
@@ -419,7 +416,7 @@ fn content(
                 },
             ],
             bands: true,
-            clip,
+            typical,
         },
     ];
     html! {
