@@ -8,8 +8,8 @@ use crate::common;
 
 use serde_json::{json, Value};
 use tower_chat::test_server::{RecordedRequest, Reply};
-use tower_chat_gateway::config_file::ConfigFile;
 
+use super::codex_tools::{before_agents, through};
 use common::kinds::{carries, text_reply, KindUpstreams};
 use common::{Answer, Harness};
 
@@ -105,37 +105,9 @@ async fn every_kind() -> (KindUpstreams, Harness) {
         })
     })
     .await;
-    let toml = upstreams.toml();
-    let file = ConfigFile::parse(&toml, "gateway.toml").unwrap_or_else(|e| panic!("{e}\n{toml}"));
-    let gw = Harness::start(
-        |_, _| Reply::json(500, json!({"error": "the --upstream is unused"})),
-        |config| {
-            config.file = file;
-            config.add_tool = false;
-            config.files = None;
-        },
-    )
-    .await;
-    (upstreams, gw)
+    before_agents(upstreams).await
 }
 
-async fn through(
-    upstreams: &KindUpstreams,
-    gw: &Harness,
-    kind: &str,
-    body: &Value,
-) -> (Answer, Value) {
-    let upstream = upstreams.get(kind);
-    let before = upstream.server.requests().len();
-    let answer = gw.post_json("/v1/responses", body, &[]).await;
-    assert_eq!(answer.status, 200, "{kind}: {}", answer.body);
-    let requests = upstream.server.requests();
-    assert_eq!(requests.len(), before + 1, "{kind} was called once");
-    (answer, requests[before].body.clone())
-}
-
-/// The `function_call` items the client got: from the whole response, or from the stream's
-/// `response.output_item.added` and `.done` events.
 fn calls(answer: &Answer, stream: bool) -> Vec<Value> {
     let items: Vec<Value> = if stream {
         answer

@@ -163,6 +163,11 @@ async fn every_kind() -> (KindUpstreams, Harness) {
         })
     })
     .await;
+    before_agents(upstreams).await
+}
+
+/// A gateway routing a model to each of `upstreams`, with no server-side tools, as an agent's would be.
+pub(crate) async fn before_agents(upstreams: KindUpstreams) -> (KindUpstreams, Harness) {
     let toml = upstreams.toml();
     let file = ConfigFile::parse(&toml, "gateway.toml").unwrap_or_else(|e| panic!("{e}\n{toml}"));
     let gw = Harness::start(
@@ -178,7 +183,7 @@ async fn every_kind() -> (KindUpstreams, Harness) {
 }
 
 /// Posts `body` to `/v1/responses` and returns the answer and the body `kind`'s upstream received.
-async fn through(
+pub(crate) async fn through(
     upstreams: &KindUpstreams,
     gw: &Harness,
     kind: &str,

@@ -172,6 +172,17 @@ fn key_name(state: &ConsoleState, id: &str) -> Result<String, Box<Response>> {
         })
 }
 
+/// A change posted on key `id`'s page: its form's CSRF token checked, then the key's name, or the page refusing.
+fn checked_change(
+    state: &ConsoleState,
+    session: &Session,
+    form: &ChangeForm,
+    id: &str,
+) -> Result<String, Box<Response>> {
+    check_csrf(session, form.csrf.as_deref())?;
+    key_name(state, id)
+}
+
 /// `POST /console/keys/{id}/rotate`: first the confirmation, then (`confirm=1`) the rotation and its new secret.
 pub(crate) async fn rotate(
     State(state): State<ConsoleState>,
@@ -179,10 +190,7 @@ pub(crate) async fn rotate(
     Path(id): Path<String>,
     PageForm(form): PageForm<ChangeForm>,
 ) -> Response {
-    if let Err(refusal) = check_csrf(&session, form.csrf.as_deref()) {
-        return *refusal;
-    }
-    let name = match key_name(&state, &id) {
+    let name = match checked_change(&state, &session, &form, &id) {
         Ok(name) => name,
         Err(refusal) => return *refusal,
     };
@@ -246,10 +254,7 @@ pub(crate) async fn revoke(
     Path(id): Path<String>,
     PageForm(form): PageForm<ChangeForm>,
 ) -> Response {
-    if let Err(refusal) = check_csrf(&session, form.csrf.as_deref()) {
-        return *refusal;
-    }
-    let name = match key_name(&state, &id) {
+    let name = match checked_change(&state, &session, &form, &id) {
         Ok(name) => name,
         Err(refusal) => return *refusal,
     };
