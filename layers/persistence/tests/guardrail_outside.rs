@@ -6,7 +6,7 @@
 #[macro_use]
 mod common;
 
-use common::{answer, copy, scripted, TestDb};
+use common::{answer, copy, found, scripted, verdicts, TestDb};
 use tower::{Layer, ServiceExt};
 use tower_chat::{
     ChatRequest, ChatStreamExt, ConversationId, ErrorKind, FinishReason, GuardrailAction,
@@ -62,22 +62,6 @@ async fn through_policy(
         .unwrap()
         .remove(0);
     (seen.text().to_owned(), record)
-}
-
-async fn found(db: &TestDb, search: &str) -> usize {
-    let query = CallLogQuery {
-        search: Some(search.into()),
-        ..CallLogQuery::default()
-    };
-    db.store.call_log(&query).await.unwrap().entries.len()
-}
-
-fn verdicts(record: &CallRecord) -> Vec<(GuardrailStage, GuardrailAction, Option<&str>)> {
-    record
-        .guardrail
-        .iter()
-        .map(|v| (v.stage, v.action, v.detail.as_deref()))
-        .collect()
 }
 
 async fn an_answer_redacted_outside_is_stored_redacted(db: &TestDb) {

@@ -10,7 +10,7 @@ mod common;
 
 use std::sync::Arc;
 
-use common::{copy, scripted, TestDb};
+use common::{copy, found, scripted, verdicts, TestDb};
 use serde_json::json;
 use tower::{Layer, ServiceExt};
 use tower_chat::{
@@ -19,7 +19,7 @@ use tower_chat::{
 };
 use tower_chat_function_invocation::{tool_json, FunctionInvocationLayer};
 use tower_chat_guardrail::{Check, GuardrailLayer};
-use tower_chat_persistence::{CallLogQuery, CallOutcome, CallRecord};
+use tower_chat_persistence::{CallOutcome, CallRecord};
 use tower_chat_testkit::{scripted_stream, Delivery, Items, SHAPES};
 
 both_stores!(
@@ -110,22 +110,6 @@ async fn through_loop(
     let mut records = db.store.conversation_calls(&conversation).await.unwrap();
     records.sort_by_key(|record| record.round_index);
     (seen, records)
-}
-
-async fn found(db: &TestDb, search: &str) -> usize {
-    let query = CallLogQuery {
-        search: Some(search.into()),
-        ..CallLogQuery::default()
-    };
-    db.store.call_log(&query).await.unwrap().entries.len()
-}
-
-fn verdicts(record: &CallRecord) -> Vec<(GuardrailStage, GuardrailAction, Option<&str>)> {
-    record
-        .guardrail
-        .iter()
-        .map(|v| (v.stage, v.action, v.detail.as_deref()))
-        .collect()
 }
 
 fn calls(messages: &[Message]) -> Vec<&ToolCall> {

@@ -12,11 +12,11 @@ use serde::Deserialize;
 
 use super::extract::{PageForm, PageQuery};
 use super::keys::secret_page;
-use super::layout::{check_csrf, error_page, html_response, layout, see_other, Nav};
+use super::layout::{error_page, html_response, layout, see_other, Nav};
 use super::managed::{self, limits_list, operator, patterns, refused, usage_table};
 use super::session::Session;
 use super::state::ConsoleState;
-use crate::keys::ops::{self, DEFAULT_GRACE, MAX_GRACE};
+use crate::keys::ops::{self, AdminState, DEFAULT_GRACE, MAX_GRACE};
 use crate::keys::record::{invalid, now_ms, Kind};
 
 /// A confirmed change's form: the CSRF token, `confirm=1` once confirmed, and a rotation's grace period.
@@ -159,8 +159,7 @@ fn confirmation(
 }
 
 /// The name of key `id`, or the 404 page.
-fn key_name(state: &ConsoleState, id: &str) -> Result<String, Box<Response>> {
-    let keys = managed::keys(state)?;
+fn key_name(keys: &AdminState, id: &str) -> Result<String, Box<Response>> {
     keys.keys
         .row(Kind::Key, id)
         .map(|row| row.name)
@@ -172,17 +171,6 @@ fn key_name(state: &ConsoleState, id: &str) -> Result<String, Box<Response>> {
         })
 }
 
-/// A change posted on key `id`'s page: its form's CSRF token checked, then the key's name, or the page refusing.
-fn checked_change(
-    state: &ConsoleState,
-    session: &Session,
-    form: &ChangeForm,
-    id: &str,
-) -> Result<String, Box<Response>> {
-    check_csrf(session, form.csrf.as_deref())?;
-    key_name(state, id)
-}
-
 /// `POST /console/keys/{id}/rotate`: first the confirmation, then (`confirm=1`) the rotation and its new secret.
 pub(crate) async fn rotate(
     State(state): State<ConsoleState>,
@@ -190,7 +178,11 @@ pub(crate) async fn rotate(
     Path(id): Path<String>,
     PageForm(form): PageForm<ChangeForm>,
 ) -> Response {
-    let name = match checked_change(&state, &session, &form, &id) {
+    let keys = match managed::keys_to_change(&state, &session, form.csrf.as_deref()) {
+        Ok(keys) => keys,
+        Err(refusal) => return *refusal,
+    };
+    let name = match key_name(keys, &id) {
         Ok(name) => name,
         Err(refusal) => return *refusal,
     };
@@ -222,10 +214,6 @@ pub(crate) async fn rotate(
             Some(&seconds.to_string()),
         );
     }
-    let keys = match managed::keys(&state) {
-        Ok(keys) => keys,
-        Err(refusal) => return *refusal,
-    };
     match ops::rotate_key(keys, &operator(&session), id, grace).await {
         Ok((row, secret)) => {
             let until = row
@@ -254,7 +242,11 @@ pub(crate) async fn revoke(
     Path(id): Path<String>,
     PageForm(form): PageForm<ChangeForm>,
 ) -> Response {
-    let name = match checked_change(&state, &session, &form, &id) {
+    let keys = match managed::keys_to_change(&state, &session, form.csrf.as_deref()) {
+        Ok(keys) => keys,
+        Err(refusal) => return *refusal,
+    };
+    let name = match key_name(keys, &id) {
         Ok(name) => name,
         Err(refusal) => return *refusal,
     };
@@ -270,10 +262,6 @@ pub(crate) async fn revoke(
             None,
         );
     }
-    let keys = match managed::keys(&state) {
-        Ok(keys) => keys,
-        Err(refusal) => return *refusal,
-    };
     match ops::revoke_key(keys, &operator(&session), id.clone()).await {
         Ok(_) => see_other(&format!("/console/keys/{id}?done=revoked")),
         Err(error) => refused(&error),

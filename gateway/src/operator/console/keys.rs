@@ -14,7 +14,7 @@ use serde_json::Map;
 use tower_chat_limits::CounterKind;
 
 use super::extract::PageForm;
-use super::layout::{check_csrf, html_response, layout, Nav};
+use super::layout::{html_response, layout, Nav};
 use super::managed::{
     self, budget_cell, limits_fields, operator, patterns, refused, split_list, LimitsForm,
 };
@@ -178,10 +178,7 @@ pub(crate) async fn create(
     Extension(session): Extension<Session>,
     PageForm(form): PageForm<KeyForm>,
 ) -> Response {
-    if let Err(refusal) = check_csrf(&session, form.csrf.as_deref()) {
-        return *refusal;
-    }
-    let keys = match managed::keys(&state) {
+    let keys = match managed::keys_to_change(&state, &session, form.csrf.as_deref()) {
         Ok(keys) => keys,
         Err(refusal) => return *refusal,
     };

@@ -13,7 +13,7 @@ use tower_chat_limits::{CounterKind, CounterUsage, UsageReport};
 use tower_chat_persistence::UtcDay;
 
 use super::format::{dollars, utc};
-use super::layout::error_page;
+use super::layout::{check_csrf, error_page};
 use super::session::Session;
 use super::spend_range::Period;
 use super::state::ConsoleState;
@@ -32,6 +32,16 @@ pub(super) fn keys(state: &ConsoleState) -> Result<&AdminState, Box<Response>> {
              (--db or --database-url).",
         ))
     })
+}
+
+/// The managed keys for a change a form posted: its CSRF token checked first, or the page refusing.
+pub(super) fn keys_to_change<'a>(
+    state: &'a ConsoleState,
+    session: &Session,
+    csrf: Option<&str>,
+) -> Result<&'a AdminState, Box<Response>> {
+    check_csrf(session, csrf)?;
+    keys(state)
 }
 
 /// The operator a session's forms act as: the same identity the admin API records for the operator's key.

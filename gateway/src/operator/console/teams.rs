@@ -12,7 +12,7 @@ use serde_json::Map;
 use tower_chat_limits::CounterKind;
 
 use super::extract::PageForm;
-use super::layout::{check_csrf, error_page, html_response, layout, see_other, Nav};
+use super::layout::{error_page, html_response, layout, see_other, Nav};
 use super::managed::{
     self, budget_cell, limits_fields, limits_list, operator, refused, usage_table, LimitsForm,
 };
@@ -129,10 +129,7 @@ pub(crate) async fn create(
     Extension(session): Extension<Session>,
     PageForm(form): PageForm<TeamForm>,
 ) -> Response {
-    if let Err(refusal) = check_csrf(&session, form.csrf.as_deref()) {
-        return *refusal;
-    }
-    let keys = match managed::keys(&state) {
+    let keys = match managed::keys_to_change(&state, &session, form.csrf.as_deref()) {
         Ok(keys) => keys,
         Err(refusal) => return *refusal,
     };

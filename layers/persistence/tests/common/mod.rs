@@ -9,7 +9,10 @@ use tower_chat::{
     BoxChatService, ChatError, ChatEvent, ChatRequest, ChatStream, ChatStreamExt, ConversationId,
     FinishReason, Message, ModelMetadata, Usage,
 };
-use tower_chat_persistence::{CallRecord, PersistenceLayer, PostgresStore, SqliteStore, Store};
+use tower_chat::{GuardrailAction, GuardrailStage};
+use tower_chat_persistence::{
+    CallLogQuery, CallRecord, PersistenceLayer, PostgresStore, SqliteStore, Store,
+};
 use tower_chat_testkit::{database_url, scripted_stream, streaming_model, Delivery, Items};
 
 /// One test module per store: `sqlite::name` on a fresh file, `postgres::name` on `DATABASE_URL` (skipped with a
@@ -325,5 +328,23 @@ pub fn copy(items: &[Result<ChatEvent, ChatError>]) -> Items {
             Ok(event) => Ok(event.clone()),
             Err(error) => Err(ChatError::new(error.kind().clone(), error.message())),
         })
+        .collect()
+}
+
+/// How many calls of the call log a search for `search` finds.
+pub async fn found(db: &TestDb, search: &str) -> usize {
+    let query = CallLogQuery {
+        search: Some(search.into()),
+        ..CallLogQuery::default()
+    };
+    db.store.call_log(&query).await.unwrap().entries.len()
+}
+
+/// A record's guardrail verdicts as (stage, action, detail).
+pub fn verdicts(record: &CallRecord) -> Vec<(GuardrailStage, GuardrailAction, Option<&str>)> {
+    record
+        .guardrail
+        .iter()
+        .map(|v| (v.stage, v.action, v.detail.as_deref()))
         .collect()
 }
