@@ -135,15 +135,17 @@ fn for_format(
                     note(format!("tool:{}", hosted.tool_type()));
                     gone.push(tool.name.clone());
                 }
-                Unhosted::Refused => return Err(ChatError::new(
-                    ErrorKind::Unsupported,
-                    format!(
+                Unhosted::Refused => {
+                    return Err(ChatError::new(
+                        ErrorKind::Unsupported,
+                        format!(
                         "the hosted tool `{}` cannot be served by this upstream: only {} runs it",
                         hosted.tool_type(),
                         hosted.hosted_by()
                     ),
-                )
-                .refused_before_sending()),
+                    )
+                    .refused_before_sending())
+                }
             },
             ToolKind::Custom { format } if foreign(tool) => {
                 let mut function = tool.clone();
