@@ -101,4 +101,4 @@ pub use response::{ChatResponse, ResponseBuilder};
 pub use stream::{cancellable, ChatService, ChatStream, ChatStreamExt};
 pub use tokio_util::sync::CancellationToken;
 pub use tool_kind::{HostedTool, ToolKind, Unhosted};
-pub use tool_namespace::{namespaced_tool_name, namespaced_tools};
+pub use tool_namespace::{namespaced_freeform_tools, namespaced_tool_name, namespaced_tools};

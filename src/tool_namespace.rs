@@ -1,7 +1,10 @@
 //! Responses tool namespaces (`{"type": "namespace", "name": …, "tools": [...]}`, how Codex offers an MCP
 //! server's tools) toward providers that have no such groups: each tool of the group becomes a tool of its own
 //! named `<namespace>__<name>`, and its calls come back under that name, which the client's format turns into
-//! the namespaced call again (`namespace` + `name`).
+//! the namespaced call again (`namespace` + `name`). A freeform (`custom`) tool of the group becomes a freeform
+//! tool of that name (a provider without freeform tools gets its one-string function) whose calls come back as
+//! the namespaced `custom_tool_call`; a hosted tool in the group goes by the rule for hosted tools
+//! ([`HostedTool::elsewhere`]). A `tool_choice` naming a namespace's tool names it by the joined name too.
 //!
 //! The name must fit every provider's limit for tool names (64 characters of `[A-Za-z0-9_-]` for OpenAI, Bedrock
 //! and Gemini): a joined name that is longer, or that holds any other character, is cut to 55 characters of
@@ -50,76 +53,93 @@ fn is_namespace(hosted: &HostedTool) -> bool {
     hosted.format == ApiFormat::Responses && hosted.tool_type() == "namespace"
 }
 
-/// The function tools of a namespace as tools of their own, each under its [`namespaced_tool_name`], with
-/// their schema. `None` when `hosted` is no namespace.
+/// The tools of a namespace as tools of their own, each under its [`namespaced_tool_name`]: a function tool
+/// with its schema, a freeform (`custom`) tool as a freeform tool (the leaf gives a provider without freeform
+/// tools its one-string function), any other type as the hosted tool it is, which the leaf drops or refuses by
+/// [`HostedTool::elsewhere`] as it would at the top level. `None` when `hosted` is no namespace.
 pub(crate) fn flatten(hosted: &HostedTool) -> Option<Vec<ToolSpec>> {
     if !is_namespace(hosted) {
         return None;
     }
     let namespace = hosted.definition.get("name").and_then(Value::as_str)?;
     let tools = hosted.definition.get("tools").and_then(Value::as_array)?;
-    let text = |tool: &Value, key: &str| {
-        tool.get(key)
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_owned()
-    };
     Some(
         tools
             .iter()
-            .filter_map(|tool| {
-                let name = namespaced_tool_name(namespace, tool.get("name")?.as_str()?);
-                let description = text(tool, "description");
-                match tool.get("type").and_then(Value::as_str) {
-                    Some("function") | None => Some(ToolSpec::new(
-                        name,
-                        description,
-                        tool.get("parameters")
-                            .filter(|p| p.is_object())
-                            .cloned()
-                            .unwrap_or_else(
-                                || serde_json::json!({"type": "object", "properties": {}}),
-                            ),
-                    )),
-                    // A freeform or hosted tool inside a group: its call could not come back as the client's
-                    // namespaced call of that kind, so it is not offered.
-                    Some(_) => None,
-                }
-            })
+            .filter_map(|tool| member(namespace, tool))
             .collect(),
     )
 }
 
+/// One tool of `namespace` as a tool of its own; `None` for a named kind without its name.
+fn member(namespace: &str, tool: &Value) -> Option<ToolSpec> {
+    let description = tool
+        .get("description")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let name = || Some(namespaced_tool_name(namespace, tool.get("name")?.as_str()?));
+    match tool.get("type").and_then(Value::as_str) {
+        Some("function") | None => Some(ToolSpec::new(
+            name()?,
+            description,
+            tool.get("parameters")
+                .filter(|p| p.is_object())
+                .cloned()
+                .unwrap_or_else(|| serde_json::json!({"type": "object", "properties": {}})),
+        )),
+        Some("custom") => Some(ToolSpec::custom(
+            name()?,
+            description,
+            tool.get("format").filter(|f| f.is_object()).cloned(),
+        )),
+        Some(_) => Some(ToolSpec::hosted(HostedTool::new(
+            ApiFormat::Responses,
+            tool.clone(),
+        ))),
+    }
+}
+
+/// Each namespace among `tools` with each of its tools' definitions.
+fn members(tools: &[ToolSpec]) -> impl Iterator<Item = (&str, &Value)> {
+    tools
+        .iter()
+        .filter_map(|tool| match &tool.kind {
+            ToolKind::Hosted(hosted) if is_namespace(hosted) => {
+                let namespace = hosted.definition.get("name").and_then(Value::as_str)?;
+                let inner = hosted.definition.get("tools").and_then(Value::as_array)?;
+                Some(inner.iter().map(move |tool| (namespace, tool)))
+            }
+            _ => None,
+        })
+        .flatten()
+}
+
 /// The namespaced tools among `tools`, as `(name at a provider without namespaces, namespace, name in it)`.
 pub fn namespaced_tools(tools: &[ToolSpec]) -> Vec<(String, String, String)> {
-    let mut table = Vec::new();
-    for tool in tools {
-        let ToolKind::Hosted(hosted) = &tool.kind else {
-            continue;
-        };
-        if !is_namespace(hosted) {
-            continue;
-        }
-        let Some(namespace) = hosted.definition.get("name").and_then(Value::as_str) else {
-            continue;
-        };
-        for inner in hosted
-            .definition
-            .get("tools")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-        {
-            if let Some(name) = inner.get("name").and_then(Value::as_str) {
-                table.push((
-                    namespaced_tool_name(namespace, name),
-                    namespace.to_owned(),
-                    name.to_owned(),
-                ));
-            }
-        }
-    }
-    table
+    members(tools)
+        .filter_map(|(namespace, inner)| {
+            let name = inner.get("name").and_then(Value::as_str)?;
+            Some((
+                namespaced_tool_name(namespace, name),
+                namespace.to_owned(),
+                name.to_owned(),
+            ))
+        })
+        .collect()
+}
+
+/// The joined names ([`namespaced_tool_name`]) of the freeform (`custom`) tools inside the namespaces among
+/// `tools`: their calls are freeform calls, whatever form the upstream was offered them in.
+pub fn namespaced_freeform_tools(tools: &[ToolSpec]) -> Vec<String> {
+    members(tools)
+        .filter(|(_, inner)| inner.get("type").and_then(Value::as_str) == Some("custom"))
+        .filter_map(|(namespace, inner)| {
+            Some(namespaced_tool_name(
+                namespace,
+                inner.get("name").and_then(Value::as_str)?,
+            ))
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -148,24 +168,39 @@ mod tests {
             json!({"type": "namespace", "name": "mcp__docs", "description": "Docs.", "tools": [
                 {"type": "function", "name": "search", "description": "Search.",
                  "parameters": {"type": "object", "properties": {"q": {"type": "string"}}}},
-                {"type": "custom", "name": "edit", "description": "Edit."}]}),
+                {"type": "custom", "name": "edit", "description": "Edit.",
+                 "format": {"type": "grammar", "syntax": "lark", "definition": "start: /.+/"}},
+                {"type": "web_search"}]}),
         );
         let flat = flatten(&hosted).unwrap();
+        assert_eq!(flat.len(), 3);
         assert_eq!(flat[0].name, "mcp__docs__search");
         assert_eq!(flat[0].parameters["properties"]["q"]["type"], "string");
+        assert_eq!(flat[1].name, "mcp__docs__edit");
         assert_eq!(
-            flat.len(),
-            1,
-            "the freeform tool of the group is not offered"
+            flat[1].kind,
+            ToolKind::Custom {
+                format: Some(
+                    json!({"type": "grammar", "syntax": "lark", "definition": "start: /.+/"})
+                )
+            },
+            "the freeform tool of the group stays freeform"
         );
+        assert!(
+            matches!(&flat[2].kind, ToolKind::Hosted(h) if h.tool_type() == "web_search"),
+            "the hosted tool of the group is a hosted tool: {:?}",
+            flat[2].kind
+        );
+        let tools = [ToolSpec::hosted(hosted)];
         assert_eq!(
-            namespaced_tools(&[ToolSpec::hosted(hosted)])[0],
-            (
-                "mcp__docs__search".to_owned(),
-                "mcp__docs".to_owned(),
-                "search".to_owned()
-            )
+            namespaced_tools(&tools),
+            [
+                ("mcp__docs__search", "mcp__docs", "search"),
+                ("mcp__docs__edit", "mcp__docs", "edit")
+            ]
+            .map(|(a, b, c)| (a.to_owned(), b.to_owned(), c.to_owned()))
         );
+        assert_eq!(namespaced_freeform_tools(&tools), ["mcp__docs__edit"]);
         let search = HostedTool::new(ApiFormat::Responses, json!({"type": "web_search"}));
         assert!(flatten(&search).is_none());
     }

@@ -2,7 +2,8 @@
 //! tool, a hosted tool and freeform calls and results as the API spells them and reads a `custom_tool_call`
 //! back (streamed in pieces, and whole); a leaf of another format sends the freeform tool as a one-string
 //! function with its grammar, marks the model's call of it freeform, drops a hosted tool that only widens a
-//! search (and says so) and refuses one whose output the client asked for, before sending anything.
+//! search (and says so) and refuses one whose output the client asked for, before sending anything. The same
+//! rules hold for the freeform and hosted tools inside a Responses tool namespace.
 
 use serde_json::{json, Value};
 use tower::ServiceExt;
@@ -133,18 +134,7 @@ async fn a_responses_leaf_speaks_freeform_and_hosted_tools_natively() {
 
 /// An Anthropic answer calling `apply_patch` as the function it was given.
 fn anthropic_patch_call() -> Reply {
-    let arguments = json!({"input": PATCH}).to_string();
-    Reply::anthropic_stream(&[
-        json!({"type": "message_start", "message": {"id": "msg_1", "type": "message", "role": "assistant",
-            "model": "claude", "content": [], "usage": {"input_tokens": 5, "output_tokens": 1}}}),
-        json!({"type": "content_block_start", "index": 0, "content_block": {"type": "tool_use",
-            "id": "toolu_1", "name": "apply_patch", "input": {}}}),
-        json!({"type": "content_block_delta", "index": 0,
-            "delta": {"type": "input_json_delta", "partial_json": arguments}}),
-        json!({"type": "content_block_stop", "index": 0}),
-        json!({"type": "message_delta", "delta": {"stop_reason": "tool_use"}, "usage": {"output_tokens": 9}}),
-        json!({"type": "message_stop"}),
-    ])
+    anthropic_freeform_call("apply_patch")
 }
 
 fn anthropic(provider: &ScriptedProvider) -> AnthropicChat {
@@ -208,4 +198,74 @@ async fn a_hosted_tool_whose_output_the_client_wants_is_refused_before_sending()
         "{error}"
     );
     assert!(provider.requests().is_empty());
+}
+
+/// A tool namespace holding a freeform tool and two hosted ones, as Codex groups an MCP server's tools.
+fn namespace(hosted: Value) -> ToolSpec {
+    ToolSpec::hosted(HostedTool::new(
+        ApiFormat::Responses,
+        json!({"type": "namespace", "name": "mcp__edit", "description": "Editing tools.", "tools": [
+            {"type": "custom", "name": "apply_patch", "description": "Edit files.", "format": grammar()},
+            hosted]}),
+    ))
+}
+
+/// An Anthropic answer calling `name` with the one string [`PATCH`].
+fn anthropic_freeform_call(name: &str) -> Reply {
+    let arguments = json!({"input": PATCH}).to_string();
+    Reply::anthropic_stream(&[
+        json!({"type": "message_start", "message": {"id": "msg_1", "type": "message", "role": "assistant",
+            "model": "claude", "content": [], "usage": {"input_tokens": 5, "output_tokens": 1}}}),
+        json!({"type": "content_block_start", "index": 0, "content_block": {"type": "tool_use",
+            "id": "toolu_1", "name": name, "input": {}}}),
+        json!({"type": "content_block_delta", "index": 0,
+            "delta": {"type": "input_json_delta", "partial_json": arguments}}),
+        json!({"type": "content_block_stop", "index": 0}),
+        json!({"type": "message_delta", "delta": {"stop_reason": "tool_use"}, "usage": {"output_tokens": 9}}),
+        json!({"type": "message_stop"}),
+    ])
+}
+
+#[tokio::test]
+async fn a_namespaced_freeform_tool_is_a_one_string_function_and_its_hosted_neighbour_goes_by_its_rule(
+) {
+    let provider =
+        ScriptedProvider::start(|_, _| anthropic_freeform_call("mcp__edit__apply_patch")).await;
+    let dropped = DroppedFields::new();
+    let request = ChatRequest::new(vec![Message::user("patch a.txt")])
+        .tool(namespace(json!({"type": "web_search"})))
+        .with_extension(dropped.clone());
+    let response = anthropic(&provider)
+        .oneshot(request)
+        .await
+        .unwrap()
+        .collect_response()
+        .await
+        .unwrap();
+    let call = the_call(&response);
+    assert_eq!(call.name, "mcp__edit__apply_patch");
+    assert_eq!(call.kind, CallKind::Custom);
+    assert_eq!(call.custom_input(), PATCH);
+    assert_eq!(dropped.names(), ["tool:web_search"]);
+    let sent = &provider.requests()[0].body;
+    let tools = sent["tools"].as_array().unwrap();
+    assert_eq!(tools.len(), 1, "{sent}");
+    assert_eq!(tools[0]["name"], "mcp__edit__apply_patch");
+    assert_eq!(tools[0]["input_schema"]["required"], json!(["input"]));
+    let description = tools[0]["description"].as_str().unwrap();
+    assert!(
+        description.starts_with("Edit files.\n\n")
+            && description.contains("start: \"*** Begin Patch\""),
+        "{description}"
+    );
+
+    // A hosted tool whose output the client wants is refused inside a group as at the top level.
+    let request = ChatRequest::new(vec![Message::user("patch a.txt")]).tool(namespace(
+        json!({"type": "code_interpreter", "container": {"type": "auto"}}),
+    ));
+    let error: ChatError = anthropic(&provider).oneshot(request).await.err().unwrap();
+    assert_eq!(error.kind(), &ErrorKind::Unsupported);
+    assert!(error.is_refused_before_sending());
+    assert!(error.message().contains("`code_interpreter`"), "{error}");
+    assert_eq!(provider.requests().len(), 1, "nothing more was sent");
 }

@@ -107,10 +107,11 @@ pub(crate) fn for_upstream(
 }
 
 /// The request's tools as a leaf speaking `format` sends them: a Responses tool namespace becomes its tools,
-/// each named by [`namespaced_tool_name`](crate::namespaced_tool_name); another hosted tool of another format
-/// is dropped or refused by its rule ([`HostedTool::elsewhere`]); a freeform tool goes to a provider without freeform tools
-/// as its one-string function, with its grammar in the description. Untouched (not copied) when no tool needs
-/// either.
+/// each named by [`namespaced_tool_name`](crate::namespaced_tool_name), and each of them then goes by the rules
+/// for a tool of its kind; a hosted tool of another format is dropped or refused by its rule
+/// ([`HostedTool::elsewhere`](crate::HostedTool::elsewhere)); a freeform tool goes to a provider without
+/// freeform tools as its one-string function, with its grammar in the description. Untouched (not copied)
+/// when no tool needs any of it.
 fn for_format(
     request: &mut ChatRequest,
     format: Option<ApiFormat>,
@@ -127,11 +128,8 @@ fn for_format(
     }
     let mut kept = Vec::with_capacity(request.options.tools.len());
     let mut gone = Vec::new();
-    for tool in request.options.tools.iter() {
+    let mut fit = |tool: &ToolSpec| -> Result<(), ChatError> {
         match &tool.kind {
-            ToolKind::Hosted(hosted) if foreign(tool) && flatten(hosted).is_some() => {
-                kept.extend(flatten(hosted).into_iter().flatten());
-            }
             ToolKind::Hosted(hosted) if foreign(tool) => match hosted.elsewhere() {
                 Unhosted::Dropped => {
                     note(format!("tool:{}", hosted.tool_type()));
@@ -155,6 +153,17 @@ fn for_format(
                 kept.push(function);
             }
             _ => kept.push(tool.clone()),
+        }
+        Ok(())
+    };
+    for tool in request.options.tools.iter() {
+        match &tool.kind {
+            // A group's tools go by the rules of their kinds; a group inside it is a hosted tool there.
+            ToolKind::Hosted(hosted) if foreign(tool) => match flatten(hosted) {
+                Some(members) => members.iter().try_for_each(&mut fit)?,
+                None => fit(tool)?,
+            },
+            _ => fit(tool)?,
         }
     }
     let options = &mut *request.options;

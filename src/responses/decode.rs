@@ -132,6 +132,9 @@ enum OutputItem {
     CustomToolCall {
         call_id: String,
         name: String,
+        /// The tool namespace of the called freeform tool, as for a `function_call`.
+        #[serde(default)]
+        namespace: Option<String>,
         #[serde(default)]
         input: String,
     },
@@ -380,8 +383,10 @@ impl ResponseDecoder {
             OutputItem::CustomToolCall {
                 call_id,
                 name,
+                namespace,
                 input: first,
             } => {
+                let name = joined(namespace.as_deref(), name);
                 let call_index = self.start_call(&call_id, &name, out);
                 let mut input = String::new();
                 push_input(call_index, &mut input, &first, out);
@@ -467,8 +472,10 @@ impl ResponseDecoder {
             OutputItem::CustomToolCall {
                 call_id,
                 name,
+                namespace,
                 input: final_input,
             } => {
+                let name = joined(namespace.as_deref(), name);
                 let (call_index, mut streamed) = match state {
                     Some(ItemState::Custom { call_index, input }) => (call_index, input),
                     _ => (self.start_call(&call_id, &name, out), String::new()),

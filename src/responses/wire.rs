@@ -81,6 +81,9 @@ enum Item<'a> {
     CustomToolCall {
         call_id: &'a str,
         name: &'a str,
+        /// The tool namespace the called tool belongs to.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        namespace: Option<&'a str>,
         input: String,
     },
     CustomToolCallOutput {
@@ -197,6 +200,9 @@ pub(crate) fn encode(
         // A namespace's call goes back as it came: its namespace and its name in it.
         for item in &mut input {
             if let Item::FunctionCall {
+                name, namespace, ..
+            }
+            | Item::CustomToolCall {
                 name, namespace, ..
             } = item
             {
@@ -364,6 +370,7 @@ fn function_call(call: &ToolCall) -> Item<'_> {
         CallKind::Custom => Item::CustomToolCall {
             call_id: &call.id,
             name: &call.name,
+            namespace: None,
             input: call.custom_input(),
         },
         CallKind::Function => Item::FunctionCall {
@@ -478,6 +485,15 @@ fn tool_choice(choice: &ToolChoice, tools: &[ToolSpec]) -> Value {
         ToolChoice::None => Value::from("none"),
         ToolChoice::Required => Value::from("required"),
         ToolChoice::Tool(name) => {
+            // A namespace's tool is chosen as the client chose it: its namespace and its name in it.
+            if let Some((_, namespace, inner)) = crate::namespaced_tools(tools)
+                .into_iter()
+                .find(|(joined, ..)| joined == name)
+            {
+                let custom = crate::namespaced_freeform_tools(tools).contains(name);
+                let kind = if custom { "custom" } else { "function" };
+                return serde_json::json!({"type": kind, "name": inner, "namespace": namespace});
+            }
             let custom = tools
                 .iter()
                 .any(|tool| tool.is_custom() && tool.name == *name);

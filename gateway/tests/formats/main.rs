@@ -17,6 +17,7 @@ mod media;
 mod messages;
 mod model_routes;
 mod passthrough;
+mod previous_response;
 mod python_client;
 mod recorded;
 mod responses;

@@ -213,10 +213,17 @@ fn tool_choice(value: &Value) -> Result<ToolChoice, ApiError> {
             "required" => Ok(ToolChoice::Required),
             other => Err(schema(format!("unknown `tool_choice` `{other}`"))),
         },
-        Value::Object(_) if value["type"] == "function" || value["type"] == "custom" => value["name"]
-            .as_str()
-            .map(|name| ToolChoice::Tool(name.to_owned()))
-            .ok_or_else(|| schema("`tool_choice` of type `function` or `custom` needs `name`")),
+        // A namespace's tool is chosen by its joined name, the name every upstream is offered it under.
+        Value::Object(_) if value["type"] == "function" || value["type"] == "custom" => {
+            let name = value["name"].as_str().ok_or_else(|| {
+                schema("`tool_choice` of type `function` or `custom` needs `name`")
+            })?;
+            Ok(ToolChoice::Tool(match value.get("namespace") {
+                Some(Value::String(namespace)) => tower_chat::namespaced_tool_name(namespace, name),
+                None | Some(Value::Null) => name.to_owned(),
+                Some(_) => return Err(schema("`tool_choice.namespace` must be a string")),
+            }))
+        }
         _ => Err(schema(
             "`tool_choice` must be `auto`, `none`, `required` or {\"type\": \"function\" or \"custom\", \"name\": …}",
         )),
@@ -353,6 +360,9 @@ fn into_inbound(
         .iter()
         .filter(|tool| tool.is_custom())
         .map(|tool| tool.name.clone())
+        .chain(tower_chat::namespaced_freeform_tools(
+            &inbound.request.options.tools,
+        ))
         .collect();
     let namespaced = tower_chat::namespaced_tools(&inbound.request.options.tools);
     let encoder = ResponseEncoder::new(id, echo, include_encrypted, custom_tools, namespaced);
@@ -492,6 +502,35 @@ mod tests {
             request.messages[2],
             Message::Tool(ToolMessage::success("c1", "apply_patch", "done"))
         );
+    }
+
+    #[test]
+    fn a_namespaced_choice_and_calls_go_by_their_joined_names() {
+        let group = json!({"type": "namespace", "name": "mcp__docs", "description": "Docs.", "tools": [
+            {"type": "function", "name": "search", "parameters": {"type": "object"}},
+            {"type": "custom", "name": "edit"}]});
+        let inbound = parse(json!({"model": "m", "tools": [group],
+            "tool_choice": {"type": "custom", "namespace": "mcp__docs", "name": "edit"},
+            "input": [
+                {"type": "custom_tool_call", "call_id": "c1", "namespace": "mcp__docs", "name": "edit",
+                 "input": "*** Begin"},
+                {"type": "custom_tool_call_output", "call_id": "c1", "output": "done"}]}))
+        .unwrap();
+        let request = &inbound.request;
+        assert_eq!(
+            request.options.tool_choice,
+            Some(ToolChoice::Tool("mcp__docs__edit".into()))
+        );
+        let Message::Assistant(turn) = &request.messages[0] else {
+            panic!("{:?}", request.messages)
+        };
+        assert_eq!(
+            turn.tool_calls[0],
+            tower_chat::ToolCall::custom("c1", "mcp__docs__edit", "*** Begin")
+        );
+        let bad = parse(json!({"model": "m", "input": "x",
+            "tool_choice": {"type": "function", "namespace": 7, "name": "search"}}));
+        assert!(bad.unwrap_err().message.contains("tool_choice.namespace"));
     }
 
     #[test]

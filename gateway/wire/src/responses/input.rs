@@ -19,6 +19,16 @@ pub(super) fn str_field<'a>(item: &'a Value, field: &str, at: &str) -> Result<&'
         .ok_or_else(|| schema(format!("{at}: `{field}` must be a string")))
 }
 
+/// A call item's tool name in the request's terms: a namespace's tool (the item's `namespace`) under its joined
+/// name, as every upstream is offered it.
+fn call_name(item: &Value, at: &str) -> Result<String, ApiError> {
+    let name = str_field(item, "name", at)?;
+    Ok(match item.get("namespace").and_then(Value::as_str) {
+        Some(namespace) => tower_chat::namespaced_tool_name(namespace, name),
+        None => name.to_owned(),
+    })
+}
+
 /// At least how many messages and tool calls `items` become: each `function_call_output` and each message not
 /// from the assistant is a message, each item of a type kept whole too, each `function_call` a call (assistant
 /// items merge, so they are not counted).
@@ -102,15 +112,9 @@ pub(super) fn input_messages(items: Vec<Value>, out: &mut Vec<Message>) -> Resul
                 }
             }
             "function_call" => {
-                let name = str_field(&item, "name", &at)?;
-                // A namespace's tool is called under its joined name, as every upstream is offered it.
-                let name = match item.get("namespace").and_then(Value::as_str) {
-                    Some(namespace) => tower_chat::namespaced_tool_name(namespace, name),
-                    None => name.to_owned(),
-                };
                 let call = ToolCall::from_raw_arguments(
                     str_field(&item, "call_id", &at)?.to_owned(),
-                    name,
+                    call_name(&item, &at)?,
                     str_field(&item, "arguments", &at)?.to_owned(),
                 );
                 turn.answer().tool_calls.push(call);
@@ -119,7 +123,7 @@ pub(super) fn input_messages(items: Vec<Value>, out: &mut Vec<Message>) -> Resul
             "custom_tool_call" => {
                 let call = ToolCall::custom(
                     str_field(&item, "call_id", &at)?,
-                    str_field(&item, "name", &at)?,
+                    call_name(&item, &at)?,
                     str_field(&item, "input", &at)?,
                 );
                 turn.answer().tool_calls.push(call);

@@ -234,8 +234,8 @@ impl ResponseEncoder {
         }
     }
 
-    /// A `function_call` item of a namespace's tool, named as the client offered it: its `namespace` and its
-    /// name in it.
+    /// A `function_call` or `custom_tool_call` item of a namespace's tool, named as the client offered it: its
+    /// `namespace` and its name in it.
     fn namespaced(&self, mut item: Value) -> Value {
         let found = self
             .namespaced
@@ -447,17 +447,11 @@ impl Encoder for ResponseEncoder {
                     arguments: String::new(),
                     custom,
                 };
-                let item = if custom {
+                let item = self.namespaced(if custom {
                     custom_call_item(&call.id, &call.call_id, &call.name, "")
                 } else {
-                    self.namespaced(call_item(
-                        &call.id,
-                        &call.call_id,
-                        &call.name,
-                        "",
-                        "in_progress",
-                    ))
-                };
+                    call_item(&call.id, &call.call_id, &call.name, "", "in_progress")
+                });
                 let output_index = call.output_index;
                 self.calls.insert(index, call);
                 self.emit(
@@ -604,7 +598,7 @@ impl ResponseEncoder {
                    "output_index": index, "input": input}),
             out,
         );
-        let item = custom_call_item(id, &open.call_id, &open.name, &input);
+        let item = self.namespaced(custom_call_item(id, &open.call_id, &open.name, &input));
         self.emit(
             json!({"type": "response.output_item.done", "output_index": index, "item": item}),
             out,
@@ -646,7 +640,7 @@ impl ResponseEncoder {
             if self.is_custom(call) {
                 let id = format!("ctc_{}", uuid::Uuid::new_v4().simple());
                 let input = call.custom_input();
-                output.push(custom_call_item(&id, &call.id, &call.name, &input));
+                output.push(self.namespaced(custom_call_item(&id, &call.id, &call.name, &input)));
                 continue;
             }
             let id = format!("fc_{}", uuid::Uuid::new_v4().simple());
