@@ -1,6 +1,14 @@
 //! The call log's schema and query, shared by both stores: what differs between SQLite and PostgreSQL is the
-//! placeholders and the full-text match (an FTS5 table beside `chat_calls` / a `tsvector` column of it).
+//! placeholders, the full-text match (an FTS5 table beside `chat_calls` / a `tsvector` column of it) and how a
+//! field of the `response` JSON is read.
+//!
+//! A search looks for its text as each identifier an operator may paste (a call id, a conversation id whole or
+//! as the client sent it, a caller, a model, the `x-request-id` the client received) and as words. Every one
+//! of those alternatives is answered by an index (migration `0014`, `call_lookups.rs`), so both planners combine index lookups (SQLite's multi-index OR, PostgreSQL's
+//! bitmap OR) instead of reading every row: the expressions the query compares are the ones the indexes hold,
+//! written once here.
 
+use super::call_lookups::BARE_CONVERSATION_ID;
 use crate::call_log::{CallLogPosition, CallLogQuery};
 use crate::record::to_micros;
 
@@ -37,7 +45,7 @@ pub(crate) struct Dialect {
     pub(crate) words: fn(&CallLogQuery) -> Option<String>,
     /// Whether the response cache answered the call (a flag inside the `response` JSON).
     pub(crate) from_response_cache: &'static str,
-    /// The id of the HTTP request the call was made for (a field of the `response` JSON).
+    /// The id of the HTTP request the call was made for (a field of the `response` JSON), as its index holds it.
     pub(crate) request_id: &'static str,
 }
 
@@ -83,11 +91,13 @@ pub(crate) fn call_log_sql(query: &CallLogQuery, dialect: &Dialect) -> CallLogSq
         .filter(|s| !s.is_empty())
     {
         let id = bind(Param::Text(search.to_owned()));
-        // A client knows its conversation by the id it sent, which the gateway stored as `<caller>/<id>`.
+        // A client knows its conversation by the id it sent, which the gateway stored as `<caller>/<id>`: the
+        // index finds the bare id; the index's expression only skips as many characters as the caller has, so
+        // the second comparison checks that they are the caller and its slash.
         let mut any = vec![
             format!("call_id = {id}"),
             format!("conversation_id = {id}"),
-            format!("conversation_id = caller || '/' || {id}"),
+            format!("({BARE_CONVERSATION_ID} = {id} AND conversation_id = caller || '/' || {id})"),
             format!("caller = {id}"),
             format!("model = {id}"),
             format!("{} = {id}", dialect.request_id),
@@ -157,4 +167,36 @@ pub(crate) fn call_log_page(
         .flatten()
         .map(|last| crate::call_log::CallLogCursor::of(&last.summary));
     Ok(crate::call_log::CallLogPage { entries, older })
+}
+
+/// What an operator pastes into the log's search from an incident report, for the tests of each store's plan:
+/// an `x-request-id` its client received and a conversation id as the client sent it, each with its query.
+#[cfg(test)]
+pub(crate) fn pasted_id_searches(dialect: &Dialect) -> Vec<(&'static str, CallLogSql)> {
+    ["req-7f3a9c", "support-ticket-1182"]
+        .into_iter()
+        .map(|pasted| {
+            let query = CallLogQuery {
+                search: Some(pasted.into()),
+                ..CallLogQuery::default()
+            };
+            (pasted, call_log_sql(&query, dialect))
+        })
+        .collect()
+}
+
+/// Check a store's plan (one line a step) of a [`pasted_id_searches`] query: no step is a scan (`scans` says
+/// which lines are), and the request id and bare conversation id are looked up in their indexes.
+#[cfg(test)]
+pub(crate) fn assert_found_by_lookups(pasted: &str, plan: &[String], scans: fn(&str) -> bool) {
+    assert!(!plan.iter().any(|step| scans(step)), "{pasted}: {plan:#?}");
+    for index in [
+        "chat_calls_by_request_id",
+        "chat_calls_by_bare_conversation",
+    ] {
+        assert!(
+            plan.iter().any(|step| step.contains(index)),
+            "{pasted}: {index} unused: {plan:#?}"
+        );
+    }
 }

@@ -25,6 +25,8 @@ mod blocked_status;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod call_log;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
+mod call_lookups;
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod chain;
 mod error;
 #[cfg(feature = "sqlite")]

@@ -7,6 +7,7 @@ use tokio_postgres::types::ToSql;
 use super::{pg_error, summary_columns, PostgresStore};
 use crate::call_log::{CallLogPage, CallLogQuery};
 use crate::store::call_log::{call_log_page, call_log_sql, Dialect, Param};
+use crate::store::call_lookups::POSTGRES_REQUEST_ID;
 use crate::store::StoreError;
 
 impl PostgresStore {
@@ -82,16 +83,7 @@ impl PostgresStore {
     ) -> BoxFuture<'a, Result<CallLogPage, StoreError>> {
         Box::pin(async move {
             let sql = call_log_sql(query, &POSTGRES_DIALECT);
-            let params: Vec<Box<dyn ToSql + Sync + Send>> = sql
-                .params
-                .iter()
-                .map(|p| -> Box<dyn ToSql + Sync + Send> {
-                    match p {
-                        Param::Text(text) => Box::new(text.clone()),
-                        Param::Int(int) => Box::new(*int),
-                    }
-                })
-                .collect();
+            let params = bound(&sql.params);
             let params: Vec<&(dyn ToSql + Sync)> =
                 params.iter().map(|p| &**p as &(dyn ToSql + Sync)).collect();
             let client = self.client().await?;
@@ -112,6 +104,19 @@ impl PostgresStore {
     }
 }
 
+/// The query's parameters as the driver takes them.
+fn bound(params: &[Param]) -> Vec<Box<dyn ToSql + Sync + Send>> {
+    params
+        .iter()
+        .map(|p| -> Box<dyn ToSql + Sync + Send> {
+            match p {
+                Param::Text(text) => Box::new(text.clone()),
+                Param::Int(int) => Box::new(*int),
+            }
+        })
+        .collect()
+}
+
 /// The call log's query in PostgreSQL: `$n` placeholders (typed, as PostgreSQL cannot always infer them),
 /// the `tsvector` column for the words, each a prefix.
 const POSTGRES_DIALECT: Dialect = Dialect {
@@ -120,5 +125,64 @@ const POSTGRES_DIALECT: Dialect = Dialect {
     words: CallLogQuery::tsquery_words,
     from_response_cache:
         "COALESCE((response -> 'usage' ->> 'from_response_cache')::boolean, false)",
-    request_id: "response ->> 'request_id'",
+    request_id: POSTGRES_REQUEST_ID,
 };
+
+#[cfg(test)]
+mod tests {
+    use tokio_postgres::types::ToSql;
+
+    use super::{bound, POSTGRES_DIALECT};
+    use crate::store::call_log::{assert_found_by_lookups, pasted_id_searches};
+    use crate::store::postgres::PostgresStore;
+
+    /// A search by a request id or a bare conversation id reads `chat_calls` through indexes only: on a table
+    /// of a few thousand analysed calls, the plan finds every alternative of the search with an index and
+    /// scans neither the table nor an index from end to end (walking the log's order index backwards until a
+    /// page is full reads every call when few match).
+    #[tokio::test]
+    async fn a_pasted_id_is_found_through_indexes_without_a_scan() {
+        let Some(url) = tower_chat_testkit::database_url() else {
+            return;
+        };
+        let schema = format!("tcplan_{}", uuid::Uuid::new_v4().simple());
+        let store = PostgresStore::builder(url)
+            .schema(schema.clone())
+            .connect()
+            .await
+            .unwrap();
+        let client = store.client().await.unwrap();
+        client
+            .batch_execute(
+                "INSERT INTO chat_calls (call_id, conversation_id, caller, round_index, started_at, ended_at, \
+                 model, status, input_tokens, output_tokens, response_text, request_messages, \
+                 request_options, response, first_message, search) \
+                 SELECT 'call-' || n, 'caller-' || (n % 50) || '/conv-' || n, 'caller-' || (n % 50), 0, n, n, \
+                 'model-' || (n % 5), 'completed', 0, 0, '', '[]', '{}', \
+                 jsonb_build_object('request_id', 'req-' || n), '', to_tsvector('simple', 'words ' || n) \
+                 FROM generate_series(1, 5000) AS n; ANALYZE chat_calls",
+            )
+            .await
+            .unwrap();
+        for (pasted, sql) in pasted_id_searches(&POSTGRES_DIALECT) {
+            let params = bound(&sql.params);
+            let params: Vec<&(dyn ToSql + Sync)> =
+                params.iter().map(|p| &**p as &(dyn ToSql + Sync)).collect();
+            let plan: Vec<String> = client
+                .query(&format!("EXPLAIN {}", sql.sql), &params)
+                .await
+                .unwrap()
+                .iter()
+                .map(|row| row.get(0))
+                .collect();
+            // Walking the log's order index from its end is a scan of every call when few match.
+            assert_found_by_lookups(pasted, &plan, |step| {
+                step.contains("Seq Scan") || step.contains("chat_calls_by_start")
+            });
+        }
+        client
+            .batch_execute(&format!("DROP SCHEMA {schema} CASCADE"))
+            .await
+            .unwrap();
+    }
+}

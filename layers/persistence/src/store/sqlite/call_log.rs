@@ -7,6 +7,7 @@ use super::search_index::{self, SearchIndex};
 use super::{read_raw, select, summary_columns, with_histories, SqliteStore};
 use crate::call_log::{CallLogPage, CallLogQuery};
 use crate::store::call_log::{call_log_page, call_log_sql, Dialect, Param, UNINDEXED_SQL};
+use crate::store::call_lookups::SQLITE_REQUEST_ID;
 use crate::store::StoreError;
 
 impl SqliteStore {
@@ -104,6 +105,14 @@ impl SqliteStore {
     }
 }
 
+/// The query's parameters as the driver takes them.
+fn bound(params: &[Param]) -> impl Iterator<Item = rusqlite::types::Value> + '_ {
+    params.iter().map(|p| match p {
+        Param::Text(text) => rusqlite::types::Value::Text(text.clone()),
+        Param::Int(int) => rusqlite::types::Value::Integer(*int),
+    })
+}
+
 /// The call log's query in SQLite: numbered placeholders, FTS5 for the words.
 const SQLITE_DIALECT: Dialect = Dialect {
     placeholder: |n| format!("?{n}"),
@@ -114,7 +123,7 @@ const SQLITE_DIALECT: Dialect = Dialect {
     },
     words: CallLogQuery::fts5_words,
     from_response_cache: "COALESCE(json_extract(response, '$.usage.from_response_cache'), 0) = 1",
-    request_id: "json_extract(response, '$.request_id')",
+    request_id: SQLITE_REQUEST_ID,
 };
 
 impl SqliteStore {
@@ -139,10 +148,7 @@ impl SqliteStore {
             }
             let (sql, rows) = self
                 .read("cannot list the call log", move |conn| {
-                    let params = sql.params.iter().map(|p| match p {
-                        Param::Text(text) => rusqlite::types::Value::Text(text.clone()),
-                        Param::Int(int) => rusqlite::types::Value::Integer(*int),
-                    });
+                    let params = bound(&sql.params);
                     let rows = conn
                         .prepare_cached(&sql.sql)?
                         .query_map(rusqlite::params_from_iter(params), |row| {
@@ -154,5 +160,40 @@ impl SqliteStore {
                 .await?;
             call_log_page(&sql, rows)
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{bound, SQLITE_DIALECT};
+    use crate::store::call_log::{assert_found_by_lookups, pasted_id_searches};
+    use crate::store::sqlite::SqliteStore;
+
+    /// A search by a request id or a bare conversation id reads `chat_calls` through indexes only: no step of
+    /// its plan scans the table (the search index's own full-text lookup reads as a scan of its virtual table).
+    #[tokio::test]
+    async fn a_pasted_id_is_found_through_indexes_without_a_scan() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::builder(dir.path().join("plan.db"))
+            .search_index(true)
+            .open()
+            .await
+            .unwrap();
+        for (pasted, sql) in pasted_id_searches(&SQLITE_DIALECT) {
+            let plan = store
+                .read("plan", move |conn| {
+                    let params = bound(&sql.params);
+                    conn.prepare(&format!("EXPLAIN QUERY PLAN {}", sql.sql))?
+                        .query_map(rusqlite::params_from_iter(params), |row| {
+                            row.get::<_, String>(3)
+                        })?
+                        .collect::<rusqlite::Result<Vec<_>>>()
+                })
+                .await
+                .unwrap();
+            assert_found_by_lookups(pasted, &plan, |step| {
+                step.starts_with("SCAN ") && !step.contains("VIRTUAL TABLE")
+            });
+        }
     }
 }
