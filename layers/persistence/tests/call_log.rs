@@ -11,7 +11,7 @@ use common::{Backend, TestDb};
 use tower_chat::{CallerIdentity, ConversationId, Message, Shared, ToolMessage};
 use tower_chat_persistence::{
     CallId, CallLogCursor, CallLogPage, CallLogPosition, CallLogQuery, CallOutcome, CallRecord,
-    CallStatus, PostgresStore, RecordedError, RequestId, SqliteStore, Store,
+    CallStatus, PostgresStore, RecordedError, RequestId, SqliteStore, Store, StoreErrorKind,
 };
 use tower_chat_testkit::database_url;
 
@@ -486,7 +486,7 @@ async fn sqlite_another_store_on_the_file_finds_the_calls_the_first_one_indexed(
 }
 
 /// A store opened without the index (the default) builds none: no index file, and a search is refused with an
-/// error naming the option, while the log still lists the calls. Opened with it later, the store indexes every
+/// error of its own kind naming the option, while the log still lists the calls. Opened with it later, the store indexes every
 /// call recorded so far, and does so again when the index file is deleted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqlite_a_store_without_the_index_refuses_searches_and_a_new_index_holds_every_recorded_call(
@@ -507,6 +507,7 @@ async fn sqlite_a_store_without_the_index_refuses_searches_and_a_new_index_holds
     .map(|c| c.record(&template));
     plain.write_calls(&records).await.unwrap();
     let refused = plain.call_log(&words("Myrdal")).await.unwrap_err();
+    assert_eq!(refused.kind(), StoreErrorKind::NoSearchIndex, "{refused}");
     assert!(
         refused.to_string().contains("search_index(true)"),
         "{refused}"

@@ -5,18 +5,41 @@ use std::fmt;
 use tower_chat::{ChatError, ErrorKind};
 
 /// A store failed: the database could not be reached, refused a statement, or returned data that does not decode.
+/// [`StoreError::kind`] tells a failure from a question this store was not set up to answer.
 #[derive(Debug)]
 pub struct StoreError {
+    kind: StoreErrorKind,
     message: String,
     source: Option<Box<dyn std::error::Error + Send + Sync + 'static>>,
+}
+
+/// What kind of [`StoreError`] it is, for a caller that answers each differently.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum StoreErrorKind {
+    /// The store failed: unreachable, a statement refused, data that does not decode.
+    Failed,
+    /// A search of the call log's words asked of a store that keeps no search index (a
+    /// [`crate::SqliteStore`] opened without [`crate::SqliteStoreBuilder::search_index`]). Nothing failed: the
+    /// same query without words lists the calls.
+    NoSearchIndex,
 }
 
 impl StoreError {
     /// An error with a message.
     pub fn new(message: impl Into<String>) -> Self {
         StoreError {
+            kind: StoreErrorKind::Failed,
             message: message.into(),
             source: None,
+        }
+    }
+
+    /// An error of `kind` with a message.
+    pub(crate) fn of_kind(kind: StoreErrorKind, message: impl Into<String>) -> Self {
+        StoreError {
+            kind,
+            ..StoreError::new(message)
         }
     }
 
@@ -26,6 +49,7 @@ impl StoreError {
         source: impl Into<Box<dyn std::error::Error + Send + Sync + 'static>>,
     ) -> Self {
         StoreError {
+            kind: StoreErrorKind::Failed,
             message: message.into(),
             source: Some(source.into()),
         }
@@ -34,6 +58,11 @@ impl StoreError {
     /// The message.
     pub fn message(&self) -> &str {
         &self.message
+    }
+
+    /// What kind of error it is.
+    pub fn kind(&self) -> StoreErrorKind {
+        self.kind
     }
 }
 

@@ -37,7 +37,7 @@ mod schema;
 
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub(crate) use error::decode_json;
-pub use error::StoreError;
+pub use error::{StoreError, StoreErrorKind};
 pub use schema::Migration;
 
 /// Where call records go, and how they are read back.

@@ -11,7 +11,9 @@
 //! batches that arrive while that transaction runs wait for the next one. A batch is acknowledged once its
 //! transaction committed, so a record is visible to every connection by the time its call's `Finish` is
 //! delivered. No commit checkpoints: a thread of its own copies the write-ahead log into the database file on a
-//! schedule (`checkpoint.rs`), so a record batch never waits for a checkpoint's syncs.
+//! schedule (`checkpoint.rs`), so a record batch never waits for a checkpoint's syncs. Under writes that never
+//! pause, the connection thread finishes that copy itself between two transactions, preferably when no batch
+//! waits, so the log can start over without the writer ever waiting for a lock.
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -46,7 +48,7 @@ use crate::record::{
 };
 use crate::usage::{usage_sql, UsageAggregate, UsageQuery, UsageRow};
 pub use checkpoint::Checkpoint;
-use checkpoint::{Checkpointer, WAL_KEPT_BYTES};
+use checkpoint::{CatchUp, Checkpointer, WAL_KEPT_BYTES};
 use search_index::SearchIndex;
 
 pub use rusqlite;
@@ -182,6 +184,8 @@ impl SqliteStoreBuilder {
             false => (None, None),
         };
         let writer_search = search.clone();
+        let catch_up = Arc::new(CatchUp::default());
+        let writer_catch_up = catch_up.clone();
         std::thread::Builder::new()
             .name("tower-chat-sqlite".into())
             .spawn(move || {
@@ -224,6 +228,7 @@ impl SqliteStoreBuilder {
                                     search: search.as_ref(),
                                     spend_rollup,
                                 },
+                                &writer_catch_up,
                             )
                         }
                     }
@@ -233,7 +238,7 @@ impl SqliteStoreBuilder {
         let key = opened_rx
             .await
             .map_err(|_| StoreError::new("the SQLite thread stopped while opening"))??;
-        let checkpointer = Checkpointer::start(&path, busy_timeout, checkpoint_interval)?;
+        let checkpointer = Checkpointer::start(&path, busy_timeout, checkpoint_interval, catch_up)?;
         if let Some(pending) = pending {
             SearchIndex::start(
                 &path,
@@ -816,12 +821,14 @@ impl Drop for RollbackUnlessCommitted<'_> {
 
 /// Serve `first` and every record write and read queued behind it with the same prepared statements; return
 /// the first other job (which needs `&mut Connection`, so the statements are finalized first), or `None` when
-/// every sender is gone.
+/// every sender is gone. Between transactions, finish the checkpoint the checkpoint thread asks for through
+/// `catch_up` (`checkpoint.rs`): when nothing waits, or after a transaction once the log is past its bound.
 fn serve_writes<'c>(
     conn: &'c Connection,
     receiver: &mpsc::Receiver<Job>,
     first: Job,
     options: WriteOptions<'c>,
+    catch_up: &CatchUp,
 ) -> Option<Job> {
     let mut statements: Option<WriteStatements<'_>> = None;
     let mut next = Some(first);
@@ -829,7 +836,14 @@ fn serve_writes<'c>(
     loop {
         let job = match next.take() {
             Some(job) => job,
-            None => receiver.recv().ok()?,
+            None => match receiver.try_recv() {
+                Ok(job) => job,
+                Err(mpsc::TryRecvError::Empty) => {
+                    catch_up.when_idle(conn);
+                    receiver.recv().ok()?
+                }
+                Err(mpsc::TryRecvError::Disconnected) => return None,
+            },
         };
         match job {
             Job::Write(write) => {
@@ -846,6 +860,7 @@ fn serve_writes<'c>(
                     }
                 }
                 commit_group(conn, &mut statements, &mut group, options);
+                catch_up.between_batches(conn);
             }
             Job::Read(job) => {
                 // As for `with_connection` closures: a panicking read fails its caller, not the store.

@@ -8,7 +8,7 @@ use super::{read_raw, select, summary_columns, with_histories, SqliteStore};
 use crate::call_log::{CallLogPage, CallLogQuery};
 use crate::store::call_log::{call_log_page, call_log_sql, Dialect, Param, UNINDEXED_SQL};
 use crate::store::call_lookups::SQLITE_REQUEST_ID;
-use crate::store::StoreError;
+use crate::store::{StoreError, StoreErrorKind};
 
 impl SqliteStore {
     /// Give the rows written before the call log their first message, a batch per transaction, and hand their
@@ -139,7 +139,8 @@ impl SqliteStore {
                 match &self.search {
                     Some(search) => search.flush().await?,
                     None => {
-                        return Err(StoreError::new(
+                        return Err(StoreError::of_kind(
+                            StoreErrorKind::NoSearchIndex,
                             "this SQLite store keeps no search index: open it with \
                              `SqliteStoreBuilder::search_index(true)` to search the call log",
                         ))

@@ -1,20 +1,29 @@
-//! Checkpoints of the write-ahead log on a thread and connection of their own, never on a record's commit.
+//! Checkpoints of the write-ahead log on a thread and connection of their own, never inside a record's commit.
 //!
 //! SQLite's default checkpoints at the commit that takes the log past `wal_autocheckpoint` pages: that commit
 //! copies the log into the database file and syncs both, so one record batch in every few hundred waits for two
 //! `fsync`s (4–9 ms each here) and a fail-closed call waits with it. The store's connection runs with
 //! `wal_autocheckpoint = 0` instead, and this thread checkpoints on a schedule: a `PASSIVE` checkpoint copies what
-//! the log holds without taking the write lock, so commits go on while it runs and syncs. Once a checkpoint has
-//! copied the whole log, the next commit starts writing the log from its beginning again and `journal_size_limit`
-//! truncates the file, so the log's size is what is written between two checkpoints. Only when a passive
-//! checkpoint cannot keep up (a reader holds an old snapshot for long) and the log passes [`WAL_BOUND_PAGES`] does
-//! the thread run a `TRUNCATE` checkpoint, which waits for the writer, as the bound on the file's size.
+//! the log holds without taking the write lock, so commits go on while it runs and syncs.
+//!
+//! The log starts over from its beginning only at a commit that finds all of it copied. Under writes that never
+//! pause, a passive checkpoint never gets there: commits add frames while it syncs, so the log keeps growing. A
+//! checkpoint that waits for the writer (`RESTART`, `TRUNCATE`) would end that, but the writer then waits in
+//! SQLite's busy handler, which sleeps 1, 2, 5, 10 ms… between tries: the calls behind it waited +18 ms and more.
+//! So the writer finishes the checkpoint itself, between its own transactions, where it waits for no lock: once
+//! the log is past [`WAL_RESTART_PAGES`] and not all copied, at its next idle moment (no batch waiting); once past
+//! [`WAL_BOUND_PAGES`], after its next transaction even when batches wait. The remainder is what was committed
+//! since the last passive checkpoint, and the next commit starts the log over. The log's size stays below
+//! [`WAL_BOUND_PAGES`] plus what is committed in one checkpoint interval, unless a reader holds an older snapshot
+//! all along (no checkpoint can copy past it); `journal_size_limit` truncates the file back to
+//! [`WAL_KEPT_BYTES`] when the log starts over.
 //!
 //! SQLite has no checkpoint thread of its own to stand on: `sqlite3_wal_autocheckpoint` only moves the work to
 //! the committing connection, which is the cost removed here.
 
 use std::path::Path;
-use std::sync::mpsc;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
 use rusqlite::Connection;
@@ -22,12 +31,17 @@ use tokio::sync::oneshot;
 
 use crate::store::StoreError;
 
-/// Past this many pages in the log (64 MiB at SQLite's default 4 KiB page), a checkpoint waits for the writer
-/// and truncates the log, if passive ones could not copy it all.
+/// Past this many pages in the log (16 MiB at SQLite's default 4 KiB page), if passive checkpoints could not
+/// copy it all, the writer finishes the checkpoint at its next idle moment.
+pub(crate) const WAL_RESTART_PAGES: i64 = 4 * 1024;
+
+/// Past this many pages in the log (64 MiB), if passive checkpoints could not copy it all, the writer finishes
+/// the checkpoint after its next transaction, idle or not.
 pub(crate) const WAL_BOUND_PAGES: i64 = 16 * 1024;
 
-/// The size the log file is truncated to when a checkpoint has copied all of it (`journal_size_limit`).
-pub(super) const WAL_KEPT_BYTES: i64 = 4 * 1024 * 1024;
+/// The size the log file is truncated to when the log starts over (`journal_size_limit`): that of a log
+/// finished at [`WAL_RESTART_PAGES`], so a restart after the writer's catch-up finds nothing to truncate.
+pub(super) const WAL_KEPT_BYTES: i64 = WAL_RESTART_PAGES * 4096;
 
 /// What one checkpoint found and did, in frames (one frame is one page written by a commit).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -36,6 +50,63 @@ pub struct Checkpoint {
     pub log_frames: i64,
     /// Frames of the log now copied into the database file (all of them unless a reader held an older snapshot).
     pub checkpointed_frames: i64,
+}
+
+/// When the writer should finish a checkpoint the checkpoint thread could not: the checkpoint thread raises it,
+/// the writer acts on it and lowers it.
+#[derive(Debug, Default)]
+pub(super) struct CatchUp(AtomicU8);
+
+/// [`CatchUp`]'s values, in increasing urgency.
+const NOT_NEEDED: u8 = 0;
+const WHEN_IDLE: u8 = 1;
+const NOW: u8 = 2;
+
+impl CatchUp {
+    /// What the checkpoint thread asks after a passive checkpoint that found `log_frames` and copied
+    /// `checkpointed_frames`.
+    fn ask(&self, checkpoint: Checkpoint) {
+        let urgency = if checkpoint.checkpointed_frames >= checkpoint.log_frames {
+            NOT_NEEDED
+        } else if checkpoint.log_frames > WAL_BOUND_PAGES {
+            NOW
+        } else if checkpoint.log_frames > WAL_RESTART_PAGES {
+            WHEN_IDLE
+        } else {
+            NOT_NEEDED
+        };
+        self.0.store(urgency, Ordering::Relaxed);
+    }
+
+    /// The writer, with no batch waiting: finish the checkpoint if one was asked for.
+    pub(super) fn when_idle(&self, conn: &Connection) {
+        if self.0.load(Ordering::Relaxed) >= WHEN_IDLE {
+            self.finish(conn);
+        }
+    }
+
+    /// The writer, after a transaction with batches waiting: finish the checkpoint only if the log is past its
+    /// bound.
+    pub(super) fn between_batches(&self, conn: &Connection) {
+        if self.0.load(Ordering::Relaxed) == NOW {
+            self.finish(conn);
+        }
+    }
+
+    /// Copy what the log holds on the writer's connection, outside any transaction: no lock to wait for, and no
+    /// commit runs meanwhile, so the writer's next commit finds the log copied and starts it over.
+    fn finish(&self, conn: &Connection) {
+        self.0.store(NOT_NEEDED, Ordering::Relaxed);
+        match run_checkpoint(conn, "PASSIVE") {
+            Ok(done) if done.checkpointed_frames < done.log_frames => tracing::debug!(
+                log_frames = done.log_frames,
+                checkpointed_frames = done.checkpointed_frames,
+                "a reader holds an older snapshot; the write-ahead log starts over after it ends"
+            ),
+            Ok(_) => {}
+            Err(error) => tracing::warn!("the writer could not finish a checkpoint: {error}"),
+        }
+    }
 }
 
 /// A request for a checkpoint now, and where its outcome goes.
@@ -49,11 +120,12 @@ pub(super) struct Checkpointer {
 
 impl Checkpointer {
     /// Open a connection of its own to `path` (already in WAL mode and migrated) and start checkpointing every
-    /// `interval`.
+    /// `interval`, asking the writer through `catch_up` to finish what it cannot.
     pub(super) fn start(
         path: &Path,
         busy_timeout: Duration,
         interval: Duration,
+        catch_up: Arc<CatchUp>,
     ) -> Result<Checkpointer, StoreError> {
         let context = |what: &'static str| {
             let path = path.display().to_string();
@@ -70,7 +142,7 @@ impl Checkpointer {
         let (requests, receiver) = mpsc::channel::<Request>();
         std::thread::Builder::new()
             .name("tower-chat-sqlite-checkpoint".into())
-            .spawn(move || run(&conn, &receiver, interval))
+            .spawn(move || run(&conn, &receiver, interval, &catch_up))
             .map_err(|e| StoreError::with_source("cannot start the SQLite checkpoint thread", e))?;
         Ok(Checkpointer { requests })
     }
@@ -86,14 +158,26 @@ impl Checkpointer {
     }
 }
 
-fn run(conn: &Connection, requests: &mpsc::Receiver<Request>, interval: Duration) {
+fn run(
+    conn: &Connection,
+    requests: &mpsc::Receiver<Request>,
+    interval: Duration,
+    catch_up: &CatchUp,
+) {
+    let checkpoint = || {
+        let done = run_checkpoint(conn, "PASSIVE");
+        if let Ok(done) = done {
+            catch_up.ask(done);
+        }
+        done
+    };
     loop {
         match requests.recv_timeout(interval) {
             Ok(reply) => {
-                let _ = reply.send(checkpoint(conn));
+                let _ = reply.send(checkpoint());
             }
             Err(mpsc::RecvTimeoutError::Timeout) => {
-                if let Err(error) = checkpoint(conn) {
+                if let Err(error) = checkpoint() {
                     tracing::warn!(
                         "SQLite checkpoint failed, retried at the next interval: {error}"
                     );
@@ -105,19 +189,6 @@ fn run(conn: &Connection, requests: &mpsc::Receiver<Request>, interval: Duration
     }
 }
 
-/// A passive checkpoint, then a truncating one if the log is past its bound and not all copied.
-fn checkpoint(conn: &Connection) -> Result<Checkpoint, StoreError> {
-    let passive = run_checkpoint(conn, "PASSIVE")?;
-    if passive.log_frames > WAL_BOUND_PAGES && passive.checkpointed_frames < passive.log_frames {
-        tracing::warn!(
-            log_frames = passive.log_frames,
-            "the SQLite write-ahead log is past its bound; this checkpoint waits for the writer"
-        );
-        return run_checkpoint(conn, "TRUNCATE");
-    }
-    Ok(passive)
-}
-
 fn run_checkpoint(conn: &Connection, mode: &str) -> Result<Checkpoint, StoreError> {
     conn.query_row(&format!("PRAGMA wal_checkpoint({mode})"), [], |row| {
         Ok(Checkpoint {
@@ -126,4 +197,101 @@ fn run_checkpoint(conn: &Connection, mode: &str) -> Result<Checkpoint, StoreErro
         })
     })
     .map_err(|e| StoreError::with_source(format!("SQLite: a {mode} checkpoint failed"), e))
+}
+
+#[cfg(test)]
+mod tests {
+    use rusqlite::Connection;
+
+    use super::{run_checkpoint, CatchUp, Checkpoint, WAL_BOUND_PAGES, WAL_RESTART_PAGES};
+
+    /// A writer's connection as the store opens it, and another (the checkpoint thread's, a reader's).
+    fn connections(dir: &std::path::Path) -> (Connection, Connection) {
+        let path = dir.join("c.db");
+        let writer = Connection::open(&path).unwrap();
+        writer
+            .execute_batch(
+                "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; PRAGMA wal_autocheckpoint = 0; \
+                 CREATE TABLE t (x BLOB);",
+            )
+            .unwrap();
+        (writer, Connection::open(&path).unwrap())
+    }
+
+    /// A passive checkpoint that could not copy a log past the restart size asks the idle writer to finish it;
+    /// the writer's next commit then starts the log over, with no checkpoint ever waiting for the writer.
+    #[test]
+    fn the_idle_writer_finishes_a_checkpoint_so_the_log_starts_over() {
+        let dir = tempfile::tempdir().unwrap();
+        let (writer, other) = connections(dir.path());
+        // A reader's snapshot from before the big write keeps a passive checkpoint from copying it.
+        other
+            .execute_batch("BEGIN; SELECT COUNT(*) FROM t;")
+            .unwrap();
+        let bytes = (WAL_RESTART_PAGES + 64) * 4096;
+        writer
+            .execute("INSERT INTO t VALUES (zeroblob(?1))", [bytes])
+            .unwrap();
+        let checkpointer = Connection::open(dir.path().join("c.db")).unwrap();
+        let passive = run_checkpoint(&checkpointer, "PASSIVE").unwrap();
+        assert!(passive.log_frames > WAL_RESTART_PAGES, "{passive:?}");
+        assert!(
+            passive.checkpointed_frames < passive.log_frames,
+            "{passive:?}"
+        );
+        let catch_up = CatchUp::default();
+        catch_up.ask(passive);
+        other.execute_batch("COMMIT").unwrap();
+
+        // The log's header counts its starts over (checkpoint sequence, bytes 12..16): read without
+        // checkpointing, which would do the writer's part.
+        let starts = || {
+            let mut header = [0u8; 16];
+            let wal = dir.path().join("c.db-wal");
+            std::io::Read::read_exact(&mut std::fs::File::open(wal).unwrap(), &mut header).unwrap();
+            u32::from_be_bytes(header[12..16].try_into().unwrap())
+        };
+        let before = starts();
+        // Batches waiting: not past the bound, so the writer goes on, and the log goes on growing.
+        catch_up.between_batches(&writer);
+        writer
+            .execute("INSERT INTO t VALUES (zeroblob(10))", [])
+            .unwrap();
+        assert_eq!(starts(), before);
+        // Idle: it finishes the checkpoint, and its next commit starts the log over.
+        catch_up.when_idle(&writer);
+        writer
+            .execute("INSERT INTO t VALUES (zeroblob(10))", [])
+            .unwrap();
+        assert_eq!(starts(), before + 1, "the log did not start over");
+    }
+
+    /// Past the bound the writer finishes the checkpoint between batches too; below the restart size, or with
+    /// everything copied, it is not asked to.
+    #[test]
+    fn the_writer_is_asked_between_batches_only_past_the_bound() {
+        let dir = tempfile::tempdir().unwrap();
+        let (writer, _other) = connections(dir.path());
+        let catch_up = CatchUp::default();
+        let asked = |log_frames, checkpointed_frames| {
+            catch_up.ask(Checkpoint {
+                log_frames,
+                checkpointed_frames,
+            });
+            catch_up.0.load(std::sync::atomic::Ordering::Relaxed)
+        };
+        assert_eq!(asked(WAL_RESTART_PAGES, 0), super::NOT_NEEDED);
+        assert_eq!(
+            asked(WAL_BOUND_PAGES * 2, WAL_BOUND_PAGES * 2),
+            super::NOT_NEEDED
+        );
+        assert_eq!(asked(WAL_RESTART_PAGES + 1, 0), super::WHEN_IDLE);
+        assert_eq!(asked(WAL_BOUND_PAGES + 1, WAL_BOUND_PAGES), super::NOW);
+        catch_up.between_batches(&writer);
+        assert_eq!(
+            catch_up.0.load(std::sync::atomic::Ordering::Relaxed),
+            super::NOT_NEEDED,
+            "the writer did not act on a log past its bound"
+        );
+    }
 }
