@@ -95,7 +95,7 @@ impl Gateway {
             .map_err(GatewayError::Chat)?;
         let options = StackOptions {
             files: files.as_ref(),
-            persistence: Some(&stores.persistence),
+            persistence: config.record_calls.then_some(&stores.persistence),
             approvals: Some(&stores.approvals),
             metrics: metrics.clone(),
             limits: limits.as_ref(),
@@ -144,7 +144,11 @@ impl Gateway {
                 );
             }
         }
-        gateway.state.turns.records = Some(stores.persistence.store().clone());
+        // Without records nothing is written there: what needs a record (a resumed conversation, the call
+        // log) is refused, not read stale.
+        gateway.state.turns.records = config
+            .record_calls
+            .then(|| stores.persistence.store().clone());
         // Managed keys need a gateway that authenticates clients, and operators to manage them.
         if let (Some(clients), Some(_)) = (&gateway.state.keys, &gateway.state.turns.operators) {
             // Each new table of keys and teams hands the limits layer its policy; one that cannot be built

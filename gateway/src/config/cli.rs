@@ -156,6 +156,9 @@ pub struct Flags {
     /// PostgreSQL instead of SQLite.
     #[arg(long, env = "TOWER_CHAT_DATABASE_URL", value_name = "URL", help_heading = STORES)]
     pub database_url: Option<String>,
+    /// Do not record calls: no call log, spend or conversations to resume (approvals and keys are still kept).
+    #[arg(long, env = "TOWER_CHAT_NO_RECORDS", help_heading = STORES)]
+    pub no_records: bool,
 
     /// Larger request bodies get 413, not counting base64 media (default 4194304).
     #[arg(long, env = "TOWER_CHAT_BODY_LIMIT", value_name = "BYTES", help_heading = LIMITS)]
@@ -222,6 +225,9 @@ pub struct Flags {
     /// OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true); off by default.
     #[arg(long, env = "TOWER_CHAT_RECORD_CONTENT", help_heading = TELEMETRY)]
     pub record_content: bool,
+    /// Do not trace calls: no `chat {model}` spans, and GET /metrics counts no chat calls (a plain proxy).
+    #[arg(long, env = "TOWER_CHAT_NO_TRACING", help_heading = TELEMETRY)]
+    pub no_tracing: bool,
 }
 
 /// `$flags` (given on the command line or in the environment) over `$file`: each option the first has, else
@@ -248,7 +254,8 @@ impl Flags {
                 max_messages, max_tools, max_schema_bytes, max_approvals, max_id_bytes, max_media_part_bytes,
                 max_media_bytes, header_timeout, body_timeout, idle_timeout, write_timeout, max_connections,
                 max_in_flight, max_in_flight_per_key, max_media_in_flight, metrics_listen, metrics_key_env;
-            switches: demo, add_tool, no_upstream_key, no_console, record_content)
+            switches: demo, add_tool, no_upstream_key, no_console, record_content, no_records,
+                no_tracing)
     }
 
     /// Whether the argument `id` of `matches` came from the command line or the environment (not a default).

@@ -43,6 +43,10 @@ pub struct Config {
     pub db: PathBuf,
     /// `--database-url URL`: PostgreSQL instead of SQLite.
     pub database_url: Option<String>,
+    /// `true` unless `--no-records`: every model round trip is recorded in the store (the call log, spend,
+    /// the conversations `previous_response_id` and a paused approval resume). Off, the store still keeps
+    /// approvals, managed keys and console sessions, and a request that needs a record is refused.
+    pub record_calls: bool,
     /// `--files DIR`: root of the `read_file` / `write_file` tools. `None` (the default): no file tools at all.
     /// The program creates a missing folder at start ([`Config::prepare_files`]).
     pub files: Option<PathBuf>,
@@ -95,6 +99,10 @@ pub struct Config {
     /// spans carry message contents, tool arguments and results (`gen_ai.input.messages`,
     /// `gen_ai.output.messages`). Off by default: they can hold personal data and secrets.
     pub record_content: bool,
+    /// `true` unless `--no-tracing`: the stack's tracing layer spans every call and counts it for
+    /// `GET /metrics` and OTLP. Off, neither sees a chat call; with `record_calls` off as well the gateway is a
+    /// plain proxy (what `gateway/benches/load.rs` measures as `LOAD_PROFILE=proxy`).
+    pub trace_calls: bool,
     /// `--metrics-listen ADDR`: serve `GET /metrics` on this address instead of the main listener (`None`, the
     /// default: on the main listener).
     pub metrics_listen: Option<SocketAddr>,
@@ -117,6 +125,7 @@ impl Config {
             no_upstream_key: false,
             db: PathBuf::from("gateway.db"),
             database_url: None,
+            record_calls: true,
             files: None,
             demo: false,
             add_tool: false,
@@ -140,6 +149,7 @@ impl Config {
             file: ConfigFile::default(),
             config_path: None,
             record_content: false,
+            trace_calls: true,
             metrics_listen: None,
             metrics_key_env: None,
             otel_metrics: None,
@@ -326,6 +336,8 @@ impl Config {
         connections.max_media_in_flight =
             count(flags.max_media_in_flight, connections.max_media_in_flight);
         config.record_content = flags.record_content || content_capture_from_env();
+        config.record_calls = !flags.no_records;
+        config.trace_calls = !flags.no_tracing;
         config.metrics_listen = flags.metrics_listen;
         config.metrics_key_env = flags.metrics_key_env;
         if config.no_upstream_key && config.upstream_key_env.is_some() {

@@ -141,7 +141,7 @@ pub struct StackOptions<'a> {
     pub files: Option<&'a Arc<Sandbox>>,
 }
 
-/// The stack the gateway runs, outermost first: tracing (one span per client request, tool spans inside, every
+/// The stack the gateway runs, outermost first: tracing (unless `config.trace_calls` is off; one span per client request, tool spans inside, every
 /// call recorded into `options.metrics`), the content policies (`[guardrail]`), approvals, the MCP tools, the tool loop with the server-side tools,
 /// structured-output validation and repair (`[structured]`), persistence (one record per model round trip: the loop's every call to `upstream` is recorded with its own
 /// usage, timestamps, model and outcome), limits, the response cache (`[cache]`), `upstream`.
@@ -218,14 +218,16 @@ where
         ),
         None => None,
     };
+    // `--no-tracing` leaves the layer out: no span, no `/metrics` count, none of its per-call work.
+    let tracing = config.trace_calls.then(|| {
+        TracingLayer::new()
+            .metadata(metadata)
+            .record_content(config.record_content)
+            // `None` (no OTLP export) costs nothing per call.
+            .metrics((options.metrics, config.otel_metrics.clone()))
+    });
     let service = ServiceBuilder::new()
-        .layer(
-            TracingLayer::new()
-                .metadata(metadata)
-                .record_content(config.record_content)
-                // `None` (no OTLP export) costs nothing per call.
-                .metrics((options.metrics, config.otel_metrics.clone())),
-        )
+        .option_layer(tracing)
         .option_layer(guardrails)
         .option_layer(options.approvals.cloned())
         .option_layer(mcp)

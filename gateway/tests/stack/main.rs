@@ -1,4 +1,4 @@
-//! The stack's optional parts through the gateway: cache, guardrails, limits and team budgets, the tool sandbox and OTLP export.
+//! The stack's optional parts through the gateway: cache, guardrails, limits and team budgets, the plain-proxy profile, the tool sandbox and OTLP export.
 //!
 //! One test binary for the whole area: the suite links a few binaries, not one per file.
 
@@ -12,5 +12,6 @@ mod guardrail_records;
 mod limits;
 #[cfg(feature = "otlp")]
 mod otlp;
+mod proxy;
 mod sandbox;
 mod team_budget;

@@ -199,6 +199,16 @@ fn record_content_is_a_switch() {
 }
 
 #[test]
+fn records_and_tracing_are_on_unless_switched_off() {
+    let defaults = run(&[]).unwrap();
+    assert!(defaults.record_calls && defaults.trace_calls);
+    let proxy = run(&["--no-records", "--no-tracing"]).unwrap();
+    assert!(!proxy.record_calls && !proxy.trace_calls);
+    assert!(run(&["--no-tracing"]).unwrap().record_calls);
+    assert!(run(&["--no-records"]).unwrap().trace_calls);
+}
+
+#[test]
 fn a_config_file_is_read_and_a_bad_one_refused() {
     let dir = std::env::temp_dir().join(format!("tc-config-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();

@@ -36,7 +36,16 @@
 //! which gets the image as a Messages `image` block. The cost per MiB is the difference of the gateway's
 //! per-request costs at two sizes, divided by the MiB between them.
 //!
-//! The gateway, its client and its upstream allocate with jemalloc, the gateway binary's allocator.
+//! The gateway, its client and its upstream allocate with jemalloc, the gateway binary's allocator, through a
+//! counter: count mode ends by printing `allocations: N`, the blocks the whole process asked for; allocations
+//! per request are its slope between two request counts, like the instructions.
+//!
+//! Profiles: `LOAD_PROFILE=proxy` runs the gateway without call records or tracing (`--no-records
+//! --no-tracing`), a plain proxy beside the default profile (every call recorded and traced).
+//!
+//! Where the instructions go, by concern (edge, wire parse, tracing, …): run count mode under callgrind with
+//! a real output file and group its inclusive costs with `gateway/benches/load_profile.py` (its docs give the
+//! commands).
 //!
 //! HTTP/2: `LOAD_COUNT_HTTP2=1` sends the counted requests to the gateway as streams of one HTTP/2 connection
 //! (h2c, prior knowledge) instead of HTTP/1.1 requests; the upstream hop stays HTTP/1.1, so its slope is the
@@ -63,13 +72,18 @@ use tower_chat::Blob;
 use tower_chat_gateway::config_file::ConfigFile;
 use tower_chat_gateway::{Config, Gateway, Provider};
 
-/// The gateway binary's allocator (`src/main.rs`), so the counts are the installed gateway's.
+#[cfg(not(target_env = "msvc"))]
+mod allocations;
+mod clients;
+
+/// The gateway binary's allocator (`src/main.rs`), so the counts are the installed gateway's; counting the
+/// blocks it hands out for count mode's allocations per request.
 #[cfg(not(target_env = "msvc"))]
 #[global_allocator]
-static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+static ALLOCATOR: allocations::Counting = allocations::Counting;
 
 const MODEL: &str = "gpt-4o-mini";
-const ANSWER_WORDS: usize = 20;
+pub(crate) const ANSWER_WORDS: usize = 20;
 
 /// The upstream's answers, built once.
 struct Answers {
@@ -159,60 +173,8 @@ fn asks_to_stream(body: &[u8]) -> bool {
     body.windows(13).any(|w| w == b"\"stream\":true")
 }
 
-/// p50, p99 (ms) and requests per second, from `wrk --latency`.
-#[derive(Clone, Copy)]
-struct Figures {
-    p50: f64,
-    p99: f64,
-    rps: f64,
-}
-
-fn milliseconds(value: &str) -> f64 {
-    let (number, factor) = if let Some(n) = value.strip_suffix("us") {
-        (n, 0.001)
-    } else if let Some(n) = value.strip_suffix("ms") {
-        (n, 1.0)
-    } else if let Some(n) = value.strip_suffix('s') {
-        (n, 1000.0)
-    } else {
-        (value, 1.0)
-    };
-    number.parse::<f64>().unwrap_or(f64::NAN) * factor
-}
-
-fn wrk(url: &str, body_file: &str, connections: usize, seconds: u64) -> Figures {
-    let output = Command::new("wrk")
-        .args(["-t1", "--latency", "--timeout", "10s"])
-        .arg(format!("-c{connections}"))
-        .arg(format!("-d{seconds}s"))
-        .args(["-s", body_file, url])
-        .output()
-        .expect("wrk runs");
-    let text = String::from_utf8_lossy(&output.stdout);
-    assert!(output.status.success(), "wrk failed: {text}");
-    assert!(
-        !text.contains("Non-2xx"),
-        "some answers were not 2xx: {text}"
-    );
-    let mut figures = Figures {
-        p50: f64::NAN,
-        p99: f64::NAN,
-        rps: f64::NAN,
-    };
-    for line in text.lines() {
-        let fields: Vec<&str> = line.split_whitespace().collect();
-        match fields.as_slice() {
-            ["50%", value] => figures.p50 = milliseconds(value),
-            ["99%", value] => figures.p99 = milliseconds(value),
-            ["Requests/sec:", value] => figures.rps = value.parse().unwrap_or(f64::NAN),
-            _ => {}
-        }
-    }
-    figures
-}
-
 /// The chat request every client sends.
-fn request_body(stream: bool) -> String {
+pub(crate) fn request_body(stream: bool) -> String {
     json!({"model": MODEL, "stream": stream,
         "messages": [{"role": "user", "content": "Say twenty words."}]})
     .to_string()
@@ -263,17 +225,6 @@ impl ImageRequests {
             r#"{{"model":"{MODEL}","messages":[{{"role":"user","content":[{{"type":"text","text":"What is in this image?"}},{{"type":"image_url","image_url":{{"url":"data:image/png;base64,{data}"}}}}]}}]}}"#
         ))
     }
-}
-
-/// A `wrk` script sending one chat request.
-fn script(dir: &std::path::Path, stream: bool) -> String {
-    let body = request_body(stream);
-    let lua = format!(
-        "wrk.method = \"POST\"\nwrk.headers[\"Content-Type\"] = \"application/json\"\nwrk.body = '{body}'\n"
-    );
-    let path = dir.join(if stream { "stream.lua" } else { "plain.lua" });
-    std::fs::write(&path, lua).unwrap();
-    path.to_string_lossy().into_owned()
 }
 
 fn main() {
@@ -331,6 +282,17 @@ fn main() {
     }
     config.db = dir.path().join("gateway.db");
     config.shutdown_timeout = Duration::from_secs(1);
+    // `LOAD_PROFILE=proxy`: no call records and no tracing (`--no-records --no-tracing`), the gateway as a
+    // plain proxy; the default profile is the installed gateway's defaults.
+    let profile = std::env::var("LOAD_PROFILE").unwrap_or_else(|_| "default".into());
+    match profile.as_str() {
+        "default" => {}
+        "proxy" => {
+            config.record_calls = false;
+            config.trace_calls = false;
+        }
+        other => panic!("LOAD_PROFILE is `default` or `proxy`, not `{other}`"),
+    }
     // `LOAD_CACHE=1`: the response cache in process; every request after the first identical one is a hit.
     if std::env::var("LOAD_CACHE").is_ok_and(|c| c == "1") {
         config.file =
@@ -388,15 +350,15 @@ fn main() {
             requests + 1,
         ));
         println!(
-            "sent {requests} (+1 warm-up) {}{} requests to the {}",
+            "sent {requests} (+1 warm-up) {}{} requests to the {} ({profile} profile)",
             if stream { "streamed" } else { "plain" },
             image_bytes.map_or(String::new(), |n| format!(" {n}-byte image")),
             if to_gateway { "gateway" } else { "upstream" }
         );
     } else if use_h2load {
-        run_h2load(&direct, &through, dir.path(), seconds, &concurrencies);
+        clients::run_h2load(&direct, &through, dir.path(), seconds, &concurrencies);
     } else {
-        run_wrk(&direct, &through, dir.path(), seconds, &concurrencies);
+        clients::run_wrk(&direct, &through, dir.path(), seconds, &concurrencies);
     }
     let _ = stop.send(());
     // The gateway's own shutdown flushes the persistence layer: records still in its buffer are written, and
@@ -404,6 +366,11 @@ fn main() {
     let _ = gateway_runtime.block_on(served);
     gateway_runtime.shutdown_timeout(Duration::from_secs(2));
     upstream_runtime.shutdown_timeout(Duration::from_secs(1));
+    // After the shutdown's flush, so that the records' allocations are counted like their instructions.
+    #[cfg(not(target_env = "msvc"))]
+    if count.is_some() {
+        println!("allocations: {}", allocations::count());
+    }
 }
 
 /// One client connection, HTTP/1.1 or HTTP/2 (prior knowledge).
@@ -472,126 +439,5 @@ async fn send_one_after_another(
             "an answer without the last word: {}",
             String::from_utf8_lossy(&answer)
         );
-    }
-}
-
-fn run_wrk(
-    direct: &str,
-    through: &str,
-    dir: &std::path::Path,
-    seconds: u64,
-    concurrencies: &[usize],
-) {
-    println!(
-        "wrk -t1 --latency, {seconds} s each, 127.0.0.1; upstream: {ANSWER_WORDS}-word answer (23 SSE chunks streamed)"
-    );
-    println!();
-    println!("| load | direct p50 / p99 ms | gateway p50 / p99 ms | added p50 / p99 ms | direct req/s | gateway req/s | gateway / direct |");
-    println!("| --- | --- | --- | --- | ---: | ---: | ---: |");
-    for &connections in concurrencies {
-        for stream in [false, true] {
-            let body = script(dir, stream);
-            let d = wrk(direct, &body, connections, seconds);
-            let g = wrk(through, &body, connections, seconds);
-            println!(
-                "| c={connections}, {} | {:.3} / {:.3} | {:.3} / {:.3} | {:+.3} / {:+.3} | {:.0} | {:.0} | {:.1} % |",
-                if stream { "streamed" } else { "non-streamed" },
-                d.p50,
-                d.p99,
-                g.p50,
-                g.p99,
-                g.p50 - d.p50,
-                g.p99 - d.p99,
-                d.rps,
-                g.rps,
-                100.0 * g.rps / d.rps
-            );
-        }
-    }
-}
-
-/// Requests per second, mean and slowest request (ms), from `h2load`.
-#[derive(Clone, Copy)]
-struct H2loadFigures {
-    rps: f64,
-    mean: f64,
-    max: f64,
-}
-
-fn h2load(
-    url: &str,
-    body_file: &str,
-    connections: usize,
-    seconds: u64,
-    http1: bool,
-) -> H2loadFigures {
-    let mut command = Command::new("h2load");
-    command
-        .args(["-t1", "-m1", "-H", "content-type: application/json"])
-        .arg(format!("-c{connections}"))
-        .arg(format!("-D{seconds}"))
-        .args(["--warm-up-time", "1", "-d", body_file]);
-    if http1 {
-        command.arg("--h1");
-    }
-    let output = command.arg(url).output().expect("h2load runs");
-    let text = String::from_utf8_lossy(&output.stdout);
-    assert!(output.status.success(), "h2load failed: {text}");
-    let mut figures = H2loadFigures {
-        rps: f64::NAN,
-        mean: f64::NAN,
-        max: f64::NAN,
-    };
-    for line in text.lines() {
-        let fields: Vec<&str> = line.split_whitespace().collect();
-        match fields.as_slice() {
-            ["finished", "in", _, rps, "req/s,", ..] => {
-                figures.rps = rps.parse().unwrap_or(f64::NAN)
-            }
-            ["status", "codes:", _, "2xx,", _, "3xx,", client, "4xx,", server, "5xx"] => assert!(
-                *client == "0" && *server == "0",
-                "some answers were not 2xx: {text}"
-            ),
-            ["time", "for", "request:", _min, max, mean, ..] => {
-                figures.max = milliseconds(max);
-                figures.mean = milliseconds(mean);
-            }
-            _ => {}
-        }
-    }
-    figures
-}
-
-fn run_h2load(
-    direct: &str,
-    through: &str,
-    dir: &std::path::Path,
-    seconds: u64,
-    concurrencies: &[usize],
-) {
-    println!(
-        "h2load -t1 -m1, {seconds} s each after 1 s of warm-up, 127.0.0.1; upstream over HTTP/1.1: {ANSWER_WORDS}-word answer (23 SSE chunks streamed)"
-    );
-    println!();
-    println!("| load | direct HTTP/1.1 req/s, mean / max ms | gateway HTTP/1.1 | gateway HTTP/2 | HTTP/2 / HTTP/1.1 req/s |");
-    println!("| --- | --- | --- | --- | ---: |");
-    for &connections in concurrencies {
-        for stream in [false, true] {
-            let body = dir.join(if stream { "stream.json" } else { "plain.json" });
-            std::fs::write(&body, request_body(stream)).unwrap();
-            let body = body.to_string_lossy().into_owned();
-            let d = h2load(direct, &body, connections, seconds, true);
-            let h1 = h2load(through, &body, connections, seconds, true);
-            let h2 = h2load(through, &body, connections, seconds, false);
-            let cell = |f: H2loadFigures| format!("{:.0}, {:.3} / {:.2}", f.rps, f.mean, f.max);
-            println!(
-                "| c={connections}, {} | {} | {} | {} | {:.2} |",
-                if stream { "streamed" } else { "non-streamed" },
-                cell(d),
-                cell(h1),
-                cell(h2),
-                h2.rps / h1.rps
-            );
-        }
     }
 }
