@@ -84,6 +84,10 @@ pub(crate) fn sqlite_migrations() -> Vec<Migration> {
             "tower-chat-persistence/0013_rollup_kept_by_the_writer",
             super::rollup::SQLITE_WRITER_KEEPS_SQL,
         ),
+        Migration::new(
+            "tower-chat-persistence/0014_retention_indexes",
+            super::retention::INDEXES_SQL,
+        ),
     ]
 }
 
@@ -167,6 +171,10 @@ pub(crate) fn postgres_migrations() -> Vec<Migration> {
         Migration::new(
             "tower-chat-persistence/0013_rollup_kept_by_the_writer",
             super::rollup::POSTGRES_WRITER_KEEPS_SQL,
+        ),
+        Migration::new(
+            "tower-chat-persistence/0014_retention_indexes",
+            super::retention::INDEXES_SQL,
         ),
     ]
 }
