@@ -134,7 +134,8 @@ async fn old_calls_go_with_what_only_they_reach_and_the_rollup_keeps_their_sums(
     ];
     db.store.write_calls(&records).await.unwrap();
     let sums = rollup(db, now).await;
-    assert!(found(db, "ancient").await > 0);
+    assert!(found(db, "followup").await > 0);
+    assert!(found(db, "lonely").await > 0);
     let blobs = rows(db, "chat_blobs").await;
     assert_eq!(blobs, 2);
 
@@ -160,7 +161,7 @@ async fn old_calls_go_with_what_only_they_reach_and_the_rollup_keeps_their_sums(
         "the rollup keeps the deleted calls' sums"
     );
     assert_eq!(
-        found(db, "ancient").await,
+        found(db, "followup").await,
         0,
         "no index entry of a deleted call"
     );

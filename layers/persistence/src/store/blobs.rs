@@ -89,9 +89,14 @@ fn has_blobs(message: &Message) -> bool {
     })
 }
 
+/// How long a store handle trusts a chain or blob hash it wrote, counted from its commit, and how recently the
+/// call of a record must have ended for the handle to remember what the record wrote: retention may delete
+/// what no recent call reaches (see `retention.rs`).
+pub(crate) const CACHE_TRUST: std::time::Duration = std::time::Duration::from_secs(60 * 60);
+
 /// The blobs this store committed recently, by hash: a message carrying one of them again refers to it without
 /// sending its bytes to the database again. Bounded by count, and each trusted for
-/// [`super::retention::CACHE_TRUST`] after its commit (retention may delete a blob no recent call refers to, see
+/// [`CACHE_TRUST`] after its commit (retention may delete a blob no recent call refers to, see
 /// `chain.rs`); forgetting only costs a redundant `ON CONFLICT DO NOTHING` insert.
 #[derive(Debug, Default)]
 pub(crate) struct RecentBlobs {
@@ -105,7 +110,7 @@ impl RecentBlobs {
     pub(crate) fn contains(&self, hash: &str) -> bool {
         self.known
             .get(hash)
-            .is_some_and(|at| at.elapsed() < super::retention::CACHE_TRUST)
+            .is_some_and(|at| at.elapsed() < CACHE_TRUST)
     }
 
     /// Remember a blob committed at `at` (the latest commit counts).

@@ -22,7 +22,7 @@
 //!
 //! Retention (`retention.rs`) deletes old calls and the nodes no remaining call reaches, so the cache must never
 //! hand out a node that may be gone: a chain is remembered only when its record ended within
-//! [`super::retention::CACHE_TRUST`] of its commit, and trusted for that long after it (the blob hashes too). A
+//! [`CACHE_TRUST`] of its commit, and trusted for that long after it (the blob hashes too). A
 //! chain the cache trusts is therefore reached by a call that ended less than twice that ago, which retention
 //! keeps (it deletes only calls that ended at least [`crate::store::Retention::MIN_KEEP`] ago), with its nodes.
 
@@ -35,8 +35,7 @@ use siphasher::sip128::{Hasher128, SipHasher24};
 use tower_chat::{ChatOptions, Message, Shared};
 
 use crate::record::CallRecord;
-use crate::store::blobs::{digest_message, encode_message, NewBlob, RecentBlobs};
-use crate::store::retention::CACHE_TRUST;
+use crate::store::blobs::{digest_message, encode_message, NewBlob, RecentBlobs, CACHE_TRUST};
 use crate::store::StoreError;
 
 /// A node id: 32 lowercase hex digits.

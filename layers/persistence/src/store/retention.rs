@@ -33,7 +33,7 @@
 //! Each store handle keeps the chains and blob hashes it wrote recently, and skips writing nodes and blobs it
 //! believes stored (`chain.rs`, `blobs.rs`). Retention on one replica cannot reach the others' memory, so the
 //! caches bound their own trust instead: a chain is remembered only if its record ended less than
-//! [`CACHE_TRUST`] before its commit, and is trusted for [`CACHE_TRUST`] after that commit. A chain the cache
+//! [`CACHE_TRUST`](super::blobs::CACHE_TRUST) before its commit, and is trusted for [`CACHE_TRUST`](super::blobs::CACHE_TRUST) after that commit. A chain the cache
 //! trusts is thus the history of a call that ended less than two hours ago, and retention deletes only calls
 //! that ended at least [`Retention::MIN_KEEP`] (a day) ago: that call remains, so every node of the chain (its
 //! ancestors) and every blob they refer to remain. The argument holds while replicas' clocks disagree by less
@@ -42,9 +42,6 @@
 use std::time::{Duration, SystemTime};
 
 use super::StoreError;
-
-/// How long a store handle trusts a chain or blob hash it wrote (see the module docs).
-pub(crate) const CACHE_TRUST: Duration = Duration::from_secs(60 * 60);
 
 /// How long calls are kept, and how many one transaction deletes: the argument of [`crate::Store::delete_expired`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -215,10 +212,10 @@ impl Frontier {
     pub(crate) fn deleted(
         &mut self,
         parent: Option<String>,
-        message: &String,
+        message: String,
     ) -> Result<(), StoreError> {
         self.deleted += 1;
-        self.blobs.extend(super::blobs::references([message])?);
+        self.blobs.extend(super::blobs::references([&message])?);
         self.waiting.extend(parent);
         Ok(())
     }
@@ -253,7 +250,7 @@ mod tests {
             asked.push(id.clone());
             if id != "b" {
                 let parent = parents.iter().find(|(node, _)| *node == id).unwrap().1;
-                walk.deleted(Some(parent.to_owned()), &"{}".to_owned())
+                walk.deleted(Some(parent.to_owned()), "{}".to_owned())
                     .unwrap();
             }
         }

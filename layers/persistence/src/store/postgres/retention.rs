@@ -67,7 +67,7 @@ impl PostgresStore {
             .map_err(pg_error(WHAT))?;
         while let Some(id) = walk.next() {
             if let Some(row) = tx.query_opt(&prune, &[&id]).await.map_err(pg_error(WHAT))? {
-                walk.deleted(row.get(0), &row.get::<_, String>(1))?;
+                walk.deleted(row.get(0), row.get(1))?;
             }
         }
         let (messages, blobs) = walk.finish();

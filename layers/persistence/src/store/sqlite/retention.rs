@@ -114,7 +114,7 @@ fn delete_batch_in(
                 .optional()
                 .map_err(sqlite_error)?;
             if let Some((parent, message)) = deleted {
-                walk.deleted(parent, &message)?;
+                walk.deleted(parent, message)?;
             }
         }
         let (messages, blobs) = walk.finish();
