@@ -159,6 +159,10 @@ pub struct Flags {
     /// Do not record calls: no call log, spend or conversations to resume (approvals and keys are still kept).
     #[arg(long, env = "TOWER_CHAT_NO_RECORDS", help_heading = STORES)]
     pub no_records: bool,
+    /// Delete recorded calls (messages, media, search entries) older than N days, hourly; spend sums stay
+    /// (default: keep every call).
+    #[arg(long, env = "TOWER_CHAT_RETENTION_DAYS", value_name = "N", help_heading = STORES)]
+    pub retention_days: Option<Count>,
 
     /// Larger request bodies get 413, not counting base64 media (default 4194304).
     #[arg(long, env = "TOWER_CHAT_BODY_LIMIT", value_name = "BYTES", help_heading = LIMITS)]
@@ -250,7 +254,7 @@ impl Flags {
         over!(flags, file, given;
             options: config, listen, allowed_hosts, shutdown_timeout, upstream, provider, upstream_key_env,
                 upstream_timeout, files, max_rounds, approval_ttl, max_polls_per_key, api_keys_file,
-                trusted_proxy_header, trusted_proxies, operator_keys_file, db, database_url, body_limit,
+                trusted_proxy_header, trusted_proxies, operator_keys_file, db, database_url, retention_days, body_limit,
                 max_messages, max_tools, max_schema_bytes, max_approvals, max_id_bytes, max_media_part_bytes,
                 max_media_bytes, header_timeout, body_timeout, idle_timeout, write_timeout, max_connections,
                 max_in_flight, max_in_flight_per_key, max_media_in_flight, metrics_listen, metrics_key_env;

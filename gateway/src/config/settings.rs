@@ -47,6 +47,9 @@ pub struct Config {
     /// the conversations `previous_response_id` and a paused approval resume). Off, the store still keeps
     /// approvals, managed keys and console sessions, and a request that needs a record is refused.
     pub record_calls: bool,
+    /// `--retention-days N`: the store deletes calls older than N days, hourly ([`crate::stack::retention`]);
+    /// `None` (the default) keeps every call.
+    pub retention: Option<tower_chat_persistence::Retention>,
     /// `--files DIR`: root of the `read_file` / `write_file` tools. `None` (the default): no file tools at all.
     /// The program creates a missing folder at start ([`Config::prepare_files`]).
     pub files: Option<PathBuf>,
@@ -126,6 +129,7 @@ impl Config {
             db: PathBuf::from("gateway.db"),
             database_url: None,
             record_calls: true,
+            retention: None,
             files: None,
             demo: false,
             add_tool: false,
@@ -288,6 +292,21 @@ impl Config {
         config.no_upstream_key = flags.no_upstream_key;
         config.db = flags.db.unwrap_or(defaults.db);
         config.database_url = flags.database_url;
+        config.retention = flags
+            .retention_days
+            .map(|days| {
+                u32::try_from(days.get())
+                    .ok()
+                    .and_then(|days| tower_chat_persistence::Retention::days(days).ok())
+                    .ok_or_else(|| {
+                        invalid(
+                            "--retention-days",
+                            &days.get().to_string(),
+                            "a number of days from 1",
+                        )
+                    })
+            })
+            .transpose()?;
         config.files = flags.files;
         config.demo = flags.demo;
         config.add_tool = flags.add_tool || flags.demo;

@@ -27,6 +27,7 @@ pub mod demo;
 pub mod guardrail;
 pub mod mcp;
 pub mod rate_limits;
+pub mod retention;
 pub mod stores;
 pub mod structured;
 pub mod tools;

@@ -84,6 +84,9 @@ pub async fn stores(config: &Config) -> Result<Stores, GatewayError> {
                 (Arc::new(store), Arc::new(approvals), sessions, keys)
             }
         };
+    if let Some(retention) = config.retention {
+        super::retention::spawn(&store, retention);
+    }
     Ok(Stores {
         persistence: PersistenceLayer::shared(store).prices(config.file.limits.price_table()),
         approvals: {

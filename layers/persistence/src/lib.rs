@@ -127,7 +127,7 @@ pub use spend::{SpendRollupQuery, SpendRow, UtcDay};
 pub use store::postgres::{PostgresStore, PostgresStoreBuilder};
 #[cfg(feature = "sqlite")]
 pub use store::sqlite::{Checkpoint, Durability, SqliteStore, SqliteStoreBuilder};
-pub use store::{Migration, Store, StoreError, StoreErrorKind};
+pub use store::{Migration, Purged, Retention, RetentionTooShort, Store, StoreError, StoreErrorKind};
 pub use stream::RecordingStream;
 pub use usage::{LatencyPercentiles, UsageAggregate, UsageQuery};
 

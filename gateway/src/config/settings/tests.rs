@@ -16,9 +16,24 @@ fn defaults_are_the_documented_ones() {
     assert_eq!(config.db, PathBuf::from("gateway.db"));
     assert_eq!(config.max_rounds, 10);
     assert_eq!(config.files, None, "no file tools unless --files is given");
+    assert_eq!(
+        config.retention, None,
+        "every call is kept unless --retention-days is given"
+    );
     let anthropic = run(&["--provider", "anthropic"]).unwrap();
     assert_eq!(anthropic.key_env(), Some("ANTHROPIC_API_KEY"));
     assert_eq!(anthropic.upstream, "https://api.anthropic.com/v1");
+}
+
+#[test]
+fn retention_days_set_the_stores_retention_and_zero_is_refused() {
+    let config = run(&["--retention-days", "30"]).unwrap();
+    assert_eq!(
+        config.retention,
+        Some(tower_chat_persistence::Retention::days(30).unwrap())
+    );
+    assert!(run(&["--retention-days=0"]).is_err());
+    assert!(run(&["--retention-days=99999999999"]).is_err());
 }
 
 #[test]

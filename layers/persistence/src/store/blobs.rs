@@ -89,24 +89,34 @@ fn has_blobs(message: &Message) -> bool {
     })
 }
 
+/// How long a store handle trusts a chain or blob hash it wrote, counted from its commit, and how recently the
+/// call of a record must have ended for the handle to remember what the record wrote: retention may delete
+/// what no recent call reaches (see `retention.rs`).
+pub(crate) const CACHE_TRUST: std::time::Duration = std::time::Duration::from_secs(60 * 60);
+
 /// The blobs this store committed recently, by hash: a message carrying one of them again refers to it without
-/// sending its bytes to the database again. Bounded by count; forgetting only costs a redundant
-/// `ON CONFLICT DO NOTHING` insert.
+/// sending its bytes to the database again. Bounded by count, and each trusted for
+/// [`CACHE_TRUST`] after its commit (retention may delete a blob no recent call refers to, see
+/// `chain.rs`); forgetting only costs a redundant `ON CONFLICT DO NOTHING` insert.
 #[derive(Debug, Default)]
 pub(crate) struct RecentBlobs {
     order: VecDeque<String>,
-    known: HashSet<String>,
+    known: HashMap<String, std::time::Instant>,
 }
 
 impl RecentBlobs {
     const CAPACITY: usize = 1024;
 
     pub(crate) fn contains(&self, hash: &str) -> bool {
-        self.known.contains(hash)
+        self.known
+            .get(hash)
+            .is_some_and(|at| at.elapsed() < CACHE_TRUST)
     }
 
-    pub(crate) fn remember(&mut self, hash: String) {
-        if self.known.contains(&hash) {
+    /// Remember a blob committed at `at` (the latest commit counts).
+    pub(crate) fn remember(&mut self, hash: String, at: std::time::Instant) {
+        if let Some(known) = self.known.get_mut(&hash) {
+            *known = at;
             return;
         }
         if self.order.len() >= Self::CAPACITY {
@@ -114,7 +124,7 @@ impl RecentBlobs {
                 self.known.remove(&oldest);
             }
         }
-        self.known.insert(hash.clone());
+        self.known.insert(hash.clone(), at);
         self.order.push_back(hash);
     }
 }

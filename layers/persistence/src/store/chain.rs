@@ -19,16 +19,23 @@
 //! those ids; only the messages past the shared prefix are encoded (blobs hashed with SHA-256) and written. On a
 //! cold cache (after a restart) every message is encoded once, and the database ignores the nodes it already has
 //! (`ON CONFLICT DO NOTHING`).
+//!
+//! Retention (`retention.rs`) deletes old calls and the nodes no remaining call reaches, so the cache must never
+//! hand out a node that may be gone: a chain is remembered only when its record ended within
+//! [`CACHE_TRUST`] of its commit, and trusted for that long after it (the blob hashes too). A
+//! chain the cache trusts is therefore reached by a call that ended less than twice that ago, which retention
+//! keeps (it deletes only calls that ended at least [`crate::store::Retention::MIN_KEEP`] ago), with its nodes.
 
 use std::collections::HashMap;
 use std::hash::Hasher;
 use std::sync::{Arc, Mutex};
+use std::time::{Instant, SystemTime};
 
 use siphasher::sip128::{Hasher128, SipHasher24};
 use tower_chat::{ChatOptions, Message, Shared};
 
 use crate::record::CallRecord;
-use crate::store::blobs::{digest_message, encode_message, NewBlob, RecentBlobs};
+use crate::store::blobs::{digest_message, encode_message, NewBlob, RecentBlobs, CACHE_TRUST};
 use crate::store::StoreError;
 
 /// A node id: 32 lowercase hex digits.
@@ -173,6 +180,10 @@ struct Chain {
     request_len: usize,
     digests: Vec<Digest>,
     ids: Arc<Ids>,
+    /// When the call whose record wrote this chain ended.
+    ended_at: SystemTime,
+    /// When the chain was remembered (set once committed): trusted for [`CACHE_TRUST`] after it.
+    remembered: std::sync::OnceLock<Instant>,
 }
 
 impl Chain {
@@ -181,6 +192,17 @@ impl Chain {
 
     fn len(&self) -> usize {
         self.ids.len
+    }
+
+    /// Whether retention cannot have deleted this chain's nodes (see the module docs).
+    fn trusted(&self) -> bool {
+        self.trusted_at(Instant::now())
+    }
+
+    fn trusted_at(&self, now: Instant) -> bool {
+        self.remembered
+            .get()
+            .is_some_and(|at| now.saturating_duration_since(*at) < CACHE_TRUST)
     }
 
     /// How many leading messages of a history with these digests this chain shares.
@@ -236,6 +258,7 @@ impl ChainCache {
             .by_conversation
             .get(conversation)
             .or_else(|| self.previous.by_conversation.get(conversation))
+            .filter(|chain| chain.trusted())
             .cloned()
     }
 
@@ -244,6 +267,7 @@ impl ChainCache {
             .by_tail
             .get(key)
             .or_else(|| self.previous.by_tail.get(key))
+            .filter(|chain| chain.trusted())
             .cloned()
     }
 
@@ -338,6 +362,8 @@ pub(crate) struct Pending {
     chains: Vec<(String, Arc<Chain>)>,
     options: Vec<(Shared<ChatOptions>, NodeId)>,
     blobs: Vec<String>,
+    /// When the earliest-ended call of the batch ended: the blob hashes are remembered only if it is recent.
+    earliest_end: Option<SystemTime>,
 }
 
 impl Encoder {
@@ -392,11 +418,19 @@ impl Encoder {
     }
 
     /// The batch was committed: its chains and options may be reused.
+    /// Only what records that ended recently wrote is remembered, and for [`CACHE_TRUST`] (see the module docs):
+    /// a record committed long after its call ended may already be past retention.
     pub(crate) fn committed(&self, pending: Pending) {
-        if !pending.blobs.is_empty() {
+        let now = (SystemTime::now(), Instant::now());
+        let recent = |ended_at: SystemTime| {
+            now.0
+                .duration_since(ended_at)
+                .map_or(true, |age| age < CACHE_TRUST)
+        };
+        if !pending.blobs.is_empty() && pending.earliest_end.is_some_and(recent) {
             let mut blobs = self.blobs.lock().unwrap_or_else(|e| e.into_inner());
             for hash in pending.blobs {
-                blobs.remember(hash);
+                blobs.remember(hash, now.1);
             }
         }
         let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
@@ -406,7 +440,10 @@ impl Encoder {
             }
         }
         for (conversation, chain) in pending.chains {
-            cache.remember(&conversation, chain);
+            if recent(chain.ended_at) {
+                let _ = chain.remembered.set(now.1);
+                cache.remember(&conversation, chain);
+            }
         }
     }
 }
@@ -420,6 +457,11 @@ fn encode_one(
 ) -> Result<Encoded, StoreError> {
     let scope = record.caller.as_ref().map(|c| c.as_str());
     let conversation = record.conversation_id.as_str();
+    pending.earliest_end = Some(
+        pending
+            .earliest_end
+            .map_or(record.ended_at, |end| end.min(record.ended_at)),
+    );
     let request = &record.request.messages;
     let response = &record.response.messages[..];
 
@@ -502,6 +544,8 @@ fn encode_one(
                 request_len: request.len(),
                 digests,
                 ids,
+                ended_at: record.ended_at,
+                remembered: std::sync::OnceLock::new(),
             }),
         ));
     }
@@ -563,9 +607,10 @@ mod tests {
             request_id: None,
             team: None,
             round_index: 0,
-            started_at: std::time::UNIX_EPOCH,
+            started_at: SystemTime::now(),
             first_token_at: None,
-            ended_at: std::time::UNIX_EPOCH,
+            // Recent: the cache remembers only chains of calls that ended recently.
+            ended_at: SystemTime::now(),
             provider: None,
             model: None,
             request: RecordedRequest {
@@ -776,6 +821,25 @@ mod tests {
         );
         assert_eq!(resent.nodes.len(), 2);
         assert!(resent.blobs.is_empty(), "the image was written before");
+    }
+
+    #[test]
+    fn a_chain_is_trusted_for_an_hour_and_only_if_its_call_ended_recently() {
+        let encoder = Encoder::default();
+        let first = record("c", None, vec![Message::user("hi")], "hello");
+        write(&encoder, &first);
+        let cache = encoder.cache.lock().unwrap();
+        let chain = cache.current.by_conversation.get("c").unwrap();
+        assert!(chain.trusted());
+        assert!(!chain.trusted_at(Instant::now() + CACHE_TRUST));
+        drop(cache);
+
+        // A record of a call that ended days ago (committed late) is not remembered at all.
+        let encoder = Encoder::default();
+        let mut late = first.clone();
+        late.ended_at = SystemTime::now() - 3 * CACHE_TRUST;
+        write(&encoder, &late);
+        assert_eq!(write(&encoder, &late).nodes.len(), 2, "nothing was cached");
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! The [`Store`] trait and its implementations.
 
 use std::fmt;
+use std::time::SystemTime;
 
 use futures_util::future::BoxFuture;
 use tower_chat::{ConversationId, Message};
@@ -31,6 +32,7 @@ mod chain;
 mod error;
 #[cfg(feature = "sqlite")]
 mod legacy_journal;
+pub(crate) mod retention;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod rollup;
 mod schema;
@@ -38,6 +40,7 @@ mod schema;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub(crate) use error::decode_json;
 pub use error::{StoreError, StoreErrorKind};
+pub use retention::{Purged, Retention, RetentionTooShort};
 pub use schema::Migration;
 
 /// Where call records go, and how they are read back.
@@ -158,6 +161,20 @@ pub trait Store: fmt::Debug + Send + Sync + 'static {
         })
     }
 
+    /// Delete the calls that started and ended longer than `retention` before `now`, with the messages, blobs
+    /// and search index entries no remaining call reaches, in transactions of at most
+    /// [`Retention::batch_size`] calls, keeping the spend rollup as it is and never a call in flight or paused
+    /// awaiting an approval (see [`Retention`]). Idempotent: several replicas may run it. The SQLite and
+    /// PostgreSQL stores implement it; other stores answer with an error unless they do.
+    fn delete_expired<'a>(
+        &'a self,
+        retention: &'a Retention,
+        now: SystemTime,
+    ) -> BoxFuture<'a, Result<Purged, StoreError>> {
+        let _ = (retention, now);
+        Box::pin(async { Err(StoreError::new("this store cannot delete expired calls")) })
+    }
+
     /// Writes have stopped for a while (the layer's writer calls this after
     /// [`RELEASE_CACHES_AFTER`](crate::RELEASE_CACHES_AFTER) without a record): drop what is kept in memory only
     /// to make the next writes cheaper, so that a burst of traffic does not hold memory for good. The SQLite and
@@ -267,6 +284,14 @@ impl<S: Store + ?Sized> Store for std::sync::Arc<S> {
         conversation_id: &'a ConversationId,
     ) -> BoxFuture<'a, Result<Vec<Message>, StoreError>> {
         (**self).load_conversation(conversation_id)
+    }
+
+    fn delete_expired<'a>(
+        &'a self,
+        retention: &'a Retention,
+        now: SystemTime,
+    ) -> BoxFuture<'a, Result<Purged, StoreError>> {
+        (**self).delete_expired(retention, now)
     }
 
     fn release_caches(&self) {

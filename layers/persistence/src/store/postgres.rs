@@ -24,6 +24,7 @@ use super::{Migration, Store, StoreError};
 use crate::call_log::{CallLogPage, CallLogQuery};
 
 mod call_log;
+mod retention;
 mod spend;
 use crate::record::{
     to_micros, CallId, CallQuery, CallRecord, CallSummary, ConversationQuery, ConversationSummary,
@@ -594,6 +595,14 @@ impl Store for PostgresStore {
 
     fn release_caches(&self) {
         self.encoder.forget();
+    }
+
+    fn delete_expired<'a>(
+        &'a self,
+        retention: &'a crate::store::Retention,
+        now: SystemTime,
+    ) -> BoxFuture<'a, Result<crate::store::Purged, StoreError>> {
+        Box::pin(self.delete_expired_in_batches(retention, now))
     }
 
     fn call<'a>(

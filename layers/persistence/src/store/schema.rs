@@ -88,6 +88,10 @@ pub(crate) fn sqlite_migrations() -> Vec<Migration> {
             "tower-chat-persistence/0014_call_log_lookups_by_index",
             super::call_lookups::sqlite_lookups_sql(),
         ),
+        Migration::new(
+            "tower-chat-persistence/0015_retention_indexes",
+            super::retention::INDEXES_SQL,
+        ),
     ]
 }
 
@@ -175,6 +179,10 @@ pub(crate) fn postgres_migrations() -> Vec<Migration> {
         Migration::new(
             "tower-chat-persistence/0014_call_log_lookups_by_index",
             super::call_lookups::postgres_lookups_sql(),
+        ),
+        Migration::new(
+            "tower-chat-persistence/0015_retention_indexes",
+            super::retention::INDEXES_SQL,
         ),
     ]
 }

@@ -40,6 +40,7 @@ use crate::call_log::{CallLogPage, CallLogQuery};
 
 mod call_log;
 mod checkpoint;
+mod retention;
 mod search_index;
 mod spend;
 use crate::record::{
@@ -964,6 +965,14 @@ impl Store for SqliteStore {
     /// Besides the encoder's chains: SQLite's page caches (up to 2 MiB a connection, filled by a burst of writes)
     /// on the connection thread, and the read-only connection, reopened on the next read. A read running now
     /// keeps its connection.
+    fn delete_expired<'a>(
+        &'a self,
+        retention: &'a crate::store::Retention,
+        now: SystemTime,
+    ) -> BoxFuture<'a, Result<crate::store::Purged, StoreError>> {
+        Box::pin(self.delete_expired_in_batches(retention, now))
+    }
+
     fn release_caches(&self) {
         self.encoder.forget();
         let _ = self.jobs.send(Job::Read(Box::new(|conn| {
