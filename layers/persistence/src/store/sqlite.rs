@@ -962,9 +962,6 @@ impl Store for SqliteStore {
         })
     }
 
-    /// Besides the encoder's chains: SQLite's page caches (up to 2 MiB a connection, filled by a burst of writes)
-    /// on the connection thread, and the read-only connection, reopened on the next read. A read running now
-    /// keeps its connection.
     fn delete_expired<'a>(
         &'a self,
         retention: &'a crate::store::Retention,
@@ -973,6 +970,9 @@ impl Store for SqliteStore {
         Box::pin(self.delete_expired_in_batches(retention, now))
     }
 
+    /// Besides the encoder's chains: SQLite's page caches (up to 2 MiB a connection, filled by a burst of writes)
+    /// on the connection thread, and the read-only connection, reopened on the next read. A read running now
+    /// keeps its connection.
     fn release_caches(&self) {
         self.encoder.forget();
         let _ = self.jobs.send(Job::Read(Box::new(|conn| {
