@@ -127,7 +127,9 @@ pub use spend::{SpendRollupQuery, SpendRow, UtcDay};
 pub use store::postgres::{PostgresStore, PostgresStoreBuilder};
 #[cfg(feature = "sqlite")]
 pub use store::sqlite::{Checkpoint, Durability, SqliteStore, SqliteStoreBuilder};
-pub use store::{Migration, Purged, Retention, RetentionTooShort, Store, StoreError, StoreErrorKind};
+pub use store::{
+    Migration, Purged, Retention, RetentionTooShort, Store, StoreError, StoreErrorKind,
+};
 pub use stream::RecordingStream;
 pub use usage::{LatencyPercentiles, UsageAggregate, UsageQuery};
 
