@@ -33,7 +33,9 @@ GROUPS = [
     ("persistence: record writer thread", r"serve_writes"),
     ("persistence: search index thread", r"search_index|SearchIndex|fts"),
     ("persistence: on the call's path", r"tower_chat_persistence::"),
-    ("SQLite", r"sqlite3"),
+    # SQLite's own functions are mostly static C names without the `sqlite3` prefix (the log's checksums,
+    # B-tree balancing, the pager, the JSON functions, the SQL parser).
+    ("SQLite", r"sqlite3|^(wal|btree|pager|vdbe|json|fts5|pcache|balance_|yy_|keywordCode|getPage|allocateCursor|releaseMemArray|unix[A-Z])"),
     ("edge (gateway middleware, serve)", r"tower_chat_gateway::edge::"),
     ("turn and chat handler", r"tower_chat_gateway::(turn|api)::"),
     ("wire: parse", r"tower_chat_wire::.*(parse|from_body|into_inbound|Deserialize|deserialize|visit_)"),

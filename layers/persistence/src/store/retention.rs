@@ -16,6 +16,8 @@
 //! call still reaches (the index `chat_messages_by_parent`, migration 0015, answers "has it a child?"). A blob
 //! goes when no remaining node refers to it; that check reads the message table (there is no index from blobs
 //! to the nodes that refer to them), so it costs a scan per blob freed, paid only by batches that free one.
+//! That scan runs inside the batch's transaction: on a large store, record writes wait for it (SQLite's write
+//! lock; PostgreSQL's lock on `chat_messages`), so a batch that frees media holds them up for a scan's length.
 //!
 //! # Bounded transactions
 //!
