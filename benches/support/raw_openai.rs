@@ -224,6 +224,98 @@ pub enum RawParse {
     SameFields,
 }
 
+/// The data of one event: text from the [`SseDecoder`], bytes from [`MemchrSse`] (parsed as they are, the way
+/// a client splitting bytes by hand would).
+#[derive(Clone, Copy)]
+enum EventData<'a> {
+    Text(&'a str),
+    Bytes(&'a [u8]),
+}
+
+impl EventData<'_> {
+    fn is_done(self) -> bool {
+        match self {
+            EventData::Text(text) => text == "[DONE]",
+            EventData::Bytes(bytes) => bytes == b"[DONE]",
+        }
+    }
+
+    fn parse<T: serde::de::DeserializeOwned>(self) -> T {
+        match self {
+            EventData::Text(text) => serde_json::from_str(text).unwrap(),
+            EventData::Bytes(bytes) => serde_json::from_slice(bytes).unwrap(),
+        }
+    }
+}
+
+/// How the raw client finds the events of a streamed answer.
+#[derive(Clone, Copy, Debug)]
+pub enum RawSplit {
+    /// The core's [`SseDecoder`] (every SSE field, `\r`/`\n`/`\r\n` line ends).
+    Decoder,
+    /// A hand-written splitter for what OpenAI sends: `memchr` finds the blank line ending each event, and the
+    /// `data:` lines of the event are handed on as bytes ([`MemchrSse`]).
+    Memchr,
+}
+
+/// The splitter a hand-written client writes for OpenAI's SSE: events end at `\n\n`, only `data:` lines count.
+/// A partial event waits in `pending` for the next frame; whole events are taken from the frame in place.
+#[derive(Default)]
+pub struct MemchrSse {
+    pending: Vec<u8>,
+    /// The lines of an event with more than one `data:` line, joined by `\n` as the SSE rules say.
+    joined: Vec<u8>,
+}
+
+impl MemchrSse {
+    /// Feed one body frame; `on_data` gets the data of each complete event.
+    pub fn feed(&mut self, frame: &[u8], on_data: &mut impl FnMut(&[u8])) {
+        if self.pending.is_empty() {
+            let rest = self.split(frame, on_data);
+            self.pending.extend_from_slice(&frame[rest..]);
+        } else {
+            let mut pending = std::mem::take(&mut self.pending);
+            pending.extend_from_slice(frame);
+            let rest = self.split(&pending, on_data);
+            pending.drain(..rest);
+            self.pending = pending;
+        }
+    }
+
+    /// Hand on every complete event of `bytes`; returns where the incomplete rest starts.
+    fn split(&mut self, bytes: &[u8], on_data: &mut impl FnMut(&[u8])) -> usize {
+        let mut start = 0;
+        // Matches do not overlap, so each starts at or after the end of the previous event.
+        for end in memchr::memmem::find_iter(bytes, b"\n\n") {
+            self.event(&bytes[start..end], on_data);
+            start = end + 2;
+        }
+        start
+    }
+
+    fn event(&mut self, event: &[u8], on_data: &mut impl FnMut(&[u8])) {
+        let mut data_lines = event.split(|b| *b == b'\n').filter_map(|line| {
+            let data = line.strip_prefix(b"data:")?;
+            Some(data.strip_prefix(b" ").unwrap_or(data))
+        });
+        let Some(first) = data_lines.next() else {
+            return;
+        };
+        match data_lines.next() {
+            None => on_data(first),
+            Some(second) => {
+                self.joined.clear();
+                self.joined.extend_from_slice(first);
+                for line in std::iter::once(second).chain(data_lines) {
+                    self.joined.push(b'\n');
+                    self.joined.extend_from_slice(line);
+                }
+                on_data(&self.joined);
+            }
+        }
+    }
+}
+
 /// POST `body` to `url` and read the answer: SSE events parsed as `parse` says when `stream`, else one JSON
 /// completion. Returns the answer (filled for [`RawParse::SameFields`] and non-streamed calls) and the number of
 /// SSE events read.
@@ -233,6 +325,18 @@ pub async fn raw_round_trip(
     body: Bytes,
     stream: bool,
     parse: RawParse,
+) -> (RawAnswer, usize) {
+    raw_round_trip_split(client, url, body, stream, parse, RawSplit::Decoder).await
+}
+
+/// [`raw_round_trip`] with the events of a streamed answer found as `split` says.
+pub async fn raw_round_trip_split(
+    client: &RawClient,
+    url: &str,
+    body: Bytes,
+    stream: bool,
+    parse: RawParse,
+    split: RawSplit,
 ) -> (RawAnswer, usize) {
     let request = http::Request::post(url)
         .header("content-type", "application/json")
@@ -245,33 +349,40 @@ pub async fn raw_round_trip(
         let body = response.into_body().collect().await.unwrap().to_bytes();
         return (RawAnswer::from_completion(&body), 0);
     }
-    let mut sse = SseDecoder::new();
     let mut parsed = 0;
     // Like any client, keep the answer.
     let mut text = String::new();
     let mut answer = RawAnswer::default();
-    while let Some(frame) = response.body_mut().frame().await {
-        if let Ok(data) = frame.unwrap().into_data() {
-            sse.feed(&data, &mut |event| {
-                if event.data != "[DONE]" {
-                    match parse {
-                        RawParse::Minimal => {
-                            let chunk: MinimalChunk = serde_json::from_str(&event.data).unwrap();
-                            for delta in chunk.choices.into_iter().filter_map(|c| c.delta) {
-                                text.push_str(delta.content.as_deref().unwrap_or(""));
-                                black_box(delta.tool_calls);
-                            }
-                        }
-                        RawParse::Value => {
-                            black_box(serde_json::from_str::<Value>(&event.data).unwrap());
-                        }
-                        RawParse::SameFields => {
-                            answer.absorb(serde_json::from_str(&event.data).unwrap())
-                        }
+    let mut on_data = |data: EventData<'_>| {
+        if !data.is_done() {
+            match parse {
+                RawParse::Minimal => {
+                    let chunk: MinimalChunk = data.parse();
+                    for delta in chunk.choices.into_iter().filter_map(|c| c.delta) {
+                        text.push_str(delta.content.as_deref().unwrap_or(""));
+                        black_box(delta.tool_calls);
                     }
                 }
-                parsed += 1;
-            });
+                RawParse::Value => {
+                    black_box(data.parse::<Value>());
+                }
+                RawParse::SameFields => answer.absorb(data.parse()),
+            }
+        }
+        parsed += 1;
+    };
+    let mut decoder = SseDecoder::new();
+    let mut memchr_sse = MemchrSse::default();
+    while let Some(frame) = response.body_mut().frame().await {
+        if let Ok(data) = frame.unwrap().into_data() {
+            match split {
+                RawSplit::Decoder => {
+                    decoder.feed(&data, &mut |event| on_data(EventData::Text(&event.data)));
+                }
+                RawSplit::Memchr => {
+                    memchr_sse.feed(&data, &mut |data| on_data(EventData::Bytes(data)))
+                }
+            }
         }
     }
     black_box(text);

@@ -1,9 +1,12 @@
-//! The whole stack against a raw hyper client, one tool conversation at a time.
+//! The whole stack against a raw hyper client, one tool conversation at a time or many at once.
 //!
 //! A conversation: a question after `STACK_HISTORY` earlier messages (default 10); the model calls
 //! `STACK_PARALLEL` tools at once (default 1) in each of `STACK_ROUNDS - 1` rounds (default 2 rounds: one tool
 //! round, then the answer), then answers in 30 words, streamed (`STACK_STREAM=1`, the default: 33 SSE events) or
-//! as one JSON completion (`STACK_STREAM=0`). The scripted OpenAI-compatible server is this binary run again with
+//! as one JSON completion (`STACK_STREAM=0`). `STACK_CONCURRENT` conversations run at a time (default 1), all in
+//! one task on one thread: the concurrent workload is `STACK_CONCURRENT=32 STACK_HISTORY=2`, whose `raw` peer
+//! finds SSE events with `memchr` instead of the core's decoder (what a hand-written client tuned for many
+//! streams would do). The scripted OpenAI-compatible server is this binary run again with
 //! `STACK_SERVE=1` in a child process, so an instruction count under `valgrind --tool=callgrind` (which does not
 //! follow children by default) is the client's work alone: HTTP, JSON both ways, the loop, the layers, the SQLite
 //! write and its thread.
@@ -22,7 +25,8 @@
 //! call per conversation, the same for each of them).
 //!
 //! Modes:
-//! - `cargo bench -p tower-chat-stack --bench stack`: criterion, every variant, the configuration above;
+//! - `cargo bench -p tower-chat-stack --bench stack`: criterion, every variant, the configuration above (an
+//!   iteration is one conversation, or `STACK_CONCURRENT` at once);
 //! - `STACK_COUNT_VARIANT=<variant> STACK_COUNT_CONVERSATIONS=N`: N conversations of one variant after one
 //!   warm-up conversation, then exit: run under callgrind twice (two values of N), the slope is the cost of one
 //!   conversation (`stack/benches/count.sh` prints the whole table); `STACK_COUNT_INFO_SUBSCRIBER=1` installs the
@@ -40,6 +44,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use criterion::Criterion;
+use futures_util::StreamExt;
 use http_body_util::Full;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
@@ -57,7 +62,7 @@ use tower_chat_stack::tracing::TracingLayer;
 
 #[path = "../../benches/support/raw_openai.rs"]
 mod raw_openai;
-use raw_openai::{raw_round_trip, RawClient, RawParse};
+use raw_openai::{raw_round_trip_split, RawClient, RawParse, RawSplit};
 
 /// The variants, in the order tables print them; `raw` first (every ratio is to it).
 const VARIANTS: [&str; 6] = [
@@ -82,6 +87,7 @@ struct Shape {
     parallel: usize,
     history: usize,
     stream: bool,
+    concurrent: usize,
 }
 
 impl Shape {
@@ -101,6 +107,17 @@ impl Shape {
                 .and_then(|v| v.parse().ok())
                 .unwrap_or(10),
             stream: std::env::var("STACK_STREAM").map_or(true, |v| v != "0"),
+            concurrent: number("STACK_CONCURRENT", 1),
+        }
+    }
+
+    /// How `raw` finds SSE events: with `memchr` in the concurrent workload, with the core's decoder otherwise
+    /// (the peer the one-at-a-time figures were taken against).
+    fn raw_split(&self) -> RawSplit {
+        if self.concurrent > 1 {
+            RawSplit::Memchr
+        } else {
+            RawSplit::Decoder
         }
     }
 
@@ -360,6 +377,19 @@ impl Fixture {
         }
     }
 
+    /// Conversations `first..first + count` by `variant`, `shape.concurrent` of them at a time.
+    async fn conversations(&self, variant: usize, first: usize, count: usize) {
+        if self.shape.concurrent == 1 {
+            for n in first..first + count {
+                self.conversation(variant, n).await;
+            }
+            return;
+        }
+        futures_util::stream::iter(first..first + count)
+            .for_each_concurrent(self.shape.concurrent, |n| self.conversation(variant, n))
+            .await;
+    }
+
     /// One whole conversation by `variant`; `n` names it (its conversation id).
     async fn conversation(&self, variant: usize, n: usize) {
         if variant == 0 {
@@ -392,12 +422,13 @@ impl Fixture {
                 stream_options: self.shape.stream.then(|| json!({"include_usage": true})),
             })
             .unwrap();
-            let (answer, _) = raw_round_trip(
+            let (answer, _) = raw_round_trip_split(
                 &self.raw_client,
                 &self.url,
                 Bytes::from(body),
                 self.shape.stream,
                 RawParse::SameFields,
+                self.shape.raw_split(),
             )
             .await;
             if answer.finish.as_deref() != Some("tool_calls") {
@@ -451,7 +482,8 @@ fn variant_index(name: &str) -> usize {
         .unwrap_or_else(|| panic!("unknown variant {name}; one of {VARIANTS:?}"))
 }
 
-/// `STACK_COUNT_VARIANT`: one warm-up conversation, then N, for callgrind.
+/// `STACK_COUNT_VARIANT`: one warm-up round of conversations (one, or `STACK_CONCURRENT` at once: every pooled
+/// connection opened), then N, for callgrind.
 fn count(variant: &str) {
     let conversations: usize = std::env::var("STACK_COUNT_CONVERSATIONS")
         .ok()
@@ -465,37 +497,35 @@ fn count(variant: &str) {
     let shape = Shape::from_env();
     runtime.block_on(async {
         let fixture = Fixture::start(shape).await;
-        for n in 0..=conversations {
-            fixture.conversation(index, n).await;
-        }
+        fixture.conversations(index, 0, shape.concurrent).await;
+        fixture
+            .conversations(index, shape.concurrent, conversations)
+            .await;
     });
     eprintln!("{variant}: {conversations} conversations of {shape:?}");
 }
 
 /// `STACK_INTERLEAVE_ROUNDS`: interleaved wall clock.
 fn interleave(rounds: usize) {
-    const CONVERSATIONS: usize = 10;
     let runtime = runtime();
     let shape = Shape::from_env();
+    // Enough for every concurrent conversation to run twice.
+    let conversations_per_run = 10.max(2 * shape.concurrent);
     let fixture = runtime.block_on(Fixture::start(shape));
     let subscriber = discarding_subscriber();
     let mut next = 0;
     let mut run = |variant: usize| {
         let start = std::time::Instant::now();
         let mut work = || {
-            runtime.block_on(async {
-                for _ in 0..CONVERSATIONS {
-                    next += 1;
-                    fixture.conversation(variant, next).await;
-                }
-            })
+            runtime.block_on(fixture.conversations(variant, next, conversations_per_run));
+            next += conversations_per_run;
         };
         if VARIANTS[variant] == "full" {
             tracing::dispatcher::with_default(&subscriber, work);
         } else {
             work();
         }
-        start.elapsed().as_secs_f64() * 1e6 / CONVERSATIONS as f64
+        start.elapsed().as_secs_f64() * 1e6 / conversations_per_run as f64
     };
     for variant in 0..VARIANTS.len() {
         run(variant); // warm-up
@@ -511,7 +541,7 @@ fn interleave(rounds: usize) {
         xs.sort_by(f64::total_cmp);
         xs[xs.len() / 2]
     };
-    println!("{rounds} interleaved rounds of {CONVERSATIONS} conversations per variant, {shape:?}");
+    println!("{rounds} interleaved rounds of {conversations_per_run} conversations per variant, {shape:?}");
     println!(
         "{:<18} {:>22} {:>22}",
         "variant", "median µs/conversation", "median ratio to raw"
@@ -540,9 +570,10 @@ fn criterion_benches() {
     let mut next = 0;
     for (variant, name) in VARIANTS.iter().enumerate() {
         group.bench_function(*name, |b| {
+            // One iteration: one conversation, or one round of `STACK_CONCURRENT` at once.
             let mut iteration = || {
-                next += 1;
-                runtime.block_on(fixture.conversation(variant, next))
+                runtime.block_on(fixture.conversations(variant, next, shape.concurrent));
+                next += shape.concurrent;
             };
             if *name == "full" {
                 tracing::dispatcher::with_default(&subscriber, || b.iter(&mut iteration));

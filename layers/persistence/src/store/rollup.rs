@@ -226,6 +226,7 @@ impl<'r> Tally<'r> {
     }
 
     /// Whether the transaction made no call final.
+    #[cfg(feature = "postgres")]
     pub(crate) fn is_empty(&self) -> bool {
         self.rows.is_empty()
     }
