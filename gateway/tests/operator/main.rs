@@ -20,6 +20,7 @@ mod console_spend;
 mod console_usage;
 mod console_waiting;
 mod keys;
+mod keys_team_delete;
 mod keys_team_spend;
 mod operator;
 mod persistence;
