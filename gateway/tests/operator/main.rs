@@ -10,6 +10,7 @@ mod console;
 mod console_calls;
 mod console_cards;
 mod console_keys;
+mod console_keys_edit;
 mod console_long_timeline;
 mod console_media;
 mod console_pages;
