@@ -1,5 +1,5 @@
 //! The admin API (`/admin/…`, operator keys only, JSON): keys and teams created, listed, shown, updated, keys
-//! rotated and revoked, and the audit log of every change. `GET /admin/openapi.json` describes it
+//! rotated and revoked, teams deleted, and the audit log of every change. `GET /admin/openapi.json` describes it
 //! (`openapi.json` beside this file).
 //!
 //! The handlers read JSON and answer JSON; what they do is [`super::ops`], which the console's pages run too.
@@ -11,15 +11,14 @@ use axum::{Extension, Router};
 use bytes::Bytes;
 use http::StatusCode;
 use serde::de::DeserializeOwned;
-use serde::{Deserialize, Deserializer};
-use serde_json::{json, Map, Value};
+use serde::Deserialize;
+use serde_json::{json, Value};
 
 pub(crate) use super::ops::AdminState;
-use super::ops::{self, change, check_key_doc, doc_text, not_found, NewKey, NewTeam};
-use super::record::{check_limits, check_metadata, invalid, now_ms, Kind};
+use super::ops::{self, not_found, KeyUpdate, NewKey, NewTeam, TeamUpdate};
+use super::record::{invalid, now_ms, Kind};
 use super::table::Table;
 use crate::api::extract::ApiQuery;
-use crate::config::limits::LimitsEntry;
 use crate::error::{json_response, ApiError};
 use crate::operator::Operator;
 
@@ -35,7 +34,10 @@ pub(crate) fn routes() -> Router<AdminState> {
         .route("/admin/keys/{id}/rotate", post(rotate_key))
         .route("/admin/keys/{id}/revoke", post(revoke_key))
         .route("/admin/teams", get(list_teams).post(create_team))
-        .route("/admin/teams/{id}", get(show_team).patch(update_team))
+        .route(
+            "/admin/teams/{id}",
+            get(show_team).patch(update_team).delete(delete_team),
+        )
         .route("/admin/audit", get(audit))
 }
 
@@ -57,27 +59,7 @@ fn body<T: DeserializeOwned>(bytes: &Bytes, expected: &str) -> Result<T, ApiErro
         .map_err(|e| invalid("invalid_body", format!("expected {expected}: {e}")))
 }
 
-/// `Some(value)` for a field that is present, `null` included: `Some(None)` clears it.
-fn present<'de, D: Deserializer<'de>, T: Deserialize<'de>>(
-    d: D,
-) -> Result<Option<Option<T>>, D::Error> {
-    Option::<T>::deserialize(d).map(Some)
-}
-
 const NEW_KEY: &str = r#"{"name": "…", "team": "<team id>", "expires_at": <unix seconds>, "models": ["gpt-4o*"], "routes": ["/v1/chat/completions"], "limits": {…}, "metadata": {…}}"#;
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct KeyUpdate {
-    #[serde(default, deserialize_with = "present")]
-    team: Option<Option<String>>,
-    #[serde(default, deserialize_with = "present")]
-    expires_at: Option<Option<i64>>,
-    models: Option<Vec<String>>,
-    routes: Option<Vec<String>>,
-    limits: Option<LimitsEntry>,
-    metadata: Option<Map<String, Value>>,
-}
 
 const KEY_UPDATE: &str = r#"{"team": "<team id>"|null, "expires_at": <unix seconds>|null, "models": […], "routes": […], "limits": {…}, "metadata": {…}} (any of them)"#;
 
@@ -85,13 +67,6 @@ const KEY_UPDATE: &str = r#"{"team": "<team id>"|null, "expires_at": <unix secon
 #[serde(deny_unknown_fields)]
 struct Rotation {
     grace_seconds: Option<u64>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct TeamUpdate {
-    limits: Option<LimitsEntry>,
-    metadata: Option<Map<String, Value>>,
 }
 
 /// The query of `GET /admin/audit`.
@@ -159,6 +134,7 @@ async fn show_key(State(state): State<AdminState>, Path(id): Path<String>) -> Re
     answer(shown.await, StatusCode::OK)
 }
 
+/// Key `id` changed ([`ops::update_key`]).
 async fn update_key(
     State(state): State<AdminState>,
     Extension(operator): Extension<Operator>,
@@ -167,41 +143,7 @@ async fn update_key(
 ) -> Response {
     let updated = async {
         let update: KeyUpdate = body(&bytes, KEY_UPDATE)?;
-        let missing = not_found(Kind::Key, &id);
-        let row = change(
-            &state,
-            &operator,
-            Kind::Key,
-            id,
-            "update",
-            Box::new(move |before| {
-                let mut row = before.ok_or(missing)?;
-                let mut doc = row.key_doc().map_err(super::record::internal)?;
-                if let Some(team) = update.team {
-                    doc.team = team;
-                }
-                if let Some(expires_at) = update.expires_at {
-                    doc.expires_at = expires_at;
-                }
-                if let Some(models) = update.models {
-                    doc.models = models;
-                }
-                if let Some(routes) = update.routes {
-                    doc.routes = routes;
-                }
-                if let Some(limits) = update.limits {
-                    doc.limits = limits;
-                }
-                if let Some(metadata) = update.metadata {
-                    doc.metadata = metadata;
-                }
-                check_key_doc(&doc)?;
-                doc.updated_at = now_ms() / 1000;
-                row.doc = doc_text(&doc);
-                Ok(row)
-            }),
-        )
-        .await?;
+        let row = ops::update_key(&state, &operator, id, update).await?;
         Ok::<_, ApiError>(row.public(Kind::Key, now_ms()))
     };
     answer(updated.await, StatusCode::OK)
@@ -300,6 +242,7 @@ async fn show_team(State(state): State<AdminState>, Path(id): Path<String>) -> R
     answer(shown.await, StatusCode::OK)
 }
 
+/// Team `id` changed ([`ops::update_team`]).
 async fn update_team(
     State(state): State<AdminState>,
     Extension(operator): Extension<Operator>,
@@ -308,33 +251,24 @@ async fn update_team(
 ) -> Response {
     let updated = async {
         let update: TeamUpdate = body(&bytes, r#"{"limits": {…}, "metadata": {…}} (either)"#)?;
-        let missing = not_found(Kind::Team, &id);
-        let row = change(
-            &state,
-            &operator,
-            Kind::Team,
-            id,
-            "update",
-            Box::new(move |before| {
-                let mut row = before.ok_or(missing)?;
-                let mut doc = row.team_doc().map_err(super::record::internal)?;
-                if let Some(limits) = update.limits {
-                    check_limits(&limits)?;
-                    doc.limits = limits;
-                }
-                if let Some(metadata) = update.metadata {
-                    check_metadata(&metadata)?;
-                    doc.metadata = metadata;
-                }
-                doc.updated_at = now_ms() / 1000;
-                row.doc = doc_text(&doc);
-                Ok(row)
-            }),
-        )
-        .await?;
+        let row = ops::update_team(&state, &operator, id, update).await?;
         Ok::<_, ApiError>(row.public(Kind::Team, now_ms()))
     };
     answer(updated.await, StatusCode::OK)
+}
+
+/// Team `id` deleted ([`ops::delete_team`]): its last state, with `"deleted": true`.
+async fn delete_team(
+    State(state): State<AdminState>,
+    Extension(operator): Extension<Operator>,
+    Path(id): Path<String>,
+) -> Response {
+    let deleted = ops::delete_team(&state, &operator, id).await.map(|row| {
+        let mut shown = row.public(Kind::Team, now_ms());
+        shown["deleted"] = Value::Bool(true);
+        shown
+    });
+    answer(deleted, StatusCode::OK)
 }
 
 /// `GET /admin/audit?target=ID&limit=N`: the latest changes, newest first.
@@ -388,7 +322,7 @@ mod tests {
             ("/admin/keys/{id}/rotate", &["post"]),
             ("/admin/keys/{id}/revoke", &["post"]),
             ("/admin/teams", &["get", "post"]),
-            ("/admin/teams/{id}", &["get", "patch"]),
+            ("/admin/teams/{id}", &["get", "patch", "delete"]),
             ("/admin/audit", &["get"]),
             ("/admin/openapi.json", &["get"]),
         ] {

@@ -1,5 +1,5 @@
-//! Managed keys and teams: client keys kept as data in the gateway's database, issued, rotated and revoked
-//! through the admin API (`/admin/…`, operator keys only) without a restart, on every replica.
+//! Managed keys and teams: client keys kept as data in the gateway's database, issued, changed, rotated and revoked
+//! (teams also deleted) through the admin API (`/admin/…`, operator keys only) without a restart, on every replica.
 //!
 //! A key has an id, a name (its caller identity, as the name of a `name:key` line of `--api-keys-file`), an
 //! optional owner team, an optional expiry, the models and routes it may use (names, or patterns with `*`), its
@@ -13,7 +13,7 @@
 //! authenticate only on a gateway that authenticates clients (`--api-keys-file`) and has operators
 //! (`--operator-keys-file`) and a database.
 //!
-//! - [`record`]: the rows and their checks; [`store`]: the tables; [`table`]: the in-memory table that
+//! - [`record`]: the rows and their checks; [`store`]: the tables; [`removal`]: a team's deletion; [`table`]: the in-memory table that
 //!   authentication reads, kept current by notifications and a periodic check; [`gate`]: the model allow-list
 //!   on the chat routes; [`ops`]: the changes and reads the admin API and the console's pages both run;
 //!   [`admin`]: the admin API; [`policy`]: the limits of the keys and teams as a
@@ -24,6 +24,7 @@ pub(crate) mod gate;
 pub(crate) mod ops;
 pub(crate) mod policy;
 pub(crate) mod record;
+mod removal;
 pub(crate) mod store;
 pub(crate) mod table;
 

@@ -8,7 +8,7 @@
 
 use std::time::Duration;
 
-use serde::Deserialize;
+use serde::{Deserialize, Deserializer};
 use serde_json::{Map, Value};
 use tower_chat_limits::{LimitsLayer, UsageReport};
 
@@ -53,6 +53,37 @@ pub(crate) struct NewKey {
     pub(crate) limits: LimitsEntry,
     #[serde(default)]
     pub(crate) metadata: Map<String, Value>,
+}
+
+/// `Some(value)` for a field that is present, `null` included: `Some(None)` clears it.
+fn present<'de, D: Deserializer<'de>, T: Deserialize<'de>>(
+    d: D,
+) -> Result<Option<Option<T>>, D::Error> {
+    Option::<T>::deserialize(d).map(Some)
+}
+
+/// The fields of a key to change (an absent one stays as it is; `team` and `expires_at` set to `null` clear
+/// it). A key's name is not among them: it is the caller identity its counters and call records are kept
+/// under, so a new name would start fresh budgets and split its history.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct KeyUpdate {
+    #[serde(default, deserialize_with = "present")]
+    pub(crate) team: Option<Option<String>>,
+    #[serde(default, deserialize_with = "present")]
+    pub(crate) expires_at: Option<Option<i64>>,
+    pub(crate) models: Option<Vec<String>>,
+    pub(crate) routes: Option<Vec<String>>,
+    pub(crate) limits: Option<LimitsEntry>,
+    pub(crate) metadata: Option<Map<String, Value>>,
+}
+
+/// The fields of a team to change (an absent one stays as it is); its name is fixed, as a key's is.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct TeamUpdate {
+    pub(crate) limits: Option<LimitsEntry>,
+    pub(crate) metadata: Option<Map<String, Value>>,
 }
 
 /// A team to create.
@@ -236,6 +267,54 @@ pub(crate) async fn revoke_key(
     .await
 }
 
+/// Change key `id` as `update` says. A revoked key is refused (409 `key_revoked`), as a rotation of one is:
+/// it can never authenticate again, and its last state is the record of what it could do.
+pub(crate) async fn update_key(
+    state: &AdminState,
+    operator: &Operator,
+    id: String,
+    update: KeyUpdate,
+) -> Result<Row, ApiError> {
+    let missing = not_found(Kind::Key, &id);
+    change(
+        state,
+        operator,
+        Kind::Key,
+        id,
+        "update",
+        Box::new(move |before| {
+            let mut row = before.ok_or(missing)?;
+            let mut doc = row.key_doc().map_err(internal)?;
+            if doc.revoked_at.is_some() {
+                return Err(conflict("key_revoked", "a revoked key cannot be changed"));
+            }
+            if let Some(team) = update.team {
+                doc.team = team;
+            }
+            if let Some(expires_at) = update.expires_at {
+                doc.expires_at = expires_at;
+            }
+            if let Some(models) = update.models {
+                doc.models = models;
+            }
+            if let Some(routes) = update.routes {
+                doc.routes = routes;
+            }
+            if let Some(limits) = update.limits {
+                doc.limits = limits;
+            }
+            if let Some(metadata) = update.metadata {
+                doc.metadata = metadata;
+            }
+            check_key_doc(&doc)?;
+            doc.updated_at = now_ms() / 1000;
+            row.doc = doc_text(&doc);
+            Ok(row)
+        }),
+    )
+    .await
+}
+
 /// Create team `new`.
 pub(crate) async fn create_team(
     state: &AdminState,
@@ -271,6 +350,60 @@ pub(crate) async fn create_team(
         }),
     )
     .await
+}
+
+/// Change team `id` as `update` says.
+pub(crate) async fn update_team(
+    state: &AdminState,
+    operator: &Operator,
+    id: String,
+    update: TeamUpdate,
+) -> Result<Row, ApiError> {
+    let missing = not_found(Kind::Team, &id);
+    change(
+        state,
+        operator,
+        Kind::Team,
+        id,
+        "update",
+        Box::new(move |before| {
+            let mut row = before.ok_or(missing)?;
+            let mut doc = row.team_doc().map_err(internal)?;
+            if let Some(limits) = update.limits {
+                check_limits(&limits)?;
+                doc.limits = limits;
+            }
+            if let Some(metadata) = update.metadata {
+                check_metadata(&metadata)?;
+                doc.metadata = metadata;
+            }
+            doc.updated_at = now_ms() / 1000;
+            row.doc = doc_text(&doc);
+            Ok(row)
+        }),
+    )
+    .await
+}
+
+/// Delete team `id`: refused (409 `team_has_members`, naming them) while a key that is not revoked belongs to
+/// it. Revoked members keep the team's id, so their pages and the audit log still say which team they were
+/// in; the team's own audit entries stay. Its limits stop applying when the table reloads, here at once and on
+/// other replicas at the store's notification, as after any change.
+pub(crate) async fn delete_team(
+    state: &AdminState,
+    operator: &Operator,
+    id: String,
+) -> Result<Row, ApiError> {
+    let change = Change {
+        kind: Kind::Team,
+        id,
+        actor: operator.name().to_owned(),
+        action: "delete",
+    };
+    let row = state.keys.store().remove_team(change).await?;
+    state.keys.refresh().await;
+    tracing::info!(kind = "team", id = %row.id, name = %row.name, action = "delete", operator = operator.name(), "managed keys changed");
+    Ok(row)
 }
 
 /// Key `name`'s counters against its limits (its own, per model, its team's), as the limits layer reports

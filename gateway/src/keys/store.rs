@@ -5,7 +5,9 @@
 //! one JSON document, so both databases run the same statements. Every change runs in one transaction that reads
 //! the row (locked, on PostgreSQL), writes it, appends the audit entry and bumps the version counter; on
 //! PostgreSQL it also sends `NOTIFY tower_chat_keys`, delivered to every listening replica when the transaction
-//! commits. Readers compare the counter before reloading anything ([`KeyStore::version`]).
+//! commits. Readers compare the counter before reloading anything ([`KeyStore::version`]). A team's deletion is
+//! the one change that removes a row ([`super::removal`]); a key change naming a team holds that team's row
+//! `FOR SHARE` on PostgreSQL until it commits, so the two cannot cross.
 
 use serde_json::Value;
 use tower_chat_persistence::store::sqlite::rusqlite::{self, params, OptionalExtension};
@@ -62,11 +64,12 @@ pub(crate) struct AuditEntry {
     pub(crate) at_ms: i64,
     /// The operator key's name.
     pub(crate) actor: String,
-    /// `create`, `update`, `rotate`, `revoke`.
+    /// `create`, `update`, `rotate`, `revoke`, `delete`.
     pub(crate) action: String,
     pub(crate) kind: String,
     pub(crate) target: String,
-    /// The row before and after, as [`Row::public`] shows it (never a secret or its digest).
+    /// The row before and after, as [`Row::public`] shows it (never a secret or its digest); no `after` for a
+    /// deletion.
     pub(crate) before: Option<Value>,
     pub(crate) after: Option<Value>,
 }
@@ -102,11 +105,11 @@ impl std::fmt::Debug for KeyStore {
 }
 
 /// `$n` placeholders as SQLite's `?n`: one text of every statement for both databases.
-fn lite(sql: &str) -> String {
+pub(super) fn lite(sql: &str) -> String {
     sql.replace('$', "?")
 }
 
-fn columns(kind: Kind) -> &'static str {
+pub(super) fn columns(kind: Kind) -> &'static str {
     match kind {
         Kind::Key => "id, name, digest, previous_digest, doc",
         Kind::Team => "id, name, '' AS digest, NULL AS previous_digest, doc",
@@ -139,10 +142,11 @@ const AUDIT_INSERT: &str = "INSERT INTO tower_chat_key_audit \
     VALUES ($1, $2, $3, $4, $5, $6, $7, $8)";
 const AUDIT_SELECT: &str = "SELECT id, at_ms, actor, action, target_kind, target_id, before_doc, after_doc \
     FROM tower_chat_key_audit WHERE ($1 = '' OR target_id = $1) ORDER BY at_ms DESC, id DESC LIMIT $2 OFFSET $3";
-const BUMP: &str = "UPDATE tower_chat_keys_version SET version = version + 1 WHERE id = 1";
+pub(super) const BUMP: &str =
+    "UPDATE tower_chat_keys_version SET version = version + 1 WHERE id = 1";
 const VERSION: &str = "SELECT version FROM tower_chat_keys_version WHERE id = 1";
 
-fn lite_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Row> {
+pub(super) fn lite_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Row> {
     Ok(Row {
         id: row.get(0)?,
         name: row.get(1)?,
@@ -152,7 +156,7 @@ fn lite_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Row> {
     })
 }
 
-fn pg_row(row: &tokio_postgres::Row) -> Row {
+pub(super) fn pg_row(row: &tokio_postgres::Row) -> Row {
     Row {
         id: row.get(0),
         name: row.get(1),
@@ -197,10 +201,7 @@ fn plan(
     if change.kind == Kind::Key {
         if let Some(team) = row.key_doc().map_err(super::record::internal)?.team {
             if !team_exists(&team)? {
-                return Err(ApiError::not_found_error(
-                    "team_not_found",
-                    format!("no team `{team}`"),
-                ));
+                return Err(team_missing(&team));
             }
         }
     }
@@ -217,7 +218,60 @@ fn plan(
     Ok(Planned { row, audit })
 }
 
-fn store_failed(e: StoreError) -> ApiError {
+fn team_missing(team: &str) -> ApiError {
+    ApiError::not_found_error("team_not_found", format!("no team `{team}`"))
+}
+
+pub(super) fn insert_audit_lite(
+    tx: &rusqlite::Transaction<'_>,
+    audit: &AuditEntry,
+) -> rusqlite::Result<usize> {
+    tx.execute(
+        &lite(AUDIT_INSERT),
+        params![
+            audit.id,
+            audit.at_ms,
+            audit.actor,
+            audit.action,
+            audit.kind,
+            audit.target,
+            audit.before.as_ref().map(Value::to_string),
+            audit.after.as_ref().map(Value::to_string),
+        ],
+    )
+}
+
+pub(super) async fn insert_audit_pg(
+    tx: &tokio_postgres::Transaction<'_>,
+    audit: &AuditEntry,
+) -> Result<u64, tokio_postgres::Error> {
+    tx.execute(
+        AUDIT_INSERT,
+        &[
+            &audit.id,
+            &audit.at_ms,
+            &audit.actor,
+            &audit.action,
+            &audit.kind,
+            &audit.target,
+            &audit.before.as_ref().map(Value::to_string),
+            &audit.after.as_ref().map(Value::to_string),
+        ],
+    )
+    .await
+}
+
+/// Move the version counter and announce the change, from inside the transaction that made it.
+pub(super) async fn bump_and_notify_pg(
+    tx: &tokio_postgres::Transaction<'_>,
+) -> Result<(), tokio_postgres::Error> {
+    tx.execute(BUMP, &[]).await?;
+    // Delivered to every listener when the transaction commits, never before.
+    tx.execute("SELECT pg_notify($1, '')", &[&CHANNEL]).await?;
+    Ok(())
+}
+
+pub(super) fn store_failed(e: StoreError) -> ApiError {
     super::record::internal(e.to_string())
 }
 
@@ -349,19 +403,7 @@ impl KeyStore {
                             tx.execute(&lite(upsert_sql(kind)), params![row.id, row.name, row.doc])?
                         }
                     };
-                    tx.execute(
-                        &lite(AUDIT_INSERT),
-                        params![
-                            audit.id,
-                            audit.at_ms,
-                            audit.actor,
-                            audit.action,
-                            audit.kind,
-                            audit.target,
-                            audit.before.map(|v| v.to_string()),
-                            audit.after.map(|v| v.to_string()),
-                        ],
-                    )?;
+                    insert_audit_lite(&tx, &audit)?;
                     tx.execute(BUMP, [])?;
                     tx.commit()?;
                     Ok(Ok(row))
@@ -403,6 +445,22 @@ impl KeyStore {
                     |name| Ok(taken_names.iter().any(|n| n == name)),
                     |team| Ok(teams.iter().any(|t| t == team)),
                 )?;
+                if kind == Kind::Key {
+                    if let Some(team) = row.key_doc().map_err(super::record::internal)?.team {
+                        // Held until this commits: a deletion of the team waits for it, then sees this member
+                        // (or, deleted first, leaves nothing to lock, and the key is refused).
+                        let locked = tx
+                            .query_opt(
+                                "SELECT 1 FROM tower_chat_teams WHERE id = $1 FOR SHARE",
+                                &[&team],
+                            )
+                            .await
+                            .map_err(failed)?;
+                        if locked.is_none() {
+                            return Err(team_missing(&team));
+                        }
+                    }
+                }
                 match kind {
                     Kind::Key => tx
                         .execute(
@@ -422,26 +480,8 @@ impl KeyStore {
                         .await
                         .map_err(failed)?,
                 };
-                tx.execute(
-                    AUDIT_INSERT,
-                    &[
-                        &audit.id,
-                        &audit.at_ms,
-                        &audit.actor,
-                        &audit.action,
-                        &audit.kind,
-                        &audit.target,
-                        &audit.before.map(|v| v.to_string()),
-                        &audit.after.map(|v| v.to_string()),
-                    ],
-                )
-                .await
-                .map_err(failed)?;
-                tx.execute(BUMP, &[]).await.map_err(failed)?;
-                // Delivered to every listener when the transaction commits, never before.
-                tx.execute("SELECT pg_notify($1, '')", &[&CHANNEL])
-                    .await
-                    .map_err(failed)?;
+                insert_audit_pg(&tx, &audit).await.map_err(failed)?;
+                bump_and_notify_pg(&tx).await.map_err(failed)?;
                 tx.commit().await.map_err(failed)?;
                 Ok(row)
             }
@@ -498,7 +538,7 @@ impl KeyStore {
     }
 }
 
-fn pg(what: &'static str) -> impl Fn(tokio_postgres::Error) -> StoreError {
+pub(super) fn pg(what: &'static str) -> impl Fn(tokio_postgres::Error) -> StoreError {
     move |e| {
         // tokio-postgres displays a server error as just "db error": name the server's reason.
         let message = match e.as_db_error() {

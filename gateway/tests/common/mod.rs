@@ -1,6 +1,7 @@
 //! An in-process gateway on 127.0.0.1:0 in front of a scripted upstream, and a plain HTTP client.
 #![allow(dead_code)]
 
+pub mod console_forms;
 pub mod kinds;
 pub mod process;
 pub mod usage;

@@ -4,20 +4,21 @@
 //! without budgets, the list shows the spend its call records hold); a rotation and a revocation each take a
 //! confirmation first, the old secret works during the grace period, a revoked one is refused; every change is
 //! in the admin API's audit log under the operator's name, and no page but the one-time answer holds a secret.
-//! In Chromium at 1,400 and 400 px: the same steps through the forms, every page without a serious axe-core
-//! violation and without sideways scrolling.
+//! In Chromium at 1,400 and 400 px: the same steps through the forms (and a change of the key's limits), every
+//! page without a serious axe-core violation and without sideways scrolling.
 
 use crate::common;
 
 use std::time::Duration;
 
+use common::console_forms::{csrf, text_after, Console};
 use common::webdriver::{axe_core, Driver};
 use common::{console_login, post, request, send, Answer, Harness};
 use serde_json::json;
 use tower_chat::test_server::{RecordedRequest, Reply};
 use tower_chat_gateway::config_file::ConfigFile;
 
-const OPS_KEY: &str = "sk-ops-carol-0123456789";
+pub(super) const OPS_KEY: &str = "sk-ops-carol-0123456789";
 const WAIT: Duration = Duration::from_secs(10);
 
 /// 600,000 input and 3 output tokens at $1 per million each: $0.600003 a call.
@@ -29,7 +30,7 @@ fn priced(_request: &RecordedRequest, _index: usize) -> Reply {
     ])
 }
 
-fn unique(label: &str) -> String {
+pub(super) fn unique(label: &str) -> String {
     format!(
         "{label}-{}",
         &uuid::Uuid::new_v4().simple().to_string()[..12]
@@ -37,7 +38,7 @@ fn unique(label: &str) -> String {
 }
 
 /// A gateway managing keys (clients file, operator carol, a database) with test-model priced.
-async fn start(database_url: Option<String>) -> (Harness, tempfile::TempDir) {
+pub(super) async fn start(database_url: Option<String>) -> (Harness, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("clients"), "alice:sk-alice-console-keys\n").unwrap();
     std::fs::write(dir.path().join("operators"), format!("carol:{OPS_KEY}\n")).unwrap();
@@ -57,7 +58,7 @@ async fn start(database_url: Option<String>) -> (Harness, tempfile::TempDir) {
     (gw, dir)
 }
 
-async fn chat(gw: &Harness, secret: &str) -> Answer {
+pub(super) async fn chat(gw: &Harness, secret: &str) -> Answer {
     post(
         &gw.url("/v1/chat/completions"),
         request(false, "Hello").to_string(),
@@ -66,23 +67,8 @@ async fn chat(gw: &Harness, secret: &str) -> Answer {
     .await
 }
 
-/// The text between `start` and the next `<` after it.
-fn text_after<'a>(html: &'a str, start: &str) -> &'a str {
-    let at = html
-        .find(start)
-        .unwrap_or_else(|| panic!("no {start} in {html}"))
-        + start.len();
-    &html[at..at + html[at..].find('<').unwrap()]
-}
-
-/// A page's CSRF token (its `<meta name="csrf-token">`).
-fn csrf(html: &str) -> String {
-    let at = html.find("name=\"csrf-token\" content=\"").unwrap() + 27;
-    html[at..at + html[at..].find('"').unwrap()].to_owned()
-}
-
 /// The secret of a one-time answer page.
-fn secret_of(answer: &Answer) -> String {
+pub(super) fn secret_of(answer: &Answer) -> String {
     assert_eq!(answer.status, 200, "{}", answer.body);
     assert_eq!(answer.headers["cache-control"], "no-store");
     assert!(
@@ -96,42 +82,10 @@ fn secret_of(answer: &Answer) -> String {
 }
 
 /// The HTML of a table row of `html` holding `marker` (up to the next row).
-fn row<'a>(html: &'a str, marker: &str) -> &'a str {
+pub(super) fn row<'a>(html: &'a str, marker: &str) -> &'a str {
     html.split("<tr")
         .find(|tr| tr.contains(marker))
         .unwrap_or_else(|| panic!("no row with {marker} in {html}"))
-}
-
-struct Console<'a> {
-    gw: &'a Harness,
-    cookie: String,
-}
-
-impl Console<'_> {
-    async fn get(&self, path: &str) -> Answer {
-        let answer = send("GET", &self.gw.url(path), &[("cookie", &self.cookie)], "").await;
-        assert_eq!(answer.status, 200, "{path}: {}", answer.body);
-        answer
-    }
-
-    /// Post `fields` to `path` as a form of the console's own pages.
-    async fn form(&self, path: &str, fields: &[(&str, &str)]) -> Answer {
-        let body: Vec<String> = fields
-            .iter()
-            .map(|(k, v)| format!("{k}={}", v.replace('*', "%2A").replace(' ', "+")))
-            .collect();
-        send(
-            "POST",
-            &self.gw.url(path),
-            &[
-                ("cookie", &self.cookie),
-                ("content-type", "application/x-www-form-urlencoded"),
-                ("sec-fetch-site", "same-origin"),
-            ],
-            &body.join("&"),
-        )
-        .await
-    }
 }
 
 async fn over_http_on(database_url: Option<String>) {
@@ -505,6 +459,23 @@ async fn in_chromium_at(width: u32) {
         .await;
     check(&browser, &axe, &format!("key at {width}"), &mut found).await;
     let key_id = browser.url().await.rsplit('/').next().unwrap().to_owned();
+    // Its requests per minute changed in the form its page fills with its values.
+    let rpm = browser.find("#edit-rpm", WAIT).await;
+    assert_eq!(
+        browser.attribute(&rpm, "value").await.as_deref(),
+        Some("100")
+    );
+    browser
+        .execute("document.querySelector('#edit-rpm').value = '';", vec![])
+        .await;
+    browser.type_into_css("#edit-rpm", "50", WAIT).await;
+    browser.click_css("#edit-key-button", WAIT).await;
+    browser.find("#updated-notice", WAIT).await;
+    let rpm = browser.find("#edit-rpm", WAIT).await;
+    assert_eq!(
+        browser.attribute(&rpm, "value").await.as_deref(),
+        Some("50")
+    );
 
     // Rotate, confirmed; the old secret still works.
     browser.click_css("#rotate-button", WAIT).await;

@@ -24,7 +24,7 @@ fn bearer(key: &str) -> String {
 }
 
 /// Write the keys files a gateway of these tests reads: client alice, operator carol.
-fn key_files(dir: &Path) -> (std::path::PathBuf, std::path::PathBuf) {
+pub(super) fn key_files(dir: &Path) -> (std::path::PathBuf, std::path::PathBuf) {
     std::fs::write(dir.join("clients"), "alice:sk-alice\n").unwrap();
     std::fs::write(dir.join("operators"), format!("carol:{OPS}\n")).unwrap();
     (dir.join("clients"), dir.join("operators"))

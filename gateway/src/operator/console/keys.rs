@@ -1,70 +1,26 @@
 //! The keys page (`/console/keys`): every managed key with its team, allowed models and routes, expiry, status
 //! and its spend today and this month against its budgets (without one: what the store's spend rollup holds);
-//! a form that creates a key. Creating one answers the page that shows its secret, once ([`secret_page`]): the
-//! secret is in that page's body and nowhere else (not in a URL, not in the store, not in a log), and the page
-//! is answered `Cache-Control: no-store`.
+//! a form that creates a key (a refused one comes back filled with what the operator typed, the reason beside
+//! it). Creating one answers the page that shows its secret, once ([`secret_page`]): the secret is in that
+//! page's body and nowhere else (not in a URL, not in the store, not in a log), and the page is answered
+//! `Cache-Control: no-store`.
 
 use axum::extract::State;
 use axum::response::Response;
 use axum::Extension;
 use http::{header, HeaderValue, StatusCode};
 use maud::{html, Markup};
-use serde::Deserialize;
-use serde_json::Map;
 use tower_chat_limits::CounterKind;
 
 use super::extract::PageForm;
+use super::key_form::KeyForm;
 use super::layout::{html_response, layout, Nav};
-use super::managed::{
-    self, budget_cell, limits_fields, operator, patterns, refused, split_list, LimitsForm,
-};
+use super::managed::{self, budget_cell, form_error, operator, patterns};
 use super::session::Session;
-use super::spend_range::parse_date;
 use super::state::ConsoleState;
 use crate::error::ApiError;
-use crate::keys::ops::{self, NewKey};
-use crate::keys::record::{invalid, now_ms, Row};
-
-/// The create form: the CSRF token, the name, the owner team's id (empty: none), the last valid day (UTC,
-/// empty: none), the allowed models, and the limits.
-#[derive(Debug, Deserialize)]
-pub(crate) struct KeyForm {
-    csrf: Option<String>,
-    #[serde(default)]
-    name: String,
-    #[serde(default)]
-    team: String,
-    #[serde(default)]
-    expires: String,
-    #[serde(default)]
-    models: String,
-    #[serde(flatten)]
-    limits: LimitsForm,
-}
-
-impl KeyForm {
-    /// The key the form asks for, as the admin API takes it.
-    fn new_key(&self) -> Result<NewKey, ApiError> {
-        let expires = self.expires.trim();
-        let expires_at = if expires.is_empty() {
-            None
-        } else {
-            // Valid through the whole day named: refused from the next day's midnight, UTC.
-            let day = parse_date(expires).map_err(|m| invalid("invalid_expiry", m))?;
-            Some(day.plus(1).days_since_epoch() * 86_400)
-        };
-        let team = self.team.trim();
-        Ok(NewKey {
-            name: self.name.trim().to_owned(),
-            team: (!team.is_empty()).then(|| team.to_owned()),
-            expires_at,
-            models: split_list(&self.models),
-            routes: Vec::new(),
-            limits: self.limits.limits()?,
-            metadata: Map::new(),
-        })
-    }
-}
+use crate::keys::ops::{self, AdminState};
+use crate::keys::record::{now_ms, Row};
 
 /// `GET /console/keys`.
 pub(crate) async fn page(
@@ -75,11 +31,22 @@ pub(crate) async fn page(
         Ok(keys) => keys,
         Err(refused) => return *refused,
     };
+    render(&state, keys, &session, &KeyForm::default(), None).await
+}
+
+/// The keys page, its create form filled with `form`; a refusal of it shown beside the form, with its status.
+async fn render(
+    state: &ConsoleState,
+    keys: &AdminState,
+    session: &Session,
+    form: &KeyForm,
+    refusal: Option<&ApiError>,
+) -> Response {
     let table = keys.keys.table();
     let now = now_ms();
     let mut listed: Vec<_> = table.keys.iter().collect();
     listed.sort_by(|a, b| a.row.name.cmp(&b.row.name));
-    let (today, month) = managed::spent(&state).await;
+    let (today, month) = managed::spent(state).await;
     let mut rows = Vec::with_capacity(listed.len());
     for key in listed {
         let usage = match ops::key_usage(keys, &key.row.name).await {
@@ -94,8 +61,8 @@ pub(crate) async fn page(
                 .teams
                 .iter()
                 .find(|(row, _)| row.id == id)
-                .map_or(id, |(row, _)| row.name.as_str());
-            (id.to_owned(), name.to_owned())
+                .map(|(row, _)| row.name.clone());
+            (id.to_owned(), name)
         });
         rows.push(html! {
             tr data-key=(key.row.id) {
@@ -103,7 +70,9 @@ pub(crate) async fn page(
                 td class="id" data-label="id" { code { (key.row.id) } }
                 td data-label="team" {
                     @match &team {
-                        Some((id, name)) => a href=(format!("/console/teams/{id}")) { (name) },
+                        Some((id, Some(name))) => a href=(format!("/console/teams/{id}")) { (name) },
+                        // A revoked member of a team deleted since: the team's history is in the audit log.
+                        Some((id, None)) => a href=(format!("/console/audit?target={id}")) { "deleted team" },
                         None => "—",
                     }
                 }
@@ -141,35 +110,17 @@ pub(crate) async fn page(
             }
         }
         h2 id="create-heading" { "Create a key" }
-        (create_form(&session, &table.teams))
-    };
-    html_response(
-        StatusCode::OK,
-        layout("Keys", Nav::Keys, Some(&session), main),
-    )
-}
-
-fn create_form(session: &Session, teams: &[(Row, crate::keys::record::TeamDoc)]) -> Markup {
-    let mut teams: Vec<&Row> = teams.iter().map(|(row, _)| row).collect();
-    teams.sort_by(|a, b| a.name.cmp(&b.name));
-    html! {
+        @if let Some(error) = refusal { (form_error("create-key-error", error)) }
         form method="post" action="/console/keys" class="create" id="create-key" aria-labelledby="create-heading" {
             input type="hidden" name="csrf" value=(session.csrf);
-            label for="key-name" { "Name (the caller it becomes)" }
-            input type="text" id="key-name" name="name" required maxlength="64" pattern="[A-Za-z0-9._\\-]+" autocomplete="off";
-            label for="key-team" { "Team" }
-            select id="key-team" name="team" {
-                option value="" { "none" }
-                @for team in teams { option value=(team.id) { (team.name) } }
-            }
-            label for="key-expires" { "Valid through (UTC day; empty: no expiry)" }
-            input type="date" id="key-expires" name="expires";
-            label for="key-models" { "Allowed models (names or patterns with *, separated by commas; empty: any)" }
-            input type="text" id="key-models" name="models" autocomplete="off";
-            (limits_fields("key"))
+            (form.fields("key", &table.teams, true))
             button type="submit" id="create-key-button" { "Create key" }
         }
-    }
+    };
+    html_response(
+        refusal.map_or(StatusCode::OK, |e| e.status),
+        layout("Keys", Nav::Keys, Some(session), main),
+    )
 }
 
 /// `POST /console/keys`: the key created as the admin API creates it, and its secret shown once.
@@ -188,7 +139,7 @@ pub(crate) async fn create(
     };
     match created.await {
         Ok((row, secret)) => secret_page(&session, &row, &secret, "created", None),
-        Err(error) => refused(&error),
+        Err(error) => render(&state, keys, &session, &form, Some(&error)).await,
     }
 }
 

@@ -1,6 +1,6 @@
 //! What the pages of managed keys, teams and their audit log share: the managed keys behind them (or the page
-//! saying the gateway has none), the operator a form acts as, a refused change shown as a page, the counters
-//! of a key or team against its limits, and the numbers and lists the forms take.
+//! saying the gateway has none), the operator a form acts as, a refused change shown as a page or beside its
+//! form, the counters of a key or team against its limits, and the numbers and lists the forms take.
 
 use std::collections::HashMap;
 use std::time::{Duration, SystemTime};
@@ -253,8 +253,9 @@ pub(super) fn limits_list(limits: &LimitsEntry) -> Markup {
     }
 }
 
-/// The limits fields every create form has (cost per day and month, requests per minute).
-#[derive(Debug, Default, serde::Deserialize)]
+/// The limits fields of the key and team forms, as typed: every field of a `[limits]` entry (an empty field
+/// sets none). Cloned back into a refused form, so the operator's input survives the refusal.
+#[derive(Clone, Debug, Default, serde::Deserialize)]
 pub(crate) struct LimitsForm {
     #[serde(default)]
     cost_per_day_usd: String,
@@ -262,9 +263,65 @@ pub(crate) struct LimitsForm {
     cost_per_month_usd: String,
     #[serde(default)]
     requests_per_minute: String,
+    #[serde(default)]
+    requests_per_day: String,
+    #[serde(default)]
+    input_tokens_per_minute: String,
+    #[serde(default)]
+    output_tokens_per_minute: String,
+    #[serde(default)]
+    concurrent: String,
 }
 
+/// One whole-number field as a form shows it: its label, its name, the end of its id, and its text.
+type WholeField = (
+    &'static str,
+    &'static str,
+    &'static str,
+    fn(&LimitsForm) -> &str,
+);
+
+/// The whole-number fields, in the order the forms show them (after the two budgets).
+const WHOLE_FIELDS: [WholeField; 5] = [
+    ("Requests per minute", "requests_per_minute", "rpm", |f| {
+        &f.requests_per_minute
+    }),
+    ("Requests per day", "requests_per_day", "rpd", |f| {
+        &f.requests_per_day
+    }),
+    (
+        "Input tokens per minute",
+        "input_tokens_per_minute",
+        "itpm",
+        |f| &f.input_tokens_per_minute,
+    ),
+    (
+        "Output tokens per minute",
+        "output_tokens_per_minute",
+        "otpm",
+        |f| &f.output_tokens_per_minute,
+    ),
+    ("Calls at once", "concurrent", "concurrent", |f| {
+        &f.concurrent
+    }),
+];
+
 impl LimitsForm {
+    /// The fields filled with `limits`, as an edit form shows them.
+    pub(super) fn of(limits: &LimitsEntry) -> LimitsForm {
+        let text = |n: Option<u64>| n.map(|n| n.to_string()).unwrap_or_default();
+        let usd = |n: Option<f64>| n.map(|n| n.to_string()).unwrap_or_default();
+        LimitsForm {
+            cost_per_day_usd: usd(limits.cost_per_day_usd),
+            cost_per_month_usd: usd(limits.cost_per_month_usd),
+            requests_per_minute: text(limits.requests_per_minute),
+            requests_per_day: text(limits.requests_per_day),
+            input_tokens_per_minute: text(limits.input_tokens_per_minute),
+            output_tokens_per_minute: text(limits.output_tokens_per_minute),
+            concurrent: text(limits.concurrent),
+        }
+    }
+
     /// The limits the fields set (an empty field sets none), or the field that is not a number.
     pub(super) fn limits(&self) -> Result<LimitsEntry, ApiError> {
         let dollars = |field: &str, text: &str| -> Result<Option<f64>, ApiError> {
@@ -279,34 +336,55 @@ impl LimitsForm {
                 )
             })
         };
-        let requests = self.requests_per_minute.trim();
+        let whole = |field: &str, text: &str| -> Result<Option<u64>, ApiError> {
+            let text = text.trim();
+            if text.is_empty() {
+                return Ok(None);
+            }
+            text.parse().map(Some).map_err(|_| {
+                crate::keys::record::invalid(
+                    "invalid_limits",
+                    format!("`{field}` must be a whole number"),
+                )
+            })
+        };
         Ok(LimitsEntry {
             cost_per_day_usd: dollars("cost per day", &self.cost_per_day_usd)?,
             cost_per_month_usd: dollars("cost per month", &self.cost_per_month_usd)?,
-            requests_per_minute: if requests.is_empty() {
-                None
-            } else {
-                Some(requests.parse().map_err(|_| {
-                    crate::keys::record::invalid(
-                        "invalid_limits",
-                        "`requests per minute` must be a whole number",
-                    )
-                })?)
-            },
-            ..LimitsEntry::default()
+            requests_per_minute: whole("requests per minute", &self.requests_per_minute)?,
+            requests_per_day: whole("requests per day", &self.requests_per_day)?,
+            input_tokens_per_minute: whole(
+                "input tokens per minute",
+                &self.input_tokens_per_minute,
+            )?,
+            output_tokens_per_minute: whole(
+                "output tokens per minute",
+                &self.output_tokens_per_minute,
+            )?,
+            concurrent: whole("calls at once", &self.concurrent)?,
         })
     }
 }
 
-/// The limits fields of a create form.
-pub(super) fn limits_fields(prefix: &str) -> Markup {
+/// The limits fields of a form, filled with `values` (`prefix` keeps the ids of two forms on a page apart).
+pub(super) fn limits_fields(prefix: &str, values: &LimitsForm) -> Markup {
     html! {
         label for=(format!("{prefix}-cost-day")) { "Budget per day (USD)" }
-        input type="text" inputmode="decimal" id=(format!("{prefix}-cost-day")) name="cost_per_day_usd" autocomplete="off";
+        input type="text" inputmode="decimal" id=(format!("{prefix}-cost-day")) name="cost_per_day_usd" autocomplete="off" value=(values.cost_per_day_usd);
         label for=(format!("{prefix}-cost-month")) { "Budget per month (USD)" }
-        input type="text" inputmode="decimal" id=(format!("{prefix}-cost-month")) name="cost_per_month_usd" autocomplete="off";
-        label for=(format!("{prefix}-rpm")) { "Requests per minute" }
-        input type="text" inputmode="numeric" id=(format!("{prefix}-rpm")) name="requests_per_minute" autocomplete="off";
+        input type="text" inputmode="decimal" id=(format!("{prefix}-cost-month")) name="cost_per_month_usd" autocomplete="off" value=(values.cost_per_month_usd);
+        @for (label, name, suffix, text) in WHOLE_FIELDS {
+            @let id = format!("{prefix}-{suffix}");
+            label for=(id) { (label) }
+            input type="text" inputmode="numeric" id=(id) name=(name) autocomplete="off" value=(text(values));
+        }
+    }
+}
+
+/// A refused change, shown beside the form that asked for it (the form keeps what the operator typed).
+pub(super) fn form_error(id: &str, error: &ApiError) -> Markup {
+    html! {
+        p class="error" role="alert" id=(id) data-code=(error.code) { "Refused: " (error.message) }
     }
 }
 
@@ -327,13 +405,27 @@ mod tests {
     fn limit_fields_read_dollars_and_whole_numbers_and_name_what_is_not() {
         let form = LimitsForm {
             cost_per_day_usd: " $2.50 ".into(),
-            cost_per_month_usd: String::new(),
             requests_per_minute: "60".into(),
+            concurrent: "4".into(),
+            ..LimitsForm::default()
         };
         let limits = form.limits().unwrap();
         assert_eq!(limits.cost_per_day_usd, Some(2.5));
         assert_eq!(limits.cost_per_month_usd, None);
         assert_eq!(limits.requests_per_minute, Some(60));
+        assert_eq!(limits.concurrent, Some(4));
+        assert_eq!(limits.requests_per_day, None);
+        // A form filled with limits reads back as the same limits.
+        let every = LimitsEntry {
+            requests_per_minute: Some(1),
+            requests_per_day: Some(2),
+            input_tokens_per_minute: Some(3),
+            output_tokens_per_minute: Some(4),
+            cost_per_day_usd: Some(0.1),
+            cost_per_month_usd: Some(12.345),
+            concurrent: Some(5),
+        };
+        assert_eq!(LimitsForm::of(&every).limits().unwrap(), every);
         let bad = LimitsForm {
             requests_per_minute: "sixty".into(),
             ..LimitsForm::default()
@@ -343,6 +435,15 @@ mod tests {
             .unwrap_err()
             .message
             .contains("requests per minute"));
+        let bad = LimitsForm {
+            output_tokens_per_minute: "-1".into(),
+            ..LimitsForm::default()
+        };
+        assert!(bad
+            .limits()
+            .unwrap_err()
+            .message
+            .contains("output tokens per minute"));
         assert_eq!(
             split_list("gpt-4o*, claude-*  x"),
             ["gpt-4o*", "claude-*", "x"]

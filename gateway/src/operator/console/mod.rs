@@ -16,8 +16,8 @@
 //! | `/console/usage?range=1h\|24h\|7d&by=model\|caller` | model calls, errors and their rate, tokens, cost and latency percentile bands over time, by model or caller (server-rendered SVG); breakdown tables per model and per caller; the response cache's hit rate and the spend it saved |
 //! | `/console/spend?range=today\|7d\|this-week\|last-week\|this-month\|last-month` or `?from=&until=` | cost and tokens per caller × model for the period, from the store's spend rollup ([`spend`]); each caller's budget and its use (the limits layer's counters); `/console/spend.csv` the same table as a CSV attachment |
 //! | `/console/keys` | the managed keys ([`keys`]): name, id, team, allowed models and routes, expiry, status (active, rotating, revoked, expired), spend today and this month against the key's budgets; a form that creates a key, whose answer shows the new secret once (`no-store`, never in a URL or the store) |
-//! | `/console/keys/{id}` | one key ([`key_page`]): its facts, limits and counters; rotate (with a grace period) and revoke, each confirmed on a second page whose form posts `confirm=1`; a rotation shows the new secret once |
-//! | `/console/teams`, `/console/teams/{id}` | the managed teams ([`teams`]): members, limits, spend against the budgets the members share; a form that creates a team |
+//! | `/console/keys/{id}` | one key ([`key_page`]): its facts, limits and counters; a form that changes its team, expiry, models, routes and limits ([`key_form`]); rotate (with a grace period) and revoke, each confirmed on a second page whose form posts `confirm=1`; a rotation shows the new secret once |
+//! | `/console/teams`, `/console/teams/{id}` | the managed teams ([`teams`]): members, limits, spend against the budgets the members share; a form that creates a team, one that changes its limits, and its deletion, confirmed on a second page (refused while a member key is not revoked) |
 //! | `/console/audit?target=&page=` | the audit log of managed keys and teams ([`key_audit`]): who changed what when, the fields before and after, newest first, paged |
 //! | `/console/favicon.svg` | the console's icon, linked from every page (cached for a year) |
 //!
@@ -51,6 +51,7 @@ mod extract;
 mod format;
 mod highlight;
 mod key_audit;
+mod key_form;
 mod key_page;
 mod keys;
 mod layout;
@@ -139,10 +140,13 @@ pub(crate) fn router<S: Clone + Send + Sync + 'static>(
         .route("/console/spend.csv", get(spend_csv::csv))
         .route("/console/keys", get(keys::page).post(keys::create))
         .route("/console/keys/{id}", get(key_page::page))
+        .route("/console/keys/{id}/edit", post(key_page::edit))
         .route("/console/keys/{id}/rotate", post(key_page::rotate))
         .route("/console/keys/{id}/revoke", post(key_page::revoke))
         .route("/console/teams", get(teams::page).post(teams::create))
         .route("/console/teams/{id}", get(teams::team))
+        .route("/console/teams/{id}/edit", post(teams::edit))
+        .route("/console/teams/{id}/delete", post(teams::delete))
         .route("/console/audit", get(key_audit::page))
         .route("/console/logout", post(logout))
         .route("/console/{*rest}", axum::routing::any(not_found))
