@@ -93,6 +93,7 @@ mod scan;
 #[cfg(feature = "schema")]
 mod schema;
 mod screen;
+mod segment;
 mod service;
 mod stream;
 

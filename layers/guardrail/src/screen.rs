@@ -6,15 +6,18 @@
 //! it in the call (so a key split by a tool call, or between two rounds of a tool loop, is found in the record
 //! as it is for the client), a block ending the text with the same notice; tool calls' arguments and tool
 //! results judged whole with the same pattern checks. A recorder sees each piece before the guard outside it,
-//! and hands it here before keeping it, so a withheld span is never part of what it keeps. Whole-text checks
-//! (moderation, a schema, a check of your own) cannot be applied here: they need the answer complete and may
-//! call a service.
+//! and hands it here before keeping it, so a withheld span is never part of what it keeps. The output's
+//! whole-text checks (moderation, a schema, a check of your own) judge each text once the recorder holds all of
+//! it ([`CallScreens::judge_text`]); the guard takes that judgement for the same text (`segment.rs`). Tool calls
+//! and results are screened with the pattern checks only: their whole-text checks may wait on a service, and
+//! judging them here would ask it a second time.
 
 use std::sync::{Arc, Mutex};
 
 use futures_util::FutureExt;
 use tower_chat::{
-    AnswerScreen, CallScreens, GuardrailStage, Screened, ToolArguments, ToolCall, ToolMessage,
+    AnswerScreen, CallScreens, GuardrailStage, JudgedText, Screened, ToolArguments, ToolCall,
+    ToolMessage,
 };
 
 use crate::content::judge_parts;
@@ -22,6 +25,7 @@ use crate::invisible::strip;
 use crate::json::judge_json;
 use crate::policy::{judge, verdict_of_hit, Policy, StagePolicy};
 use crate::scan::{Budget, Step, StreamScanner};
+use crate::segment::{judge_segment, Decided, Judged, Judgement};
 
 /// The screens of one call under a policy.
 #[derive(Debug)]
@@ -35,11 +39,13 @@ pub(crate) struct PolicyScreens {
     /// The scanned checks of the tool stages, without the whole-text ones (judging with these never waits).
     tool_call: StagePolicy,
     tool_result: StagePolicy,
+    /// The output's whole-text judgements made for a recorder, until the guard takes them.
+    judged: Arc<Judged>,
 }
 
 impl PolicyScreens {
-    /// The screens of one call under `policy`, when it has scanned checks a recorder can apply.
-    pub(crate) fn of(policy: &Arc<Policy>) -> Option<Arc<dyn CallScreens>> {
+    /// The screens of one call under `policy`, when it has checks a recorder can apply.
+    pub(crate) fn of(policy: &Arc<Policy>) -> Option<Arc<Self>> {
         let scanned = |stage: &StagePolicy| StagePolicy {
             scan: stage.scan.clone(),
             whole: Vec::new(),
@@ -58,14 +64,20 @@ impl PolicyScreens {
                 .unwrap_or(0),
             tool_call: scanned(&policy.tool_call),
             tool_result: scanned(&policy.tool_result),
+            judged: Arc::default(),
         };
-        if policy.output.scan.is_empty()
+        if policy.output.is_empty()
             && screens.tool_call.is_empty()
             && screens.tool_result.is_empty()
         {
             return None;
         }
         Some(Arc::new(screens))
+    }
+
+    /// The judgement a recorder had made for the answer text `text`, for the guard (see `segment.rs`).
+    pub(crate) fn take_judged(&self, text: &str) -> Option<Judgement> {
+        self.judged.take(text)
     }
 
     fn budget(&self) -> Budget {
@@ -172,6 +184,46 @@ impl CallScreens for PolicyScreens {
             (judged.verdicts, judged.block)
         });
         self.decided(judged)
+    }
+
+    fn judges_text_whole(&self) -> bool {
+        !self.policy.output.whole.is_empty()
+    }
+
+    fn judge_text(&self, text: String) -> JudgedText {
+        let policy = self.policy.clone();
+        if let Some(judgement) = self.judged.find(&text) {
+            return Box::pin(std::future::ready(screened_whole(&policy, judgement)));
+        }
+        let judged = self.judged.clone();
+        Box::pin(async move {
+            let judgement = judge_segment(&policy.output, text.clone()).await;
+            let kept = judgement.copy();
+            judged.keep(text, judgement);
+            screened_whole(&policy, kept)
+        })
+    }
+}
+
+/// What a recorder keeps of a text judged whole: the text as it goes on, or the notice alone (the guard holds the
+/// whole text back until it is judged, so none of it went out before the notice); nothing when a check failed.
+fn screened_whole(policy: &Policy, judgement: Judgement) -> Screened {
+    let verdicts = judgement.verdicts;
+    match judgement.decided {
+        Ok(Decided::Sent(text)) => Screened {
+            text,
+            verdicts,
+            withheld: None,
+        },
+        Ok(Decided::Blocked(check)) => Screened {
+            text: policy.block_notice(&check),
+            verdicts,
+            withheld: Some(check.to_string()),
+        },
+        Err(_) => Screened {
+            verdicts,
+            ..Screened::default()
+        },
     }
 }
 

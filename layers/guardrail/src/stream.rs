@@ -34,14 +34,18 @@ use tower_chat::{
 use crate::content::judge_parts;
 use crate::invisible::strip;
 use crate::json::judge_json;
-use crate::policy::{blocked, judge, record, redact_findings, verdict_of_hit, Budgets, Policy};
+use crate::policy::{blocked, judge, record, verdict_of_hit, Budgets, Policy};
 use crate::scan::{Step, StreamScanner, OVER_BUDGET};
+use crate::screen::PolicyScreens;
+use crate::segment::{judge_segment, Decided};
 
 /// The state of a guarded answer.
 pub(crate) struct OutputGuard {
     inner: Option<ChatStream>,
     policy: Arc<Policy>,
     audit: Option<GuardrailAudit>,
+    /// The call's screens, which hold the judgements recorders inside made of texts judged whole.
+    screens: Option<Arc<PolicyScreens>>,
     /// The current text segment's scanner.
     scanner: StreamScanner,
     /// Output offset of the current segment's first byte.
@@ -71,6 +75,7 @@ impl OutputGuard {
         inner: ChatStream,
         policy: Arc<Policy>,
         audit: Option<GuardrailAudit>,
+        screens: Option<Arc<PolicyScreens>>,
     ) -> Self {
         let mut budgets = Budgets::new(&policy);
         OutputGuard {
@@ -81,6 +86,7 @@ impl OutputGuard {
             inner: Some(inner),
             policy,
             audit,
+            screens,
             segment_base: 0,
             segment_len: 0,
             segment_sent: false,
@@ -119,9 +125,12 @@ impl OutputGuard {
             }
             match event {
                 Some(Ok(ChatEvent::ReasoningDelta { text })) if checks_reasoning => {
+                    // A text judged whole ends at any other event, as a recorder inside ends it.
+                    self.end_whole_segment().await;
                     self.reasoning.push_str(&text);
                 }
                 Some(Ok(ChatEvent::ReasoningEnd { continuation })) if checks_reasoning => {
+                    self.end_whole_segment().await;
                     self.end_reasoning(Some(continuation)).await;
                 }
                 None => {
@@ -312,6 +321,15 @@ impl OutputGuard {
         self.stop();
     }
 
+    /// A reasoning event ends the text segment when the output has whole-text checks (a recorder inside ends its
+    /// text there too, and the text must be the same for both to share one judgement); with pattern checks only,
+    /// the segment goes on across it.
+    async fn end_whole_segment(&mut self) {
+        if !self.policy.output.whole.is_empty() {
+            self.end_segment().await;
+        }
+    }
+
     /// The text segment is complete: decide the rest of it, and judge it whole if the output has such checks.
     async fn end_segment(&mut self) {
         if self.done || self.segment_len == 0 {
@@ -321,44 +339,24 @@ impl OutputGuard {
         self.take_step(step);
         if !self.done && !self.policy.output.whole.is_empty() {
             let held = std::mem::take(&mut self.held);
-            let policy = self.policy.clone();
-            let mut text = held;
-            for rule in &policy.output.whole {
-                let findings = match rule.check.check(text.clone(), GuardrailStage::Output).await {
-                    Ok(findings) => findings,
-                    Err(error) => {
-                        self.out.push_back(Err(error));
-                        self.stop();
-                        return;
-                    }
-                };
-                if findings.is_empty() {
-                    continue;
+            // A recorder inside judged this text before it let the event that ended it by.
+            let judgement = match self.screens.as_ref().and_then(|s| s.take_judged(&held)) {
+                Some(judgement) => judgement,
+                None => judge_segment(&self.policy.output, held).await,
+            };
+            record(self.audit.as_ref(), &judgement.verdicts);
+            match judgement.decided {
+                Ok(Decided::Sent(text)) => self.send_text(text),
+                Ok(Decided::Blocked(check)) => {
+                    self.end_blocked(&check, "");
+                    return;
                 }
-                let verdicts: Vec<GuardrailVerdict> = findings
-                    .iter()
-                    .map(|finding| GuardrailVerdict {
-                        check: rule.name.to_string(),
-                        action: rule.action,
-                        stage: GuardrailStage::Output,
-                        location: "output".into(),
-                        span: finding.span,
-                        detail: finding.detail.clone(),
-                    })
-                    .collect();
-                record(self.audit.as_ref(), &verdicts);
-                match rule.action {
-                    tower_chat::GuardrailAction::Block => {
-                        self.end_blocked(&rule.name, "");
-                        return;
-                    }
-                    tower_chat::GuardrailAction::Redact => {
-                        text = redact_findings(&text, &rule.name, &findings)
-                    }
-                    tower_chat::GuardrailAction::Flag => {}
+                Err(error) => {
+                    self.out.push_back(Err(error));
+                    self.stop();
+                    return;
                 }
             }
-            self.send_text(text);
         }
         self.segment_base += self.segment_len;
         self.segment_len = 0;

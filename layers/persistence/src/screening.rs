@@ -10,6 +10,11 @@
 //! holds the fragments back while it checks calls, and a call blocked or cut midway must not leave its
 //! arguments behind), the complete call is kept with its arguments redacted, and a blocked call is not kept:
 //! the answer ends with the notice.
+//! When the policy judges texts whole (moderation, a schema), a text's screened pieces are held instead of kept
+//! until the text ends; [`Screening::end_whole`] then hands back the text's judgement, which the recording
+//! stream awaits before it lets the event that ended the text by, and [`Screening::keep_judged`] keeps what it
+//! let through: the text, redacted, or the block's notice (the answer withheld, as for a pattern's block). A
+//! stream dropped before then keeps none of the text: the client saw none of it.
 //! The messages a tool loop inside added to a later round's request (the calls, their results, the text and
 //! reasoning before them) are kept as the client saw them too ([`screen_request`]).
 
@@ -17,7 +22,7 @@ use std::sync::Arc;
 
 use tower_chat::{
     AnswerScreen, CallScreens, ChatEvent, FinishReason, GuardedCall, GuardrailAction,
-    GuardrailVerdict, Message, ResponseBuilder, Screened,
+    GuardrailVerdict, JudgedText, Message, ResponseBuilder, Screened,
 };
 
 /// The screens of one recorded answer.
@@ -34,19 +39,70 @@ pub(crate) struct Screening {
     pub(crate) verdicts: Vec<GuardrailVerdict>,
     /// A check withheld the rest of the answer: nothing more is kept.
     pub(crate) withheld: bool,
+    /// The policy judges each text whole: the current text's screened pieces, held until it is judged.
+    whole: Option<String>,
 }
 
 impl Screening {
     /// The screening a policy outside asked for, if it checks the answer's text.
     pub(crate) fn of(guarded: &GuardedCall) -> Option<Self> {
+        let screens = guarded.screens()?.clone();
         Some(Screening {
-            screens: guarded.screens()?.clone(),
+            whole: screens.judges_text_whole().then(String::new),
+            screens,
             text: None,
             reasoning: None,
             reasoning_redacted: false,
             verdicts: Vec::new(),
             withheld: false,
         })
+    }
+
+    /// Whether `event` (`None`: the stream's end) ends a text the policy judges whole, and so must wait for
+    /// the text's judgement ([`Screening::keep_judged`]) before it is observed; a value of the answer so far
+    /// does not end it (the policy does not let it through). The screen's last decisions are taken first:
+    /// a pattern's block decided there keeps the held text and the notice, as the policy sends them.
+    pub(crate) fn end_whole(
+        &mut self,
+        event: Option<&ChatEvent>,
+        builder: &mut ResponseBuilder,
+    ) -> Option<JudgedText> {
+        let held = self.whole.as_ref()?;
+        if self.withheld
+            || matches!(
+                event,
+                Some(ChatEvent::TextDelta { .. } | ChatEvent::PartialAnswer { .. })
+            )
+            || (held.is_empty() && self.text.is_none())
+        {
+            return None;
+        }
+        if let Some(mut screen) = self.text.take() {
+            let screened = screen.finish();
+            self.hold(screened, builder);
+        }
+        let held = std::mem::take(self.whole.as_mut()?);
+        (!self.withheld && !held.is_empty()).then(|| self.screens.judge_text(held))
+    }
+
+    /// Keep what the judgement of a text let through.
+    pub(crate) fn keep_judged(&mut self, judged: Screened, builder: &mut ResponseBuilder) {
+        self.keep(judged, "output", builder, false);
+    }
+
+    /// Hold a text's screened piece for its judgement; a pattern's block ends the text here, and what was held
+    /// goes on unjudged before the notice, as the policy sends it.
+    fn hold(&mut self, mut screened: Screened, builder: &mut ResponseBuilder) {
+        let Some(held) = &mut self.whole else {
+            return;
+        };
+        if screened.withheld.is_none() {
+            held.push_str(&screened.text);
+            screened.text.clear();
+        } else {
+            screened.text.insert_str(0, &std::mem::take(held));
+        }
+        self.keep(screened, "output", builder, false);
     }
 
     /// Fold `event` into `builder` as the client is let see it.
@@ -62,7 +118,11 @@ impl Screening {
             ChatEvent::TextDelta { text } => {
                 let screen = self.text.get_or_insert_with(|| self.screens.text());
                 let screened = screen.push(text);
-                self.keep(screened, "output", builder, false);
+                if self.whole.is_some() {
+                    self.hold(screened, builder);
+                } else {
+                    self.keep(screened, "output", builder, false);
+                }
             }
             ChatEvent::ReasoningDelta { text } => {
                 let screen = self
@@ -135,7 +195,12 @@ impl Screening {
         self.end_reasoning(builder);
         if let Some(mut screen) = self.text.take() {
             let screened = screen.finish();
-            self.keep(screened, "output", builder, false);
+            if self.whole.is_some() {
+                // Unjudged, the text is not kept (only a pattern's block and its notice are).
+                self.hold(screened, builder);
+            } else {
+                self.keep(screened, "output", builder, false);
+            }
         }
     }
 

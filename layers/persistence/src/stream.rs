@@ -6,7 +6,7 @@ use std::task::{ready, Context, Poll};
 use std::time::SystemTime;
 
 use futures_core::Stream;
-use tower_chat::{ChatError, ChatEvent, ChatStream, ResponseBuilder};
+use tower_chat::{ChatError, ChatEvent, ChatStream, JudgedText, ResponseBuilder};
 
 use crate::draft::{outcome_of_error, Draft};
 use crate::record::CallOutcome;
@@ -16,6 +16,12 @@ use crate::screening::Screening;
 enum State {
     /// Events flow; `draft` is taken when the record is handed over.
     Streaming,
+    /// A text the policy outside judges whole ended: its judgement is awaited before the item that ended it
+    /// (`None`: the inner stream's end) is handled (see `screening.rs`).
+    Judging {
+        judgement: JudgedText,
+        then: Option<Result<ChatEvent, ChatError>>,
+    },
     /// Fail-closed: the inner stream ended and the record's write is awaited before the last item.
     Finalizing(Finalize),
     /// The record was handed over; nothing more comes.
@@ -40,7 +46,8 @@ pub struct RecordingStream {
     output_began: bool,
     finish_seen: bool,
     held: Option<ChatEvent>,
-    pending: Option<Result<ChatEvent, ChatError>>,
+    /// An item to handle before the inner stream is polled again (`Some(None)`: its end).
+    pending: Option<Option<Result<ChatEvent, ChatError>>>,
     recorder: Recorder,
     state: State,
     /// What a content policy outside lets through of the answer, when one asked (see `screening.rs`).
@@ -51,6 +58,7 @@ impl fmt::Debug for RecordingStream {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let state = match self.state {
             State::Streaming => "streaming",
+            State::Judging { .. } => "judging",
             State::Finalizing(_) => "finalizing",
             State::Done => "done",
         };
@@ -155,16 +163,41 @@ impl Stream for RecordingStream {
                         }
                     });
                 }
+                State::Judging { judgement, .. } => {
+                    let judged = ready!(judgement.as_mut().poll(cx));
+                    let State::Judging { then, .. } =
+                        std::mem::replace(&mut this.state, State::Streaming)
+                    else {
+                        unreachable!("polled in the judging state")
+                    };
+                    if let Some(screening) = &mut this.screening {
+                        screening.keep_judged(judged, &mut this.builder);
+                    }
+                    this.pending = Some(then);
+                }
                 State::Streaming => {}
             }
             let item = match this.pending.take() {
-                Some(item) => Some(item),
+                Some(item) => item,
                 None => ready!(this.inner.as_mut().poll_next(cx)),
             };
+            if let Some(screening) = &mut this.screening {
+                let event = match &item {
+                    Some(Ok(event)) => Some(event),
+                    _ => None,
+                };
+                if let Some(judgement) = screening.end_whole(event, &mut this.builder) {
+                    this.state = State::Judging {
+                        judgement,
+                        then: item,
+                    };
+                    continue;
+                }
+            }
             match item {
                 Some(item) if this.held.is_some() => {
                     // `Finish` was not last after all: release it, then handle this item on the next poll.
-                    this.pending = Some(item);
+                    this.pending = Some(Some(item));
                     return Poll::Ready(this.held.take().map(Ok));
                 }
                 Some(Ok(event)) => {

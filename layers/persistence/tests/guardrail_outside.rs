@@ -1,12 +1,17 @@
 //! A content policy outside the persistence layer (the gateway's order: the policy applies to a whole turn, the
 //! records are made per model round inside it), in both stores: what is stored, indexed and read back is what the
 //! client saw — a redacted answer redacted, a blocked one withheld and marked blocked — with the verdicts, and
-//! the withheld text is nowhere in the database; a request the policy refused is recorded as refused.
+//! the withheld text is nowhere in the database; a request the policy refused is recorded as refused. The same
+//! holds for a check that judges the answer's text whole (moderation): a text it blocked is stored withheld,
+//! one it redacted redacted, and the check is asked once for both the client and the record.
 
 #[macro_use]
 mod common;
 
-use common::{answer, copy, found, scripted, verdicts, TestDb};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use common::{answer, copy, found, moderation, scripted, verdicts, TestDb};
 use tower::{Layer, ServiceExt};
 use tower_chat::{
     ChatRequest, ChatStreamExt, ConversationId, ErrorKind, FinishReason, GuardrailAction,
@@ -20,9 +25,13 @@ both_stores!(
     an_answer_redacted_outside_is_stored_redacted,
     an_answer_blocked_outside_is_stored_withheld_and_marked_blocked,
     a_request_refused_outside_is_recorded_as_refused_with_its_verdict,
+    an_answer_a_whole_text_check_blocked_outside_is_stored_withheld_and_marked_blocked,
+    an_answer_a_whole_text_check_redacted_outside_is_stored_redacted,
 );
 
 const KEY: &str = "AKIAIOSFODNN7EXAMPLE";
+/// What the moderation double flags.
+const MARKER: &str = "quokka-launch-code";
 
 fn policy() -> GuardrailLayer {
     GuardrailLayer::new()
@@ -38,8 +47,20 @@ async fn through_policy(
     user: &str,
     text: &str,
 ) -> (String, CallRecord) {
+    through(db, layer, policy(), shape, user, text).await
+}
+
+/// [`through_policy`] under `policy`.
+async fn through(
+    db: &TestDb,
+    layer: &PersistenceLayer,
+    policy: GuardrailLayer,
+    shape: tower_chat_testkit::Delivery,
+    user: &str,
+    text: &str,
+) -> (String, CallRecord) {
     let items = std::sync::Arc::new(answer(text));
-    let chat = policy().layer(
+    let chat = policy.layer(
         layer
             .clone()
             .layer(scripted(move |_| scripted_stream(shape, copy(&items)))),
@@ -207,4 +228,96 @@ async fn a_request_refused_outside_is_recorded_as_refused_with_its_verdict(db: &
         )]
     );
     assert!(!db.stored_anywhere(KEY).await);
+}
+
+async fn an_answer_a_whole_text_check_blocked_outside_is_stored_withheld_and_marked_blocked(
+    db: &TestDb,
+) {
+    let layer = db.layer();
+    let asked = Arc::new(AtomicUsize::new(0));
+    for shape in SHAPES {
+        let policy = policy().check(moderation(MARKER, asked.clone()));
+        let (seen, record) = through(
+            db,
+            &layer,
+            policy,
+            shape,
+            "What is the code?",
+            &format!("Mail ops@zanzibar.example: the code is {MARKER}, use it"),
+        )
+        .await;
+        // The check judged the whole text at its end: none of it reached the client.
+        assert_eq!(
+            seen,
+            "[The rest of this answer was withheld by the content policy (check `moderation`).]",
+            "{shape:?}"
+        );
+        assert_eq!(record.text(), seen, "{shape:?}");
+        assert_eq!(record.outcome, CallOutcome::Blocked, "{shape:?}");
+        assert_eq!(record.finish_reason(), Some(&FinishReason::ContentFilter));
+        assert_eq!(
+            verdicts(&record),
+            vec![
+                (
+                    GuardrailStage::Output,
+                    GuardrailAction::Redact,
+                    Some("email")
+                ),
+                (
+                    GuardrailStage::Output,
+                    GuardrailAction::Block,
+                    Some("violence")
+                ),
+            ],
+            "{shape:?}"
+        );
+        // The check saw the text as the pattern checks left it; its span is in that text.
+        let redacted = "Mail [REDACTED:email]: the code is ";
+        assert_eq!(
+            record.guardrail[1].span.map(|s| (s.start, s.end)),
+            Some((redacted.len(), redacted.len() + MARKER.len())),
+            "{shape:?}"
+        );
+    }
+    // Asked once per answer: the guard took the judgement the recorder had made.
+    assert_eq!(asked.load(Ordering::SeqCst), SHAPES.len());
+    for withheld in [MARKER, "zanzibar", "use it"] {
+        assert_eq!(found(db, withheld).await, 0, "{withheld}");
+        assert!(!db.stored_anywhere(withheld).await, "{withheld}");
+    }
+    assert_eq!(found(db, "withheld").await, SHAPES.len());
+}
+
+async fn an_answer_a_whole_text_check_redacted_outside_is_stored_redacted(db: &TestDb) {
+    let layer = db.layer();
+    let asked = Arc::new(AtomicUsize::new(0));
+    for shape in SHAPES {
+        let policy = policy().check(moderation(MARKER, asked.clone()).redact());
+        let (seen, record) = through(
+            db,
+            &layer,
+            policy,
+            shape,
+            "What is the code?",
+            &format!("The code is {MARKER}, use it"),
+        )
+        .await;
+        assert_eq!(seen, "The code is [REDACTED:violence], use it", "{shape:?}");
+        assert_eq!(record.text(), seen, "{shape:?}");
+        assert_eq!(record.outcome, CallOutcome::Completed, "{shape:?}");
+        assert_eq!(record.finish_reason(), Some(&FinishReason::Stop));
+        assert_eq!(
+            verdicts(&record),
+            vec![(
+                GuardrailStage::Output,
+                GuardrailAction::Redact,
+                Some("violence")
+            )],
+            "{shape:?}"
+        );
+    }
+    assert_eq!(asked.load(Ordering::SeqCst), SHAPES.len());
+    assert_eq!(found(db, MARKER).await, 0);
+    assert_eq!(found(db, "use it").await, SHAPES.len());
+    assert!(!db.stored_anywhere(MARKER).await);
 }

@@ -2,15 +2,18 @@
 //! round), in both stores: tool calls' arguments and tool results the policy redacted are stored redacted, in
 //! the round that made the call and in the next round's request; a call the policy blocked is stored withheld;
 //! and a key split between two rounds, which the policy catches for the client, is withheld in the record of
-//! the round that completed it. What is stored is what the client read, and the withheld text is found by no
-//! search and is nowhere in the database.
+//! the round that completed it; a round's text that a check judging whole texts (moderation) blocked is stored
+//! withheld in that round's record. What is stored is what the client read, and the withheld text is found by
+//! no search and is nowhere in the database.
 
 #[macro_use]
 mod common;
 
 use std::sync::Arc;
 
-use common::{copy, found, scripted, verdicts, TestDb};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use common::{copy, found, moderation, scripted, verdicts, TestDb};
 use serde_json::json;
 use tower::{Layer, ServiceExt};
 use tower_chat::{
@@ -26,9 +29,18 @@ both_stores!(
     tool_calls_and_results_redacted_outside_are_stored_redacted,
     a_tool_call_blocked_outside_is_stored_withheld,
     a_key_split_between_rounds_is_withheld_in_the_round_that_completes_it,
+    a_round_a_whole_text_check_blocked_is_stored_withheld,
 );
 
 const KEY: &str = "AKIAIOSFODNN7EXAMPLE";
+/// What the moderation double flags.
+const MARKER: &str = "quokka-launch-code";
+
+fn policy() -> GuardrailLayer {
+    GuardrailLayer::new()
+        .check(Check::secrets())
+        .check(Check::personal_data())
+}
 
 /// One model round: `text` (when any), then a call of `lookup` with `arguments` (when any), then the finish.
 fn round(text: &str, arguments: Option<serde_json::Value>) -> Items {
@@ -74,6 +86,18 @@ async fn through_loop(
     second: Items,
     result: &'static str,
 ) -> (ChatResponse, Vec<CallRecord>) {
+    through_loop_under(db, policy(), shape, first, second, result).await
+}
+
+/// [`through_loop`] under `policy`.
+async fn through_loop_under(
+    db: &TestDb,
+    policy: GuardrailLayer,
+    shape: Delivery,
+    first: Items,
+    second: Items,
+    result: &'static str,
+) -> (ChatResponse, Vec<CallRecord>) {
     let layer = db.layer();
     let (first, second) = (Arc::new(first), Arc::new(second));
     let model = scripted(move |request| {
@@ -86,15 +110,12 @@ async fn through_loop(
         json!({"type": "object"}),
         move |_arguments, _context| async move { Ok::<_, String>(result) },
     );
-    let chat = GuardrailLayer::new()
-        .check(Check::secrets())
-        .check(Check::personal_data())
-        .layer(
-            FunctionInvocationLayer::new()
-                .tool(lookup)
-                .unwrap()
-                .layer(layer.clone().layer(model)),
-        );
+    let chat = policy.layer(
+        FunctionInvocationLayer::new()
+            .tool(lookup)
+            .unwrap()
+            .layer(layer.clone().layer(model)),
+    );
     let conversation = ConversationId::new(format!("conv-{}", common::uuid_simple()));
     let request = ChatRequest::new(vec![Message::user("Look it up, please")])
         .with_extension(conversation.clone());
@@ -297,4 +318,52 @@ async fn a_key_split_between_rounds_is_withheld_in_the_round_that_completes_it(d
     assert!(!db.stored_anywhere(KEY).await);
     // The search index holds each round's answer: the first round's is found by its words.
     assert_eq!(found(db, "key is").await, SHAPES.len());
+}
+
+async fn a_round_a_whole_text_check_blocked_is_stored_withheld(db: &TestDb) {
+    let asked = Arc::new(AtomicUsize::new(0));
+    for shape in SHAPES {
+        let (seen, records) = through_loop_under(
+            db,
+            policy().check(moderation(MARKER, asked.clone())),
+            shape,
+            round("Checking.", Some(json!({"q": "code"}))),
+            round(&format!("The code is {MARKER}, use it"), None),
+            "found",
+        )
+        .await;
+        let notice =
+            "[The rest of this answer was withheld by the content policy (check `moderation`).]";
+        assert_eq!(
+            said(&seen.messages),
+            format!("Checking.{notice}"),
+            "{shape:?}"
+        );
+        assert_eq!(seen.finish_reason, Some(FinishReason::ContentFilter));
+        assert_eq!(records.len(), 2, "{shape:?}");
+        assert_eq!(records[0].text(), "Checking.", "{shape:?}");
+        assert_eq!(records[0].outcome, CallOutcome::Completed, "{shape:?}");
+        assert_eq!(records[1].text(), notice, "{shape:?}");
+        assert_eq!(records[1].outcome, CallOutcome::Blocked, "{shape:?}");
+        assert_eq!(
+            records[1].finish_reason(),
+            Some(&FinishReason::ContentFilter)
+        );
+        assert_eq!(
+            verdicts(&records[1]),
+            vec![(
+                GuardrailStage::Output,
+                GuardrailAction::Block,
+                Some("violence")
+            )],
+            "{shape:?}"
+        );
+    }
+    // One judgement per text of each answer, shared by the guard and the round's recorder.
+    assert_eq!(asked.load(Ordering::SeqCst), 2 * SHAPES.len());
+    for withheld in [MARKER, "use it"] {
+        assert_eq!(found(db, withheld).await, 0, "{withheld}");
+        assert!(!db.stored_anywhere(withheld).await, "{withheld}");
+    }
+    assert_eq!(found(db, "Checking").await, SHAPES.len());
 }
