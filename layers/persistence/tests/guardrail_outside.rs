@@ -12,10 +12,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use common::{answer, copy, found, moderation, scripted, verdicts, TestDb};
+use futures_util::{FutureExt, StreamExt};
 use tower::{Layer, ServiceExt};
 use tower_chat::{
-    ChatRequest, ChatStreamExt, ConversationId, ErrorKind, FinishReason, GuardrailAction,
-    GuardrailAudit, GuardrailStage, Message,
+    ChatEvent, ChatRequest, ChatStreamExt, ConversationId, ErrorKind, FinishReason,
+    GuardrailAction, GuardrailAudit, GuardrailStage, Message,
 };
 use tower_chat_guardrail::{Check, GuardrailLayer};
 use tower_chat_persistence::{CallLogQuery, CallOutcome, CallRecord, PersistenceLayer};
@@ -27,6 +28,7 @@ both_stores!(
     a_request_refused_outside_is_recorded_as_refused_with_its_verdict,
     an_answer_a_whole_text_check_blocked_outside_is_stored_withheld_and_marked_blocked,
     an_answer_a_whole_text_check_redacted_outside_is_stored_redacted,
+    a_text_held_for_a_whole_text_check_is_not_kept_when_the_client_leaves,
 );
 
 const KEY: &str = "AKIAIOSFODNN7EXAMPLE";
@@ -319,5 +321,37 @@ async fn an_answer_a_whole_text_check_redacted_outside_is_stored_redacted(db: &T
     assert_eq!(asked.load(Ordering::SeqCst), SHAPES.len());
     assert_eq!(found(db, MARKER).await, 0);
     assert_eq!(found(db, "use it").await, SHAPES.len());
+    assert!(!db.stored_anywhere(MARKER).await);
+}
+
+async fn a_text_held_for_a_whole_text_check_is_not_kept_when_the_client_leaves(db: &TestDb) {
+    let layer = db.layer();
+    let asked = Arc::new(AtomicUsize::new(0));
+    // The model says the marker and then stalls: the text never ends, so it is never judged.
+    let chat = policy()
+        .check(moderation(MARKER, asked.clone()))
+        .layer(layer.clone().layer(scripted(|_| {
+            let said = vec![Ok(ChatEvent::text(format!("The code is {MARKER}")))];
+            Box::pin(futures_util::stream::iter(said).chain(futures_util::stream::pending()))
+        })));
+    let conversation = ConversationId::new(format!("conv-{}", common::uuid_simple()));
+    let request = ChatRequest::new(vec![Message::user("What is the code?")])
+        .with_extension(conversation.clone());
+    let mut stream = chat.oneshot(request).await.unwrap();
+    // The guard holds the text for the check: the client has nothing yet, and leaves.
+    assert!(stream.next().now_or_never().is_none());
+    drop(stream);
+    layer.flush().await.unwrap();
+    let record = db
+        .store
+        .conversation_calls(&conversation)
+        .await
+        .unwrap()
+        .remove(0);
+    assert_eq!(record.outcome, CallOutcome::Cancelled);
+    assert_eq!(record.text(), "");
+    assert!(record.guardrail.is_empty());
+    assert_eq!(asked.load(Ordering::SeqCst), 0);
+    assert_eq!(found(db, MARKER).await, 0);
     assert!(!db.stored_anywhere(MARKER).await);
 }
