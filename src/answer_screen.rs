@@ -19,7 +19,9 @@
 //! while it streams: it holds the text the screens let through until the text ends (any event other than a
 //! text delta), has it judged ([`CallScreens::judge_text`]) before it lets the ending event by, and keeps what
 //! the judgement lets through. The guard then takes that judgement for the same text instead of judging it
-//! again, so both decide once and alike, and neither waits on the other.
+//! again, so both decide once and alike, and neither waits on the other. A policy with such checks of tool
+//! calls or results judges a complete call or result the same way ([`CallScreens::judge_tool_call`],
+//! [`CallScreens::judge_tool_result`]).
 //!
 //! ```
 //! use std::sync::Arc;
@@ -96,6 +98,13 @@ pub struct Screened {
 /// The judgement of one whole text ([`CallScreens::judge_text`]).
 pub type JudgedText = Pin<Box<dyn Future<Output = Screened> + Send>>;
 
+/// The judgement of a complete tool call ([`CallScreens::judge_tool_call`]): the call as the client is sent it
+/// (`None`: not sent, a check blocked it or failed), and what was decided.
+pub type JudgedToolCall = Pin<Box<dyn Future<Output = (Option<ToolCall>, Screened)> + Send>>;
+
+/// The judgement of a tool result ([`CallScreens::judge_tool_result`]), as for a call.
+pub type JudgedToolResult = Pin<Box<dyn Future<Output = (Option<ToolMessage>, Screened)> + Send>>;
+
 /// A content policy's view of one answer's text, given in pieces as the answer streams: it may hold back the end
 /// of a piece that a match could still be completing, and lets it through (or not) when more text comes or the
 /// text ends.
@@ -135,6 +144,17 @@ pub trait CallScreens: Send + Sync + fmt::Debug {
             text,
             ..Screened::default()
         }))
+    }
+    /// A complete tool call judged with every check of the policy, the whole-text ones included, when it has
+    /// such checks of tool calls; the recorder keeps what this lets through instead of what
+    /// [`CallScreens::tool_call`] decides, and the policy's guard takes the same judgement for the same call.
+    /// `None` (the default): [`CallScreens::tool_call`] decides alone.
+    fn judge_tool_call(&self, _call: &ToolCall) -> Option<JudgedToolCall> {
+        None
+    }
+    /// A tool result judged as [`CallScreens::judge_tool_call`] judges a call.
+    fn judge_tool_result(&self, _result: &ToolMessage) -> Option<JudgedToolResult> {
+        None
     }
 }
 

@@ -16,8 +16,8 @@ use std::sync::{Arc, Mutex};
 
 use futures_util::FutureExt;
 use tower_chat::{
-    AnswerScreen, CallScreens, GuardrailStage, JudgedText, Screened, ToolArguments, ToolCall,
-    ToolMessage,
+    AnswerScreen, CallScreens, GuardrailStage, JudgedText, JudgedToolCall, JudgedToolResult,
+    Screened, ToolArguments, ToolCall, ToolMessage,
 };
 
 use crate::content::judge_parts;
@@ -25,7 +25,9 @@ use crate::invisible::strip;
 use crate::json::judge_json;
 use crate::policy::{judge, verdict_of_hit, Policy, StagePolicy};
 use crate::scan::{Budget, Step, StreamScanner};
-use crate::segment::{judge_segment, Decided, Judged, Judgement};
+use crate::segment::{
+    judge_call, judge_result, judge_segment, Decided, Judged, Judgement, Shared, ToolJudgement,
+};
 
 /// The screens of one call under a policy.
 #[derive(Debug)]
@@ -40,7 +42,10 @@ pub(crate) struct PolicyScreens {
     tool_call: StagePolicy,
     tool_result: StagePolicy,
     /// The output's whole-text judgements made for a recorder, until the guard takes them.
-    judged: Arc<Judged>,
+    judged: Arc<Judged<String, Judgement>>,
+    /// The same for tool calls and results, when their stages have whole-text checks.
+    calls: Arc<Judged<ToolCall, ToolJudgement<ToolCall>>>,
+    results: Arc<Judged<ToolMessage, ToolJudgement<ToolMessage>>>,
 }
 
 impl PolicyScreens {
@@ -65,10 +70,10 @@ impl PolicyScreens {
             tool_call: scanned(&policy.tool_call),
             tool_result: scanned(&policy.tool_result),
             judged: Arc::default(),
+            calls: Arc::default(),
+            results: Arc::default(),
         };
-        if policy.output.is_empty()
-            && screens.tool_call.is_empty()
-            && screens.tool_result.is_empty()
+        if policy.output.is_empty() && policy.tool_call.is_empty() && policy.tool_result.is_empty()
         {
             return None;
         }
@@ -78,6 +83,35 @@ impl PolicyScreens {
     /// The judgement a recorder had made for the answer text `text`, for the guard (see `segment.rs`).
     pub(crate) fn take_judged(&self, text: &str) -> Option<Judgement> {
         self.judged.take(text)
+    }
+
+    /// The judgement made for the tool call `call`, by a recorder or the guard. Kept after the guard reads it:
+    /// the next round's request carries the call, and its recorder keeps it as the client was sent it.
+    pub(crate) fn judged_tool_call(&self, call: &ToolCall) -> Option<ToolJudgement<ToolCall>> {
+        self.calls.find(call)
+    }
+
+    /// Keep the guard's judgement of `call` for the recorders of the rounds after it.
+    pub(crate) fn keep_tool_call(&self, call: ToolCall, judgement: &ToolJudgement<ToolCall>) {
+        self.calls.keep(call, judgement.copy());
+    }
+
+    /// The judgement made for the tool result `result`, as for a call.
+    pub(crate) fn judged_tool_result(
+        &self,
+        result: &ToolMessage,
+    ) -> Option<ToolJudgement<ToolMessage>> {
+        self.results.find(result)
+    }
+
+    /// Keep the guard's judgement of `result` (a tool loop inside this layer and outside the recorders ran the
+    /// tool: the next round's request carries the result, and its recorder keeps it as the client saw it).
+    pub(crate) fn keep_tool_result(
+        &self,
+        result: ToolMessage,
+        judgement: &ToolJudgement<ToolMessage>,
+    ) {
+        self.results.keep(result, judgement.copy());
     }
 
     fn budget(&self) -> Budget {
@@ -123,6 +157,15 @@ impl CallScreens for PolicyScreens {
     }
 
     fn tool_call(&self, call: &mut ToolCall) -> Screened {
+        if !self.policy.tool_call.whole.is_empty() {
+            if let Some(judgement) = self.calls.find(call) {
+                let (sent, screened) = screened_tool(&self.policy, judgement);
+                if let Some(sent) = sent {
+                    *call = sent;
+                }
+                return screened;
+            }
+        }
         if self.tool_call.is_empty() {
             return Screened::default();
         }
@@ -157,6 +200,15 @@ impl CallScreens for PolicyScreens {
     }
 
     fn tool_result(&self, result: &mut ToolMessage) -> Screened {
+        if !self.policy.tool_result.whole.is_empty() {
+            if let Some(judgement) = self.results.find(result) {
+                let (sent, screened) = screened_tool(&self.policy, judgement);
+                if let Some(sent) = sent {
+                    *result = sent;
+                }
+                return screened;
+            }
+        }
         if self.tool_result.is_empty() {
             return Screened::default();
         }
@@ -202,6 +254,74 @@ impl CallScreens for PolicyScreens {
             judged.keep(text, judgement);
             screened_whole(&policy, kept)
         })
+    }
+
+    fn judge_tool_call(&self, call: &ToolCall) -> Option<JudgedToolCall> {
+        if self.policy.tool_call.whole.is_empty() {
+            return None;
+        }
+        let policy = self.policy.clone();
+        if let Some(judgement) = self.calls.find(call) {
+            return Some(Box::pin(std::future::ready(screened_tool(
+                &policy, judgement,
+            ))));
+        }
+        let (calls, given, mut budget) = (self.calls.clone(), call.clone(), self.budget());
+        Some(Box::pin(async move {
+            let judgement = judge_call(&policy.tool_call, given.clone(), &mut budget).await;
+            let kept = judgement.copy();
+            calls.keep(given, judgement);
+            screened_tool(&policy, kept)
+        }))
+    }
+
+    fn judge_tool_result(&self, result: &ToolMessage) -> Option<JudgedToolResult> {
+        if self.policy.tool_result.whole.is_empty() {
+            return None;
+        }
+        let policy = self.policy.clone();
+        if let Some(judgement) = self.results.find(result) {
+            return Some(Box::pin(std::future::ready(screened_tool(
+                &policy, judgement,
+            ))));
+        }
+        let (results, given, mut budget) = (self.results.clone(), result.clone(), self.budget());
+        Some(Box::pin(async move {
+            let judgement = judge_result(&policy.tool_result, given.clone(), &mut budget).await;
+            let kept = judgement.copy();
+            results.keep(given, judgement);
+            screened_tool(&policy, kept)
+        }))
+    }
+}
+
+/// What a recorder keeps of a tool call or result judged whole: the item as it goes on, or none (the notice when
+/// a check blocked it, nothing when one failed).
+fn screened_tool<T>(policy: &Policy, judgement: ToolJudgement<T>) -> (Option<T>, Screened) {
+    let verdicts = judgement.verdicts;
+    match judgement.decided {
+        Ok(Ok(item)) => (
+            Some(item),
+            Screened {
+                verdicts,
+                ..Screened::default()
+            },
+        ),
+        Ok(Err(block)) => (
+            None,
+            Screened {
+                text: policy.block_notice(&block.check),
+                verdicts,
+                withheld: Some(block.check),
+            },
+        ),
+        Err(_) => (
+            None,
+            Screened {
+                verdicts,
+                ..Screened::default()
+            },
+        ),
     }
 }
 

@@ -1,17 +1,25 @@
-//! A text of the answer judged whole (moderation, a schema, a check of your own), once per call.
+//! A text of the answer judged whole (moderation, a schema, a check of your own), once per call; and a tool
+//! call or result judged with its stage's whole-text checks, likewise.
 //!
 //! A recorder inside the layer holds a text until it ends and has it judged before it lets the event that ended
 //! it by (`PolicyScreens::judge_text`); the answer's guard reaches the same text only after that event, and
 //! takes the judgement made for it ([`Judged::take`]) rather than asking the checks again, so an external
 //! service is asked once, and the record and the client get the same decision. Without a recorder inside, the
-//! guard finds none and judges the text itself.
+//! guard finds none and judges the text itself. A tool call or result is judged the same way, by the recorder
+//! that holds it complete, or by the guard.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 
-use tower_chat::{ChatError, GuardrailAction, GuardrailStage, GuardrailVerdict};
+use tower_chat::{
+    ChatError, GuardrailAction, GuardrailStage, GuardrailVerdict, ToolArguments, ToolCall,
+    ToolMessage,
+};
 
-use crate::policy::{redact_findings, StagePolicy};
+use crate::content::judge_parts;
+use crate::json::judge_json;
+use crate::policy::{judge, redact_findings, StagePolicy};
+use crate::scan::Budget;
 
 /// What the whole-text checks decided about one text.
 #[derive(Debug)]
@@ -28,20 +36,6 @@ pub(crate) enum Decided {
     Sent(String),
     /// A check blocked it: the answer ends with that check's notice.
     Blocked(Arc<str>),
-}
-
-impl Judgement {
-    /// A copy for a recorder: a check's error keeps its kind and message only (a recorder keeps nothing of a
-    /// text whose check failed; the guard, which answers with the error, takes the original).
-    pub(crate) fn copy(&self) -> Judgement {
-        Judgement {
-            verdicts: self.verdicts.clone(),
-            decided: match &self.decided {
-                Ok(decided) => Ok(decided.clone()),
-                Err(error) => Err(ChatError::new(error.kind().clone(), error.message())),
-            },
-        }
-    }
 }
 
 /// Judge `text`, a complete text of the answer as the pattern checks let it through, with the output's
@@ -86,40 +80,178 @@ pub(crate) async fn judge_segment(policy: &StagePolicy, mut text: String) -> Jud
     }
 }
 
-/// Judgements made inside for texts the guard has not reached yet, oldest first: the guard takes each as it
-/// reaches its text, so normally one is held, and never more than [`KEPT`] (a layer between that dropped a text
-/// leaves its judgement behind).
-#[derive(Debug, Default)]
-pub(crate) struct Judged(Mutex<VecDeque<(String, Judgement)>>);
+/// A judgement a recorder and the guard share: a recorder gets a copy, the guard the original.
+pub(crate) trait Shared {
+    fn copy(&self) -> Self;
+}
+
+impl Shared for Judgement {
+    /// A check's error keeps its kind and message only: a recorder keeps nothing of a text whose check failed;
+    /// the guard, which answers with the error, takes the original.
+    fn copy(&self) -> Self {
+        Judgement {
+            verdicts: self.verdicts.clone(),
+            decided: match &self.decided {
+                Ok(decided) => Ok(decided.clone()),
+                Err(error) => Err(copy_error(error)),
+            },
+        }
+    }
+}
+
+impl<T: Clone> Shared for ToolJudgement<T> {
+    fn copy(&self) -> Self {
+        ToolJudgement {
+            verdicts: self.verdicts.clone(),
+            decided: match &self.decided {
+                Ok(decided) => Ok(decided.clone()),
+                Err(error) => Err(copy_error(error)),
+            },
+        }
+    }
+}
+
+fn copy_error(error: &ChatError) -> ChatError {
+    ChatError::new(error.kind().clone(), error.message())
+}
+
+/// Judgements made inside for texts (or tool calls, or results) the guard has not reached yet, oldest first:
+/// the guard takes each as it reaches its item, so normally one is held, and never more than [`KEPT`] (a layer
+/// between that dropped an item leaves its judgement behind).
+#[derive(Debug)]
+pub(crate) struct Judged<K, V>(Mutex<VecDeque<(K, V)>>);
+
+impl<K, V> Default for Judged<K, V> {
+    fn default() -> Self {
+        Judged(Mutex::new(VecDeque::new()))
+    }
+}
 
 const KEPT: usize = 4;
 
-impl Judged {
-    /// The judgement already made for `text` (a second recorder inside the first takes it too).
-    pub(crate) fn find(&self, text: &str) -> Option<Judgement> {
+impl<K, V: Shared> Judged<K, V> {
+    /// The judgement already made for `item` (a second recorder inside the first takes it too).
+    pub(crate) fn find<Q: ?Sized>(&self, item: &Q) -> Option<V>
+    where
+        K: PartialEq<Q>,
+    {
         let judged = self.0.lock().expect("judged lock");
         judged
             .iter()
-            .find(|(judged, _)| judged == text)
+            .find(|(judged, _)| judged == item)
             .map(|(_, judgement)| judgement.copy())
     }
 
-    pub(crate) fn keep(&self, text: String, judgement: Judgement) {
+    pub(crate) fn keep(&self, item: K, judgement: V) {
         let mut judged = self.0.lock().expect("judged lock");
         if judged.len() == KEPT {
             judged.pop_front();
         }
-        judged.push_back((text, judgement));
+        judged.push_back((item, judgement));
     }
 
-    /// The judgement made for `text`, for the guard: it and those before it (texts the guard never got) are
+    /// The judgement made for `item`, for the guard: it and those before it (items the guard never got) are
     /// forgotten.
-    pub(crate) fn take(&self, text: &str) -> Option<Judgement> {
+    pub(crate) fn take<Q: ?Sized>(&self, item: &Q) -> Option<V>
+    where
+        K: PartialEq<Q>,
+    {
         let mut judged = self.0.lock().expect("judged lock");
-        let at = judged.iter().position(|(judged, _)| judged == text)?;
+        let at = judged.iter().position(|(judged, _)| judged == item)?;
         judged.drain(..at);
         judged.pop_front().map(|(_, judgement)| judgement)
     }
+}
+
+/// What every check of a tool stage decided about one complete tool call or result.
+#[derive(Debug)]
+pub(crate) struct ToolJudgement<T> {
+    pub(crate) verdicts: Vec<GuardrailVerdict>,
+    /// The item as it goes on (redacted where a check redacted), the verdict that blocked it, or the check's
+    /// error.
+    pub(crate) decided: Result<Result<T, GuardrailVerdict>, ChatError>,
+}
+
+impl<T> ToolJudgement<T> {
+    fn of(
+        item: T,
+        judged: Result<(Vec<GuardrailVerdict>, Option<GuardrailVerdict>), ChatError>,
+    ) -> Self {
+        match judged {
+            Ok((verdicts, None)) => ToolJudgement {
+                verdicts,
+                decided: Ok(Ok(item)),
+            },
+            Ok((verdicts, Some(block))) => ToolJudgement {
+                verdicts,
+                decided: Ok(Err(block)),
+            },
+            Err(error) => ToolJudgement {
+                verdicts: Vec::new(),
+                decided: Err(error),
+            },
+        }
+    }
+}
+
+/// Judge a complete tool call's arguments (each string of its JSON, or its raw text when it is not JSON) with
+/// every check of the tool-call stage.
+pub(crate) async fn judge_call(
+    policy: &StagePolicy,
+    mut call: ToolCall,
+    budget: &mut Budget,
+) -> ToolJudgement<ToolCall> {
+    let location = format!("tool_call:{}", call.id);
+    let stage = GuardrailStage::ToolCall;
+    let judged = match &mut call.arguments {
+        ToolArguments::Json(value) => judge_json(policy, stage, &location, value, true, budget)
+            .await
+            .map(|judged| {
+                if let (None, Some(redacted)) = (&judged.block, judged.redacted) {
+                    *value = redacted;
+                }
+                (judged.verdicts, judged.block)
+            }),
+        ToolArguments::Invalid { raw, .. } => judge(policy, stage, &location, raw, true, budget)
+            .await
+            .map(|judged| {
+                if let (None, Some(redacted)) = (&judged.block, judged.redacted) {
+                    *raw = redacted;
+                }
+                (judged.verdicts, judged.block)
+            }),
+    };
+    ToolJudgement::of(call, judged)
+}
+
+/// Judge a tool result's content with every check of the tool-result stage.
+pub(crate) async fn judge_result(
+    policy: &StagePolicy,
+    mut result: ToolMessage,
+    budget: &mut Budget,
+) -> ToolJudgement<ToolMessage> {
+    let location = format!("tool_result:{}", result.call_id);
+    let stage = GuardrailStage::ToolResult;
+    let judged = judge_parts(
+        policy,
+        stage,
+        &location,
+        result.content.parts(),
+        true,
+        budget,
+    )
+    .await
+    .map(|judged| {
+        if judged.block.is_none() {
+            for (index, part) in judged.changed {
+                if let Some(slot) = result.content.parts_mut().get_mut(index) {
+                    *slot = part;
+                }
+            }
+        }
+        (judged.verdicts, judged.block)
+    });
+    ToolJudgement::of(result, judged)
 }
 
 #[cfg(test)]
@@ -135,7 +267,7 @@ mod tests {
 
     #[test]
     fn the_guard_takes_a_judgement_once_and_forgets_those_before_it() {
-        let judged = Judged::default();
+        let judged = Judged::<String, Judgement>::default();
         judged.keep("one".into(), sent("one"));
         judged.keep("two".into(), sent("2"));
         assert!(judged.find("two").is_some());

@@ -11,19 +11,35 @@
 //! arguments behind), the complete call is kept with its arguments redacted, and a blocked call is not kept:
 //! the answer ends with the notice.
 //! When the policy judges texts whole (moderation, a schema), a text's screened pieces are held instead of kept
-//! until the text ends; [`Screening::end_whole`] then hands back the text's judgement, which the recording
-//! stream awaits before it lets the event that ended the text by, and [`Screening::keep_judged`] keeps what it
-//! let through: the text, redacted, or the block's notice (the answer withheld, as for a pattern's block). A
-//! stream dropped before then keeps none of the text: the client saw none of it.
+//! until the text ends; [`Screening::judge`] then hands back the text's judgement, which the recording stream
+//! awaits before it lets the event that ended the text by, and [`Screening::keep_judged`] keeps what it let
+//! through: the text, redacted, or the block's notice (the answer withheld, as for a pattern's block). A stream
+//! dropped before then keeps none of the text: the client saw none of it. A tool call or result the policy
+//! judges whole waits for its judgement the same way, and is kept as it lets it through.
 //! The messages a tool loop inside added to a later round's request (the calls, their results, the text and
 //! reasoning before them) are kept as the client saw them too ([`screen_request`]).
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 
+use futures_util::FutureExt;
 use tower_chat::{
     AnswerScreen, CallScreens, ChatEvent, FinishReason, GuardedCall, GuardrailAction,
-    GuardrailVerdict, JudgedText, Message, ResponseBuilder, Screened,
+    GuardrailVerdict, JudgedText, Message, ResponseBuilder, Screened, ToolCall, ToolMessage,
 };
+
+/// A judgement the recording stream awaits before it handles the item that asked for it
+/// ([`Screening::judge`]).
+pub(crate) type Judging = Pin<Box<dyn Future<Output = Judged> + Send>>;
+
+/// What a judgement decided: about the text that ended, or the complete tool call or result.
+#[derive(Debug)]
+pub(crate) enum Judged {
+    Text(Screened),
+    ToolCall(Option<ToolCall>, Screened),
+    ToolResult(Option<ToolMessage>, Screened),
+}
 
 /// The screens of one recorded answer.
 #[derive(Debug)]
@@ -41,6 +57,8 @@ pub(crate) struct Screening {
     pub(crate) withheld: bool,
     /// The policy judges each text whole: the current text's screened pieces, held until it is judged.
     whole: Option<String>,
+    /// The judgement of the tool call or result being handled, when the policy judged it whole.
+    judged_tool: Option<Judged>,
 }
 
 impl Screening {
@@ -55,14 +73,54 @@ impl Screening {
             reasoning_redacted: false,
             verdicts: Vec::new(),
             withheld: false,
+            judged_tool: None,
         })
+    }
+
+    /// The judgement `event` (`None`: the stream's end) must wait for before it is observed: of the text it
+    /// ends, when the policy judges texts whole; else of the tool call or result it is, when the policy judges
+    /// those whole.
+    pub(crate) fn judge(
+        &mut self,
+        event: Option<&ChatEvent>,
+        builder: &mut ResponseBuilder,
+    ) -> Option<Judging> {
+        if let Some(text) = self.end_whole(event, builder) {
+            return Some(Box::pin(text.map(Judged::Text)));
+        }
+        if self.withheld || self.judged_tool.is_some() {
+            return None;
+        }
+        match event? {
+            ChatEvent::ToolCallEnd { call, .. } => {
+                let judging = self.screens.judge_tool_call(call)?;
+                Some(Box::pin(
+                    judging.map(|(call, screened)| Judged::ToolCall(call, screened)),
+                ))
+            }
+            ChatEvent::ToolResult { result } => {
+                let judging = self.screens.judge_tool_result(result)?;
+                Some(Box::pin(judging.map(|(result, screened)| {
+                    Judged::ToolResult(result, screened)
+                })))
+            }
+            _ => None,
+        }
+    }
+
+    /// Keep what a judgement let through: a text's now, a tool call's or result's when it is observed.
+    pub(crate) fn keep_judged(&mut self, judged: Judged, builder: &mut ResponseBuilder) {
+        match judged {
+            Judged::Text(screened) => self.keep(screened, "output", builder, false),
+            tool => self.judged_tool = Some(tool),
+        }
     }
 
     /// Whether `event` (`None`: the stream's end) ends a text the policy judges whole, and so must wait for
     /// the text's judgement ([`Screening::keep_judged`]) before it is observed; a value of the answer so far
     /// does not end it (the policy does not let it through). The screen's last decisions are taken first:
     /// a pattern's block decided there keeps the held text and the notice, as the policy sends them.
-    pub(crate) fn end_whole(
+    fn end_whole(
         &mut self,
         event: Option<&ChatEvent>,
         builder: &mut ResponseBuilder,
@@ -83,11 +141,6 @@ impl Screening {
         }
         let held = std::mem::take(self.whole.as_mut()?);
         (!self.withheld && !held.is_empty()).then(|| self.screens.judge_text(held))
-    }
-
-    /// Keep what the judgement of a text let through.
-    pub(crate) fn keep_judged(&mut self, judged: Screened, builder: &mut ResponseBuilder) {
-        self.keep(judged, "output", builder, false);
     }
 
     /// Hold a text's screened piece for its judgement; a pattern's block ends the text here, and what was held
@@ -146,9 +199,15 @@ impl Screening {
                 if self.withheld {
                     return;
                 }
-                let mut call = call.clone();
-                let screened = self.screens.tool_call(&mut call);
-                if self.kept_whole(screened, builder) {
+                let (call, screened) = match self.judged_tool.take() {
+                    Some(Judged::ToolCall(call, screened)) => (call, screened),
+                    _ => {
+                        let mut call = call.clone();
+                        let screened = self.screens.tool_call(&mut call);
+                        (Some(call), screened)
+                    }
+                };
+                if let (true, Some(call)) = (self.kept_whole(screened, builder), call) {
                     builder.push(&ChatEvent::ToolCallEnd {
                         index: *index,
                         call,
@@ -160,9 +219,15 @@ impl Screening {
                 if self.withheld {
                     return;
                 }
-                let mut result = result.clone();
-                let screened = self.screens.tool_result(&mut result);
-                if self.kept_whole(screened, builder) {
+                let (result, screened) = match self.judged_tool.take() {
+                    Some(Judged::ToolResult(result, screened)) => (result, screened),
+                    _ => {
+                        let mut result = result.clone();
+                        let screened = self.screens.tool_result(&mut result);
+                        (Some(result), screened)
+                    }
+                };
+                if let (true, Some(result)) = (self.kept_whole(screened, builder), result) {
                     builder.push(&ChatEvent::ToolResult { result });
                 }
             }

@@ -6,20 +6,20 @@ use std::task::{ready, Context, Poll};
 use std::time::SystemTime;
 
 use futures_core::Stream;
-use tower_chat::{ChatError, ChatEvent, ChatStream, JudgedText, ResponseBuilder};
+use tower_chat::{ChatError, ChatEvent, ChatStream, ResponseBuilder};
 
 use crate::draft::{outcome_of_error, Draft};
 use crate::record::CallOutcome;
 use crate::recorder::{FailurePolicy, Finalize, Recorder};
-use crate::screening::Screening;
+use crate::screening::{Judging, Screening};
 
 enum State {
     /// Events flow; `draft` is taken when the record is handed over.
     Streaming,
-    /// A text the policy outside judges whole ended: its judgement is awaited before the item that ended it
-    /// (`None`: the inner stream's end) is handled (see `screening.rs`).
+    /// A text the policy outside judges whole ended, or a tool call or result it judges whole came: the
+    /// judgement is awaited before the item (`None`: the inner stream's end) is handled (see `screening.rs`).
     Judging {
-        judgement: JudgedText,
+        judgement: Judging,
         then: Option<Result<ChatEvent, ChatError>>,
     },
     /// Fail-closed: the inner stream ended and the record's write is awaited before the last item.
@@ -186,7 +186,7 @@ impl Stream for RecordingStream {
                     Some(Ok(event)) => Some(event),
                     _ => None,
                 };
-                if let Some(judgement) = screening.end_whole(event, &mut this.builder) {
+                if let Some(judgement) = screening.judge(event, &mut this.builder) {
                     this.state = State::Judging {
                         judgement,
                         then: item,

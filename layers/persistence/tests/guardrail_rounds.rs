@@ -1,6 +1,7 @@
 //! A content policy outside a tool loop outside the persistence layer (the gateway's order: one record per model
 //! round), in both stores: tool calls' arguments and tool results the policy redacted are stored redacted, in
-//! the round that made the call and in the next round's request; a call the policy blocked is stored withheld;
+//! the round that made the call and in the next round's request; a call the policy blocked is stored withheld
+//! (whether a pattern or a check judging it whole, such as moderation, found it);
 //! and a key split between two rounds, which the policy catches for the client, is withheld in the record of
 //! the round that completed it; a round's text that a check judging whole texts (moderation) blocked is stored
 //! withheld in that round's record. What is stored is what the client read, and the withheld text is found by
@@ -30,6 +31,8 @@ both_stores!(
     a_tool_call_blocked_outside_is_stored_withheld,
     a_key_split_between_rounds_is_withheld_in_the_round_that_completes_it,
     a_round_a_whole_text_check_blocked_is_stored_withheld,
+    a_tool_call_a_whole_text_check_blocked_is_stored_withheld,
+    a_tool_result_a_whole_text_check_redacted_is_stored_redacted,
 );
 
 const KEY: &str = "AKIAIOSFODNN7EXAMPLE";
@@ -366,4 +369,89 @@ async fn a_round_a_whole_text_check_blocked_is_stored_withheld(db: &TestDb) {
         assert!(!db.stored_anywhere(withheld).await, "{withheld}");
     }
     assert_eq!(found(db, "Checking").await, SHAPES.len());
+}
+
+async fn a_tool_call_a_whole_text_check_blocked_is_stored_withheld(db: &TestDb) {
+    let asked = Arc::new(AtomicUsize::new(0));
+    for shape in SHAPES {
+        let check = moderation(MARKER, asked.clone()).on(&[GuardrailStage::ToolCall]);
+        let (seen, records) = through_loop_under(
+            db,
+            policy().check(check),
+            shape,
+            round("Checking.", Some(json!({"code": MARKER}))),
+            round("never asked", None),
+            "never run",
+        )
+        .await;
+        assert_eq!(seen.finish_reason, Some(FinishReason::ContentFilter));
+        assert!(calls(&seen.messages).is_empty(), "{shape:?}");
+        assert_eq!(
+            seen.text(),
+            "Checking.[The rest of this answer was withheld by the content policy (check `moderation`).]"
+        );
+        assert_eq!(records.len(), 1, "{shape:?}");
+        let record = &records[0];
+        assert_eq!(record.text(), seen.text(), "{shape:?}");
+        assert!(calls(&record.response.messages).is_empty(), "{shape:?}");
+        assert_eq!(record.outcome, CallOutcome::Blocked, "{shape:?}");
+        assert_eq!(
+            verdicts(record),
+            vec![(
+                GuardrailStage::ToolCall,
+                GuardrailAction::Block,
+                Some("violence")
+            )],
+            "{shape:?}"
+        );
+    }
+    // The recorder judged each call (its key and its value); the guard took its judgement.
+    assert_eq!(asked.load(Ordering::SeqCst), 2 * SHAPES.len());
+    assert_eq!(found(db, MARKER).await, 0);
+    assert!(!db.stored_anywhere(MARKER).await);
+}
+
+async fn a_tool_result_a_whole_text_check_redacted_is_stored_redacted(db: &TestDb) {
+    let asked = Arc::new(AtomicUsize::new(0));
+    for shape in SHAPES {
+        let check = moderation(MARKER, asked.clone())
+            .on(&[GuardrailStage::ToolResult])
+            .redact();
+        let (seen, records) = through_loop_under(
+            db,
+            policy().check(check),
+            shape,
+            round("", Some(json!({"q": "code"}))),
+            round("Sent.", None),
+            "the code is quokka-launch-code",
+        )
+        .await;
+        assert_eq!(
+            results(&seen.messages),
+            ["the code is [REDACTED:violence]"],
+            "{shape:?}"
+        );
+        assert_eq!(seen.text(), "Sent.");
+        assert_eq!(records.len(), 2, "{shape:?}");
+        // The next round's request carries the result as the client saw it, with the verdict.
+        assert_eq!(
+            results(&records[1].request.messages),
+            results(&seen.messages),
+            "{shape:?}"
+        );
+        assert_eq!(
+            verdicts(&records[1]),
+            vec![(
+                GuardrailStage::ToolResult,
+                GuardrailAction::Redact,
+                Some("violence")
+            )],
+            "{shape:?}"
+        );
+    }
+    // The guard judged each result (the tool loop, outside the recorders, ran the tool); the next round's
+    // recorder took its judgement.
+    assert_eq!(asked.load(Ordering::SeqCst), SHAPES.len());
+    assert_eq!(found(db, MARKER).await, 0);
+    assert!(!db.stored_anywhere(MARKER).await);
 }
