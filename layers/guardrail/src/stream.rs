@@ -20,7 +20,8 @@
 //! before redaction, zero-width characters removed). Each new text segment (the next round behind a tool loop)
 //! is scanned from the last bytes of the one before, so a match split by a tool call is still found. With whole-text checks on the output, a segment's text is held until the segment ends.
 //! While tool calls are checked, their argument fragments are held back and sent as one fragment (redacted)
-//! right before the complete call.
+//! right before the complete call. A text, tool call or result a recorder inside already had judged whole is
+//! not judged again: the guard takes that judgement (`segment.rs`).
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -42,7 +43,8 @@ pub(crate) struct OutputGuard {
     inner: Option<ChatStream>,
     policy: Arc<Policy>,
     audit: Option<GuardrailAudit>,
-    /// The call's screens, which hold the judgements recorders inside made of texts judged whole.
+    /// The call's screens, which hold the judgements recorders inside made of texts, tool calls and results
+    /// judged whole (see `segment.rs`).
     screens: Option<Arc<PolicyScreens>>,
     /// The current text segment's scanner.
     scanner: StreamScanner,

@@ -116,10 +116,10 @@ impl Screening {
         }
     }
 
-    /// Whether `event` (`None`: the stream's end) ends a text the policy judges whole, and so must wait for
-    /// the text's judgement ([`Screening::keep_judged`]) before it is observed; a value of the answer so far
-    /// does not end it (the policy does not let it through). The screen's last decisions are taken first:
-    /// a pattern's block decided there keeps the held text and the notice, as the policy sends them.
+    /// The judgement of the text that `event` (`None`: the stream's end) ends, when the policy judges texts
+    /// whole and one was held: any event but a text delta ends it, except a value of the answer so far (the
+    /// policy neither sends that on nor ends its text there). The screen's last decisions are taken first: a
+    /// pattern's block decided there keeps the held text and the notice, as the policy sends them.
     fn end_whole(
         &mut self,
         event: Option<&ChatEvent>,
@@ -190,6 +190,9 @@ impl Screening {
                     builder.push(event);
                 }
             }
+            // A value of the answer so far is not part of the record, and ends no text: the policy, which does
+            // not send it on, does not end a text there either.
+            ChatEvent::PartialAnswer { .. } => {}
             // A call is kept whole when it ends, as the policy let it through.
             ChatEvent::ToolCallStart { .. } | ChatEvent::ToolCallDelta { .. } => {
                 self.end_texts(builder)

@@ -165,15 +165,14 @@ impl Stream for RecordingStream {
                 }
                 State::Judging { judgement, .. } => {
                     let judged = ready!(judgement.as_mut().poll(cx));
-                    let State::Judging { then, .. } =
+                    if let State::Judging { then, .. } =
                         std::mem::replace(&mut this.state, State::Streaming)
-                    else {
-                        unreachable!("polled in the judging state")
-                    };
+                    {
+                        this.pending = Some(then);
+                    }
                     if let Some(screening) = &mut this.screening {
                         screening.keep_judged(judged, &mut this.builder);
                     }
-                    this.pending = Some(then);
                 }
                 State::Streaming => {}
             }
