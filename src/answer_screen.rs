@@ -145,6 +145,12 @@ pub trait CallScreens: Send + Sync + fmt::Debug {
             ..Screened::default()
         }))
     }
+    /// The judgement [`CallScreens::judge_text`] already made of `text`, while the policy still holds it: a later
+    /// round's request carries the text again, and its recorder keeps it as the client saw it. `None` unless a
+    /// policy says otherwise.
+    fn judged_text(&self, _text: &str) -> Option<Screened> {
+        None
+    }
     /// A complete tool call judged with every check of the policy, the whole-text ones included, when it has
     /// such checks of tool calls; the recorder keeps what this lets through instead of what
     /// [`CallScreens::tool_call`] decides, and the policy's guard takes the same judgement for the same call.

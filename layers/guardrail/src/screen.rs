@@ -41,7 +41,8 @@ pub(crate) struct PolicyScreens {
     /// The scanned checks of the tool stages, without the whole-text ones (judging with these never waits).
     tool_call: StagePolicy,
     tool_result: StagePolicy,
-    /// The output's whole-text judgements made for a recorder, until the guard takes them.
+    /// The latest whole-text judgements of the answer's texts, made for a recorder, read by the guard and by
+    /// the recorders of later rounds.
     judged: Arc<Judged<String, Judgement>>,
     /// The same for tool calls and results, when their stages have whole-text checks.
     calls: Arc<Judged<ToolCall, ToolJudgement<ToolCall>>>,
@@ -80,9 +81,10 @@ impl PolicyScreens {
         Some(Arc::new(screens))
     }
 
-    /// The judgement a recorder had made for the answer text `text`, for the guard (see `segment.rs`).
-    pub(crate) fn take_judged(&self, text: &str) -> Option<Judgement> {
-        self.judged.take(text)
+    /// The judgement a recorder had made for the answer text `text`, for the guard (see `segment.rs`). Kept after
+    /// the guard reads it: a later round's request carries the text again.
+    pub(crate) fn judged_text(&self, text: &str) -> Option<Judgement> {
+        self.judged.find(text)
     }
 
     /// The judgement made for the tool call `call`, by a recorder or the guard. Kept after the guard reads it:
@@ -254,6 +256,11 @@ impl CallScreens for PolicyScreens {
             judged.keep(text, judgement);
             screened_whole(&policy, kept)
         })
+    }
+
+    fn judged_text(&self, text: &str) -> Option<Screened> {
+        let judgement = self.judged.find(text)?;
+        Some(screened_whole(&self.policy, judgement))
     }
 
     fn judge_tool_call(&self, call: &ToolCall) -> Option<JudgedToolCall> {

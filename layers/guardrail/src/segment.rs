@@ -3,7 +3,7 @@
 //!
 //! A recorder inside the layer holds a text until it ends and has it judged before it lets the event that ended
 //! it by (`PolicyScreens::judge_text`); the answer's guard reaches the same text only after that event, and
-//! takes the judgement made for it ([`Judged::take`]) rather than asking the checks again, so an external
+//! takes the judgement made for it ([`Judged::find`]) rather than asking the checks again, so an external
 //! service is asked once, and the record and the client get the same decision. Without a recorder inside, the
 //! guard finds none and judges the text itself. A tool call or result is judged the same way, by the recorder
 //! that holds it complete, or by the guard.
@@ -80,14 +80,14 @@ pub(crate) async fn judge_segment(policy: &StagePolicy, mut text: String) -> Jud
     }
 }
 
-/// A judgement a recorder and the guard share: a recorder gets a copy, the guard the original.
+/// A judgement the recorders and the guard share, each reading a copy.
 pub(crate) trait Shared {
     fn copy(&self) -> Self;
 }
 
 impl Shared for Judgement {
-    /// A check's error keeps its kind and message only: a recorder keeps nothing of a text whose check failed;
-    /// the guard, which answers with the error, takes the original.
+    /// A check's error keeps its kind and message (what the guard answers with; a recorder keeps nothing of a
+    /// text whose check failed).
     fn copy(&self) -> Self {
         Judgement {
             verdicts: self.verdicts.clone(),
@@ -112,12 +112,16 @@ impl<T: Clone> Shared for ToolJudgement<T> {
 }
 
 fn copy_error(error: &ChatError) -> ChatError {
-    ChatError::new(error.kind().clone(), error.message())
+    let copy = ChatError::new(error.kind().clone(), error.message());
+    match error.status() {
+        Some(status) => copy.with_status(status),
+        None => copy,
+    }
 }
 
-/// Judgements made inside for texts (or tool calls, or results) the guard has not reached yet, oldest first:
-/// the guard takes each as it reaches its item, so normally one is held, and never more than [`KEPT`] (a layer
-/// between that dropped an item leaves its judgement behind).
+/// The latest judgements of texts (or tool calls, or results), oldest first, at most [`KEPT`]: the guard reads
+/// the one a recorder made before it reaches the same item, and the recorder of a later round of a tool loop
+/// the ones of the items its request carries again.
 #[derive(Debug)]
 pub(crate) struct Judged<K, V>(Mutex<VecDeque<(K, V)>>);
 
@@ -130,7 +134,7 @@ impl<K, V> Default for Judged<K, V> {
 const KEPT: usize = 4;
 
 impl<K, V: Shared> Judged<K, V> {
-    /// The judgement already made for `item` (a second recorder inside the first takes it too).
+    /// The judgement already made for `item`.
     pub(crate) fn find<Q: ?Sized>(&self, item: &Q) -> Option<V>
     where
         K: PartialEq<Q>,
@@ -148,18 +152,6 @@ impl<K, V: Shared> Judged<K, V> {
             judged.pop_front();
         }
         judged.push_back((item, judgement));
-    }
-
-    /// The judgement made for `item`, for the guard: it and those before it (items the guard never got) are
-    /// forgotten.
-    pub(crate) fn take<Q: ?Sized>(&self, item: &Q) -> Option<V>
-    where
-        K: PartialEq<Q>,
-    {
-        let mut judged = self.0.lock().expect("judged lock");
-        let at = judged.iter().position(|(judged, _)| judged == item)?;
-        judged.drain(..at);
-        judged.pop_front().map(|(_, judgement)| judgement)
     }
 }
 
@@ -266,19 +258,19 @@ mod tests {
     }
 
     #[test]
-    fn the_guard_takes_a_judgement_once_and_forgets_those_before_it() {
+    fn the_latest_judgements_are_kept() {
         let judged = Judged::<String, Judgement>::default();
-        judged.keep("one".into(), sent("one"));
-        judged.keep("two".into(), sent("2"));
-        assert!(judged.find("two").is_some());
-        let taken = judged.take("two").unwrap();
-        assert_eq!(taken.decided.unwrap(), Decided::Sent("2".into()));
-        assert!(judged.take("two").is_none());
-        assert!(judged.find("one").is_none(), "skipped by the guard");
-        for n in 0..=KEPT {
+        judged.keep("one".into(), sent("1"));
+        assert_eq!(
+            judged.find("one").unwrap().decided.unwrap(),
+            Decided::Sent("1".into())
+        );
+        assert!(judged.find("one").is_some(), "kept after it was read");
+        assert!(judged.find("two").is_none());
+        for n in 0..KEPT {
             judged.keep(n.to_string(), sent(""));
         }
-        assert!(judged.find("0").is_none(), "at most {KEPT} kept");
-        assert!(judged.find(&KEPT.to_string()).is_some());
+        assert!(judged.find("one").is_none(), "at most {KEPT} kept");
+        assert!(judged.find("0").is_some());
     }
 }

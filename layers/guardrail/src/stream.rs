@@ -334,7 +334,7 @@ impl OutputGuard {
         if !self.done && !self.policy.output.whole.is_empty() {
             let held = std::mem::take(&mut self.held);
             // A recorder inside judged this text before it let the event that ended it by.
-            let judgement = match self.screens.as_ref().and_then(|s| s.take_judged(&held)) {
+            let judgement = match self.screens.as_ref().and_then(|s| s.judged_text(&held)) {
                 Some(judgement) => judgement,
                 None => judge_segment(&self.policy.output, held).await,
             };

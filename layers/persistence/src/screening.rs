@@ -335,7 +335,17 @@ pub(crate) fn screen_request(
             Message::Assistant(assistant) => {
                 let before = assistant.clone();
                 if !assistant.content.is_empty() {
-                    assistant.content = whole_text(screens.reasoning(), &assistant.content);
+                    let screened = whole_text(screens.reasoning(), &assistant.content);
+                    assistant.content = if screens.judges_text_whole() {
+                        // As the text's judgement let it through; a text it no longer holds (or that was
+                        // judged in parts) is not kept, since what the client saw of it is not known.
+                        screens
+                            .judged_text(&screened)
+                            .map(|judged| judged.text)
+                            .unwrap_or_default()
+                    } else {
+                        screened
+                    };
                 }
                 for part in &mut assistant.reasoning {
                     if part.text.is_empty() {

@@ -33,6 +33,7 @@ both_stores!(
     a_round_a_whole_text_check_blocked_is_stored_withheld,
     a_tool_call_a_whole_text_check_blocked_is_stored_withheld,
     a_tool_result_a_whole_text_check_redacted_is_stored_redacted,
+    a_text_a_whole_text_check_redacted_is_stored_redacted_in_the_next_request_too,
 );
 
 const KEY: &str = "AKIAIOSFODNN7EXAMPLE";
@@ -452,6 +453,50 @@ async fn a_tool_result_a_whole_text_check_redacted_is_stored_redacted(db: &TestD
     // The guard judged each result (the tool loop, outside the recorders, ran the tool); the next round's
     // recorder took its judgement.
     assert_eq!(asked.load(Ordering::SeqCst), SHAPES.len());
+    assert_eq!(found(db, MARKER).await, 0);
+    assert!(!db.stored_anywhere(MARKER).await);
+}
+
+async fn a_text_a_whole_text_check_redacted_is_stored_redacted_in_the_next_request_too(
+    db: &TestDb,
+) {
+    let asked = Arc::new(AtomicUsize::new(0));
+    for shape in SHAPES {
+        let (seen, records) = through_loop_under(
+            db,
+            policy().check(moderation(MARKER, asked.clone()).redact()),
+            shape,
+            round(
+                &format!("The code is {MARKER}."),
+                Some(json!({"q": "code"})),
+            ),
+            round("Sent.", None),
+            "found",
+        )
+        .await;
+        let redacted = "The code is [REDACTED:violence].";
+        assert_eq!(
+            said(&seen.messages),
+            format!("{redacted}Sent."),
+            "{shape:?}"
+        );
+        assert_eq!(records.len(), 2, "{shape:?}");
+        assert_eq!(records[0].text(), redacted, "{shape:?}");
+        assert_eq!(
+            verdicts(&records[0]),
+            vec![(
+                GuardrailStage::Output,
+                GuardrailAction::Redact,
+                Some("violence")
+            )],
+            "{shape:?}"
+        );
+        // The next round's request carries the first round's text as the client saw it.
+        assert_eq!(said(&records[1].request.messages), redacted, "{shape:?}");
+        assert_eq!(records[1].text(), "Sent.", "{shape:?}");
+    }
+    // Each round's text judged once.
+    assert_eq!(asked.load(Ordering::SeqCst), 2 * SHAPES.len());
     assert_eq!(found(db, MARKER).await, 0);
     assert!(!db.stored_anywhere(MARKER).await);
 }
