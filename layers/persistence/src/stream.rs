@@ -17,15 +17,19 @@ enum State {
     /// Events flow; `draft` is taken when the record is handed over.
     Streaming,
     /// A text the policy outside judges whole ended, or a tool call or result it judges whole came: the
-    /// judgement is awaited before the item (`None`: the inner stream's end) is handled (see `screening.rs`).
-    Judging {
-        judgement: Judging,
-        then: Option<Result<ChatEvent, ChatError>>,
-    },
+    /// judgement is awaited before the item is handled (see `screening.rs`). Boxed, so the state (and the
+    /// stream of a call without such a policy outside) is no larger than before.
+    Judging(Box<Awaiting>),
     /// Fail-closed: the inner stream ended and the record's write is awaited before the last item.
     Finalizing(Finalize),
     /// The record was handed over; nothing more comes.
     Done,
+}
+
+/// A judgement and the item that waits for it (`None`: the inner stream's end).
+struct Awaiting {
+    judgement: Judging,
+    then: Option<Result<ChatEvent, ChatError>>,
 }
 
 /// The stream a [`crate::Persistence`] service returns.
@@ -58,7 +62,7 @@ impl fmt::Debug for RecordingStream {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let state = match self.state {
             State::Streaming => "streaming",
-            State::Judging { .. } => "judging",
+            State::Judging(_) => "judging",
             State::Finalizing(_) => "finalizing",
             State::Done => "done",
         };
@@ -163,12 +167,12 @@ impl Stream for RecordingStream {
                         }
                     });
                 }
-                State::Judging { judgement, .. } => {
-                    let judged = ready!(judgement.as_mut().poll(cx));
-                    if let State::Judging { then, .. } =
+                State::Judging(awaiting) => {
+                    let judged = ready!(awaiting.judgement.as_mut().poll(cx));
+                    if let State::Judging(awaiting) =
                         std::mem::replace(&mut this.state, State::Streaming)
                     {
-                        this.pending = Some(then);
+                        this.pending = Some(awaiting.then);
                     }
                     if let Some(screening) = &mut this.screening {
                         screening.keep_judged(judged, &mut this.builder);
@@ -186,10 +190,10 @@ impl Stream for RecordingStream {
                     _ => None,
                 };
                 if let Some(judgement) = screening.judge(event, &mut this.builder) {
-                    this.state = State::Judging {
+                    this.state = State::Judging(Box::new(Awaiting {
                         judgement,
                         then: item,
-                    };
+                    }));
                     continue;
                 }
             }
