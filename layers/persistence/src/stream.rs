@@ -17,8 +17,8 @@ enum State {
     /// Events flow; `draft` is taken when the record is handed over.
     Streaming,
     /// A text the policy outside judges whole ended, or a tool call or result it judges whole came: the
-    /// judgement is awaited before the item is handled (see `screening.rs`). Boxed, so the state (and the
-    /// stream of a call without such a policy outside) is no larger than before.
+    /// judgement is awaited before the item is handled (see `screening.rs`). Boxed, so the state is no larger
+    /// than its fail-closed write's (every recorded stream carries it, with a policy outside or not).
     Judging(Box<Awaiting>),
     /// Fail-closed: the inner stream ended and the record's write is awaited before the last item.
     Finalizing(Finalize),
