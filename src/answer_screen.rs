@@ -13,6 +13,16 @@
 //! [`CallScreens::tool_result`]): the recorder keeps a call's arguments as the client was sent them, and a
 //! later round's request (which carries the calls and results a tool loop inside added) as the client saw them.
 //!
+//! Checks that judge a text only once it is complete (moderation, a JSON schema, a check of your own) decide at
+//! the text's end, when the policy's guard sees the event after it, by which time a recorder inside has let
+//! that event by. So with such checks ([`CallScreens::judges_text_whole`]) a recorder keeps none of a text
+//! while it streams: it holds the text the screens let through until the text ends (any event other than a
+//! text delta), has it judged ([`CallScreens::judge_text`]) before it lets the ending event by, and keeps what
+//! the judgement lets through. The guard then takes that judgement for the same text instead of judging it
+//! again, so both decide once and alike, and neither waits on the other. A policy with such checks of tool
+//! calls or results judges a complete call or result the same way ([`CallScreens::judge_tool_call`],
+//! [`CallScreens::judge_tool_result`]).
+//!
 //! ```
 //! use std::sync::Arc;
 //! use tower_chat::{AnswerScreen, CallScreens, ChatRequest, Content, GuardedCall, Message, Screened};
@@ -65,6 +75,8 @@
 //! ```
 
 use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -82,6 +94,16 @@ pub struct Screened {
     /// The check that withheld the rest of the answer, when one did: nothing more is let through.
     pub withheld: Option<String>,
 }
+
+/// The judgement of one whole text ([`CallScreens::judge_text`]).
+pub type JudgedText = Pin<Box<dyn Future<Output = Screened> + Send>>;
+
+/// The judgement of a complete tool call ([`CallScreens::judge_tool_call`]): the call as the client is sent it
+/// (`None`: not sent, a check blocked it or failed), and what was decided.
+pub type JudgedToolCall = Pin<Box<dyn Future<Output = (Option<ToolCall>, Screened)> + Send>>;
+
+/// The judgement of a tool result ([`CallScreens::judge_tool_result`]), as for a call.
+pub type JudgedToolResult = Pin<Box<dyn Future<Output = (Option<ToolMessage>, Screened)> + Send>>;
 
 /// A content policy's view of one answer's text, given in pieces as the answer streams: it may hold back the end
 /// of a piece that a match could still be completing, and lets it through (or not) when more text comes or the
@@ -107,6 +129,39 @@ pub trait CallScreens: Send + Sync + fmt::Debug {
     /// A tool result, its content redacted in place as the client is sent it; a block as for
     /// [`CallScreens::tool_call`].
     fn tool_result(&self, result: &mut ToolMessage) -> Screened;
+    /// Whether the policy judges each text of the answer whole when it ends (see the [module docs](self)): a
+    /// recorder then keeps none of a text until it ended and [`CallScreens::judge_text`] judged it. `false`
+    /// unless a policy says so.
+    fn judges_text_whole(&self) -> bool {
+        false
+    }
+    /// Judge one complete text of the answer, as the screens of [`CallScreens::text`] let it through, with the
+    /// checks that judge whole texts: what the client is let see of it (redacted, or only the notice that ends
+    /// the answer, with [`Screened::withheld`] naming the check), and the verdicts. Nothing is let through when
+    /// a check fails: the answer ends with the check's error. Unless a policy says otherwise, the text as given.
+    fn judge_text(&self, text: String) -> JudgedText {
+        Box::pin(std::future::ready(Screened {
+            text,
+            ..Screened::default()
+        }))
+    }
+    /// The judgement [`CallScreens::judge_text`] already made of `text`, while the policy still holds it: a later
+    /// round's request carries the text again, and its recorder keeps it as the client saw it. `None` unless a
+    /// policy says otherwise.
+    fn judged_text(&self, _text: &str) -> Option<Screened> {
+        None
+    }
+    /// A complete tool call judged with every check of the policy, the whole-text ones included, when it has
+    /// such checks of tool calls; the recorder keeps what this lets through instead of what
+    /// [`CallScreens::tool_call`] decides, and the policy's guard takes the same judgement for the same call.
+    /// `None` (the default): [`CallScreens::tool_call`] decides alone.
+    fn judge_tool_call(&self, _call: &ToolCall) -> Option<JudgedToolCall> {
+        None
+    }
+    /// A tool result judged as [`CallScreens::judge_tool_call`] judges a call.
+    fn judge_tool_result(&self, _result: &ToolMessage) -> Option<JudgedToolResult> {
+        None
+    }
 }
 
 /// What a content policy decided about a call, for the recorders it calls (see the [module docs](self)).

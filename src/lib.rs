@@ -74,7 +74,9 @@ mod tool_namespace;
 mod tower_metadata;
 pub mod transport;
 
-pub use answer_screen::{AnswerScreen, CallScreens, GuardedCall, Screened};
+pub use answer_screen::{
+    AnswerScreen, CallScreens, GuardedCall, JudgedText, JudgedToolCall, JudgedToolResult, Screened,
+};
 pub use approval::{ApprovalDecision, ApprovalDecisions, ApprovalRequest};
 pub use boxed::BoxChatService;
 pub use carried::{ApiFormat, Carried, DroppedFields, ForwardedHeaders};

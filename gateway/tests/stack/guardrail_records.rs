@@ -2,7 +2,7 @@
 //! records (it applies to a whole turn, a record is made per model round inside it), and still the call log
 //! holds what the client saw — a redacted answer redacted, a blocked one withheld and marked blocked, a refused
 //! request as a refusal with its verdict — and the withheld key is found by no search and is nowhere in the
-//! database's files.
+//! database's files. The same for an answer a moderation service flagged, streamed or not.
 
 use crate::common;
 
@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use common::{console_login, post, send, Harness};
 use serde_json::json;
-use tower_chat::test_server::{RecordedRequest, Reply};
+use tower_chat::test_server::{RecordedRequest, Reply, ScriptedProvider};
 use tower_chat_gateway::config_file::ConfigFile;
 use tower_chat_persistence::{CallQuery, Store};
 
@@ -184,4 +184,80 @@ async fn what_the_policy_withheld_is_stored_searched_and_shown_withheld() {
         anywhere_in(gw.files.path(), "zanzibar"),
         Vec::<String>::new()
     );
+}
+
+/// What the moderation service flags, and the upstream says.
+const MARKER: &str = "quokka-launch-code";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_moderation_blocked_is_stored_withheld_and_found_by_no_search() {
+    let moderation = ScriptedProvider::start(|request, _i| {
+        let flagged = request.body["input"]
+            .as_str()
+            .unwrap_or_default()
+            .contains(MARKER);
+        Reply::json(
+            200,
+            json!({"id": "modr-1", "results": [{"flagged": flagged,
+                "categories": {"violence": flagged}}]}),
+        )
+    })
+    .await;
+    let config = format!(
+        "[[guardrail.policy]]\n[[guardrail.policy.check]]\nkind = \"moderation\"\nendpoint = \"{}\"\n",
+        moderation.base_url()
+    );
+    let file = ConfigFile::parse(&config, "gateway.toml").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("operators"), format!("carol:{OPS_KEY}\n")).unwrap();
+    let operators = dir.path().join("operators");
+    let mut gw = Harness::start(
+        |_request: &RecordedRequest, _index: usize| {
+            let text = format!("The code is {MARKER}, use it");
+            let mut chunks = vec![json!({"id": "chatcmpl-scripted", "model": "scripted-model",
+                "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]})];
+            for piece in text.as_bytes().chunks(6) {
+                let piece = std::str::from_utf8(piece).unwrap();
+                chunks.push(json!({"choices": [{"index": 0, "delta": {"content": piece}}]}));
+            }
+            chunks.push(json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}));
+            Reply::openai_stream(&chunks)
+        },
+        move |c| {
+            c.file = file;
+            c.operator_keys_file = Some(operators);
+        },
+    )
+    .await;
+    for stream in [true, false] {
+        let body = json!({"model": "m", "stream": stream,
+            "messages": [{"role": "user", "content": "what is the code?"}]});
+        let answer = post(&gw.url("/v1/chat/completions"), body.to_string(), &[]).await;
+        assert_eq!(answer.status, 200, "{}", answer.body);
+        assert!(answer.body.contains("content_filter"), "{}", answer.body);
+        assert!(!answer.body.contains(MARKER), "{}", answer.body);
+    }
+    // The request and the answer of each call, each asked once: the record took the guard's decision.
+    assert_eq!(moderation.requests().len(), 4);
+
+    let store = gw.records().await;
+    let calls = store.call_summaries(&CallQuery::default()).await.unwrap();
+    assert_eq!(calls.len(), 2, "{calls:#?}");
+    let cookie = console_login(&gw, OPS_KEY).await;
+    let get = |path: String| {
+        let (url, cookie) = (gw.url(&path), cookie.clone());
+        async move { send("GET", &url, &[("cookie", &cookie)], "").await }
+    };
+    let blocked = get("/console/calls?status=blocked".into()).await;
+    assert_eq!(rows(&blocked.body).len(), 2, "{}", blocked.body);
+    for search in [MARKER, "use it"] {
+        let page = get(format!("/console/calls?q={}", search.replace(' ', "+"))).await;
+        assert_eq!(page.status, 200, "{}", page.body);
+        assert!(rows(&page.body).is_empty(), "{search}: {}", page.body);
+    }
+
+    drop(store);
+    gw.shutdown();
+    gw.server.take().unwrap().await.unwrap().unwrap();
+    assert_eq!(anywhere_in(gw.files.path(), MARKER), Vec::<String>::new());
 }

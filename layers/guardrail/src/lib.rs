@@ -74,7 +74,10 @@
 //! inside the layer (a gateway records each round inside its tool loop) is handed a [`tower_chat::GuardedCall`]
 //! with the request: the request's verdicts and screens that apply the pattern checks to the answer's text (a
 //! match split between rounds included), its tool calls and the tool results, so it keeps the answer as the
-//! client saw it, redacted or withheld; whole-text checks are not screened there.
+//! client saw it, redacted or withheld. With whole-text checks the recorder holds each text (and each tool call or
+//! result those checks read) until it is complete and has it judged before it lets it on; the layer's guard takes
+//! that judgement, so each text is judged once and the record holds what the client saw: a blocked text as the
+//! block message, a redacted one redacted.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 #![warn(missing_debug_implementations, unreachable_pub)]
@@ -93,6 +96,7 @@ mod scan;
 #[cfg(feature = "schema")]
 mod schema;
 mod screen;
+mod segment;
 mod service;
 mod stream;
 

@@ -6,15 +6,18 @@
 //! it in the call (so a key split by a tool call, or between two rounds of a tool loop, is found in the record
 //! as it is for the client), a block ending the text with the same notice; tool calls' arguments and tool
 //! results judged whole with the same pattern checks. A recorder sees each piece before the guard outside it,
-//! and hands it here before keeping it, so a withheld span is never part of what it keeps. Whole-text checks
-//! (moderation, a schema, a check of your own) cannot be applied here: they need the answer complete and may
-//! call a service.
+//! and hands it here before keeping it, so a withheld span is never part of what it keeps. The output's
+//! whole-text checks (moderation, a schema, a check of your own) judge each text once the recorder holds all of
+//! it ([`CallScreens::judge_text`]); the guard takes that judgement for the same text (`segment.rs`). Tool calls
+//! and results are screened with the pattern checks only: their whole-text checks may wait on a service, and
+//! judging them here would ask it a second time.
 
 use std::sync::{Arc, Mutex};
 
 use futures_util::FutureExt;
 use tower_chat::{
-    AnswerScreen, CallScreens, GuardrailStage, Screened, ToolArguments, ToolCall, ToolMessage,
+    AnswerScreen, CallScreens, GuardrailStage, JudgedText, JudgedToolCall, JudgedToolResult,
+    Screened, ToolArguments, ToolCall, ToolMessage,
 };
 
 use crate::content::judge_parts;
@@ -22,6 +25,9 @@ use crate::invisible::strip;
 use crate::json::judge_json;
 use crate::policy::{judge, verdict_of_hit, Policy, StagePolicy};
 use crate::scan::{Budget, Step, StreamScanner};
+use crate::segment::{
+    judge_call, judge_result, judge_segment, Decided, Judged, Judgement, Shared, ToolJudgement,
+};
 
 /// The screens of one call under a policy.
 #[derive(Debug)]
@@ -35,11 +41,17 @@ pub(crate) struct PolicyScreens {
     /// The scanned checks of the tool stages, without the whole-text ones (judging with these never waits).
     tool_call: StagePolicy,
     tool_result: StagePolicy,
+    /// The latest whole-text judgements of the answer's texts, made for a recorder, read by the guard and by
+    /// the recorders of later rounds.
+    judged: Arc<Judged<String, Judgement>>,
+    /// The same for tool calls and results, when their stages have whole-text checks.
+    calls: Arc<Judged<ToolCall, ToolJudgement<ToolCall>>>,
+    results: Arc<Judged<ToolMessage, ToolJudgement<ToolMessage>>>,
 }
 
 impl PolicyScreens {
-    /// The screens of one call under `policy`, when it has scanned checks a recorder can apply.
-    pub(crate) fn of(policy: &Arc<Policy>) -> Option<Arc<dyn CallScreens>> {
+    /// The screens of one call under `policy`, when it has checks a recorder can apply.
+    pub(crate) fn of(policy: &Arc<Policy>) -> Option<Arc<Self>> {
         let scanned = |stage: &StagePolicy| StagePolicy {
             scan: stage.scan.clone(),
             whole: Vec::new(),
@@ -58,14 +70,50 @@ impl PolicyScreens {
                 .unwrap_or(0),
             tool_call: scanned(&policy.tool_call),
             tool_result: scanned(&policy.tool_result),
+            judged: Arc::default(),
+            calls: Arc::default(),
+            results: Arc::default(),
         };
-        if policy.output.scan.is_empty()
-            && screens.tool_call.is_empty()
-            && screens.tool_result.is_empty()
+        if policy.output.is_empty() && policy.tool_call.is_empty() && policy.tool_result.is_empty()
         {
             return None;
         }
         Some(Arc::new(screens))
+    }
+
+    /// The judgement a recorder had made for the answer text `text`, for the guard (see `segment.rs`). Kept after
+    /// the guard reads it: a later round's request carries the text again.
+    pub(crate) fn judged_text(&self, text: &str) -> Option<Judgement> {
+        self.judged.find(text)
+    }
+
+    /// The judgement made for the tool call `call`, by a recorder or the guard. Kept after the guard reads it:
+    /// the next round's request carries the call, and its recorder keeps it as the client was sent it.
+    pub(crate) fn judged_tool_call(&self, call: &ToolCall) -> Option<ToolJudgement<ToolCall>> {
+        self.calls.find(call)
+    }
+
+    /// Keep the guard's judgement of `call` for the recorders of the rounds after it.
+    pub(crate) fn keep_tool_call(&self, call: ToolCall, judgement: &ToolJudgement<ToolCall>) {
+        self.calls.keep(call, judgement.copy());
+    }
+
+    /// The judgement made for the tool result `result`, as for a call.
+    pub(crate) fn judged_tool_result(
+        &self,
+        result: &ToolMessage,
+    ) -> Option<ToolJudgement<ToolMessage>> {
+        self.results.find(result)
+    }
+
+    /// Keep the guard's judgement of `result` (a tool loop inside this layer and outside the recorders ran the
+    /// tool: the next round's request carries the result, and its recorder keeps it as the client saw it).
+    pub(crate) fn keep_tool_result(
+        &self,
+        result: ToolMessage,
+        judgement: &ToolJudgement<ToolMessage>,
+    ) {
+        self.results.keep(result, judgement.copy());
     }
 
     fn budget(&self) -> Budget {
@@ -111,6 +159,15 @@ impl CallScreens for PolicyScreens {
     }
 
     fn tool_call(&self, call: &mut ToolCall) -> Screened {
+        if !self.policy.tool_call.whole.is_empty() {
+            if let Some(judgement) = self.calls.find(call) {
+                let (sent, screened) = screened_tool(&self.policy, judgement);
+                if let Some(sent) = sent {
+                    *call = sent;
+                }
+                return screened;
+            }
+        }
         if self.tool_call.is_empty() {
             return Screened::default();
         }
@@ -145,6 +202,15 @@ impl CallScreens for PolicyScreens {
     }
 
     fn tool_result(&self, result: &mut ToolMessage) -> Screened {
+        if !self.policy.tool_result.whole.is_empty() {
+            if let Some(judgement) = self.results.find(result) {
+                let (sent, screened) = screened_tool(&self.policy, judgement);
+                if let Some(sent) = sent {
+                    *result = sent;
+                }
+                return screened;
+            }
+        }
         if self.tool_result.is_empty() {
             return Screened::default();
         }
@@ -172,6 +238,119 @@ impl CallScreens for PolicyScreens {
             (judged.verdicts, judged.block)
         });
         self.decided(judged)
+    }
+
+    fn judges_text_whole(&self) -> bool {
+        !self.policy.output.whole.is_empty()
+    }
+
+    fn judge_text(&self, text: String) -> JudgedText {
+        let policy = self.policy.clone();
+        if let Some(judgement) = self.judged.find(&text) {
+            return Box::pin(std::future::ready(screened_whole(&policy, judgement)));
+        }
+        let judged = self.judged.clone();
+        Box::pin(async move {
+            let judgement = judge_segment(&policy.output, text.clone()).await;
+            let kept = judgement.copy();
+            judged.keep(text, judgement);
+            screened_whole(&policy, kept)
+        })
+    }
+
+    fn judged_text(&self, text: &str) -> Option<Screened> {
+        let judgement = self.judged.find(text)?;
+        Some(screened_whole(&self.policy, judgement))
+    }
+
+    fn judge_tool_call(&self, call: &ToolCall) -> Option<JudgedToolCall> {
+        if self.policy.tool_call.whole.is_empty() {
+            return None;
+        }
+        let policy = self.policy.clone();
+        if let Some(judgement) = self.calls.find(call) {
+            return Some(Box::pin(std::future::ready(screened_tool(
+                &policy, judgement,
+            ))));
+        }
+        let (calls, given, mut budget) = (self.calls.clone(), call.clone(), self.budget());
+        Some(Box::pin(async move {
+            let judgement = judge_call(&policy.tool_call, given.clone(), &mut budget).await;
+            let kept = judgement.copy();
+            calls.keep(given, judgement);
+            screened_tool(&policy, kept)
+        }))
+    }
+
+    fn judge_tool_result(&self, result: &ToolMessage) -> Option<JudgedToolResult> {
+        if self.policy.tool_result.whole.is_empty() {
+            return None;
+        }
+        let policy = self.policy.clone();
+        if let Some(judgement) = self.results.find(result) {
+            return Some(Box::pin(std::future::ready(screened_tool(
+                &policy, judgement,
+            ))));
+        }
+        let (results, given, mut budget) = (self.results.clone(), result.clone(), self.budget());
+        Some(Box::pin(async move {
+            let judgement = judge_result(&policy.tool_result, given.clone(), &mut budget).await;
+            let kept = judgement.copy();
+            results.keep(given, judgement);
+            screened_tool(&policy, kept)
+        }))
+    }
+}
+
+/// What a recorder keeps of a tool call or result judged whole: the item as it goes on, or none (the notice when
+/// a check blocked it, nothing when one failed).
+fn screened_tool<T>(policy: &Policy, judgement: ToolJudgement<T>) -> (Option<T>, Screened) {
+    let verdicts = judgement.verdicts;
+    match judgement.decided {
+        Ok(Ok(item)) => (
+            Some(item),
+            Screened {
+                verdicts,
+                ..Screened::default()
+            },
+        ),
+        Ok(Err(block)) => (
+            None,
+            Screened {
+                text: policy.block_notice(&block.check),
+                verdicts,
+                withheld: Some(block.check),
+            },
+        ),
+        Err(_) => (
+            None,
+            Screened {
+                verdicts,
+                ..Screened::default()
+            },
+        ),
+    }
+}
+
+/// What a recorder keeps of a text judged whole: the text as it goes on, or the notice alone (the guard holds the
+/// whole text back until it is judged, so none of it went out before the notice); nothing when a check failed.
+fn screened_whole(policy: &Policy, judgement: Judgement) -> Screened {
+    let verdicts = judgement.verdicts;
+    match judgement.decided {
+        Ok(Decided::Sent(text)) => Screened {
+            text,
+            verdicts,
+            withheld: None,
+        },
+        Ok(Decided::Blocked(check)) => Screened {
+            text: policy.block_notice(&check),
+            verdicts,
+            withheld: Some(check.to_string()),
+        },
+        Err(_) => Screened {
+            verdicts,
+            ..Screened::default()
+        },
     }
 }
 

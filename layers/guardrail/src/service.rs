@@ -6,7 +6,8 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use tower_chat::{
-    ChatError, ChatRequest, ChatStream, GuardedCall, GuardrailAudit, ModelInfo, ModelMetadata,
+    CallScreens, ChatError, ChatRequest, ChatStream, GuardedCall, GuardrailAudit, ModelInfo,
+    ModelMetadata,
 };
 use tower_service::Service;
 
@@ -87,9 +88,15 @@ where
             // since it sees the answer before the guard below does.
             let request_verdicts = audit.verdicts().split_off(before);
             let checked = request.messages.len();
+            let screens = PolicyScreens::of(&policy);
             request.extensions.insert(
-                GuardedCall::new(request_verdicts, PolicyScreens::of(&policy))
-                    .checked_messages(checked),
+                GuardedCall::new(
+                    request_verdicts,
+                    screens
+                        .clone()
+                        .map(|screens| screens as Arc<dyn CallScreens>),
+                )
+                .checked_messages(checked),
             );
             let audit = Some(audit);
             let stream = inner.call(request).await?;
@@ -97,7 +104,7 @@ where
                 || !policy.tool_call.is_empty()
                 || !policy.tool_result.is_empty();
             Ok(if policy_watches_output {
-                OutputGuard::new(stream, policy, audit).into_stream()
+                OutputGuard::new(stream, policy, audit, screens).into_stream()
             } else {
                 stream
             })

@@ -20,7 +20,8 @@
 //! before redaction, zero-width characters removed). Each new text segment (the next round behind a tool loop)
 //! is scanned from the last bytes of the one before, so a match split by a tool call is still found. With whole-text checks on the output, a segment's text is held until the segment ends.
 //! While tool calls are checked, their argument fragments are held back and sent as one fragment (redacted)
-//! right before the complete call.
+//! right before the complete call. A text, tool call or result a recorder inside already had judged whole is
+//! not judged again: the guard takes that judgement (`segment.rs`).
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -28,20 +29,23 @@ use std::sync::Arc;
 use futures_util::StreamExt;
 use tower_chat::{
     ChatError, ChatEvent, ChatStream, Continuation, FinishReason, GuardrailAudit, GuardrailStage,
-    GuardrailVerdict, ToolArguments, ToolCall,
+    GuardrailVerdict, ToolCall, ToolMessage,
 };
 
-use crate::content::judge_parts;
 use crate::invisible::strip;
-use crate::json::judge_json;
-use crate::policy::{blocked, judge, record, redact_findings, verdict_of_hit, Budgets, Policy};
+use crate::policy::{blocked, judge, record, verdict_of_hit, Budgets, Policy, StagePolicy};
 use crate::scan::{Step, StreamScanner, OVER_BUDGET};
+use crate::screen::PolicyScreens;
+use crate::segment::{judge_call, judge_result, judge_segment, Decided, ToolJudgement};
 
 /// The state of a guarded answer.
 pub(crate) struct OutputGuard {
     inner: Option<ChatStream>,
     policy: Arc<Policy>,
     audit: Option<GuardrailAudit>,
+    /// The call's screens, which hold the judgements recorders inside made of texts, tool calls and results
+    /// judged whole (see `segment.rs`).
+    screens: Option<Arc<PolicyScreens>>,
     /// The current text segment's scanner.
     scanner: StreamScanner,
     /// Output offset of the current segment's first byte.
@@ -71,6 +75,7 @@ impl OutputGuard {
         inner: ChatStream,
         policy: Arc<Policy>,
         audit: Option<GuardrailAudit>,
+        screens: Option<Arc<PolicyScreens>>,
     ) -> Self {
         let mut budgets = Budgets::new(&policy);
         OutputGuard {
@@ -81,6 +86,7 @@ impl OutputGuard {
             inner: Some(inner),
             policy,
             audit,
+            screens,
             segment_base: 0,
             segment_len: 0,
             segment_sent: false,
@@ -119,9 +125,12 @@ impl OutputGuard {
             }
             match event {
                 Some(Ok(ChatEvent::ReasoningDelta { text })) if checks_reasoning => {
+                    // A text judged whole ends at any other event, as a recorder inside ends it.
+                    self.end_whole_segment().await;
                     self.reasoning.push_str(&text);
                 }
                 Some(Ok(ChatEvent::ReasoningEnd { continuation })) if checks_reasoning => {
+                    self.end_whole_segment().await;
                     self.end_reasoning(Some(continuation)).await;
                 }
                 None => {
@@ -144,15 +153,9 @@ impl OutputGuard {
                     self.end_segment().await;
                     self.on_tool_call(index, call).await;
                 }
-                Some(Ok(ChatEvent::ToolResult { mut result })) => {
+                Some(Ok(ChatEvent::ToolResult { result })) => {
                     self.end_segment().await;
-                    let location = format!("tool_result:{}", result.call_id);
-                    if self
-                        .judge_content(GuardrailStage::ToolResult, &location, &mut result.content)
-                        .await
-                    {
-                        self.out.push_back(Ok(ChatEvent::ToolResult { result }));
-                    }
+                    self.on_tool_result(result).await;
                 }
                 Some(Ok(event)) => {
                     self.end_segment().await;
@@ -312,6 +315,15 @@ impl OutputGuard {
         self.stop();
     }
 
+    /// A reasoning event ends the text segment when the output has whole-text checks (a recorder inside ends its
+    /// text there too, and the text must be the same for both to share one judgement); with pattern checks only,
+    /// the segment goes on across it.
+    async fn end_whole_segment(&mut self) {
+        if !self.policy.output.whole.is_empty() {
+            self.end_segment().await;
+        }
+    }
+
     /// The text segment is complete: decide the rest of it, and judge it whole if the output has such checks.
     async fn end_segment(&mut self) {
         if self.done || self.segment_len == 0 {
@@ -321,44 +333,24 @@ impl OutputGuard {
         self.take_step(step);
         if !self.done && !self.policy.output.whole.is_empty() {
             let held = std::mem::take(&mut self.held);
-            let policy = self.policy.clone();
-            let mut text = held;
-            for rule in &policy.output.whole {
-                let findings = match rule.check.check(text.clone(), GuardrailStage::Output).await {
-                    Ok(findings) => findings,
-                    Err(error) => {
-                        self.out.push_back(Err(error));
-                        self.stop();
-                        return;
-                    }
-                };
-                if findings.is_empty() {
-                    continue;
+            // A recorder inside judged this text before it let the event that ended it by.
+            let judgement = match self.screens.as_ref().and_then(|s| s.judged_text(&held)) {
+                Some(judgement) => judgement,
+                None => judge_segment(&self.policy.output, held).await,
+            };
+            record(self.audit.as_ref(), &judgement.verdicts);
+            match judgement.decided {
+                Ok(Decided::Sent(text)) => self.send_text(text),
+                Ok(Decided::Blocked(check)) => {
+                    self.end_blocked(&check, "");
+                    return;
                 }
-                let verdicts: Vec<GuardrailVerdict> = findings
-                    .iter()
-                    .map(|finding| GuardrailVerdict {
-                        check: rule.name.to_string(),
-                        action: rule.action,
-                        stage: GuardrailStage::Output,
-                        location: "output".into(),
-                        span: finding.span,
-                        detail: finding.detail.clone(),
-                    })
-                    .collect();
-                record(self.audit.as_ref(), &verdicts);
-                match rule.action {
-                    tower_chat::GuardrailAction::Block => {
-                        self.end_blocked(&rule.name, "");
-                        return;
-                    }
-                    tower_chat::GuardrailAction::Redact => {
-                        text = redact_findings(&text, &rule.name, &findings)
-                    }
-                    tower_chat::GuardrailAction::Flag => {}
+                Err(error) => {
+                    self.out.push_back(Err(error));
+                    self.stop();
+                    return;
                 }
             }
-            self.send_text(text);
         }
         self.segment_base += self.segment_len;
         self.segment_len = 0;
@@ -370,124 +362,96 @@ impl OutputGuard {
     }
 
     /// Judge a complete tool call's arguments (each string of its JSON, or its raw text when it is not JSON).
-    async fn on_tool_call(&mut self, index: usize, mut call: ToolCall) {
+    async fn on_tool_call(&mut self, index: usize, call: ToolCall) {
         if self.done {
             return;
         }
-        let checked = !self.policy.tool_call.is_empty();
-        if checked {
-            let location = format!("tool_call:{}", call.id);
-            let passed = match &mut call.arguments {
-                ToolArguments::Json(value) => {
-                    let policy = self.policy.clone();
-                    let judged = judge_json(
-                        &policy.tool_call,
-                        GuardrailStage::ToolCall,
-                        &location,
-                        value,
-                        true,
-                        self.budgets.stage(GuardrailStage::ToolCall),
-                    )
-                    .await;
-                    match judged {
-                        Ok(judged) => {
-                            record(self.audit.as_ref(), &judged.verdicts);
-                            if let Some(block) = judged.block {
-                                let detail = block.detail.as_deref().unwrap_or("");
-                                self.end_blocked(&block.check, detail);
-                                false
-                            } else {
-                                if let Some(redacted) = judged.redacted {
-                                    *value = redacted;
-                                }
-                                true
-                            }
-                        }
-                        Err(error) => {
-                            self.out.push_back(Err(error));
-                            self.stop();
-                            false
-                        }
-                    }
-                }
-                ToolArguments::Invalid { raw, .. } => {
-                    let text = std::mem::take(raw);
-                    match self
-                        .judge_text(GuardrailStage::ToolCall, &location, &text)
-                        .await
-                    {
-                        Some(redacted) => {
-                            *raw = redacted.unwrap_or(text);
-                            true
-                        }
-                        None => false,
-                    }
-                }
-            };
-            if !passed {
-                return;
-            }
-            // The fragments were held back: the (redacted) arguments go out as one.
-            self.out.push_back(Ok(ChatEvent::ToolCallDelta {
-                index,
-                arguments: call.arguments.to_wire_string(),
-            }));
+        if self.policy.tool_call.is_empty() {
+            self.out
+                .push_back(Ok(ChatEvent::ToolCallEnd { index, call }));
+            return;
         }
+        // A recorder inside judged this call before it let it by; else the judgement is kept for the recorders
+        // of later rounds, whose requests carry the call.
+        let judgement = match self.judged(|s| s.judged_tool_call(&call)) {
+            Some(judgement) => judgement,
+            None => {
+                let policy = self.policy.clone();
+                let given = self.keeps(&policy.tool_call).then(|| call.clone());
+                let budget = self.budgets.stage(GuardrailStage::ToolCall);
+                let judgement = judge_call(&policy.tool_call, call, budget).await;
+                if let (Some(screens), Some(given)) = (&self.screens, given) {
+                    screens.keep_tool_call(given, &judgement);
+                }
+                judgement
+            }
+        };
+        let Some(call) = self.sent(judgement) else {
+            return;
+        };
+        // The fragments were held back: the (redacted) arguments go out as one.
+        self.out.push_back(Ok(ChatEvent::ToolCallDelta {
+            index,
+            arguments: call.arguments.to_wire_string(),
+        }));
         self.out
             .push_back(Ok(ChatEvent::ToolCallEnd { index, call }));
     }
 
-    /// Judge a tool result's content in place; `false` when a check blocked or failed (the answer ended).
-    async fn judge_content(
-        &mut self,
-        stage: GuardrailStage,
-        location: &str,
-        content: &mut tower_chat::Content,
-    ) -> bool {
-        let policy = self.policy.clone();
-        let judged = judge_parts(
-            policy.stage(stage),
-            stage,
-            location,
-            content.parts(),
-            true,
-            self.budgets.stage(stage),
-        )
-        .await;
-        match judged {
-            Ok(judged) => {
-                record(self.audit.as_ref(), &judged.verdicts);
-                if let Some(block) = judged.block {
-                    self.end_blocked(&block.check, block.detail.as_deref().unwrap_or(""));
-                    return false;
+    /// Judge a tool result's content.
+    async fn on_tool_result(&mut self, result: ToolMessage) {
+        if self.done {
+            return;
+        }
+        let judgement = match self.judged(|s| s.judged_tool_result(&result)) {
+            Some(judgement) => judgement,
+            None => {
+                let policy = self.policy.clone();
+                let given = self.keeps(&policy.tool_result).then(|| result.clone());
+                let budget = self.budgets.stage(GuardrailStage::ToolResult);
+                let judgement = judge_result(&policy.tool_result, result, budget).await;
+                if let (Some(screens), Some(given)) = (&self.screens, given) {
+                    screens.keep_tool_result(given, &judgement);
                 }
-                for (index, part) in judged.changed {
-                    if let Some(slot) = content.parts_mut().get_mut(index) {
-                        *slot = part;
-                    }
-                }
-                true
+                judgement
+            }
+        };
+        if let Some(result) = self.sent(judgement) {
+            self.out.push_back(Ok(ChatEvent::ToolResult { result }));
+        }
+    }
+
+    /// A judgement made for a tool call or result, when its stage has whole-text checks (with pattern checks
+    /// only, a recorder decides alike on its own).
+    fn judged<T>(&self, find: impl FnOnce(&PolicyScreens) -> Option<T>) -> Option<T> {
+        self.screens.as_deref().and_then(find)
+    }
+
+    /// Whether this guard keeps its judgements of a tool stage for the recorders inside.
+    fn keeps(&self, stage: &StagePolicy) -> bool {
+        self.screens.is_some() && !stage.whole.is_empty()
+    }
+
+    /// Record a tool call's or result's verdicts: the item as it goes on, or `None` when a check blocked it or
+    /// failed (the answer ended).
+    fn sent<T>(&mut self, judgement: ToolJudgement<T>) -> Option<T> {
+        record(self.audit.as_ref(), &judgement.verdicts);
+        match judgement.decided {
+            Ok(Ok(item)) => Some(item),
+            Ok(Err(block)) => {
+                self.end_blocked(&block.check, block.detail.as_deref().unwrap_or(""));
+                None
             }
             Err(error) => {
                 self.out.push_back(Err(error));
                 self.stop();
-                false
+                None
             }
         }
     }
 
-    /// Judge one whole text: `Some(redacted text if changed)`, or `None` when a check blocked or failed (the answer
-    /// ended).
-    async fn judge_text(
-        &mut self,
-        stage: GuardrailStage,
-        location: &str,
-        text: &str,
-    ) -> Option<Option<String>> {
-        self.judge_with(stage, location, text, true).await
-    }
-
-    /// [`OutputGuard::judge_text`], with the stage's whole-text checks too when `whole`.
+    /// Judge one whole text with the stage's pattern checks, and its whole-text checks too when `whole`:
+    /// `Some(redacted text if changed)`, or `None` when a check blocked or failed (the answer ended).
     async fn judge_with(
         &mut self,
         stage: GuardrailStage,

@@ -10,15 +10,36 @@
 //! holds the fragments back while it checks calls, and a call blocked or cut midway must not leave its
 //! arguments behind), the complete call is kept with its arguments redacted, and a blocked call is not kept:
 //! the answer ends with the notice.
+//! When the policy judges texts whole (moderation, a schema), a text's screened pieces are held instead of kept
+//! until the text ends; [`Screening::judge`] then hands back the text's judgement, which the recording stream
+//! awaits before it lets the event that ended the text by, and [`Screening::keep_judged`] keeps what it let
+//! through: the text, redacted, or the block's notice (the answer withheld, as for a pattern's block). A stream
+//! dropped before then keeps none of the text: the client saw none of it. A tool call or result the policy
+//! judges whole waits for its judgement the same way, and is kept as it lets it through.
 //! The messages a tool loop inside added to a later round's request (the calls, their results, the text and
 //! reasoning before them) are kept as the client saw them too ([`screen_request`]).
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 
+use futures_util::FutureExt;
 use tower_chat::{
     AnswerScreen, CallScreens, ChatEvent, FinishReason, GuardedCall, GuardrailAction,
-    GuardrailVerdict, Message, ResponseBuilder, Screened,
+    GuardrailVerdict, JudgedText, Message, ResponseBuilder, Screened, ToolCall, ToolMessage,
 };
+
+/// A judgement the recording stream awaits before it handles the item that asked for it
+/// ([`Screening::judge`]).
+pub(crate) type Judging = Pin<Box<dyn Future<Output = Judged> + Send>>;
+
+/// What a judgement decided: about the text that ended, or the complete tool call or result.
+#[derive(Debug)]
+pub(crate) enum Judged {
+    Text(Screened),
+    ToolCall(Option<ToolCall>, Screened),
+    ToolResult(Option<ToolMessage>, Screened),
+}
 
 /// The screens of one recorded answer.
 #[derive(Debug)]
@@ -34,19 +55,107 @@ pub(crate) struct Screening {
     pub(crate) verdicts: Vec<GuardrailVerdict>,
     /// A check withheld the rest of the answer: nothing more is kept.
     pub(crate) withheld: bool,
+    /// The policy judges each text whole: the current text's screened pieces, held until it is judged.
+    whole: Option<String>,
+    /// The judgement of the tool call or result being handled, when the policy judged it whole.
+    judged_tool: Option<Judged>,
 }
 
 impl Screening {
     /// The screening a policy outside asked for, if it checks the answer's text.
     pub(crate) fn of(guarded: &GuardedCall) -> Option<Self> {
+        let screens = guarded.screens()?.clone();
         Some(Screening {
-            screens: guarded.screens()?.clone(),
+            whole: screens.judges_text_whole().then(String::new),
+            screens,
             text: None,
             reasoning: None,
             reasoning_redacted: false,
             verdicts: Vec::new(),
             withheld: false,
+            judged_tool: None,
         })
+    }
+
+    /// The judgement `event` (`None`: the stream's end) must wait for before it is observed: of the text it
+    /// ends, when the policy judges texts whole; else of the tool call or result it is, when the policy judges
+    /// those whole.
+    pub(crate) fn judge(
+        &mut self,
+        event: Option<&ChatEvent>,
+        builder: &mut ResponseBuilder,
+    ) -> Option<Judging> {
+        if let Some(text) = self.end_whole(event, builder) {
+            return Some(Box::pin(text.map(Judged::Text)));
+        }
+        if self.withheld || self.judged_tool.is_some() {
+            return None;
+        }
+        match event? {
+            ChatEvent::ToolCallEnd { call, .. } => {
+                let judging = self.screens.judge_tool_call(call)?;
+                Some(Box::pin(
+                    judging.map(|(call, screened)| Judged::ToolCall(call, screened)),
+                ))
+            }
+            ChatEvent::ToolResult { result } => {
+                let judging = self.screens.judge_tool_result(result)?;
+                Some(Box::pin(judging.map(|(result, screened)| {
+                    Judged::ToolResult(result, screened)
+                })))
+            }
+            _ => None,
+        }
+    }
+
+    /// Keep what a judgement let through: a text's now, a tool call's or result's when it is observed.
+    pub(crate) fn keep_judged(&mut self, judged: Judged, builder: &mut ResponseBuilder) {
+        match judged {
+            Judged::Text(screened) => self.keep(screened, "output", builder, false),
+            tool => self.judged_tool = Some(tool),
+        }
+    }
+
+    /// The judgement of the text that `event` (`None`: the stream's end) ends, when the policy judges texts
+    /// whole and one was held: any event but a text delta ends it, except a value of the answer so far (the
+    /// policy neither sends that on nor ends its text there). The screen's last decisions are taken first: a
+    /// pattern's block decided there keeps the held text and the notice, as the policy sends them.
+    fn end_whole(
+        &mut self,
+        event: Option<&ChatEvent>,
+        builder: &mut ResponseBuilder,
+    ) -> Option<JudgedText> {
+        let held = self.whole.as_ref()?;
+        if self.withheld
+            || matches!(
+                event,
+                Some(ChatEvent::TextDelta { .. } | ChatEvent::PartialAnswer { .. })
+            )
+            || (held.is_empty() && self.text.is_none())
+        {
+            return None;
+        }
+        if let Some(mut screen) = self.text.take() {
+            let screened = screen.finish();
+            self.hold(screened, builder);
+        }
+        let held = std::mem::take(self.whole.as_mut()?);
+        (!self.withheld && !held.is_empty()).then(|| self.screens.judge_text(held))
+    }
+
+    /// Hold a text's screened piece for its judgement; a pattern's block ends the text here, and what was held
+    /// goes on unjudged before the notice, as the policy sends it.
+    fn hold(&mut self, mut screened: Screened, builder: &mut ResponseBuilder) {
+        let Some(held) = &mut self.whole else {
+            return;
+        };
+        if screened.withheld.is_none() {
+            held.push_str(&screened.text);
+            screened.text.clear();
+        } else {
+            screened.text.insert_str(0, &std::mem::take(held));
+        }
+        self.keep(screened, "output", builder, false);
     }
 
     /// Fold `event` into `builder` as the client is let see it.
@@ -62,7 +171,11 @@ impl Screening {
             ChatEvent::TextDelta { text } => {
                 let screen = self.text.get_or_insert_with(|| self.screens.text());
                 let screened = screen.push(text);
-                self.keep(screened, "output", builder, false);
+                if self.whole.is_some() {
+                    self.hold(screened, builder);
+                } else {
+                    self.keep(screened, "output", builder, false);
+                }
             }
             ChatEvent::ReasoningDelta { text } => {
                 let screen = self
@@ -77,6 +190,9 @@ impl Screening {
                     builder.push(event);
                 }
             }
+            // A value of the answer so far is not part of the record, and ends no text: the policy, which does
+            // not send it on, does not end a text there either.
+            ChatEvent::PartialAnswer { .. } => {}
             // A call is kept whole when it ends, as the policy let it through.
             ChatEvent::ToolCallStart { .. } | ChatEvent::ToolCallDelta { .. } => {
                 self.end_texts(builder)
@@ -86,9 +202,15 @@ impl Screening {
                 if self.withheld {
                     return;
                 }
-                let mut call = call.clone();
-                let screened = self.screens.tool_call(&mut call);
-                if self.kept_whole(screened, builder) {
+                let (call, screened) = match self.judged_tool.take() {
+                    Some(Judged::ToolCall(call, screened)) => (call, screened),
+                    _ => {
+                        let mut call = call.clone();
+                        let screened = self.screens.tool_call(&mut call);
+                        (Some(call), screened)
+                    }
+                };
+                if let (true, Some(call)) = (self.kept_whole(screened, builder), call) {
                     builder.push(&ChatEvent::ToolCallEnd {
                         index: *index,
                         call,
@@ -100,9 +222,15 @@ impl Screening {
                 if self.withheld {
                     return;
                 }
-                let mut result = result.clone();
-                let screened = self.screens.tool_result(&mut result);
-                if self.kept_whole(screened, builder) {
+                let (result, screened) = match self.judged_tool.take() {
+                    Some(Judged::ToolResult(result, screened)) => (result, screened),
+                    _ => {
+                        let mut result = result.clone();
+                        let screened = self.screens.tool_result(&mut result);
+                        (Some(result), screened)
+                    }
+                };
+                if let (true, Some(result)) = (self.kept_whole(screened, builder), result) {
                     builder.push(&ChatEvent::ToolResult { result });
                 }
             }
@@ -135,7 +263,12 @@ impl Screening {
         self.end_reasoning(builder);
         if let Some(mut screen) = self.text.take() {
             let screened = screen.finish();
-            self.keep(screened, "output", builder, false);
+            if self.whole.is_some() {
+                // Unjudged, the text is not kept (only a pattern's block and its notice are).
+                self.hold(screened, builder);
+            } else {
+                self.keep(screened, "output", builder, false);
+            }
         }
     }
 
@@ -202,7 +335,17 @@ pub(crate) fn screen_request(
             Message::Assistant(assistant) => {
                 let before = assistant.clone();
                 if !assistant.content.is_empty() {
-                    assistant.content = whole_text(screens.reasoning(), &assistant.content);
+                    let screened = whole_text(screens.reasoning(), &assistant.content);
+                    assistant.content = if screens.judges_text_whole() {
+                        // As the text's judgement let it through; a text it no longer holds (or that was
+                        // judged in parts) is not kept, since what the client saw of it is not known.
+                        screens
+                            .judged_text(&screened)
+                            .map(|judged| judged.text)
+                            .unwrap_or_default()
+                    } else {
+                        screened
+                    };
                 }
                 for part in &mut assistant.reasoning {
                     if part.text.is_empty() {

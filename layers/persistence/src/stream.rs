@@ -11,15 +11,25 @@ use tower_chat::{ChatError, ChatEvent, ChatStream, ResponseBuilder};
 use crate::draft::{outcome_of_error, Draft};
 use crate::record::CallOutcome;
 use crate::recorder::{FailurePolicy, Finalize, Recorder};
-use crate::screening::Screening;
+use crate::screening::{Judging, Screening};
 
 enum State {
     /// Events flow; `draft` is taken when the record is handed over.
     Streaming,
+    /// A text the policy outside judges whole ended, or a tool call or result it judges whole came: the
+    /// judgement is awaited before the item is handled (see `screening.rs`). Boxed, so the state is no larger
+    /// than its fail-closed write's (every recorded stream carries it, with a policy outside or not).
+    Judging(Box<Awaiting>),
     /// Fail-closed: the inner stream ended and the record's write is awaited before the last item.
     Finalizing(Finalize),
     /// The record was handed over; nothing more comes.
     Done,
+}
+
+/// A judgement and the item that waits for it (`None`: the inner stream's end).
+struct Awaiting {
+    judgement: Judging,
+    then: Option<Result<ChatEvent, ChatError>>,
 }
 
 /// The stream a [`crate::Persistence`] service returns.
@@ -40,7 +50,8 @@ pub struct RecordingStream {
     output_began: bool,
     finish_seen: bool,
     held: Option<ChatEvent>,
-    pending: Option<Result<ChatEvent, ChatError>>,
+    /// An item to handle before the inner stream is polled again (`Some(None)`: its end).
+    pending: Option<Option<Result<ChatEvent, ChatError>>>,
     recorder: Recorder,
     state: State,
     /// What a content policy outside lets through of the answer, when one asked (see `screening.rs`).
@@ -51,6 +62,7 @@ impl fmt::Debug for RecordingStream {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let state = match self.state {
             State::Streaming => "streaming",
+            State::Judging(_) => "judging",
             State::Finalizing(_) => "finalizing",
             State::Done => "done",
         };
@@ -155,16 +167,40 @@ impl Stream for RecordingStream {
                         }
                     });
                 }
+                State::Judging(awaiting) => {
+                    let judged = ready!(awaiting.judgement.as_mut().poll(cx));
+                    if let State::Judging(awaiting) =
+                        std::mem::replace(&mut this.state, State::Streaming)
+                    {
+                        this.pending = Some(awaiting.then);
+                    }
+                    if let Some(screening) = &mut this.screening {
+                        screening.keep_judged(judged, &mut this.builder);
+                    }
+                }
                 State::Streaming => {}
             }
             let item = match this.pending.take() {
-                Some(item) => Some(item),
+                Some(item) => item,
                 None => ready!(this.inner.as_mut().poll_next(cx)),
             };
+            if let Some(screening) = &mut this.screening {
+                let event = match &item {
+                    Some(Ok(event)) => Some(event),
+                    _ => None,
+                };
+                if let Some(judgement) = screening.judge(event, &mut this.builder) {
+                    this.state = State::Judging(Box::new(Awaiting {
+                        judgement,
+                        then: item,
+                    }));
+                    continue;
+                }
+            }
             match item {
                 Some(item) if this.held.is_some() => {
                     // `Finish` was not last after all: release it, then handle this item on the next poll.
-                    this.pending = Some(item);
+                    this.pending = Some(Some(item));
                     return Poll::Ready(this.held.take().map(Ok));
                 }
                 Some(Ok(event)) => {

@@ -1,16 +1,20 @@
 //! A content policy outside a tool loop outside the persistence layer (the gateway's order: one record per model
 //! round), in both stores: tool calls' arguments and tool results the policy redacted are stored redacted, in
-//! the round that made the call and in the next round's request; a call the policy blocked is stored withheld;
+//! the round that made the call and in the next round's request; a call the policy blocked is stored withheld
+//! (whether a pattern or a check judging it whole, such as moderation, found it);
 //! and a key split between two rounds, which the policy catches for the client, is withheld in the record of
-//! the round that completed it. What is stored is what the client read, and the withheld text is found by no
-//! search and is nowhere in the database.
+//! the round that completed it; a round's text that a check judging whole texts (moderation) blocked is stored
+//! withheld in that round's record. What is stored is what the client read, and the withheld text is found by
+//! no search and is nowhere in the database.
 
 #[macro_use]
 mod common;
 
 use std::sync::Arc;
 
-use common::{copy, found, scripted, verdicts, TestDb};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use common::{copy, found, moderation, scripted, verdicts, TestDb};
 use serde_json::json;
 use tower::{Layer, ServiceExt};
 use tower_chat::{
@@ -26,9 +30,21 @@ both_stores!(
     tool_calls_and_results_redacted_outside_are_stored_redacted,
     a_tool_call_blocked_outside_is_stored_withheld,
     a_key_split_between_rounds_is_withheld_in_the_round_that_completes_it,
+    a_round_a_whole_text_check_blocked_is_stored_withheld,
+    a_tool_call_a_whole_text_check_blocked_is_stored_withheld,
+    a_tool_result_a_whole_text_check_redacted_is_stored_redacted,
+    a_text_a_whole_text_check_redacted_is_stored_redacted_in_the_next_request_too,
 );
 
 const KEY: &str = "AKIAIOSFODNN7EXAMPLE";
+/// What the moderation double flags.
+const MARKER: &str = "quokka-launch-code";
+
+fn policy() -> GuardrailLayer {
+    GuardrailLayer::new()
+        .check(Check::secrets())
+        .check(Check::personal_data())
+}
 
 /// One model round: `text` (when any), then a call of `lookup` with `arguments` (when any), then the finish.
 fn round(text: &str, arguments: Option<serde_json::Value>) -> Items {
@@ -74,6 +90,18 @@ async fn through_loop(
     second: Items,
     result: &'static str,
 ) -> (ChatResponse, Vec<CallRecord>) {
+    through_loop_under(db, policy(), shape, first, second, result).await
+}
+
+/// [`through_loop`] under `policy`.
+async fn through_loop_under(
+    db: &TestDb,
+    policy: GuardrailLayer,
+    shape: Delivery,
+    first: Items,
+    second: Items,
+    result: &'static str,
+) -> (ChatResponse, Vec<CallRecord>) {
     let layer = db.layer();
     let (first, second) = (Arc::new(first), Arc::new(second));
     let model = scripted(move |request| {
@@ -86,15 +114,12 @@ async fn through_loop(
         json!({"type": "object"}),
         move |_arguments, _context| async move { Ok::<_, String>(result) },
     );
-    let chat = GuardrailLayer::new()
-        .check(Check::secrets())
-        .check(Check::personal_data())
-        .layer(
-            FunctionInvocationLayer::new()
-                .tool(lookup)
-                .unwrap()
-                .layer(layer.clone().layer(model)),
-        );
+    let chat = policy.layer(
+        FunctionInvocationLayer::new()
+            .tool(lookup)
+            .unwrap()
+            .layer(layer.clone().layer(model)),
+    );
     let conversation = ConversationId::new(format!("conv-{}", common::uuid_simple()));
     let request = ChatRequest::new(vec![Message::user("Look it up, please")])
         .with_extension(conversation.clone());
@@ -297,4 +322,181 @@ async fn a_key_split_between_rounds_is_withheld_in_the_round_that_completes_it(d
     assert!(!db.stored_anywhere(KEY).await);
     // The search index holds each round's answer: the first round's is found by its words.
     assert_eq!(found(db, "key is").await, SHAPES.len());
+}
+
+async fn a_round_a_whole_text_check_blocked_is_stored_withheld(db: &TestDb) {
+    let asked = Arc::new(AtomicUsize::new(0));
+    for shape in SHAPES {
+        let (seen, records) = through_loop_under(
+            db,
+            policy().check(moderation(MARKER, asked.clone())),
+            shape,
+            round("Checking.", Some(json!({"q": "code"}))),
+            round(&format!("The code is {MARKER}, use it"), None),
+            "found",
+        )
+        .await;
+        let notice =
+            "[The rest of this answer was withheld by the content policy (check `moderation`).]";
+        assert_eq!(
+            said(&seen.messages),
+            format!("Checking.{notice}"),
+            "{shape:?}"
+        );
+        assert_eq!(seen.finish_reason, Some(FinishReason::ContentFilter));
+        assert_eq!(records.len(), 2, "{shape:?}");
+        assert_eq!(records[0].text(), "Checking.", "{shape:?}");
+        assert_eq!(records[0].outcome, CallOutcome::Completed, "{shape:?}");
+        assert_eq!(records[1].text(), notice, "{shape:?}");
+        assert_eq!(records[1].outcome, CallOutcome::Blocked, "{shape:?}");
+        assert_eq!(
+            records[1].finish_reason(),
+            Some(&FinishReason::ContentFilter)
+        );
+        assert_eq!(
+            verdicts(&records[1]),
+            vec![(
+                GuardrailStage::Output,
+                GuardrailAction::Block,
+                Some("violence")
+            )],
+            "{shape:?}"
+        );
+    }
+    // One judgement per text of each answer, shared by the guard and the round's recorder.
+    assert_eq!(asked.load(Ordering::SeqCst), 2 * SHAPES.len());
+    for withheld in [MARKER, "use it"] {
+        assert_eq!(found(db, withheld).await, 0, "{withheld}");
+        assert!(!db.stored_anywhere(withheld).await, "{withheld}");
+    }
+    assert_eq!(found(db, "Checking").await, SHAPES.len());
+}
+
+async fn a_tool_call_a_whole_text_check_blocked_is_stored_withheld(db: &TestDb) {
+    let asked = Arc::new(AtomicUsize::new(0));
+    for shape in SHAPES {
+        let check = moderation(MARKER, asked.clone()).on(&[GuardrailStage::ToolCall]);
+        let (seen, records) = through_loop_under(
+            db,
+            policy().check(check),
+            shape,
+            round("Checking.", Some(json!({"code": MARKER}))),
+            round("never asked", None),
+            "never run",
+        )
+        .await;
+        assert_eq!(seen.finish_reason, Some(FinishReason::ContentFilter));
+        assert!(calls(&seen.messages).is_empty(), "{shape:?}");
+        assert_eq!(
+            seen.text(),
+            "Checking.[The rest of this answer was withheld by the content policy (check `moderation`).]"
+        );
+        assert_eq!(records.len(), 1, "{shape:?}");
+        let record = &records[0];
+        assert_eq!(record.text(), seen.text(), "{shape:?}");
+        assert!(calls(&record.response.messages).is_empty(), "{shape:?}");
+        assert_eq!(record.outcome, CallOutcome::Blocked, "{shape:?}");
+        assert_eq!(
+            verdicts(record),
+            vec![(
+                GuardrailStage::ToolCall,
+                GuardrailAction::Block,
+                Some("violence")
+            )],
+            "{shape:?}"
+        );
+    }
+    // The recorder judged each call (its key and its value); the guard took its judgement.
+    assert_eq!(asked.load(Ordering::SeqCst), 2 * SHAPES.len());
+    assert_eq!(found(db, MARKER).await, 0);
+    assert!(!db.stored_anywhere(MARKER).await);
+}
+
+async fn a_tool_result_a_whole_text_check_redacted_is_stored_redacted(db: &TestDb) {
+    let asked = Arc::new(AtomicUsize::new(0));
+    for shape in SHAPES {
+        let check = moderation(MARKER, asked.clone())
+            .on(&[GuardrailStage::ToolResult])
+            .redact();
+        let (seen, records) = through_loop_under(
+            db,
+            policy().check(check),
+            shape,
+            round("", Some(json!({"q": "code"}))),
+            round("Sent.", None),
+            "the code is quokka-launch-code",
+        )
+        .await;
+        assert_eq!(
+            results(&seen.messages),
+            ["the code is [REDACTED:violence]"],
+            "{shape:?}"
+        );
+        assert_eq!(seen.text(), "Sent.");
+        assert_eq!(records.len(), 2, "{shape:?}");
+        // The next round's request carries the result as the client saw it, with the verdict.
+        assert_eq!(
+            results(&records[1].request.messages),
+            results(&seen.messages),
+            "{shape:?}"
+        );
+        assert_eq!(
+            verdicts(&records[1]),
+            vec![(
+                GuardrailStage::ToolResult,
+                GuardrailAction::Redact,
+                Some("violence")
+            )],
+            "{shape:?}"
+        );
+    }
+    // The guard judged each result (the tool loop, outside the recorders, ran the tool); the next round's
+    // recorder took its judgement.
+    assert_eq!(asked.load(Ordering::SeqCst), SHAPES.len());
+    assert_eq!(found(db, MARKER).await, 0);
+    assert!(!db.stored_anywhere(MARKER).await);
+}
+
+async fn a_text_a_whole_text_check_redacted_is_stored_redacted_in_the_next_request_too(
+    db: &TestDb,
+) {
+    let asked = Arc::new(AtomicUsize::new(0));
+    for shape in SHAPES {
+        let (seen, records) = through_loop_under(
+            db,
+            policy().check(moderation(MARKER, asked.clone()).redact()),
+            shape,
+            round(
+                &format!("The code is {MARKER}."),
+                Some(json!({"q": "code"})),
+            ),
+            round("Sent.", None),
+            "found",
+        )
+        .await;
+        let redacted = "The code is [REDACTED:violence].";
+        assert_eq!(
+            said(&seen.messages),
+            format!("{redacted}Sent."),
+            "{shape:?}"
+        );
+        assert_eq!(records.len(), 2, "{shape:?}");
+        assert_eq!(records[0].text(), redacted, "{shape:?}");
+        assert_eq!(
+            verdicts(&records[0]),
+            vec![(
+                GuardrailStage::Output,
+                GuardrailAction::Redact,
+                Some("violence")
+            )],
+            "{shape:?}"
+        );
+        // The next round's request carries the first round's text as the client saw it.
+        assert_eq!(said(&records[1].request.messages), redacted, "{shape:?}");
+        assert_eq!(records[1].text(), "Sent.", "{shape:?}");
+    }
+    // Each round's text judged once.
+    assert_eq!(asked.load(Ordering::SeqCst), 2 * SHAPES.len());
+    assert_eq!(found(db, MARKER).await, 0);
+    assert!(!db.stored_anywhere(MARKER).await);
 }

@@ -348,3 +348,25 @@ pub fn verdicts(record: &CallRecord) -> Vec<(GuardrailStage, GuardrailAction, Op
         .map(|v| (v.stage, v.action, v.detail.as_deref()))
         .collect()
 }
+
+/// A moderation-style whole-text check of the answer named `moderation`: it flags a text that contains `marker`
+/// (category `violence`, over the marker's span), and counts the texts it was asked about.
+pub fn moderation(
+    marker: &'static str,
+    asked: Arc<std::sync::atomic::AtomicUsize>,
+) -> tower_chat_guardrail::Check {
+    tower_chat_guardrail::Check::from_fn("moderation", move |text: String, _stage| {
+        asked.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let found = text
+            .find(marker)
+            .map(|start| tower_chat_guardrail::Finding {
+                span: Some(tower_chat::TextSpan {
+                    start,
+                    end: start + marker.len(),
+                }),
+                detail: Some("violence".into()),
+            });
+        async move { Ok::<_, tower_chat::ChatError>(found.into_iter().collect()) }
+    })
+    .on(&[GuardrailStage::Output])
+}
