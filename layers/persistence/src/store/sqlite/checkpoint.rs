@@ -6,17 +6,24 @@
 //! `wal_autocheckpoint = 0` instead, and this thread checkpoints on a schedule: a `PASSIVE` checkpoint copies what
 //! the log holds without taking the write lock, so commits go on while it runs and syncs.
 //!
-//! The log starts over from its beginning only at a commit that finds all of it copied. Under writes that never
-//! pause, a passive checkpoint never gets there: commits add frames while it syncs, so the log keeps growing. A
+//! The log starts over from its beginning only at a commit that finds all of it copied and no reader in it.
+//! Under writes that never pause, a passive checkpoint never gets there: commits add frames while it syncs. A
 //! checkpoint that waits for the writer (`RESTART`, `TRUNCATE`) would end that, but the writer then waits in
 //! SQLite's busy handler, which sleeps 1, 2, 5, 10 ms… between tries: the calls behind it waited +18 ms and more.
-//! So the writer finishes the checkpoint itself, between its own transactions, where it waits for no lock: once
-//! the log is past [`WAL_RESTART_PAGES`] and not all copied, at its next idle moment (no batch waiting); once past
-//! [`WAL_BOUND_PAGES`], after its next transaction even when batches wait. The remainder is what was committed
-//! since the last passive checkpoint, and the next commit starts the log over. The log's size stays below
-//! [`WAL_BOUND_PAGES`] plus what is committed in one checkpoint interval, unless a reader holds an older snapshot
-//! all along (no checkpoint can copy past it); `journal_size_limit` truncates the file back to
-//! [`WAL_KEPT_BYTES`] when the log starts over.
+//! So the writer finishes the checkpoint itself, between its own transactions, with a `RESTART` that waits for
+//! no one (busy timeout zero): once the log is past [`WAL_RESTART_PAGES`] and not all copied, at its idle
+//! moments (no batch waiting); once past [`WAL_BOUND_PAGES`], after its transactions even when batches wait.
+//! If the checkpoint thread is copying or a reader is in the log, it gives up at once and tries again at the
+//! next chance; past twice the bound it waits. While the log is past a quarter of [`WAL_RESTART_PAGES`] the
+//! thread checkpoints every [`BUSY_INTERVAL`], so the writer's remainder is what ~50 ms committed.
+//!
+//! The thresholds are large because each start over costs the writer that remainder's copy and two `fsync`s
+//! (calls wait meanwhile), and at one record a commit the log grows by ~80 MB/s on the load bench: at 16 MiB
+//! the stops came several times a second. The `PASSIVE` catch-up that came before left the start over
+//! to chance, and under a steady stream the log grew to 651 MB in 8 s; the commit that finally started it over
+//! then cut the file back to 16 MiB, and that truncation held the writer ~150 ms (page-cache pages dropped,
+//! synchronous discards on an ext4 mounted with `discard`; BENCHMARKS.md, "Gateway"). So the file is truncated
+//! only past the bound ([`WAL_KEPT_BYTES`]): a log that starts over in time rewrites its file in place.
 //!
 //! SQLite has no checkpoint thread of its own to stand on: `sqlite3_wal_autocheckpoint` only moves the work to
 //! the committing connection, which is the cost removed here.
@@ -31,17 +38,20 @@ use tokio::sync::oneshot;
 
 use crate::store::StoreError;
 
-/// Past this many pages in the log (16 MiB at SQLite's default 4 KiB page), if passive checkpoints could not
-/// copy it all, the writer finishes the checkpoint at its next idle moment.
-pub(crate) const WAL_RESTART_PAGES: i64 = 4 * 1024;
+/// Past this many pages in the log (64 MiB at SQLite's default 4 KiB page), if passive checkpoints could not
+/// copy it all, the writer finishes the checkpoint at its idle moments.
+pub(crate) const WAL_RESTART_PAGES: i64 = 16 * 1024;
 
-/// Past this many pages in the log (64 MiB), if passive checkpoints could not copy it all, the writer finishes
-/// the checkpoint after its next transaction, idle or not.
-pub(crate) const WAL_BOUND_PAGES: i64 = 16 * 1024;
+/// Past this many pages in the log (256 MiB), if passive checkpoints could not copy it all, the writer finishes
+/// the checkpoint after its transactions, idle or not (and past twice this, waits for readers to do so).
+pub(crate) const WAL_BOUND_PAGES: i64 = 64 * 1024;
 
-/// The size the log file is truncated to when the log starts over (`journal_size_limit`): that of a log
-/// finished at [`WAL_RESTART_PAGES`], so a restart after the writer's catch-up finds nothing to truncate.
-pub(super) const WAL_KEPT_BYTES: i64 = WAL_RESTART_PAGES * 4096;
+/// The checkpoint interval while the log is long.
+const BUSY_INTERVAL: Duration = Duration::from_millis(50);
+
+/// The size the log file is truncated to when the log starts over (`journal_size_limit`): the bound's, so a log
+/// that starts over in time is rewritten in place and no commit waits for a truncation.
+pub(super) const WAL_KEPT_BYTES: i64 = WAL_BOUND_PAGES * 4096;
 
 /// What one checkpoint found and did, in frames (one frame is one page written by a commit).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -61,6 +71,7 @@ pub(super) struct CatchUp(AtomicU8);
 const NOT_NEEDED: u8 = 0;
 const WHEN_IDLE: u8 = 1;
 const NOW: u8 = 2;
+const NOW_WAITING: u8 = 3;
 
 impl CatchUp {
     /// What the checkpoint thread asks after a passive checkpoint that found `log_frames` and copied
@@ -68,6 +79,8 @@ impl CatchUp {
     fn ask(&self, checkpoint: Checkpoint) {
         let urgency = if checkpoint.checkpointed_frames >= checkpoint.log_frames {
             NOT_NEEDED
+        } else if checkpoint.log_frames > 2 * WAL_BOUND_PAGES {
+            NOW_WAITING
         } else if checkpoint.log_frames > WAL_BOUND_PAGES {
             NOW
         } else if checkpoint.log_frames > WAL_RESTART_PAGES {
@@ -88,25 +101,52 @@ impl CatchUp {
     /// The writer, after a transaction with batches waiting: finish the checkpoint only if the log is past its
     /// bound.
     pub(super) fn between_batches(&self, conn: &Connection) {
-        if self.0.load(Ordering::Relaxed) == NOW {
+        if self.0.load(Ordering::Relaxed) >= NOW {
             self.finish(conn);
         }
     }
 
-    /// Copy what the log holds on the writer's connection, outside any transaction: no lock to wait for, and no
-    /// commit runs meanwhile, so the writer's next commit finds the log copied and starts it over.
+    /// Copy what the log holds on the writer's connection, outside any transaction, with a `RESTART` checkpoint:
+    /// one that completes leaves the log copied and no reader in it, so the writer's next commit starts it over.
+    /// It waits for no one: while the checkpoint thread copies, or a reader is in the log, it gives up at once
+    /// and the writer tries again at its next idle moment rather than hold the calls queued behind it. Only past
+    /// twice the bound does it wait (the connection's busy timeout), so the log stays bounded whatever reads it.
     fn finish(&self, conn: &Connection) {
-        self.0.store(NOT_NEEDED, Ordering::Relaxed);
-        match run_checkpoint(conn, "PASSIVE") {
-            Ok(done) if done.checkpointed_frames < done.log_frames => tracing::debug!(
-                log_frames = done.log_frames,
-                checkpointed_frames = done.checkpointed_frames,
-                "a reader holds an older snapshot; the write-ahead log starts over after it ends"
-            ),
-            Ok(_) => {}
+        let asked = self.0.swap(NOT_NEEDED, Ordering::Relaxed);
+        let completed = match asked {
+            NOW_WAITING => restart(conn),
+            _ => restart_without_waiting(conn),
+        };
+        match completed {
+            Ok(true) => {}
+            Ok(false) => {
+                let _ = self.0.compare_exchange(
+                    NOT_NEEDED,
+                    asked,
+                    Ordering::Relaxed,
+                    Ordering::Relaxed,
+                );
+            }
             Err(error) => tracing::warn!("the writer could not finish a checkpoint: {error}"),
         }
     }
+}
+
+/// A `RESTART` checkpoint: whether it completed (the busy handler may have given up on a reader).
+fn restart(conn: &Connection) -> rusqlite::Result<bool> {
+    conn.query_row("PRAGMA wal_checkpoint(RESTART)", [], |row| {
+        row.get::<_, i64>(0)
+    })
+    .map(|blocked| blocked == 0)
+}
+
+/// [`restart`] with the connection's busy timeout at zero for its length.
+fn restart_without_waiting(conn: &Connection) -> rusqlite::Result<bool> {
+    let timeout: i64 = conn.query_row("PRAGMA busy_timeout", [], |row| row.get(0))?;
+    conn.execute_batch("PRAGMA busy_timeout = 0")?;
+    let completed = restart(conn);
+    conn.execute_batch(&format!("PRAGMA busy_timeout = {timeout}"))?;
+    completed
 }
 
 /// A request for a checkpoint now, and where its outcome goes.
@@ -171,21 +211,33 @@ fn run(
         }
         done
     };
+    let mut wait = interval;
     loop {
-        match requests.recv_timeout(interval) {
+        match requests.recv_timeout(wait) {
             Ok(reply) => {
                 let _ = reply.send(checkpoint());
             }
-            Err(mpsc::RecvTimeoutError::Timeout) => {
-                if let Err(error) = checkpoint() {
+            Err(mpsc::RecvTimeoutError::Timeout) => match checkpoint() {
+                Ok(done) => wait = next_wait(done, interval),
+                Err(error) => {
+                    wait = interval;
                     tracing::warn!(
                         "SQLite checkpoint failed, retried at the next interval: {error}"
                     );
                 }
-            }
+            },
             // The store is gone; the writer's connection checkpoints what is left when it closes.
             Err(mpsc::RecvTimeoutError::Disconnected) => return,
         }
+    }
+}
+
+/// How long until the next scheduled checkpoint after `done`: sooner while the log is long.
+fn next_wait(done: Checkpoint, interval: Duration) -> Duration {
+    if done.log_frames > WAL_RESTART_PAGES / 4 {
+        interval.min(BUSY_INTERVAL)
+    } else {
+        interval
     }
 }
 
@@ -266,6 +318,58 @@ mod tests {
         assert_eq!(starts(), before + 1, "the log did not start over");
     }
 
+    /// The writer's catch-up waits for no reader: with one in the log it gives up at once (a busy timeout of a
+    /// minute would otherwise hold it), stays asked, and completes at its next chance once the reader is gone.
+    #[test]
+    fn the_writers_catch_up_waits_for_no_reader() {
+        let dir = tempfile::tempdir().unwrap();
+        let (writer, other) = connections(dir.path());
+        writer
+            .busy_timeout(std::time::Duration::from_secs(60))
+            .unwrap();
+        writer
+            .execute("INSERT INTO t VALUES (zeroblob(65536))", [])
+            .unwrap();
+        // A reader in the log: its snapshot includes the write above.
+        other
+            .execute_batch("BEGIN; SELECT COUNT(*) FROM t;")
+            .unwrap();
+        let catch_up = std::sync::Arc::new(CatchUp::default());
+        catch_up.ask(Checkpoint {
+            log_frames: WAL_RESTART_PAGES + 1,
+            checkpointed_frames: 0,
+        });
+        let (done_tx, done_rx) = std::sync::mpsc::channel();
+        let (shared, path) = (catch_up.clone(), dir.path().join("c.db"));
+        let attempt = std::thread::spawn(move || {
+            let writer = Connection::open(path).unwrap();
+            writer
+                .busy_timeout(std::time::Duration::from_secs(60))
+                .unwrap();
+            shared.when_idle(&writer);
+            let timeout: i64 = writer
+                .query_row("PRAGMA busy_timeout", [], |row| row.get(0))
+                .unwrap();
+            done_tx.send(timeout).unwrap();
+        });
+        let timeout = done_rx
+            .recv_timeout(std::time::Duration::from_secs(30))
+            .expect("the catch-up waited for the reader");
+        attempt.join().unwrap();
+        assert_eq!(timeout, 60_000, "the busy timeout was not restored");
+        assert_eq!(
+            catch_up.0.load(std::sync::atomic::Ordering::Relaxed),
+            super::WHEN_IDLE,
+            "a catch-up that could not complete is no longer asked"
+        );
+        other.execute_batch("COMMIT").unwrap();
+        catch_up.when_idle(&writer);
+        assert_eq!(
+            catch_up.0.load(std::sync::atomic::Ordering::Relaxed),
+            super::NOT_NEEDED
+        );
+    }
+
     /// Past the bound the writer finishes the checkpoint between batches too; below the restart size, or with
     /// everything copied, it is not asked to.
     #[test]
@@ -287,6 +391,10 @@ mod tests {
         );
         assert_eq!(asked(WAL_RESTART_PAGES + 1, 0), super::WHEN_IDLE);
         assert_eq!(asked(WAL_BOUND_PAGES + 1, WAL_BOUND_PAGES), super::NOW);
+        assert_eq!(
+            asked(2 * WAL_BOUND_PAGES + 1, WAL_BOUND_PAGES),
+            super::NOW_WAITING
+        );
         catch_up.between_batches(&writer);
         assert_eq!(
             catch_up.0.load(std::sync::atomic::Ordering::Relaxed),
