@@ -5,6 +5,8 @@
 //! (`message_start`, `content_block_*`, `message_delta` with cumulative usage, `message_stop`, `ping`, `error`)
 //! maps to the same [`ChatEvent`](crate::ChatEvent)s as every other leaf.
 //!
+//! [`AnthropicVertexChat`] is the same wire format on Vertex AI (`:rawPredict`, an OAuth bearer token).
+//!
 //! ```no_run
 //! use tower::ServiceExt;
 //! use tower_chat::anthropic::AnthropicChat;
@@ -23,6 +25,7 @@
 mod decode;
 #[cfg(test)]
 mod decode_tests;
+mod vertex;
 mod wire;
 
 use std::sync::Arc;
@@ -35,6 +38,10 @@ use crate::event::ChatEvent;
 use crate::leaf::{ChatLeaf, ChatLeafBuilder, Provider, ProviderWire};
 use crate::request::ChatRequest;
 use crate::transport::ToolsJson;
+
+pub use vertex::{
+    AnthropicVertex, AnthropicVertexChat, AnthropicVertexChatBuilder, VERTEX_API_VERSION,
+};
 
 /// The Messages API version sent in `anthropic-version` unless configured otherwise.
 pub const DEFAULT_API_VERSION: &str = "2023-06-01";
@@ -115,6 +122,7 @@ impl ProviderWire for Anthropic {
                 default_model,
                 default_max_tokens: self.default_max_tokens,
                 tools: &self.tools,
+                anthropic_version: None,
             },
         )
     }
