@@ -6,7 +6,8 @@
 use http::header::{HeaderName, AUTHORIZATION};
 use http::Uri;
 
-use super::{decode, wire, Anthropic};
+use super::messages::Anthropic;
+use super::{decode, wire};
 use crate::error::{ChatError, ErrorKind};
 use crate::event::ChatEvent;
 use crate::leaf::{ChatLeaf, ChatLeafBuilder, Provider, ProviderWire};
