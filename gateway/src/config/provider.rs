@@ -15,6 +15,7 @@ use serde::{Deserialize, Serialize};
 /// | `openai` | Chat Completions | `base_url` | `key_env`, `key_file`, `no_key` |
 /// | `openai-responses` | Responses | `base_url` | `key_env`, `key_file`, `no_key` |
 /// | `anthropic` | Messages | `base_url` | `key_env`, `key_file`, `no_key` |
+/// | `anthropic-vertex` | Messages on Vertex AI (`:rawPredict`, `:streamRawPredict`) | `project`, `location` (required), `base_url` (the API host) | `credentials_file`, `credentials_env` (a service-account key), `token_env` (an OAuth access token), `no_key` |
 /// | `azure` | Chat Completions on Azure | `base_url` (the resource endpoint, required), `azure_deployment` + `api_version`, or neither: `/openai/v1` | `key_env`, `key_file` (`api-key` header), `token_env` (Entra ID bearer), `no_key` |
 /// | `gemini` | `generateContent` | `base_url`, `schema_form` | `key_env`, `key_file` (`x-goog-api-key`), `no_key` |
 /// | `vertex` | `generateContent` on Vertex AI | `project`, `location` (required), `base_url` (the API host), `schema_form` | `credentials_file`, `credentials_env` (a service-account key), `token_env` (an OAuth access token), `no_key` |
@@ -36,6 +37,11 @@ pub enum Provider {
     #[value(name = "anthropic")]
     #[serde(rename = "anthropic")]
     Anthropic,
+    /// Anthropic's Claude models on Vertex AI: the Messages wire format, in a project and location, with OAuth
+    /// bearer tokens.
+    #[value(name = "anthropic-vertex")]
+    #[serde(rename = "anthropic-vertex")]
+    AnthropicVertex,
     /// Azure OpenAI: Chat Completions at a resource's deployment URL (with `api-version`) or its `/openai/v1`
     /// URL, the `api-key` header or an Entra ID bearer token.
     #[value(name = "azure")]
@@ -62,6 +68,7 @@ impl Provider {
             Provider::OpenAi => "openai",
             Provider::OpenAiResponses => "openai-responses",
             Provider::Anthropic => "anthropic",
+            Provider::AnthropicVertex => "anthropic-vertex",
             Provider::Azure => "azure",
             Provider::Gemini => "gemini",
             Provider::Vertex => "vertex",
@@ -76,7 +83,9 @@ impl Provider {
             Provider::OpenAi | Provider::OpenAiResponses => Some("https://api.openai.com/v1"),
             Provider::Anthropic => Some("https://api.anthropic.com/v1"),
             Provider::Gemini => Some("https://generativelanguage.googleapis.com/v1beta"),
-            Provider::Azure | Provider::Vertex | Provider::Bedrock => None,
+            Provider::Azure | Provider::Vertex | Provider::AnthropicVertex | Provider::Bedrock => {
+                None
+            }
         }
     }
 
@@ -89,15 +98,16 @@ impl Provider {
             Provider::Azure => Some("AZURE_OPENAI_API_KEY"),
             Provider::Gemini => Some("GEMINI_API_KEY"),
             Provider::Bedrock => Some("AWS_BEARER_TOKEN_BEDROCK"),
-            Provider::Vertex => None,
+            Provider::Vertex | Provider::AnthropicVertex => None,
         }
     }
 
     /// Every kind, in the table's order.
-    pub const ALL: [Provider; 7] = [
+    pub const ALL: [Provider; 8] = [
         Provider::OpenAi,
         Provider::OpenAiResponses,
         Provider::Anthropic,
+        Provider::AnthropicVertex,
         Provider::Azure,
         Provider::Gemini,
         Provider::Vertex,
@@ -115,7 +125,9 @@ impl fmt::Display for Provider {
 impl From<Provider> for tower_chat_wire::UpstreamFormat {
     fn from(provider: Provider) -> Self {
         match provider {
-            Provider::Anthropic => tower_chat_wire::UpstreamFormat::Anthropic,
+            Provider::Anthropic | Provider::AnthropicVertex => {
+                tower_chat_wire::UpstreamFormat::Anthropic
+            }
             _ => tower_chat_wire::UpstreamFormat::OpenAi,
         }
     }

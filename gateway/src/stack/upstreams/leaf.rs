@@ -3,7 +3,7 @@
 use std::fmt;
 use std::path::Path;
 
-use tower_chat::anthropic::AnthropicChat;
+use tower_chat::anthropic::{AnthropicChat, AnthropicVertexChat};
 use tower_chat::azure::AzureOpenAiChat;
 use tower_chat::bedrock::{AwsCredentials, BedrockChat, ProfileCredentials};
 use tower_chat::gemini::{GeminiChat, ServiceAccount};
@@ -95,6 +95,9 @@ pub(super) fn leaf(
         }
         ProviderTarget::Anthropic(_) => {
             Upstream::Anthropic(configured!(AnthropicChat::builder().base_url(&url)))
+        }
+        ProviderTarget::AnthropicVertex(_) => {
+            Upstream::AnthropicVertex(configured!(AnthropicVertexChat::builder().base_url(&url)))
         }
         ProviderTarget::Azure(azure) => {
             let mut builder = AzureOpenAiChat::builder().endpoint(&url);
