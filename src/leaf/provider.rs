@@ -21,8 +21,10 @@ use crate::transport::WireDecoder;
 /// Implemented by [`OpenAi`](crate::openai::OpenAi) (Chat Completions, and every server that speaks it),
 /// [`OpenAiResponses`](crate::responses::OpenAiResponses) (the Responses API),
 /// [`Anthropic`](crate::anthropic::Anthropic) (the Messages API),
-/// [`AnthropicVertex`](crate::anthropic::AnthropicVertex) (Messages on Vertex AI), [`AzureOpenAi`](crate::azure::AzureOpenAi)
-/// (Chat Completions on Azure), [`Gemini`](crate::gemini::Gemini) (`generateContent`, Gemini API and Vertex AI)
+/// [`AnthropicVertex`](crate::anthropic::AnthropicVertex) (Messages on Vertex AI),
+/// [`AzureOpenAi`](crate::azure::AzureOpenAi) (Chat Completions on Azure),
+/// [`AzureResponses`](crate::azure::AzureResponses) (Responses on Azure),
+/// [`Gemini`](crate::gemini::Gemini) (`generateContent`, Gemini API and Vertex AI)
 /// and, with the `bedrock` feature, `Bedrock` (Converse, SigV4-signed). The trait is sealed: its methods work on
 /// the crate's internal decoding machinery, which is not a public API.
 pub trait Provider: sealed::ProviderWire + std::fmt::Debug + Send + Sync + 'static {}
