@@ -17,11 +17,13 @@ use serde::{Deserialize, Serialize};
 /// | `anthropic` | Messages | `base_url` | `key_env`, `key_file`, `no_key` |
 /// | `anthropic-vertex` | Messages on Vertex AI (`:rawPredict`, `:streamRawPredict`) | `project`, `location` (required), `base_url` (the API host) | `credentials_file`, `credentials_env` (a service-account key), `token_env` (an OAuth access token), `no_key` |
 /// | `azure` | Chat Completions on Azure | `base_url` (the resource endpoint, required), `azure_deployment` + `api_version`, or neither: `/openai/v1` | `key_env`, `key_file` (`api-key` header), `token_env` (Entra ID bearer), `no_key` |
+/// | `azure-responses` | Responses on Azure | `base_url` (the resource endpoint, required), `api_version` (`/openai/responses?api-version=…`) or none (`/openai/v1/responses`) | `key_env`, `key_file` (`api-key` header), `token_env` (Entra ID bearer), `no_key` |
 /// | `gemini` | `generateContent` | `base_url`, `schema_form` | `key_env`, `key_file` (`x-goog-api-key`), `no_key` |
 /// | `vertex` | `generateContent` on Vertex AI | `project`, `location` (required), `base_url` (the API host), `schema_form` | `credentials_file`, `credentials_env` (a service-account key), `token_env` (an OAuth access token), `no_key` |
 /// | `bedrock` | Converse / ConverseStream, SigV4-signed | `region` (required), `base_url` (default: the region's `bedrock-runtime` host) | `aws_env` (the standard AWS variables), `aws_profile` (the shared AWS files), `key_env`, `key_file` (a Bedrock API key, as a bearer token) |
 ///
-/// `openai`, `openai-responses`, `anthropic`, `azure` and `gemini` targets may be balanced over `deployments`.
+/// `openai`, `openai-responses`, `anthropic`, `azure`, `azure-responses` and `gemini` targets may be balanced over
+/// `deployments`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, clap::ValueEnum, Deserialize, Serialize)]
 pub enum Provider {
     /// OpenAI Chat Completions (OpenAI, vLLM, Ollama, DeepSeek, …).
@@ -47,6 +49,11 @@ pub enum Provider {
     #[value(name = "azure")]
     #[serde(rename = "azure")]
     Azure,
+    /// The Responses API on Azure OpenAI: a resource's `/openai/v1/responses` (or `/openai/responses` with an
+    /// `api-version`), the `api-key` header or an Entra ID bearer token.
+    #[value(name = "azure-responses")]
+    #[serde(rename = "azure-responses")]
+    AzureResponses,
     /// The Gemini API (`generativelanguage`), the key in `x-goog-api-key`.
     #[value(name = "gemini")]
     #[serde(rename = "gemini")]
@@ -70,6 +77,7 @@ impl Provider {
             Provider::Anthropic => "anthropic",
             Provider::AnthropicVertex => "anthropic-vertex",
             Provider::Azure => "azure",
+            Provider::AzureResponses => "azure-responses",
             Provider::Gemini => "gemini",
             Provider::Vertex => "vertex",
             Provider::Bedrock => "bedrock",
@@ -83,9 +91,11 @@ impl Provider {
             Provider::OpenAi | Provider::OpenAiResponses => Some("https://api.openai.com/v1"),
             Provider::Anthropic => Some("https://api.anthropic.com/v1"),
             Provider::Gemini => Some("https://generativelanguage.googleapis.com/v1beta"),
-            Provider::Azure | Provider::Vertex | Provider::AnthropicVertex | Provider::Bedrock => {
-                None
-            }
+            Provider::Azure
+            | Provider::AzureResponses
+            | Provider::Vertex
+            | Provider::AnthropicVertex
+            | Provider::Bedrock => None,
         }
     }
 
@@ -95,7 +105,7 @@ impl Provider {
         match self {
             Provider::OpenAi | Provider::OpenAiResponses => Some("OPENAI_API_KEY"),
             Provider::Anthropic => Some("ANTHROPIC_API_KEY"),
-            Provider::Azure => Some("AZURE_OPENAI_API_KEY"),
+            Provider::Azure | Provider::AzureResponses => Some("AZURE_OPENAI_API_KEY"),
             Provider::Gemini => Some("GEMINI_API_KEY"),
             Provider::Bedrock => Some("AWS_BEARER_TOKEN_BEDROCK"),
             Provider::Vertex | Provider::AnthropicVertex => None,
@@ -103,12 +113,13 @@ impl Provider {
     }
 
     /// Every kind, in the table's order.
-    pub const ALL: [Provider; 8] = [
+    pub const ALL: [Provider; 9] = [
         Provider::OpenAi,
         Provider::OpenAiResponses,
         Provider::Anthropic,
         Provider::AnthropicVertex,
         Provider::Azure,
+        Provider::AzureResponses,
         Provider::Gemini,
         Provider::Vertex,
         Provider::Bedrock,

@@ -42,7 +42,7 @@ use std::task::{Context, Poll};
 use tower::util::BoxCloneSyncService;
 use tower::ServiceBuilder;
 use tower_chat::anthropic::{AnthropicChat, AnthropicVertexChat};
-use tower_chat::azure::AzureOpenAiChat;
+use tower_chat::azure::{AzureOpenAiChat, AzureResponsesChat};
 use tower_chat::bedrock::BedrockChat;
 use tower_chat::gemini::GeminiChat;
 use tower_chat::openai::OpenAiChat;
@@ -76,6 +76,8 @@ pub enum Upstream {
     AnthropicVertex(AnthropicVertexChat),
     /// An `[upstreams]` target with `provider = "azure"`.
     Azure(AzureOpenAiChat),
+    /// An `[upstreams]` target with `provider = "azure-responses"`.
+    AzureResponses(AzureResponsesChat),
     /// An `[upstreams]` target with `provider = "gemini"` or `"vertex"` (one wire format).
     Gemini(GeminiChat),
     /// An `[upstreams]` target with `provider = "bedrock"`.
@@ -91,6 +93,7 @@ macro_rules! each_leaf {
             Upstream::Anthropic($leaf) => $body,
             Upstream::AnthropicVertex($leaf) => $body,
             Upstream::Azure($leaf) => $body,
+            Upstream::AzureResponses($leaf) => $body,
             Upstream::Gemini($leaf) => $body,
             Upstream::Bedrock($leaf) => $body,
         }

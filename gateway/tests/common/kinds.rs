@@ -2,7 +2,8 @@
 //! the credential each kind takes: a key variable (`openai`, `azure`), a key file (`anthropic`, `gemini`), none
 //! (`openai-responses`), a service-account key whose tokens come from a scripted token endpoint (`vertex`), AWS
 //! credentials in the standard variables, every request SigV4-signed and checked (`bedrock`). `anthropic-vertex`
-//! (Claude on Vertex AI, the `vertex` service account) is started only where a test names it
+//! (Claude on Vertex AI, the `vertex` service account) and `azure-responses` (the Responses API on Azure, the key
+//! variable) are started only where a test names them
 //! ([`KindUpstreams::start_only`]).
 
 use std::path::Path;
@@ -139,6 +140,9 @@ impl KindUpstreams {
                 "model = \"gpt-4o\"\nbase_url = \"http://{addr}\"\nazure_deployment = \"gpt-4o-prod\"\n\
                  api_version = \"2024-10-21\"\nkey_env = \"{KEY_ENV}\""
             ),
+            "azure-responses" => format!(
+                "model = \"gpt-5-mini-prod\"\nbase_url = \"http://{addr}\"\nkey_env = \"{KEY_ENV}\""
+            ),
             "gemini" => format!(
                 "model = \"gemini-2.5-flash\"\nbase_url = \"{base}\"\nkey_file = {}",
                 path("key.txt")
@@ -186,7 +190,7 @@ pub fn credential_header(kind: &str) -> (&'static str, String) {
     match kind {
         "openai" => ("authorization", format!("Bearer {KEY}")),
         "anthropic" => ("x-api-key", KEY.to_owned()),
-        "azure" => ("api-key", KEY.to_owned()),
+        "azure" | "azure-responses" => ("api-key", KEY.to_owned()),
         "gemini" => ("x-goog-api-key", KEY.to_owned()),
         "vertex" | "anthropic-vertex" => ("authorization", format!("Bearer {VERTEX_TOKEN}")),
         _ => ("authorization", String::new()),
@@ -207,6 +211,7 @@ pub fn call_path(kind: &str, stream: bool) -> String {
         "bedrock" => "/v1/model/anthropic.claude-3-haiku-20240307-v1%3A0/converse".into(),
         "anthropic" => "/v1/messages".into(),
         "azure" => "/openai/deployments/gpt-4o-prod/chat/completions".into(),
+        "azure-responses" => "/openai/v1/responses".into(),
         "gemini" => format!("/v1/models/gemini-2.5-flash:{gemini_method}"),
         "vertex" => format!(
             "/v1/projects/kinds-project/locations/europe-west4/publishers/google/models/gemini-2.5-pro:\
@@ -225,7 +230,7 @@ pub fn call_path(kind: &str, stream: bool) -> String {
 pub fn text_reply(kind: &str, text: &str) -> Reply {
     match kind {
         "openai" | "azure" => Reply::openai_text(text),
-        "openai-responses" => Reply::responses_text(text),
+        "openai-responses" | "azure-responses" => Reply::responses_text(text),
         "anthropic" | "anthropic-vertex" => {
             tower_chat_testkit::replies::anthropic_text("claude-scripted", text)
         }
@@ -241,7 +246,7 @@ pub fn weather_call(kind: &str) -> Reply {
         "openai" | "azure" => {
             Reply::openai_tool_calls(&[("call_w", "get_weather", r#"{"city": "Oslo"}"#)])
         }
-        "openai-responses" => {
+        "openai-responses" | "azure-responses" => {
             Reply::responses_tool_calls(&[("call_w", "get_weather", r#"{"city": "Oslo"}"#)])
         }
         "anthropic" | "anthropic-vertex" => Reply::anthropic_stream(&[
@@ -273,7 +278,7 @@ pub fn scripted_usage(kind: &str) -> [(u64, u64); 2] {
     match kind {
         "openai" | "azure" => [(20, 9), (12, 5)],
         // 40 prompt tokens (8 of them cached), 30 output.
-        "openai-responses" => [(40, 30), (12, 5)],
+        "openai-responses" | "azure-responses" => [(40, 30), (12, 5)],
         "anthropic" | "anthropic-vertex" => [(20, 9), (10, 5)],
         // Gemini's 40 thought tokens are output beside its 8 candidate tokens.
         "gemini" | "vertex" => [(30, 48), (12, 5)],

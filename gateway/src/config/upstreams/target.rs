@@ -13,7 +13,8 @@ use serde::{Deserialize, Deserializer};
 pub use endpoint::{DeploymentSection, Endpoint};
 use fields::fields_of;
 pub use kinds::{
-    AnthropicVertexTarget, AzureTarget, BedrockTarget, GeminiTarget, KeyedTarget, VertexTarget,
+    AnthropicVertexTarget, AzureResponsesTarget, AzureTarget, BedrockTarget, GeminiTarget,
+    KeyedTarget, VertexTarget,
 };
 
 use crate::config::credential::CredentialField;
@@ -50,6 +51,9 @@ pub enum ProviderTarget {
     /// `azure`: Azure OpenAI.
     #[serde(rename = "azure")]
     Azure(AzureTarget),
+    /// `azure-responses`: the Responses API on Azure OpenAI.
+    #[serde(rename = "azure-responses")]
+    AzureResponses(AzureResponsesTarget),
     /// `gemini`: the Gemini API.
     #[serde(rename = "gemini")]
     Gemini(GeminiTarget),
@@ -70,6 +74,7 @@ impl ProviderTarget {
             ProviderTarget::Anthropic(_) => Provider::Anthropic,
             ProviderTarget::AnthropicVertex(_) => Provider::AnthropicVertex,
             ProviderTarget::Azure(_) => Provider::Azure,
+            ProviderTarget::AzureResponses(_) => Provider::AzureResponses,
             ProviderTarget::Gemini(_) => Provider::Gemini,
             ProviderTarget::Vertex(_) => Provider::Vertex,
             ProviderTarget::Bedrock(_) => Provider::Bedrock,
@@ -84,6 +89,7 @@ impl ProviderTarget {
             | ProviderTarget::Anthropic(target) => &target.endpoint,
             ProviderTarget::AnthropicVertex(target) => &target.endpoint,
             ProviderTarget::Azure(target) => &target.endpoint,
+            ProviderTarget::AzureResponses(target) => &target.endpoint,
             ProviderTarget::Gemini(target) => &target.endpoint,
             ProviderTarget::Vertex(target) => &target.endpoint,
             ProviderTarget::Bedrock(target) => &target.endpoint,
@@ -111,6 +117,7 @@ impl Provider {
             }
             Provider::AnthropicVertex => fields_of::<AnthropicVertexTarget>(),
             Provider::Azure => fields_of::<AzureTarget>(),
+            Provider::AzureResponses => fields_of::<AzureResponsesTarget>(),
             Provider::Gemini => fields_of::<GeminiTarget>(),
             Provider::Vertex => fields_of::<VertexTarget>(),
             Provider::Bedrock => fields_of::<BedrockTarget>(),

@@ -4,7 +4,7 @@ use std::fmt;
 use std::path::Path;
 
 use tower_chat::anthropic::{AnthropicChat, AnthropicVertexChat};
-use tower_chat::azure::AzureOpenAiChat;
+use tower_chat::azure::{AzureOpenAiChat, AzureResponsesChat};
 use tower_chat::bedrock::{AwsCredentials, BedrockChat, ProfileCredentials};
 use tower_chat::gemini::{GeminiChat, ServiceAccount};
 use tower_chat::leaf::{AccessToken, TokenFuture, TokenProvider};
@@ -108,6 +108,13 @@ pub(super) fn leaf(
                 builder = builder.api_version(version);
             }
             Upstream::Azure(configured!(builder))
+        }
+        ProviderTarget::AzureResponses(azure) => {
+            let mut builder = AzureResponsesChat::builder().endpoint(&url);
+            if let Some(version) = &azure.api_version {
+                builder = builder.api_version(version);
+            }
+            Upstream::AzureResponses(configured!(builder))
         }
         ProviderTarget::Gemini(gemini) => Upstream::Gemini(configured!(GeminiChat::builder()
             .base_url(&url)

@@ -100,23 +100,12 @@ impl TryFrom<AzureFields> for AzureTarget {
                     .into(),
             );
         }
-        let given = GivenCredentials::default()
-            .with(
-                CredentialField::KeyEnv,
-                fields.key_env.map(Credential::KeyEnv),
-            )
-            .with(
-                CredentialField::KeyFile,
-                fields.key_file.map(Credential::KeyFile),
-            )
-            .with(
-                CredentialField::TokenEnv,
-                fields.token_env.map(Credential::TokenEnv),
-            )
-            .with(
-                CredentialField::NoKey,
-                fields.no_key.then_some(Credential::NoKey),
-            );
+        let given = azure_credentials(
+            fields.key_env,
+            fields.key_file,
+            fields.token_env,
+            fields.no_key,
+        );
         Ok(AzureTarget {
             endpoint: endpoint(
                 fields.base_url,
@@ -128,6 +117,78 @@ impl TryFrom<AzureFields> for AzureTarget {
             api_version: fields.api_version,
         })
     }
+}
+
+/// `azure-responses`: the Responses API at an Azure resource's endpoint (required), the version-less
+/// `/openai/v1` URL or `api_version`'s, a key or an Entra ID token.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(try_from = "AzureResponsesFields")]
+pub struct AzureResponsesTarget {
+    /// The resource endpoint (or deployments) and credential.
+    pub endpoint: Endpoint,
+    /// `api_version`: call `/openai/responses?api-version=…` (none: `/openai/v1/responses`).
+    pub api_version: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AzureResponsesFields {
+    base_url: Option<String>,
+    api_version: Option<String>,
+    key_env: Option<String>,
+    key_file: Option<PathBuf>,
+    token_env: Option<String>,
+    #[serde(default)]
+    no_key: bool,
+    #[serde(default)]
+    deployments: Vec<DeploymentSection>,
+}
+
+impl TryFrom<AzureResponsesFields> for AzureResponsesTarget {
+    type Error = String;
+
+    fn try_from(fields: AzureResponsesFields) -> Result<Self, String> {
+        check_path_segment(fields.api_version.as_deref(), "api_version")?;
+        if fields.base_url.is_none() && fields.deployments.is_empty() {
+            return Err(
+                "an `azure-responses` target needs its resource's endpoint as `base_url` (e.g. \
+                 \"https://my-resource.openai.azure.com\")"
+                    .into(),
+            );
+        }
+        let given = azure_credentials(
+            fields.key_env,
+            fields.key_file,
+            fields.token_env,
+            fields.no_key,
+        );
+        Ok(AzureResponsesTarget {
+            endpoint: endpoint(
+                fields.base_url,
+                fields.deployments,
+                given,
+                fields_of::<AzureResponsesTarget>(),
+            )?,
+            api_version: fields.api_version,
+        })
+    }
+}
+
+/// The credentials an Azure OpenAI resource takes: a key (`api-key`), an Entra ID token, or none.
+fn azure_credentials(
+    key_env: Option<String>,
+    key_file: Option<PathBuf>,
+    token_env: Option<String>,
+    no_key: bool,
+) -> GivenCredentials {
+    GivenCredentials::default()
+        .with(CredentialField::KeyEnv, key_env.map(Credential::KeyEnv))
+        .with(CredentialField::KeyFile, key_file.map(Credential::KeyFile))
+        .with(
+            CredentialField::TokenEnv,
+            token_env.map(Credential::TokenEnv),
+        )
+        .with(CredentialField::NoKey, no_key.then_some(Credential::NoKey))
 }
 
 /// `gemini`: a base URL (or deployments), a key, how schemas are sent.
