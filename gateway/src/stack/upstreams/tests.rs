@@ -228,6 +228,20 @@ fn the_summary_names_a_vertex_claude_target_at_its_publishers_url() {
 }
 
 #[test]
+fn the_summary_names_an_azure_responses_target_at_its_v1_url() {
+    let mut config = crate::Config::new("http://127.0.0.1:9/v1");
+    let text = target(
+        "azure-responses",
+        "base_url = \"https://r.openai.azure.com\"\nkey_env = \"AZURE_KEY\"",
+    );
+    config.file = ConfigFile::parse(&text, "g.toml").unwrap();
+    assert_eq!(
+        super::describe(&config),
+        "a: azure-responses/m https://r.openai.azure.com (key from AZURE_KEY)"
+    );
+}
+
+#[test]
 fn a_bearer_token_from_the_environment_never_shows_in_debug_output() {
     std::env::set_var("TOWER_CHAT_UPSTREAMS_TEST_AZURE_TOKEN", "eyJ-secret-token");
     let mut config = crate::Config::new("http://127.0.0.1:9/v1");
