@@ -217,8 +217,8 @@ async fn a_messages_request_reaches_claude_on_vertex_with_its_beta_header_and_un
 }
 
 #[tokio::test]
-async fn a_vertex_claude_refusal_reaches_the_client_as_a_bad_request() {
-    // The model id with a `/` would name another URL: refused before anything is sent.
+async fn a_model_id_that_would_change_the_vertex_url_is_refused_before_sending() {
+    // A client's model goes into the URL as it is (`model = "*"`): one with a `/` would name another URL.
     let upstreams = vertex_claude().await;
     let toml = upstreams
         .toml()
