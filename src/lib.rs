@@ -5,7 +5,7 @@
 //! [`ChatEvent`]s; every cross-cutting concern (the tool loop, approvals, persistence, telemetry) is a `Layer`
 //! over such a service, and the stack ends in an HTTP leaf service: [`openai::OpenAiChat`] (Chat Completions and
 //! every server that speaks it), [`responses::ResponsesChat`] (OpenAI Responses), [`anthropic::AnthropicChat`]
-//! (Messages), [`azure::AzureOpenAiChat`] (Azure OpenAI), [`gemini::GeminiChat`] (Gemini API and Vertex AI) and,
+//! (Messages; [`anthropic::AnthropicVertexChat`] on Vertex AI), [`azure::AzureOpenAiChat`] (Azure OpenAI), [`gemini::GeminiChat`] (Gemini API and Vertex AI) and,
 //! with the `bedrock` feature, `bedrock::BedrockChat` (Amazon Bedrock's Converse, SigV4-signed).
 //!
 //! ```no_run

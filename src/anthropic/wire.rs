@@ -26,7 +26,12 @@ use block::{cache_control, Block, CacheControl, Source, ToolResultContent};
 
 #[derive(Serialize)]
 struct Body<'a> {
-    model: &'a str,
+    /// Absent on Vertex AI, whose URL names the model.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    model: Option<&'a str>,
+    /// Vertex AI's API version, which it reads from the body instead of a header.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    anthropic_version: Option<&'a str>,
     max_tokens: u32,
     #[serde(skip_serializing_if = "System::is_empty")]
     system: System<'a>,
@@ -157,6 +162,8 @@ pub(crate) struct EncodeOptions<'a> {
     pub(crate) default_max_tokens: Option<u32>,
     /// The provider's cache of the last tools list's JSON.
     pub(crate) tools: &'a ToolsJson,
+    /// Vertex AI's `anthropic_version`: when set, the body carries it and no `model` (the URL names it).
+    pub(crate) anthropic_version: Option<&'a str>,
 }
 
 /// Serialize a request to the JSON body of `POST {base}/messages`.
@@ -234,7 +241,8 @@ pub(crate) fn encode(
         }
     }
     let body = Body {
-        model,
+        model: opts.anthropic_version.is_none().then_some(model),
+        anthropic_version: opts.anthropic_version,
         max_tokens: options
             .max_output_tokens
             .or(opts.default_max_tokens)
@@ -477,6 +485,7 @@ mod tests {
             default_model: Some("claude-sonnet-4-5"),
             default_max_tokens: Some(1024),
             tools: &ToolsJson::default(),
+            anthropic_version: None,
         };
         let body: Value = serde_json::from_slice(&encode(&request, &opts).unwrap()).unwrap();
         assert_eq!(body["system"], "be brief");
@@ -509,6 +518,7 @@ mod tests {
             default_model: None,
             default_max_tokens: Some(1024),
             tools: &ToolsJson::default(),
+            anthropic_version: None,
         };
         encode(&request, &opts).map(|body| serde_json::from_slice(&body).unwrap())
     }
@@ -563,6 +573,7 @@ mod tests {
             default_model: None,
             default_max_tokens: Some(1024),
             tools: &tools,
+            anthropic_version: None,
         };
         let body: Value = serde_json::from_slice(&encode(&request, &opts).unwrap()).unwrap();
         assert_eq!(body["tools"][0]["name"], "add");

@@ -9,6 +9,9 @@
 //! error whose source is a [`ContentFiltered`] naming the categories; the `prompt_filter_results` and
 //! `content_filter_results` annotations of its streams are read past.
 //!
+//! [`AzureResponsesChat`] is the Responses API on the same resource (`/openai/v1/responses`, or
+//! `/openai/responses?api-version=…`), with the same credentials.
+//!
 //! ```
 //! use tower::ServiceExt;
 //! use tower_chat::azure::AzureOpenAiChat;
@@ -35,12 +38,14 @@
 
 mod content_filter;
 mod decode;
+mod responses;
 
 use std::borrow::Cow;
 
 use http::header::HeaderName;
 
 pub use content_filter::{ContentFiltered, FilterCategory, FilterStage};
+pub use responses::{AzureResponses, AzureResponsesChat, AzureResponsesChatBuilder};
 
 use crate::carried::DroppedFields;
 use crate::error::{BoxError, ChatError};

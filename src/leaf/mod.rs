@@ -261,7 +261,10 @@ impl LeafConfig {
             .extensions
             .get::<crate::ForwardedHeaders>()
             .filter(|f| Some(f.format()) == P::API_FORMAT);
-        let url = match forwarded.and_then(|f| f.query_string()) {
+        let query = forwarded
+            .and_then(|f| f.query_string())
+            .filter(|_| P::FORWARDS_QUERY);
+        let url = match query {
             Some(query) => Some(with_query(
                 url.unwrap_or_else(|| self.endpoint.clone()),
                 query,

@@ -20,8 +20,11 @@ use crate::transport::WireDecoder;
 ///
 /// Implemented by [`OpenAi`](crate::openai::OpenAi) (Chat Completions, and every server that speaks it),
 /// [`OpenAiResponses`](crate::responses::OpenAiResponses) (the Responses API),
-/// [`Anthropic`](crate::anthropic::Anthropic) (the Messages API), [`AzureOpenAi`](crate::azure::AzureOpenAi)
-/// (Chat Completions on Azure), [`Gemini`](crate::gemini::Gemini) (`generateContent`, Gemini API and Vertex AI)
+/// [`Anthropic`](crate::anthropic::Anthropic) (the Messages API),
+/// [`AnthropicVertex`](crate::anthropic::AnthropicVertex) (Messages on Vertex AI),
+/// [`AzureOpenAi`](crate::azure::AzureOpenAi) (Chat Completions on Azure),
+/// [`AzureResponses`](crate::azure::AzureResponses) (Responses on Azure),
+/// [`Gemini`](crate::gemini::Gemini) (`generateContent`, Gemini API and Vertex AI)
 /// and, with the `bedrock` feature, `Bedrock` (Converse, SigV4-signed). The trait is sealed: its methods work on
 /// the crate's internal decoding machinery, which is not a public API.
 pub trait Provider: sealed::ProviderWire + std::fmt::Debug + Send + Sync + 'static {}
@@ -60,6 +63,9 @@ pub(crate) mod sealed {
         /// The request format this wire speaks, when a client could speak it too: carried fields and forwarded
         /// headers in it are sent ([`crate::Carried`]); `None` (Gemini, Bedrock) sends none.
         const API_FORMAT: Option<crate::ApiFormat> = None;
+        /// Whether a query forwarded with the request's headers (Messages' `beta=true`) is added to the URL:
+        /// not where the URL names a method of its own (Vertex AI's `:rawPredict`).
+        const FORWARDS_QUERY: bool = true;
 
         /// Whether a part kept for a provider goes in this wire's body (false: it is left out of the call and
         /// named in the request's [`DroppedFields`](crate::DroppedFields)).

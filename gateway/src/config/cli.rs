@@ -93,8 +93,9 @@ pub struct Flags {
     /// provider's public API).
     #[arg(long, env = "TOWER_CHAT_UPSTREAM", value_name = "URL", help_heading = UPSTREAMS)]
     pub upstream: Option<String>,
-    /// The upstream's kind (default openai): openai, openai-responses, anthropic, azure (--upstream is the
-    /// resource endpoint) or gemini; vertex and bedrock need settings only an `[upstreams]` target gives.
+    /// The upstream's kind (default openai): openai, openai-responses, anthropic, azure or azure-responses
+    /// (--upstream is the resource endpoint) or gemini; vertex, anthropic-vertex and bedrock need settings only an `[upstreams]`
+    /// target gives.
     #[arg(long, env = "TOWER_CHAT_PROVIDER", value_name = "NAME", help_heading = UPSTREAMS)]
     pub provider: Option<Provider>,
     /// Environment variable holding the upstream key (default: the provider's own, OPENAI_API_KEY,

@@ -15,12 +15,15 @@ use serde::{Deserialize, Serialize};
 /// | `openai` | Chat Completions | `base_url` | `key_env`, `key_file`, `no_key` |
 /// | `openai-responses` | Responses | `base_url` | `key_env`, `key_file`, `no_key` |
 /// | `anthropic` | Messages | `base_url` | `key_env`, `key_file`, `no_key` |
+/// | `anthropic-vertex` | Messages on Vertex AI (`:rawPredict`, `:streamRawPredict`) | `project`, `location` (required), `base_url` (the API host) | `credentials_file`, `credentials_env` (a service-account key), `token_env` (an OAuth access token), `no_key` |
 /// | `azure` | Chat Completions on Azure | `base_url` (the resource endpoint, required), `azure_deployment` + `api_version`, or neither: `/openai/v1` | `key_env`, `key_file` (`api-key` header), `token_env` (Entra ID bearer), `no_key` |
+/// | `azure-responses` | Responses on Azure | `base_url` (the resource endpoint, required), `api_version` (`/openai/responses?api-version=…`) or none (`/openai/v1/responses`) | `key_env`, `key_file` (`api-key` header), `token_env` (Entra ID bearer), `no_key` |
 /// | `gemini` | `generateContent` | `base_url`, `schema_form` | `key_env`, `key_file` (`x-goog-api-key`), `no_key` |
 /// | `vertex` | `generateContent` on Vertex AI | `project`, `location` (required), `base_url` (the API host), `schema_form` | `credentials_file`, `credentials_env` (a service-account key), `token_env` (an OAuth access token), `no_key` |
 /// | `bedrock` | Converse / ConverseStream, SigV4-signed | `region` (required), `base_url` (default: the region's `bedrock-runtime` host) | `aws_env` (the standard AWS variables), `aws_profile` (the shared AWS files), `key_env`, `key_file` (a Bedrock API key, as a bearer token) |
 ///
-/// `openai`, `openai-responses`, `anthropic`, `azure` and `gemini` targets may be balanced over `deployments`.
+/// `openai`, `openai-responses`, `anthropic`, `azure`, `azure-responses` and `gemini` targets may be balanced over
+/// `deployments`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, clap::ValueEnum, Deserialize, Serialize)]
 pub enum Provider {
     /// OpenAI Chat Completions (OpenAI, vLLM, Ollama, DeepSeek, …).
@@ -36,11 +39,21 @@ pub enum Provider {
     #[value(name = "anthropic")]
     #[serde(rename = "anthropic")]
     Anthropic,
+    /// Anthropic's Claude models on Vertex AI: the Messages wire format, in a project and location, with OAuth
+    /// bearer tokens.
+    #[value(name = "anthropic-vertex")]
+    #[serde(rename = "anthropic-vertex")]
+    AnthropicVertex,
     /// Azure OpenAI: Chat Completions at a resource's deployment URL (with `api-version`) or its `/openai/v1`
     /// URL, the `api-key` header or an Entra ID bearer token.
     #[value(name = "azure")]
     #[serde(rename = "azure")]
     Azure,
+    /// The Responses API on Azure OpenAI: a resource's `/openai/v1/responses` (or `/openai/responses` with an
+    /// `api-version`), the `api-key` header or an Entra ID bearer token.
+    #[value(name = "azure-responses")]
+    #[serde(rename = "azure-responses")]
+    AzureResponses,
     /// The Gemini API (`generativelanguage`), the key in `x-goog-api-key`.
     #[value(name = "gemini")]
     #[serde(rename = "gemini")]
@@ -62,7 +75,9 @@ impl Provider {
             Provider::OpenAi => "openai",
             Provider::OpenAiResponses => "openai-responses",
             Provider::Anthropic => "anthropic",
+            Provider::AnthropicVertex => "anthropic-vertex",
             Provider::Azure => "azure",
+            Provider::AzureResponses => "azure-responses",
             Provider::Gemini => "gemini",
             Provider::Vertex => "vertex",
             Provider::Bedrock => "bedrock",
@@ -76,7 +91,11 @@ impl Provider {
             Provider::OpenAi | Provider::OpenAiResponses => Some("https://api.openai.com/v1"),
             Provider::Anthropic => Some("https://api.anthropic.com/v1"),
             Provider::Gemini => Some("https://generativelanguage.googleapis.com/v1beta"),
-            Provider::Azure | Provider::Vertex | Provider::Bedrock => None,
+            Provider::Azure
+            | Provider::AzureResponses
+            | Provider::Vertex
+            | Provider::AnthropicVertex
+            | Provider::Bedrock => None,
         }
     }
 
@@ -86,19 +105,21 @@ impl Provider {
         match self {
             Provider::OpenAi | Provider::OpenAiResponses => Some("OPENAI_API_KEY"),
             Provider::Anthropic => Some("ANTHROPIC_API_KEY"),
-            Provider::Azure => Some("AZURE_OPENAI_API_KEY"),
+            Provider::Azure | Provider::AzureResponses => Some("AZURE_OPENAI_API_KEY"),
             Provider::Gemini => Some("GEMINI_API_KEY"),
             Provider::Bedrock => Some("AWS_BEARER_TOKEN_BEDROCK"),
-            Provider::Vertex => None,
+            Provider::Vertex | Provider::AnthropicVertex => None,
         }
     }
 
     /// Every kind, in the table's order.
-    pub const ALL: [Provider; 7] = [
+    pub const ALL: [Provider; 9] = [
         Provider::OpenAi,
         Provider::OpenAiResponses,
         Provider::Anthropic,
+        Provider::AnthropicVertex,
         Provider::Azure,
+        Provider::AzureResponses,
         Provider::Gemini,
         Provider::Vertex,
         Provider::Bedrock,
@@ -115,7 +136,9 @@ impl fmt::Display for Provider {
 impl From<Provider> for tower_chat_wire::UpstreamFormat {
     fn from(provider: Provider) -> Self {
         match provider {
-            Provider::Anthropic => tower_chat_wire::UpstreamFormat::Anthropic,
+            Provider::Anthropic | Provider::AnthropicVertex => {
+                tower_chat_wire::UpstreamFormat::Anthropic
+            }
             _ => tower_chat_wire::UpstreamFormat::OpenAi,
         }
     }

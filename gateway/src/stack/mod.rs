@@ -41,8 +41,8 @@ use std::task::{Context, Poll};
 
 use tower::util::BoxCloneSyncService;
 use tower::ServiceBuilder;
-use tower_chat::anthropic::AnthropicChat;
-use tower_chat::azure::AzureOpenAiChat;
+use tower_chat::anthropic::{AnthropicChat, AnthropicVertexChat};
+use tower_chat::azure::{AzureOpenAiChat, AzureResponsesChat};
 use tower_chat::bedrock::BedrockChat;
 use tower_chat::gemini::GeminiChat;
 use tower_chat::openai::OpenAiChat;
@@ -72,8 +72,12 @@ pub enum Upstream {
     Responses(ResponsesChat),
     /// `--provider anthropic`.
     Anthropic(AnthropicChat),
+    /// An `[upstreams]` target with `provider = "anthropic-vertex"`.
+    AnthropicVertex(AnthropicVertexChat),
     /// An `[upstreams]` target with `provider = "azure"`.
     Azure(AzureOpenAiChat),
+    /// An `[upstreams]` target with `provider = "azure-responses"`.
+    AzureResponses(AzureResponsesChat),
     /// An `[upstreams]` target with `provider = "gemini"` or `"vertex"` (one wire format).
     Gemini(GeminiChat),
     /// An `[upstreams]` target with `provider = "bedrock"`.
@@ -87,7 +91,9 @@ macro_rules! each_leaf {
             Upstream::OpenAi($leaf) => $body,
             Upstream::Responses($leaf) => $body,
             Upstream::Anthropic($leaf) => $body,
+            Upstream::AnthropicVertex($leaf) => $body,
             Upstream::Azure($leaf) => $body,
+            Upstream::AzureResponses($leaf) => $body,
             Upstream::Gemini($leaf) => $body,
             Upstream::Bedrock($leaf) => $body,
         }

@@ -1,7 +1,10 @@
 //! A scripted upstream of every kind `[upstreams]` can name, each behind a model of its own (`m-<kind>`), with
 //! the credential each kind takes: a key variable (`openai`, `azure`), a key file (`anthropic`, `gemini`), none
 //! (`openai-responses`), a service-account key whose tokens come from a scripted token endpoint (`vertex`), AWS
-//! credentials in the standard variables, every request SigV4-signed and checked (`bedrock`).
+//! credentials in the standard variables, every request SigV4-signed and checked (`bedrock`). `anthropic-vertex`
+//! (Claude on Vertex AI, the `vertex` service account) and `azure-responses` (the Responses API on Azure, the key
+//! variable) are started only where a test names them
+//! ([`KindUpstreams::start_only`]).
 
 use std::path::Path;
 
@@ -23,7 +26,7 @@ pub const KINDS: [&str; 7] = [
 pub const KEY: &str = "sk-kinds-key";
 /// The variable holding [`KEY`].
 pub const KEY_ENV: &str = "TOWER_CHAT_GATEWAY_KINDS_KEY";
-/// The access token the scripted token endpoint hands the `vertex` target's service account.
+/// The access token the scripted token endpoint hands the `vertex` and `anthropic-vertex` targets' service account.
 pub const VERTEX_TOKEN: &str = "ya29.kinds-token";
 
 /// The AWS credentials the `bedrock` target signs with (from the standard variables) and its upstream checks.
@@ -63,6 +66,14 @@ pub struct KindUpstreams {
 impl KindUpstreams {
     /// A server per kind, answering with `handler(kind)`.
     pub async fn start(handler: impl Fn(&'static str) -> Handler) -> KindUpstreams {
+        Self::start_only(&KINDS, handler).await
+    }
+
+    /// A server for each of `only`, answering with `handler(kind)`.
+    pub async fn start_only(
+        only: &[&'static str],
+        handler: impl Fn(&'static str) -> Handler,
+    ) -> KindUpstreams {
         std::env::set_var(KEY_ENV, KEY);
         std::env::set_var("AWS_ACCESS_KEY_ID", AWS_ACCESS_KEY_ID);
         std::env::set_var("AWS_SECRET_ACCESS_KEY", AWS_SECRET_ACCESS_KEY);
@@ -90,7 +101,7 @@ impl KindUpstreams {
         )
         .unwrap();
         let mut kinds = Vec::new();
-        for kind in KINDS {
+        for &kind in only {
             let server = ScriptedProvider::start(handler(kind)).await;
             kinds.push(KindUpstream { kind, server });
         }
@@ -129,6 +140,9 @@ impl KindUpstreams {
                 "model = \"gpt-4o\"\nbase_url = \"http://{addr}\"\nazure_deployment = \"gpt-4o-prod\"\n\
                  api_version = \"2024-10-21\"\nkey_env = \"{KEY_ENV}\""
             ),
+            "azure-responses" => format!(
+                "model = \"gpt-5-mini-prod\"\nbase_url = \"http://{addr}\"\nkey_env = \"{KEY_ENV}\""
+            ),
             "gemini" => format!(
                 "model = \"gemini-2.5-flash\"\nbase_url = \"{base}\"\nkey_file = {}",
                 path("key.txt")
@@ -136,6 +150,11 @@ impl KindUpstreams {
             "vertex" => format!(
                 "model = \"gemini-2.5-pro\"\nbase_url = \"http://{addr}\"\nproject = \"kinds-project\"\n\
                  location = \"europe-west4\"\ncredentials_file = {}",
+                path("service-account.json")
+            ),
+            "anthropic-vertex" => format!(
+                "model = \"claude-sonnet-4-5@20250929\"\nbase_url = \"http://{addr}\"\n\
+                 project = \"kinds-project\"\nlocation = \"us-east5\"\ncredentials_file = {}",
                 path("service-account.json")
             ),
             "bedrock" => format!(
@@ -171,9 +190,9 @@ pub fn credential_header(kind: &str) -> (&'static str, String) {
     match kind {
         "openai" => ("authorization", format!("Bearer {KEY}")),
         "anthropic" => ("x-api-key", KEY.to_owned()),
-        "azure" => ("api-key", KEY.to_owned()),
+        "azure" | "azure-responses" => ("api-key", KEY.to_owned()),
         "gemini" => ("x-goog-api-key", KEY.to_owned()),
-        "vertex" => ("authorization", format!("Bearer {VERTEX_TOKEN}")),
+        "vertex" | "anthropic-vertex" => ("authorization", format!("Bearer {VERTEX_TOKEN}")),
         _ => ("authorization", String::new()),
     }
 }
@@ -192,10 +211,16 @@ pub fn call_path(kind: &str, stream: bool) -> String {
         "bedrock" => "/v1/model/anthropic.claude-3-haiku-20240307-v1%3A0/converse".into(),
         "anthropic" => "/v1/messages".into(),
         "azure" => "/openai/deployments/gpt-4o-prod/chat/completions".into(),
+        "azure-responses" => "/openai/v1/responses".into(),
         "gemini" => format!("/v1/models/gemini-2.5-flash:{gemini_method}"),
         "vertex" => format!(
             "/v1/projects/kinds-project/locations/europe-west4/publishers/google/models/gemini-2.5-pro:\
              {gemini_method}"
+        ),
+        "anthropic-vertex" => format!(
+            "/v1/projects/kinds-project/locations/us-east5/publishers/anthropic/models/\
+             claude-sonnet-4-5@20250929:{}",
+            if stream { "streamRawPredict" } else { "rawPredict" }
         ),
         other => panic!("no such kind {other}"),
     }
@@ -205,8 +230,10 @@ pub fn call_path(kind: &str, stream: bool) -> String {
 pub fn text_reply(kind: &str, text: &str) -> Reply {
     match kind {
         "openai" | "azure" => Reply::openai_text(text),
-        "openai-responses" => Reply::responses_text(text),
-        "anthropic" => tower_chat_testkit::replies::anthropic_text("claude-scripted", text),
+        "openai-responses" | "azure-responses" => Reply::responses_text(text),
+        "anthropic" | "anthropic-vertex" => {
+            tower_chat_testkit::replies::anthropic_text("claude-scripted", text)
+        }
         "gemini" | "vertex" => Reply::gemini_text(text),
         "bedrock" => Reply::bedrock_text(text),
         other => panic!("no such kind {other}"),
@@ -219,10 +246,10 @@ pub fn weather_call(kind: &str) -> Reply {
         "openai" | "azure" => {
             Reply::openai_tool_calls(&[("call_w", "get_weather", r#"{"city": "Oslo"}"#)])
         }
-        "openai-responses" => {
+        "openai-responses" | "azure-responses" => {
             Reply::responses_tool_calls(&[("call_w", "get_weather", r#"{"city": "Oslo"}"#)])
         }
-        "anthropic" => Reply::anthropic_stream(&[
+        "anthropic" | "anthropic-vertex" => Reply::anthropic_stream(&[
             json!({"type":"message_start","message":{"id":"msg_w","type":"message","role":"assistant",
                 "model":"claude-scripted","content":[],"usage":{"input_tokens":20,"output_tokens":1}}}),
             json!({"type":"content_block_start","index":0,"content_block":{"type":"tool_use","id":"toolu_w",
@@ -251,8 +278,8 @@ pub fn scripted_usage(kind: &str) -> [(u64, u64); 2] {
     match kind {
         "openai" | "azure" => [(20, 9), (12, 5)],
         // 40 prompt tokens (8 of them cached), 30 output.
-        "openai-responses" => [(40, 30), (12, 5)],
-        "anthropic" => [(20, 9), (10, 5)],
+        "openai-responses" | "azure-responses" => [(40, 30), (12, 5)],
+        "anthropic" | "anthropic-vertex" => [(20, 9), (10, 5)],
         // Gemini's 40 thought tokens are output beside its 8 candidate tokens.
         "gemini" | "vertex" => [(30, 48), (12, 5)],
         "bedrock" => [(30, 8), (12, 5)],

@@ -7,6 +7,8 @@ mod common;
 
 mod provider_matrix;
 mod schema_bombs;
+mod upstream_anthropic_vertex;
+mod upstream_azure_responses;
 mod upstream_fidelity;
 mod upstream_kinds;
 mod upstream_responses;

@@ -12,7 +12,10 @@ use serde::{Deserialize, Deserializer};
 
 pub use endpoint::{DeploymentSection, Endpoint};
 use fields::fields_of;
-pub use kinds::{AzureTarget, BedrockTarget, GeminiTarget, KeyedTarget, VertexTarget};
+pub use kinds::{
+    AnthropicVertexTarget, AzureResponsesTarget, AzureTarget, BedrockTarget, GeminiTarget,
+    KeyedTarget, VertexTarget,
+};
 
 use crate::config::credential::CredentialField;
 use crate::config::provider::Provider;
@@ -42,9 +45,15 @@ pub enum ProviderTarget {
     /// `anthropic`: Messages.
     #[serde(rename = "anthropic")]
     Anthropic(KeyedTarget),
+    /// `anthropic-vertex`: Claude (Messages) on Vertex AI.
+    #[serde(rename = "anthropic-vertex")]
+    AnthropicVertex(AnthropicVertexTarget),
     /// `azure`: Azure OpenAI.
     #[serde(rename = "azure")]
     Azure(AzureTarget),
+    /// `azure-responses`: the Responses API on Azure OpenAI.
+    #[serde(rename = "azure-responses")]
+    AzureResponses(AzureResponsesTarget),
     /// `gemini`: the Gemini API.
     #[serde(rename = "gemini")]
     Gemini(GeminiTarget),
@@ -63,7 +72,9 @@ impl ProviderTarget {
             ProviderTarget::OpenAi(_) => Provider::OpenAi,
             ProviderTarget::OpenAiResponses(_) => Provider::OpenAiResponses,
             ProviderTarget::Anthropic(_) => Provider::Anthropic,
+            ProviderTarget::AnthropicVertex(_) => Provider::AnthropicVertex,
             ProviderTarget::Azure(_) => Provider::Azure,
+            ProviderTarget::AzureResponses(_) => Provider::AzureResponses,
             ProviderTarget::Gemini(_) => Provider::Gemini,
             ProviderTarget::Vertex(_) => Provider::Vertex,
             ProviderTarget::Bedrock(_) => Provider::Bedrock,
@@ -76,7 +87,9 @@ impl ProviderTarget {
             ProviderTarget::OpenAi(target)
             | ProviderTarget::OpenAiResponses(target)
             | ProviderTarget::Anthropic(target) => &target.endpoint,
+            ProviderTarget::AnthropicVertex(target) => &target.endpoint,
             ProviderTarget::Azure(target) => &target.endpoint,
+            ProviderTarget::AzureResponses(target) => &target.endpoint,
             ProviderTarget::Gemini(target) => &target.endpoint,
             ProviderTarget::Vertex(target) => &target.endpoint,
             ProviderTarget::Bedrock(target) => &target.endpoint,
@@ -102,7 +115,9 @@ impl Provider {
             Provider::OpenAi | Provider::OpenAiResponses | Provider::Anthropic => {
                 fields_of::<KeyedTarget>()
             }
+            Provider::AnthropicVertex => fields_of::<AnthropicVertexTarget>(),
             Provider::Azure => fields_of::<AzureTarget>(),
+            Provider::AzureResponses => fields_of::<AzureResponsesTarget>(),
             Provider::Gemini => fields_of::<GeminiTarget>(),
             Provider::Vertex => fields_of::<VertexTarget>(),
             Provider::Bedrock => fields_of::<BedrockTarget>(),
@@ -124,18 +139,16 @@ impl TargetSection {
     }
 
     /// The URL a leaf of this target calls, given its configured `base_url` (the target's or a deployment's):
-    /// that URL, else the kind's public API; the Vertex AI path of the project and location, under the
-    /// location's host unless `base_url` names another; the region's Bedrock host.
+    /// that URL, else the kind's public API; the Vertex AI path of the project, location and publisher (Google
+    /// for Gemini, Anthropic for Claude), under the location's host unless `base_url` names another; the
+    /// region's Bedrock host.
     pub fn url(&self, base_url: Option<&str>) -> String {
         match (&self.provider, base_url) {
             (ProviderTarget::Vertex(vertex), host) => {
-                let (project, location) = (&vertex.project, &vertex.location);
-                let host = match host {
-                    Some(host) => host.trim_end_matches('/').to_owned(),
-                    None if location == "global" => "https://aiplatform.googleapis.com".to_owned(),
-                    None => format!("https://{location}-aiplatform.googleapis.com"),
-                };
-                format!("{host}/v1/projects/{project}/locations/{location}/publishers/google")
+                vertex_url(host, &vertex.project, &vertex.location, "google")
+            }
+            (ProviderTarget::AnthropicVertex(vertex), host) => {
+                vertex_url(host, &vertex.project, &vertex.location, "anthropic")
             }
             (ProviderTarget::Bedrock(bedrock), None) => {
                 format!("https://bedrock-runtime.{}.amazonaws.com", bedrock.region)
@@ -148,6 +161,16 @@ impl TargetSection {
                 .to_owned(),
         }
     }
+}
+
+/// A Vertex AI publisher's models in `project` at `location`, on `host` (default: the location's).
+fn vertex_url(host: Option<&str>, project: &str, location: &str, publisher: &str) -> String {
+    let host = match host {
+        Some(host) => host.trim_end_matches('/').to_owned(),
+        None if location == "global" => "https://aiplatform.googleapis.com".to_owned(),
+        None => format!("https://{location}-aiplatform.googleapis.com"),
+    };
+    format!("{host}/v1/projects/{project}/locations/{location}/publishers/{publisher}")
 }
 
 impl<'de> Deserialize<'de> for TargetSection {

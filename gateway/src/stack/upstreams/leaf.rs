@@ -3,8 +3,8 @@
 use std::fmt;
 use std::path::Path;
 
-use tower_chat::anthropic::AnthropicChat;
-use tower_chat::azure::AzureOpenAiChat;
+use tower_chat::anthropic::{AnthropicChat, AnthropicVertexChat};
+use tower_chat::azure::{AzureOpenAiChat, AzureResponsesChat};
 use tower_chat::bedrock::{AwsCredentials, BedrockChat, ProfileCredentials};
 use tower_chat::gemini::{GeminiChat, ServiceAccount};
 use tower_chat::leaf::{AccessToken, TokenFuture, TokenProvider};
@@ -96,6 +96,9 @@ pub(super) fn leaf(
         ProviderTarget::Anthropic(_) => {
             Upstream::Anthropic(configured!(AnthropicChat::builder().base_url(&url)))
         }
+        ProviderTarget::AnthropicVertex(_) => {
+            Upstream::AnthropicVertex(configured!(AnthropicVertexChat::builder().base_url(&url)))
+        }
         ProviderTarget::Azure(azure) => {
             let mut builder = AzureOpenAiChat::builder().endpoint(&url);
             if let Some(deployment) = &azure.deployment {
@@ -105,6 +108,13 @@ pub(super) fn leaf(
                 builder = builder.api_version(version);
             }
             Upstream::Azure(configured!(builder))
+        }
+        ProviderTarget::AzureResponses(azure) => {
+            let mut builder = AzureResponsesChat::builder().endpoint(&url);
+            if let Some(version) = &azure.api_version {
+                builder = builder.api_version(version);
+            }
+            Upstream::AzureResponses(configured!(builder))
         }
         ProviderTarget::Gemini(gemini) => Upstream::Gemini(configured!(GeminiChat::builder()
             .base_url(&url)

@@ -131,6 +131,11 @@ fn the_documented_kinds_example_is_valid() {
             "[[upstreams.models]]\nname = \"gpt-4o\"",
             vec![vec![OpenAi, Azure], vec![Vertex]],
         ),
+        (
+            include_str!("../../../../docs/src/gateway/upstreams.md"),
+            "  [[upstreams.models]]\n  name = \"claude-sonnet-4-5\"",
+            vec![vec![AnthropicVertex]],
+        ),
     ];
     for (doc, first, expected) in examples {
         let start = doc.find(first).unwrap();
@@ -204,6 +209,35 @@ fn the_summary_names_where_each_credential_is_read_never_the_credential() {
          publishers/google (service account /etc/sa.json) then azure/gpt-4o https://r.openai.azure.com \
          (bearer token from AZURE_TOKEN) then gemini/flash https://generativelanguage.googleapis.com/v1beta \
          (key from file /run/gemini.key)"
+    );
+}
+
+#[test]
+fn the_summary_names_a_vertex_claude_target_at_its_publishers_url() {
+    let mut config = crate::Config::new("http://127.0.0.1:9/v1");
+    let text = target(
+        "anthropic-vertex",
+        "project = \"p\"\nlocation = \"us-east5\"\ntoken_env = \"GOOGLE_TOKEN\"",
+    );
+    config.file = ConfigFile::parse(&text, "g.toml").unwrap();
+    assert_eq!(
+        super::describe(&config),
+        "a: anthropic-vertex/m https://us-east5-aiplatform.googleapis.com/v1/projects/p/locations/us-east5/\
+         publishers/anthropic (bearer token from GOOGLE_TOKEN)"
+    );
+}
+
+#[test]
+fn the_summary_names_an_azure_responses_target_at_its_v1_url() {
+    let mut config = crate::Config::new("http://127.0.0.1:9/v1");
+    let text = target(
+        "azure-responses",
+        "base_url = \"https://r.openai.azure.com\"\nkey_env = \"AZURE_KEY\"",
+    );
+    config.file = ConfigFile::parse(&text, "g.toml").unwrap();
+    assert_eq!(
+        super::describe(&config),
+        "a: azure-responses/m https://r.openai.azure.com (key from AZURE_KEY)"
     );
 }
 

@@ -100,23 +100,12 @@ impl TryFrom<AzureFields> for AzureTarget {
                     .into(),
             );
         }
-        let given = GivenCredentials::default()
-            .with(
-                CredentialField::KeyEnv,
-                fields.key_env.map(Credential::KeyEnv),
-            )
-            .with(
-                CredentialField::KeyFile,
-                fields.key_file.map(Credential::KeyFile),
-            )
-            .with(
-                CredentialField::TokenEnv,
-                fields.token_env.map(Credential::TokenEnv),
-            )
-            .with(
-                CredentialField::NoKey,
-                fields.no_key.then_some(Credential::NoKey),
-            );
+        let given = azure_credentials(
+            fields.key_env,
+            fields.key_file,
+            fields.token_env,
+            fields.no_key,
+        );
         Ok(AzureTarget {
             endpoint: endpoint(
                 fields.base_url,
@@ -128,6 +117,78 @@ impl TryFrom<AzureFields> for AzureTarget {
             api_version: fields.api_version,
         })
     }
+}
+
+/// `azure-responses`: the Responses API at an Azure resource's endpoint (required), the version-less
+/// `/openai/v1` URL or `api_version`'s, a key or an Entra ID token.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(try_from = "AzureResponsesFields")]
+pub struct AzureResponsesTarget {
+    /// The resource endpoint (or deployments) and credential.
+    pub endpoint: Endpoint,
+    /// `api_version`: call `/openai/responses?api-version=…` (none: `/openai/v1/responses`).
+    pub api_version: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AzureResponsesFields {
+    base_url: Option<String>,
+    api_version: Option<String>,
+    key_env: Option<String>,
+    key_file: Option<PathBuf>,
+    token_env: Option<String>,
+    #[serde(default)]
+    no_key: bool,
+    #[serde(default)]
+    deployments: Vec<DeploymentSection>,
+}
+
+impl TryFrom<AzureResponsesFields> for AzureResponsesTarget {
+    type Error = String;
+
+    fn try_from(fields: AzureResponsesFields) -> Result<Self, String> {
+        check_path_segment(fields.api_version.as_deref(), "api_version")?;
+        if fields.base_url.is_none() && fields.deployments.is_empty() {
+            return Err(
+                "an `azure-responses` target needs its resource's endpoint as `base_url` (e.g. \
+                 \"https://my-resource.openai.azure.com\")"
+                    .into(),
+            );
+        }
+        let given = azure_credentials(
+            fields.key_env,
+            fields.key_file,
+            fields.token_env,
+            fields.no_key,
+        );
+        Ok(AzureResponsesTarget {
+            endpoint: endpoint(
+                fields.base_url,
+                fields.deployments,
+                given,
+                fields_of::<AzureResponsesTarget>(),
+            )?,
+            api_version: fields.api_version,
+        })
+    }
+}
+
+/// The credentials an Azure OpenAI resource takes: a key (`api-key`), an Entra ID token, or none.
+fn azure_credentials(
+    key_env: Option<String>,
+    key_file: Option<PathBuf>,
+    token_env: Option<String>,
+    no_key: bool,
+) -> GivenCredentials {
+    GivenCredentials::default()
+        .with(CredentialField::KeyEnv, key_env.map(Credential::KeyEnv))
+        .with(CredentialField::KeyFile, key_file.map(Credential::KeyFile))
+        .with(
+            CredentialField::TokenEnv,
+            token_env.map(Credential::TokenEnv),
+        )
+        .with(CredentialField::NoKey, no_key.then_some(Credential::NoKey))
 }
 
 /// `gemini`: a base URL (or deployments), a key, how schemas are sent.
@@ -174,7 +235,7 @@ impl TryFrom<GeminiFields> for GeminiTarget {
     }
 }
 
-/// `vertex`: a Google Cloud project and location, a service account or token.
+/// `vertex`: Gemini on Vertex AI, a Google Cloud project and location, a service account or token.
 #[derive(Clone, Debug, PartialEq, Deserialize)]
 #[serde(try_from = "VertexFields")]
 pub struct VertexTarget {
@@ -206,40 +267,124 @@ impl TryFrom<VertexFields> for VertexTarget {
     type Error = String;
 
     fn try_from(fields: VertexFields) -> Result<Self, String> {
-        check_path_segment(fields.project.as_deref(), "project")?;
-        check_path_segment(fields.location.as_deref(), "location")?;
-        let (Some(project), Some(location)) = (fields.project, fields.location) else {
-            return Err(
-                "a `vertex` target needs its Google Cloud `project` and `location` (e.g. \
-                 `location = \"us-central1\"`)"
-                    .into(),
-            );
+        let schema_form = schema_form(fields.schema_form.as_deref())?;
+        let place = GoogleCloud {
+            project: fields.project,
+            location: fields.location,
+            base_url: fields.base_url,
+            credentials_file: fields.credentials_file,
+            credentials_env: fields.credentials_env,
+            token_env: fields.token_env,
+            no_key: fields.no_key,
+        }
+        .located("a `vertex` target", fields_of::<VertexTarget>())?;
+        Ok(VertexTarget {
+            endpoint: place.endpoint,
+            project: place.project,
+            location: place.location,
+            schema_form,
+        })
+    }
+}
+
+/// `anthropic-vertex`: Claude on Vertex AI, a Google Cloud project and location, a service account or token.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(try_from = "AnthropicVertexFields")]
+pub struct AnthropicVertexTarget {
+    /// `base_url` (the API host, default: the location's) and the credential; never balanced.
+    pub endpoint: Endpoint,
+    /// `project`: the Google Cloud project.
+    pub project: String,
+    /// `location`: `us-east5`, `europe-west1`, `global`, …
+    pub location: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AnthropicVertexFields {
+    project: Option<String>,
+    location: Option<String>,
+    base_url: Option<String>,
+    credentials_file: Option<PathBuf>,
+    credentials_env: Option<String>,
+    token_env: Option<String>,
+    #[serde(default)]
+    no_key: bool,
+}
+
+impl TryFrom<AnthropicVertexFields> for AnthropicVertexTarget {
+    type Error = String;
+
+    fn try_from(fields: AnthropicVertexFields) -> Result<Self, String> {
+        let place = GoogleCloud {
+            project: fields.project,
+            location: fields.location,
+            base_url: fields.base_url,
+            credentials_file: fields.credentials_file,
+            credentials_env: fields.credentials_env,
+            token_env: fields.token_env,
+            no_key: fields.no_key,
+        }
+        .located(
+            "an `anthropic-vertex` target",
+            fields_of::<AnthropicVertexTarget>(),
+        )?;
+        Ok(AnthropicVertexTarget {
+            endpoint: place.endpoint,
+            project: place.project,
+            location: place.location,
+        })
+    }
+}
+
+/// The settings every Vertex AI kind takes: where (project, location, host) and the Google credential.
+struct GoogleCloud {
+    project: Option<String>,
+    location: Option<String>,
+    base_url: Option<String>,
+    credentials_file: Option<PathBuf>,
+    credentials_env: Option<String>,
+    token_env: Option<String>,
+    no_key: bool,
+}
+
+/// A Vertex AI target's project, location and endpoint, checked.
+struct Located {
+    endpoint: Endpoint,
+    project: String,
+    location: String,
+}
+
+impl GoogleCloud {
+    /// Checked: `project` and `location` given and fit for a URL path, exactly one credential; `target` names
+    /// the kind in the error (`a \`vertex\` target`).
+    fn located(self, target: &str, settings: &[&str]) -> Result<Located, String> {
+        check_path_segment(self.project.as_deref(), "project")?;
+        check_path_segment(self.location.as_deref(), "location")?;
+        let (Some(project), Some(location)) = (self.project, self.location) else {
+            return Err(format!(
+                "{target} needs its Google Cloud `project` and `location` (e.g. `location = \"us-central1\"`)"
+            ));
         };
         let given = GivenCredentials::default()
             .with(
                 CredentialField::CredentialsFile,
-                fields.credentials_file.map(Credential::ServiceAccountFile),
+                self.credentials_file.map(Credential::ServiceAccountFile),
             )
             .with(
                 CredentialField::CredentialsEnv,
-                fields.credentials_env.map(Credential::ServiceAccountEnv),
+                self.credentials_env.map(Credential::ServiceAccountEnv),
             )
             .with(
                 CredentialField::TokenEnv,
-                fields.token_env.map(Credential::TokenEnv),
+                self.token_env.map(Credential::TokenEnv),
             )
             .with(
                 CredentialField::NoKey,
-                fields.no_key.then_some(Credential::NoKey),
+                self.no_key.then_some(Credential::NoKey),
             );
-        Ok(VertexTarget {
-            schema_form: schema_form(fields.schema_form.as_deref())?,
-            endpoint: endpoint(
-                fields.base_url,
-                Vec::new(),
-                given,
-                fields_of::<VertexTarget>(),
-            )?,
+        Ok(Located {
+            endpoint: endpoint(self.base_url, Vec::new(), given, settings)?,
             project,
             location,
         })

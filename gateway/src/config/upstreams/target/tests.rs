@@ -235,7 +235,7 @@ fn a_kind_missing_its_fields_or_given_anothers_is_refused_with_the_reason() {
         (
             "openai",
             "project = \"p\"\nno_key = true",
-            "`project` is for `provider = \"vertex\"` targets",
+            "`project` is for `provider = \"anthropic-vertex\"` and `provider = \"vertex\"` targets",
         ),
         (
             "gemini",
